@@ -1,0 +1,1 @@
+"""Operator implementations: one module per operator kind, free of asyncio loops, Kafka and Spark."""

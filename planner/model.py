@@ -1,0 +1,61 @@
+"""The plan's data: streams with partition counts, stages, stores."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from samza_dsl.spec import TableSpec
+
+__all__ = ["StreamSpec", "Stage", "StoreSpec"]
+
+STREAM_KINDS = ("input", "output", "intermediate", "broadcast")
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    """A stream in the plan. ``partitions`` is None where only the system can tell at run time."""
+
+    stream_id: str
+    kind: str
+    system: str | None
+    physical_name: str
+    partitions: int | None
+    serde: str
+    keyed: bool
+    descriptor: Any = field(default=None, compare=False, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "system": self.system, "physical_name": self.physical_name,
+                "partitions": self.partitions, "serde": self.serde, "keyed": self.keyed}
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A sub-DAG from input streams (external or intermediate) to terminals."""
+
+    stage_id: str
+    inputs: tuple[str, ...]
+    operators: tuple[str, ...]  # topological order
+    outputs: tuple[str, ...]  # output and intermediate stream ids written
+    tables_written: tuple[str, ...] = ()
+    tables_read: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.stage_id, "inputs": list(self.inputs), "operators": list(self.operators),
+                "outputs": list(self.outputs), "tables_written": list(self.tables_written),
+                "tables_read": list(self.tables_read)}
+
+
+@dataclass(frozen=True)
+class StoreSpec:
+    """A local store: a user table, or the state of a window or a join side."""
+
+    name: str
+    kind: str  # "table", "window", "join"
+    op_id: str | None
+    changelog: str | None  # "system.stream", or None without a changelog
+    table: TableSpec | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "op_id": self.op_id, "changelog": self.changelog}

@@ -1,0 +1,83 @@
+"""Partition counts of intermediate streams (SEMANTICS.md rule 2).
+
+1. Streams that meet at a join, including the virtual edge ``send_to(table)`` -> ``join_table(table)``,
+   must be co-partitioned: a known count in a joined set goes to its unknown intermediate members,
+   repeatedly until nothing changes.
+2. Else ``job.intermediate.stream.partitions``.
+3. Else the max of the partitions of all input and output streams (1 when none is known).
+
+Broadcast streams have exactly 1 partition and take no part in co-partitioning. A joined set whose
+known members still differ is a PlanError.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from samza_dsl.errors import PlanError
+
+__all__ = ["JoinedSet", "infer_partitions"]
+
+
+@dataclass(frozen=True)
+class JoinedSet:
+    """Streams that must have one partition count, because of ``reason`` (a join op id, or a table)."""
+
+    reason: str
+    streams: tuple[str, ...]
+
+
+def infer_partitions(known: Mapping[str, int | None], intermediates: Mapping[str, bool],
+                     joined: list[JoinedSet], default: int | None,
+                     input_output: list[str]) -> dict[str, int | None]:
+    """Counts for every stream. ``known`` has inputs/outputs (None when unknown) and any fixed
+    intermediate counts; ``intermediates`` maps intermediate id -> is_broadcast."""
+    counts: dict[str, int | None] = dict(known)
+    for sid, broadcast in intermediates.items():
+        if broadcast:
+            if counts.get(sid) not in (None, 1):
+                raise PlanError(f"broadcast stream {sid!r} has exactly 1 partition, not "
+                                f"{counts[sid]}")
+            counts[sid] = 1
+        else:
+            counts.setdefault(sid, None)
+    sets = [JoinedSet(js.reason, tuple(s for s in js.streams if not intermediates.get(s, False)))
+            for js in joined]
+
+    def propagate() -> None:
+        changed = True
+        while changed:
+            changed = False
+            for js in sets:
+                first = next((counts[s] for s in js.streams if counts.get(s) is not None), None)
+                if first is None:
+                    continue
+                for s in js.streams:
+                    if counts.get(s) is None and s in intermediates:
+                        counts[s] = first
+                        changed = True
+
+    propagate()
+    if any(counts[s] is None for s in intermediates):
+        if default is None:
+            sizes = [counts[s] for s in input_output if counts.get(s) is not None]
+            default = max(sizes) if sizes else 1  # type: ignore[type-var]
+        for s in intermediates:
+            if counts[s] is None:
+                counts[s] = default
+        propagate()
+
+    for js in sets:
+        members = [s for s in js.streams if counts.get(s) is not None]
+        if not members:
+            continue
+        expected = counts[members[0]]
+        for s in members[1:]:
+            if counts[s] != expected:
+                raise PlanError(f"Unable to resolve input partitions of stream {s!r} for join "
+                                f"{js.reason!r}. Expected {expected}, actual {counts[s]} "
+                                f"(stream {members[0]!r} has {expected}). Streams that meet at a "
+                                f"join must have the same partition count: repartition one side "
+                                f"with partition_by")
+    return counts

@@ -1,0 +1,126 @@
+"""``ExecutionPlan``: what the planner gives the runners, and what users look at."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import networkx as nx
+
+from samza_dsl.spec import ApplicationSpec
+
+from .model import Stage, StoreSpec, StreamSpec
+
+__all__ = ["ExecutionPlan"]
+
+
+class ExecutionPlan:
+    """A planned application.
+
+    - ``graph``: a ``networkx.DiGraph`` of stream (``stream:<id>``), table (``table:<id>``) and
+      operator (op id) nodes;
+    - ``input_streams``, ``output_streams``, ``intermediate_streams``: stream id -> ``StreamSpec``;
+    - ``stages``: sub-DAGs split at partition_by/broadcast;
+    - ``tables`` (user tables) and ``stores`` (tables plus window and join state): name -> ``StoreSpec``;
+    - ``config``: the user's config over the generated one (``generated_config``).
+    """
+
+    def __init__(self, app: ApplicationSpec, graph: nx.DiGraph, streams: Mapping[str, StreamSpec],
+                 stages: list[Stage], stores: Mapping[str, StoreSpec], config: Mapping[str, Any],
+                 generated_config: Mapping[str, Any]) -> None:
+        self.app = app
+        self.graph = graph
+        self.streams = dict(streams)
+        self.stages = list(stages)
+        self.stores = dict(stores)
+        self.config = dict(config)
+        self.generated_config = dict(generated_config)
+
+    @property
+    def job_name(self) -> str:
+        return self.app.job_name
+
+    @property
+    def input_streams(self) -> dict[str, StreamSpec]:
+        return {k: s for k, s in self.streams.items() if s.kind == "input"}
+
+    @property
+    def output_streams(self) -> dict[str, StreamSpec]:
+        return {k: s for k, s in self.streams.items()
+                if s.kind == "output" or k in self.app.outputs}
+
+    @property
+    def intermediate_streams(self) -> dict[str, StreamSpec]:
+        return {k: s for k, s in self.streams.items() if s.kind in ("intermediate", "broadcast")}
+
+    @property
+    def tables(self) -> dict[str, StoreSpec]:
+        return {k: s for k, s in self.stores.items() if s.kind == "table"}
+
+    def stage_of(self, op_id: str) -> Stage:
+        for stage in self.stages:
+            if op_id in stage.operators:
+                return stage
+        raise KeyError(op_id)
+
+    def next_ops(self, node: str) -> list[str]:
+        """Operators fed by ``node`` (a stream node or an op id), in registration order."""
+        return [n for n in self.graph.successors(node)
+                if self.graph.edges[node, n]["kind"] == "data"]
+
+    # -- renderings (planner.render) -------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        from .render import plan_to_dict
+
+        return plan_to_dict(self)
+
+    def to_json(self, *, indent: int | None = 2) -> str:
+        from .render import plan_to_json
+
+        return plan_to_json(self, indent=indent)
+
+    def explain(self) -> str:
+        from .render import plan_to_text
+
+        return plan_to_text(self)
+
+    def to_text(self) -> str:
+        return self.explain()
+
+    def to_dot(self) -> str:
+        from .render import plan_to_dot
+
+        return plan_to_dot(self)
+
+    def to_mermaid(self) -> str:
+        from .render import plan_to_mermaid
+
+        return plan_to_mermaid(self)
+
+    def to_svg(self) -> str:
+        from .render import plan_to_svg
+
+        return plan_to_svg(self)
+
+    def to_html(self) -> str:
+        from .render import plan_to_html
+
+        return plan_to_html(self)
+
+    def render(self, fmt: str) -> str:
+        from .render import render
+
+        return render(self, fmt)
+
+    def _repr_html_(self) -> str:
+        from .render import plan_to_notebook_html
+
+        return plan_to_notebook_html(self)
+
+    def __repr__(self) -> str:
+        return (f"ExecutionPlan({self.job_name!r}, stages={len(self.stages)}, "
+                f"streams={len(self.streams)}, operators={len(self.app.operators)})")
+
+    def __str__(self) -> str:
+        return self.explain()

@@ -1,0 +1,1 @@
+"""The runtime: everything that touches time, I/O and processes."""

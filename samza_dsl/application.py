@@ -1,0 +1,176 @@
+"""``StreamApplication``: registers inputs, outputs, tables and operators, and plans itself.
+
+>>> from samza_dsl.systems import MemorySystem
+>>> from samza_dsl.serdes import KVSerde, StringSerde, JsonSerde
+>>> app = StreamApplication("page-views", config={"task.max.concurrency": 16})
+>>> mem = MemorySystem()
+>>> views = app.input(mem.input("views", serde=KVSerde(StringSerde(), JsonSerde())))
+>>> out = app.output(mem.output("out"))
+>>> views.map(lambda kv: kv.value, name="values").send_to(out)
+>>> [op.op_id for op in app.spec().operators]
+['page-views-1-map-values', 'page-views-1-send_to-1']
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from .config import validate_config
+from .errors import PlanError
+from .serdes import KVSerde, Serde
+from .spec import ApplicationSpec, IntermediateStreamSpec, OpSpec, TableSpec, stream_node
+from .stream import NAME_RE, MessageStream, OutputStream, Table
+from .systems import InputDescriptor, OutputDescriptor
+
+if TYPE_CHECKING:
+    from planner import ExecutionPlan
+
+__all__ = ["StreamApplication"]
+
+_APP_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def user_call_site() -> str:
+    """``file:line`` of the first frame outside samza_dsl: where the user built the operator."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        if not path.startswith(_PACKAGE_DIR + os.sep):
+            return f"{os.path.basename(path)}:{frame.f_lineno}"
+        frame = frame.f_back  # type: ignore[assignment]
+    return "<unknown>:0"
+
+
+class StreamApplication:
+    """A stream application: the graph of operators from inputs to outputs.
+
+    Operator ids are ``"{name}-{app_id}-{opcode}-{op name or counter}"``."""
+
+    def __init__(self, name: str, *, app_id: str = "1", config: Mapping[str, Any] | None = None):
+        if not isinstance(name, str) or not _APP_NAME.match(name):
+            raise ValueError(f"application name must match [A-Za-z0-9_.-]+, got {name!r}")
+        if not isinstance(app_id, str) or not _APP_NAME.match(app_id):
+            raise ValueError(f"app_id must match [A-Za-z0-9_.-]+, got {app_id!r}")
+        self.name = name
+        self.app_id = app_id
+        self.config = validate_config(config)
+        self._inputs: dict[str, InputDescriptor] = {}
+        self._outputs: dict[str, OutputDescriptor] = {}
+        self._intermediates: dict[str, IntermediateStreamSpec] = {}
+        self._tables: dict[str, TableSpec] = {}
+        self._ops: dict[str, OpSpec] = {}
+        self._input_streams: dict[str, MessageStream[Any]] = {}
+        self._counter = 0
+
+    def __repr__(self) -> str:
+        return f"StreamApplication({self.name!r}, app_id={self.app_id!r})"
+
+    # -- registration ----------------------------------------------------------------------------
+
+    def _check_stream_id(self, descriptor: InputDescriptor | OutputDescriptor, kind: str) -> None:
+        sid = descriptor.stream_id
+        if sid in self._intermediates:
+            raise PlanError(f"stream id {sid!r} is already an intermediate stream of operator "
+                            f"{sid!r}; give the {kind} stream another id")
+        for registered in (self._inputs.get(sid), self._outputs.get(sid)):
+            if registered is None or registered == descriptor:
+                continue
+            if registered.serde != descriptor.serde:
+                raise PlanError(f"stream {sid!r} is registered twice with different serdes "
+                                f"({registered.serde!r} and {descriptor.serde!r}); use one serde "
+                                f"per stream id")
+            raise PlanError(f"stream {sid!r} is registered twice with different descriptors "
+                            f"({_describe(registered)} and {_describe(descriptor)}); use one "
+                            f"descriptor per stream id")
+
+    def input(self, descriptor: InputDescriptor) -> MessageStream[Any]:
+        """Register an input stream; a KVSerde input delivers ``KV``."""
+        if not isinstance(descriptor, InputDescriptor):
+            raise TypeError(f"app.input takes a descriptor from system.input(...), got "
+                            f"{type(descriptor).__name__}")
+        self._check_stream_id(descriptor, "input")
+        sid = descriptor.stream_id
+        if sid in self._inputs:
+            return self._input_streams[sid]
+        self._inputs[sid] = descriptor
+        stream: MessageStream[Any] = MessageStream(self, stream_node(sid), keyed=descriptor.keyed)
+        self._input_streams[sid] = stream
+        return stream
+
+    def output(self, descriptor: OutputDescriptor) -> OutputStream[Any]:
+        """Register an output stream for ``send_to``."""
+        if not isinstance(descriptor, OutputDescriptor):
+            raise TypeError(f"app.output takes a descriptor from system.output(...), got "
+                            f"{type(descriptor).__name__}")
+        self._check_stream_id(descriptor, "output")
+        self._outputs[descriptor.stream_id] = descriptor
+        return OutputStream(self, descriptor.stream_id)
+
+    def table(self, name: str, *, serde: KVSerde, changelog: bool = True) -> Table[Any, Any]:
+        """A local table, one LMDB store per task, backed by a changelog unless ``changelog=False``."""
+        if not isinstance(name, str) or not NAME_RE.match(name):
+            raise PlanError(f"table name must match [A-Za-z0-9_-]+, got {name!r}")
+        if not isinstance(serde, KVSerde):
+            raise TypeError(f"table {name!r}: serde must be a KVSerde, got {type(serde).__name__}")
+        spec = TableSpec(name, serde, bool(changelog))
+        if name in self._tables:
+            if self._tables[name] != spec:
+                raise PlanError(f"table {name!r} is registered twice with different settings")
+            return Table(self, self._tables[name])
+        self._tables[name] = spec
+        return Table(self, spec)
+
+    def _intermediate(self, stream_id: str, serde: Serde[Any] | None, *, broadcast: bool,
+                      keyed: bool = True) -> MessageStream[Any]:
+        if stream_id in self._inputs or stream_id in self._outputs:
+            raise PlanError(f"intermediate stream {stream_id!r} clashes with an input or output "
+                            f"stream of the same id; rename the operator")
+        self._intermediates[stream_id] = IntermediateStreamSpec(stream_id, stream_id, serde,
+                                                                broadcast)
+        return MessageStream(self, stream_node(stream_id), keyed=keyed if broadcast else True)
+
+    def _add(self, cls: type, opcode: str, name: str | None, *, inputs: tuple[str, ...],
+             required: bool = False, keyed: bool = False, **fields: Any) -> MessageStream[Any]:
+        if name is None:
+            if required:
+                raise PlanError(f"{opcode} needs name=...: its id names state or a stream")
+            suffix = str(self._counter)
+        else:
+            if not isinstance(name, str) or not NAME_RE.match(name):
+                raise PlanError(f"{opcode} name {name!r} is malformed: it must match "
+                                f"[A-Za-z0-9_-]+")
+            suffix = name
+        self._counter += 1
+        op_id = f"{self.name}-{self.app_id}-{opcode}-{suffix}"
+        if op_id in self._ops:
+            previous = self._ops[op_id]
+            raise PlanError(f"operator id {op_id!r} is used twice (first at {previous.call_site}); "
+                            f"give the {opcode} a unique name")
+        spec = cls(op_id=op_id, name=name, inputs=inputs, call_site=user_call_site(), **fields)
+        self._ops[op_id] = spec
+        return MessageStream(self, op_id, keyed=keyed, op_id=op_id)
+
+    # -- views -----------------------------------------------------------------------------------
+
+    def spec(self) -> ApplicationSpec:
+        """An immutable snapshot of the spec graph."""
+        return ApplicationSpec(self.name, self.app_id, dict(self.config), dict(self._inputs),
+                               dict(self._outputs), dict(self._intermediates), dict(self._tables),
+                               tuple(self._ops.values()))
+
+    def plan(self, *, partitions: Mapping[str, int] | None = None,
+             config: Mapping[str, Any] | None = None) -> ExecutionPlan:
+        """Validate and plan: stages, intermediate partition counts, generated config."""
+        from planner import plan as make_plan
+
+        return make_plan(self.spec(), partitions=partitions, config=config)
+
+
+def _describe(d: InputDescriptor | OutputDescriptor) -> str:
+    return (f"{type(d).__name__}(system={d.system.name!r}, physical_name={d.physical_name!r}, "
+            f"partitions={d.partitions})")

@@ -1,0 +1,73 @@
+"""The error hierarchy. Every message names the operator, stream, partition or offset at fault
+and what to do about it."""
+
+from __future__ import annotations
+
+
+class SamzaError(Exception):
+    """Base of every error samza-dsl raises on purpose."""
+
+
+class PlanError(SamzaError, ValueError):
+    """The application graph is invalid: names the streams and operators at fault."""
+
+
+class ConfigError(SamzaError, ValueError):
+    """A configuration key or value is wrong: names the key."""
+
+
+class SerdeError(SamzaError):
+    """A message could not be serialized or deserialized."""
+
+    def __init__(self, message: str, *, data: bytes | None = None, stream: str | None = None,
+                 partition: int | None = None, offset: int | None = None) -> None:
+        self.data = data
+        self.stream = stream
+        self.partition = partition
+        self.offset = offset
+        where = []
+        if stream is not None:
+            where.append(f"stream {stream!r}")
+        if partition is not None:
+            where.append(f"partition {partition}")
+        if offset is not None:
+            where.append(f"offset {offset}")
+        text = message
+        if where:
+            text = f"{message} (at {', '.join(where)})"
+        if data is not None:
+            text = f"{text}; bytes: {truncate_bytes(data)}"
+        super().__init__(text)
+        self.reason = message
+
+    def at(self, *, stream: str | None = None, partition: int | None = None,
+           offset: int | None = None) -> SerdeError:
+        """The same error, located at a stream, partition and offset."""
+        return SerdeError(self.reason, data=self.data, stream=stream, partition=partition,
+                          offset=offset)
+
+
+class TaskError(SamzaError):
+    """A task failed while processing: names the operator, task and offset."""
+
+    def __init__(self, message: str, *, op_id: str | None = None, task: str | None = None,
+                 stream: str | None = None, partition: int | None = None,
+                 offset: object = None) -> None:
+        super().__init__(message)
+        self.op_id = op_id
+        self.task = task
+        self.stream = stream
+        self.partition = partition
+        self.offset = offset
+
+
+class CallbackTimeout(TaskError):
+    """A message did not complete within ``task.callback.timeout.ms``."""
+
+
+def truncate_bytes(data: bytes | bytearray | memoryview, limit: int = 64) -> str:
+    """A short printable form of raw bytes for error messages."""
+    raw = bytes(data)
+    if len(raw) <= limit:
+        return repr(raw)
+    return f"{raw[:limit]!r}... ({len(raw)} bytes)"

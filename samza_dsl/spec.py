@@ -1,0 +1,220 @@
+"""The spec graph: immutable descriptions of operators, streams and tables.
+
+Building a pipeline only adds spec nodes; nothing runs. The planner (``planner/``) reads an
+``ApplicationSpec`` snapshot; the runtimes build operator instances (``operators/``) from it.
+
+Node keys in the graph: an operator by its id, a stream as ``"stream:<id>"``, a table as
+``"table:<id>"``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .serdes import KVSerde, Serde
+from .systems import InputDescriptor, OutputDescriptor
+from .windows import Window
+
+__all__ = ["OpSpec", "MapSpec", "FilterSpec", "FlatMapSpec", "AsyncFlatMapSpec", "MergeSpec",
+           "PartitionBySpec", "BroadcastSpec", "WindowSpec", "JoinSpec", "JoinTableSpec",
+           "SendToSpec", "SinkSpec", "TableSpec", "IntermediateStreamSpec", "ApplicationSpec",
+           "stream_node", "table_node", "node_stream_id", "OPCODES", "TERMINAL_OPCODES"]
+
+OPCODES = ("map", "filter", "flat_map", "async_flat_map", "merge", "partition_by", "broadcast",
+           "window", "join", "join_table", "send_to", "sink")
+TERMINAL_OPCODES = frozenset({"partition_by", "broadcast", "send_to", "sink"})
+
+
+def stream_node(stream_id: str) -> str:
+    return f"stream:{stream_id}"
+
+
+def table_node(table_id: str) -> str:
+    return f"table:{table_id}"
+
+
+def node_stream_id(node: str) -> str | None:
+    return node[len("stream:"):] if node.startswith("stream:") else None
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """A local table: one LMDB store per task, optionally backed by a changelog."""
+
+    table_id: str
+    serde: KVSerde
+    changelog: bool = True
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """Fields every operator spec has. ``inputs`` are upstream node keys, in port order."""
+
+    op_id: str
+    name: str | None
+    inputs: tuple[str, ...]
+    call_site: str
+
+    opcode = "op"
+
+    def details(self) -> dict[str, Any]:
+        """Extra facts shown in plans (TTL, window size, target stream...)."""
+        return {}
+
+
+@dataclass(frozen=True)
+class MapSpec(OpSpec):
+    fn: Callable[[Any], Any] = field(default=None, repr=False)  # type: ignore[assignment]
+    opcode = "map"
+
+
+@dataclass(frozen=True)
+class FilterSpec(OpSpec):
+    fn: Callable[[Any], bool] = field(default=None, repr=False)  # type: ignore[assignment]
+    opcode = "filter"
+
+
+@dataclass(frozen=True)
+class FlatMapSpec(OpSpec):
+    fn: Callable[[Any], Any] = field(default=None, repr=False)  # type: ignore[assignment]
+    opcode = "flat_map"
+
+
+@dataclass(frozen=True)
+class AsyncFlatMapSpec(OpSpec):
+    fn: Callable[[Any], Any] = field(default=None, repr=False)  # type: ignore[assignment]
+    ordering: str = "none"
+    key_fn: Callable[[Any], Any] | None = field(default=None, repr=False)
+    opcode = "async_flat_map"
+
+    def details(self) -> dict[str, Any]:
+        return {"ordering": self.ordering}
+
+
+@dataclass(frozen=True)
+class MergeSpec(OpSpec):
+    opcode = "merge"
+
+
+@dataclass(frozen=True)
+class PartitionBySpec(OpSpec):
+    key_fn: Callable[[Any], Any] = field(default=None, repr=False)  # type: ignore[assignment]
+    value_fn: Callable[[Any], Any] | None = field(default=None, repr=False)
+    serde: Serde[Any] | None = None
+    opcode = "partition_by"
+
+    @property
+    def stream_id(self) -> str:
+        return self.op_id
+
+    def details(self) -> dict[str, Any]:
+        return {"stream": self.stream_id}
+
+
+@dataclass(frozen=True)
+class BroadcastSpec(OpSpec):
+    serde: Serde[Any] | None = None
+    opcode = "broadcast"
+
+    @property
+    def stream_id(self) -> str:
+        return self.op_id
+
+    def details(self) -> dict[str, Any]:
+        return {"stream": self.stream_id}
+
+
+@dataclass(frozen=True)
+class WindowSpec(OpSpec):
+    window: Window[Any, Any] = field(default=None, repr=False)  # type: ignore[assignment]
+    opcode = "window"
+
+    def details(self) -> dict[str, Any]:
+        return {"window": self.window.describe()}
+
+
+@dataclass(frozen=True)
+class JoinSpec(OpSpec):
+    """inputs = (left, right)."""
+
+    key_fn: Callable[[Any], Any] = field(default=None, repr=False)  # type: ignore[assignment]
+    other_key_fn: Callable[[Any], Any] = field(default=None, repr=False)  # type: ignore[assignment]
+    combine: Callable[[Any, Any], Any] = field(default=None, repr=False)  # type: ignore[assignment]
+    ttl_ms: int = 0
+    opcode = "join"
+
+    def details(self) -> dict[str, Any]:
+        return {"ttl_ms": self.ttl_ms}
+
+
+@dataclass(frozen=True)
+class JoinTableSpec(OpSpec):
+    table_id: str = ""
+    combine: Callable[[Any, Any], Any] = field(default=None, repr=False)  # type: ignore[assignment]
+    key_fn: Callable[[Any], Any] | None = field(default=None, repr=False)
+    opcode = "join_table"
+
+    def details(self) -> dict[str, Any]:
+        return {"table": self.table_id}
+
+
+@dataclass(frozen=True)
+class SendToSpec(OpSpec):
+    """Writes to an output stream (``stream_id``) or into a table (``table_id``)."""
+
+    stream_id: str | None = None
+    table_id: str | None = None
+    opcode = "send_to"
+
+    @property
+    def target_node(self) -> str:
+        return stream_node(self.stream_id) if self.stream_id else table_node(self.table_id or "")
+
+    def details(self) -> dict[str, Any]:
+        return {"stream": self.stream_id} if self.stream_id else {"table": self.table_id}
+
+
+@dataclass(frozen=True)
+class SinkSpec(OpSpec):
+    fn: Callable[[Any], Any] = field(default=None, repr=False)  # type: ignore[assignment]
+    opcode = "sink"
+
+
+@dataclass(frozen=True)
+class IntermediateStreamSpec:
+    """An intermediate stream written by a partition_by or broadcast operator."""
+
+    stream_id: str
+    producer: str  # the partition_by/broadcast op id (equal to stream_id)
+    serde: Serde[Any] | None
+    broadcast: bool = False
+
+    @property
+    def keyed(self) -> bool:
+        return not self.broadcast or isinstance(self.serde, KVSerde)
+
+
+@dataclass(frozen=True)
+class ApplicationSpec:
+    """An immutable snapshot of an application's spec graph."""
+
+    name: str
+    app_id: str
+    config: Mapping[str, Any]
+    inputs: Mapping[str, InputDescriptor]
+    outputs: Mapping[str, OutputDescriptor]
+    intermediates: Mapping[str, IntermediateStreamSpec]
+    tables: Mapping[str, TableSpec]
+    operators: tuple[OpSpec, ...]
+
+    @property
+    def job_name(self) -> str:
+        return f"{self.name}-{self.app_id}"
+
+    def operator(self, op_id: str) -> OpSpec:
+        for op in self.operators:
+            if op.op_id == op_id:
+                return op
+        raise KeyError(op_id)

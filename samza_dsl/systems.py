@@ -1,0 +1,142 @@
+"""Systems and stream descriptors.
+
+A system descriptor names where streams live (Kafka, the embedded local log, or memory for tests);
+its ``input()`` and ``output()`` give stream descriptors that ``app.input``/``app.output`` take.
+
+>>> kafka = KafkaSystem("kafka", bootstrap_servers="127.0.0.1:9092")
+>>> d = kafka.input("page-views", partitions=4)
+>>> d.stream_id, d.system.name, d.physical_name, d.partitions
+('page-views', 'kafka', 'page-views', 4)
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .serdes import KVSerde, NoOpSerde, Serde
+
+__all__ = ["SystemDescriptor", "KafkaSystem", "LocalSystem", "MemorySystem", "StreamDescriptor",
+           "InputDescriptor", "OutputDescriptor", "OFFSET_DEFAULTS"]
+
+OFFSET_DEFAULTS = ("oldest", "upcoming")
+_STREAM_ID = re.compile(r"^[A-Za-z0-9._-]+$")
+_SYSTEM_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def _check_partitions(what: str, partitions: int | None) -> None:
+    if partitions is None:
+        return
+    if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
+        raise ValueError(f"{what}: partitions must be an integer >= 1 or None, got {partitions!r}")
+
+
+@dataclass(frozen=True)
+class SystemDescriptor:
+    """A named system and its settings. ``factory`` says which runtime system serves it."""
+
+    name: str
+    factory: str
+    settings: tuple[tuple[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _SYSTEM_NAME.match(self.name):
+            raise ValueError(f"system name must match [A-Za-z0-9_-]+, got {self.name!r}")
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return dict(self.settings)
+
+    def input(self, stream_id: str, *, serde: Serde[Any] | None = None,
+              physical_name: str | None = None, partitions: int | None = None,
+              offset_default: str = "oldest",
+              event_time: Callable[[Any], float] | None = None) -> InputDescriptor:
+        return InputDescriptor(self, stream_id, serde, physical_name or stream_id, partitions,
+                               offset_default, event_time)
+
+    def output(self, stream_id: str, *, serde: Serde[Any] | None = None,
+               physical_name: str | None = None, partitions: int | None = None) -> OutputDescriptor:
+        return OutputDescriptor(self, stream_id, serde, physical_name or stream_id, partitions)
+
+    def to_config(self) -> dict[str, Any]:
+        """Samza-style ``systems.<name>.*`` config."""
+        out: dict[str, Any] = {f"systems.{self.name}.samza.factory": self.factory}
+        for key, value in self.settings:
+            out[f"systems.{self.name}.{key}"] = value
+        return out
+
+
+def KafkaSystem(name: str, *, bootstrap_servers: str | list[str],  # noqa: N802 - factory
+                consumer: Mapping[str, Any] | None = None,
+                producer: Mapping[str, Any] | None = None,
+                **settings: Any) -> SystemDescriptor:
+    """A Kafka system. ``consumer``/``producer`` settings are passed to aiokafka as they are."""
+    if isinstance(bootstrap_servers, list | tuple):
+        bootstrap_servers = ",".join(bootstrap_servers)
+    if not isinstance(bootstrap_servers, str) or not bootstrap_servers.strip():
+        raise ValueError(f"KafkaSystem({name!r}) needs bootstrap_servers like '127.0.0.1:9092', "
+                         f"got {bootstrap_servers!r}")
+    items: dict[str, Any] = {"bootstrap.servers": bootstrap_servers}
+    for key, value in (consumer or {}).items():
+        items[f"consumer.{key}"] = value
+    for key, value in (producer or {}).items():
+        items[f"producer.{key}"] = value
+    items.update(settings)
+    return SystemDescriptor(name, "kafka", tuple(sorted(items.items())))
+
+
+def LocalSystem(name: str = "local", path: str | None = None) -> SystemDescriptor:  # noqa: N802
+    """The embedded default: an LMDB-backed partitioned log in ``path`` (default: the job dir)."""
+    return SystemDescriptor(name, "local", (("path", path),) if path else ())
+
+
+def MemorySystem(name: str = "memory") -> SystemDescriptor:  # noqa: N802
+    """In-memory streams, for tests and examples."""
+    return SystemDescriptor(name, "memory")
+
+
+@dataclass(frozen=True)
+class StreamDescriptor:
+    system: SystemDescriptor
+    stream_id: str
+    serde: Serde[Any] | None
+    physical_name: str
+    partitions: int | None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.stream_id, str) or not _STREAM_ID.match(self.stream_id):
+            raise ValueError(f"stream id must match [A-Za-z0-9._-]+, got {self.stream_id!r}")
+        if self.serde is not None and not isinstance(self.serde, Serde):
+            raise TypeError(f"stream {self.stream_id!r}: serde must be a Serde such as JsonSerde(), "
+                            f"got {type(self.serde).__name__}")
+        _check_partitions(f"stream {self.stream_id!r}", self.partitions)
+
+    @property
+    def keyed(self) -> bool:
+        """A keyed stream (KVSerde) delivers KV(key, value)."""
+        return isinstance(self.serde, KVSerde)
+
+    @property
+    def effective_serde(self) -> Serde[Any]:
+        return self.serde if self.serde is not None else NoOpSerde()
+
+
+@dataclass(frozen=True)
+class InputDescriptor(StreamDescriptor):
+    offset_default: str = "oldest"
+    event_time: Callable[[Any], float] | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.offset_default not in OFFSET_DEFAULTS:
+            raise ValueError(f"input {self.stream_id!r}: offset_default must be one of "
+                             f"{OFFSET_DEFAULTS}, got {self.offset_default!r}")
+        if self.event_time is not None and not callable(self.event_time):
+            raise TypeError(f"input {self.stream_id!r}: event_time must be callable")
+
+
+@dataclass(frozen=True)
+class OutputDescriptor(StreamDescriptor):
+    pass
