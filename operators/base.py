@@ -1,0 +1,142 @@
+"""The operator contract shared by the streaming runtime and the Spark runner.
+
+An operator turns one input into a list of outputs:
+
+- ``process(message)`` returns a ``list`` of outputs when it finished synchronously, or an
+  awaitable that resolves to such a list (async operators: ``async_flat_map``, an async ``sink``).
+  The runtime's fast path checks ``type(result) is list`` and never creates a Task for it.
+- ``on_timer(now_ms)`` runs at window ticks (``task.window.ms``); ``on_watermark(ms)`` when the
+  task's event-time watermark advances; ``on_end_of_stream()`` once when every input has ended.
+  Each returns a list of outputs, which the runtime passes downstream like ``process`` outputs.
+- Joins have two inputs: ``process_port(port, message)`` with port 0 (left) or 1 (right).
+
+Operators hold no asyncio loop, no Kafka and no Spark. Time comes from ``ctx.clock()``; state from
+``ctx.store(name)``. A user function's exception propagates: the runtime names the operator,
+task and offset.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+from samza_dsl.spec import OpSpec
+
+__all__ = ["Operator", "OperatorContext", "KeyValueState", "Result", "resolve_fn", "init_fn",
+           "close_fn", "UserContext"]
+
+Result = list[Any] | Awaitable[list[Any]]
+
+
+class KeyValueState(Protocol):
+    """State an operator is given: a sorted key-value store (see ``operators.state``)."""
+
+    def get(self, key: Any) -> Any: ...
+    def put(self, key: Any, value: Any) -> None: ...
+    def delete(self, key: Any) -> None: ...
+    def range(self, start: Any, end: Any) -> Iterator[tuple[Any, Any]]: ...
+    def all(self) -> Iterator[tuple[Any, Any]]: ...
+
+
+@dataclass
+class OperatorContext:
+    """What an operator gets at ``init``: its task, the config, a clock in ms, and stores.
+
+    ``stores`` maps store name -> state (window state by op id, join sides ``<op id>-L``/``-R``,
+    user tables by table id). ``metrics`` is a mapping-like registry of counters."""
+
+    task_name: str
+    config: Mapping[str, Any]
+    clock: Callable[[], int]
+    stores: Mapping[str, KeyValueState] = field(default_factory=dict)
+    metrics: Any = None
+
+    def store(self, name: str) -> KeyValueState:
+        try:
+            return self.stores[name]
+        except KeyError:
+            raise KeyError(f"task {self.task_name!r} has no store {name!r}; stores: "
+                           f"{', '.join(sorted(self.stores)) or 'none'}") from None
+
+
+@dataclass
+class UserContext:
+    """The ``Context`` user functions get at ``init(ctx)``."""
+
+    task_name: str
+    config: Mapping[str, Any]
+    metrics: Any
+    _tables: Mapping[str, Any]
+
+    def table(self, name: str) -> Any:
+        try:
+            return self._tables[name]
+        except KeyError:
+            raise KeyError(f"no table {name!r} in task {self.task_name!r}; declare it with "
+                           f"app.table({name!r}, serde=...)") from None
+
+
+def resolve_fn(fn: Any) -> Callable[..., Any]:
+    """A plain callable, or an object's ``apply`` (Samza style) or ``__call__``."""
+    apply = getattr(fn, "apply", None)
+    if callable(apply) and not inspect.isfunction(fn) and not inspect.ismethod(fn):
+        return apply  # type: ignore[no-any-return]
+    return fn  # type: ignore[no-any-return]
+
+
+def init_fn(fn: Any, ctx: UserContext) -> None:
+    init = getattr(fn, "init", None)
+    if callable(init) and not inspect.isfunction(fn):
+        init(ctx)
+
+
+def close_fn(fn: Any) -> None:
+    close = getattr(fn, "close", None)
+    if callable(close) and not inspect.isfunction(fn):
+        close()
+
+
+class Operator:
+    """Base of all operators. Subclasses set ``opcode`` and override what they need."""
+
+    opcode: ClassVar[str] = "op"
+    #: user functions of the spec, initialised and closed with the operator
+    user_fns: tuple[Any, ...] = ()
+
+    def __init__(self, spec: OpSpec) -> None:
+        self.spec = spec
+        self.op_id = spec.op_id
+        self.ctx: OperatorContext | None = None
+
+    def init(self, ctx: OperatorContext, user_ctx: UserContext | None = None) -> None:
+        self.ctx = ctx
+        if user_ctx is None:
+            user_ctx = UserContext(ctx.task_name, ctx.config, ctx.metrics, {})
+        for fn in self.user_fns:
+            if fn is not None:
+                init_fn(fn, user_ctx)
+
+    def process(self, message: Any) -> Result:
+        raise NotImplementedError(f"{type(self).__name__} must implement process")
+
+    def process_port(self, port: int, message: Any) -> Result:
+        return self.process(message)
+
+    def on_timer(self, now_ms: int) -> list[Any]:
+        return []
+
+    def on_watermark(self, watermark_ms: int) -> list[Any]:
+        return []
+
+    def on_end_of_stream(self) -> list[Any]:
+        return []
+
+    def close(self) -> None:
+        for fn in self.user_fns:
+            if fn is not None:
+                close_fn(fn)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.op_id!r})"

@@ -1,0 +1,86 @@
+"""Stable hashes: Kafka's murmur2 partitioner. Python's ``hash()`` differs between processes and
+must never choose a partition or a bucket.
+
+>>> murmur2(b"21")
+-973932308
+>>> partition_for(b"21", 4)  # what Kafka's default partitioner (and a Java producer) picks
+0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["murmur2", "to_positive", "partition_for", "stable_hash", "KeyPartitioner"]
+
+_M = 0x5BD1E995
+_MASK = 0xFFFFFFFF
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's ``Utils.murmur2``: a signed 32-bit int."""
+    length = len(data)
+    h = (0x9747B28C ^ length) & _MASK
+    end = length - (length & 3)
+    for i in range(0, end, 4):
+        k = data[i] | (data[i + 1] << 8) | (data[i + 2] << 16) | (data[i + 3] << 24)
+        k = (k * _M) & _MASK
+        k ^= k >> 24
+        k = (k * _M) & _MASK
+        h = ((h * _M) & _MASK) ^ k
+    rest = length & 3
+    if rest == 3:
+        h ^= data[end + 2] << 16
+    if rest >= 2:
+        h ^= data[end + 1] << 8
+    if rest >= 1:
+        h ^= data[end]
+        h = (h * _M) & _MASK
+    h ^= h >> 13
+    h = (h * _M) & _MASK
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def to_positive(n: int) -> int:
+    return n & 0x7FFFFFFF
+
+
+def partition_for(key_bytes: bytes | None, partitions: int) -> int:
+    """Kafka's default partition for a serialized key; a None key goes to partition 0."""
+    if key_bytes is None:
+        return 0
+    return to_positive(murmur2(key_bytes)) % partitions
+
+
+def stable_hash(data: bytes) -> int:
+    """A non-negative hash that is the same in every process (murmur2)."""
+    return to_positive(murmur2(data))
+
+
+class KeyPartitioner:
+    """Partitions by key with a bounded cache, since keys repeat (countries, users...)."""
+
+    def __init__(self, partitions: int, serialize: Callable[[Any], bytes],
+                 cache_size: int = 65536) -> None:
+        self.partitions = partitions
+        self.serialize = serialize
+        self._cache: dict[Any, int] = {}
+        self._cache_size = cache_size
+
+    def __call__(self, key: Any) -> int:
+        if key is None:
+            return 0
+        try:
+            return self._cache[key]
+        except (KeyError, TypeError):
+            pass
+        p = partition_for(self.serialize(key), self.partitions)
+        try:
+            if len(self._cache) >= self._cache_size:
+                self._cache.clear()
+            self._cache[key] = p
+        except TypeError:  # unhashable keys are not cached
+            pass
+        return p
