@@ -83,7 +83,12 @@ def _split_stages(spec: ApplicationSpec) -> tuple[list[Stage], dict[str, str]]:
                 if sid in producers:
                     order.add_edge(group_of[producers[sid]], root)
     first_index = {root: spec.operators.index(ops[0]) for root, ops in groups.items()}
-    ordered = list(nx.lexicographical_topological_sort(order, key=lambda r: first_index[r]))
+    # A stage may read an intermediate stream written by itself or by a later stage (e.g. an
+    # input joined with its own repartition): order strongly connected stages as one block.
+    blocks = nx.condensation(order)
+    members = {b: sorted(blocks.nodes[b]["members"], key=first_index.__getitem__) for b in blocks}
+    ordered = [root for b in nx.lexicographical_topological_sort(
+        blocks, key=lambda b: first_index[members[b][0]]) for root in members[b]]
 
     stages: list[Stage] = []
     stage_of: dict[str, str] = {}
@@ -210,10 +215,7 @@ def _generate_config(spec: ApplicationSpec, streams: Mapping[str, StreamSpec],
     for op in spec.operators:
         if isinstance(op, WindowSpec):
             timed = True
-            durations.append(op.window.size_ms)
-            for trig in (op.window.early, op.window.late):
-                if trig is not None:
-                    durations.extend(trig.durations_ms())
+            durations.extend(op.window.durations_ms())
         elif isinstance(op, JoinSpec):
             timed = True
             durations.append(op.ttl_ms)

@@ -284,4 +284,4 @@ def render(plan: ExecutionPlan, fmt: str) -> str:
                  "mermaid": plan_to_mermaid, "svg": plan_to_svg, "html": plan_to_html}
     if fmt not in renderers:
         raise ValueError(f"unknown plan format {fmt!r}; one of {', '.join(FORMATS)}")
-    return renderers[fmt](plan)  # type: ignore[operator]
+    return renderers[fmt](plan)

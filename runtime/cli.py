@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -16,7 +17,7 @@ def _parse_config(pairs: Sequence[str]) -> dict[str, str]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise SamzaError(f"-c takes key=value, got {pair!r}")
+            raise SamzaError(f"-c takes KEY=VALUE, got {pair!r}")
         out[key.strip()] = value.strip()
     return out
 
@@ -25,29 +26,118 @@ def _partitions(pairs: Sequence[str]) -> dict[str, int]:
     out: dict[str, int] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise SamzaError(f"--partitions takes STREAM=COUNT, got {pair!r}")
         try:
-            out[key] = int(value)
+            out[key.strip()] = int(value)
         except ValueError:
-            raise SamzaError(f"--partitions takes stream=count, got {pair!r}") from None
-        if not sep:
-            raise SamzaError(f"--partitions takes stream=count, got {pair!r}")
+            raise SamzaError(f"--partitions takes STREAM=COUNT with a whole number COUNT, got "
+                             f"{pair!r}") from None
     return out
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from planner.render import render
+    from planner.render import GraphvizMissing, render
 
     from .loader import load_app
 
+    # check the cheap arguments before running the user's module
+    partitions = _partitions(args.partitions)
+    config = _parse_config(args.config)
     app = load_app(args.app)
-    plan = app.plan(partitions=_partitions(args.partitions), config=_parse_config(args.config))
-    text = render(plan, args.format)
+    plan = app.plan(partitions=partitions, config=config)
+    try:
+        text = render(plan, args.format)
+    except GraphvizMissing as exc:
+        raise SamzaError(f"{exc}; without Graphviz, use --format text, json, dot or mermaid") \
+            from exc
+    if not text.endswith("\n"):
+        text += "\n"
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(text)
+        try:
+            with open(args.output, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as exc:
+            raise SamzaError(f"cannot write the plan to {args.output!r}: {exc.strerror or exc}") \
+                from exc
         print(f"wrote the {args.format} plan of {plan.job_name} to {args.output}", file=sys.stderr)
     else:
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        try:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        except BrokenPipeError:
+            # the reader went away (`samza-dsl plan APP | head`): stop quietly, as cat does
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 1
+    return 0
+
+
+def _read_jsonl(path: str, keyed: bool) -> list[object]:
+    import msgspec
+
+    from samza_dsl.kv import KV
+
+    out: list[object] = []
+    with open(path, "rb") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = msgspec.json.decode(line)
+            except msgspec.DecodeError as exc:
+                raise SamzaError(f"{path}:{lineno}: not JSON ({exc}); each line must be one "
+                                 f"JSON message") from None
+            if keyed:
+                if not isinstance(obj, dict) or "key" not in obj or "value" not in obj:
+                    raise SamzaError(f"{path}:{lineno}: the stream is keyed: each line must be "
+                                     f'{{"key": ..., "value": ...}}')
+                obj = KV(obj["key"], obj["value"])
+            out.append(obj)
+    return out
+
+
+def _sample_inputs(module_ref: str, app: object, n: int) -> dict[str, object]:
+    import sys
+
+    from .loader import load_module
+
+    module = load_module(module_ref.partition(":")[0])
+    sample = getattr(module, "sample_input", None)
+    if sample is None:
+        raise SamzaError(f"{module_ref!r} has no sample_input(n) function for --sample; give "
+                         f"inputs with --input STREAM=FILE.jsonl")
+    data = sample(n)
+    inputs = app._inputs  # type: ignore[attr-defined]
+    if isinstance(data, dict):
+        return data
+    if len(inputs) != 1:
+        print("sample_input returned a list but the application has several inputs",
+              file=sys.stderr)
+        raise SamzaError("sample_input(n) must return {stream_id: messages} for several inputs")
+    return {next(iter(inputs)): data}
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .loader import load_app
+    from .local import LocalRunner, print_outputs
+
+    app = load_app(args.app)
+    inputs: dict[str, object] = {}
+    if args.sample:
+        inputs.update(_sample_inputs(args.app, app, args.sample))
+    for pair in args.input:
+        sid, sep, path = pair.partition("=")
+        if not sep:
+            raise SamzaError(f"--input takes STREAM=FILE.jsonl, got {pair!r}")
+        d = app._inputs.get(sid)
+        if d is None:
+            raise SamzaError(f"--input {sid!r}: not an input of {app.name!r}; inputs: "
+                             f"{', '.join(sorted(app._inputs))}")
+        inputs[sid] = _read_jsonl(path, d.keyed)
+    runner = LocalRunner(app, _parse_config(args.config), inputs=inputs,  # type: ignore[arg-type]
+                         progress=None if args.quiet else sys.stderr)
+    runner.run()
+    print_outputs(runner, limit=args.show)
     return 0
 
 
@@ -64,6 +154,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--partitions", action="append", default=[], metavar="STREAM=COUNT",
                    help="partition count of a stream the plan cannot look up")
     p.set_defaults(func=cmd_plan)
+
+    r = sub.add_parser("run", help="run an application until its bounded inputs end")
+    r.add_argument("app", help="module_or_file.py:attr")
+    r.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE")
+    r.add_argument("--input", action="append", default=[], metavar="STREAM=FILE.jsonl",
+                   help="messages for an input stream, one JSON per line "
+                        '({"key": ..., "value": ...} for keyed streams)')
+    r.add_argument("--sample", type=int, default=0, metavar="N",
+                   help="feed the inputs with the module's sample_input(N)")
+    r.add_argument("--show", type=int, default=10, help="output messages to print per stream")
+    r.add_argument("-q", "--quiet", action="store_true", help="no progress line")
+    r.set_defaults(func=cmd_run)
     return parser
 
 

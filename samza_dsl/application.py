@@ -80,6 +80,8 @@ class StreamApplication:
         for registered in (self._inputs.get(sid), self._outputs.get(sid)):
             if registered is None or registered == descriptor:
                 continue
+            if type(registered) is not type(descriptor) and _same_stream(registered, descriptor):
+                continue  # one stream read and written by the job, as Samza allows
             if registered.serde != descriptor.serde:
                 raise PlanError(f"stream {sid!r} is registered twice with different serdes "
                                 f"({registered.serde!r} and {descriptor.serde!r}); use one serde "
@@ -127,9 +129,6 @@ class StreamApplication:
 
     def _intermediate(self, stream_id: str, serde: Serde[Any] | None, *, broadcast: bool,
                       keyed: bool = True) -> MessageStream[Any]:
-        if stream_id in self._inputs or stream_id in self._outputs:
-            raise PlanError(f"intermediate stream {stream_id!r} clashes with an input or output "
-                            f"stream of the same id; rename the operator")
         self._intermediates[stream_id] = IntermediateStreamSpec(stream_id, stream_id, serde,
                                                                 broadcast)
         return MessageStream(self, stream_node(stream_id), keyed=keyed if broadcast else True)
@@ -145,13 +144,18 @@ class StreamApplication:
                 raise PlanError(f"{opcode} name {name!r} is malformed: it must match "
                                 f"[A-Za-z0-9_-]+")
             suffix = name
-        self._counter += 1
         op_id = f"{self.name}-{self.app_id}-{opcode}-{suffix}"
         if op_id in self._ops:
             previous = self._ops[op_id]
             raise PlanError(f"operator id {op_id!r} is used twice (first at {previous.call_site}); "
                             f"give the {opcode} a unique name")
+        if opcode in ("partition_by", "broadcast") and (op_id in self._inputs
+                                                       or op_id in self._outputs):
+            # checked before registering, so a failed call leaves no operator without its stream
+            raise PlanError(f"intermediate stream {op_id!r} of the {opcode} clashes with an input "
+                            f"or output stream of the same id; rename the operator")
         spec = cls(op_id=op_id, name=name, inputs=inputs, call_site=user_call_site(), **fields)
+        self._counter += 1  # as Samza's nextOpNum: every registered operator takes a number
         self._ops[op_id] = spec
         return MessageStream(self, op_id, keyed=keyed, op_id=op_id)
 
@@ -169,6 +173,13 @@ class StreamApplication:
         from planner import plan as make_plan
 
         return make_plan(self.spec(), partitions=partitions, config=config)
+
+
+def _same_stream(a: InputDescriptor | OutputDescriptor,
+                 b: InputDescriptor | OutputDescriptor) -> bool:
+    """An input and an output descriptor of one physical stream."""
+    return ((a.system, a.physical_name, a.partitions, a.serde)
+            == (b.system, b.physical_name, b.partitions, b.serde))
 
 
 def _describe(d: InputDescriptor | OutputDescriptor) -> str:

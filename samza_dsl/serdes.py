@@ -43,7 +43,7 @@ class Serde(Generic[T]):
         return f"{type(self).__name__}({settings})"
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other._settings() == self._settings()  # type: ignore[attr-defined]
+        return type(other) is type(self) and other._settings() == self._settings()
 
     def __hash__(self) -> int:
         return hash((type(self).__name__, tuple(map(_describe, self._settings()))))
@@ -85,7 +85,7 @@ class _MsgspecSerde(Serde[T]):
 
     def deserialize(self, data: bytes) -> T:
         try:
-            return self._decoder.decode(data)  # type: ignore[no-any-return]
+            return self._decoder.decode(data)
         except (msgspec.DecodeError, msgspec.ValidationError, TypeError) as exc:
             raise SerdeError(f"{self.describe()} cannot decode message: {exc}. "
                              f"Check the stream's serde or the producer's format",

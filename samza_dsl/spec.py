@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from .serdes import KVSerde, Serde
 from .systems import InputDescriptor, OutputDescriptor
@@ -128,7 +128,7 @@ class BroadcastSpec(OpSpec):
 
 @dataclass(frozen=True)
 class WindowSpec(OpSpec):
-    window: Window[Any, Any] = field(default=None, repr=False)  # type: ignore[assignment]
+    window: Window[Any, Any] = field(default=cast("Window[Any, Any]", None), repr=False)
     opcode = "window"
 
     def details(self) -> dict[str, Any]:

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
@@ -66,8 +67,8 @@ def to_ms(value: timedelta | float | int, what: str) -> int:
         ms = float(value) * 1000.0
     else:
         raise TypeError(f"{what} must be a datetime.timedelta, got {type(value).__name__} {value!r}")
-    if ms <= 0 or ms != ms:
-        raise ValueError(f"{what} must be positive, got {value!r}")
+    if not 0 < ms < math.inf:  # also rejects NaN
+        raise ValueError(f"{what} must be positive and finite, got {value!r}")
     whole = round(ms)
     if whole < 1:
         raise ValueError(f"{what} must be at least 1 millisecond, got {value!r}")

@@ -1,0 +1,190 @@
+"""A container: one asyncio loop running a set of tasks, one consumer, one producer.
+
+The consumer loop fetches batches for the partitions whose tasks have room (a task's inbox is
+bounded: a full inbox pauses its partitions, which is the backpressure), timers request window
+ticks and commits, and a watchdog enforces ``task.callback.timeout.ms``.
+
+Commit order (SEMANTICS.md rule 16): flush the producer, flush the task's stores (changelog first),
+then write the task's input offsets, each the low watermark of fully processed messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol
+
+from samza_dsl.config import config_value
+
+from .job import SSP, JobModel, TaskModel
+from .metrics import Metrics
+from .task import TaskInstance
+
+__all__ = ["Container", "CheckpointStore", "MemoryCheckpoints", "Consumer", "Producer"]
+
+INBOX_LIMIT = 8192
+FETCH_BATCH = 1024
+
+
+class Consumer(Protocol):
+    def register(self, key: Any, ssp: SSP, next_offset: int) -> None: ...
+    async def poll(self, keys: list[Any], max_per_key: int,
+                   timeout: float | None = None) -> list[tuple[Any, int, list[Any]]]: ...
+    async def close(self) -> None: ...
+
+
+class Producer(Protocol):
+    def send(self, stream_id: str, partition: int, payload: Any) -> None: ...
+    async def flush(self) -> None: ...
+    async def close(self) -> None: ...
+
+
+class CheckpointStore(Protocol):
+    def read(self, task_name: str) -> dict[SSP, int]: ...
+    def write(self, task_name: str, offsets: Mapping[SSP, int]) -> None: ...
+
+
+class MemoryCheckpoints:
+    def __init__(self) -> None:
+        self.checkpoints: dict[str, dict[SSP, int]] = {}
+        self.history: list[tuple[str, dict[SSP, int]]] = []
+
+    def read(self, task_name: str) -> dict[SSP, int]:
+        return dict(self.checkpoints.get(task_name, {}))
+
+    def write(self, task_name: str, offsets: Mapping[SSP, int]) -> None:
+        snapshot = dict(offsets)
+        self.checkpoints.setdefault(task_name, {}).update(snapshot)
+        self.history.append((task_name, snapshot))
+
+
+class Container:
+    def __init__(self, job: JobModel, tasks: list[TaskModel], *, consumer: Any, producer: Any,
+                 checkpoints: CheckpointStore, store_factory: Callable[[str, str], Any],
+                 config: Mapping[str, Any], clock: Callable[[], int] | None = None,
+                 metrics: Metrics | None = None) -> None:
+        self.job = job
+        self.task_models = tasks
+        self.consumer = consumer
+        self.producer = producer
+        self.checkpoints = checkpoints
+        self._store_factory = store_factory
+        self.config = dict(config)
+        self.clock = clock or (lambda: int(time.time() * 1000))
+        self.metrics = metrics or Metrics()
+        pool = config_value(self.config, "job.container.thread.pool.size")
+        self.executor = ThreadPoolExecutor(pool, thread_name_prefix="samza-task") if pool else None
+        self.tasks: list[TaskInstance] = []
+        self._room = asyncio.Event()
+        self.stopping = False
+        self.commits = 0
+        self.started = time.monotonic()
+
+    def store(self, task_name: str, store_name: str) -> Any:
+        return self._store_factory(task_name, store_name)
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        self.tasks = [TaskInstance(m, self.job, self) for m in self.task_models]
+        self._keys: list[tuple[TaskInstance, SSP]] = []
+        for t in self.tasks:
+            restored = self.checkpoints.read(t.name)
+            for ssp in t.ssps:
+                key = (t, ssp)
+                self._keys.append(key)
+                start = restored.get(ssp)
+                if start is not None:
+                    t.checkpoint[ssp] = start
+                self.consumer.register(key, ssp, 0 if start is None else start + 1)
+        helpers = [asyncio.create_task(self._consume(), name="consumer")]
+        window_ms = int(self.config.get("task.window.ms", -1) or -1)
+        commit_ms = config_value(self.config, "task.commit.ms")
+        if window_ms > 0:
+            helpers.append(asyncio.create_task(self._ticker(window_ms, "window_requested")))
+        if commit_ms > 0:
+            helpers.append(asyncio.create_task(self._ticker(commit_ms, "commit_requested")))
+        if config_value(self.config, "task.callback.timeout.ms") > 0:
+            helpers.append(asyncio.create_task(self._watchdog()))
+        runs = [asyncio.create_task(t.run(), name=t.name) for t in self.tasks]
+        try:
+            done, _ = await asyncio.wait(runs, return_when=asyncio.FIRST_EXCEPTION)
+            for fut in done:
+                exc = fut.exception()
+                if exc is not None:
+                    raise exc
+        finally:
+            for fut in runs + helpers:
+                fut.cancel()
+            await asyncio.gather(*runs, *helpers, return_exceptions=True)
+            for t in self.tasks:
+                t.close()
+            await self.producer.flush()
+            if self.executor is not None:
+                self.executor.shutdown(wait=False, cancel_futures=True)
+
+    def request_stop(self) -> None:
+        """A clean shutdown: stop handing out messages, drain, commit, close."""
+        self.stopping = True
+        for t in self.tasks:
+            t.wake.set()
+
+    async def _consume(self) -> None:
+        consumer = self.consumer
+        while True:
+            keys = [k for k in self._keys
+                    if k[0].inbox_size < INBOX_LIMIT and k[0].reading(k[1]) and not k[0].done]
+            if not keys:
+                self._room.clear()
+                await self._room.wait()
+                continue
+            batches = await consumer.poll(keys, FETCH_BATCH, timeout=0.2)
+            for (task, ssp), first, payloads in batches:
+                task.add_batch(ssp, first, payloads)
+
+    def on_consumed(self, task: TaskInstance) -> None:
+        if task.inbox_size < INBOX_LIMIT:
+            self._room.set()
+
+    async def _ticker(self, interval_ms: int, flag: str) -> None:
+        while True:
+            await asyncio.sleep(interval_ms / 1000.0)
+            for t in self.tasks:
+                setattr(t, flag, True)
+                t.wake.set()
+
+    async def _watchdog(self) -> None:
+        timeout_ms = config_value(self.config, "task.callback.timeout.ms")
+        interval = max(0.005, min(timeout_ms / 4000.0, 0.1))
+        while True:
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            for t in self.tasks:
+                t.check_timeout(now)
+
+    async def commit(self, task: TaskInstance) -> None:
+        """Flush the producer, then stores, then write the task's offsets."""
+        await self.producer.flush()
+        for store in task.stores.values():
+            flush = getattr(store, "flush", None)
+            if flush is not None:
+                flush()
+        self.checkpoints.write(task.name, task.checkpoint)
+        self.commits += 1
+
+    # -- status -----------------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        processed = sum(t.processed for t in self.tasks)
+        elapsed = max(time.monotonic() - self.started, 1e-9)
+        return {
+            "processed": processed,
+            "msgs_per_s": processed / elapsed,
+            "in_flight": sum(t.in_flight for t in self.tasks),
+            "checkpoints": {t.name: {str(s): o for s, o in sorted(t.checkpoint.items())}
+                            for t in self.tasks},
+            "commits": self.commits,
+            "done": all(t.done for t in self.tasks) if self.tasks else False,
+        }

@@ -1,0 +1,125 @@
+"""Compiles a task's operators into plain closures: one call per message runs the synchronous
+part of its whole sub-DAG inline and returns ``None``, or returns the awaitables still pending.
+
+A message whose sub-DAG is all synchronous therefore completes with no Task or Future created
+(ARCHITECTURE.md, fast path)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+__all__ = ["Emit", "OperatorFailure", "chain", "fan_out", "gather_pending"]
+
+#: an emit function: message -> None (done) or a list of pending awaitables
+Emit = Callable[[Any], list[Awaitable[None]] | None]
+
+
+class OperatorFailure(Exception):
+    """A user function or operator raised; carries the operator id for the task's error."""
+
+    def __init__(self, op_id: str, cause: BaseException) -> None:
+        super().__init__(f"{op_id}: {type(cause).__name__}: {cause}")
+        self.op_id = op_id
+        self.cause = cause
+
+
+async def gather_pending(pending: list[Awaitable[None]]) -> None:
+    if len(pending) == 1:
+        await pending[0]
+    else:
+        await asyncio.gather(*pending)
+
+
+def _forward(outs: list[Any], nexts: list[Emit]) -> list[Awaitable[None]] | None:
+    pend: list[Awaitable[None]] | None = None
+    for o in outs:
+        for nxt in nexts:
+            p = nxt(o)
+            if p is not None:
+                if pend is None:
+                    pend = p
+                else:
+                    pend.extend(p)
+    return pend
+
+
+async def _continue(awaitable: Awaitable[list[Any]], op_id: str, nexts: list[Emit]) -> None:
+    try:
+        outs = await awaitable
+    except OperatorFailure:
+        raise
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        raise OperatorFailure(op_id, exc) from exc
+    if outs:
+        pend = _forward(list(outs), nexts)
+        if pend is not None:
+            await gather_pending(pend)
+
+
+def chain(op_id: str, process: Callable[[Any], Any], nexts: list[Emit]) -> Emit:
+    """The emit function of one operator followed by ``nexts``."""
+    if not nexts:
+        def emit_terminal(m: Any) -> list[Awaitable[None]] | None:
+            try:
+                out = process(m)
+            except OperatorFailure:
+                raise
+            except Exception as exc:
+                raise OperatorFailure(op_id, exc) from exc
+            if type(out) is list:
+                return None
+            return [_continue(out, op_id, nexts)]
+        return emit_terminal
+
+    if len(nexts) == 1:
+        nxt = nexts[0]
+
+        def emit_one(m: Any) -> list[Awaitable[None]] | None:
+            try:
+                out = process(m)
+            except OperatorFailure:
+                raise
+            except Exception as exc:
+                raise OperatorFailure(op_id, exc) from exc
+            if type(out) is list:
+                if not out:
+                    return None
+                if len(out) == 1:
+                    return nxt(out[0])
+                return _forward(out, nexts)
+            return [_continue(out, op_id, nexts)]
+        return emit_one
+
+    def emit_many(m: Any) -> list[Awaitable[None]] | None:
+        try:
+            out = process(m)
+        except OperatorFailure:
+            raise
+        except Exception as exc:
+            raise OperatorFailure(op_id, exc) from exc
+        if type(out) is list:
+            return _forward(out, nexts) if out else None
+        return [_continue(out, op_id, nexts)]
+    return emit_many
+
+
+def fan_out(emits: list[Emit]) -> Emit:
+    """One message to several consumers."""
+    if len(emits) == 1:
+        return emits[0]
+
+    def emit(m: Any) -> list[Awaitable[None]] | None:
+        pend: list[Awaitable[None]] | None = None
+        for e in emits:
+            p = e(m)
+            if p is not None:
+                if pend is None:
+                    pend = p
+                else:
+                    pend.extend(p)
+        return pend
+    return emit

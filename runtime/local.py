@@ -1,0 +1,181 @@
+"""``LocalRunner``: runs an application in this process until its bounded inputs end, or until
+SIGINT/SIGTERM, then commits and closes.
+
+Streams live in memory here; inputs come from ``inputs=`` (stream id -> messages, or
+{partition: messages})."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TextIO
+
+from samza_dsl import StreamApplication
+from samza_dsl.config import validate_config
+from samza_dsl.errors import SamzaError
+
+from .container import Container, MemoryCheckpoints
+from .job import build_job_model
+from .memory import MemoryBroker, MemoryConsumer, MemoryProducer
+from .metrics import Metrics
+from .testing import TestRunner, memory_store_factory, resolve_partitions
+
+__all__ = ["LocalRunner"]
+
+
+class LocalRunner:
+    def __init__(self, app: StreamApplication, config: Mapping[str, Any] | None = None, *,
+                 inputs: Mapping[str, Sequence[Any] | Mapping[int, Sequence[Any]]] | None = None,
+                 progress: TextIO | None = None) -> None:
+        if not isinstance(app, StreamApplication):
+            raise TypeError(f"LocalRunner takes a StreamApplication, got {type(app).__name__}")
+        self.app = app
+        self.config = validate_config(config)
+        self._loader = TestRunner(app, self.config)
+        for sid, msgs in (inputs or {}).items():
+            self._loader.add_input(sid, msgs)
+        self.progress = progress
+        self.container: Container | None = None
+        self.broker: MemoryBroker | None = None
+        self.metrics = Metrics()
+        self.checkpoints = MemoryCheckpoints()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._stop_requested = False
+
+    # -- blocking run -----------------------------------------------------------------------------
+
+    def run(self) -> LocalRunner:
+        """Run until every bounded input has ended (or SIGINT/SIGTERM), then commit and close."""
+        asyncio.run(self._main(install_signals=threading.current_thread() is threading.main_thread()))
+        return self
+
+    async def _main(self, install_signals: bool) -> None:
+        plan = self.app.plan(partitions=self._loader._partitions(), config=self.config)
+        counts = resolve_partitions(plan)
+        broker = self.broker = MemoryBroker()
+        for sid, n in counts.items():
+            broker.create(sid, n)
+        for sid in plan.input_streams:
+            for p, msgs in self._loader._inputs.get(sid, {}).items():
+                broker.extend(sid, p, msgs)
+            broker.end(sid)
+        job = build_job_model(plan, counts)
+        self.plan = plan
+        container = self.container = Container(
+            job, job.tasks, consumer=MemoryConsumer(broker), producer=MemoryProducer(broker),
+            checkpoints=self.checkpoints, store_factory=memory_store_factory(),
+            config=plan.config, metrics=self.metrics)
+        self._loop = asyncio.get_running_loop()
+        if install_signals:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                with contextlib.suppress(NotImplementedError, RuntimeError):
+                    self._loop.add_signal_handler(sig, self._request_stop)
+        if self._stop_requested:
+            container.request_stop()
+        reporter = asyncio.create_task(self._report()) if self.progress else None
+        try:
+            await container.run()
+        finally:
+            if reporter is not None:
+                reporter.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await reporter
+                self._print_progress(final=True)
+
+    def _request_stop(self) -> None:
+        self._stop_requested = True
+        if self.container is not None:
+            self.container.request_stop()
+
+    async def _report(self) -> None:
+        interval = max(int(self.plan.config.get("task.progress.ms", 1000)), 50) / 1000.0
+        while True:
+            await asyncio.sleep(interval)
+            self._print_progress()
+
+    def _print_progress(self, final: bool = False) -> None:
+        if self.progress is None or self.container is None:
+            return
+        s = self.container.status()
+        positions = ", ".join(f"{ssp}@{off}" for cps in s["checkpoints"].values()
+                              for ssp, off in cps.items())
+        line = (f"processed {s['processed']:>9}  {s['msgs_per_s']:>9.0f} msg/s  "
+                f"in flight {s['in_flight']:>4}  checkpoint {positions or '-'}")
+        end = "\n" if final else "\r"
+        self.progress.write(line[:200] + end)
+        self.progress.flush()
+
+    # -- embedding --------------------------------------------------------------------------------
+
+    def start(self) -> LocalRunner:
+        """Run in a background thread; ``stop()`` ends it, ``status()`` reports."""
+        if self._thread is not None:
+            raise SamzaError("LocalRunner.start(): already started")
+
+        def target() -> None:
+            try:
+                asyncio.run(self._main(install_signals=False))
+            except BaseException as exc:  # reported by stop()/status()
+                self._error = exc
+
+        self._thread = threading.Thread(target=target, name=f"samza-{self.app.name}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Commit and close; re-raises a failure of the job."""
+        if self._thread is None:
+            raise SamzaError("LocalRunner.stop(): not started")
+        deadline = time.monotonic() + timeout
+        while self._loop is None and self._thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if self._loop is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._request_stop)
+        self._thread.join(max(0.0, deadline - time.monotonic()))
+        if self._thread.is_alive():
+            raise SamzaError(f"LocalRunner.stop(): {self.app.name!r} did not stop within {timeout}s")
+        if self._error is not None:
+            raise self._error
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for a started job to finish; True if it did."""
+        if self._thread is None:
+            raise SamzaError("LocalRunner.wait(): not started")
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def status(self) -> dict[str, Any]:
+        if self.container is None:
+            return {"state": "starting", "processed": 0, "in_flight": 0}
+        out = self.container.status()
+        alive = self._thread.is_alive() if self._thread is not None else False
+        out["state"] = "failed" if self._error else ("running" if alive else "finished")
+        if self._error is not None:
+            out["error"] = str(self._error)
+        return out
+
+    # -- results ----------------------------------------------------------------------------------
+
+    def messages(self, stream_id: str) -> list[Any]:
+        if self.broker is None or stream_id not in self.broker.streams:
+            raise KeyError(f"no stream {stream_id!r} in this run")
+        return [m for p in range(len(self.broker.streams[stream_id]))
+                for m in self.broker.messages(stream_id, p)]
+
+
+def print_outputs(runner: LocalRunner, out: TextIO = sys.stdout, limit: int = 10,
+                  fmt: Callable[[Any], str] = repr) -> None:
+    for sid in runner.plan.output_streams:
+        msgs = runner.messages(sid)
+        out.write(f"{sid}: {len(msgs)} message(s)\n")
+        for m in msgs[:limit]:
+            out.write(f"  {fmt(m)}\n")
+        if len(msgs) > limit:
+            out.write(f"  ... {len(msgs) - limit} more\n")

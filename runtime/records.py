@@ -1,0 +1,26 @@
+"""Control messages that travel in streams beside data: end-of-stream and watermarks.
+
+In an intermediate stream every producing task sends its own; a consumer counts them against the
+number of producers (SEMANTICS.md rule 15). ``producer`` is None for a bounded input's end."""
+
+from __future__ import annotations
+
+import msgspec
+
+__all__ = ["EndOfStream", "Watermark", "is_control"]
+
+
+class EndOfStream(msgspec.Struct, frozen=True, tag="eos"):
+    producer: str | None = None
+
+
+class Watermark(msgspec.Struct, frozen=True, tag="wm"):
+    producer: str | None
+    ms: int
+
+
+_CONTROL = (EndOfStream, Watermark)
+
+
+def is_control(payload: object) -> bool:
+    return isinstance(payload, _CONTROL)

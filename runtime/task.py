@@ -1,0 +1,469 @@
+"""A task: one partition of each input (SEMANTICS.md rules 5, 11-15).
+
+Per task, messages are handed to the DAG in offset order; at most ``task.max.concurrency`` are in
+flight. Every handed-out message is recorded in handout order; the checkpoint position of a
+partition is the offset of the last message of the longest completed prefix (the low watermark),
+so a message completing out of order never moves the checkpoint past one still in flight.
+Window ticks and commits run only when nothing is in flight (commits may overlap with
+``task.async.commit``), and nothing is handed out while they run. Priority: commit > window >
+end-of-stream > process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from operators import build_operator
+from operators.base import Operator, OperatorContext, UserContext
+from operators.hashing import KeyPartitioner
+from samza_dsl.config import config_value
+from samza_dsl.errors import CallbackTimeout, TaskError
+from samza_dsl.kv import KV
+from samza_dsl.serdes import KVSerde
+from samza_dsl.spec import BroadcastSpec, JoinSpec, PartitionBySpec, SendToSpec, WindowSpec
+
+from .dag import Emit, OperatorFailure, chain, fan_out, gather_pending
+from .job import SSP, JobModel, TaskModel
+from .records import EndOfStream, Watermark
+from .serde_util import default_key_bytes
+from .tables import LocalTable
+
+if TYPE_CHECKING:
+    from .container import Container
+
+__all__ = ["TaskInstance"]
+
+_CONTROL_TYPES = frozenset({EndOfStream, Watermark})
+_THREADED_OPCODES = frozenset({"map", "filter", "flat_map", "sink", "join_table"})
+BATCH_BUDGET = 2048
+
+
+class TaskInstance:
+    def __init__(self, model: TaskModel, job: JobModel, container: Container) -> None:
+        self.model = model
+        self.name = model.name
+        self.index = model.index
+        self.job = job
+        self.plan = job.plan
+        self.container = container
+        config = container.config
+        self.max_concurrency: int = config_value(config, "task.max.concurrency")
+        self.async_commit: bool = config_value(config, "task.async.commit")
+        self.callback_timeout_ms: int = config_value(config, "task.callback.timeout.ms")
+        self.ssps: list[SSP] = list(model.ssps)
+        self.metrics = container.metrics
+
+        # handout bookkeeping
+        self.pending: deque[list[Any]] = deque()  # [ssp, offset, done, started_ms]
+        self.in_flight = 0
+        self.checkpoint: dict[SSP, int] = {}  # last fully processed offset per partition
+        self.processed = 0
+
+        # input
+        self.inbox: deque[tuple[SSP, int, list[Any]]] = deque()
+        self.inbox_size = 0
+        self._cur: tuple[SSP, int, list[Any]] | None = None
+        self._cur_i = 0
+        self.ended: set[SSP] = set()
+        self._eos_from: dict[SSP, set[str | None]] = {}
+        self._flushed: set[str] = set()
+
+        # watermarks: per-partition event time (inputs with event_time, intermediate streams)
+        self._event_time: dict[str, Callable[[Any], float]] = {
+            sid: d.event_time for sid, d in self.plan.app.inputs.items() if d.event_time}
+        self._ssp_wm: dict[SSP, int] = {}
+        self._producer_wm: dict[SSP, dict[str, int]] = {}
+        self._stage_wm: dict[str, int] = {}
+
+        # scheduling
+        self.commit_requested = False
+        self.window_requested = False
+        self.failure: BaseException | None = None
+        self.wake = asyncio.Event()
+        self.done = False
+
+        self.operators: dict[str, Operator] = {}
+        self.entries: dict[str, Emit] = {}
+        self._build()
+
+    # -- construction -----------------------------------------------------------------------------
+
+    def _build(self) -> None:
+        app = self.plan.app
+        container = self.container
+        stores: dict[str, Any] = {}
+        tables: dict[str, LocalTable] = {}
+        for table_id in app.tables:
+            stores[table_id] = container.store(self.name, table_id)
+            tables[table_id] = LocalTable(table_id, stores[table_id])
+        for stage in self.model.stages:
+            for op_id in stage.operators:
+                spec = app.operator(op_id)
+                if isinstance(spec, WindowSpec):
+                    stores[op_id] = container.store(self.name, op_id)
+                elif isinstance(spec, JoinSpec):
+                    for side in ("L", "R"):
+                        stores[f"{op_id}-{side}"] = container.store(self.name, f"{op_id}-{side}")
+                self.operators[op_id] = build_operator(spec)
+        self.stores = stores
+        ctx = OperatorContext(self.name, container.config, container.clock, stores, self.metrics)
+        user_ctx = UserContext(self.name, container.config, self.metrics, tables)
+        for op in self.operators.values():
+            op.init(ctx, user_ctx)
+
+        self._emits: dict[tuple[str, int], Emit] = {}
+        self._senders: dict[str, Emit] = {}
+        for ssp in self.ssps:
+            sid = ssp.stream_id
+            if sid not in self.entries:
+                self.entries[sid] = self._stream_entry(sid)
+
+    def _stream_entry(self, stream_id: str) -> Emit:
+        from samza_dsl.spec import stream_node
+
+        node = stream_node(stream_id)
+        emits = [self._emit(op_id, self.plan.graph.edges[node, op_id]["port"])
+                 for op_id in self.plan.next_ops(node) if op_id in self.operators]
+        return fan_out(emits)
+
+    def _emit(self, op_id: str, port_name: str) -> Emit:
+        port = 1 if port_name == "right" else 0
+        key = (op_id, port)
+        if key in self._emits:
+            return self._emits[key]
+        op = self.operators[op_id]
+        spec = op.spec
+        nexts = self._nexts(op_id)
+        process: Callable[[Any], Any] = _bind_port(op, port) if isinstance(spec, JoinSpec) \
+            else op.process
+        executor = self.container.executor
+        if executor is not None and spec.opcode in _THREADED_OPCODES:
+            process = _threaded(process, executor)
+        emit = chain(op_id, process, nexts)
+        self._emits[key] = emit
+        return emit
+
+    def _nexts(self, op_id: str) -> list[Emit]:
+        """What an operator's outputs go to: downstream operators, or a producer."""
+        spec = self.operators[op_id].spec
+        nexts = [self._emit(n, self.plan.graph.edges[op_id, n]["port"])
+                 for n in self.plan.next_ops(op_id)]
+        if isinstance(spec, PartitionBySpec | BroadcastSpec):
+            nexts.append(self._sender(spec.stream_id))
+        elif isinstance(spec, SendToSpec) and spec.stream_id is not None:
+            nexts.append(self._sender(spec.stream_id))
+        return nexts
+
+    def _sender(self, stream_id: str) -> Emit:
+        """The terminal that hands a record to the producer, choosing its partition."""
+        sender = self._senders.get(stream_id)
+        if sender is None:
+            sender = self._senders[stream_id] = self._make_sender(stream_id)
+        return sender
+
+    def _make_sender(self, stream_id: str) -> Emit:
+        n = self.job.partitions[stream_id]
+        send = self.container.producer.send
+        stream = self.plan.streams[stream_id]
+        serde = getattr(stream.descriptor, "serde", None)
+        key_bytes = serde.key_serde.serialize if isinstance(serde, KVSerde) else default_key_bytes
+        own = self.index % n
+
+        if stream.kind == "broadcast" or n == 1:
+            def send_one(m: Any) -> None:
+                send(stream_id, 0, m)
+            return send_one  # type: ignore[return-value]
+        partitioner = KeyPartitioner(n, key_bytes)
+
+        def send_keyed(m: Any) -> None:
+            if type(m) is KV:
+                send(stream_id, partitioner(m.key), m)
+            else:
+                send(stream_id, own, m)
+        return send_keyed  # type: ignore[return-value]
+
+    # -- processing -------------------------------------------------------------------------------
+
+    def add_batch(self, ssp: SSP, first_offset: int, payloads: list[Any]) -> None:
+        self.inbox.append((ssp, first_offset, payloads))
+        self.inbox_size += len(payloads)
+        self.wake.set()
+
+    def _process_some(self, budget: int) -> int:
+        """Hand out up to ``budget`` messages; returns how many records were consumed."""
+        n = 0
+        pending = self.pending
+        checkpoint = self.checkpoint
+        max_c = self.max_concurrency
+        while n < budget:
+            cur = self._cur
+            if cur is None:
+                if not self.inbox:
+                    break
+                cur = self._cur = self.inbox.popleft()
+                self._cur_i = 0
+            ssp, first, payloads = cur
+            entry = self.entries[ssp.stream_id]
+            et = self._event_time.get(ssp.stream_id)
+            i = self._cur_i
+            end = len(payloads)
+            off = first + i
+            try:
+                while i < end and n < budget:
+                    if self.in_flight >= max_c or self.commit_requested or self.window_requested \
+                            or self.container.stopping:
+                        budget = 0
+                        break
+                    m = payloads[i]
+                    off = first + i
+                    i += 1
+                    n += 1
+                    if type(m) in _CONTROL_TYPES:
+                        self._control(ssp, m)
+                        continue
+                    if et is not None:
+                        ts = int(et(m) * 1000)
+                        if ts > self._ssp_wm.get(ssp, -1):
+                            self._ssp_wm[ssp] = ts
+                    pend = entry(m)
+                    if pend is None:
+                        if pending:
+                            pending.append([ssp, off, True, 0])
+                        else:
+                            checkpoint[ssp] = off
+                    else:
+                        rec = [ssp, off, False, time.monotonic()]
+                        pending.append(rec)
+                        self.in_flight += 1
+                        asyncio.get_running_loop().create_task(self._finish(rec, pend))
+            except OperatorFailure as f:
+                self._cur_i = i
+                raise self._task_error(f, ssp, off) from f.cause
+            self._cur_i = i
+            if i >= end:
+                self._cur = None
+        self.inbox_size -= n
+        self.processed += n
+        return n
+
+    async def _finish(self, rec: list[Any], pend: list[Awaitable[None]]) -> None:
+        try:
+            await gather_pending(pend)
+        except OperatorFailure as f:
+            self.fail(self._task_error(f, rec[0], rec[1]))
+            return
+        except asyncio.CancelledError:
+            return
+        except Exception as exc:  # a failure outside any operator
+            self.fail(TaskError(f"task {self.name!r} failed on {rec[0]} offset {rec[1]}: {exc!r}",
+                                task=self.name, stream=rec[0].stream_id,
+                                partition=rec[0].partition, offset=rec[1]))
+            return
+        rec[2] = True
+        self.in_flight -= 1
+        pending = self.pending
+        checkpoint = self.checkpoint
+        while pending and pending[0][2]:
+            r = pending.popleft()
+            checkpoint[r[0]] = r[1]
+        self.wake.set()
+
+    def _task_error(self, f: OperatorFailure, ssp: SSP, offset: int) -> TaskError:
+        cause = f.cause
+        err = TaskError(
+            f"operator {f.op_id!r} failed in task {self.name!r} on stream {ssp.stream_id!r} "
+            f"partition {ssp.partition} offset {offset}: {type(cause).__name__}: {cause}. Fix the "
+            f"function or guard against this message; the checkpoint stays before this offset, so "
+            f"a restart reprocesses it", op_id=f.op_id, task=self.name, stream=ssp.stream_id,
+            partition=ssp.partition, offset=offset)
+        err.__cause__ = cause
+        return err
+
+    def fail(self, exc: BaseException) -> None:
+        if self.failure is None:
+            self.failure = exc
+        self.wake.set()
+
+    def check_timeout(self, now: float) -> None:
+        """Fail the task if its oldest in-flight message is older than the callback timeout."""
+        if self.callback_timeout_ms <= 0 or not self.in_flight:
+            return
+        for rec in self.pending:
+            if not rec[2]:
+                if (now - rec[3]) * 1000 > self.callback_timeout_ms:
+                    ssp = rec[0]
+                    self.fail(CallbackTimeout(
+                        f"task {self.name!r}: the message at {ssp.stream_id!r} partition "
+                        f"{ssp.partition} offset {rec[1]} did not complete within "
+                        f"task.callback.timeout.ms={self.callback_timeout_ms}; an async call may "
+                        f"hang: add a timeout to it or raise task.callback.timeout.ms",
+                        task=self.name, stream=ssp.stream_id, partition=ssp.partition,
+                        offset=rec[1]))
+                return
+
+    # -- control: end-of-stream and watermarks ---------------------------------------------------
+
+    def _control(self, ssp: SSP, m: Any) -> None:
+        if type(m) is EndOfStream:
+            producers = self.job.producers.get(ssp.stream_id)
+            if producers is None or m.producer is None:
+                self.ended.add(ssp)
+            else:
+                seen = self._eos_from.setdefault(ssp, set())
+                seen.add(m.producer)
+                if len(seen) >= producers:
+                    self.ended.add(ssp)
+        else:  # Watermark from an upstream task
+            per = self._producer_wm.setdefault(ssp, {})
+            per[m.producer] = max(m.ms, per.get(m.producer, -1))
+            producers = self.job.producers.get(ssp.stream_id, 1)
+            if len(per) >= producers:
+                self._ssp_wm[ssp] = min(per.values())
+
+    def reading(self, ssp: SSP) -> bool:
+        return ssp not in self.ended
+
+    async def _advance_watermarks(self) -> None:
+        for stage in self.model.stages:
+            marks = [self._ssp_wm[ssp] for ssp in self.ssps
+                     if ssp.stream_id in stage.inputs and ssp in self._ssp_wm]
+            if not marks:
+                continue
+            wm = min(marks)
+            if wm <= self._stage_wm.get(stage.stage_id, -1):
+                continue
+            self._stage_wm[stage.stage_id] = wm
+            for op_id in stage.operators:
+                await self._run_outputs(op_id, self.operators[op_id].on_watermark(wm))
+            for sid in stage.outputs:
+                if sid in self.plan.intermediate_streams:
+                    for p in range(self.job.partitions[sid]):
+                        self.container.producer.send(sid, p, Watermark(self.name, wm))
+
+    async def _run_outputs(self, op_id: str, outs: list[Any]) -> None:
+        """Pass outputs of a timer, watermark or end-of-stream call downstream and await them."""
+        if not outs:
+            return
+        nexts = self._nexts(op_id)
+        pend: list[Awaitable[None]] = []
+        try:
+            for o in outs:
+                for nxt in nexts:
+                    p = nxt(o)
+                    if p:
+                        pend.extend(p)
+            if pend:
+                await gather_pending(pend)
+        except OperatorFailure as f:
+            raise TaskError(f"operator {f.op_id!r} failed in task {self.name!r} on output of "
+                            f"{op_id!r}: {type(f.cause).__name__}: {f.cause}", op_id=f.op_id,
+                            task=self.name) from f.cause
+
+    async def _on_timer(self) -> None:
+        now = self.container.clock()
+        for stage in self.model.stages:
+            for op_id in stage.operators:
+                op = self.operators[op_id]
+                try:
+                    outs = op.on_timer(now)
+                except Exception as exc:
+                    raise TaskError(f"operator {op_id!r} failed at a window tick in task "
+                                    f"{self.name!r}: {type(exc).__name__}: {exc}", op_id=op_id,
+                                    task=self.name) from exc
+                await self._run_outputs(op_id, outs)
+
+    async def _end_stages(self) -> bool:
+        """Flush every stage whose inputs have all ended; True when all stages are flushed."""
+        for stage in self.model.stages:
+            if stage.stage_id in self._flushed:
+                continue
+            mine = [ssp for ssp in self.ssps if ssp.stream_id in stage.inputs]
+            if not all(ssp in self.ended for ssp in mine):
+                continue
+            for op_id in stage.operators:
+                op = self.operators[op_id]
+                try:
+                    outs = op.on_end_of_stream()
+                except Exception as exc:
+                    raise TaskError(f"operator {op_id!r} failed at end-of-stream in task "
+                                    f"{self.name!r}: {type(exc).__name__}: {exc}", op_id=op_id,
+                                    task=self.name) from exc
+                await self._run_outputs(op_id, outs)
+            for sid in stage.outputs:
+                if sid in self.plan.intermediate_streams:
+                    for p in range(self.job.partitions[sid]):
+                        self.container.producer.send(sid, p, EndOfStream(self.name))
+            self._flushed.add(stage.stage_id)
+        return len(self._flushed) == len(self.model.stages)
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        wake = self.wake
+        while True:
+            if self.failure is not None:
+                raise self.failure
+            wake.clear()
+            if self.container.stopping and self.in_flight == 0:
+                await self.container.commit(self)
+                self.done = True
+                return
+            if self.commit_requested:
+                if self.in_flight == 0 or self.async_commit:
+                    self.commit_requested = False
+                    await self.container.commit(self)
+                    continue
+                await wake.wait()
+                continue
+            if self.window_requested:
+                if self.in_flight == 0:
+                    self.window_requested = False
+                    await self._on_timer()
+                    continue
+                await wake.wait()
+                continue
+            if self._cur is None and not self.inbox and self.in_flight == 0 \
+                    and len(self.ended) == len(self.ssps):
+                if await self._end_stages():
+                    await self.container.commit(self)
+                    self.done = True
+                    return
+                continue
+            if (self._cur is not None or self.inbox) and self.in_flight < self.max_concurrency:
+                self._process_some(BATCH_BUDGET)
+                if self._ssp_wm:
+                    await self._advance_watermarks()
+                if self.ended and self.in_flight == 0:
+                    await self._end_stages()
+                self.container.on_consumed(self)
+                await asyncio.sleep(0)
+                continue
+            if self.ended and self.in_flight == 0 and self._cur is None and not self.inbox:
+                # some inputs ended: flush the stages that are complete
+                before = len(self._flushed)
+                await self._end_stages()
+                if len(self._flushed) != before:
+                    continue
+            await wake.wait()
+
+    def close(self) -> None:
+        for op in self.operators.values():
+            op.close()
+
+
+def _bind_port(op: Operator, port: int) -> Callable[[Any], Any]:
+    process_port = op.process_port
+
+    def process(m: Any) -> Any:
+        return process_port(port, m)
+    return process
+
+
+def _threaded(process: Callable[[Any], Any], executor: Any) -> Callable[[Any], Any]:
+    def run(m: Any) -> Any:
+        return asyncio.get_running_loop().run_in_executor(executor, process, m)
+    return run

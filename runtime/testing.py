@@ -1,0 +1,158 @@
+"""``TestRunner``: runs an application in memory over bounded inputs and collects its outputs.
+
+>>> from samza_dsl import StreamApplication, KV
+>>> from samza_dsl.systems import MemorySystem
+>>> app = StreamApplication("demo")
+>>> mem = MemorySystem()
+>>> words = mem.input("words", partitions=2)
+>>> out = mem.output("lengths")
+>>> app.input(words).map(lambda w: KV(w, len(w))).send_to(app.output(out))
+>>> result = TestRunner(app).add_input(words, {0: ["a", "bb"], 1: ["ccc"]}).run()
+>>> sorted(kv.value for kv in result.messages(out))
+[1, 2, 3]
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from samza_dsl import StreamApplication
+from samza_dsl.errors import SamzaError
+from samza_dsl.kv import KV
+from samza_dsl.systems import InputDescriptor, OutputDescriptor
+
+from .container import Container, MemoryCheckpoints
+from .job import build_job_model
+from .memory import MemoryBroker, MemoryConsumer, MemoryProducer
+from .metrics import Metrics
+
+__all__ = ["TestRunner", "TestResult", "resolve_partitions", "memory_store_factory"]
+
+
+def memory_store_factory() -> Any:
+    from operators.state import InMemoryState
+
+    stores: dict[tuple[str, str], Any] = {}
+
+    def make(task: str, name: str) -> Any:
+        key = (task, name)
+        if key not in stores:
+            stores[key] = InMemoryState()
+        return stores[key]
+    make.stores = stores  # type: ignore[attr-defined]
+    return make
+
+
+def resolve_partitions(plan: Any) -> dict[str, int]:
+    """Every stream's count: planned counts, and for outputs the system cannot tell, the widest
+    input (as rule 2's default)."""
+    counts = {sid: s.partitions for sid, s in plan.streams.items()}
+    widest = max([n for sid, n in counts.items() if n and plan.streams[sid].kind == "input"] or [1])
+    return {sid: (n if n else widest) for sid, n in counts.items()}
+
+
+class TestResult:
+    """Outputs of a ``TestRunner`` run, by output stream."""
+
+    __test__ = False  # not a pytest class
+
+    def __init__(self, broker: MemoryBroker, plan: Any, metrics: Metrics,
+                 checkpoints: MemoryCheckpoints, status: dict[str, Any]) -> None:
+        self._broker = broker
+        self.plan = plan
+        self.metrics = metrics
+        self.checkpoints = checkpoints
+        self.status = status
+
+    def _sid(self, output: Any) -> str:
+        sid = output if isinstance(output, str) else getattr(output, "stream_id", None)
+        if sid not in self._broker.streams:
+            raise KeyError(f"no stream {sid!r} in this run; streams: "
+                           f"{', '.join(sorted(self._broker.streams))}")
+        return sid  # type: ignore[return-value]
+
+    def partitions(self, output: Any) -> dict[int, list[Any]]:
+        sid = self._sid(output)
+        n = len(self._broker.streams[sid])
+        return {p: self._broker.messages(sid, p) for p in range(n)}
+
+    def messages(self, output: Any) -> list[Any]:
+        return [m for msgs in self.partitions(output).values() for m in msgs]
+
+
+class TestRunner:
+    """Runs ``app`` in memory: every stream, whatever its system, is an in-memory stream."""
+
+    __test__ = False
+
+    def __init__(self, app: StreamApplication, config: Mapping[str, Any] | None = None) -> None:
+        if not isinstance(app, StreamApplication):
+            raise TypeError(f"TestRunner takes a StreamApplication, got {type(app).__name__}")
+        self.app = app
+        self.config = dict(config or {})
+        self._inputs: dict[str, dict[int, list[Any]]] = {}
+
+    def add_input(self, descriptor: InputDescriptor | str,
+                  messages: Sequence[Any] | Mapping[int, Sequence[Any]]) -> TestRunner:
+        sid = descriptor if isinstance(descriptor, str) else descriptor.stream_id
+        d = self.app._inputs.get(sid)
+        if d is None:
+            raise SamzaError(f"{sid!r} is not an input of application {self.app.name!r}; inputs: "
+                             f"{', '.join(sorted(self.app._inputs)) or 'none'}")
+        parts = dict(messages) if isinstance(messages, Mapping) else {0: list(messages)}
+        for p, msgs in parts.items():
+            if not isinstance(p, int) or p < 0:
+                raise SamzaError(f"input {sid!r}: partition keys are ints >= 0, got {p!r}")
+            if d.partitions is not None and p >= d.partitions:
+                raise SamzaError(f"input {sid!r} has {d.partitions} partitions; no partition {p}")
+            if d.keyed:
+                for i, m in enumerate(msgs):
+                    if not isinstance(m, KV):
+                        raise SamzaError(f"input {sid!r} is keyed (KVSerde): message {i} of "
+                                         f"partition {p} must be a KV(key, value), got {m!r}")
+        merged = self._inputs.setdefault(sid, {})
+        for p, msgs in parts.items():
+            merged.setdefault(p, []).extend(msgs)
+        return self
+
+    def _partitions(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for sid, d in self.app._inputs.items():
+            if d.partitions is not None:
+                continue
+            given = self._inputs.get(sid, {})
+            out[sid] = max(given) + 1 if given else 1
+        return out
+
+    def run(self, timeout: float = 10.0) -> TestResult:
+        plan = self.app.plan(partitions=self._partitions(), config=self.config)
+        counts = resolve_partitions(plan)
+        broker = MemoryBroker()
+        for sid, n in counts.items():
+            broker.create(sid, n)
+        for sid in plan.input_streams:
+            for p, msgs in self._inputs.get(sid, {}).items():
+                broker.extend(sid, p, msgs)
+            broker.end(sid)
+        job = build_job_model(plan, counts)
+        metrics = Metrics()
+        checkpoints = MemoryCheckpoints()
+        container = Container(job, job.tasks, consumer=MemoryConsumer(broker),
+                              producer=MemoryProducer(broker), checkpoints=checkpoints,
+                              store_factory=memory_store_factory(), config=plan.config,
+                              metrics=metrics)
+
+        async def main() -> None:
+            try:
+                await asyncio.wait_for(container.run(), timeout)
+            except TimeoutError:
+                status = container.status()
+                raise SamzaError(
+                    f"TestRunner: application {plan.job_name!r} did not finish within {timeout}s "
+                    f"(processed {status['processed']}, in flight {status['in_flight']}); an "
+                    f"async function may hang, or an input never ends") from None
+
+        asyncio.run(main())
+        return TestResult(broker, plan, metrics, checkpoints, container.status())
