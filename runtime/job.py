@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from planner import ExecutionPlan, Stage
 
 __all__ = ["SSP", "TaskModel", "JobModel", "build_job_model"]
 
 
-@dataclass(frozen=True, order=True)
-class SSP:
-    """A system stream partition."""
+class SSP(NamedTuple):
+    """A system stream partition (a tuple, so hashing it per message is cheap)."""
 
     stream_id: str
     partition: int

@@ -1,0 +1,262 @@
+"""Operator state: an in-memory sorted key-value store and the order-preserving key encoding.
+
+``encode_key`` turns a key into bytes whose byte order is the key's natural order, so a store
+keyed by bytes (LMDB) iterates keys as Python would sort them. Supported keys: ``None``, bools,
+ints (any size), floats (incl. infinities and NaN), ``str``, ``bytes`` and tuples of these.
+
+- Numbers share one order: ``1 < 1.5 < 2`` whatever their type, and a key encodes like any key it
+  is equal to in Python (``1``, ``1.0`` and ``True`` give the same bytes), so a dict and a
+  byte-keyed store agree on which keys are the same. Decoding gives an ``int`` for integral
+  numbers and a ``float`` otherwise.
+- Types order as: ``None`` < numbers (``-inf`` < ... < ``inf`` < ``nan``) < ``str`` < ``bytes``
+  < tuples. Strings order by code point, tuples element by element (a prefix first).
+
+>>> encode_key(2) < encode_key(10) < encode_key(10.5) < encode_key("a") < encode_key(("a", 1))
+True
+>>> decode_key(encode_key((1700000000000, "user-7", None)))
+(1700000000000, 'user-7', None)
+>>> s = InMemoryState()
+>>> for k in [("b", 2), ("a", 10), ("a", 9)]:
+...     s.put(k, 0)
+>>> [k for k, _ in s.all()]
+[('a', 9), ('a', 10), ('b', 2)]
+>>> [k for k, _ in s.range(("a", 10), ("b",))]
+[('a', 10)]
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from bisect import bisect_left
+from collections.abc import Callable, Iterator
+from typing import Any
+
+__all__ = ["InMemoryState", "encode_key", "decode_key", "order_key"]
+
+_END = 0x00  # closes a tuple
+_NONE = 0x01
+_NEG_INF = 0x10
+_NEG_INT = 0x11
+_POS_INT = 0x12
+_POS_INF = 0x13
+_NAN = 0x14
+_STR = 0x20
+_BYTES = 0x21
+_TUPLE = 0x30
+_FOREIGN = 0xFE  # order_key only: keys encode_key does not support, after every supported key
+_FRACTION = 0xFF  # follows an integer part: the fraction of a non-integral float
+
+_MISSING: Any = object()
+_pack_double = struct.Struct(">d").pack
+_unpack_double = struct.Struct(">d").unpack
+
+
+def _encode_int(n: int, out: bytearray) -> None:
+    if n >= 0:
+        size = (n.bit_length() + 7) >> 3
+        if size > 255:
+            raise ValueError(f"int key too large to encode: {size} bytes")
+        out.append(_POS_INT)
+        out.append(size)
+        out += n.to_bytes(size, "big")
+    else:
+        m = -n
+        size = (m.bit_length() + 7) >> 3
+        if size > 255:
+            raise ValueError(f"int key too large to encode: {size} bytes")
+        # more bytes = a larger magnitude = smaller; within a size, the complement orders them
+        out.append(_NEG_INT)
+        out.append(255 - size)
+        out += ((1 << (8 * size)) - 1 - m).to_bytes(size, "big")
+
+
+def _escape(data: bytes) -> bytes:
+    # 0x00 terminates, so a literal 0x00 becomes 0x00 0xFF (the FoundationDB tuple-layer scheme)
+    return data.replace(b"\x00", b"\x00\xff") if b"\x00" in data else data
+
+
+def _encode(key: Any, out: bytearray) -> None:
+    t = type(key)
+    if t is str:
+        out.append(_STR)
+        out += _escape(key.encode("utf-8", "surrogatepass"))
+        out.append(_END)
+    elif t is int or t is bool:
+        _encode_int(int(key), out)
+    elif t is tuple:
+        out.append(_TUPLE)
+        for item in key:
+            _encode(item, out)
+        out.append(_END)
+    elif key is None:
+        out.append(_NONE)
+    elif t is float:
+        if key != key:
+            out.append(_NAN)
+        elif key == math.inf:
+            out.append(_POS_INF)
+        elif key == -math.inf:
+            out.append(_NEG_INF)
+        else:
+            whole = math.floor(key)
+            _encode_int(whole, out)
+            frac = key - whole  # exact for IEEE doubles; in (0, 1) unless the float is integral
+            if frac:
+                out.append(_FRACTION)
+                out += _pack_double(frac)  # positive doubles order as their big-endian bits
+    elif t is bytes or t is bytearray or t is memoryview:
+        out.append(_BYTES)
+        out += _escape(bytes(key))
+        out.append(_END)
+    elif isinstance(key, tuple):  # named tuples
+        _encode(tuple(key), out)
+    elif isinstance(key, str):
+        _encode(str(key), out)
+    elif isinstance(key, int):  # IntEnum and other int subclasses
+        _encode_int(int(key), out)
+    elif isinstance(key, float):
+        _encode(float(key), out)
+    else:
+        raise TypeError(f"cannot encode a key of type {t.__name__} ({key!r}): keys must be None, "
+                        f"bool, int, float, str, bytes or tuples of them")
+
+
+def encode_key(key: Any) -> bytes:
+    """Order-preserving bytes for ``key`` (see the module docstring)."""
+    t = type(key)
+    if t is int and 0 <= key < 1 << 63:  # the common case: an id or a timestamp
+        size = (key.bit_length() + 7) >> 3
+        return bytes((_POS_INT, size)) + key.to_bytes(size, "big")
+    out = bytearray()
+    _encode(key, out)
+    return bytes(out)
+
+
+def _unescape_until_end(data: bytes, i: int) -> tuple[bytes, int]:
+    parts = []
+    while True:
+        j = data.index(b"\x00", i)
+        if j + 1 < len(data) and data[j + 1] == 0xFF:
+            parts.append(data[i:j + 1])
+            i = j + 2
+        else:
+            parts.append(data[i:j])
+            return b"".join(parts), j + 1
+
+
+def _decode(data: bytes, i: int) -> tuple[Any, int]:
+    tag = data[i]
+    i += 1
+    if tag == _POS_INT or tag == _NEG_INT:
+        size = data[i] if tag == _POS_INT else 255 - data[i]
+        raw = int.from_bytes(data[i + 1:i + 1 + size], "big")
+        i += 1 + size
+        n = raw if tag == _POS_INT else -((1 << (8 * size)) - 1 - raw)
+        if i < len(data) and data[i] == _FRACTION:
+            return n + _unpack_double(data[i + 1:i + 9])[0], i + 9
+        return n, i
+    if tag == _STR:
+        raw, i = _unescape_until_end(data, i)
+        return raw.decode("utf-8", "surrogatepass"), i
+    if tag == _TUPLE:
+        items = []
+        while data[i] != _END:
+            item, i = _decode(data, i)
+            items.append(item)
+        return tuple(items), i + 1
+    if tag == _NONE:
+        return None, i
+    if tag == _BYTES:
+        return _unescape_until_end(data, i)
+    if tag == _NEG_INF:
+        return -math.inf, i
+    if tag == _POS_INF:
+        return math.inf, i
+    if tag == _NAN:
+        return math.nan, i
+    raise ValueError(f"not an encoded key: unknown tag 0x{tag:02x} at byte {i - 1} of {data!r}")
+
+
+def decode_key(data: bytes) -> Any:
+    """The key ``encode_key`` encoded (an integral float comes back as an int)."""
+    key, i = _decode(bytes(data), 0)
+    if i != len(data):
+        raise ValueError(f"not an encoded key: {len(data) - i} trailing bytes in {data!r}")
+    return key
+
+
+def order_key(key: Any) -> bytes:
+    """A sort key for any key: ``encode_key`` where it applies; other hashable keys (structs,
+    dataclasses...) sort after all of those, by type name and repr, so orders stay deterministic."""
+    try:
+        return encode_key(key)
+    except TypeError:
+        t = type(key)
+        return bytes((_FOREIGN,)) + f"{t.__module__}.{t.__qualname__}\x00{key!r}".encode()
+
+
+class InMemoryState:
+    """A sorted key-value store in memory (the ``KeyValueState`` operators use).
+
+    ``get`` and ``put`` are a dict's own methods: the window and join hot paths pay nothing
+    more. Keys follow Python equality (as ``encode_key`` does); ``range`` and ``all`` iterate in
+    ``encode_key`` order, sorting lazily after keys were added or removed. ``range(start, end)``
+    is half-open. Iterating while writing is safe: entries deleted meanwhile are skipped. ``get``
+    of a missing key is None, so a value of None reads like a missing one; use ``delete``.
+    """
+
+    __slots__ = ("_data", "get", "put", "_order", "_sorted", "_deleted")
+
+    get: Callable[[Any], Any]
+    put: Callable[[Any, Any], None]
+
+    def __init__(self) -> None:
+        self._data: dict[Any, Any] = {}
+        self.get = self._data.get
+        self.put = self._data.__setitem__
+        self._order: list[bytes] = []
+        self._sorted: list[Any] = []
+        self._deleted = False
+
+    def delete(self, key: Any) -> None:
+        if self._data.pop(key, _MISSING) is not _MISSING:
+            self._deleted = True
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __contains__(self, key: Any) -> bool:
+        return key in self._data
+
+    def _keys_in_order(self) -> tuple[list[bytes], list[Any]]:
+        data = self._data
+        # put is the dict's own __setitem__, so nothing is told of new keys: the cache is
+        # stale when the size changed or a key was deleted (a delete then an insert keeps the size)
+        if self._deleted or len(self._sorted) != len(data):
+            self._deleted = False
+            pairs = sorted((order_key(k), k) for k in data)
+            self._order = [p[0] for p in pairs]
+            self._sorted = [p[1] for p in pairs]
+        return self._order, self._sorted
+
+    def _iter(self, keys: list[Any]) -> Iterator[tuple[Any, Any]]:
+        data = self._data
+        for k in keys:
+            v = data.get(k, _MISSING)
+            if v is not _MISSING:
+                yield k, v
+
+    def range(self, start: Any, end: Any) -> Iterator[tuple[Any, Any]]:
+        """``(key, value)`` pairs with ``start <= key < end`` in ``encode_key`` order."""
+        order, keys = self._keys_in_order()
+        lo = bisect_left(order, order_key(start))
+        hi = bisect_left(order, order_key(end))
+        return self._iter(keys[lo:hi])
+
+    def all(self) -> Iterator[tuple[Any, Any]]:
+        """Every ``(key, value)`` pair in ``encode_key`` order."""
+        return self._iter(list(self._keys_in_order()[1]))
+
+    def __repr__(self) -> str:
+        return f"InMemoryState({len(self._data)} keys)"
