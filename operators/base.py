@@ -18,14 +18,14 @@ task and offset.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
 from samza_dsl.spec import OpSpec
 
 __all__ = ["Operator", "OperatorContext", "KeyValueState", "Result", "resolve_fn", "init_fn",
-           "close_fn", "UserContext"]
+           "close_fn", "UserContext", "inc_counter"]
 
 Result = list[Any] | Awaitable[list[Any]]
 
@@ -96,6 +96,18 @@ def close_fn(fn: Any) -> None:
     close = getattr(fn, "close", None)
     if callable(close) and not inspect.isfunction(fn):
         close()
+
+
+def inc_counter(metrics: Any, name: str, n: int = 1) -> None:
+    """Add ``n`` to counter ``name`` of a registry with ``counter(name).inc(n)`` (the runtime's)
+    or a plain mutable mapping; ``metrics`` may be None (unit tests)."""
+    if metrics is None:
+        return
+    counter = getattr(metrics, "counter", None)
+    if callable(counter):
+        counter(name).inc(n)
+    elif isinstance(metrics, MutableMapping):
+        metrics[name] = metrics.get(name, 0) + n
 
 
 class Operator:

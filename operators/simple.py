@@ -1,0 +1,151 @@
+"""Stateless and terminal operators: map, filter, flat_map, merge, sink and send_to.
+
+User functions may be plain callables or objects with ``__call__`` or ``apply`` and optional
+``init(ctx)``/``close()``, which the operator calls at its own ``init``/``close``.
+
+>>> from samza_dsl.spec import MapSpec
+>>> op = MapOperator(MapSpec("m", None, ("stream:in",), "", fn=lambda m: m * 2 if m else None))
+>>> op.process(21), op.process(0)
+([42], [])
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable
+from typing import Any
+
+from samza_dsl.kv import KV
+from samza_dsl.spec import FilterSpec, FlatMapSpec, MapSpec, MergeSpec, SendToSpec, SinkSpec
+
+from .base import Operator, OperatorContext, Result, UserContext, resolve_fn
+
+__all__ = ["MapOperator", "FilterOperator", "FlatMapOperator", "MergeOperator", "SinkOperator",
+           "SendToStreamOperator", "SendToTableOperator", "send_to_operator"]
+
+
+class MapOperator(Operator):
+    """``fn(m)``; a None result drops the message."""
+
+    opcode = "map"
+
+    def __init__(self, spec: MapSpec) -> None:
+        super().__init__(spec)
+        self.user_fns = (spec.fn,)
+        self._fn = resolve_fn(spec.fn)
+
+    def process(self, message: Any) -> list[Any]:
+        result = self._fn(message)
+        return [] if result is None else [result]
+
+
+class FilterOperator(Operator):
+    """Keeps the messages for which ``fn(m)`` is true."""
+
+    opcode = "filter"
+
+    def __init__(self, spec: FilterSpec) -> None:
+        super().__init__(spec)
+        self.user_fns = (spec.fn,)
+        self._fn = resolve_fn(spec.fn)
+
+    def process(self, message: Any) -> list[Any]:
+        return [message] if self._fn(message) else []
+
+
+class FlatMapOperator(Operator):
+    """``fn(m)`` returns an iterable of outputs (None counts as none)."""
+
+    opcode = "flat_map"
+
+    def __init__(self, spec: FlatMapSpec) -> None:
+        super().__init__(spec)
+        self.user_fns = (spec.fn,)
+        self._fn = resolve_fn(spec.fn)
+
+    def process(self, message: Any) -> list[Any]:
+        result = self._fn(message)
+        if result is None:
+            return []
+        return result if type(result) is list else list(result)
+
+
+class MergeOperator(Operator):
+    """The union of its inputs: passes every message on."""
+
+    opcode = "merge"
+
+    def __init__(self, spec: MergeSpec) -> None:
+        super().__init__(spec)
+
+    def process(self, message: Any) -> list[Any]:
+        return [message]
+
+
+async def _settle(awaitable: Awaitable[Any]) -> list[Any]:
+    await awaitable
+    return []
+
+
+class SinkOperator(Operator):
+    """Terminal: calls ``fn(m)``; an awaitable result makes ``process`` an awaitable of []."""
+
+    opcode = "sink"
+
+    def __init__(self, spec: SinkSpec) -> None:
+        super().__init__(spec)
+        self.user_fns = (spec.fn,)
+        self._fn = resolve_fn(spec.fn)
+
+    def process(self, message: Any) -> Result:
+        result = self._fn(message)
+        if result is not None and inspect.isawaitable(result):
+            return _settle(result)
+        return []
+
+
+class SendToStreamOperator(Operator):
+    """Terminal to an output stream: returns ``[message]`` for the runtime to produce (a ``KV``
+    goes out as key and value)."""
+
+    opcode = "send_to"
+
+    def __init__(self, spec: SendToSpec) -> None:
+        super().__init__(spec)
+        self.stream_id = spec.stream_id
+
+    def process(self, message: Any) -> list[Any]:
+        return [message]
+
+
+class SendToTableOperator(Operator):
+    """Terminal into a table (``ctx.store(table_id)``): ``KV(k, v)`` puts, ``KV(k, None)`` deletes."""
+
+    opcode = "send_to"
+
+    def __init__(self, spec: SendToSpec) -> None:
+        super().__init__(spec)
+        self.table_id = spec.table_id or ""
+
+    def init(self, ctx: OperatorContext, user_ctx: UserContext | None = None) -> None:
+        super().init(ctx, user_ctx)
+        store = ctx.store(self.table_id)
+        self._put = store.put
+        self._delete = store.delete
+
+    def process(self, message: Any) -> list[Any]:
+        if not isinstance(message, KV):
+            raise TypeError(f"send_to table {self.table_id!r} ({self.op_id}) takes KV(key, value) "
+                            f"messages, got {type(message).__name__}; map messages to KV first")
+        if message.value is None:
+            self._delete(message.key)
+        else:
+            self._put(message.key, message.value)
+        return []
+
+
+def send_to_operator(spec: SendToSpec) -> Operator:
+    """The send_to operator for a stream or a table target."""
+    if spec.stream_id is not None:
+        return SendToStreamOperator(spec)
+    return SendToTableOperator(spec)

@@ -1,0 +1,430 @@
+"""The window operator: tumbling and keyed tumbling windows here, keyed sessions in
+``operators.window_session`` (SEMANTICS.md rules 7 and 8).
+
+A pane is identified by ``(start_ms, key)`` (key None for the global tumbling window); its state
+lives in ``ctx.store(op_id)`` under that tuple: the fold result, or the list of messages without
+``init``/``fold``. The in-memory indexes (open panes, closing times, triggers) are rebuilt from the
+store at ``init``. The watermark is stored under ``(None, "watermark")`` whenever panes close.
+
+Time. Without ``event_time`` a message belongs to the pane of ``ctx.clock()`` and panes close at
+window ticks (``on_timer(now_ms)``) once ``now >= end``. With ``event_time`` (seconds, rounded to
+whole ms) the window's watermark is the max of the event times it has seen and of the watermarks
+given to ``on_watermark``; a pane closes when the watermark reaches its end, in ``process`` or
+``on_watermark``. Early and late triggers always count processing time (``ctx.clock()``) and their
+time triggers fire at window ticks.
+
+Firings. A DEFAULT firing emits the pane, clears its state and cancels its early trigger. An
+early trigger is created on a pane's first message; a non-repeating one fires once per pane,
+``repeat`` restarts after each firing. DISCARDING clears the state after every firing (the pane
+stays open: its next message starts from ``init()`` again). A firing without state emits nothing.
+A list pane emitted while the pane stays open is a copy; a fold value is emitted as is, so a fold
+should return a new value rather than mutate its accumulator if it wants EARLY panes to stay put.
+A fold result of None is an error (None reads as "no state").
+
+Late data (event time only). A message whose pane already closed is late. It is dropped, and
+counted in ``late_dropped`` and the ``<op id>.late-messages-dropped`` counter, unless the window has
+both ``allowed_lateness`` and a ``late_trigger`` and the watermark is still below pane end +
+allowed lateness. Then the DEFAULT firing kept the pane's state (ACCUMULATING), the late message
+is folded into it (a pane that never had on-time data starts from ``init()``), and the pane's late
+trigger, created on its first late message, decides when to emit LATE panes, with the same rules
+as early triggers (``count(1)`` once per pane, ``repeat(count(1))`` once per late message). When
+the watermark passes end + allowed lateness the pane's state is dropped without a firing.
+
+End of stream. Every open pane fires once as DEFAULT, ordered by pane start and then by
+``encode_key`` of the key; then all state is dropped (closed panes kept for lateness too).
+
+Ticks in one ``on_timer`` call run in time order: a pane's early timer due at 900 fires before its
+close at 1000; at equal times the close comes first (and cancels the early trigger). Panes that
+close together come out in the order their first messages arrived.
+
+>>> from datetime import timedelta
+>>> from samza_dsl.spec import WindowSpec
+>>> from samza_dsl.windows import Windows
+>>> from operators.base import OperatorContext
+>>> from operators.state import InMemoryState
+>>> w = Windows.keyed_tumbling(lambda m: m[0], timedelta(seconds=10), init=int,
+...                            fold=lambda m, n: n + 1, event_time=lambda m: m[1])
+>>> op = TumblingWindowOperator(WindowSpec("w", "w", ("stream:in",), "", window=w))
+>>> op.init(OperatorContext("t0", {}, lambda: 0, {"w": InMemoryState()}))
+>>> op.process(("a", 1.0)), op.process(("a", 2.0)), op.process(("b", 3.0))
+([], [], [])
+>>> [(p.key.key, p.key.pane_id, p.message, p.firing.name) for p in op.process(("a", 12.0))]
+[('a', '0', 2, 'DEFAULT'), ('b', '0', 1, 'DEFAULT')]
+"""
+
+from __future__ import annotations
+
+import itertools
+from heapq import heappop, heappush
+from typing import Any
+
+from samza_dsl.spec import WindowSpec
+from samza_dsl.windows import AccumulationMode, FiringType, WindowKey, WindowPane
+
+from .base import Operator, OperatorContext, UserContext, inc_counter, resolve_fn
+from .state import order_key
+from .triggers import TriggerImpl, make_trigger
+
+__all__ = ["WindowOperator", "TumblingWindowOperator", "window_operator", "WATERMARK_KEY"]
+
+EARLY = FiringType.EARLY
+DEFAULT = FiringType.DEFAULT
+LATE = FiringType.LATE
+NO_WATERMARK = -(1 << 62)
+#: where the window's watermark is stored (None sorts before every pane start)
+WATERMARK_KEY = (None, "watermark")
+_MISSING: Any = object()
+
+
+class WindowOperator(Operator):
+    """Shared machinery: firing panes, early/late triggers and their timers, watermark, ticks
+    and end-of-stream. Subclasses keep the panes; a pane ``handle`` is whatever identifies a pane
+    stably in the subclass (the ``(start, key)`` tuple, or a session object)."""
+
+    opcode = "window"
+
+    def __init__(self, spec: WindowSpec) -> None:
+        super().__init__(spec)
+        w = spec.window
+        self.window = w
+        self.size_ms = w.size_ms
+        self.user_fns = (w.key_fn, w.init, w.fold, w.event_time)
+        self._key_fn = resolve_fn(w.key_fn) if w.key_fn is not None else None
+        self._init = resolve_fn(w.init) if w.init is not None else None
+        self._fold = resolve_fn(w.fold) if w.fold is not None else None
+        self._event_time = resolve_fn(w.event_time) if w.event_time is not None else None
+        self.mode = w.mode
+        self._discarding = w.mode is AccumulationMode.DISCARDING
+        self.lateness_ms = w.allowed_lateness_ms if self._event_time is not None else 0
+        #: closed panes stay updatable only when something can still emit them
+        self._retain = self.lateness_ms > 0 and w.late is not None
+        self._early_spec = w.early
+        self._late_spec = w.late if self._retain else None
+        self.watermark = NO_WATERMARK
+        self.late_dropped = 0
+        self._early: dict[Any, TriggerImpl | None] = {}  # None: retired (fired, not repeating)
+        self._late: dict[Any, TriggerImpl | None] = {}
+        self._timers: list[tuple[int, int, FiringType, Any, TriggerImpl]] = []
+        self._seq = itertools.count()
+
+    def init(self, ctx: OperatorContext, user_ctx: UserContext | None = None) -> None:
+        super().init(ctx, user_ctx)
+        self._store = ctx.store(self.op_id)
+        self._get = self._store.get
+        self._put = self._store.put
+        self._clock = ctx.clock
+        stored = self._get(WATERMARK_KEY)
+        if self._event_time is not None and stored is not None:
+            self.watermark = stored
+        self._restore()
+
+    # -- what subclasses provide ---------------------------------------------------------------
+
+    def _restore(self) -> None:
+        raise NotImplementedError
+
+    def _pane_key(self, handle: Any) -> tuple[int, Any]:
+        return handle  # type: ignore[no-any-return]
+
+    def _value(self, handle: Any) -> Any:
+        return self._get(handle)
+
+    def _clear_value(self, handle: Any) -> None:
+        """After a DISCARDING firing: the pane stays, its value goes."""
+        self._store.delete(handle)
+
+    def _drop_value(self, handle: Any) -> None:
+        """After a DEFAULT firing: the pane's state goes."""
+        self._store.delete(handle)
+
+    def _next_close(self) -> int | None:
+        """The earliest end of an open pane (a lower bound is fine), or None."""
+        raise NotImplementedError
+
+    def _close_next(self, threshold: int, out: list[Any]) -> None:
+        """Close the panes at the head of the closing order whose end <= threshold (DEFAULT)."""
+        raise NotImplementedError
+
+    def _collect(self, watermark: int) -> None:
+        """Drop closed panes whose end + allowed lateness <= watermark."""
+
+    def _open_handles(self) -> list[Any]:
+        raise NotImplementedError
+
+    def _drop_all(self) -> None:
+        raise NotImplementedError
+
+    # -- firing ------------------------------------------------------------------------------------
+
+    def _new_value(self) -> Any:
+        init = self._init
+        return init() if init is not None else []
+
+    def _check_fold(self, value: Any) -> Any:
+        if value is None:
+            raise ValueError(f"window {self.op_id!r}: fold returned None; return the accumulator "
+                             f"(None is how the window store says 'no state')")
+        return value
+
+    def _emit(self, handle: Any, firing: FiringType, drop: bool) -> WindowPane | None:
+        """The pane for a firing, or None without state. Clears the value under DISCARDING;
+        ``drop`` says the caller drops the state right after (no copy needed)."""
+        value = self._value(handle)
+        if value is None:
+            return None
+        if self._discarding:
+            self._clear_value(handle)
+        elif not drop and self._fold is None:
+            value = list(value)
+        start, key = self._pane_key(handle)
+        return WindowPane(WindowKey(key, str(start)), value, firing, self.mode)
+
+    def _close_pane(self, handle: Any, out: list[Any]) -> None:
+        """The DEFAULT firing: emit, cancel the early trigger, and clear the state unless closed
+        panes are retained for late data."""
+        pane = self._emit(handle, DEFAULT, not self._retain)
+        if pane is not None:
+            out.append(pane)
+        self._early.pop(handle, None)
+        if not self._retain:
+            self._drop_value(handle)
+
+    def _on_trigger_message(self, handle: Any, firing: FiringType, now: int) -> WindowPane | None:
+        triggers, spec = (self._early, self._early_spec) if firing is EARLY \
+            else (self._late, self._late_spec)
+        trig = triggers.get(handle, _MISSING)
+        if trig is _MISSING:
+            trig = triggers[handle] = make_trigger(spec)  # type: ignore[arg-type]
+        elif trig is None:
+            return None
+        if trig.on_message(now):
+            return self._trigger_fired(triggers, handle, trig, firing)
+        self._schedule(trig, handle, firing)
+        return None
+
+    def _trigger_fired(self, triggers: dict[Any, TriggerImpl | None], handle: Any,
+                       trig: TriggerImpl, firing: FiringType) -> WindowPane | None:
+        pane = self._emit(handle, firing, False)
+        if trig.repeating:
+            trig.restart()  # type: ignore[attr-defined]
+            self._schedule(trig, handle, firing)
+        else:
+            triggers[handle] = None
+        return pane
+
+    def _schedule(self, trig: TriggerImpl, handle: Any, firing: FiringType) -> None:
+        # deadlines mostly move later (time_since_last), so an entry is pushed only when the
+        # deadline moves earlier; a popped entry that is not due yet is pushed again
+        d = trig.deadline()
+        if d is not None and (trig.scheduled is None or d < trig.scheduled):
+            trig.scheduled = d
+            heappush(self._timers, (d, next(self._seq), firing, handle, trig))
+
+    def _run_timer(self, now: int, out: list[Any]) -> None:
+        d, _, firing, handle, trig = heappop(self._timers)
+        triggers = self._early if firing is EARLY else self._late
+        if triggers.get(handle) is not trig or trig.scheduled != d:
+            return  # cancelled, retired, or rescheduled
+        trig.scheduled = None
+        if trig.on_time(now):
+            pane = self._trigger_fired(triggers, handle, trig, firing)
+            if pane is not None:
+                out.append(pane)
+        else:
+            self._schedule(trig, handle, firing)
+
+    def _drop_late(self) -> list[Any]:
+        self.late_dropped += 1
+        inc_counter(self.ctx.metrics if self.ctx else None, f"{self.op_id}.late-messages-dropped")
+        return []
+
+    # -- time --------------------------------------------------------------------------------------
+
+    def _advance(self, watermark: int) -> list[Any]:
+        """Move the event-time watermark: close panes it passed, drop those past lateness."""
+        self.watermark = watermark
+        self._put(WATERMARK_KEY, watermark)  # before closing: a restore sees them closed
+        out: list[Any] = []
+        while (end := self._next_close()) is not None and end <= watermark:
+            self._close_next(watermark, out)
+        if self._retain:
+            self._collect(watermark)
+        return out
+
+    def on_watermark(self, watermark_ms: int) -> list[Any]:
+        if self._event_time is None or watermark_ms <= self.watermark:
+            return []
+        return self._advance(watermark_ms)
+
+    def on_timer(self, now_ms: int) -> list[Any]:
+        out: list[Any] = []
+        timers = self._timers
+        processing = self._event_time is None
+        while True:
+            t = timers[0][0] if timers else None
+            if t is not None and t > now_ms:
+                t = None
+            c = self._next_close() if processing else None
+            if c is not None and c > now_ms:
+                c = None
+            if c is not None and (t is None or c <= t):
+                self._close_next(now_ms, out)
+            elif t is not None:
+                self._run_timer(now_ms, out)
+            else:
+                return out
+
+    def on_end_of_stream(self) -> list[Any]:
+        out: list[Any] = []
+
+        def order(handle: Any) -> tuple[int, bytes]:
+            start, key = self._pane_key(handle)
+            return start, order_key(key)
+
+        for handle in sorted(self._open_handles(), key=order):
+            pane = self._emit(handle, DEFAULT, True)
+            if pane is not None:
+                out.append(pane)
+        self._drop_all()
+        self._early.clear()
+        self._late.clear()
+        self._timers.clear()
+        return out
+
+
+class TumblingWindowOperator(WindowOperator):
+    """Global (``Windows.tumbling``) and keyed tumbling windows: pane start = t - t % size."""
+
+    def __init__(self, spec: WindowSpec) -> None:
+        super().__init__(spec)
+        self._open: dict[int, dict[Any, None]] = {}  # start -> keys, in first-message order
+        self._closing: list[int] = []  # starts of open panes
+        self._retained: dict[int, dict[Any, None]] = {}  # closed, updatable until end + lateness
+        self._expiring: list[int] = []  # starts of retained panes
+
+    def _restore(self) -> None:
+        size, wm = self.size_ms, self.watermark
+        for pk, _ in list(self._store.all()):
+            if pk == WATERMARK_KEY:
+                continue
+            start, key = pk
+            if self._event_time is None or start + size > wm:
+                self._index(self._open, self._closing, start)[key] = None
+            elif self._retain and start + size + self.lateness_ms > wm:
+                self._index(self._retained, self._expiring, start)[key] = None
+            else:
+                self._store.delete(pk)
+
+    @staticmethod
+    def _index(index: dict[int, dict[Any, None]], heap: list[int], start: int) -> dict[Any, None]:
+        keys = index.get(start)
+        if keys is None:
+            keys = index[start] = {}
+            heappush(heap, start)
+        return keys
+
+    def process(self, message: Any) -> list[Any]:
+        out: list[Any] | None = None
+        event_time = self._event_time
+        if event_time is not None:
+            ms = round(event_time(message) * 1000.0)
+            if ms > self.watermark:
+                self.watermark = ms
+                closing = self._closing
+                expiring = self._expiring
+                if (closing and closing[0] + self.size_ms <= ms) or \
+                        (expiring and expiring[0] + self.size_ms + self.lateness_ms <= ms):
+                    out = self._advance(ms)
+        else:
+            ms = self._clock()
+        size = self.size_ms
+        start = ms - ms % size
+        key = self._key_fn(message) if self._key_fn is not None else None
+        pk = (start, key)
+        if start + size <= self.watermark:
+            late = self._late_message(message, pk)
+            return out + late if out else late
+        value = self._get(pk)
+        if value is None:
+            keys = self._open.get(start)
+            if keys is None:
+                keys = self._open[start] = {}
+                heappush(self._closing, start)
+            keys[key] = None
+            value = self._init() if self._init is not None else []
+        fold = self._fold
+        if fold is not None:
+            value = fold(message, value)
+            if value is None:
+                self._check_fold(value)
+        else:
+            value.append(message)
+        self._put(pk, value)
+        if self._early_spec is not None:
+            pane = self._on_trigger_message(pk, EARLY, ms if event_time is None else self._clock())
+            if pane is not None:
+                if out is None:
+                    return [pane]
+                out.append(pane)
+        return out if out is not None else []
+
+    def _late_message(self, message: Any, pk: tuple[int, Any]) -> list[Any]:
+        start = pk[0]
+        if not self._retain or start + self.size_ms + self.lateness_ms <= self.watermark:
+            return self._drop_late()
+        value = self._get(pk)
+        if value is None:
+            self._index(self._retained, self._expiring, start)[pk[1]] = None
+            value = self._new_value()
+        if self._fold is not None:
+            value = self._check_fold(self._fold(message, value))
+        else:
+            value.append(message)
+        self._put(pk, value)
+        pane = self._on_trigger_message(pk, LATE, self._clock())
+        return [pane] if pane is not None else []
+
+    def _next_close(self) -> int | None:
+        closing = self._closing
+        return closing[0] + self.size_ms if closing else None
+
+    def _close_next(self, threshold: int, out: list[Any]) -> None:
+        start = heappop(self._closing)
+        keys = self._open.pop(start)
+        for key in keys:
+            self._close_pane((start, key), out)
+        if self._retain:
+            retained = self._index(self._retained, self._expiring, start)
+            retained.update(keys)
+
+    def _collect(self, watermark: int) -> None:
+        expiring = self._expiring
+        horizon = self.size_ms + self.lateness_ms
+        while expiring and expiring[0] + horizon <= watermark:
+            start = heappop(expiring)
+            for key in self._retained.pop(start):
+                pk = (start, key)
+                self._store.delete(pk)
+                self._late.pop(pk, None)
+
+    def _open_handles(self) -> list[Any]:
+        return [(start, key) for start, keys in self._open.items() for key in keys]
+
+    def _drop_all(self) -> None:
+        delete = self._store.delete
+        for index in (self._open, self._retained):
+            for start, keys in index.items():
+                for key in keys:
+                    delete((start, key))
+            index.clear()
+        self._closing.clear()
+        self._expiring.clear()
+
+
+def window_operator(spec: WindowSpec) -> WindowOperator:
+    """The window operator for a window spec's kind."""
+    if spec.window.is_session:
+        from .window_session import SessionWindowOperator
+
+        return SessionWindowOperator(spec)
+    return TumblingWindowOperator(spec)
