@@ -92,7 +92,7 @@ def _parts(n: int | None) -> str:
     return "? partitions" if n is None else f"{n} partition{'s' if n != 1 else ''}"
 
 
-def _op_label(plan: ExecutionPlan, op_id: str) -> str:
+def _op_label(plan: ExecutionPlan, op_id: str, short: bool = False) -> str:
     op = plan.app.operator(op_id)
     extra = ""
     d = op.details()
@@ -101,7 +101,7 @@ def _op_label(plan: ExecutionPlan, op_id: str) -> str:
     elif "window" in d:
         w = d["window"]
         extra = f" {w['kind']} {w.get('size_ms', w.get('gap_ms'))}ms {w['time']}-time"
-    elif "stream" in d:
+    elif "stream" in d and not (short and op.opcode in ("partition_by", "broadcast")):
         extra = f" -> {d['stream']}"
     elif "table" in d:
         extra = f" table={d['table']}"
@@ -143,7 +143,7 @@ def _q(text: str) -> str:
 def plan_to_dot(plan: ExecutionPlan) -> str:
     g = plan.graph
     inter = plan.intermediate_streams
-    out = [f"digraph {_q(plan.job_name)} {{", "  rankdir=LR;", "  compound=true;",
+    out = [f"digraph {_q(plan.job_name)} {{", "  rankdir=TB;", "  compound=true;",
            '  node [fontname="Helvetica", fontsize=10];', '  edge [fontname="Helvetica", fontsize=9];',
            f"  label={_q('plan of ' + plan.job_name)}; labelloc=t;"]
     for sid, s in plan.streams.items():
@@ -161,18 +161,21 @@ def plan_to_dot(plan: ExecutionPlan) -> str:
         out.append(f"    label={_q(stage.stage_id)}; style=rounded; color=\"#888888\";")
         for op_id in stage.operators:
             op = plan.app.operator(op_id)
-            label = f"{_op_label(plan, op_id)}\n{op_id}\n{op.call_site}"
-            out.append(f"    {_q(op_id)} [label={_q(label)}, shape=box, style=rounded];")
+            label = f"{_op_label(plan, op_id, short=True)}\n{op.call_site}"
+            out.append(f"    {_q(op_id)} [label={_q(label)}, tooltip={_q(op_id)}, id={_q(op_id)}, "
+                       f"shape=box, style=rounded];")
         out.append("  }")
     for u, v, data in g.edges(data=True):
         if node_stream_id(u) in inter:
             continue  # drawn below, from the producer
         if node_stream_id(v) in inter:
             sid = node_stream_id(v) or ""
-            label = f"{sid}\n{_parts(inter[sid].partitions)}"
             for consumer in plan.next_ops(v):
-                out.append(f"  {_q(u)} -> {_q(consumer)} [label={_q(label)}, style=bold, "
-                           f"color=\"#c5221f\"];")
+                port = plan.graph.edges[v, consumer]["port"]
+                prefix = f"{port}: " if port in ("left", "right") else ""
+                label = f"{prefix}{sid}\n{_parts(inter[sid].partitions)}"
+                out.append(f"  {_q(u)} -> {_q(consumer)} [label={_q(label)}, decorate=true, "
+                           f"style=bold, color=\"#c5221f\", fontcolor=\"#c5221f\"];")
             continue
         attrs = []
         if data["kind"] == "lookup":
