@@ -82,8 +82,8 @@ def resolve_fn(fn: Any) -> Callable[..., Any]:
     """A plain callable, or an object's ``apply`` (Samza style) or ``__call__``."""
     apply = getattr(fn, "apply", None)
     if callable(apply) and not inspect.isfunction(fn) and not inspect.ismethod(fn):
-        return apply  # type: ignore[no-any-return]
-    return fn  # type: ignore[no-any-return]
+        return apply
+    return fn
 
 
 def init_fn(fn: Any, ctx: UserContext) -> None:

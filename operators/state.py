@@ -45,14 +45,22 @@ _STR = 0x20
 _BYTES = 0x21
 _TUPLE = 0x30
 _FOREIGN = 0xFE  # order_key only: keys encode_key does not support, after every supported key
-_FRACTION = 0xFF  # follows an integer part: the fraction of a non-integral float
+# every integer part is followed by its fraction: negative (8 bytes), none, or positive (8 bytes)
+_FRAC_NEG = 0x01
+_FRAC_NONE = 0x02
+_FRAC_POS = 0x03
+_MASK64 = (1 << 64) - 1
 
 _MISSING: Any = object()
 _pack_double = struct.Struct(">d").pack
 _unpack_double = struct.Struct(">d").unpack
+_pack_u64 = struct.Struct(">Q").pack
+_unpack_u64 = struct.Struct(">Q").unpack
 
 
-def _encode_int(n: int, out: bytearray) -> None:
+def _encode_int(n: int, out: bytearray, frac: float = 0.0) -> None:
+    """An integer part (any size) and then the fraction of a float: ``n + frac`` with ``frac``
+    in (-1, 1) and of n's sign, so the integer parts order first and the fractions next."""
     if n >= 0:
         size = (n.bit_length() + 7) >> 3
         if size > 255:
@@ -69,6 +77,14 @@ def _encode_int(n: int, out: bytearray) -> None:
         out.append(_NEG_INT)
         out.append(255 - size)
         out += ((1 << (8 * size)) - 1 - m).to_bytes(size, "big")
+    if not frac:
+        out.append(_FRAC_NONE)
+    elif frac > 0:
+        out.append(_FRAC_POS)
+        out += _pack_double(frac)  # positive doubles order as their big-endian bits
+    else:
+        out.append(_FRAC_NEG)
+        out += _pack_u64(_unpack_u64(_pack_double(frac))[0] ^ _MASK64)  # negative ones reversed
 
 
 def _escape(data: bytes) -> bytes:
@@ -99,12 +115,8 @@ def _encode(key: Any, out: bytearray) -> None:
         elif key == -math.inf:
             out.append(_NEG_INF)
         else:
-            whole = math.floor(key)
-            _encode_int(whole, out)
-            frac = key - whole  # exact for IEEE doubles; in (0, 1) unless the float is integral
-            if frac:
-                out.append(_FRACTION)
-                out += _pack_double(frac)  # positive doubles order as their big-endian bits
+            frac, whole = math.modf(key)  # exact: both parts of a double are doubles
+            _encode_int(int(whole), out, frac)
     elif t is bytes or t is bytearray or t is memoryview:
         out.append(_BYTES)
         out += _escape(bytes(key))
@@ -127,7 +139,7 @@ def encode_key(key: Any) -> bytes:
     t = type(key)
     if t is int and 0 <= key < 1 << 63:  # the common case: an id or a timestamp
         size = (key.bit_length() + 7) >> 3
-        return bytes((_POS_INT, size)) + key.to_bytes(size, "big")
+        return bytes((_POS_INT, size)) + key.to_bytes(size, "big") + b"\x02"
     out = bytearray()
     _encode(key, out)
     return bytes(out)
@@ -148,17 +160,23 @@ def _unescape_until_end(data: bytes, i: int) -> tuple[bytes, int]:
 def _decode(data: bytes, i: int) -> tuple[Any, int]:
     tag = data[i]
     i += 1
-    if tag == _POS_INT or tag == _NEG_INT:
+    if tag in (_POS_INT, _NEG_INT):
         size = data[i] if tag == _POS_INT else 255 - data[i]
         raw = int.from_bytes(data[i + 1:i + 1 + size], "big")
         i += 1 + size
         n = raw if tag == _POS_INT else -((1 << (8 * size)) - 1 - raw)
-        if i < len(data) and data[i] == _FRACTION:
-            return n + _unpack_double(data[i + 1:i + 9])[0], i + 9
-        return n, i
+        marker = data[i]
+        if marker == _FRAC_NONE:
+            return n, i + 1
+        bits = data[i + 1:i + 9]
+        if marker == _FRAC_NEG:
+            bits = _pack_u64(_unpack_u64(bits)[0] ^ _MASK64)
+        elif marker != _FRAC_POS:
+            raise ValueError(f"not an encoded key: bad number marker 0x{marker:02x} in {data!r}")
+        return n + _unpack_double(bits)[0], i + 9
     if tag == _STR:
-        raw, i = _unescape_until_end(data, i)
-        return raw.decode("utf-8", "surrogatepass"), i
+        text, i = _unescape_until_end(data, i)
+        return text.decode("utf-8", "surrogatepass"), i
     if tag == _TUPLE:
         items = []
         while data[i] != _END:

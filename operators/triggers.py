@@ -198,4 +198,4 @@ def make_trigger(spec: Trigger) -> TriggerImpl:
         else:
             raise TypeError(f"no trigger implementation for {type(spec).__name__}; use Triggers.count, "
                             f"time_since_first_message, time_since_last_message, any or repeat")
-    return impl(spec)  # type: ignore[no-any-return]
+    return impl(spec)

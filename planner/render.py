@@ -218,7 +218,9 @@ def plan_to_mermaid(plan: ExecutionPlan) -> str:
         if node_stream_id(v) in inter:
             sid = node_stream_id(v) or ""
             for consumer in plan.next_ops(v):
-                label = f"{sid} ({_parts(inter[sid].partitions)})"
+                port = plan.graph.edges[v, consumer]["port"]
+                prefix = f"{port}: " if port in ("left", "right") else ""
+                label = f"{prefix}{sid} ({_parts(inter[sid].partitions)})"
                 lines.append(f"  {nid(u)} ==>|{text(label)}| {nid(consumer)}")
         elif data["kind"] == "lookup":
             lines.append(f"  {nid(u)} -.-> {nid(v)}")

@@ -176,7 +176,7 @@ class TaskInstance:
         if stream.kind == "broadcast" or n == 1:
             def send_one(m: Any) -> None:
                 send(stream_id, 0, m)
-            return send_one  # type: ignore[return-value]
+            return send_one
         partitioner = KeyPartitioner(n, key_bytes)
 
         def send_keyed(m: Any) -> None:
@@ -184,7 +184,7 @@ class TaskInstance:
                 send(stream_id, partitioner(m.key), m)
             else:
                 send(stream_id, own, m)
-        return send_keyed  # type: ignore[return-value]
+        return send_keyed
 
     # -- processing -------------------------------------------------------------------------------
 

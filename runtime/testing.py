@@ -71,7 +71,7 @@ class TestResult:
         if sid not in self._broker.streams:
             raise KeyError(f"no stream {sid!r} in this run; streams: "
                            f"{', '.join(sorted(self._broker.streams))}")
-        return sid  # type: ignore[return-value]
+        return sid
 
     def partitions(self, output: Any) -> dict[int, list[Any]]:
         sid = self._sid(output)

@@ -105,6 +105,30 @@ def test_join_of_an_unknown_input_and_an_intermediate_falls_back_to_the_default(
     assert counts(a.plan()) == {"p": 4}
 
 
+def test_a_known_count_passes_through_an_input_of_unknown_count():
+    # p meets `unknown` at j1, and `unknown` meets `known` (1) at j2: all three are one joined
+    # set, so p must have 1 partition, not the default
+    a = App(**{"job.intermediate.stream.partitions": 2})
+    unknown = a.input("unknown")
+    a.join(a.repartition(a.input("raw", 8), "p"), unknown, "j1").sink(print)
+    a.join(a.input("known", 1), unknown.map(str), "j2").sink(print)
+    plan = a.plan()
+    assert counts(plan) == {"p": 1}
+    assert plan.input_streams["unknown"].partitions is None  # its system tells at run time
+
+
+def test_an_input_of_unknown_count_cannot_match_two_counts():
+    a = App()
+    unknown = a.input("unknown")
+    a.join(unknown, a.input("x", 2), "j1").sink(print)
+    a.join(unknown.map(str), a.input("y", 4), "j2").sink(print)
+    with pytest.raises(PlanError) as info:
+        a.plan()
+    m = mismatch(info.value)
+    assert {m["expected"], m["actual"]} == {"2", "4"}
+    assert "'unknown'" in str(info.value) and "inferred" in str(info.value)
+
+
 def test_count_given_for_an_intermediate_propagates_through_its_joins():
     a = App(**{"job.intermediate.stream.partitions": 9})
     raw = a.input("raw", 1)

@@ -7,11 +7,11 @@ import re
 
 import pytest
 
+from planner import plan
+from planner.validate import validate
 from samza_dsl import PlanError, StreamApplication
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
 from samza_dsl.systems import MemorySystem
-from planner import plan
-from planner.validate import validate
 
 MEM = MemorySystem()
 KV_JSON = KVSerde(StringSerde(), JsonSerde())

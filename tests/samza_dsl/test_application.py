@@ -47,14 +47,16 @@ def test_constructor_takes_app_id_and_validated_config():
 
 @pytest.mark.parametrize("name", ["", "has space", "a/b", "ünï", 5])
 def test_malformed_application_name_raises(name):
-    with pytest.raises(ValueError, match="application name"):
+    with pytest.raises(ValueError, match="application name") as info:
         StreamApplication(name)
+    assert repr(name) in str(info.value)
 
 
 @pytest.mark.parametrize("app_id", ["", "x y", 1])
 def test_malformed_app_id_raises(app_id):
-    with pytest.raises(ValueError, match="app_id"):
+    with pytest.raises(ValueError, match="app_id") as info:
         StreamApplication("ok", app_id=app_id)
+    assert repr(app_id) in str(info.value)
 
 
 def test_unknown_task_or_job_key_in_constructor_config_names_the_key():
@@ -286,7 +288,7 @@ def test_a_failed_registration_does_not_take_a_counter_value():
     app = StreamApplication("a")
     s = app.input(MEM.input("in"))
     s.map(str, name="dup")
-    with pytest.raises(PlanError):
+    with pytest.raises(PlanError, match="'a-1-map-dup'"):
         s.map(str, name="dup")
     assert s.map(str).op_id == "a-1-map-1"
 

@@ -40,4 +40,4 @@ def test_opcodes_are_the_api_opcodes():
              BroadcastSpec, WindowSpec, JoinSpec, JoinTableSpec, SendToSpec, SinkSpec)
     assert tuple(s.opcode for s in specs) == API_OPCODES
     # partition_by and broadcast are terminal for the sub-DAG above them (SEMANTICS rule 1)
-    assert TERMINAL_OPCODES == {"partition_by", "broadcast", "send_to", "sink"}
+    assert {"partition_by", "broadcast", "send_to", "sink"} == TERMINAL_OPCODES

@@ -44,8 +44,9 @@ def test_local_and_memory_systems():
 
 @pytest.mark.parametrize("name", ["", "a.b", "a b", None])
 def test_malformed_system_name(name):
-    with pytest.raises(ValueError, match="system name"):
+    with pytest.raises(ValueError, match="system name") as info:
         MemorySystem(name)  # type: ignore[arg-type]
+    assert repr(name) in str(info.value)
 
 
 def test_input_descriptor_defaults_and_fields():
@@ -91,8 +92,9 @@ def test_bad_partitions_name_the_stream(partitions):
 
 @pytest.mark.parametrize("sid", ["", "a b", "a/b", None])
 def test_malformed_stream_id(sid):
-    with pytest.raises(ValueError, match="stream id"):
+    with pytest.raises(ValueError, match="stream id") as info:
         MemorySystem().input(sid)  # type: ignore[arg-type]
+    assert repr(sid) in str(info.value)
 
 
 def test_descriptor_argument_errors_name_the_stream():

@@ -1,0 +1,48 @@
+"""Runs the benchmarks: one JSON line per run, then a median line per workload.
+
+    python benchmarks/run.py                 # W1-W4 at full size, 3 runs each
+    python benchmarks/run.py W2 --runs 5
+    python benchmarks/run.py --scale 0.1     # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.common import median_summary  # noqa: E402
+from benchmarks.workloads import run_w1, run_w2, run_w3, run_w4  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("workloads", nargs="*", default=["W1", "W2", "W3", "W4"])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--scale", type=float, default=1.0, help="fraction of the message counts")
+    args = parser.parse_args()
+
+    def n(full: int) -> int:
+        return max(1, int(full * args.scale))
+
+    for w in args.workloads:
+        w = w.upper()
+        if w == "W1":
+            median_summary([run_w1(n(1_000_000)) for _ in range(args.runs)])
+        elif w == "W2":
+            for c in (1, 10, 100, 1000):
+                # c=1 at 20,000 messages would take 100 s a run: keep each run near 5 s
+                count = n(min(20_000, max(1_000, c * 1_000)))
+                median_summary([run_w2(count, c) for _ in range(args.runs)])
+        elif w == "W3":
+            median_summary([run_w3(n(1_000_000)) for _ in range(args.runs)])
+        elif w == "W4":
+            median_summary([run_w4(n(500_000)) for _ in range(args.runs)])
+        else:
+            parser.error(f"unknown workload {w!r}")
+
+
+if __name__ == "__main__":
+    main()

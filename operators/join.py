@@ -1,0 +1,105 @@
+"""Stream-stream join (SEMANTICS.md rule 9), as Samza's ``PartialJoinOperatorImpl`` pair.
+
+Each side keeps only its latest message per key with the processing time it arrived
+(``ctx.clock()``), in ``ctx.store(f"{op_id}-L")`` and ``ctx.store(f"{op_id}-R")`` as
+``key -> (arrival_ms, message)``. A message (``process_port(0, m)`` left, ``process_port(1, m)``
+right) is stored first, then the other side is looked up under the same key; when the other entry
+is younger than the TTL (``now - its arrival < ttl_ms``, strictly) the output is
+``combine(left, right)``, the left message always first. A None result is dropped.
+
+A None key fails the message with a ``TaskError``, as in Samza (whose stores reject null keys);
+filter or map such messages before the join. Beyond Samza, ``on_timer(now_ms)`` (window ticks)
+deletes entries with ``now - arrival >= ttl_ms`` from both sides, so state stays bounded; the
+entries are found through an in-memory index in arrival order, rebuilt from the stores at init.
+
+>>> from datetime import timedelta
+>>> from samza_dsl.spec import JoinSpec
+>>> from operators.base import OperatorContext
+>>> from operators.state import InMemoryState
+>>> now = [0]
+>>> op = JoinOperator(JoinSpec("j", "j", ("stream:a", "stream:b"), "", key_fn=lambda m: m[0],
+...                            other_key_fn=lambda m: m[0], combine=lambda l, r: (l[1], r[1]),
+...                            ttl_ms=1000))
+>>> op.init(OperatorContext("t0", {}, lambda: now[0], {"j-L": InMemoryState(), "j-R": InMemoryState()}))
+>>> op.process_port(1, ("k", "click")), op.process_port(0, ("k", "view"))
+([], [('view', 'click')])
+>>> now[0] = 1000
+>>> op.process_port(0, ("k", "view2"))
+[]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from samza_dsl.errors import TaskError
+from samza_dsl.spec import JoinSpec
+
+from .base import Operator, OperatorContext, UserContext, resolve_fn
+
+__all__ = ["JoinOperator"]
+
+_SIDES = ("left", "right")
+
+
+class JoinOperator(Operator):
+    """See the module docstring. Needs stores ``<op id>-L`` and ``<op id>-R``."""
+
+    opcode = "join"
+
+    def __init__(self, spec: JoinSpec) -> None:
+        super().__init__(spec)
+        self.ttl_ms = spec.ttl_ms
+        self.user_fns = (spec.key_fn, spec.other_key_fn, spec.combine)
+        self._key_fns = (resolve_fn(spec.key_fn), resolve_fn(spec.other_key_fn))
+        self._combine = resolve_fn(spec.combine)
+        # per side: key -> arrival ms, ordered by arrival (a key moves to the end when it is
+        # replaced), so a purge stops at the first entry that is still young
+        self._arrivals: tuple[dict[Any, int], dict[Any, int]] = ({}, {})
+
+    def init(self, ctx: OperatorContext, user_ctx: UserContext | None = None) -> None:
+        super().init(ctx, user_ctx)
+        self._stores = (ctx.store(f"{self.op_id}-L"), ctx.store(f"{self.op_id}-R"))
+        self._clock = ctx.clock
+        for store, arrivals in zip(self._stores, self._arrivals, strict=True):
+            arrivals.clear()
+            entries = sorted((entry[0], i, key) for i, (key, entry) in enumerate(store.all()))
+            for ts, _, key in entries:
+                arrivals[key] = ts
+
+    def process(self, message: Any) -> list[Any]:
+        return self.process_port(0, message)
+
+    def process_port(self, port: int, message: Any) -> list[Any]:
+        key = self._key_fns[port](message)
+        if key is None:
+            raise TaskError(f"join {self.op_id!r}: the {_SIDES[port]} key of {message!r} is None; "
+                            f"a join needs a key on both sides (as in Samza): filter out or map "
+                            f"such messages before the join", op_id=self.op_id)
+        now = self._clock()
+        arrivals = self._arrivals[port]
+        arrivals.pop(key, None)
+        arrivals[key] = now
+        self._stores[port].put(key, (now, message))
+        other = self._stores[1 - port].get(key)
+        if other is None or now - other[0] >= self.ttl_ms:
+            return []
+        result = self._combine(message, other[1]) if port == 0 else self._combine(other[1], message)
+        return [] if result is None else [result]
+
+    def on_timer(self, now_ms: int) -> list[Any]:
+        horizon = now_ms - self.ttl_ms
+        for store, arrivals in zip(self._stores, self._arrivals, strict=True):
+            expired = []
+            for key, ts in arrivals.items():
+                if ts > horizon:
+                    break
+                expired.append(key)
+            for key in expired:
+                del arrivals[key]
+                store.delete(key)
+        return []
+
+    def state_size(self) -> tuple[int, int]:
+        """How many keys each side holds (left, right)."""
+        return len(self._arrivals[0]), len(self._arrivals[1])

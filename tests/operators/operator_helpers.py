@@ -1,0 +1,37 @@
+"""Test helpers for operator tests: a controllable clock and a metrics registry.
+
+(Not named conftest: ``from conftest import ...`` breaks once another test directory has one.)
+"""
+
+from __future__ import annotations
+
+
+class FakeClock:
+    """A clock in ms that moves only when a test says so."""
+
+    def __init__(self, now: int = 0) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+    def set(self, now: int) -> int:
+        self.now = now
+        return now
+
+
+class Metrics:
+    """The runtime's registry shape: ``counter(name).inc(n)``."""
+
+    class Counter:
+        def __init__(self) -> None:
+            self.value = 0
+
+        def inc(self, n: int = 1) -> None:
+            self.value += n
+
+    def __init__(self) -> None:
+        self.counters: dict[str, Metrics.Counter] = {}
+
+    def counter(self, name: str) -> Metrics.Counter:
+        return self.counters.setdefault(name, Metrics.Counter())

@@ -1,0 +1,397 @@
+"""Tumbling windows and the shared window machinery: triggers, accumulation, event time,
+lateness, end of stream and restore (SEMANTICS.md rules 7 and 8)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from operator_helpers import FakeClock, Metrics
+
+from operators import build_operator
+from operators.base import OperatorContext
+from operators.state import InMemoryState
+from operators.window import WATERMARK_KEY, TumblingWindowOperator
+from samza_dsl.spec import WindowSpec
+from samza_dsl.windows import AccumulationMode, FiringType, Triggers, Window, Windows
+
+SEC = timedelta(seconds=1)
+EARLY, DEFAULT, LATE = FiringType.EARLY, FiringType.DEFAULT, FiringType.LATE
+
+
+def start_window(window: Window[Any, Any], clock: FakeClock, *, store: InMemoryState | None = None,
+                 metrics: Any = None) -> Any:
+    op = build_operator(WindowSpec("w", "w", ("stream:in",), "test.py:1", window=window))
+    op.init(OperatorContext("task-0", {}, clock, {"w": store if store is not None
+                                                  else InMemoryState()}, metrics))
+    return op
+
+
+def panes(outputs: list[Any]) -> list[tuple[Any, str, Any, str]]:
+    return [(p.key.key, p.key.pane_id, p.message, p.firing.name) for p in outputs]
+
+
+def feed(op: Any, clock: FakeClock, timed: list[tuple[int, Any]]) -> list[Any]:
+    """Process messages at the given processing times; all outputs."""
+    out: list[Any] = []
+    for now, m in timed:
+        clock.set(now)
+        out += op.process(m)
+    return out
+
+
+def by_key(m: Any) -> Any:
+    return m[0]
+
+
+def at(m: Any) -> float:
+    return m[1]
+
+
+# -- processing time ----------------------------------------------------------------------------
+
+def test_tumbling_pane_start_and_close_at_tick(clock: FakeClock) -> None:
+    op = start_window(Windows.tumbling(SEC), clock)
+    assert feed(op, clock, [(1500, "a"), (1999, "b")]) == []
+    assert op.on_timer(1999) == []
+    assert panes(op.on_timer(2000)) == [(None, "1000", ["a", "b"], "DEFAULT")]
+    assert op.on_timer(5000) == []  # a DEFAULT firing clears the pane
+    assert feed(op, clock, [(2000, "c")]) == []
+    assert panes(op.on_timer(3000)) == [(None, "2000", ["c"], "DEFAULT")]
+    assert op.spec.window.mode is AccumulationMode.ACCUMULATING
+    assert op.on_timer(3000) == []
+
+
+def test_keyed_fold_closes_panes_in_first_message_order(clock: FakeClock) -> None:
+    w = Windows.keyed_tumbling(by_key, 10 * SEC, init=lambda: 0, fold=lambda m, n: n + m[1])
+    op = start_window(w, clock)
+    feed(op, clock, [(10, ("b", 1)), (20, ("a", 2)), (30, ("b", 3)), (10_500, ("a", 4))])
+    assert panes(op.on_timer(10_000)) == [("b", "0", 4, "DEFAULT"), ("a", "0", 2, "DEFAULT")]
+    assert panes(op.on_timer(20_000)) == [("a", "10000", 4, "DEFAULT")]
+
+
+def test_non_repeating_early_count_fires_once_per_pane(clock: FakeClock) -> None:
+    op = start_window(Windows.tumbling(SEC).early_trigger(Triggers.count(2)), clock)
+    out = feed(op, clock, [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5)])
+    assert panes(out) == [(None, "0", [1, 2], "EARLY")]
+    assert panes(op.on_timer(1000)) == [(None, "0", [1, 2, 3, 4, 5], "DEFAULT")]
+    out = feed(op, clock, [(1000, 6), (1001, 7)])  # a new pane has a new early trigger
+    assert panes(out) == [(None, "1000", [6, 7], "EARLY")]
+
+
+def test_repeating_early_count_accumulating(clock: FakeClock) -> None:
+    w = Windows.tumbling(SEC).early_trigger(Triggers.repeat(Triggers.count(2)))
+    op = start_window(w, clock)
+    out = feed(op, clock, [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5)])
+    assert panes(out) == [(None, "0", [1, 2], "EARLY"), (None, "0", [1, 2, 3, 4], "EARLY")]
+    assert out[0].message == [1, 2]  # an emitted list pane does not grow with the window
+    assert panes(op.on_timer(1000)) == [(None, "0", [1, 2, 3, 4, 5], "DEFAULT")]
+
+
+def test_discarding_clears_after_every_firing_and_empty_firings_emit_nothing(
+        clock: FakeClock) -> None:
+    w = (Windows.keyed_tumbling(by_key, SEC, init=list, fold=lambda m, acc: [*acc, m[1]])
+         .early_trigger(Triggers.repeat(Triggers.count(2)))
+         .accumulation(AccumulationMode.DISCARDING))
+    op = start_window(w, clock)
+    out = feed(op, clock, [(0, ("k", 1)), (1, ("k", 2)), (2, ("k", 3)), (3, ("k", 4)),
+                           (4, ("j", 5))])
+    assert panes(out) == [("k", "0", [1, 2], "EARLY"), ("k", "0", [3, 4], "EARLY")]
+    assert all(p.mode is AccumulationMode.DISCARDING for p in out)
+    # k has no state left: its DEFAULT firing emits nothing; j's does
+    assert panes(op.on_timer(1000)) == [("j", "0", [5], "DEFAULT")]
+    assert list(op._store.all()) == []
+
+
+def test_time_since_first_message_fires_at_a_tick_once(clock: FakeClock) -> None:
+    w = Windows.tumbling(10 * SEC).early_trigger(Triggers.time_since_first_message(SEC))
+    op = start_window(w, clock)
+    feed(op, clock, [(100, "a"), (900, "b")])
+    assert op.on_timer(1099) == []
+    assert panes(op.on_timer(1100)) == [(None, "0", ["a", "b"], "EARLY")]
+    feed(op, clock, [(1200, "c")])
+    assert op.on_timer(5000) == []  # not repeating: once per pane
+    assert panes(op.on_timer(10_000)) == [(None, "0", ["a", "b", "c"], "DEFAULT")]
+
+
+def test_time_since_last_message_waits_for_quiet(clock: FakeClock) -> None:
+    w = Windows.tumbling(10 * SEC).early_trigger(
+        Triggers.repeat(Triggers.time_since_last_message(SEC)))
+    op = start_window(w, clock)
+    feed(op, clock, [(0, "a"), (800, "b")])
+    assert op.on_timer(1000) == []  # b moved the deadline to 1800
+    assert panes(op.on_timer(1800)) == [(None, "0", ["a", "b"], "EARLY")]
+    assert op.on_timer(5000) == []  # repeat restarted: it waits for a message
+    feed(op, clock, [(6000, "c")])
+    assert panes(op.on_timer(7000)) == [(None, "0", ["a", "b", "c"], "EARLY")]
+
+
+def test_any_fires_on_its_first_child_and_cancels_the_others(clock: FakeClock) -> None:
+    trig = Triggers.any(Triggers.count(3), Triggers.time_since_first_message(SEC))
+    w = Windows.keyed_tumbling(by_key, 10 * SEC).early_trigger(trig)
+    op = start_window(w, clock)
+    # pane a: the time child fires first; the count child is cancelled with it
+    feed(op, clock, [(0, ("a", 1))])
+    assert panes(op.on_timer(1000)) == [("a", "0", [("a", 1)], "EARLY")]
+    assert feed(op, clock, [(1100, ("a", 2)), (1200, ("a", 3)), (1300, ("a", 4))]) == []
+    # pane b: the count child fires first; the time child is cancelled with it
+    out = feed(op, clock, [(2000, ("b", 1)), (2001, ("b", 2)), (2002, ("b", 3))])
+    assert panes(out) == [("b", "0", [("b", 1), ("b", 2), ("b", 3)], "EARLY")]
+    assert op.on_timer(3000) == []
+
+
+def test_repeat_of_any_restarts_the_whole_any(clock: FakeClock) -> None:
+    trig = Triggers.repeat(Triggers.any(Triggers.count(2), Triggers.time_since_first_message(SEC)))
+    op = start_window(Windows.tumbling(10 * SEC).early_trigger(trig), clock)
+    assert panes(feed(op, clock, [(0, 1), (10, 2)])) == [(None, "0", [1, 2], "EARLY")]
+    feed(op, clock, [(100, 3)])
+    assert op.on_timer(1000) == []  # the first timer belonged to the fired any
+    assert panes(op.on_timer(1100)) == [(None, "0", [1, 2, 3], "EARLY")]
+    assert panes(feed(op, clock, [(1200, 4), (1300, 5)])) == [(None, "0", [1, 2, 3, 4, 5], "EARLY")]
+
+
+def test_default_firing_cancels_the_early_trigger(clock: FakeClock) -> None:
+    w = Windows.tumbling(SEC).early_trigger(Triggers.time_since_first_message(5 * SEC))
+    op = start_window(w, clock)
+    feed(op, clock, [(0, "a")])
+    assert panes(op.on_timer(1000)) == [(None, "0", ["a"], "DEFAULT")]
+    assert op.on_timer(5000) == []
+    assert op._early == {} and op._timers == []
+
+
+def test_a_tick_runs_timers_in_time_order_and_a_close_goes_first_on_ties(
+        clock: FakeClock) -> None:
+    w = Windows.keyed_tumbling(by_key, SEC).early_trigger(
+        Triggers.time_since_first_message(timedelta(milliseconds=900)))
+    op = start_window(w, clock)
+    feed(op, clock, [(0, ("early", 1)), (100, ("tie", 2))])  # timers at 900 and 1000
+    assert panes(op.on_timer(1000)) == [
+        ("early", "0", [("early", 1)], "EARLY"),
+        ("early", "0", [("early", 1)], "DEFAULT"),
+        ("tie", "0", [("tie", 2)], "DEFAULT"),
+    ]
+
+
+# -- event time ---------------------------------------------------------------------------------
+
+def event_window(**kw: Any) -> Window[Any, Any]:
+    return Windows.keyed_tumbling(by_key, 10 * SEC, event_time=at, **kw)
+
+
+def test_event_time_panes_close_on_the_watermark(clock: FakeClock) -> None:
+    op = start_window(event_window(init=lambda: 0, fold=lambda m, n: n + 1), clock)
+    assert op.process(("a", 1.0)) == [] and op.process(("b", 9.999)) == []
+    assert op.on_timer(10**9) == []  # processing time does not close event-time panes
+    assert op.process(("a", 3.0)) == []  # out of order but on time: pane 0 is still open
+    assert op.watermark == 9_999
+    assert op.on_watermark(9_999) == []
+    assert panes(op.on_watermark(10_000)) == [("a", "0", 2, "DEFAULT"), ("b", "0", 1, "DEFAULT")]
+    assert op.on_watermark(5_000) == [] and op.watermark == 10_000  # it never goes back
+    assert op.process(("a", 19.0)) == [] and op.process(("b", 11.0)) == []
+    # a message's event time moves the watermark: pane 10000 closes before c joins pane 30000
+    assert panes(op.process(("c", 31.5))) == [("a", "10000", 1, "DEFAULT"),
+                                               ("b", "10000", 1, "DEFAULT")]
+    assert op._store.get(WATERMARK_KEY) == 31_500
+    assert panes(op.on_end_of_stream()) == [("c", "30000", 1, "DEFAULT")]
+
+
+def test_late_messages_are_dropped_and_counted(clock: FakeClock) -> None:
+    metrics = Metrics()
+    op = start_window(event_window(), clock, metrics=metrics)
+    op.process(("a", 1.0))
+    op.process(("a", 25.0))
+    assert op.process(("a", 2.0)) == []
+    assert op.late_dropped == 1
+    assert metrics.counters["w.late-messages-dropped"].value == 1
+    # without a metrics registry (unit tests) the count still works
+    op2 = start_window(event_window(), clock, metrics=None)
+    op2.process(("a", 25.0))
+    op2.process(("a", 2.0))
+    assert op2.late_dropped == 1
+    # allowed lateness without a late trigger keeps nothing: still dropped
+    op3 = start_window(event_window().allowed_lateness(60 * SEC), clock, metrics=metrics)
+    op3.process(("a", 25.0))
+    assert op3.process(("a", 2.0)) == [] and op3.late_dropped == 1
+    assert op3._store.get((0, "a")) is None
+    assert metrics.counters["w.late-messages-dropped"].value == 2
+
+
+def test_allowed_lateness_keeps_panes_updatable_and_late_trigger_emits_late_panes(
+        clock: FakeClock) -> None:
+    w = event_window().allowed_lateness(20 * SEC).late_trigger(Triggers.count(1))
+    op = start_window(w, clock)
+    op.process(("a", 1.0))
+    assert panes(op.process(("a", 12.0))) == [("a", "0", [("a", 1.0)], "DEFAULT")]
+    # late but within lateness: folded into the kept state; count(1) fires once per pane
+    assert panes(op.process(("a", 2.0))) == [("a", "0", [("a", 1.0), ("a", 2.0)], "LATE")]
+    assert op.process(("a", 3.0)) == []
+    assert op._store.get((0, "a")) == [("a", 1.0), ("a", 2.0), ("a", 3.0)]
+    # a pane that had no on-time data still takes late data
+    assert panes(op.process(("b", 4.0))) == [("b", "0", [("b", 4.0)], "LATE")]
+    assert op.late_dropped == 0
+    # watermark 30s = pane end + lateness: the state is dropped without a firing
+    assert panes(op.on_watermark(30_000)) == [("a", "10000", [("a", 12.0)], "DEFAULT")]
+    assert op._store.get((0, "a")) is None and op._store.get((0, "b")) is None
+    assert op.process(("a", 5.0)) == [] and op.late_dropped == 1
+
+
+def test_repeating_late_trigger_emits_per_late_message_and_discarding_keeps_only_late_data(
+        clock: FakeClock) -> None:
+    w = (event_window(init=lambda: 0, fold=lambda m, n: n + 1)
+         .allowed_lateness(60 * SEC)
+         .late_trigger(Triggers.repeat(Triggers.count(1)))
+         .accumulation(AccumulationMode.DISCARDING))
+    op = start_window(w, clock)
+    op.process(("a", 1.0))
+    op.process(("a", 2.0))
+    assert panes(op.process(("a", 15.0))) == [("a", "0", 2, "DEFAULT")]
+    assert panes(op.process(("a", 3.0))) == [("a", "0", 1, "LATE")]
+    assert panes(op.process(("a", 4.0))) == [("a", "0", 1, "LATE")]
+
+
+def test_messages_beyond_allowed_lateness_are_dropped(clock: FakeClock) -> None:
+    w = event_window().allowed_lateness(5 * SEC).late_trigger(Triggers.count(1))
+    op = start_window(w, clock)
+    op.process(("a", 14.0))
+    assert panes(op.process(("a", 2.0))) == [("a", "0", [("a", 2.0)], "LATE")]  # 14 < 10 + 5
+    op.process(("a", 15.0))
+    assert op.process(("a", 3.0)) == [] and op.late_dropped == 1  # 15 >= 10 + 5
+
+
+def test_late_trigger_time_based_fires_at_a_tick(clock: FakeClock) -> None:
+    w = event_window().allowed_lateness(60 * SEC).late_trigger(
+        Triggers.time_since_first_message(SEC))
+    op = start_window(w, clock)
+    op.process(("a", 20.0))
+    clock.set(500)
+    assert op.process(("a", 2.0)) == []
+    assert op.on_timer(1499) == []
+    assert panes(op.on_timer(1500)) == [("a", "0", [("a", 2.0)], "LATE")]
+
+
+def test_early_triggers_count_processing_time_in_event_time_windows(clock: FakeClock) -> None:
+    w = event_window().early_trigger(Triggers.time_since_first_message(SEC))
+    op = start_window(w, clock)
+    clock.set(5000)
+    op.process(("a", 1.0))
+    assert op.on_timer(5999) == []
+    assert panes(op.on_timer(6000)) == [("a", "0", [("a", 1.0)], "EARLY")]
+
+
+# -- end of stream ------------------------------------------------------------------------------
+
+def test_end_of_stream_fires_open_panes_by_start_then_encoded_key(clock: FakeClock) -> None:
+    w = Windows.keyed_tumbling(by_key, SEC, init=lambda: 0, fold=lambda m, n: n + 1)
+    op = start_window(w, clock)
+    feed(op, clock, [(2500, ("b", 0)), (2500, (10, 0)), (1500, ("a", 0)), (1500, (2, 0)),
+                     (1500, (None, 0)), (2500, ("a", 0))])
+    assert [(k, pid) for k, pid, _, f in panes(op.on_end_of_stream())] == [
+        (None, "1000"), (2, "1000"), ("a", "1000"), (10, "2000"), ("a", "2000"), ("b", "2000")]
+    assert list(op._store.all()) == [] and op.on_timer(10**6) == []
+
+
+def test_end_of_stream_drops_panes_kept_for_lateness(clock: FakeClock) -> None:
+    w = event_window().allowed_lateness(60 * SEC).late_trigger(Triggers.count(1))
+    op = start_window(w, clock)
+    op.process(("a", 1.0))
+    op.process(("a", 11.0))  # closes pane 0 (kept for lateness)
+    assert panes(op.on_end_of_stream()) == [("a", "10000", [("a", 11.0)], "DEFAULT")]
+    assert [k for k, _ in op._store.all()] == [WATERMARK_KEY]
+
+
+# -- state, restore, user functions ------------------------------------------------------------
+
+def test_restore_from_the_store(clock: FakeClock) -> None:
+    store = InMemoryState()
+    w = event_window(init=lambda: 0, fold=lambda m, n: n + 1).allowed_lateness(
+        30 * SEC).late_trigger(Triggers.count(1))
+    op = start_window(w, clock, store=store)
+    for m in [("a", 1.0), ("b", 2.0), ("a", 11.0), ("b", 12.0)]:
+        op.process(m)
+    # a restart over the same store; the watermark is stored when panes close (at 11.0 here),
+    # which is all a restore needs to tell closed panes from open ones
+    again = start_window(w, clock, store=store)
+    assert again.watermark == 11_000
+    assert panes(again.process(("a", 3.0))) == [("a", "0", 2, "LATE")]
+    assert panes(again.on_end_of_stream()) == [("a", "10000", 1, "DEFAULT"),
+                                                ("b", "10000", 1, "DEFAULT")]
+
+
+def test_restore_processing_time_panes_fire_at_the_next_tick(clock: FakeClock) -> None:
+    store = InMemoryState()
+    op = start_window(Windows.tumbling(SEC), clock, store=store)
+    feed(op, clock, [(100, "a"), (200, "b")])
+    again = start_window(Windows.tumbling(SEC), clock, store=store)
+    assert panes(again.on_timer(1000)) == [(None, "0", ["a", "b"], "DEFAULT")]
+
+
+def test_fold_returning_none_is_an_error(clock: FakeClock) -> None:
+    op = start_window(Windows.tumbling(SEC, init=lambda: 0, fold=lambda m, n: None), clock)
+    with pytest.raises(ValueError, match="fold returned None"):
+        op.process("x")
+
+
+def test_user_function_objects_get_init_and_close(clock: FakeClock) -> None:
+    calls: list[str] = []
+
+    class KeyOf:
+        def init(self, ctx: Any) -> None:
+            calls.append(f"init {ctx.task_name}")
+
+        def __call__(self, m: Any) -> Any:  # a Window's functions must be callable
+            return m[0]
+
+        def close(self) -> None:
+            calls.append("close")
+
+    op = start_window(Windows.keyed_tumbling(KeyOf(), SEC), clock)
+    feed(op, clock, [(0, ("k", 1))])
+    assert panes(op.on_timer(1000)) == [("k", "0", [("k", 1)], "DEFAULT")]
+    op.close()
+    assert calls == ["init task-0", "close"]
+
+
+def test_process_before_init_raises() -> None:
+    op = TumblingWindowOperator(WindowSpec("w", "w", ("stream:in",), "", window=Windows.tumbling(SEC)))
+    with pytest.raises(RuntimeError, match="init"):
+        op.process("x")
+
+
+# -- a reference model ----------------------------------------------------------------------------
+
+events = st.lists(st.tuples(st.sampled_from(["a", "b", "c", 1, 2]),
+                            st.integers(min_value=0, max_value=60_000)), max_size=60)
+
+
+@settings(max_examples=200, deadline=None)
+@given(events, st.sampled_from([1000, 5000, 10_000]))
+def test_event_time_fold_equals_a_reference_model(evs: list[tuple[Any, int]], size: int) -> None:
+    """Sums per (key, pane) equal a plain-Python model of rule 8: the watermark is the max event
+    time seen; a message whose pane end <= watermark is late and dropped."""
+    w = Windows.keyed_tumbling(by_key, timedelta(milliseconds=size), init=lambda: 0,
+                               fold=lambda m, n: n + m[1], event_time=lambda m: m[1] / 1000)
+    op = start_window(w, FakeClock())
+    out: list[Any] = []
+    for e in evs:
+        out += op.process(e)
+    out += op.on_end_of_stream()
+    model: dict[tuple[Any, int], int] = {}
+    wm, dropped = -1, 0
+    for key, t in evs:
+        wm = max(wm, t)
+        start = t - t % size
+        if start + size <= wm:
+            dropped += 1
+            continue
+        model[(key, start)] = model.get((key, start), 0) + t
+    got = {(p.key.key, int(p.key.pane_id)): p.message for p in out}
+    assert len(got) == len(out)  # each pane fires once
+    assert all(p.firing is DEFAULT for p in out)
+    assert got == model
+    assert op.late_dropped == dropped
+    # panes come out in closing order: by start
+    starts = [int(p.key.pane_id) for p in out]
+    assert starts == sorted(starts)
