@@ -50,6 +50,7 @@ _FRAC_NEG = 0x01
 _FRAC_NONE = 0x02
 _FRAC_POS = 0x03
 _MASK64 = (1 << 64) - 1
+_NO_FRACTION = bytes((_FRAC_NONE,))
 
 _MISSING: Any = object()
 _pack_double = struct.Struct(">d").pack
@@ -139,7 +140,7 @@ def encode_key(key: Any) -> bytes:
     t = type(key)
     if t is int and 0 <= key < 1 << 63:  # the common case: an id or a timestamp
         size = (key.bit_length() + 7) >> 3
-        return bytes((_POS_INT, size)) + key.to_bytes(size, "big") + b"\x02"
+        return bytes((_POS_INT, size)) + key.to_bytes(size, "big") + _NO_FRACTION
     out = bytearray()
     _encode(key, out)
     return bytes(out)

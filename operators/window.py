@@ -3,8 +3,11 @@
 
 A pane is identified by ``(start_ms, key)`` (key None for the global tumbling window); its state
 lives in ``ctx.store(op_id)`` under that tuple: the fold result, or the list of messages without
-``init``/``fold``. The in-memory indexes (open panes, closing times, triggers) are rebuilt from the
-store at ``init``. The watermark is stored under ``(None, "watermark")`` whenever panes close.
+``init``/``fold``. The in-memory indexes (open panes and their closing order, panes kept for
+lateness) are rebuilt from the store at ``init``; the watermark is stored under
+``(None, "watermark")`` whenever panes close, which is all a restore needs to tell closed panes from
+open ones. Trigger progress is not stored (as in Samza): after a restore, a pane's early or late
+trigger starts afresh with its next message.
 
 Time. Without ``event_time`` a message belongs to the pane of ``ctx.clock()`` and panes close at
 window ticks (``on_timer(now_ms)``) once ``now >= end``. With ``event_time`` (seconds, rounded to
@@ -342,6 +345,9 @@ class TumblingWindowOperator(WindowOperator):
         on_trigger_message, late_message, advance = \
             self._on_trigger_message, self._late_message, self._advance
 
+        if event_time is not None and fold is not None and key_fn is not None and not early:
+            return self._make_keyed_fold_process()
+
         def process(message: Any) -> list[Any]:
             out: list[Any] | None = None
             if event_time is not None:
@@ -381,6 +387,45 @@ class TumblingWindowOperator(WindowOperator):
                     if out is None:
                         return [pane]
                     out.append(pane)
+            return out if out is not None else []
+
+        return process
+
+    def _make_keyed_fold_process(self) -> Callable[[Any], list[Any]]:
+        """The general ``process`` less its branches, for the common keyed event-time fold
+        without early triggers."""
+        get, put, key_fn, init, fold, event_time = \
+            self._get, self._put, self._key_fn, self._init, self._fold, self._event_time
+        size, lateness = self.size_ms, self.lateness_ms
+        open_panes, closing, expiring = self._open, self._closing, self._expiring
+        late_message, advance = self._late_message, self._advance
+        assert key_fn and init and fold and event_time
+
+        def process(message: Any) -> list[Any]:
+            ms = round(event_time(message) * 1000.0)
+            start = ms - ms % size
+            out = None
+            if ms > self.watermark:
+                self.watermark = ms
+                if (closing and closing[0] + size <= ms) or \
+                        (expiring and expiring[0] + size + lateness <= ms):
+                    out = advance(ms)
+            elif start + size <= self.watermark:
+                return late_message(message, (start, key_fn(message)))
+            key = key_fn(message)
+            pk = (start, key)
+            value = get(pk)
+            if value is None:
+                keys = open_panes.get(start)
+                if keys is None:
+                    keys = open_panes[start] = {}
+                    heappush(closing, start)
+                keys[key] = None
+                value = init()
+            value = fold(message, value)
+            if value is None:
+                self._check_fold(value)
+            put(pk, value)
             return out if out is not None else []
 
         return process

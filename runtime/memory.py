@@ -107,8 +107,21 @@ class MemoryProducer:
     def send(self, stream_id: str, partition: int, payload: Any) -> None:
         self.broker.append(stream_id, partition, payload)
 
+    def sender(self, stream_id: str) -> Any:
+        """A fast ``send(partition, payload)`` for one stream; ``signal()`` wakes readers."""
+        logs = self.broker.streams[stream_id]
+
+        def send(partition: int, payload: Any) -> None:
+            logs[partition].append(payload)
+        return send
+
+    def signal(self) -> None:
+        event = self.broker._event
+        if event is not None:
+            event.set()
+
     async def flush(self) -> None:
-        return None
+        self.signal()
 
     async def close(self) -> None:
         return None

@@ -167,7 +167,7 @@ class TaskInstance:
 
     def _make_sender(self, stream_id: str) -> Emit:
         n = self.job.partitions[stream_id]
-        send = self.container.producer.send
+        send = self.container.producer.sender(stream_id)
         stream = self.plan.streams[stream_id]
         serde = getattr(stream.descriptor, "serde", None)
         key_bytes = serde.key_serde.serialize if isinstance(serde, KVSerde) else default_key_bytes
@@ -175,15 +175,15 @@ class TaskInstance:
 
         if stream.kind == "broadcast" or n == 1:
             def send_one(m: Any) -> None:
-                send(stream_id, 0, m)
+                send(0, m)
             return send_one
         partitioner = KeyPartitioner(n, key_bytes)
 
         def send_keyed(m: Any) -> None:
             if type(m) is KV:
-                send(stream_id, partitioner(m.key), m)
+                send(partitioner(m.key), m)
             else:
-                send(stream_id, own, m)
+                send(own, m)
         return send_keyed
 
     # -- processing -------------------------------------------------------------------------------
@@ -439,6 +439,7 @@ class TaskInstance:
                     await self._advance_watermarks()
                 if self.ended and self.in_flight == 0:
                     await self._end_stages()
+                self.container.producer.signal()
                 self.container.on_consumed(self)
                 await asyncio.sleep(0)
                 continue

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
-from operator_helpers import FakeClock
 
 from operators.base import OperatorContext
 from operators.state import InMemoryState
+
+sys.path.insert(0, str(Path(__file__).parent))  # the test modules import operator_helpers too
+from operator_helpers import FakeClock  # noqa: E402
 
 
 @pytest.fixture

@@ -328,10 +328,14 @@ def test_restore_processing_time_panes_fire_at_the_next_tick(clock: FakeClock) -
     assert panes(again.on_timer(1000)) == [(None, "0", ["a", "b"], "DEFAULT")]
 
 
-def test_fold_returning_none_is_an_error(clock: FakeClock) -> None:
-    op = start_window(Windows.tumbling(SEC, init=lambda: 0, fold=lambda m, n: None), clock)
+@pytest.mark.parametrize("window", [
+    Windows.tumbling(SEC, init=lambda: 0, fold=lambda m, n: None),
+    Windows.keyed_tumbling(by_key, SEC, init=lambda: 0, fold=lambda m, n: None, event_time=at),
+])
+def test_fold_returning_none_is_an_error(window: Window[Any, Any], clock: FakeClock) -> None:
+    op = start_window(window, clock)
     with pytest.raises(ValueError, match="fold returned None"):
-        op.process("x")
+        op.process(("k", 1.0))
 
 
 def test_user_function_objects_get_init_and_close(clock: FakeClock) -> None:
