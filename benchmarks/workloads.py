@@ -137,7 +137,8 @@ def w3_input(n: int, partitions: int = 4, seed: int = 3) -> dict[int, list[dict[
 def w3_app() -> tuple[StreamApplication, Any, Any]:
     app = StreamApplication("w3-window")
     mem = MemorySystem()
-    inp = mem.input("page-views", partitions=4)
+    # watermarks come from the input's event time, min over the producing tasks
+    inp = mem.input("page-views", partitions=4, event_time=lambda v: v["ts"])
     out = mem.output("views-per-country")
     (app.input(inp)
         .partition_by(lambda v: v["country"], name="by-country")

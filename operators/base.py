@@ -52,6 +52,10 @@ class OperatorContext:
     clock: Callable[[], int]
     stores: Mapping[str, KeyValueState] = field(default_factory=dict)
     metrics: Any = None
+    #: True when the task's watermark comes from upstream (inputs with ``event_time``, or
+    #: intermediate streams carrying watermarks): event-time windows then close only on
+    #: ``on_watermark``; otherwise a window advances its own watermark to the latest event time
+    external_watermarks: bool = False
 
     def store(self, name: str) -> KeyValueState:
         try:

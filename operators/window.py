@@ -11,8 +11,9 @@ trigger starts afresh with its next message.
 
 Time. Without ``event_time`` a message belongs to the pane of ``ctx.clock()`` and panes close at
 window ticks (``on_timer(now_ms)``) once ``now >= end``. With ``event_time`` (seconds, rounded to
-whole ms) the window's watermark is the max of the event times it has seen and of the watermarks
-given to ``on_watermark``; a pane closes when the watermark reaches its end, in ``process`` or
+whole ms) the window's watermark is the task's watermark, given to ``on_watermark``, when the task
+has one (``ctx.external_watermarks``: inputs declare ``event_time``, or intermediate streams carry
+watermarks from upstream tasks); otherwise it is the max of the event times it has seen. A pane closes when the watermark reaches its end, in ``process`` or
 ``on_watermark``. Early and late triggers always count processing time (``ctx.clock()``) and their
 time triggers fire at window ticks.
 
@@ -117,6 +118,8 @@ class WindowOperator(Operator):
         self._get = self._store.get
         self._put = self._store.put
         self._clock = ctx.clock
+        #: without upstream watermarks, the latest event time seen is the watermark
+        self.local_watermark = not ctx.external_watermarks
         stored = self._get(WATERMARK_KEY)
         if self._event_time is not None and stored is not None:
             self.watermark = stored
@@ -344,6 +347,7 @@ class TumblingWindowOperator(WindowOperator):
         early = self._early_spec is not None
         on_trigger_message, late_message, advance = \
             self._on_trigger_message, self._late_message, self._advance
+        local_wm = self.local_watermark
 
         if event_time is not None and fold is not None and key_fn is not None and not early:
             return self._make_keyed_fold_process()
@@ -354,10 +358,11 @@ class TumblingWindowOperator(WindowOperator):
                 ms = round(event_time(message) * 1000.0)
                 start = ms - ms % size
                 if ms > self.watermark:  # the message's own pane is open
-                    self.watermark = ms
-                    if (closing and closing[0] + size <= ms) or \
-                            (expiring and expiring[0] + size + lateness <= ms):
-                        out = advance(ms)
+                    if local_wm:
+                        self.watermark = ms
+                        if (closing and closing[0] + size <= ms) or \
+                                (expiring and expiring[0] + size + lateness <= ms):
+                            out = advance(ms)
                 elif start + size <= self.watermark:
                     key = key_fn(message) if key_fn is not None else None
                     return late_message(message, (start, key))
@@ -399,6 +404,7 @@ class TumblingWindowOperator(WindowOperator):
         size, lateness = self.size_ms, self.lateness_ms
         open_panes, closing, expiring = self._open, self._closing, self._expiring
         late_message, advance = self._late_message, self._advance
+        local_wm = self.local_watermark
         assert key_fn and init and fold and event_time
 
         def process(message: Any) -> list[Any]:
@@ -406,10 +412,11 @@ class TumblingWindowOperator(WindowOperator):
             start = ms - ms % size
             out = None
             if ms > self.watermark:
-                self.watermark = ms
-                if (closing and closing[0] + size <= ms) or \
-                        (expiring and expiring[0] + size + lateness <= ms):
-                    out = advance(ms)
+                if local_wm:
+                    self.watermark = ms
+                    if (closing and closing[0] + size <= ms) or \
+                            (expiring and expiring[0] + size + lateness <= ms):
+                        out = advance(ms)
             elif start + size <= self.watermark:
                 return late_message(message, (start, key_fn(message)))
             key = key_fn(message)

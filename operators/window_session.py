@@ -114,7 +114,7 @@ class SessionWindowOperator(WindowOperator):
         event_time = self._event_time
         if event_time is not None:
             ms = round(event_time(message) * 1000.0)
-            if ms > self.watermark:
+            if ms > self.watermark and self.local_watermark:
                 self.watermark = ms
                 closing, expiring = self._closing, self._expiring
                 if (closing and closing[0][0] <= ms) or (expiring and expiring[0][0] <= ms):

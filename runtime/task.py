@@ -110,10 +110,12 @@ class TaskInstance:
                         stores[f"{op_id}-{side}"] = container.store(self.name, f"{op_id}-{side}")
                 self.operators[op_id] = build_operator(spec)
         self.stores = stores
-        ctx = OperatorContext(self.name, container.config, container.clock, stores, self.metrics)
         user_ctx = UserContext(self.name, container.config, self.metrics, tables)
-        for op in self.operators.values():
-            op.init(ctx, user_ctx)
+        for stage in self.model.stages:
+            ctx = OperatorContext(self.name, container.config, container.clock, stores,
+                                  self.metrics, external_watermarks=self.job.watermarked(stage))
+            for op_id in stage.operators:
+                self.operators[op_id].init(ctx, user_ctx)
 
         self._emits: dict[tuple[str, int], Emit] = {}
         self._senders: dict[str, Emit] = {}
@@ -194,12 +196,20 @@ class TaskInstance:
         self.wake.set()
 
     def _process_some(self, budget: int) -> int:
-        """Hand out up to ``budget`` messages; returns how many records were consumed."""
+        """Hand out up to ``budget`` messages; returns how many records were consumed.
+
+        Nothing else runs on the loop while this synchronous loop does, so the commit, window and
+        stop flags are checked once, and ``in_flight`` only after a message went async."""
+        if self.commit_requested or self.window_requested or self.container.stopping:
+            return 0
         n = 0
         pending = self.pending
         checkpoint = self.checkpoint
         max_c = self.max_concurrency
-        while n < budget:
+        create_task = asyncio.get_running_loop().create_task
+        finish = self._finish
+        control_types = _CONTROL_TYPES
+        while n < budget and self.in_flight < max_c:
             cur = self._cur
             if cur is None:
                 if not self.inbox:
@@ -210,41 +220,49 @@ class TaskInstance:
             entry = self.entries[ssp.stream_id]
             et = self._event_time.get(ssp.stream_id)
             i = self._cur_i
-            end = len(payloads)
-            off = first + i
+            end = min(len(payloads), i + budget - n)
+            latest = None  # the latest event time seen in this run, in seconds
+            last_done = -1  # the last offset completed inline while nothing was pending
             try:
-                while i < end and n < budget:
-                    if self.in_flight >= max_c or self.commit_requested or self.window_requested \
-                            or self.container.stopping:
-                        budget = 0
-                        break
+                while i < end:
                     m = payloads[i]
-                    off = first + i
                     i += 1
-                    n += 1
-                    if type(m) in _CONTROL_TYPES:
+                    if type(m) in control_types:
                         self._control(ssp, m)
                         continue
                     if et is not None:
-                        ts = int(et(m) * 1000)
-                        if ts > self._ssp_wm.get(ssp, -1):
-                            self._ssp_wm[ssp] = ts
+                        t = et(m)
+                        if latest is None or t > latest:
+                            latest = t
                     pend = entry(m)
                     if pend is None:
                         if pending:
-                            pending.append([ssp, off, True, 0])
+                            pending.append([ssp, first + i - 1, True, 0])
                         else:
-                            checkpoint[ssp] = off
+                            last_done = i
                     else:
-                        rec = [ssp, off, False, time.monotonic()]
+                        if last_done >= 0:
+                            checkpoint[ssp] = first + last_done - 1
+                            last_done = -1
+                        rec = [ssp, first + i - 1, False, time.monotonic()]
                         pending.append(rec)
                         self.in_flight += 1
-                        asyncio.get_running_loop().create_task(self._finish(rec, pend))
+                        create_task(finish(rec, pend))
+                        if self.in_flight >= max_c:
+                            break
             except OperatorFailure as f:
                 self._cur_i = i
-                raise self._task_error(f, ssp, off) from f.cause
+                raise self._task_error(f, ssp, first + i - 1) from f.cause
+            finally:
+                if latest is not None:
+                    ms = int(latest * 1000)
+                    if ms > self._ssp_wm.get(ssp, -1):
+                        self._ssp_wm[ssp] = ms
+            if last_done >= 0:
+                checkpoint[ssp] = first + last_done - 1
+            n += i - self._cur_i
             self._cur_i = i
-            if i >= end:
+            if i >= len(payloads):
                 self._cur = None
         self.inbox_size -= n
         self.processed += n
