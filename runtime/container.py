@@ -81,6 +81,7 @@ class Container:
         self.tasks: list[TaskInstance] = []
         self._room = asyncio.Event()
         self.stopping = False
+        self.closed = False
         self.commits = 0
         self.started = time.monotonic()
 
@@ -118,6 +119,8 @@ class Container:
                 if exc is not None:
                     raise exc
         finally:
+            self.closed = True
+            self._room.set()
             for fut in runs + helpers:
                 fut.cancel()
             await asyncio.gather(*runs, *helpers, return_exceptions=True)
@@ -135,7 +138,7 @@ class Container:
 
     async def _consume(self) -> None:
         consumer = self.consumer
-        while True:
+        while not self.closed:
             keys = [k for k in self._keys
                     if k[0].inbox_size < INBOX_LIMIT and k[0].reading(k[1]) and not k[0].done]
             if not keys:

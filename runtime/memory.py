@@ -92,7 +92,9 @@ class MemoryConsumer:
             if out or not keys:
                 return out
             try:
-                await asyncio.wait_for(event.wait(), timeout)
+                # asyncio.timeout, not wait_for: wait_for can swallow a cancellation on 3.11
+                async with asyncio.timeout(timeout):
+                    await event.wait()
             except TimeoutError:
                 return []
 

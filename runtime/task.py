@@ -154,9 +154,7 @@ class TaskInstance:
         spec = self.operators[op_id].spec
         nexts = [self._emit(n, self.plan.graph.edges[op_id, n]["port"])
                  for n in self.plan.next_ops(op_id)]
-        if isinstance(spec, PartitionBySpec | BroadcastSpec):
-            nexts.append(self._sender(spec.stream_id))
-        elif isinstance(spec, SendToSpec) and spec.stream_id is not None:
+        if isinstance(spec, PartitionBySpec | BroadcastSpec) or isinstance(spec, SendToSpec) and spec.stream_id is not None:
             nexts.append(self._sender(spec.stream_id))
         return nexts
 

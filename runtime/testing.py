@@ -21,7 +21,7 @@ from typing import Any
 from samza_dsl import StreamApplication
 from samza_dsl.errors import SamzaError
 from samza_dsl.kv import KV
-from samza_dsl.systems import InputDescriptor, OutputDescriptor
+from samza_dsl.systems import InputDescriptor
 
 from .container import Container, MemoryCheckpoints
 from .job import build_job_model
@@ -146,7 +146,8 @@ class TestRunner:
 
         async def main() -> None:
             try:
-                await asyncio.wait_for(container.run(), timeout)
+                async with asyncio.timeout(timeout):
+                    await container.run()
             except TimeoutError:
                 status = container.status()
                 raise SamzaError(
