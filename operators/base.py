@@ -24,10 +24,15 @@ from typing import Any, ClassVar, Protocol
 
 from samza_dsl.spec import OpSpec
 
-__all__ = ["Operator", "OperatorContext", "KeyValueState", "Result", "resolve_fn", "init_fn",
+__all__ = ["IDENTITY", "Operator", "OperatorContext", "KeyValueState", "Result", "resolve_fn", "init_fn",
            "close_fn", "UserContext", "inc_counter"]
 
 Result = list[Any] | Awaitable[list[Any]]
+
+
+def IDENTITY(message: Any) -> Any:  # noqa: N802 - a marker, compared by identity
+    """The one-to-one function of operators that pass every message on unchanged."""
+    return message
 
 
 class KeyValueState(Protocol):
@@ -136,6 +141,12 @@ class Operator:
 
     def process(self, message: Any) -> Result:
         raise NotImplementedError(f"{type(self).__name__} must implement process")
+
+    def one_to_one(self) -> Callable[[Any], Any] | None:
+        """For operators that turn a message into at most one output, synchronously: the function
+        ``m -> output or None`` (None: no output). The runtime then chains such operators with
+        no per-message list. ``IDENTITY`` means the output is the message itself."""
+        return None
 
     def process_port(self, port: int, message: Any) -> Result:
         return self.process(message)

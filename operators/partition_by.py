@@ -13,12 +13,13 @@ has one partition).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from samza_dsl.kv import KV
 from samza_dsl.spec import BroadcastSpec, PartitionBySpec
 
-from .base import Operator, resolve_fn
+from .base import IDENTITY, Operator, resolve_fn
 
 __all__ = ["PartitionByOperator", "BroadcastOperator"]
 
@@ -39,6 +40,17 @@ class PartitionByOperator(Operator):
         value_fn = self._value_fn
         return [KV(self._key_fn(message), message if value_fn is None else value_fn(message))]
 
+    def one_to_one(self) -> Callable[[Any], Any]:
+        key_fn, value_fn = self._key_fn, self._value_fn
+        if value_fn is None:
+            def keyed(message: Any) -> Any:
+                return KV(key_fn(message), message)
+            return keyed
+
+        def keyed_value(message: Any) -> Any:
+            return KV(key_fn(message), value_fn(message))
+        return keyed_value
+
 
 class BroadcastOperator(Operator):
     """``[m]``: every task reads the broadcast stream's single partition."""
@@ -51,3 +63,6 @@ class BroadcastOperator(Operator):
 
     def process(self, message: Any) -> list[Any]:
         return [message]
+
+    def one_to_one(self) -> Callable[[Any], Any]:
+        return IDENTITY

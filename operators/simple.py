@@ -12,13 +12,13 @@ User functions may be plain callables or objects with ``__call__`` or ``apply`` 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from samza_dsl.kv import KV
 from samza_dsl.spec import FilterSpec, FlatMapSpec, MapSpec, MergeSpec, SendToSpec, SinkSpec
 
-from .base import Operator, OperatorContext, Result, UserContext, resolve_fn
+from .base import IDENTITY, Operator, OperatorContext, Result, UserContext, resolve_fn
 
 __all__ = ["MapOperator", "FilterOperator", "FlatMapOperator", "MergeOperator", "SinkOperator",
            "SendToStreamOperator", "SendToTableOperator", "send_to_operator"]
@@ -38,6 +38,9 @@ class MapOperator(Operator):
         result = self._fn(message)
         return [] if result is None else [result]
 
+    def one_to_one(self) -> Callable[[Any], Any]:
+        return self._fn
+
 
 class FilterOperator(Operator):
     """Keeps the messages for which ``fn(m)`` is true."""
@@ -51,6 +54,13 @@ class FilterOperator(Operator):
 
     def process(self, message: Any) -> list[Any]:
         return [message] if self._fn(message) else []
+
+    def one_to_one(self) -> Callable[[Any], Any]:
+        fn = self._fn
+
+        def keep(message: Any) -> Any:
+            return message if fn(message) else None
+        return keep
 
 
 class FlatMapOperator(Operator):
@@ -80,6 +90,9 @@ class MergeOperator(Operator):
 
     def process(self, message: Any) -> list[Any]:
         return [message]
+
+    def one_to_one(self) -> Callable[[Any], Any]:
+        return IDENTITY
 
 
 async def _settle(awaitable: Awaitable[Any]) -> list[Any]:
@@ -116,6 +129,9 @@ class SendToStreamOperator(Operator):
 
     def process(self, message: Any) -> list[Any]:
         return [message]
+
+    def one_to_one(self) -> Callable[[Any], Any]:
+        return IDENTITY
 
 
 class SendToTableOperator(Operator):

@@ -32,6 +32,7 @@ class Consumer(Protocol):
     def register(self, key: Any, ssp: SSP, next_offset: int) -> None: ...
     async def poll(self, keys: list[Any], max_per_key: int,
                    timeout: float | None = None) -> list[tuple[Any, int, list[Any]]]: ...
+    def wakeup(self) -> None: ...
     async def close(self) -> None: ...
 
 
@@ -139,8 +140,13 @@ class Container:
     async def _consume(self) -> None:
         consumer = self.consumer
         while not self.closed:
-            keys = [k for k in self._keys
-                    if k[0].inbox_size < INBOX_LIMIT and k[0].reading(k[1]) and not k[0].done]
+            keys = []
+            for k in self._keys:
+                task = k[0]
+                if task.inbox_size >= INBOX_LIMIT:
+                    task.paused = True
+                elif task.reading(k[1]) and not task.done:
+                    keys.append(k)
             if not keys:
                 self._room.clear()
                 await self._room.wait()
@@ -150,8 +156,11 @@ class Container:
                 task.add_batch(ssp, first, payloads)
 
     def on_consumed(self, task: TaskInstance) -> None:
-        if task.inbox_size < INBOX_LIMIT:
+        """A task took records from its inbox: if it was full, its partitions are read again."""
+        if task.paused and task.inbox_size < INBOX_LIMIT:
+            task.paused = False
             self._room.set()
+            self.consumer.wakeup()
 
     async def _ticker(self, interval_ms: int, flag: str) -> None:
         while True:

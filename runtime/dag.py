@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-__all__ = ["Emit", "OperatorFailure", "chain", "fan_out", "gather_pending"]
+__all__ = ["Emit", "OperatorFailure", "chain", "chain_one", "fan_out", "gather_pending"]
 
 #: an emit function: message -> None (done) or a list of pending awaitables
 Emit = Callable[[Any], list[Awaitable[None]] | None]
@@ -105,6 +105,34 @@ def chain(op_id: str, process: Callable[[Any], Any], nexts: list[Emit]) -> Emit:
             return _forward(out, nexts) if out else None
         return [_continue(out, op_id, nexts)]
     return emit_many
+
+
+def chain_one(op_id: str, fn: Callable[[Any], Any], nexts: list[Emit],
+              identity: Callable[[Any], Any] | None = None) -> Emit:
+    """The emit function of an operator that gives at most one output per message
+    (``Operator.one_to_one``): no list per message, and an identity operator costs nothing."""
+    nxt = fan_out(nexts) if nexts else None
+    if fn is identity and nxt is not None:
+        return nxt
+
+    if nxt is None:
+        def emit_last(m: Any) -> list[Awaitable[None]] | None:
+            try:
+                fn(m)
+            except Exception as exc:
+                raise OperatorFailure(op_id, exc) from exc
+            return None
+        return emit_last
+
+    def emit(m: Any) -> list[Awaitable[None]] | None:
+        try:
+            r = fn(m)
+        except Exception as exc:
+            raise OperatorFailure(op_id, exc) from exc
+        if r is None:
+            return None
+        return nxt(r)
+    return emit
 
 
 def fan_out(emits: list[Emit]) -> Emit:

@@ -69,6 +69,7 @@ class MemoryConsumer:
     def __init__(self, broker: MemoryBroker) -> None:
         self.broker = broker
         self.positions: dict[Any, tuple[SSP, int]] = {}
+        self._woken = False
 
     def register(self, key: Any, ssp: SSP, next_offset: int) -> None:
         self.positions[key] = (ssp, next_offset)
@@ -79,6 +80,7 @@ class MemoryConsumer:
         keys = list(keys)
         event = self.broker.event()
         streams = self.broker.streams
+        self._woken = False
         while True:
             event.clear()
             out = []
@@ -97,6 +99,14 @@ class MemoryConsumer:
                     await event.wait()
             except TimeoutError:
                 return []
+            if self._woken:  # the caller's set of partitions changed: let it ask again
+                self._woken = False
+                return []
+
+    def wakeup(self) -> None:
+        """End a waiting ``poll`` now: the set of partitions to read has changed."""
+        self._woken = True
+        self.broker.event().set()
 
     async def close(self) -> None:
         return None

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from operators import build_operator
-from operators.base import Operator, OperatorContext, UserContext
+from operators.base import IDENTITY, Operator, OperatorContext, UserContext
 from operators.hashing import KeyPartitioner
 from samza_dsl.config import config_value
 from samza_dsl.errors import CallbackTimeout, TaskError
@@ -26,7 +26,7 @@ from samza_dsl.kv import KV
 from samza_dsl.serdes import KVSerde
 from samza_dsl.spec import BroadcastSpec, JoinSpec, PartitionBySpec, SendToSpec, WindowSpec
 
-from .dag import Emit, OperatorFailure, chain, fan_out, gather_pending
+from .dag import Emit, OperatorFailure, chain, chain_one, fan_out, gather_pending
 from .job import SSP, JobModel, TaskModel
 from .records import EndOfStream, Watermark
 from .serde_util import default_key_bytes
@@ -66,6 +66,7 @@ class TaskInstance:
         # input
         self.inbox: deque[tuple[SSP, int, list[Any]]] = deque()
         self.inbox_size = 0
+        self.paused = False  # the consumer skips this task's partitions while its inbox is full
         self._cur: tuple[SSP, int, list[Any]] | None = None
         self._cur_i = 0
         self.ended: set[SSP] = set()
@@ -143,9 +144,13 @@ class TaskInstance:
         process: Callable[[Any], Any] = _bind_port(op, port) if isinstance(spec, JoinSpec) \
             else op.process
         executor = self.container.executor
+        one = op.one_to_one() if port == 0 else None
         if executor is not None and spec.opcode in _THREADED_OPCODES:
-            process = _threaded(process, executor)
-        emit = chain(op_id, process, nexts)
+            emit = chain(op_id, _threaded(process, executor), nexts)
+        elif one is not None:
+            emit = chain_one(op_id, one, nexts, IDENTITY)
+        else:
+            emit = chain(op_id, process, nexts)
         self._emits[key] = emit
         return emit
 
@@ -355,10 +360,16 @@ class TaskInstance:
             self._stage_wm[stage.stage_id] = wm
             for op_id in stage.operators:
                 await self._run_outputs(op_id, self.operators[op_id].on_watermark(wm))
-            for sid in stage.outputs:
-                if sid in self.plan.intermediate_streams:
-                    for p in range(self.job.partitions[sid]):
-                        self.container.producer.send(sid, p, Watermark(self.name, wm))
+            self._send_control(stage, Watermark(self.name, wm))
+
+    def _send_control(self, stage: Any, record: Any) -> None:
+        """A control record to every partition of the intermediate streams a stage writes."""
+        producer = self.container.producer
+        for sid in stage.outputs:
+            if sid in self.plan.intermediate_streams:
+                for p in range(self.job.partitions[sid]):
+                    producer.send(sid, p, record)
+        producer.signal()
 
     async def _run_outputs(self, op_id: str, outs: list[Any]) -> None:
         """Pass outputs of a timer, watermark or end-of-stream call downstream and await them."""
@@ -409,10 +420,7 @@ class TaskInstance:
                                     f"{self.name!r}: {type(exc).__name__}: {exc}", op_id=op_id,
                                     task=self.name) from exc
                 await self._run_outputs(op_id, outs)
-            for sid in stage.outputs:
-                if sid in self.plan.intermediate_streams:
-                    for p in range(self.job.partitions[sid]):
-                        self.container.producer.send(sid, p, EndOfStream(self.name))
+            self._send_control(stage, EndOfStream(self.name))
             self._flushed.add(stage.stage_id)
         return len(self._flushed) == len(self.model.stages)
 
