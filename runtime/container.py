@@ -179,13 +179,16 @@ class Container:
                 t.check_timeout(now)
 
     async def commit(self, task: TaskInstance) -> None:
-        """Flush the producer, then stores, then write the task's offsets."""
+        """Flush the producer, then stores, then write the task's offsets. The offsets are taken
+        before the flush: a message completing while it runs (async commit) has outputs the
+        flush may not cover, so the checkpoint must not include it."""
+        offsets = dict(task.checkpoint)
         await self.producer.flush()
         for store in task.stores.values():
             flush = getattr(store, "flush", None)
             if flush is not None:
                 flush()
-        self.checkpoints.write(task.name, task.checkpoint)
+        self.checkpoints.write(task.name, offsets)
         self.commits += 1
 
     # -- status -----------------------------------------------------------------------------------

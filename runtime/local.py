@@ -48,6 +48,7 @@ class LocalRunner:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._stop_requested = False
+        self._state = "new"
 
     # -- blocking run -----------------------------------------------------------------------------
 
@@ -73,6 +74,7 @@ class LocalRunner:
             checkpoints=self.checkpoints, store_factory=memory_store_factory(),
             config=plan.config, metrics=self.metrics)
         self._loop = asyncio.get_running_loop()
+        self._state = "running"
         if install_signals:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -82,6 +84,10 @@ class LocalRunner:
         reporter = asyncio.create_task(self._report()) if self.progress else None
         try:
             await container.run()
+            self._state = "finished"
+        except BaseException:
+            self._state = "failed"
+            raise
         finally:
             if reporter is not None:
                 reporter.cancel()
@@ -155,8 +161,7 @@ class LocalRunner:
         if self.container is None:
             return {"state": "starting", "processed": 0, "in_flight": 0}
         out = self.container.status()
-        alive = self._thread.is_alive() if self._thread is not None else False
-        out["state"] = "failed" if self._error else ("running" if alive else "finished")
+        out["state"] = "failed" if self._error else self._state
         if self._error is not None:
             out["error"] = str(self._error)
         return out

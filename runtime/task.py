@@ -12,6 +12,7 @@ end-of-stream > process.
 from __future__ import annotations
 
 import asyncio
+import copy
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -109,7 +110,7 @@ class TaskInstance:
                 elif isinstance(spec, JoinSpec):
                     for side in ("L", "R"):
                         stores[f"{op_id}-{side}"] = container.store(self.name, f"{op_id}-{side}")
-                self.operators[op_id] = build_operator(spec)
+                self.operators[op_id] = build_operator(_task_copy(spec))
         self.stores = stores
         user_ctx = UserContext(self.name, container.config, self.metrics, tables)
         for stage in self.model.stages:
@@ -233,21 +234,20 @@ class TaskInstance:
                     if type(m) in control_types:
                         self._control(ssp, m)
                         continue
-                    if et is not None:
-                        t = et(m)
-                        if latest is None or t > latest:
-                            latest = t
+                    t = et(m) if et is not None else None
                     pend = entry(m)
                     if pend is None:
                         if pending:
-                            pending.append([ssp, first + i - 1, True, 0])
+                            pending.append([ssp, first + i - 1, True, 0, t])
                         else:
                             last_done = i
+                            if t is not None and (latest is None or t > latest):
+                                latest = t
                     else:
                         if last_done >= 0:
                             checkpoint[ssp] = first + last_done - 1
                             last_done = -1
-                        rec = [ssp, first + i - 1, False, time.monotonic()]
+                        rec = [ssp, first + i - 1, False, time.monotonic(), t]
                         pending.append(rec)
                         self.in_flight += 1
                         create_task(finish(rec, pend))
@@ -291,6 +291,11 @@ class TaskInstance:
         while pending and pending[0][2]:
             r = pending.popleft()
             checkpoint[r[0]] = r[1]
+            t = r[4]
+            if t is not None:  # event time counts once everything before it has completed
+                ms = int(t * 1000)
+                if ms > self._ssp_wm.get(r[0], -1):
+                    self._ssp_wm[r[0]] = ms
         self.wake.set()
 
     def _task_error(self, f: OperatorFailure, ssp: SSP, offset: int) -> TaskError:
@@ -473,11 +478,23 @@ class TaskInstance:
                 await self._end_stages()
                 if len(self._flushed) != before:
                     continue
+            if self._ssp_wm:  # completions may have moved the watermark
+                await self._advance_watermarks()
             await wake.wait()
 
     def close(self) -> None:
         for op in self.operators.values():
             op.close()
+
+
+def _task_copy(spec: Any) -> Any:
+    """Each task gets its own copy of the user's function objects, as Samza deserializes one per
+    task: an object's ``init(ctx)`` state (its table, counters) must not be shared. Plain
+    functions are shared as they are (deepcopy keeps them)."""
+    try:
+        return copy.deepcopy(spec)
+    except Exception:  # an object that cannot be copied (a lock, a client): share it
+        return spec
 
 
 def _bind_port(op: Operator, port: int) -> Callable[[Any], Any]:

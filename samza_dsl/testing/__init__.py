@@ -14,7 +14,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(testing, name)
     if name == "strategies":
-        from . import strategies
+        import importlib
 
-        return strategies
+        return importlib.import_module("samza_dsl.testing.strategies")
     raise AttributeError(f"module 'samza_dsl.testing' has no attribute {name!r}")
