@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Protocol
 
 from samza_dsl.spec import OpSpec
 
-__all__ = ["IDENTITY", "Operator", "OperatorContext", "KeyValueState", "Result", "resolve_fn", "init_fn",
+__all__ = ["IDENTITY", "PassThrough", "Operator", "OperatorContext", "KeyValueState", "Result", "resolve_fn", "init_fn",
            "close_fn", "UserContext", "inc_counter"]
 
 Result = list[Any] | Awaitable[list[Any]]
@@ -167,3 +167,14 @@ class Operator:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.op_id!r})"
+
+
+class PassThrough(Operator):
+    """An operator whose output is its input: merge, broadcast, send_to a stream (the runtime
+    produces what these return)."""
+
+    def process(self, message: Any) -> list[Any]:
+        return [message]
+
+    def one_to_one(self) -> Callable[[Any], Any]:
+        return IDENTITY

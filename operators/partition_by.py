@@ -19,7 +19,7 @@ from typing import Any
 from samza_dsl.kv import KV
 from samza_dsl.spec import BroadcastSpec, PartitionBySpec
 
-from .base import IDENTITY, Operator, resolve_fn
+from .base import Operator, PassThrough, resolve_fn
 
 __all__ = ["PartitionByOperator", "BroadcastOperator"]
 
@@ -52,7 +52,7 @@ class PartitionByOperator(Operator):
         return keyed_value
 
 
-class BroadcastOperator(Operator):
+class BroadcastOperator(PassThrough):
     """``[m]``: every task reads the broadcast stream's single partition."""
 
     opcode = "broadcast"
@@ -60,9 +60,3 @@ class BroadcastOperator(Operator):
     def __init__(self, spec: BroadcastSpec) -> None:
         super().__init__(spec)
         self.stream_id = spec.stream_id
-
-    def process(self, message: Any) -> list[Any]:
-        return [message]
-
-    def one_to_one(self) -> Callable[[Any], Any]:
-        return IDENTITY

@@ -18,7 +18,7 @@ from typing import Any
 from samza_dsl.kv import KV
 from samza_dsl.spec import FilterSpec, FlatMapSpec, MapSpec, MergeSpec, SendToSpec, SinkSpec
 
-from .base import IDENTITY, Operator, OperatorContext, Result, UserContext, resolve_fn
+from .base import Operator, OperatorContext, PassThrough, Result, UserContext, resolve_fn
 
 __all__ = ["MapOperator", "FilterOperator", "FlatMapOperator", "MergeOperator", "SinkOperator",
            "SendToStreamOperator", "SendToTableOperator", "send_to_operator"]
@@ -80,19 +80,13 @@ class FlatMapOperator(Operator):
         return result if type(result) is list else list(result)
 
 
-class MergeOperator(Operator):
+class MergeOperator(PassThrough):
     """The union of its inputs: passes every message on."""
 
     opcode = "merge"
 
     def __init__(self, spec: MergeSpec) -> None:
         super().__init__(spec)
-
-    def process(self, message: Any) -> list[Any]:
-        return [message]
-
-    def one_to_one(self) -> Callable[[Any], Any]:
-        return IDENTITY
 
 
 async def _settle(awaitable: Awaitable[Any]) -> list[Any]:
@@ -117,7 +111,7 @@ class SinkOperator(Operator):
         return []
 
 
-class SendToStreamOperator(Operator):
+class SendToStreamOperator(PassThrough):
     """Terminal to an output stream: returns ``[message]`` for the runtime to produce (a ``KV``
     goes out as key and value)."""
 
@@ -126,12 +120,6 @@ class SendToStreamOperator(Operator):
     def __init__(self, spec: SendToSpec) -> None:
         super().__init__(spec)
         self.stream_id = spec.stream_id
-
-    def process(self, message: Any) -> list[Any]:
-        return [message]
-
-    def one_to_one(self) -> Callable[[Any], Any]:
-        return IDENTITY
 
 
 class SendToTableOperator(Operator):

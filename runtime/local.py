@@ -20,10 +20,9 @@ from samza_dsl.config import validate_config
 from samza_dsl.errors import SamzaError
 
 from .container import Container, MemoryCheckpoints
-from .job import build_job_model
-from .memory import MemoryBroker, MemoryConsumer, MemoryProducer
+from .memory import MemoryBroker
 from .metrics import Metrics
-from .testing import TestRunner, memory_store_factory, resolve_partitions
+from .testing import TestRunner, memory_job
 
 __all__ = ["LocalRunner"]
 
@@ -58,21 +57,11 @@ class LocalRunner:
         return self
 
     async def _main(self, install_signals: bool) -> None:
-        plan = self.app.plan(partitions=self._loader._partitions(), config=self.config)
-        counts = resolve_partitions(plan)
-        broker = self.broker = MemoryBroker()
-        for sid, n in counts.items():
-            broker.create(sid, n)
-        for sid in plan.input_streams:
-            for p, msgs in self._loader._inputs.get(sid, {}).items():
-                broker.extend(sid, p, msgs)
-            broker.end(sid)
-        job = build_job_model(plan, counts)
-        self.plan = plan
-        container = self.container = Container(
-            job, job.tasks, consumer=MemoryConsumer(broker), producer=MemoryProducer(broker),
-            checkpoints=self.checkpoints, store_factory=memory_store_factory(),
-            config=plan.config, metrics=self.metrics)
+        plan, broker, container = memory_job(self.app, self._loader._inputs,
+                                             self._loader._partitions(), self.config,
+                                             checkpoints=self.checkpoints)
+        self.plan, self.broker, self.container = plan, broker, container
+        self.metrics = container.metrics
         self._loop = asyncio.get_running_loop()
         self._state = "running"
         if install_signals:

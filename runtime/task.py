@@ -160,8 +160,10 @@ class TaskInstance:
         spec = self.operators[op_id].spec
         nexts = [self._emit(n, self.plan.graph.edges[op_id, n]["port"])
                  for n in self.plan.next_ops(op_id)]
-        if isinstance(spec, PartitionBySpec | BroadcastSpec) or isinstance(spec, SendToSpec) and spec.stream_id is not None:
-            nexts.append(self._sender(spec.stream_id))
+        target = spec.stream_id if isinstance(spec, PartitionBySpec | BroadcastSpec | SendToSpec) \
+            else None
+        if target is not None:
+            nexts.append(self._sender(target))
         return nexts
 
     def _sender(self, stream_id: str) -> Emit:

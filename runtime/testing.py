@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from samza_dsl import StreamApplication
@@ -28,7 +28,7 @@ from .job import build_job_model
 from .memory import MemoryBroker, MemoryConsumer, MemoryProducer
 from .metrics import Metrics
 
-__all__ = ["TestRunner", "TestResult", "resolve_partitions", "memory_store_factory"]
+__all__ = ["TestRunner", "TestResult", "resolve_partitions", "memory_store_factory", "memory_job"]
 
 
 def memory_store_factory() -> Any:
@@ -126,23 +126,14 @@ class TestRunner:
             out[sid] = max(given) + 1 if given else 1
         return out
 
-    def run(self, timeout: float = 10.0) -> TestResult:
-        plan = self.app.plan(partitions=self._partitions(), config=self.config)
-        counts = resolve_partitions(plan)
-        broker = MemoryBroker()
-        for sid, n in counts.items():
-            broker.create(sid, n)
-        for sid in plan.input_streams:
-            for p, msgs in self._inputs.get(sid, {}).items():
-                broker.extend(sid, p, msgs)
-            broker.end(sid)
-        job = build_job_model(plan, counts)
-        metrics = Metrics()
-        checkpoints = MemoryCheckpoints()
-        container = Container(job, job.tasks, consumer=MemoryConsumer(broker),
-                              producer=MemoryProducer(broker), checkpoints=checkpoints,
-                              store_factory=memory_store_factory(), config=plan.config,
-                              metrics=metrics)
+    def run(self, timeout: float = 10.0, *, checkpoints: MemoryCheckpoints | None = None,
+            producer: Callable[[MemoryBroker], Any] = MemoryProducer,
+            clock: Callable[[], int] | None = None) -> TestResult:
+        """Run until every input has ended. ``checkpoints``, ``producer`` (a factory taking the
+        broker) and ``clock`` (ms) replace the defaults, for tests of the runtime itself."""
+        plan, broker, container = memory_job(self.app, self._inputs, self._partitions(),
+                                             self.config, checkpoints=checkpoints,
+                                             producer=producer, clock=clock)
 
         async def main() -> None:
             try:
@@ -156,4 +147,30 @@ class TestRunner:
                     f"async function may hang, or an input never ends") from None
 
         asyncio.run(main())
-        return TestResult(broker, plan, metrics, checkpoints, container.status())
+        return TestResult(broker, plan, container.metrics, container.checkpoints,  # type: ignore[arg-type]
+                          container.status())
+
+
+def memory_job(app: StreamApplication, inputs: Mapping[str, Mapping[int, Sequence[Any]]],
+               partitions: Mapping[str, int], config: Mapping[str, Any], *,
+               checkpoints: MemoryCheckpoints | None = None,
+               producer: Callable[[MemoryBroker], Any] = MemoryProducer,
+               clock: Callable[[], int] | None = None,
+               ) -> tuple[Any, MemoryBroker, Container]:
+    """Plan ``app``, load its bounded inputs into in-memory streams, and build its container."""
+    plan = app.plan(partitions=partitions, config=config)
+    counts = resolve_partitions(plan)
+    broker = MemoryBroker()
+    for sid, n in counts.items():
+        broker.create(sid, n)
+    for sid in plan.input_streams:
+        for p, msgs in inputs.get(sid, {}).items():
+            broker.extend(sid, p, msgs)
+        broker.end(sid)
+    job = build_job_model(plan, counts)
+    container = Container(job, job.tasks, consumer=MemoryConsumer(broker),
+                          producer=producer(broker),
+                          checkpoints=checkpoints if checkpoints is not None else MemoryCheckpoints(),
+                          store_factory=memory_store_factory(), config=plan.config, clock=clock,
+                          metrics=Metrics())
+    return plan, broker, container
