@@ -20,6 +20,8 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+# ``from samza_dsl.testing import strategies`` recurses in a fresh process (see test_strategies.py)
+import samza_dsl.testing.strategies as strategies  # noqa: E402, I001
 from runtime.container import Container, MemoryCheckpoints
 from runtime.job import build_job_model
 from runtime.memory import MemoryBroker, MemoryConsumer, MemoryProducer
@@ -27,9 +29,6 @@ from runtime.testing import memory_store_factory, resolve_partitions
 from samza_dsl import KV, FiringType, StreamApplication, Triggers, Windows
 from samza_dsl.systems import MemorySystem
 from samza_dsl.testing import TestRunner
-
-# ``from samza_dsl.testing import strategies`` recurses in a fresh process (see test_strategies.py)
-import samza_dsl.testing.strategies as strategies  # noqa: E402, I001
 
 PROPS = settings(max_examples=30, deadline=None,
                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -13,11 +13,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from samza_dsl import KV
-
 # ``from samza_dsl.testing import strategies`` is the documented spelling; it is checked in a
 # fresh interpreter below, since once the submodule is imported the spelling works anyway
 import samza_dsl.testing.strategies as strategies  # noqa: I001
+from samza_dsl import KV
 
 PROPS = settings(max_examples=50, deadline=None)
 

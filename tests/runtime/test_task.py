@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+import samza_dsl.testing.strategies as strategies  # noqa: I001 - see test_strategies.py
 from runtime.container import Container, MemoryCheckpoints
 from runtime.job import SSP, build_job_model
 from runtime.memory import MemoryBroker, MemoryConsumer, MemoryProducer
@@ -22,8 +23,6 @@ from samza_dsl import KV, Context, FiringType, StreamApplication, Windows
 from samza_dsl.errors import CallbackTimeout, TaskError
 from samza_dsl.systems import MemorySystem
 from samza_dsl.testing import TestRunner
-
-import samza_dsl.testing.strategies as strategies  # noqa: I001 - see test_strategies.py
 
 RUN_TIMEOUT = 5.0
 
