@@ -163,9 +163,16 @@ class Container:
             self.consumer.wakeup()
 
     async def _ticker(self, interval_ms: int, flag: str) -> None:
+        """Requests a window tick or a commit every interval. A commit is requested only once
+        ``task.commit.ms`` has passed since the task's last one ended, so a commit slower than
+        the interval cannot starve processing."""
+        interval = interval_ms / 1000.0
         while True:
-            await asyncio.sleep(interval_ms / 1000.0)
+            await asyncio.sleep(interval)
+            now = time.monotonic()
             for t in self.tasks:
+                if flag == "commit_requested" and now - t.last_commit_end < interval:
+                    continue
                 setattr(t, flag, True)
                 t.wake.set()
 
@@ -190,6 +197,7 @@ class Container:
                 flush()
         self.checkpoints.write(task.name, offsets)
         self.commits += 1
+        task.last_commit_end = time.monotonic()
 
     # -- status -----------------------------------------------------------------------------------
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
+import inspect
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -84,6 +86,7 @@ class TaskInstance:
         # scheduling
         self.commit_requested = False
         self.window_requested = False
+        self.last_commit_end = 0.0
         self.failure: BaseException | None = None
         self.wake = asyncio.Event()
         self.done = False
@@ -439,10 +442,13 @@ class TaskInstance:
             if self.failure is not None:
                 raise self.failure
             wake.clear()
-            if self.container.stopping and self.in_flight == 0:
-                await self.container.commit(self)
-                self.done = True
-                return
+            if self.container.stopping:
+                if self.in_flight == 0:
+                    await self.container.commit(self)
+                    self.done = True
+                    return
+                await wake.wait()  # draining: wait for completions, hand out nothing
+                continue
             if self.commit_requested:
                 if self.in_flight == 0 or self.async_commit:
                     self.commit_requested = False
@@ -490,13 +496,25 @@ class TaskInstance:
 
 
 def _task_copy(spec: Any) -> Any:
-    """Each task gets its own copy of the user's function objects, as Samza deserializes one per
-    task: an object's ``init(ctx)`` state (its table, counters) must not be shared. Plain
-    functions are shared as they are (deepcopy keeps them)."""
-    try:
-        return copy.deepcopy(spec)
-    except Exception:  # an object that cannot be copied (a lock, a client): share it
-        return spec
+    """Each task gets its own copy of every user function object that has an ``init(ctx)``, as
+    Samza deserializes one per task: its state (a table, counters) must not be shared between
+    tasks. Plain functions, bound methods and objects without ``init`` stay the user's own."""
+    if dataclasses.is_dataclass(spec) and not isinstance(spec, type):
+        changes = {}
+        for f in dataclasses.fields(spec):
+            if f.init:
+                old = getattr(spec, f.name)
+                new = _task_copy(old)
+                if new is not old:
+                    changes[f.name] = new
+        return dataclasses.replace(spec, **changes) if changes else spec
+    if callable(getattr(spec, "init", None)) and not inspect.isfunction(spec) \
+            and not inspect.ismethod(spec):
+        try:
+            return copy.deepcopy(spec)
+        except Exception:  # something inside cannot be deep-copied (a lock, a client)
+            return copy.copy(spec)
+    return spec
 
 
 def _bind_port(op: Operator, port: int) -> Callable[[Any], Any]:

@@ -181,7 +181,7 @@ def test_without_async_commit_a_commit_never_overlaps_a_message_in_flight() -> N
     assert final_offsets(checkpoints) == {0: 39, 1: 39}
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), sizes=st.lists(st.integers(0, 30), min_size=1, max_size=3),
        concurrency=st.integers(1, 32), commit_ms=st.integers(1, 5),
        async_commit=st.booleans())
@@ -213,7 +213,7 @@ def test_commits_interleave_with_a_busy_synchronous_stream() -> None:
     mem = MemorySystem()
     app = StreamApplication("busy", config={"task.commit.ms": 1})
     inp = mem.input("in", partitions=1)
-    n = 60_000
+    n = 200_000
     app.input(inp).map(lambda m: m + 1, name="inc").filter(lambda m: m % 2 == 0, name="even") \
         .sink(lambda m: None, name="drop")
     result = TestRunner(app).add_input(inp, list(range(n))).run(timeout=RUN_TIMEOUT)

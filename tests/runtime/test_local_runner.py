@@ -9,17 +9,34 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from runtime import LocalRunner
 from runtime.job import SSP
-from runtime.local import LocalRunner
 from samza_dsl import StreamApplication
 from samza_dsl.errors import ConfigError, SamzaError, TaskError
 from samza_dsl.systems import MemorySystem
 
 N = 3000  # messages in a "long" job: ~1 ms each
+
+
+@pytest.fixture(autouse=True)
+def _bounded() -> Iterator[None]:
+    """``run()`` has no timeout: a job that never stops must fail its test, not stall the suite."""
+
+    def expire(signum: int, frame: Any) -> None:
+        raise TimeoutError("the LocalRunner test did not finish within 30 s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(30)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def long_app(per_message_s: float = 0.001, **config: Any) -> StreamApplication:
@@ -47,9 +64,9 @@ def committed(runner: LocalRunner) -> int:
 
 
 def test_the_documented_import_gives_the_local_runner() -> None:
-    from runtime import LocalRunner as Exported  # API.md: "from runtime import LocalRunner"
+    import runtime.local
 
-    assert Exported is LocalRunner
+    assert LocalRunner is runtime.local.LocalRunner  # API.md: "from runtime import LocalRunner"
 
 
 def test_run_processes_bounded_inputs_and_commits() -> None:
@@ -87,6 +104,29 @@ def test_start_status_stop_commits_exactly_what_was_processed() -> None:
     assert 20 <= len(out) < N, "stop() did not stop the job early"
     assert out == list(range(len(out)))
     assert committed(runner) == len(out) - 1  # the final commit covers exactly the processed prefix
+
+
+def test_stop_drains_messages_in_flight_without_spinning() -> None:
+    """stop() hands out nothing more, lets the messages in flight complete and commits them; the
+    task waits for the slow one rather than polling in a busy loop."""
+    mem = MemorySystem()
+    app = StreamApplication("drain", config={"task.max.concurrency": 2})
+
+    async def call(m: int) -> list[int]:
+        await asyncio.sleep(0.4 if m == 1 else 0.05)  # 0 finishes first, 1 keeps the task busy
+        return [m]
+
+    app.input(mem.input("in", partitions=1)).async_flat_map(call, name="call").send_to(
+        app.output(mem.output("out")))
+    runner = LocalRunner(app, inputs={"in": list(range(10))}).start()
+    wait_until(lambda: runner.status()["in_flight"] == 2)
+    cpu, wall = time.process_time(), time.monotonic()
+    runner.stop(timeout=5.0)
+    cpu, wall = time.process_time() - cpu, time.monotonic() - wall
+    assert runner.messages("out") == [0, 1]
+    assert committed(runner) == 1
+    assert wall > 0.2, "stop() did not wait for the message in flight"
+    assert cpu < 0.5 * wall, f"{cpu:.2f}s of CPU while waiting {wall:.2f}s for a sleep"
 
 
 def test_wait_returns_when_a_started_job_finishes() -> None:

@@ -20,17 +20,15 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-# ``from samza_dsl.testing import strategies`` recurses in a fresh process (see test_strategies.py)
-import samza_dsl.testing.strategies as strategies  # noqa: E402, I001
 from runtime.container import Container, MemoryCheckpoints
 from runtime.job import build_job_model
 from runtime.memory import MemoryBroker, MemoryConsumer, MemoryProducer
 from runtime.testing import memory_store_factory, resolve_partitions
 from samza_dsl import KV, FiringType, StreamApplication, Triggers, Windows
 from samza_dsl.systems import MemorySystem
-from samza_dsl.testing import TestRunner
+from samza_dsl.testing import TestRunner, strategies
 
-PROPS = settings(max_examples=30, deadline=None,
+PROPS = settings(max_examples=50, deadline=None,
                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 RUN_TIMEOUT = 5.0
 SIZE_S = 10.0  # window size in seconds
@@ -301,6 +299,45 @@ def test_partition_by_then_keyed_window_equals_a_group_by(
     assert all(n == 1 for n in got.values()), f"a pane fired more than once: {got}"
     assert all(p.firing is FiringType.DEFAULT for p in panes)
     assert {(p.key.key, p.key.pane_id): p.message for p in panes} == dict(expected)
+
+
+@PROPS
+@given(parts=in_order_partitions(), concurrency=st.integers(1, 64),
+       delays=st.lists(strategies.async_delays(0.01), min_size=1, max_size=8),
+       ordering=st.sampled_from(["none", "key"]))
+def test_event_time_panes_after_async_calls_do_not_depend_on_completion_order(
+        parts: dict[int, list[tuple[str, float, int]]], concurrency: int, delays: list[float],
+        ordering: str) -> None:
+    """The input is in event-time order and declares it: the task's watermark counts a message
+    once it and everything before it completed, so however the async calls complete, no message
+    is late and the panes are the group-by."""
+    sched = strategies.DelayScheduler()
+    mem = MemorySystem()
+    app = StreamApplication("async-wm", config={"task.max.concurrency": concurrency})
+    inp = mem.input("in", partitions=len(parts), event_time=lambda m: m[1])
+    out = mem.output("panes")
+
+    async def call(m: tuple[str, float, int]) -> list[tuple[str, float, int]]:
+        await sched.sleep(delays[(m[2] * 7 + int(m[1] * 1000)) % len(delays)], tag=m)
+        return [m]
+
+    key = (lambda m: m[0]) if ordering == "key" else None
+    w = Windows.keyed_tumbling(lambda m: m[0], SIZE, init=int, fold=lambda m, n: n + m[2] + 1,
+                               event_time=lambda m: m[1])
+    (app.input(inp).async_flat_map(call, name="call", ordering=ordering, key=key)
+     .window(w, name="w").send_to(app.output(out)))
+    result = TestRunner(app).add_input(inp, parts).run(timeout=RUN_TIMEOUT)
+    size_ms = int(SIZE_S * 1000)
+    expected: Counter[tuple[int, str, str]] = Counter()
+    for p, msgs in parts.items():
+        for user, t, v in msgs:
+            ms = round(t * 1000)
+            expected[(p, user, str(ms - ms % size_ms))] += v + 1
+    got = {(p, pane.key.key, pane.key.pane_id): pane.message
+           for p, panes in result.partitions(out).items() for pane in panes}
+    assert sum(len(panes) for panes in result.partitions(out).values()) == len(got)
+    assert got == dict(expected)
+    assert result.metrics.snapshot().get("async-wm-1-window-w.late-messages-dropped", 0) == 0
 
 
 # --- (e) stream-stream join = reference model on a controllable clock -----------------------------

@@ -13,15 +13,15 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-# ``from samza_dsl.testing import strategies`` is the documented spelling; it is checked in a
-# fresh interpreter below, since once the submodule is imported the spelling works anyway
-import samza_dsl.testing.strategies as strategies  # noqa: I001
 from samza_dsl import KV
+from samza_dsl.testing import strategies
 
 PROPS = settings(max_examples=50, deadline=None)
 
 
 def test_the_documented_import_works_in_a_fresh_interpreter() -> None:
+    """``samza_dsl.testing`` resolves its names lazily: check the spelling in an interpreter
+    where nothing has imported the submodule yet (in this one, anything may have)."""
     code = ("from samza_dsl.testing import TestRunner, strategies; "
             "print(strategies.__name__, TestRunner.__name__)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

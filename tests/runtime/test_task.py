@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-import samza_dsl.testing.strategies as strategies  # noqa: I001 - see test_strategies.py
 from runtime.container import Container, MemoryCheckpoints
 from runtime.job import SSP, build_job_model
 from runtime.memory import MemoryBroker, MemoryConsumer, MemoryProducer
@@ -22,7 +21,7 @@ from runtime.testing import memory_store_factory, resolve_partitions
 from samza_dsl import KV, Context, FiringType, StreamApplication, Windows
 from samza_dsl.errors import CallbackTimeout, TaskError
 from samza_dsl.systems import MemorySystem
-from samza_dsl.testing import TestRunner
+from samza_dsl.testing import TestRunner, strategies
 
 RUN_TIMEOUT = 5.0
 
@@ -268,6 +267,25 @@ def test_a_failing_map_names_operator_task_stream_partition_offset_and_no_checkp
     assert max(written) < fail_at
 
 
+@pytest.mark.parametrize("pool", [0, 2])
+def test_a_failure_inside_a_chain_of_synchronous_operators_names_the_failing_one(
+        pool: int) -> None:
+    def boom(m: int) -> int:
+        if m == 5:
+            raise ValueError("five")
+        return m
+
+    mem = MemorySystem()
+    app = StreamApplication("chain", config={"job.container.thread.pool.size": pool})
+    inp = mem.input("in", partitions=1)
+    out = mem.output("out")
+    (app.input(inp).map(lambda m: m, name="a").filter(lambda m: True, name="b")
+     .map(boom, name="c").map(lambda m: m, name="d").send_to(app.output(out)))
+    with pytest.raises(TaskError) as err:
+        TestRunner(app).add_input(inp, list(range(10))).run(timeout=RUN_TIMEOUT)
+    assert (err.value.op_id, err.value.offset) == ("chain-1-map-c", 5)
+
+
 def test_a_failing_async_call_names_the_async_operator() -> None:
     mem = MemorySystem()
     app = StreamApplication("afail", config={"task.max.concurrency": 4})
@@ -316,6 +334,67 @@ def test_each_task_initialises_its_own_user_function_object() -> None:
     result = TestRunner(app).add_input(inp, {0: [0], 1: [1], 2: [2]}).run(timeout=RUN_TIMEOUT)
     assert result.partitions(out) == {p: [(f"Partition {p}", p)] for p in range(3)}
     assert sorted(closed) == ["Partition 0", "Partition 1", "Partition 2"]
+
+
+def test_a_function_object_that_cannot_be_deep_copied_still_gets_per_task_init() -> None:
+    """An object holding a lock (or a client) cannot be deep-copied; it must still not be
+    shared by the tasks, or the last task's init wins for all of them."""
+
+    class Tag:
+        def __init__(self) -> None:
+            self.lock = threading.Lock()
+            self.task = "?"
+
+        def init(self, ctx: Context) -> None:
+            self.task = ctx.task_name
+
+        def __call__(self, m: int) -> tuple[str, int]:
+            with self.lock:
+                return (self.task, m)
+
+    mem = MemorySystem()
+    app = StreamApplication("lock")
+    inp = mem.input("in", partitions=2)
+    out = mem.output("out")
+    app.input(inp).map(Tag(), name="tag").send_to(app.output(out))
+    result = TestRunner(app).add_input(inp, {0: [0], 1: [1]}).run(timeout=RUN_TIMEOUT)
+    assert result.partitions(out) == {p: [(f"Partition {p}", p)] for p in range(2)}
+
+
+@pytest.mark.parametrize("partitions", [1, 2])
+def test_functions_without_init_are_the_users_own_objects(partitions: int) -> None:
+    """Only an object with ``init(ctx)`` has per-task state to keep apart. A bound method, a
+    callable object without init, a closure: the user's own object receives the messages, as a
+    user collecting results in a test expects."""
+
+    class Collector:
+        def __init__(self) -> None:
+            self.items: list[int] = []
+
+        def add(self, m: int) -> None:
+            self.items.append(m)
+
+    class Count:
+        def __init__(self) -> None:
+            self.n = 0
+
+        def __call__(self, m: int) -> None:
+            self.n += 1
+
+    collector, count, seen = Collector(), Count(), []
+    mem = MemorySystem()
+    app = StreamApplication("own")
+    inp = mem.input("in", partitions=partitions)
+    s = app.input(inp)
+    s.sink(collector.add, name="method")
+    s.sink(count, name="callable")
+    s.sink(lambda m: seen.append(m), name="closure")
+    parts = {p: [p * 10 + i for i in range(3)] for p in range(partitions)}
+    TestRunner(app).add_input(inp, parts).run(timeout=RUN_TIMEOUT)
+    everything = sorted(m for msgs in parts.values() for m in msgs)
+    assert sorted(seen) == everything
+    assert sorted(collector.items) == everything
+    assert count.n == len(everything)
 
 
 # --- blocking functions on the thread pool ---------------------------------------------------------
