@@ -28,7 +28,7 @@ from .job import build_job_model
 from .memory import MemoryBroker, MemoryConsumer, MemoryProducer
 from .metrics import Metrics
 
-__all__ = ["TestRunner", "TestResult", "resolve_partitions", "memory_store_factory", "memory_job"]
+__all__ = ["TestRunner", "TestResult", "resolve_partitions", "memory_store_factory", "memory_job", "run_container"]
 
 
 def memory_store_factory() -> Any:
@@ -134,21 +134,26 @@ class TestRunner:
         plan, broker, container = memory_job(self.app, self._inputs, self._partitions(),
                                              self.config, checkpoints=checkpoints,
                                              producer=producer, clock=clock)
-
-        async def main() -> None:
-            try:
-                async with asyncio.timeout(timeout):
-                    await container.run()
-            except TimeoutError:
-                status = container.status()
-                raise SamzaError(
-                    f"TestRunner: application {plan.job_name!r} did not finish within {timeout}s "
-                    f"(processed {status['processed']}, in flight {status['in_flight']}); an "
-                    f"async function may hang, or an input never ends") from None
-
-        asyncio.run(main())
+        run_container(container, timeout)
         return TestResult(broker, plan, container.metrics, container.checkpoints,  # type: ignore[arg-type]
                           container.status())
+
+
+def run_container(container: Container, timeout: float) -> None:
+    """Run a container on a new event loop; a run past ``timeout`` raises a SamzaError."""
+
+    async def main() -> None:
+        try:
+            async with asyncio.timeout(timeout):
+                await container.run()
+        except TimeoutError:
+            status = container.status()
+            raise SamzaError(
+                f"application {container.job.plan.job_name!r} did not finish within {timeout}s "
+                f"(processed {status['processed']}, in flight {status['in_flight']}); an async "
+                f"function may hang, or an input never ends") from None
+
+    asyncio.run(main())
 
 
 def memory_job(app: StreamApplication, inputs: Mapping[str, Mapping[int, Sequence[Any]]],

@@ -18,9 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from runtime.container import Container, MemoryCheckpoints
-from runtime.job import SSP, build_job_model
-from runtime.memory import MemoryBroker, MemoryConsumer, MemoryProducer
-from runtime.testing import memory_store_factory, resolve_partitions
+from runtime.job import SSP
+from runtime.memory import MemoryBroker, MemoryProducer
+from runtime.testing import memory_job
+from runtime.testing import run_container as run_memory_container
 from samza_dsl import StreamApplication
 from samza_dsl.errors import TaskError
 from samza_dsl.systems import MemorySystem
@@ -35,28 +36,11 @@ def run_container(app: StreamApplication, inputs: Mapping[Any, Mapping[int, list
                   before_run: Callable[[Container], None] | None = None,
                   timeout: float = RUN_TIMEOUT) -> tuple[MemoryBroker, Container]:
     """What ``TestRunner.run`` does, with the checkpoint store and producer supplied."""
-    plan = app.plan()
-    counts = resolve_partitions(plan)
-    broker = MemoryBroker()
-    for sid, n in counts.items():
-        broker.create(sid, n)
-    for d, parts in inputs.items():
-        for p, msgs in parts.items():
-            broker.extend(d.stream_id, p, msgs)
-    for sid in plan.input_streams:
-        broker.end(sid)
-    job = build_job_model(plan, counts)
-    container = Container(job, job.tasks, consumer=MemoryConsumer(broker),
-                          producer=producer(broker),
-                          checkpoints=checkpoints if checkpoints is not None else MemoryCheckpoints(),
-                          store_factory=memory_store_factory(), config=plan.config)
+    _, broker, container = memory_job(app, {d.stream_id: parts for d, parts in inputs.items()},
+                                      {}, {}, checkpoints=checkpoints, producer=producer)
     if before_run is not None:
         before_run(container)
-
-    async def main() -> None:
-        await asyncio.wait_for(container.run(), timeout)
-
-    asyncio.run(main())
+    run_memory_container(container, timeout)
     return broker, container
 
 

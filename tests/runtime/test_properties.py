@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from datetime import timedelta
@@ -20,10 +19,9 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from runtime.container import Container, MemoryCheckpoints
-from runtime.job import build_job_model
-from runtime.memory import MemoryBroker, MemoryConsumer, MemoryProducer
-from runtime.testing import memory_store_factory, resolve_partitions
+from runtime.memory import MemoryBroker
+from runtime.testing import memory_job
+from runtime.testing import run_container as run_memory_container
 from samza_dsl import KV, FiringType, StreamApplication, Triggers, Windows
 from samza_dsl.systems import MemorySystem
 from samza_dsl.testing import TestRunner, strategies
@@ -345,25 +343,9 @@ def test_event_time_panes_after_async_calls_do_not_depend_on_completion_order(
 def run_on_clock(app: StreamApplication, inputs: dict[Any, dict[int, list[Any]]],
                  clock: Callable[[], int]) -> MemoryBroker:
     """TestRunner.run with the container's clock replaced."""
-    plan = app.plan()
-    counts = resolve_partitions(plan)
-    broker = MemoryBroker()
-    for sid, n in counts.items():
-        broker.create(sid, n)
-    for d, parts in inputs.items():
-        for p, msgs in parts.items():
-            broker.extend(d.stream_id, p, msgs)
-    for sid in plan.input_streams:
-        broker.end(sid)
-    job = build_job_model(plan, counts)
-    container = Container(job, job.tasks, consumer=MemoryConsumer(broker),
-                          producer=MemoryProducer(broker), checkpoints=MemoryCheckpoints(),
-                          store_factory=memory_store_factory(), config=plan.config, clock=clock)
-
-    async def main() -> None:
-        await asyncio.wait_for(container.run(), RUN_TIMEOUT)
-
-    asyncio.run(main())
+    _, broker, container = memory_job(app, {d.stream_id: parts for d, parts in inputs.items()},
+                                      {}, {}, clock=clock)
+    run_memory_container(container, RUN_TIMEOUT)
     return broker
 
 

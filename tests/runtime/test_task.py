@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
-from runtime.container import Container, MemoryCheckpoints
-from runtime.job import SSP, build_job_model
-from runtime.memory import MemoryBroker, MemoryConsumer, MemoryProducer
-from runtime.testing import memory_store_factory, resolve_partitions
+from runtime.container import MemoryCheckpoints
+from runtime.job import SSP
+from runtime.memory import MemoryBroker
+from runtime.testing import memory_job
+from runtime.testing import run_container as run_memory_container
 from samza_dsl import KV, Context, FiringType, StreamApplication, Windows
 from samza_dsl.errors import CallbackTimeout, TaskError
 from samza_dsl.systems import MemorySystem
@@ -31,26 +32,9 @@ def run_container(app: StreamApplication, inputs: Mapping[Any, Mapping[int, list
                   clock: Callable[[], int] | None = None,
                   timeout: float = RUN_TIMEOUT) -> MemoryBroker:
     """What ``TestRunner.run`` does, with the checkpoint store and the clock supplied."""
-    plan = app.plan()
-    counts = resolve_partitions(plan)
-    broker = MemoryBroker()
-    for sid, n in counts.items():
-        broker.create(sid, n)
-    for d, parts in inputs.items():
-        for p, msgs in parts.items():
-            broker.extend(d.stream_id, p, msgs)
-    for sid in plan.input_streams:
-        broker.end(sid)
-    job = build_job_model(plan, counts)
-    container = Container(job, job.tasks, consumer=MemoryConsumer(broker),
-                          producer=MemoryProducer(broker),
-                          checkpoints=checkpoints if checkpoints is not None else MemoryCheckpoints(),
-                          store_factory=memory_store_factory(), config=plan.config, clock=clock)
-
-    async def main() -> None:
-        await asyncio.wait_for(container.run(), timeout)
-
-    asyncio.run(main())
+    _, broker, container = memory_job(app, {d.stream_id: parts for d, parts in inputs.items()},
+                                      {}, {}, checkpoints=checkpoints, clock=clock)
+    run_memory_container(container, timeout)
     return broker
 
 
