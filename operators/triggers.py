@@ -78,48 +78,41 @@ class CountTriggerImpl(TriggerImpl):
         return self.fired
 
 
-class TimeSinceFirstMessageTriggerImpl(TriggerImpl):
+class _TimeTriggerImpl(TriggerImpl):
+    """Fires once the clock reaches ``at``, which subclasses set from message times."""
+
     __slots__ = ("duration_ms", "at")
 
-    def __init__(self, spec: TimeSinceFirstMessageTrigger) -> None:
+    def __init__(self, spec: TimeSinceFirstMessageTrigger | TimeSinceLastMessageTrigger) -> None:
         super().__init__()
         self.duration_ms = spec.duration_ms
         self.at: int | None = None
+
+    def on_time(self, now_ms: int) -> bool:
+        if not self.fired and self.at is not None and now_ms >= self.at:
+            self.fired = True
+        return self.fired
+
+    def deadline(self) -> int | None:
+        return None if self.fired else self.at
+
+
+class TimeSinceFirstMessageTriggerImpl(_TimeTriggerImpl):
+    __slots__ = ()
 
     def on_message(self, now_ms: int) -> bool:
         if self.at is None:
             self.at = now_ms + self.duration_ms
         return self.fired
 
-    def on_time(self, now_ms: int) -> bool:
-        if not self.fired and self.at is not None and now_ms >= self.at:
-            self.fired = True
-        return self.fired
 
-    def deadline(self) -> int | None:
-        return None if self.fired else self.at
-
-
-class TimeSinceLastMessageTriggerImpl(TriggerImpl):
-    __slots__ = ("duration_ms", "at")
-
-    def __init__(self, spec: TimeSinceLastMessageTrigger) -> None:
-        super().__init__()
-        self.duration_ms = spec.duration_ms
-        self.at: int | None = None
+class TimeSinceLastMessageTriggerImpl(_TimeTriggerImpl):
+    __slots__ = ()
 
     def on_message(self, now_ms: int) -> bool:
         if not self.fired:
             self.at = now_ms + self.duration_ms
         return self.fired
-
-    def on_time(self, now_ms: int) -> bool:
-        if not self.fired and self.at is not None and now_ms >= self.at:
-            self.fired = True
-        return self.fired
-
-    def deadline(self) -> int | None:
-        return None if self.fired else self.at
 
 
 class AnyTriggerImpl(TriggerImpl):
