@@ -59,6 +59,7 @@ close together come out in the order their first messages arrived.
 from __future__ import annotations
 
 import itertools
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from heapq import heappop, heappush
 from typing import Any
@@ -81,7 +82,7 @@ WATERMARK_KEY = (None, "watermark")
 _MISSING: Any = object()
 
 
-class WindowOperator(Operator):
+class WindowOperator(Operator, ABC):
     """Shared machinery: firing panes, early/late triggers and their timers, watermark, ticks
     and end-of-stream. Subclasses keep the panes; a pane ``handle`` is whatever identifies a pane
     stably in the subclass (the ``(start, key)`` tuple, or a session object)."""
@@ -127,8 +128,9 @@ class WindowOperator(Operator):
 
     # -- what subclasses provide ---------------------------------------------------------------
 
+    @abstractmethod
     def _restore(self) -> None:
-        raise NotImplementedError
+        """Rebuild the in-memory pane indexes from the store."""
 
     def _pane_key(self, handle: Any) -> tuple[int, Any]:
         return handle
@@ -144,22 +146,24 @@ class WindowOperator(Operator):
         """After a DEFAULT firing: the pane's state goes."""
         self._store.delete(handle)
 
+    @abstractmethod
     def _next_close(self) -> int | None:
         """The earliest end of an open pane (a lower bound is fine), or None."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _close_next(self, threshold: int, out: list[Any]) -> None:
         """Close the panes at the head of the closing order whose end <= threshold (DEFAULT)."""
-        raise NotImplementedError
 
     def _collect(self, watermark: int) -> None:
         """Drop closed panes whose end + allowed lateness <= watermark."""
 
+    @abstractmethod
     def _open_handles(self) -> list[Any]:
-        raise NotImplementedError
+        """Every open pane's handle."""
 
+    @abstractmethod
     def _drop_all(self) -> None:
-        raise NotImplementedError
+        """Drop every pane's state."""
 
     # -- firing ------------------------------------------------------------------------------------
 
