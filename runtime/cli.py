@@ -135,9 +135,75 @@ def cmd_run(args: argparse.Namespace) -> int:
                              f"{', '.join(sorted(app._inputs))}")
         inputs[sid] = _read_jsonl(path, d.keyed)
     runner = LocalRunner(app, _parse_config(args.config), inputs=inputs,  # type: ignore[arg-type]
-                         progress=None if args.quiet else sys.stderr)
-    runner.run()
-    print_outputs(runner, limit=args.show)
+                         progress=None if args.quiet else sys.stderr, follow=args.follow)
+    try:
+        runner.run()
+        if runner.local:
+            print(f"job {runner.job.job_name}: state in {runner.job.root}; this run's outputs:")
+        print_outputs(runner, limit=args.show)
+    finally:
+        runner.close()
+    return 0
+
+
+def _local_job(args: argparse.Namespace) -> object:
+    from samza_dsl.config import validate_config
+
+    from .loader import load_app
+    from .local_system import LocalJob
+
+    app = load_app(args.app)
+    if not any(d.system.factory == "local"
+               for d in [*app._inputs.values(), *app._outputs.values()]):
+        raise SamzaError(f"{args.app}: the application has no stream on a LocalSystem; "
+                         f"load, dump and reset work on the embedded local log")
+    return LocalJob(app, validate_config(_parse_config(args.config)), run=False)
+
+
+def cmd_load(args: argparse.Namespace) -> int:
+    job = _local_job(args)
+    try:
+        if args.stream not in job.physical:  # type: ignore[attr-defined]
+            raise SamzaError(f"{args.stream!r} is not a stream of {args.app}; streams: "
+                             f"{', '.join(sorted(job.physical))}")  # type: ignore[attr-defined]
+        keyed = job.codecs[args.stream].keyed  # type: ignore[attr-defined]
+        messages = _read_jsonl(args.file, keyed)
+        n = job.load(args.stream, messages)  # type: ignore[attr-defined]
+        print(f"loaded {n} message(s) into {args.stream}", file=sys.stderr)
+    finally:
+        job.close()  # type: ignore[attr-defined]
+    return 0
+
+
+def cmd_dump(args: argparse.Namespace) -> int:
+    import msgspec
+
+    from samza_dsl.kv import KV
+
+    job = _local_job(args)
+    try:
+        msgs = job.messages(args.stream, since_start=False)  # type: ignore[attr-defined]
+        if args.limit:
+            msgs = msgs[-args.limit:]
+        out = sys.stdout.buffer
+        for m in msgs:
+            obj = {"key": m.key, "value": m.value} if type(m) is KV else m
+            out.write(msgspec.json.encode(obj, enc_hook=repr) + b"\n")
+        out.flush()
+    finally:
+        job.close()  # type: ignore[attr-defined]
+    return 0
+
+
+def cmd_reset(args: argparse.Namespace) -> int:
+    job = _local_job(args)
+    try:
+        gone = job.reset(outputs=args.outputs)  # type: ignore[attr-defined]
+    finally:
+        job.close()  # type: ignore[attr-defined]
+    name = job.job_name  # type: ignore[attr-defined]
+    print(f"reset job {name}: " + ("; ".join(gone) if gone else "nothing to remove"),
+          file=sys.stderr)
     return 0
 
 
@@ -165,7 +231,31 @@ def build_parser() -> argparse.ArgumentParser:
                    help="feed the inputs with the module's sample_input(N)")
     r.add_argument("--show", type=int, default=10, help="output messages to print per stream")
     r.add_argument("-q", "--quiet", action="store_true", help="no progress line")
+    r.add_argument("--follow", action="store_true",
+                   help="keep reading inputs past their end until stopped (Ctrl-C)")
     r.set_defaults(func=cmd_run)
+
+    ld = sub.add_parser("load", help="append JSON Lines to a stream of the embedded local log")
+    ld.add_argument("app", help="module_or_file.py:attr")
+    ld.add_argument("stream", help="stream id")
+    ld.add_argument("file", help='one JSON message per line ({"key": ..., "value": ...} for keyed '
+                                 "streams)")
+    ld.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE")
+    ld.set_defaults(func=cmd_load)
+
+    d = sub.add_parser("dump", help="print a stream of the embedded local log as JSON Lines")
+    d.add_argument("app", help="module_or_file.py:attr")
+    d.add_argument("stream", help="stream id")
+    d.add_argument("--limit", type=int, default=0, help="only the last N messages")
+    d.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE")
+    d.set_defaults(func=cmd_dump)
+
+    rs = sub.add_parser("reset", help="forget a job's progress: checkpoints, stores, "
+                                      "intermediate streams and changelogs (inputs stay)")
+    rs.add_argument("app", help="module_or_file.py:attr")
+    rs.add_argument("--outputs", action="store_true", help="also empty the output streams")
+    rs.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE")
+    rs.set_defaults(func=cmd_reset)
     return parser
 
 

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from samza_dsl.config import config_value
 
+from . import faults
 from .job import SSP, JobModel, TaskModel
 from .metrics import Metrics
 from .task import TaskInstance
@@ -45,35 +46,81 @@ class Producer(Protocol):
 
 
 class CheckpointStore(Protocol):
+    """A task's checkpoint: the last processed offset per input partition, and the changelog
+    offset of each of its stores at that point."""
+
     def read(self, task_name: str) -> dict[SSP, int]: ...
-    def write(self, task_name: str, offsets: Mapping[SSP, int]) -> None: ...
+    def read_changelogs(self, task_name: str) -> dict[str, int]: ...
+    def write(self, task_name: str, offsets: Mapping[SSP, int],
+              changelogs: Mapping[str, int] | None = None) -> None: ...
+
+
+class StateBackend(Protocol):
+    """Makes the stores of tasks and commits them (SEMANTICS.md rules 16-17)."""
+
+    def open(self, task: TaskModel, store_name: str, checkpointed: int | None) -> Any: ...
+    def flush(self, task_name: str) -> None: ...
+    def committed(self, task_name: str) -> dict[str, int]: ...
+    def close(self) -> None: ...
+
+
+class FactoryState:
+    """A state backend over a ``store_factory(task_name, store_name)``: stores without changelogs
+    (the in-memory store of ``TestRunner``)."""
+
+    def __init__(self, factory: Callable[[str, str], Any]) -> None:
+        self.factory = factory
+
+    def open(self, task: TaskModel, store_name: str, checkpointed: int | None) -> Any:
+        return self.factory(task.name, store_name)
+
+    def flush(self, task_name: str) -> None:
+        return None
+
+    def committed(self, task_name: str) -> dict[str, int]:
+        return {}
+
+    def close(self) -> None:
+        return None
 
 
 class MemoryCheckpoints:
     def __init__(self) -> None:
         self.checkpoints: dict[str, dict[SSP, int]] = {}
+        self.changelogs: dict[str, dict[str, int]] = {}
         self.history: list[tuple[str, dict[SSP, int]]] = []
 
     def read(self, task_name: str) -> dict[SSP, int]:
         return dict(self.checkpoints.get(task_name, {}))
 
-    def write(self, task_name: str, offsets: Mapping[SSP, int]) -> None:
+    def read_changelogs(self, task_name: str) -> dict[str, int]:
+        return dict(self.changelogs.get(task_name, {}))
+
+    def write(self, task_name: str, offsets: Mapping[SSP, int],
+              changelogs: Mapping[str, int] | None = None) -> None:
         snapshot = dict(offsets)
         self.checkpoints.setdefault(task_name, {}).update(snapshot)
+        if changelogs:
+            self.changelogs.setdefault(task_name, {}).update(changelogs)
         self.history.append((task_name, snapshot))
 
 
 class Container:
     def __init__(self, job: JobModel, tasks: list[TaskModel], *, consumer: Any, producer: Any,
-                 checkpoints: CheckpointStore, store_factory: Callable[[str, str], Any],
+                 checkpoints: CheckpointStore, store_factory: Callable[[str, str], Any] | None = None,
                  config: Mapping[str, Any], clock: Callable[[], int] | None = None,
-                 metrics: Metrics | None = None) -> None:
+                 metrics: Metrics | None = None, state: StateBackend | None = None) -> None:
         self.job = job
         self.task_models = tasks
         self.consumer = consumer
         self.producer = producer
         self.checkpoints = checkpoints
-        self._store_factory = store_factory
+        if state is None:
+            if store_factory is None:
+                raise TypeError("Container needs a state backend or a store_factory")
+            state = FactoryState(store_factory)
+        self.state = state
+        self._changelogs: dict[str, dict[str, int]] = {}
         self.config = dict(config)
         self.clock = clock or (lambda: int(time.time() * 1000))
         self.metrics = metrics or Metrics()
@@ -86,23 +133,28 @@ class Container:
         self.commits = 0
         self.started = time.monotonic()
 
-    def store(self, task_name: str, store_name: str) -> Any:
-        return self._store_factory(task_name, store_name)
+    def store(self, task: TaskModel, store_name: str) -> Any:
+        """A task's store, restored to the task's checkpoint."""
+        return self.state.open(task, store_name,
+                               self._changelogs.get(task.name, {}).get(store_name))
 
     # -- lifecycle --------------------------------------------------------------------------------
 
     async def run(self) -> None:
+        restored = {m.name: self.checkpoints.read(m.name) for m in self.task_models}
+        self._changelogs = {m.name: self.checkpoints.read_changelogs(m.name)
+                            for m in self.task_models}
         self.tasks = [TaskInstance(m, self.job, self) for m in self.task_models]
         self._keys: list[tuple[TaskInstance, SSP]] = []
         for t in self.tasks:
-            restored = self.checkpoints.read(t.name)
             for ssp in t.ssps:
                 key = (t, ssp)
                 self._keys.append(key)
-                start = restored.get(ssp)
+                start = restored[t.name].get(ssp)
                 if start is not None:
                     t.checkpoint[ssp] = start
-                self.consumer.register(key, ssp, 0 if start is None else start + 1)
+                # None: no checkpoint, the consumer starts where the input's offset_default says
+                self.consumer.register(key, ssp, None if start is None else start + 1)
         helpers = [asyncio.create_task(self._consume(), name="consumer")]
         window_ms = int(self.config.get("task.window.ms", -1) or -1)
         commit_ms = config_value(self.config, "task.commit.ms")
@@ -127,7 +179,10 @@ class Container:
             await asyncio.gather(*runs, *helpers, return_exceptions=True)
             for t in self.tasks:
                 t.close()
-            await self.producer.flush()
+            try:
+                await self.producer.flush()
+            finally:
+                self.state.close()
             if self.executor is not None:
                 self.executor.shutdown(wait=False, cancel_futures=True)
 
@@ -138,6 +193,15 @@ class Container:
             t.wake.set()
 
     async def _consume(self) -> None:
+        try:
+            await self._consume_loop()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # a bad record under the fail policy, a broken log...
+            for t in self.tasks:
+                t.fail(exc)
+
+    async def _consume_loop(self) -> None:
         consumer = self.consumer
         while not self.closed:
             keys = []
@@ -190,12 +254,24 @@ class Container:
         before the flush: a message completing while it runs (async commit) has outputs the
         flush may not cover, so the checkpoint must not include it."""
         offsets = dict(task.checkpoint)
+        crash = faults.reached if faults.ARMED else None
+        if crash:
+            crash("commit.start")
         await self.producer.flush()
-        for store in task.stores.values():
-            flush = getattr(store, "flush", None)
-            if flush is not None:
-                flush()
-        self.checkpoints.write(task.name, offsets)
+        if crash:
+            crash("commit.outputs-flushed")
+        changelogs: dict[str, int] = {}
+        if task.stores:
+            self.state.flush(task.name)  # changes into the changelogs' producer buffers
+            await self.producer.flush()  # the changelogs are durable
+            if crash:
+                crash("commit.changelogged")
+            changelogs = self.state.committed(task.name)
+            if crash:
+                crash("commit.stores-committed")
+        self.checkpoints.write(task.name, offsets, changelogs)
+        if crash:
+            crash("commit.done")
         self.commits += 1
         task.last_commit_end = time.monotonic()
 

@@ -1,8 +1,11 @@
 """``LocalRunner``: runs an application in this process until its bounded inputs end, or until
 SIGINT/SIGTERM, then commits and closes.
 
-Streams live in memory here; inputs come from ``inputs=`` (stream id -> messages, or
-{partition: messages})."""
+An application whose streams are on a ``LocalSystem`` runs on the embedded local log, with LMDB
+stores, changelogs and checkpoints (``runtime.local_system``): a second run resumes after the
+first one's checkpoint. ``follow=True`` keeps reading its inputs until stopped. Other
+applications run in memory. ``inputs=`` (stream id -> messages, or {partition: messages}) feeds
+in-memory inputs, or local inputs that are still empty."""
 
 from __future__ import annotations
 
@@ -30,15 +33,19 @@ __all__ = ["LocalRunner"]
 class LocalRunner:
     def __init__(self, app: StreamApplication, config: Mapping[str, Any] | None = None, *,
                  inputs: Mapping[str, Sequence[Any] | Mapping[int, Sequence[Any]]] | None = None,
-                 progress: TextIO | None = None) -> None:
+                 progress: TextIO | None = None, follow: bool = False) -> None:
         if not isinstance(app, StreamApplication):
             raise TypeError(f"LocalRunner takes a StreamApplication, got {type(app).__name__}")
         self.app = app
         self.config = validate_config(config)
         self._loader = TestRunner(app, self.config)
         for sid, msgs in (inputs or {}).items():
-            self._loader.add_input(sid, msgs)
+            self._loader.add_input(sid, msgs)  # checks them
+        self._inputs = dict(inputs or {})
         self.progress = progress
+        self.follow = follow
+        self.local = _uses_local_system(app)
+        self.job: Any = None
         self.container: Container | None = None
         self.broker: MemoryBroker | None = None
         self.metrics = Metrics()
@@ -57,10 +64,18 @@ class LocalRunner:
         return self
 
     async def _main(self, install_signals: bool) -> None:
-        plan, broker, container = memory_job(self.app, self._loader._inputs,
-                                             self._loader._partitions(), self.config,
-                                             checkpoints=self.checkpoints)
-        self.plan, self.broker, self.container = plan, broker, container
+        if self.local:
+            from .local_system import LocalJob
+
+            job = LocalJob(self.app, self.config, follow=self.follow,
+                           inputs=self._inputs, metrics=self.metrics)
+            self.job, self.plan, container = job, job.plan, job.container
+        else:
+            plan, broker, container = memory_job(self.app, self._loader._inputs,
+                                                 self._loader._partitions(), self.config,
+                                                 checkpoints=self.checkpoints)
+            self.plan, self.broker = plan, broker
+        self.container = container
         self.metrics = container.metrics
         self._loop = asyncio.get_running_loop()
         self._state = "running"
@@ -83,6 +98,7 @@ class LocalRunner:
                 with contextlib.suppress(asyncio.CancelledError):
                     await reporter
                 self._print_progress(final=True)
+
 
     def _request_stop(self) -> None:
         self._stop_requested = True
@@ -157,11 +173,25 @@ class LocalRunner:
 
     # -- results ----------------------------------------------------------------------------------
 
+    def close(self) -> None:
+        """Close the local log (after reading the outputs)."""
+        if self.job is not None:
+            self.job.close()
+
     def messages(self, stream_id: str) -> list[Any]:
+        """An output's messages; on the local system, those this run wrote."""
+        if self.local:
+            if self.job is None:
+                raise KeyError(f"no stream {stream_id!r}: the job has not run")
+            return self.job.messages(stream_id)
         if self.broker is None or stream_id not in self.broker.streams:
             raise KeyError(f"no stream {stream_id!r} in this run")
         return [m for p in range(len(self.broker.streams[stream_id]))
                 for m in self.broker.messages(stream_id, p)]
+
+
+def _uses_local_system(app: StreamApplication) -> bool:
+    return any(d.system.factory == "local" for d in [*app._inputs.values(), *app._outputs.values()])
 
 
 def print_outputs(runner: LocalRunner, out: TextIO = sys.stdout, limit: int = 10,

@@ -71,8 +71,8 @@ class MemoryConsumer:
         self.positions: dict[Any, tuple[SSP, int]] = {}
         self._woken = False
 
-    def register(self, key: Any, ssp: SSP, next_offset: int) -> None:
-        self.positions[key] = (ssp, next_offset)
+    def register(self, key: Any, ssp: SSP, next_offset: int | None) -> None:
+        self.positions[key] = (ssp, 0 if next_offset is None else next_offset)
 
     async def poll(self, keys: Iterable[Any], max_per_key: int,
                    timeout: float | None = None) -> list[tuple[Any, int, list[Any]]]:

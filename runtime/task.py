@@ -29,6 +29,8 @@ from samza_dsl.kv import KV
 from samza_dsl.serdes import KVSerde
 from samza_dsl.spec import BroadcastSpec, JoinSpec, PartitionBySpec, SendToSpec, WindowSpec
 
+from . import faults
+from .codec import Skipped
 from .dag import Emit, OperatorFailure, chain, chain_one, fan_out, gather_pending
 from .job import SSP, JobModel, TaskModel
 from .records import EndOfStream, Watermark
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = ["TaskInstance"]
 
-_CONTROL_TYPES = frozenset({EndOfStream, Watermark})
+_CONTROL_TYPES = frozenset({EndOfStream, Watermark, Skipped})
 _THREADED_OPCODES = frozenset({"map", "filter", "flat_map", "sink", "join_table"})
 BATCH_BUDGET = 2048
 
@@ -103,18 +105,19 @@ class TaskInstance:
         stores: dict[str, Any] = {}
         tables: dict[str, LocalTable] = {}
         for table_id in app.tables:
-            stores[table_id] = container.store(self.name, table_id)
+            stores[table_id] = container.store(self.model, table_id)
             tables[table_id] = LocalTable(table_id, stores[table_id])
         for stage in self.model.stages:
             for op_id in stage.operators:
                 spec = app.operator(op_id)
                 if isinstance(spec, WindowSpec):
-                    stores[op_id] = container.store(self.name, op_id)
+                    stores[op_id] = container.store(self.model, op_id)
                 elif isinstance(spec, JoinSpec):
                     for side in ("L", "R"):
-                        stores[f"{op_id}-{side}"] = container.store(self.name, f"{op_id}-{side}")
+                        stores[f"{op_id}-{side}"] = container.store(self.model, f"{op_id}-{side}")
                 self.operators[op_id] = build_operator(_task_copy(spec))
         self.stores = stores
+        self._flushers = [s.maybe_flush for s in stores.values() if hasattr(s, "maybe_flush")]
         user_ctx = UserContext(self.name, container.config, self.metrics, tables)
         for stage in self.model.stages:
             ctx = OperatorContext(self.name, container.config, container.clock, stores,
@@ -123,7 +126,7 @@ class TaskInstance:
                 self.operators[op_id].init(ctx, user_ctx)
 
         self._emits: dict[tuple[str, int], Emit] = {}
-        self._senders: dict[str, Emit] = {}
+        self._senders: dict[tuple[str, str], Emit] = {}
         for ssp in self.ssps:
             sid = ssp.stream_id
             if sid not in self.entries:
@@ -166,17 +169,19 @@ class TaskInstance:
         target = spec.stream_id if isinstance(spec, PartitionBySpec | BroadcastSpec | SendToSpec) \
             else None
         if target is not None:
-            nexts.append(self._sender(target))
+            nexts.append(self._sender(target, op_id))
         return nexts
 
-    def _sender(self, stream_id: str) -> Emit:
+    def _sender(self, stream_id: str, op_id: str) -> Emit:
         """The terminal that hands a record to the producer, choosing its partition."""
-        sender = self._senders.get(stream_id)
+        sender = self._senders.get((stream_id, op_id))
         if sender is None:
-            sender = self._senders[stream_id] = self._make_sender(stream_id)
+            sender = self._senders[(stream_id, op_id)] = self._make_sender(stream_id, op_id)
         return sender
 
-    def _make_sender(self, stream_id: str) -> Emit:
+    def _make_sender(self, stream_id: str, op_id: str) -> Emit:
+        """The terminal of ``op_id`` writing to ``stream_id``; a message the stream's serde
+        cannot write fails that operator."""
         n = self.job.partitions[stream_id]
         send = self.container.producer.sender(stream_id)
         stream = self.plan.streams[stream_id]
@@ -186,15 +191,21 @@ class TaskInstance:
 
         if stream.kind == "broadcast" or n == 1:
             def send_one(m: Any) -> None:
-                send(0, m)
+                try:
+                    send(0, m)
+                except Exception as exc:
+                    raise OperatorFailure(op_id, exc) from exc
             return send_one
         partitioner = KeyPartitioner(n, key_bytes)
 
         def send_keyed(m: Any) -> None:
-            if type(m) is KV:
-                send(partitioner(m.key), m)
-            else:
-                send(own, m)
+            try:
+                if type(m) is KV:
+                    send(partitioner(m.key), m)
+                else:
+                    send(own, m)
+            except Exception as exc:
+                raise OperatorFailure(op_id, exc) from exc
         return send_keyed
 
     # -- processing -------------------------------------------------------------------------------
@@ -237,7 +248,11 @@ class TaskInstance:
                     m = payloads[i]
                     i += 1
                     if type(m) in control_types:
-                        self._control(ssp, m)
+                        if self._control(ssp, m):  # a record with an offset of its own: done
+                            if pending:
+                                pending.append([ssp, first + i - 1, True, 0, None])
+                            else:
+                                last_done = i
                         continue
                     t = et(m) if et is not None else None
                     pend = entry(m)
@@ -338,11 +353,16 @@ class TaskInstance:
 
     # -- control: end-of-stream and watermarks ---------------------------------------------------
 
-    def _control(self, ssp: SSP, m: Any) -> None:
+    def _control(self, ssp: SSP, m: Any) -> bool:
+        """Take a control record; True when it counts as processed at its offset (every record
+        but the end of a bounded input, which a resumed run must see again)."""
+        if type(m) is Skipped:
+            return True
         if type(m) is EndOfStream:
             producers = self.job.producers.get(ssp.stream_id)
             if producers is None or m.producer is None:
                 self.ended.add(ssp)
+                return m.producer is not None
             else:
                 seen = self._eos_from.setdefault(ssp, set())
                 seen.add(m.producer)
@@ -354,6 +374,7 @@ class TaskInstance:
             producers = self.job.producers.get(ssp.stream_id, 1)
             if len(per) >= producers:
                 self._ssp_wm[ssp] = min(per.values())
+        return True
 
     def reading(self, ssp: SSP) -> bool:
         return ssp not in self.ended
@@ -472,10 +493,14 @@ class TaskInstance:
                 continue
             if (self._cur is not None or self.inbox) and self.in_flight < self.max_concurrency:
                 self._process_some(BATCH_BUDGET)
+                if faults.ARMED:
+                    faults.reached("batch")
                 if self._ssp_wm:
                     await self._advance_watermarks()
                 if self.ended and self.in_flight == 0:
                     await self._end_stages()
+                for flush in self._flushers:
+                    flush()
                 self.container.producer.signal()
                 self.container.on_consumed(self)
                 await asyncio.sleep(0)

@@ -11,6 +11,7 @@ KV(key='u1', value={'n': 1})
 
 from __future__ import annotations
 
+import pickle
 from typing import Any, Generic, TypeVar
 
 import msgspec
@@ -21,7 +22,7 @@ from .kv import KV
 T = TypeVar("T")
 
 __all__ = ["Serde", "JsonSerde", "MsgpackSerde", "StringSerde", "BytesSerde", "KVSerde",
-           "NoOpSerde"]
+           "NoOpSerde", "PickleSerde"]
 
 
 class Serde(Generic[T]):
@@ -158,6 +159,31 @@ class BytesSerde(Serde[bytes]):
 
     def deserialize(self, data: bytes) -> bytes:
         return bytes(data)
+
+
+class PickleSerde(Serde[Any]):
+    """Any picklable Python object, for streams and state the job alone writes and reads: the
+    default of intermediate streams declared without a serde, and of window and join state.
+    Never use it for data from outside the job (unpickling runs code).
+
+    >>> PickleSerde().deserialize(PickleSerde().serialize(("a", 1)))
+    ('a', 1)
+    """
+
+    name = "pickle"
+
+    def serialize(self, obj: Any) -> bytes:
+        try:
+            return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:
+            raise SerdeError(f"PickleSerde() cannot encode {type(obj).__name__}: {exc}. Give the "
+                             f"stream a serde that fits the message") from exc
+
+    def deserialize(self, data: bytes) -> Any:
+        try:
+            return pickle.loads(data)
+        except Exception as exc:
+            raise SerdeError(f"PickleSerde() cannot decode message: {exc}", data=data) from exc
 
 
 class NoOpSerde(Serde[Any]):

@@ -66,7 +66,8 @@ class CheckedCheckpoints(MemoryCheckpoints):
         self.writes_held_back = 0  # writes that stopped before a message that had completed
         self.last: dict[SSP, int] = {}
 
-    def write(self, task_name: str, offsets: Mapping[SSP, int]) -> None:
+    def write(self, task_name: str, offsets: Mapping[SSP, int],
+              changelogs: Mapping[str, int] | None = None) -> None:
         done = self.tracker.completed
         for ssp, offset in offsets.items():
             assert ssp.stream_id == self.stream_id
@@ -150,7 +151,8 @@ def test_without_async_commit_a_commit_never_overlaps_a_message_in_flight() -> N
     class Exclusive(CheckedCheckpoints):
         container: Container
 
-        def write(self, task_name: str, offsets: Mapping[SSP, int]) -> None:
+        def write(self, task_name: str, offsets: Mapping[SSP, int],
+              changelogs: Mapping[str, int] | None = None) -> None:
             task = next(t for t in self.container.tasks if t.name == task_name)
             in_flight_at_write.append(task.in_flight)
             super().write(task_name, offsets)
@@ -243,7 +245,8 @@ def test_a_commit_writes_only_offsets_whose_outputs_the_flush_made_durable() -> 
     producers: list[SlowFlushProducer] = []
 
     class FlushChecked(MemoryCheckpoints):
-        def write(self, task_name: str, offsets: Mapping[SSP, int]) -> None:
+        def write(self, task_name: str, offsets: Mapping[SSP, int],
+              changelogs: Mapping[str, int] | None = None) -> None:
             durable = producers[0].durable
             for ssp, offset in offsets.items():
                 lost = [o for o in range(offset + 1) if (ssp.partition, o) not in durable]

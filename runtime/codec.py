@@ -1,0 +1,261 @@
+"""Messages to records and back, for the systems that carry bytes (the embedded local log, Kafka),
+and the serde error policies.
+
+A record is ``(key, value, headers)``, as in Kafka. A keyed stream (``KVSerde``) writes a ``KV``'s
+key and value with the key and value serdes; any other stream writes the message with its serde,
+and a ``KV`` sent to it with its key as the record key (``default_key_bytes``) and its value as the
+value. Streams declared without a serde use JSON on inputs and outputs, and ``PickleSerde`` on
+intermediate streams, which the job alone writes and reads.
+
+Control messages (end-of-stream, watermarks) are records with a ``samza.control`` header and no key
+or value. Each run of a job stamps its control records with its generation: a restarted job skips
+the control records an earlier run left in an intermediate stream, as its upstream tasks send
+their own again.
+
+A record that fails to deserialize follows ``streams.<id>.samza.serde.error``: ``fail`` (the
+default) stops the job with an error naming the stream, partition and offset; ``skip`` logs it and
+counts it in the ``serde-errors-skipped`` metric; ``dead-letter`` also writes the raw record, with
+the error and its origin in headers, to the job's ``<job>-dead-letter`` stream.
+
+>>> from samza_dsl.serdes import StringSerde, JsonSerde
+>>> codec = StreamCodec("views", KVSerde(StringSerde(), JsonSerde()))
+>>> record = codec.encode(KV("u1", {"page": "/"}))
+>>> record
+(b'u1', b'{"page":"/"}', None)
+>>> codec.decode_batch(SSP("views", 0), 0, [record, control_record(EndOfStream("t0"), 1)], 1)
+[KV(key='u1', value={'page': '/'}), EndOfStream(producer='t0')]
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import msgspec
+
+from samza_dsl.errors import SerdeError
+from samza_dsl.kv import KV
+from samza_dsl.serdes import (
+    BytesSerde,
+    JsonSerde,
+    KVSerde,
+    MsgpackSerde,
+    NoOpSerde,
+    PickleSerde,
+    Serde,
+    StringSerde,
+)
+
+from .job import SSP
+from .records import EndOfStream, Watermark
+from .serde_util import default_key_bytes
+
+__all__ = ["Record", "CONTROL_HEADER", "ERROR_HEADER", "SOURCE_HEADER", "Skipped", "StreamCodec",
+           "control_record", "stream_serde", "serde_error_policy", "fast_serializer",
+           "fast_deserializer"]
+
+Record = tuple[bytes | None, bytes | None, tuple[tuple[str, bytes], ...] | None]
+CONTROL_HEADER = "samza.control"
+ERROR_HEADER = "samza.error"
+SOURCE_HEADER = "samza.source"
+
+log = logging.getLogger("samza_dsl.serde")
+
+_control_encoder = msgspec.msgpack.Encoder()
+_control_decoder = msgspec.msgpack.Decoder(tuple[int, EndOfStream | Watermark])
+
+
+class Skipped(msgspec.Struct, frozen=True):
+    """A record the job passed over: a control record of an earlier run, or a message that failed
+    to deserialize under the ``skip`` or ``dead-letter`` policy. It counts as processed."""
+
+    reason: str = ""
+
+
+_STALE = Skipped("control record of an earlier run")
+
+
+def control_record(message: EndOfStream | Watermark, generation: int) -> Record:
+    """The record of a control message sent by the run ``generation`` of a job."""
+    return (None, None, ((CONTROL_HEADER, _control_encoder.encode((generation, message))),))
+
+
+def stream_serde(serde: Serde[Any] | None, *, keyed: bool, intermediate: bool) -> Serde[Any]:
+    """The serde a byte system uses for a stream: its own, or the default."""
+    if serde is not None and not isinstance(serde, NoOpSerde):
+        return serde
+    default: Serde[Any] = PickleSerde() if intermediate else JsonSerde()
+    return KVSerde(default, default) if keyed else default
+
+
+def serde_error_policy(config: Mapping[str, Any], stream_id: str) -> str:
+    return str(config.get(f"streams.{stream_id}.samza.serde.error") or "fail")
+
+
+def _identity(data: bytes) -> bytes:
+    return data
+
+
+def fast_serializer(serde: Serde[Any]) -> Callable[[Any], bytes]:
+    """A callable doing ``serde.serialize`` with no Python frame where the serde allows. It may
+    raise any exception on bad input: callers then call ``serde.serialize`` for the clear error."""
+    t = type(serde)
+    if t is JsonSerde or t is MsgpackSerde:
+        return serde._encoder.encode  # type: ignore[attr-defined, no-any-return]
+    if t is StringSerde and serde.encoding == "utf-8":  # type: ignore[attr-defined]
+        return str.encode
+    return serde.serialize
+
+
+def fast_deserializer(serde: Serde[Any]) -> Callable[[bytes], Any]:
+    """As ``fast_serializer``, for ``serde.deserialize``."""
+    t = type(serde)
+    if t is JsonSerde or t is MsgpackSerde:
+        return serde._decoder.decode  # type: ignore[attr-defined, no-any-return]
+    if t is StringSerde and serde.encoding == "utf-8":  # type: ignore[attr-defined]
+        return bytes.decode
+    if t is BytesSerde:
+        return _identity
+    return serde.deserialize
+
+
+class StreamCodec:
+    """Encodes a stream's messages into records and decodes records, in batches."""
+
+    def __init__(self, stream_id: str, serde: Serde[Any], *, policy: str = "fail",
+                 dead_letter: Callable[[SSP, int, Record, SerdeError], None] | None = None,
+                 metrics: Any = None) -> None:
+        self.stream_id = stream_id
+        self.serde = serde
+        self.keyed = isinstance(serde, KVSerde)
+        self.policy = policy
+        self._dead_letter = dead_letter
+        self._metrics = metrics
+        if isinstance(serde, KVSerde):
+            self._key_serde: Serde[Any] | None = serde.key_serde
+            self._value_serde = serde.value_serde
+        else:
+            self._key_serde = None
+            self._value_serde = serde
+        self.encode = self._encoder()
+
+    # -- encoding ---------------------------------------------------------------------------------
+
+    def _encoder(self) -> Callable[[Any], Record]:
+        vser = fast_serializer(self._value_serde)
+        slow = self._encode_slow
+        if self._key_serde is not None:
+            kser = fast_serializer(self._key_serde)
+
+            def encode_keyed(m: Any) -> Record:
+                try:
+                    if type(m) is KV:
+                        k, v = m.key, m.value
+                        return (None if k is None else kser(k), None if v is None else vser(v),
+                                None)
+                    return (None, vser(m), None)
+                except Exception:
+                    return slow(m)
+            return encode_keyed
+
+        def encode(m: Any) -> Record:
+            try:
+                if type(m) is KV:
+                    k, v = m.key, m.value
+                    return (None if k is None else default_key_bytes(k),
+                            None if v is None else vser(v), None)
+                return (None, vser(m), None)
+            except Exception:
+                return slow(m)
+        return encode
+
+    def _encode_slow(self, m: Any) -> Record:
+        """The same as the fast encoder, through the serdes' own methods, for their errors."""
+        vs = self._value_serde
+        try:
+            if type(m) is KV:
+                ks = self._key_serde
+                k = None if m.key is None else (ks.serialize(m.key) if ks is not None
+                                                else default_key_bytes(m.key))
+                return (k, None if m.value is None else vs.serialize(m.value), None)
+            return (None, vs.serialize(m), None)
+        except SerdeError as exc:
+            raise SerdeError(f"cannot serialize a message for stream {self.stream_id!r}: "
+                             f"{exc.reason}") from exc
+        except Exception as exc:
+            raise SerdeError(f"cannot serialize a {type(m).__name__} for stream "
+                             f"{self.stream_id!r} with {self.serde.describe()}: {exc}") from exc
+
+    # -- decoding ---------------------------------------------------------------------------------
+
+    def decode_batch(self, ssp: SSP, first: int, records: Sequence[Record],
+                     generation: int) -> list[Any]:
+        """Messages, control messages and ``Skipped`` markers, one per record, in order."""
+        vde = fast_deserializer(self._value_serde)
+        try:
+            if self._key_serde is not None:
+                kde = fast_deserializer(self._key_serde)
+                return [KV(None if k is None else kde(k), None if v is None else vde(v))
+                        if h is None else self._with_headers(k, v, h, generation)
+                        for k, v, h in records]
+            return [(None if v is None else vde(v)) if h is None
+                    else self._with_headers(k, v, h, generation) for k, v, h in records]
+        except Exception:  # find the bad records one by one, with the serdes' own errors
+            return self._decode_careful(ssp, first, records, generation)
+
+    def _with_headers(self, k: bytes | None, v: bytes | None,
+                      headers: tuple[tuple[str, bytes], ...], generation: int) -> Any:
+        for name, data in headers:
+            if name == CONTROL_HEADER:
+                gen, message = _control_decoder.decode(data)
+                return message if gen == generation else _STALE
+        return self._decode_one(k, v)
+
+    def _decode_one(self, k: bytes | None, v: bytes | None) -> Any:
+        vs = self._value_serde
+        value = None if v is None else vs.deserialize(v)
+        ks = self._key_serde
+        if ks is None:
+            return value
+        return KV(None if k is None else ks.deserialize(k), value)
+
+    def _decode_careful(self, ssp: SSP, first: int, records: Sequence[Record],
+                        generation: int) -> list[Any]:
+        out: list[Any] = []
+        for i, (k, v, h) in enumerate(records):
+            try:
+                out.append(self._decode_one(k, v) if h is None
+                           else self._with_headers(k, v, h, generation))
+            except Exception as exc:
+                out.append(self._bad_record(ssp, first + i, (k, v, h), exc))
+        return out
+
+    def _bad_record(self, ssp: SSP, offset: int, record: Record, exc: Exception) -> Skipped:
+        reason = exc.reason if isinstance(exc, SerdeError) else f"{type(exc).__name__}: {exc}"
+        err = SerdeError(reason, data=record[1], stream=ssp.stream_id, partition=ssp.partition,
+                         offset=offset)
+        if self.policy == "fail":
+            raise SerdeError(
+                f"{reason}. The job stopped before this message; its checkpoint stays before it. "
+                f"Fix the producer or the stream's serde, or set "
+                f"streams.{ssp.stream_id}.samza.serde.error to skip or dead-letter",
+                data=record[1], stream=ssp.stream_id, partition=ssp.partition,
+                offset=offset) from exc
+        if self._metrics is not None:
+            self._metrics.inc("serde-errors-skipped")
+            self._metrics.inc(f"{ssp.stream_id}.serde-errors-skipped")
+        if self.policy == "dead-letter" and self._dead_letter is not None:
+            self._dead_letter(ssp, offset, record, err)
+            log.warning("%s: sent to the dead-letter stream", err)
+        else:
+            log.warning("%s: skipped (streams.%s.samza.serde.error=skip)", err, ssp.stream_id)
+        return Skipped(reason)
+
+
+def dead_letter_record(ssp: SSP, offset: int, record: Record, err: SerdeError) -> Record:
+    """The raw record with the error and its origin as headers."""
+    headers = tuple(record[2] or ()) + (
+        (ERROR_HEADER, str(err.reason).encode()),
+        (SOURCE_HEADER, f"{ssp.stream_id}/{ssp.partition}/{offset}".encode()))
+    return (record[0], record[1], headers)

@@ -1,0 +1,44 @@
+"""Fault injection for crash tests: ``SAMZA_DSL_CRASH_AT=<point>:<n>`` makes the process kill
+itself with SIGKILL the n-th time it reaches ``<point>`` (n counts from 1).
+
+Points: ``batch`` (after a task processed a batch, before its outputs are written),
+``commit.start``, ``commit.outputs-flushed`` (producer flushed), ``commit.changelogged`` (stores
+flushed and their changelogs durable), ``commit.stores-committed`` (stores' changelog positions
+recorded, offsets not yet written: "between changelog and offsets") and
+``commit.done``. Without the variable, ``reached`` costs one global lookup.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+__all__ = ["ARMED", "reached", "POINTS"]
+
+POINTS = ("batch", "commit.start", "commit.outputs-flushed", "commit.changelogged",
+          "commit.stores-committed", "commit.done")
+
+
+def _parse(spec: str | None) -> tuple[str, int] | None:
+    if not spec:
+        return None
+    point, _, n = spec.rpartition(":")
+    if point not in POINTS or not n.isdigit() or int(n) < 1:
+        raise ValueError(f"SAMZA_DSL_CRASH_AT={spec!r}: expected <point>:<n> with a point in "
+                         f"{', '.join(POINTS)} and n >= 1")
+    return point, int(n)
+
+
+_target = _parse(os.environ.get("SAMZA_DSL_CRASH_AT"))
+ARMED = _target is not None
+_hits = 0
+
+
+def reached(point: str) -> None:
+    """Kill this process if it is the armed point's n-th hit."""
+    global _hits
+    if _target is None or point != _target[0]:
+        return
+    _hits += 1
+    if _hits >= _target[1]:
+        os.kill(os.getpid(), signal.SIGKILL)

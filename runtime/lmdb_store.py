@@ -1,0 +1,612 @@
+"""A task's durable key-value store: LMDB on disk, a write-back cache in front, a changelog behind.
+
+This is Samza's ``CachedStore`` over a local store with a ``LoggedStore`` changelog, for one
+(task, store) pair, with the interface of ``operators.state.InMemoryState`` (``get``, ``put``,
+``delete``, ``range``, ``all``).
+
+- **Hot path.** ``get`` and ``put`` are a dict's own ``__getitem__`` and ``__setitem__``: the dict
+  holds the *dirty* entries (changed since the last flush; a delete is a dirty ``None``) and its
+  ``__missing__`` looks in the clean cache of decoded objects, then in LMDB (a miss caches
+  ``None`` too). A dirty hit costs nothing more than a dict lookup. The first ``get`` of a key
+  after a flush goes through ``__missing__`` once. Cached values are the objects themselves, as
+  with ``InMemoryState``: mutating one without ``put`` changes what ``get`` returns but not what
+  is stored.
+- **Write-back.** Nothing reaches LMDB or the changelog before ``flush()``, which encodes the last
+  value of each dirty key (a tombstone for a delete), appends them to the changelog and writes
+  them to LMDB in one transaction. ``maybe_flush()`` (called by the runtime after each batch)
+  flushes once ``write_batch_size`` keys are dirty; ``range`` and ``all`` flush first.
+- **Commit.** The runtime flushes every store, flushes its producer (the changelog is then
+  durable) and calls ``mark_committed(offset)`` with the changelog offset the checkpoint will
+  hold, before writing the checkpoint. The store's metadata says "uncommitted" from a flush until
+  then, so a crash in between is seen at the next ``open``.
+- **Restore.** ``open`` uses the local copy as is when it is committed at the checkpointed
+  changelog offset ("host affinity"); otherwise it rebuilds it from the changelog's entries before
+  that offset. Either way it then compensates changelog entries past the checkpoint (written by a
+  run that stopped before checkpointing) by appending, for each of their keys, its value in the
+  restored store, so replaying the whole changelog gives the restored state. ``restore_info``
+  tells what happened.
+
+>>> import pickle, shutil, tempfile
+>>> from operators.state import decode_key, encode_key
+>>> d = tempfile.mkdtemp()
+>>> s = LmdbStore.open(d, name="counts", task="Partition 0", key_encode=encode_key,
+...                    key_decode=decode_key, value_encode=pickle.dumps, value_decode=pickle.loads)
+>>> s.restore_info["mode"]
+'fresh'
+>>> s.put(("b", 2), 20); s.put(("a", 1), 10); s.delete(("b", 2))
+>>> s.get(("a", 1)), s.get(("b", 2))
+(10, None)
+>>> list(s.all())
+[(('a', 1), 10)]
+>>> s.mark_committed(None); s.close()
+>>> s = LmdbStore.open(d, name="counts", task="Partition 0", key_encode=encode_key,
+...                    key_decode=decode_key, value_encode=pickle.dumps, value_decode=pickle.loads)
+>>> s.restore_info["mode"], s.get(("a", 1)), len(s)
+('local', 10, 1)
+>>> s.close(); shutil.rmtree(d)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import time
+from bisect import bisect_left
+from collections.abc import Callable, Iterator
+from itertools import islice
+from operator import itemgetter
+from typing import Any, Protocol
+
+import lmdb
+
+from samza_dsl.errors import SamzaError
+
+__all__ = ["Changelog", "LmdbStore"]
+
+log = logging.getLogger("samza_dsl.state")
+
+_MISSING: Any = object()
+_META_KEY = b"state"
+_FORMAT = 1
+_SCAN_CHUNK = 1024  # entries read per read transaction by range/all
+_REPLAY_BATCH = 200_000  # distinct keys folded in memory before a write transaction
+_first = itemgetter(0)
+# LMDB keys are the encoded keys behind this byte: LMDB cannot store an empty key (str.encode
+# of ""); the changelog holds the encoded keys as they are
+_P = b"\x00"
+
+
+class Changelog(Protocol):
+    """A store's changelog partition, as the runtime gives it to ``LmdbStore.open``."""
+
+    def append(self, entries: list[tuple[bytes, bytes | None]]) -> None:
+        """Buffers ``(key, value)`` entries (``(key, None)`` is a tombstone); they are durable
+        once the runtime flushes its producer."""
+        ...
+
+    def end_offset(self) -> int:
+        """The next offset of the partition, counting durable entries only."""
+        ...
+
+    def read(self, start: int, end: int) -> Iterator[tuple[int, list[tuple[bytes, bytes | None]]]]:
+        """Batches of the entries with offsets in ``[start, end)``: ``(offset of the batch's
+        first entry, entries)``."""
+        ...
+
+
+class _Dirty(dict[Any, Any]):
+    """The dirty entries; a missing key is looked up in the clean cache, then in LMDB."""
+
+    __slots__ = ("clean", "load")
+
+    clean: dict[Any, Any]
+    load: Callable[[Any], Any]
+
+    def __missing__(self, key: Any) -> Any:
+        v = self.clean.get(key, _MISSING)
+        if v is _MISSING:
+            return self.load(key)
+        return v
+
+
+class LmdbStore:
+    """One task's store: see the module docstring. Create it with ``LmdbStore.open``."""
+
+    __slots__ = ("path", "name", "task", "restore_info", "get", "put", "_dirty", "_clean",
+                 "_cache_size", "_write_batch_size", "_map_size", "_kenc", "_kdec", "_venc",
+                 "_vdec", "_changelog", "_env", "_data", "_meta", "_rtxn", "_committed",
+                 "_flushes", "_commit_flushes")
+
+    get: Callable[[Any], Any]
+    put: Callable[[Any, Any], None]
+
+    def __init__(self, path: str, *, name: str, task: str, key_encode: Callable[[Any], bytes],
+                 key_decode: Callable[[bytes], Any], value_encode: Callable[[Any], bytes],
+                 value_decode: Callable[[bytes], Any], changelog: Changelog | None,
+                 cache_size: int, write_batch_size: int, map_size: int) -> None:
+        self.path = path
+        self.name = name
+        self.task = task
+        self.restore_info: dict[str, Any] = {}
+        self._kenc = key_encode
+        self._kdec = key_decode
+        self._venc = value_encode
+        self._vdec = value_decode
+        self._changelog = changelog
+        self._cache_size = max(1, cache_size)
+        self._write_batch_size = max(1, write_batch_size)
+        self._map_size = map_size
+        self._clean: dict[Any, Any] = {}
+        dirty = _Dirty()
+        dirty.clean = self._clean
+        dirty.load = self._load
+        self._dirty = dirty
+        self.get = dirty.__getitem__
+        self.put = dirty.__setitem__
+        self._env: Any = None
+        self._data: Any = None
+        self._meta: Any = None
+        self._rtxn: Any = None
+        self._committed = False
+        self._flushes = 0  # flush transactions so far
+        self._commit_flushes = -1  # _flushes when flush() last ran (see mark_committed)
+
+    # -- opening and restoring ------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], *, name: str, task: str,
+             key_encode: Callable[[Any], bytes], key_decode: Callable[[bytes], Any],
+             value_encode: Callable[[Any], bytes], value_decode: Callable[[bytes], Any],
+             changelog: Changelog | None = None, checkpointed: int | None = None,
+             cache_size: int = 100_000, write_batch_size: int = 10_000,
+             map_size: int = 1 << 34) -> LmdbStore:
+        """Opens (creating or restoring) the store in directory ``path``.
+
+        ``checkpointed`` is the changelog offset the task's checkpoint holds (None: no checkpoint,
+        so nothing of the changelog counts yet). See the module docstring for the rules;
+        ``restore_info`` records what was done."""
+        store = cls(os.fspath(path), name=name, task=task, key_encode=key_encode,
+                    key_decode=key_decode, value_encode=value_encode, value_decode=value_decode,
+                    changelog=changelog, cache_size=cache_size,
+                    write_batch_size=write_batch_size, map_size=map_size)
+        t0 = time.perf_counter()
+        try:
+            if changelog is None:
+                store._open_local()
+            else:
+                store._restore(changelog, checkpointed if checkpointed is not None else 0)
+        except BaseException:
+            store._detach()
+            raise
+        store.restore_info["seconds"] = time.perf_counter() - t0
+        store._commit_flushes = store._flushes  # restore's own writes precede any commit
+        return store
+
+    def _where(self) -> str:
+        return f"store {self.name!r} of task {self.task!r} at {self.path}"
+
+    def _data_file(self) -> str:
+        return os.path.join(self.path, "data.mdb")
+
+    def _attach(self) -> None:
+        """Opens the LMDB environment and its two databases."""
+        os.makedirs(self.path, exist_ok=True)
+        try:
+            env = lmdb.open(self.path, map_size=self._map_size, subdir=True, max_dbs=2,
+                            sync=False, metasync=False, readahead=False)
+        except lmdb.Error as e:
+            if "already open" in str(e):  # not corruption: never rebuild over an open store
+                raise SamzaError(
+                    f"{self._where()}: the directory is already open in this process (another "
+                    f"store, or this one not closed); close it before opening it again, or give "
+                    f"each (task, store) its own directory") from e
+            raise
+        try:
+            # a truncated file would crash the process (SIGBUS) at its first read through the map
+            size = os.path.getsize(self._data_file())
+            need = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+            if size < need:
+                raise lmdb.CorruptedError(f"{self._data_file()} is truncated: {size} bytes, its "
+                                          f"last page ends at {need}")
+            self._data = env.open_db(b"data")
+            self._meta = env.open_db(b"meta")
+        except BaseException:
+            env.close()
+            raise
+        self._env = env
+
+    def _detach(self) -> None:
+        self._end_read()
+        if self._env is not None:
+            self._env.close()
+        self._env = self._data = self._meta = None
+
+    def _read_meta(self) -> dict[str, Any] | None:
+        """The metadata record (None when absent); a sanity read of the data too. Raises
+        lmdb.Error or ValueError when unreadable."""
+        with self._env.begin() as txn:
+            raw = txn.get(_META_KEY, db=self._meta)
+            cur = txn.cursor(self._data)
+            if cur.first():  # walks the tree to its first and last leaves
+                cur.key()
+                cur.last()
+                cur.key()
+        if raw is None:
+            return None
+        meta = json.loads(raw)
+        if (not isinstance(meta, dict) or meta.get("version") != _FORMAT
+                or not isinstance(meta.get("committed"), bool)
+                or not (meta.get("changelog_offset") is None
+                        or type(meta.get("changelog_offset")) is int)):
+            raise ValueError(f"unexpected store metadata {raw[:200]!r}")
+        return meta
+
+    def _meta_record(self, offset: int | None, committed: bool) -> bytes:
+        return json.dumps({"version": _FORMAT, "changelog_offset": offset,
+                           "committed": committed}).encode()
+
+    def _write_meta(self, offset: int | None, committed: bool) -> None:
+        self._end_read()
+        with self._env.begin(write=True) as txn:
+            txn.put(_META_KEY, self._meta_record(offset, committed), db=self._meta)
+        self._committed = committed
+
+    def _open_local(self) -> None:
+        data_file = self._data_file()
+        existed = os.path.isfile(data_file) and os.path.getsize(data_file) > 0
+        if os.path.isfile(data_file) and not existed:
+            log.warning("%s: the local file %s is empty (its contents were lost): the store "
+                        "starts empty", self._where(), data_file)
+        try:
+            self._attach()
+            meta = self._read_meta()
+        except (lmdb.Error, ValueError) as e:
+            self._detach()
+            raise SamzaError(
+                f"{self._where()}: the local file {data_file} is corrupt or unreadable "
+                f"({type(e).__name__}: {e}); the store has no changelog, so its state cannot be "
+                f"rebuilt. Delete the directory {self.path} to start the store empty, or enable "
+                f"the store's changelog so it can be restored") from e
+        mode = "local" if existed else "fresh"
+        if meta is None:
+            self._write_meta(None, True)
+        else:
+            self._committed = meta["committed"]
+        self.restore_info = {"mode": mode, "entries_replayed": 0, "trimmed": 0,
+                             "reason": ("the local copy is used as is (no changelog)" if existed
+                                        else "no local copy yet: starting empty (no changelog)")}
+        log.info("%s: %s", self._where(), self.restore_info["reason"])
+
+    def _restore(self, changelog: Changelog, cp: int) -> None:
+        data_file = self._data_file()
+        level = logging.INFO
+        reason = ""
+        if not os.path.isfile(data_file):
+            reason = f"no local copy ({data_file} does not exist)"
+        else:
+            try:
+                self._attach()
+                meta = self._read_meta()
+            except (lmdb.Error, ValueError) as e:
+                self._detach()
+                level = logging.WARNING
+                reason = (f"the local copy {data_file} is corrupt or unreadable "
+                          f"({type(e).__name__}: {e})")
+            else:
+                if meta is None:
+                    reason = (f"the local copy {data_file} has no store metadata (its creation "
+                              f"was interrupted, or another program wrote it)")
+                elif not meta["committed"]:
+                    reason = (f"the local copy {data_file} is uncommitted: a run flushed changes "
+                              f"to it and stopped before its next commit")
+                elif meta["changelog_offset"] is None:
+                    level = logging.WARNING
+                    reason = (f"the local copy {data_file} was written without a changelog, and "
+                              f"the changelog is the source of truth now: its contents are "
+                              f"replaced by the changelog's")
+                elif meta["changelog_offset"] != cp:
+                    reason = (f"the local copy {data_file} is at changelog offset "
+                              f"{meta['changelog_offset']} but the checkpoint holds {cp}")
+        if not reason:
+            self._committed = True
+            self.restore_info = {"mode": "host-affinity", "entries_replayed": 0,
+                                 "reason": f"the local copy is committed at the checkpointed "
+                                           f"changelog offset {cp} (host affinity)"}
+            log.info("%s: using the local copy as is: %s", self._where(),
+                     self.restore_info["reason"])
+        else:
+            log.log(level, "%s: rebuilding from the changelog's offsets [0, %d): %s",
+                    self._where(), cp, reason)
+            self._detach()
+            for f in ("data.mdb", "lock.mdb"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(os.path.join(self.path, f))
+            self._attach()
+            t0 = time.perf_counter()
+            replayed = self._replay(changelog, cp) if cp > 0 else 0
+            self._write_meta(cp, True)
+            mode = "rebuilt" if replayed else "fresh"
+            self.restore_info = {"mode": mode, "entries_replayed": replayed, "reason": reason}
+            log.info("%s: %s: replayed %d changelog entries in %.3f s (%d keys)", self._where(),
+                     "rebuilt" if replayed else "starting empty", replayed,
+                     time.perf_counter() - t0, self._entries())
+        self.restore_info["trimmed"] = self._trim(changelog, cp)
+
+    def _replay(self, changelog: Changelog, cp: int) -> int:
+        """Writes the changelog's entries in [0, cp) (last write wins, tombstones delete)."""
+        pending: dict[bytes, bytes | None] = {}
+        n = 0
+        for _offset, entries in changelog.read(0, cp):
+            n += len(entries)
+            pending.update(entries)
+            if len(pending) >= _REPLAY_BATCH:
+                self._write_raw([(_P + k, v) for k, v in sorted(pending.items(), key=_first)])
+                pending = {}
+        if pending:
+            self._write_raw([(_P + k, v) for k, v in sorted(pending.items(), key=_first)])
+        return n
+
+    def _trim(self, changelog: Changelog, cp: int) -> int:
+        """Compensates changelog entries at or past the checkpoint: appends, for each of their
+        keys, its value here (a tombstone when absent). Returns how many keys."""
+        end = changelog.end_offset()
+        if end < cp:
+            log.warning("%s: the changelog ends at offset %d, before the checkpointed offset %d: "
+                        "it lost entries (was it deleted or truncated?), so a rebuild from it "
+                        "would not give this state", self._where(), end, cp)
+            return 0
+        if end == cp:
+            return 0
+        keys: dict[bytes, None] = {}
+        for _offset, entries in changelog.read(cp, end):
+            for k, _ in entries:
+                keys[k] = None
+        if not keys:
+            return 0
+        with self._env.begin() as txn:
+            get = txn.get
+            db = self._data
+            compensation = [(k, get(_P + k, None, db)) for k in keys]
+        changelog.append(compensation)
+        self._write_meta(cp, False)  # durable only after the runtime's next producer flush
+        log.info("%s: the changelog has %d entries past the checkpointed offset %d (a run "
+                 "stopped before checkpointing): appended the current value of their %d keys",
+                 self._where(), end - cp, cp, len(compensation))
+        return len(compensation)
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def _reader(self) -> Any:
+        txn = self._rtxn
+        if txn is None:
+            if self._env is None:
+                raise SamzaError(f"{self._where()} is closed")
+            txn = self._rtxn = self._env.begin(db=self._data)
+        return txn
+
+    def _end_read(self) -> None:
+        txn = self._rtxn
+        if txn is not None:
+            self._rtxn = None
+            txn.abort()
+
+    def _load(self, key: Any) -> Any:
+        """A key in neither the dirty entries nor the clean cache: read it from LMDB."""
+        try:
+            raw = self._reader().get(_P + self._kenc(key))
+        except lmdb.Error as e:
+            raise SamzaError(
+                f"{self._where()}: reading key {key!r} failed ({type(e).__name__}: {e}); if the "
+                f"file is corrupt, stop the job and delete the directory {self.path} (it is "
+                f"rebuilt from the changelog, if the store has one)") from e
+        v = None if raw is None else self._vdec(raw)
+        clean = self._clean
+        clean[key] = v
+        if len(clean) > self._cache_size:
+            self._evict()
+        return v
+
+    def _evict(self) -> None:
+        """Drops the oldest-inserted entries of the clean cache, down to half its size."""
+        clean = self._clean
+        for k in list(islice(clean, len(clean) - self._cache_size // 2)):
+            del clean[k]
+
+    def delete(self, key: Any) -> None:
+        """Deletes ``key`` (a tombstone in the changelog at the next flush)."""
+        self._dirty[key] = None
+
+    def __contains__(self, key: Any) -> bool:
+        return self.get(key) is not None
+
+    def range(self, start: Any, end: Any) -> Iterator[tuple[Any, Any]]:
+        """``(key, value)`` pairs with ``start <= key < end`` in ``key_encode`` byte order.
+
+        Flushes first. Entries are read from LMDB in chunks of 1024 (after a flush, from LMDB's
+        new state), so an iteration holds no snapshot and writing while iterating is safe: values
+        are current (a key deleted meanwhile is skipped, a value put meanwhile is the one
+        yielded); a key inserted meanwhile past the iteration's position is yielded only if a
+        flush happened in between."""
+        self._flush_dirty()
+        return self._scan(_P + self._kenc(start), _P + self._kenc(end))
+
+    def all(self) -> Iterator[tuple[Any, Any]]:
+        """Every ``(key, value)`` pair in ``key_encode`` byte order (see ``range``)."""
+        self._flush_dirty()
+        return self._scan(_P, None)
+
+    def _chunk(self, pos: bytes, inclusive: bool, hi: bytes | None) -> list[tuple[bytes, bytes]]:
+        cur = self._reader().cursor()
+        if not cur.set_range(pos):
+            return []
+        if not inclusive and cur.key() == pos and not cur.next():
+            return []
+        out = list(islice(cur.iternext(), _SCAN_CHUNK))
+        if hi is not None and out and out[-1][0] >= hi:
+            out = out[:bisect_left(out, hi, key=_first)]
+        return out
+
+    def _scan(self, lo: bytes, hi: bytes | None) -> Iterator[tuple[Any, Any]]:
+        if hi is not None and lo >= hi:
+            return
+        dirty, clean, kdec, vdec = self._dirty, self._clean, self._kdec, self._vdec
+        pos, inclusive = lo, True
+        while True:
+            flushes = self._flushes
+            chunk = self._chunk(pos, inclusive, hi)
+            for kb, vb in chunk:
+                if self._flushes != flushes:  # LMDB changed under the chunk: read it again
+                    break
+                pos, inclusive = kb, False
+                k = kdec(kb[1:])
+                v = dirty.get(k, _MISSING)
+                if v is _MISSING:
+                    v = clean.get(k, _MISSING)
+                    if v is _MISSING:
+                        v = vdec(vb)
+                if v is not None:
+                    yield k, v
+            else:
+                if len(chunk) < _SCAN_CHUNK:
+                    return
+            # a full chunk is done, or LMDB changed under it: read on from the last key yielded
+
+    def _entries(self) -> int:
+        return int(self._reader().stat(self._data)["entries"])
+
+    def __len__(self) -> int:
+        """The number of live keys (dirty entries included; no flush)."""
+        txn = self._reader()
+        n = int(txn.stat(self._data)["entries"])
+        clean, kenc = self._clean, self._kenc
+        for k, v in self._dirty.items():
+            before = clean.get(k, _MISSING)
+            present = (txn.get(_P + kenc(k)) is not None) if before is _MISSING else before is not None
+            n += (v is not None) - present
+        return n
+
+    # -- writing --------------------------------------------------------------------------------
+
+    def maybe_flush(self) -> None:
+        """Flushes when ``write_batch_size`` or more keys are dirty (the runtime calls this after
+        each processed batch)."""
+        if len(self._dirty) >= self._write_batch_size:
+            self._flush_dirty()
+
+    def flush(self) -> None:
+        """Writes the dirty entries to the changelog and to LMDB (see ``_flush_dirty``) and notes
+        that the runtime's commit began here: ``mark_committed`` marks the store committed only
+        if nothing was flushed between the two."""
+        self._flush_dirty()
+        self._commit_flushes = self._flushes
+
+    def _flush_dirty(self) -> None:
+        """Appends the last value of each dirty key to the changelog (a tombstone for a delete)
+        and writes them to LMDB in one transaction, which marks the store uncommitted. The
+        entries then move to the clean cache."""
+        dirty = self._dirty
+        if not dirty:
+            return
+        if self._env is None:
+            raise SamzaError(f"{self._where()} is closed: cannot flush {len(dirty)} changes")
+        venc = self._venc
+        try:
+            keys = list(map(self._kenc, dirty))
+            values = [None if v is None else venc(v) for v in dirty.values()]
+        except Exception:
+            self._encode_error()
+            raise
+        self._write_raw(sorted(zip(map(_P.__add__, keys), values, strict=True), key=_first),
+                        uncommit=self._committed)
+        self._committed = False
+        if self._changelog is not None:
+            self._changelog.append(list(zip(keys, values, strict=True)))
+        clean = self._clean
+        clean.update(dirty)
+        dirty.clear()
+        if len(clean) > self._cache_size:
+            self._evict()
+
+    def _encode_error(self) -> None:
+        """Raises a SamzaError naming the first dirty entry the serdes reject."""
+        for k, v in self._dirty.items():
+            try:
+                self._kenc(k)
+                if v is not None:
+                    self._venc(v)
+            except Exception as e:
+                raise SamzaError(
+                    f"{self._where()}: cannot encode the entry for key {k!r} "
+                    f"({type(e).__name__}: {e}); the store's key and value serdes must accept "
+                    f"every key and value the job stores") from e
+
+    def _write_raw(self, entries: list[tuple[bytes, bytes | None]], uncommit: bool = False) -> None:
+        """One write transaction with ``entries`` (sorted by key; None deletes), split in two
+        when LMDB finds the transaction too large."""
+        self._end_read()
+        self._flushes += 1
+        db = self._data
+        try:
+            with self._env.begin(write=True) as txn:
+                if uncommit:
+                    txn.put(_META_KEY, self._meta_record(None, False), db=self._meta)
+                puts = [e for e in entries if e[1] is not None]
+                if puts:
+                    txn.cursor(db).putmulti(puts)
+                if len(puts) < len(entries):
+                    delete = txn.delete
+                    for k, v in entries:
+                        if v is None:
+                            delete(k, b"", db)
+        except lmdb.TxnFullError:
+            if len(entries) < 2:
+                raise
+            half = len(entries) // 2
+            self._write_raw(entries[:half], uncommit)
+            self._write_raw(entries[half:])
+        except lmdb.BadValsizeError as e:
+            limit = self._env.max_key_size() - len(_P)
+            long = [k[len(_P):] for k, _ in entries if len(k) > limit + len(_P)]
+            raise SamzaError(
+                f"{self._where()}: {len(long)} encoded keys are longer than LMDB's maximum of "
+                f"{limit} bytes (the first: {long[:1]!r}); use shorter keys or a key serde that "
+                f"encodes them shorter") from e
+        except lmdb.MapFullError as e:
+            raise SamzaError(
+                f"{self._where()}: the LMDB map is full ({self._map_size} bytes); open the "
+                f"store with a larger map_size") from e
+
+    def mark_committed(self, changelog_offset: int | None) -> None:
+        """Records, in one small transaction, that the store holds the changelog up to
+        ``changelog_offset`` (the offset the next checkpoint will hold; None without a
+        changelog). Call it after ``flush()`` and the producer flush. If the store was flushed
+        again in between (``maybe_flush``, ``range``), it stays uncommitted until the next
+        commit: its contents may be past that offset."""
+        if self._env is None:
+            raise SamzaError(f"{self._where()} is closed")
+        if self._flushes != self._commit_flushes:
+            log.debug("%s: flushed again since the commit's flush: stays uncommitted",
+                      self._where())
+            return
+        self._write_meta(changelog_offset, True)
+
+    def sync(self) -> None:
+        """Forces LMDB's writes to disk (the environment is opened without sync, so a power
+        loss may lose or damage what was written since the last sync; a process crash does
+        not)."""
+        if self._env is not None:
+            self._env.sync(True)
+
+    def close(self) -> None:
+        """Closes the environment. No flush: dirty entries are dropped (the runtime flushes at
+        commit). Idempotent."""
+        if self._dirty:
+            log.debug("%s: closed with %d unflushed changes, dropped", self._where(),
+                      len(self._dirty))
+        self._detach()
+
+    def __repr__(self) -> str:
+        return (f"LmdbStore({self.name!r}, task={self.task!r}, path={self.path!r}, "
+                f"{len(self._dirty)} dirty, {len(self._clean)} cached)")

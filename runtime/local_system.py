@@ -1,0 +1,655 @@
+"""The embedded local system: a job's streams, changelogs and checkpoints in an LMDB log on local
+disk (``runtime.locallog``), and its stores in LMDB files (``runtime.lmdb_store``).
+
+Where things live, for a job ``<job>`` (``<app name>-<app id>``) run from a directory:
+
+- ``job.dir`` (default ``.samza/<job>``) holds ``stores/<store>/<task>/``, one LMDB store per task
+  and store;
+- a ``LocalSystem(name, path)`` keeps its log in ``path``, by default ``<job.dir>/logs/<name>``;
+  inputs, outputs, intermediate streams, changelogs (``<job>-<store>-changelog``, a partition per
+  task), the dead-letter stream (``<job>-dead-letter``) and the checkpoints (in the log's metadata,
+  under ``checkpoint/<job>/<task>``) all go there.
+
+Inputs are bounded by default: a run processes each input up to its end as it was when the run
+started, then ends (``follow=True`` keeps reading until stopped). A second run resumes after the
+checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pickle
+import shutil
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import msgspec
+
+from operators.hashing import KeyPartitioner
+from operators.state import decode_key, encode_key
+from samza_dsl.errors import SamzaError, SerdeError
+from samza_dsl.kv import KV
+from samza_dsl.serdes import KVSerde, Serde
+
+from .codec import (
+    Record,
+    Skipped,
+    StreamCodec,
+    control_record,
+    dead_letter_record,
+    fast_deserializer,
+    fast_serializer,
+    serde_error_policy,
+    stream_serde,
+)
+from .container import Container
+from .job import SSP, JobModel, TaskModel, build_job_model
+from .lmdb_store import LmdbStore
+from .locallog import LocalLog
+from .metrics import Metrics
+from .records import EndOfStream, is_control
+from .serde_util import default_key_bytes
+
+__all__ = ["LocalJob", "LocalProducer", "LocalConsumer", "LocalCheckpoints", "LogChangelog",
+           "LocalState", "job_dir", "log_path", "dead_letter_stream", "task_dir"]
+
+_checkpoint_encoder = msgspec.msgpack.Encoder()
+_checkpoint_decoder = msgspec.msgpack.Decoder()
+
+
+def job_dir(job_name: str, config: Mapping[str, Any]) -> str:
+    return str(config.get("job.dir") or os.path.join(".samza", job_name))
+
+
+def log_path(system: str, settings: Mapping[str, Any], job_name: str,
+             config: Mapping[str, Any]) -> str:
+    path = settings.get("path") or config.get(f"systems.{system}.path")
+    return str(path) if path else os.path.join(job_dir(job_name, config), "logs", system)
+
+
+def dead_letter_stream(job_name: str) -> str:
+    return f"{job_name}-dead-letter"
+
+
+def task_dir(task_name: str) -> str:
+    return task_name.replace(" ", "-")
+
+
+# -- producer and consumer ---------------------------------------------------------------------
+
+class LocalProducer:
+    """Buffers records per partition; a flush (or a ``signal`` after each processed batch)
+    appends every buffered partition to the log in one transaction."""
+
+    def __init__(self, log: LocalLog, generation: int) -> None:
+        self.log = log
+        self.generation = generation
+        self._physical: dict[str, str] = {}
+        self._encoders: dict[str, Callable[[Any], Record]] = {}
+        self._bufs: dict[str, list[list[Record]]] = {}
+        self._written: list[Callable[[], None]] = []
+
+    def add_stream(self, stream_id: str, physical: str, partitions: int,
+                   encode: Callable[[Any], Record] | None) -> None:
+        self._physical[stream_id] = physical
+        if encode is not None:
+            self._encoders[stream_id] = encode
+        self._bufs[stream_id] = [[] for _ in range(partitions)]
+
+    def on_write(self, callback: Callable[[], None]) -> None:
+        self._written.append(callback)
+
+    def buffer(self, stream_id: str, partition: int) -> list[Record]:
+        """The buffer of one partition, for raw records (changelogs, dead letters)."""
+        return self._bufs[stream_id][partition]
+
+    def sender(self, stream_id: str) -> Callable[[int, Any], None]:
+        bufs = self._bufs[stream_id]
+        encode = self._encoders[stream_id]
+
+        def send(partition: int, m: Any) -> None:
+            bufs[partition].append(encode(m))
+        return send
+
+    def send(self, stream_id: str, partition: int, payload: Any) -> None:
+        if is_control(payload):
+            record = control_record(payload, self.generation)
+        else:
+            record = self._encoders[stream_id](payload)
+        self._bufs[stream_id][partition].append(record)
+
+    def signal(self) -> None:
+        self._write()
+
+    def _write(self) -> None:
+        batches: dict[tuple[str, int], list[Record]] = {}
+        for sid, parts in self._bufs.items():
+            for p, buf in enumerate(parts):
+                if buf:
+                    batches[(self._physical[sid], p)] = buf
+        if not batches:
+            return
+        self.log.append_many(batches)
+        for buf in batches.values():
+            buf.clear()
+        for callback in self._written:
+            callback()
+
+    async def flush(self) -> None:
+        self._write()
+
+    async def close(self) -> None:
+        self._write()
+
+
+class LocalConsumer:
+    """Reads log partitions for the container. A reader key (a task and its partition) has its
+    own position. Bounded inputs end with an ``EndOfStream`` at their end offset as of
+    registration."""
+
+    def __init__(self, log: LocalLog, physical: Mapping[str, str],
+                 codecs: Mapping[str, StreamCodec], generation: int, *,
+                 bounded: set[str], upcoming: set[str]) -> None:
+        self.log = log
+        self.physical = dict(physical)
+        self.codecs = dict(codecs)
+        self.generation = generation
+        self.bounded = set(bounded)
+        self.upcoming = set(upcoming)
+        self.positions: dict[Any, list[Any]] = {}
+        self._event: asyncio.Event | None = None
+        self._woken = False
+
+    def register(self, key: Any, ssp: SSP, next_offset: int | None) -> None:
+        phys = self.physical[ssp.stream_id]
+        end = self.log.end_offset(phys, ssp.partition)
+        if next_offset is None:
+            next_offset = end if ssp.stream_id in self.upcoming else 0
+        stop = end if ssp.stream_id in self.bounded else None
+        # [ssp, physical, position, stop offset or None, end-of-stream given]
+        self.positions[key] = [ssp, phys, next_offset, stop, False]
+
+    def notify(self) -> None:
+        if self._event is not None:
+            self._event.set()
+
+    async def poll(self, keys: list[Any], max_per_key: int,
+                   timeout: float | None = None) -> list[tuple[Any, int, list[Any]]]:
+        if self._event is None:
+            self._event = asyncio.Event()
+        event = self._event
+        self._woken = False
+        read = self.log.read
+        while True:
+            event.clear()
+            out: list[tuple[Any, int, list[Any]]] = []
+            for key in keys:
+                pos = self.positions[key]
+                ssp, phys, offset, stop, ended = pos
+                limit = max_per_key
+                if stop is not None:
+                    if offset >= stop:
+                        if not ended:
+                            pos[4] = True
+                            out.append((key, offset, [EndOfStream(None)]))
+                        continue
+                    limit = min(limit, stop - offset)
+                first, records = read(phys, ssp.partition, offset, limit)
+                if records:
+                    pos[2] = first + len(records)
+                    out.append((key, first, self.codecs[ssp.stream_id].decode_batch(
+                        ssp, first, records, self.generation)))
+            if out or not keys:
+                return out
+            # another process may append (a CLI load): look again now and then
+            wait = 0.1 if timeout is None else min(timeout, 0.1)
+            try:
+                async with asyncio.timeout(wait):
+                    await event.wait()
+            except TimeoutError:
+                if timeout is not None:
+                    return []
+            if self._woken:
+                self._woken = False
+                return []
+
+    def wakeup(self) -> None:
+        self._woken = True
+        self.notify()
+
+    async def close(self) -> None:
+        return None
+
+
+# -- checkpoints --------------------------------------------------------------------------------
+
+class LocalCheckpoints:
+    """Checkpoints in the log's metadata: one atomic write per task and commit."""
+
+    def __init__(self, log: LocalLog, job_name: str) -> None:
+        self.log = log
+        self.job_name = job_name
+
+    def _key(self, task_name: str) -> str:
+        return f"checkpoint/{self.job_name}/{task_name}"
+
+    def _read(self, task_name: str) -> dict[str, Any]:
+        raw = self.log.get_meta(self._key(task_name))
+        if raw is None:
+            return {}
+        try:
+            data = _checkpoint_decoder.decode(raw)
+        except msgspec.DecodeError as exc:
+            raise SamzaError(f"the checkpoint of task {task_name!r} of job {self.job_name!r} in "
+                             f"{self.log.path} is unreadable ({exc}); reset the job "
+                             f"(samza-dsl reset) to start over") from exc
+        return data if isinstance(data, dict) else {}
+
+    def read(self, task_name: str) -> dict[SSP, int]:
+        return {SSP(s, p): o for s, p, o in self._read(task_name).get("offsets", [])}
+
+    def read_changelogs(self, task_name: str) -> dict[str, int]:
+        return dict(self._read(task_name).get("changelogs", {}))
+
+    def write(self, task_name: str, offsets: Mapping[SSP, int],
+              changelogs: Mapping[str, int] | None = None) -> None:
+        old = self._read(task_name)
+        merged = {(s, p): o for s, p, o in old.get("offsets", [])}
+        merged.update({(ssp.stream_id, ssp.partition): o for ssp, o in offsets.items()})
+        cls = dict(old.get("changelogs", {}))
+        cls.update(changelogs or {})
+        data = {"offsets": [[s, p, o] for (s, p), o in sorted(merged.items())],
+                "changelogs": cls}
+        self.log.put_meta(self._key(task_name), _checkpoint_encoder.encode(data))
+
+    def tasks(self) -> dict[str, dict[SSP, int]]:
+        prefix = f"checkpoint/{self.job_name}/"
+        return {k[len(prefix):]: self.read(k[len(prefix):])
+                for k in self.log.meta_items(prefix)}
+
+
+# -- state --------------------------------------------------------------------------------------
+
+class LogChangelog:
+    """A store's changelog partition in the local log. Appends go through the producer's
+    buffer, so they become durable with the producer's flush at commit."""
+
+    def __init__(self, log: LocalLog, producer: LocalProducer, stream_id: str, partition: int
+                 ) -> None:
+        self.log = log
+        self.stream_id = stream_id
+        self.partition = partition
+        self._buf = producer.buffer(stream_id, partition)
+
+    def append(self, entries: list[tuple[bytes, bytes | None]]) -> None:
+        self._buf.extend((k, v, None) for k, v in entries)
+
+    def end_offset(self) -> int:
+        return self.log.end_offset(self.stream_id, self.partition)
+
+    def read(self, start: int, end: int) -> Iterator[tuple[int, list[tuple[bytes, bytes | None]]]]:
+        pos = start
+        while pos < end:
+            first, records = self.log.read(self.stream_id, self.partition, pos,
+                                           min(65536, end - pos))
+            if not records:
+                return
+            yield first, [(k, v) for k, v, _ in records]  # type: ignore[misc]
+            pos = first + len(records)
+
+
+def _pickle(value: Any) -> bytes:
+    return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _table_codec(serde: Serde[Any], what: str, store: str) -> tuple[Callable[[Any], bytes],
+                                                                     Callable[[bytes], Any]]:
+    fast_ser, fast_de = fast_serializer(serde), fast_deserializer(serde)
+
+    def encode(obj: Any) -> bytes:
+        try:
+            return fast_ser(obj)
+        except Exception:
+            try:
+                return serde.serialize(obj)
+            except SerdeError as exc:
+                raise SerdeError(f"table {store!r}: cannot serialize a {what} "
+                                 f"({exc.reason}); give the table a serde that fits") from exc
+    return encode, fast_de
+
+
+class LocalState:
+    """LMDB stores under ``<job.dir>/stores``, with changelogs in the local log."""
+
+    def __init__(self, root: str, job: JobModel, config: Mapping[str, Any],
+                 changelogs: Mapping[str, tuple[LocalLog, LocalProducer, str]],
+                 metrics: Metrics) -> None:
+        self.root = root
+        self.job = job
+        self.config = config
+        self.changelogs = dict(changelogs)  # store name -> (log, producer, stream id)
+        self.metrics = metrics
+        self.stores: dict[str, dict[str, LmdbStore]] = {}
+        self._changelog_of: dict[tuple[str, str], LogChangelog] = {}
+        #: (task, store) -> what opening the store did: mode, reason, entries replayed, seconds
+        self.restores: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def open(self, task: TaskModel, store_name: str, checkpointed: int | None) -> LmdbStore:
+        spec = self.job.plan.stores[store_name]
+        if spec.table is not None:
+            serde = spec.table.serde
+            ke, kd = _table_codec(serde.key_serde, "key", store_name)
+            ve, vd = _table_codec(serde.value_serde, "value", store_name)
+        else:
+            ke, kd, ve, vd = encode_key, decode_key, _pickle, pickle.loads
+        changelog = None
+        if store_name in self.changelogs:
+            log, producer, sid = self.changelogs[store_name]
+            changelog = LogChangelog(log, producer, sid, task.index)
+            self._changelog_of[(task.name, store_name)] = changelog
+        cfg = self.config
+        store = LmdbStore.open(
+            os.path.join(self.root, "stores", store_name, task_dir(task.name)),
+            name=store_name, task=task.name, key_encode=ke, key_decode=kd, value_encode=ve,
+            value_decode=vd, changelog=changelog, checkpointed=checkpointed,
+            cache_size=int(cfg.get(f"stores.{store_name}.object.cache.size", 100_000)),
+            write_batch_size=int(cfg.get(f"stores.{store_name}.write.batch.size", 10_000)))
+        info = store.restore_info
+        self.metrics.inc("store-restore-entries", int(info.get("entries_replayed", 0)))
+        self.restores[(task.name, store_name)] = dict(info)
+        self.stores.setdefault(task.name, {})[store_name] = store
+        return store
+
+    def flush(self, task_name: str) -> None:
+        for store in self.stores.get(task_name, {}).values():
+            store.flush()
+
+    def committed(self, task_name: str) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for name, store in self.stores.get(task_name, {}).items():
+            changelog = self._changelog_of.get((task_name, name))
+            offset = changelog.end_offset() if changelog is not None else None
+            store.mark_committed(offset)
+            if offset is not None:
+                out[name] = offset
+        return out
+
+    def close(self) -> None:
+        for stores in self.stores.values():
+            for store in stores.values():
+                store.close()
+        self.stores.clear()
+
+
+# -- the job ------------------------------------------------------------------------------------
+
+class LocalJob:
+    """Plans an application over the local log and builds its container.
+
+    ``follow`` keeps reading inputs past their current end; ``inputs`` (stream id -> messages,
+    spread over partitions by key as ``load`` does, or {partition: messages}) are appended to
+    inputs that are still empty, as a sample."""
+
+    def __init__(self, app: Any, config: Mapping[str, Any], *, follow: bool = False,
+                 inputs: Mapping[str, Sequence[Any] | Mapping[int, Sequence[Any]]] | None = None,
+                 metrics: Metrics | None = None, run: bool = True) -> None:
+        self.app = app
+        self.config = dict(config)
+        self.metrics = metrics or Metrics()
+        job_name = f"{app.name}-{app.app_id}"
+        self.job_name = job_name
+        self.root = job_dir(job_name, self.config)
+        self.logs: dict[str, LocalLog] = {}
+        try:
+            self._plan(inputs or {})
+            if run:
+                self._build(follow, inputs or {})
+            else:  # open the streams only (load, dump, reset)
+                self.generation = 0
+                self._codecs(None)
+        except BaseException:
+            self.close()
+            raise
+
+    def log_of(self, system: str) -> LocalLog:
+        log = self.logs.get(system)
+        if log is None:
+            settings = self._systems.get(system, {})
+            log = self.logs[system] = LocalLog(log_path(system, settings, self.job_name,
+                                                        self.config))
+        return log
+
+    def _plan(self, inputs: Mapping[str, Any]) -> None:
+        app = self.app
+        spec_streams = {**app._inputs, **app._outputs}
+        self._systems: dict[str, dict[str, Any]] = {}
+        local_names: list[str] = []
+        for d in spec_streams.values():
+            if d.system.factory == "kafka":
+                raise SamzaError(f"stream {d.stream_id!r} is on Kafka system {d.system.name!r}: "
+                                 f"this runner runs jobs on the embedded local system only")
+            self._systems.setdefault(d.system.name, d.system.config)
+            if d.system.factory == "local" and d.system.name not in local_names:
+                local_names.append(d.system.name)
+        main = str(self.config.get("job.default.system") or
+                   (local_names[0] if local_names else "local"))
+        self.main_system = main
+
+        def system_of(stream_system: str | None) -> str:
+            # streams of other systems (memory) run on the main local system too
+            return stream_system if stream_system in local_names else main
+
+        # partition counts the log already knows
+        known: dict[str, int] = {}
+        for sid, d in spec_streams.items():
+            if d.partitions is None:
+                n = self.log_of(system_of(d.system.name)).partitions(d.physical_name)
+                given = inputs.get(sid)
+                if n is None and isinstance(given, Mapping) and given:
+                    n = max(given) + 1
+                if n is not None:
+                    known[sid] = n
+        plan = app.plan(partitions=known, config=self.config)
+        self.plan = plan
+        counts = {sid: s.partitions for sid, s in plan.streams.items()}
+        widest = max([n for sid, n in counts.items() if n and plan.streams[sid].kind == "input"]
+                     or [1])
+        counts = {sid: (n if n else widest) for sid, n in counts.items()}
+        self.counts = counts
+        self.job = build_job_model(plan, counts)
+        self.physical = {sid: s.physical_name for sid, s in plan.streams.items()}
+        self.stream_system = {sid: system_of(s.system) for sid, s in plan.streams.items()}
+        for sid, n in counts.items():
+            self.log_of(self.stream_system[sid]).create(self.physical[sid], n)
+
+    def _codecs(self, dead_letter: Callable[[SSP, int, Record, SerdeError], None] | None) -> None:
+        cfg = self.plan.config
+        self.codecs = {}
+        for sid, s in self.plan.streams.items():
+            serde = stream_serde(getattr(s.descriptor, "serde", None), keyed=s.keyed,
+                                 intermediate=s.kind in ("intermediate", "broadcast"))
+            self.codecs[sid] = StreamCodec(sid, serde, policy=serde_error_policy(cfg, sid),
+                                           dead_letter=dead_letter, metrics=self.metrics)
+
+    def _build(self, follow: bool, inputs: Mapping[str, Any]) -> None:
+        plan, job, counts = self.plan, self.job, self.counts
+        physical, stream_system = self.physical, self.stream_system
+        main = self.main_system
+        cfg = plan.config
+
+        main_log = self.log_of(main)
+        gen_key = f"generation/{self.job_name}"
+        raw = main_log.get_meta(gen_key)
+        generation = (int(raw) if raw else 0) + 1
+        main_log.put_meta(gen_key, str(generation).encode())
+        self.generation = generation
+
+        producers: dict[str, LocalProducer] = {}
+
+        def producer_of(system: str) -> LocalProducer:
+            p = producers.get(system)
+            if p is None:
+                p = producers[system] = LocalProducer(self.log_of(system), generation)
+            return p
+
+        dead = dead_letter_stream(self.job_name)
+        main_log.create(dead, 1)
+        dead_producer = producer_of(main)
+        dead_producer.add_stream(dead, dead, 1, None)
+        dead_buf = dead_producer.buffer(dead, 0)
+
+        def dead_letter(ssp: SSP, offset: int, record: Record, err: SerdeError) -> None:
+            dead_buf.append(dead_letter_record(ssp, offset, record, err))
+
+        self._codecs(dead_letter)
+        codecs = self.codecs
+        for sid in plan.streams:
+            producer_of(stream_system[sid]).add_stream(sid, physical[sid], counts[sid],
+                                                      codecs[sid].encode)
+
+        # a sample for inputs that are still empty
+        for sid, given in inputs.items():
+            log = self.log_of(stream_system[sid])
+            if any(log.end_offset(physical[sid], p) for p in range(counts[sid])):
+                continue
+            if isinstance(given, Mapping):
+                self._append(sid, {p: list(msgs) for p, msgs in given.items() if msgs})
+            else:
+                self.load(sid, given)
+
+        # changelogs: a partition per task
+        n_tasks = max((t.index for t in job.tasks), default=0) + 1
+        changelogs: dict[str, tuple[LocalLog, LocalProducer, str]] = {}
+        for name, store in plan.stores.items():
+            if store.changelog is None:
+                continue
+            system, _, stream = store.changelog.partition(".")
+            if not stream:
+                system, stream = main, store.changelog
+            log = self.log_of(system)
+            log.create(stream, n_tasks)
+            prod = producer_of(system)
+            prod.add_stream(stream, stream, n_tasks, None)
+            changelogs[name] = (log, prod, stream)
+
+        inputs_of_job = set(plan.input_streams)
+        upcoming = {sid for sid in inputs_of_job
+                    if getattr(plan.streams[sid].descriptor, "offset_default", "oldest")
+                    == "upcoming"}
+        consumer_logs = {stream_system[sid] for ssp_task in job.tasks for sid in
+                         {ssp.stream_id for ssp in ssp_task.ssps}}
+        if len(consumer_logs) > 1 or len(producers) > 1:
+            raise SamzaError(f"job {self.job_name!r} uses several local systems "
+                             f"({', '.join(sorted(set(consumer_logs) | set(producers)))}); "
+                             f"run it with one")
+        consumer = LocalConsumer(main_log if not consumer_logs else
+                                 self.log_of(next(iter(consumer_logs))),
+                                 physical, codecs, generation,
+                                 bounded=set() if follow else inputs_of_job, upcoming=upcoming)
+        producer = producer_of(main)
+        producer.on_write(consumer.notify)
+        self.producer = producer
+        self.consumer = consumer
+        self.checkpoints = LocalCheckpoints(self.log_of(
+            str(cfg.get("task.checkpoint.system") or main)), self.job_name)
+        self.state = LocalState(self.root, job, cfg, changelogs, self.metrics)
+        self.container = Container(job, job.tasks, consumer=consumer, producer=producer,
+                                   checkpoints=self.checkpoints, config=cfg,
+                                   metrics=self.metrics, state=self.state)
+        # where this run's outputs start, so a run can show just its own
+        self.output_start = {sid: [self.log_of(stream_system[sid]).end_offset(physical[sid], p)
+                                   for p in range(counts[sid])]
+                             for sid in plan.output_streams}
+
+    def messages(self, stream_id: str, *, since_start: bool = True) -> list[Any]:
+        """Messages of a stream in the log; of an output, by default only this run's."""
+        if stream_id not in self.physical:
+            raise KeyError(f"no stream {stream_id!r} in job {self.job_name!r}")
+        log = self.log_of(self.stream_system[stream_id])
+        codec = self.codecs[stream_id]
+        out: list[Any] = []
+        starts = getattr(self, "output_start", {}).get(stream_id) if since_start else None
+        for p in range(self.counts[stream_id]):
+            pos = starts[p] if starts else 0
+            while True:
+                first, records = log.read(self.physical[stream_id], p, pos, 65536)
+                if not records:
+                    break
+                out.extend(m for m in codec.decode_batch(SSP(stream_id, p), first, records,
+                                                         self.generation)
+                           if not is_control(m) and type(m) is not Skipped)
+                pos = first + len(records)
+        return out
+
+    def _append(self, stream_id: str, parts: Mapping[int, list[Any]], batch: int = 1024) -> None:
+        """Messages into given partitions, in log batches of ``batch`` records."""
+        log = self.log_of(self.stream_system[stream_id])
+        phys, encode = self.physical[stream_id], self.codecs[stream_id].encode
+        for p, msgs in parts.items():
+            for i in range(0, len(msgs), batch):
+                log.append(phys, p, [encode(m) for m in msgs[i:i + batch]])
+
+    def load(self, stream_id: str, messages: Iterable[Any], batch: int = 4096) -> int:
+        """Append messages to a stream: a ``KV`` to the partition of its key (murmur2, as
+        Kafka's default partitioner), other messages round-robin. Returns the count."""
+        if stream_id not in self.physical:
+            raise SamzaError(f"{stream_id!r} is not a stream of job {self.job_name!r}; streams: "
+                             f"{', '.join(sorted(self.physical))}")
+        log = self.log_of(self.stream_system[stream_id])
+        phys, n = self.physical[stream_id], self.counts[stream_id]
+        codec = self.codecs[stream_id]
+        key_serde = codec.serde.key_serde if isinstance(codec.serde, KVSerde) else None
+        partitioner = KeyPartitioner(n, key_serde.serialize if key_serde is not None
+                                     else default_key_bytes)
+        bufs: dict[tuple[str, int], list[Record]] = {}
+        count = 0
+        rr = sum(log.end_offset(phys, p) for p in range(n))
+        for m in messages:
+            if type(m) is KV and m.key is not None:
+                p = partitioner(m.key)
+            else:
+                p, rr = rr % n, rr + 1
+            bufs.setdefault((phys, p), []).append(codec.encode(m))
+            count += 1
+            if count % batch == 0:
+                log.append_many(bufs)
+                bufs = {}
+        if bufs:
+            log.append_many(bufs)
+        return count
+
+    def reset(self, *, outputs: bool = False) -> list[str]:
+        """Forget the job's progress: checkpoints, stores, intermediate streams, changelogs and
+        dead letters (and outputs with ``outputs=True``). Inputs stay. Returns what went."""
+        gone: list[str] = []
+        for log in {id(lg): lg for lg in [self.log_of(s) for s in set(self.stream_system.values())]
+                    }.values():
+            n = log.delete_meta(f"checkpoint/{self.job_name}/")
+            if n:
+                gone.append(f"{n} checkpoint(s) in {log.path}")
+            names = [self.physical[sid] for sid, s in self.plan.streams.items()
+                     if s.kind in ("intermediate", "broadcast") or (outputs and s.kind == "output")]
+            names += [st for st in log.streams()
+                      if st == dead_letter_stream(self.job_name)
+                      or (st.startswith(self.job_name + "-") and st.endswith("-changelog"))]
+            for st in names:
+                if log.partitions(st) is not None:
+                    log.delete_stream(st)
+                    gone.append(f"stream {st}")
+        stores = os.path.join(self.root, "stores")
+        if remove_tree(stores):
+            gone.append(f"stores in {stores}")
+        return gone
+
+    def close(self) -> None:
+        for log in self.logs.values():
+            log.close()
+        self.logs.clear()
+
+
+def remove_tree(path: str) -> bool:
+    if os.path.isdir(path):
+        shutil.rmtree(path)
+        return True
+    return False

@@ -1,0 +1,617 @@
+"""The storage of the embedded local system: a partitioned log on local disk, in one LMDB environment.
+
+A tiny Kafka: named streams with a fixed number of partitions, each an append-only sequence of
+``(key, value, headers)`` records at contiguous offsets from 0, plus a small metadata keyspace
+for checkpoints. Several processes may use one log at the same time (a job and a CLI ``load``):
+every call is one LMDB transaction, and nothing read from the file is cached across calls.
+
+Layout, in named databases of the environment:
+
+* ``streams``: stream id -> msgpack ``{"partitions": n}``.
+* ``log``: one entry per appended batch (a "segment"). The key is the stream id, ``0x00``, the
+  partition as 4 bytes big-endian and the segment's first offset as 8 bytes big-endian, so the
+  segments of a partition are contiguous and sorted by offset. The value is one msgpack
+  encoding of ``(timestamp_ms, [(key, value, headers), ...])``. A segment's record count is
+  read from the msgpack array header without decoding the records.
+* ``meta``: str key -> bytes, for checkpoints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import struct
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import lmdb
+import msgspec
+
+from samza_dsl.errors import SamzaError
+
+__all__ = ["Header", "LocalLog", "Record"]
+
+Header = tuple[str, bytes]
+Record = tuple[bytes | None, bytes | None, tuple[Header, ...] | None]
+
+_SegmentType = tuple[
+    int, list[tuple[bytes | None, bytes | None, tuple[tuple[str, bytes], ...] | None]]
+]
+
+
+class _StreamInfo(msgspec.Struct):
+    partitions: int
+
+
+_ENCODE = msgspec.msgpack.Encoder().encode
+_DECODE_SEGMENT = msgspec.msgpack.Decoder(_SegmentType).decode
+_DECODE_INFO = msgspec.msgpack.Decoder(_StreamInfo).decode
+_U64 = struct.Struct(">Q")
+_U32 = struct.Struct(">I")
+_PACK_OFFSET = _U64.pack
+_UNPACK_OFFSET = _U64.unpack
+_LAST = b"\xff" * 8  # greater than every 8-byte offset
+_MAX_OFFSET = (1 << 63) - 1
+_STREAM_ID = re.compile(r"[A-Za-z0-9._-]{1,249}")
+_MAX_META_KEY = 500  # LMDB's key limit is 511 bytes
+_BYTES_LIKE = (bytes, bytearray, memoryview)
+
+# The size of a msgpack int by its first byte, for the segment's timestamp.
+_INT_SIZE = {0xCC: 2, 0xCD: 3, 0xCE: 5, 0xCF: 9, 0xD0: 2, 0xD1: 3, 0xD2: 5, 0xD3: 9}
+
+
+def _segment_count(value: Any) -> int:
+    """The number of records in an encoded segment, from its msgpack headers alone.
+
+    ``value`` is ``0x92`` (an array of 2), the timestamp (an int of 1 to 9 bytes), then the
+    records' array header (fixarray, array 16 or array 32)."""
+    b = value[1]
+    i = 2 if (b <= 0x7F or b >= 0xE0) else 1 + _INT_SIZE[b]
+    h = value[i]
+    if 0x90 <= h <= 0x9F:
+        return h - 0x90
+    if h == 0xDC:
+        return (value[i + 1] << 8) | value[i + 2]
+    if h == 0xDD:
+        return int.from_bytes(value[i + 1 : i + 5], "big")
+    raise KeyError(h)
+
+
+class _Shared:
+    """One open environment, shared by every LocalLog on its directory in this process."""
+
+    __slots__ = ("env", "streams", "log", "meta", "refs", "pid", "ident")
+
+    def __init__(self, env: Any, streams: Any, log: Any, meta: Any, ident: Any) -> None:
+        self.env = env
+        self.streams = streams
+        self.log = log
+        self.meta = meta
+        self.refs = 1
+        self.pid = os.getpid()
+        self.ident = ident
+
+
+# realpath -> the environment open on it. LMDB forbids opening one environment twice in a
+# process (its fcntl locks belong to the process, so closing one handle would drop the other's).
+_REGISTRY: dict[str, _Shared] = {}
+_REGISTRY_LOCK = threading.Lock()
+
+
+def _file_ident(real: str) -> tuple[int, int] | None:
+    """Which data file the directory holds now: a log deleted and re-created at the same path
+    while still open here is a different environment."""
+    try:
+        st = os.stat(os.path.join(real, "data.mdb"))
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def _unreadable(path: str, exc: BaseException) -> SamzaError:
+    return SamzaError(
+        f"the local log at {path} is not a readable LMDB environment ({type(exc).__name__}: "
+        f"{exc}); it is corrupt or is not a local log. Move the directory away or delete it "
+        f"(rm -r {path}) to start with an empty log"
+    )
+
+
+class LocalLog:
+    """A partitioned, persistent, multi-process log in one LMDB environment.
+
+    Open it on a directory (created if missing); share it between processes freely. Every
+    method is one transaction; appends to several partitions at once go through
+    ``append_many``. Close it (or use it as a context manager) when done.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, map_size: int = 1 << 36) -> None:
+        self.path: str = os.path.abspath(os.fspath(path))
+        self.map_size = map_size
+        self._shared: _Shared | None = None
+        try:
+            os.makedirs(self.path, exist_ok=True)
+        except OSError as e:
+            raise SamzaError(
+                f"cannot create the local log directory {self.path}: {e}; "
+                f"choose another path or fix its permissions"
+            ) from e
+        if not os.path.isdir(self.path):
+            raise SamzaError(f"the local log path {self.path} is not a directory; choose a directory")
+        self._real = real = os.path.realpath(self.path)
+        with _REGISTRY_LOCK:
+            shared = _REGISTRY.get(real)
+            if shared is not None and shared.pid != os.getpid():
+                # Inherited across a fork: unusable here (LMDB handles must not cross a fork), but
+                # py-lmdb refuses to open the files again until it is closed. Closing it in the
+                # child touches only the child's own reader slots and locks, not the parent's.
+                with contextlib.suppress(lmdb.Error):
+                    shared.env.close()
+                shared = None
+            elif shared is not None and shared.ident != _file_ident(real):
+                shared = None  # the directory was deleted and re-created: a new environment
+            if shared is None:
+                shared = self._open(real, map_size)
+                _REGISTRY[real] = shared
+            else:
+                shared.refs += 1
+        self._shared = shared
+
+    def _open(self, real: str, map_size: int) -> _Shared:
+        try:
+            env = lmdb.open(
+                real,
+                map_size=map_size,
+                subdir=True,
+                max_dbs=4,
+                sync=False,
+                metasync=False,
+                lock=True,
+                readahead=False,
+            )
+        except lmdb.Error as e:
+            raise _unreadable(self.path, e) from e
+        try:
+            streams = env.open_db(b"streams")
+            log = env.open_db(b"log")
+            meta = env.open_db(b"meta")
+            env.reader_check()  # free the reader slots of processes that died mid-read
+            with env.begin(buffers=True) as txn:  # a first read: fail now, not mid-job
+                cur = txn.cursor(streams)
+                for _, value in cur:
+                    _DECODE_INFO(value)
+                txn.cursor(log).last()
+        except (lmdb.Error, msgspec.DecodeError) as e:
+            env.close()
+            raise _unreadable(self.path, e) from e
+        return _Shared(env, streams, log, meta, _file_ident(real))
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _live(self) -> _Shared:
+        shared = self._shared
+        if shared is None:
+            raise SamzaError(f"the local log at {self.path} is closed; open a new LocalLog")
+        if shared.pid != os.getpid():
+            raise SamzaError(
+                f"the local log at {self.path} was opened in process {shared.pid}, before a fork; "
+                f"open a new LocalLog in this process (pid {os.getpid()})"
+            )
+        return shared
+
+    def _begin(self, shared: _Shared, write: bool = False) -> Any:
+        try:
+            return shared.env.begin(write=write, buffers=True)
+        except lmdb.MapResizedError:
+            # Another process grew the map beyond ours: adopt its size and retry.
+            shared.env.set_mapsize(0)
+            return shared.env.begin(write=write, buffers=True)
+
+    def _lmdb_error(self, exc: lmdb.Error, doing: str) -> SamzaError:
+        if isinstance(exc, lmdb.MapFullError):
+            size = self._shared.env.info()["map_size"] if self._shared else self.map_size
+            return SamzaError(
+                f"the local log at {self.path} is full (map_size={size} bytes) while {doing}; "
+                f"reopen it with a larger map_size (close every LocalLog on it first), "
+                f"or delete streams you no longer need"
+            )
+        return SamzaError(
+            f"LMDB failed while {doing} in the local log at {self.path}: "
+            f"{type(exc).__name__}: {exc}. If it persists the file may be corrupt: move the "
+            f"directory away or delete it"
+        )
+
+    def _partitions_in(self, txn: Any, shared: _Shared, stream: str) -> int | None:
+        raw = txn.get(stream.encode(), db=shared.streams)
+        if raw is None:
+            return None
+        try:
+            return _DECODE_INFO(raw).partitions
+        except msgspec.DecodeError as e:
+            raise SamzaError(
+                f"the description of stream {stream!r} in the local log at {self.path} is "
+                f"corrupt ({e}); delete the stream (reset) or the log directory"
+            ) from e
+
+    def _prefix(self, txn: Any, shared: _Shared, stream: str, partition: int) -> bytes:
+        """The key prefix of a partition's segments; checks that it exists."""
+        n = self._partitions_in(txn, shared, stream)
+        if n is None:
+            raise SamzaError(
+                f"unknown stream {stream!r} in the local log at {self.path}; "
+                f"create it first with create({stream!r}, partitions)"
+            )
+        if partition.__class__ is not int or not 0 <= partition < n:
+            raise SamzaError(
+                f"partition {partition!r} is out of range for stream {stream!r}, which has {n} "
+                f"partition{'s' if n != 1 else ''} (0..{n - 1}) in the local log at {self.path}"
+            )
+        return stream.encode() + b"\x00" + _U32.pack(partition)
+
+    def _end(self, cur: Any, prefix: bytes) -> int:
+        """The next offset of a partition: its last segment's first offset plus its count."""
+        found = cur.set_range(prefix + _LAST)
+        if not (cur.prev() if found else cur.last()):
+            return 0
+        key = bytes(cur.key())
+        n = len(prefix)
+        if key[:n] != prefix:
+            return 0
+        return _UNPACK_OFFSET(key[n:])[0] + self._count(cur.value(), prefix, key)
+
+    def _count(self, value: Any, prefix: bytes, key: bytes) -> int:
+        try:
+            return _segment_count(value)
+        except (IndexError, KeyError, ValueError) as e:
+            raise self._corrupt_segment(prefix, key, e) from e
+
+    def _corrupt_segment(self, prefix: bytes, key: bytes, exc: BaseException) -> SamzaError:
+        stream = prefix[:-5].decode(errors="replace")
+        partition = _U32.unpack(prefix[-4:])[0]
+        offset = _UNPACK_OFFSET(key[len(prefix) :])[0]
+        return SamzaError(
+            f"the segment at offset {offset} of stream {stream!r} partition {partition} in the "
+            f"local log at {self.path} cannot be decoded ({type(exc).__name__}: {exc}); it holds "
+            f"records that are not (bytes|None, bytes|None, headers|None) or the file is "
+            f"corrupt. Delete the stream (reset) to recover"
+        )
+
+    # ------------------------------------------------------------------ streams
+
+    def create(self, stream: str, partitions: int) -> None:
+        """Create a stream with ``partitions`` partitions; a no-op if it exists with that count."""
+        if not isinstance(stream, str) or not _STREAM_ID.fullmatch(stream):
+            raise SamzaError(
+                f"invalid stream id {stream!r} for the local log at {self.path}: use 1 to 249 of "
+                f"the characters A-Z a-z 0-9 . _ -"
+            )
+        if partitions.__class__ is not int or not 1 <= partitions < (1 << 32):
+            raise SamzaError(
+                f"stream {stream!r} needs a partition count from 1 to 2**32-1, got {partitions!r}"
+            )
+        shared = self._live()
+        try:
+            with self._begin(shared, write=True) as txn:
+                n = self._partitions_in(txn, shared, stream)
+                if n is None:
+                    txn.put(stream.encode(), _ENCODE(_StreamInfo(partitions)), db=shared.streams)
+                elif n != partitions:
+                    raise SamzaError(
+                        f"stream {stream!r} already exists in the local log at {self.path} with "
+                        f"{n} partitions, not {partitions}; use {n} partitions, or delete the "
+                        f"stream (reset) to re-create it with {partitions}"
+                    )
+        except lmdb.Error as e:
+            raise self._lmdb_error(e, f"creating stream {stream!r}") from e
+
+    def partitions(self, stream: str) -> int | None:
+        """The partition count of ``stream``, or None if it does not exist."""
+        shared = self._live()
+        try:
+            with self._begin(shared) as txn:
+                return self._partitions_in(txn, shared, stream)
+        except lmdb.Error as e:
+            raise self._lmdb_error(e, f"reading stream {stream!r}") from e
+
+    def streams(self) -> dict[str, int]:
+        """Every stream and its partition count."""
+        shared = self._live()
+        try:
+            with self._begin(shared) as txn:
+                return {
+                    bytes(k).decode(): _DECODE_INFO(v).partitions
+                    for k, v in txn.cursor(shared.streams)
+                }
+        except lmdb.Error as e:
+            raise self._lmdb_error(e, "listing streams") from e
+
+    def delete_stream(self, stream: str) -> None:
+        """Drop ``stream`` and all its records (a no-op if it does not exist)."""
+        shared = self._live()
+        pfx = stream.encode() + b"\x00"
+        n = len(pfx)
+        try:
+            with self._begin(shared, write=True) as txn:
+                txn.delete(stream.encode(), db=shared.streams)
+                cur = txn.cursor(shared.log)
+                if cur.set_range(pfx):
+                    while bytes(cur.key()[:n]) == pfx and cur.delete():
+                        pass
+        except lmdb.Error as e:
+            raise self._lmdb_error(e, f"deleting stream {stream!r}") from e
+
+    # ------------------------------------------------------------------ records
+
+    def append(
+        self,
+        stream: str,
+        partition: int,
+        records: Sequence[Record],
+        timestamp_ms: int | None = None,
+    ) -> int:
+        """Append ``records`` to one partition in one transaction; the offset of the first."""
+        return self.append_many({(stream, partition): records}, timestamp_ms)[(stream, partition)]
+
+    def append_many(
+        self,
+        batches: Mapping[tuple[str, int], Sequence[Record]],
+        timestamp_ms: int | None = None,
+    ) -> dict[tuple[str, int], int]:
+        """Append a batch to each of several partitions, all in ONE transaction.
+
+        Returns the offset of each batch's first record (for an empty batch, which writes
+        nothing, the partition's end offset). Records are ``(key, value, headers)`` with
+        key and value bytes or None and headers None or a tuple of ``(str, bytes)``. Only the
+        first and last record of each batch are checked: a batch with a malformed record in
+        the middle is stored, and reading it raises SamzaError."""
+        ts = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
+        shared = self._live()
+        # Encode outside the write transaction: it holds the log's one write lock, for every process.
+        encoded: list[tuple[str, int, bytes | None]] = []
+        for (stream, partition), records in batches.items():
+            if not records:
+                encoded.append((stream, partition, None))
+                continue
+            if records.__class__ is not list and records.__class__ is not tuple:
+                records = list(records)
+            self._check_record(records[0], stream, partition)
+            self._check_record(records[-1], stream, partition)
+            try:
+                value = _ENCODE((ts, records))
+            except (TypeError, OverflowError, ValueError) as e:
+                raise SamzaError(
+                    f"cannot encode a batch for stream {stream!r} partition {partition} of the "
+                    f"local log at {self.path}: {e}; records must be (bytes|None, bytes|None, "
+                    f"tuple[(str, bytes), ...]|None) and timestamp_ms an int"
+                ) from e
+            encoded.append((stream, partition, value))
+        out: dict[tuple[str, int], int] = {}
+        try:
+            with self._begin(shared, write=True) as txn:
+                cur = txn.cursor(shared.log)
+                for stream, partition, payload in encoded:
+                    prefix = self._prefix(txn, shared, stream, partition)
+                    first = self._end(cur, prefix)
+                    if payload is not None and not cur.put(
+                        prefix + _PACK_OFFSET(first), payload, overwrite=False
+                    ):
+                        raise SamzaError(
+                            f"a segment already exists at offset {first} of stream {stream!r} "
+                            f"partition {partition} in the local log at {self.path}: the log is "
+                            f"corrupt; delete the stream (reset) or the log directory"
+                        )
+                    out[(stream, partition)] = first
+        except lmdb.Error as e:
+            where = ", ".join(f"{s!r} partition {p}" for s, p, _ in encoded)
+            raise self._lmdb_error(e, f"appending to {where}") from e
+        return out
+
+    def _check_record(self, record: Any, stream: str, partition: int) -> None:
+        try:
+            key, value, headers = record
+            if not (
+                (key is None or key.__class__ in _BYTES_LIKE)
+                and (value is None or value.__class__ in _BYTES_LIKE)
+                and (headers is None or all(
+                    hk.__class__ is str and hv.__class__ in _BYTES_LIKE for hk, hv in headers
+                ))
+            ):
+                raise TypeError
+        except (TypeError, ValueError):
+            raise SamzaError(
+                f"cannot append {record!r:.200} to stream {stream!r} partition {partition} of "
+                f"the local log at {self.path}: a record must be a (key, value, headers) tuple "
+                f"with key and value bytes or None and headers None or a tuple of (str, bytes)"
+            ) from None
+
+    def end_offset(self, stream: str, partition: int) -> int:
+        """The offset the next record appended to the partition will get (0 when empty)."""
+        shared = self._live()
+        try:
+            with self._begin(shared) as txn:
+                prefix = self._prefix(txn, shared, stream, partition)
+                return self._end(txn.cursor(shared.log), prefix)
+        except lmdb.Error as e:
+            raise self._lmdb_error(e, f"reading the end of {stream!r} partition {partition}") from e
+
+    def read(
+        self, stream: str, partition: int, offset: int, max_records: int
+    ) -> tuple[int, list[Record]]:
+        """Up to ``max_records`` records at offsets ``>= offset``, and the first one's offset.
+
+        Reading at or past the end returns ``(offset, [])``."""
+        if offset.__class__ is not int or not 0 <= offset <= _MAX_OFFSET:
+            raise SamzaError(
+                f"cannot read stream {stream!r} partition {partition} of the local log at "
+                f"{self.path} at offset {offset!r}: offsets are ints from 0"
+            )
+        if max_records.__class__ is not int or max_records < 0:
+            raise SamzaError(
+                f"cannot read stream {stream!r} partition {partition} of the local log at "
+                f"{self.path}: max_records must be an int >= 0, got {max_records!r}"
+            )
+        shared = self._live()
+        try:
+            with self._begin(shared) as txn:
+                prefix = self._prefix(txn, shared, stream, partition)
+                if max_records == 0:
+                    return offset, []
+                return self._read(txn.cursor(shared.log), prefix, offset, max_records)
+        except lmdb.Error as e:
+            raise self._lmdb_error(
+                e, f"reading {stream!r} partition {partition} at offset {offset}"
+            ) from e
+
+    def _read(
+        self, cur: Any, prefix: bytes, offset: int, max_records: int
+    ) -> tuple[int, list[Record]]:
+        n = len(prefix)
+        target = prefix + _PACK_OFFSET(offset)
+        if cur.set_range(target):
+            if bytes(cur.key()) != target:
+                # The segment holding `offset` starts before it: step back one, if it is ours.
+                if not cur.prev():
+                    cur.first()
+                elif bytes(cur.key()[:n]) != prefix:
+                    cur.next()
+        elif not cur.last():  # no key at or after target: the partition's last segment may hold it
+            return offset, []
+        start = -1
+        out: list[Record] = []
+        while True:
+            key = bytes(cur.key())
+            if key[:n] != prefix:
+                break
+            seg_first = _UNPACK_OFFSET(key[n:])[0]
+            value = cur.value()
+            if start < 0:
+                if seg_first + self._count(value, prefix, key) <= offset:  # ends before offset
+                    if not cur.next():
+                        break
+                    continue
+                skip = offset - seg_first if offset > seg_first else 0
+                start = seg_first + skip
+            else:
+                skip = 0
+            try:
+                records: list[Any] = _DECODE_SEGMENT(value)[1]
+            except (msgspec.DecodeError, msgspec.ValidationError) as e:
+                raise self._corrupt_segment(prefix, key, e) from e
+            need = max_records - len(out)
+            if not out and skip == 0 and len(records) <= need:
+                out = records  # the common case: a whole segment, no copy
+            else:
+                out.extend(records[skip : skip + need])
+            if len(out) >= max_records or not cur.next():
+                break
+        if start < 0:
+            return offset, []
+        return start, out
+
+    # ------------------------------------------------------------------ metadata
+
+    def _meta_key(self, key: str) -> bytes:
+        raw = key.encode()
+        if not raw or len(raw) > _MAX_META_KEY:
+            raise SamzaError(
+                f"metadata key {key[:80]!r} for the local log at {self.path} must be 1 to "
+                f"{_MAX_META_KEY} bytes of UTF-8, not {len(raw)}"
+            )
+        return raw
+
+    def put_meta(self, key: str, value: bytes) -> None:
+        """Set one metadata key."""
+        self.put_meta_many({key: value})
+
+    def put_meta_many(self, items: Mapping[str, bytes]) -> None:
+        """Set several metadata keys in one transaction."""
+        shared = self._live()
+        encoded = [(self._meta_key(k), v) for k, v in items.items()]
+        try:
+            with self._begin(shared, write=True) as txn:
+                for k, v in encoded:
+                    txn.put(k, v, db=shared.meta)
+        except lmdb.Error as e:
+            raise self._lmdb_error(e, "writing metadata") from e
+
+    def get_meta(self, key: str) -> bytes | None:
+        """One metadata value, or None."""
+        shared = self._live()
+        try:
+            with self._begin(shared) as txn:
+                value = txn.get(self._meta_key(key), db=shared.meta)
+                return None if value is None else bytes(value)
+        except lmdb.Error as e:
+            raise self._lmdb_error(e, f"reading metadata key {key!r}") from e
+
+    def meta_items(self, prefix: str = "") -> dict[str, bytes]:
+        """Every metadata key starting with ``prefix``, and its value."""
+        shared = self._live()
+        pfx = prefix.encode()
+        n = len(pfx)
+        out: dict[str, bytes] = {}
+        try:
+            with self._begin(shared) as txn:
+                cur = txn.cursor(shared.meta)
+                if not (cur.set_range(pfx) if pfx else cur.first()):
+                    return out
+                for k, v in cur:
+                    if bytes(k[:n]) != pfx:
+                        break
+                    out[bytes(k).decode()] = bytes(v)
+        except lmdb.Error as e:
+            raise self._lmdb_error(e, f"listing metadata under {prefix!r}") from e
+        return out
+
+    def delete_meta(self, prefix: str) -> int:
+        """Delete every metadata key starting with ``prefix``; how many there were."""
+        shared = self._live()
+        pfx = prefix.encode()
+        n = len(pfx)
+        count = 0
+        try:
+            with self._begin(shared, write=True) as txn:
+                cur = txn.cursor(shared.meta)
+                if cur.set_range(pfx) if pfx else cur.first():
+                    while bytes(cur.key()[:n]) == pfx and cur.delete():
+                        count += 1
+        except lmdb.Error as e:
+            raise self._lmdb_error(e, f"deleting metadata under {prefix!r}") from e
+        return count
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def sync(self) -> None:
+        """Flush to disk: durable against power loss too (appends survive a crash of the
+        process without it)."""
+        shared = self._live()
+        try:
+            shared.env.sync(True)
+        except lmdb.Error as e:
+            raise self._lmdb_error(e, "syncing") from e
+
+    def close(self) -> None:
+        """Release this handle; the environment closes with the last one in the process."""
+        shared, self._shared = self._shared, None
+        if shared is None:
+            return
+        with _REGISTRY_LOCK:
+            shared.refs -= 1
+            if shared.refs > 0:
+                return
+            if _REGISTRY.get(self._real) is shared:
+                del _REGISTRY[self._real]
+        if shared.pid == os.getpid():
+            shared.env.close()
+
+    def __enter__(self) -> LocalLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._shared is None else "open"
+        return f"LocalLog({self.path!r}, {state})"

@@ -1,0 +1,594 @@
+"""LmdbStore: a dict's semantics through the write-back cache, the changelog protocol, and the
+restore rules (host affinity, rebuild after a mismatch, loss, corruption or a crash mid-commit,
+and the trim of changelog entries past the checkpoint), on real LMDB files."""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import random
+import shutil
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from operators.state import decode_key, encode_key
+from runtime.lmdb_store import LmdbStore
+from samza_dsl.errors import SamzaError
+
+Entry = tuple[bytes, bytes | None]
+
+
+class ListChangelog:
+    """A changelog partition in a list. ``append`` buffers, as a producer does, until
+    ``flush_producer()``; ``crash()`` drops what is buffered."""
+
+    def __init__(self, batch: int = 3) -> None:
+        self.log: list[Entry] = []
+        self.buffer: list[Entry] = []
+        self.batch = batch
+
+    def append(self, entries: list[Entry]) -> None:
+        self.buffer.extend(entries)
+
+    def end_offset(self) -> int:
+        return len(self.log)
+
+    def read(self, start: int, end: int) -> Iterator[tuple[int, list[Entry]]]:
+        end = min(end, len(self.log))
+        for i in range(start, end, self.batch):
+            yield i, self.log[i:min(i + self.batch, end)]
+
+    def flush_producer(self) -> None:
+        self.log.extend(self.buffer)
+        self.buffer.clear()
+
+    def crash(self) -> None:
+        self.buffer.clear()
+
+    def replay(self, end: int | None = None) -> dict[bytes, bytes]:
+        state: dict[bytes, bytes] = {}
+        for k, v in self.log[:end]:
+            if v is None:
+                state.pop(k, None)
+            else:
+                state[k] = v
+        return state
+
+
+def open_store(path: Any, changelog: ListChangelog | None = None, checkpointed: int | None = None,
+               **kw: Any) -> LmdbStore:
+    return LmdbStore.open(path, name="counts", task="Partition 0", key_encode=encode_key,
+                          key_decode=decode_key, value_encode=pickle.dumps,
+                          value_decode=pickle.loads, changelog=changelog,
+                          checkpointed=checkpointed, **kw)
+
+
+def commit(store: LmdbStore, changelog: ListChangelog) -> int:
+    """The runtime's commit: flush stores, flush the producer, mark, (write the checkpoint)."""
+    store.flush()
+    changelog.flush_producer()
+    offset = changelog.end_offset()
+    store.mark_committed(offset)
+    return offset
+
+
+def ordered(model: dict[Any, Any]) -> list[tuple[Any, Any]]:
+    return sorted(model.items(), key=lambda kv: encode_key(kv[0]))
+
+
+def decoded(raw: dict[bytes, bytes]) -> dict[Any, Any]:
+    return {decode_key(k): pickle.loads(v) for k, v in raw.items()}
+
+
+# -- a dict model, with commits, crashes and restarts ----------------------------------------------
+
+keys = st.one_of(st.integers(-50, 50), st.integers(-(1 << 70), 1 << 70),
+                 st.sampled_from(["", "a", "ab", "b", "é", "z\x00"]),
+                 st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 5)))
+values = st.one_of(st.integers(), st.text(max_size=5), st.lists(st.integers(), max_size=3))
+
+
+class StoreMachine(RuleBasedStateMachine):
+    """``model`` is what the store should hold; ``committed`` what it held at the last commit,
+    and so what a restart restores. At every commit the whole changelog replays to the model."""
+
+    @initialize(cache_size=st.sampled_from([1, 4, 10, 1000]),
+                write_batch_size=st.sampled_from([1, 3, 50]))
+    def start(self, cache_size: int, write_batch_size: int) -> None:
+        self.dir = tempfile.mkdtemp(prefix="lmdb-store-")
+        self.kw = {"cache_size": cache_size, "write_batch_size": write_batch_size}
+        self.changelog = ListChangelog()
+        self.checkpoint: int | None = None
+        self.model: dict[Any, Any] = {}
+        self.committed: dict[Any, Any] = {}
+        self.store = open_store(self.dir, self.changelog, **self.kw)
+
+    def teardown(self) -> None:
+        if hasattr(self, "store"):
+            self.store.close()
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    @rule(k=keys, v=values)
+    def put(self, k: Any, v: Any) -> None:
+        self.store.put(k, v)
+        self.model[k] = v
+
+    @rule(k=keys)
+    def put_none_deletes(self, k: Any) -> None:
+        self.store.put(k, None)
+        self.model.pop(k, None)
+
+    @rule(k=keys)
+    def delete(self, k: Any) -> None:
+        self.store.delete(k)
+        self.model.pop(k, None)
+
+    @rule(k=keys)
+    def get(self, k: Any) -> None:
+        assert self.store.get(k) == self.model.get(k)
+
+    @rule(a=keys, b=keys)
+    def range(self, a: Any, b: Any) -> None:
+        lo, hi = encode_key(a), encode_key(b)
+        want = [(k, v) for k, v in ordered(self.model) if lo <= encode_key(k) < hi]
+        assert list(self.store.range(a, b)) == want
+
+    @rule()
+    def all(self) -> None:
+        assert list(self.store.all()) == ordered(self.model)
+
+    @rule()
+    def delete_while_iterating(self) -> None:
+        doomed = [k for i, (k, _) in enumerate(self.store.all()) if i % 2 == 0]
+        for i, (k, _) in enumerate(self.store.all()):
+            if i % 2 == 0:
+                self.store.delete(k)
+                self.model.pop(k)
+        assert [k for k, _ in self.store.all()] == [k for k, _ in ordered(self.model)]
+        assert not set(doomed) & set(self.model)
+
+    @rule()
+    def flush(self) -> None:
+        self.store.flush()
+
+    @rule()
+    def maybe_flush(self) -> None:
+        self.store.maybe_flush()
+
+    @rule()
+    def commit(self) -> None:
+        self.checkpoint = commit(self.store, self.changelog)
+        self.committed = dict(self.model)
+        assert decoded(self.changelog.replay()) == self.model
+
+    @rule(flush=st.booleans(), producer=st.booleans())
+    def crash_and_restart(self, flush: bool, producer: bool) -> None:
+        """A run that stops anywhere after its last commit: maybe after a flush, maybe after the
+        producer flush too, but before the checkpoint."""
+        if flush:
+            self.store.flush()
+        if producer:
+            self.changelog.flush_producer()
+        self.store.close()
+        self.restart()
+
+    @rule()
+    def corrupt_and_restart(self) -> None:
+        self.store.close()
+        with open(os.path.join(self.dir, "data.mdb"), "wb") as f:
+            f.write(b"not an LMDB file" * 512)
+        self.restart()
+        assert self.store.restore_info["mode"] in ("rebuilt", "fresh")
+
+    def restart(self) -> None:
+        self.changelog.crash()  # the dead run's producer buffer is gone
+        self.store = open_store(self.dir, self.changelog, self.checkpoint, **self.kw)
+        self.model = dict(self.committed)
+        assert list(self.store.all()) == ordered(self.model)
+
+    @precondition(lambda self: hasattr(self, "store"))
+    @invariant()
+    def length(self) -> None:
+        assert len(self.store) == len(self.model)
+
+
+StoreMachine.TestCase.settings = settings(
+    max_examples=60, stateful_step_count=30, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow])
+test_store_machine = StoreMachine.TestCase
+
+
+def test_random_ops_against_a_dict_with_eviction(tmp_path):
+    """Many more operations than the machine runs, a cache of 10 and scans over 1024 keys."""
+    rng = random.Random(7)
+    changelog = ListChangelog(batch=100)
+    store = open_store(tmp_path / "s", changelog, cache_size=10, write_batch_size=97)
+    model: dict[Any, Any] = {}
+    pool = [rng.choice([i, ("k", i), f"s{i}"]) for i in range(3000)]
+    for step in range(30_000):
+        k = rng.choice(pool)
+        op = rng.random()
+        if op < 0.45:
+            store.put(k, step)
+            model[k] = step
+        elif op < 0.55:
+            store.delete(k)
+            model.pop(k, None)
+        else:
+            assert store.get(k) == model.get(k)
+        store.maybe_flush()
+        if step % 5000 == 4999:
+            assert list(store.all()) == ordered(model)
+            a, b = sorted(rng.sample(pool, 2), key=encode_key)
+            assert list(store.range(a, b)) == [
+                kv for kv in ordered(model) if encode_key(a) <= encode_key(kv[0]) < encode_key(b)]
+            assert len(store) == len(model)
+            assert len(store._clean) <= 10
+    commit(store, changelog)
+    assert decoded(changelog.replay()) == model
+    store.close()
+
+
+def test_writes_during_a_scan_across_chunks_and_flushes(tmp_path):
+    store = open_store(tmp_path / "s", write_batch_size=1)
+    for i in range(3000):
+        store.put(i, i)
+    seen = []
+    for k, v in store.all():
+        seen.append((k, v))
+        if k % 500 == 0 and k < 3000:
+            store.put(k + 1, -1)  # ahead of the scan: a current value
+            store.delete(k + 2)  # ahead: skipped
+            store.put(10_000 + k, 0)  # a new key past the scan's position
+            store.flush()  # LMDB changes under the chunk being read
+    keys = [k for k, _ in seen]
+    assert keys == sorted(keys) and len(set(keys)) == len(keys)
+    for k in range(0, 3000, 500):
+        assert (k + 1, -1) in seen and all(s[0] != k + 2 for s in seen)
+        assert (10_000 + k, 0) in seen  # flushed before the scan got there
+    assert all(v == k for k, v in seen if k < 3000 and k % 500 > 2)
+    store.close()
+
+
+def test_string_keys_order_by_utf8_bytes(tmp_path):
+    """A tables-style codec: keys are str.encode'd, so the order is the utf-8 byte order."""
+    enc, dec = msgspec.json.encode, msgspec.json.decode
+    store = LmdbStore.open(tmp_path / "t", name="profiles", task="Partition 1",
+                           key_encode=str.encode, key_decode=bytes.decode, value_encode=enc,
+                           value_decode=dec, cache_size=2)
+    words = ["b", "a", "é", "z", "ab", "", "Z", "\U0001f600", "\uffff"]
+    for i, w in enumerate(words):
+        store.put(w, {"i": i})
+    want = sorted(words, key=str.encode)
+    assert [k for k, _ in store.all()] == want
+    assert [k for k, _ in store.range("a", "z")] == [w for w in want if "a" <= w < "z"]
+    assert [k for k, _ in store.range("z", "a")] == []
+    assert store.get("é") == {"i": 2} and store.get("nope") is None
+    store.mark_committed(None)
+    store.close()
+    store = LmdbStore.open(tmp_path / "t", name="profiles", task="Partition 1",
+                           key_encode=str.encode, key_decode=bytes.decode, value_encode=enc,
+                           value_decode=dec)
+    assert dict(store.all()) == {w: {"i": i} for i, w in enumerate(words)}
+    store.close()
+
+
+# -- write-back ---------------------------------------------------------------------------------
+
+def test_nothing_is_written_before_a_flush(tmp_path):
+    changelog = ListChangelog()
+    store = open_store(tmp_path / "s", changelog)
+    for i in range(100):
+        store.put(i, i)
+    store.delete(5)
+    assert store.get(3) == 3 and store.get(5) is None and len(store) == 99
+    assert changelog.buffer == [] and store._entries() == 0
+    store.close()  # no implicit flush
+    assert changelog.buffer == []
+    store = open_store(tmp_path / "s", changelog)
+    assert list(store.all()) == []
+    store.close()
+
+
+def test_flush_appends_the_last_value_per_key_and_tombstones(tmp_path):
+    changelog = ListChangelog()
+    store = open_store(tmp_path / "s", changelog)
+    store.put("a", 1)
+    store.put("a", 2)
+    store.put("b", 1)
+    store.delete("b")
+    store.put("c", 1)
+    store.put("c", None)
+    store.delete("never-stored")
+    store.flush()
+    assert sorted(changelog.buffer) == sorted([
+        (encode_key("a"), pickle.dumps(2)), (encode_key("b"), None), (encode_key("c"), None),
+        (encode_key("never-stored"), None)])
+    assert store._entries() == 1
+    store.flush()  # nothing dirty: nothing appended
+    assert len(changelog.buffer) == 4
+    store.close()
+
+
+def test_maybe_flush_respects_write_batch_size(tmp_path):
+    changelog = ListChangelog()
+    store = open_store(tmp_path / "s", changelog, write_batch_size=3)
+    store.put(1, 1)
+    store.put(1, 2)
+    store.put(2, 1)
+    store.maybe_flush()
+    assert changelog.buffer == []  # two dirty keys
+    store.delete(3)
+    store.maybe_flush()
+    assert len(changelog.buffer) == 3
+    store.maybe_flush()
+    assert len(changelog.buffer) == 3
+    store.close()
+
+
+def test_range_flushes_first(tmp_path):
+    changelog = ListChangelog()
+    store = open_store(tmp_path / "s", changelog)
+    store.put(1, "x")
+    assert list(store.range(0, 10)) == [(1, "x")]
+    assert changelog.buffer == [(encode_key(1), pickle.dumps("x"))]
+    store.close()
+
+
+# -- commit and restore -------------------------------------------------------------------------
+
+def fill(store: LmdbStore, changelog: ListChangelog, n: int = 50) -> tuple[int, dict[Any, Any]]:
+    """Two commits' worth of writes (the first at offset ``n``); returns the last checkpoint
+    and the state at it."""
+    for i in range(n):
+        store.put(i, {"n": i})
+    assert commit(store, changelog) == n
+    for i in range(0, n, 3):
+        store.delete(i)
+    store.put("last", 1)
+    offset = commit(store, changelog)
+    return offset, dict(store.all())
+
+
+def test_reopen_at_the_checkpoint_uses_the_local_copy(tmp_path):
+    changelog = ListChangelog()
+    store = open_store(tmp_path / "s", changelog)
+    assert store.restore_info["mode"] == "fresh"
+    offset, state = fill(store, changelog)
+    store.close()
+    store = open_store(tmp_path / "s", changelog, offset)
+    info = store.restore_info
+    assert info["mode"] == "host-affinity" and info["entries_replayed"] == 0
+    assert info["trimmed"] == 0 and info["seconds"] >= 0
+    assert dict(store.all()) == state and len(store) == len(state)
+    assert changelog.buffer == []
+    store.close()
+
+
+@pytest.mark.parametrize("damage", ["other checkpoint", "deleted", "garbage", "truncated",
+                                    "crash mid-commit", "crash after producer flush"])
+def test_rebuilt_from_the_changelog(tmp_path, caplog, damage):
+    changelog = ListChangelog()
+    path = tmp_path / "s"
+    store = open_store(path, changelog)
+    offset, state = fill(store, changelog)
+    if damage == "other checkpoint":
+        offset = 50  # the first commit's
+        state = decoded(changelog.replay(offset))
+    store.put("after", 1)
+    store.delete(1)
+    if damage.startswith("crash"):
+        store.flush()  # the commit flushed the store...
+        if damage == "crash after producer flush":
+            changelog.flush_producer()  # ...and the producer, but wrote no checkpoint
+    store.close()
+    changelog.crash()
+    data_file = path / "data.mdb"
+    if damage == "deleted":
+        shutil.rmtree(path)
+    elif damage == "garbage":
+        data_file.write_bytes(b"garbage!" * 4096)
+    elif damage == "truncated":
+        data_file.write_bytes(data_file.read_bytes()[:10_000])
+    caplog.set_level(logging.INFO, logger="samza_dsl.state")
+    caplog.clear()
+    store = open_store(path, changelog, offset)
+    info = store.restore_info
+    assert info["mode"] == "rebuilt" and info["entries_replayed"] == offset
+    assert dict(store.all()) == state
+    assert all("'counts'" in r.message and "'Partition 0'" in r.message for r in caplog.records)
+    rebuild = [r for r in caplog.records if "rebuilding" in r.message]
+    assert len(rebuild) == 1
+    if damage in ("garbage", "truncated"):
+        assert rebuild[0].levelno == logging.WARNING and str(data_file) in rebuild[0].message
+        assert "corrupt" in info["reason"]
+    else:
+        assert rebuild[0].levelno == logging.INFO
+    if damage == "crash after producer flush" or damage == "other checkpoint":
+        assert info["trimmed"] > 0
+        changelog.flush_producer()
+        assert decoded(changelog.replay()) == state
+    # and committed again, the next start is a host-affinity one
+    offset = commit(store, changelog)
+    store.close()
+    store = open_store(path, changelog, offset)
+    assert store.restore_info["mode"] == "host-affinity" and dict(store.all()) == state
+    store.close()
+
+
+def test_trim_compensates_entries_past_the_checkpoint(tmp_path):
+    changelog = ListChangelog()
+    path = tmp_path / "s"
+    store = open_store(path, changelog)
+    for i in range(10):
+        store.put(i, i)
+    offset = commit(store, changelog)
+    state = dict(store.all())
+    # a run that flushed its producer but crashed before checkpointing
+    for i in range(5, 15):
+        store.put(i, -i)
+    store.delete(0)
+    store.flush()
+    changelog.flush_producer()
+    store.close()
+    assert decoded(changelog.replay()) != state
+    store = open_store(path, changelog, offset)
+    info = store.restore_info
+    assert info["mode"] == "rebuilt" and info["trimmed"] == 11  # keys 0 and 5..14
+    assert dict(store.all()) == state
+    assert changelog.end_offset() == offset + 11  # the compensation waits for the producer
+    changelog.flush_producer()
+    assert decoded(changelog.replay()) == state
+    store.close()
+
+
+def test_with_no_checkpoint_the_whole_changelog_is_compensated(tmp_path):
+    changelog = ListChangelog()
+    store = open_store(tmp_path / "s", changelog)
+    store.put("k", 1)
+    commit(store, changelog)
+    store.put("j", 2)
+    store.flush()
+    changelog.flush_producer()  # appended and durable, but the local copy is uncommitted
+    store.close()
+    # another host: no local copy, no checkpoint: all of the changelog is compensated
+    elsewhere = open_store(tmp_path / "t", changelog, None)
+    assert elsewhere.restore_info["mode"] == "fresh" and elsewhere.restore_info["trimmed"] == 2
+    assert list(elsewhere.all()) == []
+    commit(elsewhere, changelog)
+    assert changelog.replay() == {}
+    elsewhere.close()
+
+
+def test_a_flush_between_flush_and_mark_committed_keeps_it_uncommitted(tmp_path):
+    changelog = ListChangelog()
+    store = open_store(tmp_path / "s", changelog, write_batch_size=1)
+    store.put(1, 1)
+    store.flush()
+    store.put(2, 2)
+    store.maybe_flush()  # during an async commit: LMDB is now past the commit's offset
+    changelog.flush_producer()
+    store.mark_committed(1)
+    store.close()
+    store = open_store(tmp_path / "s", changelog, 1)
+    assert store.restore_info["mode"] == "rebuilt" and dict(store.all()) == {1: 1}
+    store.close()
+
+
+def test_the_changelog_is_the_truth_once_enabled(tmp_path, caplog):
+    store = open_store(tmp_path / "s")
+    store.put(1, 1)
+    store.flush()
+    store.mark_committed(None)
+    store.close()
+    caplog.set_level(logging.INFO, logger="samza_dsl.state")
+    store = open_store(tmp_path / "s", ListChangelog(), None)
+    assert store.restore_info["mode"] == "fresh" and list(store.all()) == []
+    assert any(r.levelno == logging.WARNING and "without a changelog" in r.message
+               for r in caplog.records)
+    store.close()
+
+
+def test_replay_folds_and_deletes(tmp_path):
+    changelog = ListChangelog(batch=1000)
+    changelog.log = [(encode_key(i % 100), pickle.dumps(i)) for i in range(5000)]
+    changelog.log += [(encode_key(i), None) for i in range(0, 100, 2)]
+    store = open_store(tmp_path / "s", changelog, len(changelog.log))
+    assert store.restore_info["entries_replayed"] == 5050
+    assert dict(store.all()) == {i: 4900 + i for i in range(1, 100, 2)}
+    store.close()
+
+
+# -- without a changelog ------------------------------------------------------------------------
+
+def test_without_a_changelog_the_local_copy_persists(tmp_path):
+    store = open_store(tmp_path / "s")
+    assert store.restore_info["mode"] == "fresh"
+    for i in range(1000):
+        store.put(("k", i), [i])
+    store.flush()
+    store.put(("k", 0), None)
+    store.flush()
+    store.mark_committed(None)
+    store.close()
+    store = open_store(tmp_path / "s", checkpointed=123)  # a checkpoint does not matter
+    assert store.restore_info["mode"] == "local"
+    assert len(store) == 999 and store.get(("k", 1)) == [1] and store.get(("k", 0)) is None
+    assert next(iter(store.range(("k", 500), ("k", 501)))) == (("k", 500), [500])
+    store.close()
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_without_a_changelog_corruption_is_an_error(tmp_path, damage):
+    store = open_store(tmp_path / "s")
+    for i in range(2000):
+        store.put(i, "x" * 100)
+    store.flush()
+    store.close()
+    data_file = tmp_path / "s" / "data.mdb"
+    raw = data_file.read_bytes()
+    data_file.write_bytes(b"garbage!" * 1000 if damage == "garbage" else raw[:len(raw) // 2])
+    with pytest.raises(SamzaError) as e:
+        open_store(tmp_path / "s")
+    text = str(e.value)
+    assert str(data_file) in text and "'counts'" in text and "'Partition 0'" in text
+    assert "cannot be rebuilt" in text and "changelog" in text
+    assert data_file.exists()  # nothing deleted
+
+
+def test_opening_an_open_store_again_is_an_error_not_a_rebuild(tmp_path):
+    changelog = ListChangelog()
+    store = open_store(tmp_path / "s", changelog)
+    store.put(1, 1)
+    commit(store, changelog)
+    with pytest.raises(SamzaError, match="already open"):
+        open_store(tmp_path / "s", changelog, 0)
+    assert store.get(1) == 1 and list(store.all()) == [(1, 1)]
+    store.close()
+    store.close()  # idempotent
+
+
+def test_eviction_with_a_small_cache(tmp_path):
+    changelog = ListChangelog()
+    store = open_store(tmp_path / "s", changelog, cache_size=10, write_batch_size=7)
+    for i in range(100):
+        store.put(i, i * i)
+        store.maybe_flush()
+    for _ in range(3):
+        for i in range(100):
+            assert store.get(i) == i * i
+            assert len(store._clean) <= 10
+    for i in range(0, 100, 2):
+        store.delete(i)
+        store.maybe_flush()
+    assert [store.get(i) for i in range(5)] == [None, 1, None, 9, None]
+    assert dict(store.all()) == {i: i * i for i in range(1, 100, 2)}
+    assert len(store) == 50
+    store.close()
+
+
+@pytest.mark.parametrize("key, value, error", [
+    (object, 1, r"'counts'.*'Partition 0'.*cannot encode the entry for key <class 'object'>"),
+    (2, lambda: 0, "cannot encode the entry for key 2"),  # pickle cannot
+    ("x" * 600, 1, "longer than LMDB's maximum of 510 bytes"),
+])
+def test_unencodable_entries_fail_the_flush_by_name(tmp_path, key, value, error):
+    changelog = ListChangelog()
+    store = open_store(tmp_path / "s", changelog)
+    store.put(1, 1)
+    store.put(key, value)
+    with pytest.raises(SamzaError, match=error):
+        store.flush()
+    assert changelog.buffer == [] and store.get(1) == 1  # nothing written: all still dirty
+    store.close()
+    store = open_store(tmp_path / "s", changelog)
+    assert list(store.all()) == []
+    store.close()
