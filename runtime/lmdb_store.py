@@ -61,7 +61,7 @@ from typing import Any, Protocol
 
 import lmdb
 
-from samza_dsl.errors import SamzaError
+from samza_dsl.errors import SamzaError, SerdeError
 
 __all__ = ["Changelog", "LmdbStore"]
 
@@ -537,7 +537,8 @@ class LmdbStore:
                 if v is not None:
                     self._venc(v)
             except Exception as e:
-                raise SamzaError(
+                error = SerdeError if isinstance(e, SerdeError) else SamzaError
+                raise error(
                     f"{self._where()}: cannot encode the entry for key {k!r} "
                     f"({type(e).__name__}: {e}); the store's key and value serdes must accept "
                     f"every key and value the job stores") from e

@@ -303,6 +303,24 @@ def _pickle(value: Any) -> bytes:
     return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
 
 
+_FOREIGN_KEY = b"\xfe"  # after every tag encode_key uses
+
+
+def state_key_encode(key: Any) -> bytes:
+    """Keys of window and join state: ``encode_key`` (ordered), or for keys it does not support
+    (structs, dataclasses...) a pickle after a tag byte that sorts after every encoded key."""
+    try:
+        return encode_key(key)
+    except TypeError:
+        return _FOREIGN_KEY + _pickle(key)
+
+
+def state_key_decode(data: bytes) -> Any:
+    if data[:1] == _FOREIGN_KEY:
+        return pickle.loads(data[1:])
+    return decode_key(data)
+
+
 def _table_codec(serde: Serde[Any], what: str, store: str) -> tuple[Callable[[Any], bytes],
                                                                      Callable[[bytes], Any]]:
     fast_ser, fast_de = fast_serializer(serde), fast_deserializer(serde)
@@ -342,7 +360,7 @@ class LocalState:
             ke, kd = _table_codec(serde.key_serde, "key", store_name)
             ve, vd = _table_codec(serde.value_serde, "value", store_name)
         else:
-            ke, kd, ve, vd = encode_key, decode_key, _pickle, pickle.loads
+            ke, kd, ve, vd = state_key_encode, state_key_decode, _pickle, pickle.loads
         changelog = None
         if store_name in self.changelogs:
             log, producer, sid = self.changelogs[store_name]

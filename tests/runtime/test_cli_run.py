@@ -11,17 +11,71 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 CLI = os.path.join(os.path.dirname(sys.executable), "samza-dsl")
 
 
-def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([CLI, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+def run_cli(*args: str, timeout: float = 120, cwd: str | os.PathLike[str] = ROOT
+            ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([CLI, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
-def test_the_main_job_runs_on_a_generated_sample_and_prints_results_and_progress() -> None:
-    proc = run_cli("run", "examples/page_view_counts.py:app", "--sample", "3000")
+PAGE_VIEWS = os.path.join(ROOT, "examples", "page_view_counts.py") + ":app"
+COUNTER = os.path.join(ROOT, "examples", "readwrite_counter.py") + ":app"
+
+
+def _count(stdout: str, stream: str) -> int:
+    line = next(ln for ln in stdout.splitlines() if ln.startswith(f"{stream}: "))
+    return int(line.split()[1])
+
+
+def test_the_main_job_runs_on_the_embedded_system_and_a_second_run_resumes(tmp_path) -> None:
+    proc = run_cli("run", PAGE_VIEWS, "--sample", "3000", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert "page-view-counts:" in proc.stdout
-    assert "message(s)" in proc.stdout
+    assert _count(proc.stdout, "page-view-counts") > 0
     # the progress line: messages/s, in flight, checkpoint positions
     assert "msg/s" in proc.stderr and "in flight" in proc.stderr and "checkpoint" in proc.stderr
+    job = tmp_path / ".samza" / "page-view-counts-1"
+    assert (job / "logs" / "local" / "data.mdb").exists()
+    assert (job / "stores").is_dir()
+
+    again = run_cli("run", PAGE_VIEWS, "--sample", "3000", "-q", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert _count(again.stdout, "page-view-counts") == 0  # resumed: nothing reprocessed
+
+    reset = run_cli("reset", PAGE_VIEWS, "--outputs", cwd=tmp_path)
+    assert reset.returncode == 0, reset.stderr
+    assert "checkpoint" in reset.stderr and "stores" in reset.stderr
+    third = run_cli("run", PAGE_VIEWS, "-q", cwd=tmp_path)
+    assert third.returncode == 0, third.stderr
+    assert _count(third.stdout, "page-view-counts") == _count(proc.stdout, "page-view-counts")
+
+
+def test_load_and_dump_json_lines(tmp_path) -> None:
+    data = tmp_path / "events.jsonl"
+    events = [{"key": str(i % 3), "value": {"id": i % 3, "pad": "x"}} for i in range(30)]
+    data.write_text("\n".join(json.dumps(e) for e in events) + "\n")
+    load = run_cli("load", COUNTER, "events", str(data), cwd=tmp_path)
+    assert load.returncode == 0, load.stderr
+    assert "loaded 30 message(s) into events" in load.stderr
+    dumped = run_cli("dump", COUNTER, "events", cwd=tmp_path)
+    assert dumped.returncode == 0, dumped.stderr
+    assert sorted(dumped.stdout.splitlines()) == sorted(json.dumps(e, separators=(",", ":"))
+                                                       for e in events)
+    run = run_cli("run", COUNTER, "-q", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    out = run_cli("dump", COUNTER, "counts", cwd=tmp_path)
+    finals: dict[str, int] = {}
+    for line in out.stdout.splitlines():
+        rec = json.loads(line)
+        finals[rec["key"]] = max(finals.get(rec["key"], 0), rec["value"])
+    assert finals == {"0": 10, "1": 10, "2": 10}
+    tail = run_cli("dump", COUNTER, "counts", "--limit", "2", cwd=tmp_path)
+    assert len(tail.stdout.splitlines()) == 2
+
+
+def test_load_names_an_unknown_stream(tmp_path) -> None:
+    data = tmp_path / "e.jsonl"
+    data.write_text("{}\n")
+    proc = run_cli("load", COUNTER, "nope", str(data), cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "'nope'" in proc.stderr and "events" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_inputs_from_json_lines_files(tmp_path) -> None:
@@ -47,13 +101,13 @@ def test_inputs_from_json_lines_files(tmp_path) -> None:
 def test_a_malformed_input_line_names_the_file_and_line(tmp_path) -> None:
     data = tmp_path / "bad.jsonl"
     data.write_text('{"key": "1", "value": 1}\nnot json\n')
-    proc = run_cli("run", "examples/page_view_counts.py:app", "--input", f"page-views={data}")
+    proc = run_cli("run", PAGE_VIEWS, "--input", f"page-views={data}", cwd=tmp_path)
     assert proc.returncode == 2
     assert f"{data}:2" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_an_unknown_input_stream_is_named() -> None:
-    proc = run_cli("run", "examples/page_view_counts.py:app", "--input", "nope=x.jsonl")
+def test_an_unknown_input_stream_is_named(tmp_path) -> None:
+    proc = run_cli("run", PAGE_VIEWS, "--input", "nope=x.jsonl", cwd=tmp_path)
     assert proc.returncode == 2
     assert "'nope'" in proc.stderr and "page-views" in proc.stderr
 
