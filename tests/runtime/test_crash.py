@@ -26,8 +26,8 @@ from typing import Any
 
 from runtime.faults import POINTS
 from runtime.lmdb_store import LmdbStore
-from runtime.local_system import LocalCheckpoints, LocalJob, task_dir
 from runtime.loader import load_app
+from runtime.local_system import LocalCheckpoints, LocalJob, task_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = f"{ROOT / 'examples' / 'readwrite_counter.py'}:app"
