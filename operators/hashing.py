@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["murmur2", "to_positive", "partition_for", "stable_hash", "KeyPartitioner"]
+__all__ = ["murmur2", "to_positive", "partition_for", "stable_hash", "KeyPartitioner",
+           "PartitionTable"]
 
 _M = 0x5BD1E995
 _MASK = 0xFFFFFFFF
@@ -59,6 +60,28 @@ def stable_hash(data: bytes) -> int:
     return to_positive(murmur2(data))
 
 
+class PartitionTable(dict):  # type: ignore[type-arg]
+    """key -> partition, filled on lookup: ``table[key]`` is a C dict lookup when the key was seen
+    (keys repeat: countries, users...), and hashes the key's bytes the first time. The table
+    holds at most ``limit`` keys. Unhashable keys raise TypeError: use ``KeyPartitioner``."""
+
+    __slots__ = ("partitions", "serialize", "limit")
+
+    def __init__(self, partitions: int, serialize: Callable[[Any], bytes],
+                 limit: int = 65536) -> None:
+        super().__init__()
+        self.partitions = partitions
+        self.serialize = serialize
+        self.limit = limit
+
+    def __missing__(self, key: Any) -> int:
+        p = 0 if key is None else partition_for(self.serialize(key), self.partitions)
+        if len(self) >= self.limit:
+            self.clear()
+        self[key] = p
+        return p
+
+
 class KeyPartitioner:
     """Partitions by key with a bounded cache, since keys repeat (countries, users...)."""
 
@@ -66,21 +89,12 @@ class KeyPartitioner:
                  cache_size: int = 65536) -> None:
         self.partitions = partitions
         self.serialize = serialize
-        self._cache: dict[Any, int] = {}
-        self._cache_size = cache_size
+        self.table = PartitionTable(partitions, serialize, cache_size)
 
     def __call__(self, key: Any) -> int:
-        if key is None:
-            return 0
         try:
-            return self._cache[key]
-        except (KeyError, TypeError):
-            pass
-        p = partition_for(self.serialize(key), self.partitions)
-        try:
-            if len(self._cache) >= self._cache_size:
-                self._cache.clear()
-            self._cache[key] = p
+            return self.table[key]  # type: ignore[no-any-return]
         except TypeError:  # unhashable keys are not cached
-            pass
-        return p
+            if key is None:
+                return 0
+            return partition_for(self.serialize(key), self.partitions)

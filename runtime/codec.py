@@ -142,6 +142,13 @@ class StreamCodec:
 
     # -- encoding ---------------------------------------------------------------------------------
 
+    def fast_serializers(self) -> tuple[Callable[[Any], bytes] | None, Callable[[Any], bytes]]:
+        """(key, value) serializers of a keyed stream's non-None keys and values, with no Python
+        frame where the serdes allow; key is None for a stream without a key serde. They may
+        raise anything on bad input: ``encode`` then gives the clear error."""
+        key = fast_serializer(self._key_serde) if self._key_serde is not None else None
+        return key, fast_serializer(self._value_serde)
+
     def _encoder(self) -> Callable[[Any], Record]:
         vser = fast_serializer(self._value_serde)
         slow = self._encode_slow

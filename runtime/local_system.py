@@ -87,14 +87,18 @@ class LocalProducer:
         self.generation = generation
         self._physical: dict[str, str] = {}
         self._encoders: dict[str, Callable[[Any], Record]] = {}
+        self._codecs: dict[str, StreamCodec] = {}
         self._bufs: dict[str, list[list[Record]]] = {}
         self._written: list[Callable[[], None]] = []
 
     def add_stream(self, stream_id: str, physical: str, partitions: int,
-                   encode: Callable[[Any], Record] | None) -> None:
+                   encode: Callable[[Any], Record] | None, codec: StreamCodec | None = None
+                   ) -> None:
         self._physical[stream_id] = physical
         if encode is not None:
             self._encoders[stream_id] = encode
+        if codec is not None:
+            self._codecs[stream_id] = codec
         self._bufs[stream_id] = [[] for _ in range(partitions)]
 
     def on_write(self, callback: Callable[[], None]) -> None:
@@ -111,6 +115,16 @@ class LocalProducer:
         def send(partition: int, m: Any) -> None:
             bufs[partition].append(encode(m))
         return send
+
+    def record_sink(self, stream_id: str) -> tuple[Any, ...] | None:
+        """For the task's fused terminal: (partition buffers, key serializer, value serializer,
+        encode) of a stream. The fast serializers may raise anything on bad input; ``encode``
+        raises the serde's own error."""
+        codec = self._codecs.get(stream_id)
+        if codec is None:
+            return None
+        kser, vser = codec.fast_serializers()
+        return self._bufs[stream_id], kser, vser, codec.encode
 
     def send(self, stream_id: str, partition: int, payload: Any) -> None:
         if is_control(payload):
@@ -524,7 +538,7 @@ class LocalJob:
         codecs = self.codecs
         for sid in plan.streams:
             producer_of(stream_system[sid]).add_stream(sid, physical[sid], counts[sid],
-                                                      codecs[sid].encode)
+                                                      codecs[sid].encode, codecs[sid])
 
         # a sample for inputs that are still empty
         for sid, given in inputs.items():

@@ -197,11 +197,20 @@ class TaskInstance:
                     raise OperatorFailure(op_id, exc) from exc
             return send_one
         partitioner = KeyPartitioner(n, key_bytes)
+        parts = partitioner.table
+        sink = getattr(self.container.producer, "record_sink", None)
+        records = sink(stream_id) if sink is not None else None
+        if records is not None:
+            return _record_sender(op_id, records, parts, partitioner, own)
 
         def send_keyed(m: Any) -> None:
             try:
                 if type(m) is KV:
-                    send(partitioner(m.key), m)
+                    try:
+                        p = parts[m.key]
+                    except TypeError:  # an unhashable key
+                        p = partitioner(m.key)
+                    send(p, m)
                 else:
                     send(own, m)
             except Exception as exc:
@@ -540,6 +549,37 @@ def _task_copy(spec: Any) -> Any:
         except Exception:  # something inside cannot be deep-copied (a lock, a client)
             return copy.copy(spec)
     return spec
+
+
+def _record_sender(op_id: str, sink: Any, parts: Any, partitioner: Any, own: int) -> Emit:
+    """The keyed terminal for a producer that takes records: partition lookup, key and value
+    serialization and the buffer append in one frame. Anything unusual (a None key or value, a
+    bare message, a key the table cannot hold, a serde error) takes the codec's own path."""
+    bufs, kser, vser, encode = sink
+
+    def slow(m: Any) -> None:
+        try:
+            p = partitioner(m.key) if type(m) is KV else own
+            bufs[p].append(encode(m))
+        except Exception as exc:
+            raise OperatorFailure(op_id, exc) from exc
+
+    if kser is None:  # not a keyed stream: the codec writes KV keys its own way
+        def send_records(m: Any) -> None:
+            slow(m)
+        return send_records
+
+    def send_kv(m: Any) -> None:
+        if type(m) is KV:
+            k, v = m.key, m.value
+            if v is not None and k is not None:  # None: no key, or a tombstone: the codec's
+                try:
+                    bufs[parts[k]].append((kser(k), vser(v), None))
+                    return
+                except Exception:
+                    pass
+        slow(m)
+    return send_kv
 
 
 def _bind_port(op: Operator, port: int) -> Callable[[Any], Any]:
