@@ -3,6 +3,11 @@
     python benchmarks/run.py                 # W1-W4 at full size, 3 runs each
     python benchmarks/run.py W2 --runs 5
     python benchmarks/run.py --scale 0.1     # a quick look
+    python benchmarks/run.py W1L W6          # on the embedded local system (named only)
+
+W1L is W1 on the embedded local system (LMDB table with changelog); W6 restarts a W1 job holding
+10^5 and 10^6 keys (host affinity, then changelog replay). They run only when named: W6 alone
+takes about a minute a run, W1L about as long as W1-W4 together.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.common import median_summary  # noqa: E402
+from benchmarks.local_workloads import run_w1_local, run_w6, w6_growth  # noqa: E402
 from benchmarks.workloads import run_w1, run_w2, run_w3, run_w4  # noqa: E402
 
 
@@ -40,6 +46,20 @@ def main() -> None:
             median_summary([run_w3(n(1_000_000)) for _ in range(args.runs)])
         elif w == "W4":
             median_summary([run_w4(n(500_000)) for _ in range(args.runs)])
+        elif w == "W1L":
+            median_summary([run_w1_local(n(1_000_000)) for _ in range(args.runs)])
+        elif w == "W6":
+            small_keys, large_keys = n(100_000), n(1_000_000)
+            runs = []
+            for _ in range(args.runs):
+                small = run_w6(small_keys)
+                base = {mode: ln["seconds_to_first_message"] for mode, ln in small.items()}
+                large = run_w6(large_keys, baseline=base)
+                w6_growth(small, large, small_keys, large_keys)
+                runs.append((small, large))
+            for i in range(2):
+                for mode in runs[0][0]:
+                    median_summary([r[i][mode] for r in runs])
         else:
             parser.error(f"unknown workload {w!r}")
 
