@@ -1,0 +1,295 @@
+"""Benchmark workloads on the embedded local system (see BENCHMARKS.md): W1 with its LMDB table
+and changelog (``W1L``), and W6, the restart of a W1 job holding 10^5 and 10^6 keys.
+
+Each job runs in a fresh temporary ``job.dir``; its input is loaded into the local log before the
+clock starts, so the timed part is ``LocalRunner(app, config).run()`` alone: opening the job and
+its stores, processing, commits and the final flush.
+
+    python benchmarks/run.py W1L --runs 3
+    python benchmarks/run.py W6 --runs 1
+
+W1L's line is workload "W1" with params store "lmdb+changelog", system "local"; its baseline is the
+best of three plain loops over the same messages, in the same run.
+
+W6 emits one line per (keys, mode): ``seconds`` is the time from the start of
+``LocalRunner.run()`` to the counter's first call (the median of three restarts, each loading one
+new message), ``seconds_run`` the whole restarted run, ``restore_seconds`` and
+``entries_replayed`` what ``LocalState.restores`` recorded. Its baseline is the same mode's time at
+10^5 keys in the same run, so ``growth_vs_1e5`` is the 10^6/10^5 ratio (``ratio`` is its inverse,
+as a rate ratio). A last line per run gives both growth ratios (target for host affinity: <= 1.5).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import msgspec
+
+from benchmarks.common import emit, timed
+from benchmarks.workloads import w1_baseline
+from examples.readwrite_counter import CountInTable
+from examples.readwrite_counter import app as w1_local_app
+from runtime.lmdb_store import LmdbStore
+from runtime.local import LocalRunner
+from runtime.local_system import LocalJob
+from samza_dsl import KV, StreamApplication
+from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
+from samza_dsl.systems import LocalSystem
+
+__all__ = ["run_w1_local", "run_w6", "w6_growth"]
+
+_enc = msgspec.json.Encoder()
+_dec = msgspec.json.Decoder()
+PAD = "x" * 100
+COMMIT_MS = 1000
+BASELINE_REPEATS = 3
+RESTARTS = 3  # restarts per W6 mode (the median is reported)
+
+
+def _progress(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def _config(job_dir: str) -> dict[str, Any]:
+    return {"job.dir": job_dir, "task.commit.ms": COMMIT_MS}
+
+
+def _ids(n: int, seed: int = 1) -> list[int]:
+    rnd = random.Random(seed)
+    return [rnd.randint(1, 10_000) for _ in range(n)]
+
+
+def _events(ids: list[int]) -> Iterator[KV[str, dict[str, Any]]]:
+    for i in ids:
+        yield KV(str(i), {"id": i, "pad": PAD})
+
+
+def _load(app: StreamApplication, config: dict[str, Any], messages: Any) -> int:
+    job = LocalJob(app, config, run=False)
+    try:
+        return job.load("events", messages)
+    finally:
+        job.close()
+
+
+def _table(job_dir: str, store: str = "counts") -> dict[str, Any]:
+    """Every entry of the LMDB table over all tasks, read from the closed job's store files."""
+    root = os.path.join(job_dir, "stores", store)
+    serde = JsonSerde()
+    out: dict[str, Any] = {}
+    for task in sorted(os.listdir(root)):
+        s = LmdbStore.open(os.path.join(root, task), name=store, task=task,
+                           key_encode=str.encode, key_decode=bytes.decode,
+                           value_encode=serde.serialize, value_decode=serde.deserialize)
+        try:
+            out.update(s.all())
+        finally:
+            s.close()
+    return out
+
+
+def _emitted(job: LocalJob, stream_id: str) -> int:
+    """How many records the run appended to an output (without decoding them)."""
+    log = job.log_of(job.stream_system[stream_id])
+    phys = job.physical[stream_id]
+    return sum(log.end_offset(phys, p) - start
+               for p, start in enumerate(job.output_start[stream_id]))
+
+
+# -- W1 on the local system (W1L) --------------------------------------------------------------
+
+def run_w1_local(n: int) -> dict[str, Any]:
+    ids = _ids(n)
+    # the baseline's input: the same messages as JSON bytes (partitioning does not matter to it)
+    parts: dict[int, list[KV[str, bytes]]] = {p: [] for p in range(4)}
+    for i in ids:
+        parts[i % 4].append(KV(str(i), _enc.encode({"id": i, "pad": PAD})))
+    # the practical limit: the best of a few loops (one loop of ~0.5 s varies by +-25% here)
+    base_s = float("inf")
+    for _ in range(BASELINE_REPEATS):
+        t0 = time.perf_counter()
+        base_out = w1_baseline(parts)
+        base_s = min(base_s, time.perf_counter() - t0)
+        assert base_out == n
+    parts.clear()
+
+    d = tempfile.mkdtemp(prefix="w1l-")
+    try:
+        config = _config(d)
+        load_s, loaded = timed(lambda: _load(w1_local_app, config, _events(ids)))
+        assert loaded == n
+        runner = LocalRunner(w1_local_app, config)
+        secs, _ = timed(runner.run)
+        commits = runner.container.commits if runner.container is not None else None
+        try:
+            out = runner.messages("counts")
+        finally:
+            runner.close()
+        truth = Counter(str(i) for i in ids)
+        assert len(out) == n, f"W1L emitted {len(out)} of {n}"
+        last: dict[str, int] = {}
+        for kv in out:
+            if kv.value > last.get(kv.key, 0):
+                last[kv.key] = kv.value
+        assert last == truth, "W1L: the emitted counts differ from the true counts"
+        table = _table(d)
+        assert table == truth, "W1L: the table's final counts differ from the true counts"
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    return emit("W1", {"messages": n, "partitions": 4, "store": "lmdb+changelog",
+                       "system": "local"}, n, secs, "plain-python-loop", n / base_s,
+                baseline_repeats=BASELINE_REPEATS, load_seconds=round(load_s, 3),
+                commits=commits)
+
+
+# -- W6: recovery ------------------------------------------------------------------------------
+
+class _FirstCall(CountInTable):
+    """W1's counter, noting when it first processed a message (time.perf_counter())."""
+
+    first: float | None = None  # class-wide: every task's copy writes here
+
+    def __call__(self, event: KV[str, dict[str, Any]]) -> KV[str, int]:
+        if _FirstCall.first is None:
+            _FirstCall.first = time.perf_counter()
+        return super().__call__(event)
+
+
+def w6_app() -> StreamApplication:
+    """The job of examples/readwrite_counter.py, with the counter noting its first call."""
+    app = StreamApplication("readwrite-counter", config={"task.commit.ms": COMMIT_MS})
+    local = LocalSystem("local")
+    kv = KVSerde(StringSerde(), JsonSerde())
+    events = app.input(local.input("events", serde=kv, partitions=4))
+    counts = app.output(local.output("counts", serde=kv, partitions=4))
+    app.table("counts", serde=KVSerde(StringSerde(), JsonSerde()))
+    events.map(_FirstCall(), name="count").send_to(counts)
+    return app
+
+
+def _restart(app: StreamApplication, config: dict[str, Any], key: str,
+             expect: int) -> dict[str, Any]:
+    """Loads one message for ``key``, runs the job, checks it counted ``expect``. Times: to the
+    first processed message and the whole run (open, restore, process, commit, close)."""
+    _load(app, config, [KV(key, {"id": int(key), "pad": PAD})])
+    _FirstCall.first = None
+    runner = LocalRunner(app, config)
+    t0 = time.perf_counter()
+    runner.run()
+    total = time.perf_counter() - t0
+    try:
+        out = runner.messages("counts")
+        restores = dict(runner.job.state.restores)
+    finally:
+        runner.close()
+    assert _FirstCall.first is not None, "W6: the restarted job processed no message"
+    assert out == [KV(key, expect)], f"W6: the restarted job emitted {out!r}, not {key}={expect}"
+    restore_s = sum(r["seconds"] for r in restores.values())
+    replayed = sum(int(r.get("entries_replayed", 0)) for r in restores.values())
+    return {"first": _FirstCall.first - t0, "total": total, "restore_s": restore_s,
+            "replayed": replayed, "modes": sorted({r["mode"] for r in restores.values()}),
+            "stores": len(restores)}
+
+
+def _median_restart(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """The restart with the median time to the first message, with every sample's time."""
+    ordered = sorted(samples, key=lambda r: r["first"])
+    out = dict(ordered[len(ordered) // 2])
+    out["samples"] = [round(r["first"], 4) for r in samples]
+    return out
+
+
+def run_w6(keys: int, baseline: dict[str, float] | None = None,
+           baseline_keys: int | None = None) -> dict[str, dict[str, Any]]:
+    """One W6 run at ``keys`` keys: a JSON line per mode (host affinity, changelog replay).
+
+    ``baseline`` is {mode: seconds to the first message} at 10^5 keys from the same run, the
+    figure each line is compared with, at ``baseline_keys`` (None: this run is that baseline)."""
+    app = w6_app()
+    d = tempfile.mkdtemp(prefix="w6-")
+    lines: dict[str, dict[str, Any]] = {}
+    try:
+        config = _config(d)
+        _progress(f"W6 keys={keys}: loading {keys} messages (one per key)")
+        load_s, loaded = timed(lambda: _load(app, config, _events(list(range(1, keys + 1)))))
+        assert loaded == keys
+        _progress(f"W6 keys={keys}: loaded in {load_s:.1f} s; first run (fills the table)")
+        fill_s, runner = timed(lambda: LocalRunner(app, config).run())
+        try:
+            emitted = _emitted(runner.job, "counts")
+        finally:
+            runner.close()
+        assert emitted == keys, f"W6: the first run emitted {emitted} of {keys}"
+        _progress(f"W6 keys={keys}: first run {fill_s:.1f} s ({keys / fill_s:,.0f} msgs/s)")
+
+        # each restart loads one message for key "1", whose count is then 2, 3, ...
+        count = 1
+        results: dict[str, dict[str, Any]] = {}
+        samples: list[dict[str, Any]] = []
+        for _ in range(1 + RESTARTS):  # the first restart warms the process up: not counted
+            count += 1
+            r = _restart(app, config, "1", count)
+            assert r["modes"] == ["host-affinity"], f"W6 host affinity: modes {r['modes']}"
+            assert r["replayed"] == 0, f"W6 host affinity replayed {r['replayed']} entries"
+            samples.append(r)
+        results["host-affinity"] = _median_restart(samples[1:])
+        _progress(f"W6 keys={keys}: host affinity: first message after "
+                  f"{results['host-affinity']['first']:.4f} s (median of {RESTARTS})")
+
+        samples = []
+        for _ in range(RESTARTS):
+            count += 1
+            shutil.rmtree(os.path.join(d, "stores"))
+            r = _restart(app, config, "1", count)
+            assert r["modes"] == ["rebuilt"], f"W6 changelog replay: modes {r['modes']}"
+            assert r["replayed"] >= keys, f"W6 replay: {r['replayed']} entries for {keys} keys"
+            samples.append(r)
+        results["changelog-replay"] = r = _median_restart(samples)
+        _progress(f"W6 keys={keys}: changelog replay: first message after {r['first']:.3f} s "
+                  f"({r['replayed']} entries in {r['restore_s']:.2f} s; median of {RESTARTS})")
+
+        for mode, r in results.items():
+            base = (baseline or {}).get(mode, r["first"])
+            rate = r["replayed"] / r["restore_s"] if r["replayed"] and r["restore_s"] else None
+            lines[mode] = emit(
+                "W6", {"keys": keys, "mode": mode}, 1, r["first"],
+                f"seconds-to-first-message at {baseline_keys or keys} keys (same run)", 1 / base,
+                seconds_to_first_message=round(r["first"], 4),
+                samples_to_first_message=r["samples"],
+                seconds_run=round(r["total"], 4),
+                restore_seconds=round(r["restore_s"], 4),
+                entries_replayed=r["replayed"],
+                replay_entries_per_s=round(rate, 1) if rate else None,
+                growth_vs_1e5=round(r["first"] / base, 3),
+                fill_seconds=round(fill_s, 3), load_seconds=round(load_s, 3))
+    finally:
+        with contextlib.suppress(Exception):
+            shutil.rmtree(d, ignore_errors=True)
+    return lines
+
+
+def w6_growth(small: dict[str, dict[str, Any]], large: dict[str, dict[str, Any]],
+              small_keys: int, large_keys: int) -> dict[str, Any]:
+    """The ratio large/small of the time to the first message, per mode, as one JSON line
+    (the target for host affinity: at most 1.5)."""
+    growth = {mode: round(large[mode]["seconds_to_first_message"]
+                          / small[mode]["seconds_to_first_message"], 3) for mode in large}
+    replay = {k: ln["changelog-replay"]["replay_entries_per_s"]
+              for k, ln in ((small_keys, small), (large_keys, large))}
+    line = {"workload": "W6", "growth": True, "keys": [small_keys, large_keys],
+            "ratio_first_message": growth,
+            "replay_entries_per_s": {str(k): v for k, v in replay.items()},
+            "host_affinity_target_max": 1.5,
+            "host_affinity_ok": growth["host-affinity"] <= 1.5}
+    print(json.dumps(line), flush=True)
+    return line
