@@ -127,10 +127,14 @@ class TaskInstance:
 
         self._emits: dict[tuple[str, int], Emit] = {}
         self._senders: dict[tuple[str, str], Emit] = {}
+        self._batches: dict[str, Callable[[list[Any], int, int], int]] = {}
         for ssp in self.ssps:
             sid = ssp.stream_id
             if sid not in self.entries:
                 self.entries[sid] = self._stream_entry(sid)
+                batch = self._stream_batch(sid)
+                if batch is not None:
+                    self._batches[sid] = batch
 
     def _stream_entry(self, stream_id: str) -> Emit:
         from samza_dsl.spec import stream_node
@@ -139,6 +143,84 @@ class TaskInstance:
         emits = [self._emit(op_id, self.plan.graph.edges[node, op_id]["port"])
                  for op_id in self.plan.next_ops(node) if op_id in self.operators]
         return fan_out(emits)
+
+    def _stream_batch(self, stream_id: str) -> Callable[[list[Any], int, int], int] | None:
+        """A loop over a whole batch, for the commonest shape: a stream whose messages go through
+        at most one synchronous one-to-one function (map, filter) and then ``send_to`` a keyed
+        stream of a producer that takes records. None for any other shape."""
+        from samza_dsl.spec import stream_node
+
+        if self.container.executor is not None:
+            return None
+        node = stream_node(stream_id)
+        fns: list[tuple[str, Callable[[Any], Any]]] = []
+        nexts = [n for n in self.plan.next_ops(node) if n in self.operators]
+        target = None
+        while len(nexts) == 1:
+            op_id = nexts[0]
+            if self.plan.graph.edges[node, op_id]["port"] == "right":
+                return None
+            op = self.operators[op_id]
+            one = op.one_to_one()
+            if one is None:
+                return None
+            if one is not IDENTITY:
+                fns.append((op_id, one))
+            node = op_id
+            nexts = self.plan.next_ops(op_id)
+            if isinstance(op.spec, SendToSpec) and not nexts:
+                target = op.spec.stream_id
+                if target in self.plan.streams:
+                    break
+                return None  # a table
+            if isinstance(op.spec, PartitionBySpec | BroadcastSpec):
+                return None
+        if target is None or len(fns) > 1 or len(nexts) > 0:
+            return None
+        sink = getattr(self.container.producer, "record_sink", None)
+        records = sink(target) if sink is not None else None
+        if records is None or records[1] is None:
+            return None
+        n = self.job.partitions[target]
+        if n == 1 or self.plan.streams[target].kind == "broadcast":
+            return None
+        sender = self._sender(target, node)
+        parts = _partition_table(sender)
+        if parts is None:
+            return None
+        bufs, kser, vser, _ = records
+        control_types = _CONTROL_TYPES
+        fn_op, fn = fns[0] if fns else (node, IDENTITY)
+
+        def batch(payloads: list[Any], i: int, end: int) -> int:
+            """Process payloads[i:end] up to the first control record; returns where it
+            stopped. A failure raises _BatchFailure with the index of the failing message."""
+            j = i
+            try:
+                while j < end:
+                    m = payloads[j]
+                    if type(m) in control_types:
+                        return j
+                    j += 1
+                    try:
+                        r = fn(m)
+                    except Exception as exc:
+                        raise OperatorFailure(fn_op, exc) from exc
+                    if r is None:
+                        continue
+                    if type(r) is KV:
+                        k, v = r.key, r.value
+                        if k is not None and v is not None:
+                            try:
+                                bufs[parts[k]].append((kser(k), vser(v), None))
+                                continue
+                            except Exception:
+                                pass
+                    sender(r)  # the general path, with its errors
+            except OperatorFailure as f:
+                raise _BatchFailure(j - 1, f) from f.cause
+            return j
+        return batch
 
     def _emit(self, op_id: str, port_name: str) -> Emit:
         port = 1 if port_name == "right" else 0
@@ -248,12 +330,22 @@ class TaskInstance:
             ssp, first, payloads = cur
             entry = self.entries[ssp.stream_id]
             et = self._event_time.get(ssp.stream_id)
+            batch = self._batches.get(ssp.stream_id) if et is None else None
             i = self._cur_i
             end = min(len(payloads), i + budget - n)
             latest = None  # the latest event time seen in this run, in seconds
             last_done = -1  # the last offset completed inline while nothing was pending
             try:
                 while i < end:
+                    if batch is not None and not pending:
+                        try:
+                            j = batch(payloads, i, end)
+                        except _BatchFailure as b:
+                            i = b.index + 1
+                            raise b.failure from b.failure.cause
+                        if j > i:
+                            i = last_done = j
+                            continue
                     m = payloads[i]
                     i += 1
                     if type(m) in control_types:
@@ -551,6 +643,17 @@ def _task_copy(spec: Any) -> Any:
     return spec
 
 
+class _BatchFailure(Exception):
+    def __init__(self, index: int, failure: OperatorFailure) -> None:
+        self.index = index
+        self.failure = failure
+
+
+def _partition_table(sender: Any) -> Any:
+    """The partition table a record sender closes over."""
+    return getattr(sender, "parts", None)
+
+
 def _record_sender(op_id: str, sink: Any, parts: Any, partitioner: Any, own: int) -> Emit:
     """The keyed terminal for a producer that takes records: partition lookup, key and value
     serialization and the buffer append in one frame. Anything unusual (a None key or value, a
@@ -579,6 +682,7 @@ def _record_sender(op_id: str, sink: Any, parts: Any, partitioner: Any, own: int
                 except Exception:
                     pass
         slow(m)
+    send_kv.parts = parts  # type: ignore[attr-defined]
     return send_kv
 
 

@@ -345,3 +345,49 @@ def test_window_state_with_struct_keys_on_lmdb(tmp_path: Path) -> None:
         assert sorted(map(tuple, runner.messages("out"))) == [(0, 20), (1, 25)]
     finally:
         runner.close()
+
+
+@pytest.mark.parametrize("fail_in", ["map", "send"])
+def test_a_failure_in_the_batched_path_names_operator_and_offset(tmp_path: Path,
+                                                                 fail_in: str) -> None:
+    app = StreamApplication("batch-fail")
+    local = LocalSystem("local")
+    inp = app.input(local.input("in", serde=JsonSerde(), partitions=1))
+    out = app.output(local.output("out", serde=KVSerde(StringSerde(), JsonSerde()), partitions=2))
+
+    def f(n: int) -> Any:
+        if n == 7:
+            if fail_in == "map":
+                raise ValueError("seven")
+            return KV(str(n), object())  # JSON cannot write it
+        return KV(str(n), n)
+
+    inp.map(f, name="f").send_to(out)
+    runner = LocalRunner(app, {"job.dir": str(tmp_path / "job")}, inputs={"in": list(range(20))})
+    with pytest.raises(SamzaError) as err:
+        runner.run()
+    runner.close()
+    text = str(err.value)
+    assert "offset 7" in text
+    assert ("batch-fail-1-map-f" if fail_in == "map" else "send_to") in text
+
+
+def test_the_batched_path_gives_what_the_general_path_gives(tmp_path: Path) -> None:
+    """Filters, None results, tombstones, None keys and bare values mixed in one batch."""
+    app = StreamApplication("batch-mix")
+    local = LocalSystem("local")
+    inp = app.input(local.input("in", serde=JsonSerde(), partitions=1))
+    out = app.output(local.output("out", serde=KVSerde(StringSerde(), JsonSerde()), partitions=3))
+
+    def f(n: int) -> Any:
+        return [None, KV(str(n), n), KV(str(n), None), KV(None, n), n][n % 5]
+
+    inp.map(f, name="f").send_to(out)
+    runner = LocalRunner(app, {"job.dir": str(tmp_path / "job")}, inputs={"in": list(range(50))})
+    runner.run()
+    try:
+        want = [KV(None, r) if type(r) is not KV else r for r in map(f, range(50)) if r is not None]
+        assert sorted(map(repr, runner.messages("out"))) == sorted(map(repr, want))
+        assert runner.job.container.tasks[0]._batches  # the batched path ran
+    finally:
+        runner.close()
