@@ -209,7 +209,9 @@ class LocalConsumer:
                             out.append((key, offset, [EndOfStream(None)]))
                         continue
                     limit = min(limit, stop - offset)
-                first, records = read(phys, ssp.partition, offset, limit)
+                first, records = read(phys, ssp.partition, offset, limit, whole_segments=True)
+                if stop is not None and first + len(records) > stop:
+                    records = records[:stop - first]
                 if records:
                     pos[2] = first + len(records)
                     out.append((key, first, self.codecs[ssp.stream_id].decode_batch(

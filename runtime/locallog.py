@@ -437,9 +437,12 @@ class LocalLog:
             raise self._lmdb_error(e, f"reading the end of {stream!r} partition {partition}") from e
 
     def read(
-        self, stream: str, partition: int, offset: int, max_records: int
+        self, stream: str, partition: int, offset: int, max_records: int, *,
+        whole_segments: bool = False,
     ) -> tuple[int, list[Record]]:
         """Up to ``max_records`` records at offsets ``>= offset``, and the first one's offset.
+        With ``whole_segments``, the last stored batch read is returned whole, even past
+        ``max_records``: a sequential reader then decodes each batch once.
 
         Reading at or past the end returns ``(offset, [])``."""
         if offset.__class__ is not int or not 0 <= offset <= _MAX_OFFSET:
@@ -458,14 +461,15 @@ class LocalLog:
                 prefix = self._prefix(txn, shared, stream, partition)
                 if max_records == 0:
                     return offset, []
-                return self._read(txn.cursor(shared.log), prefix, offset, max_records)
+                return self._read(txn.cursor(shared.log), prefix, offset, max_records,
+                                  whole_segments)
         except lmdb.Error as e:
             raise self._lmdb_error(
                 e, f"reading {stream!r} partition {partition} at offset {offset}"
             ) from e
 
     def _read(
-        self, cur: Any, prefix: bytes, offset: int, max_records: int
+        self, cur: Any, prefix: bytes, offset: int, max_records: int, whole: bool = False
     ) -> tuple[int, list[Record]]:
         n = len(prefix)
         target = prefix + _PACK_OFFSET(offset)
@@ -499,7 +503,7 @@ class LocalLog:
                 records: list[Any] = _DECODE_SEGMENT(value)[1]
             except (msgspec.DecodeError, msgspec.ValidationError) as e:
                 raise self._corrupt_segment(prefix, key, e) from e
-            need = max_records - len(out)
+            need = len(records) if whole else max_records - len(out)
             if not out and skip == 0 and len(records) <= need:
                 out = records  # the common case: a whole segment, no copy
             else:

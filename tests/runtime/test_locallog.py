@@ -563,3 +563,19 @@ def test_reading_before_the_earliest_segment_starts_at_the_earliest(log, partiti
     assert log.end_offset("s", partition) == 30
     other = 1 - partition
     assert log.read("s", other, 0, 100) == (0, recs(30))
+
+
+def test_whole_segments_returns_the_last_batch_whole(tmp_path):
+    log = LocalLog(tmp_path / "log")
+    try:
+        log.create("s", 1)
+        for b in range(3):
+            log.append("s", 0, [(None, bytes([b, i]), None) for i in range(10)])
+        first, recs = log.read("s", 0, 5, 3, whole_segments=True)
+        assert first == 5 and [r[1] for r in recs] == [bytes([0, i]) for i in range(5, 10)]
+        first, recs = log.read("s", 0, 10, 12, whole_segments=True)
+        assert first == 10 and len(recs) == 20
+        first, recs = log.read("s", 0, 5, 3)
+        assert len(recs) == 3
+    finally:
+        log.close()
