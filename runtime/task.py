@@ -16,8 +16,10 @@ import copy
 import dataclasses
 import inspect
 import time
+import types
 from collections import deque
 from collections.abc import Awaitable, Callable
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from operators import build_operator
@@ -192,34 +194,34 @@ class TaskInstance:
         control_types = _CONTROL_TYPES
         fn_op, fn = fns[0] if fns else (node, IDENTITY)
 
+        if not isinstance(fn, types.FunctionType | types.MethodType | types.BuiltinFunctionType):
+            fn = fn.__call__  # a callable object: its bound method is cheaper to call
+
         def batch(payloads: list[Any], i: int, end: int) -> int:
             """Process payloads[i:end] up to the first control record; returns where it
             stopped. A failure raises _BatchFailure with the index of the failing message."""
-            j = i
-            try:
-                while j < end:
-                    m = payloads[j]
-                    if type(m) in control_types:
-                        return j
-                    j += 1
-                    try:
-                        r = fn(m)
-                    except Exception as exc:
-                        raise OperatorFailure(fn_op, exc) from exc
-                    if r is None:
-                        continue
-                    if type(r) is KV:
-                        k, v = r.key, r.value
-                        if k is not None and v is not None:
-                            try:
-                                bufs[parts[k]].append((kser(k), vser(v), None))
-                                continue
-                            except Exception:
-                                pass
+            for j, m in enumerate(islice(payloads, i, end), i):
+                if type(m) in control_types:
+                    return j
+                try:
+                    r = fn(m)
+                except Exception as exc:
+                    raise _BatchFailure(j, OperatorFailure(fn_op, exc)) from exc
+                if r is None:
+                    continue
+                if type(r) is KV:
+                    k, v = r.key, r.value
+                    if v is not None and k is not None:
+                        try:
+                            bufs[parts[k]].append((kser(k), vser(v), None))
+                            continue
+                        except Exception:
+                            pass
+                try:
                     sender(r)  # the general path, with its errors
-            except OperatorFailure as f:
-                raise _BatchFailure(j - 1, f) from f.cause
-            return j
+                except OperatorFailure as f:
+                    raise _BatchFailure(j, f) from f.cause
+            return end
         return batch
 
     def _emit(self, op_id: str, port_name: str) -> Emit:
