@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from samza_dsl.errors import SamzaError
+
+if TYPE_CHECKING:
+    from .local_system import LocalJob
 
 __all__ = ["main"]
 
@@ -146,7 +151,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _local_job(args: argparse.Namespace) -> object:
+@contextlib.contextmanager
+def _local_job(args: argparse.Namespace) -> Iterator[LocalJob]:
+    """The application's job on the embedded local log, opened without running it."""
     from samza_dsl.config import validate_config
 
     from .loader import load_app
@@ -157,21 +164,21 @@ def _local_job(args: argparse.Namespace) -> object:
                for d in [*app._inputs.values(), *app._outputs.values()]):
         raise SamzaError(f"{args.app}: the application has no stream on a LocalSystem; "
                          f"load, dump and reset work on the embedded local log")
-    return LocalJob(app, validate_config(_parse_config(args.config)), run=False)
+    job = LocalJob(app, validate_config(_parse_config(args.config)), run=False)
+    try:
+        yield job
+    finally:
+        job.close()
 
 
 def cmd_load(args: argparse.Namespace) -> int:
-    job = _local_job(args)
-    try:
-        if args.stream not in job.physical:  # type: ignore[attr-defined]
+    with _local_job(args) as job:
+        if args.stream not in job.physical:
             raise SamzaError(f"{args.stream!r} is not a stream of {args.app}; streams: "
-                             f"{', '.join(sorted(job.physical))}")  # type: ignore[attr-defined]
-        keyed = job.codecs[args.stream].keyed  # type: ignore[attr-defined]
-        messages = _read_jsonl(args.file, keyed)
-        n = job.load(args.stream, messages)  # type: ignore[attr-defined]
-        print(f"loaded {n} message(s) into {args.stream}", file=sys.stderr)
-    finally:
-        job.close()  # type: ignore[attr-defined]
+                             f"{', '.join(sorted(job.physical))}")
+        messages = _read_jsonl(args.file, job.codecs[args.stream].keyed)
+        n = job.load(args.stream, messages)
+    print(f"loaded {n} message(s) into {args.stream}", file=sys.stderr)
     return 0
 
 
@@ -180,29 +187,22 @@ def cmd_dump(args: argparse.Namespace) -> int:
 
     from samza_dsl.kv import KV
 
-    job = _local_job(args)
-    try:
-        msgs = job.messages(args.stream, since_start=False)  # type: ignore[attr-defined]
-        if args.limit:
-            msgs = msgs[-args.limit:]
-        out = sys.stdout.buffer
-        for m in msgs:
-            obj = {"key": m.key, "value": m.value} if type(m) is KV else m
-            out.write(msgspec.json.encode(obj, enc_hook=repr) + b"\n")
-        out.flush()
-    finally:
-        job.close()  # type: ignore[attr-defined]
+    with _local_job(args) as job:
+        msgs = job.messages(args.stream, since_start=False)
+    if args.limit:
+        msgs = msgs[-args.limit:]
+    out = sys.stdout.buffer
+    for m in msgs:
+        obj = {"key": m.key, "value": m.value} if type(m) is KV else m
+        out.write(msgspec.json.encode(obj, enc_hook=repr) + b"\n")
+    out.flush()
     return 0
 
 
 def cmd_reset(args: argparse.Namespace) -> int:
-    job = _local_job(args)
-    try:
-        gone = job.reset(outputs=args.outputs)  # type: ignore[attr-defined]
-    finally:
-        job.close()  # type: ignore[attr-defined]
-    name = job.job_name  # type: ignore[attr-defined]
-    print(f"reset job {name}: " + ("; ".join(gone) if gone else "nothing to remove"),
+    with _local_job(args) as job:
+        gone = job.reset(outputs=args.outputs)
+    print(f"reset job {job.job_name}: " + ("; ".join(gone) if gone else "nothing to remove"),
           file=sys.stderr)
     return 0
 
