@@ -90,6 +90,8 @@ class LocalProducer:
         self._codecs: dict[str, StreamCodec] = {}
         self._bufs: dict[str, list[list[Record]]] = {}
         self._written: list[Callable[[], None]] = []
+        self._scheduled = False
+        self._error: Exception | None = None
 
     def add_stream(self, stream_id: str, physical: str, partitions: int,
                    encode: Callable[[Any], Record] | None, codec: StreamCodec | None = None
@@ -134,7 +136,20 @@ class LocalProducer:
         self._bufs[stream_id][partition].append(record)
 
     def signal(self) -> None:
-        self._write()
+        """Write what is buffered soon: once the tasks ready to run now have run, so their
+        batches share one transaction."""
+        if self._error is not None:  # the last write failed: fail the task that signals
+            raise self._error
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._deferred_write)
+
+    def _deferred_write(self) -> None:
+        self._scheduled = False
+        try:
+            self._write()
+        except Exception as exc:  # the records stay buffered; flush() raises it again
+            self._error = exc
 
     def _write(self) -> None:
         batches: dict[tuple[str, int], list[Record]] = {}
@@ -151,6 +166,7 @@ class LocalProducer:
             callback()
 
     async def flush(self) -> None:
+        self._error = None
         self._write()
 
     async def close(self) -> None:
