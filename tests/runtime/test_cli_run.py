@@ -130,3 +130,31 @@ def test_a_failing_user_function_stops_the_job_naming_operator_and_offset(tmp_pa
     assert proc.returncode == 2
     assert "boom-1-map-explode" in proc.stderr and "offset 3" in proc.stderr
     assert "ValueError: three" in proc.stderr
+
+
+def test_sigint_stops_a_following_job_cleanly_and_the_next_run_resumes(tmp_path) -> None:
+    import signal
+    import time
+
+    data = tmp_path / "events.jsonl"
+    data.write_text("\n".join(json.dumps({"key": str(i % 5), "value": {"id": i % 5}})
+                              for i in range(200)) + "\n")
+    assert run_cli("load", COUNTER, "events", str(data), cwd=tmp_path).returncode == 0
+    # no timed commit: only the shutdown commits
+    proc = subprocess.Popen([CLI, "run", COUNTER, "--follow", "-q", "-c", "task.commit.ms=600000"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        time.sleep(3.0)  # it has processed the 200 events and waits for more
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert _count(out, "counts") == 200
+    # the clean shutdown committed: a second run finds nothing new
+    again = run_cli("run", COUNTER, "-q", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert _count(again.stdout, "counts") == 0
