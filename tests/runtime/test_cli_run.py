@@ -145,8 +145,15 @@ def test_sigint_stops_a_following_job_cleanly_and_the_next_run_resumes(tmp_path)
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     try:
-        time.sleep(3.0)  # it has processed the 200 events and waits for more
-        assert proc.poll() is None, proc.communicate()
+        from runtime.locallog import LocalLog
+
+        deadline = time.monotonic() + 60
+        with LocalLog(tmp_path / ".samza" / "readwrite-counter-1" / "logs" / "local") as log:
+            while sum(log.end_offset("counts", p) for p in range(4)) < 200:
+                assert proc.poll() is None, proc.communicate()
+                assert time.monotonic() < deadline, "the job did not process its input"
+                time.sleep(0.05)
+        time.sleep(0.2)  # now it waits for more input
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
     finally:
