@@ -60,7 +60,7 @@ def stable_hash(data: bytes) -> int:
     return to_positive(murmur2(data))
 
 
-class PartitionTable(dict):  # type: ignore[type-arg]
+class PartitionTable(dict[Any, int]):
     """key -> partition, filled on lookup: ``table[key]`` is a C dict lookup when the key was seen
     (keys repeat: countries, users...), and hashes the key's bytes the first time. The table
     holds at most ``limit`` keys. Unhashable keys raise TypeError: use ``KeyPartitioner``."""
@@ -93,7 +93,7 @@ class KeyPartitioner:
 
     def __call__(self, key: Any) -> int:
         try:
-            return self.table[key]  # type: ignore[no-any-return]
+            return self.table[key]
         except TypeError:  # unhashable keys are not cached
             if key is None:
                 return 0

@@ -102,7 +102,7 @@ def fast_serializer(serde: Serde[Any]) -> Callable[[Any], bytes]:
     raise any exception on bad input: callers then call ``serde.serialize`` for the clear error."""
     t = type(serde)
     if t is JsonSerde or t is MsgpackSerde:
-        return serde._encoder.encode  # type: ignore[attr-defined, no-any-return]
+        return serde._encoder.encode  # type: ignore[attr-defined]
     if t is StringSerde and serde.encoding == "utf-8":  # type: ignore[attr-defined]
         return str.encode
     return serde.serialize
@@ -112,7 +112,7 @@ def fast_deserializer(serde: Serde[Any]) -> Callable[[bytes], Any]:
     """As ``fast_serializer``, for ``serde.deserialize``."""
     t = type(serde)
     if t is JsonSerde or t is MsgpackSerde:
-        return serde._decoder.decode  # type: ignore[attr-defined, no-any-return]
+        return serde._decoder.decode  # type: ignore[attr-defined]
     if t is StringSerde and serde.encoding == "utf-8":  # type: ignore[attr-defined]
         return bytes.decode
     if t is BytesSerde:

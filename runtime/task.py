@@ -195,7 +195,7 @@ class TaskInstance:
         fn_op, fn = fns[0] if fns else (node, IDENTITY)
 
         if not isinstance(fn, types.FunctionType | types.MethodType | types.BuiltinFunctionType):
-            fn = fn.__call__  # a callable object: its bound method is cheaper to call
+            fn = type(fn).__call__.__get__(fn)  # a callable object: its bound method is cheaper
 
         def batch(payloads: list[Any], i: int, end: int) -> int:
             """Process payloads[i:end] up to the first control record; returns where it
