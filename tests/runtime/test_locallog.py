@@ -429,7 +429,6 @@ def test_another_process_appends_while_this_one_reads(tmp_path):
     log.close()
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_forked_child_opens_its_own_environment(tmp_path):
     path = tmp_path / "log"
     log = LocalLog(path)
