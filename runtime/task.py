@@ -19,7 +19,6 @@ import time
 import types
 from collections import deque
 from collections.abc import Awaitable, Callable
-from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from operators import build_operator
@@ -200,17 +199,20 @@ class TaskInstance:
         def batch(payloads: list[Any], i: int, end: int) -> int:
             """Process payloads[i:end] up to the first control record; returns where it
             stopped. A failure raises _BatchFailure with the index of the failing message."""
-            for j, m in enumerate(islice(payloads, i, end), i):
-                if type(m) in control_types:
-                    return j
+            it = iter(payloads[i:end])  # the iterator tells the index when the loop stops
+            for m in it:
+                if type(m) is not KV and type(m) in control_types:
+                    return end - it.__length_hint__() - 1
                 try:
                     r = fn(m)
                 except Exception as exc:
-                    raise _BatchFailure(j, OperatorFailure(fn_op, exc)) from exc
+                    raise _BatchFailure(end - it.__length_hint__() - 1,
+                                        OperatorFailure(fn_op, exc)) from exc
                 if r is None:
                     continue
                 if type(r) is KV:
-                    k, v = r.key, r.value
+                    k = r.key
+                    v = r.value
                     if v is not None and k is not None:
                         try:
                             bufs[parts[k]].append((kser(k), vser(v), None))
@@ -220,7 +222,7 @@ class TaskInstance:
                 try:
                     sender(r)  # the general path, with its errors
                 except OperatorFailure as f:
-                    raise _BatchFailure(j, f) from f.cause
+                    raise _BatchFailure(end - it.__length_hint__() - 1, f) from f.cause
             return end
         return batch
 

@@ -391,3 +391,26 @@ def test_the_batched_path_gives_what_the_general_path_gives(tmp_path: Path) -> N
         assert runner.job.container.tasks[0]._batches  # the batched path ran
     finally:
         runner.close()
+
+
+def test_a_failure_on_a_repeated_value_names_its_own_offset(tmp_path: Path) -> None:
+    """Small ints decode to one shared object: the offset comes from the position, not the
+    object."""
+    app = StreamApplication("batch-repeat")
+    local = LocalSystem("local")
+    inp = app.input(local.input("in", serde=JsonSerde(), partitions=1))
+    out = app.output(local.output("out", serde=KVSerde(StringSerde(), JsonSerde()), partitions=2))
+    seen: list[int] = []
+
+    def second_three_fails(n: int) -> Any:
+        if n == 3 and 3 in seen:
+            raise ValueError("the second 3")
+        seen.append(n)
+        return KV(str(n), n)
+
+    inp.map(second_three_fails, name="f").send_to(out)
+    runner = LocalRunner(app, {"job.dir": str(tmp_path / "job")},
+                         inputs={"in": {0: [3, 1, 1, 3, 1]}})
+    with pytest.raises(SamzaError, match="offset 3"):
+        runner.run()
+    runner.close()
