@@ -120,6 +120,12 @@ def fast_deserializer(serde: Serde[Any]) -> Callable[[bytes], Any]:
     return serde.deserialize
 
 
+def _raises_on_none(serde: Serde[Any]) -> bool:
+    t = type(serde)
+    return t is JsonSerde or t is MsgpackSerde or (
+        t is StringSerde and serde.encoding == "utf-8")  # type: ignore[attr-defined]
+
+
 class StreamCodec:
     """Encodes a stream's messages into records and decodes records, in batches."""
 
@@ -139,6 +145,9 @@ class StreamCodec:
             self._key_serde = None
             self._value_serde = serde
         self.encode = self._encoder()
+        # both deserializers raise on None, so a batch may first be tried without None checks
+        self._none_raises = self._key_serde is not None and all(
+            _raises_on_none(sd) for sd in (self._key_serde, self._value_serde))
 
     # -- encoding ---------------------------------------------------------------------------------
 
@@ -203,6 +212,11 @@ class StreamCodec:
         try:
             if self._key_serde is not None:
                 kde = fast_deserializer(self._key_serde)
+                if self._none_raises:
+                    try:  # no None key or value: a control record (no key) makes this raise
+                        return [KV(kde(k), vde(v)) for k, v, _ in records]  # type: ignore[arg-type]
+                    except Exception:
+                        pass
                 return [KV(None if k is None else kde(k), None if v is None else vde(v))
                         if h is None else self._with_headers(k, v, h, generation)
                         for k, v, h in records]

@@ -19,6 +19,7 @@ import time
 import types
 from collections import deque
 from collections.abc import Awaitable, Callable
+from operator import length_hint
 from typing import TYPE_CHECKING, Any
 
 from operators import build_operator
@@ -202,11 +203,11 @@ class TaskInstance:
             it = iter(payloads[i:end])  # the iterator tells the index when the loop stops
             for m in it:
                 if type(m) is not KV and type(m) in control_types:
-                    return end - it.__length_hint__() - 1
+                    return end - length_hint(it) - 1
                 try:
                     r = fn(m)
                 except Exception as exc:
-                    raise _BatchFailure(end - it.__length_hint__() - 1,
+                    raise _BatchFailure(end - length_hint(it) - 1,
                                         OperatorFailure(fn_op, exc)) from exc
                 if r is None:
                     continue
@@ -222,7 +223,7 @@ class TaskInstance:
                 try:
                     sender(r)  # the general path, with its errors
                 except OperatorFailure as f:
-                    raise _BatchFailure(end - it.__length_hint__() - 1, f) from f.cause
+                    raise _BatchFailure(end - length_hint(it) - 1, f) from f.cause
             return end
         return batch
 
