@@ -13,8 +13,11 @@ about 7 s a run, W6 about 15 s a run and a few hundred MB of temporary disk).
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 import sys
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -23,11 +26,25 @@ from benchmarks.local_workloads import run_w1_local, run_w6, w6_growth  # noqa: 
 from benchmarks.workloads import run_w1, run_w2, run_w3, run_w4  # noqa: E402
 
 
+def _fresh_process(workload: str, scale: float) -> dict[str, Any]:
+    """One run in a new interpreter; its JSON line is echoed and returned."""
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), workload, "--runs", "1",
+                           "--scale", str(scale), "--in-process"],
+                          capture_output=True, text=True, check=True)
+    line = json.loads(proc.stdout.splitlines()[0])
+    print(json.dumps(line), flush=True)
+    return line  # type: ignore[no-any-return]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("workloads", nargs="*", default=["W1", "W2", "W3", "W4"])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--scale", type=float, default=1.0, help="fraction of the message counts")
+    parser.add_argument("--in-process", action="store_true",
+                        help="W1L: every run in this process (by default each run gets a fresh "
+                             "process, as a job would: runs in one process slow down one after "
+                             "another, from the memory the checks between them leave behind)")
     args = parser.parse_args()
 
     def n(full: int) -> int:
@@ -47,7 +64,10 @@ def main() -> None:
         elif w == "W4":
             median_summary([run_w4(n(500_000)) for _ in range(args.runs)])
         elif w == "W1L":
-            median_summary([run_w1_local(n(1_000_000)) for _ in range(args.runs)])
+            if args.in_process:
+                median_summary([run_w1_local(n(1_000_000)) for _ in range(args.runs)])
+            else:
+                median_summary([_fresh_process("W1L", args.scale) for _ in range(args.runs)])
         elif w == "W6":
             small_keys, large_keys = n(100_000), n(1_000_000)
             runs = []
