@@ -28,7 +28,7 @@ import msgspec
 
 from operators.hashing import KeyPartitioner
 from operators.state import decode_key, encode_key
-from samza_dsl.errors import SamzaError, SerdeError
+from samza_dsl.errors import ConfigError, SamzaError, SerdeError
 from samza_dsl.kv import KV
 from samza_dsl.serdes import KVSerde, Serde
 
@@ -369,6 +369,19 @@ def _table_codec(serde: Serde[Any], what: str, store: str) -> tuple[Callable[[An
     return encode, fast_de
 
 
+def _positive(config: Mapping[str, Any], key: str, default: int) -> int:
+    value = config.get(key)
+    if value is None:
+        return default
+    try:
+        n = int(str(value).strip())
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ConfigError(f"config {key}={value!r} must be a whole number >= 1")
+    return n
+
+
 class LocalState:
     """LMDB stores under ``<job.dir>/stores``, with changelogs in the local log."""
 
@@ -403,8 +416,8 @@ class LocalState:
             os.path.join(self.root, "stores", store_name, task_dir(task.name)),
             name=store_name, task=task.name, key_encode=ke, key_decode=kd, value_encode=ve,
             value_decode=vd, changelog=changelog, checkpointed=checkpointed,
-            cache_size=int(cfg.get(f"stores.{store_name}.object.cache.size", 100_000)),
-            write_batch_size=int(cfg.get(f"stores.{store_name}.write.batch.size", 10_000)))
+            cache_size=_positive(cfg, f"stores.{store_name}.object.cache.size", 100_000),
+            write_batch_size=_positive(cfg, f"stores.{store_name}.write.batch.size", 10_000))
         info = store.restore_info
         self.metrics.inc("store-restore-entries", int(info.get("entries_replayed", 0)))
         self.restores[(task.name, store_name)] = dict(info)
