@@ -1,0 +1,347 @@
+"""Kafka topic administration: check that the topics a plan needs exist with the planned partition
+counts, and create the missing ones.
+
+A job's partition layout is fixed by its plan: every input, intermediate (``partition_by``),
+changelog and checkpoint topic has a planned partition count, and a task reads the same partition
+number of each of its inputs. An existing topic with another count would silently route keys to
+other tasks, so :func:`ensure_topics` refuses it instead of "fixing" it; adding partitions is left
+to the operator (and is not reversible on Kafka).
+
+Changelog and checkpoint topics are created with ``cleanup.policy=compact`` so that the broker
+keeps the latest value of every key. Nothing here relies on compaction having happened: a
+restore reads every version of a key and keeps the last.
+
+Every call is bounded by its ``timeout``: an unreachable broker, a wrong address or a broker that
+accepts connections and never answers gives a :class:`~samza_dsl.errors.SamzaError` after about
+``timeout`` seconds that names the servers, never a hang. Topic metadata is read with an
+all-topics metadata request, because a metadata request naming a missing topic makes a broker
+with ``auto.create.topics.enable`` create it with its default partition count.
+
+>>> check_bootstrap("127.0.0.1:9092, broker-2:9093")
+['127.0.0.1:9092', 'broker-2:9093']
+>>> TopicSpec("orders-changelog", 4, compacted=True)
+TopicSpec(name='orders-changelog', partitions=4, compacted=True)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import re
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError, for_code
+
+from samza_dsl.errors import SamzaError
+
+__all__ = ["TopicSpec", "check_bootstrap", "describe_topics", "ensure_topics"]
+
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+_HOST = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9._-]*[A-Za-z0-9_])?")
+_IPV6 = re.compile(r"\[[0-9A-Fa-f:.%A-Za-z]+\]")
+
+# Kafka protocol error codes this module treats specially.
+_UNKNOWN_TOPIC = 3
+_TOPIC_AUTHORIZATION_FAILED = 29
+_TOPIC_ALREADY_EXISTS = 36
+_INVALID_REPLICATION_FACTOR = 38
+
+_RETRY_INTERVAL = 0.1  # seconds between metadata reads while a topic is still being set up
+_CLOSE_TIMEOUT = 5.0
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """A topic a plan needs: its name, its planned partition count, and whether it is compacted
+    (changelog and checkpoint topics: ``cleanup.policy=compact``)."""
+
+    name: str
+    partitions: int
+    compacted: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _TOPIC_NAME.fullmatch(self.name) \
+                or self.name in (".", ".."):
+            raise SamzaError(
+                f"invalid Kafka topic name {self.name!r}: use 1 to 249 of the characters "
+                f"A-Z a-z 0-9 . _ - (and not '.' or '..')"
+            )
+        if isinstance(self.partitions, bool) or not isinstance(self.partitions, int) \
+                or self.partitions < 1:
+            raise SamzaError(
+                f"topic {self.name!r} needs a partition count of at least 1, "
+                f"got {self.partitions!r}"
+            )
+        if not isinstance(self.compacted, bool):
+            raise SamzaError(
+                f"topic {self.name!r}: compacted must be True or False, got {self.compacted!r}"
+            )
+
+
+def check_bootstrap(bootstrap: str) -> list[str]:
+    """The servers of a ``bootstrap_servers`` value ``"host:port,host:port"``, stripped.
+
+    An IPv6 address is written in brackets, ``"[::1]:9092"``. A malformed value (empty, an entry
+    without a port, a port out of range, a URL) raises :class:`SamzaError` naming it.
+
+    >>> check_bootstrap("127.0.0.1:9092")
+    ['127.0.0.1:9092']
+    >>> check_bootstrap("localhost")
+    Traceback (most recent call last):
+    ...
+    samza_dsl.errors.SamzaError: malformed bootstrap_servers 'localhost': entry 'localhost' has no port; ...
+    """
+    if not isinstance(bootstrap, str):
+        raise SamzaError(
+            f"bootstrap_servers must be a string like '127.0.0.1:9092' or "
+            f"'broker1:9092,broker2:9092', got {type(bootstrap).__name__} {bootstrap!r}"
+        )
+    servers = []
+    for raw in bootstrap.split(","):
+        entry = raw.strip()
+        problem = _server_problem(entry)
+        if problem is not None:
+            raise SamzaError(
+                f"malformed bootstrap_servers {bootstrap!r}: {problem}; write host:port entries "
+                f"separated by commas, like '127.0.0.1:9092' or 'broker1:9092,broker2:9092'"
+            )
+        servers.append(entry)
+    return servers
+
+
+def _server_problem(entry: str) -> str | None:
+    """Why one ``host:port`` entry is malformed, or None."""
+    if not entry:
+        return "it has an empty entry"
+    if "://" in entry:
+        return f"entry {entry!r} is a URL; give host:port without a scheme"
+    host, sep, port = entry.rpartition(":")
+    if not sep:
+        return f"entry {entry!r} has no port"
+    if not port.isascii() or not port.isdigit() or not 1 <= int(port) <= 65535:
+        return f"entry {entry!r} has port {port!r}, not a number from 1 to 65535"
+    if not host:
+        return f"entry {entry!r} has no host"
+    if ":" in host and not _IPV6.fullmatch(host):
+        return f"entry {entry!r}: write an IPv6 address in brackets, like '[::1]:9092'"
+    if ":" not in host and not _HOST.fullmatch(host):
+        return f"entry {entry!r} has an invalid host {host!r}"
+    return None
+
+
+async def describe_topics(bootstrap: str, names: Iterable[str], *, timeout: float = 10.0,
+                          **client_settings: Any) -> dict[str, int | None]:
+    """The partition count of each named topic, None for a topic that does not exist.
+
+    ``client_settings`` go to :class:`aiokafka.admin.AIOKafkaAdminClient` (security protocol,
+    SSL context, SASL...). Raises :class:`SamzaError` when the brokers cannot be reached or do
+    not answer within ``timeout`` seconds. Never creates a topic."""
+    servers = check_bootstrap(bootstrap)
+    wanted = _topic_names(names)
+    async with _admin(servers, timeout, client_settings, "describing topics") as (admin, _):
+        return await _partition_counts(admin, wanted)
+
+
+async def ensure_topics(bootstrap: str, specs: Iterable[TopicSpec], *,
+                        create_missing: bool = True, timeout: float = 10.0,
+                        replication_factor: int = 1,
+                        **client_settings: Any) -> dict[str, int]:
+    """Make sure every topic in ``specs`` exists with its planned partition count; returns the
+    partition count of each.
+
+    Missing topics are created (compacted ones with ``cleanup.policy=compact``) with
+    ``replication_factor`` replicas, or, with ``create_missing=False``, reported in a
+    :class:`SamzaError`. An existing topic with another partition count raises a
+    :class:`SamzaError` naming the topic and both counts, before anything is created. A topic
+    that another client creates meanwhile is accepted if its count is the planned one. Raises
+    :class:`SamzaError` when the brokers cannot be reached or do not answer within ``timeout``
+    seconds in all."""
+    servers = check_bootstrap(bootstrap)
+    plan = _unique_specs(specs)
+    if isinstance(replication_factor, bool) or not isinstance(replication_factor, int) \
+            or replication_factor < 1:
+        raise SamzaError(
+            f"replication_factor must be an integer of at least 1, got {replication_factor!r}"
+        )
+    where = ", ".join(servers)
+    async with _admin(servers, timeout, client_settings, "checking topics") as (admin, step):
+        counts = await _partition_counts(admin, list(plan))
+        _check_counts(plan, counts)
+        missing = [spec for spec in plan.values() if counts[spec.name] is None]
+        if missing and not create_missing:
+            names = ", ".join(repr(spec.name) for spec in missing)
+            raise SamzaError(
+                f"topic{'s' if len(missing) > 1 else ''} {names} "
+                f"{'do' if len(missing) > 1 else 'does'} not exist on the Kafka brokers at "
+                f"{where}, and creating topics is turned off; create "
+                f"{'them' if len(missing) > 1 else 'it'} with the planned partition counts "
+                f"({', '.join(f'{s.name}: {s.partitions}' for s in missing)}) or allow creation"
+            )
+        if missing:
+            step[0] = f"creating topics {[spec.name for spec in missing]}"
+            await _create(admin, missing, replication_factor, where)
+            step[0] = "waiting for the created topics to appear in the metadata"
+            created = await _partition_counts(admin, [spec.name for spec in missing],
+                                              wait_for_all=True)
+            counts.update(created)
+            _check_counts(plan, counts)
+    return {name: _known(counts[name]) for name in plan}
+
+
+def _known(count: int | None) -> int:
+    assert count is not None
+    return count
+
+
+def _topic_names(names: Iterable[str]) -> list[str]:
+    if isinstance(names, str):
+        raise SamzaError(f"give a list of topic names, not the string {names!r}")
+    wanted: list[str] = []
+    for name in names:
+        if not isinstance(name, str) or not name:
+            raise SamzaError(f"a topic name must be a non-empty string, got {name!r}")
+        if name not in wanted:
+            wanted.append(name)
+    return wanted
+
+
+def _unique_specs(specs: Iterable[TopicSpec]) -> dict[str, TopicSpec]:
+    plan: dict[str, TopicSpec] = {}
+    for spec in specs:
+        if not isinstance(spec, TopicSpec):
+            raise SamzaError(f"ensure_topics needs TopicSpec values, got {spec!r}")
+        other = plan.setdefault(spec.name, spec)
+        if other != spec:
+            raise SamzaError(
+                f"topic {spec.name!r} is planned twice with different settings: {other} and "
+                f"{spec}; give each topic one partition count and cleanup policy"
+            )
+    return plan
+
+
+def _check_counts(plan: dict[str, TopicSpec], counts: dict[str, int | None]) -> None:
+    for name, spec in plan.items():
+        count = counts.get(name)
+        if count is not None and count != spec.partitions:
+            raise SamzaError(
+                f"topic {name!r} has {count} partition{'s' if count != 1 else ''} but the plan "
+                f"needs {spec.partitions}: keys would reach the wrong tasks; delete and recreate "
+                f"the topic with {spec.partitions} partitions (its data is lost), or change the "
+                f"job's partition count for it to {count}"
+            )
+
+
+async def _partition_counts(admin: AIOKafkaAdminClient, names: list[str], *,
+                            wait_for_all: bool = False) -> dict[str, int | None]:
+    """Partition counts from an all-topics metadata request (see the module docstring).
+
+    A topic still being set up (an error other than "unknown topic" and no partitions yet) is
+    read again until it settles; with ``wait_for_all`` a missing topic is waited for too, as a
+    freshly created topic may take a moment to reach every broker's metadata. The caller's
+    timeout bounds the waiting."""
+    while True:
+        topics = await admin.describe_topics()
+        by_name = {t["topic"]: t for t in topics}
+        counts: dict[str, int | None] = {}
+        pending = False
+        for name in names:
+            entry = by_name.get(name)
+            if entry is None or (entry["error_code"] == _UNKNOWN_TOPIC
+                                 and not entry["partitions"]):
+                counts[name] = None
+                pending = pending or wait_for_all
+            elif entry["error_code"] == _TOPIC_AUTHORIZATION_FAILED:
+                raise SamzaError(
+                    f"not authorized to describe topic {name!r}; grant the job's Kafka principal "
+                    f"Describe (and Create) on it"
+                )
+            elif entry["partitions"] or entry["error_code"] == 0:
+                counts[name] = len(entry["partitions"])
+            else:
+                counts[name] = None
+                pending = True
+        if not pending:
+            return counts
+        await asyncio.sleep(_RETRY_INTERVAL)
+
+
+async def _create(admin: AIOKafkaAdminClient, specs: list[TopicSpec], replication_factor: int,
+                  where: str) -> None:
+    new = [
+        NewTopic(spec.name, spec.partitions, replication_factor,
+                 topic_configs={"cleanup.policy": "compact"} if spec.compacted else None)
+        for spec in specs
+    ]
+    response = await admin.create_topics(new)
+    for result in response.to_object()["topic_errors"]:
+        code = result["error_code"]
+        if code in (0, _TOPIC_ALREADY_EXISTS):
+            continue  # already there: created by another client meanwhile; its count is checked
+        name = result["topic"]
+        reason = f"{for_code(code).__name__}"
+        if result.get("error_message"):
+            reason += f": {result['error_message']}"
+        if code == _INVALID_REPLICATION_FACTOR:
+            todo = (f"lower replication_factor (now {replication_factor}) to at most the number "
+                    f"of brokers")
+        else:
+            todo = "check the broker's log, its topic settings and the job's permissions"
+        raise SamzaError(
+            f"cannot create topic {name!r} on the Kafka brokers at {where} ({reason}); {todo}"
+        )
+
+
+@contextlib.asynccontextmanager
+async def _admin(servers: list[str], timeout: float, client_settings: dict[str, Any],
+                 what: str) -> AsyncIterator[tuple[AIOKafkaAdminClient, list[str]]]:
+    """A started admin client; everything inside is bounded by ``timeout`` seconds in all, and
+    Kafka errors and timeouts become SamzaErrors naming the servers. The yielded one-item list
+    holds the current step, for the messages."""
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) \
+            or not math.isfinite(timeout) or timeout <= 0:
+        raise SamzaError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    where = ", ".join(servers)
+    settings = dict(client_settings)
+    settings.setdefault("request_timeout_ms", max(1, int(timeout * 1000)))
+    try:
+        admin = AIOKafkaAdminClient(bootstrap_servers=servers, **settings)
+    except (TypeError, ValueError) as e:
+        raise SamzaError(
+            f"invalid Kafka admin client settings {sorted(client_settings)} for the brokers at "
+            f"{where}: {e}; use the keyword arguments of aiokafka's AIOKafkaAdminClient"
+        ) from e
+    step = ["connecting"]
+    try:
+        async with asyncio.timeout(timeout):
+            await admin.start()
+            step[0] = what
+            yield admin, step
+    except TimeoutError as e:
+        if step[0] == "connecting":
+            raise _unreachable(where, f"no answer within {timeout:g} s") from e
+        raise SamzaError(
+            f"the Kafka brokers at {where} did not finish {step[0]} within {timeout:g} s; "
+            f"check that the brokers are healthy, or raise the timeout"
+        ) from e
+    except KafkaError as e:
+        if step[0] == "connecting":
+            raise _unreachable(where, f"{type(e).__name__}: {e}") from e
+        raise SamzaError(
+            f"the Kafka brokers at {where} failed while {step[0]} ({type(e).__name__}: {e}); "
+            f"check bootstrap_servers, the brokers' logs and the job's permissions"
+        ) from e
+    finally:
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(_CLOSE_TIMEOUT):
+                await admin.close()
+
+
+def _unreachable(where: str, reason: str) -> SamzaError:
+    return SamzaError(
+        f"cannot reach the Kafka brokers at {where} ({reason}); check bootstrap_servers and that "
+        f"the broker is running and reachable from here"
+    )

@@ -1,0 +1,104 @@
+"""Async helpers for tests against the tansu broker (see /work/shared/design/TEST_BROKER.md).
+
+They use aiokafka directly, not ``runtime.kafka_admin``, so that the tests of that module do not
+check it against itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+__all__ = ["ConsumedRecord", "ProducedRecord", "consume_all", "create_topic", "free_port", "produce_each", "run"]
+
+T = TypeVar("T")
+ProducedRecord = tuple[int, bytes | None, bytes | None]  # (partition, key, value)
+ConsumedRecord = tuple[int, bytes | None, bytes | None]  # (offset, key, value)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def create_topic(bootstrap: str, name: str, partitions: int, compacted: bool = False) -> None:
+    """Create a topic explicitly (an implicit one would get tansu's 4 partitions); fails if it
+    already exists or the broker refuses."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+    try:
+        await admin.start()
+        configs = {"cleanup.policy": "compact"} if compacted else None
+        response = await admin.create_topics(
+            [NewTopic(name, partitions, 1, topic_configs=configs)]
+        )
+        for result in response.to_object()["topic_errors"]:
+            assert result["error_code"] == 0, f"cannot create topic {name!r}: {result}"
+    finally:
+        await admin.close()
+
+
+async def produce_each(bootstrap: str, topic: str, records: Sequence[ProducedRecord]) -> None:
+    """Send each ``(partition, key, value)`` and await it before the next, so that every record
+    is its own batch and tansu's end offset (last batch's base offset + 1) is the true log end."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+    await producer.start()
+    try:
+        for partition, key, value in records:
+            await producer.send_and_wait(topic, value=value, key=key, partition=partition)
+    finally:
+        await producer.stop()
+
+
+async def consume_all(bootstrap: str, topic: str, partitions: int,
+                      timeout: float = 10.0) -> dict[int, list[ConsumedRecord]]:
+    """Every record of partitions ``0..partitions-1`` from the beginning, as ``{partition:
+    [(offset, key, value), ...]}``: reads until each partition's position reaches the end offset
+    read at the start, then drains what was already fetched (tansu reports the last batch's base
+    offset + 1 as the end). Raises TimeoutError if the end is not reached within ``timeout``."""
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    out: dict[int, list[ConsumedRecord]] = {p: [] for p in range(partitions)}
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
+                                enable_auto_commit=False, auto_offset_reset="earliest",
+                                request_timeout_ms=10_000)
+    await consumer.start()
+    try:
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+        deadline = time.monotonic() + timeout
+
+        def collect(batch: dict[TopicPartition, list]) -> int:
+            n = 0
+            for tp, messages in batch.items():
+                out[tp.partition].extend((m.offset, m.key, m.value) for m in messages)
+                n += len(messages)
+            return n
+
+        while True:
+            positions = {tp: await consumer.position(tp) for tp in tps}
+            if all(positions[tp] >= ends[tp] for tp in tps):
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"consume_all({topic!r}): positions {positions} did not reach the end "
+                    f"offsets {ends} within {timeout} s; got {out}"
+                )
+            collect(await consumer.getmany(*tps, timeout_ms=200))
+        while collect(await consumer.getmany(*tps, timeout_ms=100)):
+            pass
+    finally:
+        await consumer.stop()
+    return out
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run`` under a short name for the tests."""
+    return asyncio.run(coro)
