@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
@@ -54,7 +54,7 @@ class CheckpointStore(Protocol):
     def read(self, task_name: str) -> dict[SSP, int]: ...
     def read_changelogs(self, task_name: str) -> dict[str, int]: ...
     def write(self, task_name: str, offsets: Mapping[SSP, int],
-              changelogs: Mapping[str, int] | None = None) -> None: ...
+              changelogs: Mapping[str, int] | None = None) -> Awaitable[None] | None: ...
 
 
 class StateBackend(Protocol):
@@ -278,7 +278,9 @@ class Container:
             changelogs = self.state.committed(task.name)
             if crash:
                 crash("commit.stores-committed")
-        self.checkpoints.write(task.name, offsets, changelogs)
+        written = self.checkpoints.write(task.name, offsets, changelogs)
+        if written is not None:  # a checkpoint store that writes through a producer
+            await written
         if crash:
             crash("commit.done")
         self.commits += 1

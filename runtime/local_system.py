@@ -32,6 +32,7 @@ from samza_dsl.errors import ConfigError, SamzaError, SerdeError
 from samza_dsl.kv import KV
 from samza_dsl.serdes import KVSerde, Serde
 
+from . import checkpoints
 from .codec import (
     Record,
     Skipped,
@@ -54,8 +55,6 @@ from .serde_util import default_key_bytes
 __all__ = ["LocalJob", "LocalProducer", "LocalConsumer", "LocalCheckpoints", "LogChangelog",
            "LocalState", "job_dir", "log_path", "dead_letter_stream", "task_dir"]
 
-_checkpoint_encoder = msgspec.msgpack.Encoder()
-_checkpoint_decoder = msgspec.msgpack.Decoder()
 
 
 def job_dir(job_name: str, config: Mapping[str, Any]) -> str:
@@ -271,29 +270,22 @@ class LocalCheckpoints:
         if raw is None:
             return {}
         try:
-            data = _checkpoint_decoder.decode(raw)
+            return checkpoints.decode(raw)
         except msgspec.DecodeError as exc:
             raise SamzaError(f"the checkpoint of task {task_name!r} of job {self.job_name!r} in "
                              f"{self.log.path} is unreadable ({exc}); reset the job "
                              f"(samza-dsl reset) to start over") from exc
-        return data if isinstance(data, dict) else {}
 
     def read(self, task_name: str) -> dict[SSP, int]:
-        return {SSP(s, p): o for s, p, o in self._read(task_name).get("offsets", [])}
+        return checkpoints.offsets_of(self._read(task_name))
 
     def read_changelogs(self, task_name: str) -> dict[str, int]:
-        return dict(self._read(task_name).get("changelogs", {}))
+        return checkpoints.changelogs_of(self._read(task_name))
 
     def write(self, task_name: str, offsets: Mapping[SSP, int],
               changelogs: Mapping[str, int] | None = None) -> None:
-        old = self._read(task_name)
-        merged = {(s, p): o for s, p, o in old.get("offsets", [])}
-        merged.update({(ssp.stream_id, ssp.partition): o for ssp, o in offsets.items()})
-        cls = dict(old.get("changelogs", {}))
-        cls.update(changelogs or {})
-        data = {"offsets": [[s, p, o] for (s, p), o in sorted(merged.items())],
-                "changelogs": cls}
-        self.log.put_meta(self._key(task_name), _checkpoint_encoder.encode(data))
+        data = checkpoints.merge(self._read(task_name), offsets, changelogs)
+        self.log.put_meta(self._key(task_name), checkpoints.encode(data))
 
     def tasks(self) -> dict[str, dict[SSP, int]]:
         prefix = f"checkpoint/{self.job_name}/"
