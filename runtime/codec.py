@@ -7,8 +7,8 @@ and a ``KV`` sent to it with its key as the record key (``default_key_bytes``) a
 value. Streams declared without a serde use JSON on inputs and outputs, and ``PickleSerde`` on
 intermediate streams, which the job alone writes and reads.
 
-Control messages (end-of-stream, watermarks) are records with a ``samza.control`` header and no key
-or value. Each run of a job stamps its control records with its generation: a restarted job skips
+Control messages (end-of-stream, watermarks) are records with a ``samza.control`` header, no key
+and an empty value. Each run of a job stamps its control records with its generation: a restarted job skips
 the control records an earlier run left in an intermediate stream, as its upstream tasks send
 their own again.
 
@@ -78,7 +78,8 @@ _STALE = Skipped("control record of an earlier run")
 
 def control_record(message: EndOfStream | Watermark, generation: int) -> Record:
     """The record of a control message sent by the run ``generation`` of a job."""
-    return (None, None, ((CONTROL_HEADER, _control_encoder.encode((generation, message))),))
+    # an empty value, not None: Kafka clients refuse a record with neither key nor value
+    return (None, b"", ((CONTROL_HEADER, _control_encoder.encode((generation, message))),))
 
 
 def stream_serde(serde: Serde[Any] | None, *, keyed: bool, intermediate: bool) -> Serde[Any]:

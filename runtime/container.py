@@ -192,6 +192,8 @@ class Container:
                 await self.producer.flush()
             finally:
                 self.state.close()
+                await self.consumer.close()
+                await self.producer.close()
             if self.executor is not None:
                 self.executor.shutdown(wait=False, cancel_futures=True)
 

@@ -44,7 +44,10 @@ class LocalRunner:
         self._inputs = dict(inputs or {})
         self.progress = progress
         self.follow = follow
-        self.local = _uses_local_system(app)
+        from .kafka_job import uses_kafka
+
+        self.kafka = uses_kafka(app)
+        self.local = _uses_local_system(app) and not self.kafka
         self.job: Any = None
         self.container: Container | None = None
         self.broker: MemoryBroker | None = None
@@ -64,7 +67,12 @@ class LocalRunner:
         return self
 
     async def _main(self, install_signals: bool) -> None:
-        if self.local:
+        if self.kafka:
+            from .kafka_job import KafkaJob
+
+            kjob = await KafkaJob.create(self.app, self.config, self.metrics, follow=self.follow)
+            self.job, self.plan, container = kjob, kjob.plan, kjob.container
+        elif self.local:
             from .local_system import LocalJob
 
             job = LocalJob(self.app, self.config, follow=self.follow,
@@ -180,10 +188,10 @@ class LocalRunner:
 
     def messages(self, stream_id: str) -> list[Any]:
         """An output's messages; on the local system, those this run wrote."""
-        if self.local:
+        if self.local or self.kafka:
             if self.job is None:
                 raise KeyError(f"no stream {stream_id!r}: the job has not run")
-            return self.job.messages(stream_id)
+            return list(self.job.messages(stream_id))
         if self.broker is None or stream_id not in self.broker.streams:
             raise KeyError(f"no stream {stream_id!r} in this run")
         return [m for p in range(len(self.broker.streams[stream_id]))

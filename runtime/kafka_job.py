@@ -1,0 +1,180 @@
+"""A job whose streams are Kafka topics: plans it against the broker, creates the topics it
+needs, and builds its container over ``runtime.kafka_system``.
+
+The topics: inputs must exist (their partition counts come from the broker when the descriptor
+does not give them); outputs and intermediate streams are created with the planned counts when
+missing; a count that differs from the plan is an error naming the topic and both counts.
+Checkpoints go to the compacted topic ``__samza_checkpoint_<job>`` (one partition, keyed by task).
+
+Stores are LMDB files under ``job.dir`` on the container's host; on Kafka they have no changelog
+topic yet, so they survive restarts on the same host only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from samza_dsl.errors import SamzaError
+
+from .codec import Skipped, StreamCodec, serde_error_policy, stream_serde
+from .container import Container
+from .job import SSP, build_job_model
+from .kafka_admin import TopicSpec, describe_topics, ensure_topics
+from .kafka_system import KafkaCheckpoints, KafkaConsumer, KafkaProducer
+from .local_system import LocalState, job_dir
+from .metrics import Metrics
+from .records import is_control
+
+__all__ = ["KafkaJob", "uses_kafka"]
+
+
+def uses_kafka(app: Any) -> bool:
+    return any(d.system.factory == "kafka" for d in [*app._inputs.values(), *app._outputs.values()])
+
+
+class KafkaJob:
+    """Build with ``await KafkaJob.create(app, config)``; then run ``job.container``."""
+
+    def __init__(self, app: Any, config: Mapping[str, Any], metrics: Metrics | None = None,
+                 *, follow: bool = False, timeout: float = 10.0) -> None:
+        self.app = app
+        self.config = dict(config)
+        self.metrics = metrics or Metrics()
+        self.follow = follow
+        self.timeout = timeout
+        self.job_name = f"{app.name}-{app.app_id}"
+        self.root = job_dir(self.job_name, self.config)
+        systems = {d.system.name: d.system for d in [*app._inputs.values(),
+                                                       *app._outputs.values()]}
+        kafka = [s for s in systems.values() if s.factory == "kafka"]
+        others = [s.name for s in systems.values() if s.factory != "kafka"]
+        if len(kafka) != 1 or others:
+            raise SamzaError(f"job {self.job_name!r} mixes systems ({', '.join(sorted(systems))}):"
+                             f" a job on Kafka keeps all its streams on one Kafka system")
+        self.system = kafka[0]
+        settings = self.system.config
+        self.servers = str(settings["bootstrap.servers"])
+        self.consumer_settings = {k[9:]: v for k, v in settings.items()
+                                  if k.startswith("consumer.")}
+        self.producer_settings = {k[9:]: v for k, v in settings.items()
+                                  if k.startswith("producer.")}
+        self.checkpoint_topic = f"__samza_checkpoint_{self.job_name}"
+
+    @classmethod
+    async def create(cls, app: Any, config: Mapping[str, Any], metrics: Metrics | None = None,
+                     *, follow: bool = False, timeout: float = 10.0) -> KafkaJob:
+        job = cls(app, config, metrics, follow=follow, timeout=timeout)
+        await job._build()
+        return job
+
+    async def _build(self) -> None:
+        app = self.app
+        declared = {**app._inputs, **app._outputs}
+        topics = {sid: d.physical_name for sid, d in declared.items()}
+        found = await describe_topics(self.servers, topics.values(), timeout=self.timeout)
+        for sid, d in app._inputs.items():
+            n = found[d.physical_name]
+            if n is None:
+                raise SamzaError(f"input {sid!r}: topic {d.physical_name!r} does not exist on "
+                                 f"the Kafka brokers at {self.servers}; create it, or check the "
+                                 f"stream's physical_name")
+        known = {sid: found[d.physical_name] for sid, d in declared.items()
+                 if d.partitions is None and found[d.physical_name] is not None}
+        plan = app.plan(partitions=known, config=self.config)
+        self.plan = plan
+        counts = {sid: s.partitions for sid, s in plan.streams.items()}
+        widest = max([n for sid, n in counts.items() if n and plan.streams[sid].kind == "input"]
+                     or [1])
+        self.counts = counts = {sid: (n if n else widest) for sid, n in counts.items()}
+        self.physical = {sid: s.physical_name for sid, s in plan.streams.items()}
+        await ensure_topics(self.servers, [
+            *(TopicSpec(self.physical[sid], n) for sid, n in counts.items()),
+            TopicSpec(self.checkpoint_topic, 1, compacted=True)], timeout=self.timeout)
+        job = build_job_model(plan, counts)
+        self.job = job
+        cfg = plan.config
+
+        producer = KafkaProducer(self.servers, self.producer_settings, 0)
+        self.checkpoints = KafkaCheckpoints(self.servers, self.checkpoint_topic, producer,
+                                            self.consumer_settings, timeout=self.timeout)
+        await self.checkpoints.load()
+        self.generation = self.checkpoints.generation + 1
+        producer.generation = self.generation
+        await self.checkpoints.write_generation(self.generation)
+
+        self.codecs: dict[str, StreamCodec] = {}
+        for sid, s in plan.streams.items():
+            serde = stream_serde(getattr(s.descriptor, "serde", None), keyed=s.keyed,
+                                 intermediate=s.kind in ("intermediate", "broadcast"))
+            self.codecs[sid] = StreamCodec(sid, serde, policy=serde_error_policy(cfg, sid),
+                                           metrics=self.metrics)
+            producer.add_stream(sid, self.physical[sid], counts[sid], self.codecs[sid].encode,
+                                self.codecs[sid])
+        inputs = set(plan.input_streams)
+        upcoming = {sid for sid in inputs
+                    if getattr(plan.streams[sid].descriptor, "offset_default", "oldest")
+                    == "upcoming"}
+        consumer = KafkaConsumer(self.servers, self.consumer_settings, self.physical,
+                                 self.codecs, self.generation,
+                                 bounded=set() if self.follow else inputs, upcoming=upcoming,
+                                 timeout=self.timeout)
+        self.producer, self.consumer = producer, consumer
+        self.state = LocalState(self.root, job, cfg, {}, self.metrics)
+        self.container = Container(job, job.tasks, consumer=consumer, producer=producer,
+                                   checkpoints=self.checkpoints, config=cfg,
+                                   metrics=self.metrics, state=self.state)
+
+    async def messages_async(self, stream_id: str) -> list[Any]:
+        """An output's messages this job wrote: the offsets its producer had acknowledged (a
+        broker's end offsets may be late, as tansu's are)."""
+        if stream_id not in self.plan.output_streams:
+            raise KeyError(f"no output stream {stream_id!r} in job {self.job_name!r}")
+        topic = self.physical[stream_id]
+        codec = self.codecs[stream_id]
+        ranges = {p: (self.producer.first_offsets[(topic, p)], self.producer.end_offsets[(topic, p)])
+                  for p in range(self.counts[stream_id]) if (topic, p) in self.producer.end_offsets}
+        if not ranges:
+            return []
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.servers, enable_auto_commit=False,
+                                    group_id=None, **self.consumer_settings)
+        out: list[Any] = []
+        try:
+            await consumer.start()
+            for p, (start, end) in ranges.items():
+                tp = TopicPartition(topic, p)
+                consumer.assign([tp])
+                consumer.seek(tp, start)
+                pos = start
+                while pos < end:
+                    batch = await consumer.getmany(tp, timeout_ms=1000)
+                    records = [r for r in batch.get(tp, []) if r.offset < end]
+                    if not batch:
+                        raise SamzaError(f"output {stream_id!r} partition {p}: records up to "
+                                         f"offset {end} were acknowledged but cannot be read")
+                    out.extend(m for m in codec.decode_batch(
+                        SSP(stream_id, p), records[0].offset if records else pos,
+                        [(r.key, r.value, tuple(r.headers) or None) for r in records],
+                        self.generation) if not is_control(m) and type(m) is not Skipped)
+                    pos = batch[tp][-1].offset + 1
+        finally:
+            await _stop(consumer)
+        return out
+
+    def messages(self, stream_id: str) -> list[Any]:
+        return asyncio.run(self.messages_async(stream_id))
+
+    def close(self) -> None:
+        return None
+
+
+async def _stop(consumer: AIOKafkaConsumer) -> None:
+    """Stop a consumer; aiokafka may raise CancelledError from a task of its own when a consumer
+    stops right after it started."""
+    task = asyncio.ensure_future(consumer.stop())
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await asyncio.shield(task)

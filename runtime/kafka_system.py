@@ -1,0 +1,365 @@
+"""Kafka through aiokafka: the consumer and producer a container uses, and checkpoints in a
+compacted topic.
+
+- ``KafkaConsumer``: one aiokafka consumer per container, with the partitions its tasks own
+  assigned by hand (no consumer group). Each reader key (a task and its partition) keeps its own
+  position, so a broadcast partition is read by every task. Fetches are batched (``getmany``);
+  records are decoded per batch by the stream's ``StreamCodec``, split where offsets have gaps
+  (compaction, transaction markers). A bounded input ends at its end offset as of the start.
+- ``KafkaProducer``: records are buffered per partition, as the local producer does, and sent in
+  the background after each processed batch; ``flush`` waits until the broker has acknowledged
+  every record and notes the next offset of each partition written.
+- ``KafkaCheckpoints``: one record per task, keyed by the task name, in a compacted topic; read
+  in full at start, the last record of a task wins.
+
+Every partition of a topic is chosen by the runtime (murmur2 of the key bytes, as Kafka's default
+partitioner), so the producer always names the partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaError
+
+from samza_dsl.errors import SamzaError
+
+from . import checkpoints
+from .codec import Record, StreamCodec, control_record
+from .job import SSP
+from .records import EndOfStream, is_control
+
+__all__ = ["KafkaConsumer", "KafkaProducer", "KafkaCheckpoints", "kafka_error"]
+
+_GENERATION = b"__generation__"
+
+
+
+def kafka_error(what: str, servers: str, exc: BaseException) -> SamzaError:
+    return SamzaError(f"{what} on Kafka at {servers} failed: {type(exc).__name__}: {exc}. Check "
+                      f"bootstrap_servers and that the broker is running")
+
+
+class KafkaConsumer:
+    """Reads topics for a container's tasks."""
+
+    def __init__(self, servers: str, settings: Mapping[str, Any], physical: Mapping[str, str],
+                 codecs: Mapping[str, StreamCodec], generation: int, *, bounded: set[str],
+                 upcoming: set[str], timeout: float = 10.0) -> None:
+        self.servers = servers
+        self.settings = dict(settings)
+        self.physical = dict(physical)
+        self.codecs = dict(codecs)
+        self.generation = generation
+        self.bounded = set(bounded)
+        self.upcoming = set(upcoming)
+        self.timeout = timeout
+        self._consumer: AIOKafkaConsumer | None = None
+        # key -> [ssp, topic partition, position (None: not resolved yet), stop, ended]
+        self.positions: dict[Any, list[Any]] = {}
+        self._readers: dict[TopicPartition, list[Any]] = {}
+        self._backlog: dict[Any, list[Any]] = {}
+        self._fetched: dict[TopicPartition, int] = {}  # the next offset fetched per partition
+        self._wake = asyncio.Event()
+
+    def register(self, key: Any, ssp: SSP, next_offset: int | None) -> None:
+        tp = TopicPartition(self.physical[ssp.stream_id], ssp.partition)
+        self.positions[key] = [ssp, tp, next_offset, None, False]
+        self._readers.setdefault(tp, []).append(key)
+        self._backlog[key] = []
+
+    async def _start(self) -> AIOKafkaConsumer:
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.servers, enable_auto_commit=False,
+                                    group_id=None, auto_offset_reset="earliest",
+                                    **self.settings)
+        try:
+            async with asyncio.timeout(self.timeout):
+                await consumer.start()
+                tps = list(self._readers)
+                consumer.assign(tps)
+                ends = await consumer.end_offsets(tps) if tps else {}
+                starts = await consumer.beginning_offsets(tps) if tps else {}
+        except (KafkaError, TimeoutError, OSError) as exc:
+            with contextlib.suppress(Exception):
+                await consumer.stop()
+            raise kafka_error("starting the consumer", self.servers, exc) from exc
+        for pos in self.positions.values():
+            ssp, tp = pos[0], pos[1]
+            if pos[2] is None:
+                pos[2] = ends[tp] if ssp.stream_id in self.upcoming else starts[tp]
+            if ssp.stream_id in self.bounded:
+                pos[3] = ends[tp]
+        for tp, keys in self._readers.items():
+            first = min(self.positions[k][2] for k in keys)
+            consumer.seek(tp, first)
+            self._fetched[tp] = first
+        self._consumer = consumer
+        return consumer
+
+    async def poll(self, keys: list[Any], max_per_key: int,
+                   timeout: float | None = None) -> list[tuple[Any, int, list[Any]]]:
+        consumer = self._consumer or await self._start()
+        out: list[tuple[Any, int, list[Any]]] = []
+        wanted: set[TopicPartition] = set()
+        for key in keys:
+            pos = self.positions[key]
+            if pos[3] is not None and pos[2] >= pos[3]:
+                if not pos[4]:
+                    pos[4] = True
+                    out.append((key, pos[2], [EndOfStream(None)]))
+                continue
+            if self._backlog[key]:
+                self._deliver(key, self._backlog[key], max_per_key, out)
+            else:
+                wanted.add(pos[1])
+        if out:
+            return out
+        if not wanted:  # every key waits for its task: yield, or nothing else runs
+            await self._idle(timeout)
+            return out
+        try:
+            fetched = await consumer.getmany(*wanted, timeout_ms=int((timeout or 0.2) * 1000),
+                                             max_records=max_per_key * len(wanted))
+        except KafkaError as exc:
+            raise kafka_error("fetching", self.servers, exc) from exc
+        active = set(keys)
+        for tp, records in fetched.items():
+            if records:
+                self._fetched[tp] = records[-1].offset + 1
+            for key in self._readers[tp]:
+                position = self.positions[key][2]
+                mine = [r for r in records if r.offset >= position]
+                if key in active:
+                    self._deliver(key, mine, max_per_key, out)
+                else:
+                    self._backlog[key].extend(mine)
+        return out
+
+    def _deliver(self, key: Any, records: list[Any], max_per_key: int,
+                 out: list[tuple[Any, int, list[Any]]]) -> None:
+        """Records of one key, in runs of contiguous offsets, up to its stop; the rest waits."""
+        pos = self.positions[key]
+        ssp, stop = pos[0], pos[3]
+        if stop is not None:
+            records = [r for r in records if r.offset < stop]
+        take, rest = records[:max_per_key], records[max_per_key:]
+        self._backlog[key] = rest
+        codec = self.codecs[ssp.stream_id]
+        run: list[Record] = []
+        first = -1
+        for r in take:
+            if run and r.offset != first + len(run):
+                out.append((key, first, codec.decode_batch(ssp, first, run, self.generation)))
+                run = []
+            if not run:
+                first = r.offset
+            run.append((r.key, r.value, tuple(r.headers) if r.headers else None))
+        if run:
+            out.append((key, first, codec.decode_batch(ssp, first, run, self.generation)))
+            pos[2] = first + len(run)
+
+    async def _idle(self, timeout: float | None) -> None:
+        self._wake.clear()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(0.1 if timeout is None else min(timeout, 0.1)):
+                await self._wake.wait()
+
+    def wakeup(self) -> None:
+        self._wake.set()
+
+    async def close(self) -> None:
+        if self._consumer is not None:
+            with contextlib.suppress(Exception):
+                await self._consumer.stop()
+            self._consumer = None
+
+
+class KafkaProducer:
+    """Buffers records per partition; sends them in the background after each processed batch;
+    ``flush`` waits for the broker's acknowledgements."""
+
+    def __init__(self, servers: str, settings: Mapping[str, Any], generation: int,
+                 timeout: float = 30.0) -> None:
+        self.servers = servers
+        self.settings = dict(settings)
+        self.generation = generation
+        self.timeout = timeout
+        self._producer: AIOKafkaProducer | None = None
+        self._topic: dict[str, str] = {}
+        self._encoders: dict[str, Callable[[Any], Record]] = {}
+        self._codecs: dict[str, StreamCodec] = {}
+        self._bufs: dict[str, list[list[Record]]] = {}
+        self._acks: list[asyncio.Future[Any]] = []
+        self._sending: asyncio.Task[None] | None = None
+        self._error: BaseException | None = None
+        #: (topic, partition) -> the next offset after the last acknowledged record, and the
+        #: offset of the first one: the range this producer wrote
+        self.end_offsets: dict[tuple[str, int], int] = {}
+        self.first_offsets: dict[tuple[str, int], int] = {}
+
+    def add_stream(self, stream_id: str, topic: str, partitions: int,
+                   encode: Callable[[Any], Record] | None,
+                   codec: StreamCodec | None = None) -> None:
+        self._topic[stream_id] = topic
+        if encode is not None:
+            self._encoders[stream_id] = encode
+        if codec is not None:
+            self._codecs[stream_id] = codec
+        self._bufs[stream_id] = [[] for _ in range(partitions)]
+
+    def buffer(self, stream_id: str, partition: int) -> list[Record]:
+        return self._bufs[stream_id][partition]
+
+    def record_sink(self, stream_id: str) -> tuple[Any, ...] | None:
+        codec = self._codecs.get(stream_id)
+        if codec is None:
+            return None
+        kser, vser = codec.fast_serializers()
+        return self._bufs[stream_id], kser, vser, codec.encode
+
+    def sender(self, stream_id: str) -> Callable[[int, Any], None]:
+        bufs = self._bufs[stream_id]
+        encode = self._encoders[stream_id]
+
+        def send(partition: int, m: Any) -> None:
+            bufs[partition].append(encode(m))
+        return send
+
+    def send(self, stream_id: str, partition: int, payload: Any) -> None:
+        record = control_record(payload, self.generation) if is_control(payload) \
+            else self._encoders[stream_id](payload)
+        self._bufs[stream_id][partition].append(record)
+
+    async def _start(self) -> AIOKafkaProducer:
+        producer = AIOKafkaProducer(bootstrap_servers=self.servers, **self.settings)
+        try:
+            async with asyncio.timeout(self.timeout):
+                await producer.start()
+        except (KafkaError, TimeoutError, OSError) as exc:
+            with contextlib.suppress(Exception):
+                await producer.stop()
+            raise kafka_error("starting the producer", self.servers, exc) from exc
+        self._producer = producer
+        return producer
+
+    async def _send_buffered(self) -> None:
+        producer = self._producer or await self._start()
+        for sid, parts in self._bufs.items():
+            topic = self._topic[sid]
+            for p, buf in enumerate(parts):
+                if not buf:
+                    continue
+                records = buf[:]
+                buf.clear()
+                for k, v, h in records:
+                    fut = await producer.send(topic, value=v, key=k, partition=p,
+                                              headers=list(h) if h else None)
+                    self._acks.append(fut)
+
+    def signal(self) -> None:
+        if self._error is not None:
+            raise self._error
+        if self._sending is None or self._sending.done():
+            self._sending = asyncio.get_running_loop().create_task(self._background())
+
+    async def _background(self) -> None:
+        try:
+            await self._send_buffered()
+        except Exception as exc:  # reported by the next signal or flush
+            self._error = exc
+
+    async def flush(self) -> None:
+        if self._sending is not None:
+            await self._sending
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise err
+        try:
+            async with asyncio.timeout(self.timeout):
+                await self._send_buffered()
+                acks, self._acks = self._acks, []
+                for md in await asyncio.gather(*acks):
+                    key = (md.topic, md.partition)
+                    if md.offset + 1 > self.end_offsets.get(key, -1):
+                        self.end_offsets[key] = md.offset + 1
+                    if md.offset < self.first_offsets.get(key, md.offset + 1):
+                        self.first_offsets[key] = md.offset
+        except (KafkaError, TimeoutError) as exc:
+            raise kafka_error("producing", self.servers, exc) from exc
+
+    async def close(self) -> None:
+        if self._producer is not None:
+            with contextlib.suppress(Exception):
+                await self.flush()
+            with contextlib.suppress(Exception):
+                await self._producer.stop()
+            self._producer = None
+
+
+class KafkaCheckpoints:
+    """A compacted topic with one record per task: ``load()`` reads it in full before a run."""
+
+    def __init__(self, servers: str, topic: str, producer: KafkaProducer,
+                 settings: Mapping[str, Any] | None = None, timeout: float = 10.0) -> None:
+        self.servers = servers
+        self.topic = topic
+        self.producer = producer
+        self.settings = dict(settings or {})
+        self.timeout = timeout
+        self._data: dict[str, dict[str, Any]] = {}
+        #: how many runs the job has had: control records carry it (``runtime.codec``)
+        self.generation = 0
+        producer.add_stream(f"__checkpoint__{topic}", topic, 1, None)
+
+    async def load(self) -> None:
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.servers, enable_auto_commit=False,
+                                    group_id=None, **self.settings)
+        tp = TopicPartition(self.topic, 0)
+        try:
+            async with asyncio.timeout(self.timeout):
+                await consumer.start()
+                consumer.assign([tp])
+                end = (await consumer.end_offsets([tp]))[tp]
+                await consumer.seek_to_beginning(tp)
+                while end and await consumer.position(tp) < end:
+                    batch = await consumer.getmany(tp, timeout_ms=200)
+                    for r in batch.get(tp, []):
+                        if r.key == _GENERATION and r.value is not None:
+                            self.generation = int(r.value)
+                        elif r.key is not None and r.value is not None:
+                            self._data[r.key.decode()] = checkpoints.decode(r.value)
+                    if not batch:
+                        break
+        except (KafkaError, TimeoutError, OSError) as exc:
+            raise kafka_error(f"reading checkpoints from {self.topic!r}", self.servers,
+                              exc) from exc
+        finally:
+            with contextlib.suppress(Exception):
+                await consumer.stop()
+
+    def read(self, task_name: str) -> dict[SSP, int]:
+        return checkpoints.offsets_of(self._data.get(task_name, {}))
+
+    def read_changelogs(self, task_name: str) -> dict[str, int]:
+        return checkpoints.changelogs_of(self._data.get(task_name, {}))
+
+    async def write(self, task_name: str, offsets: Mapping[SSP, int],
+                    changelogs: Mapping[str, int] | None = None) -> None:
+        data = checkpoints.merge(self._data.get(task_name, {}), offsets, changelogs)
+        self.producer.buffer(f"__checkpoint__{self.topic}", 0).append(
+            (task_name.encode(), checkpoints.encode(data), None))
+        await self.producer.flush()
+        self._data[task_name] = data
+
+    async def write_generation(self, generation: int) -> None:
+        self.producer.buffer(f"__checkpoint__{self.topic}", 0).append(
+            (_GENERATION, str(generation).encode(), None))
+        await self.producer.flush()
+        self.generation = generation
+
+    def tasks(self) -> dict[str, dict[SSP, int]]:
+        return {t: self.read(t) for t in self._data}
