@@ -48,12 +48,12 @@ from samza_dsl.serdes import (
 )
 
 from .job import SSP
-from .records import EndOfStream, Watermark
+from .records import EndOfStream, Watermark, is_control
 from .serde_util import default_key_bytes
 
 __all__ = ["Record", "CONTROL_HEADER", "ERROR_HEADER", "SOURCE_HEADER", "Skipped", "StreamCodec",
            "control_record", "stream_serde", "serde_error_policy", "fast_serializer",
-           "fast_deserializer"]
+           "fast_deserializer", "BufferedProducer"]
 
 Record = tuple[bytes | None, bytes | None, tuple[tuple[str, bytes], ...] | None]
 CONTROL_HEADER = "samza.control"
@@ -281,3 +281,53 @@ def dead_letter_record(ssp: SSP, offset: int, record: Record, err: SerdeError) -
         (ERROR_HEADER, str(err.reason).encode()),
         (SOURCE_HEADER, f"{ssp.stream_id}/{ssp.partition}/{offset}".encode()))
     return (record[0], record[1], headers)
+
+
+class BufferedProducer:
+    """What every producer of records shares: a buffer per partition of each stream, filled by
+    the tasks' senders (``sender``, or ``record_sink`` for the batched path) and by ``send`` for
+    control records; subclasses write the buffers out (``flush``)."""
+
+    def __init__(self, generation: int) -> None:
+        self.generation = generation
+        self._physical: dict[str, str] = {}
+        self._encoders: dict[str, Callable[[Any], Record]] = {}
+        self._codecs: dict[str, StreamCodec] = {}
+        self._bufs: dict[str, list[list[Record]]] = {}
+
+    def add_stream(self, stream_id: str, physical: str, partitions: int,
+                   encode: Callable[[Any], Record] | None, codec: StreamCodec | None = None
+                   ) -> None:
+        self._physical[stream_id] = physical
+        if encode is not None:
+            self._encoders[stream_id] = encode
+        if codec is not None:
+            self._codecs[stream_id] = codec
+        self._bufs[stream_id] = [[] for _ in range(partitions)]
+
+    def buffer(self, stream_id: str, partition: int) -> list[Record]:
+        """The buffer of one partition, for raw records (changelogs, dead letters)."""
+        return self._bufs[stream_id][partition]
+
+    def sender(self, stream_id: str) -> Callable[[int, Any], None]:
+        bufs = self._bufs[stream_id]
+        encode = self._encoders[stream_id]
+
+        def send(partition: int, m: Any) -> None:
+            bufs[partition].append(encode(m))
+        return send
+
+    def record_sink(self, stream_id: str) -> tuple[Any, ...] | None:
+        """For the task's fused terminal: (partition buffers, key serializer, value serializer,
+        encode) of a stream. The fast serializers may raise anything on bad input; ``encode``
+        raises the serde's own error."""
+        codec = self._codecs.get(stream_id)
+        if codec is None:
+            return None
+        kser, vser = codec.fast_serializers()
+        return self._bufs[stream_id], kser, vser, codec.encode
+
+    def send(self, stream_id: str, partition: int, payload: Any) -> None:
+        record = control_record(payload, self.generation) if is_control(payload) \
+            else self._encoders[stream_id](payload)
+        self._bufs[stream_id][partition].append(record)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -29,9 +29,9 @@ from aiokafka.errors import KafkaError
 from samza_dsl.errors import SamzaError
 
 from . import checkpoints
-from .codec import Record, StreamCodec, control_record
+from .codec import BufferedProducer, Record, StreamCodec
 from .job import SSP
-from .records import EndOfStream, is_control
+from .records import EndOfStream
 
 __all__ = ["KafkaConsumer", "KafkaProducer", "KafkaCheckpoints", "kafka_error"]
 
@@ -178,21 +178,17 @@ class KafkaConsumer:
             self._consumer = None
 
 
-class KafkaProducer:
+class KafkaProducer(BufferedProducer):
     """Buffers records per partition; sends them in the background after each processed batch;
     ``flush`` waits for the broker's acknowledgements."""
 
     def __init__(self, servers: str, settings: Mapping[str, Any], generation: int,
                  timeout: float = 30.0) -> None:
+        super().__init__(generation)
         self.servers = servers
         self.settings = dict(settings)
-        self.generation = generation
         self.timeout = timeout
         self._producer: AIOKafkaProducer | None = None
-        self._topic: dict[str, str] = {}
-        self._encoders: dict[str, Callable[[Any], Record]] = {}
-        self._codecs: dict[str, StreamCodec] = {}
-        self._bufs: dict[str, list[list[Record]]] = {}
         self._acks: list[asyncio.Future[Any]] = []
         self._sending: asyncio.Task[None] | None = None
         self._error: BaseException | None = None
@@ -200,39 +196,6 @@ class KafkaProducer:
         #: offset of the first one: the range this producer wrote
         self.end_offsets: dict[tuple[str, int], int] = {}
         self.first_offsets: dict[tuple[str, int], int] = {}
-
-    def add_stream(self, stream_id: str, topic: str, partitions: int,
-                   encode: Callable[[Any], Record] | None,
-                   codec: StreamCodec | None = None) -> None:
-        self._topic[stream_id] = topic
-        if encode is not None:
-            self._encoders[stream_id] = encode
-        if codec is not None:
-            self._codecs[stream_id] = codec
-        self._bufs[stream_id] = [[] for _ in range(partitions)]
-
-    def buffer(self, stream_id: str, partition: int) -> list[Record]:
-        return self._bufs[stream_id][partition]
-
-    def record_sink(self, stream_id: str) -> tuple[Any, ...] | None:
-        codec = self._codecs.get(stream_id)
-        if codec is None:
-            return None
-        kser, vser = codec.fast_serializers()
-        return self._bufs[stream_id], kser, vser, codec.encode
-
-    def sender(self, stream_id: str) -> Callable[[int, Any], None]:
-        bufs = self._bufs[stream_id]
-        encode = self._encoders[stream_id]
-
-        def send(partition: int, m: Any) -> None:
-            bufs[partition].append(encode(m))
-        return send
-
-    def send(self, stream_id: str, partition: int, payload: Any) -> None:
-        record = control_record(payload, self.generation) if is_control(payload) \
-            else self._encoders[stream_id](payload)
-        self._bufs[stream_id][partition].append(record)
 
     async def _start(self) -> AIOKafkaProducer:
         producer = AIOKafkaProducer(bootstrap_servers=self.servers, **self.settings)
@@ -249,7 +212,7 @@ class KafkaProducer:
     async def _send_buffered(self) -> None:
         producer = self._producer or await self._start()
         for sid, parts in self._bufs.items():
-            topic = self._topic[sid]
+            topic = self._physical[sid]
             for p, buf in enumerate(parts):
                 if not buf:
                     continue

@@ -34,10 +34,10 @@ from samza_dsl.serdes import KVSerde, Serde
 
 from . import checkpoints
 from .codec import (
+    BufferedProducer,
     Record,
     Skipped,
     StreamCodec,
-    control_record,
     dead_letter_record,
     fast_deserializer,
     fast_serializer,
@@ -77,62 +77,19 @@ def task_dir(task_name: str) -> str:
 
 # -- producer and consumer ---------------------------------------------------------------------
 
-class LocalProducer:
+class LocalProducer(BufferedProducer):
     """Buffers records per partition; a flush (or a ``signal`` after each processed batch)
     appends every buffered partition to the log in one transaction."""
 
     def __init__(self, log: LocalLog, generation: int) -> None:
+        super().__init__(generation)
         self.log = log
-        self.generation = generation
-        self._physical: dict[str, str] = {}
-        self._encoders: dict[str, Callable[[Any], Record]] = {}
-        self._codecs: dict[str, StreamCodec] = {}
-        self._bufs: dict[str, list[list[Record]]] = {}
         self._written: list[Callable[[], None]] = []
         self._scheduled = False
         self._error: Exception | None = None
 
-    def add_stream(self, stream_id: str, physical: str, partitions: int,
-                   encode: Callable[[Any], Record] | None, codec: StreamCodec | None = None
-                   ) -> None:
-        self._physical[stream_id] = physical
-        if encode is not None:
-            self._encoders[stream_id] = encode
-        if codec is not None:
-            self._codecs[stream_id] = codec
-        self._bufs[stream_id] = [[] for _ in range(partitions)]
-
     def on_write(self, callback: Callable[[], None]) -> None:
         self._written.append(callback)
-
-    def buffer(self, stream_id: str, partition: int) -> list[Record]:
-        """The buffer of one partition, for raw records (changelogs, dead letters)."""
-        return self._bufs[stream_id][partition]
-
-    def sender(self, stream_id: str) -> Callable[[int, Any], None]:
-        bufs = self._bufs[stream_id]
-        encode = self._encoders[stream_id]
-
-        def send(partition: int, m: Any) -> None:
-            bufs[partition].append(encode(m))
-        return send
-
-    def record_sink(self, stream_id: str) -> tuple[Any, ...] | None:
-        """For the task's fused terminal: (partition buffers, key serializer, value serializer,
-        encode) of a stream. The fast serializers may raise anything on bad input; ``encode``
-        raises the serde's own error."""
-        codec = self._codecs.get(stream_id)
-        if codec is None:
-            return None
-        kser, vser = codec.fast_serializers()
-        return self._bufs[stream_id], kser, vser, codec.encode
-
-    def send(self, stream_id: str, partition: int, payload: Any) -> None:
-        if is_control(payload):
-            record = control_record(payload, self.generation)
-        else:
-            record = self._encoders[stream_id](payload)
-        self._bufs[stream_id][partition].append(record)
 
     def signal(self) -> None:
         """Write what is buffered soon: once the tasks ready to run now have run, so their
