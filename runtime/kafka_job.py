@@ -6,15 +6,16 @@ does not give them); outputs and intermediate streams are created with the plann
 missing; a count that differs from the plan is an error naming the topic and both counts.
 Checkpoints go to the compacted topic ``__samza_checkpoint_<job>`` (one partition, keyed by task).
 
-Stores are LMDB files under ``job.dir`` on the container's host; on Kafka they have no changelog
-topic yet, so they survive restarts on the same host only.
+Stores are LMDB files under ``job.dir`` on the container's host, backed by compacted changelog
+topics (``<job>-<store>-changelog``, a partition per task; ``runtime.kafka_changelog``): a store
+whose local copy is missing or behind the checkpoint is rebuilt from its topic.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -23,8 +24,9 @@ from samza_dsl.errors import SamzaError
 
 from .codec import Skipped, StreamCodec, serde_error_policy, stream_serde
 from .container import Container
-from .job import SSP, build_job_model
+from .job import SSP, TaskModel, build_job_model
 from .kafka_admin import TopicSpec, describe_topics, ensure_topics
+from .kafka_changelog import KafkaChangelog, true_end_offsets
 from .kafka_system import KafkaCheckpoints, KafkaConsumer, KafkaProducer
 from .local_system import LocalState, job_dir
 from .metrics import Metrics
@@ -92,11 +94,17 @@ class KafkaJob:
                      or [1])
         self.counts = counts = {sid: (n if n else widest) for sid, n in counts.items()}
         self.physical = {sid: s.physical_name for sid, s in plan.streams.items()}
-        await ensure_topics(self.servers, [
-            *(TopicSpec(self.physical[sid], n) for sid, n in counts.items()),
-            TopicSpec(self.checkpoint_topic, 1, compacted=True)], timeout=self.timeout)
         job = build_job_model(plan, counts)
         self.job = job
+        n_tasks = max((t.index for t in job.tasks), default=0) + 1
+        #: store name -> its changelog topic
+        self.changelog_topics = {name: store.changelog.partition(".")[2] or store.changelog
+                                 for name, store in plan.stores.items()
+                                 if store.changelog is not None}
+        await ensure_topics(self.servers, [
+            *(TopicSpec(self.physical[sid], n) for sid, n in counts.items()),
+            *(TopicSpec(t, n_tasks, compacted=True) for t in self.changelog_topics.values()),
+            TopicSpec(self.checkpoint_topic, 1, compacted=True)], timeout=self.timeout)
         cfg = plan.config
 
         producer = KafkaProducer(self.servers, self.producer_settings, 0)
@@ -124,10 +132,30 @@ class KafkaJob:
                                  bounded=set() if self.follow else inputs, upcoming=upcoming,
                                  timeout=self.timeout)
         self.producer, self.consumer = producer, consumer
-        self.state = LocalState(self.root, job, cfg, {}, self.metrics)
+        self.state = LocalState(self.root, job, cfg, await self._changelogs(producer, job.tasks),
+                                self.metrics)
         self.container = Container(job, job.tasks, consumer=consumer, producer=producer,
                                    checkpoints=self.checkpoints, config=cfg,
                                    metrics=self.metrics, state=self.state)
+
+    async def _changelogs(self, producer: KafkaProducer, tasks: list[TaskModel]
+                          ) -> dict[str, Callable[[int], KafkaChangelog]]:
+        """A changelog factory per store, over the partitions of ``tasks``."""
+        n_tasks = max((t.index for t in self.job.tasks), default=0) + 1
+        tps = [TopicPartition(topic, t.index) for topic in self.changelog_topics.values()
+               for t in tasks]
+        ends = await true_end_offsets(self.servers, tps, self.consumer_settings, self.timeout)
+        out: dict[str, Callable[[int], KafkaChangelog]] = {}
+        for name, topic in self.changelog_topics.items():
+            sid = f"__changelog__{name}"
+            producer.add_stream(sid, topic, n_tasks, None)
+
+            def make(p: int, sid: str = sid, topic: str = topic) -> KafkaChangelog:
+                return KafkaChangelog(self.servers, self.consumer_settings, producer, sid, topic,
+                                      p, ends.get(TopicPartition(topic, p), 0),
+                                      timeout=max(self.timeout, 30.0))
+            out[name] = make
+        return out
 
     async def messages_async(self, stream_id: str) -> list[Any]:
         """An output's messages this job wrote: the offsets its producer had acknowledged (a

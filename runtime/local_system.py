@@ -18,6 +18,7 @@ checkpoint.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import pickle
 import shutil
@@ -46,7 +47,7 @@ from .codec import (
 )
 from .container import Container
 from .job import SSP, JobModel, TaskModel, build_job_model
-from .lmdb_store import LmdbStore
+from .lmdb_store import Changelog, LmdbStore
 from .locallog import LocalLog
 from .metrics import Metrics
 from .records import EndOfStream, is_control
@@ -335,15 +336,16 @@ class LocalState:
     """LMDB stores under ``<job.dir>/stores``, with changelogs in the local log."""
 
     def __init__(self, root: str, job: JobModel, config: Mapping[str, Any],
-                 changelogs: Mapping[str, tuple[LocalLog, LocalProducer, str]],
+                 changelogs: Mapping[str, Callable[[int], Changelog]],
                  metrics: Metrics) -> None:
         self.root = root
         self.job = job
         self.config = config
-        self.changelogs = dict(changelogs)  # store name -> (log, producer, stream id)
+        #: store name -> the changelog of a partition (a task's index)
+        self.changelogs = dict(changelogs)
         self.metrics = metrics
         self.stores: dict[str, dict[str, LmdbStore]] = {}
-        self._changelog_of: dict[tuple[str, str], LogChangelog] = {}
+        self._changelog_of: dict[tuple[str, str], Changelog] = {}
         #: (task, store) -> what opening the store did: mode, reason, entries replayed, seconds
         self.restores: dict[tuple[str, str], dict[str, Any]] = {}
 
@@ -357,8 +359,7 @@ class LocalState:
             ke, kd, ve, vd = state_key_encode, state_key_decode, _pickle, pickle.loads
         changelog = None
         if store_name in self.changelogs:
-            log, producer, sid = self.changelogs[store_name]
-            changelog = LogChangelog(log, producer, sid, task.index)
+            changelog = self.changelogs[store_name](task.index)
             self._changelog_of[(task.name, store_name)] = changelog
         cfg = self.config
         store = LmdbStore.open(
@@ -532,7 +533,7 @@ class LocalJob:
 
         # changelogs: a partition per task
         n_tasks = max((t.index for t in job.tasks), default=0) + 1
-        changelogs: dict[str, tuple[LocalLog, LocalProducer, str]] = {}
+        changelogs: dict[str, Callable[[int], Changelog]] = {}
         for name, store in plan.stores.items():
             if store.changelog is None:
                 continue
@@ -543,7 +544,7 @@ class LocalJob:
             log.create(stream, n_tasks)
             prod = producer_of(system)
             prod.add_stream(stream, stream, n_tasks, None)
-            changelogs[name] = (log, prod, stream)
+            changelogs[name] = functools.partial(LogChangelog, log, prod, stream)
 
         inputs_of_job = set(plan.input_streams)
         upcoming = {sid for sid in inputs_of_job

@@ -1,0 +1,177 @@
+"""Changelogs of stores in Kafka topics (SEMANTICS.md rule 17).
+
+A store's changelog is a compacted topic with a partition per task. Appends go through the
+container's producer, so they become durable with its flush at commit. ``LmdbStore.open`` is
+synchronous and runs while the container builds its tasks, before any message is handed out: a
+restore reads the topic on a loop of its own in a helper thread, and hands the entries over in
+bounded chunks, so a large changelog is never all in memory.
+
+End offsets: a broker's LATEST offset is the offset after the last record, but some brokers
+report the base offset of the last batch + 1 (tansu). ``true_end_offsets`` reads the last batch
+to find the offset after its last record, which is right for both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
+
+from .codec import BufferedProducer
+from .kafka_system import kafka_error
+
+__all__ = ["KafkaChangelog", "true_end_offsets"]
+
+_CHUNK = 8192  # entries per chunk handed from the reading thread
+_QUEUED = 8  # chunks the reading thread may run ahead
+
+
+async def true_end_offsets(servers: str, tps: Iterable[TopicPartition],
+                           settings: Mapping[str, Any], timeout: float
+                           ) -> dict[TopicPartition, int]:
+    """The offset after the last record of each partition."""
+    tps = list(tps)
+    if not tps:
+        return {}
+    consumer = AIOKafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False,
+                                group_id=None, **settings)
+    out: dict[TopicPartition, int] = {}
+    try:
+        async with asyncio.timeout(timeout):
+            await consumer.start()
+            consumer.assign(tps)
+            latest = await consumer.end_offsets(tps)
+            starts = await consumer.beginning_offsets(tps)
+            for tp in tps:
+                end = latest[tp]
+                out[tp] = end
+                if end <= starts[tp]:
+                    continue
+                consumer.seek(tp, end - 1)
+                while True:  # the last batch; records past ``end - 1`` are in it too
+                    batch = await consumer.getmany(tp, timeout_ms=500)
+                    records = batch.get(tp, [])
+                    if not records:
+                        break
+                    out[tp] = max(out[tp], records[-1].offset + 1)
+    except (KafkaError, TimeoutError, OSError) as exc:
+        raise kafka_error("reading changelog end offsets", servers, exc) from exc
+    finally:
+        with contextlib.suppress(Exception):
+            await consumer.stop()
+    return out
+
+
+class KafkaChangelog:
+    """One task's partition of a store's changelog topic."""
+
+    def __init__(self, servers: str, settings: Mapping[str, Any], producer: BufferedProducer,
+                 stream_id: str, topic: str, partition: int, end: int,
+                 timeout: float = 30.0) -> None:
+        self.servers = servers
+        self.settings = dict(settings)
+        self.producer = producer
+        self.stream_id = stream_id
+        self.topic = topic
+        self.partition = partition
+        self._end = end  # as of the start
+        self.timeout = timeout
+        self._buf = producer.buffer(stream_id, partition)
+
+    def append(self, entries: list[tuple[bytes, bytes | None]]) -> None:
+        self._buf.extend((k, v, None) for k, v in entries)
+
+    def end_offset(self) -> int:
+        acked = getattr(self.producer, "end_offsets", {}).get((self.topic, self.partition), 0)
+        return max(self._end, acked)
+
+    def read(self, start: int, end: int) -> Iterator[tuple[int, list[tuple[bytes, bytes | None]]]]:
+        if start >= end:
+            return
+        chunks: queue.Queue[Any] = queue.Queue(_QUEUED)
+        stop = threading.Event()
+        thread = threading.Thread(target=self._reader, args=(start, end, chunks, stop),
+                                  name=f"changelog-{self.topic}-{self.partition}", daemon=True)
+        thread.start()
+        try:
+            while True:
+                item = chunks.get()
+                if item is None:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            stop.set()
+            with contextlib.suppress(queue.Empty):
+                while True:  # unblock a reader waiting for room
+                    chunks.get_nowait()
+            thread.join(self.timeout)
+
+    def _reader(self, start: int, end: int, chunks: queue.Queue[Any],
+                stop: threading.Event) -> None:
+        def put(item: Any) -> bool:
+            while not stop.is_set():
+                with contextlib.suppress(queue.Full):
+                    chunks.put(item, timeout=0.1)
+                    return True
+            return False
+        try:
+            asyncio.run(self._read(start, end, put))
+            put(None)
+        except BaseException as exc:  # handed to the reading side
+            put(exc)
+
+    async def _read(self, start: int, end: int, put: Any) -> None:
+        tp = TopicPartition(self.topic, self.partition)
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.servers, enable_auto_commit=False,
+                                    group_id=None, auto_offset_reset="earliest", **self.settings)
+        where = f"changelog {self.topic!r} partition {self.partition}"
+        try:
+            try:
+                async with asyncio.timeout(self.timeout):
+                    await consumer.start()
+                    consumer.assign([tp])
+                    consumer.seek(tp, start)
+            except (KafkaError, TimeoutError, OSError) as exc:
+                raise kafka_error(f"reading {where}", self.servers, exc) from exc
+            pos = start
+            chunk: list[tuple[bytes, bytes | None]] = []
+            first = start
+            idle = 0.0
+            while pos < end:
+                batch = await consumer.getmany(tp, timeout_ms=500, max_records=_CHUNK)
+                records = batch.get(tp, [])
+                if not records:
+                    idle += 0.5
+                    if idle >= self.timeout:
+                        raise kafka_error(
+                            f"reading {where}", self.servers,
+                            TimeoutError(f"no records past offset {pos} within {self.timeout}s, "
+                                         f"though the checkpoint needs entries up to {end}"))
+                    continue
+                idle = 0.0
+                for r in records:
+                    if r.offset >= end:
+                        pos = end
+                        break
+                    if r.key is not None:
+                        if not chunk:
+                            first = r.offset
+                        chunk.append((r.key, r.value))
+                    pos = r.offset + 1
+                if len(chunk) >= _CHUNK or (chunk and pos >= end):
+                    if not put((first, chunk)):
+                        return
+                    chunk = []
+            if chunk:
+                put((first, chunk))
+        finally:
+            with contextlib.suppress(Exception):
+                await consumer.stop()
