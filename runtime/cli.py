@@ -139,7 +139,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise SamzaError(f"--input {sid!r}: not an input of {app.name!r}; inputs: "
                              f"{', '.join(sorted(app._inputs))}")
         inputs[sid] = _read_jsonl(path, d.keyed)
-    runner = LocalRunner(app, _parse_config(args.config), inputs=inputs,  # type: ignore[arg-type]
+    config: dict[str, object] = dict(_parse_config(args.config))
+    if args.containers is not None:
+        config["job.container.count"] = args.containers
+    if args.container_id is not None:
+        config["job.container.id"] = args.container_id
+    runner = LocalRunner(app, config, inputs=inputs,  # type: ignore[arg-type]
                          progress=None if args.quiet else sys.stderr, follow=args.follow)
     try:
         runner.run()
@@ -233,6 +238,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("-q", "--quiet", action="store_true", help="no progress line")
     r.add_argument("--follow", action="store_true",
                    help="keep reading inputs past their end until stopped (Ctrl-C)")
+    r.add_argument("--containers", type=int, metavar="N",
+                   help="job.container.count: run the job in N container processes")
+    r.add_argument("--container-id", type=int, metavar="I",
+                   help="job.container.id: run only container I of the job's "
+                        "job.container.count (one per host or pod)")
     r.set_defaults(func=cmd_run)
 
     ld = sub.add_parser("load", help="append JSON Lines to a stream of the embedded local log")

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from samza_dsl.config import config_value
 
 from . import faults
+from .elastic import fan_readers
 from .job import SSP, JobModel, TaskModel
 from .metrics import Metrics
 from .task import TaskInstance
@@ -147,16 +148,17 @@ class Container:
         self._changelogs = {m.name: self.checkpoints.read_changelogs(m.name)
                             for m in self.task_models}
         self.tasks = [TaskInstance(m, self.job, self) for m in self.task_models]
-        self._keys: list[tuple[TaskInstance, SSP]] = []
+        self._keys: list[tuple[Any, SSP]] = []
         for t in self.tasks:
             for ssp in t.ssps:
-                key = (t, ssp)
-                self._keys.append(key)
                 start = restored[t.name].get(ssp)
                 if start is not None:
                     t.checkpoint[ssp] = start
-                # None: no checkpoint, the consumer starts where the input's offset_default says
-                self.consumer.register(key, ssp, None if start is None else start + 1)
+        for reader, ssp, start in fan_readers(self.tasks, self.job, restored):
+            key = (reader, ssp)  # a task, or the virtual tasks of one partition
+            self._keys.append(key)
+            # None: no checkpoint, the consumer starts where the input's offset_default says
+            self.consumer.register(key, ssp, None if start is None else start + 1)
         helpers = [asyncio.create_task(self._consume(), name="consumer")]
         window_ms = int(self.config.get("task.window.ms", -1) or -1)
         commit_ms = config_value(self.config, "task.commit.ms")

@@ -20,11 +20,13 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from samza_dsl.config import config_value
 from samza_dsl.errors import SamzaError
 
 from .codec import Skipped, StreamCodec, serde_error_policy, stream_serde
 from .container import Container
-from .job import SSP, TaskModel, build_job_model
+from .elastic import rescale_checkpoints
+from .job import SSP, TaskModel, build_job_model, job_containers, start_generation
 from .kafka_admin import TopicSpec, describe_topics, ensure_topics
 from .kafka_changelog import KafkaChangelog, true_end_offsets
 from .kafka_system import KafkaCheckpoints, KafkaConsumer, KafkaProducer
@@ -66,6 +68,8 @@ class KafkaJob:
         self.producer_settings = {k[9:]: v for k, v in settings.items()
                                   if k.startswith("producer.")}
         self.checkpoint_topic = f"__samza_checkpoint_{self.job_name}"
+        #: where the outputs started, for a job whose containers run in other processes
+        self.output_start: dict[TopicPartition, int] | None = None
 
     @classmethod
     async def create(cls, app: Any, config: Mapping[str, Any], metrics: Metrics | None = None,
@@ -74,7 +78,27 @@ class KafkaJob:
         await job._build()
         return job
 
-    async def _build(self) -> None:
+    @classmethod
+    async def prepare(cls, app: Any, config: Mapping[str, Any], *,
+                      timeout: float = 10.0) -> KafkaJob:
+        """Start a run of a job of several containers: create its topics, bump the generation,
+        move the checkpoints to a changed elasticity factor, and note where the outputs start
+        (``output_start``). Each container then joins the run (``job.container.id``)."""
+        job = cls(app, config, timeout=timeout)
+        try:
+            await job._setup()
+            job.generation = await job.start_run()
+            job.output_start = await job.output_ends()
+        finally:
+            await job.producer.close()
+        return job
+
+    async def output_ends(self) -> dict[TopicPartition, int]:
+        tps = [TopicPartition(self.physical[sid], p) for sid in self.plan.output_streams
+               for p in range(self.counts[sid])]
+        return await true_end_offsets(self.servers, tps, self.consumer_settings, self.timeout)
+
+    async def _setup(self) -> None:
         app = self.app
         declared = {**app._inputs, **app._outputs}
         topics = {sid: d.physical_name for sid, d in declared.items()}
@@ -94,7 +118,7 @@ class KafkaJob:
                      or [1])
         self.counts = counts = {sid: (n if n else widest) for sid, n in counts.items()}
         self.physical = {sid: s.physical_name for sid, s in plan.streams.items()}
-        job = build_job_model(plan, counts)
+        job = build_job_model(plan, counts, config_value(plan.config, "job.elasticity.factor"))
         self.job = job
         n_tasks = max((t.index for t in job.tasks), default=0) + 1
         #: store name -> its changelog topic
@@ -105,24 +129,28 @@ class KafkaJob:
             *(TopicSpec(self.physical[sid], n) for sid, n in counts.items()),
             *(TopicSpec(t, n_tasks, compacted=True) for t in self.changelog_topics.values()),
             TopicSpec(self.checkpoint_topic, 1, compacted=True)], timeout=self.timeout)
-        cfg = plan.config
-
         producer = KafkaProducer(self.servers, self.producer_settings, 0)
+        self.producer = producer
         self.checkpoints = KafkaCheckpoints(self.servers, self.checkpoint_topic, producer,
                                             self.consumer_settings, timeout=self.timeout)
         await self.checkpoints.load()
-        self.generation = self.checkpoints.generation + 1
-        producer.generation = self.generation
-        await self.checkpoints.write_generation(self.generation)
-
         self.codecs: dict[str, StreamCodec] = {}
         for sid, s in plan.streams.items():
             serde = stream_serde(getattr(s.descriptor, "serde", None), keyed=s.keyed,
                                  intermediate=s.kind in ("intermediate", "broadcast"))
-            self.codecs[sid] = StreamCodec(sid, serde, policy=serde_error_policy(cfg, sid),
+            self.codecs[sid] = StreamCodec(sid, serde, policy=serde_error_policy(plan.config, sid),
                                            metrics=self.metrics)
             producer.add_stream(sid, self.physical[sid], counts[sid], self.codecs[sid].encode,
                                 self.codecs[sid])
+
+    async def _build(self) -> None:
+        await self._setup()
+        plan, job, producer = self.plan, self.job, self.producer
+        cfg = plan.config
+        self.container_id, self.tasks = job_containers(job, cfg)
+        self.generation = producer.generation = await self.start_run(
+            join=self.container_id is not None)
+
         inputs = set(plan.input_streams)
         upcoming = {sid for sid in inputs
                     if getattr(plan.streams[sid].descriptor, "offset_default", "oldest")
@@ -132,11 +160,24 @@ class KafkaJob:
                                  bounded=set() if self.follow else inputs, upcoming=upcoming,
                                  timeout=self.timeout)
         self.producer, self.consumer = producer, consumer
-        self.state = LocalState(self.root, job, cfg, await self._changelogs(producer, job.tasks),
+        self.state = LocalState(self.root, job, cfg, await self._changelogs(producer, self.tasks),
                                 self.metrics)
-        self.container = Container(job, job.tasks, consumer=consumer, producer=producer,
+        self.container = Container(job, self.tasks, consumer=consumer, producer=producer,
                                    checkpoints=self.checkpoints, config=cfg,
                                    metrics=self.metrics, state=self.state)
+
+    async def start_run(self, join: bool = False) -> int:
+        """The run's generation. A new run bumps it and moves the checkpoints to a changed
+        ``job.elasticity.factor``; a container that ``join``s a run of several containers takes
+        the current one (``runtime.job.start_generation``)."""
+        cps = self.checkpoints
+        generation = start_generation(cps.generation, join)
+        for name, offsets in rescale_checkpoints(self.job, cps.elasticity, cps.tasks()).items():
+            await cps.write(name, offsets, replace=True)
+        factor = self.job.tasks[0].buckets if self.job.tasks else 1
+        if generation != cps.generation or factor != cps.elasticity:
+            await cps.write_generation(generation, factor)
+        return generation
 
     async def _changelogs(self, producer: KafkaProducer, tasks: list[TaskModel]
                           ) -> dict[str, Callable[[int], KafkaChangelog]]:
@@ -164,8 +205,16 @@ class KafkaJob:
             raise KeyError(f"no output stream {stream_id!r} in job {self.job_name!r}")
         topic = self.physical[stream_id]
         codec = self.codecs[stream_id]
-        ranges = {p: (self.producer.first_offsets[(topic, p)], self.producer.end_offsets[(topic, p)])
-                  for p in range(self.counts[stream_id]) if (topic, p) in self.producer.end_offsets}
+        if self.output_start is not None:  # a run of several containers: what it appended
+            tps = [TopicPartition(topic, p) for p in range(self.counts[stream_id])]
+            ends = await true_end_offsets(self.servers, tps, self.consumer_settings, self.timeout)
+            ranges = {tp.partition: (self.output_start[tp], ends[tp]) for tp in tps
+                      if ends[tp] > self.output_start[tp]}
+        else:
+            ranges = {p: (self.producer.first_offsets[(topic, p)],
+                          self.producer.end_offsets[(topic, p)])
+                      for p in range(self.counts[stream_id])
+                      if (topic, p) in self.producer.end_offsets}
         if not ranges:
             return []
         consumer = AIOKafkaConsumer(bootstrap_servers=self.servers, enable_auto_commit=False,

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import multiprocessing
+import os
 import signal
 import sys
 import threading
@@ -19,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
 from samza_dsl import StreamApplication
-from samza_dsl.config import validate_config
+from samza_dsl.config import config_value, validate_config
 from samza_dsl.errors import SamzaError
 
 from .container import Container, MemoryCheckpoints
@@ -62,9 +64,90 @@ class LocalRunner:
     # -- blocking run -----------------------------------------------------------------------------
 
     def run(self) -> LocalRunner:
-        """Run until every bounded input has ended (or SIGINT/SIGTERM), then commit and close."""
-        asyncio.run(self._main(install_signals=threading.current_thread() is threading.main_thread()))
+        """Run until every bounded input has ended (or SIGINT/SIGTERM), then commit and close.
+        With ``job.container.count`` N > 1 (and no ``job.container.id``), the job runs in N
+        container processes on this machine."""
+        main_thread = threading.current_thread() is threading.main_thread()
+        if self.containers > 1:
+            self._run_containers(install_signals=main_thread)
+        else:
+            asyncio.run(self._main(install_signals=main_thread))
         return self
+
+    @property
+    def containers(self) -> int:
+        """How many container processes ``run`` starts (1: this one)."""
+        effective = {**self.app.config, **self.config}
+        if config_value(effective, "job.container.id") is not None:
+            return 1
+        return int(config_value(effective, "job.container.count"))
+
+    def _run_containers(self, install_signals: bool) -> None:
+        """Prepare the run, start one process per container and wait for them all. A container
+        that fails stops the others (they drain and commit) and the run raises an error naming
+        it; SIGINT/SIGTERM are passed on to every container."""
+        if not (self.local or self.kafka):
+            raise SamzaError(f"job.container.count={self.containers}: the containers of a job "
+                             f"share its streams, so its streams must be on Kafka or the local "
+                             f"system, not in memory")
+        n = self.containers
+        if self.kafka:
+            from .kafka_job import KafkaJob
+
+            self.job = asyncio.run(KafkaJob.prepare(self.app, self.config))
+        else:
+            from .local_system import LocalJob
+
+            self.job = LocalJob(self.app, self.config, run=False)
+            self.job.prepare(self._inputs)
+            self.job.close()  # the containers open the log themselves
+        self.plan = self.job.plan
+        self._state = "running"
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        ctx = multiprocessing.get_context("fork")
+        procs = [ctx.Process(target=_container_main, name=f"{self.app.name}-container-{i}",
+                             args=(self.app, {**self.config, "job.container.id": i},
+                                   self.follow))
+                 for i in range(n)]
+        stop = threading.Event()
+        previous = {}
+        if install_signals:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                previous[sig] = signal.signal(sig, lambda *_: stop.set())
+        self._procs = procs
+        try:
+            for proc in procs:
+                proc.start()
+            failed: list[str] = []
+            forwarded = False
+            while any(p.is_alive() for p in procs):
+                if (stop.is_set() or self._stop_requested or failed) and not forwarded:
+                    forwarded = True
+                    for p in procs:
+                        if p.is_alive() and p.pid is not None:
+                            os.kill(p.pid, signal.SIGTERM)
+                for i, p in enumerate(procs):
+                    if p.exitcode not in (None, 0) and all(f"container {i}" not in x
+                                                           for x in failed):
+                        failed.append(f"container {i} (exit code {p.exitcode})")
+                time.sleep(0.05)
+            failed += [f"container {i} (exit code {p.exitcode})" for i, p in enumerate(procs)
+                       if p.exitcode != 0 and all(f"container {i} " not in x for x in failed)]
+            if failed:
+                self._state = "failed"
+                raise SamzaError(f"job {self.app.name!r}: {', '.join(failed)} of {n} failed "
+                                 f"(their errors are above); the others were stopped after a "
+                                 f"commit. Fix the cause and run the job again: each container "
+                                 f"resumes after its checkpoints")
+            self._state = "finished"
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            for p in procs:
+                if p.is_alive():
+                    p.kill()
+                p.join()
 
     async def _main(self, install_signals: bool) -> None:
         if self.kafka:
@@ -196,6 +279,12 @@ class LocalRunner:
             raise KeyError(f"no stream {stream_id!r} in this run")
         return [m for p in range(len(self.broker.streams[stream_id]))
                 for m in self.broker.messages(stream_id, p)]
+
+
+def _container_main(app: StreamApplication, config: Mapping[str, Any], follow: bool) -> None:
+    """A forked container process: runs its share of the tasks. (A local log it opens is
+    opened afresh: ``LocalLog`` never uses handles inherited across a fork.)"""
+    LocalRunner(app, config, follow=follow).run()
 
 
 def _uses_local_system(app: StreamApplication) -> bool:

@@ -29,6 +29,7 @@ import msgspec
 
 from operators.hashing import KeyPartitioner
 from operators.state import decode_key, encode_key
+from samza_dsl.config import config_value
 from samza_dsl.errors import ConfigError, SamzaError, SerdeError
 from samza_dsl.kv import KV
 from samza_dsl.serdes import KVSerde, Serde
@@ -46,7 +47,8 @@ from .codec import (
     stream_serde,
 )
 from .container import Container
-from .job import SSP, JobModel, TaskModel, build_job_model
+from .elastic import rescale_checkpoints
+from .job import SSP, JobModel, TaskModel, build_job_model, job_containers, start_generation
 from .lmdb_store import Changelog, LmdbStore
 from .locallog import LocalLog
 from .metrics import Metrics
@@ -241,8 +243,9 @@ class LocalCheckpoints:
         return checkpoints.changelogs_of(self._read(task_name))
 
     def write(self, task_name: str, offsets: Mapping[SSP, int],
-              changelogs: Mapping[str, int] | None = None) -> None:
-        data = checkpoints.merge(self._read(task_name), offsets, changelogs)
+              changelogs: Mapping[str, int] | None = None, *, replace: bool = False) -> None:
+        """``replace``: drop what the task's checkpoint held before."""
+        data = checkpoints.merge({} if replace else self._read(task_name), offsets, changelogs)
         self.log.put_meta(self._key(task_name), checkpoints.encode(data))
 
     def tasks(self) -> dict[str, dict[SSP, int]]:
@@ -470,7 +473,8 @@ class LocalJob:
                      or [1])
         counts = {sid: (n if n else widest) for sid, n in counts.items()}
         self.counts = counts
-        self.job = build_job_model(plan, counts)
+        self.job = build_job_model(plan, counts, config_value(plan.config,
+                                                              "job.elasticity.factor"))
         self.physical = {sid: s.physical_name for sid, s in plan.streams.items()}
         self.stream_system = {sid: system_of(s.system) for sid, s in plan.streams.items()}
         for sid, n in counts.items():
@@ -492,11 +496,8 @@ class LocalJob:
         cfg = plan.config
 
         main_log = self.log_of(main)
-        gen_key = f"generation/{self.job_name}"
-        raw = main_log.get_meta(gen_key)
-        generation = (int(raw) if raw else 0) + 1
-        main_log.put_meta(gen_key, str(generation).encode())
-        self.generation = generation
+        self.container_id, self.tasks = job_containers(job, cfg)
+        generation = self.generation = self.start_run(join=self.container_id is not None)
 
         producers: dict[str, LocalProducer] = {}
 
@@ -521,15 +522,7 @@ class LocalJob:
             producer_of(stream_system[sid]).add_stream(sid, physical[sid], counts[sid],
                                                       codecs[sid].encode, codecs[sid])
 
-        # a sample for inputs that are still empty
-        for sid, given in inputs.items():
-            log = self.log_of(stream_system[sid])
-            if any(log.end_offset(physical[sid], p) for p in range(counts[sid])):
-                continue
-            if isinstance(given, Mapping):
-                self._append(sid, {p: list(msgs) for p, msgs in given.items() if msgs})
-            else:
-                self.load(sid, given)
+        self.load_sample(inputs)
 
         # changelogs: a partition per task
         n_tasks = max((t.index for t in job.tasks), default=0) + 1
@@ -564,16 +557,62 @@ class LocalJob:
         producer.on_write(consumer.notify)
         self.producer = producer
         self.consumer = consumer
-        self.checkpoints = LocalCheckpoints(self.log_of(
-            str(cfg.get("task.checkpoint.system") or main)), self.job_name)
         self.state = LocalState(self.root, job, cfg, changelogs, self.metrics)
-        self.container = Container(job, job.tasks, consumer=consumer, producer=producer,
+        self.container = Container(job, self.tasks, consumer=consumer, producer=producer,
                                    checkpoints=self.checkpoints, config=cfg,
                                    metrics=self.metrics, state=self.state)
-        # where this run's outputs start, so a run can show just its own
-        self.output_start = {sid: [self.log_of(stream_system[sid]).end_offset(physical[sid], p)
-                                   for p in range(counts[sid])]
-                             for sid in plan.output_streams}
+        self.output_start = self.output_ends()
+
+    def output_ends(self) -> dict[str, list[int]]:
+        """The end offset of each output partition: where a run's outputs start, so a run can
+        show just its own."""
+        return {sid: [self.log_of(self.stream_system[sid]).end_offset(self.physical[sid], p)
+                      for p in range(self.counts[sid])]
+                for sid in self.plan.output_streams}
+
+    def load_sample(self, inputs: Mapping[str, Any]) -> None:
+        """A sample for inputs that are still empty."""
+        for sid, given in inputs.items():
+            log = self.log_of(self.stream_system[sid])
+            if any(log.end_offset(self.physical[sid], p) for p in range(self.counts[sid])):
+                continue
+            if isinstance(given, Mapping):
+                self._append(sid, {p: list(msgs) for p, msgs in given.items() if msgs})
+            else:
+                self.load(sid, given)
+
+    def prepare(self, inputs: Mapping[str, Any] | None = None) -> int:
+        """Start a run of a job of several containers: load the sample ``inputs``, bump the
+        generation, move the checkpoints to a changed elasticity factor, and note where the
+        outputs start. Each container then joins the run (``job.container.id``)."""
+        self.load_sample(inputs or {})
+        self.generation = self.start_run()
+        self.output_start = self.output_ends()
+        return self.generation
+
+    @property
+    def checkpoints(self) -> LocalCheckpoints:
+        cps = self.__dict__.get("_checkpoints")
+        if cps is None:
+            system = str(self.plan.config.get("task.checkpoint.system") or self.main_system)
+            cps = self._checkpoints = LocalCheckpoints(self.log_of(system), self.job_name)
+        return cps
+
+    def start_run(self, join: bool = False) -> int:
+        """The run's generation. A new run bumps it and moves the checkpoints to a changed
+        ``job.elasticity.factor``; a container that ``join``s a run of several containers takes
+        the current one (``runtime.job.start_generation``)."""
+        log = self.checkpoints.log
+        gen_key, factor_key = f"generation/{self.job_name}", f"elasticity/{self.job_name}"
+        raw, factor = log.get_meta(gen_key), log.get_meta(factor_key)
+        generation = start_generation(int(raw) if raw else 0, join)
+        previous = int(factor) if factor else 1
+        for name, offsets in rescale_checkpoints(self.job, previous,
+                                                 self.checkpoints.tasks()).items():
+            self.checkpoints.write(name, offsets, replace=True)
+        log.put_meta(factor_key, str(self.job.tasks[0].buckets if self.job.tasks else 1).encode())
+        log.put_meta(gen_key, str(generation).encode())
+        return generation
 
     def messages(self, stream_id: str, *, since_start: bool = True) -> list[Any]:
         """Messages of a stream in the log; of an output, by default only this run's."""

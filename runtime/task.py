@@ -34,6 +34,7 @@ from samza_dsl.spec import BroadcastSpec, JoinSpec, PartitionBySpec, SendToSpec,
 from . import faults
 from .codec import Skipped
 from .dag import Emit, OperatorFailure, chain, chain_one, fan_out, gather_pending
+from .elastic import OTHER_BUCKET
 from .job import SSP, JobModel, TaskModel
 from .records import EndOfStream, Watermark
 from .serde_util import default_key_bytes
@@ -192,6 +193,7 @@ class TaskInstance:
             return None
         bufs, kser, vser, _ = records
         control_types = _CONTROL_TYPES
+        other_bucket = OTHER_BUCKET
         fn_op, fn = fns[0] if fns else (node, IDENTITY)
 
         if not isinstance(fn, types.FunctionType | types.MethodType | types.BuiltinFunctionType):
@@ -203,6 +205,8 @@ class TaskInstance:
             it = iter(payloads[i:end])  # the iterator tells the index when the loop stops
             for m in it:
                 if type(m) is not KV and type(m) in control_types:
+                    if m is other_bucket:  # a virtual task's neighbour's message: done
+                        continue
                     return end - length_hint(it) - 1
                 try:
                     r = fn(m)
@@ -274,7 +278,7 @@ class TaskInstance:
         stream = self.plan.streams[stream_id]
         serde = getattr(stream.descriptor, "serde", None)
         key_bytes = serde.key_serde.serialize if isinstance(serde, KVSerde) else default_key_bytes
-        own = self.index % n
+        own = self.model.partition % n
 
         if stream.kind == "broadcast" or n == 1:
             def send_one(m: Any) -> None:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from samza_dsl import StreamApplication
+from samza_dsl.config import config_value
 from samza_dsl.errors import SamzaError
 from samza_dsl.kv import KV
 from samza_dsl.systems import InputDescriptor
@@ -172,7 +173,7 @@ def memory_job(app: StreamApplication, inputs: Mapping[str, Mapping[int, Sequenc
         for p, msgs in inputs.get(sid, {}).items():
             broker.extend(sid, p, msgs)
         broker.end(sid)
-    job = build_job_model(plan, counts)
+    job = build_job_model(plan, counts, config_value(plan.config, "job.elasticity.factor"))
     container = Container(job, job.tasks, consumer=MemoryConsumer(broker),
                           producer=producer(broker),
                           checkpoints=checkpoints if checkpoints is not None else MemoryCheckpoints(),
