@@ -223,7 +223,10 @@ class LocalRunner:
 
         def target() -> None:
             try:
-                asyncio.run(self._main(install_signals=False))
+                if self.containers > 1:
+                    self._run_containers(install_signals=False)
+                else:
+                    asyncio.run(self._main(install_signals=False))
             except BaseException as exc:  # reported by stop()/status()
                 self._error = exc
 
@@ -236,7 +239,10 @@ class LocalRunner:
         if self._thread is None:
             raise SamzaError("LocalRunner.stop(): not started")
         deadline = time.monotonic() + timeout
-        while self._loop is None and self._thread.is_alive() and time.monotonic() < deadline:
+        if self.containers > 1:
+            self._stop_requested = True  # passed on to the containers as SIGTERM
+        while self._loop is None and self._thread.is_alive() and time.monotonic() < deadline \
+                and not self._stop_requested:
             time.sleep(0.01)
         if self._loop is not None and self._thread.is_alive():
             self._loop.call_soon_threadsafe(self._request_stop)
@@ -254,6 +260,11 @@ class LocalRunner:
         return not self._thread.is_alive()
 
     def status(self) -> dict[str, Any]:
+        procs = getattr(self, "_procs", None)
+        if procs is not None:  # containers in processes of their own
+            return {"state": self._state,
+                    "containers": [{"pid": p.pid, "alive": p.is_alive(), "exit_code": p.exitcode}
+                                   for p in procs]}
         if self.container is None:
             return {"state": "starting", "processed": 0, "in_flight": 0}
         out = self.container.status()

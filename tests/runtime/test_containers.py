@@ -1,0 +1,152 @@
+"""Jobs of several containers on the embedded local system: LocalRunner starts N processes,
+`samza-dsl run --container-id i` runs one, tasks are split deterministically, and a failing
+container stops the run with an error naming it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtime import LocalRunner
+from runtime.local_system import LocalJob
+from samza_dsl import KV, StreamApplication
+from samza_dsl.errors import ConfigError, SamzaError
+from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
+from samza_dsl.systems import LocalSystem, MemorySystem
+
+SERDE = KVSerde(StringSerde(), JsonSerde())
+CLI = os.path.join(os.path.dirname(sys.executable), "samza-dsl")
+
+APP = textwrap.dedent('''
+    import os
+    from samza_dsl import KV, StreamApplication
+    from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
+    from samza_dsl.systems import LocalSystem
+
+    SERDE = KVSerde(StringSerde(), JsonSerde())
+
+
+    def regroup(kv):
+        if kv.value["i"] == int(os.environ.get("FAIL_AT", "-1")):
+            raise ValueError("bad event")
+        return KV(str(kv.value["i"] % 5), [os.getpid(), kv.value["i"]])
+
+
+    app = StreamApplication("multi", config={"task.commit.ms": 100})
+    local = LocalSystem("local")
+    events = app.input(local.input("events", serde=SERDE, partitions=4))
+    out = app.output(local.output("out", serde=SERDE, partitions=3))
+    events.partition_by(lambda kv: kv.value["i"] % 7, lambda kv: kv.value,
+                        name="by-group").map(regroup, name="regroup").send_to(out)
+''')
+
+
+def _app_module(tmp_path: Path) -> Any:
+    path = tmp_path / "multi_app.py"
+    path.write_text(APP)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import importlib
+
+        module = importlib.import_module("multi_app")
+        return importlib.reload(module)
+    finally:
+        sys.path.remove(str(tmp_path))
+
+
+def _events(n: int) -> list[KV[str, Any]]:
+    return [KV(f"e{i}", {"i": i}) for i in range(n)]
+
+
+def test_local_runner_starts_one_process_per_container(tmp_path: Path) -> None:
+    module = _app_module(tmp_path)
+    config = {"job.dir": str(tmp_path / "job"), "job.container.count": 2}
+    runner = LocalRunner(module.app, config, inputs={"events": _events(2000)}).run()
+    out = runner.messages("out")
+    assert sorted(m.value[1] for m in out) == list(range(2000))
+    pids = Counter(m.value[0] for m in out)
+    assert len(pids) == 2 and os.getpid() not in pids  # two container processes did the work
+    assert runner.status()["state"] == "finished"
+    # every task of both stages checkpointed, in the log the containers shared
+    job = LocalJob(module.app, {"job.dir": str(tmp_path / "job")}, run=False)
+    try:
+        assert set(job.checkpoints.tasks()) == {f"Partition {p}" for p in range(4)}
+    finally:
+        job.close()
+    again = LocalRunner(module.app, config).run()
+    assert again.messages("out") == []  # each container resumed after its checkpoints
+
+
+def test_a_failing_container_stops_the_run_with_an_error_naming_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    module = _app_module(tmp_path)
+    monkeypatch.setenv("FAIL_AT", "700")
+    config = {"job.dir": str(tmp_path / "job"), "job.container.count": 2}
+    with pytest.raises(SamzaError, match=r"container \d \(exit code 1\) of 2 failed"):
+        LocalRunner(module.app, config, inputs={"events": _events(2000)}).run()
+    monkeypatch.setenv("FAIL_AT", "-1")
+    rerun = LocalRunner(module.app, config).run()  # fixed: the run resumes and completes
+    done = {m.value[1] for m in rerun.messages("out")}
+    assert 700 in done
+
+
+def test_each_container_run_on_its_own_with_container_id(tmp_path: Path) -> None:
+    module = _app_module(tmp_path)
+    job_dir = str(tmp_path / "job")
+    job = LocalJob(module.app, {"job.dir": job_dir}, run=False)
+    job.load("events", _events(1000))
+    job.close()
+    app_ref = f"{tmp_path / 'multi_app.py'}:app"
+    procs = [subprocess.Popen([CLI, "run", app_ref, "-q", "--containers", "2",
+                               "--container-id", str(i), "-c", f"job.dir={job_dir}"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(2)]
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    job = LocalJob(module.app, {"job.dir": job_dir}, run=False)
+    try:
+        got = job.messages("out", since_start=False)
+        assert sorted(m.value[1] for m in got) == list(range(1000))
+        assert len({m.value[0] for m in got}) == 2
+    finally:
+        job.close()
+
+
+def test_container_settings_are_checked() -> None:
+    app = StreamApplication("mem", config={"job.container.count": 2})
+    mem = MemorySystem()
+    app.input(mem.input("in", serde=SERDE)).sink(lambda m: None, name="s")
+    with pytest.raises(SamzaError, match="Kafka or the local system"):
+        LocalRunner(app, inputs={"in": [KV("a", 1)]}).run()
+    local = StreamApplication("loc", config={"job.container.count": 2,
+                                             "job.container.id": 2})
+    local.input(LocalSystem("local").input("in", serde=SERDE, partitions=1)).sink(
+        lambda m: None, name="s")
+    with pytest.raises(ConfigError, match="job.container.id=2 is not below"):
+        LocalRunner(local, {"job.dir": "unused"}).run()
+
+
+def test_stopping_a_following_job_of_two_containers_drains_and_commits(tmp_path: Path) -> None:
+    module = _app_module(tmp_path)
+    config = {"job.dir": str(tmp_path / "job"), "job.container.count": 2}
+    runner = LocalRunner(module.app, config, inputs={"events": _events(500)}, follow=True)
+    runner.start()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(runner.messages("out")) < 500:
+        time.sleep(0.1)
+    assert runner.status()["state"] == "running"
+    assert all(c["alive"] for c in runner.status()["containers"])
+    runner.stop(timeout=60)
+    assert runner.status()["state"] == "finished"
+    assert sorted(m.value[1] for m in runner.messages("out")) == list(range(500))
+    again = LocalRunner(module.app, config).run()
+    assert again.messages("out") == []
