@@ -121,7 +121,7 @@ def test_each_container_run_on_its_own_with_container_id(tmp_path: Path) -> None
         job.close()
 
 
-def test_container_settings_are_checked() -> None:
+def test_container_settings_are_checked(tmp_path: Path) -> None:
     app = StreamApplication("mem", config={"job.container.count": 2})
     mem = MemorySystem()
     app.input(mem.input("in", serde=SERDE)).sink(lambda m: None, name="s")
@@ -132,7 +132,7 @@ def test_container_settings_are_checked() -> None:
     local.input(LocalSystem("local").input("in", serde=SERDE, partitions=1)).sink(
         lambda m: None, name="s")
     with pytest.raises(ConfigError, match="job.container.id=2 is not below"):
-        LocalRunner(local, {"job.dir": "unused"}).run()
+        LocalRunner(local, {"job.dir": str(tmp_path / "job")}).run()
 
 
 def test_stopping_a_following_job_of_two_containers_drains_and_commits(tmp_path: Path) -> None:
