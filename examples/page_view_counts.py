@@ -48,7 +48,7 @@ from samza_dsl import KV, StreamApplication, WindowPane, Windows
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
 from samza_dsl.systems import LocalSystem
 
-__all__ = ["app", "sample_input", "WINDOW", "LOGIN_TTL"]
+__all__ = ["app", "build_app", "sample_input", "WINDOW", "LOGIN_TTL"]
 
 WINDOW = timedelta(seconds=10)
 LOGIN_TTL = timedelta(minutes=30)
@@ -110,26 +110,40 @@ def count_record(pane: WindowPane) -> KV[str, dict[str, Any]]:
 
 # -- the application -----------------------------------------------------------------------------
 
-app = StreamApplication("page-view-counts", config={"job.default.system": "local"})
-local = LocalSystem("local")
+def build_app(system: Any = None, *, name: str = "page-view-counts",
+              topics: dict[str, str] | None = None) -> StreamApplication:
+    """The job on ``system`` (by default the embedded ``LocalSystem``; a ``KafkaSystem`` runs it
+    on Kafka). ``topics`` maps stream ids to physical names."""
+    system = system if system is not None else LocalSystem("local")
+    topics = topics or {}
+    app = StreamApplication(name, config={"job.default.system": system.name})
 
-page_views = app.input(local.input("page-views", serde=_json_kv(), partitions=4))
-logins = app.input(local.input("logins", serde=_json_kv(), partitions=2))
-counts = app.output(local.output("page-view-counts", serde=_json_kv(), partitions=4))
+    def stream(sid: str, **kw: Any) -> dict[str, Any]:
+        return {"serde": _json_kv(), "physical_name": topics.get(sid), **kw}
 
-logins_by_user = logins.partition_by(user_of, login_value, serde=_json_kv(), name="logins-by-user")
+    page_views = app.input(system.input("page-views", **stream("page-views", partitions=4)))
+    logins = app.input(system.input("logins", **stream("logins", partitions=2)))
+    counts = app.output(system.output("page-view-counts", **stream("page-view-counts",
+                                                                   partitions=4)))
 
-located = page_views.filter(is_human, name="humans").join(
-    logins_by_user, key=user_of, other_key=user_of, combine=locate, ttl=LOGIN_TTL,
-    name="view-login")
+    logins_by_user = logins.partition_by(user_of, login_value, serde=_json_kv(),
+                                         name="logins-by-user")
 
-(
-    located.partition_by(page_country, view_time, serde=_json_kv(), name="by-page-country")
-    .window(Windows.keyed_tumbling(message_key, WINDOW, init=zero, fold=count_one,
-                                   event_time=event_time), name="views-per-window")
-    .map(count_record, name="count-record")
-    .send_to(counts)
-)
+    located = page_views.filter(is_human, name="humans").join(
+        logins_by_user, key=user_of, other_key=user_of, combine=locate, ttl=LOGIN_TTL,
+        name="view-login")
+
+    (
+        located.partition_by(page_country, view_time, serde=_json_kv(), name="by-page-country")
+        .window(Windows.keyed_tumbling(message_key, WINDOW, init=zero, fold=count_one,
+                                       event_time=event_time), name="views-per-window")
+        .map(count_record, name="count-record")
+        .send_to(counts)
+    )
+    return app
+
+
+app = build_app()
 
 
 # -- sample input --------------------------------------------------------------------------------

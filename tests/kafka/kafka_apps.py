@@ -1,0 +1,70 @@
+"""Applications the Kafka tests run, in processes of their own too: ``samza-dsl run
+tests/kafka/kafka_apps.py:app`` builds ``regroup_app`` from the environment
+(``SAMZA_TEST_BOOTSTRAP``, ``SAMZA_TEST_TAG``, ``SAMZA_TEST_DELAY``)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from samza_dsl import KV, Context, StreamApplication
+from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
+from samza_dsl.systems import KafkaSystem
+
+SERDE = KVSerde(StringSerde(), JsonSerde())
+
+
+class Regroup:
+    """KV(str(i % 5), [pid, i, task]) for an event {"i": i}, after an optional delay."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.delay = delay
+
+    def init(self, ctx: Context) -> None:
+        self.task = ctx.task_name
+
+    def __call__(self, kv: KV[Any, Any]) -> KV[str, Any]:
+        if self.delay:
+            time.sleep(self.delay)
+        i = kv.value["i"]
+        return KV(str(i % 5), [os.getpid(), i, self.task])
+
+
+def regroup_app(bootstrap: str, tag: str, *, delay: float = 0.0, **config: Any
+                ) -> StreamApplication:
+    """events (4 partitions) -> partition_by(i % 7) -> map -> out (3 partitions)."""
+    app = StreamApplication(f"regroup-{tag}", config={"task.commit.ms": 100, **config})
+    kafka = KafkaSystem("kafka", bootstrap_servers=bootstrap)
+    events = app.input(kafka.input("events", serde=SERDE, physical_name=f"events-{tag}"))
+    out = app.output(kafka.output("out", serde=SERDE, physical_name=f"out-{tag}", partitions=3))
+    events.partition_by(lambda kv: kv.value["i"] % 7, lambda kv: kv.value,
+                        name="by-group").map(Regroup(delay), name="regroup").send_to(out)
+    return app
+
+
+class Tag:
+    """Emits KV(key, [task name, value]): which (virtual) task saw the message."""
+
+    def init(self, ctx: Context) -> None:
+        self.task = ctx.task_name
+
+    def __call__(self, kv: KV[str, Any]) -> KV[str, Any]:
+        return KV(kv.key, [self.task, kv.value])
+
+
+def tag_app(bootstrap: str, tag: str, factor: int) -> StreamApplication:
+    app = StreamApplication(f"tag-{tag}", config={"job.elasticity.factor": factor,
+                                                  "task.commit.ms": 100})
+    kafka = KafkaSystem("kafka", bootstrap_servers=bootstrap)
+    inp = app.input(kafka.input("in", serde=SERDE, physical_name=f"in-{tag}"))
+    out = app.output(kafka.output("out", serde=SERDE, physical_name=f"out-{tag}", partitions=2))
+    inp.map(Tag(), name="tag").send_to(out)
+    return app
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":
+        return regroup_app(os.environ["SAMZA_TEST_BOOTSTRAP"], os.environ["SAMZA_TEST_TAG"],
+                           delay=float(os.environ.get("SAMZA_TEST_DELAY", "0")))
+    raise AttributeError(name)
