@@ -46,7 +46,7 @@ from samza_dsl import KV, StreamApplication
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
 from samza_dsl.systems import LocalSystem
 
-__all__ = ["run_w1_local", "run_w6", "w6_growth"]
+__all__ = ["run_w1_local", "run_w6", "run_w8", "w6_growth"]
 
 _enc = msgspec.json.Encoder()
 _dec = msgspec.json.Decoder()
@@ -296,3 +296,34 @@ def w6_growth(small: dict[str, dict[str, Any]], large: dict[str, dict[str, Any]]
             "host_affinity_ok": growth["host-affinity"] <= 1.5}
     print(json.dumps(line), flush=True)
     return line
+
+
+# -- W8: W1 in 1 and 2 container processes -----------------------------------------------------
+
+def run_w8(n: int) -> dict[str, Any]:
+    """W1L's job (LMDB table with changelog, 4 partitions) with ``job.container.count`` 1, then
+    2, each on the same input in a fresh job directory. Both are timed the same way: the whole
+    ``LocalRunner.run()`` (with 2 containers: preparing the run, forking both processes, their
+    runs and their exits). The baseline is the 1-container rate of the same run."""
+    ids = _ids(n)
+    rates: dict[int, float] = {}
+    seconds: dict[int, float] = {}
+    for count in (1, 2):
+        with tempfile.TemporaryDirectory(prefix="samza-w8-") as tmp:
+            job_dir = os.path.join(tmp, "job")
+            config = {**_config(job_dir), "job.container.count": count}
+            _load(w1_local_app, config, _events(ids))
+            _progress(f"W8: {n} messages, {count} container(s)")
+            secs, runner = timed(lambda config=config: LocalRunner(w1_local_app, config).run())
+            emitted = _emitted(runner.job, "counts")
+            runner.close()
+            if emitted != n:
+                raise AssertionError(f"W8 with {count} container(s) emitted {emitted} of {n}")
+            counts = _table(job_dir)
+            if sum(counts.values()) != n or counts != {str(k): v for k, v in Counter(ids).items()}:
+                raise AssertionError(f"W8 with {count} container(s): the table's counts are wrong")
+            seconds[count], rates[count] = secs, n / secs
+    return emit("W8", {"containers": 2, "store": "lmdb+changelog", "system": "local",
+                       "cores": os.cpu_count()},
+                n, seconds[2], "w1-local-1-container", rates[1],
+                one_container_seconds=round(seconds[1], 4))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import multiprocessing
+import multiprocessing.connection
 import os
 import signal
 import sys
@@ -131,7 +132,8 @@ class LocalRunner:
                     if p.exitcode not in (None, 0) and all(f"container {i}" not in x
                                                            for x in failed):
                         failed.append(f"container {i} (exit code {p.exitcode})")
-                time.sleep(0.05)
+                multiprocessing.connection.wait([p.sentinel for p in procs if p.is_alive()],
+                                                timeout=0.05)  # wakes when one exits
             failed += [f"container {i} (exit code {p.exitcode})" for i, p in enumerate(procs)
                        if p.exitcode != 0 and all(f"container {i} " not in x for x in failed)]
             if failed:
