@@ -150,3 +150,15 @@ def test_stopping_a_following_job_of_two_containers_drains_and_commits(tmp_path:
     assert sorted(m.value[1] for m in runner.messages("out")) == list(range(500))
     again = LocalRunner(module.app, config).run()
     assert again.messages("out") == []
+
+
+def test_samza_dsl_run_with_two_containers(tmp_path: Path) -> None:
+    _app_module(tmp_path)
+    app_ref = f"{tmp_path / 'multi_app.py'}:app"
+    data = tmp_path / "events.jsonl"
+    data.write_text("".join(f'{{"key": "e{i}", "value": {{"i": {i}}}}}\n' for i in range(300)))
+    proc = subprocess.run([CLI, "run", app_ref, "-q", "--containers", "2", "--input",
+                           f"events={data}", "-c", f"job.dir={tmp_path / 'job'}"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "out: 300 message(s)" in proc.stdout
