@@ -102,19 +102,16 @@ def _tail(log: Path, lines: int = 30) -> str:
 
 class TansuBroker:
     """One in-memory tansu broker on 127.0.0.1; ``bootstrap`` is ``"127.0.0.1:PORT"`` once
-    started. ``log`` is where its output goes (by default a temporary file, removed by
-    ``stop()``). ``start()`` must not be called from a running event loop."""
+    started. ``log`` is where its output goes (by default a temporary file that ``start()``
+    makes and ``stop()`` removes). ``start()`` must not be called from a running event loop."""
 
     def __init__(self, log: str | os.PathLike[str] | None = None, *, start_timeout: float = 30.0,
                  stop_timeout: float = 10.0, port_attempts: int = 3) -> None:
         self.start_timeout = start_timeout  # seconds until it answers a metadata request
         self.stop_timeout = stop_timeout  # seconds after SIGINT before it is killed
         self.port_attempts = port_attempts  # another port if the chosen one was taken meanwhile
-        self._own_dir: str | None = None
-        if log is None:
-            self._own_dir = tempfile.mkdtemp(prefix="tansu-")
-            log = os.path.join(self._own_dir, "tansu.log")
-        self.log = Path(log)
+        self._own_dir: str | None = None  # the temporary directory of the log, once started
+        self.log: Path | None = None if log is None else Path(log)
         self.proc: subprocess.Popen[bytes] | None = None
         self.port: int | None = None
         self.startup_seconds: float | None = None
@@ -130,6 +127,9 @@ class TansuBroker:
         if self.proc is not None:
             raise KafkaBrokerError(f"the tansu broker is already running on {self.bootstrap}")
         binary = tansu_binary()
+        if self.log is None:
+            self._own_dir = tempfile.mkdtemp(prefix="tansu-")
+            self.log = Path(self._own_dir) / "tansu.log"
         started = time.monotonic()
         reasons: list[str] = []
         for _ in range(max(1, self.port_attempts)):
@@ -148,6 +148,7 @@ class TansuBroker:
 
     def _start_once(self, binary: Path) -> str | None:
         """None once a broker answers, or why it did not start."""
+        assert self.log is not None
         env = {k: v for k, v in os.environ.items() if k not in TANSU_ENV}
         port = _free_port()
         url = f"tcp://{HOST}:{port}"
@@ -190,7 +191,7 @@ class TansuBroker:
             self._terminate(proc)
         if self._own_dir is not None:
             shutil.rmtree(self._own_dir, ignore_errors=True)
-            self._own_dir = None
+            self._own_dir = self.log = None
 
     def __enter__(self) -> TansuBroker:
         return self.start()
