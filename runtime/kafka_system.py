@@ -36,6 +36,7 @@ from .records import EndOfStream
 __all__ = ["KafkaConsumer", "KafkaProducer", "KafkaCheckpoints", "kafka_error"]
 
 _GENERATION = b"__generation__"
+_ELASTICITY = b"__elasticity__"
 
 
 
@@ -313,6 +314,8 @@ class KafkaCheckpoints:
         self._data: dict[str, dict[str, Any]] = {}
         #: how many runs the job has had: control records carry it (``runtime.codec``)
         self.generation = 0
+        #: the job's last ``job.elasticity.factor``
+        self.elasticity = 1
         producer.add_stream(f"__checkpoint__{topic}", topic, 1, None)
 
     async def load(self) -> None:
@@ -330,6 +333,8 @@ class KafkaCheckpoints:
                     for r in batch.get(tp, []):
                         if r.key == _GENERATION and r.value is not None:
                             self.generation = int(r.value)
+                        elif r.key == _ELASTICITY and r.value is not None:
+                            self.elasticity = int(r.value)
                         elif r.key is not None and r.value is not None:
                             self._data[r.key.decode()] = checkpoints.decode(r.value)
                     if not batch:
@@ -348,16 +353,23 @@ class KafkaCheckpoints:
         return checkpoints.changelogs_of(self._data.get(task_name, {}))
 
     async def write(self, task_name: str, offsets: Mapping[SSP, int],
-                    changelogs: Mapping[str, int] | None = None) -> None:
-        data = checkpoints.merge(self._data.get(task_name, {}), offsets, changelogs)
+                    changelogs: Mapping[str, int] | None = None, *,
+                    replace: bool = False) -> None:
+        """``replace``: drop what the task's checkpoint held before."""
+        data = checkpoints.merge({} if replace else self._data.get(task_name, {}), offsets,
+                                 changelogs)
         self.producer.buffer(f"__checkpoint__{self.topic}", 0).append(
             (task_name.encode(), checkpoints.encode(data), None))
         await self.producer.flush()
         self._data[task_name] = data
 
-    async def write_generation(self, generation: int) -> None:
-        self.producer.buffer(f"__checkpoint__{self.topic}", 0).append(
-            (_GENERATION, str(generation).encode(), None))
+    async def write_generation(self, generation: int, elasticity: int | None = None) -> None:
+        """The run's generation, and the job's ``job.elasticity.factor``."""
+        buf = self.producer.buffer(f"__checkpoint__{self.topic}", 0)
+        if elasticity is not None:
+            buf.append((_ELASTICITY, str(elasticity).encode(), None))
+            self.elasticity = elasticity
+        buf.append((_GENERATION, str(generation).encode(), None))
         await self.producer.flush()
         self.generation = generation
 
