@@ -20,11 +20,11 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
 from .codec import BufferedProducer
-from .kafka_system import kafka_error
+from .kafka_system import kafka_error, new_consumer
 
 __all__ = ["KafkaChangelog", "true_end_offsets"]
 
@@ -39,8 +39,7 @@ async def true_end_offsets(servers: str, tps: Iterable[TopicPartition],
     tps = list(tps)
     if not tps:
         return {}
-    consumer = AIOKafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False,
-                                group_id=None, **settings)
+    consumer = new_consumer(servers, settings, brief=True)
     out: dict[TopicPartition, int] = {}
     try:
         async with asyncio.timeout(timeout):
@@ -130,8 +129,7 @@ class KafkaChangelog:
 
     async def _read(self, start: int, end: int, put: Any) -> None:
         tp = TopicPartition(self.topic, self.partition)
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.servers, enable_auto_commit=False,
-                                    group_id=None, auto_offset_reset="earliest", **self.settings)
+        consumer = new_consumer(self.servers, self.settings, brief=True)
         where = f"changelog {self.topic!r} partition {self.partition}"
         try:
             try:

@@ -29,7 +29,7 @@ from .elastic import rescale_checkpoints
 from .job import SSP, TaskModel, build_job_model, job_containers, start_generation
 from .kafka_admin import TopicSpec, describe_topics, ensure_topics
 from .kafka_changelog import KafkaChangelog, true_end_offsets
-from .kafka_system import KafkaCheckpoints, KafkaConsumer, KafkaProducer
+from .kafka_system import KafkaCheckpoints, KafkaConsumer, KafkaProducer, new_consumer
 from .local_system import LocalState, job_dir
 from .metrics import Metrics
 from .records import is_control
@@ -217,8 +217,7 @@ class KafkaJob:
                       if (topic, p) in self.producer.end_offsets}
         if not ranges:
             return []
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.servers, enable_auto_commit=False,
-                                    group_id=None, **self.consumer_settings)
+        consumer = new_consumer(self.servers, self.consumer_settings, brief=True)
         out: list[Any] = []
         try:
             await consumer.start()

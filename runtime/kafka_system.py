@@ -33,11 +33,23 @@ from .codec import BufferedProducer, Record, StreamCodec
 from .job import SSP
 from .records import EndOfStream
 
-__all__ = ["KafkaConsumer", "KafkaProducer", "KafkaCheckpoints", "kafka_error"]
+__all__ = ["KafkaConsumer", "KafkaProducer", "KafkaCheckpoints", "kafka_error", "new_consumer"]
 
 _GENERATION = b"__generation__"
 _ELASTICITY = b"__elasticity__"
 
+
+
+def new_consumer(servers: str, settings: Mapping[str, Any], *,
+                 brief: bool = False) -> AIOKafkaConsumer:
+    """An aiokafka consumer with no group (partitions are assigned by hand) and no auto-commit.
+    A fetch with nothing to return waits ``fetch_max_wait_ms`` on the broker, and a request on
+    the same connection waits behind it: 100 ms for a job's consumer, 20 ms for a ``brief``
+    reader that reads a partition once (aiokafka's 500 ms would cost half a second at each
+    start). The ``settings`` override these."""
+    defaults = {"auto_offset_reset": "earliest", "fetch_max_wait_ms": 20 if brief else 100}
+    return AIOKafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False, group_id=None,
+                            **{**defaults, **settings})
 
 
 def kafka_error(what: str, servers: str, exc: BaseException) -> SamzaError:
@@ -74,9 +86,7 @@ class KafkaConsumer:
         self._backlog[key] = []
 
     async def _start(self) -> AIOKafkaConsumer:
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.servers, enable_auto_commit=False,
-                                    group_id=None, auto_offset_reset="earliest",
-                                    **self.settings)
+        consumer = new_consumer(self.servers, self.settings)
         try:
             async with asyncio.timeout(self.timeout):
                 await consumer.start()
@@ -319,8 +329,7 @@ class KafkaCheckpoints:
         producer.add_stream(f"__checkpoint__{topic}", topic, 1, None)
 
     async def load(self) -> None:
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.servers, enable_auto_commit=False,
-                                    group_id=None, **self.settings)
+        consumer = new_consumer(self.servers, self.settings, brief=True)
         tp = TopicPartition(self.topic, 0)
         try:
             async with asyncio.timeout(self.timeout):

@@ -1,6 +1,7 @@
 """Applications the Kafka tests run, in processes of their own too: ``samza-dsl run
 tests/kafka/kafka_apps.py:app`` builds ``regroup_app`` from the environment
-(``SAMZA_TEST_BOOTSTRAP``, ``SAMZA_TEST_TAG``, ``SAMZA_TEST_DELAY``)."""
+(``SAMZA_TEST_BOOTSTRAP``, ``SAMZA_TEST_TAG``, ``SAMZA_TEST_DELAY``,
+``SAMZA_TEST_PROGRESS``)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ SERDE = KVSerde(StringSerde(), JsonSerde())
 class Regroup:
     """KV(str(i % 5), [pid, i, task]) for an event {"i": i}, after an optional delay."""
 
-    def __init__(self, delay: float = 0.0) -> None:
+    def __init__(self, delay: float = 0.0, progress: str | None = None) -> None:
         self.delay = delay
+        self.progress = progress  # a directory: the count so far goes to the file <pid>
+        self.count = 0
 
     def init(self, ctx: Context) -> None:
         self.task = ctx.task_name
@@ -27,19 +30,23 @@ class Regroup:
     def __call__(self, kv: KV[Any, Any]) -> KV[str, Any]:
         if self.delay:
             time.sleep(self.delay)
+        self.count += 1
+        if self.progress and self.count % 10 == 0:
+            with open(os.path.join(self.progress, str(os.getpid())), "w") as f:
+                f.write(str(self.count))
         i = kv.value["i"]
         return KV(str(i % 5), [os.getpid(), i, self.task])
 
 
-def regroup_app(bootstrap: str, tag: str, *, delay: float = 0.0, **config: Any
-                ) -> StreamApplication:
+def regroup_app(bootstrap: str, tag: str, *, delay: float = 0.0, progress: str | None = None,
+                **config: Any) -> StreamApplication:
     """events (4 partitions) -> partition_by(i % 7) -> map -> out (3 partitions)."""
     app = StreamApplication(f"regroup-{tag}", config={"task.commit.ms": 100, **config})
     kafka = KafkaSystem("kafka", bootstrap_servers=bootstrap)
     events = app.input(kafka.input("events", serde=SERDE, physical_name=f"events-{tag}"))
     out = app.output(kafka.output("out", serde=SERDE, physical_name=f"out-{tag}", partitions=3))
     events.partition_by(lambda kv: kv.value["i"] % 7, lambda kv: kv.value,
-                        name="by-group").map(Regroup(delay), name="regroup").send_to(out)
+                        name="by-group").map(Regroup(delay, progress), name="regroup").send_to(out)
     return app
 
 
@@ -66,5 +73,6 @@ def tag_app(bootstrap: str, tag: str, factor: int) -> StreamApplication:
 def __getattr__(name: str) -> Any:
     if name == "app":
         return regroup_app(os.environ["SAMZA_TEST_BOOTSTRAP"], os.environ["SAMZA_TEST_TAG"],
-                           delay=float(os.environ.get("SAMZA_TEST_DELAY", "0")))
+                           delay=float(os.environ.get("SAMZA_TEST_DELAY", "0")),
+                           progress=os.environ.get("SAMZA_TEST_PROGRESS"))
     raise AttributeError(name)
