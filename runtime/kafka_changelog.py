@@ -6,9 +6,7 @@ synchronous and runs while the container builds its tasks, before any message is
 restore reads the topic on a loop of its own in a helper thread, and hands the entries over in
 bounded chunks, so a large changelog is never all in memory.
 
-End offsets: a broker's LATEST offset is the offset after the last record, but some brokers
-report the base offset of the last batch + 1 (tansu). ``true_end_offsets`` reads the last batch
-to find the offset after its last record, which is right for both.
+A changelog's end offset as of the start comes from ``kafka_system.true_end_offsets``.
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ import asyncio
 import contextlib
 import queue
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from aiokafka import TopicPartition
@@ -26,45 +24,10 @@ from aiokafka.errors import KafkaError
 from .codec import BufferedProducer
 from .kafka_system import kafka_error, new_consumer
 
-__all__ = ["KafkaChangelog", "true_end_offsets"]
+__all__ = ["KafkaChangelog"]
 
 _CHUNK = 8192  # entries per chunk handed from the reading thread
 _QUEUED = 8  # chunks the reading thread may run ahead
-
-
-async def true_end_offsets(servers: str, tps: Iterable[TopicPartition],
-                           settings: Mapping[str, Any], timeout: float
-                           ) -> dict[TopicPartition, int]:
-    """The offset after the last record of each partition."""
-    tps = list(tps)
-    if not tps:
-        return {}
-    consumer = new_consumer(servers, settings, brief=True)
-    out: dict[TopicPartition, int] = {}
-    try:
-        async with asyncio.timeout(timeout):
-            await consumer.start()
-            consumer.assign(tps)
-            latest = await consumer.end_offsets(tps)
-            starts = await consumer.beginning_offsets(tps)
-            for tp in tps:
-                end = latest[tp]
-                out[tp] = end
-                if end <= starts[tp]:
-                    continue
-                consumer.seek(tp, end - 1)
-                while True:  # the last batch; records past ``end - 1`` are in it too
-                    batch = await consumer.getmany(tp, timeout_ms=500)
-                    records = batch.get(tp, [])
-                    if not records:
-                        break
-                    out[tp] = max(out[tp], records[-1].offset + 1)
-    except (KafkaError, TimeoutError, OSError) as exc:
-        raise kafka_error("reading changelog end offsets", servers, exc) from exc
-    finally:
-        with contextlib.suppress(Exception):
-            await consumer.stop()
-    return out
 
 
 class KafkaChangelog:

@@ -28,8 +28,14 @@ from .container import Container
 from .elastic import rescale_checkpoints
 from .job import SSP, TaskModel, build_job_model, job_containers, start_generation
 from .kafka_admin import TopicSpec, describe_topics, ensure_topics
-from .kafka_changelog import KafkaChangelog, true_end_offsets
-from .kafka_system import KafkaCheckpoints, KafkaConsumer, KafkaProducer, new_consumer
+from .kafka_changelog import KafkaChangelog
+from .kafka_system import (
+    KafkaCheckpoints,
+    KafkaConsumer,
+    KafkaProducer,
+    new_consumer,
+    true_end_offsets,
+)
 from .local_system import LocalState, job_dir
 from .metrics import Metrics
 from .records import is_control

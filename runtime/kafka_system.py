@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -33,7 +33,8 @@ from .codec import BufferedProducer, Record, StreamCodec
 from .job import SSP
 from .records import EndOfStream
 
-__all__ = ["KafkaConsumer", "KafkaProducer", "KafkaCheckpoints", "kafka_error", "new_consumer"]
+__all__ = ["KafkaConsumer", "KafkaProducer", "KafkaCheckpoints", "kafka_error", "new_consumer",
+           "true_end_offsets"]
 
 _GENERATION = b"__generation__"
 _ELASTICITY = b"__elasticity__"
@@ -55,6 +56,43 @@ def new_consumer(servers: str, settings: Mapping[str, Any], *,
 def kafka_error(what: str, servers: str, exc: BaseException) -> SamzaError:
     return SamzaError(f"{what} on Kafka at {servers} failed: {type(exc).__name__}: {exc}. Check "
                       f"bootstrap_servers and that the broker is running")
+
+
+async def true_end_offsets(servers: str, tps: Iterable[TopicPartition],
+                           settings: Mapping[str, Any], timeout: float
+                           ) -> dict[TopicPartition, int]:
+    """The offset after the last record of each partition. A broker's LATEST offset is that,
+    but some brokers report the base offset of the last record batch + 1 (tansu): reading the
+    last batch gives the offset after its last record, right for both."""
+    tps = list(tps)
+    if not tps:
+        return {}
+    consumer = new_consumer(servers, settings, brief=True)
+    out: dict[TopicPartition, int] = {}
+    try:
+        async with asyncio.timeout(timeout):
+            await consumer.start()
+            consumer.assign(tps)
+            latest = await consumer.end_offsets(tps)
+            starts = await consumer.beginning_offsets(tps)
+            for tp in tps:
+                end = latest[tp]
+                out[tp] = end
+                if end <= starts[tp]:
+                    continue
+                consumer.seek(tp, end - 1)
+                # the batch holding offset end - 1, to its last record; none within a second
+                # (end - 1 is a transaction marker): the reported end is right
+                batch = await consumer.getmany(tp, timeout_ms=1000)
+                records = batch.get(tp, [])
+                if records:
+                    out[tp] = max(end, records[-1].offset + 1)
+    except (KafkaError, TimeoutError, OSError) as exc:
+        raise kafka_error("reading changelog end offsets", servers, exc) from exc
+    finally:
+        with contextlib.suppress(Exception):
+            await consumer.stop()
+    return out
 
 
 class KafkaConsumer:
@@ -86,13 +124,17 @@ class KafkaConsumer:
         self._backlog[key] = []
 
     async def _start(self) -> AIOKafkaConsumer:
+        tps = list(self._readers)
+        # where bounded inputs end and upcoming ones start: after their last record
+        ends = await true_end_offsets(self.servers, [
+            tp for tp, keys in self._readers.items()
+            if self.positions[keys[0]][0].stream_id in self.bounded | self.upcoming],
+            self.settings, self.timeout)
         consumer = new_consumer(self.servers, self.settings)
         try:
             async with asyncio.timeout(self.timeout):
                 await consumer.start()
-                tps = list(self._readers)
                 consumer.assign(tps)
-                ends = await consumer.end_offsets(tps) if tps else {}
                 starts = await consumer.beginning_offsets(tps) if tps else {}
         except (KafkaError, TimeoutError, OSError) as exc:
             with contextlib.suppress(Exception):

@@ -57,6 +57,21 @@ async def produce_each(bootstrap: str, topic: str, records: Sequence[ProducedRec
         await producer.stop()
 
 
+async def produce_batched(bootstrap: str, topic: str, records: Sequence[ProducedRecord]) -> None:
+    """Send all records before awaiting any, so the producer packs them into multi-record
+    batches (after which tansu's end offset is the last batch's base offset + 1, not the log
+    end)."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, request_timeout_ms=10_000,
+                                linger_ms=50)
+    await producer.start()
+    try:
+        futures = [await producer.send(topic, value=value, key=key, partition=partition)
+                   for partition, key, value in records]
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+
+
 async def consume_all(bootstrap: str, topic: str, partitions: int,
                       timeout: float = 10.0) -> dict[int, list[ConsumedRecord]]:
     """Every record of partitions ``0..partitions-1`` from the beginning, as ``{partition:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka_helpers import consume_all, create_topic, free_port, produce_each, run
+from kafka_helpers import consume_all, create_topic, free_port, produce_batched, produce_each, run
 
 from operators.hashing import partition_for
 from runtime import LocalRunner
@@ -111,3 +111,13 @@ def test_a_missing_input_topic_is_named(kafka_bootstrap: str, tmp_path: Path) ->
     app = _length_app(name, kafka_bootstrap, words, lengths)
     with pytest.raises(SamzaError, match=words):
         LocalRunner(app, {"job.dir": str(tmp_path / "job")}).run()
+
+
+def test_a_bounded_input_written_in_batches_is_read_to_its_last_record(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    name, words, lengths = _names()
+    run(create_topic(kafka_bootstrap, words, 2))
+    run(produce_batched(kafka_bootstrap, words, _words(0, 50)))
+    app = _length_app(name, kafka_bootstrap, words, lengths)
+    runner = LocalRunner(app, {"job.dir": str(tmp_path / "job")}).run()
+    assert len(runner.messages("lengths")) == 50
