@@ -119,7 +119,7 @@ def rescale_checkpoints(job: JobModel, previous: int, stored: Mapping[str, Mappi
     """The starting checkpoints of ``job``'s tasks when the last run had ``previous`` virtual
     tasks per task: {task name: offsets}, for the tasks that get any."""
     factor = max((t.buckets for t in job.tasks), default=1)
-    if previous == factor:
+    if previous == factor or not any(stored.values()):  # unchanged, or nothing to move
         return {}
     if job.plan.stores:
         raise SamzaError(

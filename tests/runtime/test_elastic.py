@@ -152,8 +152,23 @@ def test_a_job_with_stores_keeps_its_factor(tmp_path: Path) -> None:
     app.table("t", serde=SERDE)
     inp.sink(lambda m: None)
     job = build_job_model(app.plan(), {"in": 1}, 2)
+    assert rescale_checkpoints(job, 1, {}) == {}  # a new job may start with any factor
     with pytest.raises(SamzaError, match=r"job.elasticity.factor changed from 1 to 2.*stores"):
-        rescale_checkpoints(job, 1, {})
+        rescale_checkpoints(job, 1, {"Partition 0": {SSP("in", 0): 5}})
+    # and runs with it, a store per virtual task
+    config = {"job.dir": str(tmp_path / "job")}
+    seeded = LocalJob(app, config, run=False)
+    seeded.load("in", _events(0, 50))
+    seeded.close()
+    runner = LocalRunner(app, config).run()
+    assert set(runner.job.state.restores) == {("Partition 0 bucket 0 of 2", "t"),
+                                              ("Partition 0 bucket 1 of 2", "t")}
+    runner.close()
+    again = StreamApplication("stateful", config={"job.elasticity.factor": 1})
+    again.input(local.input("in", serde=SERDE, partitions=1)).sink(lambda m: None)
+    again.table("t", serde=SERDE)
+    with pytest.raises(SamzaError, match=r"changed from 2 to 1"):
+        LocalRunner(again, config).run()
 
 
 def _events(start: int, n: int, keys: int = 100) -> list[KV[str, int]]:
