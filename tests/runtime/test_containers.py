@@ -141,6 +141,8 @@ def test_stopping_a_following_job_of_two_containers_drains_and_commits(tmp_path:
     runner = LocalRunner(module.app, config, inputs={"events": _events(500)}, follow=True)
     runner.start()
     deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and runner.status()["state"] != "running":
+        time.sleep(0.01)
     while time.monotonic() < deadline and len(runner.messages("out")) < 500:
         time.sleep(0.1)
     assert runner.status()["state"] == "running"
