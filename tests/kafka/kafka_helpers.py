@@ -1,4 +1,5 @@
-"""Async helpers for tests against the tansu broker (see /work/shared/design/TEST_BROKER.md).
+"""Async helpers for tests against the tansu broker (on how it differs from Apache Kafka, see
+``samza_dsl.testing.kafka_broker``).
 
 They use aiokafka directly, not ``runtime.kafka_admin``, so that the tests of that module do not
 check it against itself.
@@ -7,19 +8,33 @@ check it against itself.
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Iterable, Sequence
 from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-__all__ = ["ConsumedRecord", "ProducedRecord", "consume_all", "create_topic", "free_port", "produce_each", "run"]
+from operators.hashing import partition_for
+
+__all__ = ["ConsumedRecord", "ProducedRecord", "consume_all", "create_topic", "free_port", "keyed",
+           "produce_batched", "produce_each", "run"]
 
 T = TypeVar("T")
 ProducedRecord = tuple[int, bytes | None, bytes | None]  # (partition, key, value)
 ConsumedRecord = tuple[int, bytes | None, bytes | None]  # (offset, key, value)
+
+
+def keyed(items: Iterable[tuple[str, Any]], partitions: int) -> list[ProducedRecord]:
+    """``(key, value)`` pairs as records for ``produce_each``: the key as UTF-8, the value as
+    JSON, in the key's partition (murmur2, as Kafka's default partitioner)."""
+    out: list[ProducedRecord] = []
+    for k, v in items:
+        key = k.encode()
+        out.append((partition_for(key, partitions), key, json.dumps(v).encode()))
+    return out
 
 
 def free_port() -> int:

@@ -11,7 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka_helpers import consume_all, create_topic, free_port, produce_batched, produce_each, run
+from kafka_helpers import (
+    consume_all,
+    create_topic,
+    free_port,
+    keyed,
+    produce_batched,
+    produce_each,
+    run,
+)
 
 from operators.hashing import partition_for
 from runtime import LocalRunner
@@ -38,12 +46,8 @@ def _length_app(name: str, bootstrap: str, words: str, lengths: str) -> StreamAp
     return app
 
 
-def _words(start: int, n: int) -> list[tuple[int, bytes, bytes]]:
-    out = []
-    for i in range(start, start + n):
-        key = f"k{i % 7}".encode()
-        out.append((partition_for(key, 2), key, json.dumps({"w": "x" * (i % 5 + 1)}).encode()))
-    return out
+def _words(start: int, n: int) -> list[tuple[int, bytes | None, bytes | None]]:
+    return keyed(((f"k{i % 7}", {"w": "x" * (i % 5 + 1)}) for i in range(start, start + n)), 2)
 
 
 def test_bounded_kafka_input_ends_and_the_next_run_resumes(kafka_bootstrap: str,

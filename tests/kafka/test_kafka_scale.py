@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from kafka_apps import regroup_app, tag_app
-from kafka_helpers import consume_all, create_topic, produce_each, run
+from kafka_helpers import consume_all, create_topic, keyed, produce_each, run
 
-from operators.hashing import partition_for
 from runtime import LocalRunner
 from runtime.kafka_admin import describe_topics
 from samza_dsl.systems import KafkaSystem
@@ -33,20 +32,12 @@ def _tag() -> str:
     return uuid.uuid4().hex[:8]
 
 
-def _records(msgs: list[Any], partitions: int) -> list[tuple[int, bytes, bytes]]:
-    out = []
-    for m in msgs:
-        key = str(m.key).encode()
-        out.append((partition_for(key, partitions), key, json.dumps(m.value).encode()))
-    return out
+def _records(msgs: list[Any], partitions: int) -> list[tuple[int, bytes | None, bytes | None]]:
+    return keyed(((str(m.key), m.value) for m in msgs), partitions)
 
 
-def _events(start: int, n: int) -> list[tuple[int, bytes, bytes]]:
-    out = []
-    for i in range(start, start + n):
-        key = f"e{i}".encode()
-        out.append((partition_for(key, 4), key, json.dumps({"i": i}).encode()))
-    return out
+def _events(start: int, n: int) -> list[tuple[int, bytes | None, bytes | None]]:
+    return keyed(((f"e{i}", {"i": i}) for i in range(start, start + n)), 4)
 
 
 def test_the_page_view_example_runs_end_to_end_on_kafka(kafka_bootstrap: str,
@@ -185,10 +176,7 @@ def test_changing_the_elasticity_factor_across_restarts_on_kafka(kafka_bootstrap
     seen: dict[str, list[int]] = defaultdict(list)
     total = 0
     for factor in (1, 2, 4, 2):
-        records = []
-        for i in range(total, total + 200):
-            key = f"k{i % 120}".encode()
-            records.append((partition_for(key, 2), key, json.dumps(i).encode()))
+        records = keyed(((f"k{i % 120}", i) for i in range(total, total + 200)), 2)
         run(produce_each(kafka_bootstrap, f"in-{tag}", records))
         total += 200
         runner = LocalRunner(tag_app(kafka_bootstrap, tag, factor), config).run()

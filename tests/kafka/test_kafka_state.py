@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import uuid
 from pathlib import Path
 from typing import Any
 
-from kafka_helpers import consume_all, create_topic, produce_each, run
+from kafka_helpers import consume_all, create_topic, keyed, produce_each, run
 
-from operators.hashing import partition_for
 from runtime import LocalRunner
 from runtime.kafka_admin import describe_topics
 from samza_dsl import KV, Context, StreamApplication
@@ -40,12 +38,8 @@ def counter_app(name: str, bootstrap: str, events: str, counts: str) -> StreamAp
     return app
 
 
-def events(start: int, n: int, ids: int = 5) -> list[tuple[int, bytes, bytes]]:
-    out = []
-    for i in range(start, start + n):
-        key = f"id{i % ids}".encode()
-        out.append((partition_for(key, 2), key, json.dumps({"i": i}).encode()))
-    return out
+def events(start: int, n: int, ids: int = 5) -> list[tuple[int, bytes | None, bytes | None]]:
+    return keyed(((f"id{i % ids}", {"i": i}) for i in range(start, start + n)), 2)
 
 
 def test_a_lost_store_is_rebuilt_from_its_changelog_topic(kafka_bootstrap: str,
