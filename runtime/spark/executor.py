@@ -1,0 +1,417 @@
+"""Runs the operators of one Spark pass for one task partition, with no Spark in sight.
+
+A pass is a group of plan stages that must see the same state (they share a table); the Spark
+runner hands each Spark partition of a pass to a ``PassExecutor``. The executor builds the
+stages' operators with ``operators.build_operator`` (the code the streaming runtime runs), feeds
+them the partition's records in a deterministic order, and returns what the stages write.
+
+A record is ``(stream id, sort ms, source partition, source offset, clock ms, message)``:
+
+- the sort time is the message's event time when its input declares ``event_time``, else its
+  record timestamp; intermediate records keep the time of the input record that caused them;
+- the source partition and offset place it in its source (an input split, or the upstream
+  partition and the order in which that partition wrote it);
+- the clock is what ``ctx.clock()`` returns while the record is processed: the record's
+  timestamp (the input's timestamp column, or the Kafka record timestamp), else its sort time.
+
+Records are processed in (sort time, source partition, source offset) order when the pass keeps
+state (windows, joins, tables), so each key sees its messages in event-time order and no message
+is late. Window ticks (``task.window.ms``) fire as the clock passes each multiple of the tick.
+``async_flat_map`` calls run concurrently on an asyncio loop, at most ``task.max.concurrency``
+at once, and their outputs go downstream in input order, so a pass gives the same result on
+every run. At the end, every operator gets ``on_end_of_stream`` (stage by stage, as a task does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from operators import build_operator
+from operators.base import IDENTITY, Operator, OperatorContext, UserContext
+from operators.hashing import KeyPartitioner
+from operators.state import InMemoryState
+from samza_dsl.config import config_value
+from samza_dsl.kv import KV
+from samza_dsl.serdes import KVSerde
+from samza_dsl.spec import (
+    AsyncFlatMapSpec,
+    BroadcastSpec,
+    JoinSpec,
+    PartitionBySpec,
+    SendToSpec,
+    WindowSpec,
+    stream_node,
+)
+
+from ..dag import Emit, OperatorFailure, chain, chain_one, fan_out
+from ..serde_util import default_key_bytes
+from ..tables import LocalTable
+from ..task import _bind_port, _task_copy
+
+__all__ = ["PassExecutor", "PassFailure", "ALL_PARTITIONS", "STATEFUL"]
+
+#: the target partition of a broadcast record: every task partition reads it
+ALL_PARTITIONS = -1
+#: operators whose results depend on the order of the messages they see
+STATEFUL = (WindowSpec, JoinSpec)
+
+
+class PassFailure(Exception):
+    """A pass failed in a user function or an operator; the message names where."""
+
+    MARK = "[samza-dsl reprocess] "
+
+    def __init__(self, message: str) -> None:
+        super().__init__(self.MARK + message)
+        self.detail = message
+
+
+class _AsyncQueue:
+    """The in-flight calls of one async operator, released downstream in input order."""
+
+    __slots__ = ("op_id", "nexts", "calls")
+
+    def __init__(self, op_id: str, nexts: list[Emit]) -> None:
+        self.op_id = op_id
+        self.nexts = nexts
+        #: (task, sort ms, clock ms, source) per call, in input order
+        self.calls: deque[tuple[asyncio.Task[list[Any]], int, int, tuple[str, int, int]]] = deque()
+
+
+class PassExecutor:
+    """The stages ``stage_ids`` of ``plan`` for task partition ``partition``.
+
+    ``counts`` gives every stream's partition count; ``describe`` turns (stream id, source
+    partition, source offset) into words for an error (e.g. the input file)."""
+
+    def __init__(self, plan: Any, stage_ids: Sequence[str], partition: int,
+                 counts: Mapping[str, int], config: Mapping[str, Any], *,
+                 describe: Callable[[str, int, int], str] | None = None) -> None:
+        self.plan = plan
+        self.partition = partition
+        self.counts = counts
+        self.task_name = f"Partition {partition}"
+        self.describe = describe or (lambda sid, part, off: f"partition {part} offset {off}")
+        self.stages = [s for s in plan.stages if s.stage_id in stage_ids]
+        self.max_concurrency: int = max(1, config_value(config, "task.max.concurrency"))
+        self.tick_ms: int = config_value(config, "task.window.ms")
+        self.metrics: dict[str, int] = {}
+
+        # what is being processed: ctx.clock() and the time outputs inherit
+        self.clock_ms = 0
+        self.sort_ms = 0
+        self.source: tuple[str, int, int] = ("", partition, -1)
+        self.seq = 0
+        self.out: list[tuple[int, tuple[Any, ...]]] = []
+        self.written: dict[str, int] = {}
+        self._queues: list[_AsyncQueue] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+        app = plan.app
+        self.operators: dict[str, Operator] = {}
+        stores: dict[str, Any] = {}
+        tables: dict[str, LocalTable] = {}
+        for table_id in app.tables:
+            stores[table_id] = InMemoryState()
+            tables[table_id] = LocalTable(table_id, stores[table_id])
+        for stage in self.stages:
+            for op_id in stage.operators:
+                spec = app.operator(op_id)
+                if isinstance(spec, WindowSpec):
+                    stores[op_id] = InMemoryState()
+                elif isinstance(spec, JoinSpec):
+                    for side in ("L", "R"):
+                        stores[f"{op_id}-{side}"] = InMemoryState()
+                self.operators[op_id] = build_operator(_task_copy(spec))
+        self.stateful = any(isinstance(op.spec, STATEFUL) for op in self.operators.values()) \
+            or any(s.tables_read or s.tables_written for s in self.stages)
+        user_ctx = UserContext(self.task_name, config, self.metrics, tables)
+        ctx = OperatorContext(self.task_name, config, self._clock, stores, self.metrics,
+                              external_watermarks=False)
+        for op_id, op in self.operators.items():
+            try:
+                op.init(ctx, user_ctx)
+            except Exception as exc:
+                raise PassFailure(f"operator {op_id!r} failed in init in task "
+                                  f"{self.task_name!r}: {type(exc).__name__}: {exc}") from exc
+        self._emits: dict[tuple[str, int], Emit] = {}
+        self.entries: dict[str, Emit] = {}
+        for stage in self.stages:
+            for sid in stage.inputs:
+                if sid not in self.entries:
+                    node = stream_node(sid)
+                    self.entries[sid] = fan_out([
+                        self._emit(op_id, self.plan.graph.edges[node, op_id]["port"])
+                        for op_id in self.plan.next_ops(node) if op_id in self.operators])
+
+    def _clock(self) -> int:
+        return self.clock_ms
+
+    # -- construction -----------------------------------------------------------------------------
+
+    def _emit(self, op_id: str, port_name: str) -> Emit:
+        port = 1 if port_name == "right" else 0
+        key = (op_id, port)
+        emit = self._emits.get(key)
+        if emit is not None:
+            return emit
+        op = self.operators[op_id]
+        spec = op.spec
+        nexts = self._nexts(op_id)
+        if isinstance(spec, AsyncFlatMapSpec):
+            emit = self._async_emit(op, nexts)
+        else:
+            one = op.one_to_one() if port == 0 else None
+            if one is not None:
+                emit = chain_one(op_id, one, nexts, IDENTITY)
+            else:
+                process = _bind_port(op, port) if isinstance(spec, JoinSpec) else op.process
+                emit = chain(op_id, process, nexts)
+        self._emits[key] = emit
+        return emit
+
+    def _nexts(self, op_id: str) -> list[Emit]:
+        spec = self.operators[op_id].spec
+        nexts = [self._emit(n, self.plan.graph.edges[op_id, n]["port"])
+                 for n in self.plan.next_ops(op_id)]
+        if isinstance(spec, PartitionBySpec | BroadcastSpec | SendToSpec) \
+                and spec.stream_id is not None:
+            nexts.append(self._sender(spec.stream_id, op_id))
+        return nexts
+
+    def _sender(self, stream_id: str, op_id: str) -> Emit:
+        """The terminal writing to ``stream_id``: the partition as the streaming runtime picks it
+        (murmur2 of the serialized key; a message that is not a KV stays in its partition)."""
+        stream = self.plan.streams[stream_id]
+        n = self.counts[stream_id]
+        out = self.out
+        written = self.written
+        written.setdefault(stream_id, 0)
+        if stream.kind == "broadcast":
+            fixed: int | None = ALL_PARTITIONS
+        elif n == 1:
+            fixed = 0
+        else:
+            fixed = None
+        serde = getattr(stream.descriptor, "serde", None)
+        key_bytes = serde.key_serde.serialize if isinstance(serde, KVSerde) else default_key_bytes
+        partitioner = KeyPartitioner(max(n, 1), key_bytes)
+        table = partitioner.table
+        own = self.partition % max(n, 1)
+        me = self.partition
+
+        def send(m: Any) -> None:
+            if fixed is not None:
+                p = fixed
+            elif type(m) is KV:
+                try:
+                    try:
+                        p = table[m.key]
+                    except TypeError:  # an unhashable key
+                        p = partitioner(m.key)
+                except Exception as exc:
+                    raise OperatorFailure(op_id, exc) from exc
+            else:
+                p = own
+            self.seq += 1
+            written[stream_id] += 1
+            out.append((p, (stream_id, self.sort_ms, me, self.seq, self.clock_ms, m)))
+            return None
+        return send
+
+    def _async_emit(self, op: Operator, nexts: list[Emit]) -> Emit:
+        queue = _AsyncQueue(op.op_id, nexts)
+        self._queues.append(queue)
+        process = op.process
+        op_id = op.op_id
+
+        def emit(m: Any) -> None:
+            try:
+                call = process(m)
+            except Exception as exc:
+                raise OperatorFailure(op_id, exc) from exc
+            if type(call) is list:
+                _forward_now(call, nexts)
+                return None
+            assert self._loop is not None
+            task = self._loop.create_task(_as_list(call))
+            queue.calls.append((task, self.sort_ms, self.clock_ms, self.source))
+            return None
+        return emit
+
+    # -- running ----------------------------------------------------------------------------------
+
+    def run(self, records: Iterable[tuple[Any, ...]]) -> list[tuple[int, tuple[Any, ...]]]:
+        """Process ``records`` (sorted by the caller when it matters), then end the stream.
+        Returns ``(target partition, record)`` for everything written."""
+        if self._queues:
+            return asyncio.run(self._run_async(records))
+        self._run_sync(records)
+        return self.out
+
+    def _run_sync(self, records: Iterable[tuple[Any, ...]]) -> None:
+        entries = self.entries
+        tick = self.tick_ms
+        next_tick = None
+        for rec in records:
+            sid, sort_ms, part, off, clock, m = rec
+            if tick > 0:
+                if next_tick is None:
+                    next_tick = clock - clock % tick + tick
+                elif clock >= next_tick:
+                    self._tick(clock)
+                    next_tick = clock - clock % tick + tick
+            self.sort_ms = sort_ms
+            self.clock_ms = clock
+            try:
+                pend = entries[sid](m)
+            except OperatorFailure as f:
+                raise self._failure(f, sid, part, off) from f.cause
+            if pend is not None:  # an async sink: wait for it here
+                self.source = (sid, part, off)
+                asyncio.run(_wait_all(pend, self))
+        self._end()
+
+    async def _run_async(self, records: Iterable[tuple[Any, ...]]) -> list[tuple[int, tuple[Any, ...]]]:
+        self._loop = asyncio.get_running_loop()
+        entries = self.entries
+        tick = self.tick_ms
+        next_tick = None
+        limit = self.max_concurrency
+        queues = self._queues
+        try:
+            for rec in records:
+                sid, sort_ms, part, off, clock, m = rec
+                if tick > 0:
+                    if next_tick is None:
+                        next_tick = clock - clock % tick + tick
+                    elif clock >= next_tick:
+                        await self._tick_async(clock)
+                        next_tick = clock - clock % tick + tick
+                self.sort_ms = sort_ms
+                self.clock_ms = clock
+                self.source = (sid, part, off)
+                try:
+                    pend = entries[sid](m)
+                except OperatorFailure as f:
+                    raise self._failure(f, sid, part, off) from f.cause
+                if pend is not None:
+                    await _wait_all(pend, self)
+                if any(len(q.calls) >= limit for q in queues):
+                    await self._drain(limit - 1)
+            await self._end_async()
+        finally:
+            for q in queues:
+                for task, *_ in q.calls:
+                    task.cancel()
+        return self.out
+
+    async def _drain(self, keep: int) -> None:
+        """Release completed calls in input order until each queue holds at most ``keep``."""
+        queues = self._queues
+        while True:
+            busiest = None
+            for q in queues:
+                if len(q.calls) > keep:
+                    busiest = q
+                    break
+            if busiest is None:
+                return
+            task, sort_ms, clock, source = busiest.calls.popleft()
+            try:
+                outs = await task
+            except Exception as exc:
+                raise self._failure(OperatorFailure(busiest.op_id, exc), *source) from exc
+            saved = (self.sort_ms, self.clock_ms, self.source)
+            self.sort_ms, self.clock_ms, self.source = sort_ms, clock, source
+            try:
+                pend = _forward_now(outs, busiest.nexts)
+            except OperatorFailure as f:
+                raise self._failure(f, *source) from f.cause
+            if pend is not None:
+                await _wait_all(pend, self)
+            self.sort_ms, self.clock_ms, self.source = saved
+
+    def _controls(self, when: str, call: Callable[[Operator], list[Any]]
+                  ) -> Iterable[list[Awaitable[None]] | None]:
+        """Call ``call`` on every operator, stage by stage in topological order, passing its
+        outputs downstream; yields after each operator, so the async runner can release calls
+        before the next operator (a window downstream of an async call) gets its turn."""
+        for stage in self.stages:
+            for op_id in stage.operators:
+                op = self.operators[op_id]
+                try:
+                    outs = call(op)
+                    yield _forward_now(outs, self._nexts(op_id)) if outs else None
+                except OperatorFailure as f:
+                    raise PassFailure(f"operator {f.op_id!r} failed {when} in task "
+                                      f"{self.task_name!r}: {type(f.cause).__name__}: "
+                                      f"{f.cause}") from f.cause
+                except PassFailure:
+                    raise
+                except Exception as exc:
+                    raise PassFailure(f"operator {op_id!r} failed {when} in task "
+                                      f"{self.task_name!r}: {type(exc).__name__}: {exc}") from exc
+
+    def _tick(self, now: int) -> None:
+        self.clock_ms = now
+        for pend in self._controls("at a window tick", lambda op: op.on_timer(now)):
+            if pend is not None:
+                asyncio.run(_wait_all(pend, self))
+
+    def _end(self) -> None:
+        for pend in self._controls("at end-of-stream", lambda op: op.on_end_of_stream()):
+            if pend is not None:
+                asyncio.run(_wait_all(pend, self))
+
+    async def _tick_async(self, now: int) -> None:
+        await self._drain(0)
+        self.clock_ms = now
+        for pend in self._controls("at a window tick", lambda op: op.on_timer(now)):
+            if pend is not None:
+                await _wait_all(pend, self)
+            await self._drain(0)
+
+    async def _end_async(self) -> None:
+        await self._drain(0)
+        for pend in self._controls("at end-of-stream", lambda op: op.on_end_of_stream()):
+            if pend is not None:
+                await _wait_all(pend, self)
+            await self._drain(0)
+
+    def _failure(self, f: OperatorFailure, sid: str, part: int, off: int) -> PassFailure:
+        return PassFailure(
+            f"operator {f.op_id!r} failed on stream {sid!r} ({self.describe(sid, part, off)}) "
+            f"in task {self.task_name!r}: {type(f.cause).__name__}: {f.cause}; fix the function "
+            f"or the input and run again: nothing was written")
+
+
+def _forward_now(outs: list[Any], nexts: list[Emit]) -> list[Awaitable[None]] | None:
+    pend: list[Awaitable[None]] | None = None
+    for o in outs:
+        for nxt in nexts:
+            p = nxt(o)
+            if p is not None:
+                if pend is None:
+                    pend = p
+                else:
+                    pend.extend(p)
+    return pend
+
+
+async def _as_list(call: Any) -> list[Any]:
+    out = await call
+    return out if type(out) is list else list(out or ())
+
+
+async def _wait_all(pend: list[Awaitable[None]], ex: PassExecutor) -> None:
+    for p in pend:
+        if inspect.isawaitable(p):
+            try:
+                await p
+            except OperatorFailure as f:
+                raise ex._failure(f, *ex.source) from f.cause

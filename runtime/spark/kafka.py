@@ -1,0 +1,272 @@
+"""Kafka inputs and outputs of a reprocessing run.
+
+Input (``KafkaRange``): the driver asks the broker for the partitions and the offsets to read
+(by default from the earliest offset to the offset after the last record); each Kafka partition
+becomes one Spark partition, read inside an executor by an aiokafka consumer that decodes records
+with the stream's serde. The record timestamp is the record's clock (see ``runner``).
+
+Output (``KafkaOutput``): the messages are computed and kept on the executors' disks first, so a
+failing user function fails the run before anything is produced. Then the topic is created with
+the planned partition count if it is missing (a topic with another count is an error), emptied of
+what an earlier run wrote (records before the current end are deleted), and written by the
+executors, each message to the partition the streaming runtime would choose (murmur2 of the
+serialized key). A rerun therefore replaces the topic's contents.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from samza_dsl.errors import SamzaError
+from samza_dsl.kv import KV
+
+__all__ = ["KafkaOutput", "kafka_source"]
+
+
+def _run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def kafka_source(stream_id: str, descriptor: Any, given: Any, start_ms: int) -> Any:
+    from aiokafka import TopicPartition
+
+    from ..kafka_system import kafka_error, new_consumer, true_end_offsets
+    from .sources import Source, SourceError, _timing
+
+    topic = given.topic or descriptor.physical_name
+    servers = given.bootstrap_servers
+    settings = dict(given.consumer)
+
+    async def offsets() -> list[tuple[int, int, int]]:
+        consumer = new_consumer(servers, settings, brief=True)
+        try:
+            async with asyncio.timeout(10):
+                await consumer.start()
+                await consumer.topics()
+                parts = consumer.partitions_for_topic(topic)
+                if not parts:
+                    raise SourceError(f"input {stream_id!r}: topic {topic!r} does not exist on "
+                                      f"Kafka at {servers}")
+                tps = [TopicPartition(topic, p) for p in sorted(parts)]
+                begins = await consumer.beginning_offsets(tps)
+        except (TimeoutError, OSError) as exc:
+            raise kafka_error(f"reading the offsets of {topic!r}", servers, exc) from exc
+        except SamzaError:
+            raise
+        except Exception as exc:
+            raise kafka_error(f"reading the offsets of {topic!r}", servers, exc) from exc
+        finally:
+            with contextlib.suppress(Exception):
+                await consumer.stop()
+        ends = await true_end_offsets(servers, tps, settings, 10.0)
+        out = []
+        for tp in tps:
+            s = (given.start or {}).get(tp.partition, begins[tp])
+            e = (given.end or {}).get(tp.partition, ends[tp])
+            if s < begins[tp]:
+                raise SourceError(f"input {stream_id!r}: partition {tp.partition} of {topic!r} "
+                                  f"starts at offset {begins[tp]}; offset {s} is gone")
+            out.append((tp.partition, s, max(s, e)))
+        return out
+
+    splits = _run(offsets())
+    n = len(splits)
+    if descriptor.partitions is not None and descriptor.partitions != n:
+        raise SourceError(f"input {stream_id!r}: topic {topic!r} has {n} partitions, the "
+                          f"input declares {descriptor.partitions}")
+    names = [f"topic {topic!r} partition {p} offsets {s}..{e}" for p, s, e in splits]
+    serde = descriptor.serde
+    timing = _timing(descriptor, start_ms)
+
+    def build(spark: Any) -> Any:
+        def read(i: int, it: Iterator[tuple[int, int, int]]) -> Iterator[Any]:
+            from .executor import PassFailure
+
+            for p, s, e in it:
+                for rec in _run(_fetch(servers, settings, topic, p, s, e)):
+                    try:
+                        if hasattr(serde, "from_bytes"):
+                            m = serde.from_bytes(rec.key, rec.value)
+                        elif serde is not None:
+                            m = serde.deserialize(rec.value)
+                        else:
+                            m = rec.value
+                        sort_ms, clock = timing(m, rec.timestamp)
+                    except Exception as exc:
+                        raise PassFailure(f"input {stream_id!r}: topic {topic!r} partition {p} "
+                                          f"offset {rec.offset} does not fit the stream's serde: "
+                                          f"{type(exc).__name__}: {exc}") from exc
+                    yield (stream_id, sort_ms, p, rec.offset, clock, m)
+        return spark.sparkContext.parallelize(splits, max(n, 1)).mapPartitionsWithIndex(read)
+    return Source(stream_id, n, names, build)
+
+
+async def _fetch(servers: str, settings: Mapping[str, Any], topic: str, p: int, start: int,
+                 end: int) -> list[Any]:
+    from aiokafka import TopicPartition
+
+    from ..kafka_system import new_consumer
+
+    if end <= start:
+        return []
+    tp = TopicPartition(topic, p)
+    consumer = new_consumer(servers, settings, brief=True)
+    out: list[Any] = []
+    try:
+        await consumer.start()
+        consumer.assign([tp])
+        consumer.seek(tp, start)
+        idle = 0
+        while True:
+            batch = await consumer.getmany(tp, timeout_ms=1000, max_records=10_000)
+            records = batch.get(tp, [])
+            if not records:
+                idle += 1
+                if idle > 30:
+                    raise SamzaError(f"topic {topic!r} partition {p}: no records after offset "
+                                     f"{out[-1].offset if out else start - 1} within 30 s; "
+                                     f"expected offsets up to {end - 1}")
+                continue
+            idle = 0
+            for r in records:
+                if r.offset >= end:
+                    return out
+                out.append(r)
+            if records[-1].offset >= end - 1:
+                return out
+    finally:
+        with contextlib.suppress(Exception):
+            await consumer.stop()
+
+
+@dataclass(frozen=True)
+class KafkaOutput:
+    """An output topic (by default the stream's physical name) on ``bootstrap_servers``."""
+
+    bootstrap_servers: str
+    topic: str | None = None
+    producer: Mapping[str, Any] = field(default_factory=dict)
+
+    def bind(self, stream_id: str) -> _KafkaSink:
+        return _KafkaSink(self, stream_id)
+
+
+class _KafkaSink:
+    def __init__(self, spec: KafkaOutput, stream_id: str) -> None:
+        self.spec = spec
+        self.stream_id = stream_id
+        self.topic = spec.topic or ""
+        self.partitions = 1
+        self._staged: Any = None
+
+    def __repr__(self) -> str:
+        return f"Kafka topic {self.topic!r} at {self.spec.bootstrap_servers}"
+
+    def prepare(self, plan: Any, counts: Mapping[str, int]) -> None:
+        from ..kafka_admin import TopicSpec, ensure_topics
+
+        stream = plan.streams[self.stream_id]
+        self.topic = self.spec.topic or stream.physical_name
+        self.partitions = counts[self.stream_id]
+        self.serde = stream.descriptor.serde
+        _run(ensure_topics(self.spec.bootstrap_servers,
+                           [TopicSpec(self.topic, self.partitions)]))
+
+    def stage(self, spark: Any, messages: Any) -> None:
+        from pyspark import StorageLevel
+
+        self._staged = messages.persist(StorageLevel.DISK_ONLY)
+        self._staged.count()  # every user function runs now, before anything is produced
+
+    def commit(self, spark: Any) -> None:
+        servers, topic, n = self.spec.bootstrap_servers, self.topic, self.partitions
+        settings = dict(self.spec.producer)
+        _run(_truncate(servers, topic))
+        serde = self.serde
+        sid = self.stream_id
+
+        def produce(i: int, it: Iterator[Any]) -> Iterator[int]:
+            yield _run(_produce(servers, settings, topic, n, serde, sid, i, it))
+        try:
+            self._staged.mapPartitionsWithIndex(produce).sum()
+        finally:
+            self._staged.unpersist()
+
+    def abort(self, spark: Any) -> None:
+        if self._staged is not None:
+            self._staged.unpersist()
+
+
+async def _truncate(servers: str, topic: str) -> None:
+    """Delete what an earlier run wrote to ``topic`` (records before its current end)."""
+    from aiokafka import TopicPartition
+    from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
+
+    from ..kafka_system import kafka_error, new_consumer, true_end_offsets
+
+    consumer = new_consumer(servers, {}, brief=True)
+    try:
+        await consumer.start()
+        await consumer.topics()
+        parts = consumer.partitions_for_topic(topic) or set()
+        tps = [TopicPartition(topic, p) for p in sorted(parts)]
+        begins = await consumer.beginning_offsets(tps) if tps else {}
+    finally:
+        with contextlib.suppress(Exception):
+            await consumer.stop()
+    ends = await true_end_offsets(servers, tps, {}, 10.0)
+    todo = {tp: RecordsToDelete(ends[tp]) for tp in tps if ends[tp] > begins[tp]}
+    if not todo:
+        return
+    admin = AIOKafkaAdminClient(bootstrap_servers=servers)
+    try:
+        await admin.start()
+        await admin.delete_records(todo, timeout_ms=10_000)
+    except Exception as exc:
+        raise kafka_error(f"emptying topic {topic!r} of an earlier run's records "
+                          f"(DeleteRecords)", servers, exc) from exc
+    finally:
+        with contextlib.suppress(Exception):
+            await admin.close()
+
+
+async def _produce(servers: str, settings: Mapping[str, Any], topic: str, n: int, serde: Any,
+                   stream_id: str, index: int, messages: Iterator[Any]) -> int:
+    from aiokafka import AIOKafkaProducer
+
+    from operators.hashing import KeyPartitioner
+
+    from ..serde_util import default_key_bytes
+
+    keyed = hasattr(serde, "to_bytes")
+    key_bytes = serde.key_serde.serialize if keyed else default_key_bytes
+    partitioner = KeyPartitioner(n, key_bytes)
+    producer = AIOKafkaProducer(bootstrap_servers=servers, **{"linger_ms": 20, **settings})
+    count = 0
+    await producer.start()
+    try:
+        pending = []
+        for m in messages:
+            if keyed:
+                k, v = serde.to_bytes(m)
+                p = partitioner(m.key)
+            else:
+                k, v = None, (serde.serialize(m) if serde is not None else m)
+                p = partitioner(m.key) if type(m) is KV else index % n
+            pending.append(await producer.send(topic, v, key=k, partition=p))
+            count += 1
+            if len(pending) >= 10_000:
+                await asyncio.gather(*pending)
+                pending.clear()
+        await asyncio.gather(*pending)
+    except Exception as exc:
+        raise SamzaError(f"output {stream_id!r}: writing topic {topic!r} failed after {count} "
+                         f"messages: {type(exc).__name__}: {exc}; run again to replace the "
+                         f"topic's contents") from exc
+    finally:
+        await producer.stop()
+    return count

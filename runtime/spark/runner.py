@@ -1,0 +1,529 @@
+"""``SparkRunner``: compiles an application's ``ExecutionPlan`` to PySpark for bounded reprocessing.
+
+How the plan maps onto Spark:
+
+- **Passes.** Stages that share a table run together (the table is state of their task); every
+  other stage is a pass of its own. Passes run in the order of the streams between them.
+- **Inputs** are read inside executors, one Spark partition per source partition (a JSON Lines
+  file split, a Parquet row group, a list partition, a Kafka partition).
+- **Narrow passes** (no window, join or table, and no intermediate input) run each source
+  partition through the stages' operators where it was read: no shuffle.
+- **Every other pass** gets its records by a shuffle into the pass's task partitions: an
+  intermediate stream's records go to the partition the streaming runtime would write them to
+  (murmur2 of the serialized key, into the planned count); an input's records stay in their own
+  partition. Within a task partition, records are sorted by (event time, source partition,
+  source offset), and run through the same operator code as the streaming runtime
+  (``runtime.spark.executor``).
+- **Outputs** are staged and swapped in when everything is written (``runtime.spark.sinks``).
+  Nothing is collected to the driver unless ``ReprocessResult.messages`` asks for it.
+
+Time. An input that declares ``event_time`` is ordered by it, so event-time windows give the
+panes a streaming run gives when nothing arrives late (a streaming run drops late messages; here
+each key's messages arrive in event-time order, so none is late). Processing-time windows and join
+TTLs use each record's timestamp as the clock: the input's timestamp column (``FileInput(...,
+timestamp=)``), the Kafka record timestamp, else its event time; records with neither all get
+the time the run started.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+import os
+import re
+import sys
+import sysconfig
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import fields, is_dataclass
+from typing import Any
+
+from operators.hashing import KeyPartitioner
+from samza_dsl import StreamApplication
+from samza_dsl.errors import SamzaError
+from samza_dsl.serdes import KVSerde
+from samza_dsl.spec import JoinSpec, WindowSpec
+
+from ..serde_util import default_key_bytes
+from ..testing import resolve_partitions
+from .executor import ALL_PARTITIONS, PassExecutor, PassFailure
+from .sinks import FileOutput, resolve_output
+from .sources import FileInput, Source, SourceError, resolve_source
+
+__all__ = ["SparkRunner", "ReprocessResult", "ReprocessError", "spark_session"]
+
+_ORDER = operator.itemgetter(1, 2, 3, 0)  # sort ms, source partition, offset, stream id
+_OUR_PACKAGES = ("samza_dsl", "planner", "operators", "runtime")
+
+
+class ReprocessError(SamzaError):
+    """A reprocessing run failed; nothing was written."""
+
+
+def spark_session(master: str = "local[2]", app_name: str = "samza-dsl") -> Any:
+    """A SparkSession for reprocessing (``spark.ui.enabled`` off; a session already running is
+    reused)."""
+    from pyspark.sql import SparkSession
+
+    # executors run this interpreter, which has the application's packages
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    return (SparkSession.builder.master(master).appName(app_name)
+            .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.shuffle.partitions", "8")
+            .getOrCreate())
+
+
+class _Counts:
+    """A Spark accumulator of ``{name: count}``."""
+
+    def __init__(self, sc: Any) -> None:
+        from pyspark.accumulators import AccumulatorParam
+
+        class DictSum(AccumulatorParam):  # type: ignore[type-arg]
+            def zero(self, value: dict[str, int]) -> dict[str, int]:
+                return {}
+
+            def addInPlace(self, a: dict[str, int], b: dict[str, int]) -> dict[str, int]:  # noqa: N802
+                for k, v in b.items():
+                    a[k] = a.get(k, 0) + v
+                return a
+
+        self.acc = sc.accumulator({}, DictSum())
+
+
+class ReprocessResult:
+    """What a ``reprocess`` run did: rows in and out per stream, time, and the outputs."""
+
+    def __init__(self, runner: SparkRunner, plan: Any, rows_in: dict[str, int],
+                 rows_out: dict[str, int], seconds: float, kept: dict[str, Any],
+                 written: dict[str, Any]) -> None:
+        self._runner = runner
+        self.plan = plan
+        self.rows_in = rows_in
+        self.rows_out = rows_out
+        self.seconds = seconds
+        self._kept = kept
+        self.written = written
+
+    @property
+    def outputs(self) -> list[str]:
+        return sorted(self.plan.output_streams)
+
+    def messages(self, stream: Any) -> list[Any]:
+        """Every message of output ``stream``, collected to the driver (KV for keyed streams).
+        An output written to files is read back from them."""
+        sid = stream if isinstance(stream, str) else getattr(stream, "stream_id", None)
+        if sid in self._kept:
+            return self._kept[sid].collect()  # type: ignore[no-any-return]
+        out = self.written.get(sid)
+        if isinstance(out, FileOutput):
+            descriptor = self.plan.streams[sid].descriptor
+            src = resolve_source(self._runner.spark, sid, descriptor,
+                                 FileInput(out.path, format=out.format), 0)
+            return src.rdd(self._runner.spark).map(operator.itemgetter(5)).collect()  # type: ignore[no-any-return]
+        if out is not None:
+            raise ReprocessError(f"output {sid!r} was written to {out}; read it from there")
+        raise KeyError(f"no output {sid!r} in this run; outputs: {', '.join(self.outputs)}")
+
+    def summary(self) -> str:
+        lines = [f"reprocessed {self.plan.job_name!r} in {self.seconds:.1f} s"]
+        width = max([len(s) for s in (*self.rows_in, *self.rows_out)] + [6])
+        lines.append(f"  {'stream':<{width}}  {'kind':<12}  {'rows':>12}  to")
+        for sid, n in sorted(self.rows_in.items()):
+            lines.append(f"  {sid:<{width}}  {'input':<12}  {n:>12,}")
+        for sid, n in sorted(self.rows_out.items()):
+            kind = self.plan.streams[sid].kind if sid in self.plan.streams else "output"
+            where = self.written.get(sid)
+            lines.append(f"  {sid:<{width}}  {kind:<12}  {n:>12,}  "
+                         f"{where if where is not None else ('(kept)' if kind == 'output' else '')}"
+                         .rstrip())
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return (f"ReprocessResult({self.plan.job_name!r}, rows_in={self.rows_in}, "
+                f"rows_out={self.rows_out}, seconds={self.seconds:.2f})")
+
+
+class SparkRunner:
+    """Reprocesses bounded inputs with an application's own operators on Spark."""
+
+    def __init__(self, spark: Any = None, *, master: str = "local[2]") -> None:
+        self._spark = spark
+        self.master = master
+
+    @property
+    def spark(self) -> Any:
+        if self._spark is None:
+            self._spark = spark_session(self.master)
+        return self._spark
+
+    def reprocess(self, app: StreamApplication, inputs: Mapping[str, Any],
+                  outputs: Mapping[str, Any] | None = None,
+                  config: Mapping[str, Any] | None = None) -> ReprocessResult:
+        """Run ``app`` over ``inputs`` (stream id -> path, ``FileInput``, DataFrame, list of
+        messages, ``{partition: [messages]}`` or ``KafkaRange``); write ``outputs`` (stream id ->
+        path or ``KafkaOutput``) and keep the other outputs for ``result.messages``."""
+        if not isinstance(app, StreamApplication):
+            raise TypeError(f"reprocess takes a StreamApplication, got {type(app).__name__}")
+        t0 = time.monotonic()
+        start_ms = int(time.time() * 1000)
+        outputs = dict(outputs or {})
+        _check_ids(app, inputs, outputs)
+        spark = self.spark
+        sc = spark.sparkContext
+        sources = {sid: resolve_source(spark, sid, app._inputs[sid], value, start_ms)
+                   for sid, value in inputs.items()}
+        partitions = {sid: s.partitions for sid, s in sources.items()
+                      if app._inputs[sid].partitions is None}
+        plan = app.plan(partitions=partitions, config=config)
+        _register_user_modules(plan)
+        counts = resolve_partitions(plan)
+        run_id = uuid.uuid4().hex[:12]
+        sinks = {sid: resolve_output(sid, value, run_id) for sid, value in outputs.items()}
+        for sink in sinks.values():
+            if hasattr(sink, "prepare"):
+                sink.prepare(plan, counts)
+
+        tally = _Counts(sc)
+        compiled = _Compiler(spark, plan, counts, sources, tally.acc)
+        kept: dict[str, Any] = {}
+        staged: list[Any] = []
+        try:
+            ends = compiled.build()
+            for sid in sorted(plan.output_streams):
+                rdd = compiled.messages(sid)
+                if sid in sinks:
+                    sc.setJobDescription(f"samza-dsl {plan.job_name}: write {sid} to "
+                                         f"{sinks[sid]}")
+                    staged.append(sinks[sid])
+                    sinks[sid].stage(spark, rdd)
+                else:
+                    kept[sid] = rdd.persist()
+                    sc.setJobDescription(f"samza-dsl {plan.job_name}: compute {sid}")
+                    rdd.count()
+            for rdd in ends:  # passes nothing reads yet (sinks, tables): run them too
+                sc.setJobDescription(f"samza-dsl {plan.job_name}: run {rdd.name()}")
+                rdd.count()
+            for sink in staged:
+                sink.commit(spark)
+        except Exception as exc:
+            for sink in staged:
+                sink.abort(spark)
+            for rdd in kept.values():
+                rdd.unpersist()
+            raise _reprocess_error(plan, exc) from None
+        finally:
+            sc.setJobDescription(None)
+            compiled.release()
+        counted = dict(tally.acc.value)
+        rows_in = {sid: counted.get("in:" + sid, 0) for sid in plan.input_streams}
+        rows_out = {sid: counted.get("out:" + sid, 0)
+                    for sid in (*plan.output_streams, *plan.intermediate_streams)}
+        return ReprocessResult(self, plan, rows_in, rows_out, time.monotonic() - t0, kept,
+                               {sid: sinks[sid] for sid in sinks})
+
+    def stop(self) -> None:
+        if self._spark is not None:
+            self._spark.stop()
+            self._spark = None
+
+
+def _check_ids(app: StreamApplication, inputs: Mapping[str, Any],
+               outputs: Mapping[str, Any]) -> None:
+    known_in = sorted(app._inputs)
+    for sid in inputs:
+        if sid not in app._inputs:
+            raise SourceError(f"{sid!r} is not an input stream of application {app.name!r}; "
+                              f"its inputs: {', '.join(known_in) or 'none'}")
+    missing = [sid for sid in known_in if sid not in inputs]
+    if missing:
+        raise SourceError(f"application {app.name!r} reads {', '.join(map(repr, missing))} but "
+                          f"no input was given for it; give every input (--input id=PATH)")
+    known_out = sorted(app._outputs)
+    for sid in outputs:
+        if sid not in app._outputs:
+            raise SamzaError(f"{sid!r} is not an output stream of application {app.name!r}; "
+                             f"its outputs: {', '.join(known_out) or 'none'}")
+
+
+def _reprocess_error(plan: Any, exc: BaseException) -> BaseException:
+    if isinstance(exc, SamzaError):
+        return exc
+    text = str(exc)
+    found = re.search(re.escape(PassFailure.MARK) + r"(.*)", text)
+    if found:
+        return ReprocessError(found.group(1).strip())
+    causes = re.findall(r"^(\w+(?:\.\w+)*(?:Error|Exception|Exit)\b:? .*)$", text, re.M)
+    causes = [c for c in causes if not c.startswith(("org.", "java.", "py4j."))]
+    first = causes[-1] if causes else next(
+        (ln for ln in text.splitlines() if ln.strip()), type(exc).__name__)
+    return ReprocessError(f"reprocessing {plan.job_name!r} failed in Spark: {first[:500]}")
+
+
+# -- compiling the plan ----------------------------------------------------------------------------
+
+def _passes(plan: Any) -> list[list[Any]]:
+    """Stages grouped by shared tables, in the order of the streams between them."""
+    group = {s.stage_id: i for i, s in enumerate(plan.stages)}
+
+    def find(i: int) -> int:
+        while group_of[i] != i:
+            i = group_of[i]
+        return i
+
+    group_of = list(range(len(plan.stages)))
+    by_table: dict[str, int] = {}
+    for i, s in enumerate(plan.stages):
+        for t in (*s.tables_read, *s.tables_written):
+            if t in by_table:
+                group_of[find(i)] = find(by_table[t])
+            else:
+                by_table[t] = i
+    groups: dict[int, list[Any]] = {}
+    for i, s in enumerate(plan.stages):
+        groups.setdefault(find(group[s.stage_id]), []).append(s)
+    passes = list(groups.values())
+    writes = [set(itertools.chain.from_iterable(s.outputs for s in p)) for p in passes]
+    reads = [set(itertools.chain.from_iterable(s.inputs for s in p)) for p in passes]
+    order: list[int] = []
+    done: set[int] = set()
+    while len(order) < len(passes):
+        ready = [i for i in range(len(passes)) if i not in done
+                 and all(j in done or j == i or not (writes[j] & reads[i])
+                         for j in range(len(passes)))
+                 and not (writes[i] & reads[i])]
+        if not ready:
+            stuck = [", ".join(s.stage_id for s in passes[i]) for i in range(len(passes))
+                     if i not in done]
+            raise SamzaError(f"cannot reprocess {plan.job_name!r} on Spark: stages that share a "
+                             f"table also read what they write ({'; '.join(stuck)}); Spark runs "
+                             f"a pass after everything it reads is complete")
+        order.append(ready[0])
+        done.add(ready[0])
+    return [passes[i] for i in order]
+
+
+class _Compiler:
+    """Builds the RDD of each pass: ``(target partition, record)`` for everything it writes."""
+
+    def __init__(self, spark: Any, plan: Any, counts: dict[str, int],
+                 sources: dict[str, Source], acc: Any) -> None:
+        self.spark = spark
+        self.sc = spark.sparkContext
+        self.plan = plan
+        self.counts = counts
+        self.sources = sources
+        self.acc = acc
+        self.out: dict[str, Any] = {}  # stream id -> the pass RDD that writes it
+        self.readers: dict[int, int] = {}
+        self.persisted: list[Any] = []
+        self.pass_rdds: list[tuple[Any, set[str]]] = []
+
+    def build(self) -> list[Any]:
+        """Build every pass; returns the pass RDDs whose outputs nothing consumes (a pass with
+        only sinks or tables), which must still be run."""
+        plan = self.plan
+        consumers: dict[str, int] = {}
+        for s in plan.stages:
+            for sid in s.inputs:
+                consumers[sid] = consumers.get(sid, 0) + 1
+        for sid in plan.output_streams:
+            consumers[sid] = consumers.get(sid, 0) + 1
+        ends = []
+        for stages in _passes(plan):
+            rdd = self._pass(stages)
+            written = set(itertools.chain.from_iterable(s.outputs for s in stages))
+            if sum(consumers.get(sid, 0) for sid in written) > 1:
+                rdd = rdd.persist()
+                self.persisted.append(rdd)
+            for sid in written:
+                self.out[sid] = rdd
+            self.pass_rdds.append((rdd, written))
+            if not any(consumers.get(sid, 0) for sid in written):
+                ends.append(rdd)
+        return ends
+
+    def release(self) -> None:
+        for rdd in self.persisted:
+            rdd.unpersist()
+
+    def messages(self, sid: str) -> Any:
+        """The messages of output ``sid``."""
+        rdd = self.out.get(sid)
+        if rdd is None:
+            return self.sc.emptyRDD()
+        return self._only(rdd, sid).map(_message)
+
+    def _only(self, rdd: Any, *sids: str) -> Any:
+        """The items of a pass RDD that belong to streams ``sids``."""
+        for r, written in self.pass_rdds:
+            if r is rdd and written <= set(sids):
+                return rdd
+        wanted = frozenset(sids)
+        return rdd.filter(lambda item: item[1][0] in wanted)
+
+    def _pass(self, stages: list[Any]) -> Any:
+        plan, counts, acc = self.plan, self.counts, self.acc
+        stage_ids = [s.stage_id for s in stages]
+        inputs = list(dict.fromkeys(itertools.chain.from_iterable(s.inputs for s in stages)))
+        external = [sid for sid in inputs if sid in plan.input_streams]
+        intermediate = [sid for sid in inputs if sid not in plan.input_streams]
+        stateful = any(isinstance(plan.app.operator(op), WindowSpec | JoinSpec)
+                       for s in stages for op in s.operators) \
+            or any(s.tables_read or s.tables_written for s in stages)
+        n = max(counts[sid] for sid in inputs)
+        names = {sid: src.names for sid, src in self.sources.items()}
+        config = plan.config
+        name = "+".join(stage_ids)
+
+        def describe(sid: str, part: int, off: int) -> str:
+            files = names.get(sid)
+            if files is not None and 0 <= part < len(files):
+                return f"{files[part]}, row {off}"
+            return f"partition {part}, offset {off}"
+
+        aligned = all(self.sources[sid].partitions == counts[sid] for sid in external)
+        if not intermediate and (not stateful or (len(external) == 1 and aligned)):
+            # narrow: each source partition is run where it was read
+            rdds = [self.sources[sid].rdd(self.spark) for sid in external]
+            union = rdds[0] if len(rdds) == 1 else self.sc.union(rdds)
+            sort = stateful
+            task_of_first = True
+        else:
+            parts = [self._keyed_input(sid, n) for sid in inputs]
+            union = parts[0] if len(parts) == 1 else self.sc.union(parts)
+            union = union.partitionBy(n, _identity)
+            sort = True
+            task_of_first = False
+
+        def run(i: int, items: Any) -> Any:
+            recs = list(items) if task_of_first else [rec for _, rec in items]
+            if not recs and not stateful:
+                return iter(())
+            part = recs[0][2] if task_of_first and recs else i
+            if sort:
+                recs.sort(key=_ORDER)
+            read: dict[str, int] = {}
+            for sid, grp in itertools.groupby(recs, key=operator.itemgetter(0)):
+                read[sid] = read.get(sid, 0) + sum(1 for _ in grp)
+            ex = PassExecutor(plan, stage_ids, part, counts, config, describe=describe)
+            out = ex.run(recs)
+            tally = {"out:" + sid: k for sid, k in ex.written.items()}
+            for sid, k in read.items():
+                if sid in plan.input_streams:
+                    tally["in:" + sid] = k
+            acc.add(tally)
+            return iter(out)
+
+        rdd = union.mapPartitionsWithIndex(run)
+        rdd.setName(f"pass {name}")
+        return rdd
+
+    def _keyed_input(self, sid: str, n: int) -> Any:
+        """Stream ``sid`` as ``(task partition, record)`` pairs for the pass's shuffle."""
+        plan, counts = self.plan, self.counts
+        if sid in plan.input_streams:
+            src = self.sources[sid]
+            rdd = src.rdd(self.spark)
+            if src.partitions == counts[sid]:
+                return rdd.map(lambda rec: (rec[2], rec))
+            serde = plan.streams[sid].descriptor.serde
+            key_bytes = serde.key_serde.serialize if isinstance(serde, KVSerde) \
+                else default_key_bytes
+            m = counts[sid]
+            keyed = isinstance(serde, KVSerde)
+
+            def place(rec: Any, parts: Any = None) -> Any:
+                return rec[2] % m
+
+            if keyed:
+                def place_keyed(it: Any) -> Any:
+                    partitioner = KeyPartitioner(m, key_bytes)
+                    for rec in it:
+                        yield partitioner(rec[5].key), rec
+                return rdd.mapPartitions(place_keyed)
+            return rdd.map(lambda rec: (place(rec), rec))
+        producer = self.out[sid]
+        rdd = self._only(producer, sid)
+        if plan.streams[sid].kind == "broadcast":
+            return rdd.flatMap(lambda item: [(p, item[1]) for p in range(n)]
+                               if item[0] == ALL_PARTITIONS else [item])
+        return rdd
+
+
+def _identity(p: int) -> int:
+    return p
+
+
+def _message(item: tuple[int, tuple[Any, ...]]) -> Any:
+    return item[1][5]
+
+
+# -- shipping user code to executors --------------------------------------------------------------
+
+def _user_modules(plan: Any) -> set[str]:
+    """Modules of the functions an application's operators and inputs call."""
+    found: set[str] = set()
+    seen: set[int] = set()
+
+    def visit(obj: Any, depth: int) -> None:
+        if depth > 4 or id(obj) in seen:
+            return
+        seen.add(id(obj))
+        if isinstance(obj, tuple | list):
+            for x in obj:
+                visit(x, depth + 1)
+            return
+        if is_dataclass(obj) and not isinstance(obj, type):
+            for f in fields(obj):
+                visit(getattr(obj, f.name, None), depth + 1)
+            return
+        if callable(obj):
+            mod = getattr(obj, "__module__", None) or getattr(type(obj), "__module__", None)
+            if mod:
+                found.add(mod)
+            closure = getattr(obj, "__closure__", None) or ()
+            for cell in closure:
+                try:
+                    visit(cell.cell_contents, depth + 1)
+                except ValueError:
+                    pass
+
+    for spec in plan.app.operators.values() if isinstance(plan.app.operators, dict) \
+            else plan.app.operators:
+        visit(spec, 0)
+    for d in plan.app.inputs.values():
+        visit(d.event_time, 0)
+    return found
+
+
+def _importable_everywhere(module: Any) -> bool:
+    name = module.__name__.split(".")[0]
+    if name in _OUR_PACKAGES or name in sys.stdlib_module_names or name == "builtins":
+        return True
+    path = getattr(module, "__file__", None)
+    if path is None:
+        return True
+    path = os.path.realpath(path)
+    roots = {os.path.realpath(p) for p in (sysconfig.get_paths()["purelib"],
+                                           sysconfig.get_paths()["platlib"])}
+    return any(path.startswith(r + os.sep) for r in roots)
+
+
+def _register_user_modules(plan: Any) -> None:
+    """Ship the application's own modules (a script, a notebook, a test file) to executors by
+    value: executors cannot import a module loaded from a file path."""
+    from pyspark import cloudpickle
+
+    for name in _user_modules(plan):
+        module = sys.modules.get(name)
+        if module is None or name == "__main__" or _importable_everywhere(module):
+            continue
+        try:
+            cloudpickle.register_pickle_by_value(module)
+        except ValueError:
+            pass
+

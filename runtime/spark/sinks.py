@@ -1,0 +1,136 @@
+"""Outputs of a reprocessing run, written so that a rerun replaces them and a failed run leaves
+the previous output as it was.
+
+Every output is first written to a sibling directory ``<path>.tmp-<run id>``. Only when every
+output of the run is written are they swapped in, one rename each (the old output is renamed
+aside and then deleted). A run that fails deletes its temporary directories.
+
+- JSON Lines: a directory of ``part-NNNNN`` files, one JSON value per line: a keyed message as
+  ``{"key": ..., "value": ...}``, anything else as itself (a ``WindowPane`` as an object).
+- Parquet (a path ending in ``.parquet``): a directory of ``part-NNNNN.parquet`` files, a row per
+  message: a keyed message as columns ``key`` and ``value``, a dict as its fields, anything else
+  as a ``value`` column.
+- Kafka (``KafkaOutput``): see ``runtime.spark.kafka``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import msgspec
+
+from samza_dsl.errors import SamzaError
+
+__all__ = ["FileOutput", "resolve_output", "OutputError"]
+
+
+class OutputError(SamzaError):
+    """An output that cannot be written."""
+
+
+class FileOutput:
+    """A JSON Lines or Parquet output directory, staged then swapped in."""
+
+    def __init__(self, stream_id: str, path: Any, fmt: str, run_id: str) -> None:
+        self.stream_id = stream_id
+        p = os.fspath(path)
+        self.path = os.path.abspath(p) if "://" not in p and not p.startswith("file:") else p
+        self.format = fmt
+        self.tmp = f"{self.path}.tmp-{run_id}"
+        self.old = f"{self.path}.old-{run_id}"
+
+    def __repr__(self) -> str:
+        return f"{self.format} {self.path}"
+
+    def stage(self, spark: Any, messages: Any) -> None:
+        """Write the RDD ``messages`` to the temporary directory (a Spark action)."""
+        sid = self.stream_id
+        if self.format == "parquet":
+            tmp = self.tmp
+            _fs(spark, tmp).mkdirs(_path(spark, tmp))
+
+            def write(i: int, it: Iterator[Any]) -> Iterator[int]:
+                import pyarrow as pa
+                import pyarrow.parquet as pq
+
+                rows = [_row(sid, m) for m in it]
+                if rows:
+                    table = pa.Table.from_pylist(rows)
+                    target = tmp[5:] if tmp.startswith("file:") else tmp
+                    pq.write_table(table, f"{target}/part-{i:05d}.parquet")
+                yield len(rows)
+            messages.mapPartitionsWithIndex(write).count()
+        else:
+            encode = msgspec.json.Encoder().encode
+
+            def line(m: Any) -> str:
+                try:
+                    return encode(m).decode()
+                except (TypeError, msgspec.EncodeError) as exc:
+                    from .executor import PassFailure
+
+                    raise PassFailure(f"output {sid!r}: a message cannot be written as JSON: "
+                                      f"{exc}: {m!r:.80}; map it to JSON-friendly values "
+                                      f"(dict, list, str, numbers) first") from exc
+            messages.map(line).saveAsTextFile(self.tmp)
+
+    def commit(self, spark: Any) -> None:
+        fs = _fs(spark, self.path)
+        final, tmp, old = (_path(spark, p) for p in (self.path, self.tmp, self.old))
+        moved = False
+        if fs.exists(final):
+            if not fs.rename(final, old):
+                raise OutputError(f"output {self.stream_id!r}: cannot move the previous "
+                                  f"{self.path} aside; check the directory's permissions")
+            moved = True
+        if not fs.rename(tmp, final):
+            if moved:
+                fs.rename(old, final)
+            raise OutputError(f"output {self.stream_id!r}: cannot move {self.tmp} to "
+                              f"{self.path}; the previous output is kept")
+        if moved:
+            fs.delete(old, True)
+
+    def abort(self, spark: Any) -> None:
+        try:
+            fs = _fs(spark, self.tmp)
+            fs.delete(_path(spark, self.tmp), True)
+        except Exception:  # noqa: S110 - cleaning up after a failure already being raised
+            pass
+
+
+def _path(spark: Any, p: str) -> Any:
+    return spark._jvm.org.apache.hadoop.fs.Path(p)
+
+
+def _fs(spark: Any, p: str) -> Any:
+    return _path(spark, p).getFileSystem(spark._jsc.hadoopConfiguration())
+
+
+def _row(stream_id: str, m: Any) -> dict[str, Any]:
+    try:
+        b = msgspec.to_builtins(m)
+    except (TypeError, msgspec.EncodeError) as exc:
+        from .executor import PassFailure
+
+        raise PassFailure(f"output {stream_id!r}: a message cannot be written to Parquet: "
+                          f"{exc}: {m!r:.80}") from exc
+    return b if isinstance(b, dict) else {"value": b}
+
+
+def resolve_output(stream_id: str, value: Any, run_id: str) -> Any:
+    from .kafka import KafkaOutput
+
+    if isinstance(value, KafkaOutput):
+        return value.bind(stream_id)
+    if not isinstance(value, str | os.PathLike):
+        raise OutputError(f"output {stream_id!r}: give a path or KafkaOutput, got "
+                          f"{type(value).__name__}")
+    p = os.fspath(value)
+    fmt = "parquet" if p.rstrip("/").lower().endswith(".parquet") else "jsonl"
+    parent = os.path.dirname(os.path.abspath(p)) if "://" not in p else None
+    if parent is not None and not os.path.isdir(parent):
+        raise OutputError(f"output {stream_id!r}: the directory {parent} does not exist")
+    return FileOutput(stream_id, p, fmt, run_id)

@@ -1,0 +1,390 @@
+"""Inputs of a reprocessing run: where rows come from and how a row becomes a message.
+
+Every source becomes an RDD whose Spark partition ``i`` is source partition ``i`` and whose items
+are records ``(stream id, sort ms, source partition, offset, clock ms, message)`` (see
+``executor``). Rows are read inside executors; the driver only lists files and asks Kafka for
+offsets.
+
+A row becomes a message through the stream's serde: for a keyed stream (``KVSerde``) the row must
+have ``key`` and ``value`` fields, giving ``KV(key, value)``; for any other stream the row itself
+(a JSON value, or a Parquet row as a dict) is the message. A typed ``JsonSerde``/``MsgpackSerde``
+converts it into its type, ``StringSerde`` needs a string and ``BytesSerde`` bytes; a row that does
+not fit is an error naming the stream, the file and the row.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from samza_dsl.errors import SamzaError
+from samza_dsl.kv import KV
+from samza_dsl.serdes import BytesSerde, KVSerde, Serde, StringSerde, _MsgspecSerde
+
+__all__ = ["FileInput", "KafkaRange", "Source", "resolve_source", "row_converter", "list_files"]
+
+Record = tuple[str, int, int, int, int, Any]
+
+
+@dataclass(frozen=True)
+class FileInput:
+    """A JSON Lines or Parquet input (a file, a directory of part files, or a glob), or a Spark
+    DataFrame. ``format`` is ``"jsonl"`` or ``"parquet"`` (by default, from the suffix);
+    ``timestamp`` names a column holding the record timestamp in ms since the epoch."""
+
+    path: Any
+    format: str | None = None
+    timestamp: str | None = None
+
+
+@dataclass(frozen=True)
+class KafkaRange:
+    """An offset range of a Kafka topic: ``start``/``end`` map partition -> offset (``end``
+    exclusive); by default from the earliest offset to the end at the time of the run. The
+    topic defaults to the input's physical name."""
+
+    bootstrap_servers: str
+    topic: str | None = None
+    start: Mapping[int, int] | None = None
+    end: Mapping[int, int] | None = None
+    consumer: Mapping[str, Any] = field(default_factory=dict)
+
+
+class SourceError(SamzaError):
+    """An input that cannot be read, or a row that does not fit its stream's serde."""
+
+
+def row_converter(stream_id: str, serde: Serde[Any] | None) -> Callable[[Any], Any]:
+    """Row -> message for a stream with ``serde``; raises ``ValueError`` saying what is wrong."""
+
+    def part(what: str, s: Serde[Any] | None) -> Callable[[Any], Any] | None:
+        if isinstance(s, _MsgspecSerde) and s.type is not Any:
+            t = s.type
+
+            def convert(v: Any) -> Any:
+                try:
+                    return msgspec.convert(v, t, strict=False)
+                except msgspec.ValidationError as exc:
+                    raise ValueError(f"the {what} does not fit {s.describe()}: {exc}") from None
+            return convert
+        if isinstance(s, StringSerde):
+            def text(v: Any) -> Any:
+                if v is not None and type(v) is not str:
+                    raise ValueError(f"the {what} must be a string for {s.describe()}, "
+                                     f"got {type(v).__name__} {v!r:.80}")
+                return v
+            return text
+        if isinstance(s, BytesSerde):
+            def raw(v: Any) -> Any:
+                if v is not None and not isinstance(v, bytes | bytearray):
+                    raise ValueError(f"the {what} must be bytes for {s.describe()}, "
+                                     f"got {type(v).__name__} {v!r:.80}")
+                return v
+            return raw
+        return None
+
+    if isinstance(serde, KVSerde):
+        kconv = part("key", serde.key_serde)
+        vconv = part("value", serde.value_serde)
+
+        def keyed(row: Any) -> Any:
+            if type(row) is KV:
+                k, v = row.key, row.value
+            elif isinstance(row, dict) and "key" in row and "value" in row:
+                k, v = row["key"], row["value"]
+            else:
+                raise ValueError(f"stream {stream_id!r} is keyed (KVSerde): a row needs 'key' and "
+                                 f"'value' fields, got {row!r:.120}")
+            return KV(kconv(k) if kconv else k, vconv(v) if vconv else v)
+        return keyed
+    conv = part("row", serde)
+    return conv if conv is not None else _identity
+
+
+def _identity(row: Any) -> Any:
+    return row
+
+
+# -- listing files (driver side) --------------------------------------------------------------------
+
+def _local(path: str) -> str | None:
+    if path.startswith("file:"):
+        rest = path[5:]
+        return "/" + rest.lstrip("/") if rest.startswith("/") else rest
+    if "://" in path:
+        return None
+    return path
+
+
+def list_files(stream_id: str, path: Any) -> list[str]:
+    """The data files of ``path`` (a file, a directory or a glob), sorted; hidden files and
+    ``_SUCCESS`` markers are skipped. A missing or unreadable path is a ``SourceError``."""
+    import glob
+
+    p = os.fspath(path)
+    local = _local(p)
+    if local is None:
+        return [p]  # another file system: Spark or pyarrow resolves it in the executors
+    if any(c in local for c in "*?["):
+        found = sorted(glob.glob(local))
+    elif os.path.isdir(local):
+        found = sorted(os.path.join(local, f) for f in os.listdir(local))
+    elif os.path.exists(local):
+        found = [local]
+    else:
+        raise SourceError(f"input {stream_id!r}: {p} does not exist; give an existing file or "
+                          f"directory (--input {stream_id}=PATH)")
+    files = [f for f in found if os.path.isfile(f)
+             and not os.path.basename(f).startswith((".", "_"))]
+    if not files and not found:
+        raise SourceError(f"input {stream_id!r}: no files match {p}")
+    for f in files:
+        if not os.access(f, os.R_OK):
+            raise SourceError(f"input {stream_id!r}: {f} is not readable; check its permissions")
+    return files
+
+
+def file_format(stream_id: str, files: Sequence[str], given: str | None, path: Any) -> str:
+    if given is not None:
+        if given not in ("jsonl", "parquet"):
+            raise SourceError(f"input {stream_id!r}: format must be 'jsonl' or 'parquet', "
+                              f"got {given!r}")
+        return given
+    kinds = set()
+    for f in files:
+        low = f.lower()
+        if low.endswith(".parquet") or low.endswith(".parq"):
+            kinds.add("parquet")
+        elif low.endswith((".jsonl", ".json", ".ndjson")):
+            kinds.add("jsonl")
+    p = os.fspath(path).lower() if not hasattr(path, "rdd") else ""
+    if not kinds:
+        kinds.add("parquet" if p.rstrip("/").endswith(".parquet") else "jsonl")
+    if len(kinds) > 1:
+        raise SourceError(f"input {stream_id!r}: {path} mixes JSON Lines and Parquet files; "
+                          f"give one format (FileInput(path, format=...))")
+    return kinds.pop()
+
+
+# -- sources ---------------------------------------------------------------------------------------
+
+class Source:
+    """An input resolved on the driver: ``rdd(spark)`` reads it in executors.
+
+    ``partitions`` is its count of source partitions, ``names`` says what each is (a file...)."""
+
+    def __init__(self, stream_id: str, partitions: int, names: list[str],
+                 build: Callable[[Any], Any]) -> None:
+        self.stream_id = stream_id
+        self.partitions = partitions
+        self.names = names
+        self._build = build
+
+    def rdd(self, spark: Any) -> Any:
+        return self._build(spark)
+
+
+def _timing(descriptor: Any, start_ms: int) -> Callable[[Any, int | None], tuple[int, int]]:
+    """(message, record timestamp or None) -> (sort ms, clock ms)."""
+    et = descriptor.event_time
+
+    if et is None:
+        def plain(m: Any, ts: int | None) -> tuple[int, int]:
+            t = start_ms if ts is None else ts
+            return t, t
+        return plain
+
+    def event(m: Any, ts: int | None) -> tuple[int, int]:
+        ms = int(round(et(m) * 1000))
+        return ms, ms if ts is None else ts
+    return event
+
+
+def _rows_to_records(stream_id: str, descriptor: Any, start_ms: int, names: list[str],
+                     ts_column: str | None) -> Callable[[int, Iterator[Any]], Iterator[Record]]:
+    """Rows of source partition ``i`` -> records, with errors naming stream, file and row."""
+    convert = row_converter(stream_id, descriptor.serde)
+    timing = _timing(descriptor, start_ms)
+    keyed = descriptor.keyed
+
+    def records(i: int, rows: Iterator[Any]) -> Iterator[Record]:
+        off = -1
+        for off, row in enumerate(rows):  # noqa: B007 - off names the row in an error
+            try:
+                ts = None
+                if ts_column is not None:
+                    ts = row.get(ts_column) if isinstance(row, dict) else None
+                    if ts is None:
+                        raise ValueError(f"the row has no timestamp column {ts_column!r}")
+                    ts = int(ts)
+                    if keyed:
+                        row = {k: v for k, v in row.items() if k != ts_column}
+                m = convert(row)
+                sort_ms, clock = timing(m, ts)
+            except Exception as exc:
+                from .executor import PassFailure
+
+                raise PassFailure(f"input {stream_id!r}: row {off} of {names[i]} does not fit "
+                                  f"the stream: {type(exc).__name__}: {exc}; fix the input or the "
+                                  f"stream's serde") from exc
+            yield (stream_id, sort_ms, i, off, clock, m)
+    return records
+
+
+def resolve_source(spark: Any, stream_id: str, descriptor: Any, value: Any,
+                   start_ms: int) -> Source:
+    """Check ``value`` (what the caller gave for input ``stream_id``) and describe how to read it."""
+    if isinstance(value, KafkaRange):
+        from .kafka import kafka_source
+
+        return kafka_source(stream_id, descriptor, value, start_ms)
+    if hasattr(value, "rdd") and hasattr(value, "schema"):  # a DataFrame
+        value = FileInput(value)
+    if isinstance(value, str | os.PathLike):
+        value = FileInput(value)
+    if isinstance(value, FileInput):
+        if hasattr(value.path, "rdd"):
+            return _dataframe_source(stream_id, descriptor, value, start_ms)
+        return _file_source(stream_id, descriptor, value, start_ms)
+    if isinstance(value, Mapping):
+        parts = {int(p): list(msgs) for p, msgs in value.items()}
+    elif isinstance(value, list | tuple):
+        parts = {0: list(value)}
+    else:
+        raise SourceError(f"input {stream_id!r}: give a path, FileInput, DataFrame, list of "
+                          f"messages, {{partition: [messages]}} or KafkaRange, got "
+                          f"{type(value).__name__}")
+    return _list_source(stream_id, descriptor, parts, start_ms)
+
+
+def _list_source(stream_id: str, descriptor: Any, parts: dict[int, list[Any]],
+                 start_ms: int) -> Source:
+    if any(p < 0 for p in parts):
+        raise SourceError(f"input {stream_id!r}: partitions are ints >= 0, got {sorted(parts)}")
+    n = max(parts) + 1 if parts else 1
+    if descriptor.partitions is not None:
+        if n > descriptor.partitions:
+            raise SourceError(f"input {stream_id!r} has {descriptor.partitions} partitions; no "
+                              f"partition {n - 1}")
+        n = descriptor.partitions
+    if descriptor.keyed:
+        for p, msgs in parts.items():
+            for i, m in enumerate(msgs):
+                if type(m) is not KV:
+                    raise SourceError(f"input {stream_id!r} is keyed (KVSerde): message {i} of "
+                                      f"partition {p} must be a KV(key, value), got {m!r:.80}")
+    names = [f"partition {p}" for p in range(n)]
+    timing = _timing(descriptor, start_ms)
+    data = [parts.get(p, []) for p in range(n)]
+
+    def build(spark: Any) -> Any:
+        def records(i: int, it: Iterator[list[Any]]) -> Iterator[Record]:
+            for msgs in it:
+                for off, m in enumerate(msgs):
+                    try:
+                        sort_ms, clock = timing(m, None)
+                    except Exception as exc:
+                        from .executor import PassFailure
+
+                        raise PassFailure(f"input {stream_id!r}: event_time failed on message "
+                                          f"{off} of partition {i}: {type(exc).__name__}: "
+                                          f"{exc}") from exc
+                    yield (stream_id, sort_ms, i, off, clock, m)
+        return spark.sparkContext.parallelize(data, n).mapPartitionsWithIndex(records)
+    return Source(stream_id, n, names, build)
+
+
+def _file_source(stream_id: str, descriptor: Any, given: FileInput, start_ms: int) -> Source:
+    files = list_files(stream_id, given.path)
+    fmt = file_format(stream_id, files, given.format, given.path)
+    if fmt == "parquet":
+        return _parquet_source(stream_id, descriptor, files, given, start_ms)
+    return _jsonl_source(stream_id, descriptor, files, given, start_ms)
+
+
+def _jsonl_source(stream_id: str, descriptor: Any, files: list[str], given: FileInput,
+                  start_ms: int) -> Source:
+    names = list(files)  # one source partition per file (refined once Spark splits them)
+
+    def build(spark: Any) -> Any:
+        sc = spark.sparkContext
+        rdds = [sc.textFile(f) for f in files]
+        split_names: list[str] = []
+        for f, r in zip(files, rdds, strict=True):
+            k = r.getNumPartitions()
+            split_names.extend([f] if k == 1 else [f"{f} (split {j} of {k})" for j in range(k)])
+        to_records = _rows_to_records(stream_id, descriptor, start_ms, split_names, given.timestamp)
+        decoder = msgspec.json.Decoder()
+
+        def parse(i: int, lines: Iterator[str]) -> Iterator[Any]:
+            for n, line in enumerate(lines):
+                if not line.strip():
+                    continue
+                try:
+                    yield decoder.decode(line)
+                except msgspec.DecodeError as exc:
+                    from .executor import PassFailure
+
+                    raise PassFailure(f"input {stream_id!r}: line {n + 1} of {split_names[i]} is "
+                                      f"not JSON ({exc}): {line[:80]!r}; JSON Lines inputs hold "
+                                      f"one JSON value per line") from exc
+
+        union = rdds[0] if len(rdds) == 1 else sc.union(rdds)
+        return union.mapPartitionsWithIndex(lambda i, it: to_records(i, parse(i, it)))
+    return Source(stream_id, len(files), names, build)
+
+
+def _parquet_source(stream_id: str, descriptor: Any, files: list[str], given: FileInput,
+                    start_ms: int) -> Source:
+    import pyarrow.parquet as pq
+
+    splits: list[tuple[str, int]] = []
+    names: list[str] = []
+    for f in files:
+        try:
+            meta = pq.ParquetFile(f).metadata
+        except Exception as exc:
+            raise SourceError(f"input {stream_id!r}: {f} is not a readable Parquet file: "
+                              f"{type(exc).__name__}: {exc}") from exc
+        groups = max(meta.num_row_groups, 1)
+        for g in range(groups):
+            splits.append((f, g))
+            names.append(f if groups == 1 else f"{f} (row group {g} of {groups})")
+    to_records = _rows_to_records(stream_id, descriptor, start_ms, names, given.timestamp)
+
+    def build(spark: Any) -> Any:
+        def read(i: int, it: Iterator[tuple[str, int]]) -> Iterator[Record]:
+            import pyarrow.parquet as pq
+
+            for f, g in it:
+                pf = pq.ParquetFile(f)
+                if pf.metadata.num_row_groups == 0:
+                    continue
+                rows = pf.read_row_group(g).to_pylist()
+                yield from to_records(i, iter(rows))
+        return spark.sparkContext.parallelize(splits, max(len(splits), 1)) \
+            .mapPartitionsWithIndex(read)
+    return Source(stream_id, max(len(splits), 1), names, build)
+
+
+def _dataframe_source(stream_id: str, descriptor: Any, given: FileInput, start_ms: int) -> Source:
+    df = given.path
+    missing = [] if not descriptor.keyed else [c for c in ("key", "value") if c not in df.columns]
+    if missing:
+        raise SourceError(f"input {stream_id!r} is keyed (KVSerde): the DataFrame needs columns "
+                          f"'key' and 'value'; it has {', '.join(df.columns)}")
+    if given.timestamp is not None and given.timestamp not in df.columns:
+        raise SourceError(f"input {stream_id!r}: the DataFrame has no timestamp column "
+                          f"{given.timestamp!r}; columns: {', '.join(df.columns)}")
+    n = df.rdd.getNumPartitions()
+    names = [f"DataFrame partition {i}" for i in range(n)]
+    to_records = _rows_to_records(stream_id, descriptor, start_ms, names, given.timestamp)
+
+    def build(spark: Any) -> Any:
+        return df.rdd.mapPartitionsWithIndex(
+            lambda i, rows: to_records(i, (r.asDict(recursive=True) for r in rows)))
+    return Source(stream_id, n, names, build)
