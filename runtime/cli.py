@@ -6,7 +6,7 @@ import argparse
 import contextlib
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from samza_dsl.errors import SamzaError
@@ -212,6 +212,108 @@ def cmd_reset(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stream_paths(pairs: Sequence[str], flag: str, known: Mapping[str, object], what: str,
+                  app_name: str) -> dict[str, str]:
+    """``STREAM=PATH`` pairs -> {stream id: path}, naming the flag and the streams on an error."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        sid, sep, path = pair.partition("=")
+        sid, path = sid.strip(), path.strip()
+        if not sep or not sid or not path:
+            raise SamzaError(f"{flag} takes STREAM=PATH, got {pair!r}")
+        if sid not in known:
+            raise SamzaError(f"{flag} {sid!r}: not an {what} stream of {app_name!r}; its {what}s: "
+                             f"{', '.join(sorted(known)) or 'none'}")
+        if sid in out:
+            raise SamzaError(f"{flag} {sid!r} is given twice")
+        out[sid] = path
+    return out
+
+
+def _local_path_missing(path: str) -> bool:
+    """A plain local path (no URI scheme, no glob) that does not exist."""
+    if "://" in path or path.startswith("file:") or any(c in path for c in "*?["):
+        return False
+    return not os.path.exists(path)
+
+
+def _quiet_spark(master: str) -> None:
+    """Start the session the runner will reuse, with Spark's own console bar off and its log at
+    ERROR, so the JVM's startup warnings do not bury the progress and the summary."""
+    import tempfile
+    import warnings
+
+    from pyspark.sql import SparkSession
+
+    warnings.filterwarnings("ignore", message=".*does not yet fully support pandas")
+    fd, log_conf = tempfile.mkstemp(prefix="samza-dsl-log4j2-", suffix=".properties")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write("rootLogger.level = error\n"
+                "rootLogger.appenderRef.stderr.ref = console\n"
+                "appender.console.type = Console\n"
+                "appender.console.name = console\n"
+                "appender.console.target = SYSTEM_ERR\n"
+                "appender.console.layout.type = PatternLayout\n"
+                "appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex\n"
+                # the shell's logger at the root's level: no "Setting default log level" banner
+                "logger.repl.name = org.apache.spark.repl.Main\n"
+                "logger.repl.level = error\n")
+    try:
+        spark = (SparkSession.builder.master(master).appName("samza-dsl reprocess")
+                 .config("spark.ui.enabled", "false")
+                 .config("spark.ui.showConsoleProgress", "false")
+                 .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={log_conf}")
+                 .getOrCreate())
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(log_conf)  # read by the JVM as it started
+    spark.sparkContext.setLogLevel("ERROR")
+
+
+def cmd_reprocess(args: argparse.Namespace) -> int:
+    from .loader import load_app
+
+    config = _parse_config(args.config)
+    app = load_app(args.app)
+    inputs = _stream_paths(args.input, "--input", app._inputs, "input", app.name)
+    outputs = _stream_paths(args.output, "--output", app._outputs, "output", app.name)
+    missing = sorted(set(app._inputs) - set(inputs))
+    if missing:
+        raise SamzaError(f"{args.app} reads {', '.join(map(repr, missing))}: give every input "
+                         f"with --input STREAM=PATH")
+    for sid, path in inputs.items():
+        if _local_path_missing(path):
+            raise SamzaError(f"--input {sid}: {path} does not exist (looked in {os.getcwd()})")
+
+    from .spark import SparkRunner
+    from .spark.progress import StageProgress
+
+    _quiet_spark(args.master)
+    runner = SparkRunner(master=args.master)
+    try:
+        with StageProgress(runner.spark.sparkContext,
+                           stream=None if args.no_progress else sys.stderr) as progress:
+            result = runner.reprocess(app, inputs, outputs=outputs, config=config)
+        if not args.no_progress:
+            print(progress.table(), file=sys.stderr)
+        print(result.summary())
+        for sid in sorted(app._outputs):
+            if sid in outputs:
+                continue
+            n = result.rows_out.get(sid)
+            msgs = result.messages(sid) if args.show else []
+            count = n if n is not None else len(msgs)
+            print(f"{sid}: {count} message(s) (no --output {sid}=PATH: not written)")
+            for m in msgs[:args.show]:
+                print(f"  {m!r}")
+            if count > args.show:
+                print(f"  ... {count - args.show} more")
+        sys.stdout.flush()
+    finally:
+        runner.stop()
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from planner.render import FORMATS
 
@@ -244,6 +346,24 @@ def build_parser() -> argparse.ArgumentParser:
                    help="job.container.id: run only container I of the job's "
                         "job.container.count (one per host or pod)")
     r.set_defaults(func=cmd_run)
+
+    rp = sub.add_parser("reprocess", help="reprocess files (JSON Lines or Parquet) with the "
+                                          "application's operators on Spark")
+    rp.add_argument("app", help="module_or_file.py:attr")
+    rp.add_argument("--input", action="append", default=[], metavar="STREAM=PATH",
+                    help="an input stream's rows: a .jsonl/.json or .parquet file, a directory of "
+                         "them or a glob (every input is needed)")
+    rp.add_argument("--output", action="append", default=[], metavar="STREAM=PATH",
+                    help="write an output stream to a directory of part files (Parquet if PATH "
+                         "ends in .parquet, else JSON Lines); a rerun replaces it. Outputs "
+                         "without --output are counted and shown")
+    rp.add_argument("--master", default="local[2]", help="Spark master (default: local[2])")
+    rp.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE")
+    rp.add_argument("--show", type=int, default=5, metavar="N",
+                    help="messages to print of each output without --output (default 5)")
+    rp.add_argument("--no-progress", action="store_true",
+                    help="no progress bars or stage table on standard error")
+    rp.set_defaults(func=cmd_reprocess)
 
     ld = sub.add_parser("load", help="append JSON Lines to a stream of the embedded local log")
     ld.add_argument("app", help="module_or_file.py:attr")

@@ -27,6 +27,7 @@ the time the run started.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import operator
 import os
@@ -82,7 +83,7 @@ class _Counts:
     def __init__(self, sc: Any) -> None:
         from pyspark.accumulators import AccumulatorParam
 
-        class DictSum(AccumulatorParam):  # type: ignore[type-arg]
+        class DictSum(AccumulatorParam):
             def zero(self, value: dict[str, int]) -> dict[str, int]:
                 return {}
 
@@ -115,15 +116,15 @@ class ReprocessResult:
     def messages(self, stream: Any) -> list[Any]:
         """Every message of output ``stream``, collected to the driver (KV for keyed streams).
         An output written to files is read back from them."""
-        sid = stream if isinstance(stream, str) else getattr(stream, "stream_id", None)
+        sid = stream if isinstance(stream, str) else str(getattr(stream, "stream_id", stream))
         if sid in self._kept:
-            return self._kept[sid].collect()  # type: ignore[no-any-return]
+            return list(self._kept[sid].collect())
         out = self.written.get(sid)
         if isinstance(out, FileOutput):
             descriptor = self.plan.streams[sid].descriptor
             src = resolve_source(self._runner.spark, sid, descriptor,
                                  FileInput(out.path, format=out.format), 0)
-            return src.rdd(self._runner.spark).map(operator.itemgetter(5)).collect()  # type: ignore[no-any-return]
+            return list(src.rdd(self._runner.spark).map(operator.itemgetter(5)).collect())
         if out is not None:
             raise ReprocessError(f"output {sid!r} was written to {out}; read it from there")
         raise KeyError(f"no output {sid!r} in this run; outputs: {', '.join(self.outputs)}")
@@ -283,7 +284,7 @@ def _passes(plan: Any) -> list[list[Any]]:
             else:
                 by_table[t] = i
     groups: dict[int, list[Any]] = {}
-    for i, s in enumerate(plan.stages):
+    for s in plan.stages:
         groups.setdefault(find(group[s.stage_id]), []).append(s)
     passes = list(groups.values())
     writes = [set(itertools.chain.from_iterable(s.outputs for s in p)) for p in passes]
@@ -487,10 +488,8 @@ def _user_modules(plan: Any) -> set[str]:
                 found.add(mod)
             closure = getattr(obj, "__closure__", None) or ()
             for cell in closure:
-                try:
+                with contextlib.suppress(ValueError):
                     visit(cell.cell_contents, depth + 1)
-                except ValueError:
-                    pass
 
     for spec in plan.app.operators.values() if isinstance(plan.app.operators, dict) \
             else plan.app.operators:
@@ -522,8 +521,6 @@ def _register_user_modules(plan: Any) -> None:
         module = sys.modules.get(name)
         if module is None or name == "__main__" or _importable_everywhere(module):
             continue
-        try:
+        with contextlib.suppress(ValueError):
             cloudpickle.register_pickle_by_value(module)
-        except ValueError:
-            pass
 
