@@ -33,7 +33,6 @@ import operator
 import os
 import re
 import sys
-import sysconfig
 import time
 import uuid
 from collections.abc import Mapping
@@ -180,7 +179,7 @@ class SparkRunner:
         partitions = {sid: s.partitions for sid, s in sources.items()
                       if app._inputs[sid].partitions is None}
         plan = app.plan(partitions=partitions, config=config)
-        _register_user_modules(plan)
+        _ship_user_code(spark, plan)
         counts = resolve_partitions(plan)
         run_id = uuid.uuid4().hex[:12]
         sinks = {sid: resolve_output(sid, value, run_id) for sid, value in outputs.items()}
@@ -499,28 +498,40 @@ def _user_modules(plan: Any) -> set[str]:
     return found
 
 
-def _importable_everywhere(module: Any) -> bool:
-    name = module.__name__.split(".")[0]
-    if name in _OUR_PACKAGES or name in sys.stdlib_module_names or name == "builtins":
+def _importable_by_name(module: Any) -> bool:
+    """Whether executors import ``module`` by its name: our packages, the standard library, and
+    any module the driver finds by name on its ``sys.path`` (which executors are given)."""
+    import importlib.util
+
+    name = module.__name__
+    top = name.split(".")[0]
+    if top in _OUR_PACKAGES or top in sys.stdlib_module_names or top == "builtins":
         return True
     path = getattr(module, "__file__", None)
-    if path is None:
-        return True
-    path = os.path.realpath(path)
-    roots = {os.path.realpath(p) for p in (sysconfig.get_paths()["purelib"],
-                                           sysconfig.get_paths()["platlib"])}
-    return any(path.startswith(r + os.sep) for r in roots)
+    if path is None or name == "__main__":
+        return path is None and name != "__main__"
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return False
+    origin = getattr(spec, "origin", None)
+    return origin is not None and os.path.realpath(origin) == os.path.realpath(path)
 
 
-def _register_user_modules(plan: Any) -> None:
-    """Ship the application's own modules (a script, a notebook, a test file) to executors by
-    value: executors cannot import a module loaded from a file path."""
+def _ship_user_code(spark: Any, plan: Any) -> None:
+    """Executors import what the driver can: they get the driver's ``sys.path``. The modules of
+    the application's functions that cannot be imported by name (a script, a notebook's
+    ``__main__``, a test file) go by value. (A ``msgspec.Struct`` class defined in such a module
+    cannot be rebuilt in an executor: define message types in an importable module.)"""
     from pyspark import cloudpickle
 
+    sc = spark.sparkContext
+    path = os.pathsep.join(p for p in sys.path if p)
+    if sc.environment.get("PYTHONPATH") != path:
+        sc.environment["PYTHONPATH"] = path
     for name in _user_modules(plan):
         module = sys.modules.get(name)
-        if module is None or name == "__main__" or _importable_everywhere(module):
+        if module is None or name == "__main__" or _importable_by_name(module):
             continue
         with contextlib.suppress(ValueError):
             cloudpickle.register_pickle_by_value(module)
-

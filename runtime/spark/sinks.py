@@ -63,18 +63,18 @@ class FileOutput:
                 yield len(rows)
             messages.mapPartitionsWithIndex(write).count()
         else:
-            encode = msgspec.json.Encoder().encode
+            def lines(it: Iterator[Any]) -> Iterator[str]:
+                encode = msgspec.json.Encoder().encode  # made here: encoders do not pickle
+                for m in it:
+                    try:
+                        yield encode(m).decode()
+                    except (TypeError, msgspec.EncodeError) as exc:
+                        from .executor import PassFailure
 
-            def line(m: Any) -> str:
-                try:
-                    return encode(m).decode()
-                except (TypeError, msgspec.EncodeError) as exc:
-                    from .executor import PassFailure
-
-                    raise PassFailure(f"output {sid!r}: a message cannot be written as JSON: "
-                                      f"{exc}: {m!r:.80}; map it to JSON-friendly values "
-                                      f"(dict, list, str, numbers) first") from exc
-            messages.map(line).saveAsTextFile(self.tmp)
+                        raise PassFailure(f"output {sid!r}: a message cannot be written as "
+                                          f"JSON: {exc}: {m!r:.80}; map it to JSON-friendly "
+                                          f"values (dict, list, str, numbers) first") from exc
+            messages.mapPartitions(lines).saveAsTextFile(self.tmp)
 
     def commit(self, spark: Any) -> None:
         fs = _fs(spark, self.path)

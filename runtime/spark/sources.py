@@ -190,7 +190,7 @@ class Source:
 
 def _timing(descriptor: Any, start_ms: int) -> Callable[[Any, int | None], tuple[int, int]]:
     """(message, record timestamp or None) -> (sort ms, clock ms)."""
-    et = descriptor.event_time
+    et = getattr(descriptor, "event_time", None)  # outputs (read back) have none
 
     if et is None:
         def plain(m: Any, ts: int | None) -> tuple[int, int]:
@@ -249,7 +249,7 @@ def resolve_source(spark: Any, stream_id: str, descriptor: Any, value: Any,
     if isinstance(value, FileInput):
         if hasattr(value.path, "rdd"):
             return _dataframe_source(stream_id, descriptor, value, start_ms)
-        return _file_source(stream_id, descriptor, value, start_ms)
+        return _file_source(spark, stream_id, descriptor, value, start_ms)
     if isinstance(value, Mapping):
         parts = {int(p): list(msgs) for p, msgs in value.items()}
     elif isinstance(value, list | tuple):
@@ -298,29 +298,31 @@ def _list_source(stream_id: str, descriptor: Any, parts: dict[int, list[Any]],
     return Source(stream_id, n, names, build)
 
 
-def _file_source(stream_id: str, descriptor: Any, given: FileInput, start_ms: int) -> Source:
+def _file_source(spark: Any, stream_id: str, descriptor: Any, given: FileInput,
+                 start_ms: int) -> Source:
     files = list_files(stream_id, given.path)
     fmt = file_format(stream_id, files, given.format, given.path)
     if fmt == "parquet":
         return _parquet_source(stream_id, descriptor, files, given, start_ms)
-    return _jsonl_source(stream_id, descriptor, files, given, start_ms)
+    return _jsonl_source(spark, stream_id, descriptor, files, given, start_ms)
 
 
-def _jsonl_source(stream_id: str, descriptor: Any, files: list[str], given: FileInput,
-                  start_ms: int) -> Source:
-    names = list(files)  # one source partition per file (refined once Spark splits them)
+def _jsonl_source(spark: Any, stream_id: str, descriptor: Any, files: list[str],
+                  given: FileInput, start_ms: int) -> Source:
+    """One source partition per Hadoop split of each file (one per file unless it is large)."""
+    sc = spark.sparkContext
+    splits = [sc.textFile(f, minPartitions=1).getNumPartitions() for f in files]
+    names: list[str] = []
+    for f, k in zip(files, splits, strict=True):
+        names.extend([f] if k == 1 else [f"{f} (split {j} of {k})" for j in range(k)])
+    to_records = _rows_to_records(stream_id, descriptor, start_ms, names, given.timestamp)
 
     def build(spark: Any) -> Any:
         sc = spark.sparkContext
-        rdds = [sc.textFile(f) for f in files]
-        split_names: list[str] = []
-        for f, r in zip(files, rdds, strict=True):
-            k = r.getNumPartitions()
-            split_names.extend([f] if k == 1 else [f"{f} (split {j} of {k})" for j in range(k)])
-        to_records = _rows_to_records(stream_id, descriptor, start_ms, split_names, given.timestamp)
-        decoder = msgspec.json.Decoder()
+        rdds = [sc.textFile(f, minPartitions=1) for f in files]
 
         def parse(i: int, lines: Iterator[str]) -> Iterator[Any]:
+            decoder = msgspec.json.Decoder()  # made here: decoders do not pickle
             for n, line in enumerate(lines):
                 if not line.strip():
                     continue
@@ -329,13 +331,13 @@ def _jsonl_source(stream_id: str, descriptor: Any, files: list[str], given: File
                 except msgspec.DecodeError as exc:
                     from .executor import PassFailure
 
-                    raise PassFailure(f"input {stream_id!r}: line {n + 1} of {split_names[i]} is "
+                    raise PassFailure(f"input {stream_id!r}: line {n + 1} of {names[i]} is "
                                       f"not JSON ({exc}): {line[:80]!r}; JSON Lines inputs hold "
                                       f"one JSON value per line") from exc
 
         union = rdds[0] if len(rdds) == 1 else sc.union(rdds)
         return union.mapPartitionsWithIndex(lambda i, it: to_records(i, parse(i, it)))
-    return Source(stream_id, len(files), names, build)
+    return Source(stream_id, len(names), names, build)
 
 
 def _parquet_source(stream_id: str, descriptor: Any, files: list[str], given: FileInput,

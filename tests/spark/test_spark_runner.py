@@ -1,0 +1,280 @@
+"""SparkRunner on real PySpark (local[2]): inputs, outputs, semantics against TestRunner, and
+errors that name the stream, the operator and the file."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from spark_apps import View
+
+from runtime.spark import FileInput, ReprocessError, SourceError, SparkRunner
+from runtime.testing import TestRunner
+from samza_dsl import KV, StreamApplication
+from samza_dsl.errors import SamzaError
+from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
+from samza_dsl.systems import MemorySystem
+from samza_dsl.windows import FiringType, Windows
+
+T0 = 1_700_000_000.0
+
+
+def views(n: int, partitions: int = 2) -> dict[int, list[dict[str, Any]]]:
+    return {p: [{"user": f"u{i % 7}", "country": f"c{(i * 3 + p) % 5}", "ts": T0 + i * 0.9 + p}
+                for i in range(n)] for p in range(partitions)}
+
+
+def counts_app(event_time: bool = True, **config: Any) -> StreamApplication:
+    app = StreamApplication("pv", config={"job.intermediate.stream.partitions": 3, **config})
+    mem = MemorySystem()
+    inp = mem.input("views", event_time=(lambda m: m["ts"]) if event_time else None)
+    w = Windows.keyed_tumbling(lambda kv: kv.key, timedelta(seconds=10), init=int,
+                               fold=lambda kv, n: n + 1, event_time=lambda kv: kv.value["ts"])
+    (app.input(inp).filter(lambda m: m["user"] != "u0", name="not-u0")
+     .partition_by(lambda m: m["country"], name="by-country")
+     .window(w, name="w")
+     .map(lambda p: {"country": p.key.key, "start": p.key.pane_id, "n": p.message}, name="row")
+     .send_to(app.output(mem.output("counts"))))
+    return app
+
+
+def rows(result: list[dict[str, Any]]) -> Counter[str]:
+    return Counter(json.dumps(r, sort_keys=True) for r in result)
+
+
+def write_jsonl(path: Path, items: list[Any]) -> Path:
+    path.write_text("".join(json.dumps(x) + "\n" for x in items))
+    return path
+
+
+def read_jsonl_dir(path: Path) -> list[Any]:
+    out = []
+    for f in sorted(path.iterdir()):
+        if f.name.startswith(("_", ".")):
+            continue
+        out.extend(json.loads(line) for line in f.read_text().splitlines() if line.strip())
+    return out
+
+
+# -- semantics --------------------------------------------------------------------------------------
+
+def test_windowed_counts_equal_the_test_runner(spark: Any) -> None:
+    parts = views(150, partitions=3)
+    expected = TestRunner(counts_app()).add_input("views", parts).run().messages("counts")
+    result = SparkRunner(spark).reprocess(counts_app(), {"views": parts})
+    assert rows(result.messages("counts")) == rows(expected)
+    assert result.rows_in == {"views": 450}
+    assert result.rows_out["counts"] == len(expected)
+    # every view but u0's crossed the intermediate stream, into its planned 3 partitions
+    assert result.rows_out["pv-1-partition_by-by-country"] == sum(
+        1 for msgs in parts.values() for m in msgs if m["user"] != "u0")
+    assert result.plan.streams["pv-1-partition_by-by-country"].partitions == 3
+    assert "counts" in result.summary() and "450" in result.summary()
+
+
+def test_narrow_operators_and_async_calls_equal_the_test_runner(spark: Any) -> None:
+    def build() -> StreamApplication:
+        app = StreamApplication("narrow", config={"task.max.concurrency": 8})
+        mem = MemorySystem()
+
+        async def lookup(m: int) -> list[int]:
+            await asyncio.sleep(0.001 * (m % 3))
+            return [m * 10] if m % 4 else []
+
+        (app.input(mem.input("nums")).map(lambda m: m + 1, name="inc")
+         .filter(lambda m: m % 5 != 0, name="no-fives")
+         .flat_map(lambda m: [m] * (m % 3), name="rep")
+         .async_flat_map(lookup, name="lookup")
+         .send_to(app.output(mem.output("out"))))
+        return app
+
+    parts = {p: list(range(p * 100, p * 100 + 60)) for p in range(3)}
+    expected = TestRunner(build()).add_input("nums", parts).run().messages("out")
+    got = SparkRunner(spark).reprocess(build(), {"nums": parts}).messages("out")
+    assert Counter(got) == Counter(expected) and expected
+
+
+def test_table_join_reads_what_earlier_records_wrote(spark: Any) -> None:
+    """A table filled from one input and read by another, co-partitioned by key: Spark
+    orders both by time, so a lookup sees every profile written before it."""
+    app = StreamApplication("enrich")
+    mem = MemorySystem()
+    kv = KVSerde(StringSerde(), JsonSerde())
+    profiles = mem.input("profiles", serde=kv, event_time=lambda m: m.value["ts"])
+    clicks = mem.input("clicks", serde=kv, event_time=lambda m: m.value["ts"])
+    table = app.table("profile", serde=kv)
+    app.input(profiles).send_to(table)
+    (app.input(clicks).join_table(table, combine=lambda m, rec: KV(
+        m.key, {"page": m.value["page"], "name": rec.value["name"] if rec else None}),
+        name="with-profile")
+     .send_to(app.output(mem.output("enriched", serde=kv))))
+    users = [f"user{i}" for i in range(8)]
+    prof = [KV(u, {"name": u.upper(), "ts": 100.0 + i}) for i, u in enumerate(users)]
+    # each user clicks once before and once after its profile arrives
+    clk = [KV(u, {"page": "early", "ts": 99.0 + i}) for i, u in enumerate(users)] + \
+          [KV(u, {"page": "late", "ts": 200.0 + i}) for i, u in enumerate(users)]
+    out = SparkRunner(spark).reprocess(app, {"profiles": prof, "clicks": clk}).messages("enriched")
+    assert sorted((m.key, m.value["page"], m.value["name"]) for m in out) == sorted(
+        [(u, "early", None) for u in users] + [(u, "late", u.upper()) for u in users])
+
+
+def test_processing_time_window_uses_the_timestamp_column(spark: Any, tmp_path: Path) -> None:
+    app = StreamApplication("clocked")
+    mem = MemorySystem()
+    w = Windows.tumbling(timedelta(minutes=1), init=int, fold=lambda m, n: n + 1)
+    app.input(mem.input("events")).window(w, name="per-minute").send_to(
+        app.output(mem.output("panes")))
+    # 3 events in minute 0, 2 in minute 5: the record timestamps (ms) are the clock
+    events = [{"id": i, "at": t} for i, t in enumerate([1_000, 20_000, 59_999, 300_000, 301_000])]
+    path = write_jsonl(tmp_path / "events.jsonl", events)
+    panes = SparkRunner(spark).reprocess(
+        app, {"events": FileInput(path, timestamp="at")}).messages("panes")
+    assert sorted((p.key.pane_id, p.message) for p in panes) == [("0", 3), ("300000", 2)]
+    assert all(p.firing is FiringType.DEFAULT for p in panes)
+
+
+def test_broadcast_reaches_every_task(spark: Any) -> None:
+    app = StreamApplication("bc", config={"job.intermediate.stream.partitions": 3})
+    mem = MemorySystem()
+    kv = KVSerde(StringSerde(), JsonSerde())
+    rules = app.input(mem.input("rules")).broadcast(name="rules-bc")
+    events = app.input(mem.input("events", serde=kv)).partition_by(
+        lambda m: m.key, lambda m: m.value, name="by-key")
+    rules.merge(events).map(lambda m: m if isinstance(m, KV) else KV("rule", m), name="tag") \
+        .send_to(app.output(mem.output("seen", serde=kv)))
+    result = SparkRunner(spark).reprocess(
+        app, {"rules": ["r1", "r2"], "events": [KV(f"k{i}", i) for i in range(9)]})
+    seen = result.messages("seen")
+    # each of the 3 tasks read both rules
+    assert Counter(m.value for m in seen if m.key == "rule") == {"r1": 3, "r2": 3}
+    assert sorted(m.value for m in seen if m.key != "rule") == list(range(9))
+
+
+# -- files in and out ---------------------------------------------------------------------------
+
+def test_jsonl_in_and_out_and_a_rerun_replaces(spark: Any, tmp_path: Path) -> None:
+    data = [m for msgs in views(80, 2).values() for m in msgs]
+    inp = tmp_path / "in"
+    inp.mkdir()
+    write_jsonl(inp / "a.jsonl", data[:90])
+    write_jsonl(inp / "b.jsonl", data[90:])
+    out = tmp_path / "counts.jsonl"
+    runner = SparkRunner(spark)
+    first = runner.reprocess(counts_app(), {"views": str(inp)}, outputs={"counts": str(out)})
+    written = read_jsonl_dir(out)
+    expected = TestRunner(counts_app()).add_input(
+        "views", {0: data[:90], 1: data[90:]}).run().messages("counts")
+    assert rows(written) == rows(expected)
+    assert first.rows_out["counts"] == len(written) and first.rows_in == {"views": 160}
+    assert rows(first.messages("counts")) == rows(expected)  # read back from the files
+    # a rerun over less input replaces the output, leaving nothing of the first run behind
+    write_jsonl(inp / "b.jsonl", [])
+    runner.reprocess(counts_app(), {"views": str(inp)}, outputs={"counts": str(out)})
+    expected = TestRunner(counts_app()).add_input("views", {0: data[:90]}).run().messages("counts")
+    assert rows(read_jsonl_dir(out)) == rows(expected)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["counts.jsonl", "in"]
+
+
+def test_parquet_in_and_out(spark: Any, tmp_path: Path) -> None:
+    data = [m for msgs in views(100, 2).values() for m in msgs]
+    src = tmp_path / "views.parquet"
+    src.mkdir()
+    pq.write_table(pa.Table.from_pylist(data[:120]), src / "part-0.parquet", row_group_size=50)
+    pq.write_table(pa.Table.from_pylist(data[120:]), src / "part-1.parquet")
+    out = tmp_path / "counts.parquet"
+    result = SparkRunner(spark).reprocess(counts_app(), {"views": str(src)},
+                                          outputs={"counts": str(out)})
+    got = pq.read_table(out).to_pylist()
+    expected = TestRunner(counts_app()).add_input("views", {0: data}).run().messages("counts")
+    assert rows(got) == rows(expected)
+    assert result.rows_in == {"views": 200}
+
+
+def test_dataframe_input_with_keyed_rows(spark: Any) -> None:
+    app = StreamApplication("df")
+    mem = MemorySystem()
+    kv = KVSerde(StringSerde(), JsonSerde())
+    app.input(mem.input("in", serde=kv)).map(lambda m: KV(m.key, m.value * 2), name="double") \
+        .send_to(app.output(mem.output("out", serde=kv)))
+    df = spark.createDataFrame([(f"k{i}", i) for i in range(20)], ["key", "value"])
+    out = SparkRunner(spark).reprocess(app, {"in": df}).messages("out")
+    assert sorted((m.key, m.value) for m in out) == sorted((f"k{i}", 2 * i) for i in range(20))
+
+
+# -- bad input --------------------------------------------------------------------------------------
+
+def test_a_missing_input_path_names_the_stream_and_path(spark: Any, tmp_path: Path) -> None:
+    with pytest.raises(SourceError, match=r"input 'views': .*nowhere\.jsonl does not exist"):
+        SparkRunner(spark).reprocess(counts_app(), {"views": str(tmp_path / "nowhere.jsonl")})
+
+
+def test_an_unknown_stream_id_names_the_streams_there_are(spark: Any) -> None:
+    with pytest.raises(SamzaError, match=r"'clicks' is not an input stream of application "
+                                         r"'pv'; its inputs: views"):
+        SparkRunner(spark).reprocess(counts_app(), {"clicks": [], "views": []})
+    with pytest.raises(SamzaError, match=r"'nope' is not an output stream .* outputs: counts"):
+        SparkRunner(spark).reprocess(counts_app(), {"views": []}, outputs={"nope": "x"})
+    with pytest.raises(SamzaError, match=r"no input was given for it"):
+        SparkRunner(spark).reprocess(counts_app(), {})
+
+
+def test_rows_that_do_not_fit_the_serde_name_stream_file_and_row(spark: Any,
+                                                                   tmp_path: Path) -> None:
+    app = StreamApplication("typed")
+    mem = MemorySystem()
+    app.input(mem.input("views", serde=JsonSerde(View))).map(lambda v: v.user, name="user") \
+        .send_to(app.output(mem.output("users")))
+    path = write_jsonl(tmp_path / "views.jsonl",
+                       [{"user": "a", "ts": 1.0}, {"user": "b"}, {"user": "c", "ts": 3.0}])
+    with pytest.raises(ReprocessError) as info:
+        SparkRunner(spark).reprocess(app, {"views": str(path)})
+    msg = str(info.value)
+    assert "input 'views'" in msg and "views.jsonl" in msg and "row 1" in msg
+    assert "ts" in msg  # what is missing
+    path.write_text('{"user": "a", "ts": 1.0}\nnot json\n')
+    with pytest.raises(ReprocessError, match=r"line 2 of .*views\.jsonl is not JSON"):
+        SparkRunner(spark).reprocess(app, {"views": str(path)})
+    kv = KVSerde(StringSerde(), JsonSerde())
+    keyed = StreamApplication("keyed")
+    keyed.input(mem.input("kin", serde=kv)).send_to(keyed.output(mem.output("kout", serde=kv)))
+    bad = write_jsonl(tmp_path / "kin.jsonl", [{"k": 1}])
+    with pytest.raises(ReprocessError, match=r"'kin' is keyed .* needs 'key' and 'value'"):
+        SparkRunner(spark).reprocess(keyed, {"kin": str(bad)})
+
+
+def test_a_failing_user_function_names_operator_stream_and_file_and_writes_nothing(
+        spark: Any, tmp_path: Path) -> None:
+    def build(fail_on: str | None) -> StreamApplication:
+        app = StreamApplication("fragile")
+        mem = MemorySystem()
+
+        def check(m: dict[str, Any]) -> dict[str, Any]:
+            if m["user"] == fail_on:
+                raise ValueError(f"bad user {m['user']}")
+            return m
+        app.input(mem.input("views")).map(check, name="check").send_to(
+            app.output(mem.output("out")))
+        return app
+
+    path = write_jsonl(tmp_path / "views.jsonl", [{"user": f"u{i}"} for i in range(10)])
+    out = tmp_path / "out.jsonl"
+    runner = SparkRunner(spark)
+    runner.reprocess(build(None), {"views": str(path)}, outputs={"out": str(out)})
+    before = sorted(p.name for p in out.iterdir())
+    with pytest.raises(ReprocessError) as info:
+        runner.reprocess(build("u7"), {"views": str(path)}, outputs={"out": str(out)})
+    msg = str(info.value)
+    assert "operator 'fragile-1-map-check'" in msg and "stream 'views'" in msg
+    assert "views.jsonl, row 7" in msg and "ValueError: bad user u7" in msg
+    # the failed run left the previous output as it was, and no temporary directory
+    assert sorted(p.name for p in out.iterdir()) == before
+    assert len(read_jsonl_dir(out)) == 10
+    assert sorted(os.listdir(tmp_path)) == ["out.jsonl", "views.jsonl"]
