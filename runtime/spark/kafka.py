@@ -8,8 +8,8 @@ with the stream's serde. The record timestamp is the record's clock (see ``runne
 Output (``KafkaOutput``): the messages are computed and kept on the executors' disks first, so a
 failing user function fails the run before anything is produced. Then the topic is created with
 the planned partition count if it is missing (a topic with another count is an error), emptied of
-what an earlier run wrote (records before the current end are deleted), and written by the
-executors, each message to the partition the streaming runtime would choose (murmur2 of the
+what an earlier run wrote (a topic holding records is deleted and created again with the planned
+count, so topic settings made by hand are not kept), and written by the executors, each message to the partition the streaming runtime would choose (murmur2 of the
 serialized key). A rerun therefore replaces the topic's contents.
 """
 
@@ -185,7 +185,7 @@ class _KafkaSink:
     def commit(self, spark: Any) -> None:
         servers, topic, n = self.spec.bootstrap_servers, self.topic, self.partitions
         settings = dict(self.spec.producer)
-        _run(_truncate(servers, topic))
+        _run(_truncate(servers, topic, n))
         serde = self.serde
         sid = self.stream_id
 
@@ -201,11 +201,13 @@ class _KafkaSink:
             self._staged.unpersist()
 
 
-async def _truncate(servers: str, topic: str) -> None:
-    """Delete what an earlier run wrote to ``topic`` (records before its current end)."""
+async def _truncate(servers: str, topic: str, partitions: int) -> None:
+    """Empty ``topic`` of what an earlier run wrote: a topic holding records is deleted and
+    created again with ``partitions`` (DeleteRecords is not offered by every broker)."""
     from aiokafka import TopicPartition
-    from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
+    from aiokafka.admin import AIOKafkaAdminClient
 
+    from ..kafka_admin import TopicSpec, ensure_topics
     from ..kafka_system import kafka_error, new_consumer, true_end_offsets
 
     consumer = new_consumer(servers, {}, brief=True)
@@ -219,19 +221,23 @@ async def _truncate(servers: str, topic: str) -> None:
         with contextlib.suppress(Exception):
             await consumer.stop()
     ends = await true_end_offsets(servers, tps, {}, 10.0)
-    todo = {tp: RecordsToDelete(ends[tp]) for tp in tps if ends[tp] > begins[tp]}
-    if not todo:
+    if not any(ends[tp] > begins[tp] for tp in tps):
         return
     admin = AIOKafkaAdminClient(bootstrap_servers=servers)
     try:
         await admin.start()
-        await admin.delete_records(todo, timeout_ms=10_000)
+        await admin.delete_topics([topic], timeout_ms=10_000)
+        for _ in range(100):  # deletion completes in the background on Apache Kafka
+            if topic not in await admin.list_topics():
+                break
+            await asyncio.sleep(0.1)
     except Exception as exc:
-        raise kafka_error(f"emptying topic {topic!r} of an earlier run's records "
-                          f"(DeleteRecords)", servers, exc) from exc
+        raise kafka_error(f"deleting topic {topic!r} to replace an earlier run's output",
+                          servers, exc) from exc
     finally:
         with contextlib.suppress(Exception):
             await admin.close()
+    await ensure_topics(servers, [TopicSpec(topic, partitions)])
 
 
 async def _produce(servers: str, settings: Mapping[str, Any], topic: str, n: int, serde: Any,
