@@ -237,37 +237,56 @@ def _local_path_missing(path: str) -> bool:
     return not os.path.exists(path)
 
 
-def _quiet_spark(master: str) -> None:
-    """Start the session the runner will reuse, with Spark's own console bar off and its log at
-    ERROR, so the JVM's startup warnings do not bury the progress and the summary."""
+_SPARK_LOG4J2 = """\
+rootLogger.level = fatal
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
+# a logger of Spark's own at the root's level: no "Setting default log level" banner
+logger.apache.name = org.apache
+logger.apache.level = fatal
+"""
+
+
+@contextlib.contextmanager
+def _quiet_spark() -> Iterator[None]:
+    """While the runner starts Spark: its log4j2 log at FATAL, so the JVM's startup warnings and
+    the executors' task tracebacks do not bury the progress, the summary or the error (a failed
+    run is one ``ReprocessError`` line). A ``PYSPARK_SUBMIT_ARGS`` of the user's wins."""
     import tempfile
     import warnings
 
-    from pyspark.sql import SparkSession
-
     warnings.filterwarnings("ignore", message=".*does not yet fully support pandas")
+    if "PYSPARK_SUBMIT_ARGS" in os.environ:
+        yield
+        return
     fd, log_conf = tempfile.mkstemp(prefix="samza-dsl-log4j2-", suffix=".properties")
     with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write("rootLogger.level = error\n"
-                "rootLogger.appenderRef.stderr.ref = console\n"
-                "appender.console.type = Console\n"
-                "appender.console.name = console\n"
-                "appender.console.target = SYSTEM_ERR\n"
-                "appender.console.layout.type = PatternLayout\n"
-                "appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex\n"
-                # the shell's logger at the root's level: no "Setting default log level" banner
-                "logger.repl.name = org.apache.spark.repl.Main\n"
-                "logger.repl.level = error\n")
+        f.write(_SPARK_LOG4J2)
+    os.environ["PYSPARK_SUBMIT_ARGS"] = (f"--driver-java-options "
+                                         f"-Dlog4j2.configurationFile={log_conf} pyspark-shell")
     try:
-        spark = (SparkSession.builder.master(master).appName("samza-dsl reprocess")
-                 .config("spark.ui.enabled", "false")
-                 .config("spark.ui.showConsoleProgress", "false")
-                 .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={log_conf}")
-                 .getOrCreate())
+        yield
     finally:
+        del os.environ["PYSPARK_SUBMIT_ARGS"]
         with contextlib.suppress(OSError):
-            os.unlink(log_conf)  # read by the JVM as it started
-    spark.sparkContext.setLogLevel("ERROR")
+            os.unlink(log_conf)  # the JVM read it as it started
+
+
+def _ship_app_file(ref: str) -> None:
+    """An APP given as a file is loaded under a made-up module name (``_samza_app_<file>``) that
+    Spark's executors cannot import: its functions go to them by value."""
+    from pyspark import cloudpickle
+
+    from .loader import load_module
+
+    target = ref.partition(":")[0]
+    if target.endswith(".py") or os.sep in target or "/" in target or os.path.exists(target):
+        with contextlib.suppress(ValueError):
+            cloudpickle.register_pickle_by_value(load_module(target))
 
 
 def cmd_reprocess(args: argparse.Namespace) -> int:
@@ -288,10 +307,12 @@ def cmd_reprocess(args: argparse.Namespace) -> int:
     from .spark import SparkRunner
     from .spark.progress import StageProgress
 
-    _quiet_spark(args.master)
+    _ship_app_file(args.app)
     runner = SparkRunner(master=args.master)
+    with _quiet_spark():
+        sc = runner.spark.sparkContext
     try:
-        with StageProgress(runner.spark.sparkContext,
+        with StageProgress(sc,
                            stream=None if args.no_progress else sys.stderr) as progress:
             result = runner.reprocess(app, inputs, outputs=outputs, config=config)
         if not args.no_progress:
