@@ -276,19 +276,6 @@ def _quiet_spark() -> Iterator[None]:
             os.unlink(log_conf)  # the JVM read it as it started
 
 
-def _ship_app_file(ref: str) -> None:
-    """An APP given as a file is loaded under a made-up module name (``_samza_app_<file>``) that
-    Spark's executors cannot import: its functions go to them by value."""
-    from pyspark import cloudpickle
-
-    from .loader import load_module
-
-    target = ref.partition(":")[0]
-    if target.endswith(".py") or os.sep in target or "/" in target or os.path.exists(target):
-        with contextlib.suppress(ValueError):
-            cloudpickle.register_pickle_by_value(load_module(target))
-
-
 def cmd_reprocess(args: argparse.Namespace) -> int:
     from .loader import load_app
 
@@ -307,7 +294,6 @@ def cmd_reprocess(args: argparse.Namespace) -> int:
     from .spark import SparkRunner
     from .spark.progress import StageProgress
 
-    _ship_app_file(args.app)
     runner = SparkRunner(master=args.master)
     with _quiet_spark():
         sc = runner.spark.sparkContext

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from samza_dsl import StreamApplication
@@ -141,7 +142,8 @@ class TestRunner:
 
 
 def run_container(container: Container, timeout: float) -> None:
-    """Run a container on a new event loop; a run past ``timeout`` raises a SamzaError."""
+    """Run a container on a new event loop (in a thread of its own when the caller's thread
+    already runs one, as in Jupyter); a run past ``timeout`` raises a SamzaError."""
 
     async def main() -> None:
         try:
@@ -154,7 +156,14 @@ def run_container(container: Container, timeout: float) -> None:
                 f"(processed {status['processed']}, in flight {status['in_flight']}); an async "
                 f"function may hang, or an input never ends") from None
 
-    asyncio.run(main())
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        asyncio.run(main())
+        return
+    # called where a loop already runs (Jupyter): the run gets a loop of its own in a thread
+    with ThreadPoolExecutor(1, thread_name_prefix="samza-test-runner") as pool:
+        pool.submit(asyncio.run, main()).result()
 
 
 def memory_job(app: StreamApplication, inputs: Mapping[str, Mapping[int, Sequence[Any]]],

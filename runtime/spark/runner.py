@@ -501,8 +501,6 @@ def _user_modules(plan: Any) -> set[str]:
 def _importable_by_name(module: Any) -> bool:
     """Whether executors import ``module`` by its name: our packages, the standard library, and
     any module the driver finds by name on its ``sys.path`` (which executors are given)."""
-    import importlib.util
-
     name = module.__name__
     top = name.split(".")[0]
     if top in _OUR_PACKAGES or top in sys.stdlib_module_names or top == "builtins":
@@ -510,10 +508,19 @@ def _importable_by_name(module: Any) -> bool:
     path = getattr(module, "__file__", None)
     if path is None or name == "__main__":
         return path is None and name != "__main__"
-    try:
-        spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError):
-        return False
+    # look the name up afresh on the path (importlib.util.find_spec would answer from
+    # sys.modules, where a module loaded from a file under a made-up name also sits)
+    from importlib.machinery import PathFinder
+
+    parent, _, leaf = name.rpartition(".")
+    if parent:
+        package = sys.modules.get(parent)
+        search = getattr(package, "__path__", None)
+        if search is None:
+            return False
+        spec = PathFinder.find_spec(name, list(search))
+    else:
+        spec = PathFinder.find_spec(leaf, sys.path)
     origin = getattr(spec, "origin", None)
     return origin is not None and os.path.realpath(origin) == os.path.realpath(path)
 
