@@ -242,26 +242,16 @@ class TaskInstance:
         process: Callable[[Any], Any] = _bind_port(op, port) if isinstance(spec, JoinSpec) \
             else op.process
         executor = self.container.executor
-        one = op.one_to_one() if port == 0 else None
         if executor is not None and spec.opcode in _THREADED_OPCODES:
             emit = chain(op_id, _threaded(process, executor), nexts)
-        elif one is not None:
-            emit = chain_one(op_id, one, nexts, IDENTITY)
         else:
-            emit = chain(op_id, process, nexts)
+            emit = operator_emit(op, port, nexts)
         self._emits[key] = emit
         return emit
 
     def _nexts(self, op_id: str) -> list[Emit]:
         """What an operator's outputs go to: downstream operators, or a producer."""
-        spec = self.operators[op_id].spec
-        nexts = [self._emit(n, self.plan.graph.edges[op_id, n]["port"])
-                 for n in self.plan.next_ops(op_id)]
-        target = spec.stream_id if isinstance(spec, PartitionBySpec | BroadcastSpec | SendToSpec) \
-            else None
-        if target is not None:
-            nexts.append(self._sender(target, op_id))
-        return nexts
+        return op_nexts(self.plan, op_id, self.operators[op_id].spec, self._emit, self._sender)
 
     def _sender(self, stream_id: str, op_id: str) -> Emit:
         """The terminal that hands a record to the producer, choosing its partition."""
@@ -693,6 +683,28 @@ def _record_sender(op_id: str, sink: Any, parts: Any, partitioner: Any, own: int
         slow(m)
     send_kv.parts = parts  # type: ignore[attr-defined]
     return send_kv
+
+
+def op_nexts(plan: Any, op_id: str, spec: Any, emit: Callable[[str, str], Emit],
+             sender: Callable[[str, str], Emit]) -> list[Emit]:
+    """What an operator's outputs go to: ``emit(op id, port)`` of each downstream operator,
+    and ``sender(stream id, op id)`` when it writes to a stream."""
+    nexts = [emit(n, plan.graph.edges[op_id, n]["port"]) for n in plan.next_ops(op_id)]
+    target = spec.stream_id if isinstance(spec, PartitionBySpec | BroadcastSpec | SendToSpec) \
+        else None
+    if target is not None:
+        nexts.append(sender(target, op_id))
+    return nexts
+
+
+def operator_emit(op: Operator, port: int, nexts: list[Emit]) -> Emit:
+    """The emit function of ``op`` on ``port`` followed by ``nexts``: fused when the operator
+    gives at most one output (``one_to_one``), else through its ``process`` (a join's port)."""
+    one = op.one_to_one() if port == 0 else None
+    if one is not None:
+        return chain_one(op.op_id, one, nexts, IDENTITY)
+    process = _bind_port(op, port) if isinstance(op.spec, JoinSpec) else op.process
+    return chain(op.op_id, process, nexts)
 
 
 def _bind_port(op: Operator, port: int) -> Callable[[Any], Any]:

@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from operators import build_operator
-from operators.base import IDENTITY, Operator, OperatorContext, UserContext
+from operators.base import Operator, OperatorContext, UserContext
 from operators.hashing import KeyPartitioner
 from operators.state import InMemoryState
 from samza_dsl.config import config_value
@@ -39,18 +39,15 @@ from samza_dsl.kv import KV
 from samza_dsl.serdes import KVSerde
 from samza_dsl.spec import (
     AsyncFlatMapSpec,
-    BroadcastSpec,
     JoinSpec,
-    PartitionBySpec,
-    SendToSpec,
     WindowSpec,
     stream_node,
 )
 
-from ..dag import Emit, OperatorFailure, chain, chain_one, fan_out
+from ..dag import Emit, OperatorFailure, _forward, fan_out
 from ..serde_util import default_key_bytes
 from ..tables import LocalTable
-from ..task import _bind_port, _task_copy
+from ..task import _task_copy, op_nexts, operator_emit
 
 __all__ = ["PassExecutor", "PassFailure", "ALL_PARTITIONS", "STATEFUL"]
 
@@ -165,23 +162,12 @@ class PassExecutor:
         if isinstance(spec, AsyncFlatMapSpec):
             emit = self._async_emit(op, nexts)
         else:
-            one = op.one_to_one() if port == 0 else None
-            if one is not None:
-                emit = chain_one(op_id, one, nexts, IDENTITY)
-            else:
-                process = _bind_port(op, port) if isinstance(spec, JoinSpec) else op.process
-                emit = chain(op_id, process, nexts)
+            emit = operator_emit(op, port, nexts)
         self._emits[key] = emit
         return emit
 
     def _nexts(self, op_id: str) -> list[Emit]:
-        spec = self.operators[op_id].spec
-        nexts = [self._emit(n, self.plan.graph.edges[op_id, n]["port"])
-                 for n in self.plan.next_ops(op_id)]
-        if isinstance(spec, PartitionBySpec | BroadcastSpec | SendToSpec) \
-                and spec.stream_id is not None:
-            nexts.append(self._sender(spec.stream_id, op_id))
-        return nexts
+        return op_nexts(self.plan, op_id, self.operators[op_id].spec, self._emit, self._sender)
 
     def _sender(self, stream_id: str, op_id: str) -> Emit:
         """The terminal writing to ``stream_id``: the partition as the streaming runtime picks it
@@ -235,7 +221,7 @@ class PassExecutor:
             except Exception as exc:
                 raise OperatorFailure(op_id, exc) from exc
             if type(call) is list:
-                _forward_now(call, nexts)
+                _forward(call, nexts)
                 return None
             assert self._loop is not None
             task = self._loop.create_task(_as_list(call))
@@ -255,16 +241,11 @@ class PassExecutor:
 
     def _run_sync(self, records: Iterable[tuple[Any, ...]]) -> None:
         entries = self.entries
-        tick = self.tick_ms
-        next_tick = None
+        due = _ticks(self.tick_ms)
         for rec in records:
             sid, sort_ms, part, off, clock, m = rec
-            if tick > 0:
-                if next_tick is None:
-                    next_tick = clock - clock % tick + tick
-                elif clock >= next_tick:
-                    self._tick(clock)
-                    next_tick = clock - clock % tick + tick
+            if due is not None and due(clock):
+                self._tick(clock)
             self.sort_ms = sort_ms
             self.clock_ms = clock
             try:
@@ -279,19 +260,14 @@ class PassExecutor:
     async def _run_async(self, records: Iterable[tuple[Any, ...]]) -> list[tuple[int, tuple[Any, ...]]]:
         self._loop = asyncio.get_running_loop()
         entries = self.entries
-        tick = self.tick_ms
-        next_tick = None
+        due = _ticks(self.tick_ms)
         limit = self.max_concurrency
         queues = self._queues
         try:
             for rec in records:
                 sid, sort_ms, part, off, clock, m = rec
-                if tick > 0:
-                    if next_tick is None:
-                        next_tick = clock - clock % tick + tick
-                    elif clock >= next_tick:
-                        await self._tick_async(clock)
-                        next_tick = clock - clock % tick + tick
+                if due is not None and due(clock):
+                    await self._tick_async(clock)
                 self.sort_ms = sort_ms
                 self.clock_ms = clock
                 self.source = (sid, part, off)
@@ -329,7 +305,7 @@ class PassExecutor:
             saved = (self.sort_ms, self.clock_ms, self.source)
             self.sort_ms, self.clock_ms, self.source = sort_ms, clock, source
             try:
-                pend = _forward_now(outs, busiest.nexts)
+                pend = _forward(outs, busiest.nexts)
             except OperatorFailure as f:
                 raise self._failure(f, *source) from f.cause
             if pend is not None:
@@ -346,7 +322,7 @@ class PassExecutor:
                 op = self.operators[op_id]
                 try:
                     outs = call(op)
-                    yield _forward_now(outs, self._nexts(op_id)) if outs else None
+                    yield _forward(outs, self._nexts(op_id)) if outs else None
                 except OperatorFailure as f:
                     raise PassFailure(f"operator {f.op_id!r} failed {when} in task "
                                       f"{self.task_name!r}: {type(f.cause).__name__}: "
@@ -390,17 +366,20 @@ class PassExecutor:
             f"or the input and run again: nothing was written")
 
 
-def _forward_now(outs: list[Any], nexts: list[Emit]) -> list[Awaitable[None]] | None:
-    pend: list[Awaitable[None]] | None = None
-    for o in outs:
-        for nxt in nexts:
-            p = nxt(o)
-            if p is not None:
-                if pend is None:
-                    pend = p
-                else:
-                    pend.extend(p)
-    return pend
+def _ticks(tick_ms: int) -> Callable[[int], bool] | None:
+    """``due(clock)``: True when the clock passed the next multiple of ``tick_ms`` since the last
+    tick (the first record starts the count); None without ticks."""
+    if tick_ms <= 0:
+        return None
+    next_tick: list[int | None] = [None]
+
+    def due(clock: int) -> bool:
+        nt = next_tick[0]
+        if nt is not None and clock < nt:
+            return False
+        next_tick[0] = clock - clock % tick_ms + tick_ms
+        return nt is not None
+    return due
 
 
 async def _as_list(call: Any) -> list[Any]:

@@ -205,9 +205,11 @@ def _timing(descriptor: Any, start_ms: int) -> Callable[[Any, int | None], tuple
 
 
 def _rows_to_records(stream_id: str, descriptor: Any, start_ms: int, names: list[str],
-                     ts_column: str | None) -> Callable[[int, Iterator[Any]], Iterator[Record]]:
-    """Rows of source partition ``i`` -> records, with errors naming stream, file and row."""
-    convert = row_converter(stream_id, descriptor.serde)
+                     ts_column: str | None, *, messages: bool = False
+                     ) -> Callable[[int, Iterator[Any]], Iterator[Record]]:
+    """Rows of source partition ``i`` -> records, with errors naming stream, file and row.
+    With ``messages`` the rows are messages already (a list input)."""
+    convert = _identity if messages else row_converter(stream_id, descriptor.serde)
     timing = _timing(descriptor, start_ms)
     keyed = descriptor.keyed
 
@@ -278,22 +280,13 @@ def _list_source(stream_id: str, descriptor: Any, parts: dict[int, list[Any]],
                     raise SourceError(f"input {stream_id!r} is keyed (KVSerde): message {i} of "
                                       f"partition {p} must be a KV(key, value), got {m!r:.80}")
     names = [f"partition {p}" for p in range(n)]
-    timing = _timing(descriptor, start_ms)
+    to_records = _rows_to_records(stream_id, descriptor, start_ms, names, None, messages=True)
     data = [parts.get(p, []) for p in range(n)]
 
     def build(spark: Any) -> Any:
         def records(i: int, it: Iterator[list[Any]]) -> Iterator[Record]:
             for msgs in it:
-                for off, m in enumerate(msgs):
-                    try:
-                        sort_ms, clock = timing(m, None)
-                    except Exception as exc:
-                        from .executor import PassFailure
-
-                        raise PassFailure(f"input {stream_id!r}: event_time failed on message "
-                                          f"{off} of partition {i}: {type(exc).__name__}: "
-                                          f"{exc}") from exc
-                    yield (stream_id, sort_ms, i, off, clock, m)
+                yield from to_records(i, iter(msgs))
         return spark.sparkContext.parallelize(data, n).mapPartitionsWithIndex(records)
     return Source(stream_id, n, names, build)
 
