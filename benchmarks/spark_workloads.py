@@ -1,0 +1,369 @@
+"""W5 (see BENCHMARKS.md): W3 reprocessed on Spark, ``local[2]``, over 10,000,000 page views
+``{"user": str, "country": str, "ts": float seconds}`` in Parquet (8 files).
+
+The compiled job is a samza-dsl application equivalent to W3 (the input's event time is ``ts``;
+``partition_by(country)`` into 4 intermediate partitions; a keyed tumbling event-time window of
+10 s counting views; each pane sent out as ``(country, pane_id, count)``), run with
+``SparkRunner(spark).reprocess(...)`` from the Parquet directory to a directory of JSON Lines.
+
+Two jobs hand-written in PySpark run in the same run, on the same SparkSession and input:
+
+- **rdd** (the target baseline): what a user would write with the RDD API and the same Python
+  functions: ``spark.read.parquet(dir).rdd.map(Row.asDict)``, keyed by country,
+  ``partitionBy(4)``, each (country, 10 s pane) folded with the same ``init``/``fold``, written
+  as JSON Lines with ``saveAsTextFile``.
+- **dataframe**: the same counts with the DataFrame API (``groupBy(country, ts - ts % 10)``,
+  ``count()``), written with ``DataFrameWriter.json`` (``spark.sql.shuffle.partitions`` 4 for
+  that job).
+
+All three outputs are read back (outside the timed part) and must hold the same panes with the
+same counts, summing to the number of views. One JSON line per run: ``msgs_per_s`` is the
+compiled job's rate, ``ratio`` compiled / rdd, ``ratio_to_dataframe`` compiled / dataframe. The
+order of the three jobs rotates from run to run. The input is generated once per process (numpy
+and pyarrow, seeded) into a temporary directory removed at exit; a warm-up of all three jobs over
+a small input runs first. ``peak_rss_mb`` is the driver's; ``jvm_peak_rss_mb`` the Spark JVM's.
+
+    python benchmarks/run.py W5 --runs 3
+    python benchmarks/run.py W5 --scale 0.01 --runs 1
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import gc
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from typing import Any
+
+from benchmarks.common import emit, timed
+from benchmarks.workloads import COUNTRIES
+from samza_dsl import StreamApplication, Windows
+from samza_dsl.systems import MemorySystem
+
+__all__ = ["run_w5", "w5_summary", "w5_data", "w5_app", "rdd_baseline", "dataframe_baseline",
+           "view_country", "view_ts", "kv_country", "kv_ts", "count_init", "count_fold"]
+
+FILES = 8
+PARTITIONS = 4
+WINDOW_MS = 10_000
+USERS = 100_000
+WARMUP_ROWS = 100_000
+SEED = 5
+T0_MS = 1_700_000_000_000
+
+
+def _progress(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] W5 {msg}", file=sys.stderr, flush=True)
+
+
+# -- the user's functions: the compiled job and the RDD baseline call these same ones ------------
+
+def view_country(view: dict[str, Any]) -> str:
+    return view["country"]
+
+
+def view_ts(view: dict[str, Any]) -> float:
+    return view["ts"]
+
+
+def kv_country(kv: Any) -> str:
+    return kv.key
+
+
+def kv_ts(kv: Any) -> float:
+    return view_ts(kv.value)
+
+
+def count_init() -> int:
+    return 0
+
+
+def count_fold(_view: Any, n: int) -> int:
+    return n + 1
+
+
+def pane_row(pane: Any) -> tuple[str, str, int]:
+    return (pane.key.key, pane.key.pane_id, pane.message)
+
+
+# -- data --------------------------------------------------------------------------------------
+
+_data_dirs: dict[tuple[int, int], str] = {}
+_root: list[str] = []
+
+
+def _tmp_root() -> str:
+    if not _root:
+        _root.append(tempfile.mkdtemp(prefix="samza-w5-"))
+        atexit.register(shutil.rmtree, _root[0], True)
+    return _root[0]
+
+
+def w5_data(n: int, seed: int = SEED) -> str:
+    """A directory of ``FILES`` Parquet files holding n W3 page views (cached per process).
+
+    As W3's input: ts rises by a uniform [0, 10) ms a view (rounded to the ms), users
+    ``u1``..``u100000``, countries ``c00``..``c39``; each file holds a contiguous stretch of time."""
+    cached = _data_dirs.get((n, seed))
+    if cached is not None:
+        return cached
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    t0 = time.perf_counter()
+    path = tempfile.mkdtemp(prefix=f"views-{n}-", dir=_tmp_root())
+    rng = np.random.default_rng(seed)
+    users = pa.array([f"u{i}" for i in range(1, USERS + 1)])
+    countries = pa.array(COUNTRIES)
+    offset_ms = 0.0
+    for f in range(FILES):
+        rows = (f + 1) * n // FILES - f * n // FILES
+        if rows == 0:
+            continue
+        steps = rng.random(rows) * 10.0
+        ms = offset_ms + np.cumsum(steps)
+        offset_ms = float(ms[-1])
+        ts = (T0_MS + np.round(ms)) / 1000.0
+        table = pa.table({"user": users.take(pa.array(rng.integers(0, USERS, rows))),
+                          "country": countries.take(pa.array(rng.integers(0, len(COUNTRIES),
+                                                                          rows))),
+                          "ts": pa.array(ts, pa.float64())})
+        pq.write_table(table, os.path.join(path, f"part-{f:05d}.parquet"),
+                       row_group_size=256 * 1024)
+    _progress(f"generated {n:,} views in {FILES} Parquet files in {time.perf_counter() - t0:.1f} s")
+    _data_dirs[(n, seed)] = path
+    return path
+
+
+# -- the compiled job -------------------------------------------------------------------------
+
+def w5_app() -> StreamApplication:
+    app = StreamApplication("w5-reprocess",
+                            config={"job.intermediate.stream.partitions": PARTITIONS})
+    mem = MemorySystem()
+    views = app.input(mem.input("page-views", event_time=view_ts))
+    out = app.output(mem.output("counts"))
+    (views
+        .partition_by(view_country, name="by-country")
+        .window(Windows.keyed_tumbling(kv_country, timedelta(seconds=WINDOW_MS / 1000),
+                                       init=count_init, fold=count_fold, event_time=kv_ts),
+                name="count")
+        .map(pane_row, name="row")
+        .send_to(out))
+    return app
+
+
+def compiled_job(spark: Any, data_dir: str, out_dir: str) -> Any:
+    from runtime.spark import FileInput, SparkRunner
+
+    app = w5_app()
+    return SparkRunner(spark).reprocess(app, {"page-views": FileInput(data_dir, format="parquet")},
+                                        outputs={"counts": out_dir})
+
+
+# -- the baselines ----------------------------------------------------------------------------
+
+def _fold_partition(pairs: Any) -> Any:
+    """Fold each (country, 10 s pane) of one partition with the job's init and fold."""
+    panes: dict[tuple[str, int], Any] = {}
+    get = panes.get
+    for country, view in pairs:
+        ms = round(view_ts(view) * 1000.0)
+        pk = (country, ms - ms % WINDOW_MS)
+        value = get(pk)
+        panes[pk] = count_fold(view, count_init() if value is None else value)
+    for (country, start), value in panes.items():
+        yield json.dumps((country, str(start), value))
+
+
+def rdd_baseline(spark: Any, data_dir: str, out_dir: str) -> None:
+    from pyspark.sql import Row
+
+    views = spark.read.parquet(data_dir).rdd.map(Row.asDict)
+    (views.keyBy(view_country)
+        .partitionBy(PARTITIONS)
+        .mapPartitions(_fold_partition)
+        .saveAsTextFile(out_dir))
+
+
+def dataframe_baseline(spark: Any, data_dir: str, out_dir: str) -> None:
+    from pyspark.sql import functions as F  # noqa: N812
+
+    ts = F.col("ts")
+    before = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", str(PARTITIONS))
+    try:
+        (spark.read.parquet(data_dir)
+            .groupBy("country", ((ts - ts % 10) * 1000).cast("long").alias("pane"))
+            .count()
+            .write.json(out_dir))
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", before)
+
+
+# -- checks -----------------------------------------------------------------------------------
+
+def _lines(out_dir: str) -> Any:
+    for root, _dirs, files in os.walk(out_dir):
+        for name in sorted(files):
+            if name.startswith(("_", ".")) or name.endswith(".crc"):
+                continue
+            with open(os.path.join(root, name), encoding="utf-8") as fh:
+                for line in fh:
+                    if line.strip():
+                        yield json.loads(line)
+
+
+def read_panes(out_dir: str) -> dict[tuple[str, int], int]:
+    """{(country, pane start ms): count} from any of the three outputs."""
+    panes: dict[tuple[str, int], int] = {}
+    for rec in _lines(out_dir):
+        if isinstance(rec, dict):
+            if "pane" in rec:
+                country, start, count = rec["country"], rec["pane"], rec["count"]
+            else:  # a tuple written as {"_1": ..} or named fields
+                country, start, count = list(rec.values())[:3]
+        else:
+            country, start, count = rec
+        pk = (country, int(start))
+        assert pk not in panes, f"pane {pk} written twice in {out_dir}"
+        panes[pk] = count
+    return panes
+
+
+def _check(name: str, panes: dict[tuple[str, int], int], expected: dict[tuple[str, int], int],
+           n: int) -> None:
+    total = sum(panes.values())
+    assert total == n, f"W5 {name}: the pane counts sum to {total:,}, not {n:,}"
+    if panes != expected:
+        missing = expected.keys() - panes.keys()
+        extra = panes.keys() - expected.keys()
+        differ = [k for k in expected.keys() & panes.keys() if expected[k] != panes[k]]
+        raise AssertionError(f"W5 {name}: {len(panes)} panes against {len(expected)} "
+                             f"({len(missing)} missing, {len(extra)} extra, {len(differ)} "
+                             f"with other counts, e.g. {sorted(differ)[:3]})")
+
+
+# -- the session and the runs -----------------------------------------------------------------
+
+def w5_session(master: str = "local[2]") -> Any:
+    """The one SparkSession of a W5 invocation (the workers run this interpreter)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark import cloudpickle
+    from pyspark.sql import SparkSession
+
+    # this module is not importable by the workers (benchmarks/ is not installed): ship its
+    # functions by value, as a script's own functions would be
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    spark = (SparkSession.builder.master(master).appName("samza-dsl-W5")
+             .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.driver.memory", "4g")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _jvm_peak_rss_mb(spark: Any) -> float | None:
+    try:
+        pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024.0, 1)
+    except (OSError, AttributeError, ValueError):
+        pass
+    return None
+
+
+JOBS = {"compiled": compiled_job, "rdd": rdd_baseline, "dataframe": dataframe_baseline}
+ORDERS = [("compiled", "rdd", "dataframe"), ("rdd", "dataframe", "compiled"),
+          ("dataframe", "compiled", "rdd")]
+
+
+def _run_once(spark: Any, n: int, data_dir: str, order: tuple[str, ...],
+              jobs: dict[str, Any]) -> dict[str, float]:
+    out_root = tempfile.mkdtemp(prefix="out-", dir=_tmp_root())
+    try:
+        seconds: dict[str, float] = {}
+        for name in order:
+            gc.collect()
+            out_dir = os.path.join(out_root, name)
+            spark.sparkContext.setJobGroup(f"w5-{name}", f"W5 {name}")
+            seconds[name], _ = timed(functools.partial(jobs[name], spark, data_dir, out_dir))
+            _progress(f"{name}: {n:,} views in {seconds[name]:.2f} s")
+        ref = "rdd" if "rdd" in order else order[0]
+        expected = read_panes(os.path.join(out_root, ref))
+        for name in order:
+            _check(name, read_panes(os.path.join(out_root, name)) if name != ref else expected,
+                   expected, n)
+        seconds["panes"] = len(expected)
+        return seconds
+    finally:
+        shutil.rmtree(out_root, ignore_errors=True)
+
+
+def run_w5(n: int, runs: int = 3, jobs: tuple[str, ...] = ("compiled", "rdd", "dataframe"),
+           spark: Any = None) -> list[dict[str, Any]]:
+    """``runs`` runs of W5 over n views in one SparkSession, after a warm-up; one line each."""
+    own = spark is None
+    if own:
+        spark = w5_session()
+    try:
+        selected = {name: JOBS[name] for name in jobs}
+        warm = w5_data(min(n, WARMUP_ROWS), seed=SEED + 1)
+        _progress("warm-up")
+        _run_once(spark, min(n, WARMUP_ROWS), warm, tuple(selected), selected)
+        data_dir = w5_data(n)
+        lines = []
+        for i in range(runs):
+            order = tuple(j for j in ORDERS[i % len(ORDERS)] if j in selected)
+            secs = _run_once(spark, n, data_dir, order, selected)
+            lines.append(_emit(n, secs, order, _jvm_peak_rss_mb(spark)))
+        return lines
+    finally:
+        if own:
+            spark.stop()
+
+
+def _emit(n: int, secs: dict[str, float], order: tuple[str, ...],
+          jvm_rss: float | None) -> dict[str, Any]:
+    params = {"messages": n, "files": FILES, "format": "parquet", "partitions": PARTITIONS,
+              "window_s": WINDOW_MS // 1000, "master": "local[2]"}
+    main = "compiled" if "compiled" in secs else order[0]
+    rates = {name: n / secs[name] for name in order}
+    extra: dict[str, Any] = {"order": list(order), "panes": int(secs["panes"]),
+                             "jvm_peak_rss_mb": jvm_rss}
+    for name in order:
+        extra[f"{name}_seconds"] = round(secs[name], 3)
+    if "dataframe" in rates:
+        extra["dataframe_msgs_per_s"] = round(rates["dataframe"], 1)
+        extra["ratio_to_dataframe"] = round(rates[main] / rates["dataframe"], 3)
+    base = "rdd" if "rdd" in rates else main
+    return emit("W5", params, n, secs[main], f"pyspark-{base}-hand-written", rates[base], **extra)
+
+
+def w5_summary(lines: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median line: as ``common.median_summary``, with the ratio to the DataFrame job."""
+    out = {"workload": "W5", "params": lines[0]["params"], "runs": len(lines),
+           "median_msgs_per_s": round(statistics.median(ln["msgs_per_s"] for ln in lines), 1),
+           "median_baseline_msgs_per_s":
+               round(statistics.median(ln["baseline_msgs_per_s"] for ln in lines), 1),
+           "median_ratio": round(statistics.median(ln["ratio"] for ln in lines), 3)}
+    if all("ratio_to_dataframe" in ln for ln in lines):
+        out["median_dataframe_msgs_per_s"] = round(
+            statistics.median(ln["dataframe_msgs_per_s"] for ln in lines), 1)
+        out["median_ratio_to_dataframe"] = round(
+            statistics.median(ln["ratio_to_dataframe"] for ln in lines), 3)
+    out["summary"] = True
+    print(json.dumps(out), flush=True)
+    return out
