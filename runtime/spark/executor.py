@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -75,8 +76,9 @@ class _AsyncQueue:
     def __init__(self, op_id: str, nexts: list[Emit]) -> None:
         self.op_id = op_id
         self.nexts = nexts
-        #: (task, sort ms, clock ms, source) per call, in input order
-        self.calls: deque[tuple[asyncio.Task[list[Any]], int, int, tuple[str, int, int]]] = deque()
+        #: (task, sort ms, clock ms, source, started) per call, in input order
+        self.calls: deque[tuple[asyncio.Task[list[Any]], int, int, tuple[str, int, int],
+                                float]] = deque()
 
 
 class PassExecutor:
@@ -96,6 +98,7 @@ class PassExecutor:
         self.stages = [s for s in plan.stages if s.stage_id in stage_ids]
         self.max_concurrency: int = max(1, config_value(config, "task.max.concurrency"))
         self.tick_ms: int = config_value(config, "task.window.ms")
+        self.callback_timeout_ms: int = config_value(config, "task.callback.timeout.ms")
         self.metrics: dict[str, int] = {}
 
         # what is being processed: ctx.clock() and the time outputs inherit
@@ -225,7 +228,8 @@ class PassExecutor:
                 return None
             assert self._loop is not None
             task = self._loop.create_task(_as_list(call))
-            queue.calls.append((task, self.sort_ms, self.clock_ms, self.source))
+            queue.calls.append((task, self.sort_ms, self.clock_ms, self.source,
+                                time.monotonic()))
             return None
         return emit
 
@@ -297,9 +301,20 @@ class PassExecutor:
                     break
             if busiest is None:
                 return
-            task, sort_ms, clock, source = busiest.calls.popleft()
+            task, sort_ms, clock, source, started = busiest.calls.popleft()
             try:
-                outs = await task
+                if self.callback_timeout_ms > 0:
+                    left = started + self.callback_timeout_ms / 1000 - time.monotonic()
+                    outs = await asyncio.wait_for(task, max(left, 0))
+                else:
+                    outs = await task
+            except TimeoutError:
+                sid, part, off = source
+                raise PassFailure(
+                    f"operator {busiest.op_id!r}: an async call on stream {sid!r} "
+                    f"({self.describe(sid, part, off)}) did not complete within "
+                    f"task.callback.timeout.ms={self.callback_timeout_ms} in task "
+                    f"{self.task_name!r}; the function hangs, or needs a longer timeout") from None
             except Exception as exc:
                 raise self._failure(OperatorFailure(busiest.op_id, exc), *source) from exc
             saved = (self.sort_ms, self.clock_ms, self.source)

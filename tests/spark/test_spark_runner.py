@@ -278,3 +278,21 @@ def test_a_failing_user_function_names_operator_stream_and_file_and_writes_nothi
     assert sorted(p.name for p in out.iterdir()) == before
     assert len(read_jsonl_dir(out)) == 10
     assert sorted(os.listdir(tmp_path)) == ["out.jsonl", "views.jsonl"]
+
+
+def test_an_async_call_that_hangs_fails_within_the_callback_timeout(spark: Any) -> None:
+    app = StreamApplication("hangs", config={"task.callback.timeout.ms": 300,
+                                             "task.max.concurrency": 4})
+    mem = MemorySystem()
+
+    async def call(m: int) -> list[int]:
+        if m == 5:
+            await asyncio.sleep(3600)
+        return [m]
+
+    app.input(mem.input("in")).async_flat_map(call, name="call").send_to(
+        app.output(mem.output("out")))
+    with pytest.raises(ReprocessError, match=r"operator 'hangs-1-async_flat_map-call': an async "
+                                             r"call on stream 'in' \(partition 0, row 5\) did "
+                                             r"not complete within task.callback.timeout.ms=300"):
+        SparkRunner(spark).reprocess(app, {"in": list(range(10))})
