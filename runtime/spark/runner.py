@@ -45,7 +45,6 @@ from samza_dsl.errors import SamzaError
 from samza_dsl.serdes import KVSerde
 from samza_dsl.spec import JoinSpec, WindowSpec
 
-from ..serde_util import default_key_bytes
 from ..testing import resolve_partitions
 from .executor import ALL_PARTITIONS, PassExecutor, PassFailure
 from .sinks import FileOutput, resolve_output
@@ -430,22 +429,19 @@ class _Compiler:
             rdd = src.rdd(self.spark)
             if src.partitions == counts[sid]:
                 return rdd.map(lambda rec: (rec[2], rec))
+            # the input declares another count than its source has: a keyed record goes to its
+            # key's partition (as Kafka's default partitioner), any other stays in its own
             serde = plan.streams[sid].descriptor.serde
-            key_bytes = serde.key_serde.serialize if isinstance(serde, KVSerde) \
-                else default_key_bytes
             m = counts[sid]
-            keyed = isinstance(serde, KVSerde)
+            if not isinstance(serde, KVSerde):
+                return rdd.map(lambda rec: (rec[2] % m, rec))
+            key_bytes = serde.key_serde.serialize
 
-            def place(rec: Any, parts: Any = None) -> Any:
-                return rec[2] % m
-
-            if keyed:
-                def place_keyed(it: Any) -> Any:
-                    partitioner = KeyPartitioner(m, key_bytes)
-                    for rec in it:
-                        yield partitioner(rec[5].key), rec
-                return rdd.mapPartitions(place_keyed)
-            return rdd.map(lambda rec: (place(rec), rec))
+            def place_keyed(it: Any) -> Any:
+                partitioner = KeyPartitioner(m, key_bytes)
+                for rec in it:
+                    yield partitioner(rec[5].key), rec
+            return rdd.mapPartitions(place_keyed)
         producer = self.out[sid]
         rdd = self._only(producer, sid)
         if plan.streams[sid].kind == "broadcast":

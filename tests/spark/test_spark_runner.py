@@ -296,3 +296,31 @@ def test_an_async_call_that_hangs_fails_within_the_callback_timeout(spark: Any) 
                                              r"call on stream 'in' \(partition 0, row 5\) did "
                                              r"not complete within task.callback.timeout.ms=300"):
         SparkRunner(spark).reprocess(app, {"in": list(range(10))})
+
+
+def test_an_input_declaring_more_partitions_than_files_is_placed_by_key(
+        spark: Any, tmp_path: Path) -> None:
+    """One file, an input of 3 partitions: each keyed row goes to its key's partition (murmur2,
+    as a Kafka producer would have written it), where a keyed window counts it."""
+    from operators.hashing import partition_for
+
+    def build() -> StreamApplication:
+        app = StreamApplication("declared")
+        mem = MemorySystem()
+        kv = KVSerde(StringSerde(), JsonSerde())
+        w = Windows.keyed_tumbling(lambda m: m.key, timedelta(seconds=5), init=int,
+                                   fold=lambda m, n: n + m.value["n"],
+                                   event_time=lambda m: m.value["ts"])
+        (app.input(mem.input("scores", serde=kv, partitions=3, event_time=lambda m: m.value["ts"]))
+         .window(w, name="w").map(lambda p: (p.key.key, p.key.pane_id, p.message), name="row")
+         .send_to(app.output(mem.output("sums"))))
+        return app
+
+    items = [{"key": f"k{i % 5}", "value": {"n": i, "ts": 100.0 + i}} for i in range(40)]
+    path = write_jsonl(tmp_path / "scores.jsonl", items)
+    parts: dict[int, list[KV]] = {p: [] for p in range(3)}
+    for it in items:
+        parts[partition_for(it["key"].encode(), 3)].append(KV(it["key"], it["value"]))
+    expected = TestRunner(build()).add_input("scores", parts).run().messages("sums")
+    result = SparkRunner(spark).reprocess(build(), {"scores": str(path)})
+    assert Counter(result.messages("sums")) == Counter(expected) and expected
