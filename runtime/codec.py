@@ -4,8 +4,11 @@ and the serde error policies.
 A record is ``(key, value, headers)``, as in Kafka. A keyed stream (``KVSerde``) writes a ``KV``'s
 key and value with the key and value serdes; any other stream writes the message with its serde,
 and a ``KV`` sent to it with its key as the record key (``default_key_bytes``) and its value as the
-value. Streams declared without a serde use JSON on inputs and outputs, and ``PickleSerde`` on
-intermediate streams, which the job alone writes and reads.
+value. Streams declared without a serde use JSON on inputs and outputs, and ``SafeSerde`` on
+intermediate streams: MessagePack that gives back tuples, ``KV``, datetimes and the types the
+application declared (``app.declare_types``), and whose decoding never runs code, so whoever
+can write to an intermediate stream can at worst send a record that fails to decode. A message
+it cannot write fails the operator that sent it, with an error naming the stream and the type.
 
 Control messages (end-of-stream, watermarks) are records with a ``samza.control`` header, no key
 and an empty value. Each run of a job stamps its control records with its generation: a restarted job skips
@@ -42,7 +45,7 @@ from samza_dsl.serdes import (
     KVSerde,
     MsgpackSerde,
     NoOpSerde,
-    PickleSerde,
+    SafeSerde,
     Serde,
     StringSerde,
 )
@@ -82,11 +85,13 @@ def control_record(message: EndOfStream | Watermark, generation: int) -> Record:
     return (None, b"", ((CONTROL_HEADER, _control_encoder.encode((generation, message))),))
 
 
-def stream_serde(serde: Serde[Any] | None, *, keyed: bool, intermediate: bool) -> Serde[Any]:
-    """The serde a byte system uses for a stream: its own, or the default."""
+def stream_serde(serde: Serde[Any] | None, *, keyed: bool, intermediate: bool,
+                 types: Mapping[str, type] | None = None) -> Serde[Any]:
+    """The serde a byte system uses for a stream: its own, or the default (``SafeSerde`` of the
+    declared ``types`` for intermediate streams)."""
     if serde is not None and not isinstance(serde, NoOpSerde):
         return serde
-    default: Serde[Any] = PickleSerde() if intermediate else JsonSerde()
+    default: Serde[Any] = SafeSerde(types or {}) if intermediate else JsonSerde()
     return KVSerde(default, default) if keyed else default
 
 
@@ -104,6 +109,8 @@ def fast_serializer(serde: Serde[Any]) -> Callable[[Any], bytes]:
     t = type(serde)
     if t is JsonSerde or t is MsgpackSerde:
         return serde._encoder.encode  # type: ignore[attr-defined]
+    if t is SafeSerde:
+        return serde._encode  # type: ignore[attr-defined]
     if t is StringSerde and serde.encoding == "utf-8":  # type: ignore[attr-defined]
         return str.encode
     return serde.serialize
@@ -114,6 +121,8 @@ def fast_deserializer(serde: Serde[Any]) -> Callable[[bytes], Any]:
     t = type(serde)
     if t is JsonSerde or t is MsgpackSerde:
         return serde._decoder.decode  # type: ignore[attr-defined]
+    if t is SafeSerde:
+        return serde._decode  # type: ignore[attr-defined]
     if t is StringSerde and serde.encoding == "utf-8":  # type: ignore[attr-defined]
         return bytes.decode
     if t is BytesSerde:
@@ -123,7 +132,7 @@ def fast_deserializer(serde: Serde[Any]) -> Callable[[bytes], Any]:
 
 def _raises_on_none(serde: Serde[Any]) -> bool:
     t = type(serde)
-    return t is JsonSerde or t is MsgpackSerde or (
+    return t is JsonSerde or t is MsgpackSerde or t is SafeSerde or (
         t is StringSerde and serde.encoding == "utf-8")  # type: ignore[attr-defined]
 
 

@@ -9,6 +9,10 @@ Checkpoints go to the compacted topic ``__samza_checkpoint_<job>`` (one partitio
 Stores are LMDB files under ``job.dir`` on the container's host, backed by compacted changelog
 topics (``<job>-<store>-changelog``, a partition per task; ``runtime.kafka_changelog``): a store
 whose local copy is missing or behind the checkpoint is rebuilt from its topic.
+
+Records that fail to deserialize under the ``dead-letter`` policy, and changelog entries that do
+not decode as a store is rebuilt, go raw to the topic ``<job>-dead-letter`` (one partition,
+created when missing), as on the local system.
 """
 
 from __future__ import annotations
@@ -21,9 +25,16 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from samza_dsl.config import config_value
-from samza_dsl.errors import SamzaError
+from samza_dsl.errors import SamzaError, SerdeError
 
-from .codec import Skipped, StreamCodec, serde_error_policy, stream_serde
+from .codec import (
+    Record,
+    Skipped,
+    StreamCodec,
+    dead_letter_record,
+    serde_error_policy,
+    stream_serde,
+)
 from .container import Container
 from .elastic import rescale_checkpoints
 from .job import SSP, TaskModel, build_job_model, job_containers, start_generation
@@ -36,7 +47,7 @@ from .kafka_system import (
     new_consumer,
     true_end_offsets,
 )
-from .local_system import LocalState, job_dir
+from .local_system import LocalState, dead_letter_stream, job_dir
 from .metrics import Metrics
 from .records import is_control
 
@@ -134,18 +145,27 @@ class KafkaJob:
         await ensure_topics(self.servers, [
             *(TopicSpec(self.physical[sid], n) for sid, n in counts.items()),
             *(TopicSpec(t, n_tasks, compacted=True) for t in self.changelog_topics.values()),
-            TopicSpec(self.checkpoint_topic, 1, compacted=True)], timeout=self.timeout)
+            TopicSpec(self.checkpoint_topic, 1, compacted=True),
+            TopicSpec(dead_letter_stream(self.job_name), 1)], timeout=self.timeout)
         producer = KafkaProducer(self.servers, self.producer_settings, 0)
         self.producer = producer
+        dead = dead_letter_stream(self.job_name)
+        producer.add_stream(dead, dead, 1, None)
+        dead_buf = producer.buffer(dead, 0)
+
+        def dead_letter(ssp: SSP, offset: int, record: Record, err: SerdeError) -> None:
+            dead_buf.append(dead_letter_record(ssp, offset, record, err))
+        self.dead_letter = dead_letter
         self.checkpoints = KafkaCheckpoints(self.servers, self.checkpoint_topic, producer,
                                             self.consumer_settings, timeout=self.timeout)
         await self.checkpoints.load()
         self.codecs: dict[str, StreamCodec] = {}
         for sid, s in plan.streams.items():
             serde = stream_serde(getattr(s.descriptor, "serde", None), keyed=s.keyed,
-                                 intermediate=s.kind in ("intermediate", "broadcast"))
+                                 intermediate=s.kind in ("intermediate", "broadcast"),
+                                 types=plan.app.types)
             self.codecs[sid] = StreamCodec(sid, serde, policy=serde_error_policy(plan.config, sid),
-                                           metrics=self.metrics)
+                                           dead_letter=dead_letter, metrics=self.metrics)
             producer.add_stream(sid, self.physical[sid], counts[sid], self.codecs[sid].encode,
                                 self.codecs[sid])
 
@@ -167,7 +187,7 @@ class KafkaJob:
                                  timeout=self.timeout)
         self.producer, self.consumer = producer, consumer
         self.state = LocalState(self.root, job, cfg, await self._changelogs(producer, self.tasks),
-                                self.metrics)
+                                self.metrics, self.dead_letter)
         self.container = Container(job, self.tasks, consumer=consumer, producer=producer,
                                    checkpoints=self.checkpoints, config=cfg,
                                    metrics=self.metrics, state=self.state)

@@ -21,7 +21,9 @@ This is Samza's ``CachedStore`` over a local store with a ``LoggedStore`` change
   then, so a crash in between is seen at the next ``open``.
 - **Restore.** ``open`` uses the local copy as is when it is committed at the checkpointed
   changelog offset ("host affinity"); otherwise it rebuilds it from the changelog's entries before
-  that offset. Either way it then compensates changelog entries past the checkpoint (written by a
+  that offset, passing each batch of entries through ``check`` when it is given (the runtime
+  decodes them there, so an entry that does not decode meets its serde error policy before it
+  reaches the store). Either way it then compensates changelog entries past the checkpoint (written by a
   run that stopped before checkpointing) by appending, for each of their keys, its value in the
   restored store, so replaying the whole changelog gives the restored state. ``restore_info``
   tells what happened.
@@ -117,7 +119,7 @@ class LmdbStore:
     __slots__ = ("path", "name", "task", "restore_info", "get", "put", "_dirty", "_clean",
                  "_cache_size", "_write_batch_size", "_map_size", "_kenc", "_kdec", "_venc",
                  "_vdec", "_changelog", "_env", "_data", "_meta", "_rtxn", "_committed",
-                 "_flushes", "_commit_flushes")
+                 "_flushes", "_commit_flushes", "_check")
 
     get: Callable[[Any], Any]
     put: Callable[[Any, Any], None]
@@ -125,8 +127,11 @@ class LmdbStore:
     def __init__(self, path: str, *, name: str, task: str, key_encode: Callable[[Any], bytes],
                  key_decode: Callable[[bytes], Any], value_encode: Callable[[Any], bytes],
                  value_decode: Callable[[bytes], Any], changelog: Changelog | None,
-                 cache_size: int, write_batch_size: int, map_size: int) -> None:
+                 cache_size: int, write_batch_size: int, map_size: int,
+                 check: Callable[[int, list[tuple[bytes, bytes | None]]],
+                                 list[tuple[bytes, bytes | None]]] | None = None) -> None:
         self.path = path
+        self._check = check
         self.name = name
         self.task = task
         self.restore_info: dict[str, Any] = {}
@@ -161,16 +166,19 @@ class LmdbStore:
              value_encode: Callable[[Any], bytes], value_decode: Callable[[bytes], Any],
              changelog: Changelog | None = None, checkpointed: int | None = None,
              cache_size: int = 100_000, write_batch_size: int = 10_000,
-             map_size: int = 1 << 34) -> LmdbStore:
+             map_size: int = 1 << 34,
+             check: Callable[[int, list[tuple[bytes, bytes | None]]],
+                             list[tuple[bytes, bytes | None]]] | None = None) -> LmdbStore:
         """Opens (creating or restoring) the store in directory ``path``.
 
         ``checkpointed`` is the changelog offset the task's checkpoint holds (None: no checkpoint,
-        so nothing of the changelog counts yet). See the module docstring for the rules;
-        ``restore_info`` records what was done."""
+        so nothing of the changelog counts yet). ``check(first offset, entries)`` returns the
+        entries of a changelog batch to replay (or raises). See the module docstring for the
+        rules; ``restore_info`` records what was done."""
         store = cls(os.fspath(path), name=name, task=task, key_encode=key_encode,
                     key_decode=key_decode, value_encode=value_encode, value_decode=value_decode,
                     changelog=changelog, cache_size=cache_size,
-                    write_batch_size=write_batch_size, map_size=map_size)
+                    write_batch_size=write_batch_size, map_size=map_size, check=check)
         t0 = time.perf_counter()
         try:
             if changelog is None:
@@ -338,9 +346,10 @@ class LmdbStore:
         """Writes the changelog's entries in [0, cp) (last write wins, tombstones delete)."""
         pending: dict[bytes, bytes | None] = {}
         n = 0
-        for _offset, entries in changelog.read(0, cp):
+        check = self._check
+        for offset, entries in changelog.read(0, cp):
             n += len(entries)
-            pending.update(entries)
+            pending.update(entries if check is None else check(offset, entries))
             if len(pending) >= _REPLAY_BATCH:
                 self._write_raw([(_P + k, v) for k, v in sorted(pending.items(), key=_first)])
                 pending = {}

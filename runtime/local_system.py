@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-import pickle
 import shutil
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -28,11 +27,10 @@ from typing import Any
 import msgspec
 
 from operators.hashing import KeyPartitioner
-from operators.state import decode_key, encode_key
 from samza_dsl.config import config_value
 from samza_dsl.errors import ConfigError, SamzaError, SerdeError
 from samza_dsl.kv import KV
-from samza_dsl.serdes import KVSerde, Serde
+from samza_dsl.serdes import KVSerde
 
 from . import checkpoints
 from .codec import (
@@ -41,8 +39,6 @@ from .codec import (
     Skipped,
     StreamCodec,
     dead_letter_record,
-    fast_deserializer,
-    fast_serializer,
     serde_error_policy,
     stream_serde,
 )
@@ -54,6 +50,7 @@ from .locallog import LocalLog
 from .metrics import Metrics
 from .records import EndOfStream, is_control
 from .serde_util import default_key_bytes
+from .state_codec import changelog_check, state_codec, table_codec
 
 __all__ = ["LocalJob", "LocalProducer", "LocalConsumer", "LocalCheckpoints", "LogChangelog",
            "LocalState", "job_dir", "log_path", "dead_letter_stream", "task_dir"]
@@ -284,44 +281,6 @@ class LogChangelog:
             pos = first + len(records)
 
 
-def _pickle(value: Any) -> bytes:
-    return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-
-
-_FOREIGN_KEY = b"\xfe"  # after every tag encode_key uses
-
-
-def state_key_encode(key: Any) -> bytes:
-    """Keys of window and join state: ``encode_key`` (ordered), or for keys it does not support
-    (structs, dataclasses...) a pickle after a tag byte that sorts after every encoded key."""
-    try:
-        return encode_key(key)
-    except TypeError:
-        return _FOREIGN_KEY + _pickle(key)
-
-
-def state_key_decode(data: bytes) -> Any:
-    if data[:1] == _FOREIGN_KEY:
-        return pickle.loads(data[1:])
-    return decode_key(data)
-
-
-def _table_codec(serde: Serde[Any], what: str, store: str) -> tuple[Callable[[Any], bytes],
-                                                                     Callable[[bytes], Any]]:
-    fast_ser, fast_de = fast_serializer(serde), fast_deserializer(serde)
-
-    def encode(obj: Any) -> bytes:
-        try:
-            return fast_ser(obj)
-        except Exception:
-            try:
-                return serde.serialize(obj)
-            except SerdeError as exc:
-                raise SerdeError(f"table {store!r}: cannot serialize a {what} "
-                                 f"({exc.reason}); give the table a serde that fits") from exc
-    return encode, fast_de
-
-
 def _positive(config: Mapping[str, Any], key: str, default: int) -> int:
     value = config.get(key)
     if value is None:
@@ -336,12 +295,17 @@ def _positive(config: Mapping[str, Any], key: str, default: int) -> int:
 
 
 class LocalState:
-    """LMDB stores under ``<job.dir>/stores``, with changelogs in the local log."""
+    """LMDB stores under ``<job.dir>/stores``, with changelogs in the local log (or the ones
+    ``changelogs`` makes). Window and join state use ``runtime.state_codec``; a changelog entry
+    that does not decode meets its policy, ``dead_letter`` taking the raw entry."""
 
     def __init__(self, root: str, job: JobModel, config: Mapping[str, Any],
                  changelogs: Mapping[str, Callable[[int], Changelog]],
-                 metrics: Metrics) -> None:
+                 metrics: Metrics,
+                 dead_letter: Callable[[SSP, int, Record, SerdeError], None] | None = None
+                 ) -> None:
         self.root = root
+        self.dead_letter = dead_letter
         self.job = job
         self.config = config
         #: store name -> the changelog of a partition (a task's index)
@@ -356,21 +320,29 @@ class LocalState:
         spec = self.job.plan.stores[store_name]
         if spec.table is not None:
             serde = spec.table.serde
-            ke, kd = _table_codec(serde.key_serde, "key", store_name)
-            ve, vd = _table_codec(serde.value_serde, "value", store_name)
+            ke, kd = table_codec(serde.key_serde, "key", store_name)
+            ve, vd = table_codec(serde.value_serde, "value", store_name)
         else:
-            ke, kd, ve, vd = state_key_encode, state_key_decode, _pickle, pickle.loads
+            ke, kd, ve, vd = state_codec(
+                self.job.plan.app.types,
+                f"{spec.kind} state {store_name!r} of operator {spec.op_id!r}")
         changelog = None
+        check = None
+        cfg = self.config
         if store_name in self.changelogs:
             changelog = self.changelogs[store_name](task.index)
             self._changelog_of[(task.name, store_name)] = changelog
-        cfg = self.config
+            stream = str(spec.changelog).partition(".")[2] or str(spec.changelog)
+            check = changelog_check(store_name, stream, task.index, kd, vd,
+                                    policy=serde_error_policy(cfg, stream),
+                                    dead_letter=self.dead_letter, metrics=self.metrics)
         store = LmdbStore.open(
             os.path.join(self.root, "stores", store_name, task_dir(task.name)),
             name=store_name, task=task.name, key_encode=ke, key_decode=kd, value_encode=ve,
             value_decode=vd, changelog=changelog, checkpointed=checkpointed,
             cache_size=_positive(cfg, f"stores.{store_name}.object.cache.size", 100_000),
-            write_batch_size=_positive(cfg, f"stores.{store_name}.write.batch.size", 10_000))
+            write_batch_size=_positive(cfg, f"stores.{store_name}.write.batch.size", 10_000),
+            check=check)
         info = store.restore_info
         self.metrics.inc("store-restore-entries", int(info.get("entries_replayed", 0)))
         self.restores[(task.name, store_name)] = dict(info)
@@ -485,7 +457,8 @@ class LocalJob:
         self.codecs = {}
         for sid, s in self.plan.streams.items():
             serde = stream_serde(getattr(s.descriptor, "serde", None), keyed=s.keyed,
-                                 intermediate=s.kind in ("intermediate", "broadcast"))
+                                 intermediate=s.kind in ("intermediate", "broadcast"),
+                                 types=self.plan.app.types)
             self.codecs[sid] = StreamCodec(sid, serde, policy=serde_error_policy(cfg, sid),
                                            dead_letter=dead_letter, metrics=self.metrics)
 
@@ -557,7 +530,7 @@ class LocalJob:
         producer.on_write(consumer.notify)
         self.producer = producer
         self.consumer = consumer
-        self.state = LocalState(self.root, job, cfg, changelogs, self.metrics)
+        self.state = LocalState(self.root, job, cfg, changelogs, self.metrics, dead_letter)
         self.container = Container(job, self.tasks, consumer=consumer, producer=producer,
                                    checkpoints=self.checkpoints, config=cfg,
                                    metrics=self.metrics, state=self.state)

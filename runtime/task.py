@@ -26,7 +26,7 @@ from operators import build_operator
 from operators.base import IDENTITY, Operator, OperatorContext, UserContext
 from operators.hashing import KeyPartitioner
 from samza_dsl.config import config_value
-from samza_dsl.errors import CallbackTimeout, TaskError
+from samza_dsl.errors import CallbackTimeout, SerdeError, TaskError
 from samza_dsl.kv import KV
 from samza_dsl.serdes import KVSerde
 from samza_dsl.spec import BroadcastSpec, JoinSpec, PartitionBySpec, SendToSpec, WindowSpec
@@ -420,11 +420,13 @@ class TaskInstance:
 
     def _task_error(self, f: OperatorFailure, ssp: SSP, offset: int) -> TaskError:
         cause = f.cause
+        advice = "" if isinstance(cause, SerdeError) else \
+            " Fix the function or guard against this message."
         err = TaskError(
             f"operator {f.op_id!r} failed in task {self.name!r} on stream {ssp.stream_id!r} "
-            f"partition {ssp.partition} offset {offset}: {type(cause).__name__}: {cause}. Fix the "
-            f"function or guard against this message; the checkpoint stays before this offset, so "
-            f"a restart reprocesses it", op_id=f.op_id, task=self.name, stream=ssp.stream_id,
+            f"partition {ssp.partition} offset {offset}: {type(cause).__name__}: {cause}.{advice} "
+            f"The checkpoint stays before this offset, so a restart reprocesses it",
+            op_id=f.op_id, task=self.name, stream=ssp.stream_id,
             partition=ssp.partition, offset=offset)
         err.__cause__ = cause
         return err

@@ -66,6 +66,7 @@ class StreamApplication:
         self._ops: dict[str, OpSpec] = {}
         self._input_streams: dict[str, MessageStream[Any]] = {}
         self._counter = 0
+        self._types: dict[str, type] = {}
 
     def __repr__(self) -> str:
         return f"StreamApplication({self.name!r}, app_id={self.app_id!r})"
@@ -165,7 +166,31 @@ class StreamApplication:
         """An immutable snapshot of the spec graph."""
         return ApplicationSpec(self.name, self.app_id, dict(self.config), dict(self._inputs),
                                dict(self._outputs), dict(self._intermediates), dict(self._tables),
-                               tuple(self._ops.values()))
+                               tuple(self._ops.values()), dict(self._types))
+
+    def declare_types(self, *types: type, **named: type) -> None:
+        """Declare ``msgspec.Struct`` (or dataclass, NamedTuple) types the job's intermediate
+        streams and window and join state may carry, for their default serde (``SafeSerde``):
+        an undeclared type there is an error, as decoding builds declared types only. A type is
+        known by ``module.QualName``, or by the name it is given as a keyword (keep that name
+        stable: stored state and streams refer to it).
+
+        >>> import msgspec
+        >>> class Click(msgspec.Struct):
+        ...     user: str
+        >>> app = StreamApplication("clicks")
+        >>> app.declare_types(Click)
+        >>> list(app.spec().types)
+        ['samza_dsl.application.Click']
+        """
+        from .safe_serde import declared_names
+
+        new = {**declared_names(types), **declared_names(named)}
+        for name, cls in new.items():
+            if self._types.get(name, cls) is not cls:
+                raise PlanError(f"type name {name!r} is declared twice: {self._types[name]!r} "
+                                f"and {cls!r}; declare one of them under another name")
+        self._types.update(new)
 
     def plan(self, *, partitions: Mapping[str, int] | None = None,
              config: Mapping[str, Any] | None = None) -> ExecutionPlan:

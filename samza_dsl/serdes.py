@@ -7,11 +7,17 @@ stream described with a ``KVSerde`` delivers ``KV(key, value)``.
 >>> k, v = serde.to_bytes(KV("u1", {"n": 1}))
 >>> serde.from_bytes(k, v)
 KV(key='u1', value={'n': 1})
+
+``SafeSerde`` (MessagePack with extension types, ``samza_dsl.safe_serde``) is the default of
+intermediate streams and of window and join state: it carries Python values faithfully (a tuple
+stays a tuple, a ``KV`` a ``KV``) and decoding never runs code. ``PickleSerde`` runs code when it
+decodes: it is used only where a user names it.
 """
 
 from __future__ import annotations
 
 import pickle
+from collections.abc import Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
 import msgspec
@@ -22,7 +28,7 @@ from .kv import KV
 T = TypeVar("T")
 
 __all__ = ["Serde", "JsonSerde", "MsgpackSerde", "StringSerde", "BytesSerde", "KVSerde",
-           "NoOpSerde", "PickleSerde"]
+           "NoOpSerde", "PickleSerde", "SafeSerde"]
 
 
 class Serde(Generic[T]):
@@ -162,9 +168,9 @@ class BytesSerde(Serde[bytes]):
 
 
 class PickleSerde(Serde[Any]):
-    """Any picklable Python object, for streams and state the job alone writes and reads: the
-    default of intermediate streams declared without a serde, and of window and join state.
-    Never use it for data from outside the job (unpickling runs code).
+    """Any picklable Python object. Decoding runs code that the bytes name: whoever can write to
+    a stream or store with this serde can run code in the job. It is never a default; name it
+    only for streams no one else can write to, and prefer ``SafeSerde``.
 
     >>> PickleSerde().deserialize(PickleSerde().serialize(("a", 1)))
     ('a', 1)
@@ -229,3 +235,62 @@ class KVSerde(Serde[KV[Any, Any]]):
 
     def deserialize(self, data: bytes) -> KV[Any, Any]:
         raise SerdeError("KVSerde deserializes a key and a value separately: use from_bytes()")
+
+
+class SafeSerde(Serde[Any]):
+    """Python values as MessagePack, faithfully and without running code on decode: ``None``,
+    bool, int (any size), float, str, bytes, list, tuple, dict, set, frozenset, ``KV``,
+    datetime, date, time, timedelta, Decimal, UUID, and the ``msgspec.Struct``, dataclass and
+    NamedTuple types given in ``types`` (a sequence of classes, or a mapping name -> class).
+    A declared type travels as its name and its fields, and decodes as its field annotations
+    say; a name that is not declared is an error, never an import. The default of
+    intermediate streams and of window and join state, with the types of
+    ``app.declare_types(...)``.
+
+    >>> import msgspec
+    >>> class Point(msgspec.Struct, frozen=True):
+    ...     x: int
+    ...     y: int
+    >>> serde = SafeSerde(types=[Point])
+    >>> serde.deserialize(serde.serialize((KV("a", Point(1, 2)), [b"raw", None], {3: 4.5})))
+    (KV(key='a', value=Point(x=1, y=2)), [b'raw', None], {3: 4.5})
+    >>> SafeSerde().serialize(Point(1, 2))
+    Traceback (most recent call last):
+    ...
+    samza_dsl.errors.SerdeError: SafeSerde() cannot write a value of type Point (samza_dsl.serdes.Point): declare the type (app.declare_types(Point) or SafeSerde(types=[Point])) or give the stream or store a serde that fits it
+    """
+
+    name = "safe"
+
+    def __init__(self, types: Iterable[type] | Mapping[str, type] = ()) -> None:
+        from .safe_serde import ObjectCodec, declared_names
+
+        self.types = declared_names(types)
+        self._codec = ObjectCodec(self.types)
+        self._encode = self._codec.encode
+        self._decode = self._codec.decode
+
+    def _settings(self) -> tuple[Any, ...]:
+        return tuple(self.types.values()) if self.types else ()
+
+    def serialize(self, obj: Any) -> bytes:
+        try:
+            return self._encode(obj)
+        except Exception as exc:
+            raise self._codec.encode_error(self.describe(), obj) from exc
+
+    def deserialize(self, data: bytes) -> Any:
+        try:
+            return self._decode(data)
+        except Exception as exc:
+            reason = exc.reason if isinstance(exc, SerdeError) else (
+                f"{type(exc).__name__}: {exc}. The bytes were not written by this serde: check "
+                f"the producer")
+            raise SerdeError(f"{self.describe()} cannot decode message: {reason}",
+                             data=data) from exc
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"types": self.types}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["types"])  # type: ignore[misc]

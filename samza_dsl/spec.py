@@ -208,6 +208,8 @@ class ApplicationSpec:
     intermediates: Mapping[str, IntermediateStreamSpec]
     tables: Mapping[str, TableSpec]
     operators: tuple[OpSpec, ...]
+    #: name -> type: the types ``app.declare_types`` declared for the default serde
+    types: Mapping[str, type] = field(default_factory=dict)
 
     @property
     def job_name(self) -> str:

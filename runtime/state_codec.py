@@ -1,0 +1,143 @@
+"""Bytes of stores: the codecs of window, join and table state, and the check of changelog
+entries as a store is rebuilt from its changelog.
+
+Window and join state keys use ``operators.state.encode_key`` (ordered); a key it does not
+support (a struct, a ``KV``...) is ``SafeSerde``'s encoding after a tag byte that sorts after
+every encoded key. Their values (panes of messages, accumulators, timestamps) are ``SafeSerde``
+with the application's declared types: nothing in a store or a changelog is decoded by
+unpickling, so bytes there are data, never code. Tables use their own serdes.
+
+A store rebuilt from its changelog decodes each entry it replays. An entry that does not decode
+follows ``streams.<changelog stream>.samza.serde.error``, as records of streams do: ``fail``
+(the default) stops the job with an error naming the changelog, partition and offset; ``skip``
+leaves the entry out (the store then lacks that key, or keeps its previous value) and counts it
+in ``serde-errors-skipped``; ``dead-letter`` also writes the raw entry to ``<job>-dead-letter``.
+
+>>> ke, kd, ve, vd = state_codec({}, "window state of operator 'w'")
+>>> kd(ke((1700000000000, "user-7"))), vd(ve([("a", 1), {"n": 2}]))
+((1700000000000, 'user-7'), [('a', 1), {'n': 2}])
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from operators.state import decode_key, encode_key
+from samza_dsl.errors import SerdeError
+from samza_dsl.serdes import SafeSerde, Serde
+
+from .codec import Record, fast_deserializer, fast_serializer
+from .job import SSP
+
+__all__ = ["state_codec", "table_codec", "changelog_check", "FOREIGN_KEY"]
+
+log = logging.getLogger("samza_dsl.state")
+
+FOREIGN_KEY = b"\xfe"  # after every tag encode_key uses
+
+Codec = tuple[Callable[[Any], bytes], Callable[[bytes], Any], Callable[[Any], bytes],
+              Callable[[bytes], Any]]
+
+
+def state_codec(types: Mapping[str, type], what: str) -> Codec:
+    """(key encode, key decode, value encode, value decode) of window or join state; ``what``
+    names the state in errors ("window state of operator 'x'")."""
+    serde = SafeSerde(types)
+    enc, dec = serde._encode, serde._decode
+
+    def error(obj: Any, exc: Exception) -> SerdeError:
+        return SerdeError(f"{what}: {serde._codec.encode_error(serde.describe(), obj).reason}")
+
+    def key_encode(key: Any) -> bytes:
+        try:
+            return encode_key(key)
+        except TypeError:
+            try:
+                return FOREIGN_KEY + enc(key)
+            except Exception as exc:
+                raise error(key, exc) from exc
+
+    def key_decode(data: bytes) -> Any:
+        if data[:1] == FOREIGN_KEY:
+            return dec(data[1:])
+        return decode_key(data)
+
+    def value_encode(value: Any) -> bytes:
+        try:
+            return enc(value)
+        except Exception as exc:
+            raise error(value, exc) from exc
+
+    return key_encode, key_decode, value_encode, dec
+
+
+def table_codec(serde: Serde[Any], what: str, store: str) -> tuple[Callable[[Any], bytes],
+                                                                    Callable[[bytes], Any]]:
+    fast_ser, fast_de = fast_serializer(serde), fast_deserializer(serde)
+
+    def encode(obj: Any) -> bytes:
+        try:
+            return fast_ser(obj)
+        except Exception:
+            try:
+                return serde.serialize(obj)
+            except SerdeError as exc:
+                raise SerdeError(f"table {store!r}: cannot serialize a {what} "
+                                 f"({exc.reason}); give the table a serde that fits") from exc
+    return encode, fast_de
+
+
+Entries = list[tuple[bytes, bytes | None]]
+
+
+def changelog_check(store: str, stream: str, partition: int, key_decode: Callable[[bytes], Any],
+                    value_decode: Callable[[bytes], Any], *, policy: str,
+                    dead_letter: Callable[[SSP, int, Record, SerdeError], None] | None,
+                    metrics: Any) -> Callable[[int, Entries], Entries]:
+    """``check(first offset, entries) -> the entries to replay``: decodes each entry and applies
+    the policy to those that do not decode (see the module docstring)."""
+    ssp = SSP(stream, partition)
+
+    def bad(offset: int, entry: tuple[bytes, bytes | None], exc: Exception) -> None:
+        reason = exc.reason if isinstance(exc, SerdeError) else f"{type(exc).__name__}: {exc}"
+        reason = f"changelog of store {store!r}: cannot decode an entry ({reason})"
+        if policy == "fail":
+            raise SerdeError(
+                f"{reason}. The store cannot be restored past it. Find who wrote to the "
+                f"changelog, or set streams.{stream}.samza.serde.error to skip or dead-letter to "
+                f"restore without the entry", data=entry[1] if entry[1] is not None else entry[0],
+                stream=stream, partition=partition, offset=offset) from exc
+        err = SerdeError(reason, data=entry[1], stream=stream, partition=partition, offset=offset)
+        if metrics is not None:
+            metrics.inc("serde-errors-skipped")
+            metrics.inc(f"{stream}.serde-errors-skipped")
+        if policy == "dead-letter" and dead_letter is not None:
+            dead_letter(ssp, offset, (entry[0], entry[1], None), err)
+            log.warning("%s: sent to the dead-letter stream", err)
+        else:
+            log.warning("%s: skipped (streams.%s.samza.serde.error=%s)", err, stream, policy)
+
+    def check(first: int, entries: Entries) -> Entries:
+        try:
+            for k, v in entries:
+                key_decode(k)
+                if v is not None:
+                    value_decode(v)
+            return entries
+        except Exception:  # find the bad entries one by one
+            pass
+        kept: Entries = []
+        for i, entry in enumerate(entries):
+            try:
+                key_decode(entry[0])
+                if entry[1] is not None:
+                    value_decode(entry[1])
+            except Exception as exc:
+                bad(first + i, entry, exc)
+            else:
+                kept.append(entry)
+        return kept
+
+    return check

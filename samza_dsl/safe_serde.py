@@ -1,0 +1,244 @@
+"""The codec behind ``SafeSerde``: MessagePack through msgspec, with extension types for what
+MessagePack has no type of its own for.
+
+msgspec writes dicts, lists, str, bytes, numbers, bools, None and UTC datetimes in C. A tuple, a
+``KV`` or a declared type would come back as a list or a dict, so a walk in Python first wraps
+them in extensions. The walk leaves a container that needs no wrapping as it is, with no copy:
+a dict of scalars costs one pass over its values. Decoding is msgspec's alone, plus a call per
+extension; it builds only the types named here and the declared ones.
+
+Extension codes (a format: never renumber):
+
+==== ======================= ===============================================================
+code type                    data
+==== ======================= ===============================================================
+1    tuple                   the items, as a MessagePack array
+2    KV                      ``[key, value]``
+3    a declared type         its name, a NUL byte, and msgspec's encoding of the object
+4    datetime (not UTC)      ISO 8601 text (naive, or with its offset)
+5, 6 set, frozenset          the items, as an array
+7, 8 date, time              ISO 8601 text
+9    timedelta               ``[days, seconds, microseconds]``
+10   Decimal                 its text
+11   UUID                    its 16 bytes
+12   int beyond 64 bits      its text
+13   dict with keys of other ``[[key, value], ...]``
+     types than scalars
+==== ======================= ===============================================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import decimal
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import msgspec
+from msgspec.msgpack import Ext
+
+from .errors import SerdeError
+from .kv import KV
+
+__all__ = ["ObjectCodec", "declared_names"]
+
+_TUPLE, _KV, _DECLARED, _DATETIME, _SET, _FROZENSET = 1, 2, 3, 4, 5, 6
+_DATE, _TIME, _TIMEDELTA, _DECIMAL, _UUID, _BIGINT, _DICT = 7, 8, 9, 10, 11, 12, 13
+
+_UTC = dt.UTC
+_INT64 = (-(1 << 63), (1 << 64) - 1)  # MessagePack's int range (uint64 above int64)
+
+
+def type_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _declarable(cls: Any) -> bool:
+    return isinstance(cls, type) and (
+        issubclass(cls, msgspec.Struct) or dataclasses.is_dataclass(cls)
+        or (issubclass(cls, tuple) and hasattr(cls, "_fields")))
+
+
+def declared_names(types: Iterable[type] | Mapping[str, type]) -> dict[str, type]:
+    """name -> type of the declared types, checked."""
+    items = list(types.items()) if isinstance(types, Mapping) else \
+        [(type_name(t) if isinstance(t, type) else "", t) for t in types]
+    out: dict[str, type] = {}
+    for name, cls in items:
+        if not _declarable(cls) or cls is KV:
+            raise TypeError(f"declared types must be msgspec.Struct, dataclass or NamedTuple "
+                            f"classes, got {cls!r}")
+        if not isinstance(name, str) or not name or "\x00" in name:
+            raise TypeError(f"a declared type's name must be a non-empty str, got {name!r}")
+        if out.get(name, cls) is not cls:
+            raise TypeError(f"two declared types are named {name!r}: {out[name]!r} and {cls!r}; "
+                            f"declare them with a mapping of distinct names")
+        out[name] = cls
+    return out
+
+
+class _Unsupported(TypeError):
+    def __init__(self, obj: Any) -> None:
+        super().__init__(type(obj).__name__)
+        self.obj = obj
+
+
+class ObjectCodec:
+    """``encode(obj) -> bytes`` and ``decode(bytes) -> obj`` for the declared types
+    (name -> class)."""
+
+    def __init__(self, types: Mapping[str, type]) -> None:
+        self.types = dict(types)
+        encode_native = msgspec.msgpack.Encoder().encode
+        # a declared type: its name and NUL first, then msgspec's encoding of its fields
+        headers = {cls: name.encode() + b"\x00" for name, cls in self.types.items()}
+        decoders: dict[bytes, Callable[[Any], Any]] = {
+            name.encode(): msgspec.msgpack.Decoder(cls).decode
+            for name, cls in self.types.items()}
+        self._lower = _lowering(encode_native, headers, big_ints=False)
+        self._lower_big = _lowering(encode_native, headers, big_ints=True)
+        self._encode_native = encode_native
+        self._decoder = msgspec.msgpack.Decoder(ext_hook=self._ext_hook)
+        self._decoders = decoders
+        self.decode: Callable[[bytes], Any] = self._decoder.decode
+
+    def encode(self, obj: Any) -> bytes:
+        try:
+            return self._encode_native(self._lower(obj))
+        except OverflowError:  # an int past 64 bits somewhere: walk again, looking at ints
+            return self._encode_native(self._lower_big(obj))
+
+    def _ext_hook(self, code: int, data: memoryview) -> Any:
+        decode = self._decoder.decode
+        if code == _TUPLE:
+            return tuple(decode(data))
+        if code == _KV:
+            k, v = decode(data)
+            return KV(k, v)
+        if code == _DECLARED:
+            raw = bytes(data)
+            cut = raw.find(b"\x00")
+            name = raw[:cut]
+            de = self._decoders.get(name) if cut > 0 else None
+            if de is None:
+                raise SerdeError(f"type {name.decode(errors='replace')!r} is not declared "
+                                 f"(declared: {', '.join(self.types) or 'none'}); declare it "
+                                 f"with app.declare_types(...) or SafeSerde(types=[...])")
+            return de(raw[cut + 1:])
+        text = bytes(data).decode() if code in (_DATETIME, _DATE, _TIME, _DECIMAL, _BIGINT) \
+            else None
+        if code == _DATETIME:
+            return dt.datetime.fromisoformat(text)  # type: ignore[arg-type]
+        if code == _DICT:
+            return dict(decode(data))
+        if code == _SET:
+            return set(decode(data))
+        if code == _FROZENSET:
+            return frozenset(decode(data))
+        if code == _DATE:
+            return dt.date.fromisoformat(text)  # type: ignore[arg-type]
+        if code == _TIME:
+            return dt.time.fromisoformat(text)  # type: ignore[arg-type]
+        if code == _TIMEDELTA:
+            d, s, us = decode(data)
+            return dt.timedelta(days=d, seconds=s, microseconds=us)
+        if code == _DECIMAL:
+            return decimal.Decimal(text)  # type: ignore[arg-type]
+        if code == _UUID:
+            return uuid.UUID(bytes=bytes(data))
+        if code == _BIGINT:
+            return int(text)  # type: ignore[arg-type]
+        raise SerdeError(f"unknown MessagePack extension type {code}")
+
+    def unsupported(self, obj: Any) -> Any:
+        """The first object inside ``obj`` the codec cannot write (None if there is none)."""
+        try:
+            self._lower_big(obj)
+        except _Unsupported as exc:
+            return exc.obj
+        except Exception:
+            return obj
+        return None
+
+    def encode_error(self, serde: str, obj: Any) -> SerdeError:
+        bad = self.unsupported(obj)
+        if bad is None:
+            bad = obj
+        t = type(bad)
+        inside = "" if bad is obj else f" inside a {type(obj).__name__}"
+        hint = (f"declare the type (app.declare_types({t.__name__}) or "
+                f"SafeSerde(types=[{t.__name__}])) or give the stream or store a serde that "
+                f"fits it" if _declarable(t) else
+                "convert it to a supported type first (None, bool, int, float, str, bytes, "
+                "list, tuple, dict, set, KV, datetime, a declared msgspec.Struct), or give the "
+                "stream or store a serde that fits it")
+        return SerdeError(f"{serde} cannot write a value of type {t.__name__} ({type_name(t)})"
+                          f"{inside}: "
+                          f"{hint}")
+
+
+def _lowering(encode: Callable[[Any], bytes], headers: Mapping[type, bytes],
+              big_ints: bool) -> Callable[[Any], Any]:
+    """The walk that wraps what msgspec would not give back as it was in extensions (see the
+    module docstring). With ``big_ints``, ints are checked against MessagePack's range too."""
+    kinds = {str, float, bool, type(None), bytes}
+    if not big_ints:
+        kinds.add(int)
+    scalars = frozenset(kinds)
+    lo, hi = _INT64
+    utc = _UTC
+
+    def lower(o: Any) -> Any:
+        t = type(o)
+        if t in scalars:
+            return o
+        if t is dict:
+            for k, v in o.items():
+                if type(v) not in scalars or type(k) not in scalars:
+                    for k in o:
+                        if type(k) not in scalars:  # keys as extensions: pairs (unhashable)
+                            return Ext(_DICT, encode([(lower(k), lower(v))
+                                                      for k, v in o.items()]))
+                    return {k: lower(v) for k, v in o.items()}
+            return o
+        if t is list:
+            for v in o:
+                tv = type(v)
+                if tv in scalars:
+                    continue
+                if tv is dict:  # a list of flat dicts (a pane of messages): no call per item
+                    for k2, v2 in v.items():
+                        if type(v2) not in scalars or type(k2) not in scalars:
+                            break
+                    else:
+                        continue
+                return [lower(v) for v in o]
+            return o
+        if t is tuple:
+            return Ext(_TUPLE, encode([lower(v) for v in o]))
+        if t is KV:
+            return Ext(_KV, encode((lower(o.key), lower(o.value))))
+        if t is int:  # only with big_ints
+            return o if lo <= o <= hi else Ext(_BIGINT, str(o).encode())
+        header = headers.get(t)
+        if header is not None:
+            return Ext(_DECLARED, header + encode(o))
+        if t is dt.datetime:
+            return o if o.tzinfo is utc else Ext(_DATETIME, o.isoformat().encode())
+        if t is set or t is frozenset:
+            return Ext(_SET if t is set else _FROZENSET, encode([lower(v) for v in o]))
+        if t is dt.date:
+            return Ext(_DATE, o.isoformat().encode())
+        if t is dt.time:
+            return Ext(_TIME, o.isoformat().encode())
+        if t is dt.timedelta:
+            return Ext(_TIMEDELTA, encode((o.days, o.seconds, o.microseconds)))
+        if t is decimal.Decimal:
+            return Ext(_DECIMAL, str(o).encode())
+        if t is uuid.UUID:
+            return Ext(_UUID, o.bytes)
+        raise _Unsupported(o)
+
+    return lower
