@@ -4,6 +4,7 @@
     python benchmarks/run.py W2 --runs 5
     python benchmarks/run.py --scale 0.1     # a quick look
     python benchmarks/run.py W1L W6          # on the embedded local system (named only)
+    python benchmarks/run.py W3L W4L         # W3, W4 on the local log and LMDB (named only)
     python benchmarks/run.py W7              # through a Kafka broker on 127.0.0.1 (named only)
     python benchmarks/run.py W8              # 1 and 2 container processes (named only)
     python benchmarks/run.py W5              # Spark reprocessing, local[2] (named only)
@@ -32,6 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.common import median_summary  # noqa: E402
 from benchmarks.kafka_workloads import run_w7  # noqa: E402
+from benchmarks.local_state_workloads import run_w3_local, run_w4_local  # noqa: E402
 from benchmarks.local_workloads import run_w1_local, run_w6, run_w8, w6_growth  # noqa: E402
 from benchmarks.workloads import run_w1, run_w2, run_w3, run_w4  # noqa: E402
 
@@ -78,6 +80,10 @@ def main() -> None:
                 median_summary([run_w1_local(n(1_000_000)) for _ in range(args.runs)])
             else:
                 median_summary([_fresh_process("W1L", args.scale) for _ in range(args.runs)])
+        elif w == "W3L":
+            median_summary([run_w3_local(n(1_000_000)) for _ in range(args.runs)])
+        elif w == "W4L":
+            median_summary([run_w4_local(n(500_000)) for _ in range(args.runs)])
         elif w == "W8":
             median_summary([run_w8(n(1_000_000)) for _ in range(args.runs)])
         elif w == "W6":

@@ -28,11 +28,13 @@ This is Samza's ``CachedStore`` over a local store with a ``LoggedStore`` change
   restored store, so replaying the whole changelog gives the restored state. ``restore_info``
   tells what happened.
 
->>> import pickle, shutil, tempfile
+>>> import shutil, tempfile
 >>> from operators.state import decode_key, encode_key
+>>> from samza_dsl.serdes import SafeSerde
+>>> v = SafeSerde()
 >>> d = tempfile.mkdtemp()
 >>> s = LmdbStore.open(d, name="counts", task="Partition 0", key_encode=encode_key,
-...                    key_decode=decode_key, value_encode=pickle.dumps, value_decode=pickle.loads)
+...                    key_decode=decode_key, value_encode=v.serialize, value_decode=v.deserialize)
 >>> s.restore_info["mode"]
 'fresh'
 >>> s.put(("b", 2), 20); s.put(("a", 1), 10); s.delete(("b", 2))
@@ -42,7 +44,7 @@ This is Samza's ``CachedStore`` over a local store with a ``LoggedStore`` change
 [(('a', 1), 10)]
 >>> s.mark_committed(None); s.close()
 >>> s = LmdbStore.open(d, name="counts", task="Partition 0", key_encode=encode_key,
-...                    key_decode=decode_key, value_encode=pickle.dumps, value_decode=pickle.loads)
+...                    key_decode=decode_key, value_encode=v.serialize, value_decode=v.deserialize)
 >>> s.restore_info["mode"], s.get(("a", 1)), len(s)
 ('local', 10, 1)
 >>> s.close(); shutil.rmtree(d)
