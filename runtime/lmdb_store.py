@@ -412,7 +412,10 @@ class LmdbStore:
                 f"{self._where()}: reading key {key!r} failed ({type(e).__name__}: {e}); if the "
                 f"file is corrupt, stop the job and delete the directory {self.path} (it is "
                 f"rebuilt from the changelog, if the store has one)") from e
-        v = None if raw is None else self._vdec(raw)
+        try:
+            v = None if raw is None else self._vdec(raw)
+        except Exception as e:
+            raise self._decode_error(f"the value of key {key!r}", e) from e
         clean = self._clean
         clean[key] = v
         if len(clean) > self._cache_size:
@@ -424,6 +427,12 @@ class LmdbStore:
         clean = self._clean
         for k in list(islice(clean, len(clean) - self._cache_size // 2)):
             del clean[k]
+
+    def _decode_error(self, what: str, e: Exception) -> SerdeError:
+        return SerdeError(
+            f"{self._where()}: {what} does not decode ({type(e).__name__}: {e}): another serde "
+            f"wrote it (an older version of the job?) or it is damaged. Reset the job's state "
+            f"(samza-dsl reset) to start it over")
 
     def delete(self, key: Any) -> None:
         """Deletes ``key`` (a tombstone in the changelog at the next flush)."""
@@ -471,12 +480,15 @@ class LmdbStore:
                 if self._flushes != flushes:  # LMDB changed under the chunk: read it again
                     break
                 pos, inclusive = kb, False
-                k = kdec(kb[1:])
-                v = dirty.get(k, _MISSING)
-                if v is _MISSING:
-                    v = clean.get(k, _MISSING)
+                try:
+                    k = kdec(kb[1:])
+                    v = dirty.get(k, _MISSING)
                     if v is _MISSING:
-                        v = vdec(vb)
+                        v = clean.get(k, _MISSING)
+                        if v is _MISSING:
+                            v = vdec(vb)
+                except Exception as e:
+                    raise self._decode_error(f"the entry of key bytes {kb[1:]!r}", e) from e
                 if v is not None:
                     yield k, v
             else:

@@ -168,12 +168,12 @@ class ObjectCodec:
             bad = obj
         t = type(bad)
         inside = "" if bad is obj else f" inside a {type(obj).__name__}"
+        other = ("or declare a serde for the stream that fits it (partition_by(..., "
+                 "serde=KVSerde(...)), a descriptor's serde=...)")
         hint = (f"declare the type (app.declare_types({t.__name__}) or "
-                f"SafeSerde(types=[{t.__name__}])) or give the stream or store a serde that "
-                f"fits it" if _declarable(t) else
-                "convert it to a supported type first (None, bool, int, float, str, bytes, "
-                "list, tuple, dict, set, KV, datetime, a declared msgspec.Struct), or give the "
-                "stream or store a serde that fits it")
+                f"SafeSerde(types=[{t.__name__}])) {other}" if _declarable(t) else
+                f"convert it to a supported type first (None, bool, int, float, str, bytes, "
+                f"list, tuple, dict, set, KV, datetime, a declared msgspec.Struct) {other}")
         return SerdeError(f"{serde} cannot write a value of type {t.__name__} ({type_name(t)})"
                           f"{inside}: "
                           f"{hint}")

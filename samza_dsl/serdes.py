@@ -257,7 +257,9 @@ class SafeSerde(Serde[Any]):
     >>> SafeSerde().serialize(Point(1, 2))
     Traceback (most recent call last):
     ...
-    samza_dsl.errors.SerdeError: SafeSerde() cannot write a value of type Point (samza_dsl.serdes.Point): declare the type (app.declare_types(Point) or SafeSerde(types=[Point])) or give the stream or store a serde that fits it
+    samza_dsl.errors.SerdeError: SafeSerde() cannot write a value of type Point
+    (samza_dsl.serdes.Point): declare the type (app.declare_types(Point) or
+    SafeSerde(types=[Point])) or declare a serde ...
     """
 
     name = "safe"
@@ -271,7 +273,11 @@ class SafeSerde(Serde[Any]):
         self._decode = self._codec.decode
 
     def _settings(self) -> tuple[Any, ...]:
-        return tuple(self.types.values()) if self.types else ()
+        from .safe_serde import type_name
+
+        if all(name == type_name(cls) for name, cls in self.types.items()):
+            return tuple(self.types.values())
+        return ({name: cls.__name__ for name, cls in self.types.items()},)
 
     def serialize(self, obj: Any) -> bytes:
         try:

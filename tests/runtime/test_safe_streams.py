@@ -291,3 +291,30 @@ def test_state_that_cannot_be_written_names_store_operator_and_type(tmp_path: Pa
             ((0, "k"), (1, [KV("a", dt.date(2024, 1, 1))])), (KV("struct", "key"), {"x": (1, 2)})]
     finally:
         store.close()
+
+
+def test_a_stored_pickle_is_never_loaded_and_the_error_names_the_store(tmp_path: Path) -> None:
+    """State written by an older version (pickled values in the local LMDB file) fails to
+    decode with an error naming the store and what to do; nothing runs."""
+    from runtime.lmdb_store import LmdbStore
+    from runtime.state_codec import state_codec
+
+    marker = tmp_path / "pwned"
+    payload = evil_payload(marker)
+    raw = LmdbStore.open(tmp_path / "s", name="w", task="Partition 0", key_encode=encode_key,
+                         key_decode=lambda b: b, value_encode=lambda v: v,
+                         value_decode=lambda b: b)
+    raw.put((0, "k"), payload)
+    raw.flush()
+    raw.close()
+    ke, kd, ve, vd = state_codec({}, "window state 'w'")
+    store = LmdbStore.open(tmp_path / "s", name="w", task="Partition 0", key_encode=ke,
+                           key_decode=kd, value_encode=ve, value_decode=vd)
+    try:
+        for read in (lambda: store.get((0, "k")), lambda: list(store.all())):
+            with pytest.raises(SerdeError) as err:
+                read()
+            assert "store 'w'" in str(err.value) and "reset" in str(err.value)
+    finally:
+        store.close()
+    assert not marker.exists()
