@@ -7,6 +7,10 @@ them in extensions. The walk leaves a container that needs no wrapping as it is,
 a dict of scalars costs one pass over its values. Decoding is msgspec's alone, plus a call per
 extension; it builds only the types named here and the declared ones.
 
+A declared type's fields are written by msgspec and read back as its annotations say: a field
+annotated ``tuple[...]`` gives a tuple, one annotated ``Any`` gives lists for tuples, and an
+aware datetime field comes back as the same instant in UTC.
+
 Extension codes (a format: never renumber):
 
 ==== ======================= ===============================================================
