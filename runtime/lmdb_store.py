@@ -27,6 +27,18 @@ This is Samza's ``CachedStore`` over a local store with a ``LoggedStore`` change
   run that stopped before checkpointing) by appending, for each of their keys, its value in the
   restored store, so replaying the whole changelog gives the restored state. ``restore_info``
   tells what happened.
+- **Checksums.** Each LMDB value carries a checksum (``runtime.store_format``). A read that
+  finds a value failing it (``get``, ``range``, ``all``, the trim at ``open``) means the file was
+  changed on disk: with a changelog the store is rebuilt in place, with a warning naming the
+  file, from the changelog's entries up to its last commit and the entries flushed since (kept in
+  memory until the next commit), and the read is done again; without one it is an error naming
+  the file. A store of the older format 1 is rebuilt from its changelog, or without one migrated
+  in place.
+- **Long keys.** A key encoded in 511 bytes or more (LMDB's limit) is held under its hash with
+  the full key in the value, so any key works. ``range`` and ``all`` yield short keys in
+  ``key_encode`` byte order, then long keys in the order of their hash (not their byte order);
+  ``range(start, end)`` yields exactly the keys with ``start <= key < end`` of either kind, and
+  reads every long key of the store to find its own.
 
 >>> import shutil, tempfile
 >>> from operators.state import decode_key, encode_key
@@ -67,21 +79,27 @@ import lmdb
 
 from samza_dsl.errors import SamzaError, SerdeError
 
+from .store_format import LONG as _L
+from .store_format import MAX_KEY as _MAX_KEY
+from .store_format import ChecksumError as _Corrupt
+from .store_format import checksummed as _checksummed
+from .store_format import frame as _frame
+from .store_format import lmdb_key as _lmdb_key
+from .store_format import unframe as _unframe
+
 __all__ = ["Changelog", "LmdbStore"]
 
 log = logging.getLogger("samza_dsl.state")
 
 _MISSING: Any = object()
 _META_KEY = b"state"
-_FORMAT = 1
+_FORMAT = 2  # 2: values carry a checksum, long keys are hashed; 1: neither
 _SCAN_CHUNK = 1024  # entries read per read transaction by range/all
 _REPLAY_BATCH = 200_000  # distinct keys folded in memory before a write transaction
 _first = itemgetter(0)
 # LMDB keys are the encoded keys behind this byte: LMDB cannot store an empty key (str.encode
 # of ""); the changelog holds the encoded keys as they are
-_P = b"\x00"
-
-
+_P = b"\x00"  # the prefix of short keys (see runtime.store_format)
 class Changelog(Protocol):
     """A store's changelog partition, as the runtime gives it to ``LmdbStore.open``."""
 
@@ -121,7 +139,7 @@ class LmdbStore:
     __slots__ = ("path", "name", "task", "restore_info", "get", "put", "_dirty", "_clean",
                  "_cache_size", "_write_batch_size", "_map_size", "_kenc", "_kdec", "_venc",
                  "_vdec", "_changelog", "_env", "_data", "_meta", "_rtxn", "_committed",
-                 "_flushes", "_commit_flushes", "_check")
+                 "_flushes", "_commit_flushes", "_check", "_base", "_since", "_repairs")
 
     get: Callable[[Any], Any]
     put: Callable[[Any, Any], None]
@@ -159,6 +177,11 @@ class LmdbStore:
         self._committed = False
         self._flushes = 0  # flush transactions so far
         self._commit_flushes = -1  # _flushes when flush() last ran (see mark_committed)
+        # with a changelog, LMDB holds the changelog's state at offset _base plus the entries
+        # flushed since (_since): what a rebuild in place after a checksum failure writes back
+        self._base = 0
+        self._since: dict[bytes, bytes | None] = {}
+        self._repairs = 0
 
     # -- opening and restoring ------------------------------------------------------------------
 
@@ -235,7 +258,7 @@ class LmdbStore:
 
     def _read_meta(self) -> dict[str, Any] | None:
         """The metadata record (None when absent); a sanity read of the data too. Raises
-        lmdb.Error or ValueError when unreadable."""
+        lmdb.Error or ValueError when unreadable. Its ``version`` may be an older format's."""
         with self._env.begin() as txn:
             raw = txn.get(_META_KEY, db=self._meta)
             cur = txn.cursor(self._data)
@@ -246,7 +269,7 @@ class LmdbStore:
         if raw is None:
             return None
         meta = json.loads(raw)
-        if (not isinstance(meta, dict) or meta.get("version") != _FORMAT
+        if (not isinstance(meta, dict) or meta.get("version") not in (1, _FORMAT)
                 or not isinstance(meta.get("committed"), bool)
                 or not (meta.get("changelog_offset") is None
                         or type(meta.get("changelog_offset")) is int)):
@@ -283,6 +306,8 @@ class LmdbStore:
         if meta is None:
             self._write_meta(None, True)
         else:
+            if meta["version"] != _FORMAT:
+                self._migrate(meta)
             self._committed = meta["committed"]
         self.restore_info = {"mode": mode, "entries_replayed": 0, "trimmed": 0,
                              "reason": ("the local copy is used as is (no changelog)" if existed
@@ -308,6 +333,9 @@ class LmdbStore:
                 if meta is None:
                     reason = (f"the local copy {data_file} has no store metadata (its creation "
                               f"was interrupted, or another program wrote it)")
+                elif meta["version"] != _FORMAT:
+                    reason = (f"the local copy {data_file} has the older store format "
+                              f"{meta['version']} (values without checksums)")
                 elif not meta["committed"]:
                     reason = (f"the local copy {data_file} is uncommitted: a run flushed changes "
                               f"to it and stopped before its next commit")
@@ -326,23 +354,36 @@ class LmdbStore:
                                            f"changelog offset {cp} (host affinity)"}
             log.info("%s: using the local copy as is: %s", self._where(),
                      self.restore_info["reason"])
-        else:
+            try:
+                self.restore_info["trimmed"] = self._trim(changelog, cp)
+            except _Corrupt as e:
+                level = logging.WARNING
+                reason = (f"the local copy {data_file} holds a value that fails its checksum "
+                          f"(LMDB key {e.lkey[:60]!r}): the file was changed on disk")
+        if reason:
             log.log(level, "%s: rebuilding from the changelog's offsets [0, %d): %s",
                     self._where(), cp, reason)
-            self._detach()
-            for f in ("data.mdb", "lock.mdb"):
-                with contextlib.suppress(FileNotFoundError):
-                    os.remove(os.path.join(self.path, f))
-            self._attach()
             t0 = time.perf_counter()
-            replayed = self._replay(changelog, cp) if cp > 0 else 0
-            self._write_meta(cp, True)
+            replayed = self._rebuild(changelog, cp)
             mode = "rebuilt" if replayed else "fresh"
             self.restore_info = {"mode": mode, "entries_replayed": replayed, "reason": reason}
             log.info("%s: %s: replayed %d changelog entries in %.3f s (%d keys)", self._where(),
                      "rebuilt" if replayed else "starting empty", replayed,
                      time.perf_counter() - t0, self._entries())
-        self.restore_info["trimmed"] = self._trim(changelog, cp)
+            self.restore_info["trimmed"] = self._trim(changelog, cp)
+        self._base = cp
+
+    def _rebuild(self, changelog: Changelog, cp: int) -> int:
+        """Replaces the local copy by the changelog's state at offset ``cp``, committed there.
+        Returns how many entries were replayed."""
+        self._detach()
+        for f in ("data.mdb", "lock.mdb"):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(self.path, f))
+        self._attach()
+        replayed = self._replay(changelog, cp) if cp > 0 else 0
+        self._write_meta(cp, True)
+        return replayed
 
     def _replay(self, changelog: Changelog, cp: int) -> int:
         """Writes the changelog's entries in [0, cp) (last write wins, tombstones delete)."""
@@ -353,11 +394,59 @@ class LmdbStore:
             n += len(entries)
             pending.update(entries if check is None else check(offset, entries))
             if len(pending) >= _REPLAY_BATCH:
-                self._write_raw([(_P + k, v) for k, v in sorted(pending.items(), key=_first)])
+                self._write_raw(_frame(pending.items()))
                 pending = {}
         if pending:
-            self._write_raw([(_P + k, v) for k, v in sorted(pending.items(), key=_first)])
+            self._write_raw(_frame(pending.items()))
         return n
+
+    def _migrate(self, meta: dict[str, Any]) -> None:
+        """Rewrites a format-1 store (no changelog) in this format, in one transaction: its
+        keys are all short, its values get their checksums."""
+        self._end_read()
+        n = 0
+        with self._env.begin(write=True) as txn:
+            pos, inclusive = _P, True
+            while True:
+                cur = txn.cursor(self._data)
+                if not cur.set_range(pos) or (not inclusive and cur.key() == pos
+                                              and not cur.next()):
+                    break
+                chunk = list(islice(cur.iternext(), _SCAN_CHUNK))
+                txn.cursor(self._data).putmulti(
+                    [(k, _checksummed(k, v)) for k, v in chunk])
+                n += len(chunk)
+                pos, inclusive = chunk[-1][0], False
+                if len(chunk) < _SCAN_CHUNK:
+                    break
+            txn.put(_META_KEY, self._meta_record(meta["changelog_offset"], meta["committed"]),
+                    db=self._meta)
+        self._flushes += 1
+        log.info("%s: migrated %d entries from store format %s to %d", self._where(), n,
+                 meta["version"], _FORMAT)
+
+    def _repair(self, what: str) -> None:
+        """A read found a value failing its checksum: rebuilds the store in place from the
+        changelog (see the module docstring), or raises without one."""
+        where = (f"{self._where()}: {what} in {self._data_file()} fails its checksum (the file "
+                 f"was changed on disk)")
+        if self._changelog is None:
+            raise SamzaError(
+                f"{where}; the store has no changelog, so its state cannot be rebuilt. Stop the "
+                f"job and delete the directory {self.path} to start the store empty, or enable "
+                f"the store's changelog so a damaged copy can be restored")
+        self._repairs += 1
+        if self._repairs > 3:
+            raise SamzaError(
+                f"{where}, again after {self._repairs - 1} rebuilds from the changelog in this "
+                f"run: the disk or memory may be failing. Stop the job and check the machine")
+        log.warning("%s: rebuilding it from the changelog's offsets [0, %d) and the %d entries "
+                    "flushed since", where, self._base, len(self._since))
+        self._rebuild(self._changelog, self._base)
+        if self._since:
+            self._write_raw(_frame(self._since.items()), uncommit=True)
+            self._committed = False
+        self._flushes += 1  # scans read their chunk again
 
     def _trim(self, changelog: Changelog, cp: int) -> int:
         """Compensates changelog entries at or past the checkpoint: appends, for each of their
@@ -379,7 +468,11 @@ class LmdbStore:
         with self._env.begin() as txn:
             get = txn.get
             db = self._data
-            compensation = [(k, get(_P + k, None, db)) for k in keys]
+            compensation: list[tuple[bytes, bytes | None]] = []
+            for k in keys:
+                lk = _lmdb_key(k)
+                raw = get(lk, None, db)
+                compensation.append((k, None if raw is None else _unframe(lk, raw)[1]))
         changelog.append(compensation)
         self._write_meta(cp, False)  # durable only after the runtime's next producer flush
         log.info("%s: the changelog has %d entries past the checkpointed offset %d (a run "
@@ -405,17 +498,31 @@ class LmdbStore:
 
     def _load(self, key: Any) -> Any:
         """A key in neither the dirty entries nor the clean cache: read it from LMDB."""
+        kb = self._kenc(key)
+        lk = _lmdb_key(kb)
         try:
-            raw = self._reader().get(_P + self._kenc(key))
+            raw = self._reader().get(lk)
         except lmdb.Error as e:
             raise SamzaError(
                 f"{self._where()}: reading key {key!r} failed ({type(e).__name__}: {e}); if the "
                 f"file is corrupt, stop the job and delete the directory {self.path} (it is "
                 f"rebuilt from the changelog, if the store has one)") from e
-        try:
-            v = None if raw is None else self._vdec(raw)
-        except Exception as e:
-            raise self._decode_error(f"the value of key {key!r}", e) from e
+        if raw is None:
+            v = None
+        else:
+            try:
+                stored, vb = _unframe(lk, raw)
+            except _Corrupt:
+                self._repair(f"the value of key {key!r}")
+                return self._load(key)
+            if stored != kb:
+                raise SamzaError(
+                    f"{self._where()}: keys {stored[:60]!r}... and {kb[:60]!r}... share their "
+                    f"blake2b hash; store them under shorter keys")
+            try:
+                v = self._vdec(vb)
+            except Exception as e:
+                raise self._decode_error(f"the value of key {key!r}", e) from e
         clean = self._clean
         clean[key] = v
         if len(clean) > self._cache_size:
@@ -450,12 +557,21 @@ class LmdbStore:
         yielded); a key inserted meanwhile past the iteration's position is yielded only if a
         flush happened in between."""
         self._flush_dirty()
-        return self._scan(_P + self._kenc(start), _P + self._kenc(end))
+        return self._range(self._kenc(start), self._kenc(end))
+
+    def _range(self, lo: bytes, hi: bytes) -> Iterator[tuple[Any, Any]]:
+        if lo >= hi:
+            return
+        # short keys: LMDB's order is theirs; a bound too long for LMDB is cut, then filtered
+        slo = _P + lo
+        yield from self._scan(slo[:_MAX_KEY], _P + hi, lo if len(slo) > _MAX_KEY else None, None)
+        yield from self._scan(_L, None, lo, hi)
 
     def all(self) -> Iterator[tuple[Any, Any]]:
-        """Every ``(key, value)`` pair in ``key_encode`` byte order (see ``range``)."""
+        """Every ``(key, value)`` pair: short keys in ``key_encode`` byte order, then long
+        ones (see the module docstring and ``range``)."""
         self._flush_dirty()
-        return self._scan(_P, None)
+        return self._scan(_P, None, None, None)
 
     def _chunk(self, pos: bytes, inclusive: bool, hi: bytes | None) -> list[tuple[bytes, bytes]]:
         cur = self._reader().cursor()
@@ -468,7 +584,10 @@ class LmdbStore:
             out = out[:bisect_left(out, hi, key=_first)]
         return out
 
-    def _scan(self, lo: bytes, hi: bytes | None) -> Iterator[tuple[Any, Any]]:
+    def _scan(self, lo: bytes, hi: bytes | None, klo: bytes | None,
+              khi: bytes | None) -> Iterator[tuple[Any, Any]]:
+        """The entries with LMDB keys in [lo, hi) whose encoded keys are in [klo, khi) (None:
+        no bound)."""
         if hi is not None and lo >= hi:
             return
         dirty, clean, kdec, vdec = self._dirty, self._clean, self._kdec, self._vdec
@@ -476,25 +595,32 @@ class LmdbStore:
         while True:
             flushes = self._flushes
             chunk = self._chunk(pos, inclusive, hi)
-            for kb, vb in chunk:
+            for lk, raw in chunk:
                 if self._flushes != flushes:  # LMDB changed under the chunk: read it again
                     break
-                pos, inclusive = kb, False
                 try:
-                    k = kdec(kb[1:])
+                    kb, vb = _unframe(lk, raw)
+                except _Corrupt:
+                    self._repair(f"the value of LMDB key {lk[:60]!r}")
+                    break  # rebuilt: read on from the last entry done
+                pos, inclusive = lk, False
+                if (klo is not None and kb < klo) or (khi is not None and kb >= khi):
+                    continue
+                try:
+                    k = kdec(kb)
                     v = dirty.get(k, _MISSING)
                     if v is _MISSING:
                         v = clean.get(k, _MISSING)
                         if v is _MISSING:
                             v = vdec(vb)
                 except Exception as e:
-                    raise self._decode_error(f"the entry of key bytes {kb[1:]!r}", e) from e
+                    raise self._decode_error(f"the entry of key bytes {kb[:200]!r}", e) from e
                 if v is not None:
                     yield k, v
             else:
                 if len(chunk) < _SCAN_CHUNK:
                     return
-            # a full chunk is done, or LMDB changed under it: read on from the last key yielded
+            # a full chunk is done, or LMDB changed under it: read on from the last key done
 
     def _entries(self) -> int:
         return int(self._reader().stat(self._data)["entries"])
@@ -506,7 +632,8 @@ class LmdbStore:
         clean, kenc = self._clean, self._kenc
         for k, v in self._dirty.items():
             before = clean.get(k, _MISSING)
-            present = (txn.get(_P + kenc(k)) is not None) if before is _MISSING else before is not None
+            present = ((txn.get(_lmdb_key(kenc(k))) is not None) if before is _MISSING
+                       else before is not None)
             n += (v is not None) - present
         return n
 
@@ -541,11 +668,12 @@ class LmdbStore:
         except Exception:
             self._encode_error()
             raise
-        self._write_raw(sorted(zip(map(_P.__add__, keys), values, strict=True), key=_first),
-                        uncommit=self._committed)
+        entries = list(zip(keys, values, strict=True))
+        self._write_raw(_frame(entries), uncommit=self._committed)
         self._committed = False
         if self._changelog is not None:
-            self._changelog.append(list(zip(keys, values, strict=True)))
+            self._changelog.append(entries)
+            self._since.update(entries)
         clean = self._clean
         clean.update(dirty)
         dirty.clear()
@@ -590,13 +718,6 @@ class LmdbStore:
             half = len(entries) // 2
             self._write_raw(entries[:half], uncommit)
             self._write_raw(entries[half:])
-        except lmdb.BadValsizeError as e:
-            limit = self._env.max_key_size() - len(_P)
-            long = [k[len(_P):] for k, _ in entries if len(k) > limit + len(_P)]
-            raise SamzaError(
-                f"{self._where()}: {len(long)} encoded keys are longer than LMDB's maximum of "
-                f"{limit} bytes (the first: {long[:1]!r}); use shorter keys or a key serde that "
-                f"encodes them shorter") from e
         except lmdb.MapFullError as e:
             raise SamzaError(
                 f"{self._where()}: the LMDB map is full ({self._map_size} bytes); open the "
@@ -615,6 +736,9 @@ class LmdbStore:
                       self._where())
             return
         self._write_meta(changelog_offset, True)
+        if changelog_offset is not None:
+            self._base = changelog_offset
+            self._since.clear()
 
     def sync(self) -> None:
         """Forces LMDB's writes to disk (the environment is opened without sync, so a power

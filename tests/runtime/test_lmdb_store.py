@@ -4,15 +4,19 @@ and the trim of changelog entries past the checkpoint), on real LMDB files."""
 
 from __future__ import annotations
 
+import collections
+import json
 import logging
 import os
 import pickle
 import random
 import shutil
+import struct
 import tempfile
 from collections.abc import Iterator
 from typing import Any
 
+import lmdb
 import msgspec
 import pytest
 from hypothesis import HealthCheck, settings
@@ -21,7 +25,13 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from operators.state import decode_key, encode_key
 from runtime.lmdb_store import LmdbStore
+from runtime.local import LocalRunner
+from runtime.local_system import LocalJob
+from runtime.store_format import MAX_KEY, frame, lmdb_key
+from samza_dsl import KV, StreamApplication
 from samza_dsl.errors import SamzaError
+from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
+from samza_dsl.systems import LocalSystem
 
 Entry = tuple[bytes, bytes | None]
 
@@ -81,7 +91,8 @@ def commit(store: LmdbStore, changelog: ListChangelog) -> int:
 
 
 def ordered(model: dict[Any, Any]) -> list[tuple[Any, Any]]:
-    return sorted(model.items(), key=lambda kv: encode_key(kv[0]))
+    """The store's order: short keys by their bytes, then long ones by their hash."""
+    return sorted(model.items(), key=lambda kv: lmdb_key(encode_key(kv[0])))
 
 
 def decoded(raw: dict[bytes, bytes]) -> dict[Any, Any]:
@@ -90,9 +101,14 @@ def decoded(raw: dict[bytes, bytes]) -> dict[Any, Any]:
 
 # -- a dict model, with commits, crashes and restarts ----------------------------------------------
 
+# long keys: encode_key adds 2 bytes to a str, so 509 characters is the first long one
+long_strings = st.builds(lambda c, n, tail: c * n + tail, st.sampled_from("ab"),
+                         st.sampled_from([507, 508, 509, 510, 600, 5000]),
+                         st.sampled_from(["", "a", "z"]))
 keys = st.one_of(st.integers(-50, 50), st.integers(-(1 << 70), 1 << 70),
                  st.sampled_from(["", "a", "ab", "b", "é", "z\x00"]),
-                 st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 5)))
+                 st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 5)),
+                 long_strings, st.tuples(long_strings, st.integers(0, 2)))
 values = st.one_of(st.integers(), st.text(max_size=5), st.lists(st.integers(), max_size=3))
 
 
@@ -578,7 +594,6 @@ def test_eviction_with_a_small_cache(tmp_path):
 @pytest.mark.parametrize("key, value, error", [
     (object, 1, r"'counts'.*'Partition 0'.*cannot encode the entry for key <class 'object'>"),
     (2, lambda: 0, "cannot encode the entry for key 2"),  # pickle cannot
-    ("x" * 600, 1, "longer than LMDB's maximum of 510 bytes"),
 ])
 def test_unencodable_entries_fail_the_flush_by_name(tmp_path, key, value, error):
     changelog = ListChangelog()
@@ -592,3 +607,313 @@ def test_unencodable_entries_fail_the_flush_by_name(tmp_path, key, value, error)
     store = open_store(tmp_path / "s", changelog)
     assert list(store.all()) == []
     store.close()
+
+
+# -- checksums: a value changed on disk ----------------------------------------------------------
+
+def flip_value(data_file: Any, lkey: bytes, value: bytes) -> int:
+    """Flips the low bit of the last byte of the LMDB value under ``lkey`` (which ends with
+    ``value``) in every page of ``data_file`` holding it, old copies included; returns how many.
+    A leaf node is: data size (2 + 2 bytes), flags (2), key size (2), key, data."""
+    raw = bytearray(data_file.read_bytes())
+    pattern = struct.pack("<H", len(lkey)) + lkey
+    n = 0
+    i = raw.find(pattern)
+    while i >= 0:
+        lo, hi, flags = struct.unpack_from("<HHH", raw, i - 6)
+        end = i + len(pattern) + (lo | hi << 16)
+        if flags == 0 and raw[end - len(value):end] == value:
+            raw[end - 1] ^= 1
+            n += 1
+        i = raw.find(pattern, i + 1)
+    data_file.write_bytes(bytes(raw))
+    return n
+
+
+def committed_store(path: Any, changelog: ListChangelog | None) -> int | None:
+    store = open_store(path, changelog)
+    for i in range(300):
+        store.put(("k", i), i)
+    store.flush()
+    if changelog is None:
+        store.mark_committed(None)
+        offset = None
+    else:
+        changelog.flush_producer()
+        offset = changelog.end_offset()
+        store.mark_committed(offset)
+    store.close()
+    return offset
+
+
+def flip(path: Any, key: Any, value: Any) -> None:
+    assert flip_value(path / "data.mdb", lmdb_key(encode_key(key)), pickle.dumps(value)) >= 1
+
+
+@pytest.mark.parametrize("read", ["get", "all", "range", "len and get"])
+def test_a_value_changed_on_disk_is_rebuilt_from_the_changelog(tmp_path, caplog, read):
+    changelog = ListChangelog(batch=50)
+    path = tmp_path / "s"
+    offset = committed_store(path, changelog)
+    flip(path, ("k", 7), 7)
+    store = open_store(path, changelog, offset)
+    assert store.restore_info["mode"] == "host-affinity"  # nothing read yet
+    # flushed since the commit (only in LMDB and the changelog's buffer), and dirty
+    store.put(("k", 1), "flushed")
+    store.delete(("k", 2))
+    store.flush()
+    store.put(("k", 3), "dirty")
+    caplog.set_level(logging.WARNING, logger="samza_dsl.state")
+    want = {("k", i): i for i in range(300)} | {("k", 1): "flushed", ("k", 3): "dirty"}
+    del want[("k", 2)]
+    if read == "get":
+        assert store.get(("k", 7)) == 7
+    elif read == "all":
+        assert dict(store.all()) == want
+    elif read == "range":
+        assert list(store.range(("k", 5), ("k", 9))) == [(("k", i), i) for i in range(5, 9)]
+    else:
+        assert len(store) == len(want) and store.get(("k", 7)) == 7
+    [warning] = caplog.records
+    text = warning.getMessage()
+    assert "'counts'" in text and "'Partition 0'" in text and str(path / "data.mdb") in text
+    assert "fails its checksum" in text and "rebuilding" in text
+    assert dict(store.all()) == want and store.get(("k", 7)) == 7
+    # what the rebuild wrote back is uncommitted until the next commit, then committed
+    store.close()
+    store = open_store(path, changelog, offset)
+    assert store.restore_info["mode"] == "rebuilt"
+    assert dict(store.all()) == {("k", i): i for i in range(300)}
+    offset = commit(store, changelog)
+    store.close()
+    store = open_store(path, changelog, offset)
+    assert store.restore_info["mode"] == "host-affinity" and store.get(("k", 7)) == 7
+    store.close()
+
+
+def test_a_changed_value_met_by_the_trim_at_open_rebuilds(tmp_path, caplog):
+    changelog = ListChangelog()
+    path = tmp_path / "s"
+    offset = committed_store(path, changelog)
+    changelog.log.append((encode_key(("k", 7)), pickle.dumps(-1)))  # a run that did not commit
+    flip(path, ("k", 7), 7)
+    caplog.set_level(logging.WARNING, logger="samza_dsl.state")
+    store = open_store(path, changelog, offset)
+    info = store.restore_info
+    assert info["mode"] == "rebuilt" and "fails its checksum" in info["reason"]
+    assert str(path / "data.mdb") in caplog.records[0].getMessage()
+    assert store.get(("k", 7)) == 7 and info["trimmed"] == 1
+    changelog.flush_producer()
+    assert changelog.log[-1] == (encode_key(("k", 7)), pickle.dumps(7))
+    store.close()
+
+
+def test_without_a_changelog_a_changed_value_is_an_error(tmp_path):
+    path = tmp_path / "s"
+    committed_store(path, None)
+    flip(path, ("k", 7), 7)
+    store = open_store(path)
+    assert store.get(("k", 6)) == 6
+    with pytest.raises(SamzaError) as e:
+        store.get(("k", 7))
+    text = str(e.value)
+    assert "'counts'" in text and str(path / "data.mdb") in text and "fails its checksum" in text
+    assert "cannot be rebuilt" in text and "delete the directory" in text
+    with pytest.raises(SamzaError, match="fails its checksum"):
+        list(store.all())
+    store.close()
+
+
+def format_1_store(path: Any, entries: dict[bytes, bytes], changelog_offset: int | None) -> None:
+    """A store as the first format wrote it: no checksums."""
+    os.makedirs(path)
+    env = lmdb.open(str(path), max_dbs=2, subdir=True)
+    data, meta = env.open_db(b"data"), env.open_db(b"meta")
+    with env.begin(write=True) as txn:
+        for k, v in entries.items():
+            txn.put(b"\x00" + k, v, db=data)
+        txn.put(b"state", json.dumps({"version": 1, "changelog_offset": changelog_offset,
+                                      "committed": True}).encode(), db=meta)
+    env.close()
+
+
+def test_a_format_1_store_is_rebuilt_from_its_changelog(tmp_path):
+    changelog = ListChangelog()
+    changelog.log = [(encode_key(i), pickle.dumps(i)) for i in range(10)]
+    format_1_store(tmp_path / "s", {encode_key(i): pickle.dumps(-i) for i in range(10)}, 10)
+    store = open_store(tmp_path / "s", changelog, 10)
+    info = store.restore_info
+    assert info["mode"] == "rebuilt" and "older store format 1" in info["reason"]
+    assert dict(store.all()) == {i: i for i in range(10)}
+    store.close()
+
+
+def test_a_format_1_store_without_a_changelog_is_migrated(tmp_path):
+    entries = {encode_key(("k", i)): pickle.dumps(i) for i in range(3000)}
+    format_1_store(tmp_path / "s", entries, None)
+    store = open_store(tmp_path / "s")
+    assert store.restore_info["mode"] == "local"
+    assert dict(store.all()) == {("k", i): i for i in range(3000)}
+    store.close()
+    store = open_store(tmp_path / "s")  # migrated once: the second open reads the new format
+    assert store.get(("k", 2999)) == 2999 and len(store) == 3000
+    store.close()
+
+
+# -- long keys -----------------------------------------------------------------------------------
+
+def test_keys_past_lmdbs_limit_work_and_restore(tmp_path):
+    """A tables-style codec (str.encode): 510 bytes is the longest short key."""
+    def opened(path: Any, changelog: ListChangelog | None = None,
+               checkpointed: int | None = None) -> LmdbStore:
+        return LmdbStore.open(path, name="profiles", task="Partition 0", key_encode=str.encode,
+                              key_decode=bytes.decode, value_encode=pickle.dumps,
+                              value_decode=pickle.loads, changelog=changelog,
+                              checkpointed=checkpointed, cache_size=1, write_batch_size=2)
+
+    names = ["a" * 510, "a" * 511, "a" * 600, "b" * 5000, "b" * 5000 + "x", "m", ""]
+    assert [len(lmdb_key(n.encode())) <= MAX_KEY for n in names] == [True] * len(names)
+    changelog = ListChangelog()
+    store = opened(tmp_path / "s", changelog)
+    for i, n in enumerate(names):
+        store.put(n, i)
+        store.maybe_flush()
+    assert [store.get(n) for n in names] == list(range(len(names)))
+    store.delete("b" * 5000)
+    store.put("a" * 600, "again")
+    want = {n: i for i, n in enumerate(names)} | {"a" * 600: "again"}
+    del want["b" * 5000]
+    assert dict(store.all()) == want
+    short = sorted(n for n in want if len(n) < MAX_KEY)
+    assert [k for k, _ in store.all()][:len(short)] == short  # short keys first, by their bytes
+    assert dict(store.range("a", "b")) == {n: want[n] for n in want if "a" <= n < "b"}
+    assert dict(store.range("a" * 600, "b" * 5000 + "y")) == {
+        n: want[n] for n in want if "a" * 600 <= n < "b" * 5000 + "y"}
+    assert len(store) == len(want) and store.get("b" * 5000) is None
+    offset = commit(store, changelog)
+    assert {k.decode() for k, _ in changelog.log} == set(names)  # full keys in the changelog
+    store.close()
+    store = opened(tmp_path / "s", changelog, offset)
+    assert store.restore_info["mode"] == "host-affinity" and dict(store.all()) == want
+    store.close()
+    elsewhere = opened(tmp_path / "t", changelog, offset)
+    assert elsewhere.restore_info["mode"] == "rebuilt" and dict(elsewhere.all()) == want
+    assert elsewhere.get("b" * 5000) is None and elsewhere.get("b" * 5000 + "x") == 4
+    elsewhere.close()
+
+
+def test_a_long_keys_value_changed_on_disk_is_detected(tmp_path):
+    changelog = ListChangelog()
+    store = open_store(tmp_path / "s", changelog)
+    key = ("x" * 700, 1)
+    store.put(key, 1)
+    offset = commit(store, changelog)
+    store.close()
+    [(lk, raw)] = frame([(encode_key(key), pickle.dumps(1))])
+    assert lk[:1] == b"\x01" and raw is not None
+    assert flip_value(tmp_path / "s" / "data.mdb", lk, raw[-8:]) >= 1
+    store = open_store(tmp_path / "s", changelog, offset)
+    assert store.get(key) == 1
+    store.close()
+
+
+# -- through a job on the local system -----------------------------------------------------------
+
+def last_counts(messages: list[Any]) -> dict[str, int]:
+    return {m.key: m.value for m in messages}  # a key's messages are in one partition, in order
+
+
+def test_a_flipped_count_on_disk_gives_the_right_count_after_a_rerun(tmp_path, caplog):
+    """The count of a key, changed by one bit in the job's LMDB file between two runs, used to
+    be read as it was: the second run's counts were silently wrong."""
+    from examples.readwrite_counter import app, sample_input
+
+    root = tmp_path / "job"
+    config = {"job.dir": str(root)}
+    events = sample_input(2000, ids=30)["events"]
+    first, second = events[:1000], events[1000:]
+    LocalRunner(app, config, inputs={"events": first}).run().close()
+    counts = collections.Counter(e.key for e in first)
+    key = next(k for k in sorted(counts) if counts[k] >= 10 and k in {e.key for e in second})
+    files = [d / "data.mdb" for d in sorted((root / "stores" / "counts").iterdir())]
+    flipped = [f for f in files
+               if flip_value(f, b"\x00" + key.encode(), str(counts[key]).encode())]
+    assert len(flipped) == 1
+    job = LocalJob(app, config, run=False)
+    job.load("events", second)
+    job.close()
+    with caplog.at_level(logging.WARNING, logger="samza_dsl"):
+        runner = LocalRunner(app, config).run()
+    try:
+        want = collections.Counter(e.key for e in events)
+        assert last_counts(runner.messages("counts")) == {
+            k: want[k] for k in {e.key for e in second}}
+        assert any(str(flipped[0]) in r.getMessage() and "fails its checksum" in r.getMessage()
+                   for r in caplog.records), [r.getMessage() for r in caplog.records]
+    finally:
+        runner.close()
+
+
+class CountOrDelete:
+    """Counts each key in the table; an event ``{"delete": true}`` deletes its key."""
+
+    def init(self, ctx: Any) -> None:
+        self.table = ctx.table("counts")
+
+    def __call__(self, event: KV[str, dict[str, Any]]) -> KV[str, int]:
+        if event.value.get("delete"):
+            self.table.delete(event.key)
+            return KV(event.key, 0)
+        count = (self.table.get(event.key) or 0) + 1
+        self.table.put(event.key, count)
+        return KV(event.key, count)
+
+
+def long_key_app() -> StreamApplication:
+    app = StreamApplication("long-keys", config={"task.commit.ms": 1000})
+    local = LocalSystem("local")
+    serde = KVSerde(StringSerde(), JsonSerde())
+    events = app.input(local.input("events", serde=serde, partitions=2))
+    out = app.output(local.output("counts", serde=serde, partitions=2))
+    app.table("counts", serde=serde)
+    events.map(CountOrDelete(), name="count").send_to(out)
+    return app
+
+
+def test_keys_of_600_and_5000_bytes_in_a_jobs_table(tmp_path):
+    """Such a key used to fail every run at its first flush, the run's outputs sent again by
+    the next."""
+    app = long_key_app()
+    root = tmp_path / "job"
+    config = {"job.dir": str(root)}
+    names = ["s", "a" * 510, "a" * 600, "b" * 5000]
+
+    def run(events: list[KV[str, Any]]) -> tuple[dict[str, int], set[str]]:
+        job = LocalJob(app, config, run=False)
+        job.load("events", events)
+        job.close()
+        runner = LocalRunner(app, config).run()
+        try:
+            modes = {info["mode"] for info in runner.job.state.restores.values()}
+            return last_counts(runner.messages("counts")), modes
+        finally:
+            runner.close()
+
+    counts = [KV(n, {}) for n in names]
+    out, _ = run(counts * 3 + [KV("b" * 5000, {"delete": True}), KV("b" * 5000, {})])
+    assert out == {"s": 3, "a" * 510: 3, "a" * 600: 3, "b" * 5000: 1}
+    out, modes = run(counts)  # the local copies as they are
+    assert modes == {"host-affinity"}
+    assert out == {"s": 4, "a" * 510: 4, "a" * 600: 4, "b" * 5000: 2}
+    shutil.rmtree(root / "stores")  # rebuilt from the changelogs
+    out, modes = run(counts + [KV("a" * 600, {"delete": True})])
+    assert "rebuilt" in modes and modes <= {"rebuilt", "fresh"}
+    assert out == {"s": 5, "a" * 510: 5, "a" * 600: 0, "b" * 5000: 3}
+    table: dict[str, Any] = {}
+    for d in sorted((root / "stores" / "counts").iterdir()):
+        store = LmdbStore.open(d, name="counts", task=d.name, key_encode=str.encode,
+                               key_decode=bytes.decode, value_encode=msgspec.json.encode,
+                               value_decode=msgspec.json.decode)
+        table.update(store.all())
+        store.close()
+    assert table == {"s": 5, "a" * 510: 5, "b" * 5000: 3}
