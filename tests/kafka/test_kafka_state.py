@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import struct
 import uuid
 from pathlib import Path
 from typing import Any
@@ -75,3 +76,55 @@ def test_a_lost_store_is_rebuilt_from_its_changelog_topic(kafka_bootstrap: str,
     third = LocalRunner(app, config).run()
     assert sorted(m.value for m in third.messages("counts")) == [9] * 5
     assert {info["mode"] for info in third.job.state.restores.values()} == {"host-affinity"}
+
+
+def flip_value(data_file: Path, lkey: bytes, value: bytes) -> int:
+    """Flips the low bit of the last byte of the LMDB value under ``lkey`` (ending with
+    ``value``) in every page of ``data_file`` holding it; returns how many."""
+    raw = bytearray(data_file.read_bytes())
+    pattern = struct.pack("<H", len(lkey)) + lkey
+    n = 0
+    i = raw.find(pattern)
+    while i >= 0:
+        lo, hi, flags = struct.unpack_from("<HHH", raw, i - 6)
+        end = i + len(pattern) + (lo | hi << 16)
+        if flags == 0 and raw[end - len(value):end] == value:
+            raw[end - 1] ^= 1
+            n += 1
+        i = raw.find(pattern, i + 1)
+    data_file.write_bytes(bytes(raw))
+    return n
+
+
+def test_long_keys_and_a_value_changed_on_disk_restore_from_the_topic(kafka_bootstrap: str,
+                                                                      tmp_path: Path) -> None:
+    tag = uuid.uuid4().hex[:8]
+    name, ev, out = f"counter-{tag}", f"events-{tag}", f"counts-{tag}"
+    run(create_topic(kafka_bootstrap, ev, 2))
+    long_keys = ["L" * 600, "M" * 5000]
+    run(produce_each(kafka_bootstrap, ev, events(0, 30) + keyed(
+        [(k, {"i": j}) for j in range(3) for k in long_keys], 2)))
+    app = counter_app(name, kafka_bootstrap, ev, out)
+    root = tmp_path / "job"
+    config = {"job.dir": str(root)}
+    first = LocalRunner(app, config).run()
+    assert {m.key: m.value for m in first.messages("counts")} == {
+        **{f"id{i}": 6 for i in range(5)}, **{k: 3 for k in long_keys}}
+
+    # one bit of id1's count changes on disk: the next run rebuilds that store from the topic
+    files = sorted((root / "stores" / "counts").glob("*/data.mdb"))
+    assert sum(flip_value(f, b"\x00id1", b"6") > 0 for f in files) == 1
+    run(produce_each(kafka_bootstrap, ev, events(30, 10) + keyed(
+        [(k, {"i": 9}) for k in long_keys], 2)))
+    second = LocalRunner(app, config).run()
+    assert {m.key: m.value for m in second.messages("counts")} == {
+        **{f"id{i}": 8 for i in range(5)}, **{k: 4 for k in long_keys}}
+
+    # the stores are lost: rebuilt from the topic, long keys included
+    shutil.rmtree(root / "stores")
+    run(produce_each(kafka_bootstrap, ev, keyed([(k, {"i": 10}) for k in long_keys + ["id1"]],
+                                                2)))
+    third = LocalRunner(app, config).run()
+    assert {m.key: m.value for m in third.messages("counts")} == {
+        "id1": 9, **{k: 5 for k in long_keys}}
+    assert "rebuilt" in {info["mode"] for info in third.job.state.restores.values()}
