@@ -9,7 +9,7 @@ from typing import Any
 
 import networkx as nx
 
-from samza_dsl.config import validate_config
+from samza_dsl.config import check_scoped_keys, validate_config
 from samza_dsl.errors import PlanError
 from samza_dsl.spec import (
     ApplicationSpec,
@@ -39,6 +39,10 @@ def plan(spec: ApplicationSpec, *, partitions: Mapping[str, int] | None = None,
     stages, stage_of = _split_stages(spec)
     streams = _plan_streams(spec, stages, partitions or {}, user_config)
     stores = _stores(spec, user_config)
+    changelogs = [s.changelog.partition(".")[2] or s.changelog
+                  for s in stores.values() if s.changelog]
+    check_scoped_keys(user_config, streams=[*streams, *changelogs, f"{spec.job_name}-dead-letter"],
+                      stores=stores)
     generated = _generate_config(spec, streams, stores, user_config)
     full_config = {**generated, **user_config}
     graph = build_graph(spec, streams, stage_of)

@@ -1,6 +1,8 @@
 """Configuration keys, with Samza's names and defaults, and their validation.
 
-Unknown ``task.``/``job.`` keys are an error that names the key (and the closest known key).
+Unknown ``task.``/``job.`` keys are an error that names the key (and the closest known key), as
+are ``streams.<id>.*`` and ``stores.<name>.*`` keys naming a stream, a store or a property the
+application does not have (``check_scoped_keys``, called by the planner).
 
 >>> validate_config({"task.max.concurrency": "16"})["task.max.concurrency"]
 16
@@ -13,13 +15,14 @@ samza_dsl.errors.ConfigError: unknown config key 'task.max.concurency' (did you 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .errors import ConfigError
 
-__all__ = ["ConfigKey", "KNOWN_KEYS", "validate_config", "config_value", "SERDE_ERROR_POLICIES"]
+__all__ = ["ConfigKey", "KNOWN_KEYS", "STREAM_PROPERTIES", "STORE_PROPERTIES", "validate_config",
+           "check_scoped_keys", "config_value", "SERDE_ERROR_POLICIES"]
 
 SERDE_ERROR_POLICIES = ("fail", "skip", "dead-letter")
 
@@ -103,21 +106,111 @@ def _coerce(key: ConfigKey, value: Any) -> Any:
     return str(value)
 
 
+_RETENTION = (lambda v: v == -1 or v >= 0, "-1 (keep forever) or an integer >= 0")
+
+#: What the runtime reads under ``streams.<stream id>.``: the property -> its key (the key's
+#: name is the property).
+STREAM_PROPERTIES: dict[str, ConfigKey] = {k.name: k for k in [
+    _k("samza.serde.error", str, "fail", doc="what a record that fails to deserialize does: "
+       + ", ".join(SERDE_ERROR_POLICIES)),
+    _k("samza.system", str, None, doc="the stream's system"),
+    _k("samza.physical.name", str, None, doc="the stream's name in its system"),
+    _k("samza.intermediate", bool, False, doc="set by the planner for intermediate streams"),
+    _k("samza.broadcast", bool, False, doc="set by the planner for broadcast streams"),
+    _k("partitions", int, None, *_POSITIVE, doc="partition count"),
+    _k("retention.ms", int, -1, *_RETENTION,
+       doc="delete an input's or output's records older than this; -1 keeps them"),
+    _k("retention.bytes", int, -1, *_RETENTION,
+       doc="keep at most about this many bytes per partition; -1 keeps everything"),
+]}
+
+#: What the runtime reads under ``stores.<store name>.``.
+STORE_PROPERTIES: dict[str, ConfigKey] = {k.name: k for k in [
+    _k("changelog", str, None, doc="the changelog stream, [system.]stream"),
+    _k("object.cache.size", int, 100_000, *_POSITIVE, doc="decoded values cached per task"),
+    _k("write.batch.size", int, 10_000, *_POSITIVE, doc="dirty keys that trigger a flush"),
+]}
+
+_SCOPES = {"streams.": ("stream", STREAM_PROPERTIES), "stores.": ("store", STORE_PROPERTIES)}
+
+
+def _property(name: str) -> tuple[str, str, ConfigKey] | None:
+    """(scope prefix, id, property) of a ``streams.``/``stores.`` key whose property is known;
+    ids may hold dots, so the property is matched from the end."""
+    for prefix, (_, props) in _SCOPES.items():
+        if name.startswith(prefix):
+            rest = name[len(prefix):]
+            for prop, key in props.items():
+                if rest.endswith("." + prop) and len(rest) > len(prop) + 1:
+                    return prefix, rest[: -len(prop) - 1], key
+    return None
+
+
 def _check_prefixed(name: str, value: Any) -> Any:
-    if name.startswith("streams.") and name.endswith(".samza.serde.error"):
+    found = _property(name)
+    if found is None:
+        return value
+    key = found[2]
+    if key.name == "samza.serde.error":
         text = str(value).strip().lower()
         if text not in SERDE_ERROR_POLICIES:
             raise ConfigError(f"config {name}={value!r} must be one of "
                               f"{', '.join(SERDE_ERROR_POLICIES)}")
         return text
+    if key.kind is not str:
+        return _coerce(ConfigKey(name, key.kind, key.default, key.check, key.rule), value)
     return value
+
+
+def _did_you_mean(word: str, choices: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def check_scoped_keys(config: Mapping[str, Any], *, streams: Iterable[str],
+                      stores: Iterable[str]) -> None:
+    """Every ``streams.<id>.<property>`` and ``stores.<name>.<property>`` key names a stream or
+    store of the application and a property the runtime reads; anything else is a typo that
+    would be ignored, so it is an error with the closest id or property.
+
+    >>> check_scoped_keys({"streams.views.samza.serde.eror": "skip"}, streams=["views"],
+    ...                   stores=[])
+    Traceback (most recent call last):
+    ...
+    samza_dsl.errors.ConfigError: unknown property 'samza.serde.eror' of stream 'views' in config key 'streams.views.samza.serde.eror' (did you mean 'samza.serde.error'?)...
+    """
+    ids = {"streams.": sorted(set(streams)), "stores.": sorted(set(stores))}
+    for name in config:
+        if not isinstance(name, str):
+            continue
+        for prefix, (what, props) in _SCOPES.items():
+            if not name.startswith(prefix):
+                continue
+            known = ids[prefix]
+            found = _property(name)
+            if found is not None and found[1] in known:
+                break
+            rest = name[len(prefix):]
+            # the longest known id the key starts with: then the property is what is wrong
+            owner = max((i for i in known if rest.startswith(i + ".")), key=len, default=None)
+            if owner is not None:
+                prop = rest[len(owner) + 1:]
+                raise ConfigError(
+                    f"unknown property {prop!r} of {what} {owner!r} in config key {name!r}"
+                    f"{_did_you_mean(prop, props)}. Known {what} properties: "
+                    f"{', '.join(sorted(props))}")
+            wrong = found[1] if found is not None else rest.partition(".")[0]
+            raise ConfigError(
+                f"config key {name!r} names {what} {wrong!r}, which the application does not "
+                f"have{_did_you_mean(wrong, known)}. Its {what}s: {', '.join(known) or 'none'}")
 
 
 def validate_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
     """Check keys and values; return a copy with known values converted to their types.
 
-    Keys under ``task.`` and ``job.`` must be known; ``stores.``, ``streams.``, ``systems.`` and
-    every other prefix are passed through (the runtime checks those it reads)."""
+    Keys under ``task.`` and ``job.`` must be known; the values of known ``streams.<id>.`` and
+    ``stores.<name>.`` properties are checked and converted (the planner checks their ids:
+    ``check_scoped_keys``); ``systems.`` and every other prefix are passed through."""
     if config is None:
         return {}
     if not isinstance(config, Mapping):
