@@ -188,19 +188,20 @@ def cmd_load(args: argparse.Namespace) -> int:
 
 
 def cmd_dump(args: argparse.Namespace) -> int:
-    import msgspec
+    from .dump import dump_lines, dump_sources
 
-    from samza_dsl.kv import KV
-
+    if args.limit is not None and args.limit < 1:
+        raise SamzaError(f"--limit takes a number of messages >= 1, got {args.limit}")
     with _local_job(args) as job:
-        msgs = job.messages(args.stream, since_start=False)
-    if args.limit:
-        msgs = msgs[-args.limit:]
-    out = sys.stdout.buffer
-    for m in msgs:
-        obj = {"key": m.key, "value": m.value} if type(m) is KV else m
-        out.write(msgspec.json.encode(obj, enc_hook=repr) + b"\n")
-    out.flush()
+        sources = dump_sources(job)
+        source = sources.get(args.stream)
+        if source is None:
+            raise SamzaError(f"{args.stream!r} is not a stream of job {job.job_name!r}; its "
+                             f"streams: {', '.join(sorted(sources))}")
+        out = sys.stdout.buffer
+        for line in dump_lines(source, args.limit):
+            out.write(line + b"\n")
+        out.flush()
     return 0
 
 
@@ -383,7 +384,8 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("dump", help="print a stream of the embedded local log as JSON Lines")
     d.add_argument("app", help="module_or_file.py:attr")
     d.add_argument("stream", help="stream id")
-    d.add_argument("--limit", type=int, default=0, help="only the last N messages")
+    d.add_argument("--limit", type=int, default=None, metavar="N",
+                   help="only the last N messages")
     d.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE")
     d.set_defaults(func=cmd_dump)
 
@@ -404,6 +406,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SamzaError as exc:
         print(f"samza-dsl {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # the reader went away (`dump | head`): stop quietly, as Unix tools do; stdout is
+        # pointed at devnull so the interpreter's last flush does not fail again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

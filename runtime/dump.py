@@ -1,0 +1,188 @@
+"""What ``samza-dsl dump`` prints: any stream of a job on the embedded local log, as JSON Lines.
+
+Every stream of the job can be dumped: inputs, outputs and intermediate streams (decoded with
+their serdes), the stores' changelogs (decoded with the store's serdes; a tombstone has value
+``null``) and the dead-letter stream ``<job>-dead-letter`` (each raw record with the error and
+where it came from). A keyed message prints as ``{"key": ..., "value": ...}``.
+
+Records are read and decoded a batch at a time and printed as they come, so memory stays flat
+whatever the stream's size. ``--limit N`` prints the last N messages (partition by partition,
+as a whole dump does) and reads the stream backwards from its end, in chunks, until it has them:
+it costs what N messages cost, not what the stream does.
+
+A record that does not decode is not printed; a warning on standard error names its stream,
+partition and offset.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from samza_dsl.errors import SamzaError
+from samza_dsl.kv import KV
+
+from .codec import ERROR_HEADER, SOURCE_HEADER, Record, Skipped, StreamCodec
+from .job import SSP
+from .local_system import LocalJob, dead_letter_stream
+from .locallog import LocalLog
+from .records import is_control
+from .state_codec import state_codec, table_codec
+
+__all__ = ["DumpSource", "dump_sources", "dump_lines"]
+
+log = logging.getLogger("samza_dsl.dump")
+
+_READ = 4096  # records read per call
+_json = msgspec.json.Encoder(enc_hook=repr)
+
+Decode = Callable[[SSP, int, Sequence[Record]], list[Any]]
+
+
+@dataclass(frozen=True)
+class DumpSource:
+    """A stream of the job in a log: where it is and how its records become printable objects."""
+
+    name: str
+    log: LocalLog
+    physical: str
+    decode: Decode
+
+
+def _text(data: bytes | None) -> Any:
+    """Raw bytes as text when they are UTF-8, else as ``{"base64": ...}``."""
+    if data is None:
+        return None
+    try:
+        return bytes(data).decode()
+    except UnicodeDecodeError:
+        import base64
+        return {"base64": base64.b64encode(bytes(data)).decode()}
+
+
+def _stream_decoder(codec: StreamCodec) -> Decode:
+    def decode(ssp: SSP, first: int, records: Sequence[Record]) -> list[Any]:
+        return [{"key": m.key, "value": m.value} if type(m) is KV else m
+                for m in codec.decode_batch(ssp, first, records, 0)
+                if not is_control(m) and type(m) is not Skipped]
+    return decode
+
+
+def _dead_letter_decode(ssp: SSP, first: int, records: Sequence[Record]) -> list[Any]:
+    out = []
+    for k, v, headers in records:
+        h = {name: bytes(value).decode(errors="replace") for name, value in headers or ()}
+        out.append({"source": h.get(SOURCE_HEADER), "error": h.get(ERROR_HEADER),
+                    "key": _text(k), "value": _text(v)})
+    return out
+
+
+def _changelog_decoder(name: str, key_decode: Callable[[bytes], Any],
+                       value_decode: Callable[[bytes], Any]) -> Decode:
+    def decode(ssp: SSP, first: int, records: Sequence[Record]) -> list[Any]:
+        out = []
+        for i, (k, v, _) in enumerate(records):
+            try:
+                key = key_decode(k) if k is not None else None
+                value = value_decode(v) if v is not None else None
+            except Exception as exc:
+                log.warning("changelog %s partition %d offset %d does not decode with the "
+                            "store's serdes (%s: %s): not printed", name, ssp.partition,
+                            first + i, type(exc).__name__, exc)
+                continue
+            out.append({"key": key, "value": value})
+        return out
+    return decode
+
+
+def dump_sources(job: LocalJob) -> dict[str, DumpSource]:
+    """Every stream of the job that can be dumped, by the name ``dump`` takes."""
+    out: dict[str, DumpSource] = {}
+    for sid in job.physical:
+        codec = job.codecs[sid]
+        # a dump goes past a record that does not decode, with a warning, whatever the policy
+        quiet = StreamCodec(sid, codec.serde, policy="skip")
+        out[sid] = DumpSource(sid, job.log_of(job.stream_system[sid]), job.physical[sid],
+                              _stream_decoder(quiet))
+    main = job.log_of(job.main_system)
+    dead = dead_letter_stream(job.job_name)
+    out[dead] = DumpSource(dead, main, dead, _dead_letter_decode)
+    for name, store in job.plan.stores.items():
+        if not store.changelog:
+            continue
+        system, _, stream = str(store.changelog).partition(".")
+        if not stream:
+            system, stream = job.main_system, system
+        if store.table is not None:
+            serde = store.table.serde
+            kd = table_codec(serde.key_serde, "key", name)[1]
+            vd = table_codec(serde.value_serde, "value", name)[1]
+        else:
+            _, kd, _, vd = state_codec(job.plan.app.types, f"{store.kind} state {name!r}")
+        out[stream] = DumpSource(stream, job.log_of(system), stream,
+                                 _changelog_decoder(stream, kd, vd))
+    return out
+
+
+def _partitions(source: DumpSource) -> int:
+    n = source.log.partitions(source.physical)
+    return 0 if n is None else n
+
+
+def _forward(source: DumpSource, partition: int) -> Iterator[list[Any]]:
+    """The partition's messages, a batch at a time, from its start."""
+    pos = 0
+    ssp = SSP(source.name, partition)
+    while True:
+        first, records = source.log.read(source.physical, partition, pos, _READ)
+        if not records:
+            return
+        yield source.decode(ssp, first, records)
+        pos = first + len(records)
+
+
+def _last(source: DumpSource, partition: int, n: int) -> list[Any]:
+    """The partition's last ``n`` messages (fewer if it has fewer), reading back from its end
+    in chunks that double: control records and undecodable ones take offsets too."""
+    ssp = SSP(source.name, partition)
+    end = source.log.end_offset(source.physical, partition)
+    got: list[Any] = []
+    hi, chunk = end, max(n, 64)
+    while len(got) < n and hi > 0:
+        lo = max(0, hi - chunk)
+        first, records = source.log.read(source.physical, partition, lo, hi - lo)
+        if first >= hi or not records:  # nothing retained below hi
+            break
+        records = records[: hi - first]
+        got = source.decode(ssp, first, records) + got
+        hi, chunk = first, chunk * 2
+    return got[-n:] if n else []
+
+
+def dump_lines(source: DumpSource, limit: int | None = None) -> Iterator[bytes]:
+    """JSON lines of a stream's messages, partition by partition; with ``limit``, the last
+    ``limit`` of them."""
+    parts = _partitions(source)
+    if limit is None:
+        for p in range(parts):
+            for batch in _forward(source, p):
+                for m in batch:
+                    yield _json.encode(m)
+        return
+    if limit < 1:
+        raise SamzaError(f"--limit takes a number of messages >= 1, got {limit}")
+    tail: list[list[Any]] = []
+    need = limit
+    for p in reversed(range(parts)):
+        got = _last(source, p, need)
+        tail.append(got)
+        need -= len(got)
+        if need <= 0:
+            break
+    for got in reversed(tail):
+        for m in got:
+            yield _json.encode(m)
