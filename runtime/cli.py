@@ -157,7 +157,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 @contextlib.contextmanager
-def _local_job(args: argparse.Namespace) -> Iterator[LocalJob]:
+def _local_job(args: argparse.Namespace, verify_log: bool = True) -> Iterator[LocalJob]:
     """The application's job on the embedded local log, opened without running it."""
     from samza_dsl.config import validate_config
 
@@ -169,7 +169,8 @@ def _local_job(args: argparse.Namespace) -> Iterator[LocalJob]:
                for d in [*app._inputs.values(), *app._outputs.values()]):
         raise SamzaError(f"{args.app}: the application has no stream on a LocalSystem; "
                          f"load, dump and reset work on the embedded local log")
-    job = LocalJob(app, validate_config(_parse_config(args.config)), run=False)
+    job = LocalJob(app, validate_config(_parse_config(args.config)), run=False,
+                   verify_log=verify_log)
     try:
         yield job
     finally:
@@ -206,7 +207,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
 
 
 def cmd_reset(args: argparse.Namespace) -> int:
-    with _local_job(args) as job:
+    with _local_job(args, verify_log=False) as job:  # a log that lost the job can start over
         gone = job.reset(outputs=args.outputs)
     print(f"reset job {job.job_name}: " + ("; ".join(gone) if gone else "nothing to remove"),
           file=sys.stderr)
@@ -412,6 +413,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141
+    except OSError as exc:
+        from .storage import storage_error
+
+        fault = storage_error(exc, str(exc.filename or os.getcwd()), f"running {args.command}")
+        if fault is None:
+            raise
+        print(f"samza-dsl {args.command}: error: {fault}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -79,6 +79,7 @@ import lmdb
 
 from samza_dsl.errors import SamzaError, SerdeError
 
+from .storage import reserve_lock_file, storage_error
 from .store_format import LONG as _L
 from .store_format import MAX_KEY as _MAX_KEY
 from .store_format import ChecksumError as _Corrupt
@@ -225,11 +226,21 @@ class LmdbStore:
 
     def _attach(self) -> None:
         """Opens the LMDB environment and its two databases."""
-        os.makedirs(self.path, exist_ok=True)
+        # A full, read-only or forbidden disk is a StorageError, which the callers do not take
+        # for a corrupt file: nothing is rebuilt or deleted over it.
+        try:
+            os.makedirs(self.path, exist_ok=True)
+        except OSError as e:
+            raise storage_error(e, self.path, f"creating the directory of {self._where()}") \
+                or SamzaError(f"cannot create the directory of {self._where()}: {e}") from e
+        reserve_lock_file(self.path, self._where())
         try:
             env = lmdb.open(self.path, map_size=self._map_size, subdir=True, max_dbs=2,
                             sync=False, metasync=False, readahead=False)
         except lmdb.Error as e:
+            fault = storage_error(e, self.path, f"opening {self._where()}")
+            if fault is not None:
+                raise fault from e
             if "already open" in str(e):  # not corruption: never rebuild over an open store
                 raise SamzaError(
                     f"{self._where()}: the directory is already open in this process (another "

@@ -97,11 +97,23 @@ class LocalRunner:
 
             self.job = asyncio.run(KafkaJob.prepare(self.app, self.config))
         else:
+            from .job_lock import JobLock
             from .local_system import LocalJob
 
-            self.job = LocalJob(self.app, self.config, run=False)
-            self.job.prepare(self._inputs)
-            self.job.close()  # the containers open the log themselves
+            self.job = job = LocalJob(self.app, self.config, run=False)
+            # exclusive while the run is prepared (checkpoints move), then shared with the
+            # containers: no other run or reset of the job meanwhile
+            lock = JobLock(job.root, job.job_name)
+            try:
+                lock.start_containers(n)
+                job.prepare(self._inputs)
+                lock.share()
+            except BaseException:
+                lock.release()
+                raise
+            finally:
+                job.close()  # the containers open the log themselves
+            self._lock = lock
         self.plan = self.job.plan
         self._state = "running"
         for stream in (sys.stdout, sys.stderr):
@@ -150,6 +162,9 @@ class LocalRunner:
                 if p.is_alive():
                     p.kill()
                 p.join()
+            lock = getattr(self, "_lock", None)
+            if lock is not None:
+                lock.release()
 
     async def _main(self, install_signals: bool) -> None:
         if self.kafka:
@@ -186,6 +201,8 @@ class LocalRunner:
             self._state = "failed"
             raise
         finally:
+            if self.local:
+                self.job.release_lock()  # the job stays open for reading its outputs
             if reporter is not None:
                 reporter.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

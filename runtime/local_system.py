@@ -13,6 +13,10 @@ Where things live, for a job ``<job>`` (``<app name>-<app id>``) run from a dire
 Inputs are bounded by default: a run processes each input up to its end as it was when the run
 started, then ends (``follow=True`` keeps reading until stopped). A second run resumes after the
 checkpoint.
+
+A running container holds its lock in ``<job.dir>/locks`` (``runtime.job_lock``). ``<job.dir>/log.id``
+names the log that holds the job (the same id is in the log's metadata), so a log emptied or
+replaced under a job with state is an error, not a silent new start.
 """
 
 from __future__ import annotations
@@ -20,10 +24,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import secrets
 import shutil
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+import lmdb
 import msgspec
 
 from operators.hashing import KeyPartitioner
@@ -45,12 +51,14 @@ from .codec import (
 from .container import Container
 from .elastic import rescale_checkpoints
 from .job import SSP, JobModel, TaskModel, build_job_model, job_containers, start_generation
+from .job_lock import JobLock, log_id_lock
 from .lmdb_store import Changelog, LmdbStore
 from .locallog import LocalLog
 from .metrics import Metrics
 from .records import EndOfStream, is_control
 from .serde_util import default_key_bytes
 from .state_codec import changelog_check, state_codec, table_codec
+from .storage import StorageError, storage_error
 
 __all__ = ["LocalJob", "LocalProducer", "LocalConsumer", "LocalCheckpoints", "LogChangelog",
            "LocalState", "job_dir", "log_path", "dead_letter_stream", "task_dir"]
@@ -351,14 +359,28 @@ class LocalState:
 
     def flush(self, task_name: str) -> None:
         for store in self.stores.get(task_name, {}).values():
-            store.flush()
+            try:
+                store.flush()
+            except lmdb.Error as e:
+                fault = storage_error(e, store.path,
+                                      f"flushing store {store.name!r} of task {task_name!r}")
+                if fault is None:
+                    raise
+                raise fault from e
 
     def committed(self, task_name: str) -> dict[str, int]:
         out: dict[str, int] = {}
         for name, store in self.stores.get(task_name, {}).items():
             changelog = self._changelog_of.get((task_name, name))
             offset = changelog.end_offset() if changelog is not None else None
-            store.mark_committed(offset)
+            try:
+                store.mark_committed(offset)
+            except lmdb.Error as e:
+                fault = storage_error(e, store.path,
+                                      f"committing store {name!r} of task {task_name!r}")
+                if fault is None:
+                    raise
+                raise fault from e
             if offset is not None:
                 out[name] = offset
         return out
@@ -377,11 +399,14 @@ class LocalJob:
 
     ``follow`` keeps reading inputs past their current end; ``inputs`` (stream id -> messages,
     spread over partitions by key as ``load`` does, or {partition: messages}) are appended to
-    inputs that are still empty, as a sample."""
+    inputs that are still empty, as a sample. With ``run`` the container takes its lock
+    (``release_lock`` or ``close`` drop it). ``verify_log=False`` opens a job whose log no
+    longer holds it (``reset`` does, to start it over)."""
 
     def __init__(self, app: Any, config: Mapping[str, Any], *, follow: bool = False,
                  inputs: Mapping[str, Sequence[Any] | Mapping[int, Sequence[Any]]] | None = None,
-                 metrics: Metrics | None = None, run: bool = True) -> None:
+                 metrics: Metrics | None = None, run: bool = True,
+                 verify_log: bool = True) -> None:
         self.app = app
         self.config = dict(config)
         self.metrics = metrics or Metrics()
@@ -389,6 +414,8 @@ class LocalJob:
         self.job_name = job_name
         self.root = job_dir(job_name, self.config)
         self.logs: dict[str, LocalLog] = {}
+        self.lock = JobLock(self.root, job_name)
+        self._verify_log = verify_log
         try:
             self._plan(inputs or {})
             if run:
@@ -440,6 +467,8 @@ class LocalJob:
                     known[sid] = n
         plan = app.plan(partitions=known, config=self.config)
         self.plan = plan
+        if self._verify_log:
+            self._check_log()
         counts = {sid: s.partitions for sid, s in plan.streams.items()}
         widest = max([n for sid, n in counts.items() if n and plan.streams[sid].kind == "input"]
                      or [1])
@@ -470,6 +499,7 @@ class LocalJob:
 
         main_log = self.log_of(main)
         self.container_id, self.tasks = job_containers(job, cfg)
+        self.lock.run(self.container_id, int(config_value(cfg, "job.container.count")))
         generation = self.generation = self.start_run(join=self.container_id is not None)
 
         producers: dict[str, LocalProducer] = {}
@@ -585,7 +615,76 @@ class LocalJob:
             self.checkpoints.write(name, offsets, replace=True)
         log.put_meta(factor_key, str(self.job.tasks[0].buckets if self.job.tasks else 1).encode())
         log.put_meta(gen_key, str(generation).encode())
+        self._mark_log()
         return generation
+
+    # -- which log holds the job -----------------------------------------------------------------
+
+    def _log_id_file(self) -> str:
+        return os.path.abspath(os.path.join(self.root, "log.id"))
+
+    def _log_id_key(self) -> str:
+        return f"log-id/{self.job_name}"
+
+    def _read_log_id(self) -> str | None:
+        path = self._log_id_file()
+        try:
+            with open(path, encoding="utf-8") as f:
+                return f.read().strip()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise storage_error(e, path, "reading the job's log id") or SamzaError(
+                f"cannot read {path}: {e}; check that job.dir {self.root} is readable") from e
+
+    def _check_log(self) -> None:
+        """The log must still hold the job when ``job.dir`` says it did: a log file emptied or
+        replaced would otherwise start the job over silently, its state and checkpoints lost."""
+        log = self.checkpoints.log
+        with log_id_lock(self.root, exclusive=False):
+            token = self._read_log_id()
+            stored = log.get_meta(self._log_id_key())
+        if token is not None:
+            if stored is not None and stored.decode(errors="replace") == token:
+                return
+            evidence = (f"{self._log_id_file()} says the job's log is {token!r}, but the log "
+                        + ("has no id: it is empty or new" if stored is None else
+                           f"is {stored.decode(errors='replace')!r}: another log"))
+        else:
+            stores = os.path.abspath(os.path.join(self.root, "stores"))
+            if (not os.path.isdir(stores) or not os.listdir(stores)
+                    or log.get_meta(f"generation/{self.job_name}") is not None):
+                return
+            evidence = f"{stores} holds the job's stores, but the log has never seen a run of it"
+        raise SamzaError(
+            f"the local log at {log.path} does not hold job {self.job_name!r}: {evidence}. The "
+            f"log was emptied (a file truncated to 0 bytes), deleted or replaced, and the job's "
+            f"inputs, checkpoints and changelogs in it with it. Restore the directory {log.path} "
+            f"from a backup; or start the job over: `samza-dsl reset APP` (it removes the job's "
+            f"stores and this mark, and refuses while the job runs), then load its inputs again")
+
+    def _mark_log(self) -> None:
+        """Note, in ``job.dir`` and in the log, that this log holds the job."""
+        if self._read_log_id() is not None:
+            return  # checked when the job was opened
+        with log_id_lock(self.root, exclusive=True):
+            if self._read_log_id() is not None:
+                return  # another container of the job was first
+            log = self.checkpoints.log
+            stored = log.get_meta(self._log_id_key())
+            token = (stored.decode(errors="replace") if stored is not None
+                     else secrets.token_hex(8))
+            if stored is None:
+                log.put_meta(self._log_id_key(), token.encode())
+            path = self._log_id_file()
+            try:
+                with open(path + ".tmp", "w", encoding="utf-8") as f:
+                    f.write(token + "\n")
+                os.replace(path + ".tmp", path)
+            except OSError as e:
+                raise storage_error(e, path, "writing the job's log id") or SamzaError(
+                    f"cannot write {path}: {e}; check that job.dir {self.root} is "
+                    f"writable") from e
 
     def messages(self, stream_id: str, *, since_start: bool = True) -> list[Any]:
         """Messages of a stream in the log; of an output, by default only this run's."""
@@ -617,7 +716,10 @@ class LocalJob:
 
     def load(self, stream_id: str, messages: Iterable[Any], batch: int = 4096) -> int:
         """Append messages to a stream: a ``KV`` to the partition of its key (murmur2, as
-        Kafka's default partitioner), other messages round-robin. Returns the count."""
+        Kafka's default partitioner), other messages round-robin. Returns the count.
+
+        All or nothing: every message goes in one transaction, in segments of up to ``batch``
+        records per partition, so a failure (a full disk) leaves the stream as it was."""
         if stream_id not in self.physical:
             raise SamzaError(f"{stream_id!r} is not a stream of job {self.job_name!r}; streams: "
                              f"{', '.join(sorted(self.physical))}")
@@ -627,7 +729,8 @@ class LocalJob:
         key_serde = codec.serde.key_serde if isinstance(codec.serde, KVSerde) else None
         partitioner = KeyPartitioner(n, key_serde.serialize if key_serde is not None
                                      else default_key_bytes)
-        bufs: dict[tuple[str, int], list[Record]] = {}
+        segments: list[tuple[str, int, list[Record]]] = []
+        bufs: dict[int, list[Record]] = {}
         count = 0
         rr = sum(log.end_offset(phys, p) for p in range(n))
         for m in messages:
@@ -635,18 +738,38 @@ class LocalJob:
                 p = partitioner(m.key)
             else:
                 p, rr = rr % n, rr + 1
-            bufs.setdefault((phys, p), []).append(codec.encode(m))
+            buf = bufs.get(p)
+            if buf is None:
+                buf = bufs[p] = []
+            buf.append(codec.encode(m))
             count += 1
-            if count % batch == 0:
-                log.append_many(bufs)
-                bufs = {}
-        if bufs:
-            log.append_many(bufs)
+            if len(buf) >= batch:
+                segments.append((phys, p, buf))
+                bufs[p] = []
+        segments += [(phys, p, buf) for p, buf in bufs.items() if buf]
+        try:
+            log.append_batches(segments)
+        except SamzaError as e:
+            text = (f"nothing of the {count} message(s) was appended to stream {stream_id!r} "
+                    f"(a load is all or nothing): {e}")
+            if isinstance(e, StorageError):
+                raise StorageError(text, path=e.path, errno=e.errno) from e
+            raise SamzaError(text) from e
+        self._mark_log()
         return count
 
     def reset(self, *, outputs: bool = False) -> list[str]:
         """Forget the job's progress: checkpoints, stores, intermediate streams, changelogs and
-        dead letters (and outputs with ``outputs=True``). Inputs stay. Returns what went."""
+        dead letters (and outputs with ``outputs=True``). Inputs stay. Returns what went.
+        Refuses while a container of the job runs (``JobLockedError``)."""
+        lock = JobLock(self.root, self.job_name)
+        lock.exclusive("reset", f"reset job {self.job_name!r}")
+        try:
+            return self._reset(outputs)
+        finally:
+            lock.release()
+
+    def _reset(self, outputs: bool) -> list[str]:
         gone: list[str] = []
         for log in {id(lg): lg for lg in [self.log_of(s) for s in set(self.stream_system.values())]
                     }.values():
@@ -665,9 +788,16 @@ class LocalJob:
         stores = os.path.join(self.root, "stores")
         if remove_tree(stores):
             gone.append(f"stores in {stores}")
+        if os.path.exists(self._log_id_file()):
+            os.remove(self._log_id_file())  # the next run marks the log it finds now
         return gone
 
+    def release_lock(self) -> None:
+        """Let another process run this container (its run is over)."""
+        self.lock.release()
+
     def close(self) -> None:
+        self.lock.release()
         for log in self.logs.values():
             log.close()
         self.logs.clear()

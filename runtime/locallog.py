@@ -32,6 +32,8 @@ import msgspec
 
 from samza_dsl.errors import SamzaError
 
+from .storage import check_not_truncated, reserve_lock_file, storage_error
+
 __all__ = ["Header", "LocalLog", "Record"]
 
 Header = tuple[str, bytes]
@@ -134,7 +136,7 @@ class LocalLog:
         try:
             os.makedirs(self.path, exist_ok=True)
         except OSError as e:
-            raise SamzaError(
+            raise storage_error(e, self.path, "creating the local log directory") or SamzaError(
                 f"cannot create the local log directory {self.path}: {e}; "
                 f"choose another path or fix its permissions"
             ) from e
@@ -160,6 +162,7 @@ class LocalLog:
         self._shared = shared
 
     def _open(self, real: str, map_size: int) -> _Shared:
+        reserve_lock_file(self.path, "the local log")
         try:
             env = lmdb.open(
                 real,
@@ -172,7 +175,16 @@ class LocalLog:
                 readahead=False,
             )
         except lmdb.Error as e:
-            raise _unreadable(self.path, e) from e
+            raise storage_error(e, self.path, "opening the local log") or _unreadable(
+                self.path, e) from e
+        try:
+            check_not_truncated(
+                env, os.path.join(self.path, "data.mdb"), "the local log",
+                "move the directory away and start the job over with `samza-dsl reset` "
+                "(its inputs must be loaded again)")
+        except BaseException:
+            env.close()
+            raise
         try:
             streams = env.open_db(b"streams")
             log = env.open_db(b"log")
@@ -185,7 +197,8 @@ class LocalLog:
                 txn.cursor(log).last()
         except (lmdb.Error, msgspec.DecodeError) as e:
             env.close()
-            raise _unreadable(self.path, e) from e
+            raise storage_error(e, self.path, "opening the local log") or _unreadable(
+                self.path, e) from e
         return _Shared(env, streams, log, meta, _file_ident(real))
 
     # ------------------------------------------------------------------ plumbing
@@ -210,6 +223,9 @@ class LocalLog:
             return shared.env.begin(write=write, buffers=True)
 
     def _lmdb_error(self, exc: lmdb.Error, doing: str) -> SamzaError:
+        fault = storage_error(exc, self.path, doing)
+        if fault is not None:  # the disk, not the file: never advise deleting anything
+            return fault
         if isinstance(exc, lmdb.MapFullError):
             size = self._shared.env.info()["map_size"] if self._shared else self.map_size
             return SamzaError(
@@ -366,11 +382,22 @@ class LocalLog:
         key and value bytes or None and headers None or a tuple of ``(str, bytes)``. Only the
         first and last record of each batch are checked: a batch with a malformed record in
         the middle is stored, and reading it raises SamzaError."""
+        firsts = self.append_batches([(s, p, r) for (s, p), r in batches.items()], timestamp_ms)
+        return dict(zip(batches, firsts, strict=True))
+
+    def append_batches(
+        self,
+        batches: Sequence[tuple[str, int, Sequence[Record]]],
+        timestamp_ms: int | None = None,
+    ) -> list[int]:
+        """Append ``(stream, partition, records)`` batches in ONE transaction: all or none of
+        them. A partition may come several times (each batch is one segment, in order). Returns
+        each batch's first offset; see ``append_many``."""
         ts = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
         shared = self._live()
         # Encode outside the write transaction: it holds the log's one write lock, for every process.
         encoded: list[tuple[str, int, bytes | None]] = []
-        for (stream, partition), records in batches.items():
+        for stream, partition, records in batches:
             if not records:
                 encoded.append((stream, partition, None))
                 continue
@@ -387,7 +414,7 @@ class LocalLog:
                     f"tuple[(str, bytes), ...]|None) and timestamp_ms an int"
                 ) from e
             encoded.append((stream, partition, value))
-        out: dict[tuple[str, int], int] = {}
+        out: list[int] = []
         try:
             with self._begin(shared, write=True) as txn:
                 cur = txn.cursor(shared.log)
@@ -402,9 +429,9 @@ class LocalLog:
                             f"partition {partition} in the local log at {self.path}: the log is "
                             f"corrupt; delete the stream (reset) or the log directory"
                         )
-                    out[(stream, partition)] = first
+                    out.append(first)
         except lmdb.Error as e:
-            where = ", ".join(f"{s!r} partition {p}" for s, p, _ in encoded)
+            where = ", ".join(sorted({f"{s!r} partition {p}" for s, p, _ in encoded}))
             raise self._lmdb_error(e, f"appending to {where}") from e
         return out
 

@@ -1,0 +1,151 @@
+"""Storage faults told as they are: a full disk, a read-only file system, a refused permission,
+an I/O error or a truncated LMDB file, each naming the path and what to do.
+
+A full or read-only disk loses nothing that was committed, so these messages never advise
+deleting anything (unlike a corrupt file, where moving it away may be the only way on).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from typing import Any
+
+import lmdb
+
+from samza_dsl.errors import SamzaError
+
+__all__ = ["StorageError", "check_not_truncated", "fault_errno", "reserve_lock_file",
+           "storage_error"]
+
+
+class StorageError(SamzaError):
+    """The disk refused a read or write (full, read-only, permission, I/O error), or an LMDB
+    file is shorter than its own metadata says. ``errno`` is the system's code, if any."""
+
+    def __init__(self, message: str, *, path: str, errno: int | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.errno = errno
+
+
+# LMDB reports a system error as the text of strerror (py-lmdb keeps no errno on its
+# exceptions): ENOSPC and EIO come as DiskError, EACCES as ReadonlyError, EROFS as plain Error.
+_KNOWN = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO)
+_TEXTS = tuple((os.strerror(code), code) for code in _KNOWN)
+
+
+def fault_errno(exc: BaseException) -> int | None:
+    """The errno of a storage fault in ``exc`` (an OSError or an lmdb.Error), or None."""
+    if isinstance(exc, OSError):
+        return exc.errno if exc.errno in _KNOWN else None
+    if isinstance(exc, lmdb.Error):
+        text = str(exc)
+        for phrase, code in _TEXTS:
+            if phrase in text:
+                return code
+    return None
+
+
+def storage_error(exc: BaseException, path: str, doing: str, *, then: str = "") -> StorageError | None:
+    """A clear error for a storage fault in ``exc`` while ``doing`` on ``path``, or None when
+    ``exc`` is not one. ``then`` says how to go on once the cause is fixed."""
+    code = fault_errno(exc)
+    if code is None:
+        return None
+    path = os.path.abspath(path)
+    then = then or "then run the command again"
+    detail = f"{type(exc).__name__}: {exc}"
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        what = "no space left on the device" if code == errno.ENOSPC else "disk quota exceeded"
+        text = (f"{what} holding {path} while {doing} ({detail}). What was committed before "
+                f"is intact. Make room on that file system (`df {path}` shows it) or move the "
+                f"job to a larger one, {then}")
+    elif code == errno.EROFS:
+        text = (f"{path} is on a read-only file system, so {doing} failed ({detail}). Nothing "
+                f"was changed. Remount it read-write, or point job.dir (and the system's path) "
+                f"at a writable directory, {then}")
+    elif code in (errno.EACCES, errno.EPERM):
+        text = (f"permission denied on {path} while {doing} ({detail}). Nothing was changed. "
+                f"Give the user running samza-dsl (uid {os.geteuid()}) read and write access "
+                f"to it, {then}")
+    else:
+        free = _free_bytes(path)
+        if free is not None and free < _NEARLY_FULL:
+            # LMDB reports a short write as EIO, and a full disk is what cuts writes short
+            code = errno.ENOSPC
+            text = (f"no space left on the device holding {path} while {doing}: it has "
+                    f"{free} bytes free ({detail}: a write was cut short). What was committed "
+                    f"before is intact. Make room on that file system (`df {path}` shows it) or "
+                    f"move the job to a larger one, {then}")
+        else:
+            text = (f"an I/O error on the device holding {path} while {doing} ({detail}). "
+                    f"Check the disk (the kernel log, `dmesg`, names the failing device), {then}")
+    return StorageError(text, path=path, errno=code)
+
+
+_NEARLY_FULL = 64 << 20  # free bytes below which a short write is taken for a full disk
+
+
+def _free_bytes(path: str) -> int | None:
+    """Bytes free to this user on the file system of ``path`` (or of its nearest parent)."""
+    p = os.path.abspath(path)
+    while True:
+        try:
+            st = os.statvfs(p)
+        except OSError:
+            parent = os.path.dirname(p)
+            if parent == p:
+                return None
+            p = parent
+            continue
+        return st.f_bavail * st.f_frsize
+
+
+def check_not_truncated(env: Any, data_file: str, what: str, recover: str) -> None:
+    """Raises StorageError if ``data_file`` is shorter than the last page LMDB's meta pages
+    record. Call it after ``lmdb.open`` and before the first read through the map: a page past
+    the end of the file kills the process with SIGBUS when read. ``recover`` says what to do
+    without a backup."""
+    # The meta first, the size second: another process may commit in between, and it writes a
+    # transaction's pages before the meta page that counts them, so the file only grows ahead.
+    need = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+    try:
+        size = os.path.getsize(data_file)
+    except OSError as e:
+        raise storage_error(e, data_file, f"reading the size of {what}") or SamzaError(
+            f"cannot read the size of {data_file} ({what}): {e}") from e
+    if size < need:
+        raise StorageError(
+            f"{data_file} ({what}) is truncated: it has {size} bytes but its last page ends at "
+            f"byte {need}, so part of it was lost (a copy cut short, a full disk, or power loss "
+            f"before a sync). Restore the file from a backup if you have one; otherwise "
+            f"{recover} (see docs/operations.md, Storage faults)",
+            path=data_file)
+
+
+_LOCK_FILE_SIZE = 8192  # what LMDB makes for its default 126 reader slots
+
+
+def reserve_lock_file(directory: str, what: str) -> None:
+    """Allocates the disk blocks of LMDB's ``lock.mdb`` in ``directory`` before ``lmdb.open``.
+    LMDB writes its reader table through a shared map of that file: on a full disk a page not yet
+    allocated kills the process with SIGBUS instead of failing the open. Call it only where no
+    LMDB environment of this process has the file open (closing an fd of the file would drop that
+    environment's fcntl locks)."""
+    path = os.path.join(directory, "lock.mdb")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        raise storage_error(e, path, f"opening {what}") or SamzaError(
+            f"cannot open {path} ({what}): {e}; check that {directory} is a writable "
+            f"directory") from e
+    try:
+        # allocates holes only: the contents another process may be using stay as they are
+        os.posix_fallocate(fd, 0, max(os.fstat(fd).st_size, _LOCK_FILE_SIZE))
+    except OSError as e:
+        if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+            raise storage_error(e, path, f"opening {what}") or SamzaError(
+                f"cannot allocate {path} ({what}): {e}") from e
+    finally:
+        os.close(fd)
