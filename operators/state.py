@@ -30,9 +30,10 @@ import math
 import struct
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
+from operator import itemgetter
 from typing import Any
 
-__all__ = ["InMemoryState", "encode_key", "decode_key", "order_key"]
+__all__ = ["InMemoryState", "encode_key", "decode_key", "order_key", "table_key_order"]
 
 _END = 0x00  # closes a tuple
 _NONE = 0x01
@@ -53,6 +54,7 @@ _MASK64 = (1 << 64) - 1
 _NO_FRACTION = bytes((_FRAC_NONE,))
 
 _MISSING: Any = object()
+_first = itemgetter(0)  # keys of different types never compare: sort by their bytes alone
 _pack_double = struct.Struct(">d").pack
 _unpack_double = struct.Struct(">d").unpack
 _pack_u64 = struct.Struct(">Q").pack
@@ -220,17 +222,21 @@ class InMemoryState:
 
     ``get`` and ``put`` are a dict's own methods: the window and join hot paths pay nothing
     more. Keys follow Python equality (as ``encode_key`` does); ``range`` and ``all`` iterate in
-    ``encode_key`` order, sorting lazily after keys were added or removed. ``range(start, end)``
+    the byte order of ``order(key)``, sorting lazily after keys were added or removed, as an
+    LMDB store iterates in the byte order of its encoded keys. ``order`` is ``order_key`` by
+    default (window and join state); a table passes its key serde's serializer, so that it
+    orders its keys as its LMDB store does (``table_key_order``). ``range(start, end)``
     is half-open. Iterating while writing is safe: entries deleted meanwhile are skipped. ``get``
     of a missing key is None, so a value of None reads like a missing one; use ``delete``.
     """
 
-    __slots__ = ("_data", "get", "put", "_order", "_sorted", "_deleted")
+    __slots__ = ("_data", "get", "put", "_order", "_sorted", "_deleted", "_order_of")
 
     get: Callable[[Any], Any]
     put: Callable[[Any, Any], None]
 
-    def __init__(self) -> None:
+    def __init__(self, order: Callable[[Any], bytes] | None = None) -> None:
+        self._order_of = order_key if order is None else order
         self._data: dict[Any, Any] = {}
         self.get = self._data.get
         self.put = self._data.__setitem__
@@ -254,7 +260,8 @@ class InMemoryState:
         # stale when the size changed or a key was deleted (a delete then an insert keeps the size)
         if self._deleted or len(self._sorted) != len(data):
             self._deleted = False
-            pairs = sorted((order_key(k), k) for k in data)
+            order_of = self._order_of
+            pairs = sorted(((order_of(k), k) for k in data), key=_first)
             self._order = [p[0] for p in pairs]
             self._sorted = [p[1] for p in pairs]
         return self._order, self._sorted
@@ -267,15 +274,33 @@ class InMemoryState:
                 yield k, v
 
     def range(self, start: Any, end: Any) -> Iterator[tuple[Any, Any]]:
-        """``(key, value)`` pairs with ``start <= key < end`` in ``encode_key`` order."""
+        """``(key, value)`` pairs with ``start <= key < end`` in ``order`` order."""
         order, keys = self._keys_in_order()
-        lo = bisect_left(order, order_key(start))
-        hi = bisect_left(order, order_key(end))
+        lo = bisect_left(order, self._order_of(start))
+        hi = bisect_left(order, self._order_of(end))
         return self._iter(keys[lo:hi])
 
     def all(self) -> Iterator[tuple[Any, Any]]:
-        """Every ``(key, value)`` pair in ``encode_key`` order."""
+        """Every ``(key, value)`` pair in ``order`` order."""
         return self._iter(list(self._keys_in_order()[1]))
 
     def __repr__(self) -> str:
         return f"InMemoryState({len(self._data)} keys)"
+
+
+def table_key_order(key_serde: Any) -> Callable[[Any], bytes]:
+    """The order of a table's keys: the bytes its key serde writes, as in its LMDB store
+    (``NoOpSerde``, which writes no bytes, orders by ``order_key``).
+
+    >>> from samza_dsl.serdes import JsonSerde
+    >>> s = InMemoryState(table_key_order(JsonSerde()))
+    >>> for k in [9, 10, 2, 100]:
+    ...     s.put(k, 0)
+    >>> [k for k, _ in s.all()]
+    [10, 100, 2, 9]
+    """
+    from samza_dsl.serdes import NoOpSerde
+
+    if key_serde is None or isinstance(key_serde, NoOpSerde):
+        return order_key
+    return key_serde.serialize

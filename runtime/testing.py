@@ -33,15 +33,18 @@ from .metrics import Metrics
 __all__ = ["TestRunner", "TestResult", "resolve_partitions", "memory_store_factory", "memory_job", "run_container"]
 
 
-def memory_store_factory() -> Any:
-    from operators.state import InMemoryState
+def memory_store_factory(tables: Mapping[str, Any] | None = None) -> Any:
+    """In-memory stores by (task, store); ``tables`` (table id -> its ``KVSerde``) order their
+    keys as their LMDB stores do, by the bytes of their key serde."""
+    from operators.state import InMemoryState, table_key_order
 
     stores: dict[tuple[str, str], Any] = {}
+    orders = {name: table_key_order(serde.key_serde) for name, serde in (tables or {}).items()}
 
     def make(task: str, name: str) -> Any:
         key = (task, name)
         if key not in stores:
-            stores[key] = InMemoryState()
+            stores[key] = InMemoryState(orders.get(name))
         return stores[key]
     make.stores = stores  # type: ignore[attr-defined]
     return make
@@ -186,6 +189,7 @@ def memory_job(app: StreamApplication, inputs: Mapping[str, Mapping[int, Sequenc
     container = Container(job, job.tasks, consumer=MemoryConsumer(broker),
                           producer=producer(broker),
                           checkpoints=checkpoints if checkpoints is not None else MemoryCheckpoints(),
-                          store_factory=memory_store_factory(), config=plan.config, clock=clock,
+                          store_factory=memory_store_factory(
+                              {tid: t.serde for tid, t in plan.app.tables.items()}), config=plan.config, clock=clock,
                           metrics=Metrics())
     return plan, broker, container

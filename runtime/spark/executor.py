@@ -34,7 +34,7 @@ from typing import Any
 from operators import build_operator
 from operators.base import Operator, OperatorContext, UserContext
 from operators.hashing import KeyPartitioner
-from operators.state import InMemoryState
+from operators.state import InMemoryState, table_key_order
 from samza_dsl.config import config_value
 from samza_dsl.kv import KV
 from samza_dsl.serdes import KVSerde
@@ -115,8 +115,8 @@ class PassExecutor:
         self.operators: dict[str, Operator] = {}
         stores: dict[str, Any] = {}
         tables: dict[str, LocalTable] = {}
-        for table_id in app.tables:
-            stores[table_id] = InMemoryState()
+        for table_id, table in app.tables.items():
+            stores[table_id] = InMemoryState(table_key_order(table.serde.key_serde))
             tables[table_id] = LocalTable(table_id, stores[table_id])
         for stage in self.stages:
             for op_id in stage.operators:

@@ -324,3 +324,31 @@ def test_an_input_declaring_more_partitions_than_files_is_placed_by_key(
     expected = TestRunner(build()).add_input("scores", parts).run().messages("sums")
     result = SparkRunner(spark).reprocess(build(), {"scores": str(path)})
     assert Counter(result.messages("sums")) == Counter(expected) and expected
+
+
+class _TableKeys:
+    """Puts each message as a key and emits the table's keys, in the table's order."""
+
+    def init(self, ctx: Any) -> None:
+        self.table = ctx.table("t")
+
+    def __call__(self, kv: KV[str, Any]) -> KV[str, Any]:
+        self.table.put(kv.value, 1)
+        return KV(kv.key, [e.key for e in self.table.all()])
+
+
+def test_tables_order_keys_by_their_serialized_bytes_as_lmdb_does(spark: Any) -> None:
+    def build() -> StreamApplication:
+        app = StreamApplication("table-order")
+        mem = MemorySystem()
+        kv = KVSerde(StringSerde(), JsonSerde())
+        app.table("t", serde=KVSerde(JsonSerde(), JsonSerde()))
+        (app.input(mem.input("nums", serde=kv)).map(_TableKeys(), name="keys")
+         .send_to(app.output(mem.output("out", serde=kv))))
+        return app
+    nums = [KV("k", n) for n in (9, 10, 2, 100)]
+    expected = TestRunner(build()).add_input("nums", nums).run().messages("out")
+    got = SparkRunner(spark).reprocess(build(), {"nums": nums}).messages("out")
+    assert expected[-1] == KV("k", [10, 100, 2, 9])  # JSON bytes: "10" < "100" < "2" < "9"
+    assert sorted(map(len, (m.value for m in got))) == [1, 2, 3, 4]
+    assert max(got, key=lambda m: len(m.value)) == expected[-1]

@@ -1,0 +1,134 @@
+"""Every store kind orders keys by their serialized bytes and answers get/put/delete/range/all
+alike: the in-memory state of TestRunner and Spark, and the LMDB store of the streaming
+runtime. Code tested with TestRunner behaves the same in production."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from operators.state import InMemoryState, table_key_order
+from runtime.lmdb_store import LmdbStore
+from runtime.local import LocalRunner
+from runtime.state_codec import state_codec, table_codec
+from samza_dsl import KV, StreamApplication
+from samza_dsl.serdes import JsonSerde, KVSerde, Serde, StringSerde
+from samza_dsl.systems import LocalSystem
+from samza_dsl.testing import TestRunner
+
+# Keys that are equal in Python are equal as bytes too (no 1 beside 1.0 or True).
+_INT = st.integers(-10**6, 10**6)
+_TEXT = st.text(max_size=12)
+KINDS: dict[str, tuple[Any, st.SearchStrategy[Any]]] = {
+    "table, JSON keys": (JsonSerde(), st.one_of(_INT, _TEXT)),
+    "table, string keys": (StringSerde(), _TEXT),
+    "window or join state": (None, st.one_of(_INT, _TEXT, st.tuples(_INT, _TEXT))),
+}
+
+
+def _stores(key_serde: Serde[Any] | None, path: str) -> tuple[InMemoryState, LmdbStore]:
+    if key_serde is None:  # window and join state: the codec of runtime.local_system
+        ke, kd, ve, vd = state_codec({}, "window state 'w'")
+        memory = InMemoryState()
+    else:  # a table: its serdes, as TestRunner, Spark and LocalRunner build it
+        ke, kd = table_codec(key_serde, "key", "t")
+        ve, vd = table_codec(JsonSerde(), "value", "t")
+        memory = InMemoryState(table_key_order(key_serde))
+    lmdb_store = LmdbStore.open(path, name="t", task="Partition 0", key_encode=ke, key_decode=kd,
+                                value_encode=ve, value_decode=vd)
+    return memory, lmdb_store
+
+
+def _ops(keys: st.SearchStrategy[Any]) -> st.SearchStrategy[list[tuple[Any, ...]]]:
+    return st.lists(st.one_of(
+        st.tuples(st.just("put"), keys, st.integers(0, 99)),
+        st.tuples(st.just("delete"), keys),
+        st.tuples(st.just("get"), keys),
+        st.tuples(st.just("range"), keys, keys),
+        st.tuples(st.just("all")),
+        st.tuples(st.just("flush")),
+    ), max_size=60)
+
+
+def _apply(store: Any, op: tuple[Any, ...]) -> Any:
+    name = op[0]
+    if name == "put":
+        return store.put(op[1], op[2])
+    if name == "delete":
+        return store.delete(op[1])
+    if name == "get":
+        return store.get(op[1])
+    if name == "range":
+        return list(store.range(op[1], op[2]))
+    if name == "all":
+        return list(store.all())
+    if name == "flush":
+        return store.flush() if hasattr(store, "flush") else None
+    raise AssertionError(name)
+
+
+def _check(kind: str, ops: list[tuple[Any, ...]]) -> None:
+    key_serde, _ = KINDS[kind]
+    d = tempfile.mkdtemp()
+    memory, lmdb_store = _stores(key_serde, d)
+    try:
+        for op in ops:
+            assert _apply(memory, op) == _apply(lmdb_store, op), (kind, op)
+        assert list(memory.all()) == list(lmdb_store.all())
+    finally:
+        lmdb_store.close()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _agreement_test(kind: str) -> Callable[..., None]:
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(ops=_ops(KINDS[kind][1]))
+    def test(ops: list[tuple[Any, ...]]) -> None:
+        _check(kind, ops)
+    return test
+
+
+test_tables_with_json_keys_agree = _agreement_test("table, JSON keys")
+test_tables_with_string_keys_agree = _agreement_test("table, string keys")
+test_window_and_join_state_agree = _agreement_test("window or join state")
+
+
+class _ListTable:
+    def init(self, ctx: Any) -> None:
+        self.table = ctx.table("t")
+
+    def __call__(self, key: Any) -> KV[str, Any]:
+        self.table.put(key, 1)
+        return KV("keys", [kv.key for kv in self.table.all()] +
+                  ["|"] + [kv.key for kv in self.table.range(2, 9)])
+
+
+def _app() -> tuple[StreamApplication, Any, Any]:
+    app = StreamApplication("order")
+    local = LocalSystem("local")
+    inp = app.input(local.input("in", serde=JsonSerde(), partitions=1))
+    out = app.output(local.output("out", serde=KVSerde(JsonSerde(), JsonSerde()), partitions=1))
+    app.table("t", serde=KVSerde(JsonSerde(), JsonSerde()))
+    inp.map(_ListTable()).send_to(out)
+    return app, inp, out
+
+
+def test_test_runner_and_local_runner_give_tables_in_the_same_order(tmp_path: Any) -> None:
+    keys = [9, 10, 2, 100]
+    app, inp, out = _app()
+    tested = TestRunner(app).add_input(inp, keys).run().messages(out)
+    app, _, _ = _app()
+    runner = LocalRunner(app, {"job.dir": str(tmp_path / "job")}, inputs={"in": keys})
+    try:
+        runner.run()
+        produced = runner.messages("out")
+    finally:
+        runner.close()
+    # JSON bytes order: b"10" < b"100" < b"2" < b"9"
+    assert tested[-1] == KV("keys", [10, 100, 2, 9, "|", 2])
+    assert tested == produced
