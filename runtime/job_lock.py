@@ -6,6 +6,9 @@
   refuses while a reset is under way.
 - ``container-<id>.lock``: container ``id`` of a job of several holds it exclusively, so a second
   process for the same container is refused.
+- ``count-<n>.lock``: the containers of a job of ``n`` hold it shared. Containers split the tasks
+  by their count, so a container refuses to start while one of another count runs (its tasks
+  would overlap).
 
 An exclusive holder writes its PID into the file, so the refusal can name the process. ``load``
 and ``dump`` take no lock: appending to inputs and reading streams are safe while a job runs.
@@ -115,10 +118,16 @@ class JobLock:
                        doing=f"run job {self.job_name!r}")
             return
         what = f"container {container_id} of {count}"
-        self._take("job.lock", exclusive=False, note=None,
-                   doing=f"run {what} of job {self.job_name!r}")
+        doing = f"run {what} of job {self.job_name!r}"
+        self._take("job.lock", exclusive=False, note=None, doing=doing)
+        self._take(f"count-{count}.lock", exclusive=False, note=None, doing=doing)
+        for other in glob.glob(os.path.join(self.dir, "count-*.lock")):
+            if other != os.path.join(self.dir, f"count-{count}.lock") and self._in_use(other):
+                self.release()
+                raise self._refusal(other, f"{doing} (containers of another "
+                                           f"job.container.count run)")
         self._take(f"container-{container_id}.lock", exclusive=True, note=f"run {what}",
-                   doing=f"run {what} of job {self.job_name!r}")
+                   doing=doing)
 
     def start_containers(self, count: int) -> None:
         """The process that prepares a run of ``count`` containers and starts them: exclusive
@@ -166,6 +175,21 @@ class JobLock:
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, f"{os.getpid()} {note}\n".encode(), 0)
+
+    @staticmethod
+    def _in_use(path: str) -> bool:
+        """Whether some process holds ``path`` (a brief exclusive try, dropped at once)."""
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        return False
 
     def _refusal(self, path: str, doing: str) -> JobLockedError:
         holders = []

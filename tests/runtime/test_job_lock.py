@@ -165,6 +165,13 @@ def test_containers_run_side_by_side_but_one_process_per_container(tmp_path: Pat
         reset = subprocess.run([CLI, "reset", app, "-c", f"job.dir={job_dir}"],
                                capture_output=True, text=True, timeout=120)
         assert reset.returncode == 2 and "cannot reset" in reset.stderr
+        # a container of another count would share tasks with these: refused too
+        other = subprocess.run([CLI, "run", app, "-q", "--containers", "3", "--container-id",
+                                "2", "-c", f"job.dir={job_dir}"],
+                               capture_output=True, text=True, timeout=120)
+        assert other.returncode == 2, other.stderr
+        assert "another job.container.count" in other.stderr
+        assert f"process {procs[1].pid} (`run container 1 of 2`" in other.stderr
     finally:
         for p in procs:
             stop(p)
