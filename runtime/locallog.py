@@ -32,7 +32,12 @@ import msgspec
 
 from samza_dsl.errors import SamzaError
 
-from .storage import check_not_truncated, reserve_lock_file, storage_error
+from .storage import (
+    check_file_not_truncated,
+    check_not_truncated,
+    reserve_lock_file,
+    storage_error,
+)
 
 __all__ = ["Header", "LocalLog", "Record"]
 
@@ -162,6 +167,10 @@ class LocalLog:
         self._shared = shared
 
     def _open(self, real: str, map_size: int) -> _Shared:
+        data_file = os.path.join(self.path, "data.mdb")
+        recover = ("move the directory away and start the job over with `samza-dsl reset` "
+                   "(its inputs must be loaded again)")
+        check_file_not_truncated(data_file, "the local log", recover)
         reserve_lock_file(self.path, "the local log")
         try:
             env = lmdb.open(
@@ -178,10 +187,7 @@ class LocalLog:
             raise storage_error(e, self.path, "opening the local log") or _unreadable(
                 self.path, e) from e
         try:
-            check_not_truncated(
-                env, os.path.join(self.path, "data.mdb"), "the local log",
-                "move the directory away and start the job over with `samza-dsl reset` "
-                "(its inputs must be loaded again)")
+            check_not_truncated(env, data_file, "the local log", recover)
         except BaseException:
             env.close()
             raise

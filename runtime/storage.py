@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import errno
 import os
+import struct
 from typing import Any
 
 import lmdb
 
 from samza_dsl.errors import SamzaError
 
-__all__ = ["StorageError", "check_not_truncated", "fault_errno", "reserve_lock_file",
-           "storage_error"]
+__all__ = ["StorageError", "check_file_not_truncated", "check_not_truncated", "fault_errno",
+           "reserve_lock_file", "storage_error"]
 
 
 class StorageError(SamzaError):
@@ -116,12 +117,54 @@ def check_not_truncated(env: Any, data_file: str, what: str, recover: str) -> No
         raise storage_error(e, data_file, f"reading the size of {what}") or SamzaError(
             f"cannot read the size of {data_file} ({what}): {e}") from e
     if size < need:
-        raise StorageError(
-            f"{data_file} ({what}) is truncated: it has {size} bytes but its last page ends at "
-            f"byte {need}, so part of it was lost (a copy cut short, a full disk, or power loss "
-            f"before a sync). Restore the file from a backup if you have one; otherwise "
-            f"{recover} (see docs/operations.md, Storage faults)",
-            path=data_file)
+        raise _truncated(data_file, what, size, need, recover)
+
+
+def _truncated(data_file: str, what: str, size: int, need: int, recover: str) -> StorageError:
+    return StorageError(
+        f"{data_file} ({what}) is truncated: it has {size} bytes but its last page ends at "
+        f"byte {need}, so part of it was lost (a copy cut short, a full disk, or power loss "
+        f"before a sync). Restore the file from a backup if you have one; otherwise "
+        f"{recover} (see docs/operations.md, Storage faults)",
+        path=data_file)
+
+
+# An LMDB meta page (64-bit build): a 16-byte page header (page number, pad, flags), then
+# mm_magic, mm_version, mm_address, mm_mapsize, the free and main databases' records (48 bytes
+# each; the free one's md_pad holds the page size), mm_last_pg and mm_txnid.
+_META = struct.Struct("<QHH4xIIQQI44x48xQQ")
+_P_META = 0x08
+_MAGIC = 0xBEEFC0DE
+
+
+def check_file_not_truncated(data_file: str, what: str, recover: str) -> None:
+    """Before ``lmdb.open``: raises StorageError if ``data_file`` is shorter than the last page
+    its newer meta page records, or than its two meta pages. A file whose first page is no LMDB
+    meta page is left to LMDB to judge; an absent or empty one is a new environment."""
+    try:
+        with open(data_file, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            first = f.read(_META.size)
+            if len(first) < _META.size:
+                return
+            pgno, _, flags, magic, _, _, _, psize, last, txnid = _META.unpack(first)
+            if pgno != 0 or not flags & _P_META or magic != _MAGIC or psize < 512:
+                return
+            need = (last + 1) * psize
+            f.seek(psize)
+            second = f.read(_META.size)
+    except FileNotFoundError:
+        return  # a new environment
+    except OSError as e:
+        raise storage_error(e, data_file, f"reading {what}") or SamzaError(
+            f"cannot read {data_file} ({what}): {e}") from e
+    if len(second) == _META.size:
+        pgno, _, flags, magic, _, _, _, _, last2, txnid2 = _META.unpack(second)
+        if pgno == 1 and flags & _P_META and magic == _MAGIC and txnid2 > txnid:
+            need = (last2 + 1) * psize  # LMDB uses the meta page of the later transaction
+    need = max(need, 2 * psize)
+    if size < need:
+        raise _truncated(data_file, what, size, need, recover)
 
 
 _LOCK_FILE_SIZE = 8192  # what LMDB makes for its default 126 reader slots
