@@ -374,7 +374,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="no progress bars or stage table on standard error")
     rp.set_defaults(func=cmd_reprocess)
 
-    ld = sub.add_parser("load", help="append JSON Lines to a stream of the embedded local log")
+    ld = sub.add_parser("load", help="append JSON Lines to a stream of the embedded local log, "
+                                     "all or nothing (allowed while the job runs)")
     ld.add_argument("app", help="module_or_file.py:attr")
     ld.add_argument("stream", help="stream id")
     ld.add_argument("file", help='one JSON message per line ({"key": ..., "value": ...} for keyed '
@@ -391,7 +392,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=cmd_dump)
 
     rs = sub.add_parser("reset", help="forget a job's progress: checkpoints, stores, "
-                                      "intermediate streams and changelogs (inputs stay)")
+                                      "intermediate streams and changelogs (inputs stay); "
+                                      "refused while the job runs")
     rs.add_argument("app", help="module_or_file.py:attr")
     rs.add_argument("--outputs", action="store_true", help="also empty the output streams")
     rs.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE")
