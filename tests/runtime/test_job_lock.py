@@ -122,9 +122,11 @@ def test_a_crashed_holder_leaves_no_lock_behind(tmp_path: Path) -> None:
     assert cli("load", COUNTER, "events", str(events(tmp_path / "a.jsonl", 0, 50)),
                cwd=tmp_path).returncode == 0
     job = follow(tmp_path)
-    wait_for_lock(job, tmp_path / ".samza" / JOB / "locks" / "job.lock")
-    job.kill()
-    job.communicate(timeout=60)
+    try:
+        wait_for_lock(job, tmp_path / ".samza" / JOB / "locks" / "job.lock")
+    finally:
+        job.kill()
+        job.communicate(timeout=60)
     run = cli("run", COUNTER, "-q", cwd=tmp_path)
     assert run.returncode == 0, run.stderr
 
