@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator
 from operator import itemgetter
 from typing import Any
 
-__all__ = ["InMemoryState", "encode_key", "decode_key", "order_key", "table_key_order"]
+__all__ = ["InMemoryState", "encode_key", "decode_key", "order_key", "table_key_order", "table_state"]
 
 _END = 0x00  # closes a tuple
 _NONE = 0x01
@@ -225,23 +225,29 @@ class InMemoryState:
     the byte order of ``order(key)``, sorting lazily after keys were added or removed, as an
     LMDB store iterates in the byte order of its encoded keys. ``order`` is ``order_key`` by
     default (window and join state); a table passes its key serde's serializer, so that it
-    orders its keys as its LMDB store does (``table_key_order``). ``range(start, end)``
+    orders its keys as its LMDB store does (``table_key_order``), and ``decode`` (its key serde's
+    deserializer) so that ``range`` and ``all`` give keys back as the LMDB store does, decoded
+    from their bytes (``table_state`` builds both). ``range(start, end)``
     is half-open. Iterating while writing is safe: entries deleted meanwhile are skipped. ``get``
     of a missing key is None, so a value of None reads like a missing one; use ``delete``.
     """
 
-    __slots__ = ("_data", "get", "put", "_order", "_sorted", "_deleted", "_order_of")
+    __slots__ = ("_data", "get", "put", "_order", "_sorted", "_shown", "_deleted", "_order_of",
+                 "_decode")
 
     get: Callable[[Any], Any]
     put: Callable[[Any, Any], None]
 
-    def __init__(self, order: Callable[[Any], bytes] | None = None) -> None:
+    def __init__(self, order: Callable[[Any], bytes] | None = None,
+                 decode: Callable[[bytes], Any] | None = None) -> None:
         self._order_of = order_key if order is None else order
+        self._decode = decode
         self._data: dict[Any, Any] = {}
         self.get = self._data.get
         self.put = self._data.__setitem__
         self._order: list[bytes] = []
         self._sorted: list[Any] = []
+        self._shown: list[Any] = []  # the keys as range and all give them
         self._deleted = False
 
     def delete(self, key: Any) -> None:
@@ -254,7 +260,7 @@ class InMemoryState:
     def __contains__(self, key: Any) -> bool:
         return key in self._data
 
-    def _keys_in_order(self) -> tuple[list[bytes], list[Any]]:
+    def _keys_in_order(self) -> tuple[list[bytes], list[Any], list[Any]]:
         data = self._data
         # put is the dict's own __setitem__, so nothing is told of new keys: the cache is
         # stale when the size changed or a key was deleted (a delete then an insert keeps the size)
@@ -264,25 +270,28 @@ class InMemoryState:
             pairs = sorted(((order_of(k), k) for k in data), key=_first)
             self._order = [p[0] for p in pairs]
             self._sorted = [p[1] for p in pairs]
-        return self._order, self._sorted
+            decode = self._decode
+            self._shown = self._sorted if decode is None else [decode(b) for b in self._order]
+        return self._order, self._sorted, self._shown
 
-    def _iter(self, keys: list[Any]) -> Iterator[tuple[Any, Any]]:
+    def _iter(self, keys: list[Any], shown: list[Any]) -> Iterator[tuple[Any, Any]]:
         data = self._data
-        for k in keys:
+        for k, out in zip(keys, shown, strict=True):
             v = data.get(k, _MISSING)
             if v is not _MISSING:
-                yield k, v
+                yield out, v
 
     def range(self, start: Any, end: Any) -> Iterator[tuple[Any, Any]]:
         """``(key, value)`` pairs with ``start <= key < end`` in ``order`` order."""
-        order, keys = self._keys_in_order()
+        order, keys, shown = self._keys_in_order()
         lo = bisect_left(order, self._order_of(start))
         hi = bisect_left(order, self._order_of(end))
-        return self._iter(keys[lo:hi])
+        return self._iter(keys[lo:hi], shown[lo:hi])
 
     def all(self) -> Iterator[tuple[Any, Any]]:
         """Every ``(key, value)`` pair in ``order`` order."""
-        return self._iter(list(self._keys_in_order()[1]))
+        _, keys, shown = self._keys_in_order()
+        return self._iter(list(keys), list(shown))
 
     def __repr__(self) -> str:
         return f"InMemoryState({len(self._data)} keys)"
@@ -304,3 +313,21 @@ def table_key_order(key_serde: Any) -> Callable[[Any], bytes]:
     if key_serde is None or isinstance(key_serde, NoOpSerde):
         return order_key
     return key_serde.serialize
+
+
+def table_state(key_serde: Any) -> InMemoryState:
+    """An in-memory table that answers as its LMDB store would: keys ordered by the bytes of
+    ``key_serde`` and given back by ``range``/``all`` as ``key_serde`` decodes them (a tuple key
+    under ``JsonSerde`` comes back a list, as it does from LMDB).
+
+    >>> from samza_dsl.serdes import JsonSerde
+    >>> t = table_state(JsonSerde())
+    >>> t.put(("a", 1), "x")
+    >>> t.get(("a", 1)), list(t.all())
+    ('x', [(['a', 1], 'x')])
+    """
+    from samza_dsl.serdes import NoOpSerde
+
+    if key_serde is None or isinstance(key_serde, NoOpSerde):
+        return InMemoryState()
+    return InMemoryState(key_serde.serialize, key_serde.deserialize)

@@ -24,6 +24,15 @@ class OperatorFailure(Exception):
         self.op_id = op_id
         self.cause = cause
 
+    @property
+    def reason(self) -> str:
+        """The cause as an error shows it, with a hint where the cause is a known mistake."""
+        text = f"{type(self.cause).__name__}: {self.cause}"
+        if isinstance(self.cause, TypeError) and str(self.cause).startswith("unhashable type"):
+            text += (" (a key of a table, a window or a join must be hashable, as every store "
+                     "keeps them in a dict: use a tuple instead of a list, or a str)")
+        return text
+
 
 async def gather_pending(pending: list[Awaitable[None]]) -> None:
     if len(pending) == 1:

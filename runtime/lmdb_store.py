@@ -514,10 +514,16 @@ class LmdbStore:
         try:
             raw = self._reader().get(lk)
         except lmdb.Error as e:
+            fault = storage_error(e, self._data_file(), f"reading key {key!r:.200} of {self._where()}")
+            if fault is not None:  # a disk fault: the file itself may be fine, never delete it
+                raise fault from e
+            recover = ("stop the job and move the directory aside: the store is rebuilt from its "
+                       "changelog at the next start" if self._changelog is not None else
+                       "stop the job and restore the directory from a backup; the store has no "
+                       "changelog to rebuild it from")
             raise SamzaError(
-                f"{self._where()}: reading key {key!r} failed ({type(e).__name__}: {e}); if the "
-                f"file is corrupt, stop the job and delete the directory {self.path} (it is "
-                f"rebuilt from the changelog, if the store has one)") from e
+                f"{self._where()}: reading key {key!r:.200} from {self._data_file()} failed "
+                f"({type(e).__name__}: {e}); LMDB finds the file damaged: {recover}") from e
         if raw is None:
             v = None
         else:
@@ -619,11 +625,14 @@ class LmdbStore:
                     continue
                 try:
                     k = kdec(kb)
-                    v = dirty.get(k, _MISSING)
-                    if v is _MISSING:
-                        v = clean.get(k, _MISSING)
+                    try:
+                        v = dirty.get(k, _MISSING)
                         if v is _MISSING:
-                            v = vdec(vb)
+                            v = clean.get(k, _MISSING)
+                    except TypeError:  # a key its serde decodes unhashable (JSON: a tuple comes
+                        v = _MISSING   # back a list) is never cached: LMDB holds its value
+                    if v is _MISSING:
+                        v = vdec(vb)
                 except Exception as e:
                     raise self._decode_error(f"the entry of key bytes {kb[:200]!r}", e) from e
                 if v is not None:

@@ -424,7 +424,7 @@ class TaskInstance:
             " Fix the function or guard against this message."
         err = TaskError(
             f"operator {f.op_id!r} failed in task {self.name!r} on stream {ssp.stream_id!r} "
-            f"partition {ssp.partition} offset {offset}: {type(cause).__name__}: {cause}.{advice} "
+            f"partition {ssp.partition} offset {offset}: {f.reason}.{advice} "
             f"The checkpoint stays before this offset, so a restart reprocesses it",
             op_id=f.op_id, task=self.name, stream=ssp.stream_id,
             partition=ssp.partition, offset=offset)

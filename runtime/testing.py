@@ -35,16 +35,17 @@ __all__ = ["TestRunner", "TestResult", "resolve_partitions", "memory_store_facto
 
 def memory_store_factory(tables: Mapping[str, Any] | None = None) -> Any:
     """In-memory stores by (task, store); ``tables`` (table id -> its ``KVSerde``) order their
-    keys as their LMDB stores do, by the bytes of their key serde."""
-    from operators.state import InMemoryState, table_key_order
+    keys as their LMDB stores do, by the bytes of their key serde, and give them back decoded."""
+    from operators.state import InMemoryState, table_state
 
     stores: dict[tuple[str, str], Any] = {}
-    orders = {name: table_key_order(serde.key_serde) for name, serde in (tables or {}).items()}
+    serdes = dict(tables or {})
 
     def make(task: str, name: str) -> Any:
         key = (task, name)
         if key not in stores:
-            stores[key] = InMemoryState(orders.get(name))
+            serde = serdes.get(name)
+            stores[key] = InMemoryState() if serde is None else table_state(serde.key_serde)
         return stores[key]
     make.stores = stores  # type: ignore[attr-defined]
     return make

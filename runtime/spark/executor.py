@@ -34,7 +34,7 @@ from typing import Any
 from operators import build_operator
 from operators.base import Operator, OperatorContext, UserContext
 from operators.hashing import KeyPartitioner
-from operators.state import InMemoryState, table_key_order
+from operators.state import InMemoryState, table_state
 from samza_dsl.config import config_value
 from samza_dsl.kv import KV
 from samza_dsl.serdes import KVSerde
@@ -116,7 +116,7 @@ class PassExecutor:
         stores: dict[str, Any] = {}
         tables: dict[str, LocalTable] = {}
         for table_id, table in app.tables.items():
-            stores[table_id] = InMemoryState(table_key_order(table.serde.key_serde))
+            stores[table_id] = table_state(table.serde.key_serde)
             tables[table_id] = LocalTable(table_id, stores[table_id])
         for stage in self.stages:
             for op_id in stage.operators:
@@ -377,7 +377,7 @@ class PassExecutor:
     def _failure(self, f: OperatorFailure, sid: str, part: int, off: int) -> PassFailure:
         return PassFailure(
             f"operator {f.op_id!r} failed on stream {sid!r} ({self.describe(sid, part, off)}) "
-            f"in task {self.task_name!r}: {type(f.cause).__name__}: {f.cause}; fix the function "
+            f"in task {self.task_name!r}: {f.reason}; fix the function "
             f"or the input and run again: nothing was written")
 
 
