@@ -123,17 +123,21 @@ def _app() -> tuple[StreamApplication, Any, Any]:
     return app, inp, out
 
 
+def _run_local(app: StreamApplication, tmp_path: Any, messages: list[Any]) -> list[Any]:
+    """Runs ``app`` on the embedded local system with ``messages`` on "in"; what "out" got."""
+    runner = LocalRunner(app, {"job.dir": str(tmp_path / "job")}, inputs={"in": messages})
+    try:
+        runner.run()
+        return list(runner.messages("out"))
+    finally:
+        runner.close()
+
+
 def test_test_runner_and_local_runner_give_tables_in_the_same_order(tmp_path: Any) -> None:
     keys = [9, 10, 2, 100]
     app, inp, out = _app()
     tested = TestRunner(app).add_input(inp, keys).run().messages(out)
-    app, _, _ = _app()
-    runner = LocalRunner(app, {"job.dir": str(tmp_path / "job")}, inputs={"in": keys})
-    try:
-        runner.run()
-        produced = runner.messages("out")
-    finally:
-        runner.close()
+    produced = _run_local(_app()[0], tmp_path, keys)
     # JSON bytes order: b"10" < b"100" < b"2" < b"9"
     assert tested[-1] == KV("keys", [10, 100, 2, 9, "|", 2])
     assert tested == produced
@@ -181,11 +185,5 @@ def test_tuple_keys_under_json_come_back_as_lists_from_every_store(tmp_path: Any
     app, inp, out = _key_app(as_tuple=True)
     keys = [["a", 1], ["b", 2], ["a", 1]]
     tested = TestRunner(app).add_input(inp, keys).run().messages(out)
-    app, _, _ = _key_app(as_tuple=True)
-    runner = LocalRunner(app, {"job.dir": str(tmp_path / "job")}, inputs={"in": keys})
-    try:
-        runner.run()
-        produced = runner.messages("out")
-    finally:
-        runner.close()
+    produced = _run_local(_key_app(as_tuple=True)[0], tmp_path, keys)
     assert tested == produced == [KV("n", 1), KV("n", 2), KV("n", 2)]
