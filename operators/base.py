@@ -61,6 +61,10 @@ class OperatorContext:
     #: intermediate streams carrying watermarks): event-time windows then close only on
     #: ``on_watermark``; otherwise a window advances its own watermark to the latest event time
     external_watermarks: bool = False
+    #: ``() -> (stream id, partition, offset)`` of the message the task is processing now, or
+    #: None when the runtime cannot tell (a window tick, a watermark); reports of late messages
+    #: name it
+    source: Callable[[], tuple[str, int, int | None] | None] | None = None
 
     def store(self, name: str) -> KeyValueState:
         try:

@@ -25,10 +25,11 @@ A list pane emitted while the pane stays open is a copy; a fold value is emitted
 should return a new value rather than mutate its accumulator if it wants EARLY panes to stay put.
 A fold result of None is an error (None reads as "no state").
 
-Late data (event time only). A message whose pane already closed is late. It is dropped, and
-counted in ``late_dropped`` and the ``<op id>.late-messages-dropped`` counter, unless the window has
-both ``allowed_lateness`` and a ``late_trigger`` and the watermark is still below pane end +
-allowed lateness. Then the DEFAULT firing kept the pane's state (ACCUMULATING), the late message
+Late data (event time only). A message whose pane already closed is late. It goes to the
+window's ``LateTracker`` (``operators.late``: counted per input stream, the first one logged,
+written to the ``late_to`` stream when the window has one; ``late_dropped`` counts them here),
+unless the window has both ``allowed_lateness`` and a ``late_trigger`` and the watermark is still
+below pane end + allowed lateness. Then the DEFAULT firing kept the pane's state (ACCUMULATING), the late message
 is folded into it (a pane that never had on-time data starts from ``init()``), and the pane's late
 trigger, created on its first late message, decides when to emit LATE panes, with the same rules
 as early triggers (``count(1)`` once per pane, ``repeat(count(1))`` once per late message). When
@@ -67,7 +68,8 @@ from typing import Any
 from samza_dsl.spec import WindowSpec
 from samza_dsl.windows import AccumulationMode, FiringType, WindowKey, WindowPane
 
-from .base import Operator, OperatorContext, UserContext, inc_counter, resolve_fn
+from .base import Operator, OperatorContext, UserContext, resolve_fn
+from .late import LateTracker
 from .state import order_key
 from .triggers import TriggerImpl, make_trigger
 
@@ -107,7 +109,10 @@ class WindowOperator(Operator, ABC):
         self._early_spec = w.early
         self._late_spec = w.late if self._retain else None
         self.watermark = NO_WATERMARK
-        self.late_dropped = 0
+        self.late_to = spec.late_to
+        self.late_tracker = LateTracker(self.op_id, self.size_ms,
+                                        self.lateness_ms if self._retain else 0,
+                                        late_to=spec.late_to, session=w.is_session)
         self._early: dict[Any, TriggerImpl | None] = {}  # None: retired (fired, not repeating)
         self._late: dict[Any, TriggerImpl | None] = {}
         self._timers: list[tuple[int, int, FiringType, Any, TriggerImpl]] = []
@@ -115,6 +120,7 @@ class WindowOperator(Operator, ABC):
 
     def init(self, ctx: OperatorContext, user_ctx: UserContext | None = None) -> None:
         super().init(ctx, user_ctx)
+        self.late_tracker.init(ctx)
         self._store = ctx.store(self.op_id)
         self._get = self._store.get
         self._put = self._store.put
@@ -244,10 +250,13 @@ class WindowOperator(Operator, ABC):
         else:
             self._schedule(trig, handle, firing)
 
-    def _drop_late(self) -> list[Any]:
-        self.late_dropped += 1
-        inc_counter(self.ctx.metrics if self.ctx else None, f"{self.op_id}.late-messages-dropped")
-        return []
+    @property
+    def late_dropped(self) -> int:
+        """How many late messages this operator counted (dropped, or sent to ``late_to``)."""
+        return self.late_tracker.total
+
+    def _drop_late(self, message: Any, key: Any, start: int, ms: int) -> list[Any]:
+        return self.late_tracker.late(message, key, start, ms, self.watermark)
 
     # -- time --------------------------------------------------------------------------------------
 
@@ -369,7 +378,7 @@ class TumblingWindowOperator(WindowOperator):
                             out = advance(ms)
                 elif start + size <= self.watermark:
                     key = key_fn(message) if key_fn is not None else None
-                    return late_message(message, (start, key))
+                    return late_message(message, (start, key), ms)
             else:
                 ms = clock()
                 start = ms - ms % size
@@ -422,7 +431,7 @@ class TumblingWindowOperator(WindowOperator):
                             (expiring and expiring[0] + size + lateness <= ms):
                         out = advance(ms)
             elif start + size <= self.watermark:
-                return late_message(message, (start, key_fn(message)))
+                return late_message(message, (start, key_fn(message)), ms)
             key = key_fn(message)
             pk = (start, key)
             value = get(pk)
@@ -441,10 +450,10 @@ class TumblingWindowOperator(WindowOperator):
 
         return process
 
-    def _late_message(self, message: Any, pk: tuple[int, Any]) -> list[Any]:
+    def _late_message(self, message: Any, pk: tuple[int, Any], ms: int) -> list[Any]:
         start = pk[0]
         if not self._retain or start + self.size_ms + self.lateness_ms <= self.watermark:
-            return self._drop_late()
+            return self._drop_late(message, pk[1], start, ms)
         value = self._get(pk)
         if value is None:
             self._index(self._retained, self._expiring, start)[pk[1]] = None

@@ -152,7 +152,7 @@ class SessionWindowOperator(WindowOperator):
 
     def _late_message(self, message: Any, key: Any, ms: int) -> list[Any]:
         if not self._retain:
-            return self._drop_late()
+            return self._drop_late(message, key, ms, ms)
         gap = self.size_ms
         for r in self._retained.get(key, ()):
             if ms < r.last + gap and r.start < ms + gap:
@@ -162,7 +162,7 @@ class SessionWindowOperator(WindowOperator):
                 break
         else:
             if ms + gap + self.lateness_ms <= self.watermark or self._get((ms, key)) is not None:
-                return self._drop_late()
+                return self._drop_late(message, key, ms, ms)
             r = _Session(ms, ms, key)
             self._keep(r)
             value = None

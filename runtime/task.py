@@ -12,6 +12,7 @@ end-of-stream > process.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import copy
 import dataclasses
 import inspect
@@ -48,6 +49,11 @@ __all__ = ["TaskInstance"]
 _CONTROL_TYPES = frozenset({EndOfStream, Watermark, Skipped})
 _THREADED_OPCODES = frozenset({"map", "filter", "flat_map", "sink", "join_table"})
 BATCH_BUDGET = 2048
+#: the handout record ``[ssp, offset, ...]`` of the message an asyncio task of this module
+#: completes (set by ``_finish``), or ``_CONTROL`` while outputs of a tick, a watermark or
+#: end-of-stream run; unset while the run loop hands messages out synchronously
+_SOURCE: contextvars.ContextVar[Any] = contextvars.ContextVar("samza_dsl_source", default=None)
+_CONTROL: list[Any] = []
 
 
 class TaskInstance:
@@ -77,6 +83,7 @@ class TaskInstance:
         self.paused = False  # the consumer skips this task's partitions while its inbox is full
         self._cur: tuple[SSP, int, list[Any]] | None = None
         self._cur_i = 0
+        self._src: list[Any] = [None, 0]  # the batch being handed out, and the index after the message
         self.ended: set[SSP] = set()
         self._eos_from: dict[SSP, set[str | None]] = {}
         self._flushed: set[str] = set()
@@ -124,7 +131,8 @@ class TaskInstance:
         user_ctx = UserContext(self.name, container.config, self.metrics, tables)
         for stage in self.model.stages:
             ctx = OperatorContext(self.name, container.config, container.clock, stores,
-                                  self.metrics, external_watermarks=self.job.watermarked(stage))
+                                  self.metrics, external_watermarks=self.job.watermarked(stage),
+                                  source=self.source)
             for op_id in stage.operators:
                 self.operators[op_id].init(ctx, user_ctx)
 
@@ -327,6 +335,8 @@ class TaskInstance:
                 cur = self._cur = self.inbox.popleft()
                 self._cur_i = 0
             ssp, first, payloads = cur
+            src = self._src
+            src[0] = cur
             entry = self.entries[ssp.stream_id]
             et = self._event_time.get(ssp.stream_id)
             batch = self._batches.get(ssp.stream_id) if et is None else None
@@ -355,6 +365,7 @@ class TaskInstance:
                                 last_done = i
                         continue
                     t = et(m) if et is not None else None
+                    src[1] = i
                     pend = entry(m)
                     if pend is None:
                         if pending:
@@ -391,7 +402,21 @@ class TaskInstance:
         self.processed += n
         return n
 
+    def source(self) -> tuple[str, int, int] | None:
+        """(stream id, partition, offset) of the message being processed, for reports of late
+        messages: the one this asyncio task completes, else the one being handed out."""
+        rec = _SOURCE.get()
+        if rec is not None:
+            if rec is _CONTROL:
+                return None
+            return rec[0].stream_id, rec[0].partition, rec[1]
+        cur, i = self._src
+        if cur is None:
+            return None
+        return cur[0].stream_id, cur[0].partition, cur[1] + i - 1
+
     async def _finish(self, rec: list[Any], pend: list[Awaitable[None]]) -> None:
+        _SOURCE.set(rec)  # this asyncio task's own context: its outputs come from rec
         try:
             await gather_pending(pend)
         except OperatorFailure as f:
@@ -510,6 +535,7 @@ class TaskInstance:
             return
         nexts = self._nexts(op_id)
         pend: list[Awaitable[None]] = []
+        token = _SOURCE.set(_CONTROL)
         try:
             for o in outs:
                 for nxt in nexts:
@@ -522,6 +548,8 @@ class TaskInstance:
             raise TaskError(f"operator {f.op_id!r} failed in task {self.name!r} on output of "
                             f"{op_id!r}: {type(f.cause).__name__}: {f.cause}", op_id=f.op_id,
                             task=self.name) from f.cause
+        finally:
+            _SOURCE.reset(token)
 
     async def _on_timer(self) -> None:
         now = self.container.clock()

@@ -27,6 +27,7 @@ from samza_dsl.systems import InputDescriptor
 
 from .container import Container, MemoryCheckpoints
 from .job import build_job_model
+from .late import LateCounts
 from .memory import MemoryBroker, MemoryConsumer, MemoryProducer
 from .metrics import Metrics
 
@@ -59,8 +60,9 @@ def resolve_partitions(plan: Any) -> dict[str, int]:
     return {sid: (n if n else widest) for sid, n in counts.items()}
 
 
-class TestResult:
-    """Outputs of a ``TestRunner`` run, by output stream."""
+class TestResult(LateCounts):
+    """Outputs of a ``TestRunner`` run, by output stream; late messages of its windows by window
+    and input stream (``late_counts``, ``late(window, stream=...)``: see ``runtime.late``)."""
 
     __test__ = False  # not a pytest class
 
@@ -78,6 +80,9 @@ class TestResult:
             raise KeyError(f"no stream {sid!r} in this run; streams: "
                            f"{', '.join(sorted(self._broker.streams))}")
         return sid
+
+    def _late_snapshot(self) -> dict[str, Any]:
+        return self.metrics.snapshot()
 
     def partitions(self, output: Any) -> dict[int, list[Any]]:
         sid = self._sid(output)

@@ -11,6 +11,7 @@ from .application import StreamApplication
 from .context import Context, ReadWriteTable
 from .errors import CallbackTimeout, ConfigError, PlanError, SamzaError, SerdeError, TaskError
 from .kv import KV
+from .late import LateMessage
 from .stream import MessageStream, OutputStream, Table
 from .windows import (
     AccumulationMode,
@@ -28,6 +29,6 @@ __version__ = "0.1.0"
 __all__ = [
     "StreamApplication", "MessageStream", "OutputStream", "Table", "KV", "Windows", "Window",
     "Triggers", "Trigger", "AccumulationMode", "FiringType", "WindowPane", "WindowKey", "Context",
-    "ReadWriteTable", "SamzaError", "PlanError", "ConfigError", "SerdeError", "TaskError",
+    "ReadWriteTable", "LateMessage", "SamzaError", "PlanError", "ConfigError", "SerdeError", "TaskError",
     "CallbackTimeout",
 ]

@@ -28,6 +28,7 @@ code type                    data
 12   int beyond 64 bits      its text
 13   dict with keys of other ``[[key, value], ...]``
      types than scalars
+14   ``LateMessage``         its fields, in order, as an array
 ==== ======================= ===============================================================
 """
 
@@ -45,11 +46,13 @@ from msgspec.msgpack import Ext
 
 from .errors import SerdeError
 from .kv import KV
+from .late import LateMessage
 
 __all__ = ["ObjectCodec", "declared_names"]
 
 _TUPLE, _KV, _DECLARED, _DATETIME, _SET, _FROZENSET = 1, 2, 3, 4, 5, 6
 _DATE, _TIME, _TIMEDELTA, _DECIMAL, _UUID, _BIGINT, _DICT = 7, 8, 9, 10, 11, 12, 13
+_LATE = 14
 
 _UTC = dt.UTC
 _INT64 = (-(1 << 63), (1 << 64) - 1)  # MessagePack's int range (uint64 above int64)
@@ -137,6 +140,8 @@ class ObjectCodec:
             return dt.datetime.fromisoformat(text)  # type: ignore[arg-type]
         if code == _DICT:
             return dict(decode(data))
+        if code == _LATE:
+            return LateMessage(*decode(data))
         if code == _SET:
             return set(decode(data))
         if code == _FROZENSET:
@@ -226,6 +231,8 @@ def _lowering(encode: Callable[[Any], bytes], headers: Mapping[type, bytes],
             return Ext(_KV, encode((lower(o.key), lower(o.value))))
         if t is int:  # only with big_ints
             return o if lo <= o <= hi else Ext(_BIGINT, str(o).encode())
+        if t is LateMessage:  # its message keeps its types (a KV, a tuple), unlike a declared Any
+            return Ext(_LATE, encode([lower(getattr(o, f)) for f in o.__struct_fields__]))
         header = headers.get(t)
         if header is not None:
             return Ext(_DECLARED, header + encode(o))

@@ -128,11 +128,18 @@ class BroadcastSpec(OpSpec):
 
 @dataclass(frozen=True)
 class WindowSpec(OpSpec):
+    """``late_to``: the stream (output or intermediate) late messages are written to, as
+    ``LateMessage``; None drops them (always counted)."""
+
     window: Window[Any, Any] = field(default=cast("Window[Any, Any]", None), repr=False)
+    late_to: str | None = None
     opcode = "window"
 
     def details(self) -> dict[str, Any]:
-        return {"window": self.window.describe()}
+        out: dict[str, Any] = {"window": self.window.describe()}
+        if self.late_to is not None:
+            out["late_to"] = self.late_to
+        return out
 
 
 @dataclass(frozen=True)

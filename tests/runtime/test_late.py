@@ -1,0 +1,131 @@
+"""Late data is never silent (SEMANTICS.md rule 8): every late message is counted per window and
+per input stream, shown by ``TestResult``, and the first one of each window and stream is logged
+with its stream, partition, offset and how far behind the watermark it was."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from samza_dsl import KV, StreamApplication, Triggers, Windows
+from samza_dsl.errors import SamzaError
+from samza_dsl.systems import MemorySystem
+from samza_dsl.testing import TestRunner
+
+RUN_TIMEOUT = 30.0
+
+
+def et(m: Any) -> float:
+    return float(m.value if isinstance(m, KV) else m)
+
+
+def _app(window: Any = None, *, two_inputs: bool = False) -> tuple[Any, ...]:
+    mem = MemorySystem()
+    app = StreamApplication("late")
+    a = mem.input("clicks")
+    b = mem.input("views")
+    out = mem.output("panes")
+    stream = app.input(a)
+    if two_inputs:
+        stream = stream.merge(app.input(b))
+    w = window or Windows.tumbling(timedelta(seconds=10), event_time=et)
+    panes = stream.window(w, name="per-10s")
+    panes.send_to(app.output(out))
+    return app, a, b, out, panes
+
+
+def test_late_messages_are_counted_per_window() -> None:
+    app, a, b, out, panes = _app()
+    # each partition is a task of its own, each in event-time order but for the small ones
+    result = TestRunner(app).add_input(a, {0: [1.0, 25.0, 3.0, 4.0, 31.0], 1: [2.0, 45.0, 5.0]}
+                                       ).run(timeout=RUN_TIMEOUT)
+    assert result.late_counts == {"late-1-window-per-10s": {"clicks": 3}}
+    assert result.late() == result.late(panes) == result.late("per-10s") \
+        == result.late("late-1-window-per-10s") == result.late(stream="clicks") \
+        == result.late(panes, stream=a) == 3
+    assert result.metrics["late-1-window-per-10s.late-messages-dropped"] == 3
+    assert result.metrics["late-1-window-per-10s.late-messages.clicks"] == 3
+    with pytest.raises(SamzaError, match="windows: late-1-window-per-10s"):
+        result.late("nope")
+    with pytest.raises(SamzaError, match="not a stream"):
+        result.late(stream="nope")
+
+
+def test_late_messages_of_a_merge_are_counted_by_the_stream_they_came_from(
+        caplog: pytest.LogCaptureFixture) -> None:
+    app, a, b, out, panes = _app(two_inputs=True)
+    small = {"clicks": [1.0, 2.0], "views": [5.0, 6.0, 7.0]}
+    with caplog.at_level(logging.WARNING, logger="samza_dsl.window"):
+        result = (TestRunner(app).add_input(a, [50.0, *small["clicks"]])
+                  .add_input(b, [50.0, *small["views"]]).run(timeout=RUN_TIMEOUT))
+    counts = result.late_counts.get("late-1-window-per-10s", {})
+    assert set(counts) <= {"clicks", "views"} and result.late() == sum(counts.values()) > 0
+    warnings = [r.getMessage() for r in caplog.records if r.name == "samza_dsl.window"]
+    assert len(warnings) == len(counts)  # once per stream with late messages
+    for sid, n in counts.items():
+        assert 0 < n == result.late(stream=sid) <= len(small[sid])
+        [w] = [w for w in warnings if f"stream {sid!r}" in w]
+        offset = int(w.split(" offset ")[1].split(":")[0])
+        assert offset >= 1  # a small message, not the first one at offset 0
+
+
+def test_a_run_without_late_messages_says_zero() -> None:
+    app, a, _, out, panes = _app()
+    result = TestRunner(app).add_input(a, [1.0, 2.0, 12.0]).run(timeout=RUN_TIMEOUT)
+    assert result.late_counts == {}
+    assert result.late() == 0 and result.late(panes) == 0
+
+
+def test_the_first_late_message_of_a_window_and_stream_is_logged_once(
+        caplog: pytest.LogCaptureFixture) -> None:
+    app, a, b, out, panes = _app(two_inputs=True)
+    with caplog.at_level(logging.WARNING, logger="samza_dsl.window"):
+        TestRunner(app).add_input(a, [1.0, 25.0, 3.0, 4.0]).add_input(b, [30.0, 7.5]).run(
+            timeout=RUN_TIMEOUT)
+    warnings = [r.getMessage() for r in caplog.records if r.name == "samza_dsl.window"]
+    assert len(warnings) == 2, warnings  # one per input stream, though 3 messages were late
+    clicks = next(w for w in warnings if "'clicks'" in w)
+    assert "window 'late-1-window-per-10s'" in clicks
+    assert "stream 'clicks' partition 0 offset 2" in clicks
+    assert "its event time 3000 ms is 22000 ms behind the watermark 25000 ms" in clicks
+    assert "[0, 10000)" in clicks
+    for how in ("max_out_of_orderness", "allowed_lateness", "late_to"):
+        assert how in clicks
+    views = next(w for w in warnings if "'views'" in w)
+    assert "stream 'views' partition 0 offset 1" in views
+
+
+def test_an_async_step_before_the_window_still_names_the_late_message_s_offset(
+        caplog: pytest.LogCaptureFixture) -> None:
+    mem = MemorySystem()
+    app = StreamApplication("late-async")
+    inp = mem.input("in", partitions=1)
+    out = mem.output("panes")
+
+    async def slow_first(m: float) -> list[float]:
+        await asyncio.sleep(0.05 if m == 3.0 else 0)  # 3.0 completes after 25.0
+        return [m]
+
+    (app.input(inp).async_flat_map(slow_first, name="slow")
+     .window(Windows.tumbling(timedelta(seconds=10), event_time=float), name="w")
+     .send_to(app.output(out)))
+    with caplog.at_level(logging.WARNING, logger="samza_dsl.window"):
+        result = TestRunner(app, {"task.max.concurrency": 4}).add_input(
+            inp, [1.0, 3.0, 25.0]).run(timeout=RUN_TIMEOUT)
+    assert result.late() == 1
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "samza_dsl.window"]
+    assert "stream 'in' partition 0 offset 1" in warning
+
+
+def test_messages_within_allowed_lateness_update_late_panes_and_are_not_counted() -> None:
+    w = (Windows.tumbling(timedelta(seconds=10), event_time=et)
+         .allowed_lateness(timedelta(seconds=10)).late_trigger(Triggers.count(1)))
+    app, a, _, out, panes = _app(w)
+    result = TestRunner(app).add_input(a, [1.0, 15.0, 2.0, 35.0, 3.0]).run(timeout=RUN_TIMEOUT)
+    firings = [(p.key.pane_id, p.firing.name) for p in result.messages(out)]
+    assert ("0", "LATE") in firings  # 2.0 came within the lateness
+    assert result.late() == 1  # 3.0 came past it
