@@ -76,7 +76,7 @@ def _split_stages(spec: ApplicationSpec) -> tuple[list[Stage], dict[str, str]]:
     for op in spec.operators:
         groups[find(op.op_id)].append(op)
 
-    producers = {sid: sid for sid in spec.intermediates}  # intermediate id == producer op id
+    producers = {sid: i.producer for sid, i in spec.intermediates.items()}
     group_of = {op.op_id: find(op.op_id) for op in spec.operators}
     order = nx.DiGraph()
     order.add_nodes_from(groups)
@@ -103,7 +103,8 @@ def _split_stages(spec: ApplicationSpec) -> tuple[list[Stage], dict[str, str]]:
                                      if (sid := node_stream_id(node)) is not None))
         outputs = tuple(dict.fromkeys(
             [op.stream_id for op in ops if isinstance(op, SendToSpec) and op.stream_id]
-            + [op.op_id for op in ops if op.op_id in spec.intermediates]))
+            + [op.op_id for op in ops if op.op_id in spec.intermediates]
+            + [op.late_to for op in ops if isinstance(op, WindowSpec) and op.late_to]))
         written = tuple(dict.fromkeys(op.table_id for op in ops
                                       if isinstance(op, SendToSpec) and op.table_id))
         read = tuple(dict.fromkeys(op.table_id for op in ops if isinstance(op, JoinTableSpec)))
@@ -262,6 +263,8 @@ def build_graph(spec: ApplicationSpec, streams: Mapping[str, StreamSpec],
             g.add_edge(op.op_id, stream_node(op.op_id), kind="write", port="out")
         elif isinstance(op, JoinTableSpec):
             g.add_edge(table_node(op.table_id), op.op_id, kind="lookup", port="table")
+        if isinstance(op, WindowSpec) and op.late_to:  # its late messages: a second terminal
+            g.add_edge(op.op_id, stream_node(op.late_to), kind="write", port="late")
     return g
 
 

@@ -2,7 +2,8 @@
 
 In DOT and SVG, stages are clusters; input and output streams and tables are nodes; an
 intermediate stream is an edge from its partition_by/broadcast operator to each consumer,
-labelled with its id and partition count.
+labelled with its id and partition count. A window's ``late_to`` stream is a dashed edge
+labelled ``late`` (``late: <stream>`` for an intermediate one).
 """
 
 from __future__ import annotations
@@ -80,7 +81,8 @@ def graph_from_json(data: str | dict[str, Any]) -> nx.DiGraph:
             port = ("left", "right")[i] if op["opcode"] == "join" else "in"
             g.add_edge(node, op_id, kind="data", port=port)
         for node in op["outputs"]:
-            g.add_edge(op_id, node, kind="write", port="out")
+            late = op.get("late_to") is not None and node == stream_node(op["late_to"])
+            g.add_edge(op_id, node, kind="write", port="late" if late else "out")
         for node in op["lookups"]:
             g.add_edge(node, op_id, kind="lookup", port="table")
     return g
@@ -101,6 +103,8 @@ def _op_label(plan: ExecutionPlan, op_id: str, short: bool = False) -> str:
     elif "window" in d:
         w = d["window"]
         extra = f" {w['kind']} {w.get('size_ms', w.get('gap_ms'))}ms {w['time']}-time"
+        if d.get("late_to"):
+            extra += f" late_to={d['late_to']}"
     elif "stream" in d and not (short and op.opcode in ("partition_by", "broadcast")):
         extra = f" -> {d['stream']}"
     elif "table" in d:
@@ -173,6 +177,8 @@ def plan_to_dot(plan: ExecutionPlan) -> str:
             for consumer in plan.next_ops(v):
                 port = plan.graph.edges[v, consumer]["port"]
                 prefix = f"{port}: " if port in ("left", "right") else ""
+                if data["port"] == "late":
+                    prefix = "late: " + prefix
                 label = f"{prefix}{sid}\n{_parts(inter[sid].partitions)}"
                 out.append(f"  {_q(u)} -> {_q(consumer)} [label={_q(label)}, decorate=true, "
                            f"style=bold, color=\"#c5221f\", fontcolor=\"#c5221f\"];")
@@ -180,8 +186,10 @@ def plan_to_dot(plan: ExecutionPlan) -> str:
         attrs = []
         if data["kind"] == "lookup":
             attrs.append("style=dashed")
-        if data["port"] in ("left", "right"):
+        if data["port"] in ("left", "right", "late"):
             attrs.append(f"label={_q(data['port'])}")
+        if data["port"] == "late":
+            attrs.append('style=dashed, color="#e37400", fontcolor="#e37400"')
         out.append(f"  {_q(u)} -> {_q(v)}" + (f" [{', '.join(attrs)}]" if attrs else "") + ";")
     out.append("}")
     return "\n".join(out) + "\n"
@@ -220,10 +228,14 @@ def plan_to_mermaid(plan: ExecutionPlan) -> str:
             for consumer in plan.next_ops(v):
                 port = plan.graph.edges[v, consumer]["port"]
                 prefix = f"{port}: " if port in ("left", "right") else ""
+                if data["port"] == "late":
+                    prefix = "late: " + prefix
                 label = f"{prefix}{sid} ({_parts(inter[sid].partitions)})"
                 lines.append(f"  {nid(u)} ==>|{text(label)}| {nid(consumer)}")
         elif data["kind"] == "lookup":
             lines.append(f"  {nid(u)} -.-> {nid(v)}")
+        elif data["port"] == "late":
+            lines.append(f"  {nid(u)} -.->|late| {nid(v)}")
         elif data["port"] in ("left", "right"):
             lines.append(f"  {nid(u)} -->|{data['port']}| {nid(v)}")
         else:

@@ -9,6 +9,7 @@ from samza_dsl.spec import (
     JoinTableSpec,
     PartitionBySpec,
     SendToSpec,
+    WindowSpec,
     node_stream_id,
 )
 
@@ -37,6 +38,15 @@ def validate(spec: ApplicationSpec) -> None:
                                 f"output stream; register it with app.output(...)")
             if op.table_id is not None and op.table_id not in spec.tables:
                 raise PlanError(f"operator {op.op_id!r} sends to unknown table {op.table_id!r}")
+        if isinstance(op, WindowSpec) and op.late_to is not None:
+            if op.window.event_time is None:
+                raise PlanError(f"window {op.op_id!r} has late_to={op.late_to!r} but runs on "
+                                f"processing time, where no message is late: give the window "
+                                f"event_time=fn(message) -> seconds, or drop late_to")
+            if op.late_to not in spec.outputs and op.late_to not in spec.intermediates:
+                raise PlanError(f"window {op.op_id!r} sends late messages to {op.late_to!r}, "
+                                f"which is not an output stream; register it with "
+                                f"app.output(...)")
         if isinstance(op, PartitionBySpec | BroadcastSpec) and op.stream_id not in spec.intermediates:
             raise PlanError(f"operator {op.op_id!r} has no intermediate stream")
 
@@ -44,12 +54,16 @@ def validate(spec: ApplicationSpec) -> None:
         if sid not in consumed:
             raise PlanError(f"input stream {sid!r} has no consumer: add an operator on "
                             f"app.input(...) for it, or do not register it")
-    for sid in spec.intermediates:
+    for sid, inter in spec.intermediates.items():
         if sid not in consumed:
-            raise PlanError(f"intermediate stream {sid!r} written by operator {sid!r} has no "
-                            f"consumer: chain an operator on what partition_by/broadcast returns")
+            what = ("late_stream() of the window" if inter.producer != sid
+                    else "what partition_by/broadcast returns")
+            raise PlanError(f"intermediate stream {sid!r} written by operator {inter.producer!r} "
+                            f"has no consumer: chain an operator on {what}")
     produced = {op.stream_id for op in spec.operators
                 if isinstance(op, SendToSpec) and op.stream_id is not None}
+    produced |= {op.late_to for op in spec.operators
+                 if isinstance(op, WindowSpec) and op.late_to is not None}
     for sid in spec.outputs:
         if sid not in produced:
             raise PlanError(f"output stream {sid!r} has no producer: send_to it from a stream, "

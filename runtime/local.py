@@ -26,6 +26,7 @@ from samza_dsl.config import config_value, validate_config
 from samza_dsl.errors import SamzaError
 
 from .container import Container, MemoryCheckpoints
+from .late import LateCounts, window_ids
 from .memory import MemoryBroker
 from .metrics import Metrics
 from .testing import TestRunner, memory_job
@@ -33,7 +34,11 @@ from .testing import TestRunner, memory_job
 __all__ = ["LocalRunner"]
 
 
-class LocalRunner:
+class LocalRunner(LateCounts):
+    """Late messages of the run's windows: ``late_counts`` and ``late(window, stream=...)``
+    (``runtime.late``), in the progress line and the summary ``samza-dsl run`` prints. With
+    several container processes they are counted in each container (see its progress line)."""
+
     def __init__(self, app: StreamApplication, config: Mapping[str, Any] | None = None, *,
                  inputs: Mapping[str, Sequence[Any] | Mapping[int, Sequence[Any]]] | None = None,
                  progress: TextIO | None = None, follow: bool = False) -> None:
@@ -227,8 +232,9 @@ class LocalRunner:
         s = self.container.status()
         positions = ", ".join(f"{ssp}@{off}" for cps in s["checkpoints"].values()
                               for ssp, off in cps.items())
+        late = f"late {self.late():>6}  " if window_ids(self.plan) else ""
         line = (f"processed {s['processed']:>9}  {s['msgs_per_s']:>9.0f} msg/s  "
-                f"in flight {s['in_flight']:>4}  checkpoint {positions or '-'}")
+                f"in flight {s['in_flight']:>4}  {late}checkpoint {positions or '-'}")
         end = "\n" if final else "\r"
         self.progress.write(line[:200] + end)
         self.progress.flush()
@@ -294,6 +300,9 @@ class LocalRunner:
 
     # -- results ----------------------------------------------------------------------------------
 
+    def _late_snapshot(self) -> dict[str, Any]:
+        return self.metrics.snapshot()
+
     def close(self) -> None:
         """Close the local log (after reading the outputs)."""
         if self.job is not None:
@@ -314,7 +323,9 @@ class LocalRunner:
 def _container_main(app: StreamApplication, config: Mapping[str, Any], follow: bool) -> None:
     """A forked container process: runs its share of the tasks. (A local log it opens is
     opened afresh: ``LocalLog`` never uses handles inherited across a fork.)"""
-    LocalRunner(app, config, follow=follow).run()
+    runner = LocalRunner(app, config, follow=follow).run()
+    for line in runner.late_summary():  # the parent cannot see this process's counters
+        print(f"container {config.get('job.container.id')}: {line}", file=sys.stderr)
 
 
 def _uses_local_system(app: StreamApplication) -> bool:
@@ -330,3 +341,7 @@ def print_outputs(runner: LocalRunner, out: TextIO = sys.stdout, limit: int = 10
             out.write(f"  {fmt(m)}\n")
         if len(msgs) > limit:
             out.write(f"  ... {len(msgs) - limit} more\n")
+    if window_ids(runner.plan) and getattr(runner, "_procs", None) is None:
+        lines = runner.late_summary() or ["late: no late messages"]
+        for line in lines:
+            out.write(line + "\n")

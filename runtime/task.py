@@ -29,6 +29,7 @@ from operators.hashing import KeyPartitioner
 from samza_dsl.config import config_value
 from samza_dsl.errors import CallbackTimeout, SerdeError, TaskError
 from samza_dsl.kv import KV
+from samza_dsl.late import LateMessage
 from samza_dsl.serdes import KVSerde
 from samza_dsl.spec import BroadcastSpec, JoinSpec, PartitionBySpec, SendToSpec, WindowSpec
 
@@ -724,7 +725,32 @@ def op_nexts(plan: Any, op_id: str, spec: Any, emit: Callable[[str, str], Emit],
         else None
     if target is not None:
         nexts.append(sender(target, op_id))
+    late_to = spec.late_to if isinstance(spec, WindowSpec) else None
+    if late_to is not None:  # the window's outputs: panes go on, late messages to late_to
+        serde = getattr(plan.streams[late_to].descriptor, "serde", None)
+        nexts = [_panes_only(e) for e in nexts]
+        nexts.append(_late_only(sender(late_to, op_id), isinstance(serde, KVSerde)))
     return nexts
+
+
+def _panes_only(emit: Emit) -> Emit:
+    def panes(m: Any) -> list[Awaitable[None]] | None:
+        return None if type(m) is LateMessage else emit(m)
+    return panes
+
+
+def _late_only(send: Emit, keyed: bool) -> Emit:
+    """A window's late messages to its ``late_to`` stream: a keyed stream (``KVSerde``) gets
+    ``KV(key, LateMessage)``, keyed by the message's own key when it is a ``KV``, else by the
+    window key; any other stream the ``LateMessage``."""
+    def late(m: Any) -> list[Awaitable[None]] | None:
+        if type(m) is not LateMessage:
+            return None
+        if keyed:
+            inner = m.message
+            return send(KV(inner.key if type(inner) is KV else m.key, m))
+        return send(m)
+    return late
 
 
 def operator_emit(op: Operator, port: int, nexts: list[Emit]) -> Emit:

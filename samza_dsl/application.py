@@ -134,6 +134,12 @@ class StreamApplication:
                                                                 broadcast)
         return MessageStream(self, stream_node(stream_id), keyed=keyed if broadcast else True)
 
+    def _late_intermediate(self, stream_id: str, producer: str) -> MessageStream[Any]:
+        """The intermediate stream a window writes its late messages to (``late_to=<name>``)."""
+        self._intermediates[stream_id] = IntermediateStreamSpec(stream_id, producer, None,
+                                                                late=True)
+        return MessageStream(self, stream_node(stream_id))
+
     def _add(self, cls: type, opcode: str, name: str | None, *, inputs: tuple[str, ...],
              required: bool = False, keyed: bool = False, **fields: Any) -> MessageStream[Any]:
         if name is None:

@@ -191,16 +191,18 @@ class SinkSpec(OpSpec):
 
 @dataclass(frozen=True)
 class IntermediateStreamSpec:
-    """An intermediate stream written by a partition_by or broadcast operator."""
+    """An intermediate stream written by a partition_by or broadcast operator, or by a window's
+    ``late_to=<name>`` (``late``: its ``LateMessage``s stay in the writing task's partition)."""
 
     stream_id: str
-    producer: str  # the partition_by/broadcast op id (equal to stream_id)
+    producer: str  # the partition_by/broadcast op id (equal to stream_id), or the window's
     serde: Serde[Any] | None
     broadcast: bool = False
+    late: bool = False
 
     @property
     def keyed(self) -> bool:
-        return not self.broadcast or isinstance(self.serde, KVSerde)
+        return not (self.broadcast or self.late) or isinstance(self.serde, KVSerde)
 
 
 @dataclass(frozen=True)

@@ -100,6 +100,7 @@ class MessageStream(Generic[M]):
         self._node = node
         self._keyed = keyed
         self.op_id = op_id
+        self._late: MessageStream[Any] | None = None
 
     @property
     def node(self) -> str:
@@ -196,12 +197,53 @@ class MessageStream(Generic[M]):
         return self._app._intermediate(stream.op_id or "", serde, broadcast=True,
                                        keyed=self._keyed)
 
-    def window(self, window: Window[M, Any], *, name: str) -> MessageStream[WindowPane]:
-        """Group into panes; see ``Windows`` and ``Triggers``."""
+    def window(self, window: Window[M, Any], *, name: str,
+               late_to: OutputStream[Any] | str | None = None) -> MessageStream[WindowPane]:
+        """Group into panes; see ``Windows`` and ``Triggers``.
+
+        A message that comes after its pane closed (event time, past ``allowed_lateness``) is
+        late: it is always counted (``TestResult.late``, the run summary) and the first one is
+        logged. ``late_to`` also writes each as a ``LateMessage`` (the message, the pane it
+        missed, the watermark, where it came from), as Flink's side output does: to an
+        ``OutputStream`` from ``app.output(...)``, or, given a name, to an intermediate stream
+        of the job that ``late_stream()`` on the returned stream reads."""
         if not isinstance(window, Window):
             raise TypeError(f"window {name!r} takes a Window from Windows.*, got "
                             f"{type(window).__name__}")
-        return self._then(WindowSpec, "window", name, required=True, window=window)
+        app = self._app
+        late_sid: str | None = None
+        target: str | None = None
+        if isinstance(late_to, OutputStream):
+            if late_to._app is not app:
+                raise PlanError(f"window {name!r}: late_to output {late_to.stream_id!r} belongs "
+                                f"to another application")
+            target = late_to.stream_id
+        elif isinstance(late_to, str):
+            if not NAME_RE.match(late_to):
+                raise PlanError(f"window {name!r}: late_to name {late_to!r} is malformed: it "
+                                f"must match [A-Za-z0-9_-]+")
+            target = late_sid = f"{app.name}-{app.app_id}-late-{late_to}"
+            if late_sid in app._inputs or late_sid in app._outputs \
+                    or late_sid in app._intermediates:
+                raise PlanError(f"window {name!r}: late_to stream {late_sid!r} already exists; "
+                                f"give late_to another name")
+        elif late_to is not None:
+            raise TypeError(f"window {name!r}: late_to takes an OutputStream from app.output() "
+                            f"or the name of an intermediate stream, got {type(late_to).__name__}")
+        panes = self._then(WindowSpec, "window", name, required=True, window=window,
+                           late_to=target)
+        if late_sid is not None:
+            panes._late = app._late_intermediate(late_sid, panes.op_id or "")
+        return panes
+
+    def late_stream(self) -> MessageStream[Any]:
+        """The late messages (``LateMessage``) of the window that returned this stream, from its
+        ``late_to=<name>`` intermediate stream."""
+        late = getattr(self, "_late", None)
+        if late is None:
+            raise PlanError(f"{self._node!r} has no late stream: late_stream() reads the "
+                            f"intermediate stream of a window(..., late_to='<name>')")
+        return late
 
     def join(self, other: MessageStream[OM], *, key: Callable[[M], Any],
              other_key: Callable[[OM], Any], combine: Callable[[M, OM], R],

@@ -131,7 +131,7 @@ class PassExecutor:
             or any(s.tables_read or s.tables_written for s in self.stages)
         user_ctx = UserContext(self.task_name, config, self.metrics, tables)
         ctx = OperatorContext(self.task_name, config, self._clock, stores, self.metrics,
-                              external_watermarks=False)
+                              external_watermarks=False, source=self._source)
         for op_id, op in self.operators.items():
             try:
                 op.init(ctx, user_ctx)
@@ -150,6 +150,10 @@ class PassExecutor:
 
     def _clock(self) -> int:
         return self.clock_ms
+
+    def _source(self) -> tuple[str, int, int] | None:
+        """Where the record being processed came from (its source partition and offset)."""
+        return self.source if self.source[2] >= 0 else None
 
     # -- construction -----------------------------------------------------------------------------
 
@@ -252,12 +256,12 @@ class PassExecutor:
                 self._tick(clock)
             self.sort_ms = sort_ms
             self.clock_ms = clock
+            self.source = (sid, part, off)
             try:
                 pend = entries[sid](m)
             except OperatorFailure as f:
                 raise self._failure(f, sid, part, off) from f.cause
             if pend is not None:  # an async sink: wait for it here
-                self.source = (sid, part, off)
                 asyncio.run(_wait_all(pend, self))
         self._end()
 
@@ -332,6 +336,14 @@ class PassExecutor:
         """Call ``call`` on every operator, stage by stage in topological order, passing its
         outputs downstream; yields after each operator, so the async runner can release calls
         before the next operator (a window downstream of an async call) gets its turn."""
+        saved, self.source = self.source, ("", self.partition, -1)  # no record causes these
+        try:
+            yield from self._controls_of(when, call)
+        finally:
+            self.source = saved
+
+    def _controls_of(self, when: str, call: Callable[[Operator], list[Any]]
+                     ) -> Iterable[list[Awaitable[None]] | None]:
         for stage in self.stages:
             for op_id in stage.operators:
                 op = self.operators[op_id]

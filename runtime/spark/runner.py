@@ -45,6 +45,7 @@ from samza_dsl.errors import SamzaError
 from samza_dsl.serdes import KVSerde
 from samza_dsl.spec import JoinSpec, WindowSpec
 
+from ..late import LateCounts
 from ..testing import resolve_partitions
 from .executor import ALL_PARTITIONS, PassExecutor, PassFailure
 from .sinks import FileOutput, resolve_output
@@ -93,13 +94,16 @@ class _Counts:
         self.acc = sc.accumulator({}, DictSum())
 
 
-class ReprocessResult:
-    """What a ``reprocess`` run did: rows in and out per stream, time, and the outputs."""
+class ReprocessResult(LateCounts):
+    """What a ``reprocess`` run did: rows in and out per stream, time, the outputs, and the
+    late messages of its windows (``late_counts``, ``late(window, stream=...)``: see
+    ``runtime.late``; ``metrics``: counters summed over every task)."""
 
     def __init__(self, runner: SparkRunner, plan: Any, rows_in: dict[str, int],
                  rows_out: dict[str, int], seconds: float, kept: dict[str, Any],
-                 written: dict[str, Any]) -> None:
+                 written: dict[str, Any], metrics: dict[str, int] | None = None) -> None:
         self._runner = runner
+        self.metrics = dict(metrics or {})
         self.plan = plan
         self.rows_in = rows_in
         self.rows_out = rows_out
@@ -127,6 +131,9 @@ class ReprocessResult:
             raise ReprocessError(f"output {sid!r} was written to {out}; read it from there")
         raise KeyError(f"no output {sid!r} in this run; outputs: {', '.join(self.outputs)}")
 
+    def _late_snapshot(self) -> dict[str, Any]:
+        return self.metrics
+
     def summary(self) -> str:
         lines = [f"reprocessed {self.plan.job_name!r} in {self.seconds:.1f} s"]
         width = max([len(s) for s in (*self.rows_in, *self.rows_out)] + [6])
@@ -139,6 +146,8 @@ class ReprocessResult:
             lines.append(f"  {sid:<{width}}  {kind:<12}  {n:>12,}  "
                          f"{where if where is not None else ('(kept)' if kind == 'output' else '')}"
                          .rstrip())
+        if any(op.opcode == "window" for op in self.plan.app.operators):
+            lines.extend(self.late_summary() or ["late: no late messages"])
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -221,8 +230,9 @@ class SparkRunner:
         rows_in = {sid: counted.get("in:" + sid, 0) for sid in plan.input_streams}
         rows_out = {sid: counted.get("out:" + sid, 0)
                     for sid in (*plan.output_streams, *plan.intermediate_streams)}
+        metrics = {k[len("metric:"):]: v for k, v in counted.items() if k.startswith("metric:")}
         return ReprocessResult(self, plan, rows_in, rows_out, time.monotonic() - t0, kept,
-                               {sid: sinks[sid] for sid in sinks})
+                               {sid: sinks[sid] for sid in sinks}, metrics)
 
     def stop(self) -> None:
         if self._spark is not None:
@@ -411,6 +421,9 @@ class _Compiler:
             ex = PassExecutor(plan, stage_ids, part, counts, config, describe=describe)
             out = ex.run(recs)
             tally = {"out:" + sid: k for sid, k in ex.written.items()}
+            for name, k in ex.metrics.items():  # counters (late messages), summed on the driver
+                if type(k) is int:
+                    tally["metric:" + name] = k
             for sid, k in read.items():
                 if sid in plan.input_streams:
                     tally["in:" + sid] = k
