@@ -19,6 +19,7 @@ MODULES = [
     "samza_dsl.serdes",
     "samza_dsl.safe_serde",
     "samza_dsl.windows",
+    "samza_dsl.late",
     "samza_dsl.context",
     "samza_dsl.errors",
     "samza_dsl.config",
@@ -26,6 +27,7 @@ MODULES = [
     "planner",
     "runtime.local",
     "runtime.testing",
+    "runtime.late",
     "runtime.spark",
 ]
 

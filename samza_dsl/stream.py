@@ -37,6 +37,7 @@ from .spec import (
     WindowSpec,
     node_stream_id,
 )
+from .systems import OutputDescriptor
 from .windows import Window, WindowPane, to_ms
 
 if TYPE_CHECKING:
@@ -198,21 +199,25 @@ class MessageStream(Generic[M]):
                                        keyed=self._keyed)
 
     def window(self, window: Window[M, Any], *, name: str,
-               late_to: OutputStream[Any] | str | None = None) -> MessageStream[WindowPane]:
+               late_to: OutputStream[Any] | OutputDescriptor | str | None = None,
+               ) -> MessageStream[WindowPane]:
         """Group into panes; see ``Windows`` and ``Triggers``.
 
         A message that comes after its pane closed (event time, past ``allowed_lateness``) is
         late: it is always counted (``TestResult.late``, the run summary) and the first one is
         logged. ``late_to`` also writes each as a ``LateMessage`` (the message, the pane it
         missed, the watermark, where it came from), as Flink's side output does: to an
-        ``OutputStream`` from ``app.output(...)``, or, given a name, to an intermediate stream
-        of the job that ``late_stream()`` on the returned stream reads."""
+        ``OutputStream`` from ``app.output(...)`` (or an output descriptor, which this
+        registers), or, given a name, to an intermediate stream of the job that
+        ``late_stream()`` on the returned stream reads."""
         if not isinstance(window, Window):
             raise TypeError(f"window {name!r} takes a Window from Windows.*, got "
                             f"{type(window).__name__}")
         app = self._app
         late_sid: str | None = None
         target: str | None = None
+        if isinstance(late_to, OutputDescriptor):
+            late_to = app.output(late_to)
         if isinstance(late_to, OutputStream):
             if late_to._app is not app:
                 raise PlanError(f"window {name!r}: late_to output {late_to.stream_id!r} belongs "

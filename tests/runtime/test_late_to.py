@@ -208,6 +208,10 @@ def test_late_to_mistakes_are_plan_errors() -> None:
         inp.window(keyed_counts(), name="w4", late_to=3)  # type: ignore[arg-type]
     with pytest.raises(PlanError, match="has no late stream"):
         inp.window(keyed_counts(), name="w5").late_stream()
+    # an output descriptor is registered as an output
+    inp.window(keyed_counts(), name="w6", late_to=mem.output("late-6")).sink(print)
+    assert app.spec().operator("bad-1-window-w6").late_to == "late-6"  # type: ignore[attr-defined]
+    assert "late-6" in app.spec().outputs
 
     app2 = StreamApplication("dangling")
     inp2 = app2.input(mem.input("in"))
