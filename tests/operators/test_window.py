@@ -219,6 +219,28 @@ def test_late_messages_are_dropped_and_counted(clock: FakeClock) -> None:
     assert metrics.counters["w.late-messages-dropped"].value == 2
 
 
+def test_with_late_to_a_late_message_is_an_output_naming_where_it_came_from(
+        clock: FakeClock) -> None:
+    from samza_dsl.late import LateMessage
+
+    metrics = Metrics()
+    op = build_operator(WindowSpec("w", "w", ("stream:in",), "test.py:1", window=event_window(),
+                                   late_to="late"))
+    source: list[Any] = [("in", 3, 17)]
+    op.init(OperatorContext("task-0", {}, clock, {"w": InMemoryState()}, metrics,
+                            source=lambda: source[0]))
+    op.process(("a", 25.0))
+    assert op.process(("a", 2.5)) == [
+        LateMessage(("a", 2.5), "w", "a", "0", 2500, 25000, "in", 3, 17)]
+    source[0] = None  # a message that no input message caused
+    [late] = op.process(("b", 3.0))
+    assert (late.stream, late.partition, late.offset) == (None, None, None)
+    assert op.late_dropped == 2
+    assert metrics.counters["w.late-messages.in"].value == 1
+    assert metrics.counters["w.late-messages.-"].value == 1
+    assert metrics.counters["w.late-messages-sent"].value == 2
+
+
 def test_allowed_lateness_keeps_panes_updatable_and_late_trigger_emits_late_panes(
         clock: FakeClock) -> None:
     w = event_window().allowed_lateness(20 * SEC).late_trigger(Triggers.count(1))

@@ -81,8 +81,8 @@ def test_within_allowed_lateness_a_late_pane_beyond_it_late_to() -> None:
     w = keyed_counts().allowed_lateness(timedelta(seconds=10)).late_trigger(Triggers.count(1))
     mem = MemorySystem()
     app = app_with_late_output(mem, w)
-    # 25 closes [0, 10); 3 is within the lateness (25 < 10 + 10 is false: 20 <= 25) -> late
-    # 12 is in [10, 20), closed at 25 but kept until 30: a LATE pane; 31 then drops [10, 20)
+    # 25 closes [0, 10) and [10, 20); [0, 10) is kept until 20, [10, 20) until 30. So 12 updates
+    # [10, 20) in a LATE pane, 3 comes past [0, 10)'s lateness and 13 past [10, 20)'s (after 31)
     data = [KV("a", 1.0), KV("a", 11.0), KV("a", 25.0), KV("a", 12.0), KV("a", 3.0),
             KV("a", 31.0), KV("a", 13.0)]
     result = TestRunner(app).add_input("in", {0: data}).run(timeout=RUN_TIMEOUT)
