@@ -44,12 +44,16 @@ class LateCounts:
     @property
     def late_counts(self) -> dict[str, dict[str, int]]:
         """``{window op id: {input stream id: late messages}}`` (only those with some)."""
+        if getattr(self, "plan", None) is None:  # a runner that has not started
+            return {}
         return late_counts(self._late_snapshot(), window_ids(self.plan))
 
     def late(self, window: Any = None, *, stream: Any = None) -> int:
         """Late messages of ``window`` (op id, name, or the stream ``.window()`` returned; all
         windows when None) from input ``stream`` (id or descriptor; all when None)."""
         counts = self.late_counts
+        if getattr(self, "plan", None) is None:
+            return 0
         windows = list(counts) if window is None else [self._window_id(window)]
         sid = None if stream is None else (stream if isinstance(stream, str)
                                            else getattr(stream, "stream_id", None))

@@ -18,8 +18,10 @@ How the plan maps onto Spark:
   Nothing is collected to the driver unless ``ReprocessResult.messages`` asks for it.
 
 Time. An input that declares ``event_time`` is ordered by it, so event-time windows give the
-panes a streaming run gives when nothing arrives late (a streaming run drops late messages; here
-each key's messages arrive in event-time order, so none is late). Processing-time windows and join
+panes a streaming run gives when nothing arrives late (here each key's messages arrive in
+event-time order, so none is late). A window whose event time the input does not declare sees
+each partition in its order: its late messages are counted (``ReprocessResult.late_counts``, the
+summary) and written to its ``late_to`` stream as in a streaming run. Processing-time windows and join
 TTLs use each record's timestamp as the clock: the input's timestamp column (``FileInput(...,
 timestamp=)``), the Kafka record timestamp, else its event time; records with neither all get
 the time the run started.
