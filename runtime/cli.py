@@ -200,7 +200,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
             raise SamzaError(f"{args.stream!r} is not a stream of job {job.job_name!r}; its "
                              f"streams: {', '.join(sorted(sources))}")
         out = sys.stdout.buffer
-        for line in dump_lines(source, args.limit):
+        for line in dump_lines(source, args.limit, offsets=args.offsets):
             out.write(line + b"\n")
         out.flush()
     return 0
@@ -211,6 +211,23 @@ def cmd_reset(args: argparse.Namespace) -> int:
         gone = job.reset(outputs=args.outputs)
     print(f"reset job {job.job_name}: " + ("; ".join(gone) if gone else "nothing to remove"),
           file=sys.stderr)
+    return 0
+
+
+def cmd_compact(args: argparse.Namespace) -> int:
+    from .compaction import compact_job
+
+    if args.batch < 1:
+        raise SamzaError(f"--batch takes a number of records >= 1, got {args.batch}")
+    with _local_job(args) as job:
+        results = compact_job(job, group_records=args.batch)
+    for r in results:
+        print(f"{r.stream} partition {r.partition}: below offset {r.upto}, {r.records_before} "
+              f"record(s) to {r.records_after} ({r.tombstones_dropped} delete(s) dropped) in "
+              f"{r.seconds:.2f} s", file=sys.stderr)
+    if not results:
+        print(f"job {job.job_name}: no changelog partition with a checkpoint to compact",
+              file=sys.stderr)
     return 0
 
 
@@ -388,8 +405,20 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("stream", help="stream id")
     d.add_argument("--limit", type=int, default=None, metavar="N",
                    help="only the last N messages")
+    d.add_argument("--offsets", action="store_true",
+                   help='print each message as {"partition": P, "offset": O, "message": M}')
     d.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE")
     d.set_defaults(func=cmd_dump)
+
+    cp = sub.add_parser("compact", help="compact the job's changelogs in the embedded local "
+                                        "log below their checkpoints, now (a running job does it "
+                                        "in the background); refused while the job runs")
+    cp.add_argument("app", help="module_or_file.py:attr")
+    cp.add_argument("--batch", type=int, default=65536, metavar="N",
+                    help="records rewritten per write transaction, at most about (default "
+                         "65536): smaller holds the log's write lock for less time")
+    cp.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE")
+    cp.set_defaults(func=cmd_compact)
 
     rs = sub.add_parser("reset", help="forget a job's progress: checkpoints, stores, "
                                       "intermediate streams and changelogs (inputs stay); "

@@ -11,12 +11,14 @@ as a whole dump does) and reads the stream backwards from its end, in chunks, un
 it costs what N messages cost, not what the stream does.
 
 A record that does not decode is not printed; a warning on standard error names its stream,
-partition and offset.
+partition and offset. ``--offsets`` prints each message with its partition and offset: where
+compaction kept only the latest entry of each key of a changelog, the offsets show which.
 """
 
 from __future__ import annotations
 
 import logging
+from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,7 +42,23 @@ log = logging.getLogger("samza_dsl.dump")
 _READ = 4096  # records read per call
 _json = msgspec.json.Encoder(enc_hook=repr)
 
-Decode = Callable[[SSP, int, Sequence[Record]], list[Any]]
+#: (partition, offsets of the records, records) -> [(offset, printable message), ...]
+Decode = Callable[[SSP, Sequence[int], Sequence[Record]], list[tuple[int, Any]]]
+
+
+def _runs(offsets: Sequence[int]) -> Iterator[tuple[int, int]]:
+    """``(i, j)``: the slices of ``offsets`` that are consecutive offsets."""
+    if type(offsets) is range:
+        yield 0, len(offsets)
+        return
+    i = 0
+    n = len(offsets)
+    while i < n:
+        j = i + 1
+        while j < n and offsets[j] == offsets[j - 1] + 1:
+            j += 1
+        yield i, j
+        i = j
 
 
 @dataclass(frozen=True)
@@ -65,36 +83,43 @@ def _text(data: bytes | None) -> Any:
 
 
 def _stream_decoder(codec: StreamCodec) -> Decode:
-    def decode(ssp: SSP, first: int, records: Sequence[Record]) -> list[Any]:
-        return [{"key": m.key, "value": m.value} if type(m) is KV else m
-                for m in codec.decode_batch(ssp, first, records, 0)
-                if not is_control(m) and type(m) is not Skipped]
+    def decode(ssp: SSP, offsets: Sequence[int], records: Sequence[Record]
+               ) -> list[tuple[int, Any]]:
+        out: list[tuple[int, Any]] = []
+        for i, j in _runs(offsets):
+            ms = codec.decode_batch(ssp, offsets[i], records[i:j], 0)
+            out += [(o, {"key": m.key, "value": m.value} if type(m) is KV else m)
+                    for o, m in zip(offsets[i:j], ms, strict=True)
+                    if not is_control(m) and type(m) is not Skipped]
+        return out
     return decode
 
 
-def _dead_letter_decode(ssp: SSP, first: int, records: Sequence[Record]) -> list[Any]:
+def _dead_letter_decode(ssp: SSP, offsets: Sequence[int], records: Sequence[Record]
+                        ) -> list[tuple[int, Any]]:
     out = []
-    for k, v, headers in records:
+    for o, (k, v, headers) in zip(offsets, records, strict=True):
         h = {name: bytes(value).decode(errors="replace") for name, value in headers or ()}
-        out.append({"source": h.get(SOURCE_HEADER), "error": h.get(ERROR_HEADER),
-                    "key": _text(k), "value": _text(v)})
+        out.append((o, {"source": h.get(SOURCE_HEADER), "error": h.get(ERROR_HEADER),
+                        "key": _text(k), "value": _text(v)}))
     return out
 
 
 def _changelog_decoder(name: str, key_decode: Callable[[bytes], Any],
                        value_decode: Callable[[bytes], Any]) -> Decode:
-    def decode(ssp: SSP, first: int, records: Sequence[Record]) -> list[Any]:
+    def decode(ssp: SSP, offsets: Sequence[int], records: Sequence[Record]
+               ) -> list[tuple[int, Any]]:
         out = []
-        for i, (k, v, _) in enumerate(records):
+        for o, (k, v, _) in zip(offsets, records, strict=True):
             try:
                 key = key_decode(k) if k is not None else None
                 value = value_decode(v) if v is not None else None
             except Exception as exc:
                 log.warning("changelog %s partition %d offset %d does not decode with the "
                             "store's serdes (%s: %s): not printed", name, ssp.partition,
-                            first + i, type(exc).__name__, exc)
+                            o, type(exc).__name__, exc)
                 continue
-            out.append({"key": key, "value": value})
+            out.append((o, {"key": key, "value": value}))
         return out
     return decode
 
@@ -133,56 +158,71 @@ def _partitions(source: DumpSource) -> int:
     return 0 if n is None else n
 
 
-def _forward(source: DumpSource, partition: int) -> Iterator[list[Any]]:
-    """The partition's messages, a batch at a time, from its start."""
+def _forward(source: DumpSource, partition: int) -> Iterator[list[tuple[int, Any]]]:
+    """The partition's messages with their offsets, a batch at a time, from its start."""
     pos = 0
     ssp = SSP(source.name, partition)
     while True:
-        first, records = source.log.read(source.physical, partition, pos, _READ)
+        offsets, records = source.log.read_with_offsets(source.physical, partition, pos, _READ)
         if not records:
             return
-        yield source.decode(ssp, first, records)
-        pos = first + len(records)
+        yield source.decode(ssp, offsets, records)
+        pos = offsets[-1] + 1
 
 
-def _last(source: DumpSource, partition: int, n: int) -> list[Any]:
-    """The partition's last ``n`` messages (fewer if it has fewer), reading back from its end
-    in chunks that double: control records and undecodable ones take offsets too."""
+def _last(source: DumpSource, partition: int, n: int) -> list[tuple[int, Any]]:
+    """The partition's last ``n`` messages with their offsets (fewer if it has fewer), reading
+    back from its end over spans of offsets that double: control records and undecodable ones
+    take offsets too, and compaction leaves offsets without records."""
     ssp = SSP(source.name, partition)
     end = source.log.end_offset(source.physical, partition)
-    got: list[Any] = []
-    hi, chunk = end, max(n, 64)
+    got: list[tuple[int, Any]] = []
+    hi, span = end, max(n, 64)
     while len(got) < n and hi > 0:
-        lo = max(0, hi - chunk)
-        first, records = source.log.read(source.physical, partition, lo, hi - lo)
-        if first >= hi or not records:  # nothing retained below hi
-            break
-        records = records[: hi - first]
-        got = source.decode(ssp, first, records) + got
-        hi, chunk = first, chunk * 2
+        lo = max(0, hi - span)
+        window: list[tuple[int, Any]] = []
+        pos = lo
+        while pos < hi:  # the messages at offsets [lo, hi), a read at a time
+            offsets, records = source.log.read_with_offsets(source.physical, partition, pos,
+                                                            min(_READ, hi - pos))
+            if not records or offsets[0] >= hi:
+                break
+            keep = bisect_left(offsets, hi)
+            window += source.decode(ssp, offsets[:keep], records[:keep])
+            pos = offsets[keep - 1] + 1
+        got = window + got
+        hi, span = lo, min(span * 2, 1 << 22)
     return got[-n:] if n else []
 
 
-def dump_lines(source: DumpSource, limit: int | None = None) -> Iterator[bytes]:
+def _line(partition: int, offset: int, m: Any, offsets: bool) -> bytes:
+    if not offsets:
+        return _json.encode(m)
+    return _json.encode({"partition": partition, "offset": offset, "message": m})
+
+
+def dump_lines(source: DumpSource, limit: int | None = None, *,
+               offsets: bool = False) -> Iterator[bytes]:
     """JSON lines of a stream's messages, partition by partition; with ``limit``, the last
-    ``limit`` of them."""
+    ``limit`` of them. With ``offsets``, each line is ``{"partition": p, "offset": o,
+    "message": m}``: a compacted changelog shows the offsets its records keep."""
     parts = _partitions(source)
     if limit is None:
         for p in range(parts):
             for batch in _forward(source, p):
-                for m in batch:
-                    yield _json.encode(m)
+                for o, m in batch:
+                    yield _line(p, o, m, offsets)
         return
     if limit < 1:
         raise SamzaError(f"--limit takes a number of messages >= 1, got {limit}")
-    tail: list[list[Any]] = []
+    tail: list[tuple[int, list[tuple[int, Any]]]] = []
     need = limit
     for p in reversed(range(parts)):
         got = _last(source, p, need)
-        tail.append(got)
+        tail.append((p, got))
         need -= len(got)
         if need <= 0:
             break
-    for got in reversed(tail):
-        for m in got:
-            yield _json.encode(m)
+    for p, got in reversed(tail):
+        for o, m in got:
+            yield _line(p, o, m, offsets)

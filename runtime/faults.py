@@ -5,7 +5,9 @@ Points: ``batch`` (after a task processed a batch, before its outputs are writte
 ``commit.start``, ``commit.outputs-flushed`` (producer flushed), ``commit.changelogged`` (stores
 flushed and their changelogs durable), ``commit.stores-committed`` (stores' changelog positions
 recorded, offsets not yet written: "between changelog and offsets") and
-``commit.done``. Without the variable, ``reached`` costs one global lookup.
+``commit.done``; and ``compaction.transaction`` (after a write transaction of a changelog
+compaction pass, ``runtime.compaction``). Without the variable, ``reached`` costs one global
+lookup.
 """
 
 from __future__ import annotations
@@ -13,19 +15,21 @@ from __future__ import annotations
 import os
 import signal
 
-__all__ = ["ARMED", "reached", "POINTS"]
+__all__ = ["ARMED", "reached", "POINTS", "OTHER_POINTS"]
 
 POINTS = ("batch", "commit.start", "commit.outputs-flushed", "commit.changelogged",
           "commit.stores-committed", "commit.done")
+#: points outside a job's message path
+OTHER_POINTS = ("compaction.transaction",)
 
 
 def _parse(spec: str | None) -> tuple[str, int] | None:
     if not spec:
         return None
     point, _, n = spec.rpartition(":")
-    if point not in POINTS or not n.isdigit() or int(n) < 1:
+    if point not in POINTS + OTHER_POINTS or not n.isdigit() or int(n) < 1:
         raise ValueError(f"SAMZA_DSL_CRASH_AT={spec!r}: expected <point>:<n> with a point in "
-                         f"{', '.join(POINTS)} and n >= 1")
+                         f"{', '.join(POINTS + OTHER_POINTS)} and n >= 1")
     return point, int(n)
 
 

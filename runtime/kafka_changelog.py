@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import queue
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from aiokafka import TopicPartition
@@ -53,7 +53,9 @@ class KafkaChangelog:
         acked = getattr(self.producer, "end_offsets", {}).get((self.topic, self.partition), 0)
         return max(self._end, acked)
 
-    def read(self, start: int, end: int) -> Iterator[tuple[int, list[tuple[bytes, bytes | None]]]]:
+    def read(self, start: int, end: int
+             ) -> Iterator[tuple[Sequence[int], list[tuple[bytes, bytes | None]]]]:
+        """Batches of ``(each entry's offset, entries)``."""
         if start >= end:
             return
         chunks: queue.Queue[Any] = queue.Queue(_QUEUED)
@@ -104,7 +106,7 @@ class KafkaChangelog:
                 raise kafka_error(f"reading {where}", self.servers, exc) from exc
             pos = start
             chunk: list[tuple[bytes, bytes | None]] = []
-            first = start
+            offsets: list[int] = []  # each entry's: a compacted topic has gaps
             idle = 0.0
             while pos < end:
                 batch = await consumer.getmany(tp, timeout_ms=500, max_records=_CHUNK)
@@ -123,16 +125,15 @@ class KafkaChangelog:
                         pos = end
                         break
                     if r.key is not None:
-                        if not chunk:
-                            first = r.offset
+                        offsets.append(r.offset)
                         chunk.append((r.key, r.value))
                     pos = r.offset + 1
                 if len(chunk) >= _CHUNK or (chunk and pos >= end):
-                    if not put((first, chunk)):
+                    if not put((offsets, chunk)):
                         return
-                    chunk = []
+                    chunk, offsets = [], []
             if chunk:
-                put((first, chunk))
+                put((offsets, chunk))
         finally:
             with contextlib.suppress(Exception):
                 await consumer.stop()

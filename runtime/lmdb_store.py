@@ -70,7 +70,7 @@ import logging
 import os
 import time
 from bisect import bisect_left
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from itertools import islice
 from operator import itemgetter
 from typing import Any, Protocol
@@ -113,9 +113,11 @@ class Changelog(Protocol):
         """The next offset of the partition, counting durable entries only."""
         ...
 
-    def read(self, start: int, end: int) -> Iterator[tuple[int, list[tuple[bytes, bytes | None]]]]:
+    def read(self, start: int, end: int
+             ) -> Iterator[tuple[int | Sequence[int], list[tuple[bytes, bytes | None]]]]:
         """Batches of the entries with offsets in ``[start, end)``: ``(offset of the batch's
-        first entry, entries)``."""
+        first entry, entries)`` when their offsets follow on, else ``(each entry's offset,
+        entries)`` (a compacted changelog has gaps)."""
         ...
 
 
@@ -149,7 +151,7 @@ class LmdbStore:
                  key_decode: Callable[[bytes], Any], value_encode: Callable[[Any], bytes],
                  value_decode: Callable[[bytes], Any], changelog: Changelog | None,
                  cache_size: int, write_batch_size: int, map_size: int,
-                 check: Callable[[int, list[tuple[bytes, bytes | None]]],
+                 check: Callable[[int | Sequence[int], list[tuple[bytes, bytes | None]]],
                                  list[tuple[bytes, bytes | None]]] | None = None) -> None:
         self.path = path
         self._check = check
@@ -193,13 +195,14 @@ class LmdbStore:
              changelog: Changelog | None = None, checkpointed: int | None = None,
              cache_size: int = 100_000, write_batch_size: int = 10_000,
              map_size: int = 1 << 34,
-             check: Callable[[int, list[tuple[bytes, bytes | None]]],
+             check: Callable[[int | Sequence[int], list[tuple[bytes, bytes | None]]],
                              list[tuple[bytes, bytes | None]]] | None = None) -> LmdbStore:
         """Opens (creating or restoring) the store in directory ``path``.
 
         ``checkpointed`` is the changelog offset the task's checkpoint holds (None: no checkpoint,
-        so nothing of the changelog counts yet). ``check(first offset, entries)`` returns the
-        entries of a changelog batch to replay (or raises). See the module docstring for the
+        so nothing of the changelog counts yet). ``check(offsets, entries)`` returns the
+        entries of a changelog batch to replay (or raises); ``offsets`` are as
+        ``Changelog.read`` gives them. See the module docstring for the
         rules; ``restore_info`` records what was done."""
         store = cls(os.fspath(path), name=name, task=task, key_encode=key_encode,
                     key_decode=key_decode, value_encode=value_encode, value_decode=value_decode,

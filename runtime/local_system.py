@@ -26,6 +26,7 @@ import functools
 import os
 import secrets
 import shutil
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -48,6 +49,7 @@ from .codec import (
     serde_error_policy,
     stream_serde,
 )
+from .compaction import DELETE_RETENTION_MS, ChangelogCompactor
 from .container import Container
 from .elastic import rescale_checkpoints
 from .job import SSP, JobModel, TaskModel, build_job_model, job_containers, start_generation
@@ -278,15 +280,24 @@ class LogChangelog:
     def end_offset(self) -> int:
         return self.log.end_offset(self.stream_id, self.partition)
 
-    def read(self, start: int, end: int) -> Iterator[tuple[int, list[tuple[bytes, bytes | None]]]]:
+    def read(self, start: int, end: int
+             ) -> Iterator[tuple[int | Sequence[int], list[tuple[bytes, bytes | None]]]]:
+        """Batches of ``(the first offset, entries)``, or ``(each entry's offset, entries)``
+        where compaction left gaps."""
         pos = start
         while pos < end:
-            first, records = self.log.read(self.stream_id, self.partition, pos,
-                                           min(65536, end - pos))
+            offsets, records = self.log.read_with_offsets(self.stream_id, self.partition, pos,
+                                                          min(65536, end - pos))
             if not records:
                 return
-            yield first, [(k, v) for k, v, _ in records]  # type: ignore[misc]
-            pos = first + len(records)
+            if offsets[-1] >= end:  # past `end` in a compacted part
+                n = bisect_left(offsets, end)
+                offsets, records = offsets[:n], records[:n]
+                if not records:
+                    return
+            entries = [(k, v) for k, v, _ in records]
+            yield (offsets.start if type(offsets) is range else offsets), entries  # type: ignore[misc]
+            pos = offsets[-1] + 1
 
 
 def _positive(config: Mapping[str, Any], key: str, default: int) -> int:
@@ -310,9 +321,13 @@ class LocalState:
     def __init__(self, root: str, job: JobModel, config: Mapping[str, Any],
                  changelogs: Mapping[str, Callable[[int], Changelog]],
                  metrics: Metrics,
-                 dead_letter: Callable[[SSP, int, Record, SerdeError], None] | None = None
-                 ) -> None:
+                 dead_letter: Callable[[SSP, int, Record, SerdeError], None] | None = None,
+                 checkpointed: Callable[[str], Mapping[str, int]] | None = None) -> None:
         self.root = root
+        #: compacts the changelogs in the local log below their checkpoints, after commits
+        self.compactor = ChangelogCompactor(
+            lambda key: (checkpointed(key[0]).get(key[1]) if checkpointed is not None
+                         else None))
         self.dead_letter = dead_letter
         self.job = job
         self.config = config
@@ -344,6 +359,13 @@ class LocalState:
             check = changelog_check(store_name, stream, task.index, kd, vd,
                                     policy=serde_error_policy(cfg, stream),
                                     dead_letter=self.dead_letter, metrics=self.metrics)
+            if (isinstance(changelog, LogChangelog)
+                    and cfg.get(f"stores.{store_name}.changelog.compaction") is not False):
+                retention = cfg.get(f"stores.{store_name}.changelog.delete.retention.ms")
+                self.compactor.add(
+                    (task.name, store_name), changelog.log, changelog.stream_id,
+                    changelog.partition,
+                    DELETE_RETENTION_MS if retention is None else int(retention))
         store = LmdbStore.open(
             os.path.join(self.root, "stores", store_name, task_dir(task.name)),
             name=store_name, task=task.name, key_encode=ke, key_decode=kd, value_encode=ve,
@@ -385,7 +407,12 @@ class LocalState:
                 out[name] = offset
         return out
 
+    def checkpointed(self, task_name: str) -> None:
+        """The task's checkpoint is written: its changelogs may be compacted below it."""
+        self.compactor.request()
+
     def close(self) -> None:
+        self.compactor.close()
         for stores in self.stores.values():
             for store in stores.values():
                 store.close()
@@ -560,7 +587,8 @@ class LocalJob:
         producer.on_write(consumer.notify)
         self.producer = producer
         self.consumer = consumer
-        self.state = LocalState(self.root, job, cfg, changelogs, self.metrics, dead_letter)
+        self.state = LocalState(self.root, job, cfg, changelogs, self.metrics, dead_letter,
+                                self.checkpoints.read_changelogs)
         self.container = Container(job, self.tasks, consumer=consumer, producer=producer,
                                    checkpoints=self.checkpoints, config=cfg,
                                    metrics=self.metrics, state=self.state)

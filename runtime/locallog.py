@@ -13,6 +13,13 @@ Layout, in named databases of the environment:
   segments of a partition are contiguous and sorted by offset. The value is one msgpack
   encoding of ``(timestamp_ms, [(key, value, headers), ...])``. A segment's record count is
   read from the msgpack array header without decoding the records.
+
+  A *compacted* segment (``runtime.compaction`` writes them) keeps some records of the offsets
+  it covers: ``(span, timestamp_ms, [offset - first, ...], [(key, value, headers), ...])``, the
+  records at the given offsets of ``[first, first + span)``, the others gone. Its value starts
+  with ``0x94`` (an array of 4), a plain one's with ``0x92``, so logs written before compaction
+  existed read as they always did. Segments tile a partition's offsets: each starts where the
+  one before it ends.
 * ``meta``: str key -> bytes, for checkpoints.
 """
 
@@ -24,6 +31,7 @@ import re
 import struct
 import threading
 import time
+from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -55,6 +63,12 @@ class _StreamInfo(msgspec.Struct):
 
 _ENCODE = msgspec.msgpack.Encoder().encode
 _DECODE_SEGMENT = msgspec.msgpack.Decoder(_SegmentType).decode
+_CompactedType = tuple[
+    int, int, list[int],
+    list[tuple[bytes | None, bytes | None, tuple[tuple[str, bytes], ...] | None]],
+]
+_DECODE_COMPACTED = msgspec.msgpack.Decoder(_CompactedType).decode
+_COMPACTED = 0x94  # the first byte of a compacted segment's value
 _DECODE_INFO = msgspec.msgpack.Decoder(_StreamInfo).decode
 _U64 = struct.Struct(">Q")
 _U32 = struct.Struct(">I")
@@ -70,11 +84,22 @@ _BYTES_LIKE = (bytes, bytearray, memoryview)
 _INT_SIZE = {0xCC: 2, 0xCD: 3, 0xCE: 5, 0xCF: 9, 0xD0: 2, 0xD1: 3, 0xD2: 5, 0xD3: 9}
 
 
-def _segment_count(value: Any) -> int:
-    """The number of records in an encoded segment, from its msgpack headers alone.
+def _uint_at(value: Any, i: int) -> int:
+    """The msgpack unsigned int at ``value[i]``."""
+    b = value[i]
+    if b <= 0x7F:
+        return int(b)
+    return int.from_bytes(value[i + 1 : i + _INT_SIZE[b]], "big")
 
-    ``value`` is ``0x92`` (an array of 2), the timestamp (an int of 1 to 9 bytes), then the
-    records' array header (fixarray, array 16 or array 32)."""
+
+def _segment_count(value: Any) -> int:
+    """How many offsets an encoded segment covers, from its msgpack headers alone: a plain
+    segment's record count, a compacted one's span.
+
+    A plain ``value`` is ``0x92`` (an array of 2), the timestamp (an int of 1 to 9 bytes), then
+    the records' array header (fixarray, array 16 or array 32)."""
+    if value[0] == _COMPACTED:
+        return _uint_at(value, 1)
     b = value[1]
     i = 2 if (b <= 0x7F or b >= 0xE0) else 1 + _INT_SIZE[b]
     h = value[i]
@@ -477,17 +502,9 @@ class LocalLog:
         With ``whole_segments``, the last stored batch read is returned whole, even past
         ``max_records``: a sequential reader then decodes each batch once.
 
-        Reading at or past the end returns ``(offset, [])``."""
-        if offset.__class__ is not int or not 0 <= offset <= _MAX_OFFSET:
-            raise SamzaError(
-                f"cannot read stream {stream!r} partition {partition} of the local log at "
-                f"{self.path} at offset {offset!r}: offsets are ints from 0"
-            )
-        if max_records.__class__ is not int or max_records < 0:
-            raise SamzaError(
-                f"cannot read stream {stream!r} partition {partition} of the local log at "
-                f"{self.path}: max_records must be an int >= 0, got {max_records!r}"
-            )
+        Reading at or past the end returns ``(offset, [])``; at an offset compaction removed,
+        the run of records at consecutive offsets that starts at the next one kept."""
+        self._check_read(stream, partition, offset, max_records)
         shared = self._live()
         try:
             with self._begin(shared) as txn:
@@ -501,19 +518,23 @@ class LocalLog:
                 e, f"reading {stream!r} partition {partition} at offset {offset}"
             ) from e
 
+    def _check_read(self, stream: str, partition: int, offset: int, max_records: int) -> None:
+        if offset.__class__ is not int or not 0 <= offset <= _MAX_OFFSET:
+            raise SamzaError(
+                f"cannot read stream {stream!r} partition {partition} of the local log at "
+                f"{self.path} at offset {offset!r}: offsets are ints from 0"
+            )
+        if max_records.__class__ is not int or max_records < 0:
+            raise SamzaError(
+                f"cannot read stream {stream!r} partition {partition} of the local log at "
+                f"{self.path}: max_records must be an int >= 0, got {max_records!r}"
+            )
+
     def _read(
         self, cur: Any, prefix: bytes, offset: int, max_records: int, whole: bool = False
     ) -> tuple[int, list[Record]]:
         n = len(prefix)
-        target = prefix + _PACK_OFFSET(offset)
-        if cur.set_range(target):
-            if bytes(cur.key()) != target:
-                # The segment holding `offset` starts before it: step back one, if it is ours.
-                if not cur.prev():
-                    cur.first()
-                elif bytes(cur.key()[:n]) != prefix:
-                    cur.next()
-        elif not cur.last():  # no key at or after target: the partition's last segment may hold it
+        if not self._seek(cur, prefix, offset):
             return offset, []
         start = -1
         out: list[Record] = []
@@ -528,9 +549,19 @@ class LocalLog:
                     if not cur.next():
                         break
                     continue
+                if value[0] == _COMPACTED:
+                    run = self._compacted_run(value, prefix, key, seg_first, offset,
+                                              max_records, whole)
+                    if run is not None:
+                        return run
+                    if not cur.next():
+                        break
+                    continue
                 skip = offset - seg_first if offset > seg_first else 0
                 start = seg_first + skip
             else:
+                if value[0] == _COMPACTED:  # its records do not follow on: the run ends here
+                    break
                 skip = 0
             try:
                 records: list[Any] = _DECODE_SEGMENT(value)[1]
@@ -546,6 +577,114 @@ class LocalLog:
         if start < 0:
             return offset, []
         return start, out
+
+    def _seek(self, cur: Any, prefix: bytes, offset: int) -> bool:
+        """Puts ``cur`` on the segment holding ``offset``, or the one before the first segment
+        after it; False when the log has no segment at all from there."""
+        target = prefix + _PACK_OFFSET(offset)
+        if cur.set_range(target):
+            if bytes(cur.key()) != target:
+                # The segment holding `offset` starts before it: step back one, if it is ours.
+                if not cur.prev():
+                    cur.first()
+                elif bytes(cur.key()[: len(prefix)]) != prefix:
+                    cur.next()
+            return True
+        return bool(cur.last())  # no key at or after target: the partition's last segment may hold it
+
+    def _decode_compacted(self, value: Any, prefix: bytes, key: bytes
+                          ) -> tuple[int, int, list[int], list[Any]]:
+        try:
+            return _DECODE_COMPACTED(value)
+        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            raise self._corrupt_segment(prefix, key, e) from e
+
+    def _compacted_run(
+        self, value: Any, prefix: bytes, key: bytes, seg_first: int, offset: int,
+        max_records: int, whole: bool,
+    ) -> tuple[int, list[Record]] | None:
+        """``read`` in a compacted segment: the run of records at consecutive offsets that
+        starts at the first one kept at or after ``offset`` (None: none is)."""
+        _, _, deltas, records = self._decode_compacted(value, prefix, key)
+        i = bisect_left(deltas, offset - seg_first)
+        if i == len(deltas):
+            return None
+        limit = len(deltas) if whole else i + max_records
+        j, d = i + 1, deltas[i]
+        while j < limit and j < len(deltas) and deltas[j] == d + (j - i):
+            j += 1
+        return seg_first + d, records[i:j]
+
+    def read_with_offsets(
+        self, stream: str, partition: int, offset: int, max_records: int
+    ) -> tuple[Sequence[int], list[Record]]:
+        """Up to ``max_records`` records at offsets ``>= offset``, with each one's offset: a
+        ``range`` when they are consecutive, else a list. Unlike ``read``, it goes on past
+        offsets that compaction removed, so a compacted partition reads in few calls.
+
+        Reading at or past the end returns ``(range(offset, offset), [])``."""
+        self._check_read(stream, partition, offset, max_records)
+        shared = self._live()
+        try:
+            with self._begin(shared) as txn:
+                prefix = self._prefix(txn, shared, stream, partition)
+                return self._read_offsets(txn.cursor(shared.log), prefix, offset, max_records)
+        except lmdb.Error as e:
+            raise self._lmdb_error(
+                e, f"reading {stream!r} partition {partition} at offset {offset}"
+            ) from e
+
+    def _read_offsets(
+        self, cur: Any, prefix: bytes, offset: int, max_records: int
+    ) -> tuple[Sequence[int], list[Record]]:
+        n = len(prefix)
+        empty: tuple[Sequence[int], list[Record]] = (range(offset, offset), [])
+        if max_records == 0:
+            return empty
+        if not self._seek(cur, prefix, offset):
+            return empty
+        offsets: list[int] | None = None  # None while the records read are consecutive
+        first = -1
+        out: list[Record] = []
+        while len(out) < max_records:
+            key = bytes(cur.key())
+            if key[:n] != prefix:
+                break
+            seg_first = _UNPACK_OFFSET(key[n:])[0]
+            value = cur.value()
+            if seg_first + self._count(value, prefix, key) > offset:
+                need = max_records - len(out)
+                if value[0] == _COMPACTED:
+                    _, _, deltas, kept = self._decode_compacted(value, prefix, key)
+                    i = bisect_left(deltas, offset - seg_first)
+                    took = [seg_first + d for d in deltas[i : i + need]]
+                    if took:
+                        if offsets is None:
+                            offsets = list(range(first, first + len(out)))
+                        offsets += took
+                        if first < 0:
+                            first = took[0]
+                        out.extend(kept[i : i + need])
+                else:
+                    skip = offset - seg_first if offset > seg_first else 0
+                    try:
+                        records = _DECODE_SEGMENT(value)[1]
+                    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+                        raise self._corrupt_segment(prefix, key, e) from e
+                    took_records = records[skip : skip + need]
+                    at = seg_first + skip
+                    if first < 0:
+                        first = at
+                    elif offsets is None and at != first + len(out):  # a gap
+                        offsets = list(range(first, first + len(out)))
+                    if offsets is not None:
+                        offsets += range(at, at + len(took_records))
+                    out.extend(took_records)
+            if not cur.next():
+                break
+        if not out:
+            return empty
+        return (range(first, first + len(out)) if offsets is None else offsets), out
 
     # ------------------------------------------------------------------ metadata
 

@@ -21,7 +21,7 @@ in ``serde-errors-skipped``; ``dead-letter`` also writes the raw entry to ``<job
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from operators.state import decode_key, encode_key
@@ -95,8 +95,9 @@ Entries = list[tuple[bytes, bytes | None]]
 def changelog_check(store: str, stream: str, partition: int, key_decode: Callable[[bytes], Any],
                     value_decode: Callable[[bytes], Any], *, policy: str,
                     dead_letter: Callable[[SSP, int, Record, SerdeError], None] | None,
-                    metrics: Any) -> Callable[[int, Entries], Entries]:
-    """``check(first offset, entries) -> the entries to replay``: decodes each entry and applies
+                    metrics: Any) -> Callable[[int | Sequence[int], Entries], Entries]:
+    """``check(offsets, entries) -> the entries to replay`` (``offsets``: the first entry's, or
+    each entry's, as ``Changelog.read`` gives them): decodes each entry and applies
     the policy to those that do not decode (see the module docstring)."""
     ssp = SSP(stream, partition)
 
@@ -119,7 +120,7 @@ def changelog_check(store: str, stream: str, partition: int, key_decode: Callabl
         else:
             log.warning("%s: skipped (streams.%s.samza.serde.error=%s)", err, stream, policy)
 
-    def check(first: int, entries: Entries) -> Entries:
+    def check(first: int | Sequence[int], entries: Entries) -> Entries:
         try:
             for k, v in entries:
                 key_decode(k)
@@ -135,7 +136,8 @@ def changelog_check(store: str, stream: str, partition: int, key_decode: Callabl
                 if entry[1] is not None:
                     value_decode(entry[1])
             except Exception as exc:
-                bad(first + i, entry, exc)
+                bad(first + i if type(first) is int else first[i],  # type: ignore[index]
+                    entry, exc)
             else:
                 kept.append(entry)
         return kept

@@ -129,6 +129,12 @@ STORE_PROPERTIES: dict[str, ConfigKey] = {k.name: k for k in [
     _k("changelog", str, None, doc="the changelog stream, [system.]stream"),
     _k("object.cache.size", int, 100_000, *_POSITIVE, doc="decoded values cached per task"),
     _k("write.batch.size", int, 10_000, *_POSITIVE, doc="dirty keys that trigger a flush"),
+    _k("changelog.compaction", bool, True,
+       doc="compact the store's changelog on the local log in the background, below the "
+           "checkpoint, to the latest entry of each key (false keeps every entry)"),
+    _k("changelog.delete.retention.ms", int, 86_400_000, *_NON_NEGATIVE,
+       doc="how long a compacted local changelog keeps a delete (tombstone) once compaction "
+           "has passed it"),
 ]}
 
 _SCOPES = {"streams.": ("stream", STREAM_PROPERTIES), "stores.": ("store", STORE_PROPERTIES)}

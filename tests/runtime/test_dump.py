@@ -102,13 +102,13 @@ def test_limit_reads_the_tail_only(tmp_path: Path, monkeypatch: pytest.MonkeyPat
                     for i in range(first, first + 10_000)])
         source = dump_sources(job)["events"]
         read = []
-        original = source.log.read
+        original = source.log.read_with_offsets
 
-        def counting(stream: str, partition: int, offset: int, limit: int, **kw: object):
-            got = original(stream, partition, offset, limit, **kw)  # type: ignore[arg-type]
+        def counting(stream: str, partition: int, offset: int, limit: int):
+            got = original(stream, partition, offset, limit)
             read.append(len(got[1]))
             return got
-        monkeypatch.setattr(source.log, "read", counting)
+        monkeypatch.setattr(source.log, "read_with_offsets", counting)
 
         tail = [json.loads(line) for line in dump_lines(source, 5)]
         assert tail == [{"key": str(i), "value": {"id": i, "p": 3}}

@@ -1,0 +1,407 @@
+"""Compaction of changelog partitions in the local log: the latest record of each key is kept.
+
+A store's changelog only needs, for each key, its last entry: replaying it gives the store. A
+partition below a *compaction point* is rewritten as compacted segments (see
+``runtime.locallog``) holding only those records, at their own offsets: offsets never change,
+so checkpoints and readers keep working, and a restore replays one entry per key instead of
+every update the job ever made.
+
+- **Where.** Only below the lowest changelog offset a checkpoint holds for the partition: the
+  store's state at every checkpointed offset is unchanged, and the active tail is never touched.
+- **How.** As Kafka's log cleaner: the part written since the last pass (the *dirty* part) is
+  read into a map of key -> its last offset there; then every segment below the point is
+  rewritten keeping a record when no later record of its key is in the map. The part already
+  compacted holds each key at most once, so one map of the dirty part's keys is enough. The map
+  is bounded (``max_keys``): a pass stops its dirty part at the segment where it fills.
+- **Tombstones.** A delete (a None value) is kept while a reader might have seen an older value
+  of its key in the same pass over the log: it goes only once a pass that already covered it
+  finished at least ``delete_retention_ms`` ago (Kafka's ``delete.retention.ms``).
+- **Crash safety.** Each group of segments is replaced in one short write transaction, so the
+  log's write lock is held briefly; between two, the partition holds compacted segments, then
+  the segments not yet rewritten: a restore gives the same store at any point, and the next pass
+  (after a crash) starts over.
+
+Pass records live in the log's metadata under ``compaction/<stream>/<partition>``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import lmdb
+import msgspec
+
+from samza_dsl.errors import SamzaError
+
+from . import faults
+from .locallog import _COMPACTED, _DECODE_SEGMENT, _ENCODE, _PACK_OFFSET, _UNPACK_OFFSET, LocalLog
+
+if TYPE_CHECKING:
+    from .local_system import LocalJob
+
+__all__ = ["CompactionResult", "compact_partition", "dirty_records", "ChangelogCompactor",
+           "DELETE_RETENTION_MS", "changelog_partitions", "compact_job"]
+
+log = logging.getLogger("samza_dsl.compaction")
+
+DELETE_RETENTION_MS = 86_400_000  # Kafka's and Samza's default: one day
+GROUP_RECORDS = 65_536  # records read per write transaction, at most (plus one segment)
+SEGMENT_RECORDS = 8_192  # records kept per compacted segment, about
+MAX_KEYS = 2_000_000  # keys in a pass's map, at most
+MIN_DIRTY = 10_000  # a background pass needs this many records written since the last one
+MIN_DIRTY_RATIO = 0.5  # ... and that share of the records below the compaction point
+_PASSES = 32  # pass records kept per partition
+
+_STATE = msgspec.msgpack.Decoder(dict[str, Any]).decode
+
+
+@dataclass
+class CompactionResult:
+    """What a pass did: the records below ``upto`` before and after, in ``seconds``."""
+
+    stream: str
+    partition: int
+    upto: int
+    records_before: int = 0
+    records_after: int = 0
+    tombstones_dropped: int = 0
+    transactions: int = 0
+    seconds: float = 0.0
+    done: bool = False  # False: stopped before its end (the next pass starts over)
+
+
+def _meta_key(stream: str, partition: int) -> str:
+    return f"compaction/{stream}/{partition}"
+
+
+def _state(lg: LocalLog, stream: str, partition: int) -> dict[str, Any]:
+    raw = lg.get_meta(_meta_key(stream, partition))
+    if raw is None:
+        return {"cleaned": 0, "kept": 0, "passes": []}
+    try:
+        return _STATE(raw)
+    except msgspec.DecodeError:  # a lost record only makes the next pass do more work
+        log.warning("the compaction record of %s partition %d in %s is unreadable: starting "
+                    "over from offset 0", stream, partition, lg.path)
+        return {"cleaned": 0, "kept": 0, "passes": []}
+
+
+class _Seg:
+    __slots__ = ("key", "first", "span", "ts", "offsets", "records")
+
+    def __init__(self, key: bytes, first: int, span: int, ts: int, offsets: Sequence[int],
+                 records: list[Any]) -> None:
+        self.key, self.first, self.span, self.ts = key, first, span, ts
+        self.offsets, self.records = offsets, records
+
+
+def _segments(lg: LocalLog, stream: str, partition: int, start: int, end: int,
+              chunk: int = GROUP_RECORDS) -> Iterator[_Seg]:
+    """The whole segments starting at or after ``start`` and ending at or before ``end``,
+    decoded, in order; one read transaction per ``chunk`` records or so, none held while the
+    caller works on them."""
+    pos = start
+    while True:
+        batch: list[_Seg] = []
+        n = 0
+        shared = lg._live()
+        try:
+            with lg._begin(shared) as txn:
+                prefix = lg._prefix(txn, shared, stream, partition)
+                cur = txn.cursor(shared.log)
+                if not cur.set_range(prefix + _PACK_OFFSET(pos)):
+                    return
+                np = len(prefix)
+                for key, value in cur:
+                    key = bytes(key)
+                    if key[:np] != prefix:
+                        break
+                    first = _UNPACK_OFFSET(key[np:])[0]
+                    span = lg._count(value, prefix, key)
+                    if first + span > end:
+                        break
+                    if value[0] == _COMPACTED:
+                        span, ts, deltas, records = lg._decode_compacted(value, prefix, key)
+                        offsets: Sequence[int] = [first + d for d in deltas]
+                    else:
+                        try:
+                            ts, records = _DECODE_SEGMENT(value)
+                        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+                            raise lg._corrupt_segment(prefix, key, e) from e
+                        offsets = range(first, first + span)
+                    batch.append(_Seg(key, first, span, ts, offsets, records))
+                    pos = first + span
+                    n += len(records) + 1
+                    if n >= chunk:
+                        break
+        except lmdb.Error as e:
+            raise lg._lmdb_error(e, f"compacting {stream!r} partition {partition}") from e
+        if not batch:
+            return
+        yield from batch
+
+
+def _whole_end(lg: LocalLog, stream: str, partition: int, upto: int) -> int:
+    """The end of the last whole segment below ``upto`` (0 if none): segments tile offsets."""
+    shared = lg._live()
+    try:
+        with lg._begin(shared) as txn:
+            prefix = lg._prefix(txn, shared, stream, partition)
+            cur = txn.cursor(shared.log)
+            target = prefix + _PACK_OFFSET(upto)
+            found = cur.set_range(target)
+            if found and bytes(cur.key()) == target:
+                return upto
+            if not (cur.prev() if found else cur.last()):
+                return 0
+            key = bytes(cur.key())
+            if key[: len(prefix)] != prefix:
+                return 0
+            first = _UNPACK_OFFSET(key[len(prefix):])[0]
+            end = first + lg._count(cur.value(), prefix, key)
+            return end if end <= upto else first
+    except lmdb.Error as e:
+        raise lg._lmdb_error(e, f"compacting {stream!r} partition {partition}") from e
+
+
+def dirty_records(lg: LocalLog, stream: str, partition: int, upto: int) -> tuple[int, int]:
+    """(records written since the last pass below ``upto``, records the last pass kept)."""
+    state = _state(lg, stream, partition)
+    cleaned = min(int(state["cleaned"]), upto)
+    return max(0, _whole_end(lg, stream, partition, upto) - cleaned), int(state["kept"])
+
+
+def compact_partition(lg: LocalLog, stream: str, partition: int, upto: int, *,
+                      delete_retention_ms: int = DELETE_RETENTION_MS,
+                      now_ms: int | None = None, max_keys: int = MAX_KEYS,
+                      group_records: int = GROUP_RECORDS,
+                      stop: threading.Event | None = None,
+                      pause: Callable[[float], object] | None = None) -> CompactionResult:
+    """One pass over ``stream`` partition ``partition`` below offset ``upto`` (see the module
+    docstring). ``upto`` must be at most the lowest offset any checkpoint holds for it. A write
+    transaction replaces segments of about ``group_records`` records at most. Between
+    two write transactions, ``stop`` ends the pass early and ``pause(seconds the transaction
+    took)`` may sleep to leave the log to others."""
+    t0 = time.perf_counter()
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    result = CompactionResult(stream, partition, upto)
+    state = _state(lg, stream, partition)
+    end = _whole_end(lg, stream, partition, upto)
+    cleaned = min(int(state["cleaned"]), end)
+
+    # the dirty part's keys and their last offsets there
+    latest: dict[bytes, int] = {}
+    for seg in _segments(lg, stream, partition, cleaned, end):
+        if stop is not None and stop.is_set():
+            result.seconds = time.perf_counter() - t0
+            return result
+        for o, rec in zip(seg.offsets, seg.records, strict=True):
+            if rec[0] is not None:
+                latest[rec[0]] = o
+        if len(latest) >= max_keys:
+            end = seg.first + seg.span
+            break
+    # tombstones below a point a pass reached long enough ago can go
+    horizon = max((p_upto for p_time, p_upto in state["passes"]
+                   if p_time <= now - delete_retention_ms), default=0)
+
+    group: list[_Seg] = []
+    busy = [time.perf_counter()]  # since the last pause
+    scanned = kept_in_group = 0
+    kept_total = 0
+
+    def flush() -> None:
+        nonlocal scanned, kept_in_group, kept_total
+        offsets: list[int] = []
+        records: list[Any] = []
+        dropped = 0
+        for seg in group:
+            for o, rec in zip(seg.offsets, seg.records, strict=True):
+                k = rec[0]
+                if k is not None and latest.get(k, -1) > o:
+                    continue
+                if rec[1] is None and o < horizon:
+                    dropped += 1
+                    continue
+                offsets.append(o)
+                records.append(rec)
+        before = sum(len(s.records) for s in group)
+        result.records_before += before
+        result.records_after += len(records)
+        result.tombstones_dropped += dropped
+        kept_total += len(records)
+        if len(group) > 1 or len(records) < before:  # else it is unchanged: leave it
+            first = group[0].first
+            span = group[-1].first + group[-1].span - first
+            value = _ENCODE((span, max(s.ts for s in group), [o - first for o in offsets],
+                             records))
+            _replace(lg, stream, partition, [s.key for s in group], value)
+            result.transactions += 1
+            if faults.ARMED:
+                faults.reached("compaction.transaction")
+            if pause is not None:
+                pause(time.perf_counter() - busy[0])
+                busy[0] = time.perf_counter()
+        group.clear()
+        scanned = kept_in_group = 0
+
+    for seg in _segments(lg, stream, partition, 0, end):
+        if stop is not None and stop.is_set():
+            result.seconds = time.perf_counter() - t0
+            return result
+        group.append(seg)
+        scanned += len(seg.records)
+        kept_in_group += sum(1 for o, rec in zip(seg.offsets, seg.records, strict=True)
+                             if rec[0] is None or latest.get(rec[0], -1) <= o)
+        if scanned >= group_records or kept_in_group >= SEGMENT_RECORDS:
+            flush()
+    if group:
+        flush()
+    # the pass giving the horizon, the passes that may give a later one, and this one
+    old = [p for p in state["passes"] if p[0] <= now - delete_retention_ms]
+    passes = [max(old, key=lambda p: p[1])] if old else []
+    passes += [p for p in state["passes"] if p[0] > now - delete_retention_ms]
+    passes.append([now, end])
+    lg.put_meta(_meta_key(stream, partition), _ENCODE(
+        {"cleaned": end, "kept": kept_total, "passes": passes[-_PASSES:]}))
+    result.upto = end
+    result.done = True
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def _replace(lg: LocalLog, stream: str, partition: int, keys: list[bytes], value: bytes) -> None:
+    """One write transaction: the segments at ``keys`` become one compacted segment at the
+    first key."""
+    shared = lg._live()
+    try:
+        with lg._begin(shared, write=True) as txn:
+            for key in keys:
+                if txn.get(key, db=shared.log) is None:
+                    raise SamzaError(
+                        f"a segment of stream {stream!r} partition {partition} in the local log "
+                        f"at {lg.path} went away during its compaction: another process "
+                        f"compacts or deletes it at the same time. Run one compaction at a time")
+            for key in keys[1:]:
+                txn.delete(key, db=shared.log)
+            txn.put(keys[0], value, db=shared.log)
+    except lmdb.Error as e:
+        raise lg._lmdb_error(e, f"compacting {stream!r} partition {partition}") from e
+
+
+class ChangelogCompactor:
+    """Compacts a container's changelog partitions in a background thread, below their
+    checkpoints. ``add`` a partition, ``request()`` after each commit, ``close()`` before the
+    log closes. ``checkpointed(partition key)`` reads the offset the checkpoint holds (None:
+    none yet). A pass starts when the partition has ``MIN_DIRTY`` records written since the last
+    one, and they are at least ``MIN_DIRTY_RATIO`` of its records below the point; it gives the
+    log a rest as long as each of its write transactions took."""
+
+    def __init__(self, checkpointed: Callable[[Any], int | None]) -> None:
+        self.checkpointed = checkpointed
+        self.partitions: dict[Any, tuple[LocalLog, str, int, int]] = {}
+        self.results: list[CompactionResult] = []
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def add(self, key: Any, lg: LocalLog, stream: str, partition: int,
+            delete_retention_ms: int = DELETE_RETENTION_MS) -> None:
+        with self._lock:
+            self.partitions[key] = (lg, stream, partition, delete_retention_ms)
+
+    def request(self) -> None:
+        if self._thread is None:
+            if not self.partitions:
+                return
+            self._thread = threading.Thread(target=self._run, name="changelog-compactor",
+                                            daemon=True)
+            self._thread.start()
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait()
+            self._wake.clear()
+            with self._lock:
+                todo = list(self.partitions.items())
+            for key, (lg, stream, partition, retention) in todo:
+                if self._stop.is_set():
+                    return
+                try:
+                    self._maybe_compact(key, lg, stream, partition, retention)
+                except Exception as exc:  # the job goes on; its changelog just stays longer
+                    log.warning("compacting changelog %s partition %d in %s failed (%s: %s); "
+                                "the job goes on with the changelog as it is", stream, partition,
+                                lg.path, type(exc).__name__, exc)
+
+    def _maybe_compact(self, key: Any, lg: LocalLog, stream: str, partition: int,
+                       retention: int) -> None:
+        upto = self.checkpointed(key)
+        if not upto:
+            return
+        dirty, kept = dirty_records(lg, stream, partition, upto)
+        if dirty < MIN_DIRTY or dirty < MIN_DIRTY_RATIO * (dirty + kept):
+            return
+        r = compact_partition(lg, stream, partition, upto, delete_retention_ms=retention,
+                              stop=self._stop, pause=self._stop.wait)
+        self.results.append(r)
+        if r.done:
+            log.info("compacted changelog %s partition %d below offset %d: %d records to %d "
+                     "(%d tombstones dropped) in %.2f s", stream, partition, r.upto,
+                     r.records_before, r.records_after, r.tombstones_dropped, r.seconds)
+
+    def close(self) -> None:
+        """Stops a pass at its next transaction and waits for the thread."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+
+def changelog_partitions(job: LocalJob) -> list[tuple[str, LocalLog, str, int, list[str]]]:
+    """Every changelog partition of a job on a local log: ``(store, log, stream, partition,
+    the tasks whose checkpoints hold its offset)``."""
+    out = []
+    for name, store in job.plan.stores.items():
+        if not store.changelog:
+            continue
+        system, _, stream = str(store.changelog).partition(".")
+        if not stream:
+            system, stream = job.main_system, system
+        lg = job.log_of(system)
+        for p in range(lg.partitions(stream) or 0):
+            tasks = [t.name for t in job.job.tasks if t.index == p]
+            out.append((name, lg, stream, p, tasks))
+    return out
+
+
+def compact_job(job: LocalJob, *, now_ms: int | None = None,
+                group_records: int = GROUP_RECORDS) -> list[CompactionResult]:
+    """Compacts every changelog partition of a job below its checkpoint (``samza-dsl
+    compact``), whatever its dirty share. Refuses while a container of the job runs."""
+    from .job_lock import JobLock
+
+    lock = JobLock(job.root, job.job_name)
+    lock.exclusive("compact", f"compact the changelogs of job {job.job_name!r}")
+    try:
+        results = []
+        for store, lg, stream, p, tasks in changelog_partitions(job):
+            offsets = [job.checkpoints.read_changelogs(t).get(store) for t in tasks]
+            upto = min((o or 0 for o in offsets), default=0)
+            if upto <= 0:
+                continue  # nothing checkpointed: every entry may still be needed
+            retention = job.plan.config.get(f"stores.{store}.changelog.delete.retention.ms")
+            results.append(compact_partition(
+                lg, stream, p, upto, now_ms=now_ms, group_records=group_records,
+                delete_retention_ms=DELETE_RETENTION_MS if retention is None else int(retention)))
+        return results
+    finally:
+        lock.release()
