@@ -6,6 +6,7 @@
     python benchmarks/run.py W1L W6          # on the embedded local system (named only)
     python benchmarks/run.py W3L W4L         # W3, W4 on the local log and LMDB (named only)
     python benchmarks/run.py W7              # through a Kafka broker on 127.0.0.1 (named only)
+    python benchmarks/run.py W6A             # W6 on a job aged by 10^6 updates of 10^4 keys, twice
     python benchmarks/run.py W8              # 1 and 2 container processes (named only)
     python benchmarks/run.py W5              # Spark reprocessing, local[2] (named only)
 
@@ -98,6 +99,12 @@ def main() -> None:
             for i in range(2):
                 for mode in runs[0][0]:
                     median_summary([r[i][mode] for r in runs])
+        elif w == "W6A":
+            from benchmarks.w6_aged import run_w6_aged
+
+            runs_a = [run_w6_aged(n(10_000), n(1_000_000)) for _ in range(args.runs)]
+            for name in runs_a[0]:
+                median_summary([r[name] for r in runs_a])
         elif w == "W7":
             median_summary([run_w7(n(1_000_000)) for _ in range(args.runs)])
         elif w == "W5":

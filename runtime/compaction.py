@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from .local_system import LocalJob
 
 __all__ = ["CompactionResult", "compact_partition", "dirty_records", "ChangelogCompactor",
-           "DELETE_RETENTION_MS", "changelog_partitions", "compact_job"]
+           "DELETE_RETENTION_MS", "DRAIN_SECONDS", "changelog_partitions", "compact_job"]
 
 log = logging.getLogger("samza_dsl.compaction")
 
@@ -56,6 +56,7 @@ MAX_KEYS = 2_000_000  # keys in a pass's map, at most
 MIN_DIRTY = 10_000  # a background pass needs this many records written since the last one
 MIN_DIRTY_RATIO = 0.5  # ... and that share of the records below the compaction point
 _PASSES = 32  # pass records kept per partition
+DRAIN_SECONDS = 5.0  # a container's last compaction round, at most, as it closes
 
 _STATE = msgspec.msgpack.Decoder(dict[str, Any]).decode
 
@@ -299,8 +300,8 @@ class ChangelogCompactor:
     checkpoints. ``add`` a partition, ``request()`` after each commit, ``close()`` before the
     log closes. ``checkpointed(partition key)`` reads the offset the checkpoint holds (None:
     none yet). A pass starts when the partition has ``MIN_DIRTY`` records written since the last
-    one, and they are at least ``MIN_DIRTY_RATIO`` of its records below the point; it gives the
-    log a rest as long as each of its write transactions took."""
+    one, and they are at least ``MIN_DIRTY_RATIO`` of its records below the point; while the job
+    runs, it gives the log a rest as long as it worked after each write transaction."""
 
     def __init__(self, checkpointed: Callable[[Any], int | None]) -> None:
         self.checkpointed = checkpointed
@@ -310,6 +311,10 @@ class ChangelogCompactor:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._rounds = threading.Condition()
+        self._asked = 0  # requests so far
+        self._done = 0  # requests a finished round covered
+        self._draining = False
 
     def add(self, key: Any, lg: LocalLog, stream: str, partition: int,
             delete_retention_ms: int = DELETE_RETENTION_MS) -> None:
@@ -317,18 +322,23 @@ class ChangelogCompactor:
             self.partitions[key] = (lg, stream, partition, delete_retention_ms)
 
     def request(self) -> None:
+        """Look at every partition again soon (its checkpoint moved)."""
         if self._thread is None:
-            if not self.partitions:
+            if not self.partitions or self._stop.is_set():
                 return
             self._thread = threading.Thread(target=self._run, name="changelog-compactor",
                                             daemon=True)
             self._thread.start()
+        with self._rounds:
+            self._asked += 1
         self._wake.set()
 
     def _run(self) -> None:
         while not self._stop.is_set():
             self._wake.wait()
             self._wake.clear()
+            with self._rounds:
+                asked = self._asked
             with self._lock:
                 todo = list(self.partitions.items())
             for key, (lg, stream, partition, retention) in todo:
@@ -340,6 +350,13 @@ class ChangelogCompactor:
                     log.warning("compacting changelog %s partition %d in %s failed (%s: %s); "
                                 "the job goes on with the changelog as it is", stream, partition,
                                 lg.path, type(exc).__name__, exc)
+            with self._rounds:
+                self._done = asked
+                self._rounds.notify_all()
+
+    def _pause(self, seconds: float) -> None:
+        if not self._draining:
+            self._stop.wait(seconds)
 
     def _maybe_compact(self, key: Any, lg: LocalLog, stream: str, partition: int,
                        retention: int) -> None:
@@ -350,15 +367,22 @@ class ChangelogCompactor:
         if dirty < MIN_DIRTY or dirty < MIN_DIRTY_RATIO * (dirty + kept):
             return
         r = compact_partition(lg, stream, partition, upto, delete_retention_ms=retention,
-                              stop=self._stop, pause=self._stop.wait)
+                              stop=self._stop, pause=self._pause)
         self.results.append(r)
         if r.done:
             log.info("compacted changelog %s partition %d below offset %d: %d records to %d "
                      "(%d tombstones dropped) in %.2f s", stream, partition, r.upto,
                      r.records_before, r.records_after, r.tombstones_dropped, r.seconds)
 
-    def close(self) -> None:
-        """Stops a pass at its next transaction and waits for the thread."""
+    def close(self, drain_seconds: float = 0.0) -> None:
+        """Stops the thread. With ``drain_seconds``, first gives it that long to compact below
+        the last checkpoints without pauses (the job has stopped writing), so the next restore
+        replays little; a pass still running then stops at its next segment."""
+        if self._thread is not None and drain_seconds > 0:
+            self._draining = True
+            self.request()
+            with self._rounds:
+                self._rounds.wait_for(lambda: self._done >= self._asked, timeout=drain_seconds)
         self._stop.set()
         self._wake.set()
         if self._thread is not None:

@@ -49,7 +49,7 @@ from .codec import (
     serde_error_policy,
     stream_serde,
 )
-from .compaction import DELETE_RETENTION_MS, ChangelogCompactor
+from .compaction import DELETE_RETENTION_MS, DRAIN_SECONDS, ChangelogCompactor
 from .container import Container
 from .elastic import rescale_checkpoints
 from .job import SSP, JobModel, TaskModel, build_job_model, job_containers, start_generation
@@ -412,7 +412,7 @@ class LocalState:
         self.compactor.request()
 
     def close(self) -> None:
-        self.compactor.close()
+        self.compactor.close(drain_seconds=DRAIN_SECONDS)
         for stores in self.stores.values():
             for store in stores.values():
                 store.close()
