@@ -135,8 +135,15 @@ class LocalRunner(LateCounts):
                 previous[sig] = signal.signal(sig, lambda *_: stop.set())
         self._procs = procs
         try:
-            for proc in procs:
-                proc.start()
+            # A container handles SIGTERM once its loop runs: until then the signals stay blocked
+            # (a forked child inherits the mask; _run unblocks them), so a stop right after start
+            # is a clean stop, never a container killed before it could commit.
+            mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+            try:
+                for proc in procs:
+                    proc.start()
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             failed: list[str] = []
             forwarded = False
             while any(p.is_alive() for p in procs):
@@ -193,9 +200,12 @@ class LocalRunner(LateCounts):
         self._loop = asyncio.get_running_loop()
         self._state = "running"
         if install_signals:
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in _STOP_SIGNALS:
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     self._loop.add_signal_handler(sig, self._request_stop)
+            # a forked container starts with them blocked (see _run_containers): one sent
+            # meanwhile is delivered now, to the handler
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
         if self._stop_requested:
             container.request_stop()
         reporter = asyncio.create_task(self._report()) if self.progress else None
@@ -318,6 +328,9 @@ class LocalRunner(LateCounts):
             raise KeyError(f"no stream {stream_id!r} in this run")
         return [m for p in range(len(self.broker.streams[stream_id]))
                 for m in self.broker.messages(stream_id, p)]
+
+
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
 def _container_main(app: StreamApplication, config: Mapping[str, Any], follow: bool) -> None:

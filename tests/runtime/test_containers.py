@@ -154,6 +154,20 @@ def test_stopping_a_following_job_of_two_containers_drains_and_commits(tmp_path:
     assert again.messages("out") == []
 
 
+def test_a_stop_right_after_start_is_a_clean_stop_of_every_container(tmp_path: Path) -> None:
+    """SIGTERM reaches a container before its loop runs: it is held until the container can
+    handle it, then the container drains and commits (no container killed by the signal)."""
+    module = _app_module(tmp_path)
+    config = {"job.dir": str(tmp_path / "job"), "job.container.count": 2}
+    for i in range(3):
+        inputs = {"events": _events(50)} if i == 0 else None
+        runner = LocalRunner(module.app, config, inputs=inputs, follow=True)
+        runner.start()
+        runner.stop(timeout=60)  # SIGTERM goes to each container as soon as it is forked
+        assert runner.status()["state"] == "finished"
+        assert [c["exit_code"] for c in runner.status()["containers"]] == [0, 0]
+
+
 def test_samza_dsl_run_with_two_containers(tmp_path: Path) -> None:
     _app_module(tmp_path)
     app_ref = f"{tmp_path / 'multi_app.py'}:app"
