@@ -29,11 +29,12 @@ Late data (event time only). A message whose pane already closed is late. It goe
 window's ``LateTracker`` (``operators.late``: counted per input stream, the first one logged,
 written to the ``late_to`` stream when the window has one; ``late_dropped`` counts them here),
 unless the window has both ``allowed_lateness`` and a ``late_trigger`` and the watermark is still
-below pane end + allowed lateness. Then the DEFAULT firing kept the pane's state (ACCUMULATING), the late message
-is folded into it (a pane that never had on-time data starts from ``init()``), and the pane's late
-trigger, created on its first late message, decides when to emit LATE panes, with the same rules
-as early triggers (``count(1)`` once per pane, ``repeat(count(1))`` once per late message). When
-the watermark passes end + allowed lateness the pane's state is dropped without a firing.
+below pane end + allowed lateness. Then the DEFAULT firing kept the pane's state
+(ACCUMULATING), the late message is folded into it (a pane that never had on-time data starts
+from ``init()``), and the pane's late trigger, created on its first late message, decides when
+to emit LATE panes, with the same rules as early triggers (``count(1)`` once per pane,
+``repeat(count(1))`` once per late message). When the watermark passes end + allowed lateness
+the pane's state is dropped without a firing.
 
 End of stream. Every open pane fires once as DEFAULT, ordered by pane start and then by
 ``encode_key`` of the key; then all state is dropped (closed panes kept for lateness too).

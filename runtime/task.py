@@ -84,7 +84,7 @@ class TaskInstance:
         self.paused = False  # the consumer skips this task's partitions while its inbox is full
         self._cur: tuple[SSP, int, list[Any]] | None = None
         self._cur_i = 0
-        self._src: list[Any] = [None, 0]  # the batch being handed out, and the index after the message
+        self._src: list[Any] = [None, 0]  # the batch handed out, the index after its message
         self.ended: set[SSP] = set()
         self._eos_from: dict[SSP, set[str | None]] = {}
         self._flushed: set[str] = set()

@@ -35,7 +35,8 @@ def keyed_counts() -> Any:
                                   fold=lambda kv, n: n + 1, event_time=et)
 
 
-def app_with_late_output(system: Any, window: Any = None, late_serde: Any = None) -> StreamApplication:
+def app_with_late_output(system: Any, window: Any = None,
+                         late_serde: Any = None) -> StreamApplication:
     app = StreamApplication("lt")
     inp = app.input(system.input("in", partitions=2, serde=KVSerde(StringSerde(), JsonSerde())))
     late = app.output(system.output("late", serde=late_serde))
@@ -117,7 +118,8 @@ def late_intermediate_app(system: Any, name: str = "li",
     panes.map(lambda p: KV(p.key.key, p.message), name="count").send_to(
         app.output(system.output("counts", serde=serde, physical_name=topics.get("counts"))))
     (panes.late_stream()
-     .map(lambda m: KV(m.message.key, [m.pane_id, m.behind_ms, m.stream, m.offset, m.message.value]),
+     .map(lambda m: KV(m.message.key,
+                       [m.pane_id, m.behind_ms, m.stream, m.offset, m.message.value]),
           name="describe")
      .send_to(app.output(system.output("late", serde=serde, physical_name=topics.get("late")))))
     return app
