@@ -31,6 +31,10 @@ def test_the_main_job_runs_on_the_embedded_system_and_a_second_run_resumes(tmp_p
     assert _count(proc.stdout, "page-view-counts") > 0
     # the progress line: messages/s, in flight, checkpoint positions
     assert "msg/s" in proc.stderr and "in flight" in proc.stderr and "checkpoint" in proc.stderr
+    # late messages of the event-time window: in the progress line and the summary
+    assert "  late " in proc.stderr
+    assert any(ln.startswith("late: ") and "page-view-counts-1-window-views-per-window" in ln
+               or ln == "late: no late messages" for ln in proc.stdout.splitlines())
     job = tmp_path / ".samza" / "page-view-counts-1"
     assert (job / "logs" / "local" / "data.mdb").exists()
     assert (job / "stores").is_dir()
