@@ -11,9 +11,10 @@ trigger starts afresh with its next message.
 
 Time. Without ``event_time`` a message belongs to the pane of ``ctx.clock()`` and panes close at
 window ticks (``on_timer(now_ms)``) once ``now >= end``. With ``event_time`` (seconds, rounded to
-whole ms) the window's watermark is the task's watermark, given to ``on_watermark``, when the task
-has one (``ctx.external_watermarks``: inputs declare ``event_time``, or intermediate streams carry
-watermarks from upstream tasks); otherwise it is the max of the event times it has seen. A pane closes when the watermark reaches its end, in ``process`` or
+whole ms) the window's watermark is given to ``on_watermark``: the streaming runtime computes it
+from every producer feeding the task (``runtime.watermarks``, ``ctx.external_watermarks``);
+without ``ctx.external_watermarks`` (an operator on its own, Spark passes over event-time-sorted
+input) it is the max of the event times the window has seen. A pane closes when the watermark reaches its end, in ``process`` or
 ``on_watermark``. Early and late triggers always count processing time (``ctx.clock()``) and their
 time triggers fire at window ticks.
 
@@ -274,6 +275,12 @@ class WindowOperator(Operator, ABC):
 
     def on_watermark(self, watermark_ms: int) -> list[Any]:
         if self._event_time is None or watermark_ms <= self.watermark:
+            return []
+        end = self._next_close()
+        if not self._retain and (end is None or end > watermark_ms):
+            # nothing closes: the stored watermark may lag, a restore only needs it to tell
+            # closed panes from open ones (the runtime advances it once per message)
+            self.watermark = watermark_ms
             return []
         return self._advance(watermark_ms)
 

@@ -10,7 +10,9 @@ last message, since a session only ends when a window tick (``on_timer``) finds 
 
 Event time: a message joins its key's open session when the two overlap (``t < last + gap`` and
 ``start < t + gap``); a message before the session's start moves the start (and the pane id)
-back. Otherwise, with ``t + gap`` past the watermark, it is late: it joins an overlapping closed
+back. A message a gap or more after its key's open session closes that session and starts a new
+one (one session per key is open at a time; a key whose messages come in event-time order gets the
+same panes whenever the watermark arrives). Otherwise, with ``t + gap`` past the watermark, it is late: it joins an overlapping closed
 session kept for lateness (whose pane id stays), or starts a closed session of its own when
 ``t + gap + allowed_lateness`` is still ahead of the watermark; else it is dropped and counted.
 Two existing sessions are never merged: a fold has no way to combine two accumulators.
@@ -124,6 +126,15 @@ class SessionWindowOperator(WindowOperator):
             ms = now = self._clock()
         key = self._key_fn(message)  # type: ignore[misc]
         s = self._sessions.get(key)
+        if s is not None and event_time is not None and ms >= s.last + gap:
+            # after its key's open session, which the watermark has not closed yet: one session
+            # per key is open at a time, so that one closes now (an in-order key gives the same
+            # panes as if the watermark had closed it first)
+            closed: list[Any] = []
+            self._close_session(s, closed)
+            if closed:
+                out = out + closed if out else closed
+            s = None
         if s is None:
             if event_time is not None and ms + gap <= self.watermark:
                 late = self._late_message(message, key, ms)
@@ -189,6 +200,9 @@ class SessionWindowOperator(WindowOperator):
         if end > threshold:  # the session grew since this entry was queued
             heappush(self._closing, (end, next(self._seq), s))
             return
+        self._close_session(s, out)
+
+    def _close_session(self, s: _Session, out: list[Any]) -> None:
         s.closed = True
         if self._sessions.get(s.key) is s:
             del self._sessions[s.key]

@@ -168,6 +168,10 @@ class Container:
             helpers.append(asyncio.create_task(self._ticker(commit_ms, "commit_requested")))
         if config_value(self.config, "task.callback.timeout.ms") > 0:
             helpers.append(asyncio.create_task(self._watchdog()))
+        idle = [t.clock for t in self.tasks if t.clock.idle_ms]
+        if idle:  # idle partitions are noticed without data coming
+            helpers.append(asyncio.create_task(self._idle_ticker(min(
+                ms for c in idle for ms in c.idle_ms.values()))))
         runs = [asyncio.create_task(t.run(), name=t.name) for t in self.tasks]
         # The job's long-lived objects (the plan, operators, loaded modules) need no scans by the
         # cycle collector, and messages die young: fewer, cheaper collections while running.
@@ -251,6 +255,15 @@ class Container:
                 if flag == "commit_requested" and now - t.last_commit_end < interval:
                     continue
                 setattr(t, flag, True)
+                t.wake.set()
+
+    async def _idle_ticker(self, idle_s: float) -> None:
+        """Wakes the tasks that have inputs with ``idle_timeout`` to look at their watermarks."""
+        tasks = [t for t in self.tasks if t.clock.idle_ms]
+        while True:
+            await asyncio.sleep(max(0.005, idle_s / 4))
+            for t in tasks:
+                t.clock.dirty = True
                 t.wake.set()
 
     async def _watchdog(self) -> None:

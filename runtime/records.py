@@ -15,8 +15,13 @@ class EndOfStream(msgspec.Struct, frozen=True, tag="eos"):
 
 
 class Watermark(msgspec.Struct, frozen=True, tag="wm"):
+    """A producing task's event-time progress: none of its later messages in this partition is
+    earlier than ``ms`` (less the consumer's declared out-of-orderness). ``idle``: every input of
+    the producer is idle, so it holds nobody back until it sends a watermark that is not idle."""
+
     producer: str | None
     ms: int
+    idle: bool = False
 
 
 _CONTROL = (EndOfStream, Watermark)

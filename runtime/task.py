@@ -35,12 +35,13 @@ from samza_dsl.spec import BroadcastSpec, JoinSpec, PartitionBySpec, SendToSpec,
 
 from . import faults
 from .codec import Skipped
-from .dag import Emit, OperatorFailure, chain, chain_one, fan_out, gather_pending
+from .dag import Emit, OperatorFailure, _forward, chain, chain_one, fan_out, gather_pending
 from .elastic import OTHER_BUCKET
 from .job import SSP, JobModel, TaskModel
 from .records import EndOfStream, Watermark
 from .serde_util import default_key_bytes
 from .tables import LocalTable
+from .watermarks import CURRENT, OBSERVED, TaskClock, observing
 
 if TYPE_CHECKING:
     from .container import Container
@@ -89,12 +90,10 @@ class TaskInstance:
         self._eos_from: dict[SSP, set[str | None]] = {}
         self._flushed: set[str] = set()
 
-        # watermarks: per-partition event time (inputs with event_time, intermediate streams)
+        # event time: channel progress and the watermarks of the task's stages (rules 8, 15)
+        self.clock = TaskClock(model, job)
         self._event_time: dict[str, Callable[[Any], float]] = {
-            sid: d.event_time for sid, d in self.plan.app.inputs.items() if d.event_time}
-        self._ssp_wm: dict[SSP, int] = {}
-        self._producer_wm: dict[SSP, dict[str, int]] = {}
-        self._stage_wm: dict[str, int] = {}
+            sid: fn for sid, (fn, _) in self.clock.declared.items()}
 
         # scheduling
         self.commit_requested = False
@@ -131,9 +130,9 @@ class TaskInstance:
         self._flushers = [s.maybe_flush for s in stores.values() if hasattr(s, "maybe_flush")]
         user_ctx = UserContext(self.name, container.config, self.metrics, tables)
         for stage in self.model.stages:
+            # event-time windows close on the task's watermarks only, never on what they saw
             ctx = OperatorContext(self.name, container.config, container.clock, stores,
-                                  self.metrics, external_watermarks=self.job.watermarked(stage),
-                                  source=self.source)
+                                  self.metrics, external_watermarks=True, source=self.source)
             for op_id in stage.operators:
                 self.operators[op_id].init(ctx, user_ctx)
 
@@ -255,6 +254,9 @@ class TaskInstance:
             emit = chain(op_id, _threaded(process, executor), nexts)
         else:
             emit = operator_emit(op, port, nexts)
+        fn = self.clock.observe.get(op_id) if isinstance(spec, WindowSpec) else None
+        if fn is not None:
+            emit = observing(op_id, fn, emit, f"window {op_id!r}", op_id)
         self._emits[key] = emit
         return emit
 
@@ -266,7 +268,11 @@ class TaskInstance:
         """The terminal that hands a record to the producer, choosing its partition."""
         sender = self._senders.get((stream_id, op_id))
         if sender is None:
-            sender = self._senders[(stream_id, op_id)] = self._make_sender(stream_id, op_id)
+            sender = self._make_sender(stream_id, op_id)
+            fn = self.clock.observe.get(stream_id)
+            if fn is not None:
+                sender = observing(stream_id, fn, sender, f"stream {stream_id!r}", op_id)
+            self._senders[(stream_id, op_id)] = sender
         return sender
 
     def _make_sender(self, stream_id: str, op_id: str) -> Emit:
@@ -310,6 +316,7 @@ class TaskInstance:
     # -- processing -------------------------------------------------------------------------------
 
     def add_batch(self, ssp: SSP, first_offset: int, payloads: list[Any]) -> None:
+        self.clock.arrived(ssp)
         self.inbox.append((ssp, first_offset, payloads))
         self.inbox_size += len(payloads)
         self.wake.set()
@@ -340,10 +347,12 @@ class TaskInstance:
             src[0] = cur
             entry = self.entries[ssp.stream_id]
             et = self._event_time.get(ssp.stream_id)
-            batch = self._batches.get(ssp.stream_id) if et is None else None
+            observed = self.clock.handout(ssp.stream_id) == OBSERVED
+            batch = self._batches.get(ssp.stream_id) \
+                if et is None and not observed else None
+            stage_wm = self.clock.window_stage.get(ssp.stream_id)
             i = self._cur_i
             end = min(len(payloads), i + budget - n)
-            latest = None  # the latest event time seen in this run, in seconds
             last_done = -1  # the last offset completed inline while nothing was pending
             try:
                 while i < end:
@@ -360,39 +369,50 @@ class TaskInstance:
                     i += 1
                     if type(m) in control_types:
                         if self._control(ssp, m):  # a record with an offset of its own: done
+                            # a producer's watermark or end counts once what came before it has
+                            mark = m if type(m) is Watermark or type(m) is EndOfStream else None
                             if pending:
-                                pending.append([ssp, first + i - 1, True, 0, None])
+                                pending.append([ssp, first + i - 1, True, 0, mark])
                             else:
                                 last_done = i
+                                if mark is not None:
+                                    self.clock.apply(ssp, mark)
                         continue
-                    t = et(m) if et is not None else None
+                    if observed:  # the outputs' event times are recorded in the box
+                        t: Any = [None]
+                        CURRENT.set(t)
+                    else:
+                        t = et(m) if et is not None else None
                     src[1] = i
                     pend = entry(m)
                     if pend is None:
                         if pending:
                             pending.append([ssp, first + i - 1, True, 0, t])
-                        else:
+                            continue
+                        if t is not None:
+                            if not observed or t[0] is not None:
+                                self.clock.apply(ssp, t)
+                                if stage_wm is not None:  # windows move message by message
+                                    pend = self._advance_windows(stage_wm)
+                            t = None
+                        if pend is None:
                             last_done = i
-                            if t is not None and (latest is None or t > latest):
-                                latest = t
-                    else:
-                        if last_done >= 0:
-                            checkpoint[ssp] = first + last_done - 1
-                            last_done = -1
-                        rec = [ssp, first + i - 1, False, time.monotonic(), t]
-                        pending.append(rec)
-                        self.in_flight += 1
-                        create_task(finish(rec, pend))
-                        if self.in_flight >= max_c:
-                            break
+                            continue
+                    if last_done >= 0:
+                        checkpoint[ssp] = first + last_done - 1
+                        last_done = -1
+                    rec = [ssp, first + i - 1, False, time.monotonic(), t]
+                    pending.append(rec)
+                    self.in_flight += 1
+                    create_task(finish(rec, pend))
+                    if self.in_flight >= max_c:
+                        break
             except OperatorFailure as f:
                 self._cur_i = i
                 raise self._task_error(f, ssp, first + i - 1) from f.cause
             finally:
-                if latest is not None:
-                    ms = int(latest * 1000)
-                    if ms > self._ssp_wm.get(ssp, -1):
-                        self._ssp_wm[ssp] = ms
+                if observed:
+                    CURRENT.set(None)
             if last_done >= 0:
                 checkpoint[ssp] = first + last_done - 1
             n += i - self._cur_i
@@ -434,14 +454,13 @@ class TaskInstance:
         self.in_flight -= 1
         pending = self.pending
         checkpoint = self.checkpoint
+        apply = self.clock.apply
         while pending and pending[0][2]:
             r = pending.popleft()
             checkpoint[r[0]] = r[1]
             t = r[4]
             if t is not None:  # event time counts once everything before it has completed
-                ms = int(t * 1000)
-                if ms > self._ssp_wm.get(r[0], -1):
-                    self._ssp_wm[r[0]] = ms
+                apply(r[0], t)
         self.wake.set()
 
     def _task_error(self, f: OperatorFailure, ssp: SSP, offset: int) -> TaskError:
@@ -487,6 +506,7 @@ class TaskInstance:
         if type(m) is Skipped:
             return True
         if type(m) is EndOfStream:
+            self.clock.dirty = True
             producers = self.job.producers.get(ssp.stream_id)
             if producers is None or m.producer is None:
                 self.ended.add(ssp)
@@ -496,30 +516,58 @@ class TaskInstance:
                 seen.add(m.producer)
                 if len(seen) >= producers:
                     self.ended.add(ssp)
-        else:  # Watermark from an upstream task
-            per = self._producer_wm.setdefault(ssp, {})
-            per[m.producer] = max(m.ms, per.get(m.producer, -1))
-            producers = self.job.producers.get(ssp.stream_id, 1)
-            if len(per) >= producers:
-                self._ssp_wm[ssp] = min(per.values())
+        # a Watermark from an upstream task counts where it stands in the handout order
         return True
 
     def reading(self, ssp: SSP) -> bool:
         return ssp not in self.ended
 
+    def _advance_windows(self, stage: Any) -> list[Awaitable[None]] | None:
+        """After a message completed inline: the windows of its stage take the watermark it
+        moved, before the next message, so a late message is late whatever the batch size.
+        Returns what the panes are still waiting for downstream."""
+        pend: list[Awaitable[None]] | None = None
+        moved, _ = self.clock.compute(stage, self, streams=False)
+        for op_id, wm in moved:
+            try:
+                outs = self.operators[op_id].on_watermark(wm)
+            except OperatorFailure:
+                raise
+            except Exception as exc:
+                raise OperatorFailure(op_id, exc) from exc
+            if outs:
+                p = _forward(outs, self._nexts(op_id))
+                if p:
+                    if pend is None:
+                        pend = p
+                    else:
+                        pend.extend(p)
+        return pend
+
     async def _advance_watermarks(self) -> None:
-        for stage in self.model.stages:
-            marks = [self._ssp_wm[ssp] for ssp in self.ssps
-                     if ssp.stream_id in stage.inputs and ssp in self._ssp_wm]
-            if not marks:
-                continue
-            wm = min(marks)
-            if wm <= self._stage_wm.get(stage.stage_id, -1):
-                continue
-            self._stage_wm[stage.stage_id] = wm
-            for op_id in stage.operators:
-                await self._run_outputs(op_id, self.operators[op_id].on_watermark(wm))
-            self._send_control(stage, Watermark(self.name, wm))
+        """Give each event-time window its watermark, then send the stage's watermark into the
+        intermediate streams it writes, after the panes it closed (rules 8 and 15)."""
+        clock = self.clock
+        clock.dirty = False
+        if not clock.stages:
+            return
+        producer = self.container.producer
+        for stage in clock.stages:
+            moved, marks = clock.compute(stage, self)
+            for op_id, wm in moved:
+                op = self.operators[op_id]
+                try:
+                    outs = op.on_watermark(wm)
+                except Exception as exc:
+                    raise TaskError(f"operator {op_id!r} failed at watermark {wm} in task "
+                                    f"{self.name!r}: {type(exc).__name__}: {exc}", op_id=op_id,
+                                    task=self.name) from exc
+                await self._run_outputs(op_id, outs)
+            for sid, mark in marks:
+                for p in range(self.job.partitions[sid]):
+                    producer.send(sid, p, mark)
+            if marks:
+                producer.signal()
 
     def _send_control(self, stage: Any, record: Any) -> None:
         """A control record to every partition of the intermediate streams a stage writes."""
@@ -626,7 +674,7 @@ class TaskInstance:
                 self._process_some(BATCH_BUDGET)
                 if faults.ARMED:
                     faults.reached("batch")
-                if self._ssp_wm:
+                if self.clock.dirty:
                     await self._advance_watermarks()
                 if self.ended and self.in_flight == 0:
                     await self._end_stages()
@@ -642,7 +690,7 @@ class TaskInstance:
                 await self._end_stages()
                 if len(self._flushed) != before:
                     continue
-            if self._ssp_wm:  # completions may have moved the watermark
+            if self.clock.dirty:  # completions may have moved the watermark
                 await self._advance_watermarks()
             await wake.wait()
 

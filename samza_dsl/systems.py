@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from .serdes import KVSerde, NoOpSerde, Serde
@@ -31,6 +32,15 @@ def _check_partitions(what: str, partitions: int | None) -> None:
         return
     if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
         raise ValueError(f"{what}: partitions must be an integer >= 1 or None, got {partitions!r}")
+
+
+def _optional_ms(value: timedelta | None, what: str) -> int:
+    """A duration in ms, 0 for None or zero."""
+    from .windows import to_ms
+
+    if value is None or (isinstance(value, timedelta) and not value):
+        return 0
+    return to_ms(value, what)
 
 
 @dataclass(frozen=True)
@@ -52,9 +62,18 @@ class SystemDescriptor:
     def input(self, stream_id: str, *, serde: Serde[Any] | None = None,
               physical_name: str | None = None, partitions: int | None = None,
               offset_default: str = "oldest",
-              event_time: Callable[[Any], float] | None = None) -> InputDescriptor:
-        return InputDescriptor(self, stream_id, serde, physical_name or stream_id, partitions,
-                               offset_default, event_time)
+              event_time: Callable[[Any], float] | None = None,
+              max_out_of_orderness: timedelta | None = None,
+              idle_timeout: timedelta | None = None) -> InputDescriptor:
+        """An input stream. ``event_time=fn(message) -> seconds`` declares its event time: each
+        partition's watermark is then the largest event time processed so far (in handout order,
+        over the completed prefix) less ``max_out_of_orderness``. ``idle_timeout``: a partition
+        that has had no data for that long stops holding back the watermark until data comes
+        again (SEMANTICS.md rule 8; docs/semantics.md)."""
+        return InputDescriptor(
+            self, stream_id, serde, physical_name or stream_id, partitions, offset_default,
+            event_time, _optional_ms(max_out_of_orderness, f"input {stream_id!r} max_out_of_orderness"),
+            _optional_ms(idle_timeout, f"input {stream_id!r} idle_timeout"))
 
     def output(self, stream_id: str, *, serde: Serde[Any] | None = None,
                physical_name: str | None = None, partitions: int | None = None) -> OutputDescriptor:
@@ -127,6 +146,10 @@ class StreamDescriptor:
 class InputDescriptor(StreamDescriptor):
     offset_default: str = "oldest"
     event_time: Callable[[Any], float] | None = field(default=None)
+    #: how far behind the largest event time seen a later message of a partition may be
+    max_out_of_orderness_ms: int = 0
+    #: a partition without data for this long is idle (0: never)
+    idle_timeout_ms: int = 0
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -135,6 +158,10 @@ class InputDescriptor(StreamDescriptor):
                              f"{OFFSET_DEFAULTS}, got {self.offset_default!r}")
         if self.event_time is not None and not callable(self.event_time):
             raise TypeError(f"input {self.stream_id!r}: event_time must be callable")
+        if self.max_out_of_orderness_ms and self.event_time is None:
+            raise ValueError(f"input {self.stream_id!r}: max_out_of_orderness needs "
+                             f"event_time=fn(message) -> seconds on the same input (or give it "
+                             f"to the window, next to the window's event_time)")
 
 
 @dataclass(frozen=True)

@@ -202,6 +202,9 @@ class Window(Generic[M, WV]):
     mode: AccumulationMode = AccumulationMode.ACCUMULATING
     allowed_lateness_ms: int = 0
     _checked: bool = field(default=True, repr=False, compare=False)
+    #: event time only: how far behind the largest event time seen a message may come without
+    #: being late; the window's watermark is the task's watermark less this
+    max_out_of_orderness_ms: int = 0
 
     def __post_init__(self) -> None:
         if self.kind not in WINDOW_KINDS:
@@ -212,6 +215,9 @@ class Window(Generic[M, WV]):
         for what, fn in (("init", self.init), ("fold", self.fold), ("event_time", self.event_time)):
             if fn is not None and not callable(fn):
                 raise TypeError(f"window {what} must be callable, got {type(fn).__name__}")
+        if self.max_out_of_orderness_ms and self.event_time is None:
+            raise ValueError("max_out_of_orderness applies to event-time windows only: give the "
+                             "window event_time=fn(message) -> seconds")
         if self.kind != "tumbling" and not callable(self.key_fn):
             raise TypeError(f"Windows.{self.kind} needs a callable key_fn, got {self.key_fn!r}")
 
@@ -268,7 +274,19 @@ class Window(Generic[M, WV]):
             out["late_trigger"] = self.late.describe()
         if self.allowed_lateness_ms:
             out["allowed_lateness_ms"] = self.allowed_lateness_ms
+        if self.max_out_of_orderness_ms:
+            out["max_out_of_orderness_ms"] = self.max_out_of_orderness_ms
         return out
+
+
+def _bounded(window: Window[Any, Any], bound: timedelta | None) -> Window[Any, Any]:
+    """``window`` with its declared out-of-orderness (event time only)."""
+    if bound is None or (isinstance(bound, timedelta) and not bound):
+        return window
+    if window.event_time is None:
+        raise ValueError("max_out_of_orderness applies to event-time windows only: give the "
+                         "window event_time=fn(message) -> seconds")
+    return replace(window, max_out_of_orderness_ms=to_ms(bound, "max_out_of_orderness"))
 
 
 class Windows:
@@ -277,21 +295,25 @@ class Windows:
     @staticmethod
     def tumbling(size: timedelta, *, init: Callable[[], Any] | None = None,
                  fold: Callable[[Any, Any], Any] | None = None,
-                 event_time: Callable[[Any], float] | None = None) -> Window[Any, Any]:
-        return Window("tumbling", to_ms(size, "Windows.tumbling size"), None, init, fold, event_time)
+                 event_time: Callable[[Any], float] | None = None,
+                 max_out_of_orderness: timedelta | None = None) -> Window[Any, Any]:
+        return _bounded(Window("tumbling", to_ms(size, "Windows.tumbling size"), None, init, fold,
+                               event_time), max_out_of_orderness)
 
     @staticmethod
     def keyed_tumbling(key_fn: Callable[[Any], Any], size: timedelta, *,
                        init: Callable[[], Any] | None = None,
                        fold: Callable[[Any, Any], Any] | None = None,
-                       event_time: Callable[[Any], float] | None = None) -> Window[Any, Any]:
-        return Window("keyed_tumbling", to_ms(size, "Windows.keyed_tumbling size"), key_fn, init,
-                      fold, event_time)
+                       event_time: Callable[[Any], float] | None = None,
+                       max_out_of_orderness: timedelta | None = None) -> Window[Any, Any]:
+        return _bounded(Window("keyed_tumbling", to_ms(size, "Windows.keyed_tumbling size"), key_fn,
+                               init, fold, event_time), max_out_of_orderness)
 
     @staticmethod
     def keyed_session(key_fn: Callable[[Any], Any], gap: timedelta, *,
                       init: Callable[[], Any] | None = None,
                       fold: Callable[[Any, Any], Any] | None = None,
-                      event_time: Callable[[Any], float] | None = None) -> Window[Any, Any]:
-        return Window("keyed_session", to_ms(gap, "Windows.keyed_session gap"), key_fn, init, fold,
-                      event_time)
+                      event_time: Callable[[Any], float] | None = None,
+                      max_out_of_orderness: timedelta | None = None) -> Window[Any, Any]:
+        return _bounded(Window("keyed_session", to_ms(gap, "Windows.keyed_session gap"), key_fn,
+                               init, fold, event_time), max_out_of_orderness)

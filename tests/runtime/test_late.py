@@ -82,21 +82,22 @@ def test_a_run_without_late_messages_says_zero() -> None:
 
 def test_the_first_late_message_of_a_window_and_stream_is_logged_once(
         caplog: pytest.LogCaptureFixture) -> None:
-    app, a, b, out, panes = _app(two_inputs=True)
+    # one input, so the watermark is that partition's own progress, message by message (with a
+    # merge it is the minimum over both inputs, and which one is ahead depends on the handout
+    # order; the merge test above covers one warning per stream)
+    app, a, b, out, panes = _app()
     with caplog.at_level(logging.WARNING, logger="samza_dsl.window"):
-        TestRunner(app).add_input(a, [1.0, 25.0, 3.0, 4.0]).add_input(b, [30.0, 7.5]).run(
-            timeout=RUN_TIMEOUT)
+        result = TestRunner(app).add_input(a, [1.0, 25.0, 3.0, 4.0]).run(timeout=RUN_TIMEOUT)
     warnings = [r.getMessage() for r in caplog.records if r.name == "samza_dsl.window"]
-    assert len(warnings) == 2, warnings  # one per input stream, though 3 messages were late
-    clicks = next(w for w in warnings if "'clicks'" in w)
+    assert len(warnings) == 1, warnings  # once, though 2 messages were late
+    assert result.late(stream="clicks") == 2
+    clicks = warnings[0]
     assert "window 'late-1-window-per-10s'" in clicks
     assert "stream 'clicks' partition 0 offset 2" in clicks
     assert "its event time 3000 ms is 22000 ms behind the watermark 25000 ms" in clicks
     assert "[0, 10000)" in clicks
     for how in ("max_out_of_orderness", "allowed_lateness", "late_to"):
         assert how in clicks
-    views = next(w for w in warnings if "'views'" in w)
-    assert "stream 'views' partition 0 offset 1" in views
 
 
 def test_after_an_async_step_the_warning_names_the_late_message_s_own_offset(
@@ -107,7 +108,9 @@ def test_after_an_async_step_the_warning_names_the_late_message_s_own_offset(
     out = mem.output("panes")
 
     async def call(m: float) -> list[float]:
-        await asyncio.sleep(0.001)  # the window runs in the asyncio task that completes m
+        # the window runs in the asyncio task that completes m; 3.0 (out of order, no bound
+        # declared) completes well after 25.0 has moved the watermark
+        await asyncio.sleep(0.05 if m == 3.0 else 0.001)
         return [m]
 
     (app.input(inp).async_flat_map(call, name="call")

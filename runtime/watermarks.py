@@ -1,0 +1,465 @@
+"""Event time and watermarks of a task (SEMANTICS.md rules 8 and 15; docs/semantics.md, Event time and watermarks).
+
+A task reads *channels*: each input partition it owns, and for an intermediate partition, each
+producing task writing into it. A channel's *progress* is how far its event time has got:
+
+- **declared input** (``event_time=`` on the input): the largest event time over the completed
+  prefix of the task's handout order (the low watermark of rule 13), less the input's
+  ``max_out_of_orderness``;
+- **input without declared event time**: the same, per event-time window the input feeds and per
+  intermediate stream it writes, in that window's (or stream's) event time: each message records
+  the event times its outputs had when they reached the window or the stream (an output is
+  attributed to the handed-out message that caused it, also across async steps), and those count
+  once every message handed out before it has completed;
+- **intermediate partition**: the minimum over its producing tasks of the last watermark each
+  sent in-band, applied when the task has completed everything it read before that watermark.
+
+A window's watermark is the minimum over the channels that feed it of their progress, less the
+window's own ``max_out_of_orderness``; a channel without progress yet holds it back, an ended
+channel (once all it gave has completed) or an idle one does not. A stage sends the minimum over
+its channels into every partition of the intermediate streams it writes, after the panes that
+watermark closed. A message after the completed prefix of an in-order channel has an event time at
+least its progress, so it is never late, whatever the completion order or speed.
+
+Event time of an intermediate stream. A producer of stream S whose inputs declare no event time
+measures its progress in the event time of what reads S: the event-time windows reached from S in
+the reading stage, through ``merge``, ``map``, ``filter``, ``flat_map`` and ``partition_by`` (whose
+functions are applied to the message the producer sends; a ``flat_map`` counts its earliest
+output). Several such windows: the earliest of their times. A window reached only through an
+async step, a join or another window cannot be traced back: such a stream does not hold back the
+watermark of what reads it (a warning says so at start; declare ``event_time`` on the input).
+
+Idleness: an input partition with ``idle_timeout`` that has had no data for that long, with
+nothing of it queued or in flight, is left out of the minimum until data comes again. A stage all
+of whose live channels are idle sends an idle watermark, and its readers leave it out likewise.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import networkx as nx
+
+from operators import build_operator
+from operators.base import OperatorContext, resolve_fn
+from samza_dsl.spec import WindowSpec, stream_node
+
+from .dag import OperatorFailure
+from .records import EndOfStream, Watermark
+
+if TYPE_CHECKING:
+    from planner import Stage
+
+    from .job import SSP, JobModel, TaskModel
+
+__all__ = ["JobTime", "TaskClock", "job_time", "CURRENT", "NO_WATERMARK"]
+
+NO_WATERMARK = -(1 << 62)
+log = logging.getLogger("samza_dsl.watermarks")
+#: the observation box of the handed-out message whose outputs are being processed
+CURRENT: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar(
+    "samza_current_message", default=None)
+
+DECLARED, INTERMEDIATE, OBSERVED = 0, 1, 2
+_COMPOSABLE = frozenset({"map", "filter", "flat_map", "partition_by", "broadcast"})
+
+Derived = Callable[[Any], "int | None"]
+
+
+def _min_of(fns: list[Derived]) -> Derived | None:
+    if not fns:
+        return None
+    if len(fns) == 1:
+        return fns[0]
+
+    def earliest(m: Any) -> int | None:
+        best = None
+        for f in fns:
+            t = f(m)
+            if t is not None and (best is None or t < best):
+                best = t
+        return best
+    return earliest
+
+
+def _window_time(fn: Callable[[Any], float]) -> Derived:
+    def ms(m: Any) -> int:
+        return round(fn(m) * 1000.0)
+    return ms
+
+
+class JobTime:
+    """What the plan says about event time, worked out once per job."""
+
+    def __init__(self, job: JobModel) -> None:
+        plan = self.plan = job.plan
+        app = plan.app
+        self.job = job
+        self.declared: dict[str, tuple[Callable[[Any], float], int]] = {
+            sid: (resolve_fn(d.event_time), d.max_out_of_orderness_ms)
+            for sid, d in app.inputs.items() if d.event_time is not None}
+        self.idle_ms: dict[str, int] = {
+            sid: d.idle_timeout_ms for sid, d in app.inputs.items() if d.idle_timeout_ms > 0}
+        #: event-time window op id -> its declared out-of-orderness
+        self.windows: dict[str, int] = {}
+        for stage in plan.stages:
+            for op_id in stage.operators:
+                spec = app.operator(op_id)
+                if isinstance(spec, WindowSpec) and spec.window.event_time is not None:
+                    self.windows[op_id] = spec.window.max_out_of_orderness_ms
+        self.readers: dict[str, list[Stage]] = {}
+        for stage in plan.stages:
+            for sid in stage.inputs:
+                self.readers.setdefault(sid, []).append(stage)
+        self._derived: dict[str, Derived | None] = {}
+        self._untimed: dict[str, bool] = {}
+        self._timed: dict[str, bool] = {}
+        self.timed = {s.stage_id for s in plan.stages if self._is_timed(s)}
+
+    def intermediate_outputs(self, stage: Stage) -> list[str]:
+        return [sid for sid in stage.outputs if sid in self.plan.intermediate_streams]
+
+    def _is_timed(self, stage: Stage) -> bool:
+        """A stage needs watermarks: it has an event-time window, or writes a stream read by a
+        stage that needs them."""
+        known = self._timed.get(stage.stage_id)
+        if known is not None:
+            return known
+        self._timed[stage.stage_id] = False  # the plan is acyclic; this only guards
+        timed = any(op in self.windows for op in stage.operators) or any(
+            self._is_timed(r) for sid in self.intermediate_outputs(stage)
+            for r in self.readers.get(sid, ()) if r is not stage)
+        self._timed[stage.stage_id] = timed
+        return timed
+
+    # -- the event time of an intermediate stream ---------------------------------------------
+
+    def stream_time(self, sid: str) -> Derived | None:
+        """``f(message sent into sid) -> ms or None``, in the event time of what reads ``sid``;
+        None when it cannot be traced."""
+        if sid in self._derived:
+            return self._derived[sid]
+        self._derived[sid] = None  # a guard while deriving
+        fns = [f for stage in self.readers.get(sid, ())
+               if (f := self._from(stream_node(sid), stage)) is not None]
+        out = self._derived[sid] = _min_of(fns)
+        return out
+
+    def _from(self, node: str, stage: Stage) -> Derived | None:
+        fns: list[Derived] = []
+        for op_id in self.plan.next_ops(node):
+            if op_id not in stage.operators:
+                continue
+            f = self._through(op_id, stage)
+            if f is not None:
+                fns.append(f)
+        return _min_of(fns)
+
+    def _through(self, op_id: str, stage: Stage) -> Derived | None:
+        spec = self.plan.app.operator(op_id)
+        if isinstance(spec, WindowSpec):
+            et = spec.window.event_time
+            return _window_time(resolve_fn(et)) if et is not None else None
+        if spec.opcode == "merge":
+            return self._from(op_id, stage)
+        if spec.opcode not in _COMPOSABLE:
+            return None  # async steps, joins, sinks: not a function of the message
+        if spec.opcode in ("partition_by", "broadcast"):
+            rest = self.stream_time(spec.stream_id)  # type: ignore[attr-defined]
+        else:
+            rest = self._from(op_id, stage)
+        if rest is None:
+            return None
+        op = build_operator(spec)
+        for fn in op.user_fns:  # an object with init(ctx) may need its task: not called here
+            if fn is not None and callable(getattr(fn, "init", None)) \
+                    and not inspect.isfunction(fn):
+                return None
+        op.init(OperatorContext("event-time", {}, lambda: 0))
+        process = op.process
+        after = rest
+
+        def through(m: Any) -> int | None:
+            best = None
+            for o in process(m):  # type: ignore[union-attr]
+                t = after(o)
+                if t is not None and (best is None or t < best):
+                    best = t
+            return best
+        return through
+
+    def untimed(self, sid: str) -> bool:
+        """An intermediate stream no producer can measure the progress of: every input of its
+        stage that reaches it declares no event time and its event time cannot be traced, or is
+        such a stream itself. Its readers leave it out of their watermarks."""
+        known = self._untimed.get(sid)
+        if known is not None:
+            return known
+        self._untimed[sid] = True  # a guard; the plan is acyclic
+        app = self.plan.app
+        producer = next((s for s in self.plan.stages if sid in s.outputs), None)
+        timed = False
+        if producer is not None:
+            for sid_in in producer.inputs:
+                if sid not in nx.descendants(self.plan.graph, stream_node(sid_in)):
+                    continue
+                if sid_in in self.declared:
+                    timed = True
+                elif sid_in in app.inputs:
+                    timed = timed or self.stream_time(sid) is not None
+                else:
+                    timed = timed or not self.untimed(sid_in)
+        self._untimed[sid] = not timed
+        if not timed:
+            wins = [op for r in self.readers.get(sid, ()) for op in r.operators
+                    if op in self.windows]
+            if wins:
+                log.warning(
+                    "the event time of stream %r cannot be traced to the event-time window(s) %s "
+                    "(an async step, a join or another window is in between): it does not hold "
+                    "their watermark back, and a window fed only by it closes its panes at "
+                    "end-of-stream. Declare event_time=fn on the input that feeds it",
+                    sid, ", ".join(map(repr, wins)))
+        return not timed
+
+
+def job_time(job: JobModel) -> JobTime:
+    jt = getattr(job, "_job_time", None)
+    if jt is None:
+        jt = JobTime(job)
+        job._job_time = jt  # type: ignore[attr-defined]
+    return jt
+
+
+class TaskClock:
+    """The channel progress of one task and the watermarks of its stages."""
+
+    def __init__(self, model: TaskModel, job: JobModel) -> None:
+        jt = self.jt = job_time(job)
+        self.job = job
+        app = job.plan.app
+        graph = job.plan.graph
+        self.stages = [s for s in model.stages if s.stage_id in jt.timed]
+        #: stream id -> DECLARED / INTERMEDIATE / OBSERVED, for the streams of timed stages
+        self.kinds: dict[str, int] = {}
+        #: stream id -> (event time fn, bound), for declared inputs
+        self.declared = jt.declared
+        #: op id (window) or stream id -> the function whose value an output records
+        self.observe: dict[str, Derived] = {}
+        #: stream id -> its stage, when that stage has event-time windows
+        self.window_stage: dict[str, Stage] = {}
+        #: per stage: (windows with their bound, intermediate outputs, channel ssps, reach)
+        self._stage: dict[str, tuple[list[tuple[str, int]], list[str], list[SSP],
+                                     dict[str, set[str]]]] = {}
+        for stage in self.stages:
+            observed = False
+            reach: dict[str, set[str]] = {}
+            for sid in stage.inputs:
+                if sid in jt.declared:
+                    self.kinds[sid] = DECLARED
+                elif sid in app.inputs:
+                    self.kinds[sid] = OBSERVED
+                    observed = True
+                else:
+                    self.kinds[sid] = INTERMEDIATE
+                node = stream_node(sid)
+                below = nx.descendants(graph, node)
+                reach[sid] = set() if self.kinds[sid] == INTERMEDIATE and jt.untimed(sid) \
+                    else {n for n in below if n in stage.operators}
+            windows = [(op, jt.windows[op]) for op in stage.operators if op in jt.windows]
+            outs = jt.intermediate_outputs(stage)
+            if observed:
+                for op, _ in windows:
+                    spec = app.operator(op)
+                    self.observe[op] = _window_time(resolve_fn(spec.window.event_time))  # type: ignore[attr-defined]
+                for sid in outs:
+                    f = jt.stream_time(sid)
+                    if f is not None:
+                        self.observe[sid] = f
+                    else:  # an input without event time cannot tell this stream's progress
+                        for sid_in in stage.inputs:
+                            if self.kinds[sid_in] == OBSERVED:
+                                reach[sid_in].discard(sid)
+            ssps = [ssp for ssp in model.ssps if ssp.stream_id in stage.inputs]
+            self._stage[stage.stage_id] = (windows, outs, ssps, reach)
+            if windows:
+                for sid in stage.inputs:
+                    self.window_stage[sid] = stage
+        self.progress: dict[SSP, int] = {}
+        self.observed: dict[SSP, dict[str, int]] = {}
+        self.producers: dict[SSP, dict[str | None, tuple[int, bool]]] = {}
+        self.quiet: set[SSP] = set()  # intermediate partitions whose producers are all idle
+        self.gone: dict[SSP, set[str | None]] = {}  # producers that ended, per partition
+        now = time.monotonic()
+        self.idle_ms = {ssp: jt.idle_ms[ssp.stream_id] / 1000.0 for ssp in model.ssps
+                        if ssp.stream_id in jt.idle_ms}
+        self.last_data: dict[SSP, float] = dict.fromkeys(self.idle_ms, now)
+        self.delivered: dict[str, int] = {}
+        self.sent: dict[tuple[str, str], tuple[int, bool]] = {}
+        self.dirty = bool(self.stages)
+
+    def handout(self, stream_id: str) -> int | None:
+        return self.kinds.get(stream_id)
+
+    def arrived(self, ssp: SSP) -> None:
+        if ssp in self.last_data:
+            self.last_data[ssp] = time.monotonic()
+
+    # -- progress ----------------------------------------------------------------------------------
+
+    def apply(self, ssp: SSP, mark: Any) -> None:
+        """Count a completed message's event time (seconds, declared), its observations (a box),
+        or a control record from a producer."""
+        self.dirty = True
+        t = type(mark)
+        if t is list:
+            obs = mark[0]
+            if obs:
+                mine = self.observed.get(ssp)
+                if mine is None:
+                    self.observed[ssp] = dict(obs)
+                else:
+                    for d, ms in obs.items():
+                        if ms > mine.get(d, NO_WATERMARK):
+                            mine[d] = ms
+        elif t is Watermark:
+            per = self.producers.setdefault(ssp, {})
+            old = per.get(mark.producer)
+            ms = mark.ms if old is None else max(mark.ms, old[0])
+            per[mark.producer] = (ms, mark.idle)
+            self._recompute(ssp)
+        elif t is EndOfStream:
+            self.gone.setdefault(ssp, set()).add(mark.producer)
+            self._recompute(ssp)
+        else:
+            fn_bound = self.declared[ssp.stream_id]
+            ms = round(mark * 1000.0) - fn_bound[1]
+            if ms > self.progress.get(ssp, NO_WATERMARK):
+                self.progress[ssp] = ms
+
+    def _recompute(self, ssp: SSP) -> None:
+        per = self.producers.get(ssp, {})
+        gone = self.gone.get(ssp, set())
+        expected = self.job.producers.get(ssp.stream_id, 1)
+        live = [v for p, v in per.items() if p not in gone]
+        if len(per) + len([g for g in gone if g not in per]) < expected:
+            self.progress.pop(ssp, None)  # a producer not heard from yet holds it back
+            self.quiet.discard(ssp)
+            return
+        active = [ms for ms, idle in live if not idle]
+        if live and not active:
+            self.quiet.add(ssp)
+            return
+        self.quiet.discard(ssp)
+        if active:
+            self.progress[ssp] = min(active)
+
+    # -- watermarks --------------------------------------------------------------------------------
+
+    def compute(self, stage: Stage, task: Any, streams: bool = True
+                ) -> tuple[list[tuple[str, int]], list[tuple[str, Watermark]]]:
+        """The windows whose watermark moved (op id, watermark) and the watermarks to send into
+        the stage's intermediate streams (not with ``streams=False``)."""
+        windows, outs, ssps, reach = self._stage[stage.stage_id]
+        name = task.name
+        ended = task.ended
+        live: list[SSP] = []
+        idle = False
+        for ssp in ssps:
+            if ssp in ended:
+                if _busy(task, ssp):  # what it gave is still being processed
+                    live.append(ssp)
+            elif ssp in self.quiet or (
+                    ssp in self.idle_ms and not _busy(task, ssp)
+                    and time.monotonic() - self.last_data[ssp] >= self.idle_ms[ssp]):
+                idle = True
+            else:
+                live.append(ssp)
+        moved: list[tuple[str, int]] = []
+        marks: list[tuple[str, Watermark]] = []
+        if not streams:
+            outs = []
+        if not live:
+            if idle:
+                for sid in outs:
+                    last = self.sent.get((stage.stage_id, sid))
+                    if last is None or not last[1]:
+                        ms = last[0] if last is not None else NO_WATERMARK
+                        self.sent[(stage.stage_id, sid)] = (ms, True)
+                        marks.append((sid, Watermark(name, ms, True)))
+            return moved, marks
+        for op_id, bound in windows:
+            v = self._min(live, op_id, reach)
+            if v is None:
+                continue
+            wm = v - bound
+            if wm > self.delivered.get(op_id, NO_WATERMARK):
+                self.delivered[op_id] = wm
+                moved.append((op_id, wm))
+        for sid in outs:
+            v = self._min(live, sid, reach)
+            if v is None:
+                continue
+            last = self.sent.get((stage.stage_id, sid))
+            if last is None or v > last[0] or last[1]:
+                ms = v if last is None else max(v, last[0])
+                self.sent[(stage.stage_id, sid)] = (ms, False)
+                marks.append((sid, Watermark(name, ms)))
+        return moved, marks
+
+    def _min(self, live: list[SSP], domain: str, reach: dict[str, set[str]]) -> int | None:
+        """The minimum progress over the channels that reach ``domain`` (a window op id or a
+        stream id, which is also its partition_by's op id); None while one has none."""
+        best: int | None = None
+        kinds = self.kinds
+        for ssp in live:
+            sid = ssp.stream_id
+            if domain not in reach[sid]:
+                continue
+            if kinds[sid] == OBSERVED:
+                v = self.observed.get(ssp, {}).get(domain)
+            else:
+                v = self.progress.get(ssp)
+            if v is None:
+                return None
+            if best is None or v < best:
+                best = v
+        return best
+
+
+def _busy(task: Any, ssp: SSP) -> bool:
+    """The task still has records of ``ssp`` queued, being handed out or in flight."""
+    cur = task._cur
+    if cur is not None and cur[0] == ssp:
+        return True
+    return any(r[0] == ssp for r in task.pending) or any(b[0] == ssp for b in task.inbox)
+
+
+def observing(domain: str, fn: Derived, emit: Callable[[Any], Any], what: str,
+              op_id: str) -> Callable[[Any], Any]:
+    """``emit`` preceded by recording the message's event time in ``domain`` for the handed-out
+    message that caused it."""
+    get = CURRENT.get
+
+    def observed(m: Any) -> Any:
+        box = get()
+        if box is not None:
+            try:
+                ms = fn(m)
+            except Exception as exc:
+                raise OperatorFailure(op_id, ValueError(
+                    f"the event time of {what} failed on {m!r}: {type(exc).__name__}: {exc}"
+                )) from exc
+            if ms is not None:
+                obs = box[0]
+                if obs is None:
+                    box[0] = {domain: ms}
+                elif ms > obs.get(domain, NO_WATERMARK):
+                    obs[domain] = ms
+        return emit(m)
+    return observed
