@@ -8,7 +8,11 @@ them the partition's records in a deterministic order, and returns what the stag
 A record is ``(stream id, sort ms, source partition, source offset, clock ms, message)``:
 
 - the sort time is the message's event time when its input declares ``event_time``, else its
-  record timestamp; intermediate records keep the time of the input record that caused them;
+  record timestamp; intermediate records keep the time of the input record that caused them.
+  An event-time window whose inputs all declare ``event_time`` takes the latest event time it has
+  seen as its watermark; one fed by an input that does not (event time on the window only) closes
+  its panes at the end of the pass, so, as in the streaming runtime for in-order input, none of
+  its messages is late;
 - the source partition and offset place it in its source (an input split, or the upstream
   partition and the order in which that partition wrote it);
 - the clock is what ``ctx.clock()`` returns while the record is processed: the record's
@@ -130,9 +134,17 @@ class PassExecutor:
         self.stateful = any(isinstance(op.spec, STATEFUL) for op in self.operators.values()) \
             or any(s.tables_read or s.tables_written for s in self.stages)
         user_ctx = UserContext(self.task_name, config, self.metrics, tables)
-        ctx = OperatorContext(self.task_name, config, self._clock, stores, self.metrics,
-                              external_watermarks=False, source=self._source)
+        # Where every input feeding a stage declares event_time, records come in event-time
+        # order and a window's watermark is the latest event time it saw. Otherwise the order is
+        # the records' timestamps, not the window's event time: its panes close at the end, so
+        # no message is late (as in the streaming runtime, for input in event-time order).
+        ctxs = {stage.stage_id: OperatorContext(
+            self.task_name, config, self._clock, stores, self.metrics,
+            external_watermarks=not _declared_upstream(plan, stage), source=self._source)
+            for stage in self.stages}
+        stage_of = {op_id: stage.stage_id for stage in self.stages for op_id in stage.operators}
         for op_id, op in self.operators.items():
+            ctx = ctxs[stage_of[op_id]]
             try:
                 op.init(ctx, user_ctx)
             except Exception as exc:
@@ -391,6 +403,22 @@ class PassExecutor:
             f"operator {f.op_id!r} failed on stream {sid!r} ({self.describe(sid, part, off)}) "
             f"in task {self.task_name!r}: {f.reason}; fix the function "
             f"or the input and run again: nothing was written")
+
+
+def _declared_upstream(plan: Any, stage: Any, seen: frozenset[str] = frozenset()) -> bool:
+    """Every input that feeds ``stage``, through intermediate streams too, declares event_time."""
+    app = plan.app
+    for sid in stage.inputs:
+        d = app.inputs.get(sid)
+        if d is not None:
+            if d.event_time is None:
+                return False
+            continue
+        for producer in plan.stages:
+            if sid in producer.outputs and producer.stage_id not in seen \
+                    and not _declared_upstream(plan, producer, seen | {stage.stage_id}):
+                return False
+    return True
 
 
 def _ticks(tick_ms: int) -> Callable[[int], bool] | None:
