@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from runtime import LocalRunner
 from runtime.local import print_outputs
@@ -220,3 +222,34 @@ def test_late_to_mistakes_are_plan_errors() -> None:
     inp2.window(keyed_counts(), name="w", late_to="nobody").sink(print)
     with pytest.raises(PlanError, match="late_stream\\(\\) of the window"):
         app2.plan()
+
+
+# -- nothing is lost --------------------------------------------------------------------------------
+
+@settings(max_examples=25, deadline=None)
+@given(st.dictionaries(st.integers(0, 1), st.lists(
+    st.tuples(st.sampled_from("abc"), st.integers(0, 60_000)), max_size=30), max_size=2),
+    st.sampled_from([0, 5]), st.booleans())
+def test_every_message_is_in_a_pane_or_counted_late(parts: dict[int, list[tuple[str, int]]],
+                                                    lateness_s: int, session: bool) -> None:
+    """Conservation: the panes count every message but the late ones, and ``late_to`` gets
+    exactly the late ones, with any disorder, allowed lateness and window kind."""
+    w = (Windows.keyed_session(lambda kv: kv.key, timedelta(seconds=5), init=int,
+                               fold=lambda kv, n: n + 1, event_time=et) if session
+         else keyed_counts())
+    if lateness_s:  # a LATE pane on every message within the lateness
+        w = w.allowed_lateness(timedelta(seconds=lateness_s)).late_trigger(
+            Triggers.repeat(Triggers.count(1)))
+    app = app_with_late_output(MemorySystem(), w)
+    # keys of their own per partition (task), so (key, pane id) names one pane of one task
+    data = {p: [KV(f"{k}{p}", ms / 1000.0) for k, ms in msgs] for p, msgs in parts.items()}
+    total = sum(len(m) for m in data.values())
+    result = TestRunner(app).add_input("in", data).run(timeout=RUN_TIMEOUT)
+    on_time: dict[tuple[str, str], int] = {}
+    latest: dict[tuple[str, str], int] = {}  # the last LATE firing of a pane holds all of it
+    for key, pane_id, firing, n in result.messages("panes"):
+        (on_time if firing == "DEFAULT" else latest)[(key, pane_id)] = n
+    within = sum(n - on_time.get(pane, 0) for pane, n in latest.items())
+    assert sum(on_time.values()) + within + result.late() == total
+    assert len(result.messages("late")) == result.late()
+    assert lateness_s or not latest
