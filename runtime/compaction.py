@@ -29,8 +29,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import chain
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 import lmdb
@@ -53,12 +56,14 @@ DELETE_RETENTION_MS = 86_400_000  # Kafka's and Samza's default: one day
 GROUP_RECORDS = 65_536  # records read per write transaction, at most (plus one segment)
 SEGMENT_RECORDS = 8_192  # records kept per compacted segment, about
 MAX_KEYS = 2_000_000  # keys in a pass's map, at most
+HELD_RECORDS = 131_072  # dirty records a pass keeps decoded between its two reads, at most
 MIN_DIRTY = 10_000  # a background pass needs this many records written since the last one
 MIN_DIRTY_RATIO = 0.5  # ... and that share of the records below the compaction point
 _PASSES = 32  # pass records kept per partition
 DRAIN_SECONDS = 5.0  # a container's last compaction round, at most, as it closes
 
 _STATE = msgspec.msgpack.Decoder(dict[str, Any]).decode
+_key = itemgetter(0)
 
 
 @dataclass
@@ -180,12 +185,13 @@ def dirty_records(lg: LocalLog, stream: str, partition: int, upto: int) -> tuple
 def compact_partition(lg: LocalLog, stream: str, partition: int, upto: int, *,
                       delete_retention_ms: int = DELETE_RETENTION_MS,
                       now_ms: int | None = None, max_keys: int = MAX_KEYS,
-                      group_records: int = GROUP_RECORDS,
+                      group_records: int = GROUP_RECORDS, held_records: int = HELD_RECORDS,
                       stop: threading.Event | None = None,
                       pause: Callable[[float], object] | None = None) -> CompactionResult:
     """One pass over ``stream`` partition ``partition`` below offset ``upto`` (see the module
     docstring). ``upto`` must be at most the lowest offset any checkpoint holds for it. A write
-    transaction replaces segments of about ``group_records`` records at most. Between
+    transaction replaces segments of about ``group_records`` records at most; up to
+    ``held_records`` records written since the last pass are decoded once for both reads. Between
     two write transactions, ``stop`` ends the pass early and ``pause(seconds the transaction
     took)`` may sleep to leave the log to others."""
     t0 = time.perf_counter()
@@ -196,71 +202,74 @@ def compact_partition(lg: LocalLog, stream: str, partition: int, upto: int, *,
     cleaned = min(int(state["cleaned"]), end)
 
     # the dirty part's keys and their last offsets there
-    latest: dict[bytes, int] = {}
+    latest: dict[Any, int] = {}
+    dirty: list[_Seg] | None = []  # kept for the rewrite while small: read and decoded once
+    held = 0
     for seg in _segments(lg, stream, partition, cleaned, end):
         if stop is not None and stop.is_set():
             result.seconds = time.perf_counter() - t0
             return result
-        for o, rec in zip(seg.offsets, seg.records, strict=True):
-            if rec[0] is not None:
-                latest[rec[0]] = o
+        latest.update(zip(map(_key, seg.records), seg.offsets, strict=True))
+        if dirty is not None:
+            held += len(seg.records)
+            dirty.append(seg)
+            if held > held_records:
+                dirty = None
         if len(latest) >= max_keys:
             end = seg.first + seg.span
             break
+    latest.pop(None, None)  # records without a key are all kept
     # tombstones below a point a pass reached long enough ago can go
     horizon = max((p_upto for p_time, p_upto in state["passes"]
                    if p_time <= now - delete_retention_ms), default=0)
+    get = latest.get
 
     group: list[_Seg] = []
-    busy = [time.perf_counter()]  # since the last pause
-    scanned = kept_in_group = 0
-    kept_total = 0
+    kept: list[tuple[int, Any]] = []  # the group's records to keep, with their offsets
+    busy = time.perf_counter()  # since the last pause
+    scanned = 0
 
     def flush() -> None:
-        nonlocal scanned, kept_in_group, kept_total
-        offsets: list[int] = []
-        records: list[Any] = []
-        dropped = 0
-        for seg in group:
-            for o, rec in zip(seg.offsets, seg.records, strict=True):
-                k = rec[0]
-                if k is not None and latest.get(k, -1) > o:
-                    continue
-                if rec[1] is None and o < horizon:
-                    dropped += 1
-                    continue
-                offsets.append(o)
-                records.append(rec)
+        nonlocal busy
         before = sum(len(s.records) for s in group)
         result.records_before += before
-        result.records_after += len(records)
-        result.tombstones_dropped += dropped
-        kept_total += len(records)
-        if len(group) > 1 or len(records) < before:  # else it is unchanged: leave it
+        result.records_after += len(kept)
+        if len(group) > 1 or len(kept) < before:  # else it is unchanged: leave it
             first = group[0].first
             span = group[-1].first + group[-1].span - first
-            value = _ENCODE((span, max(s.ts for s in group), [o - first for o in offsets],
-                             records))
+            value = _ENCODE((span, max(s.ts for s in group), [o - first for o, _ in kept],
+                             [r for _, r in kept]))
             _replace(lg, stream, partition, [s.key for s in group], value)
             result.transactions += 1
             if faults.ARMED:
                 faults.reached("compaction.transaction")
             if pause is not None:
-                pause(time.perf_counter() - busy[0])
-                busy[0] = time.perf_counter()
+                pause(time.perf_counter() - busy)
+                busy = time.perf_counter()
         group.clear()
-        scanned = kept_in_group = 0
+        kept.clear()
 
-    for seg in _segments(lg, stream, partition, 0, end):
+    if dirty:  # the part before the dirty one from the log, then the dirty one as read
+        segments: Iterator[_Seg] = chain(
+            _segments(lg, stream, partition, 0, dirty[0].first), dirty)
+    else:
+        segments = _segments(lg, stream, partition, 0, end)
+    for seg in segments:
         if stop is not None and stop.is_set():
             result.seconds = time.perf_counter() - t0
             return result
+        survivors = [(o, r) for o, r in zip(seg.offsets, seg.records, strict=True)
+                     if get(r[0], -1) <= o]
+        if horizon and seg.first < horizon:
+            n = len(survivors)
+            survivors = [(o, r) for o, r in survivors if r[1] is not None or o >= horizon]
+            result.tombstones_dropped += n - len(survivors)
         group.append(seg)
+        kept += survivors
         scanned += len(seg.records)
-        kept_in_group += sum(1 for o, rec in zip(seg.offsets, seg.records, strict=True)
-                             if rec[0] is None or latest.get(rec[0], -1) <= o)
-        if scanned >= group_records or kept_in_group >= SEGMENT_RECORDS:
+        if scanned >= group_records or len(kept) >= SEGMENT_RECORDS:
             flush()
+            scanned = 0
     if group:
         flush()
     # the pass giving the horizon, the passes that may give a later one, and this one
@@ -269,7 +278,7 @@ def compact_partition(lg: LocalLog, stream: str, partition: int, upto: int, *,
     passes += [p for p in state["passes"] if p[0] > now - delete_retention_ms]
     passes.append([now, end])
     lg.put_meta(_meta_key(stream, partition), _ENCODE(
-        {"cleaned": end, "kept": kept_total, "passes": passes[-_PASSES:]}))
+        {"cleaned": end, "kept": result.records_after, "passes": passes[-_PASSES:]}))
     result.upto = end
     result.done = True
     result.seconds = time.perf_counter() - t0
@@ -306,7 +315,7 @@ class ChangelogCompactor:
     def __init__(self, checkpointed: Callable[[Any], int | None]) -> None:
         self.checkpointed = checkpointed
         self.partitions: dict[Any, tuple[LocalLog, str, int, int]] = {}
-        self.results: list[CompactionResult] = []
+        self.results: deque[CompactionResult] = deque(maxlen=100)  # the last passes
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

@@ -138,9 +138,10 @@ _step = st.one_of(
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
-@given(steps=st.lists(_step, min_size=1, max_size=40), group=st.sampled_from([1, 3, 100]))
+@given(steps=st.lists(_step, min_size=1, max_size=40), group=st.sampled_from([1, 3, 100]),
+       held=st.sampled_from([0, 10, 10**6]))
 def test_restore_after_compaction_is_the_model(tmp_path_factory: Any, steps: list[Any],
-                                               group: int) -> None:
+                                               group: int, held: int) -> None:
     """Random puts and deletes; compaction at random checkpoints (never past the latest one,
     never backwards); a restore at every checkpoint from the last compaction point on gives the
     model's state there, through the changelog reader and through a rebuilt LmdbStore."""
@@ -167,13 +168,16 @@ def test_restore_after_compaction_is_the_model(tmp_path_factory: Any, steps: lis
                 upto = cps[max(0, len(cps) - 1 - back)]
                 now += 7
                 r = compact_partition(lg, "cl", 0, upto, now_ms=now,
-                                      delete_retention_ms=retention, group_records=group)
+                                      delete_retention_ms=retention, group_records=group,
+                                      held_records=held)
                 assert r.done
                 point = upto
         records = _all(lg, "cl", 0, step=5)
         assert records == _all_plain(lg, "cl", 0, step=5)
         offsets = [o for o, _ in records]
         assert offsets == sorted(set(offsets))
+        below = [rec[0] for o, rec in records if o < point]
+        assert len(below) == len(set(below)), "a key twice below the compaction point"
         producer = LocalProducer(lg, 0)
         producer.add_stream("cl", "cl", 1, None)
         changelog = LogChangelog(lg, producer, "cl", 0)
