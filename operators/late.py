@@ -107,7 +107,8 @@ class LateTracker:
             "the watermark %d ms, past the end of %s plus the allowed lateness %d ms. %s; later "
             "late messages of this window from this stream are only counted (metric %r). To "
             "keep such messages: declare how out of order the input may be "
-            "(max_out_of_orderness with its event_time), let closed panes take them "
+            "(max_out_of_orderness=timedelta(...) beside event_time, on the input or the "
+            "window), let closed panes take them "
             "(Window.allowed_lateness(...) with a late_trigger), or send them to a stream "
             "(window(..., late_to=...))",
             self.op_id, task, where, event_ms, watermark_ms - event_ms, watermark_ms, pane,
