@@ -304,6 +304,7 @@ class LocalRunner(LateCounts):
             return {"state": "starting", "processed": 0, "in_flight": 0}
         out = self.container.status()
         out["state"] = "failed" if self._error else self._state
+        out["late"] = self.late()  # late messages of the event-time windows so far
         if self._error is not None:
             out["error"] = str(self._error)
         return out

@@ -61,8 +61,10 @@ class Metrics:
         return True
 
     def snapshot(self) -> dict[str, Any]:
-        out: dict[str, Any] = {k: c.value for k, c in self._counters.items()}
-        out.update({k: g.value for k, g in self._gauges.items()})
+        # list() copies under the GIL: another thread (LocalRunner.status) may read while the
+        # loop adds counters
+        out: dict[str, Any] = {k: c.value for k, c in list(self._counters.items())}
+        out.update({k: g.value for k, g in list(self._gauges.items())})
         return out
 
     def __getitem__(self, name: str) -> Any:

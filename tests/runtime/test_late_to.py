@@ -151,6 +151,7 @@ def test_late_to_on_the_local_system_through_the_log(tmp_path: Path) -> None:
         assert sorted(runner.messages("late"), key=lambda kv: (kv.key, kv.value[3])) \
             == EXPECTED_LATE
         assert runner.late_counts == {"li-1-window-w": {"in": 3}}
+        assert runner.status()["late"] == 3
         last = progress.getvalue().strip().splitlines()[-1].split("\r")[-1]
         assert "late      3" in last
         summary = io.StringIO()
