@@ -352,8 +352,9 @@ class TaskClock:
             self.quiet.discard(ssp)
             return
         active = [ms for ms, idle in live if not idle]
-        if live and not active:
+        if live and not active:  # all idle: as far as the furthest of them got (as Flink)
             self.quiet.add(ssp)
+            self.progress[ssp] = max(ms for ms, _ in live)
             return
         self.quiet.discard(ssp)
         if active:
@@ -369,7 +370,7 @@ class TaskClock:
         name = task.name
         ended = task.ended
         live: list[SSP] = []
-        idle = False
+        idle: list[SSP] = []
         for ssp in ssps:
             if ssp in ended:
                 if _busy(task, ssp):  # what it gave is still being processed
@@ -377,7 +378,7 @@ class TaskClock:
             elif ssp in self.quiet or (
                     ssp in self.idle_ms and not _busy(task, ssp)
                     and time.monotonic() - self.last_data[ssp] >= self.idle_ms[ssp]):
-                idle = True
+                idle.append(ssp)
             else:
                 live.append(ssp)
         moved: list[tuple[str, int]] = []
@@ -385,11 +386,20 @@ class TaskClock:
         if not streams:
             outs = []
         if not live:
+            # every channel idle: the windows go as far as the furthest of them got (as Flink
+            # does), and readers are told this task is idle
             if idle:
+                for op_id, bound in windows:
+                    v = self._max(idle, op_id, reach)
+                    if v is not None and v - bound > self.delivered.get(op_id, NO_WATERMARK):
+                        self.delivered[op_id] = v - bound
+                        moved.append((op_id, v - bound))
                 for sid in outs:
                     last = self.sent.get((stage.stage_id, sid))
-                    if last is None or not last[1]:
-                        ms = last[0] if last is not None else NO_WATERMARK
+                    v = self._max(idle, sid, reach)
+                    ms = max(v if v is not None else NO_WATERMARK,
+                             last[0] if last is not None else NO_WATERMARK)
+                    if last is None or not last[1] or ms > last[0]:
                         self.sent[(stage.stage_id, sid)] = (ms, True)
                         marks.append((sid, Watermark(name, ms, True)))
             return moved, marks
@@ -411,6 +421,17 @@ class TaskClock:
                 self.sent[(stage.stage_id, sid)] = (ms, False)
                 marks.append((sid, Watermark(name, ms)))
         return moved, marks
+
+    def _max(self, chans: list[SSP], domain: str, reach: dict[str, set[str]]) -> int | None:
+        best: int | None = None
+        for ssp in chans:
+            if domain not in reach[ssp.stream_id]:
+                continue
+            v = self.observed.get(ssp, {}).get(domain) if self.kinds[ssp.stream_id] == OBSERVED \
+                else self.progress.get(ssp)
+            if v is not None and (best is None or v > best):
+                best = v
+        return best
 
     def _min(self, live: list[SSP], domain: str, reach: dict[str, set[str]]) -> int | None:
         """The minimum progress over the channels that reach ``domain`` (a window op id or a
