@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -377,3 +378,28 @@ def test_a_running_job_compacts_its_changelog_below_its_checkpoints(
     assert _table(job_dir) == truth
     _restore_run(job_dir)
     assert _table(job_dir) == truth
+
+
+def test_compact_refuses_while_the_job_runs(tmp_path: Path) -> None:
+    job_dir = tmp_path / "job"
+    _load(job_dir, list(range(1, 101)))
+    job = subprocess.Popen([sys.executable, "-m", "runtime.cli", "run", COUNTER, "--follow", "-q",
+                            "-c", f"job.dir={job_dir}", "-c", "task.commit.ms=100"], cwd=ROOT,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lock = job_dir / "locks" / "job.lock"
+        deadline = time.monotonic() + 60
+        while not (lock.exists() and lock.read_text().startswith(f"{job.pid} ")):
+            assert job.poll() is None, job.communicate()
+            assert time.monotonic() < deadline, "the job did not take its lock"
+            time.sleep(0.05)
+        refused = _cli("compact", COUNTER, job_dir=job_dir)
+        assert refused.returncode == 2, refused.stderr
+        assert f"process {job.pid}" in refused.stderr and "Traceback" not in refused.stderr
+    finally:
+        if job.poll() is None:
+            job.send_signal(signal.SIGINT)
+        job.communicate(timeout=60)
+    assert job.returncode == 0
+    done = _cli("compact", COUNTER, job_dir=job_dir)
+    assert done.returncode == 0, done.stderr
