@@ -127,7 +127,9 @@ class WindowOperator(Operator, ABC):
         self._get = self._store.get
         self._put = self._store.put
         self._clock = ctx.clock
-        #: without upstream watermarks, the latest event time seen is the watermark
+        #: without upstream watermarks, the latest event time seen is the watermark (the
+        #: streaming runtime turns this on while the window's only input partition completes
+        #: its messages inline, where the two are the same)
         self.local_watermark = not ctx.external_watermarks
         stored = self._get(WATERMARK_KEY)
         if self._event_time is not None and stored is not None:
@@ -368,7 +370,6 @@ class TumblingWindowOperator(WindowOperator):
         early = self._early_spec is not None
         on_trigger_message, late_message, advance = \
             self._on_trigger_message, self._late_message, self._advance
-        local_wm = self.local_watermark
 
         if event_time is not None and fold is not None and key_fn is not None and not early:
             return self._make_keyed_fold_process()
@@ -379,7 +380,7 @@ class TumblingWindowOperator(WindowOperator):
                 ms = round(event_time(message) * 1000.0)
                 start = ms - ms % size
                 if ms > self.watermark:  # the message's own pane is open
-                    if local_wm:
+                    if self.local_watermark:  # the runtime may switch it
                         self.watermark = ms
                         if (closing and closing[0] + size <= ms) or \
                                 (expiring and expiring[0] + size + lateness <= ms):
@@ -425,7 +426,6 @@ class TumblingWindowOperator(WindowOperator):
         size, lateness = self.size_ms, self.lateness_ms
         open_panes, closing, expiring = self._open, self._closing, self._expiring
         late_message, advance = self._late_message, self._advance
-        local_wm = self.local_watermark
         assert key_fn and init and fold and event_time
 
         def process(message: Any) -> list[Any]:
@@ -433,7 +433,7 @@ class TumblingWindowOperator(WindowOperator):
             start = ms - ms % size
             out = None
             if ms > self.watermark:
-                if local_wm:
+                if self.local_watermark:  # the runtime may switch it
                     self.watermark = ms
                     if (closing and closing[0] + size <= ms) or \
                             (expiring and expiring[0] + size + lateness <= ms):

@@ -106,6 +106,8 @@ class TaskInstance:
         self.operators: dict[str, Operator] = {}
         self.entries: dict[str, Emit] = {}
         self._build()
+        self._local_ops: dict[str, list[Any]] = {
+            sid: [self.operators[op] for op in ops] for sid, ops in self.clock.local.items()}
 
     # -- construction -----------------------------------------------------------------------------
 
@@ -350,7 +352,14 @@ class TaskInstance:
             observed = self.clock.handout(ssp.stream_id) == OBSERVED
             batch = self._batches.get(ssp.stream_id) \
                 if et is None and not observed else None
-            stage_wm = self.clock.window_stage.get(ssp.stream_id)
+            stage_wm = self.clock.window_stage.get(ssp.stream_id) if observed else None
+            # windows keeping their own watermark while this partition completes inline
+            local_ops = self._local_ops.get(ssp.stream_id) if observed else None
+            local = local_ops is not None and not pending
+            if local and not local_ops[0].local_watermark:  # type: ignore[index]
+                for op in local_ops:  # type: ignore[union-attr]
+                    op.local_watermark = True
+            latest = None  # the latest declared event time completed inline, in seconds
             i = self._cur_i
             end = min(len(payloads), i + budget - n)
             last_done = -1  # the last offset completed inline while nothing was pending
@@ -378,8 +387,11 @@ class TaskInstance:
                                 if mark is not None:
                                     self.clock.apply(ssp, mark)
                         continue
-                    if observed:  # the outputs' event times are recorded in the box
-                        t: Any = [None]
+                    t: Any = None
+                    if local:
+                        pass
+                    elif observed:  # the outputs' event times are recorded in the box
+                        t = [None]
                         CURRENT.set(t)
                     else:
                         t = et(m) if et is not None else None
@@ -390,7 +402,10 @@ class TaskInstance:
                             pending.append([ssp, first + i - 1, True, 0, t])
                             continue
                         if t is not None:
-                            if not observed or t[0] is not None:
+                            if not observed:  # the batch's latest counts at its end
+                                if latest is None or t > latest:
+                                    latest = t
+                            elif t[0] is not None:
                                 self.clock.apply(ssp, t)
                                 if stage_wm is not None:  # windows move message by message
                                     pend = self._advance_windows(stage_wm)
@@ -401,6 +416,11 @@ class TaskInstance:
                     if last_done >= 0:
                         checkpoint[ssp] = first + last_done - 1
                         last_done = -1
+                    if local:  # in flight now: the task measures the windows' watermark again
+                        local = False
+                        for op in local_ops:  # type: ignore[union-attr]
+                            op.local_watermark = False
+                            self.clock.seed(ssp, op.op_id, op.watermark)
                     rec = [ssp, first + i - 1, False, time.monotonic(), t]
                     pending.append(rec)
                     self.in_flight += 1
@@ -411,8 +431,10 @@ class TaskInstance:
                 self._cur_i = i
                 raise self._task_error(f, ssp, first + i - 1) from f.cause
             finally:
-                if observed:
+                if observed and not local:
                     CURRENT.set(None)
+                if latest is not None:
+                    self.clock.apply(ssp, latest)
             if last_done >= 0:
                 checkpoint[ssp] = first + last_done - 1
             n += i - self._cur_i

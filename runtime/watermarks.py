@@ -251,6 +251,11 @@ class TaskClock:
         self.declared = jt.declared
         #: op id (window) or stream id -> the function whose value an output records
         self.observe: dict[str, Derived] = {}
+        #: input partition -> its idle timeout in seconds
+        self.idle_ms: dict[SSP, float] = {ssp: jt.idle_ms[ssp.stream_id] / 1000.0
+                                          for ssp in model.ssps if ssp.stream_id in jt.idle_ms}
+        #: stream id -> the windows that may keep their own watermark while it completes inline
+        self.local: dict[str, list[str]] = {}
         #: stream id -> its stage, when that stage has event-time windows
         self.window_stage: dict[str, Stage] = {}
         #: per stage: (windows with their bound, intermediate outputs, channel ssps, reach)
@@ -287,6 +292,14 @@ class TaskClock:
                                 reach[sid_in].discard(sid)
             ssps = [ssp for ssp in model.ssps if ssp.stream_id in stage.inputs]
             self._stage[stage.stage_id] = (windows, outs, ssps, reach)
+            # one input partition without declared event time, feeding windows without a bound,
+            # and nothing else to measure: while it completes messages inline, each window's
+            # own latest event time is exactly that partition's progress
+            if windows and len(ssps) == 1 and self.kinds[ssps[0].stream_id] == OBSERVED \
+                    and ssps[0] not in self.idle_ms and all(b == 0 for _, b in windows) \
+                    and not any(sid in self.observe for sid in outs) \
+                    and all(op in reach[ssps[0].stream_id] for op, _ in windows):
+                self.local[ssps[0].stream_id] = [op for op, _ in windows]
             if windows:
                 for sid in stage.inputs:
                     self.window_stage[sid] = stage
@@ -296,12 +309,18 @@ class TaskClock:
         self.quiet: set[SSP] = set()  # intermediate partitions whose producers are all idle
         self.gone: dict[SSP, set[str | None]] = {}  # producers that ended, per partition
         now = time.monotonic()
-        self.idle_ms = {ssp: jt.idle_ms[ssp.stream_id] / 1000.0 for ssp in model.ssps
-                        if ssp.stream_id in jt.idle_ms}
         self.last_data: dict[SSP, float] = dict.fromkeys(self.idle_ms, now)
         self.delivered: dict[str, int] = {}
         self.sent: dict[tuple[str, str], tuple[int, bool]] = {}
         self.dirty = bool(self.stages)
+
+    def seed(self, ssp: SSP, op_id: str, ms: int) -> None:
+        """A window leaves its own watermark: its partition's progress there is at least it."""
+        mine = self.observed.setdefault(ssp, {})
+        if ms > mine.get(op_id, NO_WATERMARK):
+            mine[op_id] = ms
+        if ms > self.delivered.get(op_id, NO_WATERMARK):
+            self.delivered[op_id] = ms
 
     def handout(self, stream_id: str) -> int | None:
         return self.kinds.get(stream_id)

@@ -76,3 +76,44 @@ def test_an_idle_partition_lets_the_window_close(tmp_path: Path, declared: bool)
 def test_without_an_idle_timeout_a_silent_partition_holds_the_window(tmp_path: Path) -> None:
     seen, after = run_for(tmp_path, build(None, True), 3)
     assert seen == [] and after == []
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["declared-on-input", "window-only"])
+def test_watermarks_cross_a_hop_while_the_job_runs(tmp_path: Path, declared: bool) -> None:
+    """Both partitions busy, one of them slowed by an async call: the panes every producer has
+    passed close while the job runs, with every message in them."""
+    import asyncio
+
+    app = StreamApplication("hop", config={"task.commit.ms": 200, "task.max.concurrency": 50})
+    local = LocalSystem("local")
+    views = app.input(local.input("views", serde=SERDE, partitions=2,
+                                  **({"event_time": ts} if declared else {})))
+    out = app.output(local.output("counts", serde=SERDE, partitions=1))
+
+    async def slow(kv: KV[str, Any]) -> list[KV[str, Any]]:
+        await asyncio.sleep(0.003 if kv.value["p"] == 1 else 0)
+        return [kv]
+
+    (views.async_flat_map(slow, name="slow")
+     .partition_by(lambda kv: kv.value["user"], lambda kv: kv.value, serde=SERDE, name="by-user")
+     .window(Windows.keyed_tumbling(lambda kv: kv.key, timedelta(seconds=10), init=int,
+                                    fold=lambda m, n: n + 1, event_time=ts), name="w")
+     .map(lambda p: KV(f"{p.key.key}@{p.key.pane_id}", p.message), name="record")
+     .send_to(out))
+    data = {p: [KV(f"u{p}", {"user": f"u{p}", "ts": i * 0.5, "p": p}) for i in range(100)]
+            for p in range(2)}
+    runner = LocalRunner(app, {"job.dir": str(tmp_path / "job")}, inputs={"views": data},
+                         follow=True)
+    runner.start()
+    deadline = time.monotonic() + 60
+    seen: list[Any] = []
+    try:
+        while time.monotonic() < deadline and runner.status()["state"] != "running":
+            time.sleep(0.01)
+        while time.monotonic() < deadline and len(seen) < 8:
+            seen = runner.messages("counts")
+            time.sleep(0.1)
+    finally:
+        runner.stop(timeout=60)
+    assert {kv.key: kv.value for kv in seen} == {
+        f"u{p}@{s}": 20 for p in range(2) for s in (0, 10000, 20000, 30000)}

@@ -259,3 +259,36 @@ def test_a_window_behind_an_async_step_after_a_hop_cannot_be_traced_and_says_so(
     # the panes close at end-of-stream: none is late
     assert result.late() == 0
     assert Counter({kv.key: kv.value for kv in result.messages(out)}) == expected(messages)
+
+
+def test_a_word_count_behind_an_async_step_loses_no_word() -> None:
+    """The issue's word count: 9,127 words, an async step at task.max.concurrency 100."""
+    mem = MemorySystem()
+    app = StreamApplication("wc", config={"task.max.concurrency": 100})
+    lines = app.input(mem.input("lines", partitions=2))
+    out = app.output(mem.output("counts", partitions=1))
+    rng = random.Random(13)
+
+    async def lookup(word: dict[str, Any]) -> list[dict[str, Any]]:
+        await asyncio.sleep(rng.random() * 0.002)
+        return [word]
+
+    (lines.flat_map(lambda line: [{"w": w, "ts": line["ts"]} for w in line["text"].split()],
+                    name="words")
+     .async_flat_map(lookup, name="lookup")
+     .partition_by(lambda w: w["w"], name="by-word")
+     .window(Windows.keyed_tumbling(lambda kv: kv.key, WINDOW, init=zero, fold=count_one,
+                                    event_time=lambda kv: kv.value["ts"]), name="count")
+     .map(lambda p: KV(p.key.key, p.message), name="record")
+     .send_to(out))
+    vocab = [f"w{i}" for i in range(40)]
+    messages: dict[int, list[Any]] = {0: [], 1: []}
+    total = 0
+    for i in range(1200):
+        n = 1 + rng.randrange(14)
+        total += n
+        messages[i % 2].append({"ts": i * 0.05, "text": " ".join(rng.choice(vocab)
+                                                                for _ in range(n))})
+    result = TestRunner(app).add_input(lines, messages).run(timeout=RUN_TIMEOUT)
+    assert result.late() == 0
+    assert sum(kv.value for kv in result.messages(out)) == total
