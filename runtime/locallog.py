@@ -671,7 +671,8 @@ class LocalLog:
                         records = _DECODE_SEGMENT(value)[1]
                     except (msgspec.DecodeError, msgspec.ValidationError) as e:
                         raise self._corrupt_segment(prefix, key, e) from e
-                    took_records = records[skip : skip + need]
+                    took_records = (records if skip == 0 and len(records) <= need
+                                    else records[skip : skip + need])
                     at = seg_first + skip
                     if first < 0:
                         first = at
@@ -679,7 +680,10 @@ class LocalLog:
                         offsets = list(range(first, first + len(out)))
                     if offsets is not None:
                         offsets += range(at, at + len(took_records))
-                    out.extend(took_records)
+                    if out:
+                        out.extend(took_records)
+                    else:
+                        out = took_records  # the common case: a whole segment, no copy
             if not cur.next():
                 break
         if not out:
