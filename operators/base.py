@@ -57,9 +57,10 @@ class OperatorContext:
     clock: Callable[[], int]
     stores: Mapping[str, KeyValueState] = field(default_factory=dict)
     metrics: Any = None
-    #: True when the task's watermark comes from upstream (inputs with ``event_time``, or
-    #: intermediate streams carrying watermarks): event-time windows then close only on
-    #: ``on_watermark``; otherwise a window advances its own watermark to the latest event time
+    #: True when the runtime computes event-time windows' watermarks (the streaming runtime
+    #: always does, from every producer feeding the task: ``runtime.watermarks``): they then
+    #: close on ``on_watermark``; otherwise a window advances its own watermark to the latest
+    #: event time it saw (an operator on its own, Spark over event-time-sorted input)
     external_watermarks: bool = False
     #: ``() -> (stream id, partition, offset)`` of the message the task is processing now, or
     #: None when the runtime cannot tell (a window tick, a watermark); reports of late messages

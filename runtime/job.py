@@ -68,20 +68,6 @@ class JobModel:
     #: control messages are counted against it)
     producers: dict[str, int]
 
-    def watermarked(self, stage: Stage) -> bool:
-        """Whether a stage gets watermarks from upstream: an input declares ``event_time``, or an
-        intermediate input is written by a stage that does."""
-        app = self.plan.app
-        for sid in stage.inputs:
-            d = app.inputs.get(sid)
-            if d is not None and d.event_time is not None:
-                return True
-            if sid in app.intermediates:
-                producer = next(s for s in self.plan.stages if sid in s.outputs)
-                if producer is not stage and self.watermarked(producer):
-                    return True
-        return False
-
     def task(self, name: str) -> TaskModel:
         for t in self.tasks:
             if t.name == name:
