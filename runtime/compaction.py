@@ -419,7 +419,8 @@ def changelog_partitions(job: LocalJob) -> list[tuple[str, LocalLog, str, int, l
 def compact_job(job: LocalJob, *, now_ms: int | None = None,
                 group_records: int = GROUP_RECORDS) -> list[CompactionResult]:
     """Compacts every changelog partition of a job below its checkpoint (``samza-dsl
-    compact``), whatever its dirty share. Refuses while a container of the job runs."""
+    compact``), whatever its dirty share, but those of stores with
+    ``stores.<store>.changelog.compaction=false``. Refuses while a container of the job runs."""
     from .job_lock import JobLock
 
     lock = JobLock(job.root, job.job_name)
@@ -427,6 +428,8 @@ def compact_job(job: LocalJob, *, now_ms: int | None = None,
     try:
         results = []
         for store, lg, stream, p, tasks in changelog_partitions(job):
+            if job.plan.config.get(f"stores.{store}.changelog.compaction") is False:
+                continue  # it keeps every entry
             offsets = [job.checkpoints.read_changelogs(t).get(store) for t in tasks]
             upto = min((o or 0 for o in offsets), default=0)
             if upto <= 0:
