@@ -405,10 +405,9 @@ class TaskInstance:
                             if not observed:  # the batch's latest counts at its end
                                 if latest is None or t > latest:
                                     latest = t
-                            elif t[0] is not None:
-                                self.clock.apply(ssp, t)
-                                if stage_wm is not None:  # windows move message by message
-                                    pend = self._advance_windows(stage_wm)
+                            elif t[0] is not None and self.clock.apply_box(ssp, t) \
+                                    and stage_wm is not None:  # windows move message by message
+                                pend = self._advance_windows(stage_wm)
                             t = None
                         if pend is None:
                             last_done = i
@@ -549,8 +548,7 @@ class TaskInstance:
         moved, before the next message, so a late message is late whatever the batch size.
         Returns what the panes are still waiting for downstream."""
         pend: list[Awaitable[None]] | None = None
-        moved, _ = self.clock.compute(stage, self, streams=False)
-        for op_id, wm in moved:
+        for op_id, wm in self.clock.sync_windows(stage, self):
             try:
                 outs = self.operators[op_id].on_watermark(wm)
             except OperatorFailure:

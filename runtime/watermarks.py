@@ -361,6 +361,40 @@ class TaskClock:
             if ms > self.progress.get(ssp, NO_WATERMARK):
                 self.progress[ssp] = ms
 
+    def apply_box(self, ssp: SSP, box: list[Any]) -> bool:
+        """``apply`` for a message completed inline; True when it may move a window: for some
+        window the partition was the furthest behind (or had no progress yet)."""
+        self.dirty = True
+        obs = box[0]
+        mine = self.observed.get(ssp)
+        if mine is None:
+            self.observed[ssp] = dict(obs)
+            return True
+        hit = False
+        bounds = self.jt.windows
+        delivered = self.delivered
+        for d, ms in obs.items():
+            old = mine.get(d)
+            if old is None or ms > old:
+                mine[d] = ms
+                if old is None or (d in bounds
+                                   and old - bounds[d] <= delivered.get(d, NO_WATERMARK)):
+                    hit = True
+        return hit
+
+    def sync_windows(self, stage: Stage, task: Any) -> list[tuple[str, int]]:
+        """The windows of ``stage`` whose watermark moved, between two messages."""
+        if self.idle_ms or self.quiet or task.ended:
+            return self.compute(stage, task, streams=False)[0]
+        windows, _, ssps, reach = self._stage[stage.stage_id]
+        moved: list[tuple[str, int]] = []
+        for op_id, bound in windows:
+            v = self._min(ssps, op_id, reach)
+            if v is not None and v - bound > self.delivered.get(op_id, NO_WATERMARK):
+                self.delivered[op_id] = v - bound
+                moved.append((op_id, v - bound))
+        return moved
+
     def _recompute(self, ssp: SSP) -> None:
         per = self.producers.get(ssp, {})
         gone = self.gone.get(ssp, set())

@@ -207,15 +207,18 @@ def test_without_a_bound_the_same_disorder_is_late() -> None:
     assert late > 0
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(partitions=st.integers(1, 3), hops=st.integers(0, 2), declared=st.booleans(),
        concurrency=st.sampled_from([1, 7, 100]), factor=st.integers(1, 2),
        steps=st.lists(st.lists(st.floats(0, 4), min_size=1, max_size=40), min_size=3,
-                      max_size=3), seed=st.integers(0, 1000))
+                      max_size=3), seed=st.integers(0, 1000),
+       disorder=st.sampled_from([None, "input", "window"]))
 def test_panes_do_not_depend_on_speed(partitions: int, hops: int, declared: bool,
                                       concurrency: int, factor: int,
-                                      steps: list[list[float]], seed: int) -> None:
-    """Any in-order input, any shape: the panes are those of the input, none is late."""
+                                      steps: list[list[float]], seed: int,
+                                      disorder: str | None) -> None:
+    """Any input in event-time order, or out of order within a declared bound (on the input or
+    on the window), any shape: the panes are those of the input, none is late."""
     random.seed(seed)
     messages: dict[int, list[Any]] = {}
     for p in range(partitions):
@@ -225,8 +228,15 @@ def test_panes_do_not_depend_on_speed(partitions: int, hops: int, declared: bool
             t += dt
             u = f"u{p}-{i % 3}"
             messages[p].append(KV(u, {"user": u, "ts": t, "p": p}))
+        if disorder is not None:
+            messages[p] = shuffled_within(messages[p], 5.0, seed + p)
+    if disorder == "input":
+        declared = True
+    bound = timedelta(seconds=5) if disorder else None
     app, views, out = build(partitions=partitions, declared=declared, hops=hops, jitter=True,
                             delay=0.003, slow_partition=None,
+                            bound=bound if disorder == "input" else None,
+                            window_bound=bound if disorder == "window" else None,
                             config={"task.max.concurrency": concurrency,
                                     "job.elasticity.factor": factor})
     counts, late = panes(app, views, out, messages)

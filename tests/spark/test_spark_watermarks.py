@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 from collections import Counter
 from datetime import timedelta
 from typing import Any
@@ -23,14 +24,16 @@ def ts(kv: Any) -> float:
     return float(kv.value["ts"])
 
 
-def app_of(declared: bool, hops: int) -> StreamApplication:
+def app_of(declared: bool, hops: int, bound: timedelta | None = None) -> StreamApplication:
     """views (2 partitions) -> async step (partition 1 slow) -> ``hops`` partition_by -> a keyed
     10 s event-time window counting per user."""
     app = StreamApplication("spark-wm", config={"task.max.concurrency": 50})
     mem = MemorySystem()
     serde = KVSerde(StringSerde(), JsonSerde())
-    views = app.input(mem.input("views", serde=serde, partitions=2,
-                                event_time=ts if declared else None))
+    kw: dict[str, Any] = {"event_time": ts} if declared else {}
+    if declared and bound is not None:
+        kw["max_out_of_orderness"] = bound
+    views = app.input(mem.input("views", serde=serde, partitions=2, **kw))
 
     async def slow(kv: Any) -> list[Any]:
         await asyncio.sleep(0.002 if kv.value["p"] == 1 else 0)
@@ -40,8 +43,10 @@ def app_of(declared: bool, hops: int) -> StreamApplication:
     for h in range(hops):
         stream = stream.partition_by(lambda kv: kv.value["user"], lambda kv: kv.value,
                                      serde=serde, name=f"hop{h}")
+    wkw: dict[str, Any] = {} if declared or bound is None else {"max_out_of_orderness": bound}
     (stream.window(Windows.keyed_tumbling(lambda kv: kv.value["user"], timedelta(seconds=10),
-                                          init=int, fold=lambda m, n: n + 1, event_time=ts),
+                                          init=int, fold=lambda m, n: n + 1, event_time=ts,
+                                          **wkw),
                    name="w")
      .map(lambda p: {"user": p.key.key, "start": p.key.pane_id, "n": p.message}, name="row")
      .send_to(app.output(mem.output("counts"))))
@@ -66,3 +71,19 @@ def test_spark_gives_the_panes_of_the_test_runner(spark: Any, declared: bool, ho
     got = rows(result.messages("counts"))
     assert got == rows(streaming.messages("counts"))
     assert sum(json.loads(r)["n"] * c for r, c in got.items()) == 400
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["bound-on-input", "bound-on-window"])
+def test_spark_equals_streaming_within_the_declared_out_of_orderness(spark: Any,
+                                                                     declared: bool) -> None:
+    rng = random.Random(5)
+    messages = {p: [m for _, m in sorted(((m.value["ts"] + rng.uniform(0, 2.5), m)
+                                          for m in msgs), key=lambda x: x[0])]
+                for p, msgs in inputs().items()}
+    bound = timedelta(seconds=3)
+    streaming = TestRunner(app_of(declared, 1, bound)).add_input("views", messages).run(
+        timeout=60)
+    assert streaming.late() == 0
+    result = SparkRunner(spark).reprocess(app_of(declared, 1, bound), {"views": messages})
+    assert rows(result.messages("counts")) == rows(streaming.messages("counts"))
+    assert result.late() == 0
