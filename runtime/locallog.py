@@ -163,6 +163,8 @@ class LocalLog:
         self.path: str = os.path.abspath(os.fspath(path))
         self.map_size = map_size
         self._shared: _Shared | None = None
+        # the last compacted segment ``read`` decoded: (key, value, (offsets, records))
+        self._compacted_cache: tuple[bytes, bytes, tuple[list[int], list[Any]]] | None = None
         try:
             os.makedirs(self.path, exist_ok=True)
         except OSError as e:
@@ -604,8 +606,16 @@ class LocalLog:
         max_records: int, whole: bool,
     ) -> tuple[int, list[Record]] | None:
         """``read`` in a compacted segment: the run of records at consecutive offsets that
-        starts at the first one kept at or after ``offset`` (None: none is)."""
-        _, _, deltas, records = self._decode_compacted(value, prefix, key)
+        starts at the first one kept at or after ``offset`` (None: none is). A reader of a
+        compacted part gets a run per call, so the last segment decoded is kept while its bytes
+        stay the same."""
+        raw = bytes(value)
+        cached = self._compacted_cache
+        if cached is not None and cached[0] == key and cached[1] == raw:
+            deltas, records = cached[2]
+        else:
+            _, _, deltas, records = self._decode_compacted(value, prefix, key)
+            self._compacted_cache = (key, raw, (deltas, records))
         i = bisect_left(deltas, offset - seg_first)
         if i == len(deltas):
             return None

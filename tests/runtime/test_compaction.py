@@ -91,12 +91,18 @@ def test_many_updates_to_few_keys_are_compacted(tmp_path: Path) -> None:
     assert _all_plain(lg, "cl", 0) == after == _all(lg, "cl", 0, step=7)
     for cut in (90_000, 95_555, 100_000):
         assert _fold(after, cut) == _fold(before, cut)
-    # appends go on at the same offsets; a second pass leaves the compacted part as it is
+    # appends go on at the same offsets; a second pass merges the compacted part with the rest
     assert lg.append("cl", 0, [(b"k1", b"new", None)]) == 100_000
     assert dirty_records(lg, "cl", 0, 100_001) == (10_001, r.records_after)
     again = compact_partition(lg, "cl", 0, 100_001)
     assert again.upto == 100_001 and again.records_after <= 50
     assert _fold(_all(lg, "cl", 0), 100_001)[b"k1"] == b"new"
+    # `read` keeps the compacted segment it read decoded: a pass rewriting it at its key shows
+    first, (rec,) = lg.read("cl", 0, 0, 1)
+    lg.append("cl", 0, [(rec[0], b"newer", None)])
+    compact_partition(lg, "cl", 0, 100_002)
+    assert _all_plain(lg, "cl", 0) == _all(lg, "cl", 0)
+    assert (first, rec) not in _all(lg, "cl", 0)
     lg.close()
 
 
