@@ -1,10 +1,11 @@
-"""Testing helpers: ``TestRunner`` (in-memory runs) and ``strategies`` (hypothesis strategies)."""
+"""Testing helpers: ``TestRunner`` (in-memory runs), ``strategies`` (hypothesis strategies) and
+``model`` (a reference model of event-time windows and joins, docs/semantics.md)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["TestRunner", "TestResult", "strategies"]
+__all__ = ["TestRunner", "TestResult", "strategies", "model"]
 
 
 def __getattr__(name: str) -> Any:
@@ -13,8 +14,8 @@ def __getattr__(name: str) -> Any:
         from runtime import testing
 
         return getattr(testing, name)
-    if name == "strategies":
+    if name in ("strategies", "model"):
         import importlib
 
-        return importlib.import_module("samza_dsl.testing.strategies")
+        return importlib.import_module(f"samza_dsl.testing.{name}")
     raise AttributeError(f"module 'samza_dsl.testing' has no attribute {name!r}")

@@ -1,0 +1,392 @@
+"""A reference model of event-time windows and joins: slow, single-threaded, and written from the
+rules in docs/semantics.md (SEMANTICS.md rules 7-10 and 15), not from the operators that run them.
+Use it to check what a pipeline gives against what the rules say it must give.
+
+The model sees one window (or join) instance: the messages that reach it, in the order they reach
+it, and the watermark as it moves. ``interleave`` builds that sequence from channels (input
+partitions or producing tasks), each a list of ``(messages reaching the window, progress)`` per
+message it handed out; ``run_window`` then gives the panes and the late messages.
+
+>>> from datetime import timedelta
+>>> from samza_dsl import KV, Triggers, Windows
+>>> w = Windows.keyed_tumbling(lambda kv: kv.key, timedelta(seconds=10),
+...                            event_time=lambda kv: kv.value).early_trigger(Triggers.count(2))
+>>> msgs = [KV("a", 1.0), KV("a", 2.0), KV("a", 12.0), KV("a", 3.0)]
+>>> steps = interleave({0: [([m], int(m.value * 1000)) for m in msgs]})
+>>> result = run_window(w, steps)
+>>> [(p.key, p.pane_id, p.firing.name, [m.value for m in p.value]) for p in result.panes]
+[('a', '0', 'EARLY', [1.0, 2.0]), ('a', '0', 'DEFAULT', [1.0, 2.0]), ('a', '10000', 'DEFAULT', [12.0])]
+>>> result.late_counts
+{'-': 1}
+
+What the model defines, for an event-time window (``event_time=``):
+
+- **Watermark.** ``Advance(ms)`` is the task's watermark; the window's is that less the window's
+  ``max_out_of_orderness``. It never goes back. A tumbling pane ``[start, start + size)`` closes
+  when the watermark reaches its end; a session closes when it reaches its last message + gap.
+- **Late.** A message whose pane (for a session: its own window ``[t, t + gap)``) is closed is
+  late. With ``allowed_lateness(d)`` *and* a late trigger, a closed pane keeps its state until the
+  watermark reaches its end + d, and a late message before then is folded into it and fed to the
+  late trigger, which emits LATE panes; any other late message is counted (per stream) and
+  dropped. Nothing fires when a kept pane expires.
+- **Triggers.** The early trigger starts when a pane opens and sees each message folded into it;
+  ``count(n)`` fires on its n-th message, once; ``any`` fires when its first child fires and
+  then is done; ``repeat`` restarts its trigger after each firing. A DEFAULT firing cancels the
+  early trigger; the late trigger starts when the pane closes.
+  ``time_since_first_message`` and ``time_since_last_message`` run on processing time in
+  samza-dsl (rule 7: they fire at window ticks), which has no meaning in event time: the model
+  lets no processing time pass, so they never fire. A run matches the model only if it ends
+  before the shortest such duration; inside ``any`` the other triggers still work.
+- **Firing.** A firing emits the pane's value (the fold of its state, or the list of its
+  messages) if its state is not empty. DISCARDING clears the state after every firing;
+  ACCUMULATING keeps it, but a DEFAULT firing clears it unless the pane is kept for lateness.
+- **End of stream.** Every open pane fires DEFAULT, in order of pane start, then key.
+- **Sessions** merge as in Beam and Flink: each message has the window ``[t, t + gap)``; a
+  message joins (and so merges) every open session of its key it overlaps, whatever order the
+  messages come in, so a key's sessions do not depend on arrival order. A session's pane id is
+  its earliest message's time; the merged session keeps the early trigger of its earliest part,
+  which then sees the other parts' messages.
+
+Joins: ``stream_join`` (rule 9) and ``table_join`` (rule 10) take the messages in the order they
+reach the join instance.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from samza_dsl.kv import KV
+from samza_dsl.windows import (
+    AccumulationMode,
+    AnyTrigger,
+    CountTrigger,
+    FiringType,
+    RepeatTrigger,
+    TimeSinceFirstMessageTrigger,
+    TimeSinceLastMessageTrigger,
+    Trigger,
+    Window,
+)
+
+__all__ = ["Arrive", "Advance", "ModelPane", "WindowResult", "run_window", "interleave",
+           "event_time_ms", "stream_join", "table_join"]
+
+NEG_INF = -math.inf
+
+
+@dataclass(frozen=True)
+class Arrive:
+    """A message reaching the window, from ``stream`` (where it came into the task)."""
+
+    message: Any
+    stream: str = "-"
+
+
+@dataclass(frozen=True)
+class Advance:
+    """The task's watermark moves to ``watermark_ms`` (a lower value is ignored)."""
+
+    watermark_ms: float
+
+
+@dataclass(frozen=True)
+class ModelPane:
+    """A pane the model emits: ``(key, pane_id, firing)`` as in ``WindowPane``, and its value."""
+
+    key: Any
+    pane_id: str
+    firing: FiringType
+    value: Any
+
+
+@dataclass
+class WindowResult:
+    panes: list[ModelPane] = field(default_factory=list)
+    #: ``(message, stream)`` of every message dropped as late, in arrival order
+    late: list[tuple[Any, str]] = field(default_factory=list)
+
+    @property
+    def late_counts(self) -> dict[str, int]:
+        """Late messages per stream, as ``TestResult.late_counts[window]``."""
+        out: dict[str, int] = {}
+        for _, stream in self.late:
+            out[stream] = out.get(stream, 0) + 1
+        return out
+
+
+def event_time_ms(window: Window[Any, Any], message: Any) -> int:
+    """The message's event time in whole milliseconds (``event_time`` gives seconds)."""
+    assert window.event_time is not None, "the model runs event-time windows only"
+    return math.floor(float(window.event_time(message)) * 1000.0)
+
+
+# --- triggers -----------------------------------------------------------------------------------
+
+class _Trig:
+    """The state of one trigger spec; ``message()`` says whether it fires on this message."""
+
+    def __init__(self, spec: Trigger) -> None:
+        self.spec = spec
+        self.done = False
+        self.seen = 0
+        self.children: list[_Trig] = []
+        if isinstance(spec, AnyTrigger):
+            self.children = [_Trig(t) for t in spec.triggers]
+        elif isinstance(spec, RepeatTrigger):
+            self.children = [_Trig(spec.trigger)]
+        elif not isinstance(spec, CountTrigger | TimeSinceFirstMessageTrigger
+                            | TimeSinceLastMessageTrigger):
+            raise TypeError(f"the model does not know the trigger {spec!r}")
+
+    def message(self) -> bool:
+        spec = self.spec
+        if isinstance(spec, RepeatTrigger):
+            if self.children[0].message():
+                self.children = [_Trig(spec.trigger)]
+                return True
+            return False
+        if self.done:
+            return False
+        if isinstance(spec, CountTrigger):
+            self.seen += 1
+            self.done = self.seen >= spec.count
+            return self.done
+        if isinstance(spec, AnyTrigger):
+            fired = [c.message() for c in self.children]  # every child sees the message
+            self.done = any(fired)
+            return self.done
+        return False  # a processing-time trigger: no processing time passes in the model
+
+
+# --- windows ------------------------------------------------------------------------------------
+
+@dataclass
+class _Pane:
+    key: Any
+    start: int
+    last: int  # sessions: the latest message's time
+    msgs: list[Any] = field(default_factory=list)
+    early: _Trig | None = None
+    late: _Trig | None = None
+    closed: bool = False
+
+
+class _Model:
+    def __init__(self, window: Window[Any, Any]) -> None:
+        if window.event_time is None:
+            raise ValueError("the model runs event-time windows only (give the window event_time=)")
+        self.w = window
+        self.wm: float = NEG_INF
+        self.panes: list[_Pane] = []
+        self.out = WindowResult()
+        self.keeps = window.allowed_lateness_ms > 0 and window.late is not None
+
+    # pane bounds
+    def end(self, p: _Pane) -> int:
+        return p.last + self.w.size_ms if self.w.is_session else p.start + self.w.size_ms
+
+    def value(self, msgs: list[Any]) -> Any:
+        if self.w.init is None or self.w.fold is None:
+            return list(msgs)
+        acc = self.w.init()
+        for m in msgs:
+            acc = self.w.fold(m, acc)
+        return acc
+
+    def fire(self, p: _Pane, firing: FiringType) -> None:
+        if p.msgs:
+            self.out.panes.append(ModelPane(p.key, str(p.start), firing, self.value(p.msgs)))
+            if self.w.mode is AccumulationMode.DISCARDING:
+                p.msgs = []
+
+    def fold(self, p: _Pane, m: Any, trig: _Trig | None, firing: FiringType) -> None:
+        p.msgs.append(m)
+        if trig is not None and trig.message():
+            self.fire(p, firing)
+
+    def new_pane(self, key: Any, start: int, last: int) -> _Pane:
+        p = _Pane(key, start, last)
+        p.early = _Trig(self.w.early) if self.w.early is not None else None
+        self.panes.append(p)
+        return p
+
+    def arrive(self, a: Arrive) -> None:
+        w, m = self.w, a.message
+        key = w.key_fn(m) if w.keyed and w.key_fn is not None else None
+        t = event_time_ms(w, m)
+        if w.is_session:
+            self.arrive_session(a, key, t)
+            return
+        start = t - t % w.size_ms
+        pane = next((p for p in self.panes if p.key == key and p.start == start), None)
+        if start + w.size_ms > self.wm:  # its pane is open
+            pane = pane or self.new_pane(key, start, t)
+            self.fold(pane, m, pane.early, FiringType.EARLY)
+        elif self.keeps and start + w.size_ms + w.allowed_lateness_ms > self.wm:
+            if pane is None:
+                pane = self.new_pane(key, start, t)
+                self.close(pane)
+            self.fold(pane, m, pane.late, FiringType.LATE)
+        else:
+            self.out.late.append((m, a.stream))
+
+    def arrive_session(self, a: Arrive, key: Any, t: int) -> None:
+        w, m, gap = self.w, a.message, self.w.size_ms
+
+        def overlaps(p: _Pane) -> bool:
+            return p.key == key and p.start < t + gap and t < p.last + gap
+
+        if t + gap > self.wm:  # its own window is open: join every open session it overlaps
+            parts = sorted((p for p in self.panes if not p.closed and overlaps(p)),
+                           key=lambda p: p.start)
+            if not parts:
+                p = self.new_pane(key, t, t)
+                self.fold(p, m, p.early, FiringType.EARLY)
+                return
+            head = parts[0]
+            for other in parts[1:]:
+                self.panes.remove(other)
+                head.last = max(head.last, other.last)
+                for om in other.msgs:
+                    self.fold(head, om, head.early, FiringType.EARLY)
+            head.start, head.last = min(head.start, t), max(head.last, t)
+            self.fold(head, m, head.early, FiringType.EARLY)
+            return
+        kept = sorted((p for p in self.panes if p.closed and overlaps(p)), key=lambda p: p.start)
+        if kept:
+            self.fold(kept[0], m, kept[0].late, FiringType.LATE)
+        elif self.keeps and t + gap + w.allowed_lateness_ms > self.wm:
+            p = self.new_pane(key, t, t)
+            self.close(p)
+            self.fold(p, m, p.late, FiringType.LATE)
+        else:
+            self.out.late.append((m, a.stream))
+
+    def close(self, p: _Pane) -> None:
+        p.closed = True
+        p.early = None
+        if self.keeps:
+            p.late = _Trig(self.w.late) if self.w.late is not None else None
+        else:
+            self.panes.remove(p)
+
+    def advance(self, wm: float) -> None:
+        wm -= self.w.max_out_of_orderness_ms
+        if wm <= self.wm:
+            return
+        self.wm = wm
+        for p in sorted(self.panes, key=lambda p: (self.end(p), p.start, repr(p.key))):
+            if not p.closed and self.end(p) <= wm:
+                self.fire(p, FiringType.DEFAULT)
+                if self.w.mode is AccumulationMode.ACCUMULATING and not self.keeps:
+                    p.msgs = []
+                self.close(p)
+            if p.closed and p in self.panes and self.end(p) + self.w.allowed_lateness_ms <= wm:
+                self.panes.remove(p)
+
+    def end_of_stream(self) -> None:
+        for p in sorted(self.panes, key=lambda p: (p.start, repr(p.key))):
+            if not p.closed:
+                self.fire(p, FiringType.DEFAULT)
+        self.panes = []
+
+
+def run_window(window: Window[Any, Any], steps: Iterable[Arrive | Advance], *,
+               end_of_stream: bool = True) -> WindowResult:
+    """The panes and late messages of one instance of an event-time ``window`` that sees
+    ``steps`` in order (then end-of-stream, unless ``end_of_stream=False``)."""
+    model = _Model(window)
+    for step in steps:
+        if isinstance(step, Arrive):
+            model.arrive(step)
+        elif isinstance(step, Advance):
+            model.advance(step.watermark_ms)
+        else:
+            raise TypeError(f"a step is an Arrive or an Advance, got {step!r}")
+    if end_of_stream:
+        model.end_of_stream()
+    return model.out
+
+
+Handout = tuple[Sequence[Any], float | None]
+
+
+def interleave(channels: Mapping[Hashable, Sequence[Handout]],
+               order: Sequence[Hashable] | None = None, *,
+               stream: str | Callable[[Hashable], str] = "-") -> list[Arrive | Advance]:
+    """The steps one window instance sees from its channels (rule 8: its watermark is the
+    minimum over the channels feeding it).
+
+    Each channel is a list, per message it handed out in order, of ``(the messages it caused
+    that reach the window, the channel's progress in ms after it or None for none yet)``.
+    ``order`` lists channel names, one per handout (default: round robin). After each handout
+    the watermark is the minimum progress over the channels that have not ended; a channel ends
+    after its last handout, and one with none has ended from the start."""
+    names = list(channels)
+    if order is None:
+        order = []
+        depth = max((len(c) for c in channels.values()), default=0)
+        for i in range(depth):
+            order.extend(n for n in names if i < len(channels[n]))
+    pos = {n: 0 for n in names}
+    progress: dict[Hashable, float] = {n: NEG_INF for n in names}
+    steps: list[Arrive | Advance] = []
+    for name in order:
+        outputs, prog = channels[name][pos[name]]
+        pos[name] += 1
+        label = stream(name) if callable(stream) else stream
+        steps.extend(Arrive(m, label) for m in outputs)
+        if prog is not None:
+            progress[name] = max(progress[name], prog)
+        live = [progress[n] for n in names if pos[n] < len(channels[n])]
+        steps.append(Advance(min(live) if live else math.inf))
+    return steps
+
+
+# --- joins --------------------------------------------------------------------------------------
+
+def stream_join(arrivals: Iterable[tuple[str, Any, float]], *, key: Callable[[Any], Any],
+                other_key: Callable[[Any], Any], combine: Callable[[Any, Any], Any],
+                ttl_ms: float) -> list[Any]:
+    """Rule 9 for one join instance: ``arrivals`` are ``("left" | "right", message, time ms)`` in
+    the order they reach it (the time is whatever clock the join's ttl runs on). Each side keeps
+    its latest message per key with its time; a message is stored first, then the other side's
+    entry for its key is looked up, and ``combine(left, right)`` is emitted if that entry is
+    younger than ``ttl_ms`` (strictly)."""
+    stores: dict[str, dict[Any, tuple[Any, float]]] = {"left": {}, "right": {}}
+    out: list[Any] = []
+    for side, m, t in arrivals:
+        if side not in stores:
+            raise ValueError(f"a join arrival is on 'left' or 'right', got {side!r}")
+        k = key(m) if side == "left" else other_key(m)
+        stores[side][k] = (m, t)
+        other = stores["right" if side == "left" else "left"].get(k)
+        if other is not None and t - other[1] < ttl_ms:
+            out.append(combine(m, other[0]) if side == "left" else combine(other[0], m))
+    return out
+
+
+def table_join(arrivals: Iterable[tuple[str, Any]], *, combine: Callable[[Any, Any], Any],
+               key: Callable[[Any], Any] | None = None) -> list[Any]:
+    """Rule 10 for one task: ``arrivals`` are ``("put", KV(k, v))`` (a ``None`` value deletes,
+    as ``send_to(table)``) and ``("message", m)`` in order. A message is looked up by
+    ``key(m)`` (default its ``KV.key``); a ``None`` key or a miss gives ``combine(m, None)``,
+    a hit ``combine(m, KV(k, v))``; a ``None`` result is dropped."""
+    table: dict[Any, Any] = {}
+    out: list[Any] = []
+    for what, m in arrivals:
+        if what == "put":
+            if m.value is None:
+                table.pop(m.key, None)
+            else:
+                table[m.key] = m.value
+            continue
+        k = key(m) if key is not None else (m.key if isinstance(m, KV) else None)
+        record = KV(k, table[k]) if k is not None and k in table else None
+        r = combine(m, record)
+        if r is not None:
+            out.append(r)
+    return out
