@@ -150,9 +150,34 @@ def cmd_run(args: argparse.Namespace) -> int:
         runner.run()
         if runner.local:
             print(f"job {runner.job.job_name}: state in {runner.job.root}; this run's outputs:")
-        print_outputs(runner, limit=args.show)
+        print_outputs(runner, limit=args.show, app_ref=args.app)
     finally:
         runner.close()
+    return 0
+
+
+def cmd_sample(args: argparse.Namespace) -> int:
+    """The module's ``sample_input(N)`` for one input, as the JSON Lines ``--input``, ``load`` and
+    ``reprocess`` read."""
+    import msgspec
+
+    from samza_dsl.kv import KV
+
+    from .loader import load_app
+
+    if args.n < 0:
+        raise SamzaError(f"sample takes a number of messages N >= 0, got {args.n}")
+    app = load_app(args.app)
+    if args.stream not in app._inputs:
+        raise SamzaError(f"{args.stream!r} is not an input of {app.name!r}; its inputs: "
+                         f"{', '.join(sorted(app._inputs))}")
+    messages = _sample_inputs(args.app, app, args.n).get(args.stream, [])
+    encode = msgspec.json.Encoder().encode
+    out = sys.stdout.buffer
+    for m in messages:  # type: ignore[attr-defined]
+        row = {"key": m.key, "value": m.value} if type(m) is KV else m
+        out.write(encode(row) + b"\n")
+    out.flush()
     return 0
 
 
@@ -256,6 +281,20 @@ def _local_path_missing(path: str) -> bool:
     return not os.path.exists(path)
 
 
+def _make_output_dirs(outputs: Mapping[str, str]) -> None:
+    """The parent directory of each local ``--output`` path, made now: before Spark starts, so a
+    path that cannot be made is an error at once."""
+    for sid, path in outputs.items():
+        if "://" in path or path.startswith("file:"):
+            continue
+        parent = os.path.dirname(os.path.abspath(path))
+        try:
+            os.makedirs(parent, exist_ok=True)
+        except OSError as exc:
+            raise SamzaError(f"--output {sid}: cannot make the directory {parent} for {path}: "
+                             f"{exc.strerror or exc}; choose a path you can write to") from None
+
+
 _SPARK_LOG4J2 = """\
 rootLogger.level = fatal
 rootLogger.appenderRef.stderr.ref = console
@@ -309,6 +348,7 @@ def cmd_reprocess(args: argparse.Namespace) -> int:
     for sid, path in inputs.items():
         if _local_path_missing(path):
             raise SamzaError(f"--input {sid}: {path} does not exist (looked in {os.getcwd()})")
+    _make_output_dirs(outputs)
 
     from .spark import SparkRunner
     from .spark.progress import StageProgress
@@ -390,6 +430,13 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--no-progress", action="store_true",
                     help="no progress bars or stage table on standard error")
     rp.set_defaults(func=cmd_reprocess)
+
+    sm = sub.add_parser("sample", help="print the module's sample_input(N) for one input as "
+                                       "JSON Lines (for --input, load and reprocess)")
+    sm.add_argument("app", help="module_or_file.py:attr")
+    sm.add_argument("stream", help="input stream id")
+    sm.add_argument("n", type=int, metavar="N", help="sample size: sample_input(N)")
+    sm.set_defaults(func=cmd_sample)
 
     ld = sub.add_parser("load", help="append JSON Lines to a stream of the embedded local log, "
                                      "all or nothing (allowed while the job runs)")

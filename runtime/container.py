@@ -135,6 +135,7 @@ class Container:
         self.closed = False
         self.commits = 0
         self.started = time.monotonic()
+        self.restored: dict[str, dict[SSP, int]] = {}
 
     def store(self, task: TaskModel, store_name: str) -> Any:
         """A task's store, restored to the task's checkpoint."""
@@ -145,6 +146,8 @@ class Container:
 
     async def run(self) -> None:
         restored = {m.name: self.checkpoints.read(m.name) for m in self.task_models}
+        #: the checkpoint each task resumed from ({} for a task that starts afresh)
+        self.restored = restored
         self._changelogs = {m.name: self.checkpoints.read_changelogs(m.name)
                             for m in self.task_models}
         self.tasks = [TaskInstance(m, self.job, self) for m in self.task_models]
@@ -312,8 +315,15 @@ class Container:
     def status(self) -> dict[str, Any]:
         processed = sum(t.processed for t in self.tasks)
         elapsed = max(time.monotonic() - self.started, 1e-9)
+        read: dict[str, int] = {}
+        for t in self.tasks:
+            for sid, n in list(t.read.items()):
+                read[sid] = read.get(sid, 0) + n
         return {
             "processed": processed,
+            # user messages (no control records), in all and per stream
+            "messages": sum(read.values()),
+            "read": read,
             "msgs_per_s": processed / elapsed,
             "in_flight": sum(t.in_flight for t in self.tasks),
             "checkpoints": {t.name: {str(s): o for s, o in sorted(t.checkpoint.items())}

@@ -243,7 +243,7 @@ class LocalRunner(LateCounts):
         positions = ", ".join(f"{ssp}@{off}" for cps in s["checkpoints"].values()
                               for ssp, off in cps.items())
         late = f"late {self.late():>6}  " if window_ids(self.plan) else ""
-        line = (f"processed {s['processed']:>9}  {s['msgs_per_s']:>9.0f} msg/s  "
+        line = (f"processed {s['messages']:>9}  {s['msgs_per_s']:>9.0f} msg/s  "
                 f"in flight {s['in_flight']:>4}  {late}checkpoint {positions or '-'}")
         end = "\n" if final else "\r"
         self.progress.write(line[:200] + end)
@@ -347,15 +347,33 @@ def _uses_local_system(app: StreamApplication) -> bool:
 
 
 def print_outputs(runner: LocalRunner, out: TextIO = sys.stdout, limit: int = 10,
-                  fmt: Callable[[Any], str] = repr) -> None:
+                  fmt: Callable[[Any], str] = repr, app_ref: str | None = None) -> None:
+    """The run's summary: where it resumed, each output's messages of this run, what came in and
+    went out, and the late messages of its windows (how many, where they went, and why)."""
+    from .summary import LATE_WHY, resume_lines, traffic_lines
+
+    container = runner.container
+    in_process = getattr(runner, "_procs", None) is None and container is not None
+    if in_process:
+        for line in resume_lines(container.restored, runner.plan):  # type: ignore[union-attr]
+            out.write(line + "\n")
+    counts: dict[str, int] = {}
     for sid in runner.plan.output_streams:
         msgs = runner.messages(sid)
+        counts[sid] = len(msgs)
         out.write(f"{sid}: {len(msgs)} message(s)\n")
         for m in msgs[:limit]:
             out.write(f"  {fmt(m)}\n")
         if len(msgs) > limit:
             out.write(f"  ... {len(msgs) - limit} more\n")
+    if in_process:
+        resumed = any(container.restored.values())  # type: ignore[union-attr]
+        for line in traffic_lines(container.status()["read"], counts,  # type: ignore[union-attr]
+                                  runner.plan, resumed=resumed, app_ref=app_ref):
+            out.write(line + "\n")
     if window_ids(runner.plan) and getattr(runner, "_procs", None) is None:
         lines = runner.late_summary() or ["late: no late messages"]
+        if runner.late():
+            lines.append(LATE_WHY)
         for line in lines:
             out.write(line + "\n")

@@ -78,6 +78,8 @@ class TaskInstance:
         self.in_flight = 0
         self.checkpoint: dict[SSP, int] = {}  # last fully processed offset per partition
         self.processed = 0
+        #: user messages handed out per stream this run (records less control records)
+        self.read: dict[str, int] = {}
 
         # input
         self.inbox: deque[tuple[SSP, int, list[Any]]] = deque()
@@ -437,6 +439,8 @@ class TaskInstance:
             if last_done >= 0:
                 checkpoint[ssp] = first + last_done - 1
             n += i - self._cur_i
+            read = self.read
+            read[ssp.stream_id] = read.get(ssp.stream_id, 0) + i - self._cur_i
             self._cur_i = i
             if i >= len(payloads):
                 self._cur = None
@@ -524,6 +528,8 @@ class TaskInstance:
     def _control(self, ssp: SSP, m: Any) -> bool:
         """Take a control record; True when it counts as processed at its offset (every record
         but the end of a bounded input, which a resumed run must see again)."""
+        read = self.read  # a control record is no user message
+        read[ssp.stream_id] = read.get(ssp.stream_id, 0) - 1
         if type(m) is Skipped:
             return True
         if type(m) is EndOfStream:

@@ -1,0 +1,59 @@
+"""The lines ``samza-dsl run`` prints after a run: where it resumed, what came in, what went out,
+what was late and why, and what to do when nothing was new."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["resume_lines", "traffic_lines", "LATE_WHY"]
+
+#: why a message is late, for a summary that counts some
+LATE_WHY = ("late: a message is late when the watermark (the event time its input has reached, "
+            "less max_out_of_orderness) had passed the end of its window, plus the window's "
+            "allowed lateness, before it came; declare max_out_of_orderness beside event_time "
+            "(on the input or the window) to wait longer, or late_to= to keep them")
+
+
+def _inputs(plan: Any) -> list[str]:
+    return [sid for sid in plan.input_streams]
+
+
+def resume_lines(restored: Mapping[str, Mapping[Any, int]], plan: Any) -> list[str]:
+    """Where a run resumed: the input offsets of the checkpoint it started after."""
+    inputs = set(_inputs(plan))
+    at = sorted((str(ssp), off) for cps in restored.values() for ssp, off in cps.items()
+                if ssp.stream_id in inputs)
+    if not at:
+        return []
+    shown = ", ".join(f"{ssp}@{off}" for ssp, off in at[:8])
+    more = f" and {len(at) - 8} more" if len(at) > 8 else ""
+    return [f"resumed after the checkpoint of an earlier run: {shown}{more} (the last offset "
+            f"processed in each input partition)"]
+
+
+def traffic_lines(read: Mapping[str, int], outputs: Mapping[str, int], plan: Any, *,
+                  resumed: bool, app_ref: str | None) -> list[str]:
+    """``in:`` (user messages read per input and intermediate stream), ``out:`` (messages written
+    per output) and, when a resumed run found nothing new, what to do."""
+    lines = []
+    inputs = _inputs(plan)
+    total_in = sum(read.get(sid, 0) for sid in inputs)
+    parts = [f"{read.get(sid, 0):,} from {sid}" for sid in inputs]
+    lines.append(f"in: {total_in:,} new message(s) ({', '.join(parts) or 'no inputs'})")
+    between = [(sid, n) for sid, n in sorted(read.items())
+               if sid not in inputs and plan.streams[sid].kind in ("intermediate", "broadcast")]
+    if between:
+        lines.append("through: " + ", ".join(f"{n:,} via {sid}" for sid, n in between))
+    outs = ", ".join(f"{n:,} to {sid}" for sid, n in outputs.items())
+    lines.append(f"out: {sum(outputs.values()):,} message(s) ({outs or 'no outputs'})")
+    if total_in == 0 and inputs:
+        app = app_ref or "APP"
+        first = inputs[0]
+        why = ("every input was processed up to its end by an earlier run" if resumed
+               else "the inputs are empty")
+        lines.append(f"nothing new: {why}. See what a stream holds with `samza-dsl dump {app} "
+                     f"{first}`; add messages with `samza-dsl load {app} {first} FILE.jsonl` or "
+                     f"`samza-dsl run {app} --input {first}=FILE.jsonl --append`; or process "
+                     f"everything again after `samza-dsl reset {app} --outputs`")
+    return lines
