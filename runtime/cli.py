@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import os
 import sys
-from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, NoReturn
 
 from samza_dsl.errors import SamzaError
 
@@ -83,7 +84,12 @@ def _read_jsonl(path: str, keyed: bool) -> list[object]:
     from samza_dsl.kv import KV
 
     out: list[object] = []
-    with open(path, "rb") as f:
+    try:
+        f = open(path, "rb")  # noqa: SIM115 (closed by the with below)
+    except OSError as exc:
+        raise SamzaError(f"cannot read {path}: {exc.strerror or exc} (looked in {os.getcwd()}); "
+                         f"give a JSON Lines file, one message per line") from None
+    with f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
@@ -92,6 +98,14 @@ def _read_jsonl(path: str, keyed: bool) -> list[object]:
             except msgspec.DecodeError as exc:
                 raise SamzaError(f"{path}:{lineno}: not JSON ({exc}); each line must be one "
                                  f"JSON message") from None
+            except UnicodeDecodeError:
+                where = ""
+                try:
+                    line.decode()
+                except UnicodeDecodeError as exc:
+                    where = f" (byte {line[exc.start]:#04x} at byte {exc.start + 1} of the line)"
+                raise SamzaError(f"{path}:{lineno}: not UTF-8{where}; JSON Lines files are "
+                                 f"UTF-8: convert it (e.g. iconv -t UTF-8)") from None
             if keyed:
                 if not isinstance(obj, dict) or "key" not in obj or "value" not in obj:
                     raise SamzaError(f"{path}:{lineno}: the stream is keyed: each line must be "
@@ -181,21 +195,37 @@ def cmd_sample(args: argparse.Namespace) -> int:
     return 0
 
 
+class _NeverRan(SamzaError):
+    """The job has no state on this machine: nothing to dump, compact or reset."""
+
+
 @contextlib.contextmanager
-def _local_job(args: argparse.Namespace, verify_log: bool = True) -> Iterator[LocalJob]:
-    """The application's job on the embedded local log, opened without running it."""
+def _local_job(args: argparse.Namespace, verify_log: bool = True,
+               ran: bool = False) -> Iterator[LocalJob]:
+    """The application's job on the embedded local log, opened without running it. With
+    ``ran``, a job with no job.dir and no log yet is refused (``_NeverRan``) and nothing is
+    created."""
     from samza_dsl.config import validate_config
 
     from .loader import load_app
-    from .local_system import LocalJob
+    from .local_system import LocalJob, job_dir, log_path
 
     app = load_app(args.app)
-    if not any(d.system.factory == "local"
-               for d in [*app._inputs.values(), *app._outputs.values()]):
+    streams = [*app._inputs.values(), *app._outputs.values()]
+    if not any(d.system.factory == "local" for d in streams):
         raise SamzaError(f"{args.app}: the application has no stream on a LocalSystem; "
                          f"load, dump and reset work on the embedded local log")
-    job = LocalJob(app, validate_config(_parse_config(args.config)), run=False,
-                   verify_log=verify_log)
+    config = validate_config(_parse_config(args.config))
+    if ran:
+        name = f"{app.name}-{app.app_id}"
+        root = job_dir(name, config)
+        logs = {log_path(d.system.name, d.system.config, name, config)
+                for d in streams if d.system.factory == "local"}
+        if not os.path.exists(root) and not any(os.path.exists(p) for p in logs):
+            raise _NeverRan(f"job {name!r} has not run here: its job.dir {root} does not exist "
+                            f"(looked in {os.getcwd()}); run it first with `samza-dsl run "
+                            f"{args.app}`, or give its job.dir with -c job.dir=PATH")
+    job = LocalJob(app, config, run=False, verify_log=verify_log)
     try:
         yield job
     finally:
@@ -218,7 +248,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
 
     if args.limit is not None and args.limit < 1:
         raise SamzaError(f"--limit takes a number of messages >= 1, got {args.limit}")
-    with _local_job(args) as job:
+    with _local_job(args, ran=True) as job:
         sources = dump_sources(job)
         source = sources.get(args.stream)
         if source is None:
@@ -232,8 +262,12 @@ def cmd_dump(args: argparse.Namespace) -> int:
 
 
 def cmd_reset(args: argparse.Namespace) -> int:
-    with _local_job(args, verify_log=False) as job:  # a log that lost the job can start over
-        gone = job.reset(outputs=args.outputs)
+    try:  # a log that lost the job can start over
+        with _local_job(args, verify_log=False, ran=True) as job:
+            gone = job.reset(outputs=args.outputs)
+    except _NeverRan as exc:
+        print(f"samza-dsl reset: nothing to reset: {exc}", file=sys.stderr)
+        return 0
     print(f"reset job {job.job_name}: " + ("; ".join(gone) if gone else "nothing to remove"),
           file=sys.stderr)
     return 0
@@ -244,7 +278,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
 
     if args.batch < 1:
         raise SamzaError(f"--batch takes a number of records >= 1, got {args.batch}")
-    with _local_job(args) as job:
+    with _local_job(args, ran=True) as job:
         results = compact_job(job, group_records=args.batch)
     for r in results:
         print(f"{r.stream} partition {r.partition}: below offset {r.upto}, {r.records_before} "
@@ -380,10 +414,30 @@ def cmd_reprocess(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: what is wrong and where the help is (exit code 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+
+
+def _at_least(least: int) -> Callable[[str], int]:
+    """An argparse type: a whole number >= ``least``."""
+    def number(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"takes a whole number, got {text!r}") from None
+        if n < least:
+            raise argparse.ArgumentTypeError(f"takes a number >= {least}, got {n}")
+        return n
+    return number
+
+
 def build_parser() -> argparse.ArgumentParser:
     from planner.render import FORMATS
 
-    parser = argparse.ArgumentParser(prog="samza-dsl", description="Samza's high-level API in Python")
+    parser = _Parser(prog="samza-dsl", description="Samza's high-level API in Python")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("plan", help="plan an application and print or draw the plan")
     p.add_argument("app", help="module_or_file.py:attr")
@@ -400,15 +454,15 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--input", action="append", default=[], metavar="STREAM=FILE.jsonl",
                    help="messages for an input stream, one JSON per line "
                         '({"key": ..., "value": ...} for keyed streams)')
-    r.add_argument("--sample", type=int, default=0, metavar="N",
+    r.add_argument("--sample", type=_at_least(0), default=0, metavar="N",
                    help="feed the inputs with the module's sample_input(N)")
-    r.add_argument("--show", type=int, default=10, help="output messages to print per stream")
+    r.add_argument("--show", type=_at_least(0), default=10, help="output messages to print per stream")
     r.add_argument("-q", "--quiet", action="store_true", help="no progress line")
     r.add_argument("--follow", action="store_true",
                    help="keep reading inputs past their end until stopped (Ctrl-C)")
-    r.add_argument("--containers", type=int, metavar="N",
+    r.add_argument("--containers", type=_at_least(1), metavar="N",
                    help="job.container.count: run the job in N container processes")
-    r.add_argument("--container-id", type=int, metavar="I",
+    r.add_argument("--container-id", type=_at_least(0), metavar="I",
                    help="job.container.id: run only container I of the job's "
                         "job.container.count (one per host or pod)")
     r.set_defaults(func=cmd_run)
@@ -425,7 +479,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "without --output are counted and shown")
     rp.add_argument("--master", default="local[2]", help="Spark master (default: local[2])")
     rp.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE")
-    rp.add_argument("--show", type=int, default=5, metavar="N",
+    rp.add_argument("--show", type=_at_least(0), default=5, metavar="N",
                     help="messages to print of each output without --output (default 5)")
     rp.add_argument("--no-progress", action="store_true",
                     help="no progress bars or stage table on standard error")
@@ -450,7 +504,7 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("dump", help="print a stream of the embedded local log as JSON Lines")
     d.add_argument("app", help="module_or_file.py:attr")
     d.add_argument("stream", help="stream id")
-    d.add_argument("--limit", type=int, default=None, metavar="N",
+    d.add_argument("--limit", type=_at_least(1), default=None, metavar="N",
                    help="only the last N messages")
     d.add_argument("--offsets", action="store_true",
                    help='print each message as {"partition": P, "offset": O, "message": M}')
@@ -461,7 +515,7 @@ def build_parser() -> argparse.ArgumentParser:
                                         "log below their checkpoints, now (a running job does it "
                                         "in the background); refused while the job runs")
     cp.add_argument("app", help="module_or_file.py:attr")
-    cp.add_argument("--batch", type=int, default=65536, metavar="N",
+    cp.add_argument("--batch", type=_at_least(1), default=65536, metavar="N",
                     help="records rewritten per write transaction, at most about (default "
                          "65536): smaller holds the log's write lock for less time")
     cp.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE")
@@ -479,7 +533,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # named after the command, with its help
+        parser.exit(2, f"samza-dsl {args.command}: error: unrecognized arguments: "
+                       f"{' '.join(extra)}; see samza-dsl {args.command} --help\n")
     try:
         return int(args.func(args))
     except SamzaError as exc:
@@ -495,10 +552,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .storage import storage_error
 
         fault = storage_error(exc, str(exc.filename or os.getcwd()), f"running {args.command}")
-        if fault is None:
-            raise
-        print(f"samza-dsl {args.command}: error: {fault}", file=sys.stderr)
+        if fault is not None:
+            text = str(fault)
+        elif exc.filename is not None and exc.errno in _PATH_ERRNOS:
+            text = f"{exc.filename}: {exc.strerror} (looked in {os.getcwd()}); check the path"
+        else:
+            raise  # not about a path the user gave: a bug, with its traceback
+        print(f"samza-dsl {args.command}: error: {text}", file=sys.stderr)
         return 2
+
+
+#: an OSError about a path a user named: a user mistake, not a bug
+_PATH_ERRNOS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG,
+                          errno.ELOOP})
 
 
 if __name__ == "__main__":

@@ -1,0 +1,146 @@
+"""A user's mistake on the command line is one line on standard error saying what is wrong and
+what to do, with exit code 2 and no traceback, in every command. Each case runs the installed
+``samza-dsl`` console script in a fresh directory, as a user would."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CLI = Path(sys.executable).parent / "samza-dsl"
+APP = str(REPO / "examples/page_view_counts.py") + ":app"
+JOB = "page-view-counts-1"
+
+BAD_PLAN = '''
+from samza_dsl import StreamApplication
+from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
+from samza_dsl.systems import LocalSystem
+
+system = LocalSystem("local")
+app = StreamApplication("bad-plan")
+serde = KVSerde(StringSerde(), JsonSerde())
+a = app.input(system.input("a", serde=serde, partitions=2))
+b = app.input(system.input("b", serde=serde, partitions=3))
+out = app.output(system.output("out", serde=serde))
+a.join(b, key=lambda m: m.key, other_key=lambda m: m.key, combine=lambda x, y: x, ttl=60,
+       name="j").send_to(out)
+
+
+def broken():
+    raise RuntimeError("a bug in the application's own code")
+'''
+
+
+def cli(cwd: Path, *argv: str, shell: str | None = None) -> tuple[int, str, str]:
+    assert CLI.exists(), f"the samza-dsl console script is not installed next to {sys.executable}"
+    cmd: str | list[str] = shell.replace("samza-dsl", str(CLI)) if shell else [str(CLI), *argv]
+    proc = subprocess.run(cmd, cwd=cwd, shell=shell is not None, capture_output=True, text=True,
+                          timeout=120, check=False)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def one_line_error(code: int, err: str, command: str, *fragments: str) -> None:
+    assert code == 2, err
+    assert "Traceback" not in err, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"samza-dsl {command}: error: "), err
+    for fragment in fragments:
+        assert fragment in err, f"{fragment!r} not in {err!r}"
+
+
+def views_file(path: Path, n: int) -> Path:
+    with open(path, "w", encoding="utf-8") as f:
+        for i in range(n):
+            f.write(json.dumps({"key": f"user-{i % 30}",
+                                "value": {"page": "/home", "bot": False, "ts": 1.7e9 + i}}) + "\n")
+    return path
+
+
+def test_dump_of_a_job_that_never_ran_says_so_and_creates_nothing(tmp_path: Path) -> None:
+    code, _, err = cli(tmp_path, "dump", APP, "page-views")
+    one_line_error(code, err, "dump", f"job {JOB!r} has not run", f".samza/{JOB}", "samza-dsl run")
+    assert list(tmp_path.iterdir()) == []
+    code, _, err = cli(tmp_path, "compact", APP)
+    one_line_error(code, err, "compact", "has not run", f".samza/{JOB}")
+    code, _, err = cli(tmp_path, "reset", APP)  # nothing to forget: not an error
+    assert code == 0 and "nothing to reset" in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_dump_of_an_unknown_stream_lists_the_streams(tmp_path: Path) -> None:
+    code, _, err = cli(tmp_path, "load", APP, "page-views", str(views_file(tmp_path / "v.jsonl", 3)))
+    assert code == 0, err
+    code, _, err = cli(tmp_path, "dump", APP, "page-veiws")
+    one_line_error(code, err, "dump", "'page-veiws' is not a stream", "its streams: logins, page-view-counts, ", "page-views")
+
+
+def test_a_missing_input_file_names_it(tmp_path: Path) -> None:
+    code, _, err = cli(tmp_path, "load", APP, "page-views", "nope.jsonl")
+    one_line_error(code, err, "load", "nope.jsonl", "No such file", str(tmp_path))
+    code, _, err = cli(tmp_path, "run", APP, "-q", "--input", "page-views=nope.jsonl")
+    one_line_error(code, err, "run", "nope.jsonl", "No such file")
+
+
+def test_invalid_utf8_names_the_file_and_line(tmp_path: Path) -> None:
+    bad = views_file(tmp_path / "views.jsonl", 2)
+    with open(bad, "ab") as f:
+        f.write(b'{"key": "user-1", "value": {"page": "/caf\xe9", "ts": 1}}\n')
+    code, _, err = cli(tmp_path, "load", APP, "page-views", str(bad))
+    one_line_error(code, err, "load", "views.jsonl:3: not UTF-8", "0xe9")
+    code, _, err = cli(tmp_path, "run", APP, "-q", "--input", f"page-views={bad}")
+    one_line_error(code, err, "run", "views.jsonl:3: not UTF-8")
+
+
+def test_dump_into_a_closed_pipe_is_quiet(tmp_path: Path) -> None:
+    code, _, err = cli(tmp_path, "load", APP, "page-views",
+                       str(views_file(tmp_path / "v.jsonl", 20000)))
+    assert code == 0, err
+    code, out, err = cli(tmp_path, shell=f"samza-dsl dump {APP} page-views | head -n 1")
+    assert code == 0 and err == "", err
+    assert out.count("\n") == 1 and '"key"' in out
+
+
+@pytest.mark.parametrize("command, argv, fragment", [
+    ("run", ["--sample", "-5"], "argument --sample: takes a number >= 0, got -5"),
+    ("run", ["--sample", "many"], "argument --sample: takes a whole number, got 'many'"),
+    ("run", ["--show", "-1"], "argument --show: takes a number >= 0"),
+    ("dump", ["page-views", "--limit", "-3"], "argument --limit: takes a number >= 1, got -3"),
+    ("compact", ["--batch", "0"], "argument --batch: takes a number >= 1"),
+    ("run", ["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+])
+def test_bad_numbers_and_flags_are_refused(tmp_path: Path, command: str, argv: list[str],
+                                           fragment: str) -> None:
+    code, _, err = cli(tmp_path, command, APP, *argv)
+    one_line_error(code, err, command, fragment, f"see samza-dsl {command} --help")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bad_app_specs_config_and_plans(tmp_path: Path) -> None:
+    (tmp_path / "bad_plan.py").write_text(BAD_PLAN, encoding="utf-8")
+    cases = [
+        (["plan", "no_such_module.py:app"], "'no_such_module.py' does not exist"),
+        (["plan", "no_such_package.mod:app"], "cannot import application module"),
+        (["plan", f"{APP[:-4]}:nope"], "has no attribute 'nope'"),
+        (["run", APP, "-c", "task.window.ms"], "-c takes KEY=VALUE, got 'task.window.ms'"),
+        (["run", APP, "-c", "task.max.concurency=4"],
+         "unknown config key 'task.max.concurency' (did you mean 'task.max.concurrency'?)"),
+        (["dump", APP, "page-views", "-c", "task.commit.ms=soon"], "task.commit.ms='soon'"),
+        (["plan", "bad_plan.py:app"], "join 'bad-plan-1-join-j'"),
+    ]
+    for argv, fragment in cases:
+        code, _, err = cli(tmp_path, *argv)
+        one_line_error(code, err, argv[0], fragment)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad_plan.py"]
+
+
+def test_a_bug_still_shows_its_traceback(tmp_path: Path) -> None:
+    (tmp_path / "bad_plan.py").write_text(BAD_PLAN, encoding="utf-8")
+    code, _, err = cli(tmp_path, "plan", "bad_plan.py:broken")
+    assert code == 1, err
+    assert "Traceback" in err and "RuntimeError: a bug in the application's own code" in err
