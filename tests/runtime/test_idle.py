@@ -78,10 +78,13 @@ def test_without_an_idle_timeout_a_silent_partition_holds_the_window(tmp_path: P
     assert seen == [] and after == []
 
 
+@pytest.mark.parametrize("containers", [1, 2])
 @pytest.mark.parametrize("declared", [True, False], ids=["declared-on-input", "window-only"])
-def test_watermarks_cross_a_hop_while_the_job_runs(tmp_path: Path, declared: bool) -> None:
+def test_watermarks_cross_a_hop_while_the_job_runs(tmp_path: Path, declared: bool,
+                                                    containers: int) -> None:
     """Both partitions busy, one of them slowed by an async call: the panes every producer has
-    passed close while the job runs, with every message in them."""
+    passed close while the job runs, with every message in them; with two containers the
+    watermarks cross processes through the local log."""
     import asyncio
 
     app = StreamApplication("hop", config={"task.commit.ms": 200, "task.max.concurrency": 50})
@@ -102,8 +105,9 @@ def test_watermarks_cross_a_hop_while_the_job_runs(tmp_path: Path, declared: boo
      .send_to(out))
     data = {p: [KV(f"u{p}", {"user": f"u{p}", "ts": i * 0.5, "p": p}) for i in range(100)]
             for p in range(2)}
-    runner = LocalRunner(app, {"job.dir": str(tmp_path / "job")}, inputs={"views": data},
-                         follow=True)
+    runner = LocalRunner(app, {"job.dir": str(tmp_path / "job"),
+                               "job.container.count": containers},
+                         inputs={"views": data}, follow=True)
     runner.start()
     deadline = time.monotonic() + 60
     seen: list[Any] = []
