@@ -38,13 +38,17 @@ from .codec import (
 from .container import Container
 from .elastic import rescale_checkpoints
 from .job import SSP, TaskModel, build_job_model, job_containers, start_generation
+from .job_lock import JobLock
 from .kafka_admin import TopicSpec, describe_topics, ensure_topics
 from .kafka_changelog import KafkaChangelog
+from .kafka_outage import KEY as UNAVAILABLE_KEY
+from .kafka_outage import BrokerWatch, lost_data_error, missing_topics_error
 from .kafka_system import (
     KafkaCheckpoints,
     KafkaConsumer,
     KafkaProducer,
     new_consumer,
+    offset_bounds,
     true_end_offsets,
 )
 from .local_system import LocalState, dead_letter_stream, job_dir
@@ -87,12 +91,29 @@ class KafkaJob:
         self.checkpoint_topic = f"__samza_checkpoint_{self.job_name}"
         #: where the outputs started, for a job whose containers run in other processes
         self.output_start: dict[TopicPartition, int] | None = None
+        self.lock = JobLock(self.root, self.job_name)
+        effective = {**app.config, **self.config}
+        unavailable = config_value(effective, UNAVAILABLE_KEY) / 1000.0
+        #: the brokers' outages while the job runs (``runtime.kafka_outage``)
+        self.watch = BrokerWatch(self.servers, unavailable, settings=self.consumer_settings)
+        # aiokafka retries a batch until its request timeout: not less than an outage may last
+        self.producer_settings.setdefault("request_timeout_ms",
+                                          max(40_000, int(unavailable * 1000) + 10_000))
+        self.producer_timeout = max(30.0, unavailable + 30.0)
 
     @classmethod
     async def create(cls, app: Any, config: Mapping[str, Any], metrics: Metrics | None = None,
                      *, follow: bool = False, timeout: float = 10.0) -> KafkaJob:
         job = cls(app, config, metrics, follow=follow, timeout=timeout)
-        await job._build()
+        try:
+            await job._build()
+        except BaseException:
+            job.lock.release()
+            await job.watch.stop()
+            producer = getattr(job, "producer", None)
+            if producer is not None:
+                await producer.close()
+            raise
         return job
 
     @classmethod
@@ -102,12 +123,22 @@ class KafkaJob:
         move the checkpoints to a changed elasticity factor, and note where the outputs start
         (``output_start``). Each container then joins the run (``job.container.id``)."""
         job = cls(app, config, timeout=timeout)
+        # exclusive while the run is prepared (checkpoints move), then shared with the
+        # containers: no other run of the job meanwhile
+        count = int(config_value({**app.config, **job.config}, "job.container.count"))
+        job.lock.start_containers(count)
         try:
             await job._setup()
             job.generation = await job.start_run()
             job.output_start = await job.output_ends()
+            job.lock.share()
+        except BaseException:
+            job.lock.release()
+            raise
         finally:
-            await job.producer.close()
+            producer = getattr(job, "producer", None)
+            if producer is not None:
+                await producer.close()
         return job
 
     async def output_ends(self) -> dict[TopicPartition, int]:
@@ -142,12 +173,14 @@ class KafkaJob:
         self.changelog_topics = {name: store.changelog.partition(".")[2] or store.changelog
                                  for name, store in plan.stores.items()
                                  if store.changelog is not None}
-        await ensure_topics(self.servers, [
+        self.topic_specs = [
             *(TopicSpec(self.physical[sid], n) for sid, n in counts.items()),
             *(TopicSpec(t, n_tasks, compacted=True) for t in self.changelog_topics.values()),
             TopicSpec(self.checkpoint_topic, 1, compacted=True),
-            TopicSpec(dead_letter_stream(self.job_name), 1)], timeout=self.timeout)
-        producer = KafkaProducer(self.servers, self.producer_settings, 0)
+            TopicSpec(dead_letter_stream(self.job_name), 1)]
+        await ensure_topics(self.servers, self.topic_specs, timeout=self.timeout)
+        producer = KafkaProducer(self.servers, self.producer_settings, 0,
+                                 timeout=self.producer_timeout, watch=self.watch)
         self.producer = producer
         dead = dead_letter_stream(self.job_name)
         producer.add_stream(dead, dead, 1, None)
@@ -159,6 +192,7 @@ class KafkaJob:
         self.checkpoints = KafkaCheckpoints(self.servers, self.checkpoint_topic, producer,
                                             self.consumer_settings, timeout=self.timeout)
         await self.checkpoints.load()
+        await self.check_data(None)
         self.codecs: dict[str, StreamCodec] = {}
         for sid, s in plan.streams.items():
             serde = stream_serde(getattr(s.descriptor, "serde", None), keyed=s.keyed,
@@ -174,6 +208,7 @@ class KafkaJob:
         plan, job, producer = self.plan, self.job, self.producer
         cfg = plan.config
         self.container_id, self.tasks = job_containers(job, cfg)
+        self.lock.run(self.container_id, int(config_value(cfg, "job.container.count")))
         self.generation = producer.generation = await self.start_run(
             join=self.container_id is not None)
 
@@ -184,13 +219,69 @@ class KafkaJob:
         consumer = KafkaConsumer(self.servers, self.consumer_settings, self.physical,
                                  self.codecs, self.generation,
                                  bounded=set() if self.follow else inputs, upcoming=upcoming,
-                                 timeout=self.timeout)
+                                 timeout=self.timeout, watch=self.watch)
         self.producer, self.consumer = producer, consumer
         self.state = LocalState(self.root, job, cfg, await self._changelogs(producer, self.tasks),
                                 self.metrics, self.dead_letter)
-        self.container = Container(job, self.tasks, consumer=consumer, producer=producer,
-                                   checkpoints=self.checkpoints, config=cfg,
-                                   metrics=self.metrics, state=self.state)
+        self.container = container = Container(
+            job, self.tasks, consumer=consumer, producer=producer, checkpoints=self.checkpoints,
+            config=cfg, metrics=self.metrics, state=self.state)
+
+        def fail(exc: SamzaError) -> None:
+            for t in container.tasks:
+                t.fail(exc)
+        self.watch.on_fatal = fail
+        self.watch.on_back = self.check_data
+        self.watch.start()  # stopped when the producer closes
+
+    async def check_data(self, down_for: float | None) -> None:
+        """That the brokers still have the job's topics, with their partition counts, and the
+        records its checkpoints reach (``down_for``: after an outage of so many seconds; None:
+        at the start). Raises ``KafkaDataLost`` naming what is gone."""
+        if down_for is not None:
+            found = await describe_topics(self.servers, [s.name for s in self.topic_specs],
+                                          timeout=self.timeout)
+            problems = []
+            for spec in self.topic_specs:
+                n = found[spec.name]
+                if n is None:
+                    problems.append(f"topic {spec.name!r} is gone")
+                elif n != spec.partitions:
+                    problems.append(f"topic {spec.name!r} has {n} partitions, not the job's "
+                                    f"{spec.partitions}")
+            if problems:
+                raise missing_topics_error(self.servers, problems, down_for)
+        needed = self._needed_offsets()
+        bounds = await offset_bounds(self.servers, {tp: n for tp, (n, _) in needed.items()},
+                                     self.consumer_settings, self.timeout,
+                                     what="checking the job's checkpoints")
+        lost = [(tp, need, bounds[tp][0], bounds[tp][1], what)
+                for tp, (need, what) in sorted(needed.items())
+                if bounds[tp][1] < need or bounds[tp][0] > need]
+        if lost:
+            raise lost_data_error(self.servers, lost, self.checkpoint_topic, down_for)
+
+    def _needed_offsets(self) -> dict[TopicPartition, tuple[int, str]]:
+        """The offset each checkpointed partition must reach: the one after the last message
+        processed, the end of a store's changelog; with what reads it."""
+        out: dict[TopicPartition, tuple[int, str]] = {}
+
+        def need(tp: TopicPartition, offset: int, what: str) -> None:
+            if offset > out.get(tp, (-1, ""))[0]:
+                out[tp] = (offset, what)
+        index = {t.name: t.index for t in self.job.tasks}
+        for task, offsets in self.checkpoints.tasks().items():
+            for ssp, offset in offsets.items():
+                topic = self.physical.get(ssp.stream_id)
+                if topic is not None and ssp.partition < self.counts[ssp.stream_id]:
+                    need(TopicPartition(topic, ssp.partition), offset + 1,
+                         f"stream {ssp.stream_id!r}, task {task!r}")
+            for store, offset in self.checkpoints.read_changelogs(task).items():
+                topic = self.changelog_topics.get(store)
+                if topic is not None and task in index:
+                    need(TopicPartition(topic, index[task]), offset,
+                         f"changelog of store {store!r}, task {task!r}")
+        return out
 
     async def start_run(self, join: bool = False) -> int:
         """The run's generation. A new run bumps it and moves the checkpoints to a changed
@@ -270,8 +361,12 @@ class KafkaJob:
     def messages(self, stream_id: str) -> list[Any]:
         return asyncio.run(self.messages_async(stream_id))
 
+    def release_lock(self) -> None:
+        """Let another process run this container (its run is over)."""
+        self.lock.release()
+
     def close(self) -> None:
-        return None
+        self.lock.release()
 
 
 async def _stop(consumer: AIOKafkaConsumer) -> None:

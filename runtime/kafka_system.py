@@ -24,17 +24,18 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaError, OffsetOutOfRangeError
 
 from samza_dsl.errors import SamzaError
 
 from . import checkpoints
 from .codec import BufferedProducer, Record, StreamCodec
 from .job import SSP
+from .kafka_outage import BrokerWatch
 from .records import EndOfStream
 
 __all__ = ["KafkaConsumer", "KafkaProducer", "KafkaCheckpoints", "kafka_error", "new_consumer",
-           "true_end_offsets"]
+           "offset_bounds", "stop_client", "true_end_offsets"]
 
 _GENERATION = b"__generation__"
 _ELASTICITY = b"__elasticity__"
@@ -64,11 +65,22 @@ async def true_end_offsets(servers: str, tps: Iterable[TopicPartition],
     """The offset after the last record of each partition. A broker's LATEST offset is that,
     but some brokers report the base offset of the last record batch + 1 (tansu): reading the
     last batch gives the offset after its last record, right for both."""
-    tps = list(tps)
+    bounds = await offset_bounds(servers, {tp: None for tp in tps}, settings, timeout)
+    return {tp: end for tp, (_, end) in bounds.items()}
+
+
+async def offset_bounds(servers: str, needed: Mapping[TopicPartition, int | None],
+                        settings: Mapping[str, Any], timeout: float, *,
+                        what: str = "reading end offsets"
+                        ) -> dict[TopicPartition, tuple[int, int]]:
+    """The first offset of each partition and the offset after its last record. The last batch
+    is read (see ``true_end_offsets``) where the reported end is below the offset ``needed``
+    there (None: always)."""
+    tps = list(needed)
     if not tps:
         return {}
     consumer = new_consumer(servers, settings, brief=True)
-    out: dict[TopicPartition, int] = {}
+    out: dict[TopicPartition, tuple[int, int]] = {}
     try:
         async with asyncio.timeout(timeout):
             await consumer.start()
@@ -76,9 +88,10 @@ async def true_end_offsets(servers: str, tps: Iterable[TopicPartition],
             latest = await consumer.end_offsets(tps)
             starts = await consumer.beginning_offsets(tps)
             for tp in tps:
-                end = latest[tp]
-                out[tp] = end
-                if end <= starts[tp]:
+                end, start = latest[tp], starts[tp]
+                out[tp] = (start, end)
+                need = needed[tp]
+                if end <= start or (need is not None and end >= need):
                     continue
                 consumer.seek(tp, end - 1)
                 # the batch holding offset end - 1, to its last record; none within a second
@@ -86,13 +99,25 @@ async def true_end_offsets(servers: str, tps: Iterable[TopicPartition],
                 batch = await consumer.getmany(tp, timeout_ms=1000)
                 records = batch.get(tp, [])
                 if records:
-                    out[tp] = max(end, records[-1].offset + 1)
+                    out[tp] = (start, max(end, records[-1].offset + 1))
     except (KafkaError, TimeoutError, OSError) as exc:
-        raise kafka_error("reading changelog end offsets", servers, exc) from exc
+        raise kafka_error(what, servers, exc) from exc
     finally:
-        with contextlib.suppress(Exception):
-            await consumer.stop()
+        await stop_client(consumer)
     return out
+
+
+async def stop_client(client: Any, timeout: float = 5.0) -> None:
+    """Stop an aiokafka consumer or producer, giving up after ``timeout`` seconds. Its errors
+    are dropped: aiokafka may even raise CancelledError from a task of its own as it stops (a
+    fetch that was retrying), which is no cancellation of the caller."""
+    task = asyncio.ensure_future(client.stop())
+    done, _ = await asyncio.wait({task}, timeout=timeout)
+    if not done:
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=1.0)
+    if done and not task.cancelled():
+        task.exception()  # retrieved
 
 
 class KafkaConsumer:
@@ -100,9 +125,13 @@ class KafkaConsumer:
 
     def __init__(self, servers: str, settings: Mapping[str, Any], physical: Mapping[str, str],
                  codecs: Mapping[str, StreamCodec], generation: int, *, bounded: set[str],
-                 upcoming: set[str], timeout: float = 10.0) -> None:
+                 upcoming: set[str], timeout: float = 10.0,
+                 watch: BrokerWatch | None = None) -> None:
         self.servers = servers
-        self.settings = dict(settings)
+        # every position is set by the job: a fetch out of range is lost data, never a reset
+        self.settings = {**settings, "auto_offset_reset": "none"}
+        self.watch = watch
+        self._paused = False
         self.physical = dict(physical)
         self.codecs = dict(codecs)
         self.generation = generation
@@ -155,7 +184,16 @@ class KafkaConsumer:
 
     async def poll(self, keys: list[Any], max_per_key: int,
                    timeout: float | None = None) -> list[tuple[Any, int, list[Any]]]:
+        watch = self.watch
+        if watch is not None:
+            watch.check()
         consumer = self._consumer or await self._start()
+        if watch is not None and watch.healthy == self._paused:
+            # nothing is fetched while the brokers are away, nor once they answer again until
+            # the job's topics are checked
+            self._paused = not self._paused
+            tps = list(self._readers)
+            consumer.pause(*tps) if self._paused else consumer.resume(*tps)
         out: list[tuple[Any, int, list[Any]]] = []
         wanted: set[TopicPartition] = set()
         for key in keys:
@@ -177,6 +215,8 @@ class KafkaConsumer:
         try:
             fetched = await consumer.getmany(*wanted, timeout_ms=int((timeout or 0.2) * 1000),
                                              max_records=max_per_key * len(wanted))
+        except OffsetOutOfRangeError as exc:
+            raise self._out_of_range(exc) from exc
         except KafkaError as exc:
             raise kafka_error("fetching", self.servers, exc) from exc
         active = set(keys)
@@ -191,6 +231,16 @@ class KafkaConsumer:
                 else:
                     self._backlog[key].extend(mine)
         return out
+
+    def _out_of_range(self, exc: OffsetOutOfRangeError) -> SamzaError:
+        where = exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {}
+        parts = ", ".join(f"topic {tp.topic!r} partition {tp.partition} at offset {off}"
+                          for tp, off in where.items()) or str(exc)
+        return SamzaError(
+            f"Kafka at {self.servers} no longer has the records the job reads next ({parts}): "
+            f"the broker lost data, or retention removed it before it was read. The job "
+            f"stopped rather than skip or reprocess records; see 'Kafka outages' in "
+            f"docs/operations.md")
 
     def _deliver(self, key: Any, records: list[Any], max_per_key: int,
                  out: list[tuple[Any, int, list[Any]]]) -> None:
@@ -226,9 +276,8 @@ class KafkaConsumer:
 
     async def close(self) -> None:
         if self._consumer is not None:
-            with contextlib.suppress(Exception):
-                await self._consumer.stop()
-            self._consumer = None
+            consumer, self._consumer = self._consumer, None
+            await stop_client(consumer)
 
 
 class KafkaProducer(BufferedProducer):
@@ -244,11 +293,12 @@ class KafkaProducer(BufferedProducer):
     BATCH_BYTES = 256 * 1024
 
     def __init__(self, servers: str, settings: Mapping[str, Any], generation: int,
-                 timeout: float = 30.0) -> None:
+                 timeout: float = 30.0, watch: BrokerWatch | None = None) -> None:
         super().__init__(generation)
         self.servers = servers
         self.settings = {"max_batch_size": self.BATCH_BYTES, **settings}
         self.timeout = timeout
+        self.watch = watch
         self._producer: AIOKafkaProducer | None = None
         #: one per record batch sent and not yet acknowledged: (its delivery future, records)
         self._acks: list[tuple[asyncio.Future[Any], int]] = []
@@ -309,6 +359,8 @@ class KafkaProducer(BufferedProducer):
     def signal(self) -> None:
         if self._error is not None:
             raise self._error
+        if self.watch is not None:
+            self.watch.check()
         if self._sending is None or self._sending.done():
             self._sending = asyncio.get_running_loop().create_task(self._background())
 
@@ -321,6 +373,14 @@ class KafkaProducer(BufferedProducer):
             self._error = exc
 
     async def flush(self) -> None:
+        """Waits for the broker's acknowledgements; while a ``watch`` says the brokers are away,
+        aiokafka retries, and the watch's error ends the wait."""
+        if self.watch is not None:
+            await self.watch.guard(self._flush())
+        else:
+            await self._flush()
+
+    async def _flush(self) -> None:
         if self._sending is not None:
             await self._sending
         if self._error is not None:
@@ -348,9 +408,12 @@ class KafkaProducer(BufferedProducer):
         if self._producer is not None:
             with contextlib.suppress(Exception):
                 await self.flush()
-            with contextlib.suppress(Exception):
-                await self._producer.stop()
-            self._producer = None
+            producer, self._producer = self._producer, None
+            # a producer stops once its batches are sent: not while the brokers are away
+            lost = self.watch is not None and self.watch.error is not None
+            await stop_client(producer, 1.0 if lost else self.timeout)
+        if self.watch is not None:  # the container's last client to close
+            await self.watch.stop()
 
 
 class KafkaCheckpoints:

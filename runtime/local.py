@@ -101,6 +101,7 @@ class LocalRunner(LateCounts):
             from .kafka_job import KafkaJob
 
             self.job = asyncio.run(KafkaJob.prepare(self.app, self.config))
+            self._lock = self.job.lock  # shared with the containers
         else:
             from .job_lock import JobLock
             from .local_system import LocalJob
@@ -174,9 +175,9 @@ class LocalRunner(LateCounts):
                 if p.is_alive():
                     p.kill()
                 p.join()
-            lock = getattr(self, "_lock", None)
-            if lock is not None:
-                lock.release()
+            held = getattr(self, "_lock", None)
+            if held is not None:
+                held.release()
 
     async def _main(self, install_signals: bool) -> None:
         if self.kafka:
@@ -216,7 +217,7 @@ class LocalRunner(LateCounts):
             self._state = "failed"
             raise
         finally:
-            if self.local:
+            if self.local or self.kafka:
                 self.job.release_lock()  # the job stays open for reading its outputs
             if reporter is not None:
                 reporter.cancel()

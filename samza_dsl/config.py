@@ -71,6 +71,9 @@ KNOWN_KEYS: dict[str, ConfigKey] = {k.name: k for k in [
     _k("job.default.system", str, None, doc="system for intermediate streams and changelogs"),
     _k("job.changelog.system", str, None, doc="system for changelogs"),
     _k("job.dir", str, None, doc="directory for local state, stores and the embedded log"),
+    _k("job.kafka.unavailable.timeout.ms", int, 30000, lambda v: v >= 100,
+       "at least 100 milliseconds",
+       doc="how long a Kafka job retries while its brokers cannot be reached before it fails"),
 ]}
 
 _BOOL_WORDS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}

@@ -113,10 +113,16 @@ class TansuBroker:
     makes and ``stop()`` removes). ``start()`` must not be called from a running event loop."""
 
     def __init__(self, log: str | os.PathLike[str] | None = None, *, start_timeout: float = 30.0,
-                 stop_timeout: float = 10.0, port_attempts: int = 3) -> None:
+                 stop_timeout: float = 10.0, port_attempts: int = 3, port: int | None = None,
+                 advertised_port: int | None = None) -> None:
         self.start_timeout = start_timeout  # seconds until it answers a metadata request
         self.stop_timeout = stop_timeout  # seconds after SIGINT before it is killed
         self.port_attempts = port_attempts  # another port if the chosen one was taken meanwhile
+        #: listen on this port (a broker started again on the same port: an empty one)
+        self.fixed_port = port
+        #: the port given to clients in metadata, if not its own: a proxy in front of the
+        #: broker, which must run before ``start()`` (it asks the broker where clients go)
+        self.advertised_port = advertised_port
         self._own_dir: str | None = None  # the temporary directory of the log, once started
         self.log: Path | None = None if log is None else Path(log)
         self.proc: subprocess.Popen[bytes] | None = None
@@ -157,14 +163,15 @@ class TansuBroker:
         """None once a broker answers, or why it did not start."""
         assert self.log is not None
         env = {k: v for k, v in os.environ.items() if k not in TANSU_ENV}
-        port = _free_port()
+        port = self.fixed_port or _free_port()
         url = f"tcp://{HOST}:{port}"
+        advertised = f"tcp://{HOST}:{self.advertised_port or port}"
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("ab") as out:
             out.write(f"--- starting tansu on {url}\n".encode())
             out.flush()
             proc = subprocess.Popen(
-                [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
+                [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", advertised,
                  "--storage-engine", "memory://tansu/"],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
             )

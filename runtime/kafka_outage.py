@@ -1,0 +1,288 @@
+"""Kafka brokers that go away while a job runs (docs/operations.md, "Kafka outages").
+
+A ``BrokerWatch`` asks the brokers for their metadata every second or so, whether the job is busy
+or idle. While they do not answer, the job keeps retrying (aiokafka's consumer and producer retry
+by themselves; the consumer's partitions are paused), a warning every ``WARN_EVERY`` seconds says
+for how long, and once ``job.kafka.unavailable.timeout.ms`` has passed the job fails with one
+error. When they answer again, the job's topics and checkpoints are checked (``on_back``) before
+it reads on: a broker that lost the job's topics or records is an error, never a silent
+reprocessing.
+
+While a watch runs, each of aiokafka's log messages is shown once, until the brokers answer
+again: the watch's warnings say the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, TypeVar
+
+from aiokafka import TopicPartition
+from aiokafka.client import AIOKafkaClient
+from aiokafka.errors import KafkaError
+
+from samza_dsl.errors import SamzaError
+
+__all__ = ["BrokerWatch", "KafkaDataLost", "KafkaUnavailable", "lost_data_error",
+           "missing_topics_error", "quiet_aiokafka"]
+
+log = logging.getLogger("samza_dsl.kafka")
+
+WARN_EVERY = 5.0  # seconds between the warnings while the brokers are away
+KEY = "job.kafka.unavailable.timeout.ms"
+T = TypeVar("T")
+
+
+class KafkaUnavailable(SamzaError):
+    """The brokers did not answer for longer than ``job.kafka.unavailable.timeout.ms``."""
+
+
+class KafkaDataLost(SamzaError):
+    """The brokers lack topics or records the job has checkpointed."""
+
+
+class _Once(logging.Filter):
+    """Lets each message of aiokafka's through once until ``reset``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[tuple[str, Any]] = set()
+        self.users = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.name, record.msg)
+        if key in self.seen:
+            return False
+        self.seen.add(key)
+        return True
+
+
+_ONCE = _Once()
+
+
+def _aiokafka_loggers() -> list[logging.Logger]:
+    names = [n for n in list(logging.Logger.manager.loggerDict)
+             if n == "aiokafka" or n.startswith("aiokafka.")]
+    return [logging.getLogger(n) for n in names]
+
+
+@contextlib.contextmanager
+def quiet_aiokafka() -> Any:
+    """Each of aiokafka's log messages once while inside (a logger's filter applies to its own
+    messages only, so it goes on every aiokafka logger)."""
+    _ONCE.users += 1
+    if _ONCE.users == 1:
+        for logger in _aiokafka_loggers():
+            logger.addFilter(_ONCE)
+    try:
+        yield
+    finally:
+        _ONCE.users -= 1
+        if _ONCE.users == 0:
+            for logger in _aiokafka_loggers():
+                logger.removeFilter(_ONCE)
+            _ONCE.seen.clear()
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc)
+    name = type(exc).__name__
+    return text if text.startswith(name) else f"{name}: {text}" if text else name
+
+
+def _seconds(s: float) -> str:
+    return f"{s:.1f} s" if s < 60 else f"{s / 60:.1f} min"
+
+
+class BrokerWatch:
+    """Whether the brokers at ``servers`` answer; ``timeout`` seconds of silence fail the job."""
+
+    def __init__(self, servers: str, timeout: float, *, interval: float | None = None,
+                 settings: Mapping[str, Any] | None = None) -> None:
+        self.servers = servers
+        self.timeout = timeout
+        self.interval = interval or min(1.0, max(0.05, timeout / 6))
+        accepted = inspect.signature(AIOKafkaClient.__init__).parameters
+        self.settings = {k: v for k, v in (settings or {}).items()  # security settings...
+                         if k in accepted and k not in ("bootstrap_servers", "request_timeout_ms")}
+        self.down_since: float | None = None  # None: the brokers answer (and were checked)
+        self.reason = ""
+        self.error: SamzaError | None = None
+        #: the job's part: fail its tasks with the error (the watch runs beside them)
+        self.on_fatal: Callable[[SamzaError], None] | None = None
+        #: checks the job's topics once the brokers answer again: raises KafkaDataLost if they
+        #: lost data; any other error is taken for the brokers being away again
+        self.on_back: Callable[[float], Awaitable[None]] | None = None
+        self._last_warning = -math.inf
+        self._client: AIOKafkaClient | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._quiet: Any = None
+
+    @property
+    def healthy(self) -> bool:
+        return self.down_since is None and self.error is None
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._task is None:
+            self._quiet = quiet_aiokafka()
+            self._quiet.__enter__()
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="kafka-watch")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        client, self._client = self._client, None
+        if client is not None:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(2.0):
+                    await client.close()
+        if self._quiet is not None:
+            quiet, self._quiet = self._quiet, None
+            quiet.__exit__(None, None, None)
+
+    async def _run(self) -> None:
+        while self.error is None:
+            reason = await self._probe()
+            if reason is not None:
+                self.unavailable(reason)
+            elif self.down_since is not None:
+                await self._back()
+            await asyncio.sleep(self.interval)
+
+    async def _probe(self) -> str | None:
+        """None if the brokers answer a metadata request, else why not."""
+        try:
+            async with asyncio.timeout(max(2.0, self.interval * 2)):
+                if self._client is None:
+                    client = AIOKafkaClient(bootstrap_servers=self.servers,
+                                            request_timeout_ms=5000, **self.settings)
+                    try:
+                        await client.bootstrap()
+                    except BaseException:
+                        with contextlib.suppress(Exception):
+                            await client.close()
+                        raise
+                    self._client = client
+                else:
+                    await self._client.fetch_all_metadata()
+        except (KafkaError, OSError, TimeoutError) as exc:
+            return _reason(exc)
+        return None
+
+    async def _back(self) -> None:
+        assert self.down_since is not None
+        down_for = time.monotonic() - self.down_since
+        try:
+            if self.on_back is not None:
+                async with asyncio.timeout(max(self.timeout, 10.0)):
+                    await self.on_back(down_for)
+        except KafkaDataLost as exc:
+            self.fail(exc)
+            return
+        except (SamzaError, KafkaError, OSError, TimeoutError) as exc:  # gone again
+            self.unavailable(_reason(exc))
+            return
+        log.warning("Kafka at %s answers again after %s; the job's topics and checkpoints are "
+                    "intact, the job goes on", self.servers, _seconds(down_for))
+        self.down_since = None
+        self._last_warning = -math.inf
+        _ONCE.seen.clear()
+
+    # -- what the job reports ----------------------------------------------------------------------
+
+    def unavailable(self, reason: str) -> None:
+        """The brokers did not answer: a warning every ``WARN_EVERY`` seconds, the job's error
+        once the timeout has passed."""
+        now = time.monotonic()
+        if self.down_since is None:
+            self.down_since = now
+        self.reason = reason
+        down = now - self.down_since
+        limit = f"{KEY}={self.timeout * 1000:.0f}"
+        if down >= self.timeout:
+            self.fail(KafkaUnavailable(
+                f"Kafka at {self.servers} has not answered for {_seconds(down)}, longer than "
+                f"{limit} (last error: {reason}); the job stopped. What it committed is safe: "
+                f"start it again once the broker is back and it goes on from its checkpoints. "
+                f"To ride out longer outages, raise {KEY}"))
+        elif now - self._last_warning >= WARN_EVERY:
+            self._last_warning = now
+            gone = "does not answer" if down < 1 else f"has not answered for {_seconds(down)}"
+            log.warning("Kafka at %s %s (%s); the job retries for up to %s (%s)",
+                        self.servers, gone, reason, _seconds(self.timeout), limit)
+
+    def fail(self, exc: SamzaError) -> None:
+        if self.error is None:
+            self.error = exc
+            if self.on_fatal is not None:
+                self.on_fatal(exc)
+
+    def check(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    async def guard(self, aw: Awaitable[T]) -> T:
+        """``aw``'s result, or the watch's error as soon as it fails the job."""
+        if self.error is not None:
+            if inspect.iscoroutine(aw):
+                aw.close()
+            raise self.error
+        fut = asyncio.ensure_future(aw)
+        try:
+            while True:
+                done, _ = await asyncio.wait({fut}, timeout=0.05)
+                if done:
+                    return fut.result()
+                if self.error is not None:
+                    raise self.error
+        finally:
+            if not fut.done():
+                fut.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await fut
+
+
+def missing_topics_error(servers: str, problems: Iterable[str],
+                         down_for: float | None) -> KafkaDataLost:
+    when = f", back after {_seconds(down_for)} away," if down_for is not None else ""
+    return KafkaDataLost(
+        f"Kafka at {servers}{when} lacks the job's topics: {'; '.join(problems)}. The broker "
+        f"lost the job's data (restarted without its storage, or the topics were deleted); the "
+        f"job stopped rather than reprocess or write into new, empty topics. Restore the "
+        f"broker's data, or start the job afresh on purpose (see 'Kafka outages' in "
+        f"docs/operations.md)")
+
+
+def lost_data_error(servers: str, lost: list[tuple[TopicPartition, int, int, int, str]],
+                    checkpoint_topic: str, down_for: float | None) -> KafkaDataLost:
+    """``lost``: (partition, the checkpoint's next offset, the broker's first offset, its end
+    offset, what reads it)."""
+    when = f", back after {_seconds(down_for)} away," if down_for is not None else ""
+    shown = []
+    for tp, need, start, end, what in lost[:5]:
+        if end < need:
+            shown.append(f"topic {tp.topic!r} partition {tp.partition} ({what}) ends at offset "
+                         f"{end}, below the job's checkpoint, which has read it to offset {need}")
+        else:
+            shown.append(f"topic {tp.topic!r} partition {tp.partition} ({what}) starts at offset "
+                         f"{start}, past the checkpoint's offset {need}")
+    more = f" (and {len(lost) - 5} more partitions)" if len(lost) > 5 else ""
+    return KafkaDataLost(
+        f"Kafka at {servers}{when} lost records the job has checkpointed: "
+        f"{'; '.join(shown)}{more}. The broker lost data (restarted without its storage, or "
+        f"the topic was deleted and recreated, or retention removed records before they were "
+        f"read); the job stopped rather than reprocess or skip records silently. Restore the "
+        f"broker's data, or start the job afresh on purpose: delete its checkpoint topic "
+        f"{checkpoint_topic!r} and its stores under job.dir (see 'Kafka outages' in "
+        f"docs/operations.md)")

@@ -1,0 +1,144 @@
+"""For the Kafka outage tests: a TCP proxy in front of a broker, to cut the job off from a broker
+that keeps its data (tansu keeps its topics in memory only), and a job run in a process of its
+own with its output collected."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = "tests/kafka/kafka_apps.py:app"
+
+
+class TcpProxy:
+    """Forwards 127.0.0.1:``port`` to 127.0.0.1:``target``. ``stop()`` closes the listener and
+    every connection (the broker is away: connections are refused); ``start()`` listens on the
+    same port again."""
+
+    def __init__(self, port: int, target: int) -> None:
+        self.port = port
+        self.target = target
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    def start(self) -> TcpProxy:
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        listener.setblocking(False)
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._serve, args=(listener,), daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None
+
+    def _serve(self, listener: socket.socket) -> None:
+        sel = selectors.DefaultSelector()
+        sel.register(listener, selectors.EVENT_READ, None)
+        peers: dict[socket.socket, socket.socket] = {}
+
+        def drop(s: socket.socket) -> None:
+            for x in (s, peers.pop(s, None)):
+                if x is not None:
+                    peers.pop(x, None)
+                    with contextlib.suppress(Exception):
+                        sel.unregister(x)
+                    x.close()
+        try:
+            while not self._stop.is_set():
+                for key, _ in sel.select(0.05):
+                    s = key.fileobj
+                    assert isinstance(s, socket.socket)
+                    if s is listener:
+                        client, _ = listener.accept()
+                        try:
+                            upstream = socket.create_connection(("127.0.0.1", self.target), 2)
+                        except OSError:
+                            client.close()
+                            continue
+                        for x in (client, upstream):
+                            x.setblocking(True)
+                            x.settimeout(5)
+                            sel.register(x, selectors.EVENT_READ, None)
+                        peers[client], peers[upstream] = upstream, client
+                        continue
+                    try:
+                        data = s.recv(65536)
+                    except OSError:
+                        data = b""
+                    if not data:
+                        drop(s)
+                        continue
+                    try:
+                        peers[s].sendall(data)
+                    except (OSError, KeyError):
+                        drop(s)
+        finally:
+            for s in list(peers):
+                drop(s)
+            sel.close()
+            listener.close()
+
+
+class JobProcess:
+    """``samza-dsl run APP --follow`` of ``kafka_apps.regroup_app`` in a process of its own."""
+
+    started = 0
+
+    def __init__(self, bootstrap: str, tag: str, job_dir: Path, *config: str) -> None:
+        env = {**os.environ, "SAMZA_TEST_BOOTSTRAP": bootstrap, "SAMZA_TEST_TAG": tag,
+               "PYTHONPATH": str(ROOT)}
+        JobProcess.started += 1
+        self.log = job_dir.parent / f"{job_dir.name}-{JobProcess.started}.log"
+        self._out = self.log.open("w")
+        args = ["-c", f"job.dir={job_dir}", "-c", "task.commit.ms=100"]
+        for c in config:
+            args += ["-c", c]
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "runtime.cli", "run", APP, "--follow", "-q", *args],
+            cwd=ROOT, env=env, stdout=self._out, stderr=subprocess.STDOUT)
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            self._out.close()
+
+    def stop(self, timeout: float = 30) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        return self.wait(timeout)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        with contextlib.suppress(Exception):
+            self.wait(10)
+
+
+def wait_until(what: str, check: object, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.1)
