@@ -38,7 +38,8 @@ from aiokafka.errors import KafkaError, for_code
 
 from samza_dsl.errors import SamzaError
 
-__all__ = ["TopicSpec", "check_bootstrap", "describe_topics", "ensure_topics"]
+__all__ = ["BrokersUnreachable", "TopicSpec", "check_bootstrap", "describe_topics",
+           "ensure_topics"]
 
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _HOST = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9._-]*[A-Za-z0-9_])?")
@@ -52,6 +53,10 @@ _INVALID_REPLICATION_FACTOR = 38
 
 _RETRY_INTERVAL = 0.1  # seconds between metadata reads while a topic is still being set up
 _CLOSE_TIMEOUT = 5.0
+
+
+class BrokersUnreachable(SamzaError):
+    """No broker answered the admin client's first request."""
 
 
 @dataclass(frozen=True)
@@ -341,7 +346,7 @@ async def _admin(servers: list[str], timeout: float, client_settings: dict[str, 
 
 
 def _unreachable(where: str, reason: str) -> SamzaError:
-    return SamzaError(
+    return BrokersUnreachable(
         f"cannot reach the Kafka brokers at {where} ({reason}); check bootstrap_servers and that "
         f"the broker is running and reachable from here"
     )

@@ -39,7 +39,7 @@ from .container import Container
 from .elastic import rescale_checkpoints
 from .job import SSP, TaskModel, build_job_model, job_containers, start_generation
 from .job_lock import JobLock
-from .kafka_admin import TopicSpec, describe_topics, ensure_topics
+from .kafka_admin import BrokersUnreachable, TopicSpec, describe_topics, ensure_topics
 from .kafka_changelog import KafkaChangelog
 from .kafka_outage import KEY as UNAVAILABLE_KEY
 from .kafka_outage import BrokerWatch, lost_data_error, missing_topics_error
@@ -150,7 +150,16 @@ class KafkaJob:
         app = self.app
         declared = {**app._inputs, **app._outputs}
         topics = {sid: d.physical_name for sid, d in declared.items()}
-        found = await describe_topics(self.servers, topics.values(), timeout=self.timeout)
+        while True:  # brokers away at the start are waited for, as during a run
+            try:
+                found = await describe_topics(self.servers, topics.values(),
+                                              timeout=self.timeout)
+                break
+            except BrokersUnreachable as exc:
+                self.watch.unavailable(str(exc))
+                self.watch.check()
+                await asyncio.sleep(self.watch.interval)
+        self.watch.answered()
         for sid, d in app._inputs.items():
             n = found[d.physical_name]
             if n is None:

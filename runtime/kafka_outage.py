@@ -195,8 +195,7 @@ class BrokerWatch:
             return
         log.warning("Kafka at %s answers again after %s; the job's topics and checkpoints are "
                     "intact, the job goes on", self.servers, _seconds(down_for))
-        self.down_since = None
-        self._last_warning = -math.inf
+        self.answered()
         _ONCE.seen.clear()
 
     # -- what the job reports ----------------------------------------------------------------------
@@ -221,6 +220,11 @@ class BrokerWatch:
             gone = "does not answer" if down < 1 else f"has not answered for {_seconds(down)}"
             log.warning("Kafka at %s %s (%s); the job retries for up to %s (%s)",
                         self.servers, gone, reason, _seconds(self.timeout), limit)
+
+    def answered(self) -> None:
+        """The brokers answered (before the watch runs: at the start)."""
+        self.down_since = None
+        self._last_warning = -math.inf
 
     def fail(self, exc: SamzaError) -> None:
         if self.error is None:

@@ -22,15 +22,19 @@ APP = "tests/kafka/kafka_apps.py:app"
 class TcpProxy:
     """Forwards 127.0.0.1:``port`` to 127.0.0.1:``target``. ``stop()`` closes the listener and
     every connection (the broker is away: connections are refused); ``start()`` listens on the
-    same port again."""
+    same port again. ``start(only=client_id)`` lets through only the connections whose first
+    Kafka request comes from that client id (the test's own clients, while the job's are cut
+    off)."""
 
     def __init__(self, port: int, target: int) -> None:
         self.port = port
         self.target = target
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self.only: bytes | None = None
 
-    def start(self) -> TcpProxy:
+    def start(self, only: str | None = None) -> TcpProxy:
+        self.only = None if only is None else only.encode()
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind(("127.0.0.1", self.port))
@@ -66,6 +70,9 @@ class TcpProxy:
                     assert isinstance(s, socket.socket)
                     if s is listener:
                         client, _ = listener.accept()
+                        if self.only is not None and _client_id(client) != self.only:
+                            client.close()
+                            continue
                         try:
                             upstream = socket.create_connection(("127.0.0.1", self.target), 2)
                         except OSError:
@@ -142,3 +149,26 @@ def wait_until(what: str, check: object, timeout: float = 30) -> None:
     while not check():  # type: ignore[operator]
         assert time.monotonic() < deadline, f"timed out waiting until {what}"
         time.sleep(0.1)
+
+
+def _client_id(client: socket.socket) -> bytes | None:
+    """The client id of the first request on a connection, left unread: a request header is
+    size (4 bytes), api key (2), version (2), correlation id (4), then the client id, a string
+    of 2 bytes' length."""
+    client.settimeout(2)
+    deadline = time.monotonic() + 2
+    try:
+        while time.monotonic() < deadline:
+            head = client.recv(512, socket.MSG_PEEK)
+            if not head:
+                return None
+            if len(head) >= 14:
+                n = int.from_bytes(head[12:14], "big", signed=True)
+                if n < 0:
+                    return None
+                if len(head) >= 14 + n:
+                    return head[14:14 + n]
+            time.sleep(0.01)
+    except OSError:
+        return None
+    return None

@@ -29,6 +29,7 @@ from samza_dsl.testing.kafka_broker import TansuBroker
 
 TIMEOUT_MS = 3000
 MAX_LINES = 50  # what a failed job may print, aiokafka's lines included
+ME = "outage-test"  # the client id of the test's own clients
 
 
 @pytest.fixture
@@ -198,6 +199,35 @@ def test_a_broker_back_without_the_jobs_topics_is_an_error_not_a_reprocessing(
     assert _seen(broker.bootstrap, tag) == []  # nothing was processed again
 
 
+def test_a_broker_back_with_fewer_records_than_the_checkpoints_is_an_error(
+        tmp_path: Path) -> None:
+    port, behind = free_port(), free_port()
+    proxy = TcpProxy(port, behind).start()
+    broker = TansuBroker(tmp_path / "tansu.log", port=behind, advertised_port=port)
+    broker.start()
+    bootstrap = f"127.0.0.1:{port}"
+    try:
+        tag = _input(bootstrap, 40)
+        job = JobProcess(bootstrap, tag, tmp_path / "job", "job.kafka.unavailable.timeout.ms=20000")
+        _processed(job, bootstrap, tag, 40)
+        proxy.stop()  # the job is cut off while its input loses its records
+        time.sleep(1.5)  # the job asks every second
+        proxy.start(only=ME)
+        run(_recreate(bootstrap, f"events-{tag}", 4))
+        proxy.stop()
+        proxy.start()
+        rc = job.wait(30)
+        error = _one_clear_error(job, rc)
+        assert f"Kafka at {bootstrap}, back after" in error, error
+        assert f"lost records the job has checkpointed: topic 'events-{tag}' partition 0" in error
+        assert "ends at offset 0, below the job's checkpoint, which has read it to offset 10" \
+            in error, error
+        assert _seen(bootstrap, tag) == list(range(40))  # nothing was processed again
+    finally:
+        broker.stop()
+        proxy.stop()
+
+
 async def _create_if_missing(bootstrap: str, topic: str, partitions: int) -> None:
     """(The job's client may have had the broker create it meanwhile.)"""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
@@ -209,7 +239,8 @@ async def _create_if_missing(bootstrap: str, topic: str, partitions: int) -> Non
 
 
 async def _recreate(bootstrap: str, topic: str, partitions: int) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000,
+                                client_id=ME)
     await admin.start()
     try:
         await admin.delete_topics([topic])
@@ -219,7 +250,13 @@ async def _recreate(bootstrap: str, topic: str, partitions: int) -> None:
             await asyncio.sleep(0.05)
     finally:
         await admin.close()
-    await create_topic(bootstrap, topic, partitions)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000,
+                                client_id=ME)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, partitions, 1)])
+    finally:
+        await admin.close()
 
 
 def test_a_checkpoint_past_the_end_of_its_input_is_an_error_at_the_start(
