@@ -320,7 +320,7 @@ class KafkaJob:
             def make(p: int, sid: str = sid, topic: str = topic) -> KafkaChangelog:
                 return KafkaChangelog(self.servers, self.consumer_settings, producer, sid, topic,
                                       p, ends.get(TopicPartition(topic, p), 0),
-                                      timeout=max(self.timeout, 30.0))
+                                      timeout=max(self.timeout, 30.0, self.watch.timeout))
             out[name] = make
         return out
 

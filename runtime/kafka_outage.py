@@ -1,6 +1,6 @@
 """Kafka brokers that go away while a job runs (docs/operations.md, "Kafka outages").
 
-A ``BrokerWatch`` asks the brokers for their metadata every second or so, whether the job is busy
+A ``BrokerWatch`` sends the brokers a metadata request every second or so, whether the job is busy
 or idle. While they do not answer, the job keeps retrying (aiokafka's consumer and producer retry
 by themselves; the consumer's partitions are paused), a warning every ``WARN_EVERY`` seconds says
 for how long, and once ``job.kafka.unavailable.timeout.ms`` has passed the job fails with one
@@ -19,6 +19,7 @@ import contextlib
 import inspect
 import logging
 import math
+import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
@@ -26,6 +27,7 @@ from typing import Any, TypeVar
 from aiokafka import TopicPartition
 from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError
+from aiokafka.protocol.metadata import MetadataRequest
 
 from samza_dsl.errors import SamzaError
 
@@ -91,7 +93,7 @@ def quiet_aiokafka() -> Any:
 
 
 def _reason(exc: BaseException) -> str:
-    text = str(exc)
+    text = str(exc).rstrip(".")
     name = type(exc).__name__
     return text if text.startswith(name) else f"{name}: {text}" if text else name
 
@@ -175,10 +177,30 @@ class BrokerWatch:
                         raise
                     self._client = client
                 else:
-                    await self._client.fetch_all_metadata()
+                    await self._ask(self._client)
         except (KafkaError, OSError, TimeoutError) as exc:
             return _reason(exc)
         return None
+
+    @staticmethod
+    async def _ask(client: AIOKafkaClient) -> None:
+        """A metadata request for no topics to one broker after another, until one answers: the
+        cheapest request every broker answers (all topics' metadata may be large)."""
+        error: Exception = KafkaError("no broker is known")
+        for broker in client.cluster.brokers():
+            try:
+                await client.send(broker.nodeId,
+                                  MetadataRequest([], allow_auto_topic_creation=False))
+                return
+            except KafkaError as exc:
+                error = exc
+            try:  # aiokafka says "not ready": why, as far as a connection tells
+                _, writer = await asyncio.open_connection(broker.host, broker.port)
+                writer.close()
+            except OSError as exc:
+                why = os.strerror(exc.errno) if exc.errno else str(exc)
+                error = OSError(f"cannot connect to {broker.host}:{broker.port}: {why}")
+        raise error
 
     async def _back(self) -> None:
         assert self.down_since is not None

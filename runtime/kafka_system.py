@@ -457,8 +457,7 @@ class KafkaCheckpoints:
             raise kafka_error(f"reading checkpoints from {self.topic!r}", self.servers,
                               exc) from exc
         finally:
-            with contextlib.suppress(Exception):
-                await consumer.stop()
+            await stop_client(consumer)
 
     def read(self, task_name: str) -> dict[SSP, int]:
         return checkpoints.offsets_of(self._data.get(task_name, {}))
