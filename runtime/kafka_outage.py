@@ -56,8 +56,12 @@ class _Once(logging.Filter):
         super().__init__()
         self.seen: set[tuple[str, Any]] = set()
         self.users = 0
+        #: how many warnings aiokafka logged (a lost connection, a failed fetch or send...)
+        self.alarms = 0
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING:
+            self.alarms += 1
         key = (record.name, record.msg)
         if key in self.seen:
             return False
@@ -118,10 +122,13 @@ class BrokerWatch:
         self.error: SamzaError | None = None
         #: the job's part: fail its tasks with the error (the watch runs beside them)
         self.on_fatal: Callable[[SamzaError], None] | None = None
-        #: checks the job's topics once the brokers answer again: raises KafkaDataLost if they
-        #: lost data; any other error is taken for the brokers being away again
+        #: checks the job's topics once the brokers answer again (given how long they were
+        #: away, 0 after aiokafka's warnings): raises KafkaDataLost if they lost data; any
+        #: other error is taken for the brokers being away again
         self.on_back: Callable[[float], Awaitable[None]] | None = None
         self._last_warning = -math.inf
+        self._alarms = 0  # aiokafka's warnings as of the last check of the job's topics
+        self._last_check = -math.inf
         self._client: AIOKafkaClient | None = None
         self._task: asyncio.Task[None] | None = None
         self._quiet: Any = None
@@ -154,12 +161,18 @@ class BrokerWatch:
             quiet.__exit__(None, None, None)
 
     async def _run(self) -> None:
+        self._alarms = _ONCE.alarms
         while self.error is None:
+            alarms = _ONCE.alarms
             reason = await self._probe()
             if reason is not None:
                 self.unavailable(reason)
             elif self.down_since is not None:
-                await self._back()
+                await self._back(alarms)
+            elif alarms != self._alarms and time.monotonic() - self._last_check >= WARN_EVERY:
+                # aiokafka lost a connection, or a fetch or send failed: the brokers may have
+                # been away for less than a probe's interval, long enough to lose data
+                await self._back(alarms)
             await asyncio.sleep(self.interval)
 
     async def _probe(self) -> str | None:
@@ -202,9 +215,10 @@ class BrokerWatch:
                 error = OSError(f"cannot connect to {broker.host}:{broker.port}: {why}")
         raise error
 
-    async def _back(self) -> None:
-        assert self.down_since is not None
-        down_for = time.monotonic() - self.down_since
+    async def _back(self, alarms: int) -> None:
+        """Check the job's topics (``on_back``), as of ``alarms`` warnings of aiokafka's."""
+        now = self._last_check = time.monotonic()
+        down_for = 0.0 if self.down_since is None else now - self.down_since
         try:
             if self.on_back is not None:
                 async with asyncio.timeout(max(self.timeout, 10.0)):
@@ -215,8 +229,10 @@ class BrokerWatch:
         except (SamzaError, KafkaError, OSError, TimeoutError) as exc:  # gone again
             self.unavailable(_reason(exc))
             return
-        log.warning("Kafka at %s answers again after %s; the job's topics and checkpoints are "
-                    "intact, the job goes on", self.servers, _seconds(down_for))
+        if self.down_since is not None:
+            log.warning("Kafka at %s answers again after %s; the job's topics and checkpoints "
+                        "are intact, the job goes on", self.servers, _seconds(down_for))
+        self._alarms = alarms
         self.answered()
         _ONCE.seen.clear()
 
@@ -279,9 +295,17 @@ class BrokerWatch:
                     await fut
 
 
+def _when(down_for: float | None) -> str:
+    if down_for is None:  # at the start
+        return ""
+    if down_for == 0:
+        return ", after it dropped the job's connections,"
+    return f", back after {_seconds(down_for)} away,"
+
+
 def missing_topics_error(servers: str, problems: Iterable[str],
                          down_for: float | None) -> KafkaDataLost:
-    when = f", back after {_seconds(down_for)} away," if down_for is not None else ""
+    when = _when(down_for)
     return KafkaDataLost(
         f"Kafka at {servers}{when} lacks the job's topics: {'; '.join(problems)}. The broker "
         f"lost the job's data (restarted without its storage, or the topics were deleted); the "
@@ -294,7 +318,7 @@ def lost_data_error(servers: str, lost: list[tuple[TopicPartition, int, int, int
                     checkpoint_topic: str, down_for: float | None) -> KafkaDataLost:
     """``lost``: (partition, the checkpoint's next offset, the broker's first offset, its end
     offset, what reads it)."""
-    when = f", back after {_seconds(down_for)} away," if down_for is not None else ""
+    when = _when(down_for)
     shown = []
     for tp, need, start, end, what in lost[:5]:
         if end < need:
