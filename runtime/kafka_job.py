@@ -18,11 +18,10 @@ created when missing), as on the local system.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 
 from samza_dsl.config import config_value
 from samza_dsl.errors import SamzaError, SerdeError
@@ -49,6 +48,7 @@ from .kafka_system import (
     KafkaProducer,
     new_consumer,
     offset_bounds,
+    stop_client,
     true_end_offsets,
 )
 from .local_system import LocalState, dead_letter_stream, job_dir
@@ -364,7 +364,7 @@ class KafkaJob:
                         self.generation) if not is_control(m) and type(m) is not Skipped)
                     pos = batch[tp][-1].offset + 1
         finally:
-            await _stop(consumer)
+            await stop_client(consumer)
         return out
 
     def messages(self, stream_id: str) -> list[Any]:
@@ -376,11 +376,3 @@ class KafkaJob:
 
     def close(self) -> None:
         self.lock.release()
-
-
-async def _stop(consumer: AIOKafkaConsumer) -> None:
-    """Stop a consumer; aiokafka may raise CancelledError from a task of its own when a consumer
-    stops right after it started."""
-    task = asyncio.ensure_future(consumer.stop())
-    with contextlib.suppress(asyncio.CancelledError, Exception):
-        await asyncio.shield(task)

@@ -192,8 +192,10 @@ class KafkaConsumer:
             # nothing is fetched while the brokers are away, nor once they answer again until
             # the job's topics are checked
             self._paused = not self._paused
-            tps = list(self._readers)
-            consumer.pause(*tps) if self._paused else consumer.resume(*tps)
+            if self._paused:
+                consumer.pause(*self._readers)
+            else:
+                consumer.resume(*self._readers)
         out: list[tuple[Any, int, list[Any]]] = []
         wanted: set[TopicPartition] = set()
         for key in keys:

@@ -121,3 +121,12 @@ def test_config_must_be_a_mapping_with_string_keys():
         validate_config({1: 2})  # type: ignore[dict-item]
     with pytest.raises(ConfigError, match="non-empty strings"):
         validate_config({"": 2})
+
+
+def test_the_kafka_unavailable_timeout_is_milliseconds_of_at_least_100():
+    key = "job.kafka.unavailable.timeout.ms"
+    assert config_value({}, key) == 30000
+    assert validate_config({key: "3000"})[key] == 3000
+    for bad in ("50", "-1", "soon"):
+        with pytest.raises(ConfigError, match=re.escape(key)):
+            validate_config({key: bad})
