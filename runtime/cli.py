@@ -8,7 +8,7 @@ import errno
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from samza_dsl.errors import SamzaError
 
@@ -136,14 +136,37 @@ def _sample_inputs(module_ref: str, app: object, n: int) -> dict[str, object]:
     return {next(iter(inputs)): data}
 
 
+def _run_inputs(args: argparse.Namespace, app: Any, config: dict[str, object],
+                inputs: dict[str, object], source: dict[str, str]
+                ) -> dict[str, dict[int, set[int]]]:
+    """``--input``/``--sample`` into a job on the local log or Kafka (``runtime.run_inputs``;
+    ``inputs`` is emptied: the job reads them from its streams), and the ``--skip`` records."""
+    from .kafka_job import uses_kafka
+    from .local import _uses_local_system
+    from .run_inputs import feed_inputs, parse_skips
+
+    mode = "append" if args.append else "replace" if args.replace else None
+    on_log = uses_kafka(app) or _uses_local_system(app)
+    if mode and not inputs:
+        raise SamzaError(f"--{mode} says how --input or --sample join what an input holds; give "
+                         f"one of them")
+    if inputs and on_log:
+        for line in feed_inputs(app, config, inputs, source, mode, args.sample):  # type: ignore[arg-type]
+            print(line, file=sys.stderr)
+        inputs.clear()
+    return parse_skips(args.skip, app._inputs)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from .loader import load_app
     from .local import LocalRunner, print_outputs
 
     app = load_app(args.app)
     inputs: dict[str, object] = {}
+    source: dict[str, str] = {}
     if args.sample:
         inputs.update(_sample_inputs(args.app, app, args.sample))
+        source.update(dict.fromkeys(inputs, "--sample"))
     for pair in args.input:
         sid, sep, path = pair.partition("=")
         if not sep:
@@ -153,13 +176,16 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise SamzaError(f"--input {sid!r}: not an input of {app.name!r}; inputs: "
                              f"{', '.join(sorted(app._inputs))}")
         inputs[sid] = _read_jsonl(path, d.keyed)
+        source[sid] = "--input"
     config: dict[str, object] = dict(_parse_config(args.config))
+    skip = _run_inputs(args, app, config, inputs, source)
     if args.containers is not None:
         config["job.container.count"] = args.containers
     if args.container_id is not None:
         config["job.container.id"] = args.container_id
     runner = LocalRunner(app, config, inputs=inputs,  # type: ignore[arg-type]
-                         progress=None if args.quiet else sys.stderr, follow=args.follow)
+                         progress=None if args.quiet else sys.stderr, follow=args.follow,
+                         skip=skip)
     try:
         runner.run()
         if runner.local:
@@ -201,7 +227,7 @@ class _NeverRan(SamzaError):
 
 @contextlib.contextmanager
 def _local_job(args: argparse.Namespace, verify_log: bool = True,
-               ran: bool = False) -> Iterator[LocalJob]:
+               ran: bool = False, app: Any = None) -> Iterator[LocalJob]:
     """The application's job on the embedded local log, opened without running it. With
     ``ran``, a job with no job.dir and no log yet is refused (``_NeverRan``) and nothing is
     created."""
@@ -210,7 +236,7 @@ def _local_job(args: argparse.Namespace, verify_log: bool = True,
     from .loader import load_app
     from .local_system import LocalJob, job_dir, log_path
 
-    app = load_app(args.app)
+    app = app if app is not None else load_app(args.app)
     streams = [*app._inputs.values(), *app._outputs.values()]
     if not any(d.system.factory == "local" for d in streams):
         raise SamzaError(f"{args.app}: the application has no stream on a LocalSystem; "
@@ -232,8 +258,32 @@ def _local_job(args: argparse.Namespace, verify_log: bool = True,
         job.close()
 
 
+def _kafka_app(args: argparse.Namespace) -> tuple[Any, bool]:
+    """The application, and whether its streams are Kafka topics."""
+    from .kafka_job import uses_kafka
+    from .loader import load_app
+
+    app = load_app(args.app)
+    return app, uses_kafka(app)
+
+
 def cmd_load(args: argparse.Namespace) -> int:
-    with _local_job(args) as job:
+    app, kafka = _kafka_app(args)
+    if kafka:
+        import asyncio
+
+        from .kafka_io import kafka_load, kafka_streams
+
+        async def load() -> tuple[int, str]:
+            streams = await kafka_streams(app, _parse_config(args.config))
+            streams.check(args.stream)
+            messages = _read_jsonl(args.file, streams.codecs[args.stream].keyed)
+            return await kafka_load(streams, args.stream, messages), streams.physical[args.stream]
+
+        n, topic = asyncio.run(load())
+        print(f"loaded {n} message(s) into {args.stream} (topic {topic})", file=sys.stderr)
+        return 0
+    with _local_job(args, app=app) as job:
         if args.stream not in job.physical:
             raise SamzaError(f"{args.stream!r} is not a stream of {args.app}; streams: "
                              f"{', '.join(sorted(job.physical))}")
@@ -248,7 +298,10 @@ def cmd_dump(args: argparse.Namespace) -> int:
 
     if args.limit is not None and args.limit < 1:
         raise SamzaError(f"--limit takes a number of messages >= 1, got {args.limit}")
-    with _local_job(args, ran=True) as job:
+    app, kafka = _kafka_app(args)
+    if kafka:
+        return _dump_kafka(args, app)
+    with _local_job(args, ran=True, app=app) as job:
         sources = dump_sources(job)
         source = sources.get(args.stream)
         if source is None:
@@ -258,6 +311,28 @@ def cmd_dump(args: argparse.Namespace) -> int:
         for line in dump_lines(source, args.limit, offsets=args.offsets):
             out.write(line + b"\n")
         out.flush()
+    return 0
+
+
+def _dump_kafka(args: argparse.Namespace, app: Any) -> int:
+    import asyncio
+
+    from .dump import kafka_dump_source
+    from .kafka_io import TopicSnapshot, kafka_streams
+
+    async def read() -> object:
+        streams = await kafka_streams(app, _parse_config(args.config))
+        streams.check(args.stream)
+        return kafka_dump_source(streams, args.stream, await TopicSnapshot.read(streams,
+                                                                                args.stream))
+
+    from .dump import dump_lines
+
+    source = asyncio.run(read())
+    out = sys.stdout.buffer
+    for line in dump_lines(source, args.limit, offsets=args.offsets):  # type: ignore[arg-type]
+        out.write(line + b"\n")
+    out.flush()
     return 0
 
 
@@ -456,6 +531,15 @@ def build_parser() -> argparse.ArgumentParser:
                         '({"key": ..., "value": ...} for keyed streams)')
     r.add_argument("--sample", type=_at_least(0), default=0, metavar="N",
                    help="feed the inputs with the module's sample_input(N)")
+    how = r.add_mutually_exclusive_group()
+    how.add_argument("--append", action="store_true",
+                     help="--input/--sample go after what an input already holds")
+    how.add_argument("--replace", action="store_true",
+                     help="--input/--sample replace what an input holds, and the job starts "
+                          "over (as after `reset`; outputs stay)")
+    r.add_argument("--skip", action="append", default=[], metavar="STREAM:PARTITION:OFFSET",
+                   help="pass over one record of an input in this run (a poison record), "
+                        "logged and counted; repeatable")
     r.add_argument("--show", type=_at_least(0), default=10, help="output messages to print per stream")
     r.add_argument("-q", "--quiet", action="store_true", help="no progress line")
     r.add_argument("--follow", action="store_true",

@@ -148,6 +148,8 @@ class StreamCodec:
         self.policy = policy
         self._dead_letter = dead_letter
         self._metrics = metrics
+        #: partition -> offsets of records to pass over in this run (``run --skip``)
+        self.skip: dict[int, set[int]] = {}
         if isinstance(serde, KVSerde):
             self._key_serde: Serde[Any] | None = serde.key_serde
             self._value_serde = serde.value_serde
@@ -218,6 +220,31 @@ class StreamCodec:
     def decode_batch(self, ssp: SSP, first: int, records: Sequence[Record],
                      generation: int) -> list[Any]:
         """Messages, control messages and ``Skipped`` markers, one per record, in order."""
+        if self.skip:
+            offsets = self.skip.get(ssp.partition)
+            if offsets and any(first <= o < first + len(records) for o in offsets):
+                return self._decode_skipping(ssp, first, records, generation, offsets)
+        return self._decode_batch(ssp, first, records, generation)
+
+    def _decode_skipping(self, ssp: SSP, first: int, records: Sequence[Record], generation: int,
+                         offsets: set[int]) -> list[Any]:
+        """As ``decode_batch``, with the records at ``offsets`` passed over, logged and counted."""
+        out: list[Any] = []
+        start = first
+        for o in sorted(o for o in offsets if first <= o < first + len(records)):
+            out += self._decode_batch(ssp, start, records[start - first:o - first], generation)
+            log.warning("skipped %s partition %d offset %d as --skip asked", ssp.stream_id,
+                        ssp.partition, o)
+            if self._metrics is not None:
+                self._metrics.inc("skipped-by-request")
+                self._metrics.inc(f"{ssp.stream_id}.skipped-by-request")
+            out.append(Skipped(f"skipped by request: {ssp.stream_id}:{ssp.partition}:{o}"))
+            start = o + 1
+        out += self._decode_batch(ssp, start, records[start - first:], generation)
+        return out
+
+    def _decode_batch(self, ssp: SSP, first: int, records: Sequence[Record],
+                      generation: int) -> list[Any]:
         vde = fast_deserializer(self._value_serde)
         try:
             if self._key_serde is not None:

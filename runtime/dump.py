@@ -35,7 +35,7 @@ from .locallog import LocalLog
 from .records import is_control
 from .state_codec import state_codec, table_codec
 
-__all__ = ["DumpSource", "dump_sources", "dump_lines"]
+__all__ = ["DumpSource", "dump_sources", "dump_lines", "kafka_dump_source"]
 
 log = logging.getLogger("samza_dsl.dump")
 
@@ -66,7 +66,7 @@ class DumpSource:
     """A stream of the job in a log: where it is and how its records become printable objects."""
 
     name: str
-    log: LocalLog
+    log: LocalLog  # or a runtime.kafka_io.TopicSnapshot, which reads the same way
     physical: str
     decode: Decode
 
@@ -151,6 +151,13 @@ def dump_sources(job: LocalJob) -> dict[str, DumpSource]:
         out[stream] = DumpSource(stream, job.log_of(system), stream,
                                  _changelog_decoder(stream, kd, vd))
     return out
+
+
+def kafka_dump_source(streams: Any, stream_id: str, snapshot: Any) -> DumpSource:
+    """A stream of a job on Kafka, read into ``snapshot`` (``runtime.kafka_io``)."""
+    codec = streams.codecs[stream_id]
+    quiet = StreamCodec(stream_id, codec.serde, policy="skip")
+    return DumpSource(stream_id, snapshot, streams.physical[stream_id], _stream_decoder(quiet))
 
 
 def _partitions(source: DumpSource) -> int:

@@ -41,7 +41,8 @@ class LocalRunner(LateCounts):
 
     def __init__(self, app: StreamApplication, config: Mapping[str, Any] | None = None, *,
                  inputs: Mapping[str, Sequence[Any] | Mapping[int, Sequence[Any]]] | None = None,
-                 progress: TextIO | None = None, follow: bool = False) -> None:
+                 progress: TextIO | None = None, follow: bool = False,
+                 skip: Mapping[str, Mapping[int, set[int]]] | None = None) -> None:
         if not isinstance(app, StreamApplication):
             raise TypeError(f"LocalRunner takes a StreamApplication, got {type(app).__name__}")
         self.app = app
@@ -52,6 +53,9 @@ class LocalRunner(LateCounts):
         self._inputs = dict(inputs or {})
         self.progress = progress
         self.follow = follow
+        #: records to pass over in this run: {input stream: {partition: {offsets}}}
+        self.skip = {sid: {p: set(o) for p, o in parts.items()}
+                     for sid, parts in (skip or {}).items()}
         from .kafka_job import uses_kafka
 
         self.kafka = uses_kafka(app)
@@ -127,7 +131,7 @@ class LocalRunner(LateCounts):
         ctx = multiprocessing.get_context("fork")
         procs = [ctx.Process(target=_container_main, name=f"{self.app.name}-container-{i}",
                              args=(self.app, {**self.config, "job.container.id": i},
-                                   self.follow))
+                                   self.follow, self.skip))
                  for i in range(n)]
         stop = threading.Event()
         previous = {}
@@ -192,12 +196,18 @@ class LocalRunner(LateCounts):
                            inputs=self._inputs, metrics=self.metrics)
             self.job, self.plan, container = job, job.plan, job.container
         else:
+            if self.skip:
+                raise SamzaError(f"skip: job {self.app.name!r} runs in memory, where its inputs "
+                                 f"are given whole; leave the record out of the input instead")
             plan, broker, container = memory_job(self.app, self._loader._inputs,
                                                  self._loader._partitions(), self.config,
                                                  checkpoints=self.checkpoints)
             self.plan, self.broker = plan, broker
         self.container = container
         self.metrics = container.metrics
+        if self.skip and self.job is not None:
+            for sid, parts in self.skip.items():
+                self.job.codecs[sid].skip = {p: set(o) for p, o in parts.items()}
         self._loop = asyncio.get_running_loop()
         self._state = "running"
         if install_signals:
@@ -335,10 +345,11 @@ class LocalRunner(LateCounts):
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
-def _container_main(app: StreamApplication, config: Mapping[str, Any], follow: bool) -> None:
+def _container_main(app: StreamApplication, config: Mapping[str, Any], follow: bool,
+                    skip: Mapping[str, Mapping[int, set[int]]] | None = None) -> None:
     """A forked container process: runs its share of the tasks. (A local log it opens is
     opened afresh: ``LocalLog`` never uses handles inherited across a fork.)"""
-    runner = LocalRunner(app, config, follow=follow).run()
+    runner = LocalRunner(app, config, follow=follow, skip=skip).run()
     for line in runner.late_summary():  # the parent cannot see this process's counters
         print(f"container {config.get('job.container.id')}: {line}", file=sys.stderr)
 
@@ -372,6 +383,10 @@ def print_outputs(runner: LocalRunner, out: TextIO = sys.stdout, limit: int = 10
         for line in traffic_lines(container.status()["read"], counts,  # type: ignore[union-attr]
                                   runner.plan, resumed=resumed, app_ref=app_ref):
             out.write(line + "\n")
+        skipped = runner.metrics.snapshot().get("skipped-by-request", 0)
+        if skipped:
+            out.write(f"skipped: {skipped} record(s) as --skip asked (not processed; the "
+                      f"checkpoint is past them)\n")
     if window_ids(runner.plan) and getattr(runner, "_procs", None) is None:
         lines = runner.late_summary() or ["late: no late messages"]
         if runner.late():

@@ -492,10 +492,12 @@ class TaskInstance:
         cause = f.cause
         advice = "" if isinstance(cause, SerdeError) else \
             " Fix the function or guard against this message."
+        skip = (f" (`samza-dsl run APP --skip {ssp.stream_id}:{ssp.partition}:{offset}` passes "
+                f"over it once)" if self.plan.streams[ssp.stream_id].kind == "input" else "")
         err = TaskError(
             f"operator {f.op_id!r} failed in task {self.name!r} on stream {ssp.stream_id!r} "
             f"partition {ssp.partition} offset {offset}: {f.reason}.{advice} "
-            f"The checkpoint stays before this offset, so a restart reprocesses it",
+            f"The checkpoint stays before this offset, so a restart reprocesses it{skip}",
             op_id=f.op_id, task=self.name, stream=ssp.stream_id,
             partition=ssp.partition, offset=offset)
         err.__cause__ = cause

@@ -65,3 +65,81 @@ def test_the_progress_line_counts_user_messages_not_control_records(tmp_path: Pa
     final = proc.stderr.strip().splitlines()[-1]
     # 40 messages; the end-of-stream and watermark records are no messages
     assert final.split()[:2] == ["processed", "40"], final
+
+
+# -- 3. input options never silently do nothing -----------------------------------------------------
+
+def test_input_on_a_stream_that_holds_data_needs_append_or_replace(tmp_path: Path) -> None:
+    (tmp_path / "a.jsonl").write_text(ok("sample", VIEWS, "page-views", "300", cwd=tmp_path).stdout)
+    (tmp_path / "b.jsonl").write_text(ok("sample", VIEWS, "page-views", "120", cwd=tmp_path).stdout)
+    first = ok("run", VIEWS, "--input", "page-views=a.jsonl", "-q", cwd=tmp_path)
+    assert "in: 300 new message(s)" in first.stdout
+
+    refused = cli("run", VIEWS, "--input", "page-views=b.jsonl", "-q", cwd=tmp_path)
+    assert refused.returncode == 2, refused.stderr
+    assert "'page-views'" in refused.stderr and "already holds 300 message(s)" in refused.stderr
+    assert "--append" in refused.stderr and "--replace" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    held = ok("dump", VIEWS, "page-views", cwd=tmp_path).stdout.splitlines()
+    assert len(held) == 300  # nothing was loaded
+
+    appended = ok("run", VIEWS, "--input", "page-views=b.jsonl", "--append", "-q", cwd=tmp_path)
+    assert "in: 120 new message(s)" in appended.stdout
+    assert len(ok("dump", VIEWS, "page-views", cwd=tmp_path).stdout.splitlines()) == 420
+
+    # --replace: the input holds just the new file and the job starts over on it
+    replaced = ok("run", VIEWS, "--input", "page-views=b.jsonl", "--replace", "-q", cwd=tmp_path)
+    assert "starts over" in replaced.stderr
+    assert "resumed" not in replaced.stdout and "in: 120 new message(s)" in replaced.stdout
+    assert len(ok("dump", VIEWS, "page-views", cwd=tmp_path).stdout.splitlines()) == 120
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    alone = ok("run", VIEWS, "--input", f"page-views={tmp_path / 'b.jsonl'}", "-q", "--show",
+               "100", cwd=fresh)
+    shown = sorted(ln for ln in replaced.stdout.splitlines() if ln.startswith("  KV("))
+    assert shown and shown == sorted(ln for ln in alone.stdout.splitlines()
+                                     if ln.startswith("  KV("))
+
+
+def test_the_same_sample_again_is_said_and_another_is_an_error(tmp_path: Path) -> None:
+    ok("run", VIEWS, "--sample", "200", "-q", cwd=tmp_path)
+    again = ok("run", VIEWS, "--sample", "200", "-q", cwd=tmp_path)
+    assert "already holds the sample of 200" in again.stderr and "not loaded again" in again.stderr
+    other = cli("run", VIEWS, "--sample", "50", "-q", cwd=tmp_path)
+    assert other.returncode == 2 and "--sample: input 'page-views'" in other.stderr
+    more = ok("run", VIEWS, "--sample", "50", "--append", "-q", cwd=tmp_path)
+    assert "in: 50 new message(s)" in more.stdout
+    # the stream no longer holds just the sample: the same sample again is refused
+    assert cli("run", VIEWS, "--sample", "200", "-q", cwd=tmp_path).returncode == 2
+
+
+def test_a_poison_record_is_skipped_once_from_the_command_line(tmp_path: Path) -> None:
+    rows = ok("sample", VIEWS, "page-views", "100", cwd=tmp_path).stdout.splitlines()
+    rows[49] = json.dumps({"ts": 1700000041.0, "bot": False})  # no country: the job fails on it
+    (tmp_path / "v.jsonl").write_text("\n".join(rows) + "\n")
+    failed = cli("run", VIEWS, "--input", "page-views=v.jsonl", "-q", cwd=tmp_path)
+    assert failed.returncode == 2 and "KeyError: 'country'" in failed.stderr, failed.stderr
+    hint = failed.stderr.split("--skip ")[1].split("`")[0]  # the error says how to skip it
+    stream, partition, offset = hint.split(":")
+    assert stream == "page-views"
+    # the checkpoint stays before it: a plain rerun fails again on the same record
+    assert cli("run", VIEWS, "-q", cwd=tmp_path).returncode == 2
+
+    skipped = ok("run", VIEWS, "--skip", hint, "-q", "--show", "0", cwd=tmp_path)
+    assert f"skipped page-views partition {partition} offset {offset}" in skipped.stderr
+    assert "skipped: 1 record(s) as --skip asked" in skipped.stdout
+    # every other message is read (the failed run committed none of them) and none is lost;
+    # what the failed run had written to the intermediate stream is there again (at-least-once)
+    assert "in: 99 new message(s)" in skipped.stdout
+    dumped = [json.loads(ln) for ln in
+              ok("dump", VIEWS, "country-counts", cwd=tmp_path).stdout.splitlines()]
+    humans = sum(1 for r in rows if not json.loads(r).get("bot")) - 1
+    assert sum(d["value"]["views"] for d in dumped) >= humans
+    # once: the next run has nothing to skip and nothing new
+    after = ok("run", VIEWS, "-q", cwd=tmp_path)
+    assert "nothing new" in after.stdout and "skipped:" not in after.stdout
+
+    bad = cli("run", VIEWS, "--skip", "page-views:x:1", "-q", cwd=tmp_path)
+    assert bad.returncode == 2 and "STREAM:PARTITION:OFFSET" in bad.stderr
+    unknown = cli("run", VIEWS, "--skip", "views:0:1", "-q", cwd=tmp_path)
+    assert unknown.returncode == 2 and "inputs: page-views" in unknown.stderr
