@@ -24,8 +24,8 @@ What the model defines, for an event-time window (``event_time=``):
 - **Watermark.** ``Advance(ms)`` is the task's watermark; the window's is that less the window's
   ``max_out_of_orderness``. It never goes back. A tumbling pane ``[start, start + size)`` closes
   when the watermark reaches its end; a session closes when it reaches its last message + gap.
-- **Late.** A message whose pane (for a session: its own window ``[t, t + gap)``) is closed is
-  late. With ``allowed_lateness(d)`` *and* a late trigger, a closed pane keeps its state until the
+- **Late.** A message whose pane is closed is late; for a session, one that joins no open
+  session of its key and whose own window ``[t, t + gap)`` is closed (as in Flink). With ``allowed_lateness(d)`` *and* a late trigger, a closed pane keeps its state until the
   watermark reaches its end + d, and a late message before then is folded into it and fed to the
   late trigger, which emits LATE panes; any other late message is counted (per stream) and
   dropped. Nothing fires when a kept pane expires.
@@ -239,9 +239,9 @@ class _Model:
         def overlaps(p: _Pane) -> bool:
             return p.key == key and p.start < t + gap and t < p.last + gap
 
-        if t + gap > self.wm:  # its own window is open: join every open session it overlaps
-            parts = sorted((p for p in self.panes if not p.closed and overlaps(p)),
-                           key=lambda p: p.start)
+        parts = sorted((p for p in self.panes if not p.closed and overlaps(p)),
+                       key=lambda p: p.start)
+        if parts or t + gap > self.wm:  # it joins an open session, or its own window is open
             if not parts:
                 p = self.new_pane(key, t, t)
                 self.fold(p, m, p.early, FiringType.EARLY)

@@ -15,6 +15,7 @@ CI runs a few dozen examples; ``SAMZA_DSL_MODEL_EXAMPLES=3000`` runs a long chec
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from collections import Counter
@@ -31,10 +32,11 @@ from samza_dsl import KV, AccumulationMode, StreamApplication, Triggers, Windows
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
 from samza_dsl.systems import LocalSystem, MemorySystem
 from samza_dsl.testing import TestRunner
-from samza_dsl.testing.model import ModelPane, interleave, run_window
+from samza_dsl.testing.model import ModelPane, interleave, run_window, stream_join, table_join
 
 #: cases that fail on main today (see the module docstring); SAMZA_DSL_MODEL_ALL=1 draws them too
-KNOWN = {"session_async", "beyond_after_hop", "spark_beyond"}
+KNOWN = {"session_async", "session_shared", "session_disorder", "beyond_after_hop",
+         "beyond_declared", "spark_beyond"}
 ALL = KNOWN if os.environ.get("SAMZA_DSL_MODEL_ALL") else set()
 EXCLUDE = os.environ.get("MODEL_EXCLUDE", "").split(",")
 LONG = int(os.environ.get("SAMZA_DSL_MODEL_EXAMPLES", "0"))
@@ -51,6 +53,7 @@ SERDE = KVSerde(StringSerde(), JsonSerde())
 class Case:
     data: dict[int, list[tuple[str, int, int]]]  # partition -> (key, event time ms, value)
     ops: tuple[str, ...]  # map, filter, flat_map, async, hop
+    end: str  # window, join (stream-stream), table (stream-table)
     kind: str
     size_ms: int
     early: str | None
@@ -62,6 +65,9 @@ class Case:
     window_bound_ms: int
     elasticity: int
     beyond: bool  # some messages beyond the declared bound
+    async_order: str = "none"  # the async step's ordering
+    shared_keys: bool = False  # a key in several partitions (only with a hop)
+    idle_timeout_ms: int = 0  # on the input
 
     @property
     def hops(self) -> int:
@@ -69,8 +75,15 @@ class Case:
 
     @property
     def fixed_order(self) -> bool:
-        """One producer feeds each window instance, in an order the rules fix."""
+        """One producer feeds each window instance, in an order the rules fix: which messages
+        are late, and every pane, are fixed."""
         return "async" not in self.ops and (self.hops == 0 or len(self.data) == 1)
+
+    @property
+    def fixed_per_key(self) -> bool:
+        """Each key's messages reach the window or join in an order the rules fix."""
+        return (not self.shared_keys and ("async" not in self.ops or self.async_order == "key")
+                and (self.kind != "tumbling" or self.fixed_order))
 
 
 # -- the pipeline, as a runner runs it and as the model sees it ------------------------------------
@@ -85,6 +98,11 @@ def apply_op(op: str, kv: KV[str, Any]) -> list[KV[str, Any]]:
     if op == "flat_map":
         return [kv, KV(kv.key, {"t": v["t"], "v": v["v"] + 1000})] if v["v"] % 2 else [kv]
     return [kv]
+
+
+def side(kv: KV[str, Any]) -> str:
+    """Where a message goes at a join: even values left (or into the table), odd ones right."""
+    return "left" if kv.value["v"] % 2 == 0 else "right"
 
 
 def trigger(name: str | None) -> Any:
@@ -120,6 +138,11 @@ def window_of(case: Case) -> Any:
     return w.accumulation(case.mode)
 
 
+def pair(left: Any, right: Any) -> dict[str, Any]:
+    return {"l": [left.value["t"], left.value["v"]],
+            "r": None if right is None else [right.value["t"], right.value["v"]]}
+
+
 def build(case: Case, system: Any) -> StreamApplication:
     app = StreamApplication(APP, config={"job.elasticity.factor": case.elasticity,
                                          "task.max.concurrency": 8})
@@ -130,7 +153,9 @@ def build(case: Case, system: Any) -> StreamApplication:
     bound = timedelta(milliseconds=case.input_bound_ms) if case.input_bound_ms else None
     stream = app.input(system.input("in", serde=SERDE, partitions=len(case.data),
                                     event_time=et if case.declared else None,
-                                    max_out_of_orderness=bound if case.declared else None))
+                                    max_out_of_orderness=bound if case.declared else None,
+                                    idle_timeout=timedelta(milliseconds=case.idle_timeout_ms)
+                                    if case.idle_timeout_ms else None))
     for i, op in enumerate(case.ops):
         if op == "hop":
             stream = stream.partition_by(lambda kv: kv.key, lambda kv: kv.value, serde=SERDE,
@@ -140,17 +165,28 @@ def build(case: Case, system: Any) -> StreamApplication:
                 import asyncio
                 await asyncio.sleep((kv.value["v"] % 4) * 0.001)
                 return [kv]
-            stream = stream.async_flat_map(slow, name=f"op{i}")
+            stream = stream.async_flat_map(slow, name=f"op{i}", ordering=case.async_order)
         elif op == "filter":
             stream = stream.filter(lambda kv, op=op: bool(apply_op(op, kv)), name=f"op{i}")
         elif op == "map":
             stream = stream.map(lambda kv, op=op: apply_op(op, kv)[0], name=f"op{i}")
         else:
             stream = stream.flat_map(lambda kv, op=op: apply_op(op, kv), name=f"op{i}")
-    (stream.window(window_of(case), name="w")
-     .map(lambda p: {"k": p.key.key, "p": p.key.pane_id, "f": p.firing.name,
-                     "m": [[kv.value["t"], kv.value["v"]] for kv in p.message]}, name="row")
-     .send_to(app.output(system.output("panes", serde=JsonSerde(), partitions=1))))
+    out = app.output(system.output("out", serde=JsonSerde(), partitions=1))
+    left = stream.filter(lambda kv: side(kv) == "left", name="left")
+    right = stream.filter(lambda kv: side(kv) == "right", name="right")
+    if case.end == "join":
+        left.join(right, key=lambda kv: kv.key, other_key=lambda kv: kv.key, combine=pair,
+                  ttl=HOUR, name="j").send_to(out)
+    elif case.end == "table":
+        table = app.table("t", serde=SERDE)
+        left.send_to(table)
+        right.join_table(table, combine=pair, name="jt").send_to(out)
+    else:
+        (stream.window(window_of(case), name="w")
+         .map(lambda p: {"k": p.key.key, "p": p.key.pane_id, "f": p.firing.name,
+                         "m": [[kv.value["t"], kv.value["v"]] for kv in p.message]}, name="row")
+         .send_to(out))
     return app
 
 
@@ -158,9 +194,9 @@ def inputs(case: Case) -> dict[int, list[KV[str, Any]]]:
     return {p: [KV(k, {"t": t, "v": v}) for k, t, v in msgs] for p, msgs in case.data.items()}
 
 
-def model(case: Case) -> tuple[list[ModelPane], dict[str, dict[str, int]]]:
-    """The model's panes and late counts: each input partition a channel, its progress after
-    each message as the rules define it (rule 8)."""
+def channels_of(case: Case) -> dict[int, list[tuple[list[Any], float | None]]]:
+    """Each input partition as a channel: per message, what it causes at the end of the
+    pipeline and the partition's progress after it (rule 8)."""
     channels: dict[int, list[tuple[list[Any], float | None]]] = {}
     for p, msgs in inputs(case).items():
         latest: float | None = None
@@ -176,11 +212,30 @@ def model(case: Case) -> tuple[list[ModelPane], dict[str, dict[str, int]]]:
                                                              if case.declared else 0)
             handouts.append((out, progress))
         channels[p] = handouts
+    return channels
+
+
+def model(case: Case, *, by_event_time: bool = False) -> tuple[list[Any], dict[str, Any]]:
+    """The model's outputs (panes, or join results) and late counts. ``by_event_time``: each
+    task gets its messages in event-time order (as Spark hands them where the input declares
+    event time)."""
+    channels = channels_of(case)
+    if case.end != "window":
+        # keys are a partition's own, a task's join state is per key: a partition at a time
+        arrivals = [m for c in channels.values() for out, _ in c for m in out]
+        if by_event_time:
+            arrivals.sort(key=lambda m: m.value["t"])
+        if case.end == "join":
+            return stream_join([(side(m), m, 0) for m in arrivals], key=lambda kv: kv.key,
+                               other_key=lambda kv: kv.key, combine=pair,
+                               ttl_ms=HOUR.total_seconds() * 1000), {}
+        return table_join([("put" if side(m) == "left" else "message", m) for m in arrivals],
+                          combine=pair), {}
     w = window_of(case)
     stream = "in"
     if case.hops:
         stream = f"{APP}-1-partition_by-hop{len(case.ops) - 1 - case.ops[::-1].index('hop')}"
-        instances = [channels]  # keys are a task's own after a hop; one instance is the same
+        instances = [channels]  # keyed panes: which task holds a key does not change them
     else:
         instances = [{p: c} for p, c in channels.items()]  # a task per input partition
     panes: list[ModelPane] = []
@@ -231,10 +286,15 @@ def late_of(counts: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
 
 
 def check(case: Case, out: list[dict[str, Any]], late_counts: dict[str, dict[str, int]],
-          fixed: bool, runner: str) -> None:
-    panes, late = model(case)
+          fixed: bool, runner: str, *, by_event_time: bool = False) -> None:
+    expected, late = model(case, by_event_time=by_event_time)
     assert late_of(late_counts) == late, f"{runner}: late counts differ from the model"
-    assert comparable(rows_of(out), case, fixed) == comparable(model_rows(panes), case, fixed), \
+    if case.end != "window":
+        key = json.dumps
+        assert Counter(map(key, out)) == Counter(map(key, expected)), \
+            f"{runner}: join results differ from the model"
+        return
+    assert comparable(rows_of(out), case, fixed) == comparable(model_rows(expected), case, fixed), \
         f"{runner}: panes differ from the model"
 
 
@@ -243,25 +303,35 @@ def check(case: Case, out: list[dict[str, Any]], late_counts: dict[str, dict[str
 @st.composite
 def cases(draw: st.DrawFn, *, spark: bool = False) -> Case:
     partitions = draw(st.integers(1, 3))
+    end = draw(st.sampled_from(["window", "window", "window", "join", "table"]))
     kind = draw(st.sampled_from([k for k in ["keyed_tumbling", "keyed_session", "tumbling"]
                                  if k not in EXCLUDE]))
     ops = list(draw(st.lists(st.sampled_from(["map", "filter", "flat_map"]), max_size=3)))
     hops = draw(st.integers(0, 2))
     for _ in range(hops):
         ops.insert(draw(st.integers(0, len(ops))), "hop")
-    if ("async" not in EXCLUDE and (kind != "keyed_session" or "session_async" in ALL)
-            and draw(st.booleans())):  # before any hop: a producer's event time is then traced (rule 8)
+    # a window's producers trace its event time through no async step (docs/semantics.md):
+    # the async step goes before any hop
+    async_order = draw(st.sampled_from(["none", "key"]))
+    if ((end != "window" or kind != "keyed_session" or "session_async" in ALL)
+            and (end == "window" or async_order == "key") and draw(st.booleans())):
         first_hop = ops.index("hop") if "hop" in ops else len(ops)
         ops.insert(draw(st.integers(0, first_hop)), "async")
+    session = end == "window" and kind == "keyed_session"
     elasticity = draw(st.sampled_from([1, 2]))
-    if kind == "tumbling":  # one window instance: a global pane is the same in every task
+    if kind == "tumbling" and end == "window":  # one instance: a global pane is a task's own
         partitions, elasticity = 1, 1
+    shared_keys = (end == "window" and hops > 0 and (not session or "session_shared" in ALL)
+                   and draw(st.booleans()))
     declared = draw(st.booleans())
     input_bound = draw(st.sampled_from([0, 1000, 3000])) if declared else 0
     window_bound = draw(st.sampled_from([0, 2000]))
+    if session and "session_disorder" not in ALL:  # then the one disorder is beyond no bound
+        input_bound = window_bound = 0
     fixed = "async" not in ops and (hops == 0 or partitions == 1)
-    beyond = (fixed and (hops == 0 or "beyond_after_hop" in ALL)
-              and (not spark or "spark_beyond" in ALL) and draw(st.booleans()))
+    beyond = (end == "window" and fixed and (hops == 0 or "beyond_after_hop" in ALL)
+              and (not spark or "spark_beyond" in ALL)
+              and (not declared or "beyond_declared" in ALL) and draw(st.booleans()))
     bound = input_bound + window_bound
     data: dict[int, list[tuple[str, int, int]]] = {}
     for p in range(partitions):
@@ -272,18 +342,20 @@ def cases(draw: st.DrawFn, *, spark: bool = False) -> Case:
             back = draw(st.integers(0, bound // 250)) * 250 if bound else 0
             if beyond and draw(st.integers(0, 4)) == 0:
                 back = bound + draw(st.integers(1, 40)) * 250
-            key = f"k{draw(st.integers(0, 2))}p{p}"  # a key is a partition's own
+            k = draw(st.integers(0, 2))
+            key = f"k{k}" if shared_keys else f"k{k}p{p}"  # else a key is a partition's own
             msgs.append((key, max(0, t - back), draw(st.integers(0, 50)) + 100 * i))
         data[p] = msgs
     late = draw(st.sampled_from([None, "count1", "repeat2"]))
-    return Case(data=data, ops=tuple(ops), kind=kind,
+    return Case(data=data, ops=tuple(ops), end=end, kind=kind,
                 size_ms=draw(st.sampled_from([2000, 5000])),
                 early=draw(st.sampled_from([None, "count2", "repeat2", "any3", "repeat_any",
                                             "time"])),
                 late=late, lateness_ms=draw(st.sampled_from([0, 3000])) if late else 0,
                 mode=draw(st.sampled_from(list(AccumulationMode))), declared=declared,
                 input_bound_ms=input_bound, window_bound_ms=window_bound, elasticity=elasticity,
-                beyond=beyond)
+                beyond=beyond, async_order=async_order, shared_keys=shared_keys,
+                idle_timeout_ms=draw(st.sampled_from([0, 20])))
 
 
 # -- the tests ---------------------------------------------------------------------------------------
@@ -294,12 +366,12 @@ def cases(draw: st.DrawFn, *, spark: bool = False) -> Case:
 def test_test_runner_and_local_system_equal_the_model(case: Case) -> None:
     result = TestRunner(build(case, MemorySystem())).add_input("in", inputs(case)) \
         .run(timeout=RUN_TIMEOUT)
-    check(case, result.messages("panes"), result.late_counts, case.fixed_order, "TestRunner")
+    check(case, result.messages("out"), result.late_counts, case.fixed_per_key, "TestRunner")
     with tempfile.TemporaryDirectory() as tmp:
         runner = LocalRunner(build(case, LocalSystem("local")), {"job.dir": tmp},
                              inputs={"in": inputs(case)}).run()
         try:
-            check(case, runner.messages("panes"), runner.late_counts, case.fixed_order,
+            check(case, runner.messages("out"), runner.late_counts, case.fixed_per_key,
                   "LocalRunner")
         finally:
             runner.close()
@@ -310,6 +382,6 @@ def test_test_runner_and_local_system_equal_the_model(case: Case) -> None:
 @given(case=cases(spark=True))
 def test_spark_equals_the_model(spark: Any, case: Case) -> None:
     result = SparkRunner(spark).reprocess(build(case, MemorySystem()), {"in": inputs(case)})
-    # Spark orders each task's records by event time where the input declares it
-    check(case, result.messages("panes"), result.late_counts,
-          case.fixed_order and not case.declared, "SparkRunner")
+    # Spark hands each task its records in event-time order where the input declares it
+    check(case, result.messages("out"), result.late_counts,
+          case.fixed_per_key and not case.declared, "SparkRunner", by_event_time=case.declared)
