@@ -32,19 +32,19 @@ from typing import Any
 from samza_dsl.kv import KV
 from samza_dsl.spec import AsyncFlatMapSpec
 
-from .base import Operator, resolve_fn
+from .base import Operator, as_outputs, resolve_fn
 
 __all__ = ["AsyncFlatMapOperator"]
 
 
-async def _outputs(result: Any) -> list[Any]:
+async def _outputs(result: Any, op_id: str) -> list[Any]:
     if inspect.isawaitable(result):
         result = await result
-    if result is None:
-        return []
+    if type(result) is list:
+        return result
     if hasattr(result, "__aiter__"):
         return [item async for item in result]
-    return result if type(result) is list else list(result)
+    return as_outputs(result, "async_flat_map", op_id)
 
 
 class _Released:
@@ -102,12 +102,12 @@ class AsyncFlatMapOperator(Operator):
         return message.key
 
     async def _call(self, message: Any) -> list[Any]:
-        return await _outputs(self._fn(message))
+        return await _outputs(self._fn(message), self.op_id)
 
     async def _call_in_order(self, message: Any, key: Any, previous: _Released | None,
                              released: _Released) -> list[Any]:
         try:
-            outputs = await _outputs(self._fn(message))
+            outputs = await _outputs(self._fn(message), self.op_id)
             if previous is not None:
                 await previous.wait()
             return outputs

@@ -100,6 +100,29 @@ def resolve_fn(fn: Any) -> Callable[..., Any]:
     return fn
 
 
+#: what a flat_map must not return: iterating it would emit characters, bytes or keys
+_NOT_OUTPUTS = (str, bytes, bytearray, memoryview, Mapping)
+
+
+def as_outputs(result: Any, opcode: str, op_id: str) -> list[Any]:
+    """The outputs of a ``flat_map``-style function's ``result`` as a list (None: none). A str,
+    bytes or mapping is refused, as a mistake: it is one message, not a collection of them."""
+    if type(result) is list:
+        return result
+    if result is None:
+        return []
+    if isinstance(result, _NOT_OUTPUTS):
+        what = "keys" if isinstance(result, Mapping) else \
+            "characters" if isinstance(result, str) else "bytes"
+        text = repr(result)
+        if len(text) > 60:
+            text = text[:57] + "..."
+        raise TypeError(f"{opcode} {op_id!r} returned a {type(result).__name__} ({text}), which "
+                        f"would emit its {what} one by one: return a list of messages, e.g. "
+                        f"[message] for one, [] for none")
+    return list(result)
+
+
 def init_fn(fn: Any, ctx: UserContext) -> None:
     init = getattr(fn, "init", None)
     if callable(init) and not inspect.isfunction(fn):

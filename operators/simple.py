@@ -18,7 +18,15 @@ from typing import Any
 from samza_dsl.kv import KV
 from samza_dsl.spec import FilterSpec, FlatMapSpec, MapSpec, MergeSpec, SendToSpec, SinkSpec
 
-from .base import Operator, OperatorContext, PassThrough, Result, UserContext, resolve_fn
+from .base import (
+    Operator,
+    OperatorContext,
+    PassThrough,
+    Result,
+    UserContext,
+    as_outputs,
+    resolve_fn,
+)
 
 __all__ = ["MapOperator", "FilterOperator", "FlatMapOperator", "MergeOperator", "SinkOperator",
            "SendToStreamOperator", "SendToTableOperator", "send_to_operator"]
@@ -75,9 +83,9 @@ class FlatMapOperator(Operator):
 
     def process(self, message: Any) -> list[Any]:
         result = self._fn(message)
-        if result is None:
-            return []
-        return result if type(result) is list else list(result)
+        if type(result) is list:
+            return result
+        return as_outputs(result, "flat_map", self.op_id)
 
 
 class MergeOperator(PassThrough):

@@ -288,10 +288,13 @@ class TaskInstance:
         serde = getattr(stream.descriptor, "serde", None)
         key_bytes = serde.key_serde.serialize if isinstance(serde, KVSerde) else default_key_bytes
         own = self.model.partition % n
+        keyed = bool(stream.keyed)
 
         if stream.kind == "broadcast" or n == 1:
             def send_one(m: Any) -> None:
                 try:
+                    if keyed and type(m) is not KV:
+                        raise not_kv(stream_id, m)
                     send(0, m)
                 except Exception as exc:
                     raise OperatorFailure(op_id, exc) from exc
@@ -301,7 +304,8 @@ class TaskInstance:
         sink = getattr(self.container.producer, "record_sink", None)
         records = sink(stream_id) if sink is not None else None
         if records is not None:
-            return _record_sender(op_id, records, parts, partitioner, own)
+            return _record_sender(op_id, records, parts, partitioner, own,
+                                  stream_id if keyed else None)
 
         def send_keyed(m: Any) -> None:
             try:
@@ -311,6 +315,8 @@ class TaskInstance:
                     except TypeError:  # an unhashable key
                         p = partitioner(m.key)
                     send(p, m)
+                elif keyed:
+                    raise not_kv(stream_id, m)
                 else:
                     send(own, m)
             except Exception as exc:
@@ -760,15 +766,34 @@ def _partition_table(sender: Any) -> Any:
     return getattr(sender, "parts", None)
 
 
-def _record_sender(op_id: str, sink: Any, parts: Any, partitioner: Any, own: int) -> Emit:
+def not_kv(stream_id: str, m: Any) -> TypeError:
+    """The error for a message that is not a ``KV`` sent to a keyed (``KVSerde``) stream: every
+    runner raises it, so none guesses a key."""
+    text = repr(m)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return TypeError(f"stream {stream_id!r} is keyed (KVSerde) but was sent a "
+                     f"{type(m).__name__} ({text}): send KV(key, value) to it, e.g. "
+                     f".map(lambda m: KV(key_of(m), m)) before send_to (KV(None, value) for no "
+                     f"key)")
+
+
+def _record_sender(op_id: str, sink: Any, parts: Any, partitioner: Any, own: int,
+                   keyed: str | None = None) -> Emit:
     """The keyed terminal for a producer that takes records: partition lookup, key and value
     serialization and the buffer append in one frame. Anything unusual (a None key or value, a
-    bare message, a key the table cannot hold, a serde error) takes the codec's own path."""
+    bare message, a key the table cannot hold, a serde error) takes the codec's own path.
+    ``keyed``: the stream id when the stream is keyed, which refuses a bare message."""
     bufs, kser, vser, encode = sink
 
     def slow(m: Any) -> None:
         try:
-            p = partitioner(m.key) if type(m) is KV else own
+            if type(m) is KV:
+                p = partitioner(m.key)
+            elif keyed is not None:
+                raise not_kv(keyed, m)
+            else:
+                p = own
             bufs[p].append(encode(m))
         except Exception as exc:
             raise OperatorFailure(op_id, exc) from exc

@@ -52,7 +52,7 @@ from samza_dsl.spec import (
 from ..dag import Emit, OperatorFailure, _forward, fan_out
 from ..serde_util import default_key_bytes
 from ..tables import LocalTable
-from ..task import _task_copy, op_nexts, operator_emit
+from ..task import _task_copy, not_kv, op_nexts, operator_emit
 
 __all__ = ["PassExecutor", "PassFailure", "ALL_PARTITIONS", "STATEFUL"]
 
@@ -208,8 +208,11 @@ class PassExecutor:
         table = partitioner.table
         own = self.partition % max(n, 1)
         me = self.partition
+        keyed = bool(stream.keyed)
 
         def send(m: Any) -> None:
+            if keyed and type(m) is not KV:
+                raise OperatorFailure(op_id, not_kv(stream_id, m))
             if fixed is not None:
                 p = fixed
             elif type(m) is KV:

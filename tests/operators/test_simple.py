@@ -144,7 +144,7 @@ def test_function_objects_get_init_and_close(spec_cls: Any, make_ctx: Any) -> No
     op = build_operator(spec_cls("x", None, ("stream:in",), "", fn=fn))
     op.init(make_ctx(), UserContext("task-0", {}, None, {"t": "table-t"}))
     assert fn.calls == ["init task-0 'table-t'"]
-    message = "ab" if spec_cls is FlatMapSpec else 2  # flat_map: "abab" gives four outputs
+    message = ["a", "b"] if spec_cls is FlatMapSpec else 2  # flat_map: a list of four outputs
     expected = {MapSpec: [4], FlatMapSpec: ["a", "b", "a", "b"], FilterSpec: [2], SinkSpec: []}
     assert op.process(message) == expected[spec_cls]
     op.close()
