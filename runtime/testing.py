@@ -15,13 +15,16 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from samza_dsl import StreamApplication
 from samza_dsl.config import config_value
-from samza_dsl.errors import SamzaError
+from samza_dsl.errors import SamzaError, TaskError
 from samza_dsl.kv import KV
 from samza_dsl.systems import InputDescriptor
 
@@ -31,7 +34,8 @@ from .late import LateCounts
 from .memory import MemoryBroker, MemoryConsumer, MemoryProducer
 from .metrics import Metrics
 
-__all__ = ["TestRunner", "TestResult", "resolve_partitions", "memory_store_factory", "memory_job", "run_container"]
+__all__ = ["TestRunner", "TestResult", "resolve_partitions", "memory_store_factory", "memory_job",
+           "run_container", "STALL_TIMEOUT"]
 
 
 def memory_store_factory(tables: Mapping[str, Any] | None = None) -> Any:
@@ -137,33 +141,77 @@ class TestRunner:
             out[sid] = max(given) + 1 if given else 1
         return out
 
-    def run(self, timeout: float = 10.0, *, checkpoints: MemoryCheckpoints | None = None,
+    def run(self, timeout: float | None = None, *, stall_timeout: float | None = None,
+            checkpoints: MemoryCheckpoints | None = None,
             producer: Callable[[MemoryBroker], Any] = MemoryProducer,
             clock: Callable[[], int] | None = None) -> TestResult:
-        """Run until every input has ended. ``checkpoints``, ``producer`` (a factory taking the
-        broker) and ``clock`` (ms) replace the defaults, for tests of the runtime itself."""
+        """Run until every input has been consumed and processed, however long that takes while
+        the run makes progress.
+
+        ``stall_timeout`` (seconds, default ``STALL_TIMEOUT``) fails the run with a ``TaskError``
+        naming the operator, task, stream, partition and offset of the oldest message in flight
+        when no message completed and no output was written for that long: an async call that
+        hangs. ``timeout`` (seconds, default none) caps the whole run. ``checkpoints``,
+        ``producer`` (a factory taking the broker) and ``clock`` (ms) replace the defaults, for
+        tests of the runtime itself."""
         plan, broker, container = memory_job(self.app, self._inputs, self._partitions(),
                                              self.config, checkpoints=checkpoints,
                                              producer=producer, clock=clock)
-        run_container(container, timeout)
+        run_container(container, timeout, stall_timeout=stall_timeout, broker=broker)
         return TestResult(broker, plan, container.metrics, container.checkpoints,  # type: ignore[arg-type]
                           container.status())
 
 
-def run_container(container: Container, timeout: float) -> None:
+#: seconds without progress, while the run has not ended, after which ``TestRunner.run`` fails
+STALL_TIMEOUT = 30.0
+
+
+def run_container(container: Container, timeout: float | None = None, *,
+                  stall_timeout: float | None = None, broker: MemoryBroker | None = None) -> None:
     """Run a container on a new event loop (in a thread of its own when the caller's thread
-    already runs one, as in Jupyter); a run past ``timeout`` raises a SamzaError."""
+    already runs one, as in Jupyter). No progress (no message handed out or completed, no record
+    in ``broker``, no commit) for ``stall_timeout`` s raises a ``TaskError`` naming what is
+    stuck; a run past ``timeout`` s raises a SamzaError."""
+    stall = STALL_TIMEOUT if stall_timeout is None else float(stall_timeout)
+    if stall <= 0 or (timeout is not None and timeout <= 0):
+        raise ValueError(f"run(timeout={timeout!r}, stall_timeout={stall_timeout!r}): both are "
+                         f"seconds > 0 (timeout None: no cap)")
+
+    def progress() -> tuple[int, ...]:
+        tasks = container.tasks
+        out = sum(len(p) for parts in broker.streams.values() for p in parts) if broker else 0
+        return (sum(t.processed for t in tasks), sum(t.in_flight for t in tasks),
+                container.commits, out)
 
     async def main() -> None:
+        loop = asyncio.get_running_loop()
+        run = loop.create_task(container.run())
+        started = last_change = loop.time()
+        seen = progress()
+        interval = min(0.25, stall / 4)
         try:
-            async with asyncio.timeout(timeout):
-                await container.run()
-        except TimeoutError:
-            status = container.status()
-            raise SamzaError(
-                f"application {container.job.plan.job_name!r} did not finish within {timeout}s "
-                f"(processed {status['processed']}, in flight {status['in_flight']}); an async "
-                f"function may hang, or an input never ends") from None
+            while True:
+                done, _ = await asyncio.wait({run}, timeout=interval)
+                if done:
+                    run.result()
+                    return
+                now = loop.time()
+                now_seen = progress()
+                if now_seen != seen:
+                    seen, last_change = now_seen, now
+                elif now - last_change >= stall:
+                    raise stalled(container, now - last_change)
+                if timeout is not None and now - started >= timeout:
+                    status = container.status()
+                    raise SamzaError(
+                        f"application {container.job.plan.job_name!r} did not finish within "
+                        f"{timeout}s (processed {status['processed']}, in flight "
+                        f"{status['in_flight']}): raise run(timeout=...) or leave it out (no "
+                        f"cap); a stuck run fails after stall_timeout={stall}s without progress")
+        finally:
+            if not run.done():
+                run.cancel()
+                await asyncio.gather(run, return_exceptions=True)
 
     try:
         asyncio.get_running_loop()
@@ -173,6 +221,80 @@ def run_container(container: Container, timeout: float) -> None:
     # called where a loop already runs (Jupyter): the run gets a loop of its own in a thread
     with ThreadPoolExecutor(1, thread_name_prefix="samza-test-runner") as pool:
         pool.submit(asyncio.run, main()).result()
+
+
+def _library_dirs() -> tuple[str, ...]:
+    import operators
+
+    return tuple(os.path.dirname(m.__file__ or "") + os.sep
+                 for m in (asyncio, operators, sys.modules[__package__ or "runtime"]))
+
+
+def _awaiting(coro: Any) -> tuple[str | None, str | None]:
+    """(operator id, the innermost function of the application's own code that waits) along
+    the await chain of ``coro``."""
+    op_id = where = None
+    library = _library_dirs()
+    seen = 0
+    while coro is not None and seen < 100:
+        seen += 1
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "ag_frame", None)
+        if frame is None:
+            break
+        code = frame.f_code
+        if code.co_name == "_continue" and "op_id" in frame.f_locals:
+            op_id = frame.f_locals["op_id"]
+        if not code.co_filename.startswith(library):
+            where = f"{code.co_qualname}() at {code.co_filename}:{frame.f_lineno}"
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None)
+    return op_id, where
+
+
+def stalled(container: Container, idle: float) -> TaskError:
+    """The error for a run that made no progress for ``idle`` s: the oldest message in flight,
+    its task, stream, partition and offset, and the operator and function it waits in."""
+    job = container.job.plan.job_name
+    now = time.monotonic()
+    oldest: tuple[float, Any, list[Any]] | None = None
+    in_flight = 0
+    for t in container.tasks:
+        for rec in t.pending:
+            if not rec[2]:
+                in_flight += 1
+                if oldest is None or rec[3] < oldest[0]:
+                    oldest = (rec[3], t, rec)
+    if oldest is None:
+        processed = sum(t.processed for t in container.tasks)
+        return TaskError(f"application {job!r} made no progress for {idle:.1f}s with nothing in "
+                         f"flight (processed {processed}): its tasks wait for something that "
+                         f"does not come; raise run(stall_timeout=...) if a timer is meant to "
+                         f"fire later")
+    since, task, rec = oldest
+    ssp, offset = rec[0], rec[1]
+    op_id = where = None
+    for a in asyncio.all_tasks():
+        coro = a.get_coro()
+        frame = getattr(coro, "cr_frame", None)
+        if frame is not None and frame.f_code.co_name == "_finish" \
+                and frame.f_locals.get("rec") is rec:
+            op_id, where = _awaiting(coro)
+            break
+    if op_id is None:  # awaits several operators at once (gather): name the one that waits
+        for a in asyncio.all_tasks():
+            op_id, inner = _awaiting(a.get_coro())
+            if op_id is not None:
+                where = inner
+                break
+    op = f"operator {op_id!r}" if op_id else "an operator"
+    waits = f", waiting in {where}" if where else ""
+    return TaskError(
+        f"application {job!r} made no progress for {idle:.1f}s: {op} in task {task.name!r} has "
+        f"not completed the message at stream {ssp.stream_id!r} partition {ssp.partition} "
+        f"offset {offset} for {now - since:.1f}s{waits} ({in_flight} message(s) in flight). "
+        f"An async call may hang: give it a timeout, or raise run(stall_timeout=...) if it is "
+        f"only slow",
+        op_id=op_id, task=task.name, stream=ssp.stream_id, partition=ssp.partition,
+        offset=offset)
 
 
 def memory_job(app: StreamApplication, inputs: Mapping[str, Mapping[int, Sequence[Any]]],
