@@ -12,7 +12,7 @@ import pytest
 from kafka_helpers import create_topic, keyed, produce_each, run
 
 from runtime import LocalRunner
-from samza_dsl import KV, StreamApplication
+from samza_dsl import StreamApplication
 from samza_dsl.errors import TaskError
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
 from samza_dsl.systems import KafkaSystem
