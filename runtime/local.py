@@ -70,6 +70,9 @@ class LocalRunner(LateCounts):
         self._error: BaseException | None = None
         self._stop_requested = False
         self._state = "new"
+        self._display: Any = None
+        #: a container process of a run of several sends its progress rows to the parent here
+        self._report_to: Any = None
 
     # -- blocking run -----------------------------------------------------------------------------
 
@@ -129,9 +132,10 @@ class LocalRunner(LateCounts):
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
         ctx = multiprocessing.get_context("fork")
+        rows = ctx.Queue() if self.progress is not None else None
         procs = [ctx.Process(target=_container_main, name=f"{self.app.name}-container-{i}",
                              args=(self.app, {**self.config, "job.container.id": i},
-                                   self.follow, self.skip))
+                                   self.follow, self.skip, rows))
                  for i in range(n)]
         stop = threading.Event()
         previous = {}
@@ -151,7 +155,11 @@ class LocalRunner(LateCounts):
                 signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             failed: list[str] = []
             forwarded = False
+            shown = _ContainerRows(self.progress, n, self.plan.config) if rows is not None \
+                else None
             while any(p.is_alive() for p in procs):
+                if shown is not None:
+                    shown.take(rows, procs)
                 if (stop.is_set() or self._stop_requested or failed) and not forwarded:
                     forwarded = True
                     for p in procs:
@@ -165,6 +173,8 @@ class LocalRunner(LateCounts):
                                                 timeout=0.05)  # wakes when one exits
             failed += [f"container {i} (exit code {p.exitcode})" for i, p in enumerate(procs)
                        if p.exitcode != 0 and all(f"container {i} " not in x for x in failed)]
+            if shown is not None:
+                shown.take(rows, procs, final=True)
             if failed:
                 self._state = "failed"
                 raise SamzaError(f"job {self.app.name!r}: {', '.join(failed)} of {n} failed "
@@ -219,7 +229,8 @@ class LocalRunner(LateCounts):
             signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
         if self._stop_requested:
             container.request_stop()
-        reporter = asyncio.create_task(self._report()) if self.progress else None
+        reporter = asyncio.create_task(self._report()) \
+            if self.progress or self._report_to is not None else None
         try:
             await container.run()
             self._state = "finished"
@@ -248,17 +259,25 @@ class LocalRunner(LateCounts):
             self._print_progress()
 
     def _print_progress(self, final: bool = False) -> None:
-        if self.progress is None or self.container is None:
+        """A row of the progress display (``runtime.progress``), or, in a container process of
+        a run of several, a row for the parent to show."""
+        if self.container is None or (self.progress is None and self._report_to is None):
             return
-        s = self.container.status()
-        positions = ", ".join(f"{ssp}@{off}" for cps in s["checkpoints"].values()
-                              for ssp, off in cps.items())
-        late = f"late {self.late():>6}  " if window_ids(self.plan) else ""
-        line = (f"processed {s['messages']:>9}  {s['msgs_per_s']:>9.0f} msg/s  "
-                f"in flight {s['in_flight']:>4}  {late}checkpoint {positions or '-'}")
-        end = "\n" if final else "\r"
-        self.progress.write(line[:200] + end)
-        self.progress.flush()
+        from .progress import ProgressDisplay, status_row
+
+        effective = {**self.app.config, **self.config}
+        count = int(config_value(effective, "job.container.count"))
+        cid = config_value(effective, "job.container.id")
+        row = status_row(self.container, self.plan,
+                         late=self.late() if window_ids(self.plan) else None,
+                         follow=self.follow, containers=count)
+        name = "" if cid is None else f"container {cid} of {count}"
+        if self._report_to is not None:
+            self._report_to.put((name, row))
+            return
+        if self._display is None:
+            self._display = ProgressDisplay(self.progress)  # type: ignore[arg-type]
+        self._display.update({name: row}, final=final)
 
     # -- embedding --------------------------------------------------------------------------------
 
@@ -345,11 +364,46 @@ class LocalRunner(LateCounts):
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
+class _ContainerRows:
+    """The parent's progress display of a run of several container processes: a row each, from
+    the rows they send."""
+
+    def __init__(self, stream: Any, n: int, config: Mapping[str, Any]) -> None:
+        from .progress import ProgressDisplay
+
+        self.display = ProgressDisplay(stream)
+        self.rows: dict[str, dict[str, Any]] = {f"container {i} of {n}": {"state": "starting"}
+                                                for i in range(n)}
+        self.interval = max(int(config.get("task.progress.ms", 1000)), 50) / 1000.0
+        self.next = time.monotonic() + self.interval
+
+    def take(self, queue: Any, procs: Sequence[Any], final: bool = False) -> None:
+        import queue as queue_mod
+
+        while True:
+            try:
+                name, row = queue.get_nowait()
+            except (queue_mod.Empty, OSError, EOFError):
+                break
+            self.rows[name] = row
+        n = len(procs)
+        for i, p in enumerate(procs):
+            name = f"container {i} of {n}"
+            if p.exitcode not in (None, 0):
+                self.rows[name] = {"state": f"failed (exit code {p.exitcode})"}
+        if final or time.monotonic() >= self.next:
+            self.next = time.monotonic() + self.interval
+            self.display.update(self.rows, final=final)
+
+
 def _container_main(app: StreamApplication, config: Mapping[str, Any], follow: bool,
-                    skip: Mapping[str, Mapping[int, set[int]]] | None = None) -> None:
+                    skip: Mapping[str, Mapping[int, set[int]]] | None = None,
+                    rows: Any = None) -> None:
     """A forked container process: runs its share of the tasks. (A local log it opens is
     opened afresh: ``LocalLog`` never uses handles inherited across a fork.)"""
-    runner = LocalRunner(app, config, follow=follow, skip=skip).run()
+    runner = LocalRunner(app, config, follow=follow, skip=skip)
+    runner._report_to = rows
+    runner.run()
     for line in runner.late_summary():  # the parent cannot see this process's counters
         print(f"container {config.get('job.container.id')}: {line}", file=sys.stderr)
 

@@ -1,0 +1,165 @@
+"""The progress display of ``samza-dsl run``: one row per container.
+
+A row gives the user messages processed so far (control records are not counted), the rate over
+the last ``RATE_WINDOW_S`` seconds (not an average over the whole run, which decays towards 0
+under ``--follow``), the messages in flight, the late messages of the job's event-time windows,
+and the checkpoint, or, while the container waits, what it waits for: new input (``--follow``),
+or the end of an intermediate stream that tasks in other containers write.
+
+On a terminal it is a ``rich`` table redrawn in place, as wide as the terminal and no wider. On
+anything else (CI logs, pipes, files) each update is plain lines, one per container, with no
+escape codes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Mapping
+from typing import Any, TextIO
+
+__all__ = ["ProgressDisplay", "status_row", "RATE_WINDOW_S"]
+
+RATE_WINDOW_S = 5.0
+_CHECKPOINTS_SHOWN = 6
+
+
+def _positions(checkpoints: Mapping[str, Mapping[str, int]]) -> str:
+    at = [f"{ssp}@{off}" for cps in checkpoints.values() for ssp, off in cps.items()]
+    if len(at) > _CHECKPOINTS_SHOWN:
+        return ", ".join(at[:_CHECKPOINTS_SHOWN]) + f" +{len(at) - _CHECKPOINTS_SHOWN} more"
+    return ", ".join(at) or "-"
+
+
+def _waits_for(container: Any, plan: Any, follow: bool, containers: int) -> str:
+    """What the container's unfinished tasks wait for, from the partitions they have not seen
+    end."""
+    open_streams: dict[str, int] = {}
+    for t in container.tasks:
+        if t.done or t.inbox or t.in_flight:
+            continue
+        for ssp in t.ssps:
+            if ssp not in t.ended:
+                open_streams[ssp.stream_id] = open_streams.get(ssp.stream_id, 0) + 1
+    parts = []
+    for sid, n in sorted(open_streams.items()):
+        kind = plan.streams[sid].kind if sid in plan.streams else "input"
+        if kind in ("intermediate", "broadcast"):
+            where = (f"tasks in other containers of {containers}: are they all running?"
+                     if containers > 1 else "the tasks that write it")
+            parts.append(f"the end of {sid} ({n} partition(s)) from {where}")
+        elif follow:
+            parts.append(f"new input on {sid}")
+        else:
+            parts.append(f"the rest of {sid}")
+    return "; ".join(parts)
+
+
+def status_row(container: Any, plan: Any, *, late: int | None, follow: bool,
+               containers: int = 1) -> dict[str, Any]:
+    """What one container shows: plain data, so a container process can send it to its parent."""
+    s = container.status()
+    return {"messages": int(s["messages"]), "in_flight": int(s["in_flight"]), "late": late,
+            "checkpoint": _positions(s["checkpoints"]), "done": bool(s["done"]),
+            "waiting": _waits_for(container, plan, follow, containers),
+            "at": time.monotonic(), "started": container.started}
+
+
+class ProgressDisplay:
+    """Draws rows ``{name: status_row(...) or {"state": text}}`` to ``stream``."""
+
+    def __init__(self, stream: TextIO, *, tty: bool | None = None) -> None:
+        self.stream = stream
+        if tty is None:
+            isatty = getattr(stream, "isatty", None)
+            tty = bool(isatty and isatty())
+        self.tty = tty
+        self._samples: dict[str, deque[tuple[float, int]]] = {}
+        self._live: Any = None
+
+    def rate(self, name: str, row: Mapping[str, Any]) -> float:
+        """Messages per second over the last ``RATE_WINDOW_S`` seconds of ``name``'s rows."""
+        if "messages" not in row:
+            return 0.0
+        now = float(row.get("at", time.monotonic()))
+        samples = self._samples.get(name)
+        if samples is None:  # the rate up to the first row counts from the container's start
+            samples = self._samples[name] = deque([(float(row.get("started", now)), 0)])
+        if not samples or samples[-1][0] < now:
+            samples.append((now, int(row["messages"])))
+        while len(samples) > 2 and samples[1][0] <= now - RATE_WINDOW_S:
+            samples.popleft()
+        t0, n0 = samples[0]
+        return (samples[-1][1] - n0) / (now - t0) if now > t0 else 0.0
+
+    def _cells(self, name: str, row: Mapping[str, Any]) -> tuple[str, str, str, str, str, str]:
+        if "messages" not in row:
+            return name, "", "", "", "", str(row.get("state", ""))
+        samples = self._samples.get(name)
+        still = bool(samples) and samples[-1][1] == row["messages"]  # nothing since the last row
+        rate = self.rate(name, row)
+        late = "" if row.get("late") is None else f"{row['late']:,}"
+        if row.get("done"):
+            status = f"done; checkpoint {row['checkpoint']}"
+        elif row.get("waiting") and still and not row["in_flight"]:
+            status = f"waiting for {row['waiting']}"
+        else:
+            status = f"checkpoint {row['checkpoint']}"
+        return (name, f"{row['messages']:,}", f"{rate:,.0f}", f"{row['in_flight']:,}", late,
+                status)
+
+    def update(self, rows: Mapping[str, Mapping[str, Any]], final: bool = False) -> None:
+        if self.tty:
+            self._draw(rows, final)
+            return
+        many = len(rows) > 1 or any(name for name in rows)
+        for name, row in rows.items():
+            cells = self._cells(name, row)
+            prefix = f"{name}: " if many and name else ""
+            if "messages" not in row:
+                self.stream.write(f"{prefix}{cells[5]}\n")
+                continue
+            late = f"late {cells[4]:>6}  " if cells[4] else ""
+            self.stream.write(f"{prefix}processed {cells[1]:>9}  {cells[2]:>9} msg/s "
+                              f"(last {RATE_WINDOW_S:.0f} s)  in flight {cells[3]:>4}  "
+                              f"{late}{cells[5]}\n")
+        self.stream.flush()
+
+    def _draw(self, rows: Mapping[str, Mapping[str, Any]], final: bool) -> None:
+        from rich.console import Console
+        from rich.live import Live
+        from rich.table import Table
+
+        if self._live is None:
+            self._live = Live(console=Console(file=self.stream), auto_refresh=False,
+                              transient=False)
+            self._live.start()
+        width = self._live.console.width
+        headers = ["container", "processed", f"msg/s ({RATE_WINDOW_S:.0f} s)", "in flight",
+                   "late", "status"]
+        body = [list(self._cells(name, row)) for name, row in rows.items()]
+        keep = [i for i in range(6)
+                if i == 5 or (i == 0 and any(name for name in rows))
+                or (i == 4 and any(r.get("late") is not None for r in rows.values()))
+                or i in (1, 2, 3)]
+        # every column but the status as wide as its content; the status gets the rest and
+        # ends in an ellipsis when it is longer
+        used = sum(max(len(headers[i]), *(len(r[i]) for r in body)) + 2 for i in keep if i != 5)
+        table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
+        for i in keep:
+            if i == 5:
+                table.add_column(headers[i], no_wrap=True, overflow="ellipsis",
+                                 max_width=max(8, width - used))
+            else:
+                table.add_column(headers[i], no_wrap=True,
+                                 justify="left" if i == 0 else "right")
+        for r in body:
+            table.add_row(*(r[i] for i in keep))
+        self._live.update(table, refresh=True)
+        if final:
+            self.close()
+
+    def close(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None

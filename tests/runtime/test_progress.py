@@ -1,0 +1,125 @@
+"""The progress display of ``samza-dsl run``, through the real console script: plain lines with no
+escape codes off a terminal, a ``rich`` table as wide as the terminal on one, the rate of the last
+seconds, a row per container, and what a waiting container waits for."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import re
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CLI = str(Path(sys.executable).parent / "samza-dsl")
+VIEWS = str(ROOT / "examples" / "reprocess_page_views.py") + ":app"
+COUNTER = str(ROOT / "examples" / "readwrite_counter.py") + ":app"
+ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+ROW = re.compile(r"processed\s+([\d,]+)\s+([\d,]+) msg/s \(last 5 s\)")
+
+
+def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([CLI, *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def stopped_after(seconds: float, *args: str, cwd: Path) -> str:
+    """Standard error of a run stopped with SIGINT (as Ctrl-C) after ``seconds``."""
+    proc = subprocess.Popen([CLI, *args], cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    time.sleep(seconds)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    return err
+
+
+def test_off_a_terminal_each_update_is_a_plain_line(tmp_path: Path) -> None:
+    proc = run("run", VIEWS, "--sample", "3000", "-c", "task.progress.ms=100", cwd=tmp_path)
+    assert not ESCAPE.search(proc.stderr) and "\r" not in proc.stderr
+    rows = [ln for ln in proc.stderr.splitlines() if ROW.search(ln)]
+    assert rows and all("late" in ln for ln in rows)
+    assert "done; checkpoint" in rows[-1]
+
+
+def test_the_rate_is_that_of_the_last_seconds_under_follow(tmp_path: Path) -> None:
+    run("run", COUNTER, "--sample", "20000", "-q", cwd=tmp_path)
+    run("reset", COUNTER, cwd=tmp_path)  # processes the 20,000 again, under --follow
+    err = stopped_after(9, "run", COUNTER, "--follow", "-c", "task.progress.ms=250", cwd=tmp_path)
+    rows = [(int(m.group(1).replace(",", "")), int(m.group(2).replace(",", "")))
+            for m in map(ROW.search, err.splitlines()) if m]
+    assert rows[-1][0] == 20000, rows[-3:]
+    assert max(r for _, r in rows) > 0  # while it processed
+    # 5 s after the last message: none in the last 5 s (an average over the whole run would
+    # still be 20,000 / 9 s), and the container says what it waits for
+    assert rows[-1][1] == 0 and rows[-2][1] == 0, rows[-6:]
+    before_stop = [ln for ln in err.splitlines() if ROW.search(ln)][-2]
+    assert "waiting for new input on events" in before_stop, before_stop
+
+
+def test_a_row_per_container_and_a_lone_container_says_what_it_waits_for(
+        tmp_path: Path) -> None:
+    both = run("run", VIEWS, "--sample", "2000", "--containers", "2", "-c",
+               "task.progress.ms=100", cwd=tmp_path)
+    for i in (0, 1):
+        assert any(ln.startswith(f"container {i} of 2: processed") for ln in
+                   both.stderr.splitlines()), both.stderr
+    assert not ESCAPE.search(both.stderr)
+
+    run("run", VIEWS, "--sample", "500", "--append", "-q", "--containers", "2", cwd=tmp_path)
+    (tmp_path / "more.jsonl").write_text(run("sample", VIEWS, "page-views", "300",
+                                             cwd=tmp_path).stdout)
+    run("load", VIEWS, "page-views", "more.jsonl", cwd=tmp_path)
+    err = stopped_after(4, "run", VIEWS, "--containers", "2", "--container-id", "0", "-c",
+                        "task.progress.ms=200", cwd=tmp_path)
+    waiting = [ln for ln in err.splitlines() if "waiting for" in ln]
+    assert waiting, err
+    assert waiting[-1].startswith("container 0 of 2: processed")
+    assert ("waiting for the end of country-views-1-partition_by-by-country (2 partition(s)) "
+            "from tasks in other containers of 2: are they all running?") in waiting[-1]
+
+
+def _on_terminal(columns: int, *args: str, cwd: Path) -> str:
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    env["TERM"] = "xterm-256color"
+    proc = subprocess.Popen([CLI, *args], cwd=cwd, stdin=slave, stdout=subprocess.PIPE,
+                            stderr=slave, env=env)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # the other end closed
+            break
+        if not data:
+            break
+        out += data
+    os.close(master)
+    assert proc.wait(timeout=60) == 0, out.decode(errors="replace")
+    return out.decode()
+
+
+def test_on_a_terminal_it_is_a_table_as_wide_as_the_terminal(tmp_path: Path) -> None:
+    for columns in (60, 80):
+        screen = _on_terminal(columns, "run", VIEWS, "--sample", "3000", "--replace", "--show",
+                              "0", "--containers", "2", "-c", "task.progress.ms=100",
+                              cwd=tmp_path)
+        assert "\x1b[" in screen  # drawn in place
+        lines = [ln for ln in ESCAPE.sub("", screen).replace("\r", "\n").splitlines()
+                 if ln.strip()]
+        table = [ln for ln in lines if "container" in ln or ln.startswith("container ")]
+        assert any("msg/s" in ln for ln in lines), lines
+        assert sum(1 for ln in table if ln.startswith("container 0 of")) >= 1
+        assert sum(1 for ln in table if ln.startswith("container 1 of")) >= 1
+        progress = [ln for ln in lines if "msg/s" in ln or ln.startswith("container ")]
+        assert progress and all(len(ln) <= columns for ln in progress), \
+            [ln for ln in progress if len(ln) > columns]
