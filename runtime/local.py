@@ -404,7 +404,14 @@ def _container_main(app: StreamApplication, config: Mapping[str, Any], follow: b
     runner = LocalRunner(app, config, follow=follow, skip=skip)
     runner._report_to = rows
     runner.run()
-    for line in runner.late_summary():  # the parent cannot see this process's counters
+    from .summary import traffic_lines
+
+    lines = []
+    if runner.container is not None:  # the parent cannot see this process's counters
+        lines += [ln for ln in traffic_lines(runner.container.status()["read"], {}, runner.plan,
+                                             resumed=False, app_ref=None)
+                  if ln.startswith(("in:", "through:"))]
+    for line in lines + runner.late_summary():
         print(f"container {config.get('job.container.id')}: {line}", file=sys.stderr)
 
 

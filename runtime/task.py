@@ -206,6 +206,7 @@ class TaskInstance:
         bufs, kser, vser, _ = records
         control_types = _CONTROL_TYPES
         other_bucket = OTHER_BUCKET
+        read = self.read
         fn_op, fn = fns[0] if fns else (node, IDENTITY)
 
         if not isinstance(fn, types.FunctionType | types.MethodType | types.BuiltinFunctionType):
@@ -218,6 +219,7 @@ class TaskInstance:
             for m in it:
                 if type(m) is not KV and type(m) in control_types:
                     if m is other_bucket:  # a virtual task's neighbour's message: done
+                        read[stream_id] = read.get(stream_id, 0) - 1  # not one of this task's
                         continue
                     return end - length_hint(it) - 1
                 try:

@@ -143,3 +143,22 @@ def test_a_poison_record_is_skipped_once_from_the_command_line(tmp_path: Path) -
     assert bad.returncode == 2 and "STREAM:PARTITION:OFFSET" in bad.stderr
     unknown = cli("run", VIEWS, "--skip", "views:0:1", "-q", cwd=tmp_path)
     assert unknown.returncode == 2 and "inputs: page-views" in unknown.stderr
+
+
+# -- 2. reprocess: an output directory that cannot be made is an error before Spark starts --------
+
+def test_an_output_directory_that_cannot_be_made_is_found_before_spark_starts(
+        tmp_path: Path) -> None:
+    import time
+
+    (tmp_path / "views.jsonl").write_text(ok("sample", VIEWS, "page-views", "10", cwd=tmp_path)
+                                          .stdout)
+    (tmp_path / "taken").write_text("a file, not a directory\n")
+    started = time.monotonic()
+    proc = cli("reprocess", VIEWS, "--input", "page-views=views.jsonl", "--output",
+               "country-counts=taken/out/counts.jsonl", cwd=tmp_path)
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 2, proc.stderr
+    assert "--output country-counts: cannot make the directory" in proc.stderr
+    assert "taken" in proc.stderr and "Traceback" not in proc.stderr
+    assert elapsed < 8, elapsed  # Spark's start alone takes longer (noisy timing, 2 cores)
