@@ -443,10 +443,27 @@ def _quiet_spark() -> Iterator[None]:
             os.unlink(log_conf)  # the JVM read it as it started
 
 
+def _spark_conf(pairs: Sequence[str]) -> dict[str, str]:
+    """``--conf spark.KEY=VALUE`` pairs: Spark's own settings, as spark-submit takes them."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise SamzaError(f"--conf takes a Spark setting KEY=VALUE, got {pair!r}")
+        if not key.startswith("spark."):
+            raise SamzaError(f"--conf {key}: Spark settings start with 'spark.' (e.g. --conf "
+                             f"spark.executor.memory=2g); the application's config goes in "
+                             f"-c {pair}")
+        out[key] = value.strip()
+    return out
+
+
 def cmd_reprocess(args: argparse.Namespace) -> int:
     from .loader import load_app
 
     config = _parse_config(args.config)
+    spark_conf = _spark_conf(args.conf)
     app = load_app(args.app)
     inputs = _stream_paths(args.input, "--input", app._inputs, "input", app.name)
     outputs = _stream_paths(args.output, "--output", app._outputs, "output", app.name)
@@ -462,7 +479,7 @@ def cmd_reprocess(args: argparse.Namespace) -> int:
     from .spark import SparkRunner
     from .spark.progress import StageProgress
 
-    runner = SparkRunner(master=args.master)
+    runner = SparkRunner(master=args.master, conf=spark_conf)
     with _quiet_spark():
         sc = runner.spark.sparkContext
     try:
@@ -562,7 +579,11 @@ def build_parser() -> argparse.ArgumentParser:
                          "ends in .parquet, else JSON Lines); a rerun replaces it. Outputs "
                          "without --output are counted and shown")
     rp.add_argument("--master", default="local[2]", help="Spark master (default: local[2])")
-    rp.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE")
+    rp.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE",
+                    help="the application's config (task.*, job.*, streams.*, ...)")
+    rp.add_argument("--conf", action="append", default=[], metavar="spark.KEY=VALUE",
+                    help="a Spark setting for the session, as spark-submit --conf takes it "
+                         "(e.g. spark.executor.memory=2g); repeatable")
     rp.add_argument("--show", type=_at_least(0), default=5, metavar="N",
                     help="messages to print of each output without --output (default 5)")
     rp.add_argument("--no-progress", action="store_true",

@@ -11,8 +11,10 @@ several); on anything else (a file, a pipe, a notebook) each stage gets a plain 
 progress changed, at most once a second while it runs, and one last line when it ends. With
 ``stream=None`` nothing is drawn and the stages are only recorded.
 
-A stage is named by the description of its job (the runner's ``"samza-dsl <job>: <what>"``, read
-from Spark's status store), else by Spark's call site (``"collect at app.py:12"``).
+A stage is named by the name the runner gave it (a shuffle's map side: ``"samza-dsl <job>:
+stage-0: page-views -> <intermediate stream>"``), else by the description of its job (the
+runner's ``"samza-dsl <job>: write <stream> to <path>"``, read from Spark's status store), else by
+Spark's call site (``"collect at app.py:12"``): the stages of one job get distinct names.
 """
 
 from __future__ import annotations
@@ -25,7 +27,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-__all__ = ["StageProgress", "StageRecord"]
+__all__ = ["StageProgress", "StageRecord", "STAGE_PREFIX"]
+
+#: how the names the runner gives stages begin
+STAGE_PREFIX = "samza-dsl "
 
 BAR_WIDTH = 24
 _ENDED = frozenset({"COMPLETE", "FAILED", "SKIPPED"})
@@ -213,7 +218,9 @@ class StageProgress:
             rec.failed_tasks = info.numFailedTasks
             if running:
                 rec._last_seen = now
-            if details.get("description"):
+            if info.name.startswith(STAGE_PREFIX):
+                rec.name = info.name  # a stage the runner named (a shuffle's map side)
+            elif details.get("description"):
                 rec.name = str(details["description"])
             status = details.get("status")
             if running and status not in _ENDED:

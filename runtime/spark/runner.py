@@ -37,7 +37,7 @@ import re
 import sys
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import fields, is_dataclass
 from typing import Any
 
@@ -50,6 +50,7 @@ from samza_dsl.spec import JoinSpec, WindowSpec
 from ..late import LateCounts
 from ..testing import resolve_partitions
 from .executor import ALL_PARTITIONS, PassExecutor, PassFailure
+from .progress import STAGE_PREFIX
 from .sinks import FileOutput, resolve_output
 from .sources import FileInput, Source, SourceError, resolve_source
 
@@ -63,19 +64,22 @@ class ReprocessError(SamzaError):
     """A reprocessing run failed; nothing was written."""
 
 
-def spark_session(master: str = "local[2]", app_name: str = "samza-dsl") -> Any:
+def spark_session(master: str = "local[2]", app_name: str = "samza-dsl",
+                  conf: Mapping[str, str] | None = None) -> Any:
     """A SparkSession for reprocessing (``spark.ui.enabled`` off; a session already running is
-    reused)."""
+    reused). ``conf``: Spark settings, over these defaults."""
     from pyspark.sql import SparkSession
 
     # executors run this interpreter, which has the application's packages
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    return (SparkSession.builder.master(master).appName(app_name)
-            .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", "8")
-            .getOrCreate())
+    builder = (SparkSession.builder.master(master).appName(app_name)
+               .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "8"))
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
 
 
 class _Counts:
@@ -160,14 +164,16 @@ class ReprocessResult(LateCounts):
 class SparkRunner:
     """Reprocesses bounded inputs with an application's own operators on Spark."""
 
-    def __init__(self, spark: Any = None, *, master: str = "local[2]") -> None:
+    def __init__(self, spark: Any = None, *, master: str = "local[2]",
+                 conf: Mapping[str, str] | None = None) -> None:
         self._spark = spark
         self.master = master
+        self.conf = dict(conf or {})  # Spark settings for the session this runner starts
 
     @property
     def spark(self) -> Any:
         if self._spark is None:
-            self._spark = spark_session(self.master)
+            self._spark = spark_session(self.master, conf=self.conf)
         return self._spark
 
     def reprocess(self, app: StreamApplication, inputs: Mapping[str, Any],
@@ -332,6 +338,7 @@ class _Compiler:
         self.readers: dict[int, int] = {}
         self.persisted: list[Any] = []
         self.pass_rdds: list[tuple[Any, set[str]]] = []
+        self.labels: dict[str, str] = {}  # stream id -> what the pass writing it does
 
     def build(self) -> list[Any]:
         """Build every pass; returns the pass RDDs whose outputs nothing consumes (a pass with
@@ -406,7 +413,10 @@ class _Compiler:
         else:
             parts = [self._keyed_input(sid, n) for sid in inputs]
             union = parts[0] if len(parts) == 1 else self.sc.union(parts)
-            union = union.partitionBy(n, _identity)
+            # the map side of this shuffle is a stage of its own: named by what it computes
+            made = dict.fromkeys(self.labels.get(sid, f"read {sid}") for sid in inputs)
+            with _call_site(self.sc, f"{STAGE_PREFIX}{plan.job_name}: {'; '.join(made)}"):
+                union = union.partitionBy(n, _identity)
             sort = True
             task_of_first = False
 
@@ -434,6 +444,11 @@ class _Compiler:
 
         rdd = union.mapPartitionsWithIndex(run)
         rdd.setName(f"pass {name}")
+        label = (f"{name}: {', '.join(inputs)} -> "
+                 f"{', '.join(dict.fromkeys(o for s in stages for o in s.outputs))}")
+        for s in stages:
+            for sid in s.outputs:
+                self.labels[sid] = label
         return rdd
 
     def _keyed_input(self, sid: str, n: int) -> Any:
@@ -467,6 +482,27 @@ class _Compiler:
 
 def _identity(p: int) -> int:
     return p
+
+
+@contextlib.contextmanager
+def _call_site(sc: Any, text: str) -> Iterator[None]:
+    """Spark's call site while RDDs are made: it names the stages that end with them. PySpark
+    sets its own around each call unless one is set already (its nesting depth)."""
+    try:
+        from pyspark.traceback_utils import SCCallSiteSync
+    except ImportError:  # pragma: no cover - another PySpark layout: Spark's own names
+        yield
+        return
+    outer = SCCallSiteSync._spark_stack_depth == 0
+    if outer:
+        sc._jsc.setCallSite(text)
+    SCCallSiteSync._spark_stack_depth += 1
+    try:
+        yield
+    finally:
+        SCCallSiteSync._spark_stack_depth -= 1
+        if outer:
+            sc._jsc.setCallSite(None)
 
 
 def _message(item: tuple[int, tuple[Any, ...]]) -> Any:

@@ -115,10 +115,24 @@ def test_reprocess_writes_the_output_and_prints_the_summary(tmp_path: Path) -> N
     write_jsonl(inputs / "a.jsonl", views[:1700])
     write_jsonl(inputs / "b.jsonl", views[1700:])
     target = tmp_path / "counts.jsonl"
+    events = tmp_path / "events"
+    events.mkdir()
 
+    # --conf goes to Spark (repeatable): here its event log, which records the session's settings
     code, out, err, seconds = reprocess(APP, "--input", f"page-views={inputs}",
-                                        "--output", f"country-counts={target}")
+                                        "--output", f"country-counts={target}",
+                                        "--conf", "spark.eventLog.enabled=true",
+                                        "--conf", f"spark.eventLog.dir={events.as_uri()}",
+                                        "--conf", "spark.eventLog.compress=false",
+                                        "--conf", "spark.samza.test.marker=given")
     assert code == 0, err
+    logs = [p for p in events.rglob("*") if p.is_file()]  # Spark 4: a directory of parts
+    assert logs, list(events.rglob("*"))
+    settings = next(json.loads(line) for log in logs for line in log.read_text().splitlines()
+                    if '"SparkListenerEnvironmentUpdate"' in line)["Spark Properties"]
+    settings = dict(settings.items() if isinstance(settings, dict) else settings)
+    assert settings["spark.samza.test.marker"] == "given"
+    assert settings["spark.ui.enabled"] == "false"  # the runner's defaults stay
     assert seconds < 60, f"reprocess took {seconds:.0f} s"
 
     expected = expected_counts(views)
@@ -143,6 +157,11 @@ def test_reprocess_writes_the_output_and_prints_the_summary(tmp_path: Path) -> N
     table = err[err.index("stage  status"):].splitlines()
     assert re.fullmatch(r"\d+ stage\(s\), \d+ task\(s\) in \d+\.\d s", table[-1]), table
     assert all("COMPLETE" in row for row in table[1:-1]), table
+    # each stage named by what it does: the shuffle's map side by its plan stage, the last by
+    # its job (the write)
+    names = [row.split(maxsplit=4)[4] for row in table[1:-1]]
+    assert names == [f"samza-dsl {JOB}: stage-0: page-views -> {INTERMEDIATE}",
+                     f"samza-dsl {JOB}: write country-counts to jsonl {target}"], table
     assert "Traceback" not in err and " WARN " not in err and "ERROR" not in err, err
 
 
@@ -204,8 +223,13 @@ def test_a_row_that_fails_is_one_error_line_and_writes_nothing(tmp_path: Path) -
      ["--input 'page-views' is given twice"]),
     ([], ["reads 'page-views': give every input with --input STREAM=PATH"]),
     (["--input", "page-views={views}", "-c", "nonsense"], ["-c takes KEY=VALUE, got 'nonsense'"]),
+    (["--input", "page-views={views}", "--conf", "spark.executor.memory"],
+     ["--conf takes a Spark setting KEY=VALUE, got 'spark.executor.memory'"]),
+    (["--input", "page-views={views}", "--conf", "task.window.ms=10"],
+     ["--conf task.window.ms: Spark settings start with 'spark.'",
+      "the application's config goes in -c task.window.ms=10"]),
 ], ids=["missing-path", "unknown-input", "unknown-output", "no-path", "no-stream", "twice",
-        "no-input", "bad-config"])
+        "no-input", "bad-config", "bad-spark-conf", "app-config-as-spark-conf"])
 def test_usage_errors_are_one_line_and_exit_2(tmp_path: Path, argv: list[str],
                                               fragments: list[str]) -> None:
     views = write_jsonl(tmp_path / "views.jsonl", example.sample_input(5))
