@@ -162,3 +162,44 @@ def test_an_output_directory_that_cannot_be_made_is_found_before_spark_starts(
     assert "--output country-counts: cannot make the directory" in proc.stderr
     assert "taken" in proc.stderr and "Traceback" not in proc.stderr
     assert elapsed < 8, elapsed  # Spark's start alone takes longer (noisy timing, 2 cores)
+
+
+LATE_APP = '''
+from datetime import timedelta
+from samza_dsl import KV, StreamApplication, Windows
+from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
+from samza_dsl.systems import LocalSystem
+
+local = LocalSystem("local")
+app = StreamApplication("late-demo")
+serde = KVSerde(StringSerde(), JsonSerde())
+clicks = app.input(local.input("clicks", serde=serde, partitions=1,
+                               event_time=lambda kv: kv.value["ts"]))
+counts = app.output(local.output("counts", serde=serde, partitions=1))
+(clicks.window(Windows.keyed_tumbling(lambda kv: kv.key, timedelta(seconds=10), init=lambda: 0,
+                                      fold=lambda kv, n: n + 1,
+                                      event_time=lambda kv: kv.value["ts"]), name="per-key")
+ .map(lambda pane: KV(pane.key.key, pane.message)).send_to(counts))
+
+
+def sample_input(n):
+    # in order, but every tenth click comes a minute after its time: late once the watermark
+    # has moved past its window (it moves once per batch read)
+    return {"clicks": [KV("k", {"ts": 1000.0 + i - (60 if i % 10 == 9 else 0)})
+                       for i in range(n)]}
+'''
+
+
+def test_the_summary_says_how_many_were_late_where_they_went_and_why(tmp_path: Path) -> None:
+    (tmp_path / "late_app.py").write_text(LATE_APP)
+    proc = ok("run", "late_app.py:app", "--sample", "10000", "-q", "--show", "0", cwd=tmp_path)
+    lines = proc.stdout.splitlines()
+    assert "in: 10,000 new message(s) (10,000 from clicks)" in lines
+    late = next(ln for ln in lines if ln.startswith("late: ") and "dropped by window" in ln)
+    n = int(late.split()[1].replace(",", ""))
+    assert n > 0 and "from clicks" in late
+    why = next(ln for ln in lines if ln.startswith("late: a message is late when"))
+    assert "watermark" in why and "max_out_of_orderness" in why and "late_to" in why
+    out = sum(json.loads(ln)["value"] for ln in
+              ok("dump", "late_app.py:app", "counts", cwd=tmp_path).stdout.splitlines())
+    assert out + n == 10000  # every click is in a pane or counted late
