@@ -11,8 +11,13 @@ last message, since a session only ends when a window tick (``on_timer``) finds 
 Event time: a message joins its key's open session when the two overlap (``t < last + gap`` and
 ``start < t + gap``); a message before the session's start moves the start (and the pane id)
 back. A message a gap or more after its key's open session closes that session and starts a new
-one (one session per key is open at a time; a key whose messages come in event-time order gets the
-same panes whenever the watermark arrives). Otherwise, with ``t + gap`` past the watermark, it is late: it joins an overlapping closed
+one (one session per key is open at a time). When the runtime gives the watermark
+(``ctx.external_watermarks``) and says the order of messages may depend on speed
+(``hold_ahead``: several producers or an async step feed the window), a message ahead of it is held (in the store, so a restore keeps it)
+and goes into its session when the watermark passes it, in event-time order with the other held
+messages: a key whose messages come from several producers, or complete out of order, gets the
+sessions of its messages in event-time order, whatever their speed. Early triggers count a held
+message when it is released. Otherwise, with ``t + gap`` past the watermark, it is late: it joins an overlapping closed
 session kept for lateness (whose pane id stays), or starts a closed session of its own when
 ``t + gap + allowed_lateness`` is still ahead of the watermark; else it is dropped and counted.
 Two existing sessions are never merged: a fold has no way to combine two accumulators.
@@ -39,6 +44,9 @@ from typing import Any
 from samza_dsl.spec import WindowSpec
 
 from .window import EARLY, LATE, WATERMARK_KEY, WindowOperator
+
+#: the store key of a held message is ``(None, HELD, seq)``: None sorts before every session
+HELD = "held"
 
 __all__ = ["SessionWindowOperator"]
 
@@ -68,6 +76,14 @@ class SessionWindowOperator(WindowOperator):
         self._closing: list[tuple[int, int, _Session]] = []  # (end, seq, session); end may be stale
         self._retained: dict[Any, list[_Session]] = {}  # key -> closed sessions kept for lateness
         self._expiring: list[tuple[int, int, _Session]] = []
+        #: messages ahead of the watermark, held while it is the runtime's (ms, seq, message):
+        #: they go into sessions in event-time order as the watermark passes them, so a key fed
+        #: by several producers gets the sessions of its messages in event-time order
+        self._held: list[tuple[int, int, Any]] = []
+        self._held_seq = 0
+        #: set by the runtime where messages may come out of event-time order for reasons of
+        #: speed (several producers, async steps); otherwise they go in as they come
+        self.hold_ahead = True
 
     # -- pane state --------------------------------------------------------------------------------
 
@@ -98,6 +114,10 @@ class SessionWindowOperator(WindowOperator):
         for pk, entry in list(self._store.all()):
             if pk == WATERMARK_KEY:
                 continue
+            if pk[0] is None:  # a held message
+                heappush(self._held, (entry[0], pk[2], entry[1]))
+                self._held_seq = max(self._held_seq, pk[2] + 1)
+                continue
             start, key = pk
             s = _Session(start, entry[0], key)
             if self._event_time is None or s.last + gap > wm:
@@ -111,6 +131,43 @@ class SessionWindowOperator(WindowOperator):
     # -- messages ----------------------------------------------------------------------------------
 
     def process(self, message: Any) -> list[Any]:
+        event_time = self._event_time
+        if event_time is not None:
+            if not self.local_watermark and self.hold_ahead:
+                ms = round(event_time(message) * 1000.0)
+                if ms > self.watermark:  # ahead of the watermark: held until it passes
+                    seq = self._held_seq
+                    self._held_seq += 1
+                    heappush(self._held, (ms, seq, message))
+                    self._put((None, HELD, seq), (ms, message))
+                    return []
+            elif self._held:  # held before the runtime handed the watermark back to the window
+                ms = round(event_time(message) * 1000.0)
+                out = self._release(ms)
+                return out + self._process(message)
+        return self._process(message)
+
+    def _release(self, limit: int) -> list[Any]:
+        """Held messages up to ``limit`` into their sessions, in event-time order."""
+        out: list[Any] = []
+        held = self._held
+        while held and held[0][0] <= limit:
+            _, seq, message = heappop(held)
+            self._store.delete((None, HELD, seq))
+            out.extend(self._process(message))
+        return out
+
+    def on_watermark(self, watermark_ms: int) -> list[Any]:
+        if self._event_time is None or watermark_ms <= self.watermark:
+            return []
+        out = self._release(watermark_ms)
+        return out + super().on_watermark(watermark_ms)
+
+    def on_end_of_stream(self) -> list[Any]:
+        out = self._release(1 << 62)
+        return out + super().on_end_of_stream()
+
+    def _process(self, message: Any) -> list[Any]:
         out: list[Any] | None = None
         gap = self.size_ms
         event_time = self._event_time
@@ -125,6 +182,11 @@ class SessionWindowOperator(WindowOperator):
         else:
             ms = now = self._clock()
         key = self._key_fn(message)  # type: ignore[misc]
+        if event_time is not None and ms + gap <= self.watermark:
+            # its own window [t, t + gap) is closed: late, even where it overlaps an open
+            # session (as Beam: lateness is decided on a message's own window)
+            late = self._late_message(message, key, ms)
+            return out + late if out else late
         s = self._sessions.get(key)
         if s is not None and event_time is not None and ms >= s.last + gap:
             # after its key's open session, which the watermark has not closed yet: one session

@@ -41,7 +41,7 @@ from .job import SSP, JobModel, TaskModel
 from .records import EndOfStream, Watermark
 from .serde_util import default_key_bytes
 from .tables import LocalTable
-from .watermarks import CURRENT, OBSERVED, TaskClock, observing
+from .watermarks import CURRENT, NO_WATERMARK, OBSERVED, TaskClock, observing
 
 if TYPE_CHECKING:
     from .container import Container
@@ -108,6 +108,12 @@ class TaskInstance:
         self.operators: dict[str, Operator] = {}
         self.entries: dict[str, Emit] = {}
         self._build()
+        for op_id, speed in self.clock.speed_ordered.items():
+            if hasattr(self.operators[op_id], "hold_ahead"):
+                self.operators[op_id].hold_ahead = speed  # type: ignore[attr-defined]
+        self._single: dict[str, list[tuple[Any, int]]] = {
+            sid: [(self.operators[op], b) for op, b in windows]
+            for sid, windows in self.clock.single_declared.items()}
         self._local_ops: dict[str, list[Any]] = {
             sid: [self.operators[op] for op in ops] for sid, ops in self.clock.local.items()}
 
@@ -362,7 +368,7 @@ class TaskInstance:
             observed = self.clock.handout(ssp.stream_id) == OBSERVED
             batch = self._batches.get(ssp.stream_id) \
                 if et is None and not observed else None
-            stage_wm = self.clock.window_stage.get(ssp.stream_id) if observed else None
+            stage_wm = self.clock.window_stage.get(ssp.stream_id)
             # windows keeping their own watermark while this partition completes inline
             local_ops = self._local_ops.get(ssp.stream_id) if observed else None
             local = local_ops is not None and not pending
@@ -370,6 +376,11 @@ class TaskInstance:
                 for op in local_ops:  # type: ignore[union-attr]
                     op.local_watermark = True
             latest = None  # the latest declared event time completed inline, in seconds
+            # one declared input partition alone feeding windows: their watermark follows it
+            single = self._single.get(ssp.stream_id)
+            if single is not None:
+                progress = self.clock.progress.get(ssp, NO_WATERMARK)
+                input_bound = self.clock.declared[ssp.stream_id][1]
             i = self._cur_i
             end = min(len(payloads), i + budget - n)
             last_done = -1  # the last offset completed inline while nothing was pending
@@ -412,9 +423,19 @@ class TaskInstance:
                             pending.append([ssp, first + i - 1, True, 0, t])
                             continue
                         if t is not None:
-                            if not observed:  # the batch's latest counts at its end
-                                if latest is None or t > latest:
-                                    latest = t
+                            if single is not None:
+                                ms = round(t * 1000.0) - input_bound
+                                if ms > progress:
+                                    progress = ms
+                                    for op, wb in single:
+                                        if ms - wb > op.watermark:
+                                            pend = self._window_moved(op, ms - wb, pend)
+                            elif not observed:
+                                if stage_wm is None:  # the batch's latest counts at its end
+                                    if latest is None or t > latest:
+                                        latest = t
+                                elif self.clock.apply_declared(ssp, t, stage_wm):
+                                    pend = self._advance_windows(stage_wm)
                             elif t[0] is not None and self.clock.apply_box(ssp, t) \
                                     and stage_wm is not None:  # windows move message by message
                                 pend = self._advance_windows(stage_wm)
@@ -442,6 +463,12 @@ class TaskInstance:
             finally:
                 if observed and not local:
                     CURRENT.set(None)
+                if single is not None and progress > self.clock.progress.get(ssp, NO_WATERMARK):
+                    self.clock.progress[ssp] = progress
+                    self.clock.dirty = True
+                    for op, _ in single:
+                        self.clock.delivered[op.op_id] = max(
+                            op.watermark, self.clock.delivered.get(op.op_id, NO_WATERMARK))
                 if latest is not None:
                     self.clock.apply(ssp, latest)
             if last_done >= 0:
@@ -558,6 +585,22 @@ class TaskInstance:
 
     def reading(self, ssp: SSP) -> bool:
         return ssp not in self.ended
+
+    def _window_moved(self, op: Any, wm: int, pend: list[Awaitable[None]] | None
+                      ) -> list[Awaitable[None]] | None:
+        """Give one window its new watermark; what its panes still wait for is added to
+        ``pend``."""
+        try:
+            outs = op.on_watermark(wm)
+        except Exception as exc:
+            raise OperatorFailure(op.op_id, exc) from exc
+        if outs:
+            p = _forward(outs, self._nexts(op.op_id))
+            if p:
+                if pend is None:
+                    return p
+                pend.extend(p)
+        return pend
 
     def _advance_windows(self, stage: Any) -> list[Awaitable[None]] | None:
         """After a message completed inline: the windows of its stage take the watermark it

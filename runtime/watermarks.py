@@ -119,6 +119,7 @@ class JobTime:
                 self.readers.setdefault(sid, []).append(stage)
         self._derived: dict[str, Derived | None] = {}
         self._untimed: dict[str, bool] = {}
+        self._async = {op.op_id for op in app.operators if op.opcode == "async_flat_map"}
         self._timed: dict[str, bool] = {}
         self.timed = {s.stage_id for s in plan.stages if self._is_timed(s)}
 
@@ -194,6 +195,23 @@ class JobTime:
             return best
         return through
 
+    def fixed_order(self, stage: Stage, op_id: str) -> bool:
+        """Messages reach ``op_id`` in an order that does not depend on speed: one input
+        partition feeds it, through stages that each run in one task, with no async step."""
+        graph = self.plan.graph
+        if self._async & nx.ancestors(graph, op_id):
+            return False
+        feeding = [sid for sid in stage.inputs if op_id in nx.descendants(graph, stream_node(sid))]
+        if len(feeding) != 1:
+            return False
+        sid = feeding[0]
+        if sid in self.plan.app.inputs:
+            return True
+        if self.job.producers.get(sid, 1) != 1:
+            return False
+        producer = next((s for s in self.plan.stages if sid in s.outputs), None)
+        return producer is not None and self.fixed_order(producer, sid)
+
     def untimed(self, sid: str) -> bool:
         """An intermediate stream no producer can measure the progress of: every input of its
         stage that reaches it declares no event time and its event time cannot be traced, or is
@@ -257,6 +275,10 @@ class TaskClock:
                                           for ssp in model.ssps if ssp.stream_id in jt.idle_ms}
         #: stream id -> the windows that may keep their own watermark while it completes inline
         self.local: dict[str, list[str]] = {}
+        #: declared input stream id -> the windows it alone feeds in this task, with their bound
+        self.single_declared: dict[str, list[tuple[str, int]]] = {}
+        #: window op id -> whether the order its messages come in may depend on speed
+        self.speed_ordered: dict[str, bool] = {}
         #: stream id -> its stage, when that stage has event-time windows
         self.window_stage: dict[str, Stage] = {}
         #: per stage: (windows with their bound, intermediate outputs, channel ssps, reach)
@@ -304,6 +326,12 @@ class TaskClock:
             if windows:
                 for sid in stage.inputs:
                     self.window_stage[sid] = stage
+                if len(ssps) == 1 and self.kinds[ssps[0].stream_id] == DECLARED \
+                        and ssps[0] not in self.idle_ms \
+                        and all(op in reach[ssps[0].stream_id] for op, _ in windows):
+                    self.single_declared[ssps[0].stream_id] = windows
+            for op, _ in windows:
+                self.speed_ordered[op] = not jt.fixed_order(stage, op)
         self.progress: dict[SSP, int] = {}
         self.observed: dict[SSP, dict[str, int]] = {}
         self.producers: dict[SSP, dict[str | None, tuple[int, bool]]] = {}
@@ -391,6 +419,23 @@ class TaskClock:
                                    and old - bounds[d] <= delivered.get(d, NO_WATERMARK)):
                     hit = True
         return hit
+
+    def apply_declared(self, ssp: SSP, t: float, stage: Stage) -> bool:
+        """``apply`` of a declared event time completed inline; True when it may move a window
+        of ``stage``: the partition was the furthest behind for one of them."""
+        ms = round(t * 1000.0) - self.declared[ssp.stream_id][1]
+        old = self.progress.get(ssp)
+        if old is not None and ms <= old:
+            return False
+        self.progress[ssp] = ms
+        self.dirty = True
+        if old is None:
+            return True
+        delivered = self.delivered
+        for op_id, bound in self._stage[stage.stage_id][0]:
+            if old - bound <= delivered.get(op_id, NO_WATERMARK):
+                return True
+        return False
 
     def sync_windows(self, stage: Stage, task: Any) -> list[tuple[str, int]]:
         """The windows of ``stage`` whose watermark moved, between two messages."""

@@ -302,3 +302,34 @@ def test_a_word_count_behind_an_async_step_loses_no_word() -> None:
     result = TestRunner(app).add_input(lines, messages).run(timeout=RUN_TIMEOUT)
     assert result.late() == 0
     assert sum(kv.value for kv in result.messages(out)) == total
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["declared-on-input", "window-only"])
+def test_sessions_of_a_key_fed_by_two_producers_do_not_depend_on_their_speed(
+        declared: bool) -> None:
+    """One key's messages come from both input partitions, partition 1 slowed: its sessions
+    are those of the key's messages in event-time order, whatever arrives first."""
+    mem = MemorySystem()
+    app = StreamApplication("sess", config={"task.max.concurrency": 20})
+    views = app.input(mem.input("views", partitions=2,
+                                **({"event_time": lambda m: m["ts"]} if declared else {})))
+    out = app.output(mem.output("sessions", partitions=1))
+
+    async def slow(m: dict[str, Any]) -> list[dict[str, Any]]:
+        await asyncio.sleep(0.01 if m["p"] == 1 else 0)
+        return [m]
+
+    (views.async_flat_map(slow, name="slow")
+     .partition_by(lambda m: m["user"], name="by-user")
+     .window(Windows.keyed_session(lambda kv: kv.key, timedelta(seconds=5),
+                                   event_time=lambda kv: kv.value["ts"]), name="s")
+     .map(lambda p: KV(p.key.pane_id, sorted(kv.value["ts"] for kv in p.message)),
+          name="record")
+     .send_to(out))
+    times = {0: [0.0, 2.0, 4.0, 20.0, 22.0, 40.0], 1: [1.0, 3.0, 5.0, 21.0, 41.0]}
+    messages = {p: [{"user": "k", "ts": t, "p": p} for t in ts_] for p, ts_ in times.items()}
+    result = TestRunner(app).add_input(views, messages).run(timeout=RUN_TIMEOUT)
+    assert result.late() == 0
+    assert sorted((kv.key, kv.value) for kv in result.messages(out)) == [
+        ("0", [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]), ("20000", [20.0, 21.0, 22.0]),
+        ("40000", [40.0, 41.0])]
