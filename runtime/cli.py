@@ -404,43 +404,16 @@ def _make_output_dirs(outputs: Mapping[str, str]) -> None:
                              f"{exc.strerror or exc}; choose a path you can write to") from None
 
 
-_SPARK_LOG4J2 = """\
-rootLogger.level = fatal
-rootLogger.appenderRef.stderr.ref = console
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
-# a logger of Spark's own at the root's level: no "Setting default log level" banner
-logger.apache.name = org.apache
-logger.apache.level = fatal
-"""
-
-
 @contextlib.contextmanager
 def _quiet_spark() -> Iterator[None]:
-    """While the runner starts Spark: its log4j2 log at FATAL, so the JVM's startup warnings and
-    the executors' task tracebacks do not bury the progress, the summary or the error (a failed
-    run is one ``ReprocessError`` line). A ``PYSPARK_SUBMIT_ARGS`` of the user's wins."""
-    import tempfile
+    """While the runner starts Spark: no pandas-version warning from PySpark. The JVM starts
+    quietly on its own (``runtime.spark.jvm``), so its start-up warnings and the executors' task
+    tracebacks do not bury the progress, the summary or the error (a failed run is one
+    ``ReprocessError`` line)."""
     import warnings
 
     warnings.filterwarnings("ignore", message=".*does not yet fully support pandas")
-    if "PYSPARK_SUBMIT_ARGS" in os.environ:
-        yield
-        return
-    fd, log_conf = tempfile.mkstemp(prefix="samza-dsl-log4j2-", suffix=".properties")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(_SPARK_LOG4J2)
-    os.environ["PYSPARK_SUBMIT_ARGS"] = (f"--driver-java-options "
-                                         f"-Dlog4j2.configurationFile={log_conf} pyspark-shell")
-    try:
-        yield
-    finally:
-        del os.environ["PYSPARK_SUBMIT_ARGS"]
-        with contextlib.suppress(OSError):
-            os.unlink(log_conf)  # the JVM read it as it started
+    yield
 
 
 def _spark_conf(pairs: Sequence[str]) -> dict[str, str]:

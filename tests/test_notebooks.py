@@ -9,6 +9,7 @@ notebooks/ as its working directory, as it would in Jupyter.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -51,11 +52,19 @@ def test_notebook_runs(path: Path, kernel_spec_manager: KernelSpecManager) -> No
     km = KernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=kernel_spec_manager)
     client = NotebookClient(nb, km=km, kernel_name=KERNEL_NAME, timeout=CELL_TIMEOUT_S,
                             allow_errors=False, resources={"metadata": {"path": str(NOTEBOOK_DIR)}})
-    client.execute()  # raises CellExecutionError, naming the cell, on the first error
+    # the kernel as Jupyter starts it: without pytest's marker, which stops ipykernel from
+    # showing what the process (Spark's JVM, say) writes on its standard error
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+    client.execute(env=env)  # raises CellExecutionError, naming the cell, on the first error
 
     errors = [out for cell in nb.cells if cell.cell_type == "code"
               for out in cell.get("outputs", []) if out.get("output_type") == "error"]
     assert not errors
+    # nothing red: no warnings from Spark's JVM or from Python on standard error
+    stderr = [(i, out.get("text", "")) for i, cell in enumerate(nb.cells)
+              if cell.cell_type == "code" for out in cell.get("outputs", [])
+              if out.get("output_type") == "stream" and out.get("name") == "stderr"]
+    assert not stderr, f"{path.name} wrote to standard error: {stderr}"
     code_cells = [cell for cell in nb.cells if cell.cell_type == "code"]
     assert all(cell.get("execution_count") for cell in code_cells), "a code cell did not run"
 

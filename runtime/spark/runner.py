@@ -65,19 +65,25 @@ class ReprocessError(SamzaError):
 
 
 def spark_session(master: str = "local[2]", app_name: str = "samza-dsl",
-                  conf: Mapping[str, str] | None = None) -> Any:
+                  conf: Mapping[str, str] | None = None, *, quiet: bool = True) -> Any:
     """A SparkSession for reprocessing (``spark.ui.enabled`` off; a session already running is
-    reused). ``conf``: Spark settings, over these defaults."""
+    reused). ``conf``: Spark settings, over these defaults. ``quiet`` starts the JVM without its
+    start-up warnings and with its log at FATAL (``runtime.spark.jvm``); errors are raised."""
+    from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
     # executors run this interpreter, which has the application's packages
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = (SparkSession.builder.master(master).appName(app_name)
-               .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "8"))
-    for key, value in (conf or {}).items():
+    settings = {"spark.master": master, "spark.app.name": app_name,
+                "spark.pyspark.python": os.environ["PYSPARK_PYTHON"],
+                "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
+                "spark.sql.shuffle.partitions": "8", **(conf or {})}
+    if quiet:
+        from .jvm import start_quietly
+
+        start_quietly(SparkConf().setAll(list(settings.items())))
+    builder = SparkSession.builder
+    for key, value in settings.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
 
