@@ -182,11 +182,6 @@ class SessionWindowOperator(WindowOperator):
         else:
             ms = now = self._clock()
         key = self._key_fn(message)  # type: ignore[misc]
-        if event_time is not None and ms + gap <= self.watermark:
-            # its own window [t, t + gap) is closed: late, even where it overlaps an open
-            # session (as Beam: lateness is decided on a message's own window)
-            late = self._late_message(message, key, ms)
-            return out + late if out else late
         s = self._sessions.get(key)
         if s is not None and event_time is not None and ms >= s.last + gap:
             # after its key's open session, which the watermark has not closed yet: one session
