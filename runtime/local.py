@@ -364,6 +364,9 @@ class LocalRunner(LateCounts):
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
+_LINES = "\0lines"
+
+
 class _ContainerRows:
     """The parent's progress display of a run of several container processes: a row each, from
     the rows they send."""
@@ -376,6 +379,8 @@ class _ContainerRows:
                                                 for i in range(n)}
         self.interval = max(int(config.get("task.progress.ms", 1000)), 50) / 1000.0
         self.next = time.monotonic() + self.interval
+        self.stream = stream
+        self.lines: list[str] = []
 
     def take(self, queue: Any, procs: Sequence[Any], final: bool = False) -> None:
         import queue as queue_mod
@@ -385,7 +390,10 @@ class _ContainerRows:
                 name, row = queue.get_nowait()
             except (queue_mod.Empty, OSError, EOFError):
                 break
-            self.rows[name] = row
+            if name == _LINES:
+                self.lines += row
+            else:
+                self.rows[name] = row
         n = len(procs)
         for i, p in enumerate(procs):
             name = f"container {i} of {n}"
@@ -394,6 +402,11 @@ class _ContainerRows:
         if final or time.monotonic() >= self.next:
             self.next = time.monotonic() + self.interval
             self.display.update(self.rows, final=final)
+        if final:
+            self.display.close()
+            for line in self.lines:
+                self.stream.write(line + "\n")
+            self.stream.flush()
 
 
 def _container_main(app: StreamApplication, config: Mapping[str, Any], follow: bool,
@@ -411,8 +424,13 @@ def _container_main(app: StreamApplication, config: Mapping[str, Any], follow: b
         lines += [ln for ln in traffic_lines(runner.container.status()["read"], {}, runner.plan,
                                              resumed=False, app_ref=None)
                   if ln.startswith(("in:", "through:"))]
-    for line in lines + runner.late_summary():
-        print(f"container {config.get('job.container.id')}: {line}", file=sys.stderr)
+    lines = [f"container {config.get('job.container.id')}: {line}"
+             for line in lines + runner.late_summary()]
+    if rows is not None:  # the parent prints them below its progress display
+        rows.put((_LINES, lines))
+        return
+    for line in lines:
+        print(line, file=sys.stderr)
 
 
 def _uses_local_system(app: StreamApplication) -> bool:
