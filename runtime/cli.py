@@ -150,6 +150,9 @@ def _run_inputs(args: argparse.Namespace, app: Any, config: dict[str, object],
     if mode and not inputs:
         raise SamzaError(f"--{mode} says how --input or --sample join what an input holds; give "
                          f"one of them")
+    if mode and not on_log:
+        raise SamzaError(f"--{mode}: {app.name!r} runs in memory, where --input and --sample are "
+                         f"the whole input of each run; leave --{mode} out")
     if inputs and on_log:
         for line in feed_inputs(app, config, inputs, source, mode, args.sample):  # type: ignore[arg-type]
             print(line, file=sys.stderr)

@@ -203,3 +203,28 @@ def test_the_summary_says_how_many_were_late_where_they_went_and_why(tmp_path: P
     out = sum(json.loads(ln)["value"] for ln in
               ok("dump", "late_app.py:app", "counts", cwd=tmp_path).stdout.splitlines())
     assert out + n == 10000  # every click is in a pane or counted late
+
+
+MEMORY_APP = '''
+from samza_dsl import StreamApplication
+from samza_dsl.systems import SystemDescriptor
+
+mem = SystemDescriptor("mem", "memory")
+app = StreamApplication("in-memory")
+app.input(mem.input("words")).map(str.upper).send_to(app.output(mem.output("upper")))
+
+
+def sample_input(n):
+    return {"words": [f"w{i}" for i in range(n)]}
+'''
+
+
+def test_append_or_replace_on_a_job_in_memory_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "mem_app.py").write_text(MEMORY_APP)
+    fine = ok("run", "mem_app.py:app", "--sample", "3", "-q", cwd=tmp_path)
+    assert "upper: 3 message(s)" in fine.stdout
+    for flag in ("--append", "--replace"):
+        proc = cli("run", "mem_app.py:app", "--sample", "3", flag, "-q", cwd=tmp_path)
+        assert proc.returncode == 2 and f"{flag}: 'in-memory' runs in memory" in proc.stderr
+    lone = cli("run", "mem_app.py:app", "--append", "-q", cwd=tmp_path)
+    assert lone.returncode == 2 and "give one of them" in lone.stderr
