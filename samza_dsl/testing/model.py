@@ -41,6 +41,8 @@ What the model defines, for an event-time window (``event_time=``):
   messages) if its state is not empty. DISCARDING clears the state after every firing;
   ACCUMULATING keeps it, but a DEFAULT firing clears it unless the pane is kept for lateness.
 - **End of stream.** Every open pane fires DEFAULT, in order of pane start, then key.
+- **Order.** Triggers count messages in the order they reach the window (a tumbling pane's, and
+  a session's, as they arrive).
 - **Sessions** merge as in Beam and Flink: each message has the window ``[t, t + gap)``; a
   message joins (and so merges) every open session of its key it overlaps, whatever order the
   messages come in, so a key's sessions do not depend on arrival order. A session's pane id is
@@ -118,9 +120,10 @@ class WindowResult:
 
 
 def event_time_ms(window: Window[Any, Any], message: Any) -> int:
-    """The message's event time in whole milliseconds (``event_time`` gives seconds)."""
+    """The message's event time in whole milliseconds, to the nearest (``event_time`` gives
+    seconds, and 1.001 s is 1001 ms whatever the float rounding)."""
     assert window.event_time is not None, "the model runs event-time windows only"
-    return math.floor(float(window.event_time(message)) * 1000.0)
+    return round(float(window.event_time(message)) * 1000.0)
 
 
 # --- triggers -----------------------------------------------------------------------------------
@@ -355,17 +358,22 @@ def stream_join(arrivals: Iterable[tuple[str, Any, float]], *, key: Callable[[An
     the order they reach it (the time is whatever clock the join's ttl runs on). Each side keeps
     its latest message per key with its time; a message is stored first, then the other side's
     entry for its key is looked up, and ``combine(left, right)`` is emitted if that entry is
-    younger than ``ttl_ms`` (strictly)."""
+    younger than ``ttl_ms`` (strictly); a ``None`` result is dropped, as everywhere. A ``None``
+    key is an error."""
     stores: dict[str, dict[Any, tuple[Any, float]]] = {"left": {}, "right": {}}
     out: list[Any] = []
     for side, m, t in arrivals:
         if side not in stores:
             raise ValueError(f"a join arrival is on 'left' or 'right', got {side!r}")
         k = key(m) if side == "left" else other_key(m)
+        if k is None:
+            raise ValueError(f"the {side} key of {m!r} is None: a stream-stream join needs a key")
         stores[side][k] = (m, t)
         other = stores["right" if side == "left" else "left"].get(k)
         if other is not None and t - other[1] < ttl_ms:
-            out.append(combine(m, other[0]) if side == "left" else combine(other[0], m))
+            r = combine(m, other[0]) if side == "left" else combine(other[0], m)
+            if r is not None:
+                out.append(r)
     return out
 
 

@@ -13,6 +13,7 @@ from samza_dsl import KV, AccumulationMode, Triggers, Windows
 from samza_dsl.testing.model import (
     Advance,
     Arrive,
+    event_time_ms,
     interleave,
     run_window,
     stream_join,
@@ -124,3 +125,8 @@ def test_table_join_looks_up_and_drops_none() -> None:
     assert out == [(1, None), (2, "x"), (3, None), (4, None)]
     inner = table_join(arrivals, combine=lambda m, r: (m.value, r.value) if r else None)
     assert inner == [(2, "x")]
+
+
+def test_event_time_is_rounded_to_the_millisecond() -> None:
+    w = tumbling()
+    assert [event_time_ms(w, KV("a", t)) for t in (1.001, 0.0029999, 2.0)] == [1001, 3, 2000]

@@ -22,6 +22,7 @@ import json
 import os
 import tempfile
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -31,7 +32,7 @@ from hypothesis import strategies as st
 
 from runtime import LocalRunner
 from runtime.spark import SparkRunner
-from samza_dsl import KV, AccumulationMode, StreamApplication, Triggers, Windows
+from samza_dsl import KV, AccumulationMode, LateMessage, StreamApplication, Triggers, Windows
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
 from samza_dsl.systems import LocalSystem, MemorySystem
 from samza_dsl.testing import TestRunner
@@ -187,7 +188,8 @@ def build(case: Case, system: Any) -> StreamApplication:
         left.send_to(table)
         right.join_table(table, combine=pair, name="jt").send_to(out)
     else:
-        (stream.window(window_of(case), name="w")
+        late_to = app.output(system.output("late", serde=JsonSerde(), partitions=1))
+        (stream.window(window_of(case), name="w", late_to=late_to)
          .map(lambda p: {"k": p.key.key, "p": p.key.pane_id, "f": p.firing.name,
                          "m": [[kv.value["t"], kv.value["v"]] for kv in p.message]}, name="row")
          .send_to(out))
@@ -219,8 +221,9 @@ def channels_of(case: Case) -> dict[int, list[tuple[list[Any], float | None]]]:
     return channels
 
 
-def model(case: Case, *, by_event_time: bool = False) -> tuple[list[Any], dict[str, Any]]:
-    """The model's outputs (panes, or join results) and late counts. ``by_event_time``: each
+def model(case: Case, *, by_event_time: bool = False
+          ) -> tuple[list[Any], dict[str, Any], list[Any]]:
+    """The model's outputs (panes, or join results), late counts and late messages. ``by_event_time``: each
     task gets its messages in event-time order (as Spark hands them where the input declares
     event time)."""
     channels = channels_of(case)
@@ -232,9 +235,9 @@ def model(case: Case, *, by_event_time: bool = False) -> tuple[list[Any], dict[s
         if case.end == "join":
             return stream_join([(side(m), m, 0) for m in arrivals], key=lambda kv: kv.key,
                                other_key=lambda kv: kv.key, combine=pair,
-                               ttl_ms=HOUR.total_seconds() * 1000), {}
+                               ttl_ms=HOUR.total_seconds() * 1000), {}, []
         return table_join([("put" if side(m) == "left" else "message", m) for m in arrivals],
-                          combine=pair), {}
+                          combine=pair), {}, []
     w = window_of(case)
     stream = "in"
     if case.hops:
@@ -244,11 +247,13 @@ def model(case: Case, *, by_event_time: bool = False) -> tuple[list[Any], dict[s
         instances = [{p: c} for p, c in channels.items()]  # a task per input partition
     panes: list[ModelPane] = []
     late: Counter[str] = Counter()
+    late_messages: list[Any] = []
     for chans in instances:
         result = run_window(w, interleave(chans, stream=stream))
         panes.extend(result.panes)
         late.update(result.late_counts)
-    return panes, ({WINDOW_ID: dict(late)} if late else {})
+        late_messages.extend(m for m, _ in result.late)
+    return panes, ({WINDOW_ID: dict(late)} if late else {}), late_messages
 
 
 # -- comparing ---------------------------------------------------------------------------------------
@@ -289,10 +294,23 @@ def late_of(counts: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
     return {w: {s: n for s, n in by.items() if n} for w, by in counts.items() if any(by.values())}
 
 
-def check(case: Case, out: list[dict[str, Any]], late_counts: dict[str, dict[str, int]],
-          fixed: bool, runner: str, *, by_event_time: bool = False) -> None:
-    expected, late = model(case, by_event_time=by_event_time)
+def late_value(m: Any) -> tuple[int, int]:
+    """A message ``late_to`` got, as (t, v): a ``LateMessage``, or a map of its fields."""
+    inner = m.message if isinstance(m, LateMessage) else m["message"]
+    value = inner.value if isinstance(inner, KV) else inner["value"]
+    return value["t"], value["v"]
+
+
+def check(case: Case, messages: Callable[[str], list[Any]],
+          late_counts: dict[str, dict[str, int]], fixed: bool, runner: str, *,
+          by_event_time: bool = False) -> None:
+    expected, late, late_messages = model(case, by_event_time=by_event_time)
+    out = messages("out")
     assert late_of(late_counts) == late, f"{runner}: late counts differ from the model"
+    if case.end == "window":
+        assert Counter(map(late_value, messages("late"))) == Counter(
+            (m.value["t"], m.value["v"]) for m in late_messages), \
+            f"{runner}: late_to got other messages than the model's late ones"
     if case.end != "window":
         key = json.dumps
         assert Counter(map(key, out)) == Counter(map(key, expected)), \
@@ -371,7 +389,7 @@ def cases(draw: st.DrawFn, *, spark: bool = False) -> Case:
 def test_test_runner_equals_the_model(case: Case) -> None:
     result = TestRunner(build(case, MemorySystem())).add_input("in", inputs(case)) \
         .run(timeout=RUN_TIMEOUT)
-    check(case, result.messages("out"), result.late_counts, case.fixed_per_key, "TestRunner")
+    check(case, result.messages, result.late_counts, case.fixed_per_key, "TestRunner")
 
 
 @settings(max_examples=STREAMING_EXAMPLES, deadline=None,
@@ -382,7 +400,7 @@ def test_local_system_equals_the_model(case: Case) -> None:
         runner = LocalRunner(build(case, LocalSystem("local")), {"job.dir": tmp},
                              inputs={"in": inputs(case)}).run()
         try:
-            check(case, runner.messages("out"), runner.late_counts, case.fixed_per_key,
+            check(case, runner.messages, runner.late_counts, case.fixed_per_key,
                   "LocalRunner")
         finally:
             runner.close()
@@ -394,5 +412,5 @@ def test_local_system_equals_the_model(case: Case) -> None:
 def test_spark_equals_the_model(spark: Any, case: Case) -> None:
     result = SparkRunner(spark).reprocess(build(case, MemorySystem()), {"in": inputs(case)})
     # Spark hands each task its records in event-time order where the input declares it
-    check(case, result.messages("out"), result.late_counts,
+    check(case, result.messages, result.late_counts,
           case.fixed_per_key and not case.declared, "SparkRunner", by_event_time=case.declared)
