@@ -301,10 +301,9 @@ class Container:
         written = self.checkpoints.write(task.name, offsets, changelogs)
         if written is not None:  # a checkpoint store that writes through a producer
             await written
-        if changelogs:
-            checkpointed = getattr(self.state, "checkpointed", None)
-            if checkpointed is not None:  # e.g. compacts changelogs below the checkpoint
-                checkpointed(task.name)
+        checkpointed = getattr(self.state, "checkpointed", None)
+        if checkpointed is not None:  # e.g. compacts changelogs, trims streams below it
+            checkpointed(task.name)
         if crash:
             crash("commit.done")
         self.commits += 1

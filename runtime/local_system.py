@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import os
 import secrets
 import shutil
@@ -58,6 +59,7 @@ from .lmdb_store import Changelog, LmdbStore
 from .locallog import LocalLog
 from .metrics import Metrics
 from .records import EndOfStream, is_control
+from .retention import LogTrimmer, job_targets, log_max_bytes
 from .serde_util import default_key_bytes
 from .state_codec import changelog_check, state_codec, table_codec
 from .storage import StorageError, storage_error
@@ -65,6 +67,7 @@ from .storage import StorageError, storage_error
 __all__ = ["LocalJob", "LocalProducer", "LocalConsumer", "LocalCheckpoints", "LogChangelog",
            "LocalState", "job_dir", "log_path", "dead_letter_stream", "task_dir"]
 
+_log = logging.getLogger("samza_dsl.retention")
 
 
 def job_dir(job_name: str, config: Mapping[str, Any]) -> str:
@@ -156,15 +159,31 @@ class LocalConsumer:
         self.positions: dict[Any, list[Any]] = {}
         self._event: asyncio.Event | None = None
         self._woken = False
+        self._warned: set[SSP] = set()
 
     def register(self, key: Any, ssp: SSP, next_offset: int | None) -> None:
         phys = self.physical[ssp.stream_id]
         end = self.log.end_offset(phys, ssp.partition)
         if next_offset is None:
             next_offset = end if ssp.stream_id in self.upcoming else 0
+        elif next_offset > 0:
+            start = self.log.start_offset(phys, ssp.partition)
+            if next_offset < start:
+                self._below_start(ssp, next_offset - 1, start, "checkpoint")
         stop = end if ssp.stream_id in self.bounded else None
         # [ssp, physical, position, stop offset or None, end-of-stream given]
         self.positions[key] = [ssp, phys, next_offset, stop, False]
+
+    def _below_start(self, ssp: SSP, at: int, start: int, what: str) -> None:
+        if ssp in self._warned:  # one warning per partition
+            return
+        self._warned.add(ssp)
+        _log.warning(
+            "stream %s partition %d: the %s is at offset %d, but the local log at %s now starts "
+            "at offset %d (retention deleted the records in between before they were read); "
+            "continuing at offset %d, as Kafka's auto.offset.reset=earliest. Raise "
+            "streams.%s.retention.ms or retention.bytes if the job must not miss records",
+            ssp.stream_id, ssp.partition, what, at, self.log.path, start, start, ssp.stream_id)
 
     def notify(self) -> None:
         if self._event is not None:
@@ -194,6 +213,8 @@ class LocalConsumer:
                 first, records = read(phys, ssp.partition, offset, limit, whole_segments=True)
                 if stop is not None and first + len(records) > stop:
                     records = records[:stop - first]
+                if first > offset and records:  # retention went past this reader
+                    self._below_start(ssp, offset, first, "position to read next")
                 if records:
                     pos[2] = first + len(records)
                     out.append((key, first, self.codecs[ssp.stream_id].decode_batch(
@@ -338,6 +359,8 @@ class LocalState:
         self._changelog_of: dict[tuple[str, str], Changelog] = {}
         #: (task, store) -> what opening the store did: mode, reason, entries replayed, seconds
         self.restores: dict[tuple[str, str], dict[str, Any]] = {}
+        #: trims intermediate streams and applies retention, after commits
+        self.trimmer: LogTrimmer | None = None
 
     def open(self, task: TaskModel, store_name: str, checkpointed: int | None) -> LmdbStore:
         spec = self.job.plan.stores[store_name]
@@ -408,10 +431,15 @@ class LocalState:
         return out
 
     def checkpointed(self, task_name: str) -> None:
-        """The task's checkpoint is written: its changelogs may be compacted below it."""
+        """The task's checkpoint is written: its changelogs may be compacted below it, and the
+        streams it read trimmed."""
         self.compactor.request()
+        if self.trimmer is not None:
+            self.trimmer.maybe_run()
 
     def close(self) -> None:
+        if self.trimmer is not None and self.trimmer.targets:
+            self.trimmer.run()
         self.compactor.close(drain_seconds=DRAIN_SECONDS)
         for stores in self.stores.values():
             for store in stores.values():
@@ -458,8 +486,10 @@ class LocalJob:
         log = self.logs.get(system)
         if log is None:
             settings = self._systems.get(system, {})
+            cap, cap_key = log_max_bytes(self.config, system)
             log = self.logs[system] = LocalLog(log_path(system, settings, self.job_name,
-                                                        self.config))
+                                                        self.config),
+                                               map_size=cap, cap_key=cap_key)
         return log
 
     def _plan(self, inputs: Mapping[str, Any]) -> None:
@@ -589,6 +619,10 @@ class LocalJob:
         self.consumer = consumer
         self.state = LocalState(self.root, job, cfg, changelogs, self.metrics, dead_letter,
                                 self.checkpoints.read_changelogs)
+        targets = job_targets(job, cfg, [t.name for t in self.tasks], physical, counts,
+                              lambda sid: self.log_of(stream_system[sid]))
+        if targets:
+            self.state.trimmer = LogTrimmer(targets, self.checkpoints.tasks)
         self.container = Container(job, self.tasks, consumer=consumer, producer=producer,
                                    checkpoints=self.checkpoints, config=cfg,
                                    metrics=self.metrics, state=self.state)

@@ -112,6 +112,16 @@ def _segment_count(value: Any) -> int:
     raise KeyError(h)
 
 
+def _segment_ts(value: Any) -> int:
+    """An encoded segment's timestamp (ms), from its msgpack header: a compacted segment's
+    comes after its span."""
+    i = 1
+    if value[0] == _COMPACTED:
+        b = value[1]
+        i = 2 if b <= 0x7F else 1 + _INT_SIZE[b]
+    return _uint_at(value, i)
+
+
 class _Shared:
     """One open environment, shared by every LocalLog on its directory in this process."""
 
@@ -159,9 +169,12 @@ class LocalLog:
     ``append_many``. Close it (or use it as a context manager) when done.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, map_size: int = 1 << 36) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, map_size: int = 1 << 36,
+                 cap_key: str | None = None) -> None:
         self.path: str = os.path.abspath(os.fspath(path))
         self.map_size = map_size
+        #: the config key that sets ``map_size``, named when the log is full
+        self.cap_key = cap_key
         self._shared: _Shared | None = None
         # the last compacted segment ``read`` decoded: (key, value, (offsets, records))
         self._compacted_cache: tuple[bytes, bytes, tuple[list[int], list[Any]]] | None = None
@@ -261,10 +274,14 @@ class LocalLog:
             return fault
         if isinstance(exc, lmdb.MapFullError):
             size = self._shared.env.info()["map_size"] if self._shared else self.map_size
+            how = (f"raise {self.cap_key} (a number of bytes) and restart the job"
+                   if self.cap_key else
+                   "reopen it with a larger map_size (close every LocalLog on it first)")
             return SamzaError(
-                f"the local log at {self.path} is full (map_size={size} bytes) while {doing}; "
-                f"reopen it with a larger map_size (close every LocalLog on it first), "
-                f"or delete streams you no longer need"
+                f"the local log at {self.path} reached its size cap (map_size={size} bytes) while "
+                f"{doing}; {how}. Retention (streams.<id>.retention.ms or "
+                f"streams.<id>.retention.bytes on inputs and outputs) and changelog compaction "
+                f"free space inside the log for new appends; or delete streams you no longer need"
             )
         return SamzaError(
             f"LMDB failed while {doing} in the local log at {self.path}: "
@@ -699,6 +716,81 @@ class LocalLog:
         if not out:
             return empty
         return (range(first, first + len(out)) if offsets is None else offsets), out
+
+    # ------------------------------------------------------------------ trimming
+
+    def start_offset(self, stream: str, partition: int) -> int:
+        """The first offset the partition still holds: where its first segment starts (its end
+        offset when it is empty). Reading below it reads from it."""
+        shared = self._live()
+        try:
+            with self._begin(shared) as txn:
+                prefix = self._prefix(txn, shared, stream, partition)
+                cur = txn.cursor(shared.log)
+                if cur.set_range(prefix) and bytes(cur.key()[: len(prefix)]) == prefix:
+                    return int(_UNPACK_OFFSET(cur.key()[len(prefix):])[0])
+                return 0
+        except lmdb.Error as e:
+            raise self._lmdb_error(e, f"reading the start of {stream!r} partition {partition}"
+                                   ) from e
+
+    def segments(self, stream: str, partition: int) -> list[tuple[int, int, int, int]]:
+        """``(first offset, offsets covered, timestamp ms, bytes)`` of each segment of the
+        partition, in order, from their headers alone (no record is decoded)."""
+        shared = self._live()
+        out: list[tuple[int, int, int, int]] = []
+        try:
+            with self._begin(shared) as txn:
+                prefix = self._prefix(txn, shared, stream, partition)
+                n = len(prefix)
+                cur = txn.cursor(shared.log)
+                if not cur.set_range(prefix):
+                    return out
+                for key, value in cur:
+                    if bytes(key[:n]) != prefix:
+                        break
+                    k = bytes(key)
+                    try:
+                        ts = _segment_ts(value)
+                    except (IndexError, KeyError) as e:
+                        raise self._corrupt_segment(prefix, k, e) from e
+                    out.append((_UNPACK_OFFSET(k[n:])[0], self._count(value, prefix, k), ts,
+                                len(k) + len(value)))
+        except lmdb.Error as e:
+            raise self._lmdb_error(e, f"reading the segments of {stream!r} partition "
+                                   f"{partition}") from e
+        return out
+
+    def trim(self, stream: str, partition: int, below: int) -> int:
+        """Delete the partition's segments that lie entirely below offset ``below``, in one
+        transaction; how many offsets the partition no longer holds because of it. Offsets
+        never change; the last segment always stays (it holds the end offset), so a trimmed
+        partition's start is at most its last segment's first offset."""
+        shared = self._live()
+        gone = 0
+        try:
+            with self._begin(shared, write=True) as txn:
+                prefix = self._prefix(txn, shared, stream, partition)
+                n = len(prefix)
+                cur = txn.cursor(shared.log)
+                if not cur.set_range(prefix):
+                    return 0
+                while True:
+                    key = bytes(cur.key())
+                    if key[:n] != prefix:
+                        break
+                    first = _UNPACK_OFFSET(key[n:])[0]
+                    span = self._count(cur.value(), prefix, key)
+                    if first + span > below:
+                        break
+                    if not cur.next() or bytes(cur.key()[:n]) != prefix:
+                        break  # the last segment: it stays
+                    txn.delete(key, db=shared.log)
+                    gone += span
+        except lmdb.Error as e:
+            raise self._lmdb_error(e, f"trimming {stream!r} partition {partition} below "
+                                   f"offset {below}") from e
+        return gone
 
     # ------------------------------------------------------------------ metadata
 
