@@ -8,8 +8,9 @@ error. When they answer again, the job's topics and checkpoints are checked (``o
 it reads on: a broker that lost the job's topics or records is an error, never a silent
 reprocessing.
 
-While a watch runs, each of aiokafka's log messages is shown once, until the brokers answer
-again: the watch's warnings say the rest.
+While a watch runs, each of aiokafka's log messages is shown once until the job's topics have
+been checked again (after an outage, or at most every 5 s after aiokafka's warnings, which can
+mean a connection lost for less than a probe's interval): the watch's warnings say the rest.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ class _Once(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno >= logging.WARNING:
             self.alarms += 1
-        key = (record.name, record.msg)
+        key = (record.name, str(record.msg))
         if key in self.seen:
             return False
         self.seen.add(key)
