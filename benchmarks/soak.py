@@ -15,9 +15,11 @@ the last line says whether the size at the end is at most 1.5 times the first in
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,13 +27,17 @@ import tempfile
 import time
 from typing import Any
 
-from examples.readwrite_counter import app
-from runtime.local_system import LocalJob
-from samza_dsl import KV
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from examples.readwrite_counter import app  # noqa: E402
+from runtime.local_system import LocalJob  # noqa: E402
+from samza_dsl import KV  # noqa: E402
 
 TICK = 0.25  # seconds between two loads
 LIMIT = 1.5  # the size at the end, at most, against the first interval's
 CLI = os.path.join(os.path.dirname(sys.executable), "samza-dsl")
+APP = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                   "examples", "readwrite_counter.py") + ":app"
 
 
 def disk_use(path: str) -> tuple[int, int]:
@@ -80,10 +86,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     retention = args.retention_ms if args.retention_ms is not None else int(args.interval * 1000)
     job_dir = args.dir or tempfile.mkdtemp(prefix="soak-")
+    if args.dir is None:
+        atexit.register(shutil.rmtree, job_dir, True)
     config = {"job.dir": job_dir, "streams.events.retention.ms": retention,
               "streams.counts.retention.ms": retention}
     loader = LocalJob(app, config, run=False)  # creates the streams
-    cmd = [CLI, "run", "examples/readwrite_counter.py:app", "--follow", "-q"]
+    cmd = [CLI, "run", APP, "--follow", "-q"]
     for k, v in config.items():
         cmd += ["-c", f"{k}={v}"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)

@@ -9,7 +9,7 @@ from typing import Any
 
 import networkx as nx
 
-from samza_dsl.config import check_scoped_keys, validate_config
+from samza_dsl.config import check_scoped_keys, check_system_keys, validate_config
 from samza_dsl.errors import PlanError
 from samza_dsl.spec import (
     ApplicationSpec,
@@ -43,6 +43,8 @@ def plan(spec: ApplicationSpec, *, partitions: Mapping[str, int] | None = None,
                   for s in stores.values() if s.changelog]
     check_scoped_keys(user_config, streams=[*streams, *changelogs, f"{spec.job_name}-dead-letter"],
                       stores=stores)
+    check_system_keys(user_config, {d.system.name: d.system.factory
+                                    for d in [*spec.inputs.values(), *spec.outputs.values()]})
     generated = _generate_config(spec, streams, stores, user_config)
     full_config = {**generated, **user_config}
     graph = build_graph(spec, streams, stage_of)

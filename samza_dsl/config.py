@@ -21,7 +21,8 @@ from typing import Any
 
 from .errors import ConfigError
 
-__all__ = ["ConfigKey", "KNOWN_KEYS", "STREAM_PROPERTIES", "STORE_PROPERTIES", "validate_config",
+__all__ = ["ConfigKey", "KNOWN_KEYS", "STREAM_PROPERTIES", "STORE_PROPERTIES", "SYSTEM_PROPERTIES",
+           "check_system_keys", "validate_config",
            "check_scoped_keys", "config_value", "SERDE_ERROR_POLICIES"]
 
 SERDE_ERROR_POLICIES = ("fail", "skip", "dead-letter")
@@ -174,6 +175,48 @@ def _check_prefixed(name: str, value: Any) -> Any:
 def _did_you_mean(word: str, choices: Iterable[str]) -> str:
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+#: What the runtime reads under ``systems.<name>.`` of a system, by its factory (the Kafka
+#: system's settings are given on ``KafkaSystem(...)``; ``consumer.*`` and ``producer.*`` are
+#: aiokafka's own, passed through)
+SYSTEM_PROPERTIES: dict[str, tuple[str, ...]] = {
+    "local": ("samza.factory", "path", "log.max.bytes"),
+    "kafka": ("samza.factory", "bootstrap.servers", "consumer.*", "producer.*"),
+    "memory": ("samza.factory",),
+}
+
+
+def check_system_keys(config: Mapping[str, Any], systems: Mapping[str, str]) -> None:
+    """Every ``systems.<name>.<property>`` key names a system of the application (``systems``:
+    name -> factory) and a property that system reads; anything else would be ignored, so it is
+    an error with the closest name.
+
+    >>> check_system_keys({"systems.locl.log.max.bytes": "1"}, {"local": "local"})
+    Traceback (most recent call last):
+    ...
+    samza_dsl.errors.ConfigError: config key 'systems.locl.log.max.bytes' names system 'locl', which the application does not have (did you mean 'local'?)...
+    """
+    names = sorted(systems)
+    for name in config:
+        if not isinstance(name, str) or not name.startswith("systems."):
+            continue
+        rest = name[len("systems."):]
+        owner = max((n for n in names if rest.startswith(n + ".")), key=len, default=None)
+        if owner is None:
+            wrong = rest.partition(".")[0]
+            raise ConfigError(
+                f"config key {name!r} names system {wrong!r}, which the application does not "
+                f"have{_did_you_mean(wrong, names)}. Its systems: {', '.join(names) or 'none'}")
+        props = SYSTEM_PROPERTIES.get(systems[owner])
+        if props is None:
+            continue
+        prop = rest[len(owner) + 1:]
+        if prop in props or any(p.endswith("*") and prop.startswith(p[:-1]) for p in props):
+            continue
+        raise ConfigError(
+            f"unknown property {prop!r} of {systems[owner]} system {owner!r} in config key "
+            f"{name!r}{_did_you_mean(prop, props)}. Known properties: {', '.join(props)}")
 
 
 def check_scoped_keys(config: Mapping[str, Any], *, streams: Iterable[str],

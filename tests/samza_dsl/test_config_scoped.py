@@ -80,3 +80,17 @@ def test_a_runner_refuses_a_typo_before_it_touches_the_job_dir(tmp_path: Path) -
         LocalRunner(app(), {"job.dir": str(job_dir),
                             "streams.page.views.samza.serde.errors": "skip"}).run()
     assert not job_dir.exists()
+
+
+@pytest.mark.parametrize("key, message", [
+    ("systems.locl.log.max.bytes", r"names system 'locl'.*did you mean 'local'"),
+    ("systems.local.log.max.byte", r"unknown property 'log.max.byte'.*did you mean 'log.max.bytes'"),
+    ("systems.local.pth", r"unknown property 'pth'.*did you mean 'path'"),
+])
+def test_a_typo_in_a_system_key_is_an_error_with_a_suggestion(key: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        plan_with({key: "5"})
+
+
+def test_system_keys_the_runtime_reads_are_accepted(tmp_path: Path) -> None:
+    plan_with({"systems.local.log.max.bytes": 1 << 30, "systems.local.path": str(tmp_path)})
