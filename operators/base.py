@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMappi
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
+from samza_dsl.kv import KV
 from samza_dsl.spec import OpSpec
 
 __all__ = ["IDENTITY", "PassThrough", "Operator", "OperatorContext", "KeyValueState", "Result", "resolve_fn", "init_fn",
@@ -111,16 +112,23 @@ def as_outputs(result: Any, opcode: str, op_id: str) -> list[Any]:
         return result
     if result is None:
         return []
+    if type(result) is KV:
+        raise TypeError(f"{opcode} {op_id!r} returned a KV ({_short(result)}), which would emit "
+                        f"its key and its value as two messages: return a list of messages, "
+                        f"e.g. [kv] for one, [] for none")
     if isinstance(result, _NOT_OUTPUTS):
         what = "keys" if isinstance(result, Mapping) else \
             "characters" if isinstance(result, str) else "bytes"
-        text = repr(result)
-        if len(text) > 60:
-            text = text[:57] + "..."
-        raise TypeError(f"{opcode} {op_id!r} returned a {type(result).__name__} ({text}), which "
+        raise TypeError(f"{opcode} {op_id!r} returned a {type(result).__name__} "
+                        f"({_short(result)}), which "
                         f"would emit its {what} one by one: return a list of messages, e.g. "
                         f"[message] for one, [] for none")
     return list(result)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def init_fn(fn: Any, ctx: UserContext) -> None:

@@ -32,6 +32,8 @@ MISTAKES = {
     "dict": ("mistake-dict-1-async_flat_map-lookup",
              "async_flat_map 'mistake-dict-1-async_flat_map-lookup' returned a dict "
              "({'a': 1}), which would emit its keys one by one: return a list of messages"),
+    "kv": ("mistake-kv-1-flat_map-split",
+           "flat_map 'mistake-kv-1-flat_map-split' returned a KV (KV(key='k2', "),
     "not-kv": ("mistake-not-kv-1-send_to-1",
                "stream 'out' is keyed (KVSerde) but was sent a dict ({'n': 2, 'text': "
                "'hello'}): send KV(key, value) to it"),
@@ -46,12 +48,14 @@ def build(system: Any, mistake: str) -> StreamApplication:
     def split(kv: KV[str, Any]) -> Any:
         if kv.value["n"] != 2:
             return [kv]
+        if mistake == "kv":
+            return kv  # one message, not a list of them
         return kv.value["text"] if mistake == "str" else kv.value["text"].encode()
 
     async def lookup(kv: KV[str, Any]) -> Any:
         return {"a": 1} if kv.value["n"] == 2 else [kv]
 
-    if mistake in ("str", "bytes"):
+    if mistake in ("str", "bytes", "kv"):
         inp.flat_map(split, name="split").send_to(out)
     elif mistake == "dict":
         inp.async_flat_map(lookup, name="lookup").send_to(out)
