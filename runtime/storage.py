@@ -120,10 +120,13 @@ def check_not_truncated(env: Any, data_file: str, what: str, recover: str) -> No
         raise _truncated(data_file, what, size, need, recover)
 
 
-def _truncated(data_file: str, what: str, size: int, need: int, recover: str) -> StorageError:
+def _truncated(data_file: str, what: str, size: int, need: int | None,
+               recover: str) -> StorageError:
+    short = f"its last page ends at byte {need}" if need is not None else \
+        "an LMDB file's first page is longer"
     return StorageError(
-        f"{data_file} ({what}) is truncated: it has {size} bytes but its last page ends at "
-        f"byte {need}, so part of it was lost (a copy cut short, a full disk, or power loss "
+        f"{data_file} ({what}) is truncated: it has {size} bytes but {short}, so part of it "
+        f"was lost (a copy cut short, a full disk, or power loss "
         f"before a sync). Restore the file from a backup if you have one; otherwise "
         f"{recover} (see docs/operations.md, Storage faults)",
         path=data_file)
@@ -146,6 +149,8 @@ def check_file_not_truncated(data_file: str, what: str, recover: str) -> None:
             size = os.fstat(f.fileno()).st_size
             first = f.read(_META.size)
             if len(first) < _META.size:
+                if first:  # no LMDB file is shorter than its first meta page: a cut copy
+                    raise _truncated(data_file, what, size, None, recover)
                 return
             pgno, _, flags, magic, _, _, _, psize, last, txnid = _META.unpack(first)
             if pgno != 0 or not flags & _P_META or magic != _MAGIC or psize < 512:

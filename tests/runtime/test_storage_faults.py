@@ -79,14 +79,14 @@ def remount(path: Path, options: str) -> None:
 
 # -- truncated and emptied logs -------------------------------------------------------------------
 
-@pytest.mark.parametrize("keep", ["half", "one page"])
+@pytest.mark.parametrize("keep", ["half", "one page", "50 bytes"])
 def test_a_truncated_log_is_an_error_naming_the_file_not_a_sigbus(tmp_path: Path,
                                                                   keep: str) -> None:
     data = events(tmp_path / "e.jsonl", 0, 3000, pad=50)
     assert cli("load", COUNTER, "events", str(data), cwd=tmp_path).returncode == 0
     assert cli("run", COUNTER, "-q", cwd=tmp_path).returncode == 0
     mdb = tmp_path / ".samza" / JOB / "logs" / "local" / "data.mdb"
-    os.truncate(mdb, mdb.stat().st_size // 2 if keep == "half" else 4096)
+    os.truncate(mdb, {"half": mdb.stat().st_size // 2, "one page": 4096, "50 bytes": 50}[keep])
     for args in (("run", COUNTER, "-q"), ("dump", COUNTER, "events"),
                  ("load", COUNTER, "events", str(data))):
         text = clean_error(cli(*args, cwd=tmp_path), args[0], str(mdb), "is truncated",
@@ -197,3 +197,32 @@ def test_an_io_error_with_room_on_the_disk_is_an_io_error(tmp_path: Path) -> Non
                         "syncing")
     assert err is not None and err.errno == errno.EIO and "I/O error" in str(err)
     assert storage_error(lmdb.CorruptedError("MDB_CORRUPTED"), str(tmp_path), "x") is None
+
+
+def test_a_job_dir_without_write_permission_says_so_and_names_the_path(tmp_path: Path) -> None:
+    """EACCES for real: the commands run without the capability that lets root ignore file
+    permissions (setpriv drops it), on a job.dir made read-only for its owner."""
+    if os.geteuid() != 0:
+        pytest.fail("this test drops root's permission override with setpriv: run it as root "
+                    "(CI does)")
+    data = events(tmp_path / "e.jsonl", 0, 100)
+    work = tmp_path / "work"
+    work.mkdir()
+    assert cli("load", COUNTER, "events", str(data), cwd=work).returncode == 0
+    assert cli("run", COUNTER, "-q", cwd=work).returncode == 0
+    job = work / ".samza" / JOB
+    modes = {p: p.stat().st_mode for p in [job, *job.rglob("*")]}
+    for p in modes:
+        p.chmod(0o555 if p.is_dir() else 0o444)
+    unprivileged = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search,-fowner", "--"]
+    try:
+        for args in (("run", COUNTER, "-q"), ("load", COUNTER, "events", str(data)),
+                     ("reset", COUNTER)):
+            proc = subprocess.run([*unprivileged, CLI, *args], cwd=work, capture_output=True,
+                                  text=True, timeout=120)
+            text = clean_error(proc, args[0], "permission denied", str(job), "read and write")
+            no_deletion_advice(text)
+    finally:
+        for p, mode in modes.items():
+            p.chmod(mode)
+    assert final_counts(work) == {str(i): 1 for i in range(100)}  # all still there
