@@ -7,8 +7,12 @@
   its order is kept.
 - **Reading.** A container reads a partition once for all its virtual tasks of it
   (``BucketFan``): each task gets the batch with the other buckets' messages replaced by a
-  ``Skipped`` marker, which counts as processed, so each task's checkpoint is its own
-  (partition, bucket) position. Control records (end-of-stream, watermarks) go to every task.
+  marker, which counts as processed, so each task's checkpoint is its own (partition, bucket)
+  position. Where the partition feeds an event-time window, the marker (``OtherBucket``)
+  carries the message's event time (declared on the input, or traced to the task's windows and
+  intermediate streams), so a virtual task's progress in a partition is the partition's
+  progress: its neighbours' messages advance it too, at their own offsets, and a bucket that
+  gets none of the partition's messages does not hold back the watermark. Control records (end-of-stream, watermarks) go to every task.
   The partition is read from the lowest offset any of its tasks needs; a task skips what it had
   already processed.
 - **Changing X between runs** (``rescale_checkpoints``, at the start of a run): a new task
@@ -20,6 +24,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -34,11 +39,26 @@ from .job import SSP, JobModel, TaskModel, task_name
 from .records import EndOfStream, Watermark
 from .serde_util import default_key_bytes
 
-__all__ = ["BucketFan", "bucket_function", "fan_readers", "rescale_checkpoints", "OTHER_BUCKET"]
+__all__ = ["BucketFan", "bucket_function", "fan_readers", "rescale_checkpoints", "OTHER_BUCKET",
+           "OtherBucket"]
 
 #: what a virtual task gets in place of another bucket's message
 OTHER_BUCKET = Skipped("another virtual task's key bucket")
 _CONTROL = (EndOfStream, Watermark, Skipped)
+
+
+class OtherBucket:
+    """In place of another bucket's message, for a partition that feeds an event-time window:
+    what the message adds to the partition's progress (``TaskClock.neighbour_time``). It counts
+    as processed at its offset, and its time counts as a completed message's would."""
+
+    __slots__ = ("time",)
+
+    def __init__(self, time: Any) -> None:
+        self.time = time
+
+    def __repr__(self) -> str:
+        return f"OtherBucket({self.time!r})"
 
 
 def bucket_function(job: JobModel, stream_id: str, buckets: int
@@ -78,6 +98,9 @@ class BucketFan:
         self.bucket = bucket
         #: bucket -> the last offset its task had processed (skipped when read again)
         self.processed = dict(processed)
+        clock = getattr(self.tasks[0], "clock", None)
+        #: a message's time for the other buckets' tasks, where the partition has event time
+        self.time_of = clock.neighbour_time(ssp.stream_id) if clock is not None else None
 
     @property
     def inbox_size(self) -> int:
@@ -102,16 +125,33 @@ class BucketFan:
     def add_batch(self, ssp: SSP, first: int, payloads: list[Any]) -> None:
         bucket = self.bucket
         marks = [bucket(m, first + i) for i, m in enumerate(payloads)]
-        other = OTHER_BUCKET
+        time_of = self.time_of
+        if time_of is None:
+            others: Any = itertools.repeat(OTHER_BUCKET)
+        else:
+            others = [_other(time_of, m) if k >= 0 else None
+                      for m, k in zip(payloads, marks, strict=True)]
         for t in self.tasks:
             b = t.model.bucket
-            mine = [m if k == b or k < 0 else other for m, k in zip(payloads, marks, strict=True)]
+            mine = [m if k == b or k < 0 else o
+                    for m, k, o in zip(payloads, marks, others, strict=False)]
             done = self.processed.get(b, -1)
             if done >= first:  # already processed before a restart
                 for i in range(min(done - first + 1, len(mine))):
                     if marks[i] >= 0:
-                        mine[i] = other
+                        mine[i] = OTHER_BUCKET if time_of is None else others[i]
             t.add_batch(ssp, first, mine)
+
+
+def _other(time_of: Callable[[Any], Any], m: Any) -> Any:
+    """The marker of message ``m`` for the tasks of the other buckets."""
+    try:
+        t = time_of(m)
+    except Exception:  # the message's own task reports it
+        return OTHER_BUCKET
+    if type(t) is list or (isinstance(t, int | float) and not isinstance(t, bool)):
+        return OtherBucket(t)
+    return OTHER_BUCKET  # no time, or not a number: its own task reports that
 
 
 def rescale_checkpoints(job: JobModel, previous: int, stored: Mapping[str, Mapping[SSP, int]]

@@ -36,7 +36,7 @@ from samza_dsl.spec import BroadcastSpec, JoinSpec, PartitionBySpec, SendToSpec,
 from . import faults
 from .codec import Skipped
 from .dag import Emit, OperatorFailure, _forward, chain, chain_one, fan_out, gather_pending
-from .elastic import OTHER_BUCKET
+from .elastic import OTHER_BUCKET, OtherBucket
 from .job import SSP, JobModel, TaskModel
 from .records import EndOfStream, Watermark
 from .serde_util import default_key_bytes
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
 __all__ = ["TaskInstance"]
 
-_CONTROL_TYPES = frozenset({EndOfStream, Watermark, Skipped})
+_CONTROL_TYPES = frozenset({EndOfStream, Watermark, Skipped, OtherBucket})
 _THREADED_OPCODES = frozenset({"map", "filter", "flat_map", "sink", "join_table"})
 BATCH_BUDGET = 2048
 #: the handout record ``[ssp, offset, ...]`` of the message an asyncio task of this module
@@ -382,6 +382,7 @@ class TaskInstance:
                 progress = self.clock.progress.get(ssp, NO_WATERMARK)
                 input_bound = self.clock.declared[ssp.stream_id][1]
             i = self._cur_i
+            read = self.read
             end = min(len(payloads), i + budget - n)
             last_done = -1  # the last offset completed inline while nothing was pending
             try:
@@ -397,27 +398,43 @@ class TaskInstance:
                             continue
                     m = payloads[i]
                     i += 1
-                    if type(m) in control_types:
-                        if self._control(ssp, m):  # a record with an offset of its own: done
-                            # a producer's watermark or end counts once what came before it has
-                            mark = m if type(m) is Watermark or type(m) is EndOfStream else None
-                            if pending:
-                                pending.append([ssp, first + i - 1, True, 0, mark])
-                            else:
-                                last_done = i
-                                if mark is not None:
-                                    self.clock.apply(ssp, mark)
-                        continue
                     t: Any = None
-                    if local:
-                        pass
-                    elif observed:  # the outputs' event times are recorded in the box
-                        t = [None]
-                        CURRENT.set(t)
+                    if type(m) in control_types:
+                        if type(m) is not OtherBucket:
+                            if self._control(ssp, m):  # a record with an offset of its own: done
+                                # a producer's watermark or end counts once what came before it
+                                # has
+                                mark = m if type(m) is Watermark or type(m) is EndOfStream \
+                                    else None
+                                if pending:
+                                    pending.append([ssp, first + i - 1, True, 0, mark])
+                                else:
+                                    last_done = i
+                                    if mark is not None:
+                                        self.clock.apply(ssp, mark)
+                            continue
+                        # another virtual task's message: done, its time counts as if this
+                        # task had completed it (rule 18)
+                        read[ssp.stream_id] = read.get(ssp.stream_id, 0) - 1
+                        t = m.time
+                        src[1] = i
+                        pend = None
+                        if local:  # the windows keep their own watermark: move it
+                            for op in local_ops:  # type: ignore[union-attr]
+                                ms = t[0].get(op.op_id)
+                                if ms is not None and ms > op.watermark:
+                                    pend = self._window_moved(op, ms, pend)
+                            t = None
                     else:
-                        t = et(m) if et is not None else None
-                    src[1] = i
-                    pend = entry(m)
+                        if local:
+                            pass
+                        elif observed:  # the outputs' event times are recorded in the box
+                            t = [None]
+                            CURRENT.set(t)
+                        else:
+                            t = et(m) if et is not None else None
+                        src[1] = i
+                        pend = entry(m)
                     if pend is None:
                         if pending:
                             pending.append([ssp, first + i - 1, True, 0, t])
@@ -474,7 +491,6 @@ class TaskInstance:
             if last_done >= 0:
                 checkpoint[ssp] = first + last_done - 1
             n += i - self._cur_i
-            read = self.read
             read[ssp.stream_id] = read.get(ssp.stream_id, 0) + i - self._cur_i
             self._cur_i = i
             if i >= len(payloads):

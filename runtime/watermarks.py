@@ -29,6 +29,11 @@ output). Several such windows: the earliest of their times. A window reached onl
 async step, a join or another window cannot be traced back: such a stream does not hold back the
 watermark of what reads it (a warning says so at start; declare ``event_time`` on the input).
 
+Virtual tasks (rule 18): a virtual task's progress in an input partition is the partition's.
+The messages of the other key buckets reach it as markers (``runtime.elastic.OtherBucket``)
+carrying their event time, declared or traced to the task's windows and intermediate streams
+(``TaskClock.neighbour_time``), and count at their offsets as its own completed messages do.
+
 Idleness: an input partition with ``idle_timeout`` that has had no data for that long, with
 nothing of it queued or in flight, is left out of the minimum until data comes again. A stage all
 of whose live channels are idle sends an idle watermark, and its readers leave it out likewise.
@@ -87,6 +92,49 @@ def _min_of(fns: list[Derived]) -> Derived | None:
     return earliest
 
 
+def _max_of(fns: list[Derived]) -> Derived:
+    if len(fns) == 1:
+        return fns[0]
+
+    def latest(m: Any) -> int | None:
+        best = None
+        for f in fns:
+            t = f(m)
+            if t is not None and (best is None or t > best):
+                best = t
+        return best
+    return latest
+
+
+def _each_output(process: Callable[[Any], Any], after: Derived) -> Derived:
+    """``after`` over the outputs of ``process``: the latest of their times (as a box records
+    them)."""
+    def latest(m: Any) -> int | None:
+        best = None
+        for o in process(m):
+            t = after(o)
+            if t is not None and (best is None or t > best):
+                best = t
+        return best
+    return latest
+
+
+def _guarded(fn: Derived) -> Derived:
+    """``fn`` on a message taken as it goes into a step that cannot be traced (an async step, a
+    join): it may not fit that message, and then gives no time."""
+    def tentative(m: Any) -> int | None:
+        try:
+            t = fn(m)
+        except Exception:
+            return None
+        return t if type(t) is int else None
+    return tentative
+
+
+#: ``JobTime._trace``: no path from the node to the domain
+_NO_PATH: Any = object()
+
+
 def _window_time(fn: Callable[[Any], float]) -> Derived:
     def ms(m: Any) -> int:
         return round(fn(m) * 1000.0)
@@ -118,6 +166,8 @@ class JobTime:
             for sid in stage.inputs:
                 self.readers.setdefault(sid, []).append(stage)
         self._derived: dict[str, Derived | None] = {}
+        self._traces: dict[tuple[str, str, str], Derived | None] = {}
+        self._procs: dict[str, Callable[[Any], Any] | None] = {}
         self._untimed: dict[str, bool] = {}
         self._async = {op.op_id for op in app.operators if op.opcode == "async_flat_map"}
         self._timed: dict[str, bool] = {}
@@ -177,23 +227,83 @@ class JobTime:
             rest = self._from(op_id, stage)
         if rest is None:
             return None
-        op = build_operator(spec)
-        for fn in op.user_fns:  # an object with init(ctx) may need its task: not called here
-            if fn is not None and callable(getattr(fn, "init", None)) \
-                    and not inspect.isfunction(fn):
-                return None
-        op.init(OperatorContext("event-time", {}, lambda: 0))
-        process = op.process
+        process = self._process(op_id)
+        if process is None:
+            return None
         after = rest
 
         def through(m: Any) -> int | None:
             best = None
-            for o in process(m):  # type: ignore[union-attr]
+            for o in process(m):
                 t = after(o)
                 if t is not None and (best is None or t < best):
                     best = t
             return best
         return through
+
+    def _process(self, op_id: str) -> Callable[[Any], Any] | None:
+        """The ``process`` of a copy of an operator, to apply to messages outside any task; None
+        when a user function is an object with ``init(ctx)`` (it may need its task)."""
+        if op_id in self._procs:
+            return self._procs[op_id]
+        op = build_operator(self.plan.app.operator(op_id))
+        process: Callable[[Any], Any] | None = None
+        if not any(fn is not None and callable(getattr(fn, "init", None))
+                   and not inspect.isfunction(fn) for fn in op.user_fns):
+            op.init(OperatorContext("event-time", {}, lambda: 0))
+            process = op.process
+        self._procs[op_id] = process
+        return process
+
+    # -- a message's event time in a domain of its own stage ----------------------------------
+
+    def trace(self, node: str, stage: Stage, domain: str) -> Derived | None:
+        """``f(message at node) -> ms or None``: the latest event time, in ``domain`` (an
+        event-time window, or an intermediate stream by its partition_by / broadcast op id), of
+        the outputs the message causes there, as the box of a handed-out message records them.
+        Through an async step or a join the message is taken as it goes in. None when a path
+        from ``node`` to ``domain`` cannot be followed (another window, a function object with
+        ``init``) or there is none."""
+        key = (node, stage.stage_id, domain)
+        if key not in self._traces:
+            f = self._trace(node, stage, domain)
+            self._traces[key] = None if f is _NO_PATH else f
+        return self._traces[key]
+
+    def _trace(self, node: str, stage: Stage, domain: str) -> Any:
+        fns: list[Derived] = []
+        for op_id in self.plan.next_ops(node):
+            if op_id not in stage.operators:
+                continue
+            f = self._trace_op(op_id, stage, domain)
+            if f is _NO_PATH:
+                continue
+            if f is None:
+                return None
+            fns.append(f)
+        return _max_of(fns) if fns else _NO_PATH
+
+    def _trace_op(self, op_id: str, stage: Stage, domain: str) -> Any:
+        spec = self.plan.app.operator(op_id)
+        if op_id == domain:
+            if isinstance(spec, WindowSpec):
+                return _window_time(resolve_fn(spec.window.event_time))
+            after = self.stream_time(domain)  # what the producer records of what it sends
+            process = self._process(op_id)
+            return None if after is None or process is None else _each_output(process, after)
+        if spec.opcode in ("partition_by", "broadcast", "send_to", "sink"):
+            return _NO_PATH  # a terminal of another stream
+        rest = self._trace(op_id, stage, domain)
+        if rest is _NO_PATH or rest is None:
+            return rest
+        if isinstance(spec, WindowSpec):
+            return None  # the domain is behind another window
+        if spec.opcode == "merge":
+            return rest
+        if spec.opcode in ("map", "filter", "flat_map"):
+            process = self._process(op_id)
+            return None if process is None else _each_output(process, rest)
+        return _guarded(rest)  # an async step, a join: the message as it goes in
 
     def fixed_order(self, stage: Stage, op_id: str) -> bool:
         """Messages reach ``op_id`` in an order that does not depend on speed: one input
@@ -342,6 +452,43 @@ class TaskClock:
         self.delivered: dict[str, int] = {}
         self.sent: dict[tuple[str, str], tuple[int, bool]] = {}
         self.dirty = bool(self.stages)
+
+    def neighbour_time(self, stream_id: str) -> Callable[[Any], Any] | None:
+        """For a virtual task (rule 18): ``f(message of another key bucket)`` -> what it adds to
+        its partition's progress, as if this task had completed it: the declared event time
+        (seconds), or a box ``[{domain: ms}]`` of the times it traces to in this task's windows
+        and intermediate streams; None where it adds nothing. None when the stream's messages
+        count for no watermark here."""
+        kind = self.kinds.get(stream_id)
+        if kind == DECLARED:
+            return self.declared[stream_id][0]
+        if kind != OBSERVED:
+            return None
+        node = stream_node(stream_id)
+        fns: list[tuple[str, Derived]] = []
+        for stage in self.stages:
+            if stream_id not in stage.inputs:
+                continue
+            reach = self._stage[stage.stage_id][3]
+            for domain in sorted(reach[stream_id]):
+                if domain in self.observe:
+                    f = self.jt.trace(node, stage, domain)
+                    if f is not None:
+                        fns.append((domain, f))
+        if not fns:
+            return None
+
+        def box(m: Any) -> list[Any] | None:
+            obs: dict[str, int] = {}
+            for domain, f in fns:
+                try:
+                    ms = f(m)
+                except Exception:  # its own task reports it, if it fails there too
+                    continue
+                if ms is not None:
+                    obs[domain] = ms
+            return [obs] if obs else None
+        return box
 
     def seed(self, ssp: SSP, op_id: str, ms: int) -> None:
         """A window leaves its own watermark: its partition's progress there is at least it."""
