@@ -32,13 +32,16 @@ This is Samza's ``CachedStore`` over a local store with a ``LoggedStore`` change
   changed on disk: with a changelog the store is rebuilt in place, with a warning naming the
   file, from the changelog's entries up to its last commit and the entries flushed since (kept in
   memory until the next commit), and the read is done again; without one it is an error naming
-  the file. A store of the older format 1 is rebuilt from its changelog, or without one migrated
+  the file. A store of the older format 1 (no checksums) is rebuilt from its changelog, or
+  without one migrated in place.
+- **Long keys.** A key encoded in more than 478 bytes is held under its first 478 bytes and its
+  hash, with the full key in the value (``runtime.store_format``), so any key works and LMDB
+  keeps keys in the byte order of their encoding, long or short. Long keys that share their
+  first 478 bytes are adjacent in LMDB; ``range`` and ``all`` read such a group whole and give
+  it in the order of the full keys. So ``range`` and ``all`` give every key in ``key_encode``
+  byte order, as ``InMemoryState`` does. A store of format 2 (where long keys came after all
+  others, in the order of their hash) is rebuilt from its changelog, or without one migrated
   in place.
-- **Long keys.** A key encoded in 511 bytes or more (LMDB's limit) is held under its hash with
-  the full key in the value, so any key works. ``range`` and ``all`` yield short keys in
-  ``key_encode`` byte order, then long keys in the order of their hash (not their byte order);
-  ``range(start, end)`` yields exactly the keys with ``start <= key < end`` of either kind, and
-  reads every long key of the store to find its own.
 
 >>> import shutil, tempfile
 >>> from operators.state import decode_key, encode_key
@@ -80,13 +83,16 @@ import lmdb
 from samza_dsl.errors import SamzaError, SerdeError
 
 from .storage import reserve_lock_file, storage_error
-from .store_format import LONG as _L
 from .store_format import MAX_KEY as _MAX_KEY
+from .store_format import PREFIX as _PREFIX
+from .store_format import SHORT_LEN as _SHORT_LEN
 from .store_format import ChecksumError as _Corrupt
 from .store_format import checksummed as _checksummed
 from .store_format import frame as _frame
+from .store_format import full_key as _full_key
 from .store_format import lmdb_key as _lmdb_key
 from .store_format import unframe as _unframe
+from .store_format import unframe_2 as _unframe_2
 
 __all__ = ["Changelog", "LmdbStore"]
 
@@ -94,13 +100,15 @@ log = logging.getLogger("samza_dsl.state")
 
 _MISSING: Any = object()
 _META_KEY = b"state"
-_FORMAT = 2  # 2: values carry a checksum, long keys are hashed; 1: neither
+_FORMAT = 3  # 3: keys in byte order, however long; 2: long keys in hash order; 1: no checksums
+_FORMATS = {1: "values without checksums", 2: "keys of 511 bytes or more in the order of their hash"}
 _SCAN_CHUNK = 1024  # entries read per read transaction by range/all
 _REPLAY_BATCH = 200_000  # distinct keys folded in memory before a write transaction
 _first = itemgetter(0)
 # LMDB keys are the encoded keys behind this byte: LMDB cannot store an empty key (str.encode
 # of ""); the changelog holds the encoded keys as they are
-_P = b"\x00"  # the prefix of short keys (see runtime.store_format)
+_P = b"\x00"  # the prefix of every LMDB key (see runtime.store_format)
+_GROUP_END = b"\xff" * (_MAX_KEY - _SHORT_LEN)  # after a group's prefix: past all its keys
 class Changelog(Protocol):
     """A store's changelog partition, as the runtime gives it to ``LmdbStore.open``."""
 
@@ -283,7 +291,7 @@ class LmdbStore:
         if raw is None:
             return None
         meta = json.loads(raw)
-        if (not isinstance(meta, dict) or meta.get("version") not in (1, _FORMAT)
+        if (not isinstance(meta, dict) or meta.get("version") not in (*_FORMATS, _FORMAT)
                 or not isinstance(meta.get("committed"), bool)
                 or not (meta.get("changelog_offset") is None
                         or type(meta.get("changelog_offset")) is int)):
@@ -349,7 +357,7 @@ class LmdbStore:
                               f"was interrupted, or another program wrote it)")
                 elif meta["version"] != _FORMAT:
                     reason = (f"the local copy {data_file} has the older store format "
-                              f"{meta['version']} (values without checksums)")
+                              f"{meta['version']} ({_FORMATS[meta['version']]})")
                 elif not meta["committed"]:
                     reason = (f"the local copy {data_file} is uncommitted: a run flushed changes "
                               f"to it and stopped before its next commit")
@@ -415,10 +423,13 @@ class LmdbStore:
         return n
 
     def _migrate(self, meta: dict[str, Any]) -> None:
-        """Rewrites a format-1 store (no changelog) in this format, in one transaction: its
-        keys are all short, its values get their checksums."""
+        """Rewrites a store of an older format (no changelog) in this format, in one
+        transaction. Format 1's values get their checksums; the keys that are laid out
+        otherwise now (format 2's long keys, and keys of 479 to 510 bytes) move."""
         self._end_read()
+        version = meta["version"]
         n = 0
+        moved: list[tuple[bytes, bytes, bytes]] = []  # (old LMDB key, encoded key, value)
         with self._env.begin(write=True) as txn:
             pos, inclusive = _P, True
             while True:
@@ -427,17 +438,38 @@ class LmdbStore:
                                               and not cur.next()):
                     break
                 chunk = list(islice(cur.iternext(), _SCAN_CHUNK))
-                txn.cursor(self._data).putmulti(
-                    [(k, _checksummed(k, v)) for k, v in chunk])
+                rewritten = []
+                for lk, raw in chunk:
+                    if version == 1:
+                        kb, vb = lk[1:], raw
+                    else:
+                        try:
+                            kb, vb = _unframe_2(lk, raw)
+                        except _Corrupt:
+                            self._repair(f"the value of LMDB key {lk[:60]!r} (store format "
+                                         f"{version})")  # raises: there is no changelog
+                            raise
+                    if len(lk) <= _SHORT_LEN and lk[:1] == _P:
+                        if version == 1:
+                            rewritten.append((lk, _checksummed(lk, vb)))
+                    else:
+                        moved.append((lk, kb, vb))
+                if rewritten:
+                    txn.cursor(self._data).putmulti(rewritten)
                 n += len(chunk)
                 pos, inclusive = chunk[-1][0], False
                 if len(chunk) < _SCAN_CHUNK:
                     break
+            for lk, _, _ in moved:
+                txn.delete(lk, b"", self._data)
+            puts = _frame((kb, vb) for _, kb, vb in moved)
+            if puts:
+                txn.cursor(self._data).putmulti(puts)
             txn.put(_META_KEY, self._meta_record(meta["changelog_offset"], meta["committed"]),
                     db=self._meta)
         self._flushes += 1
-        log.info("%s: migrated %d entries from store format %s to %d", self._where(), n,
-                 meta["version"], _FORMAT)
+        log.info("%s: migrated %d entries from store format %s to %d (%d keys moved)",
+                 self._where(), n, version, _FORMAT, len(moved))
 
     def _repair(self, what: str) -> None:
         """A read found a value failing its checksum: rebuilds the store in place from the
@@ -582,39 +614,93 @@ class LmdbStore:
     def _range(self, lo: bytes, hi: bytes) -> Iterator[tuple[Any, Any]]:
         if lo >= hi:
             return
-        # short keys: LMDB's order is theirs; a bound too long for LMDB is cut, then filtered
-        slo = _P + lo
-        yield from self._scan(slo[:_MAX_KEY], _P + hi, lo if len(slo) > _MAX_KEY else None, None)
-        yield from self._scan(_L, None, lo, hi)
+        # LMDB keys are in the order of the encoded keys (runtime.store_format): a bound of a
+        # short key is exact; one of a long key starts (or ends past) its group, then filters
+        if len(lo) <= _PREFIX:
+            llo, klo = _P + lo, None
+        else:
+            llo, klo = _P + lo[:_PREFIX], lo
+        if len(hi) <= _PREFIX:
+            lhi, khi = _P + hi, None
+        else:
+            lhi, khi = _P + hi[:_PREFIX] + _GROUP_END + b"\xff", hi
+        yield from self._scan(llo, lhi, klo, khi)
 
     def all(self) -> Iterator[tuple[Any, Any]]:
-        """Every ``(key, value)`` pair: short keys in ``key_encode`` byte order, then long
-        ones (see the module docstring and ``range``)."""
+        """Every ``(key, value)`` pair in ``key_encode`` byte order (see ``range``)."""
         self._flush_dirty()
         return self._scan(_P, None, None, None)
 
-    def _chunk(self, pos: bytes, inclusive: bool, hi: bytes | None) -> list[tuple[bytes, bytes]]:
+    def _chunk(self, pos: bytes, inclusive: bool, hi: bytes | None,
+               after: tuple[bytes, bytes] | None
+               ) -> tuple[list[tuple[bytes, bytes]], bool, bytes | None]:
+        """Up to ``_SCAN_CHUNK`` entries from ``pos`` (and before ``hi``), with each group of
+        long keys sorted by full key (a group the chunk ends in is read whole); whether more
+        may follow; and where they do when the chunk ends with such a group (else None: after
+        its last entry). ``after``: (a group, the last full key done in it) to skip."""
         cur = self._reader().cursor()
         if not cur.set_range(pos):
-            return []
+            return [], False, None
         if not inclusive and cur.key() == pos and not cur.next():
-            return []
+            return [], False, None
         out = list(islice(cur.iternext(), _SCAN_CHUNK))
+        more = len(out) == _SCAN_CHUNK
         if hi is not None and out and out[-1][0] >= hi:
             out = out[:bisect_left(out, hi, key=_first)]
-        return out
+            more = False
+        if out and max(map(len, map(_first, out))) > _SHORT_LEN:
+            return self._sort_groups(out, more, after)
+        return out, more, None
+
+    def _sort_groups(self, chunk: list[tuple[bytes, bytes]], more: bool,
+                     after: tuple[bytes, bytes] | None
+                     ) -> tuple[list[tuple[bytes, bytes]], bool, bytes | None]:
+        """``_chunk``'s answer for a chunk with long keys: each group (long keys sharing their
+        first ``PREFIX`` bytes, adjacent in LMDB) in the order of their full keys."""
+        end = None
+        out: list[tuple[bytes, bytes]] = []
+        i, n = 0, len(chunk)
+        while i < n:
+            lk = chunk[i][0]
+            if len(lk) <= _SHORT_LEN:
+                out.append(chunk[i])
+                i += 1
+                continue
+            group = lk[:_SHORT_LEN]
+            j = i + 1
+            while j < n and chunk[j][0].startswith(group):
+                j += 1
+            members = chunk[i:j]
+            if j == n and more:  # the group may go on past the chunk: read it whole
+                cur = self._reader().cursor()
+                cur.set_range(group)
+                members = []
+                for entry in cur:
+                    if not entry[0].startswith(group):
+                        break
+                    if len(entry[0]) > _SHORT_LEN:
+                        members.append(entry)
+                end = group + _GROUP_END
+            members.sort(key=_full_key)
+            if after is not None and after[0] == group:
+                done = after[1]
+                members = [m for m in members if _full_key(m) > done]
+            out.extend(members)
+            i = j
+        return out, more, end
 
     def _scan(self, lo: bytes, hi: bytes | None, klo: bytes | None,
               khi: bytes | None) -> Iterator[tuple[Any, Any]]:
         """The entries with LMDB keys in [lo, hi) whose encoded keys are in [klo, khi) (None:
-        no bound)."""
+        no bound), in the order of their encoded keys."""
         if hi is not None and lo >= hi:
             return
         dirty, clean, kdec, vdec = self._dirty, self._clean, self._kdec, self._vdec
         pos, inclusive = lo, True
+        after: tuple[bytes, bytes] | None = None  # inside a group: (its prefix, last key done)
         while True:
             flushes = self._flushes
-            chunk = self._chunk(pos, inclusive, hi)
+            chunk, more, end = self._chunk(pos, inclusive, hi, after)
             for lk, raw in chunk:
                 if self._flushes != flushes:  # LMDB changed under the chunk: read it again
                     break
@@ -623,7 +709,11 @@ class LmdbStore:
                 except _Corrupt:
                     self._repair(f"the value of LMDB key {lk[:60]!r}")
                     break  # rebuilt: read on from the last entry done
-                pos, inclusive = lk, False
+                if len(lk) <= _SHORT_LEN:
+                    pos, inclusive, after = lk, False, None
+                else:  # a group's keys are sorted by full key, not LMDB key: resume by that
+                    pos = lk[:_SHORT_LEN]
+                    inclusive, after = False, (pos, kb)
                 if (klo is not None and kb < klo) or (khi is not None and kb >= khi):
                     continue
                 try:
@@ -641,8 +731,10 @@ class LmdbStore:
                 if v is not None:
                     yield k, v
             else:
-                if len(chunk) < _SCAN_CHUNK:
+                if not more:
                     return
+                if end is not None:  # it ended with a whole group: read on past the group
+                    pos, inclusive, after = end, False, None
             # a full chunk is done, or LMDB changed under it: read on from the last key done
 
     def _entries(self) -> int:

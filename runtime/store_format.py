@@ -1,21 +1,30 @@
 """How ``LmdbStore`` lays out an entry in LMDB: the key, and the value behind its checksum.
 
-- **Keys.** An encoded key shorter than 511 bytes (``MAX_KEY``, LMDB's limit for the whole LMDB
-  key) is held as ``b"\\x00" + key``, so LMDB orders short keys by their bytes. A longer key is
-  held as ``b"\\x01" + blake2b-256(key)``, with the full key in the value: any key works, and long
-  keys come after all short ones, in the order of their hash. ``MAX_KEY`` is a constant, not the
-  library's ``max_key_size()``: which keys are long is part of the file format.
+- **Keys.** Every LMDB key is ``b"\\x00"`` and then the encoded key (LMDB cannot store an empty
+  key), so LMDB orders entries by the bytes of their encoded keys, whatever their length. An
+  encoded key of at most 478 bytes (``PREFIX``) is *short*: it is held whole. A longer one is
+  *long*: it is held as its first ``PREFIX`` bytes and then its blake2b-256 hash (an LMDB key of
+  511 bytes, ``MAX_KEY``, LMDB's limit), with the full key in the value. A long key then sorts
+  after every key that is smaller in its first ``PREFIX`` bytes and before every key that is
+  larger in them, as its bytes do; only long keys that share their first ``PREFIX`` bytes (a
+  *group*, adjacent in LMDB) sort by their hash, and ``LmdbStore`` reads a group whole and sorts
+  it by full key. ``PREFIX`` is a constant, not derived from the library's ``max_key_size()``:
+  which keys are long is part of the file format.
 - **Values.** A short key's LMDB value is ``crc32(LMDB key + rest)`` (4 bytes, little-endian)
   and then the encoded value. A long key's is the same checksum over ``len(key)`` (4 bytes,
   little-endian), the key and the encoded value. A value changed on disk (or under another key)
   fails its checksum: ``unframe`` raises ``ChecksumError``.
 - The changelog holds ``(encoded key, encoded value)`` as they are: no prefix, no checksum, the
   full key however long.
+- **Format 2** (``unframe_2``, read only to migrate a store) held a key shorter than 511 bytes
+  whole and a longer one as ``b"\\x01"`` + its hash, so long keys came after all others, in the
+  order of their hash. Format 1 had no checksums and no long keys.
 
 >>> [(k, v.hex()) for k, v in frame([(b"a", b"1")])]
 [(b'\\x00a', 'ce8379d231')]
->>> unframe(*frame([(b"k" * 600, b"v")])[0])[1]
-b'v'
+>>> long = frame([(b"k" * 600, b"v")])[0]
+>>> len(long[0]), long[0][:4], unframe(*long)
+(511, b'\\x00kkk', (b'kkk...kkk', b'v'))
 >>> unframe(b"\\x00a", bytes.fromhex("ce8379d232"))
 Traceback (most recent call last):
 ...
@@ -32,11 +41,14 @@ from operator import itemgetter
 
 from samza_dsl.errors import SamzaError
 
-__all__ = ["MAX_KEY", "ChecksumError", "checksummed", "frame", "lmdb_key", "unframe"]
+__all__ = ["MAX_KEY", "PREFIX", "SHORT_LEN", "ChecksumError", "checksummed", "frame",
+           "full_key", "lmdb_key", "unframe", "unframe_2"]
 
-MAX_KEY = 511
+MAX_KEY = 511  # LMDB's limit on the length of an LMDB key
+HASH = 32  # bytes of a long key's hash
+PREFIX = MAX_KEY - 1 - HASH  # 478: the longest short key, and the part of a long key kept
+SHORT_LEN = PREFIX + 1  # the longest LMDB key of a short key; a long key's is MAX_KEY
 SHORT = b"\x00"
-LONG = b"\x01"
 _crc = zlib.crc32
 _u32 = struct.Struct("<I")
 _pack_u32 = _u32.pack
@@ -55,9 +67,9 @@ class ChecksumError(SamzaError):
 
 def lmdb_key(kb: bytes) -> bytes:
     """The LMDB key of an encoded key."""
-    if len(kb) < MAX_KEY:
+    if len(kb) <= PREFIX:
         return SHORT + kb
-    return LONG + _blake2b(kb, digest_size=32).digest()
+    return SHORT + kb[:PREFIX] + _blake2b(kb, digest_size=HASH).digest()
 
 
 def checksummed(lk: bytes, body: bytes) -> bytes:
@@ -71,11 +83,11 @@ def frame(entries: Iterable[tuple[bytes, bytes | None]]) -> list[tuple[bytes, by
     out: list[tuple[bytes, bytes | None]] = []
     append = out.append
     for kb, vb in entries:
-        if len(kb) < MAX_KEY:  # the hot case, inlined
+        if len(kb) <= PREFIX:  # the hot case, inlined
             lk = SHORT + kb
             append((lk, None if vb is None else _pack_u32(_crc(vb, _crc(lk))) + vb))
         else:
-            lk = LONG + _blake2b(kb, digest_size=32).digest()
+            lk = SHORT + kb[:PREFIX] + _blake2b(kb, digest_size=HASH).digest()
             append((lk, None if vb is None else checksummed(lk, _pack_u32(len(kb)) + kb + vb)))
     out.sort(key=_first)
     return out
@@ -87,9 +99,31 @@ def unframe(lk: bytes, raw: bytes) -> tuple[bytes, bytes]:
     body = raw[4:]
     if len(raw) < 4 or _unpack_u32(raw)[0] != _crc(body, _crc(lk)):
         raise ChecksumError(lk)
+    if len(lk) <= SHORT_LEN:
+        return lk[1:], body
+    n = _unpack_u32(body)[0] if len(body) >= 4 else -1
+    if not PREFIX < n <= len(body) - 4 or body[4:4 + PREFIX] != lk[1:SHORT_LEN]:
+        raise ChecksumError(lk)
+    return body[4:4 + n], body[4 + n:]
+
+
+def full_key(entry: tuple[bytes, bytes]) -> bytes:
+    """The encoded key of a long key's LMDB entry ``(LMDB key, value)``, unchecked (a sort
+    key: ``unframe`` checks it later)."""
+    raw = entry[1]
+    if len(raw) < 8:
+        return b""
+    return raw[8:8 + _unpack_u32(raw, 4)[0]]
+
+
+def unframe_2(lk: bytes, raw: bytes) -> tuple[bytes, bytes]:
+    """``unframe`` for an entry of a format-2 store."""
+    body = raw[4:]
+    if len(raw) < 4 or _unpack_u32(raw)[0] != _crc(body, _crc(lk)):
+        raise ChecksumError(lk)
     if lk[:1] == SHORT:
         return lk[1:], body
     n = _unpack_u32(body)[0] if len(body) >= 4 else -1
-    if not 0 <= n <= len(body) - 4 or lk[:1] != LONG:
+    if not 0 <= n <= len(body) - 4 or lk[:1] != b"\x01":
         raise ChecksumError(lk)
     return body[4:4 + n], body[4 + n:]

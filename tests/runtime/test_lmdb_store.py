@@ -27,7 +27,7 @@ from operators.state import decode_key, encode_key
 from runtime.lmdb_store import LmdbStore
 from runtime.local import LocalRunner
 from runtime.local_system import LocalJob
-from runtime.store_format import MAX_KEY, frame, lmdb_key
+from runtime.store_format import MAX_KEY, PREFIX, frame, lmdb_key
 from samza_dsl import KV, StreamApplication
 from samza_dsl.errors import SamzaError
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
@@ -91,8 +91,8 @@ def commit(store: LmdbStore, changelog: ListChangelog) -> int:
 
 
 def ordered(model: dict[Any, Any]) -> list[tuple[Any, Any]]:
-    """The store's order: short keys by their bytes, then long ones by their hash."""
-    return sorted(model.items(), key=lambda kv: lmdb_key(encode_key(kv[0])))
+    """The store's order: by the bytes of the encoded keys, however long."""
+    return sorted(model.items(), key=lambda kv: encode_key(kv[0]))
 
 
 def decoded(raw: dict[bytes, bytes]) -> dict[Any, Any]:
@@ -101,9 +101,10 @@ def decoded(raw: dict[bytes, bytes]) -> dict[Any, Any]:
 
 # -- a dict model, with commits, crashes and restarts ----------------------------------------------
 
-# long keys: encode_key adds 2 bytes to a str, so 509 characters is the first long one
+# long keys: encode_key adds 2 bytes to a str, so 477 characters is the first long one; those
+# of one letter share their first 478 bytes (a group, in LMDB)
 long_strings = st.builds(lambda c, n, tail: c * n + tail, st.sampled_from("ab"),
-                         st.sampled_from([507, 508, 509, 510, 600, 5000]),
+                         st.sampled_from([475, 476, 477, 478, 509, 510, 600, 5000]),
                          st.sampled_from(["", "a", "z"]))
 keys = st.one_of(st.integers(-50, 50), st.integers(-(1 << 70), 1 << 70),
                  st.sampled_from(["", "a", "ab", "b", "é", "z\x00"]),
@@ -762,8 +763,93 @@ def test_a_format_1_store_without_a_changelog_is_migrated(tmp_path):
 
 # -- long keys -----------------------------------------------------------------------------------
 
+def format_2_store(path: Any, entries: dict[bytes, bytes], changelog_offset: int | None) -> None:
+    """A store as the second format wrote it: a key of 511 bytes or more under b"\\x01" and its
+    hash, so after every other key."""
+    import hashlib
+
+    from runtime.store_format import checksummed
+
+    os.makedirs(path)
+    env = lmdb.open(str(path), max_dbs=2, subdir=True)
+    data, meta = env.open_db(b"data"), env.open_db(b"meta")
+    with env.begin(write=True) as txn:
+        for k, v in entries.items():
+            if len(k) < 511:
+                txn.put(b"\x00" + k, checksummed(b"\x00" + k, v), db=data)
+            else:
+                lk = b"\x01" + hashlib.blake2b(k, digest_size=32).digest()
+                txn.put(lk, checksummed(lk, struct.pack("<I", len(k)) + k + v), db=data)
+        txn.put(b"state", json.dumps({"version": 2, "changelog_offset": changelog_offset,
+                                      "committed": True}).encode(), db=meta)
+    env.close()
+
+
+FORMAT_2_KEYS = ["a", "a" * 480, "a" * 509, "a" * 600, "a" * 600 + "b", "b" * 700, "bz", "c"]
+
+
+def test_a_format_2_store_is_rebuilt_from_its_changelog(tmp_path):
+    """Format 2 gave long keys in the order of their hash: such a copy is not used as is."""
+    changelog = ListChangelog()
+    changelog.log = [(encode_key(k), pickle.dumps(i)) for i, k in enumerate(FORMAT_2_KEYS)]
+    n = len(FORMAT_2_KEYS)
+    format_2_store(tmp_path / "s", {encode_key(k): pickle.dumps(-1) for k in FORMAT_2_KEYS}, n)
+    store = open_store(tmp_path / "s", changelog, n)
+    info = store.restore_info
+    assert info["mode"] == "rebuilt" and "older store format 2" in info["reason"]
+    assert list(store.all()) == [(k, i) for i, k in enumerate(FORMAT_2_KEYS)]
+    store.close()
+
+
+def test_a_format_2_store_without_a_changelog_is_migrated_in_byte_order(tmp_path):
+    entries = {encode_key(k): pickle.dumps(i) for i, k in enumerate(FORMAT_2_KEYS)}
+    entries |= {encode_key(("k", i)): pickle.dumps(i) for i in range(2000)}
+    format_2_store(tmp_path / "s", entries, None)
+    want = [(k, i) for i, k in enumerate(FORMAT_2_KEYS)] + [(("k", i), i) for i in range(2000)]
+    store = open_store(tmp_path / "s")
+    assert store.restore_info["mode"] == "local"
+    assert list(store.all()) == want
+    assert store.get("a" * 509) == 2 and store.get("b" * 700) == 5 and len(store) == len(want)
+    store.close()
+    store = open_store(tmp_path / "s")  # migrated once: the second open reads the new format
+    assert list(store.all()) == want
+    assert list(store.range("a" * 500, "b")) == want[2:5]
+    store.close()
+
+
+def test_a_group_of_long_keys_across_chunks_and_flushes(tmp_path):
+    """3000 keys sharing their first 478 bytes (one group in LMDB, hash-ordered there) among
+    short keys: scans give them by their bytes, also when a write lands mid-group."""
+    store = open_store(tmp_path / "s", write_batch_size=1)
+    head = "x" * 600
+    for i in range(3000):
+        store.put((head, i), i)
+        store.put(i, i)
+    store.put((head[:470],), "short")
+    store.put(("y",), "after")
+    want = sorted([((head, i), i) for i in range(3000)] + [(i, i) for i in range(3000)]
+                  + [((head[:470],), "short"), (("y",), "after")], key=lambda kv: encode_key(kv[0]))
+    assert list(store.all()) == want
+    seen = []
+    for k, v in store.all():
+        seen.append((k, v))
+        if isinstance(k, tuple) and k[0] == head and k[1] % 700 == 0:
+            store.put((head, k[1] + 1), -1)  # ahead in the group: its current value
+            store.delete((head, k[1] + 2))  # ahead: skipped
+            store.flush()  # LMDB changes under the group being read
+    keys = [encode_key(k) for k, _ in seen]
+    assert keys == sorted(keys) and len(set(keys)) == len(keys)
+    for i in range(0, 3000, 700):
+        assert ((head, i + 1), -1) in seen and all(k != (head, i + 2) for k, _ in seen)
+    lo, hi = (head, 1500), (head, 2500)
+    assert list(store.range(lo, hi)) == [
+        kv for kv in ordered(dict(store.all())) if encode_key(lo) <= encode_key(kv[0]) < encode_key(hi)]
+    store.close()
+
+
+
 def test_keys_past_lmdbs_limit_work_and_restore(tmp_path):
-    """A tables-style codec (str.encode): 510 bytes is the longest short key."""
+    """A tables-style codec (str.encode): 478 bytes is the longest short key."""
     def opened(path: Any, changelog: ListChangelog | None = None,
                checkpointed: int | None = None) -> LmdbStore:
         return LmdbStore.open(path, name="profiles", task="Partition 0", key_encode=str.encode,
@@ -771,7 +857,8 @@ def test_keys_past_lmdbs_limit_work_and_restore(tmp_path):
                               value_decode=pickle.loads, changelog=changelog,
                               checkpointed=checkpointed, cache_size=1, write_batch_size=2)
 
-    names = ["a" * 510, "a" * 511, "a" * 600, "b" * 5000, "b" * 5000 + "x", "m", ""]
+    names = ["a" * 478, "a" * 479, "a" * 510, "a" * 511, "a" * 600, "a" * 478 + "b",
+             "b" * 5000, "b" * 5000 + "x", "m", ""]
     assert [len(lmdb_key(n.encode())) <= MAX_KEY for n in names] == [True] * len(names)
     changelog = ListChangelog()
     store = opened(tmp_path / "s", changelog)
@@ -784,11 +871,10 @@ def test_keys_past_lmdbs_limit_work_and_restore(tmp_path):
     want = {n: i for i, n in enumerate(names)} | {"a" * 600: "again"}
     del want["b" * 5000]
     assert dict(store.all()) == want
-    short = sorted(n for n in want if len(n) < MAX_KEY)
-    assert [k for k, _ in store.all()][:len(short)] == short  # short keys first, by their bytes
-    assert dict(store.range("a", "b")) == {n: want[n] for n in want if "a" <= n < "b"}
-    assert dict(store.range("a" * 600, "b" * 5000 + "y")) == {
-        n: want[n] for n in want if "a" * 600 <= n < "b" * 5000 + "y"}
+    assert [k for k, _ in store.all()] == sorted(want)  # by their bytes, long or short
+    for lo, hi in [("a", "b"), ("a" * 600, "b" * 5000 + "y"), ("a" * 479, "a" * 600),
+                   ("a" * 478, "a" * 478 + "b"), ("a" * 480, "b" * 5000), ("", "a" * 478)]:
+        assert list(store.range(lo, hi)) == [(n, want[n]) for n in sorted(want) if lo <= n < hi]
     assert len(store) == len(want) and store.get("b" * 5000) is None
     offset = commit(store, changelog)
     assert {k.decode() for k, _ in changelog.log} == set(names)  # full keys in the changelog
@@ -798,7 +884,8 @@ def test_keys_past_lmdbs_limit_work_and_restore(tmp_path):
     store.close()
     elsewhere = opened(tmp_path / "t", changelog, offset)
     assert elsewhere.restore_info["mode"] == "rebuilt" and dict(elsewhere.all()) == want
-    assert elsewhere.get("b" * 5000) is None and elsewhere.get("b" * 5000 + "x") == 4
+    assert elsewhere.get("b" * 5000) is None
+    assert elsewhere.get("b" * 5000 + "x") == names.index("b" * 5000 + "x")
     elsewhere.close()
 
 
@@ -810,7 +897,8 @@ def test_a_long_keys_value_changed_on_disk_is_detected(tmp_path):
     offset = commit(store, changelog)
     store.close()
     [(lk, raw)] = frame([(encode_key(key), pickle.dumps(1))])
-    assert lk[:1] == b"\x01" and raw is not None
+    assert len(lk) == MAX_KEY and lk[:PREFIX + 1] == b"\x00" + encode_key(key)[:PREFIX]
+    assert raw is not None
     assert flip_value(tmp_path / "s" / "data.mdb", lk, raw[-8:]) >= 1
     store = open_store(tmp_path / "s", changelog, offset)
     assert store.get(key) == 1
