@@ -38,6 +38,14 @@ def as_run(block: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _tree(root: Path) -> dict[str, tuple[int, int]] | None:
+    """Every file under ``root`` with its size and modification time; None when it is absent."""
+    if not root.exists():
+        return None
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
 def test_the_readme_has_shell_blocks_to_run() -> None:
     blocks = shell_blocks((REPO / "README.md").read_text())
     assert len(blocks) >= 5
@@ -56,6 +64,7 @@ def test_every_readme_shell_block_runs(tmp_path: Path) -> None:
            "COLUMNS": "100"}
     if Path(sys.prefix).resolve() == (REPO / ".venv").resolve():
         env["SAMZA_DSL_SET_UP"] = "1"  # ./dev test set it up just now
+    before = _tree(REPO / ".samza")  # ./dev main runs the job where it is called, not here
     for i, block in enumerate(shell_blocks((REPO / "README.md").read_text()), 1):
         script = as_run(block)
         proc = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", script], cwd=tmp_path,
@@ -63,7 +72,8 @@ def test_every_readme_shell_block_runs(tmp_path: Path) -> None:
         assert proc.returncode == 0, (f"README shell block {i} failed (exit {proc.returncode}):\n"
                                       f"{script}\n--- stdout:\n{proc.stdout[-3000:]}\n"
                                       f"--- stderr:\n{proc.stderr[-3000:]}")
-    # what the blocks said they make
+    # what the blocks said they make, in the directory they ran in, and nothing in the repository
+    assert _tree(REPO / ".samza") == before, "a README block wrote job state into the repository"
     assert (tmp_path / "events.jsonl").stat().st_size > 0
     assert any((tmp_path / "out" / "counts.jsonl").glob("part-*"))
     assert (tmp_path / "plan.svg").read_text().lstrip().startswith("<")
