@@ -65,6 +65,17 @@ class CallbackTimeout(TaskError):
     """A message did not complete within ``task.callback.timeout.ms``."""
 
 
+class SparkStartError(SamzaError):
+    """Spark's JVM exited before it was up: ``master`` is the master it was given, ``reason``
+    the JVM's last lines on standard error (its own reason)."""
+
+    def __init__(self, message: str, *, master: str | None = None,
+                 reason: str | None = None) -> None:
+        super().__init__(message)
+        self.master = master
+        self.reason = reason
+
+
 def truncate_bytes(data: bytes | bytearray | memoryview, limit: int = 64) -> str:
     """A short printable form of raw bytes for error messages."""
     raw = bytes(data)

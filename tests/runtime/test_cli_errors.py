@@ -5,6 +5,7 @@ what to do, with exit code 2 and no traceback, in every command. Each case runs 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -36,11 +37,13 @@ def broken():
 '''
 
 
-def cli(cwd: Path, *argv: str, shell: str | None = None) -> tuple[int, str, str]:
+def cli(cwd: Path, *argv: str, shell: str | None = None,
+        env: dict[str, str] | None = None) -> tuple[int, str, str]:
     assert CLI.exists(), f"the samza-dsl console script is not installed next to {sys.executable}"
     cmd: str | list[str] = shell.replace("samza-dsl", str(CLI)) if shell else [str(CLI), *argv]
     proc = subprocess.run(cmd, cwd=cwd, shell=shell is not None, capture_output=True, text=True,
-                          timeout=120, check=False)
+                          timeout=120, check=False,
+                          env=None if env is None else {**os.environ, **env})
     return proc.returncode, proc.stdout, proc.stderr
 
 
@@ -144,3 +147,22 @@ def test_a_bug_still_shows_its_traceback(tmp_path: Path) -> None:
     code, _, err = cli(tmp_path, "plan", "bad_plan.py:broken")
     assert code == 1, err
     assert "Traceback" in err and "RuntimeError: a bug in the application's own code" in err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("argv, env, fragment", [
+    (["--master", "bogus"], None, "Master must either be yarn or start with spark, k8s, or local"),
+    ([], {"JAVA_HOME": "/no/such/java"}, "/no/such/java/bin/java: No such file or directory"),
+], ids=["unknown-master", "no-java"])
+def test_spark_that_does_not_start_says_why(tmp_path: Path, argv: list[str],
+                                            env: dict[str, str] | None, fragment: str) -> None:
+    views = tmp_path / "views.jsonl"
+    views.write_text(json.dumps({"country": "NL", "ts": 1.7e9, "bot": False}) + "\n")
+    app = str(REPO / "examples/reprocess_page_views.py") + ":app"
+    code, out, err = cli(tmp_path, "reprocess", app, "--input", f"page-views={views}",
+                         "--no-progress", *argv, env=env)
+    master = "bogus" if argv else "local[2]"
+    one_line_error(code, err, "reprocess", f"Spark did not start (master {master!r}): ",
+                   fragment, "JAVA_HOME")
+    assert out == ""
+
