@@ -4,9 +4,10 @@ A row gives the user messages processed so far (control records are not counted)
 the last ``RATE_WINDOW_S`` seconds (not an average over the whole run, which decays towards 0
 under ``--follow``), the messages in flight, the late messages of the job's event-time windows,
 and the checkpoint, or, while the container waits, what it waits for: new input (``--follow``),
-or the end of an intermediate stream that tasks in other containers write.
+the rest of an input, or the end of an intermediate stream that tasks in other containers write.
 
-On a terminal it is a ``rich`` table redrawn in place, as wide as the terminal and no wider. On
+On a terminal it is a ``rich`` table redrawn in place, as wide as the terminal and no wider: what
+a container waits for wraps in its status column when it is longer, a checkpoint is cut. On
 anything else (CI logs, pipes, files) each update is plain lines, one per container, with no
 escape codes.
 """
@@ -33,25 +34,35 @@ def _positions(checkpoints: Mapping[str, Mapping[str, int]]) -> str:
 
 def _waits_for(container: Any, plan: Any, follow: bool, containers: int) -> str:
     """What the container's unfinished tasks wait for, from the partitions they have not seen
-    end."""
-    open_streams: dict[str, int] = {}
+    end, the main reason first. Under ``--follow`` that is new input: the intermediate streams
+    the tasks also read end only when their inputs do, so they are named only when no input is
+    open (then data from the tasks that write them is what is awaited)."""
+    inputs: list[str] = []
+    between: dict[str, int] = {}
     for t in container.tasks:
         if t.done or t.inbox or t.in_flight:
             continue
         for ssp in t.ssps:
-            if ssp not in t.ended:
-                open_streams[ssp.stream_id] = open_streams.get(ssp.stream_id, 0) + 1
-    parts = []
-    for sid, n in sorted(open_streams.items()):
-        kind = plan.streams[sid].kind if sid in plan.streams else "input"
-        if kind in ("intermediate", "broadcast"):
-            where = (f"tasks in other containers of {containers}: are they all running?"
-                     if containers > 1 else "the tasks that write it")
-            parts.append(f"the end of {sid} ({n} partition(s)) from {where}")
-        elif follow:
-            parts.append(f"new input on {sid}")
+            if ssp in t.ended:
+                continue
+            kind = plan.streams[ssp.stream_id].kind if ssp.stream_id in plan.streams \
+                else "input"
+            if kind in ("intermediate", "broadcast"):
+                between[ssp.stream_id] = between.get(ssp.stream_id, 0) + 1
+            elif ssp.stream_id not in inputs:
+                inputs.append(ssp.stream_id)
+    inputs.sort()
+    if follow and inputs:
+        return f"new input on {', '.join(inputs)}"
+    parts = [f"the rest of {', '.join(inputs)}"] if inputs else []
+    for sid, n in sorted(between.items()):
+        if follow:
+            what = f"data on {sid}"
         else:
-            parts.append(f"the rest of {sid}")
+            what = f"the end of {sid} ({n} partition(s))"
+        where = (f" from other containers of {containers}: are they all running?"
+                 if containers > 1 else "")
+        parts.append(what + where)
     return "; ".join(parts)
 
 
@@ -96,7 +107,8 @@ class ProgressDisplay:
         if "messages" not in row:
             return name, "", "", "", "", str(row.get("state", ""))
         samples = self._samples.get(name)
-        still = bool(samples) and samples[-1][1] == row["messages"]  # nothing since the last row
+        # nothing since the last row
+        still = samples is not None and len(samples) > 0 and samples[-1][1] == row["messages"]
         rate = self.rate(name, row)
         late = "" if row.get("late") is None else f"{row['late']:,}"
         if row.get("done"):
@@ -129,6 +141,7 @@ class ProgressDisplay:
         from rich.console import Console
         from rich.live import Live
         from rich.table import Table
+        from rich.text import Text
 
         if self._live is None:
             self._live = Live(console=Console(file=self.stream), auto_refresh=False,
@@ -142,19 +155,22 @@ class ProgressDisplay:
                 if i == 5 or (i == 0 and any(name for name in rows))
                 or (i == 4 and any(r.get("late") is not None for r in rows.values()))
                 or i in (1, 2, 3)]
-        # every column but the status as wide as its content; the status gets the rest and
-        # ends in an ellipsis when it is longer
+        # every column but the status as wide as its content; the status gets the rest. What a
+        # container waits for wraps when it is longer, so it is read in full; a checkpoint (a
+        # list of positions, redrawn all the time) ends in an ellipsis instead
         used = sum(max(len(headers[i]), *(len(r[i]) for r in body)) + 2 for i in keep if i != 5)
         table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
         for i in keep:
             if i == 5:
-                table.add_column(headers[i], no_wrap=True, overflow="ellipsis",
-                                 max_width=max(8, width - used))
+                table.add_column(headers[i], overflow="fold", max_width=max(8, width - used))
             else:
                 table.add_column(headers[i], no_wrap=True,
                                  justify="left" if i == 0 else "right")
         for r in body:
-            table.add_row(*(r[i] for i in keep))
+            status: str | Text = r[5]
+            if not r[5].startswith("waiting for"):
+                status = Text(r[5], no_wrap=True, overflow="ellipsis")
+            table.add_row(*(r[i] for i in keep if i != 5), status)
         self._live.update(table, refresh=True)
         if final:
             self.close()

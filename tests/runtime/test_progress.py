@@ -83,7 +83,7 @@ def test_a_row_per_container_and_a_lone_container_says_what_it_waits_for(
     assert waiting, err
     assert waiting[-1].startswith("container 0 of 2: processed")
     assert ("waiting for the end of country-views-1-partition_by-by-country (2 partition(s)) "
-            "from tasks in other containers of 2: are they all running?") in waiting[-1]
+            "from other containers of 2: are they all running?") in waiting[-1]
 
 
 def _on_terminal(columns: int, *args: str, cwd: Path) -> str:
@@ -123,3 +123,77 @@ def test_on_a_terminal_it_is_a_table_as_wide_as_the_terminal(tmp_path: Path) -> 
         progress = [ln for ln in lines if "msg/s" in ln or re.match(r"container \d+ of", ln)]
         assert progress and all(len(ln) <= columns for ln in progress), \
             [ln for ln in progress if len(ln) > columns]
+
+
+def _on_terminal_until(columns: int, phrase: str, *args: str, cwd: Path) -> str:
+    """What a run under ``--follow`` draws on a terminal ``columns`` wide, stopped with Ctrl-C
+    (SIGINT to its process group) once ``phrase`` has been drawn."""
+    import select
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    env["TERM"] = "xterm-256color"
+    proc = subprocess.Popen([CLI, *args], cwd=cwd, stdin=slave, stdout=subprocess.PIPE,
+                            stderr=slave, env=env, start_new_session=True)
+    os.close(slave)
+    out = b""
+    deadline = time.monotonic() + 90
+    stopped = False
+    try:
+        while True:
+            if not select.select([master], [], [], 0.2)[0]:
+                if time.monotonic() > deadline:
+                    break
+                continue
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # the other end closed
+                break
+            if not data:
+                break
+            out += data
+            if not stopped and phrase in " ".join(_status_texts(out.decode(errors="replace"))):
+                stopped = True
+                os.killpg(proc.pid, signal.SIGINT)
+    finally:
+        os.close(master)
+        if proc.poll() is None and not stopped:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert stopped, f"{phrase!r} was never drawn:\n{ESCAPE.sub('', out.decode(errors='replace'))}"
+    assert proc.wait(timeout=60) == 0, out.decode(errors="replace")
+    return out.decode(errors="replace")
+
+
+def _status_texts(screen: str) -> list[str]:
+    """The status of each row of each table drawn, its wrapped lines joined."""
+    texts: list[str] = []
+    at = None
+    for line in ESCAPE.sub("", screen).replace("\r", "\n").splitlines():
+        if "msg/s" in line and line.rstrip().endswith("status"):
+            at = line.index("status")
+        elif at is not None and line.strip():
+            if line[:at].strip() or not texts:  # a row; else the status of the row above wraps
+                texts.append("")
+            texts[-1] = f"{texts[-1]} {line[at:].strip()}".strip()
+    return texts
+
+
+def test_at_80_columns_the_status_says_what_a_container_waits_for(tmp_path: Path) -> None:
+    run("run", VIEWS, "--sample", "3000", "-q", "--show", "0", cwd=tmp_path)
+    (tmp_path / "more.jsonl").write_text(run("sample", VIEWS, "page-views", "300",
+                                             cwd=tmp_path).stdout)
+    for containers in ("1", "2"):
+        run("load", VIEWS, "page-views", "more.jsonl", cwd=tmp_path)
+        # under --follow the reason is new input, first and whole (not the end of the
+        # intermediate stream, which comes only with new input), also when it has to wrap
+        screen = _on_terminal_until(80, "waiting for new input on page-views", "run", VIEWS,
+                                    "--follow", "--show", "0", "--containers", containers, "-c",
+                                    "task.progress.ms=100", cwd=tmp_path)
+        texts = _status_texts(screen)
+        waiting = [t for t in texts if "waiting" in t]
+        assert waiting and all("…" not in t for t in waiting), texts  # never cut
+        assert all(t.startswith("waiting for new input on page-views") for t in waiting), waiting
+        assert not any("the end of" in t for t in texts), texts
+        lines = ESCAPE.sub("", screen).replace("\r", "\n").splitlines()
+        assert all(len(ln) <= 80 for ln in lines if "msg/s" in ln or "waiting" in ln)
