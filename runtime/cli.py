@@ -153,11 +153,12 @@ def _run_inputs(args: argparse.Namespace, app: Any, config: dict[str, object],
     if mode and not on_log:
         raise SamzaError(f"--{mode}: {app.name!r} runs in memory, where --input and --sample are "
                          f"the whole input of each run; leave --{mode} out")
+    skip = parse_skips(args.skip, app._inputs)  # a wrong --skip is found before any loading
     if inputs and on_log:
         for line in feed_inputs(app, config, inputs, source, mode, args.sample):  # type: ignore[arg-type]
             print(line, file=sys.stderr)
         inputs.clear()
-    return parse_skips(args.skip, app._inputs)
+    return skip
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -623,6 +624,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SamzaError as exc:
         print(f"samza-dsl {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # Ctrl-C before a run could take it as a stop (or in a command that is no run): one
+        # line, as a shell reports an interrupted command (128 + SIGINT)
+        print(f"samza-dsl {args.command}: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:
         # the reader went away (`dump | head`): stop quietly, as Unix tools do; stdout is
         # pointed at devnull so the interpreter's last flush does not fail again

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -32,6 +33,8 @@ from .metrics import Metrics
 from .testing import TestRunner, memory_job
 
 __all__ = ["LocalRunner"]
+
+_log = logging.getLogger("samza_dsl.run")
 
 
 class LocalRunner(LateCounts):
@@ -73,6 +76,10 @@ class LocalRunner(LateCounts):
         self._display: Any = None
         #: a container process of a run of several sends its progress rows to the parent here
         self._report_to: Any = None
+        #: this runner runs one container of a run of several, in a process the parent forked
+        self._forked = False
+        #: a run of several containers: what they read, where they resumed, their counters
+        self._totals: _Totals | None = None
 
     # -- blocking run -----------------------------------------------------------------------------
 
@@ -83,6 +90,11 @@ class LocalRunner(LateCounts):
         main_thread = threading.current_thread() is threading.main_thread()
         if self.containers > 1:
             self._run_containers(install_signals=main_thread)
+        elif self._forked:
+            # a container process: once its loop closes it ignores SIGINT/SIGTERM (a stop that
+            # comes while it exits is no failure), see _ContainerLoop
+            with asyncio.Runner(loop_factory=_ContainerLoop) as loop_runner:
+                loop_runner.run(self._main(install_signals=main_thread))
         else:
             asyncio.run(self._main(install_signals=main_thread))
         return self
@@ -104,94 +116,124 @@ class LocalRunner(LateCounts):
                              f"share its streams, so its streams must be on Kafka or the local "
                              f"system, not in memory")
         n = self.containers
-        if self.kafka:
-            from .kafka_job import KafkaJob
-
-            self.job = asyncio.run(KafkaJob.prepare(self.app, self.config))
-            self._lock = self.job.lock  # shared with the containers
-        else:
-            from .job_lock import JobLock
-            from .local_system import LocalJob
-
-            self.job = job = LocalJob(self.app, self.config, run=False)
-            # exclusive while the run is prepared (checkpoints move), then shared with the
-            # containers: no other run or reset of the job meanwhile
-            lock = JobLock(job.root, job.job_name)
-            try:
-                lock.start_containers(n)
-                job.prepare(self._inputs)
-                lock.share()
-            except BaseException:
-                lock.release()
-                raise
-            finally:
-                job.close()  # the containers open the log themselves
-            self._lock = lock
-        self.plan = self.job.plan
-        self._state = "running"
-        for stream in (sys.stdout, sys.stderr):
-            stream.flush()
-        ctx = multiprocessing.get_context("fork")
-        rows = ctx.Queue() if self.progress is not None else None
-        procs = [ctx.Process(target=_container_main, name=f"{self.app.name}-container-{i}",
-                             args=(self.app, {**self.config, "job.container.id": i},
-                                   self.follow, self.skip, rows))
-                 for i in range(n)]
         stop = threading.Event()
         previous = {}
-        if install_signals:
+        if install_signals:  # from here on a stop (Ctrl-C) is a clean one, even while preparing
             for sig in (signal.SIGINT, signal.SIGTERM):
                 previous[sig] = signal.signal(sig, lambda *_: stop.set())
-        self._procs = procs
+        procs: list[Any] = []
         try:
-            # A container handles SIGTERM once its loop runs: until then the signals stay blocked
-            # (a forked child inherits the mask; _run unblocks them), so a stop right after start
-            # is a clean stop, never a container killed before it could commit.
-            mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
-            try:
-                for proc in procs:
-                    proc.start()
-            finally:
-                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-            failed: list[str] = []
-            forwarded = False
-            shown = _ContainerRows(self.progress, n, self.plan.config) if rows is not None \
-                else None
-            while any(p.is_alive() for p in procs):
-                if shown is not None:
-                    shown.take(rows, procs)
-                if (stop.is_set() or self._stop_requested or failed) and not forwarded:
-                    forwarded = True
-                    for p in procs:
-                        if p.is_alive() and p.pid is not None:
-                            os.kill(p.pid, signal.SIGTERM)
-                for i, p in enumerate(procs):
-                    if p.exitcode not in (None, 0) and all(f"container {i}" not in x
-                                                           for x in failed):
-                        failed.append(f"container {i} (exit code {p.exitcode})")
-                multiprocessing.connection.wait([p.sentinel for p in procs if p.is_alive()],
-                                                timeout=0.05)  # wakes when one exits
-            failed += [f"container {i} (exit code {p.exitcode})" for i, p in enumerate(procs)
-                       if p.exitcode != 0 and all(f"container {i} " not in x for x in failed)]
-            if shown is not None:
-                shown.take(rows, procs, final=True)
-            if failed:
-                self._state = "failed"
-                raise SamzaError(f"job {self.app.name!r}: {', '.join(failed)} of {n} failed "
-                                 f"(their errors are above); the others were stopped after a "
-                                 f"commit. Fix the cause and run the job again: each container "
-                                 f"resumes after its checkpoints")
-            self._state = "finished"
+            self._prepare_containers(n)
+            self.plan = self.job.plan
+            self._state = "running"
+            for stream in (sys.stdout, sys.stderr):
+                stream.flush()
+            ctx = multiprocessing.get_context("fork")
+            queue = ctx.Queue()  # progress rows (with a display) and each container's totals
+            procs = [ctx.Process(target=_container_main, name=f"{self.app.name}-container-{i}",
+                                 args=(self.app, {**self.config, "job.container.id": i},
+                                       self.follow, self.skip, queue, self.progress is not None))
+                     for i in range(n)]
+            self._procs = procs
+            self._wait_for_containers(procs, queue, stop)
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             for p in procs:
+                if p.pid is None:
+                    continue
                 if p.is_alive():
                     p.kill()
                 p.join()
             held = getattr(self, "_lock", None)
             if held is not None:
                 held.release()
+
+    def _prepare_containers(self, n: int) -> None:
+        """A new run of the job (generation, topics, rescaled checkpoints) that its ``n``
+        containers join; the --skip records checked against it."""
+        from .run_inputs import check_skips
+
+        if self.kafka:
+            from .kafka_job import KafkaJob
+
+            self.job = asyncio.run(KafkaJob.prepare(self.app, self.config))
+            self._lock = self.job.lock  # shared with the containers
+            if self.skip:
+                try:
+                    ends = asyncio.run(_kafka_ends(self.job, self.skip))
+                    for line in check_skips(self.skip, self.job, ends, follow=self.follow):
+                        _log.warning("%s", line)
+                except BaseException:
+                    self._lock.release()
+                    raise
+            return
+        from .job_lock import JobLock
+        from .local_system import LocalJob
+
+        self.job = job = LocalJob(self.app, self.config, run=False)
+        # exclusive while the run is prepared (checkpoints move), then shared with the
+        # containers: no other run or reset of the job meanwhile
+        lock = JobLock(job.root, job.job_name)
+        try:
+            lock.start_containers(n)
+            job.prepare(self._inputs)
+            if self.skip:
+                for line in check_skips(self.skip, job, _local_ends(job, self.skip),
+                                        follow=self.follow):
+                    _log.warning("%s", line)
+            lock.share()
+        except BaseException:
+            lock.release()
+            raise
+        finally:
+            job.close()  # the containers open the log themselves
+        self._lock = lock
+
+    def _wait_for_containers(self, procs: list[Any], queue: Any, stop: threading.Event) -> None:
+        n = len(procs)
+        # A container handles SIGTERM once its loop runs: until then the signals stay blocked
+        # (a forked child inherits the mask; _main unblocks them), so a stop right after start
+        # is a clean stop, never a container killed before it could commit.
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        try:
+            for proc in procs:
+                proc.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        failed: list[int] = []
+        forwarded = False
+        shown = _ContainerRows(self.progress, n, self.plan.config)
+        self._totals = shown.totals
+        while any(p.is_alive() for p in procs):
+            shown.take(queue, procs, forwarded)
+            if (stop.is_set() or self._stop_requested or failed) and not forwarded:
+                forwarded = True
+                for p in procs:
+                    if p.is_alive() and p.pid is not None:
+                        os.kill(p.pid, signal.SIGTERM)
+            for i, p in enumerate(procs):
+                if i not in failed and _failed(p.exitcode, forwarded):
+                    failed.append(i)
+            multiprocessing.connection.wait([p.sentinel for p in procs if p.is_alive()],
+                                            timeout=0.05)  # wakes when one exits
+        failed += [i for i, p in enumerate(procs) if i not in failed
+                   and _failed(p.exitcode, forwarded)]
+        shown.take(queue, procs, forwarded, final=True)
+        for i, p in enumerate(procs):
+            if p.exitcode == -signal.SIGTERM and i not in failed:
+                # the stop it was sent came before its loop could take it, or after: what it
+                # did since its last commit is done again by the next run (at-least-once)
+                print(f"container {i}: stopped by SIGTERM before its last commit; the next "
+                      f"run resumes after its last checkpoint", file=sys.stderr)
+        if failed:
+            self._state = "failed"
+            names = ", ".join(f"container {i} (exit code {procs[i].exitcode})" for i in failed)
+            raise SamzaError(f"job {self.app.name!r}: {names} of {n} failed (their errors are "
+                             f"above); the others were stopped after a commit. Fix the cause "
+                             f"and run the job again: each container resumes after its "
+                             f"checkpoints")
+        self._state = "finished"
 
     async def _main(self, install_signals: bool) -> None:
         if self.kafka:
@@ -213,6 +255,14 @@ class LocalRunner(LateCounts):
                                                  self._loader._partitions(), self.config,
                                                  checkpoints=self.checkpoints)
             self.plan, self.broker = plan, broker
+        if self.skip and self.job is not None and not self._forked:  # (the parent checked)
+            try:
+                notes = await self._check_skips()
+            except BaseException:
+                await self._abandon()
+                raise
+            for line in notes:
+                _log.warning("%s", line)
         self.container = container
         self.metrics = container.metrics
         if self.skip and self.job is not None:
@@ -246,6 +296,24 @@ class LocalRunner(LateCounts):
                     await reporter
                 self._print_progress(final=True)
 
+
+    async def _check_skips(self) -> list[str]:
+        """The --skip records against the job about to run (``run_inputs.check_skips``)."""
+        from .run_inputs import check_skips
+
+        ends = await _kafka_ends(self.job, self.skip) if self.kafka \
+            else _local_ends(self.job, self.skip)
+        return check_skips(self.skip, self.job, ends, follow=self.follow)
+
+    async def _abandon(self) -> None:
+        """Let go of a job built for a run that does not start."""
+        job = self.job
+        if self.kafka:
+            with contextlib.suppress(Exception):
+                await job.producer.close()
+            with contextlib.suppress(Exception):
+                await job.watch.stop()
+        job.release_lock()
 
     def _request_stop(self) -> None:
         self._stop_requested = True
@@ -342,7 +410,20 @@ class LocalRunner(LateCounts):
     # -- results ----------------------------------------------------------------------------------
 
     def _late_snapshot(self) -> dict[str, Any]:
+        if self._totals is not None:  # several container processes: their counters, added up
+            return dict(self._totals.counters)
         return self.metrics.snapshot()
+
+    def _traffic(self) -> tuple[dict[str, int], dict[str, dict[Any, int]], int] | None:
+        """(user messages read per stream, the checkpoint each task resumed from, records
+        skipped by request) of this run, over all its containers; None before it ran."""
+        if self._totals is not None:
+            t = self._totals
+            return dict(t.read), dict(t.restored), t.counters.get("skipped-by-request", 0)
+        if self.container is None:
+            return None
+        return (dict(self.container.status()["read"]), dict(self.container.restored),
+                int(self.metrics.snapshot().get("skipped-by-request", 0)))
 
     def close(self) -> None:
         """Close the local log (after reading the outputs)."""
@@ -364,73 +445,144 @@ class LocalRunner(LateCounts):
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
-_LINES = "\0lines"
+def _failed(exitcode: int | None, stopped: bool) -> bool:
+    """Whether a container process that ended with ``exitcode`` failed. After the parent passed
+    a stop on (``stopped``), one that the stop's signal ended has not: what it did since its
+    last commit is done again by the next run, as after any crash (at-least-once)."""
+    if exitcode in (None, 0):
+        return False
+    return not (stopped and exitcode in (-signal.SIGTERM, -signal.SIGINT))
+
+
+class _ContainerLoop(asyncio.SelectorEventLoop):
+    """The event loop of a container process of a run of several. When it closes, its stop
+    signals are ignored rather than given back their defaults: a SIGINT from the terminal or the
+    SIGTERM the parent passes on that comes while the process exits, its run done and committed,
+    must not kill it (the parent would report a failure) nor raise KeyboardInterrupt."""
+
+    def remove_signal_handler(self, sig: int) -> bool:
+        removed = super().remove_signal_handler(sig)
+        if sig in _STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+        return removed
+
+
+_ROW, _TOTALS = "\0row", "\0totals"
+
+
+class _Totals:
+    """What the containers of a run of several report as they end: user messages read per
+    stream, the checkpoint each task resumed from, and their counters (late messages, records
+    skipped by request), added up."""
+
+    def __init__(self) -> None:
+        self.read: dict[str, int] = {}
+        self.restored: dict[str, dict[Any, int]] = {}
+        self.counters: dict[str, int] = {}
+        self.reported = 0
+
+    def add(self, totals: Mapping[str, Any]) -> None:
+        self.reported += 1
+        for sid, n in totals["read"].items():
+            self.read[sid] = self.read.get(sid, 0) + n
+        self.restored.update(totals["restored"])
+        for name, n in totals["counters"].items():
+            self.counters[name] = self.counters.get(name, 0) + n
 
 
 class _ContainerRows:
-    """The parent's progress display of a run of several container processes: a row each, from
-    the rows they send."""
+    """The parent's side of a run of several container processes: their progress rows, one each,
+    drawn when there is a display, and the totals each sends as it ends."""
 
     def __init__(self, stream: Any, n: int, config: Mapping[str, Any]) -> None:
         from .progress import ProgressDisplay
 
-        self.display = ProgressDisplay(stream)
+        self.display = ProgressDisplay(stream) if stream is not None else None
         self.rows: dict[str, dict[str, Any]] = {f"container {i} of {n}": {"state": "starting"}
                                                 for i in range(n)}
         self.interval = max(int(config.get("task.progress.ms", 1000)), 50) / 1000.0
         self.next = time.monotonic() + self.interval
-        self.stream = stream
-        self.lines: list[str] = []
+        self.totals = _Totals()
 
-    def take(self, queue: Any, procs: Sequence[Any], final: bool = False) -> None:
+    def take(self, queue: Any, procs: Sequence[Any], stopped: bool,
+             final: bool = False) -> None:
         import queue as queue_mod
 
         while True:
             try:
-                name, row = queue.get_nowait()
-            except (queue_mod.Empty, OSError, EOFError):
+                kind, name, data = queue.get(timeout=0.5) if final and \
+                    self.totals.reported < sum(p.exitcode == 0 for p in procs) \
+                    else queue.get_nowait()
+            except (queue_mod.Empty, OSError, EOFError, ValueError):
                 break
-            if name == _LINES:
-                self.lines += row
+            if kind == _TOTALS:
+                self.totals.add(data)
             else:
-                self.rows[name] = row
+                self.rows[name] = data
+        if self.display is None:
+            return
         n = len(procs)
         for i, p in enumerate(procs):
             name = f"container {i} of {n}"
-            if p.exitcode not in (None, 0):
+            if _failed(p.exitcode, stopped):
                 self.rows[name] = {"state": f"failed (exit code {p.exitcode})"}
+            elif p.exitcode is not None and p.exitcode < 0:
+                self.rows[name] = {"state": f"stopped by signal {-p.exitcode}"}
         if final or time.monotonic() >= self.next:
             self.next = time.monotonic() + self.interval
             self.display.update(self.rows, final=final)
         if final:
             self.display.close()
-            for line in self.lines:
-                self.stream.write(line + "\n")
-            self.stream.flush()
 
 
 def _container_main(app: StreamApplication, config: Mapping[str, Any], follow: bool,
                     skip: Mapping[str, Mapping[int, set[int]]] | None = None,
-                    rows: Any = None) -> None:
-    """A forked container process: runs its share of the tasks. (A local log it opens is
-    opened afresh: ``LocalLog`` never uses handles inherited across a fork.)"""
+                    queue: Any = None, progress: bool = False) -> None:
+    """A forked container process: runs its share of the tasks, sends its progress rows to the
+    parent (with ``progress``) and, once done, what it read, where it resumed and its counters,
+    for the run's summary. (A local log it opens is opened afresh: ``LocalLog`` never uses
+    handles inherited across a fork.)"""
     runner = LocalRunner(app, config, follow=follow, skip=skip)
-    runner._report_to = rows
+    runner._forked = True
+    if progress:
+        runner._report_to = _RowsTo(queue)
     runner.run()
-    from .summary import traffic_lines
+    for sig in _STOP_SIGNALS:  # done: a stop that comes now changes nothing (_ContainerLoop)
+        signal.signal(sig, signal.SIG_IGN)
+    if runner.container is not None and queue is not None:
+        counters = {k: v for k, v in runner.metrics.snapshot().items()
+                    if type(v) is int and v}
+        queue.put((_TOTALS, "", {"read": dict(runner.container.status()["read"]),
+                                 "restored": dict(runner.container.restored),
+                                 "counters": counters}))
 
-    lines = []
-    if runner.container is not None:  # the parent cannot see this process's counters
-        lines += [ln for ln in traffic_lines(runner.container.status()["read"], {}, runner.plan,
-                                             resumed=False, app_ref=None)
-                  if ln.startswith(("in:", "through:"))]
-    lines = [f"container {config.get('job.container.id')}: {line}"
-             for line in lines + runner.late_summary()]
-    if rows is not None:  # the parent prints them below its progress display
-        rows.put((_LINES, lines))
-        return
-    for line in lines:
-        print(line, file=sys.stderr)
+
+class _RowsTo:
+    """A container's progress rows, into the parent's queue."""
+
+    def __init__(self, queue: Any) -> None:
+        self.queue = queue
+
+    def put(self, item: tuple[str, dict[str, Any]]) -> None:
+        self.queue.put((_ROW, *item))
+
+
+async def _kafka_ends(job: Any, skip: Mapping[str, Any]) -> dict[tuple[str, int], int]:
+    """The end offset of each input partition a --skip names, on the job's Kafka brokers."""
+    from aiokafka import TopicPartition
+
+    from .kafka_system import true_end_offsets
+
+    tps = {(sid, p): TopicPartition(job.physical[sid], p) for sid, parts in skip.items()
+           for p in parts if p < job.counts.get(sid, 0)}
+    ends = await true_end_offsets(job.servers, tps.values(), job.consumer_settings, job.timeout)
+    return {key: ends[tp] for key, tp in tps.items()}
+
+
+def _local_ends(job: Any, skip: Mapping[str, Any]) -> dict[tuple[str, int], int]:
+    """The end offset of each input partition a --skip names, in the job's local log."""
+    return {(sid, p): job.log_of(job.stream_system[sid]).end_offset(job.physical[sid], p)
+            for sid, parts in skip.items() for p in parts if p < job.counts.get(sid, 0)}
 
 
 def _uses_local_system(app: StreamApplication) -> bool:
@@ -443,10 +595,9 @@ def print_outputs(runner: LocalRunner, out: TextIO = sys.stdout, limit: int = 10
     went out, and the late messages of its windows (how many, where they went, and why)."""
     from .summary import LATE_WHY, resume_lines, traffic_lines
 
-    container = runner.container
-    in_process = getattr(runner, "_procs", None) is None and container is not None
-    if in_process:
-        for line in resume_lines(container.restored, runner.plan):  # type: ignore[union-attr]
+    traffic = runner._traffic()
+    if traffic is not None:
+        for line in resume_lines(traffic[1], runner.plan):
             out.write(line + "\n")
     counts: dict[str, int] = {}
     for sid in runner.plan.output_streams:
@@ -457,16 +608,15 @@ def print_outputs(runner: LocalRunner, out: TextIO = sys.stdout, limit: int = 10
             out.write(f"  {fmt(m)}\n")
         if len(msgs) > limit:
             out.write(f"  ... {len(msgs) - limit} more\n")
-    if in_process:
-        resumed = any(container.restored.values())  # type: ignore[union-attr]
-        for line in traffic_lines(container.status()["read"], counts,  # type: ignore[union-attr]
-                                  runner.plan, resumed=resumed, app_ref=app_ref):
+    if traffic is not None:
+        read, restored, skipped = traffic
+        for line in traffic_lines(read, counts, runner.plan,
+                                  resumed=any(restored.values()), app_ref=app_ref):
             out.write(line + "\n")
-        skipped = runner.metrics.snapshot().get("skipped-by-request", 0)
         if skipped:
             out.write(f"skipped: {skipped} record(s) as --skip asked (not processed; the "
                       f"checkpoint is past them)\n")
-    if window_ids(runner.plan) and getattr(runner, "_procs", None) is None:
+    if window_ids(runner.plan):
         lines = runner.late_summary() or ["late: no late messages"]
         if runner.late():
             lines.append(LATE_WHY)

@@ -14,7 +14,9 @@ An input that already holds messages is never fed silently, nor silently left as
 
 ``--skip STREAM:PARTITION:OFFSET`` passes over one record of an input in this run: it is not
 decoded nor processed, counts as processed (the checkpoint goes past it), and is logged and
-counted (``skipped-by-request``).
+counted (``skipped-by-request``). An input the job does not have, or a partition the input does
+not have, is an error before anything runs; a record the run will not reach (at or behind the
+checkpoint, or past the end of its partition) is a warning that says so.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any
 
 from samza_dsl.errors import SamzaError
 
-__all__ = ["feed_inputs", "parse_skips", "SAMPLES_FILE"]
+__all__ = ["feed_inputs", "parse_skips", "check_skips", "SAMPLES_FILE"]
 
 #: in ``job.dir``: {stream id: [sample size, records the stream held after loading it]}
 SAMPLES_FILE = "samples.json"
@@ -50,8 +52,60 @@ def parse_skips(pairs: Sequence[str], inputs: Mapping[str, Any]) -> dict[str, di
         if sid not in inputs:
             raise SamzaError(f"--skip {pair}: {sid!r} is not an input; inputs: "
                              f"{', '.join(sorted(inputs))}")
+        declared = getattr(inputs[sid], "partitions", None)
+        if isinstance(declared, int) and partition >= declared:
+            raise SamzaError(_no_partition(pair, sid, declared))
         out.setdefault(sid, {}).setdefault(partition, set()).add(offset)
     return out
+
+
+def _no_partition(pair: str, sid: str, count: int) -> str:
+    return (f"--skip {pair}: input {sid!r} has {count} partition(s), 0 to {count - 1}; give the "
+            f"partition and offset of the record as `samza-dsl dump APP {sid} --offsets` prints "
+            f"them, or as the job's error named them")
+
+
+def check_skips(skip: Mapping[str, Mapping[int, set[int]]], job: Any,
+                ends: Mapping[tuple[str, int], int] | None, *, follow: bool) -> list[str]:
+    """The ``--skip`` records against the job about to run (``job``: a ``LocalJob`` or
+    ``KafkaJob``, with its partition ``counts``, its ``job`` model and its ``checkpoints``):
+    an error for a partition an input does not have, and a warning for each record this run
+    will not pass over, saying why. ``ends``: the end offset of each partition named (None: not
+    known)."""
+    from .job import SSP
+
+    for sid, parts in sorted(skip.items()):
+        count = job.counts.get(sid)
+        for p in sorted(parts):
+            if count is not None and p >= count:
+                raise SamzaError(_no_partition(f"{sid}:{p}:{min(parts[p])}", sid, count))
+    cps = job.checkpoints.tasks()
+    notes = []
+    for sid, parts in sorted(skip.items()):
+        for p, offsets in sorted(parts.items()):
+            ssp = SSP(sid, p)
+            # the last offset processed in the partition: the least of its (virtual) tasks'
+            # checkpoints, None when one of them has none
+            done = [cps.get(t.name, {}).get(ssp) for t in job.job.tasks if ssp in t.ssps]
+            behind = min(done) if done and None not in done else None
+            end = ends.get((sid, p)) if ends is not None else None
+            for o in sorted(offsets):
+                what = f"--skip {sid}:{p}:{o}"
+                if behind is not None and o <= behind:
+                    notes.append(f"{what} not applied: an earlier run processed it (the "
+                                 f"checkpoint of {sid}[{p}] is at offset {behind}, the last one "
+                                 f"processed); this run starts after it")
+                elif end is not None and o >= end:
+                    held = f"ends at offset {end - 1}" if end else "is empty"
+                    if follow:
+                        notes.append(f"{what} not applied yet: partition {p} of {sid} {held}; "
+                                     f"the record is passed over if it comes while this run "
+                                     f"follows the input")
+                    else:
+                        notes.append(f"{what} not applied: partition {p} of {sid} {held}, "
+                                     f"where this run stops reading; see its records with "
+                                     f"`samza-dsl dump APP {sid} --offsets`")
+    return notes
 
 
 def _read_marks(root: str) -> dict[str, list[int]]:

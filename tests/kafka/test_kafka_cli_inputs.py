@@ -92,3 +92,18 @@ def test_load_dump_and_run_inputs_on_kafka_topics(kafka_bootstrap: str, tmp_path
     assert refused.returncode == 2 and "--append" in refused.stderr
     appended = ok("run", "app.py:app", "--input", "events=clean.jsonl", "--append", "-q")
     assert "in: 1 new message(s)" in appended.stdout and "{'n': 14}" in appended.stdout
+
+    # --skip of a record already processed says so; of a partition the topic lacks is an error
+    stale = ok("run", "app.py:app", "--skip", hint, "-q", "--show", "0")
+    assert f"--skip {hint} not applied: an earlier run processed it" in stale.stderr
+    assert "skipped:" not in stale.stdout
+    stream, partition, _ = hint.split(":")
+    past = ok("run", "app.py:app", "--skip", f"{stream}:{partition}:100000", "-q", "--show", "0")
+    assert f"--skip {stream}:{partition}:100000 not applied: partition {partition} of events " \
+           f"ends at offset" in past.stderr
+    wrong = cli("run", "app.py:app", "--skip", "events:3:0", "-q")
+    assert wrong.returncode == 2 and "input 'events' has 3 partition(s)" in wrong.stderr
+    # a run of several containers sums up as one: it resumed, and found nothing new
+    both = ok("run", "app.py:app", "--containers", "3", "-q", "--show", "0")
+    assert "resumed after the checkpoint" in both.stdout and "nothing new" in both.stdout
+    assert "in: 0 new message(s) (0 from events)" in both.stdout

@@ -149,6 +149,15 @@ def test_a_bug_still_shows_its_traceback(tmp_path: Path) -> None:
     assert "Traceback" in err and "RuntimeError: a bug in the application's own code" in err
 
 
+def test_a_skip_of_a_partition_the_input_does_not_have(tmp_path: Path) -> None:
+    views = views_file(tmp_path / "v.jsonl", 3)
+    code, _, err = cli(tmp_path, "run", APP, "-q", "--input", f"page-views={views}", "--skip",
+                       "page-views:4:0")
+    one_line_error(code, err, "run", "--skip page-views:4:0: input 'page-views' has 4 "
+                   "partition(s), 0 to 3", "samza-dsl dump APP page-views --offsets")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["v.jsonl"]  # nothing loaded
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("argv, env, fragment", [
     (["--master", "bogus"], None, "Master must either be yarn or start with spark, k8s, or local"),

@@ -178,3 +178,75 @@ def test_samza_dsl_run_with_two_containers(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "out: 300 message(s)" in proc.stdout
+
+
+COUNTER = str(Path(__file__).resolve().parents[2] / "examples" / "readwrite_counter.py") + ":app"
+
+
+def _ctrl_c_at(cwd: Path, moment: str) -> tuple[int, str, str]:
+    """``run --containers 2 --follow`` stopped as a terminal's Ctrl-C stops it: SIGINT to its
+    whole process group (the parent and both containers at once), once ``moment`` shows on
+    standard error: the containers' first progress rows, their first processed messages, or both
+    waiting for new input."""
+    import re
+    import signal
+    import threading
+
+    proc = subprocess.Popen([CLI, "run", COUNTER, "--containers", "2", "--follow", "--sample",
+                             "20000", "--show", "0", "-c", "task.progress.ms=50"],
+                            cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    lines: list[str] = []
+    seen = threading.Event()
+    processed = re.compile(r"^container \d of 2: processed\s+([\d,]+)")
+    waiting: set[str] = set()
+
+    def read() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+            m = processed.match(line)
+            began = m is not None and int(m.group(1).replace(",", "")) > 0
+            if (moment == "started" and line.startswith("container ")) \
+                    or (moment == "processing" and began):
+                seen.set()
+            elif moment == "waiting" and "waiting for new input" in line:
+                waiting.add(line[:11])
+                if len(waiting) == 2:
+                    seen.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert seen.wait(90), f"no {moment!r} line:\n{''.join(lines)}"
+        os.killpg(proc.pid, signal.SIGINT)
+        out = proc.stdout.read() if proc.stdout is not None else ""
+        proc.wait(timeout=90)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    reader.join(10)
+    return proc.returncode, out, "".join(lines)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("moment", ["started", "processing", "waiting"])
+def test_ctrl_c_on_a_following_run_of_two_containers_is_a_clean_stop(
+        tmp_path: Path, moment: str) -> None:
+    for i in range(5):
+        cwd = tmp_path / str(i)
+        cwd.mkdir()
+        code, out, err = _ctrl_c_at(cwd, moment)
+        assert code == 0, f"run {i}, Ctrl-C when {moment}: exit {code}\n{err[-3000:]}"
+        assert "failed" not in err and "Traceback" not in err, err[-3000:]
+        # no container was ended by the signal itself: each took it as a stop, drained, committed
+        assert "stopped by" not in err, err[-3000:]
+        assert "counts: " in out and "in: " in out, out
+        # what was committed is not processed again: the next run reads only what is left
+        again = subprocess.run([CLI, "run", COUNTER, "-q", "--show", "0"], cwd=cwd,
+                               capture_output=True, text=True, timeout=120)
+        assert again.returncode == 0, again.stderr
+        first = int(out.split("in: ")[1].split()[0].replace(",", ""))
+        second = int(again.stdout.split("in: ")[1].split()[0].replace(",", ""))
+        assert first + second == 20000, (out, again.stdout)

@@ -57,6 +57,32 @@ def test_a_resumed_run_names_its_checkpoint_and_what_was_new(tmp_path: Path) -> 
     assert "nothing new" not in third.stdout
 
 
+def test_a_run_of_several_containers_sums_up_as_one_and_says_when_it_resumed(
+        tmp_path: Path) -> None:
+    first = ok("run", VIEWS, "--sample", "500", "-q", "--containers", "2", cwd=tmp_path)
+    lines = first.stdout.splitlines()
+    assert "resumed" not in first.stdout
+    # the totals of both containers, as a run of one container gives them
+    assert "in: 500 new message(s) (500 from page-views)" in lines, first.stdout
+    through = next(ln for ln in lines if ln.startswith("through: "))
+    out = next(ln for ln in lines if ln.startswith("out: "))
+    assert int(out.split()[1].replace(",", "")) == count(first.stdout, "country-counts") > 0
+    assert "late: no late messages" in lines
+    (tmp_path / "one").mkdir()
+    single = ok("run", VIEWS, "--sample", "500", "-q", cwd=tmp_path / "one").stdout.splitlines()
+    assert through in single and out in single
+
+    again = ok("run", VIEWS, "-q", "--containers", "2", cwd=tmp_path)
+    lines = again.stdout.splitlines()
+    resumed = next(ln for ln in lines if ln.startswith("resumed after the checkpoint"))
+    for p in range(4):  # both containers' input partitions
+        assert f"page-views[{p}]@" in resumed
+    assert "in: 0 new message(s) (0 from page-views)" in lines
+    hint = next(ln for ln in lines if ln.startswith("nothing new"))
+    assert f"samza-dsl dump {VIEWS} page-views" in hint and f"samza-dsl reset {VIEWS}" in hint
+    assert not any(ln.startswith("container ") for ln in again.stderr.splitlines())
+
+
 def test_the_progress_line_counts_user_messages_not_control_records(tmp_path: Path) -> None:
     data = tmp_path / "events.jsonl"
     data.write_text("".join(json.dumps({"key": str(i % 3), "value": {"id": i % 3}}) + "\n"
@@ -143,6 +169,64 @@ def test_a_poison_record_is_skipped_once_from_the_command_line(tmp_path: Path) -
     assert bad.returncode == 2 and "STREAM:PARTITION:OFFSET" in bad.stderr
     unknown = cli("run", VIEWS, "--skip", "views:0:1", "-q", cwd=tmp_path)
     assert unknown.returncode == 2 and "inputs: page-views" in unknown.stderr
+
+
+UNDECLARED_APP = '''
+from samza_dsl import StreamApplication
+from samza_dsl.systems import LocalSystem
+
+local = LocalSystem("local")
+app = StreamApplication("undeclared")
+app.input(local.input("words")).map(str.upper).send_to(app.output(local.output("upper")))
+
+
+def sample_input(n):
+    return {"words": [f"w{i}" for i in range(n)]}
+'''
+
+
+def test_a_skip_that_matches_nothing_is_an_error_or_a_warning(tmp_path: Path) -> None:
+    # a partition the input does not have: an error before anything is loaded or run
+    bad = cli("run", COUNTER, "--sample", "200", "-q", "--skip", "events:9:1", cwd=tmp_path)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr
+    assert bad.stderr.strip().splitlines() == [
+        "samza-dsl run: error: --skip events:9:1: input 'events' has 4 partition(s), 0 to 3; "
+        "give the partition and offset of the record as `samza-dsl dump APP events --offsets` "
+        "prints them, or as the job's error named them"]
+    assert list(tmp_path.iterdir()) == []
+
+    first = ok("run", COUNTER, "--sample", "200", "-q", "--show", "0", cwd=tmp_path)
+    assert "in: 200 new message(s)" in first.stdout
+    end = max(json.loads(ln)["offset"] for ln in ok("dump", COUNTER, "events", "--offsets",
+                                                     cwd=tmp_path).stdout.splitlines()
+              if json.loads(ln)["partition"] == 1)
+    for containers in ([], ["--containers", "2"]):
+        # already processed: the checkpoint is past it
+        behind = ok("run", COUNTER, "-q", "--show", "0", "--skip", "events:1:0", *containers,
+                    cwd=tmp_path)
+        warned = [ln for ln in behind.stderr.splitlines() if ln.startswith("--skip ")]
+        assert warned == [f"--skip events:1:0 not applied: an earlier run processed it (the "
+                          f"checkpoint of events[1] is at offset {end}, the last one processed); "
+                          f"this run starts after it"], behind.stderr
+        assert "skipped:" not in behind.stdout
+        # past the end of the partition: this run does not get there
+        past = ok("run", COUNTER, "-q", "--show", "0", "--skip", f"events:1:{end + 5}",
+                  *containers, cwd=tmp_path)
+        warned = [ln for ln in past.stderr.splitlines() if ln.startswith("--skip ")]
+        assert warned == [f"--skip events:1:{end + 5} not applied: partition 1 of events ends "
+                          f"at offset {end}, where this run stops reading; see its records with "
+                          f"`samza-dsl dump APP events --offsets`"], past.stderr
+        wrong = cli("run", COUNTER, "-q", "--skip", "events:4:0", *containers, cwd=tmp_path)
+        assert wrong.returncode == 2 and "has 4 partition(s)" in wrong.stderr, wrong.stderr
+
+    # a partition count the job infers (none declared) is checked once the job is planned
+    (tmp_path / "undeclared.py").write_text(UNDECLARED_APP)
+    bad = cli("run", "undeclared.py:app", "--sample", "5", "-q", "--skip", "words:1:0",
+              cwd=tmp_path)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr
+    assert "input 'words' has 1 partition(s), 0 to 0" in bad.stderr
+    # the job was let go of: the next run is not refused by its lock
+    assert "upper: 5 message(s)" in ok("run", "undeclared.py:app", "-q", cwd=tmp_path).stdout
 
 
 # -- 2. reprocess: an output directory that cannot be made is an error before Spark starts --------
