@@ -61,6 +61,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         text += "\n"
     if args.output:
         try:
+            os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
             with open(args.output, "w", encoding="utf-8") as f:
                 f.write(text)
         except OSError as exc:
@@ -241,10 +242,7 @@ def _local_job(args: argparse.Namespace, verify_log: bool = True,
     from .local_system import LocalJob, job_dir, log_path
 
     app = app if app is not None else load_app(args.app)
-    streams = [*app._inputs.values(), *app._outputs.values()]
-    if not any(d.system.factory == "local" for d in streams):
-        raise SamzaError(f"{args.app}: the application has no stream on a LocalSystem; "
-                         f"load, dump and reset work on the embedded local log")
+    streams = _local_streams(args, app)
     config = validate_config(_parse_config(args.config))
     if ran:
         name = f"{app.name}-{app.app_id}"
@@ -260,6 +258,17 @@ def _local_job(args: argparse.Namespace, verify_log: bool = True,
         yield job
     finally:
         job.close()
+
+
+def _local_streams(args: argparse.Namespace, app: Any) -> list[Any]:
+    """The application's input and output descriptors; an error when none is on a LocalSystem
+    (nor on Kafka: those are handled before)."""
+    streams = [*app._inputs.values(), *app._outputs.values()]
+    if not any(d.system.factory == "local" for d in streams):
+        raise SamzaError(f"{args.app}: the application has no stream on a LocalSystem nor on "
+                         f"Kafka; samza-dsl {args.command} works on the embedded local log"
+                         + (" or Kafka topics" if args.command in ("load", "dump") else ""))
+    return streams
 
 
 def _kafka_app(args: argparse.Namespace) -> tuple[Any, bool]:
@@ -287,14 +296,29 @@ def cmd_load(args: argparse.Namespace) -> int:
         n, topic = asyncio.run(load())
         print(f"loaded {n} message(s) into {args.stream} (topic {topic})", file=sys.stderr)
         return 0
+    # the stream and the file are checked before the job's log is opened: a load that fails
+    # leaves no job behind
+    _local_streams(args, app)
+    messages = _read_jsonl(args.file, _keyed(app, args.stream, args))
     with _local_job(args, app=app) as job:
-        if args.stream not in job.physical:
-            raise SamzaError(f"{args.stream!r} is not a stream of {args.app}; streams: "
-                             f"{', '.join(sorted(job.physical))}")
-        messages = _read_jsonl(args.file, job.codecs[args.stream].keyed)
         n = job.load(args.stream, messages)
     print(f"loaded {n} message(s) into {args.stream}", file=sys.stderr)
     return 0
+
+
+def _keyed(app: Any, stream: str, args: argparse.Namespace) -> bool:
+    """Whether ``stream`` of the application is keyed (its JSON Lines are key/value pairs); an
+    error naming the streams when it has none of that name."""
+    from samza_dsl.config import validate_config
+
+    d = app._inputs.get(stream) or app._outputs.get(stream)
+    if d is not None:
+        return bool(d.keyed)
+    streams = app.plan(config=validate_config(_parse_config(args.config))).streams
+    if stream not in streams:
+        raise SamzaError(f"{stream!r} is not a stream of {args.app}; streams: "
+                         f"{', '.join(sorted(streams))}")
+    return bool(streams[stream].keyed)
 
 
 def cmd_dump(args: argparse.Namespace) -> int:
@@ -574,8 +598,9 @@ def build_parser() -> argparse.ArgumentParser:
     sm.add_argument("n", type=int, metavar="N", help="sample size: sample_input(N)")
     sm.set_defaults(func=cmd_sample)
 
-    ld = sub.add_parser("load", help="append JSON Lines to a stream of the embedded local log, "
-                                     "all or nothing (allowed while the job runs)")
+    text = ("append JSON Lines to a stream of the job: in the embedded local log, all or "
+            "nothing (allowed while the job runs), or to its Kafka topic")
+    ld = sub.add_parser("load", help=text, description=text[0].upper() + text[1:] + ".")
     ld.add_argument("app", help="module_or_file.py:attr")
     ld.add_argument("stream", help="stream id")
     ld.add_argument("file", help='one JSON message per line ({"key": ..., "value": ...} for keyed '
@@ -583,7 +608,9 @@ def build_parser() -> argparse.ArgumentParser:
     ld.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE")
     ld.set_defaults(func=cmd_load)
 
-    d = sub.add_parser("dump", help="print a stream of the embedded local log as JSON Lines")
+    text = ("print a stream of the job as JSON Lines, from the embedded local log or its Kafka "
+            "topic")
+    d = sub.add_parser("dump", help=text, description=text[0].upper() + text[1:] + ".")
     d.add_argument("app", help="module_or_file.py:attr")
     d.add_argument("stream", help="stream id")
     d.add_argument("--limit", type=_at_least(1), default=None, metavar="N",

@@ -25,9 +25,13 @@ Event time of an intermediate stream. A producer of stream S whose inputs declar
 measures its progress in the event time of what reads S: the event-time windows reached from S in
 the reading stage, through ``merge``, ``map``, ``filter``, ``flat_map`` and ``partition_by`` (whose
 functions are applied to the message the producer sends; a ``flat_map`` counts its earliest
-output). Several such windows: the earliest of their times. A window reached only through an
-async step, a join or another window cannot be traced back: such a stream does not hold back the
-watermark of what reads it (a warning says so at start; declare ``event_time`` on the input).
+output). Several such windows: the earliest of their times. An async step or a join cannot be
+traced through: there the window's event time is applied to the message as it goes into that
+step (a warning says so at start), and a message it fails on (raises, or gives no int) adds
+nothing. A stream whose readers' event time cannot be traced at all (another window, a function
+object with ``init(ctx)`` in between) gives no progress: it holds back the watermark of what
+reads it until its producers end or go idle (a warning says so at start). Either way the
+minimum is over every producer: declare ``event_time`` on the input where that is too coarse.
 
 Virtual tasks (rule 18): a virtual task's progress in an input partition is the partition's.
 The messages of the other key buckets reach it as markers (``runtime.elastic.OtherBucket``)
@@ -72,6 +76,9 @@ CURRENT: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar(
 
 DECLARED, INTERMEDIATE, OBSERVED = 0, 1, 2
 _COMPOSABLE = frozenset({"map", "filter", "flat_map", "partition_by", "broadcast"})
+#: steps whose outputs are no function of the message: a window's event time is taken on the
+#: message as it goes in, where it fits
+_TENTATIVE = frozenset({"async_flat_map", "join", "join_table"})
 
 Derived = Callable[[Any], "int | None"]
 
@@ -119,13 +126,20 @@ def _each_output(process: Callable[[Any], Any], after: Derived) -> Derived:
     return latest
 
 
-def _guarded(fn: Derived) -> Derived:
+def _guarded(fn: Derived, warn: str | None = None) -> Derived:
     """``fn`` on a message taken as it goes into a step that cannot be traced (an async step, a
-    join): it may not fit that message, and then gives no time."""
+    join): it may not fit that message, and then gives no time. ``warn``: logged (with the
+    error) the first time that happens."""
+    warned = warn is None
+
     def tentative(m: Any) -> int | None:
+        nonlocal warned
         try:
             t = fn(m)
-        except Exception:
+        except Exception as exc:
+            if not warned:
+                warned = True
+                log.warning("%s (%s: %s)", warn, type(exc).__name__, exc)
             return None
         return t if type(t) is int else None
     return tentative
@@ -169,6 +183,11 @@ class JobTime:
         self._traces: dict[tuple[str, str, str], Derived | None] = {}
         self._procs: dict[str, Callable[[Any], Any] | None] = {}
         self._untimed: dict[str, bool] = {}
+        #: streams being derived (``stream_time``), innermost last
+        self._deriving: list[str] = []
+        #: stream id -> the async steps and joins its event time is read in front of
+        self.tentative: dict[str, set[str]] = {}
+        self._noted: set[str] = set()
         self._async = {op.op_id for op in app.operators if op.opcode == "async_flat_map"}
         self._timed: dict[str, bool] = {}
         self.timed = {s.stage_id for s in plan.stages if self._is_timed(s)}
@@ -197,10 +216,30 @@ class JobTime:
         if sid in self._derived:
             return self._derived[sid]
         self._derived[sid] = None  # a guard while deriving
-        fns = [f for stage in self.readers.get(sid, ())
-               if (f := self._from(stream_node(sid), stage)) is not None]
+        self._deriving.append(sid)
+        try:
+            fns = [f for stage in self.readers.get(sid, ())
+                   if (f := self._from(stream_node(sid), stage)) is not None]
+        finally:
+            self._deriving.pop()
         out = self._derived[sid] = _min_of(fns)
         return out
+
+    def note_measured(self, sid: str) -> None:
+        """A producer measures the progress of ``sid`` with ``stream_time``: say once where
+        that time is read in front of an async step or a join."""
+        steps = self.tentative.get(sid)
+        if not steps or sid in self._noted:
+            return
+        self._noted.add(sid)
+        wins = sorted({op for r in self.readers.get(sid, ()) for op in r.operators
+                       if op in self.windows})
+        log.warning(
+            "the event time of stream %r cannot be traced through %s to the event-time "
+            "window(s) %s: its producers measure their progress with the window's event_time "
+            "applied to the messages as they go into that step. Declare event_time=fn on the "
+            "input that feeds the stream if the step changes the event time",
+            sid, ", ".join(map(repr, sorted(steps))), ", ".join(map(repr, wins)))
 
     def _from(self, node: str, stage: Stage) -> Derived | None:
         fns: list[Derived] = []
@@ -219,8 +258,22 @@ class JobTime:
             return _window_time(resolve_fn(et)) if et is not None else None
         if spec.opcode == "merge":
             return self._from(op_id, stage)
+        if spec.opcode in _TENTATIVE:  # not a function of the message: taken as it goes in
+            rest = self._from(op_id, stage)
+            if rest is None:
+                return None
+            sid = self._deriving[-1] if self._deriving else None
+            if sid is None:
+                return _guarded(rest)
+            self.tentative.setdefault(sid, set()).add(op_id)
+            return _guarded(rest, (
+                f"stream {sid!r}: the event time of its readers' windows failed on a message "
+                f"sent into it, taken as it goes into {op_id!r}: such a message does not move "
+                f"the stream's watermark, and while none does, its readers' windows wait for "
+                f"its producers to end or go idle. Declare event_time=fn on the input that "
+                f"feeds it"))
         if spec.opcode not in _COMPOSABLE:
-            return None  # async steps, joins, sinks: not a function of the message
+            return None  # sinks, tables: not a function of the message
         if spec.opcode in ("partition_by", "broadcast"):
             rest = self.stream_time(spec.stream_id)  # type: ignore[attr-defined]
         else:
@@ -350,9 +403,10 @@ class JobTime:
             if wins:
                 log.warning(
                     "the event time of stream %r cannot be traced to the event-time window(s) %s "
-                    "(an async step, a join or another window is in between): it does not hold "
-                    "their watermark back, and a window fed only by it closes its panes at "
-                    "end-of-stream. Declare event_time=fn on the input that feeds it",
+                    "(another window, or a function object with init(ctx), is in between): its "
+                    "producers cannot measure their progress, so it holds their watermark back "
+                    "until its producers end or go idle. Declare event_time=fn on the input "
+                    "that feeds it",
                     sid, ", ".join(map(repr, wins)))
         return not timed
 
@@ -407,8 +461,10 @@ class TaskClock:
                     self.kinds[sid] = INTERMEDIATE
                 node = stream_node(sid)
                 below = nx.descendants(graph, node)
-                reach[sid] = set() if self.kinds[sid] == INTERMEDIATE and jt.untimed(sid) \
-                    else {n for n in below if n in stage.operators}
+                if self.kinds[sid] == INTERMEDIATE:
+                    jt.untimed(sid)  # warns where its producers cannot measure it
+                # an untimed stream too: its producers hold back what it reaches
+                reach[sid] = {n for n in below if n in stage.operators}
             windows = [(op, jt.windows[op]) for op in stage.operators if op in jt.windows]
             outs = jt.intermediate_outputs(stage)
             if observed:
@@ -419,10 +475,9 @@ class TaskClock:
                     f = jt.stream_time(sid)
                     if f is not None:
                         self.observe[sid] = f
-                    else:  # an input without event time cannot tell this stream's progress
-                        for sid_in in stage.inputs:
-                            if self.kinds[sid_in] == OBSERVED:
-                                reach[sid_in].discard(sid)
+                        jt.note_measured(sid)
+                    # else an input without event time cannot tell this stream's progress: it
+                    # stays in the minimum without any, and holds the stream's watermark back
             ssps = [ssp for ssp in model.ssps if ssp.stream_id in stage.inputs]
             self._stage[stage.stage_id] = (windows, outs, ssps, reach)
             # one input partition without declared event time, feeding windows without a bound,

@@ -200,9 +200,18 @@ def test_output_file_holds_what_stdout_would(capsys: pytest.CaptureFixture[str],
     assert target.read_text(encoding="utf-8") == stdout_text
 
 
-def test_output_into_a_missing_directory_is_a_clean_error(capsys: pytest.CaptureFixture[str],
-                                                          tmp_path: Path) -> None:
+def test_output_into_a_missing_directory_makes_it(capsys: pytest.CaptureFixture[str],
+                                                  tmp_path: Path) -> None:
     target = tmp_path / "no" / "such" / "dir" / "plan.json"
+    code, out, err = plan_cli(capsys, TRENDING, "--format", "json", "-o", str(target))
+    assert code == 0, err
+    assert target.read_text().startswith("{") and out == ""
+
+
+def test_output_where_a_directory_cannot_be_made_is_a_clean_error(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    (tmp_path / "no").write_text("a file, not a directory\n")
+    target = tmp_path / "no" / "dir" / "plan.json"
     code, out, err = plan_cli(capsys, TRENDING, "--format", "json", "-o", str(target))
     assert_clean_error(code, err, "cannot write the plan to", str(target))
     assert out == ""

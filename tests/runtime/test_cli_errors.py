@@ -86,6 +86,7 @@ def test_dump_of_an_unknown_stream_lists_the_streams(tmp_path: Path) -> None:
 def test_a_missing_input_file_names_it(tmp_path: Path) -> None:
     code, _, err = cli(tmp_path, "load", APP, "page-views", "nope.jsonl")
     one_line_error(code, err, "load", "nope.jsonl", "No such file", str(tmp_path))
+    assert list(tmp_path.iterdir()) == []  # a load that failed made no job
     code, _, err = cli(tmp_path, "run", APP, "-q", "--input", "page-views=nope.jsonl")
     one_line_error(code, err, "run", "nope.jsonl", "No such file")
 
@@ -96,8 +97,20 @@ def test_invalid_utf8_names_the_file_and_line(tmp_path: Path) -> None:
         f.write(b'{"key": "user-1", "value": {"page": "/caf\xe9", "ts": 1}}\n')
     code, _, err = cli(tmp_path, "load", APP, "page-views", str(bad))
     one_line_error(code, err, "load", "views.jsonl:3: not UTF-8", "0xe9")
+    assert not (tmp_path / ".samza").exists()  # a load that failed made no job
     code, _, err = cli(tmp_path, "run", APP, "-q", "--input", f"page-views={bad}")
     one_line_error(code, err, "run", "views.jsonl:3: not UTF-8")
+
+
+def test_a_load_into_an_unknown_stream_makes_no_job(tmp_path: Path) -> None:
+    views = views_file(tmp_path / "v.jsonl", 2)
+    code, _, err = cli(tmp_path, "load", APP, "page-veiws", str(views))
+    one_line_error(code, err, "load", "'page-veiws' is not a stream", "page-views")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["v.jsonl"]
+    # an intermediate stream is a stream of the job too
+    code, _, err = cli(tmp_path, "load", APP, "page-view-counts-1-partition_by-logins-by-user",
+                       str(views))
+    assert code == 0, err
 
 
 def test_dump_into_a_closed_pipe_is_quiet(tmp_path: Path) -> None:
@@ -175,3 +188,19 @@ def test_spark_that_does_not_start_says_why(tmp_path: Path, argv: list[str],
                    fragment, "JAVA_HOME")
     assert out == ""
 
+
+def test_a_plan_written_to_a_new_directory_makes_it(tmp_path: Path) -> None:
+    code, _, err = cli(tmp_path, "plan", APP, "--format", "json", "-o", "plans/today/plan.json")
+    assert code == 0, err
+    assert json.loads((tmp_path / "plans" / "today" / "plan.json").read_text())
+    (tmp_path / "taken").write_text("a file, not a directory\n")
+    code, _, err = cli(tmp_path, "plan", APP, "-o", "taken/plan.txt")
+    one_line_error(code, err, "plan", "cannot write the plan to 'taken/plan.txt'")
+
+
+def test_load_and_dump_help_name_both_places_a_stream_can_be(tmp_path: Path) -> None:
+    for command in ("load", "dump"):
+        code, out, _ = cli(tmp_path, command, "-h")
+        assert code == 0
+        text = " ".join(out.split())
+        assert "embedded local log" in text and "Kafka topic" in text, out
