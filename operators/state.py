@@ -33,7 +33,8 @@ from collections.abc import Callable, Iterator
 from operator import itemgetter
 from typing import Any
 
-__all__ = ["InMemoryState", "encode_key", "decode_key", "order_key", "table_key_order", "table_state"]
+__all__ = ["InMemoryState", "ListKey", "encode_key", "decode_key", "hashable_key", "order_key",
+           "table_key_order", "table_state"]
 
 _END = 0x00  # closes a tuple
 _NONE = 0x01
@@ -217,6 +218,43 @@ def order_key(key: Any) -> bytes:
         return bytes((_FOREIGN,)) + f"{t.__module__}.{t.__qualname__}\x00{key!r}".encode()
 
 
+def _frozen(x: Any) -> Any:
+    return tuple(map(_frozen, x)) if isinstance(x, list | tuple) else x
+
+
+class ListKey(list[Any]):
+    """A key that a store gives back as a list (``JsonSerde`` and ``MsgpackSerde`` decode a tuple
+    as one): a list that hashes and compares as the tuple of its items (nested lists too), so
+    ``get``, ``put`` and ``delete`` of every store take it back as the tuple it was put as.
+    ``range`` and ``all`` of a table give such keys; a list made elsewhere is still refused as
+    a key (it is unhashable). Do not change one in place: it may be a key of the store's dict.
+
+    >>> k = ListKey(["a", [1, 2]])
+    >>> k == ["a", [1, 2]], k == ("a", (1, 2)), {("a", (1, 2)): "x"}[k], k
+    (True, True, 'x', ['a', [1, 2]])
+    """
+
+    __slots__ = ()
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(_frozen(self))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, list | tuple):
+            return bool(_frozen(self) == _frozen(other))
+        return NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        if isinstance(other, list | tuple):
+            return bool(_frozen(self) != _frozen(other))
+        return NotImplemented
+
+
+def hashable_key(key: Any) -> Any:
+    """``key`` as a store gives it back: a list becomes a ``ListKey``."""
+    return ListKey(key) if type(key) is list else key
+
+
 class InMemoryState:
     """A sorted key-value store in memory (the ``KeyValueState`` operators use).
 
@@ -227,8 +265,8 @@ class InMemoryState:
     default (window and join state); a table passes its key serde's serializer, so that it
     orders its keys as its LMDB store does (``table_key_order``), and ``decode`` (its key serde's
     deserializer) so that ``range`` and ``all`` give keys back as the LMDB store does, decoded
-    from their bytes (``table_state`` builds both). ``range(start, end)``
-    is half-open. Iterating while writing is safe: entries deleted meanwhile are skipped. ``get``
+    from their bytes (``table_state`` builds both; a key decoded as a list is a ``ListKey``, which
+    ``get``, ``put`` and ``delete`` take back). ``range(start, end)`` is half-open. Iterating while writing is safe: entries deleted meanwhile are skipped. ``get``
     of a missing key is None, so a value of None reads like a missing one; use ``delete``.
     """
 
@@ -271,7 +309,8 @@ class InMemoryState:
             self._order = [p[0] for p in pairs]
             self._sorted = [p[1] for p in pairs]
             decode = self._decode
-            self._shown = self._sorted if decode is None else [decode(b) for b in self._order]
+            self._shown = (self._sorted if decode is None
+                           else [hashable_key(decode(b)) for b in self._order])
         return self._order, self._sorted, self._shown
 
     def _iter(self, keys: list[Any], shown: list[Any]) -> Iterator[tuple[Any, Any]]:
@@ -318,13 +357,18 @@ def table_key_order(key_serde: Any) -> Callable[[Any], bytes]:
 def table_state(key_serde: Any) -> InMemoryState:
     """An in-memory table that answers as its LMDB store would: keys ordered by the bytes of
     ``key_serde`` and given back by ``range``/``all`` as ``key_serde`` decodes them (a tuple key
-    under ``JsonSerde`` comes back a list, as it does from LMDB).
+    under ``JsonSerde`` comes back a list, as it does from LMDB: a ``ListKey``, which ``get``,
+    ``put`` and ``delete`` take as the tuple).
 
     >>> from samza_dsl.serdes import JsonSerde
     >>> t = table_state(JsonSerde())
     >>> t.put(("a", 1), "x")
     >>> t.get(("a", 1)), list(t.all())
     ('x', [(['a', 1], 'x')])
+    >>> for k, _ in t.all():
+    ...     t.delete(k)
+    >>> list(t.all())
+    []
     """
     from samza_dsl.serdes import NoOpSerde
 

@@ -39,7 +39,9 @@ This is Samza's ``CachedStore`` over a local store with a ``LoggedStore`` change
   keeps keys in the byte order of their encoding, long or short. Long keys that share their
   first 478 bytes are adjacent in LMDB; ``range`` and ``all`` read such a group whole and give
   it in the order of the full keys. So ``range`` and ``all`` give every key in ``key_encode``
-  byte order, as ``InMemoryState`` does. A store of format 2 (where long keys came after all
+  byte order, as ``InMemoryState`` does. A key decoded as a list (a tuple under ``JsonSerde``)
+  is given as an ``operators.state.ListKey``, which ``get``, ``put`` and ``delete`` take as
+  the tuple. A store of format 2 (where long keys came after all
   others, in the order of their hash) is rebuilt from its changelog, or without one migrated
   in place.
 
@@ -80,6 +82,7 @@ from typing import Any, Protocol
 
 import lmdb
 
+from operators.state import ListKey as _ListKey
 from samza_dsl.errors import SamzaError, SerdeError
 
 from .storage import reserve_lock_file, storage_error
@@ -718,12 +721,14 @@ class LmdbStore:
                     continue
                 try:
                     k = kdec(kb)
+                    if type(k) is list:  # JSON gives a tuple back as a list: get, put and
+                        k = _ListKey(k)  # delete take a ListKey as the tuple
                     try:
                         v = dirty.get(k, _MISSING)
                         if v is _MISSING:
                             v = clean.get(k, _MISSING)
-                    except TypeError:  # a key its serde decodes unhashable (JSON: a tuple comes
-                        v = _MISSING   # back a list) is never cached: LMDB holds its value
+                    except TypeError:  # a key its serde decodes unhashable (a JSON object) is
+                        v = _MISSING   # never cached: LMDB holds its value
                     if v is _MISSING:
                         v = vdec(vb)
                 except Exception as e:

@@ -19,7 +19,7 @@ from runtime.local import LocalRunner
 from runtime.state_codec import state_codec, table_codec
 from samza_dsl import KV, StreamApplication
 from samza_dsl.errors import TaskError
-from samza_dsl.serdes import JsonSerde, KVSerde, Serde, StringSerde
+from samza_dsl.serdes import JsonSerde, KVSerde, MsgpackSerde, Serde, StringSerde
 from samza_dsl.systems import LocalSystem
 from samza_dsl.testing import TestRunner
 
@@ -36,8 +36,11 @@ _TEXT = st.one_of(_SHORT, _LONG)
 KINDS: dict[str, tuple[Any, st.SearchStrategy[Any]]] = {
     "table, JSON keys": (JsonSerde(), st.one_of(_INT, _TEXT)),
     "table, string keys": (StringSerde(), _TEXT),
-    # JSON gives a tuple key back as a list: both stores do, and still find it by the tuple
-    "table, JSON tuple keys": (JsonSerde(), st.tuples(_INT, _TEXT)),
+    # JSON gives a tuple key back as a list: both stores do, and still find it by the tuple;
+    # get, put and delete take the list they gave back
+    "table, JSON tuple keys": (JsonSerde(), st.one_of(st.tuples(_INT, _TEXT),
+                                                      st.tuples(st.tuples(_INT), _INT))),
+    "table, msgpack tuple keys": (MsgpackSerde(), st.tuples(_TEXT, _INT)),
     "window or join state": (None, st.one_of(_INT, _TEXT, st.tuples(_INT, _TEXT),
                                              st.tuples(_TEXT, _INT))),
 }
@@ -64,6 +67,9 @@ def _ops(keys: st.SearchStrategy[Any]) -> st.SearchStrategy[list[tuple[Any, ...]
         st.tuples(st.just("range"), keys, keys),
         st.tuples(st.just("all")),
         st.tuples(st.just("flush")),
+        st.tuples(st.just("get_each")),
+        st.tuples(st.just("delete_every_other")),
+        st.tuples(st.just("put_each"), st.integers(0, 99)),
     ), max_size=60)
 
 
@@ -81,6 +87,18 @@ def _apply(store: Any, op: tuple[Any, ...]) -> Any:
         return list(store.all())
     if name == "flush":
         return store.flush() if hasattr(store, "flush") else None
+    # the keys range and all give back are keys get, put and delete take, also mid-iteration
+    if name == "get_each":
+        return [(k, store.get(k)) for k, _ in store.all()]
+    if name == "delete_every_other":
+        for i, (k, _) in enumerate(store.all()):
+            if i % 2 == 0:
+                store.delete(k)
+        return list(store.all())
+    if name == "put_each":
+        for k, v in store.all():
+            store.put(k, v + op[1])
+        return list(store.all())
     raise AssertionError(name)
 
 
@@ -108,6 +126,7 @@ def _agreement_test(kind: str) -> Callable[..., None]:
 test_tables_with_json_keys_agree = _agreement_test("table, JSON keys")
 test_tables_with_string_keys_agree = _agreement_test("table, string keys")
 test_tables_with_json_tuple_keys_agree = _agreement_test("table, JSON tuple keys")
+test_tables_with_msgpack_tuple_keys_agree = _agreement_test("table, msgpack tuple keys")
 test_window_and_join_state_agree = _agreement_test("window or join state")
 
 
@@ -117,7 +136,7 @@ def test_long_keys_keep_byte_order(kind: str) -> None:
     used to give the long ones last, in the order of their hash."""
     names = ["a", "a" * 600, "b" * 600, "bz", "c", "a" * 600 + "b", "a" * 478, "a" * 479,
              "a" * 2000, "b" * 509]
-    keys = [(i, n) for i, n in enumerate(names)] if kind == "table, JSON tuple keys" else names
+    keys = [(n, i) for i, n in enumerate(names)] if "tuple" in kind else names
     ops: list[tuple[Any, ...]] = [("put", k, i) for i, k in enumerate(keys)]
     ops += [("all",), ("range", keys[1], keys[2]), ("range", keys[7], keys[4]),
             ("delete", keys[5]), ("flush",), ("all",), ("get", keys[8])]
@@ -200,6 +219,38 @@ def test_a_list_key_is_the_same_clear_error_in_test_runner_and_local_runner(tmp_
         text = str(err)
         assert "unhashable type: 'list'" in text and "use a tuple instead of a list" in text
         assert err.offset == 0 and err.stream == "in" and err.op_id is not None
+
+
+@pytest.mark.parametrize("kind", ["table, JSON tuple keys", "table, msgpack tuple keys"])
+def test_every_store_takes_back_the_list_keys_it_gives(kind: str) -> None:
+    """A tuple key comes back from range and all as a list (JSON and msgpack have no tuples):
+    get, put and delete take that list as the tuple, so emptying a table by its own keys works.
+    They used to refuse it (unhashable type: 'list') in both stores."""
+    key_serde, _ = KINDS[kind]
+    d = tempfile.mkdtemp()
+    memory, lmdb_store = _stores(key_serde, d)
+    try:
+        for store in (memory, lmdb_store):
+            store.put(("a", 1), 1)
+            store.put((("b",), 2), 2)
+            store.put(("c" * 600, 3), 3)
+            store.flush() if hasattr(store, "flush") else None
+            got = list(store.all())
+            want = sorted([["a", 1], [["b"], 2], ["c" * 600, 3]], key=key_serde.serialize)
+            assert [k for k, _ in got] == want
+            assert all(isinstance(k, list) for k, _ in got)
+            assert [store.get(k) for k, _ in got] == [v for _, v in got]
+            assert sorted(v for _, v in got) == [1, 2, 3]
+            for k, v in store.all():
+                store.put(k, v * 10)
+            assert store.get(("a", 1)) == 10 and store.get((("b",), 2)) == 20
+            for k, _ in store.all():
+                store.delete(k)
+            assert list(store.all()) == [] and store.get(("a", 1)) is None
+            assert len(store) == 0
+    finally:
+        lmdb_store.close()
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def test_tuple_keys_under_json_come_back_as_lists_from_every_store(tmp_path: Any) -> None:
