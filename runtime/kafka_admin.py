@@ -9,7 +9,9 @@ to the operator (and is not reversible on Kafka).
 
 Changelog and checkpoint topics are created with ``cleanup.policy=compact`` so that the broker
 keeps the latest value of every key. Nothing here relies on compaction having happened: a
-restore reads every version of a key and keeps the last.
+restore reads every version of a key and keeps the last. Other topic configs a spec carries
+(``retention.ms`` and ``retention.bytes`` from ``streams.<id>.retention.*``, see
+:func:`retention_configs`) go into the create request; a topic that exists keeps its own.
 
 Every call is bounded by its ``timeout``: an unreachable broker, a wrong address or a broker that
 accepts connections and never answers gives a :class:`~samza_dsl.errors.SamzaError` after about
@@ -20,7 +22,9 @@ with ``auto.create.topics.enable`` create it with its default partition count.
 >>> check_bootstrap("127.0.0.1:9092, broker-2:9093")
 ['127.0.0.1:9092', 'broker-2:9093']
 >>> TopicSpec("orders-changelog", 4, compacted=True)
-TopicSpec(name='orders-changelog', partitions=4, compacted=True)
+TopicSpec(name='orders-changelog', partitions=4, compacted=True, configs=())
+>>> TopicSpec("orders", 4, configs=(("retention.ms", "86400000"),)).configs
+(('retention.ms', '86400000'),)
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import asyncio
 import contextlib
 import math
 import re
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +43,7 @@ from aiokafka.errors import KafkaError, for_code
 from samza_dsl.errors import SamzaError
 
 __all__ = ["BrokersUnreachable", "TopicSpec", "check_bootstrap", "describe_topics",
-           "ensure_topics"]
+           "ensure_topics", "retention_configs"]
 
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _HOST = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9._-]*[A-Za-z0-9_])?")
@@ -61,12 +65,14 @@ class BrokersUnreachable(SamzaError):
 
 @dataclass(frozen=True)
 class TopicSpec:
-    """A topic a plan needs: its name, its planned partition count, and whether it is compacted
-    (changelog and checkpoint topics: ``cleanup.policy=compact``)."""
+    """A topic a plan needs: its name, its planned partition count, whether it is compacted
+    (changelog and checkpoint topics: ``cleanup.policy=compact``), and other topic configs to
+    create it with, as ``(name, value)`` pairs of strings (Kafka's names: ``retention.ms``)."""
 
     name: str
     partitions: int
     compacted: bool = False
+    configs: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _TOPIC_NAME.fullmatch(self.name) \
@@ -85,6 +91,34 @@ class TopicSpec:
             raise SamzaError(
                 f"topic {self.name!r}: compacted must be True or False, got {self.compacted!r}"
             )
+        if not isinstance(self.configs, tuple) or not all(
+                isinstance(c, tuple) and len(c) == 2 and all(isinstance(x, str) for x in c)
+                for c in self.configs):
+            raise SamzaError(
+                f"topic {self.name!r}: configs must be a tuple of (name, value) string pairs, "
+                f"got {self.configs!r}"
+            )
+
+
+def retention_configs(config: Mapping[str, object], stream_id: str
+                      ) -> tuple[tuple[str, str], ...]:
+    """The topic configs ``retention.ms`` and ``retention.bytes`` of a stream whose config sets
+    ``streams.<stream_id>.retention.ms``/``.retention.bytes`` (validated: -1 keeps forever, as
+    on Kafka); a key the config does not set is left to the broker's default.
+
+    >>> retention_configs({"streams.orders.retention.ms": 86400000}, "orders")
+    (('retention.ms', '86400000'),)
+    >>> retention_configs({"streams.orders.retention.bytes": -1}, "orders")
+    (('retention.bytes', '-1'),)
+    >>> retention_configs({}, "orders")
+    ()
+    """
+    out = []
+    for name in ("retention.ms", "retention.bytes"):
+        value = config.get(f"streams.{stream_id}.{name}")
+        if value is not None:
+            out.append((name, str(int(value))))  # type: ignore[call-overload]
+    return tuple(out)
 
 
 def check_bootstrap(bootstrap: str) -> list[str]:
@@ -158,9 +192,9 @@ async def ensure_topics(bootstrap: str, specs: Iterable[TopicSpec], *,
     """Make sure every topic in ``specs`` exists with its planned partition count; returns the
     partition count of each.
 
-    Missing topics are created (compacted ones with ``cleanup.policy=compact``) with
-    ``replication_factor`` replicas, or, with ``create_missing=False``, reported in a
-    :class:`SamzaError`. An existing topic with another partition count raises a
+    Missing topics are created (compacted ones with ``cleanup.policy=compact``, each with its
+    spec's ``configs``) with ``replication_factor`` replicas, or, with ``create_missing=False``,
+    reported in a :class:`SamzaError`. An existing topic with another partition count raises a
     :class:`SamzaError` naming the topic and both counts, before anything is created. A topic
     that another client creates meanwhile is accepted if its count is the planned one. Raises
     :class:`SamzaError` when the brokers cannot be reached or do not answer within ``timeout``
@@ -278,7 +312,9 @@ async def _create(admin: AIOKafkaAdminClient, specs: list[TopicSpec], replicatio
                   where: str) -> None:
     new = [
         NewTopic(spec.name, spec.partitions, replication_factor,
-                 topic_configs={"cleanup.policy": "compact"} if spec.compacted else None)
+                 topic_configs={**dict(spec.configs),
+                                **({"cleanup.policy": "compact"} if spec.compacted else {})}
+                 or None)
         for spec in specs
     ]
     response = await admin.create_topics(new)

@@ -6,7 +6,7 @@ topics: the same commands as on the embedded local log, against the topics.
 - ``kafka_load`` appends messages to a topic as ``LocalJob.load`` appends them to the local log:
   a ``KV`` to the partition of its serialized key (murmur2, Kafka's default partitioner), other
   messages round-robin. A topic the plan needs that does not exist yet is created with the
-  planned count. Kafka has no transaction across partitions here: a failure part way leaves
+  planned count (and the stream's ``retention.*`` configs). Kafka has no transaction across partitions here: a failure part way leaves
   what was acknowledged;
 - ``kafka_held`` counts the records a topic holds (end less start offsets);
 - ``TopicSnapshot`` reads a topic's records once, up to its end as of the call, and offers the
@@ -32,7 +32,7 @@ from samza_dsl.kv import KV
 from samza_dsl.serdes import KVSerde
 
 from .codec import Record, StreamCodec, serde_error_policy, stream_serde
-from .kafka_admin import TopicSpec, describe_topics, ensure_topics
+from .kafka_admin import TopicSpec, describe_topics, ensure_topics, retention_configs
 from .kafka_system import KafkaProducer, kafka_error, new_consumer, true_end_offsets
 from .serde_util import default_key_bytes
 
@@ -124,7 +124,9 @@ async def kafka_load(streams: KafkaStreams, stream_id: str, messages: Iterable[A
     streams.check(stream_id)
     topic, n = streams.physical[stream_id], streams.counts[stream_id]
     if streams.existing.get(stream_id) is None:
-        await ensure_topics(streams.servers, [TopicSpec(topic, n)], timeout=timeout)
+        await ensure_topics(streams.servers, [TopicSpec(
+            topic, n, configs=retention_configs(streams.plan.config, stream_id))],
+            timeout=timeout)
         streams.existing[stream_id] = n
     n = streams.existing[stream_id] or n
     codec = streams.codecs[stream_id]

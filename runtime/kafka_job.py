@@ -3,7 +3,10 @@ needs, and builds its container over ``runtime.kafka_system``.
 
 The topics: inputs must exist (their partition counts come from the broker when the descriptor
 does not give them); outputs and intermediate streams are created with the planned counts when
-missing; a count that differs from the plan is an error naming the topic and both counts.
+missing, with ``streams.<id>.retention.ms``/``retention.bytes`` as their topic configs
+``retention.ms``/``retention.bytes`` when the config sets them (else the broker's defaults
+apply; consumed intermediate records are not deleted with DeleteRecords, the broker's retention
+bounds them); a count that differs from the plan is an error naming the topic and both counts.
 Checkpoints go to the compacted topic ``__samza_checkpoint_<job>`` (one partition, keyed by task).
 
 Stores are LMDB files under ``job.dir`` on the container's host, backed by compacted changelog
@@ -38,7 +41,13 @@ from .container import Container
 from .elastic import rescale_checkpoints
 from .job import SSP, TaskModel, build_job_model, job_containers, start_generation
 from .job_lock import JobLock
-from .kafka_admin import BrokersUnreachable, TopicSpec, describe_topics, ensure_topics
+from .kafka_admin import (
+    BrokersUnreachable,
+    TopicSpec,
+    describe_topics,
+    ensure_topics,
+    retention_configs,
+)
 from .kafka_changelog import KafkaChangelog
 from .kafka_outage import KEY as UNAVAILABLE_KEY
 from .kafka_outage import BrokerWatch, lost_data_error, missing_topics_error
@@ -183,7 +192,8 @@ class KafkaJob:
                                  for name, store in plan.stores.items()
                                  if store.changelog is not None}
         self.topic_specs = [
-            *(TopicSpec(self.physical[sid], n) for sid, n in counts.items()),
+            *(TopicSpec(self.physical[sid], n, configs=retention_configs(plan.config, sid))
+              for sid, n in counts.items()),
             *(TopicSpec(t, n_tasks, compacted=True) for t in self.changelog_topics.values()),
             TopicSpec(self.checkpoint_topic, 1, compacted=True),
             TopicSpec(dead_letter_stream(self.job_name), 1)]
