@@ -80,11 +80,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _read_jsonl(path: str, keyed: bool) -> list[object]:
+    """The file's messages, as a ``JsonLines`` that knows each one's line."""
     import msgspec
 
     from samza_dsl.kv import KV
 
-    out: list[object] = []
+    from .run_inputs import JsonLines
+
+    out = JsonLines(path)
     try:
         f = open(path, "rb")  # noqa: SIM115 (closed by the with below)
     except OSError as exc:
@@ -113,6 +116,7 @@ def _read_jsonl(path: str, keyed: bool) -> list[object]:
                                      f'{{"key": ..., "value": ...}}')
                 obj = KV(obj["key"], obj["value"])
             out.append(obj)
+            out.lines.append(lineno)
     return out
 
 
@@ -288,10 +292,15 @@ def cmd_load(args: argparse.Namespace) -> int:
         from .kafka_io import kafka_load, kafka_streams
 
         async def load() -> tuple[int, str]:
+            import shlex
+
             streams = await kafka_streams(app, _parse_config(args.config))
             streams.check(args.stream)
             messages = _read_jsonl(args.file, streams.codecs[args.stream].keyed)
-            return await kafka_load(streams, args.stream, messages), streams.physical[args.stream]
+            again = shlex.join(["samza-dsl", "load", args.app, args.stream,
+                                *(x for c in args.config for x in ("-c", c))])
+            return (await kafka_load(streams, args.stream, messages, load_command=again),
+                    streams.physical[args.stream])
 
         n, topic = asyncio.run(load())
         print(f"loaded {n} message(s) into {args.stream} (topic {topic})", file=sys.stderr)

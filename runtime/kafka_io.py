@@ -5,9 +5,13 @@ topics: the same commands as on the embedded local log, against the topics.
   gives each stream's topic, partition count and codec, without creating anything;
 - ``kafka_load`` appends messages to a topic as ``LocalJob.load`` appends them to the local log:
   a ``KV`` to the partition of its serialized key (murmur2, Kafka's default partitioner), other
-  messages round-robin. A topic the plan needs that does not exist yet is created with the
-  planned count (and the stream's ``retention.*`` configs). Kafka has no transaction across partitions here: a failure part way leaves
-  what was acknowledged;
+  messages round-robin. Every message is encoded before anything is sent (``encode_load``), so
+  a message that does not encode fails the load with nothing written, naming its file and line.
+  A topic the plan needs that does not exist yet is created with the planned count (and the
+  stream's ``retention.*`` configs). Then the records are sent (``produce_load``): Kafka has no
+  transaction across partitions here, so a failure part way (the broker gone) cannot be undone;
+  it raises ``PartialLoad``, which says how many messages each partition acknowledged and
+  where the others are to load them once more (the tail of the file, or a file of them);
 - ``kafka_held`` counts the records a topic holds (end less start offsets);
 - ``TopicSnapshot`` reads a topic's records once, up to its end as of the call, and offers the
   part of ``LocalLog``'s reading interface that ``runtime.dump`` uses, so a dump prints the same
@@ -19,11 +23,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aiokafka import TopicPartition
+from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from operators.hashing import KeyPartitioner
@@ -33,10 +39,18 @@ from samza_dsl.serdes import KVSerde
 
 from .codec import Record, StreamCodec, serde_error_policy, stream_serde
 from .kafka_admin import TopicSpec, describe_topics, ensure_topics, retention_configs
-from .kafka_system import KafkaProducer, kafka_error, new_consumer, true_end_offsets
+from .kafka_outage import quiet_aiokafka
+from .kafka_system import (
+    KafkaProducer,
+    kafka_error,
+    new_consumer,
+    stop_client,
+    true_end_offsets,
+)
 from .serde_util import default_key_bytes
 
-__all__ = ["KafkaStreams", "kafka_streams", "kafka_load", "kafka_held", "TopicSnapshot"]
+__all__ = ["KafkaStreams", "kafka_streams", "kafka_load", "encode_load", "produce_load",
+           "EncodedLoad", "PartialLoad", "kafka_held", "TopicSnapshot"]
 
 
 @dataclass
@@ -118,39 +132,244 @@ async def kafka_held(streams: KafkaStreams, stream_ids: Iterable[str], timeout: 
     return out
 
 
-async def kafka_load(streams: KafkaStreams, stream_id: str, messages: Iterable[Any],
-                     timeout: float = 30.0) -> int:
-    """Append ``messages`` to the stream's topic; returns how many."""
+# -- load ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class EncodedLoad:
+    """The messages of one load, encoded and assigned to partitions, before anything is sent."""
+
+    stream_id: str
+    topic: str
+    messages: Sequence[Any]
+    #: per partition: its records, and the index in ``messages`` of each
+    records: list[list[Record]]
+    indices: list[list[int]]
+
+
+class PartialLoad(SamzaError):
+    """Producing failed part way: ``acked[p]`` messages of partition ``p`` were acknowledged (of
+    ``sent[p]``); ``rest`` is the file holding the others (None if they were not written to a
+    file: ``resume_line`` is then the line of the input file to load again from)."""
+
+    def __init__(self, message: str, acked: list[int], sent: list[int], rest: str | None,
+                 resume_line: int | None) -> None:
+        super().__init__(message)
+        self.acked = acked
+        self.sent = sent
+        self.rest = rest
+        self.resume_line = resume_line
+
+
+def _where(messages: Sequence[Any], index: int, label: str) -> str:
+    where = getattr(messages, "where", None)  # runtime.run_inputs.JsonLines
+    return where(index) if where is not None else f"{label} {index + 1:,}"
+
+
+def encode_load(streams: KafkaStreams, stream_id: str, messages: Iterable[Any],
+                label: str = "message") -> EncodedLoad:
+    """Every message encoded with the stream's serde and given its partition, as ``kafka_load``
+    sends them; no I/O. A message that does not encode raises a ``SamzaError`` naming it (its
+    file and line for a ``JsonLines``, else ``label`` and its number)."""
     streams.check(stream_id)
-    topic, n = streams.physical[stream_id], streams.counts[stream_id]
-    if streams.existing.get(stream_id) is None:
-        await ensure_topics(streams.servers, [TopicSpec(
-            topic, n, configs=retention_configs(streams.plan.config, stream_id))],
-            timeout=timeout)
-        streams.existing[stream_id] = n
-    n = streams.existing[stream_id] or n
+    topic = streams.physical[stream_id]
+    n = streams.existing.get(stream_id) or streams.counts[stream_id]
     codec = streams.codecs[stream_id]
     key_serde = codec.serde.key_serde if isinstance(codec.serde, KVSerde) else None
     partitioner = KeyPartitioner(n, key_serde.serialize if key_serde is not None
                                  else default_key_bytes)
-    producer = KafkaProducer(streams.servers, streams.producer_settings, 0, timeout=timeout)
-    producer.add_stream(stream_id, topic, n, None)
-    bufs = [producer.buffer(stream_id, p) for p in range(n)]
-    count = rr = 0
-    try:
-        for m in messages:
+    msgs = messages if isinstance(messages, Sequence) else list(messages)
+    records: list[list[Record]] = [[] for _ in range(n)]
+    indices: list[list[int]] = [[] for _ in range(n)]
+    rr = 0
+    for i, m in enumerate(msgs):
+        try:
+            record = codec.encode(m)
             if type(m) is KV and m.key is not None:
                 p = partitioner(m.key)
             else:
                 p, rr = rr % n, rr + 1
-            bufs[p].append(codec.encode(m))
-            count += 1
-            if count % 65536 == 0:
-                await producer.flush()
-        await producer.flush()
-    finally:
-        await producer.close()
-    return count
+        except Exception as exc:
+            raise SamzaError(f"{_where(msgs, i, label)}: {exc}; nothing was loaded into stream "
+                             f"{stream_id!r} (topic {topic!r}): every message is checked before "
+                             f"any is sent. Fix it and load again") from None
+        records[p].append(record)
+        indices[p].append(i)
+    return EncodedLoad(stream_id, topic, msgs, records, indices)
+
+
+async def kafka_load(streams: KafkaStreams, stream_id: str, messages: Iterable[Any],
+                     timeout: float = 30.0, *, label: str = "message",
+                     load_command: str | None = None) -> int:
+    """Append ``messages`` to the stream's topic; returns how many. Nothing is sent unless
+    every message encodes; a failure while sending raises ``PartialLoad``. ``load_command`` is
+    the ``samza-dsl load`` command (without the file) that its message tells to run for the rest."""
+    return await produce_load(streams, encode_load(streams, stream_id, messages, label),
+                              timeout, load_command=load_command)
+
+
+async def produce_load(streams: KafkaStreams, load: EncodedLoad, timeout: float = 30.0, *,
+                       load_command: str | None = None) -> int:
+    """Send an encoded load (creating its topic if missing); returns the message count."""
+    sid, topic = load.stream_id, load.topic
+    n = len(load.records)
+    if streams.existing.get(sid) is None:
+        await ensure_topics(streams.servers, [TopicSpec(
+            topic, n, configs=retention_configs(streams.plan.config, sid))], timeout=timeout)
+        streams.existing[sid] = n
+    total = len(load.messages)
+    if not total:
+        return 0
+    acked, ends, error = await _produce(streams, topic, load.records, timeout)
+    if all(sum(c for _, c in ranges) == len(recs)
+           for ranges, recs in zip(acked, load.records, strict=True)):
+        return total
+    raise _partial(streams, load, acked, ends, error, load_command)
+
+
+async def _produce(streams: KafkaStreams, topic: str, records: list[list[Record]],
+                   timeout: float
+                   ) -> tuple[list[list[tuple[int, int]]], list[int | None], BaseException | None]:
+    """Send each partition's records in order, as whole record batches, all partitions at once;
+    returns the records of each partition the broker acknowledged, as ``(first, count)``
+    ranges of its list, the offset after the last acknowledged one (None where none was), and
+    the first error. After an error, what was sent gets ``timeout / 2`` more to be
+    acknowledged, and the producer as long to stop."""
+    n = len(records)
+    settings = {"max_batch_size": KafkaProducer.BATCH_BYTES,
+                "request_timeout_ms": max(1, int(timeout * 1000)), **streams.producer_settings}
+    producer = AIOKafkaProducer(bootstrap_servers=streams.servers, **settings)
+    #: per partition: (delivery future, first record, records) of each batch sent
+    sent: list[list[tuple[asyncio.Future[Any], int, int]]] = [[] for _ in range(n)]
+    error: BaseException | None = None
+    with quiet_aiokafka():  # each of aiokafka's messages once while the broker is away
+        try:
+            error = await _send(producer, topic, records, sent, timeout)
+            futures = [fut for batches in sent for fut, _, _ in batches]
+            if futures:
+                await asyncio.wait(futures, timeout=timeout if error is None else timeout / 2)
+        finally:
+            await stop_client(producer, timeout if error is None else timeout / 2)
+    acked: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+    ends: list[int | None] = [None] * n
+    for p, batches in enumerate(sent):
+        for fut, first, count in batches:
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                acked[p].append((first, count))
+                end = fut.result().offset + count
+                ends[p] = max(end, ends[p] or 0)
+            elif error is None:
+                error = (fut.exception() if fut.done() and not fut.cancelled()
+                         else TimeoutError(f"no acknowledgement within {timeout:g} s"))
+    return acked, ends, error
+
+
+async def _send(producer: AIOKafkaProducer, topic: str, records: list[list[Record]],
+                sent: list[list[tuple[asyncio.Future[Any], int, int]]], timeout: float
+                ) -> BaseException | None:
+    """Start ``producer`` and hand it the records, a batch per partition in turn, noting each
+    batch in ``sent``; the error that stopped it, if one did."""
+    try:
+        async with asyncio.timeout(timeout):
+            await producer.start()
+    except (KafkaError, TimeoutError, OSError) as exc:
+        return exc
+    pos = [0] * len(records)
+    while any(pos[p] < len(recs) for p, recs in enumerate(records)):
+        for p, recs in enumerate(records):
+            if pos[p] >= len(recs):
+                continue
+            batch = producer.create_batch()
+            count = 0
+            for k, v, h in recs[pos[p]:]:  # a first record always fits
+                if batch.append(timestamp=None, key=k, value=v,
+                                headers=list(h) if h else None) is None:
+                    break
+                count += 1
+            try:
+                async with asyncio.timeout(timeout):
+                    fut = await producer.send_batch(batch, topic, partition=p)
+            except TimeoutError:
+                return TimeoutError(f"the producer could not hand over more records within "
+                                    f"{timeout:g} s")
+            except (KafkaError, OSError) as exc:
+                return exc
+            sent[p].append((fut, pos[p], count))
+            pos[p] += count
+    return None
+
+
+def _partial(streams: KafkaStreams, load: EncodedLoad, acked: list[list[tuple[int, int]]],
+             ends: list[int | None], error: BaseException | None,
+             load_command: str | None) -> PartialLoad:
+    """The error of a load that failed part way: what each partition acknowledged, and how to
+    load the rest (the messages the broker did not acknowledge, in the order given)."""
+    sid, topic, msgs = load.stream_id, load.topic, load.messages
+    total = len(msgs)
+    sent = [len(r) for r in load.records]
+    counts = [sum(c for _, c in ranges) for ranges in acked]
+    done = sum(counts)
+    rest_set = set(range(total))
+    for p, ranges in enumerate(acked):
+        for first, count in ranges:
+            rest_set.difference_update(load.indices[p][first:first + count])
+    rest = sorted(rest_set)
+    reason = f"{type(error).__name__}: {error}" if error is not None else "not acknowledged"
+    parts = ", ".join(
+        f"partition {p}: {counts[p]:,} of {sent[p]:,}"
+        + (f" (it should end at offset {ends[p]:,})" if ends[p] is not None else "")
+        for p in range(len(sent)) if sent[p])
+    command = load_command or f"samza-dsl load APP {sid}"
+    path = getattr(msgs, "path", None)
+    rest_file = resume_line = None
+    if path is not None and rest == list(range(rest[0], total)):
+        resume_line = msgs.lines[rest[0]]  # type: ignore[attr-defined]
+        todo = (f"The {len(rest):,} other(s) are lines {resume_line:,} to the end of {path}: "
+                f"once the broker is back, load them with `tail -n +{resume_line} {path} > "
+                f"rest.jsonl && {command} rest.jsonl`")
+    else:
+        rest_file, problem = _write_rest(msgs, rest, path, sid)
+        if rest_file is not None:
+            todo = (f"The {len(rest):,} other(s) are in {rest_file}, in the order given: once "
+                    f"the broker is back, load them with `{command} {rest_file}`")
+        else:
+            todo = (f"The {len(rest):,} other(s) could not be written to a file ({problem}): "
+                    f"they are, in each partition, the messages after the acknowledged ones, "
+                    f"in the order given")
+    return PartialLoad(
+        f"loading {total:,} message(s) into stream {sid!r} (topic {topic!r}) on Kafka at "
+        f"{streams.servers} failed part way ({reason}): {done:,} of them were acknowledged and "
+        f"stay in the topic, as Kafka cannot take them back ({parts}). {todo}. (A request in "
+        f"flight when the connection broke may have been written without an acknowledgement: "
+        f"if a partition ends past the offset given, its first messages among the others are "
+        f"there already.)", counts, sent, rest_file, resume_line)
+
+
+def _write_rest(msgs: Sequence[Any], rest: list[int], path: str | None, sid: str
+                ) -> tuple[str | None, str]:
+    """The messages ``rest`` of ``msgs`` as JSON Lines in a new file next to the input file
+    (or in the current directory; else in the temporary directory): (its path, or None and
+    why not)."""
+    import msgspec
+
+    try:
+        data = b"".join(msgspec.json.encode({"key": msgs[i].key, "value": msgs[i].value}
+                                            if type(msgs[i]) is KV else msgs[i]) + b"\n"
+                        for i in rest)
+    except (TypeError, msgspec.EncodeError) as exc:
+        return None, f"a message is not JSON: {exc}"
+    base = os.path.basename(path) if path else sid
+    problem = ""
+    for folder in (os.path.dirname(os.path.abspath(path)) if path else os.getcwd(),
+                   tempfile.gettempdir()):
+        try:
+            fd, name = tempfile.mkstemp(prefix=f"{base}.unloaded-", suffix=".jsonl", dir=folder)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            return name, ""
+        except OSError as exc:
+            problem = f"{folder}: {exc.strerror or exc}"
+    return None, problem
 
 
 class TopicSnapshot:

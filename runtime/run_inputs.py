@@ -29,10 +29,25 @@ from typing import Any
 
 from samza_dsl.errors import SamzaError
 
-__all__ = ["feed_inputs", "parse_skips", "check_skips", "SAMPLES_FILE"]
+__all__ = ["JsonLines", "feed_inputs", "parse_skips", "check_skips", "SAMPLES_FILE"]
 
 #: in ``job.dir``: {stream id: [sample size, records the stream held after loading it]}
 SAMPLES_FILE = "samples.json"
+
+
+class JsonLines(list[Any]):
+    """The messages of a JSON Lines file, with the file's path and each message's line number
+    (blank lines are not messages), so that an error about a message can name its line."""
+
+    def __init__(self, path: str, messages: Sequence[Any] = (),
+                 lines: Sequence[int] = ()) -> None:
+        super().__init__(messages)
+        self.path = path
+        self.lines: list[int] = list(lines)
+
+    def where(self, index: int) -> str:
+        """``PATH:LINE`` of message ``index`` (from 0)."""
+        return f"{self.path}:{self.lines[index]}"
 
 
 def parse_skips(pairs: Sequence[str], inputs: Mapping[str, Any]) -> dict[str, dict[int, set[int]]]:
@@ -217,7 +232,7 @@ def _mark(marks: dict[str, list[int]], sid: str, source: str, sample_n: int, mod
 
 async def _feed_kafka(app: Any, config: Mapping[str, Any], given: Mapping[str, Sequence[Any]],
                       source: Mapping[str, str], mode: str | None, sample_n: int) -> list[str]:
-    from .kafka_io import kafka_held, kafka_load, kafka_streams
+    from .kafka_io import encode_load, kafka_held, kafka_streams, produce_load
     from .local_system import job_dir
 
     streams = await kafka_streams(app, config)
@@ -231,9 +246,21 @@ async def _feed_kafka(app: Any, config: Mapping[str, Any], given: Mapping[str, S
     marks = _read_marks(root)
     load, notes = _plan_feeding(given, source, held, marks, mode, sample_n, streams.job_name,
                                 f"in topics on {streams.servers}")
+    # every message of every input is encoded before any is sent: a bad one loads nothing
+    encoded = {sid: encode_load(streams, sid, given[sid], label=f"{source[sid]} message")
+               for sid in load}
+    loaded: list[str] = []
     for sid in load:
-        n = await kafka_load(streams, sid, given[sid])
-        notes.append(f"loaded {n:,} message(s) into {sid} (topic {streams.physical[sid]})")
+        try:
+            n = await produce_load(streams, encoded[sid],
+                                   load_command=f"samza-dsl load APP {sid}")
+        except SamzaError as exc:
+            _write_marks(root, marks)
+            if not loaded:
+                raise
+            raise SamzaError(f"{'; '.join(loaded)} (all of it); then {exc}") from exc
+        loaded.append(f"loaded {n:,} message(s) into {sid} (topic {streams.physical[sid]})")
+        notes.append(loaded[-1])
         _mark(marks, sid, source[sid], sample_n, mode, held[sid],
               (await kafka_held(streams, [sid]))[sid])
     _write_marks(root, marks)

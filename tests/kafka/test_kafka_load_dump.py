@@ -1,21 +1,37 @@
-"""The topics a job on the real (tansu) broker creates get its streams' retention:
-``streams.<id>.retention.*`` as their topic configs ``retention.ms``/``retention.bytes``."""
+"""``samza-dsl load`` on a job whose streams are topics of the real (tansu) broker: a load is
+checked whole before anything is sent; a load cut off part way says what each partition
+acknowledged and how to load the rest; the job's topics get the streams' retention."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
+import selectors
+import socket
 import subprocess
 import sys
+import threading
+import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from kafka_helpers import run
+from kafka_helpers import consume_all, free_port, run
+from outage_helpers import TcpProxy
 
+from runtime.kafka_admin import describe_topics
+from runtime.kafka_io import PartialLoad, kafka_load, kafka_streams
+from runtime.kafka_system import offset_bounds
 from runtime.loader import load_app
+from runtime.run_inputs import JsonLines
+from samza_dsl.kv import KV
+from samza_dsl.testing.kafka_broker import TansuBroker
 
 BIN = str(Path(sys.executable).parent)
 CLI = os.path.join(BIN, "samza-dsl")
@@ -85,12 +101,224 @@ class Job:
         return load_app(str(self.dir / "app.py") + ":app")
 
 
+def _held(bootstrap: str, topic: str) -> dict[int, int]:
+    """Records per partition (from the true end offsets)."""
+    n = run(describe_topics(bootstrap, [topic]))[topic]
+    assert n is not None, f"topic {topic!r} does not exist"
+    bounds = run(offset_bounds(bootstrap, {TopicPartition(topic, p): None for p in range(n)},
+                               {}, 10.0))
+    return {tp.partition: end - start for tp, (start, end) in bounds.items()}
+
+
 def _write(path: Path, rows: list[object], blank_after: int | None = None) -> Path:
     lines = [json.dumps(r, separators=(",", ":")) + "\n" for r in rows]
     if blank_after is not None:
         lines.insert(blank_after, "\n")  # a blank line is no message: later lines shift by one
     path.write_text("".join(lines))
     return path
+
+
+# -- load: all or nothing before sending ----------------------------------------------------------
+
+
+def test_a_bad_line_after_65536_good_ones_loads_nothing(kafka_bootstrap: str,
+                                                        tmp_path: Path) -> None:
+    job = Job(tmp_path, kafka_bootstrap)
+    _write(tmp_path / "first.jsonl", [{"key": f"k{i}", "value": {"g": "a", "n": i}}
+                                      for i in range(5)])
+    assert "loaded 5 message(s)" in job.ok("load", "app.py:app", "events",
+                                           "first.jsonl").stderr
+    rows: list[object] = [{"key": f"k{i}", "value": {"g": "a", "n": i}} for i in range(70_000)]
+    rows.append({"key": 7, "value": {"g": "a", "n": 70_000}})  # an int key on a StringSerde
+    _write(tmp_path / "big.jsonl", rows, blank_after=1)  # so message 70,001 is on line 70,002
+
+    bad = job.cli("load", "app.py:app", "events", "big.jsonl")
+    assert bad.returncode == 2, bad.stderr
+    assert sum(_held(kafka_bootstrap, f"events-{job.tag}").values()) == 5, bad.stderr
+    assert len(job.dump("events")) == 5
+    assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    assert "big.jsonl:70002:" in bad.stderr and "nothing was loaded" in bad.stderr, bad.stderr
+
+    # run --input goes the same way: nothing is appended, the line is named
+    fed = job.cli("run", "app.py:app", "--input", "events=big.jsonl", "--append", "-q")
+    assert fed.returncode == 2 and "big.jsonl:70002:" in fed.stderr, fed.stderr
+    assert sum(_held(kafka_bootstrap, f"events-{job.tag}").values()) == 5
+
+
+def test_a_bad_line_in_a_new_topic_creates_nothing(kafka_bootstrap: str, tmp_path: Path) -> None:
+    job = Job(tmp_path, kafka_bootstrap)
+    _write(tmp_path / "bad.jsonl", [{"key": "a", "value": {"g": "a"}}, {"key": 1, "value": {}}])
+    bad = job.cli("load", "app.py:app", "events", "bad.jsonl")
+    topic = f"events-{job.tag}"
+    assert run(describe_topics(kafka_bootstrap, [topic]))[topic] is None, bad.stderr
+    assert bad.returncode == 2 and "bad.jsonl:2:" in bad.stderr, bad.stderr
+
+
+# -- load: a broker gone part way -----------------------------------------------------------------
+
+
+class CuttingProxy:
+    """Forwards 127.0.0.1:``port`` to 127.0.0.1:``target`` until ``cut_after`` bytes have gone
+    to the broker (or ``cut()``): from then on nothing more reaches the broker, its answers to
+    what it got still come back for a second, then every connection is closed and new ones are
+    refused. A request cut in two never reaches the broker whole, and one it got whole is
+    answered: what the broker holds is what it acknowledged."""
+
+    def __init__(self, port: int, target: int, cut_after: int | None = None) -> None:
+        self.port, self.target, self.cut_after = port, target, cut_after
+        self.forwarded = 0
+        self.cut_at: float | None = None
+        self.closed = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> CuttingProxy:
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        listener.setblocking(False)
+        self._thread = threading.Thread(target=self._serve, args=(listener,), daemon=True)
+        self._thread.start()
+        return self
+
+    def cut(self) -> None:
+        if self.cut_at is None:
+            self.cut_at = time.monotonic()
+
+    def stop(self) -> None:
+        self.cut()
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def _serve(self, listener: socket.socket) -> None:
+        sel = selectors.DefaultSelector()
+        sel.register(listener, selectors.EVENT_READ)
+        peers: dict[socket.socket, socket.socket] = {}
+        clients: set[socket.socket] = set()
+
+        def drop(s: socket.socket) -> None:
+            for x in (s, peers.pop(s, None)):
+                if x is not None:
+                    peers.pop(x, None)
+                    clients.discard(x)
+                    with contextlib.suppress(Exception):
+                        sel.unregister(x)
+                    x.close()
+        try:
+            while self.cut_at is None or time.monotonic() < self.cut_at + 1.0:
+                for key, _ in sel.select(0.05):
+                    s = key.fileobj
+                    assert isinstance(s, socket.socket)
+                    if s is listener:
+                        client, _ = listener.accept()
+                        if self.cut_at is not None:
+                            client.close()
+                            continue
+                        upstream = socket.create_connection(("127.0.0.1", self.target), 2)
+                        for x in (client, upstream):
+                            x.setblocking(True)
+                            sel.register(x, selectors.EVENT_READ)
+                        peers[client], peers[upstream] = upstream, client
+                        clients.add(client)
+                        continue
+                    try:
+                        data = s.recv(65536)
+                    except OSError:
+                        data = b""
+                    if not data:
+                        drop(s)
+                        continue
+                    if s in clients:
+                        if self.cut_at is None and self.cut_after is not None \
+                                and self.forwarded + len(data) > self.cut_after:
+                            self.cut()
+                        if self.cut_at is not None:
+                            continue  # never reaches the broker
+                        self.forwarded += len(data)
+                    try:
+                        peers[s].sendall(data)
+                    except (OSError, KeyError):
+                        drop(s)
+        finally:
+            for s in list(peers):
+                drop(s)
+            sel.close()
+            listener.close()
+            self.closed.set()
+
+
+@pytest.fixture
+def proxied(tmp_path: Path) -> Iterator[tuple[CuttingProxy, TansuBroker, int]]:
+    """A broker of the test's own behind a CuttingProxy (cut after 1.5 MB); the proxy's port."""
+    port, behind = free_port(), free_port()
+    proxy = CuttingProxy(port, behind, cut_after=1_500_000).start()
+    broker = TansuBroker(tmp_path / "tansu.log", port=behind, advertised_port=port)
+    broker.start()
+    try:
+        yield proxy, broker, port
+    finally:
+        broker.stop()
+        proxy.stop()
+
+
+@pytest.mark.parametrize("partitions", [1, 3])
+def test_a_broker_gone_mid_load_says_what_was_acknowledged_and_how_to_load_the_rest(
+        proxied: tuple[CuttingProxy, TansuBroker, int], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, partitions: int) -> None:
+    proxy, broker, port = proxied
+    bootstrap = f"127.0.0.1:{port}"
+    job = Job(tmp_path, bootstrap, partitions)
+    total = 100_000
+    rows = [{"key": f"k{i % 997}", "value": {"g": "a", "n": i}} for i in range(total)]
+    path = _write(tmp_path / "big.jsonl", rows, blank_after=1)
+    messages = JsonLines(str(path), [KV(r["key"], r["value"]) for r in rows],
+                         [1] + list(range(3, total + 2)))
+    streams = run(kafka_streams(job.app(monkeypatch), {}))
+    with pytest.raises(PartialLoad) as info:
+        run(kafka_load(streams, "events", messages, timeout=4.0,
+                       load_command="samza-dsl load app.py:app events"))
+    err = info.value
+    text = str(err)
+    assert proxy.cut_at is not None and proxy.closed.wait(10)
+    done = sum(err.acked)
+    assert 0 < done < total, text
+    assert f"{done:,} of them were acknowledged" in text, text
+    assert err.sent == [len([1 for r in rows if _partition(r["key"], partitions) == p])
+                        for p in range(partitions)]
+    for p in range(partitions):
+        assert f"partition {p}: {err.acked[p]:,} of {err.sent[p]:,}" in text, text
+
+    assert broker.port is not None
+    back = TcpProxy(port, broker.port).start()  # the broker is back
+    try:
+        topic = f"events-{job.tag}"
+        held = _held(bootstrap, topic)
+        assert held == dict(enumerate(err.acked)), text  # the acknowledged ones, no more
+        command = re.search(r"load them with `([^`]+)`", text)
+        assert command is not None, text
+        if partitions == 1:  # a prefix of the file went: its tail is the rest
+            assert err.resume_line == done + 2 and err.rest is None, text
+            assert f"tail -n +{done + 2} {path}" in command.group(1), text
+        else:  # the rest is in a file of its own
+            assert err.rest is not None and os.path.exists(err.rest), text
+            assert len(Path(err.rest).read_text().splitlines()) == total - done
+        resumed = subprocess.run(command.group(1), shell=True, cwd=tmp_path, env=job.env,
+                                 capture_output=True, text=True, timeout=180)
+        assert resumed.returncode == 0, resumed.stderr
+        records = run(consume_all(bootstrap, topic, partitions, timeout=60))
+        got = sorted(json.loads(v)["n"] for recs in records.values() for _, _, v in recs)
+        assert got == list(range(total))  # every message once
+        for p, recs in records.items():  # each in its key's partition, in the file's order
+            ns = [json.loads(v)["n"] for _, _, v in recs]
+            assert ns == sorted(ns)
+            assert all(_partition(f"k{n % 997}", partitions) == p for n in ns)
+    finally:
+        back.stop()
+
+
+def _partition(key: str, partitions: int) -> int:
+    from operators.hashing import partition_for
+    return partition_for(key.encode(), partitions)
 
 
 # -- retention ------------------------------------------------------------------------------------
