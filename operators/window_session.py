@@ -12,11 +12,13 @@ Event time: a message joins its key's open session when the two overlap (``t < l
 ``start < t + gap``); a message before the session's start moves the start (and the pane id)
 back. A message a gap or more after its key's open session closes that session and starts a new
 one (one session per key is open at a time). When the runtime gives the watermark
-(``ctx.external_watermarks``) and says the order of messages may depend on speed
-(``hold_ahead``: several producers or an async step feed the window), a message ahead of it is held (in the store, so a restore keeps it)
+(``ctx.external_watermarks``) and says messages may come out of event-time order
+(``hold_ahead``: several producers or an async step feed the window, or a bound is declared on
+the input or the window), a message ahead of it is held (in the store, so a restore keeps it)
 and goes into its session when the watermark passes it, in event-time order with the other held
-messages: a key whose messages come from several producers, or complete out of order, gets the
-sessions of its messages in event-time order, whatever their speed. Early triggers count a held
+messages: a key whose messages come from several producers, complete out of order, or come out
+of order within the bound, gets the sessions of its messages in event-time order, whatever their
+speed, so a message that bridges two sessions merges them and one within the bound is not late. Early triggers count a held
 message when it is released. Otherwise, with ``t + gap`` past the watermark, it is late: it joins an overlapping closed
 session kept for lateness (whose pane id stays), or starts a closed session of its own when
 ``t + gap + allowed_lateness`` is still ahead of the watermark; else it is dropped and counted.
@@ -81,8 +83,8 @@ class SessionWindowOperator(WindowOperator):
         #: by several producers gets the sessions of its messages in event-time order
         self._held: list[tuple[int, int, Any]] = []
         self._held_seq = 0
-        #: set by the runtime where messages may come out of event-time order for reasons of
-        #: speed (several producers, async steps); otherwise they go in as they come
+        #: set by the runtime where messages may come out of event-time order (several
+        #: producers, async steps, a declared bound); otherwise they go in as they come
         self.hold_ahead = True
 
     # -- pane state --------------------------------------------------------------------------------

@@ -108,9 +108,9 @@ class TaskInstance:
         self.operators: dict[str, Operator] = {}
         self.entries: dict[str, Emit] = {}
         self._build()
-        for op_id, speed in self.clock.speed_ordered.items():
+        for op_id, hold in self.clock.in_time_order.items():
             if hasattr(self.operators[op_id], "hold_ahead"):
-                self.operators[op_id].hold_ahead = speed  # type: ignore[attr-defined]
+                self.operators[op_id].hold_ahead = hold  # type: ignore[attr-defined]
         self._single: dict[str, list[tuple[Any, int]]] = {
             sid: [(self.operators[op], b) for op, b in windows]
             for sid, windows in self.clock.single_declared.items()}

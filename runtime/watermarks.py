@@ -375,6 +375,16 @@ class JobTime:
         producer = next((s for s in self.plan.stages if sid in s.outputs), None)
         return producer is not None and self.fixed_order(producer, sid)
 
+    def bounded(self, op_id: str) -> bool:
+        """Messages may reach window ``op_id`` out of event-time order within a declared bound:
+        its own ``max_out_of_orderness``, or that of an input feeding it."""
+        if self.windows.get(op_id, 0) > 0:
+            return True
+        inputs = self.plan.app.inputs
+        return any(sid in inputs and inputs[sid].max_out_of_orderness_ms > 0
+                   and stream_node(sid) in nx.ancestors(self.plan.graph, op_id)
+                   for sid in self.declared)
+
     def untimed(self, sid: str) -> bool:
         """An intermediate stream no producer can measure the progress of: every input of its
         stage that reaches it declares no event time and its event time cannot be traced, or is
@@ -441,8 +451,10 @@ class TaskClock:
         self.local: dict[str, list[str]] = {}
         #: declared input stream id -> the windows it alone feeds in this task, with their bound
         self.single_declared: dict[str, list[tuple[str, int]]] = {}
-        #: window op id -> whether the order its messages come in may depend on speed
-        self.speed_ordered: dict[str, bool] = {}
+        #: window op id -> whether it takes its messages in event-time order below the
+        #: watermark (a session window holds those ahead of it): the order they come in may
+        #: depend on speed, or they may come out of order within a declared bound
+        self.in_time_order: dict[str, bool] = {}
         #: stream id -> its stage, when that stage has event-time windows
         self.window_stage: dict[str, Stage] = {}
         #: per stage: (windows with their bound, intermediate outputs, channel ssps, reach)
@@ -496,7 +508,7 @@ class TaskClock:
                         and all(op in reach[ssps[0].stream_id] for op, _ in windows):
                     self.single_declared[ssps[0].stream_id] = windows
             for op, _ in windows:
-                self.speed_ordered[op] = not jt.fixed_order(stage, op)
+                self.in_time_order[op] = not jt.fixed_order(stage, op) or jt.bounded(op)
         self.progress: dict[SSP, int] = {}
         self.observed: dict[SSP, dict[str, int]] = {}
         self.producers: dict[SSP, dict[str | None, tuple[int, bool]]] = {}
