@@ -352,22 +352,11 @@ def cmd_dump(args: argparse.Namespace) -> int:
 
 
 def _dump_kafka(args: argparse.Namespace, app: Any) -> int:
-    import asyncio
+    from .dump import kafka_dump_lines
 
-    from .dump import kafka_dump_source
-    from .kafka_io import TopicSnapshot, kafka_streams
-
-    async def read() -> object:
-        streams = await kafka_streams(app, _parse_config(args.config))
-        streams.check(args.stream)
-        return kafka_dump_source(streams, args.stream, await TopicSnapshot.read(streams,
-                                                                                args.stream))
-
-    from .dump import dump_lines
-
-    source = asyncio.run(read())
     out = sys.stdout.buffer
-    for line in dump_lines(source, args.limit, offsets=args.offsets):  # type: ignore[arg-type]
+    for line in kafka_dump_lines(app, _parse_config(args.config), args.stream, args.limit,
+                                 offsets=args.offsets, app_ref=args.app):
         out.write(line + b"\n")
     out.flush()
     return 0

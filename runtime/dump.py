@@ -10,6 +10,10 @@ whatever the stream's size. ``--limit N`` prints the last N messages (partition 
 as a whole dump does) and reads the stream backwards from its end, in chunks, until it has them:
 it costs what N messages cost, not what the stream does.
 
+A job on Kafka dumps the same streams from its topics (``kafka_dump_lines``), a fetch at a
+time, with ``--limit N`` reading only the end of the partitions it needs; a stream whose topic
+does not exist is an error that says how the topic comes to be.
+
 A record that does not decode is not printed; a warning on standard error names its stream,
 partition and offset. ``--offsets`` prints each message with its partition and offset: where
 compaction kept only the latest entry of each key of a changelog, the offsets show which.
@@ -35,7 +39,8 @@ from .locallog import LocalLog
 from .records import is_control
 from .state_codec import state_codec, table_codec
 
-__all__ = ["DumpSource", "dump_sources", "dump_lines", "kafka_dump_source"]
+__all__ = ["DumpSource", "dump_sources", "dump_lines", "kafka_dump_sources",
+           "kafka_dump_lines"]
 
 log = logging.getLogger("samza_dsl.dump")
 
@@ -66,7 +71,7 @@ class DumpSource:
     """A stream of the job in a log: where it is and how its records become printable objects."""
 
     name: str
-    log: LocalLog  # or a runtime.kafka_io.TopicSnapshot, which reads the same way
+    log: LocalLog  # or a runtime.kafka_io.TopicReader, which reads the same way
     physical: str
     decode: Decode
 
@@ -153,11 +158,60 @@ def dump_sources(job: LocalJob) -> dict[str, DumpSource]:
     return out
 
 
-def kafka_dump_source(streams: Any, stream_id: str, snapshot: Any) -> DumpSource:
-    """A stream of a job on Kafka, read into ``snapshot`` (``runtime.kafka_io``)."""
-    codec = streams.codecs[stream_id]
-    quiet = StreamCodec(stream_id, codec.serde, policy="skip")
-    return DumpSource(stream_id, snapshot, streams.physical[stream_id], _stream_decoder(quiet))
+def kafka_dump_sources(streams: Any, reader: Any) -> dict[str, DumpSource]:
+    """Every stream of a job on Kafka that can be dumped, as ``dump_sources`` gives them on the
+    local log: its streams (inputs, outputs, intermediate streams), the stores' changelog topics
+    and ``<job>-dead-letter``, read through ``reader`` (``runtime.kafka_io``)."""
+    out: dict[str, DumpSource] = {}
+    for sid, physical in streams.physical.items():
+        quiet = StreamCodec(sid, streams.codecs[sid].serde, policy="skip")
+        out[sid] = DumpSource(sid, reader, physical, _stream_decoder(quiet))
+    dead = streams.dead_letter
+    out[dead] = DumpSource(dead, reader, dead, _dead_letter_decode)
+    plan = streams.plan
+    for name, topic in streams.changelogs.items():
+        store = plan.stores[name]
+        if store.table is not None:
+            kd = table_codec(store.table.serde.key_serde, "key", name)[1]
+            vd = table_codec(store.table.serde.value_serde, "value", name)[1]
+        else:
+            _, kd, _, vd = state_codec(plan.app.types, f"{store.kind} state {name!r}")
+        out[topic] = DumpSource(topic, reader, topic, _changelog_decoder(topic, kd, vd))
+    return out
+
+
+def kafka_dump_lines(app: Any, config: Any, stream: str, limit: int | None = None, *,
+                     offsets: bool = False, app_ref: str = "APP") -> Iterator[bytes]:
+    """``dump_lines`` of a stream of a job on Kafka (any name ``kafka_dump_sources`` gives).
+    A stream whose topic does not exist is an error naming the topic and how it comes to be;
+    so is an unknown name, listing the job's streams."""
+    import asyncio
+
+    from .kafka_io import TopicReader, kafka_streams
+
+    streams = asyncio.run(kafka_streams(app, config))
+    with TopicReader(streams) as reader:
+        sources = kafka_dump_sources(streams, reader)
+        source = sources.get(stream)
+        if source is None:
+            raise SamzaError(f"{stream!r} is not a stream of job {streams.job_name!r}; its "
+                             f"streams: {', '.join(sorted(sources))}")
+        if reader.partitions(source.physical) is None:
+            raise SamzaError(_missing_topic(streams, stream, source.physical, app_ref))
+        yield from dump_lines(source, limit, offsets=offsets)
+
+
+def _missing_topic(streams: Any, stream: str, topic: str, app_ref: str) -> str:
+    where = f"topic {topic!r} does not exist on the Kafka brokers at {streams.servers}"
+    kind = streams.plan.streams[stream].kind if stream in streams.plan.streams else None
+    if kind == "input":
+        return (f"input {stream!r}: {where}, so there is nothing to dump; `samza-dsl load "
+                f"{app_ref} {stream} FILE.jsonl` creates it ({streams.counts[stream]} "
+                f"partition(s)) and loads it, or create it yourself")
+    what = ("the dead-letter stream" if stream == streams.dead_letter
+            else f"{kind} stream {stream!r}" if kind else f"changelog {stream!r}")
+    return (f"{what}: {where}, so there is nothing to dump; the job creates it when it runs "
+            f"(`samza-dsl run {app_ref}`)")
 
 
 def _partitions(source: DumpSource) -> int:

@@ -2,7 +2,8 @@
 topics: the same commands as on the embedded local log, against the topics.
 
 - ``kafka_streams`` plans the job against the broker (partition counts of existing topics) and
-  gives each stream's topic, partition count and codec, without creating anything;
+  gives each stream's topic, partition count and codec, and the topics of the stores'
+  changelogs and of ``<job>-dead-letter``, without creating anything;
 - ``kafka_load`` appends messages to a topic as ``LocalJob.load`` appends them to the local log:
   a ``KV`` to the partition of its serialized key (murmur2, Kafka's default partitioner), other
   messages round-robin. Every message is encoded before anything is sent (``encode_load``), so
@@ -13,10 +14,9 @@ topics: the same commands as on the embedded local log, against the topics.
   it raises ``PartialLoad``, which says how many messages each partition acknowledged and
   where the others are to load them once more (the tail of the file, or a file of them);
 - ``kafka_held`` counts the records a topic holds (end less start offsets);
-- ``TopicSnapshot`` reads a topic's records once, up to its end as of the call, and offers the
-  part of ``LocalLog``'s reading interface that ``runtime.dump`` uses, so a dump prints the same
-  lines on both systems (control records of any run and records that do not decode are left
-  out, as there).
+- ``TopicReader`` reads topics on demand and offers the part of ``LocalLog``'s reading interface
+  that ``runtime.dump`` uses, so a dump prints the same lines on both systems, a fetch at a
+  time (each bounded by its own timeout), and ``dump --limit N`` reads only the last messages.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import contextlib
 import os
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import AIOKafkaProducer, TopicPartition
@@ -44,13 +44,14 @@ from .kafka_system import (
     KafkaProducer,
     kafka_error,
     new_consumer,
+    offset_bounds,
     stop_client,
     true_end_offsets,
 )
 from .serde_util import default_key_bytes
 
 __all__ = ["KafkaStreams", "kafka_streams", "kafka_load", "encode_load", "produce_load",
-           "EncodedLoad", "PartialLoad", "kafka_held", "TopicSnapshot"]
+           "EncodedLoad", "PartialLoad", "kafka_held", "TopicReader"]
 
 
 @dataclass
@@ -66,6 +67,13 @@ class KafkaStreams:
     counts: dict[str, int]
     codecs: dict[str, StreamCodec]
     existing: dict[str, int | None]
+    #: store name -> the topic of its changelog
+    changelogs: dict[str, str] = field(default_factory=dict)
+    #: the job's dead-letter topic
+    dead_letter: str = ""
+    #: every topic of the job (streams, changelogs, dead letters) -> its partition count on the
+    #: brokers, None where it does not exist
+    topics: dict[str, int | None] = field(default_factory=dict)
 
     def check(self, stream_id: str, what: str = "stream") -> None:
         if stream_id not in self.physical:
@@ -77,6 +85,7 @@ async def kafka_streams(app: Any, config: Mapping[str, Any], timeout: float = 10
                         ) -> KafkaStreams:
     """Plan ``app`` against its Kafka brokers; creates nothing."""
     from .kafka_job import KafkaJob
+    from .local_system import dead_letter_stream
 
     job = KafkaJob(app, config, timeout=timeout)  # checks the systems; no I/O
     declared = {**app._inputs, **app._outputs}
@@ -95,12 +104,17 @@ async def kafka_streams(app: Any, config: Mapping[str, Any], timeout: float = 10
                              types=plan.app.types)
         codecs[sid] = StreamCodec(sid, serde, policy=serde_error_policy(plan.config, sid))
     physical = {sid: s.physical_name for sid, s in plan.streams.items()}
-    existing = dict(found)
-    existing.update(await describe_topics(job.servers, [p for p in physical.values()
-                                                        if p not in found], timeout=timeout))
+    # as KafkaJob names them
+    changelogs = {name: str(store.changelog).partition(".")[2] or str(store.changelog)
+                  for name, store in plan.stores.items() if store.changelog is not None}
+    dead = dead_letter_stream(job.job_name)
+    topics: dict[str, int | None] = dict(found)
+    others = [t for t in [*physical.values(), *changelogs.values(), dead] if t not in topics]
+    topics.update(await describe_topics(job.servers, others, timeout=timeout))
     return KafkaStreams(job.job_name, job.servers, job.consumer_settings, job.producer_settings,
                         plan, physical, {sid: (n if n else widest) for sid, n in counts.items()},
-                        codecs, {sid: existing.get(p) for sid, p in physical.items()})
+                        codecs, {sid: topics.get(p) for sid, p in physical.items()},
+                        changelogs, dead, topics)
 
 
 async def kafka_held(streams: KafkaStreams, stream_ids: Iterable[str], timeout: float = 10.0
@@ -217,6 +231,7 @@ async def produce_load(streams: KafkaStreams, load: EncodedLoad, timeout: float 
         await ensure_topics(streams.servers, [TopicSpec(
             topic, n, configs=retention_configs(streams.plan.config, sid))], timeout=timeout)
         streams.existing[sid] = n
+        streams.topics[topic] = n
     total = len(load.messages)
     if not total:
         return 0
@@ -372,62 +387,107 @@ def _write_rest(msgs: Sequence[Any], rest: list[int], path: str | None, sid: str
     return None, problem
 
 
-class TopicSnapshot:
-    """The records of a job's topics, each read once up to its end (as the call found it)."""
+# -- dump ------------------------------------------------------------------------------------------
 
-    def __init__(self, parts: Mapping[str, list[tuple[list[int], list[Record]]]]) -> None:
-        self._parts = dict(parts)
 
-    @classmethod
-    async def read(cls, streams: KafkaStreams, stream_id: str, timeout: float = 30.0
-                   ) -> TopicSnapshot:
-        topic = streams.physical[stream_id]
-        n = streams.existing.get(stream_id) or 0
-        tps = [TopicPartition(topic, p) for p in range(n)]
-        parts: list[tuple[list[int], list[Record]]] = [([], []) for _ in range(n)]
-        if tps:
-            ends = await true_end_offsets(streams.servers, tps, streams.consumer_settings,
-                                          timeout)
-            consumer = new_consumer(streams.servers, streams.consumer_settings, brief=True)
-            try:
-                async with asyncio.timeout(timeout):
-                    await consumer.start()
-                    consumer.assign(tps)
-                    await consumer.seek_to_beginning(*tps)
-                    todo = {tp for tp in tps if ends[tp] > await consumer.position(tp)}
-                    while todo:
-                        batch = await consumer.getmany(*todo, timeout_ms=200)
-                        for tp, records in batch.items():
-                            offs, recs = parts[tp.partition]
-                            for r in records:
-                                if r.offset >= ends[tp]:
-                                    break
-                                offs.append(r.offset)
-                                recs.append((r.key, r.value, tuple(r.headers) or None))
-                        for tp in list(todo):
-                            if await consumer.position(tp) >= ends[tp]:
-                                todo.discard(tp)
-            except (KafkaError, TimeoutError, OSError) as exc:
-                raise kafka_error(f"reading topic {topic!r}", streams.servers, exc) from exc
-            finally:
-                with contextlib.suppress(Exception):
-                    await consumer.stop()
-        return cls({topic: parts})
+class TopicReader:
+    """Reads a job's topics on demand, for ``runtime.dump``: the reading part of ``LocalLog``'s
+    interface. A partition's end is the offset after its last record as of the first look at
+    its topic (``true_end_offsets``); every fetch waits at most ``fetch_timeout`` seconds for
+    records that the partition holds. It runs an event loop of its own: use it outside one,
+    and ``close()`` it (or use it as a context manager)."""
 
-    # -- what runtime.dump reads ------------------------------------------------------------------
+    def __init__(self, streams: KafkaStreams, fetch_timeout: float = 10.0) -> None:
+        self.streams = streams
+        self.fetch_timeout = fetch_timeout
+        self._loop = asyncio.new_event_loop()
+        self._consumer: Any = None
+        self._bounds: dict[str, dict[int, tuple[int, int]]] = {}
+        self._at: tuple[TopicPartition, int] | None = None  # where the consumer reads on
+
+    def __enter__(self) -> TopicReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._loop.is_closed():
+            return
+        try:
+            if self._consumer is not None:
+                self._loop.run_until_complete(stop_client(self._consumer))
+        finally:
+            self._consumer = None
+            self._loop.close()
+
+    def _run(self, coro: Any, what: str) -> Any:
+        try:
+            return self._loop.run_until_complete(coro)
+        except (KafkaError, TimeoutError, OSError) as exc:
+            raise kafka_error(what, self.streams.servers, exc) from exc
 
     def partitions(self, physical: str) -> int | None:
-        parts = self._parts.get(physical)
-        return None if parts is None else len(parts)
+        return self.streams.topics.get(physical)
+
+    def bounds(self, physical: str, partition: int) -> tuple[int, int]:
+        """(first offset, offset after the last record) of a partition."""
+        b = self._bounds.get(physical)
+        if b is None:
+            tps = [TopicPartition(physical, p) for p in range(self.partitions(physical) or 0)]
+            got = self._run(offset_bounds(self.streams.servers, dict.fromkeys(tps),
+                                          self.streams.consumer_settings, self.fetch_timeout,
+                                          what=f"reading the offsets of topic {physical!r}"),
+                            f"reading the offsets of topic {physical!r}")
+            b = self._bounds[physical] = {tp.partition: v for tp, v in got.items()}
+        return b[partition]
 
     def end_offset(self, physical: str, partition: int) -> int:
-        offs = self._parts[physical][partition][0]
-        return offs[-1] + 1 if offs else 0
+        return self.bounds(physical, partition)[1]
 
     def read_with_offsets(self, physical: str, partition: int, offset: int, max_records: int
                           ) -> tuple[Sequence[int], list[Record]]:
-        from bisect import bisect_left
+        """Up to ``max_records`` records from ``offset`` on (from the partition's start if that
+        is later) below its end, with their offsets."""
+        start, end = self.bounds(physical, partition)
+        offset = max(offset, start)
+        if offset >= end or max_records < 1:
+            return [], []
+        return self._run(self._read(TopicPartition(physical, partition), offset, end,
+                                    max_records),
+                         f"reading topic {physical!r} partition {partition}")
 
-        offs, recs = self._parts[physical][partition]
-        i = bisect_left(offs, offset)
-        return offs[i:i + max_records], recs[i:i + max_records]
+    async def _read(self, tp: TopicPartition, offset: int, end: int, max_records: int
+                    ) -> tuple[list[int], list[Record]]:
+        consumer = self._consumer
+        if consumer is None:
+            consumer = new_consumer(self.streams.servers, self.streams.consumer_settings,
+                                    brief=True)
+            async with asyncio.timeout(self.fetch_timeout):
+                await consumer.start()
+            self._consumer = consumer
+        if self._at is None or self._at[0] != tp:
+            consumer.assign([tp])
+            self._at = None
+        if self._at != (tp, offset):  # else the consumer reads on from there, fetched ahead
+            consumer.seek(tp, offset)
+        self._at = None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.fetch_timeout
+        while True:
+            batch = await consumer.getmany(tp, timeout_ms=200, max_records=max_records)
+            got = [r for r in batch.get(tp, []) if offset <= r.offset < end]
+            if got:
+                self._at = (tp, batch[tp][-1].offset + 1)
+                return ([r.offset for r in got],
+                        [(r.key, r.value, tuple(r.headers) or None) for r in got])
+            position = await consumer.position(tp)
+            if position >= end:  # only control batches (transaction markers) were left
+                self._at = (tp, position)
+                return [], []
+            if loop.time() > deadline:
+                raise SamzaError(
+                    f"topic {tp.topic!r} partition {tp.partition}: no record came from offset "
+                    f"{offset:,} within {self.fetch_timeout:g} s, though the partition ends at "
+                    f"offset {end:,} on Kafka at {self.streams.servers}; check that the broker "
+                    f"is healthy and try again")

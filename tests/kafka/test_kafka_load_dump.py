@@ -1,6 +1,8 @@
-"""``samza-dsl load`` on a job whose streams are topics of the real (tansu) broker: a load is
-checked whole before anything is sent; a load cut off part way says what each partition
-acknowledged and how to load the rest; the job's topics get the streams' retention."""
+"""``samza-dsl load`` and ``dump`` on a job whose streams are topics of the real (tansu) broker:
+a load is checked whole before anything is sent; a load cut off part way says what each
+partition acknowledged and how to load the rest; dump covers every stream of the job (dead
+letters, intermediate streams, changelogs), reads only the tail for ``--limit``, a fetch at a
+time, and refuses a topic that does not exist; the job's topics get the streams' retention."""
 
 from __future__ import annotations
 
@@ -22,14 +24,16 @@ import pytest
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from kafka_helpers import consume_all, free_port, run
+from kafka_helpers import consume_all, free_port, produce_each, run
 from outage_helpers import TcpProxy
 
+from runtime.dump import kafka_dump_lines
 from runtime.kafka_admin import describe_topics
-from runtime.kafka_io import PartialLoad, kafka_load, kafka_streams
+from runtime.kafka_io import PartialLoad, TopicReader, kafka_load, kafka_streams
 from runtime.kafka_system import offset_bounds
 from runtime.loader import load_app
 from runtime.run_inputs import JsonLines
+from samza_dsl.errors import SamzaError
 from samza_dsl.kv import KV
 from samza_dsl.testing.kafka_broker import TansuBroker
 
@@ -319,6 +323,115 @@ def test_a_broker_gone_mid_load_says_what_was_acknowledged_and_how_to_load_the_r
 def _partition(key: str, partitions: int) -> int:
     from operators.hashing import partition_for
     return partition_for(key.encode(), partitions)
+
+
+# -- dump -----------------------------------------------------------------------------------------
+
+
+def test_dump_covers_dead_letters_intermediate_streams_and_changelogs(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    job = Job(tmp_path, kafka_bootstrap)
+    rows = [{"key": f"k{i}", "value": {"g": "abc"[i % 3], "n": i}} for i in range(30)]
+    _write(tmp_path / "in.jsonl", rows)
+    job.ok("load", "app.py:app", "events", "in.jsonl")
+    run(produce_each(kafka_bootstrap, f"events-{job.tag}", [(1, b"bad", b"{not json")]))
+    job.ok("run", "app.py:app", "-q", "-c", "streams.events.samza.serde.error=dead-letter")
+
+    (letter,) = job.dump(f"{job.name}-dead-letter")
+    assert isinstance(letter, dict) and set(letter) == {"source", "error", "key", "value"}
+    assert letter["key"] == "bad" and letter["value"] == "{not json"
+    assert letter["source"].startswith("events/1/") and "decode" in letter["error"]
+
+    middle = job.dump(f"{job.name}-partition_by-by-g")
+    assert sorted((m["key"], m["value"]["n"]) for m in middle) \
+        == sorted((r["value"]["g"], r["value"]["n"]) for r in rows)  # type: ignore[index]
+
+    finals: dict[str, int] = {}
+    for entry in job.dump(f"{job.name}-totals-changelog"):
+        finals[entry["key"]] = entry["value"]
+    assert finals == {"a": 10, "b": 10, "c": 10}
+
+    unknown = job.cli("dump", "app.py:app", "nope")
+    assert unknown.returncode == 2
+    for name in ("events", "counts", f"{job.name}-dead-letter", f"{job.name}-totals-changelog",
+                 f"{job.name}-partition_by-by-g"):
+        assert name in unknown.stderr, unknown.stderr
+
+
+def test_dump_of_a_topic_that_does_not_exist_is_an_error(kafka_bootstrap: str,
+                                                         tmp_path: Path) -> None:
+    job = Job(tmp_path, kafka_bootstrap)
+    missing = job.cli("dump", "app.py:app", "events")
+    assert missing.returncode == 2 and missing.stdout == ""
+    assert len(missing.stderr.strip().splitlines()) == 1, missing.stderr
+    assert f"'events-{job.tag}' does not exist" in missing.stderr
+    assert "samza-dsl load app.py:app events" in missing.stderr, missing.stderr
+    for stream in ("counts", f"{job.name}-dead-letter", f"{job.name}-totals-changelog"):
+        proc = job.cli("dump", "app.py:app", stream)
+        assert proc.returncode == 2 and "samza-dsl run app.py:app" in proc.stderr, proc.stderr
+    topics = [f"events-{job.tag}", f"counts-{job.tag}", f"{job.name}-dead-letter"]
+    assert set(run(describe_topics(kafka_bootstrap, topics)).values()) == {None}  # none made
+
+
+def test_dump_limit_reads_only_the_tail_and_a_whole_dump_reads_a_batch_at_a_time(
+        kafka_bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    job = Job(tmp_path, kafka_bootstrap)
+    total = 30_000
+    rows = [{"key": f"k{i % 50}", "value": {"g": "a", "n": i}} for i in range(total)]
+    _write(tmp_path / "in.jsonl", rows)
+    job.ok("load", "app.py:app", "events", "in.jsonl")
+    app = job.app(monkeypatch)
+
+    reads: list[int] = []
+    original = TopicReader.read_with_offsets
+
+    def counted(self: TopicReader, physical: str, partition: int, offset: int,
+                max_records: int) -> object:
+        got = original(self, physical, partition, offset, max_records)
+        reads.append(len(got[0]))
+        return got
+    monkeypatch.setattr(TopicReader, "read_with_offsets", counted)
+
+    whole = list(kafka_dump_lines(app, {}, "events", offsets=True))
+    assert len(whole) == total and len(reads) > 3 and max(reads) <= 4096
+    reads.clear()
+    last = list(kafka_dump_lines(app, {}, "events", 100, offsets=True))
+    assert last == whole[-100:]
+    assert sum(reads) <= 200, reads  # the tail, not the topic
+    reads.clear()
+    spanning = list(kafka_dump_lines(app, {}, "events", 12_000))  # more than a partition holds
+    assert [json.loads(x) for x in spanning] == [json.loads(x)["message"] for x in whole[-12_000:]]
+    assert sum(reads) < 13_000, sum(reads)
+
+
+def test_a_fetch_that_gets_nothing_fails_within_its_timeout(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    port, behind = free_port(), free_port()
+    proxy = CuttingProxy(port, behind).start()
+    broker = TansuBroker(tmp_path / "tansu.log", port=behind, advertised_port=port)
+    broker.start()
+    try:
+        job = Job(tmp_path, f"127.0.0.1:{port}")
+        _write(tmp_path / "in.jsonl", [{"key": f"k{i}", "value": {"g": "a", "n": i}}
+                                       for i in range(300)])
+        job.ok("load", "app.py:app", "events", "in.jsonl")
+        streams = run(kafka_streams(job.app(monkeypatch), {}))
+        topic = f"events-{job.tag}"
+        with TopicReader(streams, fetch_timeout=2.0) as reader:
+            offsets, _ = reader.read_with_offsets(topic, 0, 0, 10)
+            assert offsets
+            for p in (1, 2):
+                reader.bounds(topic, p)
+            proxy.cut()
+            assert proxy.closed.wait(10)
+            started = time.monotonic()
+            with pytest.raises(SamzaError, match=rf"topic '{topic}' partition 1: no record came "
+                                                 rf"from offset 0 within 2 s"):
+                reader.read_with_offsets(topic, 1, 0, 10)
+            assert time.monotonic() - started < 8
+    finally:
+        broker.stop()
+        proxy.stop()
 
 
 # -- retention ------------------------------------------------------------------------------------
