@@ -37,7 +37,7 @@ def build(out: Path) -> list[str]:
     import pdoc
     import pdoc.render
 
-    pdoc.render.configure(docformat="markdown", footer_text="samza-dsl API reference",
+    pdoc.render.configure(docformat="google", footer_text="samza-dsl API reference",
                           show_source=False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -49,7 +49,35 @@ def user_call_site() -> str:
 class StreamApplication:
     """A stream application: the graph of operators from inputs to outputs.
 
-    Operator ids are ``"{name}-{app_id}-{opcode}-{op name or counter}"``."""
+    Operator ids are ``"{name}-{app_id}-{opcode}-{op name or counter}"``.
+
+    Args:
+        name: The application's name, matching ``[A-Za-z0-9_.-]+``; it starts every operator
+            id and names the job.
+        app_id: The application's instance id, matching ``[A-Za-z0-9_.-]+``; default ``"1"``.
+        config: Samza-style configuration (``task.max.concurrency``, ``systems.<name>.*``,
+            ...); known keys are checked and converted to their types.
+
+    Attributes:
+        name: The application's name.
+        app_id: The application's instance id.
+        config: The checked configuration (a new dict).
+
+    Raises:
+        ValueError: ``name`` or ``app_id`` is not a str matching ``[A-Za-z0-9_.-]+``.
+        ConfigError: ``config`` is not a mapping, has an unknown ``task.``/``job.`` key, or
+            has a value its key does not take (the message names the key).
+
+    Example:
+        >>> app = StreamApplication("page-views", config={"task.max.concurrency": "16"})
+        >>> app, app.config["task.max.concurrency"]
+        (StreamApplication('page-views', app_id='1'), 16)
+        >>> StreamApplication("clicks", config={"task.max.concurency": 4})
+        Traceback (most recent call last):
+        ...
+        samza_dsl.errors.ConfigError: unknown config key 'task.max.concurency' (did you mean
+        'task.max.concurrency'?)...
+    """
 
     def __init__(self, name: str, *, app_id: str = "1", config: Mapping[str, Any] | None = None):
         if not isinstance(name, str) or not _APP_NAME.match(name):
@@ -92,7 +120,31 @@ class StreamApplication:
                             f"descriptor per stream id")
 
     def input(self, descriptor: InputDescriptor) -> MessageStream[Any]:
-        """Register an input stream; a KVSerde input delivers ``KV``."""
+        """Register an input stream; a KVSerde input delivers ``KV``.
+
+        Registering the same descriptor again gives the same stream.
+
+        Args:
+            descriptor: A stream descriptor from ``system.input(...)``.
+
+        Returns:
+            The input's ``MessageStream``: of ``KV(key, value)`` for a ``KVSerde`` input, of
+            values otherwise.
+
+        Raises:
+            TypeError: ``descriptor`` is not an input descriptor.
+            PlanError: The stream id is already an intermediate stream's, or is registered
+                with another serde or descriptor.
+
+        Example:
+            >>> from samza_dsl.systems import MemorySystem
+            >>> from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
+            >>> app, mem = StreamApplication("demo"), MemorySystem()
+            >>> views = mem.input("views", serde=KVSerde(StringSerde(), JsonSerde()))
+            >>> stream = app.input(views)
+            >>> stream.stream_id, app.input(views) is stream
+            ('views', True)
+        """
         if not isinstance(descriptor, InputDescriptor):
             raise TypeError(f"app.input takes a descriptor from system.input(...), got "
                             f"{type(descriptor).__name__}")
@@ -106,7 +158,28 @@ class StreamApplication:
         return stream
 
     def output(self, descriptor: OutputDescriptor) -> OutputStream[Any]:
-        """Register an output stream for ``send_to``."""
+        """Register an output stream for ``send_to``.
+
+        A stream id may be both an input and an output of the job when both descriptors name
+        the same physical stream, as Samza allows.
+
+        Args:
+            descriptor: A stream descriptor from ``system.output(...)``.
+
+        Returns:
+            An ``OutputStream`` to pass to ``send_to`` (or to ``window(..., late_to=...)``).
+
+        Raises:
+            TypeError: ``descriptor`` is not an output descriptor.
+            PlanError: The stream id is already an intermediate stream's, or is registered
+                with another serde or descriptor.
+
+        Example:
+            >>> from samza_dsl.systems import MemorySystem
+            >>> app, mem = StreamApplication("demo"), MemorySystem()
+            >>> app.output(mem.output("counts", partitions=4))
+            OutputStream('counts')
+        """
         if not isinstance(descriptor, OutputDescriptor):
             raise TypeError(f"app.output takes a descriptor from system.output(...), got "
                             f"{type(descriptor).__name__}")
@@ -115,7 +188,31 @@ class StreamApplication:
         return OutputStream(self, descriptor.stream_id)
 
     def table(self, name: str, *, serde: KVSerde, changelog: bool = True) -> Table[Any, Any]:
-        """A local table, one LMDB store per task, backed by a changelog unless ``changelog=False``."""
+        """A local table, one LMDB store per task, backed by a changelog unless ``changelog=False``.
+
+        Registering the same name with the same settings again gives the same table.
+
+        Args:
+            name: The table's name, matching ``[A-Za-z0-9_-]+``: ``ctx.table(name)`` in user
+                functions, and the store's name (``stores.<name>.*`` config).
+            serde: The ``KVSerde`` of the table's keys and values; keys are ordered by their
+                serialized bytes.
+            changelog: Whether the store is backed by a changelog stream (restored from it
+                after a restart).
+
+        Returns:
+            The ``Table``, for ``send_to``, ``join_table`` and ``ctx.table(name)``.
+
+        Raises:
+            PlanError: ``name`` is malformed, or is registered with other settings.
+            TypeError: ``serde`` is not a ``KVSerde``.
+
+        Example:
+            >>> from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
+            >>> app = StreamApplication("demo")
+            >>> app.table("profiles", serde=KVSerde(StringSerde(), JsonSerde()), changelog=False)
+            Table('profiles')
+        """
         if not isinstance(name, str) or not NAME_RE.match(name):
             raise PlanError(f"table name must match [A-Za-z0-9_-]+, got {name!r}")
         if not isinstance(serde, KVSerde):
@@ -169,7 +266,22 @@ class StreamApplication:
     # -- views -----------------------------------------------------------------------------------
 
     def spec(self) -> ApplicationSpec:
-        """An immutable snapshot of the spec graph."""
+        """An immutable snapshot of the spec graph.
+
+        Returns:
+            The ``ApplicationSpec``: the application's inputs, outputs, intermediate streams,
+            tables, operators (in registration order), config and declared types, as the
+            planner and the runners read them. Later changes to the application do not
+            change it.
+
+        Example:
+            >>> from samza_dsl.systems import MemorySystem
+            >>> app, mem = StreamApplication("demo"), MemorySystem()
+            >>> app.input(mem.input("words")).sink(print, name="show")
+            >>> spec = app.spec()
+            >>> list(spec.inputs), [op.op_id for op in spec.operators]
+            (['words'], ['demo-1-sink-show'])
+        """
         return ApplicationSpec(self.name, self.app_id, dict(self.config), dict(self._inputs),
                                dict(self._outputs), dict(self._intermediates), dict(self._tables),
                                tuple(self._ops.values()), dict(self._types))
@@ -181,13 +293,23 @@ class StreamApplication:
         known by ``module.QualName``, or by the name it is given as a keyword (keep that name
         stable: stored state and streams refer to it).
 
-        >>> import msgspec
-        >>> class Click(msgspec.Struct):
-        ...     user: str
-        >>> app = StreamApplication("clicks")
-        >>> app.declare_types(Click)
-        >>> list(app.spec().types)
-        ['samza_dsl.application.Click']
+        Args:
+            *types: Classes, each known by ``module.QualName``.
+            **named: Classes, each known by its keyword.
+
+        Raises:
+            TypeError: A type is not a ``msgspec.Struct``, dataclass or NamedTuple class, or
+                two types of one call have the same name.
+            PlanError: A name is already declared for another type.
+
+        Example:
+            >>> import msgspec
+            >>> class Click(msgspec.Struct):
+            ...     user: str
+            >>> app = StreamApplication("clicks")
+            >>> app.declare_types(Click)
+            >>> list(app.spec().types)
+            ['samza_dsl.application.Click']
         """
         from .safe_serde import declared_names
 
@@ -200,7 +322,32 @@ class StreamApplication:
 
     def plan(self, *, partitions: Mapping[str, int] | None = None,
              config: Mapping[str, Any] | None = None) -> ExecutionPlan:
-        """Validate and plan: stages, intermediate partition counts, generated config."""
+        """Validate and plan: stages, intermediate partition counts, generated config.
+
+        Args:
+            partitions: Stream id -> partition count, for streams whose count the plan cannot
+                look up.
+            config: Configuration on top of the application's own (checked as it is).
+
+        Returns:
+            The ``planner.ExecutionPlan``: the graph, the input, output and intermediate
+            streams with their partition counts, the stages, the tables and the full config
+            (``task.window.ms`` and other generated keys included).
+
+        Raises:
+            PlanError: The graph is invalid; the message names the streams and operators at
+                fault.
+            ConfigError: A configuration key or value is wrong; the message names the key.
+
+        Example:
+            >>> from samza_dsl.systems import MemorySystem
+            >>> app, mem = StreamApplication("demo"), MemorySystem()
+            >>> words = app.input(mem.input("words", partitions=4))
+            >>> words.partition_by(len, name="by-length").sink(print)
+            >>> plan = app.plan()
+            >>> plan.intermediate_streams["demo-1-partition_by-by-length"].partitions
+            4
+        """
         from planner import plan as make_plan
 
         return make_plan(self.spec(), partitions=partitions, config=config)

@@ -62,7 +62,21 @@ def _check_fn(what: str, fn: Any) -> None:
 
 
 class OutputStream(Generic[M]):
-    """An output stream registered with ``app.output``; pass it to ``send_to``."""
+    """An output stream registered with ``app.output``; pass it to ``send_to``.
+
+    Attributes:
+        stream_id: The id of the output stream, as its descriptor gives it.
+
+    Example:
+        >>> from samza_dsl import StreamApplication
+        >>> from samza_dsl.systems import MemorySystem
+        >>> app, mem = StreamApplication("demo"), MemorySystem()
+        >>> out = app.output(mem.output("counts"))
+        >>> out
+        OutputStream('counts')
+        >>> out.descriptor.system.name
+        'memory'
+    """
 
     def __init__(self, app: StreamApplication, stream_id: str) -> None:
         self._app = app
@@ -70,6 +84,7 @@ class OutputStream(Generic[M]):
 
     @property
     def descriptor(self) -> Any:
+        """The ``OutputDescriptor`` this stream was registered with."""
         return self._app._outputs[self.stream_id]
 
     def __repr__(self) -> str:
@@ -78,7 +93,19 @@ class OutputStream(Generic[M]):
 
 class Table(Generic[K, V]):
     """A local table registered with ``app.table``: ``send_to`` it, ``join_table`` it, or use it
-    from user functions as ``ctx.table(name)``."""
+    from user functions as ``ctx.table(name)``.
+
+    Attributes:
+        spec: The table's ``TableSpec`` (id, ``KVSerde``, whether it has a changelog).
+
+    Example:
+        >>> from samza_dsl import StreamApplication
+        >>> from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
+        >>> app = StreamApplication("demo")
+        >>> profiles = app.table("profiles", serde=KVSerde(StringSerde(), JsonSerde()))
+        >>> profiles.table_id, profiles.spec.changelog
+        ('profiles', True)
+    """
 
     def __init__(self, app: StreamApplication, spec: TableSpec) -> None:
         self._app = app
@@ -86,6 +113,7 @@ class Table(Generic[K, V]):
 
     @property
     def table_id(self) -> str:
+        """The table's name, as given to ``app.table`` and to ``ctx.table(name)``."""
         return self.spec.table_id
 
     def __repr__(self) -> str:
@@ -93,7 +121,21 @@ class Table(Generic[K, V]):
 
 
 class MessageStream(Generic[M]):
-    """A stream of messages of type ``M`` inside an application."""
+    """A stream of messages of type ``M`` inside an application.
+
+    Streams come from ``app.input(...)`` and from the operator methods below; each method adds
+    one operator and returns a new stream (or nothing, for a terminal). An operator's ``name``,
+    where one is taken, must match ``[A-Za-z0-9_-]+`` and makes its id
+    ``"{app.name}-{app_id}-{opcode}-{name}"`` (without a name, a counter stands in for it); ids
+    are unique within an application.
+
+    User functions may be plain callables or objects with ``__call__`` or ``apply``, and
+    optionally ``init(ctx: Context)`` and ``close()``.
+
+    Attributes:
+        op_id: The id of the operator this stream comes out of; None for an input or
+            intermediate stream.
+    """
 
     def __init__(self, app: StreamApplication, node: str, *, keyed: bool = False,
                  op_id: str | None = None) -> None:
@@ -119,18 +161,88 @@ class MessageStream(Generic[M]):
     # -- one-to-one and one-to-many ------------------------------------------------------------
 
     def map(self, fn: Callable[[M], OM | None], *, name: str | None = None) -> MessageStream[OM]:
-        """1:1; a ``None`` result is dropped."""
+        """Transform each message 1:1; a ``None`` result is dropped.
+
+        Args:
+            fn: ``fn(m)`` gives the output message, or None to drop ``m``.
+            name: The operator's name in its id (``...-map-<name>``); optional.
+
+        Returns:
+            The stream of ``fn``'s results.
+
+        Raises:
+            TypeError: ``fn`` is not callable.
+            PlanError: ``name`` is malformed, or the operator id is already used.
+
+        Example:
+            >>> from samza_dsl import StreamApplication
+            >>> from samza_dsl.systems import MemorySystem
+            >>> from samza_dsl.testing import TestRunner
+            >>> app, mem = StreamApplication("demo"), MemorySystem()
+            >>> words = mem.input("words")
+            >>> app.input(words).map(str.upper).send_to(app.output(mem.output("out")))
+            >>> TestRunner(app).add_input(words, ["a", "b"]).run().messages("out")
+            ['A', 'B']
+        """
         _check_fn("map", fn)
         return self._then(MapSpec, "map", name, fn=fn)
 
     def filter(self, fn: Callable[[M], bool], *, name: str | None = None) -> MessageStream[M]:
-        """Keep the messages for which ``fn`` is true."""
+        """Keep the messages for which ``fn`` is true.
+
+        Args:
+            fn: ``fn(m)``, true to keep ``m``.
+            name: The operator's name in its id (``...-filter-<name>``); optional.
+
+        Returns:
+            The stream of the kept messages, keyed if this stream is.
+
+        Raises:
+            TypeError: ``fn`` is not callable.
+            PlanError: ``name`` is malformed, or the operator id is already used.
+
+        Example:
+            >>> from samza_dsl import StreamApplication
+            >>> from samza_dsl.systems import MemorySystem
+            >>> from samza_dsl.testing import TestRunner
+            >>> app, mem = StreamApplication("demo"), MemorySystem()
+            >>> nums = mem.input("nums")
+            >>> app.input(nums).filter(lambda n: n % 2).send_to(app.output(mem.output("odd")))
+            >>> TestRunner(app).add_input(nums, [1, 2, 3]).run().messages("odd")
+            [1, 3]
+        """
         _check_fn("filter", fn)
         return self._then(FilterSpec, "filter", name, fn=fn, keyed=self._keyed)
 
     def flat_map(self, fn: Callable[[M], Iterable[OM]], *,
                  name: str | None = None) -> MessageStream[OM]:
-        """``fn(m)`` returns zero or more messages."""
+        """``fn(m)`` returns zero or more messages.
+
+        A str, bytes, mapping or single ``KV`` result is one message, not a collection of
+        them: returning one fails the message with a ``TaskError`` when it runs (return
+        ``[kv]`` for one message).
+
+        Args:
+            fn: ``fn(m) -> Iterable[OM]``, the messages to emit for ``m`` (None: none).
+            name: The operator's name in its id (``...-flat_map-<name>``); optional.
+
+        Returns:
+            The stream of every message ``fn`` returned, in order.
+
+        Raises:
+            TypeError: ``fn`` is not callable.
+            PlanError: ``name`` is malformed, or the operator id is already used.
+
+        Example:
+            >>> from samza_dsl import StreamApplication
+            >>> from samza_dsl.systems import MemorySystem
+            >>> from samza_dsl.testing import TestRunner
+            >>> app, mem = StreamApplication("demo"), MemorySystem()
+            >>> lines = mem.input("lines")
+            >>> app.input(lines).flat_map(str.split).send_to(app.output(mem.output("words")))
+            >>> TestRunner(app).add_input(lines, ["to be", "or"]).run().messages("words")
+            ['to', 'be', 'or']
+        """
         _check_fn("flat_map", fn)
         return self._then(FlatMapSpec, "flat_map", name, fn=fn)
 
@@ -139,7 +251,43 @@ class MessageStream(Generic[M]):
                        key: Callable[[M], Any] | None = None) -> MessageStream[OM]:
         """``async def fn(m) -> Iterable[OM]``. Up to ``task.max.concurrency`` calls are in flight
         per task. ``ordering="key"`` keeps completion order per key (``KV.key``, or ``key(m)``);
-        ``"none"`` lets completions overtake each other."""
+        ``"none"`` lets completions overtake each other.
+
+        As for ``flat_map``, a str, bytes, mapping or single ``KV`` result fails the message
+        with a ``TaskError`` when it runs.
+
+        Args:
+            fn: An ``async def`` returning an iterable of messages (or None for none), an async
+                generator, or a plain function returning an awaitable or an iterable.
+            name: The operator's name in its id (``...-async_flat_map-<name>``); optional.
+            ordering: ``"none"`` (default) or ``"key"``.
+            key: With ``ordering="key"``, ``key(m)`` gives the ordering key instead of the
+                message's ``KV.key``.
+
+        Returns:
+            The stream of every message ``fn`` gave.
+
+        Raises:
+            TypeError: ``fn`` or ``key`` is not callable.
+            ValueError: ``ordering`` is neither ``"none"`` nor ``"key"``, or ``key`` is given
+                without ``ordering="key"``.
+            PlanError: ``name`` is malformed, or the operator id is already used.
+
+        Example:
+            >>> import asyncio
+            >>> from samza_dsl import StreamApplication
+            >>> from samza_dsl.systems import MemorySystem
+            >>> from samza_dsl.testing import TestRunner
+            >>> async def both_cases(word):
+            ...     await asyncio.sleep(0)  # e.g. a call to a remote service
+            ...     return [word, word.upper()]
+            >>> app, mem = StreamApplication("demo"), MemorySystem()
+            >>> words = mem.input("words")
+            >>> app.input(words).async_flat_map(both_cases, ordering="key", key=len).send_to(
+            ...     app.output(mem.output("out")))
+            >>> TestRunner(app).add_input(words, ["a", "b"]).run().messages("out")
+            ['a', 'A', 'b', 'B']
+        """
         _check_fn("async_flat_map", fn)
         if ordering not in ORDERINGS:
             raise ValueError(f"async_flat_map ordering must be one of {ORDERINGS}, got {ordering!r}")
@@ -153,13 +301,63 @@ class MessageStream(Generic[M]):
     # -- combining -------------------------------------------------------------------------------
 
     def merge(self, *others: MessageStream[M], name: str | None = None) -> MessageStream[M]:
-        """The union of this stream and ``others``."""
+        """The union of this stream and ``others``.
+
+        Args:
+            *others: Streams of the same application; merging a stream twice is a no-op.
+            name: The operator's name in its id (``...-merge-<name>``); optional.
+
+        Returns:
+            One stream of the messages of all of them; keyed if every one of them is.
+
+        Raises:
+            TypeError: One of ``others`` is not a ``MessageStream``.
+            PlanError: A stream belongs to another application, ``name`` is malformed, or the
+                operator id is already used.
+
+        Example:
+            >>> from samza_dsl import StreamApplication
+            >>> from samza_dsl.systems import MemorySystem
+            >>> from samza_dsl.testing import TestRunner
+            >>> app, mem = StreamApplication("demo"), MemorySystem()
+            >>> a, b = mem.input("a"), mem.input("b")
+            >>> app.input(a).merge(app.input(b)).send_to(app.output(mem.output("out")))
+            >>> result = TestRunner(app).add_input(a, [1, 2]).add_input(b, [3]).run()
+            >>> sorted(result.messages("out"))
+            [1, 2, 3]
+        """
         return MessageStream.merge_all([self, *others], name=name)
 
     @staticmethod
     def merge_all(streams: Sequence[MessageStream[Any]], *,
                   name: str | None = None) -> MessageStream[Any]:
-        """The union of ``streams``; an empty list raises."""
+        """The union of ``streams``; an empty list raises.
+
+        Args:
+            streams: Streams of one application.
+            name: The operator's name in its id (``...-merge-<name>``); optional.
+
+        Returns:
+            One stream of the messages of all of them; keyed if every one of them is.
+
+        Raises:
+            PlanError: ``streams`` is empty, the streams belong to different applications,
+                ``name`` is malformed, or the operator id is already used.
+            TypeError: An item is not a ``MessageStream``.
+
+        Example:
+            >>> from samza_dsl import StreamApplication
+            >>> from samza_dsl.systems import MemorySystem
+            >>> app, mem = StreamApplication("demo"), MemorySystem()
+            >>> parts = [app.input(mem.input(f"part-{i}")) for i in range(3)]
+            >>> MessageStream.merge_all(parts, name="all").op_id
+            'demo-1-merge-all'
+            >>> MessageStream.merge_all([])
+            Traceback (most recent call last):
+            ...
+            samza_dsl.errors.PlanError: merge_all([]) has nothing to merge: pass at least one
+            MessageStream
+        """
         streams = list(streams)
         if not streams:
             raise PlanError("merge_all([]) has nothing to merge: pass at least one MessageStream")
@@ -179,7 +377,42 @@ class MessageStream(Generic[M]):
                      serde: KVSerde | None = None, name: str) -> MessageStream[KV[K, V]]:
         """Repartition by ``key_fn``: writes ``KV(key_fn(m), value_fn(m))`` to an intermediate
         stream and returns that stream. A None key goes to partition 0; any other key to
-        murmur2(serialized key) % partitions."""
+        murmur2(serialized key) % partitions.
+
+        The operator is terminal for the sub-graph above it; its id is also the intermediate
+        stream's id, and ``job.intermediate.stream.partitions`` (or the planner) sets the
+        stream's partition count.
+
+        Args:
+            key_fn: ``key_fn(m)`` gives the key.
+            value_fn: ``value_fn(m)`` gives the value; without it the value is ``m`` itself.
+            serde: The intermediate stream's serde; by default ``SafeSerde``.
+            name: The operator's name in its id (``...-partition_by-<name>``); required.
+
+        Returns:
+            The intermediate stream, which delivers ``KV(key, value)``.
+
+        Raises:
+            TypeError: ``key_fn`` or ``value_fn`` is not callable, or ``serde`` is not a
+                ``KVSerde``.
+            PlanError: ``name`` is missing or malformed, the operator id is already used, or it
+                clashes with an input or output stream id.
+
+        Example:
+            >>> from samza_dsl import StreamApplication
+            >>> from samza_dsl.systems import MemorySystem
+            >>> from samza_dsl.testing import TestRunner
+            >>> app, mem = StreamApplication("demo"), MemorySystem()
+            >>> clicks = mem.input("clicks")
+            >>> by_user = app.input(clicks).partition_by(lambda m: m["user"], lambda m: m["page"],
+            ...                                          name="by-user")
+            >>> by_user.stream_id
+            'demo-1-partition_by-by-user'
+            >>> by_user.send_to(app.output(mem.output("out")))
+            >>> result = TestRunner(app).add_input(clicks, [{"user": "u1", "page": "home"}]).run()
+            >>> result.messages("out")
+            [KV(key='u1', value='home')]
+        """
         _check_fn("partition_by key_fn", key_fn)
         if value_fn is not None:
             _check_fn("partition_by value_fn", value_fn)
@@ -191,7 +424,32 @@ class MessageStream(Generic[M]):
         return self._app._intermediate(stream.op_id or "", serde, broadcast=False)
 
     def broadcast(self, *, serde: Serde[Any] | None = None, name: str) -> MessageStream[M]:
-        """Write to an intermediate stream of one partition that every task reads."""
+        """Write to an intermediate stream of one partition that every task reads.
+
+        The operator is terminal for the sub-graph above it; its id is also the intermediate
+        stream's id.
+
+        Args:
+            serde: The intermediate stream's serde; by default ``SafeSerde``.
+            name: The operator's name in its id (``...-broadcast-<name>``); required.
+
+        Returns:
+            The broadcast stream, keyed if this stream is.
+
+        Raises:
+            TypeError: ``serde`` is not a ``Serde``.
+            PlanError: ``name`` is missing or malformed, the operator id is already used, or it
+                clashes with an input or output stream id.
+
+        Example:
+            >>> from samza_dsl import StreamApplication
+            >>> from samza_dsl.systems import MemorySystem
+            >>> app, mem = StreamApplication("demo"), MemorySystem()
+            >>> rules = app.input(mem.input("rules")).broadcast(name="rules")
+            >>> rules.sink(print)
+            >>> app.plan().intermediate_streams["demo-1-broadcast-rules"].partitions
+            1
+        """
         if serde is not None and not isinstance(serde, Serde):
             raise TypeError(f"broadcast {name!r}: serde must be a Serde, got {type(serde).__name__}")
         stream = self._then(BroadcastSpec, "broadcast", name, required=True, serde=serde)
@@ -209,7 +467,44 @@ class MessageStream(Generic[M]):
         missed, the watermark, where it came from), as Flink's side output does: to an
         ``OutputStream`` from ``app.output(...)`` (or an output descriptor, which this
         registers), or, given a name, to an intermediate stream of the job that
-        ``late_stream()`` on the returned stream reads."""
+        ``late_stream()`` on the returned stream reads.
+
+        Args:
+            window: A window spec from ``Windows`` (with its triggers, accumulation mode and
+                allowed lateness).
+            name: The operator's name in its id (``...-window-<name>``); required, as the id
+                names the window's state.
+            late_to: Where late messages also go: an ``OutputStream``, an output descriptor, or
+                the name (``[A-Za-z0-9_-]+``) of an intermediate stream
+                ``"{app.name}-{app_id}-late-{late_to}"``; by default they are only counted.
+
+        Returns:
+            The stream of ``WindowPane``s, one per firing of a pane.
+
+        Raises:
+            TypeError: ``window`` is not a ``Window``, or ``late_to`` is of another type.
+            PlanError: ``name`` is missing or malformed, the operator id is already used, the
+                ``late_to`` output belongs to another application, or the ``late_to`` name is
+                malformed or its stream already exists.
+
+        Example:
+            >>> from datetime import timedelta
+            >>> from samza_dsl import StreamApplication, Windows
+            >>> from samza_dsl.systems import MemorySystem
+            >>> from samza_dsl.testing import TestRunner
+            >>> app, mem = StreamApplication("demo"), MemorySystem()
+            >>> clicks = mem.input("clicks")  # (user, event time in seconds)
+            >>> counts = Windows.keyed_tumbling(lambda m: m[0], timedelta(seconds=10),
+            ...                                 init=lambda: 0, fold=lambda m, n: n + 1,
+            ...                                 event_time=lambda m: m[1])
+            >>> panes = app.input(clicks).window(counts, name="counts")
+            >>> panes.map(lambda p: (p.key.key, p.key.pane_id, p.message)).send_to(
+            ...     app.output(mem.output("out")))
+            >>> runner = TestRunner(app).add_input(clicks, [("a", 1.0), ("b", 2.0), ("a", 3.0),
+            ...                                             ("a", 12.0)])
+            >>> sorted(runner.run().messages("out"))
+            [('a', '0', 2), ('a', '10000', 1), ('b', '0', 1)]
+        """
         if not isinstance(window, Window):
             raise TypeError(f"window {name!r} takes a Window from Windows.*, got "
                             f"{type(window).__name__}")
@@ -243,7 +538,24 @@ class MessageStream(Generic[M]):
 
     def late_stream(self) -> MessageStream[Any]:
         """The late messages (``LateMessage``) of the window that returned this stream, from its
-        ``late_to=<name>`` intermediate stream."""
+        ``late_to=<name>`` intermediate stream.
+
+        Returns:
+            The intermediate stream of ``LateMessage``s.
+
+        Raises:
+            PlanError: This stream did not come from ``window(..., late_to="<name>")``.
+
+        Example:
+            >>> from datetime import timedelta
+            >>> from samza_dsl import StreamApplication, Windows
+            >>> from samza_dsl.systems import MemorySystem
+            >>> app, mem = StreamApplication("demo"), MemorySystem()
+            >>> w = Windows.tumbling(timedelta(seconds=10), event_time=lambda m: m["ts"])
+            >>> panes = app.input(mem.input("clicks")).window(w, name="w", late_to="late")
+            >>> panes.late_stream().stream_id
+            'demo-1-late-late'
+        """
         late = getattr(self, "_late", None)
         if late is None:
             raise PlanError(f"{self._node!r} has no late stream: late_stream() reads the "
@@ -254,7 +566,45 @@ class MessageStream(Generic[M]):
              other_key: Callable[[OM], Any], combine: Callable[[M, OM], R],
              ttl: timedelta, name: str) -> MessageStream[R]:
         """Stream-stream join. Each side keeps its latest message per key; a message emits
-        ``combine(left, right)`` when the other side's entry is younger than ``ttl``."""
+        ``combine(left, right)`` when the other side's entry is younger than ``ttl``.
+
+        Args:
+            other: The right side, another stream of the same application.
+            key: ``key(m)`` gives a left message's join key.
+            other_key: ``other_key(m)`` gives a right message's join key.
+            combine: ``combine(left, right)`` gives the output; a None result is dropped.
+            ttl: How long (processing time) a message stays joinable: a ``timedelta`` (a
+                number is taken as seconds).
+            name: The operator's name in its id (``...-join-<name>``); required, as the id
+                names the join's state.
+
+        Returns:
+            The stream of ``combine``'s results.
+
+        Raises:
+            TypeError: ``other`` is not a ``MessageStream``, ``key``, ``other_key`` or
+                ``combine`` is not callable, or ``ttl`` is neither a ``timedelta`` nor a
+                number.
+            ValueError: ``ttl`` is not positive and finite, or is under 1 ms.
+            PlanError: ``other`` belongs to another application or is this stream, ``name``
+                is missing or malformed, or the operator id is already used.
+
+        Example:
+            >>> from datetime import timedelta
+            >>> from samza_dsl import StreamApplication
+            >>> from samza_dsl.systems import MemorySystem
+            >>> from samza_dsl.testing import TestRunner
+            >>> app, mem = StreamApplication("demo"), MemorySystem()
+            >>> views, clicks = mem.input("views"), mem.input("clicks")
+            >>> app.input(views).join(app.input(clicks), key=lambda v: v[0],
+            ...                       other_key=lambda c: c[0],
+            ...                       combine=lambda v, c: (v[0], v[1], c[1]),
+            ...                       ttl=timedelta(minutes=5), name="view-click").send_to(
+            ...     app.output(mem.output("out")))
+            >>> runner = TestRunner(app).add_input(views, [("u1", "home")])
+            >>> runner.add_input(clicks, [("u1", "buy"), ("u2", "buy")]).run().messages("out")
+            [('u1', 'home', 'buy')]
+        """
         if not isinstance(other, MessageStream):
             raise TypeError(f"join {name!r}: other must be a MessageStream, got {type(other).__name__}")
         if other._app is not self._app:
@@ -273,7 +623,43 @@ class MessageStream(Generic[M]):
                    key: Callable[[M], K] | None = None,
                    name: str | None = None) -> MessageStream[R]:
         """Stream-table join on ``key(m)`` (default: the message's ``KV.key``). ``combine(m, None)``
-        is called on a miss; a None result is dropped."""
+        is called on a miss; a None result is dropped.
+
+        Args:
+            table: A table from ``app.table`` of the same application.
+            combine: ``combine(m, record)`` gives the output, where ``record`` is
+                ``KV(key, value)`` on a hit and None on a miss (so ``combine`` chooses an inner
+                or a left join).
+            key: ``key(m)`` gives the lookup key; without it, the message's ``KV.key``.
+            name: The operator's name in its id (``...-join_table-<name>``); optional.
+
+        Returns:
+            The stream of ``combine``'s results.
+
+        Raises:
+            TypeError: ``table`` is not a ``Table``, or ``combine`` or ``key`` is not callable.
+            PlanError: ``table`` belongs to another application, ``name`` is malformed, or the
+                operator id is already used.
+
+        Example:
+            >>> from samza_dsl import KV, StreamApplication
+            >>> from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
+            >>> from samza_dsl.systems import MemorySystem
+            >>> from samza_dsl.testing import TestRunner
+            >>> app, mem = StreamApplication("demo"), MemorySystem()
+            >>> profiles = app.table("profiles", serde=KVSerde(StringSerde(), JsonSerde()))
+            >>> events = app.input(mem.input("events"))
+            >>> events.filter(lambda e: e[0] == "profile").map(lambda e: KV(e[1], e[2])).send_to(
+            ...     profiles)
+            >>> clicks = events.filter(lambda e: e[0] == "click")
+            >>> clicks.join_table(profiles, key=lambda e: e[1],
+            ...                   combine=lambda e, r: (e[2], r.value if r else None)).send_to(
+            ...     app.output(mem.output("out")))
+            >>> runner = TestRunner(app).add_input("events", [
+            ...     ("profile", "u1", "Ada"), ("click", "u1", "buy"), ("click", "u2", "buy")])
+            >>> runner.run().messages("out")
+            [('buy', 'Ada'), ('buy', None)]
+        """
         if not isinstance(table, Table):
             raise TypeError(f"join_table takes a Table from app.table(), got {type(table).__name__}")
         if table._app is not self._app:
@@ -288,7 +674,30 @@ class MessageStream(Generic[M]):
 
     def send_to(self, target: OutputStream[Any] | Table[Any, Any]) -> None:
         """Send to an output stream (a KV goes as key/value) or into a table (``KV(k, None)``
-        deletes ``k``)."""
+        deletes ``k``).
+
+        A terminal: the operator's id ends in a counter (``...-send_to-<n>``).
+
+        Args:
+            target: An ``OutputStream`` from ``app.output`` or a ``Table`` from ``app.table``,
+                of the same application. A table takes ``KV`` messages only (anything else
+                fails the message with a ``TaskError`` when it runs).
+
+        Raises:
+            TypeError: ``target`` is neither an ``OutputStream`` nor a ``Table``.
+            PlanError: ``target`` belongs to another application.
+
+        Example:
+            >>> from samza_dsl import KV, StreamApplication
+            >>> from samza_dsl.systems import MemorySystem
+            >>> from samza_dsl.testing import TestRunner
+            >>> app, mem = StreamApplication("demo"), MemorySystem()
+            >>> words = mem.input("words")
+            >>> app.input(words).map(lambda w: KV(w, len(w))).send_to(
+            ...     app.output(mem.output("lengths")))
+            >>> TestRunner(app).add_input(words, ["hi"]).run().messages("lengths")
+            [KV(key='hi', value=2)]
+        """
         if isinstance(target, OutputStream):
             if target._app is not self._app:
                 raise PlanError(f"send_to: output {target.stream_id!r} belongs to another application")
@@ -302,7 +711,27 @@ class MessageStream(Generic[M]):
                             f"app.table(), got {type(target).__name__}")
 
     def sink(self, fn: Callable[[M], Any | Awaitable[Any]], *, name: str | None = None) -> None:
-        """Terminal: ``fn(m)``, sync or async."""
+        """Terminal: ``fn(m)``, sync or async.
+
+        Args:
+            fn: ``fn(m)`` for each message; its result is ignored (an awaitable is awaited).
+            name: The operator's name in its id (``...-sink-<name>``); optional.
+
+        Raises:
+            TypeError: ``fn`` is not callable.
+            PlanError: ``name`` is malformed, or the operator id is already used.
+
+        Example:
+            >>> from samza_dsl import StreamApplication
+            >>> from samza_dsl.systems import MemorySystem
+            >>> from samza_dsl.testing import TestRunner
+            >>> app, mem = StreamApplication("demo"), MemorySystem()
+            >>> words, seen = mem.input("words"), []
+            >>> app.input(words).sink(seen.append, name="collect")
+            >>> _ = TestRunner(app).add_input(words, ["a", "b"]).run()
+            >>> seen
+            ['a', 'b']
+        """
         _check_fn("sink", fn)
         self._then(SinkSpec, "sink", name, fn=fn)
 
