@@ -32,20 +32,63 @@ __all__ = ["Serde", "JsonSerde", "MsgpackSerde", "StringSerde", "BytesSerde", "K
 
 
 class Serde(Generic[T]):
-    """Base of all serdes. Two serdes are equal when they have the same class and settings."""
+    """Base of all serdes. Two serdes are equal when they have the same class and settings.
+
+    A serde of one's own subclasses ``Serde`` and overrides ``serialize`` and ``deserialize``
+    (and ``_settings``, if it has settings that make two instances differ).
+
+    Example:
+        >>> class UpperSerde(Serde[str]):
+        ...     def serialize(self, obj: str) -> bytes:
+        ...         return obj.upper().encode()
+        ...     def deserialize(self, data: bytes) -> str:
+        ...         return data.decode()
+        >>> UpperSerde().deserialize(UpperSerde().serialize("hi")), UpperSerde() == UpperSerde()
+        ('HI', True)
+    """
 
     name = "serde"
 
     def serialize(self, obj: T) -> bytes:
+        """Encode a message.
+
+        Args:
+            obj: The message.
+
+        Returns:
+            Its bytes.
+
+        Raises:
+            SerdeError: The message cannot be encoded by this serde.
+            NotImplementedError: A subclass does not override it.
+        """
         raise NotImplementedError(f"{type(self).__name__}.serialize must be overridden")
 
     def deserialize(self, data: bytes) -> T:
+        """Decode a message.
+
+        Args:
+            data: The bytes, as ``serialize`` wrote them.
+
+        Returns:
+            The message.
+
+        Raises:
+            SerdeError: The bytes cannot be decoded by this serde (``SerdeError.data`` holds
+                them).
+            NotImplementedError: A subclass does not override it.
+        """
         raise NotImplementedError(f"{type(self).__name__}.deserialize must be overridden")
 
     def _settings(self) -> tuple[Any, ...]:
         return ()
 
     def describe(self) -> str:
+        """The serde as text, as plans and error messages show it.
+
+        Returns:
+            The class name and settings, e.g. ``"KVSerde(StringSerde(), JsonSerde())"``.
+        """
         settings = ", ".join(_describe(s) for s in self._settings())
         return f"{type(self).__name__}({settings})"
 
@@ -69,7 +112,11 @@ def _describe(setting: Any) -> str:
 
 class _MsgspecSerde(Serde[T]):
     """Shared by JSON and MessagePack: an optional ``type`` (a Struct, dataclass, dict[str, int]...)
-    makes decoding validate and build that type."""
+    makes decoding validate and build that type.
+
+    Args:
+        type: What messages decode to; by default any value of the format.
+    """
 
     _format = ""
 
@@ -84,6 +131,18 @@ class _MsgspecSerde(Serde[T]):
         return () if self.type is Any else (self.type,)
 
     def serialize(self, obj: T) -> bytes:
+        """Encode a message.
+
+        Args:
+            obj: The message: a value msgspec can encode (dict, list, str, numbers, a Struct,
+                a dataclass...).
+
+        Returns:
+            Its bytes.
+
+        Raises:
+            SerdeError: msgspec cannot encode it.
+        """
         try:
             return self._encoder.encode(obj)
         except (TypeError, msgspec.EncodeError, OverflowError) as exc:
@@ -91,6 +150,17 @@ class _MsgspecSerde(Serde[T]):
                              f"Give the stream a serde that fits the message") from exc
 
     def deserialize(self, data: bytes) -> T:
+        """Decode a message, validated into ``type`` if one was given.
+
+        Args:
+            data: The bytes.
+
+        Returns:
+            The message.
+
+        Raises:
+            SerdeError: The bytes are not of the format, or do not fit ``type``.
+        """
         try:
             return self._decoder.decode(data)
         except (msgspec.DecodeError, msgspec.ValidationError, TypeError) as exc:
@@ -108,8 +178,20 @@ class _MsgspecSerde(Serde[T]):
 class JsonSerde(_MsgspecSerde[T]):
     """JSON through msgspec; ``type`` optionally validates into a Struct.
 
-    >>> JsonSerde().deserialize(JsonSerde().serialize({"a": [1, 2]}))
-    {'a': [1, 2]}
+    A tuple comes back as a list, and a ``KV`` as a list of key and value.
+
+    Args:
+        type: What messages decode to (a ``msgspec.Struct``, dataclass, ``dict[str, int]``...);
+            by default any JSON value.
+
+    Example:
+        >>> JsonSerde().deserialize(JsonSerde().serialize({"a": [1, 2]}))
+        {'a': [1, 2]}
+        >>> import msgspec
+        >>> class View(msgspec.Struct):
+        ...     page: str
+        >>> JsonSerde(View).deserialize(b'{"page": "home"}')
+        View(page='home')
     """
 
     _format = "json"
@@ -120,7 +202,17 @@ class JsonSerde(_MsgspecSerde[T]):
 
 
 class MsgpackSerde(_MsgspecSerde[T]):
-    """MessagePack through msgspec."""
+    """MessagePack through msgspec.
+
+    Args:
+        type: What messages decode to (a ``msgspec.Struct``, dataclass, ``dict[str, int]``...);
+            by default any MessagePack value.
+
+    Example:
+        >>> serde = MsgpackSerde()
+        >>> serde.deserialize(serde.serialize({"n": 1, "tags": ["a"]}))
+        {'n': 1, 'tags': ['a']}
+    """
 
     _format = "msgpack"
     name = "msgpack"
@@ -130,7 +222,15 @@ class MsgpackSerde(_MsgspecSerde[T]):
 
 
 class StringSerde(Serde[str]):
-    """Text in an encoding (UTF-8 by default)."""
+    """Text in an encoding (UTF-8 by default).
+
+    Args:
+        encoding: A Python codec name.
+
+    Example:
+        >>> StringSerde().serialize("héllo"), StringSerde("latin-1").serialize("héllo")
+        (b'h\\xc3\\xa9llo', b'h\\xe9llo')
+    """
 
     name = "string"
 
@@ -141,12 +241,34 @@ class StringSerde(Serde[str]):
         return () if self.encoding == "utf-8" else (self.encoding,)
 
     def serialize(self, obj: str) -> bytes:
+        """Encode a str.
+
+        Args:
+            obj: The text.
+
+        Returns:
+            Its bytes in the serde's encoding.
+
+        Raises:
+            SerdeError: ``obj`` is not a str.
+        """
         if not isinstance(obj, str):
             raise SerdeError(f"{self.describe()} cannot encode {type(obj).__name__} {obj!r}: "
                              f"expected str. Map the message to a str first or use JsonSerde")
         return obj.encode(self.encoding)
 
     def deserialize(self, data: bytes) -> str:
+        """Decode text.
+
+        Args:
+            data: The bytes.
+
+        Returns:
+            The text.
+
+        Raises:
+            SerdeError: The bytes are not valid in the serde's encoding.
+        """
         try:
             return bytes(data).decode(self.encoding)
         except UnicodeDecodeError as exc:
@@ -154,16 +276,40 @@ class StringSerde(Serde[str]):
 
 
 class BytesSerde(Serde[bytes]):
-    """Raw bytes, unchanged."""
+    """Raw bytes, unchanged.
+
+    Example:
+        >>> BytesSerde().serialize(bytearray(b"raw"))
+        b'raw'
+    """
 
     name = "bytes"
 
     def serialize(self, obj: bytes) -> bytes:
+        """The bytes as they are.
+
+        Args:
+            obj: ``bytes``, ``bytearray`` or ``memoryview``.
+
+        Returns:
+            ``obj`` as ``bytes``.
+
+        Raises:
+            SerdeError: ``obj`` is not bytes-like.
+        """
         if not isinstance(obj, bytes | bytearray | memoryview):
             raise SerdeError(f"BytesSerde() cannot encode {type(obj).__name__}: expected bytes")
         return bytes(obj)
 
     def deserialize(self, data: bytes) -> bytes:
+        """The bytes as they are.
+
+        Args:
+            data: The bytes.
+
+        Returns:
+            ``data`` as ``bytes``.
+        """
         return bytes(data)
 
 
@@ -172,13 +318,25 @@ class PickleSerde(Serde[Any]):
     a stream or store with this serde can run code in the job. It is never a default; name it
     only for streams no one else can write to, and prefer ``SafeSerde``.
 
-    >>> PickleSerde().deserialize(PickleSerde().serialize(("a", 1)))
-    ('a', 1)
+    Example:
+        >>> PickleSerde().deserialize(PickleSerde().serialize(("a", 1)))
+        ('a', 1)
     """
 
     name = "pickle"
 
     def serialize(self, obj: Any) -> bytes:
+        """Pickle a message.
+
+        Args:
+            obj: Any picklable object.
+
+        Returns:
+            Its pickle (highest protocol).
+
+        Raises:
+            SerdeError: ``obj`` cannot be pickled.
+        """
         try:
             return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:
@@ -186,6 +344,17 @@ class PickleSerde(Serde[Any]):
                              f"stream a serde that fits the message") from exc
 
     def deserialize(self, data: bytes) -> Any:
+        """Unpickle a message; this runs whatever code the bytes name.
+
+        Args:
+            data: A pickle.
+
+        Returns:
+            The object.
+
+        Raises:
+            SerdeError: The bytes cannot be unpickled.
+        """
         try:
             return pickle.loads(data)
         except Exception as exc:
@@ -193,19 +362,55 @@ class PickleSerde(Serde[Any]):
 
 
 class NoOpSerde(Serde[Any]):
-    """Passes objects through unserialized: for in-memory streams only."""
+    """Passes objects through unserialized: for in-memory streams only.
+
+    The serde of a stream descriptor given none (``StreamDescriptor.effective_serde``).
+    """
 
     name = "noop"
 
     def serialize(self, obj: Any) -> Any:
+        """``obj`` itself.
+
+        Args:
+            obj: The message.
+
+        Returns:
+            ``obj``, unchanged.
+        """
         return obj
 
     def deserialize(self, data: Any) -> Any:
+        """``data`` itself.
+
+        Args:
+            data: The message.
+
+        Returns:
+            ``data``, unchanged.
+        """
         return data
 
 
 class KVSerde(Serde[KV[Any, Any]]):
-    """A key serde and a value serde; a stream with a KVSerde delivers ``KV``."""
+    """A key serde and a value serde; a stream with a KVSerde delivers ``KV``.
+
+    Args:
+        key_serde: The serde of keys.
+        value_serde: The serde of values.
+
+    Attributes:
+        key_serde: The serde of keys.
+        value_serde: The serde of values.
+
+    Raises:
+        TypeError: ``key_serde`` or ``value_serde`` is not a ``Serde``.
+
+    Example:
+        >>> serde = KVSerde(StringSerde(), JsonSerde())
+        >>> serde.to_bytes(KV("u1", None))
+        (b'u1', None)
+    """
 
     name = "kv"
 
@@ -220,20 +425,58 @@ class KVSerde(Serde[KV[Any, Any]]):
         return (self.key_serde, self.value_serde)
 
     def to_bytes(self, kv: KV[Any, Any]) -> tuple[bytes | None, bytes | None]:
-        """Serialize a KV into (key bytes, value bytes); a None key or value stays None."""
+        """Serialize a KV into (key bytes, value bytes); a None key or value stays None.
+
+        Args:
+            kv: The ``KV``.
+
+        Returns:
+            ``(key bytes or None, value bytes or None)``.
+
+        Raises:
+            SerdeError: The key or value serde cannot encode its part.
+        """
         key = None if kv.key is None else self.key_serde.serialize(kv.key)
         value = None if kv.value is None else self.value_serde.serialize(kv.value)
         return key, value
 
     def from_bytes(self, key: bytes | None, value: bytes | None) -> KV[Any, Any]:
+        """Deserialize key bytes and value bytes into a KV; a None part stays None.
+
+        Args:
+            key: The key's bytes, or None.
+            value: The value's bytes, or None.
+
+        Returns:
+            ``KV(key, value)``.
+
+        Raises:
+            SerdeError: The key or value serde cannot decode its part.
+        """
         k = None if key is None else self.key_serde.deserialize(key)
         v = None if value is None else self.value_serde.deserialize(value)
         return KV(k, v)
 
     def serialize(self, obj: KV[Any, Any]) -> bytes:
+        """Not supported: a KVSerde writes a key and a value apart, with ``to_bytes``.
+
+        Args:
+            obj: A ``KV``.
+
+        Raises:
+            SerdeError: Always.
+        """
         raise SerdeError("KVSerde serializes a key and a value separately: use to_bytes(kv)")
 
     def deserialize(self, data: bytes) -> KV[Any, Any]:
+        """Not supported: a KVSerde reads a key and a value apart, with ``from_bytes``.
+
+        Args:
+            data: Bytes.
+
+        Raises:
+            SerdeError: Always.
+        """
         raise SerdeError("KVSerde deserializes a key and a value separately: use from_bytes()")
 
 
@@ -247,19 +490,28 @@ class SafeSerde(Serde[Any]):
     intermediate streams and of window and join state, with the types of
     ``app.declare_types(...)``.
 
-    >>> import msgspec
-    >>> class Point(msgspec.Struct, frozen=True):
-    ...     x: int
-    ...     y: int
-    >>> serde = SafeSerde(types=[Point])
-    >>> serde.deserialize(serde.serialize((KV("a", Point(1, 2)), [b"raw", None], {3: 4.5})))
-    (KV(key='a', value=Point(x=1, y=2)), [b'raw', None], {3: 4.5})
-    >>> SafeSerde().serialize(Point(1, 2))
-    Traceback (most recent call last):
-    ...
-    samza_dsl.errors.SerdeError: SafeSerde() cannot write a value of type Point
-    (samza_dsl.serdes.Point): declare the type (app.declare_types(Point) or
-    SafeSerde(types=[Point])) or declare a serde ...
+    Args:
+        types: The declared types: classes (each known by ``module.QualName``), or a mapping
+            of name to class.
+
+    Raises:
+        TypeError: A type is not a ``msgspec.Struct``, dataclass or NamedTuple class, or two
+            types have the same name.
+
+    Example:
+        >>> import msgspec
+        >>> class Point(msgspec.Struct, frozen=True):
+        ...     x: int
+        ...     y: int
+        >>> serde = SafeSerde(types=[Point])
+        >>> serde.deserialize(serde.serialize((KV("a", Point(1, 2)), [b"raw", None], {3: 4.5})))
+        (KV(key='a', value=Point(x=1, y=2)), [b'raw', None], {3: 4.5})
+        >>> SafeSerde().serialize(Point(1, 2))
+        Traceback (most recent call last):
+        ...
+        samza_dsl.errors.SerdeError: SafeSerde() cannot write a value of type Point
+        (samza_dsl.serdes.Point): declare the type (app.declare_types(Point) or
+        SafeSerde(types=[Point])) or declare a serde ...
     """
 
     name = "safe"
@@ -280,12 +532,36 @@ class SafeSerde(Serde[Any]):
         return ({name: cls.__name__ for name, cls in self.types.items()},)
 
     def serialize(self, obj: Any) -> bytes:
+        """Encode a value.
+
+        Args:
+            obj: A value of the supported types, nested as deep as it goes.
+
+        Returns:
+            Its MessagePack bytes.
+
+        Raises:
+            SerdeError: ``obj`` holds a value of another type, or of an undeclared type; the
+                message names it and how to declare it.
+        """
         try:
             return self._encode(obj)
         except Exception as exc:
             raise self._codec.encode_error(self.describe(), obj) from exc
 
     def deserialize(self, data: bytes) -> Any:
+        """Decode a value; builds only the supported and declared types, never runs code.
+
+        Args:
+            data: Bytes ``serialize`` wrote.
+
+        Returns:
+            The value, with its types.
+
+        Raises:
+            SerdeError: The bytes were not written by this serde, or name a type that is not
+                declared.
+        """
         try:
             return self._decode(data)
         except Exception as exc:

@@ -45,7 +45,18 @@ def _optional_ms(value: timedelta | None, what: str) -> int:
 
 @dataclass(frozen=True)
 class SystemDescriptor:
-    """A named system and its settings. ``factory`` says which runtime system serves it."""
+    """A named system and its settings. ``factory`` says which runtime system serves it.
+
+    Make one with ``KafkaSystem``, ``LocalSystem`` or ``MemorySystem``.
+
+    Attributes:
+        name: The system's name, matching ``[A-Za-z0-9_-]+`` (``systems.<name>.*`` config).
+        factory: ``"kafka"``, ``"local"`` or ``"memory"``.
+        settings: The system's properties, as sorted ``(key, value)`` pairs.
+
+    Raises:
+        ValueError: ``name`` does not match ``[A-Za-z0-9_-]+``.
+    """
 
     name: str
     factory: str
@@ -57,6 +68,7 @@ class SystemDescriptor:
 
     @property
     def config(self) -> dict[str, Any]:
+        """The system's properties as a dict (key without the ``systems.<name>.`` prefix)."""
         return dict(self.settings)
 
     def input(self, stream_id: str, *, serde: Serde[Any] | None = None,
@@ -69,7 +81,40 @@ class SystemDescriptor:
         partition's watermark is then the largest event time processed so far (in handout order,
         over the completed prefix) less ``max_out_of_orderness``. ``idle_timeout``: a partition
         that has had no data for that long stops holding back the watermark until data comes
-        again (SEMANTICS.md rule 8; docs/semantics.md)."""
+        again (SEMANTICS.md rule 8; docs/semantics.md).
+
+        Args:
+            stream_id: The stream's id in the application, matching ``[A-Za-z0-9._-]+``.
+            serde: How messages are decoded; a ``KVSerde`` makes the stream deliver
+                ``KV(key, value)``. By default messages pass as they are (in-memory streams).
+            physical_name: The topic or log name; by default ``stream_id``.
+            partitions: The partition count, where the system cannot tell it at run time.
+            offset_default: Where to start without a checkpoint: ``"oldest"`` (default) or
+                ``"upcoming"``.
+            event_time: ``event_time(message)`` gives a message's event time in seconds.
+            max_out_of_orderness: With ``event_time``, how far behind the largest event time
+                seen a later message of a partition may be.
+            idle_timeout: How long a partition may have no data before it stops holding back
+                the watermark.
+
+        Returns:
+            The ``InputDescriptor``, for ``app.input``.
+
+        Raises:
+            ValueError: ``stream_id`` is malformed, ``partitions`` is not an int of at least
+                1, ``offset_default`` is unknown, a duration is not positive, or
+                ``max_out_of_orderness`` is given without ``event_time``.
+            TypeError: ``serde`` is not a ``Serde``, ``event_time`` is not callable, or a
+                duration is neither a ``timedelta`` nor a number.
+
+        Example:
+            >>> from datetime import timedelta
+            >>> local = LocalSystem()
+            >>> d = local.input("clicks", partitions=2, event_time=lambda m: m["ts"],
+            ...                 max_out_of_orderness=timedelta(seconds=5))
+            >>> d.physical_name, d.partitions, d.max_out_of_orderness_ms
+            ('clicks', 2, 5000)
+        """
         return InputDescriptor(
             self, stream_id, serde, physical_name or stream_id, partitions, offset_default,
             event_time, _optional_ms(max_out_of_orderness, f"input {stream_id!r} max_out_of_orderness"),
@@ -77,10 +122,43 @@ class SystemDescriptor:
 
     def output(self, stream_id: str, *, serde: Serde[Any] | None = None,
                physical_name: str | None = None, partitions: int | None = None) -> OutputDescriptor:
+        """An output stream.
+
+        Args:
+            stream_id: The stream's id in the application, matching ``[A-Za-z0-9._-]+``.
+            serde: How messages are encoded; with a ``KVSerde``, a ``KV`` is written as key and
+                value. By default messages pass as they are (in-memory streams).
+            physical_name: The topic or log name; by default ``stream_id``.
+            partitions: The partition count, where the system cannot tell it at run time.
+
+        Returns:
+            The ``OutputDescriptor``, for ``app.output``.
+
+        Raises:
+            ValueError: ``stream_id`` is malformed, or ``partitions`` is not an int of at
+                least 1.
+            TypeError: ``serde`` is not a ``Serde``.
+
+        Example:
+            >>> from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
+            >>> kafka = KafkaSystem("kafka", bootstrap_servers="127.0.0.1:9092")
+            >>> d = kafka.output("counts", serde=KVSerde(StringSerde(), JsonSerde()),
+            ...                  physical_name="page-view-counts")
+            >>> d.stream_id, d.physical_name, d.keyed
+            ('counts', 'page-view-counts', True)
+        """
         return OutputDescriptor(self, stream_id, serde, physical_name or stream_id, partitions)
 
     def to_config(self) -> dict[str, Any]:
-        """Samza-style ``systems.<name>.*`` config."""
+        """Samza-style ``systems.<name>.*`` config.
+
+        Returns:
+            The system's factory and properties under ``systems.<name>.``.
+
+        Example:
+            >>> LocalSystem("log", path="/tmp/log").to_config()
+            {'systems.log.samza.factory': 'local', 'systems.log.path': '/tmp/log'}
+        """
         out: dict[str, Any] = {f"systems.{self.name}.samza.factory": self.factory}
         for key, value in self.settings:
             out[f"systems.{self.name}.{key}"] = value
@@ -91,7 +169,28 @@ def KafkaSystem(name: str, *, bootstrap_servers: str | list[str],  # noqa: N802 
                 consumer: Mapping[str, Any] | None = None,
                 producer: Mapping[str, Any] | None = None,
                 **settings: Any) -> SystemDescriptor:
-    """A Kafka system. ``consumer``/``producer`` settings are passed to aiokafka as they are."""
+    """A Kafka system. ``consumer``/``producer`` settings are passed to aiokafka as they are.
+
+    Args:
+        name: The system's name, matching ``[A-Za-z0-9_-]+``.
+        bootstrap_servers: ``"host:port"`` or a comma-separated list of them, or a list.
+        consumer: aiokafka consumer settings (``systems.<name>.consumer.<key>``).
+        producer: aiokafka producer settings (``systems.<name>.producer.<key>``).
+        **settings: Other system properties (``systems.<name>.<key>``).
+
+    Returns:
+        The system descriptor; its ``input()`` and ``output()`` describe topics.
+
+    Raises:
+        ValueError: ``bootstrap_servers`` is empty or not a str (or list of them), or
+            ``name`` is malformed.
+
+    Example:
+        >>> kafka = KafkaSystem("kafka", bootstrap_servers=["k1:9092", "k2:9092"],
+        ...                     consumer={"fetch_max_wait_ms": 100})
+        >>> kafka.config
+        {'bootstrap.servers': 'k1:9092,k2:9092', 'consumer.fetch_max_wait_ms': 100}
+    """
     if isinstance(bootstrap_servers, list | tuple):
         bootstrap_servers = ",".join(bootstrap_servers)
     if not isinstance(bootstrap_servers, str) or not bootstrap_servers.strip():
@@ -107,17 +206,61 @@ def KafkaSystem(name: str, *, bootstrap_servers: str | list[str],  # noqa: N802 
 
 
 def LocalSystem(name: str = "local", path: str | None = None) -> SystemDescriptor:  # noqa: N802
-    """The embedded default: an LMDB-backed partitioned log in ``path`` (default: the job dir)."""
+    """The embedded default: an LMDB-backed partitioned log in ``path`` (default: the job dir).
+
+    Args:
+        name: The system's name, matching ``[A-Za-z0-9_-]+``; default ``"local"``.
+        path: The log's directory; by default the job dir.
+
+    Returns:
+        The system descriptor.
+
+    Raises:
+        ValueError: ``name`` is malformed.
+
+    Example:
+        >>> LocalSystem().input("events").system.factory
+        'local'
+    """
     return SystemDescriptor(name, "local", (("path", path),) if path else ())
 
 
 def MemorySystem(name: str = "memory") -> SystemDescriptor:  # noqa: N802
-    """In-memory streams, for tests and examples."""
+    """In-memory streams, for tests and examples.
+
+    Args:
+        name: The system's name, matching ``[A-Za-z0-9_-]+``; default ``"memory"``.
+
+    Returns:
+        The system descriptor.
+
+    Raises:
+        ValueError: ``name`` is malformed.
+
+    Example:
+        >>> mem = MemorySystem()
+        >>> mem.input("words").stream_id, mem.output("counts").keyed
+        ('words', False)
+    """
     return SystemDescriptor(name, "memory")
 
 
 @dataclass(frozen=True)
 class StreamDescriptor:
+    """A stream of a system: what ``system.input()`` and ``system.output()`` share.
+
+    Attributes:
+        system: The ``SystemDescriptor`` the stream lives in.
+        stream_id: The stream's id in the application.
+        serde: The stream's serde, or None (messages pass as they are).
+        physical_name: The topic or log name.
+        partitions: The partition count, or None where the system tells it at run time.
+
+    Raises:
+        ValueError: ``stream_id`` is malformed, or ``partitions`` is not an int of at least 1.
+        TypeError: ``serde`` is not a ``Serde``.
+    """
+
     system: SystemDescriptor
     stream_id: str
     serde: Serde[Any] | None
@@ -139,11 +282,24 @@ class StreamDescriptor:
 
     @property
     def effective_serde(self) -> Serde[Any]:
+        """The stream's serde, or a ``NoOpSerde`` when it has none."""
         return self.serde if self.serde is not None else NoOpSerde()
 
 
 @dataclass(frozen=True)
 class InputDescriptor(StreamDescriptor):
+    """An input stream, from ``system.input()``; pass it to ``app.input``.
+
+    Attributes:
+        offset_default: Where to start without a checkpoint: ``"oldest"`` or ``"upcoming"``.
+        event_time: ``event_time(message)`` gives an event time in seconds, or None.
+
+    Raises:
+        ValueError: ``offset_default`` is unknown, or an out-of-orderness bound is given
+            without ``event_time``.
+        TypeError: ``event_time`` is not callable.
+    """
+
     offset_default: str = "oldest"
     event_time: Callable[[Any], float] | None = field(default=None)
     #: how far behind the largest event time seen a later message of a partition may be
@@ -166,4 +322,6 @@ class InputDescriptor(StreamDescriptor):
 
 @dataclass(frozen=True)
 class OutputDescriptor(StreamDescriptor):
+    """An output stream, from ``system.output()``; pass it to ``app.output``."""
+
     pass

@@ -27,14 +27,29 @@ __all__ = ["Windows", "Window", "Triggers", "Trigger", "CountTrigger", "TimeSinc
 
 
 class AccumulationMode(enum.Enum):
-    """ACCUMULATING keeps a pane's state across firings; DISCARDING clears it after each firing."""
+    """ACCUMULATING keeps a pane's state across firings; DISCARDING clears it after each firing.
+
+    Set it with ``Window.accumulation``; ACCUMULATING is the default.
+
+    Example:
+        >>> from datetime import timedelta
+        >>> w = Windows.tumbling(timedelta(seconds=10)).accumulation(AccumulationMode.DISCARDING)
+        >>> w.mode.value
+        'discarding'
+    """
 
     ACCUMULATING = "accumulating"
     DISCARDING = "discarding"
 
 
 class FiringType(enum.Enum):
-    """Why a pane was emitted."""
+    """Why a pane was emitted.
+
+    Attributes:
+        EARLY: The window's early trigger fired before the pane closed.
+        DEFAULT: The pane closed (its end passed, or the input ended).
+        LATE: The window's late trigger fired for late messages within the allowed lateness.
+    """
 
     EARLY = "early"
     DEFAULT = "default"
@@ -43,7 +58,16 @@ class FiringType(enum.Enum):
 
 class WindowKey(msgspec.Struct, frozen=True, gc=False):
     """A pane's key: the window key (None for global windows) and the pane id (window start in ms,
-    as a string, as in Samza)."""
+    as a string, as in Samza).
+
+    Attributes:
+        key: The window key, ``key_fn(m)``; None for ``Windows.tumbling``.
+        pane_id: The pane's start in ms, as a string (for a session, the session's start).
+
+    Example:
+        >>> WindowKey("user-1", "10000")
+        WindowKey(key='user-1', pane_id='10000')
+    """
 
     key: Any
     pane_id: str
@@ -51,7 +75,21 @@ class WindowKey(msgspec.Struct, frozen=True, gc=False):
 
 class WindowPane(msgspec.Struct, frozen=True, gc=False):
     """A result of a window: its key, its value (the fold result, or the list of messages), why it
-    fired and the accumulation mode."""
+    fired and the accumulation mode.
+
+    Attributes:
+        key: The pane's ``WindowKey``.
+        message: The pane's value: the fold result with ``init``/``fold``, else the list of its
+            messages.
+        firing: Why it was emitted, a ``FiringType``.
+        mode: The window's ``AccumulationMode``.
+
+    Example:
+        >>> pane = WindowPane(WindowKey("u1", "0"), 3, FiringType.DEFAULT,
+        ...                   AccumulationMode.ACCUMULATING)
+        >>> pane.key.key, pane.message, pane.firing.name
+        ('u1', 3, 'DEFAULT')
+    """
 
     key: WindowKey
     message: Any
@@ -60,7 +98,27 @@ class WindowPane(msgspec.Struct, frozen=True, gc=False):
 
 
 def to_ms(value: timedelta | float | int, what: str) -> int:
-    """A duration in whole milliseconds (a number is taken as seconds); must be positive."""
+    """A duration in whole milliseconds (a number is taken as seconds); must be positive.
+
+    Args:
+        value: A ``timedelta``, or a number of seconds.
+        what: What the duration is, for error messages (e.g. ``"Windows.tumbling size"``).
+
+    Returns:
+        The duration in ms, rounded to a whole number.
+
+    Raises:
+        TypeError: ``value`` is neither a ``timedelta`` nor a number.
+        ValueError: ``value`` is not positive and finite, or is under 1 ms once rounded.
+
+    Example:
+        >>> to_ms(timedelta(seconds=1.5), "gap"), to_ms(2, "size")
+        (1500, 2000)
+        >>> to_ms(timedelta(0), "size")
+        Traceback (most recent call last):
+        ...
+        ValueError: size must be positive and finite, got datetime.timedelta(0)
+    """
     if isinstance(value, timedelta):
         ms = value.total_seconds() * 1000.0
     elif isinstance(value, int | float) and not isinstance(value, bool):
@@ -79,18 +137,34 @@ def to_ms(value: timedelta | float | int, what: str) -> int:
 
 @dataclass(frozen=True)
 class Trigger:
-    """Base of trigger specs."""
+    """Base of trigger specs. Make them with ``Triggers``; the window operator runs them."""
 
     def durations_ms(self) -> list[int]:
-        """The time durations this trigger waits on (they set ``task.window.ms``)."""
+        """The time durations this trigger waits on (they set ``task.window.ms``).
+
+        Returns:
+            The durations in ms, one per time trigger inside (none for a count trigger).
+        """
         return []
 
     def describe(self) -> str:
+        """A short description, as plans show it.
+
+        Returns:
+            The trigger as text, e.g. ``"repeat(count(2))"``.
+        """
         return type(self).__name__
 
 
 @dataclass(frozen=True)
 class CountTrigger(Trigger):
+    """Fires on a pane's ``count``-th message (since it started or last fired); from
+    ``Triggers.count``.
+
+    Attributes:
+        count: The number of messages, at least 1.
+    """
+
     count: int
 
     def __post_init__(self) -> None:
@@ -103,6 +177,13 @@ class CountTrigger(Trigger):
 
 @dataclass(frozen=True)
 class TimeSinceFirstMessageTrigger(Trigger):
+    """Fires at the first window tick at least ``duration_ms`` (processing time) after the
+    pane's first message; from ``Triggers.time_since_first_message``.
+
+    Attributes:
+        duration_ms: The duration in ms.
+    """
+
     duration_ms: int
 
     def durations_ms(self) -> list[int]:
@@ -114,6 +195,13 @@ class TimeSinceFirstMessageTrigger(Trigger):
 
 @dataclass(frozen=True)
 class TimeSinceLastMessageTrigger(Trigger):
+    """Fires at the first window tick at least ``duration_ms`` (processing time) after the
+    pane's last message; from ``Triggers.time_since_last_message``.
+
+    Attributes:
+        duration_ms: The duration in ms.
+    """
+
     duration_ms: int
 
     def durations_ms(self) -> list[int]:
@@ -125,6 +213,13 @@ class TimeSinceLastMessageTrigger(Trigger):
 
 @dataclass(frozen=True)
 class AnyTrigger(Trigger):
+    """Fires when the first of its triggers fires (and cancels the others); from
+    ``Triggers.any``.
+
+    Attributes:
+        triggers: The triggers, at least one.
+    """
+
     triggers: tuple[Trigger, ...]
 
     def __post_init__(self) -> None:
@@ -143,6 +238,13 @@ class AnyTrigger(Trigger):
 
 @dataclass(frozen=True)
 class RepeatTrigger(Trigger):
+    """Starts ``trigger`` afresh after each of its firings, so that it fires again; from
+    ``Triggers.repeat``.
+
+    Attributes:
+        trigger: The repeated trigger (not itself a ``RepeatTrigger``).
+    """
+
     trigger: Trigger
 
     def __post_init__(self) -> None:
@@ -159,26 +261,114 @@ class RepeatTrigger(Trigger):
 
 
 class Triggers:
-    """Factories for trigger specs, as Samza's ``Triggers``."""
+    """Factories for trigger specs, as Samza's ``Triggers``.
+
+    A window's early trigger (``Window.early_trigger``) and late trigger
+    (``Window.late_trigger``) are made of these. A trigger that is not a top-level ``repeat``
+    fires once per pane. Time triggers count processing time, also in event-time windows, and
+    fire at window ticks (``task.window.ms``, which the planner derives from their durations).
+    """
 
     @staticmethod
     def count(n: int) -> CountTrigger:
+        """Fire on the ``n``-th message of a pane.
+
+        Args:
+            n: The number of messages, an int of at least 1.
+
+        Returns:
+            The trigger spec.
+
+        Raises:
+            ValueError: ``n`` is not an int of at least 1.
+
+        Example:
+            >>> Triggers.count(100).describe()
+            'count(100)'
+        """
         return CountTrigger(n)
 
     @staticmethod
     def time_since_first_message(duration: timedelta) -> TimeSinceFirstMessageTrigger:
+        """Fire ``duration`` after a pane's first message (processing time, at the first window
+        tick from then on).
+
+        Args:
+            duration: A ``timedelta`` (a number is taken as seconds).
+
+        Returns:
+            The trigger spec.
+
+        Raises:
+            TypeError: ``duration`` is neither a ``timedelta`` nor a number.
+            ValueError: ``duration`` is not positive and finite, or is under 1 ms.
+
+        Example:
+            >>> Triggers.time_since_first_message(timedelta(seconds=5)).describe()
+            'time_since_first_message(5000ms)'
+        """
         return TimeSinceFirstMessageTrigger(to_ms(duration, "Triggers.time_since_first_message duration"))
 
     @staticmethod
     def time_since_last_message(duration: timedelta) -> TimeSinceLastMessageTrigger:
+        """Fire once a pane has had no message for ``duration`` (processing time, at the first
+        window tick from then on).
+
+        Args:
+            duration: A ``timedelta`` (a number is taken as seconds).
+
+        Returns:
+            The trigger spec.
+
+        Raises:
+            TypeError: ``duration`` is neither a ``timedelta`` nor a number.
+            ValueError: ``duration`` is not positive and finite, or is under 1 ms.
+
+        Example:
+            >>> Triggers.time_since_last_message(timedelta(milliseconds=250)).durations_ms()
+            [250]
+        """
         return TimeSinceLastMessageTrigger(to_ms(duration, "Triggers.time_since_last_message duration"))
 
     @staticmethod
     def any(*triggers: Trigger) -> AnyTrigger:
+        """Fire when the first of ``triggers`` fires; the others are then cancelled.
+
+        Args:
+            *triggers: At least one trigger.
+
+        Returns:
+            The trigger spec.
+
+        Raises:
+            ValueError: No trigger is given.
+            TypeError: An argument is not a ``Trigger``.
+
+        Example:
+            >>> Triggers.any(Triggers.count(10),
+            ...              Triggers.time_since_first_message(timedelta(seconds=1))).describe()
+            'any(count(10), time_since_first_message(1000ms))'
+        """
         return AnyTrigger(tuple(triggers))
 
     @staticmethod
     def repeat(trigger: Trigger) -> RepeatTrigger:
+        """Fire every time ``trigger`` fires: it starts afresh after each firing.
+
+        Args:
+            trigger: The trigger to repeat.
+
+        Returns:
+            The trigger spec.
+
+        Raises:
+            TypeError: ``trigger`` is not a ``Trigger``.
+            ValueError: ``trigger`` is already a ``repeat``.
+
+        Example:
+            >>> Triggers.repeat(Triggers.count(2)).describe()
+            'repeat(count(2))'
+        """
         return RepeatTrigger(trigger)
 
 
@@ -189,7 +379,37 @@ WINDOW_KINDS = ("tumbling", "keyed_tumbling", "keyed_session")
 
 @dataclass(frozen=True)
 class Window(Generic[M, WV]):
-    """An immutable window spec. Each builder method returns a new Window."""
+    """An immutable window spec. Each builder method returns a new Window.
+
+    Make one with ``Windows``; pass it to ``MessageStream.window``.
+
+    Attributes:
+        kind: ``"tumbling"``, ``"keyed_tumbling"`` or ``"keyed_session"``.
+        size_ms: The tumbling size, or the session gap, in ms.
+        key_fn: ``key_fn(m)`` gives a message's window key (None for ``"tumbling"``).
+        init: ``init()`` gives a pane's initial value (None: panes collect lists).
+        fold: ``fold(m, value)`` gives a pane's next value (None: panes collect lists).
+        event_time: ``event_time(m)`` gives a message's event time in seconds (None:
+            processing time).
+        early: The early trigger, or None.
+        late: The late trigger, or None.
+        mode: The ``AccumulationMode``.
+        allowed_lateness_ms: How long after its end a closed pane still takes late messages
+            (event time, with a late trigger).
+
+    Raises:
+        ValueError: ``kind`` is unknown, only one of ``init`` and ``fold`` is given, or an
+            out-of-orderness bound is given without ``event_time``.
+        TypeError: ``init``, ``fold`` or ``event_time`` is not callable, or a keyed window
+            has no callable ``key_fn``.
+
+    Example:
+        >>> w = Windows.keyed_session(lambda m: m["user"], timedelta(minutes=30))
+        >>> w = w.early_trigger(Triggers.repeat(Triggers.count(100)))
+        >>> w.describe()
+        {'kind': 'keyed_session', 'gap_ms': 1800000, 'time': 'processing',
+         'mode': 'accumulating', 'early_trigger': 'repeat(count(100))'}
+    """
 
     kind: str
     size_ms: int  # the tumbling size, or the session gap
@@ -223,28 +443,109 @@ class Window(Generic[M, WV]):
 
     @property
     def keyed(self) -> bool:
+        """Whether panes are per key (every kind but ``"tumbling"``)."""
         return self.kind != "tumbling"
 
     @property
     def is_session(self) -> bool:
+        """Whether this is a session window (``"keyed_session"``)."""
         return self.kind == "keyed_session"
 
     def early_trigger(self, trigger: Trigger) -> Window[M, WV]:
+        """Emit panes before they close, when ``trigger`` fires (``FiringType.EARLY``).
+
+        The trigger starts on a pane's first message; without ``Triggers.repeat`` it fires once
+        per pane.
+
+        Args:
+            trigger: A trigger spec from ``Triggers``.
+
+        Returns:
+            A new Window with that early trigger.
+
+        Raises:
+            TypeError: ``trigger`` is not a ``Trigger``.
+
+        Example:
+            >>> w = Windows.tumbling(timedelta(minutes=1))
+            >>> w.early_trigger(Triggers.repeat(Triggers.count(2))).early.describe()
+            'repeat(count(2))'
+        """
         if not isinstance(trigger, Trigger):
             raise TypeError(f"early_trigger takes a Trigger, got {type(trigger).__name__}")
         return replace(self, early=trigger)
 
     def late_trigger(self, trigger: Trigger) -> Window[M, WV]:
+        """Emit closed panes again for late messages, when ``trigger`` fires
+        (``FiringType.LATE``).
+
+        It applies to event-time windows with ``allowed_lateness``: a late message within the
+        allowed lateness is folded into its closed pane, whose late trigger starts on its first
+        late message (``count(1)`` fires once per pane, ``repeat(count(1))`` once per late
+        message).
+
+        Args:
+            trigger: A trigger spec from ``Triggers``.
+
+        Returns:
+            A new Window with that late trigger.
+
+        Raises:
+            TypeError: ``trigger`` is not a ``Trigger``.
+
+        Example:
+            >>> w = Windows.tumbling(timedelta(minutes=1), event_time=lambda m: m["ts"])
+            >>> w = w.allowed_lateness(timedelta(minutes=5)).late_trigger(Triggers.count(1))
+            >>> w.allowed_lateness_ms, w.late.describe()
+            (300000, 'count(1)')
+        """
         if not isinstance(trigger, Trigger):
             raise TypeError(f"late_trigger takes a Trigger, got {type(trigger).__name__}")
         return replace(self, late=trigger)
 
     def accumulation(self, mode: AccumulationMode) -> Window[M, WV]:
+        """Whether a pane keeps its state across firings (default ACCUMULATING) or clears it
+        after each firing (DISCARDING).
+
+        Args:
+            mode: An ``AccumulationMode``.
+
+        Returns:
+            A new Window with that mode.
+
+        Raises:
+            TypeError: ``mode`` is not an ``AccumulationMode``.
+
+        Example:
+            >>> w = Windows.tumbling(timedelta(minutes=1))
+            >>> w.accumulation(AccumulationMode.DISCARDING).mode
+            <AccumulationMode.DISCARDING: 'discarding'>
+        """
         if not isinstance(mode, AccumulationMode):
             raise TypeError(f"accumulation takes an AccumulationMode, got {mode!r}")
         return replace(self, mode=mode)
 
     def allowed_lateness(self, lateness: timedelta) -> Window[M, WV]:
+        """Keep closed panes for late messages for ``lateness`` after their end (event time
+        only); with a ``late_trigger``, such messages are folded in and emitted as LATE panes.
+
+        Args:
+            lateness: A ``timedelta`` (a number is taken as seconds); ``timedelta(0)`` keeps
+                none.
+
+        Returns:
+            A new Window with that allowed lateness.
+
+        Raises:
+            ValueError: The window has no ``event_time``, or ``lateness`` is negative, not
+                finite, or under 1 ms.
+            TypeError: ``lateness`` is neither a ``timedelta`` nor a number.
+
+        Example:
+            >>> w = Windows.tumbling(timedelta(minutes=1), event_time=lambda m: m["ts"])
+            >>> w.allowed_lateness(timedelta(seconds=30)).allowed_lateness_ms
+            30000
+        """
         if self.event_time is None:
             raise ValueError("allowed_lateness applies to event-time windows only: give the window "
                              "event_time=fn(message) -> seconds")
@@ -254,7 +555,16 @@ class Window(Generic[M, WV]):
 
     def durations_ms(self) -> list[int]:
         """Trigger durations that set ``task.window.ms``: the window size (processing time only,
-        where the pane closes on a timer) and every time trigger."""
+        where the pane closes on a timer) and every time trigger.
+
+        Returns:
+            The durations in ms; the planner sets ``task.window.ms`` to their GCD.
+
+        Example:
+            >>> early = Triggers.time_since_first_message(timedelta(seconds=4))
+            >>> Windows.tumbling(timedelta(seconds=10)).early_trigger(early).durations_ms()
+            [10000, 4000]
+        """
         out: list[int] = []
         if self.event_time is None:
             out.append(self.size_ms)
@@ -264,6 +574,17 @@ class Window(Generic[M, WV]):
         return out
 
     def describe(self) -> dict[str, Any]:
+        """The window's settings, as plans show them.
+
+        Returns:
+            A dict with ``kind``, ``size_ms`` (``gap_ms`` for a session), ``time``
+            (``"event"`` or ``"processing"``) and ``mode``, and the triggers, allowed lateness
+            and out-of-orderness bound where set.
+
+        Example:
+            >>> Windows.tumbling(timedelta(seconds=10), event_time=lambda m: m[1]).describe()
+            {'kind': 'tumbling', 'size_ms': 10000, 'time': 'event', 'mode': 'accumulating'}
+        """
         what = "gap_ms" if self.is_session else "size_ms"
         out: dict[str, Any] = {"kind": self.kind, what: self.size_ms,
                                "time": "event" if self.event_time else "processing",
@@ -290,13 +611,56 @@ def _bounded(window: Window[Any, Any], bound: timedelta | None) -> Window[Any, A
 
 
 class Windows:
-    """Factories for window specs, as Samza's ``Windows``."""
+    """Factories for window specs, as Samza's ``Windows``.
+
+    Every factory takes the same optional arguments:
+
+    - ``init`` and ``fold`` (both or neither): a pane's value starts as ``init()`` and each
+      message makes it ``fold(m, value)``; without them a pane's value is the list of its
+      messages.
+    - ``event_time``: ``event_time(m)`` gives a message's event time in seconds (rounded to
+      whole ms). Without it windows run on processing time, as in Samza; with it they run on
+      event time and close on the task's watermark, so replaying the same input gives the same
+      panes.
+    - ``max_out_of_orderness`` (event time only): how far behind the largest event time seen
+      a message may come without being late; the window's watermark is the task's less this.
+
+    Sizes and gaps are ``timedelta`` (a number is taken as seconds).
+    """
 
     @staticmethod
     def tumbling(size: timedelta, *, init: Callable[[], Any] | None = None,
                  fold: Callable[[Any, Any], Any] | None = None,
                  event_time: Callable[[Any], float] | None = None,
                  max_out_of_orderness: timedelta | None = None) -> Window[Any, Any]:
+        """A tumbling window over the whole stream (per task): fixed, non-overlapping panes of
+        ``size``, with no key (``WindowKey.key`` is None).
+
+        Args:
+            size: The pane length.
+            init: ``init()`` gives a pane's initial value; goes with ``fold``.
+            fold: ``fold(m, value)`` gives the pane's next value; goes with ``init``.
+            event_time: ``event_time(m)`` gives a message's event time in seconds; without it
+                the window runs on processing time.
+            max_out_of_orderness: With ``event_time``, how far out of order messages may
+                come without being late.
+
+        Returns:
+            The window spec.
+
+        Raises:
+            TypeError: A duration is neither a ``timedelta`` nor a number, or a function is
+                not callable.
+            ValueError: A duration is not positive (or under 1 ms), only one of ``init`` and
+                ``fold`` is given, or ``max_out_of_orderness`` is given without
+                ``event_time``.
+
+        Example:
+            >>> w = Windows.tumbling(timedelta(seconds=10), init=lambda: 0,
+            ...                      fold=lambda m, total: total + m)
+            >>> w.kind, w.size_ms, w.keyed
+            ('tumbling', 10000, False)
+        """
         return _bounded(Window("tumbling", to_ms(size, "Windows.tumbling size"), None, init, fold,
                                event_time), max_out_of_orderness)
 
@@ -306,6 +670,36 @@ class Windows:
                        fold: Callable[[Any, Any], Any] | None = None,
                        event_time: Callable[[Any], float] | None = None,
                        max_out_of_orderness: timedelta | None = None) -> Window[Any, Any]:
+        """A tumbling window per key: fixed, non-overlapping panes of ``size`` for each
+        ``key_fn(m)``.
+
+        Args:
+            key_fn: ``key_fn(m)`` gives a message's window key.
+            size: The pane length.
+            init: ``init()`` gives a pane's initial value; goes with ``fold``.
+            fold: ``fold(m, value)`` gives the pane's next value; goes with ``init``.
+            event_time: ``event_time(m)`` gives a message's event time in seconds; without it
+                the window runs on processing time.
+            max_out_of_orderness: With ``event_time``, how far out of order messages may
+                come without being late.
+
+        Returns:
+            The window spec.
+
+        Raises:
+            TypeError: A duration is neither a ``timedelta`` nor a number, or a function is
+                not callable.
+            ValueError: A duration is not positive (or under 1 ms), only one of ``init`` and
+                ``fold`` is given, or ``max_out_of_orderness`` is given without
+                ``event_time``.
+
+        Example:
+            >>> w = Windows.keyed_tumbling(lambda m: m["user"], timedelta(minutes=1),
+            ...                            event_time=lambda m: m["ts"],
+            ...                            max_out_of_orderness=timedelta(seconds=5))
+            >>> w.kind, w.size_ms, w.max_out_of_orderness_ms
+            ('keyed_tumbling', 60000, 5000)
+        """
         return _bounded(Window("keyed_tumbling", to_ms(size, "Windows.keyed_tumbling size"), key_fn,
                                init, fold, event_time), max_out_of_orderness)
 
@@ -315,5 +709,33 @@ class Windows:
                       fold: Callable[[Any, Any], Any] | None = None,
                       event_time: Callable[[Any], float] | None = None,
                       max_out_of_orderness: timedelta | None = None) -> Window[Any, Any]:
+        """A session window per key: a pane starts at a key's first message and closes once
+        ``gap`` has passed since its last one. The pane id is the session's start.
+
+        Args:
+            key_fn: ``key_fn(m)`` gives a message's window key.
+            gap: The inactivity gap that ends a session.
+            init: ``init()`` gives a pane's initial value; goes with ``fold``.
+            fold: ``fold(m, value)`` gives the pane's next value; goes with ``init``.
+            event_time: ``event_time(m)`` gives a message's event time in seconds; without it
+                the window runs on processing time.
+            max_out_of_orderness: With ``event_time``, how far out of order messages may
+                come without being late.
+
+        Returns:
+            The window spec.
+
+        Raises:
+            TypeError: A duration is neither a ``timedelta`` nor a number, or a function is
+                not callable.
+            ValueError: A duration is not positive (or under 1 ms), only one of ``init`` and
+                ``fold`` is given, or ``max_out_of_orderness`` is given without
+                ``event_time``.
+
+        Example:
+            >>> w = Windows.keyed_session(lambda m: m["user"], timedelta(minutes=30))
+            >>> w.kind, w.size_ms, w.is_session
+            ('keyed_session', 1800000, True)
+        """
         return _bounded(Window("keyed_session", to_ms(gap, "Windows.keyed_session gap"), key_fn,
                                init, fold, event_time), max_out_of_orderness)
