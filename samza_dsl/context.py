@@ -12,31 +12,160 @@ __all__ = ["Context", "ReadWriteTable", "Metrics"]
 
 @runtime_checkable
 class ReadWriteTable(Protocol):
-    """A task's local table: a sorted key-value store ordered by serialized key bytes."""
+    """A task's local table: a sorted key-value store ordered by serialized key bytes.
 
-    def get(self, key: Any) -> Any: ...
-    def put(self, key: Any, value: Any) -> None: ...
-    def delete(self, key: Any) -> None: ...
-    def get_all(self, keys: Iterable[Any]) -> dict[Any, Any]: ...
-    def put_all(self, entries: Iterable[KV[Any, Any]]) -> None: ...
-    def range(self, start: Any, end: Any) -> Iterator[KV[Any, Any]]: ...
-    def all(self) -> Iterator[KV[Any, Any]]: ...
+    ``ctx.table(name)`` gives it for a table registered with ``app.table(name, ...)``. Keys and
+    values are those of the table's ``KVSerde``.
+
+    Example:
+        >>> from samza_dsl import KV, StreamApplication
+        >>> from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
+        >>> from samza_dsl.systems import MemorySystem
+        >>> from samza_dsl.testing import TestRunner
+        >>> class Count:
+        ...     def init(self, ctx):
+        ...         self.seen = ctx.table("seen")
+        ...     def __call__(self, word):
+        ...         n = (self.seen.get(word) or 0) + 1
+        ...         self.seen.put(word, n)
+        ...         return KV(word, n)
+        >>> app, mem = StreamApplication("demo"), MemorySystem()
+        >>> _ = app.table("seen", serde=KVSerde(StringSerde(), JsonSerde()))
+        >>> words = mem.input("words")
+        >>> app.input(words).map(Count()).send_to(app.output(mem.output("counts")))
+        >>> [kv.value for kv in TestRunner(app).add_input(words, ["a", "b", "a"]).run()
+        ...  .messages("counts")]
+        [1, 1, 2]
+    """
+
+    def get(self, key: Any) -> Any:
+        """The value of ``key``.
+
+        Args:
+            key: The key.
+
+        Returns:
+            Its value, or None if the table has none.
+        """
+        ...
+
+    def put(self, key: Any, value: Any) -> None:
+        """Set the value of ``key``.
+
+        Args:
+            key: The key.
+            value: The value.
+        """
+        ...
+
+    def delete(self, key: Any) -> None:
+        """Remove ``key`` (nothing happens if it is absent).
+
+        Args:
+            key: The key.
+        """
+        ...
+
+    def get_all(self, keys: Iterable[Any]) -> dict[Any, Any]:
+        """The values of several keys.
+
+        Args:
+            keys: The keys.
+
+        Returns:
+            Key -> value for the keys that have one; absent keys are left out.
+        """
+        ...
+
+    def put_all(self, entries: Iterable[KV[Any, Any]]) -> None:
+        """Set several values; an entry with a None value deletes its key.
+
+        Args:
+            entries: ``KV(key, value)`` entries.
+        """
+        ...
+
+    def range(self, start: Any, end: Any) -> Iterator[KV[Any, Any]]:
+        """The entries with ``start <= key < end``, in the order of the serialized keys.
+
+        Args:
+            start: The first key (inclusive).
+            end: The last key (exclusive).
+
+        Returns:
+            An iterator of ``KV(key, value)``.
+        """
+        ...
+
+    def all(self) -> Iterator[KV[Any, Any]]:
+        """Every entry, in the order of the serialized keys.
+
+        Returns:
+            An iterator of ``KV(key, value)``.
+        """
+        ...
 
 
 @runtime_checkable
 class Metrics(Protocol):
-    def counter(self, name: str) -> Any: ...
-    def gauge(self, name: str) -> Any: ...
+    """A task's metrics registry, as ``ctx.metrics`` gives it."""
+
+    def counter(self, name: str) -> Any:
+        """The counter of that name, made on first use.
+
+        Args:
+            name: The metric's name.
+
+        Returns:
+            The counter: ``inc(n=1)`` adds to its ``value``.
+        """
+        ...
+
+    def gauge(self, name: str) -> Any:
+        """The gauge of that name, made on first use.
+
+        Args:
+            name: The metric's name.
+
+        Returns:
+            The gauge: ``set(value)`` sets its ``value``.
+        """
+        ...
 
 
 @runtime_checkable
 class Context(Protocol):
-    """Handed to ``init(ctx)`` of user functions that have one."""
+    """Handed to ``init(ctx)`` of user functions that have one.
+
+    A user function may be an object with ``init(ctx)`` (called once per task before its first
+    message) and ``close()``; see ``ReadWriteTable`` for an example.
+    """
 
     @property
-    def task_name(self) -> str: ...
+    def task_name(self) -> str:
+        """The task's name, e.g. ``"Partition 0"``."""
+        ...
+
     @property
-    def config(self) -> Mapping[str, Any]: ...
+    def config(self) -> Mapping[str, Any]:
+        """The job's configuration."""
+        ...
+
     @property
-    def metrics(self) -> Metrics: ...
-    def table(self, name: str) -> ReadWriteTable: ...
+    def metrics(self) -> Metrics:
+        """The task's metrics registry."""
+        ...
+
+    def table(self, name: str) -> ReadWriteTable:
+        """The task's local table of that name.
+
+        Args:
+            name: A table name given to ``app.table``.
+
+        Returns:
+            The table.
+
+        Raises:
+            KeyError: The application has no table of that name.
+        """
+        ...

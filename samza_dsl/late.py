@@ -30,13 +30,24 @@ __all__ = ["LateMessage"]
 class LateMessage(msgspec.Struct, frozen=True, gc=False):
     """A late message and why it was late.
 
-    - ``message``: the message as the window received it;
-    - ``window``: the window operator's id;
-    - ``key`` and ``pane_id``: the pane it missed, as in ``WindowKey`` (``pane_id`` is the pane
-      start in ms as a string; for a session, the session it would have started);
-    - ``event_time_ms``: its event time; ``watermark_ms``: the window's watermark when it came;
-    - ``stream``, ``partition``, ``offset``: where it came into the task (None where unknown,
-      e.g. a message emitted at a window tick)."""
+    Attributes:
+        message: The message as the window received it.
+        window: The window operator's id.
+        key: The key of the pane it missed, as in ``WindowKey``.
+        pane_id: The pane it missed, as in ``WindowKey`` (``pane_id`` is the pane start in ms as
+            a string; for a session, the session it would have started).
+        event_time_ms: Its event time.
+        watermark_ms: The window's watermark when it came.
+        stream: Where it came into the task: the input stream (None where unknown, e.g. a
+            message emitted at a window tick).
+        partition: Where it came into the task: the partition (None where unknown).
+        offset: Where it came into the task: the offset (None where unknown).
+
+    Example:
+        >>> late = LateMessage("click", "app-1-window-w", None, "0", 1_000, 70_000)
+        >>> late.pane_id, late.behind_ms, late.stream
+        ('0', 69000, None)
+    """
 
     message: Any
     window: str
@@ -50,5 +61,9 @@ class LateMessage(msgspec.Struct, frozen=True, gc=False):
 
     @property
     def behind_ms(self) -> int:
-        """How far its event time was behind the watermark, in ms."""
+        """How far its event time was behind the watermark, in ms.
+
+        Returns:
+            ``watermark_ms - event_time_ms``.
+        """
         return self.watermark_ms - self.event_time_ms

