@@ -38,6 +38,7 @@ from .codec import Skipped
 from .job import SSP, JobModel, TaskModel, task_name
 from .records import EndOfStream, Watermark
 from .serde_util import default_key_bytes
+from .watermarks import event_seconds
 
 __all__ = ["BucketFan", "bucket_function", "fan_readers", "rescale_checkpoints", "OTHER_BUCKET",
            "OtherBucket"]
@@ -147,11 +148,13 @@ def _other(time_of: Callable[[Any], Any], m: Any) -> Any:
     """The marker of message ``m`` for the tasks of the other buckets."""
     try:
         t = time_of(m)
+        if t is None:
+            return OTHER_BUCKET
+        if type(t) is not list and type(t) is not float:
+            t = event_seconds(t)
     except Exception:  # the message's own task reports it
         return OTHER_BUCKET
-    if type(t) is list or (isinstance(t, int | float) and not isinstance(t, bool)):
-        return OtherBucket(t)
-    return OTHER_BUCKET  # no time, or not a number: its own task reports that
+    return OtherBucket(t)
 
 
 def rescale_checkpoints(job: JobModel, previous: int, stored: Mapping[str, Mapping[SSP, int]]

@@ -41,7 +41,7 @@ from .job import SSP, JobModel, TaskModel
 from .records import EndOfStream, Watermark
 from .serde_util import default_key_bytes
 from .tables import LocalTable
-from .watermarks import CURRENT, NO_WATERMARK, OBSERVED, TaskClock, observing
+from .watermarks import CURRENT, NO_WATERMARK, OBSERVED, TaskClock, event_seconds, observing
 
 if TYPE_CHECKING:
     from .container import Container
@@ -431,8 +431,14 @@ class TaskInstance:
                         elif observed:  # the outputs' event times are recorded in the box
                             t = [None]
                             CURRENT.set(t)
-                        else:
-                            t = et(m) if et is not None else None
+                        elif et is not None:
+                            try:
+                                t = et(m)
+                                if type(t) is not float and type(t) is not int \
+                                        and t is not None:
+                                    t = event_seconds(t)
+                            except Exception as exc:
+                                raise _EventTimeFailure(exc) from exc
                         src[1] = i
                         pend = entry(m)
                     if pend is None:
@@ -477,6 +483,10 @@ class TaskInstance:
             except OperatorFailure as f:
                 self._cur_i = i
                 raise self._task_error(f, ssp, first + i - 1) from f.cause
+            except _EventTimeFailure as f:
+                self._cur_i = i
+                raise self._event_time_error(f.cause, ssp, first + i - 1,
+                                             payloads[i - 1]) from f.cause
             finally:
                 if observed and not local:
                     CURRENT.set(None)
@@ -551,6 +561,24 @@ class TaskInstance:
             f"The checkpoint stays before this offset, so a restart reprocesses it{skip}",
             op_id=f.op_id, task=self.name, stream=ssp.stream_id,
             partition=ssp.partition, offset=offset)
+        err.__cause__ = cause
+        return err
+
+    def _event_time_error(self, cause: BaseException, ssp: SSP, offset: int,
+                          message: Any) -> TaskError:
+        """An input's ``event_time`` failed on a message: the message cannot be placed in event
+        time, so the task stops there, as on an operator's failure."""
+        text = repr(message)
+        if len(text) > 80:
+            text = text[:77] + "..."
+        err = TaskError(
+            f"the event_time of input {ssp.stream_id!r} failed in task {self.name!r} on stream "
+            f"{ssp.stream_id!r} partition {ssp.partition} offset {offset}: "
+            f"{type(cause).__name__}: {cause} (message {text}). Fix the record, or skip it "
+            f"(`samza-dsl run APP --skip {ssp.stream_id}:{ssp.partition}:{offset}` passes over "
+            f"it once), or make event_time handle such records. The checkpoint stays before "
+            f"this offset, so a restart reprocesses it",
+            task=self.name, stream=ssp.stream_id, partition=ssp.partition, offset=offset)
         err.__cause__ = cause
         return err
 
@@ -814,6 +842,11 @@ def _task_copy(spec: Any) -> Any:
         except Exception:  # something inside cannot be deep-copied (a lock, a client)
             return copy.copy(spec)
     return spec
+
+
+class _EventTimeFailure(Exception):
+    def __init__(self, cause: BaseException) -> None:
+        self.cause = cause
 
 
 class _BatchFailure(Exception):

@@ -48,6 +48,7 @@ from __future__ import annotations
 import contextvars
 import inspect
 import logging
+import numbers
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -66,7 +67,7 @@ if TYPE_CHECKING:
 
     from .job import SSP, JobModel, TaskModel
 
-__all__ = ["JobTime", "TaskClock", "job_time", "CURRENT", "NO_WATERMARK"]
+__all__ = ["JobTime", "TaskClock", "job_time", "event_seconds", "CURRENT", "NO_WATERMARK"]
 
 NO_WATERMARK = -(1 << 62)
 log = logging.getLogger("samza_dsl.watermarks")
@@ -81,6 +82,15 @@ _COMPOSABLE = frozenset({"map", "filter", "flat_map", "partition_by", "broadcast
 _TENTATIVE = frozenset({"async_flat_map", "join", "join_table"})
 
 Derived = Callable[[Any], "int | None"]
+
+
+def event_seconds(t: Any) -> float:
+    """An input's ``event_time`` result other than a float, an int or None, as seconds: a real
+    number (a numpy or Decimal value); anything else is an error saying what came back."""
+    if isinstance(t, numbers.Number) and not isinstance(t, bool | complex):
+        return float(t)  # type: ignore[arg-type]
+    raise TypeError(f"event_time returned {t!r} ({type(t).__name__}): it must return the "
+                    f"message's event time in seconds, as a number")
 
 
 def _min_of(fns: list[Derived]) -> Derived | None:
