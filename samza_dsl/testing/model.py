@@ -327,7 +327,22 @@ def interleave(channels: Mapping[Hashable, Sequence[Handout]],
     that reach the window, the channel's progress in ms after it or None for none yet)``.
     ``order`` lists channel names, one per handout (default: round robin). After each handout
     the watermark is the minimum progress over the channels that have not ended; a channel ends
-    after its last handout, and one with none has ended from the start."""
+    after its last handout, and one with none has ended from the start. ``stream`` labels where
+    a channel's messages came into the task (late messages are counted by it).
+
+    A ``merge`` of several inputs just interleaves them: its channels are the partitions of
+    every merged input that feed the window's task, and the watermark is the minimum over all of
+    them. Here ``y@1500`` from ``b`` is late: by then input ``a`` has ended and ``b`` is at 3 s.
+
+    >>> from datetime import timedelta
+    >>> from samza_dsl import KV, Windows
+    >>> w = Windows.tumbling(timedelta(seconds=1), event_time=lambda kv: kv.value / 1000)
+    >>> steps = interleave({("a", 0): [([KV("x", 2000)], 2000), ([KV("x", 2500)], 2500)],
+    ...                     ("b", 0): [([KV("y", 3000)], 3000), ([KV("y", 1500)], 3000)]},
+    ...                    stream=lambda channel: channel[0])
+    >>> run_window(w, steps).late_counts
+    {'b': 1}
+    """
     names = list(channels)
     if order is None:
         order = []
