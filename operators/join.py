@@ -1,4 +1,4 @@
-"""Stream-stream join (SEMANTICS.md rule 9), as Samza's ``PartialJoinOperatorImpl`` pair.
+"""Stream-stream join (docs/semantics.md rule 9), as Samza's ``PartialJoinOperatorImpl`` pair.
 
 Each side keeps only its latest message per key with the processing time it arrived
 (``ctx.clock()``), in ``ctx.store(f"{op_id}-L")`` and ``ctx.store(f"{op_id}-R")`` as

@@ -1,4 +1,4 @@
-"""Stream-table join (SEMANTICS.md rule 10), as Samza's ``StreamTableJoinOperatorImpl``.
+"""Stream-table join (docs/semantics.md rule 10), as Samza's ``StreamTableJoinOperatorImpl``.
 
 The key is ``key(m)``, or the message's ``KV.key`` without a key function. The record is looked up
 in ``ctx.store(table_id)``; ``combine(m, KV(key, value))`` on a hit and ``combine(m, None)`` on a

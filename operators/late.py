@@ -1,4 +1,4 @@
-"""Late messages of event-time windows (SEMANTICS.md rule 8): never silent.
+"""Late messages of event-time windows (docs/semantics.md rule 8): never silent.
 
 A window hands every message that came too late for its pane (past the allowed lateness) to its
 ``LateTracker``, which

@@ -1,5 +1,5 @@
 """The window operator: tumbling and keyed tumbling windows here, keyed sessions in
-``operators.window_session`` (SEMANTICS.md rules 7 and 8).
+``operators.window_session`` (docs/semantics.md rules 7 and 8).
 
 A pane is identified by ``(start_ms, key)`` (key None for the global tumbling window); its state
 lives in ``ctx.store(op_id)`` under that tuple: the fold result, or the list of messages without

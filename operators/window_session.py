@@ -1,4 +1,4 @@
-"""Keyed session windows (``Windows.keyed_session``): SEMANTICS.md rule 7, and rule 8 for event
+"""Keyed session windows (``Windows.keyed_session``): docs/semantics.md rule 7, and rule 8 for event
 time. The shared machinery (triggers, firing, watermark, end-of-stream) is in ``operators.window``.
 
 A session pane starts at its earliest message and closes ``gap`` after its last one. Its state is

@@ -1,4 +1,4 @@
-"""Partition counts of intermediate streams (SEMANTICS.md rule 2).
+"""Partition counts of intermediate streams (docs/semantics.md rule 2).
 
 1. Streams that meet at a join, including the virtual edge ``send_to(table)`` -> ``join_table(table)``,
    must be co-partitioned: a known count in a joined set goes to its unknown members, repeatedly

@@ -1,4 +1,4 @@
-"""Validation of the spec graph (SEMANTICS.md rule 3). Errors name the streams and operators."""
+"""Validation of the spec graph (docs/semantics.md rule 3). Errors name the streams and operators."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ The consumer loop fetches batches for the partitions whose tasks have room (a ta
 bounded: a full inbox pauses its partitions, which is the backpressure), timers request window
 ticks and commits, and a watchdog enforces ``task.callback.timeout.ms``.
 
-Commit order (SEMANTICS.md rule 16): flush the producer, flush the task's stores (changelog first),
+Commit order (docs/semantics.md rule 16): flush the producer, flush the task's stores (changelog first),
 then write the task's input offsets, each the low watermark of fully processed messages.
 """
 
@@ -59,7 +59,7 @@ class CheckpointStore(Protocol):
 
 
 class StateBackend(Protocol):
-    """Makes the stores of tasks and commits them (SEMANTICS.md rules 16-17)."""
+    """Makes the stores of tasks and commits them (docs/semantics.md rules 16-17)."""
 
     def open(self, task: TaskModel, store_name: str, checkpointed: int | None) -> Any: ...
     def flush(self, task_name: str) -> None: ...

@@ -1,4 +1,4 @@
-"""Virtual tasks (SEMANTICS.md rule 18): ``job.elasticity.factor`` X splits each task in X.
+"""Virtual tasks (docs/semantics.md rule 18): ``job.elasticity.factor`` X splits each task in X.
 
 - **Buckets.** A message of partition ``p`` of a stream with ``P`` partitions belongs to bucket
   ``(h // P) mod X``, where ``h`` is murmur2 of its key bytes (the hash Kafka partitions by): the

@@ -4,7 +4,7 @@ As in Samza's default grouper, task ``Partition i`` owns partition ``i`` of ever
 input stream that has one, so a job has as many tasks as its widest input. Broadcast streams have
 one partition, read by every task. A task runs the stages whose inputs it owns partitions of.
 
-With ``job.elasticity.factor`` X > 1 (SEMANTICS.md rule 18) each task is split into X virtual
+With ``job.elasticity.factor`` X > 1 (docs/semantics.md rule 18) each task is split into X virtual
 tasks, ``Partition i bucket b of X``: they share partition ``i`` of each input, and each takes the
 messages of its key bucket (``runtime.elastic``). Broadcast partitions go to every virtual task.
 

@@ -1,4 +1,4 @@
-"""Changelogs of stores in Kafka topics (SEMANTICS.md rule 17).
+"""Changelogs of stores in Kafka topics (docs/semantics.md rule 17).
 
 A store's changelog is a compacted topic with a partition per task. Appends go through the
 container's producer, so they become durable with its flush at commit. ``LmdbStore.open`` is

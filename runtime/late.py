@@ -1,4 +1,4 @@
-"""Late-message counts of a run, by window and input stream (SEMANTICS.md rule 8), as
+"""Late-message counts of a run, by window and input stream (docs/semantics.md rule 8), as
 ``TestResult``, ``ReprocessResult`` and ``LocalRunner`` give them:
 
 - ``result.late_counts``: ``{window op id: {input stream id: count}}``, only windows and streams

@@ -1,6 +1,6 @@
 """A small metrics registry: counters and gauges by name.
 
-Late messages of event-time windows (SEMANTICS.md rule 8) are counters too:
+Late messages of event-time windows (docs/semantics.md rule 8) are counters too:
 ``<window op id>.late-messages.<input stream id>`` (see ``operators.late``); ``late_counts``
 reads them back by window and stream.
 """

@@ -1,7 +1,7 @@
 """Control messages that travel in streams beside data: end-of-stream and watermarks.
 
 In an intermediate stream every producing task sends its own; a consumer counts them against the
-number of producers (SEMANTICS.md rule 15). ``producer`` is None for a bounded input's end."""
+number of producers (docs/semantics.md rule 15). ``producer`` is None for a bounded input's end."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A task: one partition of each input (SEMANTICS.md rules 5, 11-15).
+"""A task: one partition of each input (docs/semantics.md rules 5, 11-15).
 
 Per task, messages are handed to the DAG in offset order; at most ``task.max.concurrency`` are in
 flight. Every handed-out message is recorded in handout order; the checkpoint position of a

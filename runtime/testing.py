@@ -58,7 +58,7 @@ def memory_store_factory(tables: Mapping[str, Any] | None = None) -> Any:
 
 def resolve_partitions(plan: Any) -> dict[str, int]:
     """Every stream's count: planned counts, and for outputs the system cannot tell, the widest
-    input (as rule 2's default)."""
+    input (docs/semantics.md rule 2(c), for intermediate streams, takes the widest input or output)."""
     counts = {sid: s.partitions for sid, s in plan.streams.items()}
     widest = max([n for sid, n in counts.items() if n and plan.streams[sid].kind == "input"] or [1])
     return {sid: (n if n else widest) for sid, n in counts.items()}

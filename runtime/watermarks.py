@@ -1,4 +1,4 @@
-"""Event time and watermarks of a task (SEMANTICS.md rules 8 and 15; docs/semantics.md, Event time and watermarks).
+"""Event time and watermarks of a task (docs/semantics.md rules 8 and 15, Event time and watermarks).
 
 A task reads *channels*: each input partition it owns, and for an intermediate partition, each
 producing task writing into it. A channel's *progress* is how far its event time has got:

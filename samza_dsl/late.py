@@ -1,5 +1,5 @@
 """``LateMessage``: what a window sends to its ``late_to`` stream for a message that came too late
-for its pane (SEMANTICS.md rule 8).
+for its pane (docs/semantics.md rule 8).
 
 A message is late when its event time lies in a pane the window's watermark has already closed,
 past the window's allowed lateness. Such a message is never dropped silently: it is counted per

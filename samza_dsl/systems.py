@@ -81,7 +81,7 @@ class SystemDescriptor:
         partition's watermark is then the largest event time processed so far (in handout order,
         over the completed prefix) less ``max_out_of_orderness``. ``idle_timeout``: a partition
         that has had no data for that long stops holding back the watermark until data comes
-        again (SEMANTICS.md rule 8; docs/semantics.md).
+        again (docs/semantics.md rule 8).
 
         Args:
             stream_id: The stream's id in the application, matching ``[A-Za-z0-9._-]+``.

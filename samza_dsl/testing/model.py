@@ -1,5 +1,5 @@
 """A reference model of event-time windows and joins: slow, single-threaded, and written from the
-rules in docs/semantics.md (SEMANTICS.md rules 7-10 and 15), not from the operators that run them.
+rules in docs/semantics.md (rules 7-10 and 15), not from the operators that run them.
 Use it to check what a pipeline gives against what the rules say it must give.
 
 The model sees one window (or join) instance: the messages that reach it, in the order they reach

@@ -1,6 +1,6 @@
 """Watermarks on Kafka (tansu on 127.0.0.1): an event-time window behind an async step and a
 partition_by through a real topic keeps every in-order message, one input partition slowed,
-whether the event time is declared on the input or only on the window (SEMANTICS.md rule 8)."""
+whether the event time is declared on the input or only on the window (docs/semantics.md rule 8)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Stream-stream join (SEMANTICS.md rule 9)."""
+"""Stream-stream join (docs/semantics.md rule 9)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Stream-table join (SEMANTICS.md rule 10)."""
+"""Stream-table join (docs/semantics.md rule 10)."""
 
 from __future__ import annotations
 

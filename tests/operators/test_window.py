@@ -1,5 +1,5 @@
 """Tumbling windows and the shared window machinery: triggers, accumulation, event time,
-lateness, end of stream and restore (SEMANTICS.md rules 7 and 8)."""
+lateness, end of stream and restore (docs/semantics.md rules 7 and 8)."""
 
 from __future__ import annotations
 

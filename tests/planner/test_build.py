@@ -117,7 +117,7 @@ def test_stages_that_read_each_others_streams_plan():
     assert len(all_ops) == len(set(all_ops))
 
 
-# -- task.window.ms (SEMANTICS rule 4) -----------------------------------------------------------
+# -- task.window.ms (docs/semantics.md rule 4) -----------------------------------------------------------
 
 def window_ms(app, **kw):
     return app.plan(**kw).config.get("task.window.ms")

@@ -1,4 +1,4 @@
-"""Partition counts of intermediate streams, SEMANTICS.md rule 2:
+"""Partition counts of intermediate streams, docs/semantics.md rule 2:
 (a) joined sets (incl. send_to(table) -> join_table(table)) are co-partitioned, propagating known
 counts until nothing changes; (b) else job.intermediate.stream.partitions; (c) else the max of
 all input and output streams (1 when none is known). Broadcast streams have 1 partition."""

@@ -4,7 +4,7 @@ The strategy builds random chains of map/filter/flat_map/merge/partition_by/broa
 join_table/send_to over several inputs with random known or unknown partition counts. It keeps
 joined inputs consistent (it never joins two classes of streams whose known counts differ), so
 every generated plan is valid. The expected partition counts and ``task.window.ms`` are worked out
-here from SEMANTICS.md rules 2 and 4, from the graph, without the planner's helpers."""
+here from docs/semantics.md rules 2 and 4, from the graph, without the planner's helpers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Validation of the spec graph (SEMANTICS.md rule 3): each error names the culprit."""
+"""Validation of the spec graph (docs/semantics.md rule 3): each error names the culprit."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Checkpoints cover only fully processed messages (SEMANTICS.md rules 12, 13, 16).
+"""Checkpoints cover only fully processed messages (docs/semantics.md rules 12, 13, 16).
 
 The checkpoint store is wrapped so that every write checks, at the moment it happens, that every
 offset at or before the written one has completed (and, for rule 16, that its output was flushed

@@ -1,4 +1,4 @@
-"""Virtual tasks (SEMANTICS.md rule 18): stable key buckets, per-key order, per-(partition,
+"""Virtual tasks (docs/semantics.md rule 18): stable key buckets, per-key order, per-(partition,
 bucket) checkpoints, factor changes between runs, broadcast inputs reaching every virtual task."""
 
 from __future__ import annotations

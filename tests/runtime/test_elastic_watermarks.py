@@ -1,4 +1,4 @@
-"""Event time with virtual tasks (SEMANTICS.md rules 8 and 18): a virtual task's progress in a
+"""Event time with virtual tasks (docs/semantics.md rules 8 and 18): a virtual task's progress in a
 partition is the partition's progress. The messages of the other key buckets advance it too, at
 their own offsets, whether the event time is declared on the input or only on the window, so a
 bucket that gets none of a partition's messages does not hold the watermark back, and which

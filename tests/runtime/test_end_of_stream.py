@@ -1,4 +1,4 @@
-"""End-of-stream and watermarks across intermediate streams (SEMANTICS.md rules 7, 8, 15), and
+"""End-of-stream and watermarks across intermediate streams (docs/semantics.md rules 7, 8, 15), and
 window triggers as a user meets them through ``TestRunner``: count, any and repeat, DISCARDING vs
 ACCUMULATING, firings without state, late panes, time triggers on real time.
 

@@ -1,4 +1,4 @@
-"""An input's ``event_time`` that fails on a record (SEMANTICS.md rules 8 and 14) stops the job as
+"""An input's ``event_time`` that fails on a record (docs/semantics.md rules 8 and 14) stops the job as
 an operator's failure does: a ``TaskError`` naming the input's event_time, the task, the stream,
 the partition and the offset, saying how to fix or skip the record, never a bare exception. On the
 command line it is one line with exit code 2, and ``--skip`` passes over the record."""

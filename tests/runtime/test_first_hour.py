@@ -268,7 +268,7 @@ counts = app.output(local.output("counts", serde=serde, partitions=1))
 
 def sample_input(n):
     # in order, but every tenth click comes a minute after its time: late once the watermark
-    # has moved past its window (it moves once per batch read)
+    # has moved past its window (it moves with each message)
     return {"clicks": [KV("k", {"ts": 1000.0 + i - (60 if i % 10 == 9 else 0)})
                        for i in range(n)]}
 '''

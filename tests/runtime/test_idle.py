@@ -1,4 +1,4 @@
-"""An idle partition does not hold the watermark back forever (SEMANTICS.md rule 8): with
+"""An idle partition does not hold the watermark back forever (docs/semantics.md rule 8): with
 ``idle_timeout`` on the input, a following job on the embedded local system closes panes while
 one of its input partitions has no data at all; without it, nothing closes until the job stops."""
 

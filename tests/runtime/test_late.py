@@ -1,4 +1,4 @@
-"""Late data is never silent (SEMANTICS.md rule 8): every late message is counted per window and
+"""Late data is never silent (docs/semantics.md rule 8): every late message is counted per window and
 per input stream, shown by ``TestResult``, and the first one of each window and stream is logged
 with its stream, partition, offset and how far behind the watermark it was."""
 

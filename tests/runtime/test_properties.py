@@ -1,4 +1,4 @@
-"""Property tests of the runtime against plain-Python reference models (SEMANTICS.md rules 5-15).
+"""Property tests of the runtime against plain-Python reference models (docs/semantics.md rules 5-15).
 
 - Random chains of map/filter/flat_map/async_flat_map/partition_by give the same outputs, partition
   by partition, at any ``task.max.concurrency`` as at 1, and as the reference model.

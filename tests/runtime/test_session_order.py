@@ -1,4 +1,4 @@
-"""Session windows within a declared bound (SEMANTICS.md rule 8; docs/semantics.md, Sessions):
+"""Session windows within a declared bound (docs/semantics.md rule 8, Sessions):
 where a bound is declared, on the input or on the window, a session window takes its messages in
 event-time order below the watermark. A message that bridges two sessions merges them, and one
 within the bound before its key's session is not late, as the reference model says, with or

@@ -1,4 +1,4 @@
-"""The task run loop (SEMANTICS.md rules 5, 9, 11, 12, 14): concurrency and ordering, per-key
+"""The task run loop (docs/semantics.md rules 5, 9, 11, 12, 14): concurrency and ordering, per-key
 order, window-tick exclusivity, callback timeouts, failures, blocking functions on the thread
 pool, stream-stream joins on a controllable clock, and a clean shutdown."""
 

@@ -1,5 +1,5 @@
 """A window's watermark is the minimum over every producer feeding it, whether the event time is
-declared on the input or only on the window (SEMANTICS.md rule 8). A stream whose readers' event
+declared on the input or only on the window (docs/semantics.md rule 8). A stream whose readers' event
 time cannot be traced back to it (an async step or a join in between) is measured by its
 producers with the window's event_time applied to the messages as they go into that step; where
 that cannot be done, the stream holds its readers' watermark back until its producers end or go

@@ -1,4 +1,4 @@
-"""Panes never depend on speed (SEMANTICS.md rule 8, docs/semantics.md, Event time and watermarks): with every input
+"""Panes never depend on speed (docs/semantics.md rule 8, Event time and watermarks): with every input
 partition in event-time order (or within its declared out-of-orderness), an event-time window
 gives the same panes whatever the async completion order, the partition count, the elasticity
 factor and the number of partition_by hops before it, whether the event time is declared on the

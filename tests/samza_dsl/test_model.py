@@ -1,5 +1,5 @@
 """The reference model (``samza_dsl.testing.model``) on small cases worked out by hand from the
-rules (SEMANTICS.md rules 7-10)."""
+rules (docs/semantics.md rules 7-10)."""
 
 from __future__ import annotations
 

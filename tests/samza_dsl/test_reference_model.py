@@ -1,4 +1,4 @@
-"""Every runner equals the reference model (``samza_dsl.testing.model``, SEMANTICS.md rules 7-8).
+"""Every runner equals the reference model (``samza_dsl.testing.model``, docs/semantics.md rules 7-8).
 
 Hypothesis draws a pipeline (an optional ``merge`` of a second input, map / filter / flat_map, an
 optional async step, 0-2 ``partition_by`` hops, elasticity 1 or 2) ending in an event-time

@@ -39,5 +39,5 @@ def test_opcodes_are_the_api_opcodes():
     specs = (MapSpec, FilterSpec, FlatMapSpec, AsyncFlatMapSpec, MergeSpec, PartitionBySpec,
              BroadcastSpec, WindowSpec, JoinSpec, JoinTableSpec, SendToSpec, SinkSpec)
     assert tuple(s.opcode for s in specs) == API_OPCODES
-    # partition_by and broadcast are terminal for the sub-DAG above them (SEMANTICS rule 1)
+    # partition_by and broadcast are terminal for the sub-DAG above them (docs/semantics.md rule 1)
     assert {"partition_by", "broadcast", "send_to", "sink"} == TERMINAL_OPCODES

@@ -1,5 +1,5 @@
 """Reprocessing on Spark gives the panes streaming gives for the same in-order input, whether the
-event time is declared on the input or only on the window (SEMANTICS.md rule 8)."""
+event time is declared on the input or only on the window (docs/semantics.md rule 8)."""
 
 from __future__ import annotations
 
