@@ -35,7 +35,7 @@ def kafka_source(stream_id: str, descriptor: Any, given: Any, start_ms: int) -> 
     from aiokafka import TopicPartition
 
     from ..kafka_system import kafka_error, new_consumer, true_end_offsets
-    from .sources import Source, SourceError, _timing
+    from .sources import Source, SourceError, _timing, unreadable
 
     topic = given.topic or descriptor.physical_name
     servers = given.bootstrap_servers
@@ -97,9 +97,9 @@ def kafka_source(stream_id: str, descriptor: Any, given: Any, start_ms: int) -> 
                             m = rec.value
                         sort_ms, clock = timing(m, rec.timestamp)
                     except Exception as exc:
-                        raise PassFailure(f"input {stream_id!r}: topic {topic!r} partition {p} "
-                                          f"offset {rec.offset} does not fit the stream's serde: "
-                                          f"{type(exc).__name__}: {exc}") from exc
+                        raise PassFailure(unreadable(
+                            f"input {stream_id!r}: topic {topic!r} partition {p} offset "
+                            f"{rec.offset}", exc, "the stream's serde")) from exc
                     yield (stream_id, sort_ms, p, rec.offset, clock, m)
         return spark.sparkContext.parallelize(splits, max(n, 1)).mapPartitionsWithIndex(read)
     return Source(stream_id, n, names, build)

@@ -199,9 +199,25 @@ def _timing(descriptor: Any, start_ms: int) -> Callable[[Any, int | None], tuple
         return plain
 
     def event(m: Any, ts: int | None) -> tuple[int, int]:
-        ms = int(round(et(m) * 1000))
+        try:
+            ms = int(round(et(m) * 1000))
+        except Exception as exc:
+            raise EventTimeFailure(f"the input's event_time failed on it: "
+                                   f"{type(exc).__name__}: {exc}") from exc
         return ms, ms if ts is None else ts
     return event
+
+
+class EventTimeFailure(ValueError):
+    """An input's ``event_time`` that fails on a record: the record or the function is wrong,
+    not the serde."""
+
+
+def unreadable(where: str, exc: BaseException, serde_hint: str) -> str:
+    """What a record that cannot be taken in says: ``where`` names it."""
+    if isinstance(exc, EventTimeFailure):
+        return f"{where}: {exc}; fix the record or the input's event_time"
+    return f"{where} does not fit {serde_hint}: {type(exc).__name__}: {exc}"
 
 
 def _rows_to_records(stream_id: str, descriptor: Any, start_ms: int, names: list[str],
@@ -230,9 +246,11 @@ def _rows_to_records(stream_id: str, descriptor: Any, start_ms: int, names: list
             except Exception as exc:
                 from .executor import PassFailure
 
-                raise PassFailure(f"input {stream_id!r}: row {off} of {names[i]} does not fit "
-                                  f"the stream: {type(exc).__name__}: {exc}; fix the input or the "
-                                  f"stream's serde") from exc
+                text = unreadable(f"input {stream_id!r}: row {off} of {names[i]}", exc,
+                                  "the stream")
+                if not isinstance(exc, EventTimeFailure):
+                    text += "; fix the input or the stream's serde"
+                raise PassFailure(text) from exc
             yield (stream_id, sort_ms, i, off, clock, m)
     return records
 

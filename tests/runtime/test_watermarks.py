@@ -266,7 +266,7 @@ def test_a_window_behind_an_async_step_after_a_hop_cannot_be_traced_and_says_so(
     [warning] = [r.getMessage() for r in caplog.records if r.name == "samza_dsl.watermarks"]
     assert "'untraced-1-partition_by-by-user' cannot be traced" in warning
     assert "'untraced-1-window-w'" in warning and "Declare event_time" in warning
-    # the panes close at end-of-stream: none is late
+    # the producers measure the stream through the async step: none is late
     assert result.late() == 0
     assert Counter({kv.key: kv.value for kv in result.messages(out)}) == expected(messages)
 
