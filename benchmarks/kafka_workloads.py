@@ -51,8 +51,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from benchmarks.common import emit
 from examples.readwrite_counter import CountInTable
 from operators.hashing import partition_for
-from runtime.kafka_system import KafkaProducer
-from runtime.local import LocalRunner
+from runtime.kafka.system import KafkaProducer
+from runtime.runner import LocalRunner
 from samza_dsl import StreamApplication
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
 from samza_dsl.systems import KafkaSystem

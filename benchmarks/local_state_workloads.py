@@ -18,8 +18,8 @@ from typing import Any
 
 from benchmarks.common import emit, timed
 from benchmarks.workloads import w3_baseline, w3_input, w4_baseline, w4_input
-from runtime.local import LocalRunner
-from runtime.local_system import LocalJob
+from runtime.local.system import LocalJob
+from runtime.runner import LocalRunner
 from samza_dsl import KV, StreamApplication, Windows
 from samza_dsl.serdes import JsonSerde, KVSerde
 from samza_dsl.systems import LocalSystem

@@ -39,9 +39,9 @@ from benchmarks.common import emit, timed
 from benchmarks.workloads import w1_baseline
 from examples.readwrite_counter import CountInTable
 from examples.readwrite_counter import app as w1_local_app
-from runtime.lmdb_store import LmdbStore
-from runtime.local import LocalRunner
-from runtime.local_system import LocalJob
+from runtime.local.system import LocalJob
+from runtime.runner import LocalRunner
+from runtime.state.lmdb_store import LmdbStore
 from samza_dsl import KV, StreamApplication
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
 from samza_dsl.systems import LocalSystem

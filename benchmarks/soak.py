@@ -30,7 +30,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from examples.readwrite_counter import app  # noqa: E402
-from runtime.local_system import LocalJob  # noqa: E402
+from runtime.local.system import LocalJob  # noqa: E402
 from samza_dsl import KV  # noqa: E402
 
 TICK = 0.25  # seconds between two loads

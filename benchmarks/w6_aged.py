@@ -41,9 +41,9 @@ from benchmarks.local_workloads import (
     _restart,
     w6_app,
 )
-from runtime.compaction import compact_job
-from runtime.local import LocalRunner
-from runtime.local_system import LocalJob
+from runtime.local.compaction import compact_job
+from runtime.local.system import LocalJob
+from runtime.runner import LocalRunner
 
 __all__ = ["run_w6_aged"]
 

@@ -25,7 +25,7 @@ MODULES = [
     "samza_dsl.config",
     "samza_dsl.testing.strategies",
     "planner",
-    "runtime.local",
+    "runtime.runner",
     "runtime.testing",
     "runtime.late",
     "runtime.spark",

@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from .job import SSP
+from runtime.job import SSP
 
 __all__ = ["merge", "offsets_of", "changelogs_of", "encode", "decode"]
 

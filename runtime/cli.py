@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from samza_dsl.errors import SamzaError
 
 if TYPE_CHECKING:
-    from .local_system import LocalJob
+    from runtime.local.system import LocalJob
 
 __all__ = ["main"]
 
@@ -44,8 +44,7 @@ def _partitions(pairs: Sequence[str]) -> dict[str, int]:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from planner.render import GraphvizMissing, render
-
-    from .loader import load_app
+    from runtime.loader import load_app
 
     # check the cheap arguments before running the user's module
     partitions = _partitions(args.partitions)
@@ -83,9 +82,8 @@ def _read_jsonl(path: str, keyed: bool) -> list[object]:
     """The file's messages, as a ``JsonLines`` that knows each one's line."""
     import msgspec
 
+    from runtime.run_inputs import JsonLines
     from samza_dsl.kv import KV
-
-    from .run_inputs import JsonLines
 
     out = JsonLines(path)
     try:
@@ -123,7 +121,7 @@ def _read_jsonl(path: str, keyed: bool) -> list[object]:
 def _sample_inputs(module_ref: str, app: object, n: int) -> dict[str, object]:
     import sys
 
-    from .loader import load_module
+    from runtime.loader import load_module
 
     module = load_module(module_ref.partition(":")[0])
     sample = getattr(module, "sample_input", None)
@@ -146,9 +144,9 @@ def _run_inputs(args: argparse.Namespace, app: Any, config: dict[str, object],
                 ) -> dict[str, dict[int, set[int]]]:
     """``--input``/``--sample`` into a job on the local log or Kafka (``runtime.run_inputs``;
     ``inputs`` is emptied: the job reads them from its streams), and the ``--skip`` records."""
-    from .kafka_job import uses_kafka
-    from .local import _uses_local_system
-    from .run_inputs import feed_inputs, parse_skips
+    from runtime.kafka.job import uses_kafka
+    from runtime.run_inputs import feed_inputs, parse_skips
+    from runtime.runner import _uses_local_system
 
     mode = "append" if args.append else "replace" if args.replace else None
     on_log = uses_kafka(app) or _uses_local_system(app)
@@ -167,8 +165,8 @@ def _run_inputs(args: argparse.Namespace, app: Any, config: dict[str, object],
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .loader import load_app
-    from .local import LocalRunner, print_outputs
+    from runtime.loader import load_app
+    from runtime.runner import LocalRunner, print_outputs
 
     app = load_app(args.app)
     inputs: dict[str, object] = {}
@@ -210,9 +208,8 @@ def cmd_sample(args: argparse.Namespace) -> int:
     ``reprocess`` read."""
     import msgspec
 
+    from runtime.loader import load_app
     from samza_dsl.kv import KV
-
-    from .loader import load_app
 
     if args.n < 0:
         raise SamzaError(f"sample takes a number of messages N >= 0, got {args.n}")
@@ -240,10 +237,9 @@ def _local_job(args: argparse.Namespace, verify_log: bool = True,
     """The application's job on the embedded local log, opened without running it. With
     ``ran``, a job with no job.dir and no log yet is refused (``_NeverRan``) and nothing is
     created."""
+    from runtime.loader import load_app
+    from runtime.local.system import LocalJob, job_dir, log_path
     from samza_dsl.config import validate_config
-
-    from .loader import load_app
-    from .local_system import LocalJob, job_dir, log_path
 
     app = app if app is not None else load_app(args.app)
     streams = _local_streams(args, app)
@@ -277,8 +273,8 @@ def _local_streams(args: argparse.Namespace, app: Any) -> list[Any]:
 
 def _kafka_app(args: argparse.Namespace) -> tuple[Any, bool]:
     """The application, and whether its streams are Kafka topics."""
-    from .kafka_job import uses_kafka
-    from .loader import load_app
+    from runtime.kafka.job import uses_kafka
+    from runtime.loader import load_app
 
     app = load_app(args.app)
     return app, uses_kafka(app)
@@ -289,7 +285,7 @@ def cmd_load(args: argparse.Namespace) -> int:
     if kafka:
         import asyncio
 
-        from .kafka_io import kafka_load, kafka_streams
+        from runtime.kafka.load_dump import kafka_load, kafka_streams
 
         async def load() -> tuple[int, str]:
             import shlex
@@ -331,7 +327,7 @@ def _keyed(app: Any, stream: str, args: argparse.Namespace) -> bool:
 
 
 def cmd_dump(args: argparse.Namespace) -> int:
-    from .dump import dump_lines, dump_sources
+    from runtime.dump import dump_lines, dump_sources
 
     if args.limit is not None and args.limit < 1:
         raise SamzaError(f"--limit takes a number of messages >= 1, got {args.limit}")
@@ -352,7 +348,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
 
 
 def _dump_kafka(args: argparse.Namespace, app: Any) -> int:
-    from .dump import kafka_dump_lines
+    from runtime.dump import kafka_dump_lines
 
     out = sys.stdout.buffer
     for line in kafka_dump_lines(app, _parse_config(args.config), args.stream, args.limit,
@@ -375,7 +371,7 @@ def cmd_reset(args: argparse.Namespace) -> int:
 
 
 def cmd_compact(args: argparse.Namespace) -> int:
-    from .compaction import compact_job
+    from runtime.local.compaction import compact_job
 
     if args.batch < 1:
         raise SamzaError(f"--batch takes a number of records >= 1, got {args.batch}")
@@ -459,7 +455,7 @@ def _spark_conf(pairs: Sequence[str]) -> dict[str, str]:
 
 
 def cmd_reprocess(args: argparse.Namespace) -> int:
-    from .loader import load_app
+    from runtime.loader import load_app
 
     config = _parse_config(args.config)
     spark_conf = _spark_conf(args.conf)
@@ -475,8 +471,8 @@ def cmd_reprocess(args: argparse.Namespace) -> int:
             raise SamzaError(f"--input {sid}: {path} does not exist (looked in {os.getcwd()})")
     _make_output_dirs(outputs)
 
-    from .spark import SparkRunner
-    from .spark.progress import StageProgress
+    from runtime.spark import SparkRunner
+    from runtime.spark.progress import StageProgress
 
     runner = SparkRunner(master=args.master, conf=spark_conf)
     with _quiet_spark():
@@ -661,7 +657,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 141
     except OSError as exc:
-        from .storage import storage_error
+        from runtime.storage import storage_error
 
         fault = storage_error(exc, str(exc.filename or os.getcwd()), f"running {args.command}")
         if fault is not None:

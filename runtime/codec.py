@@ -37,6 +37,9 @@ from typing import Any
 
 import msgspec
 
+from runtime.job import SSP
+from runtime.records import EndOfStream, Watermark, is_control
+from runtime.serde_util import default_key_bytes
 from samza_dsl.errors import SerdeError
 from samza_dsl.kv import KV
 from samza_dsl.serdes import (
@@ -49,10 +52,6 @@ from samza_dsl.serdes import (
     Serde,
     StringSerde,
 )
-
-from .job import SSP
-from .records import EndOfStream, Watermark, is_control
-from .serde_util import default_key_bytes
 
 __all__ = ["Record", "CONTROL_HEADER", "ERROR_HEADER", "SOURCE_HEADER", "Skipped", "StreamCodec",
            "control_record", "stream_serde", "serde_error_policy", "fast_serializer",

@@ -17,13 +17,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
+from runtime import faults
+from runtime.elastic import fan_readers
+from runtime.job import SSP, JobModel, TaskModel
+from runtime.metrics import Metrics
+from runtime.task import TaskInstance
 from samza_dsl.config import config_value
-
-from . import faults
-from .elastic import fan_readers
-from .job import SSP, JobModel, TaskModel
-from .metrics import Metrics
-from .task import TaskInstance
 
 __all__ = ["Container", "CheckpointStore", "MemoryCheckpoints", "Consumer", "Producer"]
 

@@ -29,15 +29,14 @@ from typing import Any
 
 import msgspec
 
+from runtime.codec import ERROR_HEADER, SOURCE_HEADER, Record, Skipped, StreamCodec
+from runtime.job import SSP
+from runtime.local.log import LocalLog
+from runtime.local.system import LocalJob, dead_letter_stream
+from runtime.records import is_control
+from runtime.state.codec import state_codec, table_codec
 from samza_dsl.errors import SamzaError
 from samza_dsl.kv import KV
-
-from .codec import ERROR_HEADER, SOURCE_HEADER, Record, Skipped, StreamCodec
-from .job import SSP
-from .local_system import LocalJob, dead_letter_stream
-from .locallog import LocalLog
-from .records import is_control
-from .state_codec import state_codec, table_codec
 
 __all__ = ["DumpSource", "dump_sources", "dump_lines", "kafka_dump_sources",
            "kafka_dump_lines"]
@@ -71,7 +70,7 @@ class DumpSource:
     """A stream of the job in a log: where it is and how its records become printable objects."""
 
     name: str
-    log: LocalLog  # or a runtime.kafka_io.TopicReader, which reads the same way
+    log: LocalLog  # or a runtime.kafka.load_dump.TopicReader, which reads the same way
     physical: str
     decode: Decode
 
@@ -161,7 +160,7 @@ def dump_sources(job: LocalJob) -> dict[str, DumpSource]:
 def kafka_dump_sources(streams: Any, reader: Any) -> dict[str, DumpSource]:
     """Every stream of a job on Kafka that can be dumped, as ``dump_sources`` gives them on the
     local log: its streams (inputs, outputs, intermediate streams), the stores' changelog topics
-    and ``<job>-dead-letter``, read through ``reader`` (``runtime.kafka_io``)."""
+    and ``<job>-dead-letter``, read through ``reader`` (``runtime.kafka.load_dump``)."""
     out: dict[str, DumpSource] = {}
     for sid, physical in streams.physical.items():
         quiet = StreamCodec(sid, streams.codecs[sid].serde, policy="skip")
@@ -187,7 +186,7 @@ def kafka_dump_lines(app: Any, config: Any, stream: str, limit: int | None = Non
     so is an unknown name, listing the job's streams."""
     import asyncio
 
-    from .kafka_io import TopicReader, kafka_streams
+    from runtime.kafka.load_dump import TopicReader, kafka_streams
 
     streams = asyncio.run(kafka_streams(app, config))
     with TopicReader(streams) as reader:

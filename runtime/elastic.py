@@ -30,15 +30,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from operators.hashing import KeyPartitioner
+from runtime.codec import Skipped
+from runtime.job import SSP, JobModel, TaskModel, task_name
+from runtime.records import EndOfStream, Watermark
+from runtime.serde_util import default_key_bytes
+from runtime.watermarks import event_seconds
 from samza_dsl.errors import SamzaError
 from samza_dsl.kv import KV
 from samza_dsl.serdes import KVSerde
-
-from .codec import Skipped
-from .job import SSP, JobModel, TaskModel, task_name
-from .records import EndOfStream, Watermark
-from .serde_util import default_key_bytes
-from .watermarks import event_seconds
 
 __all__ = ["BucketFan", "bucket_function", "fan_readers", "rescale_checkpoints", "OTHER_BUCKET",
            "OtherBucket"]

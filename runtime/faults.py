@@ -6,7 +6,7 @@ Points: ``batch`` (after a task processed a batch, before its outputs are writte
 flushed and their changelogs durable), ``commit.stores-committed`` (stores' changelog positions
 recorded, offsets not yet written: "between changelog and offsets") and
 ``commit.done``; and ``compaction.transaction`` (after a write transaction of a changelog
-compaction pass, ``runtime.compaction``). Without the variable, ``reached`` costs one global
+compaction pass, ``runtime.local.compaction``). Without the variable, ``reached`` costs one global
 lookup.
 """
 

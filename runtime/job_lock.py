@@ -25,9 +25,8 @@ import re
 import threading
 from collections.abc import Iterator
 
+from runtime.storage import storage_error
 from samza_dsl.errors import SamzaError
-
-from .storage import storage_error
 
 __all__ = ["JobLock", "JobLockedError", "lock_dir", "log_id_lock"]
 

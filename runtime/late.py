@@ -15,9 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from runtime.metrics import late_counts, late_summary
 from samza_dsl.errors import SamzaError
-
-from .metrics import late_counts, late_summary
 
 __all__ = ["LateCounts", "window_ids", "late_to_streams"]
 

@@ -8,8 +8,8 @@ import asyncio
 from collections.abc import Iterable
 from typing import Any
 
-from .job import SSP
-from .records import EndOfStream
+from runtime.job import SSP
+from runtime.records import EndOfStream
 
 __all__ = ["MemoryBroker", "MemoryConsumer", "MemoryProducer"]
 
@@ -57,7 +57,7 @@ class MemoryBroker:
         return self._event
 
     def messages(self, stream_id: str, partition: int) -> list[Any]:
-        from .records import is_control
+        from runtime.records import is_control
 
         return [m for m in self.streams[stream_id][partition] if not is_control(m)]
 

@@ -87,7 +87,7 @@ def check_skips(skip: Mapping[str, Mapping[int, set[int]]], job: Any,
     an error for a partition an input does not have, and a warning for each record this run
     will not pass over, saying why. ``ends``: the end offset of each partition named (None: not
     known)."""
-    from .job import SSP
+    from runtime.job import SSP
 
     for sid, parts in sorted(skip.items()):
         count = job.counts.get(sid)
@@ -168,7 +168,7 @@ def feed_inputs(app: Any, config: Mapping[str, Any], given: Mapping[str, Sequenc
                 source: Mapping[str, str], mode: str | None, sample_n: int) -> list[str]:
     """Load ``given`` into the job's inputs (local log or Kafka) by the rules above; returns
     lines for standard error. ``source`` says which flag gave each stream's messages."""
-    from .kafka_job import uses_kafka
+    from runtime.kafka.job import uses_kafka
 
     if uses_kafka(app):
         return asyncio.run(_feed_kafka(app, config, given, source, mode, sample_n))
@@ -177,10 +177,9 @@ def feed_inputs(app: Any, config: Mapping[str, Any], given: Mapping[str, Sequenc
 
 def _feed_local(app: Any, config: Mapping[str, Any], given: Mapping[str, Sequence[Any]],
                 source: Mapping[str, str], mode: str | None, sample_n: int) -> list[str]:
+    from runtime.job_lock import JobLock
+    from runtime.local.system import LocalJob
     from samza_dsl.config import validate_config
-
-    from .job_lock import JobLock
-    from .local_system import LocalJob
 
     job = LocalJob(app, validate_config(dict(config)), run=False)
     try:
@@ -232,8 +231,8 @@ def _mark(marks: dict[str, list[int]], sid: str, source: str, sample_n: int, mod
 
 async def _feed_kafka(app: Any, config: Mapping[str, Any], given: Mapping[str, Sequence[Any]],
                       source: Mapping[str, str], mode: str | None, sample_n: int) -> list[str]:
-    from .kafka_io import encode_load, kafka_held, kafka_streams, produce_load
-    from .local_system import job_dir
+    from runtime.kafka.load_dump import encode_load, kafka_held, kafka_streams, produce_load
+    from runtime.local.system import job_dir
 
     streams = await kafka_streams(app, config)
     if mode == "replace":

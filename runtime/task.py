@@ -26,6 +26,15 @@ from typing import TYPE_CHECKING, Any
 from operators import build_operator
 from operators.base import IDENTITY, Operator, OperatorContext, UserContext
 from operators.hashing import KeyPartitioner
+from runtime import faults
+from runtime.codec import Skipped
+from runtime.dag import Emit, OperatorFailure, _forward, chain, chain_one, fan_out, gather_pending
+from runtime.elastic import OTHER_BUCKET, OtherBucket
+from runtime.job import SSP, JobModel, TaskModel
+from runtime.records import EndOfStream, Watermark
+from runtime.serde_util import default_key_bytes
+from runtime.state.tables import LocalTable
+from runtime.watermarks import CURRENT, NO_WATERMARK, OBSERVED, TaskClock, event_seconds, observing
 from samza_dsl.config import config_value
 from samza_dsl.errors import CallbackTimeout, SerdeError, TaskError
 from samza_dsl.kv import KV
@@ -33,18 +42,8 @@ from samza_dsl.late import LateMessage
 from samza_dsl.serdes import KVSerde
 from samza_dsl.spec import BroadcastSpec, JoinSpec, PartitionBySpec, SendToSpec, WindowSpec
 
-from . import faults
-from .codec import Skipped
-from .dag import Emit, OperatorFailure, _forward, chain, chain_one, fan_out, gather_pending
-from .elastic import OTHER_BUCKET, OtherBucket
-from .job import SSP, JobModel, TaskModel
-from .records import EndOfStream, Watermark
-from .serde_util import default_key_bytes
-from .tables import LocalTable
-from .watermarks import CURRENT, NO_WATERMARK, OBSERVED, TaskClock, event_seconds, observing
-
 if TYPE_CHECKING:
-    from .container import Container
+    from runtime.container import Container
 
 __all__ = ["TaskInstance"]
 

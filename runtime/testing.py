@@ -22,17 +22,16 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from runtime.container import Container, MemoryCheckpoints
+from runtime.job import build_job_model
+from runtime.late import LateCounts
+from runtime.memory import MemoryBroker, MemoryConsumer, MemoryProducer
+from runtime.metrics import Metrics
 from samza_dsl import StreamApplication
 from samza_dsl.config import config_value
 from samza_dsl.errors import SamzaError, TaskError
 from samza_dsl.kv import KV
 from samza_dsl.systems import InputDescriptor
-
-from .container import Container, MemoryCheckpoints
-from .job import build_job_model
-from .late import LateCounts
-from .memory import MemoryBroker, MemoryConsumer, MemoryProducer
-from .metrics import Metrics
 
 __all__ = ["TestRunner", "TestResult", "resolve_partitions", "memory_store_factory", "memory_job",
            "run_container", "STALL_TIMEOUT"]

@@ -57,15 +57,13 @@ import networkx as nx
 
 from operators import build_operator
 from operators.base import OperatorContext, resolve_fn
+from runtime.dag import OperatorFailure
+from runtime.records import EndOfStream, Watermark
 from samza_dsl.spec import WindowSpec, stream_node
-
-from .dag import OperatorFailure
-from .records import EndOfStream, Watermark
 
 if TYPE_CHECKING:
     from planner import Stage
-
-    from .job import SSP, JobModel, TaskModel
+    from runtime.job import SSP, JobModel, TaskModel
 
 __all__ = ["JobTime", "TaskClock", "job_time", "event_seconds", "CURRENT", "NO_WATERMARK"]
 

@@ -45,7 +45,7 @@ def test_the_api_reference_builds_from_the_docstrings(tmp_path: Any) -> None:
     problems = build(tmp_path)
     assert problems == []
     pages = {p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.html")}
-    for page in ("samza_dsl.html", "runtime/local.html", "runtime/spark.html",
+    for page in ("samza_dsl.html", "runtime/runner.html", "runtime/spark.html",
                  "runtime/testing.html", "samza_dsl/systems.html", "planner.html"):
         assert page in pages, sorted(pages)
     text = (tmp_path / "samza_dsl.html").read_text()

@@ -39,6 +39,10 @@ from operators import build_operator
 from operators.base import Operator, OperatorContext, UserContext
 from operators.hashing import KeyPartitioner
 from operators.state import InMemoryState, table_state
+from runtime.dag import Emit, OperatorFailure, _forward, fan_out
+from runtime.serde_util import default_key_bytes
+from runtime.state.tables import LocalTable
+from runtime.task import _task_copy, not_kv, op_nexts, operator_emit
 from samza_dsl.config import config_value
 from samza_dsl.kv import KV
 from samza_dsl.serdes import KVSerde
@@ -48,11 +52,6 @@ from samza_dsl.spec import (
     WindowSpec,
     stream_node,
 )
-
-from ..dag import Emit, OperatorFailure, _forward, fan_out
-from ..serde_util import default_key_bytes
-from ..tables import LocalTable
-from ..task import _task_copy, not_kv, op_nexts, operator_emit
 
 __all__ = ["PassExecutor", "PassFailure", "ALL_PARTITIONS", "STATEFUL"]
 

@@ -34,8 +34,8 @@ def _run(coro: Any) -> Any:
 def kafka_source(stream_id: str, descriptor: Any, given: Any, start_ms: int) -> Any:
     from aiokafka import TopicPartition
 
-    from ..kafka_system import kafka_error, new_consumer, true_end_offsets
-    from .sources import Source, SourceError, _timing, unreadable
+    from runtime.kafka.system import kafka_error, new_consumer, true_end_offsets
+    from runtime.spark.sources import Source, SourceError, _timing, unreadable
 
     topic = given.topic or descriptor.physical_name
     servers = given.bootstrap_servers
@@ -84,7 +84,7 @@ def kafka_source(stream_id: str, descriptor: Any, given: Any, start_ms: int) -> 
 
     def build(spark: Any) -> Any:
         def read(i: int, it: Iterator[tuple[int, int, int]]) -> Iterator[Any]:
-            from .executor import PassFailure
+            from runtime.spark.executor import PassFailure
 
             for p, s, e in it:
                 for rec in _run(_fetch(servers, settings, topic, p, s, e)):
@@ -109,7 +109,7 @@ async def _fetch(servers: str, settings: Mapping[str, Any], topic: str, p: int, 
                  end: int) -> list[Any]:
     from aiokafka import TopicPartition
 
-    from ..kafka_system import new_consumer
+    from runtime.kafka.system import new_consumer
 
     if end <= start:
         return []
@@ -167,7 +167,7 @@ class _KafkaSink:
         return f"Kafka topic {self.topic!r} at {self.spec.bootstrap_servers}"
 
     def prepare(self, plan: Any, counts: Mapping[str, int]) -> None:
-        from ..kafka_admin import TopicSpec, ensure_topics
+        from runtime.kafka.admin import TopicSpec, ensure_topics
 
         stream = plan.streams[self.stream_id]
         self.topic = self.spec.topic or stream.physical_name
@@ -207,8 +207,8 @@ async def _truncate(servers: str, topic: str, partitions: int) -> None:
     from aiokafka import TopicPartition
     from aiokafka.admin import AIOKafkaAdminClient
 
-    from ..kafka_admin import TopicSpec, ensure_topics
-    from ..kafka_system import kafka_error, new_consumer, true_end_offsets
+    from runtime.kafka.admin import TopicSpec, ensure_topics
+    from runtime.kafka.system import kafka_error, new_consumer, true_end_offsets
 
     consumer = new_consumer(servers, {}, brief=True)
     try:
@@ -245,8 +245,7 @@ async def _produce(servers: str, settings: Mapping[str, Any], topic: str, n: int
     from aiokafka import AIOKafkaProducer
 
     from operators.hashing import KeyPartitioner
-
-    from ..serde_util import default_key_bytes
+    from runtime.serde_util import default_key_bytes
 
     keyed = hasattr(serde, "to_bytes")
     key_bytes = serde.key_serde.serialize if keyed else default_key_bytes

@@ -42,17 +42,16 @@ from dataclasses import fields, is_dataclass
 from typing import Any
 
 from operators.hashing import KeyPartitioner
+from runtime.late import LateCounts
+from runtime.spark.executor import ALL_PARTITIONS, PassExecutor, PassFailure
+from runtime.spark.progress import STAGE_PREFIX
+from runtime.spark.sinks import FileOutput, resolve_output
+from runtime.spark.sources import FileInput, Source, SourceError, resolve_source
+from runtime.testing import resolve_partitions
 from samza_dsl import StreamApplication
 from samza_dsl.errors import SamzaError
 from samza_dsl.serdes import KVSerde
 from samza_dsl.spec import JoinSpec, WindowSpec
-
-from ..late import LateCounts
-from ..testing import resolve_partitions
-from .executor import ALL_PARTITIONS, PassExecutor, PassFailure
-from .progress import STAGE_PREFIX
-from .sinks import FileOutput, resolve_output
-from .sources import FileInput, Source, SourceError, resolve_source
 
 __all__ = ["SparkRunner", "ReprocessResult", "ReprocessError", "spark_session"]
 
@@ -79,7 +78,7 @@ def spark_session(master: str = "local[2]", app_name: str = "samza-dsl",
                 "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
                 "spark.sql.shuffle.partitions": "8", **(conf or {})}
     if quiet:
-        from .jvm import start_quietly
+        from runtime.spark.jvm import start_quietly
 
         start_quietly(SparkConf().setAll(list(settings.items())))
     builder = SparkSession.builder

@@ -69,7 +69,7 @@ class FileOutput:
                     try:
                         yield encode(m).decode()
                     except (TypeError, msgspec.EncodeError) as exc:
-                        from .executor import PassFailure
+                        from runtime.spark.executor import PassFailure
 
                         raise PassFailure(f"output {sid!r}: a message cannot be written as "
                                           f"JSON: {exc}: {m!r:.80}; map it to JSON-friendly "
@@ -113,7 +113,7 @@ def _row(stream_id: str, m: Any) -> dict[str, Any]:
     try:
         b = msgspec.to_builtins(m)
     except (TypeError, msgspec.EncodeError) as exc:
-        from .executor import PassFailure
+        from runtime.spark.executor import PassFailure
 
         raise PassFailure(f"output {stream_id!r}: a message cannot be written to Parquet: "
                           f"{exc}: {m!r:.80}") from exc
@@ -121,7 +121,7 @@ def _row(stream_id: str, m: Any) -> dict[str, Any]:
 
 
 def resolve_output(stream_id: str, value: Any, run_id: str) -> Any:
-    from .kafka import KafkaOutput
+    from runtime.spark.kafka import KafkaOutput
 
     if isinstance(value, KafkaOutput):
         return value.bind(stream_id)

@@ -244,7 +244,7 @@ def _rows_to_records(stream_id: str, descriptor: Any, start_ms: int, names: list
                 m = convert(row)
                 sort_ms, clock = timing(m, ts)
             except Exception as exc:
-                from .executor import PassFailure
+                from runtime.spark.executor import PassFailure
 
                 text = unreadable(f"input {stream_id!r}: row {off} of {names[i]}", exc,
                                   "the stream")
@@ -259,7 +259,7 @@ def resolve_source(spark: Any, stream_id: str, descriptor: Any, value: Any,
                    start_ms: int) -> Source:
     """Check ``value`` (what the caller gave for input ``stream_id``) and describe how to read it."""
     if isinstance(value, KafkaRange):
-        from .kafka import kafka_source
+        from runtime.spark.kafka import kafka_source
 
         return kafka_source(stream_id, descriptor, value, start_ms)
     if hasattr(value, "rdd") and hasattr(value, "schema"):  # a DataFrame
@@ -340,7 +340,7 @@ def _jsonl_source(spark: Any, stream_id: str, descriptor: Any, files: list[str],
                 try:
                     yield decoder.decode(line)
                 except msgspec.DecodeError as exc:
-                    from .executor import PassFailure
+                    from runtime.spark.executor import PassFailure
 
                     raise PassFailure(f"input {stream_id!r}: line {n + 1} of {names[i]} is "
                                       f"not JSON ({exc}): {line[:80]!r}; JSON Lines inputs hold "

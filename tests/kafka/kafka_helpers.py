@@ -1,7 +1,7 @@
 """Async helpers for tests against the tansu broker (on how it differs from Apache Kafka, see
 ``samza_dsl.testing.kafka_broker``).
 
-They use aiokafka directly, not ``runtime.kafka_admin``, so that the tests of that module do not
+They use aiokafka directly, not ``runtime.kafka.admin``, so that the tests of that module do not
 check it against itself.
 """
 

@@ -1,4 +1,4 @@
-"""runtime.kafka_admin against the tansu test broker: creating planned topics, refusing
+"""runtime.kafka.admin against the tansu test broker: creating planned topics, refusing
 partition-count mismatches, and bounded, explained failures for bad or dead brokers."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from kafka_helpers import create_topic, free_port, run
 
-from runtime.kafka_admin import TopicSpec, check_bootstrap, describe_topics, ensure_topics
+from runtime.kafka.admin import TopicSpec, check_bootstrap, describe_topics, ensure_topics
 from samza_dsl.errors import SamzaError
 
 

@@ -23,7 +23,7 @@ from kafka_helpers import (
 
 from operators.hashing import partition_for
 from runtime import LocalRunner
-from runtime.kafka_admin import describe_topics
+from runtime.kafka.admin import describe_topics
 from samza_dsl import KV, StreamApplication
 from samza_dsl.errors import SamzaError
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde

@@ -11,7 +11,7 @@ from pathlib import Path
 from kafka_helpers import consume_all, create_topic, produce_each, run
 
 from runtime import LocalRunner
-from runtime.kafka_admin import describe_topics
+from runtime.kafka.admin import describe_topics
 from samza_dsl.systems import KafkaSystem
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "runtime"))

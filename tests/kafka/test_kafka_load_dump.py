@@ -28,9 +28,9 @@ from kafka_helpers import consume_all, free_port, produce_each, run
 from outage_helpers import TcpProxy
 
 from runtime.dump import kafka_dump_lines
-from runtime.kafka_admin import describe_topics
-from runtime.kafka_io import PartialLoad, TopicReader, kafka_load, kafka_streams
-from runtime.kafka_system import offset_bounds
+from runtime.kafka.admin import describe_topics
+from runtime.kafka.load_dump import PartialLoad, TopicReader, kafka_load, kafka_streams
+from runtime.kafka.system import offset_bounds
 from runtime.loader import load_app
 from runtime.run_inputs import JsonLines
 from samza_dsl.errors import SamzaError

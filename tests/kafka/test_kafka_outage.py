@@ -23,7 +23,7 @@ from kafka_helpers import consume_all, create_topic, free_port, produce_each, ru
 from outage_helpers import JobProcess, TcpProxy, wait_until
 
 from runtime import LocalRunner
-from runtime.kafka_admin import describe_topics
+from runtime.kafka.admin import describe_topics
 from samza_dsl.errors import SamzaError
 from samza_dsl.testing.kafka_broker import TansuBroker
 

@@ -19,7 +19,7 @@ from kafka_apps import regroup_app, tag_app
 from kafka_helpers import consume_all, create_topic, keyed, produce_each, run
 
 from runtime import LocalRunner
-from runtime.kafka_admin import describe_topics
+from runtime.kafka.admin import describe_topics
 from samza_dsl.systems import KafkaSystem
 
 ROOT = Path(__file__).parents[2]

@@ -11,7 +11,7 @@ from typing import Any
 from kafka_helpers import consume_all, create_topic, keyed, produce_each, run
 
 from runtime import LocalRunner
-from runtime.kafka_admin import describe_topics
+from runtime.kafka.admin import describe_topics
 from samza_dsl import KV, Context, StreamApplication
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
 from samza_dsl.systems import KafkaSystem

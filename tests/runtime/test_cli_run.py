@@ -149,7 +149,7 @@ def test_sigint_stops_a_following_job_cleanly_and_the_next_run_resumes(tmp_path)
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     try:
-        from runtime.locallog import LocalLog
+        from runtime.local.log import LocalLog
 
         deadline = time.monotonic() + 60
         with LocalLog(tmp_path / ".samza" / "readwrite-counter-1" / "logs" / "local") as log:

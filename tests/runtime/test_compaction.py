@@ -22,10 +22,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from runtime import compaction
-from runtime.compaction import compact_partition, dirty_records
-from runtime.lmdb_store import LmdbStore
-from runtime.local_system import LocalJob, LocalProducer, LogChangelog, task_dir
-from runtime.locallog import LocalLog
+from runtime.local.compaction import compact_partition, dirty_records
+from runtime.local.log import LocalLog
+from runtime.local.system import LocalJob, LocalProducer, LogChangelog, task_dir
+from runtime.state.lmdb_store import LmdbStore
 
 ROOT = Path(__file__).resolve().parents[2]
 COUNTER = f"{ROOT / 'examples' / 'readwrite_counter.py'}:app"
@@ -254,7 +254,7 @@ def _table(job_dir: Path) -> dict[str, int]:
 
 def _changelog(job_dir: Path) -> tuple[LocalLog, list[int]]:
     """The job's log and each changelog partition's checkpointed offset."""
-    from runtime.local_system import LocalCheckpoints
+    from runtime.local.system import LocalCheckpoints
 
     lg = LocalLog(job_dir / "logs" / "local")
     cps = LocalCheckpoints(lg, "readwrite-counter-1")
@@ -355,7 +355,7 @@ def test_dump_shows_a_compacted_changelog_at_its_offsets(tmp_path: Path) -> None
 def test_a_running_job_compacts_its_changelog_below_its_checkpoints(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from runtime.loader import load_app
-    from runtime.local import LocalRunner
+    from runtime.runner import LocalRunner
 
     monkeypatch.setattr(compaction, "MIN_DIRTY", 500)
     job_dir = tmp_path / "job"

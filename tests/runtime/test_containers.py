@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from runtime import LocalRunner
-from runtime.local_system import LocalJob
+from runtime.local.system import LocalJob
 from samza_dsl import KV, StreamApplication
 from samza_dsl.errors import ConfigError, SamzaError
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde

@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from runtime.faults import POINTS
-from runtime.lmdb_store import LmdbStore
 from runtime.loader import load_app
-from runtime.local_system import LocalCheckpoints, LocalJob, task_dir
+from runtime.local.system import LocalCheckpoints, LocalJob, task_dir
+from runtime.state.lmdb_store import LmdbStore
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = f"{ROOT / 'examples' / 'readwrite_counter.py'}:app"

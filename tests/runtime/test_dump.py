@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from runtime.dump import dump_lines, dump_sources
-from runtime.local_system import LocalJob
-from runtime.locallog import LocalLog
+from runtime.local.log import LocalLog
+from runtime.local.system import LocalJob
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CLI = os.path.join(os.path.dirname(sys.executable), "samza-dsl")

@@ -17,7 +17,7 @@ from operators.hashing import murmur2, partition_for
 from runtime import LocalRunner, TestRunner
 from runtime.elastic import bucket_function, rescale_checkpoints
 from runtime.job import SSP, build_job_model, container_tasks
-from runtime.local_system import LocalJob
+from runtime.local.system import LocalJob
 from samza_dsl import KV, Context, StreamApplication
 from samza_dsl.errors import SamzaError
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde

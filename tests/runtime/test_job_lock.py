@@ -16,8 +16,8 @@ import pytest
 
 from runtime import LocalRunner
 from runtime.job_lock import JobLockedError
-from runtime.local_system import LocalJob
-from runtime.locallog import LocalLog
+from runtime.local.log import LocalLog
+from runtime.local.system import LocalJob
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = os.path.join(os.path.dirname(sys.executable), "samza-dsl")

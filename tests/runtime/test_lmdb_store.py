@@ -24,10 +24,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from operators.state import decode_key, encode_key
-from runtime.lmdb_store import LmdbStore
-from runtime.local import LocalRunner
-from runtime.local_system import LocalJob
-from runtime.store_format import MAX_KEY, PREFIX, frame, lmdb_key
+from runtime.local.system import LocalJob
+from runtime.runner import LocalRunner
+from runtime.state.format import MAX_KEY, PREFIX, frame, lmdb_key
+from runtime.state.lmdb_store import LmdbStore
 from samza_dsl import KV, StreamApplication
 from samza_dsl.errors import SamzaError
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
@@ -768,7 +768,7 @@ def format_2_store(path: Any, entries: dict[bytes, bytes], changelog_offset: int
     hash, so after every other key."""
     import hashlib
 
-    from runtime.store_format import checksummed
+    from runtime.state.format import checksummed
 
     os.makedirs(path)
     env = lmdb.open(str(path), max_dbs=2, subdir=True)

@@ -64,9 +64,9 @@ def committed(runner: LocalRunner) -> int:
 
 
 def test_the_documented_import_gives_the_local_runner() -> None:
-    import runtime.local
+    import runtime.runner
 
-    assert LocalRunner is runtime.local.LocalRunner  # API.md: "from runtime import LocalRunner"
+    assert LocalRunner is runtime.runner.LocalRunner  # API.md: "from runtime import LocalRunner"
 
 
 def test_run_processes_bounded_inputs_and_commits() -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from runtime import LocalRunner
 from runtime.codec import ERROR_HEADER, SOURCE_HEADER
-from runtime.local_system import LocalCheckpoints, LocalJob, dead_letter_stream
+from runtime.local.system import LocalCheckpoints, LocalJob, dead_letter_stream
 from runtime.testing import TestRunner
 from samza_dsl import KV, StreamApplication
 from samza_dsl.errors import SamzaError, SerdeError

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from runtime import locallog
-from runtime.locallog import LocalLog
+from runtime.local.log import LocalLog
 from samza_dsl.errors import SamzaError
 
 REPO = Path(locallog.__file__).resolve().parents[1]
@@ -402,7 +402,7 @@ def test_another_process_appends_while_this_one_reads(tmp_path):
     log.append("s", 0, recs(1))
     script = textwrap.dedent(f"""
         import time
-        from runtime.locallog import LocalLog
+        from runtime.local.log import LocalLog
         with LocalLog({str(path)!r}) as log:
             for i in range(20):
                 log.append("s", 0, [(b"k%d" % (1 + 3 * i + j), b"v%d" % (1 + 3 * i + j), None)

@@ -16,10 +16,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from runtime import LocalRunner
-from runtime.compaction import compact_partition
-from runtime.local_system import LocalJob
-from runtime.locallog import LocalLog
-from runtime.retention import consumed_point, retention_point
+from runtime.local.compaction import compact_partition
+from runtime.local.log import LocalLog
+from runtime.local.retention import consumed_point, retention_point
+from runtime.local.system import LocalJob
 from samza_dsl import KV
 from samza_dsl.errors import ConfigError, SamzaError
 

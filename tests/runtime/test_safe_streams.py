@@ -18,7 +18,7 @@ import pytest
 from operators.state import encode_key
 from runtime import LocalRunner
 from runtime.codec import ERROR_HEADER, SOURCE_HEADER
-from runtime.local_system import LocalJob, dead_letter_stream
+from runtime.local.system import LocalJob, dead_letter_stream
 from runtime.testing import TestRunner
 from samza_dsl import KV, StreamApplication, Windows
 from samza_dsl.errors import SamzaError, SerdeError, TaskError
@@ -268,8 +268,8 @@ def test_an_undeclared_struct_on_an_intermediate_stream_names_stream_operator_ty
 
 
 def test_state_that_cannot_be_written_names_store_operator_and_type(tmp_path: Path) -> None:
-    from runtime.lmdb_store import LmdbStore
-    from runtime.state_codec import state_codec
+    from runtime.state.codec import state_codec
+    from runtime.state.lmdb_store import LmdbStore
 
     class Acc(msgspec.Struct):
         n: int
@@ -296,8 +296,8 @@ def test_state_that_cannot_be_written_names_store_operator_and_type(tmp_path: Pa
 def test_a_stored_pickle_is_never_loaded_and_the_error_names_the_store(tmp_path: Path) -> None:
     """State written by an older version (pickled values in the local LMDB file) fails to
     decode with an error naming the store and what to do; nothing runs."""
-    from runtime.lmdb_store import LmdbStore
-    from runtime.state_codec import state_codec
+    from runtime.state.codec import state_codec
+    from runtime.state.lmdb_store import LmdbStore
 
     marker = tmp_path / "pwned"
     payload = evil_payload(marker)

@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from operators.state import InMemoryState, table_state
-from runtime.lmdb_store import LmdbStore
-from runtime.local import LocalRunner
-from runtime.state_codec import state_codec, table_codec
+from runtime.runner import LocalRunner
+from runtime.state.codec import state_codec, table_codec
+from runtime.state.lmdb_store import LmdbStore
 from samza_dsl import KV, StreamApplication
 from samza_dsl.errors import TaskError
 from samza_dsl.serdes import JsonSerde, KVSerde, MsgpackSerde, Serde, StringSerde
@@ -27,7 +27,7 @@ from samza_dsl.testing import TestRunner
 _INT = st.integers(-10**6, 10**6)
 _SHORT = st.one_of(st.text(max_size=12), st.text("abz", max_size=3))
 # LMDB holds a key of more than 478 encoded bytes under its first 478 bytes and a hash
-# (runtime.store_format); LMDB's own limit is 511. Strings of one letter repeated around both
+# (runtime.state.format); LMDB's own limit is 511. Strings of one letter repeated around both
 # lengths (the encodings add 0 to 3 bytes), with a tail: many share their first 478 bytes.
 _LONG = st.builds(lambda c, n, tail: c * n + tail, st.sampled_from("ab"),
                   st.sampled_from([474, 476, 477, 478, 479, 480, 508, 509, 510, 511, 600, 2000]),
@@ -47,7 +47,7 @@ KINDS: dict[str, tuple[Any, st.SearchStrategy[Any]]] = {
 
 
 def _stores(key_serde: Serde[Any] | None, path: str) -> tuple[InMemoryState, LmdbStore]:
-    if key_serde is None:  # window and join state: the codec of runtime.local_system
+    if key_serde is None:  # window and join state: the codec of runtime.local.system
         ke, kd, ve, vd = state_codec({}, "window state 'w'")
         memory = InMemoryState()
     else:  # a table: its serdes, as TestRunner, Spark and LocalRunner build it

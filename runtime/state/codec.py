@@ -25,11 +25,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from operators.state import decode_key, encode_key
+from runtime.codec import Record, fast_deserializer, fast_serializer
+from runtime.job import SSP
 from samza_dsl.errors import SerdeError
 from samza_dsl.serdes import SafeSerde, Serde
-
-from .codec import Record, fast_deserializer, fast_serializer
-from .job import SSP
 
 __all__ = ["state_codec", "table_codec", "changelog_check", "FOREIGN_KEY"]
 

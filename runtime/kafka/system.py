@@ -26,13 +26,12 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError, OffsetOutOfRangeError
 
+from runtime import checkpoints
+from runtime.codec import BufferedProducer, Record, StreamCodec
+from runtime.job import SSP
+from runtime.kafka.outage import BrokerWatch
+from runtime.records import EndOfStream
 from samza_dsl.errors import SamzaError
-
-from . import checkpoints
-from .codec import BufferedProducer, Record, StreamCodec
-from .job import SSP
-from .kafka_outage import BrokerWatch
-from .records import EndOfStream
 
 __all__ = ["KafkaConsumer", "KafkaProducer", "KafkaCheckpoints", "kafka_error", "new_consumer",
            "offset_bounds", "stop_client", "true_end_offsets"]

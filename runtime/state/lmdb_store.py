@@ -27,7 +27,7 @@ This is Samza's ``CachedStore`` over a local store with a ``LoggedStore`` change
   run that stopped before checkpointing) by appending, for each of their keys, its value in the
   restored store, so replaying the whole changelog gives the restored state. ``restore_info``
   tells what happened.
-- **Checksums.** Each LMDB value carries a checksum (``runtime.store_format``). A read that
+- **Checksums.** Each LMDB value carries a checksum (``runtime.state.format``). A read that
   finds a value failing it (``get``, ``range``, ``all``, the trim at ``open``) means the file was
   changed on disk: with a changelog the store is rebuilt in place, with a warning naming the
   file, from the changelog's entries up to its last commit and the entries flushed since (kept in
@@ -35,7 +35,7 @@ This is Samza's ``CachedStore`` over a local store with a ``LoggedStore`` change
   the file. A store of the older format 1 (no checksums) is rebuilt from its changelog, or
   without one migrated in place.
 - **Long keys.** A key encoded in more than 478 bytes is held under its first 478 bytes and its
-  hash, with the full key in the value (``runtime.store_format``), so any key works and LMDB
+  hash, with the full key in the value (``runtime.state.format``), so any key works and LMDB
   keeps keys in the byte order of their encoding, long or short. Long keys that share their
   first 478 bytes are adjacent in LMDB; ``range`` and ``all`` read such a group whole and give
   it in the order of the full keys. So ``range`` and ``all`` give every key in ``key_encode``
@@ -83,19 +83,18 @@ from typing import Any, Protocol
 import lmdb
 
 from operators.state import ListKey as _ListKey
+from runtime.state.format import MAX_KEY as _MAX_KEY
+from runtime.state.format import PREFIX as _PREFIX
+from runtime.state.format import SHORT_LEN as _SHORT_LEN
+from runtime.state.format import ChecksumError as _Corrupt
+from runtime.state.format import checksummed as _checksummed
+from runtime.state.format import frame as _frame
+from runtime.state.format import full_key as _full_key
+from runtime.state.format import lmdb_key as _lmdb_key
+from runtime.state.format import unframe as _unframe
+from runtime.state.format import unframe_2 as _unframe_2
+from runtime.storage import reserve_lock_file, storage_error
 from samza_dsl.errors import SamzaError, SerdeError
-
-from .storage import reserve_lock_file, storage_error
-from .store_format import MAX_KEY as _MAX_KEY
-from .store_format import PREFIX as _PREFIX
-from .store_format import SHORT_LEN as _SHORT_LEN
-from .store_format import ChecksumError as _Corrupt
-from .store_format import checksummed as _checksummed
-from .store_format import frame as _frame
-from .store_format import full_key as _full_key
-from .store_format import lmdb_key as _lmdb_key
-from .store_format import unframe as _unframe
-from .store_format import unframe_2 as _unframe_2
 
 __all__ = ["Changelog", "LmdbStore"]
 
@@ -110,7 +109,7 @@ _REPLAY_BATCH = 200_000  # distinct keys folded in memory before a write transac
 _first = itemgetter(0)
 # LMDB keys are the encoded keys behind this byte: LMDB cannot store an empty key (str.encode
 # of ""); the changelog holds the encoded keys as they are
-_P = b"\x00"  # the prefix of every LMDB key (see runtime.store_format)
+_P = b"\x00"  # the prefix of every LMDB key (see runtime.state.format)
 _GROUP_END = b"\xff" * (_MAX_KEY - _SHORT_LEN)  # after a group's prefix: past all its keys
 class Changelog(Protocol):
     """A store's changelog partition, as the runtime gives it to ``LmdbStore.open``."""
@@ -617,7 +616,7 @@ class LmdbStore:
     def _range(self, lo: bytes, hi: bytes) -> Iterator[tuple[Any, Any]]:
         if lo >= hi:
             return
-        # LMDB keys are in the order of the encoded keys (runtime.store_format): a bound of a
+        # LMDB keys are in the order of the encoded keys (runtime.state.format): a bound of a
         # short key is exact; one of a long key starts (or ends past) its group, then filters
         if len(lo) <= _PREFIX:
             llo, klo = _P + lo, None

@@ -1,5 +1,5 @@
 """A job whose streams are Kafka topics: plans it against the broker, creates the topics it
-needs, and builds its container over ``runtime.kafka_system``.
+needs, and builds its container over ``runtime.kafka.system``.
 
 The topics: inputs must exist (their partition counts come from the broker when the descriptor
 does not give them); outputs and intermediate streams are created with the planned counts when
@@ -10,7 +10,7 @@ bounds them); a count that differs from the plan is an error naming the topic an
 Checkpoints go to the compacted topic ``__samza_checkpoint_<job>`` (one partition, keyed by task).
 
 Stores are LMDB files under ``job.dir`` on the container's host, backed by compacted changelog
-topics (``<job>-<store>-changelog``, a partition per task; ``runtime.kafka_changelog``): a store
+topics (``<job>-<store>-changelog``, a partition per task; ``runtime.kafka.changelog``): a store
 whose local copy is missing or behind the checkpoint is rebuilt from its topic.
 
 Records that fail to deserialize under the ``dead-letter`` policy, and changelog entries that do
@@ -26,10 +26,7 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from samza_dsl.config import config_value
-from samza_dsl.errors import SamzaError, SerdeError
-
-from .codec import (
+from runtime.codec import (
     Record,
     Skipped,
     StreamCodec,
@@ -37,21 +34,21 @@ from .codec import (
     serde_error_policy,
     stream_serde,
 )
-from .container import Container
-from .elastic import rescale_checkpoints
-from .job import SSP, TaskModel, build_job_model, job_containers, start_generation
-from .job_lock import JobLock
-from .kafka_admin import (
+from runtime.container import Container
+from runtime.elastic import rescale_checkpoints
+from runtime.job import SSP, TaskModel, build_job_model, job_containers, start_generation
+from runtime.job_lock import JobLock
+from runtime.kafka.admin import (
     BrokersUnreachable,
     TopicSpec,
     describe_topics,
     ensure_topics,
     retention_configs,
 )
-from .kafka_changelog import KafkaChangelog
-from .kafka_outage import KEY as UNAVAILABLE_KEY
-from .kafka_outage import BrokerWatch, lost_data_error, missing_topics_error
-from .kafka_system import (
+from runtime.kafka.changelog import KafkaChangelog
+from runtime.kafka.outage import KEY as UNAVAILABLE_KEY
+from runtime.kafka.outage import BrokerWatch, lost_data_error, missing_topics_error
+from runtime.kafka.system import (
     KafkaCheckpoints,
     KafkaConsumer,
     KafkaProducer,
@@ -60,9 +57,11 @@ from .kafka_system import (
     stop_client,
     true_end_offsets,
 )
-from .local_system import LocalState, dead_letter_stream, job_dir
-from .metrics import Metrics
-from .records import is_control
+from runtime.local.system import LocalState, dead_letter_stream, job_dir
+from runtime.metrics import Metrics
+from runtime.records import is_control
+from samza_dsl.config import config_value
+from samza_dsl.errors import SamzaError, SerdeError
 
 __all__ = ["KafkaJob", "uses_kafka"]
 
@@ -103,7 +102,7 @@ class KafkaJob:
         self.lock = JobLock(self.root, self.job_name)
         effective = {**app.config, **self.config}
         unavailable = config_value(effective, UNAVAILABLE_KEY) / 1000.0
-        #: the brokers' outages while the job runs (``runtime.kafka_outage``)
+        #: the brokers' outages while the job runs (``runtime.kafka.outage``)
         self.watch = BrokerWatch(self.servers, unavailable, settings=self.consumer_settings)
         # aiokafka retries a batch until its request timeout: not less than an outage may last
         self.producer_settings.setdefault("request_timeout_ms",

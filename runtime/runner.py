@@ -2,7 +2,7 @@
 SIGINT/SIGTERM, then commits and closes.
 
 An application whose streams are on a ``LocalSystem`` runs on the embedded local log, with LMDB
-stores, changelogs and checkpoints (``runtime.local_system``): a second run resumes after the
+stores, changelogs and checkpoints (``runtime.local.system``): a second run resumes after the
 first one's checkpoint. ``follow=True`` keeps reading its inputs until stopped. Other
 applications run in memory. ``inputs=`` (stream id -> messages, or {partition: messages}) feeds
 in-memory inputs, or local inputs that are still empty."""
@@ -22,15 +22,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
+from runtime.container import Container, MemoryCheckpoints
+from runtime.late import LateCounts, window_ids
+from runtime.memory import MemoryBroker
+from runtime.metrics import Metrics
+from runtime.testing import TestRunner, memory_job
 from samza_dsl import StreamApplication
 from samza_dsl.config import config_value, validate_config
 from samza_dsl.errors import SamzaError
-
-from .container import Container, MemoryCheckpoints
-from .late import LateCounts, window_ids
-from .memory import MemoryBroker
-from .metrics import Metrics
-from .testing import TestRunner, memory_job
 
 __all__ = ["LocalRunner"]
 
@@ -59,7 +58,7 @@ class LocalRunner(LateCounts):
         #: records to pass over in this run: {input stream: {partition: {offsets}}}
         self.skip = {sid: {p: set(o) for p, o in parts.items()}
                      for sid, parts in (skip or {}).items()}
-        from .kafka_job import uses_kafka
+        from runtime.kafka.job import uses_kafka
 
         self.kafka = uses_kafka(app)
         self.local = _uses_local_system(app) and not self.kafka
@@ -152,10 +151,10 @@ class LocalRunner(LateCounts):
     def _prepare_containers(self, n: int) -> None:
         """A new run of the job (generation, topics, rescaled checkpoints) that its ``n``
         containers join; the --skip records checked against it."""
-        from .run_inputs import check_skips
+        from runtime.run_inputs import check_skips
 
         if self.kafka:
-            from .kafka_job import KafkaJob
+            from runtime.kafka.job import KafkaJob
 
             self.job = asyncio.run(KafkaJob.prepare(self.app, self.config))
             self._lock = self.job.lock  # shared with the containers
@@ -168,8 +167,8 @@ class LocalRunner(LateCounts):
                     self._lock.release()
                     raise
             return
-        from .job_lock import JobLock
-        from .local_system import LocalJob
+        from runtime.job_lock import JobLock
+        from runtime.local.system import LocalJob
 
         self.job = job = LocalJob(self.app, self.config, run=False)
         # exclusive while the run is prepared (checkpoints move), then shared with the
@@ -237,12 +236,12 @@ class LocalRunner(LateCounts):
 
     async def _main(self, install_signals: bool) -> None:
         if self.kafka:
-            from .kafka_job import KafkaJob
+            from runtime.kafka.job import KafkaJob
 
             kjob = await KafkaJob.create(self.app, self.config, self.metrics, follow=self.follow)
             self.job, self.plan, container = kjob, kjob.plan, kjob.container
         elif self.local:
-            from .local_system import LocalJob
+            from runtime.local.system import LocalJob
 
             job = LocalJob(self.app, self.config, follow=self.follow,
                            inputs=self._inputs, metrics=self.metrics)
@@ -299,7 +298,7 @@ class LocalRunner(LateCounts):
 
     async def _check_skips(self) -> list[str]:
         """The --skip records against the job about to run (``run_inputs.check_skips``)."""
-        from .run_inputs import check_skips
+        from runtime.run_inputs import check_skips
 
         ends = await _kafka_ends(self.job, self.skip) if self.kafka \
             else _local_ends(self.job, self.skip)
@@ -331,7 +330,7 @@ class LocalRunner(LateCounts):
         a run of several, a row for the parent to show."""
         if self.container is None or (self.progress is None and self._report_to is None):
             return
-        from .progress import ProgressDisplay, status_row
+        from runtime.progress import ProgressDisplay, status_row
 
         effective = {**self.app.config, **self.config}
         count = int(config_value(effective, "job.container.count"))
@@ -495,7 +494,7 @@ class _ContainerRows:
     drawn when there is a display, and the totals each sends as it ends."""
 
     def __init__(self, stream: Any, n: int, config: Mapping[str, Any]) -> None:
-        from .progress import ProgressDisplay
+        from runtime.progress import ProgressDisplay
 
         self.display = ProgressDisplay(stream) if stream is not None else None
         self.rows: dict[str, dict[str, Any]] = {f"container {i} of {n}": {"state": "starting"}
@@ -571,7 +570,7 @@ async def _kafka_ends(job: Any, skip: Mapping[str, Any]) -> dict[tuple[str, int]
     """The end offset of each input partition a --skip names, on the job's Kafka brokers."""
     from aiokafka import TopicPartition
 
-    from .kafka_system import true_end_offsets
+    from runtime.kafka.system import true_end_offsets
 
     tps = {(sid, p): TopicPartition(job.physical[sid], p) for sid, parts in skip.items()
            for p in parts if p < job.counts.get(sid, 0)}
@@ -593,7 +592,7 @@ def print_outputs(runner: LocalRunner, out: TextIO = sys.stdout, limit: int = 10
                   fmt: Callable[[Any], str] = repr, app_ref: str | None = None) -> None:
     """The run's summary: where it resumed, each output's messages of this run, what came in and
     went out, and the late messages of its windows (how many, where they went, and why)."""
-    from .summary import LATE_WHY, resume_lines, traffic_lines
+    from runtime.summary import LATE_WHY, resume_lines, traffic_lines
 
     traffic = runner._traffic()
     if traffic is not None:

@@ -28,7 +28,7 @@
 >>> unframe(b"\\x00a", bytes.fromhex("ce8379d232"))
 Traceback (most recent call last):
 ...
-runtime.store_format.ChecksumError: an LMDB value (LMDB key b'\\x00a') fails its checksum
+runtime.state.format.ChecksumError: an LMDB value (LMDB key b'\\x00a') fails its checksum
 """
 
 from __future__ import annotations

@@ -33,14 +33,10 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from operators.hashing import KeyPartitioner
-from samza_dsl.errors import SamzaError
-from samza_dsl.kv import KV
-from samza_dsl.serdes import KVSerde
-
-from .codec import Record, StreamCodec, serde_error_policy, stream_serde
-from .kafka_admin import TopicSpec, describe_topics, ensure_topics, retention_configs
-from .kafka_outage import quiet_aiokafka
-from .kafka_system import (
+from runtime.codec import Record, StreamCodec, serde_error_policy, stream_serde
+from runtime.kafka.admin import TopicSpec, describe_topics, ensure_topics, retention_configs
+from runtime.kafka.outage import quiet_aiokafka
+from runtime.kafka.system import (
     KafkaProducer,
     kafka_error,
     new_consumer,
@@ -48,7 +44,10 @@ from .kafka_system import (
     stop_client,
     true_end_offsets,
 )
-from .serde_util import default_key_bytes
+from runtime.serde_util import default_key_bytes
+from samza_dsl.errors import SamzaError
+from samza_dsl.kv import KV
+from samza_dsl.serdes import KVSerde
 
 __all__ = ["KafkaStreams", "kafka_streams", "kafka_load", "encode_load", "produce_load",
            "EncodedLoad", "PartialLoad", "kafka_held", "TopicReader"]
@@ -84,8 +83,8 @@ class KafkaStreams:
 async def kafka_streams(app: Any, config: Mapping[str, Any], timeout: float = 10.0
                         ) -> KafkaStreams:
     """Plan ``app`` against its Kafka brokers; creates nothing."""
-    from .kafka_job import KafkaJob
-    from .local_system import dead_letter_stream
+    from runtime.kafka.job import KafkaJob
+    from runtime.local.system import dead_letter_stream
 
     job = KafkaJob(app, config, timeout=timeout)  # checks the systems; no I/O
     declared = {**app._inputs, **app._outputs}

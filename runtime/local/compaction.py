@@ -2,7 +2,7 @@
 
 A store's changelog only needs, for each key, its last entry: replaying it gives the store. A
 partition below a *compaction point* is rewritten as compacted segments (see
-``runtime.locallog``) holding only those records, at their own offsets: offsets never change,
+``runtime.local.log``) holding only those records, at their own offsets: offsets never change,
 so checkpoints and readers keep working, and a restore replays one entry per key instead of
 every update the job ever made.
 
@@ -39,13 +39,19 @@ from typing import TYPE_CHECKING, Any
 import lmdb
 import msgspec
 
+from runtime import faults
+from runtime.local.log import (
+    _COMPACTED,
+    _DECODE_SEGMENT,
+    _ENCODE,
+    _PACK_OFFSET,
+    _UNPACK_OFFSET,
+    LocalLog,
+)
 from samza_dsl.errors import SamzaError
 
-from . import faults
-from .locallog import _COMPACTED, _DECODE_SEGMENT, _ENCODE, _PACK_OFFSET, _UNPACK_OFFSET, LocalLog
-
 if TYPE_CHECKING:
-    from .local_system import LocalJob
+    from runtime.local.system import LocalJob
 
 __all__ = ["CompactionResult", "compact_partition", "dirty_records", "ChangelogCompactor",
            "DELETE_RETENTION_MS", "DRAIN_SECONDS", "changelog_partitions", "compact_job"]
@@ -421,7 +427,7 @@ def compact_job(job: LocalJob, *, now_ms: int | None = None,
     """Compacts every changelog partition of a job below its checkpoint (``samza-dsl
     compact``), whatever its dirty share, but those of stores with
     ``stores.<store>.changelog.compaction=false``. Refuses while a container of the job runs."""
-    from .job_lock import JobLock
+    from runtime.job_lock import JobLock
 
     lock = JobLock(job.root, job.job_name)
     lock.exclusive("compact", f"compact the changelogs of job {job.job_name!r}")

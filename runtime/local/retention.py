@@ -23,10 +23,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from runtime.job import SSP, JobModel
+from runtime.local.log import LocalLog
 from samza_dsl.errors import ConfigError
-
-from .job import SSP, JobModel
-from .locallog import LocalLog
 
 __all__ = ["TRIM_SECONDS", "LogTrimmer", "Target", "retention_point", "consumed_point",
            "log_max_bytes", "LOG_MAX_BYTES_DEFAULT"]

@@ -21,8 +21,8 @@ from typing import Any
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
-from .codec import BufferedProducer
-from .kafka_system import kafka_error, new_consumer
+from runtime.codec import BufferedProducer
+from runtime.kafka.system import kafka_error, new_consumer
 
 __all__ = ["KafkaChangelog"]
 

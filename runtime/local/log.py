@@ -14,7 +14,7 @@ Layout, in named databases of the environment:
   encoding of ``(timestamp_ms, [(key, value, headers), ...])``. A segment's record count is
   read from the msgpack array header without decoding the records.
 
-  A *compacted* segment (``runtime.compaction`` writes them) keeps some records of the offsets
+  A *compacted* segment (``runtime.local.compaction`` writes them) keeps some records of the offsets
   it covers: ``(span, timestamp_ms, [offset - first, ...], [(key, value, headers), ...])``, the
   records at the given offsets of ``[first, first + span)``, the others gone. Its value starts
   with ``0x94`` (an array of 4), a plain one's with ``0x92``, so logs written before compaction
@@ -38,14 +38,13 @@ from typing import Any
 import lmdb
 import msgspec
 
-from samza_dsl.errors import SamzaError
-
-from .storage import (
+from runtime.storage import (
     check_file_not_truncated,
     check_not_truncated,
     reserve_lock_file,
     storage_error,
 )
+from samza_dsl.errors import SamzaError
 
 __all__ = ["Header", "LocalLog", "Record"]
 

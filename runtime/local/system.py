@@ -1,5 +1,5 @@
 """The embedded local system: a job's streams, changelogs and checkpoints in an LMDB log on local
-disk (``runtime.locallog``), and its stores in LMDB files (``runtime.lmdb_store``).
+disk (``runtime.local.log``), and its stores in LMDB files (``runtime.state.lmdb_store``).
 
 Where things live, for a job ``<job>`` (``<app name>-<app id>``) run from a directory:
 
@@ -35,13 +35,8 @@ import lmdb
 import msgspec
 
 from operators.hashing import KeyPartitioner
-from samza_dsl.config import config_value
-from samza_dsl.errors import ConfigError, SamzaError, SerdeError
-from samza_dsl.kv import KV
-from samza_dsl.serdes import KVSerde
-
-from . import checkpoints
-from .codec import (
+from runtime import checkpoints
+from runtime.codec import (
     BufferedProducer,
     Record,
     Skipped,
@@ -50,19 +45,23 @@ from .codec import (
     serde_error_policy,
     stream_serde,
 )
-from .compaction import DELETE_RETENTION_MS, DRAIN_SECONDS, ChangelogCompactor
-from .container import Container
-from .elastic import rescale_checkpoints
-from .job import SSP, JobModel, TaskModel, build_job_model, job_containers, start_generation
-from .job_lock import JobLock, log_id_lock
-from .lmdb_store import Changelog, LmdbStore
-from .locallog import LocalLog
-from .metrics import Metrics
-from .records import EndOfStream, is_control
-from .retention import LogTrimmer, job_targets, log_max_bytes
-from .serde_util import default_key_bytes
-from .state_codec import changelog_check, state_codec, table_codec
-from .storage import StorageError, storage_error
+from runtime.container import Container
+from runtime.elastic import rescale_checkpoints
+from runtime.job import SSP, JobModel, TaskModel, build_job_model, job_containers, start_generation
+from runtime.job_lock import JobLock, log_id_lock
+from runtime.local.compaction import DELETE_RETENTION_MS, DRAIN_SECONDS, ChangelogCompactor
+from runtime.local.log import LocalLog
+from runtime.local.retention import LogTrimmer, job_targets, log_max_bytes
+from runtime.metrics import Metrics
+from runtime.records import EndOfStream, is_control
+from runtime.serde_util import default_key_bytes
+from runtime.state.codec import changelog_check, state_codec, table_codec
+from runtime.state.lmdb_store import Changelog, LmdbStore
+from runtime.storage import StorageError, storage_error
+from samza_dsl.config import config_value
+from samza_dsl.errors import ConfigError, SamzaError, SerdeError
+from samza_dsl.kv import KV
+from samza_dsl.serdes import KVSerde
 
 __all__ = ["LocalJob", "LocalProducer", "LocalConsumer", "LocalCheckpoints", "LogChangelog",
            "LocalState", "job_dir", "log_path", "dead_letter_stream", "task_dir"]
@@ -336,7 +335,7 @@ def _positive(config: Mapping[str, Any], key: str, default: int) -> int:
 
 class LocalState:
     """LMDB stores under ``<job.dir>/stores``, with changelogs in the local log (or the ones
-    ``changelogs`` makes). Window and join state use ``runtime.state_codec``; a changelog entry
+    ``changelogs`` makes). Window and join state use ``runtime.state.codec``; a changelog entry
     that does not decode meets its policy, ``dead_letter`` taking the raw entry."""
 
     def __init__(self, root: str, job: JobModel, config: Mapping[str, Any],
