@@ -13,9 +13,9 @@ broker's topics are gone.
 Where tansu differs from Apache Kafka, as far as these tests go:
 
 - its LATEST offset is the base offset of the partition's last record batch + 1, not the offset
-  after its last record (``runtime.kafka_system.true_end_offsets`` reads the real end);
+  after its last record (``runtime.kafka.system.true_end_offsets`` reads the real end);
 - reading a topic that does not exist creates it, with 4 partitions: create topics explicitly,
-  and look them up with ``runtime.kafka_admin.describe_topics``, which never creates one;
+  and look them up with ``runtime.kafka.admin.describe_topics``, which never creates one;
 - it ignores SIGTERM: stop it with SIGINT.
 """
 
