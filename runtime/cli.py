@@ -237,8 +237,9 @@ def _local_job(args: argparse.Namespace, verify_log: bool = True,
     """The application's job on the embedded local log, opened without running it. With
     ``ran``, a job with no job.dir and no log yet is refused (``_NeverRan``) and nothing is
     created."""
+    from runtime.jobdir import job_dir
     from runtime.loader import load_app
-    from runtime.local.system import LocalJob, job_dir, log_path
+    from runtime.local.system import LocalJob, log_path
     from samza_dsl.config import validate_config
 
     app = app if app is not None else load_app(args.app)

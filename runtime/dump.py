@@ -31,8 +31,9 @@ import msgspec
 
 from runtime.codec import ERROR_HEADER, SOURCE_HEADER, Record, Skipped, StreamCodec
 from runtime.job import SSP
+from runtime.jobdir import dead_letter_stream
 from runtime.local.log import LocalLog
-from runtime.local.system import LocalJob, dead_letter_stream
+from runtime.local.system import LocalJob
 from runtime.records import is_control
 from runtime.state.codec import state_codec, table_codec
 from samza_dsl.errors import SamzaError

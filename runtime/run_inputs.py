@@ -231,8 +231,8 @@ def _mark(marks: dict[str, list[int]], sid: str, source: str, sample_n: int, mod
 
 async def _feed_kafka(app: Any, config: Mapping[str, Any], given: Mapping[str, Sequence[Any]],
                       source: Mapping[str, str], mode: str | None, sample_n: int) -> list[str]:
+    from runtime.jobdir import job_dir
     from runtime.kafka.load_dump import encode_load, kafka_held, kafka_streams, produce_load
-    from runtime.local.system import job_dir
 
     streams = await kafka_streams(app, config)
     if mode == "replace":

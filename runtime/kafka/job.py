@@ -38,6 +38,7 @@ from runtime.container import Container
 from runtime.elastic import rescale_checkpoints
 from runtime.job import SSP, TaskModel, build_job_model, job_containers, start_generation
 from runtime.job_lock import JobLock
+from runtime.jobdir import dead_letter_stream, job_dir
 from runtime.kafka.admin import (
     BrokersUnreachable,
     TopicSpec,
@@ -57,9 +58,9 @@ from runtime.kafka.system import (
     stop_client,
     true_end_offsets,
 )
-from runtime.local.system import LocalState, dead_letter_stream, job_dir
 from runtime.metrics import Metrics
 from runtime.records import is_control
+from runtime.state.backend import StoreBackend
 from samza_dsl.config import config_value
 from samza_dsl.errors import SamzaError, SerdeError
 
@@ -239,8 +240,8 @@ class KafkaJob:
                                  bounded=set() if self.follow else inputs, upcoming=upcoming,
                                  timeout=self.timeout, watch=self.watch)
         self.producer, self.consumer = producer, consumer
-        self.state = LocalState(self.root, job, cfg, await self._changelogs(producer, self.tasks),
-                                self.metrics, self.dead_letter)
+        self.state = StoreBackend(self.root, job, cfg, await self._changelogs(producer, self.tasks),
+                                  self.metrics, self.dead_letter)
         self.container = container = Container(
             job, self.tasks, consumer=consumer, producer=producer, checkpoints=self.checkpoints,
             config=cfg, metrics=self.metrics, state=self.state)

@@ -83,8 +83,8 @@ class KafkaStreams:
 async def kafka_streams(app: Any, config: Mapping[str, Any], timeout: float = 10.0
                         ) -> KafkaStreams:
     """Plan ``app`` against its Kafka brokers; creates nothing."""
+    from runtime.jobdir import dead_letter_stream
     from runtime.kafka.job import KafkaJob
-    from runtime.local.system import dead_letter_stream
 
     job = KafkaJob(app, config, timeout=timeout)  # checks the systems; no I/O
     declared = {**app._inputs, **app._outputs}

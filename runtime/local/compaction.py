@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import lmdb
 import msgspec
@@ -50,8 +50,24 @@ from runtime.local.log import (
 )
 from samza_dsl.errors import SamzaError
 
-if TYPE_CHECKING:
-    from runtime.local.system import LocalJob
+
+class CompactedJob(Protocol):
+    """What compacting a job's changelogs reads of it (``runtime.local.system.LocalJob``)."""
+
+    @property
+    def root(self) -> str: ...
+    @property
+    def job_name(self) -> str: ...
+    @property
+    def main_system(self) -> str: ...
+    @property
+    def plan(self) -> Any: ...
+    @property
+    def job(self) -> Any: ...
+    @property
+    def checkpoints(self) -> Any: ...
+
+    def log_of(self, system: str) -> LocalLog: ...
 
 __all__ = ["CompactionResult", "compact_partition", "dirty_records", "ChangelogCompactor",
            "DELETE_RETENTION_MS", "DRAIN_SECONDS", "changelog_partitions", "compact_job"]
@@ -405,7 +421,7 @@ class ChangelogCompactor:
             self._thread = None
 
 
-def changelog_partitions(job: LocalJob) -> list[tuple[str, LocalLog, str, int, list[str]]]:
+def changelog_partitions(job: CompactedJob) -> list[tuple[str, LocalLog, str, int, list[str]]]:
     """Every changelog partition of a job on a local log: ``(store, log, stream, partition,
     the tasks whose checkpoints hold its offset)``."""
     out = []
@@ -422,7 +438,7 @@ def changelog_partitions(job: LocalJob) -> list[tuple[str, LocalLog, str, int, l
     return out
 
 
-def compact_job(job: LocalJob, *, now_ms: int | None = None,
+def compact_job(job: CompactedJob, *, now_ms: int | None = None,
                 group_records: int = GROUP_RECORDS) -> list[CompactionResult]:
     """Compacts every changelog partition of a job below its checkpoint (``samza-dsl
     compact``), whatever its dirty share, but those of stores with

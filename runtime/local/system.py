@@ -31,7 +31,6 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-import lmdb
 import msgspec
 
 from operators.hashing import KeyPartitioner
@@ -49,17 +48,18 @@ from runtime.container import Container
 from runtime.elastic import rescale_checkpoints
 from runtime.job import SSP, JobModel, TaskModel, build_job_model, job_containers, start_generation
 from runtime.job_lock import JobLock, log_id_lock
+from runtime.jobdir import dead_letter_stream, job_dir, task_dir
 from runtime.local.compaction import DELETE_RETENTION_MS, DRAIN_SECONDS, ChangelogCompactor
 from runtime.local.log import LocalLog
 from runtime.local.retention import LogTrimmer, job_targets, log_max_bytes
 from runtime.metrics import Metrics
 from runtime.records import EndOfStream, is_control
 from runtime.serde_util import default_key_bytes
-from runtime.state.codec import changelog_check, state_codec, table_codec
-from runtime.state.lmdb_store import Changelog, LmdbStore
+from runtime.state.backend import StoreBackend
+from runtime.state.lmdb_store import Changelog
 from runtime.storage import StorageError, storage_error
 from samza_dsl.config import config_value
-from samza_dsl.errors import ConfigError, SamzaError, SerdeError
+from samza_dsl.errors import SamzaError, SerdeError
 from samza_dsl.kv import KV
 from samza_dsl.serdes import KVSerde
 
@@ -69,22 +69,10 @@ __all__ = ["LocalJob", "LocalProducer", "LocalConsumer", "LocalCheckpoints", "Lo
 _log = logging.getLogger("samza_dsl.retention")
 
 
-def job_dir(job_name: str, config: Mapping[str, Any]) -> str:
-    return str(config.get("job.dir") or os.path.join(".samza", job_name))
-
-
 def log_path(system: str, settings: Mapping[str, Any], job_name: str,
              config: Mapping[str, Any]) -> str:
     path = settings.get("path") or config.get(f"systems.{system}.path")
     return str(path) if path else os.path.join(job_dir(job_name, config), "logs", system)
-
-
-def dead_letter_stream(job_name: str) -> str:
-    return f"{job_name}-dead-letter"
-
-
-def task_dir(task_name: str) -> str:
-    return task_name.replace(" ", "-")
 
 
 # -- producer and consumer ---------------------------------------------------------------------
@@ -320,114 +308,32 @@ class LogChangelog:
             pos = offsets[-1] + 1
 
 
-def _positive(config: Mapping[str, Any], key: str, default: int) -> int:
-    value = config.get(key)
-    if value is None:
-        return default
-    try:
-        n = int(str(value).strip())
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise ConfigError(f"config {key}={value!r} must be a whole number >= 1")
-    return n
-
-
-class LocalState:
-    """LMDB stores under ``<job.dir>/stores``, with changelogs in the local log (or the ones
-    ``changelogs`` makes). Window and join state use ``runtime.state.codec``; a changelog entry
-    that does not decode meets its policy, ``dead_letter`` taking the raw entry."""
+class LocalState(StoreBackend):
+    """The stores of a job on the local log: its changelogs in the log are compacted below
+    their checkpoints after commits, and the streams it read are trimmed."""
 
     def __init__(self, root: str, job: JobModel, config: Mapping[str, Any],
                  changelogs: Mapping[str, Callable[[int], Changelog]],
                  metrics: Metrics,
                  dead_letter: Callable[[SSP, int, Record, SerdeError], None] | None = None,
                  checkpointed: Callable[[str], Mapping[str, int]] | None = None) -> None:
-        self.root = root
+        super().__init__(root, job, config, changelogs, metrics, dead_letter)
         #: compacts the changelogs in the local log below their checkpoints, after commits
         self.compactor = ChangelogCompactor(
             lambda key: (checkpointed(key[0]).get(key[1]) if checkpointed is not None
                          else None))
-        self.dead_letter = dead_letter
-        self.job = job
-        self.config = config
-        #: store name -> the changelog of a partition (a task's index)
-        self.changelogs = dict(changelogs)
-        self.metrics = metrics
-        self.stores: dict[str, dict[str, LmdbStore]] = {}
-        self._changelog_of: dict[tuple[str, str], Changelog] = {}
-        #: (task, store) -> what opening the store did: mode, reason, entries replayed, seconds
-        self.restores: dict[tuple[str, str], dict[str, Any]] = {}
         #: trims intermediate streams and applies retention, after commits
         self.trimmer: LogTrimmer | None = None
 
-    def open(self, task: TaskModel, store_name: str, checkpointed: int | None) -> LmdbStore:
-        spec = self.job.plan.stores[store_name]
-        if spec.table is not None:
-            serde = spec.table.serde
-            ke, kd = table_codec(serde.key_serde, "key", store_name)
-            ve, vd = table_codec(serde.value_serde, "value", store_name)
-        else:
-            ke, kd, ve, vd = state_codec(
-                self.job.plan.app.types,
-                f"{spec.kind} state {store_name!r} of operator {spec.op_id!r}")
-        changelog = None
-        check = None
+    def changelog_opened(self, task: TaskModel, store_name: str, changelog: Changelog) -> None:
         cfg = self.config
-        if store_name in self.changelogs:
-            changelog = self.changelogs[store_name](task.index)
-            self._changelog_of[(task.name, store_name)] = changelog
-            stream = str(spec.changelog).partition(".")[2] or str(spec.changelog)
-            check = changelog_check(store_name, stream, task.index, kd, vd,
-                                    policy=serde_error_policy(cfg, stream),
-                                    dead_letter=self.dead_letter, metrics=self.metrics)
-            if (isinstance(changelog, LogChangelog)
-                    and cfg.get(f"stores.{store_name}.changelog.compaction") is not False):
-                retention = cfg.get(f"stores.{store_name}.changelog.delete.retention.ms")
-                self.compactor.add(
-                    (task.name, store_name), changelog.log, changelog.stream_id,
-                    changelog.partition,
-                    DELETE_RETENTION_MS if retention is None else int(retention))
-        store = LmdbStore.open(
-            os.path.join(self.root, "stores", store_name, task_dir(task.name)),
-            name=store_name, task=task.name, key_encode=ke, key_decode=kd, value_encode=ve,
-            value_decode=vd, changelog=changelog, checkpointed=checkpointed,
-            cache_size=_positive(cfg, f"stores.{store_name}.object.cache.size", 100_000),
-            write_batch_size=_positive(cfg, f"stores.{store_name}.write.batch.size", 10_000),
-            check=check)
-        info = store.restore_info
-        self.metrics.inc("store-restore-entries", int(info.get("entries_replayed", 0)))
-        self.restores[(task.name, store_name)] = dict(info)
-        self.stores.setdefault(task.name, {})[store_name] = store
-        return store
-
-    def flush(self, task_name: str) -> None:
-        for store in self.stores.get(task_name, {}).values():
-            try:
-                store.flush()
-            except lmdb.Error as e:
-                fault = storage_error(e, store.path,
-                                      f"flushing store {store.name!r} of task {task_name!r}")
-                if fault is None:
-                    raise
-                raise fault from e
-
-    def committed(self, task_name: str) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for name, store in self.stores.get(task_name, {}).items():
-            changelog = self._changelog_of.get((task_name, name))
-            offset = changelog.end_offset() if changelog is not None else None
-            try:
-                store.mark_committed(offset)
-            except lmdb.Error as e:
-                fault = storage_error(e, store.path,
-                                      f"committing store {name!r} of task {task_name!r}")
-                if fault is None:
-                    raise
-                raise fault from e
-            if offset is not None:
-                out[name] = offset
-        return out
+        if (isinstance(changelog, LogChangelog)
+                and cfg.get(f"stores.{store_name}.changelog.compaction") is not False):
+            retention = cfg.get(f"stores.{store_name}.changelog.delete.retention.ms")
+            self.compactor.add(
+                (task.name, store_name), changelog.log, changelog.stream_id,
+                changelog.partition,
+                DELETE_RETENTION_MS if retention is None else int(retention))
 
     def checkpointed(self, task_name: str) -> None:
         """The task's checkpoint is written: its changelogs may be compacted below it, and the
@@ -440,10 +346,7 @@ class LocalState:
         if self.trimmer is not None and self.trimmer.targets:
             self.trimmer.run()
         self.compactor.close(drain_seconds=DRAIN_SECONDS)
-        for stores in self.stores.values():
-            for store in stores.values():
-                store.close()
-        self.stores.clear()
+        super().close()
 
 
 # -- the job ------------------------------------------------------------------------------------

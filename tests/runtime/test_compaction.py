@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runtime import compaction
+from runtime.local import compaction
 from runtime.local.compaction import compact_partition, dirty_records
 from runtime.local.log import LocalLog
 from runtime.local.system import LocalJob, LocalProducer, LogChangelog, task_dir

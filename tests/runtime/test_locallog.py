@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runtime import locallog
+from runtime.local import log as locallog
 from runtime.local.log import LocalLog
 from samza_dsl.errors import SamzaError
 
@@ -468,7 +468,8 @@ def test_a_corrupt_file_is_an_error_naming_the_path(tmp_path, size):
     with pytest.raises(SamzaError) as info:
         LocalLog(path)
     text = str(info.value)
-    assert str(path) in text and "delete" in text
+    # shorter than an LMDB file's first page, it can only be a cut copy
+    assert str(path) in text and ("is truncated" if size < 4096 else "delete") in text
     assert os.path.realpath(path) not in locallog._REGISTRY
 
 

@@ -1,0 +1,25 @@
+"""Where a job keeps its files on this machine (``job.dir``) and the names it gives them: the
+local system keeps its log there, every system its stores and locks."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["job_dir", "dead_letter_stream", "task_dir"]
+
+
+def job_dir(job_name: str, config: Mapping[str, Any]) -> str:
+    """``job.dir``, by default ``.samza/<job>`` in the working directory."""
+    return str(config.get("job.dir") or os.path.join(".samza", job_name))
+
+
+def dead_letter_stream(job_name: str) -> str:
+    """The stream that takes the records a ``dead-letter`` serde error policy passes over."""
+    return f"{job_name}-dead-letter"
+
+
+def task_dir(task_name: str) -> str:
+    """A task's directory name (under a store's)."""
+    return task_name.replace(" ", "-")

@@ -1,0 +1,133 @@
+"""The stores of a job's tasks: LMDB files under ``<job.dir>/stores``, each with a write-back cache
+and a changelog (docs/semantics.md rules 16-17). The local system and Kafka both use it, each
+with its own changelogs; the local system adds compaction and trimming (``runtime.local``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import lmdb
+
+from runtime.codec import Record, serde_error_policy
+from runtime.job import SSP, JobModel, TaskModel
+from runtime.jobdir import task_dir
+from runtime.metrics import Metrics
+from runtime.state.codec import changelog_check, state_codec, table_codec
+from runtime.state.lmdb_store import Changelog, LmdbStore
+from runtime.storage import storage_error
+from samza_dsl.errors import ConfigError, SerdeError
+
+__all__ = ["StoreBackend"]
+
+
+def _positive(config: Mapping[str, Any], key: str, default: int) -> int:
+    value = config.get(key)
+    if value is None:
+        return default
+    try:
+        n = int(str(value).strip())
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ConfigError(f"config {key}={value!r} must be a whole number >= 1")
+    return n
+
+
+class StoreBackend:
+    """LMDB stores under ``<root>/stores``, with the changelogs ``changelogs`` makes (store name
+    -> the changelog of a partition, a task's index). Window and join state use
+    ``runtime.state.codec``; a changelog entry that does not decode meets its policy,
+    ``dead_letter`` taking the raw entry."""
+
+    def __init__(self, root: str, job: JobModel, config: Mapping[str, Any],
+                 changelogs: Mapping[str, Callable[[int], Changelog]],
+                 metrics: Metrics,
+                 dead_letter: Callable[[SSP, int, Record, SerdeError], None] | None = None
+                 ) -> None:
+        self.root = root
+        self.dead_letter = dead_letter
+        self.job = job
+        self.config = config
+        self.changelogs = dict(changelogs)
+        self.metrics = metrics
+        self.stores: dict[str, dict[str, LmdbStore]] = {}
+        self._changelog_of: dict[tuple[str, str], Changelog] = {}
+        #: (task, store) -> what opening the store did: mode, reason, entries replayed, seconds
+        self.restores: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def changelog_opened(self, task: TaskModel, store_name: str, changelog: Changelog) -> None:
+        """A store's changelog is open (a hook: the local system compacts its own)."""
+
+    def open(self, task: TaskModel, store_name: str, checkpointed: int | None) -> LmdbStore:
+        spec = self.job.plan.stores[store_name]
+        if spec.table is not None:
+            serde = spec.table.serde
+            ke, kd = table_codec(serde.key_serde, "key", store_name)
+            ve, vd = table_codec(serde.value_serde, "value", store_name)
+        else:
+            ke, kd, ve, vd = state_codec(
+                self.job.plan.app.types,
+                f"{spec.kind} state {store_name!r} of operator {spec.op_id!r}")
+        changelog = None
+        check = None
+        cfg = self.config
+        if store_name in self.changelogs:
+            changelog = self.changelogs[store_name](task.index)
+            self._changelog_of[(task.name, store_name)] = changelog
+            stream = str(spec.changelog).partition(".")[2] or str(spec.changelog)
+            check = changelog_check(store_name, stream, task.index, kd, vd,
+                                    policy=serde_error_policy(cfg, stream),
+                                    dead_letter=self.dead_letter, metrics=self.metrics)
+            self.changelog_opened(task, store_name, changelog)
+        store = LmdbStore.open(
+            os.path.join(self.root, "stores", store_name, task_dir(task.name)),
+            name=store_name, task=task.name, key_encode=ke, key_decode=kd, value_encode=ve,
+            value_decode=vd, changelog=changelog, checkpointed=checkpointed,
+            cache_size=_positive(cfg, f"stores.{store_name}.object.cache.size", 100_000),
+            write_batch_size=_positive(cfg, f"stores.{store_name}.write.batch.size", 10_000),
+            check=check)
+        info = store.restore_info
+        self.metrics.inc("store-restore-entries", int(info.get("entries_replayed", 0)))
+        self.restores[(task.name, store_name)] = dict(info)
+        self.stores.setdefault(task.name, {})[store_name] = store
+        return store
+
+    def flush(self, task_name: str) -> None:
+        for store in self.stores.get(task_name, {}).values():
+            try:
+                store.flush()
+            except lmdb.Error as e:
+                fault = storage_error(e, store.path,
+                                      f"flushing store {store.name!r} of task {task_name!r}")
+                if fault is None:
+                    raise
+                raise fault from e
+
+    def committed(self, task_name: str) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for name, store in self.stores.get(task_name, {}).items():
+            changelog = self._changelog_of.get((task_name, name))
+            offset = changelog.end_offset() if changelog is not None else None
+            try:
+                store.mark_committed(offset)
+            except lmdb.Error as e:
+                fault = storage_error(e, store.path,
+                                      f"committing store {name!r} of task {task_name!r}")
+                if fault is None:
+                    raise
+                raise fault from e
+            if offset is not None:
+                out[name] = offset
+        return out
+
+    def checkpointed(self, task_name: str) -> None:
+        """The task's checkpoint is written (a hook: the local system compacts and trims)."""
+
+    def close(self) -> None:
+        for stores in self.stores.values():
+            for store in stores.values():
+                store.close()
+        self.stores.clear()
