@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from samza_dsl.spec import OPCODES, OpSpec
+from samza_dsl.spec import OPCODES, OpSpec, WindowSpec
 
 from .async_flat_map import AsyncFlatMapOperator
 from .base import Operator
@@ -33,9 +33,17 @@ from .simple import (
     SinkOperator,
     send_to_operator,
 )
-from .window import window_operator
+from .window import TumblingWindowOperator, WindowOperator
+from .window_session import SessionWindowOperator
 
 __all__ = ["build_operator", "OPERATORS", "Operator"]
+
+def window_operator(spec: WindowSpec) -> WindowOperator:
+    """The window operator for a window spec's kind."""
+    if spec.window.is_session:
+        return SessionWindowOperator(spec)
+    return TumblingWindowOperator(spec)
+
 
 #: opcode -> what builds its operator from a spec (a class, or a function choosing one)
 OPERATORS: dict[str, Callable[[Any], Operator]] = {

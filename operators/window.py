@@ -75,7 +75,7 @@ from .late import LateTracker
 from .state import order_key
 from .triggers import TriggerImpl, make_trigger
 
-__all__ = ["WindowOperator", "TumblingWindowOperator", "window_operator", "WATERMARK_KEY"]
+__all__ = ["WindowOperator", "TumblingWindowOperator", "WATERMARK_KEY"]
 
 EARLY = FiringType.EARLY
 DEFAULT = FiringType.DEFAULT
@@ -509,12 +509,3 @@ class TumblingWindowOperator(WindowOperator):
             index.clear()
         self._closing.clear()
         self._expiring.clear()
-
-
-def window_operator(spec: WindowSpec) -> WindowOperator:
-    """The window operator for a window spec's kind."""
-    if spec.window.is_session:
-        from .window_session import SessionWindowOperator
-
-        return SessionWindowOperator(spec)
-    return TumblingWindowOperator(spec)

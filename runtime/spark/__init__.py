@@ -8,9 +8,9 @@ See ``runtime.spark.runner`` for how a plan maps onto Spark, ``sources`` for inp
 ``sinks`` for outputs.
 """
 
-from runtime.spark.kafka import KafkaOutput
+from runtime.spark.kafka import KafkaOutput, KafkaRange
 from runtime.spark.runner import ReprocessError, ReprocessResult, SparkRunner, spark_session
-from runtime.spark.sources import FileInput, KafkaRange, SourceError
+from runtime.spark.sources import FileInput, SourceError
 
 __all__ = ["SparkRunner", "ReprocessResult", "ReprocessError", "FileInput", "KafkaRange",
            "KafkaOutput", "SourceError", "spark_session"]

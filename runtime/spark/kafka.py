@@ -24,7 +24,26 @@ from typing import Any
 from samza_dsl.errors import SamzaError
 from samza_dsl.kv import KV
 
-__all__ = ["KafkaOutput", "kafka_source"]
+__all__ = ["KafkaOutput", "KafkaRange", "kafka_source"]
+
+
+@dataclass(frozen=True)
+class KafkaRange:
+    """An offset range of a Kafka topic: ``start``/``end`` map partition -> offset (``end``
+    exclusive); by default from the earliest offset to the end at the time of the run. The
+    topic defaults to the input's physical name."""
+
+    bootstrap_servers: str
+    topic: str | None = None
+    start: Mapping[int, int] | None = None
+    end: Mapping[int, int] | None = None
+    consumer: Mapping[str, Any] = field(default_factory=dict)
+
+    def spark_source(self, stream_id: str, descriptor: Any, start_ms: int) -> Any:
+        """How a reprocessing run reads this range as input ``stream_id``."""
+        return kafka_source(stream_id, descriptor, self, start_ms)
+
+
 
 
 def _run(coro: Any) -> Any:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -25,7 +25,7 @@ from samza_dsl.errors import SamzaError
 from samza_dsl.kv import KV
 from samza_dsl.serdes import BytesSerde, KVSerde, Serde, StringSerde, _MsgspecSerde
 
-__all__ = ["FileInput", "KafkaRange", "Source", "resolve_source", "row_converter", "list_files"]
+__all__ = ["FileInput", "Source", "resolve_source", "row_converter", "list_files"]
 
 Record = tuple[str, int, int, int, int, Any]
 
@@ -39,19 +39,6 @@ class FileInput:
     path: Any
     format: str | None = None
     timestamp: str | None = None
-
-
-@dataclass(frozen=True)
-class KafkaRange:
-    """An offset range of a Kafka topic: ``start``/``end`` map partition -> offset (``end``
-    exclusive); by default from the earliest offset to the end at the time of the run. The
-    topic defaults to the input's physical name."""
-
-    bootstrap_servers: str
-    topic: str | None = None
-    start: Mapping[int, int] | None = None
-    end: Mapping[int, int] | None = None
-    consumer: Mapping[str, Any] = field(default_factory=dict)
 
 
 class SourceError(SamzaError):
@@ -258,10 +245,9 @@ def _rows_to_records(stream_id: str, descriptor: Any, start_ms: int, names: list
 def resolve_source(spark: Any, stream_id: str, descriptor: Any, value: Any,
                    start_ms: int) -> Source:
     """Check ``value`` (what the caller gave for input ``stream_id``) and describe how to read it."""
-    if isinstance(value, KafkaRange):
-        from runtime.spark.kafka import kafka_source
-
-        return kafka_source(stream_id, descriptor, value, start_ms)
+    make = getattr(value, "spark_source", None)
+    if make is not None:  # an input that knows how Spark reads it (KafkaRange)
+        return make(stream_id, descriptor, start_ms)
     if hasattr(value, "rdd") and hasattr(value, "schema"):  # a DataFrame
         value = FileInput(value)
     if isinstance(value, str | os.PathLike):
