@@ -14,6 +14,7 @@ from samza_dsl.errors import SamzaError
 
 if TYPE_CHECKING:
     from runtime.local.system import LocalJob
+    from samza_dsl import StreamApplication
 
 __all__ = ["main"]
 
@@ -118,7 +119,7 @@ def _read_jsonl(path: str, keyed: bool) -> list[object]:
     return out
 
 
-def _sample_inputs(module_ref: str, app: object, n: int) -> dict[str, object]:
+def _sample_inputs(module_ref: str, app: StreamApplication, n: int) -> dict[str, object]:
     import sys
 
     from runtime.loader import load_module
@@ -129,7 +130,7 @@ def _sample_inputs(module_ref: str, app: object, n: int) -> dict[str, object]:
         raise SamzaError(f"{module_ref!r} has no sample_input(n) function for --sample; give "
                          f"inputs with --input STREAM=FILE.jsonl")
     data = sample(n)
-    inputs = app._inputs  # type: ignore[attr-defined]
+    inputs = app.spec().inputs
     if isinstance(data, dict):
         return data
     if len(inputs) != 1:
@@ -156,7 +157,7 @@ def _run_inputs(args: argparse.Namespace, app: Any, config: dict[str, object],
     if mode and not on_log:
         raise SamzaError(f"--{mode}: {app.name!r} runs in memory, where --input and --sample are "
                          f"the whole input of each run; leave --{mode} out")
-    skip = parse_skips(args.skip, app._inputs)  # a wrong --skip is found before any loading
+    skip = parse_skips(args.skip, app.spec().inputs)  # a wrong --skip is found before any loading
     if inputs and on_log:
         for line in feed_inputs(app, config, inputs, source, mode, args.sample):  # type: ignore[arg-type]
             print(line, file=sys.stderr)
@@ -178,10 +179,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         sid, sep, path = pair.partition("=")
         if not sep:
             raise SamzaError(f"--input takes STREAM=FILE.jsonl, got {pair!r}")
-        d = app._inputs.get(sid)
+        d = app.spec().inputs.get(sid)
         if d is None:
             raise SamzaError(f"--input {sid!r}: not an input of {app.name!r}; inputs: "
-                             f"{', '.join(sorted(app._inputs))}")
+                             f"{', '.join(sorted(app.spec().inputs))}")
         inputs[sid] = _read_jsonl(path, d.keyed)
         source[sid] = "--input"
     config: dict[str, object] = dict(_parse_config(args.config))
@@ -214,9 +215,9 @@ def cmd_sample(args: argparse.Namespace) -> int:
     if args.n < 0:
         raise SamzaError(f"sample takes a number of messages N >= 0, got {args.n}")
     app = load_app(args.app)
-    if args.stream not in app._inputs:
+    if args.stream not in app.spec().inputs:
         raise SamzaError(f"{args.stream!r} is not an input of {app.name!r}; its inputs: "
-                         f"{', '.join(sorted(app._inputs))}")
+                         f"{', '.join(sorted(app.spec().inputs))}")
     messages = _sample_inputs(args.app, app, args.n).get(args.stream, [])
     encode = msgspec.json.Encoder().encode
     out = sys.stdout.buffer
@@ -264,7 +265,7 @@ def _local_job(args: argparse.Namespace, verify_log: bool = True,
 def _local_streams(args: argparse.Namespace, app: Any) -> list[Any]:
     """The application's input and output descriptors; an error when none is on a LocalSystem
     (nor on Kafka: those are handled before)."""
-    streams = [*app._inputs.values(), *app._outputs.values()]
+    streams = [*app.spec().inputs.values(), *app.spec().outputs.values()]
     if not any(d.system.factory == "local" for d in streams):
         raise SamzaError(f"{args.app}: the application has no stream on a LocalSystem nor on "
                          f"Kafka; samza-dsl {args.command} works on the embedded local log"
@@ -317,7 +318,7 @@ def _keyed(app: Any, stream: str, args: argparse.Namespace) -> bool:
     error naming the streams when it has none of that name."""
     from samza_dsl.config import validate_config
 
-    d = app._inputs.get(stream) or app._outputs.get(stream)
+    d = app.spec().inputs.get(stream) or app.spec().outputs.get(stream)
     if d is not None:
         return bool(d.keyed)
     streams = app.plan(config=validate_config(_parse_config(args.config))).streams
@@ -461,9 +462,9 @@ def cmd_reprocess(args: argparse.Namespace) -> int:
     config = _parse_config(args.config)
     spark_conf = _spark_conf(args.conf)
     app = load_app(args.app)
-    inputs = _stream_paths(args.input, "--input", app._inputs, "input", app.name)
-    outputs = _stream_paths(args.output, "--output", app._outputs, "output", app.name)
-    missing = sorted(set(app._inputs) - set(inputs))
+    inputs = _stream_paths(args.input, "--input", app.spec().inputs, "input", app.name)
+    outputs = _stream_paths(args.output, "--output", app.spec().outputs, "output", app.name)
+    missing = sorted(set(app.spec().inputs) - set(inputs))
     if missing:
         raise SamzaError(f"{args.app} reads {', '.join(map(repr, missing))}: give every input "
                          f"with --input STREAM=PATH")
@@ -485,7 +486,7 @@ def cmd_reprocess(args: argparse.Namespace) -> int:
         if not args.no_progress:
             print(progress.table(), file=sys.stderr)
         print(result.summary())
-        for sid in sorted(app._outputs):
+        for sid in sorted(app.spec().outputs):
             if sid in outputs:
                 continue
             n = result.rows_out.get(sid)

@@ -585,7 +585,7 @@ def _local_ends(job: Any, skip: Mapping[str, Any]) -> dict[tuple[str, int], int]
 
 
 def _uses_local_system(app: StreamApplication) -> bool:
-    return any(d.system.factory == "local" for d in [*app._inputs.values(), *app._outputs.values()])
+    return any(d.system.factory == "local" for d in [*app.spec().inputs.values(), *app.spec().outputs.values()])
 
 
 def print_outputs(runner: LocalRunner, out: TextIO = sys.stdout, limit: int = 10,

@@ -111,10 +111,10 @@ class TestRunner:
     def add_input(self, descriptor: InputDescriptor | str,
                   messages: Sequence[Any] | Mapping[int, Sequence[Any]]) -> TestRunner:
         sid = descriptor if isinstance(descriptor, str) else descriptor.stream_id
-        d = self.app._inputs.get(sid)
+        d = self.app.spec().inputs.get(sid)
         if d is None:
             raise SamzaError(f"{sid!r} is not an input of application {self.app.name!r}; inputs: "
-                             f"{', '.join(sorted(self.app._inputs)) or 'none'}")
+                             f"{', '.join(sorted(self.app.spec().inputs)) or 'none'}")
         parts = dict(messages) if isinstance(messages, Mapping) else {0: list(messages)}
         for p, msgs in parts.items():
             if not isinstance(p, int) or p < 0:
@@ -133,7 +133,7 @@ class TestRunner:
 
     def _partitions(self) -> dict[str, int]:
         out: dict[str, int] = {}
-        for sid, d in self.app._inputs.items():
+        for sid, d in self.app.spec().inputs.items():
             if d.partitions is not None:
                 continue
             given = self._inputs.get(sid, {})

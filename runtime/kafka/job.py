@@ -68,7 +68,7 @@ __all__ = ["KafkaJob", "uses_kafka"]
 
 
 def uses_kafka(app: Any) -> bool:
-    return any(d.system.factory == "kafka" for d in [*app._inputs.values(), *app._outputs.values()])
+    return any(d.system.factory == "kafka" for d in [*app.spec().inputs.values(), *app.spec().outputs.values()])
 
 
 class KafkaJob:
@@ -83,8 +83,8 @@ class KafkaJob:
         self.timeout = timeout
         self.job_name = f"{app.name}-{app.app_id}"
         self.root = job_dir(self.job_name, self.config)
-        systems = {d.system.name: d.system for d in [*app._inputs.values(),
-                                                       *app._outputs.values()]}
+        systems = {d.system.name: d.system for d in [*app.spec().inputs.values(),
+                                                       *app.spec().outputs.values()]}
         kafka = [s for s in systems.values() if s.factory == "kafka"]
         others = [s.name for s in systems.values() if s.factory != "kafka"]
         if len(kafka) != 1 or others:
@@ -157,7 +157,7 @@ class KafkaJob:
 
     async def _setup(self) -> None:
         app = self.app
-        declared = {**app._inputs, **app._outputs}
+        declared = {**app.spec().inputs, **app.spec().outputs}
         topics = {sid: d.physical_name for sid, d in declared.items()}
         while True:  # brokers away at the start are waited for, as during a run
             try:
@@ -169,7 +169,7 @@ class KafkaJob:
                 self.watch.check()
                 await asyncio.sleep(self.watch.interval)
         self.watch.answered()
-        for sid, d in app._inputs.items():
+        for sid, d in app.spec().inputs.items():
             n = found[d.physical_name]
             if n is None:
                 raise SamzaError(f"input {sid!r}: topic {d.physical_name!r} does not exist on "

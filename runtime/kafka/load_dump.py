@@ -87,7 +87,7 @@ async def kafka_streams(app: Any, config: Mapping[str, Any], timeout: float = 10
     from runtime.kafka.job import KafkaJob
 
     job = KafkaJob(app, config, timeout=timeout)  # checks the systems; no I/O
-    declared = {**app._inputs, **app._outputs}
+    declared = {**app.spec().inputs, **app.spec().outputs}
     found = await describe_topics(job.servers, {d.physical_name for d in declared.values()},
                                   timeout=timeout)
     known = {sid: found[d.physical_name] for sid, d in declared.items()

@@ -396,7 +396,7 @@ class LocalJob:
 
     def _plan(self, inputs: Mapping[str, Any]) -> None:
         app = self.app
-        spec_streams = {**app._inputs, **app._outputs}
+        spec_streams = {**app.spec().inputs, **app.spec().outputs}
         self._systems: dict[str, dict[str, Any]] = {}
         local_names: list[str] = []
         for d in spec_streams.values():

@@ -195,10 +195,10 @@ class SparkRunner:
         _check_ids(app, inputs, outputs)
         spark = self.spark
         sc = spark.sparkContext
-        sources = {sid: resolve_source(spark, sid, app._inputs[sid], value, start_ms)
+        sources = {sid: resolve_source(spark, sid, app.spec().inputs[sid], value, start_ms)
                    for sid, value in inputs.items()}
         partitions = {sid: s.partitions for sid, s in sources.items()
-                      if app._inputs[sid].partitions is None}
+                      if app.spec().inputs[sid].partitions is None}
         plan = app.plan(partitions=partitions, config=config)
         _ship_user_code(spark, plan)
         counts = resolve_partitions(plan)
@@ -255,18 +255,18 @@ class SparkRunner:
 
 def _check_ids(app: StreamApplication, inputs: Mapping[str, Any],
                outputs: Mapping[str, Any]) -> None:
-    known_in = sorted(app._inputs)
+    known_in = sorted(app.spec().inputs)
     for sid in inputs:
-        if sid not in app._inputs:
+        if sid not in app.spec().inputs:
             raise SourceError(f"{sid!r} is not an input stream of application {app.name!r}; "
                               f"its inputs: {', '.join(known_in) or 'none'}")
     missing = [sid for sid in known_in if sid not in inputs]
     if missing:
         raise SourceError(f"application {app.name!r} reads {', '.join(map(repr, missing))} but "
                           f"no input was given for it; give every input (--input id=PATH)")
-    known_out = sorted(app._outputs)
+    known_out = sorted(app.spec().outputs)
     for sid in outputs:
-        if sid not in app._outputs:
+        if sid not in app.spec().outputs:
             raise SamzaError(f"{sid!r} is not an output stream of application {app.name!r}; "
                              f"its outputs: {', '.join(known_out) or 'none'}")
 
