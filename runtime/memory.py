@@ -5,13 +5,21 @@ Offsets are list indexes. Bounded inputs end with an ``EndOfStream`` record."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from runtime.job import SSP
+from runtime.container import Container, MemoryCheckpoints
+from runtime.job import SSP, build_job_model
+from runtime.metrics import Metrics
 from runtime.records import EndOfStream
+from samza_dsl import StreamApplication
+from samza_dsl.config import config_value
+from samza_dsl.errors import SamzaError
+from samza_dsl.kv import KV
+from samza_dsl.systems import InputDescriptor
 
-__all__ = ["MemoryBroker", "MemoryConsumer", "MemoryProducer"]
+__all__ = ["MemoryBroker", "MemoryConsumer", "MemoryProducer", "MemoryInputs", "memory_job",
+           "memory_store_factory", "resolve_partitions"]
 
 
 class MemoryBroker:
@@ -137,3 +145,98 @@ class MemoryProducer:
 
     async def close(self) -> None:
         return None
+
+
+class MemoryInputs:
+    """Bounded inputs given in memory (``TestRunner.add_input``, ``LocalRunner(inputs=...)``):
+    per input stream, per partition, the messages, checked against ``app``'s inputs."""
+
+    def __init__(self, app: StreamApplication) -> None:
+        self.app = app
+        self.messages: dict[str, dict[int, list[Any]]] = {}
+
+    def add(self, descriptor: InputDescriptor | str,
+            messages: Sequence[Any] | Mapping[int, Sequence[Any]]) -> None:
+        sid = descriptor if isinstance(descriptor, str) else descriptor.stream_id
+        inputs = self.app.spec().inputs
+        d = inputs.get(sid)
+        if d is None:
+            raise SamzaError(f"{sid!r} is not an input of application {self.app.name!r}; inputs: "
+                             f"{', '.join(sorted(inputs)) or 'none'}")
+        parts = dict(messages) if isinstance(messages, Mapping) else {0: list(messages)}
+        for p, msgs in parts.items():
+            if not isinstance(p, int) or p < 0:
+                raise SamzaError(f"input {sid!r}: partition keys are ints >= 0, got {p!r}")
+            if d.partitions is not None and p >= d.partitions:
+                raise SamzaError(f"input {sid!r} has {d.partitions} partitions; no partition {p}")
+            if d.keyed:
+                for i, m in enumerate(msgs):
+                    if not isinstance(m, KV):
+                        raise SamzaError(f"input {sid!r} is keyed (KVSerde): message {i} of "
+                                         f"partition {p} must be a KV(key, value), got {m!r}")
+        merged = self.messages.setdefault(sid, {})
+        for p, msgs in parts.items():
+            merged.setdefault(p, []).extend(msgs)
+
+    def partitions(self) -> dict[str, int]:
+        """The partition count of each input that declares none: its highest given partition
+        + 1 (1 when none is given)."""
+        out: dict[str, int] = {}
+        for sid, d in self.app.spec().inputs.items():
+            if d.partitions is not None:
+                continue
+            given = self.messages.get(sid, {})
+            out[sid] = max(given) + 1 if given else 1
+        return out
+
+
+def memory_store_factory(tables: Mapping[str, Any] | None = None) -> Any:
+    """In-memory stores by (task, store); ``tables`` (table id -> its ``KVSerde``) order their
+    keys as their LMDB stores do, by the bytes of their key serde, and give them back decoded."""
+    from operators.state import InMemoryState, table_state
+
+    stores: dict[tuple[str, str], Any] = {}
+    serdes = dict(tables or {})
+
+    def make(task: str, name: str) -> Any:
+        key = (task, name)
+        if key not in stores:
+            serde = serdes.get(name)
+            stores[key] = InMemoryState() if serde is None else table_state(serde.key_serde)
+        return stores[key]
+    make.stores = stores  # type: ignore[attr-defined]
+    return make
+
+
+def resolve_partitions(plan: Any) -> dict[str, int]:
+    """Every stream's count: planned counts, and for outputs the system cannot tell, the widest
+    input (docs/semantics.md rule 2(c), for intermediate streams, takes the widest input or output)."""
+    counts = {sid: s.partitions for sid, s in plan.streams.items()}
+    widest = max([n for sid, n in counts.items() if n and plan.streams[sid].kind == "input"] or [1])
+    return {sid: (n if n else widest) for sid, n in counts.items()}
+
+
+def memory_job(app: StreamApplication, inputs: Mapping[str, Mapping[int, Sequence[Any]]],
+               partitions: Mapping[str, int], config: Mapping[str, Any], *,
+               checkpoints: MemoryCheckpoints | None = None,
+               producer: Callable[[MemoryBroker], Any] = MemoryProducer,
+               clock: Callable[[], int] | None = None,
+               ) -> tuple[Any, MemoryBroker, Container]:
+    """Plan ``app``, load its bounded inputs into in-memory streams, and build its container."""
+    plan = app.plan(partitions=partitions, config=config)
+    counts = resolve_partitions(plan)
+    broker = MemoryBroker()
+    for sid, n in counts.items():
+        broker.create(sid, n)
+    for sid in plan.input_streams:
+        for p, msgs in inputs.get(sid, {}).items():
+            broker.extend(sid, p, msgs)
+        broker.end(sid)
+    job = build_job_model(plan, counts, config_value(plan.config, "job.elasticity.factor"))
+    container = Container(job, job.tasks, consumer=MemoryConsumer(broker),
+                          producer=producer(broker),
+                          checkpoints=checkpoints if checkpoints is not None else MemoryCheckpoints(),
+                          store_factory=memory_store_factory(
+                              {tid: t.serde for tid, t in plan.app.tables.items()}), config=plan.config, clock=clock,
+                          metrics=Metrics())
+    return plan, broker, container

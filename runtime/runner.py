@@ -24,9 +24,8 @@ from typing import Any, TextIO
 
 from runtime.container import Container, MemoryCheckpoints
 from runtime.late import LateCounts, window_ids
-from runtime.memory import MemoryBroker
+from runtime.memory import MemoryBroker, MemoryInputs, memory_job
 from runtime.metrics import Metrics
-from runtime.testing import TestRunner, memory_job
 from samza_dsl import StreamApplication
 from samza_dsl.config import config_value, validate_config
 from samza_dsl.errors import SamzaError
@@ -49,9 +48,9 @@ class LocalRunner(LateCounts):
             raise TypeError(f"LocalRunner takes a StreamApplication, got {type(app).__name__}")
         self.app = app
         self.config = validate_config(config)
-        self._loader = TestRunner(app, self.config)
+        self._given = MemoryInputs(app)
         for sid, msgs in (inputs or {}).items():
-            self._loader.add_input(sid, msgs)  # checks them
+            self._given.add(sid, msgs)  # checks them
         self._inputs = dict(inputs or {})
         self.progress = progress
         self.follow = follow
@@ -250,8 +249,8 @@ class LocalRunner(LateCounts):
             if self.skip:
                 raise SamzaError(f"skip: job {self.app.name!r} runs in memory, where its inputs "
                                  f"are given whole; leave the record out of the input instead")
-            plan, broker, container = memory_job(self.app, self._loader._inputs,
-                                                 self._loader._partitions(), self.config,
+            plan, broker, container = memory_job(self.app, self._given.messages,
+                                                 self._given.partitions(), self.config,
                                                  checkpoints=self.checkpoints)
             self.plan, self.broker = plan, broker
         if self.skip and self.job is not None and not self._forked:  # (the parent checked)

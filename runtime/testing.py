@@ -23,44 +23,22 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from runtime.container import Container, MemoryCheckpoints
-from runtime.job import build_job_model
 from runtime.late import LateCounts
-from runtime.memory import MemoryBroker, MemoryConsumer, MemoryProducer
+from runtime.memory import (
+    MemoryBroker,
+    MemoryInputs,
+    MemoryProducer,
+    memory_job,
+    memory_store_factory,
+    resolve_partitions,
+)
 from runtime.metrics import Metrics
 from samza_dsl import StreamApplication
-from samza_dsl.config import config_value
 from samza_dsl.errors import SamzaError, TaskError
-from samza_dsl.kv import KV
 from samza_dsl.systems import InputDescriptor
 
 __all__ = ["TestRunner", "TestResult", "resolve_partitions", "memory_store_factory", "memory_job",
            "run_container", "STALL_TIMEOUT"]
-
-
-def memory_store_factory(tables: Mapping[str, Any] | None = None) -> Any:
-    """In-memory stores by (task, store); ``tables`` (table id -> its ``KVSerde``) order their
-    keys as their LMDB stores do, by the bytes of their key serde, and give them back decoded."""
-    from operators.state import InMemoryState, table_state
-
-    stores: dict[tuple[str, str], Any] = {}
-    serdes = dict(tables or {})
-
-    def make(task: str, name: str) -> Any:
-        key = (task, name)
-        if key not in stores:
-            serde = serdes.get(name)
-            stores[key] = InMemoryState() if serde is None else table_state(serde.key_serde)
-        return stores[key]
-    make.stores = stores  # type: ignore[attr-defined]
-    return make
-
-
-def resolve_partitions(plan: Any) -> dict[str, int]:
-    """Every stream's count: planned counts, and for outputs the system cannot tell, the widest
-    input (docs/semantics.md rule 2(c), for intermediate streams, takes the widest input or output)."""
-    counts = {sid: s.partitions for sid, s in plan.streams.items()}
-    widest = max([n for sid, n in counts.items() if n and plan.streams[sid].kind == "input"] or [1])
-    return {sid: (n if n else widest) for sid, n in counts.items()}
 
 
 class TestResult(LateCounts):
@@ -106,39 +84,22 @@ class TestRunner:
             raise TypeError(f"TestRunner takes a StreamApplication, got {type(app).__name__}")
         self.app = app
         self.config = dict(config or {})
-        self._inputs: dict[str, dict[int, list[Any]]] = {}
+        self._given = MemoryInputs(app)
+
+    @property
+    def _inputs(self) -> dict[str, dict[int, list[Any]]]:
+        return self._given.messages
 
     def add_input(self, descriptor: InputDescriptor | str,
                   messages: Sequence[Any] | Mapping[int, Sequence[Any]]) -> TestRunner:
-        sid = descriptor if isinstance(descriptor, str) else descriptor.stream_id
-        d = self.app.spec().inputs.get(sid)
-        if d is None:
-            raise SamzaError(f"{sid!r} is not an input of application {self.app.name!r}; inputs: "
-                             f"{', '.join(sorted(self.app.spec().inputs)) or 'none'}")
-        parts = dict(messages) if isinstance(messages, Mapping) else {0: list(messages)}
-        for p, msgs in parts.items():
-            if not isinstance(p, int) or p < 0:
-                raise SamzaError(f"input {sid!r}: partition keys are ints >= 0, got {p!r}")
-            if d.partitions is not None and p >= d.partitions:
-                raise SamzaError(f"input {sid!r} has {d.partitions} partitions; no partition {p}")
-            if d.keyed:
-                for i, m in enumerate(msgs):
-                    if not isinstance(m, KV):
-                        raise SamzaError(f"input {sid!r} is keyed (KVSerde): message {i} of "
-                                         f"partition {p} must be a KV(key, value), got {m!r}")
-        merged = self._inputs.setdefault(sid, {})
-        for p, msgs in parts.items():
-            merged.setdefault(p, []).extend(msgs)
+        """Add bounded input to stream ``descriptor``: a list (partition 0) or
+        ``{partition: [messages]}``; checked against the application's inputs (a keyed input
+        takes ``KV``s). Returns the runner, so calls chain."""
+        self._given.add(descriptor, messages)
         return self
 
     def _partitions(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for sid, d in self.app.spec().inputs.items():
-            if d.partitions is not None:
-                continue
-            given = self._inputs.get(sid, {})
-            out[sid] = max(given) + 1 if given else 1
-        return out
+        return self._given.partitions()
 
     def run(self, timeout: float | None = None, *, stall_timeout: float | None = None,
             checkpoints: MemoryCheckpoints | None = None,
@@ -294,29 +255,3 @@ def stalled(container: Container, idle: float) -> TaskError:
         f"only slow",
         op_id=op_id, task=task.name, stream=ssp.stream_id, partition=ssp.partition,
         offset=offset)
-
-
-def memory_job(app: StreamApplication, inputs: Mapping[str, Mapping[int, Sequence[Any]]],
-               partitions: Mapping[str, int], config: Mapping[str, Any], *,
-               checkpoints: MemoryCheckpoints | None = None,
-               producer: Callable[[MemoryBroker], Any] = MemoryProducer,
-               clock: Callable[[], int] | None = None,
-               ) -> tuple[Any, MemoryBroker, Container]:
-    """Plan ``app``, load its bounded inputs into in-memory streams, and build its container."""
-    plan = app.plan(partitions=partitions, config=config)
-    counts = resolve_partitions(plan)
-    broker = MemoryBroker()
-    for sid, n in counts.items():
-        broker.create(sid, n)
-    for sid in plan.input_streams:
-        for p, msgs in inputs.get(sid, {}).items():
-            broker.extend(sid, p, msgs)
-        broker.end(sid)
-    job = build_job_model(plan, counts, config_value(plan.config, "job.elasticity.factor"))
-    container = Container(job, job.tasks, consumer=MemoryConsumer(broker),
-                          producer=producer(broker),
-                          checkpoints=checkpoints if checkpoints is not None else MemoryCheckpoints(),
-                          store_factory=memory_store_factory(
-                              {tid: t.serde for tid, t in plan.app.tables.items()}), config=plan.config, clock=clock,
-                          metrics=Metrics())
-    return plan, broker, container

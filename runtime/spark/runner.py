@@ -43,11 +43,11 @@ from typing import Any
 
 from operators.hashing import KeyPartitioner
 from runtime.late import LateCounts
+from runtime.memory import resolve_partitions
 from runtime.spark.executor import ALL_PARTITIONS, PassExecutor, PassFailure
 from runtime.spark.progress import STAGE_PREFIX
 from runtime.spark.sinks import FileOutput, resolve_output
 from runtime.spark.sources import FileInput, Source, SourceError, resolve_source
-from runtime.testing import resolve_partitions
 from samza_dsl import StreamApplication
 from samza_dsl.errors import SamzaError
 from samza_dsl.serdes import KVSerde

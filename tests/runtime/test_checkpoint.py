@@ -19,8 +19,7 @@ from hypothesis import strategies as st
 
 from runtime.container import Container, MemoryCheckpoints
 from runtime.job import SSP
-from runtime.memory import MemoryBroker, MemoryProducer
-from runtime.testing import memory_job
+from runtime.memory import MemoryBroker, MemoryProducer, memory_job
 from runtime.testing import run_container as run_memory_container
 from samza_dsl import StreamApplication
 from samza_dsl.errors import TaskError

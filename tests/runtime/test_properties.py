@@ -19,8 +19,7 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from runtime.memory import MemoryBroker
-from runtime.testing import memory_job
+from runtime.memory import MemoryBroker, memory_job
 from runtime.testing import run_container as run_memory_container
 from samza_dsl import KV, FiringType, StreamApplication, Triggers, Windows
 from samza_dsl.systems import MemorySystem

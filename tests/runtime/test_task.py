@@ -16,8 +16,7 @@ import pytest
 
 from runtime.container import MemoryCheckpoints
 from runtime.job import SSP
-from runtime.memory import MemoryBroker
-from runtime.testing import memory_job
+from runtime.memory import MemoryBroker, memory_job
 from runtime.testing import run_container as run_memory_container
 from samza_dsl import KV, Context, FiringType, StreamApplication, Windows
 from samza_dsl.errors import CallbackTimeout, TaskError
