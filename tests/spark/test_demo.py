@@ -20,9 +20,10 @@ CLI = str(Path(sys.executable).parent / "samza-dsl")
 def dev_main() -> tuple[str, int, list[str]]:
     """The app, sample size and other arguments of the ``samza-dsl run`` that ``./dev main`` runs."""
     text = (REPO / "dev").read_text()
-    m = re.search(r"^\s*\S*samza-dsl run (.+?)\s*\"\$@\"\s*$", text, re.M)
+    m = re.search(r"^\s*\S*samza-dsl\"? run (.+?)\s*\"\$@\"\s*$", text, re.M)
     assert m, "./dev main runs no `samza-dsl run`"
-    args = shlex.split(m.group(1))
+    app_path = re.search(r"^\s*app=(\S+)\s*$", text, re.M)  # "$app:app" names it
+    args = shlex.split(m.group(1).replace("$app", app_path.group(1) if app_path else "$app"))
     app = args[0]
     n = int(args[args.index("--sample") + 1])
     return str(REPO / app), n, args[1:]
