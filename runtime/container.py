@@ -4,8 +4,8 @@ The consumer loop fetches batches for the partitions whose tasks have room (a ta
 bounded: a full inbox pauses its partitions, which is the backpressure), timers request window
 ticks and commits, and a watchdog enforces ``task.callback.timeout.ms``.
 
-Commit order (docs/semantics.md rule 16): flush the producer, flush the task's stores (changelog first),
-then write the task's input offsets, each the low watermark of fully processed messages.
+A task commits through the container's ``Committer`` (``runtime.commit``, docs/semantics.md rule
+16); tasks see the container only through their ``TaskEnv`` (``runtime.task_env``).
 """
 
 from __future__ import annotations
@@ -13,15 +13,17 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol
+from typing import Any
 
-from runtime import faults
+from runtime.commit import Committer
 from runtime.elastic import fan_readers
 from runtime.job import SSP, JobModel, TaskModel
 from runtime.metrics import Metrics
+from runtime.systems import CheckpointStore, Consumer, Producer, StateBackend
 from runtime.task import TaskInstance
+from runtime.task_env import TaskEnv
 from samza_dsl.config import config_value
 
 __all__ = ["Container", "CheckpointStore", "MemoryCheckpoints", "Consumer", "Producer"]
@@ -29,41 +31,6 @@ __all__ = ["Container", "CheckpointStore", "MemoryCheckpoints", "Consumer", "Pro
 INBOX_LIMIT = 8192
 GC_THRESHOLD0 = 20_000
 FETCH_BATCH = 1024
-
-
-class Consumer(Protocol):
-    def register(self, key: Any, ssp: SSP, next_offset: int) -> None: ...
-    async def poll(self, keys: list[Any], max_per_key: int,
-                   timeout: float | None = None) -> list[tuple[Any, int, list[Any]]]: ...
-    def wakeup(self) -> None: ...
-    async def close(self) -> None: ...
-
-
-class Producer(Protocol):
-    def send(self, stream_id: str, partition: int, payload: Any) -> None: ...
-    def sender(self, stream_id: str) -> Callable[[int, Any], None]: ...
-    def signal(self) -> None: ...
-    async def flush(self) -> None: ...
-    async def close(self) -> None: ...
-
-
-class CheckpointStore(Protocol):
-    """A task's checkpoint: the last processed offset per input partition, and the changelog
-    offset of each of its stores at that point."""
-
-    def read(self, task_name: str) -> dict[SSP, int]: ...
-    def read_changelogs(self, task_name: str) -> dict[str, int]: ...
-    def write(self, task_name: str, offsets: Mapping[SSP, int],
-              changelogs: Mapping[str, int] | None = None) -> Awaitable[None] | None: ...
-
-
-class StateBackend(Protocol):
-    """Makes the stores of tasks and commits them (docs/semantics.md rules 16-17)."""
-
-    def open(self, task: TaskModel, store_name: str, checkpointed: int | None) -> Any: ...
-    def flush(self, task_name: str) -> None: ...
-    def committed(self, task_name: str) -> dict[str, int]: ...
-    def close(self) -> None: ...
 
 
 class FactoryState:
@@ -108,7 +75,8 @@ class MemoryCheckpoints:
 
 
 class Container:
-    def __init__(self, job: JobModel, tasks: list[TaskModel], *, consumer: Any, producer: Any,
+    def __init__(self, job: JobModel, tasks: list[TaskModel], *, consumer: Consumer,
+                 producer: Producer,
                  checkpoints: CheckpointStore, store_factory: Callable[[str, str], Any] | None = None,
                  config: Mapping[str, Any], clock: Callable[[], int] | None = None,
                  metrics: Metrics | None = None, state: StateBackend | None = None) -> None:
@@ -130,9 +98,11 @@ class Container:
         self.executor = ThreadPoolExecutor(pool, thread_name_prefix="samza-task") if pool else None
         self.tasks: list[TaskInstance] = []
         self._room = asyncio.Event()
-        self.stopping = False
         self.closed = False
-        self.commits = 0
+        self.committer = Committer(producer, self.state, checkpoints)
+        #: what each task gets: not the container, the few things a task uses of it
+        self.env = TaskEnv(self.config, self.clock, self.metrics, self.executor, producer,
+                           self.store, self.committer, self.on_consumed)
         self.started = time.monotonic()
         self.restored: dict[str, dict[SSP, int]] = {}
 
@@ -149,7 +119,7 @@ class Container:
         self.restored = restored
         self._changelogs = {m.name: self.checkpoints.read_changelogs(m.name)
                             for m in self.task_models}
-        self.tasks = [TaskInstance(m, self.job, self) for m in self.task_models]
+        self.tasks = [TaskInstance(m, self.job, self.env) for m in self.task_models]
         self._keys: list[tuple[Any, SSP]] = []
         for t in self.tasks:
             for ssp in t.ssps:
@@ -205,9 +175,17 @@ class Container:
             if self.executor is not None:
                 self.executor.shutdown(wait=False, cancel_futures=True)
 
+    @property
+    def stopping(self) -> bool:
+        return self.env.stopping
+
+    @property
+    def commits(self) -> int:
+        return self.committer.commits
+
     def request_stop(self) -> None:
         """A clean shutdown: stop handing out messages, drain, commit, close."""
-        self.stopping = True
+        self.env.stopping = True
         for t in self.tasks:
             t.wake.set()
 
@@ -276,37 +254,6 @@ class Container:
             now = time.monotonic()
             for t in self.tasks:
                 t.check_timeout(now)
-
-    async def commit(self, task: TaskInstance) -> None:
-        """Flush the producer, then stores, then write the task's offsets. The offsets are taken
-        before the flush: a message completing while it runs (async commit) has outputs the
-        flush may not cover, so the checkpoint must not include it."""
-        offsets = dict(task.checkpoint)
-        crash = faults.reached if faults.ARMED else None
-        if crash:
-            crash("commit.start")
-        await self.producer.flush()
-        if crash:
-            crash("commit.outputs-flushed")
-        changelogs: dict[str, int] = {}
-        if task.stores:
-            self.state.flush(task.name)  # changes into the changelogs' producer buffers
-            await self.producer.flush()  # the changelogs are durable
-            if crash:
-                crash("commit.changelogged")
-            changelogs = self.state.committed(task.name)
-            if crash:
-                crash("commit.stores-committed")
-        written = self.checkpoints.write(task.name, offsets, changelogs)
-        if written is not None:  # a checkpoint store that writes through a producer
-            await written
-        checkpointed = getattr(self.state, "checkpointed", None)
-        if checkpointed is not None:  # e.g. compacts changelogs, trims streams below it
-            checkpointed(task.name)
-        if crash:
-            crash("commit.done")
-        self.commits += 1
-        task.last_commit_end = time.monotonic()
 
     # -- status -----------------------------------------------------------------------------------
 

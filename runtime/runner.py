@@ -94,7 +94,8 @@ class LocalRunner(LateCounts):
             with asyncio.Runner(loop_factory=_ContainerLoop) as loop_runner:
                 loop_runner.run(self._main(install_signals=main_thread))
         else:
-            asyncio.run(self._main(install_signals=main_thread))
+            with asyncio.Runner(loop_factory=_Loop) as loop_runner:
+                loop_runner.run(self._main(install_signals=main_thread))
         return self
 
     @property
@@ -452,17 +453,33 @@ def _failed(exitcode: int | None, stopped: bool) -> bool:
     return not (stopped and exitcode in (-signal.SIGTERM, -signal.SIGINT))
 
 
-class _ContainerLoop(asyncio.SelectorEventLoop):
+class _Loop(asyncio.SelectorEventLoop):
+    """An event loop that lets go of its signal handlers before it closes its wakeup pipe
+    (asyncio closes the pipe first: a signal in between is written to a closed descriptor, and
+    Python prints that error)."""
+
+    def close(self) -> None:
+        for sig in list(getattr(self, "_signal_handlers", {})):
+            self.remove_signal_handler(sig)
+        super().close()
+
+
+class _ContainerLoop(_Loop):
     """The event loop of a container process of a run of several. When it closes, its stop
     signals are ignored rather than given back their defaults: a SIGINT from the terminal or the
     SIGTERM the parent passes on that comes while the process exits, its run done and committed,
     must not kill it (the parent would report a failure) nor raise KeyboardInterrupt."""
 
     def remove_signal_handler(self, sig: int) -> bool:
-        removed = super().remove_signal_handler(sig)
-        if sig in _STOP_SIGNALS:
-            signal.signal(sig, signal.SIG_IGN)
-        return removed
+        if sig not in _STOP_SIGNALS:
+            return super().remove_signal_handler(sig)
+        signal.signal(sig, signal.SIG_IGN)  # never the default, not even for a moment
+        handlers = self._signal_handlers  # type: ignore[attr-defined]
+        if handlers.pop(sig, None) is None:
+            return False
+        if not handlers:
+            signal.set_wakeup_fd(-1)
+        return True
 
 
 _ROW, _TOTALS = "\0row", "\0totals"

@@ -21,7 +21,7 @@ import types
 from collections import deque
 from collections.abc import Awaitable, Callable
 from operator import length_hint
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from operators import build_operator
 from operators.base import IDENTITY, Operator, OperatorContext, UserContext
@@ -34,6 +34,7 @@ from runtime.job import SSP, JobModel, TaskModel
 from runtime.records import EndOfStream, Watermark
 from runtime.serde_util import default_key_bytes
 from runtime.state.tables import LocalTable
+from runtime.task_env import TaskEnv
 from runtime.watermarks import CURRENT, NO_WATERMARK, OBSERVED, TaskClock, event_seconds, observing
 from samza_dsl.config import config_value
 from samza_dsl.errors import CallbackTimeout, SerdeError, TaskError
@@ -41,9 +42,6 @@ from samza_dsl.kv import KV
 from samza_dsl.late import LateMessage
 from samza_dsl.serdes import KVSerde
 from samza_dsl.spec import BroadcastSpec, JoinSpec, PartitionBySpec, SendToSpec, WindowSpec
-
-if TYPE_CHECKING:
-    from runtime.container import Container
 
 __all__ = ["TaskInstance"]
 
@@ -58,19 +56,19 @@ _CONTROL: list[Any] = []
 
 
 class TaskInstance:
-    def __init__(self, model: TaskModel, job: JobModel, container: Container) -> None:
+    def __init__(self, model: TaskModel, job: JobModel, env: TaskEnv) -> None:
         self.model = model
         self.name = model.name
         self.index = model.index
         self.job = job
         self.plan = job.plan
-        self.container = container
-        config = container.config
+        self.env = env
+        config = env.config
         self.max_concurrency: int = config_value(config, "task.max.concurrency")
         self.async_commit: bool = config_value(config, "task.async.commit")
         self.callback_timeout_ms: int = config_value(config, "task.callback.timeout.ms")
         self.ssps: list[SSP] = list(model.ssps)
-        self.metrics = container.metrics
+        self.metrics = env.metrics
 
         # handout bookkeeping
         self.pending: deque[list[Any]] = deque()  # [ssp, offset, done, started_ms]
@@ -120,27 +118,27 @@ class TaskInstance:
 
     def _build(self) -> None:
         app = self.plan.app
-        container = self.container
+        env = self.env
         stores: dict[str, Any] = {}
         tables: dict[str, LocalTable] = {}
         for table_id in app.tables:
-            stores[table_id] = container.store(self.model, table_id)
+            stores[table_id] = env.open_store(self.model, table_id)
             tables[table_id] = LocalTable(table_id, stores[table_id])
         for stage in self.model.stages:
             for op_id in stage.operators:
                 spec = app.operator(op_id)
                 if isinstance(spec, WindowSpec):
-                    stores[op_id] = container.store(self.model, op_id)
+                    stores[op_id] = env.open_store(self.model, op_id)
                 elif isinstance(spec, JoinSpec):
                     for side in ("L", "R"):
-                        stores[f"{op_id}-{side}"] = container.store(self.model, f"{op_id}-{side}")
+                        stores[f"{op_id}-{side}"] = env.open_store(self.model, f"{op_id}-{side}")
                 self.operators[op_id] = build_operator(_task_copy(spec))
         self.stores = stores
         self._flushers = [s.maybe_flush for s in stores.values() if hasattr(s, "maybe_flush")]
-        user_ctx = UserContext(self.name, container.config, self.metrics, tables)
+        user_ctx = UserContext(self.name, env.config, self.metrics, tables)
         for stage in self.model.stages:
             # event-time windows close on the task's watermarks only, never on what they saw
-            ctx = OperatorContext(self.name, container.config, container.clock, stores,
+            ctx = OperatorContext(self.name, env.config, env.clock, stores,
                                   self.metrics, external_watermarks=True, source=self.source)
             for op_id in stage.operators:
                 self.operators[op_id].init(ctx, user_ctx)
@@ -170,7 +168,7 @@ class TaskInstance:
         stream of a producer that takes records. None for any other shape."""
         from samza_dsl.spec import stream_node
 
-        if self.container.executor is not None:
+        if self.env.executor is not None:
             return None
         node = stream_node(stream_id)
         fns: list[tuple[str, Callable[[Any], Any]]] = []
@@ -197,7 +195,7 @@ class TaskInstance:
                 return None
         if target is None or len(fns) > 1 or len(nexts) > 0:
             return None
-        sink = getattr(self.container.producer, "record_sink", None)
+        sink = getattr(self.env.producer, "record_sink", None)
         records = sink(target) if sink is not None else None
         if records is None or records[1] is None:
             return None
@@ -260,7 +258,7 @@ class TaskInstance:
         nexts = self._nexts(op_id)
         process: Callable[[Any], Any] = _bind_port(op, port) if isinstance(spec, JoinSpec) \
             else op.process
-        executor = self.container.executor
+        executor = self.env.executor
         if executor is not None and spec.opcode in _THREADED_OPCODES:
             emit = chain(op_id, _threaded(process, executor), nexts)
         else:
@@ -290,7 +288,7 @@ class TaskInstance:
         """The terminal of ``op_id`` writing to ``stream_id``; a message the stream's serde
         cannot write fails that operator."""
         n = self.job.partitions[stream_id]
-        send = self.container.producer.sender(stream_id)
+        send = self.env.producer.sender(stream_id)
         stream = self.plan.streams[stream_id]
         serde = getattr(stream.descriptor, "serde", None)
         key_bytes = serde.key_serde.serialize if isinstance(serde, KVSerde) else default_key_bytes
@@ -308,7 +306,7 @@ class TaskInstance:
             return send_one
         partitioner = KeyPartitioner(n, key_bytes)
         parts = partitioner.table
-        sink = getattr(self.container.producer, "record_sink", None)
+        sink = getattr(self.env.producer, "record_sink", None)
         records = sink(stream_id) if sink is not None else None
         if records is not None:
             return _record_sender(op_id, records, parts, partitioner, own,
@@ -343,7 +341,7 @@ class TaskInstance:
 
         Nothing else runs on the loop while this synchronous loop does, so the commit, window and
         stop flags are checked once, and ``in_flight`` only after a message went async."""
-        if self.commit_requested or self.window_requested or self.container.stopping:
+        if self.commit_requested or self.window_requested or self.env.stopping:
             return 0
         n = 0
         pending = self.pending
@@ -673,7 +671,7 @@ class TaskInstance:
         clock.dirty = False
         if not clock.stages:
             return
-        producer = self.container.producer
+        producer = self.env.producer
         for stage in clock.stages:
             moved, marks = clock.compute(stage, self)
             for op_id, wm in moved:
@@ -693,7 +691,7 @@ class TaskInstance:
 
     def _send_control(self, stage: Any, record: Any) -> None:
         """A control record to every partition of the intermediate streams a stage writes."""
-        producer = self.container.producer
+        producer = self.env.producer
         for sid in stage.outputs:
             if sid in self.plan.intermediate_streams:
                 for p in range(self.job.partitions[sid]):
@@ -723,7 +721,7 @@ class TaskInstance:
             _SOURCE.reset(token)
 
     async def _on_timer(self) -> None:
-        now = self.container.clock()
+        now = self.env.clock()
         for stage in self.model.stages:
             for op_id in stage.operators:
                 op = self.operators[op_id]
@@ -758,15 +756,21 @@ class TaskInstance:
 
     # -- the loop ---------------------------------------------------------------------------------
 
+    async def commit(self) -> None:
+        """Commit what this task has fully processed (``runtime.commit``): its offsets are
+        taken now, before the flushes, so a message completing meanwhile is not covered."""
+        self.last_commit_end = await self.env.committer.commit(
+            self.name, self.checkpoint, has_stores=bool(self.stores))
+
     async def run(self) -> None:
         wake = self.wake
         while True:
             if self.failure is not None:
                 raise self.failure
             wake.clear()
-            if self.container.stopping:
+            if self.env.stopping:
                 if self.in_flight == 0:
-                    await self.container.commit(self)
+                    await self.commit()
                     self.done = True
                     return
                 await wake.wait()  # draining: wait for completions, hand out nothing
@@ -774,7 +778,7 @@ class TaskInstance:
             if self.commit_requested:
                 if self.in_flight == 0 or self.async_commit:
                     self.commit_requested = False
-                    await self.container.commit(self)
+                    await self.commit()
                     continue
                 await wake.wait()
                 continue
@@ -788,7 +792,7 @@ class TaskInstance:
             if self._cur is None and not self.inbox and self.in_flight == 0 \
                     and len(self.ended) == len(self.ssps):
                 if await self._end_stages():
-                    await self.container.commit(self)
+                    await self.commit()
                     self.done = True
                     return
                 continue
@@ -802,8 +806,8 @@ class TaskInstance:
                     await self._end_stages()
                 for flush in self._flushers:
                     flush()
-                self.container.producer.signal()
-                self.container.on_consumed(self)
+                self.env.producer.signal()
+                self.env.on_consumed(self)
                 await asyncio.sleep(0)
                 continue
             if self.ended and self.in_flight == 0 and self._cur is None and not self.inbox:

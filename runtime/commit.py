@@ -1,0 +1,73 @@
+"""A task's commit, one unit (docs/semantics.md rule 16), as the task's run loop calls it.
+
+The order, and why:
+
+1. take the task's checkpoint offsets first: a message that completes while the commit runs
+   (``task.async.commit``) has outputs the flush below may not cover, so it must not be in them;
+2. flush the producer: every output of a checkpointed message is durable;
+3. flush the task's stores, which writes their changes into the changelogs' producer buffers,
+   then flush the producer again: the changelogs are durable;
+4. record each store's committed changelog position;
+5. write the checkpoint (input offsets and changelog positions) in one write;
+6. tell the state backend (the local system then compacts changelogs and trims streams below
+   the new checkpoint).
+
+A crash between any two steps leaves a checkpoint no further than what is durable, so the task
+restarts from it and restores its stores to exactly that point. ``SAMZA_DSL_CRASH_AT`` can kill
+the process at each step (``runtime.faults``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from runtime import faults
+from runtime.job import SSP
+from runtime.systems import CheckpointStore, Producer, StateBackend
+
+__all__ = ["Committer"]
+
+
+class Committer:
+    """Commits the tasks of one container over its producer, state backend and checkpoints."""
+
+    def __init__(self, producer: Producer, state: StateBackend,
+                 checkpoints: CheckpointStore) -> None:
+        self.producer = producer
+        self.state = state
+        self.checkpoints = checkpoints
+        #: commits done so far
+        self.commits = 0
+
+    async def commit(self, task_name: str, offsets: Mapping[SSP, int], *,
+                     has_stores: bool) -> float:
+        """Commit ``offsets`` (taken by the caller before calling) for task ``task_name``;
+        returns when it ended (``time.monotonic()``)."""
+        offsets = dict(offsets)
+        crash = faults.reached if faults.ARMED else None
+        if crash:
+            crash("commit.start")
+        await self.producer.flush()
+        if crash:
+            crash("commit.outputs-flushed")
+        changelogs: dict[str, int] = {}
+        if has_stores:
+            self.state.flush(task_name)  # changes into the changelogs' producer buffers
+            await self.producer.flush()  # the changelogs are durable
+            if crash:
+                crash("commit.changelogged")
+            changelogs = self.state.committed(task_name)
+            if crash:
+                crash("commit.stores-committed")
+        written = self.checkpoints.write(task_name, offsets, changelogs)
+        if written is not None:  # a checkpoint store that writes through a producer
+            await written
+        checkpointed: Any = getattr(self.state, "checkpointed", None)
+        if checkpointed is not None:  # e.g. compacts changelogs, trims streams below it
+            checkpointed(task_name)
+        if crash:
+            crash("commit.done")
+        self.commits += 1
+        return time.monotonic()

@@ -1,0 +1,96 @@
+"""What a system gives a container, and which systems there are.
+
+A system (``samza_dsl.systems``: a descriptor's ``factory``) serves a job's streams with a
+``Consumer`` and a ``Producer``, keeps its checkpoints in a ``CheckpointStore`` and its tasks'
+stores through a ``StateBackend``. ``SYSTEMS`` maps each factory to the job that runs an
+application on it; ``job_system(app)`` picks the one an application's streams name.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from runtime.job import SSP, TaskModel
+from samza_dsl.errors import SamzaError
+
+__all__ = ["Consumer", "Producer", "CheckpointStore", "StateBackend", "SystemKind", "SYSTEMS",
+           "job_system"]
+
+
+class Consumer(Protocol):
+    def register(self, key: Any, ssp: SSP, next_offset: int | None) -> None: ...
+    async def poll(self, keys: list[Any], max_per_key: int,
+                   timeout: float | None = None) -> list[tuple[Any, int, list[Any]]]: ...
+    def wakeup(self) -> None: ...
+    async def close(self) -> None: ...
+
+
+class Producer(Protocol):
+    def send(self, stream_id: str, partition: int, payload: Any) -> None: ...
+    def sender(self, stream_id: str) -> Callable[[int, Any], None]: ...
+    def signal(self) -> None: ...
+    async def flush(self) -> None: ...
+    async def close(self) -> None: ...
+
+
+class CheckpointStore(Protocol):
+    """A task's checkpoint: the last processed offset per input partition, and the changelog
+    offset of each of its stores at that point."""
+
+    def read(self, task_name: str) -> dict[SSP, int]: ...
+    def read_changelogs(self, task_name: str) -> dict[str, int]: ...
+    def write(self, task_name: str, offsets: Mapping[SSP, int],
+              changelogs: Mapping[str, int] | None = None) -> Awaitable[None] | None: ...
+
+
+class StateBackend(Protocol):
+    """Makes the stores of tasks and commits them (docs/semantics.md rules 16-17)."""
+
+    def open(self, task: TaskModel, store_name: str, checkpointed: int | None) -> Any: ...
+    def flush(self, task_name: str) -> None: ...
+    def committed(self, task_name: str) -> dict[str, int]: ...
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class SystemKind:
+    """A kind of system: its ``factory`` name (``SystemDescriptor.factory``) and the job that
+    runs an application on it (``module:Class``; None: the in-memory job of ``runtime.memory``).
+    ``on_log``: its streams outlive a run (checkpoints, ``load``, ``dump``, ``reset``)."""
+
+    factory: str
+    job: str | None
+    on_log: bool
+
+    def job_class(self) -> Any:
+        """The job class, imported when first needed (Kafka's pulls in aiokafka)."""
+        if self.job is None:
+            raise SamzaError(f"the {self.factory} system has no job of its own: it runs in memory")
+        module, _, name = self.job.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+
+#: factory -> its kind
+SYSTEMS: dict[str, SystemKind] = {k.factory: k for k in [
+    SystemKind("kafka", "runtime.kafka.job:KafkaJob", on_log=True),
+    SystemKind("local", "runtime.local.system:LocalJob", on_log=True),
+    SystemKind("memory", None, on_log=False),
+]}
+
+
+def job_system(app: Any) -> SystemKind:
+    """The system an application runs on: Kafka when any of its streams is on Kafka, else the
+    local system when any is local, else memory."""
+    spec = app.spec()
+    factories = {d.system.factory for d in [*spec.inputs.values(), *spec.outputs.values()]}
+    unknown = factories - set(SYSTEMS)
+    if unknown:
+        raise SamzaError(f"application {app.name!r} names systems of unknown kinds "
+                         f"({', '.join(sorted(unknown))}); known: {', '.join(sorted(SYSTEMS))}")
+    for factory in ("kafka", "local"):
+        if factory in factories:
+            return SYSTEMS[factory]
+    return SYSTEMS["memory"]

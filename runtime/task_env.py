@@ -1,0 +1,39 @@
+"""What a task gets from the container that runs it: a narrow environment, not the container.
+
+The container builds one ``TaskEnv`` and hands it to each of its tasks. A task reads its config,
+clock and metrics from it, runs blocking user code on its executor, writes through its producer,
+opens its stores, commits through its committer (``runtime.commit``), says when it has taken
+records from its inbox, and sees ``stopping`` when the container is asked to stop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Any
+
+from runtime.commit import Committer
+from runtime.job import TaskModel
+from runtime.metrics import Metrics
+from runtime.systems import Producer
+
+__all__ = ["TaskEnv"]
+
+
+@dataclass(eq=False)
+class TaskEnv:
+    config: Mapping[str, Any]
+    #: milliseconds since the epoch (``ctx.clock()``)
+    clock: Callable[[], int]
+    metrics: Metrics
+    #: where blocking user code runs (``job.container.thread.pool.size``), or None: inline
+    executor: Executor | None
+    producer: Producer
+    #: a task's store, restored to the task's checkpoint
+    open_store: Callable[[TaskModel, str], Any]
+    committer: Committer
+    #: a task took records from its inbox (its partitions may be read again); takes the task
+    on_consumed: Callable[[Any], None]
+    #: the container was asked to stop: drain, commit, close
+    stopping: bool = False
