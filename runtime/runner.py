@@ -26,6 +26,7 @@ from runtime.container import Container, MemoryCheckpoints
 from runtime.late import LateCounts, window_ids
 from runtime.memory import MemoryBroker, MemoryInputs, memory_job
 from runtime.metrics import Metrics
+from runtime.systems import SYSTEMS, job_system
 from samza_dsl import StreamApplication
 from samza_dsl.config import config_value, validate_config
 from samza_dsl.errors import SamzaError
@@ -57,10 +58,10 @@ class LocalRunner(LateCounts):
         #: records to pass over in this run: {input stream: {partition: {offsets}}}
         self.skip = {sid: {p: set(o) for p, o in parts.items()}
                      for sid, parts in (skip or {}).items()}
-        from runtime.kafka.job import uses_kafka
-
-        self.kafka = uses_kafka(app)
-        self.local = _uses_local_system(app) and not self.kafka
+        #: the system the job runs on, from the registry of systems
+        self.system = job_system(app)
+        self.kafka = self.system is SYSTEMS["kafka"]
+        self.local = self.system is SYSTEMS["local"]
         self.job: Any = None
         self.container: Container | None = None
         self.broker: MemoryBroker | None = None
@@ -236,15 +237,13 @@ class LocalRunner(LateCounts):
 
     async def _main(self, install_signals: bool) -> None:
         if self.kafka:
-            from runtime.kafka.job import KafkaJob
-
-            kjob = await KafkaJob.create(self.app, self.config, self.metrics, follow=self.follow)
+            kafka_job = self.system.job_class()
+            kjob = await kafka_job.create(self.app, self.config, self.metrics, follow=self.follow)
             self.job, self.plan, container = kjob, kjob.plan, kjob.container
         elif self.local:
-            from runtime.local.system import LocalJob
-
-            job = LocalJob(self.app, self.config, follow=self.follow,
-                           inputs=self._inputs, metrics=self.metrics)
+            local_job = self.system.job_class()
+            job = local_job(self.app, self.config, follow=self.follow,
+                            inputs=self._inputs, metrics=self.metrics)
             self.job, self.plan, container = job, job.plan, job.container
         else:
             if self.skip:
@@ -601,7 +600,8 @@ def _local_ends(job: Any, skip: Mapping[str, Any]) -> dict[tuple[str, int], int]
 
 
 def _uses_local_system(app: StreamApplication) -> bool:
-    return any(d.system.factory == "local" for d in [*app.spec().inputs.values(), *app.spec().outputs.values()])
+    """Whether ``app`` runs on the local system (``runtime.systems.job_system``)."""
+    return job_system(app) is SYSTEMS["local"]
 
 
 def print_outputs(runner: LocalRunner, out: TextIO = sys.stdout, limit: int = 10,

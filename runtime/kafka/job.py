@@ -61,6 +61,7 @@ from runtime.kafka.system import (
 from runtime.metrics import Metrics
 from runtime.records import is_control
 from runtime.state.backend import StoreBackend
+from runtime.systems import SYSTEMS, job_system
 from samza_dsl.config import config_value
 from samza_dsl.errors import SamzaError, SerdeError
 
@@ -68,7 +69,8 @@ __all__ = ["KafkaJob", "uses_kafka"]
 
 
 def uses_kafka(app: Any) -> bool:
-    return any(d.system.factory == "kafka" for d in [*app.spec().inputs.values(), *app.spec().outputs.values()])
+    """Whether ``app`` runs on Kafka (``runtime.systems.job_system``)."""
+    return job_system(app) is SYSTEMS["kafka"]
 
 
 class KafkaJob:
@@ -83,10 +85,10 @@ class KafkaJob:
         self.timeout = timeout
         self.job_name = f"{app.name}-{app.app_id}"
         self.root = job_dir(self.job_name, self.config)
-        systems = {d.system.name: d.system for d in [*app.spec().inputs.values(),
-                                                       *app.spec().outputs.values()]}
-        kafka = [s for s in systems.values() if s.factory == "kafka"]
-        others = [s.name for s in systems.values() if s.factory != "kafka"]
+        spec = app.spec()
+        systems = {d.system.name: d.system for d in [*spec.inputs.values(), *spec.outputs.values()]}
+        kafka = [s for s in systems.values() if SYSTEMS.get(s.factory) is SYSTEMS["kafka"]]
+        others = [s.name for s in systems.values() if s not in kafka]
         if len(kafka) != 1 or others:
             raise SamzaError(f"job {self.job_name!r} mixes systems ({', '.join(sorted(systems))}):"
                              f" a job on Kafka keeps all its streams on one Kafka system")

@@ -58,6 +58,7 @@ from runtime.serde_util import default_key_bytes
 from runtime.state.backend import StoreBackend
 from runtime.state.lmdb_store import Changelog
 from runtime.storage import StorageError, storage_error
+from runtime.systems import SYSTEMS
 from samza_dsl.config import config_value
 from samza_dsl.errors import SamzaError, SerdeError
 from samza_dsl.kv import KV
@@ -400,11 +401,12 @@ class LocalJob:
         self._systems: dict[str, dict[str, Any]] = {}
         local_names: list[str] = []
         for d in spec_streams.values():
-            if d.system.factory == "kafka":
+            if SYSTEMS.get(d.system.factory) is SYSTEMS["kafka"]:
                 raise SamzaError(f"stream {d.stream_id!r} is on Kafka system {d.system.name!r}: "
                                  f"this runner runs jobs on the embedded local system only")
             self._systems.setdefault(d.system.name, d.system.config)
-            if d.system.factory == "local" and d.system.name not in local_names:
+            if SYSTEMS.get(d.system.factory) is SYSTEMS["local"] \
+                    and d.system.name not in local_names:
                 local_names.append(d.system.name)
         main = str(self.config.get("job.default.system") or
                    (local_names[0] if local_names else "local"))
