@@ -13,9 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import copy
-import dataclasses
-import inspect
 import time
 import types
 from collections import deque
@@ -23,24 +20,26 @@ from collections.abc import Awaitable, Callable
 from operator import length_hint
 from typing import Any
 
-from operators import build_operator
 from operators.base import IDENTITY, Operator, OperatorContext, UserContext
-from operators.hashing import KeyPartitioner
 from runtime import faults
 from runtime.codec import Skipped
-from runtime.dag import Emit, OperatorFailure, _forward, chain, chain_one, fan_out, gather_pending
+from runtime.dag import Emit, OperatorFailure, _forward, chain, gather_pending
 from runtime.elastic import OTHER_BUCKET, OtherBucket
 from runtime.job import SSP, JobModel, TaskModel
 from runtime.records import EndOfStream, Watermark
-from runtime.serde_util import default_key_bytes
-from runtime.state.tables import LocalTable
 from runtime.task_env import TaskEnv
 from runtime.watermarks import CURRENT, NO_WATERMARK, OBSERVED, TaskClock, event_seconds, observing
+from runtime.wiring import (
+    Wiring,
+    bind_port,
+    build_operators,
+    operator_emit,
+    partition_of,
+    record_sender,
+)
 from samza_dsl.config import config_value
 from samza_dsl.errors import CallbackTimeout, SerdeError, TaskError
 from samza_dsl.kv import KV
-from samza_dsl.late import LateMessage
-from samza_dsl.serdes import KVSerde
 from samza_dsl.spec import BroadcastSpec, JoinSpec, PartitionBySpec, SendToSpec, WindowSpec
 
 __all__ = ["TaskInstance"]
@@ -117,50 +116,29 @@ class TaskInstance:
     # -- construction -----------------------------------------------------------------------------
 
     def _build(self) -> None:
-        app = self.plan.app
         env = self.env
-        stores: dict[str, Any] = {}
-        tables: dict[str, LocalTable] = {}
-        for table_id in app.tables:
-            stores[table_id] = env.open_store(self.model, table_id)
-            tables[table_id] = LocalTable(table_id, stores[table_id])
-        for stage in self.model.stages:
-            for op_id in stage.operators:
-                spec = app.operator(op_id)
-                if isinstance(spec, WindowSpec):
-                    stores[op_id] = env.open_store(self.model, op_id)
-                elif isinstance(spec, JoinSpec):
-                    for side in ("L", "R"):
-                        stores[f"{op_id}-{side}"] = env.open_store(self.model, f"{op_id}-{side}")
-                self.operators[op_id] = build_operator(_task_copy(spec))
+        model = self.model
+        self.operators, stores, tables = build_operators(
+            self.plan, model.stages, lambda name: env.open_store(model, name))
         self.stores = stores
         self._flushers = [s.maybe_flush for s in stores.values() if hasattr(s, "maybe_flush")]
         user_ctx = UserContext(self.name, env.config, self.metrics, tables)
-        for stage in self.model.stages:
+        for stage in model.stages:
             # event-time windows close on the task's watermarks only, never on what they saw
             ctx = OperatorContext(self.name, env.config, env.clock, stores,
                                   self.metrics, external_watermarks=True, source=self.source)
             for op_id in stage.operators:
                 self.operators[op_id].init(ctx, user_ctx)
 
-        self._emits: dict[tuple[str, int], Emit] = {}
-        self._senders: dict[tuple[str, str], Emit] = {}
+        self.wiring = Wiring(self.plan, self.operators, self._observed_sender, self._make_emit)
         self._batches: dict[str, Callable[[list[Any], int, int], int]] = {}
         for ssp in self.ssps:
             sid = ssp.stream_id
             if sid not in self.entries:
-                self.entries[sid] = self._stream_entry(sid)
+                self.entries[sid] = self.wiring.entry(sid)
                 batch = self._stream_batch(sid)
                 if batch is not None:
                     self._batches[sid] = batch
-
-    def _stream_entry(self, stream_id: str) -> Emit:
-        from samza_dsl.spec import stream_node
-
-        node = stream_node(stream_id)
-        emits = [self._emit(op_id, self.plan.graph.edges[node, op_id]["port"])
-                 for op_id in self.plan.next_ops(node) if op_id in self.operators]
-        return fan_out(emits)
 
     def _stream_batch(self, stream_id: str) -> Callable[[list[Any], int, int], int] | None:
         """A loop over a whole batch, for the commonest shape: a stream whose messages go through
@@ -202,10 +180,11 @@ class TaskInstance:
         n = self.job.partitions[target]
         if n == 1 or self.plan.streams[target].kind == "broadcast":
             return None
-        sender = self._sender(target, node)
-        parts = _partition_table(sender)
-        if parts is None:
+        sender = self.wiring.sender(target, node)
+        rule = getattr(sender, "rule", None)
+        if rule is None:
             return None
+        parts = rule.table
         bufs, kser, vser, _ = records
         control_types = _CONTROL_TYPES
         other_bucket = OTHER_BUCKET
@@ -248,85 +227,51 @@ class TaskInstance:
             return end
         return batch
 
-    def _emit(self, op_id: str, port_name: str) -> Emit:
-        port = 1 if port_name == "right" else 0
-        key = (op_id, port)
-        if key in self._emits:
-            return self._emits[key]
-        op = self.operators[op_id]
+    def _make_emit(self, op: Operator, port: int, nexts: list[Emit]) -> Emit:
+        """An operator's emit: on the thread pool for blocking user code when there is one,
+        and observed by the task's clock where it feeds an event-time window."""
         spec = op.spec
-        nexts = self._nexts(op_id)
-        process: Callable[[Any], Any] = _bind_port(op, port) if isinstance(spec, JoinSpec) \
-            else op.process
         executor = self.env.executor
         if executor is not None and spec.opcode in _THREADED_OPCODES:
-            emit = chain(op_id, _threaded(process, executor), nexts)
+            process = bind_port(op, port) if isinstance(spec, JoinSpec) else op.process
+            emit = chain(op.op_id, _threaded(process, executor), nexts)
         else:
             emit = operator_emit(op, port, nexts)
-        fn = self.clock.observe.get(op_id) if isinstance(spec, WindowSpec) else None
+        fn = self.clock.observe.get(op.op_id) if isinstance(spec, WindowSpec) else None
         if fn is not None:
-            emit = observing(op_id, fn, emit, f"window {op_id!r}", op_id)
-        self._emits[key] = emit
+            emit = observing(op.op_id, fn, emit, f"window {op.op_id!r}", op.op_id)
         return emit
 
     def _nexts(self, op_id: str) -> list[Emit]:
         """What an operator's outputs go to: downstream operators, or a producer."""
-        return op_nexts(self.plan, op_id, self.operators[op_id].spec, self._emit, self._sender)
+        return self.wiring.nexts(op_id)
 
-    def _sender(self, stream_id: str, op_id: str) -> Emit:
-        """The terminal that hands a record to the producer, choosing its partition."""
-        sender = self._senders.get((stream_id, op_id))
-        if sender is None:
-            sender = self._make_sender(stream_id, op_id)
-            fn = self.clock.observe.get(stream_id)
-            if fn is not None:
-                sender = observing(stream_id, fn, sender, f"stream {stream_id!r}", op_id)
-            self._senders[(stream_id, op_id)] = sender
+    def _observed_sender(self, stream_id: str, op_id: str) -> Emit:
+        """The terminal that hands a record to the producer, observed by the task's clock where
+        the stream feeds an event-time window downstream."""
+        sender = self._make_sender(stream_id, op_id)
+        fn = self.clock.observe.get(stream_id)
+        if fn is not None:
+            sender = observing(stream_id, fn, sender, f"stream {stream_id!r}", op_id)
         return sender
 
     def _make_sender(self, stream_id: str, op_id: str) -> Emit:
-        """The terminal of ``op_id`` writing to ``stream_id``; a message the stream's serde
-        cannot write fails that operator."""
+        """The terminal of ``op_id`` writing to ``stream_id``, in the partition its rule picks
+        (``runtime.wiring``); a message the stream's serde cannot write fails that operator."""
         n = self.job.partitions[stream_id]
-        send = self.env.producer.sender(stream_id)
-        stream = self.plan.streams[stream_id]
-        serde = getattr(stream.descriptor, "serde", None)
-        key_bytes = serde.key_serde.serialize if isinstance(serde, KVSerde) else default_key_bytes
-        own = self.model.partition % n
-        keyed = bool(stream.keyed)
-
-        if stream.kind == "broadcast" or n == 1:
-            def send_one(m: Any) -> None:
-                try:
-                    if keyed and type(m) is not KV:
-                        raise not_kv(stream_id, m)
-                    send(0, m)
-                except Exception as exc:
-                    raise OperatorFailure(op_id, exc) from exc
-            return send_one
-        partitioner = KeyPartitioner(n, key_bytes)
-        parts = partitioner.table
+        rule = partition_of(self.plan, stream_id, n, self.model.partition)
         sink = getattr(self.env.producer, "record_sink", None)
-        records = sink(stream_id) if sink is not None else None
+        records = sink(stream_id) if sink is not None and rule.fixed is None else None
         if records is not None:
-            return _record_sender(op_id, records, parts, partitioner, own,
-                                  stream_id if keyed else None)
+            return record_sender(op_id, records, rule)
+        send = self.env.producer.sender(stream_id)
 
-        def send_keyed(m: Any) -> None:
+        def send_one(m: Any) -> None:
             try:
-                if type(m) is KV:
-                    try:
-                        p = parts[m.key]
-                    except TypeError:  # an unhashable key
-                        p = partitioner(m.key)
-                    send(p, m)
-                elif keyed:
-                    raise not_kv(stream_id, m)
-                else:
-                    send(own, m)
+                send(rule(m), m)
             except Exception as exc:
                 raise OperatorFailure(op_id, exc) from exc
-        return send_keyed
+        return send_one
 
     # -- processing -------------------------------------------------------------------------------
 
@@ -825,28 +770,6 @@ class TaskInstance:
             op.close()
 
 
-def _task_copy(spec: Any) -> Any:
-    """Each task gets its own copy of every user function object that has an ``init(ctx)``, as
-    Samza deserializes one per task: its state (a table, counters) must not be shared between
-    tasks. Plain functions, bound methods and objects without ``init`` stay the user's own."""
-    if dataclasses.is_dataclass(spec) and not isinstance(spec, type):
-        changes = {}
-        for f in dataclasses.fields(spec):
-            if f.init:
-                old = getattr(spec, f.name)
-                new = _task_copy(old)
-                if new is not old:
-                    changes[f.name] = new
-        return dataclasses.replace(spec, **changes) if changes else spec
-    if callable(getattr(spec, "init", None)) and not inspect.isfunction(spec) \
-            and not inspect.ismethod(spec):
-        try:
-            return copy.deepcopy(spec)
-        except Exception:  # something inside cannot be deep-copied (a lock, a client)
-            return copy.copy(spec)
-    return spec
-
-
 class _EventTimeFailure(Exception):
     def __init__(self, cause: BaseException) -> None:
         self.cause = cause
@@ -856,117 +779,6 @@ class _BatchFailure(Exception):
     def __init__(self, index: int, failure: OperatorFailure) -> None:
         self.index = index
         self.failure = failure
-
-
-def _partition_table(sender: Any) -> Any:
-    """The partition table a record sender closes over."""
-    return getattr(sender, "parts", None)
-
-
-def not_kv(stream_id: str, m: Any) -> TypeError:
-    """The error for a message that is not a ``KV`` sent to a keyed (``KVSerde``) stream: every
-    runner raises it, so none guesses a key."""
-    text = repr(m)
-    if len(text) > 60:
-        text = text[:57] + "..."
-    return TypeError(f"stream {stream_id!r} is keyed (KVSerde) but was sent a "
-                     f"{type(m).__name__} ({text}): send KV(key, value) to it, e.g. "
-                     f".map(lambda m: KV(key_of(m), m)) before send_to (KV(None, value) for no "
-                     f"key)")
-
-
-def _record_sender(op_id: str, sink: Any, parts: Any, partitioner: Any, own: int,
-                   keyed: str | None = None) -> Emit:
-    """The keyed terminal for a producer that takes records: partition lookup, key and value
-    serialization and the buffer append in one frame. Anything unusual (a None key or value, a
-    bare message, a key the table cannot hold, a serde error) takes the codec's own path.
-    ``keyed``: the stream id when the stream is keyed, which refuses a bare message."""
-    bufs, kser, vser, encode = sink
-
-    def slow(m: Any) -> None:
-        try:
-            if type(m) is KV:
-                p = partitioner(m.key)
-            elif keyed is not None:
-                raise not_kv(keyed, m)
-            else:
-                p = own
-            bufs[p].append(encode(m))
-        except Exception as exc:
-            raise OperatorFailure(op_id, exc) from exc
-
-    if kser is None:  # not a keyed stream: the codec writes KV keys its own way
-        def send_records(m: Any) -> None:
-            slow(m)
-        return send_records
-
-    def send_kv(m: Any) -> None:
-        if type(m) is KV:
-            k, v = m.key, m.value
-            if v is not None and k is not None:  # None: no key, or a tombstone: the codec's
-                try:
-                    bufs[parts[k]].append((kser(k), vser(v), None))
-                    return
-                except Exception:
-                    pass
-        slow(m)
-    send_kv.parts = parts  # type: ignore[attr-defined]
-    return send_kv
-
-
-def op_nexts(plan: Any, op_id: str, spec: Any, emit: Callable[[str, str], Emit],
-             sender: Callable[[str, str], Emit]) -> list[Emit]:
-    """What an operator's outputs go to: ``emit(op id, port)`` of each downstream operator,
-    and ``sender(stream id, op id)`` when it writes to a stream."""
-    nexts = [emit(n, plan.graph.edges[op_id, n]["port"]) for n in plan.next_ops(op_id)]
-    target = spec.stream_id if isinstance(spec, PartitionBySpec | BroadcastSpec | SendToSpec) \
-        else None
-    if target is not None:
-        nexts.append(sender(target, op_id))
-    late_to = spec.late_to if isinstance(spec, WindowSpec) else None
-    if late_to is not None:  # the window's outputs: panes go on, late messages to late_to
-        serde = getattr(plan.streams[late_to].descriptor, "serde", None)
-        nexts = [_panes_only(e) for e in nexts]
-        nexts.append(_late_only(sender(late_to, op_id), isinstance(serde, KVSerde)))
-    return nexts
-
-
-def _panes_only(emit: Emit) -> Emit:
-    def panes(m: Any) -> list[Awaitable[None]] | None:
-        return None if type(m) is LateMessage else emit(m)
-    return panes
-
-
-def _late_only(send: Emit, keyed: bool) -> Emit:
-    """A window's late messages to its ``late_to`` stream: a keyed stream (``KVSerde``) gets
-    ``KV(key, LateMessage)``, keyed by the message's own key when it is a ``KV``, else by the
-    window key; any other stream the ``LateMessage``."""
-    def late(m: Any) -> list[Awaitable[None]] | None:
-        if type(m) is not LateMessage:
-            return None
-        if keyed:
-            inner = m.message
-            return send(KV(inner.key if type(inner) is KV else m.key, m))
-        return send(m)
-    return late
-
-
-def operator_emit(op: Operator, port: int, nexts: list[Emit]) -> Emit:
-    """The emit function of ``op`` on ``port`` followed by ``nexts``: fused when the operator
-    gives at most one output (``one_to_one``), else through its ``process`` (a join's port)."""
-    one = op.one_to_one() if port == 0 else None
-    if one is not None:
-        return chain_one(op.op_id, one, nexts, IDENTITY)
-    process = _bind_port(op, port) if isinstance(op.spec, JoinSpec) else op.process
-    return chain(op.op_id, process, nexts)
-
-
-def _bind_port(op: Operator, port: int) -> Callable[[Any], Any]:
-    process_port = op.process_port
-
-    def process(m: Any) -> Any:
-        return process_port(port, m)
-    return process
 
 
 def _threaded(process: Callable[[Any], Any], executor: Any) -> Callable[[Any], Any]:

@@ -35,22 +35,15 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from operators import build_operator
 from operators.base import Operator, OperatorContext, UserContext
-from operators.hashing import KeyPartitioner
 from operators.state import InMemoryState, table_state
-from runtime.dag import Emit, OperatorFailure, _forward, fan_out
-from runtime.serde_util import default_key_bytes
-from runtime.state.tables import LocalTable
-from runtime.task import _task_copy, not_kv, op_nexts, operator_emit
+from runtime.dag import Emit, OperatorFailure, _forward
+from runtime.wiring import Wiring, build_operators, operator_emit, partition_of
 from samza_dsl.config import config_value
-from samza_dsl.kv import KV
-from samza_dsl.serdes import KVSerde
 from samza_dsl.spec import (
     AsyncFlatMapSpec,
     JoinSpec,
     WindowSpec,
-    stream_node,
 )
 
 __all__ = ["PassExecutor", "PassFailure", "ALL_PARTITIONS", "STATEFUL"]
@@ -114,22 +107,9 @@ class PassExecutor:
         self._queues: list[_AsyncQueue] = []
         self._loop: asyncio.AbstractEventLoop | None = None
 
-        app = plan.app
-        self.operators: dict[str, Operator] = {}
-        stores: dict[str, Any] = {}
-        tables: dict[str, LocalTable] = {}
-        for table_id, table in app.tables.items():
-            stores[table_id] = table_state(table.serde.key_serde)
-            tables[table_id] = LocalTable(table_id, stores[table_id])
-        for stage in self.stages:
-            for op_id in stage.operators:
-                spec = app.operator(op_id)
-                if isinstance(spec, WindowSpec):
-                    stores[op_id] = InMemoryState()
-                elif isinstance(spec, JoinSpec):
-                    for side in ("L", "R"):
-                        stores[f"{op_id}-{side}"] = InMemoryState()
-                self.operators[op_id] = build_operator(_task_copy(spec))
+        self.operators, stores, tables = build_operators(
+            plan, self.stages, lambda name: InMemoryState(),
+            lambda table_id: table_state(plan.app.tables[table_id].serde.key_serde))
         self.stateful = any(isinstance(op.spec, STATEFUL) for op in self.operators.values()) \
             or any(s.tables_read or s.tables_written for s in self.stages)
         user_ctx = UserContext(self.task_name, config, self.metrics, tables)
@@ -149,15 +129,12 @@ class PassExecutor:
             except Exception as exc:
                 raise PassFailure(f"operator {op_id!r} failed in init in task "
                                   f"{self.task_name!r}: {type(exc).__name__}: {exc}") from exc
-        self._emits: dict[tuple[str, int], Emit] = {}
+        self.wiring = Wiring(plan, self.operators, self._sender, self._make_emit)
         self.entries: dict[str, Emit] = {}
         for stage in self.stages:
             for sid in stage.inputs:
                 if sid not in self.entries:
-                    node = stream_node(sid)
-                    self.entries[sid] = fan_out([
-                        self._emit(op_id, self.plan.graph.edges[node, op_id]["port"])
-                        for op_id in self.plan.next_ops(node) if op_id in self.operators])
+                    self.entries[sid] = self.wiring.entry(sid)
 
     def _clock(self) -> int:
         return self.clock_ms
@@ -168,62 +145,32 @@ class PassExecutor:
 
     # -- construction -----------------------------------------------------------------------------
 
-    def _emit(self, op_id: str, port_name: str) -> Emit:
-        port = 1 if port_name == "right" else 0
-        key = (op_id, port)
-        emit = self._emits.get(key)
-        if emit is not None:
-            return emit
-        op = self.operators[op_id]
-        spec = op.spec
-        nexts = self._nexts(op_id)
-        if isinstance(spec, AsyncFlatMapSpec):
-            emit = self._async_emit(op, nexts)
-        else:
-            emit = operator_emit(op, port, nexts)
-        self._emits[key] = emit
-        return emit
+    def _make_emit(self, op: Operator, port: int, nexts: list[Emit]) -> Emit:
+        if isinstance(op.spec, AsyncFlatMapSpec):
+            return self._async_emit(op, nexts)
+        return operator_emit(op, port, nexts)
 
     def _nexts(self, op_id: str) -> list[Emit]:
-        return op_nexts(self.plan, op_id, self.operators[op_id].spec, self._emit, self._sender)
+        return self.wiring.nexts(op_id)
 
     def _sender(self, stream_id: str, op_id: str) -> Emit:
         """The terminal writing to ``stream_id``: the partition as the streaming runtime picks it
-        (murmur2 of the serialized key; a message that is not a KV stays in its partition)."""
+        (``runtime.wiring.partition_of``); a broadcast stream's records go to every partition."""
         stream = self.plan.streams[stream_id]
-        n = self.counts[stream_id]
+        rule = partition_of(self.plan, stream_id, self.counts[stream_id], self.partition)
+        broadcast = stream.kind == "broadcast"
         out = self.out
         written = self.written
         written.setdefault(stream_id, 0)
-        if stream.kind == "broadcast":
-            fixed: int | None = ALL_PARTITIONS
-        elif n == 1:
-            fixed = 0
-        else:
-            fixed = None
-        serde = getattr(stream.descriptor, "serde", None)
-        key_bytes = serde.key_serde.serialize if isinstance(serde, KVSerde) else default_key_bytes
-        partitioner = KeyPartitioner(max(n, 1), key_bytes)
-        table = partitioner.table
-        own = self.partition % max(n, 1)
         me = self.partition
-        keyed = bool(stream.keyed)
 
         def send(m: Any) -> None:
-            if keyed and type(m) is not KV:
-                raise OperatorFailure(op_id, not_kv(stream_id, m))
-            if fixed is not None:
-                p = fixed
-            elif type(m) is KV:
-                try:
-                    try:
-                        p = table[m.key]
-                    except TypeError:  # an unhashable key
-                        p = partitioner(m.key)
-                except Exception as exc:
-                    raise OperatorFailure(op_id, exc) from exc
-            else:
-                p = own
+            try:
+                p = rule(m)
+            except Exception as exc:
+                raise OperatorFailure(op_id, exc) from exc
+            if broadcast:
+                p = ALL_PARTITIONS
             self.seq += 1
             written[stream_id] += 1
             out.append((p, (stream_id, self.sort_ms, me, self.seq, self.clock_ms, m)))

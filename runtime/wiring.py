@@ -1,0 +1,281 @@
+"""How a task's operators are wired, from a plan: the one place both the streaming task and the
+Spark executor build their operator chains and senders.
+
+- ``build_operators``: a task's operators (each with its own copy of user function objects) and
+  the stores of its tables, windows and joins.
+- ``Wiring``: the emit chain from each input stream through the operators to the senders. Each
+  runner gives a sender factory (how a record reaches a stream: a producer, or Spark's output)
+  and may build an operator's emit its own way (threads, async calls on Spark).
+- ``PartitionRule`` / ``partition_of``: which partition of a stream a record goes to, written
+  once: a ``KV`` goes to its key's partition (murmur2 of the serialized key, as Kafka's producer;
+  the partitions of keys seen are kept in a table), anything else stays in the sender's own
+  partition; a stream of one partition, or a broadcast stream, takes partition 0. A bare message
+  sent to a keyed (``KVSerde``) stream is an error (``not_kv``).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import inspect
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from operators import build_operator
+from operators.base import IDENTITY, Operator
+from operators.hashing import KeyPartitioner
+from runtime.dag import Emit, OperatorFailure, chain, chain_one, fan_out
+from runtime.serde_util import default_key_bytes
+from runtime.state.tables import LocalTable
+from samza_dsl.kv import KV
+from samza_dsl.late import LateMessage
+from samza_dsl.serdes import KVSerde
+from samza_dsl.spec import (
+    BroadcastSpec,
+    JoinSpec,
+    PartitionBySpec,
+    SendToSpec,
+    WindowSpec,
+    stream_node,
+)
+
+__all__ = ["Wiring", "PartitionRule", "partition_of", "build_operators", "task_copy", "not_kv",
+           "record_sender", "op_nexts", "operator_emit", "bind_port"]
+
+
+class PartitionRule:
+    """Which partition of ``stream_id`` (``n`` partitions) a record goes to, from a sender in
+    partition ``own`` (see the module's docstring)."""
+
+    __slots__ = ("stream_id", "n", "own", "keyed", "fixed", "partitioner", "table")
+
+    def __init__(self, stream_id: str, n: int, own: int, key_bytes: Callable[[Any], bytes], *,
+                 keyed: bool, broadcast: bool) -> None:
+        self.stream_id = stream_id
+        self.n = n
+        self.own = own % n
+        self.keyed = keyed
+        #: the one partition every record takes, or None: by key
+        self.fixed: int | None = 0 if broadcast or n == 1 else None
+        self.partitioner = KeyPartitioner(n, key_bytes)
+        #: key -> partition, filled as keys are seen (a hot sender looks keys up here first)
+        self.table = self.partitioner.table
+
+    def __call__(self, m: Any) -> int:
+        if type(m) is not KV:
+            if self.keyed:
+                raise not_kv(self.stream_id, m)
+            return self.own if self.fixed is None else self.fixed
+        if self.fixed is not None:
+            return self.fixed
+        try:
+            return self.table[m.key]
+        except TypeError:  # an unhashable key
+            return self.partitioner(m.key)
+
+
+def partition_of(plan: Any, stream_id: str, n: int, own: int) -> PartitionRule:
+    """The partition rule of ``stream_id`` of ``plan`` with ``n`` partitions, for a sender in
+    partition ``own``; keys are serialized by the stream's key serde."""
+    stream = plan.streams[stream_id]
+    serde = getattr(stream.descriptor, "serde", None)
+    key_bytes = serde.key_serde.serialize if isinstance(serde, KVSerde) else default_key_bytes
+    return PartitionRule(stream_id, max(n, 1), own, key_bytes, keyed=bool(stream.keyed),
+                         broadcast=stream.kind == "broadcast")
+
+
+def build_operators(plan: Any, stages: Sequence[Any], open_store: Callable[[str], Any],
+                    open_table: Callable[[str], Any] | None = None
+                    ) -> tuple[dict[str, Operator], dict[str, Any], dict[str, LocalTable]]:
+    """A task's operators for ``stages``, and its stores: ``open_store(name)`` for the state of
+    each window (its op id) and join (``<op id>-L``/``-R``), ``open_table(table id)`` (default
+    ``open_store``) for each table. Returns (operators, stores by name, tables by id)."""
+    app = plan.app
+    table_store = open_table or open_store
+    stores: dict[str, Any] = {}
+    tables: dict[str, LocalTable] = {}
+    operators: dict[str, Operator] = {}
+    for table_id in app.tables:
+        stores[table_id] = table_store(table_id)
+        tables[table_id] = LocalTable(table_id, stores[table_id])
+    for stage in stages:
+        for op_id in stage.operators:
+            spec = app.operator(op_id)
+            if isinstance(spec, WindowSpec):
+                stores[op_id] = open_store(op_id)
+            elif isinstance(spec, JoinSpec):
+                for side in ("L", "R"):
+                    stores[f"{op_id}-{side}"] = open_store(f"{op_id}-{side}")
+            operators[op_id] = build_operator(task_copy(spec))
+    return operators, stores, tables
+
+
+class Wiring:
+    """The emit chain of a task's ``operators`` over ``plan``: ``entry(stream)`` hands a
+    message of an input stream to the operators that read it, each operator's outputs go on to
+    the next ones (``emit``) and to the streams it writes (``sender``).
+
+    ``make_sender(stream id, op id)`` builds the terminal of an operator writing to a stream;
+    ``make_emit(op, port, nexts)`` (default ``operator_emit``) builds an operator's emit."""
+
+    def __init__(self, plan: Any, operators: Mapping[str, Operator],
+                 make_sender: Callable[[str, str], Emit],
+                 make_emit: Callable[[Operator, int, list[Emit]], Emit] | None = None) -> None:
+        self.plan = plan
+        self.operators = operators
+        self._make_sender = make_sender
+        self._make_emit = make_emit or operator_emit
+        self._emits: dict[tuple[str, int], Emit] = {}
+        self._senders: dict[tuple[str, str], Emit] = {}
+
+    def entry(self, stream_id: str) -> Emit:
+        """Where a message of input or intermediate stream ``stream_id`` goes."""
+        node = stream_node(stream_id)
+        return fan_out([self.emit(op_id, self.plan.graph.edges[node, op_id]["port"])
+                        for op_id in self.plan.next_ops(node) if op_id in self.operators])
+
+    def emit(self, op_id: str, port_name: str) -> Emit:
+        """The emit of operator ``op_id`` on ``port_name`` ("right": a join's second input)."""
+        port = 1 if port_name == "right" else 0
+        key = (op_id, port)
+        emit = self._emits.get(key)
+        if emit is None:
+            op = self.operators[op_id]
+            emit = self._emits[key] = self._make_emit(op, port, self.nexts(op_id))
+        return emit
+
+    def nexts(self, op_id: str) -> list[Emit]:
+        """What an operator's outputs go to: downstream operators, and the streams it writes."""
+        return op_nexts(self.plan, op_id, self.operators[op_id].spec, self.emit, self.sender)
+
+    def sender(self, stream_id: str, op_id: str) -> Emit:
+        """The terminal of ``op_id`` writing to ``stream_id``."""
+        key = (stream_id, op_id)
+        sender = self._senders.get(key)
+        if sender is None:
+            sender = self._senders[key] = self._make_sender(stream_id, op_id)
+        return sender
+
+
+def task_copy(spec: Any) -> Any:
+    """Each task gets its own copy of every user function object that has an ``init(ctx)``, as
+    Samza deserializes one per task: its state (a table, counters) must not be shared between
+    tasks. Plain functions, bound methods and objects without ``init`` stay the user's own."""
+    if dataclasses.is_dataclass(spec) and not isinstance(spec, type):
+        changes = {}
+        for f in dataclasses.fields(spec):
+            if f.init:
+                old = getattr(spec, f.name)
+                new = task_copy(old)
+                if new is not old:
+                    changes[f.name] = new
+        return dataclasses.replace(spec, **changes) if changes else spec
+    if callable(getattr(spec, "init", None)) and not inspect.isfunction(spec) \
+            and not inspect.ismethod(spec):
+        try:
+            return copy.deepcopy(spec)
+        except Exception:  # something inside cannot be deep-copied (a lock, a client)
+            return copy.copy(spec)
+    return spec
+
+
+
+def not_kv(stream_id: str, m: Any) -> TypeError:
+    """The error for a message that is not a ``KV`` sent to a keyed (``KVSerde``) stream: every
+    runner raises it, so none guesses a key."""
+    text = repr(m)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return TypeError(f"stream {stream_id!r} is keyed (KVSerde) but was sent a "
+                     f"{type(m).__name__} ({text}): send KV(key, value) to it, e.g. "
+                     f".map(lambda m: KV(key_of(m), m)) before send_to (KV(None, value) for no "
+                     f"key)")
+
+
+
+def record_sender(op_id: str, sink: Any, rule: PartitionRule) -> Emit:
+    """The terminal for a producer that takes records (``record_sink``): the partition, key and
+    value serialization and the buffer append in one frame for a plain ``KV``. Anything unusual
+    (a None key or value, a bare message, a key the table cannot hold, a serde error) takes the
+    rule and the codec's own path."""
+    bufs, kser, vser, encode = sink
+    parts = rule.table
+
+    def slow(m: Any) -> None:
+        try:
+            bufs[rule(m)].append(encode(m))
+        except Exception as exc:
+            raise OperatorFailure(op_id, exc) from exc
+
+    if kser is None or rule.fixed is not None:  # the codec writes KV keys its own way
+        def send_records(m: Any) -> None:
+            slow(m)
+        return send_records
+
+    def send_kv(m: Any) -> None:
+        if type(m) is KV:
+            k, v = m.key, m.value
+            if v is not None and k is not None:  # None: no key, or a tombstone: the codec's
+                try:
+                    bufs[parts[k]].append((kser(k), vser(v), None))
+                    return
+                except Exception:
+                    pass
+        slow(m)
+    send_kv.rule = rule  # type: ignore[attr-defined]
+    return send_kv
+
+
+def op_nexts(plan: Any, op_id: str, spec: Any, emit: Callable[[str, str], Emit],
+             sender: Callable[[str, str], Emit]) -> list[Emit]:
+    """What an operator's outputs go to: ``emit(op id, port)`` of each downstream operator,
+    and ``sender(stream id, op id)`` when it writes to a stream."""
+    nexts = [emit(n, plan.graph.edges[op_id, n]["port"]) for n in plan.next_ops(op_id)]
+    target = spec.stream_id if isinstance(spec, PartitionBySpec | BroadcastSpec | SendToSpec) \
+        else None
+    if target is not None:
+        nexts.append(sender(target, op_id))
+    late_to = spec.late_to if isinstance(spec, WindowSpec) else None
+    if late_to is not None:  # the window's outputs: panes go on, late messages to late_to
+        serde = getattr(plan.streams[late_to].descriptor, "serde", None)
+        nexts = [_panes_only(e) for e in nexts]
+        nexts.append(_late_only(sender(late_to, op_id), isinstance(serde, KVSerde)))
+    return nexts
+
+
+def _panes_only(emit: Emit) -> Emit:
+    def panes(m: Any) -> list[Awaitable[None]] | None:
+        return None if type(m) is LateMessage else emit(m)
+    return panes
+
+
+def _late_only(send: Emit, keyed: bool) -> Emit:
+    """A window's late messages to its ``late_to`` stream: a keyed stream (``KVSerde``) gets
+    ``KV(key, LateMessage)``, keyed by the message's own key when it is a ``KV``, else by the
+    window key; any other stream the ``LateMessage``."""
+    def late(m: Any) -> list[Awaitable[None]] | None:
+        if type(m) is not LateMessage:
+            return None
+        if keyed:
+            inner = m.message
+            return send(KV(inner.key if type(inner) is KV else m.key, m))
+        return send(m)
+    return late
+
+
+def operator_emit(op: Operator, port: int, nexts: list[Emit]) -> Emit:
+    """The emit function of ``op`` on ``port`` followed by ``nexts``: fused when the operator
+    gives at most one output (``one_to_one``), else through its ``process`` (a join's port)."""
+    one = op.one_to_one() if port == 0 else None
+    if one is not None:
+        return chain_one(op.op_id, one, nexts, IDENTITY)
+    process = bind_port(op, port) if isinstance(op.spec, JoinSpec) else op.process
+    return chain(op.op_id, process, nexts)
+
+
+def bind_port(op: Operator, port: int) -> Callable[[Any], Any]:
+    process_port = op.process_port
+
+    def process(m: Any) -> Any:
+        return process_port(port, m)
+    return process
