@@ -20,7 +20,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, cast
 
 from samza_dsl.kv import KV
 from samza_dsl.spec import OpSpec
@@ -97,8 +97,8 @@ def resolve_fn(fn: Any) -> Callable[..., Any]:
     """A plain callable, or an object's ``apply`` (Samza style) or ``__call__``."""
     apply = getattr(fn, "apply", None)
     if callable(apply) and not inspect.isfunction(fn) and not inspect.ismethod(fn):
-        return apply
-    return fn
+        return cast(Callable[..., Any], apply)
+    return cast(Callable[..., Any], fn)
 
 
 #: what a flat_map must not return: iterating it would emit characters, bytes or keys

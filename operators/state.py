@@ -31,7 +31,7 @@ import struct
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from operator import itemgetter
-from typing import Any
+from typing import Any, cast
 
 __all__ = ["InMemoryState", "ListKey", "encode_key", "decode_key", "hashable_key", "order_key",
            "table_key_order", "table_state"]
@@ -143,7 +143,7 @@ def encode_key(key: Any) -> bytes:
     t = type(key)
     if t is int and 0 <= key < 1 << 63:  # the common case: an id or a timestamp
         size = (key.bit_length() + 7) >> 3
-        return bytes((_POS_INT, size)) + key.to_bytes(size, "big") + _NO_FRACTION
+        return bytes((_POS_INT, size)) + cast(bytes, key.to_bytes(size, "big")) + _NO_FRACTION
     out = bytearray()
     _encode(key, out)
     return bytes(out)
@@ -351,7 +351,7 @@ def table_key_order(key_serde: Any) -> Callable[[Any], bytes]:
 
     if key_serde is None or isinstance(key_serde, NoOpSerde):
         return order_key
-    return key_serde.serialize
+    return cast(Callable[[Any], bytes], key_serde.serialize)
 
 
 def table_state(key_serde: Any) -> InMemoryState:

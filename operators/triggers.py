@@ -28,6 +28,8 @@ with its parent, as in Samza).
 
 from __future__ import annotations
 
+from typing import cast
+
 from samza_dsl.windows import (
     AnyTrigger,
     CountTrigger,
@@ -191,4 +193,4 @@ def make_trigger(spec: Trigger) -> TriggerImpl:
         else:
             raise TypeError(f"no trigger implementation for {type(spec).__name__}; use Triggers.count, "
                             f"time_since_first_message, time_since_last_message, any or repeat")
-    return impl(spec)
+    return cast(TriggerImpl, impl(spec))

@@ -65,7 +65,7 @@ import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from heapq import heappop, heappush
-from typing import Any
+from typing import Any, cast
 
 from samza_dsl.spec import WindowSpec
 from samza_dsl.windows import AccumulationMode, FiringType, WindowKey, WindowPane
@@ -143,7 +143,7 @@ class WindowOperator(Operator, ABC):
         """Rebuild the in-memory pane indexes from the store."""
 
     def _pane_key(self, handle: Any) -> tuple[int, Any]:
-        return handle
+        return cast(tuple[int, Any], handle)
 
     def _value(self, handle: Any) -> Any:
         return self._get(handle)

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -107,9 +107,9 @@ def fast_serializer(serde: Serde[Any]) -> Callable[[Any], bytes]:
     raise any exception on bad input: callers then call ``serde.serialize`` for the clear error."""
     t = type(serde)
     if t is JsonSerde or t is MsgpackSerde:
-        return serde._encoder.encode  # type: ignore[attr-defined]
+        return cast(Callable[[Any], bytes], serde._encoder.encode)  # type: ignore[attr-defined]
     if t is SafeSerde:
-        return serde._encode  # type: ignore[attr-defined]
+        return cast(Callable[[Any], bytes], serde._encode)  # type: ignore[attr-defined]
     if t is StringSerde and serde.encoding == "utf-8":  # type: ignore[attr-defined]
         return str.encode
     return serde.serialize
@@ -119,9 +119,9 @@ def fast_deserializer(serde: Serde[Any]) -> Callable[[bytes], Any]:
     """As ``fast_serializer``, for ``serde.deserialize``."""
     t = type(serde)
     if t is JsonSerde or t is MsgpackSerde:
-        return serde._decoder.decode  # type: ignore[attr-defined]
+        return cast(Callable[[bytes], Any], serde._decoder.decode)  # type: ignore[attr-defined]
     if t is SafeSerde:
-        return serde._decode  # type: ignore[attr-defined]
+        return cast(Callable[[bytes], Any], serde._decode)  # type: ignore[attr-defined]
     if t is StringSerde and serde.encoding == "utf-8":  # type: ignore[attr-defined]
         return bytes.decode
     if t is BytesSerde:

@@ -104,7 +104,7 @@ class BucketFan:
 
     @property
     def inbox_size(self) -> int:
-        return max(t.inbox_size for t in self.tasks)
+        return int(max(t.inbox_size for t in self.tasks))
 
     @property
     def paused(self) -> bool:

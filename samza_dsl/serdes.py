@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Iterable, Mapping
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import msgspec
 
@@ -144,7 +144,7 @@ class _MsgspecSerde(Serde[T]):
             SerdeError: msgspec cannot encode it.
         """
         try:
-            return self._encoder.encode(obj)
+            return cast(bytes, self._encoder.encode(obj))
         except (TypeError, msgspec.EncodeError, OverflowError) as exc:
             raise SerdeError(f"{self.describe()} cannot encode {type(obj).__name__}: {exc}. "
                              f"Give the stream a serde that fits the message") from exc
@@ -162,7 +162,7 @@ class _MsgspecSerde(Serde[T]):
             SerdeError: The bytes are not of the format, or do not fit ``type``.
         """
         try:
-            return self._decoder.decode(data)
+            return cast(T, self._decoder.decode(data))
         except (msgspec.DecodeError, msgspec.ValidationError, TypeError) as exc:
             raise SerdeError(f"{self.describe()} cannot decode message: {exc}. "
                              f"Check the stream's serde or the producer's format",

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from .errors import PlanError
 from .kv import KV
@@ -560,7 +560,7 @@ class MessageStream(Generic[M]):
         if late is None:
             raise PlanError(f"{self._node!r} has no late stream: late_stream() reads the "
                             f"intermediate stream of a window(..., late_to='<name>')")
-        return late
+        return cast(MessageStream[Any], late)
 
     def join(self, other: MessageStream[OM], *, key: Callable[[M], Any],
              other_key: Callable[[OM], Any], combine: Callable[[M, OM], R],
