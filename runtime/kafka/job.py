@@ -61,7 +61,7 @@ from runtime.kafka.system import (
 from runtime.metrics import Metrics
 from runtime.records import is_control
 from runtime.state.backend import StoreBackend
-from runtime.systems import SYSTEMS, job_system
+from runtime.systems import SYSTEMS, Consumer, StateBackend, job_system
 from samza_dsl.config import config_value
 from samza_dsl.errors import SamzaError, SerdeError
 
@@ -241,8 +241,9 @@ class KafkaJob:
                                  self.codecs, self.generation,
                                  bounded=set() if self.follow else inputs, upcoming=upcoming,
                                  timeout=self.timeout, watch=self.watch)
-        self.producer, self.consumer = producer, consumer
-        self.state = StoreBackend(self.root, job, cfg, await self._changelogs(producer, self.tasks),
+        # the system's classes, as the container sees them (runtime.systems)
+        self.consumer: Consumer = consumer
+        self.state: StateBackend = StoreBackend(self.root, job, cfg, await self._changelogs(producer, self.tasks),
                                   self.metrics, self.dead_letter)
         self.container = container = Container(
             job, self.tasks, consumer=consumer, producer=producer, checkpoints=self.checkpoints,

@@ -58,7 +58,7 @@ from runtime.serde_util import default_key_bytes
 from runtime.state.backend import StoreBackend
 from runtime.state.lmdb_store import Changelog
 from runtime.storage import StorageError, storage_error
-from runtime.systems import SYSTEMS
+from runtime.systems import SYSTEMS, Consumer, Producer, StateBackend
 from samza_dsl.config import config_value
 from samza_dsl.errors import SamzaError, SerdeError
 from samza_dsl.kv import KV
@@ -519,9 +519,10 @@ class LocalJob:
                                  bounded=set() if follow else inputs_of_job, upcoming=upcoming)
         producer = producer_of(main)
         producer.on_write(consumer.notify)
-        self.producer = producer
-        self.consumer = consumer
-        self.state = LocalState(self.root, job, cfg, changelogs, self.metrics, dead_letter,
+        # the system's classes, as the container sees them (runtime.systems)
+        self.producer: Producer = producer
+        self.consumer: Consumer = consumer
+        self.state: StateBackend = LocalState(self.root, job, cfg, changelogs, self.metrics, dead_letter,
                                 self.checkpoints.read_changelogs)
         targets = job_targets(job, cfg, [t.name for t in self.tasks], physical, counts,
                               lambda sid: self.log_of(stream_system[sid]))
