@@ -32,6 +32,7 @@ import msgspec
 from runtime.codec import ERROR_HEADER, SOURCE_HEADER, Record, Skipped, StreamCodec
 from runtime.job import SSP
 from runtime.jobdir import dead_letter_stream
+from runtime.local.compaction import changelog_location
 from runtime.local.log import LocalLog
 from runtime.local.system import LocalJob
 from runtime.records import is_control
@@ -144,9 +145,7 @@ def dump_sources(job: LocalJob) -> dict[str, DumpSource]:
     for name, store in job.plan.stores.items():
         if not store.changelog:
             continue
-        system, _, stream = str(store.changelog).partition(".")
-        if not stream:
-            system, stream = job.main_system, system
+        system, stream = changelog_location(job, store)
         if store.table is not None:
             serde = store.table.serde
             kd = table_codec(serde.key_serde, "key", name)[1]

@@ -70,7 +70,8 @@ class CompactedJob(Protocol):
     def log_of(self, system: str) -> LocalLog: ...
 
 __all__ = ["CompactionResult", "compact_partition", "dirty_records", "ChangelogCompactor",
-           "DELETE_RETENTION_MS", "DRAIN_SECONDS", "changelog_partitions", "compact_job"]
+           "DELETE_RETENTION_MS", "DRAIN_SECONDS", "changelog_location", "changelog_partitions",
+           "compact_job"]
 
 log = logging.getLogger("samza_dsl.compaction")
 
@@ -421,6 +422,13 @@ class ChangelogCompactor:
             self._thread = None
 
 
+def changelog_location(job: CompactedJob, store: Any) -> tuple[str, str]:
+    """(system, stream) of a store's changelog: ``stores.<name>.changelog`` is
+    ``[system.]stream``, on the job's main system when it names none."""
+    system, _, stream = str(store.changelog).partition(".")
+    return (job.main_system, system) if not stream else (system, stream)
+
+
 def changelog_partitions(job: CompactedJob) -> list[tuple[str, LocalLog, str, int, list[str]]]:
     """Every changelog partition of a job on a local log: ``(store, log, stream, partition,
     the tasks whose checkpoints hold its offset)``."""
@@ -428,9 +436,7 @@ def changelog_partitions(job: CompactedJob) -> list[tuple[str, LocalLog, str, in
     for name, store in job.plan.stores.items():
         if not store.changelog:
             continue
-        system, _, stream = str(store.changelog).partition(".")
-        if not stream:
-            system, stream = job.main_system, system
+        system, stream = changelog_location(job, store)
         lg = job.log_of(system)
         for p in range(lg.partitions(stream) or 0):
             tasks = [t.name for t in job.job.tasks if t.index == p]

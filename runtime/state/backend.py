@@ -5,8 +5,9 @@ with its own changelogs; the local system adds compaction and trimming (``runtim
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import lmdb
@@ -34,6 +35,18 @@ def _positive(config: Mapping[str, Any], key: str, default: int) -> int:
     if n < 1:
         raise ConfigError(f"config {key}={value!r} must be a whole number >= 1")
     return n
+
+
+@contextlib.contextmanager
+def _named_faults(store: LmdbStore, doing: str) -> Iterator[None]:
+    """A storage fault (a full or read-only disk...) while ``doing`` says so, naming the file."""
+    try:
+        yield
+    except lmdb.Error as e:
+        fault = storage_error(e, store.path, doing)
+        if fault is None:
+            raise
+        raise fault from e
 
 
 class StoreBackend:
@@ -97,28 +110,16 @@ class StoreBackend:
 
     def flush(self, task_name: str) -> None:
         for store in self.stores.get(task_name, {}).values():
-            try:
+            with _named_faults(store, f"flushing store {store.name!r} of task {task_name!r}"):
                 store.flush()
-            except lmdb.Error as e:
-                fault = storage_error(e, store.path,
-                                      f"flushing store {store.name!r} of task {task_name!r}")
-                if fault is None:
-                    raise
-                raise fault from e
 
     def committed(self, task_name: str) -> dict[str, int]:
         out: dict[str, int] = {}
         for name, store in self.stores.get(task_name, {}).items():
             changelog = self._changelog_of.get((task_name, name))
             offset = changelog.end_offset() if changelog is not None else None
-            try:
+            with _named_faults(store, f"committing store {name!r} of task {task_name!r}"):
                 store.mark_committed(offset)
-            except lmdb.Error as e:
-                fault = storage_error(e, store.path,
-                                      f"committing store {name!r} of task {task_name!r}")
-                if fault is None:
-                    raise
-                raise fault from e
             if offset is not None:
                 out[name] = offset
         return out
