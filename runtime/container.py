@@ -4,8 +4,9 @@ The consumer loop fetches batches for the partitions whose tasks have room (a ta
 bounded: a full inbox pauses its partitions, which is the backpressure), timers request window
 ticks and commits, and a watchdog enforces ``task.callback.timeout.ms``.
 
-A task commits through the container's ``Committer`` (``runtime.commit``, docs/semantics.md rule
-16); tasks see the container only through their ``TaskEnv`` (``runtime.task_env``).
+A task commits through the container's ``Committer`` (``runtime.commit``, by
+docs/semantics.md rule 16); tasks see the container only through their ``TaskEnv``
+(``runtime.task_env``).
 """
 
 from __future__ import annotations
