@@ -37,9 +37,40 @@ _log = logging.getLogger("samza_dsl.run")
 
 
 class LocalRunner(LateCounts):
-    """Late messages of the run's windows: ``late_counts`` and ``late(window, stream=...)``
-    (``runtime.late``), in the progress line and the summary ``samza-dsl run`` prints. With
-    several container processes they are counted in each container (see its progress line)."""
+    """Runs an application on the streaming runtime in this process: on Kafka when its streams
+    are there, on the embedded local system when they are on a ``LocalSystem``, else in memory.
+
+    Args:
+        app: the application.
+        config: Samza-style config (``task.*``, ``job.*``, ``streams.<id>.*``, ``stores.*``,
+            ``systems.*``), checked before anything runs; ``job.container.count`` N > 1 runs
+            the job in N container processes.
+        inputs: stream id -> messages (or ``{partition: messages}``): the bounded inputs of a
+            job in memory, or messages to load into local inputs that are still empty.
+        progress: where the progress line goes (e.g. ``sys.stderr``); None: no progress.
+        follow: keep reading new input until SIGINT/SIGTERM (or ``stop()``), instead of
+            ending at the inputs' ends as of the start.
+        skip: records to pass over once: {input stream: {partition: {offsets}}}.
+
+    Raises:
+        TypeError: ``app`` is not a ``StreamApplication``.
+        ConfigError: a config key or value is wrong (the message names it).
+        SamzaError: inputs that do not fit the application's inputs.
+
+    Late messages of the run's windows: ``late_counts`` and ``late(window, stream=...)``
+    (``runtime.late``), also in the progress line and the summary ``samza-dsl run`` prints.
+    With several container processes they are counted in each container.
+
+    Example:
+        >>> from samza_dsl import StreamApplication, KV
+        >>> from samza_dsl.systems import MemorySystem
+        >>> app, mem = StreamApplication("doc"), MemorySystem()
+        >>> out = app.output(mem.output("lengths"))
+        >>> app.input(mem.input("words")).map(lambda w: KV(w, len(w))).send_to(out)
+        >>> runner = LocalRunner(app, inputs={"words": ["a", "bb"]}).run()
+        >>> [kv.value for kv in runner.messages("lengths")]
+        [1, 2]
+    """
 
     def __init__(self, app: StreamApplication, config: Mapping[str, Any] | None = None, *,
                  inputs: Mapping[str, Sequence[Any] | Mapping[int, Sequence[Any]]] | None = None,
@@ -85,7 +116,18 @@ class LocalRunner(LateCounts):
     def run(self) -> LocalRunner:
         """Run until every bounded input has ended (or SIGINT/SIGTERM), then commit and close.
         With ``job.container.count`` N > 1 (and no ``job.container.id``), the job runs in N
-        container processes on this machine."""
+        container processes on this machine.
+
+        Returns:
+            The runner, for ``messages()`` and ``late_counts``.
+
+        Raises:
+            TaskError: an operator failed (it names the operator, task, stream, partition and
+                offset); the checkpoint stays before the message.
+            SerdeError: a record did not decode under the ``fail`` policy.
+            SamzaError: any other reason the job could not run (a storage fault, a broker
+                that stayed away, a container that failed), in one message that says what to do.
+        """
         main_thread = threading.current_thread() is threading.main_thread()
         if self.containers > 1:
             self._run_containers(install_signals=main_thread)
@@ -348,7 +390,14 @@ class LocalRunner(LateCounts):
     # -- embedding --------------------------------------------------------------------------------
 
     def start(self) -> LocalRunner:
-        """Run in a background thread; ``stop()`` ends it, ``status()`` reports."""
+        """Run in a background thread; ``stop()`` ends it, ``status()`` reports.
+
+        Returns:
+            The runner.
+
+        Raises:
+            SamzaError: it was started already.
+        """
         if self._thread is not None:
             raise SamzaError("LocalRunner.start(): already started")
 
@@ -366,7 +415,15 @@ class LocalRunner(LateCounts):
         return self
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Commit and close; re-raises a failure of the job."""
+        """Ask a started job to stop: it drains what is in flight, commits and closes.
+
+        Args:
+            timeout: seconds to wait for it.
+
+        Raises:
+            SamzaError: it was not started, or did not stop in time; a failure of the job is
+                raised again here.
+        """
         if self._thread is None:
             raise SamzaError("LocalRunner.stop(): not started")
         deadline = time.monotonic() + timeout
@@ -384,13 +441,26 @@ class LocalRunner(LateCounts):
             raise self._error
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Wait for a started job to finish; True if it did."""
+        """Wait for a started job to finish.
+
+        Args:
+            timeout: seconds to wait at most (None: as long as it takes).
+
+        Returns:
+            True if it finished.
+
+        Raises:
+            SamzaError: it was not started.
+        """
         if self._thread is None:
             raise SamzaError("LocalRunner.wait(): not started")
         self._thread.join(timeout)
         return not self._thread.is_alive()
 
     def status(self) -> dict[str, Any]:
+        """A snapshot of the run: its state, and per container the messages processed and in
+        flight, the checkpoints, commits and late messages (containers in processes of their
+        own: their pids and exit codes)."""
         procs = getattr(self, "_procs", None)
         if procs is not None:  # containers in processes of their own
             return {"state": self._state,
@@ -429,7 +499,17 @@ class LocalRunner(LateCounts):
             self.job.close()
 
     def messages(self, stream_id: str) -> list[Any]:
-        """An output's messages; on the local system, those this run wrote."""
+        """An output's messages.
+
+        Args:
+            stream_id: the output's stream id.
+
+        Returns:
+            Its messages, decoded; on the local system and Kafka, those this run wrote.
+
+        Raises:
+            KeyError: no such stream, or the job has not run.
+        """
         if self.local or self.kafka:
             if self.job is None:
                 raise KeyError(f"no stream {stream_id!r}: the job has not run")

@@ -108,12 +108,22 @@ class TestRunner:
         """Run until every input has been consumed and processed, however long that takes while
         the run makes progress.
 
-        ``stall_timeout`` (seconds, default ``STALL_TIMEOUT``) fails the run with a ``TaskError``
-        naming the operator, task, stream, partition and offset of the oldest message in flight
-        when no message completed and no output was written for that long: an async call that
-        hangs. ``timeout`` (seconds, default none) caps the whole run. ``checkpoints``,
-        ``producer`` (a factory taking the broker) and ``clock`` (ms) replace the defaults, for
-        tests of the runtime itself."""
+        Args:
+            timeout: seconds the whole run may take (default: no cap).
+            stall_timeout: seconds without progress (no message completed, no output written)
+                after which the run fails (default ``STALL_TIMEOUT``): an async call that hangs.
+            checkpoints: a checkpoint store to use (tests of the runtime itself).
+            producer: a producer factory taking the broker (tests of the runtime itself).
+            clock: the clock in ms (tests of the runtime itself).
+
+        Returns:
+            A ``TestResult``: ``messages(output)``, ``partitions(output)``, ``late_counts``.
+
+        Raises:
+            TaskError: an operator failed, or the run stalled: it names the operator, task,
+                stream, partition and offset of the oldest message in flight.
+            SamzaError: the run took longer than ``timeout``.
+        """
         plan, broker, container = memory_job(self.app, self._inputs, self._partitions(),
                                              self.config, checkpoints=checkpoints,
                                              producer=producer, clock=clock)

@@ -167,7 +167,20 @@ class ReprocessResult(LateCounts):
 
 
 class SparkRunner:
-    """Reprocesses bounded inputs with an application's own operators on Spark."""
+    """Reprocesses bounded inputs with an application's own plan and operators on Spark.
+
+    Args:
+        spark: a SparkSession to use; None starts one on first use (quietly, see
+            ``spark_session``).
+        master: the master of the session it starts (``local[2]``, ``spark://host:port``).
+        conf: Spark settings for the session it starts.
+
+    Example:
+        >>> runner = SparkRunner(master="local[2]")                   # doctest: +SKIP
+        >>> result = runner.reprocess(app, {"page-views": "views.parquet"},
+        ...                           outputs={"counts": "out/counts.jsonl"})  # doctest: +SKIP
+        >>> print(result.summary())                                   # doctest: +SKIP
+    """
 
     def __init__(self, spark: Any = None, *, master: str = "local[2]",
                  conf: Mapping[str, str] | None = None) -> None:
@@ -184,9 +197,25 @@ class SparkRunner:
     def reprocess(self, app: StreamApplication, inputs: Mapping[str, Any],
                   outputs: Mapping[str, Any] | None = None,
                   config: Mapping[str, Any] | None = None) -> ReprocessResult:
-        """Run ``app`` over ``inputs`` (stream id -> path, ``FileInput``, DataFrame, list of
-        messages, ``{partition: [messages]}`` or ``KafkaRange``); write ``outputs`` (stream id ->
-        path or ``KafkaOutput``) and keep the other outputs for ``result.messages``."""
+        """Run ``app`` over bounded inputs, as the streaming runtime would over the same data.
+
+        Args:
+            app: the application.
+            inputs: stream id -> a path (JSON Lines or Parquet), a ``FileInput``, a DataFrame,
+                a list of messages, ``{partition: [messages]}`` or a ``KafkaRange``.
+            outputs: stream id -> a path or a ``KafkaOutput``; outputs not named here are kept
+                for ``result.messages``.
+            config: the application's config for this run.
+
+        Returns:
+            A ``ReprocessResult``: rows in and out per stream, late messages, ``messages()``.
+
+        Raises:
+            TypeError: ``app`` is not a ``StreamApplication``.
+            SourceError: an input that cannot be read (it names the stream and path).
+            ReprocessError: an operator or a record failed (it names the operator, stream,
+                file and row); a failed run leaves earlier outputs as they were.
+        """
         if not isinstance(app, StreamApplication):
             raise TypeError(f"reprocess takes a StreamApplication, got {type(app).__name__}")
         t0 = time.monotonic()
