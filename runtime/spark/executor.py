@@ -10,16 +10,20 @@ A record is ``(stream id, sort ms, source partition, source offset, clock ms, me
 - the sort time is the message's event time when its input declares ``event_time``, else its
   record timestamp; intermediate records keep the time of the input record that caused them.
   An event-time window whose inputs all declare ``event_time`` takes the latest event time it has
-  seen as its watermark; one fed by an input that does not (event time on the window only) closes
-  its panes at the end of the pass, so, as in the streaming runtime for in-order input, none of
-  its messages is late;
+  seen as its watermark. One fed by an input that does not (event time on the window only)
+  moves its watermark message by message where one source partition feeds it in offset order
+  (a narrow pass, no async step before it: ``per_message_windows``), as the streaming runtime
+  does: after each record, to the latest event time it saw less its own bound, so a message
+  beyond the bound is late as in a streaming run. Elsewhere such a window closes its panes at
+  the end of the pass, so, as in the streaming runtime for in-order input, none of its messages
+  is late;
 - the source partition and offset place it in its source (an input split, or the upstream
   partition and the order in which that partition wrote it);
 - the clock is what ``ctx.clock()`` returns while the record is processed: the record's
   timestamp (the input's timestamp column, or the Kafka record timestamp), else its sort time.
 
 Records are processed in (sort time, source partition, source offset) order when the pass keeps
-state (windows, joins, tables), so each key sees its messages in event-time order and no message
+state (windows, joins, tables), in offset order where a window moves its watermark per message, so each key sees its messages in event-time order and no message
 is late. Window ticks (``task.window.ms``) fire as the clock passes each multiple of the tick.
 ``async_flat_map`` calls run concurrently on an asyncio loop, at most ``task.max.concurrency``
 at once, and their outputs go downstream in input order, so a pass gives the same result on
@@ -35,7 +39,9 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from operators.base import Operator, OperatorContext, UserContext
+import networkx as nx
+
+from operators.base import Operator, OperatorContext, UserContext, resolve_fn
 from operators.state import InMemoryState, table_state
 from runtime.dag import Emit, OperatorFailure, _forward
 from runtime.wiring import Wiring, build_operators, operator_emit, partition_of
@@ -44,9 +50,12 @@ from samza_dsl.spec import (
     AsyncFlatMapSpec,
     JoinSpec,
     WindowSpec,
+    stream_node,
 )
 
-__all__ = ["PassExecutor", "PassFailure", "ALL_PARTITIONS", "STATEFUL"]
+__all__ = ["PassExecutor", "PassFailure", "ALL_PARTITIONS", "STATEFUL", "per_message_windows"]
+
+_NO_WATERMARK = -(1 << 62)
 
 #: the target partition of a broadcast record: every task partition reads it
 ALL_PARTITIONS = -1
@@ -81,11 +90,14 @@ class PassExecutor:
     """The stages ``stage_ids`` of ``plan`` for task partition ``partition``.
 
     ``counts`` gives every stream's partition count; ``describe`` turns (stream id, source
-    partition, source offset) into words for an error (e.g. the input file)."""
+    partition, source offset) into words for an error (e.g. the input file). ``narrow``: the
+    partition's records come from one source partition, in offset order, with no shuffle (the
+    windows of ``per_message_windows`` then move their watermarks per record)."""
 
     def __init__(self, plan: Any, stage_ids: Sequence[str], partition: int,
                  counts: Mapping[str, int], config: Mapping[str, Any], *,
-                 describe: Callable[[str, int, int], str] | None = None) -> None:
+                 describe: Callable[[str, int, int], str] | None = None,
+                 narrow: bool = False) -> None:
         self.plan = plan
         self.partition = partition
         self.counts = counts
@@ -114,9 +126,22 @@ class PassExecutor:
             or any(s.tables_read or s.tables_written for s in self.stages)
         user_ctx = UserContext(self.task_name, config, self.metrics, tables)
         # Where every input feeding a stage declares event_time, records come in event-time
-        # order and a window's watermark is the latest event time it saw. Otherwise the order is
-        # the records' timestamps, not the window's event time: its panes close at the end, so
-        # no message is late (as in the streaming runtime, for input in event-time order).
+        # order and a window's watermark is the latest event time it saw. Where one source
+        # partition feeds a window in offset order, its watermark moves per record (_move).
+        # Otherwise the order is the records' timestamps, not the window's event time: its panes
+        # close at the end, so no message is late (as in the streaming runtime, for input in
+        # event-time order).
+        #: op id -> (window, its bound ms, its event time) for windows moved per record
+        self._per_message: dict[str, tuple[Any, int, Callable[[Any], Any]]] = {}
+        #: op id -> the latest event time (ms) the record being processed brought to the window
+        self._seen: dict[str, int] = {}
+        if narrow:
+            for stage in self.stages:
+                for op_id in per_message_windows(plan, stage):
+                    window = plan.app.operator(op_id).window
+                    self._per_message[op_id] = (self.operators[op_id],
+                                                window.max_out_of_orderness_ms,
+                                                resolve_fn(window.event_time))
         ctxs = {stage.stage_id: OperatorContext(
             self.task_name, config, self._clock, stores, self.metrics,
             external_watermarks=not _declared_upstream(plan, stage), source=self._source)
@@ -129,6 +154,9 @@ class PassExecutor:
             except Exception as exc:
                 raise PassFailure(f"operator {op_id!r} failed in init in task "
                                   f"{self.task_name!r}: {type(exc).__name__}: {exc}") from exc
+        for op, bound, _ in self._per_message.values():
+            if hasattr(op, "hold_ahead"):  # a session window holds messages only within a bound
+                op.hold_ahead = bound > 0
         self.wiring = Wiring(plan, self.operators, self._sender, self._make_emit)
         self.entries: dict[str, Emit] = {}
         for stage in self.stages:
@@ -148,7 +176,43 @@ class PassExecutor:
     def _make_emit(self, op: Operator, port: int, nexts: list[Emit]) -> Emit:
         if isinstance(op.spec, AsyncFlatMapSpec):
             return self._async_emit(op, nexts)
-        return operator_emit(op, port, nexts)
+        emit = operator_emit(op, port, nexts)
+        moved = self._per_message.get(op.op_id)
+        if moved is None:
+            return emit
+        seconds = moved[2]
+        seen = self._seen
+        op_id = op.op_id
+
+        def observed(m: Any) -> Any:
+            """Records the event time the window sees; the window moves after the record."""
+            try:
+                ms = round(seconds(m) * 1000.0)
+            except Exception:  # the window's own process fails on it, and says so
+                return emit(m)
+            if ms > seen.get(op_id, _NO_WATERMARK):
+                seen[op_id] = ms
+            return emit(m)
+        return observed
+
+    def _move(self) -> list[Awaitable[None]] | None:
+        """After a record, as the streaming runtime after a message: each window it reached
+        moves its watermark to the latest event time it saw, less its bound."""
+        pend: list[Awaitable[None]] | None = None
+        for op_id, ms in self._seen.items():
+            op, bound, _ = self._per_message[op_id]
+            if ms - bound <= op.watermark:
+                continue
+            try:
+                outs = op.on_watermark(ms - bound)
+            except Exception as exc:
+                raise OperatorFailure(op_id, exc) from exc
+            if outs:
+                p = _forward(outs, self._nexts(op_id))
+                if p is not None:
+                    pend = p if pend is None else pend + p
+        self._seen.clear()
+        return pend
 
     def _nexts(self, op_id: str) -> list[Emit]:
         return self.wiring.nexts(op_id)
@@ -210,6 +274,7 @@ class PassExecutor:
 
     def _run_sync(self, records: Iterable[tuple[Any, ...]]) -> None:
         entries = self.entries
+        seen = self._seen
         due = _ticks(self.tick_ms)
         for rec in records:
             sid, sort_ms, part, off, clock, m = rec
@@ -224,6 +289,13 @@ class PassExecutor:
                 raise self._failure(f, sid, part, off) from f.cause
             if pend is not None:  # an async sink: wait for it here
                 asyncio.run(_wait_all(pend, self))
+            if seen:  # windows moved per record
+                try:
+                    pend = self._move()
+                except OperatorFailure as f:
+                    raise self._failure(f, sid, part, off) from f.cause
+                if pend is not None:
+                    asyncio.run(_wait_all(pend, self))
         self._end()
 
     async def _run_async(self, records: Iterable[tuple[Any, ...]]) -> list[tuple[int, tuple[Any, ...]]]:
@@ -232,6 +304,7 @@ class PassExecutor:
         due = _ticks(self.tick_ms)
         limit = self.max_concurrency
         queues = self._queues
+        seen = self._seen
         try:
             for rec in records:
                 sid, sort_ms, part, off, clock, m = rec
@@ -246,6 +319,13 @@ class PassExecutor:
                     raise self._failure(f, sid, part, off) from f.cause
                 if pend is not None:
                     await _wait_all(pend, self)
+                if seen:
+                    try:
+                        pend = self._move()
+                    except OperatorFailure as f:
+                        raise self._failure(f, sid, part, off) from f.cause
+                    if pend is not None:
+                        await _wait_all(pend, self)
                 if any(len(q.calls) >= limit for q in queues):
                     await self._drain(limit - 1)
             await self._end_async()
@@ -352,6 +432,31 @@ class PassExecutor:
             f"operator {f.op_id!r} failed on stream {sid!r} ({self.describe(sid, part, off)}) "
             f"in task {self.task_name!r}: {f.reason}; fix the function "
             f"or the input and run again: nothing was written")
+
+
+def per_message_windows(plan: Any, stage: Any) -> list[str]:
+    """The event-time windows of ``stage`` whose watermark moves message by message when the
+    pass is narrow (one source partition per task partition, in offset order): the stage reads
+    one input, which declares no event time, and no async step comes before the window. As in
+    the streaming runtime, which messages beyond the window's bound are late is then fixed by
+    the input's order (docs/semantics.md, "Event time and watermarks")."""
+    app = plan.app
+    if len(stage.inputs) != 1:
+        return []
+    d = app.inputs.get(stage.inputs[0])
+    if d is None or d.event_time is not None:
+        return []
+    graph = plan.graph
+    node = stream_node(stage.inputs[0])
+    asyncs = {op.op_id for op in app.operators if isinstance(op, AsyncFlatMapSpec)}
+    out = []
+    for op_id in stage.operators:
+        spec = app.operator(op_id)
+        if isinstance(spec, WindowSpec) and spec.window.event_time is not None \
+                and node in nx.ancestors(graph, op_id) \
+                and not asyncs & nx.ancestors(graph, op_id):
+            out.append(op_id)
+    return out
 
 
 def _declared_upstream(plan: Any, stage: Any, seen: frozenset[str] = frozenset()) -> bool:

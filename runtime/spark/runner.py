@@ -6,8 +6,9 @@ How the plan maps onto Spark:
   other stage is a pass of its own. Passes run in the order of the streams between them.
 - **Inputs** are read inside executors, one Spark partition per source partition (a JSON Lines
   file split, a Parquet row group, a list partition, a Kafka partition).
-- **Narrow passes** (no window, join or table, and no intermediate input) run each source
-  partition through the stages' operators where it was read: no shuffle.
+- **Narrow passes** (no intermediate input, and no window, join or table unless one input
+  feeds the pass in as many partitions as its source has) run each source partition through the
+  stages' operators where it was read: no shuffle.
 - **Every other pass** gets its records by a shuffle into the pass's task partitions: an
   intermediate stream's records go to the partition the streaming runtime would write them to
   (murmur2 of the serialized key, into the planned count); an input's records stay in their own
@@ -19,10 +20,12 @@ How the plan maps onto Spark:
 
 Time. An input that declares ``event_time`` is ordered by it, so event-time windows give the
 panes a streaming run gives when nothing arrives late (here each key's messages arrive in
-event-time order, so none is late). A window whose event time the input does not declare sees
-each partition in its order: its late messages are counted (``ReprocessResult.late_counts``, the
-summary) and written to its ``late_to`` stream as in a streaming run. Processing-time windows and join
-TTLs use each record's timestamp as the clock: the input's timestamp column (``FileInput(...,
+event-time order, so none is late). A window whose event time the input does not declare, fed by
+one input partition in a narrow pass with no async step before it, sees that partition in offset
+order and moves its watermark per message, as the streaming runtime does: its late messages are
+counted (``ReprocessResult.late_counts``, the summary) and written to its ``late_to`` stream as
+in a streaming run; elsewhere such a window closes its panes at the end of the pass.
+Processing-time windows and join TTLs use each record's timestamp as the clock: the input's timestamp column (``FileInput(...,
 timestamp=)``), the Kafka record timestamp, else its event time; records with neither all get
 the time the run started.
 """
@@ -44,7 +47,7 @@ from typing import Any
 from operators.hashing import KeyPartitioner
 from runtime.late import LateCounts
 from runtime.memory import resolve_partitions
-from runtime.spark.executor import ALL_PARTITIONS, PassExecutor, PassFailure
+from runtime.spark.executor import ALL_PARTITIONS, PassExecutor, PassFailure, per_message_windows
 from runtime.spark.progress import STAGE_PREFIX
 from runtime.spark.sinks import FileOutput, resolve_output
 from runtime.spark.sources import FileInput, Source, SourceError, resolve_source
@@ -56,6 +59,7 @@ from samza_dsl.spec import JoinSpec, WindowSpec
 __all__ = ["SparkRunner", "ReprocessResult", "ReprocessError", "spark_session"]
 
 _ORDER = operator.itemgetter(1, 2, 3, 0)  # sort ms, source partition, offset, stream id
+_OFFSET_ORDER = operator.itemgetter(2, 3, 0)  # source partition, offset, stream id
 _OUR_PACKAGES = ("samza_dsl", "planner", "operators", "runtime")
 
 
@@ -444,6 +448,9 @@ class _Compiler:
             union = rdds[0] if len(rdds) == 1 else self.sc.union(rdds)
             sort = stateful
             task_of_first = True
+            # a window moving its watermark per record sees its partition in offset order
+            order = _OFFSET_ORDER if any(per_message_windows(plan, s) for s in stages) \
+                else _ORDER
         else:
             parts = [self._keyed_input(sid, n) for sid in inputs]
             union = parts[0] if len(parts) == 1 else self.sc.union(parts)
@@ -453,6 +460,7 @@ class _Compiler:
                 union = union.partitionBy(n, _identity)
             sort = True
             task_of_first = False
+            order = _ORDER
 
         def run(i: int, items: Any) -> Any:
             recs = list(items) if task_of_first else [rec for _, rec in items]
@@ -460,11 +468,12 @@ class _Compiler:
                 return iter(())
             part = recs[0][2] if task_of_first and recs else i
             if sort:
-                recs.sort(key=_ORDER)
+                recs.sort(key=order)
             read: dict[str, int] = {}
             for sid, grp in itertools.groupby(recs, key=operator.itemgetter(0)):
                 read[sid] = read.get(sid, 0) + sum(1 for _ in grp)
-            ex = PassExecutor(plan, stage_ids, part, counts, config, describe=describe)
+            ex = PassExecutor(plan, stage_ids, part, counts, config, describe=describe,
+                              narrow=task_of_first)
             out = ex.run(recs)
             tally = {"out:" + sid: k for sid, k in ex.written.items()}
             for name, k in ex.metrics.items():  # counters (late messages), summed on the driver
