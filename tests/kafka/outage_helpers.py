@@ -51,26 +51,45 @@ class TcpProxy:
             self._thread.join(5)
             self._thread = None
 
+    # -- what a subclass may change -----------------------------------------------------------
+
+    def _serving(self) -> bool:
+        """Whether the proxy goes on serving."""
+        return not self._stop.is_set()
+
+    def _admit(self, client: socket.socket) -> bool:
+        """Whether a new connection gets through."""
+        return self.only is None or _client_id(client) == self.only
+
+    def _to_broker(self, data: bytes) -> bool:
+        """Whether ``data`` from a client goes on to the broker."""
+        return True
+
+    def _closed(self) -> None:
+        """Every connection and the listener are closed."""
+
     def _serve(self, listener: socket.socket) -> None:
         sel = selectors.DefaultSelector()
         sel.register(listener, selectors.EVENT_READ, None)
         peers: dict[socket.socket, socket.socket] = {}
+        clients: set[socket.socket] = set()
 
         def drop(s: socket.socket) -> None:
             for x in (s, peers.pop(s, None)):
                 if x is not None:
                     peers.pop(x, None)
+                    clients.discard(x)
                     with contextlib.suppress(Exception):
                         sel.unregister(x)
                     x.close()
         try:
-            while not self._stop.is_set():
+            while self._serving():
                 for key, _ in sel.select(0.05):
                     s = key.fileobj
                     assert isinstance(s, socket.socket)
                     if s is listener:
                         client, _ = listener.accept()
-                        if self.only is not None and _client_id(client) != self.only:
+                        if not self._admit(client):
                             client.close()
                             continue
                         try:
@@ -83,6 +102,7 @@ class TcpProxy:
                             x.settimeout(5)
                             sel.register(x, selectors.EVENT_READ, None)
                         peers[client], peers[upstream] = upstream, client
+                        clients.add(client)
                         continue
                     try:
                         data = s.recv(65536)
@@ -90,6 +110,8 @@ class TcpProxy:
                         data = b""
                     if not data:
                         drop(s)
+                        continue
+                    if s in clients and not self._to_broker(data):
                         continue
                     try:
                         peers[s].sendall(data)
@@ -100,6 +122,7 @@ class TcpProxy:
                 drop(s)
             sel.close()
             listener.close()
+            self._closed()
 
 
 class JobProcess:

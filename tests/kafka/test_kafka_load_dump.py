@@ -6,11 +6,9 @@ time, and refuses a topic that does not exist; the job's topics get the streams'
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
-import selectors
 import socket
 import subprocess
 import sys
@@ -161,7 +159,7 @@ def test_a_bad_line_in_a_new_topic_creates_nothing(kafka_bootstrap: str, tmp_pat
 # -- load: a broker gone part way -----------------------------------------------------------------
 
 
-class CuttingProxy:
+class CuttingProxy(TcpProxy):
     """Forwards 127.0.0.1:``port`` to 127.0.0.1:``target`` until ``cut_after`` bytes have gone
     to the broker (or ``cut()``): from then on nothing more reaches the broker, its answers to
     what it got still come back for a second, then every connection is closed and new ones are
@@ -169,20 +167,14 @@ class CuttingProxy:
     answered: what the broker holds is what it acknowledged."""
 
     def __init__(self, port: int, target: int, cut_after: int | None = None) -> None:
-        self.port, self.target, self.cut_after = port, target, cut_after
+        super().__init__(port, target)
+        self.cut_after = cut_after
         self.forwarded = 0
         self.cut_at: float | None = None
         self.closed = threading.Event()
-        self._thread: threading.Thread | None = None
 
-    def start(self) -> CuttingProxy:
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
-        listener.listen(64)
-        listener.setblocking(False)
-        self._thread = threading.Thread(target=self._serve, args=(listener,), daemon=True)
-        self._thread.start()
+    def start(self, only: str | None = None) -> CuttingProxy:
+        super().start(only)
         return self
 
     def cut(self) -> None:
@@ -194,61 +186,23 @@ class CuttingProxy:
         if self._thread is not None:
             self._thread.join(10)
 
-    def _serve(self, listener: socket.socket) -> None:
-        sel = selectors.DefaultSelector()
-        sel.register(listener, selectors.EVENT_READ)
-        peers: dict[socket.socket, socket.socket] = {}
-        clients: set[socket.socket] = set()
+    def _serving(self) -> bool:
+        return self.cut_at is None or time.monotonic() < self.cut_at + 1.0
 
-        def drop(s: socket.socket) -> None:
-            for x in (s, peers.pop(s, None)):
-                if x is not None:
-                    peers.pop(x, None)
-                    clients.discard(x)
-                    with contextlib.suppress(Exception):
-                        sel.unregister(x)
-                    x.close()
-        try:
-            while self.cut_at is None or time.monotonic() < self.cut_at + 1.0:
-                for key, _ in sel.select(0.05):
-                    s = key.fileobj
-                    assert isinstance(s, socket.socket)
-                    if s is listener:
-                        client, _ = listener.accept()
-                        if self.cut_at is not None:
-                            client.close()
-                            continue
-                        upstream = socket.create_connection(("127.0.0.1", self.target), 2)
-                        for x in (client, upstream):
-                            x.setblocking(True)
-                            sel.register(x, selectors.EVENT_READ)
-                        peers[client], peers[upstream] = upstream, client
-                        clients.add(client)
-                        continue
-                    try:
-                        data = s.recv(65536)
-                    except OSError:
-                        data = b""
-                    if not data:
-                        drop(s)
-                        continue
-                    if s in clients:
-                        if self.cut_at is None and self.cut_after is not None \
-                                and self.forwarded + len(data) > self.cut_after:
-                            self.cut()
-                        if self.cut_at is not None:
-                            continue  # never reaches the broker
-                        self.forwarded += len(data)
-                    try:
-                        peers[s].sendall(data)
-                    except (OSError, KeyError):
-                        drop(s)
-        finally:
-            for s in list(peers):
-                drop(s)
-            sel.close()
-            listener.close()
-            self.closed.set()
+    def _admit(self, client: socket.socket) -> bool:
+        return self.cut_at is None
+
+    def _to_broker(self, data: bytes) -> bool:
+        if self.cut_at is None and self.cut_after is not None \
+                and self.forwarded + len(data) > self.cut_after:
+            self.cut()
+        if self.cut_at is not None:
+            return False  # never reaches the broker
+        self.forwarded += len(data)
+        return True
+
+    def _closed(self) -> None:
+        self.closed.set()
 
 
 @pytest.fixture
