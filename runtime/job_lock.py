@@ -22,10 +22,9 @@ import fcntl
 import glob
 import os
 import re
-import threading
 from collections.abc import Iterator
 
-from runtime.storage import storage_error
+from runtime.storage import fork_safe_lock, storage_error
 from samza_dsl.errors import SamzaError
 
 __all__ = ["JobLock", "JobLockedError", "lock_dir", "log_id_lock"]
@@ -35,12 +34,6 @@ class JobLockedError(SamzaError):
     """Another process holds the lock this one needs."""
 
 
-# fds of the locks this process holds: closed (never unlocked) in a forked child, where they
-# would keep the parent's lock alive after the parent released it.
-_HELD: set[int] = set()
-_HELD_LOCK = threading.Lock()
-
-
 def _forget_in_child() -> None:
     for fd in list(_HELD):
         with contextlib.suppress(OSError):
@@ -48,7 +41,10 @@ def _forget_in_child() -> None:
     _HELD.clear()
 
 
-os.register_at_fork(after_in_child=_forget_in_child)
+# fds of the locks this process holds: closed (never unlocked) in a forked child, where they
+# would keep the parent's lock alive after the parent released it.
+_HELD: set[int] = set()
+_HELD_LOCK = fork_safe_lock(in_child=_forget_in_child)
 
 
 def lock_dir(root: str) -> str:
@@ -71,10 +67,14 @@ def log_id_lock(root: str, exclusive: bool) -> Iterator[None]:
                 f"writable directory") from e
         yield
         return
+    with _HELD_LOCK:  # a container forked meanwhile must not keep it
+        _HELD.add(fd)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         yield
     finally:
+        with _HELD_LOCK:
+            _HELD.discard(fd)
         os.close(fd)
 
 

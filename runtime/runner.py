@@ -10,6 +10,7 @@ in-memory inputs, or local inputs that are still empty."""
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import logging
 import multiprocessing
@@ -19,6 +20,7 @@ import signal
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
@@ -102,6 +104,7 @@ class LocalRunner(LateCounts):
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._stop_requested = False
+        self._kill_requested = False  # stop() ran out of time: kill the container processes
         self._state = "new"
         self._display: Any = None
         #: a container process of a run of several sends its progress rows to the parent here
@@ -247,13 +250,24 @@ class LocalRunner(LateCounts):
         forwarded = False
         shown = _ContainerRows(self.progress, n, self.plan.config)
         self._totals = shown.totals
+        grace = int(config_value(self.plan.config, "task.shutdown.ms")) / 1000.0
+        kill_at = float("inf")
+        killed: dict[int, str] = {}
         while any(p.is_alive() for p in procs):
             shown.take(queue, procs, forwarded)
             if (stop.is_set() or self._stop_requested or failed) and not forwarded:
                 forwarded = True
+                kill_at = time.monotonic() + grace
                 for p in procs:
                     if p.is_alive() and p.pid is not None:
                         os.kill(p.pid, signal.SIGTERM)
+            if time.monotonic() >= kill_at or self._kill_requested:
+                why = ("stop() ran out of time" if self._kill_requested else
+                       f"it did not stop within task.shutdown.ms={int(grace * 1000)} of the stop")
+                for i, p in enumerate(procs):  # a clean stop takes too long: none lingers on
+                    if p.is_alive():
+                        killed[i] = why
+                        p.kill()
             for i, p in enumerate(procs):
                 if i not in failed and _failed(p.exitcode, forwarded):
                     failed.append(i)
@@ -270,7 +284,9 @@ class LocalRunner(LateCounts):
                       f"run resumes after its last checkpoint", file=sys.stderr)
         if failed:
             self._state = "failed"
-            names = ", ".join(f"container {i} (exit code {procs[i].exitcode})" for i in failed)
+            names = ", ".join(f"container {i} (" + (f"killed: {killed[i]}" if i in killed else
+                                                    f"exit code {procs[i].exitcode}") + ")"
+                              for i in failed)
             raise SamzaError(f"job {self.app.name!r}: {names} of {n} failed (their errors are "
                              f"above); the others were stopped after a commit. Fix the cause "
                              f"and run the job again: each container resumes after its "
@@ -412,6 +428,8 @@ class LocalRunner(LateCounts):
 
         self._thread = threading.Thread(target=target, name=f"samza-{self.app.name}", daemon=True)
         self._thread.start()
+        if self.containers > 1:
+            _STARTED.add(self)
         return self
 
     def stop(self, timeout: float = 30.0) -> None:
@@ -435,8 +453,16 @@ class LocalRunner(LateCounts):
         if self._loop is not None and self._thread.is_alive():
             self._loop.call_soon_threadsafe(self._request_stop)
         self._thread.join(max(0.0, deadline - time.monotonic()))
+        if self._thread.is_alive() and self.containers > 1:
+            self._kill_requested = True  # no container process outlives the stop
+            self._thread.join(10.0)
         if self._thread.is_alive():
             raise SamzaError(f"LocalRunner.stop(): {self.app.name!r} did not stop within {timeout}s")
+        if self._kill_requested:
+            raise SamzaError(
+                f"LocalRunner.stop(): {self.app.name!r} did not stop within {timeout}s, so its "
+                f"container processes were killed; each resumes after its last checkpoint when "
+                f"the job runs again") from self._error
         if self._error is not None:
             raise self._error
 
@@ -521,6 +547,19 @@ class LocalRunner(LateCounts):
 
 
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+# runs of several containers started in the background: stopped at exit if still running, so
+# that their processes neither outlive the program nor keep it from exiting (multiprocessing
+# waits for its children at exit; this handler, registered after its own, runs first)
+_STARTED: weakref.WeakSet[LocalRunner] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_started() -> None:
+    for runner in list(_STARTED):
+        if runner._thread is not None and runner._thread.is_alive():
+            with contextlib.suppress(Exception):
+                runner.stop()
 
 
 def _failed(exitcode: int | None, stopped: bool) -> bool:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import errno
 import os
 import struct
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import lmdb
@@ -17,7 +19,7 @@ import lmdb
 from samza_dsl.errors import SamzaError
 
 __all__ = ["StorageError", "check_file_not_truncated", "check_not_truncated", "fault_errno",
-           "reserve_lock_file", "storage_error"]
+           "fork_safe_lock", "reserve_lock_file", "storage_error"]
 
 
 class StorageError(SamzaError):
@@ -28,6 +30,26 @@ class StorageError(SamzaError):
         super().__init__(message)
         self.path = path
         self.errno = errno
+
+
+def fork_safe_lock(in_child: Callable[[], None] | None = None) -> threading.Lock:
+    """A process-wide lock that a fork never copies while another thread holds it.
+
+    The thread that forks takes the lock first, so no other thread is inside it at the fork,
+    and both processes let go of it after. Without this a container forked while another
+    thread of the parent (one reading a job's outputs, say) held it would wait for it forever,
+    with no thread left in the container to release it. ``in_child`` runs in the new process
+    while the lock is still held, to tidy what the lock guards.
+    """
+    lock = threading.Lock()
+
+    def child() -> None:
+        if in_child is not None:
+            in_child()
+        lock.release()
+
+    os.register_at_fork(before=lock.acquire, after_in_parent=lock.release, after_in_child=child)
+    return lock
 
 
 # LMDB reports a system error as the text of strerror (py-lmdb keeps no errno on its

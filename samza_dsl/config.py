@@ -57,7 +57,8 @@ KNOWN_KEYS: dict[str, ConfigKey] = {k.name: k for k in [
        "-1 (off) or a positive number of milliseconds", doc="window timer interval"),
     _k("task.async.commit", bool, False, doc="allow commits while messages are in flight"),
     _k("task.checkpoint.system", str, None, doc="system that stores checkpoints"),
-    _k("task.shutdown.ms", int, 30000, *_POSITIVE, doc="time allowed for a clean shutdown"),
+    _k("task.shutdown.ms", int, 30000, *_POSITIVE, doc="time a container has to stop cleanly (drain, commit, close) once asked; "
+       "a container process of a run of several that takes longer is killed and named"),
     _k("task.progress.ms", int, 1000, lambda v: v == -1 or v > 0,
        "-1 (off) or a positive number of milliseconds", doc="interval of the CLI progress line"),
     _k("job.name", str, None, doc="the job name (the application's name by default)"),

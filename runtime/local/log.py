@@ -29,7 +29,6 @@ import contextlib
 import os
 import re
 import struct
-import threading
 import time
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
@@ -41,6 +40,7 @@ import msgspec
 from runtime.storage import (
     check_file_not_truncated,
     check_not_truncated,
+    fork_safe_lock,
     reserve_lock_file,
     storage_error,
 )
@@ -139,7 +139,7 @@ class _Shared:
 # realpath -> the environment open on it. LMDB forbids opening one environment twice in a
 # process (its fcntl locks belong to the process, so closing one handle would drop the other's).
 _REGISTRY: dict[str, _Shared] = {}
-_REGISTRY_LOCK = threading.Lock()
+_REGISTRY_LOCK = fork_safe_lock()
 
 
 def _file_ident(real: str) -> tuple[int, int] | None:

@@ -4,7 +4,9 @@ container stops the run with an error naming it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -250,3 +252,135 @@ def test_ctrl_c_on_a_following_run_of_two_containers_is_a_clean_stop(
         first = int(out.split("in: ")[1].split()[0].replace(",", ""))
         second = int(again.stdout.split("in: ")[1].split()[0].replace(",", ""))
         assert first + second == 20000, (out, again.stdout)
+
+
+@pytest.mark.parametrize("lock", ["log registry", "held locks"])
+def test_containers_start_while_another_thread_holds_a_process_lock(tmp_path: Path,
+                                                                    lock: str) -> None:
+    """Containers are forked while another thread of the parent is inside the local log's
+    registry or the job lock's bookkeeping (say, reading the outputs): a container must not
+    inherit that lock taken, with no thread left to release it, and hang."""
+    import threading
+
+    from runtime import job_lock
+    from runtime.local import log as local_log
+
+    module = _app_module(tmp_path)
+    config = {"job.dir": str(tmp_path / "job"), "job.container.count": 2}
+    held = local_log._REGISTRY_LOCK if lock == "log registry" else job_lock._HELD_LOCK
+    done = threading.Event()
+
+    def busy() -> None:  # holds the lock nearly all the time, as a busy reader would
+        while not done.is_set():
+            with held:
+                time.sleep(0.005)
+            time.sleep(0.0001)
+
+    holder = threading.Thread(target=busy, daemon=True)
+    holder.start()
+    try:
+        for _ in range(3):
+            runner = LocalRunner(module.app, config, inputs={"events": _events(200)})
+            runner.start()
+            finished = runner.wait(timeout=60)
+            if not finished:
+                with contextlib.suppress(SamzaError):
+                    runner.stop(timeout=1)
+            assert finished, "a container hung on a lock it inherited taken"
+            assert sorted(m.value[1] for m in runner.messages("out")) == list(range(200))
+            runner.close()
+            shutil.rmtree(tmp_path / "job")
+    finally:
+        done.set()
+        holder.join()
+
+
+def test_a_container_that_does_not_stop_in_task_shutdown_ms_is_killed_and_named(
+        tmp_path: Path) -> None:
+    """A function that blocks the loop keeps a container from its clean stop: after
+    task.shutdown.ms it is killed, the stop says so, and no process outlives the run."""
+    app = StreamApplication("stuck", config={"task.commit.ms": 100})
+    local = LocalSystem("local")
+    out = app.output(local.output("out", serde=SERDE, partitions=1))
+
+    def stuck(kv: KV[str, Any]) -> KV[str, Any]:
+        if kv.value["i"] == 3:
+            time.sleep(120)  # blocks the container's loop: no signal handler runs meanwhile
+        return kv
+
+    app.input(local.input("events", serde=SERDE, partitions=2)).map(stuck, name="stuck") \
+        .send_to(out)
+    runner = LocalRunner(app, {"job.dir": str(tmp_path / "job"), "job.container.count": 2,
+                               "task.shutdown.ms": 1000},
+                         inputs={"events": {0: _events(6), 1: _events(0)}}, follow=True)
+    runner.start()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and runner.status()["state"] != "running":
+        time.sleep(0.01)
+    time.sleep(1.5)  # the container is inside the blocking call by now
+    began = time.monotonic()
+    with pytest.raises(SamzaError, match=r"container 0 \(killed: it did not stop within "
+                                         r"task.shutdown.ms=1000 of the stop\) of 2 failed"):
+        runner.stop(timeout=60)
+    assert time.monotonic() - began < 20
+    assert all(not c["alive"] for c in runner.status()["containers"])
+
+
+def test_stop_that_runs_out_of_time_leaves_no_container_process(tmp_path: Path) -> None:
+    """stop(timeout) shorter than task.shutdown.ms: the containers are killed when it runs
+    out, so that no process outlives the call (nor keeps the interpreter from exiting)."""
+    app = StreamApplication("stuck2", config={"task.commit.ms": 100})
+    local = LocalSystem("local")
+    out = app.output(local.output("out", serde=SERDE, partitions=1))
+
+    def stuck(kv: KV[str, Any]) -> KV[str, Any]:
+        if kv.value["i"] == 1:
+            time.sleep(120)
+        return kv
+
+    app.input(local.input("events", serde=SERDE, partitions=2)).map(stuck, name="stuck") \
+        .send_to(out)
+    runner = LocalRunner(app, {"job.dir": str(tmp_path / "job"), "job.container.count": 2},
+                         inputs={"events": {0: _events(3), 1: _events(0)}}, follow=True)
+    runner.start()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and runner.status()["state"] != "running":
+        time.sleep(0.01)
+    time.sleep(1.5)  # the container is inside the blocking call by now
+    with pytest.raises(SamzaError, match="did not stop within 2s, so its container processes "
+                                         "were killed"):
+        runner.stop(timeout=2)
+    assert all(not c["alive"] for c in runner.status()["containers"])
+
+
+def test_a_program_that_exits_without_stopping_its_containers_stops_them(tmp_path: Path) -> None:
+    """A program that starts a following run of two containers and ends without stop(): at
+    exit the run is stopped cleanly, so the program ends and leaves no process behind."""
+    script = tmp_path / "leave.py"
+    script.write_text(textwrap.dedent('''
+        import sys, time
+        from samza_dsl import KV, StreamApplication
+        from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
+        from samza_dsl.systems import LocalSystem
+        from runtime import LocalRunner
+
+        SERDE = KVSerde(StringSerde(), JsonSerde())
+        app = StreamApplication("left", config={"task.commit.ms": 100})
+        local = LocalSystem("local")
+        out = app.output(local.output("out", serde=SERDE, partitions=1))
+        app.input(local.input("events", serde=SERDE, partitions=2)).send_to(out)
+        runner = LocalRunner(app, {"job.dir": sys.argv[1], "job.container.count": 2},
+                             inputs={"events": [KV("a", {"i": 1})]}, follow=True).start()
+        deadline = time.monotonic() + 60
+        while runner.status()["state"] != "running" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        print(*(c["pid"] for c in runner.status()["containers"]), flush=True)
+    '''))
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "job")], timeout=90,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    pids = [int(p) for p in done.stdout.split()]
+    assert len(pids) == 2
+    for pid in pids:
+        stat = Path(f"/proc/{pid}/stat")
+        assert not stat.exists() or stat.read_text().split()[2] == "Z"  # gone, or a zombie
