@@ -18,3 +18,19 @@ def spark() -> Iterator[Any]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """No process a test forked outlives the session: one still running at the end would keep
+    the interpreter from exiting (multiprocessing waits for its children), so it is killed, and
+    named, and the session fails."""
+    import multiprocessing
+
+    left = multiprocessing.active_children()
+    for proc in left:
+        proc.kill()
+        proc.join(10)
+    if left:
+        names = ", ".join(f"{p.name} (pid {p.pid})" for p in left)
+        print(f"\nprocesses a test started were still running at the end, killed: {names}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
