@@ -92,6 +92,8 @@ class WindowOperator(Operator, ABC):
     stably in the subclass (the ``(start, key)`` tuple, or a session object)."""
 
     opcode = "window"
+    #: panes this operator has given (every firing), for the ``panes-emitted`` metric
+    panes_emitted = 0
 
     def __init__(self, spec: WindowSpec) -> None:
         super().__init__(spec)
@@ -198,6 +200,7 @@ class WindowOperator(Operator, ABC):
         elif not drop and self._fold is None:
             value = list(value)
         start, key = self._pane_key(handle)
+        self.panes_emitted += 1
         return WindowPane(WindowKey(key, str(start)), value, firing, self.mode)
 
     def _close_pane(self, handle: Any, out: list[Any]) -> None:

@@ -325,6 +325,10 @@ class BufferedProducer:
 
     def __init__(self, generation: int) -> None:
         self.generation = generation
+        #: metrics: records and bytes written out, and the nanoseconds flushes took
+        self.sends = 0
+        self.sent_bytes = 0
+        self.flush_ns = 0
         self._physical: dict[str, str] = {}
         self._encoders: dict[str, Callable[[Any], Record]] = {}
         self._codecs: dict[str, StreamCodec] = {}

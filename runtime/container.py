@@ -21,7 +21,7 @@ from typing import Any
 from runtime.commit import Committer
 from runtime.elastic import fan_readers
 from runtime.job import SSP, JobModel, TaskModel
-from runtime.metrics import Metrics
+from runtime.metrics import Metrics, Sample
 from runtime.systems import CheckpointStore, Consumer, Producer, StateBackend
 from runtime.task import TaskInstance
 from runtime.task_env import TaskEnv
@@ -32,6 +32,52 @@ __all__ = ["Container", "CheckpointStore", "MemoryCheckpoints", "Consumer", "Pro
 INBOX_LIMIT = 8192
 GC_THRESHOLD0 = 20_000
 FETCH_BATCH = 1024
+
+
+def _ssp_labels(ssp: SSP) -> dict[str, str]:
+    return {"stream": ssp.stream_id, "partition": str(ssp.partition)}
+
+
+class LoopMeter:
+    """How busy the container's event loop is: the share of time it did not spend waiting in
+    its selector for something to do (Samza's event-loop-utilization)."""
+
+    def __init__(self) -> None:
+        self.idle_ns = 0
+        self._mark = (time.perf_counter_ns(), 0)
+        self._value = 0.0
+        self._selector: Any = None
+
+    def install(self, loop: asyncio.AbstractEventLoop) -> None:
+        selector = getattr(loop, "_selector", None)  # a selector loop's; others are not metered
+        if selector is None or not hasattr(selector, "select"):
+            return
+        select = selector.select
+        clock = time.perf_counter_ns
+
+        def timed_select(timeout: float | None = None) -> Any:
+            t = clock()
+            try:
+                return select(timeout)
+            finally:
+                self.idle_ns += clock() - t
+        selector.select = timed_select
+        self._selector = selector
+        self._mark = (clock(), self.idle_ns)
+
+    def uninstall(self) -> None:
+        if self._selector is not None:
+            del self._selector.select  # the class's own again
+            self._selector = None
+
+    def utilization(self) -> float:
+        """Busy time over wall time since the last reading at least half a second ago."""
+        now, idle = time.perf_counter_ns(), self.idle_ns
+        then, idle_then = self._mark
+        if now - then >= 500_000_000:
+            self._value = max(0.0, min(1.0, 1.0 - (idle - idle_then) / (now - then)))
+            self._mark = (now, idle)
+        return round(self._value, 4)
 
 
 class FactoryState:
@@ -106,6 +152,9 @@ class Container:
                            self.store, self.committer, self.on_consumed)
         self.started = time.monotonic()
         self.restored: dict[str, dict[SSP, int]] = {}
+        self.loop_meter = LoopMeter()
+        self.metrics.collectors.append(self.samples)
+        self.metrics.operators = bool(config_value(self.config, "metrics.operators"))
 
     def store(self, task: TaskModel, store_name: str) -> Any:
         """A task's store, restored to the task's checkpoint."""
@@ -146,6 +195,7 @@ class Container:
             helpers.append(asyncio.create_task(self._idle_ticker(min(
                 ms for c in idle for ms in c.idle_ms.values()))))
         runs = [asyncio.create_task(t.run(), name=t.name) for t in self.tasks]
+        self.loop_meter.install(asyncio.get_running_loop())
         # The job's long-lived objects (the plan, operators, loaded modules) need no scans by the
         # cycle collector, and messages die young: fewer, cheaper collections while running.
         threshold = gc.get_threshold()
@@ -158,6 +208,7 @@ class Container:
                 if exc is not None:
                     raise exc
         finally:
+            self.loop_meter.uninstall()
             self.closed = True
             self._room.set()
             for fut in runs + helpers:
@@ -257,6 +308,47 @@ class Container:
                 t.check_timeout(now)
 
     # -- status -----------------------------------------------------------------------------------
+
+    def samples(self) -> list[Sample]:
+        """The container's, its tasks', stores' and producer's metrics now (``runtime.metrics``
+        names them): read where the runtime keeps them, at no cost while nothing asks."""
+        tasks = list(self.tasks)
+        committer = self.committer
+        out: list[Sample] = [
+            ("container", "process-envelopes", {}, sum(t.processed for t in tasks)),
+            ("container", "commit-calls", {}, committer.commits),
+            ("container", "commit-ns", {}, committer.commit_ns),
+            ("container", "window-calls", {}, sum(t.window_calls for t in tasks)),
+            ("container", "event-loop-utilization", {}, self.loop_meter.utilization()),
+        ]
+        owner: dict[SSP, str] = {}
+        for t in tasks:
+            labels = {"task": t.name}
+            out.append(("task", "messages-actually-processed", labels, t.processed))
+            out.append(("task", "messages-in-flight", labels, t.in_flight))
+            for ssp, offset in list(t.checkpoint.items()):
+                out.append(("task", "checkpointed-offset", {"task": t.name, **_ssp_labels(ssp)},
+                            offset))
+            for ssp in t.ssps:
+                owner.setdefault(ssp, t.name)
+        progress = getattr(self.consumer, "progress", None)
+        for ssp, nxt, end in (progress() if progress is not None else []):
+            labels = {"task": owner.get(ssp, ""), **_ssp_labels(ssp)}
+            if nxt is not None:
+                out.append(("task", "next-offset", labels, nxt))
+            if end is not None:
+                out.append(("task", "end-offset", labels, end))
+            if nxt is not None and end is not None:
+                out.append(("task", "lag", labels, max(0, end - nxt)))
+        stores = getattr(self.state, "samples", None)
+        if stores is not None:
+            out.extend(stores())
+        producer: Any = self.producer
+        if hasattr(producer, "sends"):
+            out += [("producer", "sends", {}, producer.sends),
+                    ("producer", "bytes", {}, producer.sent_bytes),
+                    ("producer", "flush-ns", {}, producer.flush_ns)]
+        return out
 
     def status(self) -> dict[str, Any]:
         processed = sum(t.processed for t in self.tasks)

@@ -116,6 +116,14 @@ class MemoryConsumer:
         self._woken = True
         self.broker.event().set()
 
+    def progress(self) -> list[tuple[SSP, int, int]]:
+        """Per partition read: the next offset to read and the partition's end."""
+        nexts: dict[SSP, int] = {}
+        for ssp, pos in list(self.positions.values()):
+            nexts[ssp] = min(pos, nexts.get(ssp, pos))
+        return [(ssp, pos, len(self.broker.streams[ssp.stream_id][ssp.partition]))
+                for ssp, pos in nexts.items()]
+
     async def close(self) -> None:
         return None
 

@@ -23,9 +23,10 @@ from typing import Any
 from operators.base import IDENTITY, Operator, OperatorContext, UserContext
 from runtime import faults
 from runtime.codec import Skipped
-from runtime.dag import Emit, OperatorFailure, _forward, chain, gather_pending
+from runtime.dag import Emit, OperatorFailure, _forward, chain, gather_pending, metered
 from runtime.elastic import OTHER_BUCKET, OtherBucket
 from runtime.job import SSP, JobModel, TaskModel
+from runtime.metrics import OpMeter
 from runtime.records import EndOfStream, Watermark
 from runtime.task_env import TaskEnv
 from runtime.watermarks import CURRENT, NO_WATERMARK, OBSERVED, TaskClock, event_seconds, observing
@@ -103,6 +104,9 @@ class TaskInstance:
 
         self.operators: dict[str, Operator] = {}
         self.entries: dict[str, Emit] = {}
+        #: each operator's meter (``runtime.metrics``), unless metrics.operators is off
+        self.meters: dict[str, OpMeter] = {}
+        self.window_calls = 0
         self._build()
         for op_id, hold in self.clock.in_time_order.items():
             if hasattr(self.operators[op_id], "hold_ahead"):
@@ -190,6 +194,9 @@ class TaskInstance:
         other_bucket = OTHER_BUCKET
         read = self.read
         fn_op, fn = fns[0] if fns else (node, IDENTITY)
+        # the function's meter: counted per batch here, its time sampled once per batch
+        meter = self.meter(self.operators[fn_op]) if fns else None
+        clock = time.perf_counter_ns
 
         if not isinstance(fn, types.FunctionType | types.MethodType | types.BuiltinFunctionType):
             fn = type(fn).__call__.__get__(fn)  # a callable object: its bound method is cheaper
@@ -198,45 +205,76 @@ class TaskInstance:
             """Process payloads[i:end] up to the first control record; returns where it
             stopped. A failure raises _BatchFailure with the index of the failing message."""
             it = iter(payloads[i:end])  # the iterator tells the index when the loop stops
-            for m in it:
-                if type(m) is not KV and type(m) in control_types:
-                    if m is other_bucket:  # a virtual task's neighbour's message: done
-                        read[stream_id] = read.get(stream_id, 0) - 1  # not one of this task's
-                        continue
-                    return end - length_hint(it) - 1
-                try:
-                    r = fn(m)
-                except Exception as exc:
-                    raise _BatchFailure(end - length_hint(it) - 1,
-                                        OperatorFailure(fn_op, exc)) from exc
-                if r is None:
-                    continue
-                if type(r) is KV:
-                    k = r.key
-                    v = r.value
-                    if v is not None and k is not None:
-                        try:
-                            bufs[parts[k]].append((kser(k), vser(v), None))
+            n_in = n_out = 0
+            timed = meter is None
+            try:
+                for m in it:
+                    if type(m) is not KV and type(m) in control_types:
+                        if m is other_bucket:  # a virtual task's neighbour's message: done
+                            read[stream_id] = read.get(stream_id, 0) - 1  # not this task's
                             continue
-                        except Exception:
-                            pass
-                try:
-                    sender(r)  # the general path, with its errors
-                except OperatorFailure as f:
-                    raise _BatchFailure(end - length_hint(it) - 1, f) from f.cause
-            return end
+                        return end - length_hint(it) - 1
+                    n_in += 1
+                    try:
+                        if timed:
+                            r = fn(m)
+                        else:
+                            t = clock()
+                            r = fn(m)
+                            meter.ns += clock() - t  # type: ignore[union-attr]
+                            meter.timed += 1  # type: ignore[union-attr]
+                            timed = True
+                    except Exception as exc:
+                        raise _BatchFailure(end - length_hint(it) - 1,
+                                            OperatorFailure(fn_op, exc)) from exc
+                    if r is None:
+                        continue
+                    n_out += 1
+                    if type(r) is KV:
+                        k = r.key
+                        v = r.value
+                        if v is not None and k is not None:
+                            try:
+                                bufs[parts[k]].append((kser(k), vser(v), None))
+                                continue
+                            except Exception:
+                                pass
+                    try:
+                        sender(r)  # the general path, with its errors
+                    except OperatorFailure as f:
+                        raise _BatchFailure(end - length_hint(it) - 1, f) from f.cause
+                return end
+            finally:
+                if meter is not None:
+                    meter.n_in += n_in
+                    meter.n_out += n_out
         return batch
+
+    def meter(self, op: Operator) -> OpMeter | None:
+        """The meter of ``op`` in this task (one for both ports of a join)."""
+        if not self.metrics.operators or op.one_to_one() is IDENTITY:
+            return None  # an operator that passes every message on does nothing to meter
+        meter = self.meters.get(op.op_id)
+        if meter is None:
+            meter = self.meters[op.op_id] = self.metrics.meter(op.op_id, self.name)
+            if isinstance(op.spec, WindowSpec):
+                meter.window = op
+        return meter
 
     def _make_emit(self, op: Operator, port: int, nexts: list[Emit]) -> Emit:
         """An operator's emit: on the thread pool for blocking user code when there is one,
         and observed by the task's clock where it feeds an event-time window."""
         spec = op.spec
         executor = self.env.executor
+        meter = self.meter(op)
         if executor is not None and spec.opcode in _THREADED_OPCODES:
             process = bind_port(op, port) if isinstance(spec, JoinSpec) else op.process
-            emit = chain(op.op_id, _threaded(process, executor), nexts)
+            process = _threaded(process, executor)
+            if meter is not None:
+                process = metered(process, meter, False)
+            emit = chain(op.op_id, process, nexts)
         else:
-            emit = operator_emit(op, port, nexts)
+            emit = operator_emit(op, port, nexts, meter)
         fn = self.clock.observe.get(op.op_id) if isinstance(spec, WindowSpec) else None
         if fn is not None:
             emit = observing(op.op_id, fn, emit, f"window {op.op_id!r}", op.op_id)
@@ -666,6 +704,7 @@ class TaskInstance:
             _SOURCE.reset(token)
 
     async def _on_timer(self) -> None:
+        self.window_calls += 1
         now = self.env.clock()
         for stage in self.model.stages:
             for op_id in stage.operators:

@@ -24,7 +24,8 @@ from typing import Any
 from operators import build_operator
 from operators.base import IDENTITY, Operator
 from operators.hashing import KeyPartitioner
-from runtime.dag import Emit, OperatorFailure, chain, chain_one, fan_out
+from runtime.dag import Emit, OperatorFailure, chain, chain_one, fan_out, metered
+from runtime.metrics import OpMeter
 from runtime.serde_util import default_key_bytes
 from runtime.state.tables import LocalTable
 from samza_dsl.kv import KV
@@ -263,13 +264,20 @@ def _late_only(send: Emit, keyed: bool) -> Emit:
     return late
 
 
-def operator_emit(op: Operator, port: int, nexts: list[Emit]) -> Emit:
+def operator_emit(op: Operator, port: int, nexts: list[Emit], meter: OpMeter | None = None
+                  ) -> Emit:
     """The emit function of ``op`` on ``port`` followed by ``nexts``: fused when the operator
-    gives at most one output (``one_to_one``), else through its ``process`` (a join's port)."""
+    gives at most one output (``one_to_one``), else through its ``process`` (a join's port).
+    With a ``meter``, the operator's own function is counted and timed (``metered``); an
+    operator that passes every message on unchanged costs nothing and is not metered."""
     one = op.one_to_one() if port == 0 else None
     if one is not None:
+        if meter is not None and one is not IDENTITY:
+            one = metered(one, meter, True)
         return chain_one(op.op_id, one, nexts, IDENTITY)
     process = bind_port(op, port) if isinstance(op.spec, JoinSpec) else op.process
+    if meter is not None:
+        process = metered(process, meter, False)
     return chain(op.op_id, process, nexts)
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -233,6 +234,18 @@ class KafkaConsumer:
                     self._backlog[key].extend(mine)
         return out
 
+    def progress(self) -> list[tuple[SSP, int | None, int | None]]:
+        """Per partition read: the next offset to read and the broker's high watermark as of
+        the last fetch (None until known), with no request to the broker."""
+        nexts: dict[SSP, tuple[int | None, TopicPartition]] = {}
+        for ssp, tp, offset, _, _ in list(self.positions.values()):
+            if ssp not in nexts or (offset is not None and (nexts[ssp][0] is None
+                                                            or offset < nexts[ssp][0])):
+                nexts[ssp] = (offset, tp)
+        consumer = self._consumer
+        return [(ssp, offset, consumer.highwater(tp) if consumer is not None else None)
+                for ssp, (offset, tp) in nexts.items()]
+
     def _out_of_range(self, exc: OffsetOutOfRangeError) -> SamzaError:
         where = exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {}
         parts = ", ".join(f"topic {tp.topic!r} partition {tp.partition} at offset {off}"
@@ -346,15 +359,18 @@ class KafkaProducer(BufferedProducer):
         batch = producer.create_batch()
         append = batch.append
         n = 0
+        self.sends += len(records)
         for k, v, h in records:
             headers = list(h) if h else None
             if append(timestamp=None, key=k, value=v, headers=headers) is None:  # full
+                self.sent_bytes += batch.size()
                 acks.append((await producer.send_batch(batch, topic, partition=partition), n))
                 batch = producer.create_batch()
                 append = batch.append
                 append(timestamp=None, key=k, value=v, headers=headers)  # a first one fits
                 n = 0
             n += 1
+        self.sent_bytes += batch.size()
         acks.append((await producer.send_batch(batch, topic, partition=partition), n))
 
     def signal(self) -> None:
@@ -376,10 +392,14 @@ class KafkaProducer(BufferedProducer):
     async def flush(self) -> None:
         """Waits for the broker's acknowledgements; while a ``watch`` says the brokers are away,
         aiokafka retries, and the watch's error ends the wait."""
-        if self.watch is not None:
-            await self.watch.guard(self._flush())
-        else:
-            await self._flush()
+        began = time.perf_counter_ns()
+        try:
+            if self.watch is not None:
+                await self.watch.guard(self._flush())
+            else:
+                await self._flush()
+        finally:
+            self.flush_ns += time.perf_counter_ns() - began
 
     async def _flush(self) -> None:
         if self._sending is not None:

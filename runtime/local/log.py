@@ -175,6 +175,8 @@ class LocalLog:
         #: the config key that sets ``map_size``, named when the log is full
         self.cap_key = cap_key
         self._shared: _Shared | None = None
+        #: the bytes of the batches this handle appended (encoded), for the producer's metrics
+        self.appended_bytes = 0
         # the last compacted segment ``read`` decoded: (key, value, (offsets, records))
         self._compacted_cache: tuple[bytes, bytes, tuple[list[int], list[Any]]] | None = None
         try:
@@ -463,6 +465,7 @@ class LocalLog:
                     f"tuple[(str, bytes), ...]|None) and timestamp_ms an int"
                 ) from e
             encoded.append((stream, partition, value))
+            self.appended_bytes += len(value)
         out: list[int] = []
         try:
             with self._begin(shared, write=True) as txn:

@@ -27,6 +27,7 @@ import logging
 import os
 import secrets
 import shutil
+import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -116,8 +117,12 @@ class LocalProducer(BufferedProducer):
                     batches[(self._physical[sid], p)] = buf
         if not batches:
             return
+        began, before = time.perf_counter_ns(), self.log.appended_bytes
         self.log.append_many(batches)
+        self.flush_ns += time.perf_counter_ns() - began
+        self.sent_bytes += self.log.appended_bytes - before
         for buf in batches.values():
+            self.sends += len(buf)
             buf.clear()
         for callback in self._written:
             callback()
@@ -224,6 +229,16 @@ class LocalConsumer:
     def wakeup(self) -> None:
         self._woken = True
         self.notify()
+
+    def progress(self) -> list[tuple[SSP, int, int | None]]:
+        """Per partition read: the next offset to read and the log's end offset now (the
+        least next offset of its readers, for the virtual tasks of one partition)."""
+        nexts: dict[SSP, tuple[int, str]] = {}
+        for ssp, phys, offset, _, _ in list(self.positions.values()):
+            if ssp not in nexts or offset < nexts[ssp][0]:
+                nexts[ssp] = (offset, phys)
+        return [(ssp, offset, self.log.end_offset(phys, ssp.partition))
+                for ssp, (offset, phys) in nexts.items()]
 
     async def close(self) -> None:
         return None

@@ -15,7 +15,7 @@ import lmdb
 from runtime.codec import Record, serde_error_policy
 from runtime.job import SSP, JobModel, TaskModel
 from runtime.jobdir import task_dir
-from runtime.metrics import Metrics
+from runtime.metrics import Metrics, Sample
 from runtime.state.codec import changelog_check, state_codec, table_codec
 from runtime.state.lmdb_store import Changelog, LmdbStore
 from runtime.storage import storage_error
@@ -108,6 +108,28 @@ class StoreBackend:
         self.stores.setdefault(task.name, {})[store_name] = store
         return store
 
+    def samples(self) -> list[Sample]:
+        """Per store of each task: reads from LMDB (``gets``), values and deletes written
+        (``puts``, ``deletes``), its bytes, and what opening it replayed and took."""
+        if not self.stores:
+            return list(getattr(self, "_final", []))
+        out: list[Sample] = []
+        for task_name, stores in list(self.stores.items()):
+            for name, store in list(stores.items()):
+                labels = {"task": task_name, "store": name}
+                info = self.restores.get((task_name, name), {})
+                try:
+                    size = store.size_bytes()
+                except Exception:  # a store closing meanwhile
+                    size = 0
+                out += [("store", "gets", labels, store.reads),
+                        ("store", "puts", labels, store.writes),
+                        ("store", "deletes", labels, store.deletes),
+                        ("store", "bytes", labels, size),
+                        ("store", "restore-entries", labels, int(info.get("entries_replayed", 0))),
+                        ("store", "restore-ns", labels, int(float(info.get("seconds", 0.0)) * 1e9))]
+        return out
+
     def flush(self, task_name: str) -> None:
         for store in self.stores.get(task_name, {}).values():
             with _named_faults(store, f"flushing store {store.name!r} of task {task_name!r}"):
@@ -128,6 +150,7 @@ class StoreBackend:
         """The task's checkpoint is written (a hook: the local system compacts and trims)."""
 
     def close(self) -> None:
+        self._final = self.samples()  # what the stores did, for a report after the run
         for stores in self.stores.values():
             for store in stores.values():
                 store.close()

@@ -152,7 +152,8 @@ class LmdbStore:
     __slots__ = ("path", "name", "task", "restore_info", "get", "put", "_dirty", "_clean",
                  "_cache_size", "_write_batch_size", "_map_size", "_kenc", "_kdec", "_venc",
                  "_vdec", "_changelog", "_env", "_data", "_meta", "_rtxn", "_committed",
-                 "_flushes", "_commit_flushes", "_check", "_base", "_since", "_repairs")
+                 "_flushes", "_commit_flushes", "_check", "_base", "_since", "_repairs",
+                 "reads", "writes", "deletes")
 
     get: Callable[[Any], Any]
     put: Callable[[Any, Any], None]
@@ -195,6 +196,12 @@ class LmdbStore:
         self._base = 0
         self._since: dict[bytes, bytes | None] = {}
         self._repairs = 0
+        #: metrics: keys read from LMDB (a get the object cache answers costs nothing and is
+        #: not counted), and values and deletes written to it (a key written twice between
+        #: two flushes once)
+        self.reads = 0
+        self.writes = 0
+        self.deletes = 0
 
     # -- opening and restoring ------------------------------------------------------------------
 
@@ -548,6 +555,7 @@ class LmdbStore:
         """A key in neither the dirty entries nor the clean cache: read it from LMDB."""
         kb = self._kenc(key)
         lk = _lmdb_key(kb)
+        self.reads += 1
         try:
             raw = self._reader().get(lk)
         except lmdb.Error as e:
@@ -744,6 +752,14 @@ class LmdbStore:
     def _entries(self) -> int:
         return int(self._reader().stat(self._data)["entries"])
 
+    def size_bytes(self) -> int:
+        """The bytes its LMDB pages hold now (what the data file uses of its map)."""
+        if self._env is None:
+            return 0
+        st = self._reader().stat(self._data)
+        return int(st["psize"]) * int(st["branch_pages"] + st["leaf_pages"]
+                                      + st["overflow_pages"])
+
     def __len__(self) -> int:
         """The number of live keys (dirty entries included; no flush)."""
         txn = self._reader()
@@ -788,6 +804,9 @@ class LmdbStore:
             self._encode_error()
             raise
         entries = list(zip(keys, values, strict=True))
+        gone = values.count(None)
+        self.deletes += gone
+        self.writes += len(values) - gone
         self._write_raw(_frame(entries), uncommit=self._committed)
         self._committed = False
         if self._changelog is not None:

@@ -372,7 +372,9 @@ def test_a_program_that_exits_without_stopping_its_containers_stops_them(tmp_pat
         runner = LocalRunner(app, {"job.dir": sys.argv[1], "job.container.count": 2},
                              inputs={"events": [KV("a", {"i": 1})]}, follow=True).start()
         deadline = time.monotonic() + 60
-        while runner.status()["state"] != "running" and time.monotonic() < deadline:
+        while time.monotonic() < deadline and not (
+                runner.status()["state"] == "running"
+                and all(c["pid"] for c in runner.status().get("containers", [{}]))):
             time.sleep(0.01)
         print(*(c["pid"] for c in runner.status()["containers"]), flush=True)
     '''))
