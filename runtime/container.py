@@ -153,6 +153,8 @@ class Container:
         self.started = time.monotonic()
         self.restored: dict[str, dict[SSP, int]] = {}
         self.loop_meter = LoopMeter()
+        #: the metrics reporters (``runtime.reporters``), set by the job when it has any
+        self.reporters: Any = None
         self.metrics.collectors.append(self.samples)
         self.metrics.operators = bool(config_value(self.config, "metrics.operators"))
 
@@ -181,6 +183,7 @@ class Container:
             self._keys.append(key)
             # None: no checkpoint, the consumer starts where the input's offset_default says
             self.consumer.register(key, ssp, None if start is None else start + 1)
+
         helpers = [asyncio.create_task(self._consume(), name="consumer")]
         window_ms = int(self.config.get("task.window.ms", -1) or -1)
         commit_ms = config_value(self.config, "task.commit.ms")
@@ -196,6 +199,8 @@ class Container:
                 ms for c in idle for ms in c.idle_ms.values()))))
         runs = [asyncio.create_task(t.run(), name=t.name) for t in self.tasks]
         self.loop_meter.install(asyncio.get_running_loop())
+        if self.reporters is not None:
+            self.reporters.start()
         # The job's long-lived objects (the plan, operators, loaded modules) need no scans by the
         # cycle collector, and messages die young: fewer, cheaper collections while running.
         threshold = gc.get_threshold()
@@ -219,6 +224,8 @@ class Container:
             gc.set_threshold(*threshold)
             gc.unfreeze()
             try:
+                if self.reporters is not None:  # the run's totals, before the last flush
+                    await self.reporters.close()
                 await self.producer.flush()
             finally:
                 self.state.close()
@@ -226,6 +233,8 @@ class Container:
                 await self.producer.close()
             if self.executor is not None:
                 self.executor.shutdown(wait=False, cancel_futures=True)
+            if self.reporters is not None:
+                self.reporters.stop_server()
 
     @property
     def stopping(self) -> bool:
@@ -322,6 +331,7 @@ class Container:
             ("container", "event-loop-utilization", {}, self.loop_meter.utilization()),
         ]
         owner: dict[SSP, str] = {}
+        done: dict[SSP, int] = {}  # the next offset to complete (virtual tasks: the least)
         for t in tasks:
             labels = {"task": t.name}
             out.append(("task", "messages-actually-processed", labels, t.processed))
@@ -329,10 +339,13 @@ class Container:
             for ssp, offset in list(t.checkpoint.items()):
                 out.append(("task", "checkpointed-offset", {"task": t.name, **_ssp_labels(ssp)},
                             offset))
+                done[ssp] = min(done.get(ssp, offset + 1), offset + 1)
             for ssp in t.ssps:
                 owner.setdefault(ssp, t.name)
         progress = getattr(self.consumer, "progress", None)
-        for ssp, nxt, end in (progress() if progress is not None else []):
+        for ssp, began, end in (progress() if progress is not None else []):
+            # the next offset to process: after the last one completed, or where reading began
+            nxt = done.get(ssp, began)
             labels = {"task": owner.get(ssp, ""), **_ssp_labels(ssp)}
             if nxt is not None:
                 out.append(("task", "next-offset", labels, nxt))

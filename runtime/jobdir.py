@@ -20,6 +20,11 @@ def dead_letter_stream(job_name: str) -> str:
     return f"{job_name}-dead-letter"
 
 
+def metrics_stream(job_name: str) -> str:
+    """The stream the ``snapshot`` metrics reporter writes (``runtime.reporters``)."""
+    return f"{job_name}-metrics"
+
+
 def task_dir(task_name: str) -> str:
     """A task's directory name (under a store's)."""
     return task_name.replace(" ", "-")

@@ -77,10 +77,14 @@ class MemoryConsumer:
     def __init__(self, broker: MemoryBroker) -> None:
         self.broker = broker
         self.positions: dict[Any, tuple[SSP, int]] = {}
+        #: where reading of each partition began
+        self.starts: dict[SSP, int] = {}
         self._woken = False
 
     def register(self, key: Any, ssp: SSP, next_offset: int | None) -> None:
-        self.positions[key] = (ssp, 0 if next_offset is None else next_offset)
+        start = 0 if next_offset is None else next_offset
+        self.positions[key] = (ssp, start)
+        self.starts[ssp] = min(self.starts.get(ssp, start), start)
 
     async def poll(self, keys: Iterable[Any], max_per_key: int,
                    timeout: float | None = None) -> list[tuple[Any, int, list[Any]]]:
@@ -117,12 +121,9 @@ class MemoryConsumer:
         self.broker.event().set()
 
     def progress(self) -> list[tuple[SSP, int, int]]:
-        """Per partition read: the next offset to read and the partition's end."""
-        nexts: dict[SSP, int] = {}
-        for ssp, pos in list(self.positions.values()):
-            nexts[ssp] = min(pos, nexts.get(ssp, pos))
-        return [(ssp, pos, len(self.broker.streams[ssp.stream_id][ssp.partition]))
-                for ssp, pos in nexts.items()]
+        """Per partition read: where reading began, and the partition's end."""
+        return [(ssp, start, len(self.broker.streams[ssp.stream_id][ssp.partition]))
+                for ssp, start in list(self.starts.items())]
 
     async def close(self) -> None:
         return None

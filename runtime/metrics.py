@@ -138,6 +138,10 @@ class Metrics:
     def timer(self, name: str) -> Timer:
         return self._timers[name]
 
+    def snapshot_gauges(self) -> list[str]:
+        """The names of the gauges made by name (as opposed to counters and timers)."""
+        return list(self._gauges)
+
     def meter(self, op_id: str, task: str) -> OpMeter:
         """A new meter for operator ``op_id`` of ``task``."""
         m = OpMeter(op_id, task)

@@ -132,6 +132,19 @@ class Metrics(Protocol):
         """
         ...
 
+    def timer(self, name: str) -> Any:
+        """The timer of that name, made on first use.
+
+        Args:
+            name: The metric's name.
+
+        Returns:
+            The timer: ``update(ns)`` adds one timing in nanoseconds, and ``with
+            timer.time():`` times a block; ``count`` and ``total_ns`` read it back. Reporters
+            show it as ``<name>-count`` and ``<name>-ns``.
+        """
+        ...
+
 
 @runtime_checkable
 class Context(Protocol):

@@ -38,7 +38,7 @@ from runtime.container import Container
 from runtime.elastic import rescale_checkpoints
 from runtime.job import SSP, TaskModel, build_job_model, job_containers, start_generation
 from runtime.job_lock import JobLock
-from runtime.jobdir import dead_letter_stream, job_dir
+from runtime.jobdir import dead_letter_stream, job_dir, metrics_stream
 from runtime.kafka.admin import (
     BrokersUnreachable,
     TopicSpec,
@@ -60,6 +60,7 @@ from runtime.kafka.system import (
 )
 from runtime.metrics import Metrics
 from runtime.records import is_control
+from runtime.reporters import job_reporters, reporter_names
 from runtime.state.backend import StoreBackend
 from runtime.systems import SYSTEMS, Consumer, StateBackend, job_system
 from samza_dsl.config import config_value
@@ -198,7 +199,9 @@ class KafkaJob:
               for sid, n in counts.items()),
             *(TopicSpec(t, n_tasks, compacted=True) for t in self.changelog_topics.values()),
             TopicSpec(self.checkpoint_topic, 1, compacted=True),
-            TopicSpec(dead_letter_stream(self.job_name), 1)]
+            TopicSpec(dead_letter_stream(self.job_name), 1),
+            *([TopicSpec(metrics_stream(self.job_name), 1)]
+              if "snapshot" in reporter_names(plan.config) else [])]
         await ensure_topics(self.servers, self.topic_specs, timeout=self.timeout)
         producer = KafkaProducer(self.servers, self.producer_settings, 0,
                                  timeout=self.producer_timeout, watch=self.watch)
@@ -248,6 +251,10 @@ class KafkaJob:
         self.container = container = Container(
             job, self.tasks, consumer=consumer, producer=producer, checkpoints=self.checkpoints,
             config=cfg, metrics=self.metrics, state=self.state)
+        container.reporters = job_reporters(
+            self.metrics, cfg, job_name=self.job_name, job_id=str(self.app.app_id),
+            container_id=self.container_id, producer=producer, job_dir=self.root,
+            create_stream=lambda stream: None)  # its topic is made with the job's
 
         def fail(exc: SamzaError) -> None:
             for t in container.tasks:

@@ -141,6 +141,8 @@ class KafkaConsumer:
         self._consumer: AIOKafkaConsumer | None = None
         # key -> [ssp, topic partition, position (None: not resolved yet), stop, ended]
         self.positions: dict[Any, list[Any]] = {}
+        #: where reading of each partition began (known once the consumer started)
+        self.starts: dict[SSP, int] = {}
         self._readers: dict[TopicPartition, list[Any]] = {}
         self._backlog: dict[Any, list[Any]] = {}
         self._fetched: dict[TopicPartition, int] = {}  # the next offset fetched per partition
@@ -173,6 +175,7 @@ class KafkaConsumer:
             ssp, tp = pos[0], pos[1]
             if pos[2] is None:
                 pos[2] = ends[tp] if ssp.stream_id in self.upcoming else starts[tp]
+            self.starts[ssp] = min(self.starts.get(ssp, pos[2]), pos[2])
             if ssp.stream_id in self.bounded:
                 pos[3] = ends[tp]
         for tp, keys in self._readers.items():
@@ -235,16 +238,14 @@ class KafkaConsumer:
         return out
 
     def progress(self) -> list[tuple[SSP, int | None, int | None]]:
-        """Per partition read: the next offset to read and the broker's high watermark as of
-        the last fetch (None until known), with no request to the broker."""
-        nexts: dict[SSP, tuple[int | None, TopicPartition]] = {}
-        for ssp, tp, offset, _, _ in list(self.positions.values()):
-            if ssp not in nexts or (offset is not None and (nexts[ssp][0] is None
-                                                            or offset < nexts[ssp][0])):
-                nexts[ssp] = (offset, tp)
+        """Per partition read: where reading began (None until the consumer started), and the
+        broker's high watermark as of the last fetch (None until known), asking nothing of the
+        broker."""
         consumer = self._consumer
-        return [(ssp, offset, consumer.highwater(tp) if consumer is not None else None)
-                for ssp, (offset, tp) in nexts.items()]
+        tps = {pos[0]: pos[1] for pos in list(self.positions.values())}
+        return [(ssp, self.starts.get(ssp),
+                 consumer.highwater(tp) if consumer is not None else None)
+                for ssp, tp in tps.items()]
 
     def _out_of_range(self, exc: OffsetOutOfRangeError) -> SamzaError:
         where = exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {}

@@ -55,6 +55,7 @@ from runtime.local.log import LocalLog
 from runtime.local.retention import LogTrimmer, job_targets, log_max_bytes
 from runtime.metrics import Metrics
 from runtime.records import EndOfStream, is_control
+from runtime.reporters import job_reporters
 from runtime.serde_util import default_key_bytes
 from runtime.state.backend import StoreBackend
 from runtime.state.lmdb_store import Changelog
@@ -150,6 +151,8 @@ class LocalConsumer:
         self.bounded = set(bounded)
         self.upcoming = set(upcoming)
         self.positions: dict[Any, list[Any]] = {}
+        #: where reading of each partition began
+        self.starts: dict[SSP, int] = {}
         self._event: asyncio.Event | None = None
         self._woken = False
         self._warned: set[SSP] = set()
@@ -166,6 +169,7 @@ class LocalConsumer:
         stop = end if ssp.stream_id in self.bounded else None
         # [ssp, physical, position, stop offset or None, end-of-stream given]
         self.positions[key] = [ssp, phys, next_offset, stop, False]
+        self.starts[ssp] = min(self.starts.get(ssp, next_offset), next_offset)
 
     def _below_start(self, ssp: SSP, at: int, start: int, what: str) -> None:
         if ssp in self._warned:  # one warning per partition
@@ -231,14 +235,10 @@ class LocalConsumer:
         self.notify()
 
     def progress(self) -> list[tuple[SSP, int, int | None]]:
-        """Per partition read: the next offset to read and the log's end offset now (the
-        least next offset of its readers, for the virtual tasks of one partition)."""
-        nexts: dict[SSP, tuple[int, str]] = {}
-        for ssp, phys, offset, _, _ in list(self.positions.values()):
-            if ssp not in nexts or offset < nexts[ssp][0]:
-                nexts[ssp] = (offset, phys)
-        return [(ssp, offset, self.log.end_offset(phys, ssp.partition))
-                for ssp, (offset, phys) in nexts.items()]
+        """Per partition read: where reading began, and the log's end offset now."""
+        phys = {ssp: p for ssp, p, _, _, _ in list(self.positions.values())}
+        return [(ssp, start, self.log.end_offset(phys[ssp], ssp.partition))
+                for ssp, start in list(self.starts.items())]
 
     async def close(self) -> None:
         return None
@@ -546,6 +546,10 @@ class LocalJob:
         self.container = Container(job, self.tasks, consumer=consumer, producer=producer,
                                    checkpoints=self.checkpoints, config=cfg,
                                    metrics=self.metrics, state=self.state)
+        self.container.reporters = job_reporters(
+            self.metrics, cfg, job_name=self.job_name, job_id=str(self.app.app_id),
+            container_id=self.container_id, producer=producer, job_dir=self.root,
+            create_stream=lambda stream: main_log.create(stream, 1))
         self.output_start = self.output_ends()
 
     def output_ends(self) -> dict[str, list[int]]:

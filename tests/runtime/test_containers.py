@@ -298,7 +298,8 @@ def test_containers_start_while_another_thread_holds_a_process_lock(tmp_path: Pa
 def test_a_container_that_does_not_stop_in_task_shutdown_ms_is_killed_and_named(
         tmp_path: Path) -> None:
     """A function that blocks the loop keeps a container from its clean stop: after
-    task.shutdown.ms it is killed, the stop says so, and no process outlives the run."""
+    task.shutdown.ms it is killed, the stop says so, and no process outlives the run (the
+    other container, free, stops cleanly within it)."""
     app = StreamApplication("stuck", config={"task.commit.ms": 100})
     local = LocalSystem("local")
     out = app.output(local.output("out", serde=SERDE, partitions=1))
@@ -311,7 +312,7 @@ def test_a_container_that_does_not_stop_in_task_shutdown_ms_is_killed_and_named(
     app.input(local.input("events", serde=SERDE, partitions=2)).map(stuck, name="stuck") \
         .send_to(out)
     runner = LocalRunner(app, {"job.dir": str(tmp_path / "job"), "job.container.count": 2,
-                               "task.shutdown.ms": 1000},
+                               "task.shutdown.ms": 3000},
                          inputs={"events": {0: _events(6), 1: _events(0)}}, follow=True)
     runner.start()
     deadline = time.monotonic() + 60
@@ -320,9 +321,9 @@ def test_a_container_that_does_not_stop_in_task_shutdown_ms_is_killed_and_named(
     time.sleep(1.5)  # the container is inside the blocking call by now
     began = time.monotonic()
     with pytest.raises(SamzaError, match=r"container 0 \(killed: it did not stop within "
-                                         r"task.shutdown.ms=1000 of the stop\) of 2 failed"):
+                                         r"task.shutdown.ms=3000 of the stop\)"):
         runner.stop(timeout=60)
-    assert time.monotonic() - began < 20
+    assert time.monotonic() - began < 30
     assert all(not c["alive"] for c in runner.status()["containers"])
 
 
