@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import logging
 import os
 import re
 import time
@@ -183,6 +184,18 @@ async def kafka_status(app: Any, config: Mapping[str, Any], *, app_ref: str = "A
                        timeout: float = 10.0, now: float | None = None) -> dict[str, Any]:
     """The status of a job on Kafka: its checkpoint topic, its topics' offsets, the locks and
     stores under its job.dir on this machine. Errors name the brokers and what to do."""
+    # what aiokafka logs on the way (a broker that does not answer) the errors here say once
+    quiet = logging.getLogger("aiokafka")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)
+    try:
+        return await _kafka_status(app, config, app_ref, timeout, now)
+    finally:
+        quiet.setLevel(level)
+
+
+async def _kafka_status(app: Any, config: Mapping[str, Any], app_ref: str, timeout: float,
+                        now: float | None) -> dict[str, Any]:
     from aiokafka import TopicPartition
 
     from runtime.jobdir import job_dir
