@@ -230,7 +230,7 @@ async def _kafka_status(app: Any, config: Mapping[str, Any], app_ref: str, timeo
                       sum(got[TopicPartition(name, p)][1] - got[TopicPartition(name, p)][0]
                           for p in range(n)))
 
-    root = job_dir(streams.job_name, {**app.config, **config})
+    root = job_dir(streams.job_name, config)  # as KafkaJob finds it
     count = int(config_value(streams.plan.config, "job.container.count"))
     conts, locks = containers(root, cp.generation is not None, count, elsewhere=True)
     last = None if cp.last_write is None else cp.last_write / 1000.0
