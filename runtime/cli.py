@@ -234,10 +234,10 @@ class _NeverRan(SamzaError):
 
 @contextlib.contextmanager
 def _local_job(args: argparse.Namespace, verify_log: bool = True,
-               ran: bool = False, app: Any = None) -> Iterator[LocalJob]:
+               ran: bool = False, app: Any = None, create: bool = True) -> Iterator[LocalJob]:
     """The application's job on the embedded local log, opened without running it. With
     ``ran``, a job with no job.dir and no log yet is refused (``_NeverRan``) and nothing is
-    created."""
+    created; without ``create``, no stream the log lacks is created either."""
     from runtime.jobdir import job_dir
     from runtime.loader import load_app
     from runtime.local.system import LocalJob, log_path
@@ -255,7 +255,7 @@ def _local_job(args: argparse.Namespace, verify_log: bool = True,
             raise _NeverRan(f"job {name!r} has not run here: its job.dir {root} does not exist "
                             f"(looked in {os.getcwd()}); run it first with `samza-dsl run "
                             f"{args.app}`, or give its job.dir with -c job.dir=PATH")
-    job = LocalJob(app, config, run=False, verify_log=verify_log)
+    job = LocalJob(app, config, run=False, verify_log=verify_log, create=create)
     try:
         yield job
     finally:
@@ -269,7 +269,8 @@ def _local_streams(args: argparse.Namespace, app: Any) -> list[Any]:
     if not any(d.system.factory == "local" for d in streams):
         raise SamzaError(f"{args.app}: the application has no stream on a LocalSystem nor on "
                          f"Kafka; samza-dsl {args.command} works on the embedded local log"
-                         + (" or Kafka topics" if args.command in ("load", "dump") else ""))
+                         + (" or Kafka topics" if args.command in ("load", "dump", "status")
+                            else ""))
     return streams
 
 
@@ -357,6 +358,29 @@ def _dump_kafka(args: argparse.Namespace, app: Any) -> int:
                                  offsets=args.offsets, app_ref=args.app):
         out.write(line + b"\n")
     out.flush()
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """The job's containers, its partitions' checkpoints and lag, its stores and generation
+    (``runtime.status``); reads only, so it runs beside the job."""
+    import msgspec
+
+    from runtime.status import kafka_status, local_status, status_text
+
+    app, kafka = _kafka_app(args)
+    if kafka:
+        import asyncio
+
+        status = asyncio.run(kafka_status(app, _parse_config(args.config), app_ref=args.app))
+    else:
+        with _local_job(args, ran=True, app=app, create=False) as job:
+            status = local_status(job)
+    if args.json:
+        sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(status)) + b"\n")
+    else:
+        sys.stdout.write(status_text(status))
+    sys.stdout.flush()
     return 0
 
 
@@ -615,6 +639,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help='print each message as {"partition": P, "offset": O, "message": M}')
     d.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE")
     d.set_defaults(func=cmd_dump)
+
+    text = ("show a job's containers (running, with their PIDs), each task's checkpointed "
+            "offsets, lag and checkpoint age, its stores' sizes and its generation, on the "
+            "embedded local system or Kafka; reads only, so it may run beside the job")
+    st = sub.add_parser("status", help=text, description=text[0].upper() + text[1:] + ".")
+    st.add_argument("app", help="module_or_file.py:attr")
+    st.add_argument("--json", action="store_true",
+                    help="print the status as one JSON object (its shape: docs/operations.md)")
+    st.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE")
+    st.set_defaults(func=cmd_status)
 
     cp = sub.add_parser("compact", help="compact the job's changelogs in the embedded local "
                                         "log below their checkpoints, now (a running job does it "

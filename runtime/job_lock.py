@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from runtime.storage import fork_safe_lock, storage_error
 from samza_dsl.errors import SamzaError
 
-__all__ = ["JobLock", "JobLockedError", "lock_dir", "log_id_lock"]
+__all__ = ["JobLock", "JobLockedError", "lock_dir", "lock_holders", "log_id_lock"]
 
 
 class JobLockedError(SamzaError):
@@ -96,6 +96,18 @@ def _holder(path: str) -> tuple[int, str] | None:
     except PermissionError:
         pass
     return pid, m.group(2)
+
+
+def lock_holders(root: str) -> dict[str, tuple[int, str]]:
+    """The live processes the lock files of the job in ``root`` name: {file name: (pid, what
+    it does)}. Only reads the files (the PID an exclusive holder wrote, checked alive): takes no
+    lock, so it never gets in the way of a job that starts or runs."""
+    out: dict[str, tuple[int, str]] = {}
+    for path in sorted(glob.glob(os.path.join(lock_dir(root), "*.lock"))):
+        h = _holder(path)
+        if h is not None:
+            out[os.path.basename(path)] = h
+    return out
 
 
 class JobLock:

@@ -17,7 +17,7 @@ ALLOWED_CIRCLES = [{"planner.plan", "planner.render"},
                    {"samza_dsl.application", "samza_dsl.stream"}]
 #: what sits above the systems and may choose among them
 ORCHESTRATION = {"runtime.runner", "runtime.cli", "runtime.dump", "runtime.run_inputs",
-                 "runtime.local", "runtime.kafka"}
+                 "runtime.status", "runtime.local", "runtime.kafka"}
 
 
 def modules() -> dict[str, Path]:

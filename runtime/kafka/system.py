@@ -10,7 +10,8 @@ compacted topic.
   the background after each processed batch; ``flush`` waits until the broker has acknowledged
   every record and notes the next offset of each partition written.
 - ``KafkaCheckpoints``: one record per task, keyed by the task name, in a compacted topic; read
-  in full at start, the last record of a task wins.
+  in full at start (``read_checkpoint_topic``, which ``samza-dsl status`` uses too), the last
+  record of a task wins.
 
 Every partition of a topic is chosen by the runtime (murmur2 of the key bytes, as Kafka's default
 partitioner), so the producer always names the partition.
@@ -22,6 +23,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -34,8 +36,9 @@ from runtime.kafka.outage import BrokerWatch
 from runtime.records import EndOfStream
 from samza_dsl.errors import SamzaError
 
-__all__ = ["KafkaConsumer", "KafkaProducer", "KafkaCheckpoints", "kafka_error", "new_consumer",
-           "offset_bounds", "stop_client", "true_end_offsets"]
+__all__ = ["KafkaConsumer", "KafkaProducer", "KafkaCheckpoints", "CheckpointTopic", "kafka_error",
+           "new_consumer", "offset_bounds", "read_checkpoint_topic", "stop_client",
+           "true_end_offsets"]
 
 _GENERATION = b"__generation__"
 _ELASTICITY = b"__elasticity__"
@@ -438,6 +441,53 @@ class KafkaProducer(BufferedProducer):
             await self.watch.stop()
 
 
+@dataclass
+class CheckpointTopic:
+    """What a job's checkpoint topic holds: the last checkpoint of each task, when the broker
+    took each (the record's timestamp, ms), and the job's generation and elasticity factor
+    (None where the topic has none yet)."""
+
+    data: dict[str, dict[str, Any]] = field(default_factory=dict)
+    timestamps: dict[str, int] = field(default_factory=dict)
+    generation: int | None = None
+    elasticity: int | None = None
+    #: the timestamp of the topic's last record (ms), None when it is empty
+    last_write: int | None = None
+
+
+async def read_checkpoint_topic(servers: str, topic: str, settings: Mapping[str, Any],
+                                timeout: float) -> CheckpointTopic:
+    """Read a checkpoint topic in full, without a consumer group (nothing is committed)."""
+    out = CheckpointTopic()
+    consumer = new_consumer(servers, settings, brief=True)
+    tp = TopicPartition(topic, 0)
+    try:
+        async with asyncio.timeout(timeout):
+            await consumer.start()
+            consumer.assign([tp])
+            end = (await consumer.end_offsets([tp]))[tp]
+            await consumer.seek_to_beginning(tp)
+            while end and await consumer.position(tp) < end:
+                batch = await consumer.getmany(tp, timeout_ms=200)
+                for r in batch.get(tp, []):
+                    out.last_write = r.timestamp
+                    if r.key == _GENERATION and r.value is not None:
+                        out.generation = int(r.value)
+                    elif r.key == _ELASTICITY and r.value is not None:
+                        out.elasticity = int(r.value)
+                    elif r.key is not None and r.value is not None:
+                        task = r.key.decode()
+                        out.data[task] = checkpoints.decode(r.value)
+                        out.timestamps[task] = r.timestamp
+                if not batch:
+                    break
+    except (KafkaError, TimeoutError, OSError) as exc:
+        raise kafka_error(f"reading checkpoints from {topic!r}", servers, exc) from exc
+    finally:
+        await stop_client(consumer)
+    return out
+
+
 class KafkaCheckpoints:
     """A compacted topic with one record per task: ``load()`` reads it in full before a run."""
 
@@ -456,30 +506,10 @@ class KafkaCheckpoints:
         producer.add_stream(f"__checkpoint__{topic}", topic, 1, None)
 
     async def load(self) -> None:
-        consumer = new_consumer(self.servers, self.settings, brief=True)
-        tp = TopicPartition(self.topic, 0)
-        try:
-            async with asyncio.timeout(self.timeout):
-                await consumer.start()
-                consumer.assign([tp])
-                end = (await consumer.end_offsets([tp]))[tp]
-                await consumer.seek_to_beginning(tp)
-                while end and await consumer.position(tp) < end:
-                    batch = await consumer.getmany(tp, timeout_ms=200)
-                    for r in batch.get(tp, []):
-                        if r.key == _GENERATION and r.value is not None:
-                            self.generation = int(r.value)
-                        elif r.key == _ELASTICITY and r.value is not None:
-                            self.elasticity = int(r.value)
-                        elif r.key is not None and r.value is not None:
-                            self._data[r.key.decode()] = checkpoints.decode(r.value)
-                    if not batch:
-                        break
-        except (KafkaError, TimeoutError, OSError) as exc:
-            raise kafka_error(f"reading checkpoints from {self.topic!r}", self.servers,
-                              exc) from exc
-        finally:
-            await stop_client(consumer)
+        got = await read_checkpoint_topic(self.servers, self.topic, self.settings, self.timeout)
+        self._data.update(got.data)
+        self.generation = got.generation if got.generation is not None else self.generation
+        self.elasticity = got.elasticity if got.elasticity is not None else self.elasticity
 
     def read(self, task_name: str) -> dict[SSP, int]:
         return checkpoints.offsets_of(self._data.get(task_name, {}))

@@ -279,6 +279,11 @@ class LocalCheckpoints:
         data = checkpoints.merge({} if replace else self._read(task_name), offsets, changelogs)
         self.log.put_meta(self._key(task_name), checkpoints.encode(data))
 
+    def records(self) -> dict[str, dict[str, Any]]:
+        """Every task's whole checkpoint (offsets, changelogs, when it was written)."""
+        prefix = f"checkpoint/{self.job_name}/"
+        return {k[len(prefix):]: self._read(k[len(prefix):]) for k in self.log.meta_items(prefix)}
+
     def tasks(self) -> dict[str, dict[SSP, int]]:
         prefix = f"checkpoint/{self.job_name}/"
         return {k[len(prefix):]: self.read(k[len(prefix):])
@@ -374,12 +379,13 @@ class LocalJob:
     spread over partitions by key as ``load`` does, or {partition: messages}) are appended to
     inputs that are still empty, as a sample. With ``run`` the container takes its lock
     (``release_lock`` or ``close`` drop it). ``verify_log=False`` opens a job whose log no
-    longer holds it (``reset`` does, to start it over)."""
+    longer holds it (``reset`` does, to start it over). ``create=False`` (with ``run=False``)
+    creates no stream the log lacks (``status`` only looks)."""
 
     def __init__(self, app: Any, config: Mapping[str, Any], *, follow: bool = False,
                  inputs: Mapping[str, Sequence[Any] | Mapping[int, Sequence[Any]]] | None = None,
                  metrics: Metrics | None = None, run: bool = True,
-                 verify_log: bool = True) -> None:
+                 verify_log: bool = True, create: bool = True) -> None:
         self.app = app
         self.config = dict(config)
         self.metrics = metrics or Metrics()
@@ -389,6 +395,7 @@ class LocalJob:
         self.logs: dict[str, LocalLog] = {}
         self.lock = JobLock(self.root, job_name)
         self._verify_log = verify_log
+        self._create = create or run
         try:
             self._plan(inputs or {})
             if run:
@@ -454,8 +461,9 @@ class LocalJob:
                                                               "job.elasticity.factor"))
         self.physical = {sid: s.physical_name for sid, s in plan.streams.items()}
         self.stream_system = {sid: system_of(s.system) for sid, s in plan.streams.items()}
-        for sid, n in counts.items():
-            self.log_of(self.stream_system[sid]).create(self.physical[sid], n)
+        if self._create:
+            for sid, n in counts.items():
+                self.log_of(self.stream_system[sid]).create(self.physical[sid], n)
 
     def _codecs(self, dead_letter: Callable[[SSP, int, Record, SerdeError], None] | None) -> None:
         cfg = self.plan.config
