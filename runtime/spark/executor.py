@@ -28,6 +28,10 @@ is late. Window ticks (``task.window.ms``) fire as the clock passes each multipl
 ``async_flat_map`` calls run concurrently on an asyncio loop, at most ``task.max.concurrency``
 at once, and their outputs go downstream in input order, so a pass gives the same result on
 every run. At the end, every operator gets ``on_end_of_stream`` (stage by stage, as a task does).
+
+Each operator is metered (``runtime.spark.meter``): messages in and out, the time of its own calls
+(per message, at ticks, watermarks and end-of-stream) and a window's panes, in ``meters``, which
+the runner sums over tasks into ``ReprocessResult.operators``.
 """
 
 from __future__ import annotations
