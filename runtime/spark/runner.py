@@ -127,7 +127,7 @@ class ReprocessResult(LateCounts):
     ``operators``: ``{op id: {metric: value}}`` for every operator of the plan, in plan order,
     summed over every task, by the names the streaming runtime uses (``runtime.spark.meter``):
     ``messages-in``, ``messages-out``, ``handle-ns`` (nanoseconds in the operator's own
-    function, not the operators after it), and for windows ``panes-emitted`` and
+    function, not the operators after it; per-message calls sampled and scaled), and for windows ``panes-emitted`` and
     ``late-messages-dropped`` (``late-messages-sent`` too when it has ``late_to``). The summary
     prints them as a table, one line per operator."""
 
