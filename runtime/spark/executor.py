@@ -28,6 +28,10 @@ is late. Window ticks (``task.window.ms``) fire as the clock passes each multipl
 ``async_flat_map`` calls run concurrently on an asyncio loop, at most ``task.max.concurrency``
 at once, and their outputs go downstream in input order, so a pass gives the same result on
 every run. At the end, every operator gets ``on_end_of_stream`` (stage by stage, as a task does).
+
+Each operator is metered (``runtime.spark.meter``): messages in and out, the time of its own calls
+(per message, at ticks, watermarks and end-of-stream) and a window's panes, in ``meters``, which
+the runner sums over tasks into ``ReprocessResult.operators``.
 """
 
 from __future__ import annotations
@@ -44,7 +48,8 @@ import networkx as nx
 from operators.base import Operator, OperatorContext, UserContext, resolve_fn
 from operators.state import InMemoryState, table_state
 from runtime.dag import Emit, OperatorFailure, _forward
-from runtime.wiring import Wiring, build_operators, operator_emit, partition_of
+from runtime.spark.meter import IN, NS, OUT, Meter, count_outputs, metered_emit, new_meter
+from runtime.wiring import Wiring, build_operators, partition_of
 from samza_dsl.config import config_value
 from samza_dsl.spec import (
     AsyncFlatMapSpec,
@@ -76,11 +81,12 @@ class PassFailure(Exception):
 class _AsyncQueue:
     """The in-flight calls of one async operator, released downstream in input order."""
 
-    __slots__ = ("op_id", "nexts", "calls")
+    __slots__ = ("op_id", "nexts", "calls", "meter")
 
-    def __init__(self, op_id: str, nexts: list[Emit]) -> None:
+    def __init__(self, op_id: str, nexts: list[Emit], meter: Meter) -> None:
         self.op_id = op_id
         self.nexts = nexts
+        self.meter = meter
         #: (task, sort ms, clock ms, source, started) per call, in input order
         self.calls: deque[tuple[asyncio.Task[list[Any]], int, int, tuple[str, int, int],
                                 float]] = deque()
@@ -122,6 +128,10 @@ class PassExecutor:
         self.operators, stores, tables = build_operators(
             plan, self.stages, lambda name: InMemoryState(),
             lambda table_id: table_state(plan.app.tables[table_id].serde.key_serde))
+        #: op id -> its meter (``runtime.spark.meter``): messages in and out, handle ns, panes
+        self.meters: dict[str, Meter] = {op_id: new_meter() for op_id in self.operators}
+        self._windows = {op_id for op_id, op in self.operators.items()
+                         if isinstance(op.spec, WindowSpec)}
         self.stateful = any(isinstance(op.spec, STATEFUL) for op in self.operators.values()) \
             or any(s.tables_read or s.tables_written for s in self.stages)
         user_ctx = UserContext(self.task_name, config, self.metrics, tables)
@@ -176,7 +186,8 @@ class PassExecutor:
     def _make_emit(self, op: Operator, port: int, nexts: list[Emit]) -> Emit:
         if isinstance(op.spec, AsyncFlatMapSpec):
             return self._async_emit(op, nexts)
-        emit = operator_emit(op, port, nexts)
+        emit = metered_emit(op, port, nexts, self.meters[op.op_id],
+                            window=op.op_id in self._windows)
         moved = self._per_message.get(op.op_id)
         if moved is None:
             return emit
@@ -203,11 +214,15 @@ class PassExecutor:
             op, bound, _ = self._per_message[op_id]
             if ms - bound <= op.watermark:
                 continue
+            meter = self.meters[op_id]
+            t = time.perf_counter_ns()
             try:
                 outs = op.on_watermark(ms - bound)
             except Exception as exc:
                 raise OperatorFailure(op_id, exc) from exc
+            meter[NS] += time.perf_counter_ns() - t
             if outs:
+                count_outputs(meter, outs, True)
                 p = _forward(outs, self._nexts(op_id))
                 if p is not None:
                     pend = p if pend is None else pend + p
@@ -242,17 +257,23 @@ class PassExecutor:
         return send
 
     def _async_emit(self, op: Operator, nexts: list[Emit]) -> Emit:
-        queue = _AsyncQueue(op.op_id, nexts)
+        meter = self.meters[op.op_id]
+        queue = _AsyncQueue(op.op_id, nexts, meter)
         self._queues.append(queue)
         process = op.process
         op_id = op.op_id
+        now = time.perf_counter_ns
 
         def emit(m: Any) -> None:
+            t = now()
             try:
                 call = process(m)
             except Exception as exc:
                 raise OperatorFailure(op_id, exc) from exc
+            meter[NS] += now() - t  # starting the call; its wait is not the operator's work
+            meter[IN] += 1
             if type(call) is list:
+                meter[OUT] += len(call)
                 _forward(call, nexts)
                 return None
             assert self._loop is not None
@@ -362,6 +383,7 @@ class PassExecutor:
                     f"{self.task_name!r}; the function hangs, or needs a longer timeout") from None
             except Exception as exc:
                 raise self._failure(OperatorFailure(busiest.op_id, exc), *source) from exc
+            busiest.meter[OUT] += len(outs)
             saved = (self.sort_ms, self.clock_ms, self.source)
             self.sort_ms, self.clock_ms, self.source = sort_ms, clock, source
             try:
@@ -388,8 +410,13 @@ class PassExecutor:
         for stage in self.stages:
             for op_id in stage.operators:
                 op = self.operators[op_id]
+                meter = self.meters[op_id]
                 try:
+                    t = time.perf_counter_ns()
                     outs = call(op)
+                    meter[NS] += time.perf_counter_ns() - t
+                    if outs:
+                        count_outputs(meter, outs, op_id in self._windows)
                     yield _forward(outs, self._nexts(op_id)) if outs else None
                 except OperatorFailure as f:
                     raise PassFailure(f"operator {f.op_id!r} failed {when} in task "

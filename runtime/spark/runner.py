@@ -48,6 +48,15 @@ from operators.hashing import KeyPartitioner
 from runtime.late import LateCounts
 from runtime.memory import resolve_partitions
 from runtime.spark.executor import ALL_PARTITIONS, PassExecutor, PassFailure, per_message_windows
+from runtime.spark.meter import (
+    HANDLE_NS,
+    LATE_DROPPED,
+    LATE_SENT,
+    MESSAGES_IN,
+    MESSAGES_OUT,
+    PANES_EMITTED,
+    meter_names,
+)
 from runtime.spark.progress import STAGE_PREFIX
 from runtime.spark.sinks import FileOutput, resolve_output
 from runtime.spark.sources import FileInput, Source, SourceError, resolve_source
@@ -61,6 +70,7 @@ __all__ = ["SparkRunner", "ReprocessResult", "ReprocessError", "spark_session"]
 _ORDER = operator.itemgetter(1, 2, 3, 0)  # sort ms, source partition, offset, stream id
 _OFFSET_ORDER = operator.itemgetter(2, 3, 0)  # source partition, offset, stream id
 _OUR_PACKAGES = ("samza_dsl", "planner", "operators", "runtime")
+_OP = "op:"  # accumulator keys of operator meters: op:<op id>|<metric>
 
 
 class ReprocessError(SamzaError):
@@ -110,15 +120,24 @@ class _Counts:
 
 
 class ReprocessResult(LateCounts):
-    """What a ``reprocess`` run did: rows in and out per stream, time, the outputs, and the
+    """What a ``reprocess`` run did: rows in and out per stream, time, the outputs, the
     late messages of its windows (``late_counts``, ``late(window, stream=...)``: see
-    ``runtime.late``; ``metrics``: counters summed over every task)."""
+    ``runtime.late``; ``metrics``: counters summed over every task), and what each operator did.
+
+    ``operators``: ``{op id: {metric: value}}`` for every operator of the plan, in plan order,
+    summed over every task, by the names the streaming runtime uses (``runtime.spark.meter``):
+    ``messages-in``, ``messages-out``, ``handle-ns`` (nanoseconds in the operator's own
+    function, not the operators after it; per-message calls sampled and scaled), and for windows ``panes-emitted`` and
+    ``late-messages-dropped`` (``late-messages-sent`` too when it has ``late_to``). The summary
+    prints them as a table, one line per operator."""
 
     def __init__(self, runner: SparkRunner, plan: Any, rows_in: dict[str, int],
                  rows_out: dict[str, int], seconds: float, kept: dict[str, Any],
-                 written: dict[str, Any], metrics: dict[str, int] | None = None) -> None:
+                 written: dict[str, Any], metrics: dict[str, int] | None = None,
+                 operators: dict[str, dict[str, int]] | None = None) -> None:
         self._runner = runner
         self.metrics = dict(metrics or {})
+        self.operators = dict(operators or {})
         self.plan = plan
         self.rows_in = rows_in
         self.rows_out = rows_out
@@ -163,7 +182,29 @@ class ReprocessResult(LateCounts):
                          .rstrip())
         if any(op.opcode == "window" for op in self.plan.app.operators):
             lines.extend(self.late_summary() or ["late: no late messages"])
+        lines.extend(self.operator_summary())
         return "\n".join(lines)
+
+    def operator_summary(self) -> list[str]:
+        """The operators as a table, one line each in plan order: op id, kind, messages in and
+        out, time in the operator's own function (ms), and for windows panes and late messages
+        (dropped; ``N sent`` when it has ``late_to``)."""
+        if not self.operators:
+            return []
+        kinds = {op.op_id: op.opcode for op in self.plan.app.operators}
+        width = max(len(op_id) for op_id in self.operators)
+        kind_w = max([len(kinds.get(op_id, "")) for op_id in self.operators] + [4])
+        rows = [f"  {'operator':<{width}}  {'kind':<{kind_w}}  {'in':>12}  {'out':>12}  "
+                f"{'ms':>10}  {'panes':>9}  late"]
+        for op_id, m in self.operators.items():
+            row = (f"  {op_id:<{width}}  {kinds.get(op_id, ''):<{kind_w}}  "
+                   f"{m[MESSAGES_IN]:>12,}  {m[MESSAGES_OUT]:>12,}  "
+                   f"{m[HANDLE_NS] / 1e6:>10,.1f}")
+            if PANES_EMITTED in m:
+                late = f"{m[LATE_SENT]:,} sent" if LATE_SENT in m else f"{m[LATE_DROPPED]:,}"
+                row += f"  {m[PANES_EMITTED]:>9,}  {late}"
+            rows.append(row)
+        return rows
 
     def __repr__(self) -> str:
         return (f"ReprocessResult({self.plan.job_name!r}, rows_in={self.rows_in}, "
@@ -278,12 +319,39 @@ class SparkRunner:
                     for sid in (*plan.output_streams, *plan.intermediate_streams)}
         metrics = {k[len("metric:"):]: v for k, v in counted.items() if k.startswith("metric:")}
         return ReprocessResult(self, plan, rows_in, rows_out, time.monotonic() - t0, kept,
-                               {sid: sinks[sid] for sid in sinks}, metrics)
+                               {sid: sinks[sid] for sid in sinks}, metrics,
+                               _operator_metrics(plan, counted, metrics))
 
     def stop(self) -> None:
         if self._spark is not None:
             self._spark.stop()
             self._spark = None
+
+
+def _operator_metrics(plan: Any, counted: Mapping[str, int],
+                      metrics: Mapping[str, int]) -> dict[str, dict[str, int]]:
+    """``ReprocessResult.operators``: every operator of ``plan`` in plan order (stage by stage),
+    its meters summed over tasks (``counted``: the accumulator), a window's late messages from
+    its own counters (``metrics``), as ``late_counts`` takes them."""
+    summed: dict[str, dict[str, int]] = {}
+    for key, v in counted.items():
+        if key.startswith(_OP):
+            op_id, _, name = key[len(_OP):].rpartition("|")
+            summed.setdefault(op_id, {})[name] = v
+    out: dict[str, dict[str, int]] = {}
+    for stage in plan.stages:
+        for op_id in stage.operators:
+            spec = plan.app.operator(op_id)
+            window = isinstance(spec, WindowSpec)
+            got = summed.get(op_id, {})
+            m = {name: got.get(name, 0) for name in (MESSAGES_IN, MESSAGES_OUT, HANDLE_NS)}
+            if window:
+                m[PANES_EMITTED] = got.get(PANES_EMITTED, 0)
+                m[LATE_DROPPED] = metrics.get(f"{op_id}.{LATE_DROPPED}", 0)
+                if getattr(spec, "late_to", None) is not None:
+                    m[LATE_SENT] = metrics.get(f"{op_id}.{LATE_SENT}", 0)
+            out[op_id] = m
+    return out
 
 
 def _check_ids(app: StreamApplication, inputs: Mapping[str, Any],
@@ -434,6 +502,8 @@ class _Compiler:
         names = {sid: src.names for sid, src in self.sources.items()}
         config = plan.config
         name = "+".join(stage_ids)
+        windows = frozenset(op for s in stages for op in s.operators
+                            if isinstance(plan.app.operator(op), WindowSpec))
 
         def describe(sid: str, part: int, off: int) -> str:
             files = names.get(sid)
@@ -482,6 +552,11 @@ class _Compiler:
             for sid, k in read.items():
                 if sid in plan.input_streams:
                     tally["in:" + sid] = k
+            for op_id, meter in ex.meters.items():  # what each operator did, in this task
+                if any(meter):
+                    for metric, k in meter_names(meter, op_id in windows).items():
+                        if k:
+                            tally[f"{_OP}{op_id}|{metric}"] = k
             acc.add(tally)
             return iter(out)
 

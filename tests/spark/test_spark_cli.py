@@ -99,6 +99,19 @@ def summary_rows(out: str) -> dict[str, list[str]]:
     return rows
 
 
+def operator_rows(out: str) -> dict[str, list[str]]:
+    """The summary's operator table by op id: [kind, in, out, ms, (panes, late)]."""
+    lines = out.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.split()[:2] == ["operator", "kind"])
+    rows: dict[str, list[str]] = {}
+    for line in lines[start + 1:]:
+        if not line.startswith("  "):
+            break
+        parts = line.split()
+        rows[parts[0]] = parts[1:]
+    return rows
+
+
 def error_lines(err: str) -> list[str]:
     """stderr without the JVM's own notice about incubator modules (printed before any of ours)."""
     return [ln for ln in err.splitlines()
@@ -148,6 +161,20 @@ def test_reprocess_writes_the_output_and_prints_the_summary(tmp_path: Path) -> N
     assert str(target) in " ".join(rows["country-counts"][2:])
     humans = sum(1 for v in views if not v["bot"])
     assert rows[INTERMEDIATE][:2] == ["intermediate", f"{humans:,}"]
+
+    # the operators, one line each in plan order: id, kind, in, out, ms (windows: panes, late)
+    ops = operator_rows(out)
+    assert list(ops)[:4] == [f"{JOB}-filter-humans", f"{JOB}-partition_by-by-country",
+                             f"{JOB}-window-views-per-minute", f"{JOB}-map-count-record"], out
+    assert len(ops) == 5 and list(ops.values())[4][0] == "send_to", out
+    assert ops[f"{JOB}-filter-humans"][:3] == ["filter", f"{len(views):,}", f"{humans:,}"]
+    assert ops[f"{JOB}-partition_by-by-country"][:3] == ["partition_by", f"{humans:,}",
+                                                         f"{humans:,}"]
+    panes = f"{len(expected):,}"
+    assert ops[f"{JOB}-window-views-per-minute"][:3] == ["window", f"{humans:,}", panes]
+    assert ops[f"{JOB}-window-views-per-minute"][4:] == [panes, "0"]  # panes, late dropped
+    assert ops[f"{JOB}-map-count-record"][:3] == ["map", panes, panes]
+    assert all(float(row[3].replace(",", "")) >= 0 for row in ops.values())
 
     # progress on stderr: plain lines (stderr is a pipe), then the table of stages
     assert "\r" not in err
