@@ -60,8 +60,14 @@ def _progress(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+#: settings ``run.py --config KEY=VALUE`` adds to the local workloads' jobs (metrics on or
+#: off, reporters), passed to a fresh process through the environment
+EXTRA_CONFIG = "SAMZA_DSL_BENCH_CONFIG"
+
+
 def _config(job_dir: str) -> dict[str, Any]:
-    return {"job.dir": job_dir, "task.commit.ms": COMMIT_MS}
+    extra = json.loads(os.environ.get(EXTRA_CONFIG, "{}"))
+    return {"job.dir": job_dir, "task.commit.ms": COMMIT_MS, **extra}
 
 
 def _ids(n: int, seed: int = 1) -> list[int]:
@@ -149,8 +155,11 @@ def run_w1_local(n: int) -> dict[str, Any]:
         assert table == truth, "W1L: the table's final counts differ from the true counts"
     finally:
         shutil.rmtree(d, ignore_errors=True)
-    return emit("W1", {"messages": n, "partitions": 4, "store": "lmdb+changelog",
-                       "system": "local"}, n, secs, "plain-python-loop", n / base_s,
+    params = {"messages": n, "partitions": 4, "store": "lmdb+changelog", "system": "local"}
+    extra = json.loads(os.environ.get(EXTRA_CONFIG, "{}"))
+    if extra:
+        params["config"] = extra
+    return emit("W1", params, n, secs, "plain-python-loop", n / base_s,
                 baseline_repeats=BASELINE_REPEATS, load_seconds=round(load_s, 3),
                 commits=commits)
 

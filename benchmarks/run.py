@@ -58,7 +58,21 @@ def main() -> None:
                         help="W1L: every run in this process (by default each run gets a fresh "
                              "process, as a job would: runs in one process slow down one after "
                              "another, from the memory the checks between them leave behind)")
+    parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                        help="W1L: a setting for the job, e.g. metrics.reporters=prometheus "
+                             "(repeatable; values are JSON where they parse, else strings)")
     args = parser.parse_args()
+    if args.config:
+        from benchmarks.local_workloads import EXTRA_CONFIG
+
+        extra: dict[str, Any] = {}
+        for item in args.config:
+            key, _, value = item.partition("=")
+            try:
+                extra[key] = json.loads(value)
+            except ValueError:
+                extra[key] = value
+        os.environ[EXTRA_CONFIG] = json.dumps(extra)  # fresh processes inherit it
 
     def n(full: int) -> int:
         return max(1, int(full * args.scale))

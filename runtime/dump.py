@@ -21,6 +21,7 @@ compaction kept only the latest entry of each key of a changelog, the offsets sh
 
 from __future__ import annotations
 
+import json
 import logging
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
@@ -31,7 +32,7 @@ import msgspec
 
 from runtime.codec import ERROR_HEADER, SOURCE_HEADER, Record, Skipped, StreamCodec
 from runtime.job import SSP
-from runtime.jobdir import dead_letter_stream
+from runtime.jobdir import dead_letter_stream, metrics_stream
 from runtime.local.compaction import changelog_location
 from runtime.local.log import LocalLog
 from runtime.local.system import LocalJob
@@ -111,6 +112,18 @@ def _dead_letter_decode(ssp: SSP, offsets: Sequence[int], records: Sequence[Reco
     return out
 
 
+def _metrics_decode(ssp: SSP, offsets: Sequence[int], records: Sequence[Record]
+                    ) -> list[tuple[int, Any]]:
+    """The ``<job>-metrics`` stream: each record a metrics snapshot as JSON (data, never code)."""
+    out = []
+    for o, (_, v, _) in zip(offsets, records, strict=True):
+        try:
+            out.append((o, json.loads(v) if v is not None else None))
+        except ValueError:
+            out.append((o, {"value": _text(v)}))
+    return out
+
+
 def _changelog_decoder(name: str, key_decode: Callable[[bytes], Any],
                        value_decode: Callable[[bytes], Any]) -> Decode:
     def decode(ssp: SSP, offsets: Sequence[int], records: Sequence[Record]
@@ -142,6 +155,8 @@ def dump_sources(job: LocalJob) -> dict[str, DumpSource]:
     main = job.log_of(job.main_system)
     dead = dead_letter_stream(job.job_name)
     out[dead] = DumpSource(dead, main, dead, _dead_letter_decode)
+    metrics = metrics_stream(job.job_name)
+    out[metrics] = DumpSource(metrics, main, metrics, _metrics_decode)
     for name, store in job.plan.stores.items():
         if not store.changelog:
             continue
@@ -167,6 +182,8 @@ def kafka_dump_sources(streams: Any, reader: Any) -> dict[str, DumpSource]:
         out[sid] = DumpSource(sid, reader, physical, _stream_decoder(quiet))
     dead = streams.dead_letter
     out[dead] = DumpSource(dead, reader, dead, _dead_letter_decode)
+    metrics = metrics_stream(streams.job_name)
+    out[metrics] = DumpSource(metrics, reader, metrics, _metrics_decode)
     plan = streams.plan
     for name, topic in streams.changelogs.items():
         store = plan.stores[name]
@@ -207,6 +224,9 @@ def _missing_topic(streams: Any, stream: str, topic: str, app_ref: str) -> str:
         return (f"input {stream!r}: {where}, so there is nothing to dump; `samza-dsl load "
                 f"{app_ref} {stream} FILE.jsonl` creates it ({streams.counts[stream]} "
                 f"partition(s)) and loads it, or create it yourself")
+    if stream == metrics_stream(streams.job_name):
+        return (f"the metrics stream: {where}; the job writes it when it runs with "
+                f"metrics.reporters=snapshot")
     what = ("the dead-letter stream" if stream == streams.dead_letter
             else f"{kind} stream {stream!r}" if kind else f"changelog {stream!r}")
     return (f"{what}: {where}, so there is nothing to dump; the job creates it when it runs "

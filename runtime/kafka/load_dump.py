@@ -83,7 +83,7 @@ class KafkaStreams:
 async def kafka_streams(app: Any, config: Mapping[str, Any], timeout: float = 10.0
                         ) -> KafkaStreams:
     """Plan ``app`` against its Kafka brokers; creates nothing."""
-    from runtime.jobdir import dead_letter_stream
+    from runtime.jobdir import dead_letter_stream, metrics_stream
     from runtime.kafka.job import KafkaJob
 
     job = KafkaJob(app, config, timeout=timeout)  # checks the systems; no I/O
@@ -108,7 +108,8 @@ async def kafka_streams(app: Any, config: Mapping[str, Any], timeout: float = 10
                   for name, store in plan.stores.items() if store.changelog is not None}
     dead = dead_letter_stream(job.job_name)
     topics: dict[str, int | None] = dict(found)
-    others = [t for t in [*physical.values(), *changelogs.values(), dead] if t not in topics]
+    others = [t for t in [*physical.values(), *changelogs.values(), dead,
+                          metrics_stream(job.job_name)] if t not in topics]
     topics.update(await describe_topics(job.servers, others, timeout=timeout))
     return KafkaStreams(job.job_name, job.servers, job.consumer_settings, job.producer_settings,
                         plan, physical, {sid: (n if n else widest) for sid, n in counts.items()},
