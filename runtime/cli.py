@@ -194,13 +194,79 @@ def cmd_run(args: argparse.Namespace) -> int:
     runner = LocalRunner(app, config, inputs=inputs,  # type: ignore[arg-type]
                          progress=None if args.quiet else sys.stderr, follow=args.follow,
                          skip=skip)
+    page = _start_page(args, runner) if args.ui else None
     try:
         runner.run()
         if runner.local:
             print(f"job {runner.job.job_name}: state in {runner.job.root}; this run's outputs:")
         print_outputs(runner, limit=args.show, app_ref=args.app)
     finally:
+        if page is not None:
+            page.stop()
         runner.close()
+    return 0
+
+
+def _start_page(args: argparse.Namespace, runner: Any) -> Any:
+    """``run --ui``: the job page (``runtime.ui``), served from the runner's metrics."""
+    from runtime.ui import RunnerSource, UIServer, parse_address
+
+    host, port = parse_address(args.ui)
+    if runner.containers > 1:
+        raise SamzaError(f"--ui shows a job of one container in this process; with "
+                         f"{runner.containers} containers, run `samza-dsl ui {args.app}` next to "
+                         f"the job (it reads the job's metrics stream or --from its endpoint)")
+    cid = runner.config.get("job.container.id")
+    server = UIServer(RunnerSource(runner, f"samza-container-{cid or 0}"),
+                      lambda: getattr(runner, "plan", None) if runner.container else None,
+                      f"{runner.app.name}-{runner.app.app_id}", host, port)
+    url = server.start()
+    print(f"job page: {url}", file=sys.stderr, flush=True)
+    return server
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    """The job page of a job running elsewhere: from its metrics stream in the local log, or
+    from its Prometheus endpoint (``--from``)."""
+    import threading
+
+    from runtime.loader import load_app
+    from runtime.ui import PrometheusSource, StreamSource, UIServer, parse_address
+
+    host, port = parse_address(args.ui)
+    partitions = _partitions(args.partitions)
+    config = _parse_config(args.config)
+    app = load_app(args.app)
+    job_name = f"{app.name}-{app.app_id}"
+    job = None
+    source: Any
+    if args.source:
+        source = PrometheusSource(args.source)
+        plan = app.plan(partitions=partitions, config=config)
+    else:
+        from runtime.local.system import LocalJob
+        from samza_dsl.config import validate_config
+
+        _local_streams(args, app)
+        job = LocalJob(app, validate_config(config), run=False)
+        plan = job.plan
+        source = StreamSource(job.log_of(job.main_system), f"{job.job_name}-metrics")
+    server = UIServer(source, plan, job_name, host, port)
+    done = threading.Event()
+    try:
+        url = server.start()
+        where = args.source or f"stream {job_name}-metrics"
+        print(f"job page of {job_name} (from {where}): {url}", file=sys.stderr, flush=True)
+        import signal
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: done.set())
+        while not done.wait(0.5):
+            pass
+    finally:
+        server.stop()
+        if job is not None:
+            job.close()
     return 0
 
 
@@ -587,7 +653,23 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--container-id", type=_at_least(0), metavar="I",
                    help="job.container.id: run only container I of the job's "
                         "job.container.count (one per host or pod)")
+    r.add_argument("--ui", metavar="[HOST:]PORT",
+                   help="serve the live job page here (host 127.0.0.1 unless given; port 0: any "
+                        "free one); read-only")
     r.set_defaults(func=cmd_run)
+
+    text = ("serve the live job page of a job running elsewhere, from its metrics stream "
+            "<job>-metrics in the local log, or from its Prometheus endpoint (--from)")
+    u = sub.add_parser("ui", help=text, description=text[0].upper() + text[1:] + ".")
+    u.add_argument("app", help="module_or_file.py:attr")
+    u.add_argument("--from", dest="source", metavar="URL",
+                   help="the job's Prometheus endpoint, e.g. http://127.0.0.1:9100/metrics")
+    u.add_argument("--ui", default="127.0.0.1:8080", metavar="[HOST:]PORT",
+                   help="where to serve the page (default 127.0.0.1:8080)")
+    u.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE")
+    u.add_argument("--partitions", action="append", default=[], metavar="STREAM=COUNT",
+                   help="partition count of a stream the plan cannot look up")
+    u.set_defaults(func=cmd_ui)
 
     rp = sub.add_parser("reprocess", help="reprocess files (JSON Lines or Parquet) with the "
                                           "application's operators on Spark")
