@@ -167,7 +167,8 @@ def test_a_job_run_with_ui_shows_its_dag_rates_and_lag_live_in_chromium(tmp_path
             rates = {tuple(sorted(s["rates"].items())) for s in seen}
             lags = [s["lags"].get("clicks", "0") for s in seen]
             if len(batches) >= 4 and len(rates) >= 3 and len(set(lags)) >= 3 \
-                    and any(v != "0" for v in lags):
+                    and any(v != "0" for v in lags) \
+                    and seen[-1]["updates"] > seen[0]["updates"] + 3:
                 break
             time.sleep(0.25)
         first, last = seen[0], seen[-1]
