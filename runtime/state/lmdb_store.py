@@ -753,10 +753,13 @@ class LmdbStore:
         return int(self._reader().stat(self._data)["entries"])
 
     def size_bytes(self) -> int:
-        """The bytes its LMDB pages hold now (what the data file uses of its map)."""
-        if self._env is None:
+        """The bytes its LMDB pages hold now (what the data file uses of its map). Safe from
+        another thread (a reporter's): it reads in a transaction of its own."""
+        env = self._env
+        if env is None:
             return 0
-        st = self._reader().stat(self._data)
+        with env.begin(db=self._data) as txn:
+            st = txn.stat(self._data)
         return int(st["psize"]) * int(st["branch_pages"] + st["leaf_pages"]
                                       + st["overflow_pages"])
 
