@@ -187,11 +187,17 @@ class Reporters:
             self.report()
 
     def stop_server(self) -> None:
-        """Stop the Prometheus endpoint (after the run: it serves the final numbers until then)."""
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        """Stop the Prometheus endpoint (after the run: it serves the final numbers until then).
+        Its loop notices a shutdown only at its next poll (up to half a second): it is stopped
+        from a thread of its own, so that the job's end does not wait for it."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+
+        def stop() -> None:
+            server.shutdown()
+            server.server_close()
+        threading.Thread(target=stop, name="samza-metrics-stop", daemon=True).start()
 
 
 def job_reporters(metrics: Metrics, config: Mapping[str, Any], *, job_name: str, job_id: str,
