@@ -295,30 +295,39 @@ def test_containers_start_while_another_thread_holds_a_process_lock(tmp_path: Pa
         holder.join()
 
 
-def test_a_container_that_does_not_stop_in_task_shutdown_ms_is_killed_and_named(
-        tmp_path: Path) -> None:
-    """A function that blocks the loop keeps a container from its clean stop: after
-    task.shutdown.ms it is killed, the stop says so, and no process outlives the run (the
-    other container, free, stops cleanly within it)."""
+def _stuck_run(tmp_path: Path, stuck_at: int, config: dict[str, Any] | None = None
+               ) -> LocalRunner:
+    """A following run of two containers, started, whose container 0 is blocked (for two
+    minutes, in a user function, with no signal handler running) at message ``stuck_at``."""
     app = StreamApplication("stuck", config={"task.commit.ms": 100})
     local = LocalSystem("local")
     out = app.output(local.output("out", serde=SERDE, partitions=1))
 
     def stuck(kv: KV[str, Any]) -> KV[str, Any]:
-        if kv.value["i"] == 3:
-            time.sleep(120)  # blocks the container's loop: no signal handler runs meanwhile
+        if kv.value["i"] == stuck_at:
+            time.sleep(120)
         return kv
 
     app.input(local.input("events", serde=SERDE, partitions=2)).map(stuck, name="stuck") \
         .send_to(out)
     runner = LocalRunner(app, {"job.dir": str(tmp_path / "job"), "job.container.count": 2,
-                               "task.shutdown.ms": 3000},
-                         inputs={"events": {0: _events(6), 1: _events(0)}}, follow=True)
+                               **(config or {})},
+                         inputs={"events": {0: _events(stuck_at + 3), 1: _events(0)}},
+                         follow=True)
     runner.start()
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and runner.status()["state"] != "running":
         time.sleep(0.01)
     time.sleep(1.5)  # the container is inside the blocking call by now
+    return runner
+
+
+def test_a_container_that_does_not_stop_in_task_shutdown_ms_is_killed_and_named(
+        tmp_path: Path) -> None:
+    """A function that blocks the loop keeps a container from its clean stop: after
+    task.shutdown.ms it is killed, the stop says so, and no process outlives the run (the
+    other container, free, stops cleanly within it)."""
+    runner = _stuck_run(tmp_path, stuck_at=3, config={"task.shutdown.ms": 3000})
     began = time.monotonic()
     with pytest.raises(SamzaError, match=r"container 0 \(killed: it did not stop within "
                                          r"task.shutdown.ms=3000 of the stop\)"):
@@ -330,24 +339,7 @@ def test_a_container_that_does_not_stop_in_task_shutdown_ms_is_killed_and_named(
 def test_stop_that_runs_out_of_time_leaves_no_container_process(tmp_path: Path) -> None:
     """stop(timeout) shorter than task.shutdown.ms: the containers are killed when it runs
     out, so that no process outlives the call (nor keeps the interpreter from exiting)."""
-    app = StreamApplication("stuck2", config={"task.commit.ms": 100})
-    local = LocalSystem("local")
-    out = app.output(local.output("out", serde=SERDE, partitions=1))
-
-    def stuck(kv: KV[str, Any]) -> KV[str, Any]:
-        if kv.value["i"] == 1:
-            time.sleep(120)
-        return kv
-
-    app.input(local.input("events", serde=SERDE, partitions=2)).map(stuck, name="stuck") \
-        .send_to(out)
-    runner = LocalRunner(app, {"job.dir": str(tmp_path / "job"), "job.container.count": 2},
-                         inputs={"events": {0: _events(3), 1: _events(0)}}, follow=True)
-    runner.start()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and runner.status()["state"] != "running":
-        time.sleep(0.01)
-    time.sleep(1.5)  # the container is inside the blocking call by now
+    runner = _stuck_run(tmp_path, stuck_at=1)
     with pytest.raises(SamzaError, match="did not stop within 2s, so its container processes "
                                          "were killed"):
         runner.stop(timeout=2)
