@@ -264,7 +264,15 @@ class LocalRunner(LateCounts):
             if time.monotonic() >= kill_at or self._kill_requested:
                 why = ("stop() ran out of time" if self._kill_requested else
                        f"it did not stop within task.shutdown.ms={int(grace * 1000)} of the stop")
-                for i, p in enumerate(procs):  # a clean stop takes too long: none lingers on
+                stuck = [(i, p) for i, p in enumerate(procs) if p.is_alive() and i not in killed]
+                for i, p in stuck:  # where each was stuck, on its stderr, before it is killed
+                    print(f"container {i} (pid {p.pid}): {why}; its threads' stacks follow, "
+                          f"then it is killed", file=sys.stderr, flush=True)
+                    with contextlib.suppress(OSError):
+                        os.kill(p.pid, _STACKS_SIGNAL)
+                if stuck:
+                    multiprocessing.connection.wait([p.sentinel for _, p in stuck], timeout=1.0)
+                for i, p in stuck:  # a clean stop takes too long: none lingers on
                     if p.is_alive():
                         killed[i] = why
                         p.kill()
@@ -547,6 +555,8 @@ class LocalRunner(LateCounts):
 
 
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+#: a container process prints its threads' stacks on it (faulthandler), even when stuck in C
+_STACKS_SIGNAL = signal.SIGUSR1
 
 # runs of several containers started in the background: stopped at exit if still running, so
 # that their processes neither outlive the program nor keep it from exiting (multiprocessing
@@ -675,6 +685,9 @@ def _container_main(app: StreamApplication, config: Mapping[str, Any], follow: b
     parent (with ``progress``) and, once done, what it read, where it resumed and its counters,
     for the run's summary. (A local log it opens is opened afresh: ``LocalLog`` never uses
     handles inherited across a fork.)"""
+    import faulthandler
+
+    faulthandler.register(_STACKS_SIGNAL, file=2, all_threads=True)  # fd 2: whatever is on it
     runner = LocalRunner(app, config, follow=follow, skip=skip)
     runner._forked = True
     if progress:
