@@ -32,16 +32,18 @@ class StorageError(SamzaError):
         self.errno = errno
 
 
-def fork_safe_lock(in_child: Callable[[], None] | None = None) -> threading.Lock:
+def fork_safe_lock(in_child: Callable[[], None] | None = None, *,
+                   reentrant: bool = False) -> Any:
     """A process-wide lock that a fork never copies while another thread holds it.
 
     The thread that forks takes the lock first, so no other thread is inside it at the fork,
     and both processes let go of it after. Without this a container forked while another
     thread of the parent (one reading a job's outputs, say) held it would wait for it forever,
     with no thread left in the container to release it. ``in_child`` runs in the new process
-    while the lock is still held, to tidy what the lock guards.
+    while the lock is still held, to tidy what the lock guards. ``reentrant``: a
+    ``threading.RLock``, which the thread holding it may take again.
     """
-    lock = threading.Lock()
+    lock: Any = threading.RLock() if reentrant else threading.Lock()
 
     def child() -> None:
         if in_child is not None:

@@ -31,7 +31,7 @@ import re
 import struct
 import time
 from bisect import bisect_left
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import lmdb
@@ -140,6 +140,9 @@ class _Shared:
 # process (its fcntl locks belong to the process, so closing one handle would drop the other's).
 _REGISTRY: dict[str, _Shared] = {}
 _REGISTRY_LOCK = fork_safe_lock()
+# held while a transaction is open, in any thread: a fork (a container process) waits for it,
+# so no transaction of the parent's is open in the copy the child inherits and closes
+_TXN_GUARD = fork_safe_lock(reentrant=True)
 
 
 def _file_ident(real: str) -> tuple[int, int] | None:
@@ -261,13 +264,19 @@ class LocalLog:
             )
         return shared
 
-    def _begin(self, shared: _Shared, write: bool = False) -> Any:
-        try:
-            return shared.env.begin(write=write, buffers=True)
-        except lmdb.MapResizedError:
-            # Another process grew the map beyond ours: adopt its size and retry.
-            shared.env.set_mapsize(0)
-            return shared.env.begin(write=write, buffers=True)
+    @contextlib.contextmanager
+    def _begin(self, shared: _Shared, write: bool = False) -> Iterator[Any]:
+        """A transaction, committed at the end of the block (aborted on an exception). No
+        process forks while one is open in any of its threads (``_TXN_GUARD``)."""
+        with _TXN_GUARD:
+            try:
+                txn = shared.env.begin(write=write, buffers=True)
+            except lmdb.MapResizedError:
+                # Another process grew the map beyond ours: adopt its size and retry.
+                shared.env.set_mapsize(0)
+                txn = shared.env.begin(write=write, buffers=True)
+            with txn:
+                yield txn
 
     def _lmdb_error(self, exc: lmdb.Error, doing: str) -> SamzaError:
         fault = storage_error(exc, self.path, doing)

@@ -254,12 +254,13 @@ def test_ctrl_c_on_a_following_run_of_two_containers_is_a_clean_stop(
         assert first + second == 20000, (out, again.stdout)
 
 
-@pytest.mark.parametrize("lock", ["log registry", "held locks"])
+@pytest.mark.parametrize("lock", ["log registry", "log transaction", "held locks"])
 def test_containers_start_while_another_thread_holds_a_process_lock(tmp_path: Path,
                                                                     lock: str) -> None:
     """Containers are forked while another thread of the parent is inside the local log's
-    registry or the job lock's bookkeeping (say, reading the outputs): a container must not
-    inherit that lock taken, with no thread left to release it, and hang."""
+    registry or one of its transactions, or the job lock's bookkeeping (say, reading the
+    outputs): a container must not inherit that lock taken, with no thread left to release it,
+    and hang, nor a transaction of the parent's open."""
     import threading
 
     from runtime import job_lock
@@ -267,7 +268,8 @@ def test_containers_start_while_another_thread_holds_a_process_lock(tmp_path: Pa
 
     module = _app_module(tmp_path)
     config = {"job.dir": str(tmp_path / "job"), "job.container.count": 2}
-    held = local_log._REGISTRY_LOCK if lock == "log registry" else job_lock._HELD_LOCK
+    held = {"log registry": local_log._REGISTRY_LOCK, "log transaction": local_log._TXN_GUARD,
+            "held locks": job_lock._HELD_LOCK}[lock]
     done = threading.Event()
 
     def busy() -> None:  # holds the lock nearly all the time, as a busy reader would
