@@ -170,7 +170,6 @@ class LocalRunner(LateCounts):
         try:
             self._prepare_containers(n)
             self.plan = self.job.plan
-            self._state = "running"
             for stream in (sys.stdout, sys.stderr):
                 stream.flush()
             ctx = multiprocessing.get_context("fork")
@@ -246,6 +245,7 @@ class LocalRunner(LateCounts):
                 proc.start()
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        self._state = "running"  # every container process is there
         failed: list[int] = []
         forwarded = False
         shown = _ContainerRows(self.progress, n, self.plan.config)

@@ -164,7 +164,11 @@ def test_status_beside_a_following_run_of_two_containers(tmp_path: Path) -> None
     runner.start()
     try:
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and runner.status()["state"] != "running":
+        # "running" comes as the containers are forked: wait until both processes are there
+        while time.monotonic() < deadline and not (
+                runner.status()["state"] == "running"
+                and all(c["pid"] and c["alive"]
+                        for c in runner.status().get("containers", [{}]))):
             time.sleep(0.05)
         pids = [c["pid"] for c in runner.status()["containers"]]
         assert all(c["alive"] for c in runner.status()["containers"])
