@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
+import sys
 import time
 from collections.abc import Coroutine, Iterable, Sequence
 from typing import Any, TypeVar
@@ -35,6 +37,23 @@ def keyed(items: Iterable[tuple[str, Any]], partitions: int) -> list[ProducedRec
         key = k.encode()
         out.append((partition_for(key, partitions), key, json.dumps(v).encode()))
     return out
+
+
+#: the samza-dsl command of this interpreter's environment
+BIN = os.path.dirname(sys.executable)
+CLI = os.path.join(BIN, "samza-dsl")
+
+#: the start of a test application on the broker: a tag of its own (TEST_TAG) and the
+#: broker's address (TEST_KAFKA), both from the environment its CLI runs in
+APP_HEAD = '''
+import os
+from samza_dsl import KV, StreamApplication
+from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
+from samza_dsl.systems import KafkaSystem
+
+TAG = os.environ["TEST_TAG"]
+kafka = KafkaSystem("kafka", bootstrap_servers=os.environ["TEST_KAFKA"])
+'''
 
 
 def free_port() -> int:

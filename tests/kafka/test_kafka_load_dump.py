@@ -11,7 +11,6 @@ import os
 import re
 import socket
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -22,7 +21,7 @@ import pytest
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from kafka_helpers import consume_all, free_port, produce_each, run
+from kafka_helpers import APP_HEAD, BIN, CLI, consume_all, free_port, produce_each, run
 from outage_helpers import TcpProxy
 
 from runtime.dump import kafka_dump_lines
@@ -35,18 +34,7 @@ from samza_dsl.errors import SamzaError
 from samza_dsl.kv import KV
 from samza_dsl.testing.kafka_broker import TansuBroker
 
-BIN = str(Path(sys.executable).parent)
-CLI = os.path.join(BIN, "samza-dsl")
-
-APP = '''
-import os
-from samza_dsl import KV, StreamApplication
-from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
-from samza_dsl.systems import KafkaSystem
-
-TAG = os.environ["TEST_TAG"]
-kafka = KafkaSystem("kafka", bootstrap_servers=os.environ["TEST_KAFKA"])
-app = StreamApplication("kio-" + TAG, config={"job.default.system": "kafka",
+APP = APP_HEAD + '''app = StreamApplication("kio-" + TAG, config={"job.default.system": "kafka",
                                               "task.commit.ms": 100})
 serde = KVSerde(StringSerde(), JsonSerde())
 events = app.input(kafka.input("events", serde=serde,

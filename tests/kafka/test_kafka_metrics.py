@@ -6,22 +6,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
-BIN = str(Path(sys.executable).parent)
-CLI = os.path.join(BIN, "samza-dsl")
+from kafka_helpers import APP_HEAD, BIN, CLI
 
-APP = '''
-import os
-from samza_dsl import KV, StreamApplication
-from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
-from samza_dsl.systems import KafkaSystem
-
-TAG = os.environ["TEST_TAG"]
-kafka = KafkaSystem("kafka", bootstrap_servers=os.environ["TEST_KAFKA"])
-app = StreamApplication("kmx-" + TAG, config={"job.default.system": "kafka",
+APP = APP_HEAD + '''app = StreamApplication("kmx-" + TAG, config={"job.default.system": "kafka",
                                               "task.commit.ms": 100,
                                               "metrics.reporters": "snapshot",
                                               "metrics.reporter.interval.ms": 100})

@@ -10,26 +10,14 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-from kafka_helpers import free_port
+from kafka_helpers import APP_HEAD, BIN, CLI, free_port
 
-BIN = str(Path(sys.executable).parent)
-CLI = os.path.join(BIN, "samza-dsl")
-
-APP = '''
-import os
-from samza_dsl import KV, StreamApplication
-from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
-from samza_dsl.systems import KafkaSystem
-
-TAG = os.environ["TEST_TAG"]
-kafka = KafkaSystem("kafka", bootstrap_servers=os.environ["TEST_KAFKA"])
-app = StreamApplication("kst-" + TAG, config={"job.default.system": "kafka",
+APP = APP_HEAD + '''app = StreamApplication("kst-" + TAG, config={"job.default.system": "kafka",
                                               "task.commit.ms": 100})
 serde = KVSerde(StringSerde(), JsonSerde())
 events = app.input(kafka.input("events", serde=serde, partitions=2,
