@@ -29,7 +29,15 @@ from runtime.job import SSP, JobModel, TaskModel
 from runtime.metrics import OpMeter
 from runtime.records import EndOfStream, Watermark
 from runtime.task_env import TaskEnv
-from runtime.watermarks import CURRENT, NO_WATERMARK, OBSERVED, TaskClock, event_seconds, observing
+from runtime.watermarks import (
+    CURRENT,
+    DECLARED,
+    NO_WATERMARK,
+    OBSERVED,
+    TaskClock,
+    event_seconds,
+    observing,
+)
 from runtime.wiring import (
     Wiring,
     bind_port,
@@ -116,6 +124,11 @@ class TaskInstance:
             for sid, windows in self.clock.single_declared.items()}
         self._local_ops: dict[str, list[Any]] = {
             sid: [self.operators[op] for op in ops] for sid, ops in self.clock.local.items()}
+        #: declared input stream id -> the stage it alone feeds, which writes intermediate streams
+        self._lone_declared: dict[str, Any] = {
+            ssp.stream_id: stage for stage in self.clock.stages
+            if (ssp := self.clock.lone.get(stage.stage_id)) is not None
+            and self.clock.kinds[ssp.stream_id] == DECLARED}
 
     # -- construction -----------------------------------------------------------------------------
 
@@ -290,8 +303,41 @@ class TaskInstance:
         sender = self._make_sender(stream_id, op_id)
         fn = self.clock.observe.get(stream_id)
         if fn is not None:
-            sender = observing(stream_id, fn, sender, f"stream {stream_id!r}", op_id)
+            sender = observing(stream_id, fn, sender, f"stream {stream_id!r}", op_id,
+                               self._ahead(stream_id, op_id))
         return sender
+
+    def _ahead(self, stream_id: str, op_id: str) -> Callable[[int], None] | None:
+        """Where one channel alone feeds the stage of ``op_id``: ``ahead(ms)`` sends the
+        stage's watermark into its intermediate streams before a message whose event time (in
+        ``stream_id``'s readers' time) is behind the channel's progress, so that readers see the
+        order one task would (docs/semantics.md, "Per message")."""
+        stage = next(s for s in self.model.stages if op_id in s.operators)
+        ssp = self.clock.lone.get(stage.stage_id)
+        if ssp is None:
+            return None
+        observed = self.clock.observed
+
+        def ahead(ms: int) -> None:
+            mine = observed.get(ssp)
+            if mine is not None:
+                v = mine.get(stream_id)
+                if v is not None and ms < v:
+                    self._send_marks(stage)
+        return ahead
+
+    def _send_marks(self, stage: Any) -> bool:
+        """Send ``stage``'s watermark into its intermediate streams where it moved; True when
+        it did."""
+        marks = self.clock.stream_marks(stage, self)
+        self._send_watermarks(marks)
+        return bool(marks)
+
+    def _send_watermarks(self, marks: list[tuple[str, Any]]) -> None:
+        producer = self.env.producer
+        for sid, mark in marks:
+            for p in range(self.job.partitions[sid]):
+                producer.send(sid, p, mark)
 
     def _make_sender(self, stream_id: str, op_id: str) -> Emit:
         """The terminal of ``op_id`` writing to ``stream_id``, in the partition its rule picks
@@ -361,6 +407,14 @@ class TaskInstance:
             if single is not None:
                 progress = self.clock.progress.get(ssp, NO_WATERMARK)
                 input_bound = self.clock.declared[ssp.stream_id][1]
+            # the stage this partition feeds writes intermediate streams: watermarks go on in
+            # order, and where this partition is its one declared channel, ahead of a message
+            # behind its progress
+            hop = self.clock.hop_stage.get(ssp.stream_id)
+            lone = self._lone_declared.get(ssp.stream_id)
+            if lone is not None:
+                top = self.clock.progress.get(ssp, NO_WATERMARK)
+                lone_bound = self.clock.declared[ssp.stream_id][1]
             i = self._cur_i
             read = self.read
             end = min(len(payloads), i + budget - n)
@@ -381,30 +435,40 @@ class TaskInstance:
                     t: Any = None
                     if type(m) in control_types:
                         if type(m) is not OtherBucket:
-                            if self._control(ssp, m):  # a record with an offset of its own: done
-                                # a producer's watermark or end counts once what came before it
-                                # has
-                                mark = m if type(m) is Watermark or type(m) is EndOfStream \
-                                    else None
-                                if pending:
-                                    pending.append([ssp, first + i - 1, True, 0, mark])
-                                else:
-                                    last_done = i
-                                    if mark is not None:
-                                        self.clock.apply(ssp, mark)
-                            continue
-                        # another virtual task's message: done, its time counts as if this
-                        # task had completed it (rule 18)
-                        read[ssp.stream_id] = read.get(ssp.stream_id, 0) - 1
-                        t = m.time
-                        src[1] = i
-                        pend = None
-                        if local:  # the windows keep their own watermark: move it
-                            for op in local_ops:  # type: ignore[union-attr]
-                                ms = t[0].get(op.op_id)
-                                if ms is not None and ms > op.watermark:
-                                    pend = self._window_moved(op, ms, pend)
-                            t = None
+                            if not self._control(ssp, m):
+                                continue
+                            # a record with an offset of its own: done. A producer's watermark
+                            # or end counts once what came before it has
+                            mark = m if type(m) is Watermark or type(m) is EndOfStream else None
+                            if pending:
+                                pending.append([ssp, first + i - 1, True, 0, mark])
+                                continue
+                            pend = None
+                            if mark is not None:
+                                # the windows take it before the next message, and it goes on
+                                # into the stage's intermediate streams in order
+                                self.clock.apply(ssp, mark)
+                                if stage_wm is not None:
+                                    pend = self._advance_windows(stage_wm)
+                                if pend is None and hop is not None:
+                                    self._send_marks(hop)
+                            if pend is None:
+                                last_done = i
+                                continue
+                            # else the panes it closed are still on their way: in flight
+                        else:
+                            # another virtual task's message: done, its time counts as if this
+                            # task had completed it (rule 18)
+                            read[ssp.stream_id] = read.get(ssp.stream_id, 0) - 1
+                            t = m.time
+                            src[1] = i
+                            pend = None
+                            if local:  # the windows keep their own watermark: move it
+                                for op in local_ops:  # type: ignore[union-attr]
+                                    ms = t[0].get(op.op_id)
+                                    if ms is not None and ms > op.watermark:
+                                        pend = self._window_moved(op, ms, pend)
+                                t = None
                     else:
                         if local:
                             pass
@@ -419,6 +483,18 @@ class TaskInstance:
                                     t = event_seconds(t)
                             except Exception as exc:
                                 raise _EventTimeFailure(exc) from exc
+                            if lone is not None and t is not None:
+                                tm = round(t * 1000.0)
+                                if tm < top:  # behind the progress: the watermark goes first
+                                    if latest is not None:
+                                        self.clock.apply(ssp, latest)
+                                        latest = None
+                                    if single is not None and progress > \
+                                            self.clock.progress.get(ssp, NO_WATERMARK):
+                                        self.clock.progress[ssp] = progress
+                                    self._send_marks(lone)
+                                elif tm - lone_bound > top:
+                                    top = tm - lone_bound
                         src[1] = i
                         pend = entry(m)
                     if pend is None:
@@ -666,9 +742,7 @@ class TaskInstance:
                                     f"{self.name!r}: {type(exc).__name__}: {exc}", op_id=op_id,
                                     task=self.name) from exc
                 await self._run_outputs(op_id, outs)
-            for sid, mark in marks:
-                for p in range(self.job.partitions[sid]):
-                    producer.send(sid, p, mark)
+            self._send_watermarks(marks)
             if marks:
                 producer.signal()
 

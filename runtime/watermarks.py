@@ -465,6 +465,12 @@ class TaskClock:
         self.in_time_order: dict[str, bool] = {}
         #: stream id -> its stage, when that stage has event-time windows
         self.window_stage: dict[str, Stage] = {}
+        #: stream id -> its stage, when that stage writes intermediate streams: a producer's
+        #: watermark it reads goes on at once, in order (docs/semantics.md, "Per message")
+        self.hop_stage: dict[str, Stage] = {}
+        #: stage id -> its one channel, when one alone feeds a stage that writes intermediate
+        #: streams: a message behind that channel's progress is preceded by the watermark
+        self.lone: dict[str, SSP] = {}
         #: per stage: (windows with their bound, intermediate outputs, channel ssps, reach)
         self._stage: dict[str, tuple[list[tuple[str, int]], list[str], list[SSP],
                                      dict[str, set[str]]]] = {}
@@ -517,6 +523,11 @@ class TaskClock:
                     self.single_declared[ssps[0].stream_id] = windows
             for op, _ in windows:
                 self.in_time_order[op] = not jt.fixed_order(stage, op) or jt.bounded(op)
+            if outs:
+                for sid in stage.inputs:
+                    self.hop_stage[sid] = stage
+                if len(ssps) == 1:
+                    self.lone[stage.stage_id] = ssps[0]
         self.progress: dict[SSP, int] = {}
         self.observed: dict[SSP, dict[str, int]] = {}
         self.producers: dict[SSP, dict[str | None, tuple[int, bool]]] = {}
@@ -692,11 +703,18 @@ class TaskClock:
 
     # -- watermarks --------------------------------------------------------------------------------
 
-    def compute(self, stage: Stage, task: Any, streams: bool = True
+    def stream_marks(self, stage: Stage, task: Any) -> list[tuple[str, Watermark]]:
+        """The watermarks to send into ``stage``'s intermediate streams now, leaving its
+        windows as they are."""
+        return self.compute(stage, task, windows=False)[1]
+
+    def compute(self, stage: Stage, task: Any, streams: bool = True, windows: bool = True
                 ) -> tuple[list[tuple[str, int]], list[tuple[str, Watermark]]]:
         """The windows whose watermark moved (op id, watermark) and the watermarks to send into
-        the stage's intermediate streams (not with ``streams=False``)."""
-        windows, outs, ssps, reach = self._stage[stage.stage_id]
+        the stage's intermediate streams (not with ``streams=False``; no window moves with
+        ``windows=False``)."""
+        stage_windows, outs, ssps, reach = self._stage[stage.stage_id]
+        moving = stage_windows if windows else []
         name = task.name
         ended = task.ended
         live: list[SSP] = []
@@ -719,7 +737,7 @@ class TaskClock:
             # every channel idle: the windows go as far as the furthest of them got (as Flink
             # does), and readers are told this task is idle
             if idle:
-                for op_id, bound in windows:
+                for op_id, bound in moving:
                     v = self._max(idle, op_id, reach)
                     if v is not None and v - bound > self.delivered.get(op_id, NO_WATERMARK):
                         self.delivered[op_id] = v - bound
@@ -733,7 +751,7 @@ class TaskClock:
                         self.sent[(stage.stage_id, sid)] = (ms, True)
                         marks.append((sid, Watermark(name, ms, True)))
             return moved, marks
-        for op_id, bound in windows:
+        for op_id, bound in moving:
             v = self._min(live, op_id, reach)
             if v is None:
                 continue
@@ -792,9 +810,10 @@ def _busy(task: Any, ssp: SSP) -> bool:
 
 
 def observing(domain: str, fn: Derived, emit: Callable[[Any], Any], what: str,
-              op_id: str) -> Callable[[Any], Any]:
+              op_id: str, ahead: Callable[[int], None] | None = None) -> Callable[[Any], Any]:
     """``emit`` preceded by recording the message's event time in ``domain`` for the handed-out
-    message that caused it."""
+    message that caused it; ``ahead(ms)``, where given, is called first (it may send the
+    watermark ahead of a message behind it)."""
     get = CURRENT.get
     seconds = getattr(fn, "seconds", None)
     if seconds is not None:  # a window's own event time: no frame in between
@@ -807,6 +826,8 @@ def observing(domain: str, fn: Derived, emit: Callable[[Any], Any], what: str,
                     raise OperatorFailure(op_id, ValueError(
                         f"the event time of {what} failed on {m!r}: {type(exc).__name__}: "
                         f"{exc}")) from exc
+                if ahead is not None:
+                    ahead(ms)
                 obs = box[0]
                 if obs is None:
                     box[0] = {domain: ms}
@@ -825,6 +846,8 @@ def observing(domain: str, fn: Derived, emit: Callable[[Any], Any], what: str,
                     f"the event time of {what} failed on {m!r}: {type(exc).__name__}: {exc}"
                 )) from exc
             if ms is not None:
+                if ahead is not None:
+                    ahead(ms)
                 obs = box[0]
                 if obs is None:
                     box[0] = {domain: ms}

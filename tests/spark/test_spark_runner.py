@@ -160,8 +160,14 @@ def test_broadcast_reaches_every_task(spark: Any) -> None:
 
 # -- files in and out ---------------------------------------------------------------------------
 
+def in_time_order(n: int) -> list[dict[str, Any]]:
+    """The views of two partitions in one list, in event-time order (parity holds for input in
+    event-time order: docs/semantics.md, "Event time and watermarks")."""
+    return sorted((m for msgs in views(n, 2).values() for m in msgs), key=lambda m: m["ts"])
+
+
 def test_jsonl_in_and_out_and_a_rerun_replaces(spark: Any, tmp_path: Path) -> None:
-    data = [m for msgs in views(80, 2).values() for m in msgs]
+    data = in_time_order(80)
     inp = tmp_path / "in"
     inp.mkdir()
     write_jsonl(inp / "a.jsonl", data[:90])
@@ -184,7 +190,7 @@ def test_jsonl_in_and_out_and_a_rerun_replaces(spark: Any, tmp_path: Path) -> No
 
 
 def test_parquet_in_and_out(spark: Any, tmp_path: Path) -> None:
-    data = [m for msgs in views(100, 2).values() for m in msgs]
+    data = in_time_order(100)
     src = tmp_path / "views.parquet"
     src.mkdir()
     pq.write_table(pa.Table.from_pylist(data[:120]), src / "part-0.parquet", row_group_size=50)
