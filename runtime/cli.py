@@ -209,17 +209,31 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _start_page(args: argparse.Namespace, runner: Any) -> Any:
     """``run --ui``: the job page (``runtime.ui``), served from the runner's metrics."""
-    from runtime.ui import RunnerSource, UIServer, parse_address
+    from runtime.reporters import reporter_names
+    from runtime.ui import ContainersSource, RunnerSource, UIServer, parse_address
 
     host, port = parse_address(args.ui)
+    source: Any
     if runner.containers > 1:
-        raise SamzaError(f"--ui shows a job of one container in this process; with "
-                         f"{runner.containers} containers, run `samza-dsl ui {args.app}` next to "
-                         f"the job (it reads the job's metrics stream or --from its endpoint)")
-    cid = runner.config.get("job.container.id")
-    server = UIServer(RunnerSource(runner, f"samza-container-{cid or 0}"),
-                      lambda: getattr(runner, "plan", None) if runner.container else None,
-                      f"{runner.app.name}-{runner.app.app_id}", host, port)
+        if not runner.local:
+            raise SamzaError(
+                f"--ui shows a run of {runner.containers} containers on the local system; on "
+                f"Kafka, run `samza-dsl ui {args.app} --from http://HOST:PORT/metrics` next to "
+                f"the job (metrics.reporters=prometheus: container i serves on "
+                f"metrics.reporter.prometheus.port + i)")
+        # the containers report to the job's snapshot stream, once a second unless the job says
+        names = reporter_names({**runner.app.config, **runner.config})
+        if "snapshot" not in names:
+            runner.config["metrics.reporters"] = ",".join([*names, "snapshot"])
+        if "metrics.reporter.interval.ms" not in {**runner.app.config, **runner.config}:
+            runner.config["metrics.reporter.interval.ms"] = 1000
+        source = ContainersSource(runner)
+        plan = lambda: getattr(runner, "plan", None)  # noqa: E731
+    else:
+        cid = runner.config.get("job.container.id")
+        source = RunnerSource(runner, f"samza-container-{cid or 0}")
+        plan = lambda: getattr(runner, "plan", None) if runner.container else None  # noqa: E731
+    server = UIServer(source, plan, f"{runner.app.name}-{runner.app.app_id}", host, port)
     url = server.start()
     print(f"job page: {url}", file=sys.stderr, flush=True)
     return server

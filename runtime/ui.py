@@ -1,7 +1,7 @@
 """The job page: a live view of a running job, served read-only over HTTP (aiohttp).
 
 ``samza-dsl run APP --ui [HOST:]PORT`` serves it next to the job, from the job's own metrics
-registry; ``samza-dsl ui APP`` serves it for a job running elsewhere, from the job's snapshot
+registry (a run of several containers on the local system: from the snapshot stream they write); ``samza-dsl ui APP`` serves it for a job running elsewhere, from the job's snapshot
 stream ``<job>-metrics`` in its local log, or from its Prometheus endpoint (``--from URL``).
 
 The page draws the plan's DAG (the drawing of ``samza-dsl plan --format svg``) and annotates each
@@ -31,7 +31,8 @@ from typing import Any
 from runtime.metrics import Sample
 from samza_dsl.errors import SamzaError
 
-__all__ = ["JobView", "RunnerSource", "StreamSource", "PrometheusSource", "UIServer",
+__all__ = ["JobView", "RunnerSource", "StreamSource", "PrometheusSource", "ContainersSource",
+           "UIServer",
            "parse_address", "HISTORY_S"]
 
 #: how far back the lag charts go
@@ -153,6 +154,43 @@ class StreamSource:
     def containers(self) -> dict[str, str]:
         now = time.time()
         return {name: f"reported {max(0.0, now - t):.0f} s ago" for name, t in self.seen.items()}
+
+
+class ContainersSource:
+    """Snapshots of a run of several container processes that this process started
+    (``LocalRunner`` with ``job.container.count`` > 1 on the local system): the containers'
+    snapshot stream in the job's local log (``StreamSource``), and each process's state from the
+    runner. The log is opened once every container process is running."""
+
+    kind = "containers"
+
+    def __init__(self, runner: Any) -> None:
+        self.runner = runner
+        self._job: Any = None
+        self._stream: StreamSource | None = None
+
+    def poll(self) -> list[Snapshot]:
+        if self._stream is None:
+            if self.runner.status().get("state") != "running":
+                return []
+            from runtime.local.system import LocalJob
+
+            self._job = LocalJob(self.runner.app, self.runner.config, run=False)
+            self._stream = StreamSource(self._job.log_of(self._job.main_system),
+                                        f"{self._job.job_name}-metrics")
+        return self._stream.poll()
+
+    def containers(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for i, proc in enumerate(self.runner.status().get("containers", [])):
+            out[f"container-{i}"] = f"running (pid {proc['pid']})" if proc["alive"] else \
+                f"exited ({proc['exit_code']})"
+        return out
+
+    def close(self) -> None:
+        if self._job is not None:
+            self._job.close()
+            self._job = None
 
 
 _GROUPS = ("container", "task", "operator", "store", "producer", "user")
@@ -447,6 +485,9 @@ class UIServer:
             with contextlib.suppress(RuntimeError):
                 self._loop.call_soon_threadsafe(self._stop.set)
             self._thread.join(10)
+        close = getattr(self.source, "close", None)
+        if close is not None:
+            close()
 
     def _run(self) -> None:
         try:

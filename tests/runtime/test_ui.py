@@ -211,6 +211,44 @@ def test_a_job_run_with_ui_shows_its_dag_rates_and_lag_live_in_chromium(tmp_path
     assert f"job page: http://127.0.0.1:{port}/" in err
 
 
+def test_a_run_of_two_containers_with_ui_shows_both_and_their_numbers(tmp_path: Path) -> None:
+    """``run --containers 2 --ui``: the page reads the snapshot stream the two container
+    processes write, shows both with their states, and its numbers move as clicks come."""
+    port = free_port()
+    job_dir = tmp_path / "job"
+    proc = cli("run", CLICKS, "--sample", "2000", "--follow", "-q", "--containers", "2",
+               "--ui", f"127.0.0.1:{port}", "-c", f"job.dir={job_dir}", cwd=tmp_path)
+    stop_feeding = threading.Event()
+    loader: threading.Thread | None = None
+    try:
+        url = f"http://127.0.0.1:{port}/"
+        first = wait_for("both containers' snapshots", lambda: (
+            s := get_json(url + "api/state"))["plan_ready"]
+            and {c["name"] for c in s["containers"] if c.get("processed") is not None}
+            >= {"container-0", "container-1"} and s, proc=proc)
+        assert first["source"] == "containers"
+        states = {c["name"]: c["state"] for c in first["containers"]}
+        assert states["container-0"].startswith("running (pid ")
+        assert states["container-1"].startswith("running (pid ")
+        assert first["operators"]["clicks-1-map-section"]["in"] >= 0
+        batches: list[int] = []
+        loader = feeder(job_dir, stop_feeding, batches)
+        later = wait_for("the numbers to move", lambda: (s := get_json(url + "api/state"))
+                         ["operators"]["clicks-1-map-section"]["in"]
+                         > first["operators"]["clicks-1-map-section"]["in"] + 1000 and s,
+                         proc=proc)
+        assert sum(c["processed"] for c in later["containers"]) > \
+            sum(c["processed"] for c in first["containers"])
+        assert later["streams"]["clicks"]["kind"] == "input"
+    finally:
+        stop_feeding.set()
+        if loader is not None:
+            loader.join(30)
+        out, err = stop(proc)
+    assert proc.returncode == 0, err
+    assert f"job page: http://127.0.0.1:{port}/" in err
+
+
 def test_the_state_as_json_and_nothing_that_changes_the_job(tmp_path: Path) -> None:
     from examples.page_view_counts import app, sample_input
     from runtime.runner import LocalRunner
