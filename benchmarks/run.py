@@ -9,6 +9,7 @@
     python benchmarks/run.py W7              # through a Kafka broker on 127.0.0.1 (named only)
     python benchmarks/run.py W6A             # W6 on a job aged by 10^6 updates of 10^4 keys, twice
     python benchmarks/run.py W8              # 1 and 2 container processes (named only)
+    python benchmarks/run.py W3M             # peak RSS, 10^6 keys in window state (named only)
     python benchmarks/run.py W5              # Spark reprocessing, local[2] (named only)
 
 W1L is W1 on the embedded local system (LMDB table with changelog); W6 restarts a W1 job holding
@@ -102,6 +103,10 @@ def main() -> None:
             median_summary([run_w3_local(n(1_000_000)) for _ in range(args.runs)])
         elif w == "W4L":
             median_summary([run_w4_local(n(500_000)) for _ in range(args.runs)])
+        elif w == "W3M":
+            from benchmarks.memory_workloads import run_w3_memory
+
+            median_summary([run_w3_memory(n(1_000_000)) for _ in range(args.runs)])
         elif w == "W8":
             median_summary([run_w8(n(1_000_000)) for _ in range(args.runs)])
         elif w == "W6":
