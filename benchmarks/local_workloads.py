@@ -118,17 +118,22 @@ def _emitted(job: LocalJob, stream_id: str) -> int:
 
 # -- W1 on the local system (W1L, W1J) ---------------------------------------------------------
 
+def _counter_app(name: str, serde: KVSerde, counter: CountInTable) -> StreamApplication:
+    """examples/readwrite_counter.py's job with ``serde`` for its input, table and output."""
+    app = StreamApplication(name, config={"task.commit.ms": COMMIT_MS})
+    local = LocalSystem("local")
+    events = app.input(local.input("events", serde=serde, partitions=4))
+    counts = app.output(local.output("counts", serde=serde, partitions=4))
+    app.table("counts", serde=serde)
+    events.map(counter, name="count").send_to(counts)
+    return app
+
+
 def w1j_app() -> StreamApplication:
     """W1 as users write it (W1J): one ``KVSerde(JsonSerde(), JsonSerde())`` for the input, the
     table and the output; the counter itself is examples/readwrite_counter.py's."""
-    app = StreamApplication("readwrite-counter-json", config={"task.commit.ms": COMMIT_MS})
-    local = LocalSystem("local")
-    json_kv = KVSerde(JsonSerde(), JsonSerde())
-    events = app.input(local.input("events", serde=json_kv, partitions=4))
-    counts = app.output(local.output("counts", serde=json_kv, partitions=4))
-    app.table("counts", serde=json_kv)
-    events.map(CountInTable(), name="count").send_to(counts)
-    return app
+    return _counter_app("readwrite-counter-json", KVSerde(JsonSerde(), JsonSerde()),
+                        CountInTable())
 
 
 def run_w1_local(n: int, variant: str = "W1L") -> dict[str, Any]:
@@ -206,14 +211,7 @@ class _FirstCall(CountInTable):
 
 def w6_app() -> StreamApplication:
     """The job of examples/readwrite_counter.py, with the counter noting its first call."""
-    app = StreamApplication("readwrite-counter", config={"task.commit.ms": COMMIT_MS})
-    local = LocalSystem("local")
-    kv = KVSerde(StringSerde(), JsonSerde())
-    events = app.input(local.input("events", serde=kv, partitions=4))
-    counts = app.output(local.output("counts", serde=kv, partitions=4))
-    app.table("counts", serde=KVSerde(StringSerde(), JsonSerde()))
-    events.map(_FirstCall(), name="count").send_to(counts)
-    return app
+    return _counter_app("readwrite-counter", KVSerde(StringSerde(), JsonSerde()), _FirstCall())
 
 
 def _restart(app: StreamApplication, config: dict[str, Any], key: str,
