@@ -1,6 +1,6 @@
 """Installs each peer of the side-by-side benchmarks into its own venv, from its pinned
-requirements file: ``benchmarks/peers/.venvs/NAME`` (git-ignored), made with the Python running
-this script, so that every system and every plain loop runs on the same interpreter.
+requirements file: ``.peer-venvs/NAME`` at the repository's root (git-ignored), made with the
+Python running this script, so that every system and every plain loop runs on one interpreter.
 
     .venv/bin/python benchmarks/peers/install.py                # Bytewax and Quix Streams
     .venv/bin/python benchmarks/peers/install.py quixstreams    # one of them
@@ -19,7 +19,8 @@ import subprocess
 import venv
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-VENVS = os.path.join(HERE, ".venvs")
+# at the repository's root, outside the folders whose files the docs' checks read
+VENVS = os.path.join(os.path.dirname(os.path.dirname(HERE)), ".peer-venvs")
 PEERS = ("bytewax", "quixstreams")
 
 __all__ = ["PEERS", "VENVS", "python_of", "install"]

@@ -1,7 +1,7 @@
 """W1 and W2 on Bytewax, in memory, one worker (``bytewax.testing.run_main``), in its own venv.
 
-    benchmarks/peers/.venvs/bytewax/bin/python -m benchmarks.peers.run_bytewax W1 1000000
-    benchmarks/peers/.venvs/bytewax/bin/python -m benchmarks.peers.run_bytewax W2 20000 100
+    .peer-venvs/bytewax/bin/python -m benchmarks.peers.run_bytewax W1 1000000
+    .peer-venvs/bytewax/bin/python -m benchmarks.peers.run_bytewax W2 20000 100
 
 W1: a ``TestingSource`` over the messages (batches of 1,000), ``key_on`` the id, the count in
 ``stateful_map`` (Bytewax's in-memory keyed state), into a ``TestingSink``.

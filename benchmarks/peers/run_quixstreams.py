@@ -1,7 +1,7 @@
 """W1 and W2 on Quix Streams with its RocksDB state, in its own venv.
 
-    benchmarks/peers/.venvs/quixstreams/bin/python -m benchmarks.peers.run_quixstreams W1 1000000
-    benchmarks/peers/.venvs/quixstreams/bin/python -m benchmarks.peers.run_quixstreams W2 1000 100
+    .peer-venvs/quixstreams/bin/python -m benchmarks.peers.run_quixstreams W1 1000000
+    .peer-venvs/quixstreams/bin/python -m benchmarks.peers.run_quixstreams W2 1000 100
 
 Quix Streams reads only from Kafka. To measure its processing and state, not a broker, this
 drives Quix's own processing path from memory: the application's ``StreamingDataFrame`` composed
