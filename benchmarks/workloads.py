@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 
 from benchmarks.common import emit, timed
+from benchmarks.peers.workload import w1_messages, w1_plain_loop, w2_bare_asyncio
 from runtime.testing import TestRunner
 from samza_dsl import KV, StreamApplication, Windows
 from samza_dsl.serdes import BytesSerde, KVSerde, StringSerde
@@ -23,13 +24,8 @@ _enc = msgspec.json.Encoder()
 # -- W1: ReadWrite counter --------------------------------------------------------------------
 
 def w1_input(n: int, partitions: int = 4, seed: int = 1) -> dict[int, list[KV[str, bytes]]]:
-    rnd = random.Random(seed)
-    pad = "x" * 100
-    parts: dict[int, list[KV[str, bytes]]] = {p: [] for p in range(partitions)}
-    for _ in range(n):
-        i = rnd.randint(1, 10_000)
-        parts[i % partitions].append(KV(str(i), _enc.encode({"id": i, "pad": pad})))
-    return parts
+    return {p: [KV(k, v) for k, v in msgs]
+            for p, msgs in w1_messages(n, partitions, seed).items()}
 
 
 class CountInTable:
@@ -57,15 +53,7 @@ def w1_app() -> tuple[StreamApplication, Any, Any]:
 
 
 def w1_baseline(parts: dict[int, list[KV[str, bytes]]]) -> int:
-    counts: dict[int, int] = {}
-    out = []
-    for msgs in parts.values():
-        for kv in msgs:
-            i = _dec.decode(kv.value)["id"]
-            c = counts.get(i, 0) + 1
-            counts[i] = c
-            out.append(_enc.encode(c))
-    return len(out)
+    return w1_plain_loop(parts)
 
 
 def run_w1(n: int) -> dict[str, Any]:
@@ -95,15 +83,7 @@ def w2_app(c: int) -> tuple[StreamApplication, Any, Any]:
 
 
 def w2_bare(n: int, c: int) -> float:
-    async def main() -> None:
-        sem = asyncio.Semaphore(c)
-
-        async def one(m: int) -> list[int]:
-            async with sem:
-                return await _enrich(m)
-        await asyncio.gather(*(one(m) for m in range(n)))
-    secs, _ = timed(lambda: asyncio.run(main()))
-    return secs
+    return w2_bare_asyncio(n, c)
 
 
 def w2_ceiling(n: int, c: int) -> float:
