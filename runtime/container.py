@@ -22,6 +22,7 @@ from runtime.commit import Committer
 from runtime.elastic import fan_readers
 from runtime.job import SSP, JobModel, TaskModel
 from runtime.metrics import Metrics, Sample
+from runtime.state.remote import close_table_functions
 from runtime.systems import CheckpointStore, Consumer, Producer, StateBackend
 from runtime.task import TaskInstance
 from runtime.task_env import TaskEnv
@@ -222,6 +223,8 @@ class Container:
             await asyncio.gather(*runs, *helpers, return_exceptions=True)
             for t in self.tasks:
                 t.close()
+            if self.job.plan.app.remote_tables:  # their client sessions live on this loop
+                await close_table_functions(self.job.plan.app.remote_tables.values())
             gc.set_threshold(*threshold)
             gc.unfreeze()
             try:

@@ -37,7 +37,8 @@ from samza_dsl.errors import RemoteTableError
 from samza_dsl.kv import KV
 from samza_dsl.spec import RemoteTableSpec
 
-__all__ = ["TokenBucket", "RemoteTableClient", "RemoteCall", "MISS", "container_limiter"]
+__all__ = ["TokenBucket", "RemoteTableClient", "RemoteCall", "MISS", "container_limiter",
+           "close_table_functions"]
 
 
 class _Miss:
@@ -247,9 +248,10 @@ class RemoteTableClient:
         else:
             advice = ("fix the table function, or name the error in RetryPolicy(retry_on=...) "
                       "if it is transient")
+        last = str(exc).rstrip(".")
         return RemoteTableError(
             f"remote table {self.name!r} in task {self.task_name!r}: {what} of {subject} failed "
-            f"{why}; last error {type(exc).__name__}: {exc}. {advice.capitalize()}",
+            f"{why}; last error {type(exc).__name__}: {last}. {advice[0].upper()}{advice[1:]}",
             table=self.name, call=what, key=key, attempts=attempts)
 
     # -- reads ------------------------------------------------------------------------------------
@@ -400,7 +402,7 @@ class RemoteTableClient:
                 del self._writing[key]
 
     async def write_many(self, entries: Iterable[Any]) -> None:
-        pairs = [(e[0], e[1]) for e in entries]
+        pairs = [(k, v) for k, v in entries]  # KV(key, value) or (key, value)
         await asyncio.gather(*(self.write(k, v) for k, v in pairs))
 
     # -- what user functions call (ctx.table) ----------------------------------------------------
@@ -440,3 +442,20 @@ class RemoteTableClient:
     def delete(self, key: Any) -> RemoteCall:
         """``await table.delete(key)``."""
         return self._start(self.write(key, None), "delete")
+
+
+async def close_table_functions(specs: Iterable[RemoteTableSpec]) -> None:
+    """When a container stops: ``await aclose()`` of each object whose methods are a remote
+    table's functions (or of a function object that has one), once each, on the container's
+    loop: a client session opened on that loop is closed on it."""
+    seen: set[int] = set()
+    for spec in specs:
+        for fn in (spec.read, spec.write, spec.read_all, spec.write_all):
+            owner = getattr(fn, "__self__", fn)
+            aclose = getattr(owner, "aclose", None)
+            if fn is None or id(owner) in seen or not callable(aclose):
+                continue
+            seen.add(id(owner))
+            result = aclose()
+            if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
+                await result
