@@ -118,7 +118,7 @@ class TaskInstance:
         self.wake = asyncio.Event()
         self.done = False
 
-        # remote-table calls user functions made (rule 22): of the message being handed out,
+        # remote-table calls user functions made (rule 19): of the message being handed out,
         # of messages completing on their own asyncio task (by record id), and of neither
         self._calls: list[RemoteCall] = []
         self._handing_out = False
@@ -207,7 +207,7 @@ class TaskInstance:
         from samza_dsl.spec import stream_node
 
         if self.env.executor is not None or self.plan.app.remote_tables:
-            return None  # remote-table calls are tied to each message (rule 22)
+            return None  # remote-table calls are tied to each message (rule 19)
         node = stream_node(stream_id)
         fns: list[tuple[str, Callable[[Any], Any]]] = []
         nexts = [n for n in self.plan.next_ops(node) if n in self.operators]

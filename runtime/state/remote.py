@@ -18,7 +18,7 @@ that succeeded updates the cache (``write="through"``) or drops the key from it
 (``"around"``); a delete drops it.
 
 Calls run on the task's event loop as part of the message that made them (docs/semantics.md
-rule 22): ``join_table`` and ``send_to`` return them to the runtime as the message's pending
+rule 19): ``join_table`` and ``send_to`` return them to the runtime as the message's pending
 work; a call from a user function (``ctx.table(name).get(...)``) is started at once and handed
 to ``track``, which the task ties to the message being processed, so the message stays in flight
 until the call has completed even when the function does not await it.

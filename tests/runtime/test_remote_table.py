@@ -1,4 +1,4 @@
-"""Remote tables (docs/semantics.md rule 22) against a real HTTP service on 127.0.0.1
+"""Remote tables (docs/semantics.md rule 19) against a real HTTP service on 127.0.0.1
 (``samza_dsl.testing.kv_service``): joins, writes, ``ctx.table``, retries, the rate limit (by
 the clock), the cache, batching, ``task.max.concurrency``, ``task.callback.timeout.ms`` and the
 checkpoint held back by a slow write."""
