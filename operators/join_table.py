@@ -7,7 +7,8 @@ miss. A None key skips the lookup and calls ``combine(m, None)``. A None result 
 
 A remote table (one whose store has ``remote = True``, ``runtime.state.remote``) is read
 asynchronously: ``process`` returns an awaitable of the outputs, unless the table's cache
-answers at once (``cached(key)``), when it completes inline as a local lookup does.
+answers at once (``cached(key)``), when it completes inline as a local lookup does; on a miss,
+``fetch(key)`` reads it from the service.
 
 >>> from samza_dsl.kv import KV
 >>> from samza_dsl.spec import JoinTableSpec
@@ -78,6 +79,6 @@ class JoinTableOperator(Operator):
         return [] if result is None else [result]
 
     async def _join_remote(self, message: Any, key: Any) -> list[Any]:
-        value = await self._remote.read(key)
+        value = await self._remote.fetch(key)  # process() found it missing from the cache
         result = self._combine(message, None if value is None else KV(key, value))
         return [] if result is None else [result]

@@ -257,11 +257,15 @@ class RemoteTableClient:
     # -- reads ------------------------------------------------------------------------------------
 
     async def read(self, key: Any) -> Any:
-        """The value of ``key`` from the cache or the service (None: none). The cache is
-        consulted again here: ``cached`` may have been asked before."""
+        """The value of ``key`` from the cache or the service (None: none)."""
         value = self.cached(key) if self._cache is not None else MISS
         if value is not MISS:
             return value
+        return await self.fetch(key)
+
+    async def fetch(self, key: Any) -> Any:
+        """The value of ``key`` from the service (None: none), kept in the cache: what a read
+        does once the cache has missed."""
         if self.spec.read_all is not None:
             value = await self._batched(key, reading=True)
         else:

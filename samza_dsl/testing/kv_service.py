@@ -28,19 +28,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import selectors
 import threading
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import quote
 
+import msgspec
 from aiohttp import ClientError, ClientSession, ClientTimeout, TCPConnector, web
 
 from ..kv import KV
 from ..remote import RemoteCallError
 
 __all__ = ["KVService", "HttpKV"]
+
+_encode = msgspec.json.encode
+_decode = msgspec.json.decode
+_JSON = {"Content-Type": "application/json"}
+
+
+def _json_response(body: Any, status: int = 200) -> web.Response:
+    return web.Response(body=_encode(body), status=status, content_type="application/json")
 
 
 class KVService:
@@ -65,7 +74,6 @@ class KVService:
         self._fails: dict[str, list[int]] = {}
         self._slow: dict[str, float] = {}
         self._lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(256, thread_name_prefix="kv-service")
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -97,7 +105,7 @@ class KVService:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         method = request.method
         key = request.match_info.get("key")
-        body: Any = await request.json() if request.can_read_body else None
+        body: Any = _decode(await request.read()) if request.can_read_body else None
         if key is not None:
             keys: tuple[str, ...] = (key,)
         elif request.path.endswith("/get"):
@@ -109,24 +117,24 @@ class KVService:
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
             delay = self.latency + max((self._slow.get(k, 0.0) for k in keys), default=0.0)
-            if delay > 0:  # a thread's sleep: asyncio timers here would round up to whole ms
-                await asyncio.get_running_loop().run_in_executor(self._pool, time.sleep, delay)
+            if delay > 0:  # on a select() loop: microsecond timers (_run)
+                await asyncio.sleep(delay)
             status = self._fault(keys)
             if status is not None:
-                return web.json_response({"error": f"injected {status}"}, status=status)
+                return _json_response({"error": f"injected {status}"}, status=status)
             data = self.data
             if key is not None:
                 if method == "GET":
                     if key not in data:
-                        return web.json_response({"error": "no such key"}, status=404)
-                    return web.json_response({"value": data[key]})
+                        return _json_response({"error": "no such key"}, status=404)
+                    return _json_response({"value": data[key]})
                 if method == "PUT":
                     data[key] = body["value"]
                 else:
                     data.pop(key, None)
                 return web.Response(status=204)
             if request.path.endswith("/get"):
-                return web.json_response(
+                return _json_response(
                     {"entries": [[k, data[str(k)]] for k in body["keys"] if str(k) in data]})
             for k, v in body["entries"]:
                 if v is None:
@@ -156,7 +164,9 @@ class KVService:
             await runner.cleanup()
 
     def _run(self) -> None:
-        loop = self._loop = asyncio.new_event_loop()
+        # select() takes microsecond timeouts, where epoll rounds each up to a whole
+        # millisecond: a 5 ms latency stays 5 ms
+        loop = self._loop = asyncio.SelectorEventLoop(selectors.SelectSelector())
         try:
             loop.run_until_complete(self._serve())
         except BaseException as exc:  # startup failed: start() reports it
@@ -179,7 +189,6 @@ class KVService:
             loop.call_soon_threadsafe(stop.set)
         if self._thread is not None:
             self._thread.join(10)
-        self._pool.shutdown(wait=False)
 
     def __enter__(self) -> KVService:
         return self.start()
@@ -228,7 +237,7 @@ class HttpKV:
             self._check(resp.status, f"GET {key!r}")
             if resp.status == 404:
                 return None
-            return (await resp.json())["value"]
+            return _decode(await resp.read())["value"]
 
     async def _write(self, key: Any, value: Any) -> None:
         """Put ``value`` for ``key``; None deletes it."""
@@ -237,21 +246,24 @@ class HttpKV:
             async with session.delete(self._key_url(key)) as resp:
                 self._check(resp.status, f"DELETE {key!r}")
         else:
-            async with session.put(self._key_url(key), json={"value": value}) as resp:
+            async with session.put(self._key_url(key), data=_encode({"value": value}),
+                                   headers=_JSON) as resp:
                 self._check(resp.status, f"PUT {key!r}")
 
     async def _read_all(self, keys: list[Any]) -> dict[Any, Any]:
         """``{key: value}`` for the keys the service has."""
-        async with self._session().post(f"{self.url}/batch/get", json={"keys": keys}) as resp:
+        async with self._session().post(f"{self.url}/batch/get", data=_encode({"keys": keys}),
+                                        headers=_JSON) as resp:
             self._check(resp.status, f"batch GET of {len(keys)} keys")
-            entries = (await resp.json())["entries"]
+            entries = _decode(await resp.read())["entries"]
         by_text = {str(k): k for k in keys}
         return {by_text[str(k)]: v for k, v in entries}
 
     async def _write_all(self, entries: list[KV[Any, Any]]) -> None:
         """Put each ``KV(key, value)``; a None value deletes its key."""
         body = {"entries": [[k, v] for k, v in entries]}
-        async with self._session().post(f"{self.url}/batch/put", json=body) as resp:
+        async with self._session().post(f"{self.url}/batch/put", data=_encode(body),
+                                        headers=_JSON) as resp:
             self._check(resp.status, f"batch PUT of {len(entries)} keys")
 
     async def read(self, key: Any) -> Any:

@@ -56,7 +56,8 @@ def gets(service: KVService, key: str | None = None) -> list[float]:
 def test_join_table_reads_each_message_s_record_from_the_service(service: KVService) -> None:
     app, ids = join_app(HttpKV(service.url), config={"task.max.concurrency": 4})
     out = TestRunner(app).add_input(ids, ["u1", "u9", "u2", "u3", "u1"]).run().messages("out")
-    assert out == [("u1", "Ada"), ("u9", None), ("u2", "Bob"), ("u3", "Cy"), ("u1", "Ada")]
+    assert sorted(out, key=repr) == sorted([("u1", "Ada"), ("u9", None), ("u2", "Bob"), ("u3", "Cy"),
+                                            ("u1", "Ada")], key=repr)
     assert len(gets(service)) == 5  # no cache: every message asks the service
 
 
