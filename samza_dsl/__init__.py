@@ -8,7 +8,7 @@
 """
 
 from .application import StreamApplication
-from .context import Context, ReadWriteTable
+from .context import AsyncReadWriteTable, Context, ReadWriteTable
 from .errors import (
     CallbackTimeout,
     ConfigError,
@@ -39,6 +39,6 @@ __all__ = [
     "StreamApplication", "MessageStream", "OutputStream", "Table", "KV", "Windows", "Window",
     "Triggers", "Trigger", "AccumulationMode", "FiringType", "WindowPane", "WindowKey", "Context",
     "ReadWriteTable", "LateMessage", "SamzaError", "PlanError", "ConfigError", "SerdeError", "TaskError",
-    "CallbackTimeout", "RemoteTable", "RetryPolicy", "CacheSpec", "RemoteCallError",
-    "RemoteTableError",
+    "CallbackTimeout", "AsyncReadWriteTable", "RemoteTable", "RetryPolicy", "CacheSpec",
+    "RemoteCallError", "RemoteTableError",
 ]

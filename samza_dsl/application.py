@@ -288,7 +288,8 @@ class StreamApplication:
             ...     return {"user": user_id, "tier": "gold"}
             >>> app = StreamApplication("demo")
             >>> app.remote_table("profiles", read=read, rate_limit=1000,
-            ...                  retry=RetryPolicy(max_attempts=5), cache=CacheSpec(ttl=60, size=10_000))
+            ...                  retry=RetryPolicy(max_attempts=5),
+            ...                  cache=CacheSpec(ttl=60, size=10_000))
             RemoteTable('profiles')
         """
         if not isinstance(name, str) or not NAME_RE.match(name):
