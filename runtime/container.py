@@ -357,6 +357,11 @@ class Container:
                 out.append(("task", "end-offset", labels, end))
             if nxt is not None and end is not None:
                 out.append(("task", "lag", labels, max(0, end - nxt)))
+        for t in tasks:  # remote tables: calls, retries and the cache, per task and table
+            for client in t.remote_clients:
+                labels = {"task": t.name, "store": client.name}
+                for name, n in client.counts.items():
+                    out.append(("store", f"remote-{name}", labels, n))
         stores = getattr(self.state, "samples", None)
         if stores is not None:
             out.extend(stores())

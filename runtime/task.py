@@ -122,6 +122,8 @@ class TaskInstance:
         # of messages completing on their own asyncio task (by record id), and of neither
         self._calls: list[RemoteCall] = []
         self._handing_out = False
+        #: the task's remote tables (their calls, retries and cache hits are metrics)
+        self.remote_clients: list[RemoteTableClient] = []
         self._rec_calls: dict[int, list[RemoteCall]] = {}
         self._loose_calls: list[RemoteCall] = []
 
@@ -175,9 +177,11 @@ class TaskInstance:
 
     def _open_remote(self, spec: RemoteTableSpec) -> RemoteTableClient:
         env = self.env
-        return RemoteTableClient(spec, task_name=self.name,
-                                 limiter=container_limiter(env.shared, spec, env.task_share),
-                                 track=self._track_call, metrics=self.metrics)
+        client = RemoteTableClient(spec, task_name=self.name,
+                                   limiter=container_limiter(env.shared, spec, env.task_share),
+                                   track=self._track_call)
+        self.remote_clients.append(client)
+        return client
 
     def _track_call(self, call: RemoteCall) -> None:
         """Tie a remote-table call a user function made to the message it was made for: the

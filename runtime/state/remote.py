@@ -155,7 +155,7 @@ class RemoteTableClient:
 
     def __init__(self, spec: RemoteTableSpec, *, task_name: str,
                  limiter: TokenBucket | None, track: Callable[[RemoteCall], None],
-                 metrics: Any = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.spec = spec
         self.name = spec.table_id
         self.task_name = task_name
@@ -174,8 +174,10 @@ class RemoteTableClient:
         self._writing: dict[Any, asyncio.Future[None]] = {}
         self._reads: _Batch | None = None
         self._writes: _Batch | None = None
-        self.counts = {"calls": 0, "retries": 0, "cache-hits": 0, "cache-misses": 0}
-        self._metrics = metrics
+        #: calls made (each attempt, a batch once), retries, and the cache's hits and misses:
+        #: the store metrics ``remote-calls``, ``remote-retries``, ``remote-cache-hits``...
+        self.counts = {"calls": 0, "retries": 0, "failures": 0, "cache-hits": 0,
+                       "cache-misses": 0}
 
     def __repr__(self) -> str:
         return f"RemoteTableClient({self.name!r}, task={self.task_name!r})"
@@ -227,6 +229,7 @@ class RemoteTableClient:
             except Exception as exc:
                 retried = policy is not None and policy.retries(exc)
                 if not retried or attempt >= policy.max_attempts:  # type: ignore[union-attr]
+                    self.counts["failures"] += 1
                     raise self._error(what, keys, attempt, exc, retried) from exc
                 self.counts["retries"] += 1
                 await asyncio.sleep(policy.delay(attempt, random.random()))  # type: ignore[union-attr]

@@ -476,3 +476,41 @@ def test_spark_refuses_remote_tables_when_planning(service: KVService) -> None:
     app, _ = join_app(HttpKV(service.url))
     with pytest.raises(PlanError, match="SparkRunner cannot run .*remote table.*names"):
         SparkRunner().reprocess(app, {"ids": ["u1"]})
+
+
+def test_remote_calls_retries_and_cache_hits_are_store_metrics(service: KVService) -> None:
+    service.fail("u2", times=1)
+    app, _ = join_app(HttpKV(service.url), retry=FAST_RETRY, cache=CacheSpec(ttl=60, size=10))
+    _, _, container = memory_job(app, {"ids": {0: ["u1", "u2", "u1", "u1"]}}, {}, {})
+    run_container(container, timeout=10)
+    got = {name: value for group, name, labels, value in container.samples()
+           if group == "store" and labels == {"task": "Partition 0", "store": "names"}}
+    assert got == {"remote-calls": 3, "remote-retries": 1, "remote-failures": 0,
+                   "remote-cache-hits": 2, "remote-cache-misses": 2}
+
+
+def test_with_a_thread_pool_the_join_stays_on_the_loop_and_threads_get_a_clear_error(
+        service: KVService) -> None:
+    kv = HttpKV(service.url)
+    config = {"job.container.thread.pool.size": 2, "task.max.concurrency": 4}
+    app, ids = join_app(kv, config=config)
+    assert sorted(TestRunner(app).add_input(ids, ["u1", "u2"]).run().messages("out")) == [
+        ("u1", "Ada"), ("u2", "Bob")]
+
+    mem = MemorySystem()
+    app = StreamApplication("remote-threads", config=config)
+    app.remote_table("names", write=kv.write)
+
+    class Put:
+        def init(self, ctx: Any) -> None:
+            self.t = ctx.table("names")
+
+        def __call__(self, key: str) -> str:
+            self.t.put(key, "x")  # on a pool thread: no event loop there
+            return key
+
+    words = mem.input("words")
+    app.input(words).map(Put(), name="put").send_to(app.output(mem.output("out")))
+    with pytest.raises(TaskError, match="outside the task's event loop") as err:
+        TestRunner(app).add_input(words, ["a"]).run()
+    assert "remote-threads-1-map-put" in str(err.value)
