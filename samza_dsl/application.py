@@ -272,11 +272,14 @@ class StreamApplication:
                 write-around); None: no cache.
             batch_size: The most keys in one ``read_all``/``write_all`` call.
 
+        Registering the same name with the same settings again gives the same table.
+
         Returns:
             The ``RemoteTable``.
 
         Raises:
-            PlanError: ``name`` is malformed, or already names a table.
+            PlanError: ``name`` is malformed, names a local table, or is registered with other
+                settings.
             TypeError: A function is not callable, or ``retry``/``cache`` is of the wrong
                 type.
             ValueError: ``rate_limit`` or ``batch_size`` is not > 0, or the table has no read
@@ -294,8 +297,8 @@ class StreamApplication:
         """
         if not isinstance(name, str) or not NAME_RE.match(name):
             raise PlanError(f"table name must match [A-Za-z0-9_-]+, got {name!r}")
-        if name in self._tables or name in self._remote_tables:
-            raise PlanError(f"table {name!r} is already registered; give the remote table "
+        if name in self._tables:
+            raise PlanError(f"table {name!r} is already a local table; give the remote table "
                             f"another name")
         for what, fn in (("read", read), ("write", write), ("read_all", read_all),
                          ("write_all", write_all)):
@@ -321,6 +324,9 @@ class StreamApplication:
         spec = RemoteTableSpec(name, read, write, read_all, write_all,
                                None if rate_limit is None else float(rate_limit), retry, cache,
                                batch_size)
+        if self._remote_tables.get(name, spec) != spec:
+            raise PlanError(f"remote table {name!r} is registered twice with different "
+                            f"settings")
         self._remote_tables[name] = spec
         return RemoteTable(self, spec)
 

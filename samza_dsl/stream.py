@@ -92,7 +92,26 @@ class OutputStream(Generic[M]):
         return f"OutputStream({self.stream_id!r})"
 
 
-class Table(Generic[K, V]):
+class _TableRef(Generic[K, V]):
+    """What ``Table`` and ``RemoteTable`` share: the application and the spec they name."""
+
+    spec: Any
+
+    def __init__(self, app: StreamApplication, spec: Any) -> None:
+        self._app = app
+        self.spec = spec
+
+    @property
+    def table_id(self) -> str:
+        """The table's name, as given to ``app.table`` (``app.remote_table``) and to
+        ``ctx.table(name)``."""
+        return str(self.spec.table_id)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.table_id!r})"
+
+
+class Table(_TableRef[K, V]):
     """A local table registered with ``app.table``: ``send_to`` it, ``join_table`` it, or use it
     from user functions as ``ctx.table(name)``.
 
@@ -108,20 +127,10 @@ class Table(Generic[K, V]):
         ('profiles', True)
     """
 
-    def __init__(self, app: StreamApplication, spec: TableSpec) -> None:
-        self._app = app
-        self.spec = spec
-
-    @property
-    def table_id(self) -> str:
-        """The table's name, as given to ``app.table`` and to ``ctx.table(name)``."""
-        return self.spec.table_id
-
-    def __repr__(self) -> str:
-        return f"Table({self.table_id!r})"
+    spec: TableSpec
 
 
-class RemoteTable(Generic[K, V]):
+class RemoteTable(_TableRef[K, V]):
     """A table in a remote service, registered with ``app.remote_table``: ``join_table`` it,
     ``send_to`` it, or call it from user functions as ``ctx.table(name)`` (each method there is
     async).
@@ -138,17 +147,7 @@ class RemoteTable(Generic[K, V]):
         RemoteTable('profiles')
     """
 
-    def __init__(self, app: StreamApplication, spec: RemoteTableSpec) -> None:
-        self._app = app
-        self.spec = spec
-
-    @property
-    def table_id(self) -> str:
-        """The table's name, as given to ``app.remote_table`` and to ``ctx.table(name)``."""
-        return self.spec.table_id
-
-    def __repr__(self) -> str:
-        return f"RemoteTable({self.table_id!r})"
+    spec: RemoteTableSpec
 
 
 class MessageStream(Generic[M]):
@@ -693,7 +692,7 @@ class MessageStream(Generic[M]):
             >>> runner.run().messages("out")
             [('buy', 'Ada'), ('buy', None)]
         """
-        if not isinstance(table, Table | RemoteTable):
+        if not isinstance(table, _TableRef):
             raise TypeError(f"join_table takes a Table from app.table() or app.remote_table(), "
                             f"got {type(table).__name__}")
         if table._app is not self._app:
@@ -739,7 +738,7 @@ class MessageStream(Generic[M]):
             if target._app is not self._app:
                 raise PlanError(f"send_to: output {target.stream_id!r} belongs to another application")
             self._then(SendToSpec, "send_to", None, stream_id=target.stream_id)
-        elif isinstance(target, Table | RemoteTable):
+        elif isinstance(target, _TableRef):
             if target._app is not self._app:
                 raise PlanError(f"send_to: table {target.table_id!r} belongs to another application")
             self._then(SendToSpec, "send_to", None, table_id=target.table_id)

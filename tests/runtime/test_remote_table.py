@@ -19,6 +19,7 @@ from runtime.state.remote import RemoteTableClient, TokenBucket, container_limit
 from runtime.testing import run_container
 from samza_dsl import KV, CacheSpec, RetryPolicy, StreamApplication
 from samza_dsl.errors import CallbackTimeout, PlanError, RemoteTableError, TaskError
+from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
 from samza_dsl.spec import RemoteTableSpec
 from samza_dsl.systems import MemorySystem
 from samza_dsl.testing import TestRunner
@@ -446,9 +447,14 @@ def test_remote_table_settings_are_checked() -> None:
         RetryPolicy(jitter=2)
     with pytest.raises(ValueError, match="write"):
         CacheSpec(ttl=1, size=1, write="back")
-    app.remote_table("a", read=read)
-    with pytest.raises(PlanError, match="already registered"):
-        app.remote_table("a", read=read)
+    assert app.remote_table("a", read=read).spec == app.remote_table("a", read=read).spec
+    with pytest.raises(PlanError, match="registered twice with different settings"):
+        app.remote_table("a", read=read, rate_limit=10)
+    with pytest.raises(PlanError, match="already a local table"):
+        app.table("b", serde=KVSerde(StringSerde(), JsonSerde()))
+        app.remote_table("b", read=read)
+    with pytest.raises(PlanError, match="already a remote table"):
+        app.table("a", serde=KVSerde(StringSerde(), JsonSerde()))
 
 
 def test_the_plan_shows_remote_tables_in_json_dot_svg_and_html(service: KVService) -> None:
