@@ -37,3 +37,30 @@ def test_the_example_joins_and_writes_a_remote_table_on_the_local_system(tmp_pat
 def test_the_example_runs_as_a_script(capsys: object) -> None:
     tiers = main(300)
     assert sum(tiers.values()) == 300 and tiers["unknown"] == 60
+
+
+def test_two_container_processes_share_the_job_s_rate_limit(tmp_path: Path) -> None:
+    from samza_dsl import StreamApplication
+    from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
+    from samza_dsl.systems import LocalSystem
+    from samza_dsl.testing.kv_service import HttpKV
+
+    rate, n = 40.0, 60
+    serde = KVSerde(StringSerde(), JsonSerde())
+    with KVService({f"u{i}": i for i in range(n)}) as service:
+        kv = HttpKV(service.url)
+        app = StreamApplication("remote-rate", config={"task.max.concurrency": 8})
+        local = LocalSystem("local")
+        table = app.remote_table("t", read=kv.read, rate_limit=rate)
+        app.input(local.input("ids", serde=serde, partitions=2)).join_table(
+            table, combine=lambda m, r: KV(m.key, r.value if r else None)).send_to(
+            app.output(local.output("out", serde=serde, partitions=2)))
+        inputs = {"ids": {p: [KV(f"u{i}", None) for i in range(p, n, 2)] for p in (0, 1)}}
+        LocalRunner(app, {"job.dir": str(tmp_path / "job"), "job.container.count": 2},
+                    inputs=inputs).run()
+        times = sorted(t for t, method, _ in service.log if method == "GET")
+    assert len(times) == n
+    burst_per_container = max(1.0, rate / 2 / 20)
+    # each container gets half the rate: together, the job's rate, not twice it
+    assert times[-1] - times[0] >= (n - 2 * burst_per_container) / rate - 0.1, \
+        times[-1] - times[0]
