@@ -266,18 +266,21 @@ class RemoteTableClient:
             return value
         return await self.fetch(key)
 
-    async def fetch(self, key: Any) -> Any:
-        """The value of ``key`` from the service (None: none), kept in the cache: what a read
-        does once the cache has missed."""
+    def fetch(self, key: Any) -> Awaitable[Any]:
+        """An awaitable of the value of ``key`` from the service (None: none), kept in the
+        cache: what a read does once the cache has missed. With ``read_all`` it is the key's
+        future in the batch going out (which fills the cache for all its keys)."""
         if self.spec.read_all is not None:
-            value = await self._batched(key, reading=True)
-        else:
-            read = self.spec.read
-            if read is None:
-                raise RemoteTableError(f"remote table {self.name!r} has no read function: give "
-                                       f"app.remote_table(..., read=...)", table=self.name,
-                                       call="read", key=key)
-            value = await self._call("read", key, 1, lambda: read(key))
+            return self._batched(key, reading=True)
+        return self._fetch_one(key)
+
+    async def _fetch_one(self, key: Any) -> Any:
+        read = self.spec.read
+        if read is None:
+            raise RemoteTableError(f"remote table {self.name!r} has no read function: give "
+                                   f"app.remote_table(..., read=...)", table=self.name,
+                                   call="read", key=key)
+        value = await self._call("read", key, 1, lambda: read(key))
         self._remember(key, value)
         return value
 
@@ -364,6 +367,9 @@ class RemoteTableClient:
                                      lambda: read_all(keys)),  # type: ignore[misc]
                     keys)
                 results = [got.get(k) for k in items]
+                if self._cache is not None:
+                    for k in keys:
+                        self._remember(k, got.get(k))
             else:
                 write_all = self.spec.write_all
                 await self._call("write_all", [kv.key for kv in items], len(items),
