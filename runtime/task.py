@@ -192,9 +192,11 @@ class TaskInstance:
             if self._handing_out:
                 self._calls.append(call)
                 return
-        elif rec is not _CONTROL:
+        elif rec is not _CONTROL and not rec[2]:
             self._rec_calls.setdefault(id(rec), []).append(call)
             return
+        # a window tick's output, or an asyncio task a function left running after its
+        # message completed: the next commit waits for it
         self._loose_calls.append(call)
 
     def _take_calls(self, pend: list[Awaitable[None]] | None) -> list[Awaitable[None]]:

@@ -242,13 +242,17 @@ class RemoteTableClient:
         else:
             subject = f"key {_short(keys)}"
             key = keys
-        why = (f"after {attempts} attempts (the retry policy's max_attempts)" if retried
-               else f"after {attempts} attempt{'s' if attempts != 1 else ''}: "
-                    f"{type(exc).__name__} is not an error the table's retry policy retries")
         if retried:
+            why = f"after {attempts} attempts (the retry policy's max_attempts)"
             advice = ("the service keeps failing: check it, or allow more attempts or a longer "
                       "backoff in RetryPolicy")
+        elif self._policy is None:
+            why = "after 1 attempt (the table has no retry policy)"
+            advice = ("check the service, or give app.remote_table(..., retry=RetryPolicy(...)) "
+                      "if its errors are transient")
         else:
+            why = (f"after {attempts} attempt{'s' if attempts != 1 else ''}: "
+                   f"{type(exc).__name__} is not an error the table's retry policy retries")
             advice = ("fix the table function, or name the error in RetryPolicy(retry_on=...) "
                       "if it is transient")
         last = str(exc).rstrip(".")

@@ -520,3 +520,35 @@ def test_with_a_thread_pool_the_join_stays_on_the_loop_and_threads_get_a_clear_e
     with pytest.raises(TaskError, match="outside the task's event loop") as err:
         TestRunner(app).add_input(words, ["a"]).run()
     assert "remote-threads-1-map-put" in str(err.value)
+
+
+def test_a_put_made_for_no_message_completes_before_the_commit(service: KVService) -> None:
+    """A window's panes come out at end-of-stream (no message of their own): the puts their
+    sink starts are waited for by the task's last commit."""
+    from datetime import timedelta
+
+    from samza_dsl import Windows
+
+    kv = HttpKV(service.url)
+    service.slow("w", 0.3)
+    mem = MemorySystem()
+    app = StreamApplication("remote-loose")
+    app.remote_table("names", write=kv.write)
+
+    class Put:
+        def init(self, ctx: Any) -> None:
+            self.t = ctx.table("names")
+
+        def __call__(self, pane: Any) -> None:
+            self.t.put(pane.key.key, pane.message)
+
+    words = mem.input("words")
+    app.input(words).window(Windows.keyed_tumbling(lambda w: w, timedelta(hours=1),
+                                                   init=lambda: 0, fold=lambda w, n: n + 1),
+                            name="count").sink(Put(), name="put")
+    checkpoints = MemoryCheckpoints()
+    _, _, container = memory_job(app, {"words": {0: ["w", "v", "w"]}}, {}, {},
+                                 checkpoints=checkpoints)
+    run_container(container, timeout=10)
+    assert service.data["w"] == 2 and service.data["v"] == 1
+    assert checkpoints.checkpoints["Partition 0"][SSP("words", 0)] == 2
