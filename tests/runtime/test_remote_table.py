@@ -552,3 +552,36 @@ def test_a_put_made_for_no_message_completes_before_the_commit(service: KVServic
     run_container(container, timeout=10)
     assert service.data["w"] == 2 and service.data["v"] == 1
     assert checkpoints.checkpoints["Partition 0"][SSP("words", 0)] == 2
+
+
+def test_writes_of_one_turn_go_out_as_one_batch_and_get_all_uses_read_all(
+        service: KVService) -> None:
+    service.latency = 0.02
+    kv = HttpKV(service.url)
+    mem = MemorySystem()
+    app = StreamApplication("remote-batch-write", config={"task.max.concurrency": 30})
+    names = app.remote_table("names", read_all=kv.read_all, write_all=kv.write_all)
+    updates = mem.input("updates")
+    app.input(updates).map(lambda i: KV(f"n{i}", i)).send_to(names)
+    TestRunner(app).add_input(updates, list(range(30))).run()
+    assert {k: v for k, v in service.data.items() if k.startswith("n")} == {
+        f"n{i}": i for i in range(30)}
+    puts = [keys for _, method, keys in service.log if method == "POST" and keys[0][0] == "n"]
+    assert sum(len(p) for p in puts) == 30 and len(puts) < 10
+
+    app = StreamApplication("remote-get-all")
+    app.remote_table("names", read_all=kv.read_all)
+
+    class GetAll:
+        def init(self, ctx: Any) -> None:
+            self.t = ctx.table("names")
+
+        async def __call__(self, keys: list[str]) -> list[Any]:
+            return [await self.t.get_all(keys)]
+
+    asks = mem.input("asks")
+    app.input(asks).async_flat_map(GetAll()).send_to(app.output(mem.output("out")))
+    before = len(service.log)
+    out = TestRunner(app).add_input(asks, [["u1", "n3", "zz"]]).run().messages("out")
+    assert out == [{"u1": "Ada", "n3": 3}]
+    assert len(service.log) == before + 1  # one read_all
