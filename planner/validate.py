@@ -33,6 +33,16 @@ def validate(spec: ApplicationSpec) -> None:
         if isinstance(op, JoinTableSpec) and op.table_id not in spec.tables \
                 and op.table_id not in spec.remote_tables:
             raise PlanError(f"operator {op.op_id!r} joins unknown table {op.table_id!r}")
+        remote = spec.remote_tables.get(getattr(op, "table_id", None) or "")
+        if remote is not None:
+            if isinstance(op, JoinTableSpec) and remote.read is None and remote.read_all is None:
+                raise PlanError(f"operator {op.op_id!r} joins remote table {op.table_id!r}, "
+                                f"which has no read function: give app.remote_table(..., "
+                                f"read=...) or read_all=...")
+            if isinstance(op, SendToSpec) and remote.write is None and remote.write_all is None:
+                raise PlanError(f"operator {op.op_id!r} sends to remote table {op.table_id!r}, "
+                                f"which has no write function: give app.remote_table(..., "
+                                f"write=...) or write_all=...")
         if isinstance(op, SendToSpec):
             if op.stream_id is not None and op.stream_id not in spec.outputs:
                 raise PlanError(f"operator {op.op_id!r} sends to {op.stream_id!r}, which is not an "

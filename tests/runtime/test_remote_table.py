@@ -457,6 +457,28 @@ def test_remote_table_settings_are_checked() -> None:
         app.table("a", serde=KVSerde(StringSerde(), JsonSerde()))
 
 
+def test_a_join_needs_a_read_and_a_send_to_needs_a_write_when_planning() -> None:
+    async def read(k: Any) -> Any:
+        return None
+
+    async def write(k: Any, v: Any) -> None:
+        pass
+
+    mem = MemorySystem()
+    app = StreamApplication("remote-plan-checks")
+    writes_only = app.remote_table("w", write=write)
+    app.input(mem.input("in")).join_table(writes_only, combine=lambda m, r: m,
+                                          name="j").sink(print)
+    with pytest.raises(PlanError, match="'remote-plan-checks-1-join_table-j' joins remote table "
+                                        "'w', which has no read function"):
+        app.plan()
+    app = StreamApplication("remote-plan-checks")
+    reads_only = app.remote_table("r", read=read)
+    app.input(mem.input("in")).map(lambda m: KV(m, m)).send_to(reads_only)
+    with pytest.raises(PlanError, match="sends to remote table 'r', which has no write"):
+        app.plan()
+
+
 def test_the_plan_shows_remote_tables_in_json_dot_svg_and_html(service: KVService) -> None:
     import json
 
