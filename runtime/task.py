@@ -125,6 +125,7 @@ class TaskInstance:
         #: the task's remote tables (their calls, retries and cache hits are metrics)
         self.remote_clients: list[RemoteTableClient] = []
         self._rec_calls: dict[int, list[RemoteCall]] = {}
+        self._call_slots: asyncio.Semaphore | None = None
         self._loose_calls: list[RemoteCall] = []
 
         self.operators: dict[str, Operator] = {}
@@ -177,9 +178,11 @@ class TaskInstance:
 
     def _open_remote(self, spec: RemoteTableSpec) -> RemoteTableClient:
         env = self.env
+        if self._call_slots is None:
+            self._call_slots = asyncio.Semaphore(max(1, self.max_concurrency))
         client = RemoteTableClient(spec, task_name=self.name,
                                    limiter=container_limiter(env.shared, spec, env.task_share),
-                                   track=self._track_call)
+                                   track=self._track_call, slots=self._call_slots)
         self.remote_clients.append(client)
         return client
 

@@ -9,7 +9,9 @@ over ``AsyncRateLimitedTable`` over ``AsyncRemoteTable``):
    loop go out as one call of up to ``batch_size`` keys;
 3. the rate limit: a token bucket per table, shared by the container's tasks, charged one token
    per key; a container's rate is the job's ``rate_limit`` times its share of the job's tasks;
-4. retries (``RetryPolicy``): an error the policy names is retried after an exponential
+4. the task's slots: at most ``task.max.concurrency`` calls of a task are in progress at once
+   (a message that fans out, e.g. ``get_all`` without ``read_all``, waits for slots);
+5. retries (``RetryPolicy``): an error the policy names is retried after an exponential
    backoff with jitter, up to ``max_attempts``; then, or at once for any other error, the call
    raises ``RemoteTableError`` naming the table, the call, the key(s) and the attempts.
 
@@ -155,8 +157,11 @@ class RemoteTableClient:
 
     def __init__(self, spec: RemoteTableSpec, *, task_name: str,
                  limiter: TokenBucket | None, track: Callable[[RemoteCall], None],
+                 slots: asyncio.Semaphore | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.spec = spec
+        #: the task's calls in progress, at most ``task.max.concurrency`` (shared by its tables)
+        self._slots = slots
         self.name = spec.table_id
         self.task_name = task_name
         self.limiter = limiter
@@ -223,7 +228,10 @@ class RemoteTableClient:
                 await self.limiter.acquire(credits)
             self.counts["calls"] += 1
             try:
-                return await fn()
+                if self._slots is None:
+                    return await fn()
+                async with self._slots:
+                    return await fn()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

@@ -281,6 +281,27 @@ def test_calls_count_towards_task_max_concurrency(service: KVService, concurrenc
     assert service.max_in_flight == concurrency
 
 
+def test_a_message_that_fans_out_still_makes_at_most_max_concurrency_calls(
+        service: KVService) -> None:
+    service.latency = 0.02
+    kv = HttpKV(service.url)
+    mem = MemorySystem()
+    app = StreamApplication("remote-fan-out", config={"task.max.concurrency": 3})
+    app.remote_table("names", read=kv.read)
+
+    class Many:
+        def init(self, ctx: Any) -> None:
+            self.t = ctx.table("names")
+
+        async def __call__(self, n: int) -> list[Any]:
+            return [len(await self.t.get_all([f"u{i}" for i in range(n)]))]
+
+    sizes = mem.input("sizes")
+    app.input(sizes).async_flat_map(Many()).send_to(app.output(mem.output("out")))
+    assert TestRunner(app).add_input(sizes, [12, 12]).run().messages("out") == [3, 3]
+    assert service.max_in_flight == 3
+
+
 def test_a_hanging_remote_call_fails_with_the_callback_timeout(service: KVService) -> None:
     service.slow("u2", 3.0)
     app, ids = join_app(HttpKV(service.url), config={"task.callback.timeout.ms": 300})
