@@ -251,10 +251,10 @@ class StreamApplication:
         ``delete`` are async there.
 
         Calls run on the task's event loop as part of the message that makes them: the message
-        stays in flight until they complete, so they count towards ``task.max.concurrency``
-        (a task has at most that many calls in progress),
-        the checkpoint never covers a message whose write has not completed, and
-        ``task.callback.timeout.ms`` applies (docs/semantics.md rule 19).
+        stays in flight until they complete, so they count towards ``task.max.concurrency`` (a
+        task has at most that many calls in progress), the checkpoint never covers a message
+        whose write has not completed, and ``task.callback.timeout.ms`` applies
+        (docs/semantics.md rule 19).
 
         Args:
             name: The table's name, matching ``[A-Za-z0-9_-]+``; ``ctx.table(name)``.
