@@ -150,7 +150,7 @@ class KVService:
         app.router.add_route("*", "/kv/{key}", self._handle)
         app.router.add_post("/batch/get", self._handle)
         app.router.add_post("/batch/put", self._handle)
-        runner = web.AppRunner(app, access_log=None)
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.2)  # slow requests: cut
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()

@@ -165,8 +165,9 @@ def test_injected_500s_are_retried_with_growing_backoff(service: KVService) -> N
     times = gets(service, "u2")
     assert len(times) == 3
     first, second = times[1] - times[0], times[2] - times[1]
-    assert 0.05 * 0.8 <= first < 0.05 + 0.2, first  # backoff less up to 20% jitter
-    assert 0.1 * 0.8 <= second < 0.1 + 0.2, second  # doubled
+    assert 0.05 * 0.8 <= first < 0.05 + 0.5, first  # backoff less up to 20% jitter
+    assert 0.1 * 0.8 <= second < 0.1 + 0.5, second  # doubled
+    assert second > first
 
 
 def test_a_call_still_failing_after_its_attempts_fails_the_task_naming_table_key_attempts(
@@ -241,10 +242,11 @@ def test_the_rate_limit_holds_for_the_container_s_tasks_together(service: KVServ
     burst = max(1.0, rate / 20)
     # two tasks, one bucket: n calls take (n - burst) / rate s, not half of it
     assert times[-1] - times[0] >= (n - burst) / rate - 0.05, times[-1] - times[0]
-    # and no span of the run has more than burst + rate * span calls
+    # and no second of the run has more than burst + rate calls (a few more may arrive together
+    # when the job's process was held up on a busy machine)
     for i, t in enumerate(times):
-        window = [u for u in times[i:] if u - t <= 0.5]
-        assert len(window) <= burst + rate * 0.5 + 1, (t, len(window))
+        window = [u for u in times[i:] if u - t <= 1.0]
+        assert len(window) <= burst + rate * 1.0 + 4, (t, len(window))
 
 
 def test_a_container_gets_its_share_of_the_job_s_rate() -> None:
@@ -268,16 +270,16 @@ def test_the_token_bucket_spaces_calls_by_the_clock() -> None:
         return stamps
 
     stamps = asyncio.run(main())
-    assert 0.5 - 0.02 <= stamps[-1] - stamps[0] < 0.5 + 0.15
+    assert 0.5 - 0.02 <= stamps[-1] - stamps[0] < 0.5 + 0.4
 
 
 # --- concurrency, the callback timeout, the checkpoint -------------------------------------------
 
 @pytest.mark.parametrize("concurrency", [1, 4])
 def test_calls_count_towards_task_max_concurrency(service: KVService, concurrency: int) -> None:
-    service.latency = 0.03
+    service.latency = 0.1
     app, ids = join_app(HttpKV(service.url), config={"task.max.concurrency": concurrency})
-    TestRunner(app).add_input(ids, [f"u{i % 3 + 1}" for i in range(16)]).run()
+    TestRunner(app).add_input(ids, [f"u{i % 3 + 1}" for i in range(3 * concurrency)]).run()
     assert service.max_in_flight == concurrency
 
 
@@ -303,12 +305,12 @@ def test_a_message_that_fans_out_still_makes_at_most_max_concurrency_calls(
 
 
 def test_a_hanging_remote_call_fails_with_the_callback_timeout(service: KVService) -> None:
-    service.slow("u2", 3.0)
+    service.slow("u2", 6.0)
     app, ids = join_app(HttpKV(service.url), config={"task.callback.timeout.ms": 300})
     started = time.monotonic()
     with pytest.raises(CallbackTimeout) as err:
         TestRunner(app).add_input(ids, ["u1", "u2"]).run()
-    assert time.monotonic() - started < 2.5
+    assert time.monotonic() - started < 5.0
     assert "offset 1" in str(err.value)
 
 
