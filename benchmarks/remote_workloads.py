@@ -19,7 +19,8 @@ Each figure is the run's messages over its wall time (planning and start-up incl
 steady-state rate between the first and the last join (``steady_msgs_per_s``). Since each
 message waits for a whole round trip to the service, the same run also measures that round trip
 (one key at a time): ``c / round trip`` is the practical limit on a busy machine, where the
-service's 5 ms come out longer.
+service's 5 ms come out longer; and a hand-written asyncio client that keeps the same 100 keys in
+flight in batches of 50, with no stream processing around it (``bare_client``).
 """
 
 from __future__ import annotations
@@ -129,6 +130,28 @@ def round_trip(url: str, n: int = 100) -> float:
     return asyncio.run(main())
 
 
+def bare_client(url: str, n: int, c: int) -> float:
+    """Seconds for a hand-written asyncio client to look ``n`` keys up, ``c`` in flight in
+    batches of ``BATCH`` (``c / BATCH`` workers, each sending its next batch as soon as the last
+    one is back): the same service and client with no stream processing around them."""
+    kv = HttpKV(url)
+    keys = [f"k{i}" for i in range(n)]
+
+    async def main() -> None:
+        chunks = iter(range(0, n, BATCH))
+
+        async def worker() -> None:
+            for i in chunks:
+                got = await kv.read_all(keys[i:i + BATCH])
+                assert len(got) == len(keys[i:i + BATCH])
+
+        await asyncio.gather(*(worker() for _ in range(max(1, c // BATCH))))
+        await kv.aclose()
+
+    secs, _ = timed(lambda: asyncio.run(main()))
+    return secs
+
+
 def run_w10(n: int, c: int = 100, cache_n: int | None = None) -> list[dict[str, Any]]:
     """W10 at concurrency ``c``: n messages on the remote path, ``cache_n`` (default 10 n) on
     the cache-hit path. Returns the JSON lines printed."""
@@ -140,6 +163,7 @@ def run_w10(n: int, c: int = 100, cache_n: int | None = None) -> list[dict[str, 
         _run(service.url, [f"k{i}" for i in range(200)], c, batched=True, cache=False)  # warm-up
         rtt = round_trip(service.url)
         practical = c / rtt
+        bare = n / bare_client(service.url, n, c)
         distinct = [f"k{i}" for i in range(n)]
         secs, steady, cpu = _run(service.url, distinct, c, batched=True, cache=False)
         remote_rate = n / secs
@@ -149,6 +173,8 @@ def run_w10(n: int, c: int = 100, cache_n: int | None = None) -> list[dict[str, 
                           steady_ratio=round(steady / limit, 3),
                           service_round_trip_ms=round(rtt * 1000, 3),
                           ratio_to_round_trip_limit=round(remote_rate / practical, 3),
+                          bare_client_msgs_per_s=round(bare, 1),
+                          ratio_to_bare_client=round(remote_rate / bare, 3),
                           cpu_us_per_msg=round(cpu, 1)))
         m = max(1, n // 4)
         secs_u, steady_u, cpu_u = _run(service.url, distinct[:m], c, batched=False, cache=False)
