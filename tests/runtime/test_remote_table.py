@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -45,6 +45,21 @@ def join_app(kv: HttpKV, *, config: dict[str, Any] | None = None, partitions: in
         names, combine=lambda m, r: (m.key, r.value if r else None), name="names").send_to(
         app.output(mem.output("out", partitions=partitions)))
     return app, ids
+
+
+class PutUnawaited:
+    """A user function that starts ``ctx.table("names").put(*entry(m))`` without awaiting it,
+    and passes ``m`` on."""
+
+    def __init__(self, entry: Callable[[Any], tuple[Any, Any]]) -> None:
+        self.entry = entry
+
+    def init(self, ctx: Any) -> None:
+        self.names = ctx.table("names")
+
+    def __call__(self, m: Any) -> Any:
+        self.names.put(*self.entry(m))
+        return m
 
 
 def gets(service: KVService, key: str | None = None) -> list[float]:
@@ -116,16 +131,8 @@ def test_a_put_a_sync_function_does_not_await_still_completes_with_its_message(
     app = StreamApplication("remote-unawaited", config={"task.max.concurrency": 4})
     app.remote_table("names", write=kv.write)
 
-    class Record:
-        def init(self, ctx: Any) -> None:
-            self.names = ctx.table("names")
-
-        def __call__(self, kv_: KV[str, str]) -> KV[str, str]:
-            self.names.put(kv_.key, kv_.value)  # started, tied to the message
-            return kv_
-
-    ids = mem.input("ids")
-    app.input(ids).map(lambda i: KV(i, i.upper())).map(Record()).send_to(
+    ids = mem.input("ids")  # each put is started, and tied to its message
+    app.input(ids).map(lambda i: KV(i, i.upper())).map(PutUnawaited(tuple)).send_to(
         app.output(mem.output("out")))
     TestRunner(app).add_input(ids, ["u7", "u8"]).run()
     assert service.data["u7"] == "U7" and service.data["u8"] == "U8"
@@ -138,16 +145,8 @@ def test_a_failing_put_nobody_awaited_fails_the_task_naming_the_offset(service: 
     app = StreamApplication("remote-unawaited-fail")
     app.remote_table("names", write=kv.write)
 
-    class Record:
-        def init(self, ctx: Any) -> None:
-            self.names = ctx.table("names")
-
-        def __call__(self, key: str) -> str:
-            self.names.put(key, "x")
-            return key
-
     ids = mem.input("ids")
-    app.input(ids).map(Record()).send_to(app.output(mem.output("out")))
+    app.input(ids).map(PutUnawaited(lambda k: (k, "x"))).send_to(app.output(mem.output("out")))
     with pytest.raises(TaskError) as err:
         TestRunner(app).add_input(ids, ["u7", "u8"]).run()
     text = str(err.value)
@@ -348,13 +347,7 @@ def test_no_checkpoint_covers_a_message_whose_remote_write_is_in_flight(
     if how == "send_to":
         stream.send_to(table)
     else:
-        class Put:
-            def init(self, ctx: Any) -> None:
-                self.t = ctx.table("names")
-
-            def __call__(self, m: KV[str, str]) -> None:
-                self.t.put(m.key, m.value)
-        stream.sink(Put(), name="put")
+        stream.sink(PutUnawaited(tuple), name="put")
     keys = ["a", "b", "slow", "c", "d", "e"]
     checkpoints = TimedCheckpoints()
     _, _, container = memory_job(app, {"updates": {0: keys}}, {}, {}, checkpoints=checkpoints)
@@ -552,16 +545,8 @@ def test_with_a_thread_pool_the_join_stays_on_the_loop_and_threads_get_a_clear_e
     app = StreamApplication("remote-threads", config=config)
     app.remote_table("names", write=kv.write)
 
-    class Put:
-        def init(self, ctx: Any) -> None:
-            self.t = ctx.table("names")
-
-        def __call__(self, key: str) -> str:
-            self.t.put(key, "x")  # on a pool thread: no event loop there
-            return key
-
-    words = mem.input("words")
-    app.input(words).map(Put(), name="put").send_to(app.output(mem.output("out")))
+    words = mem.input("words")  # the map runs on a pool thread: no event loop there
+    app.input(words).map(PutUnawaited(lambda k: (k, "x")), name="put").send_to(app.output(mem.output("out")))
     with pytest.raises(TaskError, match="outside the task's event loop") as err:
         TestRunner(app).add_input(words, ["a"]).run()
     assert "remote-threads-1-map-put" in str(err.value)
@@ -580,17 +565,11 @@ def test_a_put_made_for_no_message_completes_before_the_commit(service: KVServic
     app = StreamApplication("remote-loose")
     app.remote_table("names", write=kv.write)
 
-    class Put:
-        def init(self, ctx: Any) -> None:
-            self.t = ctx.table("names")
-
-        def __call__(self, pane: Any) -> None:
-            self.t.put(pane.key.key, pane.message)
-
     words = mem.input("words")
     app.input(words).window(Windows.keyed_tumbling(lambda w: w, timedelta(hours=1),
                                                    init=lambda: 0, fold=lambda w, n: n + 1),
-                            name="count").sink(Put(), name="put")
+                            name="count").sink(
+        PutUnawaited(lambda pane: (pane.key.key, pane.message)), name="put")
     checkpoints = MemoryCheckpoints()
     _, _, container = memory_job(app, {"words": {0: ["w", "v", "w"]}}, {}, {},
                                  checkpoints=checkpoints)
