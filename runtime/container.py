@@ -168,6 +168,20 @@ class Container:
     # -- lifecycle --------------------------------------------------------------------------------
 
     async def run(self) -> None:
+        # The job's long-lived objects (the plan, operators, loaded modules, inputs given in
+        # memory) need no scans by the cycle collector, and messages die young: fewer, cheaper
+        # collections while running (the tasks are built after the freeze: building them
+        # allocates enough to set off a full collection of everything there is otherwise).
+        threshold = gc.get_threshold()
+        gc.freeze()
+        gc.set_threshold(max(threshold[0], GC_THRESHOLD0), *threshold[1:])
+        try:
+            await self._run()
+        finally:
+            gc.set_threshold(*threshold)
+            gc.unfreeze()
+
+    async def _run(self) -> None:
         restored = {m.name: self.checkpoints.read(m.name) for m in self.task_models}
         #: the checkpoint each task resumed from ({} for a task that starts afresh)
         self.restored = restored
@@ -203,11 +217,6 @@ class Container:
         self.loop_meter.install(asyncio.get_running_loop())
         if self.reporters is not None:
             self.reporters.start()
-        # The job's long-lived objects (the plan, operators, loaded modules) need no scans by the
-        # cycle collector, and messages die young: fewer, cheaper collections while running.
-        threshold = gc.get_threshold()
-        gc.freeze()
-        gc.set_threshold(max(threshold[0], GC_THRESHOLD0), *threshold[1:])
         try:
             done, _ = await asyncio.wait(runs, return_when=asyncio.FIRST_EXCEPTION)
             for fut in done:
@@ -225,8 +234,6 @@ class Container:
                 t.close()
             if self.job.plan.app.remote_tables:  # their client sessions live on this loop
                 await close_table_functions(self.job.plan.app.remote_tables.values())
-            gc.set_threshold(*threshold)
-            gc.unfreeze()
             try:
                 if self.reporters is not None:  # the run's totals, before the last flush
                     await self.reporters.close()

@@ -144,6 +144,11 @@ class MemoryProducer:
             logs[partition].append(payload)
         return send
 
+    def object_sink(self, stream_id: str) -> list[list[Any]]:
+        """For the task's fused terminal: the partitions of a stream, each a list its
+        messages are appended to as they are."""
+        return self.broker.streams[stream_id]
+
     def signal(self) -> None:
         event = self.broker._event
         if event is not None:

@@ -18,7 +18,7 @@ import types
 from collections import deque
 from collections.abc import Awaitable, Callable
 from operator import length_hint
-from typing import Any
+from typing import Any, cast
 
 from operators.base import IDENTITY, Operator, OperatorContext, UserContext
 from runtime import faults
@@ -89,6 +89,12 @@ class TaskInstance:
         # handout bookkeeping
         self.pending: deque[list[Any]] = deque()  # [ssp, offset, done, started_ms]
         self.in_flight = 0
+        #: the task's loop waits for work or completions (nothing else of it is under way), so
+        #: a coroutine that completed a message may hand out the next one itself
+        self._parked = False
+        #: while such a coroutine hands out: the first message that goes async, for it to take
+        self._adopting = False
+        self._adopted: tuple[list[Any], list[Awaitable[None]]] | None = None
         self.checkpoint: dict[SSP, int] = {}  # last fully processed offset per partition
         self.processed = 0
         #: user messages handed out per stream this run (records less control records)
@@ -242,9 +248,15 @@ class TaskInstance:
                 return None
         if target is None or len(fns) > 1 or len(nexts) > 0:
             return None
-        sink = getattr(self.env.producer, "record_sink", None)
+        producer = self.env.producer
+        sink = getattr(producer, "record_sink", None)
         records = sink(target) if sink is not None else None
-        if records is None or records[1] is None:
+        # a producer that keeps messages as they are (in memory) takes them with no records
+        objects: Any = getattr(producer, "object_sink", None)
+        raw = records is None and objects is not None
+        if raw:
+            records = (objects(target), None, None, None)
+        elif records is None or records[1] is None:
             return None
         n = self.job.partitions[target]
         if n == 1 or self.plan.streams[target].kind == "broadcast":
@@ -254,7 +266,7 @@ class TaskInstance:
         if rule is None:
             return None
         parts = rule.table
-        bufs, kser, vser, _ = records
+        bufs, kser, vser, _ = cast(tuple[Any, Any, Any, Any], records)
         control_types = _CONTROL_TYPES
         other_bucket = OTHER_BUCKET
         read = self.read
@@ -298,9 +310,9 @@ class TaskInstance:
                     if type(r) is KV:
                         k = r.key
                         v = r.value
-                        if v is not None and k is not None:
+                        if k is not None and (raw or v is not None):
                             try:
-                                bufs[parts[k]].append((kser(k), vser(v), None))
+                                bufs[parts[k]].append(r if raw else (kser(k), vser(v), None))
                                 continue
                             except Exception:
                                 pass
@@ -408,6 +420,7 @@ class TaskInstance:
                 send(rule(m), m)
             except Exception as exc:
                 raise OperatorFailure(op_id, exc) from exc
+        send_one.rule = rule  # type: ignore[attr-defined]
         return send_one
 
     # -- processing -------------------------------------------------------------------------------
@@ -433,7 +446,8 @@ class TaskInstance:
         create_task = asyncio.get_running_loop().create_task
         finish = self._finish
         control_types = _CONTROL_TYPES
-        while n < budget and self.in_flight < max_c:
+        adopting = self._adopting
+        while n < budget and self.in_flight < max_c and self._adopted is None:
             cur = self._cur
             if cur is None:
                 if not self.inbox:
@@ -589,6 +603,9 @@ class TaskInstance:
                     rec = [ssp, first + i - 1, False, time.monotonic(), t]
                     pending.append(rec)
                     self.in_flight += 1
+                    if adopting:  # the coroutine that asked takes it on
+                        self._adopted = (rec, pend)
+                        break
                     create_task(finish(rec, pend))
                     if self.in_flight >= max_c:
                         break
@@ -636,47 +653,86 @@ class TaskInstance:
         return cur[0].stream_id, cur[0].partition, cur[1] + i - 1
 
     async def _finish(self, rec: list[Any], pend: list[Awaitable[None]]) -> None:
-        _SOURCE.set(rec)  # this asyncio task's own context: its outputs come from rec
-        try:
-            await gather_pending(pend)
-            if self._rec_calls:
-                calls = self._rec_calls.pop(id(rec), None)
-                while calls:  # calls the message's functions made and did not await
-                    await _settle_calls(calls)
+        """Completes ``rec``: awaits what it still waits for, then marks it done. While the
+        task's loop is parked, it then hands out the next messages itself and takes on the first
+        that goes async: a long-lived worker, with no asyncio Task and no round of the loop
+        between one async message's end and the next one's start."""
+        while True:
+            _SOURCE.set(rec)  # this asyncio task's own context: its outputs come from rec
+            t = rec[4]
+            if type(t) is list:  # the outputs' event times are recorded in its box
+                CURRENT.set(t)
+            try:
+                await gather_pending(pend)
+                if self._rec_calls:
                     calls = self._rec_calls.pop(id(rec), None)
-        except OperatorFailure as f:
-            self.fail(self._task_error(f, rec[0], rec[1]))
-            return
-        except asyncio.CancelledError:
-            return
-        except RemoteCallFailure as f:
-            ssp = rec[0]
-            err = TaskError(
-                f"task {self.name!r}: a call to remote table {f.table!r} made for the message "
-                f"at stream {ssp.stream_id!r} partition {ssp.partition} offset {rec[1]} failed "
-                f"and was not awaited: {type(f.cause).__name__}: {f.cause}. The checkpoint stays "
-                f"before this offset, so a restart reprocesses it", task=self.name,
-                stream=ssp.stream_id, partition=ssp.partition, offset=rec[1])
-            err.__cause__ = f.cause
-            self.fail(err)
-            return
-        except Exception as exc:  # a failure outside any operator
-            self.fail(TaskError(f"task {self.name!r} failed on {rec[0]} offset {rec[1]}: {exc!r}",
-                                task=self.name, stream=rec[0].stream_id,
-                                partition=rec[0].partition, offset=rec[1]))
-            return
-        rec[2] = True
-        self.in_flight -= 1
-        pending = self.pending
-        checkpoint = self.checkpoint
-        apply = self.clock.apply
-        while pending and pending[0][2]:
-            r = pending.popleft()
-            checkpoint[r[0]] = r[1]
-            t = r[4]
-            if t is not None:  # event time counts once everything before it has completed
-                apply(r[0], t)
-        self.wake.set()
+                    while calls:  # calls the message's functions made and did not await
+                        await _settle_calls(calls)
+                        calls = self._rec_calls.pop(id(rec), None)
+            except OperatorFailure as f:
+                self.fail(self._task_error(f, rec[0], rec[1]))
+                return
+            except asyncio.CancelledError:
+                return
+            except RemoteCallFailure as f:
+                self.fail(self._call_error(f, rec[0], rec[1]))
+                return
+            except Exception as exc:  # a failure outside any operator
+                self.fail(TaskError(f"task {self.name!r} failed on {rec[0]} offset {rec[1]}: "
+                                    f"{exc!r}", task=self.name, stream=rec[0].stream_id,
+                                    partition=rec[0].partition, offset=rec[1]))
+                return
+            rec[2] = True
+            self.in_flight -= 1
+            pending = self.pending
+            checkpoint = self.checkpoint
+            apply = self.clock.apply
+            while pending and pending[0][2]:
+                r = pending.popleft()
+                checkpoint[r[0]] = r[1]
+                t = r[4]
+                if t is not None:  # event time counts once everything before it has completed
+                    apply(r[0], t)
+            self.wake.set()
+            if not self._parked or self.failure is not None \
+                    or (self._cur is None and not self.inbox):
+                return
+            nxt = self._adopt()
+            if nxt is None:
+                return
+            rec, pend = nxt
+
+    def _adopt(self) -> tuple[list[Any], list[Awaitable[None]]] | None:
+        """Hand out messages from a completing coroutine (``_finish``); the first that goes
+        async is returned for it to take on."""
+        _SOURCE.set(None)  # what is handed out is the message being processed
+        CURRENT.set(None)
+        self._adopting = True
+        try:
+            self._process_some(BATCH_BUDGET)
+        except BaseException as exc:  # as the task's loop would: the task fails with it
+            self._adopted = None
+            self.fail(exc)
+            return None
+        finally:
+            self._adopting = False
+        for flush in self._flushers:
+            flush()
+        self.env.producer.signal()
+        self.env.on_consumed(self)
+        got, self._adopted = self._adopted, None
+        return got
+
+    def _call_error(self, f: RemoteCallFailure, ssp: SSP, offset: int) -> TaskError:
+        """A remote-table call a function made for a message and did not await failed."""
+        err = TaskError(
+            f"task {self.name!r}: a call to remote table {f.table!r} made for the message at "
+            f"stream {ssp.stream_id!r} partition {ssp.partition} offset {offset} failed and was "
+            f"not awaited: {type(f.cause).__name__}: {f.cause}. The checkpoint stays before "
+            f"this offset, so a restart reprocesses it", task=self.name, stream=ssp.stream_id,
+            partition=ssp.partition, offset=offset)
+        err.__cause__ = f.cause
+        return err
 
     def _task_error(self, f: OperatorFailure, ssp: SSP, offset: int) -> TaskError:
         cause = f.cause
@@ -957,7 +1013,11 @@ class TaskInstance:
                     continue
             if self.clock.dirty:  # completions may have moved the watermark
                 await self._advance_watermarks()
-            await wake.wait()
+            self._parked = True
+            try:
+                await wake.wait()
+            finally:
+                self._parked = False
 
     def close(self) -> None:
         for op in self.operators.values():

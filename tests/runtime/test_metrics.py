@@ -240,9 +240,17 @@ def test_prometheus_endpoint_serves_the_metrics_with_their_labels(tmp_path: Path
                 .read().decode()
             families = {f.name: f for f in text_string_to_metric_families(text)}
             ins = defaultdict(float)  # summed over the tasks
-            for s in families["samza_operator_messages_in"].samples:
+            # the endpoint serves from the container's start, before its tasks are built
+            fam = families.get("samza_operator_messages_in")
+            for s in fam.samples if fam is not None else []:
                 ins[s.labels["operator"]] += s.value
-            if ins.get("metered-1-filter-third") == 901:
+            lag_fam = families.get("samza_task_lag")
+            caught_up = lag_fam is not None and any(
+                s.labels["stream"] == "events" and s.labels["partition"] == "0" and s.value == 0
+                for s in lag_fam.samples)
+            # the scrape runs in a thread of its own: it may come between the operator's count
+            # and the task's offset moving
+            if ins.get("metered-1-filter-third") == 901 and caught_up:
                 break
             time.sleep(0.1)
         assert ins["metered-1-filter-third"] == 901
