@@ -90,7 +90,8 @@ class UserContext:
             return self._tables[name]
         except KeyError:
             raise KeyError(f"no table {name!r} in task {self.task_name!r}; declare it with "
-                           f"app.table({name!r}, serde=...)") from None
+                           f"app.table({name!r}, serde=...) or "
+                           f"app.remote_table({name!r}, ...)") from None
 
 
 def resolve_fn(fn: Any) -> Callable[..., Any]:

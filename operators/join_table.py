@@ -5,6 +5,11 @@ in ``ctx.store(table_id)``; ``combine(m, KV(key, value))`` on a hit and ``combin
 miss. A None key skips the lookup and calls ``combine(m, None)``. A None result is dropped (so
 ``combine`` chooses an inner or a left join).
 
+A remote table (one whose store has ``remote = True``, ``runtime.state.remote``) is read
+asynchronously: ``process`` returns an awaitable of the outputs, unless the table's cache
+answers at once (``cached(key)``), when it completes inline as a local lookup does; on a miss,
+``fetch(key)`` reads it from the service.
+
 >>> from samza_dsl.kv import KV
 >>> from samza_dsl.spec import JoinTableSpec
 >>> from operators.base import OperatorContext
@@ -25,7 +30,7 @@ from typing import Any
 from samza_dsl.kv import KV
 from samza_dsl.spec import JoinTableSpec
 
-from .base import Operator, OperatorContext, UserContext, resolve_fn
+from .base import Operator, OperatorContext, Result, UserContext, resolve_fn
 
 __all__ = ["JoinTableOperator"]
 
@@ -41,12 +46,16 @@ class JoinTableOperator(Operator):
         self.user_fns = (spec.combine, spec.key_fn)
         self._combine = resolve_fn(spec.combine)
         self._key_fn = resolve_fn(spec.key_fn) if spec.key_fn is not None else None
+        self._remote: Any = None
 
     def init(self, ctx: OperatorContext, user_ctx: UserContext | None = None) -> None:
         super().init(ctx, user_ctx)
-        self._get = ctx.store(self.table_id).get
+        store = ctx.store(self.table_id)
+        self._get = store.get
+        if getattr(store, "remote", False):
+            self._remote = store
 
-    def process(self, message: Any) -> list[Any]:
+    def process(self, message: Any) -> Result:
         if self._key_fn is not None:
             key = self._key_fn(message)
         elif isinstance(message, KV):
@@ -57,8 +66,19 @@ class JoinTableOperator(Operator):
                             f"join_table a key= function")
         record = None
         if key is not None:
-            value = self._get(key)
+            remote = self._remote
+            if remote is not None:
+                value = remote.cached(key)
+                if value is remote.MISS:
+                    return self._join_remote(message, key)
+            else:
+                value = self._get(key)
             if value is not None:
                 record = KV(key, value)
         result = self._combine(message, record)
+        return [] if result is None else [result]
+
+    async def _join_remote(self, message: Any, key: Any) -> list[Any]:
+        value = await self._remote.fetch(key)  # process() found it missing from the cache
+        result = self._combine(message, None if value is None else KV(key, value))
         return [] if result is None else [result]

@@ -144,11 +144,15 @@ class SendToTableOperator(Operator):
         store = ctx.store(self.table_id)
         self._put = store.put
         self._delete = store.delete
+        #: a remote table (``runtime.state.remote``): its write, awaited as the message's
+        self._write = getattr(store, "write", None) if getattr(store, "remote", False) else None
 
-    def process(self, message: Any) -> list[Any]:
+    def process(self, message: Any) -> Result:
         if not isinstance(message, KV):
             raise TypeError(f"send_to table {self.table_id!r} ({self.op_id}) takes KV(key, value) "
                             f"messages, got {type(message).__name__}; map messages to KV first")
+        if self._write is not None:
+            return _settle(self._write(message.key, message.value))
         if message.value is None:
             self._delete(message.key)
         else:

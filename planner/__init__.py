@@ -16,6 +16,7 @@ from .build import build_graph, plan
 from .model import Stage, StoreSpec, StreamSpec
 from .plan import ExecutionPlan
 from .render import graph_from_json
+from .validate import refuse_remote_tables
 
-__all__ = ["plan", "build_graph", "ExecutionPlan", "StreamSpec", "Stage", "StoreSpec",
+__all__ = ["refuse_remote_tables", "plan", "build_graph", "ExecutionPlan", "StreamSpec", "Stage", "StoreSpec",
            "graph_from_json"]

@@ -253,6 +253,8 @@ def build_graph(spec: ApplicationSpec, streams: Mapping[str, StreamSpec],
                    partitions=s.partitions, system=s.system)
     for tid, t in spec.tables.items():
         g.add_node(table_node(tid), kind="table", table_id=tid, changelog=t.changelog)
+    for tid in spec.remote_tables:
+        g.add_node(table_node(tid), kind="table", table_id=tid, changelog=False, remote=True)
     for op in spec.operators:
         g.add_node(op.op_id, kind="operator", opcode=op.opcode, name=op.name,
                    call_site=op.call_site, stage=stage_of[op.op_id], **_flat_details(op))

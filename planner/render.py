@@ -54,6 +54,7 @@ def plan_to_dict(plan: ExecutionPlan) -> dict[str, Any]:
         "streams": {sid: s.to_dict() for sid, s in plan.streams.items()},
         "tables": {tid: {"serde": t.serde.describe(), "changelog": t.changelog}
                    for tid, t in plan.app.tables.items()},
+        "remote_tables": {tid: t.describe() for tid, t in plan.app.remote_tables.items()},
         "stores": {name: s.to_dict() for name, s in plan.stores.items()},
         "operators": {op.op_id: _op_dict(plan, op.op_id) for op in plan.app.operators},
         "stages": [s.to_dict() for s in plan.stages],
@@ -74,6 +75,8 @@ def graph_from_json(data: str | dict[str, Any]) -> nx.DiGraph:
                    partitions=s["partitions"], system=s["system"])
     for tid, t in d["tables"].items():
         g.add_node(table_node(tid), kind="table", table_id=tid, changelog=t["changelog"])
+    for tid in d.get("remote_tables", {}):
+        g.add_node(table_node(tid), kind="table", table_id=tid, changelog=False, remote=True)
     for op_id, op in d["operators"].items():
         g.add_node(op_id, kind="operator", opcode=op["opcode"], name=op["name"],
                    call_site=op["call_site"], stage=op["stage"])
@@ -86,6 +89,22 @@ def graph_from_json(data: str | dict[str, Any]) -> nx.DiGraph:
         for node in op["lookups"]:
             g.add_edge(node, op_id, kind="lookup", port="table")
     return g
+
+
+def remote_table_summary(d: dict[str, Any]) -> str:
+    """One line on a remote table: what it does, its rate limit, retries and cache."""
+    parts = ["/".join(w for w, on in (("read", d["read"]), ("write", d["write"])) if on)]
+    if d.get("batched"):
+        parts.append("batched")
+    if d.get("rate_limit") is not None:
+        parts.append(f"rate {d['rate_limit']:g}/s")
+    retry = d.get("retry")
+    if retry:
+        parts.append(f"retry x{retry['max_attempts']}")
+    cache = d.get("cache")
+    if cache:
+        parts.append(f"cache {cache['size']} keys {cache['ttl_s']:g}s write-{cache['write']}")
+    return ", ".join(parts)
 
 
 # -- text --------------------------------------------------------------------------------------
@@ -124,6 +143,10 @@ def plan_to_text(plan: ExecutionPlan) -> str:
         for name, store in plan.stores.items():
             log = f"changelog {store.changelog}" if store.changelog else "no changelog"
             lines.append(f"  {store.kind:<12} {name} ({log})")
+    if plan.app.remote_tables:
+        lines.append("Remote tables:")
+        for tid, t in plan.app.remote_tables.items():
+            lines.append(f"  remote       {tid} ({remote_table_summary(t.describe())})")
     for stage in plan.stages:
         lines.append(f"{stage.stage_id}: {', '.join(stage.inputs)} -> "
                      f"{', '.join(stage.outputs + stage.tables_written) or '(sinks)'}")
@@ -160,6 +183,10 @@ def plan_to_dot(plan: ExecutionPlan) -> str:
     for tid in plan.app.tables:
         out.append(f"  {_q(table_node(tid))} [label={_q('table ' + tid)}, shape=cylinder, "
                    f"style=filled, fillcolor=\"#fef7e0\"];")
+    for tid, t in plan.app.remote_tables.items():
+        label = f"remote table {tid}\n{remote_table_summary(t.describe())}"
+        out.append(f"  {_q(table_node(tid))} [label={_q(label)}, shape=cylinder, "
+                   f"style=\"filled,dashed\", fillcolor=\"#e6f4ea\"];")
     for stage in plan.stages:
         out.append(f"  subgraph {_q('cluster_' + stage.stage_id)} {{")
         out.append(f"    label={_q(stage.stage_id)}; style=rounded; color=\"#888888\";")
@@ -214,6 +241,8 @@ def plan_to_mermaid(plan: ExecutionPlan) -> str:
             lines.append(f"  {nid(stream_node(sid))}[({text(label)})]")
     for tid in plan.app.tables:
         lines.append(f"  {nid(table_node(tid))}[({text('table ' + tid)})]")
+    for tid in plan.app.remote_tables:
+        lines.append(f"  {nid(table_node(tid))}[({text('remote table ' + tid)})]")
     for stage in plan.stages:
         lines.append(f"  subgraph {stage.stage_id.replace('-', '_')}[{text(stage.stage_id)}]")
         for op_id in stage.operators:
@@ -268,8 +297,15 @@ def _summary_html(plan: ExecutionPlan) -> str:
         f"<tr><td>{st.stage_id}</td><td>{html.escape(', '.join(st.inputs))}</td>"
         f"<td>{len(st.operators)}</td><td>{html.escape(', '.join(st.outputs + st.tables_written))}"
         f"</td></tr>" for st in plan.stages)
+    remote = "".join(
+        f"<tr><td>{html.escape(tid)}</td>"
+        f"<td>{html.escape(remote_table_summary(t.describe()))}</td></tr>"
+        for tid, t in plan.app.remote_tables.items())
+    if remote:
+        remote = (f"<h3>Remote tables</h3><table><tr><th>table</th><th>calls</th></tr>{remote}"
+                  f"</table>")
     return (f"<h3>Streams</h3><table><tr><th>stream</th><th>kind</th><th>partitions</th>"
-            f"<th>system</th><th>serde</th></tr>{rows}</table>"
+            f"<th>system</th><th>serde</th></tr>{rows}</table>{remote}"
             f"<h3>Stages</h3><table><tr><th>stage</th><th>inputs</th><th>operators</th>"
             f"<th>outputs</th></tr>{stages}</table>")
 

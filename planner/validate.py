@@ -13,7 +13,7 @@ from samza_dsl.spec import (
     node_stream_id,
 )
 
-__all__ = ["validate"]
+__all__ = ["validate", "refuse_remote_tables"]
 
 
 def validate(spec: ApplicationSpec) -> None:
@@ -30,13 +30,25 @@ def validate(spec: ApplicationSpec) -> None:
                 consumed.add(sid)
             elif node not in op_ids:
                 raise PlanError(f"operator {op.op_id!r} reads from unknown operator {node!r}")
-        if isinstance(op, JoinTableSpec) and op.table_id not in spec.tables:
+        if isinstance(op, JoinTableSpec) and op.table_id not in spec.tables \
+                and op.table_id not in spec.remote_tables:
             raise PlanError(f"operator {op.op_id!r} joins unknown table {op.table_id!r}")
+        remote = spec.remote_tables.get(getattr(op, "table_id", None) or "")
+        if remote is not None:
+            if isinstance(op, JoinTableSpec) and remote.read is None and remote.read_all is None:
+                raise PlanError(f"operator {op.op_id!r} joins remote table {op.table_id!r}, "
+                                f"which has no read function: give app.remote_table(..., "
+                                f"read=...) or read_all=...")
+            if isinstance(op, SendToSpec) and remote.write is None and remote.write_all is None:
+                raise PlanError(f"operator {op.op_id!r} sends to remote table {op.table_id!r}, "
+                                f"which has no write function: give app.remote_table(..., "
+                                f"write=...) or write_all=...")
         if isinstance(op, SendToSpec):
             if op.stream_id is not None and op.stream_id not in spec.outputs:
                 raise PlanError(f"operator {op.op_id!r} sends to {op.stream_id!r}, which is not an "
                                 f"output stream; register it with app.output(...)")
-            if op.table_id is not None and op.table_id not in spec.tables:
+            if op.table_id is not None and op.table_id not in spec.tables \
+                    and op.table_id not in spec.remote_tables:
                 raise PlanError(f"operator {op.op_id!r} sends to unknown table {op.table_id!r}")
         if isinstance(op, WindowSpec) and op.late_to is not None:
             if op.window.event_time is None:
@@ -70,3 +82,16 @@ def validate(spec: ApplicationSpec) -> None:
                             f"or do not register it")
     if not spec.operators:
         raise PlanError(f"application {spec.job_name!r} has no operators")
+
+
+def refuse_remote_tables(spec: ApplicationSpec, runner: str) -> None:
+    """Raise PlanError if ``spec`` uses remote tables, which ``runner`` cannot call."""
+    if spec.remote_tables:
+        users = [op.op_id for op in spec.operators
+                 if getattr(op, "table_id", None) in spec.remote_tables]
+        raise PlanError(
+            f"{runner} cannot run application {spec.job_name!r}: it uses remote table(s) "
+            f"{', '.join(sorted(spec.remote_tables))} (operators: {', '.join(users) or 'none'}; "
+            f"and ctx.table from user functions), whose calls need the streaming runtime's "
+            f"async machinery (rate limit, retries, in-flight accounting). Run it with "
+            f"LocalRunner, or reprocess with a local table filled from a dump of the service")

@@ -22,6 +22,7 @@ from runtime.commit import Committer
 from runtime.elastic import fan_readers
 from runtime.job import SSP, JobModel, TaskModel
 from runtime.metrics import Metrics, Sample
+from runtime.state.remote import close_table_functions
 from runtime.systems import CheckpointStore, Consumer, Producer, StateBackend
 from runtime.task import TaskInstance
 from runtime.task_env import TaskEnv
@@ -149,7 +150,8 @@ class Container:
         self.committer = Committer(producer, self.state, checkpoints)
         #: what each task gets: not the container, the few things a task uses of it
         self.env = TaskEnv(self.config, self.clock, self.metrics, self.executor, producer,
-                           self.store, self.committer, self.on_consumed)
+                           self.store, self.committer, self.on_consumed,
+                           task_share=len(tasks) / max(1, len(job.tasks)))
         self.started = time.monotonic()
         self.restored: dict[str, dict[SSP, int]] = {}
         self.loop_meter = LoopMeter()
@@ -230,6 +232,8 @@ class Container:
             await asyncio.gather(*runs, *helpers, return_exceptions=True)
             for t in self.tasks:
                 t.close()
+            if self.job.plan.app.remote_tables:  # their client sessions live on this loop
+                await close_table_functions(self.job.plan.app.remote_tables.values())
             try:
                 if self.reporters is not None:  # the run's totals, before the last flush
                     await self.reporters.close()
@@ -360,6 +364,11 @@ class Container:
                 out.append(("task", "end-offset", labels, end))
             if nxt is not None and end is not None:
                 out.append(("task", "lag", labels, max(0, end - nxt)))
+        for t in tasks:  # remote tables: calls, retries and the cache, per task and table
+            for client in t.remote_clients:
+                labels = {"task": t.name, "store": client.name}
+                for name, n in client.counts.items():
+                    out.append(("store", f"remote-{name}", labels, n))
         stores = getattr(self.state, "samples", None)
         if stores is not None:
             out.extend(stores())

@@ -9,7 +9,9 @@ Names follow Samza's where Samza has them (docs/operations.md lists them all):
   ``checkpointed-offset``, ``next-offset``, ``end-offset`` and ``lag``;
 - operator: ``messages-in``, ``messages-out``, ``handle-ns``; windows also ``panes-emitted`` and
   ``late-messages-dropped``;
-- store: ``gets``, ``puts``, ``deletes``, ``bytes``, ``restore-entries``, ``restore-ns``;
+- store: ``gets``, ``puts``, ``deletes``, ``bytes``, ``restore-entries``, ``restore-ns``; a
+  remote table: ``remote-calls``, ``remote-retries``, ``remote-failures``,
+  ``remote-cache-hits``, ``remote-cache-misses``;
 - producer: ``sends``, ``bytes``, ``flush-ns``.
 
 Each sample is ``(group, name, labels, value)``; labels are among task, operator, store,

@@ -28,6 +28,7 @@ from runtime.elastic import OTHER_BUCKET, OtherBucket
 from runtime.job import SSP, JobModel, TaskModel
 from runtime.metrics import OpMeter
 from runtime.records import EndOfStream, Watermark
+from runtime.state.remote import RemoteCall, RemoteTableClient, container_limiter
 from runtime.task_env import TaskEnv
 from runtime.watermarks import (
     CURRENT,
@@ -49,7 +50,14 @@ from runtime.wiring import (
 from samza_dsl.config import config_value
 from samza_dsl.errors import CallbackTimeout, SerdeError, TaskError
 from samza_dsl.kv import KV
-from samza_dsl.spec import BroadcastSpec, JoinSpec, PartitionBySpec, SendToSpec, WindowSpec
+from samza_dsl.spec import (
+    BroadcastSpec,
+    JoinSpec,
+    PartitionBySpec,
+    RemoteTableSpec,
+    SendToSpec,
+    WindowSpec,
+)
 
 __all__ = ["TaskInstance"]
 
@@ -116,6 +124,16 @@ class TaskInstance:
         self.wake = asyncio.Event()
         self.done = False
 
+        # remote-table calls user functions made (rule 19): of the message being handed out,
+        # of messages completing on their own asyncio task (by record id), and of neither
+        self._calls: list[RemoteCall] = []
+        self._handing_out = False
+        #: the task's remote tables (their calls, retries and cache hits are metrics)
+        self.remote_clients: list[RemoteTableClient] = []
+        self._rec_calls: dict[int, list[RemoteCall]] = {}
+        self._call_slots: asyncio.Semaphore | None = None
+        self._loose_calls: list[RemoteCall] = []
+
         self.operators: dict[str, Operator] = {}
         self.entries: dict[str, Emit] = {}
         #: each operator's meter (``runtime.metrics``), unless metrics.operators is off
@@ -142,7 +160,8 @@ class TaskInstance:
         env = self.env
         model = self.model
         self.operators, stores, tables = build_operators(
-            self.plan, model.stages, lambda name: env.open_store(model, name))
+            self.plan, model.stages, lambda name: env.open_store(model, name),
+            open_remote=self._open_remote)
         self.stores = stores
         self._flushers = [s.maybe_flush for s in stores.values() if hasattr(s, "maybe_flush")]
         user_ctx = UserContext(self.name, env.config, self.metrics, tables)
@@ -163,14 +182,47 @@ class TaskInstance:
                 if batch is not None:
                     self._batches[sid] = batch
 
+    def _open_remote(self, spec: RemoteTableSpec) -> RemoteTableClient:
+        env = self.env
+        if self._call_slots is None:
+            self._call_slots = asyncio.Semaphore(max(1, self.max_concurrency))
+        client = RemoteTableClient(spec, task_name=self.name,
+                                   limiter=container_limiter(env.shared, spec, env.task_share),
+                                   track=self._track_call, slots=self._call_slots)
+        self.remote_clients.append(client)
+        return client
+
+    def _track_call(self, call: RemoteCall) -> None:
+        """Tie a remote-table call a user function made to the message it was made for: the
+        one being handed out, or the one whose asyncio task is running; a call made for no
+        message (a window tick, ``init``) is waited for at the next commit."""
+        rec = _SOURCE.get()
+        if rec is None:
+            if self._handing_out:
+                self._calls.append(call)
+                return
+        elif rec is not _CONTROL and not rec[2]:
+            self._rec_calls.setdefault(id(rec), []).append(call)
+            return
+        # a window tick's output, or an asyncio task a function left running after its
+        # message completed: the next commit waits for it
+        self._loose_calls.append(call)
+
+    def _take_calls(self, pend: list[Awaitable[None]] | None) -> list[Awaitable[None]]:
+        """``pend`` with the remote-table calls the message being handed out made."""
+        calls, self._calls = self._calls, []
+        out = pend if pend is not None else []
+        out.append(_settle_calls(calls))
+        return out
+
     def _stream_batch(self, stream_id: str) -> Callable[[list[Any], int, int], int] | None:
         """A loop over a whole batch, for the commonest shape: a stream whose messages go through
         at most one synchronous one-to-one function (map, filter) and then ``send_to`` a keyed
         stream of a producer that takes records. None for any other shape."""
         from samza_dsl.spec import stream_node
 
-        if self.env.executor is not None:
-            return None
+        if self.env.executor is not None or self.plan.app.remote_tables:
+            return None  # remote-table calls are tied to each message (rule 19)
         node = stream_node(stream_id)
         fns: list[tuple[str, Callable[[Any], Any]]] = []
         nexts = [n for n in self.plan.next_ops(node) if n in self.operators]
@@ -292,7 +344,8 @@ class TaskInstance:
         spec = op.spec
         executor = self.env.executor
         meter = self.meter(op)
-        if executor is not None and spec.opcode in _THREADED_OPCODES:
+        if executor is not None and spec.opcode in _THREADED_OPCODES \
+                and getattr(spec, "table_id", None) not in self.plan.app.remote_tables:
             process = bind_port(op, port) if isinstance(spec, JoinSpec) else op.process
             process = _threaded(process, executor)
             if meter is not None:
@@ -386,6 +439,7 @@ class TaskInstance:
         if self.commit_requested or self.window_requested or self.env.stopping:
             return 0
         n = 0
+        self._handing_out = True
         pending = self.pending
         checkpoint = self.checkpoint
         max_c = self.max_concurrency
@@ -511,6 +565,8 @@ class TaskInstance:
                                     top = tm - lone_bound
                         src[1] = i
                         pend = entry(m)
+                        if self._calls:
+                            pend = self._take_calls(pend)
                     if pend is None:
                         if pending:
                             pending.append([ssp, first + i - 1, True, 0, t])
@@ -580,6 +636,7 @@ class TaskInstance:
                 self._cur = None
         self.inbox_size -= n
         self.processed += n
+        self._handing_out = False
         return n
 
     def source(self) -> tuple[str, int, int] | None:
@@ -607,10 +664,18 @@ class TaskInstance:
                 CURRENT.set(t)
             try:
                 await gather_pending(pend)
+                if self._rec_calls:
+                    calls = self._rec_calls.pop(id(rec), None)
+                    while calls:  # calls the message's functions made and did not await
+                        await _settle_calls(calls)
+                        calls = self._rec_calls.pop(id(rec), None)
             except OperatorFailure as f:
                 self.fail(self._task_error(f, rec[0], rec[1]))
                 return
             except asyncio.CancelledError:
+                return
+            except RemoteCallFailure as f:
+                self.fail(self._call_error(f, rec[0], rec[1]))
                 return
             except Exception as exc:  # a failure outside any operator
                 self.fail(TaskError(f"task {self.name!r} failed on {rec[0]} offset {rec[1]}: "
@@ -657,6 +722,17 @@ class TaskInstance:
         self.env.on_consumed(self)
         got, self._adopted = self._adopted, None
         return got
+
+    def _call_error(self, f: RemoteCallFailure, ssp: SSP, offset: int) -> TaskError:
+        """A remote-table call a function made for a message and did not await failed."""
+        err = TaskError(
+            f"task {self.name!r}: a call to remote table {f.table!r} made for the message at "
+            f"stream {ssp.stream_id!r} partition {ssp.partition} offset {offset} failed and was "
+            f"not awaited: {type(f.cause).__name__}: {f.cause}. The checkpoint stays before "
+            f"this offset, so a restart reprocesses it", task=self.name, stream=ssp.stream_id,
+            partition=ssp.partition, offset=offset)
+        err.__cause__ = f.cause
+        return err
 
     def _task_error(self, f: OperatorFailure, ssp: SSP, offset: int) -> TaskError:
         cause = f.cause
@@ -870,6 +946,14 @@ class TaskInstance:
     async def commit(self) -> None:
         """Commit what this task has fully processed (``runtime.commit``): its offsets are
         taken now, before the flushes, so a message completing meanwhile is not covered."""
+        while self._loose_calls:  # remote writes made outside any message complete first
+            calls, self._loose_calls = self._loose_calls, []
+            try:
+                await _settle_calls(calls)
+            except RemoteCallFailure as f:
+                raise TaskError(f"task {self.name!r}: a call to remote table {f.table!r} made "
+                                f"outside any message failed: {type(f.cause).__name__}: "
+                                f"{f.cause}", task=self.name) from f.cause
         self.last_commit_end = await self.env.committer.commit(
             self.name, self.checkpoint, has_stores=bool(self.stores))
 
@@ -955,3 +1039,22 @@ def _threaded(process: Callable[[Any], Any], executor: Any) -> Callable[[Any], A
     def run(m: Any) -> Any:
         return asyncio.get_running_loop().run_in_executor(executor, process, m)
     return run
+
+
+class RemoteCallFailure(Exception):
+    """A remote-table call a user function made and did not await failed."""
+
+    def __init__(self, table: str, cause: BaseException) -> None:
+        super().__init__(f"remote table {table!r}: {cause}")
+        self.table = table
+        self.cause = cause
+
+
+async def _settle_calls(calls: list[RemoteCall]) -> None:
+    """Wait for remote-table calls; one that failed and that nobody awaited fails the message
+    (one that was awaited failed its function already, or was handled there)."""
+    await asyncio.wait([c.task for c in calls])
+    for c in calls:
+        exc = c.failure()
+        if exc is not None:
+            raise RemoteCallFailure(getattr(exc, "table", "?"), exc)

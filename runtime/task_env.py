@@ -3,14 +3,15 @@
 The container builds one ``TaskEnv`` and hands it to each of its tasks. A task reads its config,
 clock and metrics from it, runs blocking user code on its executor, writes through its producer,
 opens its stores, commits through its committer (``runtime.commit``), says when it has taken
-records from its inbox, and sees ``stopping`` when the container is asked to stop.
+records from its inbox, and sees ``stopping`` when the container is asked to stop. The
+container's tasks share one rate limiter per remote table (``shared``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.commit import Committer
@@ -37,3 +38,7 @@ class TaskEnv:
     on_consumed: Callable[[Any], None]
     #: the container was asked to stop: drain, commit, close
     stopping: bool = False
+    #: the container's share of the job's tasks (a remote table's rate limit is split by it)
+    task_share: float = 1.0
+    #: what the container's tasks share: each remote table's token bucket
+    shared: dict[str, Any] = field(default_factory=dict)

@@ -86,19 +86,28 @@ def partition_of(plan: Any, stream_id: str, n: int, own: int) -> PartitionRule:
 
 
 def build_operators(plan: Any, stages: Sequence[Any], open_store: Callable[[str], Any],
-                    open_table: Callable[[str], Any] | None = None
-                    ) -> tuple[dict[str, Operator], dict[str, Any], dict[str, LocalTable]]:
+                    open_table: Callable[[str], Any] | None = None,
+                    open_remote: Callable[[Any], Any] | None = None
+                    ) -> tuple[dict[str, Operator], dict[str, Any], dict[str, Any]]:
     """A task's operators for ``stages``, and its stores: ``open_store(name)`` for the state of
     each window (its op id) and join (``<op id>-L``/``-R``), ``open_table(table id)`` (default
-    ``open_store``) for each table. Returns (operators, stores by name, tables by id)."""
+    ``open_store``) for each table, ``open_remote(spec)`` for each remote table (a runner that
+    gives none cannot run an application with remote tables). Returns (operators, stores by
+    name, tables by id: what ``ctx.table`` gives)."""
     app = plan.app
     table_store = open_table or open_store
     stores: dict[str, Any] = {}
-    tables: dict[str, LocalTable] = {}
+    tables: dict[str, Any] = {}
     operators: dict[str, Operator] = {}
     for table_id in app.tables:
         stores[table_id] = table_store(table_id)
         tables[table_id] = LocalTable(table_id, stores[table_id])
+    remote = getattr(app, "remote_tables", {})
+    if remote and open_remote is None:
+        raise TypeError(f"this runner cannot call remote tables ({', '.join(sorted(remote))}); "
+                        f"run the application with LocalRunner or TestRunner")
+    for table_id, spec in remote.items():
+        stores[table_id] = tables[table_id] = open_remote(spec)  # type: ignore[misc]
     for stage in stages:
         for op_id in stage.operators:
             spec = app.operator(op_id)

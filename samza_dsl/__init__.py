@@ -8,11 +8,20 @@
 """
 
 from .application import StreamApplication
-from .context import Context, ReadWriteTable
-from .errors import CallbackTimeout, ConfigError, PlanError, SamzaError, SerdeError, TaskError
+from .context import AsyncReadWriteTable, Context, ReadWriteTable
+from .errors import (
+    CallbackTimeout,
+    ConfigError,
+    PlanError,
+    RemoteTableError,
+    SamzaError,
+    SerdeError,
+    TaskError,
+)
 from .kv import KV
 from .late import LateMessage
-from .stream import MessageStream, OutputStream, Table
+from .remote import CacheSpec, RemoteCallError, RetryPolicy
+from .stream import MessageStream, OutputStream, RemoteTable, Table
 from .windows import (
     AccumulationMode,
     FiringType,
@@ -30,5 +39,6 @@ __all__ = [
     "StreamApplication", "MessageStream", "OutputStream", "Table", "KV", "Windows", "Window",
     "Triggers", "Trigger", "AccumulationMode", "FiringType", "WindowPane", "WindowKey", "Context",
     "ReadWriteTable", "LateMessage", "SamzaError", "PlanError", "ConfigError", "SerdeError", "TaskError",
-    "CallbackTimeout",
+    "CallbackTimeout", "AsyncReadWriteTable", "RemoteTable", "RetryPolicy", "CacheSpec",
+    "RemoteCallError", "RemoteTableError",
 ]

@@ -16,14 +16,23 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .config import validate_config
 from .errors import PlanError
+from .kv import KV
+from .remote import CacheSpec, RetryPolicy
 from .serdes import KVSerde, Serde
-from .spec import ApplicationSpec, IntermediateStreamSpec, OpSpec, TableSpec, stream_node
-from .stream import NAME_RE, MessageStream, OutputStream, Table
+from .spec import (
+    ApplicationSpec,
+    IntermediateStreamSpec,
+    OpSpec,
+    RemoteTableSpec,
+    TableSpec,
+    stream_node,
+)
+from .stream import NAME_RE, MessageStream, OutputStream, RemoteTable, Table
 from .systems import InputDescriptor, OutputDescriptor
 
 if TYPE_CHECKING:
@@ -91,6 +100,7 @@ class StreamApplication:
         self._outputs: dict[str, OutputDescriptor] = {}
         self._intermediates: dict[str, IntermediateStreamSpec] = {}
         self._tables: dict[str, TableSpec] = {}
+        self._remote_tables: dict[str, RemoteTableSpec] = {}
         self._ops: dict[str, OpSpec] = {}
         self._input_streams: dict[str, MessageStream[Any]] = {}
         self._counter = 0
@@ -217,6 +227,9 @@ class StreamApplication:
             raise PlanError(f"table name must match [A-Za-z0-9_-]+, got {name!r}")
         if not isinstance(serde, KVSerde):
             raise TypeError(f"table {name!r}: serde must be a KVSerde, got {type(serde).__name__}")
+        if name in self._remote_tables:
+            raise PlanError(f"table {name!r} is already a remote table; give the local table "
+                            f"another name")
         spec = TableSpec(name, serde, bool(changelog))
         if name in self._tables:
             if self._tables[name] != spec:
@@ -224,6 +237,99 @@ class StreamApplication:
             return Table(self, self._tables[name])
         self._tables[name] = spec
         return Table(self, spec)
+
+    def remote_table(self, name: str, *, read: Callable[[Any], Awaitable[Any]] | None = None,
+                     write: Callable[[Any, Any], Awaitable[Any]] | None = None,
+                     read_all: Callable[[list[Any]], Awaitable[Mapping[Any, Any]]] | None = None,
+                     write_all: Callable[[list[KV[Any, Any]]], Awaitable[Any]] | None = None,
+                     rate_limit: float | None = None, retry: RetryPolicy | None = None,
+                     cache: CacheSpec | None = None, batch_size: int = 100
+                     ) -> RemoteTable[Any, Any]:
+        """A table in a remote service (a key-value store, a REST API), as Samza's
+        ``RemoteTableDescriptor``: ``join_table`` it, ``send_to`` it, or use it from user
+        functions as ``ctx.table(name)``, whose ``get``, ``put``, ``get_all``, ``put_all`` and
+        ``delete`` are async there.
+
+        Calls run on the task's event loop as part of the message that makes them: the message
+        stays in flight until they complete, so they count towards ``task.max.concurrency`` (a
+        task has at most that many calls in progress), the checkpoint never covers a message
+        whose write has not completed, and ``task.callback.timeout.ms`` applies
+        (docs/semantics.md rule 19).
+
+        Args:
+            name: The table's name, matching ``[A-Za-z0-9_-]+``; ``ctx.table(name)``.
+            read: ``async read(key) -> value or None`` (None: the service has no value).
+            write: ``async write(key, value)``; ``value`` None deletes the key.
+            read_all: ``async read_all(keys) -> {key: value}`` (absent keys left out): reads
+                made in the same turn of the event loop go to it as one batch of up to
+                ``batch_size`` keys, and ``get_all`` uses it.
+            write_all: ``async write_all([KV(key, value), ...])`` (None values delete):
+                writes made in the same turn go to it as one batch, and ``put_all`` uses it.
+            rate_limit: Calls per second, counted per key, for the whole job: each container
+                gets the share of its tasks, which its tasks share (a token bucket). None: no
+                limit.
+            retry: The ``RetryPolicy`` of failed calls; None: no retry.
+            cache: A ``CacheSpec`` for a read-through cache per task (write-through or
+                write-around); None: no cache.
+            batch_size: The most keys in one ``read_all``/``write_all`` call.
+
+        Registering the same name with the same settings again gives the same table.
+
+        Returns:
+            The ``RemoteTable``.
+
+        Raises:
+            PlanError: ``name`` is malformed, names a local table, or is registered with other
+                settings.
+            TypeError: A function is not callable, or ``retry``/``cache`` is of the wrong
+                type.
+            ValueError: ``rate_limit`` or ``batch_size`` is not > 0, or the table has no read
+                and no write function.
+
+        Example:
+            >>> from samza_dsl.remote import CacheSpec, RetryPolicy
+            >>> async def read(user_id):
+            ...     return {"user": user_id, "tier": "gold"}
+            >>> app = StreamApplication("demo")
+            >>> app.remote_table("profiles", read=read, rate_limit=1000,
+            ...                  retry=RetryPolicy(max_attempts=5),
+            ...                  cache=CacheSpec(ttl=60, size=10_000))
+            RemoteTable('profiles')
+        """
+        if not isinstance(name, str) or not NAME_RE.match(name):
+            raise PlanError(f"table name must match [A-Za-z0-9_-]+, got {name!r}")
+        if name in self._tables:
+            raise PlanError(f"table {name!r} is already a local table; give the remote table "
+                            f"another name")
+        for what, fn in (("read", read), ("write", write), ("read_all", read_all),
+                         ("write_all", write_all)):
+            if fn is not None and not callable(fn):
+                raise TypeError(f"remote table {name!r}: {what} must be an async function, got "
+                                f"{type(fn).__name__}")
+        if read is None and write is None and read_all is None and write_all is None:
+            raise ValueError(f"remote table {name!r} needs a read or a write function")
+        if rate_limit is not None and (isinstance(rate_limit, bool)
+                                       or not isinstance(rate_limit, int | float)
+                                       or not rate_limit > 0):
+            raise ValueError(f"remote table {name!r}: rate_limit must be calls per second > 0, "
+                             f"got {rate_limit!r}")
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise TypeError(f"remote table {name!r}: retry must be a RetryPolicy, got "
+                            f"{type(retry).__name__}")
+        if cache is not None and not isinstance(cache, CacheSpec):
+            raise TypeError(f"remote table {name!r}: cache must be a CacheSpec, got "
+                            f"{type(cache).__name__}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"remote table {name!r}: batch_size must be an int >= 1, got "
+                             f"{batch_size!r}")
+        spec = RemoteTableSpec(name, read, write, read_all, write_all,
+                               None if rate_limit is None else float(rate_limit), retry, cache,
+                               batch_size)
+        if self._remote_tables.get(name, spec) != spec:
+            raise PlanError(f"remote table {name!r} is registered twice with different "
+                            f"settings")
+        self._remote_tables[name] = spec
+        return RemoteTable(self, spec)
 
     def _intermediate(self, stream_id: str, serde: Serde[Any] | None, *, broadcast: bool,
                       keyed: bool = True) -> MessageStream[Any]:
@@ -284,7 +390,8 @@ class StreamApplication:
         """
         return ApplicationSpec(self.name, self.app_id, dict(self.config), dict(self._inputs),
                                dict(self._outputs), dict(self._intermediates), dict(self._tables),
-                               tuple(self._ops.values()), dict(self._types))
+                               tuple(self._ops.values()), dict(self._types),
+                               dict(self._remote_tables))
 
     def declare_types(self, *types: type, **named: type) -> None:
         """Declare ``msgspec.Struct`` (or dataclass, NamedTuple) types the job's intermediate

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Iterable, Iterator, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from .kv import KV
 
-__all__ = ["Context", "ReadWriteTable", "Metrics"]
+__all__ = ["Context", "ReadWriteTable", "AsyncReadWriteTable", "Metrics"]
 
 
 @runtime_checkable
@@ -107,6 +107,59 @@ class ReadWriteTable(Protocol):
 
 
 @runtime_checkable
+class AsyncReadWriteTable(Protocol):
+    """A remote table as user functions see it: ``ctx.table(name)`` for a table registered
+    with ``app.remote_table(name, ...)``. Each method starts its call at once and returns an
+    awaitable of its result; the call is part of the message being processed, which stays in
+    flight until it completes, awaited or not (docs/semantics.md rule 19).
+
+    Example:
+        >>> import asyncio
+        >>> from samza_dsl import StreamApplication
+        >>> from samza_dsl.systems import MemorySystem
+        >>> from samza_dsl.testing import TestRunner
+        >>> service = {"u1": 1}
+        >>> async def read(key):
+        ...     return service.get(key)
+        >>> async def write(key, value):
+        ...     service[key] = value
+        >>> class Visit:
+        ...     def init(self, ctx):
+        ...         self.visits = ctx.table("visits")
+        ...     async def __call__(self, user):
+        ...         n = (await self.visits.get(user) or 0) + 1
+        ...         await self.visits.put(user, n)
+        ...         return [(user, n)]
+        >>> app, mem = StreamApplication("demo"), MemorySystem()
+        >>> _ = app.remote_table("visits", read=read, write=write)
+        >>> users = mem.input("users")
+        >>> app.input(users).async_flat_map(Visit()).send_to(app.output(mem.output("out")))
+        >>> TestRunner(app).add_input(users, ["u1", "u2"]).run().messages("out"), service
+        ([('u1', 2), ('u2', 1)], {'u1': 2, 'u2': 1})
+    """
+
+    def get(self, key: Any) -> Awaitable[Any]:
+        """The value of ``key``, or None (from the cache when it has it)."""
+        ...
+
+    def put(self, key: Any, value: Any) -> Awaitable[None]:
+        """Write ``value`` for ``key``; None deletes it."""
+        ...
+
+    def delete(self, key: Any) -> Awaitable[None]:
+        """Delete ``key``."""
+        ...
+
+    def get_all(self, keys: Iterable[Any]) -> Awaitable[dict[Any, Any]]:
+        """Key -> value for the keys that have one."""
+        ...
+
+    def put_all(self, entries: Iterable[KV[Any, Any]]) -> Awaitable[None]:
+        """Write several entries; a None value deletes its key."""
+        ...
+
+
+@runtime_checkable
 class Metrics(Protocol):
     """A task's metrics registry, as ``ctx.metrics`` gives it."""
 
@@ -170,13 +223,14 @@ class Context(Protocol):
         ...
 
     def table(self, name: str) -> ReadWriteTable:
-        """The task's local table of that name.
+        """The task's table of that name.
 
         Args:
-            name: A table name given to ``app.table``.
+            name: A table name given to ``app.table`` or ``app.remote_table``.
 
         Returns:
-            The table.
+            The table: a ``ReadWriteTable``, or for a remote table an ``AsyncReadWriteTable``
+            (whose methods are awaited).
 
         Raises:
             KeyError: The application has no table of that name.

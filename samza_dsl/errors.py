@@ -65,6 +65,19 @@ class CallbackTimeout(TaskError):
     """A message did not complete within ``task.callback.timeout.ms``."""
 
 
+class RemoteTableError(SamzaError):
+    """A call to a remote table failed for good (after the retries its policy allows): names
+    the table, the call, the key and the attempts; ``__cause__`` is the last error."""
+
+    def __init__(self, message: str, *, table: str, call: str, key: object = None,
+                 attempts: int = 1) -> None:
+        super().__init__(message)
+        self.table = table
+        self.call = call
+        self.key = key
+        self.attempts = attempts
+
+
 class SparkStartError(SamzaError):
     """Spark's JVM exited before it was up: ``master`` is the master it was given, ``reason``
     the JVM's last lines on standard error (its own reason)."""

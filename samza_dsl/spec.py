@@ -13,13 +13,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from .remote import CacheSpec, RetryPolicy
 from .serdes import KVSerde, Serde
 from .systems import InputDescriptor, OutputDescriptor
 from .windows import Window
 
 __all__ = ["OpSpec", "MapSpec", "FilterSpec", "FlatMapSpec", "AsyncFlatMapSpec", "MergeSpec",
            "PartitionBySpec", "BroadcastSpec", "WindowSpec", "JoinSpec", "JoinTableSpec",
-           "SendToSpec", "SinkSpec", "TableSpec", "IntermediateStreamSpec", "ApplicationSpec",
+           "SendToSpec", "SinkSpec", "TableSpec", "RemoteTableSpec", "IntermediateStreamSpec", "ApplicationSpec",
            "stream_node", "table_node", "node_stream_id", "OPCODES", "TERMINAL_OPCODES"]
 
 OPCODES = ("map", "filter", "flat_map", "async_flat_map", "merge", "partition_by", "broadcast",
@@ -46,6 +47,33 @@ class TableSpec:
     table_id: str
     serde: KVSerde
     changelog: bool = True
+
+
+@dataclass(frozen=True)
+class RemoteTableSpec:
+    """A table in a remote service, called asynchronously (``app.remote_table``): ``read(key)``
+    and ``write(key, value)`` (value None: delete), optionally ``read_all(keys)`` and
+    ``write_all(entries)`` for batches; ``rate_limit`` calls (keys) per second for the job,
+    shared by each container's tasks; a retry policy and a cache."""
+
+    table_id: str
+    read: Callable[[Any], Any] | None = field(default=None, repr=False)
+    write: Callable[[Any, Any], Any] | None = field(default=None, repr=False)
+    read_all: Callable[[list[Any]], Any] | None = field(default=None, repr=False)
+    write_all: Callable[[list[Any]], Any] | None = field(default=None, repr=False)
+    rate_limit: float | None = None
+    retry: RetryPolicy | None = None
+    cache: CacheSpec | None = None
+    batch_size: int = 100
+
+    def describe(self) -> dict[str, Any]:
+        """What plans show of the table."""
+        return {"remote": True, "read": self.read is not None or self.read_all is not None,
+                "write": self.write is not None or self.write_all is not None,
+                "batched": self.read_all is not None or self.write_all is not None,
+                "rate_limit": self.rate_limit,
+                "retry": self.retry.describe() if self.retry is not None else None,
+                "cache": self.cache.describe() if self.cache is not None else None}
 
 
 @dataclass(frozen=True)
@@ -219,6 +247,8 @@ class ApplicationSpec:
     operators: tuple[OpSpec, ...]
     #: name -> type: the types ``app.declare_types`` declared for the default serde
     types: Mapping[str, type] = field(default_factory=dict)
+    #: tables in remote services (``app.remote_table``), by table id
+    remote_tables: Mapping[str, RemoteTableSpec] = field(default_factory=dict)
 
     @property
     def job_name(self) -> str:

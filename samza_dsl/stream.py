@@ -31,6 +31,7 @@ from .spec import (
     MapSpec,
     MergeSpec,
     PartitionBySpec,
+    RemoteTableSpec,
     SendToSpec,
     SinkSpec,
     TableSpec,
@@ -49,7 +50,7 @@ K = TypeVar("K")
 V = TypeVar("V")
 R = TypeVar("R")
 
-__all__ = ["MessageStream", "OutputStream", "Table"]
+__all__ = ["MessageStream", "OutputStream", "Table", "RemoteTable"]
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 ORDERINGS = ("none", "key")
@@ -91,7 +92,26 @@ class OutputStream(Generic[M]):
         return f"OutputStream({self.stream_id!r})"
 
 
-class Table(Generic[K, V]):
+class _TableRef(Generic[K, V]):
+    """What ``Table`` and ``RemoteTable`` share: the application and the spec they name."""
+
+    spec: Any
+
+    def __init__(self, app: StreamApplication, spec: Any) -> None:
+        self._app = app
+        self.spec = spec
+
+    @property
+    def table_id(self) -> str:
+        """The table's name, as given to ``app.table`` (``app.remote_table``) and to
+        ``ctx.table(name)``."""
+        return str(self.spec.table_id)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.table_id!r})"
+
+
+class Table(_TableRef[K, V]):
     """A local table registered with ``app.table``: ``send_to`` it, ``join_table`` it, or use it
     from user functions as ``ctx.table(name)``.
 
@@ -107,17 +127,27 @@ class Table(Generic[K, V]):
         ('profiles', True)
     """
 
-    def __init__(self, app: StreamApplication, spec: TableSpec) -> None:
-        self._app = app
-        self.spec = spec
+    spec: TableSpec
 
-    @property
-    def table_id(self) -> str:
-        """The table's name, as given to ``app.table`` and to ``ctx.table(name)``."""
-        return self.spec.table_id
 
-    def __repr__(self) -> str:
-        return f"Table({self.table_id!r})"
+class RemoteTable(_TableRef[K, V]):
+    """A table in a remote service, registered with ``app.remote_table``: ``join_table`` it,
+    ``send_to`` it, or call it from user functions as ``ctx.table(name)`` (each method there is
+    async).
+
+    Attributes:
+        spec: The table's ``RemoteTableSpec`` (its functions, rate limit, retry policy, cache).
+
+    Example:
+        >>> from samza_dsl import StreamApplication
+        >>> async def read(key):
+        ...     return {"name": key.title()}
+        >>> app = StreamApplication("demo")
+        >>> app.remote_table("profiles", read=read, rate_limit=500)
+        RemoteTable('profiles')
+    """
+
+    spec: RemoteTableSpec
 
 
 class MessageStream(Generic[M]):
@@ -619,14 +649,16 @@ class MessageStream(Generic[M]):
                               required=True, key_fn=key, other_key_fn=other_key, combine=combine,
                               ttl_ms=ttl_ms)
 
-    def join_table(self, table: Table[K, V], *, combine: Callable[[M, KV[K, V] | None], R | None],
+    def join_table(self, table: Table[K, V] | RemoteTable[K, V], *, combine: Callable[[M, KV[K, V] | None], R | None],
                    key: Callable[[M], K] | None = None,
                    name: str | None = None) -> MessageStream[R]:
         """Stream-table join on ``key(m)`` (default: the message's ``KV.key``). ``combine(m, None)``
         is called on a miss; a None result is dropped.
 
         Args:
-            table: A table from ``app.table`` of the same application.
+            table: A table from ``app.table`` or ``app.remote_table`` of the same
+                application. A remote table is read asynchronously: the message is in flight
+                (``task.max.concurrency``) until its record arrives, unless its cache has it.
             combine: ``combine(m, record)`` gives the output, where ``record`` is
                 ``KV(key, value)`` on a hit and None on a miss (so ``combine`` chooses an inner
                 or a left join).
@@ -660,8 +692,9 @@ class MessageStream(Generic[M]):
             >>> runner.run().messages("out")
             [('buy', 'Ada'), ('buy', None)]
         """
-        if not isinstance(table, Table):
-            raise TypeError(f"join_table takes a Table from app.table(), got {type(table).__name__}")
+        if not isinstance(table, _TableRef):
+            raise TypeError(f"join_table takes a Table from app.table() or app.remote_table(), "
+                            f"got {type(table).__name__}")
         if table._app is not self._app:
             raise PlanError(f"join_table: table {table.table_id!r} belongs to another application")
         _check_fn("join_table combine", combine)
@@ -672,16 +705,19 @@ class MessageStream(Generic[M]):
 
     # -- terminals -------------------------------------------------------------------------------
 
-    def send_to(self, target: OutputStream[Any] | Table[Any, Any]) -> None:
+    def send_to(self, target: OutputStream[Any] | Table[Any, Any] | RemoteTable[Any, Any]
+                ) -> None:
         """Send to an output stream (a KV goes as key/value) or into a table (``KV(k, None)``
         deletes ``k``).
 
         A terminal: the operator's id ends in a counter (``...-send_to-<n>``).
 
         Args:
-            target: An ``OutputStream`` from ``app.output`` or a ``Table`` from ``app.table``,
-                of the same application. A table takes ``KV`` messages only (anything else
-                fails the message with a ``TaskError`` when it runs).
+            target: An ``OutputStream`` from ``app.output`` or a ``Table`` from ``app.table``
+                or ``app.remote_table``, of the same application. A table takes ``KV``
+                messages only (anything else fails the message with a ``TaskError`` when it
+                runs). A write to a remote table keeps its message in flight until the write
+                has completed, so no checkpoint covers it before.
 
         Raises:
             TypeError: ``target`` is neither an ``OutputStream`` nor a ``Table``.
@@ -702,13 +738,13 @@ class MessageStream(Generic[M]):
             if target._app is not self._app:
                 raise PlanError(f"send_to: output {target.stream_id!r} belongs to another application")
             self._then(SendToSpec, "send_to", None, stream_id=target.stream_id)
-        elif isinstance(target, Table):
+        elif isinstance(target, _TableRef):
             if target._app is not self._app:
                 raise PlanError(f"send_to: table {target.table_id!r} belongs to another application")
             self._then(SendToSpec, "send_to", None, table_id=target.table_id)
         else:
             raise TypeError(f"send_to takes an OutputStream from app.output() or a Table from "
-                            f"app.table(), got {type(target).__name__}")
+                            f"app.table() or app.remote_table(), got {type(target).__name__}")
 
     def sink(self, fn: Callable[[M], Any | Awaitable[Any]], *, name: str | None = None) -> None:
         """Terminal: ``fn(m)``, sync or async.

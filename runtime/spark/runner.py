@@ -45,6 +45,7 @@ from dataclasses import fields, is_dataclass
 from typing import Any
 
 from operators.hashing import KeyPartitioner
+from planner import refuse_remote_tables
 from runtime.late import LateCounts
 from runtime.memory import resolve_partitions
 from runtime.spark.executor import ALL_PARTITIONS, PassExecutor, PassFailure, per_message_windows
@@ -263,6 +264,7 @@ class SparkRunner:
         """
         if not isinstance(app, StreamApplication):
             raise TypeError(f"reprocess takes a StreamApplication, got {type(app).__name__}")
+        refuse_remote_tables(app.spec(), "SparkRunner")
         t0 = time.monotonic()
         start_ms = int(time.time() * 1000)
         outputs = dict(outputs or {})

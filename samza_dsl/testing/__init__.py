@@ -1,5 +1,7 @@
-"""Testing helpers: ``TestRunner`` (in-memory runs), ``strategies`` (hypothesis strategies) and
-``model`` (a reference model of event-time windows and joins, docs/semantics.md).
+"""Testing helpers: ``TestRunner`` (in-memory runs), ``strategies`` (hypothesis strategies),
+``model`` (a reference model of event-time windows and joins, docs/semantics.md) and
+``kv_service`` (a key-value service over HTTP on 127.0.0.1, and its client, to back a remote
+table in tests and examples).
 
 ``TestRunner`` and ``TestResult`` are ``runtime.testing``'s, imported only when asked for:
 ``TestRunner(app, config=None).add_input(descriptor, messages).run(timeout=None)`` runs the
