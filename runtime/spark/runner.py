@@ -286,10 +286,12 @@ class SparkRunner:
         compiled = _Compiler(spark, plan, counts, sources, tally.acc)
         kept: dict[str, Any] = {}
         staged: list[Any] = []
+        doing = "planning the Spark job"
         try:
             ends = compiled.build()
             for sid in sorted(plan.output_streams):
                 rdd = compiled.messages(sid)
+                doing = f"computing output {sid!r} ({compiled.labels.get(sid, 'no pass')})"
                 if sid in sinks:
                     sc.setJobDescription(f"samza-dsl {plan.job_name}: write {sid} to "
                                          f"{sinks[sid]}")
@@ -300,6 +302,7 @@ class SparkRunner:
                     sc.setJobDescription(f"samza-dsl {plan.job_name}: compute {sid}")
                     rdd.count()
             for rdd in ends:  # passes nothing reads yet (sinks, tables): run them too
+                doing = f"running {rdd.name()}"
                 sc.setJobDescription(f"samza-dsl {plan.job_name}: run {rdd.name()}")
                 rdd.count()
             for sink in staged:
@@ -309,7 +312,7 @@ class SparkRunner:
                 sink.abort(spark)
             for rdd in kept.values():
                 rdd.unpersist()
-            raise _reprocess_error(plan, exc) from None
+            raise _reprocess_error(plan, exc, doing) from None
         finally:
             sc.setJobDescription(None)
             compiled.release()
@@ -372,18 +375,30 @@ def _check_ids(app: StreamApplication, inputs: Mapping[str, Any],
                              f"its outputs: {', '.join(known_out) or 'none'}")
 
 
-def _reprocess_error(plan: Any, exc: BaseException) -> BaseException:
+def _reprocess_error(plan: Any, exc: BaseException, doing: str = "") -> BaseException:
+    """One line for a failed run: the executor's own words when a pass said what failed
+    (``PassFailure``), else the cause Spark reports (a Python exception, a worker that crashed
+    or ran out of memory), with what the run was doing (the output and the pass computing it)."""
     if isinstance(exc, SamzaError):
         return exc
     text = str(exc)
     found = re.search(re.escape(PassFailure.MARK) + r"(.*)", text)
     if found:
         return ReprocessError(found.group(1).strip())
-    causes = re.findall(r"^(\w+(?:\.\w+)*(?:Error|Exception|Exit)\b:? .*)$", text, re.M)
+    causes = re.findall(r"^(\w+(?:\.\w+)*(?:Error|Exception|Exit)\b(?::? .*)?)\s*$", text,
+                        re.M)
     causes = [c for c in causes if not c.startswith(("org.", "java.", "py4j."))]
-    first = causes[-1] if causes else next(
+    crashed = re.search(r"Python worker exited unexpectedly[^\n]*", text)
+    first = causes[-1] if causes else crashed.group(0) if crashed else next(
         (ln for ln in text.splitlines() if ln.strip()), type(exc).__name__)
-    return ReprocessError(f"reprocessing {plan.job_name!r} failed in Spark: {first[:500]}")
+    hint = ""
+    if "MemoryError" in first or "OutOfMemory" in text or crashed:
+        hint = ("; the Python worker ran out of memory or crashed: give it more "
+                "(spark.executor.pyspark.memory, spark.executor.memory) or the streams more "
+                "partitions")
+    during = f" while {doing}" if doing else ""
+    return ReprocessError(f"reprocessing {plan.job_name!r} failed in Spark{during}: "
+                          f"{first.strip()[:500]}{hint}")
 
 
 # -- compiling the plan ----------------------------------------------------------------------------
@@ -532,7 +547,25 @@ class _Compiler:
             task_of_first = False
             order = _ORDER
 
+        first_op = next((op for s in stages for op in s.operators), "")
+        where = (f"stream {', '.join(map(repr, inputs))} into operator {first_op!r} "
+                 f"(pass {name})")
+
         def run(i: int, items: Any) -> Any:
+            try:
+                return compute(i, items)
+            except PassFailure:
+                raise
+            except MemoryError as exc:
+                raise PassFailure(f"{where} in task partition {i}: MemoryError"
+                                  f"{': ' + str(exc) if str(exc) else ''}; the Python worker ran "
+                                  f"out of memory: give it more (spark.executor.pyspark.memory) "
+                                  f"or the stream more partitions") from exc
+            except Exception as exc:
+                raise PassFailure(f"{where} in task partition {i}: {type(exc).__name__}: "
+                                  f"{exc}") from exc
+
+        def compute(i: int, items: Any) -> Any:
             recs = list(items) if task_of_first else [rec for _, rec in items]
             if not recs and not stateful:
                 return iter(())
@@ -664,12 +697,9 @@ def _user_modules(plan: Any) -> set[str]:
 
 
 def _importable_by_name(module: Any) -> bool:
-    """Whether executors import ``module`` by its name: our packages, the standard library, and
-    any module the driver finds by name on its ``sys.path`` (which executors are given)."""
+    """Whether ``module`` is found by its name on the driver's ``sys.path`` (a module loaded
+    from a file under a made-up name is not)."""
     name = module.__name__
-    top = name.split(".")[0]
-    if top in _OUR_PACKAGES or top in sys.stdlib_module_names or top == "builtins":
-        return True
     path = getattr(module, "__file__", None)
     if path is None or name == "__main__":
         return path is None and name != "__main__"
@@ -690,20 +720,112 @@ def _importable_by_name(module: Any) -> bool:
     return origin is not None and os.path.realpath(origin) == os.path.realpath(path)
 
 
+def _installed(path: str) -> bool:
+    """Whether ``path`` lies in the standard library or a site-packages directory: part of an
+    installed distribution, which executors have as the driver has (the extras installed)."""
+    import site
+    import sysconfig
+
+    roots = {sysconfig.get_paths().get(k, "") for k in ("stdlib", "platstdlib", "purelib",
+                                                       "platlib")}
+    roots.update(site.getsitepackages())
+    roots.add(site.getusersitepackages())
+    real = os.path.realpath(path)
+    return any(real.startswith(os.path.realpath(r) + os.sep) for r in roots if r)
+
+
+_zips: dict[str, str] = {}  # digest -> the zip of those files, made once per driver process
+
+
+def _module_zip(top: Any) -> str | None:
+    """A zip of top-level module or package ``top`` (its ``.py`` files, under its name), for
+    executors to import; None when it has no Python source to ship."""
+    import hashlib
+    import tempfile
+    import zipfile
+
+    name = top.__name__
+    if hasattr(top, "__path__"):
+        files: list[tuple[str, str]] = []
+        for root in list(top.__path__)[:1]:
+            for here, dirs, names in os.walk(root):
+                dirs[:] = sorted(d for d in dirs if d != "__pycache__" and not d.startswith("."))
+                for f in sorted(names):
+                    if f.endswith(".py"):
+                        full = os.path.join(here, f)
+                        files.append((full, os.path.join(name, os.path.relpath(full, root))))
+    else:
+        path = getattr(top, "__file__", None)
+        if not path or not path.endswith(".py"):
+            return None
+        files = [(path, name + ".py")]
+    if not files:
+        return None
+    digest = hashlib.sha1(name.encode())
+    for full, arc in files:
+        st = os.stat(full)
+        digest.update(f"{arc}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    key = digest.hexdigest()[:16]
+    made = _zips.get(key)
+    if made is not None and os.path.exists(made):
+        return made
+    target = os.path.join(tempfile.mkdtemp(prefix="samza-dsl-pyfiles-"), f"{name}-{key}.zip")
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as z:
+        for full, arc in files:
+            z.write(full, arc)
+    _zips[key] = target
+    return target
+
+
+def _add_py_file(sc: Any, path: str) -> None:
+    """``sc.addPyFile(path)`` once per context, without putting it on the driver's own path."""
+    shipped = sc.__dict__.setdefault("_samza_dsl_pyfiles", set())
+    if path in shipped:
+        return
+    includes = getattr(sc, "_python_includes", None)
+    if isinstance(includes, list):
+        sc.addFile(path)
+        includes.append(os.path.basename(path))
+    else:  # pragma: no cover - another PySpark layout
+        sc.addPyFile(path)
+    shipped.add(path)
+
+
 def _ship_user_code(spark: Any, plan: Any) -> None:
-    """Executors import what the driver can: they get the driver's ``sys.path``. The modules of
-    the application's functions that cannot be imported by name (a script, a notebook's
-    ``__main__``, a test file) go by value. (A ``msgspec.Struct`` class defined in such a module
-    cannot be rebuilt in an executor: define message types in an importable module.)"""
+    """Executors get the driver's ``sys.path`` (where hosts share the driver's file system) and
+    the modules of the application's functions:
+
+    - a module that cannot be imported by name (a script, a notebook's ``__main__``, a test
+      file loaded under a made-up name) goes by value;
+    - a module imported by name that is not part of an installed distribution (a package on
+      ``PYTHONPATH``, a module next to the working directory found through ``''``) goes as a
+      zip of its top-level package, which Spark puts on the executors' path
+      (``spark.submit.pyFiles``, ``sc.addPyFile``);
+    - our packages, the standard library and installed distributions are imported as they
+      are: install the same extras on the executors.
+
+    (A ``msgspec.Struct`` class defined in a module sent by value cannot be rebuilt in an
+    executor: define message types in an importable module.)"""
     from pyspark import cloudpickle
 
     sc = spark.sparkContext
     path = os.pathsep.join(p for p in sys.path if p)
     if sc.environment.get("PYTHONPATH") != path:
         sc.environment["PYTHONPATH"] = path
-    for name in _user_modules(plan):
+    for name in sorted(_user_modules(plan)):
         module = sys.modules.get(name)
-        if module is None or name == "__main__" or _importable_by_name(module):
+        top_name = name.split(".")[0]
+        if module is None or name == "__main__" or top_name in _OUR_PACKAGES \
+                or top_name in sys.stdlib_module_names or top_name == "builtins":
             continue
-        with contextlib.suppress(ValueError):
-            cloudpickle.register_pickle_by_value(module)
+        if not _importable_by_name(module):
+            with contextlib.suppress(ValueError):
+                cloudpickle.register_pickle_by_value(module)
+            continue
+        file = getattr(module, "__file__", None)
+        top = sys.modules.get(top_name)
+        if file is None or top is None or _installed(file):
+            continue
+        zipped = _module_zip(top)
+        if zipped is not None:
+            _add_py_file(sc, zipped)
