@@ -77,17 +77,24 @@ class ReprocessError(SamzaError):
     """A reprocessing run failed; nothing was written."""
 
 
-def spark_session(master: str = "local[2]", app_name: str = "samza-dsl",
+def spark_session(master: str | None = None, app_name: str = "samza-dsl",
                   conf: Mapping[str, str] | None = None, *, quiet: bool = True) -> Any:
     """A SparkSession for reprocessing (``spark.ui.enabled`` off; a session already running is
-    reused). ``conf``: Spark settings, over these defaults. ``quiet`` starts the JVM without its
-    start-up warnings and with its log at FATAL (``runtime.spark.jvm``); errors are raised."""
+    reused). ``master``: ``local[2]``, ``spark://host:port``...; None is the master
+    ``spark-submit --master`` gave, else ``local[2]``. ``conf``: Spark settings, over these
+    defaults. ``quiet`` starts the JVM without its start-up warnings and with its log at FATAL
+    (``runtime.spark.jvm``); errors are raised."""
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
-    # executors run this interpreter, which has the application's packages
+    # executors run this interpreter, which has the application's packages (on other hosts:
+    # set PYSPARK_PYTHON to the interpreter there, with the same packages installed)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    settings = {"spark.master": master, "spark.app.name": app_name,
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # under spark-submit: its JVM, its master
+    if master is None and not submitted:
+        master = "local[2]"
+    settings = {**({"spark.master": master} if master is not None else {}),
+                "spark.app.name": app_name,
                 "spark.pyspark.python": os.environ["PYSPARK_PYTHON"],
                 "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
                 "spark.sql.shuffle.partitions": "8", **(conf or {})}
@@ -217,8 +224,10 @@ class SparkRunner:
     Args:
         spark: a SparkSession to use; None starts one on first use (quietly, see
             ``spark_session``).
-        master: the master of the session it starts (``local[2]``, ``spark://host:port``).
-        conf: Spark settings for the session it starts.
+        master: the master of the session it starts (``local[2]``, ``spark://host:port``);
+            None: the one ``spark-submit --master`` gave, else ``local[2]``.
+        conf: Spark settings for the session it starts (``spark.executor.memory``...), as
+            ``spark-submit --conf`` takes them.
 
     Example:
         >>> runner = SparkRunner(master="local[2]")                   # doctest: +SKIP
@@ -227,7 +236,7 @@ class SparkRunner:
         >>> print(result.summary())                                   # doctest: +SKIP
     """
 
-    def __init__(self, spark: Any = None, *, master: str = "local[2]",
+    def __init__(self, spark: Any = None, *, master: str | None = None,
                  conf: Mapping[str, str] | None = None) -> None:
         self._spark = spark
         self.master = master

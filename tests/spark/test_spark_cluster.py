@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +81,11 @@ def _work(tmp_path: Path, n: int = 6000) -> Path:
     return work
 
 
+def _unmarked(path: Path) -> list[tuple[str, bytes]]:
+    """``_parts`` without the ``from_zip`` marks."""
+    return [(name, re.sub(rb',"from_zip":(true|false)', b"", data)) for name, data in _parts(path)]
+
+
 def _shipped_copy(target: Path) -> None:
     """The example, whose output records whether this module came from a zip."""
     source = EXAMPLE.read_text()
@@ -138,13 +144,44 @@ def test_a_module_next_to_the_working_directory_is_shipped(spark_cluster: Any,
     _run([sys.executable, "-c", code, "local[2]", "out/local.jsonl"], work, env)
     _run([sys.executable, "-c", code, spark_cluster.url, "out/cluster.jsonl", *conf], work, env)
 
-    def unmarked(path: Path) -> list[tuple[str, bytes]]:
-        # local[2]'s Python workers run in the driver's directory, where '' finds the module
-        # itself: only the cluster's answer says where an executor elsewhere gets it
-        return [(name, re.sub(rb',"from_zip":(true|false)', b"", data))
-                for name, data in _parts(path)]
-    assert unmarked(work / "out" / "cluster.jsonl") == unmarked(work / "out" / "local.jsonl")
+    # local[2]'s Python workers run in the driver's directory, where '' finds the module
+    # itself: only the cluster's answer says where an executor elsewhere gets it
+    assert _unmarked(work / "out" / "cluster.jsonl") == _unmarked(work / "out" / "local.jsonl")
     lines = _lines(work / "out" / "cluster.jsonl")
+    assert lines and all('"from_zip":true' in ln for ln in lines), lines[:3]
+
+
+def test_a_driver_script_under_spark_submit(spark_cluster: Any, tmp_path: Path) -> None:
+    """As the README shows: the package goes with ``--py-files``, and ``SparkRunner()`` takes
+    the master spark-submit was given."""
+    work = _work(tmp_path)
+    lib = tmp_path / "lib"
+    (lib / "viewjobs").mkdir(parents=True)
+    (lib / "viewjobs" / "__init__.py").write_text("")
+    _shipped_copy(lib / "viewjobs" / "counts.py")
+    with zipfile.ZipFile(work / "jobs.zip", "w") as z:
+        for f in ("__init__.py", "counts.py"):
+            z.write(lib / "viewjobs" / f, f"viewjobs/{f}")
+    (work / "reprocess_views.py").write_text(textwrap.dedent("""
+        from runtime.spark import SparkRunner
+        from viewjobs.counts import app
+
+        result = SparkRunner().reprocess(app, {"page-views": "views.parquet"},
+                                         outputs={"country-counts": "out/submitted.jsonl"})
+        print(result.summary())
+    """))
+    import pyspark
+
+    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    env = {**_env(), "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    apps_before = spark_cluster.log("master").count("Registered app")
+    proc = _run([str(submit), "--master", spark_cluster.url, "--py-files", "jobs.zip",
+                 *CLUSTER_CONF, "reprocess_views.py"], work, env)
+    assert "reprocessed 'country-views-1'" in proc.stdout, proc.stdout
+    assert spark_cluster.log("master").count("Registered app") == apps_before + 1
+    _reprocess(str(EXAMPLE) + ":app", "local[2]", "out/local.jsonl", work, _env())
+    assert _unmarked(work / "out" / "submitted.jsonl") == _parts(work / "out" / "local.jsonl")
+    lines = _lines(work / "out" / "submitted.jsonl")
     assert lines and all('"from_zip":true' in ln for ln in lines), lines[:3]
 
 
