@@ -9,6 +9,7 @@
     python benchmarks/run.py W6A             # W6 on a job aged by 10^6 updates of 10^4 keys, twice
     python benchmarks/run.py W8              # 1 and 2 container processes (named only)
     python benchmarks/run.py W5              # Spark reprocessing, local[2] (named only)
+    python benchmarks/run.py W5M             # its Python workers' peak RSS at 1x, 2x, 4x (named only)
 
 W1L is W1 on the embedded local system (LMDB table with changelog); W6 restarts a W1 job holding
 10^5 and 10^6 keys (host affinity, then changelog replay). They run only when named (W1L takes
@@ -18,7 +19,9 @@ aiokafka's raw consume+produce loop over the same topics; it runs only when name
 run, most of it loading the input and checking both outputs). W5 reprocesses W3 on Spark
 (local[2]) over 10^7 views in Parquet, against the same job hand-written with PySpark's RDD and
 DataFrame APIs, all in one SparkSession; it runs only when named (about 100 s a run at full
-size on 2 cores, after generating the input and a warm-up).
+size on 2 cores, after generating the input and a warm-up). W5M runs W5's compiled job over 2,
+4 and 8 million views (1x, 2x, 4x; --scale scales them), each in a new SparkSession, and prints
+one line with the Python workers' peak RSS at each size (named only).
 """
 
 from __future__ import annotations
@@ -124,6 +127,10 @@ def main() -> None:
         elif w == "W5":
             from benchmarks.spark_workloads import run_w5, w5_summary  # pyspark: the spark extra
             w5_summary(run_w5(n(10_000_000), args.runs))
+        elif w == "W5M":
+            from benchmarks.spark_workloads import run_w5_memory
+
+            run_w5_memory(n(2_000_000))
         else:
             parser.error(f"unknown workload {w!r}")
 
