@@ -373,13 +373,14 @@ def w5_summary(lines: list[dict[str, Any]]) -> dict[str, Any]:
 # -- W5M: the Python workers' memory at 1x, 2x and 4x the input ------------------------------------
 
 class WorkerPeak:
-    """The largest peak RSS (``VmHWM``) of the PySpark Python workers of this machine while it
-    runs: a thread reads ``/proc`` every ``every`` seconds (a worker's peak is kept by the
-    kernel, so a sample any time before it exits sees it)."""
+    """The largest peak RSS (``VmHWM``) of the PySpark Python workers of the JVM ``jvm_pid``
+    (its descendants) while it runs: a thread reads ``/proc`` every ``every`` seconds (a
+    worker's peak is kept by the kernel, so a sample any time before it exits sees it)."""
 
-    def __init__(self, every: float = 0.1) -> None:
+    def __init__(self, jvm_pid: int, every: float = 0.1) -> None:
         import threading
 
+        self.jvm_pid = jvm_pid
         self.every = every
         self.peak_kb = 0
         self._stop = threading.Event()
@@ -398,6 +399,16 @@ class WorkerPeak:
         while not self._stop.wait(self.every):
             self._sample()
 
+    def _descends(self, pid: int) -> bool:
+        for _ in range(8):
+            with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+                pid = int(fh.read().rsplit(")", 1)[1].split()[1])  # the parent
+            if pid == self.jvm_pid:
+                return True
+            if pid <= 1:
+                return False
+        return False
+
     def _sample(self) -> None:
         me = str(os.getpid())
         for pid in os.listdir("/proc"):
@@ -406,7 +417,8 @@ class WorkerPeak:
             try:
                 with open(f"/proc/{pid}/cmdline", "rb") as fh:
                     cmd = fh.read()
-                if b"pyspark.daemon" not in cmd and b"pyspark.worker" not in cmd:
+                if b"pyspark.daemon" not in cmd and b"pyspark.worker" not in cmd \
+                        or not self._descends(int(pid)):
                     continue
                 with open(f"/proc/{pid}/status", encoding="ascii") as fh:
                     for line in fh:
@@ -429,7 +441,8 @@ def run_w5_memory(n: int, scales: tuple[int, ...] = (1, 2, 4)) -> dict[str, Any]
         try:
             compiled_job(spark, w5_data(min(n, WARMUP_ROWS), seed=SEED + 1),
                          os.path.join(out_dir, "warm"))
-            with WorkerPeak() as peak:
+            jvm = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+            with WorkerPeak(int(jvm)) as peak:
                 seconds[f"{scale}x"], _ = timed(functools.partial(
                     compiled_job, spark, data_dir, os.path.join(out_dir, "run")))
             panes = read_panes(os.path.join(out_dir, "run"))
