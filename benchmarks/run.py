@@ -12,6 +12,7 @@
     python benchmarks/run.py W3M             # peak RSS, 10^6 keys in window state (named only)
     python benchmarks/run.py W5              # Spark reprocessing, local[2] (named only)
     python benchmarks/run.py W10             # a remote-table join over HTTP (named only)
+    python benchmarks/run.py W5M             # its Python workers' peak RSS at 1x, 2x, 4x (named only)
 
 W1L is W1 on the embedded local system (LMDB table with changelog); W6 restarts a W1 job holding
 10^5 and 10^6 keys (host affinity, then changelog replay). W1J is W1L written the way users
@@ -23,9 +24,12 @@ aiokafka's raw consume+produce loop over the same topics; it runs only when name
 run, most of it loading the input and checking both outputs). W5 reprocesses W3 on Spark
 (local[2]) over 10^7 views in Parquet, against the same job hand-written with PySpark's RDD and
 DataFrame APIs, all in one SparkSession; it runs only when named (about 100 s a run at full
-size on 2 cores, after generating the input and a warm-up). W10 joins against a remote table
-served over HTTP by a process on 127.0.0.1 with 5 ms latency, at concurrency 100, without and
-with cache hits (``benchmarks/remote_workloads.py``); it runs only when named (about 10 s a run).
+size on 2 cores, after generating the input and a warm-up). W5M runs W5's compiled job over 2,
+4 and 8 million views (1x, 2x, 4x; --scale scales them), each in a new SparkSession, and prints
+one line with the Python workers' peak RSS at each size (named only). W10 joins against a remote
+table served over HTTP by a process on 127.0.0.1 with 5 ms latency, at concurrency 100, without
+and with cache hits (``benchmarks/remote_workloads.py``); it runs only when named (about 10 s a
+run).
 """
 
 from __future__ import annotations
@@ -141,6 +145,10 @@ def main() -> None:
         elif w == "W5":
             from benchmarks.spark_workloads import run_w5, w5_summary  # pyspark: the spark extra
             w5_summary(run_w5(n(10_000_000), args.runs))
+        elif w == "W5M":
+            from benchmarks.spark_workloads import run_w5_memory
+
+            run_w5_memory(n(2_000_000))
         else:
             parser.error(f"unknown workload {w!r}")
 

@@ -48,7 +48,8 @@ from samza_dsl import StreamApplication, Windows
 from samza_dsl.systems import MemorySystem
 
 __all__ = ["run_w5", "w5_summary", "w5_data", "w5_app", "rdd_baseline", "dataframe_baseline",
-           "view_country", "view_ts", "kv_country", "kv_ts", "count_init", "count_fold"]
+           "view_country", "view_ts", "kv_country", "kv_ts", "count_init", "count_fold",
+           "run_w5_memory", "WorkerPeak"]
 
 FILES = 8
 PARTITIONS = 4
@@ -367,3 +368,97 @@ def w5_summary(lines: list[dict[str, Any]]) -> dict[str, Any]:
     out["summary"] = True
     print(json.dumps(out), flush=True)
     return out
+
+
+# -- W5M: the Python workers' memory at 1x, 2x and 4x the input ------------------------------------
+
+class WorkerPeak:
+    """The largest peak RSS (``VmHWM``) of the PySpark Python workers of the JVM ``jvm_pid``
+    (its descendants) while it runs: a thread reads ``/proc`` every ``every`` seconds (a
+    worker's peak is kept by the kernel, so a sample any time before it exits sees it)."""
+
+    def __init__(self, jvm_pid: int, every: float = 0.1) -> None:
+        import threading
+
+        self.jvm_pid = jvm_pid
+        self.every = every
+        self.peak_kb = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="w5m-worker-peak", daemon=True)
+
+    def __enter__(self) -> WorkerPeak:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.every):
+            self._sample()
+
+    def _descends(self, pid: int) -> bool:
+        for _ in range(8):
+            with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+                pid = int(fh.read().rsplit(")", 1)[1].split()[1])  # the parent
+            if pid == self.jvm_pid:
+                return True
+            if pid <= 1:
+                return False
+        return False
+
+    def _sample(self) -> None:
+        me = str(os.getpid())
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit() or pid == me:
+                continue
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                    cmd = fh.read()
+                if b"pyspark.daemon" not in cmd and b"pyspark.worker" not in cmd \
+                        or not self._descends(int(pid)):
+                    continue
+                with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+                    for line in fh:
+                        if line.startswith("VmHWM:"):
+                            self.peak_kb = max(self.peak_kb, int(line.split()[1]))
+            except (OSError, ValueError):
+                continue
+
+
+def run_w5_memory(n: int, scales: tuple[int, ...] = (1, 2, 4)) -> dict[str, Any]:
+    """The compiled W5 job over ``n``, ``2n`` and ``4n`` views, each in a new SparkSession (new
+    Python workers); one line with the peak RSS of the Python workers at each size, and the
+    ratio of the largest to the smallest (the issue's bound: at most 1.2)."""
+    peaks: dict[str, float] = {}
+    seconds: dict[str, float] = {}
+    for scale in scales:
+        data_dir = w5_data(n * scale)
+        spark = w5_session()
+        out_dir = tempfile.mkdtemp(prefix="out-", dir=_tmp_root())
+        try:
+            compiled_job(spark, w5_data(min(n, WARMUP_ROWS), seed=SEED + 1),
+                         os.path.join(out_dir, "warm"))
+            jvm = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+            with WorkerPeak(int(jvm)) as peak:
+                seconds[f"{scale}x"], _ = timed(functools.partial(
+                    compiled_job, spark, data_dir, os.path.join(out_dir, "run")))
+            panes = read_panes(os.path.join(out_dir, "run"))
+            assert sum(panes.values()) == n * scale, "W5M: the panes do not count every view"
+        finally:
+            spark.stop()
+            shutil.rmtree(out_dir, ignore_errors=True)
+            shutil.rmtree(data_dir, ignore_errors=True)
+        peaks[f"{scale}x"] = round(peak.peak_kb / 1024.0, 1)
+        _progress(f"W5M {scale}x: {n * scale:,} views in {seconds[f'{scale}x']:.1f} s, Python "
+                  f"worker peak RSS {peaks[f'{scale}x']} MB")
+    first, last = f"{scales[0]}x", f"{scales[-1]}x"
+    line = {"workload": "W5M", "params": {"messages_1x": n, "files": FILES,
+                                          "partitions": PARTITIONS, "master": "local[2]"},
+            "python_worker_peak_rss_mb": peaks, "seconds": seconds,
+            "msgs_per_s": {k: round(n * int(k[:-1]) / s, 1) for k, s in seconds.items()},
+            "peak_ratio": round(peaks[last] / peaks[first], 3) if peaks[first] else None}
+    print(json.dumps(line), flush=True)
+    return line

@@ -2,8 +2,9 @@
 
 A pass is a group of plan stages that must see the same state (they share a table); the Spark
 runner hands each Spark partition of a pass to a ``PassExecutor``. The executor builds the
-stages' operators with ``operators.build_operator`` (the code the streaming runtime runs), feeds
-them the partition's records in a deterministic order, and returns what the stages write.
+stages' operators with ``operators.build_operator`` (the code the streaming runtime runs), is fed
+the partition's records batch by batch in a deterministic order (``feed``, then ``finish`` at the
+end of the stream), and returns what the stages write as it goes.
 
 A record is ``(stream id, sort ms, source partition, source offset, clock ms, message)``:
 
@@ -124,6 +125,7 @@ class PassExecutor:
         self.written: dict[str, int] = {}
         self._queues: list[_AsyncQueue] = []
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._due = _ticks(self.tick_ms)  # window ticks, counted over every fed record
 
         self.operators, stores, tables = build_operators(
             plan, self.stages, lambda name: InMemoryState(),
@@ -288,73 +290,110 @@ class PassExecutor:
     def run(self, records: Iterable[tuple[Any, ...]]) -> list[tuple[int, tuple[Any, ...]]]:
         """Process ``records`` (sorted by the caller when it matters), then end the stream.
         Returns ``(target partition, record)`` for everything written."""
-        if self._queues:
-            return asyncio.run(self._run_async(records))
-        self._run_sync(records)
-        return self.out
+        out = self.feed(records)
+        out.extend(self.finish())
+        return out
 
-    def _run_sync(self, records: Iterable[tuple[Any, ...]]) -> None:
-        entries = self.entries
-        seen = self._seen
-        due = _ticks(self.tick_ms)
-        for rec in records:
-            sid, sort_ms, part, off, clock, m = rec
-            if due is not None and due(clock):
-                self._tick(clock)
-            self.sort_ms = sort_ms
-            self.clock_ms = clock
-            self.source = (sid, part, off)
+    def feed(self, records: Iterable[tuple[Any, ...]]) -> list[tuple[int, tuple[Any, ...]]]:
+        """Process the next ``records`` of the partition (a batch; sorted by the caller when it
+        matters); returns ``(target partition, record)`` for what they made the stages write.
+        The executor keeps only its operators' state between batches (and an async operator's
+        calls still in flight), so a partition goes through in bounded memory."""
+        if self._queues:
+            loop = self._event_loop()
             try:
-                pend = entries[sid](m)
-            except OperatorFailure as f:
-                raise self._failure(f, sid, part, off) from f.cause
+                loop.run_until_complete(self._feed_async(records))
+            except BaseException:
+                self._close_loop()
+                raise
+        else:
+            self._feed_sync(records)
+        return self._take()
+
+    def finish(self) -> list[tuple[int, tuple[Any, ...]]]:
+        """End the stream (``on_end_of_stream``, stage by stage); returns what that wrote."""
+        if self._queues:
+            try:
+                self._event_loop().run_until_complete(self._end_async())
+            finally:
+                self._close_loop()
+        else:
+            self._end()
+        return self._take()
+
+    def _take(self) -> list[tuple[int, tuple[Any, ...]]]:
+        taken = list(self.out)
+        self.out.clear()  # the senders hold this list
+        return taken
+
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        """The loop the async operators' calls run on, across batches."""
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        return self._loop
+
+    def _close_loop(self) -> None:
+        loop, self._loop = self._loop, None
+        if loop is None:
+            return
+        for q in self._queues:
+            for task, *_ in q.calls:
+                task.cancel()
+            q.calls.clear()
+        try:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()
+
+    def _feed_sync(self, records: Iterable[tuple[Any, ...]]) -> None:
+        seen = self._seen
+        due = self._due
+        for rec in records:
+            if due is not None and due(rec[4]):
+                self._tick(rec[4])
+            pend = self._enter(rec)
             if pend is not None:  # an async sink: wait for it here
                 asyncio.run(_wait_all(pend, self))
             if seen:  # windows moved per record
-                try:
-                    pend = self._move()
-                except OperatorFailure as f:
-                    raise self._failure(f, sid, part, off) from f.cause
+                pend = self._moved()
                 if pend is not None:
                     asyncio.run(_wait_all(pend, self))
-        self._end()
 
-    async def _run_async(self, records: Iterable[tuple[Any, ...]]) -> list[tuple[int, tuple[Any, ...]]]:
-        self._loop = asyncio.get_running_loop()
-        entries = self.entries
-        due = _ticks(self.tick_ms)
+    def _enter(self, rec: tuple[Any, ...]) -> list[Awaitable[None]] | None:
+        """Hand record ``rec`` to its stream's first operators; what they left pending."""
+        sid, sort_ms, part, off, clock, m = rec
+        self.sort_ms = sort_ms
+        self.clock_ms = clock
+        self.source = (sid, part, off)
+        try:
+            return self.entries[sid](m)
+        except OperatorFailure as f:
+            raise self._failure(f, sid, part, off) from f.cause
+
+    def _moved(self) -> list[Awaitable[None]] | None:
+        """``_move`` after the record being processed, its failure named by that record."""
+        try:
+            return self._move()
+        except OperatorFailure as f:
+            raise self._failure(f, *self.source) from f.cause
+
+    async def _feed_async(self, records: Iterable[tuple[Any, ...]]) -> None:
+        due = self._due
         limit = self.max_concurrency
         queues = self._queues
         seen = self._seen
-        try:
-            for rec in records:
-                sid, sort_ms, part, off, clock, m = rec
-                if due is not None and due(clock):
-                    await self._tick_async(clock)
-                self.sort_ms = sort_ms
-                self.clock_ms = clock
-                self.source = (sid, part, off)
-                try:
-                    pend = entries[sid](m)
-                except OperatorFailure as f:
-                    raise self._failure(f, sid, part, off) from f.cause
+        for rec in records:
+            if due is not None and due(rec[4]):
+                await self._tick_async(rec[4])
+            pend = self._enter(rec)
+            if pend is not None:
+                await _wait_all(pend, self)
+            if seen:
+                pend = self._moved()
                 if pend is not None:
                     await _wait_all(pend, self)
-                if seen:
-                    try:
-                        pend = self._move()
-                    except OperatorFailure as f:
-                        raise self._failure(f, sid, part, off) from f.cause
-                    if pend is not None:
-                        await _wait_all(pend, self)
-                if any(len(q.calls) >= limit for q in queues):
-                    await self._drain(limit - 1)
-            await self._end_async()
-        finally:
-            for q in queues:
-                for task, *_ in q.calls:
-                    task.cancel()
-        return self.out
+            if any(len(q.calls) >= limit for q in queues):
+                await self._drain(limit - 1)
 
     async def _drain(self, keep: int) -> None:
         """Release completed calls in input order until each queue holds at most ``keep``."""

@@ -12,9 +12,13 @@ How the plan maps onto Spark:
 - **Every other pass** gets its records by a shuffle into the pass's task partitions: an
   intermediate stream's records go to the partition the streaming runtime would write them to
   (murmur2 of the serialized key, into the planned count); an input's records stay in their own
-  partition. Within a task partition, records are sorted by (event time, source partition,
-  source offset), and run through the same operator code as the streaming runtime
-  (``runtime.spark.executor``).
+  partition. The shuffle and the sort are the JVM's (``runtime.spark.shuffle``): records are
+  rows, repartitioned so that task partition p is Spark partition p and sorted within it by
+  (event time, source partition, source offset); ``mapInArrow`` then feeds the sorted rows, an
+  Arrow batch at a time, through the same operator code as the streaming runtime
+  (``runtime.spark.executor``, ``PassExecutor.feed``/``finish``). A narrow pass with a window,
+  join or table is sorted the same way where it was read. No Python process holds a task
+  partition: memory grows with a batch and the operators' state, not with the input.
 - **Outputs** are staged and swapped in when everything is written (``runtime.spark.sinks``).
   Nothing is collected to the driver unless ``ReprocessResult.messages`` asks for it.
 
@@ -33,6 +37,7 @@ the time the run started.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import operator
 import os
@@ -59,6 +64,18 @@ from runtime.spark.meter import (
     meter_names,
 )
 from runtime.spark.progress import STAGE_PREFIX
+from runtime.spark.shuffle import (
+    BATCH,
+    OFFSET_ORDER,
+    ORDER,
+    SCHEMA,
+    PassOutput,
+    broadcast_rows,
+    chunks,
+    records_of,
+    shuffle,
+    to_batch,
+)
 from runtime.spark.sinks import FileOutput, resolve_output
 from runtime.spark.sources import FileInput, Source, SourceError, resolve_source
 from samza_dsl import StreamApplication
@@ -68,8 +85,6 @@ from samza_dsl.spec import JoinSpec, WindowSpec
 
 __all__ = ["SparkRunner", "ReprocessResult", "ReprocessError", "spark_session"]
 
-_ORDER = operator.itemgetter(1, 2, 3, 0)  # sort ms, source partition, offset, stream id
-_OFFSET_ORDER = operator.itemgetter(2, 3, 0)  # source partition, offset, stream id
 _OUR_PACKAGES = ("samza_dsl", "planner", "operators", "runtime")
 _OP = "op:"  # accumulator keys of operator meters: op:<op id>|<metric>
 
@@ -78,20 +93,34 @@ class ReprocessError(SamzaError):
     """A reprocessing run failed; nothing was written."""
 
 
-def spark_session(master: str = "local[2]", app_name: str = "samza-dsl",
+def spark_session(master: str | None = None, app_name: str = "samza-dsl",
                   conf: Mapping[str, str] | None = None, *, quiet: bool = True) -> Any:
     """A SparkSession for reprocessing (``spark.ui.enabled`` off; a session already running is
-    reused). ``conf``: Spark settings, over these defaults. ``quiet`` starts the JVM without its
-    start-up warnings and with its log at FATAL (``runtime.spark.jvm``); errors are raised."""
+    reused). ``master``: ``local[2]``, ``spark://host:port``...; None is the master
+    ``spark-submit --master`` gave, else ``local[2]``. ``conf``: Spark settings, over these
+    defaults. ``quiet`` starts the JVM without its start-up warnings and with its log at FATAL
+    (``runtime.spark.jvm``); errors are raised."""
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
-    # executors run this interpreter, which has the application's packages
+    # executors run this interpreter, which has the application's packages (on other hosts:
+    # set PYSPARK_PYTHON to the interpreter there, with the same packages installed)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    settings = {"spark.master": master, "spark.app.name": app_name,
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # under spark-submit: its JVM, its master
+    if master is None and not submitted:
+        master = "local[2]"
+    settings = {**({"spark.master": master} if master is not None else {}),
+                "spark.app.name": app_name,
                 "spark.pyspark.python": os.environ["PYSPARK_PYTHON"],
                 "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
-                "spark.sql.shuffle.partitions": "8", **(conf or {})}
+                "spark.sql.shuffle.partitions": "8",
+                # the rows a pass's operators get at once (runtime.spark.shuffle)
+                "spark.sql.execution.arrow.maxRecordsPerBatch": str(BATCH), **(conf or {})}
+    if "spark.executor.pyspark.memory" in settings:
+        # under a limit on its address space, a Python worker reserves no more than it uses:
+        # two malloc arenas, and Arrow's buffers from malloc, not a pool that maps ahead
+        settings.setdefault("spark.executorEnv.MALLOC_ARENA_MAX", "2")
+        settings.setdefault("spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL", "system")
     if quiet:
         from runtime.spark.jvm import start_quietly
 
@@ -218,8 +247,10 @@ class SparkRunner:
     Args:
         spark: a SparkSession to use; None starts one on first use (quietly, see
             ``spark_session``).
-        master: the master of the session it starts (``local[2]``, ``spark://host:port``).
-        conf: Spark settings for the session it starts.
+        master: the master of the session it starts (``local[2]``, ``spark://host:port``);
+            None: the one ``spark-submit --master`` gave, else ``local[2]``.
+        conf: Spark settings for the session it starts (``spark.executor.memory``...), as
+            ``spark-submit --conf`` takes them.
 
     Example:
         >>> runner = SparkRunner(master="local[2]")                   # doctest: +SKIP
@@ -228,7 +259,7 @@ class SparkRunner:
         >>> print(result.summary())                                   # doctest: +SKIP
     """
 
-    def __init__(self, spark: Any = None, *, master: str = "local[2]",
+    def __init__(self, spark: Any = None, *, master: str | None = None,
                  conf: Mapping[str, str] | None = None) -> None:
         self._spark = spark
         self.master = master
@@ -288,22 +319,29 @@ class SparkRunner:
         compiled = _Compiler(spark, plan, counts, sources, tally.acc)
         kept: dict[str, Any] = {}
         staged: list[Any] = []
+        doing = "planning the Spark job"
         try:
             ends = compiled.build()
             for sid in sorted(plan.output_streams):
-                rdd = compiled.messages(sid)
+                doing = f"computing output {sid!r} ({compiled.labels.get(sid, 'no pass')})"
+                sc.setJobDescription(f"samza-dsl {plan.job_name}: write {sid} to {sinks[sid]}"
+                                     if sid in sinks else
+                                     f"samza-dsl {plan.job_name}: compute {sid}")
+                # the shuffles before it run now (adaptive execution plans stage by stage):
+                # their stages are named by what their map side computes
+                with _call_site(sc, compiled.shuffled.get(sid)):
+                    rdd = compiled.messages(sid)
                 if sid in sinks:
-                    sc.setJobDescription(f"samza-dsl {plan.job_name}: write {sid} to "
-                                         f"{sinks[sid]}")
                     staged.append(sinks[sid])
                     sinks[sid].stage(spark, rdd)
                 else:
                     kept[sid] = rdd.persist()
-                    sc.setJobDescription(f"samza-dsl {plan.job_name}: compute {sid}")
                     rdd.count()
-            for rdd in ends:  # passes nothing reads yet (sinks, tables): run them too
-                sc.setJobDescription(f"samza-dsl {plan.job_name}: run {rdd.name()}")
-                rdd.count()
+            for end in ends:  # passes nothing reads yet (sinks, tables): run them too
+                doing = f"running {end.name}"
+                sc.setJobDescription(f"samza-dsl {plan.job_name}: run {end.name}")
+                with _call_site(sc, end.shuffled):
+                    end.run()
             for sink in staged:
                 sink.commit(spark)
         except Exception as exc:
@@ -311,7 +349,7 @@ class SparkRunner:
                 sink.abort(spark)
             for rdd in kept.values():
                 rdd.unpersist()
-            raise _reprocess_error(plan, exc) from None
+            raise _reprocess_error(plan, exc, doing) from None
         finally:
             sc.setJobDescription(None)
             compiled.release()
@@ -374,18 +412,30 @@ def _check_ids(app: StreamApplication, inputs: Mapping[str, Any],
                              f"its outputs: {', '.join(known_out) or 'none'}")
 
 
-def _reprocess_error(plan: Any, exc: BaseException) -> BaseException:
+def _reprocess_error(plan: Any, exc: BaseException, doing: str = "") -> BaseException:
+    """One line for a failed run: the executor's own words when a pass said what failed
+    (``PassFailure``), else the cause Spark reports (a Python exception, a worker that crashed
+    or ran out of memory), with what the run was doing (the output and the pass computing it)."""
     if isinstance(exc, SamzaError):
         return exc
     text = str(exc)
     found = re.search(re.escape(PassFailure.MARK) + r"(.*)", text)
     if found:
         return ReprocessError(found.group(1).strip())
-    causes = re.findall(r"^(\w+(?:\.\w+)*(?:Error|Exception|Exit)\b:? .*)$", text, re.M)
+    causes = re.findall(r"^(\w+(?:\.\w+)*(?:Error|Exception|Exit)\b(?::? .*)?)\s*$", text,
+                        re.M)
     causes = [c for c in causes if not c.startswith(("org.", "java.", "py4j."))]
-    first = causes[-1] if causes else next(
+    crashed = re.search(r"Python worker exited unexpectedly[^\n]*", text)
+    first = causes[-1] if causes else crashed.group(0) if crashed else next(
         (ln for ln in text.splitlines() if ln.strip()), type(exc).__name__)
-    return ReprocessError(f"reprocessing {plan.job_name!r} failed in Spark: {first[:500]}")
+    hint = ""
+    if "MemoryError" in first or "OutOfMemory" in text or crashed:
+        hint = ("; the Python worker ran out of memory or crashed: give it more "
+                "(spark.executor.pyspark.memory, spark.executor.memory) or the streams more "
+                "partitions")
+    during = f" while {doing}" if doing else ""
+    return ReprocessError(f"reprocessing {plan.job_name!r} failed in Spark{during}: "
+                          f"{first.strip()[:500]}{hint}")
 
 
 # -- compiling the plan ----------------------------------------------------------------------------
@@ -432,7 +482,8 @@ def _passes(plan: Any) -> list[list[Any]]:
 
 
 class _Compiler:
-    """Builds the RDD of each pass: ``(target partition, record)`` for everything it writes."""
+    """Builds each pass: a ``PassOutput`` of ``(target partition, record)`` for everything it
+    writes (``runtime.spark.shuffle``)."""
 
     def __init__(self, spark: Any, plan: Any, counts: dict[str, int],
                  sources: dict[str, Source], acc: Any) -> None:
@@ -442,14 +493,14 @@ class _Compiler:
         self.counts = counts
         self.sources = sources
         self.acc = acc
-        self.out: dict[str, Any] = {}  # stream id -> the pass RDD that writes it
-        self.readers: dict[int, int] = {}
-        self.persisted: list[Any] = []
-        self.pass_rdds: list[tuple[Any, set[str]]] = []
+        self.out: dict[str, PassOutput] = {}  # stream id -> the pass that writes it
+        self.persisted: list[PassOutput] = []
         self.labels: dict[str, str] = {}  # stream id -> what the pass writing it does
+        #: stream id -> the name of the shuffle's map side before the pass writing it
+        self.shuffled: dict[str, str] = {}
 
-    def build(self) -> list[Any]:
-        """Build every pass; returns the pass RDDs whose outputs nothing consumes (a pass with
+    def build(self) -> list[PassOutput]:
+        """Build every pass; returns the passes whose outputs nothing consumes (a pass with
         only sinks or tables), which must still be run."""
         plan = self.plan
         consumers: dict[str, int] = {}
@@ -460,38 +511,31 @@ class _Compiler:
             consumers[sid] = consumers.get(sid, 0) + 1
         ends = []
         for stages in _passes(plan):
-            rdd = self._pass(stages)
+            out = self._pass(stages)
             written = set(itertools.chain.from_iterable(s.outputs for s in stages))
             if sum(consumers.get(sid, 0) for sid in written) > 1:
-                rdd = rdd.persist()
-                self.persisted.append(rdd)
+                out.persist()
+                self.persisted.append(out)
             for sid in written:
-                self.out[sid] = rdd
-            self.pass_rdds.append((rdd, written))
+                self.out[sid] = out
+                if out.shuffled is not None:
+                    self.shuffled[sid] = out.shuffled
             if not any(consumers.get(sid, 0) for sid in written):
-                ends.append(rdd)
+                ends.append(out)
         return ends
 
     def release(self) -> None:
-        for rdd in self.persisted:
-            rdd.unpersist()
+        for out in self.persisted:
+            out.unpersist()
 
     def messages(self, sid: str) -> Any:
         """The messages of output ``sid``."""
-        rdd = self.out.get(sid)
-        if rdd is None:
+        out = self.out.get(sid)
+        if out is None:
             return self.sc.emptyRDD()
-        return self._only(rdd, sid).map(_message)
+        return out.messages(sid)
 
-    def _only(self, rdd: Any, *sids: str) -> Any:
-        """The items of a pass RDD that belong to streams ``sids``."""
-        for r, written in self.pass_rdds:
-            if r is rdd and written <= set(sids):
-                return rdd
-        wanted = frozenset(sids)
-        return rdd.filter(lambda item: item[1][0] in wanted)
-
-    def _pass(self, stages: list[Any]) -> Any:
+    def _pass(self, stages: list[Any]) -> PassOutput:
         plan, counts, acc = self.plan, self.counts, self.acc
         stage_ids = [s.stage_id for s in stages]
         inputs = list(dict.fromkeys(itertools.chain.from_iterable(s.inputs for s in stages)))
@@ -506,6 +550,12 @@ class _Compiler:
         name = "+".join(stage_ids)
         windows = frozenset(op for s in stages for op in s.operators
                             if isinstance(plan.app.operator(op), WindowSpec))
+        label = (f"{name}: {', '.join(inputs)} -> "
+                 f"{', '.join(dict.fromkeys(o for s in stages for o in s.outputs))}")
+        for s in stages:  # (a pass never reads what it writes)
+            for sid in s.outputs:
+                self.labels[sid] = label
+        input_streams = frozenset(plan.input_streams)
 
         def describe(sid: str, part: int, off: int) -> str:
             files = names.get(sid)
@@ -513,46 +563,42 @@ class _Compiler:
                 return f"{files[part]}, row {off}"
             return f"partition {part}, offset {off}"
 
-        aligned = all(self.sources[sid].partitions == counts[sid] for sid in external)
-        if not intermediate and (not stateful or (len(external) == 1 and aligned)):
-            # narrow: each source partition is run where it was read
-            rdds = [self.sources[sid].rdd(self.spark) for sid in external]
-            union = rdds[0] if len(rdds) == 1 else self.sc.union(rdds)
-            sort = stateful
-            task_of_first = True
-            # a window moving its watermark per record sees its partition in offset order
-            order = _OFFSET_ORDER if any(per_message_windows(plan, s) for s in stages) \
-                else _ORDER
-        else:
-            parts = [self._keyed_input(sid, n) for sid in inputs]
-            union = parts[0] if len(parts) == 1 else self.sc.union(parts)
-            # the map side of this shuffle is a stage of its own: named by what it computes
-            made = dict.fromkeys(self.labels.get(sid, f"read {sid}") for sid in inputs)
-            with _call_site(self.sc, f"{STAGE_PREFIX}{plan.job_name}: {'; '.join(made)}"):
-                union = union.partitionBy(n, _identity)
-            sort = True
-            task_of_first = False
-            order = _ORDER
+        first_op = next((op for s in stages for op in s.operators), "")
+        where = (f"stream {', '.join(map(repr, inputs))} into operator {first_op!r} "
+                 f"(pass {name})")
 
-        def run(i: int, items: Any) -> Any:
-            recs = list(items) if task_of_first else [rec for _, rec in items]
-            if not recs and not stateful:
-                return iter(())
-            part = recs[0][2] if task_of_first and recs else i
-            if sort:
-                recs.sort(key=order)
-            read: dict[str, int] = {}
-            for sid, grp in itertools.groupby(recs, key=operator.itemgetter(0)):
-                read[sid] = read.get(sid, 0) + sum(1 for _ in grp)
-            ex = PassExecutor(plan, stage_ids, part, counts, config, describe=describe,
-                              narrow=task_of_first)
-            out = ex.run(recs)
+        def task(part: int, batches: Iterator[list[Any]], narrow: bool) -> Iterator[list[Any]]:
+            """Run the stages over the record batches of task partition ``part``; yields what
+            they write, batch by batch; at the end adds the task's counts to the accumulator."""
+            try:
+                ex = PassExecutor(plan, stage_ids, part, counts, config, describe=describe,
+                                  narrow=narrow)
+                read: dict[str, int] = {}
+                for recs in batches:
+                    for rec in recs:
+                        read[rec[0]] = read.get(rec[0], 0) + 1
+                    out = ex.feed(recs)
+                    if out:
+                        yield out
+                out = ex.finish()
+                if out:
+                    yield out
+            except PassFailure:
+                raise
+            except MemoryError as exc:
+                raise PassFailure(f"{where} in task partition {part}: MemoryError"
+                                  f"{': ' + str(exc) if str(exc) else ''}; the Python worker ran "
+                                  f"out of memory: give it more (spark.executor.pyspark.memory) "
+                                  f"or the stream more partitions") from exc
+            except Exception as exc:
+                raise PassFailure(f"{where} in task partition {part}: {type(exc).__name__}: "
+                                  f"{exc}") from exc
             tally = {"out:" + sid: k for sid, k in ex.written.items()}
-            for name, k in ex.metrics.items():  # counters (late messages), summed on the driver
+            for metric, k in ex.metrics.items():  # counters (late messages), summed on the driver
                 if type(k) is int:
-                    tally["metric:" + name] = k
+                    tally["metric:" + metric] = k
             for sid, k in read.items():
-                if sid in plan.input_streams:
+                if sid in input_streams:
                     tally["in:" + sid] = k
             for op_id, meter in ex.meters.items():  # what each operator did, in this task
                 if any(meter):
@@ -560,54 +606,98 @@ class _Compiler:
                         if k:
                             tally[f"{_OP}{op_id}|{metric}"] = k
             acc.add(tally)
-            return iter(out)
 
-        rdd = union.mapPartitionsWithIndex(run)
-        rdd.setName(f"pass {name}")
-        label = (f"{name}: {', '.join(inputs)} -> "
-                 f"{', '.join(dict.fromkeys(o for s in stages for o in s.outputs))}")
-        for s in stages:
-            for sid in s.outputs:
-                self.labels[sid] = label
-        return rdd
+        def run_sorted(batches: Iterator[Any]) -> Iterator[Any]:
+            """mapInArrow: the sorted rows of one task partition (its Spark partition)."""
+            from pyspark import TaskContext
+
+            ctx = TaskContext.get()
+            part = ctx.partitionId() if ctx is not None else 0
+            decoded = (records_of(b) for b in batches if b.num_rows)
+            for out in task(part, decoded, narrow_sorted):
+                yield to_batch(out)
+
+        aligned = all(self.sources[sid].partitions == counts[sid] for sid in external)
+        narrow = not intermediate and (not stateful or (len(external) == 1 and aligned))
+        narrow_sorted = narrow and stateful
+        if narrow and not stateful:
+            # each source partition is run where it was read, as it is read
+            rdds = [self.sources[sid].rdd(self.spark) for sid in external]
+            union = rdds[0] if len(rdds) == 1 else self.sc.union(rdds)
+
+            def run_read(it: Iterator[Any]) -> Iterator[Any]:
+                batches = chunks(it)
+                first = next(batches, None)
+                if first is None:
+                    return
+                for out in task(first[0][2], itertools.chain([first], batches), True):
+                    yield from out
+            rdd = union.mapPartitions(run_read)
+            rdd.setName(f"pass {name}")
+            return PassOutput(self.spark, f"pass {name}", rdd=rdd)
+        if narrow_sorted:
+            # one input, a Spark partition per source partition: sorted where it was read, in
+            # offset order where a window moves its watermark per record
+            rows = PassOutput(self.spark, f"read {external[0]}",
+                              rdd=self.sources[external[0]].rdd(self.spark)
+                              .map(_in_own_partition)).rows()
+            order = OFFSET_ORDER if any(per_message_windows(plan, s) for s in stages) \
+                else ORDER
+            sorted_rows = rows.sortWithinPartitions(*order)
+        else:
+            parts = [self._keyed_input(sid, n) for sid in inputs]
+            union = functools.reduce(lambda a, b: a.union(b), parts)
+            sorted_rows = shuffle(self.spark, union, n, ORDER)
+        df = sorted_rows.mapInArrow(run_sorted, SCHEMA)
+        out = PassOutput(self.spark, f"pass {name}", df=df)
+        if not narrow:  # the map side of this shuffle: named by what it computes
+            made = dict.fromkeys(self.labels.get(sid, f"read {sid}") for sid in inputs)
+            out.shuffled = f"{STAGE_PREFIX}{plan.job_name}: {'; '.join(made)}"
+        return out
 
     def _keyed_input(self, sid: str, n: int) -> Any:
-        """Stream ``sid`` as ``(task partition, record)`` pairs for the pass's shuffle."""
+        """Stream ``sid`` as rows bound for the pass's task partitions (column ``p``)."""
         plan, counts = self.plan, self.counts
         if sid in plan.input_streams:
             src = self.sources[sid]
             rdd = src.rdd(self.spark)
             if src.partitions == counts[sid]:
-                return rdd.map(lambda rec: (rec[2], rec))
-            # the input declares another count than its source has: a keyed record goes to its
-            # key's partition (as Kafka's default partitioner), any other stays in its own
-            serde = plan.streams[sid].descriptor.serde
-            m = counts[sid]
-            if not isinstance(serde, KVSerde):
-                return rdd.map(lambda rec: (rec[2] % m, rec))
-            key_bytes = serde.key_serde.serialize
+                placed = rdd.map(_in_own_partition)
+            else:
+                # the input declares another count than its source has: a keyed record goes to
+                # its key's partition (as Kafka's default partitioner), any other stays in its
+                # own
+                serde = plan.streams[sid].descriptor.serde
+                m = counts[sid]
+                if not isinstance(serde, KVSerde):
+                    placed = rdd.map(lambda rec: (rec[2] % m, rec))
+                else:
+                    key_bytes = serde.key_serde.serialize
 
-            def place_keyed(it: Any) -> Any:
-                partitioner = KeyPartitioner(m, key_bytes)
-                for rec in it:
-                    yield partitioner(rec[5].key), rec
-            return rdd.mapPartitions(place_keyed)
-        producer = self.out[sid]
-        rdd = self._only(producer, sid)
+                    def place_keyed(it: Any) -> Any:
+                        partitioner = KeyPartitioner(m, key_bytes)
+                        for rec in it:
+                            yield partitioner(rec[5].key), rec
+                    placed = rdd.mapPartitions(place_keyed)
+            return PassOutput(self.spark, f"read {sid}", rdd=placed).rows()
+        rows = self.out[sid].rows([sid])
         if plan.streams[sid].kind == "broadcast":
-            return rdd.flatMap(lambda item: [(p, item[1]) for p in range(n)]
-                               if item[0] == ALL_PARTITIONS else [item])
-        return rdd
+            return broadcast_rows(rows, n, ALL_PARTITIONS)
+        return rows
 
 
-def _identity(p: int) -> int:
-    return p
+def _in_own_partition(rec: tuple[Any, ...]) -> tuple[int, tuple[Any, ...]]:
+    return rec[2], rec
 
 
 @contextlib.contextmanager
-def _call_site(sc: Any, text: str) -> Iterator[None]:
+def _call_site(sc: Any, text: str | None) -> Iterator[None]:
     """Spark's call site while RDDs are made: it names the stages that end with them. PySpark
-    sets its own around each call unless one is set already (its nesting depth)."""
+    sets its own around each call unless one is set already (its nesting depth). None: Spark's
+    own."""
+    if text is None:
+        yield
+        return
     try:
         from pyspark.traceback_utils import SCCallSiteSync
     except ImportError:  # pragma: no cover - another PySpark layout: Spark's own names
@@ -623,10 +713,6 @@ def _call_site(sc: Any, text: str) -> Iterator[None]:
         SCCallSiteSync._spark_stack_depth -= 1
         if outer:
             sc._jsc.setCallSite(None)
-
-
-def _message(item: tuple[int, tuple[Any, ...]]) -> Any:
-    return item[1][5]
 
 
 # -- shipping user code to executors --------------------------------------------------------------
@@ -666,12 +752,9 @@ def _user_modules(plan: Any) -> set[str]:
 
 
 def _importable_by_name(module: Any) -> bool:
-    """Whether executors import ``module`` by its name: our packages, the standard library, and
-    any module the driver finds by name on its ``sys.path`` (which executors are given)."""
+    """Whether ``module`` is found by its name on the driver's ``sys.path`` (a module loaded
+    from a file under a made-up name is not)."""
     name = module.__name__
-    top = name.split(".")[0]
-    if top in _OUR_PACKAGES or top in sys.stdlib_module_names or top == "builtins":
-        return True
     path = getattr(module, "__file__", None)
     if path is None or name == "__main__":
         return path is None and name != "__main__"
@@ -692,20 +775,112 @@ def _importable_by_name(module: Any) -> bool:
     return origin is not None and os.path.realpath(origin) == os.path.realpath(path)
 
 
+def _installed(path: str) -> bool:
+    """Whether ``path`` lies in the standard library or a site-packages directory: part of an
+    installed distribution, which executors have as the driver has (the extras installed)."""
+    import site
+    import sysconfig
+
+    roots = {sysconfig.get_paths().get(k, "") for k in ("stdlib", "platstdlib", "purelib",
+                                                       "platlib")}
+    roots.update(site.getsitepackages())
+    roots.add(site.getusersitepackages())
+    real = os.path.realpath(path)
+    return any(real.startswith(os.path.realpath(r) + os.sep) for r in roots if r)
+
+
+_zips: dict[str, str] = {}  # digest -> the zip of those files, made once per driver process
+
+
+def _module_zip(top: Any) -> str | None:
+    """A zip of top-level module or package ``top`` (its ``.py`` files, under its name), for
+    executors to import; None when it has no Python source to ship."""
+    import hashlib
+    import tempfile
+    import zipfile
+
+    name = top.__name__
+    if hasattr(top, "__path__"):
+        files: list[tuple[str, str]] = []
+        for root in list(top.__path__)[:1]:
+            for here, dirs, names in os.walk(root):
+                dirs[:] = sorted(d for d in dirs if d != "__pycache__" and not d.startswith("."))
+                for f in sorted(names):
+                    if f.endswith(".py"):
+                        full = os.path.join(here, f)
+                        files.append((full, os.path.join(name, os.path.relpath(full, root))))
+    else:
+        path = getattr(top, "__file__", None)
+        if not path or not path.endswith(".py"):
+            return None
+        files = [(path, name + ".py")]
+    if not files:
+        return None
+    digest = hashlib.sha1(name.encode())
+    for full, arc in files:
+        st = os.stat(full)
+        digest.update(f"{arc}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    key = digest.hexdigest()[:16]
+    made = _zips.get(key)
+    if made is not None and os.path.exists(made):
+        return made
+    target = os.path.join(tempfile.mkdtemp(prefix="samza-dsl-pyfiles-"), f"{name}-{key}.zip")
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as z:
+        for full, arc in files:
+            z.write(full, arc)
+    _zips[key] = target
+    return target
+
+
+def _add_py_file(sc: Any, path: str) -> None:
+    """``sc.addPyFile(path)`` once per context, without putting it on the driver's own path."""
+    shipped = sc.__dict__.setdefault("_samza_dsl_pyfiles", set())
+    if path in shipped:
+        return
+    includes = getattr(sc, "_python_includes", None)
+    if isinstance(includes, list):
+        sc.addFile(path)
+        includes.append(os.path.basename(path))
+    else:  # pragma: no cover - another PySpark layout
+        sc.addPyFile(path)
+    shipped.add(path)
+
+
 def _ship_user_code(spark: Any, plan: Any) -> None:
-    """Executors import what the driver can: they get the driver's ``sys.path``. The modules of
-    the application's functions that cannot be imported by name (a script, a notebook's
-    ``__main__``, a test file) go by value. (A ``msgspec.Struct`` class defined in such a module
-    cannot be rebuilt in an executor: define message types in an importable module.)"""
+    """Executors get the driver's ``sys.path`` (where hosts share the driver's file system) and
+    the modules of the application's functions:
+
+    - a module that cannot be imported by name (a script, a notebook's ``__main__``, a test
+      file loaded under a made-up name) goes by value;
+    - a module imported by name that is not part of an installed distribution (a package on
+      ``PYTHONPATH``, a module next to the working directory found through ``''``) goes as a
+      zip of its top-level package, which Spark puts on the executors' path
+      (``spark.submit.pyFiles``, ``sc.addPyFile``);
+    - our packages, the standard library and installed distributions are imported as they
+      are: install the same extras on the executors.
+
+    (A ``msgspec.Struct`` class defined in a module sent by value cannot be rebuilt in an
+    executor: define message types in an importable module.)"""
     from pyspark import cloudpickle
 
     sc = spark.sparkContext
     path = os.pathsep.join(p for p in sys.path if p)
     if sc.environment.get("PYTHONPATH") != path:
         sc.environment["PYTHONPATH"] = path
-    for name in _user_modules(plan):
+    for name in sorted(_user_modules(plan)):
         module = sys.modules.get(name)
-        if module is None or name == "__main__" or _importable_by_name(module):
+        top_name = name.split(".")[0]
+        if module is None or name == "__main__" or top_name in _OUR_PACKAGES \
+                or top_name in sys.stdlib_module_names or top_name == "builtins":
             continue
-        with contextlib.suppress(ValueError):
-            cloudpickle.register_pickle_by_value(module)
+        if not _importable_by_name(module):
+            with contextlib.suppress(ValueError):
+                cloudpickle.register_pickle_by_value(module)
+            continue
+        file = getattr(module, "__file__", None)
+        top = sys.modules.get(top_name)
+        if file is None or top is None or _installed(file):
+            continue
+        zipped = _module_zip(top)
+        if zipped is not None:
+            _add_py_file(sc, zipped)

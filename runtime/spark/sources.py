@@ -108,14 +108,17 @@ def _local(path: str) -> str | None:
 
 
 def list_files(stream_id: str, path: Any) -> list[str]:
-    """The data files of ``path`` (a file, a directory or a glob), sorted; hidden files and
-    ``_SUCCESS`` markers are skipped. A missing or unreadable path is a ``SourceError``."""
+    """The data files of ``path`` (a file, a directory or a glob), sorted, as absolute paths (a
+    relative path is resolved on the driver); hidden files and ``_SUCCESS`` markers are skipped.
+    A missing or unreadable path is a ``SourceError``."""
     import glob
 
     p = os.fspath(path)
     local = _local(p)
     if local is None:
         return [p]  # another file system: Spark or pyarrow resolves it in the executors
+    # resolved here, on the driver: executors run in directories of their own
+    local = os.path.abspath(local)
     if any(c in local for c in "*?["):
         found = sorted(glob.glob(local))
     elif os.path.isdir(local):
@@ -363,8 +366,10 @@ def _parquet_source(stream_id: str, descriptor: Any, files: list[str], given: Fi
                 pf = pq.ParquetFile(f)
                 if pf.metadata.num_row_groups == 0:
                     continue
-                rows = pf.read_row_group(g).to_pylist()
-                yield from to_records(i, iter(rows))
+                # batch by batch: a row group is not held as a list of rows
+                rows = (row for batch in pf.iter_batches(row_groups=[g])
+                        for row in batch.to_pylist())
+                yield from to_records(i, rows)
         return spark.sparkContext.parallelize(splits, max(len(splits), 1)) \
             .mapPartitionsWithIndex(read)
     return Source(stream_id, max(len(splits), 1), names, build)
