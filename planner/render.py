@@ -102,7 +102,8 @@ def _op_label(plan: ExecutionPlan, op_id: str, short: bool = False) -> str:
         extra = f" ttl={d['ttl_ms']}ms"
     elif "window" in d:
         w = d["window"]
-        extra = f" {w['kind']} {w.get('size_ms', w.get('gap_ms'))}ms {w['time']}-time"
+        hop = f" hop {w['hop_ms']}ms" if "hop_ms" in w else ""
+        extra = f" {w['kind']} {w.get('size_ms', w.get('gap_ms'))}ms{hop} {w['time']}-time"
         if d.get("late_to"):
             extra += f" late_to={d['late_to']}"
     elif "stream" in d and not (short and op.opcode in ("partition_by", "broadcast")):

@@ -244,3 +244,19 @@ def test_graphviz_is_installed_here():
     import shutil
 
     assert shutil.which("dot"), "install Graphviz: apt-get install graphviz"
+
+
+def test_a_hopping_window_shows_its_kind_size_and_hop():
+    app = StreamApplication("hops")
+    w = Windows.keyed_hopping(lambda kv: kv.key, timedelta(minutes=5), timedelta(minutes=1),
+                              init=lambda: 0, fold=lambda kv, n: n + 1,
+                              combine=lambda a, b: a + b, event_time=lambda kv: kv.value["ts"])
+    (app.input(MEM.input("clicks", serde=KV_JSON)).window(w, name="recent")
+     .sink(print, name="log"))
+    plan = app.plan()
+    op = json.loads(plan.to_json())["operators"]["hops-1-window-recent"]["window"]
+    assert op == {"kind": "keyed_hopping", "size_ms": 300_000, "hop_ms": 60_000,
+                  "time": "event", "mode": "accumulating", "combine": True}
+    label = "keyed_hopping 300000ms hop 60000ms event-time"
+    assert label in plan.explain() and label in plan.to_dot()
+    assert "keyed_hopping 300000ms hop 60000ms" in plan.to_svg()
