@@ -94,6 +94,17 @@ def _parts(n: int | None) -> str:
     return "? partitions" if n is None else f"{n} partition{'s' if n != 1 else ''}"
 
 
+def _order(s: Any) -> str:
+    """An input's bootstrap and priority, as plans show them (``"bootstrap, priority 2"``)."""
+    return ", ".join("bootstrap" if k == "bootstrap" else f"priority {v}"
+                     for k, v in s.reading_order.items())
+
+
+def _stream_label(sid: str, s: Any) -> str:
+    order = _order(s)
+    return sid + "\n" + _parts(s.partitions) + ("\n" + order if order else "")
+
+
 def _op_label(plan: ExecutionPlan, op_id: str, short: bool = False) -> str:
     op = plan.app.operator(op_id)
     extra = ""
@@ -118,8 +129,9 @@ def plan_to_text(plan: ExecutionPlan) -> str:
              f"{len(plan.app.operators)} operator(s)"]
     lines.append("Streams:")
     for sid, s in plan.streams.items():
+        order = _order(s)
         lines.append(f"  {s.kind:<12} {sid} ({_parts(s.partitions)}, system={s.system}, "
-                     f"serde={s.serde})")
+                     f"serde={s.serde}{', ' + order if order else ''})")
     if plan.stores:
         lines.append("Stores:")
         for name, store in plan.stores.items():
@@ -155,7 +167,7 @@ def plan_to_dot(plan: ExecutionPlan) -> str:
         if sid in inter:
             continue
         shape = "cds" if s.kind == "input" else "box3d"
-        label = sid + "\n" + _parts(s.partitions)
+        label = _stream_label(sid, s)
         out.append(f"  {_q(stream_node(sid))} [label={_q(label)}, "
                    f"shape={shape}, style=filled, fillcolor=\"#e8f0fe\"];")
     for tid in plan.app.tables:
@@ -211,7 +223,7 @@ def plan_to_mermaid(plan: ExecutionPlan) -> str:
     lines = ["flowchart LR"]
     for sid, s in plan.streams.items():
         if sid not in inter:
-            label = sid + "\n" + _parts(s.partitions)
+            label = _stream_label(sid, s)
             lines.append(f"  {nid(stream_node(sid))}[({text(label)})]")
     for tid in plan.app.tables:
         lines.append(f"  {nid(table_node(tid))}[({text('table ' + tid)})]")
@@ -263,14 +275,15 @@ def plan_to_svg(plan: ExecutionPlan) -> str:
 def _summary_html(plan: ExecutionPlan) -> str:
     rows = "".join(
         f"<tr><td>{html.escape(sid)}</td><td>{s.kind}</td><td>{s.partitions if s.partitions else '?'}"
-        f"</td><td>{html.escape(str(s.system))}</td><td>{html.escape(s.serde)}</td></tr>"
+        f"</td><td>{html.escape(str(s.system))}</td><td>{html.escape(s.serde)}</td>"
+        f"<td>{html.escape(_order(s))}</td></tr>"
         for sid, s in plan.streams.items())
     stages = "".join(
         f"<tr><td>{st.stage_id}</td><td>{html.escape(', '.join(st.inputs))}</td>"
         f"<td>{len(st.operators)}</td><td>{html.escape(', '.join(st.outputs + st.tables_written))}"
         f"</td></tr>" for st in plan.stages)
     return (f"<h3>Streams</h3><table><tr><th>stream</th><th>kind</th><th>partitions</th>"
-            f"<th>system</th><th>serde</th></tr>{rows}</table>"
+            f"<th>system</th><th>serde</th><th>reading order</th></tr>{rows}</table>"
             f"<h3>Stages</h3><table><tr><th>stage</th><th>inputs</th><th>operators</th>"
             f"<th>outputs</th></tr>{stages}</table>")
 

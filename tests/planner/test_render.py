@@ -260,3 +260,28 @@ def test_a_hopping_window_shows_its_kind_size_and_hop():
     label = "keyed_hopping 300000ms hop 60000ms event-time"
     assert label in plan.explain() and label in plan.to_dot()
     assert "keyed_hopping 300000ms hop 60000ms" in plan.to_svg()
+
+
+def test_bootstrap_and_priority_inputs_show_in_every_format():
+    app = StreamApplication("chooser")
+    profiles = app.input(KAFKA.input("profiles", serde=KV_JSON, partitions=2, bootstrap=True))
+    alerts = app.input(KAFKA.input("alerts", serde=KV_JSON, partitions=2, priority=3))
+    clicks = app.input(KAFKA.input("clicks", serde=KV_JSON, partitions=2))
+    profiles.merge(alerts, name="m").merge(clicks, name="m2").sink(print, name="log")
+    plan = app.plan()
+    streams = json.loads(plan.to_json())["streams"]
+    assert streams["profiles"]["bootstrap"] is True and "priority" not in streams["profiles"]
+    assert streams["alerts"]["priority"] == 3 and "bootstrap" not in streams["alerts"]
+    assert "bootstrap" not in streams["clicks"] and "priority" not in streams["clicks"]
+    assert '"stream:profiles" [label="profiles\\n2 partitions\\nbootstrap"' in plan.to_dot()
+    assert '"stream:alerts" [label="alerts\\n2 partitions\\npriority 3"' in plan.to_dot()
+    lines = {line.split()[1]: line for line in plan.explain().splitlines()
+             if line.startswith("  input ")}
+    assert lines["alerts"].endswith(", priority 3)") and lines["profiles"].endswith(", bootstrap)")
+    assert lines["clicks"].endswith("JsonSerde()))")
+    svg = plan.to_svg()
+    assert ">bootstrap</text>" in svg and ">priority 3</text>" in svg
+    page = plan.to_html()
+    assert "<th>reading order</th>" in page and "<td>bootstrap</td>" in page \
+        and "<td>priority 3</td>" in page
+    assert "bootstrap" in plan.to_mermaid()
