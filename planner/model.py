@@ -27,14 +27,17 @@ class StreamSpec:
 
     @property
     def reading_order(self) -> dict[str, Any]:
-        """An input's bootstrap and priority settings, where it has any (``{"bootstrap":
-        True}``, ``{"priority": 2}``); else empty."""
+        """An input's bootstrap, priority and side-input settings, where it has any
+        (``{"bootstrap": True}``, ``{"priority": 2}``, ``{"side_input_of": "users"}``); else
+        empty."""
         d = self.descriptor
         out: dict[str, Any] = {}
         if getattr(d, "bootstrap", False):
             out["bootstrap"] = True
         if getattr(d, "priority", None) is not None:
             out["priority"] = d.priority
+        if getattr(d, "side_input_of", None) is not None:
+            out["side_input_of"] = d.side_input_of
         return out
 
     def to_dict(self) -> dict[str, Any]:

@@ -52,7 +52,8 @@ def plan_to_dict(plan: ExecutionPlan) -> dict[str, Any]:
     return {
         "application": {"name": plan.app.name, "app_id": plan.app.app_id, "job": plan.job_name},
         "streams": {sid: s.to_dict() for sid, s in plan.streams.items()},
-        "tables": {tid: {"serde": t.serde.describe(), "changelog": t.changelog}
+        "tables": {tid: {"serde": t.serde.describe(), "changelog": t.changelog,
+                         **({"side_inputs": list(t.side_inputs)} if t.side_inputs else {})}
                    for tid, t in plan.app.tables.items()},
         "stores": {name: s.to_dict() for name, s in plan.stores.items()},
         "operators": {op.op_id: _op_dict(plan, op.op_id) for op in plan.app.operators},
@@ -95,9 +96,11 @@ def _parts(n: int | None) -> str:
 
 
 def _order(s: Any) -> str:
-    """An input's bootstrap and priority, as plans show them (``"bootstrap, priority 2"``)."""
-    return ", ".join("bootstrap" if k == "bootstrap" else f"priority {v}"
-                     for k, v in s.reading_order.items())
+    """An input's bootstrap, priority and side input, as plans show them (``"bootstrap,
+    priority 2"``, ``"bootstrap, side input of users"``)."""
+    words = {"bootstrap": lambda v: "bootstrap", "priority": lambda v: f"priority {v}",
+             "side_input_of": lambda v: f"side input of {v}"}
+    return ", ".join(words[k](v) for k, v in s.reading_order.items())
 
 
 def _stream_label(sid: str, s: Any) -> str:
@@ -170,8 +173,10 @@ def plan_to_dot(plan: ExecutionPlan) -> str:
         label = _stream_label(sid, s)
         out.append(f"  {_q(stream_node(sid))} [label={_q(label)}, "
                    f"shape={shape}, style=filled, fillcolor=\"#e8f0fe\"];")
-    for tid in plan.app.tables:
-        out.append(f"  {_q(table_node(tid))} [label={_q('table ' + tid)}, shape=cylinder, "
+    for tid, t in plan.app.tables.items():
+        label = "table " + tid + ("\nside inputs: " + ", ".join(t.side_inputs)
+                                  if t.side_inputs else "")
+        out.append(f"  {_q(table_node(tid))} [label={_q(label)}, shape=cylinder, "
                    f"style=filled, fillcolor=\"#fef7e0\"];")
     for stage in plan.stages:
         out.append(f"  subgraph {_q('cluster_' + stage.stage_id)} {{")

@@ -168,6 +168,11 @@ class Container:
 
     async def run(self) -> None:
         restored = {m.name: self.checkpoints.read(m.name) for m in self.task_models}
+        inputs = self.job.plan.app.inputs
+        for offsets in restored.values():  # side inputs refill their tables from the oldest
+            for ssp in [ssp for ssp in offsets
+                        if getattr(inputs.get(ssp.stream_id), "side_input_of", None)]:
+                del offsets[ssp]
         #: the checkpoint each task resumed from ({} for a task that starts afresh)
         self.restored = restored
         self._changelogs = {m.name: self.checkpoints.read_changelogs(m.name)

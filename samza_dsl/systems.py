@@ -317,6 +317,7 @@ class InputDescriptor(StreamDescriptor):
         idle_timeout_ms: A partition without data for this long is idle (0: never).
         bootstrap: Each task reads its partition to its end as of its start first.
         priority: The declared priority, or None (0, or above all for a bootstrap input).
+        side_input_of: The table this input fills as a side input, or None.
 
     Raises:
         ValueError: ``offset_default`` is unknown, or an out-of-orderness bound is given
@@ -335,6 +336,8 @@ class InputDescriptor(StreamDescriptor):
     bootstrap: bool = False
     #: higher goes first; None: 0, or above every other input for a bootstrap input
     priority: int | None = None
+    #: the table this input fills, as a side input (set by ``app.table(side_inputs=...)``)
+    side_input_of: str | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()

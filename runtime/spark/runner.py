@@ -40,7 +40,7 @@ import re
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import fields, is_dataclass
 from typing import Any
 
@@ -70,6 +70,13 @@ __all__ = ["SparkRunner", "ReprocessResult", "ReprocessError", "spark_session"]
 _ORDER = operator.itemgetter(1, 2, 3, 0)  # sort ms, source partition, offset, stream id
 _OFFSET_ORDER = operator.itemgetter(2, 3, 0)  # source partition, offset, stream id
 _OUR_PACKAGES = ("samza_dsl", "planner", "operators", "runtime")
+
+
+def _first_of(streams: frozenset[str], order: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``order`` with the records of ``streams`` before every other record."""
+    def key(rec: Any) -> Any:
+        return rec[0] not in streams, order(rec)
+    return key
 _OP = "op:"  # accumulator keys of operator meters: op:<op id>|<metric>
 
 
@@ -519,7 +526,8 @@ class _Compiler:
             sort = stateful
             task_of_first = True
             # a window moving its watermark per record sees its partition in offset order
-            order = _OFFSET_ORDER if any(per_message_windows(plan, s) for s in stages) \
+            order: Callable[[Any], Any] = _OFFSET_ORDER \
+                if any(per_message_windows(plan, s) for s in stages) \
                 else _ORDER
         else:
             parts = [self._keyed_input(sid, n) for sid in inputs]
@@ -531,6 +539,12 @@ class _Compiler:
             sort = True
             task_of_first = False
             order = _ORDER
+
+        # bootstrap inputs (side inputs too) are read whole before the pass's other records
+        first = frozenset(sid for sid in external if plan.app.inputs[sid].bootstrap)
+        if first:
+            order = _first_of(first, order)
+            sort = True
 
         def run(i: int, items: Any) -> Any:
             recs = list(items) if task_of_first else [rec for _, rec in items]

@@ -285,3 +285,35 @@ def test_bootstrap_and_priority_inputs_show_in_every_format():
     assert "<th>reading order</th>" in page and "<td>bootstrap</td>" in page \
         and "<td>priority 3</td>" in page
     assert "bootstrap" in plan.to_mermaid()
+
+
+def test_side_inputs_show_in_every_format():
+    app = StreamApplication("sides")
+    users = app.table("users", serde=KV_JSON, processor=lambda kv: [kv],
+                      side_inputs=[KAFKA.input("user-updates", serde=KV_JSON, partitions=2)])
+    (app.input(KAFKA.input("clicks", serde=KV_JSON, partitions=2))
+     .join_table(users, combine=lambda m, u: m, name="j").sink(print, name="log"))
+    plan = app.plan()
+    d = json.loads(plan.to_json())
+    assert d["tables"]["users"] == {"serde": KV_JSON.describe(), "changelog": False,
+                                    "side_inputs": ["user-updates"]}
+    assert d["streams"]["user-updates"]["side_input_of"] == "users"
+    assert d["streams"]["user-updates"]["bootstrap"] is True
+    dot = plan.to_dot()
+    assert '"table:users" [label="table users\\nside inputs: user-updates"' in dot
+    assert ('"stream:user-updates" [label="user-updates\\n2 partitions\\nbootstrap, side input '
+            'of users"') in dot
+    assert "side input of users" in plan.to_svg() and "side input of users" in plan.to_html()
+    assert "side input of users" in plan.explain()
+
+
+def test_a_side_input_is_partitioned_as_the_inputs_joined_with_its_table():
+    from samza_dsl.errors import PlanError
+
+    app = StreamApplication("sides")
+    users = app.table("users", serde=KV_JSON, processor=lambda kv: [kv],
+                      side_inputs=[KAFKA.input("user-updates", serde=KV_JSON, partitions=3)])
+    (app.input(KAFKA.input("clicks", serde=KV_JSON, partitions=2))
+     .join_table(users, combine=lambda m, u: m, name="j").sink(print, name="log"))
+    with pytest.raises(PlanError, match="user-updates"):
+        app.plan()
