@@ -821,21 +821,16 @@ class Windows:
                 earlier); with ``init``/``fold``. It must be associative, with ``init()`` as
                 its identity, and agree with ``fold`` (a sum, a count, a max, a set union...);
                 it should return a new value rather than change ``a`` or ``b``.
-            event_time: ``event_time(m)`` gives a message's event time in seconds; without it
-                the window runs on processing time.
-            max_out_of_orderness: With ``event_time``, how far out of order messages may
-                come without being late.
+            event_time: As in ``Windows.tumbling``.
+            max_out_of_orderness: As in ``Windows.tumbling``.
 
         Returns:
             The window spec.
 
         Raises:
-            TypeError: A duration is neither a ``timedelta`` nor a number, or a function is
-                not callable.
-            ValueError: A duration is not positive (or under 1 ms), ``size`` is not a whole
-                multiple of ``hop``, only one of ``init`` and ``fold`` is given, ``combine``
-                is given without them, or ``max_out_of_orderness`` is given without
-                ``event_time``.
+            TypeError: As ``Windows.tumbling``.
+            ValueError: As ``Windows.tumbling``, or ``size`` is not a whole multiple of
+                ``hop``, or ``combine`` is given without ``init`` and ``fold``.
 
         Example:
             >>> w = Windows.hopping(timedelta(minutes=1), timedelta(seconds=10),

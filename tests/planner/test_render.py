@@ -287,13 +287,18 @@ def test_bootstrap_and_priority_inputs_show_in_every_format():
     assert "bootstrap" in plan.to_mermaid()
 
 
-def test_side_inputs_show_in_every_format():
+def side_input_app(partitions: int) -> StreamApplication:
+    """Clicks (2 partitions) joined with a table filled from a side input."""
     app = StreamApplication("sides")
-    users = app.table("users", serde=KV_JSON, processor=lambda kv: [kv],
-                      side_inputs=[KAFKA.input("user-updates", serde=KV_JSON, partitions=2)])
+    users = app.table("users", serde=KV_JSON, processor=lambda kv: [kv], side_inputs=[
+        KAFKA.input("user-updates", serde=KV_JSON, partitions=partitions)])
     (app.input(KAFKA.input("clicks", serde=KV_JSON, partitions=2))
      .join_table(users, combine=lambda m, u: m, name="j").sink(print, name="log"))
-    plan = app.plan()
+    return app
+
+
+def test_side_inputs_show_in_every_format():
+    plan = side_input_app(2).plan()
     d = json.loads(plan.to_json())
     assert d["tables"]["users"] == {"serde": KV_JSON.describe(), "changelog": False,
                                     "side_inputs": ["user-updates"]}
@@ -310,10 +315,5 @@ def test_side_inputs_show_in_every_format():
 def test_a_side_input_is_partitioned_as_the_inputs_joined_with_its_table():
     from samza_dsl.errors import PlanError
 
-    app = StreamApplication("sides")
-    users = app.table("users", serde=KV_JSON, processor=lambda kv: [kv],
-                      side_inputs=[KAFKA.input("user-updates", serde=KV_JSON, partitions=3)])
-    (app.input(KAFKA.input("clicks", serde=KV_JSON, partitions=2))
-     .join_table(users, combine=lambda m, u: m, name="j").sink(print, name="log"))
     with pytest.raises(PlanError, match="user-updates"):
-        app.plan()
+        side_input_app(3).plan()

@@ -3,29 +3,16 @@ latest rate of its currency, on the test runner, the local system and Spark."""
 
 from __future__ import annotations
 
-import doctest
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
+
+from example_apps import docstring_failures, load_example
 
 from runtime import LocalRunner
 from runtime.spark import SparkRunner
 from samza_dsl.testing import TestRunner
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "currency_conversion.py"
-
-
-def _load() -> Any:
-    spec = importlib.util.spec_from_file_location("example_currency_conversion", EXAMPLE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-example = _load()
+example = load_example("currency_conversion")
 INPUTS = example.sample_input(300, seed=2)
 # gold (XAU) was withdrawn: its payments have no rate
 WANT = sorted((p.key, p.value["id"], None if p.key == "XAU"
@@ -38,7 +25,7 @@ def rows(out: list[Any]) -> list[Any]:
 
 
 def test_the_examples_docstring() -> None:
-    assert doctest.testmod(example, optionflags=doctest.ELLIPSIS).failed == 0
+    assert docstring_failures(example) == 0
 
 
 def test_every_payment_is_converted_in_memory_and_on_the_local_system(tmp_path: Path) -> None:

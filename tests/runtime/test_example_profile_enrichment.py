@@ -4,11 +4,10 @@ runner and on the local system, across a restart too."""
 
 from __future__ import annotations
 
-import doctest
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
+
+from example_apps import docstring_failures, load_example
 
 from operators.hashing import partition_for
 from runtime import LocalRunner
@@ -16,19 +15,7 @@ from runtime.local.system import LocalJob
 from samza_dsl import KV
 from samza_dsl.testing import TestRunner
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "profile_enrichment.py"
-
-
-def _load() -> Any:
-    spec = importlib.util.spec_from_file_location("example_profile_enrichment", EXAMPLE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-example = _load()
+example = load_example("profile_enrichment")
 INPUTS = example.sample_input(400, seed=1)
 CORRECTED = {c.key for c in INPUTS["profile-corrections"]}
 
@@ -55,7 +42,7 @@ def check(out: list[Any], clicks: list[Any]) -> None:
 
 
 def test_the_examples_docstring() -> None:
-    assert doctest.testmod(example, optionflags=doctest.ELLIPSIS).failed == 0
+    assert docstring_failures(example) == 0
 
 
 def test_every_click_is_enriched_in_memory_and_not_without_bootstrap() -> None:

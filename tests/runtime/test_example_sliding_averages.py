@@ -4,30 +4,17 @@ minute that holds a reading."""
 
 from __future__ import annotations
 
-import doctest
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from typing import Any
+
+from example_apps import docstring_failures, load_example
 
 from runtime import LocalRunner
 from runtime.spark import SparkRunner
 from samza_dsl.testing import TestRunner
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sliding_averages.py"
-
-
-def _load() -> Any:
-    spec = importlib.util.spec_from_file_location("example_sliding_averages", EXAMPLE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-example = _load()
+example = load_example("sliding_averages")
 READINGS = example.sample_input(400, seed=3)
 
 
@@ -57,7 +44,7 @@ WANT = rows([{"key": e.pop("key"), "value": e} for e in expected()])
 
 
 def test_the_examples_docstring() -> None:
-    assert doctest.testmod(example, optionflags=doctest.ELLIPSIS).failed == 0
+    assert docstring_failures(example) == 0
 
 
 def test_every_pane_once_on_the_test_runner_and_the_local_system(tmp_path: Path) -> None:
