@@ -133,6 +133,13 @@ class HoppingWindowOperator(AlignedWindowOperator):
             ms = self._clock()
         h = ms - ms % hop
         key = self._key_fn(message) if self._key_fn is not None else None
+        if self._early_spec is None and h + hop > (self.watermark if event_time is not None
+                                                   else self._closed):
+            # every pane of the hop is open: if the hop has state, they all exist already
+            segments = self._get((h, key))
+            if segments is not None:
+                self._add((h, key), message, segments)
+                return out
         wm = self.watermark if event_time is not None else NO_WATERMARK
         panes: list[tuple[tuple[int, Any], Any]] = []  # (pane, firing), latest start first
         for back in self._back:
@@ -156,11 +163,11 @@ class HoppingWindowOperator(AlignedWindowOperator):
                     out.append(fired)
         return out
 
-    def _add(self, hk: tuple[int, Any], message: Any) -> None:
-        """Fold ``message`` into its hop's current segment."""
-        segments = self._get(hk)
+    def _add(self, hk: tuple[int, Any], message: Any, segments: Any = None) -> None:
+        """Fold ``message`` into its hop's current segment (``segments``: the hop's state, when
+        the caller has it)."""
         if segments is None:
-            segments = []
+            segments = self._get(hk) or []
         epoch = self._epoch
         if segments and segments[-1][0] == epoch:
             seg = segments[-1]
