@@ -34,6 +34,7 @@ from .simple import (
     send_to_operator,
 )
 from .window import TumblingWindowOperator, WindowOperator
+from .window_hopping import HoppingWindowOperator
 from .window_session import SessionWindowOperator
 
 __all__ = ["build_operator", "OPERATORS", "Operator"]
@@ -42,6 +43,8 @@ def window_operator(spec: WindowSpec) -> WindowOperator:
     """The window operator for a window spec's kind."""
     if spec.window.is_session:
         return SessionWindowOperator(spec)
+    if spec.window.is_hopping:
+        return HoppingWindowOperator(spec)
     return TumblingWindowOperator(spec)
 
 

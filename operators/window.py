@@ -75,7 +75,7 @@ from .late import LateTracker
 from .state import order_key
 from .triggers import TriggerImpl, make_trigger
 
-__all__ = ["WindowOperator", "TumblingWindowOperator", "WATERMARK_KEY"]
+__all__ = ["WindowOperator", "AlignedWindowOperator", "TumblingWindowOperator", "WATERMARK_KEY"]
 
 EARLY = FiringType.EARLY
 DEFAULT = FiringType.DEFAULT
@@ -325,8 +325,9 @@ class WindowOperator(Operator, ABC):
         return out
 
 
-class TumblingWindowOperator(WindowOperator):
-    """Global (``Windows.tumbling``) and keyed tumbling windows: pane start = t - t % size."""
+class AlignedWindowOperator(WindowOperator):
+    """Windows whose panes are ``(start, key)`` and end at ``start + size`` (tumbling and
+    hopping): the indexes of open panes and of closed panes kept for lateness, by start."""
 
     def __init__(self, spec: WindowSpec) -> None:
         super().__init__(spec)
@@ -334,6 +335,46 @@ class TumblingWindowOperator(WindowOperator):
         self._closing: list[int] = []  # starts of open panes
         self._retained: dict[int, dict[Any, None]] = {}  # closed, updatable until end + lateness
         self._expiring: list[int] = []  # starts of retained panes
+
+    @staticmethod
+    def _index(index: dict[int, dict[Any, None]], heap: list[int], start: int) -> dict[Any, None]:
+        """The keys of the panes starting at ``start`` in ``index``; ``start`` goes into
+        ``heap`` when new."""
+        keys = index.get(start)
+        if keys is None:
+            keys = index[start] = {}
+            heappush(heap, start)
+        return keys
+
+    def _next_close(self) -> int | None:
+        closing = self._closing
+        return closing[0] + self.size_ms if closing else None
+
+    def _close_next(self, threshold: int, out: list[Any]) -> None:
+        start = heappop(self._closing)
+        keys = self._open.pop(start)
+        for key in keys:
+            self._close_pane((start, key), out)
+        if self._retain:
+            retained = self._index(self._retained, self._expiring, start)
+            retained.update(keys)
+
+    def _collect(self, watermark: int) -> None:
+        expiring = self._expiring
+        horizon = self.size_ms + self.lateness_ms
+        while expiring and expiring[0] + horizon <= watermark:
+            start = heappop(expiring)
+            for key in self._retained.pop(start):
+                pk = (start, key)
+                self._drop_value(pk)
+                self._late.pop(pk, None)
+
+    def _open_handles(self) -> list[Any]:
+        return [(start, key) for start, keys in self._open.items() for key in keys]
+
+
+class TumblingWindowOperator(AlignedWindowOperator):
+    """Global (``Windows.tumbling``) and keyed tumbling windows: pane start = t - t % size."""
 
     def init(self, ctx: OperatorContext, user_ctx: UserContext | None = None) -> None:
         super().init(ctx, user_ctx)
@@ -351,14 +392,6 @@ class TumblingWindowOperator(WindowOperator):
                 self._index(self._retained, self._expiring, start)[key] = None
             else:
                 self._store.delete(pk)
-
-    @staticmethod
-    def _index(index: dict[int, dict[Any, None]], heap: list[int], start: int) -> dict[Any, None]:
-        keys = index.get(start)
-        if keys is None:
-            keys = index[start] = {}
-            heappush(heap, start)
-        return keys
 
     def process(self, message: Any) -> list[Any]:
         raise RuntimeError(f"window {self.op_id!r}: init(ctx) must run before process")
@@ -476,32 +509,6 @@ class TumblingWindowOperator(WindowOperator):
         self._put(pk, value)
         pane = self._on_trigger_message(pk, LATE, self._clock())
         return [pane] if pane is not None else []
-
-    def _next_close(self) -> int | None:
-        closing = self._closing
-        return closing[0] + self.size_ms if closing else None
-
-    def _close_next(self, threshold: int, out: list[Any]) -> None:
-        start = heappop(self._closing)
-        keys = self._open.pop(start)
-        for key in keys:
-            self._close_pane((start, key), out)
-        if self._retain:
-            retained = self._index(self._retained, self._expiring, start)
-            retained.update(keys)
-
-    def _collect(self, watermark: int) -> None:
-        expiring = self._expiring
-        horizon = self.size_ms + self.lateness_ms
-        while expiring and expiring[0] + horizon <= watermark:
-            start = heappop(expiring)
-            for key in self._retained.pop(start):
-                pk = (start, key)
-                self._store.delete(pk)
-                self._late.pop(pk, None)
-
-    def _open_handles(self) -> list[Any]:
-        return [(start, key) for start, keys in self._open.items() for key in keys]
 
     def _drop_all(self) -> None:
         delete = self._store.delete

@@ -25,9 +25,25 @@ class StreamSpec:
     keyed: bool
     descriptor: Any = field(default=None, compare=False, repr=False)
 
+    @property
+    def reading_order(self) -> dict[str, Any]:
+        """An input's bootstrap, priority and side-input settings, where it has any
+        (``{"bootstrap": True}``, ``{"priority": 2}``, ``{"side_input_of": "users"}``); else
+        empty."""
+        d = self.descriptor
+        out: dict[str, Any] = {}
+        if getattr(d, "bootstrap", False):
+            out["bootstrap"] = True
+        if getattr(d, "priority", None) is not None:
+            out["priority"] = d.priority
+        if getattr(d, "side_input_of", None) is not None:
+            out["side_input_of"] = d.side_input_of
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "system": self.system, "physical_name": self.physical_name,
-                "partitions": self.partitions, "serde": self.serde, "keyed": self.keyed}
+                "partitions": self.partitions, "serde": self.serde, "keyed": self.keyed,
+                **self.reading_order}
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,8 @@ def plan_to_dict(plan: ExecutionPlan) -> dict[str, Any]:
     return {
         "application": {"name": plan.app.name, "app_id": plan.app.app_id, "job": plan.job_name},
         "streams": {sid: s.to_dict() for sid, s in plan.streams.items()},
-        "tables": {tid: {"serde": t.serde.describe(), "changelog": t.changelog}
+        "tables": {tid: {"serde": t.serde.describe(), "changelog": t.changelog,
+                         **({"side_inputs": list(t.side_inputs)} if t.side_inputs else {})}
                    for tid, t in plan.app.tables.items()},
         "remote_tables": {tid: t.describe() for tid, t in plan.app.remote_tables.items()},
         "stores": {name: s.to_dict() for name, s in plan.stores.items()},
@@ -113,6 +114,19 @@ def _parts(n: int | None) -> str:
     return "? partitions" if n is None else f"{n} partition{'s' if n != 1 else ''}"
 
 
+def _order(s: Any) -> str:
+    """An input's bootstrap, priority and side input, as plans show them (``"bootstrap,
+    priority 2"``, ``"bootstrap, side input of users"``)."""
+    words = {"bootstrap": "bootstrap", "priority": "priority {}",
+             "side_input_of": "side input of {}"}
+    return ", ".join(words[k].format(v) for k, v in s.reading_order.items())
+
+
+def _stream_label(sid: str, s: Any) -> str:
+    order = _order(s)
+    return sid + "\n" + _parts(s.partitions) + ("\n" + order if order else "")
+
+
 def _op_label(plan: ExecutionPlan, op_id: str, short: bool = False) -> str:
     op = plan.app.operator(op_id)
     extra = ""
@@ -121,7 +135,8 @@ def _op_label(plan: ExecutionPlan, op_id: str, short: bool = False) -> str:
         extra = f" ttl={d['ttl_ms']}ms"
     elif "window" in d:
         w = d["window"]
-        extra = f" {w['kind']} {w.get('size_ms', w.get('gap_ms'))}ms {w['time']}-time"
+        hop = f" hop {w['hop_ms']}ms" if "hop_ms" in w else ""
+        extra = f" {w['kind']} {w.get('size_ms', w.get('gap_ms'))}ms{hop} {w['time']}-time"
         if d.get("late_to"):
             extra += f" late_to={d['late_to']}"
     elif "stream" in d and not (short and op.opcode in ("partition_by", "broadcast")):
@@ -136,8 +151,9 @@ def plan_to_text(plan: ExecutionPlan) -> str:
              f"{len(plan.app.operators)} operator(s)"]
     lines.append("Streams:")
     for sid, s in plan.streams.items():
+        order = _order(s)
         lines.append(f"  {s.kind:<12} {sid} ({_parts(s.partitions)}, system={s.system}, "
-                     f"serde={s.serde})")
+                     f"serde={s.serde}{', ' + order if order else ''})")
     if plan.stores:
         lines.append("Stores:")
         for name, store in plan.stores.items():
@@ -177,14 +193,16 @@ def plan_to_dot(plan: ExecutionPlan) -> str:
         if sid in inter:
             continue
         shape = "cds" if s.kind == "input" else "box3d"
-        label = sid + "\n" + _parts(s.partitions)
+        label = _stream_label(sid, s)
         out.append(f"  {_q(stream_node(sid))} [label={_q(label)}, "
                    f"shape={shape}, style=filled, fillcolor=\"#e8f0fe\"];")
-    for tid in plan.app.tables:
-        out.append(f"  {_q(table_node(tid))} [label={_q('table ' + tid)}, shape=cylinder, "
+    for tid, t in plan.app.tables.items():
+        label = "table " + tid + ("\nside inputs: " + ", ".join(t.side_inputs)
+                                  if t.side_inputs else "")
+        out.append(f"  {_q(table_node(tid))} [label={_q(label)}, shape=cylinder, "
                    f"style=filled, fillcolor=\"#fef7e0\"];")
-    for tid, t in plan.app.remote_tables.items():
-        label = f"remote table {tid}\n{remote_table_summary(t.describe())}"
+    for tid, rt in plan.app.remote_tables.items():
+        label = f"remote table {tid}\n{remote_table_summary(rt.describe())}"
         out.append(f"  {_q(table_node(tid))} [label={_q(label)}, shape=cylinder, "
                    f"style=\"filled,dashed\", fillcolor=\"#e6f4ea\"];")
     for stage in plan.stages:
@@ -237,7 +255,7 @@ def plan_to_mermaid(plan: ExecutionPlan) -> str:
     lines = ["flowchart LR"]
     for sid, s in plan.streams.items():
         if sid not in inter:
-            label = sid + "\n" + _parts(s.partitions)
+            label = _stream_label(sid, s)
             lines.append(f"  {nid(stream_node(sid))}[({text(label)})]")
     for tid in plan.app.tables:
         lines.append(f"  {nid(table_node(tid))}[({text('table ' + tid)})]")
@@ -291,7 +309,8 @@ def plan_to_svg(plan: ExecutionPlan) -> str:
 def _summary_html(plan: ExecutionPlan) -> str:
     rows = "".join(
         f"<tr><td>{html.escape(sid)}</td><td>{s.kind}</td><td>{s.partitions if s.partitions else '?'}"
-        f"</td><td>{html.escape(str(s.system))}</td><td>{html.escape(s.serde)}</td></tr>"
+        f"</td><td>{html.escape(str(s.system))}</td><td>{html.escape(s.serde)}</td>"
+        f"<td>{html.escape(_order(s))}</td></tr>"
         for sid, s in plan.streams.items())
     stages = "".join(
         f"<tr><td>{st.stage_id}</td><td>{html.escape(', '.join(st.inputs))}</td>"
@@ -305,7 +324,7 @@ def _summary_html(plan: ExecutionPlan) -> str:
         remote = (f"<h3>Remote tables</h3><table><tr><th>table</th><th>calls</th></tr>{remote}"
                   f"</table>")
     return (f"<h3>Streams</h3><table><tr><th>stream</th><th>kind</th><th>partitions</th>"
-            f"<th>system</th><th>serde</th></tr>{rows}</table>{remote}"
+            f"<th>system</th><th>serde</th><th>reading order</th></tr>{rows}</table>{remote}"
             f"<h3>Stages</h3><table><tr><th>stage</th><th>inputs</th><th>operators</th>"
             f"<th>outputs</th></tr>{stages}</table>")
 

@@ -27,6 +27,7 @@ from runtime.systems import CheckpointStore, Consumer, Producer, StateBackend
 from runtime.task import TaskInstance
 from runtime.task_env import TaskEnv
 from samza_dsl.config import config_value
+from samza_dsl.errors import SamzaError
 
 __all__ = ["Container", "CheckpointStore", "MemoryCheckpoints", "Consumer", "Producer"]
 
@@ -183,6 +184,11 @@ class Container:
 
     async def _run(self) -> None:
         restored = {m.name: self.checkpoints.read(m.name) for m in self.task_models}
+        inputs = self.job.plan.app.inputs
+        for offsets in restored.values():  # side inputs refill their tables from the oldest
+            for ssp in [ssp for ssp in offsets
+                        if getattr(inputs.get(ssp.stream_id), "side_input_of", None)]:
+                del offsets[ssp]
         #: the checkpoint each task resumed from ({} for a task that starts afresh)
         self.restored = restored
         self._changelogs = {m.name: self.checkpoints.read_changelogs(m.name)
@@ -199,6 +205,7 @@ class Container:
             self._keys.append(key)
             # None: no checkpoint, the consumer starts where the input's offset_default says
             self.consumer.register(key, ssp, None if start is None else start + 1)
+        await self._bootstrap()
 
         helpers = [asyncio.create_task(self._consume(), name="consumer")]
         window_ms = int(self.config.get("task.window.ms", -1) or -1)
@@ -288,12 +295,29 @@ class Container:
             for (task, ssp), first, payloads in batches:
                 task.add_batch(ssp, first, payloads)
 
-    def on_consumed(self, task: TaskInstance) -> None:
-        """A task took records from its inbox: if it was full, its partitions are read again."""
-        if task.paused and task.inbox_size < INBOX_LIMIT:
+    def on_consumed(self, task: TaskInstance, reading: bool = False) -> None:
+        """A task took records from its inbox: if it was full, its partitions are read again.
+        ``reading``: the partitions the task reads changed (it finished bootstrapping)."""
+        if (task.paused and task.inbox_size < INBOX_LIMIT) or reading:
             task.paused = False
             self._room.set()
             self.consumer.wakeup()
+
+    async def _bootstrap(self) -> None:
+        """Tells each task where its bootstrap partitions end as of now (Samza's bootstrapping
+        chooser: on every start, restarts included)."""
+        inputs = self.job.plan.app.inputs
+        keys = [k for k in self._keys if getattr(inputs.get(k[1].stream_id), "bootstrap", False)]
+        if not keys:
+            return
+        bounds = getattr(self.consumer, "read_bounds", None)
+        if bounds is None:
+            raise SamzaError(f"bootstrap inputs ({', '.join(sorted({k[1].stream_id for k in keys}))}"
+                             f") need a system that tells where a partition ends; "
+                             f"{type(self.consumer).__name__} does not")
+        for (reader, ssp), (start, end) in (await bounds(keys)).items():
+            for task in getattr(reader, "tasks", [reader]):
+                task.bootstrap(ssp, start, end)
 
     async def _ticker(self, interval_ms: int, flag: str) -> None:
         """Requests a window tick or a commit every interval. A commit is requested only once

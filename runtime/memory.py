@@ -115,6 +115,14 @@ class MemoryConsumer:
                 self._woken = False
                 return []
 
+    async def read_bounds(self, keys: Iterable[Any]) -> dict[Any, tuple[int, int]]:
+        """Per reader key: the next offset it reads, and its partition's end offset now."""
+        out = {}
+        for key in keys:
+            ssp, pos = self.positions[key]
+            out[key] = (pos, len(self.broker.streams[ssp.stream_id][ssp.partition]))
+        return out
+
     def wakeup(self) -> None:
         """End a waiting ``poll`` now: the set of partitions to read has changed."""
         self._woken = True

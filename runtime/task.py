@@ -22,6 +22,7 @@ from typing import Any, cast
 
 from operators.base import IDENTITY, Operator, OperatorContext, UserContext
 from runtime import faults
+from runtime.chooser import Chooser
 from runtime.codec import Skipped
 from runtime.dag import Emit, OperatorFailure, _forward, chain, gather_pending, metered
 from runtime.elastic import OTHER_BUCKET, OtherBucket
@@ -100,8 +101,10 @@ class TaskInstance:
         #: user messages handed out per stream this run (records less control records)
         self.read: dict[str, int] = {}
 
-        # input
-        self.inbox: deque[tuple[SSP, int, list[Any]]] = deque()
+        # input: batches by input priority (runtime.chooser)
+        self.inbox = Chooser({sid: d.rank for sid, d in self.plan.app.inputs.items()})
+        #: bootstrap partitions not read to their end as of the start yet: ssp -> end offset
+        self.bootstrapping: dict[SSP, int] = {}
         self.inbox_size = 0
         self.paused = False  # the consumer skips this task's partitions while its inbox is full
         self._cur: tuple[SSP, int, list[Any]] | None = None
@@ -447,12 +450,19 @@ class TaskInstance:
         finish = self._finish
         control_types = _CONTROL_TYPES
         adopting = self._adopting
+        inbox = self.inbox
+        boot = self.bootstrapping
+        cur = self._cur
+        if cur is not None and inbox.ranked and inbox.outranks(cur[0]):
+            # a batch of a higher priority came: it goes first, the rest of this one waits
+            inbox.push_front((cur[0], cur[1] + self._cur_i, cur[2][self._cur_i:]))
+            self._cur = None
         while n < budget and self.in_flight < max_c and self._adopted is None:
             cur = self._cur
             if cur is None:
-                if not self.inbox:
+                cur = self._cur = inbox.popleft()
+                if cur is None:
                     break
-                cur = self._cur = self.inbox.popleft()
                 self._cur_i = 0
             ssp, first, payloads = cur
             src = self._src
@@ -634,6 +644,8 @@ class TaskInstance:
             self._cur_i = i
             if i >= len(payloads):
                 self._cur = None
+            if boot and ssp in boot and (first + i >= boot[ssp] or ssp in self.ended):
+                del boot[ssp]  # read to its end as of the start
         self.inbox_size -= n
         self.processed += n
         self._handing_out = False
@@ -695,7 +707,7 @@ class TaskInstance:
                     apply(r[0], t)
             self.wake.set()
             if not self._parked or self.failure is not None \
-                    or (self._cur is None and not self.inbox):
+                    or (self._cur is None and not self.inbox.ready()):
                 return
             nxt = self._adopt()
             if nxt is None:
@@ -813,7 +825,27 @@ class TaskInstance:
         return True
 
     def reading(self, ssp: SSP) -> bool:
-        return ssp not in self.ended
+        """Whether the consumer reads ``ssp`` for this task: not once it ended, nor while the
+        task bootstraps other partitions."""
+        if ssp in self.ended:
+            return False
+        only = self.inbox.only
+        return only is None or ssp in only
+
+    def bootstrap(self, ssp: SSP, start: int, end: int) -> None:
+        """``ssp`` is a bootstrap partition that this task reads from ``start`` (its next
+        offset) and whose end is ``end`` now: unless it is there already, the task hands out
+        nothing of its other partitions until it has handed out ``ssp`` to ``end`` and
+        completed it (Samza's bootstrapping chooser)."""
+        start = max(start, self.checkpoint.get(ssp, -1) + 1)
+        if start < end:
+            self.bootstrapping[ssp] = end
+            self.inbox.only = set(self.bootstrapping)
+
+    def _bootstrapped(self) -> None:
+        """Every bootstrap partition is read to its end and completed: the others go on."""
+        self.inbox.only = None
+        self.env.on_consumed(self, reading=True)
 
     def _window_moved(self, op: Any, wm: int, pend: list[Awaitable[None]] | None
                       ) -> list[Awaitable[None]] | None:
@@ -963,6 +995,8 @@ class TaskInstance:
             if self.failure is not None:
                 raise self.failure
             wake.clear()
+            if self.inbox.only is not None and not self.bootstrapping and self.in_flight == 0:
+                self._bootstrapped()
             if self.env.stopping:
                 if self.in_flight == 0:
                     await self.commit()
@@ -991,7 +1025,8 @@ class TaskInstance:
                     self.done = True
                     return
                 continue
-            if (self._cur is not None or self.inbox) and self.in_flight < self.max_concurrency:
+            if (self._cur is not None or self.inbox.ready()) \
+                    and self.in_flight < self.max_concurrency:
                 self._process_some(BATCH_BUDGET)
                 if faults.ARMED:
                     faults.reached("batch")

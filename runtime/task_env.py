@@ -35,7 +35,7 @@ class TaskEnv:
     open_store: Callable[[TaskModel, str], Any]
     committer: Committer
     #: a task took records from its inbox (its partitions may be read again); takes the task
-    on_consumed: Callable[[Any], None]
+    on_consumed: Callable[..., None]
     #: the container was asked to stop: drain, commit, close
     stopping: bool = False
     #: the container's share of the job's tasks (a remote table's rate limit is split by it)

@@ -16,7 +16,8 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .config import validate_config
@@ -197,8 +198,21 @@ class StreamApplication:
         self._outputs[descriptor.stream_id] = descriptor
         return OutputStream(self, descriptor.stream_id)
 
-    def table(self, name: str, *, serde: KVSerde, changelog: bool = True) -> Table[Any, Any]:
+    def table(self, name: str, *, serde: KVSerde, changelog: bool | None = None,
+              side_inputs: Sequence[InputDescriptor] | None = None,
+              processor: Callable[[Any], Iterable[KV[Any, Any]]] | None = None
+              ) -> Table[Any, Any]:
         """A local table, one LMDB store per task, backed by a changelog unless ``changelog=False``.
+
+        With ``side_inputs`` (Samza's ``withSideInputs``) the table is filled from those streams:
+        ``processor(message)`` gives the ``KV``s to put for each of their messages (a ``None``
+        value deletes the key). Partition ``p`` of each side input fills the table of the task
+        that owns partition ``p`` of the job's inputs, so a side input is partitioned as the
+        inputs joined with the table are. Each side input is read from its oldest offset on
+        every start, restarts included, as a bootstrap input (``system.input(...,
+        bootstrap=True)``): the task processes its other inputs only once its side-input
+        partitions have caught up to their end as of the start. Such a table has no changelog:
+        it is restored from its side inputs.
 
         Registering the same name with the same settings again gives the same table.
 
@@ -208,20 +222,35 @@ class StreamApplication:
             serde: The ``KVSerde`` of the table's keys and values; keys are ordered by their
                 serialized bytes.
             changelog: Whether the store is backed by a changelog stream (restored from it
-                after a restart).
+                after a restart); by default yes, unless the table has side inputs.
+            side_inputs: Input descriptors (``system.input(...)``) of the streams that fill
+                the table; not also inputs of the job.
+            processor: With ``side_inputs``, ``processor(message)`` gives an iterable of
+                ``KV(key, value)`` to put (value None: delete); ``[]`` for none.
 
         Returns:
             The ``Table``, for ``send_to``, ``join_table`` and ``ctx.table(name)``.
 
         Raises:
-            PlanError: ``name`` is malformed, or is registered with other settings.
-            TypeError: ``serde`` is not a ``KVSerde``.
+            PlanError: ``name`` is malformed, or is registered with other settings; only one
+                of ``side_inputs`` and ``processor`` is given, a side input is not read from
+                its oldest offset, or ``changelog=True`` is asked of a table with side inputs.
+            TypeError: ``serde`` is not a ``KVSerde``, a side input is not an input
+                descriptor, or ``processor`` is not callable.
 
         Example:
             >>> from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
-            >>> app = StreamApplication("demo")
-            >>> app.table("profiles", serde=KVSerde(StringSerde(), JsonSerde()), changelog=False)
+            >>> from samza_dsl.systems import MemorySystem
+            >>> app, mem = StreamApplication("demo"), MemorySystem()
+            >>> serde = KVSerde(StringSerde(), JsonSerde())
+            >>> app.table("profiles", serde=serde, changelog=False)
             Table('profiles')
+            >>> users = app.table("users", serde=serde,
+            ...                   side_inputs=[mem.input("user-updates", serde=serde)],
+            ...                   processor=lambda kv: [kv])
+            >>> spec = app.spec()
+            >>> spec.tables["users"].side_inputs, spec.inputs["user-updates"].bootstrap
+            (('user-updates',), True)
         """
         if not isinstance(name, str) or not NAME_RE.match(name):
             raise PlanError(f"table name must match [A-Za-z0-9_-]+, got {name!r}")
@@ -230,13 +259,50 @@ class StreamApplication:
         if name in self._remote_tables:
             raise PlanError(f"table {name!r} is already a remote table; give the local table "
                             f"another name")
-        spec = TableSpec(name, serde, bool(changelog))
+        sides = self._side_inputs(name, side_inputs, processor, changelog)
+        spec = TableSpec(name, serde, not sides if changelog is None else bool(changelog),
+                         tuple(d.stream_id for d in sides))
         if name in self._tables:
             if self._tables[name] != spec:
                 raise PlanError(f"table {name!r} is registered twice with different settings")
             return Table(self, self._tables[name])
         self._tables[name] = spec
-        return Table(self, spec)
+        table: Table[Any, Any] = Table(self, spec)
+        for d in sides:
+            (self.input(replace(d, bootstrap=True, side_input_of=name))
+             .flat_map(processor, name=f"side-input-{d.stream_id}")  # type: ignore[arg-type]
+             .send_to(table))
+        return table
+
+    def _side_inputs(self, name: str, side_inputs: Sequence[InputDescriptor] | None,
+                     processor: Callable[[Any], Any] | None,
+                     changelog: bool | None) -> list[InputDescriptor]:
+        """The side inputs of table ``name``, checked."""
+        if side_inputs is None and processor is None:
+            return []
+        if not side_inputs or processor is None:
+            raise PlanError(f"table {name!r}: side_inputs=[system.input(...), ...] and "
+                            f"processor=fn(message) -> [KV, ...] go together")
+        if not callable(processor):
+            raise TypeError(f"table {name!r}: processor must be callable, got "
+                            f"{type(processor).__name__}")
+        if changelog:
+            raise PlanError(f"table {name!r} is restored from its side inputs: it has no "
+                            f"changelog (drop changelog=True)")
+        out = []
+        for d in side_inputs:
+            if not isinstance(d, InputDescriptor):
+                raise TypeError(f"table {name!r}: side_inputs takes descriptors from "
+                                f"system.input(...), got {type(d).__name__}")
+            if d.offset_default != "oldest":
+                raise PlanError(f"table {name!r}: side input {d.stream_id!r} must be read from "
+                                f"its oldest offset to fill the table (drop "
+                                f"offset_default={d.offset_default!r})")
+            if d.stream_id in self._inputs and self._inputs[d.stream_id].side_input_of != name:
+                raise PlanError(f"table {name!r}: side input {d.stream_id!r} is already an "
+                                f"input of the job; a side input only fills its table")
+            out.append(d)
+        return out
 
     def remote_table(self, name: str, *, read: Callable[[Any], Awaitable[Any]] | None = None,
                      write: Callable[[Any, Any], Awaitable[Any]] | None = None,

@@ -42,11 +42,13 @@ def node_stream_id(node: str) -> str | None:
 
 @dataclass(frozen=True)
 class TableSpec:
-    """A local table: one LMDB store per task, optionally backed by a changelog."""
+    """A local table: one LMDB store per task, optionally backed by a changelog, or filled from
+    its side inputs (their stream ids)."""
 
     table_id: str
     serde: KVSerde
     changelog: bool = True
+    side_inputs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,11 @@ from typing import Any
 from .serdes import KVSerde, NoOpSerde, Serde
 
 __all__ = ["SystemDescriptor", "KafkaSystem", "LocalSystem", "MemorySystem", "StreamDescriptor",
-           "InputDescriptor", "OutputDescriptor", "OFFSET_DEFAULTS"]
+           "InputDescriptor", "OutputDescriptor", "OFFSET_DEFAULTS", "BOOTSTRAP_RANK"]
 
 OFFSET_DEFAULTS = ("oldest", "upcoming")
+#: the rank of a bootstrap input without a priority of its own: above every other input
+BOOTSTRAP_RANK = (1 << 63) - 1
 _STREAM_ID = re.compile(r"^[A-Za-z0-9._-]+$")
 _SYSTEM_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 
@@ -76,12 +78,22 @@ class SystemDescriptor:
               offset_default: str = "oldest",
               event_time: Callable[[Any], float] | None = None,
               max_out_of_orderness: timedelta | None = None,
-              idle_timeout: timedelta | None = None) -> InputDescriptor:
+              idle_timeout: timedelta | None = None, bootstrap: bool = False,
+              priority: int | None = None) -> InputDescriptor:
         """An input stream. ``event_time=fn(message) -> seconds`` declares its event time: each
         partition's watermark is then the largest event time processed so far (in handout order,
         over the completed prefix) less ``max_out_of_orderness``. ``idle_timeout``: a partition
         that has had no data for that long stops holding back the watermark until data comes
         again (docs/semantics.md rule 8).
+
+        ``bootstrap=True`` (Samza's ``shouldBootstrap``): each time a task starts, restarts
+        included, it reads its partition of this input from its checkpoint to the partition's
+        end as of the start, and completes those messages, before it hands out any message of
+        its other inputs. ``priority=N`` (Samza's ``withPriority``): when a task has messages
+        of several inputs at hand, those of the input with the highest priority go first
+        (inputs without one, intermediate streams included, have priority 0; a bootstrap input
+        without one ranks above every other input). See "Bootstrap and priority inputs" in
+        docs/semantics.md.
 
         Args:
             stream_id: The stream's id in the application, matching ``[A-Za-z0-9._-]+``.
@@ -96,6 +108,9 @@ class SystemDescriptor:
                 seen a later message of a partition may be.
             idle_timeout: How long a partition may have no data before it stops holding back
                 the watermark.
+            bootstrap: Read each task's partition to its end as of the task's start before
+                the task's other inputs.
+            priority: The input's priority, an int (default 0): higher goes first.
 
         Returns:
             The ``InputDescriptor``, for ``app.input``.
@@ -104,8 +119,9 @@ class SystemDescriptor:
             ValueError: ``stream_id`` is malformed, ``partitions`` is not an int of at least
                 1, ``offset_default`` is unknown, a duration is not positive, or
                 ``max_out_of_orderness`` is given without ``event_time``.
-            TypeError: ``serde`` is not a ``Serde``, ``event_time`` is not callable, or a
-                duration is neither a ``timedelta`` nor a number.
+            TypeError: ``serde`` is not a ``Serde``, ``event_time`` is not callable, a
+                duration is neither a ``timedelta`` nor a number, ``bootstrap`` is not a bool
+                or ``priority`` not an int.
 
         Example:
             >>> from datetime import timedelta
@@ -114,11 +130,14 @@ class SystemDescriptor:
             ...                 max_out_of_orderness=timedelta(seconds=5))
             >>> d.physical_name, d.partitions, d.max_out_of_orderness_ms
             ('clicks', 2, 5000)
+            >>> profiles = local.input("profiles", bootstrap=True)
+            >>> profiles.bootstrap, profiles.rank, local.input("alerts", priority=2).rank
+            (True, 9223372036854775807, 2)
         """
         return InputDescriptor(
             self, stream_id, serde, physical_name or stream_id, partitions, offset_default,
             event_time, _optional_ms(max_out_of_orderness, f"input {stream_id!r} max_out_of_orderness"),
-            _optional_ms(idle_timeout, f"input {stream_id!r} idle_timeout"))
+            _optional_ms(idle_timeout, f"input {stream_id!r} idle_timeout"), bootstrap, priority)
 
     def output(self, stream_id: str, *, serde: Serde[Any] | None = None,
                physical_name: str | None = None, partitions: int | None = None) -> OutputDescriptor:
@@ -293,11 +312,18 @@ class InputDescriptor(StreamDescriptor):
     Attributes:
         offset_default: Where to start without a checkpoint: ``"oldest"`` or ``"upcoming"``.
         event_time: ``event_time(message)`` gives an event time in seconds, or None.
+        max_out_of_orderness_ms: How far behind the largest event time seen a later message
+            of a partition may be.
+        idle_timeout_ms: A partition without data for this long is idle (0: never).
+        bootstrap: Each task reads its partition to its end as of its start first.
+        priority: The declared priority, or None (0, or above all for a bootstrap input).
+        side_input_of: The table this input fills as a side input, or None.
 
     Raises:
         ValueError: ``offset_default`` is unknown, or an out-of-orderness bound is given
             without ``event_time``.
-        TypeError: ``event_time`` is not callable.
+        TypeError: ``event_time`` is not callable, ``bootstrap`` is not a bool or
+            ``priority`` not an int.
     """
 
     offset_default: str = "oldest"
@@ -306,6 +332,12 @@ class InputDescriptor(StreamDescriptor):
     max_out_of_orderness_ms: int = 0
     #: a partition without data for this long is idle (0: never)
     idle_timeout_ms: int = 0
+    #: read to the end as of each start before the task's other inputs
+    bootstrap: bool = False
+    #: higher goes first; None: 0, or above every other input for a bootstrap input
+    priority: int | None = None
+    #: the table this input fills, as a side input (set by ``app.table(side_inputs=...)``)
+    side_input_of: str | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -318,6 +350,22 @@ class InputDescriptor(StreamDescriptor):
             raise ValueError(f"input {self.stream_id!r}: max_out_of_orderness needs "
                              f"event_time=fn(message) -> seconds on the same input (or give it "
                              f"to the window, next to the window's event_time)")
+        if not isinstance(self.bootstrap, bool):
+            raise TypeError(f"input {self.stream_id!r}: bootstrap must be True or False, got "
+                            f"{self.bootstrap!r}")
+        if self.priority is not None and (not isinstance(self.priority, int)
+                                          or isinstance(self.priority, bool)):
+            raise TypeError(f"input {self.stream_id!r}: priority must be an int (higher goes "
+                            f"first), got {self.priority!r}")
+
+    @property
+    def rank(self) -> int:
+        """Where the input's messages go when a task has several inputs' at hand: higher first.
+        The declared ``priority``; else 0, or ``BOOTSTRAP_RANK`` (above every other input) for
+        a bootstrap input."""
+        if self.priority is not None:
+            return self.priority
+        return BOOTSTRAP_RANK if self.bootstrap else 0
 
 
 @dataclass(frozen=True)

@@ -374,7 +374,7 @@ class Triggers:
 
 # --- Windows ------------------------------------------------------------------------------------
 
-WINDOW_KINDS = ("tumbling", "keyed_tumbling", "keyed_session")
+WINDOW_KINDS = ("tumbling", "keyed_tumbling", "keyed_session", "hopping", "keyed_hopping")
 
 
 @dataclass(frozen=True)
@@ -384,9 +384,11 @@ class Window(Generic[M, WV]):
     Make one with ``Windows``; pass it to ``MessageStream.window``.
 
     Attributes:
-        kind: ``"tumbling"``, ``"keyed_tumbling"`` or ``"keyed_session"``.
-        size_ms: The tumbling size, or the session gap, in ms.
-        key_fn: ``key_fn(m)`` gives a message's window key (None for ``"tumbling"``).
+        kind: ``"tumbling"``, ``"keyed_tumbling"``, ``"keyed_session"``, ``"hopping"`` or
+            ``"keyed_hopping"``.
+        size_ms: The pane size (tumbling or hopping), or the session gap, in ms.
+        key_fn: ``key_fn(m)`` gives a message's window key (None for ``"tumbling"`` and
+            ``"hopping"``).
         init: ``init()`` gives a pane's initial value (None: panes collect lists).
         fold: ``fold(m, value)`` gives a pane's next value (None: panes collect lists).
         event_time: ``event_time(m)`` gives a message's event time in seconds (None:
@@ -396,12 +398,20 @@ class Window(Generic[M, WV]):
         mode: The ``AccumulationMode``.
         allowed_lateness_ms: How long after its end a closed pane still takes late messages
             (event time, with a late trigger).
+        max_out_of_orderness_ms: Event time only: how far behind the largest event time seen a
+            message may come without being late.
+        hop_ms: Hopping windows only: how far apart panes start, in ms (``size_ms`` is a
+            multiple of it); 0 for the other kinds.
+        combine: Hopping windows only: ``combine(a, b)`` merges two accumulators (of an earlier
+            and a later hop), or None.
 
     Raises:
-        ValueError: ``kind`` is unknown, only one of ``init`` and ``fold`` is given, or an
-            out-of-orderness bound is given without ``event_time``.
-        TypeError: ``init``, ``fold`` or ``event_time`` is not callable, or a keyed window
-            has no callable ``key_fn``.
+        ValueError: ``kind`` is unknown, only one of ``init`` and ``fold`` is given, an
+            out-of-orderness bound is given without ``event_time``, a hopping window's size is
+            not a multiple of its hop, or ``combine`` is given without ``init``/``fold`` or to
+            a window that does not hop.
+        TypeError: ``init``, ``fold``, ``combine`` or ``event_time`` is not callable, or a
+            keyed window has no callable ``key_fn``.
 
     Example:
         >>> w = Windows.keyed_session(lambda m: m["user"], timedelta(minutes=30))
@@ -425,6 +435,10 @@ class Window(Generic[M, WV]):
     #: event time only: how far behind the largest event time seen a message may come without
     #: being late; the window's watermark is the task's watermark less this
     max_out_of_orderness_ms: int = 0
+    #: hopping windows only: the distance between pane starts, in ms
+    hop_ms: int = 0
+    #: hopping windows only: merges the accumulators of two hops (earlier first)
+    combine: Callable[[WV, WV], WV] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in WINDOW_KINDS:
@@ -432,24 +446,53 @@ class Window(Generic[M, WV]):
         if (self.init is None) != (self.fold is None):
             raise ValueError("a window needs both init and fold, or neither (then a pane's value "
                              "is the list of its messages)")
-        for what, fn in (("init", self.init), ("fold", self.fold), ("event_time", self.event_time)):
+        for what, fn in (("init", self.init), ("fold", self.fold), ("event_time", self.event_time),
+                         ("combine", self.combine)):
             if fn is not None and not callable(fn):
                 raise TypeError(f"window {what} must be callable, got {type(fn).__name__}")
         if self.max_out_of_orderness_ms and self.event_time is None:
             raise ValueError("max_out_of_orderness applies to event-time windows only: give the "
                              "window event_time=fn(message) -> seconds")
-        if self.kind != "tumbling" and not callable(self.key_fn):
+        if self.kind not in ("tumbling", "hopping") and not callable(self.key_fn):
             raise TypeError(f"Windows.{self.kind} needs a callable key_fn, got {self.key_fn!r}")
+        if self.is_hopping:
+            if self.hop_ms < 1 or self.size_ms % self.hop_ms:
+                raise ValueError(f"Windows.{self.kind}: the size ({self.size_ms} ms) must be a "
+                                 f"whole multiple of the hop ({self.hop_ms} ms), so that each "
+                                 f"message belongs to size / hop panes; pick a hop that divides "
+                                 f"the size")
+        elif self.hop_ms:
+            raise ValueError(f"Windows.{self.kind} has no hop; use Windows.hopping or "
+                             f"Windows.keyed_hopping")
+        if self.combine is not None:
+            if not self.is_hopping:
+                raise ValueError(f"combine applies to hopping windows only, not to "
+                                 f"Windows.{self.kind}")
+            if self.fold is None:
+                raise ValueError("combine merges fold accumulators: give the window init and "
+                                 "fold too")
 
     @property
     def keyed(self) -> bool:
-        """Whether panes are per key (every kind but ``"tumbling"``)."""
-        return self.kind != "tumbling"
+        """Whether panes are per key (every kind but ``"tumbling"`` and ``"hopping"``)."""
+        return self.kind not in ("tumbling", "hopping")
 
     @property
     def is_session(self) -> bool:
         """Whether this is a session window (``"keyed_session"``)."""
         return self.kind == "keyed_session"
+
+    @property
+    def is_hopping(self) -> bool:
+        """Whether panes overlap (``"hopping"`` or ``"keyed_hopping"``): a pane of ``size_ms``
+        starts every ``hop_ms``."""
+        return self.kind in ("hopping", "keyed_hopping")
+
+    @property
+    def panes_per_message(self) -> int:
+        """How many panes each message belongs to: ``size_ms / hop_ms`` for a hopping window,
+        else 1."""
+        return self.size_ms // self.hop_ms if self.is_hopping else 1
 
     def early_trigger(self, trigger: Trigger) -> Window[M, WV]:
         """Emit panes before they close, when ``trigger`` fires (``FiringType.EARLY``).
@@ -568,6 +611,8 @@ class Window(Generic[M, WV]):
         out: list[int] = []
         if self.event_time is None:
             out.append(self.size_ms)
+            if self.hop_ms:  # a hopping pane closes every hop
+                out.append(self.hop_ms)
         for trig in (self.early, self.late):
             if trig is not None:
                 out.extend(trig.durations_ms())
@@ -577,18 +622,21 @@ class Window(Generic[M, WV]):
         """The window's settings, as plans show them.
 
         Returns:
-            A dict with ``kind``, ``size_ms`` (``gap_ms`` for a session), ``time``
-            (``"event"`` or ``"processing"``) and ``mode``, and the triggers, allowed lateness
-            and out-of-orderness bound where set.
+            A dict with ``kind``, ``size_ms`` (``gap_ms`` for a session), ``hop_ms`` (hopping
+            windows), ``time`` (``"event"`` or ``"processing"``) and ``mode``, and the
+            triggers, allowed lateness, out-of-orderness bound and ``combine`` where set.
 
         Example:
             >>> Windows.tumbling(timedelta(seconds=10), event_time=lambda m: m[1]).describe()
             {'kind': 'tumbling', 'size_ms': 10000, 'time': 'event', 'mode': 'accumulating'}
         """
         what = "gap_ms" if self.is_session else "size_ms"
-        out: dict[str, Any] = {"kind": self.kind, what: self.size_ms,
-                               "time": "event" if self.event_time else "processing",
-                               "mode": self.mode.value}
+        out: dict[str, Any] = {"kind": self.kind, what: self.size_ms}
+        if self.is_hopping:
+            out["hop_ms"] = self.hop_ms
+        out |= {"time": "event" if self.event_time else "processing", "mode": self.mode.value}
+        if self.combine is not None:
+            out["combine"] = True
         if self.early is not None:
             out["early_trigger"] = self.early.describe()
         if self.late is not None:
@@ -625,7 +673,13 @@ class Windows:
     - ``max_out_of_orderness`` (event time only): how far behind the largest event time seen
       a message may come without being late; the window's watermark is the task's less this.
 
-    Sizes and gaps are ``timedelta`` (a number is taken as seconds).
+    Sizes, hops and gaps are ``timedelta`` (a number is taken as seconds).
+
+    Example:
+        >>> w = Windows.keyed_hopping(lambda m: m[0], timedelta(seconds=10),
+        ...                           timedelta(seconds=5))
+        >>> w.kind, w.size_ms, w.hop_ms
+        ('keyed_hopping', 10000, 5000)
     """
 
     @staticmethod
@@ -739,3 +793,103 @@ class Windows:
         """
         return _bounded(Window("keyed_session", to_ms(gap, "Windows.keyed_session gap"), key_fn,
                                init, fold, event_time), max_out_of_orderness)
+
+    @staticmethod
+    def hopping(size: timedelta, hop: timedelta, *, init: Callable[[], Any] | None = None,
+                fold: Callable[[Any, Any], Any] | None = None,
+                combine: Callable[[Any, Any], Any] | None = None,
+                event_time: Callable[[Any], float] | None = None,
+                max_out_of_orderness: timedelta | None = None) -> Window[Any, Any]:
+        """A hopping (sliding) window over the whole stream (per task): panes of ``size`` that
+        start every ``hop``, with no key (``WindowKey.key`` is None). A message at ``t`` belongs
+        to the ``size / hop`` panes ``[s, s + size)`` with ``s`` a multiple of ``hop`` and
+        ``s <= t < s + size``; the pane id is ``s``.
+
+        The state is kept once per hop, not per pane: each hop keeps its messages or, with
+        ``combine``, one partial accumulator (``fold`` over that hop's messages from ``init()``);
+        a firing merges the hops of the pane (``combine`` from ``init()``, earlier hops first).
+        Without ``combine`` a hop keeps its messages and a firing folds the pane's messages
+        (in arrival order) from ``init()``, so each firing costs as many ``fold`` calls as the
+        pane has messages.
+
+        Args:
+            size: The pane length, a whole multiple of ``hop``.
+            hop: How far apart panes start.
+            init: ``init()`` gives an empty accumulator; goes with ``fold``.
+            fold: ``fold(m, value)`` gives the next accumulator; goes with ``init``.
+            combine: ``combine(a, b)`` merges the accumulators of two hops (``a`` of the
+                earlier); with ``init``/``fold``. It must be associative, with ``init()`` as
+                its identity, and agree with ``fold`` (a sum, a count, a max, a set union...);
+                it should return a new value rather than change ``a`` or ``b``.
+            event_time: As in ``Windows.tumbling``.
+            max_out_of_orderness: As in ``Windows.tumbling``.
+
+        Returns:
+            The window spec.
+
+        Raises:
+            TypeError: As ``Windows.tumbling``.
+            ValueError: As ``Windows.tumbling``, or ``size`` is not a whole multiple of
+                ``hop``, or ``combine`` is given without ``init`` and ``fold``.
+
+        Example:
+            >>> w = Windows.hopping(timedelta(minutes=1), timedelta(seconds=10),
+            ...                     init=lambda: 0, fold=lambda m, n: n + 1,
+            ...                     combine=lambda a, b: a + b)
+            >>> w.kind, w.size_ms, w.hop_ms, w.panes_per_message
+            ('hopping', 60000, 10000, 6)
+        """
+        return _hopping("hopping", None, size, hop, init, fold, combine, event_time,
+                        max_out_of_orderness)
+
+    @staticmethod
+    def keyed_hopping(key_fn: Callable[[Any], Any], size: timedelta, hop: timedelta, *,
+                      init: Callable[[], Any] | None = None,
+                      fold: Callable[[Any, Any], Any] | None = None,
+                      combine: Callable[[Any, Any], Any] | None = None,
+                      event_time: Callable[[Any], float] | None = None,
+                      max_out_of_orderness: timedelta | None = None) -> Window[Any, Any]:
+        """A hopping (sliding) window per key: for each ``key_fn(m)``, panes of ``size`` that
+        start every ``hop``; a message belongs to ``size / hop`` of them. Every other argument,
+        the state kept per hop and the errors are as in ``Windows.hopping``.
+
+        Args:
+            key_fn: ``key_fn(m)`` gives a message's window key.
+            size: The pane length, a whole multiple of ``hop``.
+            hop: How far apart panes start.
+            init: See ``Windows.hopping``.
+            fold: See ``Windows.hopping``.
+            combine: See ``Windows.hopping``.
+            event_time: See ``Windows.hopping``.
+            max_out_of_orderness: See ``Windows.hopping``.
+
+        Returns:
+            The window spec.
+
+        Raises:
+            TypeError: As ``Windows.hopping``, or ``key_fn`` is not callable.
+            ValueError: As ``Windows.hopping``.
+
+        Example:
+            >>> w = Windows.keyed_hopping(lambda m: m["user"], timedelta(minutes=5),
+            ...                           timedelta(minutes=1), event_time=lambda m: m["ts"])
+            >>> w.describe()
+            {'kind': 'keyed_hopping', 'size_ms': 300000, 'hop_ms': 60000, 'time': 'event',
+             'mode': 'accumulating'}
+            >>> Windows.keyed_hopping(lambda m: m, timedelta(seconds=10), timedelta(seconds=3))
+            Traceback (most recent call last):
+            ...
+            ValueError: Windows.keyed_hopping: the size (10000 ms) must be a whole multiple of the hop (3000 ms), so that each message belongs to size / hop panes; pick a hop that divides the size
+        """
+        return _hopping("keyed_hopping", key_fn, size, hop, init, fold, combine, event_time,
+                        max_out_of_orderness)
+
+
+def _hopping(kind: str, key_fn: Callable[[Any], Any] | None, size: timedelta, hop: timedelta,
+             init: Callable[[], Any] | None, fold: Callable[[Any, Any], Any] | None,
+             combine: Callable[[Any, Any], Any] | None,
+             event_time: Callable[[Any], float] | None,
+             bound: timedelta | None) -> Window[Any, Any]:
+    return _bounded(Window(kind, to_ms(size, f"Windows.{kind} size"), key_fn, init, fold,
+                           event_time, hop_ms=to_ms(hop, f"Windows.{kind} hop"),
+                           combine=combine), bound)

@@ -240,6 +240,18 @@ class KafkaConsumer:
                     self._backlog[key].extend(mine)
         return out
 
+    async def read_bounds(self, keys: list[Any]) -> dict[Any, tuple[int, int]]:
+        """Per reader key: the next offset it reads, and its partition's end offset now (the
+        offset after its last record)."""
+        if self._consumer is None:
+            await self._start()
+        tps = {self.positions[k][1] for k in keys}
+        try:
+            ends = await true_end_offsets(self.servers, tps, self.settings, self.timeout)
+        except (KafkaError, TimeoutError, OSError) as exc:
+            raise kafka_error("reading end offsets", self.servers, exc) from exc
+        return {k: (self.positions[k][2], ends[self.positions[k][1]]) for k in keys}
+
     def progress(self) -> list[tuple[SSP, int | None, int | None]]:
         """Per partition read: where reading began (None until the consumer started), and the
         broker's high watermark as of the last fetch (None until known), asking nothing of the

@@ -234,6 +234,14 @@ class LocalConsumer:
         self._woken = True
         self.notify()
 
+    async def read_bounds(self, keys: list[Any]) -> dict[Any, tuple[int, int]]:
+        """Per reader key: the next offset it reads, and its partition's end offset now."""
+        out = {}
+        for key in keys:
+            ssp, phys, offset = self.positions[key][:3]
+            out[key] = (offset, self.log.end_offset(phys, ssp.partition))
+        return out
+
     def progress(self) -> list[tuple[SSP, int, int | None]]:
         """Per partition read: where reading began, and the log's end offset now."""
         phys = {ssp: p for ssp, p, _, _, _ in list(self.positions.values())}

@@ -45,7 +45,7 @@ import re
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import fields, is_dataclass
 from typing import Any
 
@@ -86,6 +86,17 @@ from samza_dsl.spec import JoinSpec, WindowSpec
 __all__ = ["SparkRunner", "ReprocessResult", "ReprocessError", "spark_session"]
 
 _OUR_PACKAGES = ("samza_dsl", "planner", "operators", "runtime")
+
+
+def _first_of(streams: list[str], order: Sequence[str]) -> list[Any]:
+    """The sort columns ``order`` with the records of ``streams`` before every other record."""
+    if not streams:
+        return list(order)
+    from pyspark.sql import functions as F  # noqa: N812
+
+    return [(~F.col("sid").isin(streams)).alias("_later"), *order]
+
+
 _OP = "op:"  # accumulator keys of operator meters: op:<op id>|<metric>
 
 
@@ -618,9 +629,11 @@ class _Compiler:
                 yield to_batch(out)
 
         aligned = all(self.sources[sid].partitions == counts[sid] for sid in external)
+        # bootstrap inputs (side inputs too) are read whole before the pass's other records
+        first = sorted(sid for sid in external if plan.app.inputs[sid].bootstrap)
         narrow = not intermediate and (not stateful or (len(external) == 1 and aligned))
-        narrow_sorted = narrow and stateful
-        if narrow and not stateful:
+        narrow_sorted = narrow and (stateful or bool(first))
+        if narrow and not narrow_sorted:
             # each source partition is run where it was read, as it is read
             rdds = [self.sources[sid].rdd(self.spark) for sid in external]
             union = rdds[0] if len(rdds) == 1 else self.sc.union(rdds)
@@ -643,11 +656,11 @@ class _Compiler:
                               .map(_in_own_partition)).rows()
             order = OFFSET_ORDER if any(per_message_windows(plan, s) for s in stages) \
                 else ORDER
-            sorted_rows = rows.sortWithinPartitions(*order)
+            sorted_rows = rows.sortWithinPartitions(*_first_of(first, order))
         else:
             parts = [self._keyed_input(sid, n) for sid in inputs]
             union = functools.reduce(lambda a, b: a.union(b), parts)
-            sorted_rows = shuffle(self.spark, union, n, ORDER)
+            sorted_rows = shuffle(self.spark, union, n, _first_of(first, ORDER))
         df = sorted_rows.mapInArrow(run_sorted, SCHEMA)
         out = PassOutput(self.spark, f"pass {name}", df=df)
         if not narrow:  # the map side of this shuffle: named by what it computes

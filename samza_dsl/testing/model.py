@@ -22,9 +22,16 @@ message it handed out; ``run_window`` then gives the panes and the late messages
 What the model defines, for an event-time window (``event_time=``):
 
 - **Watermark.** ``Advance(ms)`` is the task's watermark; the window's is that less the window's
-  ``max_out_of_orderness``. It never goes back. A tumbling pane ``[start, start + size)`` closes
-  when the watermark reaches its end; a session closes when it reaches its last message + gap.
-- **Late.** A message whose pane is closed is late; for a session, one that joins no open
+  ``max_out_of_orderness``. It never goes back. A tumbling or hopping pane
+  ``[start, start + size)`` closes when the watermark reaches its end; a session closes when it
+  reaches its last message + gap.
+- **Panes.** A tumbling window puts a message at ``t`` in the one pane whose start is a multiple
+  of the size with ``start <= t < start + size``; a hopping window in each of the ``size / hop``
+  panes whose start is a multiple of the hop with ``start <= t < start + size``. Each pane keeps
+  its own list of messages (``combine`` plays no part: a pane's value is the fold of its
+  messages), and a message goes to its panes earliest first.
+- **Late.** A message whose pane is closed is late (for a hopping window, one whose every pane
+  is closed and not kept; a pane that is kept still takes it); for a session, one that joins no open
   session of its key and whose own window ``[t, t + gap)`` is closed (as in Flink). With ``allowed_lateness(d)`` *and* a late trigger, a closed pane keeps its state until the
   watermark reaches its end + d, and a late message before then is folded into it and fed to the
   late trigger, which emits LATE panes; any other late message is counted (per stream) and
@@ -223,18 +230,31 @@ class _Model:
         if w.is_session:
             self.arrive_session(a, key, t)
             return
-        start = t - t % w.size_ms
-        pane = next((p for p in self.panes if p.key == key and p.start == start), None)
-        if start + w.size_ms > self.wm:  # its pane is open
-            pane = pane or self.new_pane(key, start, t)
-            self.fold(pane, m, pane.early, FiringType.EARLY)
-        elif self.keeps and start + w.size_ms + w.allowed_lateness_ms > self.wm:
-            if pane is None:
-                pane = self.new_pane(key, start, t)
-                self.close(pane)
-            self.fold(pane, m, pane.late, FiringType.LATE)
-        else:
+        taken = False
+        for start in self.starts(t):
+            pane = next((p for p in self.panes if p.key == key and p.start == start), None)
+            if start + w.size_ms > self.wm:  # the pane is open
+                pane = pane or self.new_pane(key, start, t)
+                self.fold(pane, m, pane.early, FiringType.EARLY)
+            elif self.keeps and start + w.size_ms + w.allowed_lateness_ms > self.wm:
+                if pane is None:
+                    pane = self.new_pane(key, start, t)
+                    self.close(pane)
+                self.fold(pane, m, pane.late, FiringType.LATE)
+            else:
+                continue
+            taken = True
+        if not taken:  # late for every pane it belongs to
             self.out.late.append((m, a.stream))
+
+    def starts(self, t: int) -> list[int]:
+        """The starts of the panes ``[s, s + size)`` holding time ``t``, earliest first: ``s``
+        is a multiple of the hop (of the size, for a tumbling window) and ``s <= t < s + size``,
+        so a hopping window gives ``size / hop`` of them and a tumbling one gives one."""
+        w = self.w
+        step = w.hop_ms if w.is_hopping else w.size_ms
+        latest = t - t % step
+        return sorted(s for s in range(latest, t - w.size_ms, -step))
 
     def arrive_session(self, a: Arrive, key: Any, t: int) -> None:
         w, m, gap = self.w, a.message, self.w.size_ms

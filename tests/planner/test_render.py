@@ -244,3 +244,76 @@ def test_graphviz_is_installed_here():
     import shutil
 
     assert shutil.which("dot"), "install Graphviz: apt-get install graphviz"
+
+
+def test_a_hopping_window_shows_its_kind_size_and_hop():
+    app = StreamApplication("hops")
+    w = Windows.keyed_hopping(lambda kv: kv.key, timedelta(minutes=5), timedelta(minutes=1),
+                              init=lambda: 0, fold=lambda kv, n: n + 1,
+                              combine=lambda a, b: a + b, event_time=lambda kv: kv.value["ts"])
+    (app.input(MEM.input("clicks", serde=KV_JSON)).window(w, name="recent")
+     .sink(print, name="log"))
+    plan = app.plan()
+    op = json.loads(plan.to_json())["operators"]["hops-1-window-recent"]["window"]
+    assert op == {"kind": "keyed_hopping", "size_ms": 300_000, "hop_ms": 60_000,
+                  "time": "event", "mode": "accumulating", "combine": True}
+    label = "keyed_hopping 300000ms hop 60000ms event-time"
+    assert label in plan.explain() and label in plan.to_dot()
+    assert "keyed_hopping 300000ms hop 60000ms" in plan.to_svg()
+
+
+def test_bootstrap_and_priority_inputs_show_in_every_format():
+    app = StreamApplication("chooser")
+    profiles = app.input(KAFKA.input("profiles", serde=KV_JSON, partitions=2, bootstrap=True))
+    alerts = app.input(KAFKA.input("alerts", serde=KV_JSON, partitions=2, priority=3))
+    clicks = app.input(KAFKA.input("clicks", serde=KV_JSON, partitions=2))
+    profiles.merge(alerts, name="m").merge(clicks, name="m2").sink(print, name="log")
+    plan = app.plan()
+    streams = json.loads(plan.to_json())["streams"]
+    assert streams["profiles"]["bootstrap"] is True and "priority" not in streams["profiles"]
+    assert streams["alerts"]["priority"] == 3 and "bootstrap" not in streams["alerts"]
+    assert "bootstrap" not in streams["clicks"] and "priority" not in streams["clicks"]
+    assert '"stream:profiles" [label="profiles\\n2 partitions\\nbootstrap"' in plan.to_dot()
+    assert '"stream:alerts" [label="alerts\\n2 partitions\\npriority 3"' in plan.to_dot()
+    lines = {line.split()[1]: line for line in plan.explain().splitlines()
+             if line.startswith("  input ")}
+    assert lines["alerts"].endswith(", priority 3)") and lines["profiles"].endswith(", bootstrap)")
+    assert lines["clicks"].endswith("JsonSerde()))")
+    svg = plan.to_svg()
+    assert ">bootstrap</text>" in svg and ">priority 3</text>" in svg
+    page = plan.to_html()
+    assert "<th>reading order</th>" in page and "<td>bootstrap</td>" in page \
+        and "<td>priority 3</td>" in page
+    assert "bootstrap" in plan.to_mermaid()
+
+
+def side_input_app(partitions: int) -> StreamApplication:
+    """Clicks (2 partitions) joined with a table filled from a side input."""
+    app = StreamApplication("sides")
+    users = app.table("users", serde=KV_JSON, processor=lambda kv: [kv], side_inputs=[
+        KAFKA.input("user-updates", serde=KV_JSON, partitions=partitions)])
+    (app.input(KAFKA.input("clicks", serde=KV_JSON, partitions=2))
+     .join_table(users, combine=lambda m, u: m, name="j").sink(print, name="log"))
+    return app
+
+
+def test_side_inputs_show_in_every_format():
+    plan = side_input_app(2).plan()
+    d = json.loads(plan.to_json())
+    assert d["tables"]["users"] == {"serde": KV_JSON.describe(), "changelog": False,
+                                    "side_inputs": ["user-updates"]}
+    assert d["streams"]["user-updates"]["side_input_of"] == "users"
+    assert d["streams"]["user-updates"]["bootstrap"] is True
+    dot = plan.to_dot()
+    assert '"table:users" [label="table users\\nside inputs: user-updates"' in dot
+    assert ('"stream:user-updates" [label="user-updates\\n2 partitions\\nbootstrap, side input '
+            'of users"') in dot
+    assert "side input of users" in plan.to_svg() and "side input of users" in plan.to_html()
+    assert "side input of users" in plan.explain()
+
+
+def test_a_side_input_is_partitioned_as_the_inputs_joined_with_its_table():
+    from samza_dsl.errors import PlanError
+
+    with pytest.raises(PlanError, match="user-updates"):
+        side_input_app(3).plan()

@@ -4,14 +4,13 @@ resume, store loss and corruption, serde error policies."""
 from __future__ import annotations
 
 import collections
-import importlib.util
 import logging
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from example_apps import load_example
 
 from runtime import LocalRunner
 from runtime.codec import ERROR_HEADER, SOURCE_HEADER
@@ -22,20 +21,8 @@ from samza_dsl.errors import SamzaError, SerdeError
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
 from samza_dsl.systems import LocalSystem
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-
-
-def _example(name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-page_views = _example("page_view_counts")
-counter = _example("readwrite_counter")
+page_views = load_example("page_view_counts")
+counter = load_example("readwrite_counter")
 
 
 def _multiset(messages: list[Any]) -> collections.Counter[Any]:

@@ -23,7 +23,8 @@ Environment variables:
   ``test_the_smallest_cases`` checks that each known difference is still there (and fails once
   it is fixed: then take its name out of ``KNOWN``), and that the fixed ones stay fixed.
 - ``MODEL_EXCLUDE``: comma-separated window kinds (``keyed_tumbling``, ``keyed_session``,
-  ``tumbling``) left out of the draw, to narrow a failure down to the others.
+  ``tumbling``, ``keyed_hopping``, ``hopping``) left out of the draw, to narrow a failure down
+  to the others.
 """
 
 from __future__ import annotations
@@ -97,6 +98,13 @@ class Case:
     #: a second input "in2" merged into the first before the ops, partition -> messages
     #: (empty: no merge)
     merged: dict[int, list[tuple[str, int, int]]] = field(default_factory=dict)
+    hop_ms: int = 0  # hopping windows
+    combine: bool = False  # hopping windows: per-hop accumulators merged by combine
+
+    @property
+    def global_window(self) -> bool:
+        """A window with one pane per time for the whole task (no key)."""
+        return self.kind in ("tumbling", "hopping")
 
     @property
     def hops(self) -> int:
@@ -113,7 +121,7 @@ class Case:
     def fixed_per_key(self) -> bool:
         """Each key's messages reach the window or join in an order the rules fix."""
         return (not self.shared_keys and ("async" not in self.ops or self.async_order == "key")
-                and (self.kind != "tumbling" or self.fixed_order))
+                and (not self.global_window or self.fixed_order))
 
 
 # -- the pipeline, as a runner runs it and as the model sees it ------------------------------------
@@ -157,6 +165,17 @@ def window_of(case: Case) -> Any:
         w = Windows.tumbling(size, event_time=et, max_out_of_orderness=bound)
     elif case.kind == "keyed_tumbling":
         w = Windows.keyed_tumbling(key, size, event_time=et, max_out_of_orderness=bound)
+    elif case.kind in ("hopping", "keyed_hopping"):
+        # a pane's value is the list of its messages: kept per hop, or folded per hop into
+        # lists that combine concatenates (then in hop order, compared as a multiset)
+        agg: dict[str, Any] = dict(init=list, fold=lambda kv, acc: [*acc, kv],
+                                   combine=lambda a, b: a + b) if case.combine else {}
+        hop = timedelta(milliseconds=case.hop_ms)
+        if case.kind == "hopping":
+            w = Windows.hopping(size, hop, event_time=et, max_out_of_orderness=bound, **agg)
+        else:
+            w = Windows.keyed_hopping(key, size, hop, event_time=et, max_out_of_orderness=bound,
+                                      **agg)
     else:
         w = Windows.keyed_session(key, size, event_time=et, max_out_of_orderness=bound)
     if case.early:
@@ -344,7 +363,8 @@ def comparable(rows: list[Row], case: Case, fixed: bool) -> dict[str, Counter[An
     panes of a key together hold each of its messages once; and for tumbling windows, where
     count triggers depend only on how many messages a pane has, the size of every pane."""
     if fixed:
-        if case.kind == "keyed_session":  # a session holds its messages in arrival or time order
+        # a session holds its messages in arrival or time order; combine merges hops in order
+        if case.kind == "keyed_session" or case.combine:
             rows = [(k, p, f, tuple(sorted(m))) for k, p, f, m in rows]
         return {"panes": Counter(rows)}
     out: dict[str, Counter[Any]] = {}
@@ -399,7 +419,8 @@ def cases(draw: st.DrawFn, *, spark: bool = False, beyond_hops: bool = False) ->
     partitions = 1 if beyond_hops else draw(st.integers(1, 3))
     end = "window" if beyond_hops else draw(st.sampled_from(
         ["window", "window", "window", "join", "table"]))
-    kind = draw(st.sampled_from([k for k in ["keyed_tumbling", "keyed_session", "tumbling"]
+    kind = draw(st.sampled_from([k for k in ["keyed_tumbling", "keyed_session", "tumbling",
+                                             "keyed_hopping", "hopping"]
                                  if k not in EXCLUDE]))
     ops = list(draw(st.lists(st.sampled_from(["map", "filter", "flat_map"]), max_size=3)))
     hops = draw(st.integers(1 if beyond_hops else 0, 2))
@@ -412,7 +433,8 @@ def cases(draw: st.DrawFn, *, spark: bool = False, beyond_hops: bool = False) ->
         first_hop = ops.index("hop") if "hop" in ops else len(ops)
         ops.insert(draw(st.integers(0, first_hop)), "async")
     elasticity = 1 if beyond_hops else draw(st.sampled_from([1, 2]))
-    if kind == "tumbling" and end == "window":  # one instance: a global pane is a task's own
+    # one instance: a global pane is a task's own
+    if kind in ("tumbling", "hopping") and end == "window":
         partitions, elasticity = 1, 1
     shared_keys = end == "window" and hops > 0 and draw(st.booleans())
     declared = draw(st.booleans())
@@ -448,8 +470,12 @@ def cases(draw: st.DrawFn, *, spark: bool = False, beyond_hops: bool = False) ->
     data = messages("p")
     merged = messages("q") if merge else {}
     late = draw(st.sampled_from([None, "count1", "repeat2"]))
+    size_ms = draw(st.sampled_from([2000, 5000]))
+    hopping = kind in ("hopping", "keyed_hopping")
+    hop_ms = size_ms // draw(st.sampled_from([1, 2, 4])) if hopping else 0
+    combine = hopping and draw(st.booleans())
     return Case(data=data, ops=tuple(ops), end=end, kind=kind,
-                size_ms=draw(st.sampled_from([2000, 5000])),
+                size_ms=size_ms, hop_ms=hop_ms, combine=combine,
                 early=draw(st.sampled_from([None, "count2", "repeat2", "any3", "repeat_any",
                                             "time"])),
                 late=late, lateness_ms=draw(st.sampled_from([0, 3000])) if late else 0,

@@ -1,0 +1,106 @@
+"""A task's inbox and which batch of records it hands out next: Samza's message chooser, for
+bootstrap and priority inputs (docs/semantics.md, "Bootstrap and priority inputs").
+
+The consumer delivers batches of records per input partition. The inbox keeps one FIFO of
+batches per rank (``InputDescriptor.rank``: the input's ``priority``, 0 by default, above all
+for a bootstrap input without one) and hands out the oldest batch of the highest rank, so when a
+task has records of several inputs at hand, the input of the highest priority always goes first
+(at equal ranks, in the order they came). While a task bootstraps, only the batches of the
+partitions still being bootstrapped (``only``) are handed out; the task does not even read its
+other partitions then (``TaskInstance.reading``).
+
+>>> from runtime.job import SSP
+>>> inbox = Chooser({"alerts": 5})
+>>> inbox.append((SSP("clicks", 0), 0, ["c0", "c1"]))
+>>> inbox.append((SSP("alerts", 0), 0, ["a0"]))
+>>> [inbox.popleft()[0].stream_id for _ in range(2)], inbox.popleft()
+(['alerts', 'clicks'], None)
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from runtime.job import SSP
+
+__all__ = ["Chooser", "Batch"]
+
+Batch = tuple[SSP, int, list[Any]]
+
+
+class Chooser:
+    """Batches by rank, highest first; FIFO within a rank. ``ranks``: stream id -> rank, for
+    the streams not at 0."""
+
+    def __init__(self, ranks: Mapping[str, int] | None = None) -> None:
+        self._ranks = {sid: r for sid, r in (ranks or {}).items() if r}
+        self._queues: dict[int, deque[Batch]] = {0: deque()}
+        self._order: list[int] = [0]  # the ranks that have a queue, highest first
+        #: while bootstrapping: the only partitions whose batches are handed out
+        self.only: set[SSP] | None = None
+
+    @property
+    def ranked(self) -> bool:
+        """Whether any stream has a rank of its own (else the inbox is one FIFO)."""
+        return bool(self._ranks)
+
+    def rank(self, ssp: SSP) -> int:
+        return self._ranks.get(ssp.stream_id, 0)
+
+    def _queue(self, ssp: SSP) -> deque[Batch]:
+        r = self._ranks.get(ssp.stream_id, 0)
+        q = self._queues.get(r)
+        if q is None:
+            q = self._queues[r] = deque()
+            self._order = sorted(self._queues, reverse=True)
+        return q
+
+    def append(self, batch: Batch) -> None:
+        self._queue(batch[0]).append(batch)
+
+    def push_front(self, batch: Batch) -> None:
+        """A batch handed back (the rest of one a higher rank preempted): it goes first in its
+        rank again."""
+        self._queue(batch[0]).appendleft(batch)
+
+    def popleft(self) -> Batch | None:
+        """The next batch to hand out, or None when none may go now."""
+        only = self.only
+        for r in self._order:
+            q = self._queues[r]
+            if not q:
+                continue
+            if only is None:
+                return q.popleft()
+            for i, batch in enumerate(q):
+                if batch[0] in only:
+                    del q[i]
+                    return batch
+        return None
+
+    def ready(self) -> bool:
+        """Whether a batch may be handed out now."""
+        only = self.only
+        if only is None:
+            return any(self._queues[r] for r in self._order)
+        return any(b[0] in only for b in self)
+
+    def outranks(self, ssp: SSP) -> bool:
+        """Whether a batch of a higher rank than ``ssp``'s waits (and may go now)."""
+        mine = self.rank(ssp)
+        only = self.only
+        for r in self._order:
+            if r <= mine:
+                return False
+            if any(only is None or b[0] in only for b in self._queues[r]):
+                return True
+        return False
+
+    def __bool__(self) -> bool:
+        return any(self._queues[r] for r in self._order)
+
+    def __iter__(self) -> Iterator[Batch]:
+        return itertools.chain.from_iterable(self._queues[r] for r in self._order)
