@@ -227,7 +227,9 @@ def _start_page(args: argparse.Namespace, runner: Any) -> Any:
             runner.config["metrics.reporters"] = ",".join([*names, "snapshot"])
         if "metrics.reporter.interval.ms" not in {**runner.app.config, **runner.config}:
             runner.config["metrics.reporter.interval.ms"] = 1000
-        source = ContainersSource(runner)
+        from runtime.local.system import LocalJob
+
+        source = ContainersSource(runner, lambda: LocalJob(runner.app, runner.config, run=False))
         plan = lambda: getattr(runner, "plan", None)  # noqa: E731
     else:
         cid = runner.config.get("job.container.id")

@@ -164,8 +164,9 @@ class ContainersSource:
 
     kind = "containers"
 
-    def __init__(self, runner: Any) -> None:
+    def __init__(self, runner: Any, open_job: Callable[[], Any]) -> None:
         self.runner = runner
+        self.open_job = open_job  # the job's local log, opened read-only (a ``LocalJob``)
         self._job: Any = None
         self._stream: StreamSource | None = None
 
@@ -173,9 +174,7 @@ class ContainersSource:
         if self._stream is None:
             if self.runner.status().get("state") != "running":
                 return []
-            from runtime.local.system import LocalJob
-
-            self._job = LocalJob(self.runner.app, self.runner.config, run=False)
+            self._job = self.open_job()
             self._stream = StreamSource(self._job.log_of(self._job.main_system),
                                         f"{self._job.job_name}-metrics")
         return self._stream.poll()
