@@ -170,11 +170,11 @@ def check_file_not_truncated(data_file: str, what: str, recover: str) -> None:
     meta page is left to LMDB to judge; an absent or empty one is a new environment."""
     try:
         with open(data_file, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
             first = f.read(_META.size)
             if len(first) < _META.size:
                 if first:  # no LMDB file is shorter than its first meta page: a cut copy
-                    raise _truncated(data_file, what, size, None, recover)
+                    raise _truncated(data_file, what, os.fstat(f.fileno()).st_size, None,
+                                     recover)
                 return
             pgno, _, flags, magic, _, _, _, psize, last, txnid = _META.unpack(first)
             if pgno != 0 or not flags & _P_META or magic != _MAGIC or psize < 512:
@@ -182,6 +182,9 @@ def check_file_not_truncated(data_file: str, what: str, recover: str) -> None:
             need = (last + 1) * psize
             f.seek(psize)
             second = f.read(_META.size)
+            # the size after the meta pages: another process that commits meanwhile writes its
+            # pages before its meta page, so a size read first could be short of a newer meta
+            size = os.fstat(f.fileno()).st_size
     except FileNotFoundError:
         return  # a new environment
     except OSError as e:

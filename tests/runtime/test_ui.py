@@ -138,6 +138,15 @@ def page_numbers(page: Any) -> dict[str, Any]:
     })""")
 
 
+def end_run(proc: subprocess.Popen[str], stop_feeding: threading.Event,
+            loader: threading.Thread | None) -> str:
+    """Stops the feeder and the ``run --ui`` process; its standard error."""
+    stop_feeding.set()
+    if loader is not None:
+        loader.join(30)
+    return stop(proc)[1]
+
+
 def test_a_job_run_with_ui_shows_its_dag_rates_and_lag_live_in_chromium(tmp_path: Path,
                                                                         browser: Any) -> None:
     from runtime.loader import load_app
@@ -203,10 +212,7 @@ def test_a_job_run_with_ui_shows_its_dag_rates_and_lag_live_in_chromium(tmp_path
             shutil.copy(shot, os.environ["SAMZA_UI_SCREENSHOT"])
         page.close()
     finally:
-        stop_feeding.set()
-        if loader is not None:
-            loader.join(30)
-        out, err = stop(proc)
+        err = end_run(proc, stop_feeding, loader)
     assert proc.returncode == 0, err
     assert f"job page: http://127.0.0.1:{port}/" in err
 
@@ -241,10 +247,7 @@ def test_a_run_of_two_containers_with_ui_shows_both_and_their_numbers(tmp_path: 
             sum(c["processed"] for c in first["containers"])
         assert later["streams"]["clicks"]["kind"] == "input"
     finally:
-        stop_feeding.set()
-        if loader is not None:
-            loader.join(30)
-        out, err = stop(proc)
+        err = end_run(proc, stop_feeding, loader)
     assert proc.returncode == 0, err
     assert f"job page: http://127.0.0.1:{port}/" in err
 
