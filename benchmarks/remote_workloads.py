@@ -7,9 +7,9 @@ share the job's interpreter; its 5 ms are a thread's sleep, not an asyncio timer
 rounds up to whole milliseconds). The job runs in memory (``TestRunner``), one partition.
 
 - ``remote``: 20,000 messages over 20,000 distinct keys, no cache: every message waits for the
-  service. Reads made in the same turn of the loop go out as one ``read_all`` of up to 50 keys
-  (Samza's batched remote table), so the service sees a few hundred requests a second, not
-  20,000.
+  service. The reads go out batched, as one ``read_all`` of an eighth of the messages in flight
+  (12 keys at concurrency 100: ``runtime.state.remote.OVERLAP``), so several batches are on
+  their way at once and the service sees about 1,500 requests a second, not 20,000.
 - ``remote, unbatched``: the same with ``read`` only: one HTTP request per message (for
   reference; the client's and the service's per-request cost bounds it on two cores).
 - ``cache hits``: messages over 100 keys with a cache: after the first 100 misses, every lookup
@@ -20,7 +20,7 @@ steady-state rate between the first and the last join (``steady_msgs_per_s``). S
 message waits for a whole round trip to the service, the same run also measures that round trip
 (one key at a time): ``c / round trip`` is the practical limit on a busy machine, where the
 service's 5 ms come out longer; and a hand-written asyncio client that keeps the same 100 keys in
-flight in batches of 50, with no stream processing around it (``bare_client``).
+flight in the same batches, with no stream processing around it (``bare_client``).
 """
 
 from __future__ import annotations
@@ -32,15 +32,19 @@ import time
 from typing import Any
 
 from benchmarks.common import emit, timed
+from runtime.state.remote import OVERLAP
 from runtime.testing import TestRunner
 from samza_dsl import KV, CacheSpec, StreamApplication
 from samza_dsl.systems import MemorySystem
 from samza_dsl.testing.kv_service import HttpKV, KVService
 
 LATENCY = 0.005
-#: keys per read_all: two batches share the 100 messages in flight, so one batch's completions
-#: are handled while the other's request waits on the service
-BATCH = 50
+
+
+def batch_keys(c: int) -> int:
+    """The keys of one ``read_all`` the job sends at concurrency ``c`` (the table's default
+    ``batch_size`` and the runtime's ``OVERLAP``)."""
+    return max(1, c // OVERLAP)
 
 
 def _serve(data: dict[str, Any], latency: float, conn: Any) -> None:
@@ -91,7 +95,7 @@ def w10_app(url: str, c: int, *, batched: bool, cache: bool) -> tuple[StreamAppl
     inp = mem.input("requests", partitions=1)
     table = app.remote_table(
         "profiles", read=None if batched else kv.read, read_all=kv.read_all if batched else None,
-        batch_size=BATCH, cache=CacheSpec(ttl=3600, size=100_000) if cache else None)
+        cache=CacheSpec(ttl=3600, size=100_000) if cache else None)
     stamps = Stamped()
     (app.input(inp).join_table(table, combine=stamps, name="profile")
         .send_to(app.output(mem.output("enriched", partitions=1))))
@@ -112,11 +116,11 @@ def _run(url: str, keys: list[str], c: int, *, batched: bool, cache: bool
     return secs, steady, cpu / len(keys) * 1e6
 
 
-def round_trip(url: str, n: int = 100) -> float:
+def round_trip(url: str, c: int, n: int = 100) -> float:
     """The median seconds of one ``read_all`` of a batch of keys, one at a time: what each
     message waits at least, on this machine now."""
     kv = HttpKV(url)
-    keys = [f"k{i}" for i in range(BATCH)]
+    keys = [f"k{i}" for i in range(batch_keys(c))]
 
     async def main() -> float:
         times = []
@@ -132,20 +136,21 @@ def round_trip(url: str, n: int = 100) -> float:
 
 def bare_client(url: str, n: int, c: int) -> float:
     """Seconds for a hand-written asyncio client to look ``n`` keys up, ``c`` in flight in
-    batches of ``BATCH`` (``c / BATCH`` workers, each sending its next batch as soon as the last
+    batches of ``batch_keys(c)`` (``c`` over that many workers, each sending its next batch as soon as the last
     one is back): the same service and client with no stream processing around them."""
     kv = HttpKV(url)
     keys = [f"k{i}" for i in range(n)]
 
     async def main() -> None:
-        chunks = iter(range(0, n, BATCH))
+        size = batch_keys(c)
+        chunks = iter(range(0, n, size))
 
         async def worker() -> None:
             for i in chunks:
-                got = await kv.read_all(keys[i:i + BATCH])
-                assert len(got) == len(keys[i:i + BATCH])
+                got = await kv.read_all(keys[i:i + size])
+                assert len(got) == len(keys[i:i + size])
 
-        await asyncio.gather(*(worker() for _ in range(max(1, c // BATCH))))
+        await asyncio.gather(*(worker() for _ in range(max(1, c // size))))
         await kv.aclose()
 
     secs, _ = timed(lambda: asyncio.run(main()))
@@ -161,7 +166,7 @@ def run_w10(n: int, c: int = 100, cache_n: int | None = None) -> list[dict[str, 
     lines = []
     with ServiceProcess(data, LATENCY) as service:
         _run(service.url, [f"k{i}" for i in range(200)], c, batched=True, cache=False)  # warm-up
-        rtt = round_trip(service.url)
+        rtt = round_trip(service.url, c)
         practical = c / rtt
         bare = n / bare_client(service.url, n, c)
         distinct = [f"k{i}" for i in range(n)]

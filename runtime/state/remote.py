@@ -6,7 +6,11 @@ over ``AsyncRateLimitedTable`` over ``AsyncRemoteTable``):
 1. the task's cache (``CacheSpec``): a fresh hit answers a read at once, with no call and no
    wait, so a ``join_table`` hit completes inline like a local lookup;
 2. batching: with ``read_all``/``write_all``, the reads (writes) made in one turn of the event
-   loop go out as one call of up to ``batch_size`` keys;
+   loop go out as one call of up to ``batch_size`` keys. A batch of reads goes out as soon as it
+   holds an ``OVERLAP``-th of ``task.max.concurrency`` keys (never more than ``batch_size``):
+   several batches are then on their way at once, and the task handles one batch's answers
+   while the others wait on the service, instead of every message waiting for one batch to be
+   answered, handled and refilled (``get_all`` still sends ``batch_size`` keys a call);
 3. the rate limit: a token bucket per table, shared by the container's tasks, charged one token
    per key; a container's rate is the job's ``rate_limit`` times its share of the job's tasks;
 4. the task's slots: at most ``task.max.concurrency`` calls of a task are in progress at once
@@ -40,7 +44,12 @@ from samza_dsl.kv import KV
 from samza_dsl.spec import RemoteTableSpec
 
 __all__ = ["TokenBucket", "RemoteTableClient", "RemoteCall", "MISS", "container_limiter",
-           "close_table_functions"]
+           "close_table_functions", "OVERLAP"]
+
+#: how many batches of reads are on their way at once, at least, when the task has
+#: ``task.max.concurrency`` messages in flight: a batch goes out once it holds this fraction of
+#: them
+OVERLAP = 8
 
 
 class _Miss:
@@ -158,8 +167,12 @@ class RemoteTableClient:
     def __init__(self, spec: RemoteTableSpec, *, task_name: str,
                  limiter: TokenBucket | None, track: Callable[[RemoteCall], None],
                  slots: asyncio.Semaphore | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 concurrency: int | None = None) -> None:
         self.spec = spec
+        #: the keys at which a batch of reads goes out
+        self._fill = spec.batch_size if concurrency is None else \
+            min(spec.batch_size, max(1, concurrency // OVERLAP))
         #: the task's calls in progress, at most ``task.max.concurrency`` (shared by its tables)
         self._slots = slots
         self.name = spec.table_id
@@ -340,7 +353,7 @@ class RemoteTableClient:
 
     def _batched(self, item: Any, *, reading: bool) -> asyncio.Future[Any]:
         """A future of ``item``'s result, in the batch going out at the end of this turn of the
-        loop (at once when the batch is full)."""
+        loop, or at once when it is full (``_fill`` keys)."""
         loop = asyncio.get_running_loop()
         batch = self._reads if reading else self._writes
         if batch is None:
@@ -353,7 +366,7 @@ class RemoteTableClient:
         fut: asyncio.Future[Any] = loop.create_future()
         batch.items.append(item)
         batch.futures.append(fut)
-        if len(batch.items) >= self.spec.batch_size:
+        if len(batch.items) >= (self._fill if reading else self.spec.batch_size):
             self._flush(batch, reading)
         return fut
 

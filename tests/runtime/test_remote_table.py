@@ -428,21 +428,44 @@ def test_the_cache_keeps_the_most_recently_used_keys_and_expires_by_ttl() -> Non
 
 # --- batching -------------------------------------------------------------------------------------
 
-def test_reads_of_one_turn_go_out_as_one_batch(service: KVService) -> None:
-    service.latency = 0.02
+def batched_join(service: KVService, keys: list[str], *, concurrency: int, batch_size: int,
+                 combine: Callable[[Any, Any], Any]) -> tuple[list[Any], list[tuple[str, ...]]]:
+    """ids -> join_table(names, through read_all only) -> out: the outputs and the keys of each
+    batch the service got."""
     kv = HttpKV(service.url)
     mem = MemorySystem()
-    app = StreamApplication("remote-batch", config={"task.max.concurrency": 50})
-    names = app.remote_table("names", read_all=kv.read_all, batch_size=20)
+    app = StreamApplication("remote-batch", config={"task.max.concurrency": concurrency})
+    names = app.remote_table("names", read_all=kv.read_all, batch_size=batch_size)
     ids = mem.input("ids")
-    keys = [f"u{i % 4 + 1}" for i in range(100)]
-    app.input(ids).map(lambda i: KV(i, None)).join_table(
-        names, combine=lambda m, r: r.value if r else "-").send_to(app.output(mem.output("out")))
+    app.input(ids).map(lambda i: KV(i, None)).join_table(names, combine=combine).send_to(
+        app.output(mem.output("out")))
     out = TestRunner(app).add_input(ids, keys).run().messages("out")
+    return out, [keys_ for _, method, keys_ in service.log if method == "POST"]
+
+
+def test_reads_of_one_turn_go_out_as_one_batch(service: KVService) -> None:
+    service.latency = 0.02
+    keys = [f"u{i % 4 + 1}" for i in range(100)]
+    out, batches = batched_join(service, keys, concurrency=50, batch_size=20,
+                                combine=lambda m, r: r.value if r else "-")
     assert sorted(out) == sorted({"u1": "Ada", "u2": "Bob", "u3": "Cy"}.get(k, "-") for k in keys)
-    batches = [keys_ for _, method, keys_ in service.log if method == "POST"]
     assert max(len(b) for b in batches) <= 20
     assert len(batches) < 20  # one call per key would be 100
+
+
+def test_reads_go_out_in_overlapping_batches_of_an_eighth_of_the_concurrency() -> None:
+    """At ``task.max.concurrency`` 64 a batch of reads goes out at 8 keys (``OVERLAP``), not at
+    ``batch_size``: several batches wait on the service at once."""
+    from runtime.state.remote import OVERLAP
+
+    with KVService({f"k{i}": i for i in range(200)}, latency=0.02) as service:
+        keys = [f"k{i}" for i in range(200)]
+        out, batches = batched_join(service, keys, concurrency=64, batch_size=100,
+                                    combine=lambda m, r: (m.key, r.value))
+        assert sorted(out) == sorted((f"k{i}", i) for i in range(200))
+        assert max(len(b) for b in batches) == 64 // OVERLAP
+        assert sum(len(b) for b in batches) == 200
+        assert service.max_in_flight >= 2  # the batches overlap
 
 
 # --- the API and the planners -----------------------------------------------------------------------
