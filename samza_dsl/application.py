@@ -337,7 +337,10 @@ class StreamApplication:
             retry: The ``RetryPolicy`` of failed calls; None: no retry.
             cache: A ``CacheSpec`` for a read-through cache per task (write-through or
                 write-around); None: no cache.
-            batch_size: The most keys in one ``read_all``/``write_all`` call.
+            batch_size: The most keys in one ``read_all``/``write_all`` call. The reads that
+                messages make go out sooner: once an eighth of ``task.max.concurrency`` of
+                them wait (12 at 100), so that several batches are on their way at once and
+                the task handles one batch's answers while the others wait on the service.
 
         Registering the same name with the same settings again gives the same table.
 

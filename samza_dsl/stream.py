@@ -18,6 +18,7 @@ from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Sequen
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
+from .aggregate import field_of
 from .errors import PlanError
 from .kv import KV
 from .serdes import KVSerde, Serde
@@ -403,7 +404,7 @@ class MessageStream(Generic[M]):
         keyed = all(s._keyed for s in streams)
         return app._add(MergeSpec, "merge", name, inputs=nodes, keyed=keyed)
 
-    def partition_by(self, key_fn: Callable[[M], K], value_fn: Callable[[M], V] | None = None, *,
+    def partition_by(self, key_fn: Callable[[M], K] | str, value_fn: Callable[[M], V] | None = None, *,
                      serde: KVSerde | None = None, name: str) -> MessageStream[KV[K, V]]:
         """Repartition by ``key_fn``: writes ``KV(key_fn(m), value_fn(m))`` to an intermediate
         stream and returns that stream. A None key goes to partition 0; any other key to
@@ -414,7 +415,8 @@ class MessageStream(Generic[M]):
         stream's partition count.
 
         Args:
-            key_fn: ``key_fn(m)`` gives the key.
+            key_fn: ``key_fn(m)`` gives the key; a string names a field of the message
+                (``Field``), which the Spark runner can read as a column.
             value_fn: ``value_fn(m)`` gives the value; without it the value is ``m`` itself.
             serde: The intermediate stream's serde; by default ``SafeSerde``.
             name: The operator's name in its id (``...-partition_by-<name>``); required.
@@ -443,6 +445,7 @@ class MessageStream(Generic[M]):
             >>> result.messages("out")
             [KV(key='u1', value='home')]
         """
+        key_fn = field_of(key_fn, "partition_by key_fn")
         _check_fn("partition_by key_fn", key_fn)
         if value_fn is not None:
             _check_fn("partition_by value_fn", value_fn)

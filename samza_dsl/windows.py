@@ -18,12 +18,14 @@ from typing import Any, Generic, TypeVar
 
 import msgspec
 
+from .aggregate import Aggregate, Field, field_of
+
 M = TypeVar("M")
 WV = TypeVar("WV")
 
 __all__ = ["Windows", "Window", "Triggers", "Trigger", "CountTrigger", "TimeSinceFirstMessageTrigger",
            "TimeSinceLastMessageTrigger", "AnyTrigger", "RepeatTrigger", "AccumulationMode",
-           "FiringType", "WindowKey", "WindowPane", "to_ms"]
+           "FiringType", "WindowKey", "WindowPane", "to_ms", "Aggregate", "Field"]
 
 
 class AccumulationMode(enum.Enum):
@@ -404,6 +406,8 @@ class Window(Generic[M, WV]):
             multiple of it); 0 for the other kinds.
         combine: Hopping windows only: ``combine(a, b)`` merges two accumulators (of an earlier
             and a later hop), or None.
+        aggregate: The declared ``Aggregate`` (its ``init``, ``fold`` and ``combine`` are the
+            window's, and a pane's value is ``aggregate.finish`` of the accumulator), or None.
 
     Raises:
         ValueError: ``kind`` is unknown, only one of ``init`` and ``fold`` is given, an
@@ -439,10 +443,16 @@ class Window(Generic[M, WV]):
     hop_ms: int = 0
     #: hopping windows only: merges the accumulators of two hops (earlier first)
     combine: Callable[[WV, WV], WV] | None = None
+    #: a declared aggregation: init, fold and combine are its own, panes hold its finish
+    aggregate: Aggregate | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in WINDOW_KINDS:
             raise ValueError(f"unknown window kind {self.kind!r}; one of {WINDOW_KINDS}")
+        if self.aggregate is not None and not isinstance(self.aggregate, Aggregate):
+            raise TypeError(f"aggregate= takes an Aggregate (Aggregate.count(), .sum(field), "
+                            f".min(field), .max(field), .mean(field)), got "
+                            f"{type(self.aggregate).__name__} {self.aggregate!r}")
         if (self.init is None) != (self.fold is None):
             raise ValueError("a window needs both init and fold, or neither (then a pane's value "
                              "is the list of its messages)")
@@ -454,7 +464,8 @@ class Window(Generic[M, WV]):
             raise ValueError("max_out_of_orderness applies to event-time windows only: give the "
                              "window event_time=fn(message) -> seconds")
         if self.kind not in ("tumbling", "hopping") and not callable(self.key_fn):
-            raise TypeError(f"Windows.{self.kind} needs a callable key_fn, got {self.key_fn!r}")
+            raise TypeError(f"Windows.{self.kind} needs a callable key_fn (or a field name), got "
+                            f"{self.key_fn!r}")
         if self.is_hopping:
             if self.hop_ms < 1 or self.size_ms % self.hop_ms:
                 raise ValueError(f"Windows.{self.kind}: the size ({self.size_ms} ms) must be a "
@@ -635,8 +646,13 @@ class Window(Generic[M, WV]):
         if self.is_hopping:
             out["hop_ms"] = self.hop_ms
         out |= {"time": "event" if self.event_time else "processing", "mode": self.mode.value}
-        if self.combine is not None:
+        if self.combine is not None and self.aggregate is None:
             out["combine"] = True
+        if self.aggregate is not None:
+            out["aggregate"] = self.aggregate.describe()
+        for what, fn in (("key", self.key_fn), ("event_time", self.event_time)):
+            if isinstance(fn, Field):
+                out[f"{what}_field"] = fn.name
         if self.early is not None:
             out["early_trigger"] = self.early.describe()
         if self.late is not None:
@@ -672,6 +688,12 @@ class Windows:
       panes.
     - ``max_out_of_orderness`` (event time only): how far behind the largest event time seen
       a message may come without being late; the window's watermark is the task's less this.
+    - ``aggregate`` (in place of ``init``/``fold``): a declared ``Aggregate``, count, sum,
+      min, max or mean of a named field; a pane's value is defined alike on every runner, and
+      ``SparkRunner`` may run it in Spark SQL.
+
+    A key or event time may be a field name: ``key="country"`` is ``Field("country")``, which
+    reads ``m["country"]`` of a dict, the attribute of a Struct, the field of a KV's value.
 
     Sizes, hops and gaps are ``timedelta`` (a number is taken as seconds).
 
@@ -680,13 +702,18 @@ class Windows:
         ...                           timedelta(seconds=5))
         >>> w.kind, w.size_ms, w.hop_ms
         ('keyed_hopping', 10000, 5000)
+        >>> Windows.keyed_tumbling(key="country", size=timedelta(seconds=10), event_time="ts",
+        ...                        aggregate=Aggregate.count()).describe()
+        {'kind': 'keyed_tumbling', 'size_ms': 10000, 'time': 'event', 'mode': 'accumulating',
+         'aggregate': 'count()', 'key_field': 'country', 'event_time_field': 'ts'}
     """
 
     @staticmethod
     def tumbling(size: timedelta, *, init: Callable[[], Any] | None = None,
                  fold: Callable[[Any, Any], Any] | None = None,
-                 event_time: Callable[[Any], float] | None = None,
-                 max_out_of_orderness: timedelta | None = None) -> Window[Any, Any]:
+                 event_time: Callable[[Any], float] | str | None = None,
+                 max_out_of_orderness: timedelta | None = None,
+                 aggregate: Aggregate | None = None) -> Window[Any, Any]:
         """A tumbling window over the whole stream (per task): fixed, non-overlapping panes of
         ``size``, with no key (``WindowKey.key`` is None).
 
@@ -694,10 +721,12 @@ class Windows:
             size: The pane length.
             init: ``init()`` gives a pane's initial value; goes with ``fold``.
             fold: ``fold(m, value)`` gives the pane's next value; goes with ``init``.
-            event_time: ``event_time(m)`` gives a message's event time in seconds; without it
-                the window runs on processing time.
+            event_time: ``event_time(m)`` gives a message's event time in seconds (a string
+                names a field holding it); without it the window runs on processing time.
             max_out_of_orderness: With ``event_time``, how far out of order messages may
                 come without being late.
+            aggregate: A declared ``Aggregate`` (``Aggregate.count()``, ``.sum(field)``...)
+                in place of ``init``/``fold``: a pane's value is that aggregate.
 
         Returns:
             The window spec.
@@ -715,27 +744,34 @@ class Windows:
             >>> w.kind, w.size_ms, w.keyed
             ('tumbling', 10000, False)
         """
-        return _bounded(Window("tumbling", to_ms(size, "Windows.tumbling size"), None, init, fold,
-                               event_time), max_out_of_orderness)
+        return _bounded(_window("tumbling", None, to_ms(size, "Windows.tumbling size"), init, fold,
+                                event_time, aggregate), max_out_of_orderness)
 
     @staticmethod
-    def keyed_tumbling(key_fn: Callable[[Any], Any], size: timedelta, *,
+    def keyed_tumbling(key_fn: Callable[[Any], Any] | str | None = None,
+                       size: timedelta | None = None, *,
+                       key: Callable[[Any], Any] | str | None = None,
                        init: Callable[[], Any] | None = None,
                        fold: Callable[[Any, Any], Any] | None = None,
-                       event_time: Callable[[Any], float] | None = None,
-                       max_out_of_orderness: timedelta | None = None) -> Window[Any, Any]:
+                       event_time: Callable[[Any], float] | str | None = None,
+                       max_out_of_orderness: timedelta | None = None,
+                       aggregate: Aggregate | None = None) -> Window[Any, Any]:
         """A tumbling window per key: fixed, non-overlapping panes of ``size`` for each
         ``key_fn(m)``.
 
         Args:
-            key_fn: ``key_fn(m)`` gives a message's window key.
+            key_fn: ``key_fn(m)`` gives a message's window key; a string names a field of the
+                message (``Field``).
+            key: The same as ``key_fn``, by keyword (``key="country"``); give one of the two.
             size: The pane length.
             init: ``init()`` gives a pane's initial value; goes with ``fold``.
             fold: ``fold(m, value)`` gives the pane's next value; goes with ``init``.
-            event_time: ``event_time(m)`` gives a message's event time in seconds; without it
-                the window runs on processing time.
+            event_time: ``event_time(m)`` gives a message's event time in seconds (a string
+                names a field holding it); without it the window runs on processing time.
             max_out_of_orderness: With ``event_time``, how far out of order messages may
                 come without being late.
+            aggregate: A declared ``Aggregate`` (``Aggregate.count()``, ``.sum(field)``...)
+                in place of ``init``/``fold``: a pane's value is that aggregate.
 
         Returns:
             The window spec.
@@ -754,27 +790,36 @@ class Windows:
             >>> w.kind, w.size_ms, w.max_out_of_orderness_ms
             ('keyed_tumbling', 60000, 5000)
         """
-        return _bounded(Window("keyed_tumbling", to_ms(size, "Windows.keyed_tumbling size"), key_fn,
-                               init, fold, event_time), max_out_of_orderness)
+        key = _key_arg("keyed_tumbling", key_fn, key)
+        size = _needed("keyed_tumbling", "size", size)
+        return _bounded(_window("keyed_tumbling", key, to_ms(size, "Windows.keyed_tumbling size"),
+                                init, fold, event_time, aggregate), max_out_of_orderness)
 
     @staticmethod
-    def keyed_session(key_fn: Callable[[Any], Any], gap: timedelta, *,
+    def keyed_session(key_fn: Callable[[Any], Any] | str | None = None,
+                      gap: timedelta | None = None, *,
+                      key: Callable[[Any], Any] | str | None = None,
                       init: Callable[[], Any] | None = None,
                       fold: Callable[[Any, Any], Any] | None = None,
-                      event_time: Callable[[Any], float] | None = None,
-                      max_out_of_orderness: timedelta | None = None) -> Window[Any, Any]:
+                      event_time: Callable[[Any], float] | str | None = None,
+                      max_out_of_orderness: timedelta | None = None,
+                      aggregate: Aggregate | None = None) -> Window[Any, Any]:
         """A session window per key: a pane starts at a key's first message and closes once
         ``gap`` has passed since its last one. The pane id is the session's start.
 
         Args:
-            key_fn: ``key_fn(m)`` gives a message's window key.
+            key_fn: ``key_fn(m)`` gives a message's window key; a string names a field of the
+                message (``Field``).
+            key: The same as ``key_fn``, by keyword (``key="country"``); give one of the two.
             gap: The inactivity gap that ends a session.
             init: ``init()`` gives a pane's initial value; goes with ``fold``.
             fold: ``fold(m, value)`` gives the pane's next value; goes with ``init``.
-            event_time: ``event_time(m)`` gives a message's event time in seconds; without it
-                the window runs on processing time.
+            event_time: ``event_time(m)`` gives a message's event time in seconds (a string
+                names a field holding it); without it the window runs on processing time.
             max_out_of_orderness: With ``event_time``, how far out of order messages may
                 come without being late.
+            aggregate: A declared ``Aggregate`` (``Aggregate.count()``, ``.sum(field)``...)
+                in place of ``init``/``fold``: a pane's value is that aggregate.
 
         Returns:
             The window spec.
@@ -791,15 +836,18 @@ class Windows:
             >>> w.kind, w.size_ms, w.is_session
             ('keyed_session', 1800000, True)
         """
-        return _bounded(Window("keyed_session", to_ms(gap, "Windows.keyed_session gap"), key_fn,
-                               init, fold, event_time), max_out_of_orderness)
+        key = _key_arg("keyed_session", key_fn, key)
+        gap = _needed("keyed_session", "gap", gap)
+        return _bounded(_window("keyed_session", key, to_ms(gap, "Windows.keyed_session gap"),
+                                init, fold, event_time, aggregate), max_out_of_orderness)
 
     @staticmethod
     def hopping(size: timedelta, hop: timedelta, *, init: Callable[[], Any] | None = None,
                 fold: Callable[[Any, Any], Any] | None = None,
                 combine: Callable[[Any, Any], Any] | None = None,
-                event_time: Callable[[Any], float] | None = None,
-                max_out_of_orderness: timedelta | None = None) -> Window[Any, Any]:
+                event_time: Callable[[Any], float] | str | None = None,
+                max_out_of_orderness: timedelta | None = None,
+                aggregate: Aggregate | None = None) -> Window[Any, Any]:
         """A hopping (sliding) window over the whole stream (per task): panes of ``size`` that
         start every ``hop``, with no key (``WindowKey.key`` is None). A message at ``t`` belongs
         to the ``size / hop`` panes ``[s, s + size)`` with ``s`` a multiple of ``hop`` and
@@ -823,6 +871,7 @@ class Windows:
                 it should return a new value rather than change ``a`` or ``b``.
             event_time: As in ``Windows.tumbling``.
             max_out_of_orderness: As in ``Windows.tumbling``.
+            aggregate: As in ``Windows.tumbling`` (it gives ``combine`` too).
 
         Returns:
             The window spec.
@@ -840,21 +889,26 @@ class Windows:
             ('hopping', 60000, 10000, 6)
         """
         return _hopping("hopping", None, size, hop, init, fold, combine, event_time,
-                        max_out_of_orderness)
+                        max_out_of_orderness, aggregate)
 
     @staticmethod
-    def keyed_hopping(key_fn: Callable[[Any], Any], size: timedelta, hop: timedelta, *,
+    def keyed_hopping(key_fn: Callable[[Any], Any] | str | None = None,
+                      size: timedelta | None = None, hop: timedelta | None = None, *,
+                      key: Callable[[Any], Any] | str | None = None,
                       init: Callable[[], Any] | None = None,
                       fold: Callable[[Any, Any], Any] | None = None,
                       combine: Callable[[Any, Any], Any] | None = None,
-                      event_time: Callable[[Any], float] | None = None,
-                      max_out_of_orderness: timedelta | None = None) -> Window[Any, Any]:
+                      event_time: Callable[[Any], float] | str | None = None,
+                      max_out_of_orderness: timedelta | None = None,
+                      aggregate: Aggregate | None = None) -> Window[Any, Any]:
         """A hopping (sliding) window per key: for each ``key_fn(m)``, panes of ``size`` that
         start every ``hop``; a message belongs to ``size / hop`` of them. Every other argument,
         the state kept per hop and the errors are as in ``Windows.hopping``.
 
         Args:
-            key_fn: ``key_fn(m)`` gives a message's window key.
+            key_fn: ``key_fn(m)`` gives a message's window key; a string names a field of the
+                message (``Field``).
+            key: The same as ``key_fn``, by keyword (``key="country"``); give one of the two.
             size: The pane length, a whole multiple of ``hop``.
             hop: How far apart panes start.
             init: See ``Windows.hopping``.
@@ -862,6 +916,7 @@ class Windows:
             combine: See ``Windows.hopping``.
             event_time: See ``Windows.hopping``.
             max_out_of_orderness: See ``Windows.hopping``.
+            aggregate: See ``Windows.hopping``.
 
         Returns:
             The window spec.
@@ -881,15 +936,58 @@ class Windows:
             ...
             ValueError: Windows.keyed_hopping: the size (10000 ms) must be a whole multiple of the hop (3000 ms), so that each message belongs to size / hop panes; pick a hop that divides the size
         """
-        return _hopping("keyed_hopping", key_fn, size, hop, init, fold, combine, event_time,
-                        max_out_of_orderness)
+        key = _key_arg("keyed_hopping", key_fn, key)
+        size = _needed("keyed_hopping", "size", size)
+        hop = _needed("keyed_hopping", "hop", hop)
+        return _hopping("keyed_hopping", key, size, hop, init, fold, combine, event_time,
+                        max_out_of_orderness, aggregate)
 
 
-def _hopping(kind: str, key_fn: Callable[[Any], Any] | None, size: timedelta, hop: timedelta,
-             init: Callable[[], Any] | None, fold: Callable[[Any, Any], Any] | None,
+def _hopping(kind: str, key: Callable[[Any], Any] | str | None, size: timedelta,
+             hop: timedelta, init: Callable[[], Any] | None, fold: Callable[[Any, Any], Any] | None,
              combine: Callable[[Any, Any], Any] | None,
-             event_time: Callable[[Any], float] | None,
-             bound: timedelta | None) -> Window[Any, Any]:
-    return _bounded(Window(kind, to_ms(size, f"Windows.{kind} size"), key_fn, init, fold,
-                           event_time, hop_ms=to_ms(hop, f"Windows.{kind} hop"),
-                           combine=combine), bound)
+             event_time: Callable[[Any], float] | str | None,
+             bound: timedelta | None, aggregate: Aggregate | None) -> Window[Any, Any]:
+    return _bounded(_window(kind, key, to_ms(size, f"Windows.{kind} size"), init, fold,
+                            event_time, aggregate, hop_ms=to_ms(hop, f"Windows.{kind} hop"),
+                            combine=combine), bound)
+
+
+def _key_arg(kind: str, key_fn: Callable[[Any], Any] | str | None,
+             key: Callable[[Any], Any] | str | None) -> Callable[[Any], Any] | str:
+    """The window key of ``Windows.<kind>``: ``key_fn`` or its keyword alias ``key``."""
+    if key_fn is not None and key is not None:
+        raise TypeError(f"Windows.{kind}: give the key as key_fn or as key=, not both")
+    got = key_fn if key_fn is not None else key
+    if got is None:
+        raise TypeError(f"Windows.{kind} needs a callable key_fn, or the name of a field of "
+                        f"the message (key=\"country\"), got None")
+    return got
+
+
+def _needed(kind: str, what: str, value: timedelta | None) -> timedelta:
+    if value is None:
+        raise TypeError(f"Windows.{kind} needs {what}, a timedelta")
+    return value
+
+
+def _window(kind: str, key: Callable[[Any], Any] | str | None, size_ms: int,
+            init: Callable[[], Any] | None, fold: Callable[[Any, Any], Any] | None,
+            event_time: Callable[[Any], float] | str | None, aggregate: Aggregate | None, *,
+            hop_ms: int = 0, combine: Callable[[Any, Any], Any] | None = None) -> Window[Any, Any]:
+    """A window spec of ``kind``: field names become ``Field``s, and a declared ``aggregate``
+    gives the window its ``init``, ``fold`` (and, hopping, ``combine``)."""
+    what = f"Windows.{kind}"
+    if aggregate is not None:
+        if not isinstance(aggregate, Aggregate):
+            raise TypeError(f"{what}: aggregate= takes an Aggregate (Aggregate.count(), "
+                            f".sum(field), .min(field), .max(field), .mean(field)), got "
+                            f"{type(aggregate).__name__} {aggregate!r}")
+        if init is not None or fold is not None or combine is not None:
+            raise ValueError(f"{what}: give aggregate= or init/fold (and combine), not both")
+        init, fold = aggregate.init, aggregate.fold
+        if hop_ms:
+            combine = aggregate.combine
+    return Window(kind, size_ms, field_of(key, f"{what} key"), init, fold,
+                  field_of(event_time, f"{what} event_time"), hop_ms=hop_ms, combine=combine,
+                  aggregate=aggregate)

@@ -252,9 +252,9 @@ class PassExecutor:
                 raise OperatorFailure(op_id, exc) from exc
             if broadcast:
                 p = ALL_PARTITIONS
-            self.seq += 1
+            self.seq = seq = self.seq + 1
             written[stream_id] += 1
-            out.append((p, (stream_id, self.sort_ms, me, self.seq, self.clock_ms, m)))
+            out.append((p, (stream_id, self.sort_ms, me, seq, self.clock_ms, m)))
             return None
         return send
 

@@ -5,7 +5,13 @@ How the plan maps onto Spark:
 - **Passes.** Stages that share a table run together (the table is state of their task); every
   other stage is a pass of its own. Passes run in the order of the streams between them.
 - **Inputs** are read inside executors, one Spark partition per source partition (a JSON Lines
-  file split, a Parquet row group, a list partition, a Kafka partition).
+  file split, a Parquet row group, a list partition, a Kafka partition). Parquet and list inputs
+  are read straight into Arrow rows (``mapInArrow`` over the source partitions' ids), where an
+  RDD's records would cross into the JVM one pickle each.
+- **A lone ``partition_by``** (a pass that only re-keys a Parquet input whose rows are its
+  messages, into a stream whose readers read nothing else) carries the input's columns through
+  the shuffle as they were read, with the key pickled beside them; the reading pass builds each
+  message from the columns with the input's serde (``_Compiler._carry``).
 - **Narrow passes** (no intermediate input, and no window, join or table unless one input
   feeds the pass in as many partitions as its source has) run each source partition through the
   stages' operators where it was read: no shuffle.
@@ -36,6 +42,7 @@ the time the run started.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import itertools
@@ -45,14 +52,23 @@ import re
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import fields, is_dataclass
-from typing import Any
+from typing import Any, cast
 
 from operators.hashing import KeyPartitioner
 from planner import refuse_remote_tables
+from runtime.container import messages_die_young
 from runtime.late import LateCounts
 from runtime.memory import resolve_partitions
+from runtime.spark.declared import (
+    GENERAL_TIER,
+    SQL_TIER,
+    DeclaredWindow,
+    build_declared,
+    declared_windows,
+    sql_reason,
+)
 from runtime.spark.executor import ALL_PARTITIONS, PassExecutor, PassFailure, per_message_windows
 from runtime.spark.meter import (
     HANDLE_NS,
@@ -68,9 +84,11 @@ from runtime.spark.shuffle import (
     BATCH,
     OFFSET_ORDER,
     ORDER,
+    ROW,
     SCHEMA,
     PassOutput,
     broadcast_rows,
+    carried_batch,
     chunks,
     records_of,
     shuffle,
@@ -81,7 +99,7 @@ from runtime.spark.sources import FileInput, Source, SourceError, resolve_source
 from samza_dsl import StreamApplication
 from samza_dsl.errors import SamzaError
 from samza_dsl.serdes import KVSerde
-from samza_dsl.spec import JoinSpec, WindowSpec
+from samza_dsl.spec import JoinSpec, PartitionBySpec, WindowSpec
 
 __all__ = ["SparkRunner", "ReprocessResult", "ReprocessError", "spark_session"]
 
@@ -170,7 +188,10 @@ class ReprocessResult(LateCounts):
     ``messages-in``, ``messages-out``, ``handle-ns`` (nanoseconds in the operator's own
     function, not the operators after it; per-message calls sampled and scaled), and for windows ``panes-emitted`` and
     ``late-messages-dropped`` (``late-messages-sent`` too when it has ``late_to``). The summary
-    prints them as a table, one line per operator."""
+    prints them as a table, one line per operator.
+
+    ``tiers``: ``{stage id: tier}``, the tier each stage ran in: ``"declared (Spark SQL)"`` for
+    a declared aggregation run in Spark SQL (``runtime.spark.declared``), else ``"general"``."""
 
     def __init__(self, runner: SparkRunner, plan: Any, rows_in: dict[str, int],
                  rows_out: dict[str, int], seconds: float, kept: dict[str, Any],
@@ -185,6 +206,7 @@ class ReprocessResult(LateCounts):
         self.seconds = seconds
         self._kept = kept
         self.written = written
+        self.tiers: dict[str, str] = {}
 
     @property
     def outputs(self) -> list[str]:
@@ -369,9 +391,11 @@ class SparkRunner:
         rows_out = {sid: counted.get("out:" + sid, 0)
                     for sid in (*plan.output_streams, *plan.intermediate_streams)}
         metrics = {k[len("metric:"):]: v for k, v in counted.items() if k.startswith("metric:")}
-        return ReprocessResult(self, plan, rows_in, rows_out, time.monotonic() - t0, kept,
-                               {sid: sinks[sid] for sid in sinks}, metrics,
-                               _operator_metrics(plan, counted, metrics))
+        result = ReprocessResult(self, plan, rows_in, rows_out, time.monotonic() - t0, kept,
+                                 {sid: sinks[sid] for sid in sinks}, metrics,
+                                 _operator_metrics(plan, counted, metrics))
+        result.tiers = dict(compiled.tiers)
+        return result
 
     def stop(self) -> None:
         if self._spark is not None:
@@ -509,6 +533,14 @@ class _Compiler:
         self.labels: dict[str, str] = {}  # stream id -> what the pass writing it does
         #: stream id -> the name of the shuffle's map side before the pass writing it
         self.shuffled: dict[str, str] = {}
+        #: stage id -> the tier it ran in (``runtime.spark.declared``)
+        self.tiers: dict[str, str] = {}
+        self.frames: dict[str, Any] = {}  # window stage id -> the input DataFrame it aggregates
+        #: intermediate streams whose readers read nothing else: a lone ``partition_by`` may
+        #: carry its input's rows into them as columns (``_carry``)
+        self.may_carry: set[str] = set()
+        #: stream id -> how its carried rows become messages (row -> message)
+        self.carried: dict[str, Callable[[Any], Any]] = {}
 
     def build(self) -> list[PassOutput]:
         """Build every pass; returns the passes whose outputs nothing consumes (a pass with
@@ -521,8 +553,20 @@ class _Compiler:
         for sid in plan.output_streams:
             consumers[sid] = consumers.get(sid, 0) + 1
         ends = []
-        for stages in _passes(plan):
-            out = self._pass(stages)
+        fused = self._declared()
+        passes = _passes(plan)
+        reads = [set(itertools.chain.from_iterable(s.inputs for s in p)) for p in passes]
+        self.may_carry = {sid for sid in plan.intermediate_streams
+                          if sid not in plan.output_streams
+                          and all(r == {sid} for r in reads if sid in r)}
+        for stages in passes:
+            ids = [s.stage_id for s in stages]
+            d = fused.get(ids[0]) if len(ids) == 1 else None
+            for sid in ids:
+                self.tiers[sid] = SQL_TIER if sid in fused else GENERAL_TIER
+            if d is not None and d.partition_stage == ids[0]:
+                continue  # run with its window's pass, in Spark SQL
+            out = self._pass(stages) if d is None else self._declared_pass(d)
             written = set(itertools.chain.from_iterable(s.outputs for s in stages))
             if sum(consumers.get(sid, 0) for sid in written) > 1:
                 out.persist()
@@ -534,6 +578,34 @@ class _Compiler:
             if not any(consumers.get(sid, 0) for sid in written):
                 ends.append(out)
         return ends
+
+    def _declared(self) -> dict[str, DeclaredWindow]:
+        """The declared windows this run computes in Spark SQL, by both their stage ids: those
+        the plan allows (``declared_windows``) whose input's columns allow it too."""
+        found, _ = declared_windows(self.plan)
+        out: dict[str, DeclaredWindow] = {}
+        for d in found.values():
+            frame = self.sources[d.input].frame(self.spark)
+            if not sql_reason(d, self.plan, frame):
+                self.frames[d.window_stage] = frame
+                out[d.partition_stage] = out[d.window_stage] = d
+        return out
+
+    def _declared_pass(self, d: DeclaredWindow) -> PassOutput:
+        windows = frozenset({d.window_op})
+        acc = self.acc
+
+        def tally(ex: PassExecutor, extra: dict[str, int]) -> None:
+            acc.add(_tally(ex, windows, extra))
+        out = build_declared(self.spark, self.plan, d, self.frames[d.window_stage],
+                             self.counts[d.stream], self.counts, tally)
+        out.shuffled = f"{STAGE_PREFIX}{self.plan.job_name}: {d.partition_stage}+" \
+                       f"{d.window_stage} ({SQL_TIER})"
+        for stage in self.plan.stages:
+            if stage.stage_id == d.window_stage:
+                for sid in stage.outputs:
+                    self.labels[sid] = out.name
+        return out
 
     def release(self) -> None:
         for out in self.persisted:
@@ -582,18 +654,19 @@ class _Compiler:
             """Run the stages over the record batches of task partition ``part``; yields what
             they write, batch by batch; at the end adds the task's counts to the accumulator."""
             try:
-                ex = PassExecutor(plan, stage_ids, part, counts, config, describe=describe,
-                                  narrow=narrow)
-                read: dict[str, int] = {}
-                for recs in batches:
-                    for rec in recs:
-                        read[rec[0]] = read.get(rec[0], 0) + 1
-                    out = ex.feed(recs)
+                with messages_die_young():
+                    ex = PassExecutor(plan, stage_ids, part, counts, config, describe=describe,
+                                      narrow=narrow)
+                    read: collections.Counter[str] = collections.Counter()
+                    sid_of = operator.itemgetter(0)
+                    for recs in batches:
+                        read.update(map(sid_of, recs))
+                        out = ex.feed(recs)
+                        if out:
+                            yield out
+                    out = ex.finish()
                     if out:
                         yield out
-                out = ex.finish()
-                if out:
-                    yield out
             except PassFailure:
                 raise
             except MemoryError as exc:
@@ -604,19 +677,8 @@ class _Compiler:
             except Exception as exc:
                 raise PassFailure(f"{where} in task partition {part}: {type(exc).__name__}: "
                                   f"{exc}") from exc
-            tally = {"out:" + sid: k for sid, k in ex.written.items()}
-            for metric, k in ex.metrics.items():  # counters (late messages), summed on the driver
-                if type(k) is int:
-                    tally["metric:" + metric] = k
-            for sid, k in read.items():
-                if sid in input_streams:
-                    tally["in:" + sid] = k
-            for op_id, meter in ex.meters.items():  # what each operator did, in this task
-                if any(meter):
-                    for metric, k in meter_names(meter, op_id in windows).items():
-                        if k:
-                            tally[f"{_OP}{op_id}|{metric}"] = k
-            acc.add(tally)
+            acc.add(_tally(ex, windows, {"in:" + sid: k for sid, k in read.items()
+                                         if sid in input_streams}))
 
         def run_sorted(batches: Iterator[Any]) -> Iterator[Any]:
             """mapInArrow: the sorted rows of one task partition (its Spark partition)."""
@@ -624,15 +686,50 @@ class _Compiler:
 
             ctx = TaskContext.get()
             part = ctx.partitionId() if ctx is not None else 0
-            decoded = (records_of(b) for b in batches if b.num_rows)
+            decoded = (records_of(b, carried) for b in batches if b.num_rows)
             for out in task(part, decoded, narrow_sorted):
                 yield to_batch(out)
 
+        carried = {sid: self.carried[sid] for sid in intermediate if sid in self.carried}
         aligned = all(self.sources[sid].partitions == counts[sid] for sid in external)
         # bootstrap inputs (side inputs too) are read whole before the pass's other records
         first = sorted(sid for sid in external if plan.app.inputs[sid].bootstrap)
         narrow = not intermediate and (not stateful or (len(external) == 1 and aligned))
         narrow_sorted = narrow and (stateful or bool(first))
+        carry = self._carry(stages) if narrow and not narrow_sorted else None
+        if carry is not None:
+            out_sid, spark_schema, arrow_schema = carry
+            src = self.sources[external[0]]
+            read_batches = src.read_batches
+            assert read_batches is not None and src.convert is not None
+            self.carried[out_sid] = src.convert
+
+            def run_carried(batches: Iterator[Any]) -> Iterator[Any]:
+                """mapInArrow over the split ids: the input's rows keyed and placed, carried
+                through as they were read."""
+                for b in batches:
+                    for i in b.column(0).to_pylist():
+                        pending: collections.deque[Any] = collections.deque()
+
+                        def recs(i: int = i, pending: Any = pending) -> Iterator[list[Any]]:
+                            for rows, rs in read_batches(i):
+                                pending.append(rows)
+                                yield rs
+                        for out in task(i, recs(), True):
+                            yield carried_batch(out, pending.popleft(), arrow_schema)
+            n_in = src.partitions
+            df = self.spark.range(0, n_in, 1, n_in).mapInArrow(run_carried, spark_schema)
+            return PassOutput(self.spark, f"pass {name}", df=df)
+        if narrow and not narrow_sorted and all(self.sources[sid].read for sid in external):
+            # each source partition is run where it was read, as it is read, into Arrow rows
+            def run_split(i: int, recs: Iterator[Any]) -> Iterator[list[Any]]:
+                batches = chunks(recs)
+                first = next(batches, None)
+                if first is not None:
+                    yield from task(i, itertools.chain([first], batches), True)
+            frames = [self._read_arrow(sid, run_split) for sid in external]
+            df = functools.reduce(lambda a, b: a.union(b), frames)
+            return PassOutput(self.spark, f"pass {name}", df=df)
         if narrow and not narrow_sorted:
             # each source partition is run where it was read, as it is read
             rdds = [self.sources[sid].rdd(self.spark) for sid in external]
@@ -651,9 +748,12 @@ class _Compiler:
         if narrow_sorted:
             # one input, a Spark partition per source partition: sorted where it was read, in
             # offset order where a window moves its watermark per record
-            rows = PassOutput(self.spark, f"read {external[0]}",
-                              rdd=self.sources[external[0]].rdd(self.spark)
-                              .map(_in_own_partition)).rows()
+            src = self.sources[external[0]]
+            if src.read is not None:
+                rows = self._read_arrow(external[0], _in_own_partitions)
+            else:
+                rows = PassOutput(self.spark, f"read {external[0]}",
+                                  rdd=src.rdd(self.spark).map(_in_own_partition)).rows()
             order = OFFSET_ORDER if any(per_message_windows(plan, s) for s in stages) \
                 else ORDER
             sorted_rows = rows.sortWithinPartitions(*_first_of(first, order))
@@ -673,6 +773,8 @@ class _Compiler:
         plan, counts = self.plan, self.counts
         if sid in plan.input_streams:
             src = self.sources[sid]
+            if src.read is not None:
+                return self._read_arrow(sid, _placing(plan, sid, src.partitions, counts[sid]))
             rdd = src.rdd(self.spark)
             if src.partitions == counts[sid]:
                 placed = rdd.map(_in_own_partition)
@@ -697,6 +799,95 @@ class _Compiler:
         if plan.streams[sid].kind == "broadcast":
             return broadcast_rows(rows, n, ALL_PARTITIONS)
         return rows
+
+
+    def _carry(self, stages: list[Any]) -> tuple[str, Any, Any] | None:
+        """For a narrow pass that is a lone ``partition_by`` (no value function) of an input
+        whose rows are its messages and survive Spark's types unchanged, into a stream whose
+        readers read nothing else: (that stream, the pass's Spark schema, its Arrow schema),
+        ``SCHEMA`` with the input's rows as a struct column ``ROW``. Else None."""
+        plan = self.plan
+        if len(stages) != 1 or len(stages[0].operators) != 1 or len(stages[0].inputs) != 1:
+            return None
+        spec = plan.app.operator(stages[0].operators[0])
+        sid = stages[0].inputs[0]
+        src = self.sources.get(sid)
+        if not isinstance(spec, PartitionBySpec) or spec.value_fn is not None or src is None \
+                or src.columns is None or spec.stream_id not in self.may_carry:
+            return None
+        from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+        from pyspark.sql.types import StructField, StructType, _parse_datatype_string
+
+        try:
+            row_type = from_arrow_schema(src.columns, prefer_timestamp_ntz=True)
+            if to_arrow_schema(row_type) != src.columns:
+                return None  # Spark would hand the rows back as other types
+            spark_schema = StructType([*cast(StructType, _parse_datatype_string(SCHEMA)).fields,
+                                       StructField(ROW, row_type)])
+            return spec.stream_id, spark_schema, to_arrow_schema(spark_schema)
+        except Exception:  # a type Spark has no Arrow form for: the messages go pickled
+            return None
+
+    def _read_arrow(self, sid: str, run: Callable[[int, Iterator[Any]], Iterator[list[Any]]]
+                    ) -> Any:
+        """Input ``sid`` read in executors straight into a DataFrame of ``SCHEMA`` rows, Spark
+        partition i holding source partition i: ``run(i, records)`` turns the records of source
+        partition i into batches of ``(p, record)`` items."""
+        src = self.sources[sid]
+        read = src.read
+        assert read is not None
+
+        def split(batches: Iterator[Any]) -> Iterator[Any]:
+            for b in batches:
+                for i in b.column(0).to_pylist():
+                    for out in run(i, read(i)):
+                        if out:
+                            yield to_batch(out)
+        return self.spark.range(0, src.partitions, 1, src.partitions).mapInArrow(split, SCHEMA)
+
+
+def _tally(ex: PassExecutor, windows: frozenset[str], extra: dict[str, int]) -> dict[str, int]:
+    """What one task of a pass adds to the run's accumulator: rows written per stream, its
+    counters (late messages), each operator's meters, and ``extra`` (rows read per input)."""
+    tally = {"out:" + sid: k for sid, k in ex.written.items()}
+    for metric, k in ex.metrics.items():  # counters (late messages), summed on the driver
+        if type(k) is int:
+            tally["metric:" + metric] = k
+    tally.update(extra)
+    for op_id, meter in ex.meters.items():  # what each operator did, in this task
+        if any(meter):
+            for metric, k in meter_names(meter, op_id in windows).items():
+                if k:
+                    tally[f"{_OP}{op_id}|{metric}"] = k
+    return tally
+
+
+def _placing(plan: Any, sid: str, partitions: int, m: int
+             ) -> Callable[[int, Iterator[Any]], Iterator[list[Any]]]:
+    """``run`` for ``_read_arrow``: input ``sid``'s records in batches of ``(task partition,
+    record)``: each in its own source partition when the input has the count its source has,
+    else a keyed record in its key's partition (as Kafka's default partitioner) and any other
+    in its own."""
+    serde = plan.streams[sid].descriptor.serde
+    if partitions == m:
+        return _in_own_partitions
+    if not isinstance(serde, KVSerde):
+        def spread(i: int, recs: Iterator[Any]) -> Iterator[list[Any]]:
+            for chunk in chunks(recs):
+                yield [(i % m, rec) for rec in chunk]
+        return spread
+    key_bytes = serde.key_serde.serialize
+
+    def keyed(i: int, recs: Iterator[Any]) -> Iterator[list[Any]]:
+        partitioner = KeyPartitioner(m, key_bytes)
+        for chunk in chunks(recs):
+            yield [(partitioner(rec[5].key), rec) for rec in chunk]
+    return keyed
+
+
+def _in_own_partitions(i: int, recs: Iterator[Any]) -> Iterator[list[Any]]:
+    for chunk in chunks(recs):
+        yield [(i, rec) for rec in chunk]
 
 
 def _in_own_partition(rec: tuple[Any, ...]) -> tuple[int, tuple[Any, ...]]:

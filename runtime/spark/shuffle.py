@@ -2,9 +2,11 @@
 batches.
 
 A record ``(stream id, sort ms, source partition, offset, clock ms, message)`` bound for task
-partition ``p`` is the row ``(p, sid, sort_ms, src, off, clock, m)`` of ``SCHEMA``, ``m`` the
-message pickled (as PySpark's own RDD shuffle carries it: between the run's own processes, never
-read from a stream). A pass that needs its records in task partitions (``shuffle``):
+partition ``p`` is the row ``(p, sid, sort_ms, src, off, clock, k, m)`` of ``SCHEMA``: a ``KV``
+as its key and value pickled apart (``k`` and ``m``; a key pickled once per batch, and a KV's
+pickle costs three times a tuple's), any other message as ``m`` with ``k`` null. Pickle, as
+PySpark's own RDD shuffle carries records: between the run's own processes, never read from a
+stream. A pass that needs its records in task partitions (``shuffle``):
 
 1. repartitions them on a key column whose Spark hash lands task partition ``p`` in Spark
    partition ``p`` (``landing_keys``, by Spark's Murmur3 hash, ``spark_hash_int``);
@@ -21,15 +23,24 @@ from __future__ import annotations
 
 import itertools
 import pickle
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-__all__ = ["SCHEMA", "COLUMNS", "ORDER", "OFFSET_ORDER", "BATCH", "PassOutput", "encode",
-           "records_of", "to_batch", "chunks", "shuffle", "landing_keys", "spark_hash_int",
-           "broadcast_rows"]
+from samza_dsl.kv import KV
 
-SCHEMA = "p int, sid string, sort_ms long, src int, off long, clock long, m binary"
-COLUMNS = ("p", "sid", "sort_ms", "src", "off", "clock", "m")
+
+def identity(row: Any) -> Any:
+    """The row converter of a stream whose rows are its messages as they are."""
+    return row
+
+__all__ = ["SCHEMA", "COLUMNS", "ROW", "ORDER", "OFFSET_ORDER", "BATCH", "PassOutput", "encode",
+           "records_of", "to_batch", "carried_batch", "chunks", "shuffle", "landing_keys",
+           "spark_hash_int", "broadcast_rows"]
+
+SCHEMA = "p int, sid string, sort_ms long, src int, off long, clock long, k binary, m binary"
+COLUMNS = ("p", "sid", "sort_ms", "src", "off", "clock", "k", "m")
+#: the column of rows a pass carries through as they were read (``carried_batch``)
+ROW = "row"
 #: the order of the records of a task partition, and the order where a window moves per record
 ORDER = ("sort_ms", "src", "off", "sid")
 OFFSET_ORDER = ("src", "off", "sid")
@@ -39,41 +50,138 @@ BATCH = 4096
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
 
 
-def encode(item: tuple[int, tuple[Any, ...]]) -> tuple[Any, ...]:
-    """``(p, record)`` -> a row of ``SCHEMA``."""
-    p, (sid, sort_ms, src, off, clock, m) = item
-    return (p, sid, sort_ms, src, off, clock, pickle.dumps(m, _PROTOCOL))
+#: keys of these types are loaded once per batch and shared by its records (immutable)
+_SHARED_KEYS = frozenset({str, int, float, bytes, bool, type(None)})
 
 
-def _item(row: Any) -> tuple[int, tuple[Any, ...]]:
-    """A row of ``SCHEMA`` -> ``(p, record)``."""
-    return row[0], (row[1], row[2], row[3], row[4], row[5], pickle.loads(row[6]))  # noqa: S301
+def _key_dumper() -> Callable[[Any], bytes]:
+    """key -> its pickle, kept for the next records with that key."""
+    dumps = pickle.dumps
+    keys: dict[Any, bytes] = {}
+
+    def dump_key(key: Any) -> bytes:
+        try:
+            kb = keys.get(key)
+            if kb is None:
+                kb = keys[key] = dumps(key, _PROTOCOL)
+        except TypeError:  # an unhashable key
+            kb = dumps(key, _PROTOCOL)
+        return kb
+    return dump_key
 
 
-def _message(row: Any) -> Any:
-    return pickle.loads(row[0])  # noqa: S301 - written by encode in this run
+def _dumper() -> Callable[[Any], tuple[bytes | None, bytes]]:
+    """message -> ``(k, m)``."""
+    dumps = pickle.dumps
+    dump_key = _key_dumper()
+
+    def dump(m: Any) -> tuple[bytes | None, bytes]:
+        if type(m) is not KV:
+            return None, dumps(m, _PROTOCOL)
+        return dump_key(m.key), dumps(m.value, _PROTOCOL)
+    return dump
 
 
-def records_of(batch: Any) -> list[tuple[Any, ...]]:
-    """The records of an Arrow batch of ``SCHEMA`` rows, in its order."""
-    cols = [batch.column(i).to_pylist() for i in range(1, 7)]
+def _loader() -> Callable[[bytes | None, bytes | None], Any]:
+    """``(k, m)`` -> the message (``_dumper``'s inverse); ``(k, None)`` -> the key."""
     loads = pickle.loads
-    return [(sid, sort_ms, src, off, clock, loads(m))  # noqa: S301
-            for sid, sort_ms, src, off, clock, m in zip(*cols, strict=True)]
+    keys: dict[bytes, Any] = {}
+    shared = _SHARED_KEYS
+
+    def load(kb: bytes | None, mb: bytes | None) -> Any:
+        if kb is None:
+            return loads(mb)  # type: ignore[arg-type]  # noqa: S301 - written in this run
+        try:
+            key = keys[kb]
+        except KeyError:
+            key = loads(kb)  # noqa: S301
+            if type(key) in shared:
+                keys[kb] = key
+        if mb is None:  # the key alone
+            return key
+        return KV(key, loads(mb))  # noqa: S301
+    return load
+
+
+def encode(items: Iterable[tuple[int, tuple[Any, ...]]]) -> Iterator[tuple[Any, ...]]:
+    """``(p, record)`` items -> rows of ``SCHEMA``."""
+    dump = _dumper()
+    for p, (sid, sort_ms, src, off, clock, m) in items:
+        yield (p, sid, sort_ms, src, off, clock, *dump(m))
+
+
+def _items(rows: Iterable[Any]) -> Iterator[tuple[int, tuple[Any, ...]]]:
+    """Rows of ``SCHEMA`` -> ``(p, record)`` items."""
+    load = _loader()
+    for row in rows:
+        yield row[0], (row[1], row[2], row[3], row[4], row[5], load(row[6], row[7]))
+
+
+def _messages(rows: Iterable[Any]) -> Iterator[Any]:
+    load = _loader()
+    for row in rows:
+        yield load(row[0], row[1])
+
+
+def records_of(batch: Any, carried: Mapping[str, Callable[[Any], Any]] | None = None
+               ) -> list[tuple[Any, ...]]:
+    """The records of an Arrow batch of ``SCHEMA`` rows, in its order. A batch with a ``row``
+    column (``carried_batch``) has records whose messages are ``KV(key, carried[sid](row))``
+    where ``m`` is null."""
+    cols = [batch.column(i).to_pylist() for i in range(1, 6)]
+    ks = batch.column(6).to_pylist()
+    ms = batch.column(7)
+    if not carried or ROW not in batch.schema.names or ms.null_count == 0:
+        return list(zip(*cols, map(_loader(), ks, ms.to_pylist()), strict=True))
+    # carried rows, decoded here column by column; their keys loaded once a batch
+    load_key = _loader()
+    rows = batch.column(ROW).to_pylist()
+    sids = cols[0]
+    if ms.null_count == len(ms) and len(set(sids)) == 1:
+        convert = carried[sids[0]]
+        keys = [load_key(kb, None) for kb in ks]
+        if convert is identity:
+            msgs = list(map(KV, keys, rows))
+        else:
+            msgs = [KV(k, convert(r)) for k, r in zip(keys, rows, strict=True)]
+    else:
+        msgs = [load_key(kb, mb) if mb is not None else KV(load_key(kb, None), carried[sid](r))
+                for sid, kb, mb, r in zip(sids, ks, ms.to_pylist(), rows, strict=True)]
+    return list(zip(*cols, msgs, strict=True))
+
+
+def carried_batch(items: Sequence[tuple[int, tuple[Any, ...]]], rows: Any, schema: Any) -> Any:
+    """``(p, record)`` items whose messages are ``KV(key, the message of row i of Arrow batch
+    rows)`` -> an Arrow batch of ``schema`` (``SCHEMA`` and a ``row`` struct column): the keys
+    pickled, the rows carried as they were read, ``m`` null."""
+    import pyarrow as pa
+
+    if len(items) != rows.num_rows:
+        raise ValueError(f"a pass that only re-keys its input wrote {len(items)} records for "
+                         f"{rows.num_rows} rows")
+    dump_key = _key_dumper()
+    p, recs = zip(*items, strict=True)
+    sid, sort_ms, src, off, clock, m = zip(*recs, strict=True)
+    return pa.RecordBatch.from_arrays(
+        [pa.array(p, pa.int32()), pa.array(sid, pa.string()), pa.array(sort_ms, pa.int64()),
+         pa.array(src, pa.int32()), pa.array(off, pa.int64()), pa.array(clock, pa.int64()),
+         pa.array([dump_key(kv.key) for kv in m], pa.binary()),
+         pa.nulls(len(recs), pa.binary()),
+         pa.StructArray.from_arrays(rows.columns, fields=list(schema.field(ROW).type))],
+        schema=schema)
 
 
 def to_batch(items: Sequence[tuple[int, tuple[Any, ...]]]) -> Any:
     """``(p, record)`` items -> an Arrow batch of ``SCHEMA`` rows."""
     import pyarrow as pa
 
-    dumps = pickle.dumps
-    p = [it[0] for it in items]
-    recs = [it[1] for it in items]
+    p, recs = zip(*items, strict=True)
+    sid, sort_ms, src, off, clock, m = zip(*recs, strict=True)
+    k, mb = zip(*map(_dumper(), m), strict=True)
     return pa.RecordBatch.from_arrays(
-        [pa.array(p, pa.int32()), pa.array([r[0] for r in recs], pa.string()),
-         pa.array([r[1] for r in recs], pa.int64()), pa.array([r[2] for r in recs], pa.int32()),
-         pa.array([r[3] for r in recs], pa.int64()), pa.array([r[4] for r in recs], pa.int64()),
-         pa.array([dumps(r[5], _PROTOCOL) for r in recs], pa.binary())],
+        [pa.array(p, pa.int32()), pa.array(sid, pa.string()), pa.array(sort_ms, pa.int64()),
+         pa.array(src, pa.int32()), pa.array(off, pa.int64()), pa.array(clock, pa.int64()),
+         pa.array(k, pa.binary()), pa.array(mb, pa.binary())],
         names=list(COLUMNS))
 
 
@@ -157,7 +265,7 @@ class PassOutput:
         if self.df is not None:
             df = self.df
         else:
-            df = self.spark.createDataFrame(self.rdd.map(encode), SCHEMA, verifySchema=False)
+            df = self.spark.createDataFrame(self.rdd.mapPartitions(encode), SCHEMA, verifySchema=False)
         return df if sids is None else df.where(F.col("sid").isin(list(sids)))
 
     def items(self, sids: Iterable[str] | None = None) -> Any:
@@ -167,13 +275,13 @@ class PassOutput:
                 return self.rdd
             wanted = frozenset(sids)
             return self.rdd.filter(lambda item: item[1][0] in wanted)
-        return self.rows(sids).rdd.map(_item)
+        return self.rows(sids).rdd.mapPartitions(_items)
 
     def messages(self, sid: str) -> Any:
         """The RDD of the messages of stream ``sid``, in the order the pass wrote them."""
         if self.rdd is not None:
             return self.items([sid]).map(_record_message)
-        return self.rows([sid]).select("m").rdd.map(_message)
+        return self.rows([sid]).select("k", "m").rdd.mapPartitions(_messages)
 
     def persist(self) -> None:
         if self.df is not None:

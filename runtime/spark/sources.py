@@ -21,6 +21,7 @@ from typing import Any
 
 import msgspec
 
+from runtime.spark.shuffle import BATCH, identity
 from samza_dsl.errors import SamzaError
 from samza_dsl.kv import KV
 from samza_dsl.serdes import BytesSerde, KVSerde, Serde, StringSerde, _MsgspecSerde
@@ -89,11 +90,7 @@ def row_converter(stream_id: str, serde: Serde[Any] | None) -> Callable[[Any], A
             return KV(kconv(k) if kconv else k, vconv(v) if vconv else v)
         return keyed
     conv = part("row", serde)
-    return conv if conv is not None else _identity
-
-
-def _identity(row: Any) -> Any:
-    return row
+    return conv if conv is not None else identity
 
 
 # -- listing files (driver side) --------------------------------------------------------------------
@@ -165,17 +162,42 @@ def file_format(stream_id: str, files: Sequence[str], given: str | None, path: A
 class Source:
     """An input resolved on the driver: ``rdd(spark)`` reads it in executors.
 
-    ``partitions`` is its count of source partitions, ``names`` says what each is (a file...)."""
+    ``partitions`` is its count of source partitions, ``names`` says what each is (a file...).
+    ``read``, when the source has it, gives the records of source partition ``i`` in an
+    executor with no Spark around it: the runner then reads the source straight into Arrow
+    batches (``mapInArrow``), where an RDD's rows would cross into the JVM one pickle each."""
 
     def __init__(self, stream_id: str, partitions: int, names: list[str],
-                 build: Callable[[Any], Any]) -> None:
+                 build: Callable[[Any], Any],
+                 read: Callable[[int], Iterator[Record]] | None = None, *,
+                 frame: Callable[[Any], Any] | None = None) -> None:
         self.stream_id = stream_id
         self.partitions = partitions
         self.names = names
         self._build = build
+        self._frame = frame
+        self.read = read
+        #: the Arrow schema of its rows when each row is its message (``carry``), else None
+        self.columns: Any = None
+        self.read_batches: Callable[[int], Iterator[tuple[Any, list[Record]]]] | None = None
+        self.convert: Callable[[Any], Any] | None = None
+
+    def carry(self, columns: Any, read_batches: Callable[[int], Iterator[tuple[Any, list[Record]]]],
+              convert: Callable[[Any], Any]) -> None:
+        """Rows of Arrow schema ``columns`` whose messages are ``convert(row as a dict)``, read by
+        ``read_batches(i)`` as Arrow batches each with its records: a pass that only re-keys
+        them (a lone ``partition_by``) carries the columns through its shuffle as they are."""
+        self.columns = columns
+        self.read_batches = read_batches
+        self.convert = convert
 
     def rdd(self, spark: Any) -> Any:
         return self._build(spark)
+
+    def frame(self, spark: Any) -> Any:
+        """The input as a DataFrame of its columns, read by Spark itself (Parquet, a
+        DataFrame), for the declared tier (``runtime.spark.declared``); None for the others."""
+        return self._frame(spark) if self._frame is not None else None
 
 
 def _timing(descriptor: Any, start_ms: int) -> Callable[[Any, int | None], tuple[int, int]]:
@@ -212,16 +234,16 @@ def unreadable(where: str, exc: BaseException, serde_hint: str) -> str:
 
 def _rows_to_records(stream_id: str, descriptor: Any, start_ms: int, names: list[str],
                      ts_column: str | None, *, messages: bool = False
-                     ) -> Callable[[int, Iterator[Any]], Iterator[Record]]:
-    """Rows of source partition ``i`` -> records, with errors naming stream, file and row.
-    With ``messages`` the rows are messages already (a list input)."""
-    convert = _identity if messages else row_converter(stream_id, descriptor.serde)
+                     ) -> Callable[..., Iterator[Record]]:
+    """Rows of source partition ``i`` (from row ``start`` on) -> records, with errors naming
+    stream, file and row. With ``messages`` the rows are messages already (a list input)."""
+    convert = identity if messages else row_converter(stream_id, descriptor.serde)
     timing = _timing(descriptor, start_ms)
     keyed = descriptor.keyed
 
-    def records(i: int, rows: Iterator[Any]) -> Iterator[Record]:
+    def records(i: int, rows: Iterator[Any], start: int = 0) -> Iterator[Record]:
         off = -1
-        for off, row in enumerate(rows):  # noqa: B007 - off names the row in an error
+        for off, row in enumerate(rows, start):  # noqa: B007 - off names the row in an error
             try:
                 ts = None
                 if ts_column is not None:
@@ -231,7 +253,7 @@ def _rows_to_records(stream_id: str, descriptor: Any, start_ms: int, names: list
                     ts = int(ts)
                     if keyed:
                         row = {k: v for k, v in row.items() if k != ts_column}
-                m = convert(row)
+                m = row if convert is identity else convert(row)
                 sort_ms, clock = timing(m, ts)
             except Exception as exc:
                 from runtime.spark.executor import PassFailure
@@ -295,7 +317,10 @@ def _list_source(stream_id: str, descriptor: Any, parts: dict[int, list[Any]],
             for msgs in it:
                 yield from to_records(i, iter(msgs))
         return spark.sparkContext.parallelize(data, n).mapPartitionsWithIndex(records)
-    return Source(stream_id, n, names, build)
+
+    def read(i: int) -> Iterator[Record]:
+        return to_records(i, iter(data[i]))
+    return Source(stream_id, n, names, build, read)
 
 
 def _file_source(spark: Any, stream_id: str, descriptor: Any, given: FileInput,
@@ -346,9 +371,12 @@ def _parquet_source(stream_id: str, descriptor: Any, files: list[str], given: Fi
 
     splits: list[tuple[str, int]] = []
     names: list[str] = []
+    schemas: list[Any] = []
     for f in files:
         try:
-            meta = pq.ParquetFile(f).metadata
+            pf = pq.ParquetFile(f)
+            meta = pf.metadata
+            schemas.append(pf.schema_arrow.remove_metadata())
         except Exception as exc:
             raise SourceError(f"input {stream_id!r}: {f} is not a readable Parquet file: "
                               f"{type(exc).__name__}: {exc}") from exc
@@ -358,21 +386,40 @@ def _parquet_source(stream_id: str, descriptor: Any, files: list[str], given: Fi
             names.append(f if groups == 1 else f"{f} (row group {g} of {groups})")
     to_records = _rows_to_records(stream_id, descriptor, start_ms, names, given.timestamp)
 
-    def build(spark: Any) -> Any:
-        def read(i: int, it: Iterator[tuple[str, int]]) -> Iterator[Record]:
-            import pyarrow.parquet as pq
+    def read_batches(i: int) -> Iterator[tuple[Any, list[Record]]]:
+        """The Arrow batches of source partition ``i``, each with its records: a row group is
+        not held as a list of rows."""
+        import pyarrow.parquet as pq
 
-            for f, g in it:
-                pf = pq.ParquetFile(f)
-                if pf.metadata.num_row_groups == 0:
-                    continue
-                # batch by batch: a row group is not held as a list of rows
-                rows = (row for batch in pf.iter_batches(row_groups=[g])
-                        for row in batch.to_pylist())
-                yield from to_records(i, rows)
+        if i >= len(splits):
+            return
+        f, g = splits[i]
+        pf = pq.ParquetFile(f)
+        if pf.metadata.num_row_groups == 0:
+            return
+        off = 0
+        for batch in pf.iter_batches(batch_size=BATCH, row_groups=[g]):
+            if batch.num_rows:
+                yield batch, list(to_records(i, iter(batch.to_pylist()), off))
+                off += batch.num_rows
+
+    def read(i: int) -> Iterator[Record]:
+        for _batch, recs in read_batches(i):
+            yield from recs
+
+    def build(spark: Any) -> Any:
+        def read_all(i: int, it: Iterator[tuple[str, int]]) -> Iterator[Record]:
+            for _split in it:
+                yield from read(i)
         return spark.sparkContext.parallelize(splits, max(len(splits), 1)) \
-            .mapPartitionsWithIndex(read)
-    return Source(stream_id, max(len(splits), 1), names, build)
+            .mapPartitionsWithIndex(read_all)
+
+    src = Source(stream_id, max(len(splits), 1), names, build, read,
+                 frame=lambda spark: spark.read.parquet(*files))
+    if not descriptor.keyed and len(set(schemas)) == 1:
+        # the rows themselves are the messages: a pass can carry them as columns
+        src.carry(schemas[0], read_batches, row_converter(stream_id, descriptor.serde))
+    return src
 
 
 def _dataframe_source(stream_id: str, descriptor: Any, given: FileInput, start_ms: int) -> Source:
@@ -391,4 +438,4 @@ def _dataframe_source(stream_id: str, descriptor: Any, given: FileInput, start_m
     def build(spark: Any) -> Any:
         return df.rdd.mapPartitionsWithIndex(
             lambda i, rows: to_records(i, (r.asDict(recursive=True) for r in rows)))
-    return Source(stream_id, n, names, build)
+    return Source(stream_id, n, names, build, frame=lambda spark: df)

@@ -108,7 +108,9 @@ def test_non_callable_window_functions_raise():
     with pytest.raises(TypeError, match="keyed_tumbling needs a callable key_fn"):
         Windows.keyed_tumbling(None, S)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="keyed_session needs a callable key_fn"):
-        Windows.keyed_session("user", S)  # type: ignore[arg-type]
+        Windows.keyed_session(42, S)  # type: ignore[arg-type]
+    # a string names a field of the message
+    assert Windows.keyed_session("user", S).key_fn({"user": "u1"}) == "u1"
 
 
 # -- builder methods -----------------------------------------------------------------------------
@@ -285,3 +287,25 @@ def test_window_pane_round_trips_through_msgspec():
 def test_enums_have_samza_names():
     assert {f.name for f in FiringType} == {"EARLY", "DEFAULT", "LATE"}
     assert {m.name for m in AccumulationMode} == {"ACCUMULATING", "DISCARDING"}
+
+
+def test_keyed_windows_take_the_key_as_key_fn_or_as_key() -> None:
+    """``key_fn`` (positional or by keyword, as in the API) and its alias ``key=`` give the same
+    window; both at once, or neither, is an error naming the window."""
+    from samza_dsl import Aggregate
+
+    size, hop = timedelta(seconds=10), timedelta(seconds=5)
+    for kind, extra in (("keyed_tumbling", (size,)), ("keyed_session", (size,)),
+                        ("keyed_hopping", (size, hop))):
+        factory = getattr(Windows, kind)
+        named = dict(zip(("gap",) if kind == "keyed_session" else ("size", "hop"), extra,
+                         strict=False))
+        by_position = factory("country", *extra, aggregate=Aggregate.count())
+        by_key_fn = factory(key_fn="country", **named, aggregate=Aggregate.count())
+        by_key = factory(key="country", **named, aggregate=Aggregate.count())
+        assert by_position.kind == by_key_fn.kind == by_key.kind == kind
+        assert by_position.size_ms == by_key_fn.size_ms == by_key.size_ms
+        with pytest.raises(TypeError, match=f"Windows.{kind}: give the key as key_fn or as key="):
+            factory("country", *extra, key="country", aggregate=Aggregate.count())
+        with pytest.raises(TypeError, match=f"Windows.{kind} needs a callable key_fn"):
+            factory(None, *extra, aggregate=Aggregate.count())

@@ -49,7 +49,7 @@ def test_each_task_partition_lands_in_its_spark_partition_sorted(spark: Any, n: 
     rng = random.Random(n)
     items = [(rng.randrange(n), ("s" + str(rng.randrange(2)), rng.randrange(50), rng.randrange(4),
                                  i, 0, {"i": i})) for i in range(600)]
-    rows = spark.createDataFrame(spark.sparkContext.parallelize(items, 5).map(encode), SCHEMA)
+    rows = spark.createDataFrame(spark.sparkContext.parallelize(items, 5).mapPartitions(encode), SCHEMA)
     placed = shuffle(spark, rows, n, ORDER).rdd.mapPartitionsWithIndex(
         lambda i, it: [(i, tuple(r)) for r in it]).collect()
     assert len(placed) == len(items)

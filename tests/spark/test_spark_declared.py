@@ -1,0 +1,263 @@
+"""Declared aggregations (``aggregate=Aggregate...``): the streaming runtime runs them as folds,
+and ``SparkRunner`` runs a ``partition_by("field")`` followed by a declared tumbling window in
+Spark SQL (its declared tier), with the same output as its general tier, byte for byte, and as
+``TestRunner``. Inputs the declared tier cannot take exactly go to the general tier."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from datetime import timedelta
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_spark_properties import partitioned_events
+
+from runtime.spark import ReprocessError, SparkRunner
+from runtime.spark.declared import GENERAL_TIER, SQL_TIER, spark_tiers
+from runtime.testing import TestRunner
+from samza_dsl import Aggregate, StreamApplication, TaskError, Windows
+from samza_dsl.systems import MemorySystem
+
+AGGREGATES = [Aggregate.count(), Aggregate.sum("v"), Aggregate.min("v"), Aggregate.max("v"),
+              Aggregate.mean("v")]
+SCHEMA = "k string, v bigint, ts double, id string"
+EXAMPLES = int(os.environ.get("SAMZA_SPARK_EXAMPLES", "6"))
+
+
+def pane_row(p: Any) -> tuple[Any, ...]:
+    return (p.key.key, p.key.pane_id, p.message, p.firing.value)
+
+
+def app_of(aggregate: Aggregate | None, *, keyed: bool = True, size_s: float = 10,
+           partitions: int = 3, init: Any = None, fold: Any = None,
+           window_key: str = "k") -> StreamApplication:
+    app = StreamApplication("declared", config={"job.intermediate.stream.partitions": partitions})
+    mem = MemorySystem()
+    events = app.input(mem.input("events"))
+    size = timedelta(seconds=size_s)
+    if keyed:
+        w = Windows.keyed_tumbling(key=window_key, size=size, event_time="ts", aggregate=aggregate,
+                                   init=init, fold=fold)
+    else:
+        w = Windows.tumbling(size, event_time="ts", aggregate=aggregate, init=init, fold=fold)
+    (events.partition_by("k", name="by-k")
+        .window(w, name="w")
+        .map(pane_row, name="row")
+        .send_to(app.output(mem.output("out"))))
+    return app
+
+
+def rows_of(parts: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    return [m for p in sorted(parts) for m in parts[p]]
+
+
+def both_tiers(spark: Any, app: Any, rows: list[dict[str, Any]],
+               schema: str = SCHEMA) -> tuple[Any, Any]:
+    """The run over a DataFrame (the declared tier where it applies) and over the same rows as
+    a list (always the general tier)."""
+    runner = SparkRunner(spark)
+    declared = runner.reprocess(app(), {"events": spark.createDataFrame(rows, schema)})
+    general = runner.reprocess(app(), {"events": {0: rows}})
+    assert set(general.tiers.values()) == {GENERAL_TIER}
+    return declared, general
+
+
+EDGE_ROWS = [  # ties of the ms rounding, negative times, a None key, big and negative values
+    {"k": "a", "v": 3, "ts": 0.0005, "id": "1"},
+    {"k": "a", "v": -7, "ts": 0.0015, "id": "2"},
+    {"k": None, "v": 1, "ts": 2.5, "id": "3"},
+    {"k": "é", "v": 2**62, "ts": -0.0025, "id": "4"},
+    {"k": "é", "v": 2**62, "ts": 9.9995, "id": "5"},
+    {"k": "b", "v": 0, "ts": -12.3, "id": "6"},
+    {"k": "a", "v": 3, "ts": 10.0, "id": "7"},
+    {"k": "zz", "v": -1, "ts": 1234.5675, "id": "8"},
+]
+
+
+@pytest.mark.parametrize("keyed", [True, False], ids=["keyed", "global"])
+@pytest.mark.parametrize("aggregate", AGGREGATES, ids=lambda a: a.kind)
+def test_the_declared_tier_equals_the_general_tier_and_the_streaming_runtime(
+        spark: Any, aggregate: Aggregate, keyed: bool) -> None:
+    def app() -> StreamApplication:
+        return app_of(aggregate, keyed=keyed)
+    # out of event-time order: on Spark past a shuffle, panes close at the end of the pass in
+    # both tiers, so no message is late
+    declared, general = both_tiers(spark, app, EDGE_ROWS)
+    assert set(declared.tiers.values()) == {SQL_TIER}
+    assert declared.messages("out") == general.messages("out")
+    assert declared.late_counts == general.late_counts == {}
+    # in event-time order, the streaming runtime gives the same panes
+    in_order = sorted(EDGE_ROWS, key=lambda m: m["ts"])
+    streaming = TestRunner(app()).add_input("events", {0: in_order}).run().messages("out")
+    assert Counter(declared.messages("out")) == Counter(streaming)
+    assert declared.rows_in == general.rows_in == {"events": len(EDGE_ROWS)}
+    assert declared.rows_out == general.rows_out
+    ops = declared.operators
+    assert ops["declared-1-window-w"]["messages-in"] == len(EDGE_ROWS)
+    assert ops["declared-1-window-w"]["panes-emitted"] == len(declared.messages("out"))
+
+
+def test_outputs_of_both_tiers_are_the_same_bytes(spark: Any, tmp_path: Path) -> None:
+    rows = [{"k": f"k{i % 7}", "v": i * 3 - 50, "ts": i * 0.37, "id": str(i)} for i in range(400)]
+    runner = SparkRunner(spark)
+    a = runner.reprocess(app_of(Aggregate.mean("v")), {"events": spark.createDataFrame(rows, SCHEMA)},
+                         outputs={"out": str(tmp_path / "declared")})
+    b = runner.reprocess(app_of(Aggregate.mean("v")), {"events": {0: rows[:200], 1: rows[200:]}},
+                         outputs={"out": str(tmp_path / "general")})
+    assert set(a.tiers.values()) == {SQL_TIER} and set(b.tiers.values()) == {GENERAL_TIER}
+
+    def files(d: Path) -> dict[str, bytes]:
+        return {f.name: f.read_bytes() for f in sorted(d.iterdir()) if f.name.startswith("part-")}
+    assert files(tmp_path / "declared") == files(tmp_path / "general")
+    assert sum(len(v) for v in files(tmp_path / "declared").values()) > 0
+
+
+def test_fields_spark_sql_cannot_aggregate_exactly_take_the_general_tier(spark: Any) -> None:
+    rows = [{"k": "a", "v": 0.1, "ts": 1.0, "id": "1"}, {"k": "a", "v": 0.2, "ts": 2.0, "id": "2"},
+            {"k": "a", "v": 0.3, "ts": 3.0, "id": "3"}]
+    schema = "k string, v double, ts double, id string"
+
+    def app() -> StreamApplication:
+        return app_of(Aggregate.sum("v"))
+    declared, general = both_tiers(spark, app, rows, schema)
+    assert set(declared.tiers.values()) == {GENERAL_TIER}  # a float sum: exact in Python only
+    assert declared.messages("out") == general.messages("out") == [("a", "0", 0.6, "default")]
+    # the exact sum, whatever the order: not 0.1 + 0.2 + 0.3 == 0.6000000000000001
+    assert float(sum(map(Fraction, (0.1, 0.2, 0.3)))) == 0.6
+
+
+def test_a_declared_window_after_a_python_partition_key_takes_the_general_tier(spark: Any) -> None:
+    app = StreamApplication("fn", config={"job.intermediate.stream.partitions": 2})
+    mem = MemorySystem()
+    (app.input(mem.input("events"))
+        .partition_by(lambda m: m["k"], name="by-k")
+        .window(Windows.keyed_tumbling(key="k", size=timedelta(seconds=10), event_time="ts",
+                                       aggregate=Aggregate.count()), name="w")
+        .map(pane_row, name="row").send_to(app.output(mem.output("out"))))
+    tiers = spark_tiers(app.plan())
+    assert {t["tier"] for t in tiers.values()} == {GENERAL_TIER}
+    assert any("partition_by" in t.get("why", "") for t in tiers.values())
+    result = SparkRunner(spark).reprocess(app, {"events": spark.createDataFrame(EDGE_ROWS, SCHEMA)})
+    assert set(result.tiers.values()) == {GENERAL_TIER}
+    assert sum(m[2] for m in result.messages("out")) == len(EDGE_ROWS)
+
+
+def test_a_null_field_is_an_error_naming_the_window_and_the_field(spark: Any) -> None:
+    rows = [*EDGE_ROWS, {"k": "a", "v": None, "ts": 3.0, "id": "x"}]
+    with pytest.raises(ReprocessError, match=r"window 'declared-1-window-w'.*field 'v'"):
+        SparkRunner(spark).reprocess(app_of(Aggregate.sum("v")),
+                                     {"events": spark.createDataFrame(rows, SCHEMA)})
+    with pytest.raises(ReprocessError, match=r"declared-1-window-w.*Aggregate.sum\(v\).*'v'"):
+        SparkRunner(spark).reprocess(app_of(Aggregate.sum("v")), {"events": {0: rows}})
+    rows = [*EDGE_ROWS, {"k": "a", "v": 1, "ts": None, "id": "x"}]
+    with pytest.raises(ReprocessError, match=r"window 'declared-1-window-w'.*field 'ts'"):
+        SparkRunner(spark).reprocess(app_of(Aggregate.count()),
+                                     {"events": spark.createDataFrame(rows, SCHEMA)})
+
+
+def test_a_missing_or_non_numeric_field_is_an_error_on_spark(spark: Any) -> None:
+    rows = [{"k": "a", "w": 1, "ts": 1.0}]
+    with pytest.raises(ReprocessError, match=r"declared-1-window-w.*no field 'v'"):
+        SparkRunner(spark).reprocess(app_of(Aggregate.max("v")), {
+            "events": spark.createDataFrame(rows, "k string, w bigint, ts double")})
+    rows2 = [{"k": "a", "v": "seven", "ts": 1.0}]
+    with pytest.raises(ReprocessError, match=r"Aggregate.sum\(v\).*must be a number.*'seven'"):
+        SparkRunner(spark).reprocess(app_of(Aggregate.sum("v")), {
+            "events": spark.createDataFrame(rows2, "k string, v string, ts double")})
+
+
+def test_bad_declarations_are_refused_when_made() -> None:
+    with pytest.raises(ValueError, match="unknown aggregate 'median'"):
+        Aggregate("median", "v")
+    with pytest.raises(ValueError, match=r"Aggregate.sum\(field\) needs a field name"):
+        Aggregate("sum")
+    with pytest.raises(ValueError, match="count.*takes no field"):
+        Aggregate("count", "v")
+    with pytest.raises(TypeError, match="aggregate= takes an Aggregate"):
+        Windows.tumbling(timedelta(seconds=1), aggregate="count")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="aggregate= or init/fold"):
+        Windows.tumbling(timedelta(seconds=1), aggregate=Aggregate.count(), init=int,
+                         fold=lambda m, n: n + 1)
+    with pytest.raises(ValueError, match="field name must be a non-empty string"):
+        Windows.keyed_tumbling(key="", size=timedelta(seconds=1))
+
+
+@pytest.mark.parametrize("value", [True, None, float("nan"), float("inf"), "3"])
+def test_a_bad_value_is_an_error_naming_the_aggregate_and_field(value: Any) -> None:
+    app = app_of(Aggregate.mean("v"), partitions=1)
+    rows = [{"k": "a", "v": 1, "ts": 1.0}, {"k": "a", "v": value, "ts": 2.0}]
+    with pytest.raises(TaskError, match=r"declared-1-window-w.*Aggregate.mean\(v\): field 'v'"):
+        TestRunner(app).add_input("events", rows).run()
+
+
+# -- properties ----------------------------------------------------------------------------------
+
+PROPS = settings(max_examples=EXAMPLES, deadline=None, derandomize=False,
+                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                        HealthCheck.function_scoped_fixture])
+
+
+def by_definition(kind: str, values: list[Any]) -> Any:
+    """A pane's value as the docs define it, from the list of its values."""
+    if kind == "count":
+        return len(values)
+    if kind in ("min", "max"):
+        return min(values) if kind == "min" else max(values)
+    exact = sum(map(Fraction, values), Fraction(0))
+    if kind == "sum":
+        return int(exact) if all(type(v) is int for v in values) else float(exact)
+    return float(exact / len(values))
+
+
+def values_of(parts: dict[int, list[dict[str, Any]]], floats: list[float]) -> dict[int, list[Any]]:
+    """The drawn events with some of their values made floats."""
+    out: dict[int, list[Any]] = {}
+    i = 0
+    for p, events in parts.items():
+        out[p] = []
+        for m in events:
+            if floats and i % 3 == 0:
+                m = {**m, "v": floats[i % len(floats)]}
+            out[p].append(m)
+            i += 1
+    return out
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(parts=partitioned_events(own_keys=False),
+       floats=st.lists(st.floats(-1e6, 1e6, allow_nan=False), max_size=4),
+       aggregate=st.sampled_from(AGGREGATES), keyed=st.booleans(),
+       size_s=st.integers(1, 6), partitions=st.integers(1, 3))
+def test_declared_aggregations_equal_the_same_window_folded_by_hand(
+        parts: Any, floats: list[float], aggregate: Aggregate, keyed: bool, size_s: int,
+        partitions: int) -> None:
+    """On the streaming runtime a declared aggregation is the window folded by hand: the same
+    panes, fired the same way, each holding the aggregate of its messages as defined."""
+    parts = values_of(parts, floats)
+    declared = TestRunner(app_of(aggregate, keyed=keyed, size_s=size_s, partitions=partitions)) \
+        .add_input("events", parts).run(timeout=30).messages("out")
+    by_hand = TestRunner(app_of(None, keyed=keyed, size_s=size_s, partitions=partitions,
+                                init=list, fold=lambda kv, acc: [*acc, kv.value["v"]])) \
+        .add_input("events", parts).run(timeout=30).messages("out")
+    assert Counter(declared) == Counter(
+        (k, pane, by_definition(aggregate.kind, vs), f) for k, pane, vs, f in by_hand)
+
+
+@PROPS
+@given(parts=partitioned_events(own_keys=False), aggregate=st.sampled_from(AGGREGATES),
+       keyed=st.booleans(), size_s=st.integers(1, 6), partitions=st.integers(1, 4))
+def test_the_declared_tier_equals_the_streaming_runtime(
+        spark: Any, parts: Any, aggregate: Aggregate, keyed: bool, size_s: int,
+        partitions: int) -> None:
+    def app() -> StreamApplication:
+        return app_of(aggregate, keyed=keyed, size_s=size_s, partitions=partitions)
+    rows = rows_of(parts)
+    streaming = TestRunner(app()).add_input("events", parts).run(timeout=30).messages("out")
+    result = SparkRunner(spark).reprocess(app(), {"events": spark.createDataFrame(rows, SCHEMA)})
+    assert set(result.tiers.values()) == {SQL_TIER}
+    assert Counter(result.messages("out")) == Counter(streaming)
