@@ -185,6 +185,10 @@ class Operator:
         no per-message list. ``IDENTITY`` means the output is the message itself."""
         return None
 
+    def one_to_one_port(self, port: int) -> Callable[[Any], Any] | None:
+        """``one_to_one`` for messages arriving on input ``port`` (a join has two)."""
+        return self.one_to_one() if port == 0 else None
+
     def process_port(self, port: int, message: Any) -> Result:
         return self.process(message)
 
@@ -196,6 +200,11 @@ class Operator:
 
     def on_end_of_stream(self) -> list[Any]:
         return []
+
+    def flush_state(self) -> None:
+        """Write state the operator holds in memory into its stores. The runtime calls it at
+        the start of every commit, before the stores are flushed into their changelogs, so a
+        checkpoint holds exactly the state as of its offsets."""
 
     def close(self) -> None:
         for fn in self.user_fns:

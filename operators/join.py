@@ -12,6 +12,9 @@ filter or map such messages before the join. Beyond Samza, ``on_timer(now_ms)`` 
 deletes entries with ``now - arrival >= ttl_ms`` from both sides, so state stays bounded; the
 entries are found through an in-memory index in arrival order, rebuilt from the stores at init.
 
+Each port's work is one closure over its stores and functions (``one_to_one_port``): the
+runtime chains it like a map, with no list per message, and runs it over whole batches.
+
 >>> from datetime import timedelta
 >>> from samza_dsl.spec import JoinSpec
 >>> from operators.base import OperatorContext
@@ -30,6 +33,7 @@ entries are found through an in-memory index in arrival order, rebuilt from the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from samza_dsl.errors import TaskError
@@ -56,6 +60,7 @@ class JoinOperator(Operator):
         # per side: key -> arrival ms, ordered by arrival (a key moves to the end when it is
         # replaced), so a purge stops at the first entry that is still young
         self._arrivals: tuple[dict[Any, int], dict[Any, int]] = ({}, {})
+        self._ports: tuple[Callable[[Any], Any], ...] = ()
 
     def init(self, ctx: OperatorContext, user_ctx: UserContext | None = None) -> None:
         super().init(ctx, user_ctx)
@@ -66,25 +71,44 @@ class JoinOperator(Operator):
             entries = sorted((entry[0], i, key) for i, (key, entry) in enumerate(store.all()))
             for ts, _, key in entries:
                 arrivals[key] = ts
+        self._ports = (self._port(0), self._port(1))
+
+    def _port(self, port: int) -> Callable[[Any], Any]:
+        """The function of ``port``: the message stored, the other side looked up, the output
+        or None."""
+        key_fn = self._key_fns[port]
+        put = self._stores[port].put
+        get = self._stores[1 - port].get
+        arrivals = self._arrivals[port]
+        unlist = arrivals.pop
+        clock, ttl, combine = self._clock, self.ttl_ms, self._combine
+        op_id, side = self.op_id, _SIDES[port]
+
+        def arrive(message: Any) -> Any:
+            key = key_fn(message)
+            if key is None:
+                raise TaskError(f"join {op_id!r}: the {side} key of {message!r} is None; a join "
+                                f"needs a key on both sides (as in Samza): filter out or map "
+                                f"such messages before the join", op_id=op_id)
+            now = clock()
+            unlist(key, None)
+            arrivals[key] = now
+            put(key, (now, message))
+            other = get(key)
+            if other is None or now - other[0] >= ttl:
+                return None
+            return combine(message, other[1]) if port == 0 else combine(other[1], message)
+        return arrive
+
+    def one_to_one_port(self, port: int) -> Callable[[Any], Any]:
+        """Each port gives at most one output (None: no match, or ``combine`` gave None)."""
+        return self._ports[port]
 
     def process(self, message: Any) -> list[Any]:
         return self.process_port(0, message)
 
     def process_port(self, port: int, message: Any) -> list[Any]:
-        key = self._key_fns[port](message)
-        if key is None:
-            raise TaskError(f"join {self.op_id!r}: the {_SIDES[port]} key of {message!r} is None; "
-                            f"a join needs a key on both sides (as in Samza): filter out or map "
-                            f"such messages before the join", op_id=self.op_id)
-        now = self._clock()
-        arrivals = self._arrivals[port]
-        arrivals.pop(key, None)
-        arrivals[key] = now
-        self._stores[port].put(key, (now, message))
-        other = self._stores[1 - port].get(key)
-        if other is None or now - other[0] >= self.ttl_ms:
-            return []
-        result = self._combine(message, other[1]) if port == 0 else self._combine(other[1], message)
+        result = self._ports[port](message)
         return [] if result is None else [result]
 
     def on_timer(self, now_ms: int) -> list[Any]:

@@ -3,7 +3,11 @@
 
 A pane is identified by ``(start_ms, key)`` (key None for the global tumbling window); its state
 lives in ``ctx.store(op_id)`` under that tuple: the fold result, or the list of messages without
-``init``/``fold``. The in-memory indexes (open panes and their closing order, panes kept for
+``init``/``fold``. A tumbling window holds its panes' values in memory and writes the ones that
+changed into the store at each commit (``flush_state``), so a message costs no store access and
+a checkpoint's store holds exactly the panes as of its offsets. Past a commit it keeps up to
+``stores.<op id>.pane.cache.size`` values (default 100,000) in memory; the others are read back
+from the store when their pane gets its next message; panes that close leave memory. The in-memory indexes (open panes and their closing order, panes kept for
 lateness) are rebuilt from the store at ``init``; the watermark is stored under
 ``(None, "watermark")`` whenever panes close, which is all a restore needs to tell closed panes from
 open ones. Trigger progress is not stored (as in Samza): after a restore, a pane's early or late
@@ -65,8 +69,10 @@ import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from heapq import heappop, heappush
+from itertools import islice
 from typing import Any, cast
 
+from samza_dsl.config import STORE_PROPERTIES
 from samza_dsl.spec import WindowSpec
 from samza_dsl.windows import AccumulationMode, FiringType, WindowKey, WindowPane
 
@@ -105,6 +111,8 @@ class WindowOperator(Operator, ABC):
         self._init = resolve_fn(w.init) if w.init is not None else None
         self._fold = resolve_fn(w.fold) if w.fold is not None else None
         self._event_time = resolve_fn(w.event_time) if w.event_time is not None else None
+        #: a declared aggregate's finish: a pane's value from its accumulator
+        self._finish = w.aggregate.finish if w.aggregate is not None else None
         self.mode = w.mode
         self._discarding = w.mode is AccumulationMode.DISCARDING
         self.lateness_ms = w.allowed_lateness_ms if self._event_time is not None else 0
@@ -121,6 +129,7 @@ class WindowOperator(Operator, ABC):
         self._late: dict[Any, TriggerImpl | None] = {}
         self._timers: list[tuple[int, int, FiringType, Any, TriggerImpl]] = []
         self._seq = itertools.count()
+        self._pane_ids: dict[int, str] = {}
 
     def init(self, ctx: OperatorContext, user_ctx: UserContext | None = None) -> None:
         super().init(ctx, user_ctx)
@@ -200,8 +209,15 @@ class WindowOperator(Operator, ABC):
         elif not drop and self._fold is None:
             value = list(value)
         start, key = self._pane_key(handle)
+        if self._finish is not None:
+            value = self._finish(value)
         self.panes_emitted += 1
-        return WindowPane(WindowKey(key, str(start)), value, firing, self.mode)
+        pane_id = self._pane_ids.get(start)
+        if pane_id is None:  # one string per start, shared by its panes
+            if len(self._pane_ids) >= 1024:
+                self._pane_ids.clear()
+            pane_id = self._pane_ids[start] = str(start)
+        return WindowPane(WindowKey(key, pane_id), value, firing, self.mode)
 
     def _close_pane(self, handle: Any, out: list[Any]) -> None:
         """The DEFAULT firing: emit, cancel the early trigger, and clear the state unless closed
@@ -373,12 +389,149 @@ class AlignedWindowOperator(WindowOperator):
         return [(start, key) for start, keys in self._open.items() for key in keys]
 
 
+#: how many pane values flush_state writes into the store between two of its ``maybe_flush``
+_FLUSH_CHUNK = 4096
+
+
 class TumblingWindowOperator(AlignedWindowOperator):
-    """Global (``Windows.tumbling``) and keyed tumbling windows: pane start = t - t % size."""
+    """Global (``Windows.tumbling``) and keyed tumbling windows: pane start = t - t % size.
+
+    Pane values in memory, by start and then key: ``_dirty`` holds those changed since the last
+    commit, ``_clean`` those written at a commit and kept (at most ``_cache_size`` of them). A
+    key is in one of the two at most; a pane in neither has its value in the store (or none)."""
+
+    def __init__(self, spec: WindowSpec) -> None:
+        super().__init__(spec)
+        self._dirty: dict[int, dict[Any, Any]] = {}
+        self._clean: dict[int, dict[Any, Any]] = {}
+        self._cached = 0  # values in _clean
+        self._cache_size: int = STORE_PROPERTIES["pane.cache.size"].default
+        self._deletes = 0
+        self._store_flush: Callable[[], None] | None = None
 
     def init(self, ctx: OperatorContext, user_ctx: UserContext | None = None) -> None:
+        size = ctx.config.get(f"stores.{self.op_id}.pane.cache.size")
+        if size is not None:
+            self._cache_size = max(1, int(size))
         super().init(ctx, user_ctx)
+        #: a store that writes in batches (LMDB) flushes when enough of its keys are dirty
+        self._store_flush = getattr(self._store, "maybe_flush", None)
         self.process = self._make_process()  # type: ignore[method-assign, assignment]
+
+    # -- pane values in memory -----------------------------------------------------------------
+
+    def _value(self, handle: Any) -> Any:
+        start, key = handle
+        panes = self._dirty.get(start)
+        if panes is not None:
+            v = panes.get(key, _MISSING)
+            if v is not _MISSING:
+                return v
+        panes = self._clean.get(start)
+        if panes is not None:
+            v = panes.get(key, _MISSING)
+            if v is not _MISSING:
+                return v
+        return self._get(handle)
+
+    def _take(self, start: int, key: Any) -> Any:
+        """The value of a pane not in ``_dirty``, about to be changed: out of ``_clean``, or
+        read from the store (None: no state). Only an indexed pane (open, or kept for late
+        data) can have a value in the store: a new pane costs no store read."""
+        clean = self._clean
+        panes = clean.get(start)
+        if panes is not None:
+            v = panes.pop(key, _MISSING)
+            if v is not _MISSING:
+                self._cached -= 1
+                if not panes:
+                    del clean[start]
+                return v
+        keys = self._open.get(start)
+        if keys is None or key not in keys:
+            keys = self._retained.get(start)
+            if keys is None or key not in keys:
+                return None
+        return self._get((start, key))
+
+    def _current(self, start: int, key: Any) -> Any:
+        """A pane's value for an update (see ``_take``); the caller then ``_set``s it."""
+        panes = self._dirty.get(start)
+        if panes is not None:
+            v = panes.get(key, _MISSING)
+            if v is not _MISSING:
+                return v
+        return self._take(start, key)
+
+    def _set(self, start: int, key: Any, value: Any) -> None:
+        panes = self._dirty.get(start)
+        if panes is None:
+            panes = self._dirty[start] = {}
+        panes[key] = value
+
+    def _forget(self, start: int, key: Any) -> None:
+        for index in (self._dirty, self._clean):
+            panes = index.get(start)
+            if panes is not None and panes.pop(key, _MISSING) is not _MISSING:
+                if index is self._clean:
+                    self._cached -= 1
+                if not panes:
+                    del index[start]
+
+    def _clear_value(self, handle: Any) -> None:
+        self._forget(*handle)
+        self._store.delete(handle)
+        self._deletes += 1
+        if not self._deletes % _FLUSH_CHUNK and self._store_flush is not None:
+            self._store_flush()  # panes closing by the million: the store writes in batches
+
+    _drop_value = _clear_value
+
+    def flush_state(self) -> None:
+        """Write the panes changed since the last commit into the store; they stay in memory
+        as clean values, down to half of ``_cache_size`` once it is exceeded."""
+        dirty = self._dirty
+        if not dirty:
+            return
+        put = self._put
+        flush = self._store_flush
+        clean = self._clean
+        n = 0
+        for start, panes in dirty.items():
+            if not panes:  # a fold that failed on a new pane's first message
+                continue
+            for key, value in panes.items():
+                put((start, key), value)
+                n += 1
+                if flush is not None and not n % _FLUSH_CHUNK:
+                    flush()
+            kept = clean.get(start)
+            if kept is None:
+                clean[start] = panes
+            else:
+                kept.update(panes)
+        self._cached += n
+        dirty.clear()
+        if self._cached > self._cache_size:
+            self._evict()
+
+    def _evict(self) -> None:
+        """Drop clean values, oldest start and first-cached first, down to half the cache."""
+        clean = self._clean
+        excess = self._cached - self._cache_size // 2
+        for start in list(clean):
+            if excess <= 0:
+                break
+            panes = clean[start]
+            if len(panes) <= excess:
+                del clean[start]
+                gone = len(panes)
+            else:
+                for key in list(islice(panes, excess)):
+                    del panes[key]
+                gone = excess
+            excess -= gone
+            self._cached -= gone
 
     def _restore(self) -> None:
         size, wm = self.size_ms, self.watermark
@@ -399,7 +552,7 @@ class TumblingWindowOperator(AlignedWindowOperator):
     def _make_process(self) -> Callable[[Any], list[Any]]:
         """``process`` as a closure over its configuration: the hot path pays for no attribute
         lookups (the W3 benchmark folds a million messages through here)."""
-        get, put, clock = self._get, self._put, self._clock
+        current, dirty, clock = self._current, self._dirty, self._clock
         key_fn, init, fold, event_time = self._key_fn, self._init, self._fold, self._event_time
         size, lateness = self.size_ms, self.lateness_ms
         open_panes, closing, expiring = self._open, self._closing, self._expiring
@@ -428,8 +581,7 @@ class TumblingWindowOperator(AlignedWindowOperator):
                 ms = clock()
                 start = ms - ms % size
             key = key_fn(message) if key_fn is not None else None
-            pk = (start, key)
-            value = get(pk)
+            value = current(start, key)
             if value is None:
                 keys = open_panes.get(start)
                 if keys is None:
@@ -443,9 +595,13 @@ class TumblingWindowOperator(AlignedWindowOperator):
                     self._check_fold(value)
             else:
                 value.append(message)
-            put(pk, value)
+            panes = dirty.get(start)
+            if panes is None:
+                panes = dirty[start] = {}
+            panes[key] = value
             if early:
-                pane = on_trigger_message(pk, EARLY, ms if event_time is None else clock())
+                pane = on_trigger_message((start, key), EARLY,
+                                          ms if event_time is None else clock())
                 if pane is not None:
                     if out is None:
                         return [pane]
@@ -457,8 +613,8 @@ class TumblingWindowOperator(AlignedWindowOperator):
     def _make_keyed_fold_process(self) -> Callable[[Any], list[Any]]:
         """The general ``process`` less its branches, for the common keyed event-time fold
         without early triggers."""
-        get, put, key_fn, init, fold, event_time = \
-            self._get, self._put, self._key_fn, self._init, self._fold, self._event_time
+        take, dirty, key_fn, init, fold, event_time = \
+            self._take, self._dirty, self._key_fn, self._init, self._fold, self._event_time
         size, lateness = self.size_ms, self.lateness_ms
         open_panes, closing, expiring = self._open, self._closing, self._expiring
         late_message, advance = self._late_message, self._advance
@@ -477,8 +633,18 @@ class TumblingWindowOperator(AlignedWindowOperator):
             elif start + size <= self.watermark:
                 return late_message(message, (start, key_fn(message)), ms)
             key = key_fn(message)
-            pk = (start, key)
-            value = get(pk)
+            panes = dirty.get(start)
+            if panes is not None:
+                value = panes.get(key, _MISSING)
+                if value is not _MISSING:  # the common case: a pane changed since the commit
+                    value = fold(message, value)
+                    if value is None:
+                        self._check_fold(value)
+                    panes[key] = value
+                    return out if out is not None else []
+            else:
+                panes = dirty[start] = {}
+            value = take(start, key)
             if value is None:
                 keys = open_panes.get(start)
                 if keys is None:
@@ -489,7 +655,7 @@ class TumblingWindowOperator(AlignedWindowOperator):
             value = fold(message, value)
             if value is None:
                 self._check_fold(value)
-            put(pk, value)
+            panes[key] = value
             return out if out is not None else []
 
         return process
@@ -498,7 +664,7 @@ class TumblingWindowOperator(AlignedWindowOperator):
         start = pk[0]
         if not self._retain or start + self.size_ms + self.lateness_ms <= self.watermark:
             return self._drop_late(message, pk[1], start, ms)
-        value = self._get(pk)
+        value = self._current(start, pk[1])
         if value is None:
             self._index(self._retained, self._expiring, start)[pk[1]] = None
             value = self._new_value()
@@ -506,16 +672,23 @@ class TumblingWindowOperator(AlignedWindowOperator):
             value = self._check_fold(self._fold(message, value))
         else:
             value.append(message)
-        self._put(pk, value)
+        self._set(start, pk[1], value)
         pane = self._on_trigger_message(pk, LATE, self._clock())
         return [pane] if pane is not None else []
 
     def _drop_all(self) -> None:
-        delete = self._store.delete
+        self._dirty.clear()
+        self._clean.clear()
+        self._cached = 0
+        delete, flush = self._store.delete, self._store_flush
+        n = 0
         for index in (self._open, self._retained):
             for start, keys in index.items():
                 for key in keys:
                     delete((start, key))
+                    n += 1
+                    if flush is not None and not n % _FLUSH_CHUNK:
+                        flush()
             index.clear()
         self._closing.clear()
         self._expiring.clear()

@@ -2,6 +2,8 @@
 
 The order, and why:
 
+0. (the task, just before) operators write the state they hold in memory into their stores
+   (``Operator.flush_state``: a tumbling window's pane values), so step 3 covers it;
 1. take the task's checkpoint offsets first: a message that completes while the commit runs
    (``task.async.commit``) has outputs the flush below may not cover, so it must not be in them;
 2. flush the producer: every output of a checkpointed message is durable;

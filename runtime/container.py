@@ -12,9 +12,10 @@ docs/semantics.md rule 16); tasks see the container only through their ``TaskEnv
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -29,10 +30,34 @@ from runtime.task_env import TaskEnv
 from samza_dsl.config import config_value
 from samza_dsl.errors import SamzaError
 
-__all__ = ["Container", "CheckpointStore", "MemoryCheckpoints", "Consumer", "Producer"]
+__all__ = ["Container", "CheckpointStore", "MemoryCheckpoints", "Consumer", "Producer",
+           "messages_die_young"]
 
 INBOX_LIMIT = 8192
 GC_THRESHOLD0 = 20_000
+
+
+def wall_ms(_ns: Callable[[], int] = time.time_ns) -> int:
+    """The wall clock in whole milliseconds: the processing time operators read (a join reads
+    it once per message, so it takes one call and an integer division)."""
+    return _ns() // 1_000_000
+
+
+@contextlib.contextmanager
+def messages_die_young() -> Iterator[None]:
+    """While it lasts, the objects that exist already are frozen out of the cycle collector's
+    scans and its first generation collects after ``GC_THRESHOLD0`` allocations: a job's
+    long-lived objects need no scans, and its messages die young."""
+    threshold = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(max(threshold[0], GC_THRESHOLD0), *threshold[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*threshold)
+        gc.unfreeze()
+
+
 FETCH_BATCH = 1024
 
 
@@ -141,7 +166,7 @@ class Container:
         self.state = state
         self._changelogs: dict[str, dict[str, int]] = {}
         self.config = dict(config)
-        self.clock = clock or (lambda: int(time.time() * 1000))
+        self.clock = clock or wall_ms
         self.metrics = metrics or Metrics()
         pool = config_value(self.config, "job.container.thread.pool.size")
         self.executor = ThreadPoolExecutor(pool, thread_name_prefix="samza-task") if pool else None
@@ -173,14 +198,8 @@ class Container:
         # memory) need no scans by the cycle collector, and messages die young: fewer, cheaper
         # collections while running (the tasks are built after the freeze: building them
         # allocates enough to set off a full collection of everything there is otherwise).
-        threshold = gc.get_threshold()
-        gc.freeze()
-        gc.set_threshold(max(threshold[0], GC_THRESHOLD0), *threshold[1:])
-        try:
+        with messages_die_young():
             await self._run()
-        finally:
-            gc.set_threshold(*threshold)
-            gc.unfreeze()
 
     async def _run(self) -> None:
         restored = {m.name: self.checkpoints.read(m.name) for m in self.task_models}

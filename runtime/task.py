@@ -24,7 +24,16 @@ from operators.base import IDENTITY, Operator, OperatorContext, UserContext
 from runtime import faults
 from runtime.chooser import Chooser
 from runtime.codec import Skipped
-from runtime.dag import Emit, OperatorFailure, _forward, chain, gather_pending, metered
+from runtime.dag import (
+    Emit,
+    OperatorFailure,
+    _continue,
+    _counted,
+    _forward,
+    chain,
+    gather_pending,
+    metered,
+)
 from runtime.elastic import OTHER_BUCKET, OtherBucket
 from runtime.job import SSP, JobModel, TaskModel
 from runtime.metrics import OpMeter
@@ -65,6 +74,8 @@ __all__ = ["TaskInstance"]
 _CONTROL_TYPES = frozenset({EndOfStream, Watermark, Skipped, OtherBucket})
 _THREADED_OPCODES = frozenset({"map", "filter", "flat_map", "sink", "join_table"})
 BATCH_BUDGET = 2048
+#: outputs of one timer, watermark or end-of-stream call passed on between two producer writes
+OUTPUT_CHUNK = 4096
 #: the handout record ``[ssp, offset, ...]`` of the message an asyncio task of this module
 #: completes (set by ``_finish``), or ``_CONTROL`` while outputs of a tick, a watermark or
 #: end-of-stream run; unset while the run loop hands messages out synchronously
@@ -110,6 +121,8 @@ class TaskInstance:
         self._cur: tuple[SSP, int, list[Any]] | None = None
         self._cur_i = 0
         self._src: list[Any] = [None, 0]  # the batch handed out, the index after its message
+        #: what the message where an operator batch stopped waits for (``_operator_batch``)
+        self._held: list[Awaitable[None]] | None = None
         self.ended: set[SSP] = set()
         self._eos_from: dict[SSP, set[str | None]] = {}
         self._flushed: set[str] = set()
@@ -167,6 +180,8 @@ class TaskInstance:
             open_remote=self._open_remote)
         self.stores = stores
         self._flushers = [s.maybe_flush for s in stores.values() if hasattr(s, "maybe_flush")]
+        self._state_flushers = [op.flush_state for op in self.operators.values()
+                                if type(op).flush_state is not Operator.flush_state]
         user_ctx = UserContext(self.name, env.config, self.metrics, tables)
         for stage in model.stages:
             # event-time windows close on the task's watermarks only, never on what they saw
@@ -181,7 +196,7 @@ class TaskInstance:
             sid = ssp.stream_id
             if sid not in self.entries:
                 self.entries[sid] = self.wiring.entry(sid)
-                batch = self._stream_batch(sid)
+                batch = self._stream_batch(sid) or self._operator_batch(sid)
                 if batch is not None:
                     self._batches[sid] = batch
 
@@ -191,7 +206,8 @@ class TaskInstance:
             self._call_slots = asyncio.Semaphore(max(1, self.max_concurrency))
         client = RemoteTableClient(spec, task_name=self.name,
                                    limiter=container_limiter(env.shared, spec, env.task_share),
-                                   track=self._track_call, slots=self._call_slots)
+                                   track=self._track_call, slots=self._call_slots,
+                                   concurrency=self.max_concurrency)
         self.remote_clients.append(client)
         return client
 
@@ -232,10 +248,9 @@ class TaskInstance:
         target = None
         while len(nexts) == 1:
             op_id = nexts[0]
-            if self.plan.graph.edges[node, op_id]["port"] == "right":
-                return None
             op = self.operators[op_id]
-            one = op.one_to_one()
+            one = op.one_to_one_port(1 if self.plan.graph.edges[node, op_id]["port"] == "right"
+                                     else 0)
             if one is None:
                 return None
             if one is not IDENTITY:
@@ -262,13 +277,14 @@ class TaskInstance:
         elif records is None or records[1] is None:
             return None
         n = self.job.partitions[target]
-        if n == 1 or self.plan.streams[target].kind == "broadcast":
+        if (n == 1 and not raw) or self.plan.streams[target].kind == "broadcast":
             return None
         sender = self.wiring.sender(target, node)
         rule = getattr(sender, "rule", None)
         if rule is None:
             return None
         parts = rule.table
+        fixed = rule.fixed  # one partition (kept as objects): no key to look up
         bufs, kser, vser, _ = cast(tuple[Any, Any, Any, Any], records)
         control_types = _CONTROL_TYPES
         other_bucket = OTHER_BUCKET
@@ -315,7 +331,8 @@ class TaskInstance:
                         v = r.value
                         if k is not None and (raw or v is not None):
                             try:
-                                bufs[parts[k]].append(r if raw else (kser(k), vser(v), None))
+                                bufs[parts[k] if fixed is None else fixed].append(
+                                    r if raw else (kser(k), vser(v), None))
                                 continue
                             except Exception:
                                 pass
@@ -327,6 +344,82 @@ class TaskInstance:
             finally:
                 if meter is not None:
                     meter.n_in += n_in
+                    meter.n_out += n_out
+        return batch
+
+    def _operator_batch(self, stream_id: str) -> Callable[[list[Any], int, int], int] | None:
+        """A loop over a whole batch of a stream that feeds one operator giving lists of
+        outputs (a window, a flat_map...): the operator's ``process`` per message, what it gives
+        forwarded downstream, the meter counted per batch. Intermediate streams take this path
+        (W3's window). A message whose outputs go async stops the loop: its pending work is left
+        in ``_held`` for the hand-out loop, which takes the message as in flight. None for any
+        other shape (the per-message hand-out then)."""
+        from samza_dsl.spec import stream_node
+
+        if self.env.executor is not None or self.plan.app.remote_tables:
+            return None  # threaded operators; remote-table calls tied to each message
+        node = stream_node(stream_id)
+        nexts = [n for n in self.plan.next_ops(node) if n in self.operators]
+        if len(nexts) != 1 or self.plan.graph.edges[node, nexts[0]]["port"] == "right":
+            return None
+        op_id = nexts[0]
+        op = self.operators[op_id]
+        if op.one_to_one() is not None or isinstance(op.spec, JoinSpec) \
+                or self.clock.observe.get(op_id) is not None:
+            return None  # fused chains; joins; windows whose outputs' event times are observed
+        downstream = self._nexts(op_id)
+        meter = self.meter(op)
+        clock = time.perf_counter_ns
+        control_types = _CONTROL_TYPES
+        other_bucket = OTHER_BUCKET
+        read = self.read
+        src = self._src
+
+        def batch(payloads: list[Any], i: int, end: int) -> int:
+            """Process payloads[i:end] up to the first control record, or up to a message whose
+            outputs went async (its index, with ``_held`` set); returns where it stopped."""
+            start = i
+            n_out = 0
+            process: Callable[[Any], Any] = op.process
+            timed = meter is None
+            try:
+                while i < end:
+                    m = payloads[i]
+                    i += 1
+                    if type(m) is not KV and type(m) in control_types:
+                        if m is other_bucket:  # a virtual task's neighbour's message: done
+                            read[stream_id] = read.get(stream_id, 0) - 1
+                            start += 1
+                            continue
+                        i -= 1
+                        return i
+                    src[1] = i
+                    if timed:
+                        out = process(m)
+                    else:  # the operator's time, sampled on the batch's first message
+                        t0 = clock()
+                        out = process(m)
+                        meter.ns += clock() - t0  # type: ignore[union-attr]
+                        meter.timed += 1  # type: ignore[union-attr]
+                        timed = True
+                    if out:
+                        if type(out) is list:
+                            n_out += len(out)
+                            pend = _forward(out, downstream)
+                        else:  # an awaitable of outputs
+                            pend = [_continue(out if meter is None else _counted(out, meter),
+                                              op_id, downstream)]
+                        if pend:
+                            self._held = pend
+                            return i - 1
+                return end
+            except OperatorFailure as f:
+                raise _BatchFailure(i - 1, f) from f.cause
+            except Exception as exc:
+                raise _BatchFailure(i - 1, OperatorFailure(op_id, exc)) from exc
+            finally:
+                if meter is not None:
+                    meter.n_in += i - start
                     meter.n_out += n_out
         return batch
 
@@ -499,13 +592,20 @@ class TaskInstance:
             last_done = -1  # the last offset completed inline while nothing was pending
             try:
                 while i < end:
+                    held = None
                     if batch is not None and not pending:
                         try:
                             j = batch(payloads, i, end)
                         except _BatchFailure as b:
                             i = b.index + 1
                             raise b.failure from b.failure.cause
-                        if j > i:
+                        held = self._held
+                        if held is not None:  # the message at j went async: in flight below
+                            self._held = None
+                            if j > i:
+                                last_done = j
+                            i = j
+                        elif j > i:
                             i = last_done = j
                             continue
                     m = payloads[i]
@@ -574,7 +674,10 @@ class TaskInstance:
                                 elif tm - lone_bound > top:
                                     top = tm - lone_bound
                         src[1] = i
-                        pend = entry(m)
+                        if held is None:
+                            pend = entry(m)
+                        else:  # handed out by the batch already
+                            pend = held
                         if self._calls:
                             pend = self._take_calls(pend)
                     if pend is None:
@@ -917,18 +1020,23 @@ class TaskInstance:
         producer.signal()
 
     async def _run_outputs(self, op_id: str, outs: list[Any]) -> None:
-        """Pass outputs of a timer, watermark or end-of-stream call downstream and await them."""
+        """Pass outputs of a timer, watermark or end-of-stream call downstream and await them.
+        Many outputs (a window closing 10^6 panes) go in chunks of ``OUTPUT_CHUNK``: between two,
+        the producer writes what it buffered, so the records waiting for a write stay bounded."""
         if not outs:
             return
         nexts = self._nexts(op_id)
         pend: list[Awaitable[None]] = []
         token = _SOURCE.set(_CONTROL)
         try:
-            for o in outs:
+            for i, o in enumerate(outs):
                 for nxt in nexts:
                     p = nxt(o)
                     if p:
                         pend.extend(p)
+                if i % OUTPUT_CHUNK == OUTPUT_CHUNK - 1:
+                    self.env.producer.signal()
+                    await asyncio.sleep(0)  # the producer's write runs
             if pend:
                 await gather_pending(pend)
         except OperatorFailure as f:
@@ -986,6 +1094,8 @@ class TaskInstance:
                 raise TaskError(f"task {self.name!r}: a call to remote table {f.table!r} made "
                                 f"outside any message failed: {type(f.cause).__name__}: "
                                 f"{f.cause}", task=self.name) from f.cause
+        for flush in self._state_flushers:  # operators' in-memory state into their stores
+            flush()
         self.last_commit_end = await self.env.committer.commit(
             self.name, self.checkpoint, has_stores=bool(self.stores))
 

@@ -276,10 +276,11 @@ def _late_only(send: Emit, keyed: bool) -> Emit:
 def operator_emit(op: Operator, port: int, nexts: list[Emit], meter: OpMeter | None = None
                   ) -> Emit:
     """The emit function of ``op`` on ``port`` followed by ``nexts``: fused when the operator
-    gives at most one output (``one_to_one``), else through its ``process`` (a join's port).
+    gives at most one output on ``port`` (``one_to_one_port``, a join's too), else through its
+    ``process``.
     With a ``meter``, the operator's own function is counted and timed (``metered``); an
     operator that passes every message on unchanged costs nothing and is not metered."""
-    one = op.one_to_one() if port == 0 else None
+    one = op.one_to_one_port(port)
     if one is not None:
         if meter is not None and one is not IDENTITY:
             one = metered(one, meter, True)

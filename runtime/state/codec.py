@@ -74,6 +74,8 @@ def state_codec(types: Mapping[str, type], what: str) -> Codec:
 
 def table_codec(serde: Serde[Any], what: str, store: str) -> tuple[Callable[[Any], bytes],
                                                                     Callable[[bytes], Any]]:
+    """(encode, decode) of a table's keys or values with ``serde``. ``encode.many(list)``
+    encodes a whole flush at once (``Serde.serialize_batch``), with the same errors."""
     fast_ser, fast_de = fast_serializer(serde), fast_deserializer(serde)
 
     def encode(obj: Any) -> bytes:
@@ -85,6 +87,17 @@ def table_codec(serde: Serde[Any], what: str, store: str) -> tuple[Callable[[Any
             except SerdeError as exc:
                 raise SerdeError(f"table {store!r}: cannot serialize a {what} "
                                  f"({exc.reason}); give the table a serde that fits") from exc
+
+    batch = (serde.serialize_batch if type(serde).serialize_batch is not Serde.serialize_batch
+             else None)
+
+    def many(objs: list[Any]) -> list[bytes]:
+        """``encode`` of each, in one pass where the serde encodes batches."""
+        try:
+            return batch(objs) if batch is not None else list(map(fast_ser, objs))
+        except Exception:  # the first that does not encode raises the table's own error
+            return [encode(obj) for obj in objs]
+    encode.many = many  # type: ignore[attr-defined]
     return encode, fast_de
 
 

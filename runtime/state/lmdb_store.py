@@ -78,7 +78,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
 from itertools import islice
 from operator import itemgetter
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import lmdb
 
@@ -129,6 +129,13 @@ class Changelog(Protocol):
         first entry, entries)`` when their offsets follow on, else ``(each entry's offset,
         entries)`` (a compacted changelog has gaps)."""
         ...
+
+
+def _encode_all(encode: Callable[[Any], bytes], objs: list[Any]) -> list[bytes]:
+    """``encode`` of each of ``objs``: in one call where the encoder offers ``encode.many``
+    (a table's serde that encodes batches, ``runtime.state.codec.table_codec``)."""
+    many = getattr(encode, "many", None)
+    return list(map(encode, objs)) if many is None else cast(list[bytes], many(objs))
 
 
 class _Dirty(dict[Any, Any]):
@@ -799,10 +806,17 @@ class LmdbStore:
             return
         if self._env is None:
             raise SamzaError(f"{self._where()} is closed: cannot flush {len(dirty)} changes")
-        venc = self._venc
         try:
-            keys = list(map(self._kenc, dirty))
-            values = [None if v is None else venc(v) for v in dirty.values()]
+            keys = _encode_all(self._kenc, list(dirty))
+            values: list[bytes | None]
+            given = list(dirty.values())
+            present = [v for v in given if v is not None]
+            encoded = _encode_all(self._venc, present)
+            if len(present) == len(given):
+                values = cast(list[bytes | None], encoded)
+            else:  # deletes among them: None stays None
+                it = iter(encoded)
+                values = [None if v is None else next(it) for v in given]
         except Exception:
             self._encode_error()
             raise

@@ -250,6 +250,7 @@ def test_allowed_lateness_keeps_panes_updatable_and_late_trigger_emits_late_pane
     # late but within lateness: folded into the kept state; count(1) fires once per pane
     assert panes(op.process(("a", 2.0))) == [("a", "0", [("a", 1.0), ("a", 2.0)], "LATE")]
     assert op.process(("a", 3.0)) == []
+    op.flush_state()  # pane values reach the store at a commit
     assert op._store.get((0, "a")) == [("a", 1.0), ("a", 2.0), ("a", 3.0)]
     # a pane that had no on-time data still takes late data
     assert panes(op.process(("b", 4.0))) == [("b", "0", [("b", 4.0)], "LATE")]
@@ -333,6 +334,7 @@ def test_restore_from_the_store(clock: FakeClock) -> None:
     op = start_window(w, clock, store=store)
     for m in [("a", 1.0), ("b", 2.0), ("a", 11.0), ("b", 12.0)]:
         op.process(m)
+    op.flush_state()  # the commit before the restart writes the pane values
     # a restart over the same store; the watermark is stored when panes close (at 11.0 here),
     # which is all a restore needs to tell closed panes from open ones
     again = start_window(w, clock, store=store)
@@ -346,6 +348,7 @@ def test_restore_processing_time_panes_fire_at_the_next_tick(clock: FakeClock) -
     store = InMemoryState()
     op = start_window(Windows.tumbling(SEC), clock, store=store)
     feed(op, clock, [(100, "a"), (200, "b")])
+    op.flush_state()  # the commit before the restart
     again = start_window(Windows.tumbling(SEC), clock, store=store)
     assert panes(again.on_timer(1000)) == [(None, "0", ["a", "b"], "DEFAULT")]
 
@@ -421,3 +424,72 @@ def test_event_time_fold_equals_a_reference_model(evs: list[tuple[Any, int]], si
     # panes come out in closing order: by start
     starts = [int(p.key.pane_id) for p in out]
     assert starts == sorted(starts)
+
+
+# -- pane values in memory, written at commit -----------------------------------------------------
+
+class CountingState(InMemoryState):
+    """An in-memory store that counts the reads and writes of pane values."""
+
+    __slots__ = ("reads", "writes")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = self.writes = 0
+        data_get, data_put = self.get, self.put
+
+        def get(k: Any) -> Any:
+            self.reads += 1
+            return data_get(k)
+
+        def put(k: Any, v: Any) -> None:
+            self.writes += 1
+            data_put(k, v)
+        self.get, self.put = get, put
+
+
+def test_pane_values_reach_the_store_only_at_flush_state(clock: FakeClock) -> None:
+    store = CountingState()
+    op = start_window(event_window(init=lambda: 0, fold=lambda m, n: n + 1), clock, store=store)
+    for i in range(100):
+        op.process(("ab"[i % 2], 1.0 + i / 100))
+    assert store.get((0, "a")) is None and store.writes == 0
+    op.flush_state()
+    assert (store.get((0, "a")), store.get((0, "b")), store.writes) == (50, 50, 2)
+    op.flush_state()  # nothing changed since: nothing written
+    assert store.writes == 2
+    op.process(("a", 2.0))
+    op.flush_state()
+    assert (store.get((0, "a")), store.writes) == (51, 3)
+    # a closed pane leaves memory and the store
+    assert panes(op.on_watermark(10_000)) == [("a", "0", 51, "DEFAULT"), ("b", "0", 50, "DEFAULT")]
+    assert op._dirty == {} and op._clean == {} and store.get((0, "a")) is None
+
+
+def test_pane_cache_evicts_clean_values_and_reads_them_back(clock: FakeClock) -> None:
+    store = CountingState()
+    op = build_operator(WindowSpec("w", "w", ("stream:in",), "test.py:1",
+                                   window=event_window(init=lambda: 0, fold=lambda m, n: n + 1)))
+    op.init(OperatorContext("task-0", {"stores.w.pane.cache.size": 10}, clock, {"w": store}))
+    keys = [f"k{i}" for i in range(30)]
+    for k in keys:
+        op.process((k, 1.0))
+    op.flush_state()
+    assert op._cached == 5 and sum(len(p) for p in op._clean.values()) == 5  # half the cache
+    reads = store.reads
+    for k in keys:  # evicted panes are read back from the store, the cached ones are not
+        op.process((k, 2.0))
+    assert store.reads - reads == 25
+    out = op.on_end_of_stream()
+    assert sorted((p.key.key, p.message) for p in out) == sorted((k, 2) for k in keys)
+
+
+def test_a_restart_sees_the_panes_of_the_last_flush_state_only(clock: FakeClock) -> None:
+    store = InMemoryState()
+    w = event_window(init=lambda: 0, fold=lambda m, n: n + 1)
+    op = start_window(w, clock, store=store)
+    op.process(("a", 1.0))
+    op.flush_state()  # a commit
+    op.process(("a", 2.0))  # not committed: a crash loses it, the input is read again
+    again = start_window(w, clock, store=store)
+    assert panes(again.on_end_of_stream()) == [("a", "0", 1, "DEFAULT")]
