@@ -95,10 +95,12 @@ def _col(name: str) -> Any:
 
 def build_declared(spark: Any, plan: Any, d: DeclaredWindow, frame: Any, n: int,
                    counts: Mapping[str, int],
-                   tally: Callable[[PassExecutor, dict[str, int]], None]) -> PassOutput:
+                   tally: Callable[[PassExecutor, dict[str, int]], None],
+                   encoded: frozenset[str] = frozenset()) -> PassOutput:
     """The window pass of ``d`` over input DataFrame ``frame`` in ``n`` task partitions: one row
     of ``SCHEMA`` per output message, Spark partition p holding task partition p's, in the order
-    the general tier writes them. ``tally(executor, extra)`` adds a task's counts."""
+    the general tier writes them. ``tally(executor, extra)`` adds a task's counts; ``encoded``:
+    the JSON Lines outputs the pass writes as lines (``PassExecutor``)."""
     from pyspark.sql import functions as F  # noqa: N812
     from pyspark.sql.types import IntegerType, StructField, StructType
 
@@ -161,6 +163,7 @@ def build_declared(spark: Any, plan: Any, d: DeclaredWindow, frame: Any, n: int,
     op_id, mode, finish = d.window_op, w.mode, agg.finish
     fields = (d.time_field, agg.field)
     kind = agg.kind
+    accumulator, combine, default = Aggregate.accumulator, agg.combine, FiringType.DEFAULT
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         from pyspark import TaskContext
@@ -168,43 +171,53 @@ def build_declared(spark: Any, plan: Any, d: DeclaredWindow, frame: Any, n: int,
         ctx = TaskContext.get()
         part = ctx.partitionId() if ctx is not None else 0
         try:
-            ex = PassExecutor(plan, stage_ids, part, counts, config)
+            ex = PassExecutor(plan, stage_ids, part, counts, config, encoded=encoded)
             nexts = ex.wiring.nexts(op_id)
             meter = ex.meters[op_id]
             total = 0
+
+            okeys: dict[Any, bytes] = {}  # window key -> order_key (keys are scalars)
+
+            def okey(r: tuple[Any, ...]) -> bytes:
+                k = r[1]
+                o = okeys.get(k)
+                if o is None:
+                    o = okeys[k] = order_key(k)
+                return o
 
             def fire(group: list[tuple[Any, ...]]) -> None:
                 """The panes of one start: rows of one window key (from several partition
                 keys) merged, in the order of their keys."""
                 nonlocal total
-                group.sort(key=lambda r: order_key(r[1]))
-                for _, same in itertools.groupby(group, key=lambda r: order_key(r[1])):
+                group.sort(key=okey)
+                pane_id = str(group[0][2])
+                panes = []
+                for _, same in itertools.groupby(group, key=okey):
                     acc: Any = None
                     count = 0
                     for _pk, wk, start, n_rows, bad_ts, bad_v, value, _p in same:
-                        for bad, name in ((bad_ts, fields[0]), (bad_v, fields[1])):
-                            if bad:
-                                raise PassFailure(
-                                    f"window {op_id!r}: field {name!r} is missing, None or not "
-                                    f"a finite number in {'a' if bad == 1 else 'some'} "
-                                    f"message(s) of input "
-                                    f"{d.input!r} (pane {start} of key {wk!r}); fix the input "
-                                    f"or filter such rows out before the window")
+                        if bad_ts or bad_v:
+                            bad, name = (bad_ts, fields[0]) if bad_ts else (bad_v, fields[1])
+                            raise PassFailure(
+                                f"window {op_id!r}: field {name!r} is missing, None or not "
+                                f"a finite number in {'a' if bad == 1 else 'some'} "
+                                f"message(s) of input "
+                                f"{d.input!r} (pane {start} of key {wk!r}); fix the input "
+                                f"or filter such rows out before the window")
                         if value is None and kind != "count":
                             raise PassFailure(
                                 f"window {op_id!r}: the {kind} of field {fields[1]!r} over "
                                 f"pane {start} of key {wk!r} is beyond Spark SQL's "
                                 f"decimal(38,0)")
-                        part_acc = Aggregate.accumulator(kind, n_rows, value, value)
-                        acc = part_acc if acc is None else agg.combine(acc, part_acc)
+                        part_acc = accumulator(kind, n_rows, value, value)
+                        acc = part_acc if acc is None else combine(acc, part_acc)
                         count += n_rows
-                    pane = WindowPane(WindowKey(wk, str(start)), finish(acc),
-                                      FiringType.DEFAULT, mode)
+                    panes.append(WindowPane(WindowKey(wk, pane_id), finish(acc), default, mode))
                     total += count
                     meter[IN] += count
-                    meter[OUT] += 1
-                    meter[PANES] += 1
-                    _forward([pane], nexts)
+                meter[OUT] += len(panes)
+                meter[PANES] += len(panes)
+                _forward(panes, nexts)
             pending: list[tuple[Any, ...]] = []  # the rows of one pane start
             for b in batches:
                 if not b.num_rows:

@@ -50,6 +50,8 @@ from operators.base import Operator, OperatorContext, UserContext, resolve_fn
 from operators.state import InMemoryState, table_state
 from runtime.dag import Emit, OperatorFailure, _forward
 from runtime.spark.meter import IN, NS, OUT, Meter, count_outputs, metered_emit, new_meter
+from runtime.spark.shuffle import Encoded
+from runtime.spark.sinks import json_encoder
 from runtime.wiring import Wiring, build_operators, partition_of
 from samza_dsl.config import config_value
 from samza_dsl.spec import (
@@ -104,8 +106,10 @@ class PassExecutor:
     def __init__(self, plan: Any, stage_ids: Sequence[str], partition: int,
                  counts: Mapping[str, int], config: Mapping[str, Any], *,
                  describe: Callable[[str, int, int], str] | None = None,
-                 narrow: bool = False) -> None:
+                 narrow: bool = False, encoded: frozenset[str] = frozenset()) -> None:
         self.plan = plan
+        #: output streams whose messages are written as their JSON lines (``Encoded``)
+        self.encoded = encoded
         self.partition = partition
         self.counts = counts
         self.task_name = f"Partition {partition}"
@@ -244,6 +248,8 @@ class PassExecutor:
         written = self.written
         written.setdefault(stream_id, 0)
         me = self.partition
+        # a JSON Lines output gets each message as its line, made here, once
+        line = json_encoder(stream_id) if stream_id in self.encoded else None
 
         def send(m: Any) -> None:
             try:
@@ -254,6 +260,8 @@ class PassExecutor:
                 p = ALL_PARTITIONS
             self.seq = seq = self.seq + 1
             written[stream_id] += 1
+            if line is not None:
+                m = Encoded(line(m))
             out.append((p, (stream_id, self.sort_ms, me, seq, self.clock_ms, m)))
             return None
         return send

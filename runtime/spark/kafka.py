@@ -195,7 +195,7 @@ class _KafkaSink:
         _run(ensure_topics(self.spec.bootstrap_servers,
                            [TopicSpec(self.topic, self.partitions)]))
 
-    def stage(self, spark: Any, messages: Any) -> None:
+    def stage(self, spark: Any, messages: Any, rows: Any = None) -> None:
         from pyspark import StorageLevel
 
         self._staged = messages.persist(StorageLevel.DISK_ONLY)

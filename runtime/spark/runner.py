@@ -94,7 +94,7 @@ from runtime.spark.shuffle import (
     shuffle,
     to_batch,
 )
-from runtime.spark.sinks import FileOutput, resolve_output
+from runtime.spark.sinks import FileOutput, resolve_output, text_lines
 from runtime.spark.sources import FileInput, Source, SourceError, resolve_source
 from samza_dsl import StreamApplication
 from samza_dsl.errors import SamzaError
@@ -349,7 +349,10 @@ class SparkRunner:
                 sink.prepare(plan, counts)
 
         tally = _Counts(sc)
-        compiled = _Compiler(spark, plan, counts, sources, tally.acc)
+        read = {sid for stage in plan.stages for sid in stage.inputs}
+        encoded = frozenset(sid for sid, sink in sinks.items()
+                            if getattr(sink, "format", None) == "jsonl" and sid not in read)
+        compiled = _Compiler(spark, plan, counts, sources, tally.acc, encoded)
         kept: dict[str, Any] = {}
         staged: list[Any] = []
         doing = "planning the Spark job"
@@ -362,6 +365,14 @@ class SparkRunner:
                                      f"samza-dsl {plan.job_name}: compute {sid}")
                 # the shuffles before it run now (adaptive execution plans stage by stage):
                 # their stages are named by what their map side computes
+                out = compiled.out.get(sid)
+                if sid in encoded and out is not None and out.df is not None:
+                    # the pass wrote the lines: the JVM writes its rows, no Python step
+                    with _call_site(sc, compiled.shuffled.get(sid)):
+                        lines = text_lines(spark, out.rows([sid]))
+                    staged.append(sinks[sid])
+                    sinks[sid].stage(spark, None, lines)
+                    continue
                 with _call_site(sc, compiled.shuffled.get(sid)):
                     rdd = compiled.messages(sid)
                 if sid in sinks:
@@ -521,8 +532,11 @@ class _Compiler:
     writes (``runtime.spark.shuffle``)."""
 
     def __init__(self, spark: Any, plan: Any, counts: dict[str, int],
-                 sources: dict[str, Source], acc: Any) -> None:
+                 sources: dict[str, Source], acc: Any,
+                 encoded: frozenset[str] = frozenset()) -> None:
         self.spark = spark
+        #: JSON Lines outputs whose passes write each message as its line (``Encoded``)
+        self.encoded = encoded
         self.sc = spark.sparkContext
         self.plan = plan
         self.counts = counts
@@ -598,7 +612,7 @@ class _Compiler:
         def tally(ex: PassExecutor, extra: dict[str, int]) -> None:
             acc.add(_tally(ex, windows, extra))
         out = build_declared(self.spark, self.plan, d, self.frames[d.window_stage],
-                             self.counts[d.stream], self.counts, tally)
+                             self.counts[d.stream], self.counts, tally, self.encoded)
         out.shuffled = f"{STAGE_PREFIX}{self.plan.job_name}: {d.partition_stage}+" \
                        f"{d.window_stage} ({SQL_TIER})"
         for stage in self.plan.stages:
@@ -619,7 +633,7 @@ class _Compiler:
         return out.messages(sid)
 
     def _pass(self, stages: list[Any]) -> PassOutput:
-        plan, counts, acc = self.plan, self.counts, self.acc
+        plan, counts, acc, encoded = self.plan, self.counts, self.acc, self.encoded
         stage_ids = [s.stage_id for s in stages]
         inputs = list(dict.fromkeys(itertools.chain.from_iterable(s.inputs for s in stages)))
         external = [sid for sid in inputs if sid in plan.input_streams]
@@ -656,7 +670,7 @@ class _Compiler:
             try:
                 with messages_die_young():
                     ex = PassExecutor(plan, stage_ids, part, counts, config, describe=describe,
-                                      narrow=narrow)
+                                      narrow=narrow, encoded=encoded)
                     read: collections.Counter[str] = collections.Counter()
                     sid_of = operator.itemgetter(0)
                     for recs in batches:

@@ -34,7 +34,7 @@ def identity(row: Any) -> Any:
     return row
 
 __all__ = ["SCHEMA", "COLUMNS", "ROW", "ORDER", "OFFSET_ORDER", "BATCH", "PassOutput", "encode",
-           "records_of", "to_batch", "carried_batch", "chunks", "shuffle", "landing_keys",
+           "records_of", "to_batch", "Encoded", "carried_batch", "chunks", "shuffle", "landing_keys",
            "spark_hash_int", "broadcast_rows"]
 
 SCHEMA = "p int, sid string, sort_ms long, src int, off long, clock long, k binary, m binary"
@@ -70,15 +70,23 @@ def _key_dumper() -> Callable[[Any], bytes]:
     return dump_key
 
 
+class Encoded(bytes):
+    """A message already in its output's bytes (a JSON line of a JSON Lines output): carried in
+    ``m`` as it is, for the JVM to write; never read back as a message."""
+
+
 def _dumper() -> Callable[[Any], tuple[bytes | None, bytes]]:
     """message -> ``(k, m)``."""
     dumps = pickle.dumps
     dump_key = _key_dumper()
 
     def dump(m: Any) -> tuple[bytes | None, bytes]:
-        if type(m) is not KV:
-            return None, dumps(m, _PROTOCOL)
-        return dump_key(m.key), dumps(m.value, _PROTOCOL)
+        t = type(m)
+        if t is KV:
+            return dump_key(m.key), dumps(m.value, _PROTOCOL)
+        if t is Encoded:
+            return None, m
+        return None, dumps(m, _PROTOCOL)
     return dump
 
 

@@ -16,14 +16,15 @@ aside and then deleted). A run that fails deletes its temporary directories.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import msgspec
 
 from samza_dsl.errors import SamzaError
 
-__all__ = ["FileOutput", "resolve_output", "OutputError"]
+__all__ = ["FileOutput", "resolve_output", "OutputError", "json_encoder", "text_lines"]
 
 
 class OutputError(SamzaError):
@@ -44,9 +45,14 @@ class FileOutput:
     def __repr__(self) -> str:
         return f"{self.format} {self.path}"
 
-    def stage(self, spark: Any, messages: Any) -> None:
-        """Write the RDD ``messages`` to the temporary directory (a Spark action)."""
+    def stage(self, spark: Any, messages: Any, lines: Any = None) -> None:
+        """Write the RDD ``messages`` to the temporary directory (a Spark action). ``lines``: a
+        DataFrame of the messages' JSON lines instead (``text_lines``), written by the JVM."""
         sid = self.stream_id
+        if lines is not None:
+            lines.write.text(self.tmp)
+            _name_parts(spark, self.tmp, lines._jdf.rdd().getNumPartitions())
+            return
         if self.format == "parquet":
             tmp = self.tmp
             _fs(spark, tmp).mkdirs(_path(spark, tmp))
@@ -64,16 +70,11 @@ class FileOutput:
             messages.mapPartitionsWithIndex(write).count()
         else:
             def lines(it: Iterator[Any]) -> Iterator[str]:
-                encode = msgspec.json.Encoder().encode  # made here: encoders do not pickle
-                for m in it:
-                    try:
-                        yield encode(m).decode()
-                    except (TypeError, msgspec.EncodeError) as exc:
-                        from runtime.spark.executor import PassFailure
+                from runtime.spark.shuffle import Encoded
 
-                        raise PassFailure(f"output {sid!r}: a message cannot be written as "
-                                          f"JSON: {exc}: {m!r:.80}; map it to JSON-friendly "
-                                          f"values (dict, list, str, numbers) first") from exc
+                encode = json_encoder(sid)  # made here: encoders do not pickle
+                for m in it:  # a pass may have made the line already (``Encoded``)
+                    yield (m if type(m) is Encoded else encode(m)).decode()
             messages.mapPartitions(lines).saveAsTextFile(self.tmp)
 
     def commit(self, spark: Any) -> None:
@@ -99,6 +100,55 @@ class FileOutput:
             fs.delete(_path(spark, self.tmp), True)
         except Exception:  # noqa: S110 - cleaning up after a failure already being raised
             pass
+
+
+def text_lines(spark: Any, rows: Any) -> Any:
+    """The ``m`` column of ``rows`` (messages a pass wrote as their JSON lines: ``json_encoder``)
+    as a DataFrame of one string column ``value``, over an RDD of the JVM whose shuffles run
+    now: adaptive execution runs the stages before a DataFrame's last one when its RDD is made,
+    so they keep the name the caller gives (``spark.sparkContext.setCallSite``) and the write
+    is a job of its own."""
+    from pyspark.sql import DataFrame
+    from pyspark.sql import functions as F  # noqa: N812
+
+    jdf = rows.select(F.col("m").cast("string").alias("value"))._jdf
+    jrdd = jdf.javaRDD()
+    return DataFrame(spark._jsparkSession.createDataFrame(jrdd, jdf.schema()), spark)
+
+
+def json_encoder(sid: str) -> Callable[[Any], bytes]:
+    """message -> its JSON line's bytes (as JSON Lines outputs hold it), or a ``PassFailure``
+    naming output ``sid``."""
+    encode = msgspec.json.Encoder().encode
+
+    def encode_line(m: Any) -> bytes:
+        try:
+            return encode(m)
+        except (TypeError, msgspec.EncodeError) as exc:
+            from runtime.spark.executor import PassFailure
+
+            raise PassFailure(f"output {sid!r}: a message cannot be written as JSON: {exc}: "
+                              f"{m!r:.80}; map it to JSON-friendly values (dict, list, str, "
+                              f"numbers) first") from exc
+    return encode_line
+
+
+def _name_parts(spark: Any, directory: str, n: int) -> None:
+    """Name the files a DataFrame wrote to ``directory`` as ``saveAsTextFile`` names them,
+    ``part-NNNNN`` for each of the ``n`` partitions (empty ones too), so that the same run
+    gives the same files, wherever it ran."""
+    fs, d = _fs(spark, directory), _path(spark, directory)
+    named = set()
+    for status in fs.listStatus(d):
+        name = status.getPath().getName()
+        m = re.fullmatch(r"part-(\d{5})-.+", name)
+        if m is not None:
+            target = f"part-{m.group(1)}"
+            fs.rename(status.getPath(), _path(spark, f"{directory}/{target}"))
+            named.add(target)
+    for i in range(n):
+        if f"part-{i:05d}" not in named:
+            fs.create(_path(spark, f"{directory}/part-{i:05d}")).close()
 
 
 def _path(spark: Any, p: str) -> Any:
