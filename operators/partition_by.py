@@ -36,6 +36,11 @@ class PartitionByOperator(Operator):
         self._key_fn = resolve_fn(spec.key_fn)
         self._value_fn = resolve_fn(spec.value_fn) if spec.value_fn is not None else None
 
+    @property
+    def key_fn(self) -> Callable[[Any], Any]:
+        """The key function, resolved (an object's ``__call__``)."""
+        return self._key_fn
+
     def process(self, message: Any) -> list[Any]:
         value_fn = self._value_fn
         return [KV(self._key_fn(message), message if value_fn is None else value_fn(message))]

@@ -47,12 +47,13 @@ from typing import Any
 import networkx as nx
 
 from operators.base import Operator, OperatorContext, UserContext, resolve_fn
+from operators.partition_by import PartitionByOperator
 from operators.state import InMemoryState, table_state
 from runtime.dag import Emit, OperatorFailure, _forward
 from runtime.spark.meter import IN, NS, OUT, Meter, count_outputs, metered_emit, new_meter
 from runtime.spark.shuffle import Encoded
 from runtime.spark.sinks import json_encoder
-from runtime.wiring import Wiring, build_operators, partition_of
+from runtime.wiring import PartitionRule, Wiring, build_operators, partition_of
 from samza_dsl.config import config_value
 from samza_dsl.spec import (
     AsyncFlatMapSpec,
@@ -173,6 +174,7 @@ class PassExecutor:
         for op, bound, _ in self._per_message.values():
             if hasattr(op, "hold_ahead"):  # a session window holds messages only within a bound
                 op.hold_ahead = bound > 0
+        self._rules: dict[str, PartitionRule] = {}
         self.wiring = Wiring(plan, self.operators, self._sender, self._make_emit)
         self.entries: dict[str, Emit] = {}
         for stage in self.stages:
@@ -317,6 +319,52 @@ class PassExecutor:
         else:
             self._feed_sync(records)
         return self._take()
+
+    def rekey(self, records: Sequence[tuple[Any, ...]]
+              ) -> tuple[list[int], list[int], range, list[int], list[Any]]:
+        """A pass that is one ``partition_by`` with no value function (``runtime.spark.runner``
+        carries its input's rows through) over a batch of ``records``: what ``feed`` would write,
+        ``KV(key, message)`` records, as columns without their messages: (target partitions,
+        sort ms, offsets, clock ms, keys). One loop over the batch calls the key function and
+        the partition rule, with no hand-out per record; the meter counts every record and
+        times the batch."""
+        (op_id, op), = self.operators.items()
+        assert isinstance(op, PartitionByOperator) and op._value_fn is None, op_id
+        sid = op.stream_id
+        rule = self._rules.get(sid)
+        if rule is None:
+            rule = self._rules[sid] = partition_of(self.plan, sid, self.counts[sid],
+                                                   self.partition)
+        key_fn = op.key_fn
+        t = time.perf_counter_ns()
+        try:
+            keys = [key_fn(r[5]) for r in records]
+        except Exception:
+            for r in records:  # the record that fails, named
+                try:
+                    key_fn(r[5])
+                except Exception as exc:
+                    raise self._failure(OperatorFailure(op_id, exc), r[0], r[2], r[3]) from exc
+            raise
+        if rule.fixed is not None:
+            parts = [rule.fixed] * len(keys)
+        else:
+            table = rule.table
+            try:
+                parts = [table[k] for k in keys]
+            except TypeError:  # an unhashable key
+                partitioner = rule.partitioner
+                parts = [partitioner(k) for k in keys]
+        n = len(records)
+        seq = self.seq
+        self.seq = seq + n
+        meter = self.meters[op_id]
+        meter[IN] += n
+        meter[OUT] += n
+        meter[NS] += time.perf_counter_ns() - t
+        self.written[sid] = self.written.get(sid, 0) + n
+        return (parts, [r[1] for r in records], range(seq + 1, seq + n + 1),
+                [r[4] for r in records], keys)
 
     def finish(self) -> list[tuple[int, tuple[Any, ...]]]:
         """End the stream (``on_end_of_stream``, stage by stage); returns what that wrote."""

@@ -683,14 +683,8 @@ class _Compiler:
                         yield out
             except PassFailure:
                 raise
-            except MemoryError as exc:
-                raise PassFailure(f"{where} in task partition {part}: MemoryError"
-                                  f"{': ' + str(exc) if str(exc) else ''}; the Python worker ran "
-                                  f"out of memory: give it more (spark.executor.pyspark.memory) "
-                                  f"or the stream more partitions") from exc
             except Exception as exc:
-                raise PassFailure(f"{where} in task partition {part}: {type(exc).__name__}: "
-                                  f"{exc}") from exc
+                raise _pass_failure(where, part, exc) from exc
             acc.add(_tally(ex, windows, {"in:" + sid: k for sid, k in read.items()
                                          if sid in input_streams}))
 
@@ -720,17 +714,24 @@ class _Compiler:
 
             def run_carried(batches: Iterator[Any]) -> Iterator[Any]:
                 """mapInArrow over the split ids: the input's rows keyed and placed, carried
-                through as they were read."""
+                through as they were read (``PassExecutor.rekey``: one loop a batch)."""
                 for b in batches:
                     for i in b.column(0).to_pylist():
-                        pending: collections.deque[Any] = collections.deque()
-
-                        def recs(i: int = i, pending: Any = pending) -> Iterator[list[Any]]:
-                            for rows, rs in read_batches(i):
-                                pending.append(rows)
-                                yield rs
-                        for out in task(i, recs(), True):
-                            yield carried_batch(out, pending.popleft(), arrow_schema)
+                        try:
+                            with messages_die_young():
+                                ex = PassExecutor(plan, stage_ids, i, counts, config,
+                                                  describe=describe, narrow=True)
+                                read = 0
+                                for rows, rs in read_batches(i):
+                                    read += len(rs)
+                                    yield carried_batch(i, out_sid, ex.rekey(rs), rows,
+                                                        arrow_schema)
+                                ex.finish()
+                        except PassFailure:
+                            raise
+                        except Exception as exc:
+                            raise _pass_failure(where, i, exc) from exc
+                        acc.add(_tally(ex, windows, {"in:" + external[0]: read}))
             n_in = src.partitions
             df = self.spark.range(0, n_in, 1, n_in).mapInArrow(run_carried, spark_schema)
             return PassOutput(self.spark, f"pass {name}", df=df)
@@ -858,6 +859,16 @@ class _Compiler:
                         if out:
                             yield to_batch(out)
         return self.spark.range(0, src.partitions, 1, src.partitions).mapInArrow(split, SCHEMA)
+
+
+def _pass_failure(where: str, part: int, exc: BaseException) -> PassFailure:
+    """An error of a pass's task partition ``part`` as one line naming ``where``."""
+    if isinstance(exc, MemoryError):
+        return PassFailure(f"{where} in task partition {part}: MemoryError"
+                           f"{': ' + str(exc) if str(exc) else ''}; the Python worker ran "
+                           f"out of memory: give it more (spark.executor.pyspark.memory) "
+                           f"or the stream more partitions")
+    return PassFailure(f"{where} in task partition {part}: {type(exc).__name__}: {exc}")
 
 
 def _tally(ex: PassExecutor, windows: frozenset[str], extra: dict[str, int]) -> dict[str, int]:

@@ -158,23 +158,27 @@ def records_of(batch: Any, carried: Mapping[str, Callable[[Any], Any]] | None = 
     return list(zip(*cols, msgs, strict=True))
 
 
-def carried_batch(items: Sequence[tuple[int, tuple[Any, ...]]], rows: Any, schema: Any) -> Any:
-    """``(p, record)`` items whose messages are ``KV(key, the message of row i of Arrow batch
-    rows)`` -> an Arrow batch of ``schema`` (``SCHEMA`` and a ``row`` struct column): the keys
-    pickled, the rows carried as they were read, ``m`` null."""
+def carried_batch(partition: int, sid: str,
+                  columns: tuple[list[int], list[int], range, list[int], list[Any]],
+                  rows: Any, schema: Any) -> Any:
+    """The records a lone ``partition_by`` in task partition ``partition`` wrote into stream
+    ``sid`` (``PassExecutor.rekey``: their target partitions, sort ms, offsets, clock ms and
+    keys), whose messages are ``KV(key, the message of row i of Arrow batch rows)`` -> an Arrow
+    batch of ``schema`` (``SCHEMA`` and a ``row`` struct column): the keys pickled, the rows
+    carried as they were read, ``m`` null."""
     import pyarrow as pa
 
-    if len(items) != rows.num_rows:
-        raise ValueError(f"a pass that only re-keys its input wrote {len(items)} records for "
+    p, sort_ms, off, clock, keys = columns
+    n = len(keys)
+    if n != rows.num_rows:
+        raise ValueError(f"a pass that only re-keys its input wrote {n} records for "
                          f"{rows.num_rows} rows")
     dump_key = _key_dumper()
-    p, recs = zip(*items, strict=True)
-    sid, sort_ms, src, off, clock, m = zip(*recs, strict=True)
     return pa.RecordBatch.from_arrays(
-        [pa.array(p, pa.int32()), pa.array(sid, pa.string()), pa.array(sort_ms, pa.int64()),
-         pa.array(src, pa.int32()), pa.array(off, pa.int64()), pa.array(clock, pa.int64()),
-         pa.array([dump_key(kv.key) for kv in m], pa.binary()),
-         pa.nulls(len(recs), pa.binary()),
+        [pa.array(p, pa.int32()), pa.repeat(pa.scalar(sid, pa.string()), n),
+         pa.array(sort_ms, pa.int64()), pa.repeat(pa.scalar(partition, pa.int32()), n),
+         pa.array(off, pa.int64()), pa.array(clock, pa.int64()),
+         pa.array(list(map(dump_key, keys)), pa.binary()), pa.nulls(n, pa.binary()),
          pa.StructArray.from_arrays(rows.columns, fields=list(schema.field(ROW).type))],
         schema=schema)
 

@@ -113,3 +113,43 @@ def test_a_lone_partition_by_carries_its_rows_and_gives_the_streaming_output(
     assert Counter(repr(m) for m in got) == expected
     assert sum(len(m[2]) for m in got) == sum(len(r) for r in parts.values()) * (
         2 if shape == "two_streams" else 1)
+
+
+def test_a_failing_key_function_of_a_carried_partition_by_names_operator_file_and_row(
+        spark: Any, tmp_path: Path) -> None:
+    """The carried pass runs the key function over a batch at once; a key function that fails
+    still names the operator, the stream and the row, and the counts of a run that works are
+    every row's."""
+    parts = {p: _rows(p, 90) for p in range(2)}
+    path = _write(tmp_path, parts)
+    bad_row = 57  # in partition 1's file: past its first row group (40 rows)
+
+    def key(m: dict[str, Any]) -> Any:
+        if m["ts"] == parts[1][bad_row]["ts"]:
+            raise KeyError("no key here")
+        return m["k"]
+
+    def build(key_fn: Any) -> StreamApplication:
+        app = StreamApplication("carry-fails", config={"job.intermediate.stream.partitions": 3})
+        mem = MemorySystem()
+        views = app.input(mem.input("views", event_time=lambda m: m["ts"]))
+        (views.partition_by(key_fn, name="by-k")
+            .window(Windows.keyed_tumbling(lambda kv: kv.key, timedelta(seconds=4),
+                                           init=lambda: 0, fold=lambda kv, n: n + 1,
+                                           event_time=lambda kv: kv.value["ts"]), name="w")
+            .send_to(app.output(mem.output("out"))))
+        return app
+
+    assert list(_carried(spark, build(key), path)) == ["carry-fails-1-partition_by-by-k"]
+    with pytest.raises(Exception) as info:
+        SparkRunner(spark).reprocess(build(key), {"views": path})
+    msg = str(info.value)
+    assert "operator 'carry-fails-1-partition_by-by-k'" in msg and "stream 'views'" in msg, msg
+    # rows are counted within their row group (a source partition of their own)
+    assert f"part-1.parquet (row group 1 of 3), row {bad_row - 40}" in msg, msg
+    assert "KeyError" in msg and "no key here" in msg, msg
+
+    result = SparkRunner(spark).reprocess(build(lambda m: m["k"]), {"views": path})
+    counts = result.operators["carry-fails-1-partition_by-by-k"]
+    assert counts["messages-in"] == counts["messages-out"] == 180
+    assert sum(pane.message for pane in result.messages("out")) == 180
