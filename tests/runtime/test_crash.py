@@ -63,6 +63,17 @@ def _run(job_dir: Path, crash_at: str | None, kill_after: float | None,
     return proc.returncode, err
 
 
+def pick_kill(rng: random.Random) -> tuple[str | None, float | None, str]:
+    """Where the next run is killed: (a fault point ``name:n``, or None and a time in seconds),
+    and the words for it. Every task commits at least once (at the end), and there are 4."""
+    if rng.random() < 0.3:
+        kill_after = rng.uniform(0.2, 0.8)
+        return None, kill_after, f"after {kill_after:.2f}s"
+    point = rng.choice(POINTS)
+    point = f"{point}:{rng.randint(1, 2 if point == 'batch' else 4)}"
+    return point, None, point
+
+
 def _events(rng: random.Random, n: int) -> list[Any]:
     from samza_dsl import KV
 
@@ -89,15 +100,7 @@ def test_sigkill_at_random_points_loses_nothing(tmp_path: Path) -> None:
         finally:
             job.close()
         truth.update(e.key for e in events)
-        if rng.random() < 0.3:
-            point, kill_after = None, rng.uniform(0.2, 0.8)
-            where = f"after {kill_after:.2f}s"
-        else:
-            point = rng.choice(POINTS)
-            # every task commits at least once (at the end), and there are 4
-            n = rng.randint(1, 2 if point == "batch" else 4)
-            point, kill_after = f"{point}:{n}", None
-            where = point
+        point, kill_after, where = pick_kill(rng)
         code, err = _run(job_dir, point, kill_after)
         if code == -signal.SIGKILL:
             kills.append(where)

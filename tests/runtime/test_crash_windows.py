@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from test_crash import _run as run_killable
+from test_crash import pick_kill
 
-from runtime.faults import POINTS
 from runtime.loader import load_app
 from runtime.local.system import LocalJob
 
@@ -82,14 +82,7 @@ def test_sigkill_with_panes_in_memory_counts_every_view_once(tmp_path: Path) -> 
         views = _views(rng, CHUNK, clock)
         every.extend(views)
         _load(app, job_dir, views)
-        if rng.random() < 0.3:
-            point, kill_after = None, rng.uniform(0.2, 0.8)
-            where = f"after {kill_after:.2f}s"
-        else:
-            point = rng.choice(POINTS)
-            n = rng.randint(1, 2 if point == "batch" else 4)
-            point, kill_after = f"{point}:{n}", None
-            where = point
+        point, kill_after, where = pick_kill(rng)
         code, err = _run(job_dir, point, kill_after)
         if code == -signal.SIGKILL:
             kills.append(where)
