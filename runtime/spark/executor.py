@@ -44,6 +44,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import msgspec
 import networkx as nx
 
 from operators.base import Operator, OperatorContext, UserContext, resolve_fn
@@ -52,7 +53,6 @@ from operators.state import InMemoryState, table_state
 from runtime.dag import Emit, OperatorFailure, _forward
 from runtime.spark.meter import IN, NS, OUT, Meter, count_outputs, metered_emit, new_meter
 from runtime.spark.shuffle import Encoded
-from runtime.spark.sinks import json_encoder
 from runtime.wiring import PartitionRule, Wiring, build_operators, partition_of
 from samza_dsl.config import config_value
 from samza_dsl.spec import (
@@ -62,7 +62,8 @@ from samza_dsl.spec import (
     stream_node,
 )
 
-__all__ = ["PassExecutor", "PassFailure", "ALL_PARTITIONS", "STATEFUL", "per_message_windows"]
+__all__ = ["PassExecutor", "PassFailure", "ALL_PARTITIONS", "STATEFUL", "per_message_windows",
+           "json_encoder"]
 
 _NO_WATERMARK = -(1 << 62)
 
@@ -554,6 +555,21 @@ class PassExecutor:
             f"operator {f.op_id!r} failed on stream {sid!r} ({self.describe(sid, part, off)}) "
             f"in task {self.task_name!r}: {f.reason}; fix the function "
             f"or the input and run again: nothing was written")
+
+
+def json_encoder(sid: str) -> Callable[[Any], bytes]:
+    """message -> its JSON line's bytes (as JSON Lines outputs hold it), or a ``PassFailure``
+    naming output ``sid``."""
+    encode = msgspec.json.Encoder().encode
+
+    def encode_line(m: Any) -> bytes:
+        try:
+            return encode(m)
+        except (TypeError, msgspec.EncodeError) as exc:
+            raise PassFailure(f"output {sid!r}: a message cannot be written as JSON: {exc}: "
+                              f"{m!r:.80}; map it to JSON-friendly values (dict, list, str, "
+                              f"numbers) first") from exc
+    return encode_line
 
 
 def per_message_windows(plan: Any, stage: Any) -> list[str]:

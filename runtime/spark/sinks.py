@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import msgspec
 
 from samza_dsl.errors import SamzaError
 
-__all__ = ["FileOutput", "resolve_output", "OutputError", "json_encoder", "text_lines"]
+__all__ = ["FileOutput", "resolve_output", "OutputError", "text_lines"]
 
 
 class OutputError(SamzaError):
@@ -70,6 +70,7 @@ class FileOutput:
             messages.mapPartitionsWithIndex(write).count()
         else:
             def lines(it: Iterator[Any]) -> Iterator[str]:
+                from runtime.spark.executor import json_encoder
                 from runtime.spark.shuffle import Encoded
 
                 encode = json_encoder(sid)  # made here: encoders do not pickle
@@ -103,34 +104,17 @@ class FileOutput:
 
 
 def text_lines(spark: Any, rows: Any) -> Any:
-    """The ``m`` column of ``rows`` (messages a pass wrote as their JSON lines: ``json_encoder``)
-    as a DataFrame of one string column ``value``, over an RDD of the JVM whose shuffles run
-    now: adaptive execution runs the stages before a DataFrame's last one when its RDD is made,
-    so they keep the name the caller gives (``spark.sparkContext.setCallSite``) and the write
-    is a job of its own."""
+    """The ``m`` column of ``rows`` (messages a pass wrote as their JSON lines:
+    ``runtime.spark.executor.json_encoder``) as a DataFrame of one string column ``value``,
+    over an RDD of the JVM whose shuffles run now: adaptive execution runs the stages before a
+    DataFrame's last one when its RDD is made, so they keep the name the caller gives
+    (``spark.sparkContext.setCallSite``) and the write is a job of its own."""
     from pyspark.sql import DataFrame
     from pyspark.sql import functions as F  # noqa: N812
 
     jdf = rows.select(F.col("m").cast("string").alias("value"))._jdf
     jrdd = jdf.javaRDD()
     return DataFrame(spark._jsparkSession.createDataFrame(jrdd, jdf.schema()), spark)
-
-
-def json_encoder(sid: str) -> Callable[[Any], bytes]:
-    """message -> its JSON line's bytes (as JSON Lines outputs hold it), or a ``PassFailure``
-    naming output ``sid``."""
-    encode = msgspec.json.Encoder().encode
-
-    def encode_line(m: Any) -> bytes:
-        try:
-            return encode(m)
-        except (TypeError, msgspec.EncodeError) as exc:
-            from runtime.spark.executor import PassFailure
-
-            raise PassFailure(f"output {sid!r}: a message cannot be written as JSON: {exc}: "
-                              f"{m!r:.80}; map it to JSON-friendly values (dict, list, str, "
-                              f"numbers) first") from exc
-    return encode_line
 
 
 def _name_parts(spark: Any, directory: str, n: int) -> None:
