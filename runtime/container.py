@@ -12,13 +12,12 @@ docs/semantics.md rule 16); tasks see the container only through their ``TaskEnv
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import gc
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from runtime.collector import messages_die_young
 from runtime.commit import Committer
 from runtime.elastic import fan_readers
 from runtime.job import SSP, JobModel, TaskModel
@@ -34,28 +33,12 @@ __all__ = ["Container", "CheckpointStore", "MemoryCheckpoints", "Consumer", "Pro
            "messages_die_young"]
 
 INBOX_LIMIT = 8192
-GC_THRESHOLD0 = 20_000
 
 
 def wall_ms(_ns: Callable[[], int] = time.time_ns) -> int:
     """The wall clock in whole milliseconds: the processing time operators read (a join reads
     it once per message, so it takes one call and an integer division)."""
     return _ns() // 1_000_000
-
-
-@contextlib.contextmanager
-def messages_die_young() -> Iterator[None]:
-    """While it lasts, the objects that exist already are frozen out of the cycle collector's
-    scans and its first generation collects after ``GC_THRESHOLD0`` allocations: a job's
-    long-lived objects need no scans, and its messages die young."""
-    threshold = gc.get_threshold()
-    gc.freeze()
-    gc.set_threshold(max(threshold[0], GC_THRESHOLD0), *threshold[1:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*threshold)
-        gc.unfreeze()
 
 
 FETCH_BATCH = 1024

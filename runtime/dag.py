@@ -27,6 +27,8 @@ class OperatorFailure(Exception):
         super().__init__(f"{op_id}: {type(cause).__name__}: {cause}")
         self.op_id = op_id
         self.cause = cause
+        #: where the message it failed on was, in a batch run by tags (``PassExecutor.line``)
+        self.tag: int | None = None
 
     @property
     def reason(self) -> str:

@@ -34,14 +34,16 @@ from typing import Any
 
 from operators.state import order_key
 from planner.tiers import GENERAL_TIER, SQL_TIER, DeclaredWindow, declared_windows, spark_tiers
-from runtime.dag import _forward
-from runtime.spark.executor import PassExecutor, PassFailure
+from runtime.collector import dying_young
+from runtime.dag import OperatorFailure, _forward
+from runtime.spark.executor import Columns, PassExecutor, PassFailure
 from runtime.spark.meter import IN, OUT, PANES
-from runtime.spark.shuffle import SCHEMA, PassOutput, shuffle, to_batch
+from runtime.spark.shuffle import SCHEMA, PassOutput, message_dumper, shuffle, to_batch
 from runtime.wiring import partition_of
 from samza_dsl.aggregate import Aggregate
 from samza_dsl.kv import KV
 from samza_dsl.serdes import KVSerde
+from samza_dsl.spec import FilterSpec, FlatMapSpec, MapSpec, SendToSpec
 from samza_dsl.windows import FiringType, WindowKey, WindowPane
 
 __all__ = ["DeclaredWindow", "declared_windows", "spark_tiers", "SQL_TIER", "GENERAL_TIER",
@@ -135,11 +137,16 @@ def build_declared(spark: Any, plan: Any, d: DeclaredWindow, frame: Any, n: int,
             F.isnan("_ts_max") | (F.col("_ts_max") == F.lit(inf)), 1).otherwise(0))
         .alias("_bad_ts"), (F.col("_n") - F.col("_v_n")).alias("_bad_v"), "_v")
 
+    line = _one_per_key(plan, d)
+    if line is not None:
+        return _build_one_per_key(spark, plan, d, line, panes, n, counts, tally, encoded)
+
     # the task partition of each pane, as partition_by places its key (each distinct key is
     # serialized and hashed once per Python worker)
     placed_schema = StructType([*panes.schema.fields, StructField("p", IntegerType())])
     stream = d.stream
 
+    @dying_young
     def place(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
 
@@ -161,10 +168,10 @@ def build_declared(spark: Any, plan: Any, d: DeclaredWindow, frame: Any, n: int,
     config = plan.config
     where = f"stream {d.input!r} into window {d.window_op!r} (declared tier)"
     op_id, mode, finish = d.window_op, w.mode, agg.finish
-    fields = (d.time_field, agg.field)
     kind = agg.kind
     accumulator, combine, default = Aggregate.accumulator, agg.combine, FiringType.DEFAULT
 
+    @dying_young
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         from pyspark import TaskContext
 
@@ -196,19 +203,8 @@ def build_declared(spark: Any, plan: Any, d: DeclaredWindow, frame: Any, n: int,
                     acc: Any = None
                     count = 0
                     for _pk, wk, start, n_rows, bad_ts, bad_v, value, _p in same:
-                        if bad_ts or bad_v:
-                            bad, name = (bad_ts, fields[0]) if bad_ts else (bad_v, fields[1])
-                            raise PassFailure(
-                                f"window {op_id!r}: field {name!r} is missing, None or not "
-                                f"a finite number in {'a' if bad == 1 else 'some'} "
-                                f"message(s) of input "
-                                f"{d.input!r} (pane {start} of key {wk!r}); fix the input "
-                                f"or filter such rows out before the window")
-                        if value is None and kind != "count":
-                            raise PassFailure(
-                                f"window {op_id!r}: the {kind} of field {fields[1]!r} over "
-                                f"pane {start} of key {wk!r} is beyond Spark SQL's "
-                                f"decimal(38,0)")
+                        if bad_ts or bad_v or (value is None and kind != "count"):
+                            raise _pane_failure(d, wk, start, bad_ts, bad_v)
                         part_acc = accumulator(kind, n_rows, value, value)
                         acc = part_acc if acc is None else combine(acc, part_acc)
                         count += n_rows
@@ -247,3 +243,209 @@ def build_declared(spark: Any, plan: Any, d: DeclaredWindow, frame: Any, n: int,
 
     df = by_task.mapInArrow(run, SCHEMA)
     return PassOutput(spark, f"pass {d.partition_stage}+{d.window_stage} ({SQL_TIER})", df=df)
+
+
+def _pane_failure(d: DeclaredWindow, wk: Any, start: int, bad_ts: int, bad_v: int
+                  ) -> PassFailure:
+    """The error of a pane whose rows hold a bad event time or value (``bad_ts``, ``bad_v``:
+    how many), or whose sum is beyond Spark SQL's decimals (neither)."""
+    op_id, kind, field = d.window_op, d.aggregate.kind, d.aggregate.field
+    if bad_ts or bad_v:
+        bad, name = (bad_ts, d.time_field) if bad_ts else (bad_v, field)
+        return PassFailure(
+            f"window {op_id!r}: field {name!r} is missing, None or not a finite number in "
+            f"{'a' if bad == 1 else 'some'} message(s) of input {d.input!r} (pane {start} of "
+            f"key {wk!r}); fix the input or filter such rows out before the window")
+    return PassFailure(f"window {op_id!r}: the {kind} of field {field!r} over pane {start} of "
+                       f"key {wk!r} is beyond Spark SQL's decimal(38,0)")
+
+
+def _one_per_key(plan: Any, d: DeclaredWindow) -> list[str] | None:
+    """The operators after the window, in order, where the pass may run them over the panes
+    of a batch in any order of panes and leave the order of what they write to the JVM's sort
+    (None where it may not): the window is keyed by the partition key (so each row of the
+    aggregation is one whole pane, merged with no other); the operators after it form one
+    line of maps, filters and flat_maps ending in a send_to (no sink, whose calls a user sees,
+    and no fan-out); and no stage reads what it writes (only the written order counts, which
+    the sort restores)."""
+    if d.key_field != d.partition_field:
+        return None
+    stage = next(s for s in plan.stages if s.stage_id == d.window_stage)
+    app, graph = plan.app, plan.graph
+    line: list[str] = []
+    op = d.window_op
+    while True:
+        nexts = list(graph.successors(op))
+        if len(nexts) != 1 or nexts[0] not in stage.operators:
+            break
+        op = nexts[0]
+        line.append(op)
+    if not line or len(line) != len(stage.operators) - 1:
+        return None
+    specs = [app.operator(o) for o in line]
+    if any(not isinstance(sp, MapSpec | FilterSpec | FlatMapSpec) for sp in specs[:-1]) \
+            or not isinstance(specs[-1], SendToSpec) or specs[-1].stream_id is None:
+        return None
+    read = {sid for s in plan.stages for sid in s.inputs}
+    return None if specs[-1].stream_id in read else line
+
+
+#: what the one-per-key pass writes of a pane's records: the task partition, the columns that
+#: order them (the pane's start, its key's ``order_key``, the record's place among the pane's
+#: records), and ``SCHEMA``'s columns that differ from record to record
+_PANE_SCHEMA = ("_t int, _start long, _okey binary, _i int, p int, off long, k binary, "
+                "m binary")
+_PANE_COLUMNS = ("_t", "_start", "_okey", "_i", "p", "off", "k", "m")
+
+
+def _build_one_per_key(spark: Any, plan: Any, d: DeclaredWindow, line: list[str], panes: Any,
+                       n: int, counts: Mapping[str, int],
+                       tally: Callable[[PassExecutor, dict[str, int]], None],
+                       encoded: frozenset[str]) -> PassOutput:
+    """``build_declared`` where each aggregated row is a whole pane and the operators ``line``
+    after the window may see the panes in any order (``_one_per_key``): the task that finishes
+    the aggregation also places each pane's key, finishes its value and runs the line over
+    the panes of each batch (``PassExecutor.line``, an executor per task partition); the JVM
+    then moves what they write to its task partitions and sorts it into the order the general
+    tier writes it, by pane start, key and place among the pane's outputs. One Python step,
+    where the general case has two, and no call per message between the operators."""
+    import pyarrow as pa
+
+    stage_ids = [d.window_stage]
+    config = plan.config
+    stream = d.stream
+    agg = d.aggregate
+    op_id, mode, finish, kind = d.window_op, d.window.mode, agg.finish, agg.kind
+    accumulator, default = Aggregate.accumulator, FiringType.DEFAULT
+    counting = kind == "count"  # a count's pane value is its rows
+    rows = panes.select("_pk", "_start", "_n", "_bad_ts", "_bad_v", "_v")
+
+    @dying_young
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        spark_part = ctx.partitionId() if ctx is not None else 0
+        rule = partition_of(plan, stream, n, 0)
+        placed: dict[Any, tuple[Any, ...]] = {}  # key -> (task partition, order key, task)
+        tasks: dict[int, tuple[PassExecutor, Any, list[int]]] = {}
+        total = 0
+        keys: list[Any] = []
+        starts: list[int] = []
+
+        def place(key: Any) -> tuple[Any, ...]:
+            p = rule(KV(key, None))
+            task = tasks.get(p)
+            if task is None:
+                ex = PassExecutor(plan, stage_ids, p, counts, config, encoded=encoded)
+                task = tasks[p] = (ex, ex.line(line), ex.meters[op_id])
+            out = placed[key] = (p, order_key(key), task)
+            return out
+
+        try:
+            for b in batches:
+                if not b.num_rows:
+                    continue
+                keys, starts, ns, bad_tss, bad_vs, values = (
+                    b.column(i).to_pylist() for i in range(6))
+                okeys: list[bytes] = []
+                by_task: dict[int, tuple[list[Any], list[int]]] = {}
+                for i, (pk, start, n_rows, bad_ts, bad_v, value) in enumerate(zip(
+                        keys, starts, ns, bad_tss, bad_vs, values, strict=True)):
+                    if bad_ts or bad_v or (value is None and kind != "count"):
+                        raise _pane_failure(d, pk, start, bad_ts, bad_v)
+                    got = placed.get(pk)
+                    if got is None:
+                        got = place(pk)
+                    p, okey, task = got
+                    okeys.append(okey)
+                    meter = task[2]
+                    meter[IN] += n_rows
+                    total += n_rows
+                    pane = WindowPane(WindowKey(pk, str(start)), n_rows if counting else
+                                      finish(accumulator(kind, n_rows, value, value)),
+                                      default, mode)
+                    mine = by_task.get(p)
+                    if mine is None:
+                        mine = by_task[p] = ([], [])
+                    mine[0].append(pane)
+                    mine[1].append(i)
+                written = []
+                for p in sorted(by_task):
+                    panes_of, idx = by_task[p]
+                    task = tasks[p]
+                    task[2][OUT] += len(panes_of)
+                    task[2][PANES] += len(panes_of)
+                    cols = task[1](panes_of, idx)
+                    if cols.tags:
+                        written.append((p, cols))
+                if written:
+                    yield pane_batch(written, starts, okeys)
+            for p, (ex, _line, _meter) in sorted(tasks.items()):
+                if ex.finish():
+                    raise PassFailure(f"window {op_id!r}: an operator after it wrote at the "
+                                      f"end of the stream of task partition {p}")
+        except PassFailure:
+            raise
+        except OperatorFailure as f:
+            where = "" if f.tag is None or f.tag < 0 else \
+                f" on pane {starts[f.tag]} of key {keys[f.tag]!r} of window {op_id!r}"
+            raise PassFailure(
+                f"operator {f.op_id!r} failed{where} (input {d.input!r}, declared tier): "
+                f"{f.reason}; fix the function or the input and run again: nothing was "
+                f"written") from f
+        except Exception as exc:
+            raise PassFailure(f"stream {d.input!r} into window {op_id!r} (declared tier) in "
+                              f"Spark partition {spark_part}: {type(exc).__name__}: "
+                              f"{exc}") from exc
+        extra = {"in:" + d.input: total, "out:" + stream: total,
+                 f"op:{d.partition_op}|messages-in": total,
+                 f"op:{d.partition_op}|messages-out": total}
+        if not tasks:
+            tally(PassExecutor(plan, stage_ids, 0, counts, config, encoded=encoded), extra)
+        for ex, _line, _meter in tasks.values():
+            tally(ex, extra)
+            extra = {}
+
+    def pane_batch(written: list[tuple[int, Columns]], starts: list[int],
+                   okeys: list[bytes]) -> Any:
+        """The records of a batch's panes (``_PANE_SCHEMA``): ``written`` holds each task
+        partition's (``PassExecutor.line``), tagged with the pane's row in the batch."""
+        tags = [t for _, c in written for t in c.tags]
+        places: list[int] = []
+        ks: list[bytes | None] = []
+        ms: list[bytes] = []
+        dump = message_dumper()
+        for _, c in written:
+            before, i = -1, 0
+            for t in c.tags:
+                i = i + 1 if t == before else 0
+                before = t
+                places.append(i)
+            if c.lines is not None:
+                ks.extend([None] * len(c.lines))
+                ms.extend(c.lines)
+            else:
+                for k, mb in map(dump, c.messages):
+                    ks.append(k)
+                    ms.append(mb)
+        return pa.RecordBatch.from_arrays([
+            pa.array([p for p, c in written for _ in c.tags], pa.int32()),
+            pa.array([starts[t] for t in tags], pa.int64()),
+            pa.array([okeys[t] for t in tags], pa.binary()), pa.array(places, pa.int32()),
+            pa.array([q for _, c in written for q in c.parts], pa.int32()),
+            pa.array([o for _, c in written for o in c.offsets], pa.int64()),
+            pa.array(ks, pa.binary()), pa.array(ms, pa.binary())], names=_PANE_COLUMNS)
+
+    from pyspark.sql import functions as F  # noqa: N812
+
+    # what every record of the line has alike is added here, in the JVM: the stream, the
+    # task partition it came from, and the times (a pane's records are written at
+    # end-of-stream, with no record being processed)
+    sid = next(sp.stream_id for sp in (plan.app.operator(line[-1]),))
+    by_task = shuffle(spark, rows.mapInArrow(run, _PANE_SCHEMA), n, _PANE_COLUMNS[1:4],
+                      column="_t").select(
+        "p", F.lit(sid).alias("sid"), F.lit(0).cast("long").alias("sort_ms"),
+        F.col("_t").alias("src"), "off", F.lit(0).cast("long").alias("clock"), "k", "m")
+    return PassOutput(spark, f"pass {d.partition_stage}+{d.window_stage} ({SQL_TIER})",
+                      df=by_task)

@@ -42,7 +42,7 @@ import inspect
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 import networkx as nx
@@ -55,6 +55,7 @@ from runtime.spark.meter import IN, NS, OUT, Meter, count_outputs, metered_emit,
 from runtime.spark.shuffle import Encoded
 from runtime.wiring import PartitionRule, Wiring, build_operators, partition_of
 from samza_dsl.config import config_value
+from samza_dsl.kv import KV
 from samza_dsl.spec import (
     AsyncFlatMapSpec,
     JoinSpec,
@@ -62,7 +63,7 @@ from samza_dsl.spec import (
     stream_node,
 )
 
-__all__ = ["PassExecutor", "PassFailure", "ALL_PARTITIONS", "STATEFUL", "per_message_windows",
+__all__ = ["PassExecutor", "Columns", "PassFailure", "ALL_PARTITIONS", "STATEFUL", "per_message_windows",
            "json_encoder"]
 
 _NO_WATERMARK = -(1 << 62)
@@ -268,6 +269,89 @@ class PassExecutor:
             out.append((p, (stream_id, self.sort_ms, me, seq, self.clock_ms, m)))
             return None
         return send
+
+    def line(self, op_ids: Sequence[str]) -> Callable[[list[Any], list[int]], Columns]:
+        """A batch runner for a line of operators ``op_ids`` (each gives at most one output per
+        message, or is a ``flat_map``; the last is a ``send_to`` of an output stream): messages
+        and their tags -> the columns of the records written (``Columns``), each record tagged
+        with the tag of the message it came from. The operators run one after the other over
+        the whole batch: a record's place among its message's records is kept, and the meters
+        count as message by message (their time is every call's)."""
+        ops = [self.operators[o] for o in op_ids]
+        last = ops[-1]
+        sid = getattr(last, "stream_id", None)
+        if sid is None or sid not in self.plan.streams:
+            raise ValueError(f"a line of operators ends in {last.op_id!r}, not a send_to")
+        steps = [(op.op_id, op.one_to_one(), op.process, self.meters[op.op_id])
+                 for op in ops[:-1]]
+        send_id, send_meter = last.op_id, self.meters[last.op_id]
+        rule = partition_of(self.plan, sid, self.counts[sid], self.partition)
+        fixed = rule.fixed if not rule.keyed else None
+        encode = json_encoder(sid) if sid in self.encoded else None
+        written = self.written
+        written.setdefault(sid, 0)
+        now = time.perf_counter_ns
+
+        def run(msgs: list[Any], tags: list[int]) -> Columns:
+            for op_id, one, process, meter in steps:
+                t0 = now()
+                outs: list[Any] = []
+                out_tags: list[int] = []
+                keep, tag_out = outs.append, out_tags.append
+                tag = -1
+                try:
+                    if one is not None:
+                        for m, tag in zip(msgs, tags, strict=True):
+                            r = one(m)
+                            if r is not None:
+                                keep(r)
+                                tag_out(tag)
+                    else:
+                        for m, tag in zip(msgs, tags, strict=True):
+                            rs = process(m)
+                            if type(rs) is not list:
+                                raise TypeError(f"{op_id}: an async result where a batch "
+                                                f"needs outputs")
+                            outs.extend(rs)
+                            out_tags.extend([tag] * len(rs))
+                except Exception as exc:
+                    raise _line_failure(op_id, exc, tag) from exc
+                meter[NS] += now() - t0
+                meter[IN] += len(msgs)
+                meter[OUT] += len(outs)
+                msgs, tags = outs, out_tags
+            t0 = now()
+            parts: list[int] = []
+            lines: list[bytes] | None = None if encode is None else []
+            tag = -1
+            try:
+                if fixed is not None:  # every record takes one partition
+                    parts = [fixed] * len(msgs)
+                elif rule.keyed:
+                    for m, tag in zip(msgs, tags, strict=True):  # noqa: B007 - tag names a failure
+                        parts.append(rule(m))
+                else:  # a message that is not a KV stays in the sender's partition
+                    own = rule.own
+                    for m, tag in zip(msgs, tags, strict=True):  # noqa: B007 - tag names a failure
+                        parts.append(own if type(m) is not KV else rule(m))
+                if lines is not None:
+                    assert encode is not None
+                    for m, tag in zip(msgs, tags, strict=True):  # noqa: B007 - tag names a failure
+                        lines.append(encode(m))
+            except PassFailure:
+                raise
+            except Exception as exc:
+                raise _line_failure(send_id, exc, tag) from exc
+            k = len(msgs)
+            send_meter[NS] += now() - t0
+            send_meter[IN] += k
+            send_meter[OUT] += k
+            written[sid] += k
+            first = self.seq + 1
+            self.seq += k
+            return Columns(sid, parts, self.sort_ms, self.partition, range(first, first + k),
+                           self.clock_ms, msgs, lines, tags)
+        return run
 
     def _async_emit(self, op: Operator, nexts: list[Emit]) -> Emit:
         meter = self.meters[op.op_id]
@@ -555,6 +639,28 @@ class PassExecutor:
             f"operator {f.op_id!r} failed on stream {sid!r} ({self.describe(sid, part, off)}) "
             f"in task {self.task_name!r}: {f.reason}; fix the function "
             f"or the input and run again: nothing was written")
+
+
+class Columns(NamedTuple):
+    """Records a ``PassExecutor.line`` wrote into one stream, as columns: ``SCHEMA``'s but the
+    message (``messages``, or their JSON lines where the stream is written as such), and the
+    tag of the message each came from."""
+
+    sid: str
+    parts: list[int]
+    sort_ms: int
+    src: int
+    offsets: range
+    clock_ms: int
+    messages: list[Any]
+    lines: list[bytes] | None
+    tags: list[int]
+
+
+def _line_failure(op_id: str, exc: Exception, tag: int) -> OperatorFailure:
+    f = OperatorFailure(op_id, exc)
+    f.tag = tag
+    return f
 
 
 def json_encoder(sid: str) -> Callable[[Any], bytes]:

@@ -58,7 +58,7 @@ from typing import Any, cast
 
 from operators.hashing import KeyPartitioner
 from planner import refuse_remote_tables
-from runtime.container import messages_die_young
+from runtime.collector import messages_die_young
 from runtime.late import LateCounts
 from runtime.memory import resolve_partitions
 from runtime.spark.declared import (

@@ -34,8 +34,8 @@ def identity(row: Any) -> Any:
     return row
 
 __all__ = ["SCHEMA", "COLUMNS", "ROW", "ORDER", "OFFSET_ORDER", "BATCH", "PassOutput", "encode",
-           "records_of", "to_batch", "Encoded", "carried_batch", "chunks", "shuffle", "landing_keys",
-           "spark_hash_int", "broadcast_rows"]
+           "records_of", "to_batch", "message_dumper", "Encoded", "carried_batch", "chunks",
+           "shuffle", "landing_keys", "spark_hash_int", "broadcast_rows"]
 
 SCHEMA = "p int, sid string, sort_ms long, src int, off long, clock long, k binary, m binary"
 COLUMNS = ("p", "sid", "sort_ms", "src", "off", "clock", "k", "m")
@@ -75,8 +75,8 @@ class Encoded(bytes):
     ``m`` as it is, for the JVM to write; never read back as a message."""
 
 
-def _dumper() -> Callable[[Any], tuple[bytes | None, bytes]]:
-    """message -> ``(k, m)``."""
+def message_dumper() -> Callable[[Any], tuple[bytes | None, bytes]]:
+    """message -> ``(k, m)``: its columns in ``SCHEMA``."""
     dumps = pickle.dumps
     dump_key = _key_dumper()
 
@@ -91,7 +91,7 @@ def _dumper() -> Callable[[Any], tuple[bytes | None, bytes]]:
 
 
 def _loader() -> Callable[[bytes | None, bytes | None], Any]:
-    """``(k, m)`` -> the message (``_dumper``'s inverse); ``(k, None)`` -> the key."""
+    """``(k, m)`` -> the message (``message_dumper``'s inverse); ``(k, None)`` -> the key."""
     loads = pickle.loads
     keys: dict[bytes, Any] = {}
     shared = _SHARED_KEYS
@@ -113,7 +113,7 @@ def _loader() -> Callable[[bytes | None, bytes | None], Any]:
 
 def encode(items: Iterable[tuple[int, tuple[Any, ...]]]) -> Iterator[tuple[Any, ...]]:
     """``(p, record)`` items -> rows of ``SCHEMA``."""
-    dump = _dumper()
+    dump = message_dumper()
     for p, (sid, sort_ms, src, off, clock, m) in items:
         yield (p, sid, sort_ms, src, off, clock, *dump(m))
 
@@ -189,7 +189,7 @@ def to_batch(items: Sequence[tuple[int, tuple[Any, ...]]]) -> Any:
 
     p, recs = zip(*items, strict=True)
     sid, sort_ms, src, off, clock, m = zip(*recs, strict=True)
-    k, mb = zip(*map(_dumper(), m), strict=True)
+    k, mb = zip(*map(message_dumper(), m), strict=True)
     return pa.RecordBatch.from_arrays(
         [pa.array(p, pa.int32()), pa.array(sid, pa.string()), pa.array(sort_ms, pa.int64()),
          pa.array(src, pa.int32()), pa.array(off, pa.int64()), pa.array(clock, pa.int64()),
@@ -237,13 +237,13 @@ def landing_keys(n: int) -> list[int]:
     return [found[p] for p in range(n)]
 
 
-def shuffle(spark: Any, rows: Any, n: int, order: Sequence[str]) -> Any:
-    """``rows`` (a DataFrame of ``SCHEMA``) in ``n`` Spark partitions, row ``p`` in partition
-    ``p``, each sorted by ``order``: an exchange and a sort in the JVM."""
+def shuffle(spark: Any, rows: Any, n: int, order: Sequence[str], column: str = "p") -> Any:
+    """``rows`` (a DataFrame of ``SCHEMA``) in ``n`` Spark partitions, a row whose ``column``
+    is ``p`` in partition ``p``, each sorted by ``order``: an exchange and a sort in the JVM."""
     from pyspark.sql import functions as F  # noqa: N812
 
     keys = landing_keys(n)
-    key = F.element_at(F.array(*[F.lit(k) for k in keys]), F.col("p") + 1)
+    key = F.element_at(F.array(*[F.lit(k) for k in keys]), F.col(column) + 1)
     return (rows.withColumn("_k", key).repartition(n, "_k")
             .sortWithinPartitions(*order).drop("_k"))
 
