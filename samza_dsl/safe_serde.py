@@ -29,6 +29,8 @@ code type                    data
 13   dict with keys of other ``[[key, value], ...]``
      types than scalars
 14   ``LateMessage``         its fields, in order, as an array
+15   ``WindowPane``          ``[window key, pane id, message, firing, mode]`` (the enums by
+                             their values)
 ==== ======================= ===============================================================
 """
 
@@ -47,12 +49,14 @@ from msgspec.msgpack import Ext
 from .errors import SerdeError
 from .kv import KV
 from .late import LateMessage
+from .windows import AccumulationMode, FiringType, WindowKey, WindowPane
 
 __all__ = ["ObjectCodec", "declared_names"]
 
 _TUPLE, _KV, _DECLARED, _DATETIME, _SET, _FROZENSET = 1, 2, 3, 4, 5, 6
 _DATE, _TIME, _TIMEDELTA, _DECIMAL, _UUID, _BIGINT, _DICT = 7, 8, 9, 10, 11, 12, 13
 _LATE = 14
+_PANE = 15
 
 _UTC = dt.UTC
 _INT64 = (-(1 << 63), (1 << 64) - 1)  # MessagePack's int range (uint64 above int64)
@@ -142,6 +146,10 @@ class ObjectCodec:
             return dict(decode(data))
         if code == _LATE:
             return LateMessage(*decode(data))
+        if code == _PANE:
+            key, pane_id, message, firing, mode = decode(data)
+            return WindowPane(WindowKey(key, pane_id), message, FiringType(firing),
+                              AccumulationMode(mode))
         if code == _SET:
             return set(decode(data))
         if code == _FROZENSET:
@@ -233,6 +241,9 @@ def _lowering(encode: Callable[[Any], bytes], headers: Mapping[type, bytes],
             return o if lo <= o <= hi else Ext(_BIGINT, str(o).encode())
         if t is LateMessage:  # its message keeps its types (a KV, a tuple), unlike a declared Any
             return Ext(_LATE, encode([lower(getattr(o, f)) for f in o.__struct_fields__]))
+        if t is WindowPane:  # so does a pane's value and key
+            return Ext(_PANE, encode([lower(o.key.key), o.key.pane_id, lower(o.message),
+                                      o.firing.value, o.mode.value]))
         header = headers.get(t)
         if header is not None:
             return Ext(_DECLARED, header + encode(o))

@@ -543,7 +543,8 @@ class KVSerde(Serde[KV[Any, Any]]):
 class SafeSerde(Serde[Any]):
     """Python values as MessagePack, faithfully and without running code on decode: ``None``,
     bool, int (any size), float, str, bytes, list, tuple, dict, set, frozenset, ``KV``,
-    datetime, date, time, timedelta, Decimal, UUID, and the ``msgspec.Struct``, dataclass and
+    datetime, date, time, timedelta, Decimal, UUID, a window's ``WindowPane`` and
+    ``LateMessage``, and the ``msgspec.Struct``, dataclass and
     NamedTuple types given in ``types`` (a sequence of classes, or a mapping name -> class).
     A declared type travels as its name and its fields, and decodes as its field annotations
     say; a name that is not declared is an error, never an import. The default of

@@ -38,7 +38,7 @@ from runtime.collector import dying_young
 from runtime.dag import OperatorFailure, _forward
 from runtime.spark.executor import Columns, PassExecutor, PassFailure
 from runtime.spark.meter import IN, OUT, PANES
-from runtime.spark.shuffle import SCHEMA, PassOutput, message_dumper, shuffle, to_batch
+from runtime.spark.shuffle import SCHEMA, PassOutput, ShuffleCodec, shuffle, to_batch
 from runtime.wiring import partition_of
 from samza_dsl.aggregate import Aggregate
 from samza_dsl.kv import KV
@@ -98,13 +98,17 @@ def _col(name: str) -> Any:
 def build_declared(spark: Any, plan: Any, d: DeclaredWindow, frame: Any, n: int,
                    counts: Mapping[str, int],
                    tally: Callable[[PassExecutor, dict[str, int]], None],
-                   encoded: frozenset[str] = frozenset()) -> PassOutput:
+                   encoded: frozenset[str] = frozenset(),
+                   codec: ShuffleCodec | None = None) -> PassOutput:
     """The window pass of ``d`` over input DataFrame ``frame`` in ``n`` task partitions: one row
     of ``SCHEMA`` per output message, Spark partition p holding task partition p's, in the order
     the general tier writes them. ``tally(executor, extra)`` adds a task's counts; ``encoded``:
-    the JSON Lines outputs the pass writes as lines (``PassExecutor``)."""
+    the JSON Lines outputs the pass writes as lines (``PassExecutor``); ``codec``: how it
+    writes the other messages (``ShuffleCodec``)."""
     from pyspark.sql import functions as F  # noqa: N812
     from pyspark.sql.types import IntegerType, StructField, StructType
+
+    codec = codec or ShuffleCodec(plan)
 
     w, agg = d.window, d.aggregate
     size = w.size_ms
@@ -139,7 +143,7 @@ def build_declared(spark: Any, plan: Any, d: DeclaredWindow, frame: Any, n: int,
 
     line = _one_per_key(plan, d)
     if line is not None:
-        return _build_one_per_key(spark, plan, d, line, panes, n, counts, tally, encoded)
+        return _build_one_per_key(spark, plan, d, line, panes, n, counts, tally, encoded, codec)
 
     # the task partition of each pane, as partition_by places its key (each distinct key is
     # serialized and hashed once per Python worker)
@@ -226,12 +230,12 @@ def build_declared(spark: Any, plan: Any, d: DeclaredWindow, frame: Any, n: int,
                     pending.append(r)
                 out = ex._take()
                 if out:
-                    yield to_batch(out)
+                    yield to_batch(codec, out)
             if pending:
                 fire(pending)
             out = ex.finish()
             if out:
-                yield to_batch(out)
+                yield to_batch(codec, out)
         except PassFailure:
             raise
         except Exception as exc:
@@ -242,7 +246,7 @@ def build_declared(spark: Any, plan: Any, d: DeclaredWindow, frame: Any, n: int,
                    f"op:{d.partition_op}|messages-out": total})
 
     df = by_task.mapInArrow(run, SCHEMA)
-    return PassOutput(spark, f"pass {d.partition_stage}+{d.window_stage} ({SQL_TIER})", df=df)
+    return PassOutput(spark, codec, f"pass {d.partition_stage}+{d.window_stage} ({SQL_TIER})", df=df)
 
 
 def _pane_failure(d: DeclaredWindow, wk: Any, start: int, bad_ts: int, bad_v: int
@@ -301,7 +305,7 @@ _PANE_COLUMNS = ("_t", "_start", "_okey", "_i", "p", "off", "k", "m")
 def _build_one_per_key(spark: Any, plan: Any, d: DeclaredWindow, line: list[str], panes: Any,
                        n: int, counts: Mapping[str, int],
                        tally: Callable[[PassExecutor, dict[str, int]], None],
-                       encoded: frozenset[str]) -> PassOutput:
+                       encoded: frozenset[str], codec: ShuffleCodec) -> PassOutput:
     """``build_declared`` where each aggregated row is a whole pane and the operators ``line``
     after the window may see the panes in any order (``_one_per_key``): the task that finishes
     the aggregation also places each pane's key, finishes its value and runs the line over
@@ -415,7 +419,7 @@ def _build_one_per_key(spark: Any, plan: Any, d: DeclaredWindow, line: list[str]
         places: list[int] = []
         ks: list[bytes | None] = []
         ms: list[bytes] = []
-        dump = message_dumper()
+        dump = codec.dumper()
         for _, c in written:
             before, i = -1, 0
             for t in c.tags:
@@ -426,7 +430,7 @@ def _build_one_per_key(spark: Any, plan: Any, d: DeclaredWindow, line: list[str]
                 ks.extend([None] * len(c.lines))
                 ms.extend(c.lines)
             else:
-                for k, mb in map(dump, c.messages):
+                for k, mb in map(dump, itertools.repeat(c.sid), c.messages):
                     ks.append(k)
                     ms.append(mb)
         return pa.RecordBatch.from_arrays([
@@ -447,5 +451,5 @@ def _build_one_per_key(spark: Any, plan: Any, d: DeclaredWindow, line: list[str]
                       column="_t").select(
         "p", F.lit(sid).alias("sid"), F.lit(0).cast("long").alias("sort_ms"),
         F.col("_t").alias("src"), "off", F.lit(0).cast("long").alias("clock"), "k", "m")
-    return PassOutput(spark, f"pass {d.partition_stage}+{d.window_stage} ({SQL_TIER})",
+    return PassOutput(spark, codec, f"pass {d.partition_stage}+{d.window_stage} ({SQL_TIER})",
                       df=by_task)

@@ -87,6 +87,7 @@ from runtime.spark.shuffle import (
     ROW,
     SCHEMA,
     PassOutput,
+    ShuffleCodec,
     broadcast_rows,
     carried_batch,
     chunks,
@@ -542,6 +543,8 @@ class _Compiler:
         self.counts = counts
         self.sources = sources
         self.acc = acc
+        #: how the passes write the messages they hand each other (data, never code)
+        self.codec = ShuffleCodec(plan)
         self.out: dict[str, PassOutput] = {}  # stream id -> the pass that writes it
         self.persisted: list[PassOutput] = []
         self.labels: dict[str, str] = {}  # stream id -> what the pass writing it does
@@ -612,7 +615,8 @@ class _Compiler:
         def tally(ex: PassExecutor, extra: dict[str, int]) -> None:
             acc.add(_tally(ex, windows, extra))
         out = build_declared(self.spark, self.plan, d, self.frames[d.window_stage],
-                             self.counts[d.stream], self.counts, tally, self.encoded)
+                             self.counts[d.stream], self.counts, tally, self.encoded,
+                             self.codec)
         out.shuffled = f"{STAGE_PREFIX}{self.plan.job_name}: {d.partition_stage}+" \
                        f"{d.window_stage} ({SQL_TIER})"
         for stage in self.plan.stages:
@@ -634,6 +638,7 @@ class _Compiler:
 
     def _pass(self, stages: list[Any]) -> PassOutput:
         plan, counts, acc, encoded = self.plan, self.counts, self.acc, self.encoded
+        codec = self.codec
         stage_ids = [s.stage_id for s in stages]
         inputs = list(dict.fromkeys(itertools.chain.from_iterable(s.inputs for s in stages)))
         external = [sid for sid in inputs if sid in plan.input_streams]
@@ -694,9 +699,9 @@ class _Compiler:
 
             ctx = TaskContext.get()
             part = ctx.partitionId() if ctx is not None else 0
-            decoded = (records_of(b, carried) for b in batches if b.num_rows)
+            decoded = (records_of(codec, b, carried) for b in batches if b.num_rows)
             for out in task(part, decoded, narrow_sorted):
-                yield to_batch(out)
+                yield to_batch(codec, out)
 
         carried = {sid: self.carried[sid] for sid in intermediate if sid in self.carried}
         aligned = all(self.sources[sid].partitions == counts[sid] for sid in external)
@@ -724,7 +729,7 @@ class _Compiler:
                                 read = 0
                                 for rows, rs in read_batches(i):
                                     read += len(rs)
-                                    yield carried_batch(i, out_sid, ex.rekey(rs), rows,
+                                    yield carried_batch(codec, i, out_sid, ex.rekey(rs), rows,
                                                         arrow_schema)
                                 ex.finish()
                         except PassFailure:
@@ -734,7 +739,7 @@ class _Compiler:
                         acc.add(_tally(ex, windows, {"in:" + external[0]: read}))
             n_in = src.partitions
             df = self.spark.range(0, n_in, 1, n_in).mapInArrow(run_carried, spark_schema)
-            return PassOutput(self.spark, f"pass {name}", df=df)
+            return PassOutput(self.spark, codec, f"pass {name}", df=df)
         if narrow and not narrow_sorted and all(self.sources[sid].read for sid in external):
             # each source partition is run where it was read, as it is read, into Arrow rows
             def run_split(i: int, recs: Iterator[Any]) -> Iterator[list[Any]]:
@@ -744,7 +749,7 @@ class _Compiler:
                     yield from task(i, itertools.chain([first], batches), True)
             frames = [self._read_arrow(sid, run_split) for sid in external]
             df = functools.reduce(lambda a, b: a.union(b), frames)
-            return PassOutput(self.spark, f"pass {name}", df=df)
+            return PassOutput(self.spark, codec, f"pass {name}", df=df)
         if narrow and not narrow_sorted:
             # each source partition is run where it was read, as it is read
             rdds = [self.sources[sid].rdd(self.spark) for sid in external]
@@ -759,7 +764,7 @@ class _Compiler:
                     yield from out
             rdd = union.mapPartitions(run_read)
             rdd.setName(f"pass {name}")
-            return PassOutput(self.spark, f"pass {name}", rdd=rdd)
+            return PassOutput(self.spark, codec, f"pass {name}", rdd=rdd)
         if narrow_sorted:
             # one input, a Spark partition per source partition: sorted where it was read, in
             # offset order where a window moves its watermark per record
@@ -767,7 +772,7 @@ class _Compiler:
             if src.read is not None:
                 rows = self._read_arrow(external[0], _in_own_partitions)
             else:
-                rows = PassOutput(self.spark, f"read {external[0]}",
+                rows = PassOutput(self.spark, codec, f"read {external[0]}",
                                   rdd=src.rdd(self.spark).map(_in_own_partition)).rows()
             order = OFFSET_ORDER if any(per_message_windows(plan, s) for s in stages) \
                 else ORDER
@@ -777,7 +782,7 @@ class _Compiler:
             union = functools.reduce(lambda a, b: a.union(b), parts)
             sorted_rows = shuffle(self.spark, union, n, _first_of(first, ORDER))
         df = sorted_rows.mapInArrow(run_sorted, SCHEMA)
-        out = PassOutput(self.spark, f"pass {name}", df=df)
+        out = PassOutput(self.spark, codec, f"pass {name}", df=df)
         if not narrow:  # the map side of this shuffle: named by what it computes
             made = dict.fromkeys(self.labels.get(sid, f"read {sid}") for sid in inputs)
             out.shuffled = f"{STAGE_PREFIX}{plan.job_name}: {'; '.join(made)}"
@@ -785,7 +790,7 @@ class _Compiler:
 
     def _keyed_input(self, sid: str, n: int) -> Any:
         """Stream ``sid`` as rows bound for the pass's task partitions (column ``p``)."""
-        plan, counts = self.plan, self.counts
+        plan, counts, codec = self.plan, self.counts, self.codec
         if sid in plan.input_streams:
             src = self.sources[sid]
             if src.read is not None:
@@ -809,7 +814,7 @@ class _Compiler:
                         for rec in it:
                             yield partitioner(rec[5].key), rec
                     placed = rdd.mapPartitions(place_keyed)
-            return PassOutput(self.spark, f"read {sid}", rdd=placed).rows()
+            return PassOutput(self.spark, codec, f"read {sid}", rdd=placed).rows()
         rows = self.out[sid].rows([sid])
         if plan.streams[sid].kind == "broadcast":
             return broadcast_rows(rows, n, ALL_PARTITIONS)
@@ -840,7 +845,7 @@ class _Compiler:
             spark_schema = StructType([*cast(StructType, _parse_datatype_string(SCHEMA)).fields,
                                        StructField(ROW, row_type)])
             return spec.stream_id, spark_schema, to_arrow_schema(spark_schema)
-        except Exception:  # a type Spark has no Arrow form for: the messages go pickled
+        except Exception:  # a type Spark has no Arrow form for: the messages go as bytes
             return None
 
     def _read_arrow(self, sid: str, run: Callable[[int, Iterator[Any]], Iterator[list[Any]]]
@@ -850,6 +855,7 @@ class _Compiler:
         partition i into batches of ``(p, record)`` items."""
         src = self.sources[sid]
         read = src.read
+        codec = self.codec
         assert read is not None
 
         def split(batches: Iterator[Any]) -> Iterator[Any]:
@@ -857,7 +863,7 @@ class _Compiler:
                 for i in b.column(0).to_pylist():
                     for out in run(i, read(i)):
                         if out:
-                            yield to_batch(out)
+                            yield to_batch(codec, out)
         return self.spark.range(0, src.partitions, 1, src.partitions).mapInArrow(split, SCHEMA)
 
 

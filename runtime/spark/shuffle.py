@@ -3,10 +3,10 @@ batches.
 
 A record ``(stream id, sort ms, source partition, offset, clock ms, message)`` bound for task
 partition ``p`` is the row ``(p, sid, sort_ms, src, off, clock, k, m)`` of ``SCHEMA``: a ``KV``
-as its key and value pickled apart (``k`` and ``m``; a key pickled once per batch, and a KV's
-pickle costs three times a tuple's), any other message as ``m`` with ``k`` null. Pickle, as
-PySpark's own RDD shuffle carries records: between the run's own processes, never read from a
-stream. A pass that needs its records in task partitions (``shuffle``):
+as its key and value written apart (``k`` and ``m``; a string key written once per batch), any
+other message as ``m`` with ``k`` null. The bytes are data, never code (``ShuffleCodec``:
+``SafeSerde``, or the stream's own serde). A pass that needs its records in task partitions
+(``shuffle``):
 
 1. repartitions them on a key column whose Spark hash lands task partition ``p`` in Spark
    partition ``p`` (``landing_keys``, by Spark's Murmur3 hash, ``spark_hash_int``);
@@ -21,11 +21,15 @@ output is written from an RDD of messages.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import itertools
-import pickle
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+import msgspec
+
+from samza_dsl.errors import SerdeError
 from samza_dsl.kv import KV
 
 
@@ -34,7 +38,7 @@ def identity(row: Any) -> Any:
     return row
 
 __all__ = ["SCHEMA", "COLUMNS", "ROW", "ORDER", "OFFSET_ORDER", "BATCH", "PassOutput", "encode",
-           "records_of", "to_batch", "message_dumper", "Encoded", "carried_batch", "chunks",
+           "records_of", "to_batch", "ShuffleCodec", "Encoded", "carried_batch", "chunks",
            "shuffle", "landing_keys", "spark_hash_int", "broadcast_rows"]
 
 SCHEMA = "p int, sid string, sort_ms long, src int, off long, clock long, k binary, m binary"
@@ -47,27 +51,11 @@ OFFSET_ORDER = ("src", "off", "sid")
 #: records fed to the operators at once, and rows per Arrow batch written back
 BATCH = 4096
 
-_PROTOCOL = pickle.HIGHEST_PROTOCOL
-
-
 #: keys of these types are loaded once per batch and shared by its records (immutable)
 _SHARED_KEYS = frozenset({str, int, float, bytes, bool, type(None)})
-
-
-def _key_dumper() -> Callable[[Any], bytes]:
-    """key -> its pickle, kept for the next records with that key."""
-    dumps = pickle.dumps
-    keys: dict[Any, bytes] = {}
-
-    def dump_key(key: Any) -> bytes:
-        try:
-            kb = keys.get(key)
-            if kb is None:
-                kb = keys[key] = dumps(key, _PROTOCOL)
-        except TypeError:  # an unhashable key
-            kb = dumps(key, _PROTOCOL)
-        return kb
-    return dump_key
+#: a first byte MessagePack never writes: the bytes after it are the stream's own serde's
+_OWN = 0xC1
+_OWN_BYTE = bytes((_OWN,))
 
 
 class Encoded(bytes):
@@ -75,63 +63,166 @@ class Encoded(bytes):
     ``m`` as it is, for the JVM to write; never read back as a message."""
 
 
-def message_dumper() -> Callable[[Any], tuple[bytes | None, bytes]]:
-    """message -> ``(k, m)``: its columns in ``SCHEMA``."""
-    dumps = pickle.dumps
-    dump_key = _key_dumper()
+class ShuffleCodec:
+    """How the passes of a run write the messages they hand to each other: as data, never code.
 
-    def dump(m: Any) -> tuple[bytes | None, bytes]:
-        t = type(m)
-        if t is KV:
-            return dump_key(m.key), dumps(m.value, _PROTOCOL)
-        if t is Encoded:
-            return None, m
-        return None, dumps(m, _PROTOCOL)
-    return dump
+    Each message (a ``KV``'s key and value apart, in ``k`` and ``m``) is written by ``SafeSerde``
+    with the types the application declared (``app.declare_types``) and the types its typed
+    serdes make (an input's ``JsonSerde(View)``: its ``View`` values flow on): faithful for
+    Python's plain
+    values, tuples, sets, datetimes, ``KV`` and ``LateMessage``, which is what ``TestRunner``
+    passes on untouched, and what an intermediate stream of the streaming runtime writes by
+    default. A value ``SafeSerde`` cannot write (a type not declared) is written by its
+    stream's own serde, after a byte MessagePack never begins with, as a deployed job would
+    write it into that stream; where the stream has no serde of its own, the run fails with
+    ``SafeSerde``'s words and the stream's name. Reading runs no code: MessagePack, or the
+    stream's serde. Pickles made elsewhere are read only where a user named ``PickleSerde``.
 
+    It travels to the executors with the plan; each process builds its encoders there."""
 
-def _loader() -> Callable[[bytes | None, bytes | None], Any]:
-    """``(k, m)`` -> the message (``message_dumper``'s inverse); ``(k, None)`` -> the key."""
-    loads = pickle.loads
-    keys: dict[bytes, Any] = {}
-    shared = _SHARED_KEYS
+    def __init__(self, plan: Any) -> None:
+        from runtime.codec import fast_deserializer, fast_serializer
+        from samza_dsl.serdes import SafeSerde
 
-    def load(kb: bytes | None, mb: bytes | None) -> Any:
-        if kb is None:
-            return loads(mb)  # type: ignore[arg-type]  # noqa: S301 - written in this run
+        self.plan = plan
+        self.safe = SafeSerde({**_serde_types(plan), **(getattr(plan.app, "types", None) or {})})
+        self.encode = fast_serializer(self.safe)
+        self.decode = fast_deserializer(self.safe)
+        self._own: dict[str, tuple[Any, Any]] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"plan": self.plan}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["plan"])  # type: ignore[misc]
+
+    def own(self, sid: str) -> tuple[Any, Any]:
+        """Stream ``sid``'s own (key serde, value serde); None where it has none of its own."""
+        got = self._own.get(sid)
+        if got is None:
+            from samza_dsl.serdes import KVSerde, NoOpSerde, SafeSerde
+
+            stream = self.plan.streams.get(sid)
+            serde = getattr(getattr(stream, "descriptor", None), "serde", None)
+
+            def mine(x: Any) -> Any:
+                return None if x is None or isinstance(x, NoOpSerde | SafeSerde) else x
+            got = self._own[sid] = ((mine(serde.key_serde), mine(serde.value_serde))
+                                    if isinstance(serde, KVSerde) else (None, mine(serde)))
+        return got
+
+    def write(self, sid: str, value: Any, key: bool = False) -> bytes:
+        """``value`` (a key with ``key``) of stream ``sid`` as bytes."""
         try:
-            key = keys[kb]
-        except KeyError:
-            key = loads(kb)  # noqa: S301
-            if type(key) in shared:
-                keys[kb] = key
-        if mb is None:  # the key alone
-            return key
-        return KV(key, loads(mb))  # noqa: S301
-    return load
+            return self.encode(value)
+        except Exception:  # noqa: S110 - the stream's own serde, or the clear error, below
+            pass
+        own = self.own(sid)[0 if key else 1]
+        if own is None:
+            try:
+                return self.safe.serialize(value)
+            except Exception as exc:
+                raise SerdeError(f"stream {sid!r}: {exc}") from None
+        return _OWN_BYTE + own.serialize(value)
+
+    def read(self, sid: str, data: bytes, key: bool = False) -> Any:
+        """``write``'s inverse."""
+        if data[0] == _OWN:
+            return self.own(sid)[0 if key else 1].deserialize(data[1:])
+        return self.decode(data)
+
+    def key_dumper(self) -> Callable[[str, Any], bytes]:
+        """(stream, key) -> its bytes; a string key's kept for the next records with it."""
+        write = self.write
+        keys: dict[tuple[str, str], bytes] = {}
+
+        def dump_key(sid: str, key: Any) -> bytes:
+            if type(key) is not str:
+                return write(sid, key, True)
+            kb = keys.get((sid, key))
+            if kb is None:
+                kb = keys[(sid, key)] = write(sid, key, True)
+            return kb
+        return dump_key
+
+    def dumper(self) -> Callable[[str, Any], tuple[bytes | None, bytes]]:
+        """(stream, message) -> its ``(k, m)`` columns of ``SCHEMA``."""
+        write, dump_key = self.write, self.key_dumper()
+
+        def dump(sid: str, m: Any) -> tuple[bytes | None, bytes]:
+            t = type(m)
+            if t is KV:
+                return dump_key(sid, m.key), write(sid, m.value)
+            if t is Encoded:
+                return None, m
+            return None, write(sid, m)
+        return dump
+
+    def loader(self) -> Callable[[str, bytes | None, bytes | None], Any]:
+        """(stream, k, m) -> the message (``dumper``'s inverse); (stream, k, None) -> the key."""
+        read = self.read
+        keys: dict[tuple[str, bytes], Any] = {}
+        shared = _SHARED_KEYS
+
+        def load(sid: str, kb: bytes | None, mb: bytes | None) -> Any:
+            if kb is None:
+                return read(sid, mb)  # type: ignore[arg-type]
+            try:
+                key = keys[(sid, kb)]
+            except KeyError:
+                key = read(sid, kb, True)
+                if type(key) in shared:
+                    keys[(sid, kb)] = key
+            if mb is None:  # the key alone
+                return key
+            return KV(key, read(sid, mb))
+        return load
 
 
-def encode(items: Iterable[tuple[int, tuple[Any, ...]]]) -> Iterator[tuple[Any, ...]]:
+def _serde_types(plan: Any) -> dict[str, type]:
+    """name -> type of the classes the serdes of ``plan``'s streams and tables decode to
+    (``JsonSerde(View)``, ``MsgpackSerde(Order)``...)."""
+    from samza_dsl.safe_serde import type_name
+    from samza_dsl.serdes import KVSerde
+
+    out: dict[str, type] = {}
+    serdes = [getattr(getattr(st, "descriptor", None), "serde", None)
+              for st in plan.streams.values()]
+    serdes += [getattr(t, "serde", None) for t in plan.app.tables.values()]
+    for serde in serdes:
+        for one in ((serde.key_serde, serde.value_serde) if isinstance(serde, KVSerde)
+                    else (serde,)):
+            t = getattr(one, "type", None)
+            if isinstance(t, type) and (issubclass(t, msgspec.Struct)
+                                        or dataclasses.is_dataclass(t)
+                                        or (issubclass(t, tuple) and hasattr(t, "_fields"))):
+                out.setdefault(type_name(t), t)
+    return out
+
+
+def encode(codec: ShuffleCodec, items: Iterable[tuple[int, tuple[Any, ...]]]
+           ) -> Iterator[tuple[Any, ...]]:
     """``(p, record)`` items -> rows of ``SCHEMA``."""
-    dump = message_dumper()
+    dump = codec.dumper()
     for p, (sid, sort_ms, src, off, clock, m) in items:
-        yield (p, sid, sort_ms, src, off, clock, *dump(m))
+        yield (p, sid, sort_ms, src, off, clock, *dump(sid, m))
 
 
-def _items(rows: Iterable[Any]) -> Iterator[tuple[int, tuple[Any, ...]]]:
+def _items(codec: ShuffleCodec, rows: Iterable[Any]) -> Iterator[tuple[int, tuple[Any, ...]]]:
     """Rows of ``SCHEMA`` -> ``(p, record)`` items."""
-    load = _loader()
+    load = codec.loader()
     for row in rows:
-        yield row[0], (row[1], row[2], row[3], row[4], row[5], load(row[6], row[7]))
+        yield row[0], (row[1], row[2], row[3], row[4], row[5], load(row[1], row[6], row[7]))
 
 
-def _messages(rows: Iterable[Any]) -> Iterator[Any]:
-    load = _loader()
+def _messages(codec: ShuffleCodec, sid: str, rows: Iterable[Any]) -> Iterator[Any]:
+    load = codec.loader()
     for row in rows:
-        yield load(row[0], row[1])
+        yield load(sid, row[0], row[1])
 
 
-def records_of(batch: Any, carried: Mapping[str, Callable[[Any], Any]] | None = None
+def records_of(codec: ShuffleCodec, batch: Any,
+               carried: Mapping[str, Callable[[Any], Any]] | None = None
                ) -> list[tuple[Any, ...]]:
     """The records of an Arrow batch of ``SCHEMA`` rows, in its order. A batch with a ``row``
     column (``carried_batch``) has records whose messages are ``KV(key, carried[sid](row))``
@@ -139,33 +230,35 @@ def records_of(batch: Any, carried: Mapping[str, Callable[[Any], Any]] | None = 
     cols = [batch.column(i).to_pylist() for i in range(1, 6)]
     ks = batch.column(6).to_pylist()
     ms = batch.column(7)
-    if not carried or ROW not in batch.schema.names or ms.null_count == 0:
-        return list(zip(*cols, map(_loader(), ks, ms.to_pylist()), strict=True))
-    # carried rows, decoded here column by column; their keys loaded once a batch
-    load_key = _loader()
-    rows = batch.column(ROW).to_pylist()
     sids = cols[0]
+    if not carried or ROW not in batch.schema.names or ms.null_count == 0:
+        return list(zip(*cols, map(codec.loader(), sids, ks, ms.to_pylist()), strict=True))
+    # carried rows, decoded here column by column; their keys loaded once a batch
+    load_key = codec.loader()
+    rows = batch.column(ROW).to_pylist()
     if ms.null_count == len(ms) and len(set(sids)) == 1:
-        convert = carried[sids[0]]
-        keys = [load_key(kb, None) for kb in ks]
+        sid = sids[0]
+        convert = carried[sid]
+        keys = [load_key(sid, kb, None) for kb in ks]
         if convert is identity:
             msgs = list(map(KV, keys, rows))
         else:
             msgs = [KV(k, convert(r)) for k, r in zip(keys, rows, strict=True)]
     else:
-        msgs = [load_key(kb, mb) if mb is not None else KV(load_key(kb, None), carried[sid](r))
+        msgs = [load_key(sid, kb, mb) if mb is not None
+                else KV(load_key(sid, kb, None), carried[sid](r))
                 for sid, kb, mb, r in zip(sids, ks, ms.to_pylist(), rows, strict=True)]
     return list(zip(*cols, msgs, strict=True))
 
 
-def carried_batch(partition: int, sid: str,
+def carried_batch(codec: ShuffleCodec, partition: int, sid: str,
                   columns: tuple[list[int], list[int], range, list[int], list[Any]],
                   rows: Any, schema: Any) -> Any:
     """The records a lone ``partition_by`` in task partition ``partition`` wrote into stream
     ``sid`` (``PassExecutor.rekey``: their target partitions, sort ms, offsets, clock ms and
     keys), whose messages are ``KV(key, the message of row i of Arrow batch rows)`` -> an Arrow
-    batch of ``schema`` (``SCHEMA`` and a ``row`` struct column): the keys pickled, the rows
-    carried as they were read, ``m`` null."""
+    batch of ``schema`` (``SCHEMA`` and a ``row`` struct column): the keys written by
+    ``codec``, the rows carried as they were read, ``m`` null."""
     import pyarrow as pa
 
     p, sort_ms, off, clock, keys = columns
@@ -173,23 +266,23 @@ def carried_batch(partition: int, sid: str,
     if n != rows.num_rows:
         raise ValueError(f"a pass that only re-keys its input wrote {n} records for "
                          f"{rows.num_rows} rows")
-    dump_key = _key_dumper()
+    dump_key = codec.key_dumper()
     return pa.RecordBatch.from_arrays(
         [pa.array(p, pa.int32()), pa.repeat(pa.scalar(sid, pa.string()), n),
          pa.array(sort_ms, pa.int64()), pa.repeat(pa.scalar(partition, pa.int32()), n),
          pa.array(off, pa.int64()), pa.array(clock, pa.int64()),
-         pa.array(list(map(dump_key, keys)), pa.binary()), pa.nulls(n, pa.binary()),
+         pa.array([dump_key(sid, k) for k in keys], pa.binary()), pa.nulls(n, pa.binary()),
          pa.StructArray.from_arrays(rows.columns, fields=list(schema.field(ROW).type))],
         schema=schema)
 
 
-def to_batch(items: Sequence[tuple[int, tuple[Any, ...]]]) -> Any:
+def to_batch(codec: ShuffleCodec, items: Sequence[tuple[int, tuple[Any, ...]]]) -> Any:
     """``(p, record)`` items -> an Arrow batch of ``SCHEMA`` rows."""
     import pyarrow as pa
 
     p, recs = zip(*items, strict=True)
     sid, sort_ms, src, off, clock, m = zip(*recs, strict=True)
-    k, mb = zip(*map(message_dumper(), m), strict=True)
+    k, mb = zip(*map(codec.dumper(), sid, m), strict=True)
     return pa.RecordBatch.from_arrays(
         [pa.array(p, pa.int32()), pa.array(sid, pa.string()), pa.array(sort_ms, pa.int64()),
          pa.array(src, pa.int32()), pa.array(off, pa.int64()), pa.array(clock, pa.int64()),
@@ -262,8 +355,10 @@ class PassOutput:
     """What a pass writes, as the DataFrame of rows or the RDD of ``(p, record)`` items that
     computed it; the other form on demand."""
 
-    def __init__(self, spark: Any, name: str, *, df: Any = None, rdd: Any = None) -> None:
+    def __init__(self, spark: Any, codec: ShuffleCodec, name: str, *, df: Any = None,
+                 rdd: Any = None) -> None:
         self.spark = spark
+        self.codec = codec
         self.name = name
         self.df = df
         self.rdd = rdd
@@ -277,7 +372,9 @@ class PassOutput:
         if self.df is not None:
             df = self.df
         else:
-            df = self.spark.createDataFrame(self.rdd.mapPartitions(encode), SCHEMA, verifySchema=False)
+            df = self.spark.createDataFrame(
+                self.rdd.mapPartitions(functools.partial(encode, self.codec)), SCHEMA,
+                verifySchema=False)
         return df if sids is None else df.where(F.col("sid").isin(list(sids)))
 
     def items(self, sids: Iterable[str] | None = None) -> Any:
@@ -287,13 +384,14 @@ class PassOutput:
                 return self.rdd
             wanted = frozenset(sids)
             return self.rdd.filter(lambda item: item[1][0] in wanted)
-        return self.rows(sids).rdd.mapPartitions(_items)
+        return self.rows(sids).rdd.mapPartitions(functools.partial(_items, self.codec))
 
     def messages(self, sid: str) -> Any:
         """The RDD of the messages of stream ``sid``, in the order the pass wrote them."""
         if self.rdd is not None:
             return self.items([sid]).map(_record_message)
-        return self.rows([sid]).select("k", "m").rdd.mapPartitions(_messages)
+        return self.rows([sid]).select("k", "m").rdd.mapPartitions(
+            functools.partial(_messages, self.codec, sid))
 
     def persist(self) -> None:
         if self.df is not None:

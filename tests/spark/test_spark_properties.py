@@ -140,7 +140,11 @@ def build(shape: str, ops: list[str], inter: int, size_s: int, concurrency: int
 @st.composite
 def cases(draw: st.DrawFn) -> tuple[str, list[str], int, int, int, dict[str, Any]]:
     shape = draw(st.sampled_from(["narrow", "window", "join", "table"]))
-    ops = draw(st.lists(NARROW, max_size=3))
+    # a join's side holds each key at most once: a flat_map there would repeat a key, and how
+    # many results a repeated key gives depends on how the two sides interleave, which no rule
+    # fixes across streams
+    ops = draw(st.lists(NARROW.filter(lambda op: op != "flat_map") if shape == "join"
+                        else NARROW, max_size=3))
     inter = draw(st.integers(1, 4))
     size_s = draw(st.integers(1, 6))
     concurrency = draw(st.sampled_from([1, 4, 16]))

@@ -5,7 +5,10 @@ smaller than the data of its task partition (no Python process holds a partition
 
 from __future__ import annotations
 
+import datetime as dt
+import functools
 import os
+import pickle
 import random
 import subprocess
 import sys
@@ -20,18 +23,23 @@ import pyarrow.parquet as pq
 import pytest
 
 from runtime.memory import resolve_partitions
+from runtime.spark import ReprocessError, SparkRunner
 from runtime.spark.executor import PassExecutor
 from runtime.spark.shuffle import (
     COLUMNS,
     ORDER,
     SCHEMA,
+    ShuffleCodec,
     encode,
     landing_keys,
     shuffle,
     spark_hash_int,
 )
-from samza_dsl import StreamApplication, Windows
+from runtime.testing import TestRunner
+from samza_dsl import KV, StreamApplication, Windows
+from samza_dsl.serdes import KVSerde, SafeSerde, Serde
 from samza_dsl.systems import MemorySystem
+from samza_dsl.windows import AccumulationMode, FiringType, WindowKey, WindowPane
 
 REPO = Path(__file__).resolve().parents[2]
 CLI = Path(sys.executable).parent / "samza-dsl"
@@ -49,7 +57,9 @@ def test_each_task_partition_lands_in_its_spark_partition_sorted(spark: Any, n: 
     rng = random.Random(n)
     items = [(rng.randrange(n), ("s" + str(rng.randrange(2)), rng.randrange(50), rng.randrange(4),
                                  i, 0, {"i": i})) for i in range(600)]
-    rows = spark.createDataFrame(spark.sparkContext.parallelize(items, 5).mapPartitions(encode), SCHEMA)
+    codec = ShuffleCodec(_window_app().plan(partitions={"views": 1}))
+    rows = spark.createDataFrame(spark.sparkContext.parallelize(items, 5).mapPartitions(
+        functools.partial(encode, codec)), SCHEMA)
     placed = shuffle(spark, rows, n, ORDER).rdd.mapPartitionsWithIndex(
         lambda i, it: [(i, tuple(r)) for r in it]).collect()
     assert len(placed) == len(items)
@@ -73,6 +83,79 @@ def _window_app() -> StreamApplication:
      .map(lambda pane: (pane.key.key, pane.key.pane_id, pane.message), name="row")
      .send_to(app.output(mem.output("counts"))))
     return app
+
+
+class Point:
+    """A plain class: neither SafeSerde nor msgspec can write it; ``PointSerde`` can."""
+
+    def __init__(self, x: int, y: int) -> None:
+        self.x, self.y = x, y
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Point) and (self.x, self.y) == (other.x, other.y)
+
+    def __hash__(self) -> int:
+        return hash((self.x, self.y))
+
+
+class PointSerde(Serde[Point]):
+    def serialize(self, obj: Point) -> bytes:
+        return f"{obj.x},{obj.y}".encode()
+
+    def deserialize(self, data: bytes) -> Point:
+        x, y = data.decode().split(",")
+        return Point(int(x), int(y))
+
+
+def _point_app(serde: Any) -> StreamApplication:
+    mem = MemorySystem()
+    app = StreamApplication("points", config={"job.intermediate.stream.partitions": 2})
+    (app.input(mem.input("raw"))
+     .map(lambda m: Point(m["x"], m["y"]), name="point")
+     .partition_by(lambda p: p.x % 3, name="by-x", serde=serde)
+     .map(lambda kv: (kv.key, kv.value.x, kv.value.y), name="row")
+     .send_to(app.output(mem.output("out"))))
+    return app
+
+
+class _Boom:
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os.mkdir, (str(_Boom.target),))
+
+    target = Path()
+
+
+def test_the_shuffle_writes_data_never_code(tmp_path: Path) -> None:
+    app = _point_app(KVSerde(SafeSerde(), PointSerde()))
+    codec = ShuffleCodec(app.plan(partitions={"raw": 1}))
+    sid = "points-1-partition_by-by-x"
+    values = [KV(("a", 1), (1, 2.5, None)), {"s": {1, 2}, "t": (dt.date(2026, 1, 2),)},
+              WindowPane(WindowKey("k", "0"), [KV("k", (1,))], FiringType.DEFAULT,
+                         AccumulationMode.ACCUMULATING), "x", 2**70, KV("k", Point(1, 2))]
+    dump, load = codec.dumper(), codec.loader()
+    for v in values:
+        k, m = dump(sid, v)
+        assert not m.startswith(b"\x80") and (k is None or not k.startswith(b"\x80"))
+        assert load(sid, k, m) == v
+    # a pickle that would make a directory when loaded is refused as bytes, not run
+    _Boom.target = tmp_path / "ran"
+    evil = pickle.dumps(_Boom())
+    for k, m in ((None, evil), (evil, None), (b"\xa1k", evil)):
+        with pytest.raises(Exception):  # noqa: B017, PT011 - any refusal, as long as it runs nothing
+            load(sid, k, m)
+    assert not _Boom.target.exists()
+
+
+def test_a_message_no_serde_can_write_fails_naming_the_stream(spark: Any) -> None:
+    rows = [{"x": i, "y": -i} for i in range(12)]
+    with pytest.raises(ReprocessError, match=r"stream 'points-1-partition_by-by-x'.*Point.*"
+                                             r"declare"):
+        SparkRunner(spark).reprocess(_point_app(None), {"raw": rows})
+    # the stream's own serde writes what SafeSerde cannot, and the output is the streaming one
+    own = KVSerde(SafeSerde(), PointSerde())
+    got = SparkRunner(spark).reprocess(_point_app(own), {"raw": rows}).messages("out")
+    streaming = TestRunner(_point_app(own)).add_input("raw", {0: rows}).run().messages("out")
+    assert Counter(got) == Counter(streaming) and len(got) == len(rows)
 
 
 def test_fed_in_batches_the_executor_writes_what_it_writes_fed_at_once() -> None:
