@@ -94,7 +94,8 @@ def test_the_declared_tier_equals_the_general_tier_and_the_streaming_runtime(
     # in event-time order, the streaming runtime gives the same panes
     in_order = sorted(EDGE_ROWS, key=lambda m: m["ts"])
     streaming = TestRunner(app()).add_input("events", {0: in_order}).run().messages("out")
-    assert Counter(declared.messages("out")) == Counter(streaming)
+    # (read back from the JSON Lines files: tuples as lists)
+    assert Counter(map(tuple, declared.messages("out"))) == Counter(map(tuple, streaming))
     assert declared.rows_in == general.rows_in == {"events": len(EDGE_ROWS)}
     assert declared.rows_out == general.rows_out
     ops = declared.operators
@@ -115,6 +116,69 @@ def test_outputs_of_both_tiers_are_the_same_bytes(spark: Any, tmp_path: Path) ->
         return {f.name: f.read_bytes() for f in sorted(d.iterdir()) if f.name.startswith("part-")}
     assert files(tmp_path / "declared") == files(tmp_path / "general")
     assert sum(len(v) for v in files(tmp_path / "declared").values()) > 0
+
+
+def _line_app(after: str, partitions: int = 3) -> StreamApplication:
+    """A declared count keyed by the partition key, then ``after``: the operators between the
+    window and the output."""
+    app = StreamApplication("line", config={"job.intermediate.stream.partitions": partitions})
+    mem = MemorySystem()
+    s = (app.input(mem.input("events"))
+         .partition_by("k", name="by-k")
+         .window(Windows.keyed_tumbling(key="k", size=timedelta(seconds=2), event_time="ts",
+                                        aggregate=Aggregate.count()), name="w"))
+    if after in ("flat", "fails"):
+        s = (s.filter(lambda p: p.message != 2, name="not-two")
+             .flat_map(lambda p: [(p.key.key, p.key.pane_id, i) for i in range(p.message)],
+                       name="spread"))
+        if after == "fails":
+            s = s.map(lambda t: t if t[0] != "k3" else 1 / 0, name="breaks-on-k3")
+    elif after == "sink":
+        s = s.map(pane_row, name="row")
+        s.sink(lambda m: None, name="quiet")
+    s.send_to(app.output(mem.output("out")))
+    return app
+
+
+LINE_ROWS = [{"k": f"k{i % 5}", "v": i, "ts": (i * 0.7) % 9, "id": str(i)} for i in range(60)]
+
+
+@pytest.mark.parametrize("after", ["flat", "sink"])
+def test_the_operators_after_a_declared_window_give_the_general_tiers_output(
+        spark: Any, after: str, tmp_path: Path) -> None:
+    """Where each aggregated row is a whole pane, the operators after the window run over a
+    batch of panes and the JVM puts what they write in order: a filter, a flat_map giving
+    several outputs per pane (in their order), the same files as the general tier's. A sink
+    after the window keeps the pane-by-pane path (its calls are seen)."""
+    runner = SparkRunner(spark)
+    frame = spark.createDataFrame(LINE_ROWS, SCHEMA)
+    declared = runner.reprocess(_line_app(after), {"events": frame},
+                                outputs={"out": str(tmp_path / "declared")})
+    general = runner.reprocess(_line_app(after), {"events": {0: LINE_ROWS}},
+                               outputs={"out": str(tmp_path / "general")})
+    assert set(declared.tiers.values()) == {SQL_TIER}
+
+    def files(d: Path) -> dict[str, bytes]:
+        return {f.name: f.read_bytes() for f in sorted(d.iterdir()) if f.name.startswith("part-")}
+    assert files(tmp_path / "declared") == files(tmp_path / "general")
+    assert sum(v.count(b"\n") for v in files(tmp_path / "declared").values()) > 20
+    assert declared.rows_out == general.rows_out
+    for op in declared.operators:
+        if "window" not in op:
+            assert declared.operators[op]["messages-in"] == general.operators[op]["messages-in"]
+            assert declared.operators[op]["messages-out"] == general.operators[op]["messages-out"]
+    streaming = TestRunner(_line_app(after)).add_input(
+        "events", {0: sorted(LINE_ROWS, key=lambda m: m["ts"])}).run().messages("out")
+    # (read back from the JSON Lines files: tuples as lists)
+    assert Counter(map(tuple, declared.messages("out"))) == Counter(map(tuple, streaming))
+
+
+def test_a_function_failing_after_a_declared_window_names_the_operator_and_the_pane(
+        spark: Any) -> None:
+    with pytest.raises(ReprocessError, match=r"operator 'line-1-map-breaks-on-k3' failed on "
+                                             r"pane \d+ of key 'k3'.*ZeroDivisionError"):
+        SparkRunner(spark).reprocess(_line_app("fails"), {
+            "events": spark.createDataFrame(LINE_ROWS, SCHEMA)})
 
 
 def test_fields_spark_sql_cannot_aggregate_exactly_take_the_general_tier(spark: Any) -> None:
