@@ -89,10 +89,9 @@ def sql_reason(d: DeclaredWindow, plan: Any, frame: Any) -> str:
     return ""
 
 
-def _col(name: str) -> Any:
-    from pyspark.sql import functions as F  # noqa: N812
-
-    return F.col("`" + name.replace("`", "``") + "`")
+def _q(name: str) -> str:
+    """A column's name quoted for SQL text."""
+    return "`" + name.replace("`", "``") + "`"
 
 
 def build_declared(spark: Any, plan: Any, d: DeclaredWindow, frame: Any, n: int,
@@ -111,35 +110,34 @@ def build_declared(spark: Any, plan: Any, d: DeclaredWindow, frame: Any, n: int,
     codec = codec or ShuffleCodec(plan)
 
     w, agg = d.window, d.aggregate
-    size = w.size_ms
-    ts = _col(d.time_field).cast("double")
-    ms = F.rint(ts * F.lit(1000.0)).cast("long")  # Java's rint: half to even, as round()
-    start = (ms - F.pmod(ms, F.lit(size))).alias("_start")
-    pk = _col(d.partition_field).alias("_pk")
+    # the expressions as SQL text: one call into the JVM each, where columns built in Python
+    # take one per operator
+    ts = f"CAST({_q(d.time_field)} AS DOUBLE)"
+    ms = f"CAST(rint({ts} * CAST(1000.0 AS DOUBLE)) AS BIGINT)"  # half to even, as round()
+    start = f"{ms} - pmod({ms}, {w.size_ms}) AS _start"
+    pk = f"{_q(d.partition_field)} AS _pk"
     if d.key_field == d.partition_field:  # one grouping column serves both
-        groups, wk = [pk, start], F.col("_pk").alias("_wk")
+        groups, wk = [pk, start], "_pk AS _wk"
     else:
-        wk = (_col(d.key_field) if d.key_field is not None
-              else F.lit(None).cast("string")).alias("_wk")
-        groups, wk = [pk, wk, start], F.col("_wk")
+        wk = (f"{_q(d.key_field)} AS _wk" if d.key_field is not None
+              else "CAST(NULL AS STRING) AS _wk")
+        groups, wk = [pk, wk, start], "_wk"
     # a missing or None event time is a count short of the rows; NaN and infinities make the
     # largest magnitude NaN or infinite
-    aggs = [F.count(F.lit(1)).alias("_n"), F.count(ts).alias("_ts_n"),
-            F.max(F.abs(ts)).alias("_ts_max")]
+    aggs = ["count(1) AS _n", f"count({ts}) AS _ts_n", f"max(abs({ts})) AS _ts_max"]
     if agg.field is not None:
-        v = _col(agg.field)
-        aggs.append(F.count(v).alias("_v_n"))
+        v = _q(agg.field)
+        aggs.append(f"count({v}) AS _v_n")
         if agg.kind in ("sum", "mean"):
-            aggs.append(F.sum(v.cast("decimal(38,0)")).alias("_v"))
+            aggs.append(f"sum(CAST({v} AS DECIMAL(38,0))) AS _v")
         else:
-            aggs.append((F.min(v) if agg.kind == "min" else F.max(v)).alias("_v"))
+            aggs.append(f"{'min' if agg.kind == 'min' else 'max'}({v}) AS _v")
     else:
-        aggs.extend([F.count(F.lit(1)).alias("_v_n"), F.lit(None).cast("long").alias("_v")])
-    inf = float("inf")
-    panes = frame.groupBy(*groups).agg(*aggs).select(
-        "_pk", wk, "_start", "_n", (F.col("_n") - F.col("_ts_n") + F.when(
-            F.isnan("_ts_max") | (F.col("_ts_max") == F.lit(inf)), 1).otherwise(0))
-        .alias("_bad_ts"), (F.col("_n") - F.col("_v_n")).alias("_bad_v"), "_v")
+        aggs.extend(["count(1) AS _v_n", "CAST(NULL AS BIGINT) AS _v"])
+    panes = frame.groupBy(*map(F.expr, groups)).agg(*map(F.expr, aggs)).selectExpr(
+        "_pk", wk, "_start", "_n",
+        "_n - _ts_n + CASE WHEN isnan(_ts_max) OR _ts_max = CAST('Infinity' AS DOUBLE) "
+        "THEN 1 ELSE 0 END AS _bad_ts", "_n - _v_n AS _bad_v", "_v")
 
     line = _one_per_key(plan, d)
     if line is not None:
@@ -441,15 +439,14 @@ def _build_one_per_key(spark: Any, plan: Any, d: DeclaredWindow, line: list[str]
             pa.array([o for _, c in written for o in c.offsets], pa.int64()),
             pa.array(ks, pa.binary()), pa.array(ms, pa.binary())], names=_PANE_COLUMNS)
 
-    from pyspark.sql import functions as F  # noqa: N812
-
     # what every record of the line has alike is added here, in the JVM: the stream, the
     # task partition it came from, and the times (a pane's records are written at
     # end-of-stream, with no record being processed)
-    sid = next(sp.stream_id for sp in (plan.app.operator(line[-1]),))
+    sid = plan.app.operator(line[-1]).stream_id
+    text = "'" + sid.replace("\\", "\\\\").replace("'", "\\'") + "'"
     by_task = shuffle(spark, rows.mapInArrow(run, _PANE_SCHEMA), n, _PANE_COLUMNS[1:4],
-                      column="_t").select(
-        "p", F.lit(sid).alias("sid"), F.lit(0).cast("long").alias("sort_ms"),
-        F.col("_t").alias("src"), "off", F.lit(0).cast("long").alias("clock"), "k", "m")
+                      column="_t").selectExpr(
+        "p", f"{text} AS sid", "CAST(0 AS BIGINT) AS sort_ms", "_t AS src", "off",
+        "CAST(0 AS BIGINT) AS clock", "k", "m")
     return PassOutput(spark, codec, f"pass {d.partition_stage}+{d.window_stage} ({SQL_TIER})",
                       df=by_task)

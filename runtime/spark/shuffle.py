@@ -335,8 +335,8 @@ def shuffle(spark: Any, rows: Any, n: int, order: Sequence[str], column: str = "
     is ``p`` in partition ``p``, each sorted by ``order``: an exchange and a sort in the JVM."""
     from pyspark.sql import functions as F  # noqa: N812
 
-    keys = landing_keys(n)
-    key = F.element_at(F.array(*[F.lit(k) for k in keys]), F.col(column) + 1)
+    keys = ", ".join(map(str, landing_keys(n)))
+    key = F.expr(f"element_at(array({keys}), `{column}` + 1)")  # one call into the JVM
     return (rows.withColumn("_k", key).repartition(n, "_k")
             .sortWithinPartitions(*order).drop("_k"))
 
