@@ -350,35 +350,31 @@ def _build_one_per_key(spark: Any, plan: Any, d: DeclaredWindow, line: list[str]
                     continue
                 keys, starts, ns, bad_tss, bad_vs, values = (
                     b.column(i).to_pylist() for i in range(6))
-                okeys: list[bytes] = []
-                by_task: dict[int, tuple[list[Any], list[int]]] = {}
-                for i, (pk, start, n_rows, bad_ts, bad_v, value) in enumerate(zip(
-                        keys, starts, ns, bad_tss, bad_vs, values, strict=True)):
-                    if bad_ts or bad_v or (value is None and kind != "count"):
-                        raise _pane_failure(d, pk, start, bad_ts, bad_v)
-                    got = placed.get(pk)
-                    if got is None:
-                        got = place(pk)
-                    p, okey, task = got
-                    okeys.append(okey)
-                    meter = task[2]
-                    meter[IN] += n_rows
-                    total += n_rows
-                    pane = WindowPane(WindowKey(pk, str(start)), n_rows if counting else
-                                      finish(accumulator(kind, n_rows, value, value)),
-                                      default, mode)
-                    mine = by_task.get(p)
-                    if mine is None:
-                        mine = by_task[p] = ([], [])
-                    mine[0].append(pane)
-                    mine[1].append(i)
+                if any(bad_tss) or any(bad_vs) or (not counting and None in values):
+                    for pk, start, bad_ts, bad_v, value in zip(keys, starts, bad_tss, bad_vs,
+                                                               values, strict=True):
+                        if bad_ts or bad_v or (value is None and not counting):
+                            raise _pane_failure(d, pk, start, bad_ts, bad_v)
+                # a batch at a time: each key placed (once per worker), each pane made, then
+                # each task partition's panes through its line of operators
+                get = placed.get
+                got = [get(k) or place(k) for k in keys]
+                okeys = [g[1] for g in got]
+                vals = ns if counting else [finish(accumulator(kind, c, v, v))
+                                            for c, v in zip(ns, values, strict=True)]
+                panes_in = [WindowPane(WindowKey(k, str(st)), v, default, mode)
+                            for k, st, v in zip(keys, starts, vals, strict=True)]
+                total += sum(ns)
+                task_of = [g[0] for g in got]
                 written = []
-                for p in sorted(by_task):
-                    panes_of, idx = by_task[p]
-                    task = tasks[p]
-                    task[2][OUT] += len(panes_of)
-                    task[2][PANES] += len(panes_of)
-                    cols = task[1](panes_of, idx)
+                for p, same in itertools.groupby(sorted(range(len(keys)), key=task_of.__getitem__),
+                                                 key=task_of.__getitem__):
+                    idx = list(same)
+                    _ex, run_line, meter = tasks[p]
+                    meter[IN] += sum([ns[i] for i in idx])
+                    meter[OUT] += len(idx)
+                    meter[PANES] += len(idx)
+                    cols = run_line([panes_in[i] for i in idx], idx)
                     if cols.tags:
                         written.append((p, cols))
                 if written:

@@ -288,6 +288,7 @@ class PassExecutor:
         rule = partition_of(self.plan, sid, self.counts[sid], self.partition)
         fixed = rule.fixed if not rule.keyed else None
         encode = json_encoder(sid) if sid in self.encoded else None
+        fast_encode = msgspec.json.Encoder().encode
         written = self.written
         written.setdefault(sid, 0)
         now = time.perf_counter_ns
@@ -296,52 +297,60 @@ class PassExecutor:
             for op_id, one, process, meter in steps:
                 t0 = now()
                 outs: list[Any] = []
-                out_tags: list[int] = []
-                keep, tag_out = outs.append, out_tags.append
-                tag = -1
                 try:
                     if one is not None:
-                        for m, tag in zip(msgs, tags, strict=True):
-                            r = one(m)
-                            if r is not None:
-                                keep(r)
-                                tag_out(tag)
+                        keep = outs.append
+                        for m in msgs:  # a failure's message is the len(outs)-th
+                            keep(one(m))
+                        out_tags = tags
+                        if None in outs:  # what gave no output (a filter's drops)
+                            out_tags = [t for t, r in zip(tags, outs, strict=True)
+                                        if r is not None]
+                            outs = [r for r in outs if r is not None]
                     else:
-                        for m, tag in zip(msgs, tags, strict=True):
+                        out_tags = []
+                        for m in msgs:
                             rs = process(m)
                             if type(rs) is not list:
                                 raise TypeError(f"{op_id}: an async result where a batch "
                                                 f"needs outputs")
-                            outs.extend(rs)
-                            out_tags.extend([tag] * len(rs))
+                            outs.append(rs)
+                        out_tags = [t for t, rs in zip(tags, outs, strict=True) for _ in rs]
+                        outs = [r for rs in outs for r in rs]
                 except Exception as exc:
-                    raise _line_failure(op_id, exc, tag) from exc
+                    at = len(outs)
+                    raise _line_failure(op_id, exc, tags[at] if at < len(tags) else -1) from exc
                 meter[NS] += now() - t0
                 meter[IN] += len(msgs)
                 meter[OUT] += len(outs)
                 msgs, tags = outs, out_tags
             t0 = now()
-            parts: list[int] = []
-            lines: list[bytes] | None = None if encode is None else []
-            tag = -1
+            lines: list[bytes] | None = None
+            done: list[Any] = []
             try:
                 if fixed is not None:  # every record takes one partition
                     parts = [fixed] * len(msgs)
                 elif rule.keyed:
-                    for m, tag in zip(msgs, tags, strict=True):  # noqa: B007 - tag names a failure
-                        parts.append(rule(m))
+                    parts = done
+                    for m in msgs:
+                        done.append(rule(m))
                 else:  # a message that is not a KV stays in the sender's partition
-                    own = rule.own
-                    for m, tag in zip(msgs, tags, strict=True):  # noqa: B007 - tag names a failure
-                        parts.append(own if type(m) is not KV else rule(m))
-                if lines is not None:
-                    assert encode is not None
-                    for m, tag in zip(msgs, tags, strict=True):  # noqa: B007 - tag names a failure
-                        lines.append(encode(m))
+                    parts = [rule.own] * len(msgs)
+                    for i in [i for i, m in enumerate(msgs) if type(m) is KV]:
+                        parts[i] = rule(msgs[i])
+                if encode is not None:
+                    try:
+                        lines = list(map(fast_encode, msgs))
+                    except Exception:  # the message, named by the encoder's own words
+                        done = []
+                        for m in msgs:
+                            done.append(encode(m))
+                        raise
             except PassFailure:
                 raise
             except Exception as exc:
-                raise _line_failure(send_id, exc, tag) from exc
+                at = len(done)
+                raise _line_failure(send_id, exc, tags[at] if at < len(tags) else -1) from exc
             k = len(msgs)
             send_meter[NS] += now() - t0
             send_meter[IN] += k
