@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 import msgspec
@@ -264,7 +265,32 @@ def _rows_to_records(stream_id: str, descriptor: Any, start_ms: int, names: list
                     text += "; fix the input or the stream's serde"
                 raise PassFailure(text) from exc
             yield (stream_id, sort_ms, i, off, clock, m)
+
     return records
+
+
+def _record_batches(stream_id: str, descriptor: Any, start_ms: int, names: list[str],
+                    ts_column: str | None) -> Callable[[int, list[Any], int], list[Record]]:
+    """``_rows_to_records`` over a list of rows at once: (source partition, rows, first row's
+    number) -> records, their times a column at a time where the rows are the messages as
+    they are; a row that fails is named as ``_rows_to_records`` names it."""
+    records = _rows_to_records(stream_id, descriptor, start_ms, names, ts_column)
+    convert = row_converter(stream_id, descriptor.serde)
+    et = getattr(descriptor, "event_time", None)
+
+    def batch(i: int, rows: list[Any], start: int = 0) -> list[Record]:
+        if ts_column is not None or convert is not identity:
+            return list(records(i, iter(rows), start))
+        offs = range(start, start + len(rows))
+        if et is None:
+            return list(zip(repeat(stream_id), repeat(start_ms), repeat(i), offs,
+                            repeat(start_ms), rows))
+        try:
+            ms = [int(round(et(m) * 1000)) for m in rows]
+        except Exception:
+            return list(records(i, iter(rows), start))
+        return list(zip(repeat(stream_id), ms, repeat(i), offs, ms, rows))
+    return batch
 
 
 def resolve_source(spark: Any, stream_id: str, descriptor: Any, value: Any,
@@ -384,7 +410,7 @@ def _parquet_source(stream_id: str, descriptor: Any, files: list[str], given: Fi
         for g in range(groups):
             splits.append((f, g))
             names.append(f if groups == 1 else f"{f} (row group {g} of {groups})")
-    to_records = _rows_to_records(stream_id, descriptor, start_ms, names, given.timestamp)
+    to_batch = _record_batches(stream_id, descriptor, start_ms, names, given.timestamp)
 
     def read_batches(i: int) -> Iterator[tuple[Any, list[Record]]]:
         """The Arrow batches of source partition ``i``, each with its records: a row group is
@@ -400,7 +426,7 @@ def _parquet_source(stream_id: str, descriptor: Any, files: list[str], given: Fi
         off = 0
         for batch in pf.iter_batches(batch_size=BATCH, row_groups=[g]):
             if batch.num_rows:
-                yield batch, list(to_records(i, iter(batch.to_pylist()), off))
+                yield batch, to_batch(i, batch.to_pylist(), off)
                 off += batch.num_rows
 
     def read(i: int) -> Iterator[Record]:
