@@ -3,11 +3,14 @@ as on the streaming runtime, rather than blaming the serde."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
-from runtime.spark import ReprocessError, SparkRunner
+from runtime.spark import FileInput, ReprocessError, SparkRunner
 from samza_dsl import KV, StreamApplication
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
 from samza_dsl.systems import MemorySystem
@@ -27,3 +30,23 @@ def test_a_failing_event_time_names_the_row_and_the_event_time(spark: Any) -> No
     assert "input 'views': row 1 of" in text
     assert "the input's event_time failed on it: KeyError: 'ts'" in text
     assert "fix the record or the input's event_time" in text and "serde" not in text
+
+
+def test_a_failing_event_time_names_the_parquet_file_and_row(spark: Any, tmp_path: Path) -> None:
+    """A Parquet input's event times are taken a batch at a time; the row that fails is still
+    the one named."""
+    app = StreamApplication("spark-et-parquet")
+    mem = MemorySystem()
+    views = app.input(mem.input("views", event_time=lambda m: m["ts"] / 1))
+    views.partition_by(lambda m: m["k"], name="by-k").send_to(app.output(mem.output("out")))
+    path = tmp_path / "views.parquet"
+    pq.write_table(pa.table({"k": ["a", "b", "c", "d"], "ts": [1.0, 2.0, None, 4.0]}), path)
+    with pytest.raises(ReprocessError) as info:
+        SparkRunner(spark).reprocess(app, {"views": FileInput(str(path), format="parquet")})
+    text = str(info.value)
+    assert "input 'views': row 2 of" in text and "views.parquet" in text
+    assert "the input's event_time failed on it: TypeError" in text
+    ok = tmp_path / "ok.parquet"
+    pq.write_table(pa.table({"k": ["a", "b"], "ts": [1.0, 2.5]}), ok)
+    result = SparkRunner(spark).reprocess(app, {"views": FileInput(str(ok), format="parquet")})
+    assert sorted(kv.key for kv in result.messages("out")) == ["a", "b"]
