@@ -239,9 +239,7 @@ def build_declared(spark: Any, plan: Any, d: DeclaredWindow, frame: Any, n: int,
         except Exception as exc:
             raise PassFailure(f"{where} in task partition {part}: {type(exc).__name__}: "
                               f"{exc}") from exc
-        tally(ex, {"in:" + d.input: total, "out:" + stream: total,
-                   f"op:{d.partition_op}|messages-in": total,
-                   f"op:{d.partition_op}|messages-out": total})
+        tally(ex, _read_counts(d, total))
 
     df = by_task.mapInArrow(run, SCHEMA)
     return PassOutput(spark, codec, f"pass {d.partition_stage}+{d.window_stage} ({SQL_TIER})", df=df)
@@ -260,6 +258,13 @@ def _pane_failure(d: DeclaredWindow, wk: Any, start: int, bad_ts: int, bad_v: in
             f"key {wk!r}); fix the input or filter such rows out before the window")
     return PassFailure(f"window {op_id!r}: the {kind} of field {field!r} over pane {start} of "
                        f"key {wk!r} is beyond Spark SQL's decimal(38,0)")
+
+
+def _read_counts(d: DeclaredWindow, rows: int) -> dict[str, int]:
+    """What a task of the pass adds for the ``rows`` it aggregated: read from the input, and
+    through the ``partition_by`` into its stream, which Spark SQL ran without calling it."""
+    return {"in:" + d.input: rows, "out:" + d.stream: rows,
+            f"op:{d.partition_op}|messages-in": rows, f"op:{d.partition_op}|messages-out": rows}
 
 
 def _one_per_key(plan: Any, d: DeclaredWindow) -> list[str] | None:
@@ -396,9 +401,7 @@ def _build_one_per_key(spark: Any, plan: Any, d: DeclaredWindow, line: list[str]
             raise PassFailure(f"stream {d.input!r} into window {op_id!r} (declared tier) in "
                               f"Spark partition {spark_part}: {type(exc).__name__}: "
                               f"{exc}") from exc
-        extra = {"in:" + d.input: total, "out:" + stream: total,
-                 f"op:{d.partition_op}|messages-in": total,
-                 f"op:{d.partition_op}|messages-out": total}
+        extra = _read_counts(d, total)
         if not tasks:
             tally(PassExecutor(plan, stage_ids, 0, counts, config, encoded=encoded), extra)
         for ex, _line, _meter in tasks.values():
