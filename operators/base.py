@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Protocol, cast
 from samza_dsl.kv import KV
 from samza_dsl.spec import OpSpec
 
-__all__ = ["IDENTITY", "PassThrough", "Operator", "OperatorContext", "KeyValueState", "Result", "resolve_fn", "init_fn",
+__all__ = ["IDENTITY", "FailedAt", "PassThrough", "Operator", "OperatorContext", "KeyValueState", "Result", "resolve_fn", "init_fn",
            "close_fn", "UserContext", "inc_counter"]
 
 Result = list[Any] | Awaitable[list[Any]]
@@ -156,6 +156,15 @@ def inc_counter(metrics: Any, name: str, n: int = 1) -> None:
         metrics[name] = metrics.get(name, 0) + n
 
 
+class FailedAt(Exception):
+    """A failure of ``Operator.process_run`` at ``index`` of its messages."""
+
+    def __init__(self, index: int, cause: BaseException) -> None:
+        super().__init__(index, cause)
+        self.index = index
+        self.cause = cause
+
+
 class Operator:
     """Base of all operators. Subclasses set ``opcode`` and override what they need."""
 
@@ -188,6 +197,14 @@ class Operator:
     def one_to_one_port(self, port: int) -> Callable[[Any], Any] | None:
         """``one_to_one`` for messages arriving on input ``port`` (a join has two)."""
         return self.one_to_one() if port == 0 else None
+
+    #: For operators that can take a run of messages in one call: ``process_run(messages, i,
+    #: end, stop_types)`` processes ``messages[i:end]`` in order, as ``process`` would one by
+    #: one, and returns the index of the first message it did not process. It stops before a
+    #: message of one of ``stop_types`` (a control record) and before any message that would
+    #: give outputs, for ``process`` to take it. A failure raises ``FailedAt``. None: no such
+    #: method (the runtime calls ``process`` per message).
+    process_run: Callable[[list[Any], int, int, Any], int] | None = None
 
     def process_port(self, port: int, message: Any) -> Result:
         return self.process(message)

@@ -70,13 +70,15 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from heapq import heappop, heappush
 from itertools import islice
+from operator import length_hint
 from typing import Any, cast
 
 from samza_dsl.config import STORE_PROPERTIES
+from samza_dsl.kv import KV
 from samza_dsl.spec import WindowSpec
 from samza_dsl.windows import AccumulationMode, FiringType, WindowKey, WindowPane
 
-from .base import Operator, OperatorContext, UserContext, resolve_fn
+from .base import FailedAt, Operator, OperatorContext, UserContext, resolve_fn
 from .late import LateTracker
 from .state import order_key
 from .triggers import TriggerImpl, make_trigger
@@ -612,13 +614,12 @@ class TumblingWindowOperator(AlignedWindowOperator):
 
     def _make_keyed_fold_process(self) -> Callable[[Any], list[Any]]:
         """The general ``process`` less its branches, for the common keyed event-time fold
-        without early triggers."""
-        take, dirty, key_fn, init, fold, event_time = \
-            self._take, self._dirty, self._key_fn, self._init, self._fold, self._event_time
+        without early triggers; ``process_run`` is set to its loop over a run of messages."""
+        dirty, key_fn, fold, event_time = self._dirty, self._key_fn, self._fold, self._event_time
         size, lateness = self.size_ms, self.lateness_ms
-        open_panes, closing, expiring = self._open, self._closing, self._expiring
-        late_message, advance = self._late_message, self._advance
-        assert key_fn and init and fold and event_time
+        closing, expiring = self._closing, self._expiring
+        late_message, advance, fold_new = self._late_message, self._advance, self._fold_new
+        assert key_fn and fold and event_time
 
         def process(message: Any) -> list[Any]:
             ms = round(event_time(message) * 1000.0)
@@ -644,21 +645,61 @@ class TumblingWindowOperator(AlignedWindowOperator):
                     return out if out is not None else []
             else:
                 panes = dirty[start] = {}
-            value = take(start, key)
-            if value is None:
-                keys = open_panes.get(start)
-                if keys is None:
-                    keys = open_panes[start] = {}
-                    heappush(closing, start)
-                keys[key] = None
-                value = init()
-            value = fold(message, value)
-            if value is None:
-                self._check_fold(value)
-            panes[key] = value
+            fold_new(message, start, key, panes)
             return out if out is not None else []
 
+        def process_run(messages: list[Any], i: int, end: int, stop_types: Any) -> int:
+            """``process`` over messages[i:end] while the watermark is the runtime's (it
+            cannot move here, so no message gives outputs); stops at a control record or a
+            late message (see ``Operator.process_run``)."""
+            if self.local_watermark:
+                return i
+            wm = self.watermark
+            it = iter(messages[i:end])  # the iterator tells the index when the loop stops
+            m = None
+            try:
+                for m in it:
+                    if type(m) is not KV and type(m) in stop_types:
+                        return end - length_hint(it) - 1
+                    ms = round(event_time(m) * 1000.0)
+                    start = ms - ms % size
+                    if ms <= wm and start + size <= wm:  # late: ``process`` takes it
+                        return end - length_hint(it) - 1
+                    key = key_fn(m)
+                    panes = dirty.get(start)
+                    if panes is not None:
+                        value = panes.get(key, _MISSING)
+                        if value is not _MISSING:
+                            value = fold(m, value)
+                            if value is None:
+                                self._check_fold(value)
+                            panes[key] = value
+                            continue
+                    else:
+                        panes = dirty[start] = {}
+                    fold_new(m, start, key, panes)
+                return end
+            except Exception as exc:
+                raise FailedAt(end - length_hint(it) - 1, exc) from exc
+
+        self.process_run = process_run
         return process
+
+    def _fold_new(self, message: Any, start: int, key: Any, panes: dict[Any, Any]) -> None:
+        """Fold ``message`` into pane (start, key) that ``_dirty`` does not hold (``panes`` is
+        its start's dict there): its value from ``_clean`` or the store, or a new pane."""
+        value = self._take(start, key)
+        if value is None:
+            keys = self._open.get(start)
+            if keys is None:
+                keys = self._open[start] = {}
+                heappush(self._closing, start)
+            keys[key] = None
+            value = self._init()  # type: ignore[misc]
+        value = self._fold(message, value)  # type: ignore[misc]
+        if value is None:
+            self._check_fold(value)
+        panes[key] = value
 
     def _late_message(self, message: Any, pk: tuple[int, Any], ms: int) -> list[Any]:
         start = pk[0]

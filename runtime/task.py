@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from operator import length_hint
 from typing import Any, cast
 
-from operators.base import IDENTITY, Operator, OperatorContext, UserContext
+from operators.base import IDENTITY, FailedAt, Operator, OperatorContext, UserContext
 from runtime import faults
 from runtime.chooser import Chooser
 from runtime.codec import Skipped
@@ -191,7 +191,7 @@ class TaskInstance:
                 self.operators[op_id].init(ctx, user_ctx)
 
         self.wiring = Wiring(self.plan, self.operators, self._observed_sender, self._make_emit)
-        self._batches: dict[str, Callable[[list[Any], int, int], int]] = {}
+        self._batches: dict[str, Callable[..., int]] = {}
         for ssp in self.ssps:
             sid = ssp.stream_id
             if sid not in self.entries:
@@ -234,14 +234,24 @@ class TaskInstance:
         out.append(_settle_calls(calls))
         return out
 
-    def _stream_batch(self, stream_id: str) -> Callable[[list[Any], int, int], int] | None:
+    def _stream_batch(self, stream_id: str) -> Callable[..., int] | None:
         """A loop over a whole batch, for the commonest shape: a stream whose messages go through
-        at most one synchronous one-to-one function (map, filter) and then ``send_to`` a keyed
-        stream of a producer that takes records. None for any other shape."""
+        at most one synchronous one-to-one function (map, filter, a ``partition_by``'s key) and
+        then to a keyed stream of a producer that takes records (a ``send_to``, or the
+        ``partition_by``'s intermediate stream). A stream with a declared event time takes it
+        where its times only count at the batch's end (no window in its own stage): the loop
+        computes them and keeps the channel's progress, and stops at a message behind it, for
+        the hand-out loop to send the watermark ahead of it. None for any other shape."""
         from samza_dsl.spec import stream_node
 
         if self.env.executor is not None or self.plan.app.remote_tables:
             return None  # remote-table calls are tied to each message (rule 19)
+        clock = self.clock
+        et = self._event_time.get(stream_id)
+        if et is not None and (clock.handout(stream_id) == OBSERVED
+                               or clock.window_stage.get(stream_id) is not None
+                               or stream_id in clock.single_declared or stream_id in clock.local):
+            return None  # times that move windows message by message
         node = stream_node(stream_id)
         fns: list[tuple[str, Callable[[Any], Any]]] = []
         nexts = [n for n in self.plan.next_ops(node) if n in self.operators]
@@ -257,7 +267,7 @@ class TaskInstance:
                 fns.append((op_id, one))
             node = op_id
             nexts = self.plan.next_ops(op_id)
-            if isinstance(op.spec, SendToSpec) and not nexts:
+            if isinstance(op.spec, SendToSpec | PartitionBySpec) and not nexts:
                 target = op.spec.stream_id
                 if target in self.plan.streams:
                     break
@@ -282,7 +292,7 @@ class TaskInstance:
         sender = self.wiring.sender(target, node)
         rule = getattr(sender, "rule", None)
         if rule is None:
-            return None
+            return None  # a sender observed by the clock
         parts = rule.table
         fixed = rule.fixed  # one partition (kept as objects): no key to look up
         bufs, kser, vser, _ = cast(tuple[Any, Any, Any, Any], records)
@@ -292,17 +302,27 @@ class TaskInstance:
         fn_op, fn = fns[0] if fns else (node, IDENTITY)
         # the function's meter: counted per batch here, its time sampled once per batch
         meter = self.meter(self.operators[fn_op]) if fns else None
-        clock = time.perf_counter_ns
+        perf = time.perf_counter_ns
 
         if not isinstance(fn, types.FunctionType | types.MethodType | types.BuiltinFunctionType):
             fn = type(fn).__call__.__get__(fn)  # a callable object: its bound method is cheaper
+        # a partition_by keeping the message as its value: its key function called in the loop
+        fn_spec = self.operators[fn_op].spec if fns else None
+        key_of = getattr(self.operators[fn_op], "key_fn", None) \
+            if isinstance(fn_spec, PartitionBySpec) and fn_spec.value_fn is None else None
 
-        def batch(payloads: list[Any], i: int, end: int) -> int:
-            """Process payloads[i:end] up to the first control record; returns where it
-            stopped. A failure raises _BatchFailure with the index of the failing message."""
+        def batch(payloads: list[Any], i: int, end: int, times: list[Any] | None = None) -> int:
+            """Process payloads[i:end] up to the first control record (or, with ``times``, the
+            channel's ``[progress, bound, latest time]``, up to a message behind its progress);
+            returns where it stopped. A failure raises _BatchFailure with the index of the
+            failing message."""
             it = iter(payloads[i:end])  # the iterator tells the index when the loop stops
             n_in = n_out = 0
             timed = meter is None
+            top = latest = t = None
+            bound = 0
+            if times is not None:
+                top, bound, latest = times
             try:
                 for m in it:
                     if type(m) is not KV and type(m) in control_types:
@@ -310,44 +330,64 @@ class TaskInstance:
                             read[stream_id] = read.get(stream_id, 0) - 1  # not this task's
                             continue
                         return end - length_hint(it) - 1
+                    if times is not None:
+                        try:
+                            t = et(m)  # type: ignore[misc]
+                            if type(t) is not float and type(t) is not int and t is not None:
+                                t = event_seconds(t)
+                        except Exception as exc:
+                            raise _BatchFailure(end - length_hint(it) - 1,
+                                                _EventTimeFailure(exc)) from exc
+                        if top is not None and t is not None:
+                            tm = round(t * 1000.0)
+                            if tm < top:  # behind the progress: the hand-out loop takes it
+                                return end - length_hint(it) - 1
+                            if tm - bound > top:
+                                top = tm - bound
                     n_in += 1
                     try:
                         if timed:
-                            r = fn(m)
+                            r = fn(m) if key_of is None else KV(key_of(m), m)
                         else:
-                            t = clock()
+                            t0 = perf()
                             r = fn(m)
-                            meter.ns += clock() - t  # type: ignore[union-attr]
+                            meter.ns += perf() - t0  # type: ignore[union-attr]
                             meter.timed += 1  # type: ignore[union-attr]
                             timed = True
                     except Exception as exc:
                         raise _BatchFailure(end - length_hint(it) - 1,
                                             OperatorFailure(fn_op, exc)) from exc
-                    if r is None:
-                        continue
-                    n_out += 1
-                    if type(r) is KV:
-                        k = r.key
-                        v = r.value
-                        if k is not None and (raw or v is not None):
+                    if r is not None:
+                        n_out += 1
+                        sent = False
+                        if type(r) is KV:
+                            k = r.key
+                            v = r.value
+                            if k is not None and (raw or v is not None):
+                                try:
+                                    bufs[parts[k] if fixed is None else fixed].append(
+                                        r if raw else (kser(k), vser(v), None))
+                                    sent = True
+                                except Exception:
+                                    pass
+                        if not sent:
                             try:
-                                bufs[parts[k] if fixed is None else fixed].append(
-                                    r if raw else (kser(k), vser(v), None))
-                                continue
-                            except Exception:
-                                pass
-                    try:
-                        sender(r)  # the general path, with its errors
-                    except OperatorFailure as f:
-                        raise _BatchFailure(end - length_hint(it) - 1, f) from f.cause
+                                sender(r)  # the general path, with its errors
+                            except OperatorFailure as f:
+                                raise _BatchFailure(end - length_hint(it) - 1, f) from f.cause
+                    if t is not None and (latest is None or t > latest):
+                        latest = t
                 return end
             finally:
                 if meter is not None:
                     meter.n_in += n_in
                     meter.n_out += n_out
+                if times is not None:
+                    times[0] = top
+                    times[2] = latest
         return batch
 
-    def _operator_batch(self, stream_id: str) -> Callable[[list[Any], int, int], int] | None:
+    def _operator_batch(self, stream_id: str) -> Callable[..., int] | None:
         """A loop over a whole batch of a stream that feeds one operator giving lists of
         outputs (a window, a flat_map...): the operator's ``process`` per message, what it gives
         forwarded downstream, the meter counted per batch. Intermediate streams take this path
@@ -356,8 +396,9 @@ class TaskInstance:
         other shape (the per-message hand-out then)."""
         from samza_dsl.spec import stream_node
 
-        if self.env.executor is not None or self.plan.app.remote_tables:
-            return None  # threaded operators; remote-table calls tied to each message
+        if self.env.executor is not None or self.plan.app.remote_tables \
+                or stream_id in self._event_time:
+            return None  # threaded operators; remote-table calls tied to each message; times
         node = stream_node(stream_id)
         nexts = [n for n in self.plan.next_ops(node) if n in self.operators]
         if len(nexts) != 1 or self.plan.graph.edges[node, nexts[0]]["port"] == "right":
@@ -374,16 +415,31 @@ class TaskInstance:
         other_bucket = OTHER_BUCKET
         read = self.read
         src = self._src
+        run = op.process_run
 
-        def batch(payloads: list[Any], i: int, end: int) -> int:
+        def batch(payloads: list[Any], i: int, end: int, times: Any = None) -> int:
             """Process payloads[i:end] up to the first control record, or up to a message whose
             outputs went async (its index, with ``_held`` set); returns where it stopped."""
             start = i
             n_out = 0
             process: Callable[[Any], Any] = op.process
             timed = meter is None
+            # runs of messages in one call, while the window's watermark is the runtime's
+            fast = run is not None and not getattr(op, "local_watermark", False)
             try:
                 while i < end:
+                    if fast:
+                        if timed:
+                            j = run(payloads, i, end, control_types)  # type: ignore[misc]
+                        else:  # the operator's time, over the whole run
+                            t0 = clock()
+                            j = run(payloads, i, end, control_types)  # type: ignore[misc]
+                            meter.ns += clock() - t0  # type: ignore[union-attr]
+                            meter.timed += j - i  # type: ignore[union-attr]
+                            timed = j > i
+                        if j > i:
+                            i = src[1] = j
+                            continue
                     m = payloads[i]
                     i += 1
                     if type(m) is not KV and type(m) in control_types:
@@ -413,6 +469,9 @@ class TaskInstance:
                             self._held = pend
                             return i - 1
                 return end
+            except FailedAt as f:
+                i = f.index + 1
+                raise _BatchFailure(f.index, OperatorFailure(op_id, f.cause)) from f.cause
             except OperatorFailure as f:
                 raise _BatchFailure(i - 1, f) from f.cause
             except Exception as exc:
@@ -563,8 +622,7 @@ class TaskInstance:
             entry = self.entries[ssp.stream_id]
             et = self._event_time.get(ssp.stream_id)
             observed = self.clock.handout(ssp.stream_id) == OBSERVED
-            batch = self._batches.get(ssp.stream_id) \
-                if et is None and not observed else None
+            batch = self._batches.get(ssp.stream_id) if not observed else None
             stage_wm = self.clock.window_stage.get(ssp.stream_id)
             # windows keeping their own watermark while this partition completes inline
             local_ops = self._local_ops.get(ssp.stream_id) if observed else None
@@ -583,9 +641,12 @@ class TaskInstance:
             # behind its progress
             hop = self.clock.hop_stage.get(ssp.stream_id)
             lone = self._lone_declared.get(ssp.stream_id)
+            top = lone_bound = None
             if lone is not None:
                 top = self.clock.progress.get(ssp, NO_WATERMARK)
                 lone_bound = self.clock.declared[ssp.stream_id][1]
+            # a batch computing declared times: [progress, bound, latest] in and out
+            times = [top, lone_bound, None] if et is not None else None
             i = self._cur_i
             read = self.read
             end = min(len(payloads), i + budget - n)
@@ -594,11 +655,18 @@ class TaskInstance:
                 while i < end:
                     held = None
                     if batch is not None and not pending:
+                        if times is not None:
+                            times[0] = top
+                            times[2] = latest
                         try:
-                            j = batch(payloads, i, end)
+                            j = batch(payloads, i, end, times)
                         except _BatchFailure as b:
                             i = b.index + 1
                             raise b.failure from b.failure.cause
+                        finally:
+                            if times is not None:
+                                top = times[0]
+                                latest = times[2]
                         held = self._held
                         if held is not None:  # the message at j went async: in flight below
                             self._held = None
@@ -1175,7 +1243,7 @@ class _EventTimeFailure(Exception):
 
 
 class _BatchFailure(Exception):
-    def __init__(self, index: int, failure: OperatorFailure) -> None:
+    def __init__(self, index: int, failure: OperatorFailure | _EventTimeFailure) -> None:
         self.index = index
         self.failure = failure
 

@@ -99,6 +99,45 @@ def test_local_runner_names_the_record(bad: Any, fragments: tuple[str, ...]) -> 
     check(info.value, *fragments)
 
 
+def build_repartitioned(system: Any, shape: str) -> StreamApplication:
+    """The input's times count at the end of each batch: its stage has no window. The messages
+    are handed out a batch at a time (``partition_by``, or a map then ``send_to``)."""
+    app = StreamApplication("etf-batched")
+    s = app.input(system.input("views", serde=SERDE, partitions=2, event_time=ts))
+    out = app.output(system.output("counts", serde=SERDE, partitions=2))
+    if shape == "send_to":
+        s.map(lambda kv: KV(kv.key, {"ts": kv.value["ts"]}), name="copy").send_to(out)
+        return app
+    (s.partition_by(lambda kv: kv.key, lambda kv: kv.value, name="by-user")
+     .window(Windows.keyed_tumbling(lambda kv: kv.key, timedelta(seconds=10), init=int,
+                                    fold=lambda m, n: n + 1,
+                                    event_time=lambda kv: float(kv.value["ts"])), name="w")
+     .map(lambda p: KV(p.key.key, p.message), name="record")
+     .send_to(out))
+    return app
+
+
+@pytest.mark.parametrize("shape", ["partition_by", "send_to"])
+@pytest.mark.parametrize("system", ["memory", "local"])
+@pytest.mark.parametrize(("bad", "fragments"), BAD)
+def test_an_input_handed_out_in_batches_names_the_record(bad: Any, fragments: tuple[str, ...],
+                                                          system: str, shape: str,
+                                                          tmp_path: Path) -> None:
+    if system == "memory":
+        app = build_repartitioned(MemorySystem(), shape)
+        with pytest.raises(TaskError) as info:
+            TestRunner(app).add_input("views", views(bad)).run(timeout=60)
+    else:
+        runner = LocalRunner(build_repartitioned(LocalSystem("local"), shape),
+                             {"job.dir": str(tmp_path)}, inputs={"views": views(bad)})
+        try:
+            with pytest.raises(TaskError) as info:
+                runner.run()
+        finally:
+            runner.close()
+    check(info.value, *fragments)
+
+
 def test_a_number_of_another_type_is_taken_as_seconds() -> None:
     from decimal import Decimal
 

@@ -1,0 +1,127 @@
+"""Messages handed out a batch at a time give what the hand-out one message at a time gives.
+
+A task takes a run of messages in one call where the shape allows it: an input with a declared
+event time going through a ``partition_by`` (or a one-to-one function and a ``send_to``), and an
+intermediate stream feeding a keyed fold window (``Operator.process_run``). A thread pool for
+user code (``job.container.thread.pool.size``) turns both off, so the same job run with one is
+the one-message-at-a-time reference: the outputs, the late messages, the metrics and a failure's
+offset must agree."""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtime import LocalRunner, TestRunner
+from samza_dsl import KV, StreamApplication, Triggers, Windows
+from samza_dsl.errors import TaskError
+from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
+from samza_dsl.systems import LocalSystem, MemorySystem
+
+SERDE = KVSerde(StringSerde(), JsonSerde())
+PER_MESSAGE = {"job.container.thread.pool.size": 2}
+
+
+def app_of(system: Any, *, fail_on: int | None = None, bound_s: float = 0.0) -> StreamApplication:
+    """Views partitioned by country, counted per country in 10 s panes; late views are kept
+    for 5 s. ``fail_on``: the window's fold raises on the view of that id."""
+    app = StreamApplication("batched", config={"task.commit.ms": 50})
+
+    def fold(kv: KV[str, Any], n: int) -> int:
+        if kv.value["id"] == fail_on:
+            raise ValueError(f"view {fail_on} is bad")
+        return n + 1
+
+    views = app.input(system.input("views", serde=SERDE, partitions=2,
+                                   event_time=lambda kv: kv.value["ts"],
+                                   max_out_of_orderness=timedelta(seconds=bound_s)))
+    (views.partition_by(lambda kv: kv.value["country"], lambda kv: kv.value, serde=SERDE,
+                        name="by-country")
+     .window(Windows.keyed_tumbling(lambda kv: kv.key, timedelta(seconds=10), init=int,
+                                    fold=fold, event_time=lambda kv: kv.value["ts"])
+             .allowed_lateness(timedelta(seconds=5)).late_trigger(Triggers.count(1)), name="w")
+     .map(lambda p: KV(p.key.key, [p.key.pane_id, p.message, str(p.firing)]), name="fmt")
+     .send_to(app.output(system.output("counts", serde=SERDE, partitions=1))))
+    return app
+
+
+def views(n: int, seed: int) -> dict[int, list[KV[str, Any]]]:
+    """Views mostly in time order, with some behind their partition's progress (late for the
+    window, or only behind the channel)."""
+    rnd = random.Random(seed)
+    parts: dict[int, list[KV[str, Any]]] = {0: [], 1: []}
+    t = 1_000.0
+    for i in range(n):
+        t += rnd.random() * 0.5
+        ts = t - rnd.choice([0.0] * 8 + [3.0, 14.0])
+        parts[i % 2].append(KV(f"v{i}", {"id": i, "country": f"c{rnd.randrange(5)}",
+                                         "ts": round(ts, 3)}))
+    return parts
+
+
+def outcome(runner: Any, late_op: str) -> tuple[list[Any], int]:
+    return sorted(map(repr, runner.messages("counts"))), runner.late(late_op)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_local_runner_batched_equals_one_message_at_a_time(seed: int, tmp_path: Path) -> None:
+    data = views(3000, seed)
+    got = {}
+    for name, config in (("batched", {}), ("per-message", PER_MESSAGE)):
+        runner = LocalRunner(app_of(LocalSystem("local"), bound_s=1.0),
+                             {"job.dir": str(tmp_path / name), **config},
+                             inputs={"views": data}).run()
+        samples = runner.metrics.samples()
+        ins: dict[str, int] = {}
+        handle: dict[str, int] = {}
+        for g, n, labels, v in samples:
+            if (g, n) == ("operator", "messages-in"):
+                ins[labels["operator"]] = ins.get(labels["operator"], 0) + v
+            elif (g, n) == ("operator", "handle-ns"):
+                handle[labels["operator"]] = handle.get(labels["operator"], 0) + v
+        got[name] = (outcome(runner, "batched-1-window-w"), ins)
+        assert ins["batched-1-partition_by-by-country"] == 3000
+        assert ins["batched-1-window-w"] == 3000
+        assert handle["batched-1-partition_by-by-country"] > 0
+        assert handle["batched-1-window-w"] > 0
+    assert got["batched"] == got["per-message"]
+    (_, late), _ = got["batched"]
+    assert late > 0  # some views came after their pane and its lateness
+
+
+def test_test_runner_batched_equals_one_message_at_a_time() -> None:
+    data = views(3000, 7)
+    a = TestRunner(app_of(MemorySystem())).add_input("views", data).run(timeout=60)
+    b = TestRunner(app_of(MemorySystem()), PER_MESSAGE).add_input("views", data).run(timeout=60)
+    assert sorted(map(repr, a.messages("counts"))) == sorted(map(repr, b.messages("counts")))
+    assert a.late("batched-1-window-w") == b.late("batched-1-window-w") > 0
+
+
+@pytest.mark.parametrize("runner_kind", ["local", "test"])
+def test_a_failing_fold_names_the_window_stream_and_offset(runner_kind: str,
+                                                           tmp_path: Path) -> None:
+    """The batched run stops at the view the per-message run stops at."""
+    data = {0: [KV(f"v{i}", {"id": i, "country": f"c{i % 3}", "ts": 1_000.0 + i})
+                for i in range(0, 80, 2)],
+            1: [KV(f"v{i}", {"id": i, "country": f"c{i % 3}", "ts": 1_000.0 + i})
+                for i in range(1, 80, 2)]}
+    where = []
+    for name, config in (("batched", {}), ("per-message", PER_MESSAGE)):
+        with pytest.raises(TaskError) as info:
+            if runner_kind == "test":
+                TestRunner(app_of(MemorySystem(), fail_on=23), config).add_input(
+                    "views", data).run(timeout=60)
+            else:
+                LocalRunner(app_of(LocalSystem("local"), fail_on=23),
+                            {"job.dir": str(tmp_path / name), **config},
+                            inputs={"views": data}).run()
+        err = info.value
+        assert err.op_id == "batched-1-window-w"
+        assert err.stream == "batched-1-partition_by-by-country"
+        assert "ValueError: view 23 is bad" in str(err)
+        where.append((err.partition, err.offset))
+    assert where[0] == where[1]
