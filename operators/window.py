@@ -656,11 +656,14 @@ class TumblingWindowOperator(AlignedWindowOperator):
                 return i
             wm = self.watermark
             it = iter(messages[i:end])  # the iterator tells the index when the loop stops
-            m = None
+            data_type: type = KV  # the messages' type, once one was seen not to be a control's
             try:
                 for m in it:
-                    if type(m) is not KV and type(m) in stop_types:
-                        return end - length_hint(it) - 1
+                    ty = type(m)
+                    if ty is not data_type:
+                        if ty in stop_types:
+                            return end - length_hint(it) - 1
+                        data_type = ty
                     ms = round(event_time(m) * 1000.0)
                     start = ms - ms % size
                     if ms <= wm and start + size <= wm:  # late: ``process`` takes it

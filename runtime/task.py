@@ -72,6 +72,7 @@ from samza_dsl.spec import (
 __all__ = ["TaskInstance"]
 
 _CONTROL_TYPES = frozenset({EndOfStream, Watermark, Skipped, OtherBucket})
+_INF = float("inf")
 _THREADED_OPCODES = frozenset({"map", "filter", "flat_map", "sink", "join_table"})
 BATCH_BUDGET = 2048
 #: outputs of one timer, watermark or end-of-stream call passed on between two producer writes
@@ -317,19 +318,36 @@ class TaskInstance:
             returns where it stopped. A failure raises _BatchFailure with the index of the
             failing message."""
             it = iter(payloads[i:end])  # the iterator tells the index when the loop stops
-            n_in = n_out = 0
+            n_in = dropped = 0
             timed = meter is None
+            data_type: type = KV  # the messages' type, once one was seen not to be a control's
+
+            def general(r: Any) -> None:  # the sender's own path, with its errors
+                try:
+                    sender(r)
+                except OperatorFailure as f:
+                    raise _BatchFailure(end - length_hint(it) - 1, f) from f.cause
+
+            # declared times: the channel's progress is max(top, round(xmax) - bound), where
+            # xmax is the largest time seen here in ms (round is monotonic, so a message at or
+            # after both is not behind it; any other is checked exactly)
             top = latest = t = None
-            bound = 0
+            bound: Any = 0
+            lat = xmax = -_INF
             if times is not None:
                 top, bound, latest = times
+                if latest is not None:
+                    lat = latest
             try:
                 for m in it:
-                    if type(m) is not KV and type(m) in control_types:
-                        if m is other_bucket:  # a virtual task's neighbour's message: done
-                            read[stream_id] = read.get(stream_id, 0) - 1  # not this task's
-                            continue
-                        return end - length_hint(it) - 1
+                    ty = type(m)
+                    if ty is not data_type:
+                        if ty in control_types:
+                            if m is other_bucket:  # a virtual task's neighbour's message: done
+                                read[stream_id] = read.get(stream_id, 0) - 1  # not this task's
+                                continue
+                            return end - length_hint(it) - 1
+                        data_type = ty
                     if times is not None:
                         try:
                             t = et(m)  # type: ignore[misc]
@@ -339,11 +357,16 @@ class TaskInstance:
                             raise _BatchFailure(end - length_hint(it) - 1,
                                                 _EventTimeFailure(exc)) from exc
                         if top is not None and t is not None:
-                            tm = round(t * 1000.0)
-                            if tm < top:  # behind the progress: the hand-out loop takes it
-                                return end - length_hint(it) - 1
-                            if tm - bound > top:
-                                top = tm - bound
+                            x = t * 1000.0
+                            if x < xmax or x < top:
+                                progress = top if xmax == -_INF else \
+                                    max(top, round(xmax) - bound)
+                                if round(x) < progress:  # behind: the hand-out loop takes it
+                                    return end - length_hint(it) - 1
+                                if x > xmax:
+                                    xmax = x
+                            else:
+                                xmax = x
                     n_in += 1
                     try:
                         if timed:
@@ -355,36 +378,35 @@ class TaskInstance:
                             meter.timed += 1  # type: ignore[union-attr]
                             timed = True
                     except Exception as exc:
+                        dropped += 1
                         raise _BatchFailure(end - length_hint(it) - 1,
                                             OperatorFailure(fn_op, exc)) from exc
-                    if r is not None:
-                        n_out += 1
-                        sent = False
-                        if type(r) is KV:
-                            k = r.key
-                            v = r.value
-                            if k is not None and (raw or v is not None):
-                                try:
-                                    bufs[parts[k] if fixed is None else fixed].append(
-                                        r if raw else (kser(k), vser(v), None))
-                                    sent = True
-                                except Exception:
-                                    pass
-                        if not sent:
-                            try:
-                                sender(r)  # the general path, with its errors
-                            except OperatorFailure as f:
-                                raise _BatchFailure(end - length_hint(it) - 1, f) from f.cause
-                    if t is not None and (latest is None or t > latest):
-                        latest = t
+                    if r is None:
+                        dropped += 1
+                    elif type(r) is KV and r.key is not None and (raw or r.value is not None):
+                        try:
+                            if raw:
+                                bufs[parts[r.key] if fixed is None else fixed].append(r)
+                            else:
+                                k = r.key
+                                bufs[parts[k] if fixed is None else fixed].append(
+                                    (kser(k), vser(r.value), None))
+                        except Exception:
+                            general(r)
+                    else:
+                        general(r)
+                    if t is not None and t > lat:
+                        lat = t
                 return end
             finally:
                 if meter is not None:
                     meter.n_in += n_in
-                    meter.n_out += n_out
+                    meter.n_out += n_in - dropped
                 if times is not None:
-                    times[0] = top
-                    times[2] = latest
+                    if top is not None and xmax != -_INF:
+                        times[0] = max(top, round(xmax) - bound)
+                    if lat != -_INF:
+                        times[2] = lat
         return batch
 
     def _operator_batch(self, stream_id: str) -> Callable[..., int] | None:
