@@ -657,6 +657,12 @@ class TumblingWindowOperator(AlignedWindowOperator):
             wm = self.watermark
             it = iter(messages[i:end])  # the iterator tells the index when the loop stops
             data_type: type = KV  # the messages' type, once one was seen not to be a control's
+            # the last pane's start, its values in ``_dirty``, and the times in ms (floats)
+            # inside it whose rounding cannot leave it (round is monotonic): such a message
+            # takes that pane with no rounding, and is not late (its pane was not)
+            start = 0
+            panes: dict[Any, Any] = {}
+            lo = hi = 0.0
             try:
                 for m in it:
                     ty = type(m)
@@ -664,23 +670,26 @@ class TumblingWindowOperator(AlignedWindowOperator):
                         if ty in stop_types:
                             return end - length_hint(it) - 1
                         data_type = ty
-                    ms = round(event_time(m) * 1000.0)
-                    start = ms - ms % size
-                    if ms <= wm and start + size <= wm:  # late: ``process`` takes it
-                        return end - length_hint(it) - 1
+                    x = event_time(m) * 1000.0
+                    if not lo <= x < hi:
+                        ms = round(x)
+                        start = ms - ms % size
+                        if start + size <= wm:  # late: ``process`` takes it
+                            return end - length_hint(it) - 1
+                        lo, hi = start + 0.5, start + size - 1.0
+                        got = dirty.get(start)
+                        if got is None:
+                            got = dirty[start] = {}
+                        panes = got
                     key = key_fn(m)
-                    panes = dirty.get(start)
-                    if panes is not None:
-                        value = panes.get(key, _MISSING)
-                        if value is not _MISSING:
-                            value = fold(m, value)
-                            if value is None:
-                                self._check_fold(value)
-                            panes[key] = value
-                            continue
+                    value = panes.get(key, _MISSING)
+                    if value is not _MISSING:  # the common case: a pane changed since the commit
+                        value = fold(m, value)
+                        if value is None:
+                            self._check_fold(value)
+                        panes[key] = value
                     else:
-                        panes = dirty[start] = {}
-                    fold_new(m, start, key, panes)
+                        fold_new(m, start, key, panes)
                 return end
             except Exception as exc:
                 raise FailedAt(end - length_hint(it) - 1, exc) from exc

@@ -9,12 +9,15 @@ offset must agree."""
 
 from __future__ import annotations
 
+import os
 import random
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from runtime import LocalRunner, TestRunner
 from samza_dsl import KV, StreamApplication, Triggers, Windows
@@ -125,3 +128,27 @@ def test_a_failing_fold_names_the_window_stream_and_offset(runner_kind: str,
         assert "ValueError: view 23 is bad" in str(err)
         where.append((err.partition, err.offset))
     assert where[0] == where[1]
+
+
+EDGE_MS = st.sampled_from([0.0, 0.4999, 0.5, 0.5001, 1.5, 2.5, -0.5, -1.0, -1.5, 9_999.5,
+                           9_998.5, 9_999.4999])
+
+
+@settings(max_examples=int(os.environ.get("SAMZA_DSL_MODEL_EXAMPLES", "60")), deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 4), EDGE_MS, st.integers(0, 2)), min_size=1,
+                max_size=60),
+       st.sampled_from([0.0, 1.0]))
+def test_pane_edges_batched_equal_one_message_at_a_time(
+        events: list[tuple[int, float, int]], bound_s: float) -> None:
+    """Times at and around pane edges and rounding ties (in ms): each message takes the pane
+    the one-message-at-a-time path gives it, and the same are late."""
+    data: dict[int, list[KV[str, Any]]] = {0: [], 1: []}
+    for i, (pane, ms, country) in enumerate(events):
+        ts = 1_000.0 + pane * 10.0 + ms / 1000.0
+        data[i % 2].append(KV(f"v{i}", {"id": i, "country": f"c{country}", "ts": ts}))
+    a = TestRunner(app_of(MemorySystem(), bound_s=bound_s)).add_input("views", data).run(
+        timeout=60)
+    b = TestRunner(app_of(MemorySystem(), bound_s=bound_s), PER_MESSAGE).add_input(
+        "views", data).run(timeout=60)
+    assert sorted(map(repr, a.messages("counts"))) == sorted(map(repr, b.messages("counts")))
+    assert a.late("batched-1-window-w") == b.late("batched-1-window-w")
