@@ -82,6 +82,8 @@ class JoinOperator(Operator):
         arrivals = self._arrivals[port]
         unlist = arrivals.pop
         clock, ttl, combine = self._clock, self.ttl_ms, self._combine
+        # a wall clock in ms that says what it reads (``ns``): read here with one call less
+        ns: Callable[[], int] | None = getattr(clock, "ns", None)
         op_id, side = self.op_id, _SIDES[port]
 
         def arrive(message: Any) -> Any:
@@ -90,7 +92,7 @@ class JoinOperator(Operator):
                 raise TaskError(f"join {op_id!r}: the {side} key of {message!r} is None; a join "
                                 f"needs a key on both sides (as in Samza): filter out or map "
                                 f"such messages before the join", op_id=op_id)
-            now = clock()
+            now = clock() if ns is None else ns() // 1_000_000
             unlist(key, None)
             arrivals[key] = now
             put(key, (now, message))

@@ -41,6 +41,11 @@ def wall_ms(_ns: Callable[[], int] = time.time_ns) -> int:
     return _ns() // 1_000_000
 
 
+#: what ``wall_ms`` reads, for an operator that reads the clock per message to call directly
+#: (``ns() // 1_000_000`` is ``wall_ms()`` with one call less)
+wall_ms.ns = time.time_ns  # type: ignore[attr-defined]
+
+
 FETCH_BATCH = 1024
 
 
