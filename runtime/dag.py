@@ -13,8 +13,8 @@ from typing import Any
 
 from runtime.metrics import HANDLE_SAMPLE, OpMeter
 
-__all__ = ["Emit", "OperatorFailure", "chain", "chain_one", "fan_out", "gather_pending",
-           "metered"]
+__all__ = ["Emit", "OperatorFailure", "OneToOneChain", "chain", "chain_one", "fan_out",
+           "gather_pending", "metered"]
 
 #: an emit function: message -> None (done) or a list of pending awaitables
 Emit = Callable[[Any], list[Awaitable[None]] | None]
@@ -192,6 +192,70 @@ def chain_one(op_id: str, fn: Callable[[Any], Any], nexts: list[Emit],
             return None
         return nxt(r)
     return emit
+
+
+class OneToOneChain:
+    """Synchronous one-to-one functions in a row (map, filter, a join's port...) as one
+    function for a loop over a batch: ``call(m)`` is the last one's output, or None where one
+    of them gave None. A function that raises raises ``OperatorFailure`` naming its operator.
+    Each operator's meter is counted per batch (``flush``): its messages in are those that
+    reached it, its messages out those that reached the next; ``call_timed`` also times each
+    function (a batch's sample)."""
+
+    __slots__ = ("ops", "fns", "meters", "reached", "call", "_perf")
+
+    def __init__(self, ops: list[tuple[str, Callable[[Any], Any]]],
+                 meters: list[OpMeter | None]) -> None:
+        self.ops = [op_id for op_id, _ in ops]
+        self.fns = [fn for _, fn in ops]
+        self.meters = meters
+        #: messages that reached each function, and (last) that came out of the chain
+        self.reached = [0] * (len(ops) + 1)
+        self._perf = time.perf_counter_ns
+        fns, reached, ids, n = self.fns, self.reached, self.ops, len(ops)
+
+        def call(m: Any) -> Any:
+            k = -1
+            try:
+                for fn in fns:
+                    k += 1
+                    reached[k] += 1
+                    m = fn(m)
+                    if m is None:
+                        return None
+            except Exception as exc:
+                raise OperatorFailure(ids[k], exc) from exc
+            reached[n] += 1
+            return m
+        self.call = call
+
+    def call_timed(self, m: Any) -> Any:
+        """``call``, with each function's time added to its meter."""
+        reached, perf = self.reached, self._perf
+        for k, fn in enumerate(self.fns):
+            reached[k] += 1
+            t0 = perf()
+            try:
+                m = fn(m)
+            except Exception as exc:
+                raise OperatorFailure(self.ops[k], exc) from exc
+            meter = self.meters[k]
+            if meter is not None:
+                meter.ns += perf() - t0
+                meter.timed += 1
+            if m is None:
+                return None
+        reached[-1] += 1
+        return m
+
+    def flush(self) -> None:
+        """Add the counts since the last flush to the meters."""
+        reached = self.reached
+        for k, meter in enumerate(self.meters):
+            if meter is not None:
+                meter.n_in += reached[k]
+                meter.n_out += reached[k + 1]
+        reached[:] = [0] * len(reached)
 
 
 def fan_out(emits: list[Emit]) -> Emit:

@@ -26,6 +26,7 @@ from runtime.chooser import Chooser
 from runtime.codec import Skipped
 from runtime.dag import (
     Emit,
+    OneToOneChain,
     OperatorFailure,
     _continue,
     _counted,
@@ -275,7 +276,7 @@ class TaskInstance:
                 return None  # a table
             if isinstance(op.spec, PartitionBySpec | BroadcastSpec):
                 return None
-        if target is None or len(fns) > 1 or len(nexts) > 0:
+        if target is None or len(nexts) > 0:
             return None
         producer = self.env.producer
         sink = getattr(producer, "record_sink", None)
@@ -304,11 +305,16 @@ class TaskInstance:
         # the function's meter: counted per batch here, its time sampled once per batch
         meter = self.meter(self.operators[fn_op]) if fns else None
         perf = time.perf_counter_ns
+        # several functions in a row: one function for the loop, counting each one's meter
+        fused = OneToOneChain(fns, [self.meter(self.operators[o]) for o, _ in fns]) \
+            if len(fns) > 1 else None
+        if fused is not None:
+            fn, meter = fused.call, None
 
         if not isinstance(fn, types.FunctionType | types.MethodType | types.BuiltinFunctionType):
             fn = type(fn).__call__.__get__(fn)  # a callable object: its bound method is cheaper
         # a partition_by keeping the message as its value: its key function called in the loop
-        fn_spec = self.operators[fn_op].spec if fns else None
+        fn_spec = self.operators[fn_op].spec if len(fns) == 1 else None
         key_of = getattr(self.operators[fn_op], "key_fn", None) \
             if isinstance(fn_spec, PartitionBySpec) and fn_spec.value_fn is None else None
 
@@ -319,7 +325,7 @@ class TaskInstance:
             failing message."""
             it = iter(payloads[i:end])  # the iterator tells the index when the loop stops
             n_in = dropped = 0
-            timed = meter is None
+            timed = meter is None and fused is None
             data_type: type = KV  # the messages' type, once one was seen not to be a control's
 
             def general(r: Any) -> None:  # the sender's own path, with its errors
@@ -371,12 +377,17 @@ class TaskInstance:
                     try:
                         if timed:
                             r = fn(m) if key_of is None else KV(key_of(m), m)
+                        elif fused is not None:
+                            r = fused.call_timed(m)
+                            timed = True
                         else:
                             t0 = perf()
                             r = fn(m)
                             meter.ns += perf() - t0  # type: ignore[union-attr]
                             meter.timed += 1  # type: ignore[union-attr]
                             timed = True
+                    except OperatorFailure as f:  # in a chain, naming its operator
+                        raise _BatchFailure(end - length_hint(it) - 1, f) from f.cause
                     except Exception as exc:
                         dropped += 1
                         raise _BatchFailure(end - length_hint(it) - 1,
@@ -402,6 +413,8 @@ class TaskInstance:
                 if meter is not None:
                     meter.n_in += n_in
                     meter.n_out += n_in - dropped
+                elif fused is not None:
+                    fused.flush()
                 if times is not None:
                     if top is not None and xmax != -_INF:
                         times[0] = max(top, round(xmax) - bound)

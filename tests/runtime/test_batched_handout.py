@@ -152,3 +152,68 @@ def test_pane_edges_batched_equal_one_message_at_a_time(
         "views", data).run(timeout=60)
     assert sorted(map(repr, a.messages("counts"))) == sorted(map(repr, b.messages("counts")))
     assert a.late("batched-1-window-w") == b.late("batched-1-window-w")
+
+
+def chain_app(system: Any, fail_on: int | None = None) -> StreamApplication:
+    """filter, map, map, then send_to: one-to-one functions in a row."""
+    app = StreamApplication("chained", config={"task.commit.ms": 50})
+
+    def shout(kv: KV[str, Any]) -> KV[str, Any]:
+        if kv.value["id"] == fail_on:
+            raise ValueError(f"view {fail_on} is bad")
+        return KV(kv.key.upper(), kv.value)
+
+    (app.input(system.input("views", serde=SERDE, partitions=2))
+     .filter(lambda kv: kv.value["id"] % 3 != 0, name="two-thirds")
+     .map(shout, name="shout")
+     .map(lambda kv: KV(kv.key, {"id": kv.value["id"], "c": kv.value["country"]}), name="slim")
+     .send_to(app.output(system.output("counts", serde=SERDE, partitions=2))))
+    return app
+
+
+def test_a_chain_of_one_to_one_functions_is_counted_per_operator(tmp_path: Path) -> None:
+    data = views(3000, 5)
+    got = {}
+    for name, config in (("batched", {}), ("per-message", PER_MESSAGE)):
+        runner = LocalRunner(chain_app(LocalSystem("local")),
+                             {"job.dir": str(tmp_path / name), **config},
+                             inputs={"views": data}).run()
+        counts: dict[tuple[str, str], int] = {}
+        handle: dict[str, int] = {}
+        for g, n, labels, v in runner.metrics.samples():
+            if g == "operator" and n in ("messages-in", "messages-out"):
+                key = (labels["operator"], n)
+                counts[key] = counts.get(key, 0) + v
+            elif (g, n) == ("operator", "handle-ns"):
+                handle[labels["operator"]] = handle.get(labels["operator"], 0) + v
+        out = runner.messages("counts")
+        got[name] = (sorted(map(repr, out)), counts)
+        kept = sum(1 for i in range(3000) if i % 3)
+        assert len(out) == kept
+        assert counts[("chained-1-filter-two-thirds", "messages-in")] == 3000
+        assert counts[("chained-1-filter-two-thirds", "messages-out")] == kept
+        for op in ("chained-1-map-shout", "chained-1-map-slim"):
+            assert counts[(op, "messages-in")] == counts[(op, "messages-out")] == kept
+            assert handle[op] > 0
+    assert got["batched"] == got["per-message"]
+
+
+@pytest.mark.parametrize("runner_kind", ["local", "test"])
+def test_a_failing_function_in_a_chain_names_its_operator_and_offset(runner_kind: str,
+                                                                      tmp_path: Path) -> None:
+    data = views(200, 9)
+    where = []
+    for name, config in (("batched", {}), ("per-message", PER_MESSAGE)):
+        with pytest.raises(TaskError) as info:
+            if runner_kind == "test":
+                TestRunner(chain_app(MemorySystem(), fail_on=77), config).add_input(
+                    "views", data).run(timeout=60)
+            else:
+                LocalRunner(chain_app(LocalSystem("local"), fail_on=77),
+                            {"job.dir": str(tmp_path / name), **config},
+                            inputs={"views": data}).run()
+        err = info.value
+        assert err.op_id == "chained-1-map-shout"
+        assert "ValueError: view 77 is bad" in str(err)
+        where.append((err.stream, err.partition, err.offset))
+    assert where[0] == where[1] == ("views", 1, 38)
