@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,22 @@ def views(n: int, seed: int) -> dict[int, list[KV[str, Any]]]:
     return parts
 
 
+def failures(make: Callable[[Any], StreamApplication], data: dict[int, list[Any]],
+             runner_kind: str, tmp_path: Path) -> list[TaskError]:
+    """The TaskErrors the batched run and the one-message-at-a-time run stop with."""
+    errors = []
+    for name, config in (("batched", {}), ("per-message", PER_MESSAGE)):
+        with pytest.raises(TaskError) as info:
+            if runner_kind == "test":
+                TestRunner(make(MemorySystem()), config).add_input("views", data).run(timeout=60)
+            else:
+                LocalRunner(make(LocalSystem("local")), {"job.dir": str(tmp_path / name),
+                                                         **config},
+                            inputs={"views": data}).run()
+        errors.append(info.value)
+    return errors
+
+
 def outcome(runner: Any, late_op: str) -> tuple[list[Any], int]:
     return sorted(map(repr, runner.messages("counts"))), runner.late(late_op)
 
@@ -113,16 +130,7 @@ def test_a_failing_fold_names_the_window_stream_and_offset(runner_kind: str,
             1: [KV(f"v{i}", {"id": i, "country": f"c{i % 3}", "ts": 1_000.0 + i})
                 for i in range(1, 80, 2)]}
     where = []
-    for name, config in (("batched", {}), ("per-message", PER_MESSAGE)):
-        with pytest.raises(TaskError) as info:
-            if runner_kind == "test":
-                TestRunner(app_of(MemorySystem(), fail_on=23), config).add_input(
-                    "views", data).run(timeout=60)
-            else:
-                LocalRunner(app_of(LocalSystem("local"), fail_on=23),
-                            {"job.dir": str(tmp_path / name), **config},
-                            inputs={"views": data}).run()
-        err = info.value
+    for err in failures(lambda system: app_of(system, fail_on=23), data, runner_kind, tmp_path):
         assert err.op_id == "batched-1-window-w"
         assert err.stream == "batched-1-partition_by-by-country"
         assert "ValueError: view 23 is bad" in str(err)
@@ -203,16 +211,8 @@ def test_a_failing_function_in_a_chain_names_its_operator_and_offset(runner_kind
                                                                       tmp_path: Path) -> None:
     data = views(200, 9)
     where = []
-    for name, config in (("batched", {}), ("per-message", PER_MESSAGE)):
-        with pytest.raises(TaskError) as info:
-            if runner_kind == "test":
-                TestRunner(chain_app(MemorySystem(), fail_on=77), config).add_input(
-                    "views", data).run(timeout=60)
-            else:
-                LocalRunner(chain_app(LocalSystem("local"), fail_on=77),
-                            {"job.dir": str(tmp_path / name), **config},
-                            inputs={"views": data}).run()
-        err = info.value
+    for err in failures(lambda system: chain_app(system, fail_on=77), data, runner_kind,
+                        tmp_path):
         assert err.op_id == "chained-1-map-shout"
         assert "ValueError: view 77 is bad" in str(err)
         where.append((err.stream, err.partition, err.offset))

@@ -86,17 +86,21 @@ def test_test_runner_names_the_record(bad: Any, fragments: tuple[str, ...], asyn
     check(info.value, *fragments)
 
 
+def local_failure(app: StreamApplication, job_dir: str, data: dict[int, list[Any]]) -> TaskError:
+    """The TaskError a LocalRunner run of ``app`` over ``data`` stops with."""
+    runner = LocalRunner(app, {"job.dir": job_dir}, inputs={"views": data})
+    try:
+        with pytest.raises(TaskError) as info:
+            runner.run()
+    finally:
+        runner.close()
+    return info.value
+
+
 @pytest.mark.parametrize(("bad", "fragments"), BAD)
 def test_local_runner_names_the_record(bad: Any, fragments: tuple[str, ...]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        runner = LocalRunner(build(LocalSystem("local")), {"job.dir": tmp},
-                             inputs={"views": views(bad)})
-        try:
-            with pytest.raises(TaskError) as info:
-                runner.run()
-        finally:
-            runner.close()
-    check(info.value, *fragments)
+        check(local_failure(build(LocalSystem("local")), tmp, views(bad)), *fragments)
 
 
 def build_repartitioned(system: Any, shape: str) -> StreamApplication:
@@ -123,18 +127,13 @@ def build_repartitioned(system: Any, shape: str) -> StreamApplication:
 def test_an_input_handed_out_in_batches_names_the_record(bad: Any, fragments: tuple[str, ...],
                                                           system: str, shape: str,
                                                           tmp_path: Path) -> None:
-    if system == "memory":
-        app = build_repartitioned(MemorySystem(), shape)
-        with pytest.raises(TaskError) as info:
-            TestRunner(app).add_input("views", views(bad)).run(timeout=60)
-    else:
-        runner = LocalRunner(build_repartitioned(LocalSystem("local"), shape),
-                             {"job.dir": str(tmp_path)}, inputs={"views": views(bad)})
-        try:
-            with pytest.raises(TaskError) as info:
-                runner.run()
-        finally:
-            runner.close()
+    if system == "local":
+        check(local_failure(build_repartitioned(LocalSystem("local"), shape), str(tmp_path),
+                            views(bad)), *fragments)
+        return
+    app = build_repartitioned(MemorySystem(), shape)
+    with pytest.raises(TaskError) as info:
+        TestRunner(app).add_input("views", views(bad)).run(timeout=60)
     check(info.value, *fragments)
 
 
