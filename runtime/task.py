@@ -238,9 +238,9 @@ class TaskInstance:
 
     def _stream_batch(self, stream_id: str) -> Callable[..., int] | None:
         """A loop over a whole batch, for the commonest shape: a stream whose messages go through
-        at most one synchronous one-to-one function (map, filter, a ``partition_by``'s key) and
-        then to a keyed stream of a producer that takes records (a ``send_to``, or the
-        ``partition_by``'s intermediate stream). A stream with a declared event time takes it
+        synchronous one-to-one functions (map, filter, a join's port, a ``partition_by``'s key;
+        several in a row as one ``OneToOneChain``) and then to a keyed stream of a producer that
+        takes records (a ``send_to``, or the ``partition_by``'s intermediate stream). A stream with a declared event time takes it
         where its times only count at the batch's end (no window in its own stage): the loop
         computes them and keeps the channel's progress, and stops at a message behind it, for
         the hand-out loop to send the watermark ahead of it. None for any other shape."""
