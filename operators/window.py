@@ -92,6 +92,7 @@ NO_WATERMARK = -(1 << 62)
 #: where the window's watermark is stored (None sorts before every pane start)
 WATERMARK_KEY = (None, "watermark")
 _MISSING: Any = object()
+_INF = float("inf")
 
 
 class WindowOperator(Operator, ABC):
@@ -649,17 +650,27 @@ class TumblingWindowOperator(AlignedWindowOperator):
             return out if out is not None else []
 
         def process_run(messages: list[Any], i: int, end: int, stop_types: Any) -> int:
-            """``process`` over messages[i:end] while the watermark is the runtime's (it
-            cannot move here, so no message gives outputs); stops at a control record or a
-            late message (see ``Operator.process_run``)."""
-            if self.local_watermark:
-                return i
+            """``process`` over messages[i:end] while no message gives outputs: the watermark
+            is the runtime's (it cannot move here), or the window's own and no message moves
+            it to a pane's end. Stops at a control record, a late message, or a message that
+            would close panes (see ``Operator.process_run``)."""
+            local = self.local_watermark
             wm = self.watermark
+            # a time (ms) at or past which a message closes panes: with the window's own
+            # watermark, the first open pane's end (or a kept pane's end of lateness)
+            limit = _INF
+            if local:
+                if closing:
+                    limit = closing[0] + size
+                if expiring:
+                    limit = min(limit, expiring[0] + size + lateness)
+            xmax = -_INF  # the largest time seen (ms, a float): the window's own watermark
             it = iter(messages[i:end])  # the iterator tells the index when the loop stops
             data_type: type = KV  # the messages' type, once one was seen not to be a control's
             # the last pane's start, its values in ``_dirty``, and the times in ms (floats)
-            # inside it whose rounding cannot leave it (round is monotonic): such a message
-            # takes that pane with no rounding, and is not late (its pane was not)
+            # inside it whose rounding cannot leave it nor reach ``limit`` (round is
+            # monotonic): such a message takes that pane with no rounding, and is not late
+            # (its pane was not, and the watermark cannot pass its end in the run)
             start = 0
             panes: dict[Any, Any] = {}
             lo = hi = 0.0
@@ -674,13 +685,16 @@ class TumblingWindowOperator(AlignedWindowOperator):
                     if not lo <= x < hi:
                         ms = round(x)
                         start = ms - ms % size
-                        if start + size <= wm:  # late: ``process`` takes it
+                        w = round(xmax) if local and xmax > wm else wm  # before this one
+                        if start + size <= w or ms >= limit:  # ``process`` takes it
                             return end - length_hint(it) - 1
-                        lo, hi = start + 0.5, start + size - 1.0
+                        lo, hi = start + 0.5, min(start + size, limit) - 1.0
                         got = dirty.get(start)
                         if got is None:
                             got = dirty[start] = {}
                         panes = got
+                    if x > xmax:
+                        xmax = x
                     key = key_fn(m)
                     value = panes.get(key, _MISSING)
                     if value is not _MISSING:  # the common case: a pane changed since the commit
@@ -690,9 +704,14 @@ class TumblingWindowOperator(AlignedWindowOperator):
                         panes[key] = value
                     else:
                         fold_new(m, start, key, panes)
+                        if local and start + size < limit:
+                            limit = start + size
                 return end
             except Exception as exc:
                 raise FailedAt(end - length_hint(it) - 1, exc) from exc
+            finally:
+                if local and xmax > wm:
+                    self.watermark = round(xmax)
 
         self.process_run = process_run
         return process

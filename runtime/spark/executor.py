@@ -42,17 +42,17 @@ import inspect
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import msgspec
 import networkx as nx
 
-from operators.base import Operator, OperatorContext, UserContext, resolve_fn
+from operators.base import FailedAt, Operator, OperatorContext, UserContext, resolve_fn
 from operators.partition_by import PartitionByOperator
 from operators.state import InMemoryState, table_state
 from runtime.dag import Emit, OperatorFailure, _forward
 from runtime.spark.meter import IN, NS, OUT, Meter, count_outputs, metered_emit, new_meter
-from runtime.spark.shuffle import Encoded
+from runtime.spark.shuffle import Encoded, Records
 from runtime.wiring import PartitionRule, Wiring, build_operators, partition_of
 from samza_dsl.config import config_value
 from samza_dsl.kv import KV
@@ -183,6 +183,7 @@ class PassExecutor:
             for sid in stage.inputs:
                 if sid not in self.entries:
                     self.entries[sid] = self.wiring.entry(sid)
+        self._run_into = self._run_window()
 
     def _clock(self) -> int:
         return self.clock_ms
@@ -414,14 +415,15 @@ class PassExecutor:
             self._feed_sync(records)
         return self._take()
 
-    def rekey(self, records: Sequence[tuple[Any, ...]]
+    def rekey(self, sid_in: str, source: int, cols: Any
               ) -> tuple[list[int], list[int], range, list[int], list[Any]]:
         """A pass that is one ``partition_by`` with no value function (``runtime.spark.runner``
-        carries its input's rows through) over a batch of ``records``: what ``feed`` would write,
-        ``KV(key, message)`` records, as columns without their messages: (target partitions,
-        sort ms, offsets, clock ms, keys). One loop over the batch calls the key function and
-        the partition rule, with no hand-out per record; the meter counts every record and
-        times the batch."""
+        carries its input's rows through) over a batch of stream ``sid_in``'s records from
+        source partition ``source``, as columns (``sources.RowColumns``): what ``feed`` would
+        write, ``KV(key, message)`` records, as columns without their messages: (target
+        partitions, sort ms, offsets, clock ms, keys). One loop over the batch calls the key
+        function and the partition rule, with no hand-out per record; the meter counts every
+        record and times the batch."""
         (op_id, op), = self.operators.items()
         assert isinstance(op, PartitionByOperator) and op._value_fn is None, op_id
         sid = op.stream_id
@@ -430,15 +432,17 @@ class PassExecutor:
             rule = self._rules[sid] = partition_of(self.plan, sid, self.counts[sid],
                                                    self.partition)
         key_fn = op.key_fn
+        msgs = cols.messages
         t = time.perf_counter_ns()
         try:
-            keys = [key_fn(r[5]) for r in records]
+            keys = list(map(key_fn, msgs))
         except Exception:
-            for r in records:  # the record that fails, named
+            for off, m in enumerate(msgs, cols.first):  # the record that fails, named
                 try:
-                    key_fn(r[5])
+                    key_fn(m)
                 except Exception as exc:
-                    raise self._failure(OperatorFailure(op_id, exc), r[0], r[2], r[3]) from exc
+                    raise self._failure(OperatorFailure(op_id, exc), sid_in, source,
+                                        off) from exc
             raise
         if rule.fixed is not None:
             parts = [rule.fixed] * len(keys)
@@ -449,7 +453,7 @@ class PassExecutor:
             except TypeError:  # an unhashable key
                 partitioner = rule.partitioner
                 parts = [partitioner(k) for k in keys]
-        n = len(records)
+        n = len(msgs)
         seq = self.seq
         self.seq = seq + n
         meter = self.meters[op_id]
@@ -457,8 +461,7 @@ class PassExecutor:
         meter[OUT] += n
         meter[NS] += time.perf_counter_ns() - t
         self.written[sid] = self.written.get(sid, 0) + n
-        return (parts, [r[1] for r in records], range(seq + 1, seq + n + 1),
-                [r[4] for r in records], keys)
+        return parts, cols.sort_ms, range(seq + 1, seq + n + 1), cols.clock, keys
 
     def finish(self) -> list[tuple[int, tuple[Any, ...]]]:
         """End the stream (``on_end_of_stream``, stage by stage); returns what that wrote."""
@@ -495,7 +498,81 @@ class PassExecutor:
         finally:
             loop.close()
 
+    def _run_window(self) -> tuple[Operator, Callable[..., int], list[Emit]] | None:
+        """Where the records of the pass's one input go to one window alone that takes a run
+        of messages in one call (``Operator.process_run``), and nothing happens between
+        records (no window ticks, no watermark moved per record, no async call): that window,
+        its ``process_run``, and where its outputs go. Else None."""
+        if len(self.entries) != 1 or self._due is not None or self._per_message:
+            return None
+        if any(isinstance(op.spec, AsyncFlatMapSpec) for op in self.operators.values()):
+            return None
+        (sid,) = self.entries
+        node = stream_node(sid)
+        graph = self.plan.graph
+        ops = [o for o in self.plan.next_ops(node) if o in self.operators]
+        if len(ops) != 1 or ops[0] not in self._windows \
+                or graph.edges[node, ops[0]]["port"] == "right":
+            return None
+        op = self.operators[ops[0]]
+        run = op.process_run
+        return None if run is None else (op, run, self.wiring.nexts(op.op_id))
+
+    def _feed_runs(self, records: Iterable[tuple[Any, ...]]) -> None:
+        """``_feed_sync`` for ``_run_window``: runs of records in one call; a record that would
+        give outputs or is late through the window's ``process``, as one by one. The window's
+        meter times each call."""
+        assert self._run_into is not None
+        op, process_run, nexts = self._run_into
+        op_id = op.op_id
+        meter = self.meters[op_id]
+        recs: Sequence[tuple[Any, ...]] = records if isinstance(records, list | Records) \
+            else list(records)
+        msgs = recs.messages if isinstance(recs, Records) else [r[5] for r in recs]
+        n = len(recs)
+        i = 0
+        now = time.perf_counter_ns
+        while i < n:
+            t = now()
+            try:
+                j = process_run(msgs, i, n, ())
+            except FailedAt as f:
+                rec = recs[f.index]
+                raise self._failure(OperatorFailure(op_id, f.cause), rec[0], rec[2],
+                                    rec[3]) from f.cause
+            meter[NS] += now() - t
+            meter[IN] += j - i
+            if j == n:
+                break
+            rec = recs[j]  # it gives outputs, or is late
+            self.sort_ms, self.clock_ms = rec[1], rec[4]
+            self.source = (rec[0], rec[2], rec[3])
+            t = now()
+            try:
+                outs = cast(list[Any], op.process(rec[5]))  # (a window's: a list)
+            except Exception as exc:
+                raise self._failure(OperatorFailure(op_id, exc), rec[0], rec[2],
+                                    rec[3]) from exc
+            meter[NS] += now() - t
+            meter[IN] += 1
+            if outs:
+                count_outputs(meter, outs, True)
+                try:
+                    pend = _forward(outs, nexts)
+                except OperatorFailure as f:
+                    raise self._failure(f, rec[0], rec[2], rec[3]) from f.cause
+                if pend is not None:  # an async sink: wait for it here
+                    asyncio.run(_wait_all(pend, self))
+            i = j + 1
+        if n:  # what comes next (the end of the stream) is stamped as after the last record
+            rec = recs[-1]
+            self.sort_ms, self.clock_ms = rec[1], rec[4]
+            self.source = (rec[0], rec[2], rec[3])
+
     def _feed_sync(self, records: Iterable[tuple[Any, ...]]) -> None:
+        if self._run_into is not None:
+            self._feed_runs(records)
+            return
         seen = self._seen
         due = self._due
         for rec in records:

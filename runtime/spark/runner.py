@@ -87,6 +87,7 @@ from runtime.spark.shuffle import (
     ROW,
     SCHEMA,
     PassOutput,
+    Records,
     ShuffleCodec,
     broadcast_rows,
     carried_batch,
@@ -668,7 +669,7 @@ class _Compiler:
         where = (f"stream {', '.join(map(repr, inputs))} into operator {first_op!r} "
                  f"(pass {name})")
 
-        def task(part: int, batches: Iterator[list[Any]], narrow: bool) -> Iterator[list[Any]]:
+        def task(part: int, batches: Iterator[Sequence[Any]], narrow: bool) -> Iterator[list[Any]]:
             """Run the stages over the record batches of task partition ``part``; yields what
             they write, batch by batch; at the end adds the task's counts to the accumulator."""
             try:
@@ -678,7 +679,10 @@ class _Compiler:
                     read: collections.Counter[str] = collections.Counter()
                     sid_of = operator.itemgetter(0)
                     for recs in batches:
-                        read.update(map(sid_of, recs))
+                        if type(recs) is Records:
+                            read.update(recs.counts())
+                        else:
+                            read.update(map(sid_of, recs))
                         out = ex.feed(recs)
                         if out:
                             yield out
@@ -713,6 +717,7 @@ class _Compiler:
             out_sid, spark_schema, arrow_schema = carry
             src = self.sources[external[0]]
             read_batches = src.read_batches
+            in_sid = external[0]
             assert read_batches is not None and src.convert is not None
             self.carried[out_sid] = src.convert
 
@@ -726,9 +731,10 @@ class _Compiler:
                                 ex = PassExecutor(plan, stage_ids, i, counts, config,
                                                   describe=describe, narrow=True)
                                 read = 0
-                                for rows, rs in read_batches(i):
-                                    read += len(rs)
-                                    yield carried_batch(codec, i, out_sid, ex.rekey(rs), rows,
+                                for rows, cols in read_batches(i):
+                                    read += rows.num_rows
+                                    yield carried_batch(codec, i, out_sid,
+                                                        ex.rekey(in_sid, i, cols), rows,
                                                         arrow_schema)
                                 ex.finish()
                         except PassFailure:

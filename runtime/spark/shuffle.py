@@ -21,6 +21,8 @@ output is written from an RDD of messages.
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import dataclasses
 import functools
 import itertools
@@ -38,7 +40,7 @@ def identity(row: Any) -> Any:
     return row
 
 __all__ = ["SCHEMA", "COLUMNS", "ROW", "ORDER", "OFFSET_ORDER", "BATCH", "PassOutput", "encode",
-           "records_of", "to_batch", "ShuffleCodec", "Encoded", "carried_batch", "chunks",
+           "records_of", "Records", "to_batch", "ShuffleCodec", "Encoded", "carried_batch", "chunks",
            "shuffle", "landing_keys", "spark_hash_int", "broadcast_rows"]
 
 SCHEMA = "p int, sid string, sort_ms long, src int, off long, clock long, k binary, m binary"
@@ -145,6 +147,20 @@ class ShuffleCodec:
             return kb
         return dump_key
 
+    def key_bytes(self, sid: str, keys: list[Any]) -> list[bytes]:
+        """The bytes of stream ``sid``'s ``keys``: where they are all strings, each distinct
+        one written once."""
+        distinct: set[Any] | None = None
+        if keys and type(keys[0]) is str:
+            with contextlib.suppress(TypeError):  # (an unhashable key)
+                distinct = set(keys)
+        if distinct is None or not all(type(k) is str for k in distinct):
+            dump_key = self.key_dumper()
+            return [dump_key(sid, k) for k in keys]
+        write = self.write
+        written = {k: write(sid, k, True) for k in distinct}
+        return [written[k] for k in keys]
+
     def dumper(self) -> Callable[[str, Any], tuple[bytes | None, bytes]]:
         """(stream, message) -> its ``(k, m)`` columns of ``SCHEMA``."""
         write, dump_key = self.write, self.key_dumper()
@@ -177,6 +193,16 @@ class ShuffleCodec:
                 return key
             return KV(key, read(sid, mb))
         return load
+
+
+    def load_keys(self, sid: str, kbs: list[bytes]) -> list[Any]:
+        """The keys of stream ``sid`` written as ``kbs``: each distinct one read once where
+        the keys are values a message may share (strings, numbers...)."""
+        load = self.loader()
+        read = {kb: load(sid, kb, None) for kb in set(kbs)}
+        if all(type(k) in _SHARED_KEYS for k in read.values()):
+            return [read[kb] for kb in kbs]
+        return [load(sid, kb, None) for kb in kbs]
 
 
 def _serde_types(plan: Any) -> dict[str, type]:
@@ -221,34 +247,86 @@ def _messages(codec: ShuffleCodec, sid: str, rows: Iterable[Any]) -> Iterator[An
         yield load(sid, row[0], row[1])
 
 
+class Records(Sequence[tuple[Any, ...]]):
+    """The records of an Arrow batch (``records_of``) as columns. A record is the tuple
+    ``(stream id, sort ms, source partition, offset, clock ms, message)``; iterating or
+    indexing makes it. ``sid`` is the stream of every record where they are all of one."""
+
+    __slots__ = ("sid", "sids", "sort_ms", "src", "off", "clock", "messages")
+
+    def __init__(self, sids: list[str], sort_ms: list[int], src: list[int], off: list[int],
+                 clock: list[int], messages: list[Any], sid: str | None = None) -> None:
+        self.sid = sid
+        self.sids = sids
+        self.sort_ms = sort_ms
+        self.src = src
+        self.off = off
+        self.clock = clock
+        self.messages = messages
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        sids = self.sids if self.sid is None else itertools.repeat(self.sid)
+        return zip(sids, self.sort_ms, self.src, self.off, self.clock, self.messages,
+                   strict=False)  # (``repeat`` has no end)
+
+    def __getitem__(self, j: int) -> tuple[Any, ...]:  # type: ignore[override]
+        return (self.sids[j] if self.sid is None else self.sid, self.sort_ms[j], self.src[j],
+                self.off[j], self.clock[j], self.messages[j])
+
+    def counts(self) -> dict[str, int]:
+        """Records by stream."""
+        if self.sid is not None:
+            return {self.sid: len(self.messages)}
+        return dict(collections.Counter(self.sids))
+
+
+def _one_value(column: Any) -> Any:
+    """The value every row of an Arrow column holds (None where they differ or none is)."""
+    import pyarrow.compute as pc
+
+    if not len(column) or column.null_count:
+        return None
+    first = column[0]
+    return first.as_py() if pc.all(pc.equal(column, first)).as_py() else None
+
+
 def records_of(codec: ShuffleCodec, batch: Any,
-               carried: Mapping[str, Callable[[Any], Any]] | None = None
-               ) -> list[tuple[Any, ...]]:
+               carried: Mapping[str, Callable[[Any], Any]] | None = None) -> Records:
     """The records of an Arrow batch of ``SCHEMA`` rows, in its order. A batch with a ``row``
     column (``carried_batch``) has records whose messages are ``KV(key, carried[sid](row))``
     where ``m`` is null."""
-    cols = [batch.column(i).to_pylist() for i in range(1, 6)]
-    ks = batch.column(6).to_pylist()
-    ms = batch.column(7)
-    sids = cols[0]
+    import pyarrow.compute as pc
+
+    col = batch.column
+    sid = _one_value(col(1))
+    sids = [] if sid is not None else col(1).to_pylist()
+    sort_ms = col(2).to_pylist()
+    clock = sort_ms if len(sort_ms) and pc.all(pc.equal(col(2), col(5))).as_py() \
+        else col(5).to_pylist()
+    cols = (sids, sort_ms, col(3).to_pylist(), col(4).to_pylist(), clock)
+    ks = col(6).to_pylist()
+    ms = col(7)
+    load = codec.loader()
     if not carried or ROW not in batch.schema.names or ms.null_count == 0:
-        return list(zip(*cols, map(codec.loader(), sids, ks, ms.to_pylist()), strict=True))
+        each = itertools.repeat(sid) if sid is not None else sids
+        return Records(*cols, list(map(load, each, ks, ms.to_pylist())), sid=sid)
     # carried rows, decoded here column by column; their keys loaded once a batch
-    load_key = codec.loader()
     rows = batch.column(ROW).to_pylist()
-    if ms.null_count == len(ms) and len(set(sids)) == 1:
-        sid = sids[0]
+    if ms.null_count == len(ms) and sid is not None:
         convert = carried[sid]
-        keys = [load_key(sid, kb, None) for kb in ks]
+        keys = codec.load_keys(sid, ks)
         if convert is identity:
             msgs = list(map(KV, keys, rows))
         else:
             msgs = [KV(k, convert(r)) for k, r in zip(keys, rows, strict=True)]
     else:
-        msgs = [load_key(sid, kb, mb) if mb is not None
-                else KV(load_key(sid, kb, None), carried[sid](r))
-                for sid, kb, mb, r in zip(sids, ks, ms.to_pylist(), rows, strict=True)]
-    return list(zip(*cols, msgs, strict=True))
+        each = itertools.repeat(sid) if sid is not None else sids
+        msgs = [load(s, kb, mb) if mb is not None else KV(load(s, kb, None), carried[s](r))
+                for s, kb, mb, r in zip(each, ks, ms.to_pylist(), rows, strict=False)]
+    return Records(*cols, msgs, sid=sid)
 
 
 def carried_batch(codec: ShuffleCodec, partition: int, sid: str,
@@ -266,14 +344,23 @@ def carried_batch(codec: ShuffleCodec, partition: int, sid: str,
     if n != rows.num_rows:
         raise ValueError(f"a pass that only re-keys its input wrote {n} records for "
                          f"{rows.num_rows} rows")
-    dump_key = codec.key_dumper()
+    ms = pa.array(sort_ms, pa.int64())
     return pa.RecordBatch.from_arrays(
         [pa.array(p, pa.int32()), pa.repeat(pa.scalar(sid, pa.string()), n),
-         pa.array(sort_ms, pa.int64()), pa.repeat(pa.scalar(partition, pa.int32()), n),
-         pa.array(off, pa.int64()), pa.array(clock, pa.int64()),
-         pa.array([dump_key(sid, k) for k in keys], pa.binary()), pa.nulls(n, pa.binary()),
+         ms, pa.repeat(pa.scalar(partition, pa.int32()), n),
+         range_array(off), ms if clock is sort_ms else pa.array(clock, pa.int64()),
+         pa.array(codec.key_bytes(sid, keys), pa.binary()), pa.nulls(n, pa.binary()),
          pa.StructArray.from_arrays(rows.columns, fields=list(schema.field(ROW).type))],
         schema=schema)
+
+
+def range_array(r: range) -> Any:
+    """An Arrow int64 array of ``r``'s numbers (made from a ``range`` item by item, it costs a
+    hundred times more)."""
+    import numpy as np
+    import pyarrow as pa
+
+    return pa.array(np.arange(r.start, r.stop, r.step, dtype=np.int64))
 
 
 def to_batch(codec: ShuffleCodec, items: Sequence[tuple[int, tuple[Any, ...]]]) -> Any:

@@ -18,7 +18,7 @@ import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -30,6 +30,16 @@ from samza_dsl.serdes import BytesSerde, KVSerde, Serde, StringSerde, _MsgspecSe
 __all__ = ["FileInput", "Source", "resolve_source", "row_converter", "list_files"]
 
 Record = tuple[str, int, int, int, int, Any]
+
+
+class RowColumns(NamedTuple):
+    """A batch of a source partition's records as columns: their messages, sort ms and clock
+    ms (the same list where they are equal), and the first one's offset (row number)."""
+
+    messages: list[Any]
+    sort_ms: list[int]
+    clock: list[int]
+    first: int
 
 
 @dataclass(frozen=True)
@@ -180,14 +190,14 @@ class Source:
         self.read = read
         #: the Arrow schema of its rows when each row is its message (``carry``), else None
         self.columns: Any = None
-        self.read_batches: Callable[[int], Iterator[tuple[Any, list[Record]]]] | None = None
+        self.read_batches: Callable[[int], Iterator[tuple[Any, RowColumns]]] | None = None
         self.convert: Callable[[Any], Any] | None = None
 
-    def carry(self, columns: Any, read_batches: Callable[[int], Iterator[tuple[Any, list[Record]]]],
+    def carry(self, columns: Any, read_batches: Callable[[int], Iterator[tuple[Any, RowColumns]]],
               convert: Callable[[Any], Any]) -> None:
         """Rows of Arrow schema ``columns`` whose messages are ``convert(row as a dict)``, read by
-        ``read_batches(i)`` as Arrow batches each with its records: a pass that only re-keys
-        them (a lone ``partition_by``) carries the columns through its shuffle as they are."""
+        ``read_batches(i)`` as Arrow batches each with its records' columns: a pass that only
+        re-keys them (a lone ``partition_by``) carries the columns through its shuffle as they are."""
         self.columns = columns
         self.read_batches = read_batches
         self.convert = convert
@@ -270,10 +280,13 @@ def _rows_to_records(stream_id: str, descriptor: Any, start_ms: int, names: list
 
 
 def _record_batches(stream_id: str, descriptor: Any, start_ms: int, names: list[str],
-                    ts_column: str | None) -> Callable[[int, list[Any], int], list[Record]]:
+                    ts_column: str | None
+                    ) -> tuple[Callable[[int, list[Any], int], list[Record]],
+                               Callable[[int, list[Any], int], RowColumns]]:
     """``_rows_to_records`` over a list of rows at once: (source partition, rows, first row's
     number) -> records, their times a column at a time where the rows are the messages as
-    they are; a row that fails is named as ``_rows_to_records`` names it."""
+    they are; a row that fails is named as ``_rows_to_records`` names it. Returned with its
+    form as columns (``RowColumns``), for a pass that carries the rows through."""
     records = _rows_to_records(stream_id, descriptor, start_ms, names, ts_column)
     convert = row_converter(stream_id, descriptor.serde)
     et = getattr(descriptor, "event_time", None)
@@ -285,12 +298,50 @@ def _record_batches(stream_id: str, descriptor: Any, start_ms: int, names: list[
         if et is None:
             return list(zip(repeat(stream_id), repeat(start_ms), repeat(i), offs,
                             repeat(start_ms), rows))
-        try:
-            ms = [int(round(et(m) * 1000)) for m in rows]
-        except Exception:
+        ms = event_ms(et, rows)
+        if ms is None:  # the row that fails, named
             return list(records(i, iter(rows), start))
         return list(zip(repeat(stream_id), ms, repeat(i), offs, ms, rows))
-    return batch
+
+    def columns(i: int, rows: list[Any], start: int = 0) -> RowColumns:
+        if ts_column is None and convert is identity:
+            if et is None:
+                t = [start_ms] * len(rows)
+                return RowColumns(rows, t, t, start)
+            ms = event_ms(et, rows)
+            if ms is not None:
+                return RowColumns(rows, ms, ms, start)
+        recs = list(records(i, iter(rows), start))  # converted; a row that fails, named
+        return RowColumns([r[5] for r in recs], [r[1] for r in recs], [r[4] for r in recs],
+                          start)
+    return batch, columns
+
+
+#: below it, a number of seconds and its product by 1000 are exact doubles
+_EXACT_S = 2.0 ** 53 / 1000
+
+
+def event_ms(et: Callable[[Any], Any], msgs: list[Any]) -> list[int] | None:
+    """``round(et(m) * 1000)`` for each message, a batch at a time: numpy rounds half to even,
+    as ``round`` does, and for plain ints and floats below ``_EXACT_S`` gives the same ints.
+    None where ``et`` fails on a message or gives anything else (the caller then takes the
+    messages one by one, and names the one that fails)."""
+    import numpy as np
+
+    try:
+        secs = [et(m) for m in msgs]
+    except Exception:
+        return None
+    if not secs or not set(map(type, secs)) <= {float, int}:
+        return None if secs else []
+    try:
+        a = np.array(secs, dtype=np.float64)
+    except OverflowError:  # an int beyond a double
+        return None
+    if not np.isfinite(a).all() or np.abs(a).max() >= _EXACT_S:
+        return None
+    ms: list[int] = np.rint(a * 1000.0).astype(np.int64).tolist()
+    return ms
 
 
 def resolve_source(spark: Any, stream_id: str, descriptor: Any, value: Any,
@@ -410,11 +461,12 @@ def _parquet_source(stream_id: str, descriptor: Any, files: list[str], given: Fi
         for g in range(groups):
             splits.append((f, g))
             names.append(f if groups == 1 else f"{f} (row group {g} of {groups})")
-    to_batch = _record_batches(stream_id, descriptor, start_ms, names, given.timestamp)
+    to_records, to_columns = _record_batches(stream_id, descriptor, start_ms, names,
+                                             given.timestamp)
 
-    def read_batches(i: int) -> Iterator[tuple[Any, list[Record]]]:
-        """The Arrow batches of source partition ``i``, each with its records: a row group is
-        not held as a list of rows."""
+    def batches(i: int) -> Iterator[tuple[Any, list[Any], int]]:
+        """The Arrow batches of source partition ``i``, each with its rows and its first row's
+        number: a row group is not held as a list of rows."""
         import pyarrow.parquet as pq
 
         if i >= len(splits):
@@ -426,12 +478,16 @@ def _parquet_source(stream_id: str, descriptor: Any, files: list[str], given: Fi
         off = 0
         for batch in pf.iter_batches(batch_size=BATCH, row_groups=[g]):
             if batch.num_rows:
-                yield batch, to_batch(i, batch.to_pylist(), off)
+                yield batch, batch.to_pylist(), off
                 off += batch.num_rows
 
+    def read_batches(i: int) -> Iterator[tuple[Any, RowColumns]]:
+        for batch, rows, off in batches(i):
+            yield batch, to_columns(i, rows, off)
+
     def read(i: int) -> Iterator[Record]:
-        for _batch, recs in read_batches(i):
-            yield from recs
+        for _batch, rows, off in batches(i):
+            yield from to_records(i, rows, off)
 
     def build(spark: Any) -> Any:
         def read_all(i: int, it: Iterator[tuple[str, int]]) -> Iterator[Record]:

@@ -493,3 +493,69 @@ def test_a_restart_sees_the_panes_of_the_last_flush_state_only(clock: FakeClock)
     op.process(("a", 2.0))  # not committed: a crash loses it, the input is read again
     again = start_window(w, clock, store=store)
     assert panes(again.on_end_of_stream()) == [("a", "0", 1, "DEFAULT")]
+
+
+# -- a run of messages in one call, with the window's own watermark ---------------------------------
+
+def feed_runs(op: Any, msgs: list[Any]) -> list[Any]:
+    """``msgs`` as the Spark passes hand them to a window: runs through ``process_run``, and
+    each message it stops at through ``process``."""
+    out: list[Any] = []
+    i, n = 0, len(msgs)
+    while i < n:
+        j = op.process_run(msgs, i, n, ())
+        assert i <= j <= n
+        if j < n:
+            out += op.process(msgs[j])
+            j += 1
+        i = j
+    return out
+
+
+# times in ms with fractions that rounding ties and pane edges reach (x.4999, x.5, x.5001)
+run_times = st.tuples(st.integers(min_value=0, max_value=40_000),
+                      st.sampled_from([0.0, 0.4999, 0.5, 0.5001, -0.5, -0.4999]))
+run_events = st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), run_times), max_size=80)
+
+
+@settings(max_examples=200, deadline=None)
+@given(run_events, st.sampled_from([1000, 5000]), st.sampled_from([0, 3000]),
+       st.booleans())
+def test_a_run_in_one_call_equals_message_by_message_with_its_own_watermark(
+        evs: list[tuple[str, tuple[int, float]]], size: int, lateness: int,
+        mostly_in_order: bool) -> None:
+    """With the window's own watermark (a Spark pass), ``process_run`` stops before a message
+    that would close panes or is late: the panes, their order, the late counts and the
+    watermark are those of ``process`` message by message."""
+    msgs = [(k, (ms + frac) / 1000) for k, (ms, frac) in evs]
+    if mostly_in_order:
+        msgs.sort(key=lambda m: m[1])
+        msgs[::7] = reversed(msgs[::7])  # some disorder
+    w = Windows.keyed_tumbling(by_key, timedelta(milliseconds=size), init=lambda: 0,
+                               fold=lambda m, n: n + 1, event_time=at)
+    if lateness:
+        w = w.allowed_lateness(timedelta(milliseconds=lateness)).late_trigger(Triggers.count(1))
+    one, runs = start_window(w, FakeClock()), start_window(w, FakeClock())
+    assert one.local_watermark and runs.local_watermark
+    out_one = [o for m in msgs for o in one.process(m)]
+    out_runs = feed_runs(runs, msgs)
+    assert panes(out_runs) == panes(out_one)
+    assert runs.watermark == one.watermark
+    assert runs.late_dropped == one.late_dropped
+    assert panes(runs.on_end_of_stream()) == panes(one.on_end_of_stream())
+
+
+def test_a_run_stops_before_the_message_that_closes_a_pane() -> None:
+    w = Windows.keyed_tumbling(by_key, timedelta(seconds=1), init=lambda: 0,
+                               fold=lambda m, n: n + 1, event_time=at)
+    op = start_window(w, FakeClock())
+    msgs = [("a", 0.1), ("b", 0.2), ("a", 0.9995), ("a", 1.0), ("b", 0.3), ("a", 1.5)]
+    # 0.9995 s rounds to 1000 ms: the next pane, whose first message closes pane 0
+    assert op.process_run(msgs, 0, len(msgs), ()) == 2
+    assert op.watermark == 200
+    assert panes(op.process(msgs[2])) == [("a", "0", 1, "DEFAULT"), ("b", "0", 1, "DEFAULT")]
+    # ("b", 0.3) is late now: the run stops before it
+    assert op.process_run(msgs, 3, len(msgs), ()) == 4
+    assert op.process(msgs[4]) == [] and op.late_dropped == 1
+    assert op.process_run(msgs, 5, len(msgs), ()) == len(msgs)
+    assert op.watermark == 1500

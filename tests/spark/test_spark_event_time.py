@@ -3,14 +3,20 @@ as on the streaming runtime, rather than blaming the serde."""
 
 from __future__ import annotations
 
+import math
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from runtime.spark import FileInput, ReprocessError, SparkRunner
+from runtime.spark.sources import event_ms
 from samza_dsl import KV, StreamApplication
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
 from samza_dsl.systems import MemorySystem
@@ -50,3 +56,33 @@ def test_a_failing_event_time_names_the_parquet_file_and_row(spark: Any, tmp_pat
     pq.write_table(pa.table({"k": ["a", "b"], "ts": [1.0, 2.5]}), ok)
     result = SparkRunner(spark).reprocess(app, {"views": FileInput(str(ok), format="parquet")})
     assert sorted(kv.key for kv in result.messages("out")) == ["a", "b"]
+
+
+# -- event times a batch at a time ------------------------------------------------------------------
+
+seconds = st.one_of(
+    st.floats(min_value=-1e12, max_value=1e12, allow_nan=False),
+    st.integers(min_value=-10**12, max_value=10**12),
+    # ties and near-ties of rounding to the ms
+    st.builds(lambda ms, frac: (ms + frac) / 1000, st.integers(-10**9, 10**13),
+              st.sampled_from([0.5, -0.5, 0.4999, 0.5001, 1.5, 2.5])))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(seconds, max_size=50))
+def test_event_times_a_batch_at_a_time_are_round_of_each(values: list[float]) -> None:
+    got = event_ms(lambda m: m, values)
+    assert got == [round(v * 1000) for v in values]
+    assert all(type(ms) is int for ms in got)
+
+
+@pytest.mark.parametrize("bad", [None, "1.5", Decimal("1.5"), True, math.nan, math.inf, 1e300,
+                                 2 ** 70, np.float32(1.5)])
+def test_event_times_that_are_not_plain_numbers_go_one_by_one(bad: Any) -> None:
+    """Anything but a plain int or float (or one beyond exact doubles) is left to the
+    per-message path, which names the row that fails or takes the value as it is."""
+    assert event_ms(lambda m: m, [1.0, bad]) is None
+
+
+def test_a_failing_event_time_goes_one_by_one() -> None:
+    assert event_ms(lambda m: m["ts"], [{"ts": 1.0}, {}]) is None

@@ -80,6 +80,60 @@ def test_windowed_counts_equal_the_test_runner(spark: Any) -> None:
     assert "counts" in result.summary() and "450" in result.summary()
 
 
+def fragile_counts_app(fail: str | None, **config: Any) -> StreamApplication:
+    """``counts_app``'s shape whose fold fails on view 37 (``fail="fold"``), or whose map
+    after the window fails on the pane of c2 that starts at T0 + 20 s (``fail="map"``)."""
+    app = StreamApplication("fragile-w", config={"job.intermediate.stream.partitions": 2,
+                                                 **config})
+    mem = MemorySystem()
+
+    def fold(kv: KV[str, Any], n: int) -> int:
+        if fail == "fold" and kv.value["i"] == 37:
+            raise ValueError("bad view 37")
+        return n + 1
+
+    def row(p: Any) -> tuple[str, str, int]:
+        if fail == "map" and (p.key.key, p.key.pane_id) == ("c2", str(int(T0 * 1000) + 20_000)):
+            raise ValueError("bad pane")
+        return (p.key.key, p.key.pane_id, p.message)
+    w = Windows.keyed_tumbling(lambda kv: kv.key, timedelta(seconds=10), init=int, fold=fold,
+                               event_time=lambda kv: kv.value["ts"])
+    (app.input(mem.input("views", event_time=lambda m: m["ts"]))
+     .partition_by(lambda m: m["country"], name="by-country")
+     .window(w, name="w")
+     .map(row, name="row")
+     .send_to(app.output(mem.output("counts"))))
+    return app
+
+
+@pytest.mark.parametrize("fail", [None, "fold", "map"])
+def test_a_window_fed_runs_of_records_equals_one_by_one(spark: Any, fail: str | None) -> None:
+    """A window that is a pass's only entry takes runs of records in one call; with window
+    ticks (``task.window.ms``) it takes them one by one. Both give the same panes, and a
+    failing fold or a failing operator after the window names the same record."""
+    data = {p: [{"country": f"c{i % 3}", "ts": T0 + i * 0.7 + p * 0.3, "i": i}
+                for i in range(100)] for p in range(2)}
+    data[1][40:43] = reversed(data[1][40:43])  # some disorder
+
+    def run(**config: Any) -> Any:
+        app = fragile_counts_app(fail, **config)
+        if fail is None:
+            return sorted(SparkRunner(spark).reprocess(app, {"views": data}).messages("counts"))
+        with pytest.raises(ReprocessError) as info:
+            SparkRunner(spark).reprocess(app, {"views": data})
+        return str(info.value)
+
+    runs, one_by_one = run(), run(**{"task.window.ms": 60_000})
+    assert runs == one_by_one
+    if fail is None:
+        assert sum(n for _, _, n in runs) == 200
+    else:
+        op = "window-w" if fail == "fold" else "map-row"
+        assert f"operator 'fragile-w-1-{op}' failed on stream 'fragile-w-1-partition_by" in runs
+        assert f"ValueError: bad {'view 37' if fail == 'fold' else 'pane'}" in runs
+        assert "offset" in runs and "fix the function" in runs
+
+
 def test_narrow_operators_and_async_calls_equal_the_test_runner(spark: Any) -> None:
     def build() -> StreamApplication:
         app = StreamApplication("narrow", config={"task.max.concurrency": 8})

@@ -183,6 +183,41 @@ def test_fed_in_batches_the_executor_writes_what_it_writes_fed_at_once() -> None
     assert sum(rec[5][2] for _, rec in at_once) == 100
 
 
+@pytest.mark.parametrize("batch", [1, 7, 1000])
+def test_runs_into_a_window_write_what_records_one_by_one_write(batch: int) -> None:
+    """A window that is its pass's only entry takes runs of records in one call
+    (``Operator.process_run``); window ticks make the executor hand them one by one. The
+    records written are the same, with the times they are stamped with (a pane fired at the
+    end of the stream: the last record's; one fired by a record: that record's)."""
+    app = _window_app()
+    plan = app.plan(partitions={"views": 1})
+    counts = resolve_partitions(plan)
+    stage = next(s for s in plan.stages if "views" not in s.inputs)
+    sid = stage.inputs[0]
+    from samza_dsl import KV
+
+    times = [i * 0.7 for i in range(120)]
+    times[50:53] = reversed(times[50:53])  # disorder inside a pane
+    times[80] = 20.0  # a late record: its pane closed
+    records = [(sid, round(t * 1000), i % 2, i, 5 * i, KV(f"k{i % 3}", {"k": f"k{i % 3}",
+                                                                      "ts": t}))
+               for i, t in enumerate(times)]
+
+    def fed(config: dict[str, Any]) -> tuple[list[Any], list[int]]:
+        ex = PassExecutor(plan, [stage.stage_id], 0, counts, {**plan.config, **config})
+        out = []
+        for i in range(0, len(records), batch):
+            out.extend(ex.feed(records[i:i + batch]))
+        out.extend(ex.finish())
+        return out, ex.meters[next(o for o in ex.operators if "window" in o)][:2]
+
+    runs, one_by_one = fed({}), fed({"task.window.ms": 3_600_000})
+    assert runs == one_by_one
+    written, (messages_in, _) = runs
+    assert messages_in == 120
+    assert {rec[1] for _, rec in written} > {records[-1][1]}  # some fired by records
+
+
 _PADDED = '''
 """Padded documents: their bytes per key and 10 s of event time, after a repartition into one
 partition, so one task partition holds every document."""
