@@ -38,7 +38,14 @@ from runtime.collector import dying_young
 from runtime.dag import OperatorFailure, _forward
 from runtime.spark.executor import Columns, PassExecutor, PassFailure
 from runtime.spark.meter import IN, OUT, PANES
-from runtime.spark.shuffle import SCHEMA, PassOutput, ShuffleCodec, shuffle, to_batch
+from runtime.spark.shuffle import (
+    SCHEMA,
+    PassOutput,
+    ShuffleCodec,
+    range_array,
+    shuffle,
+    to_batch,
+)
 from runtime.wiring import partition_of
 from samza_dsl.aggregate import Aggregate
 from samza_dsl.kv import KV
@@ -367,7 +374,8 @@ def _build_one_per_key(spark: Any, plan: Any, d: DeclaredWindow, line: list[str]
                 okeys = [g[1] for g in got]
                 vals = ns if counting else [finish(accumulator(kind, c, v, v))
                                             for c, v in zip(ns, values, strict=True)]
-                panes_in = [WindowPane(WindowKey(k, str(st)), v, default, mode)
+                pane_ids = {st: str(st) for st in set(starts)}  # a start's panes share it
+                panes_in = [WindowPane(WindowKey(k, pane_ids[st]), v, default, mode)
                             for k, st, v in zip(keys, starts, vals, strict=True)]
                 total += sum(ns)
                 task_of = [g[0] for g in got]
@@ -418,11 +426,14 @@ def _build_one_per_key(spark: Any, plan: Any, d: DeclaredWindow, line: list[str]
         ms: list[bytes] = []
         dump = codec.dumper()
         for _, c in written:
-            before, i = -1, 0
-            for t in c.tags:
-                i = i + 1 if t == before else 0
-                before = t
-                places.append(i)
+            if len(set(c.tags)) == len(c.tags):  # a record per pane: each the pane's first
+                places.extend([0] * len(c.tags))
+            else:
+                before, i = -1, 0
+                for t in c.tags:
+                    i = i + 1 if t == before else 0
+                    before = t
+                    places.append(i)
             if c.lines is not None:
                 ks.extend([None] * len(c.lines))
                 ms.extend(c.lines)
@@ -430,12 +441,13 @@ def _build_one_per_key(spark: Any, plan: Any, d: DeclaredWindow, line: list[str]
                 for k, mb in map(dump, itertools.repeat(c.sid), c.messages):
                     ks.append(k)
                     ms.append(mb)
+        offsets = [range_array(c.offsets) for _, c in written]
         return pa.RecordBatch.from_arrays([
             pa.array([p for p, c in written for _ in c.tags], pa.int32()),
             pa.array([starts[t] for t in tags], pa.int64()),
             pa.array([okeys[t] for t in tags], pa.binary()), pa.array(places, pa.int32()),
             pa.array([q for _, c in written for q in c.parts], pa.int32()),
-            pa.array([o for _, c in written for o in c.offsets], pa.int64()),
+            offsets[0] if len(offsets) == 1 else pa.concat_arrays(offsets),
             pa.array(ks, pa.binary()), pa.array(ms, pa.binary())], names=_PANE_COLUMNS)
 
     # what every record of the line has alike is added here, in the JVM: the stream, the

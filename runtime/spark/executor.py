@@ -337,8 +337,10 @@ class PassExecutor:
                         done.append(rule(m))
                 else:  # a message that is not a KV stays in the sender's partition
                     parts = [rule.own] * len(msgs)
-                    for i in [i for i, m in enumerate(msgs) if type(m) is KV]:
-                        parts[i] = rule(msgs[i])
+                    if KV in set(map(type, msgs)):
+                        for i, m in enumerate(msgs):
+                            if type(m) is KV:
+                                parts[i] = rule(m)
                 if encode is not None:
                     try:
                         lines = list(map(fast_encode, msgs))
