@@ -92,6 +92,7 @@ from runtime.spark.shuffle import (
     broadcast_rows,
     carried_batch,
     chunks,
+    narrow_shuffle,
     records_of,
     shuffle,
     to_batch,
@@ -702,11 +703,12 @@ class _Compiler:
 
             ctx = TaskContext.get()
             part = ctx.partitionId() if ctx is not None else 0
-            decoded = (records_of(codec, b, carried) for b in batches if b.num_rows)
+            decoded = (records_of(codec, b, carried, only) for b in batches if b.num_rows)
             for out in task(part, decoded, narrow_sorted):
                 yield to_batch(codec, out)
 
         carried = {sid: self.carried[sid] for sid in intermediate if sid in self.carried}
+        only: str | None = None  # the stream of every record, where rows come without it
         aligned = all(self.sources[sid].partitions == counts[sid] for sid in external)
         # bootstrap inputs (side inputs too) are read whole before the pass's other records
         first = sorted(sid for sid in external if plan.app.inputs[sid].bootstrap)
@@ -782,6 +784,9 @@ class _Compiler:
             order = OFFSET_ORDER if any(per_message_windows(plan, s) for s in stages) \
                 else ORDER
             sorted_rows = rows.sortWithinPartitions(*_first_of(first, order))
+        elif len(inputs) == 1:  # rows of one stream: narrower through the JVM
+            sorted_rows = narrow_shuffle(self.spark, self._keyed_input(inputs[0], n), n, ORDER)
+            only = inputs[0]
         else:
             parts = [self._keyed_input(sid, n) for sid in inputs]
             union = functools.reduce(lambda a, b: a.union(b), parts)

@@ -40,7 +40,7 @@ def identity(row: Any) -> Any:
     return row
 
 __all__ = ["SCHEMA", "COLUMNS", "ROW", "ORDER", "OFFSET_ORDER", "BATCH", "PassOutput", "encode",
-           "records_of", "Records", "to_batch", "ShuffleCodec", "Encoded", "carried_batch", "chunks",
+           "records_of", "Records", "narrow_shuffle", "to_batch", "ShuffleCodec", "Encoded", "carried_batch", "chunks",
            "shuffle", "landing_keys", "spark_hash_int", "broadcast_rows"]
 
 SCHEMA = "p int, sid string, sort_ms long, src int, off long, clock long, k binary, m binary"
@@ -294,21 +294,28 @@ def _one_value(column: Any) -> Any:
 
 
 def records_of(codec: ShuffleCodec, batch: Any,
-               carried: Mapping[str, Callable[[Any], Any]] | None = None) -> Records:
+               carried: Mapping[str, Callable[[Any], Any]] | None = None,
+               sid: str | None = None) -> Records:
     """The records of an Arrow batch of ``SCHEMA`` rows, in its order. A batch with a ``row``
     column (``carried_batch``) has records whose messages are ``KV(key, carried[sid](row))``
-    where ``m`` is null."""
+    where ``m`` is null. A batch may lack the columns a pass of one input stream ``sid`` does
+    not need (``p``, ``sid``: ``narrow_rows``)."""
     import pyarrow.compute as pc
 
     col = batch.column
-    sid = _one_value(col(1))
-    sids = [] if sid is not None else col(1).to_pylist()
-    sort_ms = col(2).to_pylist()
-    clock = sort_ms if len(sort_ms) and pc.all(pc.equal(col(2), col(5))).as_py() \
-        else col(5).to_pylist()
-    cols = (sids, sort_ms, col(3).to_pylist(), col(4).to_pylist(), clock)
-    ks = col(6).to_pylist()
-    ms = col(7)
+    if "sid" in batch.schema.names:
+        sid = _one_value(col("sid"))
+        sids = [] if sid is not None else col("sid").to_pylist()
+    elif sid is None:
+        raise ValueError("a batch of records without their streams, and no stream given")
+    else:
+        sids = []
+    sort_ms = col("sort_ms").to_pylist()
+    clock = sort_ms if len(sort_ms) and pc.all(pc.equal(col("sort_ms"), col("clock"))).as_py() \
+        else col("clock").to_pylist()
+    cols = (sids, sort_ms, col("src").to_pylist(), col("off").to_pylist(), clock)
+    ks = col("k").to_pylist()
+    ms = col("m")
     load = codec.loader()
     if not carried or ROW not in batch.schema.names or ms.null_count == 0:
         each = itertools.repeat(sid) if sid is not None else sids
@@ -426,6 +433,13 @@ def shuffle(spark: Any, rows: Any, n: int, order: Sequence[str], column: str = "
     key = F.expr(f"element_at(array({keys}), `{column}` + 1)")  # one call into the JVM
     return (rows.withColumn("_k", key).repartition(n, "_k")
             .sortWithinPartitions(*order).drop("_k"))
+
+
+def narrow_shuffle(spark: Any, rows: Any, n: int, order: Sequence[str]) -> Any:
+    """``shuffle`` for rows of one stream: its name is dropped before the exchange and each
+    row's partition after it (``records_of`` takes the stream from the pass), so that the JVM
+    moves, sorts and hands to Python narrower rows."""
+    return shuffle(spark, rows.drop("sid"), n, [c for c in order if c != "sid"]).drop("p")
 
 
 def broadcast_rows(rows: Any, n: int, everywhere: int) -> Any:
