@@ -42,7 +42,7 @@ import inspect
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import msgspec
 import networkx as nx
@@ -62,6 +62,9 @@ from samza_dsl.spec import (
     WindowSpec,
     stream_node,
 )
+
+if TYPE_CHECKING:
+    from runtime.spark.sources import RowColumns
 
 __all__ = ["PassExecutor", "Columns", "PassFailure", "ALL_PARTITIONS", "STATEFUL", "per_message_windows",
            "json_encoder"]
@@ -417,7 +420,7 @@ class PassExecutor:
             self._feed_sync(records)
         return self._take()
 
-    def rekey(self, sid_in: str, source: int, cols: Any
+    def rekey(self, sid_in: str, source: int, cols: RowColumns
               ) -> tuple[list[int], list[int], range, list[int], list[Any]]:
         """A pass that is one ``partition_by`` with no value function (``runtime.spark.runner``
         carries its input's rows through) over a batch of stream ``sid_in``'s records from
@@ -510,11 +513,8 @@ class PassExecutor:
         if any(isinstance(op.spec, AsyncFlatMapSpec) for op in self.operators.values()):
             return None
         (sid,) = self.entries
-        node = stream_node(sid)
-        graph = self.plan.graph
-        ops = [o for o in self.plan.next_ops(node) if o in self.operators]
-        if len(ops) != 1 or ops[0] not in self._windows \
-                or graph.edges[node, ops[0]]["port"] == "right":
+        ops = [o for o in self.plan.next_ops(stream_node(sid)) if o in self.operators]
+        if len(ops) != 1 or ops[0] not in self._windows:
             return None
         op = self.operators[ops[0]]
         run = op.process_run

@@ -299,7 +299,7 @@ def records_of(codec: ShuffleCodec, batch: Any,
     """The records of an Arrow batch of ``SCHEMA`` rows, in its order. A batch with a ``row``
     column (``carried_batch``) has records whose messages are ``KV(key, carried[sid](row))``
     where ``m`` is null. A batch may lack the columns a pass of one input stream ``sid`` does
-    not need (``p``, ``sid``: ``narrow_rows``)."""
+    not need (``p``, ``sid``: ``narrow_shuffle``)."""
     import pyarrow.compute as pc
 
     col = batch.column

@@ -294,14 +294,9 @@ def _record_batches(stream_id: str, descriptor: Any, start_ms: int, names: list[
     def batch(i: int, rows: list[Any], start: int = 0) -> list[Record]:
         if ts_column is not None or convert is not identity:
             return list(records(i, iter(rows), start))
-        offs = range(start, start + len(rows))
-        if et is None:
-            return list(zip(repeat(stream_id), repeat(start_ms), repeat(i), offs,
-                            repeat(start_ms), rows))
-        ms = event_ms(et, rows)
-        if ms is None:  # the row that fails, named
-            return list(records(i, iter(rows), start))
-        return list(zip(repeat(stream_id), ms, repeat(i), offs, ms, rows))
+        c = columns(i, rows, start)
+        return list(zip(repeat(stream_id), c.sort_ms, repeat(i), range(start, start + len(rows)),
+                        c.clock, c.messages, strict=False))  # (``repeat`` has no end)
 
     def columns(i: int, rows: list[Any], start: int = 0) -> RowColumns:
         if ts_column is None and convert is identity:
