@@ -42,7 +42,7 @@ import inspect
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, cast
+from typing import Any, NamedTuple, cast
 
 import msgspec
 import networkx as nx
@@ -52,7 +52,7 @@ from operators.partition_by import PartitionByOperator
 from operators.state import InMemoryState, table_state
 from runtime.dag import Emit, OperatorFailure, _forward
 from runtime.spark.meter import IN, NS, OUT, Meter, count_outputs, metered_emit, new_meter
-from runtime.spark.shuffle import Encoded, Records
+from runtime.spark.shuffle import Encoded, Records, RowColumns
 from runtime.wiring import PartitionRule, Wiring, build_operators, partition_of
 from samza_dsl.config import config_value
 from samza_dsl.kv import KV
@@ -62,9 +62,6 @@ from samza_dsl.spec import (
     WindowSpec,
     stream_node,
 )
-
-if TYPE_CHECKING:
-    from runtime.spark.sources import RowColumns
 
 __all__ = ["PassExecutor", "Columns", "PassFailure", "ALL_PARTITIONS", "STATEFUL", "per_message_windows",
            "json_encoder"]

@@ -27,7 +27,7 @@ import dataclasses
 import functools
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -40,7 +40,7 @@ def identity(row: Any) -> Any:
     return row
 
 __all__ = ["SCHEMA", "COLUMNS", "ROW", "ORDER", "OFFSET_ORDER", "BATCH", "PassOutput", "encode",
-           "records_of", "Records", "narrow_shuffle", "to_batch", "ShuffleCodec", "Encoded", "carried_batch", "chunks",
+           "records_of", "Records", "RowColumns", "narrow_shuffle", "to_batch", "ShuffleCodec", "Encoded", "carried_batch", "chunks",
            "shuffle", "landing_keys", "spark_hash_int", "broadcast_rows"]
 
 SCHEMA = "p int, sid string, sort_ms long, src int, off long, clock long, k binary, m binary"
@@ -245,6 +245,16 @@ def _messages(codec: ShuffleCodec, sid: str, rows: Iterable[Any]) -> Iterator[An
     load = codec.loader()
     for row in rows:
         yield load(sid, row[0], row[1])
+
+
+class RowColumns(NamedTuple):
+    """A batch of a source partition's records as columns: their messages, sort ms and clock
+    ms (the same list where they are equal), and the first one's offset (row number)."""
+
+    messages: list[Any]
+    sort_ms: list[int]
+    clock: list[int]
+    first: int
 
 
 class Records(Sequence[tuple[Any, ...]]):

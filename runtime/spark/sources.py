@@ -18,11 +18,11 @@ import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
-from typing import Any, NamedTuple
+from typing import Any
 
 import msgspec
 
-from runtime.spark.shuffle import BATCH, identity
+from runtime.spark.shuffle import BATCH, RowColumns, identity
 from samza_dsl.errors import SamzaError
 from samza_dsl.kv import KV
 from samza_dsl.serdes import BytesSerde, KVSerde, Serde, StringSerde, _MsgspecSerde
@@ -30,16 +30,6 @@ from samza_dsl.serdes import BytesSerde, KVSerde, Serde, StringSerde, _MsgspecSe
 __all__ = ["FileInput", "Source", "resolve_source", "row_converter", "list_files"]
 
 Record = tuple[str, int, int, int, int, Any]
-
-
-class RowColumns(NamedTuple):
-    """A batch of a source partition's records as columns: their messages, sort ms and clock
-    ms (the same list where they are equal), and the first one's offset (row number)."""
-
-    messages: list[Any]
-    sort_ms: list[int]
-    clock: list[int]
-    first: int
 
 
 @dataclass(frozen=True)
