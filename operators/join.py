@@ -1,7 +1,8 @@
 """Stream-stream join (docs/semantics.md rule 9), as Samza's ``PartialJoinOperatorImpl`` pair.
 
 Each side keeps only its latest message per key with the processing time it arrived
-(``ctx.clock()``), in ``ctx.store(f"{op_id}-L")`` and ``ctx.store(f"{op_id}-R")`` as
+(``ctx.clock()``; a wall clock that steps back reads, for the join, as the latest time it read
+until it passes it, so arrivals never go back), in ``ctx.store(f"{op_id}-L")`` and ``ctx.store(f"{op_id}-R")`` as
 ``key -> (arrival_ms, message)``. A message (``process_port(0, m)`` left, ``process_port(1, m)``
 right) is stored first, then the other side is looked up under the same key; when the other entry
 is younger than the TTL (``now - its arrival < ttl_ms``, strictly) the output is
@@ -71,36 +72,51 @@ class JoinOperator(Operator):
             entries = sorted((entry[0], i, key) for i, (key, entry) in enumerate(store.all()))
             for ts, _, key in entries:
                 arrivals[key] = ts
-        self._ports = (self._port(0), self._port(1))
+        self._ports = self._make_ports()
 
-    def _port(self, port: int) -> Callable[[Any], Any]:
-        """The function of ``port``: the message stored, the other side looked up, the output
-        or None."""
-        key_fn = self._key_fns[port]
-        put = self._stores[port].put
-        get = self._stores[1 - port].get
-        arrivals = self._arrivals[port]
-        unlist = arrivals.pop
+    def _make_ports(self) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
+        """The function of each port: the message stored, the other side looked up, the
+        output or None."""
         clock, ttl, combine = self._clock, self.ttl_ms, self._combine
-        # a wall clock in ms that says what it reads (``ns``): read here with one call less
+        # a wall clock in ms that says what it reads (``ns``) is read in ns, its ms computed
+        # once per ms (the messages of one ms share the int); a clock stepped back reads as
+        # the latest ms read until it passes it, so arrivals never go back (``_arrivals``
+        # stays in time order)
         ns: Callable[[], int] | None = getattr(clock, "ns", None)
-        op_id, side = self.op_id, _SIDES[port]
+        ms = edge = 0  # the latest ms read, and the first ns after it
 
-        def arrive(message: Any) -> Any:
-            key = key_fn(message)
-            if key is None:
-                raise TaskError(f"join {op_id!r}: the {side} key of {message!r} is None; a join "
-                                f"needs a key on both sides (as in Samza): filter out or map "
-                                f"such messages before the join", op_id=op_id)
-            now = clock() if ns is None else ns() // 1_000_000
-            unlist(key, None)
-            arrivals[key] = now
-            put(key, (now, message))
-            other = get(key)
-            if other is None or now - other[0] >= ttl:
-                return None
-            return combine(message, other[1]) if port == 0 else combine(other[1], message)
-        return arrive
+        def port_fn(port: int) -> Callable[[Any], Any]:
+            key_fn = self._key_fns[port]
+            put = self._stores[port].put
+            get = self._stores[1 - port].get
+            arrivals = self._arrivals[port]
+            unlist = arrivals.pop
+            op_id, side = self.op_id, _SIDES[port]
+
+            def arrive(message: Any) -> Any:
+                nonlocal ms, edge
+                key = key_fn(message)
+                if key is None:
+                    raise TaskError(f"join {op_id!r}: the {side} key of {message!r} is None; a "
+                                    f"join needs a key on both sides (as in Samza): filter out "
+                                    f"or map such messages before the join", op_id=op_id)
+                if ns is None:
+                    now = clock()
+                else:
+                    t = ns()
+                    if t >= edge:
+                        ms = t // 1_000_000
+                        edge = (ms + 1) * 1_000_000
+                    now = ms
+                unlist(key, None)
+                arrivals[key] = now
+                put(key, (now, message))
+                other = get(key)
+                if other is None or now - other[0] >= ttl:
+                    return None
+                return combine(message, other[1]) if port == 0 else combine(other[1], message)
+            return arrive
+        return port_fn(0), port_fn(1)
 
     def one_to_one_port(self, port: int) -> Callable[[Any], Any]:
         """Each port gives at most one output (None: no match, or ``combine`` gave None)."""

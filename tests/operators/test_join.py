@@ -174,3 +174,45 @@ def test_matches_a_reference_model(steps: list[tuple[int, int, int, bool]]) -> N
             want = [(msg["v"], other[1]["v"])] if port == LEFT else [(other[1]["v"], msg["v"])]
         assert op.process_port(port, msg) == want
     assert op.state_size() == (len(sides[0]), len(sides[1]))
+
+
+class NsClock:
+    """A wall clock as the runtime gives it: ms when called, ``ns`` for operators that read it
+    per message; ``at`` is the time in ns."""
+
+    def __init__(self) -> None:
+        self.at = 0
+
+    def __call__(self) -> int:
+        return self.at // 1_000_000
+
+    def ns(self) -> int:
+        return self.at
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([LEFT, RIGHT]), st.integers(0, 3),
+                          st.integers(-400_000_000, 400_000_000)), max_size=60))
+def test_a_wall_clock_read_in_ns_gives_the_ms_it_reads_and_never_goes_back(
+        steps: list[tuple[int, int, int]]) -> None:
+    """A clock with ``ns`` (the runtime's wall clock) read per message: each arrival is the
+    whole ms of the clock, except that a clock stepped back reads as the latest ms read
+    until it passes it; the outputs follow rule 9 on those times."""
+    clock = NsClock()
+    clock.at = 1_700_000_000_000_000_000
+    op = JoinOperator(join_spec(ttl_ms=250))
+    op.init(OperatorContext("t", {}, clock, {"app-1-join-j-L": InMemoryState(),
+                                            "app-1-join-j-R": InMemoryState()}))
+    sides: list[dict[int, tuple[int, Any]]] = [{}, {}]
+    latest = 0
+    for i, (port, k, dt) in enumerate(steps):
+        clock.at += dt
+        latest = now = max(latest, clock.at // 1_000_000)
+        msg = m(k, i)
+        sides[port][k] = (now, msg)
+        other = sides[1 - port].get(k)
+        want = []
+        if other is not None and now - other[0] < 250:
+            want = [(msg["v"], other[1]["v"])] if port == LEFT else [(other[1]["v"], msg["v"])]
+        assert op.process_port(port, msg) == want
+        assert op._stores[port].get(k) == (now, msg)
