@@ -7,7 +7,10 @@ lives in ``ctx.store(op_id)`` under that tuple: the fold result, or the list of 
 changed into the store at each commit (``flush_state``), so a message costs no store access and
 a checkpoint's store holds exactly the panes as of its offsets. Past a commit it keeps up to
 ``stores.<op id>.pane.cache.size`` values (default 100,000) in memory; the others are read back
-from the store when their pane gets its next message; panes that close leave memory. The in-memory indexes (open panes and their closing order, panes kept for
+from the store when their pane gets its next message; panes that close leave memory. A pane
+of a start none of whose panes was written at a commit (``_stored``: it opened and closed
+between two commits, or the stream ended first) closes with no store delete, so it writes no
+changelog tombstone either. The in-memory indexes (open panes and their closing order, panes kept for
 lateness) are rebuilt from the store at ``init``; the watermark is stored under
 ``(None, "watermark")`` whenever panes close, which is all a restore needs to tell closed panes from
 open ones. Trigger progress is not stored (as in Samza): after a restore, a pane's early or late
@@ -411,6 +414,10 @@ class TumblingWindowOperator(AlignedWindowOperator):
         self._cache_size: int = STORE_PROPERTIES["pane.cache.size"].default
         self._deletes = 0
         self._store_flush: Callable[[], None] | None = None
+        #: the starts whose panes may have values in the store (written by ``flush_state``,
+        #: or found there at ``init``): a pane of another start has its value in memory
+        #: only, and dropping it costs no store delete (nor a changelog tombstone)
+        self._stored: set[int] = set()
 
     def init(self, ctx: OperatorContext, user_ctx: UserContext | None = None) -> None:
         size = ctx.config.get(f"stores.{self.op_id}.pane.cache.size")
@@ -483,12 +490,26 @@ class TumblingWindowOperator(AlignedWindowOperator):
 
     def _clear_value(self, handle: Any) -> None:
         self._forget(*handle)
+        if handle[0] not in self._stored:
+            return
         self._store.delete(handle)
         self._deletes += 1
         if not self._deletes % _FLUSH_CHUNK and self._store_flush is not None:
             self._store_flush()  # panes closing by the million: the store writes in batches
 
     _drop_value = _clear_value
+
+    def _close_next(self, threshold: int, out: list[Any]) -> None:
+        start = self._closing[0]
+        super()._close_next(threshold, out)
+        if not self._retain:
+            self._stored.discard(start)
+
+    def _collect(self, watermark: int) -> None:
+        super()._collect(watermark)
+        stored = self._stored
+        if stored:
+            stored.intersection_update(self._open.keys() | self._retained.keys())
 
     def flush_state(self) -> None:
         """Write the panes changed since the last commit into the store; they stay in memory
@@ -500,9 +521,11 @@ class TumblingWindowOperator(AlignedWindowOperator):
         flush = self._store_flush
         clean = self._clean
         n = 0
+        stored = self._stored
         for start, panes in dirty.items():
             if not panes:  # a fold that failed on a new pane's first message
                 continue
+            stored.add(start)
             for key, value in panes.items():
                 put((start, key), value)
                 n += 1
@@ -544,8 +567,10 @@ class TumblingWindowOperator(AlignedWindowOperator):
             start, key = pk
             if self._event_time is None or start + size > wm:
                 self._index(self._open, self._closing, start)[key] = None
+                self._stored.add(start)
             elif self._retain and start + size + self.lateness_ms > wm:
                 self._index(self._retained, self._expiring, start)[key] = None
+                self._stored.add(start)
             else:
                 self._store.delete(pk)
 
@@ -752,15 +777,18 @@ class TumblingWindowOperator(AlignedWindowOperator):
         self._dirty.clear()
         self._clean.clear()
         self._cached = 0
-        delete, flush = self._store.delete, self._store_flush
+        delete, flush, stored = self._store.delete, self._store_flush, self._stored
         n = 0
         for index in (self._open, self._retained):
             for start, keys in index.items():
+                if start not in stored:  # none of its panes reached the store
+                    continue
                 for key in keys:
                     delete((start, key))
                     n += 1
                     if flush is not None and not n % _FLUSH_CHUNK:
                         flush()
             index.clear()
+        stored.clear()
         self._closing.clear()
         self._expiring.clear()

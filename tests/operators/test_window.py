@@ -431,11 +431,11 @@ def test_event_time_fold_equals_a_reference_model(evs: list[tuple[Any, int]], si
 class CountingState(InMemoryState):
     """An in-memory store that counts the reads and writes of pane values."""
 
-    __slots__ = ("reads", "writes")
+    __slots__ = ("reads", "writes", "deletes")
 
     def __init__(self) -> None:
         super().__init__()
-        self.reads = self.writes = 0
+        self.reads = self.writes = self.deletes = 0
         data_get, data_put = self.get, self.put
 
         def get(k: Any) -> Any:
@@ -446,6 +446,10 @@ class CountingState(InMemoryState):
             self.writes += 1
             data_put(k, v)
         self.get, self.put = get, put
+
+    def delete(self, key: Any) -> None:
+        self.deletes += 1
+        super().delete(key)
 
 
 def test_pane_values_reach_the_store_only_at_flush_state(clock: FakeClock) -> None:
@@ -482,6 +486,50 @@ def test_pane_cache_evicts_clean_values_and_reads_them_back(clock: FakeClock) ->
     assert store.reads - reads == 25
     out = op.on_end_of_stream()
     assert sorted((p.key.key, p.message) for p in out) == sorted((k, 2) for k in keys)
+
+
+def test_a_pane_that_never_reached_the_store_closes_with_no_store_delete(
+        clock: FakeClock) -> None:
+    """Panes opened and closed between two commits live in memory only: closing them, at the
+    watermark or at end-of-stream, deletes nothing from the store (and so writes no changelog
+    tombstone). A start with panes written at a commit deletes all its panes, those opened
+    after the commit too, and a start that closed forgets it was written."""
+    store = CountingState()
+    op = start_window(event_window(init=lambda: 0, fold=lambda m, n: n + 1), clock, store=store)
+    for k in "abc":
+        op.process((k, 1.0))
+    assert [p.key.key for p in op.on_watermark(10_000)] == ["a", "b", "c"]
+    assert store.deletes == 0
+    op.process(("a", 11.0))
+    op.flush_state()  # a commit: pane (10000, "a") reaches the store
+    op.process(("b", 12.0))  # a pane of the same start, after the commit
+    assert store.get((10_000, "a")) == 1 and store.deletes == 0
+    out = op.process(("c", 21.0))  # a pane of a later start, never written; the window's
+    # own watermark (the latest event time) closes start 10000
+    assert [(p.key.pane_id, p.key.key) for p in out] == [("10000", "a"), ("10000", "b")]
+    assert store.deletes == 2 and store.get((10_000, "a")) is None
+    assert op._stored == set()
+    assert [(p.key.pane_id, p.key.key) for p in op.on_end_of_stream()] == [("20000", "c")]
+    assert store.deletes == 2 and len(store) == 1  # the watermark's entry only
+    op.flush_state()
+    op.process(("d", 31.0))
+    op.flush_state()
+    assert [p.key.key for p in op.on_end_of_stream()] == ["d"]
+    assert store.deletes == 3 and store.get((30_000, "d")) is None
+
+
+def test_restored_panes_are_deleted_from_the_store_when_they_close(clock: FakeClock) -> None:
+    store = CountingState()
+    w = event_window(init=lambda: 0, fold=lambda m, n: n + 1)
+    op = start_window(w, clock, store=store)
+    op.process(("a", 1.0))
+    op.process(("b", 2.0))
+    op.flush_state()
+    again = start_window(w, clock, store=store)
+    again.process(("c", 3.0))
+    assert [(p.key.key, p.message) for p in again.on_watermark(10_000)] == \
+        [("a", 1), ("b", 1), ("c", 1)]
+    assert store.get((0, "a")) is None and store.get((0, "b")) is None
 
 
 def test_a_restart_sees_the_panes_of_the_last_flush_state_only(clock: FakeClock) -> None:
