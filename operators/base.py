@@ -218,6 +218,15 @@ class Operator:
     def on_end_of_stream(self) -> list[Any]:
         return []
 
+    def end_of_stream_chunks(self, size: int) -> Iterator[list[Any]]:
+        """``on_end_of_stream``'s outputs in lists of about ``size`` (an operator that ends
+        with many outputs, a window closing 10^6 panes, makes each list as it is taken, so
+        that its outputs need not all be held at once); the streaming runtime passes each
+        list downstream before it takes the next."""
+        out = self.on_end_of_stream()
+        if out:
+            yield out
+
     def flush_state(self) -> None:
         """Write state the operator holds in memory into its stores. The runtime calls it at
         the start of every commit, before the stores are flushed into their changelogs, so a

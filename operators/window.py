@@ -45,7 +45,9 @@ to emit LATE panes, with the same rules as early triggers (``count(1)`` once per
 the pane's state is dropped without a firing.
 
 End of stream. Every open pane fires once as DEFAULT, ordered by pane start and then by
-``encode_key`` of the key; then all state is dropped (closed panes kept for lateness too).
+``encode_key`` of the key; then all state is dropped (closed panes kept for lateness too). The
+streaming runtime takes them in chunks (``end_of_stream_chunks``), each made as it is taken and
+written before the next, so a window ending with 10^6 open panes never holds them all as panes.
 
 Ticks in one ``on_timer`` call run in time order: a pane's early timer due at 900 fires before its
 close at 1000; at equal times the close comes first (and cancels the early trigger). Panes that
@@ -70,7 +72,7 @@ from __future__ import annotations
 
 import itertools
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from heapq import heappop, heappush
 from itertools import islice
 from operator import length_hint
@@ -329,22 +331,35 @@ class WindowOperator(Operator, ABC):
             else:
                 return out
 
-    def on_end_of_stream(self) -> list[Any]:
-        out: list[Any] = []
-
+    def _end_order(self) -> Iterator[Any]:
+        """The open panes' handles in end-of-stream order: by start, then ``order_key`` of the
+        key."""
         def order(handle: Any) -> tuple[int, bytes]:
             start, key = self._pane_key(handle)
             return start, order_key(key)
 
-        for handle in sorted(self._open_handles(), key=order):
+        return iter(sorted(self._open_handles(), key=order))
+
+    def on_end_of_stream(self) -> list[Any]:
+        return [pane for chunk in self.end_of_stream_chunks(1 << 62) for pane in chunk]
+
+    def end_of_stream_chunks(self, size: int) -> Iterator[list[Any]]:
+        """Every open pane fires once as DEFAULT, in ``_end_order``, in lists of ``size``
+        panes made as they are taken; then all state is dropped."""
+        chunk: list[Any] = []
+        for handle in self._end_order():
             pane = self._emit(handle, DEFAULT, True)
             if pane is not None:
-                out.append(pane)
+                chunk.append(pane)
+                if len(chunk) >= size:
+                    yield chunk
+                    chunk = []
         self._drop_all()
         self._early.clear()
         self._late.clear()
         self._timers.clear()
-        return out
+        if chunk:
+            yield chunk
 
 
 class AlignedWindowOperator(WindowOperator):
@@ -393,6 +408,12 @@ class AlignedWindowOperator(WindowOperator):
 
     def _open_handles(self) -> list[Any]:
         return [(start, key) for start, keys in self._open.items() for key in keys]
+
+    def _end_order(self) -> Iterator[Any]:
+        # a start's keys sorted at a time: no list of every open pane
+        for start in sorted(self._open):
+            for key in sorted(self._open[start], key=order_key):
+                yield start, key
 
 
 #: how many pane values flush_state writes into the store between two of its ``maybe_flush``

@@ -40,6 +40,7 @@ Two existing sessions are never merged: a fold has no way to combine two accumul
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from heapq import heappop, heappush
 from typing import Any
 
@@ -165,9 +166,11 @@ class SessionWindowOperator(WindowOperator):
         out = self._release(watermark_ms)
         return out + super().on_watermark(watermark_ms)
 
-    def on_end_of_stream(self) -> list[Any]:
-        out = self._release(1 << 62)
-        return out + super().on_end_of_stream()
+    def end_of_stream_chunks(self, size: int) -> Iterator[list[Any]]:
+        out = self._release(1 << 62)  # held messages into their sessions first
+        if out:
+            yield out
+        yield from super().end_of_stream_chunks(size)
 
     def _process(self, message: Any) -> list[Any]:
         out: list[Any] | None = None

@@ -1173,13 +1173,18 @@ class TaskInstance:
                 continue
             for op_id in stage.operators:
                 op = self.operators[op_id]
-                try:
-                    outs = op.on_end_of_stream()
-                except Exception as exc:
-                    raise TaskError(f"operator {op_id!r} failed at end-of-stream in task "
-                                    f"{self.name!r}: {type(exc).__name__}: {exc}", op_id=op_id,
-                                    task=self.name) from exc
-                await self._run_outputs(op_id, outs)
+                # in chunks, each passed downstream (and written) before the next is made
+                chunks = op.end_of_stream_chunks(OUTPUT_CHUNK)
+                while True:
+                    try:
+                        outs = next(chunks, None)
+                    except Exception as exc:
+                        raise TaskError(f"operator {op_id!r} failed at end-of-stream in task "
+                                        f"{self.name!r}: {type(exc).__name__}: {exc}",
+                                        op_id=op_id, task=self.name) from exc
+                    if outs is None:
+                        break
+                    await self._run_outputs(op_id, outs)
             self._send_control(stage, EndOfStream(self.name))
             self._flushed.add(stage.stage_id)
         return len(self._flushed) == len(self.model.stages)

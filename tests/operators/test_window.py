@@ -316,6 +316,27 @@ def test_end_of_stream_fires_open_panes_by_start_then_encoded_key(clock: FakeClo
     assert list(op._store.all()) == [] and op.on_timer(10**6) == []
 
 
+@pytest.mark.parametrize("size", [1, 2, 4, 100])
+def test_end_of_stream_in_chunks_makes_each_chunk_as_it_is_taken(clock: FakeClock,
+                                                                 size: int) -> None:
+    """``end_of_stream_chunks(size)``: the panes of ``on_end_of_stream``, in the same order,
+    in lists of ``size`` (the last one shorter); each made when it is taken, and the state
+    dropped after the last."""
+    w = Windows.keyed_tumbling(by_key, SEC, init=lambda: 0, fold=lambda m, n: n + 1)
+    timed = [(1500 + 1000 * (i % 3), (f"k{i % 7}", 0)) for i in range(30)]
+    whole, chunked = start_window(w, clock), start_window(w, clock)
+    feed(whole, clock, timed)
+    feed(chunked, clock, timed)
+    want = panes(whole.on_end_of_stream())
+    chunks = chunked.end_of_stream_chunks(size)
+    first = next(chunks)
+    assert len(first) == min(size, len(want)) and chunked.panes_emitted == len(first)
+    rest = list(chunks)
+    assert all(len(c) == size for c in [first, *rest][:-1]) and 0 < len([first, *rest][-1])
+    assert panes([p for c in [first, *rest] for p in c]) == want
+    assert list(chunked._store.all()) == [] and chunked.on_timer(10**6) == []
+
+
 def test_end_of_stream_drops_panes_kept_for_lateness(clock: FakeClock) -> None:
     w = event_window().allowed_lateness(60 * SEC).late_trigger(Triggers.count(1))
     op = start_window(w, clock)

@@ -23,6 +23,7 @@ from samza_dsl import (
     Triggers,
     Windows,
 )
+from samza_dsl.errors import TaskError
 from samza_dsl.systems import MemorySystem
 from samza_dsl.testing import TestRunner
 
@@ -297,3 +298,49 @@ def test_a_time_since_first_message_trigger_fires_once_at_a_window_tick() -> Non
     # fired ~20 ms after the first message, long before the 160 ms input ended
     assert 0 < len(early[0].message) < 40
     assert early[0].message == list(range(len(early[0].message)))
+
+
+# --- many panes at end-of-stream -------------------------------------------------------------------
+
+def many_keys_app(finish_fails_on: str | None = None) -> tuple[StreamApplication, Any, Any]:
+    mem = MemorySystem()
+    app = StreamApplication("eos-many")
+    inp = mem.input("in", partitions=2)
+    out = mem.output("panes")
+
+    def count(kv: Any, n: int) -> int:
+        return n + 1
+
+    def row(pane: Any) -> tuple[str, int]:
+        if pane.key.key == finish_fails_on:
+            raise ValueError(f"no row for {pane.key.key}")
+        return (pane.key.key, pane.message)
+
+    w = Windows.keyed_tumbling(lambda kv: kv.key, DAY, init=int, fold=count)
+    (app.input(inp).partition_by(lambda m: m, name="by-key").window(w, name="w")
+     .map(row, name="row").send_to(app.output(out)))
+    return app, inp, out
+
+
+def test_more_panes_than_a_chunk_end_in_order_each_once() -> None:
+    """10,000 panes open at the end (more than the runtime's chunk of 4,096 outputs): each
+    fires once, in each task partition by key (rule 8), with its count."""
+    app, inp, out = many_keys_app()
+    keys = [f"k{i:05d}" for i in range(10_000)]
+    parts = {0: keys + keys[:100], 1: keys[::-1]}
+    result = TestRunner(app).add_input(inp, parts).run(timeout=60)
+    rows = result.messages(out)
+    assert sorted(rows) == sorted((k, 3 if k < "k00100" else 2) for k in keys)
+    for part, got in result.partitions(out).items():
+        assert [k for k, _ in got] == sorted(k for k, _ in got), f"partition {part} out of order"
+
+
+def test_an_operator_failing_in_the_middle_of_end_of_stream_names_itself() -> None:
+    """A map after the window fails on a pane past the first chunk: the run stops with a
+    TaskError naming that operator and its cause, as it would on any message."""
+    app, inp, out = many_keys_app(finish_fails_on="k08000")
+    keys = [f"k{i:05d}" for i in range(10_000)]
+    with pytest.raises(TaskError) as info:
+        TestRunner(app).add_input(inp, {0: keys, 1: []}).run(timeout=60)
+    text = str(info.value)
+    assert "map-row' failed" in text and "window-w" in text and "no row for k08000" in text
