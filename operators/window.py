@@ -72,7 +72,7 @@ from __future__ import annotations
 
 import itertools
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from heapq import heappop, heappush
 from itertools import islice
 from operator import length_hint
@@ -387,14 +387,22 @@ class AlignedWindowOperator(WindowOperator):
         closing = self._closing
         return closing[0] + self.size_ms if closing else None
 
+    def _keys(self, start: int) -> Iterable[Any]:
+        """The keys of the open panes of ``start``, in first-message order."""
+        return self._open[start]
+
+    def _take_keys(self, start: int) -> Iterable[Any]:
+        """``_keys(start)``, the start leaving the index of open panes."""
+        return self._open.pop(start)
+
     def _close_next(self, threshold: int, out: list[Any]) -> None:
         start = heappop(self._closing)
-        keys = self._open.pop(start)
+        keys = self._take_keys(start)
         for key in keys:
             self._close_pane((start, key), out)
         if self._retain:
             retained = self._index(self._retained, self._expiring, start)
-            retained.update(keys)
+            retained.update(dict.fromkeys(keys))
 
     def _collect(self, watermark: int) -> None:
         expiring = self._expiring
@@ -407,12 +415,12 @@ class AlignedWindowOperator(WindowOperator):
                 self._late.pop(pk, None)
 
     def _open_handles(self) -> list[Any]:
-        return [(start, key) for start, keys in self._open.items() for key in keys]
+        return [(start, key) for start in self._open for key in self._keys(start)]
 
     def _end_order(self) -> Iterator[Any]:
         # a start's keys sorted at a time: no list of every open pane
         for start in sorted(self._open):
-            for key in sorted(self._open[start], key=order_key):
+            for key in sorted(self._keys(start), key=order_key):
                 yield start, key
 
 
@@ -425,7 +433,12 @@ class TumblingWindowOperator(AlignedWindowOperator):
 
     Pane values in memory, by start and then key: ``_dirty`` holds those changed since the last
     commit, ``_clean`` those written at a commit and kept (at most ``_cache_size`` of them). A
-    key is in one of the two at most; a pane in neither has its value in the store (or none)."""
+    key is in one of the two at most; a pane in neither has its value in the store (or none).
+
+    The index of open panes (``_open``) holds the panes of each start that were open at the
+    last commit, in first-message order; a pane opened since is in ``_dirty`` only, in the
+    order of its first message, and joins ``_open`` at the next commit (``_keys`` gives both,
+    in that order). So a pane opened and closed between two commits costs one dict entry."""
 
     def __init__(self, spec: WindowSpec) -> None:
         super().__init__(spec)
@@ -510,6 +523,11 @@ class TumblingWindowOperator(AlignedWindowOperator):
                     del index[start]
 
     def _clear_value(self, handle: Any) -> None:
+        opened = self._open.get(handle[0])
+        if opened is not None and handle[1] not in opened:
+            # an open pane (DISCARDING) that keeps no value: the panes of its start opened
+            # since the last commit join the index first, in their order
+            opened.update(dict.fromkeys(self._dirty.get(handle[0], ())))
         self._forget(*handle)
         if handle[0] not in self._stored:
             return
@@ -519,6 +537,20 @@ class TumblingWindowOperator(AlignedWindowOperator):
             self._store_flush()  # panes closing by the million: the store writes in batches
 
     _drop_value = _clear_value
+
+    def _keys(self, start: int) -> list[Any]:
+        # the panes indexed at the last commit, then those opened since (in ``_dirty`` only)
+        opened = self._open[start]
+        keys = list(opened)
+        fresh = self._dirty.get(start)
+        if fresh:
+            keys.extend([k for k in fresh if k not in opened] if opened else fresh)
+        return keys
+
+    def _take_keys(self, start: int) -> list[Any]:
+        keys = self._keys(start)
+        del self._open[start]
+        return keys
 
     def _close_next(self, threshold: int, out: list[Any]) -> None:
         start = self._closing[0]
@@ -542,11 +574,14 @@ class TumblingWindowOperator(AlignedWindowOperator):
         flush = self._store_flush
         clean = self._clean
         n = 0
-        stored = self._stored
+        stored, open_panes = self._stored, self._open
         for start, panes in dirty.items():
             if not panes:  # a fold that failed on a new pane's first message
                 continue
             stored.add(start)
+            opened = open_panes.get(start)
+            if opened is not None:  # (else panes kept for lateness, indexed already)
+                opened.update(dict.fromkeys(panes))  # new keys after the others, in order
             for key, value in panes.items():
                 put((start, key), value)
                 n += 1
@@ -631,12 +666,10 @@ class TumblingWindowOperator(AlignedWindowOperator):
                 start = ms - ms % size
             key = key_fn(message) if key_fn is not None else None
             value = current(start, key)
-            if value is None:
-                keys = open_panes.get(start)
-                if keys is None:
-                    keys = open_panes[start] = {}
+            if value is None:  # a new pane: indexed at the next commit (``_keys``)
+                if start not in open_panes:
+                    open_panes[start] = {}
                     heappush(closing, start)
-                keys[key] = None
                 value = init() if init is not None else []
             if fold is not None:
                 value = fold(message, value)
@@ -766,12 +799,10 @@ class TumblingWindowOperator(AlignedWindowOperator):
         """Fold ``message`` into pane (start, key) that ``_dirty`` does not hold (``panes`` is
         its start's dict there): its value from ``_clean`` or the store, or a new pane."""
         value = self._take(start, key)
-        if value is None:
-            keys = self._open.get(start)
-            if keys is None:
-                keys = self._open[start] = {}
+        if value is None:  # a new pane: indexed at the next commit (``_keys``)
+            if start not in self._open:
+                self._open[start] = {}
                 heappush(self._closing, start)
-            keys[key] = None
             value = self._init()  # type: ignore[misc]
         value = self._fold(message, value)  # type: ignore[misc]
         if value is None:

@@ -332,7 +332,7 @@ def test_end_of_stream_in_chunks_makes_each_chunk_as_it_is_taken(clock: FakeCloc
     first = next(chunks)
     assert len(first) == min(size, len(want)) and chunked.panes_emitted == len(first)
     rest = list(chunks)
-    assert all(len(c) == size for c in [first, *rest][:-1]) and 0 < len([first, *rest][-1])
+    assert all(len(c) == size for c in [first, *rest][:-1]) and len([first, *rest][-1]) > 0
     assert panes([p for c in [first, *rest] for p in c]) == want
     assert list(chunked._store.all()) == [] and chunked.on_timer(10**6) == []
 
@@ -628,3 +628,86 @@ def test_a_run_stops_before_the_message_that_closes_a_pane() -> None:
     assert op.process(msgs[4]) == [] and op.late_dropped == 1
     assert op.process_run(msgs, 5, len(msgs), ()) == len(msgs)
     assert op.watermark == 1500
+
+
+# -- commits never change what a window emits --------------------------------------------------
+
+commit_steps = st.lists(st.one_of(
+    st.tuples(st.just("msg"), st.sampled_from(["a", "b", "c", "d", 1]),
+              st.integers(min_value=0, max_value=40)),
+    st.tuples(st.just("commit"), st.none(), st.none()),
+    st.tuples(st.just("watermark"), st.none(), st.integers(min_value=0, max_value=50))),
+    max_size=70)
+window_kinds = st.sampled_from(["plain", "early-discarding", "late", "processing"])
+
+
+def _window_of(kind: str) -> Window[Any, Any]:
+    fold: dict[str, Any] = {"init": lambda: 0, "fold": lambda m, n: n * 31 + m[1] + 1}
+    size = timedelta(seconds=10)
+    if kind == "processing":
+        return Windows.keyed_tumbling(by_key, size, **fold)
+    if kind == "early-discarding":
+        return (Windows.keyed_tumbling(by_key, size, event_time=at, **fold)
+                .early_trigger(Triggers.repeat(Triggers.count(2)))
+                .accumulation(AccumulationMode.DISCARDING))
+    if kind == "late":
+        return (Windows.keyed_tumbling(by_key, size, event_time=at, **fold)
+                .allowed_lateness(timedelta(seconds=20))
+                .late_trigger(Triggers.repeat(Triggers.count(1))))
+    return Windows.keyed_tumbling(by_key, size, event_time=at, **fold)
+
+
+@settings(max_examples=300, deadline=None)
+@given(commit_steps, window_kinds, st.sampled_from([1, 2, 100_000]))
+def test_commits_never_change_what_a_window_emits_nor_its_order(
+        steps: list[tuple[str, Any, Any]], kind: str, cache: int) -> None:
+    """The same messages, watermarks (window ticks without event time) and end-of-stream
+    through a window that never commits and one that commits (``flush_state``) between
+    them, keeping ``cache`` values in memory: the same panes, in the same order. Panes that
+    close together come out in the order of their first messages, whether those came before
+    or after a commit."""
+    def run(commits: bool) -> list[tuple[Any, ...]]:
+        clock = FakeClock()
+        op = build_operator(WindowSpec("w", "w", ("stream:in",), "test.py:1",
+                                       window=_window_of(kind)))
+        op.init(OperatorContext("task-0", {"stores.w.pane.cache.size": cache}, clock,
+                                {"w": InMemoryState()}))
+        out: list[Any] = []
+        for what, key, t in steps:
+            if what == "msg":
+                clock.set(t * 1000)
+                out += op.process((key, float(t)))
+            elif what == "commit":
+                if commits:
+                    op.flush_state()
+            elif kind == "processing":
+                out += op.on_timer(t * 1000)
+            else:
+                out += op.on_watermark(t * 1000)
+        out += op.on_end_of_stream()
+        return [(p.key.key, p.key.pane_id, p.message, p.firing.name) for p in out]
+    assert run(True) == run(False)
+
+
+@pytest.mark.parametrize("commit_first", [False, True])
+def test_a_discarding_pane_keeps_its_first_message_place_after_an_early_firing(
+        clock: FakeClock, commit_first: bool) -> None:
+    """DISCARDING with an early trigger: a pane whose early firing cleared its value stays
+    open in its place, the place of its first message, among panes opened since the last
+    commit (``c`` before ``a`` before ``b``), and its next message starts from ``init()``."""
+    w = (event_window(init=lambda: 0, fold=lambda m, n: n + 1)
+         .early_trigger(Triggers.repeat(Triggers.count(2)))
+         .accumulation(AccumulationMode.DISCARDING))
+    op = start_window(w, clock)
+    if commit_first:
+        op.process(("z", 1.0))
+        op.flush_state()
+    out = [*op.process(("c", 2.0)), *op.process(("a", 2.0))]
+    out += op.process(("a", 3.0))  # a's early firing: its value is cleared
+    out += op.process(("b", 4.0))
+    out += op.process(("a", 5.0))
+    out += op.on_watermark(10_000)
+    assert panes(out) == [("a", "0", 2, "EARLY"), *([("z", "0", 1, "DEFAULT")] * commit_first),
+                          ("c", "0", 1, "DEFAULT"), ("a", "0", 1, "DEFAULT"),
+                          ("b", "0", 1, "DEFAULT")]
+    assert op._early == {}
