@@ -460,6 +460,8 @@ class TumblingWindowOperator(AlignedWindowOperator):
         super().init(ctx, user_ctx)
         #: a store that writes in batches (LMDB) flushes when enough of its keys are dirty
         self._store_flush = getattr(self._store, "maybe_flush", None)
+        if hasattr(self._store, "cache_writes"):  # the panes' values are cached here
+            self._store.cache_writes = False
         self.process = self._make_process()  # type: ignore[method-assign, assignment]
 
     # -- pane values in memory -----------------------------------------------------------------

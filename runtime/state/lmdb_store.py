@@ -160,7 +160,7 @@ class LmdbStore:
                  "_cache_size", "_write_batch_size", "_map_size", "_kenc", "_kdec", "_venc",
                  "_vdec", "_changelog", "_env", "_data", "_meta", "_rtxn", "_committed",
                  "_flushes", "_commit_flushes", "_check", "_base", "_since", "_repairs",
-                 "reads", "writes", "deletes")
+                 "reads", "writes", "deletes", "cache_writes")
 
     get: Callable[[Any], Any]
     put: Callable[[Any, Any], None]
@@ -209,6 +209,9 @@ class LmdbStore:
         self.reads = 0
         self.writes = 0
         self.deletes = 0
+        #: whether a flush keeps the values it wrote in the object cache; False for a writer
+        #: that keeps its own cache of them (a tumbling window's panes): reads still cache
+        self.cache_writes = True
 
     # -- opening and restoring ------------------------------------------------------------------
 
@@ -800,7 +803,7 @@ class LmdbStore:
     def _flush_dirty(self) -> None:
         """Appends the last value of each dirty key to the changelog (a tombstone for a delete)
         and writes them to LMDB in one transaction, which marks the store uncommitted. The
-        entries then move to the clean cache."""
+        entries then move to the clean cache (unless ``cache_writes`` is False)."""
         dirty = self._dirty
         if not dirty:
             return
@@ -830,7 +833,12 @@ class LmdbStore:
             self._changelog.append(entries)
             self._since.update(entries)
         clean = self._clean
-        clean.update(dirty)
+        if self.cache_writes:
+            clean.update(dirty)
+        elif clean:  # a value read before and written since is stale
+            pop = clean.pop
+            for k in dirty:
+                pop(k, None)
         dirty.clear()
         if len(clean) > self._cache_size:
             self._evict()

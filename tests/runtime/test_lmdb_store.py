@@ -223,11 +223,14 @@ StoreMachine.TestCase.settings = settings(
 test_store_machine = StoreMachine.TestCase
 
 
-def test_random_ops_against_a_dict_with_eviction(tmp_path):
-    """Many more operations than the machine runs, a cache of 10 and scans over 1024 keys."""
+@pytest.mark.parametrize("cache_writes", [True, False])
+def test_random_ops_against_a_dict_with_eviction(tmp_path, cache_writes):
+    """Many more operations than the machine runs, a cache of 10 and scans over 1024 keys;
+    with and without the values a flush writes kept in the object cache."""
     rng = random.Random(7)
     changelog = ListChangelog(batch=100)
     store = open_store(tmp_path / "s", changelog, cache_size=10, write_batch_size=97)
+    store.cache_writes = cache_writes
     model: dict[Any, Any] = {}
     pool = [rng.choice([i, ("k", i), f"s{i}"]) for i in range(3000)]
     for step in range(30_000):
@@ -1005,3 +1008,24 @@ def test_keys_of_600_and_5000_bytes_in_a_jobs_table(tmp_path):
         table.update(store.all())
         store.close()
     assert table == {"s": 5, "a" * 510: 5, "b" * 5000: 3}
+
+
+def test_without_cache_writes_a_flush_drops_what_it_wrote_from_the_cache(tmp_path):
+    """``cache_writes = False``: a flushed value is read back from LMDB, never from a copy of
+    it; a value cached by a read before the write is not given after it."""
+    changelog = ListChangelog()
+    store = open_store(tmp_path / "s", changelog)
+    store.cache_writes = False
+    store.put("a", 1)
+    store.flush()
+    assert store._clean == {}
+    reads = store.reads
+    assert store.get("a") == 1 and store.reads == reads + 1  # read from LMDB, then cached
+    store.put("a", 2)
+    store.flush()
+    assert "a" not in store._clean and store.get("a") == 2
+    store.delete("a")
+    store.flush()
+    assert store.get("a") is None
+    commit(store, changelog)
+    store.close()
