@@ -149,6 +149,16 @@ def test_user_function_objects_get_init_and_close(clock: FakeClock, make_ctx: An
     assert calls == ["init", "close"]
 
 
+def model_step(sides: list[dict[int, tuple[int, Any]]], port: int, k: int, now: int,
+               msg: dict[str, Any]) -> list[Any]:
+    """Rule 9 on a dict per side (TTL 250 ms): ``msg`` stored at ``now``; what it emits."""
+    sides[port][k] = (now, msg)
+    other = sides[1 - port].get(k)
+    if other is None or now - other[0] >= 250:
+        return []
+    return [(msg["v"], other[1]["v"])] if port == LEFT else [(other[1]["v"], msg["v"])]
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from([LEFT, RIGHT]), st.integers(0, 3), st.integers(0, 300),
                           st.booleans()), max_size=50))
@@ -167,12 +177,7 @@ def test_matches_a_reference_model(steps: list[tuple[int, int, int, bool]]) -> N
                 for key in [key for key, (ts, _) in side.items() if now - ts >= 250]:
                     del side[key]
         msg = m(k, i)
-        sides[port][k] = (now, msg)
-        other = sides[1 - port].get(k)
-        want = []
-        if other is not None and now - other[0] < 250:
-            want = [(msg["v"], other[1]["v"])] if port == LEFT else [(other[1]["v"], msg["v"])]
-        assert op.process_port(port, msg) == want
+        assert op.process_port(port, msg) == model_step(sides, port, k, now, msg)
     assert op.state_size() == (len(sides[0]), len(sides[1]))
 
 
@@ -209,10 +214,5 @@ def test_a_wall_clock_read_in_ns_gives_the_ms_it_reads_and_never_goes_back(
         clock.at += dt
         latest = now = max(latest, clock.at // 1_000_000)
         msg = m(k, i)
-        sides[port][k] = (now, msg)
-        other = sides[1 - port].get(k)
-        want = []
-        if other is not None and now - other[0] < 250:
-            want = [(msg["v"], other[1]["v"])] if port == LEFT else [(other[1]["v"], msg["v"])]
-        assert op.process_port(port, msg) == want
+        assert op.process_port(port, msg) == model_step(sides, port, k, now, msg)
         assert op._stores[port].get(k) == (now, msg)
