@@ -2,8 +2,8 @@
 
 Each side keeps only its latest message per key with the processing time it arrived
 (``ctx.clock()``; a wall clock that steps back reads, for the join, as the latest time it read
-until it passes it, so arrivals never go back), in ``ctx.store(f"{op_id}-L")`` and ``ctx.store(f"{op_id}-R")`` as
-``key -> (arrival_ms, message)``. A message (``process_port(0, m)`` left, ``process_port(1, m)``
+until it passes it, so arrivals never go back), in ``ctx.store(f"{op_id}-L")`` and
+``ctx.store(f"{op_id}-R")`` as ``key -> (arrival_ms, message)``. A message (``process_port(0, m)`` left, ``process_port(1, m)``
 right) is stored first, then the other side is looked up under the same key; when the other entry
 is younger than the TTL (``now - its arrival < ttl_ms``, strictly) the output is
 ``combine(left, right)``, the left message always first. A None result is dropped.

@@ -10,10 +10,10 @@ a checkpoint's store holds exactly the panes as of its offsets. Past a commit it
 from the store when their pane gets its next message; panes that close leave memory. A pane
 of a start none of whose panes was written at a commit (``_stored``: it opened and closed
 between two commits, or the stream ended first) closes with no store delete, so it writes no
-changelog tombstone either. The in-memory indexes (open panes and their closing order, panes kept for
-lateness) are rebuilt from the store at ``init``; the watermark is stored under
-``(None, "watermark")`` whenever panes close, which is all a restore needs to tell closed panes from
-open ones. Trigger progress is not stored (as in Samza): after a restore, a pane's early or late
+changelog tombstone either. The in-memory indexes (open panes and their closing order, panes
+kept for lateness) are rebuilt from the store at ``init``; the watermark is stored under
+``(None, "watermark")`` whenever panes close, which is all a restore needs to tell closed panes
+from open ones. Trigger progress is not stored (as in Samza): after a restore, a pane's early or late
 trigger starts afresh with its next message.
 
 Time. Without ``event_time`` a message belongs to the pane of ``ctx.clock()`` and panes close at

@@ -132,7 +132,9 @@ def test_pickle_in_a_changelog_topic_runs_nothing_and_meets_the_policy(
     name = f"cl-{tag}"
     app = window_app(name, kafka_bootstrap, tag)
     run(create_topic(kafka_bootstrap, f"in-{tag}", 1))
-    run(produce_each(kafka_bootstrap, f"in-{tag}", keyed([("u1", {"n": 1, "ts": 1.0})], 1)))
+    # u1's pane closes at ts 15.0 (the window stores its watermark), u3's is open at the end
+    run(produce_each(kafka_bootstrap, f"in-{tag}", keyed([("u1", {"n": 1, "ts": 1.0}),
+                                                          ("u3", {"n": 1, "ts": 15.0})], 1)))
     config: dict[str, Any] = {"job.dir": str(tmp_path / "job")}
     LocalRunner(app, config).run()
     store = app.plan(partitions={"in": 1}).stores[f"{name}-1-window-sum"]
@@ -141,7 +143,7 @@ def test_pickle_in_a_changelog_topic_runs_nothing_and_meets_the_policy(
     assert before, "the first run wrote the window's changelog"
     run(produce_each(kafka_bootstrap, changelog, [(0, encode_key((0, "u7")), payload)]))
     # a second run covers the payload with its checkpoint; then the local stores are lost
-    run(produce_each(kafka_bootstrap, f"in-{tag}", keyed([("u2", {"n": 2, "ts": 2.0})], 1)))
+    run(produce_each(kafka_bootstrap, f"in-{tag}", keyed([("u2", {"n": 2, "ts": 22.0})], 1)))
     LocalRunner(app, config).run()
     shutil.rmtree(tmp_path / "job" / "stores")
     offset = next(o for o, _, v in run(consume_all(kafka_bootstrap, changelog, 1))[0]

@@ -37,8 +37,10 @@ APP = textwrap.dedent('''
     local = LocalSystem("local")
     events = app.input(local.input("events", serde=SERDE, partitions=2))
     out = app.output(local.output("out", serde=SERDE, partitions=2))
+    # event i at hour i: panes close during the run, so the store writes its watermark
     w = Windows.keyed_tumbling(lambda kv: kv.key, timedelta(days=1),
-                               init=int, fold=lambda kv, n: n + 1)
+                               init=int, fold=lambda kv, n: n + 1,
+                               event_time=lambda kv: kv.value["i"] * 3600.0)
     events.window(w, name="per-key").map(lambda p: KV(p.key.key, p.message),
                                          name="pane").send_to(out)
 ''')
@@ -114,6 +116,13 @@ def test_status_after_a_run_and_after_a_load(tmp_path: Path) -> None:
     assert store["store"] == "stat-1-window-per-key"
     assert store["changelog"] == "stat-1-window-per-key-changelog"
     assert store["changelog_offsets"] > 0
+    log = LocalLog(tmp_path / "job" / "logs" / "local")
+    try:  # the span of the changelog's partitions, as the log gives it
+        assert store["changelog_offsets"] == sum(
+            log.end_offset(store["changelog"], p) - log.start_offset(store["changelog"], p)
+            for p in range(2))
+    finally:
+        log.close()
 
     text = _cli(tmp_path, "status", "stat_app.py:app")
     assert text.returncode == 0, text.stderr
