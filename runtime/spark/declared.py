@@ -35,13 +35,15 @@ from typing import Any
 from operators.state import order_key
 from planner.tiers import GENERAL_TIER, SQL_TIER, DeclaredWindow, declared_windows, spark_tiers
 from runtime.collector import dying_young
-from runtime.dag import OperatorFailure, _forward
+from runtime.dag import OperatorFailure
 from runtime.spark.executor import Columns, PassExecutor, PassFailure
 from runtime.spark.meter import IN, OUT, PANES
 from runtime.spark.shuffle import (
+    COLUMNS,
     SCHEMA,
     PassOutput,
     ShuffleCodec,
+    landing_keys,
     range_array,
     shuffle,
     to_batch,
@@ -54,7 +56,7 @@ from samza_dsl.spec import FilterSpec, FlatMapSpec, MapSpec, SendToSpec
 from samza_dsl.windows import FiringType, WindowKey, WindowPane
 
 __all__ = ["DeclaredWindow", "declared_windows", "spark_tiers", "SQL_TIER", "GENERAL_TIER",
-           "build_declared", "sql_reason"]
+           "build_declared", "build_declared_arrow", "sql_reason", "arrow_reason"]
 
 _INTEGRAL = ("tinyint", "smallint", "int", "bigint")
 _KEYS = ("string", "boolean", *_INTEGRAL)
@@ -68,19 +70,21 @@ def _type_of(schema: Any, name: str) -> str | None:
     return None
 
 
-def sql_reason(d: DeclaredWindow, plan: Any, frame: Any) -> str:
-    """Why the run cannot take the declared tier with input DataFrame ``frame`` ("" if it
-    can): the input must give its rows as they are, and the fields column types Spark SQL
-    aggregates as Python does."""
-    if frame is None:
-        return f"input {d.input!r} is not Parquet or a DataFrame"
+def _serde_reason(d: DeclaredWindow, plan: Any) -> str:
+    """Why the input's rows are not its messages as they are ("" if they are)."""
     serde = plan.app.inputs[d.input].serde
     from runtime.spark.shuffle import identity
     from runtime.spark.sources import row_converter
 
     if isinstance(serde, KVSerde) or row_converter(d.input, serde) is not identity:
         return f"input {d.input!r} converts its rows (a typed serde)"
-    schema = frame.schema
+    return ""
+
+
+def _field_reason(d: DeclaredWindow, type_of: Callable[[str], str | None], where: str) -> str:
+    """Why the fields of ``d`` are not columns Spark SQL aggregates as Python does ("" if they
+    are); ``type_of(name)``: the Spark SQL type of column ``name`` of the input (None: no such
+    column), ``where`` says which input."""
     checks: list[tuple[str, tuple[str, ...], str]] = [
         (d.partition_field, _KEYS, "partition key"), (d.time_field, _TIMES, "event time")]
     if d.key_field is not None:
@@ -88,12 +92,52 @@ def sql_reason(d: DeclaredWindow, plan: Any, frame: Any) -> str:
     if d.aggregate.field is not None:
         checks.append((d.aggregate.field, _INTEGRAL, f"{d.aggregate.kind} field"))
     for name, allowed, what in checks:
-        t = _type_of(schema, name)
+        t = type_of(name)
         if t is None:
-            return f"input {d.input!r} has no column {name!r}"
+            return f"{where} has no column {name!r}"
         if t not in allowed:
             return f"the {what} {name!r} is {t}"
     return ""
+
+
+def sql_reason(d: DeclaredWindow, plan: Any, frame: Any) -> str:
+    """Why the run cannot take the declared tier with input DataFrame ``frame`` ("" if it
+    can): the input must give its rows as they are, and the fields column types Spark SQL
+    aggregates as Python does."""
+    if frame is None:
+        return f"input {d.input!r} is not Parquet or a DataFrame"
+    return _serde_reason(d, plan) or _field_reason(
+        d, lambda name: _type_of(frame.schema, name), f"input {d.input!r}")
+
+
+#: Arrow types as Spark SQL reads them from Parquet
+_ARROW_TYPES = {"string": "string", "large_string": "string", "bool": "boolean",
+                "int8": "tinyint", "int16": "smallint", "int32": "int", "int64": "bigint",
+                "uint8": "smallint", "uint16": "int", "uint32": "bigint",
+                "float": "float", "double": "double"}
+
+
+def arrow_reason(d: DeclaredWindow, plan: Any, source: Any) -> str:
+    """Why the declared pass of ``d`` cannot read its input's Parquet files with Arrow and
+    pre-aggregate them there ("" if it can): as ``sql_reason``, with the columns of every
+    file (a column missing from a file, or read as another type, leaves it to Spark)."""
+    schemas = getattr(source, "file_schemas", None)
+    if not schemas or not getattr(source, "splits", None):
+        return f"input {d.input!r} is not Parquet files"
+    used = [d.partition_field, d.time_field, d.aggregate.field]
+    if d.key_field != d.partition_field:
+        used.append(d.key_field)
+    named = [f for f in used if f is not None]
+    if len(set(named)) < len(named):
+        return f"window {d.window_op!r} names a field twice"
+    reason = _serde_reason(d, plan)
+    for schema in schemas:
+        def type_of(name: str, schema: Any = schema) -> str | None:
+            i = schema.get_field_index(name)
+            return None if i < 0 else _ARROW_TYPES.get(str(schema.field(i).type),
+                                                       str(schema.field(i).type))
+        reason = reason or _field_reason(d, type_of, f"a file of input {d.input!r}")
+    return reason
 
 
 def _q(name: str) -> str:
@@ -173,6 +217,299 @@ def build_declared(spark: Any, plan: Any, d: DeclaredWindow, frame: Any, n: int,
     rows = panes.mapInArrow(place, placed_schema)
     by_task = shuffle(spark, rows, n, ["_start", "_wk"])
 
+    df = by_task.mapInArrow(_window_run(plan, d, counts, tally, encoded, codec), SCHEMA)
+    return PassOutput(spark, codec, f"pass {d.partition_stage}+{d.window_stage} ({SQL_TIER})", df=df)
+
+
+#: how many rows of a row group the pre-aggregation reads at a time (a bound on its memory)
+ARROW_BATCH = 1 << 20
+_MS_LIMIT = float(2**63)  # event times in ms beyond an int64
+
+
+def build_declared_arrow(spark: Any, plan: Any, d: DeclaredWindow, source: Any, n: int,
+                         counts: Mapping[str, int],
+                         tally: Callable[[PassExecutor, dict[str, int]], None],
+                         encoded: frozenset[str] = frozenset(),
+                         codec: ShuffleCodec | None = None) -> PassOutput:
+    """``build_declared`` over Parquet files (``source``: their splits, ``arrow_reason``), in
+    two stages where Spark's reader takes three.
+
+    The map side reads the fields of each row group with Arrow and aggregates them there by
+    (partition key, window key, pane start) (Arrow's hash aggregation: no Python per row), and
+    places each distinct partition key in its task partition, by murmur2 of the serialized
+    key as ``partition_by`` does. The exchange moves each partial row to the Spark partition of
+    its task partition; Spark SQL merges the partials of each pane there (no second exchange:
+    the grouping holds the exchange's key), sorts them by pane start and hands them to the
+    same Python step as ``build_declared``. A row whose event time or value is missing, None
+    or not a finite number stops the run, naming the file and the row."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    codec = codec or ShuffleCodec(plan)
+    splits: list[tuple[str, int]] = list(source.splits)
+    agg = d.aggregate
+    kind = agg.kind
+    same = d.key_field == d.partition_field
+    schema = source.file_schemas[0]
+
+    def spark_type(name: str) -> str:
+        t = _ARROW_TYPES[str(schema.field(schema.get_field_index(name)).type)]
+        return "bigint" if t in _INTEGRAL else t
+    fields = [d.partition_field, d.time_field]
+    keys = ["_pk"]
+    ddl = [f"_k int, p int, _pk {spark_type(d.partition_field)}"]
+    if not same and d.key_field is not None:
+        fields.append(d.key_field)
+        keys.append("_wk")
+        ddl.append(f"_wk {spark_type(d.key_field)}")
+    ddl.append("_start bigint, _n bigint")
+    if agg.field is not None:
+        fields.append(agg.field)
+        ddl.append("_v decimal(38,0)" if kind in ("sum", "mean") else "_v bigint")
+    fields = list(dict.fromkeys(fields))
+    partials_fn = _arrow_partials(plan, d, splits, n, fields, keys)
+    tasks = max(1, min(len(splits), spark.sparkContext.defaultParallelism))
+    partials = spark.range(len(splits), numPartitions=tasks).mapInArrow(
+        partials_fn, ", ".join(ddl))
+    # merge the partials where the exchange put them: the grouping holds its key (``_k``)
+    final = ["sum(_n) AS _n"]
+    if agg.field is not None:
+        final.append(f"{'sum' if kind in ('sum', 'mean') else kind}(_v) AS _v")
+    wk = "_pk AS _wk" if same else "_wk" if d.key_field is not None else \
+        "CAST(NULL AS STRING) AS _wk"
+    by_task = (partials.repartition(n, "_k").groupBy("_k", "p", *keys, "_start")
+               .agg(*map(F.expr, final))
+               .selectExpr("_pk", wk, "_start", "_n", "CAST(0 AS BIGINT) AS _bad_ts",
+                           "CAST(0 AS BIGINT) AS _bad_v",
+                           "_v" if agg.field is not None else "CAST(NULL AS BIGINT) AS _v", "p")
+               .sortWithinPartitions("_start", "_wk"))
+    line = _one_per_key(plan, d)
+    run = _window_run(plan, d, counts, tally, encoded, codec) if line is None else \
+        _line_run(plan, d, line, counts, tally, encoded, codec)
+    df = by_task.mapInArrow(run, SCHEMA)
+    return PassOutput(spark, codec, f"pass {d.partition_stage}+{d.window_stage} ({SQL_TIER})", df=df)
+
+
+def _line_run(plan: Any, d: DeclaredWindow, line: list[str], counts: Mapping[str, int],
+              tally: Callable[[PassExecutor, dict[str, int]], None], encoded: frozenset[str],
+              codec: ShuffleCodec) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """``_window_run`` where each row is a whole pane and the operators after the window form
+    ``line`` (``_one_per_key``): the panes of a batch go through the line together
+    (``PassExecutor.line``), each start's in the order of their keys."""
+    stage_ids = [d.window_stage]
+    config = plan.config
+    agg = d.aggregate
+    op_id, mode, finish, kind = d.window_op, d.window.mode, agg.finish, agg.kind
+    accumulator, default = Aggregate.accumulator, FiringType.DEFAULT
+    counting = kind == "count"
+
+    @dying_young
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        part = ctx.partitionId() if ctx is not None else 0
+        okeys: dict[Any, bytes] = {}
+        total = 0
+        keys: list[Any] = []
+        starts: list[int] = []
+        try:
+            ex = PassExecutor(plan, stage_ids, part, counts, config, encoded=encoded)
+            run_line, meter = ex.line(line), ex.meters[op_id]
+            held: list[list[Any]] = [[], [], [], []]  # the rows of the last start seen
+
+            def fire(cols: list[list[Any]]) -> Any:
+                """The panes of whole starts (rows sorted by start) through the line."""
+                nonlocal total, keys, starts
+                keys, starts, ns, values = cols
+                for k in set(keys):
+                    if k not in okeys:
+                        okeys[k] = order_key(k)
+                order = sorted(range(len(keys)), key=lambda i: (starts[i], okeys[keys[i]]))
+                if not counting and None in values:  # a sum beyond Spark SQL's decimals
+                    i = values.index(None)
+                    raise _pane_failure(d, keys[i], starts[i], 0, 0)
+                pane_ids = {st: str(st) for st in set(starts)}
+                panes = [WindowPane(WindowKey(keys[i], pane_ids[starts[i]]),
+                                    ns[i] if counting else
+                                    finish(accumulator(kind, ns[i], values[i], values[i])),
+                                    default, mode) for i in order]
+                rows = sum(ns)
+                total += rows
+                meter[IN] += rows
+                meter[OUT] += len(panes)
+                meter[PANES] += len(panes)
+                return columns_batch(codec, run_line(panes, order))
+
+            for b in batches:
+                if not b.num_rows:
+                    continue
+                cols = [b.column(i).to_pylist() for i in (0, 2, 3, 6)]
+                last = cols[1][-1]
+                cut = len(cols[1])
+                while cut and cols[1][cut - 1] == last:
+                    cut -= 1
+                if cut:  # the starts before the batch's last are whole
+                    done = [h + c[:cut] for h, c in zip(held, cols, strict=True)]
+                    held = [c[cut:] for c in cols]
+                    out = fire(done)
+                    if out is not None:
+                        yield out
+                else:
+                    held = [h + c for h, c in zip(held, cols, strict=True)]
+            if held[0]:
+                out = fire(held)
+                if out is not None:
+                    yield out
+            if ex.finish():
+                raise PassFailure(f"window {op_id!r}: an operator after it wrote at the end of "
+                                  f"the stream of task partition {part}")
+        except PassFailure:
+            raise
+        except OperatorFailure as f:
+            where = "" if f.tag is None or f.tag < 0 else \
+                f" on pane {starts[f.tag]} of key {keys[f.tag]!r} of window {op_id!r}"
+            raise _after_failure(d, f, where) from f
+        except Exception as exc:
+            raise PassFailure(f"stream {d.input!r} into window {op_id!r} (declared tier) in "
+                              f"task partition {part}: {type(exc).__name__}: {exc}") from exc
+        tally(ex, _read_counts(d, total))
+
+    return run
+
+
+def columns_batch(codec: ShuffleCodec, c: Columns) -> Any:
+    """The records of ``c`` (``PassExecutor.line``) as an Arrow batch of ``SCHEMA`` rows (None
+    where there are none)."""
+    import pyarrow as pa
+
+    k = len(c.tags)
+    if not k:
+        return None
+    if c.lines is not None:
+        ks: list[bytes | None] = [None] * k
+        ms: list[bytes] = c.lines
+    else:
+        ks, ms = [], []
+        for key, mb in map(codec.dumper(), itertools.repeat(c.sid), c.messages):
+            ks.append(key)
+            ms.append(mb)
+    return pa.RecordBatch.from_arrays([
+        pa.array(c.parts, pa.int32()), pa.array([c.sid] * k, pa.string()),
+        pa.array([c.sort_ms] * k, pa.int64()), pa.array([c.src] * k, pa.int32()),
+        range_array(c.offsets), pa.array([c.clock_ms] * k, pa.int64()),
+        pa.array(ks, pa.binary()), pa.array(ms, pa.binary())], names=list(COLUMNS))
+
+
+def _arrow_partials(plan: Any, d: DeclaredWindow, splits: list[tuple[str, int]], n: int,
+                    fields: list[str], keys: list[str]) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """The map side of ``build_declared_arrow``: split numbers -> the partial aggregates of
+    their row groups (``_k, p, _pk[, _wk], _start, _n[, _v]``)."""
+    agg, stream = d.aggregate, d.stream
+    kind, size, op_id = agg.kind, d.window.size_ms, d.window_op
+    landing = landing_keys(n)
+    names = {d.partition_field: "_pk", d.time_field: "_ts"}
+    if len(keys) > 1:
+        names[d.key_field or ""] = "_wk"
+    if agg.field is not None:
+        names[agg.field] = "_v"
+    value_agg = {"sum": "sum", "mean": "sum", "min": "min", "max": "max"}.get(kind)
+
+    def bad_row(what: str, name: str, f: str, row: int) -> PassFailure:
+        return PassFailure(
+            f"window {op_id!r}: field {name!r} is {what} in row {row} of {f} (input "
+            f"{d.input!r}); fix the input or filter such rows out before the window")
+
+    @dying_young
+    def partials(batches: Iterator[Any]) -> Iterator[Any]:
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        rule = partition_of(plan, stream, n, 0)
+        placed: dict[Any, int] = {}
+
+        def aggregate(part: Any, f: str, row: int) -> Any:
+            """The partial aggregates of a batch of rows (the first is row ``row`` of ``f``)."""
+            cols = {names[c]: part.column(c) for c in part.schema.names}
+            ts = cols.pop("_ts")
+            if pa.types.is_integer(ts.type) and not ts.null_count:
+                t = ts.to_numpy(zero_copy_only=False).astype(np.int64)
+                bad = np.abs(t.astype(np.float64) * 1000.0) >= _MS_LIMIT
+                ms = np.where(bad, 0, t) * 1000
+            else:  # half to even, as round(); None is NaN here
+                x = ts.cast(pa.float64()).to_numpy(zero_copy_only=False) * 1000.0
+                bad = ~(np.abs(x) < _MS_LIMIT)
+                ms = np.rint(np.where(bad, 0.0, x)).astype(np.int64)
+            if bad.any():
+                raise bad_row("missing, None or not a finite number", d.time_field, f,
+                              row + int(np.flatnonzero(bad)[0]))
+            cols["_start"] = pa.array(ms - ms % size)
+            aggs: list[Any] = [([], "count_all")]
+            if value_agg is not None:
+                v = cols["_v"]
+                if v.null_count:
+                    r = int(np.flatnonzero(v.is_null().to_numpy(zero_copy_only=False))[0])
+                    raise bad_row("missing or None", agg.field or "", f, row + r)
+                cols["_v"] = v.cast(pa.decimal128(38, 0) if kind in ("sum", "mean")
+                                    else pa.int64())
+                aggs.append(("_v", value_agg))
+            for k in keys:
+                if pa.types.is_integer(cols[k].type):
+                    cols[k] = cols[k].cast(pa.int64())
+                elif pa.types.is_large_string(cols[k].type):
+                    cols[k] = cols[k].cast(pa.string())
+            return pa.table(cols).group_by([*keys, "_start"], use_threads=False).aggregate(aggs)
+
+        def place(t: Any) -> Any:
+            """The partials with the task partition of each partition key and its landing key."""
+            ps = []
+            get = placed.get
+            for k in t.column("_pk").to_pylist():
+                p = get(k)
+                if p is None:
+                    p = placed[k] = rule(KV(k, None))
+                ps.append(p)
+            arrays = [pa.array([landing[p] for p in ps], pa.int32()), pa.array(ps, pa.int32()),
+                      *(t.column(k).combine_chunks() for k in keys),
+                      t.column("_start").combine_chunks(), t.column("count_all").combine_chunks()]
+            out = ["_k", "p", *keys, "_start", "_n"]
+            if value_agg is not None:
+                arrays.append(t.column(f"_v_{value_agg}").combine_chunks())
+                out.append("_v")
+            return pa.RecordBatch.from_arrays(arrays, names=out)
+
+        for b in batches:
+            for i in b.column(0).to_pylist():
+                f, g = splits[i]
+                try:
+                    pf = pq.ParquetFile(f)
+                    meta = pf.metadata
+                    if g >= meta.num_row_groups:
+                        continue
+                    row = sum(meta.row_group(j).num_rows for j in range(g))
+                    for part in pf.iter_batches(batch_size=ARROW_BATCH, row_groups=[g],
+                                                columns=fields, use_threads=False):
+                        if part.num_rows:
+                            yield place(aggregate(part, f, row))
+                        row += part.num_rows
+                except PassFailure:
+                    raise
+                except Exception as exc:
+                    raise PassFailure(f"input {d.input!r}: row group {g} of {f} cannot be "
+                                      f"read: {type(exc).__name__}: {exc}") from exc
+
+    return partials
+
+
+def _window_run(plan: Any, d: DeclaredWindow, counts: Mapping[str, int],
+                tally: Callable[[PassExecutor, dict[str, int]], None], encoded: frozenset[str],
+                codec: ShuffleCodec) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """The window pass's Python step over the rows of the aggregation in task partition p
+    (Spark partition p), sorted by pane start: ``_pk, _wk, _start, _n, _bad_ts, _bad_v, _v,
+    p``. It finishes each pane (the rows of a window key merged), fires the panes of each
+    start in the order of their keys, runs the operators after the window and writes
+    ``SCHEMA``'s rows."""
+    w, agg = d.window, d.aggregate
     stage_ids = [d.window_stage]
     config = plan.config
     where = f"stream {d.input!r} into window {d.window_op!r} (declared tier)"
@@ -222,7 +559,14 @@ def build_declared(spark: Any, plan: Any, d: DeclaredWindow, frame: Any, n: int,
                     meter[IN] += count
                 meter[OUT] += len(panes)
                 meter[PANES] += len(panes)
-                _forward(panes, nexts)
+                pane: Any = None
+                try:
+                    for pane in panes:
+                        for nxt in nexts:
+                            nxt(pane)
+                except OperatorFailure as f:
+                    raise _after_failure(d, f, f" on pane {pane_id} of key {pane.key.key!r}"
+                                               f" of window {op_id!r}") from f
             pending: list[tuple[Any, ...]] = []  # the rows of one pane start
             for b in batches:
                 if not b.num_rows:
@@ -248,8 +592,14 @@ def build_declared(spark: Any, plan: Any, d: DeclaredWindow, frame: Any, n: int,
                               f"{exc}") from exc
         tally(ex, _read_counts(d, total))
 
-    df = by_task.mapInArrow(run, SCHEMA)
-    return PassOutput(spark, codec, f"pass {d.partition_stage}+{d.window_stage} ({SQL_TIER})", df=df)
+    return run
+
+
+def _after_failure(d: DeclaredWindow, f: OperatorFailure, where: str) -> PassFailure:
+    """The error of an operator after the window failing (``where``: on which pane)."""
+    return PassFailure(f"operator {f.op_id!r} failed{where} (input {d.input!r}, declared "
+                       f"tier): {f.reason}; fix the function or the input and run again: "
+                       f"nothing was written")
 
 
 def _pane_failure(d: DeclaredWindow, wk: Any, start: int, bad_ts: int, bad_v: int
@@ -401,10 +751,7 @@ def _build_one_per_key(spark: Any, plan: Any, d: DeclaredWindow, line: list[str]
         except OperatorFailure as f:
             where = "" if f.tag is None or f.tag < 0 else \
                 f" on pane {starts[f.tag]} of key {keys[f.tag]!r} of window {op_id!r}"
-            raise PassFailure(
-                f"operator {f.op_id!r} failed{where} (input {d.input!r}, declared tier): "
-                f"{f.reason}; fix the function or the input and run again: nothing was "
-                f"written") from f
+            raise _after_failure(d, f, where) from f
         except Exception as exc:
             raise PassFailure(f"stream {d.input!r} into window {op_id!r} (declared tier) in "
                               f"Spark partition {spark_part}: {type(exc).__name__}: "

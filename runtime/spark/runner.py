@@ -64,7 +64,9 @@ from runtime.spark.declared import (
     GENERAL_TIER,
     SQL_TIER,
     DeclaredWindow,
+    arrow_reason,
     build_declared,
+    build_declared_arrow,
     declared_windows,
     sql_reason,
 )
@@ -554,6 +556,7 @@ class _Compiler:
         #: stage id -> the tier it ran in (``runtime.spark.declared``)
         self.tiers: dict[str, str] = {}
         self.frames: dict[str, Any] = {}  # window stage id -> the input DataFrame it aggregates
+        self.arrow: dict[str, Any] = {}  # window stage id -> the Parquet source it reads itself
         #: intermediate streams whose readers read nothing else: a lone ``partition_by`` may
         #: carry its input's rows into them as columns (``_carry``)
         self.may_carry: set[str] = set()
@@ -603,7 +606,12 @@ class _Compiler:
         found, _ = declared_windows(self.plan)
         out: dict[str, DeclaredWindow] = {}
         for d in found.values():
-            frame = self.sources[d.input].frame(self.spark)
+            source = self.sources[d.input]
+            if not arrow_reason(d, self.plan, source):  # Parquet files: read them with Arrow
+                self.arrow[d.window_stage] = source
+                out[d.partition_stage] = out[d.window_stage] = d
+                continue
+            frame = source.frame(self.spark)
             if not sql_reason(d, self.plan, frame):
                 self.frames[d.window_stage] = frame
                 out[d.partition_stage] = out[d.window_stage] = d
@@ -615,9 +623,10 @@ class _Compiler:
 
         def tally(ex: PassExecutor, extra: dict[str, int]) -> None:
             acc.add(_tally(ex, windows, extra))
-        out = build_declared(self.spark, self.plan, d, self.frames[d.window_stage],
-                             self.counts[d.stream], self.counts, tally, self.encoded,
-                             self.codec)
+        build = build_declared_arrow if d.window_stage in self.arrow else build_declared
+        given = self.arrow.get(d.window_stage) or self.frames[d.window_stage]
+        out = build(self.spark, self.plan, d, given, self.counts[d.stream], self.counts, tally,
+                    self.encoded, self.codec)
         out.shuffled = f"{STAGE_PREFIX}{self.plan.job_name}: {d.partition_stage}+" \
                        f"{d.window_stage} ({SQL_TIER})"
         for stage in self.plan.stages:

@@ -182,6 +182,10 @@ class Source:
         self.columns: Any = None
         self.read_batches: Callable[[int], Iterator[tuple[Any, RowColumns]]] | None = None
         self.convert: Callable[[Any], Any] | None = None
+        #: Parquet files read by Arrow: (file, row group) of each source partition, and each
+        #: file's Arrow schema (None for other inputs)
+        self.splits: list[tuple[str, int]] | None = None
+        self.file_schemas: list[Any] | None = None
 
     def carry(self, columns: Any, read_batches: Callable[[int], Iterator[tuple[Any, RowColumns]]],
               convert: Callable[[Any], Any]) -> None:
@@ -483,6 +487,7 @@ def _parquet_source(stream_id: str, descriptor: Any, files: list[str], given: Fi
 
     src = Source(stream_id, max(len(splits), 1), names, build, read,
                  frame=lambda spark: spark.read.parquet(*files))
+    src.splits, src.file_schemas = splits, schemas
     if not descriptor.keyed and len(set(schemas)) == 1:
         # the rows themselves are the messages: a pass can carry them as columns
         src.carry(schemas[0], read_batches, row_converter(stream_id, descriptor.serde))
