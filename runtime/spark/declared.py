@@ -15,6 +15,16 @@ distinct partition keys (to place each in its task partition, by murmur2 of the 
 key, as ``partition_by`` does) and one row per pane (to finish the aggregate, as
 ``Aggregate.finish`` does, and to run the operators after the window).
 
+Parquet files are not read through Spark's reader: each Spark task of a first ``mapInArrow``
+reads whole row groups with pyarrow (only the fields the window names), takes event times to
+ms a batch at a time with numpy (as the general tier does: half to even), pre-aggregates the
+batch by (partition key, window key, pane start) with Arrow's ``group_by``, and places each
+distinct partition key (once per Python worker). Spark SQL then merges those partials, one
+exchange into their task partitions, and a second ``mapInArrow`` finishes each pane. A row the
+window cannot take (an event time that is None, NaN or infinite; a None value) fails the job
+with the window, the field, the row and the file named. A DataFrame input, or files whose
+columns differ in type from what the declared tier takes, go through Spark SQL's own reader.
+
 Parity. The general tier reads such an input in offset order: the window's watermark never
 moves in the pass (the input declares no event time and the window is past a shuffle), so no
 message is late and every pane fires once as DEFAULT at end-of-stream, by pane start and then

@@ -325,3 +325,145 @@ def test_the_declared_tier_equals_the_streaming_runtime(
     result = SparkRunner(spark).reprocess(app(), {"events": spark.createDataFrame(rows, SCHEMA)})
     assert set(result.tiers.values()) == {SQL_TIER}
     assert Counter(result.messages("out")) == Counter(streaming)
+
+
+# Parquet files: the declared tier reads their row groups with Arrow and pre-aggregates them
+
+ARROW_SCHEMA = {"k": "string", "v": "int64", "ts": "float64", "id": "string"}
+
+
+def parquet_of(rows: list[dict[str, Any]], directory: Path, *, files: int = 3,
+               row_group_size: int = 2, types: dict[str, str] | None = None) -> Any:
+    """``rows`` written in order over ``files`` Parquet files of small row groups (one input
+    whose offset order is the rows' order)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from runtime.spark import FileInput
+    schema = pa.schema([(c, getattr(pa, t)()) for c, t in (types or ARROW_SCHEMA).items()])
+    directory.mkdir(parents=True, exist_ok=True)
+    step = max(1, -(-len(rows) // files))
+    for i in range(files):
+        chunk = rows[i * step:(i + 1) * step]
+        table = pa.Table.from_pylist(chunk, schema=schema)
+        pq.write_table(table, directory / f"part-{i:05d}.parquet", row_group_size=row_group_size)
+    return FileInput(str(directory), format="parquet")
+
+
+def part_files(d: Path) -> dict[str, bytes]:
+    return {f.name: f.read_bytes() for f in sorted(d.iterdir()) if f.name.startswith("part-")}
+
+
+@pytest.mark.parametrize("keyed", [True, False], ids=["keyed", "global"])
+@pytest.mark.parametrize("aggregate", AGGREGATES, ids=lambda a: a.kind)
+def test_parquet_files_give_the_same_bytes_as_a_dataframe_and_the_general_tier(
+        spark: Any, aggregate: Aggregate, keyed: bool, tmp_path: Path) -> None:
+    rows = [*EDGE_ROWS, *({"k": f"k{i % 7}", "v": i * 3 - 50, "ts": i * 0.37, "id": str(i)}
+                          for i in range(300))]
+    runner = SparkRunner(spark)
+    out = {name: str(tmp_path / name) for name in ("files", "frame", "general")}
+    files = runner.reprocess(app_of(aggregate, keyed=keyed),
+                             {"events": parquet_of(rows, tmp_path / "in", row_group_size=16)},
+                             outputs={"out": out["files"]})
+    frame = runner.reprocess(app_of(aggregate, keyed=keyed),
+                             {"events": spark.createDataFrame(rows, SCHEMA)},
+                             outputs={"out": out["frame"]})
+    general = runner.reprocess(app_of(aggregate, keyed=keyed), {"events": {0: rows}},
+                               outputs={"out": out["general"]})
+    assert set(files.tiers.values()) == set(frame.tiers.values()) == {SQL_TIER}
+    assert set(general.tiers.values()) == {GENERAL_TIER}
+    written = part_files(tmp_path / "files")
+    assert written == part_files(tmp_path / "frame") == part_files(tmp_path / "general")
+    assert sum(v.count(b"\n") for v in written.values()) > 2
+    assert files.rows_in == general.rows_in == {"events": len(rows)}
+    assert files.rows_out == general.rows_out
+    window = files.operators["declared-1-window-w"]
+    assert window["messages-in"] == len(rows)
+    assert window["panes-emitted"] == sum(v.count(b"\n") for v in written.values())
+
+
+def test_integer_keys_and_times_from_parquet_files(spark: Any, tmp_path: Path) -> None:
+    """Integer columns of every width: keys placed as the general tier places them, integer
+    event times in seconds, sums past 2**63."""
+    rows = [{"k": (i * 7919) % 5 - 2, "v": 2**62 - i, "ts": i * 3 - 40, "id": str(i)}
+            for i in range(200)]
+    types = {"k": "int16", "v": "int64", "ts": "int32", "id": "string"}
+
+    def app() -> StreamApplication:
+        return app_of(Aggregate.sum("v"), size_s=70)
+    files = SparkRunner(spark).reprocess(app(), {"events": parquet_of(
+        rows, tmp_path / "in", types=types, row_group_size=9)},
+        outputs={"out": str(tmp_path / "files")})
+    general = SparkRunner(spark).reprocess(app(), {"events": {0: rows}},
+                                           outputs={"out": str(tmp_path / "general")})
+    assert set(files.tiers.values()) == {SQL_TIER} and set(general.tiers.values()) == {GENERAL_TIER}
+    assert part_files(tmp_path / "files") == part_files(tmp_path / "general")
+    assert max(m[2] for m in files.messages("out")) > 2**63
+
+
+def test_a_parquet_field_the_tier_cannot_aggregate_exactly_takes_the_general_tier(
+        spark: Any, tmp_path: Path) -> None:
+    rows = [{"k": "a", "v": 0.1, "ts": 1.0, "id": "1"}, {"k": "a", "v": 0.2, "ts": 2.0, "id": "2"},
+            {"k": "a", "v": 0.3, "ts": 3.0, "id": "3"}]
+    events = parquet_of(rows, tmp_path / "in", types={**ARROW_SCHEMA, "v": "float64"})
+    result = SparkRunner(spark).reprocess(app_of(Aggregate.sum("v")), {"events": events})
+    assert set(result.tiers.values()) == {GENERAL_TIER}
+    assert result.messages("out") == [("a", "0", 0.6, "default")]
+
+
+@pytest.mark.parametrize("bad", ["ts-none", "ts-nan", "ts-inf", "v-none"])
+def test_a_bad_row_in_a_parquet_file_names_the_window_field_row_and_file(
+        spark: Any, bad: str, tmp_path: Path) -> None:
+    rows = [{"k": f"k{i % 3}", "v": i, "ts": float(i), "id": str(i)} for i in range(20)]
+    field, value = {"ts-none": ("ts", None), "ts-nan": ("ts", float("nan")),
+                    "ts-inf": ("ts", float("inf")), "v-none": ("v", None)}[bad]
+    rows[13][field] = value  # row 13 of 20 over two files of 10: row 3 of the second
+    events = parquet_of(rows, tmp_path / "in", files=2, row_group_size=2)
+    with pytest.raises(ReprocessError) as info:
+        SparkRunner(spark).reprocess(app_of(Aggregate.sum("v")), {"events": events})
+    text = str(info.value)
+    assert f"window 'declared-1-window-w': field '{field}' is missing" in text
+    assert "in row 3 of " in text and "part-00001.parquet" in text
+    assert "input 'events'" in text and "filter such rows out" in text
+
+
+@pytest.mark.parametrize("after", ["flat", "sink"])
+def test_the_operators_after_a_declared_window_over_parquet_files(
+        spark: Any, after: str, tmp_path: Path) -> None:
+    runner = SparkRunner(spark)
+    files = runner.reprocess(_line_app(after), {"events": parquet_of(LINE_ROWS, tmp_path / "in")},
+                             outputs={"out": str(tmp_path / "files")})
+    general = runner.reprocess(_line_app(after), {"events": {0: LINE_ROWS}},
+                               outputs={"out": str(tmp_path / "general")})
+    assert set(files.tiers.values()) == {SQL_TIER}
+    assert part_files(tmp_path / "files") == part_files(tmp_path / "general")
+    assert files.rows_out == general.rows_out
+    for op in files.operators:
+        if "window" not in op:
+            assert files.operators[op]["messages-in"] == general.operators[op]["messages-in"]
+            assert files.operators[op]["messages-out"] == general.operators[op]["messages-out"]
+
+
+def test_a_function_failing_after_a_declared_window_over_parquet_files(
+        spark: Any, tmp_path: Path) -> None:
+    with pytest.raises(ReprocessError, match=r"operator 'line-1-map-breaks-on-k3' failed on "
+                                             r"pane \d+ of key 'k3'.*ZeroDivisionError"):
+        SparkRunner(spark).reprocess(_line_app("fails"), {
+            "events": parquet_of(LINE_ROWS, tmp_path / "in")})
+
+
+@PROPS
+@given(parts=partitioned_events(own_keys=False), aggregate=st.sampled_from(AGGREGATES),
+       keyed=st.booleans(), size_s=st.integers(1, 6), partitions=st.integers(1, 4),
+       row_group_size=st.integers(1, 5))
+def test_the_declared_tier_over_parquet_files_equals_the_streaming_runtime(
+        spark: Any, parts: Any, aggregate: Aggregate, keyed: bool, size_s: int,
+        partitions: int, row_group_size: int, tmp_path_factory: Any) -> None:
+    def app() -> StreamApplication:
+        return app_of(aggregate, keyed=keyed, size_s=size_s, partitions=partitions)
+    rows = rows_of(parts)
+    streaming = TestRunner(app()).add_input("events", parts).run(timeout=30).messages("out")
+    events = parquet_of(rows, tmp_path_factory.mktemp("in"), row_group_size=row_group_size)
+    result = SparkRunner(spark).reprocess(app(), {"events": events})
+    assert set(result.tiers.values()) == {SQL_TIER}
+    assert Counter(result.messages("out")) == Counter(streaming)
