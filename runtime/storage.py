@@ -18,8 +18,8 @@ import lmdb
 
 from samza_dsl.errors import SamzaError
 
-__all__ = ["StorageError", "check_file_not_truncated", "check_not_truncated", "fault_errno",
-           "fork_safe_lock", "reserve_lock_file", "storage_error"]
+__all__ = ["MappedPages", "StorageError", "check_file_not_truncated", "check_not_truncated",
+           "fault_errno", "fork_safe_lock", "reserve_lock_file", "storage_error"]
 
 
 class StorageError(SamzaError):
@@ -224,3 +224,78 @@ def reserve_lock_file(directory: str, what: str) -> None:
                 f"cannot allocate {path} ({what}): {e}") from e
     finally:
         os.close(fd)
+
+
+class MappedPages:
+    """Lets go of the pages of an LMDB file that reads have mapped into this process.
+
+    LMDB reads through a read-only shared map of its data file, so every page a reader touched
+    counts in the process's resident set until the map is closed. For a file read once from
+    end to end (a log), that is the whole file. ``read(n)`` counts the bytes read;
+    past ``every`` bytes it asks the kernel to drop the map's pages (``madvise`` with
+    ``MADV_DONTNEED``, Linux): the pages stay in the page cache, and a read that needs one
+    again maps it back from there with the same contents. Nothing is lost or written. Where
+    ``/proc/self/maps`` or ``madvise`` is missing it does nothing."""
+
+    __slots__ = ("data_file", "every", "_since", "_real")
+
+    def __init__(self, data_file: str, every: int = 16 << 20) -> None:
+        self.data_file = data_file
+        self.every = every
+        self._since = 0
+        self._real = os.path.realpath(data_file)
+
+    def read(self, n: int) -> None:
+        self._since += n
+        if self._since >= self.every:
+            self._since = 0
+            self.release()
+
+    def release(self) -> int:
+        """Drops the mapped pages of the file now; returns the bytes of map given back to the
+        kernel's care (0 where it cannot)."""
+        if _MADVISE is None:
+            return 0
+        released = 0
+        for start, end in _maps_of(self._real):
+            if _MADVISE(start, end - start, _MADV_DONTNEED) == 0:
+                released += end - start
+        return released
+
+
+_MADV_DONTNEED = 4
+
+
+def _load_madvise() -> Any:
+    import sys
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.madvise
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_MADVISE = _load_madvise()
+
+
+def _maps_of(path: str) -> list[tuple[int, int]]:
+    """The address ranges of this process's read-only shared maps of the file at ``path``."""
+    out = []
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                parts = line.rstrip("\n").split(None, 5)
+                # e.g. "7f0a...-7f0b... r--s 00000000 fd:01 1234 /path/data.mdb"
+                if len(parts) < 6 or parts[1] != "r--s" or parts[5] != path:
+                    continue
+                start, _, end = parts[0].partition("-")
+                out.append((int(start, 16), int(end, 16)))
+    except (OSError, ValueError):
+        return []
+    return out

@@ -38,6 +38,7 @@ import lmdb
 import msgspec
 
 from runtime.storage import (
+    MappedPages,
     check_file_not_truncated,
     check_not_truncated,
     fork_safe_lock,
@@ -124,9 +125,10 @@ def _segment_ts(value: Any) -> int:
 class _Shared:
     """One open environment, shared by every LocalLog on its directory in this process."""
 
-    __slots__ = ("env", "streams", "log", "meta", "refs", "pid", "ident")
+    __slots__ = ("env", "streams", "log", "meta", "refs", "pid", "ident", "pages")
 
-    def __init__(self, env: Any, streams: Any, log: Any, meta: Any, ident: Any) -> None:
+    def __init__(self, env: Any, streams: Any, log: Any, meta: Any, ident: Any,
+                 pages: MappedPages) -> None:
         self.env = env
         self.streams = streams
         self.log = log
@@ -134,6 +136,9 @@ class _Shared:
         self.refs = 1
         self.pid = os.getpid()
         self.ident = ident
+        #: the pages reads mapped in, let go of every 16 MB read: a log is mostly
+        #: read once, and its pages would otherwise stay in the process's resident set
+        self.pages = pages
 
 
 # realpath -> the environment open on it. LMDB forbids opening one environment twice in a
@@ -249,7 +254,8 @@ class LocalLog:
             env.close()
             raise storage_error(e, self.path, "opening the local log") or _unreadable(
                 self.path, e) from e
-        return _Shared(env, streams, log, meta, _file_ident(real))
+        return _Shared(env, streams, log, meta, _file_ident(real),
+                       MappedPages(os.path.join(real, "data.mdb")))
 
     # ------------------------------------------------------------------ plumbing
 
@@ -568,6 +574,7 @@ class LocalLog:
             return offset, []
         start = -1
         out: list[Record] = []
+        read_bytes = 0
         while True:
             key = bytes(cur.key())
             if key[:n] != prefix:
@@ -597,6 +604,7 @@ class LocalLog:
                 records: list[Any] = _DECODE_SEGMENT(value)[1]
             except (msgspec.DecodeError, msgspec.ValidationError) as e:
                 raise self._corrupt_segment(prefix, key, e) from e
+            read_bytes += len(value)
             need = len(records) if whole else max_records - len(out)
             if not out and skip == 0 and len(records) <= need:
                 out = records  # the common case: a whole segment, no copy
@@ -604,6 +612,8 @@ class LocalLog:
                 out.extend(records[skip : skip + need])
             if len(out) >= max_records or not cur.next():
                 break
+        if self._shared is not None:
+            self._shared.pages.read(read_bytes)
         if start < 0:
             return offset, []
         return start, out
@@ -684,6 +694,7 @@ class LocalLog:
         offsets: list[int] | None = None  # None while the records read are consecutive
         first = -1
         out: list[Record] = []
+        read_bytes = 0
         while len(out) < max_records:
             key = bytes(cur.key())
             if key[:n] != prefix:
@@ -709,6 +720,7 @@ class LocalLog:
                         records = _DECODE_SEGMENT(value)[1]
                     except (msgspec.DecodeError, msgspec.ValidationError) as e:
                         raise self._corrupt_segment(prefix, key, e) from e
+                    read_bytes += len(value)
                     took_records = (records if skip == 0 and len(records) <= need
                                     else records[skip : skip + need])
                     at = seg_first + skip
@@ -724,6 +736,8 @@ class LocalLog:
                         out = took_records  # the common case: a whole segment, no copy
             if not cur.next():
                 break
+        if self._shared is not None:
+            self._shared.pages.read(read_bytes)
         if not out:
             return empty
         return (range(first, first + len(out)) if offsets is None else offsets), out
