@@ -592,8 +592,7 @@ def _window_run(plan: Any, d: DeclaredWindow, counts: Mapping[str, int],
                     yield to_batch(codec, out)
             if pending:
                 fire(pending)
-            out = ex.finish()
-            if out:
+            for out in ex.finish_chunks():
                 yield to_batch(codec, out)
         except PassFailure:
             raise

@@ -41,7 +41,7 @@ import asyncio
 import inspect
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, cast
 
 import msgspec
@@ -67,9 +67,12 @@ __all__ = ["PassExecutor", "Columns", "PassFailure", "ALL_PARTITIONS", "STATEFUL
            "json_encoder"]
 
 _NO_WATERMARK = -(1 << 62)
+_DONE: Any = object()  # an operator's outputs are all given
 
 #: the target partition of a broadcast record: every task partition reads it
 ALL_PARTITIONS = -1
+#: panes made and passed on at a time at end-of-stream (``PassExecutor.finish_chunks``)
+EOS_CHUNK = 4096
 #: operators whose results depend on the order of the messages they see
 STATEFUL = (WindowSpec, JoinSpec)
 
@@ -476,6 +479,22 @@ class PassExecutor:
             self._end()
         return self._take()
 
+    def finish_chunks(self, size: int = EOS_CHUNK) -> Iterator[list[tuple[int, tuple[Any, ...]]]]:
+        """``finish``, what it writes given as it is written: each operator's end-of-stream
+        outputs (a window's panes) are made and passed downstream about ``size`` at a time
+        (``Operator.end_of_stream_chunks``), so a task never holds all its panes and what
+        they write in one list. The records come in ``finish``'s order."""
+        if self._queues:  # async calls drain between operators: as ``finish``
+            out = self.finish()
+            if out:
+                yield out
+            return
+        for pend in self._controls("at end-of-stream", lambda op: op.end_of_stream_chunks(size)):
+            if pend is not None:
+                asyncio.run(_wait_all(pend, self))
+            if self.out:
+                yield self._take()
+
     def _take(self) -> list[tuple[int, tuple[Any, ...]]]:
         taken = list(self.out)
         self.out.clear()  # the senders hold this list
@@ -659,30 +678,34 @@ class PassExecutor:
                 await _wait_all(pend, self)
             self.sort_ms, self.clock_ms, self.source = saved
 
-    def _controls(self, when: str, call: Callable[[Operator], list[Any]]
-                  ) -> Iterable[list[Awaitable[None]] | None]:
-        """Call ``call`` on every operator, stage by stage in topological order, passing its
-        outputs downstream; yields after each operator, so the async runner can release calls
-        before the next operator (a window downstream of an async call) gets its turn."""
-        saved, self.source = self.source, ("", self.partition, -1)  # no record causes these
-        try:
-            yield from self._controls_of(when, call)
-        finally:
-            self.source = saved
-
-    def _controls_of(self, when: str, call: Callable[[Operator], list[Any]]
-                     ) -> Iterable[list[Awaitable[None]] | None]:
+    def _controls(self, when: str, call: Callable[[Operator], Iterable[list[Any]]]
+                  ) -> Iterator[list[Awaitable[None]] | None]:
+        """Call ``call`` on every operator, stage by stage in topological order, passing each
+        list of outputs it gives downstream as it is made; yields after each list, so the async
+        runner can release calls before the next operator (a window downstream of an async
+        call) gets its turn, and ``finish_chunks`` can hand on what was written."""
+        saved = self.source
         for stage in self.stages:
             for op_id in stage.operators:
                 op = self.operators[op_id]
                 meter = self.meters[op_id]
+                windowed = op_id in self._windows
+                nexts = self._nexts(op_id)
                 try:
-                    t = time.perf_counter_ns()
-                    outs = call(op)
-                    meter[NS] += time.perf_counter_ns() - t
-                    if outs:
-                        count_outputs(meter, outs, op_id in self._windows)
-                    yield _forward(outs, self._nexts(op_id)) if outs else None
+                    self.source = ("", self.partition, -1)  # no record causes these
+                    chunks = iter(call(op))
+                    while True:
+                        t = time.perf_counter_ns()
+                        outs = next(chunks, _DONE)
+                        meter[NS] += time.perf_counter_ns() - t
+                        if outs is _DONE:
+                            break
+                        if outs:
+                            count_outputs(meter, outs, windowed)
+                        pend = _forward(outs, nexts) if outs else None
+                        self.source = saved
+                        yield pend
+                        self.source = ("", self.partition, -1)
                 except OperatorFailure as f:
                     raise PassFailure(f"operator {f.op_id!r} failed {when} in task "
                                       f"{self.task_name!r}: {type(f.cause).__name__}: "
@@ -692,29 +715,31 @@ class PassExecutor:
                 except Exception as exc:
                     raise PassFailure(f"operator {op_id!r} failed {when} in task "
                                       f"{self.task_name!r}: {type(exc).__name__}: {exc}") from exc
+                finally:
+                    self.source = saved
 
     def _tick(self, now: int) -> None:
         self.clock_ms = now
-        for pend in self._controls("at a window tick", lambda op: op.on_timer(now)):
+        for pend in self._controls("at a window tick", lambda op: (op.on_timer(now),)):
             if pend is not None:
                 asyncio.run(_wait_all(pend, self))
 
     def _end(self) -> None:
-        for pend in self._controls("at end-of-stream", lambda op: op.on_end_of_stream()):
+        for pend in self._controls("at end-of-stream", lambda op: (op.on_end_of_stream(),)):
             if pend is not None:
                 asyncio.run(_wait_all(pend, self))
 
     async def _tick_async(self, now: int) -> None:
         await self._drain(0)
         self.clock_ms = now
-        for pend in self._controls("at a window tick", lambda op: op.on_timer(now)):
+        for pend in self._controls("at a window tick", lambda op: (op.on_timer(now),)):
             if pend is not None:
                 await _wait_all(pend, self)
             await self._drain(0)
 
     async def _end_async(self) -> None:
         await self._drain(0)
-        for pend in self._controls("at end-of-stream", lambda op: op.on_end_of_stream()):
+        for pend in self._controls("at end-of-stream", lambda op: (op.on_end_of_stream(),)):
             if pend is not None:
                 await _wait_all(pend, self)
             await self._drain(0)

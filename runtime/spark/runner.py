@@ -696,9 +696,7 @@ class _Compiler:
                         out = ex.feed(recs)
                         if out:
                             yield out
-                    out = ex.finish()
-                    if out:
-                        yield out
+                    yield from ex.finish_chunks()
             except PassFailure:
                 raise
             except Exception as exc:

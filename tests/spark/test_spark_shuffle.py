@@ -25,6 +25,7 @@ import pytest
 from runtime.memory import resolve_partitions
 from runtime.spark import ReprocessError, SparkRunner
 from runtime.spark.executor import PassExecutor
+from runtime.spark.meter import IN, OUT, PANES
 from runtime.spark.shuffle import (
     COLUMNS,
     ORDER,
@@ -181,6 +182,36 @@ def test_fed_in_batches_the_executor_writes_what_it_writes_fed_at_once() -> None
     assert fed == at_once
     assert len(at_once) == 3 * 10  # every (key, 10 s pane) of 100 s
     assert sum(rec[5][2] for _, rec in at_once) == 100
+
+
+def test_the_end_of_the_stream_is_given_in_chunks_in_the_same_order() -> None:
+    """``finish_chunks`` makes a window's panes and passes them on a chunk at a time: no list
+    holds every pane of the task, and the records are ``finish``'s, in its order, metered
+    alike."""
+    app = _window_app()
+    plan = app.plan(partitions={"views": 1})
+    counts = resolve_partitions(plan)
+    stage = next(s for s in plan.stages if "views" not in s.inputs)
+    sid = stage.inputs[0]
+    from samza_dsl import KV
+
+    records = [(sid, 10 * i, 0, i, 10 * i, KV(f"k{i % 997}", {"k": f"k{i % 997}", "ts": i / 100}))
+               for i in range(5000)]  # 50 s of event time
+
+    def executor() -> PassExecutor:
+        ex = PassExecutor(plan, [stage.stage_id], 0, counts, plan.config)
+        ex.feed(records)
+        return ex
+
+    whole, chunked = executor(), executor()
+    at_once = whole.finish()
+    chunks = list(chunked.finish_chunks(100))
+    assert [r for c in chunks for r in c] == at_once
+    assert len(at_once) > 900  # the open panes, every key's
+    assert len(chunks) >= len(at_once) // 100 and max(map(len, chunks)) <= 200
+    def counted(ex: PassExecutor) -> dict[str, tuple[int, int, int]]:
+        return {op: (m[IN], m[OUT], m[PANES]) for op, m in ex.meters.items()}
+    assert counted(whole) == counted(chunked)
 
 
 @pytest.mark.parametrize("batch", [1, 7, 1000])
