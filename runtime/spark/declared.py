@@ -150,6 +150,17 @@ def arrow_reason(d: DeclaredWindow, plan: Any, source: Any) -> str:
     return reason
 
 
+#: keys whose placement or order key a task keeps at most, so that its memory does not grow
+#: with the number of distinct keys it sees
+KEY_CACHE = 1 << 16
+
+
+def _cap(cache: dict[Any, Any]) -> None:
+    """Empties ``cache`` when it holds ``KEY_CACHE`` keys (call it before adding one)."""
+    if len(cache) >= KEY_CACHE:
+        cache.clear()
+
+
 def _q(name: str) -> str:
     """A column's name quoted for SQL text."""
     return "`" + name.replace("`", "``") + "`"
@@ -331,6 +342,7 @@ def _line_run(plan: Any, d: DeclaredWindow, line: list[str], counts: Mapping[str
                 """The panes of whole starts (rows sorted by start) through the line."""
                 nonlocal total, keys, starts
                 keys, starts, ns, values = cols
+                _cap(okeys)
                 for k in set(keys):
                     if k not in okeys:
                         okeys[k] = order_key(k)
@@ -473,6 +485,7 @@ def _arrow_partials(plan: Any, d: DeclaredWindow, splits: list[tuple[str, int]],
         def place(t: Any) -> Any:
             """The partials with the task partition of each partition key and its landing key."""
             ps = []
+            _cap(placed)
             get = placed.get
             for k in t.column("_pk").to_pylist():
                 p = get(k)
@@ -505,8 +518,9 @@ def _arrow_partials(plan: Any, d: DeclaredWindow, splits: list[tuple[str, int]],
                 except PassFailure:
                     raise
                 except Exception as exc:
-                    raise PassFailure(f"input {d.input!r}: row group {g} of {f} cannot be "
-                                      f"read: {type(exc).__name__}: {exc}") from exc
+                    raise PassFailure(f"input {d.input!r} into window {op_id!r} (declared "
+                                      f"tier): row group {g} of {f} cannot be read: "
+                                      f"{type(exc).__name__}: {exc}") from exc
 
     return partials
 
@@ -545,6 +559,7 @@ def _window_run(plan: Any, d: DeclaredWindow, counts: Mapping[str, int],
                 k = r[1]
                 o = okeys.get(k)
                 if o is None:
+                    _cap(okeys)
                     o = okeys[k] = order_key(k)
                 return o
 
@@ -712,6 +727,7 @@ def _build_one_per_key(spark: Any, plan: Any, d: DeclaredWindow, line: list[str]
             if task is None:
                 ex = PassExecutor(plan, stage_ids, p, counts, config, encoded=encoded)
                 task = tasks[p] = (ex, ex.line(line), ex.meters[op_id])
+            _cap(placed)
             out = placed[key] = (p, order_key(key), task)
             return out
 

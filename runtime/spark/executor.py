@@ -494,6 +494,8 @@ class PassExecutor:
                 asyncio.run(_wait_all(pend, self))
             if self.out:
                 yield self._take()
+        if self.out:  # written before the end and not taken yet
+            yield self._take()
 
     def _take(self) -> list[tuple[int, tuple[Any, ...]]]:
         taken = list(self.out)
