@@ -22,8 +22,10 @@ batch by (partition key, window key, pane start) with Arrow's ``group_by``, and 
 distinct partition key (once per Python worker). Spark SQL then merges those partials, one
 exchange into their task partitions, and a second ``mapInArrow`` finishes each pane. A row the
 window cannot take (an event time that is None, NaN or infinite; a None value) fails the job
-with the window, the field, the row and the file named. A DataFrame input, or files whose
-columns differ in type from what the declared tier takes, go through Spark SQL's own reader.
+with the window, the field, the row and the file named. Files whose columns the declared
+tier cannot take (or that hold a key as different types from file to file) take the general
+tier, which reads them row by row; a DataFrame input is aggregated by Spark SQL from its own
+columns.
 
 Parity. The general tier reads such an input in offset order: the window's watermark never
 moves in the pass (the input declares no event time and the window is past a shuffle), so no
@@ -141,12 +143,20 @@ def arrow_reason(d: DeclaredWindow, plan: Any, source: Any) -> str:
     if len(set(named)) < len(named):
         return f"window {d.window_op!r} names a field twice"
     reason = _serde_reason(d, plan)
+    key_types: dict[str, set[str]] = {}
     for schema in schemas:
         def type_of(name: str, schema: Any = schema) -> str | None:
             i = schema.get_field_index(name)
             return None if i < 0 else _ARROW_TYPES.get(str(schema.field(i).type),
                                                        str(schema.field(i).type))
         reason = reason or _field_reason(d, type_of, f"a file of input {d.input!r}")
+        for name in {d.partition_field, d.key_field} - {None}:
+            t = type_of(name or "")
+            key_types.setdefault(name or "", set()).add("bigint" if t in _INTEGRAL else str(t))
+    for name, types in key_types.items():
+        if not reason and len(types) > 1:
+            reason = (f"the files of input {d.input!r} hold key field {name!r} as different "
+                      f"types ({', '.join(sorted(types))})")
     return reason
 
 

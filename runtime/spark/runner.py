@@ -602,16 +602,21 @@ class _Compiler:
 
     def _declared(self) -> dict[str, DeclaredWindow]:
         """The declared windows this run computes in Spark SQL, by both their stage ids: those
-        the plan allows (``declared_windows``) whose input's columns allow it too."""
+        the plan allows (``declared_windows``) whose input's columns allow it too: Parquet
+        files read with Arrow (``arrow_reason``; files it cannot take are read row by row, as
+        the general tier reads them), a DataFrame in Spark SQL (``sql_reason``)."""
         found, _ = declared_windows(self.plan)
         out: dict[str, DeclaredWindow] = {}
         for d in found.values():
             source = self.sources[d.input]
-            if not arrow_reason(d, self.plan, source):  # Parquet files: read them with Arrow
-                self.arrow[d.window_stage] = source
-                out[d.partition_stage] = out[d.window_stage] = d
+            if source.file_schemas is not None:  # Parquet files: read with Arrow, or as rows
+                if not arrow_reason(d, self.plan, source):
+                    self.arrow[d.window_stage] = source
+                    out[d.partition_stage] = out[d.window_stage] = d
                 continue
             frame = source.frame(self.spark)
+            if frame is None:
+                continue
             if not sql_reason(d, self.plan, frame):
                 self.frames[d.window_stage] = frame
                 out[d.partition_stage] = out[d.window_stage] = d

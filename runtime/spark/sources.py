@@ -200,8 +200,8 @@ class Source:
         return self._build(spark)
 
     def frame(self, spark: Any) -> Any:
-        """The input as a DataFrame of its columns, read by Spark itself (Parquet, a
-        DataFrame), for the declared tier (``runtime.spark.declared``); None for the others."""
+        """The input as a DataFrame of its columns (a DataFrame input), for the declared tier
+        (``runtime.spark.declared``); None for the others (Parquet files: ``splits``)."""
         return self._frame(spark) if self._frame is not None else None
 
 
@@ -485,8 +485,7 @@ def _parquet_source(stream_id: str, descriptor: Any, files: list[str], given: Fi
         return spark.sparkContext.parallelize(splits, max(len(splits), 1)) \
             .mapPartitionsWithIndex(read_all)
 
-    src = Source(stream_id, max(len(splits), 1), names, build, read,
-                 frame=lambda spark: spark.read.parquet(*files))
+    src = Source(stream_id, max(len(splits), 1), names, build, read)
     src.splits, src.file_schemas = splits, schemas
     if not descriptor.keyed and len(set(schemas)) == 1:
         # the rows themselves are the messages: a pass can carry them as columns

@@ -467,3 +467,54 @@ def test_the_declared_tier_over_parquet_files_equals_the_streaming_runtime(
     result = SparkRunner(spark).reprocess(app(), {"events": events})
     assert set(result.tiers.values()) == {SQL_TIER}
     assert Counter(result.messages("out")) == Counter(streaming)
+
+
+def test_parquet_files_holding_a_key_as_different_types_take_the_general_tier(
+        spark: Any, tmp_path: Path) -> None:
+    """One file with string keys, one with integer keys: keys "1" and 1 are different keys, as
+    the general tier reads them; the run takes the general tier."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from runtime.spark import FileInput
+    d = tmp_path / "in"
+    d.mkdir()
+    pq.write_table(pa.table({"k": ["1", "2", "1"], "v": [1, 2, 3], "ts": [0.5, 1.5, 2.5]}),
+                   d / "part-00000.parquet")
+    pq.write_table(pa.table({"k": [1, 2, 1], "v": [4, 5, 6], "ts": [0.5, 1.5, 2.5]}),
+                   d / "part-00001.parquet")
+    rows = [{"k": k, "v": v, "ts": ts} for k, v, ts in
+            [("1", 1, 0.5), ("2", 2, 1.5), ("1", 3, 2.5), (1, 4, 0.5), (2, 5, 1.5), (1, 6, 2.5)]]
+    files = SparkRunner(spark).reprocess(app_of(Aggregate.sum("v")),
+                                         {"events": FileInput(str(d), format="parquet")})
+    general = SparkRunner(spark).reprocess(app_of(Aggregate.sum("v")), {"events": {0: rows}})
+    assert set(files.tiers.values()) == {GENERAL_TIER}
+    assert Counter(files.messages("out")) == Counter(general.messages("out"))
+    assert {(m[0], m[2]) for m in files.messages("out")} == {("1", 4), ("2", 2), (1, 10), (2, 5)}
+
+
+def test_the_record_timestamp_column_of_parquet_files_is_a_field_too(
+        spark: Any, tmp_path: Path) -> None:
+    """``FileInput(timestamp="at")`` takes column ``at`` as each record's timestamp; it stays a
+    field of the messages, so a window may take its event time from it, on either tier."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from runtime.spark import FileInput
+    d = tmp_path / "in"
+    d.mkdir()
+    rows = [{"k": "a", "v": 1, "ts": 1.0, "at": 1000}, {"k": "b", "v": 2, "ts": 2.0, "at": 2000},
+            {"k": "a", "v": 3, "ts": 3.0, "at": 7000}]
+    pq.write_table(pa.Table.from_pylist(rows), d / "part-00000.parquet")
+    app = StreamApplication("stamped")
+    mem = MemorySystem()
+    (app.input(mem.input("events")).partition_by("k", name="by-k")
+        .window(Windows.keyed_tumbling(key="k", size=timedelta(seconds=5000), event_time="at",
+                                       aggregate=Aggregate.sum("v")), name="w")
+        .map(pane_row, name="row").send_to(app.output(mem.output("out"))))
+    files = SparkRunner(spark).reprocess(app, {"events": FileInput(str(d), format="parquet",
+                                                                   timestamp="at")})
+    general = SparkRunner(spark).reprocess(app, {"events": {0: rows}})
+    assert set(files.tiers.values()) == {SQL_TIER}
+    assert files.messages("out") == general.messages("out") == [
+        ("a", "0", 1, "default"), ("b", "0", 2, "default"), ("a", "5000000", 3, "default")]
