@@ -392,18 +392,11 @@ def _line_run(plan: Any, d: DeclaredWindow, line: list[str], counts: Mapping[str
                 out = fire(held)
                 if out is not None:
                     yield out
-            if ex.finish():
-                raise PassFailure(f"window {op_id!r}: an operator after it wrote at the end of "
-                                  f"the stream of task partition {part}")
+            _end_line(ex, op_id, part)
         except PassFailure:
             raise
-        except OperatorFailure as f:
-            where = "" if f.tag is None or f.tag < 0 else \
-                f" on pane {starts[f.tag]} of key {keys[f.tag]!r} of window {op_id!r}"
-            raise _after_failure(d, f, where) from f
         except Exception as exc:
-            raise PassFailure(f"stream {d.input!r} into window {op_id!r} (declared tier) in "
-                              f"task partition {part}: {type(exc).__name__}: {exc}") from exc
+            raise _line_error(d, exc, starts, keys, f"task partition {part}") from exc
         tally(ex, _read_counts(d, total))
 
     return run
@@ -629,6 +622,29 @@ def _window_run(plan: Any, d: DeclaredWindow, counts: Mapping[str, int],
     return run
 
 
+def _end_line(ex: PassExecutor, op_id: str, part: int) -> None:
+    """Ends the operators after a declared window in task partition ``part``: they are maps,
+    filters and flat_maps, which write nothing at the end."""
+    if ex.finish():
+        raise PassFailure(f"window {op_id!r}: an operator after it wrote at the end of the "
+                          f"stream of task partition {part}")
+
+
+def _line_error(d: DeclaredWindow, exc: Exception, starts: list[int], keys: list[Any],
+                where: str) -> PassFailure:
+    """What failed while a batch of panes went through the operators after window ``d``: an
+    operator (``OperatorFailure``, its tag the index of the pane in ``starts`` and ``keys``)
+    or the step itself."""
+    op_id = d.window_op
+    if isinstance(exc, OperatorFailure):
+        f = exc
+        pane = "" if f.tag is None or f.tag < 0 else \
+            f" on pane {starts[f.tag]} of key {keys[f.tag]!r} of window {op_id!r}"
+        return _after_failure(d, f, pane)
+    return PassFailure(f"stream {d.input!r} into window {op_id!r} (declared tier) in {where}: "
+                       f"{type(exc).__name__}: {exc}")
+
+
 def _after_failure(d: DeclaredWindow, f: OperatorFailure, where: str) -> PassFailure:
     """The error of an operator after the window failing (``where``: on which pane)."""
     return PassFailure(f"operator {f.op_id!r} failed{where} (input {d.input!r}, declared "
@@ -778,19 +794,11 @@ def _build_one_per_key(spark: Any, plan: Any, d: DeclaredWindow, line: list[str]
                 if written:
                     yield pane_batch(written, starts, okeys)
             for p, (ex, _line, _meter) in sorted(tasks.items()):
-                if ex.finish():
-                    raise PassFailure(f"window {op_id!r}: an operator after it wrote at the "
-                                      f"end of the stream of task partition {p}")
+                _end_line(ex, op_id, p)
         except PassFailure:
             raise
-        except OperatorFailure as f:
-            where = "" if f.tag is None or f.tag < 0 else \
-                f" on pane {starts[f.tag]} of key {keys[f.tag]!r} of window {op_id!r}"
-            raise _after_failure(d, f, where) from f
         except Exception as exc:
-            raise PassFailure(f"stream {d.input!r} into window {op_id!r} (declared tier) in "
-                              f"Spark partition {spark_part}: {type(exc).__name__}: "
-                              f"{exc}") from exc
+            raise _line_error(d, exc, starts, keys, f"Spark partition {spark_part}") from exc
         extra = _read_counts(d, total)
         if not tasks:
             tally(PassExecutor(plan, stage_ids, 0, counts, config, encoded=encoded), extra)
