@@ -297,7 +297,13 @@ def build_declared_arrow(spark: Any, plan: Any, d: DeclaredWindow, source: Any, 
         fields.append(agg.field)
         ddl.append("_v decimal(38,0)" if kind in ("sum", "mean") else "_v bigint")
     fields = list(dict.fromkeys(fields))
-    partials_fn = _arrow_partials(plan, d, splits, n, fields, keys)
+    # string keys read as Parquet stores them, dictionary-encoded: no string per row
+    key_fields = [k for k in dict.fromkeys((d.partition_field, d.key_field)) if k is not None]
+    files = [f for f, g in splits if g == 0]  # each file's first split, in the files' order
+    dict_keys = {f: [k for k in key_fields
+                     if str(sc.field(sc.get_field_index(k)).type) in ("string", "large_string")]
+                 for f, sc in zip(files, source.file_schemas, strict=True)}
+    partials_fn = _arrow_partials(plan, d, splits, n, fields, keys, dict_keys)
     tasks = max(1, min(len(splits), spark.sparkContext.defaultParallelism))
     partials = spark.range(len(splits), numPartitions=tasks).mapInArrow(
         partials_fn, ", ".join(ddl))
@@ -426,9 +432,11 @@ def columns_batch(codec: ShuffleCodec, c: Columns) -> Any:
 
 
 def _arrow_partials(plan: Any, d: DeclaredWindow, splits: list[tuple[str, int]], n: int,
-                    fields: list[str], keys: list[str]) -> Callable[[Iterator[Any]], Iterator[Any]]:
+                    fields: list[str], keys: list[str], dict_keys: dict[str, list[str]]
+                    ) -> Callable[[Iterator[Any]], Iterator[Any]]:
     """The map side of ``build_declared_arrow``: split numbers -> the partial aggregates of
-    their row groups (``_k, p, _pk[, _wk], _start, _n[, _v]``)."""
+    their row groups (``_k, p, _pk[, _wk], _start, _n[, _v]``). ``dict_keys``: the string key
+    fields of each file, read dictionary-encoded (grouped by their codes, decoded after)."""
     agg, stream = d.aggregate, d.stream
     kind, size, op_id = agg.kind, d.window.size_ms, d.window_op
     landing = landing_keys(n)
@@ -478,12 +486,21 @@ def _arrow_partials(plan: Any, d: DeclaredWindow, splits: list[tuple[str, int]],
                 cols["_v"] = v.cast(pa.decimal128(38, 0) if kind in ("sum", "mean")
                                     else pa.int64())
                 aggs.append(("_v", value_agg))
+            coded = {}
             for k in keys:
-                if pa.types.is_integer(cols[k].type):
-                    cols[k] = cols[k].cast(pa.int64())
-                elif pa.types.is_large_string(cols[k].type):
-                    cols[k] = cols[k].cast(pa.string())
-            return pa.table(cols).group_by([*keys, "_start"], use_threads=False).aggregate(aggs)
+                c = cols[k]
+                if pa.types.is_dictionary(c.type):  # group by the codes
+                    coded[k] = c.dictionary
+                    cols[k] = c.indices
+                elif pa.types.is_integer(c.type):
+                    cols[k] = c.cast(pa.int64())
+                elif pa.types.is_large_string(c.type):
+                    cols[k] = c.cast(pa.string())
+            t = pa.table(cols).group_by([*keys, "_start"], use_threads=False).aggregate(aggs)
+            for k, values in coded.items():
+                i = t.schema.get_field_index(k)
+                t = t.set_column(i, k, values.take(t.column(i)).cast(pa.string()))
+            return t
 
         def place(t: Any) -> Any:
             """The partials with the task partition of each partition key and its landing key."""
@@ -508,7 +525,7 @@ def _arrow_partials(plan: Any, d: DeclaredWindow, splits: list[tuple[str, int]],
             for i in b.column(0).to_pylist():
                 f, g = splits[i]
                 try:
-                    pf = pq.ParquetFile(f)
+                    pf = pq.ParquetFile(f, read_dictionary=dict_keys.get(f) or None)
                     meta = pf.metadata
                     if g >= meta.num_row_groups:
                         continue

@@ -518,3 +518,32 @@ def test_the_record_timestamp_column_of_parquet_files_is_a_field_too(
     assert set(files.tiers.values()) == {SQL_TIER}
     assert files.messages("out") == general.messages("out") == [
         ("a", "0", 1, "default"), ("b", "0", 2, "default"), ("a", "5000000", 3, "default")]
+
+
+@pytest.mark.parametrize("encoding", ["dictionary", "plain", "overflowing"])
+def test_string_keys_however_parquet_encodes_them(spark: Any, encoding: str,
+                                                  tmp_path: Path) -> None:
+    """String keys are grouped by their dictionary codes where the file has them: a file
+    without a dictionary, or one whose dictionary overflowed into plain pages mid-column,
+    gives the same panes, and the same as the general tier's."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from runtime.spark import FileInput
+    rows = [{"k": None if i % 97 == 0 else f"key-{(i * 7919) % 300:04d}-é", "v": i,
+             "ts": i * 0.01, "id": str(i)} for i in range(6000)]
+    d = tmp_path / "in"
+    d.mkdir()
+    options = {"dictionary": {}, "plain": {"use_dictionary": False},
+               "overflowing": {"dictionary_pagesize_limit": 256}}[encoding]
+    table = pa.Table.from_pylist(rows, schema=pa.schema(
+        [(c, getattr(pa, t)()) for c, t in ARROW_SCHEMA.items()]))
+    pq.write_table(table, d / "part-00000.parquet", row_group_size=2500, **options)
+    files = SparkRunner(spark).reprocess(app_of(Aggregate.max("v")),
+                                         {"events": FileInput(str(d), format="parquet")},
+                                         outputs={"out": str(tmp_path / "files")})
+    SparkRunner(spark).reprocess(app_of(Aggregate.max("v")), {"events": {0: rows}},
+                                 outputs={"out": str(tmp_path / "general")})
+    assert set(files.tiers.values()) == {SQL_TIER}
+    assert part_files(tmp_path / "files") == part_files(tmp_path / "general")
+    assert len(files.messages("out")) > 300
