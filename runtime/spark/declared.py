@@ -249,7 +249,10 @@ def build_declared(spark: Any, plan: Any, d: DeclaredWindow, frame: Any, n: int,
     by_task = shuffle(spark, rows, n, ["_start", "_wk"])
 
     df = by_task.mapInArrow(_window_run(plan, d, counts, tally, encoded, codec), SCHEMA)
-    return PassOutput(spark, codec, f"pass {d.partition_stage}+{d.window_stage} ({SQL_TIER})", df=df)
+    out = PassOutput(spark, codec, f"pass {d.partition_stage}+{d.window_stage} ({SQL_TIER})",
+                     df=df)
+    out.partitions = n  # the shuffle into the task partitions
+    return out
 
 
 #: how many rows of a row group the pre-aggregation reads at a time (a bound on its memory)
@@ -323,7 +326,10 @@ def build_declared_arrow(spark: Any, plan: Any, d: DeclaredWindow, source: Any, 
     run = _window_run(plan, d, counts, tally, encoded, codec) if line is None else \
         _line_run(plan, d, line, counts, tally, encoded, codec)
     df = by_task.mapInArrow(run, SCHEMA)
-    return PassOutput(spark, codec, f"pass {d.partition_stage}+{d.window_stage} ({SQL_TIER})", df=df)
+    out = PassOutput(spark, codec, f"pass {d.partition_stage}+{d.window_stage} ({SQL_TIER})",
+                     df=df)
+    out.partitions = n  # the shuffle into the task partitions
+    return out
 
 
 def _line_run(plan: Any, d: DeclaredWindow, line: list[str], counts: Mapping[str, int],
@@ -866,5 +872,7 @@ def _build_one_per_key(spark: Any, plan: Any, d: DeclaredWindow, line: list[str]
                       column="_t").selectExpr(
         "p", f"{text} AS sid", "CAST(0 AS BIGINT) AS sort_ms", "_t AS src", "off",
         "CAST(0 AS BIGINT) AS clock", "k", "m")
-    return PassOutput(spark, codec, f"pass {d.partition_stage}+{d.window_stage} ({SQL_TIER})",
-                      df=by_task)
+    out = PassOutput(spark, codec, f"pass {d.partition_stage}+{d.window_stage} ({SQL_TIER})",
+                     df=by_task)
+    out.partitions = n  # the shuffle into the task partitions
+    return out

@@ -372,9 +372,15 @@ class SparkRunner:
                 out = compiled.out.get(sid)
                 if sid in encoded and out is not None and out.df is not None:
                     # the pass wrote the lines: the JVM writes its rows, no Python step
-                    with _call_site(sc, compiled.shuffled.get(sid)):
-                        lines = text_lines(spark, out.rows([sid]))
                     staged.append(sinks[sid])
+                    if out.partitions is not None:  # written as they are, in one action
+                        site = compiled.shuffled.get(sid)  # its stages: the pass and the write
+                        with _call_site(sc, site and f"{site}, write {sid} to {sinks[sid]}"):
+                            sinks[sid].stage(spark, None, text_lines(out.rows([sid]), False),
+                                             out.partitions)
+                        continue
+                    with _call_site(sc, compiled.shuffled.get(sid)):
+                        lines = text_lines(out.rows([sid]))
                     sinks[sid].stage(spark, None, lines)
                     continue
                 with _call_site(sc, compiled.shuffled.get(sid)):

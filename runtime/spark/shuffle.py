@@ -475,6 +475,9 @@ class PassOutput:
         self.rdd = rdd
         #: the name of the stages of the shuffle that feeds the pass (None: no shuffle)
         self.shuffled: str | None = None
+        #: the number of Spark partitions of ``df`` where the pass fixes it (a shuffle into
+        #: its task partitions), so that writing it needs no look at its plan; else None
+        self.partitions: int | None = None
 
     def rows(self, sids: Iterable[str] | None = None) -> Any:
         """The DataFrame of rows (of streams ``sids``)."""

@@ -45,13 +45,17 @@ class FileOutput:
     def __repr__(self) -> str:
         return f"{self.format} {self.path}"
 
-    def stage(self, spark: Any, messages: Any, lines: Any = None) -> None:
+    def stage(self, spark: Any, messages: Any, lines: Any = None,
+              partitions: int | None = None) -> None:
         """Write the RDD ``messages`` to the temporary directory (a Spark action). ``lines``: a
-        DataFrame of the messages' JSON lines instead (``text_lines``), written by the JVM."""
+        DataFrame of the messages' JSON lines instead (``text_lines``), written by the JVM, in
+        ``partitions`` files where the caller knows how many partitions it has."""
         sid = self.stream_id
         if lines is not None:
             lines.write.text(self.tmp)
-            _name_parts(spark, self.tmp, lines._jdf.rdd().getNumPartitions())
+            if partitions is None:
+                partitions = lines._jdf.rdd().getNumPartitions()
+            _name_parts(spark, self.tmp, partitions)
             return
         if self.format == "parquet":
             tmp = self.tmp
@@ -103,18 +107,22 @@ class FileOutput:
             pass
 
 
-def text_lines(spark: Any, rows: Any) -> Any:
+def text_lines(rows: Any, run_now: bool = True) -> Any:
     """The ``m`` column of ``rows`` (messages a pass wrote as their JSON lines:
-    ``runtime.spark.executor.json_encoder``) as a DataFrame of one string column ``value``,
-    over an RDD of the JVM whose shuffles run now: adaptive execution runs the stages before a
-    DataFrame's last one when its RDD is made, so they keep the name the caller gives
-    (``spark.sparkContext.setCallSite``) and the write is a job of its own."""
+    ``runtime.spark.executor.json_encoder``) as a DataFrame of one string column ``value``.
+    With ``run_now``, over an RDD of the JVM whose shuffles run now: adaptive execution runs
+    the stages before a DataFrame's last one when its RDD is made, so they keep the name the
+    caller gives (``spark.sparkContext.setCallSite``) and the write is a job of its own.
+    Without, as a plan of its own, which the write runs whole (the caller names its stages)."""
     from pyspark.sql import DataFrame
     from pyspark.sql import functions as F  # noqa: N812
 
-    jdf = rows.select(F.col("m").cast("string").alias("value"))._jdf
-    jrdd = jdf.javaRDD()
-    return DataFrame(spark._jsparkSession.createDataFrame(jrdd, jdf.schema()), spark)
+    lines = rows.select(F.col("m").cast("string").alias("value"))
+    if not run_now:
+        return lines
+    jdf = lines._jdf
+    spark = lines.sparkSession
+    return DataFrame(spark._jsparkSession.createDataFrame(jdf.javaRDD(), jdf.schema()), spark)
 
 
 def _name_parts(spark: Any, directory: str, n: int) -> None:

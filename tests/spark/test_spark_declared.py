@@ -547,3 +547,23 @@ def test_string_keys_however_parquet_encodes_them(spark: Any, encoding: str,
     assert set(files.tiers.values()) == {SQL_TIER}
     assert part_files(tmp_path / "files") == part_files(tmp_path / "general")
     assert len(files.messages("out")) > 300
+
+
+def test_a_declared_job_is_two_spark_stages_named_by_the_pass_and_its_write(
+        spark: Any, tmp_path: Path) -> None:
+    """The partials' stage and the stage that merges them, runs the operators after the window
+    and writes the JSON Lines output: both named by the pass and the write, in one action."""
+    import io
+
+    from runtime.spark.progress import StageProgress
+    events = parquet_of(LINE_ROWS, tmp_path / "in")
+    target = tmp_path / "out"
+    with StageProgress(spark.sparkContext, stream=io.StringIO(), interval=0.05) as progress:
+        result = SparkRunner(spark).reprocess(app_of(Aggregate.count()), {"events": events},
+                                              outputs={"out": str(target)})
+    assert set(result.tiers.values()) == {SQL_TIER}
+    name = (f"samza-dsl declared-1: stage-0+stage-1 ({SQL_TIER}), write out to jsonl "
+            f"{target}")
+    assert [s.name for s in progress.stages] == [name, name], progress.table()
+    assert sorted(f.name for f in target.iterdir() if f.name.startswith("part-")) == [
+        f"part-{i:05d}" for i in range(3)]  # a file for each task partition, empty ones too
