@@ -68,7 +68,7 @@ class PartitionTable(dict[Any, int]):
     __slots__ = ("partitions", "serialize", "limit")
 
     def __init__(self, partitions: int, serialize: Callable[[Any], bytes],
-                 limit: int = 65536) -> None:
+                 limit: int = 8192) -> None:
         super().__init__()
         self.partitions = partitions
         self.serialize = serialize
@@ -86,7 +86,7 @@ class KeyPartitioner:
     """Partitions by key with a bounded cache, since keys repeat (countries, users...)."""
 
     def __init__(self, partitions: int, serialize: Callable[[Any], bytes],
-                 cache_size: int = 65536) -> None:
+                 cache_size: int = 8192) -> None:
         self.partitions = partitions
         self.serialize = serialize
         self.table = PartitionTable(partitions, serialize, cache_size)

@@ -85,7 +85,7 @@ from samza_dsl.windows import AccumulationMode, FiringType, WindowKey, WindowPan
 
 from .base import FailedAt, Operator, OperatorContext, UserContext, resolve_fn
 from .late import LateTracker
-from .state import order_key
+from .state import encode_key, order_key
 from .triggers import TriggerImpl, make_trigger
 
 __all__ = ["WindowOperator", "AlignedWindowOperator", "TumblingWindowOperator", "WATERMARK_KEY"]
@@ -206,10 +206,13 @@ class WindowOperator(Operator, ABC):
                              f"(None is how the window store says 'no state')")
         return value
 
-    def _emit(self, handle: Any, firing: FiringType, drop: bool) -> WindowPane | None:
+    def _emit(self, handle: Any, firing: FiringType, drop: bool,
+              value: Any = _MISSING) -> WindowPane | None:
         """The pane for a firing, or None without state. Clears the value under DISCARDING;
-        ``drop`` says the caller drops the state right after (no copy needed)."""
-        value = self._value(handle)
+        ``drop`` says the caller drops the state right after (no copy needed). ``value``: the
+        pane's value when the caller read it already."""
+        if value is _MISSING:
+            value = self._value(handle)
         if value is None:
             return None
         if self._discarding:
@@ -227,10 +230,10 @@ class WindowOperator(Operator, ABC):
             pane_id = self._pane_ids[start] = str(start)
         return WindowPane(WindowKey(key, pane_id), value, firing, self.mode)
 
-    def _close_pane(self, handle: Any, out: list[Any]) -> None:
+    def _close_pane(self, handle: Any, out: list[Any], value: Any = _MISSING) -> None:
         """The DEFAULT firing: emit, cancel the early trigger, and clear the state unless closed
         panes are retained for late data."""
-        pane = self._emit(handle, DEFAULT, not self._retain)
+        pane = self._emit(handle, DEFAULT, not self._retain, value)
         if pane is not None:
             out.append(pane)
         self._early.pop(handle, None)
@@ -340,6 +343,12 @@ class WindowOperator(Operator, ABC):
 
         return iter(sorted(self._open_handles(), key=order))
 
+    def _end_panes(self) -> Iterator[tuple[Any, Any]]:
+        """``(handle, value)`` of the open panes in end-of-stream order; the value is
+        ``_MISSING`` where ``_emit`` is to read it."""
+        for handle in self._end_order():
+            yield handle, _MISSING
+
     def on_end_of_stream(self) -> list[Any]:
         return [pane for chunk in self.end_of_stream_chunks(1 << 62) for pane in chunk]
 
@@ -347,8 +356,8 @@ class WindowOperator(Operator, ABC):
         """Every open pane fires once as DEFAULT, in ``_end_order``, in lists of ``size``
         panes made as they are taken; then all state is dropped."""
         chunk: list[Any] = []
-        for handle in self._end_order():
-            pane = self._emit(handle, DEFAULT, True)
+        for handle, value in self._end_panes():
+            pane = self._emit(handle, DEFAULT, True, value)
             if pane is not None:
                 chunk.append(pane)
                 if len(chunk) >= size:
@@ -397,7 +406,7 @@ class AlignedWindowOperator(WindowOperator):
 
     def _close_next(self, threshold: int, out: list[Any]) -> None:
         start = heappop(self._closing)
-        keys = self._take_keys(start)
+        keys = sorted(self._take_keys(start), key=order_key)
         for key in keys:
             self._close_pane((start, key), out)
         if self._retain:
@@ -409,10 +418,14 @@ class AlignedWindowOperator(WindowOperator):
         horizon = self.size_ms + self.lateness_ms
         while expiring and expiring[0] + horizon <= watermark:
             start = heappop(expiring)
-            for key in self._retained.pop(start):
+            for key in self._pop_retained(start):
                 pk = (start, key)
                 self._drop_value(pk)
                 self._late.pop(pk, None)
+
+    def _pop_retained(self, start: int) -> Iterable[Any]:
+        """The keys of the retained panes of ``start``, the start leaving that index."""
+        return self._retained.pop(start)
 
     def _open_handles(self) -> list[Any]:
         return [(start, key) for start in self._open for key in self._keys(start)]
@@ -426,6 +439,15 @@ class AlignedWindowOperator(WindowOperator):
 
 #: how many pane values flush_state writes into the store between two of its ``maybe_flush``
 _FLUSH_CHUNK = 4096
+
+
+def _encodable(key: Any) -> bool:
+    """Whether ``encode_key`` encodes ``key`` (the store then keeps it in key order)."""
+    try:
+        encode_key(key)
+    except TypeError:
+        return False
+    return True
 
 
 class TumblingWindowOperator(AlignedWindowOperator):
@@ -452,11 +474,22 @@ class TumblingWindowOperator(AlignedWindowOperator):
         #: or found there at ``init``): a pane of another start has its value in memory
         #: only, and dropping it costs no store delete (nor a changelog tombstone)
         self._stored: set[int] = set()
+        #: starts whose panes the store indexes (``_spill``): their keys are not in ``_open``
+        #: or ``_retained`` (but for keys ``encode_key`` cannot encode), their values are read
+        #: from the store, and they close in key order
+        self._spilled: set[int] = set()
+        self._taken = 0  # entries that joined ``_dirty`` since ``_check_memory`` last ran
+        self._room = self._cache_size
+        self._peek: Callable[[Any], Any] = lambda k: None
 
     def init(self, ctx: OperatorContext, user_ctx: UserContext | None = None) -> None:
         size = ctx.config.get(f"stores.{self.op_id}.pane.cache.size")
         if size is not None:
             self._cache_size = max(1, int(size))
+        self._room = self._cache_size
+        store = ctx.store(self.op_id)
+        #: a store read that caches nothing (the window keeps its panes' values itself)
+        self._peek = getattr(store, "peek", store.get)
         super().init(ctx, user_ctx)
         #: a store that writes in batches (LMDB) flushes when enough of its keys are dirty
         self._store_flush = getattr(self._store, "maybe_flush", None)
@@ -478,12 +511,17 @@ class TumblingWindowOperator(AlignedWindowOperator):
             v = panes.get(key, _MISSING)
             if v is not _MISSING:
                 return v
-        return self._get(handle)
+        return self._peek(handle)
 
     def _take(self, start: int, key: Any) -> Any:
         """The value of a pane not in ``_dirty``, about to be changed: out of ``_clean``, or
         read from the store (None: no state). Only an indexed pane (open, or kept for late
-        data) can have a value in the store: a new pane costs no store read."""
+        data) or a pane of a spilled start can have a value in the store: a new pane of
+        another start costs no store read. The pane joins ``_dirty`` next: past ``_room`` such
+        panes, ``_check_memory`` looks at the memory the panes hold."""
+        self._taken += 1
+        if self._taken > self._room:
+            self._check_memory()
         clean = self._clean
         panes = clean.get(start)
         if panes is not None:
@@ -493,12 +531,83 @@ class TumblingWindowOperator(AlignedWindowOperator):
                 if not panes:
                     del clean[start]
                 return v
+        if start in self._spilled:
+            return self._peek((start, key))
         keys = self._open.get(start)
         if keys is None or key not in keys:
             keys = self._retained.get(start)
             if keys is None or key not in keys:
                 return None
-        return self._get((start, key))
+        return self._peek((start, key))
+
+    # -- spilled starts: panes past the memory bound -------------------------------------------
+
+    def _check_memory(self) -> None:
+        """When the panes in memory (values changed since the last commit, values kept past
+        it, and the indexes' keys) number more than ``_cache_size``, the starts holding the
+        most are spilled (``_spill``) until they hold at most half of it."""
+        held: dict[int, int] = {}
+        for index in (self._dirty, self._clean, self._open, self._retained):
+            for start, panes in index.items():
+                held[start] = held.get(start, 0) + len(panes)
+        total = sum(held.values())
+        limit = self._cache_size
+        if total > limit:
+            for start in sorted(held, key=held.__getitem__, reverse=True):
+                if total <= limit // 2:
+                    break
+                if start in self._open or start in self._retained:
+                    self._spill(start)
+                    total -= held[start]
+        self._taken = 0
+        self._room = max(limit - total, limit // 4, 1)
+
+    def _spill(self, start: int) -> None:
+        """Moves the panes of ``start`` to the store: the values in memory are written there
+        (the ones changed since the last commit reach the changelog with the store's next
+        flush, as any store write; a restore still gives the checkpoint's state) and leave
+        memory, with the start's keys in the indexes. From then on the store is the start's
+        index: its panes are read from there when they change, and close in key order (keys
+        ``encode_key`` cannot encode stay in the index, and close after the others)."""
+        put, flush = self._put, self._store_flush
+        foreign: list[Any] = []
+        panes = self._dirty.get(start)
+        if panes:
+            self._stored.add(start)
+            for n, (key, value) in enumerate(panes.items(), 1):
+                put((start, key), value)
+                if type(key) is not str and not _encodable(key):
+                    foreign.append(key)
+                if flush is not None and not n % _FLUSH_CHUNK:
+                    flush()
+            panes.clear()  # in place: ``process_run`` may hold it
+        kept = self._clean.pop(start, None)
+        if kept:
+            self._cached -= len(kept)
+        for index in (self._open, self._retained):
+            keys = index.get(start)
+            if keys is not None:
+                if keys:
+                    foreign.extend(k for k in keys if type(k) is not str and not _encodable(k))
+                    keys.clear()
+                keys.update(dict.fromkeys(foreign))
+                foreign = []
+        self._spilled.add(start)
+
+    def _spilled_panes(self, start: int) -> Iterator[tuple[Any, Any]]:
+        """``(key, value)`` of every pane of a spilled start, in ``order_key`` order: the
+        start is spilled again first, so that the store holds them all."""
+        self._spill(start)
+        for (_, key), value in self._store.range((start,), (start + 1,)):
+            yield key, value
+        index = self._open.get(start)
+        if index is None:
+            index = self._retained.get(start, {})
+        for key in sorted([k for k in index if type(k) is not str and not _encodable(k)],
+                          key=order_key):  # keys encode_key cannot encode
+            value = self._peek((start, key))
+            if value is not None:
+                yield key, value
 
     def _current(self, start: int, key: Any) -> Any:
         """A pane's value for an update (see ``_take``); the caller then ``_set``s it."""
@@ -526,7 +635,7 @@ class TumblingWindowOperator(AlignedWindowOperator):
 
     def _clear_value(self, handle: Any) -> None:
         opened = self._open.get(handle[0])
-        if opened is not None and handle[1] not in opened:
+        if opened is not None and handle[1] not in opened and handle[0] not in self._spilled:
             # an open pane (DISCARDING) that keeps no value: the panes of its start opened
             # since the last commit join the index first, in their order
             opened.update(dict.fromkeys(self._dirty.get(handle[0], ())))
@@ -556,9 +665,46 @@ class TumblingWindowOperator(AlignedWindowOperator):
 
     def _close_next(self, threshold: int, out: list[Any]) -> None:
         start = self._closing[0]
-        super()._close_next(threshold, out)
+        if start in self._spilled:
+            heappop(self._closing)
+            for key, value in self._spilled_panes(start):
+                self._close_pane((start, key), out, value)
+            keys = self._open.pop(start)
+            if self._retain:
+                self._index(self._retained, self._expiring, start).update(keys)
+                return
+            self._spilled.discard(start)
+        else:
+            super()._close_next(threshold, out)
         if not self._retain:
             self._stored.discard(start)
+
+    def _pop_retained(self, start: int) -> Iterable[Any]:
+        if start not in self._spilled:
+            return super()._pop_retained(start)
+        return self._drain(start)
+
+    def _drain(self, start: int) -> Iterator[Any]:
+        """The keys of a spilled retained start, which then leaves the index."""
+        for key, _ in self._spilled_panes(start):
+            yield key
+        del self._retained[start]
+        self._spilled.discard(start)
+
+    def _end_panes(self) -> Iterator[tuple[Any, Any]]:
+        delete, flush = self._store.delete, self._store_flush
+        n = 0
+        for start in sorted(self._open):
+            if start in self._spilled:  # each pane leaves the store as it is taken
+                for key, value in self._spilled_panes(start):
+                    yield (start, key), value
+                    delete((start, key))
+                    n += 1
+                    if flush is not None and not n % _FLUSH_CHUNK:
+                        flush()
+            else:
+                for key in sorted(self._keys(start), key=order_key):
+                    yield (start, key), _MISSING
 
     def _collect(self, watermark: int) -> None:
         super()._collect(watermark)
@@ -580,6 +726,9 @@ class TumblingWindowOperator(AlignedWindowOperator):
         for start, panes in dirty.items():
             if not panes:  # a fold that failed on a new pane's first message
                 continue
+            if start in self._spilled:  # into the store, out of memory
+                self._spill(start)
+                continue
             stored.add(start)
             opened = open_panes.get(start)
             if opened is not None:  # (else panes kept for lateness, indexed already)
@@ -598,6 +747,7 @@ class TumblingWindowOperator(AlignedWindowOperator):
         dirty.clear()
         if self._cached > self._cache_size:
             self._evict()
+        self._check_memory()  # the index grew by the panes opened since the last commit
 
     def _evict(self) -> None:
         """Drop clean values, oldest start and first-cached first, down to half the cache."""
@@ -618,19 +768,30 @@ class TumblingWindowOperator(AlignedWindowOperator):
             self._cached -= gone
 
     def _restore(self) -> None:
-        size, wm = self.size_ms, self.watermark
-        for pk, _ in list(self._store.all()):
+        """The indexes from the store; a start with more than ``_cache_size`` panes is spilled
+        (the store stays its index)."""
+        size, wm, limit, spilled = self.size_ms, self.watermark, self._cache_size, self._spilled
+        for pk, _ in self._store.all():
             if pk == WATERMARK_KEY:
                 continue
             start, key = pk
             if self._event_time is None or start + size > wm:
-                self._index(self._open, self._closing, start)[key] = None
-                self._stored.add(start)
+                keys = self._index(self._open, self._closing, start)
             elif self._retain and start + size + self.lateness_ms > wm:
-                self._index(self._retained, self._expiring, start)[key] = None
-                self._stored.add(start)
+                keys = self._index(self._retained, self._expiring, start)
             else:
                 self._store.delete(pk)
+                continue
+            self._stored.add(start)
+            if start not in spilled:
+                keys[key] = None
+                if len(keys) > limit:
+                    foreign = [k for k in keys if type(k) is not str and not _encodable(k)]
+                    keys.clear()
+                    keys.update(dict.fromkeys(foreign))
+                    spilled.add(start)
+            elif type(key) is not str and not _encodable(key):
+                keys[key] = None
 
     def process(self, message: Any) -> list[Any]:
         raise RuntimeError(f"window {self.op_id!r}: init(ctx) must run before process")
@@ -837,12 +998,17 @@ class TumblingWindowOperator(AlignedWindowOperator):
             for start, keys in index.items():
                 if start not in stored:  # none of its panes reached the store
                     continue
-                for key in keys:
+                gone: Iterable[Any] = keys
+                if start in self._spilled:  # its keys in the store, then the index's
+                    gone = itertools.chain(
+                        (pk[1] for pk, _ in self._store.range((start,), (start + 1,))), keys)
+                for key in gone:
                     delete((start, key))
                     n += 1
                     if flush is not None and not n % _FLUSH_CHUNK:
                         flush()
             index.clear()
         stored.clear()
+        self._spilled.clear()
         self._closing.clear()
         self._expiring.clear()

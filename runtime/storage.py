@@ -239,7 +239,7 @@ class MappedPages:
 
     __slots__ = ("data_file", "every", "_since", "_real")
 
-    def __init__(self, data_file: str, every: int = 16 << 20) -> None:
+    def __init__(self, data_file: str, every: int = 4 << 20) -> None:
         self.data_file = data_file
         self.every = every
         self._since = 0

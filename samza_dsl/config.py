@@ -146,9 +146,9 @@ STORE_PROPERTIES: dict[str, ConfigKey] = {k.name: k for k in [
     _k("changelog", str, None, doc="the changelog stream, [system.]stream"),
     _k("object.cache.size", int, 100_000, *_POSITIVE, doc="decoded values cached per task"),
     _k("write.batch.size", int, 10_000, *_POSITIVE, doc="dirty keys that trigger a flush"),
-    _k("pane.cache.size", int, 100_000, *_POSITIVE,
-       doc="a tumbling window's store: pane values it keeps in memory past a commit, per task "
-           "(the values changed since the last commit are always held)"),
+    _k("pane.cache.size", int, 10_000, *_POSITIVE,
+       doc="a tumbling window's store: the panes it holds in memory per task (values, and keys "
+           "of open panes); past it, the start holding the most panes keeps them in the store"),
     _k("changelog.compaction", bool, True,
        doc="compact the store's changelog on the local log in the background, below the "
            "checkpoint, to the latest entry of each key (false keeps every entry)"),

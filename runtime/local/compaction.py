@@ -78,8 +78,8 @@ log = logging.getLogger("samza_dsl.compaction")
 DELETE_RETENTION_MS = 86_400_000  # Kafka's and Samza's default: one day
 GROUP_RECORDS = 65_536  # records read per write transaction, at most (plus one segment)
 SEGMENT_RECORDS = 8_192  # records kept per compacted segment, about
-MAX_KEYS = 2_000_000  # keys in a pass's map, at most
-HELD_RECORDS = 131_072  # dirty records a pass keeps decoded between its two reads, at most
+MAX_KEYS = 200_000  # keys in a pass's map, at most (a larger dirty part takes more passes)
+HELD_RECORDS = 16_384  # dirty records a pass keeps decoded between its two reads, at most
 MIN_DIRTY = 10_000  # a background pass needs this many records written since the last one
 MIN_DIRTY_RATIO = 0.5  # ... and that share of the records below the compaction point
 _PASSES = 32  # pass records kept per partition
@@ -164,6 +164,7 @@ def _segments(lg: LocalLog, stream: str, partition: int, start: int, end: int,
                             raise lg._corrupt_segment(prefix, key, e) from e
                         offsets = range(first, first + span)
                     batch.append(_Seg(key, first, span, ts, offsets, records))
+                    shared.pages.read(len(value))
                     pos = first + span
                     n += len(records) + 1
                     if n >= chunk:
@@ -325,6 +326,7 @@ def _replace(lg: LocalLog, stream: str, partition: int, keys: list[bytes], value
             txn.put(keys[0], value, db=shared.log)
     except lmdb.Error as e:
         raise lg._lmdb_error(e, f"compacting {stream!r} partition {partition}") from e
+    shared.pages.read(4 * len(value))  # a rewrite maps in the pages it frees and fills
 
 
 class ChangelogCompactor:

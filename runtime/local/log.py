@@ -77,6 +77,8 @@ _UNPACK_OFFSET = _U64.unpack
 _LAST = b"\xff" * 8  # greater than every 8-byte offset
 _MAX_OFFSET = (1 << 63) - 1
 _STREAM_ID = re.compile(r"[A-Za-z0-9._-]{1,249}")
+#: a trim lets go of the pages its deletes mapped in every this many deleted segments
+_TRIM_RELEASE = 16
 _MAX_META_KEY = 500  # LMDB's key limit is 511 bytes
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 
@@ -463,6 +465,7 @@ class LocalLog:
         shared = self._live()
         # Encode outside the write transaction: it holds the log's one write lock, for every process.
         encoded: list[tuple[str, int, bytes | None]] = []
+        size = 0
         for stream, partition, records in batches:
             if not records:
                 encoded.append((stream, partition, None))
@@ -480,7 +483,8 @@ class LocalLog:
                     f"tuple[(str, bytes), ...]|None) and timestamp_ms an int"
                 ) from e
             encoded.append((stream, partition, value))
-            self.appended_bytes += len(value)
+            size += len(value)
+        self.appended_bytes += size
         out: list[int] = []
         try:
             with self._begin(shared, write=True) as txn:
@@ -500,6 +504,7 @@ class LocalLog:
         except lmdb.Error as e:
             where = ", ".join(sorted({f"{s!r} partition {p}" for s, p, _ in encoded}))
             raise self._lmdb_error(e, f"appending to {where}") from e
+        shared.pages.read(size)  # an append maps in pages of the file, as a read does
         return out
 
     def _check_record(self, record: Any, stream: str, partition: int) -> None:
@@ -792,7 +797,8 @@ class LocalLog:
         never change; the last segment always stays (it holds the end offset), so a trimmed
         partition's start is at most its last segment's first offset."""
         shared = self._live()
-        gone = 0
+        pages = shared.pages
+        gone = deleted = 0
         try:
             with self._begin(shared, write=True) as txn:
                 prefix = self._prefix(txn, shared, stream, partition)
@@ -812,9 +818,14 @@ class LocalLog:
                         break  # the last segment: it stays
                     txn.delete(key, db=shared.log)
                     gone += span
+                    deleted += 1
+                    if not deleted % _TRIM_RELEASE:  # deletes map in the pages they free
+                        pages.release()
         except lmdb.Error as e:
             raise self._lmdb_error(e, f"trimming {stream!r} partition {partition} below "
                                    f"offset {below}") from e
+        if deleted:
+            pages.release()
         return gone
 
     # ------------------------------------------------------------------ metadata

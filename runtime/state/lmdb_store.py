@@ -31,8 +31,9 @@ This is Samza's ``CachedStore`` over a local store with a ``LoggedStore`` change
   finds a value failing it (``get``, ``range``, ``all``, the trim at ``open``) means the file was
   changed on disk: with a changelog the store is rebuilt in place, with a warning naming the
   file, from the changelog's entries up to its last commit and the entries flushed since (kept in
-  memory until the next commit), and the read is done again; without one it is an error naming
-  the file. A store of the older format 1 (no checksums) is rebuilt from its changelog, or
+  memory until the next commit, up to 10,000 of them: past that the error asks for a restart,
+  which rebuilds the store from the changelog), and the read is done again; without one it is
+  an error naming the file. A store of the older format 1 (no checksums) is rebuilt from its changelog, or
   without one migrated in place.
 - **Long keys.** A key encoded in more than 478 bytes is held under its first 478 bytes and its
   hash, with the full key in the value (``runtime.state.format``), so any key works and LMDB
@@ -93,7 +94,7 @@ from runtime.state.format import full_key as _full_key
 from runtime.state.format import lmdb_key as _lmdb_key
 from runtime.state.format import unframe as _unframe
 from runtime.state.format import unframe_2 as _unframe_2
-from runtime.storage import reserve_lock_file, storage_error
+from runtime.storage import MappedPages, reserve_lock_file, storage_error
 from samza_dsl.errors import SamzaError, SerdeError
 
 __all__ = ["Changelog", "LmdbStore"]
@@ -106,6 +107,9 @@ _FORMAT = 3  # 3: keys in byte order, however long; 2: long keys in hash order; 
 _FORMATS = {1: "values without checksums", 2: "keys of 511 bytes or more in the order of their hash"}
 _SCAN_CHUNK = 1024  # entries read per read transaction by range/all
 _REPLAY_BATCH = 200_000  # distinct keys folded in memory before a write transaction
+#: the most entries flushed since the last commit kept for a rebuild in place (see _repair)
+_SINCE_MAX = 10_000
+_PAGE = 4096  # what a lookup or a write is counted as mapping in (MappedPages)
 _first = itemgetter(0)
 # LMDB keys are the encoded keys behind this byte: LMDB cannot store an empty key (str.encode
 # of ""); the changelog holds the encoded keys as they are
@@ -160,7 +164,7 @@ class LmdbStore:
                  "_cache_size", "_write_batch_size", "_map_size", "_kenc", "_kdec", "_venc",
                  "_vdec", "_changelog", "_env", "_data", "_meta", "_rtxn", "_committed",
                  "_flushes", "_commit_flushes", "_check", "_base", "_since", "_repairs",
-                 "reads", "writes", "deletes", "cache_writes")
+                 "reads", "writes", "deletes", "cache_writes", "_pages")
 
     get: Callable[[Any], Any]
     put: Callable[[Any, Any], None]
@@ -201,7 +205,7 @@ class LmdbStore:
         # with a changelog, LMDB holds the changelog's state at offset _base plus the entries
         # flushed since (_since): what a rebuild in place after a checksum failure writes back
         self._base = 0
-        self._since: dict[bytes, bytes | None] = {}
+        self._since: dict[bytes, bytes | None] | None = {}  # None: more than _SINCE_MAX
         self._repairs = 0
         #: metrics: keys read from LMDB (a get the object cache answers costs nothing and is
         #: not counted), and values and deletes written to it (a key written twice between
@@ -212,6 +216,9 @@ class LmdbStore:
         #: whether a flush keeps the values it wrote in the object cache; False for a writer
         #: that keeps its own cache of them (a tumbling window's panes): reads still cache
         self.cache_writes = True
+        #: the pages of the file that reads and writes mapped in, let go of now and then (a
+        #: store much larger than what the job reads again soon need not stay resident)
+        self._pages = MappedPages(self._data_file())
 
     # -- opening and restoring ------------------------------------------------------------------
 
@@ -500,6 +507,11 @@ class LmdbStore:
                 f"{where}; the store has no changelog, so its state cannot be rebuilt. Stop the "
                 f"job and delete the directory {self.path} to start the store empty, or enable "
                 f"the store's changelog so a damaged copy can be restored")
+        if self._since is None:
+            raise SamzaError(
+                f"{where}; more than {_SINCE_MAX} entries were written since the last commit, "
+                f"too many to keep in memory for a rebuild in place. Restart the job: the store "
+                f"is rebuilt from its changelog when it opens")
         self._repairs += 1
         if self._repairs > 3:
             raise SamzaError(
@@ -562,10 +574,31 @@ class LmdbStore:
             txn.abort()
 
     def _load(self, key: Any) -> Any:
-        """A key in neither the dirty entries nor the clean cache: read it from LMDB."""
+        """A key in neither the dirty entries nor the clean cache: read it from LMDB, and cache
+        it (a miss too)."""
+        v = self._read(key)
+        clean = self._clean
+        clean[key] = v
+        if len(clean) > self._cache_size:
+            self._evict()
+        return v
+
+    def peek(self, key: Any) -> Any:
+        """``get`` that caches nothing: for a reader that keeps what it reads itself (a
+        window's panes), so that reading many keys once leaves no trace in memory."""
+        v = self._dirty.get(key, _MISSING)
+        if v is _MISSING:
+            v = self._clean.get(key, _MISSING)
+            if v is _MISSING:
+                return self._read(key)
+        return v
+
+    def _read(self, key: Any) -> Any:
+        """The value of ``key`` in LMDB (None: none)."""
         kb = self._kenc(key)
         lk = _lmdb_key(kb)
         self.reads += 1
+        self._pages.read(_PAGE)  # a lookup maps in about a page
         try:
             raw = self._reader().get(lk)
         except lmdb.Error as e:
@@ -586,7 +619,7 @@ class LmdbStore:
                 stored, vb = _unframe(lk, raw)
             except _Corrupt:
                 self._repair(f"the value of key {key!r}")
-                return self._load(key)
+                return self._read(key)
             if stored != kb:
                 raise SamzaError(
                     f"{self._where()}: keys {stored[:60]!r}... and {kb[:60]!r}... share their "
@@ -595,10 +628,6 @@ class LmdbStore:
                 v = self._vdec(vb)
             except Exception as e:
                 raise self._decode_error(f"the value of key {key!r}", e) from e
-        clean = self._clean
-        clean[key] = v
-        if len(clean) > self._cache_size:
-            self._evict()
         return v
 
     def _evict(self) -> None:
@@ -664,6 +693,7 @@ class LmdbStore:
         if not inclusive and cur.key() == pos and not cur.next():
             return [], False, None
         out = list(islice(cur.iternext(), _SCAN_CHUNK))
+        self._pages.read(sum(len(k) + len(v) for k, v in out))
         more = len(out) == _SCAN_CHUNK
         if hi is not None and out and out[-1][0] >= hi:
             out = out[:bisect_left(out, hi, key=_first)]
@@ -831,7 +861,11 @@ class LmdbStore:
         self._committed = False
         if self._changelog is not None:
             self._changelog.append(entries)
-            self._since.update(entries)
+            since = self._since
+            if since is not None:
+                since.update(entries)
+                if len(since) > _SINCE_MAX:  # too many to hold: a rebuild needs a restart
+                    self._since = None
         clean = self._clean
         if self.cache_writes:
             clean.update(dirty)
@@ -885,6 +919,7 @@ class LmdbStore:
             raise SamzaError(
                 f"{self._where()}: the LMDB map is full ({self._map_size} bytes); open the "
                 f"store with a larger map_size") from e
+        self._pages.read(_PAGE * len(entries))  # each write maps in about a page to change
 
     def mark_committed(self, changelog_offset: int | None) -> None:
         """Records, in one small transaction, that the store holds the changelog up to
@@ -901,7 +936,7 @@ class LmdbStore:
         self._write_meta(changelog_offset, True)
         if changelog_offset is not None:
             self._base = changelog_offset
-            self._since.clear()
+            self._since = {}
 
     def sync(self) -> None:
         """Forces LMDB's writes to disk (the environment is opened without sync, so a power

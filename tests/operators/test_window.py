@@ -65,11 +65,13 @@ def test_tumbling_pane_start_and_close_at_tick(clock: FakeClock) -> None:
     assert op.on_timer(3000) == []
 
 
-def test_keyed_fold_closes_panes_in_first_message_order(clock: FakeClock) -> None:
+def test_keyed_fold_closes_panes_in_key_order(clock: FakeClock) -> None:
+    """Panes that close together come out in key order, whatever order their first messages
+    came in (which across input partitions depends on speed)."""
     w = Windows.keyed_tumbling(by_key, 10 * SEC, init=lambda: 0, fold=lambda m, n: n + m[1])
     op = start_window(w, clock)
     feed(op, clock, [(10, ("b", 1)), (20, ("a", 2)), (30, ("b", 3)), (10_500, ("a", 4))])
-    assert panes(op.on_timer(10_000)) == [("b", "0", 4, "DEFAULT"), ("a", "0", 2, "DEFAULT")]
+    assert panes(op.on_timer(10_000)) == [("a", "0", 2, "DEFAULT"), ("b", "0", 4, "DEFAULT")]
     assert panes(op.on_timer(20_000)) == [("a", "10000", 4, "DEFAULT")]
 
 
@@ -491,22 +493,60 @@ def test_pane_values_reach_the_store_only_at_flush_state(clock: FakeClock) -> No
     assert op._dirty == {} and op._clean == {} and store.get((0, "a")) is None
 
 
-def test_pane_cache_evicts_clean_values_and_reads_them_back(clock: FakeClock) -> None:
+def _held(op: Any) -> int:
+    """The panes a tumbling window holds in memory: values and index entries."""
+    return sum(len(p) for index in (op._dirty, op._clean, op._open, op._retained)
+               for p in index.values())
+
+
+def test_pane_cache_bounds_the_panes_a_commit_keeps(clock: FakeClock) -> None:
+    """A commit that leaves more panes in memory (values, and keys in the index) than
+    ``pane.cache.size`` spills them to the store, from where they are read back."""
     store = CountingState()
     op = build_operator(WindowSpec("w", "w", ("stream:in",), "test.py:1",
                                    window=event_window(init=lambda: 0, fold=lambda m, n: n + 1)))
-    op.init(OperatorContext("task-0", {"stores.w.pane.cache.size": 10}, clock, {"w": store}))
+    op.init(OperatorContext("task-0", {"stores.w.pane.cache.size": 40}, clock, {"w": store}))
     keys = [f"k{i}" for i in range(30)]
     for k in keys:
         op.process((k, 1.0))
-    op.flush_state()
-    assert op._cached == 5 and sum(len(p) for p in op._clean.values()) == 5  # half the cache
+    op.flush_state()  # 30 values stay, with the 30 keys of the index: 60 panes held
+    assert op._spilled == {0} and _held(op) == 0  # all in the store
     reads = store.reads
-    for k in keys:  # evicted panes are read back from the store, the cached ones are not
+    for k in keys:  # read back from the store
         op.process((k, 2.0))
-    assert store.reads - reads == 25
+    assert store.reads - reads == 30 and _held(op) == 30
     out = op.on_end_of_stream()
-    assert sorted((p.key.key, p.message) for p in out) == sorted((k, 2) for k in keys)
+    assert [(p.key.key, p.message) for p in out] == sorted((k, 2) for k in keys)
+
+
+@pytest.mark.parametrize("commits", [False, True])
+def test_a_window_past_its_pane_cache_keeps_its_panes_in_the_store(
+        clock: FakeClock, commits: bool) -> None:
+    """More open panes than ``pane.cache.size``: the start holding them is spilled. Its values
+    and keys leave memory for the store, its panes are read back from there when they change,
+    and they close in key order, with their latest values, at the watermark and at the end."""
+    store = CountingState()
+    op = build_operator(WindowSpec("w", "w", ("stream:in",), "test.py:1",
+                                   window=event_window(init=lambda: 0, fold=lambda m, n: n + 1)))
+    op.init(OperatorContext("task-0", {"stores.w.pane.cache.size": 100}, clock, {"w": store}))
+    keys = [f"k{i:04d}" for i in range(1000)]
+    shuffled = keys[::-1][500:] + keys[::-1][:500]
+    most = 0
+    for rnd in range(3):
+        for i, k in enumerate(shuffled):
+            op.process((k, 1.0 + rnd))
+            most = max(most, _held(op))
+            if commits and i % 97 == 0:
+                op.flush_state()
+    assert op._spilled == {0} and most <= 126  # the bound, and a quarter of it between looks
+    out = op.process(("late-comer", 12.0))  # the window's watermark closes start 0
+    assert [(p.key.key, p.message) for p in out] == [(k, 3) for k in keys]
+    assert op._spilled == set() and [pk for pk, _ in store.all()] == [WATERMARK_KEY]
+    for k in shuffled:  # start 10000, then the end of the stream
+        op.process((k, 13.0))
+    out = op.on_end_of_stream()
+    assert [(p.key.key, p.message) for p in out] == [(k, 1) for k in sorted(keys + ["late-comer"])]
+    assert [pk for pk, _ in store.all()] == [WATERMARK_KEY] and _held(op) == 0
 
 
 def test_a_pane_that_never_reached_the_store_closes_with_no_store_delete(
@@ -690,11 +730,11 @@ def test_commits_never_change_what_a_window_emits_nor_its_order(
 
 
 @pytest.mark.parametrize("commit_first", [False, True])
-def test_a_discarding_pane_keeps_its_first_message_place_after_an_early_firing(
+def test_a_discarding_pane_stays_open_after_an_early_firing(
         clock: FakeClock, commit_first: bool) -> None:
     """DISCARDING with an early trigger: a pane whose early firing cleared its value stays
-    open in its place, the place of its first message, among panes opened since the last
-    commit (``c`` before ``a`` before ``b``), and its next message starts from ``init()``."""
+    open, its next message starts from ``init()``, and it closes with the others in key
+    order, whether or not a commit came first."""
     w = (event_window(init=lambda: 0, fold=lambda m, n: n + 1)
          .early_trigger(Triggers.repeat(Triggers.count(2)))
          .accumulation(AccumulationMode.DISCARDING))
@@ -707,7 +747,7 @@ def test_a_discarding_pane_keeps_its_first_message_place_after_an_early_firing(
     out += op.process(("b", 4.0))
     out += op.process(("a", 5.0))
     out += op.on_watermark(10_000)
-    assert panes(out) == [("a", "0", 2, "EARLY"), *([("z", "0", 1, "DEFAULT")] * commit_first),
-                          ("c", "0", 1, "DEFAULT"), ("a", "0", 1, "DEFAULT"),
-                          ("b", "0", 1, "DEFAULT")]
+    assert panes(out) == [("a", "0", 2, "EARLY"), ("a", "0", 1, "DEFAULT"),
+                          ("b", "0", 1, "DEFAULT"), ("c", "0", 1, "DEFAULT"),
+                          *([("z", "0", 1, "DEFAULT")] * commit_first)]
     assert op._early == {}

@@ -38,15 +38,17 @@ CHUNK = 3000
 
 
 def _run(job_dir: Path, crash_at: str | None, kill_after: float | None,
-         app: str = APP) -> tuple[int, str]:
+         app: str = APP, config: tuple[str, ...] = ()) -> tuple[int, str]:
     """Run ``app`` on the local system in a subprocess, killed at ``crash_at`` or after
-    ``kill_after`` s; its exit code and stderr."""
+    ``kill_after`` s, with ``config`` (``key=value`` each) on top; its exit code and stderr."""
     env = dict(os.environ)
     env.pop("SAMZA_DSL_CRASH_AT", None)
     if crash_at:
         env["SAMZA_DSL_CRASH_AT"] = crash_at
     cmd = [sys.executable, "-m", "runtime.cli", "run", app, "-c", f"job.dir={job_dir}",
            "-c", "task.commit.ms=25", "-q", "--show", "0"]
+    for item in config:
+        cmd += ["-c", item]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:

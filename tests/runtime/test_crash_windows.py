@@ -20,6 +20,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
+import pytest
 from test_crash import _run as run_killable
 from test_crash import pick_kill
 
@@ -34,8 +35,13 @@ CHUNK = 3000
 WINDOW_MS = 1000
 
 
-def _run(job_dir: Path, crash_at: str | None, kill_after: float | None) -> tuple[int, str]:
-    return run_killable(job_dir, crash_at, kill_after, APP)
+#: a pane cache of 3 panes a task: every start spills its panes to the store (``_spill``)
+SPILL = ("stores.window-crash-1-window-per-user.pane.cache.size=3",)
+
+
+def _run(job_dir: Path, crash_at: str | None, kill_after: float | None,
+         config: tuple[str, ...] = ()) -> tuple[int, str]:
+    return run_killable(job_dir, crash_at, kill_after, APP, config)
 
 
 def _views(rng: random.Random, n: int, clock: list[int]) -> list[Any]:
@@ -68,7 +74,12 @@ def _panes(app: Any, job_dir: Path) -> list[tuple[str, int]]:
         job.close()
 
 
-def test_sigkill_with_panes_in_memory_counts_every_view_once(tmp_path: Path) -> None:
+@pytest.mark.parametrize("config", [(), SPILL], ids=["in-memory", "spilled"])
+def test_sigkill_with_panes_in_memory_counts_every_view_once(
+        tmp_path: Path, config: tuple[str, ...]) -> None:
+    """With ``SPILL`` the panes past the cache are written to the store between commits
+    (and so to the changelog): a kill then leaves the store past the checkpoint, which the
+    restore undoes."""
     app = load_app(APP)
     job_dir = tmp_path / "killed"
     rng = random.Random(SEED)
@@ -83,12 +94,12 @@ def test_sigkill_with_panes_in_memory_counts_every_view_once(tmp_path: Path) -> 
         every.extend(views)
         _load(app, job_dir, views)
         point, kill_after, where = pick_kill(rng)
-        code, err = _run(job_dir, point, kill_after)
+        code, err = _run(job_dir, point, kill_after, config)
         if code == -signal.SIGKILL:
             kills.append(where)
         else:
             assert code == 0, f"run {rounds} ({where}) exited with {code}:\n{err}"
-    code, err = _run(job_dir, None, None)
+    code, err = _run(job_dir, None, None, config)
     assert code == 0, err
 
     whole = tmp_path / "uninterrupted"
