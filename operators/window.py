@@ -5,9 +5,12 @@ A pane is identified by ``(start_ms, key)`` (key None for the global tumbling wi
 lives in ``ctx.store(op_id)`` under that tuple: the fold result, or the list of messages without
 ``init``/``fold``. A tumbling window holds its panes' values in memory and writes the ones that
 changed into the store at each commit (``flush_state``), so a message costs no store access and
-a checkpoint's store holds exactly the panes as of its offsets. Past a commit it keeps up to
-``stores.<op id>.pane.cache.size`` values (default 100,000) in memory; the others are read back
-from the store when their pane gets its next message; panes that close leave memory. A pane
+a checkpoint's store holds exactly the panes as of its offsets. It holds about
+``stores.<op id>.pane.cache.size`` panes (default 10,000: values and index keys) in memory at
+most: past a commit the values beyond it are read back from the store when their pane gets its
+next message, and when there are more, the starts holding the most panes are spilled
+(``_spill``): the store holds their values and is their index from then on. Panes that close
+leave memory. A pane
 of a start none of whose panes was written at a commit (``_stored``: it opened and closed
 between two commits, or the stream ended first) closes with no store delete, so it writes no
 changelog tombstone either. The in-memory indexes (open panes and their closing order, panes
@@ -51,7 +54,8 @@ written before the next, so a window ending with 10^6 open panes never holds the
 
 Ticks in one ``on_timer`` call run in time order: a pane's early timer due at 900 fires before its
 close at 1000; at equal times the close comes first (and cancels the early trigger). Panes that
-close together come out in the order their first messages arrived.
+close together come out in ``order_key`` order of their keys, as at end-of-stream (their first
+messages' order would depend on how the task's input partitions interleave).
 
 >>> from datetime import timedelta
 >>> from samza_dsl.spec import WindowSpec
@@ -377,7 +381,7 @@ class AlignedWindowOperator(WindowOperator):
 
     def __init__(self, spec: WindowSpec) -> None:
         super().__init__(spec)
-        self._open: dict[int, dict[Any, None]] = {}  # start -> keys, in first-message order
+        self._open: dict[int, dict[Any, None]] = {}  # start -> keys
         self._closing: list[int] = []  # starts of open panes
         self._retained: dict[int, dict[Any, None]] = {}  # closed, updatable until end + lateness
         self._expiring: list[int] = []  # starts of retained panes
@@ -397,7 +401,7 @@ class AlignedWindowOperator(WindowOperator):
         return closing[0] + self.size_ms if closing else None
 
     def _keys(self, start: int) -> Iterable[Any]:
-        """The keys of the open panes of ``start``, in first-message order."""
+        """The keys of the open panes of ``start``."""
         return self._open[start]
 
     def _take_keys(self, start: int) -> Iterable[Any]:
@@ -458,9 +462,12 @@ class TumblingWindowOperator(AlignedWindowOperator):
     key is in one of the two at most; a pane in neither has its value in the store (or none).
 
     The index of open panes (``_open``) holds the panes of each start that were open at the
-    last commit, in first-message order; a pane opened since is in ``_dirty`` only, in the
-    order of its first message, and joins ``_open`` at the next commit (``_keys`` gives both,
-    in that order). So a pane opened and closed between two commits costs one dict entry."""
+    last commit; a pane opened since is in ``_dirty`` only, and joins ``_open`` at the next
+    commit (``_keys`` gives both). So a pane opened and closed between two commits costs one
+    dict entry. A spilled start (``_spilled``) has no keys in the indexes: its panes are the
+    store's keys from ``(start,)`` to ``(start + 1,)``, with those changed since it last
+    spilled in ``_dirty`` (``_check_memory`` spills it again when the panes in memory grow past
+    ``_cache_size``)."""
 
     def __init__(self, spec: WindowSpec) -> None:
         super().__init__(spec)
