@@ -445,13 +445,16 @@ class AlignedWindowOperator(WindowOperator):
 _FLUSH_CHUNK = 4096
 
 
-def _encodable(key: Any) -> bool:
-    """Whether ``encode_key`` encodes ``key`` (the store then keeps it in key order)."""
+def _foreign(key: Any) -> bool:
+    """Whether ``encode_key`` cannot encode ``key`` (the store then keeps it out of key
+    order, so a spilled start keeps it in its index)."""
+    if type(key) is str:
+        return False
     try:
         encode_key(key)
     except TypeError:
-        return False
-    return True
+        return True
+    return False
 
 
 class TumblingWindowOperator(AlignedWindowOperator):
@@ -583,7 +586,7 @@ class TumblingWindowOperator(AlignedWindowOperator):
             self._stored.add(start)
             for n, (key, value) in enumerate(panes.items(), 1):
                 put((start, key), value)
-                if type(key) is not str and not _encodable(key):
+                if _foreign(key):
                     foreign.append(key)
                 if flush is not None and not n % _FLUSH_CHUNK:
                     flush()
@@ -595,7 +598,7 @@ class TumblingWindowOperator(AlignedWindowOperator):
             keys = index.get(start)
             if keys is not None:
                 if keys:
-                    foreign.extend(k for k in keys if type(k) is not str and not _encodable(k))
+                    foreign.extend(k for k in keys if _foreign(k))
                     keys.clear()
                 keys.update(dict.fromkeys(foreign))
                 foreign = []
@@ -610,7 +613,7 @@ class TumblingWindowOperator(AlignedWindowOperator):
         index = self._open.get(start)
         if index is None:
             index = self._retained.get(start, {})
-        for key in sorted([k for k in index if type(k) is not str and not _encodable(k)],
+        for key in sorted([k for k in index if _foreign(k)],
                           key=order_key):  # keys encode_key cannot encode
             value = self._peek((start, key))
             if value is not None:
@@ -793,11 +796,11 @@ class TumblingWindowOperator(AlignedWindowOperator):
             if start not in spilled:
                 keys[key] = None
                 if len(keys) > limit:
-                    foreign = [k for k in keys if type(k) is not str and not _encodable(k)]
+                    foreign = [k for k in keys if _foreign(k)]
                     keys.clear()
                     keys.update(dict.fromkeys(foreign))
                     spilled.add(start)
-            elif type(key) is not str and not _encodable(key):
+            elif _foreign(key):
                 keys[key] = None
 
     def process(self, message: Any) -> list[Any]:
