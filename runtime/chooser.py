@@ -5,7 +5,10 @@ The consumer delivers batches of records per input partition. The inbox keeps on
 batches per rank (``InputDescriptor.rank``: the input's ``priority``, 0 by default, above all
 for a bootstrap input without one) and hands out the oldest batch of the highest rank, so when a
 task has records of several inputs at hand, the input of the highest priority always goes first
-(at equal ranks, in the order they came). While a task bootstraps, only the batches of the
+(at equal ranks, in the order they came). At an equal rank, the intermediate streams the task
+reads (``downstream``) go before its inputs: the messages a stage of this job already handled are
+taken on before new ones are read in, so what is in flight between two stages stays small (and,
+in memory, still in the CPU's caches). While a task bootstraps, only the batches of the
 partitions still being bootstrapped (``only``) are handed out; the task does not even read its
 other partitions then (``TaskInstance.reading``).
 
@@ -15,13 +18,18 @@ other partitions then (``TaskInstance.reading``).
 >>> inbox.append((SSP("alerts", 0), 0, ["a0"]))
 >>> [inbox.popleft()[0].stream_id for _ in range(2)], inbox.popleft()
 (['alerts', 'clicks'], None)
+>>> inbox = Chooser({}, downstream={"by-country"})
+>>> inbox.append((SSP("clicks", 0), 0, ["c0"]))
+>>> inbox.append((SSP("by-country", 1), 0, ["v0"]))
+>>> [inbox.popleft()[0].stream_id for _ in range(2)]
+['by-country', 'clicks']
 """
 
 from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
 from runtime.job import SSP
@@ -31,14 +39,21 @@ __all__ = ["Chooser", "Batch"]
 Batch = tuple[SSP, int, list[Any]]
 
 
+Rank = tuple[int, int]  # (the input's rank, 1 for an intermediate stream)
+_PLAIN: Rank = (0, 0)
+
+
 class Chooser:
     """Batches by rank, highest first; FIFO within a rank. ``ranks``: stream id -> rank, for
-    the streams not at 0."""
+    the streams not at 0; ``downstream``: the intermediate streams, which go before the inputs
+    of their rank."""
 
-    def __init__(self, ranks: Mapping[str, int] | None = None) -> None:
-        self._ranks = {sid: r for sid, r in (ranks or {}).items() if r}
-        self._queues: dict[int, deque[Batch]] = {0: deque()}
-        self._order: list[int] = [0]  # the ranks that have a queue, highest first
+    def __init__(self, ranks: Mapping[str, int] | None = None,
+                 downstream: Collection[str] = ()) -> None:
+        self._ranks: dict[str, Rank] = {sid: (r, 0) for sid, r in (ranks or {}).items() if r}
+        self._ranks.update({sid: (self._ranks.get(sid, _PLAIN)[0], 1) for sid in downstream})
+        self._queues: dict[Rank, deque[Batch]] = {_PLAIN: deque()}
+        self._order: list[Rank] = [_PLAIN]  # the ranks that have a queue, highest first
         #: while bootstrapping: the only partitions whose batches are handed out
         self.only: set[SSP] | None = None
 
@@ -47,11 +62,11 @@ class Chooser:
         """Whether any stream has a rank of its own (else the inbox is one FIFO)."""
         return bool(self._ranks)
 
-    def rank(self, ssp: SSP) -> int:
-        return self._ranks.get(ssp.stream_id, 0)
+    def rank(self, ssp: SSP) -> Rank:
+        return self._ranks.get(ssp.stream_id, _PLAIN)
 
     def _queue(self, ssp: SSP) -> deque[Batch]:
-        r = self._ranks.get(ssp.stream_id, 0)
+        r = self._ranks.get(ssp.stream_id, _PLAIN)
         q = self._queues.get(r)
         if q is None:
             q = self._queues[r] = deque()

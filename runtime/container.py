@@ -33,6 +33,11 @@ __all__ = ["Container", "CheckpointStore", "MemoryCheckpoints", "Consumer", "Pro
            "messages_die_young"]
 
 INBOX_LIMIT = 8192
+#: a task's intermediate partitions are read on past INBOX_LIMIT, up to this many records in its
+#: inbox, and a poll hands each up to DOWNSTREAM_FETCH: the task takes them before its inputs
+#: (``runtime.chooser``), so a stage keeps up with the stages that write to it
+DOWNSTREAM_LIMIT = 4 * INBOX_LIMIT
+DOWNSTREAM_FETCH = 8192
 
 
 def wall_ms(_ns: Callable[[], int] = time.time_ns) -> int:
@@ -286,11 +291,20 @@ class Container:
 
     async def _consume_loop(self) -> None:
         consumer = self.consumer
+        downstream = self.job.plan.intermediate_streams
         while not self.closed:
             keys = []
+            limits = {}
             for k in self._keys:
                 task = k[0]
-                if task.inbox_size >= INBOX_LIMIT:
+                size = task.inbox_size
+                if k[1].stream_id in downstream:
+                    if size < DOWNSTREAM_LIMIT and task.reading(k[1]) and not task.done:
+                        keys.append(k)
+                        limits[k] = min(DOWNSTREAM_FETCH, DOWNSTREAM_LIMIT - size)
+                    elif size >= DOWNSTREAM_LIMIT:
+                        task.paused = True
+                elif size >= INBOX_LIMIT:
                     task.paused = True
                 elif task.reading(k[1]) and not task.done:
                     keys.append(k)
@@ -298,7 +312,7 @@ class Container:
                 self._room.clear()
                 await self._room.wait()
                 continue
-            batches = await consumer.poll(keys, FETCH_BATCH, timeout=0.2)
+            batches = await consumer.poll(keys, FETCH_BATCH, timeout=0.2, limits=limits or None)
             for (task, ssp), first, payloads in batches:
                 task.add_batch(ssp, first, payloads)
 

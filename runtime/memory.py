@@ -86,9 +86,11 @@ class MemoryConsumer:
         self.positions[key] = (ssp, start)
         self.starts[ssp] = min(self.starts.get(ssp, start), start)
 
-    async def poll(self, keys: Iterable[Any], max_per_key: int,
-                   timeout: float | None = None) -> list[tuple[Any, int, list[Any]]]:
-        """Batches of (key, first offset, payloads); waits until one is available."""
+    async def poll(self, keys: Iterable[Any], max_per_key: int, timeout: float | None = None,
+                   limits: Mapping[Any, int] | None = None,
+                   ) -> list[tuple[Any, int, list[Any]]]:
+        """Batches of (key, first offset, payloads), each at most ``max_per_key`` records (or the
+        key's own limit in ``limits``); waits until one is available."""
         keys = list(keys)
         event = self.broker.event()
         streams = self.broker.streams
@@ -100,7 +102,8 @@ class MemoryConsumer:
                 ssp, pos = self.positions[key]
                 log = streams[ssp.stream_id][ssp.partition]
                 if pos < len(log):
-                    batch = log[pos:pos + max_per_key]
+                    batch = log[pos:pos + (max_per_key if limits is None
+                                           else limits.get(key, max_per_key))]
                     self.positions[key] = (ssp, pos + len(batch))
                     out.append((key, pos, batch))
             if out or not keys:

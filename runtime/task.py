@@ -76,6 +76,10 @@ _CONTROL_TYPES = frozenset({EndOfStream, Watermark, Skipped, OtherBucket})
 _INF = float("inf")
 _THREADED_OPCODES = frozenset({"map", "filter", "flat_map", "sink", "join_table"})
 BATCH_BUDGET = 2048
+#: records of intermediate streams one call of ``_process_some`` may take on top of its budget:
+#: a stage keeps up with the stages before it (whose outputs it reads) however unevenly their
+#: keys fall into its partitions, so what waits between two stages stays about one round's worth
+DOWNSTREAM_BUDGET = 8 * BATCH_BUDGET
 #: outputs of one timer, watermark or end-of-stream call passed on between two producer writes
 OUTPUT_CHUNK = 4096
 #: the handout record ``[ssp, offset, ...]`` of the message an asyncio task of this module
@@ -115,7 +119,10 @@ class TaskInstance:
         self.read: dict[str, int] = {}
 
         # input: batches by input priority (runtime.chooser)
-        self.inbox = Chooser({sid: d.rank for sid, d in self.plan.app.inputs.items()})
+        # the intermediate streams go before the inputs of their rank
+        self.inbox = Chooser({sid: d.rank for sid, d in self.plan.app.inputs.items()},
+                             downstream=self.plan.intermediate_streams)
+        self._downstream = frozenset(self.plan.intermediate_streams)
         #: bootstrap partitions not read to their end as of the start yet: ssp -> end offset
         self.bootstrapping: dict[SSP, int] = {}
         self.inbox_size = 0
@@ -318,6 +325,9 @@ class TaskInstance:
         key_of = getattr(self.operators[fn_op], "key_fn", None) \
             if isinstance(fn_spec, PartitionBySpec) and fn_spec.value_fn is None else None
 
+        # a partition_by of the message into partitions in memory: a loop of its own
+        keyed = raw and key_of is not None
+
         def batch(payloads: list[Any], i: int, end: int, times: list[Any] | None = None) -> int:
             """Process payloads[i:end] up to the first control record (or, with ``times``, the
             channel's ``[progress, bound, latest time]``, up to a message behind its progress);
@@ -326,6 +336,7 @@ class TaskInstance:
             it = iter(payloads[i:end])  # the iterator tells the index when the loop stops
             n_in = dropped = 0
             timed = meter is None and fused is None
+            direct = timed and keyed  # once the batch's one timed call is made
             data_type: type = KV  # the messages' type, once one was seen not to be a control's
 
             def general(r: Any) -> None:  # the sender's own path, with its errors
@@ -374,6 +385,24 @@ class TaskInstance:
                             else:
                                 xmax = x
                     n_in += 1
+                    if direct:  # a partition_by of the message, its partitions in memory
+                        try:
+                            k = key_of(m)  # type: ignore[misc]
+                        except Exception as exc:
+                            dropped += 1
+                            raise _BatchFailure(end - length_hint(it) - 1,
+                                                OperatorFailure(fn_op, exc)) from exc
+                        r = KV(k, m)
+                        if k is None:
+                            general(r)
+                        else:
+                            try:
+                                bufs[parts[k] if fixed is None else fixed].append(r)
+                            except Exception:
+                                general(r)
+                        if t is not None and t > lat:
+                            lat = t
+                        continue
                     try:
                         if timed:
                             r = fn(m) if key_of is None else KV(key_of(m), m)
@@ -386,6 +415,7 @@ class TaskInstance:
                             meter.ns += perf() - t0  # type: ignore[union-attr]
                             meter.timed += 1  # type: ignore[union-attr]
                             timed = True
+                            direct = keyed
                     except OperatorFailure as f:  # in a chain, naming its operator
                         raise _BatchFailure(end - length_hint(it) - 1, f) from f.cause
                     except Exception as exc:
@@ -644,6 +674,9 @@ class TaskInstance:
             # a batch of a higher priority came: it goes first, the rest of this one waits
             inbox.push_front((cur[0], cur[1] + self._cur_i, cur[2][self._cur_i:]))
             self._cur = None
+        # intermediate records do not count against the budget, up to DOWNSTREAM_BUDGET of them
+        extra = DOWNSTREAM_BUDGET
+        downstream = self._downstream
         while n < budget and self.in_flight < max_c and self._adopted is None:
             cur = self._cur
             if cur is None:
@@ -652,6 +685,8 @@ class TaskInstance:
                     break
                 self._cur_i = 0
             ssp, first, payloads = cur
+            bonus = extra if ssp.stream_id in downstream else 0
+            budget += bonus
             src = self._src
             src[0] = cur
             entry = self.entries[ssp.stream_id]
@@ -845,6 +880,10 @@ class TaskInstance:
                     self.clock.apply(ssp, latest)
             if last_done >= 0:
                 checkpoint[ssp] = first + last_done - 1
+            if bonus:  # what this batch took of the bonus counts no more
+                took = min(i - self._cur_i, bonus)
+                budget -= bonus - took
+                extra -= took
             n += i - self._cur_i
             read[ssp.stream_id] = read.get(ssp.stream_id, 0) + i - self._cur_i
             self._cur_i = i

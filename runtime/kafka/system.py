@@ -188,8 +188,9 @@ class KafkaConsumer:
         self._consumer = consumer
         return consumer
 
-    async def poll(self, keys: list[Any], max_per_key: int,
-                   timeout: float | None = None) -> list[tuple[Any, int, list[Any]]]:
+    async def poll(self, keys: list[Any], max_per_key: int, timeout: float | None = None,
+                   limits: Mapping[Any, int] | None = None,
+                   ) -> list[tuple[Any, int, list[Any]]]:
         watch = self.watch
         if watch is not None:
             watch.check()
@@ -203,7 +204,7 @@ class KafkaConsumer:
             else:
                 consumer.resume(*self._readers)
         out: list[tuple[Any, int, list[Any]]] = []
-        wanted: set[TopicPartition] = set()
+        wanted: dict[TopicPartition, int] = {}  # partition -> records to fetch
         for key in keys:
             pos = self.positions[key]
             if pos[3] is not None and pos[2] >= pos[3]:
@@ -212,9 +213,9 @@ class KafkaConsumer:
                     out.append((key, pos[2], [EndOfStream(None)]))
                 continue
             if self._backlog[key]:
-                self._deliver(key, self._backlog[key], max_per_key, out)
+                self._deliver(key, self._backlog[key], _limit(limits, key, max_per_key), out)
             else:
-                wanted.add(pos[1])
+                wanted[pos[1]] = max(wanted.get(pos[1], 0), _limit(limits, key, max_per_key))
         if out:
             return out
         if not wanted:  # every key waits for its task: yield, or nothing else runs
@@ -222,7 +223,7 @@ class KafkaConsumer:
             return out
         try:
             fetched = await consumer.getmany(*wanted, timeout_ms=int((timeout or 0.2) * 1000),
-                                             max_records=max_per_key * len(wanted))
+                                             max_records=sum(wanted.values()))
         except OffsetOutOfRangeError as exc:
             raise self._out_of_range(exc) from exc
         except KafkaError as exc:
@@ -235,7 +236,7 @@ class KafkaConsumer:
                 position = self.positions[key][2]
                 mine = [r for r in records if r.offset >= position]
                 if key in active:
-                    self._deliver(key, mine, max_per_key, out)
+                    self._deliver(key, mine, _limit(limits, key, max_per_key), out)
                 else:
                     self._backlog[key].extend(mine)
         return out
@@ -552,3 +553,8 @@ class KafkaCheckpoints:
 
     def tasks(self) -> dict[str, dict[SSP, int]]:
         return {t: self.read(t) for t in self._data}
+
+
+def _limit(limits: Mapping[Any, int] | None, key: Any, default: int) -> int:
+    """A reader key's own limit of records a poll hands it, else ``default``."""
+    return default if limits is None else limits.get(key, default)

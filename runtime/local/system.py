@@ -186,8 +186,9 @@ class LocalConsumer:
         if self._event is not None:
             self._event.set()
 
-    async def poll(self, keys: list[Any], max_per_key: int,
-                   timeout: float | None = None) -> list[tuple[Any, int, list[Any]]]:
+    async def poll(self, keys: list[Any], max_per_key: int, timeout: float | None = None,
+                   limits: Mapping[Any, int] | None = None,
+                   ) -> list[tuple[Any, int, list[Any]]]:
         if self._event is None:
             self._event = asyncio.Event()
         event = self._event
@@ -199,7 +200,7 @@ class LocalConsumer:
             for key in keys:
                 pos = self.positions[key]
                 ssp, phys, offset, stop, ended = pos
-                limit = max_per_key
+                limit = max_per_key if limits is None else limits.get(key, max_per_key)
                 if stop is not None:
                     if offset >= stop:
                         if not ended:
