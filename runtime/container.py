@@ -32,7 +32,7 @@ from samza_dsl.errors import SamzaError
 __all__ = ["Container", "CheckpointStore", "MemoryCheckpoints", "Consumer", "Producer",
            "messages_die_young"]
 
-INBOX_LIMIT = 8192
+INBOX_LIMIT = 4096  # records a task's inbox holds before its inputs are read no more
 #: a task's intermediate partitions are read on past INBOX_LIMIT, up to this many records in its
 #: inbox, and a poll hands each up to DOWNSTREAM_FETCH: the task takes them before its inputs
 #: (``runtime.chooser``), so a stage keeps up with the stages that write to it

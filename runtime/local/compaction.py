@@ -76,9 +76,12 @@ __all__ = ["CompactionResult", "compact_partition", "dirty_records", "ChangelogC
 log = logging.getLogger("samza_dsl.compaction")
 
 DELETE_RETENTION_MS = 86_400_000  # Kafka's and Samza's default: one day
-GROUP_RECORDS = 65_536  # records read per write transaction, at most (plus one segment)
+GROUP_RECORDS = 8_192  # records read per write transaction, at most (plus one segment)
+READ_RECORDS = 4_096  # records decoded per read transaction, about (plus one segment)
 SEGMENT_RECORDS = 8_192  # records kept per compacted segment, about
-MAX_KEYS = 200_000  # keys in a pass's map, at most (a larger dirty part takes more passes)
+#: keys in a pass's map, at most: a larger dirty part takes more passes. The map costs about
+#: 130 bytes a key (the key, its offset, the dict's entry), so this bounds it near 6.5 MB
+MAX_KEYS = 32_768
 HELD_RECORDS = 16_384  # dirty records a pass keeps decoded between its two reads, at most
 MIN_DIRTY = 10_000  # a background pass needs this many records written since the last one
 MIN_DIRTY_RATIO = 0.5  # ... and that share of the records below the compaction point
@@ -130,7 +133,7 @@ class _Seg:
 
 
 def _segments(lg: LocalLog, stream: str, partition: int, start: int, end: int,
-              chunk: int = GROUP_RECORDS) -> Iterator[_Seg]:
+              chunk: int = READ_RECORDS) -> Iterator[_Seg]:
     """The whole segments starting at or after ``start`` and ending at or before ``end``,
     decoded, in order; one read transaction per ``chunk`` records or so, none held while the
     caller works on them."""

@@ -11,6 +11,7 @@ import pytest
 
 from runtime import LocalRunner
 from runtime.chooser import Chooser
+from runtime.container import FETCH_BATCH
 from runtime.job import SSP
 from runtime.local.system import LocalJob
 from samza_dsl import StreamApplication
@@ -69,7 +70,7 @@ def test_without_a_chooser_inputs_interleave() -> None:
     """The control: with no bootstrap or priority, the inputs take turns batch by batch, and
     profiles come last."""
     out = run_memory(build(MemorySystem()), inputs())
-    assert sources(out) == ["alerts", "clicks", "profiles"] * 2
+    assert sources(out) == ["alerts", "clicks", "profiles"] * -(-N // FETCH_BATCH)
 
 
 @pytest.mark.parametrize("priority", [None, -5])
@@ -168,7 +169,7 @@ def test_bad_settings_are_named(kw: dict[str, Any], error: str) -> None:
 def test_a_bootstrap_input_longer_than_the_inbox_is_read_whole_first(tmp_path: Path) -> None:
     """While a task bootstraps it does not read its other partitions, so they cannot fill its
     inbox and stop the bootstrap partition from being read."""
-    n = 20_000  # the inbox holds 8,192 records
+    n = 20_000  # the inbox holds 4,096 records
     out = run_local(build(LocalSystem("local"), bootstrap=True, priorities={"profiles": -5}),
                     tmp_path, inputs(n))
     assert out[:n] == [["profiles", m] for m in range(n)] and len(out) == 3 * n
