@@ -52,7 +52,7 @@ from operators.partition_by import PartitionByOperator
 from operators.state import InMemoryState, table_state
 from runtime.dag import Emit, OperatorFailure, _forward
 from runtime.spark.meter import IN, NS, OUT, Meter, count_outputs, metered_emit, new_meter
-from runtime.spark.shuffle import Encoded, Records, RowColumns
+from runtime.spark.shuffle import DistinctKeys, Encoded, Records, RowColumns
 from runtime.wiring import PartitionRule, Wiring, build_operators, partition_of
 from samza_dsl.config import config_value
 from samza_dsl.kv import KV
@@ -429,13 +429,8 @@ class PassExecutor:
         partitions, sort ms, offsets, clock ms, keys). One loop over the batch calls the key
         function and the partition rule, with no hand-out per record; the meter counts every
         record and times the batch."""
-        (op_id, op), = self.operators.items()
-        assert isinstance(op, PartitionByOperator) and op._value_fn is None, op_id
+        op_id, op, rule = self._rekeying()
         sid = op.stream_id
-        rule = self._rules.get(sid)
-        if rule is None:
-            rule = self._rules[sid] = partition_of(self.plan, sid, self.counts[sid],
-                                                   self.partition)
         key_fn = op.key_fn
         msgs = cols.messages
         t = time.perf_counter_ns()
@@ -458,7 +453,48 @@ class PassExecutor:
             except TypeError:  # an unhashable key
                 partitioner = rule.partitioner
                 parts = [partitioner(k) for k in keys]
-        n = len(msgs)
+        return parts, cols.sort_ms, self._rekeyed(op_id, sid, len(msgs), t), cols.clock, keys
+
+    def rekey_column(self, column: Any, cols: RowColumns
+                     ) -> tuple[Any, list[int], range, list[int], DistinctKeys] | None:
+        """``rekey`` where the key function reads one field (``planner.fields``) and the batch
+        has it as ``column`` (an Arrow array): the keys are the column's values, each distinct
+        one placed and written once (``DistinctKeys``); ``cols`` has the batch's times. None
+        where the column has a null, or values of another type than a string or an integer
+        (the caller then calls ``rekey``)."""
+        import numpy as np
+        import pyarrow as pa
+
+        t = time.perf_counter_ns()
+        ty = column.type
+        if column.null_count or not (pa.types.is_string(ty) or pa.types.is_large_string(ty)
+                                     or pa.types.is_integer(ty)):
+            return None
+        op_id, op, rule = self._rekeying()
+        encoded = column.dictionary_encode()
+        values = encoded.dictionary.to_pylist()
+        n = len(column)
+        if rule.fixed is not None:
+            parts = pa.array(np.full(n, rule.fixed, dtype=np.int32))
+        else:
+            table = rule.table
+            parts = pa.array([table[k] for k in values], pa.int32()).take(encoded.indices)
+        return (parts, cols.sort_ms, self._rekeyed(op_id, op.stream_id, n, t), cols.clock,
+                DistinctKeys(values, encoded.indices))
+
+    def _rekeying(self) -> tuple[str, PartitionByOperator, Any]:
+        """The lone ``partition_by`` of a pass that only re-keys: (its id, it, its rule)."""
+        (op_id, op), = self.operators.items()
+        assert isinstance(op, PartitionByOperator) and op._value_fn is None, op_id
+        sid = op.stream_id
+        rule = self._rules.get(sid)
+        if rule is None:
+            rule = self._rules[sid] = partition_of(self.plan, sid, self.counts[sid],
+                                                   self.partition)
+        return op_id, op, rule
+
+    def _rekeyed(self, op_id: str, sid: str, n: int, t: int) -> range:
+        """Counts ``n`` records re-keyed into ``sid`` since ``t`` (ns); their offsets."""
         seq = self.seq
         self.seq = seq + n
         meter = self.meters[op_id]
@@ -466,7 +502,7 @@ class PassExecutor:
         meter[OUT] += n
         meter[NS] += time.perf_counter_ns() - t
         self.written[sid] = self.written.get(sid, 0) + n
-        return parts, cols.sort_ms, range(seq + 1, seq + n + 1), cols.clock, keys
+        return range(seq + 1, seq + n + 1)
 
     def finish(self) -> list[tuple[int, tuple[Any, ...]]]:
         """End the stream (``on_end_of_stream``, stage by stage); returns what that wrote."""

@@ -57,6 +57,7 @@ from typing import Any, cast
 
 from operators.hashing import KeyPartitioner
 from planner import refuse_remote_tables
+from planner.fields import field_path, kv_value_fields, reads
 from runtime.collector import messages_die_young
 from runtime.late import LateCounts
 from runtime.memory import resolve_partitions
@@ -94,6 +95,7 @@ from runtime.spark.shuffle import (
     broadcast_rows,
     carried_batch,
     chunks,
+    identity,
     narrow_shuffle,
     records_of,
     shuffle,
@@ -104,7 +106,7 @@ from runtime.spark.sources import FileInput, Source, SourceError, resolve_source
 from samza_dsl import StreamApplication
 from samza_dsl.errors import SamzaError
 from samza_dsl.serdes import KVSerde
-from samza_dsl.spec import JoinSpec, PartitionBySpec, WindowSpec
+from samza_dsl.spec import JoinSpec, PartitionBySpec, WindowSpec, stream_node
 
 __all__ = ["SparkRunner", "ReprocessResult", "ReprocessError", "spark_session"]
 
@@ -568,6 +570,13 @@ class _Compiler:
         self.may_carry: set[str] = set()
         #: stream id -> how its carried rows become messages (row -> message)
         self.carried: dict[str, Callable[[Any], Any]] = {}
+        #: carried stream id -> the fields carried (None: all), and the field its key is made
+        #: of where the key function only reads one (``planner.fields``)
+        self.carried_fields: dict[str, list[str] | None] = {}
+        self.key_fields: dict[str, str | None] = {}
+        #: carried streams whose records' clock is their sort ms: the shuffle moves neither
+        #: the clock nor the (null) message bytes (``records_of``)
+        self.same_clock: set[str] = set()
 
     def build(self) -> list[PassOutput]:
         """Build every pass; returns the passes whose outputs nothing consumes (a pass with
@@ -734,12 +743,34 @@ class _Compiler:
         narrow_sorted = narrow and (stateful or bool(first))
         carry = self._carry(stages) if narrow and not narrow_sorted else None
         if carry is not None:
-            out_sid, spark_schema, arrow_schema = carry
+            out_sid, spark_schema, arrow_schema, fields = carry
             src = self.sources[external[0]]
-            read_batches = src.read_batches
+            arrow_batches, row_columns = src.arrow_batches, src.row_columns
             in_sid = external[0]
-            assert read_batches is not None and src.convert is not None
+            assert arrow_batches is not None and row_columns is not None \
+                and src.convert is not None
             self.carried[out_sid] = src.convert
+            key_field = self._key_field(stages[0], src)
+            self.carried_fields[out_sid], self.key_fields[out_sid] = fields, key_field
+            if src.same_clock:
+                self.same_clock.add(out_sid)
+            by_column = src.column_times if key_field is not None else None
+            # the key and the time are fields, and the readers read known fields: the input's
+            # other columns are never read
+            time_path = field_path(plan.app.inputs[in_sid].event_time)
+            read_only = None if by_column is None or fields is None else \
+                list(dict.fromkeys([key_field, *fields, *(p[1] for p in time_path or ())]))
+
+            def rekeyed(ex: PassExecutor, i: int, rows: Any, first: int) -> Any:
+                """The batch's records as ``PassExecutor.rekey`` gives them: from its columns
+                where the key and the event time are fields, else from its rows."""
+                if by_column is not None:
+                    cols = by_column(rows, first)
+                    if cols is not None:
+                        out = ex.rekey_column(rows.column(key_field), cols)
+                        if out is not None:
+                            return out
+                return ex.rekey(in_sid, i, row_columns(i, rows.to_pylist(), first))
 
             def run_carried(batches: Iterator[Any]) -> Iterator[Any]:
                 """mapInArrow over the split ids: the input's rows keyed and placed, carried
@@ -751,10 +782,12 @@ class _Compiler:
                                 ex = PassExecutor(plan, stage_ids, i, counts, config,
                                                   describe=describe, narrow=True)
                                 read = 0
-                                for rows, cols in read_batches(i):
+                                for rows, first in arrow_batches(i, read_only):
                                     read += rows.num_rows
                                     yield carried_batch(codec, i, out_sid,
-                                                        ex.rekey(in_sid, i, cols), rows,
+                                                        rekeyed(ex, i, rows, first),
+                                                        rows if fields is None
+                                                        else rows.select(fields),
                                                         arrow_schema)
                                 ex.finish()
                         except PassFailure:
@@ -803,7 +836,10 @@ class _Compiler:
                 else ORDER
             sorted_rows = rows.sortWithinPartitions(*_first_of(first, order))
         elif len(inputs) == 1:  # rows of one stream: narrower through the JVM
-            sorted_rows = narrow_shuffle(self.spark, self._keyed_input(inputs[0], n), n, ORDER)
+            rows = self._keyed_input(inputs[0], n)
+            if inputs[0] in self.same_clock:
+                rows = rows.drop("clock", "m")
+            sorted_rows = narrow_shuffle(self.spark, rows, n, ORDER)
             only = inputs[0]
         else:
             parts = [self._keyed_input(sid, n) for sid in inputs]
@@ -849,11 +885,12 @@ class _Compiler:
         return rows
 
 
-    def _carry(self, stages: list[Any]) -> tuple[str, Any, Any] | None:
+    def _carry(self, stages: list[Any]) -> tuple[str, Any, Any, list[str] | None] | None:
         """For a narrow pass that is a lone ``partition_by`` (no value function) of an input
         whose rows are its messages and survive Spark's types unchanged, into a stream whose
-        readers read nothing else: (that stream, the pass's Spark schema, its Arrow schema),
-        ``SCHEMA`` with the input's rows as a struct column ``ROW``. Else None."""
+        readers read nothing else: (that stream, the pass's Spark schema, its Arrow schema,
+        the fields carried or None for all), ``SCHEMA`` with the input's rows as a struct column
+        ``ROW``; only the fields the stream's readers read (``_carried_fields``). Else None."""
         plan = self.plan
         if len(stages) != 1 or len(stages[0].operators) != 1 or len(stages[0].inputs) != 1:
             return None
@@ -863,18 +900,59 @@ class _Compiler:
         if not isinstance(spec, PartitionBySpec) or spec.value_fn is not None or src is None \
                 or src.columns is None or spec.stream_id not in self.may_carry:
             return None
+        import pyarrow as pa
         from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
         from pyspark.sql.types import StructField, StructType, _parse_datatype_string
 
+        fields = self._carried_fields(spec.stream_id, src.columns.names) \
+            if src.convert is identity else None
+        columns = src.columns if fields is None \
+            else pa.schema([src.columns.field(f) for f in fields])
         try:
-            row_type = from_arrow_schema(src.columns, prefer_timestamp_ntz=True)
-            if to_arrow_schema(row_type) != src.columns:
+            row_type = from_arrow_schema(columns, prefer_timestamp_ntz=True)
+            if to_arrow_schema(row_type) != columns:
                 return None  # Spark would hand the rows back as other types
             spark_schema = StructType([*cast(StructType, _parse_datatype_string(SCHEMA)).fields,
                                        StructField(ROW, row_type)])
-            return spec.stream_id, spark_schema, to_arrow_schema(spark_schema)
+            return spec.stream_id, spark_schema, to_arrow_schema(spark_schema), fields
         except Exception:  # a type Spark has no Arrow form for: the messages go as bytes
             return None
+
+    def _key_field(self, stage: Any, src: Source) -> str | None:
+        """The field the key function of a pass's lone ``partition_by`` reads, where that is
+        all it does and the input's rows have it (``planner.fields``), else None."""
+        spec = self.plan.app.operator(stage.operators[0])
+        path = field_path(spec.key_fn)
+        if path is None or len(path) != 1 or path[0][0] != "item" or src.convert is not identity:
+            return None
+        name = path[0][1]
+        return name if isinstance(name, str) and name in src.columns.names else None
+
+    def _carried_fields(self, sid: str, names: Sequence[str]) -> list[str] | None:
+        """The fields of the rows carried into stream ``sid`` (a dict a row, its fields
+        ``names``) that the stream's readers may read, in the rows' order; None where they may
+        read more, or every field. That is known when every reader is a window that folds (no
+        list panes), sends no late messages on, and whose key, event-time and fold functions
+        only read fields of the message's value (``planner.fields``): the messages it gets then
+        hold those fields alone, and it computes the same."""
+        node = stream_node(sid)
+        readers = [op for op in self.plan.app.operators if node in op.inputs]
+        need: set[str] = set()
+        for op in readers:
+            if not isinstance(op, WindowSpec) or op.late_to is not None or op.window.fold is None:
+                return None
+            w = op.window
+            for fn, nargs in ((w.key_fn, 1), (w.event_time, 1), (w.fold, 2)):
+                if fn is None:
+                    continue
+                paths = reads(fn, nargs)
+                read = None if paths is None else kv_value_fields(paths[0])
+                if read is None:
+                    return None
+                need |= read
+        if not readers or not need or not need <= set(names) or len(need) == len(names):
+            return None
+        return [f for f in names if f in need]
 
     def _read_arrow(self, sid: str, run: Callable[[int, Iterator[Any]], Iterator[list[Any]]]
                     ) -> Any:

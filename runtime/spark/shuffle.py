@@ -40,7 +40,7 @@ def identity(row: Any) -> Any:
     return row
 
 __all__ = ["SCHEMA", "COLUMNS", "ROW", "ORDER", "OFFSET_ORDER", "BATCH", "PassOutput", "encode",
-           "records_of", "Records", "RowColumns", "narrow_shuffle", "to_batch", "ShuffleCodec", "Encoded", "carried_batch", "chunks",
+           "records_of", "Records", "RowColumns", "DistinctKeys", "narrow_shuffle", "to_batch", "ShuffleCodec", "Encoded", "carried_batch", "chunks",
            "shuffle", "landing_keys", "spark_hash_int", "broadcast_rows"]
 
 SCHEMA = "p int, sid string, sort_ms long, src int, off long, clock long, k binary, m binary"
@@ -257,6 +257,13 @@ class RowColumns(NamedTuple):
     first: int
 
 
+class DistinctKeys(NamedTuple):
+    """A batch's keys as their distinct values and, for each record, the index of its own."""
+
+    values: list[Any]
+    indices: Any  # an Arrow integer array
+
+
 class Records(Sequence[tuple[Any, ...]]):
     """The records of an Arrow batch (``records_of``) as columns. A record is the tuple
     ``(stream id, sort ms, source partition, offset, clock ms, message)``; iterating or
@@ -309,7 +316,9 @@ def records_of(codec: ShuffleCodec, batch: Any,
     """The records of an Arrow batch of ``SCHEMA`` rows, in its order. A batch with a ``row``
     column (``carried_batch``) has records whose messages are ``KV(key, carried[sid](row))``
     where ``m`` is null. A batch may lack the columns a pass of one input stream ``sid`` does
-    not need (``p``, ``sid``: ``narrow_shuffle``)."""
+    not need (``p``, ``sid``: ``narrow_shuffle``), and a carried stream's ``clock`` (then the
+    sort ms) and ``m`` (then null)."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     col = batch.column
@@ -320,12 +329,14 @@ def records_of(codec: ShuffleCodec, batch: Any,
         raise ValueError("a batch of records without their streams, and no stream given")
     else:
         sids = []
+    names = batch.schema.names
     sort_ms = col("sort_ms").to_pylist()
-    clock = sort_ms if len(sort_ms) and pc.all(pc.equal(col("sort_ms"), col("clock"))).as_py() \
+    clock = sort_ms if "clock" not in names or (
+        len(sort_ms) and pc.all(pc.equal(col("sort_ms"), col("clock"))).as_py()) \
         else col("clock").to_pylist()
     cols = (sids, sort_ms, col("src").to_pylist(), col("off").to_pylist(), clock)
     ks = col("k").to_pylist()
-    ms = col("m")
+    ms = col("m") if "m" in names else pa.nulls(len(ks), pa.binary())
     load = codec.loader()
     if not carried or ROW not in batch.schema.names or ms.null_count == 0:
         each = itertools.repeat(sid) if sid is not None else sids
@@ -347,7 +358,7 @@ def records_of(codec: ShuffleCodec, batch: Any,
 
 
 def carried_batch(codec: ShuffleCodec, partition: int, sid: str,
-                  columns: tuple[list[int], list[int], range, list[int], list[Any]],
+                  columns: tuple[Any, Any, range, Any, list[Any] | DistinctKeys],
                   rows: Any, schema: Any) -> Any:
     """The records a lone ``partition_by`` in task partition ``partition`` wrote into stream
     ``sid`` (``PassExecutor.rekey``: their target partitions, sort ms, offsets, clock ms and
@@ -357,7 +368,12 @@ def carried_batch(codec: ShuffleCodec, partition: int, sid: str,
     import pyarrow as pa
 
     p, sort_ms, off, clock, keys = columns
-    n = len(keys)
+    if isinstance(keys, DistinctKeys):
+        n = len(keys.indices)
+        key_bytes = pa.array(codec.key_bytes(sid, keys.values), pa.binary()).take(keys.indices)
+    else:
+        n = len(keys)
+        key_bytes = pa.array(codec.key_bytes(sid, keys), pa.binary())
     if n != rows.num_rows:
         raise ValueError(f"a pass that only re-keys its input wrote {n} records for "
                          f"{rows.num_rows} rows")
@@ -366,7 +382,7 @@ def carried_batch(codec: ShuffleCodec, partition: int, sid: str,
         [pa.array(p, pa.int32()), pa.repeat(pa.scalar(sid, pa.string()), n),
          ms, pa.repeat(pa.scalar(partition, pa.int32()), n),
          range_array(off), ms if clock is sort_ms else pa.array(clock, pa.int64()),
-         pa.array(codec.key_bytes(sid, keys), pa.binary()), pa.nulls(n, pa.binary()),
+         key_bytes, pa.nulls(n, pa.binary()),
          pa.StructArray.from_arrays(rows.columns, fields=list(schema.field(ROW).type))],
         schema=schema)
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import msgspec
 
+from planner.fields import field_path
 from runtime.spark.shuffle import BATCH, RowColumns, identity
 from samza_dsl.errors import SamzaError
 from samza_dsl.kv import KV
@@ -182,19 +183,41 @@ class Source:
         self.columns: Any = None
         self.read_batches: Callable[[int], Iterator[tuple[Any, RowColumns]]] | None = None
         self.convert: Callable[[Any], Any] | None = None
+        #: with ``columns``: the Arrow batches of source partition i with their first rows'
+        #: numbers, rows (with the first's number) -> ``RowColumns``, and where it can be made
+        #: from the batch's columns alone, (batch, first row) -> ``RowColumns`` without the
+        #: messages, or None
+        self.arrow_batches: Callable[..., Iterator[tuple[Any, int]]] | None = None
+        self.row_columns: Callable[[int, list[Any], int], RowColumns] | None = None
+        #: with ``columns``: every record's clock is its sort ms (no timestamp column)
+        self.same_clock = False
+        self.column_times: Callable[[Any, int], RowColumns | None] | None = None
         #: Parquet files read by Arrow: (file, row group) of each source partition, and each
         #: file's Arrow schema (None for other inputs)
         self.splits: list[tuple[str, int]] | None = None
         self.file_schemas: list[Any] | None = None
 
-    def carry(self, columns: Any, read_batches: Callable[[int], Iterator[tuple[Any, RowColumns]]],
-              convert: Callable[[Any], Any]) -> None:
+    def carry(self, columns: Any, arrow_batches: Callable[..., Iterator[tuple[Any, int]]],
+              row_columns: Callable[[int, list[Any], int], RowColumns],
+              column_times: Callable[[Any, int], RowColumns | None] | None,
+              convert: Callable[[Any], Any], same_clock: bool) -> None:
         """Rows of Arrow schema ``columns`` whose messages are ``convert(row as a dict)``, read by
-        ``read_batches(i)`` as Arrow batches each with its records' columns: a pass that only
-        re-keys them (a lone ``partition_by``) carries the columns through its shuffle as they are."""
+        ``arrow_batches(i, columns=None)`` as Arrow batches (of ``columns`` only, if given),
+        each with its records' columns from
+        ``row_columns(i, rows, first)`` (or ``column_times(batch, first)``): a pass that only
+        re-keys them (a lone ``partition_by``) carries the columns through its shuffle as they
+        are. ``same_clock``: each record's clock is its sort ms."""
         self.columns = columns
-        self.read_batches = read_batches
+        self.arrow_batches = arrow_batches
+        self.row_columns = row_columns
+        self.column_times = column_times
         self.convert = convert
+        self.same_clock = same_clock
+
+        def read_batches(i: int) -> Iterator[tuple[Any, RowColumns]]:
+            for batch, first in arrow_batches(i):
+                yield batch, row_columns(i, batch.to_pylist(), first)
+        self.read_batches = read_batches
 
     def rdd(self, spark: Any) -> Any:
         return self._build(spark)
@@ -306,6 +329,42 @@ def _record_batches(stream_id: str, descriptor: Any, start_ms: int, names: list[
     return batch, columns
 
 
+def column_times(descriptor: Any, start_ms: int, ts_column: str | None, convert: Any
+                 ) -> Callable[[Any, int], RowColumns | None] | None:
+    """For rows that are their messages as they are, whose event time is none or a field read
+    (``planner.fields.field_path``: ``lambda v: v["ts"]``): (Arrow batch, first row's number)
+    -> ``RowColumns`` without the messages (None), their times made from the batch's column
+    as ``_record_batches`` makes them from the rows; None for a batch where that does not hold
+    (a null, a column of another type). None where the rows or the time are anything else."""
+    if ts_column is not None or convert is not identity:
+        return None
+    et = getattr(descriptor, "event_time", None)
+    if et is None:
+        def start(batch: Any, first: int) -> RowColumns | None:
+            t = [start_ms] * batch.num_rows
+            return RowColumns(None, t, t, first)  # type: ignore[arg-type]
+        return start
+    path = field_path(et)
+    if path is None or len(path) != 1 or path[0][0] != "item" or type(path[0][1]) is not str:
+        return None
+    name = path[0][1]
+
+    def times(batch: Any, first: int) -> RowColumns | None:
+        import numpy as np
+        import pyarrow as pa
+
+        if name not in batch.schema.names:
+            return None
+        col = batch.column(name)
+        t = col.type
+        if col.null_count or not (pa.types.is_integer(t) or pa.types.is_float32(t)
+                                  or pa.types.is_float64(t)):
+            return None
+        ms = seconds_to_ms(col.to_numpy(zero_copy_only=False).astype(np.float64))
+        return None if ms is None else RowColumns(None, ms, ms, first)  # type: ignore[arg-type]
+    return times
+
+
 #: below it, a number of seconds and its product by 1000 are exact doubles
 _EXACT_S = 2.0 ** 53 / 1000
 
@@ -327,10 +386,20 @@ def event_ms(et: Callable[[Any], Any], msgs: list[Any]) -> list[int] | None:
         a = np.array(secs, dtype=np.float64)
     except OverflowError:  # an int beyond a double
         return None
+    ms = seconds_to_ms(a)
+    return None if ms is None else list(ms.tolist())
+
+
+def seconds_to_ms(a: Any) -> Any:
+    """A float64 numpy array of seconds -> their ``round(s * 1000)`` as an int64 array, or
+    None where one is not finite or not below ``_EXACT_S`` (then ``round`` may differ)."""
+    import numpy as np
+
+    if not len(a):
+        return a.astype(np.int64)
     if not np.isfinite(a).all() or np.abs(a).max() >= _EXACT_S:
         return None
-    ms: list[int] = np.rint(a * 1000.0).astype(np.int64).tolist()
-    return ms
+    return np.rint(a * 1000.0).astype(np.int64)
 
 
 def resolve_source(spark: Any, stream_id: str, descriptor: Any, value: Any,
@@ -453,9 +522,9 @@ def _parquet_source(stream_id: str, descriptor: Any, files: list[str], given: Fi
     to_records, to_columns = _record_batches(stream_id, descriptor, start_ms, names,
                                              given.timestamp)
 
-    def batches(i: int) -> Iterator[tuple[Any, list[Any], int]]:
-        """The Arrow batches of source partition ``i``, each with its rows and its first row's
-        number: a row group is not held as a list of rows."""
+    def batches(i: int, columns: list[str] | None = None) -> Iterator[tuple[Any, int]]:
+        """The Arrow batches of source partition ``i`` (only ``columns``, if given), each with
+        its first row's number: a row group is not held whole."""
         import pyarrow.parquet as pq
 
         if i >= len(splits):
@@ -465,18 +534,14 @@ def _parquet_source(stream_id: str, descriptor: Any, files: list[str], given: Fi
         if pf.metadata.num_row_groups == 0:
             return
         off = 0
-        for batch in pf.iter_batches(batch_size=BATCH, row_groups=[g]):
+        for batch in pf.iter_batches(batch_size=BATCH, row_groups=[g], columns=columns):
             if batch.num_rows:
-                yield batch, batch.to_pylist(), off
+                yield batch, off
                 off += batch.num_rows
 
-    def read_batches(i: int) -> Iterator[tuple[Any, RowColumns]]:
-        for batch, rows, off in batches(i):
-            yield batch, to_columns(i, rows, off)
-
     def read(i: int) -> Iterator[Record]:
-        for _batch, rows, off in batches(i):
-            yield from to_records(i, rows, off)
+        for batch, off in batches(i):
+            yield from to_records(i, batch.to_pylist(), off)
 
     def build(spark: Any) -> Any:
         def read_all(i: int, it: Iterator[tuple[str, int]]) -> Iterator[Record]:
@@ -489,7 +554,10 @@ def _parquet_source(stream_id: str, descriptor: Any, files: list[str], given: Fi
     src.splits, src.file_schemas = splits, schemas
     if not descriptor.keyed and len(set(schemas)) == 1:
         # the rows themselves are the messages: a pass can carry them as columns
-        src.carry(schemas[0], read_batches, row_converter(stream_id, descriptor.serde))
+        convert = row_converter(stream_id, descriptor.serde)
+        src.carry(schemas[0], batches, to_columns,
+                  column_times(descriptor, start_ms, given.timestamp, convert), convert,
+                  given.timestamp is None)
     return src
 
 
