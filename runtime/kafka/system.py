@@ -90,6 +90,8 @@ async def offset_bounds(servers: str, needed: Mapping[TopicPartition, int | None
             consumer.assign(tps)
             latest = await consumer.end_offsets(tps)
             starts = await consumer.beginning_offsets(tps)
+            loop = asyncio.get_running_loop()
+            until = loop.time() + timeout / 2  # for fetches that come back empty (below)
             for tp in tps:
                 end, start = latest[tp], starts[tp]
                 out[tp] = (start, end)
@@ -97,12 +99,18 @@ async def offset_bounds(servers: str, needed: Mapping[TopicPartition, int | None
                 if end <= start or (need is not None and end >= need):
                     continue
                 consumer.seek(tp, end - 1)
-                # the batch holding offset end - 1, to its last record; none within a second
-                # (end - 1 is a transaction marker): the reported end is right
-                batch = await consumer.getmany(tp, timeout_ms=1000)
-                records = batch.get(tp, [])
-                if records:
-                    out[tp] = (start, max(end, records[-1].offset + 1))
+                # the batch holding offset end - 1, to its last record. A fetch may come back
+                # empty on a busy machine: fetch again while the position has not moved, for
+                # half the time given. A fetch that moves it with no record (end - 1 is a
+                # transaction marker), or none in that time: the reported end is right
+                while True:
+                    batch = await consumer.getmany(tp, timeout_ms=1000)
+                    records = batch.get(tp, [])
+                    if records:
+                        out[tp] = (start, max(end, records[-1].offset + 1))
+                        break
+                    if await consumer.position(tp) >= end or loop.time() >= until:
+                        break
     except (KafkaError, TimeoutError, OSError) as exc:
         raise kafka_error(what, servers, exc) from exc
     finally:
