@@ -181,7 +181,6 @@ class Source:
         self.read = read
         #: the Arrow schema of its rows when each row is its message (``carry``), else None
         self.columns: Any = None
-        self.read_batches: Callable[[int], Iterator[tuple[Any, RowColumns]]] | None = None
         self.convert: Callable[[Any], Any] | None = None
         #: with ``columns``: the Arrow batches of source partition i with their first rows'
         #: numbers, rows (with the first's number) -> ``RowColumns``, and where it can be made
@@ -189,9 +188,9 @@ class Source:
         #: messages, or None
         self.arrow_batches: Callable[..., Iterator[tuple[Any, int]]] | None = None
         self.row_columns: Callable[[int, list[Any], int], RowColumns] | None = None
+        self.column_times: Callable[[Any, int], RowColumns | None] | None = None
         #: with ``columns``: every record's clock is its sort ms (no timestamp column)
         self.same_clock = False
-        self.column_times: Callable[[Any, int], RowColumns | None] | None = None
         #: Parquet files read by Arrow: (file, row group) of each source partition, and each
         #: file's Arrow schema (None for other inputs)
         self.splits: list[tuple[str, int]] | None = None
@@ -213,11 +212,6 @@ class Source:
         self.column_times = column_times
         self.convert = convert
         self.same_clock = same_clock
-
-        def read_batches(i: int) -> Iterator[tuple[Any, RowColumns]]:
-            for batch, first in arrow_batches(i):
-                yield batch, row_columns(i, batch.to_pylist(), first)
-        self.read_batches = read_batches
 
     def rdd(self, spark: Any) -> Any:
         return self._build(spark)
