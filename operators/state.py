@@ -29,12 +29,12 @@ from __future__ import annotations
 import math
 import struct
 from bisect import bisect_left
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from operator import itemgetter
 from typing import Any, cast
 
 __all__ = ["InMemoryState", "ListKey", "encode_key", "decode_key", "hashable_key", "order_key",
-           "table_key_order", "table_state"]
+           "in_key_order", "table_key_order", "table_state"]
 
 _END = 0x00  # closes a tuple
 _NONE = 0x01
@@ -216,6 +216,20 @@ def order_key(key: Any) -> bytes:
     except TypeError:
         t = type(key)
         return bytes((_FOREIGN,)) + f"{t.__module__}.{t.__qualname__}\x00{key!r}".encode()
+
+
+def in_key_order(keys: Iterable[Any]) -> list[Any]:
+    """``sorted(keys, key=order_key)`` for distinct keys, with no bytes made where they are all
+    strings or all ints (not bools): strings by code point and ints by value are already that
+    order (a window closing its panes sorts the same few keys pane after pane)."""
+    out = list(keys)
+    if out:
+        kinds = set(map(type, out))
+        if kinds == {str} or kinds == {int}:
+            out.sort()
+            return out
+    out.sort(key=order_key)
+    return out
 
 
 def _frozen(x: Any) -> Any:

@@ -89,7 +89,7 @@ from samza_dsl.windows import AccumulationMode, FiringType, WindowKey, WindowPan
 
 from .base import FailedAt, Operator, OperatorContext, UserContext, resolve_fn
 from .late import LateTracker
-from .state import encode_key, order_key
+from .state import encode_key, in_key_order, order_key
 from .triggers import TriggerImpl, make_trigger
 
 __all__ = ["WindowOperator", "AlignedWindowOperator", "TumblingWindowOperator", "WATERMARK_KEY"]
@@ -410,7 +410,7 @@ class AlignedWindowOperator(WindowOperator):
 
     def _close_next(self, threshold: int, out: list[Any]) -> None:
         start = heappop(self._closing)
-        keys = sorted(self._take_keys(start), key=order_key)
+        keys = in_key_order(self._take_keys(start))
         for key in keys:
             self._close_pane((start, key), out)
         if self._retain:
@@ -437,7 +437,7 @@ class AlignedWindowOperator(WindowOperator):
     def _end_order(self) -> Iterator[Any]:
         # a start's keys sorted at a time: no list of every open pane
         for start in sorted(self._open):
-            for key in sorted(self._keys(start), key=order_key):
+            for key in in_key_order(self._keys(start)):
                 yield start, key
 
 
@@ -713,7 +713,7 @@ class TumblingWindowOperator(AlignedWindowOperator):
                     if flush is not None and not n % _FLUSH_CHUNK:
                         flush()
             else:
-                for key in sorted(self._keys(start), key=order_key):
+                for key in in_key_order(self._keys(start)):
                     yield (start, key), _MISSING
 
     def _collect(self, watermark: int) -> None:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from operators.state import InMemoryState, decode_key, encode_key, order_key
+from operators.state import InMemoryState, decode_key, encode_key, in_key_order, order_key
 
 numbers = st.one_of(st.integers(min_value=-(1 << 200), max_value=1 << 200),
                     st.floats(allow_nan=False))
@@ -138,3 +138,20 @@ def test_range_is_half_open_over_tuple_prefixes() -> None:
     assert [k for k, _ in s.range((1000,), (2000,))] == [(1000, None), (1000, "a"), (1000, "b")]
     assert [k for k, _ in s.range((0, "a"), (1000, "a"))] == [(0, "a"), (0, "b"), (1000, None)]
     assert list(s.range((3000,), (4000,))) == []
+
+
+@given(st.one_of(st.sets(st.text(), max_size=30),
+                 st.sets(st.integers(min_value=-(1 << 200), max_value=1 << 200), max_size=30),
+                 st.sets(st.one_of(st.text(max_size=3), st.integers(), st.booleans(),
+                                   st.floats(allow_nan=False)), max_size=30),
+                 st.sets(keys, max_size=10)))
+def test_in_key_order_is_order_key_order(distinct: set[object]) -> None:
+    """Strings alone and ints alone sort as themselves, which is ``order_key``'s order; any
+    other mix sorts by ``order_key``."""
+    assert in_key_order(distinct) == sorted(distinct, key=order_key)
+
+
+def test_in_key_order_of_surrogates_and_bools() -> None:
+    # a lone surrogate sorts by code point between U+D7FF and U+E000, as its bytes do
+    assert in_key_order(["\ue000", "\ud800", "\ud7ff"]) == ["\ud7ff", "\ud800", "\ue000"]
+    assert in_key_order([True, 0, -1]) == sorted([True, 0, -1], key=order_key)
