@@ -153,7 +153,8 @@ def _op_label(plan: ExecutionPlan, op_id: str, short: bool = False) -> str:
 
 def _tier_text(tier: dict[str, str]) -> str:
     """A stage's Spark tier as text: the tier, and why a window stage is not declared."""
-    return tier["tier"] + (f" ({tier['why']})" if "why" in tier else "")
+    return tier["tier"] + (f" ({tier['why']})" if "why" in tier else "") \
+        + (f"; {tier['columns']}" if "columns" in tier else "")
 
 
 def plan_to_text(plan: ExecutionPlan) -> str:

@@ -5,14 +5,21 @@ window (``aggregate=Aggregate...``, named key and event-time fields, no triggers
 SQL aggregation (``runtime.spark.declared``); every other stage takes the general tier, the
 operators run over sorted record batches. This module decides from the plan alone, as
 ``samza-dsl plan`` shows it; a run also checks the input's format and column types.
+
+It also groups the stages into the passes a run makes (``spark_passes``) and tells what a lone
+``partition_by`` over Parquet moves through the shuffle: its rows as columns, keyed by a column
+where its key function only reads one (``key_field``), with only the fields its readers read
+(``message_fields``).
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
 from samza_dsl.aggregate import Aggregate, Field
+from samza_dsl.errors import SamzaError
 from samza_dsl.spec import (
     FilterSpec,
     FlatMapSpec,
@@ -21,9 +28,13 @@ from samza_dsl.spec import (
     SendToSpec,
     SinkSpec,
     WindowSpec,
+    stream_node,
 )
 
-__all__ = ["SQL_TIER", "GENERAL_TIER", "DeclaredWindow", "declared_windows", "spark_tiers"]
+from .fields import field_path, kv_value_fields, reads
+
+__all__ = ["SQL_TIER", "GENERAL_TIER", "DeclaredWindow", "declared_windows", "spark_tiers",
+           "spark_passes", "carried_streams", "message_fields", "key_field", "carry_text"]
 
 SQL_TIER = "declared (Spark SQL)"
 GENERAL_TIER = "general"
@@ -137,17 +148,130 @@ def declared_windows(plan: Any) -> tuple[dict[str, DeclaredWindow], dict[str, st
 
 
 def spark_tiers(plan: Any) -> dict[str, dict[str, str]]:
-    """``{stage id: {"tier": ..., "why": ...}}``: the tier each stage takes on Spark, as
-    ``samza-dsl plan`` shows it (``why`` for a window stage in the general tier)."""
+    """``{stage id: {"tier": ..., "why": ..., "columns": ...}}``: the tier each stage takes on
+    Spark, as ``samza-dsl plan`` shows it: ``why`` for a window stage in the general tier, and
+    ``columns`` for a lone ``partition_by`` whose rows a run over Parquet carries through the
+    shuffle as columns (``carry_text``)."""
     found, why = declared_windows(plan)
     fused = {d.partition_stage: d for d in found.values()}
+    try:
+        carried = carried_streams(plan)
+    except SamzaError:  # no order of passes (the run says why)
+        carried = set()
     out: dict[str, dict[str, str]] = {}
     for stage in plan.stages:
         sid = stage.stage_id
         if sid in found or sid in fused:
             out[sid] = {"tier": SQL_TIER}
-        else:
-            out[sid] = {"tier": GENERAL_TIER, **({"why": why[sid]} if sid in why else {})}
+            continue
+        out[sid] = {"tier": GENERAL_TIER, **({"why": why[sid]} if sid in why else {})}
+        columns = carry_text(plan, stage, carried)
+        if columns:
+            out[sid]["columns"] = columns
     return out
+
+
+def spark_passes(plan: Any) -> list[list[Any]]:
+    """The plan's stages as Spark runs them: grouped by shared tables (such stages run as one
+    pass, the table being their task's state), in the order of the streams between them."""
+    group_of = list(range(len(plan.stages)))
+
+    def find(i: int) -> int:
+        while group_of[i] != i:
+            i = group_of[i]
+        return i
+
+    by_table: dict[str, int] = {}
+    for i, s in enumerate(plan.stages):
+        for t in (*s.tables_read, *s.tables_written):
+            if t in by_table:
+                group_of[find(i)] = find(by_table[t])
+            else:
+                by_table[t] = i
+    groups: dict[int, list[Any]] = {}
+    for i, s in enumerate(plan.stages):
+        groups.setdefault(find(i), []).append(s)
+    passes = list(groups.values())
+    writes = [set(itertools.chain.from_iterable(s.outputs for s in p)) for p in passes]
+    read = [set(itertools.chain.from_iterable(s.inputs for s in p)) for p in passes]
+    order: list[int] = []
+    done: set[int] = set()
+    while len(order) < len(passes):
+        ready = [i for i in range(len(passes)) if i not in done
+                 and all(j in done or j == i or not (writes[j] & read[i])
+                         for j in range(len(passes)))
+                 and not (writes[i] & read[i])]
+        if not ready:
+            stuck = [", ".join(s.stage_id for s in passes[i]) for i in range(len(passes))
+                     if i not in done]
+            raise SamzaError(f"cannot reprocess {plan.job_name!r} on Spark: stages that share a "
+                             f"table also read what they write ({'; '.join(stuck)}); Spark runs "
+                             f"a pass after everything it reads is complete")
+        order.append(ready[0])
+        done.add(ready[0])
+    return [passes[i] for i in order]
+
+
+def carried_streams(plan: Any) -> set[str]:
+    """The intermediate streams a lone ``partition_by`` may carry its input's rows into as
+    columns: not an output, and every pass reading one reads nothing else."""
+    read = [set(itertools.chain.from_iterable(s.inputs for s in p)) for p in spark_passes(plan)]
+    return {sid for sid in plan.intermediate_streams if sid not in plan.output_streams
+            and all(r == {sid} for r in read if sid in r)}
+
+
+def message_fields(plan: Any, sid: str) -> set[str] | None:
+    """The fields of the values of stream ``sid``'s ``KV`` messages (dicts) that its readers
+    may read (``planner.fields``), where that is known: every reader is a window that folds
+    (no list panes), sends no late messages on, and whose key, event-time and fold functions
+    only read fields of the message's value. Such a window computes the same from messages
+    holding those fields alone. None where a reader may read more (or there is none)."""
+    node = stream_node(sid)
+    readers = [op for op in plan.app.operators if node in op.inputs]
+    need: set[str] = set()
+    for op in readers:
+        if not isinstance(op, WindowSpec) or op.late_to is not None or op.window.fold is None:
+            return None
+        w = op.window
+        for fn, nargs in ((w.key_fn, 1), (w.event_time, 1), (w.fold, 2)):
+            if fn is None:
+                continue
+            paths = reads(fn, nargs)
+            got = None if paths is None else kv_value_fields(paths[0])
+            if got is None:
+                return None
+            need |= got
+    return need if readers and need else None
+
+
+def key_field(fn: Any) -> str | None:
+    """The one field a key function reads of its message, where reading it is all it does
+    (``lambda v: v["country"]``, ``Field("country")``); else None."""
+    path = field_path(fn)
+    if path is None or len(path) != 1 or path[0][0] != "item":
+        return None
+    name = path[0][1]
+    return name if isinstance(name, str) else None
+
+
+def carry_text(plan: Any, stage: Any, carried: set[str]) -> str:
+    """What a stage that is a lone ``partition_by`` (no value function) of an input that is
+    not keyed nor bootstrapped, into a stream of ``carried``, moves through the shuffle when
+    the input is Parquet: its key field and the fields its readers read, else ''."""
+    if len(stage.operators) != 1 or len(stage.inputs) != 1:
+        return ""
+    spec = plan.app.operator(stage.operators[0])
+    d = plan.app.inputs.get(stage.inputs[0])
+    if not isinstance(spec, PartitionBySpec) or spec.value_fn is not None or d is None \
+            or d.keyed or d.bootstrap or spec.stream_id not in carried:
+        return ""
+    key = key_field(spec.key_fn)
+    fields = message_fields(plan, spec.stream_id)
+    text = "over Parquet: rows carried as columns"
+    if key is not None:
+        text += f", key from column {key!r}"
+    if fields is not None:
+        text += f", only {', '.join(map(repr, sorted(fields)))} read after the shuffle"
+    return text
 
 

@@ -57,7 +57,8 @@ from typing import Any, cast
 
 from operators.hashing import KeyPartitioner
 from planner import refuse_remote_tables
-from planner.fields import field_path, kv_value_fields, reads
+from planner.fields import field_path
+from planner.tiers import carried_streams, key_field, message_fields, spark_passes
 from runtime.collector import messages_die_young
 from runtime.late import LateCounts
 from runtime.memory import resolve_partitions
@@ -106,7 +107,7 @@ from runtime.spark.sources import FileInput, Source, SourceError, resolve_source
 from samza_dsl import StreamApplication
 from samza_dsl.errors import SamzaError
 from samza_dsl.serdes import KVSerde
-from samza_dsl.spec import JoinSpec, PartitionBySpec, WindowSpec, stream_node
+from samza_dsl.spec import JoinSpec, PartitionBySpec, WindowSpec
 
 __all__ = ["SparkRunner", "ReprocessResult", "ReprocessError", "spark_session"]
 
@@ -498,47 +499,6 @@ def _reprocess_error(plan: Any, exc: BaseException, doing: str = "") -> BaseExce
 
 # -- compiling the plan ----------------------------------------------------------------------------
 
-def _passes(plan: Any) -> list[list[Any]]:
-    """Stages grouped by shared tables, in the order of the streams between them."""
-    group = {s.stage_id: i for i, s in enumerate(plan.stages)}
-
-    def find(i: int) -> int:
-        while group_of[i] != i:
-            i = group_of[i]
-        return i
-
-    group_of = list(range(len(plan.stages)))
-    by_table: dict[str, int] = {}
-    for i, s in enumerate(plan.stages):
-        for t in (*s.tables_read, *s.tables_written):
-            if t in by_table:
-                group_of[find(i)] = find(by_table[t])
-            else:
-                by_table[t] = i
-    groups: dict[int, list[Any]] = {}
-    for s in plan.stages:
-        groups.setdefault(find(group[s.stage_id]), []).append(s)
-    passes = list(groups.values())
-    writes = [set(itertools.chain.from_iterable(s.outputs for s in p)) for p in passes]
-    reads = [set(itertools.chain.from_iterable(s.inputs for s in p)) for p in passes]
-    order: list[int] = []
-    done: set[int] = set()
-    while len(order) < len(passes):
-        ready = [i for i in range(len(passes)) if i not in done
-                 and all(j in done or j == i or not (writes[j] & reads[i])
-                         for j in range(len(passes)))
-                 and not (writes[i] & reads[i])]
-        if not ready:
-            stuck = [", ".join(s.stage_id for s in passes[i]) for i in range(len(passes))
-                     if i not in done]
-            raise SamzaError(f"cannot reprocess {plan.job_name!r} on Spark: stages that share a "
-                             f"table also read what they write ({'; '.join(stuck)}); Spark runs "
-                             f"a pass after everything it reads is complete")
-        order.append(ready[0])
-        done.add(ready[0])
-    return [passes[i] for i in order]
-
-
 class _Compiler:
     """Builds each pass: a ``PassOutput`` of ``(target partition, record)`` for everything it
     writes (``runtime.spark.shuffle``)."""
@@ -590,11 +550,8 @@ class _Compiler:
             consumers[sid] = consumers.get(sid, 0) + 1
         ends = []
         fused = self._declared()
-        passes = _passes(plan)
-        reads = [set(itertools.chain.from_iterable(s.inputs for s in p)) for p in passes]
-        self.may_carry = {sid for sid in plan.intermediate_streams
-                          if sid not in plan.output_streams
-                          and all(r == {sid} for r in reads if sid in r)}
+        passes = spark_passes(plan)
+        self.may_carry = carried_streams(plan)
         for stages in passes:
             ids = [s.stage_id for s in stages]
             d = fused.get(ids[0]) if len(ids) == 1 else None
@@ -920,37 +877,17 @@ class _Compiler:
 
     def _key_field(self, stage: Any, src: Source) -> str | None:
         """The field the key function of a pass's lone ``partition_by`` reads, where that is
-        all it does and the input's rows have it (``planner.fields``), else None."""
-        spec = self.plan.app.operator(stage.operators[0])
-        path = field_path(spec.key_fn)
-        if path is None or len(path) != 1 or path[0][0] != "item" or src.convert is not identity:
-            return None
-        name = path[0][1]
-        return name if isinstance(name, str) and name in src.columns.names else None
+        all it does and the input's rows have it (``planner.tiers.key_field``), else None."""
+        name = key_field(self.plan.app.operator(stage.operators[0]).key_fn)
+        return name if name is not None and src.convert is identity \
+            and name in src.columns.names else None
 
     def _carried_fields(self, sid: str, names: Sequence[str]) -> list[str] | None:
         """The fields of the rows carried into stream ``sid`` (a dict a row, its fields
-        ``names``) that the stream's readers may read, in the rows' order; None where they may
-        read more, or every field. That is known when every reader is a window that folds (no
-        list panes), sends no late messages on, and whose key, event-time and fold functions
-        only read fields of the message's value (``planner.fields``): the messages it gets then
-        hold those fields alone, and it computes the same."""
-        node = stream_node(sid)
-        readers = [op for op in self.plan.app.operators if node in op.inputs]
-        need: set[str] = set()
-        for op in readers:
-            if not isinstance(op, WindowSpec) or op.late_to is not None or op.window.fold is None:
-                return None
-            w = op.window
-            for fn, nargs in ((w.key_fn, 1), (w.event_time, 1), (w.fold, 2)):
-                if fn is None:
-                    continue
-                paths = reads(fn, nargs)
-                read = None if paths is None else kv_value_fields(paths[0])
-                if read is None:
-                    return None
-                need |= read
-        if not readers or not need or not need <= set(names) or len(need) == len(names):
+        ``names``) that the stream's readers may read (``planner.tiers.message_fields``), in
+        the rows' order; None where they may read more, or every field."""
+        need = message_fields(self.plan, sid)
+        if need is None or not need <= set(names) or len(need) == len(names):
             return None
         return [f for f in names if f in need]
 
