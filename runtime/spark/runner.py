@@ -198,7 +198,11 @@ class ReprocessResult(LateCounts):
     prints them as a table, one line per operator.
 
     ``tiers``: ``{stage id: tier}``, the tier each stage ran in: ``"declared (Spark SQL)"`` for
-    a declared aggregation run in Spark SQL (``runtime.spark.declared``), else ``"general"``."""
+    a declared aggregation run in Spark SQL (``runtime.spark.declared``), else ``"general"``.
+
+    ``columns``: ``{stage id: what it read and moved}`` for each lone ``partition_by`` whose
+    input's rows crossed the shuffle as columns: the columns read from the files, the key's
+    column where the key was read from one, and the columns carried (the summary prints it)."""
 
     def __init__(self, runner: SparkRunner, plan: Any, rows_in: dict[str, int],
                  rows_out: dict[str, int], seconds: float, kept: dict[str, Any],
@@ -214,6 +218,7 @@ class ReprocessResult(LateCounts):
         self._kept = kept
         self.written = written
         self.tiers: dict[str, str] = {}
+        self.columns: dict[str, str] = {}
 
     @property
     def outputs(self) -> list[str]:
@@ -253,6 +258,7 @@ class ReprocessResult(LateCounts):
         if any(op.opcode == "window" for op in self.plan.app.operators):
             lines.extend(self.late_summary() or ["late: no late messages"])
         lines.extend(self.operator_summary())
+        lines.extend(f"  {stage}: {text}" for stage, text in self.columns.items())
         return "\n".join(lines)
 
     def operator_summary(self) -> list[str]:
@@ -419,6 +425,7 @@ class SparkRunner:
                                  {sid: sinks[sid] for sid in sinks}, metrics,
                                  _operator_metrics(plan, counted, metrics))
         result.tiers = dict(compiled.tiers)
+        result.columns = dict(compiled.columns)
         return result
 
     def stop(self) -> None:
@@ -537,6 +544,8 @@ class _Compiler:
         #: carried streams whose records' clock is their sort ms: the shuffle moves neither
         #: the clock nor the (null) message bytes (``records_of``)
         self.same_clock: set[str] = set()
+        #: stage id -> what a carried pass reads and moves (``ReprocessResult.columns``)
+        self.columns: dict[str, str] = {}
 
     def build(self) -> list[PassOutput]:
         """Build every pass; returns the passes whose outputs nothing consumes (a pass with
@@ -717,6 +726,11 @@ class _Compiler:
             time_path = field_path(plan.app.inputs[in_sid].event_time)
             read_only = None if by_column is None or fields is None else \
                 list(dict.fromkeys([key_field, *fields, *(p[1] for p in time_path or ())]))
+            every = list(src.columns.names)
+            self.columns[name] = (
+                f"read {', '.join(read_only or every)} of {in_sid}"
+                + (f"; key from column {key_field}" if by_column is not None else "")
+                + f"; carried {', '.join(fields or every)}")
 
             def rekeyed(ex: PassExecutor, i: int, rows: Any, first: int) -> Any:
                 """The batch's records as ``PassExecutor.rekey`` gives them: from its columns

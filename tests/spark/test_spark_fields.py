@@ -129,6 +129,18 @@ def test_field_reads_make_the_same_panes_from_columns_and_carry_only_what_is_rea
     assert _spark(spark, slow, path) == expected
 
 
+def test_a_run_says_what_its_carried_pass_read_and_moved(spark: Any, tmp_path: Path) -> None:
+    path = _write(tmp_path, {p: _rows(p, 40) for p in range(2)})
+    result = SparkRunner(spark).reprocess(_app(_plain_key, _plain_ts, SUM_V), {"views": path})
+    text = "read k, v, ts of views; key from column k; carried v, ts"
+    assert result.columns == {"stage-0": text}
+    assert f"  stage-0: {text}" in result.summary().splitlines()
+    every = "user, k, v, ts, tags"
+    result = SparkRunner(spark).reprocess(
+        _app(_opaque_key, _opaque_ts, lambda kv, n: n + len(kv.value)), {"views": path})
+    assert result.columns == {"stage-0": f"read {every} of views; carried {every}"}
+
+
 def test_declared_fields_and_item_getters_are_read_as_columns(spark: Any, tmp_path: Path) -> None:
     import operator
 
