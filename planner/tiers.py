@@ -212,10 +212,13 @@ def spark_passes(plan: Any) -> list[list[Any]]:
     return [passes[i] for i in order]
 
 
-def carried_streams(plan: Any) -> set[str]:
+def carried_streams(plan: Any, passes: list[list[Any]] | None = None) -> set[str]:
     """The intermediate streams a lone ``partition_by`` may carry its input's rows into as
-    columns: not an output, and every pass reading one reads nothing else."""
-    read = [set(itertools.chain.from_iterable(s.inputs for s in p)) for p in spark_passes(plan)]
+    columns: not an output, and every pass reading one reads nothing else. ``passes``: the
+    plan's ``spark_passes``, where the caller made them already."""
+    if passes is None:
+        passes = spark_passes(plan)
+    read = [set(itertools.chain.from_iterable(s.inputs for s in p)) for p in passes]
     return {sid for sid in plan.intermediate_streams if sid not in plan.output_streams
             and all(r == {sid} for r in read if sid in r)}
 

@@ -560,7 +560,7 @@ class _Compiler:
         ends = []
         fused = self._declared()
         passes = spark_passes(plan)
-        self.may_carry = carried_streams(plan)
+        self.may_carry = carried_streams(plan, passes)
         for stages in passes:
             ids = [s.stage_id for s in stages]
             d = fused.get(ids[0]) if len(ids) == 1 else None
