@@ -45,5 +45,8 @@ def median_summary(lines: list[dict[str, Any]]) -> dict[str, Any]:
            "median_msgs_per_s": round(statistics.median(rates), 1),
            "median_baseline_msgs_per_s": round(statistics.median(bases), 1),
            "median_ratio": round(statistics.median(ratios), 3), "summary": True}
+    for key in ("floor_ratio", "of_floor"):  # where the workload also timed its floor
+        if all(key in ln for ln in lines):
+            out[f"median_{key}"] = round(statistics.median(ln[key] for ln in lines), 3)
     print(json.dumps(out), file=sys.stdout, flush=True)
     return out

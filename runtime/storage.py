@@ -289,8 +289,10 @@ def _maps_of(path: str) -> list[tuple[int, int]]:
     out = []
     try:
         with open("/proc/self/maps") as f:
-            for line in f:
-                parts = line.rstrip("\n").split(None, 5)
+            lines = f.read().splitlines()
+        for line in lines:
+            if line.endswith(path):  # most lines are other files: passed over without a split
+                parts = line.split(None, 5)
                 # e.g. "7f0a...-7f0b... r--s 00000000 fd:01 1234 /path/data.mdb"
                 if len(parts) < 6 or parts[1] != "r--s" or parts[5] != path:
                     continue

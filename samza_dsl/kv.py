@@ -33,8 +33,9 @@ class KV(msgspec.Struct, Generic[K, V], frozen=True, gc=False):
     value: V
 
     def __iter__(self) -> Any:
-        yield self.key
-        yield self.value
+        # an iterator over a pair, not a generator: unpacking ``key, value = kv`` takes a
+        # quarter less time
+        return iter((self.key, self.value))
 
     @classmethod
     def of(cls, key: K, value: V) -> KV[K, V]:
