@@ -227,12 +227,16 @@ class WindowOperator(Operator, ABC):
         if self._finish is not None:
             value = self._finish(value)
         self.panes_emitted += 1
+        return WindowPane(WindowKey(key, self._pane_id(start)), value, firing, self.mode)
+
+    def _pane_id(self, start: int) -> str:
+        """The pane id of ``start``: one string per start, shared by its panes."""
         pane_id = self._pane_ids.get(start)
-        if pane_id is None:  # one string per start, shared by its panes
+        if pane_id is None:
             if len(self._pane_ids) >= 1024:
                 self._pane_ids.clear()
             pane_id = self._pane_ids[start] = str(start)
-        return WindowPane(WindowKey(key, pane_id), value, firing, self.mode)
+        return pane_id
 
     def _close_pane(self, handle: Any, out: list[Any], value: Any = _MISSING) -> None:
         """The DEFAULT firing: emit, cancel the early trigger, and clear the state unless closed
@@ -684,10 +688,69 @@ class TumblingWindowOperator(AlignedWindowOperator):
                 self._index(self._retained, self._expiring, start).update(keys)
                 return
             self._spilled.discard(start)
+        elif not self._retain and not self._discarding:
+            self._close_start(start, out)
         else:
             super()._close_next(threshold, out)
         if not self._retain:
             self._stored.discard(start)
+
+    def _close_start(self, start: int, out: list[Any]) -> None:
+        """``_close_next`` of a start in memory whose panes go as they close (no allowed
+        lateness, ACCUMULATING): every pane's ``_close_pane`` in one loop, in key order. The
+        values of the panes that closed leave memory together; if one pane's ``finish``
+        raises, the panes before it have closed and the others keep their values, as they
+        would one ``_close_pane`` at a time."""
+        heappop(self._closing)
+        keys = in_key_order(self._take_keys(start))
+        dirty = self._dirty.get(start) or {}
+        clean = self._clean.get(start) or {}
+        stored = start in self._stored
+        finish, early, peek = self._finish, self._early, self._peek
+        pane_id, mode = self._pane_id(start), self.mode
+        closed = emitted = 0
+        try:
+            for key in keys:
+                value = dirty.get(key, _MISSING)
+                if value is _MISSING:
+                    value = clean.get(key, _MISSING)
+                    if value is _MISSING:
+                        value = peek((start, key))
+                if value is not None:
+                    if finish is not None:
+                        value = finish(value)
+                    out.append(WindowPane(WindowKey(key, pane_id), value, DEFAULT, mode))
+                    emitted += 1
+                closed += 1
+                if early:
+                    early.pop((start, key), None)
+                if stored:
+                    self._store.delete((start, key))
+                    self._deletes += 1
+                    if not self._deletes % _FLUSH_CHUNK and self._store_flush is not None:
+                        self._store_flush()
+        finally:
+            self.panes_emitted += emitted
+            self._forget_closed(start, keys, closed)
+
+    def _forget_closed(self, start: int, keys: list[Any], closed: int) -> None:
+        """The values of ``start``'s first ``closed`` panes in ``keys`` leave memory (all of
+        the start's, once every pane closed)."""
+        for index in (self._dirty, self._clean):
+            panes = index.get(start)
+            if panes is None:
+                continue
+            before = len(panes)
+            if closed < len(keys):
+                for key in keys[:closed]:
+                    panes.pop(key, None)
+                after = len(panes)
+            else:
+                after = 0
+            if not after:
+                del index[start]
+            if index is self._clean:
+                self._cached -= before - after
 
     def _pop_retained(self, start: int) -> Iterable[Any]:
         if start not in self._spilled:

@@ -751,3 +751,67 @@ def test_a_discarding_pane_stays_open_after_an_early_firing(
                           ("b", "0", 1, "DEFAULT"), ("c", "0", 1, "DEFAULT"),
                           *([("z", "0", 1, "DEFAULT")] * commit_first)]
     assert op._early == {}
+
+
+class _OnePaneAtATime(TumblingWindowOperator):
+    """A tumbling window closing each start one ``_close_pane`` at a time, as every window did
+    before whole starts closed in one loop (``_close_start``)."""
+
+    def _close_start(self, start: int, out: list[Any]) -> None:
+        super(TumblingWindowOperator, self)._close_next(start, out)
+
+
+_steps = st.lists(st.one_of(
+    st.tuples(st.just("m"), st.sampled_from("abcdef"), st.floats(0, 59, allow_nan=False)),
+    st.tuples(st.just("commit")),
+    st.tuples(st.just("wm"), st.integers(0, 70_000))), max_size=60)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_steps, st.sampled_from([3, 1000]), st.booleans(), st.booleans())
+def test_a_start_closing_in_one_loop_is_its_panes_closing_one_at_a_time(
+        steps: list[tuple[Any, ...]], cache: int, mean: bool, early: bool) -> None:
+    """Closing a start's panes in one loop gives the panes, the store and the memory that
+    closing them one at a time gives: with values changed since the commit, kept at it, in the
+    store, and spilled there past ``pane.cache.size``, and with early triggers."""
+    from samza_dsl.windows import Aggregate
+
+    window = (Windows.keyed_tumbling(key="k", size=10 * SEC, event_time="t",
+                                     aggregate=Aggregate.mean("t")) if mean
+              else Windows.keyed_tumbling(lambda m: m["k"], 10 * SEC, event_time="t",
+                                          init=lambda: 0, fold=lambda m, n: n + 1))
+    if early:
+        window = window.early_trigger(Triggers.count(2))
+    ops, stores = [], []
+    for cls in (TumblingWindowOperator, _OnePaneAtATime):
+        store = CountingState()
+        op = cls(WindowSpec("w", "w", ("stream:in",), "test.py:1", window=window))
+        op.init(OperatorContext("task-0", {"stores.w.pane.cache.size": cache}, FakeClock(),
+                                {"w": store}))
+        ops.append(op)
+        stores.append(store)
+
+    def same() -> None:
+        assert dict(stores[0].all()) == dict(stores[1].all())
+        assert stores[0].deletes == stores[1].deletes
+        assert ops[0].panes_emitted == ops[1].panes_emitted
+        for attr in ("_dirty", "_clean", "_open", "_cached", "_stored", "_spilled", "_closing",
+                     "_early"):
+            a, b = getattr(ops[0], attr), getattr(ops[1], attr)
+            assert (a.keys() == b.keys() if attr == "_early" else a == b), attr
+
+    for step in [*steps, ("end",)]:
+        outs = []
+        for op in ops:
+            if step[0] == "m":
+                out = op.process({"k": step[1], "t": step[2]})
+            elif step[0] == "commit":
+                op.flush_state()
+                out = []
+            elif step[0] == "wm":
+                out = op.on_watermark(step[1])
+            else:
+                out = op.on_end_of_stream()
+            outs.append(panes(out))
+        assert outs[0] == outs[1]
+        same()
