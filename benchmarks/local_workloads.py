@@ -37,6 +37,7 @@ from typing import Any
 import msgspec
 
 from benchmarks.common import emit, timed
+from benchmarks.peers.workload import best_of
 from benchmarks.workloads import w1_baseline
 from examples.readwrite_counter import CountInTable
 from examples.readwrite_counter import app as w1_local_app
@@ -158,14 +159,12 @@ def w1_floor(parts: dict[int, list[tuple[bytes, bytes]]],
     return out
 
 
-def _best_of(repeats: int, fn: Any, expect: int) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
+def _making(n: int, fn: Any) -> Any:
+    """``fn``, checked to make ``n`` outputs each time it is called (for ``best_of``)."""
+    def run() -> None:
         got = fn()
-        best = min(best, time.perf_counter() - t0)
-        assert got == expect, f"{fn} made {got} of {expect}"
-    return best
+        assert got == n, f"{fn} made {got} of {n}"
+    return run
 
 
 def run_w1_local(n: int, variant: str = "W1L") -> dict[str, Any]:
@@ -185,12 +184,12 @@ def run_w1_local(n: int, variant: str = "W1L") -> dict[str, Any]:
     for i in ids:
         parts[i % 4].append(KV(str(i), _enc.encode({"id": i, "pad": PAD})))
     # the practical limit: the best of a few loops (one loop of ~0.5 s varies by +-25% here)
-    base_s = _best_of(BASELINE_REPEATS, lambda: w1_baseline(parts), n)
+    base_s = best_of(BASELINE_REPEATS, _making(n, lambda: w1_baseline(parts)))
     # the floor: the same messages as the job's records, through the least work its semantics ask
     records = {p: [(serde.key_serde.serialize(kv.key), kv.value) for kv in msgs]
                for p, msgs in parts.items()}
     parts.clear()
-    floor_s = _best_of(BASELINE_REPEATS, lambda: len(w1_floor(records, serde)), n)
+    floor_s = best_of(BASELINE_REPEATS, _making(n, lambda: len(w1_floor(records, serde))))
     records.clear()
 
     d = tempfile.mkdtemp(prefix="w1l-")
