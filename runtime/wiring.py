@@ -137,6 +137,7 @@ class Wiring:
         self._make_emit = make_emit or operator_emit
         self._emits: dict[tuple[str, int], Emit] = {}
         self._senders: dict[tuple[str, str], Emit] = {}
+        self._nexts: dict[str, list[Emit]] = {}
 
     def entry(self, stream_id: str) -> Emit:
         """Where a message of input or intermediate stream ``stream_id`` goes."""
@@ -155,8 +156,13 @@ class Wiring:
         return emit
 
     def nexts(self, op_id: str) -> list[Emit]:
-        """What an operator's outputs go to: downstream operators, and the streams it writes."""
-        return op_nexts(self.plan, op_id, self.operators[op_id].spec, self.emit, self.sender)
+        """What an operator's outputs go to: downstream operators, and the streams it writes
+        (built once per operator, as its emits and senders are; callers only read the list)."""
+        nexts = self._nexts.get(op_id)
+        if nexts is None:
+            nexts = self._nexts[op_id] = op_nexts(self.plan, op_id, self.operators[op_id].spec,
+                                                  self.emit, self.sender)
+        return nexts
 
     def sender(self, stream_id: str, op_id: str) -> Emit:
         """The terminal of ``op_id`` writing to ``stream_id``."""
