@@ -17,7 +17,8 @@ import time
 import types
 from collections import deque
 from collections.abc import Awaitable, Callable
-from operator import length_hint
+from itertools import compress, count, islice
+from operator import gt, length_hint
 from typing import Any, cast
 
 from operators.base import IDENTITY, FailedAt, Operator, OperatorContext, UserContext
@@ -73,6 +74,13 @@ from samza_dsl.spec import (
 __all__ = ["TaskInstance"]
 
 _CONTROL_TYPES = frozenset({EndOfStream, Watermark, Skipped, OtherBucket})
+_NUMBER_TYPES = frozenset({float, int})
+#: a first-stage ``partition_by`` with declared times takes runs of this many messages at most
+#: (``keyed_run``), and none shorter than _RUN_MIN; after _RUN_MISSES runs that did not start
+#: (times that are not numbers, out of order, a raising function) the loop goes on alone
+_RUN_MAX = 1024
+_RUN_MIN = 64
+_RUN_MISSES = 8
 _INF = float("inf")
 _THREADED_OPCODES = frozenset({"map", "filter", "flat_map", "sink", "join_table"})
 BATCH_BUDGET = 2048
@@ -327,6 +335,61 @@ class TaskInstance:
 
         # a partition_by of the message into partitions in memory: a loop of its own
         keyed = raw and key_of is not None
+        # ... and, with declared times, runs of it with the functions mapped in C
+        sorted_runs = keyed and et is not None and fixed is None
+        misses = [0]  # runs that did not qualify: after _RUN_MISSES, the loop alone
+
+        def keyed_run(seg: list[Any], top: Any, xmax: float, lat: float
+                      ) -> tuple[int, float, float]:
+            """The loop's work for a run of plain messages whose event times are numbers,
+            none behind the channel's progress (in order from at or after it; any order
+            without one), and whose keys are set: the event-time and key functions mapped over
+            the run and the ``KV``s built in C, then one append per message. Returns (how many
+            it took from the start, xmax, lat); where a message does not qualify it takes the
+            ones before it, and the loop takes it with its own checks and errors. The functions
+            are pure by contract: a run that raises or breaks off has them called again there
+            by the loop."""
+            tys = list(map(type, seg))
+            if not _CONTROL_TYPES.isdisjoint(tys):  # up to the first control record
+                seg = seg[:next(compress(count(), map(_CONTROL_TYPES.__contains__, tys)))]
+                if not seg:
+                    return 0, xmax, lat
+            try:
+                xs = list(map(et, seg))  # type: ignore[arg-type]
+            except Exception:
+                return 0, xmax, lat
+            n = len(xs)
+            if not set(map(type, xs)) <= _NUMBER_TYPES:
+                return 0, xmax, lat
+            if top is not None:
+                x0 = xs[0] * 1000.0
+                if x0 < xmax or x0 < top:
+                    return 0, xmax, lat
+                # up to the first time that goes back
+                n = next(compress(count(1), map(gt, xs, islice(xs, 1, None))), n)
+            try:
+                keys = list(map(key_of, seg[:n] if n < len(seg) else seg))  # type: ignore[arg-type]
+            except Exception:
+                return 0, xmax, lat
+            took = n
+            for j, (k, r) in enumerate(zip(keys, map(KV, keys, seg), strict=False)):
+                if k is None:
+                    took = j
+                    break
+                try:
+                    bufs[parts[k]].append(r)
+                except Exception:
+                    took = j
+                    break
+            if took:
+                if top is not None:
+                    xmax = xs[took - 1] * 1000.0
+                    last = xs[took - 1]
+                else:
+                    last = max(xs[:took]) if took < len(xs) else max(xs)
+                if last > lat:
+                    lat = last
+            return took, xmax, lat
 
         def batch(payloads: list[Any], i: int, end: int, times: list[Any] | None = None) -> int:
             """Process payloads[i:end] up to the first control record (or, with ``times``, the
@@ -337,6 +400,7 @@ class TaskInstance:
             n_in = dropped = 0
             timed = meter is None and fused is None
             direct = timed and keyed  # once the batch's one timed call is made
+            runs = sorted_runs and times is not None and misses[0] < _RUN_MISSES
             data_type: type = KV  # the messages' type, once one was seen not to be a control's
 
             def general(r: Any) -> None:  # the sender's own path, with its errors
@@ -402,6 +466,27 @@ class TaskInstance:
                                 general(r)
                         if t is not None and t > lat:
                             lat = t
+                        if runs:  # the rest in runs, while they qualify
+                            runs = False
+                            pos = end - length_hint(it)
+                            while end - pos >= _RUN_MIN:
+                                seg = payloads[pos:min(end, pos + _RUN_MAX)]
+                                took, xmax, lat = keyed_run(seg, top, xmax, lat)
+                                if took:
+                                    n_in += took
+                                    next(islice(it, took - 1, took), None)  # past them
+                                    pos += took
+                                if took < len(seg):
+                                    # the loop takes the next message (a control record
+                                    # ends the batch); runs go on after it unless this one
+                                    # stopped short
+                                    if type(seg[took]) in control_types:
+                                        pass
+                                    elif 2 * took >= len(seg):
+                                        runs = True
+                                    else:
+                                        misses[0] += 1
+                                    break
                         continue
                     try:
                         if timed:
