@@ -76,8 +76,9 @@ __all__ = ["TaskInstance"]
 _CONTROL_TYPES = frozenset({EndOfStream, Watermark, Skipped, OtherBucket})
 _NUMBER_TYPES = frozenset({float, int})
 #: a first-stage ``partition_by`` with declared times takes runs of this many messages at most
-#: (``keyed_run``), and none shorter than _RUN_MIN; after _RUN_MISSES runs that did not start
-#: (times that are not numbers, out of order, a raising function) the loop goes on alone
+#: (``keyed_run``), and none shorter than _RUN_MIN; after _RUN_MISSES runs that stopped short
+#: of half their length (times that are not numbers or go back, odd keys, a raising function),
+#: the loop goes on alone
 _RUN_MAX = 1024
 _RUN_MIN = 64
 _RUN_MISSES = 8
@@ -337,7 +338,7 @@ class TaskInstance:
         keyed = raw and key_of is not None
         # ... and, with declared times, runs of it with the functions mapped in C
         sorted_runs = keyed and et is not None and fixed is None
-        misses = [0]  # runs that did not qualify: after _RUN_MISSES, the loop alone
+        misses = [0]  # runs that stopped short: after _RUN_MISSES, the loop alone
 
         def keyed_run(seg: list[Any], top: Any, xmax: float, lat: float
                       ) -> tuple[int, float, float]:
