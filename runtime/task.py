@@ -402,6 +402,8 @@ class TaskInstance:
             timed = meter is None and fused is None
             direct = timed and keyed  # once the batch's one timed call is made
             runs = sorted_runs and times is not None and misses[0] < _RUN_MISSES
+            # records by key with no times to keep: the loop below, after the first message
+            plain = times is None and not raw and key_of is None and fixed is None
             data_type: type = KV  # the messages' type, once one was seen not to be a control's
 
             def general(r: Any) -> None:  # the sender's own path, with its errors
@@ -524,6 +526,42 @@ class TaskInstance:
                         general(r)
                     if t is not None and t > lat:
                         lat = t
+                    if plain and timed:
+                        break  # the rest of the batch in the loop below
+                else:
+                    return end
+                # a map's (or a chain's) messages into records by their keys, once the batch's
+                # timed call is made: the steps above without the ones that cannot apply
+                for m in it:
+                    if type(m) is not data_type:
+                        if type(m) in control_types:
+                            if m is other_bucket:
+                                read[stream_id] = read.get(stream_id, 0) - 1
+                                continue
+                            return end - length_hint(it) - 1
+                        data_type = type(m)
+                    n_in += 1
+                    try:
+                        r = fn(m)
+                    except OperatorFailure as f:
+                        raise _BatchFailure(end - length_hint(it) - 1, f) from f.cause
+                    except Exception as exc:
+                        dropped += 1
+                        raise _BatchFailure(end - length_hint(it) - 1,
+                                            OperatorFailure(fn_op, exc)) from exc
+                    if type(r) is KV:
+                        k = r.key
+                        v = r.value
+                        if k is not None and v is not None:
+                            try:
+                                bufs[parts[k]].append((kser(k), vser(v), None))
+                                continue
+                            except Exception:
+                                pass
+                    if r is None:
+                        dropped += 1
+                    else:
+                        general(r)
                 return end
             finally:
                 if meter is not None:

@@ -217,3 +217,85 @@ def test_a_failing_function_in_a_chain_names_its_operator_and_offset(runner_kind
         assert "ValueError: view 77 is bad" in str(err)
         where.append((err.stream, err.partition, err.offset))
     assert where[0] == where[1] == ("views", 1, 38)
+
+
+# what the map below returns for a view, by kind; the failing ones come at most once a run
+SHAPES = ["kv", "kv", "kv", "kv", "none-key", "none-value", "dropped"]
+FAILING = ["plain", "bad-value", "raise"]
+
+
+def shapes_app(system: Any, kinds: list[str]) -> StreamApplication:
+    """A map whose output for the view of id i is of kind ``kinds[i]``, sent to three
+    partitions: every case of the batch's loop from a map to records."""
+    app = StreamApplication("shapes", config={"task.commit.ms": 50})
+
+    def shape(kv: KV[str, Any]) -> Any:
+        i = kv.value["id"]
+        kind = kinds[i]
+        if kind == "raise":
+            raise ValueError(f"view {i} is bad")
+        if kind == "none-key":
+            return KV(None, kv.value)
+        if kind == "none-value":
+            return KV(kv.key, None)
+        if kind == "dropped":
+            return None
+        if kind == "plain":
+            return kv.value
+        if kind == "bad-value":
+            return KV(kv.key, {i})  # a set: JSON cannot encode it
+        return KV(kv.key.upper(), kv.value)
+
+    (app.input(system.input("views", serde=SERDE, partitions=1))
+     .map(shape, name="shape")
+     .send_to(app.output(system.output("counts", serde=SERDE, partitions=3))))
+    return app
+
+
+def _run_shapes(kinds: list[str], data: dict[int, list[Any]], job_dir: Path,
+                config: dict[str, Any]) -> Any:
+    """What a LocalRunner gives: the output's records and the map's counts, or its error."""
+    try:
+        runner = LocalRunner(shapes_app(LocalSystem("local"), kinds),
+                             {"job.dir": str(job_dir), **config}, inputs={"views": data}).run()
+    except TaskError as e:
+        return ("failed", e.op_id, e.stream, e.partition, e.offset,
+                str(e).replace(str(job_dir), "JOB"))
+    counts: dict[str, int] = {}
+    for g, n, labels, v in runner.metrics.samples():  # one sample per task
+        if (g == "operator" and n in ("messages-in", "messages-out")
+                and labels["operator"] == "shapes-1-map-shape"):
+            counts[n] = counts.get(n, 0) + v
+    job = runner.job
+    log = job.log_of(job.stream_system["counts"])
+    try:  # the records as written, by partition: a tombstone is not the value null
+        records = [log.read(job.physical["counts"], p, 0, 10_000)[1] for p in range(3)]
+    finally:
+        runner.close()
+    return "ran", records, counts
+
+
+@settings(max_examples=int(os.environ.get("SAMZA_DSL_MODEL_EXAMPLES", "60")) // 2,
+          deadline=None)
+@given(st.lists(st.sampled_from(SHAPES), min_size=1, max_size=150),
+       st.none() | st.tuples(st.integers(0, 150), st.sampled_from(FAILING)))
+def test_a_map_to_records_batched_equals_one_message_at_a_time(
+        kinds: list[str], failing: tuple[int, str] | None) -> None:
+    """Whatever a map returns (a KV, a KV with no key or no value, None, a plain value, a value
+    its serde cannot encode) or raises, the batch's loop gives the outputs, counts and failure
+    the one-message-at-a-time path gives."""
+    import tempfile
+
+    if failing is not None:
+        at, kind = failing
+        kinds = kinds[:at] + [kind] + kinds[at:]
+
+    data = {0: [KV(f"v{i}", {"id": i}) for i in range(len(kinds))]}  # one task: one failure
+    with tempfile.TemporaryDirectory() as d:
+        got = [_run_shapes(kinds, data, Path(d) / name, config)
+               for name, config in (("batched", {}), ("per-message", PER_MESSAGE))]
+    assert got[0] == got[1]
+    if got[0][0] == "ran":
+        _, out, counts = got[0]
+        assert counts["messages-in"] == len(kinds)
+        assert counts["messages-out"] == len(kinds) - kinds.count("dropped")
