@@ -235,15 +235,25 @@ class MappedPages:
     past ``every`` bytes it asks the kernel to drop the map's pages (``madvise`` with
     ``MADV_DONTNEED``, Linux): the pages stay in the page cache, and a read that needs one
     again maps it back from there with the same contents. Nothing is lost or written. Where
-    ``/proc/self/maps`` or ``madvise`` is missing it does nothing."""
+    ``/proc/self/maps`` or ``madvise`` is missing it does nothing.
 
-    __slots__ = ("data_file", "every", "_since", "_real")
+    Where the map lies is read from ``/proc/self/maps`` (a fraction of a millisecond). With
+    ``env``, the environment that holds the map, it is read once for that environment and
+    used again while the environment is the same object, still open, and its map as large as
+    the place found: LMDB maps its file once when it opens and moves the map only when it is
+    resized, and the one who resizes calls ``moved()``."""
 
-    def __init__(self, data_file: str, every: int = 4 << 20) -> None:
+    __slots__ = ("data_file", "every", "_since", "_real", "env", "_found", "_found_env")
+
+    def __init__(self, data_file: str, every: int = 4 << 20, env: Any = None) -> None:
         self.data_file = data_file
         self.every = every
         self._since = 0
         self._real = os.path.realpath(data_file)
+        #: the environment whose map this is (None: the map is looked up at every release)
+        self.env = env
+        self._found: list[tuple[int, int]] | None = None
+        self._found_env: Any = None
 
     def read(self, n: int) -> None:
         self._since += n
@@ -251,13 +261,32 @@ class MappedPages:
             self._since = 0
             self.release()
 
+    def moved(self) -> None:
+        """The map may lie elsewhere now (the environment was resized): look for it again."""
+        self._found = self._found_env = None
+
+    def _ranges(self) -> list[tuple[int, int]]:
+        env = self.env
+        if env is None:
+            return _maps_of(self._real)
+        try:
+            size = env.info()["map_size"]
+        except lmdb.Error:  # closed: it has no map to let go of
+            return []
+        found = self._found
+        if (found is None or self._found_env is not env
+                or sum(end - start for start, end in found) != size):
+            found = _maps_of(self._real)
+            self._found, self._found_env = found, env
+        return found
+
     def release(self) -> int:
         """Drops the mapped pages of the file now; returns the bytes of map given back to the
         kernel's care (0 where it cannot)."""
         if _MADVISE is None:
             return 0
         released = 0
-        for start, end in _maps_of(self._real):
+        for start, end in self._ranges():
             if _MADVISE(start, end - start, _MADV_DONTNEED) == 0:
                 released += end - start
         return released

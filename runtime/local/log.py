@@ -257,7 +257,7 @@ class LocalLog:
             raise storage_error(e, self.path, "opening the local log") or _unreadable(
                 self.path, e) from e
         return _Shared(env, streams, log, meta, _file_ident(real),
-                       MappedPages(os.path.join(real, "data.mdb")))
+                       MappedPages(os.path.join(real, "data.mdb"), env=env))
 
     # ------------------------------------------------------------------ plumbing
 
@@ -282,6 +282,7 @@ class LocalLog:
             except lmdb.MapResizedError:
                 # Another process grew the map beyond ours: adopt its size and retry.
                 shared.env.set_mapsize(0)
+                shared.pages.moved()
                 txn = shared.env.begin(write=write, buffers=True)
             with txn:
                 yield txn

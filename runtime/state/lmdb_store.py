@@ -296,13 +296,13 @@ class LmdbStore:
         except BaseException:
             env.close()
             raise
-        self._env = env
+        self._env = self._pages.env = env
 
     def _detach(self) -> None:
         self._end_read()
         if self._env is not None:
             self._env.close()
-        self._env = self._data = self._meta = None
+        self._env = self._data = self._meta = self._pages.env = None
 
     def _read_meta(self) -> dict[str, Any] | None:
         """The metadata record (None when absent); a sanity read of the data too. Raises

@@ -617,6 +617,58 @@ def test_reading_a_log_end_to_end_does_not_keep_its_pages_resident(tmp_path: Pat
         assert log._shared is not None and log._shared.pages.release() > 0
 
 
+def test_the_map_is_looked_up_once_per_environment_and_again_when_it_may_have_moved(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Letting go of a log's pages reads /proc/self/maps once for its environment; after a
+    resize, and for a new environment on the same file, it looks again, and still lets go of
+    pages (an address kept from an old map would give madvise memory that is not the map's)."""
+    import lmdb
+
+    from runtime import storage
+
+    looked = []
+    real_maps_of = storage._maps_of
+
+    def maps_of(path: str) -> list[tuple[int, int]]:
+        looked.append(path)
+        return real_maps_of(path)
+
+    monkeypatch.setattr(storage, "_maps_of", maps_of)
+    with LocalLog(tmp_path / "log") as log:
+        log.create("s", 1)
+        log.append("s", 0, recs(20_000))
+        shared = log._shared
+        assert shared is not None
+        assert read_all(log, "s", 0, chunk=5_000) == recs(20_000)
+        assert [shared.pages.release() > 0 for _ in range(3)] == [True] * 3
+        assert len(looked) == 1
+        (start, end), = shared.pages._ranges()
+        assert end - start == shared.env.info()["map_size"]
+        # resized (as another process growing the log makes it): the map may lie elsewhere
+        shared.env.set_mapsize(shared.env.info()["map_size"] * 2)
+        assert read_all(log, "s", 0, chunk=5_000) == recs(20_000)
+        assert shared.pages.release() > 0
+        assert len(looked) == 2
+        (start2, end2), = shared.pages._ranges()
+        assert end2 - start2 == shared.env.info()["map_size"]
+        assert read_all(log, "s", 0, chunk=5_000) == recs(20_000)
+    assert shared.pages.release() == 0  # closed: no map, nothing asked of the kernel
+    assert len(looked) == 2
+    with LocalLog(tmp_path / "log") as log:  # a new environment: looked for again
+        assert read_all(log, "s", 0, chunk=5_000) == recs(20_000)
+        assert log._shared is not None and log._shared.pages.release() > 0
+        assert len(looked) == 3
+    env = lmdb.open(str(tmp_path / "log"), max_dbs=4, map_size=1 << 30)
+    try:  # a MappedPages bound to no environment looks every time, as before
+        loose = storage.MappedPages(str(tmp_path / "log" / "data.mdb"))
+        with env.begin() as txn:
+            assert txn.cursor(env.open_db(b"log", txn=txn)).first()
+        assert loose.release() > 0 and loose.release() > 0
+        assert len(looked) == 5
+    finally:
+        env.close()
+
+
 def test_letting_go_of_mapped_pages_loses_nothing_a_live_reader_holds(tmp_path: Path) -> None:
     from runtime.storage import MappedPages
 
