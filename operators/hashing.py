@@ -9,6 +9,7 @@ must never choose a partition or a bucket.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -23,25 +24,37 @@ def murmur2(data: bytes) -> int:
     """Kafka's ``Utils.murmur2``: a signed 32-bit int."""
     length = len(data)
     h = (0x9747B28C ^ length) & _MASK
-    end = length - (length & 3)
-    for i in range(0, end, 4):
-        k = data[i] | (data[i + 1] << 8) | (data[i + 2] << 16) | (data[i + 3] << 24)
-        k = (k * _M) & _MASK
-        k ^= k >> 24
-        k = (k * _M) & _MASK
-        h = ((h * _M) & _MASK) ^ k
+    end = length & ~3
+    if end:  # the whole 4-byte words, little-endian, unpacked in C
+        for k in _words(end >> 2)(data):
+            k = (k * _M) & _MASK
+            h = ((h * _M) & _MASK) ^ (((k ^ (k >> 24)) * _M) & _MASK)
     rest = length & 3
-    if rest == 3:
-        h ^= data[end + 2] << 16
-    if rest >= 2:
-        h ^= data[end + 1] << 8
-    if rest >= 1:
+    if rest:
+        if rest == 3:
+            h ^= data[end + 2] << 16
+        if rest >= 2:
+            h ^= data[end + 1] << 8
         h ^= data[end]
         h = (h * _M) & _MASK
     h ^= h >> 13
     h = (h * _M) & _MASK
     h ^= h >> 15
     return h - (1 << 32) if h & 0x80000000 else h
+
+
+_UNPACK: dict[int, Callable[[bytes], tuple[int, ...]]] = {}
+
+
+def _words(n: int) -> Callable[[bytes], tuple[int, ...]]:
+    """Unpacks the first ``n`` little-endian 32-bit words of a buffer (kept for keys of up to
+    1 KB, the lengths keys have)."""
+    unpack = _UNPACK.get(n)
+    if unpack is None:
+        unpack = struct.Struct(f"<{n}I").unpack_from
+        if n <= 256:
+            _UNPACK[n] = unpack
+    return unpack
 
 
 def to_positive(n: int) -> int:
