@@ -168,6 +168,18 @@ def job_process(job_dir: str, keys: int, trace: bool) -> dict[str, Any]:
 
 # -- the benchmark ---------------------------------------------------------------------------------
 
+def _compile_project() -> None:
+    """Byte-compiles the project's modules (as installing a package does), so that the job's
+    process starts from cached bytecode, as a deployed job does: modules compiled at import
+    leave freed memory behind in the set-up process, which the run then reuses, and its growth
+    would depend on whether a cache was there (3 to 4 MB here)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "samza_dsl", "planner",
+                    "operators", "runtime", "benchmarks"], cwd=root, env=env, check=True,
+                   stdout=subprocess.DEVNULL)
+
+
 def run_w3_memory(keys: int, trace: bool = False) -> dict[str, Any]:
     d = tempfile.mkdtemp(prefix="w3m-")
     try:
@@ -177,6 +189,7 @@ def run_w3_memory(keys: int, trace: bool = False) -> dict[str, Any]:
         finally:
             job.close()
         os.sync()  # the input's pages reach the disk before the job starts
+        _compile_project()
         argv = [sys.executable, os.path.abspath(__file__), "--job-process", d, "--keys",
                 str(keys)] + (["--tracemalloc"] if trace else [])
         proc = subprocess.run(argv, capture_output=True, text=True)

@@ -138,7 +138,7 @@ class _Shared:
         self.refs = 1
         self.pid = os.getpid()
         self.ident = ident
-        #: the pages reads mapped in, let go of every 4 MB read (``MappedPages``): a log is mostly
+        #: the pages reads mapped in, let go of every 1 MB read (``MappedPages``): a log is mostly
         #: read once, and its pages would otherwise stay in the process's resident set
         self.pages = pages
 
