@@ -76,7 +76,7 @@ from __future__ import annotations
 
 import itertools
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from heapq import heappop, heappush
 from itertools import islice
 from operator import length_hint
@@ -112,6 +112,10 @@ class WindowOperator(Operator, ABC):
     opcode = "window"
     #: panes this operator has given (every firing), for the ``panes-emitted`` metric
     panes_emitted = 0
+    #: ``process_run`` for records given as columns (their keys and event times), where the
+    #: window has such a loop (a keyed event-time fold): see its docstring
+    process_columns: Callable[[list[Any], list[float], Sequence[Any] | None, int, int],
+                              int] | None = None
 
     def __init__(self, spec: WindowSpec) -> None:
         super().__init__(spec)
@@ -971,14 +975,7 @@ class TumblingWindowOperator(AlignedWindowOperator):
             would close panes (see ``Operator.process_run``)."""
             local = self.local_watermark
             wm = self.watermark
-            # a time (ms) at or past which a message closes panes: with the window's own
-            # watermark, the first open pane's end (or a kept pane's end of lateness)
-            limit = _INF
-            if local:
-                if closing:
-                    limit = closing[0] + size
-                if expiring:
-                    limit = min(limit, expiring[0] + size + lateness)
+            limit = run_limit() if local else _INF
             xmax = -_INF  # the largest time seen (ms, a float): the window's own watermark
             it = iter(messages[i:end])  # the iterator tells the index when the loop stops
             data_type: type = KV  # the messages' type, once one was seen not to be a control's
@@ -1028,7 +1025,70 @@ class TumblingWindowOperator(AlignedWindowOperator):
                 if local and xmax > wm:
                     self.watermark = round(xmax)
 
+        def process_columns(keys: list[Any], xs: list[float], messages: Sequence[Any] | None,
+                            i: int, end: int) -> int:
+            """``process_run`` over records i..end-1 given as columns, for a window whose key
+            and event-time functions read fields of the message: ``keys[j]`` is what
+            ``key_fn`` gives for message j, ``xs[j]`` what ``event_time`` gives times 1000.0.
+            ``messages[j]`` is what ``fold`` gets (None: a fold that never reads its message
+            gets None). It stops where ``process_run`` stops, for ``process`` to take the
+            record there."""
+            local = self.local_watermark
+            wm = self.watermark
+            limit = run_limit() if local else _INF
+            xmax = -_INF
+            start = 0
+            panes: dict[Any, Any] = {}
+            lo = hi = 0.0
+            j = i
+            folded = itertools.repeat(None) if messages is None \
+                else islice(messages, i, end)
+            try:
+                for key, x, m in zip(islice(keys, i, end), islice(xs, i, end), folded,
+                                     strict=False):  # (``repeat`` has no end)
+                    if not lo <= x < hi:  # as in ``process_run``
+                        ms = round(x)
+                        start = ms - ms % size
+                        w = round(xmax) if local and xmax > wm else wm
+                        if start + size <= w or ms >= limit:
+                            return j
+                        lo, hi = start + 0.5, min(start + size, limit) - 1.0
+                        got = dirty.get(start)
+                        if got is None:
+                            got = dirty[start] = {}
+                        panes = got
+                    if x > xmax:
+                        xmax = x
+                    value = panes.get(key, _MISSING)
+                    if value is not _MISSING:
+                        value = fold(m, value)
+                        if value is None:
+                            self._check_fold(value)
+                        panes[key] = value
+                    else:
+                        fold_new(m, start, key, panes)
+                        if local and start + size < limit:
+                            limit = start + size
+                    j += 1
+                return end
+            except Exception as exc:
+                raise FailedAt(j, exc) from exc
+            finally:
+                if local and xmax > wm:
+                    self.watermark = round(xmax)
+
+        def run_limit() -> float:
+            """A time (ms) at or past which a message closes panes, with the window's own
+            watermark: the first open pane's end (or a kept pane's end of lateness)."""
+            limit = _INF
+            if closing:
+                limit = closing[0] + size
+            if expiring:
+                limit = min(limit, expiring[0] + size + lateness)
+            return limit
+
         self.process_run = process_run
+        self.process_columns = process_columns
         return process
 
     def _fold_new(self, message: Any, start: int, key: Any, panes: dict[Any, Any]) -> None:

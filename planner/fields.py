@@ -41,7 +41,7 @@ from typing import Any, cast
 
 from samza_dsl.aggregate import Field
 
-__all__ = ["Step", "Path", "field_path", "fast_reader", "reads", "row_fields", "kv_value_fields", "MAX_DEPTH"]
+__all__ = ["Step", "Path", "field_path", "fast_reader", "reads", "ignores", "row_fields", "kv_value_fields", "MAX_DEPTH"]
 
 #: one step of a path: ("item", key) for ``x[key]``, ("attr", name) for ``x.name``
 Step = tuple[str, Any]
@@ -316,6 +316,35 @@ def reads(fn: Callable[..., Any] | None, nargs: int) -> list[frozenset[Path]] | 
     if type(result) is _Ref:
         used = {*used, (result.root, result.path)}
     return [frozenset(p for root, p in used if root == i) for i in range(nargs)]
+
+
+#: names through which a function may reach its frame's variables without naming them
+_FRAME_NAMES = frozenset({"locals", "vars", "eval", "exec", "globals", "sys", "inspect",
+                          "_getframe", "currentframe", "f_locals", "f_back"})
+
+
+def ignores(fn: Any, index: int, nargs: int) -> bool:
+    """Whether plain function ``fn`` of ``nargs`` positional arguments never reads its argument
+    ``index`` (as ``lambda _m, n: n + 1`` its first): no instruction loads, stores or deletes
+    it, no inner function captures it, and the code names nothing that reaches its frame
+    (``locals``, ``sys._getframe``...). Then any value in its place gives the same result.
+    False where that is not certain."""
+    if type(fn) is not types.FunctionType:
+        return False
+    code = fn.__code__
+    if code.co_argcount != nargs or code.co_kwonlyargcount or code.co_flags & _NOT_FOLLOWED \
+            or not 0 <= index < nargs:
+        return False
+    name = code.co_varnames[index]
+    if name in code.co_cellvars or _FRAME_NAMES.intersection(code.co_names):
+        return False
+    for ins in dis.get_instructions(code):
+        if "FAST" in ins.opname or "DEREF" in ins.opname or "CELL" in ins.opname \
+                or "CLOSURE" in ins.opname:
+            val = ins.argval
+            if val == name or (isinstance(val, tuple) and name in val):
+                return False
+    return True
 
 
 def row_fields(paths: frozenset[Path]) -> set[str] | None:

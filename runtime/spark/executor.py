@@ -50,6 +50,7 @@ import networkx as nx
 from operators.base import FailedAt, Operator, OperatorContext, UserContext, resolve_fn
 from operators.partition_by import PartitionByOperator
 from operators.state import InMemoryState, table_state
+from planner.fields import field_path, ignores
 from runtime.dag import Emit, OperatorFailure, _forward
 from runtime.spark.meter import IN, NS, OUT, Meter, count_outputs, metered_emit, new_meter
 from runtime.spark.shuffle import DistinctKeys, Encoded, Records, RowColumns
@@ -187,6 +188,7 @@ class PassExecutor:
                 if sid not in self.entries:
                     self.entries[sid] = self.wiring.entry(sid)
         self._run_into = self._run_window()
+        self._columns = None if self._run_into is None else _column_window(self._run_into[0])
 
     def _clock(self) -> int:
         return self.clock_ms
@@ -586,12 +588,32 @@ class PassExecutor:
             else list(records)
         msgs = recs.messages if isinstance(recs, Records) else [r[5] for r in recs]
         n = len(recs)
+        # records whose keys and event times the window reads from columns: no message is
+        # made but where the fold reads it, or ``process`` takes it
+        cols = None
+        process_columns = getattr(op, "process_columns", None)
+        if process_columns is not None and self._columns is not None \
+                and isinstance(recs, Records) and recs.keys is not None:
+            name, whole = self._columns
+            times = recs.times_ms(name)
+            if times is not None:
+                cols = (recs.keys, times[0], list(msgs) if whole else None, times[1])
+        if cols is None and not isinstance(msgs, list):
+            msgs = list(msgs)  # (made once, not run by run)
+        missing = 0  # the next of the rows without a time (``process`` fails on it)
         i = 0
         now = time.perf_counter_ns
         while i < n:
             t = now()
             try:
-                j = process_run(msgs, i, n, ())
+                if cols is None or process_columns is None:
+                    j = process_run(msgs, i, n, ())
+                else:
+                    keys, xs, folded, nulls = cols
+                    while missing < len(nulls) and nulls[missing] < i:
+                        missing += 1
+                    j = process_columns(keys, xs, folded, i,
+                                        nulls[missing] if missing < len(nulls) else n)
             except FailedAt as f:
                 rec = recs[f.index]
                 raise self._failure(OperatorFailure(op_id, f.cause), rec[0], rec[2],
@@ -824,6 +846,24 @@ def json_encoder(sid: str) -> Callable[[Any], bytes]:
                               f"{m!r:.80}; map it to JSON-friendly values (dict, list, str, "
                               f"numbers) first") from exc
     return encode_line
+
+
+def _column_window(op: Operator) -> tuple[str, bool] | None:
+    """For a window that takes runs of records (``PassExecutor._run_window``) and has a loop
+    over records given as columns (``process_columns``), whose key function reads the
+    message's key and whose event-time function one field of its value (``kv.key``,
+    ``kv.value["ts"]``, as ``planner.fields`` reads them): that field, and whether its fold
+    reads the message it folds. Else None."""
+    window = getattr(op.spec, "window", None)
+    if getattr(op, "process_columns", None) is None or window is None:
+        return None
+    if field_path(window.key_fn) != (("attr", "key"),):
+        return None
+    path = field_path(window.event_time)
+    if path is None or len(path) != 2 or path[0] != ("attr", "value") \
+            or path[1][0] != "item" or type(path[1][1]) is not str:
+        return None
+    return path[1][1], not ignores(getattr(op, "_fold", None), 0, 2)
 
 
 def per_message_windows(plan: Any, stage: Any) -> list[str]:

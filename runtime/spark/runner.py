@@ -86,15 +86,16 @@ from runtime.spark.progress import STAGE_PREFIX
 from runtime.spark.ship import ship_user_code
 from runtime.spark.shuffle import (
     BATCH,
+    FLAT,
     OFFSET_ORDER,
     ORDER,
-    ROW,
     SCHEMA,
     PassOutput,
     Records,
     ShuffleCodec,
     broadcast_rows,
     carried_batch,
+    carried_columns,
     chunks,
     identity,
     narrow_shuffle,
@@ -768,7 +769,7 @@ class _Compiler:
                         acc.add(_tally(ex, windows, {"in:" + external[0]: read}))
             n_in = src.partitions
             df = self.spark.range(0, n_in, 1, n_in).mapInArrow(run_carried, spark_schema)
-            return PassOutput(self.spark, codec, f"pass {name}", df=df)
+            return PassOutput(self.spark, codec, f"pass {name}", df=df, only=out_sid)
         if narrow and not narrow_sorted and all(self.sources[sid].read for sid in external):
             # each source partition is run where it was read, as it is read, into Arrow rows
             def run_split(i: int, recs: Iterator[Any]) -> Iterator[list[Any]]:
@@ -860,8 +861,9 @@ class _Compiler:
         """For a narrow pass that is a lone ``partition_by`` (no value function) of an input
         whose rows are its messages and survive Spark's types unchanged, into a stream whose
         readers read nothing else: (that stream, the pass's Spark schema, its Arrow schema,
-        the fields carried or None for all), ``SCHEMA`` with the input's rows as a struct column
-        ``ROW``; only the fields the stream's readers read (``_carried_fields``). Else None."""
+        the fields carried or None for all): ``shuffle.carried_columns`` and a column per field
+        of the input's rows (``row__<field>``); only the fields the stream's readers read
+        (``_carried_fields``). Else None."""
         plan = self.plan
         if len(stages) != 1 or len(stages[0].operators) != 1 or len(stages[0].inputs) != 1:
             return None
@@ -883,8 +885,12 @@ class _Compiler:
             row_type = from_arrow_schema(columns, prefer_timestamp_ntz=True)
             if to_arrow_schema(row_type) != columns:
                 return None  # Spark would hand the rows back as other types
-            spark_schema = StructType([*cast(StructType, _parse_datatype_string(SCHEMA)).fields,
-                                       StructField(ROW, row_type)])
+            if any("." in f.name or "`" in f.name for f in row_type.fields):
+                return None  # (names Spark would read as paths)
+            head = carried_columns(src.same_clock)
+            spark_schema = StructType([
+                *cast(StructType, _parse_datatype_string(head)).fields,
+                *(StructField(FLAT + f.name, f.dataType, f.nullable) for f in row_type.fields)])
             return spec.stream_id, spark_schema, to_arrow_schema(spark_schema), fields
         except Exception:  # a type Spark has no Arrow form for: the messages go as bytes
             return None

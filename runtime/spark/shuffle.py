@@ -27,7 +27,7 @@ import dataclasses
 import functools
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import msgspec
 
@@ -40,13 +40,18 @@ def identity(row: Any) -> Any:
     return row
 
 __all__ = ["SCHEMA", "COLUMNS", "ROW", "ORDER", "OFFSET_ORDER", "BATCH", "PassOutput", "encode",
-           "records_of", "Records", "RowColumns", "DistinctKeys", "narrow_shuffle", "to_batch", "ShuffleCodec", "Encoded", "carried_batch", "chunks",
-           "shuffle", "landing_keys", "spark_hash_int", "broadcast_rows"]
+           "records_of", "Records", "LazyMessages", "RowColumns", "DistinctKeys", "narrow_shuffle", "to_batch", "ShuffleCodec", "Encoded", "carried_batch", "chunks",
+           "shuffle", "landing_keys", "spark_hash_int", "broadcast_rows", "carried_columns",
+           "SO_BITS", "FLAT"]
 
 SCHEMA = "p int, sid string, sort_ms long, src int, off long, clock long, k binary, m binary"
 COLUMNS = ("p", "sid", "sort_ms", "src", "off", "clock", "k", "m")
 #: the column of rows a pass carries through as they were read (``carried_batch``)
 ROW = "row"
+#: the prefix of the columns of a carried batch (``carried_batch``) that hold its rows' fields
+FLAT = ROW + "__"
+#: a carried record's source partition and offset are the one number ``src << SO_BITS | off``
+SO_BITS = 40
 #: the order of the records of a task partition, and the order where a window moves per record
 ORDER = ("sort_ms", "src", "off", "sid")
 OFFSET_ORDER = ("src", "off", "sid")
@@ -195,14 +200,20 @@ class ShuffleCodec:
         return load
 
 
-    def load_keys(self, sid: str, kbs: list[bytes]) -> list[Any]:
-        """The keys of stream ``sid`` written as ``kbs``: each distinct one read once where
-        the keys are values a message may share (strings, numbers...)."""
+    def load_keys(self, sid: str, kbs: Any) -> list[Any]:
+        """The keys of stream ``sid`` written as ``kbs`` (an Arrow binary array with no null):
+        each distinct one read once where the keys are values a message may share (strings,
+        numbers...)."""
+        import numpy as np
+
         load = self.loader()
-        read = {kb: load(sid, kb, None) for kb in set(kbs)}
-        if all(type(k) in _SHARED_KEYS for k in read.values()):
-            return [read[kb] for kb in kbs]
-        return [load(sid, kb, None) for kb in kbs]
+        encoded = kbs.dictionary_encode()
+        distinct = [load(sid, kb, None) for kb in encoded.dictionary.to_pylist()]
+        if all(type(k) in _SHARED_KEYS for k in distinct):
+            values = np.empty(len(distinct), dtype=object)
+            values[:] = distinct
+            return cast(list[Any], values[encoded.indices.to_numpy()].tolist())
+        return [load(sid, kb, None) for kb in kbs.to_pylist()]
 
 
 def _serde_types(plan: Any) -> dict[str, type]:
@@ -264,15 +275,70 @@ class DistinctKeys(NamedTuple):
     indices: Any  # an Arrow integer array
 
 
+class Ints(Sequence[int]):
+    """A numpy array of ints as a sequence of Python ints: one made where one is asked for,
+    all of them for iterating."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: Any) -> None:
+        self.array = array
+
+    def __len__(self) -> int:
+        return len(self.array)
+
+    def __getitem__(self, j: Any) -> Any:
+        got = self.array[j]
+        return got.tolist()
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.array.tolist())
+
+
+class LazyMessages(Sequence[Any]):
+    """The messages ``KV(key, row)`` of a batch of carried rows whose fields come one column
+    each (``carried_batch``), each made when it is asked for: the same dicts ``to_pylist`` of the
+    rows' struct makes."""
+
+    __slots__ = ("keys", "fields", "_values")
+
+    def __init__(self, keys: list[Any], fields: Mapping[str, Any]) -> None:
+        self.keys = keys
+        self.fields = fields  # name -> Arrow array
+        self._values: list[tuple[str, list[Any]]] | None = None
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __getitem__(self, j: Any) -> Any:
+        if isinstance(j, slice):
+            return [self[k] for k in range(*j.indices(len(self)))]
+        if self._values is None:
+            self._values = [(name, col.to_pylist()) for name, col in self.fields.items()]
+        return KV(self.keys[j], {name: values[j] for name, values in self._values})
+
+    def __iter__(self) -> Iterator[Any]:
+        import pyarrow as pa
+
+        rows = pa.StructArray.from_arrays(list(self.fields.values()),
+                                          names=list(self.fields)).to_pylist()
+        return map(KV, self.keys, rows)
+
+
 class Records(Sequence[tuple[Any, ...]]):
     """The records of an Arrow batch (``records_of``) as columns. A record is the tuple
     ``(stream id, sort ms, source partition, offset, clock ms, message)``; iterating or
-    indexing makes it. ``sid`` is the stream of every record where they are all of one."""
+    indexing makes it. ``sid`` is the stream of every record where they are all of one.
+    Where the messages are ``KV(key, row)`` of carried rows (``LazyMessages``), ``keys`` are
+    their keys and ``fields`` the rows' fields as Arrow arrays (name -> array); else None."""
 
-    __slots__ = ("sid", "sids", "sort_ms", "src", "off", "clock", "messages")
+    __slots__ = ("sid", "sids", "sort_ms", "src", "off", "clock", "messages", "keys", "fields")
 
-    def __init__(self, sids: list[str], sort_ms: list[int], src: list[int], off: list[int],
-                 clock: list[int], messages: list[Any], sid: str | None = None) -> None:
+    def __init__(self, sids: Sequence[str], sort_ms: Sequence[int], src: Sequence[int],
+                 off: Sequence[int], clock: Sequence[int], messages: Sequence[Any],
+                 sid: str | None = None, *,
+                 keys: list[Any] | None = None, fields: Mapping[str, Any] | None = None
+                 ) -> None:
         self.sid = sid
         self.sids = sids
         self.sort_ms = sort_ms
@@ -280,6 +346,28 @@ class Records(Sequence[tuple[Any, ...]]):
         self.off = off
         self.clock = clock
         self.messages = messages
+        self.keys = keys
+        self.fields = fields
+
+    def times_ms(self, name: str) -> tuple[list[float], list[int]] | None:
+        """Field ``name`` of the rows times 1000.0, each as ``row[name] * 1000.0`` gives it
+        (an event time read from the field, in ms), and the indices of the rows where it is
+        null; None where the field is not numbers (ints or 32- or 64-bit floats)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        col = None if self.fields is None else self.fields.get(name)
+        if col is None:
+            return None
+        t = col.type
+        if not (pa.types.is_integer(t) or pa.types.is_float32(t) or pa.types.is_float64(t)):
+            return None
+        # an int or a float32 widens to the double Python's ``*`` makes of it (both round
+        # to nearest), and the product is the same IEEE product
+        doubles = pc.cast(col, pa.float64(), safe=False).fill_null(0.0)
+        xs = (doubles.to_numpy() * 1000.0).tolist()
+        nulls = pc.indices_nonzero(col.is_null()).to_pylist() if col.null_count else []
+        return xs, nulls
 
     def __len__(self) -> int:
         return len(self.messages)
@@ -313,14 +401,21 @@ def _one_value(column: Any) -> Any:
 def records_of(codec: ShuffleCodec, batch: Any,
                carried: Mapping[str, Callable[[Any], Any]] | None = None,
                sid: str | None = None) -> Records:
-    """The records of an Arrow batch of ``SCHEMA`` rows, in its order. A batch with a ``row``
-    column (``carried_batch``) has records whose messages are ``KV(key, carried[sid](row))``
-    where ``m`` is null. A batch may lack the columns a pass of one input stream ``sid`` does
-    not need (``p``, ``sid``: ``narrow_shuffle``), and a carried stream's ``clock`` (then the
-    sort ms) and ``m`` (then null)."""
+    """The records of an Arrow batch of ``SCHEMA`` rows, in its order. A batch of carried
+    rows (``carried_batch``: their fields a column each, ``row__<field>``) has records whose
+    messages are ``KV(key, carried[sid](row))``, and its source partitions and offsets in the
+    one column ``so``. A batch may lack the columns a pass of one input stream ``sid`` does
+    not need (``p``, ``sid``: ``narrow_shuffle``), a carried stream's ``clock`` (then the sort
+    ms) and ``m`` (then null)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    flat = {f[len(FLAT):]: batch.column(f) for f in batch.schema.names if f.startswith(FLAT)}
+    if flat:  # the carried rows' fields one column each (``carried_batch``): their struct again
+        keep = [f for f in batch.schema.names if not f.startswith(FLAT)]
+        struct = pa.StructArray.from_arrays(list(flat.values()), names=list(flat))
+        batch = pa.RecordBatch.from_arrays([*(batch.column(f) for f in keep), struct],
+                                           names=[*keep, ROW])
     col = batch.column
     if "sid" in batch.schema.names:
         sid = _one_value(col("sid"))
@@ -330,22 +425,36 @@ def records_of(codec: ShuffleCodec, batch: Any,
     else:
         sids = []
     names = batch.schema.names
-    sort_ms = col("sort_ms").to_pylist()
-    clock = sort_ms if "clock" not in names or (
-        len(sort_ms) and pc.all(pc.equal(col("sort_ms"), col("clock"))).as_py()) \
-        else col("clock").to_pylist()
-    cols = (sids, sort_ms, col("src").to_pylist(), col("off").to_pylist(), clock)
-    ks = col("k").to_pylist()
-    ms = col("m") if "m" in names else pa.nulls(len(ks), pa.binary())
+    cols: tuple[Sequence[str], Sequence[int], Sequence[int], Sequence[int], Sequence[int]]
+    if "so" in names and not col("so").null_count and not col("sort_ms").null_count:
+        # (``carried_batch``) the source partition and offset in one number; these columns
+        # made Python ints only where asked for (a window's run looks at a few records)
+        sort_ms: Sequence[int] = Ints(col("sort_ms").to_numpy())
+        so = col("so").to_numpy()
+        clock = sort_ms if "clock" not in names else col("clock").to_pylist()
+        cols = (sids, sort_ms, Ints(so >> SO_BITS), Ints(so & ((1 << SO_BITS) - 1)), clock)
+    else:
+        sort_ms = col("sort_ms").to_pylist()
+        clock = sort_ms if "clock" not in names or (
+            len(sort_ms) and pc.all(pc.equal(col("sort_ms"), col("clock"))).as_py()) \
+            else col("clock").to_pylist()
+        cols = (sids, sort_ms, col("src").to_pylist(), col("off").to_pylist(), clock)
+    ms = col("m") if "m" in names else pa.nulls(batch.num_rows, pa.binary())
     load = codec.loader()
     if not carried or ROW not in batch.schema.names or ms.null_count == 0:
         each = itertools.repeat(sid) if sid is not None else sids
-        return Records(*cols, list(map(load, each, ks, ms.to_pylist())), sid=sid)
+        return Records(*cols, list(map(load, each, col("k").to_pylist(), ms.to_pylist())),
+                       sid=sid)
     # carried rows, decoded here column by column; their keys loaded once a batch
+    if ms.null_count == len(ms) and sid is not None and flat and carried[sid] is identity \
+            and not col("k").null_count:
+        # each message made only where it is asked for; the keys and fields kept as columns
+        keys = codec.load_keys(sid, col("k"))
+        return Records(*cols, LazyMessages(keys, flat), sid=sid, keys=keys, fields=flat)
     rows = batch.column(ROW).to_pylist()
-    if ms.null_count == len(ms) and sid is not None:
+    if ms.null_count == len(ms) and sid is not None and not col("k").null_count:
         convert = carried[sid]
-        keys = codec.load_keys(sid, ks)
+        keys = codec.load_keys(sid, col("k"))
         if convert is identity:
             msgs = list(map(KV, keys, rows))
         else:
@@ -353,7 +462,8 @@ def records_of(codec: ShuffleCodec, batch: Any,
     else:
         each = itertools.repeat(sid) if sid is not None else sids
         msgs = [load(s, kb, mb) if mb is not None else KV(load(s, kb, None), carried[s](r))
-                for s, kb, mb, r in zip(each, ks, ms.to_pylist(), rows, strict=False)]
+                for s, kb, mb, r in zip(each, col("k").to_pylist(), ms.to_pylist(), rows,
+                                        strict=False)]
     return Records(*cols, msgs, sid=sid)
 
 
@@ -363,8 +473,9 @@ def carried_batch(codec: ShuffleCodec, partition: int, sid: str,
     """The records a lone ``partition_by`` in task partition ``partition`` wrote into stream
     ``sid`` (``PassExecutor.rekey``: their target partitions, sort ms, offsets, clock ms and
     keys), whose messages are ``KV(key, the message of row i of Arrow batch rows)`` -> an Arrow
-    batch of ``schema`` (``SCHEMA`` and a ``row`` struct column): the keys written by
-    ``codec``, the rows carried as they were read, ``m`` null."""
+    batch of ``schema`` (``carried_columns`` and a column per field): the keys written by ``codec``, the source partition and
+    offset in one number (``SO_BITS``), the rows' fields carried as they were read, a column
+    each (``row__<field>``)."""
     import pyarrow as pa
 
     p, sort_ms, off, clock, keys = columns
@@ -377,14 +488,28 @@ def carried_batch(codec: ShuffleCodec, partition: int, sid: str,
     if n != rows.num_rows:
         raise ValueError(f"a pass that only re-keys its input wrote {n} records for "
                          f"{rows.num_rows} rows")
+    if off and off[-1] >> SO_BITS:
+        raise ValueError(f"stream {sid!r}: partition {partition} holds more than "
+                         f"2**{SO_BITS} records")
     ms = pa.array(sort_ms, pa.int64())
-    return pa.RecordBatch.from_arrays(
-        [pa.array(p, pa.int32()), pa.repeat(pa.scalar(sid, pa.string()), n),
-         ms, pa.repeat(pa.scalar(partition, pa.int32()), n),
-         range_array(off), ms if clock is sort_ms else pa.array(clock, pa.int64()),
-         key_bytes, pa.nulls(n, pa.binary()),
-         pa.StructArray.from_arrays(rows.columns, fields=list(schema.field(ROW).type))],
-        schema=schema)
+    made = {"p": pa.array(p, pa.int32()), "sort_ms": ms,
+            "so": range_array(range(off.start + (partition << SO_BITS),
+                                    off.stop + (partition << SO_BITS), off.step)),
+            "k": key_bytes}
+    if "clock" in schema.names:
+        made["clock"] = ms if clock is sort_ms else pa.array(clock, pa.int64())
+    elif clock is not sort_ms and clock != sort_ms:
+        raise ValueError(f"stream {sid!r}: records whose clock is not their time, carried "
+                         "without their clock")
+    for name, column in zip(rows.schema.names, rows.columns, strict=True):
+        made[FLAT + name] = column
+    return pa.RecordBatch.from_arrays([made[name] for name in schema.names], schema=schema)
+
+
+def carried_columns(same_clock: bool) -> str:
+    """The columns of a carried batch (``carried_batch``) before the rows' fields: with a clock column unless the
+    records' clock is their time (``same_clock``)."""
+    return "p int, sort_ms long, so long, " + ("" if same_clock else "clock long, ") + "k binary"
 
 
 def range_array(r: range) -> Any:
@@ -465,6 +590,9 @@ def narrow_shuffle(spark: Any, rows: Any, n: int, order: Sequence[str]) -> Any:
     """``shuffle`` for rows of one stream: its name is dropped before the exchange and each
     row's partition after it (``records_of`` takes the stream from the pass), so that the JVM
     moves, sorts and hands to Python narrower rows."""
+    if "so" in rows.columns:  # (``carried_batch``) the source partition and offset in one number
+        order = [c for c in order if c not in ("src", "off")]
+        order.insert(order.index("sort_ms") + 1 if "sort_ms" in order else 0, "so")
     return shuffle(spark, rows.drop("sid"), n, [c for c in order if c != "sid"]).drop("p")
 
 
@@ -483,12 +611,14 @@ class PassOutput:
     computed it; the other form on demand."""
 
     def __init__(self, spark: Any, codec: ShuffleCodec, name: str, *, df: Any = None,
-                 rdd: Any = None) -> None:
+                 rdd: Any = None, only: str | None = None) -> None:
         self.spark = spark
         self.codec = codec
         self.name = name
         self.df = df
         self.rdd = rdd
+        #: the one stream a pass writes, where its rows lack the column ``sid`` (``carried_batch``)
+        self.only = only
         #: the name of the stages of the shuffle that feeds the pass (None: no shuffle)
         self.shuffled: str | None = None
         #: the number of Spark partitions of ``df`` where the pass fixes it (a shuffle into
@@ -505,7 +635,11 @@ class PassOutput:
             df = self.spark.createDataFrame(
                 self.rdd.mapPartitions(functools.partial(encode, self.codec)), SCHEMA,
                 verifySchema=False)
-        return df if sids is None else df.where(F.col("sid").isin(list(sids)))
+        if sids is None:
+            return df
+        if self.only is not None:  # rows of one stream, without the column
+            return df if self.only in sids else df.limit(0)
+        return df.where(F.col("sid").isin(list(sids)))
 
     def items(self, sids: Iterable[str] | None = None) -> Any:
         """The RDD of ``(p, record)`` items (of streams ``sids``)."""

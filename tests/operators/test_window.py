@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from operator_helpers import FakeClock, Metrics
 
 from operators import build_operator
-from operators.base import OperatorContext
+from operators.base import FailedAt, OperatorContext
 from operators.state import InMemoryState
 from operators.window import WATERMARK_KEY, TumblingWindowOperator
 from samza_dsl.spec import WindowSpec
@@ -652,6 +652,64 @@ def test_a_run_in_one_call_equals_message_by_message_with_its_own_watermark(
     assert runs.watermark == one.watermark
     assert runs.late_dropped == one.late_dropped
     assert panes(runs.on_end_of_stream()) == panes(one.on_end_of_stream())
+
+
+def feed_columns(op: Any, msgs: list[Any], keys: list[Any], xs: list[float],
+                 folded: list[Any] | None) -> list[Any]:
+    """``feed_runs`` with the runs given as columns (``process_columns``)."""
+    out: list[Any] = []
+    i, n = 0, len(msgs)
+    while i < n:
+        j = op.process_columns(keys, xs, folded, i, n)
+        assert i <= j <= n
+        if j < n:
+            out += op.process(msgs[j])
+            j += 1
+        i = j
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(run_events, st.sampled_from([1000, 5000]), st.sampled_from([0, 3000]),
+       st.booleans(), st.booleans())
+def test_a_run_given_as_columns_equals_a_run_of_messages(
+        evs: list[tuple[str, tuple[int, float]]], size: int, lateness: int,
+        mostly_in_order: bool, reads_message: bool) -> None:
+    """``process_columns`` (the keys and the times in ms given as columns, the fold given the
+    messages or, where it never reads them, None) makes the panes, late counts and watermark
+    that ``process_run`` makes over the messages."""
+    msgs = [(k, (ms + frac) / 1000) for k, (ms, frac) in evs]
+    if mostly_in_order:
+        msgs.sort(key=lambda m: m[1])
+        msgs[::7] = reversed(msgs[::7])
+    fold = (lambda m, acc: acc + [m[1]]) if reads_message else (lambda _m, n: n + 1)
+    w = Windows.keyed_tumbling(by_key, timedelta(milliseconds=size),
+                               init=list if reads_message else (lambda: 0), fold=fold,
+                               event_time=at)
+    if lateness:
+        w = w.allowed_lateness(timedelta(milliseconds=lateness)).late_trigger(Triggers.count(1))
+    runs, cols = start_window(w, FakeClock()), start_window(w, FakeClock())
+    out_runs = feed_runs(runs, msgs)
+    out_cols = feed_columns(cols, msgs, [m[0] for m in msgs], [m[1] * 1000.0 for m in msgs],
+                            msgs if reads_message else None)
+    assert panes(out_cols) == panes(out_runs)
+    assert cols.watermark == runs.watermark
+    assert cols.late_dropped == runs.late_dropped
+    assert panes(cols.on_end_of_stream()) == panes(runs.on_end_of_stream())
+
+
+def test_a_run_of_columns_names_the_record_its_fold_fails_on() -> None:
+    def fold(_m: Any, n: int) -> int:
+        if n == 2:
+            raise ValueError("three is too many")
+        return n + 1
+    w = Windows.keyed_tumbling(by_key, timedelta(seconds=1), init=lambda: 0, fold=fold,
+                               event_time=at)
+    op = start_window(w, FakeClock())
+    keys = ["a", "b", "a", "a", "b"]
+    with pytest.raises(FailedAt) as failed:
+        op.process_columns(keys, [100.0, 200.0, 300.0, 400.0, 500.0], None, 0, len(keys))
+    assert failed.value.index == 3 and "three is too many" in str(failed.value.cause)
 
 
 def test_a_run_stops_before_the_message_that_closes_a_pane() -> None:

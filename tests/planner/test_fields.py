@@ -14,7 +14,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.fields import field_path, kv_value_fields, reads, row_fields
+from planner.fields import field_path, ignores, kv_value_fields, reads, row_fields
 from samza_dsl import KV
 from samza_dsl.aggregate import Field
 
@@ -183,3 +183,50 @@ def test_a_message_pruned_to_the_fields_read_gives_the_same_results(
         assert read == set()
     if fold in FOLDS[-3:-1]:
         assert read is None
+
+
+# -- a fold that never reads its message -------------------------------------------------------
+
+def _count(_view: Any, n: int) -> int:
+    return n + 1
+
+
+def _reads_view(view: Any, n: int) -> int:
+    return n + view["bytes"]
+
+
+def _rebinds(view: Any, n: int) -> int:
+    view = 1
+    return n + view
+
+
+def _captures(view: Any, n: int) -> int:
+    return n + (lambda: len(view))()
+
+
+def _frame(_view: Any, n: int) -> int:
+    return n + len(locals())
+
+
+def _getframe(_view: Any, n: int) -> int:
+    import sys
+    return n + len(sys._getframe().f_locals)
+
+
+def _star(*args: Any) -> int:
+    return int(args[1]) + 1
+
+
+class _Callable:
+    def __call__(self, _view: Any, n: int) -> int:
+        return n + 1
+
+
+def test_a_fold_that_never_reads_its_message_is_known_and_no_other_is() -> None:
+    assert ignores(_count, 0, 2)
+    assert ignores(lambda _m, n: n + 1, 0, 2)
+    assert not ignores(_count, 1, 2)  # it reads its accumulator
+    for fn in (_reads_view, _rebinds, _captures, _frame, _getframe, _star, _Callable(),
+               operator.add, None):
+        assert not ignores(fn, 0, 2), fn
+    assert not ignores(_count, 0, 3)  # another number of arguments than it takes

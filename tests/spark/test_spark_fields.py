@@ -185,3 +185,61 @@ def test_a_row_the_columns_cannot_serve_is_still_named(spark: Any, tmp_path: Pat
     msg = str(info.value)
     assert f"row {bad - 40} of " in msg and "part-1.parquet (row group 1 of 3)" in msg, msg
     assert "input 'views'" in msg and "event_time" in msg, msg
+
+
+def test_a_window_reads_its_keys_and_times_from_columns_where_its_functions_read_fields(
+        ) -> None:
+    """The window after a carried shuffle takes its keys and event times from the columns
+    where its key function reads the message's key and its event-time function a field of the
+    value; its fold gets None where it never reads the message."""
+    from operators import build_operator
+    from operators.base import OperatorContext
+    from operators.state import InMemoryState
+    from runtime.spark.executor import _column_window
+    from samza_dsl.spec import WindowSpec
+
+    def window_op(key_fn: Any, event_time: Any, fold: Any) -> Any:
+        w = Windows.keyed_tumbling(key_fn, timedelta(seconds=4), init=lambda: 0, fold=fold,
+                                   event_time=event_time)
+        op = build_operator(WindowSpec("w", "w", ("stream:in",), "t.py:1", window=w))
+        op.init(OperatorContext("task-0", {}, lambda: 0, {"w": InMemoryState()}, None))
+        return op
+
+    def ts(kv: Any) -> Any:
+        return kv.value["ts"]
+    assert _column_window(window_op(lambda kv: kv.key, ts, lambda _kv, n: n + 1)) \
+        == ("ts", False)
+    assert _column_window(window_op(lambda kv: kv.key, ts, SUM_V)) == ("ts", True)
+    assert _column_window(window_op(lambda kv: kv.value["k"], ts, SUM_V)) is None
+    assert _column_window(window_op(lambda kv: kv.key, _opaque_ts, SUM_V)) is None
+
+
+def test_a_null_time_in_the_window_is_named_by_its_operator_and_record(
+        spark: Any, tmp_path: Path) -> None:
+    """A row whose window time field is null (the input's own time is another field): the
+    window's run stops there, and the window's event-time function fails on that message as it
+    does on the streaming runtime, named by operator and record."""
+    parts = {p: _rows(p, 60) for p in range(2)}
+    for p, rows in parts.items():
+        for i, row in enumerate(rows):
+            row["t2"] = None if (p, i) == (1, 33) else row["ts"]
+    path = _write(tmp_path, parts)
+
+    def build() -> StreamApplication:
+        app = StreamApplication("fields", config={"job.intermediate.stream.partitions": 3})
+        mem = MemorySystem()
+        views = app.input(mem.input("views", event_time=_plain_ts))
+        window = Windows.keyed_tumbling(lambda kv: kv.key, timedelta(seconds=4),
+                                        init=lambda: 0, fold=lambda _kv, n: n + 1,
+                                        event_time=lambda kv: kv.value["t2"])
+        (views.partition_by(_plain_key, name="by-k").window(window, name="w")
+            .send_to(app.output(mem.output("out"))))
+        return app
+    with pytest.raises(Exception) as streaming:
+        TestRunner(build()).add_input("views", parts).run(timeout=60)
+    with pytest.raises(Exception) as info:
+        SparkRunner(spark).reprocess(build(), {"views": path})
+    msg = str(info.value)
+    assert "'fields-1-window-w'" in msg or "'w'" in msg, msg
+    assert "NoneType" in msg and "NoneType" in str(streaming.value), (msg, streaming.value)
+    assert "offset" in msg, msg
