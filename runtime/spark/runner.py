@@ -370,53 +370,54 @@ class SparkRunner:
         kept: dict[str, Any] = {}
         staged: list[Any] = []
         doing = "planning the Spark job"
-        try:
-            ends = compiled.build()
-            for sid in sorted(plan.output_streams):
-                doing = f"computing output {sid!r} ({compiled.labels.get(sid, 'no pass')})"
-                sc.setJobDescription(f"samza-dsl {plan.job_name}: write {sid} to {sinks[sid]}"
-                                     if sid in sinks else
-                                     f"samza-dsl {plan.job_name}: compute {sid}")
-                # the shuffles before it run now (adaptive execution plans stage by stage):
-                # their stages are named by what their map side computes
-                out = compiled.out.get(sid)
-                if sid in encoded and out is not None and out.df is not None:
-                    # the pass wrote the lines: the JVM writes its rows, no Python step
-                    staged.append(sinks[sid])
-                    if out.partitions is not None:  # written as they are, in one action
-                        site = compiled.shuffled.get(sid)  # its stages: the pass and the write
-                        with _call_site(sc, site and f"{site}, write {sid} to {sinks[sid]}"):
-                            sinks[sid].stage(spark, None, text_lines(out.rows([sid]), False),
-                                             out.partitions)
+        with _pass_settings(spark):
+            try:
+                ends = compiled.build()
+                for sid in sorted(plan.output_streams):
+                    doing = f"computing output {sid!r} ({compiled.labels.get(sid, 'no pass')})"
+                    sc.setJobDescription(f"samza-dsl {plan.job_name}: write {sid} to {sinks[sid]}"
+                                         if sid in sinks else
+                                         f"samza-dsl {plan.job_name}: compute {sid}")
+                    # the shuffles before it run now (adaptive execution plans stage by stage):
+                    # their stages are named by what their map side computes
+                    out = compiled.out.get(sid)
+                    if sid in encoded and out is not None and out.df is not None:
+                        # the pass wrote the lines: the JVM writes its rows, no Python step
+                        staged.append(sinks[sid])
+                        if out.partitions is not None:  # written as they are, in one action
+                            site = compiled.shuffled.get(sid)  # its stages: the pass and the write
+                            with _call_site(sc, site and f"{site}, write {sid} to {sinks[sid]}"):
+                                sinks[sid].stage(spark, None, text_lines(out.rows([sid]), False),
+                                                 out.partitions)
+                            continue
+                        with _call_site(sc, compiled.shuffled.get(sid)):
+                            lines = text_lines(out.rows([sid]))
+                        sinks[sid].stage(spark, None, lines)
                         continue
                     with _call_site(sc, compiled.shuffled.get(sid)):
-                        lines = text_lines(out.rows([sid]))
-                    sinks[sid].stage(spark, None, lines)
-                    continue
-                with _call_site(sc, compiled.shuffled.get(sid)):
-                    rdd = compiled.messages(sid)
-                if sid in sinks:
-                    staged.append(sinks[sid])
-                    sinks[sid].stage(spark, rdd)
-                else:
-                    kept[sid] = rdd.persist()
-                    rdd.count()
-            for end in ends:  # passes nothing reads yet (sinks, tables): run them too
-                doing = f"running {end.name}"
-                sc.setJobDescription(f"samza-dsl {plan.job_name}: run {end.name}")
-                with _call_site(sc, end.shuffled):
-                    end.run()
-            for sink in staged:
-                sink.commit(spark)
-        except Exception as exc:
-            for sink in staged:
-                sink.abort(spark)
-            for rdd in kept.values():
-                rdd.unpersist()
-            raise _reprocess_error(plan, exc, doing) from None
-        finally:
-            sc.setJobDescription(None)
-            compiled.release()
+                        rdd = compiled.messages(sid)
+                    if sid in sinks:
+                        staged.append(sinks[sid])
+                        sinks[sid].stage(spark, rdd)
+                    else:
+                        kept[sid] = rdd.persist()
+                        rdd.count()
+                for end in ends:  # passes nothing reads yet (sinks, tables): run them too
+                    doing = f"running {end.name}"
+                    sc.setJobDescription(f"samza-dsl {plan.job_name}: run {end.name}")
+                    with _call_site(sc, end.shuffled):
+                        end.run()
+                for sink in staged:
+                    sink.commit(spark)
+            except Exception as exc:
+                for sink in staged:
+                    sink.abort(spark)
+                for rdd in kept.values():
+                    rdd.unpersist()
+                raise _reprocess_error(plan, exc, doing) from None
+            finally:
+                sc.setJobDescription(None)
+                compiled.release()
         counted = dict(tally.acc.value)
         rows_in = {sid: counted.get("in:" + sid, 0) for sid in plan.input_streams}
         rows_out = {sid: counted.get("out:" + sid, 0)
@@ -433,6 +434,28 @@ class SparkRunner:
         if self._spark is not None:
             self._spark.stop()
             self._spark = None
+
+
+#: Spark SQL settings a run's passes take where the session sets none of its own. With a byte
+#: limit on the Arrow batches it hands to Python (``maxBytesPerBatch``), Spark 4 measures the
+#: batch after every row it adds, which costs more than converting the row; at the largest value
+#: it does not, and a batch is bounded by its rows (``maxRecordsPerBatch``).
+PASS_SQL_CONF = {"spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1)}
+
+
+@contextlib.contextmanager
+def _pass_settings(spark: Any) -> Iterator[None]:
+    """``PASS_SQL_CONF`` set in ``spark``'s session for the run where it has no value of its
+    own, and unset after."""
+    conf = spark.conf
+    added = [key for key in PASS_SQL_CONF if conf.get(key, None) is None]
+    for key in added:
+        conf.set(key, PASS_SQL_CONF[key])
+    try:
+        yield
+    finally:
+        for key in added:
+            conf.unset(key)
 
 
 def _operator_metrics(plan: Any, counted: Mapping[str, int],

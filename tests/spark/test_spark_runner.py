@@ -415,3 +415,29 @@ def test_tables_order_keys_by_their_serialized_bytes_as_lmdb_does(spark: Any) ->
     assert expected[-1] == KV("k", [10, 100, 2, 9, ["a", 1]])
     assert sorted(map(len, (m.value for m in got))) == [1, 2, 3, 4, 5]
     assert max(got, key=lambda m: len(m.value)) == expected[-1]
+
+
+def test_a_run_hands_python_batches_bounded_by_rows_and_leaves_the_session_as_it_was(
+        spark: Any) -> None:
+    """A run sets the Arrow byte limit to its largest value (Spark then does not measure each
+    batch after every row) where the session has no value of its own, and unsets it after; a
+    value of the user's is kept."""
+    from runtime.spark.runner import PASS_SQL_CONF, _pass_settings
+
+    key = "spark.sql.execution.arrow.maxBytesPerBatch"
+    assert key in PASS_SQL_CONF and spark.conf.get(key, None) is None
+    with _pass_settings(spark):
+        assert spark.conf.get(key) == str(2**31 - 1)
+    assert spark.conf.get(key, None) is None
+    app = StreamApplication("bounded")
+    mem = MemorySystem()
+    app.input(mem.input("in")).map(lambda m: m + 1).send_to(app.output(mem.output("out")))
+    assert sorted(SparkRunner(spark).reprocess(app, {"in": [1, 2, 3]}).messages("out")) == [2, 3, 4]
+    assert spark.conf.get(key, None) is None
+    spark.conf.set(key, "1048576")
+    try:
+        with _pass_settings(spark):
+            assert spark.conf.get(key) == "1048576"
+        assert spark.conf.get(key) == "1048576"
+    finally:
+        spark.conf.unset(key)
