@@ -98,6 +98,7 @@ from runtime.spark.shuffle import (
     carried_columns,
     chunks,
     identity,
+    key_type,
     narrow_shuffle,
     records_of,
     shuffle,
@@ -910,7 +911,8 @@ class _Compiler:
                 return None  # Spark would hand the rows back as other types
             if any("." in f.name or "`" in f.name for f in row_type.fields):
                 return None  # (names Spark would read as paths)
-            head = carried_columns(src.same_clock)
+            head = carried_columns(src.same_clock,
+                                   key_type(src.columns, self._key_field(stages[0], src)))
             spark_schema = StructType([
                 *cast(StructType, _parse_datatype_string(head)).fields,
                 *(StructField(FLAT + f.name, f.dataType, f.nullable) for f in row_type.fields)])

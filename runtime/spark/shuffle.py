@@ -42,7 +42,7 @@ def identity(row: Any) -> Any:
 __all__ = ["SCHEMA", "COLUMNS", "ROW", "ORDER", "OFFSET_ORDER", "BATCH", "PassOutput", "encode",
            "records_of", "Records", "LazyMessages", "RowColumns", "DistinctKeys", "narrow_shuffle", "to_batch", "ShuffleCodec", "Encoded", "carried_batch", "chunks",
            "shuffle", "landing_keys", "spark_hash_int", "broadcast_rows", "carried_columns",
-           "SO_BITS", "FLAT"]
+           "key_type", "SO_BITS", "FLAT"]
 
 SCHEMA = "p int, sid string, sort_ms long, src int, off long, clock long, k binary, m binary"
 COLUMNS = ("p", "sid", "sort_ms", "src", "off", "clock", "k", "m")
@@ -204,15 +204,11 @@ class ShuffleCodec:
         """The keys of stream ``sid`` written as ``kbs`` (an Arrow binary array with no null):
         each distinct one read once where the keys are values a message may share (strings,
         numbers...)."""
-        import numpy as np
-
         load = self.loader()
         encoded = kbs.dictionary_encode()
         distinct = [load(sid, kb, None) for kb in encoded.dictionary.to_pylist()]
         if all(type(k) in _SHARED_KEYS for k in distinct):
-            values = np.empty(len(distinct), dtype=object)
-            values[:] = distinct
-            return cast(list[Any], values[encoded.indices.to_numpy()].tolist())
+            return _distinct_taken(encoded, lambda _values: distinct)
         return [load(sid, kb, None) for kb in kbs.to_pylist()]
 
 
@@ -446,15 +442,13 @@ def records_of(codec: ShuffleCodec, batch: Any,
         return Records(*cols, list(map(load, each, col("k").to_pylist(), ms.to_pylist())),
                        sid=sid)
     # carried rows, decoded here column by column; their keys loaded once a batch
-    if ms.null_count == len(ms) and sid is not None and flat and carried[sid] is identity \
-            and not col("k").null_count:
+    keys = _carried_keys(codec, sid, batch) if ms.null_count == len(ms) else None
+    if keys is not None and flat and carried[sid] is identity:  # (then sid is not None)
         # each message made only where it is asked for; the keys and fields kept as columns
-        keys = codec.load_keys(sid, col("k"))
         return Records(*cols, LazyMessages(keys, flat), sid=sid, keys=keys, fields=flat)
     rows = batch.column(ROW).to_pylist()
-    if ms.null_count == len(ms) and sid is not None and not col("k").null_count:
+    if keys is not None:
         convert = carried[sid]
-        keys = codec.load_keys(sid, col("k"))
         if convert is identity:
             msgs = list(map(KV, keys, rows))
         else:
@@ -465,6 +459,31 @@ def records_of(codec: ShuffleCodec, batch: Any,
                 for s, kb, mb, r in zip(each, col("k").to_pylist(), ms.to_pylist(), rows,
                                         strict=False)]
     return Records(*cols, msgs, sid=sid)
+
+
+def _carried_keys(codec: ShuffleCodec, sid: str | None, batch: Any) -> list[Any] | None:
+    """The keys of a batch of carried records of stream ``sid``: its column ``kc`` as the
+    values it holds (``key_type``), or its column ``k`` read by ``codec``; None where the batch
+    has no stream or has null key bytes."""
+    if sid is None:
+        return None
+    if "kc" in batch.schema.names:
+        column = batch.column("kc")
+        if column.null_count:  # (a null is the key None, as its bytes would read)
+            return cast(list[Any], column.to_pylist())
+        return _distinct_taken(column.dictionary_encode(), lambda values: values)
+    column = batch.column("k")
+    return None if column.null_count else codec.load_keys(sid, column)
+
+
+def _distinct_taken(encoded: Any, load: Callable[[list[Any]], list[Any]]) -> list[Any]:
+    """The values of a dictionary-encoded Arrow array (no null), each distinct one made once
+    by ``load`` (its dictionary's values as Python objects -> the values) and shared."""
+    import numpy as np
+
+    values = np.empty(len(encoded.dictionary), dtype=object)
+    values[:] = load(encoded.dictionary.to_pylist())
+    return cast(list[Any], values[encoded.indices.to_numpy()].tolist())
 
 
 def carried_batch(codec: ShuffleCodec, partition: int, sid: str,
@@ -479,12 +498,15 @@ def carried_batch(codec: ShuffleCodec, partition: int, sid: str,
     import pyarrow as pa
 
     p, sort_ms, off, clock, keys = columns
+    typed = schema.field("kc").type if "kc" in schema.names else None
     if isinstance(keys, DistinctKeys):
         n = len(keys.indices)
-        key_bytes = pa.array(codec.key_bytes(sid, keys.values), pa.binary()).take(keys.indices)
+        key_column = (pa.array(codec.key_bytes(sid, keys.values), pa.binary()) if typed is None
+                      else pa.array(keys.values, typed)).take(keys.indices)
     else:
         n = len(keys)
-        key_bytes = pa.array(codec.key_bytes(sid, keys), pa.binary())
+        key_column = pa.array(codec.key_bytes(sid, keys), pa.binary()) if typed is None \
+            else pa.array(keys, typed)
     if n != rows.num_rows:
         raise ValueError(f"a pass that only re-keys its input wrote {n} records for "
                          f"{rows.num_rows} rows")
@@ -495,7 +517,7 @@ def carried_batch(codec: ShuffleCodec, partition: int, sid: str,
     made = {"p": pa.array(p, pa.int32()), "sort_ms": ms,
             "so": range_array(range(off.start + (partition << SO_BITS),
                                     off.stop + (partition << SO_BITS), off.step)),
-            "k": key_bytes}
+            "k" if typed is None else "kc": key_column}
     if "clock" in schema.names:
         made["clock"] = ms if clock is sort_ms else pa.array(clock, pa.int64())
     elif clock is not sort_ms and clock != sort_ms:
@@ -506,10 +528,29 @@ def carried_batch(codec: ShuffleCodec, partition: int, sid: str,
     return pa.RecordBatch.from_arrays([made[name] for name in schema.names], schema=schema)
 
 
-def carried_columns(same_clock: bool) -> str:
-    """The columns of a carried batch (``carried_batch``) before the rows' fields: with a clock column unless the
-    records' clock is their time (``same_clock``)."""
-    return "p int, sort_ms long, so long, " + ("" if same_clock else "clock long, ") + "k binary"
+def carried_columns(same_clock: bool, keys: str | None = None) -> str:
+    """The columns of a carried batch (``carried_batch``) before the rows' fields: with a
+    clock column unless the records' clock is their time (``same_clock``); the keys as bytes
+    (``k``), or as the values of Spark type ``keys`` (``kc``: ``key_type``)."""
+    return ("p int, sort_ms long, so long, " + ("" if same_clock else "clock long, ")
+            + ("k binary" if keys is None else f"kc {keys}"))
+
+
+def key_type(columns: Any, field: str | None) -> str | None:
+    """Where the records' keys are the values of field ``field`` of rows of Arrow schema
+    ``columns`` (the key function only reads it): the Spark type that carries them as they
+    are, for strings and integers (Spark moves a string or a long at a lower cost than bytes,
+    and the keys need no decoding); else None (they go as bytes)."""
+    import pyarrow as pa
+
+    if field is None or field not in columns.names:
+        return None
+    t = columns.field(field).type
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "string"
+    if pa.types.is_integer(t) and t != pa.uint64():
+        return "long"
+    return None
 
 
 def range_array(r: range) -> Any:
