@@ -105,7 +105,7 @@ from runtime.spark.shuffle import (
     to_batch,
 )
 from runtime.spark.sinks import FileOutput, resolve_output, text_lines
-from runtime.spark.sources import FileInput, Source, SourceError, resolve_source
+from runtime.spark.sources import WIDE_BATCH, FileInput, Source, SourceError, resolve_source
 from samza_dsl import StreamApplication
 from samza_dsl.errors import SamzaError
 from samza_dsl.serdes import KVSerde
@@ -778,7 +778,7 @@ class _Compiler:
                                 ex = PassExecutor(plan, stage_ids, i, counts, config,
                                                   describe=describe, narrow=True)
                                 read = 0
-                                for rows, first in arrow_batches(i, read_only):
+                                for rows, first in arrow_batches(i, read_only, WIDE_BATCH):
                                     read += rows.num_rows
                                     yield carried_batch(codec, i, out_sid,
                                                         rekeyed(ex, i, rows, first),

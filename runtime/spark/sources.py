@@ -30,6 +30,12 @@ from samza_dsl.serdes import BytesSerde, KVSerde, Serde, StringSerde, _MsgspecSe
 
 __all__ = ["FileInput", "Source", "resolve_source", "row_converter", "list_files"]
 
+#: the most rows, and about the most bytes in Arrow, a pass reads from Parquet at once where it
+#: keeps them as columns (a lone ``partition_by`` that carries them): fewer, larger batches
+#: cost less a row, in Python and in the JVM
+WIDE_BATCH = 65_536
+READ_BYTES = 8 << 20
+
 Record = tuple[str, int, int, int, int, Any]
 
 
@@ -201,7 +207,8 @@ class Source:
               column_times: Callable[[Any, int], RowColumns | None] | None,
               convert: Callable[[Any], Any], same_clock: bool) -> None:
         """Rows of Arrow schema ``columns`` whose messages are ``convert(row as a dict)``, read by
-        ``arrow_batches(i, columns=None)`` as Arrow batches (of ``columns`` only, if given),
+        ``arrow_batches(i, columns=None, rows=BATCH)`` as Arrow batches (of ``columns`` only,
+        if given; up to ``rows`` rows each),
         each with its records' columns from
         ``row_columns(i, rows, first)`` (or ``column_times(batch, first)``): a pass that only
         re-keys them (a lone ``partition_by``) carries the columns through its shuffle as they
@@ -516,9 +523,12 @@ def _parquet_source(stream_id: str, descriptor: Any, files: list[str], given: Fi
     to_records, to_columns = _record_batches(stream_id, descriptor, start_ms, names,
                                              given.timestamp)
 
-    def batches(i: int, columns: list[str] | None = None) -> Iterator[tuple[Any, int]]:
+    def batches(i: int, columns: list[str] | None = None, rows: int = BATCH
+                ) -> Iterator[tuple[Any, int]]:
         """The Arrow batches of source partition ``i`` (only ``columns``, if given), each with
-        its first row's number: a row group is not held whole."""
+        its first row's number: a row group is not held whole. A batch holds ``BATCH`` rows,
+        or up to ``rows`` where they take no more than about ``READ_BYTES`` in Arrow (as the
+        row group's first ``BATCH`` rows do)."""
         import pyarrow.parquet as pq
 
         if i >= len(splits):
@@ -527,8 +537,26 @@ def _parquet_source(stream_id: str, descriptor: Any, files: list[str], given: Fi
         pf = pq.ParquetFile(f)
         if pf.metadata.num_row_groups == 0:
             return
-        off = 0
-        for batch in pf.iter_batches(batch_size=BATCH, row_groups=[g], columns=columns):
+        it = pf.iter_batches(batch_size=BATCH, row_groups=[g], columns=columns)
+        head = next(it, None)
+        if head is None:
+            return
+        wide = BATCH
+        if rows > BATCH and head.num_rows == BATCH:
+            per_row = max(1, head.nbytes // BATCH)
+            wide = max(BATCH, min(rows, READ_BYTES // per_row) // BATCH * BATCH)
+        if head.num_rows:
+            yield head, 0
+        if wide > BATCH:  # the row group again, in wider batches, less the head
+            it = pf.iter_batches(batch_size=wide, row_groups=[g], columns=columns)
+            first = next(it, None)
+            if first is None or first.num_rows <= BATCH:
+                return
+            yield first.slice(BATCH), BATCH
+            off = first.num_rows
+        else:
+            off = head.num_rows
+        for batch in it:
             if batch.num_rows:
                 yield batch, off
                 off += batch.num_rows

@@ -243,3 +243,29 @@ def test_a_null_time_in_the_window_is_named_by_its_operator_and_record(
     assert "'fields-1-window-w'" in msg or "'w'" in msg, msg
     assert "NoneType" in msg and "NoneType" in str(streaming.value), (msg, streaming.value)
     assert "offset" in msg, msg
+
+
+def test_a_carried_pass_reads_larger_batches_bounded_by_their_bytes(
+        spark: Any, tmp_path: Path) -> None:
+    """Where a pass keeps the rows as columns it reads up to ``WIDE_BATCH`` rows at once, fewer
+    where the row group's columns would hold more than ``READ_BYTES``; every row once, in
+    order, each batch with its first row's number."""
+    from runtime.spark.shuffle import BATCH
+    from runtime.spark.sources import READ_BYTES, WIDE_BATCH
+
+    n = WIDE_BATCH + 1000
+    d = tmp_path / "wide.parquet"
+    d.mkdir()
+    pq.write_table(pa.table({"k": [f"k{i % 7}" for i in range(n)], "ts": list(range(n)),
+                             "pad": ["x" * 1000 for _ in range(n)]}),
+                   d / "part-0.parquet", row_group_size=n)
+    app = _app(_plain_key, _plain_ts, lambda _kv, n: n + 1)
+    src = resolve_source(spark, "views", app.spec().inputs["views"], d, 0)
+    assert src.arrow_batches is not None
+    for columns, most in ((["k", "ts"], WIDE_BATCH), (None, READ_BYTES // 1000)):
+        got = list(src.arrow_batches(0, columns, WIDE_BATCH))
+        sizes = [b.num_rows for b, _first in got]
+        assert sum(sizes) == n and BATCH <= max(sizes) <= most, (columns, sizes)
+        assert [first for _b, first in got] == [sum(sizes[:j]) for j in range(len(got))]
+        assert pa.concat_arrays([b.column("ts") for b, _ in got]).to_pylist() == list(range(n))
+    assert max(b.num_rows for b, _ in src.arrow_batches(0, ["k", "ts"])) == BATCH
