@@ -792,7 +792,10 @@ class _Compiler:
                             raise _pass_failure(where, i, exc) from exc
                         acc.add(_tally(ex, windows, {"in:" + external[0]: read}))
             n_in = src.partitions
-            df = self.spark.range(0, n_in, 1, n_in).mapInArrow(run_carried, spark_schema)
+            # a task reads several splits in turn (what it writes is shuffled after): each
+            # task costs its Python worker the pass's code to load, tens of ms
+            tasks = min(n_in, max(1, 2 * self.sc.defaultParallelism))
+            df = self.spark.range(0, n_in, 1, tasks).mapInArrow(run_carried, spark_schema)
             return PassOutput(self.spark, codec, f"pass {name}", df=df, only=out_sid)
         if narrow and not narrow_sorted and all(self.sources[sid].read for sid in external):
             # each source partition is run where it was read, as it is read, into Arrow rows
