@@ -606,13 +606,13 @@ def test_a_restart_sees_the_panes_of_the_last_flush_state_only(clock: FakeClock)
 
 # -- a run of messages in one call, with the window's own watermark ---------------------------------
 
-def feed_runs(op: Any, msgs: list[Any]) -> list[Any]:
-    """``msgs`` as the Spark passes hand them to a window: runs through ``process_run``, and
-    each message it stops at through ``process``."""
+def feed_runs(op: Any, msgs: list[Any], run: Any = None) -> list[Any]:
+    """``msgs`` as the Spark passes hand them to a window: runs through ``process_run`` (or
+    ``run(i, n)``), and each message it stops at through ``process``."""
     out: list[Any] = []
     i, n = 0, len(msgs)
     while i < n:
-        j = op.process_run(msgs, i, n, ())
+        j = op.process_run(msgs, i, n, ()) if run is None else run(i, n)
         assert i <= j <= n
         if j < n:
             out += op.process(msgs[j])
@@ -657,16 +657,7 @@ def test_a_run_in_one_call_equals_message_by_message_with_its_own_watermark(
 def feed_columns(op: Any, msgs: list[Any], keys: list[Any], xs: list[float],
                  folded: list[Any] | None) -> list[Any]:
     """``feed_runs`` with the runs given as columns (``process_columns``)."""
-    out: list[Any] = []
-    i, n = 0, len(msgs)
-    while i < n:
-        j = op.process_columns(keys, xs, folded, i, n)
-        assert i <= j <= n
-        if j < n:
-            out += op.process(msgs[j])
-            j += 1
-        i = j
-    return out
+    return feed_runs(op, msgs, lambda i, n: op.process_columns(keys, xs, folded, i, n))
 
 
 @settings(max_examples=200, deadline=None)
