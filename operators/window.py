@@ -995,16 +995,10 @@ class TumblingWindowOperator(AlignedWindowOperator):
                         data_type = ty
                     x = event_time(m) * 1000.0
                     if not lo <= x < hi:
-                        ms = round(x)
-                        start = ms - ms % size
-                        w = round(xmax) if local and xmax > wm else wm  # before this one
-                        if start + size <= w or ms >= limit:  # ``process`` takes it
+                        entered = pane_of(x, round(xmax) if local and xmax > wm else wm, limit)
+                        if entered is None:  # ``process`` takes it
                             return end - length_hint(it) - 1
-                        lo, hi = start + 0.5, min(start + size, limit) - 1.0
-                        got = dirty.get(start)
-                        if got is None:
-                            got = dirty[start] = {}
-                        panes = got
+                        start, lo, hi, panes = entered
                     if x > xmax:
                         xmax = x
                     key = key_fn(m)
@@ -1044,19 +1038,14 @@ class TumblingWindowOperator(AlignedWindowOperator):
             folded = itertools.repeat(None) if messages is None \
                 else islice(messages, i, end)
             try:
-                for key, x, m in zip(islice(keys, i, end), islice(xs, i, end), folded,
-                                     strict=False):  # (``repeat`` has no end)
+                for j, key, x, m in zip(itertools.count(i), islice(keys, i, end),
+                                        islice(xs, i, end), folded,
+                                        strict=False):  # (``count``, ``repeat``: no end)
                     if not lo <= x < hi:  # as in ``process_run``
-                        ms = round(x)
-                        start = ms - ms % size
-                        w = round(xmax) if local and xmax > wm else wm
-                        if start + size <= w or ms >= limit:
+                        entered = pane_of(x, round(xmax) if local and xmax > wm else wm, limit)
+                        if entered is None:
                             return j
-                        lo, hi = start + 0.5, min(start + size, limit) - 1.0
-                        got = dirty.get(start)
-                        if got is None:
-                            got = dirty[start] = {}
-                        panes = got
+                        start, lo, hi, panes = entered
                     if x > xmax:
                         xmax = x
                     value = panes.get(key, _MISSING)
@@ -1069,13 +1058,28 @@ class TumblingWindowOperator(AlignedWindowOperator):
                         fold_new(m, start, key, panes)
                         if local and start + size < limit:
                             limit = start + size
-                    j += 1
                 return end
             except Exception as exc:
                 raise FailedAt(j, exc) from exc
             finally:
                 if local and xmax > wm:
                     self.watermark = round(xmax)
+
+        def pane_of(x: float, w: float, limit: float
+                    ) -> tuple[int, float, float, dict[Any, Any]] | None:
+            """For a run, where a time x (ms, a float) leaves the pane the run was in: its pane's
+            start, the times (floats) inside it whose rounding cannot leave it nor reach
+            ``limit`` (round is monotonic: such a message takes that pane with no rounding,
+            and is not late), and its values in ``_dirty``. None where ``process`` takes the
+            message: it is late against watermark w, or at or past ``limit``."""
+            ms = round(x)
+            start = ms - ms % size
+            if start + size <= w or ms >= limit:
+                return None
+            got = dirty.get(start)
+            if got is None:
+                got = dirty[start] = {}
+            return start, start + 0.5, min(start + size, limit) - 1.0, got
 
         def run_limit() -> float:
             """A time (ms) at or past which a message closes panes, with the window's own
