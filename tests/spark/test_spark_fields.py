@@ -119,6 +119,11 @@ def test_field_reads_make_the_same_panes_from_columns_and_carry_only_what_is_rea
     compiled = _compiled(spark, fast, path)
     assert compiled.key_fields == {sid: "k"}
     assert compiled.carried_fields == {sid: ["v", "ts"]}  # in the rows' order
+    # what crosses the shuffle: the key field as its own type, the fields a column each, the
+    # source partition and offset as one number; no stream name, no clock
+    schema = compiled.out[sid].df.schema
+    assert schema.names == ["p", "sort_ms", "so", "kc", "row__v", "row__ts"]
+    assert schema["kc"].dataType.simpleString() == ("bigint" if data == "int_keys" else "string")
     slow = _app(_opaque_key, _opaque_ts, lambda kv, n: n + kv.value["v"] + 0 * len(kv.value))
     compiled = _compiled(spark, slow, path)
     assert compiled.key_fields == {sid: None} and compiled.carried_fields == {sid: None}
