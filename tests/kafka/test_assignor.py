@@ -1,0 +1,286 @@
+"""The task assignor (``runtime.kafka.assignor``) without a broker: properties of the pure
+``assign`` under hypothesis, and the aiokafka adapter turning a real plan's tasks into topic
+partitions and back through its msgpack userdata."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from runtime.job import build_job_model
+from runtime.kafka.assignor import (
+    Assignment,
+    AssignmentData,
+    AssignmentRefused,
+    Member,
+    Owned,
+    SubscriptionData,
+    TaskAssignor,
+    TaskSlot,
+    assign,
+    plan_fingerprint,
+    stateful_tasks,
+)
+from samza_dsl import KV, StreamApplication
+from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
+from samza_dsl.systems import MemorySystem
+
+SERDE = KVSerde(StringSerde(), JsonSerde())
+MEMBER_IDS = st.lists(st.text(alphabet="abcdefgh", min_size=1, max_size=3), min_size=1,
+                      max_size=7, unique=True)
+
+
+@st.composite
+def task_slots(draw: Any, stateful: bool | None = None, max_size: int = 30) -> list[TaskSlot]:
+    n = draw(st.integers(1, max_size))
+    flags = [stateful if stateful is not None else draw(st.booleans()) for _ in range(n)]
+    return [TaskSlot(f"Partition {i}", f) for i, f in enumerate(flags)]
+
+
+@st.composite
+def situations(draw: Any) -> tuple[list[TaskSlot], dict[str, Member], dict[str, Owned], int]:
+    """Any tasks, members with any store positions, any (even conflicting) previous owners."""
+    tasks = draw(task_slots())
+    ids = draw(MEMBER_IDS)
+    names = [t.name for t in tasks]
+    members = {m: Member(f"host-{m}", draw(st.dictionaries(st.sampled_from(names),
+                                                           st.integers(0, 50), max_size=6)))
+               for m in ids}
+    previous = {m: Owned(frozenset(draw(st.sets(st.sampled_from(names), max_size=6))),
+                         frozenset(draw(st.sets(st.sampled_from(names), max_size=4))),
+                         draw(st.integers(-1, 5)))
+                for m in ids if draw(st.booleans())}
+    return tasks, members, previous, draw(st.integers(0, 3))
+
+
+def counts(a: Assignment, ids: list[str]) -> tuple[Counter[str], Counter[str]]:
+    active = Counter({m: 0 for m in ids})
+    active.update(a.active.values())
+    standby = Counter({m: 0 for m in ids})
+    standby.update(m for ms in a.standby.values() for m in ms)
+    return active, standby
+
+
+def spread(c: Counter[str]) -> int:
+    return max(c.values()) - min(c.values())
+
+
+@settings(max_examples=150, deadline=None)
+@given(situations())
+def test_every_task_has_exactly_one_active_owner_and_loads_are_balanced(s: Any) -> None:
+    tasks, members, previous, replicas = s
+    a = assign(tasks, members, previous, standby_replicas=replicas)
+    assert list(a.active) == [t.name for t in tasks]
+    assert set(a.active.values()) <= set(members)
+    active, standby = counts(a, list(members))
+    assert spread(active) <= 1, active
+    stateful = Counter({m: 0 for m in members})
+    stateful.update(a.active[t.name] for t in tasks if t.stateful)
+    assert spread(stateful) <= 1, stateful
+    assert spread(standby) <= 1, (standby, a)
+
+
+@settings(max_examples=150, deadline=None)
+@given(situations())
+def test_a_standby_never_sits_with_its_active_and_each_is_on_a_distinct_member(s: Any) -> None:
+    tasks, members, previous, replicas = s
+    a = assign(tasks, members, previous, standby_replicas=replicas)
+    want = min(replicas, len(members) - 1)
+    for t in tasks:
+        ms = a.standby.get(t.name, ())
+        assert len(ms) == (want if t.stateful else 0), (t, ms)
+        assert len(set(ms)) == len(ms)
+        assert a.active[t.name] not in ms
+
+
+def least_moves(before: Counter[str], n_tasks: int, ids: list[str]) -> int:
+    """The fewest tasks a balanced assignment over ``ids`` can move from ``before`` (member ->
+    its tasks; members not in ``ids`` are gone): the members that had the most keep the larger
+    shares."""
+    lo, extra = divmod(n_tasks, len(ids))
+    had = sorted((before.get(m, 0) for m in ids), reverse=True)
+    kept = sum(min(h, lo + 1 if i < extra else lo) for i, h in enumerate(had))
+    return n_tasks - kept
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.booleans(), st.data())
+def test_adding_or_removing_one_member_moves_only_what_balance_asks(stateful: bool,
+                                                                    data: Any) -> None:
+    tasks = data.draw(task_slots(stateful=stateful))
+    ids = data.draw(MEMBER_IDS)
+    replicas = data.draw(st.integers(0, 2))
+    first = assign(tasks, {m: Member() for m in ids}, {}, standby_replicas=replicas)
+    previous = {m: Owned(frozenset(first.active_of(m)), frozenset(first.standby_of(m)), 1)
+                for m in ids}
+    if data.draw(st.booleans()) or len(ids) == 1:
+        now = [*ids, "new"]
+    else:
+        gone = data.draw(st.sampled_from(ids))
+        now = [m for m in ids if m != gone]
+    second = assign(tasks, {m: Member() for m in now}, previous, standby_replicas=replicas)
+    moved = sum(1 for t in tasks if first.active[t.name] != second.active[t.name])
+    assert moved == least_moves(Counter(first.active.values()), len(tasks), now)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_a_task_goes_to_the_member_whose_store_is_at_its_checkpoint_as_far_as_balance_allows(
+        data: Any) -> None:
+    tasks = data.draw(task_slots(stateful=True))
+    ids = data.draw(MEMBER_IDS)
+    checkpoint = 1000
+    home = {t.name: data.draw(st.sampled_from(ids)) for t in tasks}
+    members = {m: Member(m, {t.name: (checkpoint if home[t.name] == m else
+                                      data.draw(st.integers(0, checkpoint - 1)))
+                             for t in tasks if home[t.name] == m or data.draw(st.booleans())})
+               for m in ids}
+    given_checkpoints = data.draw(st.booleans())
+    a = assign(tasks, members, {}, checkpoints={t.name: checkpoint for t in tasks}
+               if given_checkpoints else None)
+    at_home = sum(1 for t in tasks if a.active[t.name] == home[t.name])
+    assert at_home == len(tasks) - least_moves(Counter(home.values()), len(tasks), ids)
+
+
+@settings(max_examples=120, deadline=None)
+@given(situations(), st.randoms(use_true_random=False))
+def test_the_same_input_gives_the_same_output_whatever_the_members_order(s: Any,
+                                                                          rnd: random.Random
+                                                                          ) -> None:
+    tasks, members, previous, replicas = s
+    a = assign(tasks, members, previous, standby_replicas=replicas)
+    order = list(members)
+    rnd.shuffle(order)
+    prev_order = list(previous)
+    rnd.shuffle(prev_order)
+    b = assign(tasks, {m: members[m] for m in order}, {m: previous[m] for m in prev_order},
+               standby_replicas=replicas)
+    assert a == b
+
+
+def test_no_member_is_an_error_naming_the_tasks() -> None:
+    with pytest.raises(Exception, match="no member to run the job's 2 tasks"):
+        assign([TaskSlot("a"), TaskSlot("b")], {}, {})
+
+
+# --- the adapter, over a real plan --------------------------------------------------------------
+
+class Count:
+    def init(self, ctx: Any) -> None:
+        self.table = ctx.table("counts")
+
+    def __call__(self, kv: KV[str, Any]) -> KV[str, Any]:
+        n = (self.table.get(kv.key) or 0) + 1
+        self.table.put(kv.key, n)
+        return KV(kv.key, n)
+
+
+def plan_app(tag: str = "t", factor: int = 2, parts: int = 4) -> StreamApplication:
+    """Clicks (4 partitions) enriched from a table filled by a side input, counted in a table
+    with a changelog, and rules read by every task through a broadcast stream."""
+    app = StreamApplication(f"assign-{tag}", config={"job.elasticity.factor": factor})
+    mem = MemorySystem()
+    users = app.table("users", serde=SERDE, processor=lambda m: [m], side_inputs=[
+        mem.input("user-updates", serde=SERDE, partitions=parts, physical_name=f"updates-{tag}")])
+    app.table("counts", serde=SERDE)
+    out = app.output(mem.output("out", serde=SERDE, partitions=2, physical_name=f"out-{tag}"))
+    (app.input(mem.input("clicks", serde=SERDE, partitions=parts, physical_name=f"clicks-{tag}"))
+     .join_table(users, combine=lambda m, u: m, name="enrich")
+     .map(Count(), name="count").send_to(out))
+    rules = app.input(mem.input("rules", serde=SERDE, partitions=1, physical_name=f"rules-{tag}"))
+    rules.broadcast(name="all-rules").sink(lambda m: None, name="drop")
+    return app
+
+
+def job_of(app: StreamApplication, factor: int = 2) -> Any:
+    plan = app.plan()
+    counts = {sid: s.partitions or 4 for sid, s in plan.streams.items()}
+    return build_job_model(plan, counts, factor)
+
+
+def test_two_members_get_whole_tasks_with_every_partition_each_task_reads() -> None:
+    job = job_of(plan_app())
+    assert len(job.tasks) == 8  # 4 partitions x 2 virtual tasks
+    assert stateful_tasks(job) == {t.name for t in job.tasks}
+    a, b = (TaskAssignor(job, "assign-t-1", host="h", container=c, standby_replicas=1)
+            for c in ("0", "1"))
+    out = a.assign(None, {"m-a": a.metadata(a.topics()), "m-b": b.metadata(b.topics())})
+    a.on_assignment(out["m-a"])
+    b.on_assignment(out["m-b"])
+    ta, tb = a.tasks(), b.tasks()
+    assert ta is not None and tb is not None
+    assert sorted(ta.active + tb.active) == sorted(t.name for t in job.tasks)
+    assert len(ta.active) == len(tb.active) == 4
+    assert sorted(ta.standby) == sorted(tb.active)  # two members: each keeps the other's standby
+    assert ta.owners == tb.owners and set(ta.owners) == {t.name for t in job.tasks}
+    for member, mine in (("m-a", ta), ("m-b", tb)):
+        got = {(topic, p) for topic, ps in out[member].assignment for p in ps}
+        want = {(job.plan.streams[s.stream_id].physical_name, s.partition)
+                for t in job.tasks if t.name in mine.active for s in t.ssps}
+        assert got == want
+        # each task's partitions together: clicks, its side input, the broadcast stream (the
+        # rules topic itself goes with the tasks of its one partition)
+        assert {"clicks-t", "updates-t", "assign-t-1-broadcast-all-rules"} <= {
+            topic for topic, _ in got}
+        assert {p for topic, p in got if topic == "clicks-t"} == {
+            p for topic, p in got if topic == "updates-t"}
+    # the userdata is small: msgpack arrays of task indices
+    assert len(a.metadata(a.topics()).user_data) < 80
+    assert len(out["m-a"].user_data) < 120
+
+
+def test_a_member_sends_what_it_ran_and_its_store_positions() -> None:
+    job = job_of(plan_app())
+    name = job.tasks[3].name
+    a = TaskAssignor(job, "assign-t-1", host="h1", container="0",
+                     positions=lambda: {name: 42})
+    out = a.assign(None, {"m-a": a.metadata(a.topics())})
+    a.on_assignment(out["m-a"])
+    sent = msgspec.msgpack.decode(a.metadata(a.topics()).user_data, type=SubscriptionData)
+    assert (sent.version, sent.fingerprint, sent.host, sent.container) == (
+        1, plan_fingerprint(job, "assign-t-1"), "h1", "0")
+    assert sent.active == sorted(t.index for t in job.tasks)
+    assert sent.positions == {job.tasks[3].index: 42}
+
+
+def test_the_fingerprint_is_stable_and_follows_the_plans_shape() -> None:
+    one = plan_fingerprint(job_of(plan_app()), "j-1")
+    assert one == plan_fingerprint(job_of(plan_app()), "j-1")
+    assert one != plan_fingerprint(job_of(plan_app()), "j-2")
+    assert one != plan_fingerprint(job_of(plan_app(factor=4), factor=4), "j-1")
+    assert one != plan_fingerprint(job_of(plan_app(parts=8)), "j-1")
+
+
+def test_a_member_with_another_plan_is_refused_with_one_line_naming_both() -> None:
+    job, other = job_of(plan_app()), job_of(plan_app(factor=4), factor=4)
+    lead = TaskAssignor(job, "assign-t-1", host="h1", container="0")
+    odd = TaskAssignor(other, "assign-t-1", host="h2", container="1")
+    out = lead.assign(None, {"m-lead": lead.metadata(lead.topics()),
+                             "m-odd": odd.metadata(odd.topics())})
+    assert out["m-odd"].assignment == []
+    lead.on_assignment(out["m-lead"])
+    odd.on_assignment(out["m-odd"])
+    mine = lead.tasks()
+    assert mine is not None and len(mine.active) == len(job.tasks)
+    with pytest.raises(AssignmentRefused) as info:
+        odd.tasks()
+    msg = str(info.value)
+    assert "\n" not in msg
+    for part in ("m-odd (h2/1)", "m-lead (h1/0)", odd.fingerprint, lead.fingerprint,
+                 "run the same application and config on every member"):
+        assert part in msg
+
+
+def test_userdata_of_a_later_version_is_a_clear_error() -> None:
+    job = job_of(plan_app())
+    a = TaskAssignor(job, "assign-t-1")
+    later = AssignmentData(2, 1, [], [], {}, [])
+    from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
+    with pytest.raises(Exception, match="version 2; this samza-dsl reads version 1"):
+        a.on_assignment(ConsumerProtocolMemberAssignment(1, [], msgspec.msgpack.encode(later)))
