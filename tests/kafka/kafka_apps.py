@@ -9,9 +9,10 @@ import os
 import time
 from typing import Any
 
+from runtime.job import JobModel, build_job_model
 from samza_dsl import KV, Context, StreamApplication
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
-from samza_dsl.systems import KafkaSystem
+from samza_dsl.systems import KafkaSystem, MemorySystem
 
 SERDE = KVSerde(StringSerde(), JsonSerde())
 
@@ -68,6 +69,42 @@ def tag_app(bootstrap: str, tag: str, factor: int) -> StreamApplication:
     out = app.output(kafka.output("out", serde=SERDE, physical_name=f"out-{tag}", partitions=2))
     inp.map(Tag(), name="tag").send_to(out)
     return app
+
+
+class CountInTable:
+    """Counts each key in the table ``counts``."""
+
+    def init(self, ctx: Any) -> None:
+        self.table = ctx.table("counts")
+
+    def __call__(self, kv: KV[str, Any]) -> KV[str, Any]:
+        n = (self.table.get(kv.key) or 0) + 1
+        self.table.put(kv.key, n)
+        return KV(kv.key, n)
+
+
+def assignor_app(tag: str = "t", factor: int = 2, parts: int = 4) -> StreamApplication:
+    """Clicks (4 partitions) enriched from a table filled by a side input, counted in a table
+    with a changelog, and rules read by every task through a broadcast stream."""
+    app = StreamApplication(f"assign-{tag}", config={"job.elasticity.factor": factor})
+    mem = MemorySystem()
+    users = app.table("users", serde=SERDE, processor=lambda m: [m], side_inputs=[
+        mem.input("user-updates", serde=SERDE, partitions=parts, physical_name=f"updates-{tag}")])
+    app.table("counts", serde=SERDE)
+    out = app.output(mem.output("out", serde=SERDE, partitions=2, physical_name=f"out-{tag}"))
+    (app.input(mem.input("clicks", serde=SERDE, partitions=parts, physical_name=f"clicks-{tag}"))
+     .join_table(users, combine=lambda m, u: m, name="enrich")
+     .map(CountInTable(), name="count").send_to(out))
+    rules = app.input(mem.input("rules", serde=SERDE, partitions=1, physical_name=f"rules-{tag}"))
+    rules.broadcast(name="all-rules").sink(lambda m: None, name="drop")
+    return app
+
+
+def assignor_job(app: StreamApplication) -> JobModel:
+    """The job model of ``app`` (a stream without a count has 4 partitions)."""
+    plan = app.plan()
+    counts = {sid: s.partitions or 4 for sid, s in plan.streams.items()}
+    return build_job_model(plan, counts, app.config["job.elasticity.factor"])
 
 
 def __getattr__(name: str) -> Any:

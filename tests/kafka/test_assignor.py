@@ -12,8 +12,9 @@ import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kafka_apps import assignor_app as plan_app
+from kafka_apps import assignor_job as job_of
 
-from runtime.job import build_job_model
 from runtime.kafka.assignor import (
     Assignment,
     AssignmentData,
@@ -27,11 +28,7 @@ from runtime.kafka.assignor import (
     plan_fingerprint,
     stateful_tasks,
 )
-from samza_dsl import KV, StreamApplication
-from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
-from samza_dsl.systems import MemorySystem
 
-SERDE = KVSerde(StringSerde(), JsonSerde())
 MEMBER_IDS = st.lists(st.text(alphabet="abcdefgh", min_size=1, max_size=3), min_size=1,
                       max_size=7, unique=True)
 
@@ -171,39 +168,6 @@ def test_no_member_is_an_error_naming_the_tasks() -> None:
 
 # --- the adapter, over a real plan --------------------------------------------------------------
 
-class Count:
-    def init(self, ctx: Any) -> None:
-        self.table = ctx.table("counts")
-
-    def __call__(self, kv: KV[str, Any]) -> KV[str, Any]:
-        n = (self.table.get(kv.key) or 0) + 1
-        self.table.put(kv.key, n)
-        return KV(kv.key, n)
-
-
-def plan_app(tag: str = "t", factor: int = 2, parts: int = 4) -> StreamApplication:
-    """Clicks (4 partitions) enriched from a table filled by a side input, counted in a table
-    with a changelog, and rules read by every task through a broadcast stream."""
-    app = StreamApplication(f"assign-{tag}", config={"job.elasticity.factor": factor})
-    mem = MemorySystem()
-    users = app.table("users", serde=SERDE, processor=lambda m: [m], side_inputs=[
-        mem.input("user-updates", serde=SERDE, partitions=parts, physical_name=f"updates-{tag}")])
-    app.table("counts", serde=SERDE)
-    out = app.output(mem.output("out", serde=SERDE, partitions=2, physical_name=f"out-{tag}"))
-    (app.input(mem.input("clicks", serde=SERDE, partitions=parts, physical_name=f"clicks-{tag}"))
-     .join_table(users, combine=lambda m, u: m, name="enrich")
-     .map(Count(), name="count").send_to(out))
-    rules = app.input(mem.input("rules", serde=SERDE, partitions=1, physical_name=f"rules-{tag}"))
-    rules.broadcast(name="all-rules").sink(lambda m: None, name="drop")
-    return app
-
-
-def job_of(app: StreamApplication, factor: int = 2) -> Any:
-    plan = app.plan()
-    counts = {sid: s.partitions or 4 for sid, s in plan.streams.items()}
-    return build_job_model(plan, counts, factor)
-
-
 def test_two_members_get_whole_tasks_with_every_partition_each_task_reads() -> None:
     job = job_of(plan_app())
     assert len(job.tasks) == 8  # 4 partitions x 2 virtual tasks
@@ -253,12 +217,12 @@ def test_the_fingerprint_is_stable_and_follows_the_plans_shape() -> None:
     one = plan_fingerprint(job_of(plan_app()), "j-1")
     assert one == plan_fingerprint(job_of(plan_app()), "j-1")
     assert one != plan_fingerprint(job_of(plan_app()), "j-2")
-    assert one != plan_fingerprint(job_of(plan_app(factor=4), factor=4), "j-1")
+    assert one != plan_fingerprint(job_of(plan_app(factor=4)), "j-1")
     assert one != plan_fingerprint(job_of(plan_app(parts=8)), "j-1")
 
 
 def test_a_member_with_another_plan_is_refused_with_one_line_naming_both() -> None:
-    job, other = job_of(plan_app()), job_of(plan_app(factor=4), factor=4)
+    job, other = job_of(plan_app()), job_of(plan_app(factor=4))
     lead = TaskAssignor(job, "assign-t-1", host="h1", container="0")
     odd = TaskAssignor(other, "assign-t-1", host="h2", container="1")
     out = lead.assign(None, {"m-lead": lead.metadata(lead.topics()),
