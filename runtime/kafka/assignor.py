@@ -24,7 +24,7 @@ coordinator picks a leader, and the leader's ``TaskAssignor`` deals out the job'
 ``TaskAssignor`` is aiokafka's adapter. The userdata both ways is msgpack (msgspec), versioned,
 with tasks as their indices: subscription (fingerprint, host, container, previous generation,
 previous active and standby tasks, store positions) and assignment (generation, active and standby
-tasks, every task's owner, or an error).
+tasks, every task's owner, or an error). docs/several-machines.md describes the rules.
 """
 
 from __future__ import annotations
@@ -457,10 +457,15 @@ class TaskAssignor(AbstractPartitionAssignor):
 
     def assign(self, cluster: Any, members: Mapping[str, ConsumerProtocolMemberMetadata]
                ) -> dict[str, ConsumerProtocolMemberAssignment]:
-        subs: dict[str, SubscriptionData] = {
-            mid: _decode(SubscriptionData, meta.user_data, f"the subscription of member {mid}")
-            for mid, meta in members.items()}
-        refused = self._refusals(subs)
+        subs: dict[str, SubscriptionData] = {}
+        refused: dict[str, str] = {}
+        for mid, meta in members.items():
+            try:
+                subs[mid] = _decode(SubscriptionData, meta.user_data,
+                                    f"the subscription of member {mid}")
+            except SamzaError as exc:  # that member is told; the others run on
+                refused[mid] = f"job {self.job_name!r}: {exc}; it gets no tasks"
+        refused.update(self._refusals(subs))
         agreed = {mid: s for mid, s in subs.items() if mid not in refused}
         result = assign(
             self.slots, {mid: self._member(s) for mid, s in agreed.items()},
@@ -468,9 +473,10 @@ class TaskAssignor(AbstractPartitionAssignor):
             standby_replicas=self.standby_replicas,
             checkpoints=self.checkpoints() if self.checkpoints is not None else None)
         generation = self.generation()
-        ids = sorted(subs)
+        ids = sorted(members)
         place = {mid: i for i, mid in enumerate(ids)}
-        roster = [[mid, subs[mid].host, subs[mid].container] for mid in ids]
+        roster = [[mid, subs[mid].host, subs[mid].container] if mid in subs else [mid, "?", "?"]
+                  for mid in ids]
         owners = {self.index[t]: place[m] for t, m in result.active.items()}
         out: dict[str, ConsumerProtocolMemberAssignment] = {}
         for mid in ids:

@@ -248,3 +248,23 @@ def test_userdata_of_a_later_version_is_a_clear_error() -> None:
     from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
     with pytest.raises(Exception, match="version 2; this samza-dsl reads version 1"):
         a.on_assignment(ConsumerProtocolMemberAssignment(1, [], msgspec.msgpack.encode(later)))
+
+
+def test_a_member_whose_userdata_is_not_the_assignors_is_refused_and_the_others_run() -> None:
+    from aiokafka.coordinator.protocol import ConsumerProtocolMemberMetadata
+    job = job_of(plan_app())
+    lead = TaskAssignor(job, "assign-t-1", host="h1", container="0")
+    later = msgspec.msgpack.encode([2, lead.fingerprint, "h3", "3", "x", -1, [], [], {}])
+    out = lead.assign(None, {
+        "m-lead": lead.metadata(lead.topics()),
+        "m-other": ConsumerProtocolMemberMetadata(0, lead.topics(), b"not msgpack of ours"),
+        "m-later": ConsumerProtocolMemberMetadata(1, lead.topics(), later)})
+    lead.on_assignment(out["m-lead"])
+    mine = lead.tasks()
+    assert mine is not None and len(mine.active) == len(job.tasks)
+    for mid, why in (("m-other", "is not samza-dsl task assignor data"),
+                     ("m-later", "version 2; this samza-dsl reads version 1")):
+        data = msgspec.msgpack.decode(out[mid].user_data, type=AssignmentData)
+        assert out[mid].assignment == [] and data.active == []
+        assert f"the subscription of member {mid}" in data.error and why in data.error
+        assert "\n" not in data.error
