@@ -16,9 +16,11 @@ coordinator picks a leader, and the leader's ``TaskAssignor`` deals out the job'
 - **Standbys.** With ``standby_replicas`` R, each stateful task gets min(R, members - 1)
   standbys, each on a member other than its active one and other than its other standbys,
   balanced between members, preferring members whose stores are closest.
-- **One plan.** Each member sends a fingerprint of its plan; the leader's plan is the reference
-  (its tasks are the ones dealt out), and a member whose fingerprint differs gets no partition and
-  an error in its assignment, which ``TaskAssignor.tasks`` raises on that member.
+- **One plan.** Each member sends a fingerprint of its plan. The group's plan is the one most
+  members run (on a tie, the leader's); a member whose fingerprint differs gets no partition and
+  an error in its assignment, which ``TaskAssignor.tasks`` raises on that member. Where the
+  leader itself is the odd one, nobody gets tasks until it has gone (it cannot deal out tasks it
+  does not know).
 
 ``assign`` is the pure part (no I/O: same input, same output, whatever the members' order);
 ``TaskAssignor`` is aiokafka's adapter. The userdata both ways is msgpack (msgspec), versioned,
@@ -31,7 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -465,13 +467,19 @@ class TaskAssignor(AbstractPartitionAssignor):
                                     f"the subscription of member {mid}")
             except SamzaError as exc:  # that member is told; the others run on
                 refused[mid] = f"job {self.job_name!r}: {exc}; it gets no tasks"
-        refused.update(self._refusals(subs))
+        odd = self._refusals(subs)
+        refused.update(odd)
         agreed = {mid: s for mid, s in subs.items() if mid not in refused}
+        if any(subs[mid].instance == self.instance for mid in odd):
+            # the leader's plan is not the group's: it cannot deal out tasks it does not know,
+            # so nobody runs any until it has gone and a member of the majority leads
+            agreed = {}
         result = assign(
             self.slots, {mid: self._member(s) for mid, s in agreed.items()},
             {mid: self._owned(s) for mid, s in agreed.items()},
             standby_replicas=self.standby_replicas,
-            checkpoints=self.checkpoints() if self.checkpoints is not None else None)
+            checkpoints=self.checkpoints() if self.checkpoints is not None else None
+        ) if agreed else Assignment({}, {})
         generation = self.generation()
         ids = sorted(members)
         place = {mid: i for i, mid in enumerate(ids)}
@@ -504,16 +512,25 @@ class TaskAssignor(AbstractPartitionAssignor):
         self.owned = Owned(frozenset(active), frozenset(standby), data.generation)
 
     def _refusals(self, subs: Mapping[str, SubscriptionData]) -> dict[str, str]:
-        """member -> why it gets nothing: its plan is not the leader's (this member's)."""
-        me = [mid for mid, s in subs.items() if s.instance == self.instance]
-        leader = f"{me[0]} ({self.host}/{self.container})" if me else \
-            f"({self.host}/{self.container})"
+        """member -> why it gets nothing: its plan is not the group's. The group's plan is the
+        one most members run; where two tie, the leader's (this member's)."""
+        counts = Counter(s.fingerprint for s in subs.values())
+        top = max(counts.values())
+        plan = self.fingerprint if counts[self.fingerprint] == top else \
+            min(fp for fp, n in counts.items() if n == top)
+        me = next(mid for mid, s in subs.items() if s.instance == self.instance)
+        if plan == self.fingerprint:
+            peer, role = f"{me} ({self.host}/{self.container})", "the group leader"
+        else:
+            other = min(mid for mid, s in subs.items() if s.fingerprint == plan)
+            peer = f"{other} ({subs[other].host}/{subs[other].container})"
+            role = f"{counts[plan]} of the group's {len(subs)} members, such as"
         return {mid: (f"job {self.job_name!r}: member {mid} ({s.host}/{s.container}) runs a "
-                      f"different plan from the group leader {leader}: plan fingerprint "
-                      f"{s.fingerprint} there, {self.fingerprint} at the leader; it gets no "
-                      f"tasks: run the same application and config on every member (stop the "
-                      f"job's old containers before starting a changed one)")
-                for mid, s in sorted(subs.items()) if s.fingerprint != self.fingerprint}
+                      f"different plan from {role} {peer}: plan fingerprint {s.fingerprint} "
+                      f"there, {plan} at {peer.partition(' ')[0]}; it gets no tasks: run the "
+                      f"same application and config on every member (stop the job's old "
+                      f"containers before starting a changed one)")
+                for mid, s in sorted(subs.items()) if s.fingerprint != plan}
 
     def _member(self, s: SubscriptionData) -> Member:
         return Member(s.host, {self.names[i]: p for i, p in s.positions.items()

@@ -269,3 +269,23 @@ def test_a_member_whose_userdata_is_not_the_assignors_is_refused_and_the_others_
         assert out[mid].assignment == [] and data.active == []
         assert f"the subscription of member {mid}" in data.error and why in data.error
         assert "\n" not in data.error
+
+
+def test_a_leader_whose_plan_differs_from_most_members_refuses_itself_and_deals_out_nothing(
+        ) -> None:
+    job, other = job_of(plan_app()), job_of(plan_app(factor=4))
+    lead = TaskAssignor(other, "assign-t-1", host="h1", container="0")
+    a, b = (TaskAssignor(job, "assign-t-1", host="h2", container=c) for c in ("1", "2"))
+    out = lead.assign(None, {"m-lead": lead.metadata(lead.topics()),
+                             "m-a": a.metadata(a.topics()), "m-b": b.metadata(b.topics())})
+    assert all(out[m].assignment == [] for m in out)
+    lead.on_assignment(out["m-lead"])
+    with pytest.raises(AssignmentRefused) as info:
+        lead.tasks()
+    msg = str(info.value)
+    for part in ("member m-lead (h1/0) runs a different plan from 2 of the group's 3 members, "
+                 "such as m-a (h2/1)", lead.fingerprint, a.fingerprint):
+        assert part in msg, (part, msg)
+    a.on_assignment(out["m-a"])
+    waiting = a.tasks()  # no error: it waits for the next rebalance, led by a member like it
+    assert waiting is not None and waiting.active == [] and waiting.owners == {}
