@@ -53,7 +53,8 @@ __all__ = ["Assignment", "AssignmentRefused", "Member", "MemberTasks", "Owned", 
 
 
 class AssignmentRefused(SamzaError):
-    """This member's plan differs from the group leader's: it got no tasks."""
+    """This member got no tasks: its plan differs from the group's, or the group's assignment
+    is not one it can read."""
 
 
 # --- the pure part ----------------------------------------------------------------------------
@@ -498,8 +499,12 @@ class TaskAssignor(AbstractPartitionAssignor):
         return out
 
     def on_assignment(self, assignment: ConsumerProtocolMemberAssignment) -> None:
-        data: AssignmentData = _decode(AssignmentData, assignment.user_data,
-                                       "the assignment from the group leader")
+        try:
+            data: AssignmentData = _decode(AssignmentData, assignment.user_data,
+                                           "the assignment from the group leader")
+        except SamzaError as exc:  # raised by tasks(), not inside aiokafka's rebalance
+            self.refusal, self.current = str(exc), None
+            return
         if data.error:
             self.refusal, self.current = data.error, None
             return
