@@ -114,9 +114,13 @@ def assign(tasks: Sequence[TaskSlot], members: Mapping[str, Member],
     was_active = _previous_owners(previous, ids)
     had_standby = {m: previous[m].standby | previous[m].active for m in ids if m in previous}
 
+    none: frozenset[str] = frozenset()
+    keys = {(t.name, m): (lag > 0, was_active.get(t.name) != m,
+                          t.name not in had_standby.get(m, none), lag, m)
+            for t in tasks for m, lag in lags[t.name].items()}
+
     def key(t: str, m: str) -> tuple[bool, bool, bool, int, str]:
-        lag = lags[t][m]
-        return (lag > 0, was_active.get(t) != m, t not in had_standby.get(m, ()), lag, m)
+        return keys[(t, m)]
 
     load = dict.fromkeys(ids, 0)
     active: dict[str, str] = {}
