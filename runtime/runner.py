@@ -516,16 +516,16 @@ class LocalRunner(LateCounts):
             return dict(self._totals.counters)
         return self.metrics.snapshot()
 
-    def _traffic(self) -> tuple[dict[str, int], dict[str, dict[Any, int]], int] | None:
-        """(user messages read per stream, the checkpoint each task resumed from, records
-        skipped by request) of this run, over all its containers; None before it ran."""
+    def _traffic(self) -> tuple[dict[str, int], dict[str, dict[Any, int]], dict[str, Any]] | None:
+        """(user messages read per stream, the checkpoint each task resumed from, the counters:
+        records skipped, ...) of this run, over all its containers; None before it ran."""
         if self._totals is not None:
             t = self._totals
-            return dict(t.read), dict(t.restored), t.counters.get("skipped-by-request", 0)
+            return dict(t.read), dict(t.restored), dict(t.counters)
         if self.container is None:
             return None
         return (dict(self.container.status()["read"]), dict(self.container.restored),
-                int(self.metrics.snapshot().get("skipped-by-request", 0)))
+                self.metrics.snapshot())
 
     def close(self) -> None:
         """Close the local log (after reading the outputs)."""
@@ -740,7 +740,13 @@ def print_outputs(runner: LocalRunner, out: TextIO = sys.stdout, limit: int = 10
                   fmt: Callable[[Any], str] = repr, app_ref: str | None = None) -> None:
     """The run's summary: where it resumed, each output's messages of this run, what came in and
     went out, and the late messages of its windows (how many, where they went, and why)."""
-    from runtime.summary import LATE_WHY, resume_lines, traffic_lines
+    from runtime.summary import (
+        LATE_WHY,
+        resume_lines,
+        skipped_lines,
+        skipped_per_input,
+        traffic_lines,
+    )
 
     traffic = runner._traffic()
     if traffic is not None:
@@ -756,13 +762,13 @@ def print_outputs(runner: LocalRunner, out: TextIO = sys.stdout, limit: int = 10
         if len(msgs) > limit:
             out.write(f"  ... {len(msgs) - limit} more\n")
     if traffic is not None:
-        read, restored, skipped = traffic
-        for line in traffic_lines(read, counts, runner.plan,
-                                  resumed=any(restored.values()), app_ref=app_ref):
+        read, restored, counters = traffic
+        for line in traffic_lines(read, counts, runner.plan, resumed=any(restored.values()),
+                                  app_ref=app_ref,
+                                  skipped=skipped_per_input(counters, runner.plan)):
             out.write(line + "\n")
-        if skipped:
-            out.write(f"skipped: {skipped} record(s) as --skip asked (not processed; the "
-                      f"checkpoint is past them)\n")
+        for line in skipped_lines(counters, runner.plan, app_ref=app_ref):
+            out.write(line + "\n")
     if window_ids(runner.plan):
         lines = runner.late_summary() or ["late: no late messages"]
         if runner.late():
