@@ -660,7 +660,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--skip", action="append", default=[], metavar="STREAM:PARTITION:OFFSET",
                    help="pass over one record of an input in this run (a poison record), "
                         "logged and counted; repeatable")
-    r.add_argument("--show", type=_at_least(0), default=10, help="output messages to print per stream")
+    r.add_argument("--show", type=_at_least(0), default=10, help="messages to print per output: the last N this run wrote (default 10)")
     r.add_argument("-q", "--quiet", action="store_true", help="no progress line")
     r.add_argument("--follow", action="store_true",
                    help="keep reading inputs past their end until stopped (Ctrl-C)")

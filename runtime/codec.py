@@ -329,6 +329,11 @@ class BufferedProducer:
         self.sends = 0
         self.sent_bytes = 0
         self.flush_ns = 0
+        #: messages written out per stream (control records left out), counted as they go: a
+        #: run's summary needs no reading back of what retention may have deleted since
+        self.written: dict[str, int] = {}
+        # control records waiting in a partition's buffer, to leave out of ``written``
+        self._controls: dict[tuple[str, int], int] = {}
         self._physical: dict[str, str] = {}
         self._encoders: dict[str, Callable[[Any], Record]] = {}
         self._codecs: dict[str, StreamCodec] = {}
@@ -367,6 +372,15 @@ class BufferedProducer:
         return self._bufs[stream_id], kser, vser, codec.encode
 
     def send(self, stream_id: str, partition: int, payload: Any) -> None:
-        record = control_record(payload, self.generation) if is_control(payload) \
-            else self._encoders[stream_id](payload)
+        if is_control(payload):
+            record = control_record(payload, self.generation)
+            key = (stream_id, partition)
+            self._controls[key] = self._controls.get(key, 0) + 1
+        else:
+            record = self._encoders[stream_id](payload)
         self._bufs[stream_id][partition].append(record)
+
+    def _taken(self, stream_id: str, partition: int, n: int) -> None:
+        """The ``n`` records of a partition's buffer are written out: count its messages."""
+        controls = self._controls.pop((stream_id, partition), 0) if self._controls else 0
+        self.written[stream_id] = self.written.get(stream_id, 0) + n - controls

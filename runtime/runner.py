@@ -516,16 +516,32 @@ class LocalRunner(LateCounts):
             return dict(self._totals.counters)
         return self.metrics.snapshot()
 
-    def _traffic(self) -> tuple[dict[str, int], dict[str, dict[Any, int]], int] | None:
-        """(user messages read per stream, the checkpoint each task resumed from, records
-        skipped by request) of this run, over all its containers; None before it ran."""
+    def _traffic(self) -> tuple[dict[str, int], dict[str, dict[Any, int]], dict[str, Any]] | None:
+        """(user messages read per stream, the checkpoint each task resumed from, the counters:
+        records skipped, ...) of this run, over all its containers; None before it ran."""
         if self._totals is not None:
             t = self._totals
-            return dict(t.read), dict(t.restored), t.counters.get("skipped-by-request", 0)
+            return dict(t.read), dict(t.restored), dict(t.counters)
         if self.container is None:
             return None
         return (dict(self.container.status()["read"]), dict(self.container.restored),
-                int(self.metrics.snapshot().get("skipped-by-request", 0)))
+                self.metrics.snapshot())
+
+    def written(self) -> dict[str, int] | None:
+        """Messages this run wrote per stream, over all its containers, as its producers counted
+        them (what retention deleted since included); None where nothing counts (in memory)."""
+        if self._totals is not None:
+            return dict(self._totals.written)
+        producer = getattr(self.container, "producer", None)
+        counted = getattr(producer, "written", None)
+        return None if counted is None else dict(counted)
+
+    def tail(self, stream_id: str, n: int) -> list[Any]:
+        """At most the last ``n`` messages of this run's part of an output, read from its end
+        on the local system and Kafka: a summary's few, never the whole output."""
+        if (self.local or self.kafka) and self.job is not None:
+            return list(self.job.tail(stream_id, n)) if n > 0 else []
+        return self.messages(stream_id)[-n:] if n > 0 else []
 
     def close(self) -> None:
         """Close the local log (after reading the outputs)."""
@@ -622,12 +638,15 @@ class _Totals:
         self.read: dict[str, int] = {}
         self.restored: dict[str, dict[Any, int]] = {}
         self.counters: dict[str, int] = {}
+        self.written: dict[str, int] = {}
         self.reported = 0
 
     def add(self, totals: Mapping[str, Any]) -> None:
         self.reported += 1
         for sid, n in totals["read"].items():
             self.read[sid] = self.read.get(sid, 0) + n
+        for sid, n in totals.get("written", {}).items():
+            self.written[sid] = self.written.get(sid, 0) + n
         self.restored.update(totals["restored"])
         for name, n in totals["counters"].items():
             self.counters[name] = self.counters.get(name, 0) + n
@@ -700,7 +719,7 @@ def _container_main(app: StreamApplication, config: Mapping[str, Any], follow: b
                     if type(v) is int and v}
         queue.put((_TOTALS, "", {"read": dict(runner.container.status()["read"]),
                                  "restored": dict(runner.container.restored),
-                                 "counters": counters}))
+                                 "counters": counters, "written": runner.written() or {}}))
 
 
 class _RowsTo:
@@ -736,33 +755,48 @@ def _uses_local_system(app: StreamApplication) -> bool:
     return job_system(app) is SYSTEMS["local"]
 
 
+def _output_counts(runner: LocalRunner) -> dict[str, int]:
+    """Messages this run wrote per output: its producers' counts; in memory, where the outputs
+    are held anyway, their lengths."""
+    written = runner.written()
+    if written is not None:
+        return {sid: written.get(sid, 0) for sid in runner.plan.output_streams}
+    return {sid: len(runner.messages(sid)) for sid in runner.plan.output_streams}
+
+
 def print_outputs(runner: LocalRunner, out: TextIO = sys.stdout, limit: int = 10,
                   fmt: Callable[[Any], str] = repr, app_ref: str | None = None) -> None:
-    """The run's summary: where it resumed, each output's messages of this run, what came in and
-    went out, and the late messages of its windows (how many, where they went, and why)."""
-    from runtime.summary import LATE_WHY, resume_lines, traffic_lines
+    """The run's summary: where it resumed, each output's count of messages this run wrote
+    (counted as they were written) and its last ``limit`` ones (read from its end), what came in
+    and went out, and the late messages of its windows (how many, where they went, and why)."""
+    from runtime.summary import (
+        LATE_WHY,
+        resume_lines,
+        skipped_lines,
+        skipped_per_input,
+        traffic_lines,
+    )
 
     traffic = runner._traffic()
     if traffic is not None:
         for line in resume_lines(traffic[1], runner.plan):
             out.write(line + "\n")
-    counts: dict[str, int] = {}
+    counts = _output_counts(runner)
     for sid in runner.plan.output_streams:
-        msgs = runner.messages(sid)
-        counts[sid] = len(msgs)
-        out.write(f"{sid}: {len(msgs)} message(s)\n")
-        for m in msgs[:limit]:
+        shown = runner.tail(sid, limit)
+        out.write(f"{sid}: {counts[sid]} message(s)\n")
+        for m in shown:
             out.write(f"  {fmt(m)}\n")
-        if len(msgs) > limit:
-            out.write(f"  ... {len(msgs) - limit} more\n")
+        if counts[sid] > len(shown):
+            out.write(f"  ... {counts[sid] - len(shown)} more, not shown\n")
     if traffic is not None:
-        read, restored, skipped = traffic
-        for line in traffic_lines(read, counts, runner.plan,
-                                  resumed=any(restored.values()), app_ref=app_ref):
+        read, restored, counters = traffic
+        for line in traffic_lines(read, counts, runner.plan, resumed=any(restored.values()),
+                                  app_ref=app_ref,
+                                  skipped=skipped_per_input(counters, runner.plan)):
             out.write(line + "\n")
-        if skipped:
-            out.write(f"skipped: {skipped} record(s) as --skip asked (not processed; the "
-                      f"checkpoint is past them)\n")
+        for line in skipped_lines(counters, runner.plan, app_ref=app_ref):
+            out.write(line + "\n")
     if window_ids(runner.plan):
         lines = runner.late_summary() or ["late: no late messages"]
         if runner.late():

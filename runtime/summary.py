@@ -6,7 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["resume_lines", "traffic_lines", "LATE_WHY"]
+from runtime.jobdir import dead_letter_stream
+
+__all__ = ["resume_lines", "traffic_lines", "skipped_lines", "skipped_per_input", "LATE_WHY"]
 
 #: why a message is late, for a summary that counts some
 LATE_WHY = ("late: a message is late when the watermark (the event time its input has reached, "
@@ -32,22 +34,62 @@ def resume_lines(restored: Mapping[str, Mapping[Any, int]], plan: Any) -> list[s
             f"processed in each input partition)"]
 
 
+def skipped_per_input(counters: Mapping[str, Any], plan: Any) -> dict[str, int]:
+    """The new records of each input this run read and passed over: named by --skip, or failing
+    to deserialize under the ``skip`` or ``dead-letter`` policy (``runtime.codec``'s counters)."""
+    out = {}
+    for sid in _inputs(plan):
+        n = int(counters.get(f"{sid}.skipped-by-request", 0)) \
+            + int(counters.get(f"{sid}.serde-errors-skipped", 0))
+        if n:
+            out[sid] = n
+    return out
+
+
+def skipped_lines(counters: Mapping[str, Any], plan: Any, *, app_ref: str | None) -> list[str]:
+    """``skipped:`` lines: the records passed over by request, and per input those that did not
+    deserialize, with where each can be found."""
+    lines = []
+    by_request = int(counters.get("skipped-by-request", 0))
+    if by_request:
+        lines.append(f"skipped: {by_request:,} record(s) as --skip asked (not processed; the "
+                     f"checkpoint is past them)")
+    app = app_ref or "APP"
+    for sid in plan.streams:
+        n = int(counters.get(f"{sid}.serde-errors-skipped", 0))
+        if not n:
+            continue
+        key = f"streams.{sid}.samza.serde.error"
+        policy = plan.config.get(key)
+        where = (f"they are in the dead-letter stream, with each one's error and origin: "
+                 f"`samza-dsl dump {app} {dead_letter_stream(plan.job_name)}`"
+                 if policy == "dead-letter" else
+                 "each is logged above with its partition, offset and error")
+        lines.append(f"skipped: {n:,} record(s) of {sid} that did not deserialize ({key}="
+                     f"{policy}): not processed; {where}")
+    return lines
+
+
 def traffic_lines(read: Mapping[str, int], outputs: Mapping[str, int], plan: Any, *,
-                  resumed: bool, app_ref: str | None) -> list[str]:
-    """``in:`` (user messages read per input and intermediate stream), ``out:`` (messages written
-    per output) and, when a resumed run found nothing new, what to do."""
+                  resumed: bool, app_ref: str | None,
+                  skipped: Mapping[str, int] | None = None) -> list[str]:
+    """``in:`` (user messages read per input and intermediate stream, and the new records read
+    and skipped: ``skipped_per_input``), ``out:`` (messages written per output) and, when a run
+    read nothing new, what to do."""
     lines = []
     inputs = _inputs(plan)
     total_in = sum(read.get(sid, 0) for sid in inputs)
+    passed = sum((skipped or {}).values())
     parts = [f"{read.get(sid, 0):,} from {sid}" for sid in inputs]
-    lines.append(f"in: {total_in:,} new message(s) ({', '.join(parts) or 'no inputs'})")
+    also = f"; {passed:,} more new record(s) read and skipped (below)" if passed else ""
+    lines.append(f"in: {total_in:,} new message(s) ({', '.join(parts) or 'no inputs'}){also}")
     between = [(sid, n) for sid, n in sorted(read.items())
                if sid not in inputs and plan.streams[sid].kind in ("intermediate", "broadcast")]
     if between:
         lines.append("through: " + ", ".join(f"{n:,} via {sid}" for sid, n in between))
     outs = ", ".join(f"{n:,} to {sid}" for sid, n in outputs.items())
     lines.append(f"out: {sum(outputs.values()):,} message(s) ({outs or 'no outputs'})")
-    if total_in == 0 and inputs:
+    if total_in == 0 and not passed and inputs:
         app = app_ref or "APP"
         first = inputs[0]
         why = ("every input was processed up to its end by an earlier run" if resumed

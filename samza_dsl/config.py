@@ -1,8 +1,12 @@
 """Configuration keys, with Samza's names and defaults, and their validation.
 
-Unknown ``task.``/``job.`` keys are an error that names the key (and the closest known key), as
-are ``streams.<id>.*`` and ``stores.<name>.*`` keys naming a stream, a store or a property the
-application does not have (``check_scoped_keys``, called by the planner).
+Every key is one the job reads, or a user's own key under ``user.`` (passed through unchecked,
+for the application's functions to read from ``ctx.config``). Any other key (an unknown
+``task.``/``job.``/``metrics.`` key, a key under another namespace such as ``serializers.`` or
+``app.``, or with an unknown prefix) is an error that names the key and the closest known one,
+as are ``streams.<id>.*``, ``stores.<name>.*`` and ``systems.<name>.*`` keys naming a stream,
+store, system or property the application does not have (``check_scoped_keys`` and
+``check_system_keys``, called by the planner).
 
 >>> validate_config({"task.max.concurrency": "16"})["task.max.concurrency"]
 16
@@ -22,7 +26,7 @@ from typing import Any
 from .errors import ConfigError
 
 __all__ = ["ConfigKey", "KNOWN_KEYS", "STREAM_PROPERTIES", "STORE_PROPERTIES", "SYSTEM_PROPERTIES",
-           "check_system_keys", "validate_config",
+           "USER_PREFIX", "check_system_keys", "validate_config",
            "check_scoped_keys", "config_value", "SERDE_ERROR_POLICIES"]
 
 SERDE_ERROR_POLICIES = ("fail", "skip", "dead-letter")
@@ -273,12 +277,47 @@ def check_scoped_keys(config: Mapping[str, Any], *, streams: Iterable[str],
                 f"have{_did_you_mean(wrong, known)}. Its {what}s: {', '.join(known) or 'none'}")
 
 
+#: The prefix of a user's own keys: Samza leaves keys it does not know alone, but here a key
+#: nothing reads is most often a typo, so only keys under this prefix go unchecked.
+USER_PREFIX = "user."
+
+#: Namespaces whose keys name a stream, store or system: their ids are checked by the planner,
+#: which knows the application's (``check_scoped_keys``, ``check_system_keys``).
+_SCOPED_PREFIXES = ("streams.", "stores.", "systems.")
+
+_NAMESPACES = sorted({k.split(".", 1)[0] for k in KNOWN_KEYS}
+                     | {p[:-1] for p in (*_SCOPED_PREFIXES, USER_PREFIX)})
+
+
+def _unknown_key(name: str) -> ConfigError:
+    """The error of a key no part of the job reads, with the closest key it may have meant."""
+    head, dot, rest = name.partition(".")
+    close = difflib.get_close_matches(head, _NAMESPACES, n=1, cutoff=0.7) if dot else []
+    if close and close[0] != head:  # a misspelt namespace: the same key under the right one
+        hint = f" (did you mean {close[0] + dot + rest!r}?)"
+    else:
+        hint = _did_you_mean(name, KNOWN_KEYS)
+    return ConfigError(
+        f"unknown config key {name!r}{hint}: nothing reads it. Keys are those of "
+        f"samza_dsl.config.KNOWN_KEYS (task.*, job.*, metrics.*), streams.<id>.*, "
+        f"stores.<name>.* and systems.<name>.*; put keys of your own under {USER_PREFIX}*")
+
+
 def validate_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
     """Check keys and values; return a copy with known values converted to their types.
 
-    Keys under ``task.`` and ``job.`` must be known; the values of known ``streams.<id>.`` and
-    ``stores.<name>.`` properties are checked and converted (the planner checks their ids:
-    ``check_scoped_keys``); ``systems.`` and every other prefix are passed through."""
+    A key must be known (``KNOWN_KEYS``), under ``streams.``, ``stores.`` or ``systems.`` (the
+    values of known ``streams.<id>.`` and ``stores.<name>.`` properties are checked and
+    converted; the planner checks the ids: ``check_scoped_keys``, ``check_system_keys``), or a
+    user's own under ``user.`` (passed through); anything else is a ``ConfigError``.
+
+    >>> validate_config({"strems.events.retention.ms": 5})
+    Traceback (most recent call last):
+    ...
+    samza_dsl.errors.ConfigError: unknown config key 'strems.events.retention.ms' (did you mean 'streams.events.retention.ms'?)...
+    >>> validate_config({"user.greeting": "hi"})
+    {'user.greeting': 'hi'}
+    """
     if config is None:
         return {}
     if not isinstance(config, Mapping):
@@ -290,13 +329,12 @@ def validate_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
         key = KNOWN_KEYS.get(name)
         if key is not None:
             out[name] = _coerce(key, value)
-        elif name.startswith(("task.", "job.")):
-            close = difflib.get_close_matches(name, KNOWN_KEYS, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ConfigError(f"unknown config key {name!r}{hint}. Known task./job. keys: "
-                              f"{', '.join(sorted(KNOWN_KEYS))}")
-        else:
+        elif name.startswith(_SCOPED_PREFIXES):
             out[name] = _check_prefixed(name, value)
+        elif name.startswith(USER_PREFIX) and len(name) > len(USER_PREFIX):
+            out[name] = value
+        else:
+            raise _unknown_key(name)
     return out
 
 

@@ -344,13 +344,14 @@ class KafkaJob:
             out[name] = make
         return out
 
-    async def messages_async(self, stream_id: str) -> list[Any]:
+    async def messages_async(self, stream_id: str, last: int | None = None) -> list[Any]:
         """An output's messages this job wrote: the offsets its producer had acknowledged (a
-        broker's end offsets may be late, as tansu's are)."""
+        broker's end offsets may be late, as tansu's are). With ``last``, at most the last
+        ``last`` messages of each partition, read from its end (control records make a few
+        fewer): a summary's few, never the whole stream."""
         if stream_id not in self.plan.output_streams:
             raise KeyError(f"no output stream {stream_id!r} in job {self.job_name!r}")
         topic = self.physical[stream_id]
-        codec = self.codecs[stream_id]
         if self.output_start is not None:  # a run of several containers: what it appended
             tps = [TopicPartition(topic, p) for p in range(self.counts[stream_id])]
             ends = await true_end_offsets(self.servers, tps, self.consumer_settings, self.timeout)
@@ -361,6 +362,8 @@ class KafkaJob:
                           self.producer.end_offsets[(topic, p)])
                       for p in range(self.counts[stream_id])
                       if (topic, p) in self.producer.end_offsets}
+        if last is not None:
+            ranges = {p: (max(start, end - last), end) for p, (start, end) in ranges.items()}
         if not ranges:
             return []
         consumer = new_consumer(self.servers, self.consumer_settings, brief=True)
@@ -368,24 +371,36 @@ class KafkaJob:
         try:
             await consumer.start()
             for p, (start, end) in ranges.items():
-                tp = TopicPartition(topic, p)
-                consumer.assign([tp])
-                consumer.seek(tp, start)
-                pos = start
-                while pos < end:
-                    batch = await consumer.getmany(tp, timeout_ms=1000)
-                    records = [r for r in batch.get(tp, []) if r.offset < end]
-                    if not batch:
-                        raise SamzaError(f"output {stream_id!r} partition {p}: records up to "
-                                         f"offset {end} were acknowledged but cannot be read")
-                    out.extend(m for m in codec.decode_batch(
-                        SSP(stream_id, p), records[0].offset if records else pos,
-                        [(r.key, r.value, tuple(r.headers) or None) for r in records],
-                        self.generation) if not is_control(m) and type(m) is not Skipped)
-                    pos = batch[tp][-1].offset + 1
+                out.extend(await self._read_range(consumer, stream_id, p, start, end))
         finally:
             await stop_client(consumer)
         return out
+
+    async def _read_range(self, consumer: Any, stream_id: str, p: int, start: int,
+                          end: int) -> list[Any]:
+        """The messages of an output partition's offsets ``[start, end)``."""
+        tp = TopicPartition(self.physical[stream_id], p)
+        codec = self.codecs[stream_id]
+        consumer.assign([tp])
+        consumer.seek(tp, start)
+        pos = start
+        out: list[Any] = []
+        while pos < end:
+            batch = await consumer.getmany(tp, timeout_ms=1000)
+            records = [r for r in batch.get(tp, []) if r.offset < end]
+            if not batch:
+                raise SamzaError(f"output {stream_id!r} partition {p}: records up to "
+                                 f"offset {end} were acknowledged but cannot be read")
+            out.extend(m for m in codec.decode_batch(
+                SSP(stream_id, p), records[0].offset if records else pos,
+                [(r.key, r.value, tuple(r.headers) or None) for r in records],
+                self.generation) if not is_control(m) and type(m) is not Skipped)
+            pos = batch[tp][-1].offset + 1
+        return out
+
+    def tail(self, stream_id: str, n: int) -> list[Any]:
+        """At most the last ``n`` messages this job wrote to an output."""
+        return asyncio.run(self.messages_async(stream_id, last=n))[-n:] if n > 0 else []
 
     def messages(self, stream_id: str) -> list[Any]:
         return asyncio.run(self.messages_async(stream_id))

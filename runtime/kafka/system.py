@@ -375,6 +375,7 @@ class KafkaProducer(BufferedProducer):
                     if buf:
                         records = buf[:]
                         buf.clear()
+                        self._taken(sid, p, len(records))
                         await self._send_records(producer, topic, p, records)
 
     async def _send_records(self, producer: AIOKafkaProducer, topic: str, partition: int,

@@ -112,18 +112,21 @@ class LocalProducer(BufferedProducer):
 
     def _write(self) -> None:
         batches: dict[tuple[str, int], list[Record]] = {}
+        taken: list[tuple[str, int, list[Record]]] = []
         for sid, parts in self._bufs.items():
             for p, buf in enumerate(parts):
                 if buf:
                     batches[(self._physical[sid], p)] = buf
+                    taken.append((sid, p, buf))
         if not batches:
             return
         began, before = time.perf_counter_ns(), self.log.appended_bytes
         self.log.append_many(batches)
         self.flush_ns += time.perf_counter_ns() - began
         self.sent_bytes += self.log.appended_bytes - before
-        for buf in batches.values():
+        for sid, p, buf in taken:
             self.sends += len(buf)
+            self._taken(sid, p, len(buf))
             buf.clear()
         for callback in self._written:
             callback()
@@ -707,6 +710,42 @@ class LocalJob:
                                                          self.generation)
                            if not is_control(m) and type(m) is not Skipped)
                 pos = first + len(records)
+        return out
+
+    def tail(self, stream_id: str, n: int) -> list[Any]:
+        """At most the last ``n`` messages of this run's part of an output (all partitions'
+        last ones, partition by partition), read from the end of each partition: never the
+        whole stream, however much the run wrote."""
+        log = self.log_of(self.stream_system[stream_id])
+        phys, codec = self.physical[stream_id], self.codecs[stream_id]
+        starts = getattr(self, "output_start", {}).get(stream_id)
+        out: list[Any] = []
+        for p in range(self.counts[stream_id]):
+            want = n - len(out)
+            if want <= 0:
+                break
+            start = max(starts[p] if starts else 0, log.start_offset(phys, p))
+            end, span = log.end_offset(phys, p), want
+            while True:  # control records may sit at the end: look further back for them
+                pos = max(start, end - span)
+                msgs = self._decoded(log, phys, SSP(stream_id, p), codec, pos, end)
+                if len(msgs) >= want or pos == start:
+                    break
+                span *= 4
+            out.extend(msgs[-want:])
+        return out
+
+    def _decoded(self, log: LocalLog, phys: str, ssp: SSP, codec: Any, pos: int,
+                 end: int) -> list[Any]:
+        """The messages of records ``[pos, end)`` of a partition, control records left out."""
+        out: list[Any] = []
+        while pos < end:
+            first, records = log.read(phys, ssp.partition, pos, end - pos)
+            if not records:
+                break
+            out.extend(m for m in codec.decode_batch(ssp, first, records, self.generation)
+                       if not is_control(m) and type(m) is not Skipped)
+            pos = first + len(records)
         return out
 
     def _append(self, stream_id: str, parts: Mapping[int, list[Any]], batch: int = 1024) -> None:

@@ -111,7 +111,8 @@ from samza_dsl.errors import SamzaError
 from samza_dsl.serdes import KVSerde
 from samza_dsl.spec import JoinSpec, PartitionBySpec, WindowSpec
 
-__all__ = ["SparkRunner", "ReprocessResult", "ReprocessError", "spark_session"]
+__all__ = ["SparkRunner", "ReprocessResult", "ReprocessError", "spark_session",
+           "session_settings"]
 
 
 
@@ -147,9 +148,39 @@ def spark_session(master: str | None = None, app_name: str = "samza-dsl",
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # under spark-submit: its JVM, its master
     if master is None and not submitted:
         master = "local[2]"
+    settings = session_settings(master, app_name, conf)
+    if quiet:
+        from runtime.spark.jvm import start_quietly
+
+        start_quietly(SparkConf().setAll(list(settings.items())))
+    builder = SparkSession.builder
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+#: where a driver in local mode listens (its RPC and block manager): everything runs on this
+#: machine, so nothing needs to reach it from another
+LOOPBACK = "127.0.0.1"
+
+
+def session_settings(master: str | None, app_name: str = "samza-dsl",
+                     conf: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The Spark settings of ``spark_session``: its defaults, ``conf`` over them. In local mode
+    the driver binds to and advertises 127.0.0.1 unless ``conf`` says otherwise: by default
+    Spark takes the machine's network address (when the host name resolves to loopback, the
+    first other interface's) and listens there, open to the network for a job that needs none.
+    Other masters are left as they are: their executors reach the driver over the network.
+
+    >>> s = session_settings("local[2]")
+    >>> s["spark.driver.bindAddress"], s["spark.driver.host"]
+    ('127.0.0.1', '127.0.0.1')
+    >>> "spark.driver.host" in session_settings("spark://10.0.0.5:7077")
+    False
+    """
     settings = {**({"spark.master": master} if master is not None else {}),
                 "spark.app.name": app_name,
-                "spark.pyspark.python": os.environ["PYSPARK_PYTHON"],
+                "spark.pyspark.python": os.environ.get("PYSPARK_PYTHON", sys.executable),
                 "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
                 "spark.sql.shuffle.partitions": "8",
                 # the rows a pass's operators get at once (runtime.spark.shuffle)
@@ -159,14 +190,10 @@ def spark_session(master: str | None = None, app_name: str = "samza-dsl",
         # two malloc arenas, and Arrow's buffers from malloc, not a pool that maps ahead
         settings.setdefault("spark.executorEnv.MALLOC_ARENA_MAX", "2")
         settings.setdefault("spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL", "system")
-    if quiet:
-        from runtime.spark.jvm import start_quietly
-
-        start_quietly(SparkConf().setAll(list(settings.items())))
-    builder = SparkSession.builder
-    for key, value in settings.items():
-        builder = builder.config(key, value)
-    return builder.getOrCreate()
+    if master is not None and (master == "local" or master.startswith("local[")):
+        settings.setdefault("spark.driver.bindAddress", LOOPBACK)
+        settings.setdefault("spark.driver.host", LOOPBACK)
+    return settings
 
 
 class _Counts:

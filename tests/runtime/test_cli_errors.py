@@ -155,6 +155,23 @@ def test_bad_app_specs_config_and_plans(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad_plan.py"]
 
 
+@pytest.mark.parametrize("pair, meant", [
+    ("strems.page-views.retention.ms=5", "streams.page-views.retention.ms"),
+    ("metrics.reporter=prometheus", "metrics.reporters"),
+    ("max.concurrency=4", "task.max.concurrency"),
+])
+def test_a_config_typo_outside_task_and_job_stops_the_run_before_it_starts(
+        tmp_path: Path, pair: str, meant: str) -> None:
+    views = views_file(tmp_path / "views.jsonl", 20)
+    code, out, err = cli(tmp_path, "run", APP, "-q", "--input", f"page-views={views}",
+                         "-c", pair)
+    key = pair.partition("=")[0]
+    one_line_error(code, err, "run", f"unknown config key {key!r} (did you mean {meant!r}?)",
+                   "user.*")
+    assert out == ""
+    assert not (tmp_path / ".samza").exists()  # nothing ran, nothing was loaded
+
+
 def test_a_bug_still_shows_its_traceback(tmp_path: Path) -> None:
     (tmp_path / "bad_plan.py").write_text(BAD_PLAN, encoding="utf-8")
     code, _, err = cli(tmp_path, "plan", "bad_plan.py:broken")

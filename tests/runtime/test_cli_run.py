@@ -6,6 +6,9 @@ import json
 import os
 import subprocess
 import sys
+from typing import Any
+
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CLI = os.path.join(os.path.dirname(sys.executable), "samza-dsl")
@@ -169,3 +172,82 @@ def test_sigint_stops_a_following_job_cleanly_and_the_next_run_resumes(tmp_path)
     again = run_cli("run", COUNTER, "-q", cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert _count(again.stdout, "counts") == 0
+
+
+BAD_RECORDS_APP = '''
+from samza_dsl import StreamApplication
+from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
+from samza_dsl.systems import LocalSystem
+
+local = LocalSystem("local")
+app = StreamApplication("bad-records")
+serde = KVSerde(StringSerde(), JsonSerde())
+app.input(local.input("in", serde=serde, partitions=1)).map(
+    lambda kv: kv, name="same").send_to(app.output(local.output("out", serde=serde)))
+'''
+
+
+def _append_raw(tmp_path: Any, config: dict[str, str], records: list[tuple[bytes, bytes]]) -> None:
+    """Records as bytes, as a producer that does not use the stream's serde writes them."""
+    import importlib.util
+
+    from runtime.local.system import LocalJob
+
+    spec = importlib.util.spec_from_file_location("bad_records_app", tmp_path / "bad.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    job = LocalJob(module.app, config, run=False)
+    try:
+        job.log_of("local").append("in", 0, [(k, v, None) for k, v in records])
+    finally:
+        job.close()
+
+
+@pytest.mark.parametrize("policy", ["skip", "dead-letter"])
+def test_a_run_whose_new_records_were_all_bad_says_it_skipped_them(tmp_path, policy) -> None:
+    (tmp_path / "bad.py").write_text(BAD_RECORDS_APP)
+    job_dir = str(tmp_path / "job")
+    config = {"job.dir": job_dir, "streams.in.samza.serde.error": policy}
+    flags = [arg for key, value in config.items() for arg in ("-c", f"{key}={value}")]
+    good = tmp_path / "good.jsonl"
+    good.write_text("".join(json.dumps({"key": f"k{i}", "value": i}) + "\n" for i in range(5)))
+    first = run_cli("run", "bad.py:app", "-q", "--input", f"in={good}", *flags, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert "in: 5 new message(s)" in first.stdout
+
+    _append_raw(tmp_path, config, [(f"b{i}".encode(), b"{not json") for i in range(31)])
+    proc = run_cli("run", "bad.py:app", "-q", *flags, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "nothing new" not in proc.stdout, proc.stdout
+    assert "in: 0 new message(s) (0 from in); 31 more new record(s) read and skipped" \
+        in proc.stdout, proc.stdout
+    line = next(ln for ln in proc.stdout.splitlines()
+                if ln.startswith("skipped: 31 record(s) of in that did not deserialize"))
+    assert f"streams.in.samza.serde.error={policy}" in line
+    if policy == "dead-letter":
+        assert "`samza-dsl dump bad.py:app bad-records-1-dead-letter`" in line
+        dumped = run_cli("dump", "bad.py:app", "bad-records-1-dead-letter", *flags, cwd=tmp_path)
+        assert dumped.returncode == 0 and len(dumped.stdout.splitlines()) == 31, dumped.stderr
+    else:
+        assert "each is logged above with its partition, offset and error" in line
+        assert proc.stderr.count("skipped (streams.in.samza.serde.error=skip)") == 31
+
+    # the next run read nothing: that is "nothing new" again
+    after = run_cli("run", "bad.py:app", "-q", *flags, cwd=tmp_path)
+    assert "nothing new" in after.stdout and "skipped" not in after.stdout, after.stdout
+
+
+def test_a_run_whose_only_new_record_was_skipped_by_request_says_so(tmp_path) -> None:
+    (tmp_path / "bad.py").write_text(BAD_RECORDS_APP)
+    flags = ["-c", f"job.dir={tmp_path / 'job'}"]
+    good = tmp_path / "good.jsonl"
+    good.write_text(json.dumps({"key": "k", "value": 1}) + "\n")
+    assert run_cli("run", "bad.py:app", "-q", "--input", f"in={good}", *flags,
+                   cwd=tmp_path).returncode == 0
+    assert run_cli("load", "bad.py:app", "in", str(good), *flags, cwd=tmp_path).returncode == 0
+    proc = run_cli("run", "bad.py:app", "-q", "--skip", "in:0:1", *flags, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "nothing new" not in proc.stdout, proc.stdout
+    assert "1 more new record(s) read and skipped" in proc.stdout
+    assert "skipped: 1 record(s) as --skip asked" in proc.stdout

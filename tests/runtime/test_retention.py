@@ -308,3 +308,29 @@ def test_trimming_never_removes_what_a_checkpoint_needs(
         assert lg.end_offset("s", 0) == n
     finally:
         lg.close()
+
+
+def test_the_summary_counts_what_the_run_wrote_though_retention_deleted_most(
+        module: Any, tmp_path: Path) -> None:
+    import io
+
+    from runtime.runner import print_outputs
+
+    app = module.make("trim", **{"streams.out.retention.bytes": 2000})
+    config = {"job.dir": str(tmp_path / "job"), "task.commit.ms": 20}
+    _load(app, config, 0, 6000, 60)
+    runner = LocalRunner(app, config).run()
+    try:
+        kept = len(runner.messages("out"))
+        assert kept < 3000, f"retention kept {kept} of 6000: the case needs most deleted"
+        text = io.StringIO()
+        print_outputs(runner, out=text, limit=4)
+        lines = text.getvalue().splitlines()
+        assert "out: 6000 message(s)" in lines, lines
+        assert "out: 6,000 message(s) (6,000 to out)" in lines, lines
+        shown = [ln for ln in lines if ln.startswith("  KV(")]
+        assert len(shown) == 4
+        assert set(shown) <= {f"  {m!r}" for m in runner.messages("out")}  # still there
+        assert "  ... 5996 more, not shown" in lines, lines
+    finally:
+        runner.close()

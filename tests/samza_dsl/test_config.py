@@ -64,9 +64,37 @@ def test_unknown_key_suggests_the_closest_known_key():
 
 
 @pytest.mark.parametrize("key", ["stores.t.changelog", "systems.kafka.bootstrap.servers",
-                                 "streams.in.samza.offset.default", "app.anything", "custom"])
-def test_other_prefixes_pass_through(key):
+                                 "streams.in.samza.offset.default", "user.anything",
+                                 "user.greeting.text"])
+def test_scoped_and_user_keys_pass_through(key):
+    # the planner checks the ids of streams./stores./systems. keys; user.* is the user's own
     assert validate_config({key: "v"}) == {key: "v"}
+
+
+@pytest.mark.parametrize("key, meant", [
+    ("strems.events.retention.ms", "streams.events.retention.ms"),
+    ("metrics.reporter", "metrics.reporters"),
+    ("max.concurrency", "task.max.concurrency"),
+    ("metrics.reporters.interval.ms", "metrics.reporter.interval.ms"),
+    ("sytems.local.path", "systems.local.path"),
+    ("stors.counts.changelog", "stores.counts.changelog"),
+    ("usr.greeting", "user.greeting"),
+    ("app.name", "job.name"),
+])
+def test_a_typo_outside_task_and_job_is_an_error_with_the_key_meant(key, meant):
+    with pytest.raises(ConfigError) as err:
+        validate_config({key: "5"})
+    text = str(err.value)
+    assert text.startswith(f"unknown config key {key!r} (did you mean {meant!r}?)")
+    assert "user.*" in text and "\n" not in text
+
+
+@pytest.mark.parametrize("key", ["custom", "app.anything", "serializers.registry.json.class",
+                                 "metrics.bogus", "user.", "ui.port"])
+def test_a_key_nothing_reads_is_an_error_that_says_where_own_keys_go(key):
+    with pytest.raises(ConfigError, match=re.escape(f"unknown config key {key!r}") + ".*"
+                       + re.escape("put keys of your own under user.*")):
+        validate_config({key: "v"})
 
 
 @pytest.mark.parametrize("key, value", [

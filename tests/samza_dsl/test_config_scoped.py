@@ -94,3 +94,47 @@ def test_a_typo_in_a_system_key_is_an_error_with_a_suggestion(key: str, message:
 
 def test_system_keys_the_runtime_reads_are_accepted(tmp_path: Path) -> None:
     plan_with({"systems.local.log.max.bytes": 1 << 30, "systems.local.path": str(tmp_path)})
+
+
+@pytest.mark.parametrize("example", ["page_view_counts", "profile_enrichment", "trending_tags",
+                                     "sliding_averages", "readwrite_counter"])
+def test_every_key_the_planner_generates_is_one_it_accepts(example: str) -> None:
+    """The plan's config, generated keys included, passes the checks a user's config does:
+    a run's config handed on (to a container process, say) is never refused."""
+    import sys
+
+    from samza_dsl.config import check_scoped_keys, validate_config
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
+    from example_apps import load_example
+
+    app = load_example(example).app
+    plan = app.plan()
+    assert plan.generated_config
+    assert validate_config(plan.config).keys() == plan.config.keys()
+    check_scoped_keys(plan.config, streams=plan.streams, stores=plan.stores)
+    assert app.plan(config=plan.config).config == plan.config
+
+
+def test_a_users_own_key_reaches_the_functions_config(tmp_path: Path) -> None:
+    a = StreamApplication("own-keys", config={"user.greeting": "hello"})
+    local = LocalSystem("local")
+    kv = KVSerde(StringSerde(), JsonSerde())
+    views = a.input(local.input("views", serde=kv, partitions=1))
+    out = a.output(local.output("out", serde=kv, partitions=1))
+
+    class Greet:
+        def init(self, ctx: object) -> None:
+            self.config = ctx.config  # type: ignore[attr-defined]
+
+        def __call__(self, m: KV) -> KV:
+            return KV(m.key, f"{self.config['user.greeting']} {self.config['user.name']}")
+
+    views.map(Greet(), name="greet").send_to(out)
+    runner = LocalRunner(a, {"user.name": "ada", "job.dir": str(tmp_path)},
+                         inputs={"views": [KV("k", 1)]})
+    runner.run()
+    try:
+        assert runner.messages("out") == [KV("k", "hello ada")]
+    finally:
+        runner.close()
