@@ -149,7 +149,12 @@ class TransactionalProducer:
         failed = self._failed_send()
         if failed is not None:
             if not _failed_for_good(producer):
-                await self.abort()
+                try:
+                    await self.abort()
+                except ProducerFenced:
+                    raise
+                except SamzaError as abort_failed:  # the refused record is the news
+                    raise failed from abort_failed
             raise failed
         await self._fence_checked(producer.commit_transaction(), "the commit")
         self._pending.clear()
