@@ -89,6 +89,7 @@ class TransactionalProducer:
                               transaction_timeout_ms=transaction_timeout_ms)
         self._producer: AIOKafkaProducer | None = None
         self._fenced: ProducerFenced | None = None
+        self._open = False  # between begin() and the end of its commit or abort
         #: delivery futures of the open transaction's records, checked before it commits
         self._pending: list[tuple[str, int | None, asyncio.Future[RecordMetadata]]] = []
 
@@ -115,9 +116,10 @@ class TransactionalProducer:
             _retrieve_failures(producer)
 
     async def begin(self) -> None:
-        producer = self._ready()
+        producer = self._ready(in_transaction=False)
         await self._fence_checked(producer.begin_transaction())
         self._pending.clear()
+        self._open = True
 
     async def send(self, topic: str, value: bytes | None, *, key: bytes | None = None,
                    partition: int | None = None,
@@ -125,7 +127,7 @@ class TransactionalProducer:
                    ) -> asyncio.Future[RecordMetadata]:
         """Queue a record in the open transaction; the returned future resolves when the
         broker has it (it is visible to read_committed readers only after ``commit``)."""
-        producer = self._ready()
+        producer = self._ready(in_transaction=True)
         future = await self._fence_checked(
             producer.send(topic, value, key=key, partition=partition, headers=headers))
         # commit() reports a failed record; this keeps asyncio from reporting it again
@@ -137,14 +139,14 @@ class TransactionalProducer:
                                           group_id: str) -> None:
         """Commit consumer offsets (the next offset to read of each partition) for
         ``group_id`` as part of the open transaction."""
-        producer = self._ready()
+        producer = self._ready(in_transaction=True)
         await self._fence_checked(producer.send_offsets_to_transaction(
             {tp: OffsetAndMetadata(offset, "") for tp, offset in offsets.items()}, group_id))
 
     async def commit(self) -> None:
         """Make the open transaction's records and offsets visible, all of them. A record the
         broker refused aborts the transaction instead, and raises naming its topic."""
-        producer = self._ready()
+        producer = self._ready(in_transaction=True)
         await self._fence_checked(producer.flush(), "sending the records")
         failed = self._failed_send()
         if failed is not None:
@@ -158,13 +160,15 @@ class TransactionalProducer:
             raise failed
         await self._fence_checked(producer.commit_transaction(), "the commit")
         self._pending.clear()
+        self._open = False
 
     async def abort(self) -> None:
         """Drop the open transaction: none of its records or offsets become visible to
         read_committed readers."""
-        producer = self._ready()
+        producer = self._ready(in_transaction=True)
         await self._fence_checked(producer.abort_transaction(), "the abort")
         self._pending.clear()
+        self._open = False
 
     def _failed_send(self) -> SamzaError | ProducerFenced | None:
         for topic, partition, future in self._pending:
@@ -181,7 +185,7 @@ class TransactionalProducer:
                 f"then process the input again")
         return None
 
-    def _ready(self) -> AIOKafkaProducer:
+    def _ready(self, *, in_transaction: bool) -> AIOKafkaProducer:
         if self._fenced is not None:
             raise self._fenced
         if self._producer is None:
@@ -192,6 +196,12 @@ class TransactionalProducer:
                              f"earlier and can run no more transactions: stop it and start a "
                              f"new one (its open transaction is aborted when the new one "
                              f"starts)")
+        if self._open != in_transaction:
+            raise SamzaError(
+                f"a transaction of producer {self.transactional_id!r} is already open: commit "
+                f"or abort it first" if self._open else
+                f"no transaction of producer {self.transactional_id!r} is open: call begin() "
+                f"first")
         return self._producer
 
     def _fence(self) -> ProducerFenced:

@@ -193,7 +193,7 @@ def test_records_to_two_topics_commit_together_or_not_at_all(kafka_bootstrap: st
     run(scenario())
 
 
-def test_offsets_sent_to_a_transaction_are_committed_with_it(kafka_bootstrap: str) -> None:
+def test_offsets_sent_to_a_transaction_are_committed_with_it_and_dropped_with_an_abort(kafka_bootstrap: str) -> None:
     bs = kafka_bootstrap
     source, out, group = fresh("in"), fresh("out"), fresh("group")
 
@@ -213,20 +213,43 @@ def test_offsets_sent_to_a_transaction_are_committed_with_it(kafka_bootstrap: st
         await producer.start()
         try:
             await producer.begin()
+            await producer.send(out, b"thrown away", partition=0)
+            await producer.send_offsets_to_transaction({TopicPartition(source, 0): 9}, group)
+            await producer.abort()
+            assert await committed_offset() is None
+
+            await producer.begin()
             await producer.send(out, b"result", partition=0)
             await producer.send_offsets_to_transaction({TopicPartition(source, 0): 17}, group)
             await producer.commit()
             assert await committed_offset() == 17
-            assert transactions(await log_batches(bs, out, 0)) == [([b"result"], "COMMIT")]
+            assert transactions(await log_batches(bs, out, 0)) == [
+                ([b"thrown away"], "ABORT"), ([b"result"], "COMMIT")]
         finally:
             await producer.stop()
 
     run(scenario())
 
 
-def test_a_producer_that_was_not_started_or_has_no_id_says_so(kafka_bootstrap: str) -> None:
+def test_steps_out_of_order_say_what_to_do(kafka_bootstrap: str) -> None:
     with pytest.raises(SamzaError, match="non-empty transactional id"):
         TransactionalProducer(kafka_bootstrap, "")
-    producer = TransactionalProducer(kafka_bootstrap, "never-started")
-    with pytest.raises(SamzaError, match="'never-started' is not started: call start"):
+    producer = TransactionalProducer(kafka_bootstrap, fresh("id"))
+    with pytest.raises(SamzaError, match="is not started: call start"):
         run(producer.begin())
+
+    async def scenario() -> None:
+        await producer.start()
+        try:
+            for step in (producer.commit(), producer.abort(), producer.send("t", b"v")):
+                with pytest.raises(SamzaError, match="no transaction of producer .* is open: "
+                                                     "call begin"):
+                    await step
+            await producer.begin()
+            with pytest.raises(SamzaError, match="is already open: commit or abort it first"):
+                await producer.begin()
+            await producer.abort()
+        finally:
+            await producer.stop()
+
+    run(scenario())

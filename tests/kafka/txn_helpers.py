@@ -5,9 +5,10 @@ builds a read_committed reader's list of aborted transactions from these markers
 from __future__ import annotations
 
 import struct
+import time
 from dataclasses import dataclass
 
-from aiokafka import AIOKafkaClient
+from aiokafka import AIOKafkaClient, AIOKafkaConsumer, TopicPartition
 from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.record.memory_records import MemoryRecords
 
@@ -59,11 +60,12 @@ async def log_batches(bootstrap: str, topic: str, partition: int) -> list[Batch]
 
 
 async def read_isolated(bootstrap: str, topic: str, partition: int, isolation_level: str,
-                        idle_ms: int = 600) -> list[tuple[int, bytes | None]]:
+                        idle_ms: int = 300, deadline: float = 20.0
+                        ) -> list[tuple[int, bytes | None]]:
     """``(offset, value)`` of what a consumer of ``isolation_level`` reads from the start of
-    the partition, until it has read nothing for ``idle_ms``."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-
+    the partition: until the broker has answered a fetch, the consumer stands at the end it
+    reported (the last stable offset for read_committed) and nothing more came for ``idle_ms``;
+    or ``deadline`` seconds have passed."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level=isolation_level,
                                 auto_offset_reset="earliest", enable_auto_commit=False,
                                 fetch_max_wait_ms=50)
@@ -72,10 +74,14 @@ async def read_isolated(bootstrap: str, topic: str, partition: int, isolation_le
         tp = TopicPartition(topic, partition)
         consumer.assign([tp])
         out: list[tuple[int, bytes | None]] = []
-        while True:
+        until = time.monotonic() + deadline
+        while time.monotonic() < until:
             got = await consumer.getmany(tp, timeout_ms=idle_ms)
-            if not got:
-                return out
-            out += [(r.offset, r.value) for r in got[tp]]
+            out += [(r.offset, r.value) for r in got.get(tp, [])]
+            end = (consumer.last_stable_offset(tp) if isolation_level == "read_committed"
+                   else consumer.highwater(tp))
+            if not got and end is not None and await consumer.position(tp) >= end:
+                break
+        return out
     finally:
         await consumer.stop()
