@@ -128,12 +128,29 @@ class TransactionalProducer:
         """Queue a record in the open transaction; the returned future resolves when the
         broker has it (it is visible to read_committed readers only after ``commit``)."""
         producer = self._ready(in_transaction=True)
-        future = await self._fence_checked(
+        delivery = await self._fence_checked(
             producer.send(topic, value, key=key, partition=partition, headers=headers))
         # commit() reports a failed record; this keeps asyncio from reporting it again
-        future.add_done_callback(_retrieved)
-        self._pending.append((topic, partition, future))
-        return future
+        delivery.add_done_callback(_retrieved)
+        self._pending.append((topic, partition, delivery))
+        ack: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+        delivery.add_done_callback(lambda done: self._relay(done, ack))
+        return ack
+
+    def _relay(self, delivery: asyncio.Future[RecordMetadata],
+               ack: asyncio.Future[RecordMetadata]) -> None:
+        """``delivery``'s outcome to the caller's ``ack``, with fencing as ProducerFenced."""
+        if ack.done():
+            return
+        if delivery.cancelled():
+            ack.cancel()
+            return
+        exc = delivery.exception()
+        if exc is None:
+            ack.set_result(delivery.result())
+            return
+        ack.set_exception(self._fence() if isinstance(exc, _FENCED) else exc)
+        ack.add_done_callback(_retrieved)  # the caller may never await it: commit() reports
 
     async def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, int],
                                           group_id: str) -> None:
@@ -192,10 +209,13 @@ class TransactionalProducer:
             raise SamzaError(f"the transactional producer {self.transactional_id!r} is not "
                              f"started: call start() first")
         if _failed_for_good(self._producer):
+            cause = _fatal_error(self._producer)
+            if isinstance(cause, _FENCED):  # its sender learnt it first
+                raise self._fence() from cause
             raise SamzaError(f"the transactional producer {self.transactional_id!r} failed "
-                             f"earlier and can run no more transactions: stop it and start a "
-                             f"new one (its open transaction is aborted when the new one "
-                             f"starts)")
+                             f"earlier ({type(cause).__name__}: {cause}) and can run no more "
+                             f"transactions: stop it and start a new one (its open transaction "
+                             f"is aborted when the new one starts)") from cause
         if self._open != in_transaction:
             raise SamzaError(
                 f"a transaction of producer {self.transactional_id!r} is already open: commit "
@@ -230,6 +250,14 @@ def _failed_for_good(producer: AIOKafkaProducer) -> bool:
     died), and would assert on any further transaction step."""
     txn = producer._txn_manager
     return txn is not None and bool(txn.is_fatal_error())
+
+
+def _fatal_error(producer: AIOKafkaProducer) -> BaseException | None:
+    txn = producer._txn_manager
+    waiter = txn.wait_for_transaction_end() if txn is not None else None
+    if waiter is None or not waiter.done() or waiter.cancelled():
+        return None
+    return waiter.exception()
 
 
 def _retrieve_failures(producer: AIOKafkaProducer) -> None:

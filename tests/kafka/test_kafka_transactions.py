@@ -107,8 +107,9 @@ def test_commit_shows_records_to_read_committed_abort_leaves_an_abort_marker(
     run(scenario())
 
 
+@pytest.mark.parametrize("awaits_ack", [False, True], ids=["at-commit", "at-send"])
 def test_an_older_producer_of_the_same_id_is_fenced_and_its_transaction_aborted(
-        kafka_bootstrap: str) -> None:
+        kafka_bootstrap: str, awaits_ack: bool) -> None:
     bs = kafka_bootstrap
     out, checkpoints, txn_id = fresh("out"), fresh("checkpoints"), fresh("job-1-task")
 
@@ -122,16 +123,20 @@ def test_an_older_producer_of_the_same_id_is_fenced_and_its_transaction_aborted(
             await (await old.send(out, b"old-output", partition=0))
             await new.start()  # takes the id: the old producer's open transaction is aborted
 
-            # the old one goes on to its commit, with its checkpoint record
+            # the old one goes on to its commit, with its checkpoint record; it learns it is
+            # fenced from the record's acknowledgement, or else from the commit
             with pytest.raises(ProducerFenced) as fenced:
-                await old.send(checkpoints, b"old-checkpoint", partition=0)
+                ack = await old.send(checkpoints, b"old-checkpoint", partition=0)
+                if awaits_ack:
+                    await ack
                 await old.commit()
             message = str(fenced.value)
             assert txn_id in message and "fenced" in message and "stop this instance" in message
             assert "\n" not in message
             assert fenced.value.transactional_id == txn_id
             # and it stays fenced: nothing more goes out under the id from it
-            for step in (old.begin(), old.abort()):
+            for step in (old.commit(), old.begin(), old.abort(),
+                         old.send(out, b"more", partition=0)):
                 with pytest.raises(ProducerFenced):
                     await step
 
