@@ -2,23 +2,24 @@
 types.
 
 aiokafka speaks only version 0 of InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn
-and TxnOffsetCommit. Brokers that dropped the old versions (KIP-896) or never had them (tansu
-answers InitProducerId v0 with UNKNOWN_SERVER_ERROR) need the flexible ones: compact strings and
-arrays (length + 1 as an unsigned varint, 0 for null) and a tagged-field section closing every
-struct. The versions, from Kafka's message definitions
+and TxnOffsetCommit, and some brokers refuse it (tansu answers InitProducerId v0 with
+UNKNOWN_SERVER_ERROR; Apache Kafka 4 removed the oldest versions of many requests, KIP-896).
+The flexible versions below are the ones Apache Kafka has accepted since 2.8, 4.x included:
+compact strings and arrays (length + 1 as an unsigned varint, 0 for null) and a tagged-field
+section closing every struct. Their fields are those of Kafka's message definitions
 (``clients/src/main/resources/common/message/*.json``):
 
-==================  =======  ==========================================================
-API (key)           version  why this one
-==================  =======  ==========================================================
-InitProducerId 22   4        flexible from 2; 4 is the newest without TRANSACTION_ABORTABLE
-AddPartitionsToTxn  3        the newest a client may send: 4+ batch transactions, for brokers
-24
-AddOffsetsToTxn 25  3        flexible from 3; 4 adds TRANSACTION_ABORTABLE
-EndTxn 26           3        flexible from 3; 4 adds TRANSACTION_ABORTABLE, 5 bumps the epoch
-                             on every commit (KIP-890 part 2)
-TxnOffsetCommit 28  3        flexible from 3 (and adds the group generation and member)
-==================  =======  ==========================================================
+=====================  =======  ==========================================================
+API (key)              version  why this one
+=====================  =======  ==========================================================
+InitProducerId (22)    4        flexible from 2; the newest without TRANSACTION_ABORTABLE
+AddPartitionsToTxn     3        the newest a client sends: 4+ batch transactions, for
+(24)                            brokers among themselves
+AddOffsetsToTxn (25)   3        flexible from 3; 4 adds TRANSACTION_ABORTABLE
+EndTxn (26)            3        flexible from 3; 4 adds TRANSACTION_ABORTABLE, 5 bumps the
+                                epoch at every commit (KIP-890 part 2)
+TxnOffsetCommit (28)   3        flexible from 3 (which adds the group generation and member)
+=====================  =======  ==========================================================
 
 Each of them may answer PRODUCER_FENCED (90) where older versions said INVALID_PRODUCER_EPOCH
 (47); none answers TRANSACTION_ABORTABLE (120), which the producer's state machine does not know.
@@ -79,7 +80,7 @@ class _NewerRequest(Request[_S]):
             raise IncompatibleBrokerVersion(
                 f"the broker does not accept {type(self).__name__} v{struct.API_VERSION} "
                 f"(it accepts versions {low}..{high}; -1 means not at all): transactions need "
-                f"a broker with Kafka's flexible transaction requests (Apache Kafka 3.0 or later)")
+                f"a broker with Kafka's flexible transaction requests (Apache Kafka 2.8 or later)")
         return self.build(struct)
 
 
