@@ -89,6 +89,20 @@ class SparkStartError(SamzaError):
         self.reason = reason
 
 
+class ProducerFenced(SamzaError):
+    """A newer producer with the same ``transactional.id`` started, so this one may write no
+    more: its open transaction is aborted and never becomes visible to read-committed readers.
+    ``transactional_id`` names it."""
+
+    def __init__(self, transactional_id: str) -> None:
+        super().__init__(
+            f"the producer of transactional id {transactional_id!r} was fenced: a newer producer "
+            f"with the same transactional.id started (another instance of this task?); its open "
+            f"transaction is aborted and none of its records since its last commit will be read "
+            f"by read_committed consumers; stop this instance and let the newer one carry on")
+        self.transactional_id = transactional_id
+
+
 def truncate_bytes(data: bytes | bytearray | memoryview, limit: int = 64) -> str:
     """A short printable form of raw bytes for error messages."""
     raw = bytes(data)

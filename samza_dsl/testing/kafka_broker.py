@@ -16,7 +16,11 @@ Where tansu differs from Apache Kafka, as far as these tests go:
   after its last record (``runtime.kafka.system.true_end_offsets`` reads the real end);
 - reading a topic that does not exist creates it, with 4 partitions: create topics explicitly,
   and look them up with ``runtime.kafka.admin.describe_topics``, which never creates one;
-- it ignores SIGTERM: stop it with SIGINT.
+- it ignores SIGTERM: stop it with SIGINT;
+- transactions (``runtime.kafka.txn_producer``): its Fetch answers list no aborted transactions,
+  so read_committed readers read aborted records too (the ABORT markers are in the log); it
+  never aborts a transaction past its timeout; a fenced producer's Produce gets
+  UNKNOWN_SERVER_ERROR and its EndTxn no answer (the connection is closed).
 """
 
 from __future__ import annotations

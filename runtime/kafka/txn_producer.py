@@ -1,0 +1,280 @@
+"""A transactional Kafka producer: records to any number of topics and partitions, and consumer
+offsets, become visible together at ``commit`` or never.
+
+It is aiokafka's producer with one change: the requests of its transactions go out in the
+versions of ``txn_protocol`` (flexible, which brokers that dropped version 0 accept) instead of
+version 0. aiokafka's sender keeps its state machine and retries; only what its handlers build
+and read is translated, at the one place every request passes, the sender's client. Produce and
+metadata requests are untouched.
+
+    producer = TransactionalProducer("127.0.0.1:9092", "job-1-Partition 0")
+    await producer.start()                 # InitProducerId: fences older producers of the id
+    await producer.begin()
+    await producer.send("out", b"v", key=b"k", partition=0)
+    await producer.send("checkpoints", b"...", key=b"task", partition=0)
+    await producer.commit()                # both records, or (abort) neither
+
+What a consumer sees depends on its isolation level: ``read_committed`` reads a transaction's
+records once it commits and never if it aborts; ``read_uncommitted`` (aiokafka's default) reads
+them at once.
+
+Fencing: ``start`` bumps the producer epoch of the transactional id, which aborts the
+transaction an older producer of that id has open and makes the broker refuse it from then on.
+The older one's next commit, abort, send or offset commit raises
+:class:`~samza_dsl.errors.ProducerFenced` naming the transactional id, and so does every call
+after that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Mapping
+from typing import Any
+
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka import errors as kafka_errors
+from aiokafka.client import ConnectionGroup
+from aiokafka.structs import OffsetAndMetadata, RecordMetadata
+
+from runtime.kafka.system import kafka_error, stop_client
+from runtime.kafka.txn_protocol import TRANSACTION_REQUESTS, as_v0_response
+from samza_dsl.errors import ProducerFenced, SamzaError
+
+__all__ = ["TransactionalProducer"]
+
+# what aiokafka raises where the broker said the epoch is old: a newer producer has the id
+_FENCED = (kafka_errors.ProducerFenced, kafka_errors.InvalidProducerEpoch)
+
+
+class _NewerTransactionRequests:
+    """The client as aiokafka's sender sees it: the transaction requests its handlers build in
+    version 0 go out in ``txn_protocol``'s versions, and the answers come back in the shape of
+    version 0. Everything else is the client's own."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "_client":  # not set yet (a copy): no endless lookup of it
+            raise AttributeError(name)
+        return getattr(self._client, name)
+
+    async def send(self, node_id: int, request: Any, *,
+                   group: ConnectionGroup = ConnectionGroup.DEFAULT) -> Any:
+        newer = TRANSACTION_REQUESTS.get(getattr(request, "API_KEY", -1))
+        if newer is None or isinstance(request, newer):
+            return await self._client.send(node_id, request, group=group)
+        v0 = request.prepare({request.API_KEY: (0, 0)})
+        response = await self._client.send(node_id, newer.from_v0(v0), group=group)
+        return as_v0_response(response)
+
+
+class TransactionalProducer:
+    """A producer whose records and offsets commit atomically, under ``transactional_id``.
+
+    ``settings`` go to aiokafka's producer (``acks`` is always ``all``, as transactions need).
+    """
+
+    def __init__(self, bootstrap_servers: str, transactional_id: str, *,
+                 transaction_timeout_ms: int = 60_000, timeout: float = 30.0,
+                 **settings: Any) -> None:
+        if not transactional_id:
+            raise SamzaError("a transactional producer needs a non-empty transactional id, "
+                             "e.g. '<job>-<job.id>-<task>'")
+        self.servers = bootstrap_servers
+        self.transactional_id = transactional_id
+        self.timeout = timeout
+        self._settings = dict(settings, transactional_id=transactional_id,
+                              transaction_timeout_ms=transaction_timeout_ms)
+        self._producer: AIOKafkaProducer | None = None
+        self._fenced: ProducerFenced | None = None
+        self._open = False  # between begin() and the end of its commit or abort
+        #: delivery futures of the open transaction's records, checked before it commits
+        self._pending: list[tuple[str, int | None, asyncio.Future[RecordMetadata]]] = []
+
+    async def start(self) -> None:
+        """Connect and take the transactional id (InitProducerId), fencing older producers."""
+        producer = AIOKafkaProducer(bootstrap_servers=self.servers, **self._settings)
+        sender = producer._sender
+        sender.client = _NewerTransactionRequests(sender.client)
+        try:
+            async with asyncio.timeout(self.timeout):
+                await producer.start()
+        except (kafka_errors.KafkaError, TimeoutError, OSError) as exc:
+            await stop_client(producer)
+            raise kafka_error(f"starting the transactional producer {self.transactional_id!r}",
+                              self.servers, exc) from exc
+        self._producer = producer
+
+    async def stop(self) -> None:
+        """Close; a transaction still open is aborted by the broker when it times out, or at
+        once when a producer of the same id starts."""
+        if self._producer is not None:
+            producer, self._producer = self._producer, None
+            await stop_client(producer)
+            _retrieve_failures(producer)
+
+    async def begin(self) -> None:
+        producer = self._ready(in_transaction=False)
+        await self._fence_checked(producer.begin_transaction())
+        self._pending.clear()
+        self._open = True
+
+    async def send(self, topic: str, value: bytes | None, *, key: bytes | None = None,
+                   partition: int | None = None,
+                   headers: list[tuple[str, bytes]] | None = None
+                   ) -> asyncio.Future[RecordMetadata]:
+        """Queue a record in the open transaction; the returned future resolves when the
+        broker has it (it is visible to read_committed readers only after ``commit``)."""
+        producer = self._ready(in_transaction=True)
+        delivery = await self._fence_checked(
+            producer.send(topic, value, key=key, partition=partition, headers=headers))
+        # commit() reports a failed record; this keeps asyncio from reporting it again
+        delivery.add_done_callback(_retrieved)
+        self._pending.append((topic, partition, delivery))
+        ack: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+        delivery.add_done_callback(lambda done: self._relay(done, ack))
+        return ack
+
+    def _relay(self, delivery: asyncio.Future[RecordMetadata],
+               ack: asyncio.Future[RecordMetadata]) -> None:
+        """``delivery``'s outcome to the caller's ``ack``, with fencing as ProducerFenced."""
+        if ack.done():
+            return
+        if delivery.cancelled():
+            ack.cancel()
+            return
+        exc = delivery.exception()
+        if exc is None:
+            ack.set_result(delivery.result())
+            return
+        ack.set_exception(self._fence() if isinstance(exc, _FENCED) else exc)
+        ack.add_done_callback(_retrieved)  # the caller may never await it: commit() reports
+
+    async def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, int],
+                                          group_id: str) -> None:
+        """Commit consumer offsets (the next offset to read of each partition) for
+        ``group_id`` as part of the open transaction."""
+        producer = self._ready(in_transaction=True)
+        await self._fence_checked(producer.send_offsets_to_transaction(
+            {tp: OffsetAndMetadata(offset, "") for tp, offset in offsets.items()}, group_id))
+
+    async def commit(self) -> None:
+        """Make the open transaction's records and offsets visible, all of them. A record the
+        broker refused aborts the transaction instead, and raises naming its topic."""
+        producer = self._ready(in_transaction=True)
+        await self._fence_checked(producer.flush(), "sending the records")
+        failed = self._failed_send()
+        if failed is not None:
+            if not _failed_for_good(producer):
+                try:
+                    await self.abort()
+                except ProducerFenced:
+                    raise
+                except SamzaError as abort_failed:  # the refused record is the news
+                    raise failed from abort_failed
+            raise failed
+        await self._fence_checked(producer.commit_transaction(), "the commit")
+        self._pending.clear()
+        self._open = False
+
+    async def abort(self) -> None:
+        """Drop the open transaction: none of its records or offsets become visible to
+        read_committed readers."""
+        producer = self._ready(in_transaction=True)
+        await self._fence_checked(producer.abort_transaction(), "the abort")
+        self._pending.clear()
+        self._open = False
+
+    def _failed_send(self) -> SamzaError | ProducerFenced | None:
+        for topic, partition, future in self._pending:
+            if not future.done() or future.cancelled() or future.exception() is None:
+                continue
+            exc = future.exception()
+            if isinstance(exc, _FENCED):
+                return self._fence()
+            where = f"topic {topic!r}" + ("" if partition is None else f" partition {partition}")
+            return SamzaError(
+                f"the broker refused a record of transaction {self.transactional_id!r} to "
+                f"{where}: {type(exc).__name__}: {exc}; the transaction is aborted, so none of "
+                f"its records become visible: check the topic exists and the broker is healthy, "
+                f"then process the input again")
+        return None
+
+    def _ready(self, *, in_transaction: bool) -> AIOKafkaProducer:
+        if self._fenced is not None:
+            raise self._fenced
+        if self._producer is None:
+            raise SamzaError(f"the transactional producer {self.transactional_id!r} is not "
+                             f"started: call start() first")
+        if _failed_for_good(self._producer):
+            cause = _fatal_error(self._producer)
+            if isinstance(cause, _FENCED):  # its sender learnt it first
+                raise self._fence() from cause
+            raise SamzaError(f"the transactional producer {self.transactional_id!r} failed "
+                             f"earlier ({type(cause).__name__}: {cause}) and can run no more "
+                             f"transactions: stop it and start a new one (its open transaction "
+                             f"is aborted when the new one starts)") from cause
+        if self._open != in_transaction:
+            raise SamzaError(
+                f"a transaction of producer {self.transactional_id!r} is already open: commit "
+                f"or abort it first" if self._open else
+                f"no transaction of producer {self.transactional_id!r} is open: call begin() "
+                f"first")
+        return self._producer
+
+    def _fence(self) -> ProducerFenced:
+        self._fenced = ProducerFenced(self.transactional_id)
+        return self._fenced
+
+    async def _fence_checked(self, step: Any, what: str = "") -> Any:
+        try:
+            if not what:
+                return await step
+            async with asyncio.timeout(self.timeout):
+                return await step
+        except _FENCED as exc:
+            raise self._fence() from exc
+        except TimeoutError as exc:
+            raise SamzaError(
+                f"{what} of transaction {self.transactional_id!r} did not finish within "
+                f"{self.timeout:g} s: the transaction coordinator on Kafka at {self.servers} "
+                f"does not answer (a broker that drops the connection of a fenced producer "
+                f"looks like this too); check the broker, and stop this instance if another "
+                f"one has the same transactional id") from exc
+
+
+def _failed_for_good(producer: AIOKafkaProducer) -> bool:
+    """aiokafka's producer stopped sending after an error it cannot recover from (its sender
+    died), and would assert on any further transaction step."""
+    txn = producer._txn_manager
+    return txn is not None and bool(txn.is_fatal_error())
+
+
+def _fatal_error(producer: AIOKafkaProducer) -> BaseException | None:
+    txn = producer._txn_manager
+    waiter = txn.wait_for_transaction_end() if txn is not None else None
+    if waiter is None or not waiter.done() or waiter.cancelled():
+        return None
+    return waiter.exception()
+
+
+def _retrieve_failures(producer: AIOKafkaProducer) -> None:
+    """aiokafka's sender, when it fails (fenced), leaves the failure in futures nobody awaits:
+    the transaction's waiter and each unsent batch's drain waiter. This producer has reported
+    it already; asyncio would report each again as "never retrieved" when it is collected."""
+    txn = producer._txn_manager
+    futures = [txn.wait_for_transaction_end()] if txn is not None else []
+    accumulator = producer._message_accumulator
+    for batch in [*itertools.chain.from_iterable(accumulator._batches.values()),
+                  *accumulator._pending_batches]:
+        futures.append(batch._drain_waiter)
+    for future in futures:
+        if future is not None and future.done():
+            _retrieved(future)
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
