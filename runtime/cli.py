@@ -81,12 +81,21 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def _read_jsonl(path: str, keyed: bool) -> list[object]:
     """The file's messages, as a ``JsonLines`` that knows each one's line."""
-    import msgspec
-
     from runtime.run_inputs import JsonLines
-    from samza_dsl.kv import KV
 
     out = JsonLines(path)
+    for lineno, obj in _iter_jsonl(path, keyed):
+        out.append(obj)
+        out.lines.append(lineno)
+    return out
+
+
+def _iter_jsonl(path: str, keyed: bool) -> Iterator[tuple[int, object]]:
+    """``(line number, message)`` of each message of the file, read a line at a time."""
+    import msgspec
+
+    from samza_dsl.kv import KV
+
     try:
         f = open(path, "rb")  # noqa: SIM115 (closed by the with below)
     except OSError as exc:
@@ -101,6 +110,10 @@ def _read_jsonl(path: str, keyed: bool) -> list[object]:
             except msgspec.DecodeError as exc:
                 raise SamzaError(f"{path}:{lineno}: not JSON ({exc}); each line must be one "
                                  f"JSON message") from None
+            except RecursionError:
+                raise SamzaError(f"{path}:{lineno}: the message is nested too deeply to decode "
+                                 f"(arrays or objects within each other hundreds of levels "
+                                 f"deep); flatten it") from None
             except UnicodeDecodeError:
                 where = ""
                 try:
@@ -114,9 +127,7 @@ def _read_jsonl(path: str, keyed: bool) -> list[object]:
                     raise SamzaError(f"{path}:{lineno}: the stream is keyed: each line must be "
                                      f'{{"key": ..., "value": ...}}')
                 obj = KV(obj["key"], obj["value"])
-            out.append(obj)
-            out.lines.append(lineno)
-    return out
+            yield lineno, obj
 
 
 def _sample_inputs(module_ref: str, app: StreamApplication, n: int) -> dict[str, object]:
