@@ -68,6 +68,7 @@ class CompactedJob(Protocol):
     def checkpoints(self) -> Any: ...
 
     def log_of(self, system: str) -> LocalLog: ...
+    def job_lock(self) -> Any: ...
 
 __all__ = ["CompactionResult", "compact_partition", "dirty_records", "ChangelogCompactor",
            "DELETE_RETENTION_MS", "DRAIN_SECONDS", "changelog_location", "changelog_partitions",
@@ -454,9 +455,8 @@ def compact_job(job: CompactedJob, *, now_ms: int | None = None,
     """Compacts every changelog partition of a job below its checkpoint (``samza-dsl
     compact``), whatever its dirty share, but those of stores with
     ``stores.<store>.changelog.compaction=false``. Refuses while a container of the job runs."""
-    from runtime.job_lock import JobLock
 
-    lock = JobLock(job.root, job.job_name)
+    lock = job.job_lock()
     lock.exclusive("compact", f"compact the changelogs of job {job.job_name!r}")
     try:
         results = []

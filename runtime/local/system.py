@@ -416,6 +416,11 @@ class LocalJob:
             self.close()
             raise
 
+    def job_lock(self) -> JobLock:
+        """The job's locks, in ``job.dir`` and in each local log it uses (``runtime.job_lock``)."""
+        logs = [self.log_of(s).path for s in set(self.stream_system.values())]
+        return JobLock(self.root, self.job_name, logs=[*logs, self.checkpoints.log.path])
+
     def log_of(self, system: str) -> LocalLog:
         log = self.logs.get(system)
         if log is None:
@@ -492,6 +497,7 @@ class LocalJob:
 
         main_log = self.log_of(main)
         self.container_id, self.tasks = job_containers(job, cfg)
+        self.lock = self.job_lock()
         self.lock.run(self.container_id, int(config_value(cfg, "job.container.count")))
         generation = self.generation = self.start_run(join=self.container_id is not None)
 
@@ -765,7 +771,7 @@ class LocalJob:
         """Forget the job's progress: checkpoints, stores, intermediate streams, changelogs and
         dead letters (and outputs with ``outputs=True``). Inputs stay. Returns what went.
         Refuses while a container of the job runs (``JobLockedError``)."""
-        lock = JobLock(self.root, self.job_name)
+        lock = self.job_lock()
         lock.exclusive("reset", f"reset job {self.job_name!r}")
         try:
             return self._reset(outputs)
