@@ -51,7 +51,7 @@ from runtime.job import SSP, JobModel, TaskModel, build_job_model, job_container
 from runtime.job_lock import JobLock, log_id_lock
 from runtime.jobdir import dead_letter_stream, job_dir, task_dir
 from runtime.local.compaction import DELETE_RETENTION_MS, DRAIN_SECONDS, ChangelogCompactor
-from runtime.local.log import LocalLog
+from runtime.local.log import CorruptSegmentError, LocalLog
 from runtime.local.retention import LogTrimmer, job_targets, log_max_bytes
 from runtime.metrics import Metrics
 from runtime.records import EndOfStream, is_control
@@ -208,7 +208,14 @@ class LocalConsumer:
                             out.append((key, offset, [EndOfStream(None)]))
                         continue
                     limit = min(limit, stop - offset)
-                first, records = read(phys, ssp.partition, offset, limit, whole_segments=True)
+                try:
+                    first, records = read(phys, ssp.partition, offset, limit,
+                                          whole_segments=True)
+                except CorruptSegmentError as e:
+                    first, messages = self._around_corrupt(e, ssp, phys, offset, limit, stop)
+                    pos[2] = first + len(messages)
+                    out.append((key, first, messages))
+                    continue
                 if stop is not None and first + len(records) > stop:
                     records = records[:stop - first]
                 if first > offset and records:  # retention went past this reader
@@ -230,6 +237,20 @@ class LocalConsumer:
             if self._woken:
                 self._woken = False
                 return []
+
+    def _around_corrupt(self, e: CorruptSegmentError, ssp: SSP, phys: str, offset: int,
+                        limit: int, stop: int | None) -> tuple[int, list[Any]]:
+        """What to hand out when a read met a segment the log cannot read back: the records
+        before it, or its offsets under the stream's serde error policy."""
+        codec = self.codecs[ssp.stream_id]
+        if e.offset > offset:
+            first, records = self.log.read(phys, ssp.partition, offset,
+                                           min(limit, e.offset - offset))
+            return first, codec.decode_batch(ssp, first, records, self.generation)
+        if e.span is None:
+            raise e
+        end = e.offset + e.span if stop is None else min(e.offset + e.span, stop)
+        return offset, codec.unreadable(ssp, offset, end - offset, e.raw, str(e))
 
     def wakeup(self) -> None:
         self._woken = True
@@ -324,8 +345,15 @@ class LogChangelog:
         where compaction left gaps."""
         pos = start
         while pos < end:
-            offsets, records = self.log.read_with_offsets(self.stream_id, self.partition, pos,
-                                                          min(65536, end - pos))
+            try:
+                offsets, records = self.log.read_with_offsets(self.stream_id, self.partition,
+                                                              pos, min(65536, end - pos))
+            except CorruptSegmentError as e:
+                raise SamzaError(
+                    f"cannot restore a store from its changelog: {e}. A store is not restored "
+                    f"from part of its changelog (its state could not be trusted): restore the "
+                    f"log directory from another copy, or start the job over with `samza-dsl "
+                    f"reset` (its inputs stay; its stores are rebuilt from them)") from e
             if not records:
                 return
             if offsets[-1] >= end:  # past `end` in a compacted part
