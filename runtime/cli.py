@@ -400,9 +400,24 @@ def cmd_load(args: argparse.Namespace) -> int:
     # the stream and the file are checked before the job's log is opened: a load that fails
     # leaves no job behind
     _local_streams(args, app)
-    messages = _read_jsonl(args.file, _keyed(app, args.stream, args))
+    keyed = _keyed(app, args.stream, args)
+    # The file is read a line at a time, three times over, so its size does not matter: every
+    # line decodes (before the job is opened), every message encodes, then they are appended;
+    # a bad line loads nothing.
+    for _ in _iter_jsonl(args.file, keyed):
+        pass
+    at = [0]
+
+    def messages() -> Iterator[object]:
+        for lineno, obj in _iter_jsonl(args.file, keyed):
+            at[0] = lineno
+            yield obj
+
     with _local_job(args, app=app) as job:
-        n = job.load(args.stream, messages)
+        job.check_load(args.stream, messages(), where=lambda: f"{args.file}:{at[0]}")
+        n = job.load(args.stream, messages(),
+                     where=lambda: f"the last of them from {args.file}:{at[0]}; load the lines "
+                                   f"after it")
     print(f"loaded {n} message(s) into {args.stream}", file=sys.stderr)
     return 0
 
