@@ -59,7 +59,13 @@ from runtime.reporters import job_reporters
 from runtime.serde_util import default_key_bytes
 from runtime.state.backend import StoreBackend
 from runtime.state.lmdb_store import Changelog
-from runtime.storage import StorageError, storage_error
+from runtime.storage import (
+    FDS_BASE,
+    FDS_PER_ENV,
+    StorageError,
+    ensure_open_files,
+    storage_error,
+)
 from runtime.systems import SYSTEMS, Consumer, Producer, StateBackend
 from samza_dsl.config import config_value
 from samza_dsl.errors import SamzaError, SerdeError
@@ -529,6 +535,11 @@ class LocalJob:
 
         main_log = self.log_of(main)
         self.container_id, self.tasks = job_containers(job, cfg)
+        stores = len(plan.stores)
+        ensure_open_files(
+            (len(self.tasks) * stores + len(self.logs)) * FDS_PER_ENV + FDS_BASE,
+            f"job {self.job_name!r} ({len(self.tasks)} tasks in this process, {stores} "
+            f"store(s) each: an LMDB environment per task and store)")
         self.lock = self.job_lock()
         self.lock.run(self.container_id, int(config_value(cfg, "job.container.count")))
         generation = self.generation = self.start_run(join=self.container_id is not None)
