@@ -79,8 +79,8 @@ class CorruptSegmentError(SamzaError):
     ``[offset, offset + span)`` of ``stream`` partition ``partition`` are lost (``span`` None:
     not known). ``raw``: the segment's stored bytes."""
 
-    def __init__(self, message: str, *, stream: str, partition: int, offset: int,
-                 span: int | None, raw: bytes) -> None:
+    def __init__(self, message: str, *, stream: str = "", partition: int = 0, offset: int = 0,
+                 span: int | None = None, raw: bytes = b"") -> None:
         super().__init__(message)
         self.stream = stream
         self.partition = partition
@@ -131,8 +131,9 @@ def _segment_count(value: Any) -> int:
     """How many offsets an encoded segment covers, from its msgpack headers alone: a plain
     segment's record count, a compacted one's span.
 
-    A plain ``value`` (after its checksum, if any) is ``0x92`` (an array of 2), the timestamp (an int of 1 to 9 bytes), then
-    the records' array header (fixarray, array 16 or array 32)."""
+    A plain ``value`` (after its checksum, if any) is ``0x92`` (an array of 2), the timestamp
+    (an int of 1 to 9 bytes), then the records' array header (fixarray, array 16 or array
+    32)."""
     if value[0] == _CHECKED:
         value = value[_CHECKED_HEAD:]
     if value[0] == _COMPACTED:
