@@ -81,12 +81,21 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def _read_jsonl(path: str, keyed: bool) -> list[object]:
     """The file's messages, as a ``JsonLines`` that knows each one's line."""
-    import msgspec
-
     from runtime.run_inputs import JsonLines
-    from samza_dsl.kv import KV
 
     out = JsonLines(path)
+    for lineno, obj in _iter_jsonl(path, keyed):
+        out.append(obj)
+        out.lines.append(lineno)
+    return out
+
+
+def _iter_jsonl(path: str, keyed: bool) -> Iterator[tuple[int, object]]:
+    """``(line number, message)`` of each message of the file, read a line at a time."""
+    import msgspec
+
+    from samza_dsl.kv import KV
+
     try:
         f = open(path, "rb")  # noqa: SIM115 (closed by the with below)
     except OSError as exc:
@@ -101,6 +110,10 @@ def _read_jsonl(path: str, keyed: bool) -> list[object]:
             except msgspec.DecodeError as exc:
                 raise SamzaError(f"{path}:{lineno}: not JSON ({exc}); each line must be one "
                                  f"JSON message") from None
+            except RecursionError:
+                raise SamzaError(f"{path}:{lineno}: the message is nested too deeply to decode "
+                                 f"(arrays or objects within each other hundreds of levels "
+                                 f"deep); flatten it") from None
             except UnicodeDecodeError:
                 where = ""
                 try:
@@ -114,9 +127,7 @@ def _read_jsonl(path: str, keyed: bool) -> list[object]:
                     raise SamzaError(f"{path}:{lineno}: the stream is keyed: each line must be "
                                      f'{{"key": ..., "value": ...}}')
                 obj = KV(obj["key"], obj["value"])
-            out.append(obj)
-            out.lines.append(lineno)
-    return out
+            yield lineno, obj
 
 
 def _sample_inputs(module_ref: str, app: StreamApplication, n: int) -> dict[str, object]:
@@ -389,9 +400,24 @@ def cmd_load(args: argparse.Namespace) -> int:
     # the stream and the file are checked before the job's log is opened: a load that fails
     # leaves no job behind
     _local_streams(args, app)
-    messages = _read_jsonl(args.file, _keyed(app, args.stream, args))
+    keyed = _keyed(app, args.stream, args)
+    # The file is read a line at a time, three times over, so its size does not matter: every
+    # line decodes (before the job is opened), every message encodes, then they are appended;
+    # a bad line loads nothing.
+    for _ in _iter_jsonl(args.file, keyed):
+        pass
+    at = [0]
+
+    def messages() -> Iterator[object]:
+        for lineno, obj in _iter_jsonl(args.file, keyed):
+            at[0] = lineno
+            yield obj
+
     with _local_job(args, app=app) as job:
-        n = job.load(args.stream, messages)
+        job.check_load(args.stream, messages(), where=lambda: f"{args.file}:{at[0]}")
+        n = job.load(args.stream, messages(),
+                     where=lambda: f"the last of them from {args.file}:{at[0]}; load the lines "
+                                   f"after it")
     print(f"loaded {n} message(s) into {args.stream}", file=sys.stderr)
     return 0
 

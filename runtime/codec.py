@@ -310,6 +310,31 @@ class StreamCodec:
         return Skipped(reason)
 
 
+    def unreadable(self, ssp: SSP, offset: int, span: int, raw: bytes, reason: str
+                   ) -> list[Skipped]:
+        """The records at ``[offset, offset + span)`` that the system could not read back (a
+        stored batch failing its checksum), under the stream's policy as a record that fails to
+        deserialize: ``fail`` raises, ``skip`` and ``dead-letter`` pass over them, logged and
+        counted (the dead-letter stream gets the stored bytes once, as one record)."""
+        last = offset + span - 1
+        if self.policy == "fail":
+            raise SerdeError(
+                f"{reason}. The job stopped before these messages; its checkpoint stays before "
+                f"them. Set streams.{ssp.stream_id}.samza.serde.error to skip or dead-letter to "
+                f"pass over offsets {offset} to {last}", stream=ssp.stream_id,
+                partition=ssp.partition, offset=offset)
+        if self._metrics is not None:
+            self._metrics.inc("serde-errors-skipped", span)
+            self._metrics.inc(f"{ssp.stream_id}.serde-errors-skipped", span)
+        err = SerdeError(reason, stream=ssp.stream_id, partition=ssp.partition, offset=offset)
+        if self.policy == "dead-letter" and self._dead_letter is not None:
+            self._dead_letter(ssp, offset, (None, raw, None), err)
+        log.warning("%s partition %d offsets %d to %d: %s; passed over "
+                    "(streams.%s.samza.serde.error=%s)", ssp.stream_id, ssp.partition, offset,
+                    last, reason, ssp.stream_id, self.policy)
+        return [Skipped(reason)] * span
+
+
 def dead_letter_record(ssp: SSP, offset: int, record: Record, err: SerdeError) -> Record:
     """The raw record with the error and its origin as headers."""
     headers = tuple(record[2] or ()) + (

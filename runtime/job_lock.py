@@ -10,7 +10,13 @@
   by their count, so a container refuses to start while one of another count runs (its tasks
   would overlap).
 
-An exclusive holder writes its PID into the file, so the refusal can name the process. ``load``
+The same files are taken, in the same order and ways, in ``<log>/locks/<job>/`` of each local
+log the job uses (``JobLock(..., logs=[...])``): two runs of one job with different job dirs
+but one log would otherwise both process every input. The lock is per (log, job): other jobs
+on the same log keep their own streams and run side by side.
+
+An exclusive holder writes its PID into the file (in a log's copy also its host and job.dir),
+so the refusal can name the process. ``load``
 and ``dump`` take no lock: appending to inputs and reading streams are safe while a job runs.
 The kernel drops a lock when its process dies, so a crash never leaves a job locked.
 """
@@ -22,12 +28,14 @@ import fcntl
 import glob
 import os
 import re
-from collections.abc import Iterator
+import socket
+from collections.abc import Iterator, Sequence
 
 from runtime.storage import fork_safe_lock, storage_error
 from samza_dsl.errors import SamzaError
 
-__all__ = ["JobLock", "JobLockedError", "lock_dir", "lock_holders", "log_id_lock"]
+__all__ = ["JobLock", "JobLockedError", "lock_dir", "lock_holders", "log_id_lock",
+           "log_lock_dir"]
 
 
 class JobLockedError(SamzaError):
@@ -49,6 +57,11 @@ _HELD_LOCK = fork_safe_lock(in_child=_forget_in_child)
 
 def lock_dir(root: str) -> str:
     return os.path.join(root, "locks")
+
+
+def log_lock_dir(log_path: str, job_name: str) -> str:
+    """Where a job's locks live in a local log it uses (see the module doc)."""
+    return os.path.join(log_path, "locks", job_name)
 
 
 @contextlib.contextmanager
@@ -113,10 +126,13 @@ def lock_holders(root: str) -> dict[str, tuple[int, str]]:
 class JobLock:
     """The locks one process holds on a job's directory; ``release`` drops them all."""
 
-    def __init__(self, root: str, job_name: str) -> None:
+    def __init__(self, root: str, job_name: str, logs: Sequence[str] = ()) -> None:
         self.root = root = os.path.abspath(root)
         self.job_name = job_name
         self.dir = lock_dir(root)
+        #: the lock directories: job.dir's, then one in each local log of the job
+        self.dirs = [self.dir, *sorted({log_lock_dir(os.path.abspath(p), job_name)
+                                        for p in logs})]
         self._fds: dict[str, int] = {}  # path -> fd
         self._noted: set[str] = set()  # files this process wrote its PID into
 
@@ -132,11 +148,12 @@ class JobLock:
         doing = f"run {what} of job {self.job_name!r}"
         self._take("job.lock", exclusive=False, note=None, doing=doing)
         self._take(f"count-{count}.lock", exclusive=False, note=None, doing=doing)
-        for other in glob.glob(os.path.join(self.dir, "count-*.lock")):
-            if other != os.path.join(self.dir, f"count-{count}.lock") and self._in_use(other):
-                self.release()
-                raise self._refusal(other, f"{doing} (containers of another "
-                                           f"job.container.count run)")
+        for d in self.dirs:
+            for other in glob.glob(os.path.join(d, "count-*.lock")):
+                if other != os.path.join(d, f"count-{count}.lock") and self._in_use(other):
+                    self.release()
+                    raise self._refusal(other, f"{doing} (containers of another "
+                                               f"job.container.count run)")
         self._take(f"container-{container_id}.lock", exclusive=True, note=f"run {what}",
                    doing=doing)
 
@@ -148,12 +165,13 @@ class JobLock:
 
     def share(self) -> None:
         """Turn the exclusive job lock into a shared one (the containers take it too)."""
-        path = os.path.join(self.dir, "job.lock")
-        try:
-            fcntl.flock(self._fds[path], fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self.release()
-            raise self._refusal(path, f"start job {self.job_name!r}") from None
+        for d in self.dirs:
+            path = os.path.join(d, "job.lock")
+            try:
+                fcntl.flock(self._fds[path], fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self.release()
+                raise self._refusal(path, f"start job {self.job_name!r}") from None
 
     def exclusive(self, note: str, doing: str) -> None:
         """The whole job, for a command that rewrites its state (``reset``)."""
@@ -162,15 +180,26 @@ class JobLock:
     # -- plumbing -----------------------------------------------------------------------------
 
     def _take(self, name: str, *, exclusive: bool, note: str | None, doing: str) -> None:
-        path = os.path.join(self.dir, name)
+        # another job.dir's run refused at a log's lock must learn which host and job.dir hold it
+        where = None if note is None else (
+            f"{note} on host {socket.gethostname()}, job.dir {self.root}")
+        for d in self.dirs:
+            self._take_in(d, name, exclusive=exclusive, note=note if d == self.dir else where,
+                          doing=doing)
+
+    def _take_in(self, in_dir: str, name: str, *, exclusive: bool, note: str | None,
+                 doing: str) -> None:
+        path = os.path.join(in_dir, name)
         try:
-            os.makedirs(self.dir, exist_ok=True)
+            os.makedirs(in_dir, exist_ok=True)
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as e:
             self.release()
+            where = (f"job.dir {self.root}" if in_dir == self.dir
+                     else f"the local log's directory {os.path.dirname(os.path.dirname(in_dir))}")
             raise storage_error(e, path, f"creating the lock file to {doing}") or SamzaError(
-                f"cannot create the lock file {path} to {doing}: {e}; check that job.dir "
-                f"{self.root} is a writable directory") from e
+                f"cannot create the lock file {path} to {doing}: {e}; check that {where} is a "
+                f"writable directory") from e
         try:
             fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -203,17 +232,24 @@ class JobLock:
         return False
 
     def _refusal(self, path: str, doing: str) -> JobLockedError:
+        d = os.path.dirname(path)
         holders = []
-        for other in [os.path.join(self.dir, "job.lock"),
-                      *sorted(glob.glob(os.path.join(self.dir, "container-*.lock")))]:
+        for other in [os.path.join(d, "job.lock"),
+                      *sorted(glob.glob(os.path.join(d, "container-*.lock")))]:
             h = _holder(other)
             if h is not None:
                 holders.append(f"process {h[0]} (`{h[1]}`, lock file {other})")
         who = "; ".join(holders) if holders else f"another process (lock file {path})"
+        shared = ""
+        if d != self.dir:
+            log = os.path.dirname(os.path.dirname(d))
+            shared = (f" The local log {log} holds the job's inputs and checkpoints for every "
+                      f"job.dir: run the job with the job.dir of that process, or give this run "
+                      f"a log of its own (systems.<system>.path).")
         return JobLockedError(
             f"cannot {doing}: it is in use by {who}. One process per container: stop that "
             f"process first (Ctrl-C or SIGTERM lets a job commit and exit) or wait for it to "
-            f"finish, then try again")
+            f"finish, then try again.{shared}")
 
     def release(self) -> None:
         """Drop every lock this object holds. Idempotent."""

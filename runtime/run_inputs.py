@@ -177,7 +177,6 @@ def feed_inputs(app: Any, config: Mapping[str, Any], given: Mapping[str, Sequenc
 
 def _feed_local(app: Any, config: Mapping[str, Any], given: Mapping[str, Sequence[Any]],
                 source: Mapping[str, str], mode: str | None, sample_n: int) -> list[str]:
-    from runtime.job_lock import JobLock
     from runtime.local.system import LocalJob
     from samza_dsl.config import validate_config
 
@@ -193,7 +192,7 @@ def _feed_local(app: Any, config: Mapping[str, Any], given: Mapping[str, Sequenc
                                     f"in the local log of {job.root}")
         lock = None
         if mode == "replace":
-            lock = JobLock(job.root, job.job_name)
+            lock = job.job_lock()
             lock.exclusive("run --replace", f"replace the inputs of job {job.job_name!r}")
         try:
             if mode == "replace":

@@ -212,13 +212,12 @@ class LocalRunner(LateCounts):
                     self._lock.release()
                     raise
             return
-        from runtime.job_lock import JobLock
         from runtime.local.system import LocalJob
 
         self.job = job = LocalJob(self.app, self.config, run=False)
         # exclusive while the run is prepared (checkpoints move), then shared with the
         # containers: no other run or reset of the job meanwhile
-        lock = JobLock(job.root, job.job_name)
+        lock = job.job_lock()
         try:
             lock.start_containers(n)
             job.prepare(self._inputs)

@@ -7,8 +7,10 @@ deleting anything (unlike a corrupt file, where moving it away may be the only w
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import resource
 import struct
 import threading
 from collections.abc import Callable
@@ -56,7 +58,8 @@ def fork_safe_lock(in_child: Callable[[], None] | None = None, *,
 
 # LMDB reports a system error as the text of strerror (py-lmdb keeps no errno on its
 # exceptions): ENOSPC and EIO come as DiskError, EACCES as ReadonlyError, EROFS as plain Error.
-_KNOWN = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO)
+_KNOWN = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO,
+          errno.EMFILE, errno.ENFILE)
 _TEXTS = tuple((os.strerror(code), code) for code in _KNOWN)
 
 
@@ -90,6 +93,9 @@ def storage_error(exc: BaseException, path: str, doing: str, *, then: str = "") 
         text = (f"{path} is on a read-only file system, so {doing} failed ({detail}). Nothing "
                 f"was changed. Remount it read-write, or point job.dir (and the system's path) "
                 f"at a writable directory, {then}")
+    elif code in (errno.EMFILE, errno.ENFILE):
+        text = f"too many open files while {doing} on {path} ({detail}). " + _FD_ADVICE.format(
+            limits=_fd_limits(), then=then)
     elif code in (errno.EACCES, errno.EPERM):
         text = (f"permission denied on {path} while {doing} ({detail}). Nothing was changed. "
                 f"Give the user running samza-dsl (uid {os.geteuid()}) read and write access "
@@ -107,6 +113,45 @@ def storage_error(exc: BaseException, path: str, doing: str, *, then: str = "") 
             text = (f"an I/O error on the device holding {path} while {doing} ({detail}). "
                     f"Check the disk (the kernel log, `dmesg`, names the failing device), {then}")
     return StorageError(text, path=path, errno=code)
+
+
+_FD_ADVICE = ("This process may open {limits}. Raise the limit for the shell that starts "
+              "samza-dsl (`ulimit -n N`; past the hard limit as root or in "
+              "/etc/security/limits.conf), or give each process fewer tasks and stores (fewer "
+              "partitions, or --containers N), {then}")
+#: open files an LMDB environment (a task's store, a local log) holds: its data file, its lock
+#: file, and the data file again for its metadata writes
+FDS_PER_ENV = 3
+#: open files of a job besides its LMDB environments: the interpreter's, standard streams,
+#: lock files, pipes to containers, the sockets of a job page or a remote table
+FDS_BASE = 64
+
+
+def _fd_limits() -> str:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return f"{soft} files (`ulimit -n`; hard limit {'unlimited' if hard < 0 else hard})"
+
+
+def ensure_open_files(needed: int, what: str) -> None:
+    """Makes room for ``needed`` open files in this process, as servers do: raises the soft
+    limit up to the hard one when that is enough, else fails before anything is opened, saying
+    how many ``what`` needs, the limit, and how to raise it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or needed <= soft:
+        return
+    if hard == resource.RLIM_INFINITY or needed <= hard:
+        target = hard if hard != resource.RLIM_INFINITY else max(needed * 2, 4096)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            return
+        except (ValueError, OSError):  # a hard limit above the kernel's nr_open
+            with contextlib.suppress(ValueError, OSError):
+                resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+                return
+    raise SamzaError(
+        f"{what} needs about {needed} open files, more than the limit allows. "
+        + _FD_ADVICE.format(limits=_fd_limits(), then="then start it again").replace(
+            "`ulimit -n N`", f"`ulimit -n {needed}`"))
 
 
 _NEARLY_FULL = 64 << 20  # free bytes below which a short write is taken for a full disk

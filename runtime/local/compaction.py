@@ -47,6 +47,7 @@ from runtime.local.log import (
     _PACK_OFFSET,
     _UNPACK_OFFSET,
     LocalLog,
+    seal,
 )
 from samza_dsl.errors import SamzaError
 
@@ -68,6 +69,7 @@ class CompactedJob(Protocol):
     def checkpoints(self) -> Any: ...
 
     def log_of(self, system: str) -> LocalLog: ...
+    def job_lock(self) -> Any: ...
 
 __all__ = ["CompactionResult", "compact_partition", "dirty_records", "ChangelogCompactor",
            "DELETE_RETENTION_MS", "DRAIN_SECONDS", "changelog_location", "changelog_partitions",
@@ -157,12 +159,13 @@ def _segments(lg: LocalLog, stream: str, partition: int, start: int, end: int,
                     span = lg._count(value, prefix, key)
                     if first + span > end:
                         break
-                    if value[0] == _COMPACTED:
+                    body = lg.segment_body(value, prefix, key)
+                    if body[0] == _COMPACTED:
                         span, ts, deltas, records = lg._decode_compacted(value, prefix, key)
                         offsets: Sequence[int] = [first + d for d in deltas]
                     else:
                         try:
-                            ts, records = _DECODE_SEGMENT(value)
+                            ts, records = _DECODE_SEGMENT(body)
                         except (msgspec.DecodeError, msgspec.ValidationError) as e:
                             raise lg._corrupt_segment(prefix, key, e) from e
                         offsets = range(first, first + span)
@@ -326,7 +329,7 @@ def _replace(lg: LocalLog, stream: str, partition: int, keys: list[bytes], value
                         f"compacts or deletes it at the same time. Run one compaction at a time")
             for key in keys[1:]:
                 txn.delete(key, db=shared.log)
-            txn.put(keys[0], value, db=shared.log)
+            txn.put(keys[0], seal(keys[0], value), db=shared.log)
     except lmdb.Error as e:
         raise lg._lmdb_error(e, f"compacting {stream!r} partition {partition}") from e
     shared.pages.read(4 * len(value))  # a rewrite maps in the pages it frees and fills
@@ -454,9 +457,8 @@ def compact_job(job: CompactedJob, *, now_ms: int | None = None,
     """Compacts every changelog partition of a job below its checkpoint (``samza-dsl
     compact``), whatever its dirty share, but those of stores with
     ``stores.<store>.changelog.compaction=false``. Refuses while a container of the job runs."""
-    from runtime.job_lock import JobLock
 
-    lock = JobLock(job.root, job.job_name)
+    lock = job.job_lock()
     lock.exclusive("compact", f"compact the changelogs of job {job.job_name!r}")
     try:
         results = []

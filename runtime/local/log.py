@@ -21,6 +21,16 @@ Layout, in named databases of the environment:
   existed read as they always did. Segments tile a partition's offsets: each starts where the
   one before it ends.
 * ``meta``: str key -> bytes, for checkpoints.
+
+Checksums. A segment is written as ``0xC1`` (a byte msgpack never uses), the CRC-32 of its
+encoding followed by its LMDB key (4 bytes, little-endian), then the encoding above; a metadata
+value likewise (``0xC1``, the CRC-32 of the value followed by its key, the value). The checksum
+is computed as the batch is encoded and verified where a segment's records are decoded, so a
+byte changed on disk is an error naming the stream, partition and offset
+(``CorruptSegmentError``), never a wrong record. A stream created since then is marked
+``checked`` in ``streams``: a segment of it without a checksum is corrupt too. Streams and
+metadata written before keep being read as they are (unchecked); what is appended to them now
+is checked.
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ import os
 import re
 import struct
 import time
+import zlib
 from bisect import bisect_left
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -47,7 +58,7 @@ from runtime.storage import (
 )
 from samza_dsl.errors import SamzaError
 
-__all__ = ["Header", "LocalLog", "Record"]
+__all__ = ["CorruptSegmentError", "Header", "LocalLog", "Record"]
 
 Header = tuple[str, bytes]
 Record = tuple[bytes | None, bytes | None, tuple[Header, ...] | None]
@@ -59,6 +70,23 @@ _SegmentType = tuple[
 
 class _StreamInfo(msgspec.Struct):
     partitions: int
+    #: every segment carries its checksum (streams created before checksums existed: False)
+    checked: bool = False
+
+
+class CorruptSegmentError(SamzaError):
+    """A segment of the log fails its checksum or cannot be decoded: the records at offsets
+    ``[offset, offset + span)`` of ``stream`` partition ``partition`` are lost (``span`` None:
+    not known). ``raw``: the segment's stored bytes."""
+
+    def __init__(self, message: str, *, stream: str = "", partition: int = 0, offset: int = 0,
+                 span: int | None = None, raw: bytes = b"") -> None:
+        super().__init__(message)
+        self.stream = stream
+        self.partition = partition
+        self.offset = offset
+        self.span = span
+        self.raw = raw
 
 
 _ENCODE = msgspec.msgpack.Encoder().encode
@@ -69,6 +97,11 @@ _CompactedType = tuple[
 ]
 _DECODE_COMPACTED = msgspec.msgpack.Decoder(_CompactedType).decode
 _COMPACTED = 0x94  # the first byte of a compacted segment's value
+_CHECKED = 0xC1  # the first byte of a value that carries its checksum
+_CHECKED_HEAD = 5  # that byte and the checksum
+_crc = zlib.crc32
+_CRC = struct.Struct("<I")
+_encode_into = msgspec.msgpack.Encoder().encode_into
 _DECODE_INFO = msgspec.msgpack.Decoder(_StreamInfo).decode
 _U64 = struct.Struct(">Q")
 _U32 = struct.Struct(">I")
@@ -98,8 +131,11 @@ def _segment_count(value: Any) -> int:
     """How many offsets an encoded segment covers, from its msgpack headers alone: a plain
     segment's record count, a compacted one's span.
 
-    A plain ``value`` is ``0x92`` (an array of 2), the timestamp (an int of 1 to 9 bytes), then
-    the records' array header (fixarray, array 16 or array 32)."""
+    A plain ``value`` (after its checksum, if any) is ``0x92`` (an array of 2), the timestamp
+    (an int of 1 to 9 bytes), then the records' array header (fixarray, array 16 or array
+    32)."""
+    if value[0] == _CHECKED:
+        value = value[_CHECKED_HEAD:]
     if value[0] == _COMPACTED:
         return _uint_at(value, 1)
     b = value[1]
@@ -114,9 +150,28 @@ def _segment_count(value: Any) -> int:
     raise KeyError(h)
 
 
+def _kind(value: Any) -> int:
+    """The first byte of a segment's encoding: ``_COMPACTED`` or a plain segment's."""
+    return int(value[_CHECKED_HEAD] if value[0] == _CHECKED else value[0])
+
+
+def seal(key: bytes, body: bytes) -> bytes:
+    """The stored value of an encoded segment or metadata value ``body`` under ``key``: with
+    its checksum (see the module doc)."""
+    return bytes((_CHECKED,)) + _CRC.pack(_crc(key, _crc(body))) + body
+
+
+def _sealed(value: Any, key: bytes) -> bool:
+    """Whether a value that starts with ``_CHECKED`` matches its checksum."""
+    return len(value) >= _CHECKED_HEAD and \
+        _CRC.unpack_from(value, 1)[0] == _crc(key, _crc(value[_CHECKED_HEAD:]))
+
+
 def _segment_ts(value: Any) -> int:
     """An encoded segment's timestamp (ms), from its msgpack header: a compacted segment's
     comes after its span."""
+    if value[0] == _CHECKED:
+        value = value[_CHECKED_HEAD:]
     i = 1
     if value[0] == _COMPACTED:
         b = value[1]
@@ -189,6 +244,8 @@ class LocalLog:
         self.appended_bytes = 0
         # the last compacted segment ``read`` decoded: (key, value, (offsets, records))
         self._compacted_cache: tuple[bytes, bytes, tuple[list[int], list[Any]]] | None = None
+        #: partition key prefix -> whether its stream's segments all carry checksums
+        self._strict: dict[bytes, bool] = {}
         try:
             os.makedirs(self.path, exist_ok=True)
         except OSError as e:
@@ -309,11 +366,15 @@ class LocalLog:
         )
 
     def _partitions_in(self, txn: Any, shared: _Shared, stream: str) -> int | None:
+        info = self._info_in(txn, shared, stream)
+        return None if info is None else info.partitions
+
+    def _info_in(self, txn: Any, shared: _Shared, stream: str) -> _StreamInfo | None:
         raw = txn.get(stream.encode(), db=shared.streams)
         if raw is None:
             return None
         try:
-            return _DECODE_INFO(raw).partitions
+            return _DECODE_INFO(raw)
         except msgspec.DecodeError as e:
             raise SamzaError(
                 f"the description of stream {stream!r} in the local log at {self.path} is "
@@ -322,18 +383,21 @@ class LocalLog:
 
     def _prefix(self, txn: Any, shared: _Shared, stream: str, partition: int) -> bytes:
         """The key prefix of a partition's segments; checks that it exists."""
-        n = self._partitions_in(txn, shared, stream)
-        if n is None:
+        info = self._info_in(txn, shared, stream)
+        if info is None:
             raise SamzaError(
                 f"unknown stream {stream!r} in the local log at {self.path}; "
                 f"create it first with create({stream!r}, partitions)"
             )
+        n = info.partitions
         if partition.__class__ is not int or not 0 <= partition < n:
             raise SamzaError(
                 f"partition {partition!r} is out of range for stream {stream!r}, which has {n} "
                 f"partition{'s' if n != 1 else ''} (0..{n - 1}) in the local log at {self.path}"
             )
-        return stream.encode() + b"\x00" + _U32.pack(partition)
+        prefix = stream.encode() + b"\x00" + _U32.pack(partition)
+        self._strict[prefix] = info.checked
+        return prefix
 
     def _end(self, cur: Any, prefix: bytes) -> int:
         """The next offset of a partition: its last segment's first offset plus its count."""
@@ -350,18 +414,43 @@ class LocalLog:
         try:
             return _segment_count(value)
         except (IndexError, KeyError, ValueError) as e:
-            raise self._corrupt_segment(prefix, key, e) from e
+            raise self._corrupt_segment(prefix, key, e, value) from e
 
-    def _corrupt_segment(self, prefix: bytes, key: bytes, exc: BaseException) -> SamzaError:
+    def _corrupt_segment(self, prefix: bytes, key: bytes, exc: BaseException | None,
+                         value: Any = b"", cur: Any = None) -> CorruptSegmentError:
+        """The error for a segment that fails its checksum (``exc`` None) or its decoding;
+        with ``cur`` on it, the offsets it covers come from where the next segment starts."""
         stream = prefix[:-5].decode(errors="replace")
         partition = _U32.unpack(prefix[-4:])[0]
         offset = _UNPACK_OFFSET(key[len(prefix) :])[0]
-        return SamzaError(
-            f"the segment at offset {offset} of stream {stream!r} partition {partition} in the "
-            f"local log at {self.path} cannot be decoded ({type(exc).__name__}: {exc}); it holds "
-            f"records that are not (bytes|None, bytes|None, headers|None) or the file is "
-            f"corrupt. Delete the stream (reset) to recover"
-        )
+        span: int | None = None
+        if cur is not None and cur.next() and bytes(cur.key()[: len(prefix)]) == prefix:
+            span = _UNPACK_OFFSET(cur.key()[len(prefix):])[0] - offset
+        elif value:
+            with contextlib.suppress(IndexError, KeyError, ValueError):
+                span = _segment_count(value)
+        held = f" (offsets {offset} to {offset + span - 1})" if span else ""
+        if exc is None:
+            why = ("fails its checksum: its bytes changed on disk (a failing disk, a file "
+                   "edited or copied in part)")
+        else:
+            why = (f"cannot be decoded ({type(exc).__name__}: {exc}); it holds records that "
+                   f"are not (bytes|None, bytes|None, headers|None) or the file is corrupt")
+        return CorruptSegmentError(
+            f"the segment at offset {offset} of stream {stream!r} partition {partition}{held} in "
+            f"the local log at {self.path} {why}. Restore the log directory from another copy, or delete the "
+            f"stream (`samza-dsl reset` for a job's own streams; an input must be loaded again)",
+            stream=stream, partition=partition, offset=offset, span=span, raw=bytes(value))
+
+    def segment_body(self, value: Any, prefix: bytes, key: bytes, cur: Any = None) -> Any:
+        """A stored segment's encoding, its checksum verified (``CorruptSegmentError``)."""
+        if value[0] == _CHECKED:
+            if not _sealed(value, key):
+                raise self._corrupt_segment(prefix, key, None, value, cur)
+            return value[_CHECKED_HEAD:]
+        if self._strict.get(prefix):
+            raise self._corrupt_segment(prefix, key, None, value, cur)
+        return value
 
     # ------------------------------------------------------------------ streams
 
@@ -381,7 +470,8 @@ class LocalLog:
             with self._begin(shared, write=True) as txn:
                 n = self._partitions_in(txn, shared, stream)
                 if n is None:
-                    txn.put(stream.encode(), _ENCODE(_StreamInfo(partitions)), db=shared.streams)
+                    txn.put(stream.encode(), _ENCODE(_StreamInfo(partitions, checked=True)),
+                            db=shared.streams)
                 elif n != partitions:
                     raise SamzaError(
                         f"stream {stream!r} already exists in the local log at {self.path} with "
@@ -465,37 +555,43 @@ class LocalLog:
         ts = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
         shared = self._live()
         # Encode outside the write transaction: it holds the log's one write lock, for every process.
-        encoded: list[tuple[str, int, bytes | None]] = []
+        encoded: list[tuple[str, int, bytearray | None, int]] = []
         size = 0
         for stream, partition, records in batches:
             if not records:
-                encoded.append((stream, partition, None))
+                encoded.append((stream, partition, None, 0))
                 continue
             if records.__class__ is not list and records.__class__ is not tuple:
                 records = list(records)
             self._check_record(records[0], stream, partition)
             self._check_record(records[-1], stream, partition)
+            value = bytearray(_CHECKED_HEAD)
             try:
-                value = _ENCODE((ts, records))
+                _encode_into((ts, records), value, _CHECKED_HEAD)
             except (TypeError, OverflowError, ValueError) as e:
                 raise SamzaError(
                     f"cannot encode a batch for stream {stream!r} partition {partition} of the "
                     f"local log at {self.path}: {e}; records must be (bytes|None, bytes|None, "
                     f"tuple[(str, bytes), ...]|None) and timestamp_ms an int"
                 ) from e
-            encoded.append((stream, partition, value))
+            # the checksum of the encoding now, outside the log's write lock; of the key in it
+            value[0] = _CHECKED
+            encoded.append((stream, partition, value, _crc(memoryview(value)[_CHECKED_HEAD:])))
             size += len(value)
         self.appended_bytes += size
         out: list[int] = []
         try:
             with self._begin(shared, write=True) as txn:
                 cur = txn.cursor(shared.log)
-                for stream, partition, payload in encoded:
+                for stream, partition, payload, crc in encoded:
                     prefix = self._prefix(txn, shared, stream, partition)
                     first = self._end(cur, prefix)
-                    if payload is not None and not cur.put(
-                        prefix + _PACK_OFFSET(first), payload, overwrite=False
-                    ):
+                    if payload is None:
+                        out.append(first)
+                        continue
+                    key = prefix + _PACK_OFFSET(first)
+                    _CRC.pack_into(payload, 1, _crc(key, crc))
+                    if not cur.put(key, payload, overwrite=False):
                         raise SamzaError(
                             f"a segment already exists at offset {first} of stream {stream!r} "
                             f"partition {partition} in the local log at {self.path}: the log is "
@@ -503,7 +599,7 @@ class LocalLog:
                         )
                     out.append(first)
         except lmdb.Error as e:
-            where = ", ".join(sorted({f"{s!r} partition {p}" for s, p, _ in encoded}))
+            where = ", ".join(sorted({f"{s!r} partition {p}" for s, p, _, _ in encoded}))
             raise self._lmdb_error(e, f"appending to {where}") from e
         shared.pages.read(size)  # an append maps in pages of the file, as a read does
         return out
@@ -592,7 +688,7 @@ class LocalLog:
                     if not cur.next():
                         break
                     continue
-                if value[0] == _COMPACTED:
+                if _kind(value) == _COMPACTED:
                     run = self._compacted_run(value, prefix, key, seg_first, offset,
                                               max_records, whole)
                     if run is not None:
@@ -603,13 +699,15 @@ class LocalLog:
                 skip = offset - seg_first if offset > seg_first else 0
                 start = seg_first + skip
             else:
-                if value[0] == _COMPACTED:  # its records do not follow on: the run ends here
+                if _kind(value) == _COMPACTED:  # its records do not follow on: the run ends here
                     break
                 skip = 0
             try:
-                records: list[Any] = _DECODE_SEGMENT(value)[1]
-            except (msgspec.DecodeError, msgspec.ValidationError) as e:
-                raise self._corrupt_segment(prefix, key, e) from e
+                records: list[Any] = _DECODE_SEGMENT(self.segment_body(value, prefix, key))[1]
+            except (CorruptSegmentError, msgspec.DecodeError, msgspec.ValidationError) as e:
+                raise self._corrupt_segment(
+                    prefix, key, None if isinstance(e, CorruptSegmentError) else e, value, cur
+                ) from e
             read_bytes += len(value)
             need = len(records) if whole else max_records - len(out)
             if not out and skip == 0 and len(records) <= need:
@@ -641,9 +739,9 @@ class LocalLog:
     def _decode_compacted(self, value: Any, prefix: bytes, key: bytes
                           ) -> tuple[int, int, list[int], list[Any]]:
         try:
-            return _DECODE_COMPACTED(value)
+            return _DECODE_COMPACTED(self.segment_body(value, prefix, key))
         except (msgspec.DecodeError, msgspec.ValidationError) as e:
-            raise self._corrupt_segment(prefix, key, e) from e
+            raise self._corrupt_segment(prefix, key, e, value) from e
 
     def _compacted_run(
         self, value: Any, prefix: bytes, key: bytes, seg_first: int, offset: int,
@@ -709,7 +807,7 @@ class LocalLog:
             value = cur.value()
             if seg_first + self._count(value, prefix, key) > offset:
                 need = max_records - len(out)
-                if value[0] == _COMPACTED:
+                if _kind(value) == _COMPACTED:
                     _, _, deltas, kept = self._decode_compacted(value, prefix, key)
                     i = bisect_left(deltas, offset - seg_first)
                     took = [seg_first + d for d in deltas[i : i + need]]
@@ -723,9 +821,9 @@ class LocalLog:
                 else:
                     skip = offset - seg_first if offset > seg_first else 0
                     try:
-                        records = _DECODE_SEGMENT(value)[1]
+                        records = _DECODE_SEGMENT(self.segment_body(value, prefix, key))[1]
                     except (msgspec.DecodeError, msgspec.ValidationError) as e:
-                        raise self._corrupt_segment(prefix, key, e) from e
+                        raise self._corrupt_segment(prefix, key, e, value, cur) from e
                     read_bytes += len(value)
                     took_records = (records if skip == 0 and len(records) <= need
                                     else records[skip : skip + need])
@@ -784,7 +882,7 @@ class LocalLog:
                     try:
                         ts = _segment_ts(value)
                     except (IndexError, KeyError) as e:
-                        raise self._corrupt_segment(prefix, k, e) from e
+                        raise self._corrupt_segment(prefix, k, e, value) from e
                     out.append((_UNPACK_OFFSET(k[n:])[0], self._count(value, prefix, k), ts,
                                 len(k) + len(value)))
         except lmdb.Error as e:
@@ -851,7 +949,7 @@ class LocalLog:
         try:
             with self._begin(shared, write=True) as txn:
                 for k, v in encoded:
-                    txn.put(k, v, db=shared.meta)
+                    txn.put(k, seal(k, v), db=shared.meta)
         except lmdb.Error as e:
             raise self._lmdb_error(e, "writing metadata") from e
 
@@ -860,8 +958,9 @@ class LocalLog:
         shared = self._live()
         try:
             with self._begin(shared) as txn:
-                value = txn.get(self._meta_key(key), db=shared.meta)
-                return None if value is None else bytes(value)
+                raw = self._meta_key(key)
+                value = txn.get(raw, db=shared.meta)
+                return None if value is None else self._unsealed_meta(raw, value)
         except lmdb.Error as e:
             raise self._lmdb_error(e, f"reading metadata key {key!r}") from e
 
@@ -879,10 +978,25 @@ class LocalLog:
                 for k, v in cur:
                     if bytes(k[:n]) != pfx:
                         break
-                    out[bytes(k).decode()] = bytes(v)
+                    out[bytes(k).decode()] = self._unsealed_meta(bytes(k), v)
         except lmdb.Error as e:
             raise self._lmdb_error(e, f"listing metadata under {prefix!r}") from e
         return out
+
+    def _unsealed_meta(self, key: bytes, value: Any) -> bytes:
+        """A metadata value, its checksum verified; one written before checksums, as it is."""
+        if not value or value[0] != _CHECKED:
+            return bytes(value)
+        if not _sealed(value, key):
+            name = key.decode(errors="replace")
+            what = ("a checkpoint: the job cannot know where it stopped nor trust its state"
+                    if name.startswith("checkpoint/") else "state the job keeps there")
+            raise SamzaError(
+                f"the metadata {name!r} in the local log at {self.path} fails its checksum: its "
+                f"bytes changed on disk (a failing disk, a file edited or copied in part); it is "
+                f"{what}. Restore the log directory from another copy, or start the job over "
+                f"with `samza-dsl reset` (its inputs stay; its stores are rebuilt from them)")
+        return bytes(value[_CHECKED_HEAD:])
 
     def delete_meta(self, prefix: str) -> int:
         """Delete every metadata key starting with ``prefix``; how many there were."""

@@ -51,7 +51,7 @@ from runtime.job import SSP, JobModel, TaskModel, build_job_model, job_container
 from runtime.job_lock import JobLock, log_id_lock
 from runtime.jobdir import dead_letter_stream, job_dir, task_dir
 from runtime.local.compaction import DELETE_RETENTION_MS, DRAIN_SECONDS, ChangelogCompactor
-from runtime.local.log import LocalLog
+from runtime.local.log import CorruptSegmentError, LocalLog
 from runtime.local.retention import LogTrimmer, job_targets, log_max_bytes
 from runtime.metrics import Metrics
 from runtime.records import EndOfStream, is_control
@@ -59,7 +59,13 @@ from runtime.reporters import job_reporters
 from runtime.serde_util import default_key_bytes
 from runtime.state.backend import StoreBackend
 from runtime.state.lmdb_store import Changelog
-from runtime.storage import StorageError, storage_error
+from runtime.storage import (
+    FDS_BASE,
+    FDS_PER_ENV,
+    StorageError,
+    ensure_open_files,
+    storage_error,
+)
 from runtime.systems import SYSTEMS, Consumer, Producer, StateBackend
 from samza_dsl.config import config_value
 from samza_dsl.errors import SamzaError, SerdeError
@@ -70,6 +76,10 @@ __all__ = ["LocalJob", "LocalProducer", "LocalConsumer", "LocalCheckpoints", "Lo
            "LocalState", "job_dir", "log_path", "dead_letter_stream", "task_dir"]
 
 _log = logging.getLogger("samza_dsl.retention")
+
+#: the encoded bytes a load appends per transaction: its memory stays about this size however
+#: long the input
+LOAD_COMMIT_BYTES = 8 << 20
 
 
 def log_path(system: str, settings: Mapping[str, Any], job_name: str,
@@ -211,7 +221,14 @@ class LocalConsumer:
                             out.append((key, offset, [EndOfStream(None)]))
                         continue
                     limit = min(limit, stop - offset)
-                first, records = read(phys, ssp.partition, offset, limit, whole_segments=True)
+                try:
+                    first, records = read(phys, ssp.partition, offset, limit,
+                                          whole_segments=True)
+                except CorruptSegmentError as e:
+                    first, messages = self._around_corrupt(e, ssp, phys, offset, limit, stop)
+                    pos[2] = first + len(messages)
+                    out.append((key, first, messages))
+                    continue
                 if stop is not None and first + len(records) > stop:
                     records = records[:stop - first]
                 if first > offset and records:  # retention went past this reader
@@ -233,6 +250,20 @@ class LocalConsumer:
             if self._woken:
                 self._woken = False
                 return []
+
+    def _around_corrupt(self, e: CorruptSegmentError, ssp: SSP, phys: str, offset: int,
+                        limit: int, stop: int | None) -> tuple[int, list[Any]]:
+        """What to hand out when a read met a segment the log cannot read back: the records
+        before it, or its offsets under the stream's serde error policy."""
+        codec = self.codecs[ssp.stream_id]
+        if e.offset > offset:
+            first, records = self.log.read(phys, ssp.partition, offset,
+                                           min(limit, e.offset - offset))
+            return first, codec.decode_batch(ssp, first, records, self.generation)
+        if e.span is None:
+            raise e
+        end = e.offset + e.span if stop is None else min(e.offset + e.span, stop)
+        return offset, codec.unreadable(ssp, offset, end - offset, e.raw, str(e))
 
     def wakeup(self) -> None:
         self._woken = True
@@ -327,8 +358,15 @@ class LogChangelog:
         where compaction left gaps."""
         pos = start
         while pos < end:
-            offsets, records = self.log.read_with_offsets(self.stream_id, self.partition, pos,
-                                                          min(65536, end - pos))
+            try:
+                offsets, records = self.log.read_with_offsets(self.stream_id, self.partition,
+                                                              pos, min(65536, end - pos))
+            except CorruptSegmentError as e:
+                raise SamzaError(
+                    f"cannot restore a store from its changelog: {e}. A store is not restored "
+                    f"from part of its changelog (its state could not be trusted): restore the "
+                    f"log directory from another copy, or start the job over with `samza-dsl "
+                    f"reset` (its inputs stay; its stores are rebuilt from them)") from e
             if not records:
                 return
             if offsets[-1] >= end:  # past `end` in a compacted part
@@ -419,6 +457,11 @@ class LocalJob:
             self.close()
             raise
 
+    def job_lock(self) -> JobLock:
+        """The job's locks, in ``job.dir`` and in each local log it uses (``runtime.job_lock``)."""
+        logs = [self.log_of(s).path for s in set(self.stream_system.values())]
+        return JobLock(self.root, self.job_name, logs=[*logs, self.checkpoints.log.path])
+
     def log_of(self, system: str) -> LocalLog:
         log = self.logs.get(system)
         if log is None:
@@ -495,6 +538,12 @@ class LocalJob:
 
         main_log = self.log_of(main)
         self.container_id, self.tasks = job_containers(job, cfg)
+        stores = len(plan.stores)
+        ensure_open_files(
+            (len(self.tasks) * stores + len(self.logs)) * FDS_PER_ENV + FDS_BASE,
+            f"job {self.job_name!r} ({len(self.tasks)} tasks in this process, {stores} "
+            f"store(s) each: an LMDB environment per task and store)")
+        self.lock = self.job_lock()
         self.lock.run(self.container_id, int(config_value(cfg, "job.container.count")))
         generation = self.generation = self.start_run(join=self.container_id is not None)
 
@@ -756,55 +805,114 @@ class LocalJob:
             for i in range(0, len(msgs), batch):
                 log.append(phys, p, [encode(m) for m in msgs[i:i + batch]])
 
-    def load(self, stream_id: str, messages: Iterable[Any], batch: int = 4096) -> int:
+    def load(self, stream_id: str, messages: Iterable[Any], batch: int = 4096, *,
+             commit_bytes: int = LOAD_COMMIT_BYTES, where: Callable[[], str] | None = None
+             ) -> int:
         """Append messages to a stream: a ``KV`` to the partition of its key (murmur2, as
         Kafka's default partitioner), other messages round-robin. Returns the count.
 
-        All or nothing: every message goes in one transaction, in segments of up to ``batch``
-        records per partition, so a failure (a full disk) leaves the stream as it was."""
+        Messages are read from ``messages`` as they come, never all held: they go in segments
+        of up to ``batch`` records per partition, one transaction per ``commit_bytes`` of
+        encoded records. A load of up to that size is all or nothing (a full disk leaves the
+        stream as it was); a larger one that fails part way keeps the messages before the
+        failed transaction, which are the first ones given, and the error says how many and
+        ``where()`` the last of them came from."""
         if stream_id not in self.physical:
             raise SamzaError(f"{stream_id!r} is not a stream of job {self.job_name!r}; streams: "
                              f"{', '.join(sorted(self.physical))}")
         log = self.log_of(self.stream_system[stream_id])
+        phys = self.physical[stream_id]
+        encode = self.codecs[stream_id].encode
+        partition_of = self._load_partitioner(stream_id, log)
+        segments: list[tuple[str, int, list[Record]]] = []
+        bufs: dict[int, list[Record]] = {}
+        count = done = size = 0
+        last_where = ""
+        for m in messages:
+            p = partition_of(m)
+            buf = bufs.get(p)
+            if buf is None:
+                buf = bufs[p] = []
+            rec = encode(m)
+            buf.append(rec)
+            count += 1
+            size += len(rec[1] or b"") + len(rec[0] or b"")
+            if len(buf) >= batch:
+                segments.append((phys, p, buf))
+                bufs[p] = []
+            if size >= commit_bytes:
+                # every buffer goes in: what is committed is exactly the first `count` messages
+                segments += [(phys, q, b) for q, b in bufs.items() if b]
+                bufs.clear()
+                self._append_load(log, stream_id, segments, done, count, last_where)
+                done, size, segments = count, 0, []
+                last_where = where() if where is not None else ""
+        segments += [(phys, q, b) for q, b in bufs.items() if b]
+        self._append_load(log, stream_id, segments, done, count, last_where)
+        self._mark_log()
+        return count
+
+    def _load_partitioner(self, stream_id: str, log: LocalLog) -> Callable[[Any], int]:
+        """The partition of each message a load appends: a keyed one's by its key, the others
+        round-robin from where the stream's partitions end."""
         phys, n = self.physical[stream_id], self.counts[stream_id]
         codec = self.codecs[stream_id]
         key_serde = codec.serde.key_serde if isinstance(codec.serde, KVSerde) else None
         partitioner = KeyPartitioner(n, key_serde.serialize if key_serde is not None
                                      else default_key_bytes)
-        segments: list[tuple[str, int, list[Record]]] = []
-        bufs: dict[int, list[Record]] = {}
-        count = 0
         rr = sum(log.end_offset(phys, p) for p in range(n))
-        for m in messages:
+
+        def partition_of(m: Any) -> int:
+            nonlocal rr
             if type(m) is KV and m.key is not None:
-                p = partitioner(m.key)
-            else:
-                p, rr = rr % n, rr + 1
-            buf = bufs.get(p)
-            if buf is None:
-                buf = bufs[p] = []
-            buf.append(codec.encode(m))
-            count += 1
-            if len(buf) >= batch:
-                segments.append((phys, p, buf))
-                bufs[p] = []
-        segments += [(phys, p, buf) for p, buf in bufs.items() if buf]
+                return int(partitioner(m.key))
+            rr += 1
+            return (rr - 1) % n
+
+        return partition_of
+
+    def _append_load(self, log: LocalLog, stream_id: str,
+                     segments: list[tuple[str, int, list[Record]]], done: int, count: int,
+                     last_where: str) -> None:
         try:
             log.append_batches(segments)
         except SamzaError as e:
-            text = (f"nothing of the {count} message(s) was appended to stream {stream_id!r} "
-                    f"(a load is all or nothing): {e}")
+            if done:
+                text = (f"the first {done:,} message(s) were appended to stream {stream_id!r} "
+                        f"({last_where or 'a load commits as it goes'}), the {count - done:,} "
+                        f"after them not: {e}. Load only the rest once the cause is fixed")
+            else:
+                text = (f"nothing of the {count} message(s) was appended to stream "
+                        f"{stream_id!r} (a load is all or nothing): {e}")
             if isinstance(e, StorageError):
                 raise StorageError(text, path=e.path, errno=e.errno) from e
             raise SamzaError(text) from e
-        self._mark_log()
+
+    def check_load(self, stream_id: str, messages: Iterable[Any],
+                   where: Callable[[], str] | None = None) -> int:
+        """Encode each message as ``load`` would, keeping none: a message the stream cannot
+        take is an error (prefixed with ``where()`` it came from) before anything is appended.
+        Returns the count."""
+        if stream_id not in self.physical:
+            raise SamzaError(f"{stream_id!r} is not a stream of job {self.job_name!r}; streams: "
+                             f"{', '.join(sorted(self.physical))}")
+        encode = self.codecs[stream_id].encode
+        count = 0
+        for m in messages:
+            try:
+                encode(m)
+            except SamzaError as e:
+                if where is None:
+                    raise
+                raise SamzaError(f"{where()}: {e}") from e
+            count += 1
         return count
 
     def reset(self, *, outputs: bool = False) -> list[str]:
         """Forget the job's progress: checkpoints, stores, intermediate streams, changelogs and
         dead letters (and outputs with ``outputs=True``). Inputs stay. Returns what went.
         Refuses while a container of the job runs (``JobLockedError``)."""
-        lock = JobLock(self.root, self.job_name)
+        lock = self.job_lock()
         lock.exclusive("reset", f"reset job {self.job_name!r}")
         try:
             return self._reset(outputs)

@@ -221,3 +221,14 @@ def test_load_and_dump_help_name_both_places_a_stream_can_be(tmp_path: Path) -> 
         assert code == 0
         text = " ".join(out.split())
         assert "embedded local log" in text and "Kafka topic" in text, out
+
+
+def test_deeply_nested_json_names_the_file_and_line(tmp_path: Path) -> None:
+    bad = views_file(tmp_path / "views.jsonl", 2)
+    with open(bad, "a", encoding="utf-8") as f:
+        f.write('{"key": "user-1", "value": ' + "[" * 5000 + "]" * 5000 + "}\n")
+    code, _, err = cli(tmp_path, "load", APP, "page-views", str(bad))
+    one_line_error(code, err, "load", "views.jsonl:3:", "nested")
+    assert not (tmp_path / ".samza").exists()  # a load that failed made no job
+    code, _, err = cli(tmp_path, "run", APP, "-q", "--input", f"page-views={bad}")
+    one_line_error(code, err, "run", "views.jsonl:3:", "nested")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -215,3 +216,49 @@ def test_a_finished_run_releases_the_job_and_a_running_one_refuses_reset(tmp_pat
         assert job.reset()
     finally:
         job.close()
+
+
+def test_a_run_with_another_job_dir_on_the_same_log_is_refused_naming_the_first(
+        tmp_path: Path) -> None:
+    log = tmp_path / "shared-log"
+    on_log = ["-c", f"systems.local.path={log}"]
+    assert cli("load", COUNTER, "events", str(events(tmp_path / "a.jsonl", 0, 300)), *on_log,
+               "-c", f"job.dir={tmp_path / 'j1'}", cwd=tmp_path).returncode == 0
+    first = follow(tmp_path, *on_log, "-c", f"job.dir={tmp_path / 'j1'}")
+    try:
+        wait_for_lock(first, log / "locks" / JOB / "job.lock")
+        for argv in (["-q"], ["-q", "--containers", "2"]):
+            second = cli("run", COUNTER, *argv, *on_log, "-c", f"job.dir={tmp_path / 'j2'}",
+                         cwd=tmp_path)
+            assert second.returncode == 2, second.stdout + second.stderr
+            assert "Traceback" not in second.stderr and len(second.stderr.splitlines()) == 1
+            for fragment in (f"process {first.pid}", f"host {socket.gethostname()}",
+                             f"job.dir {tmp_path / 'j1'}", str(log), "stop that process first"):
+                assert fragment in second.stderr, second.stderr
+        reset = cli("reset", COUNTER, *on_log, "-c", f"job.dir={tmp_path / 'j2'}", cwd=tmp_path)
+        assert reset.returncode == 2 and f"process {first.pid}" in reset.stderr, reset.stderr
+        deadline = time.monotonic() + 60
+        with LocalLog(log) as lg:
+            while sum(lg.end_offset("counts", p) for p in range(4)) < 300:
+                assert first.poll() is None and time.monotonic() < deadline
+                time.sleep(0.05)
+            time.sleep(0.3)
+            # every event counted once: the refused runs processed nothing
+            assert sum(lg.end_offset("counts", p) for p in range(4)) == 300
+    finally:
+        stop(first)
+    assert first.returncode == 0
+    # another job on the same log has its own locks: it runs while this one would be refused
+    again = cli("run", COUNTER, "-q", *on_log, "-c", f"job.dir={tmp_path / 'j2'}", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+
+
+def test_the_containers_of_one_run_share_the_log(tmp_path: Path) -> None:
+    log = tmp_path / "shared-log"
+    on_log = ["-c", f"systems.local.path={log}", "-c", f"job.dir={tmp_path / 'j1'}"]
+    assert cli("load", COUNTER, "events", str(events(tmp_path / "a.jsonl", 0, 300)), *on_log,
+               cwd=tmp_path).returncode == 0
+    run = cli("run", COUNTER, "-q", "--containers", "2", *on_log, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    with LocalLog(log) as lg:
+        assert sum(lg.end_offset("counts", p) for p in range(4)) == 300

@@ -118,7 +118,8 @@ def test_a_removed_log_under_stores_of_an_older_job_dir_is_an_error(tmp_path: Pa
     job = tmp_path / ".samza" / JOB
     (job / "log.id").unlink()  # as a job dir written before log.id existed
     for f in (job / "logs" / "local").iterdir():
-        f.unlink()
+        if f.is_file():  # the LMDB files; the job's lock files stay in locks/
+            f.unlink()
     clean_error(cli("run", COUNTER, "-q", cwd=tmp_path), "run", str(job / "stores"),
                 "never seen a run")
 
@@ -226,3 +227,20 @@ def test_a_job_dir_without_write_permission_says_so_and_names_the_path(tmp_path:
         for p, mode in modes.items():
             p.chmod(mode)
     assert final_counts(work) == {str(i): 1 for i in range(100)}  # all still there
+
+
+def test_a_load_larger_than_a_transaction_that_fills_the_disk_says_what_went_in(disk: Path
+                                                                               ) -> None:
+    remount(disk, "size=14m")
+    big = events(disk.parent / "big.jsonl", 0, 10000, pad=2000)  # about 20 MB: three commits
+    text = clean_error(cli("load", COUNTER, "events", str(big), cwd=disk), "load",
+                       "no space left on the device", "were appended to stream 'events'",
+                       f"the last of them from {big}:", "load the lines after it")
+    no_deletion_advice(text)
+    done = int(text.split("the first ")[1].split(" message(s)")[0].replace(",", ""))
+    line = int(text.split(f"{big}:")[1].split(";")[0])
+    assert 0 < done < 10000 and line == done  # one message a line: a prefix of the file
+    dump = cli("dump", COUNTER, "events", cwd=disk)
+    assert dump.returncode == 0, dump.stderr
+    assert sorted(json.loads(x)["key"] for x in dump.stdout.splitlines()) == sorted(
+        str(i) for i in range(done))
