@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import threading
 import time
 import urllib.request
@@ -34,6 +35,8 @@ from samza_dsl.errors import SamzaError
 __all__ = ["JobView", "RunnerSource", "StreamSource", "PrometheusSource", "ContainersSource",
            "UIServer",
            "parse_address", "HISTORY_S"]
+
+_log = logging.getLogger("samza_dsl.ui")
 
 #: how far back the lag charts go
 HISTORY_S = 300.0
@@ -195,11 +198,26 @@ class ContainersSource:
 _GROUPS = ("container", "task", "operator", "store", "producer", "user")
 
 
-def prometheus_samples(text: str) -> list[Snapshot]:
+def _partition_label_ok(metric: str, labels: Mapping[str, str], warned: set[Any]) -> bool:
+    """Whether a sample's ``partition`` label, if any, is a partition number; a sample with
+    another is left out (a warning once per metric and label), not the whole scrape."""
+    p = labels.get("partition")
+    if p is None or (p.isascii() and p.isdigit()):
+        return True
+    if (metric, p) not in warned:
+        warned.add((metric, p))
+        _log.warning("job page: skipped the samples of %s with partition=%r: a partition label "
+                     "must be a partition number; fix the exporter that writes it", metric, p)
+    return False
+
+
+def prometheus_samples(text: str, warned: set[Any] | None = None) -> list[Snapshot]:
     """Snapshots, one per container, from a Prometheus text exposition: ``samza_<group>_<name>``
-    (``-`` as ``_``) with labels job, container, task, operator, stream, partition, store."""
+    (``-`` as ``_``) with labels job, container, task, operator, stream, partition, store.
+    ``warned``: the (metric, label) pairs already warned about."""
     from prometheus_client.parser import text_string_to_metric_families
 
+    warned = set() if warned is None else warned
     by: dict[str, list[Sample]] = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
@@ -211,6 +229,8 @@ def prometheus_samples(text: str) -> list[Snapshot]:
             if group not in _GROUPS or not metric:
                 continue
             labels = dict(s.labels)
+            if not _partition_label_ok(name, labels, warned):
+                continue
             container = labels.pop("container", "container")
             labels.pop("job", None)
             by.setdefault(container, []).append((group, metric.replace("_", "-"), labels,
@@ -229,6 +249,7 @@ class PrometheusSource:
         self.timeout = timeout
         self.seen: dict[str, str] = {}
         self.error: str | None = None
+        self._warned: set[Any] = set()
 
     def poll(self) -> list[Snapshot]:
         try:
@@ -239,7 +260,7 @@ class PrometheusSource:
             self.seen = {k: "not answering" for k in self.seen}
             return []
         self.error = None
-        snaps = prometheus_samples(text)
+        snaps = prometheus_samples(text, self._warned)
         self.seen = {name: "up" for name, _, _ in snaps}
         return snaps
 
@@ -501,7 +522,7 @@ class UIServer:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         self._tick = asyncio.Condition()
-        app = web.Application()
+        app = web.Application(middlewares=[self._host_check()])
         app.router.add_get("/", self._page)
         app.router.add_get("/events", self._events)
         app.router.add_get("/api/state", self._api_state)
@@ -554,6 +575,34 @@ class UIServer:
         if err:
             state["error"] = err
         self._state = state
+
+    def allowed_hosts(self) -> set[str]:
+        """The names the page is served as: a request for any other (a name an attacker's DNS
+        points at 127.0.0.1, to read the page from a page of theirs) is refused."""
+        names = {"127.0.0.1", "localhost", "::1", self.host.lower()}
+        return {n for n in names if n and n not in ("0.0.0.0", "::")}
+
+    @staticmethod
+    def _host_name(header: str) -> str:
+        """The host name of a ``Host`` header, without its port or an IPv6 address's brackets."""
+        header = header.strip().lower()
+        if header.startswith("["):
+            return header[1:header.find("]")] if "]" in header else header
+        return header.rpartition(":")[0] if header.count(":") == 1 else header
+
+    def _host_check(self) -> Any:
+        from aiohttp import web
+
+        @web.middleware
+        async def check_host(request: Any, handler: Any) -> Any:
+            host = request.headers.get("Host", "")
+            if self._host_name(host) not in self.allowed_hosts():
+                return web.Response(
+                    status=421, text=f"the job page answers only as "
+                    f"{', '.join(sorted(self.allowed_hosts()))}, not as Host {host!r}: open it "
+                    f"at {self.url or 'the address samza-dsl printed'}\n")
+            return await handler(request)
+        return check_host
 
     # -- routes (GET only: the page changes nothing) --------------------------------------------
 
