@@ -5,9 +5,11 @@ registry (a run of several containers on the local system: from the snapshot str
 stream ``<job>-metrics`` in its local log, or from its Prometheus endpoint (``--from URL``).
 
 The page draws the plan's DAG (the drawing of ``samza-dsl plan --format svg``) and annotates each
-operator with its rate, the messages in flight in its tasks, its mean handle time and its late
-drops; each input and intermediate stream with its lag. Below it: a lag chart per input partition
-over the last five minutes, the checkpoint age and the containers. It updates itself once a
+operator with its rate, its own calls in flight (where it has some), its mean handle time and its
+late drops; each input and intermediate stream with its lag. Below it: a lag chart per input
+partition over the last five minutes, the checkpoint age and the containers. Lag is what
+``samza-dsl status`` calls lag: end offset less the offset after the checkpoint; ``behind`` is
+end offset less the next offset to process (docs/operations.md). It updates itself once a
 second from server-sent events (``/events``); ``/api/state`` is the same state as JSON and
 ``/plan.svg`` the drawing.
 
@@ -293,9 +295,6 @@ class JobView:
         self._rate: dict[tuple[str, str, str], tuple[float, float | None]] = {}
         #: (stream, partition) -> (time s, lag)
         self.history: dict[tuple[str, str], deque[tuple[float, int]]] = {}
-        #: (stream, partition) -> (checkpointed offset, when it last moved)
-        self._checkpoint: dict[tuple[str, str], tuple[Any, float]] = {}
-        self._commits: dict[str, tuple[Any, float]] = {}
         self._proc_prev: dict[str, tuple[float, float]] = {}
         self._proc_rate: dict[str, float] = {}
 
@@ -321,15 +320,6 @@ class JobView:
                 h.append((t, int(value)))
                 while h and h[0][0] < t - HISTORY_S:
                     h.popleft()
-            elif group == "task" and name == "checkpointed-offset":
-                sp = (labels.get("stream", ""), labels.get("partition", ""))
-                old = self._checkpoint.get(sp)
-                if old is None or old[0] != value:
-                    self._checkpoint[sp] = (value, t)
-            elif group == "container" and name == "commit-calls":
-                old_c = self._commits.get(container)
-                if old_c is None or old_c[0] != value:
-                    self._commits[container] = (value, t)
             elif group == "container" and name == "process-envelopes":
                 prev = self._proc_prev.get(container)
                 if prev is not None and t > prev[0]:
@@ -350,20 +340,16 @@ class JobView:
               ) -> dict[str, Any]:
         now = time.time() if now is None else now
         ops: dict[str, dict[str, Any]] = {}
-        in_flight_of: dict[tuple[str, str], float] = {}
         lag: dict[tuple[str, str], dict[str, Any]] = {}
-        for container, (_, samples) in self.latest.items():
+        for _, samples in self.latest.values():
             for group, name, labels, value in samples:
                 if not isinstance(value, int | float):
                     continue
-                if group == "task" and name == "messages-in-flight":
-                    in_flight_of[(container, labels.get("task", ""))] = value
-                elif group == "task" and name in ("lag", "next-offset", "end-offset",
-                                                  "checkpointed-offset"):
+                if group == "task" and name in ("lag", "behind", "next-offset", "end-offset",
+                                                "checkpoint-written-ms"):
                     sp = (labels.get("stream", ""), labels.get("partition", ""))
                     lag.setdefault(sp, {})[name] = value
         for container, (_, samples) in self.latest.items():
-            tasks_of: dict[str, set[str]] = {}
             for group, name, labels, value in samples:
                 if group != "operator" or not isinstance(value, int | float):
                     continue
@@ -377,15 +363,14 @@ class JobView:
                     if handle is not None:
                         o["_h"][0] += handle * rate
                         o["_h"][1] += rate
-                    tasks_of.setdefault(op, set()).add(task)
+                elif name == "messages-in-flight":
+                    o["in_flight"] += value
                 elif name == "messages-out":
                     o["out"] += value
                 elif name == "late-messages-dropped":
                     o["late"] += value
                 elif name == "handle-ns":
                     o["handle_ns"] += value
-            for op, tasks in tasks_of.items():
-                ops[op]["in_flight"] += sum(in_flight_of.get((container, t), 0) for t in tasks)
         for o in ops.values():
             h = o.pop("_h")
             if h[1] > 0:
@@ -398,36 +383,36 @@ class JobView:
         if self.plan is not None:
             kinds = {sid: s.kind for sid, s in self.plan.streams.items()}
         for (sid, _p), v in lag.items():
-            s = streams.setdefault(sid, {"lag": 0, "kind": kinds.get(sid, "input"),
+            s = streams.setdefault(sid, {"lag": 0, "behind": 0, "kind": kinds.get(sid, "input"),
                                          "partitions": 0})
             s["lag"] += int(v.get("lag", 0))
+            s["behind"] += int(v.get("behind", 0))
             s["partitions"] += 1
         partitions = []
         ages = []
         for (sid, p), v in sorted(lag.items(), key=lambda kv: (kv[0][0], int(kv[0][1] or 0))):
-            cp = self._checkpoint.get((sid, p))
-            age = None
-            if cp is not None:
-                # checkpointed-offset is the last offset processed: caught up at next - 1
-                behind = v.get("next-offset") is not None and \
-                    v.get("checkpointed-offset", -1) + 1 < v["next-offset"]
-                age = max(0.0, now - cp[1]) if behind else 0.0
+            # the age of the checkpoint as ``samza-dsl status`` gives it: since it was written
+            written = v.get("checkpoint-written-ms")
+            age = None if written is None else round(max(0.0, now - written / 1000.0), 1)
+            if age is not None:
                 ages.append(age)
             hist = self.history.get((sid, p), deque())
             partitions.append({"stream": sid, "partition": p, "kind": kinds.get(sid, "input"),
-                               "lag": int(v.get("lag", 0)), "checkpoint_age_s": age,
+                               "lag": int(v.get("lag", 0)), "behind": int(v.get("behind", 0)),
+                               "checkpoint_age_s": age,
                                "history": [[round(t - now, 1), n] for t, n in hist]})
         conts = []
         given = dict(containers or {})
         for name in sorted(set(self.latest) | set(given)):
             t_ms, samples = self.latest.get(name, (0, []))
             values = {n: v for g, n, labels, v in samples if g == "container"}
-            commit = self._commits.get(name)
+            commit = values.get("last-commit-ms")
             conts.append({"name": name, "state": given.get(name, ""),
                           "processed": values.get("process-envelopes"),
                           "rate": round(self._proc_rate.get(name, 0.0), 1),
                           "commits": values.get("commit-calls"),
-                          "last_commit_s": round(now - commit[1], 1) if commit else None,
+                          "last_commit_s": (round(max(0.0, now - commit / 1000.0), 1)
+                                            if isinstance(commit, int | float) else None),
                           "utilization": values.get("event-loop-utilization"),
                           "reported_s": round(now - t_ms / 1000.0, 1) if t_ms else None})
         return {"job": self.job, "time": int(now * 1000),
@@ -684,7 +669,7 @@ header .kv{color:var(--mute)} header .kv b{color:var(--fg);font-variant-numeric:
 #live.on{background:#1a7f37}
 main{display:grid;grid-template-columns:minmax(420px,1.1fr) minmax(380px,1fr);gap:18px;padding:14px 18px}
 section h2{font-size:13px;margin:0 0 6px;color:var(--mute);text-transform:uppercase;letter-spacing:.04em}
-#dag svg{width:100%;height:auto;max-height:86vh}
+#dag svg{width:100%;height:auto;max-height:86vh;overflow:visible}
 #dag .live rect{fill:#fff;fill-opacity:.92;stroke:#0969da;stroke-width:.6}
 #dag .live text{font:8.5px system-ui,Helvetica,sans-serif;fill:#0550ae;font-variant-numeric:tabular-nums}
 #dag .live.late text.l{fill:var(--warn);font-weight:600}
@@ -712,12 +697,14 @@ th:first-child,td:first-child{text-align:left;white-space:normal;word-break:brea
 <main>
 <section><h2>Plan</h2><div id="dag" class="mute">waiting for the plan…</div></section>
 <section>
-<h2>Lag per input partition (last 5 minutes)</h2><div id="charts" class="mute">–</div>
+<h2>Lag per input partition (end − checkpoint, last 5 minutes)</h2><div id="charts" class="mute">–</div>
 <h2>Operators</h2>
 <table id="ops"><thead><tr><th>operator</th><th>msg/s</th><th>in</th><th>out</th>
 <th>in flight</th><th>handle µs</th><th>late</th></tr></thead><tbody></tbody></table>
 <h2>Streams</h2>
-<table id="streams"><thead><tr><th>stream</th><th>kind</th><th>partitions</th><th>lag</th></tr>
+<table id="streams"><thead><tr><th>stream</th><th>kind</th><th>partitions</th>
+<th title="end offset − checkpointed offset">lag</th>
+<th title="end offset − next offset to process">behind</th></tr>
 </thead><tbody></tbody></table>
 <h2>Containers</h2>
 <table id="conts"><thead><tr><th>container</th><th>state</th><th>msg/s</th><th>processed</th>
@@ -749,7 +736,7 @@ function annotate(s){
  const root=document.querySelector("#dag svg g.graph");if(!root)return;
  for(const [op,o] of Object.entries(s.operators||{})){
   const node=document.getElementById(op);if(!node)continue;const b=node.getBBox();
-  const lines=[[fmt(o.rate)+"/s · "+fmt(o.in_flight)+" in flight · "+(o.handle_us==null?"–":fmt(o.handle_us))+" µs"]];
+  const lines=[[fmt(o.rate)+"/s · "+(o.in_flight?fmt(o.in_flight)+" in flight · ":"")+(o.handle_us==null?"–":fmt(o.handle_us))+" µs"]];
   if(o.late)lines.push(["late dropped "+fmt(o.late),"l"]);
   const g=badge(root,op,b.x+b.width-4,b.y+b.height-4,lines);g.dataset.op=op}
  const edges={};root.querySelectorAll("g.edge").forEach(e=>{edges[titleOf(e)]=e});
@@ -775,7 +762,8 @@ function chart(p){
   '<line x1="0" y1="'+(H-1)+'" x2="'+W+'" y2="'+(H-1)+'" stroke="#d1d9e0"/>'+
   (area?'<path d="'+area+'" fill="#8250df" fill-opacity=".12"/><polyline points="'+line+'" fill="none" stroke="#8250df" stroke-width="1.5" vector-effect="non-scaling-stroke"/>':'')+
   '<text x="2" y="10" font-size="9" fill="#59636e">'+fmt(max)+'</text></svg>'+
-  '<div class="t mute"><span>-'+secs(span)+'</span><span>checkpoint age '+secs(p.checkpoint_age_s)+'</span><span>now</span></div></div>'}
+  '<div class="t mute"><span>-'+secs(span)+'</span><span>now</span></div>'+
+  '<div class="t mute"><span class="behindv">behind '+fmt(p.behind)+'</span><span class="cpage">checkpoint age '+secs(p.checkpoint_age_s)+'</span></div></div>'}
 function rows(id,html){document.querySelector("#"+id+" tbody").innerHTML=html}
 function render(s){
  document.getElementById("live").classList.add("on");
@@ -796,7 +784,7 @@ function render(s){
   '</td><td>'+fmt(o.in)+'</td><td>'+fmt(o.out)+'</td><td>'+fmt(o.in_flight)+'</td><td>'+(o.handle_us==null?"–":fmt(o.handle_us))+
   '</td><td>'+fmt(o.late)+'</td></tr>').join(""));
  rows("streams",Object.entries(s.streams||{}).map(([sid,v])=>'<tr data-stream="'+esc(sid)+'"><td>'+esc(sid)+'</td><td>'+esc(v.kind)+
-  '</td><td>'+v.partitions+'</td><td class="lag">'+fmt(v.lag)+'</td></tr>').join(""));
+  '</td><td>'+v.partitions+'</td><td class="lag">'+fmt(v.lag)+'</td><td class="behind">'+fmt(v.behind)+'</td></tr>').join(""));
  rows("conts",(s.containers||[]).map(c=>'<tr><td>'+esc(c.name)+'</td><td>'+esc(c.state||"")+'</td><td>'+fmt(c.rate)+'</td><td>'+fmt(c.processed)+
   '</td><td>'+fmt(c.commits)+'</td><td>'+(c.last_commit_s==null?"–":secs(c.last_commit_s)+" ago")+'</td><td>'+
   (c.utilization==null?"–":(100*c.utilization).toFixed(0)+"%")+'</td></tr>').join(""));

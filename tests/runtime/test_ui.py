@@ -190,7 +190,7 @@ def test_a_job_run_with_ui_shows_its_dag_rates_and_lag_live_in_chromium(tmp_path
         badges = dict(last["badges"])
         for op in metered:
             text = badges["op:" + op]
-            assert "/s" in text and "µs" in text and "in flight" in text
+            assert "/s" in text and "µs" in text
         assert badges["stream:clicks"].startswith("lag ")  # the input stream's node
         # the intermediate stream's edge
         assert badges["stream:clicks-1-partition_by-by-page"].startswith("lag ")
@@ -272,7 +272,10 @@ def test_the_state_as_json_and_nothing_that_changes_the_job(tmp_path: Path) -> N
         f = ops["page-view-counts-1-filter-humans"]
         assert f["out"] < f["in"] and f["handle_us"] > 0 and f["in_flight"] >= 0
         assert "late" in ops["page-view-counts-1-window-views-per-window"]
-        assert state["streams"]["page-views"] == {"lag": 0, "kind": "input", "partitions": 4}
+        views = state["streams"]["page-views"]
+        # all processed (behind 0); lag counts from the checkpoint, which may not have moved yet
+        assert views == {**views, "behind": 0, "kind": "input", "partitions": 4}
+        assert 0 <= views["lag"] <= 3000
         assert state["streams"]["page-view-counts-1-partition_by-by-page-country"]["kind"] == \
             "intermediate"
         parts = [p for p in state["partitions"] if p["kind"] == "input"]
@@ -307,6 +310,7 @@ def snapshot(t_ms: int, n_in: int, lag: int, container: str = "samza-container-0
     samples = [("container", "process-envelopes", {}, n_in),
                ("container", "commit-calls", {}, n_in // 100),
                ("task", "messages-in-flight", {"task": "Partition 0"}, 3),
+               ("operator", "messages-in-flight", op, 3),
                ("task", "lag", part, lag), ("task", "next-offset", part, n_in),
                ("task", "checkpointed-offset", part, n_in - 1),
                ("operator", "messages-in", op, n_in), ("operator", "messages-out", op, n_in),
