@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from runtime.metrics import Sample
+from runtime.progress import stall_after, stall_lags, stall_text
 from samza_dsl.errors import SamzaError
 
 __all__ = ["JobView", "RunnerSource", "StreamSource", "PrometheusSource", "ContainersSource",
@@ -169,11 +170,15 @@ class ContainersSource:
 
     kind = "containers"
 
-    def __init__(self, runner: Any, open_job: Callable[[], Any]) -> None:
+    def __init__(self, runner: Any, open_job: Callable[[], Any],
+                 interval_s: float = INTERVAL_S) -> None:
         self.runner = runner
         self.open_job = open_job  # the job's local log, opened read-only (a ``LocalJob``)
         self._job: Any = None
         self._stream: StreamSource | None = None
+        #: each container's latest snapshot: (time in s, its samples)
+        self.latest: dict[str, tuple[float, list[Sample]]] = {}
+        self.stall_s = stall_after(interval_s)
 
     def poll(self) -> list[Snapshot]:
         if self._stream is None:
@@ -182,14 +187,47 @@ class ContainersSource:
             self._job = self.open_job()
             self._stream = StreamSource(self._job.log_of(self._job.main_system),
                                         f"{self._job.job_name}-metrics")
-        return self._stream.poll()
+        snaps = self._stream.poll()
+        for name, t, samples in snaps:
+            if name not in self.latest or self.latest[name][0] <= t / 1000:
+                self.latest[name] = (t / 1000, samples)
+        return snaps
 
     def containers(self) -> dict[str, str]:
         out: dict[str, str] = {}
         for i, proc in enumerate(self.runner.status().get("containers", [])):
-            out[f"container-{i}"] = f"running (pid {proc['pid']})" if proc["alive"] else \
+            name = f"container-{i}"
+            out[name] = f"running (pid {proc['pid']})" if proc["alive"] else \
                 f"exited ({proc['exit_code']})"
+            if proc["alive"]:
+                out[name] = self._stalled(name, proc["pid"]) or out[name]
         return out
+
+    def _stalled(self, name: str, pid: int) -> str | None:
+        """``stalled ...`` for a container that has written no snapshot for ``stall_s`` while
+        its partitions lag (their end offsets now, against its last snapshot's checkpoints)."""
+        last = self.latest.get(name)
+        job = self._job
+        if last is None or job is None or time.time() - last[0] < self.stall_s:
+            return None
+        ends: dict[tuple[str, int], Any] = {}
+        for group, metric, labels, value in last[1]:
+            if group == "task" and metric in ("end-offset", "lag"):
+                key = (labels.get("stream", ""), int(labels.get("partition", "0")))
+                ends.setdefault(key, {})[metric] = value
+        # the offset after the checkpoint: the end then, less the lag then
+        positions = [[sid, p, v["end-offset"] - v["lag"]] for (sid, p), v in ends.items()
+                     if "end-offset" in v and "lag" in v]
+
+        def end_of(sid: str, p: int) -> int | None:
+            if sid not in job.physical:
+                return None
+            return int(job.log_of(job.stream_system[sid]).end_offset(job.physical[sid], p))
+
+        lags = stall_lags(positions, end_of)
+        if not lags:
+            return None
+        return stall_text(name, pid, time.time() - last[0], lags)
 
     def close(self) -> None:
         if self._job is not None:
@@ -669,7 +707,7 @@ header .kv{color:var(--mute)} header .kv b{color:var(--fg);font-variant-numeric:
 #live.on{background:#1a7f37}
 main{display:grid;grid-template-columns:minmax(420px,1.1fr) minmax(380px,1fr);gap:18px;padding:14px 18px}
 section h2{font-size:13px;margin:0 0 6px;color:var(--mute);text-transform:uppercase;letter-spacing:.04em}
-#dag svg{width:100%;height:auto;max-height:86vh;overflow:visible}
+#dag svg{width:100%;height:auto;max-height:86vh}
 #dag .live rect{fill:#fff;fill-opacity:.92;stroke:#0969da;stroke-width:.6}
 #dag .live text{font:8.5px system-ui,Helvetica,sans-serif;fill:#0550ae;font-variant-numeric:tabular-nums}
 #dag .live.late text.l{fill:var(--warn);font-weight:600}
@@ -728,6 +766,10 @@ function badge(parent,key,x,y,lines,cls){
  g.querySelectorAll("text").forEach(t=>t.remove());
  let w=0;lines.forEach((ln,i)=>{const t=el("text",{x:x+3,y:y+9+i*10});t.textContent=ln[0];
   if(ln[1])t.setAttribute("class",ln[1]);g.appendChild(t);w=Math.max(w,t.getComputedTextLength())});
+ // a badge at the drawing's right edge moves left, into the drawing, rather than be cut
+ const vb=parent.ownerSVGElement&&parent.ownerSVGElement.viewBox.baseVal;
+ if(vb&&vb.width&&x+w+6>vb.width-8){const dx=vb.width-8-w-6-x;x+=dx;
+  g.querySelectorAll("text").forEach(t=>t.setAttribute("x",Number(t.getAttribute("x"))+dx))}
  const r=g.querySelector("rect");r.setAttribute("x",x);r.setAttribute("y",y);
  r.setAttribute("width",w+6);r.setAttribute("height",lines.length*10+3);
  g.classList.toggle("late",lines.some(l=>l[1]==="l"));return g}

@@ -4,12 +4,14 @@ tasks (``late_app.py``), watched through all four at once while it runs."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -59,6 +61,26 @@ def status_json(job_dir: Path, cwd: Path) -> dict[str, Any]:
     return dict(json.loads(got.stdout))
 
 
+def _written(state: dict[str, Any]) -> dict[tuple[str, str], float]:
+    now = state["time"] / 1000.0
+    return {(p["stream"], p["partition"]): now - p["checkpoint_age_s"]
+            for p in state["partitions"]}
+
+
+def same_checkpoint(url: str, job_dir: Path, cwd: Path
+                    ) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The page's state and ``status --json`` read between two of the page's samples that
+    show the same checkpoints (no commit came between them); None when one came."""
+    before = get_json(url + "api/state")
+    status = status_json(job_dir, cwd)
+    time.sleep(1.2)  # the page samples once a second: the next is after the status
+    after = get_json(url + "api/state")
+    old, new = _written(before), _written(after)
+    if any(abs(old[k] - new[k]) > 0.15 for k in new):
+        return None
+    return after, status
+
+
 def settled(url: str) -> dict[str, Any] | None:
     s = get_json(url + "api/state")
     w = s["operators"].get(WINDOW)
@@ -79,7 +101,8 @@ def test_late_counts_checkpoint_age_commits_and_processed_agree_everywhere(
     job_dir = tmp_path / "job"
     proc = cli("run", LATE_APP, "--sample", str(MESSAGES), "--follow", "-q",
                "--ui", f"127.0.0.1:{port}", "-c", f"job.dir={job_dir}",
-               "-c", "task.commit.ms=300", "-c", "metrics.reporters=prometheus",
+               "-c", "task.commit.ms=5000", "-c", "metrics.reporters=prometheus,snapshot",
+               "-c", "metrics.reporter.interval.ms=300",
                "-c", f"metrics.reporter.prometheus.port={prom}", cwd=tmp_path)
     url = f"http://127.0.0.1:{port}/"
     try:
@@ -107,15 +130,21 @@ def test_late_counts_checkpoint_age_commits_and_processed_agree_everywhere(
         assert envelopes == MESSAGES
         commits = metrics["samza_container_commit_calls_total"][0][1]
         assert commits > 0
-        # status: the same checkpoint (when it was written) and lag as the page
-        status = status_json(job_dir, tmp_path)
-        page = get_json(url + "api/state")
-        now = page["time"] / 1000.0
+        # status: the same late messages and processed (from the job's last metrics snapshot),
+        # checkpoint (when it was written) and lag as the page
+        status = wait_for("status to see the snapshot", lambda: (s := status_json(
+            job_dir, tmp_path))["metrics"] and s["metrics"]["late_dropped"].get(WINDOW) and s)
+        assert status["metrics"]["late_dropped"] == {WINDOW: TOTAL_LATE}
+        assert status["metrics"]["processed"] == MESSAGES
+        page, status = wait_for("a status between two samples of the page with no commit "
+                                "between them", lambda: same_checkpoint(url, job_dir, tmp_path))
         rows = {(r["stream"], str(r["partition"])): r for r in status["partitions"]}
         for p in page["partitions"]:
             row = rows[(p["stream"], p["partition"])]
             assert p["lag"] == row["lag"] == 0
-            assert abs((now - p["checkpoint_age_s"]) - row["checkpoint_written"]) < 0.2, (p, row)
+            # the age rounded to 0.1 s: the same checkpoint, as written
+            written = page["time"] / 1000.0 - p["checkpoint_age_s"]
+            assert abs(written - row["checkpoint_written"]) < 0.15, (p, row)
         assert page["checkpoint_age_s"] == max(p["checkpoint_age_s"] for p in page["partitions"])
         # Chromium: the page as a person sees it
         view = browser.new_page(viewport={"width": 1500, "height": 1000})
@@ -223,3 +252,73 @@ def test_in_flight_is_shown_on_the_operator_that_has_it_in_flight(tmp_path: Path
     finally:
         release.set()
         runner.stop(timeout=30)
+
+
+def test_a_frozen_container_shows_as_stalled_not_idle(tmp_path: Path) -> None:
+    """``run --containers 2 --follow``: one container process stopped (SIGSTOP) while input
+    comes for its partitions is shown as stalled on its progress line and on the page, and the
+    run warns once, naming the container, its pid, its partitions and their lag."""
+    import signal
+    import threading
+
+    from runtime.loader import load_app
+    from runtime.local.system import LocalJob
+    from tests.runtime.test_ui import CLICKS, _clicks_sample
+
+    port = free_port()
+    job_dir = tmp_path / "job"
+    proc = cli("run", CLICKS, "--sample", "2000", "--follow", "--containers", "2",
+               "--ui", f"127.0.0.1:{port}", "-c", f"job.dir={job_dir}",
+               "-c", "task.progress.ms=250", cwd=tmp_path)
+    lines: list[str] = []
+    assert proc.stderr is not None
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr or []), daemon=True)
+    reader.start()
+    url = f"http://127.0.0.1:{port}/"
+    frozen = None
+    try:
+        state = wait_for("both containers", lambda: (s := get_json(url + "api/state"))
+                         and len([c for c in s["containers"] if c.get("processed")]) == 2
+                         and s, proc=proc)
+        states = {c["name"]: c["state"] for c in state["containers"]}
+        frozen = int(re.fullmatch(r"running \(pid (\d+)\)", states["container-1"]).group(1))
+        os.kill(frozen, signal.SIGSTOP)
+        app = load_app(CLICKS)
+        job = LocalJob(app, {"job.dir": str(job_dir)}, run=False)
+        try:
+            job.load("clicks", _clicks_sample()(10_000, start=1_700_000_100.0))
+        finally:
+            job.close()
+        warning = wait_for("the warning", lambda: [ln for ln in list(lines)
+                                                    if ln.startswith("warning: container 1 ")],
+                           timeout=60, proc=proc)
+        assert len(warning) == 1
+        assert f"container 1 (pid {frozen}) is stalled" in warning[0]
+        assert re.search(r"clicks:\d lag [\d,]+", warning[0]), warning[0]
+        row = wait_for("the progress line", lambda: [
+            ln for ln in list(lines) if ln.startswith("container 1 of 2: ") and "stalled" in ln])
+        assert f"pid {frozen}" in row[-1] and "lag" in row[-1]
+        page = wait_for("the page", lambda: (s := get_json(url + "api/state")) and
+                        "stalled" in {c["name"]: c["state"] for c in s["containers"]}
+                        ["container-1"] and s, timeout=30, proc=proc)
+        conts = {c["name"]: c["state"] for c in page["containers"]}
+        assert f"(pid {frozen}) is stalled" in conts["container-1"]
+        assert "lag" in conts["container-1"] and "stalled" not in conts["container-0"]
+        os.kill(frozen, signal.SIGCONT)
+        wait_for("container 1 to report again", lambda: {
+            c["name"]: c["state"] for c in get_json(url + "api/state")["containers"]}
+            ["container-1"].startswith("running"), timeout=30, proc=proc)
+    finally:
+        if frozen is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(frozen, signal.SIGCONT)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(90)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        reader.join(10)
+    assert proc.returncode == 0, "".join(lines)
