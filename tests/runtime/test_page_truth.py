@@ -322,3 +322,21 @@ def test_a_frozen_container_shows_as_stalled_not_idle(tmp_path: Path) -> None:
                 proc.wait()
         reader.join(10)
     assert proc.returncode == 0, "".join(lines)
+
+
+def test_no_last_commit_is_shown_before_the_first_commit() -> None:
+    """A container that has not committed yet shows 0 commits and no last commit; once it has,
+    the time since its commit ended (as the container reports it), not since the page saw it."""
+    from runtime.ui import JobView
+
+    view = JobView()
+    now = time.time()
+    view.add([("container-0", int(now * 1000) - 2000,
+               [("container", "commit-calls", {}, 0), ("container", "process-envelopes", {}, 5)])])
+    state = view.state(now=now)["containers"][0]
+    assert state["commits"] == 0 and state["last_commit_s"] is None
+    view.add([("container-0", int(now * 1000) - 1000,
+               [("container", "commit-calls", {}, 1),
+                ("container", "last-commit-ms", {}, int(now * 1000) - 21_000)])])
+    state = view.state(now=now)["containers"][0]
+    assert state["commits"] == 1 and state["last_commit_s"] == 21.0
