@@ -239,8 +239,12 @@ def _start_page(args: argparse.Namespace, runner: Any) -> Any:
         if "metrics.reporter.interval.ms" not in {**runner.app.config, **runner.config}:
             runner.config["metrics.reporter.interval.ms"] = 1000
         from runtime.local.system import LocalJob
+        from samza_dsl.config import config_value
 
-        source = ContainersSource(runner, lambda: LocalJob(runner.app, runner.config, run=False))
+        interval = config_value({**runner.app.config, **runner.config},
+                                "metrics.reporter.interval.ms") / 1000.0
+        source = ContainersSource(runner, lambda: LocalJob(runner.app, runner.config, run=False),
+                                  interval)
         plan = lambda: getattr(runner, "plan", None)  # noqa: E731
     else:
         cid = runner.config.get("job.container.id")

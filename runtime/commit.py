@@ -43,6 +43,21 @@ class Committer:
         #: commits done so far, and the nanoseconds they took
         self.commits = 0
         self.commit_ns = 0
+        #: per task, the offsets its checkpoint holds and when it was written (seconds since
+        #: the epoch; None: unknown), as ``samza-dsl status`` reads them back
+        self.committed: dict[str, dict[SSP, int]] = {}
+        self.written: dict[str, float | None] = {}
+        #: when the last commit of this container ended (seconds since the epoch)
+        self.last_commit: float | None = None
+
+    def seed(self, task_name: str, offsets: Mapping[SSP, int]) -> None:
+        """The checkpoint ``task_name`` resumes from, as if this container had written it."""
+        self.committed[task_name] = dict(offsets)
+        self.written[task_name] = self._written(task_name) if offsets else None
+
+    def _written(self, task_name: str) -> float | None:
+        written = getattr(self.checkpoints, "written", None)
+        return written(task_name) if written is not None else time.time()
 
     async def commit(self, task_name: str, offsets: Mapping[SSP, int], *,
                      has_stores: bool) -> float:
@@ -73,6 +88,9 @@ class Committer:
             checkpointed(task_name)
         if crash:
             crash("commit.done")
+        self.committed.setdefault(task_name, {}).update(offsets)
+        self.written[task_name] = self._written(task_name)
+        self.last_commit = time.time()
         self.commits += 1
         self.commit_ns += time.perf_counter_ns() - began
         return time.monotonic()

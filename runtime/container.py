@@ -196,6 +196,8 @@ class Container:
 
     async def _run(self) -> None:
         restored = {m.name: self.checkpoints.read(m.name) for m in self.task_models}
+        for name, offsets in restored.items():
+            self.committer.seed(name, offsets)
         inputs = self.job.plan.app.inputs
         for offsets in restored.values():  # side inputs refill their tables from the oldest
             for ssp in [ssp for ssp in offsets
@@ -379,36 +381,16 @@ class Container:
         names them): read where the runtime keeps them, at no cost while nothing asks."""
         tasks = list(self.tasks)
         committer = self.committer
+        last = committer.last_commit
         out: list[Sample] = [
             ("container", "process-envelopes", {}, sum(t.processed for t in tasks)),
             ("container", "commit-calls", {}, committer.commits),
             ("container", "commit-ns", {}, committer.commit_ns),
+            ("container", "last-commit-ms", {}, None if last is None else int(last * 1000)),
             ("container", "window-calls", {}, sum(t.window_calls for t in tasks)),
             ("container", "event-loop-utilization", {}, self.loop_meter.utilization()),
         ]
-        owner: dict[SSP, str] = {}
-        done: dict[SSP, int] = {}  # the next offset to complete (virtual tasks: the least)
-        for t in tasks:
-            labels = {"task": t.name}
-            out.append(("task", "messages-actually-processed", labels, t.processed))
-            out.append(("task", "messages-in-flight", labels, t.in_flight))
-            for ssp, offset in list(t.checkpoint.items()):
-                out.append(("task", "checkpointed-offset", {"task": t.name, **_ssp_labels(ssp)},
-                            offset))
-                done[ssp] = min(done.get(ssp, offset + 1), offset + 1)
-            for ssp in t.ssps:
-                owner.setdefault(ssp, t.name)
-        progress = getattr(self.consumer, "progress", None)
-        for ssp, began, end in (progress() if progress is not None else []):
-            # the next offset to process: after the last one completed, or where reading began
-            nxt = done.get(ssp, began)
-            labels = {"task": owner.get(ssp, ""), **_ssp_labels(ssp)}
-            if nxt is not None:
-                out.append(("task", "next-offset", labels, nxt))
-            if end is not None:
-                out.append(("task", "end-offset", labels, end))
-            if nxt is not None and end is not None:
-                out.append(("task", "lag", labels, max(0, end - nxt)))
+        out += self._position_samples(tasks)
         for t in tasks:  # remote tables: calls, retries and the cache, per task and table
             for client in t.remote_clients:
                 labels = {"task": t.name, "store": client.name}
@@ -422,6 +404,54 @@ class Container:
             out += [("producer", "sends", {}, producer.sends),
                     ("producer", "bytes", {}, producer.sent_bytes),
                     ("producer", "flush-ns", {}, producer.flush_ns)]
+        return out
+
+    def _position_samples(self, tasks: list[TaskInstance]) -> list[Sample]:
+        """Per task and input partition where its checkpoint is and where processing is, with
+        the one definition of lag ``samza-dsl status`` uses: end less the offset after the
+        checkpoint (what a restart would read again), and ``behind``: end less the next offset
+        to process (what this run has still to do)."""
+        committer = self.committer
+        out: list[Sample] = []
+        owner: dict[SSP, str] = {}
+        done: dict[SSP, int] = {}  # the next offset to complete (virtual tasks: the least)
+        saved: dict[SSP, int] = {}  # the offset after the checkpoint (virtual tasks: the least)
+        written: dict[SSP, float] = {}
+        for t in tasks:
+            labels = {"task": t.name}
+            out.append(("task", "messages-actually-processed", labels, t.processed))
+            out.append(("task", "messages-in-flight", labels, t.in_flight))
+            for ssp, offset in list(t.checkpoint.items()):
+                done[ssp] = min(done.get(ssp, offset + 1), offset + 1)
+            at = committer.written.get(t.name)
+            for ssp, offset in list(committer.committed.get(t.name, {}).items()):
+                if ssp not in t.ssps:
+                    continue
+                out.append(("task", "checkpointed-offset", {"task": t.name, **_ssp_labels(ssp)},
+                            offset))
+                saved[ssp] = min(saved.get(ssp, offset + 1), offset + 1)
+                if at is not None:
+                    written[ssp] = min(written.get(ssp, at), at)
+            for ssp in t.ssps:
+                owner.setdefault(ssp, t.name)
+        progress = getattr(self.consumer, "progress", None)
+        for ssp, began, end in (progress() if progress is not None else []):
+            # the next offset to process: after the last one completed, or where reading began
+            nxt = done.get(ssp, began)
+            labels = {"task": owner.get(ssp, ""), **_ssp_labels(ssp)}
+            if nxt is not None:
+                out.append(("task", "next-offset", labels, nxt))
+            if end is not None:
+                out.append(("task", "end-offset", labels, end))
+            if ssp in written:
+                out.append(("task", "checkpoint-written-ms", labels, int(written[ssp] * 1000)))
+            if end is None:
+                continue
+            if nxt is not None:
+                out.append(("task", "behind", labels, max(0, end - nxt)))
+            after = saved.get(ssp, began)
+            if after is not None:
+                out.append(("task", "lag", labels, max(0, end - after)))
         return out
 
     def status(self) -> dict[str, Any]:

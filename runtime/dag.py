@@ -113,7 +113,13 @@ def metered(fn: Callable[[Any], Any], meter: OpMeter, one: bool) -> Callable[[An
 
 
 async def _counted(awaitable: Awaitable[list[Any]], meter: OpMeter) -> list[Any]:
-    outs = await awaitable
+    # counted from here, not where the call returned: a coroutine never awaited (its task
+    # failed) runs no finally, and would stay in flight for ever
+    meter.in_flight += 1
+    try:
+        outs = await awaitable
+    finally:
+        meter.in_flight -= 1
     if outs:
         meter.n_out += len(outs)
     return outs

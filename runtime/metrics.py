@@ -7,8 +7,9 @@ Names follow Samza's where Samza has them (docs/operations.md lists them all):
   ``event-loop-utilization``;
 - task: ``messages-actually-processed``, ``messages-in-flight``, and per input partition
   ``checkpointed-offset``, ``next-offset``, ``end-offset`` and ``lag``;
-- operator: ``messages-in``, ``messages-out``, ``handle-ns``; windows also ``panes-emitted`` and
-  ``late-messages-dropped``;
+- operator: ``messages-in``, ``messages-out``, ``messages-in-flight`` (its own calls that went
+  async and have not completed), ``handle-ns``; windows also ``panes-emitted`` and
+  ``late-messages-dropped`` (the task's own);
 - store: ``gets``, ``puts``, ``deletes``, ``bytes``, ``restore-entries``, ``restore-ns``; a
   remote table: ``remote-calls``, ``remote-retries``, ``remote-failures``,
   ``remote-cache-hits``, ``remote-cache-misses``;
@@ -99,13 +100,15 @@ class OpMeter:
     """One operator's numbers in one task: messages in and out, and the time of the sampled
     calls of its own function (not of what runs downstream of it)."""
 
-    __slots__ = ("op_id", "task", "n_in", "n_out", "ns", "timed", "window")
+    __slots__ = ("op_id", "task", "n_in", "n_out", "ns", "timed", "window", "in_flight")
 
     def __init__(self, op_id: str, task: str) -> None:
         self.op_id = op_id
         self.task = task
         self.n_in = 0
         self.n_out = 0
+        #: calls of this operator that went async and have not completed
+        self.in_flight = 0
         self.ns = 0
         self.timed = 0
         #: the window operator, for its panes
@@ -163,14 +166,15 @@ class Metrics:
             if m.window is None:
                 out.append(("operator", "messages-out", labels, m.n_out))
             else:  # a window's outputs are its panes, whenever they fire, and late messages
-                late = self._counters.get(m.op_id + ".late-messages-dropped")
-                sent = self._counters.get(m.op_id + ".late-messages-sent")
+                # this task's own late messages (the registry's counters are the container's)
+                tracker = getattr(m.window, "late_tracker", None)
+                late = tracker.total if tracker is not None else 0
+                sent = late if tracker is not None and tracker.late_to else 0
                 panes = m.window.panes_emitted
-                out.append(("operator", "messages-out", labels,
-                            panes + (sent.value if sent is not None else 0)))
+                out.append(("operator", "messages-out", labels, panes + sent))
                 out.append(("operator", "panes-emitted", labels, panes))
-                out.append(("operator", "late-messages-dropped", labels,
-                            late.value if late is not None else 0))
+                out.append(("operator", "late-messages-dropped", labels, late - sent))
+            out.append(("operator", "messages-in-flight", labels, m.in_flight))
             out.append(("operator", "handle-ns", labels, m.handle_ns))
         for name, c in list(self._counters.items()):
             out.append(("user", name, {}, c.value))

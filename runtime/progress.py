@@ -19,10 +19,55 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-__all__ = ["ProgressDisplay", "status_row", "RATE_WINDOW_S"]
+__all__ = ["ProgressDisplay", "status_row", "RATE_WINDOW_S", "stall_after", "stall_lags",
+           "stall_text", "checkpoint_positions"]
 
 RATE_WINDOW_S = 5.0
 _CHECKPOINTS_SHOWN = 6
+#: a container silent this long (at least; 5 reporting intervals) while its inputs lag is stalled
+STALL_MIN_S = 5.0
+
+
+def stall_after(interval_s: float) -> float:
+    """How long a container may send nothing before it counts as stalled (if its inputs lag)."""
+    return max(STALL_MIN_S, 5 * interval_s)
+
+
+def checkpoint_positions(container: Any) -> list[list[Any]]:
+    """``[stream, partition, offset after the checkpoint]`` per partition the container's tasks
+    read (where reading began, for one with no checkpoint): what its lag counts from."""
+    began = {ssp: start for ssp, start, _ in (container.consumer.progress()
+                                               if hasattr(container.consumer, "progress")
+                                               else [])}
+    out: dict[Any, int] = {}
+    for t in container.tasks:
+        committed = container.committer.committed.get(t.name, {})
+        for ssp in t.ssps:
+            after = committed[ssp] + 1 if ssp in committed else began.get(ssp)
+            if after is not None:
+                out[ssp] = min(out.get(ssp, after), after)
+    return [[ssp.stream_id, ssp.partition, n] for ssp, n in sorted(out.items())]
+
+
+def stall_lags(positions: Any, end_of: Any) -> dict[str, int]:
+    """``{"stream:partition": lag}`` of the partitions that lag (end offset ``end_of(stream,
+    partition)``, None where unknown, less the offset after the checkpoint)."""
+    out: dict[str, int] = {}
+    for sid, p, after in positions or []:
+        end = end_of(sid, int(p))
+        if end is not None and end > after:
+            out[f"{sid}:{p}"] = end - after
+    return out
+
+
+def stall_text(name: str, pid: int | None, silent_s: float, lags: Mapping[str, int]) -> str:
+    """One line: which container stalled, its pid, its partitions and their lag."""
+    parts = ", ".join(f"{sp} lag {n:,}" for sp, n in sorted(lags.items()))
+    where, resume = (f"{name} (pid {pid})", f"`kill -CONT {pid}` resumes a stopped one, "
+                     ) if pid is not None else (name, "")
+    return (f"{where} is stalled: no report for {silent_s:.0f} s while its partitions lag "
+            f"({parts}; lag = end offset - checkpoint); it may be stopped (SIGSTOP) or stuck: "
+            f"{resume}Ctrl-C stops the run")
 
 
 def _positions(checkpoints: Mapping[str, Mapping[str, int]]) -> str:
@@ -73,7 +118,8 @@ def status_row(container: Any, plan: Any, *, late: int | None, follow: bool,
     return {"messages": int(s["messages"]), "in_flight": int(s["in_flight"]), "late": late,
             "checkpoint": _positions(s["checkpoints"]), "done": bool(s["done"]),
             "waiting": _waits_for(container, plan, follow, containers),
-            "at": time.monotonic(), "started": container.started}
+            "at": time.monotonic(), "started": container.started,
+            "positions": checkpoint_positions(container)}
 
 
 class ProgressDisplay:

@@ -38,7 +38,8 @@ REPORTERS = ("prometheus", "snapshot", "json")
 
 #: metrics that go up and down (Prometheus gauges); every other runtime metric only grows
 GAUGES = frozenset({"event-loop-utilization", "messages-in-flight", "checkpointed-offset",
-                    "next-offset", "end-offset", "lag", "bytes"})
+                    "next-offset", "end-offset", "lag", "behind", "checkpoint-written-ms",
+                    "last-commit-ms", "bytes"})
 
 _log = logging.getLogger("samza_dsl.metrics")
 

@@ -247,7 +247,9 @@ class LocalRunner(LateCounts):
         self._state = "running"  # every container process is there
         failed: list[int] = []
         forwarded = False
-        shown = _ContainerRows(self.progress, n, self.plan.config)
+        ends = _LogEnds(self.app, self.config) if self.local else None
+        shown = _ContainerRows(self.progress, n, self.plan.config,
+                               ends.end_of if ends is not None else None)
         self._totals = shown.totals
         grace = int(config_value(self.plan.config, "task.shutdown.ms")) / 1000.0
         kill_at = float("inf")
@@ -283,6 +285,8 @@ class LocalRunner(LateCounts):
         failed += [i for i, p in enumerate(procs) if i not in failed
                    and _failed(p.exitcode, forwarded)]
         shown.take(queue, procs, forwarded, final=True)
+        if ends is not None:
+            ends.close()
         for i, p in enumerate(procs):
             if p.exitcode == -signal.SIGTERM and i not in failed:
                 # the stop it was sent came before its loop could take it, or after: what it
@@ -651,12 +655,39 @@ class _Totals:
             self.counters[name] = self.counters.get(name, 0) + n
 
 
+class _LogEnds:
+    """End offsets of the job's partitions in its local log, opened read-only when first asked
+    (only while a container seems stalled)."""
+
+    def __init__(self, app: StreamApplication, config: Mapping[str, Any]) -> None:
+        self.app = app
+        self.config = config
+        self._job: Any = None
+
+    def end_of(self, stream_id: str, partition: int) -> int | None:
+        if self._job is None:
+            from runtime.local.system import LocalJob
+
+            self._job = LocalJob(self.app, self.config, run=False)
+        job = self._job
+        if stream_id not in job.physical:
+            return None
+        log = job.log_of(job.stream_system[stream_id])
+        return int(log.end_offset(job.physical[stream_id], partition))
+
+    def close(self) -> None:
+        if self._job is not None:
+            self._job.close()
+            self._job = None
+
+
 class _ContainerRows:
     """The parent's side of a run of several container processes: their progress rows, one each,
     drawn when there is a display, and the totals each sends as it ends."""
 
-    def __init__(self, stream: Any, n: int, config: Mapping[str, Any]) -> None:
-        from runtime.progress import ProgressDisplay
+    def __init__(self, stream: Any, n: int, config: Mapping[str, Any],
+                 end_of: Callable[[str, int], int | None] | None = None) -> None:
+        from runtime.progress import ProgressDisplay, stall_after
 
         self.display = ProgressDisplay(stream) if stream is not None else None
         self.rows: dict[str, dict[str, Any]] = {f"container {i} of {n}": {"state": "starting"}
@@ -664,6 +695,12 @@ class _ContainerRows:
         self.interval = max(int(config.get("task.progress.ms", 1000)), 50) / 1000.0
         self.next = time.monotonic() + self.interval
         self.totals = _Totals()
+        #: a partition's end offset now (None: unknown), for the lag of a silent container
+        self.end_of = end_of
+        self.stall_s = stall_after(self.interval)
+        #: when each container's last row came; the containers warned about as stalled
+        self.heard: dict[str, float] = {}
+        self.stalled: set[str] = set()
 
     def take(self, queue: Any, procs: Sequence[Any], stopped: bool,
              final: bool = False) -> None:
@@ -680,6 +717,9 @@ class _ContainerRows:
                 self.totals.add(data)
             else:
                 self.rows[name] = data
+                self.heard[name] = time.monotonic()
+                self.stalled.discard(name)
+        shown = self._stalls(procs)
         if self.display is None:
             return
         n = len(procs)
@@ -691,16 +731,42 @@ class _ContainerRows:
                 self.rows[name] = {"state": f"stopped by signal {-p.exitcode}"}
         if final or time.monotonic() >= self.next:
             self.next = time.monotonic() + self.interval
-            self.display.update(self.rows, final=final)
+            self.display.update({**self.rows, **shown}, final=final)
         if final:
             self.display.close()
+
+    def _stalls(self, procs: Sequence[Any]) -> dict[str, dict[str, Any]]:
+        """The rows of the containers that are alive but have sent nothing for ``stall_s``
+        while their partitions lag: shown as stalled, with a warning once a stall."""
+        from runtime.progress import stall_lags, stall_text
+
+        out: dict[str, dict[str, Any]] = {}
+        now = time.monotonic()
+        n = len(procs)
+        for i, p in enumerate(procs):
+            name = f"container {i} of {n}"
+            heard = self.heard.get(name)
+            row = self.rows.get(name, {})
+            if self.end_of is None or heard is None or not p.is_alive() or row.get("done") \
+                    or now - heard < self.stall_s:
+                continue
+            lags = stall_lags(row.get("positions"), self.end_of)
+            if not lags:
+                continue
+            text = stall_text(f"container {i}", p.pid, now - heard, lags)
+            out[name] = {"state": text}
+            if name not in self.stalled:
+                self.stalled.add(name)
+                print(f"warning: {text}", file=sys.stderr, flush=True)
+        return out
 
 
 def _container_main(app: StreamApplication, config: Mapping[str, Any], follow: bool,
                     skip: Mapping[str, Mapping[int, set[int]]] | None = None,
                     queue: Any = None, progress: bool = False) -> None:
     """A forked container process: runs its share of the tasks, sends its progress rows to the
-    parent (with ``progress``) and, once done, what it read, where it resumed and its counters,
+    parent (drawn there with ``progress``; without, they still tell it the container lives) and,
+    once done, what it read, where it resumed and its counters,
     for the run's summary. (A local log it opens is opened afresh: ``LocalLog`` never uses
     handles inherited across a fork.)"""
     import faulthandler
@@ -708,7 +774,7 @@ def _container_main(app: StreamApplication, config: Mapping[str, Any], follow: b
     faulthandler.register(_STACKS_SIGNAL, file=2, all_threads=True)  # fd 2: whatever is on it
     runner = LocalRunner(app, config, follow=follow, skip=skip)
     runner._forked = True
-    if progress:
+    if queue is not None:  # with no display too: the parent tells a stalled container by them
         runner._report_to = _RowsTo(queue)
     runner.run()
     for sig in _STOP_SIGNALS:  # done: a stop that comes now changes nothing (_ContainerLoop)

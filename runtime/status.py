@@ -16,6 +16,10 @@
   and the offsets its changelog spans (end less start offset, over its partitions; compaction
   may leave fewer records).
 - **Generation** and **elasticity factor** of the last run (``runtime.job``, ``runtime.elastic``).
+- **Metrics**: on the local system, where the job reports to its snapshot stream
+  (``metrics.reporters=snapshot``; ``run --containers N --ui`` turns it on), the last snapshot of
+  each container of its last run: user messages processed and late messages dropped per window,
+  the numbers the job page and the Prometheus endpoint give.
 
 ``status_json`` is the ``--json`` shape (``docs/operations.md`` documents it; ``version`` says
 which); ``status_text`` the human one. Nothing here writes to the job's files or topics.
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import json
 import logging
 import os
 import re
@@ -35,7 +40,7 @@ from typing import Any
 from runtime import checkpoints
 from runtime.job import SSP, JobModel, build_job_model
 from runtime.job_lock import lock_dir, lock_holders
-from runtime.jobdir import task_dir
+from runtime.jobdir import metrics_stream, task_dir
 from samza_dsl.config import config_value
 from samza_dsl.errors import SamzaError
 
@@ -131,6 +136,65 @@ def store_rows(job: JobModel, root: str, changelog: Callable[[str], tuple[str, i
     return rows
 
 
+#: records read back from the end of each partition of the job's snapshot stream, at most
+_SNAPSHOTS_READ = 2000
+
+
+def _snapshots(log: Any, stream: str) -> dict[str, dict[str, Any]]:
+    """The latest snapshot record of each container in the job's snapshot stream."""
+    latest: dict[str, dict[str, Any]] = {}
+    for p in range(log.partitions(stream) or 0):
+        end = log.end_offset(stream, p)
+        pos = max(log.start_offset(stream, p), end - _SNAPSHOTS_READ)
+        while pos < end:
+            first, records = log.read(stream, p, pos, 1024)
+            if not records:
+                break
+            pos = first + len(records)
+            for _, value, _ in records:
+                try:
+                    data = json.loads(value or b"null")
+                except ValueError:  # not a snapshot: the stream is the job's, but data
+                    continue
+                if not isinstance(data, dict) or not isinstance(data.get("metrics"), list):
+                    continue
+                header = data.get("header") or {}
+                name = str(header.get("container-name", ""))
+                old = latest.get(name)
+                if old is None or header.get("time", 0) >= old["header"].get("time", 0):
+                    latest[name] = {"header": header, "metrics": data["metrics"]}
+    return latest
+
+
+def last_metrics(log: Any, stream: str, now: float | None = None) -> dict[str, Any] | None:
+    """User messages processed and late messages dropped per window, summed over the last
+    snapshot of each container of the job's last run in its snapshot stream; None when there
+    is none."""
+    latest = _snapshots(log, stream)
+    if not latest:
+        return None
+    # a container of an earlier run last reported before the last run's containers started
+    began = max(int(d["header"].get("reset-time", 0)) for d in latest.values())
+    run = {n: d for n, d in latest.items() if int(d["header"].get("time", 0)) >= began}
+    processed = 0
+    late: dict[str, int] = {}
+    for d in run.values():
+        for m in d["metrics"]:
+            value = m.get("value") if isinstance(m, dict) else None
+            if not isinstance(value, int) or isinstance(value, bool):
+                continue
+            what = (m.get("group"), m.get("name"))
+            if what == ("container", "process-envelopes"):
+                processed += value
+            elif what == ("operator", "late-messages-dropped"):
+                op = str((m.get("labels") or {}).get("operator", ""))
+                late[op] = late.get(op, 0) + value
+    as_of = max(int(d["header"].get("time", 0)) for d in run.values()) / 1000.0
+    return {"stream": stream, "containers": sorted(run), "as_of": as_of,
+            "age_seconds": round(max(0.0, (now or time.time()) - as_of), 3),
+            "processed": processed, "late_dropped": dict(sorted(late.items()))}
+
+
 def _model(plan: Any, counts: Mapping[str, int], factor: int | None) -> JobModel:
     """The job's tasks as the last run had them (its elasticity factor), else as configured."""
     return build_job_model(plan, counts, factor or config_value(plan.config,
@@ -177,7 +241,8 @@ def local_status(job: Any, now: float | None = None) -> dict[str, Any]:
         "containers": conts, "locks": locks, "containers_note": None,
         "checkpoints": {"where": f"{log.path} (metadata checkpoint/{job.job_name}/<task>)",
                         "last_written": max(written, default=None)},
-        "partitions": rows, "stores": store_rows(model, job.root, changelog)}
+        "partitions": rows, "stores": store_rows(model, job.root, changelog),
+        "metrics": last_metrics(job.log_of(job.main_system), metrics_stream(job.job_name), now)}
 
 
 async def kafka_status(app: Any, config: Mapping[str, Any], *, app_ref: str = "APP",
@@ -248,7 +313,7 @@ async def _kafka_status(app: Any, config: Mapping[str, Any], app_ref: str, timeo
         "containers": conts, "locks": locks, "containers_note": note,
         "checkpoints": {"where": f"topic {topic}", "last_written": last},
         "partitions": partitions(model, cp.data, bounds, cp.timestamps, now=now),
-        "stores": store_rows(model, root, changelog)}
+        "stores": store_rows(model, root, changelog), "metrics": None}
 
 
 def _age(seconds: float | None) -> str:
@@ -296,6 +361,12 @@ def status_text(s: Mapping[str, Any]) -> str:
                          "-" if r["checkpointed_offset"] is None
                          else _age(r["checkpoint_age_seconds"])])
         lines += ["partitions:", *_table(rows)]
+    m = s.get("metrics")
+    if m:
+        late = ", ".join(f"{op} {n:,}" for op, n in m["late_dropped"].items()) or "none"
+        lines.append(f"metrics (the last snapshot of {', '.join(m['containers'])} in "
+                     f"{m['stream']}, {_age(m['age_seconds'])} ago): processed "
+                     f"{m['processed']:,}; late dropped: {late}")
     if s["stores"]:
         lines.append("stores:")
         for st in s["stores"]:

@@ -123,7 +123,8 @@ class TaskInstance:
         self._adopting = False
         self._adopted: tuple[list[Any], list[Awaitable[None]]] | None = None
         self.checkpoint: dict[SSP, int] = {}  # last fully processed offset per partition
-        self.processed = 0
+        self.processed = 0  # user messages (control records are not counted)
+        self.records = 0  # every record handed out, control records too
         #: user messages handed out per stream this run (records less control records)
         self.read: dict[str, int] = {}
 
@@ -1017,6 +1018,7 @@ class TaskInstance:
                 del boot[ssp]  # read to its end as of the start
         self.inbox_size -= n
         self.processed += n
+        self.records += n
         self._handing_out = False
         return n
 
@@ -1175,8 +1177,9 @@ class TaskInstance:
     def _control(self, ssp: SSP, m: Any) -> bool:
         """Take a control record; True when it counts as processed at its offset (every record
         but the end of a bounded input, which a resumed run must see again)."""
-        read = self.read  # a control record is no user message
+        read = self.read  # a control record is no user message: neither read nor processed
         read[ssp.stream_id] = read.get(ssp.stream_id, 0) - 1
+        self.processed -= 1
         if type(m) is Skipped:
             return True
         if type(m) is EndOfStream:

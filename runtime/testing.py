@@ -150,7 +150,7 @@ def run_container(container: Container, timeout: float | None = None, *,
     def progress() -> tuple[int, ...]:
         tasks = container.tasks
         out = sum(len(p) for parts in broker.streams.values() for p in parts) if broker else 0
-        return (sum(t.processed for t in tasks), sum(t.in_flight for t in tasks),
+        return (sum(t.records for t in tasks), sum(t.in_flight for t in tasks),
                 container.commits, out)
 
     async def main() -> None:

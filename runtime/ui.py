@@ -5,9 +5,11 @@ registry (a run of several containers on the local system: from the snapshot str
 stream ``<job>-metrics`` in its local log, or from its Prometheus endpoint (``--from URL``).
 
 The page draws the plan's DAG (the drawing of ``samza-dsl plan --format svg``) and annotates each
-operator with its rate, the messages in flight in its tasks, its mean handle time and its late
-drops; each input and intermediate stream with its lag. Below it: a lag chart per input partition
-over the last five minutes, the checkpoint age and the containers. It updates itself once a
+operator with its rate, its own calls in flight (where it has some), its mean handle time and its
+late drops; each input and intermediate stream with its lag. Below it: a lag chart per input
+partition over the last five minutes, the checkpoint age and the containers. Lag is what
+``samza-dsl status`` calls lag: end offset less the offset after the checkpoint; ``behind`` is
+end offset less the next offset to process (docs/operations.md). It updates itself once a
 second from server-sent events (``/events``); ``/api/state`` is the same state as JSON and
 ``/plan.svg`` the drawing.
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import threading
 import time
 import urllib.request
@@ -29,11 +32,14 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from runtime.metrics import Sample
+from runtime.progress import stall_after, stall_lags, stall_text
 from samza_dsl.errors import SamzaError
 
 __all__ = ["JobView", "RunnerSource", "StreamSource", "PrometheusSource", "ContainersSource",
            "UIServer",
            "parse_address", "HISTORY_S"]
+
+_log = logging.getLogger("samza_dsl.ui")
 
 #: how far back the lag charts go
 HISTORY_S = 300.0
@@ -164,11 +170,15 @@ class ContainersSource:
 
     kind = "containers"
 
-    def __init__(self, runner: Any, open_job: Callable[[], Any]) -> None:
+    def __init__(self, runner: Any, open_job: Callable[[], Any],
+                 interval_s: float = INTERVAL_S) -> None:
         self.runner = runner
         self.open_job = open_job  # the job's local log, opened read-only (a ``LocalJob``)
         self._job: Any = None
         self._stream: StreamSource | None = None
+        #: each container's latest snapshot: (time in s, its samples)
+        self.latest: dict[str, tuple[float, list[Sample]]] = {}
+        self.stall_s = stall_after(interval_s)
 
     def poll(self) -> list[Snapshot]:
         if self._stream is None:
@@ -177,14 +187,47 @@ class ContainersSource:
             self._job = self.open_job()
             self._stream = StreamSource(self._job.log_of(self._job.main_system),
                                         f"{self._job.job_name}-metrics")
-        return self._stream.poll()
+        snaps = self._stream.poll()
+        for name, t, samples in snaps:
+            if name not in self.latest or self.latest[name][0] <= t / 1000:
+                self.latest[name] = (t / 1000, samples)
+        return snaps
 
     def containers(self) -> dict[str, str]:
         out: dict[str, str] = {}
         for i, proc in enumerate(self.runner.status().get("containers", [])):
-            out[f"container-{i}"] = f"running (pid {proc['pid']})" if proc["alive"] else \
+            name = f"container-{i}"
+            out[name] = f"running (pid {proc['pid']})" if proc["alive"] else \
                 f"exited ({proc['exit_code']})"
+            if proc["alive"]:
+                out[name] = self._stalled(name, proc["pid"]) or out[name]
         return out
+
+    def _stalled(self, name: str, pid: int) -> str | None:
+        """``stalled ...`` for a container that has written no snapshot for ``stall_s`` while
+        its partitions lag (their end offsets now, against its last snapshot's checkpoints)."""
+        last = self.latest.get(name)
+        job = self._job
+        if last is None or job is None or time.time() - last[0] < self.stall_s:
+            return None
+        ends: dict[tuple[str, int], Any] = {}
+        for group, metric, labels, value in last[1]:
+            if group == "task" and metric in ("end-offset", "lag"):
+                key = (labels.get("stream", ""), int(labels.get("partition", "0")))
+                ends.setdefault(key, {})[metric] = value
+        # the offset after the checkpoint: the end then, less the lag then
+        positions = [[sid, p, v["end-offset"] - v["lag"]] for (sid, p), v in ends.items()
+                     if "end-offset" in v and "lag" in v]
+
+        def end_of(sid: str, p: int) -> int | None:
+            if sid not in job.physical:
+                return None
+            return int(job.log_of(job.stream_system[sid]).end_offset(job.physical[sid], p))
+
+        lags = stall_lags(positions, end_of)
+        if not lags:
+            return None
+        return stall_text(name, pid, time.time() - last[0], lags)
 
     def close(self) -> None:
         if self._job is not None:
@@ -195,11 +238,26 @@ class ContainersSource:
 _GROUPS = ("container", "task", "operator", "store", "producer", "user")
 
 
-def prometheus_samples(text: str) -> list[Snapshot]:
+def _partition_label_ok(metric: str, labels: Mapping[str, str], warned: set[Any]) -> bool:
+    """Whether a sample's ``partition`` label, if any, is a partition number; a sample with
+    another is left out (a warning once per metric and label), not the whole scrape."""
+    p = labels.get("partition")
+    if p is None or (p.isascii() and p.isdigit()):
+        return True
+    if (metric, p) not in warned:
+        warned.add((metric, p))
+        _log.warning("job page: skipped the samples of %s with partition=%r: a partition label "
+                     "must be a partition number; fix the exporter that writes it", metric, p)
+    return False
+
+
+def prometheus_samples(text: str, warned: set[Any] | None = None) -> list[Snapshot]:
     """Snapshots, one per container, from a Prometheus text exposition: ``samza_<group>_<name>``
-    (``-`` as ``_``) with labels job, container, task, operator, stream, partition, store."""
+    (``-`` as ``_``) with labels job, container, task, operator, stream, partition, store.
+    ``warned``: the (metric, label) pairs already warned about."""
     from prometheus_client.parser import text_string_to_metric_families
 
+    warned = set() if warned is None else warned
     by: dict[str, list[Sample]] = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
@@ -211,6 +269,8 @@ def prometheus_samples(text: str) -> list[Snapshot]:
             if group not in _GROUPS or not metric:
                 continue
             labels = dict(s.labels)
+            if not _partition_label_ok(name, labels, warned):
+                continue
             container = labels.pop("container", "container")
             labels.pop("job", None)
             by.setdefault(container, []).append((group, metric.replace("_", "-"), labels,
@@ -229,6 +289,7 @@ class PrometheusSource:
         self.timeout = timeout
         self.seen: dict[str, str] = {}
         self.error: str | None = None
+        self._warned: set[Any] = set()
 
     def poll(self) -> list[Snapshot]:
         try:
@@ -239,7 +300,7 @@ class PrometheusSource:
             self.seen = {k: "not answering" for k in self.seen}
             return []
         self.error = None
-        snaps = prometheus_samples(text)
+        snaps = prometheus_samples(text, self._warned)
         self.seen = {name: "up" for name, _, _ in snaps}
         return snaps
 
@@ -272,9 +333,6 @@ class JobView:
         self._rate: dict[tuple[str, str, str], tuple[float, float | None]] = {}
         #: (stream, partition) -> (time s, lag)
         self.history: dict[tuple[str, str], deque[tuple[float, int]]] = {}
-        #: (stream, partition) -> (checkpointed offset, when it last moved)
-        self._checkpoint: dict[tuple[str, str], tuple[Any, float]] = {}
-        self._commits: dict[str, tuple[Any, float]] = {}
         self._proc_prev: dict[str, tuple[float, float]] = {}
         self._proc_rate: dict[str, float] = {}
 
@@ -300,15 +358,6 @@ class JobView:
                 h.append((t, int(value)))
                 while h and h[0][0] < t - HISTORY_S:
                     h.popleft()
-            elif group == "task" and name == "checkpointed-offset":
-                sp = (labels.get("stream", ""), labels.get("partition", ""))
-                old = self._checkpoint.get(sp)
-                if old is None or old[0] != value:
-                    self._checkpoint[sp] = (value, t)
-            elif group == "container" and name == "commit-calls":
-                old_c = self._commits.get(container)
-                if old_c is None or old_c[0] != value:
-                    self._commits[container] = (value, t)
             elif group == "container" and name == "process-envelopes":
                 prev = self._proc_prev.get(container)
                 if prev is not None and t > prev[0]:
@@ -329,20 +378,16 @@ class JobView:
               ) -> dict[str, Any]:
         now = time.time() if now is None else now
         ops: dict[str, dict[str, Any]] = {}
-        in_flight_of: dict[tuple[str, str], float] = {}
         lag: dict[tuple[str, str], dict[str, Any]] = {}
-        for container, (_, samples) in self.latest.items():
+        for _, samples in self.latest.values():
             for group, name, labels, value in samples:
                 if not isinstance(value, int | float):
                     continue
-                if group == "task" and name == "messages-in-flight":
-                    in_flight_of[(container, labels.get("task", ""))] = value
-                elif group == "task" and name in ("lag", "next-offset", "end-offset",
-                                                  "checkpointed-offset"):
+                if group == "task" and name in ("lag", "behind", "next-offset", "end-offset",
+                                                "checkpoint-written-ms"):
                     sp = (labels.get("stream", ""), labels.get("partition", ""))
                     lag.setdefault(sp, {})[name] = value
         for container, (_, samples) in self.latest.items():
-            tasks_of: dict[str, set[str]] = {}
             for group, name, labels, value in samples:
                 if group != "operator" or not isinstance(value, int | float):
                     continue
@@ -356,15 +401,14 @@ class JobView:
                     if handle is not None:
                         o["_h"][0] += handle * rate
                         o["_h"][1] += rate
-                    tasks_of.setdefault(op, set()).add(task)
+                elif name == "messages-in-flight":
+                    o["in_flight"] += value
                 elif name == "messages-out":
                     o["out"] += value
                 elif name == "late-messages-dropped":
                     o["late"] += value
                 elif name == "handle-ns":
                     o["handle_ns"] += value
-            for op, tasks in tasks_of.items():
-                ops[op]["in_flight"] += sum(in_flight_of.get((container, t), 0) for t in tasks)
         for o in ops.values():
             h = o.pop("_h")
             if h[1] > 0:
@@ -377,36 +421,36 @@ class JobView:
         if self.plan is not None:
             kinds = {sid: s.kind for sid, s in self.plan.streams.items()}
         for (sid, _p), v in lag.items():
-            s = streams.setdefault(sid, {"lag": 0, "kind": kinds.get(sid, "input"),
+            s = streams.setdefault(sid, {"lag": 0, "behind": 0, "kind": kinds.get(sid, "input"),
                                          "partitions": 0})
             s["lag"] += int(v.get("lag", 0))
+            s["behind"] += int(v.get("behind", 0))
             s["partitions"] += 1
         partitions = []
         ages = []
         for (sid, p), v in sorted(lag.items(), key=lambda kv: (kv[0][0], int(kv[0][1] or 0))):
-            cp = self._checkpoint.get((sid, p))
-            age = None
-            if cp is not None:
-                # checkpointed-offset is the last offset processed: caught up at next - 1
-                behind = v.get("next-offset") is not None and \
-                    v.get("checkpointed-offset", -1) + 1 < v["next-offset"]
-                age = max(0.0, now - cp[1]) if behind else 0.0
+            # the age of the checkpoint as ``samza-dsl status`` gives it: since it was written
+            written = v.get("checkpoint-written-ms")
+            age = None if written is None else round(max(0.0, now - written / 1000.0), 1)
+            if age is not None:
                 ages.append(age)
             hist = self.history.get((sid, p), deque())
             partitions.append({"stream": sid, "partition": p, "kind": kinds.get(sid, "input"),
-                               "lag": int(v.get("lag", 0)), "checkpoint_age_s": age,
+                               "lag": int(v.get("lag", 0)), "behind": int(v.get("behind", 0)),
+                               "checkpoint_age_s": age,
                                "history": [[round(t - now, 1), n] for t, n in hist]})
         conts = []
         given = dict(containers or {})
         for name in sorted(set(self.latest) | set(given)):
             t_ms, samples = self.latest.get(name, (0, []))
             values = {n: v for g, n, labels, v in samples if g == "container"}
-            commit = self._commits.get(name)
+            commit = values.get("last-commit-ms")
             conts.append({"name": name, "state": given.get(name, ""),
                           "processed": values.get("process-envelopes"),
                           "rate": round(self._proc_rate.get(name, 0.0), 1),
                           "commits": values.get("commit-calls"),
-                          "last_commit_s": round(now - commit[1], 1) if commit else None,
+                          "last_commit_s": (round(max(0.0, now - commit / 1000.0), 1)
+                                            if isinstance(commit, int | float) else None),
                           "utilization": values.get("event-loop-utilization"),
                           "reported_s": round(now - t_ms / 1000.0, 1) if t_ms else None})
         return {"job": self.job, "time": int(now * 1000),
@@ -501,7 +545,7 @@ class UIServer:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         self._tick = asyncio.Condition()
-        app = web.Application()
+        app = web.Application(middlewares=[self._host_check()])
         app.router.add_get("/", self._page)
         app.router.add_get("/events", self._events)
         app.router.add_get("/api/state", self._api_state)
@@ -554,6 +598,34 @@ class UIServer:
         if err:
             state["error"] = err
         self._state = state
+
+    def allowed_hosts(self) -> set[str]:
+        """The names the page is served as: a request for any other (a name an attacker's DNS
+        points at 127.0.0.1, to read the page from a page of theirs) is refused."""
+        names = {"127.0.0.1", "localhost", "::1", self.host.lower()}
+        return {n for n in names if n and n not in ("0.0.0.0", "::")}
+
+    @staticmethod
+    def _host_name(header: str) -> str:
+        """The host name of a ``Host`` header, without its port or an IPv6 address's brackets."""
+        header = header.strip().lower()
+        if header.startswith("["):
+            return header[1:header.find("]")] if "]" in header else header
+        return header.rpartition(":")[0] if header.count(":") == 1 else header
+
+    def _host_check(self) -> Any:
+        from aiohttp import web
+
+        @web.middleware
+        async def check_host(request: Any, handler: Any) -> Any:
+            host = request.headers.get("Host", "")
+            if self._host_name(host) not in self.allowed_hosts():
+                return web.Response(
+                    status=421, text=f"the job page answers only as "
+                    f"{', '.join(sorted(self.allowed_hosts()))}, not as Host {host!r}: open it "
+                    f"at {self.url or 'the address samza-dsl printed'}\n")
+            return await handler(request)
+        return check_host
 
     # -- routes (GET only: the page changes nothing) --------------------------------------------
 
@@ -663,12 +735,14 @@ th:first-child,td:first-child{text-align:left;white-space:normal;word-break:brea
 <main>
 <section><h2>Plan</h2><div id="dag" class="mute">waiting for the plan…</div></section>
 <section>
-<h2>Lag per input partition (last 5 minutes)</h2><div id="charts" class="mute">–</div>
+<h2>Lag per input partition (end − checkpoint, last 5 minutes)</h2><div id="charts" class="mute">–</div>
 <h2>Operators</h2>
 <table id="ops"><thead><tr><th>operator</th><th>msg/s</th><th>in</th><th>out</th>
 <th>in flight</th><th>handle µs</th><th>late</th></tr></thead><tbody></tbody></table>
 <h2>Streams</h2>
-<table id="streams"><thead><tr><th>stream</th><th>kind</th><th>partitions</th><th>lag</th></tr>
+<table id="streams"><thead><tr><th>stream</th><th>kind</th><th>partitions</th>
+<th title="end offset − checkpointed offset">lag</th>
+<th title="end offset − next offset to process">behind</th></tr>
 </thead><tbody></tbody></table>
 <h2>Containers</h2>
 <table id="conts"><thead><tr><th>container</th><th>state</th><th>msg/s</th><th>processed</th>
@@ -692,6 +766,10 @@ function badge(parent,key,x,y,lines,cls){
  g.querySelectorAll("text").forEach(t=>t.remove());
  let w=0;lines.forEach((ln,i)=>{const t=el("text",{x:x+3,y:y+9+i*10});t.textContent=ln[0];
   if(ln[1])t.setAttribute("class",ln[1]);g.appendChild(t);w=Math.max(w,t.getComputedTextLength())});
+ // a badge at the drawing's right edge moves left, into the drawing, rather than be cut
+ const vb=parent.ownerSVGElement&&parent.ownerSVGElement.viewBox.baseVal;
+ if(vb&&vb.width&&x+w+6>vb.width-8){const dx=vb.width-8-w-6-x;x+=dx;
+  g.querySelectorAll("text").forEach(t=>t.setAttribute("x",Number(t.getAttribute("x"))+dx))}
  const r=g.querySelector("rect");r.setAttribute("x",x);r.setAttribute("y",y);
  r.setAttribute("width",w+6);r.setAttribute("height",lines.length*10+3);
  g.classList.toggle("late",lines.some(l=>l[1]==="l"));return g}
@@ -700,7 +778,7 @@ function annotate(s){
  const root=document.querySelector("#dag svg g.graph");if(!root)return;
  for(const [op,o] of Object.entries(s.operators||{})){
   const node=document.getElementById(op);if(!node)continue;const b=node.getBBox();
-  const lines=[[fmt(o.rate)+"/s · "+fmt(o.in_flight)+" in flight · "+(o.handle_us==null?"–":fmt(o.handle_us))+" µs"]];
+  const lines=[[fmt(o.rate)+"/s · "+(o.in_flight?fmt(o.in_flight)+" in flight · ":"")+(o.handle_us==null?"–":fmt(o.handle_us))+" µs"]];
   if(o.late)lines.push(["late dropped "+fmt(o.late),"l"]);
   const g=badge(root,op,b.x+b.width-4,b.y+b.height-4,lines);g.dataset.op=op}
  const edges={};root.querySelectorAll("g.edge").forEach(e=>{edges[titleOf(e)]=e});
@@ -726,7 +804,8 @@ function chart(p){
   '<line x1="0" y1="'+(H-1)+'" x2="'+W+'" y2="'+(H-1)+'" stroke="#d1d9e0"/>'+
   (area?'<path d="'+area+'" fill="#8250df" fill-opacity=".12"/><polyline points="'+line+'" fill="none" stroke="#8250df" stroke-width="1.5" vector-effect="non-scaling-stroke"/>':'')+
   '<text x="2" y="10" font-size="9" fill="#59636e">'+fmt(max)+'</text></svg>'+
-  '<div class="t mute"><span>-'+secs(span)+'</span><span>checkpoint age '+secs(p.checkpoint_age_s)+'</span><span>now</span></div></div>'}
+  '<div class="t mute"><span>-'+secs(span)+'</span><span>now</span></div>'+
+  '<div class="t mute"><span class="behindv">behind '+fmt(p.behind)+'</span><span class="cpage">checkpoint age '+secs(p.checkpoint_age_s)+'</span></div></div>'}
 function rows(id,html){document.querySelector("#"+id+" tbody").innerHTML=html}
 function render(s){
  document.getElementById("live").classList.add("on");
@@ -747,7 +826,7 @@ function render(s){
   '</td><td>'+fmt(o.in)+'</td><td>'+fmt(o.out)+'</td><td>'+fmt(o.in_flight)+'</td><td>'+(o.handle_us==null?"–":fmt(o.handle_us))+
   '</td><td>'+fmt(o.late)+'</td></tr>').join(""));
  rows("streams",Object.entries(s.streams||{}).map(([sid,v])=>'<tr data-stream="'+esc(sid)+'"><td>'+esc(sid)+'</td><td>'+esc(v.kind)+
-  '</td><td>'+v.partitions+'</td><td class="lag">'+fmt(v.lag)+'</td></tr>').join(""));
+  '</td><td>'+v.partitions+'</td><td class="lag">'+fmt(v.lag)+'</td><td class="behind">'+fmt(v.behind)+'</td></tr>').join(""));
  rows("conts",(s.containers||[]).map(c=>'<tr><td>'+esc(c.name)+'</td><td>'+esc(c.state||"")+'</td><td>'+fmt(c.rate)+'</td><td>'+fmt(c.processed)+
   '</td><td>'+fmt(c.commits)+'</td><td>'+(c.last_commit_s==null?"–":secs(c.last_commit_s)+" ago")+'</td><td>'+
   (c.utilization==null?"–":(100*c.utilization).toFixed(0)+"%")+'</td></tr>').join(""));

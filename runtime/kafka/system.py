@@ -539,6 +539,10 @@ class KafkaCheckpoints:
     def read_changelogs(self, task_name: str) -> dict[str, int]:
         return checkpoints.changelogs_of(self._data.get(task_name, {}))
 
+    def written(self, task_name: str) -> float | None:
+        """When the task's checkpoint was written (seconds since the epoch), as status reads it."""
+        return checkpoints.written_of(self._data.get(task_name, {}))
+
     async def write(self, task_name: str, offsets: Mapping[SSP, int],
                     changelogs: Mapping[str, int] | None = None, *,
                     replace: bool = False) -> None:

@@ -316,6 +316,10 @@ class LocalCheckpoints:
     def read_changelogs(self, task_name: str) -> dict[str, int]:
         return checkpoints.changelogs_of(self._read(task_name))
 
+    def written(self, task_name: str) -> float | None:
+        """When the task's checkpoint was written (seconds since the epoch), as status reads it."""
+        return checkpoints.written_of(self._read(task_name))
+
     def write(self, task_name: str, offsets: Mapping[SSP, int],
               changelogs: Mapping[str, int] | None = None, *, replace: bool = False) -> None:
         """``replace``: drop what the task's checkpoint held before."""
