@@ -1,0 +1,138 @@
+"""A broker that lost everything while the job was stopped (an empty broker back on the same
+address, the input topic created again with new events): the next run is one clear error that
+the brokers no longer hold the checkpoints the local stores were built from, never a run that
+counts on top of the old stores; ``samza-dsl reset`` starts the job over. Real tansu brokers on
+127.0.0.1, the job through the console script."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kafka_helpers import consume_all, create_topic, free_port, produce_each, run
+
+from runtime.kafka.admin import describe_topics
+from samza_dsl.testing.kafka_broker import TansuBroker
+
+CLI = str(Path(sys.executable).parent / "samza-dsl")
+
+APP = '''
+import os
+from samza_dsl import KV, StreamApplication
+from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
+from samza_dsl.systems import KafkaSystem
+
+TAG = os.environ["TEST_TAG"]
+kafka = KafkaSystem("kafka", bootstrap_servers=os.environ["TEST_KAFKA"])
+app = StreamApplication("lost-" + TAG, config={"task.commit.ms": 200})
+serde = KVSerde(StringSerde(), JsonSerde())
+events = app.input(kafka.input("events", serde=serde, physical_name="events-" + TAG))
+counts = app.output(kafka.output("counts", serde=serde, physical_name="counts-" + TAG))
+app.table("counts", serde=serde, changelog=os.environ["TEST_CHANGELOG"] == "1")
+
+
+class Count:
+    def init(self, ctx):
+        self.table = ctx.table("counts")
+
+    def __call__(self, kv):
+        n = (self.table.get(kv.key) or 0) + 1
+        self.table.put(kv.key, n)
+        return KV(kv.key, n)
+
+
+events.map(Count(), name="count").send_to(counts)
+'''
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[TansuBroker]:
+    """A broker of the test's own, on a port it keeps when started again (then empty)."""
+    b = TansuBroker(tmp_path / "tansu.log", port=free_port())
+    b.start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+def _events(start: int, n: int) -> list[tuple[int, bytes | None, bytes | None]]:
+    """Keys k0..k4, each on its own partition of two, each record its own batch."""
+    return [(i % 5 % 2, f"k{i % 5}".encode(), json.dumps({"i": i}).encode())
+            for i in range(start, start + n)]
+
+
+def _counts(bootstrap: str, tag: str) -> list[tuple[str, int]]:
+    """The (key, count) records of the output topic, in their order per key."""
+    if run(describe_topics(bootstrap, [f"counts-{tag}"]))[f"counts-{tag}"] is None:
+        return []
+    records = run(consume_all(bootstrap, f"counts-{tag}", 2))
+    return [(k.decode(), json.loads(v)) for recs in records.values() for _, k, v in recs]
+
+
+def _finals(counts: list[tuple[str, int]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for k, n in counts:
+        out[k] = max(out.get(k, 0), n)
+    return out
+
+
+@pytest.mark.parametrize("changelog", [True, False], ids=["changelog", "no-changelog"])
+def test_stores_whose_checkpoints_the_broker_lost_are_an_error_until_reset(
+        broker: TansuBroker, tmp_path: Path, changelog: bool) -> None:
+    tag = uuid.uuid4().hex[:8]
+    job = f"lost-{tag}-1"
+    (tmp_path / "app.py").write_text(APP)
+    env = {**os.environ, "TEST_KAFKA": broker.bootstrap, "TEST_TAG": tag,
+           "TEST_CHANGELOG": "1" if changelog else "0"}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([CLI, *args], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=120)
+
+    run(create_topic(broker.bootstrap, f"events-{tag}", 2))
+    run(produce_each(broker.bootstrap, f"events-{tag}", _events(0, 30)))  # 6 per key
+    first = cli("run", "app.py:app", "-q", "--show", "0")
+    assert first.returncode == 0, first.stderr
+    assert _finals(_counts(broker.bootstrap, tag)) == {f"k{i}": 6 for i in range(5)}
+
+    # the broker comes back empty on the same address; the input is created again, 1 per key
+    broker.stop()
+    broker.start()
+    run(create_topic(broker.bootstrap, f"events-{tag}", 2))
+    run(produce_each(broker.bootstrap, f"events-{tag}", _events(100, 5)))
+
+    stale = cli("run", "app.py:app", "-q", "--show", "0")
+    lines = stale.stderr.splitlines()
+    assert stale.returncode == 2, (stale.returncode, stale.stderr, stale.stdout)
+    assert "Traceback" not in stale.stderr, stale.stderr
+    errors = [ln for ln in lines if ln.startswith("samza-dsl run: error: ")]
+    assert len(errors) == 1, stale.stderr
+    error = errors[0]
+    store = tmp_path / ".samza" / job / "stores" / "counts"
+    for fragment in (f"job {job!r}", f"Kafka at {broker.bootstrap}",
+                     f"checkpoint topic '__samza_checkpoint_{job}' is empty",
+                     "store 'counts' of task 'Partition 0'", str(store.parent),
+                     "samza-dsl reset APP"):
+        assert fragment in error, f"{fragment!r} not in {error!r}"
+    if changelog:  # the local copy's changelog offset, and where the broker's changelog ends
+        assert "is at changelog offset 3" in error, error
+        assert f"changelog topic '{job}-counts-changelog' partition 0 ends at offset 0" in error
+    else:
+        assert "holds 3 keys (it has no changelog)" in error, error
+    assert _counts(broker.bootstrap, tag) == []  # nothing counted on top of the old stores
+    assert (store / "Partition-0" / "data.mdb").exists()  # nothing removed either
+
+    # reset starts the job over: the local stores go, and the new events count from 1
+    reset = cli("reset", "app.py:app")
+    assert reset.returncode == 0, reset.stderr
+    assert f"reset job {job}: " in reset.stderr and f"stores in {store.parent}" in reset.stderr
+    again = cli("run", "app.py:app", "-q", "--show", "0")
+    assert again.returncode == 0, again.stderr
+    assert sorted(_counts(broker.bootstrap, tag)) == [(f"k{i}", 1) for i in range(5)]
