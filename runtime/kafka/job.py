@@ -296,7 +296,8 @@ class KafkaJob:
                 for tp, (need, what) in sorted(needed.items())
                 if bounds[tp][1] < need or bounds[tp][0] > need]
         if lost:
-            raise lost_data_error(self.servers, lost, self.checkpoint_topic, down_for)
+            raise lost_data_error(self.servers, lost, self.checkpoint_topic, down_for,
+                                  self.reset_command())
 
     def _needed_offsets(self) -> dict[TopicPartition, tuple[int, str]]:
         """The offset each checkpointed partition must reach: the one after the last message
@@ -355,11 +356,14 @@ class KafkaJob:
                if name in self.changelog_topics and offset is not None]
         ends = await true_end_offsets(self.servers, tps, self.consumer_settings, self.timeout)
         found = [self._held_store(*h, ends) for h in held]
-        reset = "samza-dsl reset APP" + (f" -c job.dir={shlex.quote(str(self.config['job.dir']))}"
-                                         if self.config.get("job.dir") else "")
         raise lost_checkpoints_error(self.servers, self.job_name, self.checkpoint_topic,
                                      os.path.abspath(os.path.join(self.root, "stores")), found,
-                                     reset)
+                                     self.reset_command())
+
+    def reset_command(self) -> str:
+        """The command that starts the job over (``runtime.kafka.reset``)."""
+        where = self.config.get("job.dir")
+        return "samza-dsl reset APP" + (f" -c job.dir={shlex.quote(str(where))}" if where else "")
 
     def _held_store(self, name: str, index: int, task: str, offset: int | None, keys: int,
                     ends: Mapping[TopicPartition, int]) -> str:

@@ -316,9 +316,10 @@ def missing_topics_error(servers: str, problems: Iterable[str],
 
 
 def lost_data_error(servers: str, lost: list[tuple[TopicPartition, int, int, int, str]],
-                    checkpoint_topic: str, down_for: float | None) -> KafkaDataLost:
+                    checkpoint_topic: str, down_for: float | None,
+                    reset: str = "samza-dsl reset APP") -> KafkaDataLost:
     """``lost``: (partition, the checkpoint's next offset, the broker's first offset, its end
-    offset, what reads it)."""
+    offset, what reads it); ``reset`` is the command that starts the job over."""
     when = _when(down_for)
     shown = []
     for tp, need, start, end, what in lost[:5]:
@@ -334,9 +335,9 @@ def lost_data_error(servers: str, lost: list[tuple[TopicPartition, int, int, int
         f"{'; '.join(shown)}{more}. The broker lost data (restarted without its storage, or "
         f"the topic was deleted and recreated, or retention removed records before they were "
         f"read); the job stopped rather than reprocess or skip records silently. Restore the "
-        f"broker's data, or start the job afresh on purpose: delete its checkpoint topic "
-        f"{checkpoint_topic!r} and its stores under job.dir (see 'Kafka outages' in "
-        f"docs/operations.md)")
+        f"broker's data, or start the job afresh on purpose: `{reset}` deletes its checkpoint "
+        f"topic {checkpoint_topic!r}, its changelog and intermediate topics and its stores "
+        f"under job.dir (see 'Kafka outages' in docs/operations.md)")
 
 
 def lost_checkpoints_error(servers: str, job_name: str, checkpoint_topic: str, stores: str,

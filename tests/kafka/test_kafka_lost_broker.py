@@ -17,7 +17,12 @@ from pathlib import Path
 import pytest
 from kafka_helpers import consume_all, create_topic, free_port, produce_each, run
 
-from runtime.kafka.admin import describe_topics
+from runtime import LocalRunner
+from runtime.kafka.admin import delete_topics, describe_topics
+from runtime.kafka.outage import KafkaDataLost
+from samza_dsl import KV, Context, StreamApplication
+from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
+from samza_dsl.systems import KafkaSystem
 from samza_dsl.testing.kafka_broker import TansuBroker
 
 CLI = str(Path(sys.executable).parent / "samza-dsl")
@@ -136,3 +141,55 @@ def test_stores_whose_checkpoints_the_broker_lost_are_an_error_until_reset(
     again = cli("run", "app.py:app", "-q", "--show", "0")
     assert again.returncode == 0, again.stderr
     assert sorted(_counts(broker.bootstrap, tag)) == [(f"k{i}", 1) for i in range(5)]
+
+
+class _Count:
+    def init(self, ctx: Context) -> None:
+        self.table = ctx.table("counts")
+
+    def __call__(self, kv: KV[str, object]) -> KV[str, int]:
+        n = (self.table.get(kv.key) or 0) + 1
+        self.table.put(kv.key, n)
+        return KV(kv.key, n)
+
+
+def _counter(bootstrap: str, tag: str, **config: object) -> StreamApplication:
+    """The app above, built here: a table without a changelog."""
+    app = StreamApplication(f"lost-{tag}", config={"task.commit.ms": 200, **config})
+    serde = KVSerde(StringSerde(), JsonSerde())
+    kafka = KafkaSystem("kafka", bootstrap_servers=bootstrap)
+    events = app.input(kafka.input("events", serde=serde, physical_name=f"events-{tag}"))
+    counts = app.output(kafka.output("counts", serde=serde, physical_name=f"counts-{tag}"))
+    app.table("counts", serde=serde, changelog=False)
+    events.map(_Count(), name="count").send_to(counts)
+    return app
+
+
+@pytest.mark.parametrize("containers", [1, 2])
+def test_a_deleted_checkpoint_topic_with_the_stores_left_is_an_error(
+        kafka_bootstrap: str, tmp_path: Path, containers: int) -> None:
+    tag = uuid.uuid4().hex[:8]
+    job = f"lost-{tag}-1"
+    run(create_topic(kafka_bootstrap, f"events-{tag}", 2))
+    run(produce_each(kafka_bootstrap, f"events-{tag}", _events(0, 10)))  # 2 per key
+    app = _counter(kafka_bootstrap, tag, **{"job.container.count": containers})
+    job_dir = tmp_path / "job dir"
+    config = {"job.dir": str(job_dir)}
+    LocalRunner(app, config).run()
+    assert _finals(_counts(kafka_bootstrap, tag)) == {f"k{i}": 2 for i in range(5)}
+
+    # the checkpoint topic alone goes (the broker keeps the rest); new events come in
+    assert run(delete_topics(kafka_bootstrap, [f"__samza_checkpoint_{job}"])) == [
+        f"__samza_checkpoint_{job}"]
+    run(produce_each(kafka_bootstrap, f"events-{tag}", _events(10, 5)))
+    with pytest.raises(KafkaDataLost) as err:
+        LocalRunner(app, config).run()
+    text = str(err.value)
+    assert "\n" not in text, text
+    for fragment in (f"job {job!r}", f"checkpoint topic '__samza_checkpoint_{job}' is empty",
+                     f"{job_dir / 'stores'} holds the local stores of earlier runs",
+                     "store 'counts' of task 'Partition 0' holds 3 keys (it has no changelog)",
+                     "store 'counts' of task 'Partition 1' holds 2 keys (it has no changelog)",
+                     f"`samza-dsl reset APP -c job.dir='{job_dir}'`"):
+        assert fragment in text, f"{fragment!r} not in {text!r}"
+    assert len(_counts(kafka_bootstrap, tag)) == 10  # nothing counted on top of the stores
