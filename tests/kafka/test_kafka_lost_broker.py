@@ -193,3 +193,38 @@ def test_a_deleted_checkpoint_topic_with_the_stores_left_is_an_error(
                      f"`samza-dsl reset APP -c job.dir='{job_dir}'`"):
         assert fragment in text, f"{fragment!r} not in {text!r}"
     assert len(_counts(kafka_bootstrap, tag)) == 10  # nothing counted on top of the stores
+
+
+def test_reset_of_a_kafka_job_starts_it_over_from_its_inputs(kafka_bootstrap: str,
+                                                             tmp_path: Path) -> None:
+    tag = uuid.uuid4().hex[:8]
+    job = f"lost-{tag}-1"
+    (tmp_path / "app.py").write_text(APP)
+    env = {**os.environ, "TEST_KAFKA": kafka_bootstrap, "TEST_TAG": tag, "TEST_CHANGELOG": "1"}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run([CLI, *args], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return proc
+
+    run(create_topic(kafka_bootstrap, f"events-{tag}", 2))
+    run(produce_each(kafka_bootstrap, f"events-{tag}", _events(0, 15)))  # 3 per key
+    cli("run", "app.py:app", "-q", "--show", "0")
+    progress = [f"__samza_checkpoint_{job}", f"{job}-counts-changelog", f"{job}-dead-letter"]
+    assert None not in run(describe_topics(kafka_bootstrap, progress)).values()
+
+    reset = cli("reset", "app.py:app", "--outputs")
+    for name in [*progress, f"counts-{tag}"]:
+        assert f"topic {name}" in reset.stderr, reset.stderr
+    assert f"stores in {tmp_path / '.samza' / job / 'stores'}" in reset.stderr
+    gone = run(describe_topics(kafka_bootstrap, [*progress, f"counts-{tag}", f"events-{tag}"]))
+    assert gone == {**dict.fromkeys([*progress, f"counts-{tag}"]), f"events-{tag}": 2}
+    assert not (tmp_path / ".samza" / job / "stores").exists()
+
+    # the next run reads its inputs from the start, into an empty state and output
+    cli("run", "app.py:app", "-q", "--show", "0")
+    assert sorted(_counts(kafka_bootstrap, tag)) == sorted(
+        (f"k{i}", n) for i in range(5) for n in (1, 2, 3))
+    again = cli("reset", "app.py:app")  # outputs stay without --outputs
+    assert f"topic counts-{tag}" not in again.stderr and len(_counts(kafka_bootstrap, tag)) == 15
