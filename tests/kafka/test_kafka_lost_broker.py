@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -228,3 +229,38 @@ def test_reset_of_a_kafka_job_starts_it_over_from_its_inputs(kafka_bootstrap: st
         (f"k{i}", n) for i in range(5) for n in (1, 2, 3))
     again = cli("reset", "app.py:app")  # outputs stay without --outputs
     assert f"topic counts-{tag}" not in again.stderr and len(_counts(kafka_bootstrap, tag)) == 15
+
+
+@pytest.mark.parametrize("lost", ["input", "changelog"])
+def test_a_topic_behind_the_checkpoint_is_an_error_naming_reset_which_starts_over(
+        kafka_bootstrap: str, tmp_path: Path, lost: str) -> None:
+    """The checkpoint topic intact, an input or changelog topic deleted and created again with
+    fewer records than the checkpoint read (offsets went backwards)."""
+    tag = uuid.uuid4().hex[:8]
+    job = f"lost-{tag}-1"
+    run(create_topic(kafka_bootstrap, f"events-{tag}", 2))
+    run(produce_each(kafka_bootstrap, f"events-{tag}", _events(0, 20)))
+    app = _counter(kafka_bootstrap, tag, **{"stores.counts.changelog": f"{job}-counts-changelog"})
+    config = {"job.dir": str(tmp_path / "job")}
+    LocalRunner(app, config).run()
+    before = Counter(_counts(kafka_bootstrap, tag))
+    topic = {"input": f"events-{tag}", "changelog": f"{job}-counts-changelog"}[lost]
+    run(delete_topics(kafka_bootstrap, [topic]))
+    run(create_topic(kafka_bootstrap, topic, 2, compacted=lost == "changelog"))
+    if lost == "input":
+        run(produce_each(kafka_bootstrap, topic, _events(100, 5)))
+    with pytest.raises(KafkaDataLost) as err:
+        LocalRunner(app, config).run()
+    text = str(err.value)
+    assert f"topic {topic!r} partition 0" in text and "below the job's checkpoint" in text, text
+    assert f"`samza-dsl reset APP -c job.dir={tmp_path / 'job'}` deletes its checkpoint topic " \
+           f"'__samza_checkpoint_{job}'" in text, text
+
+    from runtime.kafka.reset import kafka_reset  # (after the error: a module of this change)
+
+    name, gone = run(kafka_reset(app, config))
+    assert name == job and f"topic __samza_checkpoint_{job}" in gone, gone
+    LocalRunner(app, config).run()  # from the start of the inputs, into empty stores
+    events = 5 if lost == "input" else 20
+    finals = _finals(list((Counter(_counts(kafka_bootstrap, tag)) - before).elements()))
+    assert finals == {f"k{i}": events // 5 for i in range(5)}, finals
