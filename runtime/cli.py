@@ -497,13 +497,23 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_reset(args: argparse.Namespace) -> int:
-    try:  # a log that lost the job can start over
-        with _local_job(args, verify_log=False, ran=True) as job:
-            gone = job.reset(outputs=args.outputs)
-    except _NeverRan as exc:
-        print(f"samza-dsl reset: nothing to reset: {exc}", file=sys.stderr)
-        return 0
-    print(f"reset job {job.job_name}: " + ("; ".join(gone) if gone else "nothing to remove"),
+    app, kafka = _kafka_app(args)
+    if kafka:
+        import asyncio
+
+        from runtime.kafka.reset import kafka_reset
+        from samza_dsl.config import validate_config
+
+        name, gone = asyncio.run(kafka_reset(app, validate_config(_parse_config(args.config)),
+                                             outputs=args.outputs))
+    else:
+        try:  # a log that lost the job can start over
+            with _local_job(args, verify_log=False, ran=True, app=app) as job:
+                name, gone = job.job_name, job.reset(outputs=args.outputs)
+        except _NeverRan as exc:
+            print(f"samza-dsl reset: nothing to reset: {exc}", file=sys.stderr)
+            return 0
+    print(f"reset job {name}: " + ("; ".join(gone) if gone else "nothing to remove"),
           file=sys.stderr)
     return 0
 
@@ -792,7 +802,8 @@ def build_parser() -> argparse.ArgumentParser:
                                       "intermediate streams and changelogs (inputs stay); "
                                       "refused while the job runs")
     rs.add_argument("app", help="module_or_file.py:attr")
-    rs.add_argument("--outputs", action="store_true", help="also empty the output streams")
+    rs.add_argument("--outputs", action="store_true", help="also empty the output streams (on "
+                    "Kafka: delete their topics, which the next run creates again)")
     rs.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE")
     rs.set_defaults(func=cmd_reset)
     return parser

@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["job_dir", "dead_letter_stream", "task_dir"]
+__all__ = ["job_dir", "dead_letter_stream", "store_dir", "task_dir"]
 
 
 def job_dir(job_name: str, config: Mapping[str, Any]) -> str:
@@ -28,3 +28,8 @@ def metrics_stream(job_name: str) -> str:
 def task_dir(task_name: str) -> str:
     """A task's directory name (under a store's)."""
     return task_name.replace(" ", "-")
+
+
+def store_dir(root: str, store_name: str, task_name: str) -> str:
+    """Where a task's store keeps its local copy, under ``job.dir`` ``root``."""
+    return os.path.join(root, "stores", store_name, task_dir(task_name))

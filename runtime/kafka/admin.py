@@ -42,8 +42,8 @@ from aiokafka.errors import KafkaError, for_code
 
 from samza_dsl.errors import SamzaError
 
-__all__ = ["BrokersUnreachable", "TopicSpec", "check_bootstrap", "describe_topics",
-           "ensure_topics", "retention_configs"]
+__all__ = ["BrokersUnreachable", "TopicSpec", "check_bootstrap", "delete_topics",
+           "describe_topics", "ensure_topics", "retention_configs"]
 
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _HOST = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9._-]*[A-Za-z0-9_])?")
@@ -229,6 +229,33 @@ async def ensure_topics(bootstrap: str, specs: Iterable[TopicSpec], *,
             counts.update(created)
             _check_counts(plan, counts)
     return {name: _known(counts[name]) for name in plan}
+
+
+async def delete_topics(bootstrap: str, names: Iterable[str], *, timeout: float = 10.0,
+                        **client_settings: Any) -> list[str]:
+    """Deletes the named topics that exist and waits until the metadata no longer lists them
+    (a topic created again at once would otherwise meet the one being deleted); returns the
+    names of those deleted. Raises :class:`SamzaError` naming the topic when the brokers refuse,
+    or when they cannot be reached or do not finish within ``timeout`` seconds."""
+    servers = check_bootstrap(bootstrap)
+    wanted = _topic_names(names)
+    async with _admin(servers, timeout, client_settings, "deleting topics") as (admin, step):
+        counts = await _partition_counts(admin, wanted)
+        there = [name for name in wanted if counts[name] is not None]
+        if not there:
+            return []
+        response = await admin.delete_topics(there)
+        for result in response.to_object()["topic_error_codes"]:
+            code = result["error_code"]
+            if code not in (0, _UNKNOWN_TOPIC):
+                raise SamzaError(
+                    f"cannot delete topic {result['topic']!r} on the Kafka brokers at "
+                    f"{', '.join(servers)} ({for_code(code).__name__}); check that the brokers "
+                    f"allow deleting topics (delete.topic.enable) and the principal's permissions")
+        step[0] = "waiting for the deleted topics to leave the metadata"
+        while any(n is not None for n in (await _partition_counts(admin, there)).values()):
+            await asyncio.sleep(_RETRY_INTERVAL)
+    return there
 
 
 def _known(count: int | None) -> int:

@@ -21,6 +21,8 @@ created when missing), as on the local system.
 from __future__ import annotations
 
 import asyncio
+import os
+import shlex
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -38,7 +40,7 @@ from runtime.container import Container
 from runtime.elastic import rescale_checkpoints
 from runtime.job import SSP, TaskModel, build_job_model, job_containers, start_generation
 from runtime.job_lock import JobLock
-from runtime.jobdir import dead_letter_stream, job_dir, metrics_stream
+from runtime.jobdir import dead_letter_stream, job_dir, metrics_stream, store_dir
 from runtime.kafka.admin import (
     BrokersUnreachable,
     TopicSpec,
@@ -48,7 +50,12 @@ from runtime.kafka.admin import (
 )
 from runtime.kafka.changelog import KafkaChangelog
 from runtime.kafka.outage import KEY as UNAVAILABLE_KEY
-from runtime.kafka.outage import BrokerWatch, lost_data_error, missing_topics_error
+from runtime.kafka.outage import (
+    BrokerWatch,
+    lost_checkpoints_error,
+    lost_data_error,
+    missing_topics_error,
+)
 from runtime.kafka.system import (
     KafkaCheckpoints,
     KafkaConsumer,
@@ -62,6 +69,7 @@ from runtime.metrics import Metrics
 from runtime.records import is_control
 from runtime.reporters import job_reporters, reporter_names
 from runtime.state.backend import StoreBackend
+from runtime.state.lmdb_store import local_state
 from runtime.systems import SYSTEMS, Consumer, StateBackend, job_system
 from samza_dsl.config import config_value
 from samza_dsl.errors import SamzaError, SerdeError
@@ -288,7 +296,8 @@ class KafkaJob:
                 for tp, (need, what) in sorted(needed.items())
                 if bounds[tp][1] < need or bounds[tp][0] > need]
         if lost:
-            raise lost_data_error(self.servers, lost, self.checkpoint_topic, down_for)
+            raise lost_data_error(self.servers, lost, self.checkpoint_topic, down_for,
+                                  self.reset_command())
 
     def _needed_offsets(self) -> dict[TopicPartition, tuple[int, str]]:
         """The offset each checkpointed partition must reach: the one after the last message
@@ -317,6 +326,8 @@ class KafkaJob:
         ``job.elasticity.factor``; a container that ``join``s a run of several containers takes
         the current one (``runtime.job.start_generation``)."""
         cps = self.checkpoints
+        if not join and cps.empty:
+            await self.check_local_state()
         generation = start_generation(cps.generation, join)
         for name, offsets in rescale_checkpoints(self.job, cps.elasticity, cps.tasks()).items():
             await cps.write(name, offsets, replace=True)
@@ -324,6 +335,49 @@ class KafkaJob:
         if generation != cps.generation or factor != cps.elasticity:
             await cps.write_generation(generation, factor)
         return generation
+
+    async def check_local_state(self) -> None:
+        """On brokers that hold no checkpoint of the job (before this run records its
+        generation there): that ``job.dir`` holds no store an earlier run built. Every run records
+        its generation before it opens a store, so such stores belong to checkpoints and
+        changelogs the brokers lost; going on would count on top of them (a store without a
+        changelog) or drop them in silence (one with a changelog). Raises ``KafkaDataLost``
+        naming them and how to start over."""
+        held = []
+        for name in self.plan.stores:
+            for task in self.job.tasks:
+                state = local_state(store_dir(self.root, name, task.name))
+                if state is not None and (state[0] or state[1]):
+                    held.append((name, task.index, task.name, *state))
+        if not held:
+            return
+        tps = [TopicPartition(self.changelog_topics[name], index)
+               for name, index, _, offset, _ in held
+               if name in self.changelog_topics and offset is not None]
+        ends = await true_end_offsets(self.servers, tps, self.consumer_settings, self.timeout)
+        found = [self._held_store(*h, ends) for h in held]
+        raise lost_checkpoints_error(self.servers, self.job_name, self.checkpoint_topic,
+                                     os.path.abspath(os.path.join(self.root, "stores")), found,
+                                     self.reset_command())
+
+    def reset_command(self) -> str:
+        """The command that starts the job over (``runtime.kafka.reset``)."""
+        where = self.config.get("job.dir")
+        return "samza-dsl reset APP" + (f" -c job.dir={shlex.quote(str(where))}" if where else "")
+
+    def _held_store(self, name: str, index: int, task: str, offset: int | None, keys: int,
+                    ends: Mapping[TopicPartition, int]) -> str:
+        """What a local store holds, for ``check_local_state``."""
+        where = f"store {name!r} of task {task!r}"
+        if keys < 0:
+            return f"{where} has a local copy that cannot be read"
+        topic = self.changelog_topics.get(name)
+        if topic is None or offset is None:
+            return f"{where} holds {keys} keys (it has no changelog)"
+        end = ends.get(TopicPartition(topic, index), 0)
+        return (f"{where} is at changelog offset {offset}, "
+                f"{'but' if end < offset else 'and'} its changelog topic {topic!r} partition "
+                f"{index} ends at offset {end}")
 
     async def _changelogs(self, producer: KafkaProducer, tasks: list[TaskModel]
                           ) -> dict[str, Callable[[int], KafkaChangelog]]:

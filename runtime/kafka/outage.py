@@ -33,7 +33,7 @@ from aiokafka.protocol.metadata import MetadataRequest
 from samza_dsl.errors import SamzaError
 
 __all__ = ["BrokerWatch", "KafkaDataLost", "KafkaUnavailable", "lost_data_error",
-           "missing_topics_error", "quiet_aiokafka"]
+           "lost_checkpoints_error", "missing_topics_error", "quiet_aiokafka"]
 
 log = logging.getLogger("samza_dsl.kafka")
 
@@ -316,9 +316,10 @@ def missing_topics_error(servers: str, problems: Iterable[str],
 
 
 def lost_data_error(servers: str, lost: list[tuple[TopicPartition, int, int, int, str]],
-                    checkpoint_topic: str, down_for: float | None) -> KafkaDataLost:
+                    checkpoint_topic: str, down_for: float | None,
+                    reset: str = "samza-dsl reset APP") -> KafkaDataLost:
     """``lost``: (partition, the checkpoint's next offset, the broker's first offset, its end
-    offset, what reads it)."""
+    offset, what reads it); ``reset`` is the command that starts the job over."""
     when = _when(down_for)
     shown = []
     for tp, need, start, end, what in lost[:5]:
@@ -334,6 +335,24 @@ def lost_data_error(servers: str, lost: list[tuple[TopicPartition, int, int, int
         f"{'; '.join(shown)}{more}. The broker lost data (restarted without its storage, or "
         f"the topic was deleted and recreated, or retention removed records before they were "
         f"read); the job stopped rather than reprocess or skip records silently. Restore the "
-        f"broker's data, or start the job afresh on purpose: delete its checkpoint topic "
-        f"{checkpoint_topic!r} and its stores under job.dir (see 'Kafka outages' in "
-        f"docs/operations.md)")
+        f"broker's data, or start the job afresh on purpose: `{reset}` deletes its checkpoint "
+        f"topic {checkpoint_topic!r}, its changelog and intermediate topics and its stores "
+        f"under job.dir (see 'Kafka outages' in docs/operations.md)")
+
+
+def lost_checkpoints_error(servers: str, job_name: str, checkpoint_topic: str, stores: str,
+                           found: list[str], reset: str) -> KafkaDataLost:
+    """The brokers hold no checkpoint of the job, yet ``stores`` (``<job.dir>/stores``) holds
+    local stores that runs of it built: ``found`` says what each holds (the first few are
+    named); ``reset`` is the command that starts the job over."""
+    more = f" (and {len(found) - 3} more)" if len(found) > 3 else ""
+    return KafkaDataLost(
+        f"job {job_name!r}: Kafka at {servers} holds no checkpoint of the job (its checkpoint "
+        f"topic {checkpoint_topic!r} is empty), yet {stores} holds the local stores of earlier "
+        f"runs, built from checkpoints and changelogs the brokers no longer have: "
+        f"{'; '.join(found[:3])}{more}. The brokers lost the job's data (restarted without their "
+        f"storage, or its topics were deleted and created again); the job stopped rather than "
+        f"go on from stores that do not belong to the topics it would read. Restore the "
+        f"brokers' data and run again, or start the job over on purpose: `{reset}` removes its "
+        f"local stores and its checkpoint, changelog and intermediate topics (inputs and "
+        f"outputs stay), then run it again")

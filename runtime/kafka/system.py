@@ -475,6 +475,8 @@ class CheckpointTopic:
     elasticity: int | None = None
     #: the timestamp of the topic's last record (ms), None when it is empty
     last_write: int | None = None
+    #: how many records the topic holds (of any key)
+    records: int = 0
 
 
 async def read_checkpoint_topic(servers: str, topic: str, settings: Mapping[str, Any],
@@ -492,6 +494,7 @@ async def read_checkpoint_topic(servers: str, topic: str, settings: Mapping[str,
             while end and await consumer.position(tp) < end:
                 batch = await consumer.getmany(tp, timeout_ms=200)
                 for r in batch.get(tp, []):
+                    out.records += 1
                     out.last_write = r.timestamp
                     if r.key == _GENERATION and r.value is not None:
                         out.generation = int(r.value)
@@ -525,11 +528,15 @@ class KafkaCheckpoints:
         self.generation = 0
         #: the job's last ``job.elasticity.factor``
         self.elasticity = 1
+        #: whether the topic held no record at the last ``load()``: no run of the job started
+        #: on these brokers (every run records its generation before it opens a store)
+        self.empty = True
         producer.add_stream(f"__checkpoint__{topic}", topic, 1, None)
 
     async def load(self) -> None:
         got = await read_checkpoint_topic(self.servers, self.topic, self.settings, self.timeout)
         self._data.update(got.data)
+        self.empty = not got.records and not self._data
         self.generation = got.generation if got.generation is not None else self.generation
         self.elasticity = got.elasticity if got.elasticity is not None else self.elasticity
 

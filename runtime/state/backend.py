@@ -6,7 +6,6 @@ with its own changelogs; the local system adds compaction and trimming (``runtim
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -14,7 +13,7 @@ import lmdb
 
 from runtime.codec import Record, serde_error_policy
 from runtime.job import SSP, JobModel, TaskModel
-from runtime.jobdir import task_dir
+from runtime.jobdir import store_dir
 from runtime.metrics import Metrics, Sample
 from runtime.state.codec import changelog_check, state_codec, table_codec
 from runtime.state.lmdb_store import Changelog, LmdbStore
@@ -96,7 +95,7 @@ class StoreBackend:
                                     dead_letter=self.dead_letter, metrics=self.metrics)
             self.changelog_opened(task, store_name, changelog)
         store = LmdbStore.open(
-            os.path.join(self.root, "stores", store_name, task_dir(task.name)),
+            store_dir(self.root, store_name, task.name),
             name=store_name, task=task.name, key_encode=ke, key_decode=kd, value_encode=ve,
             value_decode=vd, changelog=changelog, checkpointed=checkpointed,
             cache_size=_positive(cfg, f"stores.{store_name}.object.cache.size", 100_000),

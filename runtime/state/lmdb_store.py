@@ -94,10 +94,15 @@ from runtime.state.format import full_key as _full_key
 from runtime.state.format import lmdb_key as _lmdb_key
 from runtime.state.format import unframe as _unframe
 from runtime.state.format import unframe_2 as _unframe_2
-from runtime.storage import MappedPages, reserve_lock_file, storage_error
+from runtime.storage import (
+    MappedPages,
+    check_file_not_truncated,
+    reserve_lock_file,
+    storage_error,
+)
 from samza_dsl.errors import SamzaError, SerdeError
 
-__all__ = ["Changelog", "LmdbStore"]
+__all__ = ["Changelog", "LmdbStore", "local_state"]
 
 log = logging.getLogger("samza_dsl.state")
 
@@ -956,3 +961,35 @@ class LmdbStore:
     def __repr__(self) -> str:
         return (f"LmdbStore({self.name!r}, task={self.task!r}, path={self.path!r}, "
                 f"{len(self._dirty)} dirty, {len(self._clean)} cached)")
+
+
+def local_state(path: str | os.PathLike[str]) -> tuple[int | None, int] | None:
+    """What the local copy of a store in directory ``path`` holds, read without opening it for
+    writing: the changelog offset its last commit recorded (None for a store without a
+    changelog, or whose metadata is unreadable) and how many keys it holds (-1: unreadable).
+    None when there is no local copy (no ``data.mdb``, or an empty one)."""
+    path = os.fspath(path)
+    data_file = os.path.join(path, "data.mdb")
+    try:
+        if os.path.getsize(data_file) == 0:
+            return None
+    except OSError:
+        return None
+    # a truncated file would kill the process (SIGBUS) at its first read through the map
+    check_file_not_truncated(data_file, f"the local store at {path}",
+                             f"delete the directory {path} to rebuild the store")
+    try:
+        env = lmdb.open(path, readonly=True, lock=False, subdir=True, max_dbs=2)
+    except lmdb.Error:
+        return None, -1
+    try:
+        with env.begin() as txn:
+            keys = txn.stat(env.open_db(b"data", txn=txn, create=False))["entries"]
+            raw = txn.get(_META_KEY, db=env.open_db(b"meta", txn=txn, create=False))
+        meta = json.loads(raw) if raw is not None else {}
+        offset = meta.get("changelog_offset") if isinstance(meta, dict) else None
+        return (offset if type(offset) is int else None), keys
+    except (lmdb.Error, ValueError):
+        return None, -1
+    finally:
+        env.close()
