@@ -1,4 +1,4 @@
-"""Benchmark W7 (see BENCHMARKS.md): W1, the ReadWrite counter, end to end through a Kafka broker
+"""Benchmark W7 (see docs/benchmarks.md): W1, the ReadWrite counter, end to end through a Kafka broker
 on 127.0.0.1, against aiokafka's own raw consume+produce loop over the same topics.
 
 Each run starts a fresh in-memory tansu broker (``samza_dsl.testing.kafka_broker``), creates the

@@ -1,4 +1,4 @@
-"""Benchmark workloads on the embedded local system (see BENCHMARKS.md): W1 with its LMDB table
+"""Benchmark workloads on the embedded local system (see docs/benchmarks.md): W1 with its LMDB table
 and changelog (``W1L``), and W6, the restart of a W1 job holding 10^5 and 10^6 keys.
 
 Each job runs in a fresh temporary ``job.dir``; its input is loaded into the local log before the

@@ -1,4 +1,4 @@
-"""W10 (BENCHMARKS.md): a join against a remote table served over HTTP on 127.0.0.1 with 5 ms
+"""W10 (docs/benchmarks.md): a join against a remote table served over HTTP on 127.0.0.1 with 5 ms
 latency, at ``task.max.concurrency`` 100, against its limit ``concurrency / latency``; and the
 same join when the table's cache answers, against the remote path and a plain dict lookup.
 

@@ -1,4 +1,4 @@
-"""W9, the soak (see BENCHMARKS.md): a ``--follow`` W1 job on the embedded system under steady load
+"""W9, the soak (see docs/benchmarks.md): a ``--follow`` W1 job on the embedded system under steady load
 for N minutes; the disk use of its job.dir and its RSS over time. Baseline: the size and RSS at
 the first interval (a minute by default).
 

@@ -1,4 +1,4 @@
-"""W5 (see BENCHMARKS.md): W3 reprocessed on Spark, ``local[2]``, over 10,000,000 page views
+"""W5 (see docs/benchmarks.md): W3 reprocessed on Spark, ``local[2]``, over 10,000,000 page views
 ``{"user": str, "country": str, "ts": float seconds}`` in Parquet (8 files).
 
 The compiled job is a samza-dsl application equivalent to W3 (the input's event time is ``ts``;

@@ -1,4 +1,4 @@
-"""Benchmark workloads W1-W4 (see BENCHMARKS.md), each run against its baseline in the same
+"""Benchmark workloads W1-W4 (see docs/benchmarks.md), each run against its baseline in the same
 process, in the same run. In-memory streams; the table of W1 is an in-memory store."""
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """Builds the API reference (HTML, with pdoc) from the public modules' docstrings.
 
-    python docs/build_api.py [-o docs/api]      # or: ./dev docs
+    python docs/build_api.py [-o docs/api]
+
+(The docs site, ``./dev docs``, has the same reference through mkdocstrings.)
 
 A module that does not import, or a name in ``__all__`` that does not resolve, fails the build,
 so the reference never silently loses a page."""
@@ -12,7 +14,7 @@ import sys
 import warnings
 from pathlib import Path
 
-# The public API, as API.md presents it: what a user imports.
+# The public API, as docs/reference/api.md presents it: what a user imports.
 MODULES = [
     "samza_dsl",
     "samza_dsl.systems",

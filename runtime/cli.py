@@ -649,6 +649,42 @@ def cmd_reprocess(args: argparse.Namespace) -> int:
     return 0
 
 
+def _matching_keys(key: str | None) -> list[Any]:
+    """The reference rows ``samza-dsl config KEY`` shows: all of them; the key itself (a
+    stream's, store's or system's key matches its ``<id>``/``<name>`` row); or those under a
+    prefix (``task.``). None found is an error with the closest key."""
+    import difflib
+    import re
+
+    from samza_dsl.config import key_reference
+
+    rows = key_reference()
+    if not key:
+        return rows
+
+    def pattern(ref: str) -> re.Pattern[str]:
+        parts = re.split(r"(<id>|<name>|\*)", ref)
+        return re.compile("".join(".+" if p in ("<id>", "<name>", "*") else re.escape(p)
+                                  for p in parts))
+
+    found = [r for r in rows if r.key == key or pattern(r.key).fullmatch(key)]
+    found = found or [r for r in rows if r.key.startswith(key)]
+    if not found:
+        close = difflib.get_close_matches(key, [r.key for r in rows], n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise SamzaError(f"no config key {key!r}{hint}; `samza-dsl config` lists them all")
+    return found
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    """The configuration keys with their types, defaults and meanings (``key_reference``)."""
+    rows = _matching_keys(args.key)
+    width = max(len(r.key) for r in rows)
+    for r in rows:
+        print(f"{r.key:<{width}}  {r.type:<4}  default {r.default}: {r.meaning}")
+    return 0
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors: what is wrong and where the help is (exit code 2)."""
 
@@ -669,23 +705,38 @@ def _at_least(least: int) -> Callable[[str], int]:
     return number
 
 
+_CONFIG_HELP = "a config key and its value; `samza-dsl config` lists the keys"
+
+
 def build_parser() -> argparse.ArgumentParser:
     from planner.render import FORMATS
+    from samza_dsl import __version__
 
     parser = _Parser(prog="samza-dsl", description="Samza's high-level API in Python")
+    parser.add_argument("--version", action="version", version=f"samza-dsl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("plan", help="plan an application and print or draw the plan")
+    text = "plan an application and print or draw the plan"
+    p = sub.add_parser("plan", help=text, description=_described(
+        text, "stages, intermediate streams and their partition counts, tables and the tier "
+        "each stage takes on Spark, as text, json, dot, mermaid, svg or html"))
     p.add_argument("app", help="module_or_file.py:attr")
     p.add_argument("--format", choices=FORMATS, default="text")
     p.add_argument("-o", "--output", help="write to this file instead of standard output")
-    p.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE",
+                   help=_CONFIG_HELP)
     p.add_argument("--partitions", action="append", default=[], metavar="STREAM=COUNT",
                    help="partition count of a stream the plan cannot look up")
     p.set_defaults(func=cmd_plan)
 
-    r = sub.add_parser("run", help="run an application until its bounded inputs end")
+    text = "run an application until its bounded inputs end"
+    r = sub.add_parser("run", help=text, description=_described(
+        text, "on the embedded local system (state under .samza/<job>) or Kafka; a second run "
+        "resumes after the checkpoint. --sample N feeds the inputs with the module's "
+        "sample_input(N), which returns a list of messages (one input) or {stream id: "
+        "messages}; --follow keeps reading new input until Ctrl-C"))
     r.add_argument("app", help="module_or_file.py:attr")
-    r.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE")
+    r.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE",
+                   help=_CONFIG_HELP)
     r.add_argument("--input", action="append", default=[], metavar="STREAM=FILE.jsonl",
                    help="messages for an input stream, one JSON per line "
                         '({"key": ..., "value": ...} for keyed streams)')
@@ -722,13 +773,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the job's Prometheus endpoint, e.g. http://127.0.0.1:9100/metrics")
     u.add_argument("--ui", default="127.0.0.1:8080", metavar="[HOST:]PORT",
                    help="where to serve the page (default 127.0.0.1:8080)")
-    u.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE")
+    u.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE",
+                   help=_CONFIG_HELP)
     u.add_argument("--partitions", action="append", default=[], metavar="STREAM=COUNT",
                    help="partition count of a stream the plan cannot look up")
     u.set_defaults(func=cmd_ui)
 
-    rp = sub.add_parser("reprocess", help="reprocess files (JSON Lines or Parquet) with the "
-                                          "application's operators on Spark")
+    text = "reprocess files (JSON Lines or Parquet) with the application's operators on Spark"
+    rp = sub.add_parser("reprocess", help=text, description=_described(
+        text, "the same plan and operator code as a streaming run; every input is given with "
+        "--input, and each --output is written as a directory of part files"))
     rp.add_argument("app", help="module_or_file.py:attr")
     rp.add_argument("--input", action="append", default=[], metavar="STREAM=PATH",
                     help="an input stream's rows: a .jsonl/.json or .parquet file, a directory of "
@@ -749,8 +803,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="no progress bars or stage table on standard error")
     rp.set_defaults(func=cmd_reprocess)
 
-    sm = sub.add_parser("sample", help="print the module's sample_input(N) for one input as "
-                                       "JSON Lines (for --input, load and reprocess)")
+    text = ("print the module's sample_input(N) for one input as JSON Lines (for --input, "
+            "load and reprocess)")
+    sm = sub.add_parser("sample", help=text, description=_described(
+        text, "the application's module defines sample_input(n) returning n messages: a list "
+              "when the application has one input, else {stream id: list}; a keyed stream's "
+              'messages are KVs, printed as {"key": ..., "value": ...}'))
     sm.add_argument("app", help="module_or_file.py:attr")
     sm.add_argument("stream", help="input stream id")
     sm.add_argument("n", type=int, metavar="N", help="sample size: sample_input(N)")
@@ -763,7 +821,8 @@ def build_parser() -> argparse.ArgumentParser:
     ld.add_argument("stream", help="stream id")
     ld.add_argument("file", help='one JSON message per line ({"key": ..., "value": ...} for keyed '
                                  "streams)")
-    ld.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE")
+    ld.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE",
+                    help=_CONFIG_HELP)
     ld.set_defaults(func=cmd_load)
 
     text = ("print a stream of the job as JSON Lines, from the embedded local log or its Kafka "
@@ -775,7 +834,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only the last N messages")
     d.add_argument("--offsets", action="store_true",
                    help='print each message as {"partition": P, "offset": O, "message": M}')
-    d.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE")
+    d.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE",
+                   help=_CONFIG_HELP)
     d.set_defaults(func=cmd_dump)
 
     text = ("show a job's containers (running, with their PIDs), each task's checkpointed "
@@ -785,28 +845,46 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("app", help="module_or_file.py:attr")
     st.add_argument("--json", action="store_true",
                     help="print the status as one JSON object (its shape: docs/operations.md)")
-    st.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE")
+    st.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE",
+                    help=_CONFIG_HELP)
     st.set_defaults(func=cmd_status)
 
-    cp = sub.add_parser("compact", help="compact the job's changelogs in the embedded local "
-                                        "log below their checkpoints, now (a running job does it "
-                                        "in the background); refused while the job runs")
+    text = ("compact the job's changelogs in the embedded local log below their checkpoints, "
+            "now (a running job does it in the background); refused while the job runs")
+    cp = sub.add_parser("compact", help=text, description=_described(
+        text, "each changelog keeps the latest entry of each key"))
     cp.add_argument("app", help="module_or_file.py:attr")
     cp.add_argument("--batch", type=_at_least(1), default=65536, metavar="N",
                     help="records rewritten per write transaction, at most about (default "
                          "65536): smaller holds the log's write lock for less time")
-    cp.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE")
+    cp.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE",
+                    help=_CONFIG_HELP)
     cp.set_defaults(func=cmd_compact)
 
-    rs = sub.add_parser("reset", help="forget a job's progress: checkpoints, stores, "
-                                      "intermediate streams and changelogs (inputs stay); "
-                                      "refused while the job runs")
+    text = ("forget a job's progress: checkpoints, stores, intermediate streams and "
+            "changelogs (inputs stay); refused while the job runs")
+    rs = sub.add_parser("reset", help=text, description=_described(
+        text, "its next run processes its inputs from the start; --outputs empties the "
+              "outputs too"))
     rs.add_argument("app", help="module_or_file.py:attr")
     rs.add_argument("--outputs", action="store_true", help="also empty the output streams (on "
                     "Kafka: delete their topics, which the next run creates again)")
-    rs.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE")
+    rs.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE",
+                    help=_CONFIG_HELP)
     rs.set_defaults(func=cmd_reset)
+
+    text = "list the configuration keys (-c KEY=VALUE) with their types, defaults and meanings"
+    cf = sub.add_parser("config", help=text, description=_described(
+        text, "KEY shows one key (streams.views.retention.ms matches streams.<id>.retention.ms)"
+              " or the keys under a prefix (task.); keys of your own go under user.*"))
+    cf.add_argument("key", nargs="?", metavar="KEY", help="a key or a prefix of keys")
+    cf.set_defaults(func=cmd_config)
     return parser
+
+
+def _described(help_text: str, more: str) -> str:
+    """A subcommand's description: its one-line help as a sentence, then ``more``."""
+    return f"{help_text[0].upper()}{help_text[1:]}. {more[0].upper()}{more[1:]}."
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -27,7 +27,8 @@ from .errors import ConfigError
 
 __all__ = ["ConfigKey", "KNOWN_KEYS", "STREAM_PROPERTIES", "STORE_PROPERTIES", "SYSTEM_PROPERTIES",
            "USER_PREFIX", "check_system_keys", "validate_config",
-           "check_scoped_keys", "config_value", "SERDE_ERROR_POLICIES"]
+           "check_scoped_keys", "config_value", "SERDE_ERROR_POLICIES", "KeyReference",
+           "key_reference"]
 
 SERDE_ERROR_POLICIES = ("fail", "skip", "dead-letter")
 
@@ -342,3 +343,65 @@ def config_value(config: Mapping[str, Any], name: str) -> Any:
     """A known key's value from a validated config, or its default."""
     value = config.get(name)
     return KNOWN_KEYS[name].default if value is None else value
+
+
+
+@dataclass(frozen=True)
+class KeyReference:
+    """One row of the configuration reference: a key (``<id>``, ``<name>`` stand for a stream,
+    store or system of the application), its type, its default and what it does."""
+
+    key: str
+    type: str
+    default: str
+    meaning: str
+
+
+def _reference_row(key: str, spec: ConfigKey) -> KeyReference:
+    meaning = spec.doc + (f"; must be {spec.rule}" if spec.rule else "")
+    if spec.default is None:
+        default = "(none)"
+    elif isinstance(spec.default, bool):
+        default = str(spec.default).lower()
+    else:
+        default = repr(spec.default)
+    return KeyReference(key, spec.kind.__name__, default, meaning)
+
+
+#: What each ``systems.<name>.`` property of ``SYSTEM_PROPERTIES`` does: (type, default, meaning)
+_SYSTEM_REFERENCE: dict[str, tuple[str, str, str]] = {
+    "samza.factory": ("str", "(none)", "the system's kind: local, kafka or memory (set from its "
+                      "descriptor)"),
+    "path": ("str", "(none)", "a local system's log directory (default: in job.dir)"),
+    "log.max.bytes": ("int", str(1 << 36), "a local system's log size cap in bytes (>= 1 MiB)"),
+    "bootstrap.servers": ("str", "(none)", "a Kafka system's brokers, host:port[,host:port...] "
+                          "(set from KafkaSystem(bootstrap_servers=...))"),
+    "consumer.*": ("any", "(none)", "an aiokafka AIOKafkaConsumer keyword argument of a Kafka "
+                   "system, as given on KafkaSystem(consumer={...})"),
+    "producer.*": ("any", "(none)", "an aiokafka AIOKafkaProducer keyword argument of a Kafka "
+                   "system, as given on KafkaSystem(producer={...})"),
+}
+
+
+def key_reference() -> list[KeyReference]:
+    """Every configuration key the job reads, as ``samza-dsl config`` and the docs list them:
+    the job's own keys, then the properties of a stream, of a store and of a system, then
+    ``user.*``.
+
+    >>> rows = {r.key: r for r in key_reference()}
+    >>> rows["task.max.concurrency"]
+    KeyReference(key='task.max.concurrency', type='int', default='1', meaning='messages in flight per task; must be an integer >= 1')
+    >>> rows["streams.<id>.samza.serde.error"].default
+    "'fail'"
+    """
+    rows = [_reference_row(name, KNOWN_KEYS[name]) for name in sorted(KNOWN_KEYS)]
+    rows += [_reference_row(f"streams.<id>.{p}", k) for p, k in sorted(STREAM_PROPERTIES.items())]
+    rows += [_reference_row(f"stores.<name>.{p}", k) for p, k in sorted(STORE_PROPERTIES.items())]
+    props = dict.fromkeys(p for ps in SYSTEM_PROPERTIES.values() for p in ps)
+    for prop in props:
+        kind, default, meaning = _SYSTEM_REFERENCE.get(prop, ("str", "(none)", ""))
+        rows.append(KeyReference(f"systems.<name>.{prop}", kind, default, meaning))
+    rows.append(KeyReference(f"{USER_PREFIX}*", "any", "(none)",
+                             "your own keys, passed through unchecked, for your functions to "
+                             "read from ctx.config"))
+    return rows
