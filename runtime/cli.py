@@ -385,18 +385,21 @@ def cmd_load(args: argparse.Namespace) -> int:
     if kafka:
         import asyncio
 
-        from runtime.kafka.load_dump import kafka_load, kafka_streams
+        from runtime.kafka.load_dump import kafka_load_file, kafka_streams
 
         async def load() -> tuple[int, str]:
             import shlex
 
             streams = await kafka_streams(app, _parse_config(args.config))
             streams.check(args.stream)
-            messages = _read_jsonl(args.file, streams.codecs[args.stream].keyed)
+            keyed = streams.codecs[args.stream].keyed
             again = shlex.join(["samza-dsl", "load", args.app, args.stream,
                                 *(x for c in args.config for x in ("-c", c))])
-            return (await kafka_load(streams, args.stream, messages, load_command=again),
-                    streams.physical[args.stream])
+            # read a line at a time, twice (checked, then sent a chunk at a time): the load's
+            # memory does not grow with its file
+            n = await kafka_load_file(streams, args.stream, args.file,
+                                      lambda: _iter_jsonl(args.file, keyed), load_command=again)
+            return n, streams.physical[args.stream]
 
         n, topic = asyncio.run(load())
         print(f"loaded {n} message(s) into {args.stream} (topic {topic})", file=sys.stderr)

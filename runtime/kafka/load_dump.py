@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import os
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,7 +50,8 @@ from samza_dsl.errors import SamzaError
 from samza_dsl.kv import KV
 from samza_dsl.serdes import KVSerde
 
-__all__ = ["KafkaStreams", "kafka_streams", "kafka_load", "encode_load", "produce_load",
+__all__ = ["KafkaStreams", "kafka_streams", "kafka_load", "kafka_load_file", "encode_load",
+           "produce_load",
            "EncodedLoad", "PartialLoad", "kafka_held", "TopicReader"]
 
 
@@ -222,9 +224,47 @@ async def kafka_load(streams: KafkaStreams, stream_id: str, messages: Iterable[A
                               timeout, load_command=load_command)
 
 
+#: messages a file load reads, encodes and sends at a time: its memory is about this many
+#: messages, whatever the file's size
+LOAD_CHUNK = 20_000
+
+
+async def kafka_load_file(streams: KafkaStreams, stream_id: str, path: str,
+                          lines: Callable[[], Iterable[tuple[int, Any]]], timeout: float = 30.0,
+                          *, load_command: str | None = None, chunk: int = LOAD_CHUNK) -> int:
+    """Append the messages of the JSON Lines file ``path`` to the stream's topic; returns how
+    many. ``lines()`` gives ``(line number, message)`` of each message, and is called twice:
+    first every message is encoded (a bad line loads nothing, and the error names its
+    ``path:line``), then the file is sent ``chunk`` messages at a time, so a load's memory does
+    not grow with its file. A failure while sending raises ``PartialLoad``, covering what the
+    earlier chunks loaded and the lines after the chunk that failed."""
+    from runtime.run_inputs import JsonLines
+
+    def chunks() -> Iterable[JsonLines]:
+        it = iter(lines())
+        while True:
+            batch = JsonLines(path)
+            for lineno, m in itertools.islice(it, chunk):
+                batch.append(m)
+                batch.lines.append(lineno)
+            if not batch:
+                return
+            yield batch
+
+    total = sum(len(encode_load(streams, stream_id, c).messages) for c in chunks())
+    done = 0
+    for c in chunks():
+        done += await produce_load(streams, encode_load(streams, stream_id, c), timeout,
+                                   load_command=load_command, loaded=(done, total))
+    return done
+
+
 async def produce_load(streams: KafkaStreams, load: EncodedLoad, timeout: float = 30.0, *,
-                       load_command: str | None = None) -> int:
-    """Send an encoded load (creating its topic if missing); returns the message count."""
+                       load_command: str | None = None,
+                       loaded: tuple[int, int] | None = None) -> int:
+    """Send an encoded load (creating its topic if missing); returns the message count.
+    ``loaded`` is, for one chunk of a file, (messages the chunks before it loaded, messages
+    of the whole file): a ``PartialLoad`` then speaks of the file."""
     sid, topic = load.stream_id, load.topic
     n = len(load.records)
     if streams.existing.get(sid) is None:
@@ -239,7 +279,7 @@ async def produce_load(streams: KafkaStreams, load: EncodedLoad, timeout: float 
     if all(sum(c for _, c in ranges) == len(recs)
            for ranges, recs in zip(acked, load.records, strict=True)):
         return total
-    raise _partial(streams, load, acked, ends, error, load_command)
+    raise _partial(streams, load, acked, ends, error, load_command, loaded)
 
 
 async def _produce(streams: KafkaStreams, topic: str, records: list[list[Record]],
@@ -316,11 +356,13 @@ async def _send(producer: AIOKafkaProducer, topic: str, records: list[list[Recor
 
 def _partial(streams: KafkaStreams, load: EncodedLoad, acked: list[list[tuple[int, int]]],
              ends: list[int | None], error: BaseException | None,
-             load_command: str | None) -> PartialLoad:
+             load_command: str | None, loaded: tuple[int, int] | None = None) -> PartialLoad:
     """The error of a load that failed part way: what each partition acknowledged, and how to
-    load the rest (the messages the broker did not acknowledge, in the order given)."""
+    load the rest (the messages the broker did not acknowledge, in the order given, then, for
+    a chunk of a file, the file's lines after the chunk)."""
     sid, topic, msgs = load.stream_id, load.topic, load.messages
     total = len(msgs)
+    before, file_total = loaded if loaded is not None else (0, total)
     sent = [len(r) for r in load.records]
     counts = [sum(c for _, c in ranges) for ranges in acked]
     done = sum(counts)
@@ -329,42 +371,49 @@ def _partial(streams: KafkaStreams, load: EncodedLoad, acked: list[list[tuple[in
         for first, count in ranges:
             rest_set.difference_update(load.indices[p][first:first + count])
     rest = sorted(rest_set)
+    others = len(rest) + file_total - before - total  # with the lines after this chunk
     reason = f"{type(error).__name__}: {error}" if error is not None else "not acknowledged"
     parts = ", ".join(
         f"partition {p}: {counts[p]:,} of {sent[p]:,}"
         + (f" (it should end at offset {ends[p]:,})" if ends[p] is not None else "")
         for p in range(len(sent)) if sent[p])
+    if file_total != total:
+        parts = f"of the chunk of {total:,} sent last: {parts}"
     command = load_command or f"samza-dsl load APP {sid}"
     path = getattr(msgs, "path", None)
     rest_file = resume_line = None
     if path is not None and rest == list(range(rest[0], total)):
         resume_line = msgs.lines[rest[0]]  # type: ignore[attr-defined]
-        todo = (f"The {len(rest):,} other(s) are lines {resume_line:,} to the end of {path}: "
+        todo = (f"The {others:,} other(s) are lines {resume_line:,} to the end of {path}: "
                 f"once the broker is back, load them with `tail -n +{resume_line} {path} > "
                 f"rest.jsonl && {command} rest.jsonl`")
     else:
-        rest_file, problem = _write_rest(msgs, rest, path, sid)
+        lines: list[int] = getattr(msgs, "lines", [])
+        after = lines[-1] if lines and others > len(rest) else None
+        rest_file, problem = _write_rest(msgs, rest, path, sid, after)
         if rest_file is not None:
-            todo = (f"The {len(rest):,} other(s) are in {rest_file}, in the order given: once "
+            todo = (f"The {others:,} other(s) are in {rest_file}, in the order given: once "
                     f"the broker is back, load them with `{command} {rest_file}`")
         else:
-            todo = (f"The {len(rest):,} other(s) could not be written to a file ({problem}): "
+            todo = (f"The {others:,} other(s) could not be written to a file ({problem}): "
                     f"they are, in each partition, the messages after the acknowledged ones, "
-                    f"in the order given")
+                    f"in the order given"
+                    + (f", then lines {after + 1:,} to the end of {path}" if after else ""))
     return PartialLoad(
-        f"loading {total:,} message(s) into stream {sid!r} (topic {topic!r}) on Kafka at "
-        f"{streams.servers} failed part way ({reason}): {done:,} of them were acknowledged and "
+        f"loading {file_total:,} message(s) into stream {sid!r} (topic {topic!r}) on Kafka at "
+        f"{streams.servers} failed part way ({reason}): {before + done:,} of them were "
+        f"acknowledged and "
         f"stay in the topic, as Kafka cannot take them back ({parts}). {todo}. (A request in "
         f"flight when the connection broke may have been written without an acknowledgement: "
         f"if a partition ends past the offset given, its first messages among the others are "
         f"there already.)", counts, sent, rest_file, resume_line)
 
 
-def _write_rest(msgs: Sequence[Any], rest: list[int], path: str | None, sid: str
-                ) -> tuple[str | None, str]:
+def _write_rest(msgs: Sequence[Any], rest: list[int], path: str | None, sid: str,
+                after: int | None = None) -> tuple[str | None, str]:
     """The messages ``rest`` of ``msgs`` as JSON Lines in a new file next to the input file
-    (or in the current directory; else in the temporary directory): (its path, or None and
-    why not)."""
+    (or in the current directory; else in the temporary directory), then the lines of the
+    input file after line ``after`` as they are: (its path, or None and why not)."""
     import msgspec
 
     try:
@@ -381,6 +430,10 @@ def _write_rest(msgs: Sequence[Any], rest: list[int], path: str | None, sid: str
             fd, name = tempfile.mkstemp(prefix=f"{base}.unloaded-", suffix=".jsonl", dir=folder)
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
+                if after is not None and path is not None:
+                    with open(path, "rb") as src:
+                        for line in itertools.islice(src, after, None):
+                            f.write(line if line.endswith(b"\n") else line + b"\n")
             return name, ""
         except OSError as exc:
             problem = f"{folder}: {exc.strerror or exc}"

@@ -26,7 +26,13 @@ from outage_helpers import TcpProxy
 
 from runtime.dump import kafka_dump_lines
 from runtime.kafka.admin import describe_topics
-from runtime.kafka.load_dump import PartialLoad, TopicReader, kafka_load, kafka_streams
+from runtime.kafka.load_dump import (
+    PartialLoad,
+    TopicReader,
+    kafka_load,
+    kafka_load_file,
+    kafka_streams,
+)
 from runtime.kafka.system import offset_bounds
 from runtime.loader import load_app
 from runtime.run_inputs import JsonLines
@@ -260,6 +266,98 @@ def test_a_broker_gone_mid_load_says_what_was_acknowledged_and_how_to_load_the_r
             assert all(_partition(f"k{n % 997}", partitions) == p for n in ns)
     finally:
         back.stop()
+
+
+def test_a_file_load_cut_off_in_a_later_chunk_counts_the_file_and_hands_back_the_rest(
+        proxied: tuple[CuttingProxy, TansuBroker, int], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``samza-dsl load`` sends a file a chunk at a time: a cut in a later chunk speaks of the
+    whole file, and the rest it hands back holds the chunk's unacknowledged messages and every
+    line after the chunk."""
+    proxy, broker, port = proxied
+    bootstrap = f"127.0.0.1:{port}"
+    job = Job(tmp_path, bootstrap, 3)
+    total = 100_000
+    rows = [{"key": f"k{i % 997}", "value": {"g": "a", "n": i}} for i in range(total)]
+    path = _write(tmp_path / "big.jsonl", rows, blank_after=1)
+
+    def lines() -> Iterator[tuple[int, object]]:
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if line.strip():
+                    r = json.loads(line)
+                    yield lineno, KV(r["key"], r["value"])
+
+    streams = run(kafka_streams(job.app(monkeypatch), {}))
+    with pytest.raises(PartialLoad) as info:
+        run(kafka_load_file(streams, "events", str(path), lines, timeout=4.0, chunk=7_000,
+                            load_command="samza-dsl load app.py:app events"))
+    err = info.value
+    text = str(err)
+    topic = f"events-{job.tag}"
+    assert broker.port is not None
+    back = TcpProxy(port, broker.port).start()
+    try:
+        done = sum(_held(bootstrap, topic).values())
+        assert 7_000 < done < total, text  # whole chunks went before the cut
+        assert f"loading {total:,} message(s)" in text, text
+        assert f"{done:,} of them were acknowledged" in text, text
+        assert f"The {total - done:,} other(s)" in text, text
+        if err.rest is not None:  # cut inside a chunk: its rest, then the lines after it
+            assert len(Path(err.rest).read_text().splitlines()) == total - done, text
+        else:  # cut at a chunk's start: the file's tail
+            assert err.resume_line == done + 2, text
+        command = re.search(r"load them with `([^`]+)`", text)
+        assert command is not None, text
+        resumed = subprocess.run(command.group(1), shell=True, cwd=tmp_path, env=job.env,
+                                 capture_output=True, text=True, timeout=180)
+        assert resumed.returncode == 0, resumed.stderr
+        records = run(consume_all(bootstrap, topic, 3, timeout=60))
+        got = sorted(json.loads(v)["n"] for recs in records.values() for _, _, v in recs)
+        assert got == list(range(total))  # every message once
+    finally:
+        back.stop()
+
+
+def test_the_peak_memory_of_a_kafka_load_does_not_grow_with_its_file(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    """``samza-dsl load`` into a topic holds a chunk of the file, not the file (a million lines
+    took 660 MB when it held them all)."""
+    import sys
+    import tracemalloc
+
+    peak_of = ("import resource, subprocess, sys\n"
+               "proc = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+               "sys.stderr.write(proc.stderr)\n"
+               "print(proc.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n")
+    job = Job(tmp_path, kafka_bootstrap, 3)
+    n = 200_000
+    big = tmp_path / "big.jsonl"
+    with open(big, "w", encoding="utf-8") as f:
+        for i in range(n):
+            f.write(json.dumps({"key": str(i % 5000), "value": {
+                "g": "a", "id": i, "name": f"user-{i}", "tags": ["a", "b", "c"]}}) + "\n")
+    small = tmp_path / "small.jsonl"
+    small.write_text(big.open().readline())
+
+    def peak(path: Path) -> int:
+        proc = subprocess.run([sys.executable, "-c", peak_of, CLI, "load", "app.py:app",
+                               "events", str(path)], cwd=tmp_path, env=job.env,
+                              capture_output=True, text=True, timeout=300)
+        rc, kib = proc.stdout.split()
+        assert rc == "0", proc.stderr
+        return int(kib) * 1024
+
+    base, top = peak(small), peak(big)
+    with open(big, encoding="utf-8") as f:
+        lines = [next(f) for _ in range(n // 10)]
+    tracemalloc.start()
+    decoded = [json.loads(line) for line in lines]
+    held = tracemalloc.get_traced_memory()[0] * 10  # the file's messages, all held at once
+    tracemalloc.stop()
+    del decoded
+    assert top - base < min(held // 3, 48 << 20), ((top - base) >> 20, held >> 20)
+    assert sum(_held(kafka_bootstrap, f"events-{job.tag}").values()) == n + 1
 
 
 def _partition(key: str, partitions: int) -> int:
