@@ -93,6 +93,8 @@ DOWNSTREAM_BUDGET = 8 * BATCH_BUDGET
 #: whose messages are slow gets a smaller budget (measured per call, never per message), so its
 #: loop yields often enough for a stop, a rebalance or a timer to be seen while it works
 BATCH_SECONDS = 0.05
+#: the budget of a task's first batch: how slow its messages are is not known yet
+FIRST_BUDGET = 8
 #: outputs of one timer, watermark or end-of-stream call passed on between two producer writes
 OUTPUT_CHUNK = 4096
 #: the handout record ``[ssp, offset, ...]`` of the message an asyncio task of this module
@@ -1384,7 +1386,7 @@ class TaskInstance:
     async def run(self) -> None:
         wake = self.wake
         perf = time.perf_counter
-        budget = BATCH_BUDGET
+        budget = FIRST_BUDGET  # grows to BATCH_BUDGET while batches are quick
         while True:
             if self.failure is not None:
                 raise self.failure

@@ -17,11 +17,11 @@ from group_helpers import SESSION_MS, Member, final_counts, outputs, settled, wa
 from kafka_helpers import create_topic, keyed, produce_each, run
 
 
-def _events(start: int, n: int, keys: int = 12) -> list[tuple[int, bytes | None, bytes | None]]:
+def _events(start: int, n: int, keys: int = 20) -> list[tuple[int, bytes | None, bytes | None]]:
     return keyed(((f"k{i % keys}", {"i": i}) for i in range(start, start + n)), 4)
 
 
-def _expected(n: int, keys: int = 12) -> dict[str, int]:
+def _expected(n: int, keys: int = 20) -> dict[str, int]:
     return dict(Counter(f"k{i % keys}" for i in range(n)))
 
 
@@ -102,7 +102,7 @@ def test_the_survivors_take_over_the_tasks_of_a_lost_member_and_count_exactly(
         survivors = [m for m in members if m is not lost]
         feeder.start()
         wait_for("the member to be lost has counted some events",
-                 lambda: sum(o[2] == lost.pid for o in outputs(kafka_bootstrap, tag)) >= 20,
+                 lambda: sum(o[2] == lost.pid for o in outputs(kafka_bootstrap, tag)) >= 10,
                  60, members)
         lost.signal(getattr(signal, how))
         t0 = time.monotonic()
@@ -122,3 +122,27 @@ def test_the_survivors_take_over_the_tasks_of_a_lost_member_and_count_exactly(
         lost.kill()
         codes = [m.stop() for m in members if m is not lost]
     assert codes == [0, 0], [m.text()[-2000:] for m in members]
+
+
+def test_the_coordinator_is_kafka_only_for_runs_that_follow_and_says_what_to_do_otherwise(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    from kafka_apps import group_app
+
+    from runtime import LocalRunner
+    from runtime.kafka.group import job_coordinator
+    from samza_dsl.errors import ConfigError
+
+    name = "group-x-1"
+    assert job_coordinator({}, follow=True, job_name=name) == "kafka"
+    assert job_coordinator({}, follow=False, job_name=name) == "static"
+    assert job_coordinator({"job.container.count": 2}, follow=True, job_name=name) == "static"
+    assert job_coordinator({"job.coordinator": "static"}, follow=True, job_name=name) == "static"
+    app = group_app(kafka_bootstrap, uuid.uuid4().hex[:8])
+    for config, words in (({}, "add --follow, or set job.coordinator=static"),
+                          ({"job.container.count": 2}, "leave out --containers")):
+        with pytest.raises(ConfigError) as err:
+            LocalRunner(app, {"job.coordinator": "kafka", "job.dir": str(tmp_path), **config}
+                        ).run()
+        assert words in str(err.value) and "\n" not in str(err.value), str(err.value)
+    with pytest.raises(ConfigError, match="must be kafka or static"):
+        LocalRunner(app, {"job.coordinator": "zookeeper"})
