@@ -89,12 +89,13 @@ BATCH_BUDGET = 2048
 #: a stage keeps up with the stages before it (whose outputs it reads) however unevenly their
 #: keys fall into its partitions, so what waits between two stages stays about one round's worth
 DOWNSTREAM_BUDGET = 8 * BATCH_BUDGET
-#: about how long one call of ``_process_some`` from the task's loop may hand out for: a task
-#: whose messages are slow gets a smaller budget (measured per call, never per message), so its
-#: loop yields often enough for a stop, a rebalance or a timer to be seen while it works
-BATCH_SECONDS = 0.05
-#: the budget of a task's first batch: how slow its messages are is not known yet
-FIRST_BUDGET = 8
+#: about how long one call of ``_process_some`` from the task's loop may hand out for at most:
+#: a task whose messages are slow gets a smaller budget (measured per call, never per message),
+#: so its loop yields often enough for a stop, a rebalance or a timer to be seen while it works
+#: (a batch of quick messages takes milliseconds, far below it: their budget never changes)
+BATCH_SECONDS = 0.5
+#: the budget of a task's first batch, which tells how long its messages take
+PROBE_BUDGET = 8
 #: outputs of one timer, watermark or end-of-stream call passed on between two producer writes
 OUTPUT_CHUNK = 4096
 #: the handout record ``[ssp, offset, ...]`` of the message an asyncio task of this module
@@ -1386,7 +1387,7 @@ class TaskInstance:
     async def run(self) -> None:
         wake = self.wake
         perf = time.perf_counter
-        budget = FIRST_BUDGET  # grows to BATCH_BUDGET while batches are quick
+        budget = PROBE_BUDGET  # how slow the task's messages are is not known yet
         while True:
             if self.failure is not None:
                 raise self.failure
@@ -1499,13 +1500,12 @@ class _BatchFailure(Exception):
 
 
 def _next_budget(budget: int, took: float) -> int:
-    """The budget of a task's next batch, after one of ``budget`` took ``took`` seconds: cut
-    to about ``BATCH_SECONDS`` of work, and grown back (doubling) once batches are quick."""
-    if took > BATCH_SECONDS:
-        return max(1, int(budget * BATCH_SECONDS / took))
-    if budget < BATCH_BUDGET and took < BATCH_SECONDS / 4:
-        return min(BATCH_BUDGET, budget * 2)
-    return budget
+    """The budget of a task's next batch, after one of ``budget`` took ``took`` seconds: about
+    ``BATCH_SECONDS`` of work at that pace, at most ``BATCH_BUDGET`` (quick messages: always)."""
+    if took > 0 and budget * BATCH_SECONDS < took * BATCH_BUDGET:
+        # at this pace a full batch would take longer than BATCH_SECONDS
+        return max(1, min(BATCH_BUDGET, int(budget * BATCH_SECONDS / took)))
+    return BATCH_BUDGET
 
 
 def _threaded(process: Callable[[Any], Any], executor: Any) -> Callable[[Any], Any]:
