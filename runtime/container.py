@@ -221,19 +221,7 @@ class Container:
             self.consumer.register(key, ssp, None if start is None else start + 1)
         await self._bootstrap()
 
-        helpers = [asyncio.create_task(self._consume(), name="consumer")]
-        window_ms = int(self.config.get("task.window.ms", -1) or -1)
-        commit_ms = config_value(self.config, "task.commit.ms")
-        if window_ms > 0:
-            helpers.append(asyncio.create_task(self._ticker(window_ms, "window_requested")))
-        if commit_ms > 0:
-            helpers.append(asyncio.create_task(self._ticker(commit_ms, "commit_requested")))
-        if config_value(self.config, "task.callback.timeout.ms") > 0:
-            helpers.append(asyncio.create_task(self._watchdog()))
-        idle = [t.clock for t in self.tasks if t.clock.idle_ms]
-        if idle:  # idle partitions are noticed without data coming
-            helpers.append(asyncio.create_task(self._idle_ticker(min(
-                ms for c in idle for ms in c.idle_ms.values()))))
+        helpers = [asyncio.create_task(self._consume(), name="consumer"), *self._timers()]
         runs = [asyncio.create_task(t.run(), name=t.name) for t in self.tasks]
         self.loop_meter.install(asyncio.get_running_loop())
         if self.reporters is not None:
@@ -246,27 +234,49 @@ class Container:
                     raise exc
         finally:
             self.loop_meter.uninstall()
-            self.closed = True
-            self._room.set()
-            for fut in runs + helpers:
-                fut.cancel()
-            await asyncio.gather(*runs, *helpers, return_exceptions=True)
-            for t in self.tasks:
-                t.close()
-            if self.job.plan.app.remote_tables:  # their client sessions live on this loop
-                await close_table_functions(self.job.plan.app.remote_tables.values())
-            try:
-                if self.reporters is not None:  # the run's totals, before the last flush
-                    await self.reporters.close()
-                await self.producer.flush()
-            finally:
-                self.state.close()
-                await self.consumer.close()
-                await self.producer.close()
-            if self.executor is not None:
-                self.executor.shutdown(wait=False, cancel_futures=True)
-            if self.reporters is not None:
-                self.reporters.stop_server()
+            await self._close(runs + helpers)
+
+    def _timers(self) -> list[asyncio.Task[None]]:
+        """The helpers that wake the tasks: window ticks, commits, the callback watchdog, and
+        the look at idle partitions."""
+        helpers = []
+        window_ms = int(self.config.get("task.window.ms", -1) or -1)
+        commit_ms = config_value(self.config, "task.commit.ms")
+        if window_ms > 0:
+            helpers.append(asyncio.create_task(self._ticker(window_ms, "window_requested")))
+        if commit_ms > 0:
+            helpers.append(asyncio.create_task(self._ticker(commit_ms, "commit_requested")))
+        if config_value(self.config, "task.callback.timeout.ms") > 0:
+            helpers.append(asyncio.create_task(self._watchdog()))
+        idle = [ms for t in self.tasks for ms in t.clock.idle_ms.values()]
+        if idle:  # idle partitions are noticed without data coming
+            helpers.append(asyncio.create_task(self._idle_ticker(min(idle))))
+        return helpers
+
+    async def _close(self, futures: list[asyncio.Task[None]]) -> None:
+        """The end of a run: the tasks and helpers stopped, the producer flushed, the state,
+        consumer and producer closed."""
+        self.closed = True
+        self._room.set()
+        for fut in futures:
+            fut.cancel()
+        await asyncio.gather(*futures, return_exceptions=True)
+        for t in self.tasks:
+            t.close()
+        if self.job.plan.app.remote_tables:  # their client sessions live on this loop
+            await close_table_functions(self.job.plan.app.remote_tables.values())
+        try:
+            if self.reporters is not None:  # the run's totals, before the last flush
+                await self.reporters.close()
+            await self.producer.flush()
+        finally:
+            self.state.close()
+            await self.consumer.close()
+            await self.producer.close()
+        if self.executor is not None:
+            self.executor.shutdown(wait=False, cancel_futures=True)
+        if self.reporters is not None:
+            self.reporters.stop_server()
 
     @property
     def stopping(self) -> bool:
@@ -326,11 +336,12 @@ class Container:
             self._room.set()
             self.consumer.wakeup()
 
-    async def _bootstrap(self) -> None:
+    async def _bootstrap(self, keys: list[tuple[Any, SSP]] | None = None) -> None:
         """Tells each task where its bootstrap partitions end as of now (Samza's bootstrapping
-        chooser: on every start, restarts included)."""
+        chooser: on every start, restarts included); ``keys``: of these readers only."""
         inputs = self.job.plan.app.inputs
-        keys = [k for k in self._keys if getattr(inputs.get(k[1].stream_id), "bootstrap", False)]
+        keys = [k for k in (self._keys if keys is None else keys)
+                if getattr(inputs.get(k[1].stream_id), "bootstrap", False)]
         if not keys:
             return
         bounds = getattr(self.consumer, "read_bounds", None)
@@ -358,10 +369,9 @@ class Container:
 
     async def _idle_ticker(self, idle_s: float) -> None:
         """Wakes the tasks that have inputs with ``idle_timeout`` to look at their watermarks."""
-        tasks = [t for t in self.tasks if t.clock.idle_ms]
         while True:
             await asyncio.sleep(max(0.005, idle_s / 4))
-            for t in tasks:
+            for t in [t for t in self.tasks if t.clock.idle_ms]:
                 t.clock.dirty = True
                 t.wake.set()
 

@@ -157,6 +157,16 @@ class JobLock:
         self._take(f"container-{container_id}.lock", exclusive=True, note=f"run {what}",
                    doing=doing)
 
+    def member(self) -> None:
+        """A container of a job whose containers form a Kafka consumer group
+        (``job.coordinator=kafka``): the job's directory holds the stores of the tasks it runs,
+        so it is one member's, as a job of one container holds it (the group's other members
+        run on other hosts, or with job.dirs of their own)."""
+        self._take("job.lock", exclusive=True, note="run",
+                   doing=f"run job {self.job_name!r} as a member of its consumer group with "
+                         f"job.dir {self.root} (each member on a host needs a job.dir of its "
+                         f"own)")
+
     def start_containers(self, count: int) -> None:
         """The process that prepares a run of ``count`` containers and starts them: exclusive
         while it prepares (it moves checkpoints), then shared with the containers."""

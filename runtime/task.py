@@ -89,6 +89,13 @@ BATCH_BUDGET = 2048
 #: a stage keeps up with the stages before it (whose outputs it reads) however unevenly their
 #: keys fall into its partitions, so what waits between two stages stays about one round's worth
 DOWNSTREAM_BUDGET = 8 * BATCH_BUDGET
+#: about how long one call of ``_process_some`` from the task's loop may hand out for at most:
+#: a task whose messages are slow gets a smaller budget (measured per call, never per message),
+#: so its loop yields often enough for a stop, a rebalance or a timer to be seen while it works
+#: (a batch of quick messages takes milliseconds, far below it: their budget never changes)
+BATCH_SECONDS = 0.5
+#: the budget of a task's first batch, which tells how long its messages take
+PROBE_BUDGET = 8
 #: outputs of one timer, watermark or end-of-stream call passed on between two producer writes
 OUTPUT_CHUNK = 4096
 #: the handout record ``[ssp, offset, ...]`` of the message an asyncio task of this module
@@ -158,6 +165,9 @@ class TaskInstance:
         self.failure: BaseException | None = None
         self.wake = asyncio.Event()
         self.done = False
+        #: the container holds the task while its group rebalances (``hold``): done once the
+        #: task handed out nothing more, drained and committed
+        self.held: asyncio.Future[None] | None = None
 
         # remote-table calls user functions made (rule 19): of the message being handed out,
         # of messages completing on their own asyncio task (by record id), and of neither
@@ -781,7 +791,8 @@ class TaskInstance:
 
         Nothing else runs on the loop while this synchronous loop does, so the commit, window and
         stop flags are checked once, and ``in_flight`` only after a message went async."""
-        if self.commit_requested or self.window_requested or self.env.stopping:
+        if self.commit_requested or self.window_requested or self.env.stopping \
+                or self.held is not None:
             return 0
         n = 0
         self._handing_out = True
@@ -800,7 +811,7 @@ class TaskInstance:
             inbox.push_front((cur[0], cur[1] + self._cur_i, cur[2][self._cur_i:]))
             self._cur = None
         # intermediate records do not count against the budget, up to DOWNSTREAM_BUDGET of them
-        extra = DOWNSTREAM_BUDGET
+        extra = DOWNSTREAM_BUDGET if budget >= BATCH_BUDGET else 8 * budget
         downstream = self._downstream
         while n < budget and self.in_flight < max_c and self._adopted is None:
             cur = self._cur
@@ -1375,6 +1386,8 @@ class TaskInstance:
 
     async def run(self) -> None:
         wake = self.wake
+        perf = time.perf_counter
+        budget = PROBE_BUDGET  # how slow the task's messages are is not known yet
         while True:
             if self.failure is not None:
                 raise self.failure
@@ -1387,6 +1400,11 @@ class TaskInstance:
                     self.done = True
                     return
                 await wake.wait()  # draining: wait for completions, hand out nothing
+                continue
+            if self.held is not None:  # the same drain, then a commit, then a wait
+                if self.in_flight == 0 and not self.held.done():
+                    await self._commit_held(self.held)
+                await wake.wait()
                 continue
             if self.commit_requested:
                 if self.in_flight == 0 or self.async_commit:
@@ -1411,7 +1429,9 @@ class TaskInstance:
                 continue
             if (self._cur is not None or self.inbox.ready()) \
                     and self.in_flight < self.max_concurrency:
-                self._process_some(BATCH_BUDGET)
+                began = perf()
+                self._process_some(budget)
+                budget = _next_budget(budget, perf() - began)
                 if faults.ARMED:
                     faults.reached("batch")
                 if self.clock.dirty:
@@ -1438,6 +1458,31 @@ class TaskInstance:
             finally:
                 self._parked = False
 
+    def hold(self) -> asyncio.Future[None]:
+        """Stop handing out, let the messages in flight complete, commit, then wait until
+        ``release`` (the task's group rebalances: the task may move to another container). The
+        future is done once committed."""
+        if self.held is None:
+            self.held = asyncio.get_running_loop().create_future()
+            self.wake.set()
+        return self.held
+
+    def release(self) -> None:
+        """Go on after ``hold``: the task stays with this container."""
+        self.held = None
+        self.wake.set()
+
+    async def _commit_held(self, held: asyncio.Future[None]) -> None:
+        try:
+            await self.commit()
+        except BaseException as exc:
+            if not held.done():
+                held.set_exception(exc)
+                held.exception()  # the task's own run raises it; retrieved here
+            raise
+        if not held.done():
+            held.set_result(None)
+
     def close(self) -> None:
         for op in self.operators.values():
             op.close()
@@ -1452,6 +1497,15 @@ class _BatchFailure(Exception):
     def __init__(self, index: int, failure: OperatorFailure | _EventTimeFailure) -> None:
         self.index = index
         self.failure = failure
+
+
+def _next_budget(budget: int, took: float) -> int:
+    """The budget of a task's next batch, after one of ``budget`` took ``took`` seconds: about
+    ``BATCH_SECONDS`` of work at that pace, at most ``BATCH_BUDGET`` (quick messages: always)."""
+    if took > 0 and budget * BATCH_SECONDS < took * BATCH_BUDGET:
+        # at this pace a full batch would take longer than BATCH_SECONDS
+        return max(1, min(BATCH_BUDGET, int(budget * BATCH_SECONDS / took)))
+    return BATCH_BUDGET
 
 
 def _threaded(process: Callable[[Any], Any], executor: Any) -> Callable[[Any], Any]:

@@ -26,11 +26,13 @@ from typing import Any
 from .errors import ConfigError
 
 __all__ = ["ConfigKey", "KNOWN_KEYS", "STREAM_PROPERTIES", "STORE_PROPERTIES", "SYSTEM_PROPERTIES",
-           "USER_PREFIX", "check_system_keys", "validate_config",
+           "USER_PREFIX", "COORDINATORS", "check_system_keys", "validate_config",
            "check_scoped_keys", "config_value", "SERDE_ERROR_POLICIES", "KeyReference",
            "key_reference"]
 
 SERDE_ERROR_POLICIES = ("fail", "skip", "dead-letter")
+#: the values of ``job.coordinator``
+COORDINATORS = ("kafka", "static")
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,12 @@ KNOWN_KEYS: dict[str, ConfigKey] = {k.name: k for k in [
        doc="threads for blocking user functions; 0 runs them on the loop"),
     _k("job.container.count", int, 1, *_POSITIVE, doc="container processes"),
     _k("job.container.id", int, None, *_NON_NEGATIVE, doc="this process's container"),
+    _k("job.coordinator", str, None, lambda v: v in COORDINATORS, "kafka or static",
+       doc="how a Kafka job's containers share its tasks: kafka (the default for a Kafka job "
+       "run with --follow): every `samza-dsl run --follow` of the job joins the consumer group "
+       "<job.name>-<job.id> and runs the tasks the group deals it, which move when containers "
+       "come and go; static (the default otherwise, and for the local system and "
+       "--containers N): task k runs in container k mod job.container.count"),
     _k("job.elasticity.factor", int, 1, *_POSITIVE, doc="virtual tasks per task"),
     _k("job.intermediate.stream.partitions", int, None,
        lambda v: v > 0, "a positive integer", doc="partitions of intermediate streams"),
@@ -125,7 +133,10 @@ def _coerce(key: ConfigKey, value: Any) -> Any:
         if key.check is not None and not key.check(out):
             raise ConfigError(f"config {key.name}={value!r} is out of range: it must be {key.rule}")
         return out
-    return str(value)
+    text = str(value)
+    if key.check is not None and not key.check(text):
+        raise ConfigError(f"config {key.name}={value!r} is not allowed: it must be {key.rule}")
+    return text
 
 
 _RETENTION = (lambda v: v == -1 or v >= 0, "-1 (keep forever) or an integer >= 0")

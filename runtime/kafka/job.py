@@ -48,7 +48,16 @@ from runtime.kafka.admin import (
     ensure_topics,
     retention_configs,
 )
+from runtime.kafka.assignor import TaskAssignor
 from runtime.kafka.changelog import KafkaChangelog
+from runtime.kafka.group import (
+    GroupContainer,
+    GroupMembership,
+    client_settings,
+    host_name,
+    job_coordinator,
+    member_ids,
+)
 from runtime.kafka.outage import KEY as UNAVAILABLE_KEY
 from runtime.kafka.outage import (
     BrokerWatch,
@@ -104,15 +113,18 @@ class KafkaJob:
         self.system = kafka[0]
         settings = self.system.config
         self.servers = str(settings["bootstrap.servers"])
-        self.consumer_settings = {k[9:]: v for k, v in settings.items()
-                                  if k.startswith("consumer.")}
-        self.producer_settings = {k[9:]: v for k, v in settings.items()
-                                  if k.startswith("producer.")}
+        effective = {**app.config, **self.config}
+        # the system's settings, then the config's systems.<name>.consumer.* / producer.*
+        self.consumer_settings = client_settings(settings, effective, self.system.name,
+                                                 "consumer")
+        self.producer_settings = client_settings(settings, effective, self.system.name,
+                                                 "producer")
         self.checkpoint_topic = f"__samza_checkpoint_{self.job_name}"
         #: where the outputs started, for a job whose containers run in other processes
         self.output_start: dict[TopicPartition, int] | None = None
         self.lock = JobLock(self.root, self.job_name)
-        effective = {**app.config, **self.config}
+        #: how the job's containers share its tasks (``runtime.kafka.group``)
+        self.coordinator = job_coordinator(effective, follow=follow, job_name=self.job_name)
         unavailable = config_value(effective, UNAVAILABLE_KEY) / 1000.0
         #: the brokers' outages while the job runs (``runtime.kafka.outage``)
         self.watch = BrokerWatch(self.servers, unavailable, settings=self.consumer_settings)
@@ -239,10 +251,17 @@ class KafkaJob:
         await self._setup()
         plan, job, producer = self.plan, self.job, self.producer
         cfg = plan.config
-        self.container_id, self.tasks = job_containers(job, cfg)
-        self.lock.run(self.container_id, int(config_value(cfg, "job.container.count")))
-        self.generation = producer.generation = await self.start_run(
-            join=self.container_id is not None)
+        group = self.coordinator == "kafka"
+        if group:  # the group deals the tasks out
+            self.container_id = config_value(cfg, "job.container.id")
+            self.tasks: list[TaskModel] = []
+            self.lock.member()
+        else:
+            self.container_id, self.tasks = job_containers(job, cfg)
+            self.lock.run(self.container_id, int(config_value(cfg, "job.container.count")))
+        # a member of a group learns its run's generation with its first tasks (_take_over)
+        self.generation = producer.generation = self.checkpoints.generation if group else \
+            await self.start_run(join=self.container_id is not None)
 
         inputs = set(plan.input_streams)
         upcoming = {sid for sid in inputs
@@ -254,11 +273,14 @@ class KafkaJob:
                                  timeout=self.timeout, watch=self.watch)
         # the system's classes, as the container sees them (runtime.systems)
         self.consumer: Consumer = consumer
-        self.state: StateBackend = StoreBackend(self.root, job, cfg, await self._changelogs(producer, self.tasks),
-                                  self.metrics, self.dead_letter)
-        self.container = container = Container(
-            job, self.tasks, consumer=consumer, producer=producer, checkpoints=self.checkpoints,
-            config=cfg, metrics=self.metrics, state=self.state)
+        self.state: StateBackend = StoreBackend(
+            self.root, job, cfg, await self._changelogs(producer, self.tasks), self.metrics,
+            self.dead_letter)
+        parts: dict[str, Any] = dict(consumer=consumer, producer=producer,
+                                     checkpoints=self.checkpoints, config=cfg,
+                                     metrics=self.metrics, state=self.state)
+        self.container = container = self._member(parts) if group else Container(
+            job, self.tasks, **parts)
         container.reporters = job_reporters(
             self.metrics, cfg, job_name=self.job_name, job_id=str(self.app.app_id),
             container_id=self.container_id, producer=producer, job_dir=self.root,
@@ -270,6 +292,32 @@ class KafkaJob:
         self.watch.on_fatal = fail
         self.watch.on_back = self.check_data
         self.watch.start()  # stopped when the producer closes
+
+    def _member(self, parts: dict[str, Any]) -> GroupContainer:
+        """The container of a member of the job's consumer group (``job.coordinator=kafka``)."""
+        label, instance = member_ids(self.container_id)
+        shutdown_s = config_value(self.plan.config, "task.shutdown.ms") / 1000.0
+
+        def membership(container: GroupContainer) -> GroupMembership:
+            assignor = TaskAssignor(self.job, self.job_name, host=host_name(), container=label,
+                                    positions=container.store_positions)
+            return GroupMembership(container, self.servers, self.job_name, assignor,
+                                   self.consumer_settings, instance_id=instance,
+                                   shutdown_s=shutdown_s)
+        return GroupContainer(self.job, membership=membership, prepare=self._take_over, **parts)
+
+    async def _take_over(self, tasks: list[TaskModel], first: bool) -> None:
+        """Before tasks that come to this container start: their checkpoints as the container
+        that ran them left them, and their changelogs' ends now. With its ``first`` tasks, the
+        container learns its run's generation: a new run when it has every task (no other member
+        runs), else the group's current one, so that the members' control records agree."""
+        await self.checkpoints.load()
+        if first:
+            alone = len(tasks) == len(self.job.tasks)
+            self.generation = await self.start_run(join=not alone)
+            self.producer.generation = self.generation
+            self.consumer.generation = self.generation  # type: ignore[attr-defined]
+        await self._changelog_ends(tasks)
 
     async def check_data(self, down_for: float | None) -> None:
         """That the brokers still have the job's topics, with their partition counts, and the
@@ -381,11 +429,11 @@ class KafkaJob:
 
     async def _changelogs(self, producer: KafkaProducer, tasks: list[TaskModel]
                           ) -> dict[str, Callable[[int], KafkaChangelog]]:
-        """A changelog factory per store, over the partitions of ``tasks``."""
+        """A changelog factory per store, over the partitions of ``tasks`` (and of tasks whose
+        ends ``_changelog_ends`` reads later)."""
         n_tasks = max((t.index for t in self.job.tasks), default=0) + 1
-        tps = [TopicPartition(topic, t.index) for topic in self.changelog_topics.values()
-               for t in tasks]
-        ends = await true_end_offsets(self.servers, tps, self.consumer_settings, self.timeout)
+        self._ends: dict[TopicPartition, int] = {}
+        await self._changelog_ends(tasks)
         out: dict[str, Callable[[int], KafkaChangelog]] = {}
         for name, topic in self.changelog_topics.items():
             sid = f"__changelog__{name}"
@@ -393,10 +441,18 @@ class KafkaJob:
 
             def make(p: int, sid: str = sid, topic: str = topic) -> KafkaChangelog:
                 return KafkaChangelog(self.servers, self.consumer_settings, producer, sid, topic,
-                                      p, ends.get(TopicPartition(topic, p), 0),
+                                      p, self._ends.get(TopicPartition(topic, p), 0),
                                       timeout=max(self.timeout, 30.0, self.watch.timeout))
             out[name] = make
         return out
+
+    async def _changelog_ends(self, tasks: list[TaskModel]) -> None:
+        """Where the changelog partitions of ``tasks`` end now."""
+        tps = [TopicPartition(topic, t.index) for topic in self.changelog_topics.values()
+               for t in tasks]
+        if tps:
+            self._ends.update(await true_end_offsets(self.servers, tps, self.consumer_settings,
+                                                     self.timeout))
 
     async def messages_async(self, stream_id: str, last: int | None = None) -> list[Any]:
         """An output's messages this job wrote: the offsets its producer had acknowledged (a

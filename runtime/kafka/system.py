@@ -167,34 +167,95 @@ class KafkaConsumer:
 
     async def _start(self) -> AIOKafkaConsumer:
         tps = list(self._readers)
-        # where bounded inputs end and upcoming ones start: after their last record
-        ends = await true_end_offsets(self.servers, [
-            tp for tp, keys in self._readers.items()
-            if self.positions[keys[0]][0].stream_id in self.bounded | self.upcoming],
-            self.settings, self.timeout)
         consumer = new_consumer(self.servers, self.settings)
         try:
             async with asyncio.timeout(self.timeout):
                 await consumer.start()
                 consumer.assign(tps)
-                starts = await consumer.beginning_offsets(tps) if tps else {}
         except (KafkaError, TimeoutError, OSError) as exc:
             with contextlib.suppress(Exception):
                 await consumer.stop()
             raise kafka_error("starting the consumer", self.servers, exc) from exc
-        for pos in self.positions.values():
-            ssp, tp = pos[0], pos[1]
-            if pos[2] is None:
-                pos[2] = ends[tp] if ssp.stream_id in self.upcoming else starts[tp]
-            self.starts[ssp] = min(self.starts.get(ssp, pos[2]), pos[2])
-            if ssp.stream_id in self.bounded:
-                pos[3] = ends[tp]
+        await self._resolve(consumer, list(self.positions))
         for tp, keys in self._readers.items():
             first = min(self.positions[k][2] for k in keys)
             consumer.seek(tp, first)
             self._fetched[tp] = first
         self._consumer = consumer
         return consumer
+
+    async def _resolve(self, consumer: AIOKafkaConsumer, keys: list[Any]) -> None:
+        """The positions of ``keys`` that are not set yet (their input's ``offset_default``),
+        and where bounded inputs end: after their last record as of now."""
+        tps = list({self.positions[k][1] for k in keys})
+        # where bounded inputs end and upcoming ones start: after their last record
+        ends = await true_end_offsets(self.servers, [
+            tp for tp in tps if self.positions[self._readers[tp][0]][0].stream_id
+            in self.bounded | self.upcoming], self.settings, self.timeout)
+        try:
+            async with asyncio.timeout(self.timeout):
+                starts = await consumer.beginning_offsets(tps) if tps else {}
+        except (KafkaError, TimeoutError, OSError) as exc:
+            raise kafka_error("reading where partitions begin", self.servers, exc) from exc
+        for key in keys:
+            pos = self.positions[key]
+            ssp, tp = pos[0], pos[1]
+            if pos[2] is None:
+                pos[2] = ends[tp] if ssp.stream_id in self.upcoming else starts[tp]
+            self.starts[ssp] = min(self.starts.get(ssp, pos[2]), pos[2])
+            if ssp.stream_id in self.bounded:
+                pos[3] = ends[tp]
+
+    async def add(self, entries: list[tuple[Any, SSP, int | None]]) -> None:
+        """Readers that come while the consumer runs (``register``'s arguments): a task that
+        came to this container. A partition that other readers read already is fetched again
+        from the lowest position of its readers (each reader still gets every record once:
+        what they had fetched and not taken yet is dropped and fetched again)."""
+        before = set(self._readers)
+        for key, ssp, start in entries:
+            self.register(key, ssp, start)
+        consumer = self._consumer
+        if consumer is None:  # the first poll starts it with these
+            return
+        keys = [key for key, _, _ in entries]
+        await self._resolve(consumer, keys)
+        if set(self._readers) != before:
+            self._reassign(consumer)
+        for tp in {self.positions[k][1] for k in keys}:
+            readers = self._readers[tp]
+            first = min(self.positions[k][2] for k in readers)
+            if tp in before and first >= self._fetched[tp]:
+                continue
+            for k in readers:
+                self._backlog[k] = []
+            consumer.seek(tp, first)
+            self._fetched[tp] = first
+
+    def remove(self, keys: Iterable[Any]) -> None:
+        """Readers of tasks that left this container: their partitions are read no more
+        (unless other readers read them)."""
+        before = set(self._readers)
+        for key in keys:
+            pos = self.positions.pop(key, None)
+            if pos is None:
+                continue
+            self._backlog.pop(key, None)
+            readers = self._readers[pos[1]]
+            readers.remove(key)
+            if not readers:
+                del self._readers[pos[1]]
+                self._fetched.pop(pos[1], None)
+                self.starts.pop(pos[0], None)
+        if self._consumer is not None and set(self._readers) != before:
+            self._reassign(self._consumer)
+
+    def _reassign(self, consumer: AIOKafkaConsumer) -> None:
+        """Assign the partitions read now; those read before go on where their fetch was."""
+        consumer.assign(list(self._readers))
+        for tp, offset in self._fetched.items():
+            consumer.seek(tp, offset)
+        if self._paused and self._readers:
+            consumer.pause(*self._readers)
 
     async def poll(self, keys: list[Any], max_per_key: int, timeout: float | None = None,
                    limits: Mapping[Any, int] | None = None,

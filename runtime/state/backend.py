@@ -148,6 +148,12 @@ class StoreBackend:
     def checkpointed(self, task_name: str) -> None:
         """The task's checkpoint is written (a hook: the local system compacts and trims)."""
 
+    def close_task(self, task_name: str) -> None:
+        """Close the stores of a task this container no longer runs (it moved to another)."""
+        for name, store in self.stores.pop(task_name, {}).items():
+            self._changelog_of.pop((task_name, name), None)
+            store.close()
+
     def close(self) -> None:
         self._final = self.samples()  # what the stores did, for a report after the run
         for stores in self.stores.values():

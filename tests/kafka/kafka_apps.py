@@ -107,7 +107,41 @@ def assignor_job(app: StreamApplication) -> JobModel:
     return build_job_model(plan, counts, app.config["job.elasticity.factor"])
 
 
+class CountWithPid:
+    """Counts each key in the table ``counts``: KV(key, [count, pid, i]), after an optional
+    delay per message."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.delay = delay
+
+    def init(self, ctx: Any) -> None:
+        self.table = ctx.table("counts")
+
+    def __call__(self, kv: KV[str, Any]) -> KV[str, Any]:
+        if self.delay:
+            time.sleep(self.delay)
+        n = (self.table.get(kv.key) or 0) + 1
+        self.table.put(kv.key, n)
+        return KV(kv.key, [n, os.getpid(), kv.value["i"]])
+
+
+def group_app(bootstrap: str, tag: str, *, delay: float = 0.0, **config: Any
+              ) -> StreamApplication:
+    """events (4 partitions) -> a count per key in a table with a changelog -> out: the job the
+    consumer group tests start as several `samza-dsl run --follow` processes."""
+    app = StreamApplication(f"group-{tag}", config={"task.commit.ms": 200, **config})
+    kafka = KafkaSystem("kafka", bootstrap_servers=bootstrap)
+    events = app.input(kafka.input("events", serde=SERDE, physical_name=f"gevents-{tag}"))
+    out = app.output(kafka.output("out", serde=SERDE, physical_name=f"gout-{tag}", partitions=2))
+    app.table("counts", serde=SERDE)
+    events.map(CountWithPid(delay), name="count").send_to(out)
+    return app
+
+
 def __getattr__(name: str) -> Any:
+    if name == "group":
+        return group_app(os.environ["SAMZA_TEST_BOOTSTRAP"], os.environ["SAMZA_TEST_TAG"],
+                         delay=float(os.environ.get("SAMZA_TEST_DELAY", "0")))
     if name == "app":
         return regroup_app(os.environ["SAMZA_TEST_BOOTSTRAP"], os.environ["SAMZA_TEST_TAG"],
                            delay=float(os.environ.get("SAMZA_TEST_DELAY", "0")),

@@ -280,12 +280,13 @@ def test_a_checkpoint_past_the_end_of_its_input_is_an_error_at_the_start(
 def test_a_second_process_of_a_kafka_job_container_is_refused(
         kafka_bootstrap: str, tmp_path: Path) -> None:
     tag = _input(kafka_bootstrap, 5)
-    first = JobProcess(kafka_bootstrap, tag, tmp_path / "job")
+    # static: the container starts at once (a member of a consumer group waits for its tasks)
+    first = JobProcess(kafka_bootstrap, tag, tmp_path / "job", "job.coordinator=static")
     try:
         lock = tmp_path / "job" / "locks" / "job.lock"
         wait_until("the job took its lock",
                    lambda: lock.exists() and lock.read_text().startswith(f"{first.proc.pid} "))
-        second = JobProcess(kafka_bootstrap, tag, tmp_path / "job")
+        second = JobProcess(kafka_bootstrap, tag, tmp_path / "job", "job.coordinator=static")
         rc = second.wait(60)
         out = second.output()
         assert rc == 2, out

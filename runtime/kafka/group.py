@@ -1,0 +1,506 @@
+"""Containers of a Kafka job that find each other through Kafka's consumer group protocol
+(``job.coordinator=kafka``, docs/several-machines.md).
+
+Each ``samza-dsl run APP --follow`` of the job is a container and a member of the consumer group
+``<job.name>-<job.id>``; the broker's group coordinator decides who is in the group, and its
+leader deals out the job's tasks with ``runtime.kafka.assignor.TaskAssignor``. With a container
+id (``job.container.id``) the member is a static one (``group_instance_id``): a restart within
+the session timeout moves no task.
+
+- ``GroupMembership``: the member's aiokafka consumer, on an event loop of its own in a thread,
+  so that its heartbeats go on whatever the tasks do (a map that takes 200 ms per message keeps
+  the membership). It reads no records (its partitions stay paused; the container's own
+  consumer reads them); it hands the group's revocations and assignments to the container.
+- ``GroupContainer``: a container whose tasks come and go. On a revocation it stops handing
+  out, lets the messages in flight complete (bounded by ``task.shutdown.ms``) and commits each
+  task in Samza's order (``runtime.commit``); on the assignment that follows, the tasks it keeps
+  go on with their stores open, the tasks it lost are closed, and new tasks have their stores
+  restored in a worker thread, their inputs unread until their stores are ready, never inside
+  the group's callback.
+
+The consumer settings of the group (``session_timeout_ms``, ``heartbeat_interval_ms``, ...) come
+from ``systems.<name>.consumer.*``, as the rest of the job's consumer settings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import KafkaError
+
+from runtime.container import Container
+from runtime.elastic import fan_readers
+from runtime.job import JobModel, TaskModel
+from runtime.kafka.assignor import AssignmentRefused, MemberTasks, TaskAssignor
+from runtime.task import TaskInstance
+from samza_dsl.config import config_value
+from samza_dsl.errors import ConfigError, SamzaError
+
+__all__ = ["GroupContainer", "GroupMembership", "job_coordinator"]
+
+_log = logging.getLogger("samza_dsl.group")
+
+
+def job_coordinator(config: Mapping[str, Any], *, follow: bool, job_name: str) -> str:
+    """``kafka`` or ``static`` for a Kafka job (``job.coordinator``): by default ``kafka`` for a
+    run that follows its inputs, ``static`` for a bounded run or ``job.container.count`` > 1.
+    ``kafka`` with either of those is an error saying what to do."""
+    chosen = config_value(config, "job.coordinator")
+    count = int(config_value(config, "job.container.count"))
+    if chosen is None:
+        return "kafka" if follow and count == 1 else "static"
+    if chosen == "kafka":
+        if count > 1:
+            raise ConfigError(
+                f"job {job_name!r}: job.coordinator=kafka with job.container.count={count}: the "
+                f"containers of a group are separate `samza-dsl run APP --follow` processes "
+                f"(start one per container, on any hosts); leave out --containers, or set "
+                f"job.coordinator=static")
+        if not follow:
+            raise ConfigError(
+                f"job {job_name!r}: job.coordinator=kafka runs containers that follow their "
+                f"inputs while the group deals out the tasks; a bounded run reads every task "
+                f"to its end in one process: add --follow, or set job.coordinator=static")
+        if int(config_value(config, "job.elasticity.factor")) > 1:
+            raise ConfigError(
+                f"job {job_name!r}: job.coordinator=kafka does not run virtual tasks "
+                f"(job.elasticity.factor > 1) yet: set job.coordinator=static, or "
+                f"job.elasticity.factor=1")
+    return str(chosen)
+
+
+def _as_setting(value: Any) -> Any:
+    """A consumer setting from the config (a string from ``-c``) as aiokafka takes it."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.lstrip("-").isdigit():
+            return int(text)
+        if text.lower() in ("true", "false"):
+            return text.lower() == "true"
+    return value
+
+
+def client_settings(system_settings: Mapping[str, Any], config: Mapping[str, Any],
+                    system: str, kind: str) -> dict[str, Any]:
+    """aiokafka settings of ``kind`` (``consumer`` or ``producer``): the system's own, then the
+    config's ``systems.<system>.<kind>.<key>`` over them. A key may be written with dots as in
+    Samza and Kafka (``session.timeout.ms``) or as aiokafka names it (``session_timeout_ms``)."""
+    out = {k[len(kind) + 1:].replace(".", "_"): v for k, v in system_settings.items()
+           if k.startswith(f"{kind}.")}
+    prefix = f"systems.{system}.{kind}."
+    out.update({k[len(prefix):].replace(".", "_"): _as_setting(v) for k, v in config.items()
+                if isinstance(k, str) and k.startswith(prefix)})
+    return out
+
+
+class _Listener(ConsumerRebalanceListener):
+    """The group's callbacks, on the membership's loop: handed to the container's."""
+
+    def __init__(self, membership: GroupMembership) -> None:
+        self.m = membership
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        if self.m.assigned_once:
+            await self.m.call(self.m.container.on_revoked(), self.m.shutdown_s + 5.0)
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        consumer = self.m.consumer
+        if consumer is not None and assigned:
+            consumer.pause(*assigned)  # the container's consumer reads them
+        self.m.assigned_once = True
+        try:
+            tasks = self.m.assignor.tasks()
+        except AssignmentRefused as exc:
+            self.m.post(self.m.container.on_failed(exc))
+            return
+        if tasks is not None:
+            self.m.post(self.m.container.on_assigned(tasks))
+
+
+class GroupMembership:
+    """This container's membership of its job's consumer group, on a thread of its own."""
+
+    def __init__(self, container: GroupContainer, servers: str, group: str,
+                 assignor: TaskAssignor, settings: Mapping[str, Any], *,
+                 instance_id: str | None, shutdown_s: float) -> None:
+        self.container = container
+        self.servers = servers
+        self.group = group
+        self.assignor = assignor
+        self.settings = dict(settings)
+        self.instance_id = instance_id
+        self.shutdown_s = shutdown_s
+        self.consumer: AIOKafkaConsumer | None = None
+        self.assigned_once = False
+        self._main: asyncio.AbstractEventLoop | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, main: asyncio.AbstractEventLoop) -> None:
+        self._main = main
+        self._thread = threading.Thread(target=self._serve, name=f"group-{self.group}",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Leave the group (a static member only stops: the broker waits a session timeout
+        for it to come back before its tasks move)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def post(self, coro: Awaitable[Any]) -> concurrent.futures.Future[Any]:
+        assert self._main is not None
+        return asyncio.run_coroutine_threadsafe(coro, self._main)  # type: ignore[arg-type]
+
+    async def call(self, coro: Awaitable[Any], timeout: float) -> None:
+        """Run ``coro`` on the container's loop and wait for it, at most ``timeout`` seconds."""
+        fut = self.post(coro)
+        with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.wrap_future(fut), timeout)
+
+    def _serve(self) -> None:
+        try:
+            asyncio.run(self._member())
+        except BaseException as exc:  # the container fails with it
+            if self._main is not None and not self._main.is_closed():
+                with contextlib.suppress(RuntimeError):
+                    self.post(self.container.on_failed(self._error(exc)))
+
+    def _error(self, exc: BaseException) -> BaseException:
+        if isinstance(exc, SamzaError):
+            return exc
+        name = type(exc).__name__
+        if "FencedInstanceId" in name:
+            return SamzaError(
+                f"consumer group {self.group!r}: another process joined with this container's "
+                f"id {self.instance_id!r} and took its place (a static member's id is one "
+                f"process at a time): stop one of them, or give each its own --container-id")
+        return SamzaError(f"consumer group {self.group!r} on Kafka at {self.servers}: "
+                          f"{name}: {exc}; the container stopped: start it again")
+
+    async def _member(self) -> None:
+        settings = {"session_timeout_ms": 10_000, "heartbeat_interval_ms": 3_000,
+                    **self.settings}
+        session = int(settings["session_timeout_ms"])
+        settings.setdefault("rebalance_timeout_ms",
+                            max(session, int(self.shutdown_s * 1000) + 5_000))
+        settings.setdefault("max_poll_interval_ms", 300_000)
+        settings.setdefault("request_timeout_ms", max(40_000, session + 5_000))
+        settings.pop("auto_offset_reset", None)
+        settings.pop("group_instance_id", None)
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.servers, group_id=self.group,
+            group_instance_id=self.instance_id, enable_auto_commit=False,
+            auto_offset_reset="latest", partition_assignment_strategy=(self.assignor,),
+            **settings)
+        self.assignor.attach(consumer)
+        self.consumer = consumer
+        try:
+            await consumer.start()
+            consumer.subscribe(self.assignor.topics(), listener=_Listener(self))
+            while not self._stop.is_set():
+                # nothing to read (every partition is paused): takes part in the group
+                await consumer.getmany(timeout_ms=200)
+        finally:
+            with contextlib.suppress(KafkaError, OSError, asyncio.CancelledError):
+                await consumer.stop()
+
+
+class GroupContainer(Container):
+    """A container whose tasks are dealt by its consumer group (module docstring)."""
+
+    def __init__(self, job: JobModel, *,
+                 membership: Callable[[GroupContainer], GroupMembership],
+                 prepare: Callable[[list[TaskModel], bool], Awaitable[None]],
+                 **kwargs: Any) -> None:
+        super().__init__(job, [], **kwargs)
+        self._membership_of = membership
+        self._prepare = prepare
+        self.membership: GroupMembership | None = None
+        self._runs: dict[str, asyncio.Task[None]] = {}
+        #: tasks whose stores are being restored, and those ready to start
+        self._restoring: dict[str, asyncio.Task[None]] = {}
+        self._ready: dict[str, TaskInstance] = {}
+        #: stores restored in the background, taken by their task as it is built
+        self._opened: dict[str, dict[str, Any]] = {}
+        #: the active tasks of the group's last assignment
+        self.wanted: set[str] = set()
+        self.holding = False
+        self._lock = asyncio.Lock()
+        self._changed = asyncio.Event()
+        self._error: BaseException | None = None
+        self._idle: asyncio.Task[None] | None = None
+        self._first = True  # no task came to this container yet
+        self.shutdown_s = config_value(self.config, "task.shutdown.ms") / 1000.0
+        #: the generation of the last assignment, and when and how long the last rebalance took
+        self.generation = -1
+        self.assignment: MemberTasks | None = None
+        self.rebalances = 0
+        self.last_rebalance_s: float | None = None
+        self._revoked_at: float | None = None
+
+    def request_stop(self) -> None:
+        super().request_stop()
+        self._changed.set()
+
+    # -- the run ----------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        self.restored = {}
+        self._changelogs = {}
+        self.tasks = []
+        self._keys = []
+        loop = asyncio.get_running_loop()
+        helpers = [asyncio.create_task(self._consume(), name="consumer"), *self._timers()]
+        self.membership = self._membership_of(self)
+        self.membership.start(loop)
+        self.loop_meter.install(loop)
+        if self.reporters is not None:
+            self.reporters.start()
+        try:
+            await self._serve()
+        finally:
+            self.loop_meter.uninstall()
+            self.env.stopping = True  # a late assignment starts nothing now
+            await asyncio.to_thread(self.membership.stop, self.shutdown_s + 10.0)
+            await self._settle_restores()
+            if self._idle is not None:
+                helpers.append(self._idle)
+            await self._close(list(self._runs.values()) + helpers)
+
+    async def _serve(self) -> None:
+        """Until stopped (every task committed) or failed."""
+        while True:
+            self._changed.clear()
+            if self._error is not None:
+                raise self._error
+            for run in list(self._runs.values()):
+                if run.done() and not run.cancelled() and run.exception() is not None:
+                    raise run.exception()  # type: ignore[misc]
+            if self.env.stopping and all(r.done() for r in self._runs.values()):
+                return
+            await self._changed.wait()
+
+    async def _settle_restores(self) -> None:
+        """Wait for restores under way (a thread cannot be stopped) and close what they built."""
+        if self._restoring:
+            await asyncio.gather(*self._restoring.values(), return_exceptions=True)
+        for name, task in list(self._ready.items()):
+            self._discard(task)
+            del self._ready[name]
+
+    # -- the group's callbacks (on this loop) -----------------------------------------------------
+
+    async def on_failed(self, exc: BaseException) -> None:
+        self._error = exc
+        self._changed.set()
+
+    async def on_revoked(self) -> None:
+        """Stop handing out, drain (at most ``task.shutdown.ms``) and commit every task; they
+        wait for the next assignment."""
+        async with self._lock:
+            self._revoked_at = time.monotonic()
+            self.holding = True
+            if self.env.stopping or self.closed:
+                return
+            live = [t for t in self.tasks if not self._runs[t.name].done()]
+            holds = [t.hold() for t in live]
+            if not holds:
+                return
+            _, late = await asyncio.wait(holds, timeout=self.shutdown_s)
+            if late:
+                names = ", ".join(t.name for t, h in zip(live, holds, strict=True) if h in late)
+                _log.warning("container %s: the group rebalances, and tasks %s did not drain "
+                             "and commit within task.shutdown.ms=%d; their messages in flight "
+                             "may be processed again by the tasks' next container",
+                             self._label(), names, int(self.shutdown_s * 1000))
+
+    async def on_assigned(self, tasks: MemberTasks) -> None:
+        """The tasks kept go on; the tasks lost close; new tasks restore in the background."""
+        async with self._lock:
+            self.assignment = tasks
+            self.generation = tasks.generation
+            self.wanted = set(tasks.active)
+            self.holding = False
+            self.env.task_share = len(self.wanted) / max(1, len(self.job.tasks))
+            kept = [t for t in self.tasks if t.name in self.wanted]
+            for t in [t for t in self.tasks if t.name not in self.wanted]:
+                await self._drop(t)
+            for t in kept:
+                t.release()
+            for name, task in list(self._ready.items()):
+                if name not in self.wanted:
+                    self._discard(task)
+                    del self._ready[name]
+            have = {t.name for t in self.tasks} | set(self._restoring) | set(self._ready)
+            new = [self.job.task(n) for n in sorted(self.wanted - have,
+                                                    key=lambda n: self.job.task(n).index)]
+            if new:
+                run = asyncio.create_task(self._restore(new), name="restore")
+                for m in new:
+                    self._restoring[m.name] = run
+            await self._start_ready()
+            if self._revoked_at is not None:
+                self.last_rebalance_s = time.monotonic() - self._revoked_at
+            self.rebalances += 1
+            _log.warning("container %s: group generation %d: runs %s%s", self._label(),
+                         tasks.generation, ", ".join(sorted(self.wanted, key=_task_order))
+                         or "no task", f" (restoring {', '.join(m.name for m in new)})"
+                         if new else "")
+
+    def _label(self) -> str:
+        m = self.membership
+        if m is None:
+            return f"pid {os.getpid()}"
+        return f"{m.assignor.container} on {m.assignor.host}"
+
+    # -- tasks that come and go -------------------------------------------------------------------
+
+    async def _drop(self, t: TaskInstance) -> None:
+        """A task that moved to another container: it committed when revoked; stop it and close
+        its operators and stores."""
+        run = self._runs.pop(t.name)
+        run.cancel()
+        with contextlib.suppress(BaseException):
+            await run
+        gone = [k for k in self._keys if _readers_task(k[0]) is t]
+        self._keys = [k for k in self._keys if _readers_task(k[0]) is not t]
+        self.consumer.remove(gone)  # type: ignore[attr-defined]
+        self.tasks.remove(t)
+        self._discard(t)
+        self.committer.committed.pop(t.name, None)
+        self.committer.written.pop(t.name, None)
+
+    def _discard(self, t: TaskInstance) -> None:
+        t.close()
+        self.state.close_task(t.name)  # type: ignore[attr-defined]
+
+    async def _restore(self, models: list[TaskModel]) -> None:
+        """New tasks: their checkpoints (another container wrote them) and their stores restored
+        from their changelogs in a worker thread; then they start, unless they left meanwhile."""
+        try:
+            first, self._first = self._first, False
+            await self._prepare(models, first)
+            for m in models:
+                offsets = self.checkpoints.read(m.name)
+                self.committer.seed(m.name, offsets)
+                inputs = self.job.plan.app.inputs
+                self.restored[m.name] = {ssp: o for ssp, o in offsets.items() if not getattr(
+                    inputs.get(ssp.stream_id), "side_input_of", None)}
+                self._changelogs[m.name] = self.checkpoints.read_changelogs(m.name)
+                self._opened[m.name] = await asyncio.to_thread(self._open_stores, m)
+                task = TaskInstance(m, self.job, self.env)
+                self._opened.pop(m.name, None)
+                for ssp in task.ssps:
+                    start = self.restored[m.name].get(ssp)
+                    if start is not None:
+                        task.checkpoint[ssp] = start
+                self._ready[m.name] = task
+        except BaseException as exc:
+            await self.on_failed(exc)
+            raise
+        finally:
+            for m in models:
+                self._restoring.pop(m.name, None)
+        async with self._lock:
+            await self._start_ready()
+
+    def _open_stores(self, m: TaskModel) -> dict[str, Any]:
+        """The task's stores with changelogs, each restored to the task's checkpoint (in a
+        worker thread: a restore reads its changelog, which may take long)."""
+        ops = {op for stage in m.stages for op in stage.operators}
+        out = {}
+        for name, spec in self.job.plan.stores.items():
+            if spec.kind == "table" or spec.op_id in ops:
+                out[name] = self.state.open(m, name, self._changelogs[m.name].get(name))
+        return out
+
+    def store(self, task: TaskModel, store_name: str) -> Any:
+        """A task's store: the one restored in the background when there is one."""
+        opened = self._opened.get(task.name)
+        if opened is not None and store_name in opened:
+            return opened.pop(store_name)
+        return super().store(task, store_name)
+
+    async def _start_ready(self) -> None:
+        """Start the restored tasks of the current assignment (not while the group
+        rebalances): their inputs are read from their checkpoints."""
+        if self.holding or self.env.stopping:
+            return
+        for name in sorted(self._ready, key=_task_order):
+            task = self._ready.pop(name)
+            if name not in self.wanted:
+                self._discard(task)
+                continue
+            entries = fan_readers([task], self.job, {name: self.restored.get(name, {})})
+            keys = [(reader, ssp) for reader, ssp, _ in entries]
+            await self.consumer.add(  # type: ignore[attr-defined]
+                [(k, k[1], None if s is None else s + 1)
+                 for k, (_, _, s) in zip(keys, entries, strict=True)])
+            self.tasks.append(task)
+            self._keys = [*self._keys, *keys]
+            await self._bootstrap(keys)
+            run = asyncio.create_task(task.run(), name=name)
+            run.add_done_callback(lambda _: self._changed.set())
+            self._runs[name] = run
+            if task.clock.idle_ms and self._idle is None:
+                self._idle = asyncio.create_task(self._idle_ticker(
+                    min(task.clock.idle_ms.values())))
+        self._room.set()
+        self.consumer.wakeup()
+
+    def store_positions(self) -> dict[str, int]:
+        """Per task this container runs: the sum of its stores' committed changelog offsets (the
+        assignor prefers a member whose stores are at a task's checkpoint)."""
+        out: dict[str, int] = {}
+        for name, offsets in list(self._changelogs.items()):
+            if name in self._runs:
+                out[name] = sum(offsets.values())
+        return out
+
+    def status(self) -> dict[str, Any]:
+        out = super().status()
+        a = self.assignment
+        out["group"] = {
+            "generation": self.generation,
+            "active": sorted((t.name for t in self.tasks), key=_task_order),
+            "restoring": sorted(self._restoring, key=_task_order),
+            "owners": dict(a.owners) if a is not None else {},
+            "rebalances": self.rebalances,
+            "last_rebalance_s": self.last_rebalance_s,
+        }
+        return out
+
+
+def _readers_task(reader: Any) -> Any:
+    """The task a reader key belongs to (a container of a group has no fan of virtual tasks)."""
+    return reader
+
+
+def _task_order(name: str) -> tuple[int, str]:
+    digits = "".join(c for c in name if c.isdigit())
+    return (int(digits) if digits else -1, name)
+
+
+def member_ids(container_id: int | None) -> tuple[str, str | None]:
+    """This member's container label for the group, and its ``group_instance_id`` (static
+    membership) when it has a container id."""
+    if container_id is None:
+        return f"pid-{os.getpid()}", None
+    return str(container_id), f"container-{container_id}"
+
+
+def host_name() -> str:
+    return socket.gethostname()
+
