@@ -6,11 +6,12 @@ import argparse
 import contextlib
 import errno
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from samza_dsl.errors import SamzaError
+from samza_dsl.errors import Interrupted, SamzaError
 
 if TYPE_CHECKING:
     from runtime.local.system import LocalJob
@@ -208,6 +209,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     page = _start_page(args, runner) if args.ui else None
     try:
         runner.run()
+        if runner.interrupted is not None:  # a bounded run stopped before its inputs ended
+            print(f"samza-dsl run: interrupted by {signal.Signals(runner.interrupted).name} "
+                  f"before its inputs ended; what it processed is committed, and the next run "
+                  f"resumes after its checkpoint", file=sys.stderr)
+            return 128 + runner.interrupted
         if runner.local:
             print(f"job {runner.job.job_name}: state in {runner.job.root}; this run's outputs:")
         print_outputs(runner, limit=args.show, app_ref=args.app)
@@ -898,6 +904,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                        f"{' '.join(extra)}; see samza-dsl {args.command} --help\n")
     try:
         return int(args.func(args))
+    except Interrupted as exc:  # stopped by a signal, not done: as a shell reports it
+        print(f"samza-dsl {args.command}: interrupted: {exc}", file=sys.stderr)
+        return exc.exit_code
     except SamzaError as exc:
         print(f"samza-dsl {args.command}: error: {exc}", file=sys.stderr)
         return 2

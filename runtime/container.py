@@ -166,6 +166,9 @@ class Container:
         self.tasks: list[TaskInstance] = []
         self._room = asyncio.Event()
         self.closed = False
+        #: the asyncio task that runs the container, and the error ``abort`` ended it with
+        self._running: asyncio.Task[Any] | None = None
+        self._aborted: BaseException | None = None
         self.committer = Committer(producer, self.state, checkpoints)
         #: what each task gets: not the container, the few things a task uses of it
         self.env = TaskEnv(self.config, self.clock, self.metrics, self.executor, producer,
@@ -192,9 +195,38 @@ class Container:
         # collections while running (the tasks are built after the freeze: building them
         # allocates enough to set off a full collection of everything there is otherwise).
         with messages_die_young():
-            await self._run()
+            self._running = asyncio.current_task()
+            try:
+                await self._run()
+            except asyncio.CancelledError:
+                if self._aborted is None:
+                    raise
+                asyncio.current_task().uncancel()  # type: ignore[union-attr]  # abort's own
+                raise self._aborted from None
+            finally:
+                self._running = None
 
     async def _run(self) -> None:
+        runs: list[asyncio.Task[None]] = []
+        helpers: list[asyncio.Task[None]] = []
+        try:  # a failure while the tasks are built (a restore, an operator's init) closes too
+            await self._start_tasks()
+            helpers = self._helpers()
+            runs = [asyncio.create_task(t.run(), name=t.name) for t in self.tasks]
+            self.loop_meter.install(asyncio.get_running_loop())
+            if self.reporters is not None:
+                self.reporters.start()
+            done, _ = await asyncio.wait(runs, return_when=asyncio.FIRST_EXCEPTION)
+            for fut in done:
+                exc = fut.exception()
+                if exc is not None:
+                    raise exc
+        finally:
+            await self._close(runs, helpers)
+
+    async def _start_tasks(self) -> None:
+        """The tasks, each resumed from its checkpoint, and their partitions registered with
+        the consumer; the bootstrap partitions' ends as of now."""
         restored = {m.name: self.checkpoints.read(m.name) for m in self.task_models}
         for name, offsets in restored.items():
             self.committer.seed(name, offsets)
@@ -207,7 +239,8 @@ class Container:
         self.restored = restored
         self._changelogs = {m.name: self.checkpoints.read_changelogs(m.name)
                             for m in self.task_models}
-        self.tasks = [TaskInstance(m, self.job, self.env) for m in self.task_models]
+        for m in self.task_models:  # one by one: those built are closed if the next fails
+            self.tasks.append(TaskInstance(m, self.job, self.env))
         self._keys: list[tuple[Any, SSP]] = []
         for t in self.tasks:
             for ssp in t.ssps:
@@ -221,25 +254,14 @@ class Container:
             self.consumer.register(key, ssp, None if start is None else start + 1)
         await self._bootstrap()
 
-        helpers = [asyncio.create_task(self._consume(), name="consumer"), *self._timers()]
-        runs = [asyncio.create_task(t.run(), name=t.name) for t in self.tasks]
-        self.loop_meter.install(asyncio.get_running_loop())
-        if self.reporters is not None:
-            self.reporters.start()
-        try:
-            done, _ = await asyncio.wait(runs, return_when=asyncio.FIRST_EXCEPTION)
-            for fut in done:
-                exc = fut.exception()
-                if exc is not None:
-                    raise exc
-        finally:
-            self.loop_meter.uninstall()
-            await self._close(runs + helpers)
+    def _helpers(self) -> list[asyncio.Task[None]]:
+        """The consumer, the timers of window ticks and commits, the watchdog."""
+        return [asyncio.create_task(self._consume(), name="consumer"), *self._timers()]
 
     def _timers(self) -> list[asyncio.Task[None]]:
         """The helpers that wake the tasks: window ticks, commits, the callback watchdog, and
         the look at idle partitions."""
-        helpers = []
+        helpers: list[asyncio.Task[None]] = []
         window_ms = int(self.config.get("task.window.ms", -1) or -1)
         commit_ms = config_value(self.config, "task.commit.ms")
         if window_ms > 0:
@@ -248,35 +270,43 @@ class Container:
             helpers.append(asyncio.create_task(self._ticker(commit_ms, "commit_requested")))
         if config_value(self.config, "task.callback.timeout.ms") > 0:
             helpers.append(asyncio.create_task(self._watchdog()))
-        idle = [ms for t in self.tasks for ms in t.clock.idle_ms.values()]
+        idle = [t.clock for t in self.tasks if t.clock.idle_ms]
         if idle:  # idle partitions are noticed without data coming
-            helpers.append(asyncio.create_task(self._idle_ticker(min(idle))))
+            helpers.append(asyncio.create_task(self._idle_ticker(min(
+                ms for c in idle for ms in c.idle_ms.values()))))
         return helpers
 
-    async def _close(self, futures: list[asyncio.Task[None]]) -> None:
-        """The end of a run: the tasks and helpers stopped, the producer flushed, the state,
-        consumer and producer closed."""
+    async def _close(self, runs: list[asyncio.Task[None]],
+                     helpers: list[asyncio.Task[None]] | None = None) -> None:
+        """Everything the run opened, closed, on every path: the tasks, the remote tables'
+        sessions, the reporters, the producer (after its last flush), stores and consumer."""
+        self.loop_meter.uninstall()
         self.closed = True
         self._room.set()
-        for fut in futures:
+        for fut in [*runs, *(helpers or ())]:
             fut.cancel()
-        await asyncio.gather(*futures, return_exceptions=True)
-        for t in self.tasks:
-            t.close()
-        if self.job.plan.app.remote_tables:  # their client sessions live on this loop
-            await close_table_functions(self.job.plan.app.remote_tables.values())
+        await asyncio.gather(*runs, *(helpers or ()), return_exceptions=True)
         try:
-            if self.reporters is not None:  # the run's totals, before the last flush
-                await self.reporters.close()
-            await self.producer.flush()
+            for t in self.tasks:
+                t.cancel_calls()  # a call left running would open a session after the close
+                t.close()
         finally:
-            self.state.close()
-            await self.consumer.close()
-            await self.producer.close()
-        if self.executor is not None:
-            self.executor.shutdown(wait=False, cancel_futures=True)
-        if self.reporters is not None:
-            self.reporters.stop_server()
+            try:
+                if self.job.plan.app.remote_tables:  # their client sessions live on this loop
+                    await close_table_functions(self.job.plan.app.remote_tables.values())
+                if self.reporters is not None:  # the run's totals, before the last flush
+                    await self.reporters.close()
+                await self.producer.flush()
+            finally:
+                try:
+                    self.state.close()
+                    await self.consumer.close()
+                finally:
+                    await self.producer.close()
+                if self.executor is not None:
+                    self.executor.shutdown(wait=False, cancel_futures=True)
+                if self.reporters is not None:
+                    self.reporters.stop_server()
 
     @property
     def stopping(self) -> bool:
@@ -291,6 +321,17 @@ class Container:
         self.env.stopping = True
         for t in self.tasks:
             t.wake.set()
+
+    def abort(self, exc: BaseException) -> None:
+        """Stop now, without waiting for the messages in flight (a stop that ran out of
+        ``task.shutdown.ms``): the tasks' runs and their messages' coroutines are cancelled,
+        nothing more is committed, and ``run`` raises ``exc`` once it has closed everything."""
+        if self._aborted is not None or self._running is None or self.closed:
+            return
+        self._aborted = exc
+        for t in self.tasks:
+            t.cancel_in_flight()
+        self._running.cancel()
 
     async def _consume(self) -> None:
         try:

@@ -31,7 +31,7 @@ from runtime.metrics import Metrics
 from runtime.systems import SYSTEMS, job_system
 from samza_dsl import StreamApplication
 from samza_dsl.config import config_value, validate_config
-from samza_dsl.errors import SamzaError
+from samza_dsl.errors import Interrupted, SamzaError
 
 __all__ = ["LocalRunner"]
 
@@ -105,6 +105,12 @@ class LocalRunner(LateCounts):
         self._error: BaseException | None = None
         self._stop_requested = False
         self._kill_requested = False  # stop() ran out of time: kill the container processes
+        #: the signal (SIGINT, SIGTERM) that asked the run to stop; when ``task.shutdown.ms``
+        #: after the stop runs out, the run stops anyway (``_stop_overdue``)
+        self._stop_signal: int | None = None
+        self._overdue: asyncio.TimerHandle | None = None
+        #: the signal that stopped a bounded run before its inputs ended (None: it was not)
+        self.interrupted: int | None = None
         self._state = "new"
         self._display: Any = None
         #: a container process of a run of several sends its progress rows to the parent here
@@ -163,9 +169,14 @@ class LocalRunner(LateCounts):
         n = self.containers
         stop = threading.Event()
         previous = {}
+        def on_stop(signum: int, _frame: Any) -> None:
+            if self._stop_signal is None:
+                self._stop_signal = signum
+            stop.set()
+
         if install_signals:  # from here on a stop (Ctrl-C) is a clean one, even while preparing
             for sig in (signal.SIGINT, signal.SIGTERM):
-                previous[sig] = signal.signal(sig, lambda *_: stop.set())
+                previous[sig] = signal.signal(sig, on_stop)
         procs: list[Any] = []
         try:
             self._prepare_containers(n)
@@ -253,12 +264,16 @@ class LocalRunner(LateCounts):
         self._totals = shown.totals
         grace = int(config_value(self.plan.config, "task.shutdown.ms")) / 1000.0
         kill_at = float("inf")
+        interrupted = False  # a stop came while the containers ran
         killed: dict[int, str] = {}
         while any(p.is_alive() for p in procs):
             shown.take(queue, procs, forwarded)
             if (stop.is_set() or self._stop_requested or failed) and not forwarded:
                 forwarded = True
-                kill_at = time.monotonic() + grace
+                interrupted = not failed
+                # each container stops itself task.shutdown.ms after the stop, saying what it
+                # had in flight; one that cannot (its loop blocked) is killed a little later
+                kill_at = time.monotonic() + grace + _KILL_MARGIN
                 for p in procs:
                     if p.is_alive() and p.pid is not None:
                         os.kill(p.pid, signal.SIGTERM)
@@ -303,6 +318,17 @@ class LocalRunner(LateCounts):
                              f"and run the job again: each container resumes after its "
                              f"checkpoints")
         self._state = "finished"
+        overdue = [i for i, p in enumerate(procs) if forwarded and p.exitcode in _OVERDUE_EXITS]
+        if overdue:
+            self._state = "failed"
+            raise Interrupted(
+                f"job {self.app.name!r}: container{'s' if len(overdue) > 1 else ''} "
+                f"{', '.join(map(str, overdue))} of {n} did not stop within "
+                f"task.shutdown.ms={int(grace * 1000)} of the stop (what each had in flight is "
+                f"above) and stopped without it; the next run resumes after each container's "
+                f"last checkpoint", signal=self._stop_signal)
+        if interrupted and self._stop_signal is not None and not self.follow:
+            self.interrupted = self._stop_signal
 
     async def _main(self, install_signals: bool) -> None:
         if self.kafka:
@@ -340,12 +366,12 @@ class LocalRunner(LateCounts):
         if install_signals:
             for sig in _STOP_SIGNALS:
                 with contextlib.suppress(NotImplementedError, RuntimeError):
-                    self._loop.add_signal_handler(sig, self._request_stop)
+                    self._loop.add_signal_handler(sig, self._request_stop, sig)
             # a forked container starts with them blocked (see _run_containers): one sent
             # meanwhile is delivered now, to the handler
             signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
         if self._stop_requested:
-            container.request_stop()
+            self._stop_container()
         reporter = asyncio.create_task(self._report()) \
             if self.progress or self._report_to is not None else None
         try:
@@ -355,6 +381,8 @@ class LocalRunner(LateCounts):
             self._state = "failed"
             raise
         finally:
+            if self._overdue is not None:
+                self._overdue.cancel()
             if self.local or self.kafka:
                 self.job.release_lock()  # the job stays open for reading its outputs
             if reporter is not None:
@@ -382,10 +410,47 @@ class LocalRunner(LateCounts):
                 await job.watch.stop()
         job.release_lock()
 
-    def _request_stop(self) -> None:
+    def _request_stop(self, sig: int | None = None) -> None:
+        """A stop: by ``sig`` (SIGINT, SIGTERM), or by ``stop()``."""
         self._stop_requested = True
+        if sig is not None and self._stop_signal is None:
+            self._stop_signal = sig
+            container = self.container
+            if not self.follow and not (container is not None and container.tasks
+                                        and all(t.done for t in container.tasks)):
+                self.interrupted = sig  # a bounded run that had not ended
         if self.container is not None:
-            self.container.request_stop()
+            self._stop_container()
+
+    def _stop_container(self) -> None:
+        """Ask the container to stop cleanly, and to stop anyway ``task.shutdown.ms`` later."""
+        assert self.container is not None
+        self.container.request_stop()
+        if self._overdue is None and self._loop is not None:
+            grace = int(config_value(self.plan.config, "task.shutdown.ms")) / 1000.0
+            self._overdue = self._loop.call_later(grace, self._stop_overdue)
+
+    def _stop_overdue(self) -> None:
+        """``task.shutdown.ms`` after the stop, the container has not stopped: it stops now,
+        without waiting for its messages in flight, with an error that names them."""
+        from runtime.in_flight import in_flight_lines
+
+        container = self.container
+        if container is None or container.closed:
+            return
+        ms = int(config_value(self.plan.config, "task.shutdown.ms"))
+        lines = in_flight_lines(container.tasks)
+        shown = "; ".join(lines[:_SHOWN_TASKS]) + (
+            f"; and {len(lines) - _SHOWN_TASKS} more task(s)" if len(lines) > _SHOWN_TASKS else "")
+        sig = self._stop_signal
+        by = signal.Signals(sig).name if sig is not None else "stop()"
+        cid = config_value({**self.app.config, **self.config}, "job.container.id")
+        who = f"job {self.app.name!r}" + (f" container {cid}" if cid is not None else "")
+        container.abort(Interrupted(
+            f"{who} did not stop within task.shutdown.ms={ms} of the stop ({by}), so it "
+            f"stopped without waiting: {shown or 'nothing in flight'}. What it did since its last "
+            f"commit is done again by the next run, which resumes after the last checkpoint",
+            signal=sig))
 
     async def _report(self) -> None:
         interval = max(int(self.plan.config.get("task.progress.ms", 1000)), 50) / 1000.0
@@ -574,6 +639,12 @@ class LocalRunner(LateCounts):
 
 
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+#: the exit codes of a container process that stopped itself when task.shutdown.ms ran out
+_OVERDUE_EXITS = frozenset(128 + sig for sig in _STOP_SIGNALS)
+#: how long after task.shutdown.ms the parent kills a container that did not stop itself
+_KILL_MARGIN = 2.0
+#: tasks an error of a stop that ran out of time describes, at most
+_SHOWN_TASKS = 8
 #: a container process prints its threads' stacks on it (faulthandler), even when stuck in C
 _STACKS_SIGNAL = signal.SIGUSR1
 
@@ -597,7 +668,8 @@ def _failed(exitcode: int | None, stopped: bool) -> bool:
     last commit is done again by the next run, as after any crash (at-least-once)."""
     if exitcode in (None, 0):
         return False
-    return not (stopped and exitcode in (-signal.SIGTERM, -signal.SIGINT))
+    return not (stopped and (exitcode in (-signal.SIGTERM, -signal.SIGINT)
+                             or exitcode in _OVERDUE_EXITS))
 
 
 class _Loop(asyncio.SelectorEventLoop):
@@ -776,7 +848,15 @@ def _container_main(app: StreamApplication, config: Mapping[str, Any], follow: b
     runner._forked = True
     if queue is not None:  # with no display too: the parent tells a stalled container by them
         runner._report_to = _RowsTo(queue)
-    runner.run()
+    try:
+        runner.run()
+    except Interrupted as exc:  # it did not stop in time: what it had in flight, in one line
+        print(exc, file=sys.stderr, flush=True)
+        sys.exit(exc.exit_code)
+    except SamzaError as exc:  # one line naming what failed; the parent names the container
+        print(f"container {config.get('job.container.id')}: error: {exc}", file=sys.stderr,
+              flush=True)
+        sys.exit(1)
     for sig in _STOP_SIGNALS:  # done: a stop that comes now changes nothing (_ContainerLoop)
         signal.signal(sig, signal.SIG_IGN)
     if runner.container is not None and queue is not None:

@@ -37,6 +37,7 @@ from runtime.dag import (
     metered,
 )
 from runtime.elastic import OTHER_BUCKET, OtherBucket
+from runtime.in_flight import NO_KEY, cancel_messages, wait_of
 from runtime.job import SSP, JobModel, TaskModel
 from runtime.metrics import OpMeter
 from runtime.records import EndOfStream, Watermark
@@ -60,7 +61,7 @@ from runtime.wiring import (
     record_sender,
 )
 from samza_dsl.config import config_value
-from samza_dsl.errors import CallbackTimeout, SerdeError, TaskError
+from samza_dsl.errors import CallbackTimeout, SamzaError, SerdeError, TaskError
 from samza_dsl.kv import KV
 from samza_dsl.spec import (
     BroadcastSpec,
@@ -217,7 +218,17 @@ class TaskInstance:
             ctx = OperatorContext(self.name, env.config, env.clock, stores,
                                   self.metrics, external_watermarks=True, source=self.source)
             for op_id in stage.operators:
-                self.operators[op_id].init(ctx, user_ctx)
+                try:
+                    self.operators[op_id].init(ctx, user_ctx)
+                except SamzaError:
+                    self.cancel_calls()
+                    raise  # says what is wrong already
+                except Exception as exc:
+                    self.cancel_calls()  # made by an init before: they start no session now
+                    raise TaskError(
+                        f"operator {op_id!r} failed to start in task {self.name!r}: "
+                        f"{type(exc).__name__}: {exc}. Fix its function's init(ctx), or what "
+                        f"that needs", op_id=op_id, task=self.name) from exc
 
         self.wiring = Wiring(self.plan, self.operators, self._observed_sender, self._make_emit)
         self._batches: dict[str, Callable[..., int]] = {}
@@ -1173,15 +1184,39 @@ class TaskInstance:
         for rec in self.pending:
             if not rec[2]:
                 if (now - rec[3]) * 1000 > self.callback_timeout_ms:
-                    ssp = rec[0]
-                    self.fail(CallbackTimeout(
-                        f"task {self.name!r}: the message at {ssp.stream_id!r} partition "
-                        f"{ssp.partition} offset {rec[1]} did not complete within "
-                        f"task.callback.timeout.ms={self.callback_timeout_ms}; an async call may "
-                        f"hang: add a timeout to it or raise task.callback.timeout.ms",
-                        task=self.name, stream=ssp.stream_id, partition=ssp.partition,
-                        offset=rec[1]))
+                    self.fail(self._timeout_error(rec))
                 return
+
+    def _timeout_error(self, rec: list[Any]) -> CallbackTimeout:
+        """The error of the message of ``rec`` that ran past the callback timeout, naming what
+        it waits for: the operator, and the remote table and key, or the function."""
+        ssp = rec[0]
+        wait = wait_of(self, rec)
+        if wait.table is not None:
+            advice = (f"check the service of remote table {wait.table!r}, give its functions a "
+                      f"timeout (a RetryPolicy can retry it), or raise task.callback.timeout.ms")
+        else:
+            advice = "add a timeout to the call it waits for, or raise task.callback.timeout.ms"
+        return CallbackTimeout(
+            f"task {self.name!r}: the message at {ssp.stream_id!r} partition {ssp.partition} "
+            f"offset {rec[1]} did not complete within task.callback.timeout.ms="
+            f"{self.callback_timeout_ms}: {wait.text()}. {advice[0].upper()}{advice[1:]}. The "
+            f"checkpoint stays before this offset, so a restart reprocesses it",
+            op_id=wait.op_id, task=self.name, stream=ssp.stream_id, partition=ssp.partition,
+            offset=rec[1], table=wait.table, key=None if wait.key is NO_KEY else wait.key)
+
+    def cancel_in_flight(self) -> None:
+        """Cancel what completes the messages in flight (a stop that ran out of time)."""
+        cancel_messages(self)
+        self.cancel_calls()
+
+    def cancel_calls(self) -> None:
+        """Cancel the remote-table calls user functions made that have not completed (the
+        task stops without them: a failure, a stop that ran out of time)."""
+        pending = [*self._calls, *self._loose_calls,
+                   *(c for calls in self._rec_calls.values() for c in calls)]
+        for call in pending:
+            call.task.cancel()
 
     # -- control: end-of-stream and watermarks ---------------------------------------------------
 

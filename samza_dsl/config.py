@@ -65,7 +65,8 @@ KNOWN_KEYS: dict[str, ConfigKey] = {k.name: k for k in [
     _k("task.async.commit", bool, False, doc="allow commits while messages are in flight"),
     _k("task.checkpoint.system", str, None, doc="system that stores checkpoints"),
     _k("task.shutdown.ms", int, 30000, *_POSITIVE, doc="time a container has to stop cleanly (drain, commit, close) once asked; "
-       "a container process of a run of several that takes longer is killed and named"),
+       "past it, the run stops without waiting for its messages in flight and names them "
+       "(exit code 130 after SIGINT, 143 after SIGTERM)"),
     _k("metrics.operators", bool, True,
        doc="count and time every operator (messages-in, messages-out, handle-ns)"),
     _k("metrics.reporters", str, "",

@@ -62,7 +62,29 @@ class TaskError(SamzaError):
 
 
 class CallbackTimeout(TaskError):
-    """A message did not complete within ``task.callback.timeout.ms``."""
+    """A message did not complete within ``task.callback.timeout.ms``: ``op_id`` names the
+    operator it waits in, and ``table`` and ``key`` the remote table and key it waits for,
+    where known (else None)."""
+
+    def __init__(self, message: str, *, op_id: str | None = None, task: str | None = None,
+                 stream: str | None = None, partition: int | None = None,
+                 offset: object = None, table: str | None = None, key: object = None) -> None:
+        super().__init__(message, op_id=op_id, task=task, stream=stream, partition=partition,
+                         offset=offset)
+        self.table = table
+        self.key = key
+
+
+class Interrupted(SamzaError):
+    """A run was stopped by a signal before it ended, or did not stop within
+    ``task.shutdown.ms`` of being asked to: ``signal`` is the signal's number (None: a stop
+    asked for by ``LocalRunner.stop()``), and ``exit_code`` what a shell reports for it
+    (128 + the signal: 130 for SIGINT, 143 for SIGTERM; 1 without a signal)."""
+
+    def __init__(self, message: str, *, signal: int | None = None) -> None:
+        super().__init__(message)
+        self.signal = signal
+        self.exit_code = 128 + signal if signal is not None else 1
 
 
 class RemoteTableError(SamzaError):

@@ -52,6 +52,7 @@ from operators.partition_by import PartitionByOperator
 from operators.state import InMemoryState, table_state
 from planner.fields import field_path, ignores
 from runtime.dag import Emit, OperatorFailure, _forward
+from runtime.in_flight import coroutine_wait
 from runtime.spark.meter import IN, NS, OUT, Meter, count_outputs, metered_emit, new_meter
 from runtime.spark.shuffle import DistinctKeys, Encoded, Records, RowColumns
 from runtime.wiring import PartitionRule, Wiring, build_operators, partition_of
@@ -712,19 +713,13 @@ class PassExecutor:
             if busiest is None:
                 return
             task, sort_ms, clock, source, started = busiest.calls.popleft()
+            if self.callback_timeout_ms > 0 and not task.done():
+                left = started + self.callback_timeout_ms / 1000 - time.monotonic()
+                await asyncio.wait({task}, timeout=max(left, 0))
+                if not task.done():
+                    raise self._timed_out(busiest.op_id, task, source)
             try:
-                if self.callback_timeout_ms > 0:
-                    left = started + self.callback_timeout_ms / 1000 - time.monotonic()
-                    outs = await asyncio.wait_for(task, max(left, 0))
-                else:
-                    outs = await task
-            except TimeoutError:
-                sid, part, off = source
-                raise PassFailure(
-                    f"operator {busiest.op_id!r}: an async call on stream {sid!r} "
-                    f"({self.describe(sid, part, off)}) did not complete within "
-                    f"task.callback.timeout.ms={self.callback_timeout_ms} in task "
-                    f"{self.task_name!r}; the function hangs, or needs a longer timeout") from None
+                outs = await task
             except Exception as exc:
                 raise self._failure(OperatorFailure(busiest.op_id, exc), *source) from exc
             busiest.meter[OUT] += len(outs)
@@ -737,6 +732,20 @@ class PassExecutor:
             if pend is not None:
                 await _wait_all(pend, self)
             self.sort_ms, self.clock_ms, self.source = saved
+
+    def _timed_out(self, op_id: str, task: asyncio.Task[Any],
+                   source: tuple[str, int, int]) -> PassFailure:
+        """The error of an async call past ``task.callback.timeout.ms``, naming the function
+        it waits in; the call is cancelled."""
+        sid, part, off = source
+        where = coroutine_wait([task.get_coro()]).where
+        task.cancel()
+        waits = f", waiting in {where}" if where is not None else ""
+        return PassFailure(
+            f"operator {op_id!r}: an async call on stream {sid!r} "
+            f"({self.describe(sid, part, off)}) did not complete within "
+            f"task.callback.timeout.ms={self.callback_timeout_ms} in task "
+            f"{self.task_name!r}{waits}; the function hangs, or needs a longer timeout")
 
     def _controls(self, when: str, call: Callable[[Operator], Iterable[list[Any]]]
                   ) -> Iterator[list[Awaitable[None]] | None]:

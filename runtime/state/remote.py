@@ -123,11 +123,17 @@ class RemoteCall:
     waits for it before its message completes; it fails the message only if the function did
     not await it (a function that awaits it sees the error itself)."""
 
-    __slots__ = ("task", "awaited")
+    __slots__ = ("task", "awaited", "table", "what", "key")
 
-    def __init__(self, task: asyncio.Task[Any]) -> None:
+    def __init__(self, task: asyncio.Task[Any], table: str | None = None, what: str | None = None,
+                 key: Any = None) -> None:
         self.task = task
         self.awaited = False
+        #: the table, the call (``get``, ``put``...) and its key or keys: what an error about
+        #: a message that waits for the call names
+        self.table = table
+        self.what = what
+        self.key = key
 
     def __await__(self) -> Generator[Any, None, Any]:
         self.awaited = True
@@ -445,7 +451,7 @@ class RemoteTableClient:
 
     # -- what user functions call (ctx.table) ----------------------------------------------------
 
-    def _start(self, coro: Awaitable[Any], what: str) -> RemoteCall:
+    def _start(self, coro: Awaitable[Any], what: str, key: Any = None) -> RemoteCall:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -457,29 +463,31 @@ class RemoteTableClient:
                 f"(a thread of job.container.thread.pool.size?); call it from a function the "
                 f"task runs on its loop: an async_flat_map, an async sink, or any operator's "
                 f"function without a thread pool") from None
-        call = RemoteCall(loop.create_task(coro))  # type: ignore[arg-type]
+        call = RemoteCall(loop.create_task(coro), self.name, what, key)  # type: ignore[arg-type]
         self._track(call)
         return call
 
     def get(self, key: Any) -> RemoteCall:
         """``await table.get(key)``: the value of ``key``, or None."""
-        return self._start(self.read(key), "get")
+        return self._start(self.read(key), "get", key)
 
     def get_all(self, keys: Iterable[Any]) -> RemoteCall:
         """``await table.get_all(keys)``: ``{key: value}`` for the keys that have a value."""
-        return self._start(self.read_many(keys), "get_all")
+        keys = list(keys)
+        return self._start(self.read_many(keys), "get_all", keys)
 
     def put(self, key: Any, value: Any) -> RemoteCall:
         """``await table.put(key, value)``; a None value deletes."""
-        return self._start(self.write(key, value), "put")
+        return self._start(self.write(key, value), "put", key)
 
     def put_all(self, entries: Iterable[KV[Any, Any] | tuple[Any, Any]]) -> RemoteCall:
         """``await table.put_all([KV(key, value), ...])``; None values delete."""
-        return self._start(self.write_many(list(entries)), "put_all")
+        pairs = list(entries)
+        return self._start(self.write_many(pairs), "put_all", [k for k, _ in pairs])
 
     def delete(self, key: Any) -> RemoteCall:
         """``await table.delete(key)``."""
-        return self._start(self.write(key, None), "delete")
+        return self._start(self.write(key, None), "delete", key)
 
 
 async def close_table_functions(specs: Iterable[RemoteTableSpec]) -> None:

@@ -354,7 +354,9 @@ def test_an_async_call_that_hangs_fails_within_the_callback_timeout(spark: Any) 
         app.output(mem.output("out")))
     with pytest.raises(ReprocessError, match=r"operator 'hangs-1-async_flat_map-call': an async "
                                              r"call on stream 'in' \(partition 0, row 5\) did "
-                                             r"not complete within task.callback.timeout.ms=300"):
+                                             r"not complete within task.callback.timeout.ms=300"
+                                             r".*, waiting in .*call\(\) at .*"
+                                             r"test_spark_runner\.py:\d+;"):
         SparkRunner(spark).reprocess(app, {"in": list(range(10))})
 
 
