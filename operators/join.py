@@ -9,7 +9,9 @@ is younger than the TTL (``now - its arrival < ttl_ms``, strictly) the output is
 ``combine(left, right)``, the left message always first. A None result is dropped.
 
 A None key fails the message with a ``TaskError``, as in Samza (whose stores reject null keys);
-filter or map such messages before the join. Beyond Samza, ``on_timer(now_ms)`` (window ticks)
+filter or map such messages before the join. Where the runtime gives a placement check
+(``ctx.placement``, ``operators.placement``), a side's key is checked against the task's
+partition before the message is stored: every message at first, then a sample. Beyond Samza, ``on_timer(now_ms)`` (window ticks)
 deletes entries with ``now - arrival >= ttl_ms`` from both sides, so state stays bounded; the
 entries are found through an in-memory index in arrival order, rebuilt from the stores at init.
 
@@ -41,6 +43,7 @@ from samza_dsl.errors import TaskError
 from samza_dsl.spec import JoinSpec
 
 from .base import Operator, OperatorContext, UserContext, resolve_fn
+from .placement import NEVER
 
 __all__ = ["JoinOperator"]
 
@@ -67,6 +70,7 @@ class JoinOperator(Operator):
         super().init(ctx, user_ctx)
         self._stores = (ctx.store(f"{self.op_id}-L"), ctx.store(f"{self.op_id}-R"))
         self._clock = ctx.clock
+        self._placement = ctx.placement
         for store, arrivals in zip(self._stores, self._arrivals, strict=True):
             arrivals.clear()
             entries = sorted((entry[0], i, key) for i, (key, entry) in enumerate(store.all()))
@@ -92,14 +96,19 @@ class JoinOperator(Operator):
             arrivals = self._arrivals[port]
             unlist = arrivals.pop
             op_id, side = self.op_id, _SIDES[port]
+            check = self._placement(op_id, port) if self._placement is not None else None
+            left = NEVER if check is None else 1  # messages until the next placement check
 
             def arrive(message: Any) -> Any:
-                nonlocal ms, edge
+                nonlocal ms, edge, left
                 key = key_fn(message)
                 if key is None:
                     raise TaskError(f"join {op_id!r}: the {side} key of {message!r} is None; a "
                                     f"join needs a key on both sides (as in Samza): filter out "
                                     f"or map such messages before the join", op_id=op_id)
+                left -= 1
+                if not left:
+                    left = check(key)  # type: ignore[misc]
                 if ns is None:
                     now = clock()
                 else:
