@@ -43,11 +43,26 @@ from samza_dsl.errors import TaskError
 from samza_dsl.spec import JoinSpec
 
 from .base import Operator, OperatorContext, UserContext, resolve_fn
-from .placement import NEVER
 
 __all__ = ["JoinOperator"]
 
 _SIDES = ("left", "right")
+
+
+def _checked(arrive: Callable[[Any], Any], key_fn: Callable[[Any], Any],
+             check: Callable[[Any], int]) -> Callable[[Any], Any]:
+    """``arrive`` with its key's placement checked first, on the messages ``check`` asks for
+    (a side that is not checked runs ``arrive`` itself, at no cost)."""
+    left = 1  # messages until the next check
+
+    def checked(message: Any) -> Any:
+        nonlocal left
+        left -= 1
+        if not left:
+            key = key_fn(message)
+            left = 1 if key is None else check(key)  # a None key fails in arrive
+        return arrive(message)
+    return checked
 
 
 class JoinOperator(Operator):
@@ -96,19 +111,14 @@ class JoinOperator(Operator):
             arrivals = self._arrivals[port]
             unlist = arrivals.pop
             op_id, side = self.op_id, _SIDES[port]
-            check = self._placement(op_id, port) if self._placement is not None else None
-            left = NEVER if check is None else 1  # messages until the next placement check
 
             def arrive(message: Any) -> Any:
-                nonlocal ms, edge, left
+                nonlocal ms, edge
                 key = key_fn(message)
                 if key is None:
                     raise TaskError(f"join {op_id!r}: the {side} key of {message!r} is None; a "
                                     f"join needs a key on both sides (as in Samza): filter out "
                                     f"or map such messages before the join", op_id=op_id)
-                left -= 1
-                if not left:
-                    left = check(key)  # type: ignore[misc]
                 if ns is None:
                     now = clock()
                 else:
@@ -124,7 +134,8 @@ class JoinOperator(Operator):
                 if other is None or now - other[0] >= ttl:
                     return None
                 return combine(message, other[1]) if port == 0 else combine(other[1], message)
-            return arrive
+            check = self._placement(op_id, port) if self._placement is not None else None
+            return arrive if check is None else _checked(arrive, key_fn, check)
         return port_fn(0), port_fn(1)
 
     def one_to_one_port(self, port: int) -> Callable[[Any], Any]:

@@ -35,7 +35,6 @@ from samza_dsl.kv import KV
 from samza_dsl.spec import JoinTableSpec
 
 from .base import Operator, OperatorContext, Result, UserContext, resolve_fn
-from .placement import NEVER
 
 __all__ = ["JoinTableOperator"]
 
@@ -53,7 +52,7 @@ class JoinTableOperator(Operator):
         self._key_fn = resolve_fn(spec.key_fn) if spec.key_fn is not None else None
         self._remote: Any = None
         self._check: Any = None
-        self._left = NEVER  # messages until the next placement check
+        self._left = 1  # messages until the next placement check
 
     def init(self, ctx: OperatorContext, user_ctx: UserContext | None = None) -> None:
         super().init(ctx, user_ctx)
@@ -63,7 +62,7 @@ class JoinTableOperator(Operator):
             self._remote = store
         elif ctx.placement is not None:
             self._check = ctx.placement(self.op_id, 0)
-        self._left = NEVER if self._check is None else 1
+        self._left = 1
 
     def process(self, message: Any) -> Result:
         if self._key_fn is not None:
@@ -76,11 +75,10 @@ class JoinTableOperator(Operator):
                             f"join_table a key= function")
         record = None
         if key is not None:
-            left = self._left - 1
-            if left:
-                self._left = left
-            else:
-                self._left = self._check(key)
+            check = self._check
+            if check is not None:
+                left = self._left - 1
+                self._left = left if left else check(key)
             remote = self._remote
             if remote is not None:
                 value = remote.cached(key)

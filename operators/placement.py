@@ -11,7 +11,9 @@ than the one it was read from never meets the other side.
 task's partitions and the streams' key serdes) and called by the join with the key. It checks
 every message of the first ``FIRST``, then one in ``EVERY``: a join on the wrong key shows in
 the first few messages (all but 1 in N are misplaced), and later ones are sampled so the
-per-message cost is one counter (the join keeps the countdown; the check returns the next).
+per-message cost is one counter (the join keeps the countdown; the check returns the next). A
+side with nothing to check (one partition and one task, a broadcast side, ``off``) gets no check
+and costs nothing.
 A misplaced key under ``fail`` raises ``JoinPartitionError``; under ``warn`` the first one of
 the side in the task is logged, the others counted.
 
@@ -35,14 +37,12 @@ from typing import Any
 
 from samza_dsl.errors import JoinPartitionError
 
-__all__ = ["KeyCheck", "FIRST", "EVERY", "NEVER", "Slot"]
+__all__ = ["KeyCheck", "FIRST", "EVERY", "Slot"]
 
 #: messages of each join side checked one by one in each task before sampling starts
 FIRST = 1024
 #: then one message in this many
 EVERY = 256
-#: a countdown that never ends: the side is not checked
-NEVER = 1 << 62
 
 #: a stream's slot in a task: (the partitioner over N * X of the stream whose placement rule
 #: applies, N, this task's partition + N * bucket, that stream's id)
