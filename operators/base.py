@@ -68,6 +68,9 @@ class OperatorContext:
     #: None when the runtime cannot tell (a window tick, a watermark); reports of late messages
     #: name it
     source: Callable[[], tuple[str, int, int | None] | None] | None = None
+    #: ``(op id, port) -> check or None``: where the runtime checks that a join's keys belong to
+    #: the task's partition (``operators.placement.KeyCheck``); None: nothing is checked
+    placement: Callable[[str, int], Callable[[Any], int] | None] | None = None
 
     def store(self, name: str) -> KeyValueState:
         try:

@@ -9,7 +9,9 @@ is younger than the TTL (``now - its arrival < ttl_ms``, strictly) the output is
 ``combine(left, right)``, the left message always first. A None result is dropped.
 
 A None key fails the message with a ``TaskError``, as in Samza (whose stores reject null keys);
-filter or map such messages before the join. Beyond Samza, ``on_timer(now_ms)`` (window ticks)
+filter or map such messages before the join. Where the runtime gives a placement check
+(``ctx.placement``, ``operators.placement``), a side's key is checked against the task's
+partition before the message is stored: every message at first, then a sample. Beyond Samza, ``on_timer(now_ms)`` (window ticks)
 deletes entries with ``now - arrival >= ttl_ms`` from both sides, so state stays bounded; the
 entries are found through an in-memory index in arrival order, rebuilt from the stores at init.
 
@@ -47,6 +49,22 @@ __all__ = ["JoinOperator"]
 _SIDES = ("left", "right")
 
 
+def _checked(arrive: Callable[[Any], Any], key_fn: Callable[[Any], Any],
+             check: Callable[[Any], int]) -> Callable[[Any], Any]:
+    """``arrive`` with its key's placement checked first, on the messages ``check`` asks for
+    (a side that is not checked runs ``arrive`` itself, at no cost)."""
+    left = 1  # messages until the next check
+
+    def checked(message: Any) -> Any:
+        nonlocal left
+        left -= 1
+        if not left:
+            key = key_fn(message)
+            left = 1 if key is None else check(key)  # a None key fails in arrive
+        return arrive(message)
+    return checked
+
+
 class JoinOperator(Operator):
     """See the module docstring. Needs stores ``<op id>-L`` and ``<op id>-R``."""
 
@@ -67,6 +85,7 @@ class JoinOperator(Operator):
         super().init(ctx, user_ctx)
         self._stores = (ctx.store(f"{self.op_id}-L"), ctx.store(f"{self.op_id}-R"))
         self._clock = ctx.clock
+        self._placement = ctx.placement
         for store, arrivals in zip(self._stores, self._arrivals, strict=True):
             arrivals.clear()
             entries = sorted((entry[0], i, key) for i, (key, entry) in enumerate(store.all()))
@@ -115,7 +134,8 @@ class JoinOperator(Operator):
                 if other is None or now - other[0] >= ttl:
                     return None
                 return combine(message, other[1]) if port == 0 else combine(other[1], message)
-            return arrive
+            check = self._placement(op_id, port) if self._placement is not None else None
+            return arrive if check is None else _checked(arrive, key_fn, check)
         return port_fn(0), port_fn(1)
 
     def one_to_one_port(self, port: int) -> Callable[[Any], Any]:

@@ -10,6 +10,10 @@ asynchronously: ``process`` returns an awaitable of the outputs, unless the tabl
 answers at once (``cached(key)``), when it completes inline as a local lookup does; on a miss,
 ``fetch(key)`` reads it from the service.
 
+Where the runtime gives a placement check (``ctx.placement``, ``operators.placement``), a lookup
+key is checked against the task's partition before the lookup: every message at first, then a
+sample.
+
 >>> from samza_dsl.kv import KV
 >>> from samza_dsl.spec import JoinTableSpec
 >>> from operators.base import OperatorContext
@@ -47,6 +51,8 @@ class JoinTableOperator(Operator):
         self._combine = resolve_fn(spec.combine)
         self._key_fn = resolve_fn(spec.key_fn) if spec.key_fn is not None else None
         self._remote: Any = None
+        self._check: Any = None
+        self._left = 1  # messages until the next placement check
 
     def init(self, ctx: OperatorContext, user_ctx: UserContext | None = None) -> None:
         super().init(ctx, user_ctx)
@@ -54,6 +60,9 @@ class JoinTableOperator(Operator):
         self._get = store.get
         if getattr(store, "remote", False):
             self._remote = store
+        elif ctx.placement is not None:
+            self._check = ctx.placement(self.op_id, 0)
+        self._left = 1
 
     def process(self, message: Any) -> Result:
         if self._key_fn is not None:
@@ -66,6 +75,10 @@ class JoinTableOperator(Operator):
                             f"join_table a key= function")
         record = None
         if key is not None:
+            check = self._check
+            if check is not None:
+                left = self._left - 1
+                self._left = left if left else check(key)
             remote = self._remote
             if remote is not None:
                 value = remote.cached(key)

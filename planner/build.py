@@ -25,6 +25,7 @@ from samza_dsl.spec import (
 
 from .model import Stage, StoreSpec, StreamSpec
 from .partitions import JoinedSet, infer_partitions
+from .placement import join_warnings
 from .plan import ExecutionPlan
 from .validate import validate
 
@@ -48,7 +49,9 @@ def plan(spec: ApplicationSpec, *, partitions: Mapping[str, int] | None = None,
     generated = _generate_config(spec, streams, stores, user_config)
     full_config = {**generated, **user_config}
     graph = build_graph(spec, streams, stage_of)
-    return ExecutionPlan(spec, graph, streams, stages, stores, full_config, generated)
+    result = ExecutionPlan(spec, graph, streams, stages, stores, full_config, generated)
+    result.warnings.extend(join_warnings(result))
+    return result
 
 
 def _roots(spec: ApplicationSpec) -> dict[str, set[str]]:

@@ -22,7 +22,9 @@ class ExecutionPlan:
     - ``input_streams``, ``output_streams``, ``intermediate_streams``: stream id -> ``StreamSpec``;
     - ``stages``: sub-DAGs split at partition_by/broadcast;
     - ``tables`` (user tables) and ``stores`` (tables plus window and join state): name -> ``StoreSpec``;
-    - ``config``: the user's config over the generated one (``generated_config``).
+    - ``config``: the user's config over the generated one (``generated_config``);
+    - ``warnings``: what the planner sees may go wrong at run time, one line each (a join whose
+      key is not the key its stream is partitioned by: ``planner.placement``).
     """
 
     def __init__(self, app: ApplicationSpec, graph: nx.DiGraph, streams: Mapping[str, StreamSpec],
@@ -35,6 +37,7 @@ class ExecutionPlan:
         self.stores = dict(stores)
         self.config = dict(config)
         self.generated_config = dict(generated_config)
+        self.warnings: list[str] = []
 
     @property
     def job_name(self) -> str:

@@ -65,6 +65,7 @@ def plan_to_dict(plan: ExecutionPlan) -> dict[str, Any]:
         "stages": [s.to_dict() for s in plan.stages],
         "spark_tiers": spark_tiers(plan),
         "config": {k: plan.config[k] for k in sorted(plan.config)},
+        "warnings": list(plan.warnings),
     }
 
 
@@ -160,6 +161,9 @@ def _tier_text(tier: dict[str, str]) -> str:
 def plan_to_text(plan: ExecutionPlan) -> str:
     lines = [f"Plan of {plan.job_name}: {len(plan.stages)} stage(s), "
              f"{len(plan.app.operators)} operator(s)"]
+    if plan.warnings:
+        lines.append("Warnings:")
+        lines.extend(f"  {w}" for w in plan.warnings)
     lines.append("Streams:")
     for sid, s in plan.streams.items():
         order = _order(s)

@@ -53,6 +53,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     config = _parse_config(args.config)
     app = load_app(args.app)
     plan = app.plan(partitions=partitions, config=config)
+    if args.format != "text" or args.output:  # the text shows them itself, on standard output
+        for line in plan.warnings:
+            print(f"plan warning: {line}", file=sys.stderr)
     try:
         text = render(plan, args.format)
     except GraphvizMissing as exc:

@@ -173,7 +173,8 @@ class Container:
         #: what each task gets: not the container, the few things a task uses of it
         self.env = TaskEnv(self.config, self.clock, self.metrics, self.executor, producer,
                            self.store, self.committer, self.on_consumed,
-                           task_share=len(tasks) / max(1, len(job.tasks)))
+                           task_share=len(tasks) / max(1, len(job.tasks)),
+                           inputs_placed=getattr(consumer, "inputs_placed", True))
         self.started = time.monotonic()
         self.restored: dict[str, dict[SSP, int]] = {}
         self.loop_meter = LoopMeter()

@@ -181,6 +181,7 @@ class LocalRunner(LateCounts):
         try:
             self._prepare_containers(n)
             self.plan = self.job.plan
+            self._warn_plan()
             for stream in (sys.stdout, sys.stderr):
                 stream.flush()
             ctx = multiprocessing.get_context("fork")
@@ -330,6 +331,12 @@ class LocalRunner(LateCounts):
         if interrupted and self._stop_signal is not None and not self.follow:
             self.interrupted = self._stop_signal
 
+    def _warn_plan(self) -> None:
+        """The plan's warnings (a join whose key is not its stream's partition key), at the
+        start of the run."""
+        for line in self.plan.warnings:
+            _log.warning("plan warning: %s", line)
+
     async def _main(self, install_signals: bool) -> None:
         if self.kafka:
             kafka_job = self.system.job_class()
@@ -348,6 +355,8 @@ class LocalRunner(LateCounts):
                                                  self._given.partitions(), self.config,
                                                  checkpoints=self.checkpoints)
             self.plan, self.broker = plan, broker
+        if not self._forked:  # (the parent said it)
+            self._warn_plan()
         if self.skip and self.job is not None and not self._forked:  # (the parent checked)
             try:
                 notes = await self._check_skips()

@@ -39,6 +39,7 @@ from runtime.dag import (
 from runtime.elastic import OTHER_BUCKET, OtherBucket
 from runtime.in_flight import NO_KEY, cancel_messages, wait_of
 from runtime.job import SSP, JobModel, TaskModel
+from runtime.join_check import placement_checks
 from runtime.metrics import OpMeter
 from runtime.records import EndOfStream, Watermark
 from runtime.state.remote import RemoteCall, RemoteTableClient, container_limiter
@@ -61,7 +62,13 @@ from runtime.wiring import (
     record_sender,
 )
 from samza_dsl.config import config_value
-from samza_dsl.errors import CallbackTimeout, SamzaError, SerdeError, TaskError
+from samza_dsl.errors import (
+    CallbackTimeout,
+    JoinPartitionError,
+    SamzaError,
+    SerdeError,
+    TaskError,
+)
 from samza_dsl.kv import KV
 from samza_dsl.spec import (
     BroadcastSpec,
@@ -213,10 +220,13 @@ class TaskInstance:
         self._state_flushers = [op.flush_state for op in self.operators.values()
                                 if type(op).flush_state is not Operator.flush_state]
         user_ctx = UserContext(self.name, env.config, self.metrics, tables)
+        placement = placement_checks(self.job, model, env.config, self.source,
+                                     env.inputs_placed)
         for stage in model.stages:
             # event-time windows close on the task's watermarks only, never on what they saw
             ctx = OperatorContext(self.name, env.config, env.clock, stores,
-                                  self.metrics, external_watermarks=True, source=self.source)
+                                  self.metrics, external_watermarks=True, source=self.source,
+                                  placement=placement)
             for op_id in stage.operators:
                 try:
                     self.operators[op_id].init(ctx, user_ctx)
@@ -1141,13 +1151,16 @@ class TaskInstance:
 
     def _task_error(self, f: OperatorFailure, ssp: SSP, offset: int) -> TaskError:
         cause = f.cause
-        advice = "" if isinstance(cause, SerdeError) else \
+        placed = isinstance(cause, JoinPartitionError)  # it says what to do itself
+        advice = "" if isinstance(cause, SerdeError) or placed else \
             " Fix the function or guard against this message."
         skip = (f" (`samza-dsl run APP --skip {ssp.stream_id}:{ssp.partition}:{offset}` passes "
-                f"over it once)" if self.plan.streams[ssp.stream_id].kind == "input" else "")
+                f"over it once)" if self.plan.streams[ssp.stream_id].kind == "input"
+                and not placed else "")
         err = TaskError(
             f"operator {f.op_id!r} failed in task {self.name!r} on stream {ssp.stream_id!r} "
-            f"partition {ssp.partition} offset {offset}: {f.reason}.{advice} "
+            f"partition {ssp.partition} offset {offset}: "
+            f"{cause if placed else f.reason}.{advice} "
             f"The checkpoint stays before this offset, so a restart reprocesses it{skip}",
             op_id=f.op_id, task=self.name, stream=ssp.stream_id,
             partition=ssp.partition, offset=offset)

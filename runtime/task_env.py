@@ -42,3 +42,7 @@ class TaskEnv:
     task_share: float = 1.0
     #: what the container's tasks share: each remote table's token bucket
     shared: dict[str, Any] = field(default_factory=dict)
+    #: whether a partitioner placed the job's inputs (a producer, a load by key): False where
+    #: they hold what a test gave (in memory, a list is partition 0), which the join placement
+    #: check (``runtime.join_check``) then does not hold against the keys
+    inputs_placed: bool = True

@@ -28,11 +28,13 @@ from .errors import ConfigError
 __all__ = ["ConfigKey", "KNOWN_KEYS", "STREAM_PROPERTIES", "STORE_PROPERTIES", "SYSTEM_PROPERTIES",
            "USER_PREFIX", "COORDINATORS", "check_system_keys", "validate_config",
            "check_scoped_keys", "config_value", "SERDE_ERROR_POLICIES", "KeyReference",
-           "key_reference"]
+           "key_reference", "JOIN_CHECK_POLICIES"]
 
 SERDE_ERROR_POLICIES = ("fail", "skip", "dead-letter")
 #: the values of ``job.coordinator``
 COORDINATORS = ("kafka", "static")
+#: what a join does with a message whose join key belongs to another task's partition
+JOIN_CHECK_POLICIES = ("fail", "warn", "off")
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,17 @@ KNOWN_KEYS: dict[str, ConfigKey] = {k.name: k for k in [
        doc="the address the Prometheus endpoint listens on"),
     _k("metrics.reporter.json.path", str, None,
        doc="the file the json reporter rewrites (default <job.dir>/metrics-<container>.json)"),
+    _k("task.join.partition.check", str, "fail", JOIN_CHECK_POLICIES.__contains__,
+       "one of " + ", ".join(JOIN_CHECK_POLICIES),
+       doc="what a join (or join_table) does with a message whose join key belongs to another "
+           "partition than the one it was read from (murmur2 of the key serialized by the "
+           "stream's key serde, as a producer places it; with job.elasticity.factor, another "
+           "key bucket), where it can never meet the other side: fail stops the job with an "
+           "error naming the join, the key and both partitions; warn logs the first such "
+           "message of each join side in each task and goes on; off does not check. Each "
+           "join side checks every message of the first 1024 in each task, then 1 in 256. "
+           "Broadcast streams, remote tables and tables written only from broadcast streams, "
+           "which every task holds whole, are not checked"),
     _k("task.progress.ms", int, 1000, lambda v: v == -1 or v > 0,
        "-1 (off) or a positive number of milliseconds", doc="interval of the CLI progress line"),
     _k("job.name", str, None, doc="the job name (the application's name by default)"),
@@ -134,10 +147,13 @@ def _coerce(key: ConfigKey, value: Any) -> Any:
         if key.check is not None and not key.check(out):
             raise ConfigError(f"config {key.name}={value!r} is out of range: it must be {key.rule}")
         return out
-    text = str(value)
-    if key.check is not None and not key.check(text):
-        raise ConfigError(f"config {key.name}={value!r} is not allowed: it must be {key.rule}")
-    return text
+    if key.check is not None:  # a choice among words
+        text = str(value).strip().lower()
+        if not key.check(text):
+            raise ConfigError(f"config {key.name}={value!r} is not allowed: it must be "
+                              f"{key.rule}")
+        return text
+    return str(value)
 
 
 _RETENTION = (lambda v: v == -1 or v >= 0, "-1 (keep forever) or an integer >= 0")

@@ -61,6 +61,20 @@ class TaskError(SamzaError):
         self.offset = offset
 
 
+class JoinPartitionError(TaskError):
+    """A join's key belongs to another partition (or key bucket) than the one its message was
+    read from, so the message can never meet the other side (``task.join.partition.check``):
+    ``key``, ``belongs`` (the partition the key belongs to) and ``read_from`` (the one the
+    message came from) say where."""
+
+    def __init__(self, message: str, *, op_id: str, key: object, belongs: int | None,
+                 read_from: int, stream: str) -> None:
+        super().__init__(message, op_id=op_id, stream=stream, partition=read_from)
+        self.key = key
+        self.belongs = belongs
+        self.read_from = read_from
+
+
 class CallbackTimeout(TaskError):
     """A message did not complete within ``task.callback.timeout.ms``: ``op_id`` names the
     operator it waits in, and ``table`` and ``key`` the remote table and key it waits for,
