@@ -59,13 +59,17 @@ def test_a_member_that_joins_mid_stream_takes_its_share_and_nothing_is_lost_or_r
     try:
         wait_for("the first member runs every task", lambda: settled(members, 4), 60, members)
         generation = first.assignment()[0]  # type: ignore[index]
-        n = 120
+        n = 240
         run(produce_each(kafka_bootstrap, f"gevents-{tag}", _events(0, n)))
-        time.sleep(2 * SESSION_MS / 1000)
+        began = time.monotonic()
+        # its first outputs take a few seconds (a first batch per task sizes its batches)
+        wait_for("the first member writes outputs", lambda: outputs(kafka_bootstrap, tag), 60,
+                 members)
+        time.sleep(max(0.0, began + 2 * SESSION_MS / 1000 - time.monotonic()))
         assert first.assignment() == (generation, [f"Partition {p}" for p in range(4)]), \
             first.text()[-2000:]
         done = len(outputs(kafka_bootstrap, tag))
-        assert 0 < done < n / 2, done  # it worked, one message at a time
+        assert 0 < done < n / 2, done  # it worked, one message at a time (5 a second)
         second = Member(tmp_path / "host-1", kafka_bootstrap, tag, delay=0.2)
         members.append(second)
         wait_for("the two split the tasks", lambda: settled(members, 4), 60, members)

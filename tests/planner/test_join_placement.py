@@ -141,7 +141,7 @@ def test_the_check_policy_is_a_checked_config_key() -> None:
         .plan().config["task.join.partition.check"] == "warn"
     with pytest.raises(ConfigError) as err:
         join_app(lambda kv: kv.key, **{"task.join.partition.check": "warning"}).plan()
-    assert "task.join.partition.check='warning' must be one of fail, warn, off" in str(err.value)
+    assert "task.join.partition.check='warning' is not allowed: it must be one of fail, warn, off" in str(err.value)
 
 
 APP_SOURCE = '''
