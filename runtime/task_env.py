@@ -42,3 +42,6 @@ class TaskEnv:
     task_share: float = 1.0
     #: what the container's tasks share: each remote table's token bucket
     shared: dict[str, Any] = field(default_factory=dict)
+    #: exactly-once: the producer of a task's own (given the task), whose records its commit
+    #: writes; None: every task writes through ``producer``
+    task_producer: Callable[[Any], Producer] | None = None

@@ -354,7 +354,7 @@ def validate_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
 
 def exactly_once(config: Mapping[str, Any]) -> bool:
     """Whether a validated config asks for ``job.processing.guarantee=exactly-once``."""
-    return config_value(config, "job.processing.guarantee") == EXACTLY_ONCE
+    return bool(config_value(config, "job.processing.guarantee") == EXACTLY_ONCE)
 
 
 def check_guarantee(config: Mapping[str, Any]) -> None:

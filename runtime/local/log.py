@@ -42,7 +42,7 @@ import struct
 import time
 import zlib
 from bisect import bisect_left
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import lmdb
@@ -548,10 +548,18 @@ class LocalLog:
         self,
         batches: Sequence[tuple[str, int, Sequence[Record]]],
         timestamp_ms: int | None = None,
+        *,
+        meta: Callable[[Callable[[str, int], int]], Mapping[str, bytes]] | None = None,
     ) -> list[int]:
         """Append ``(stream, partition, records)`` batches in ONE transaction: all or none of
         them. A partition may come several times (each batch is one segment, in order). Returns
-        each batch's first offset; see ``append_many``."""
+        each batch's first offset; see ``append_many``.
+
+        ``meta``, when given, is called inside that transaction, after the appends, with
+        ``end(stream, partition)`` (a partition's end offset as the transaction sees it); the
+        metadata keys and values it returns are written in the same transaction (an
+        exactly-once commit: outputs, changelog entries and the checkpoint that holds their
+        positions, together or not at all)."""
         ts = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
         shared = self._live()
         # Encode outside the write transaction: it holds the log's one write lock, for every process.
@@ -598,11 +606,23 @@ class LocalLog:
                             f"corrupt; delete the stream (reset) or the log directory"
                         )
                     out.append(first)
+                if meta is not None:
+                    self._put_meta_in(txn, shared, cur, meta)
         except lmdb.Error as e:
             where = ", ".join(sorted({f"{s!r} partition {p}" for s, p, _, _ in encoded}))
             raise self._lmdb_error(e, f"appending to {where}") from e
         shared.pages.read(size)  # an append maps in pages of the file, as a read does
         return out
+
+    def _put_meta_in(self, txn: Any, shared: _Shared, cur: Any,
+                     meta: Callable[[Callable[[str, int], int]], Mapping[str, bytes]]) -> None:
+        """Write the metadata ``meta(end)`` returns in the open write transaction ``txn``."""
+        def end(stream: str, partition: int) -> int:
+            return self._end(cur, self._prefix(txn, shared, stream, partition))
+
+        for k, v in meta(end).items():
+            raw = self._meta_key(k)
+            txn.put(raw, seal(raw, v), db=shared.meta)
 
     def _check_record(self, record: Any, stream: str, partition: int) -> None:
         try:

@@ -1,0 +1,176 @@
+"""Exactly once on the embedded local system (``job.processing.guarantee=exactly-once``).
+
+A job's outputs, intermediate streams, changelogs, dead letters and checkpoints all live in one
+LMDB log, so a task's commit writes them in ONE write transaction: readers (``samza-dsl dump``,
+other tasks, other containers) see a task's records at the commit that covers them, or never.
+
+- Each task writes into a producer of its own (``TaskOutputs``, as Kafka Streams' producer per
+  task): its buffers are written by nothing but its commit, so a commit of one task never makes
+  another task's records visible. At-least-once jobs keep the container's one producer, which
+  writes after every processed batch.
+- A commit (``runtime.commit``) runs when none of the task's messages is in flight, so the
+  buffers hold exactly the outputs of the messages its checkpoint covers.
+- A record that fails to deserialize under the ``dead-letter`` policy is noted when it is read;
+  its dead letter goes with the first commit whose checkpoint covers its offset.
+- A task's buffers are bounded: past ``COMMIT_RECORDS`` records the task asks for a commit
+  before the commit interval.
+
+A store flushed into its local file before a crash that lost the commit transaction is marked
+uncommitted (``runtime.state.lmdb_store``): the restart rebuilds it from its changelog up to
+the checkpoint, which is exactly what that changelog holds, so nothing is counted twice.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from runtime.codec import BufferedProducer, Record
+from runtime.job import SSP, TaskModel
+from samza_dsl.errors import SamzaError
+
+if TYPE_CHECKING:
+    from runtime.local.system import LocalCheckpoints, LocalProducer
+
+__all__ = ["COMMIT_RECORDS", "LocalTransactions", "TaskOutputs"]
+
+#: records a task buffers before it asks for a commit ahead of ``task.commit.ms``
+COMMIT_RECORDS = 50_000
+
+
+class TaskOutputs(BufferedProducer):
+    """One task's producer under exactly-once: a buffer per partition of each stream of the
+    container's producer, written only by the task's commit (``LocalTransactions.commit``)."""
+
+    def __init__(self, shared: LocalProducer, task: Any) -> None:
+        super().__init__(shared.generation)
+        for sid, parts in shared._bufs.items():
+            self.add_stream(sid, shared._physical[sid], len(parts), shared._encoders.get(sid),
+                            shared._codecs.get(sid))
+        self.task = task
+        #: the task's input partitions: a dead letter of one waits for the checkpoint to cover it
+        self.inputs = frozenset(task.model.ssps)
+        #: dead letters not committed yet: (partition read, offset, record)
+        self.dead: list[tuple[SSP, int, Record]] = []
+        self._all = [buf for parts in self._bufs.values() for buf in parts]
+
+    def signal(self) -> None:
+        """Nothing is written before the commit; many records waiting ask for one."""
+        if sum(map(len, self._all)) >= COMMIT_RECORDS:
+            self.task.commit_requested = True
+
+    async def flush(self) -> None:
+        """Nothing: the task's records are written by its commit alone."""
+
+    async def close(self) -> None:
+        """Nothing: records not committed are dropped, as a crash would."""
+
+    def take(self, offsets: Mapping[SSP, int], dead_stream: str
+             ) -> tuple[list[tuple[str, int, list[Record]]], list[tuple[str, int, list[Record]]]]:
+        """The batches a commit covering ``offsets`` writes (stream's name in the log,
+        partition, records), and the task's buffers among them as (stream id, partition,
+        buffer) for ``done``."""
+        batches: list[tuple[str, int, list[Record]]] = []
+        taken: list[tuple[str, int, list[Record]]] = []
+        for sid, parts in self._bufs.items():
+            for p, buf in enumerate(parts):
+                if buf:
+                    batches.append((self._physical[sid], p, buf))
+                    taken.append((sid, p, buf))
+        if self.dead:
+            inputs = self.inputs
+            ready = [r for ssp, offset, r in self.dead
+                     if ssp not in inputs or offset <= offsets.get(ssp, -1)]
+            if ready:
+                batches.append((dead_stream, 0, ready))
+                self.dead = [d for d in self.dead
+                             if d[0] in inputs and d[1] > offsets.get(d[0], -1)]
+        return batches, taken
+
+    def done(self, taken: list[tuple[str, int, list[Record]]], shared: LocalProducer) -> None:
+        """The commit wrote ``taken``: empty those buffers and count them as ``shared``'s."""
+        for sid, p, buf in taken:
+            self.sends += len(buf)
+            self._taken(sid, p, len(buf))
+            buf.clear()
+        shared.sends += self.sends
+        self.sends = 0
+        for sid, n in self.written.items():
+            shared.written[sid] = shared.written.get(sid, 0) + n
+        self.written.clear()
+
+
+class LocalTransactions:
+    """The exactly-once commits of a container's tasks on one local log: their producers, the
+    changelog buffers their stores write to, their dead letters, and each commit as one write
+    transaction of the log (``runtime.commit.Transactions``)."""
+
+    def __init__(self, shared: LocalProducer, checkpoints: LocalCheckpoints,
+                 tasks: list[TaskModel], dead_stream: str,
+                 changelogs: Callable[[str], Mapping[str, tuple[str, int]]]) -> None:
+        if checkpoints.log.path != shared.log.path:
+            raise SamzaError(
+                f"job.processing.guarantee=exactly-once: the checkpoints are in the local log at "
+                f"{checkpoints.log.path} (task.checkpoint.system) but the job's streams in "
+                f"{shared.log.path}; one commit is one transaction of one log: leave "
+                f"task.checkpoint.system unset or name the job's own local system")
+        self.shared = shared
+        self.checkpoints = checkpoints
+        self.dead_stream = dead_stream
+        self.changelogs = changelogs
+        self._names = {t.index: t.name for t in tasks}
+        self._outputs: dict[str, TaskOutputs] = {}
+        self._by_index: dict[int, TaskOutputs] = {}
+        self._reader_of: dict[SSP, TaskOutputs] = {}
+
+    def producer_for(self, task: Any) -> TaskOutputs:
+        """The producer of a task of the container (``TaskEnv.task_producer``)."""
+        outputs = TaskOutputs(self.shared, task)
+        self._outputs[task.name] = outputs
+        self._by_index[task.index] = outputs
+        for ssp in sorted(outputs.inputs, key=str):
+            self._reader_of.setdefault(ssp, outputs)
+        return outputs
+
+    def buffer(self, stream_id: str, partition: int) -> list[Record]:
+        """A changelog partition's buffer: the task's of that index (``LogChangelog``)."""
+        outputs = self._by_index.get(partition)
+        if outputs is None:
+            raise SamzaError(
+                f"changelog {stream_id!r} partition {partition}: no task of index {partition} "
+                f"({self._names.get(partition, 'unknown')}) runs in this container; under "
+                f"exactly-once a changelog is written by its task's commit alone")
+        return outputs.buffer(stream_id, partition)
+
+    def dead_letter(self, ssp: SSP, offset: int, record: Record) -> bool:
+        """Hold a dead letter for the commit of the task that reads ``ssp`` (or, for a
+        changelog entry, the task of that partition); False when no task of the container
+        takes it."""
+        outputs = self._reader_of.get(ssp) or self._by_index.get(ssp.partition)
+        if outputs is None:
+            return False
+        outputs.dead.append((ssp, offset, record))
+        return True
+
+    def commit(self, task_name: str, offsets: Mapping[SSP, int]) -> None:
+        """Write the task's records and its checkpoint (``offsets``, and each store's changelog
+        position after this commit's entries) in one transaction of the log."""
+        outputs = self._outputs[task_name]
+        batches, taken = outputs.take(offsets, self.dead_stream)
+        positions = self.changelogs(task_name)
+        checkpoint = self.checkpoints.writer(task_name, offsets)
+        shared = self.shared
+        log = shared.log
+        began, before = time.perf_counter_ns(), log.appended_bytes
+
+        def meta(end: Callable[[str, int], int]) -> dict[str, bytes]:
+            return checkpoint({store: end(s, p) for store, (s, p) in positions.items()})
+
+        log.append_batches(batches, meta=meta)
+        shared.flush_ns += time.perf_counter_ns() - began
+        shared.sent_bytes += log.appended_bytes - before
+        outputs.done(taken, shared)
+        if batches:
+            shared.written_out()
+
