@@ -24,26 +24,36 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from runtime.codec import BufferedProducer, Record
 from runtime.job import SSP, TaskModel
+from runtime.local.log import LocalLog
 from samza_dsl.errors import SamzaError
 
-if TYPE_CHECKING:
-    from runtime.local.system import LocalCheckpoints, LocalProducer
+__all__ = ["COMMIT_RECORDS", "SEGMENT_RECORDS", "Checkpoints", "LocalTransactions", "TaskOutputs"]
 
-__all__ = ["COMMIT_RECORDS", "LocalTransactions", "TaskOutputs"]
+#: records a task buffers before it asks for a commit ahead of ``task.commit.ms`` (about 30 MB
+#: of small records: a commit flushes the task's stores, so fewer, larger ones cost less)
+COMMIT_RECORDS = 200_000
+#: the most records of one segment of the log a commit writes: a reader decodes a segment whole
+SEGMENT_RECORDS = 8192
 
-#: records a task buffers before it asks for a commit ahead of ``task.commit.ms``
-COMMIT_RECORDS = 50_000
+
+class Checkpoints(Protocol):
+    """The checkpoints of a job in a local log (``runtime.local.system.LocalCheckpoints``)."""
+
+    log: LocalLog
+
+    def writer(self, task_name: str, offsets: Mapping[SSP, int]
+               ) -> Callable[[Mapping[str, int]], dict[str, bytes]]: ...
 
 
 class TaskOutputs(BufferedProducer):
     """One task's producer under exactly-once: a buffer per partition of each stream of the
     container's producer, written only by the task's commit (``LocalTransactions.commit``)."""
 
-    def __init__(self, shared: LocalProducer, task: Any) -> None:
+    def __init__(self, shared: BufferedProducer, task: Any) -> None:
         super().__init__(shared.generation)
         for sid, parts in shared._bufs.items():
             self.add_stream(sid, shared._physical[sid], len(parts), shared._encoders.get(sid),
@@ -76,7 +86,12 @@ class TaskOutputs(BufferedProducer):
         for sid, parts in self._bufs.items():
             for p, buf in enumerate(parts):
                 if buf:
-                    batches.append((self._physical[sid], p, buf))
+                    name = self._physical[sid]
+                    if len(buf) <= SEGMENT_RECORDS:
+                        batches.append((name, p, buf))
+                    else:
+                        batches += [(name, p, buf[i:i + SEGMENT_RECORDS])
+                                    for i in range(0, len(buf), SEGMENT_RECORDS)]
                     taken.append((sid, p, buf))
         if self.dead:
             inputs = self.inputs
@@ -88,7 +103,8 @@ class TaskOutputs(BufferedProducer):
                              if d[0] in inputs and d[1] > offsets.get(d[0], -1)]
         return batches, taken
 
-    def done(self, taken: list[tuple[str, int, list[Record]]], shared: LocalProducer) -> None:
+    def done(self, taken: list[tuple[str, int, list[Record]]], shared: BufferedProducer
+             ) -> None:
         """The commit wrote ``taken``: empty those buffers and count them as ``shared``'s."""
         for sid, p, buf in taken:
             self.sends += len(buf)
@@ -106,16 +122,20 @@ class LocalTransactions:
     changelog buffers their stores write to, their dead letters, and each commit as one write
     transaction of the log (``runtime.commit.Transactions``)."""
 
-    def __init__(self, shared: LocalProducer, checkpoints: LocalCheckpoints,
-                 tasks: list[TaskModel], dead_stream: str,
+    def __init__(self, shared: BufferedProducer, log: LocalLog, written_out: Callable[[], None],
+                 checkpoints: Checkpoints, tasks: list[TaskModel], dead_stream: str,
                  changelogs: Callable[[str], Mapping[str, tuple[str, int]]]) -> None:
-        if checkpoints.log.path != shared.log.path:
+        """``shared``: the container's producer (its streams, and where the records written
+        are counted) writing to ``log``; ``written_out`` tells its readers of new records."""
+        if checkpoints.log.path != log.path:
             raise SamzaError(
                 f"job.processing.guarantee=exactly-once: the checkpoints are in the local log at "
                 f"{checkpoints.log.path} (task.checkpoint.system) but the job's streams in "
-                f"{shared.log.path}; one commit is one transaction of one log: leave "
+                f"{log.path}; one commit is one transaction of one log: leave "
                 f"task.checkpoint.system unset or name the job's own local system")
         self.shared = shared
+        self.log = log
+        self.written_out = written_out
         self.checkpoints = checkpoints
         self.dead_stream = dead_stream
         self.changelogs = changelogs
@@ -160,8 +180,7 @@ class LocalTransactions:
         batches, taken = outputs.take(offsets, self.dead_stream)
         positions = self.changelogs(task_name)
         checkpoint = self.checkpoints.writer(task_name, offsets)
-        shared = self.shared
-        log = shared.log
+        shared, log = self.shared, self.log
         began, before = time.perf_counter_ns(), log.appended_bytes
 
         def meta(end: Callable[[str, int], int]) -> dict[str, bytes]:
@@ -172,5 +191,5 @@ class LocalTransactions:
         shared.sent_bytes += log.appended_bytes - before
         outputs.done(taken, shared)
         if batches:
-            shared.written_out()
+            self.written_out()
 

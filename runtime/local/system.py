@@ -673,8 +673,8 @@ class LocalJob:
                 "after a crash writes again (make the writes idempotent), as do sink functions "
                 "and anything a function does outside the job's streams (docs/operations.md)",
                 self.job_name, ", ".join(remote))
-        return LocalTransactions(producer, self.checkpoints, self.tasks, dead,
-                                 self.state_changelogs)
+        return LocalTransactions(producer, producer.log, producer.written_out, self.checkpoints,
+                                 self.tasks, dead, self.state_changelogs)
 
     def state_changelogs(self, task_name: str) -> dict[str, tuple[str, int]]:
         """Per store of the task with a changelog in the log: its (stream, partition)."""

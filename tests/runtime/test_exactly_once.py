@@ -295,3 +295,60 @@ def test_a_reader_sees_outputs_only_as_commits_cover_them(tmp_path: Path) -> Non
     for before, visible, after in samples:
         assert before <= visible <= after, (before, visible, after)
     assert samples[-1] == (n, n, n)
+
+
+def test_a_remote_table_write_stays_at_least_once_and_says_so_once(
+        tmp_path: Path, caplog: Any) -> None:
+    """The remote-profiles example (a remote table it reads and writes, over HTTP on
+    127.0.0.1) runs exactly once on the local system, and warns once at start that its writes
+    to the remote table stay at least once; at least once, it does not warn."""
+    import logging
+
+    from examples.remote_profiles import build_app, sample_input, sample_profiles
+    from runtime import LocalRunner
+    from samza_dsl.testing.kv_service import KVService
+
+    inputs = sample_input(300)
+    with KVService(sample_profiles()) as service:
+        app = build_app(service.url)
+        for guarantee in ("at-least-once", "exactly-once"):
+            caplog.clear()
+            with caplog.at_level(logging.WARNING, logger="samza_dsl.exactly_once"):
+                runner = LocalRunner(app, {"job.dir": str(tmp_path / guarantee),
+                                           "job.processing.guarantee": guarantee},
+                                     inputs=inputs).run()
+            assert len(runner.messages("enriched-views")) == len(inputs["page-views"])
+            runner.close()
+            warned = [r.getMessage() for r in caplog.records
+                      if r.name == "samza_dsl.exactly_once"]
+            if guarantee == "at-least-once":
+                assert warned == []
+            else:
+                assert len(warned) == 1, warned
+                assert "remote table(s) profiles stay at least once" in warned[0]
+
+
+def test_many_records_waiting_commit_early_in_bounded_segments(tmp_path: Path,
+                                                                monkeypatch: Any) -> None:
+    """A task's records wait in memory until its commit: past ``COMMIT_RECORDS`` it commits
+    before ``task.commit.ms`` (here -1: at the end only), and a commit writes segments of at
+    most ``SEGMENT_RECORDS``; every output is there once."""
+    from runtime import LocalRunner
+    from runtime.local import exactly_once
+
+    monkeypatch.setattr(exactly_once, "COMMIT_RECORDS", 500)
+    monkeypatch.setattr(exactly_once, "SEGMENT_RECORDS", 100)
+    inputs = {"events": {p: [KV(f"k{i % 7}", {"p": p, "o": i}) for i in range(1500)]
+                         for p in range(4)}}
+    runner = LocalRunner(load_app(APP), {"job.dir": str(tmp_path / "job"), "task.commit.ms": -1,
+                                         "job.processing.guarantee": "exactly-once"},
+                         inputs=inputs).run()
+    try:
+        assert runner.container is not None and runner.container.commits > 4  # 4 tasks
+        seen = sorted(tuple(m.value) for m in runner.messages("seen"))
+        assert seen == sorted((p, i) for p in range(4) for i in range(1500))
+        log = runner.job.log_of("local")
+        sizes = [n for p in range(4) for _, n, _, _ in log.segments("seen", p)]
+        assert sum(sizes) == 6000 and max(sizes) <= 100
+    finally:
+        runner.close()
