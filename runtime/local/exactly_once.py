@@ -12,7 +12,8 @@ other tasks, other containers) see a task's records at the commit that covers th
   buffers hold exactly the outputs of the messages its checkpoint covers.
 - A record that fails to deserialize under the ``dead-letter`` policy is noted when it is read;
   its dead letter goes with the first commit whose checkpoint covers its offset.
-- A task's buffers are bounded: past ``COMMIT_RECORDS`` records the task asks for a commit
+- What a task's buffers take is encoded after each processed batch, as the log stores it, and
+  waits for the commit as bytes; past ``COMMIT_BYTES`` of them the task asks for a commit
   before the commit interval.
 
 A store flushed into its local file before a crash that lost the commit transaction is marked
@@ -28,15 +29,15 @@ from typing import Any, Protocol
 
 from runtime.codec import BufferedProducer, Record
 from runtime.job import SSP, TaskModel
-from runtime.local.log import LocalLog
+from runtime.local.log import Encoded, LocalLog
 from samza_dsl.errors import SamzaError
 
-__all__ = ["COMMIT_RECORDS", "SEGMENT_RECORDS", "Checkpoints", "LocalTransactions", "TaskOutputs"]
+__all__ = ["COMMIT_BYTES", "SEGMENT_RECORDS", "Checkpoints", "LocalTransactions", "TaskOutputs"]
 
-#: records a task buffers before it asks for a commit ahead of ``task.commit.ms`` (about 30 MB
-#: of small records: a commit flushes the task's stores, so fewer, larger ones cost less)
-COMMIT_RECORDS = 200_000
-#: the most records of one segment of the log a commit writes: a reader decodes a segment whole
+#: bytes of encoded records a task holds before it asks for a commit ahead of
+#: ``task.commit.ms`` (a commit flushes the task's stores: fewer, larger ones cost less)
+COMMIT_BYTES = 32 << 20
+#: the most records of one segment of the log a task writes: a reader decodes a segment whole
 SEGMENT_RECORDS = 8192
 
 
@@ -51,24 +52,50 @@ class Checkpoints(Protocol):
 
 class TaskOutputs(BufferedProducer):
     """One task's producer under exactly-once: a buffer per partition of each stream of the
-    container's producer, written only by the task's commit (``LocalTransactions.commit``)."""
+    container's producer, written to the log only by the task's commit
+    (``LocalTransactions.commit``). What the buffers take is encoded as the log stores it after
+    each processed batch (``signal``), so it waits for the commit in compact bytes, and the
+    records' objects are freed as the container's producer frees them."""
 
-    def __init__(self, shared: BufferedProducer, task: Any) -> None:
+    def __init__(self, shared: BufferedProducer, log: LocalLog, task: Any) -> None:
         super().__init__(shared.generation)
         for sid, parts in shared._bufs.items():
             self.add_stream(sid, shared._physical[sid], len(parts), shared._encoders.get(sid),
                             shared._codecs.get(sid))
+        self.log = log
         self.task = task
         #: the task's input partitions: a dead letter of one waits for the checkpoint to cover it
         self.inputs = frozenset(task.model.ssps)
         #: dead letters not committed yet: (partition read, offset, record)
         self.dead: list[tuple[SSP, int, Record]] = []
-        self._all = [buf for parts in self._bufs.values() for buf in parts]
+        #: the records taken from the buffers since the last commit, encoded, and their bytes
+        self.encoded: list[Encoded] = []
+        self.encoded_bytes = 0
+        self._all = [(sid, p, buf) for sid, parts in self._bufs.items()
+                     for p, buf in enumerate(parts)]
 
     def signal(self) -> None:
-        """Nothing is written before the commit; many records waiting ask for one."""
-        if sum(map(len, self._all)) >= COMMIT_RECORDS:
+        """Encode what the buffers took; nothing is written before the commit, and much
+        waiting asks for one."""
+        self._encode()
+        if self.encoded_bytes >= COMMIT_BYTES:
             self.task.commit_requested = True
+
+    def _encode(self) -> None:
+        ts = int(time.time() * 1000)
+        encode = self.log.encode_batch
+        for sid, p, buf in self._all:
+            if not buf:
+                continue
+            name, n = self._physical[sid], len(buf)
+            for i in range(0, n, SEGMENT_RECORDS):
+                batch = encode(name, p, buf if n <= SEGMENT_RECORDS else
+                               buf[i:i + SEGMENT_RECORDS], ts)
+                self.encoded.append(batch)
+                self.encoded_bytes += len(batch[2] or b"")
+            self.sends += n
+            self._taken(sid, p, n)  # counted as the shared producer's at the commit
+            buf.clear()
 
     async def flush(self) -> None:
         """Nothing: the task's records are written by its commit alone."""
@@ -76,40 +103,26 @@ class TaskOutputs(BufferedProducer):
     async def close(self) -> None:
         """Nothing: records not committed are dropped, as a crash would."""
 
-    def take(self, offsets: Mapping[SSP, int], dead_stream: str
-             ) -> tuple[list[tuple[str, int, list[Record]]], list[tuple[str, int, list[Record]]]]:
-        """The batches a commit covering ``offsets`` writes (stream's name in the log,
-        partition, records), and the task's buffers among them as (stream id, partition,
-        buffer) for ``done``."""
-        batches: list[tuple[str, int, list[Record]]] = []
-        taken: list[tuple[str, int, list[Record]]] = []
-        for sid, parts in self._bufs.items():
-            for p, buf in enumerate(parts):
-                if buf:
-                    name = self._physical[sid]
-                    if len(buf) <= SEGMENT_RECORDS:
-                        batches.append((name, p, buf))
-                    else:
-                        batches += [(name, p, buf[i:i + SEGMENT_RECORDS])
-                                    for i in range(0, len(buf), SEGMENT_RECORDS)]
-                    taken.append((sid, p, buf))
+    def take(self, offsets: Mapping[SSP, int], dead_stream: str) -> list[Encoded]:
+        """The encoded batches a commit covering ``offsets`` writes: what the buffers took,
+        and the dead letters of offsets it covers."""
+        self._encode()
+        batches = self.encoded
         if self.dead:
             inputs = self.inputs
             ready = [r for ssp, offset, r in self.dead
                      if ssp not in inputs or offset <= offsets.get(ssp, -1)]
             if ready:
-                batches.append((dead_stream, 0, ready))
+                batches = [*batches, self.log.encode_batch(dead_stream, 0, ready,
+                                                           int(time.time() * 1000))]
                 self.dead = [d for d in self.dead
                              if d[0] in inputs and d[1] > offsets.get(d[0], -1)]
-        return batches, taken
+        return batches
 
-    def done(self, taken: list[tuple[str, int, list[Record]]], shared: BufferedProducer
-             ) -> None:
-        """The commit wrote ``taken``: empty those buffers and count them as ``shared``'s."""
-        for sid, p, buf in taken:
-            self.sends += len(buf)
-            self._taken(sid, p, len(buf))
-            buf.clear()
+    def done(self, shared: BufferedProducer) -> None:
+        """The commit wrote what ``take`` gave: count it as ``shared``'s."""
+        self.encoded = []
+        self.encoded_bytes = 0
         shared.sends += self.sends
         self.sends = 0
         for sid, n in self.written.items():
@@ -146,7 +159,7 @@ class LocalTransactions:
 
     def producer_for(self, task: Any) -> TaskOutputs:
         """The producer of a task of the container (``TaskEnv.task_producer``)."""
-        outputs = TaskOutputs(self.shared, task)
+        outputs = TaskOutputs(self.shared, self.log, task)
         self._outputs[task.name] = outputs
         self._by_index[task.index] = outputs
         for ssp in sorted(outputs.inputs, key=str):
@@ -177,7 +190,7 @@ class LocalTransactions:
         """Write the task's records and its checkpoint (``offsets``, and each store's changelog
         position after this commit's entries) in one transaction of the log."""
         outputs = self._outputs[task_name]
-        batches, taken = outputs.take(offsets, self.dead_stream)
+        batches = outputs.take(offsets, self.dead_stream)
         positions = self.changelogs(task_name)
         checkpoint = self.checkpoints.writer(task_name, offsets)
         shared, log = self.shared, self.log
@@ -186,10 +199,10 @@ class LocalTransactions:
         def meta(end: Callable[[str, int], int]) -> dict[str, bytes]:
             return checkpoint({store: end(s, p) for store, (s, p) in positions.items()})
 
-        log.append_batches(batches, meta=meta)
+        log.append_encoded(batches, meta=meta)
         shared.flush_ns += time.perf_counter_ns() - began
         shared.sent_bytes += log.appended_bytes - before
-        outputs.done(taken, shared)
+        outputs.done(shared)
         if batches:
             self.written_out()
 

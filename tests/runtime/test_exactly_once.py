@@ -330,13 +330,13 @@ def test_a_remote_table_write_stays_at_least_once_and_says_so_once(
 
 def test_many_records_waiting_commit_early_in_bounded_segments(tmp_path: Path,
                                                                 monkeypatch: Any) -> None:
-    """A task's records wait in memory until its commit: past ``COMMIT_RECORDS`` it commits
+    """A task's records wait in memory until its commit: past ``COMMIT_BYTES`` it commits
     before ``task.commit.ms`` (here -1: at the end only), and a commit writes segments of at
     most ``SEGMENT_RECORDS``; every output is there once."""
     from runtime import LocalRunner
     from runtime.local import exactly_once
 
-    monkeypatch.setattr(exactly_once, "COMMIT_RECORDS", 500)
+    monkeypatch.setattr(exactly_once, "COMMIT_BYTES", 20_000)
     monkeypatch.setattr(exactly_once, "SEGMENT_RECORDS", 100)
     inputs = {"events": {p: [KV(f"k{i % 7}", {"p": p, "o": i}) for i in range(1500)]
                          for p in range(4)}}
@@ -352,3 +352,22 @@ def test_many_records_waiting_commit_early_in_bounded_segments(tmp_path: Path,
         assert sum(sizes) == 6000 and max(sizes) <= 100
     finally:
         runner.close()
+
+
+def test_two_container_processes_read_each_others_committed_records(tmp_path: Path) -> None:
+    """Exactly once in two container processes: a task reads the intermediate records a task
+    of the other container committed; every input is counted once."""
+    from runtime import LocalRunner
+
+    expected: set[tuple[int, int]] = set()
+    job_dir = tmp_path / "job"
+    rng = random.Random(SEED + 7)
+    for _ in range(2):
+        _load(job_dir, rng, expected, None)
+    LocalRunner(load_app(APP), {"job.dir": str(job_dir), "job.container.count": 2,
+                                "job.processing.guarantee": "exactly-once"}).run()
+    found = _found({"dir": job_dir})
+    assert set(found["seen"]) == expected and max(found["seen"].values()) == 1
+    truth = _truth(expected, job_dir)
+    assert {k: found["counts"][k] for k in truth} == {
+        k: list(range(1, n + 1)) for k, n in truth.items()}
