@@ -371,3 +371,35 @@ def test_two_container_processes_read_each_others_committed_records(tmp_path: Pa
     truth = _truth(expected, job_dir)
     assert {k: found["counts"][k] for k in truth} == {
         k: list(range(1, n + 1)) for k, n in truth.items()}
+
+
+def test_a_store_flushed_before_a_lost_commit_comes_back_to_the_checkpoint(
+        tmp_path: Path) -> None:
+    """Stores flush into their local files between commits (here every 5 dirty keys); a kill
+    at the start of a commit leaves those files ahead of the checkpoint, marked uncommitted:
+    the restart rebuilds them from the changelog up to the checkpoint, and no count repeats."""
+    from runtime import LocalRunner
+
+    job_dir = tmp_path / "job"
+    expected: set[tuple[int, int]] = set()
+    rng = random.Random(SEED + 3)
+    _load(job_dir, rng, expected, None)
+    code, err = _run(job_dir, "exactly-once", None, None)
+    assert code == 0, err
+    _load(job_dir, rng, expected, None)
+    # the second round of commits starts after the tasks counted what the first committed
+    code, err = _run(job_dir, "exactly-once", "commit.start:7", None,
+                     ("-c", "stores.counts.write.batch.size=5", "-c", "task.commit.ms=200"))
+    assert code == -signal.SIGKILL, err
+    runner = LocalRunner(load_app(APP), {"job.dir": str(job_dir),
+                                         "job.processing.guarantee": "exactly-once"}).run()
+    try:
+        modes = {i["mode"] for i in runner.job.state.restores.values()}
+        assert "rebuilt" in modes and modes <= {"rebuilt", "host-affinity"}, modes
+    finally:
+        runner.close()
+    found = _found({"dir": job_dir})
+    assert set(found["seen"]) == expected and max(found["seen"].values()) == 1
+    truth = _truth(expected, job_dir)
+    assert {k: found["counts"][k] for k in truth} == {
+        k: list(range(1, n + 1)) for k, n in truth.items()}
