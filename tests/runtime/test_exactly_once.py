@@ -103,12 +103,15 @@ def _load(job_dir: Path, rng: random.Random, expected: set[tuple[int, int]],
         job.close()
 
 
-def _pick(rng: random.Random, points: tuple[str, ...]) -> tuple[str | None, float | None, str]:
-    """Where the next run is killed: a fault point ``name:n``, or a time in seconds."""
-    if rng.random() < 0.3:
+def _pick(rng: random.Random, points: tuple[str, ...], killed: set[str], left: int
+          ) -> tuple[str | None, float | None, str]:
+    """Where the next run is killed: a fault point ``name:n``, or a time in seconds. Points
+    not ``killed`` at yet come first, so that ``left`` kills reach every point."""
+    todo = [p for p in points if p not in killed]
+    if left > len(todo) and rng.random() < 0.3:
         after = rng.uniform(0.4, 1.1)
         return None, after, f"after {after:.2f}s"
-    point = rng.choice(points)
+    point = rng.choice(todo or points)
     point = f"{point}:{rng.randint(1, 6 if point == 'batch' else 4)}"
     return point, None, point
 
@@ -121,15 +124,18 @@ def _lane(job_dir: Path, guarantee: str, kills: int, seed: int,
     expected: set[tuple[int, int]] = set()
     bad: set[tuple[int, int]] = set()
     where: list[str] = []
+    killed: set[str] = set()
     rounds = 0
     while len(where) < kills:
         rounds += 1
         assert rounds <= kills * 3, f"{job_dir}: only {len(where)} kills in {rounds} rounds"
         _load(job_dir, rng, expected, bad)
-        point, after, words = _pick(rng, points)
+        point, after, words = _pick(rng, points, killed, kills - len(where))
         code, err = _run(job_dir, guarantee, point, after)
         if code == -signal.SIGKILL:
             where.append(words)
+            if point:
+                killed.add(point.rpartition(":")[0])
         elif code != 0:
             raise AssertionError(f"{job_dir} run {rounds} ({words}) exited with {code}:\n{err}")
     code, err = _run(job_dir, guarantee, None, None)
