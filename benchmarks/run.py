@@ -14,6 +14,8 @@
     python benchmarks/run.py W5d             # W5 declared (Spark SQL tier) vs DataFrame (named only)
     python benchmarks/run.py W10             # a remote-table join over HTTP (named only)
     python benchmarks/run.py W5M             # its Python workers' peak RSS at 1x, 2x, 4x (named only)
+    python benchmarks/run.py W1L --guarantee exactly-once   # W1L under a processing guarantee
+    python benchmarks/run.py W1LX --runs 5   # W1L exactly once against at least once (named only)
 
 W1L is W1 on the embedded local system (LMDB table with changelog); W6 restarts a W1 job holding
 10^5 and 10^6 keys (host affinity, then changelog replay). W1J is W1L written the way users
@@ -31,7 +33,9 @@ size on 2 cores, after generating the input and a warm-up). W5M runs W5's compil
 one line with the Python workers' peak RSS at each size (named only). W10 joins against a remote
 table served over HTTP by a process on 127.0.0.1 with 5 ms latency, at concurrency 100, without
 and with cache hits (``benchmarks/remote_workloads.py``); it runs only when named (about 10 s a
-run).
+run). W1LX (the local half of W7X) runs W1L with ``job.processing.guarantee=exactly-once`` and
+with ``at-least-once`` in alternating fresh processes, ``--runs`` pairs (the order flips every
+pair), and prints each pair's ratio (exactly once over at least once, msgs/s) and their median.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 from typing import Any
@@ -50,19 +55,42 @@ from benchmarks.kafka_workloads import run_w7  # noqa: E402
 from benchmarks.local_state_workloads import run_w3_local, run_w4_local  # noqa: E402
 from benchmarks.local_workloads import run_w1_local, run_w6, run_w8, w6_growth  # noqa: E402
 from benchmarks.workloads import run_w1, run_w2, run_w3, run_w4  # noqa: E402
+from samza_dsl.config import AT_LEAST_ONCE, EXACTLY_ONCE, GUARANTEES  # noqa: E402
 
 #: workloads whose every run gets a fresh process unless --in-process
 _FRESH = ("W1L", "W1J", "W3", "W4")
 
 
-def _fresh_process(workload: str, scale: float) -> dict[str, Any]:
+def _fresh_process(workload: str, scale: float, guarantee: str | None = None
+                   ) -> dict[str, Any]:
     """One run in a new interpreter; its JSON line is echoed and returned."""
+    more = ["--guarantee", guarantee] if guarantee else []
     proc = subprocess.run([sys.executable, os.path.abspath(__file__), workload, "--runs", "1",
-                           "--scale", str(scale), "--in-process"],
+                           "--scale", str(scale), "--in-process", *more],
                           capture_output=True, text=True, check=True)
     line = json.loads(proc.stdout.splitlines()[0])
     print(json.dumps(line), flush=True)
     return line  # type: ignore[no-any-return]
+
+
+def guarantee_pairs(pairs: int, scale: float) -> dict[str, Any]:
+    """W1L exactly once against at least once, ``pairs`` pairs of fresh processes in the same
+    run, alternating which goes first; one JSON line with each pair's ratio and the median."""
+    ratios, eos, alo = [], [], []
+    for i in range(pairs):
+        order = (AT_LEAST_ONCE, EXACTLY_ONCE) if i % 2 == 0 else (EXACTLY_ONCE, AT_LEAST_ONCE)
+        got = {g: _fresh_process("W1L", scale, g)["msgs_per_s"] for g in order}
+        eos.append(got[EXACTLY_ONCE])
+        alo.append(got[AT_LEAST_ONCE])
+        ratios.append(round(got[EXACTLY_ONCE] / got[AT_LEAST_ONCE], 3))
+    out = {"workload": "W1LX", "params": {"of": "W1L", "scale": scale, "pairs": pairs,
+                                          "system": "local"},
+           "exactly_once_msgs_per_s": [round(x, 1) for x in eos],
+           "at_least_once_msgs_per_s": [round(x, 1) for x in alo],
+           "ratios": ratios, "median_ratio": round(statistics.median(ratios), 3),
+           "summary": True}
+    print(json.dumps(out), flush=True)
+    return out
 
 
 def main() -> None:
@@ -77,7 +105,12 @@ def main() -> None:
     parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                         help="W1L, W1J: a setting for the job, e.g. metrics.reporters=prometheus "
                              "(repeatable; values are JSON where they parse, else strings)")
+    parser.add_argument("--guarantee", choices=GUARANTEES, default=None,
+                        help="W1L, W1J: job.processing.guarantee of the job (default: the "
+                             "job's, at-least-once)")
     args = parser.parse_args()
+    if args.guarantee:
+        args.config.append(f"job.processing.guarantee={args.guarantee}")
     if args.config:
         from benchmarks.local_workloads import EXTRA_CONFIG
 
@@ -95,7 +128,9 @@ def main() -> None:
 
     for w in args.workloads:
         w = w.upper()
-        if w in _FRESH and not args.in_process:
+        if w == "W1LX":
+            guarantee_pairs(args.runs, args.scale)
+        elif w in _FRESH and not args.in_process:
             median_summary([_fresh_process(w, args.scale) for _ in range(args.runs)])
         elif w == "W1":
             median_summary([run_w1(n(1_000_000)) for _ in range(args.runs)])

@@ -9,7 +9,12 @@ from typing import Any
 
 import networkx as nx
 
-from samza_dsl.config import check_scoped_keys, check_system_keys, validate_config
+from samza_dsl.config import (
+    check_guarantee,
+    check_scoped_keys,
+    check_system_keys,
+    validate_config,
+)
 from samza_dsl.errors import PlanError
 from samza_dsl.spec import (
     ApplicationSpec,
@@ -36,6 +41,7 @@ def plan(spec: ApplicationSpec, *, partitions: Mapping[str, int] | None = None,
          config: Mapping[str, Any] | None = None) -> ExecutionPlan:
     """Validate ``spec`` and plan it. ``partitions`` gives counts the plan cannot look up."""
     user_config = {**spec.config, **validate_config(config)}
+    check_guarantee(user_config)
     validate(spec)
     stages, stage_of = _split_stages(spec)
     streams = _plan_streams(spec, stages, partitions or {}, user_config)

@@ -17,19 +17,44 @@ The order, and why:
 A crash between any two steps leaves a checkpoint no further than what is durable, so the task
 restarts from it and restores its stores to exactly that point. ``SAMZA_DSL_CRASH_AT`` can kill
 the process at each step (``runtime.faults``).
+
+Under ``job.processing.guarantee=exactly-once`` (a system that gives the committer
+``transactions``: the embedded local system) each task writes into buffers of its own, which
+nothing reads, and its commit is:
+
+1. take the task's checkpoint offsets (no message is in flight: async commits are refused);
+2. flush the task's stores: into their local files, marked uncommitted, and their changelog
+   entries into the task's buffers;
+3. ONE write transaction of the log: the task's outputs, intermediate-stream records, changelog
+   entries and dead letters, and its checkpoint holding the changelogs' positions after them;
+4. record each store's committed changelog position (``state.committed``);
+5. tell the state backend, as above.
+
+Readers see the task's records at step 3 or never. A crash before it leaves the previous
+checkpoint and no record of the messages after it; a store flushed at step 2 (or earlier, past
+``write.batch.size``) is marked uncommitted, so the restart rebuilds it from its changelog up
+to that checkpoint. A crash after it and before step 4 leaves the store uncommitted too: rebuilt
+to the checkpoint, which now holds everything it did.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 from runtime import faults
 from runtime.job import SSP
 from runtime.systems import CheckpointStore, Producer, StateBackend
 
-__all__ = ["Committer"]
+__all__ = ["Committer", "Transactions"]
+
+
+class Transactions(Protocol):
+    """Exactly-once commits of a system: each task writes into buffers of its own, and ``commit``
+    writes them with the task's checkpoint in one transaction."""
+
+    def commit(self, task_name: str, offsets: Mapping[SSP, int]) -> None: ...
 
 
 class Committer:
@@ -49,6 +74,8 @@ class Committer:
         self.written: dict[str, float | None] = {}
         #: when the last commit of this container ended (seconds since the epoch)
         self.last_commit: float | None = None
+        #: exactly-once: commits are one transaction of the system (None: at least once)
+        self.transactions: Transactions | None = None
 
     def seed(self, task_name: str, offsets: Mapping[SSP, int]) -> None:
         """The checkpoint ``task_name`` resumes from, as if this container had written it."""
@@ -68,6 +95,40 @@ class Committer:
         crash = faults.reached if faults.ARMED else None
         if crash:
             crash("commit.start")
+        if self.transactions is not None:
+            self._transaction(self.transactions, task_name, offsets, has_stores, crash)
+        else:
+            await self._steps(task_name, offsets, has_stores, crash)
+        checkpointed: Any = getattr(self.state, "checkpointed", None)
+        if checkpointed is not None:  # e.g. compacts changelogs, trims streams below it
+            checkpointed(task_name)
+        if crash:
+            crash("commit.done")
+        self.committed.setdefault(task_name, {}).update(offsets)
+        self.written[task_name] = self._written(task_name)
+        self.last_commit = time.time()
+        self.commits += 1
+        self.commit_ns += time.perf_counter_ns() - began
+        return time.monotonic()
+
+    def _transaction(self, transactions: Transactions, task_name: str, offsets: dict[SSP, int],
+                     has_stores: bool, crash: Callable[[str], None] | None) -> None:
+        """An exactly-once commit (steps 2 to 4 of the second list above)."""
+        if has_stores:
+            self.state.flush(task_name)  # into the task's own buffers: nobody reads them yet
+            if crash:
+                crash("commit.stores-flushed")
+        transactions.commit(task_name, offsets)
+        if crash:
+            crash("commit.transaction")
+        if has_stores:
+            self.state.committed(task_name)
+            if crash:
+                crash("commit.stores-committed")
+
+    async def _steps(self, task_name: str, offsets: dict[SSP, int], has_stores: bool,
+                     crash: Callable[[str], None] | None) -> None:
+        """An at-least-once commit (steps 2 to 5 of the first list above)."""
         await self.producer.flush()
         if crash:
             crash("commit.outputs-flushed")
@@ -83,14 +144,3 @@ class Committer:
         written = self.checkpoints.write(task_name, offsets, changelogs)
         if written is not None:  # a checkpoint store that writes through a producer
             await written
-        checkpointed: Any = getattr(self.state, "checkpointed", None)
-        if checkpointed is not None:  # e.g. compacts changelogs, trims streams below it
-            checkpointed(task_name)
-        if crash:
-            crash("commit.done")
-        self.committed.setdefault(task_name, {}).update(offsets)
-        self.written[task_name] = self._written(task_name)
-        self.last_commit = time.time()
-        self.commits += 1
-        self.commit_ns += time.perf_counter_ns() - began
-        return time.monotonic()

@@ -5,9 +5,12 @@ Points: ``batch`` (after a task processed a batch, before its outputs are writte
 ``commit.start``, ``commit.outputs-flushed`` (producer flushed), ``commit.changelogged`` (stores
 flushed and their changelogs durable), ``commit.stores-committed`` (stores' changelog positions
 recorded, offsets not yet written: "between changelog and offsets") and
-``commit.done``; and ``compaction.transaction`` (after a write transaction of a changelog
-compaction pass, ``runtime.local.compaction``). Without the variable, ``reached`` costs one global
-lookup.
+``commit.done``. Under exactly-once a commit goes ``commit.start``, ``commit.stores-flushed``
+(the stores' changes in their local files and the task's buffers, the transaction not
+written), ``commit.transaction`` (outputs, changelog entries and checkpoint written together),
+``commit.stores-committed`` and ``commit.done`` (``TXN_POINTS``). And
+``compaction.transaction`` (after a write transaction of a changelog compaction pass,
+``runtime.local.compaction``). Without the variable, ``reached`` costs one global lookup.
 """
 
 from __future__ import annotations
@@ -15,10 +18,13 @@ from __future__ import annotations
 import os
 import signal
 
-__all__ = ["ARMED", "reached", "POINTS", "OTHER_POINTS"]
+__all__ = ["ARMED", "reached", "POINTS", "TXN_POINTS", "OTHER_POINTS"]
 
 POINTS = ("batch", "commit.start", "commit.outputs-flushed", "commit.changelogged",
           "commit.stores-committed", "commit.done")
+#: the points of a job under exactly-once (``runtime.commit``)
+TXN_POINTS = ("batch", "commit.start", "commit.stores-flushed", "commit.transaction",
+              "commit.stores-committed", "commit.done")
 #: points outside a job's message path
 OTHER_POINTS = ("compaction.transaction",)
 
@@ -27,9 +33,10 @@ def _parse(spec: str | None) -> tuple[str, int] | None:
     if not spec:
         return None
     point, _, n = spec.rpartition(":")
-    if point not in POINTS + OTHER_POINTS or not n.isdigit() or int(n) < 1:
+    known = dict.fromkeys(POINTS + TXN_POINTS + OTHER_POINTS)
+    if point not in known or not n.isdigit() or int(n) < 1:
         raise ValueError(f"SAMZA_DSL_CRASH_AT={spec!r}: expected <point>:<n> with a point in "
-                         f"{', '.join(POINTS + OTHER_POINTS)} and n >= 1")
+                         f"{', '.join(known)} and n >= 1")
     return point, int(n)
 
 

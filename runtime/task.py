@@ -187,6 +187,8 @@ class TaskInstance:
         self._call_slots: asyncio.Semaphore | None = None
         self._loose_calls: list[RemoteCall] = []
 
+        #: where the task's records go: the container's producer, or under exactly-once its own
+        self.producer = env.producer if env.task_producer is None else env.task_producer(self)
         self.operators: dict[str, Operator] = {}
         self.entries: dict[str, Emit] = {}
         #: each operator's meter (``runtime.metrics``), unless metrics.operators is off
@@ -326,7 +328,7 @@ class TaskInstance:
                 return None
         if target is None or len(nexts) > 0:
             return None
-        producer = self.env.producer
+        producer = self.producer
         sink = getattr(producer, "record_sink", None)
         records = sink(target) if sink is not None else None
         # a producer that keeps messages as they are (in memory) takes them with no records
@@ -775,7 +777,7 @@ class TaskInstance:
         return bool(marks)
 
     def _send_watermarks(self, marks: list[tuple[str, Any]]) -> None:
-        producer = self.env.producer
+        producer = self.producer
         for sid, mark in marks:
             for p in range(self.job.partitions[sid]):
                 producer.send(sid, p, mark)
@@ -785,11 +787,11 @@ class TaskInstance:
         (``runtime.wiring``); a message the stream's serde cannot write fails that operator."""
         n = self.job.partitions[stream_id]
         rule = partition_of(self.plan, stream_id, n, self.model.partition)
-        sink = getattr(self.env.producer, "record_sink", None)
+        sink = getattr(self.producer, "record_sink", None)
         records = sink(stream_id) if sink is not None and rule.fixed is None else None
         if records is not None:
             return record_sender(op_id, records, rule)
-        send = self.env.producer.sender(stream_id)
+        send = self.producer.sender(stream_id)
 
         def send_one(m: Any) -> None:
             try:
@@ -1133,7 +1135,7 @@ class TaskInstance:
             self._adopting = False
         for flush in self._flushers:
             flush()
-        self.env.producer.signal()
+        self.producer.signal()
         self.env.on_consumed(self)
         got, self._adopted = self._adopted, None
         return got
@@ -1322,7 +1324,7 @@ class TaskInstance:
         clock.dirty = False
         if not clock.stages:
             return
-        producer = self.env.producer
+        producer = self.producer
         for stage in clock.stages:
             moved, marks = clock.compute(stage, self)
             for op_id, wm in moved:
@@ -1340,7 +1342,7 @@ class TaskInstance:
 
     def _send_control(self, stage: Any, record: Any) -> None:
         """A control record to every partition of the intermediate streams a stage writes."""
-        producer = self.env.producer
+        producer = self.producer
         for sid in stage.outputs:
             if sid in self.plan.intermediate_streams:
                 for p in range(self.job.partitions[sid]):
@@ -1363,7 +1365,7 @@ class TaskInstance:
                     if p:
                         pend.extend(p)
                 if i % OUTPUT_CHUNK == OUTPUT_CHUNK - 1:
-                    self.env.producer.signal()
+                    self.producer.signal()
                     await asyncio.sleep(0)  # the producer's write runs
             if pend:
                 await gather_pending(pend)
@@ -1488,7 +1490,7 @@ class TaskInstance:
                     await self._end_stages()
                 for flush in self._flushers:
                     flush()
-                self.env.producer.signal()
+                self.producer.signal()
                 self.env.on_consumed(self)
                 await asyncio.sleep(0)
                 continue

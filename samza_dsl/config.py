@@ -28,13 +28,18 @@ from .errors import ConfigError
 __all__ = ["ConfigKey", "KNOWN_KEYS", "STREAM_PROPERTIES", "STORE_PROPERTIES", "SYSTEM_PROPERTIES",
            "USER_PREFIX", "COORDINATORS", "check_system_keys", "validate_config",
            "check_scoped_keys", "config_value", "SERDE_ERROR_POLICIES", "KeyReference",
-           "key_reference", "JOIN_CHECK_POLICIES"]
+           "key_reference", "JOIN_CHECK_POLICIES", "GUARANTEES", "AT_LEAST_ONCE",
+           "EXACTLY_ONCE", "check_guarantee", "exactly_once"]
 
 SERDE_ERROR_POLICIES = ("fail", "skip", "dead-letter")
 #: the values of ``job.coordinator``
 COORDINATORS = ("kafka", "static")
 #: what a join does with a message whose join key belongs to another task's partition
 JOIN_CHECK_POLICIES = ("fail", "warn", "off")
+AT_LEAST_ONCE = "at-least-once"
+EXACTLY_ONCE = "exactly-once"
+#: the values of ``job.processing.guarantee``
+GUARANTEES = (AT_LEAST_ONCE, EXACTLY_ONCE)
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,12 @@ KNOWN_KEYS: dict[str, ConfigKey] = {k.name: k for k in [
     _k("task.window.ms", int, -1, lambda v: v == -1 or v > 0,
        "-1 (off) or a positive number of milliseconds", doc="window timer interval"),
     _k("task.async.commit", bool, False, doc="allow commits while messages are in flight"),
+    _k("job.processing.guarantee", str, AT_LEAST_ONCE, GUARANTEES.__contains__,
+       f"one of {', '.join(GUARANTEES)}",
+       doc="at-least-once: a crash may emit some outputs again; exactly-once: a task's outputs, "
+           "intermediate-stream records, changelog entries, dead letters and checkpoint are "
+           "written in one transaction at its commit, and readers see none of them before "
+           "(the embedded local system; outputs then appear at the commit interval)"),
     _k("task.checkpoint.system", str, None, doc="system that stores checkpoints"),
     _k("task.shutdown.ms", int, 30000, *_POSITIVE, doc="time a container has to stop cleanly (drain, commit, close) once asked; "
        "past it, the run stops without waiting for its messages in flight and names them "
@@ -365,6 +376,29 @@ def validate_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
         else:
             raise _unknown_key(name)
     return out
+
+
+def exactly_once(config: Mapping[str, Any]) -> bool:
+    """Whether a validated config asks for ``job.processing.guarantee=exactly-once``."""
+    return bool(config_value(config, "job.processing.guarantee") == EXACTLY_ONCE)
+
+
+def check_guarantee(config: Mapping[str, Any]) -> None:
+    """Settings that cannot go with the job's processing guarantee: under exactly-once a commit
+    writes exactly the outputs of the messages its checkpoint covers, so it cannot run while
+    messages are in flight (``task.async.commit``).
+
+    >>> check_guarantee({"job.processing.guarantee": "exactly-once", "task.async.commit": True})
+    Traceback (most recent call last):
+    ...
+    samza_dsl.errors.ConfigError: config task.async.commit=true cannot go with job.processing.guarantee=exactly-once...
+    """
+    if exactly_once(config) and config_value(config, "task.async.commit"):
+        raise ConfigError(
+            "config task.async.commit=true cannot go with job.processing.guarantee=exactly-once: "
+            "an exactly-once commit holds exactly the outputs of the messages its checkpoint "
+            "covers, so it runs only when no message is in flight. Remove task.async.commit, or "
+            "set job.processing.guarantee=at-least-once")
 
 
 def config_value(config: Mapping[str, Any], name: str) -> Any:

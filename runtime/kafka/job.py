@@ -80,8 +80,8 @@ from runtime.reporters import job_reporters, reporter_names
 from runtime.state.backend import StoreBackend
 from runtime.state.lmdb_store import local_state
 from runtime.systems import SYSTEMS, Consumer, StateBackend, job_system
-from samza_dsl.config import config_value
-from samza_dsl.errors import SamzaError, SerdeError
+from samza_dsl.config import config_value, exactly_once
+from samza_dsl.errors import ConfigError, SamzaError, SerdeError
 
 __all__ = ["KafkaJob", "uses_kafka"]
 
@@ -89,6 +89,17 @@ __all__ = ["KafkaJob", "uses_kafka"]
 def uses_kafka(app: Any) -> bool:
     """Whether ``app`` runs on Kafka (``runtime.systems.job_system``)."""
     return job_system(app) is SYSTEMS["kafka"]
+
+
+def refuse_exactly_once(app: Any, config: Mapping[str, Any]) -> None:
+    """A job on Kafka runs at least once: ``job.processing.guarantee=exactly-once`` is refused
+    at start, in one line, rather than run as if it held."""
+    if exactly_once({**app.config, **config}):
+        raise ConfigError(
+            f"job {app.name}-{app.app_id!s}: job.processing.guarantee=exactly-once is not available "
+            f"on Kafka yet (only on the embedded local system); run the job with "
+            f"job.processing.guarantee=at-least-once, and see docs/operations.md \"Exactly once "
+            f"on Kafka\"")
 
 
 class KafkaJob:
@@ -136,6 +147,7 @@ class KafkaJob:
     @classmethod
     async def create(cls, app: Any, config: Mapping[str, Any], metrics: Metrics | None = None,
                      *, follow: bool = False, timeout: float = 10.0) -> KafkaJob:
+        refuse_exactly_once(app, config)
         job = cls(app, config, metrics, follow=follow, timeout=timeout)
         try:
             await job._build()
@@ -154,6 +166,7 @@ class KafkaJob:
         """Start a run of a job of several containers: create its topics, bump the generation,
         move the checkpoints to a changed elasticity factor, and note where the outputs start
         (``output_start``). Each container then joins the run (``job.container.id``)."""
+        refuse_exactly_once(app, config)
         job = cls(app, config, timeout=timeout)
         # exclusive while the run is prepared (checkpoints move), then shared with the
         # containers: no other run of the job meanwhile

@@ -42,7 +42,7 @@ import struct
 import time
 import zlib
 from bisect import bisect_left
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import lmdb
@@ -58,10 +58,15 @@ from runtime.storage import (
 )
 from samza_dsl.errors import SamzaError
 
-__all__ = ["CorruptSegmentError", "Header", "LocalLog", "Record"]
+__all__ = ["CorruptSegmentError", "Encoded", "Header", "LocalLog", "Record"]
 
 Header = tuple[str, bytes]
 Record = tuple[bytes | None, bytes | None, tuple[Header, ...] | None]
+
+#: a batch encoded for the log (``LocalLog.encode_batch``): stream, partition, the segment's
+#: stored value but for its key's share of the checksum (None: no record), and the checksum of
+#: its encoding
+Encoded = tuple[str, int, bytearray | None, int]
 
 _SegmentType = tuple[
     int, list[tuple[bytes | None, bytes | None, tuple[tuple[str, bytes], ...] | None]]
@@ -548,36 +553,60 @@ class LocalLog:
         self,
         batches: Sequence[tuple[str, int, Sequence[Record]]],
         timestamp_ms: int | None = None,
+        *,
+        meta: Callable[[Callable[[str, int], int]], Mapping[str, bytes]] | None = None,
     ) -> list[int]:
         """Append ``(stream, partition, records)`` batches in ONE transaction: all or none of
         them. A partition may come several times (each batch is one segment, in order). Returns
-        each batch's first offset; see ``append_many``."""
+        each batch's first offset; see ``append_many``.
+
+        ``meta``, when given, is called inside that transaction, after the appends, with
+        ``end(stream, partition)`` (a partition's end offset as the transaction sees it); the
+        metadata keys and values it returns are written in the same transaction (an
+        exactly-once commit: outputs, changelog entries and the checkpoint that holds their
+        positions, together or not at all)."""
         ts = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
-        shared = self._live()
         # Encode outside the write transaction: it holds the log's one write lock, for every process.
-        encoded: list[tuple[str, int, bytearray | None, int]] = []
+        encode = self.encode_batch
+        return self.append_encoded([encode(s, p, r, ts) for s, p, r in batches], meta=meta)
+
+    def encode_batch(self, stream: str, partition: int, records: Sequence[Record],
+                     timestamp_ms: int) -> Encoded:
+        """A batch of records encoded as the segment ``append_encoded`` stores (``append_batches``
+        does both). A batch may be encoded long before it is appended (an exactly-once task's
+        records, which wait for its commit): it holds no lock, and the records' bytes are
+        then held once, compactly."""
+        if not records:
+            return (stream, partition, None, 0)
+        if records.__class__ is not list and records.__class__ is not tuple:
+            records = list(records)
+        self._check_record(records[0], stream, partition)
+        self._check_record(records[-1], stream, partition)
+        value = bytearray(_CHECKED_HEAD)
+        try:
+            _encode_into((timestamp_ms, records), value, _CHECKED_HEAD)
+        except (TypeError, OverflowError, ValueError) as e:
+            raise SamzaError(
+                f"cannot encode a batch for stream {stream!r} partition {partition} of the "
+                f"local log at {self.path}: {e}; records must be (bytes|None, bytes|None, "
+                f"tuple[(str, bytes), ...]|None) and timestamp_ms an int"
+            ) from e
+        # the checksum of the encoding now, outside the log's write lock; of the key in it
+        value[0] = _CHECKED
+        return (stream, partition, value, _crc(memoryview(value)[_CHECKED_HEAD:]))
+
+    def append_encoded(
+        self,
+        encoded: Sequence[Encoded],
+        *,
+        meta: Callable[[Callable[[str, int], int]], Mapping[str, bytes]] | None = None,
+    ) -> list[int]:
+        """Append batches ``encode_batch`` made, in ONE transaction (see ``append_batches``)."""
+        shared = self._live()
         size = 0
-        for stream, partition, records in batches:
-            if not records:
-                encoded.append((stream, partition, None, 0))
-                continue
-            if records.__class__ is not list and records.__class__ is not tuple:
-                records = list(records)
-            self._check_record(records[0], stream, partition)
-            self._check_record(records[-1], stream, partition)
-            value = bytearray(_CHECKED_HEAD)
-            try:
-                _encode_into((ts, records), value, _CHECKED_HEAD)
-            except (TypeError, OverflowError, ValueError) as e:
-                raise SamzaError(
-                    f"cannot encode a batch for stream {stream!r} partition {partition} of the "
-                    f"local log at {self.path}: {e}; records must be (bytes|None, bytes|None, "
-                    f"tuple[(str, bytes), ...]|None) and timestamp_ms an int"
-                ) from e
-            # the checksum of the encoding now, outside the log's write lock; of the key in it
-            value[0] = _CHECKED
-            encoded.append((stream, partition, value, _crc(memoryview(value)[_CHECKED_HEAD:])))
-            size += len(value)
+        for item in encoded:
+            if item[2] is not None:
+                size += len(item[2])
         self.appended_bytes += size
         out: list[int] = []
         try:
@@ -598,11 +627,23 @@ class LocalLog:
                             f"corrupt; delete the stream (reset) or the log directory"
                         )
                     out.append(first)
+                if meta is not None:
+                    self._put_meta_in(txn, shared, cur, meta)
         except lmdb.Error as e:
             where = ", ".join(sorted({f"{s!r} partition {p}" for s, p, _, _ in encoded}))
             raise self._lmdb_error(e, f"appending to {where}") from e
         shared.pages.read(size)  # an append maps in pages of the file, as a read does
         return out
+
+    def _put_meta_in(self, txn: Any, shared: _Shared, cur: Any,
+                     meta: Callable[[Callable[[str, int], int]], Mapping[str, bytes]]) -> None:
+        """Write the metadata ``meta(end)`` returns in the open write transaction ``txn``."""
+        def end(stream: str, partition: int) -> int:
+            return self._end(cur, self._prefix(txn, shared, stream, partition))
+
+        for k, v in meta(end).items():
+            raw = self._meta_key(k)
+            txn.put(raw, seal(raw, v), db=shared.meta)
 
     def _check_record(self, record: Any, stream: str, partition: int) -> None:
         try:

@@ -51,6 +51,7 @@ from runtime.job import SSP, JobModel, TaskModel, build_job_model, job_container
 from runtime.job_lock import JobLock, log_id_lock
 from runtime.jobdir import dead_letter_stream, job_dir, task_dir
 from runtime.local.compaction import DELETE_RETENTION_MS, DRAIN_SECONDS, ChangelogCompactor
+from runtime.local.exactly_once import LocalTransactions
 from runtime.local.log import CorruptSegmentError, LocalLog
 from runtime.local.retention import LogTrimmer, job_targets, log_max_bytes
 from runtime.metrics import Metrics
@@ -67,7 +68,7 @@ from runtime.storage import (
     storage_error,
 )
 from runtime.systems import SYSTEMS, Consumer, Producer, StateBackend
-from samza_dsl.config import config_value
+from samza_dsl.config import config_value, exactly_once
 from samza_dsl.errors import SamzaError, SerdeError
 from samza_dsl.kv import KV
 from samza_dsl.serdes import KVSerde
@@ -76,6 +77,7 @@ __all__ = ["LocalJob", "LocalProducer", "LocalConsumer", "LocalCheckpoints", "Lo
            "LocalState", "job_dir", "log_path", "dead_letter_stream", "task_dir"]
 
 _log = logging.getLogger("samza_dsl.retention")
+_eos_log = logging.getLogger("samza_dsl.exactly_once")
 
 #: the encoded bytes a load appends per transaction: its memory stays about this size however
 #: long the input
@@ -103,6 +105,12 @@ class LocalProducer(BufferedProducer):
 
     def on_write(self, callback: Callable[[], None]) -> None:
         self._written.append(callback)
+
+    def written_out(self) -> None:
+        """Records were appended to the log for this producer's readers (an exactly-once
+        commit): tell them."""
+        for callback in self._written:
+            callback()
 
     def signal(self) -> None:
         """Write what is buffered soon: once the tasks ready to run now have run, so their
@@ -326,6 +334,17 @@ class LocalCheckpoints:
         data = checkpoints.merge({} if replace else self._read(task_name), offsets, changelogs)
         self.log.put_meta(self._key(task_name), checkpoints.encode(data))
 
+    def writer(self, task_name: str, offsets: Mapping[SSP, int]
+               ) -> Callable[[Mapping[str, int]], dict[str, bytes]]:
+        """The metadata of the task's next checkpoint, given the changelog positions: for an
+        exactly-once commit, which learns them inside its transaction (the task's checkpoint
+        has no other writer while it runs, so the old one is read before)."""
+        old, key = self._read(task_name), self._key(task_name)
+
+        def record(changelogs: Mapping[str, int]) -> dict[str, bytes]:
+            return {key: checkpoints.encode(checkpoints.merge(old, offsets, changelogs))}
+        return record
+
     def records(self) -> dict[str, dict[str, Any]]:
         """Every task's whole checkpoint (offsets, changelogs, when it was written)."""
         prefix = f"checkpoint/{self.job_name}/"
@@ -343,8 +362,8 @@ class LogChangelog:
     """A store's changelog partition in the local log. Appends go through the producer's
     buffer, so they become durable with the producer's flush at commit."""
 
-    def __init__(self, log: LocalLog, producer: LocalProducer, stream_id: str, partition: int
-                 ) -> None:
+    def __init__(self, log: LocalLog, producer: LocalProducer | LocalTransactions,
+                 stream_id: str, partition: int) -> None:
         self.log = log
         self.stream_id = stream_id
         self.partition = partition
@@ -409,6 +428,12 @@ class LocalState(StoreBackend):
                 (task.name, store_name), changelog.log, changelog.stream_id,
                 changelog.partition,
                 DELETE_RETENTION_MS if retention is None else int(retention))
+
+    def changelog_partitions(self, task_name: str) -> dict[str, tuple[str, int]]:
+        """Per store of the task with a changelog in the log: its (stream, partition)."""
+        return {store: (c.stream_id, c.partition)
+                for (task, store), c in self._changelog_of.items()
+                if task == task_name and isinstance(c, LogChangelog)}
 
     def checkpointed(self, task_name: str) -> None:
         """The task's checkpoint is written: its changelogs may be compacted below it, and the
@@ -564,9 +589,12 @@ class LocalJob:
         dead_producer = producer_of(main)
         dead_producer.add_stream(dead, dead, 1, None)
         dead_buf = dead_producer.buffer(dead, 0)
+        txns = self._transactions(dead_producer, dead) if exactly_once(cfg) else None
 
         def dead_letter(ssp: SSP, offset: int, record: Record, err: SerdeError) -> None:
-            dead_buf.append(dead_letter_record(ssp, offset, record, err))
+            rec = dead_letter_record(ssp, offset, record, err)
+            if txns is None or not txns.dead_letter(ssp, offset, rec):
+                dead_buf.append(rec)
 
         self._codecs(dead_letter)
         codecs = self.codecs
@@ -575,21 +603,7 @@ class LocalJob:
                                                       codecs[sid].encode, codecs[sid])
 
         self.load_sample(inputs)
-
-        # changelogs: a partition per task
-        n_tasks = max((t.index for t in job.tasks), default=0) + 1
-        changelogs: dict[str, Callable[[int], Changelog]] = {}
-        for name, store in plan.stores.items():
-            if store.changelog is None:
-                continue
-            system, _, stream = store.changelog.partition(".")
-            if not stream:
-                system, stream = main, store.changelog
-            log = self.log_of(system)
-            log.create(stream, n_tasks)
-            prod = producer_of(system)
-            prod.add_stream(stream, stream, n_tasks, None)
-            changelogs[name] = functools.partial(LogChangelog, log, prod, stream)
+        changelogs = self._changelogs(producer_of, txns)
 
         inputs_of_job = set(plan.input_streams)
         upcoming = {sid for sid in inputs_of_job
@@ -619,11 +633,53 @@ class LocalJob:
         self.container = Container(job, self.tasks, consumer=consumer, producer=producer,
                                    checkpoints=self.checkpoints, config=cfg,
                                    metrics=self.metrics, state=self.state)
+        if txns is not None:  # each task writes into its own producer, read at its commit
+            self.container.committer.transactions = txns
+            self.container.env.task_producer = txns.producer_for
         self.container.reporters = job_reporters(
             self.metrics, cfg, job_name=self.job_name, job_id=str(self.app.app_id),
             container_id=self.container_id, producer=producer, job_dir=self.root,
             create_stream=lambda stream: main_log.create(stream, 1))
         self.output_start = self.output_ends()
+
+    def _changelogs(self, producer_of: Callable[[str], LocalProducer],
+                    txns: LocalTransactions | None) -> dict[str, Callable[[int], Changelog]]:
+        """Each store's changelog in the log, a partition per task, written through its
+        system's producer (exactly-once: through the buffers of the task of the partition)."""
+        n_tasks = max((t.index for t in self.job.tasks), default=0) + 1
+        changelogs: dict[str, Callable[[int], Changelog]] = {}
+        for name, store in self.plan.stores.items():
+            if store.changelog is None:
+                continue
+            system, _, stream = store.changelog.partition(".")
+            if not stream:
+                system, stream = self.main_system, store.changelog
+            log = self.log_of(system)
+            log.create(stream, n_tasks)
+            prod = producer_of(system)
+            prod.add_stream(stream, stream, n_tasks, None)
+            changelogs[name] = functools.partial(LogChangelog, log, txns or prod, stream)
+        return changelogs
+
+    def _transactions(self, producer: LocalProducer, dead: str) -> LocalTransactions:
+        """Exactly-once commits of this container's tasks (``runtime.local.exactly_once``); what
+        stays at least once is said once, at start."""
+        remote = sorted(t for t, spec in self.plan.app.remote_tables.items()
+                        if spec.write is not None or spec.write_all is not None)
+        if remote:
+            _eos_log.warning(
+                "job %s runs exactly once (job.processing.guarantee=exactly-once), but its "
+                "writes to remote table(s) %s stay at least once: a message processed again "
+                "after a crash writes again (make the writes idempotent), as do sink functions "
+                "and anything a function does outside the job's streams (docs/operations.md)",
+                self.job_name, ", ".join(remote))
+        return LocalTransactions(producer, producer.log, producer.written_out, self.checkpoints,
+                                 self.tasks, dead, self.state_changelogs)
+
+    def state_changelogs(self, task_name: str) -> dict[str, tuple[str, int]]:
+        """Per store of the task with a changelog in the log: its (stream, partition)."""
+        state = self.state
+        return state.changelog_partitions(task_name) if isinstance(state, LocalState) else {}
 
     def output_ends(self) -> dict[str, list[int]]:
         """The end offset of each output partition: where a run's outputs start, so a run can

@@ -158,3 +158,29 @@ def test_the_kafka_unavailable_timeout_is_milliseconds_of_at_least_100():
     for bad in ("50", "-1", "soon"):
         with pytest.raises(ConfigError, match=re.escape(key)):
             validate_config({key: bad})
+
+
+def test_processing_guarantee_defaults_to_at_least_once_and_takes_exactly_once():
+    assert config_value({}, "job.processing.guarantee") == "at-least-once"
+    out = validate_config({"job.processing.guarantee": "exactly-once"})
+    assert out["job.processing.guarantee"] == "exactly-once"
+
+
+@pytest.mark.parametrize("value", ["exactly_once", "EOS", "at-most-once", ""])
+def test_an_unknown_processing_guarantee_lists_the_choices(value):
+    with pytest.raises(ConfigError, match=r"job\.processing\.guarantee=.*one of at-least-once, "
+                                          r"exactly-once"):
+        validate_config({"job.processing.guarantee": value})
+
+
+def test_exactly_once_refuses_async_commit_when_the_job_is_planned():
+    from samza_dsl import StreamApplication
+    from samza_dsl.systems import MemorySystem
+
+    app = StreamApplication("eos-async", config={"task.async.commit": True})
+    mem = MemorySystem()
+    app.input(mem.input("in")).send_to(app.output(mem.output("out")))
+    with pytest.raises(ConfigError, match="task.async.commit=true cannot go with "
+                                          "job.processing.guarantee=exactly-once"):
+        app.plan(config={"job.processing.guarantee": "exactly-once"})
+    app.plan(config={"job.processing.guarantee": "at-least-once"})
