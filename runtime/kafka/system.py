@@ -129,6 +129,23 @@ async def stop_client(client: Any, timeout: float = 5.0) -> None:
         done, _ = await asyncio.wait({task}, timeout=1.0)
     if done and not task.cancelled():
         task.exception()  # retrieved
+    await close_connections(client)
+
+
+async def close_connections(client: Any) -> None:
+    """Close what connections an aiokafka client still holds once stopped. Its ``stop()``
+    closes those it holds as it begins; one that a request of ours was opening meanwhile (an
+    offsets lookup, a metadata update) is stored after, and would be left open ("Unclosed
+    AIOKafkaConnection" when it is collected). Give such a connect a moment to end, then close
+    whatever is there."""
+    conns = getattr(getattr(client, "_client", client), "_conns", None)
+    if conns is None:
+        return
+    await asyncio.sleep(0.05)
+    for conn in list(conns.values()):
+        with contextlib.suppress(Exception):
+            conn.close()
+    conns.clear()
 
 
 class KafkaConsumer:
