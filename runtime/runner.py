@@ -318,7 +318,7 @@ class LocalRunner(LateCounts):
             if self.skip:
                 raise SamzaError(f"skip: job {self.app.name!r} runs in memory, where its inputs "
                                  f"are given whole; leave the record out of the input instead")
-            plan, broker, container = memory_job(self.app, self._given.messages,
+            plan, broker, container = memory_job(self.app, self._given,
                                                  self._given.partitions(), self.config,
                                                  checkpoints=self.checkpoints)
             self.plan, self.broker = plan, broker

@@ -92,9 +92,34 @@ class TestRunner:
 
     def add_input(self, descriptor: InputDescriptor | str,
                   messages: Sequence[Any] | Mapping[int, Sequence[Any]]) -> TestRunner:
-        """Add bounded input to stream ``descriptor``: a list (partition 0) or
-        ``{partition: [messages]}``; checked against the application's inputs (a keyed input
-        takes ``KV``s). Returns the runner, so calls chain."""
+        """Add bounded input to stream ``descriptor`` (the descriptor or its stream id), checked
+        against the application's inputs (a keyed input takes ``KV``s). Returns the runner, so
+        calls chain.
+
+        A list is placed as Kafka's producer places it: a ``KV`` with a key goes to the
+        partition of its key (murmur2 of the key serialized by the stream's key serde, modulo
+        the stream's partitions), so each key's messages stay in one partition, in order. An
+        unkeyed message (not a ``KV``, or a ``KV`` whose key is None) goes to partition 0: give
+        ``{partition: [messages]}`` to put messages in partitions of your choosing. An input
+        that declares no partition count has one partition, or as many as the highest
+        partition given that way + 1.
+
+        Example:
+            >>> from samza_dsl import KV, StreamApplication
+            >>> from samza_dsl.serdes import KVSerde, StringSerde
+            >>> from samza_dsl.systems import MemorySystem
+            >>> app, mem = StreamApplication("placed"), MemorySystem()
+            >>> serde = KVSerde(StringSerde(), StringSerde())
+            >>> clicks = mem.input("clicks", serde=serde, partitions=4)
+            >>> out = mem.output("seen", serde=serde, partitions=4)
+            >>> app.input(clicks).send_to(app.output(out))
+            >>> runner = TestRunner(app).add_input(clicks, [KV("ann", "a"), KV("cat", "b"),
+            ...                                             KV("ann", "c")])
+            >>> runner.run().partitions(clicks)  # ann's two clicks share a partition, as on Kafka
+            {0: [], 1: [KV(key='cat', value='b')], 2: [KV(key='ann', value='a'), KV(key='ann', value='c')], 3: []}
+            >>> TestRunner(app).add_input(clicks, {2: [KV("ann", "x")]}).run().partitions(out)[2]
+            [KV(key='ann', value='x')]
+        """
         self._given.add(descriptor, messages)
         return self
 
@@ -124,7 +149,7 @@ class TestRunner:
                 stream, partition and offset of the oldest message in flight.
             SamzaError: the run took longer than ``timeout``.
         """
-        plan, broker, container = memory_job(self.app, self._inputs, self._partitions(),
+        plan, broker, container = memory_job(self.app, self._given, self._partitions(),
                                              self.config, checkpoints=checkpoints,
                                              producer=producer, clock=clock)
         run_container(container, timeout, stall_timeout=stall_timeout, broker=broker)
