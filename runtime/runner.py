@@ -48,7 +48,9 @@ class LocalRunner(LateCounts):
             ``systems.*``), checked before anything runs; ``job.container.count`` N > 1 runs
             the job in N container processes.
         inputs: stream id -> messages (or ``{partition: messages}``): the bounded inputs of a
-            job in memory, or messages to load into local inputs that are still empty.
+            job in memory, or messages to load into local inputs that are still empty. A list
+            is placed as Kafka's producer would: a ``KV`` in its key's partition (in memory,
+            anything else in partition 0; on the local system, round-robin).
         progress: where the progress line goes (e.g. ``sys.stderr``); None: no progress.
         follow: keep reading new input until SIGINT/SIGTERM (or ``stop()``), instead of
             ending at the inputs' ends as of the start.
