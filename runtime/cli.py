@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from samza_dsl.errors import SamzaError
+from samza_dsl.errors import SamzaError, TaskError
 
 if TYPE_CHECKING:
     from runtime.local.system import LocalJob
@@ -743,6 +743,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "logged and counted; repeatable")
     r.add_argument("--show", type=_at_least(0), default=10, help="messages to print per output: the last N this run wrote (default 10)")
     r.add_argument("-q", "--quiet", action="store_true", help="no progress line")
+    r.add_argument("--traceback", action="store_true",
+                   help="on an error, print the whole stack (the user function's frames too) "
+                        "before the one-line error")
     r.add_argument("--follow", action="store_true",
                    help="keep reading inputs past their end until stopped (Ctrl-C)")
     r.add_argument("--containers", type=_at_least(1), metavar="N",
@@ -885,7 +888,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except SamzaError as exc:
-        print(f"samza-dsl {args.command}: error: {exc}", file=sys.stderr)
+        _print_error(args, exc)
         return 2
     except KeyboardInterrupt:
         # Ctrl-C before a run could take it as a stop (or in a command that is no run): one
@@ -910,6 +913,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise  # not about a path the user gave: a bug, with its traceback
         print(f"samza-dsl {args.command}: error: {text}", file=sys.stderr)
         return 2
+
+
+def _print_error(args: argparse.Namespace, exc: SamzaError) -> None:
+    """The one-line error; with ``--traceback``, the whole stack before it (a function's own
+    error, which the line shows only by its file and line, with all its frames); without, a
+    hint that it can be had where there is one to show."""
+    if getattr(args, "traceback", False):
+        import traceback
+
+        traceback.print_exception(exc, file=sys.stderr)
+    more = ("; --traceback shows the whole stack" if hasattr(args, "traceback")
+            and not args.traceback and exc.__cause__ is not None
+            and isinstance(exc, TaskError) else "")
+    print(f"samza-dsl {args.command}: error: {exc}{more}", file=sys.stderr)
 
 
 #: an OSError about a path a user named: a user mistake, not a bug
