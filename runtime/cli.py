@@ -666,6 +666,20 @@ def _matching_keys(key: str | None) -> list[Any]:
     return found
 
 
+def cmd_init(args: argparse.Namespace) -> int:
+    """A new project in directory NAME (``runtime.scaffold``), and what to do next."""
+    from pathlib import Path
+
+    from runtime.scaffold import init_project
+
+    target = Path(args.name)
+    init_project(target)
+    print(f"made {target}/ with pipeline.py, test_pipeline.py, sample.jsonl and README.md; "
+          f"next:\n  cd {target}\n  samza-dsl run pipeline.py:app --input lines=sample.jsonl"
+          f"\n  pytest   (pip install pytest hypothesis)")
+    return 0
+
+
 def cmd_config(args: argparse.Namespace) -> int:
     """The configuration keys with their types, defaults and meanings (``key_reference``)."""
     rows = _matching_keys(args.key)
@@ -871,6 +885,14 @@ def build_parser() -> argparse.ArgumentParser:
               " or the keys under a prefix (task.); keys of your own go under user.*"))
     cf.add_argument("key", nargs="?", metavar="KEY", help="a key or a prefix of keys")
     cf.set_defaults(func=cmd_config)
+
+    text = "make a new project in directory NAME that runs as it is written"
+    it = sub.add_parser("init", help=text, description=_described(
+        text, "an application (pipeline.py), its tests with a hypothesis property "
+              "(test_pipeline.py), a sample input (sample.jsonl) and a README with the two "
+              "commands: samza-dsl run pipeline.py:app --input lines=sample.jsonl, and pytest"))
+    it.add_argument("name", metavar="NAME", help="the project's directory and name")
+    it.set_defaults(func=cmd_init)
     return parser
 
 
