@@ -74,6 +74,25 @@ class LocalRunner(LateCounts):
         >>> runner = LocalRunner(app, inputs={"words": ["a", "bb"]}).run()
         >>> [kv.value for kv in runner.messages("lengths")]
         [1, 2]
+
+        A job on the embedded local system (its log in a directory of its own here), run in a
+        background thread:
+
+        >>> import tempfile
+        >>> from samza_dsl.serdes import StringSerde
+        >>> from samza_dsl.systems import LocalSystem
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> local, app = LocalSystem("local", path=tmp.name), StreamApplication("upper")
+        >>> words = app.input(local.input("words", serde=StringSerde()))
+        >>> words.map(str.upper).send_to(app.output(local.output("upper", serde=StringSerde())))
+        >>> runner = LocalRunner(app, inputs={"words": ["a", "b", "c"]}).start()
+        >>> runner.wait(timeout=60)  # True: it finished (stop() would end a --follow run)
+        True
+        >>> runner.status()["state"], runner.status()["processed"]
+        ('finished', 3)
+        >>> runner.written(), runner.tail("upper", 2), runner.messages("upper")
+        ({'upper': 3}, ['B', 'C'], ['A', 'B', 'C'])
+        >>> runner.stop(); runner.close(); tmp.cleanup()
     """
 
     def __init__(self, app: StreamApplication, config: Mapping[str, Any] | None = None, *,

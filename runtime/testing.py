@@ -43,7 +43,22 @@ __all__ = ["TestRunner", "TestResult", "resolve_partitions", "memory_store_facto
 
 class TestResult(LateCounts):
     """Outputs of a ``TestRunner`` run, by output stream; late messages of its windows by window
-    and input stream (``late_counts``, ``late(window, stream=...)``: see ``runtime.late``)."""
+    and input stream (``late_counts``, ``late(window, stream=...)``: see ``runtime.late``).
+
+    Example:
+        >>> from samza_dsl import StreamApplication
+        >>> from samza_dsl.systems import MemorySystem
+        >>> app, mem = StreamApplication("upper"), MemorySystem()
+        >>> words, out = mem.input("words", partitions=2), mem.output("upper", partitions=2)
+        >>> app.input(words).map(str.upper).send_to(app.output(out))
+        >>> result = TestRunner(app).add_input(words, {0: ["a", "b"], 1: ["c"]}).run()
+        >>> result.partitions(out)  # {partition: messages}; a stream id works as well
+        {0: ['A', 'B'], 1: ['C']}
+        >>> result.messages("upper")  # every partition's, partition by partition
+        ['A', 'B', 'C']
+        >>> result.late_counts, result.late()  # no windows, so no late messages
+        ({}, 0)
+    """
 
     __test__ = False  # not a pytest class
 
@@ -75,7 +90,19 @@ class TestResult(LateCounts):
 
 
 class TestRunner:
-    """Runs ``app`` in memory: every stream, whatever its system, is an in-memory stream."""
+    """Runs ``app`` in memory: every stream, whatever its system, is an in-memory stream.
+
+    Example:
+        >>> from samza_dsl import StreamApplication
+        >>> from samza_dsl.systems import KafkaSystem
+        >>> kafka = KafkaSystem("kafka", bootstrap_servers="127.0.0.1:9092")  # nothing connects
+        >>> app = StreamApplication("lengths")
+        >>> words = app.input(kafka.input("words"))
+        >>> words.filter(lambda w: w).map(len).send_to(app.output(kafka.output("lengths")))
+        >>> runner = TestRunner(app, {"task.max.concurrency": 4})
+        >>> runner.add_input("words", ["to", "", "be"]).run(timeout=30).messages("lengths")
+        [2, 2]
+    """
 
     __test__ = False
 
