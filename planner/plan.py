@@ -40,7 +40,9 @@ class ExecutionPlan:
         2
         >>> plan.stage_of("clicks-1-map-value").stage_id, plan.next_ops("stream:clicks")
         ('stage-1', ['clicks-1-partition_by-by-user'])
-        >>> print(plan.explain())  # or plan.to_text(), or print(plan)
+        >>> plan.to_text() == plan.explain() == str(plan)
+        True
+        >>> print(plan.explain())
         Plan of clicks-1: 2 stage(s), 3 operator(s)
         Streams:
           input        clicks (2 partitions, system=memory, serde=NoOpSerde())

@@ -75,14 +75,15 @@ class LocalRunner(LateCounts):
         >>> [kv.value for kv in runner.messages("lengths")]
         [1, 2]
 
-        A job on the embedded local system (its log in a directory of its own here), run in a
-        background thread:
+        A job on the embedded local system (its state under ``.samza/`` of the working
+        directory, here a temporary one), run in a background thread:
 
-        >>> import tempfile
+        >>> import os, tempfile
         >>> from samza_dsl.serdes import StringSerde
         >>> from samza_dsl.systems import LocalSystem
-        >>> tmp = tempfile.TemporaryDirectory()
-        >>> local, app = LocalSystem("local", path=tmp.name), StreamApplication("upper")
+        >>> tmp, cwd = tempfile.TemporaryDirectory(), os.getcwd()
+        >>> os.chdir(tmp.name)
+        >>> local, app = LocalSystem("local"), StreamApplication("upper")
         >>> words = app.input(local.input("words", serde=StringSerde()))
         >>> words.map(str.upper).send_to(app.output(local.output("upper", serde=StringSerde())))
         >>> runner = LocalRunner(app, inputs={"words": ["a", "b", "c"]}).start()
@@ -92,7 +93,7 @@ class LocalRunner(LateCounts):
         ('finished', 3)
         >>> runner.written(), runner.tail("upper", 2), runner.messages("upper")
         ({'upper': 3}, ['B', 'C'], ['A', 'B', 'C'])
-        >>> runner.stop(); runner.close(); tmp.cleanup()
+        >>> runner.stop(); runner.close(); os.chdir(cwd); tmp.cleanup()
     """
 
     def __init__(self, app: StreamApplication, config: Mapping[str, Any] | None = None, *,
