@@ -253,7 +253,7 @@ class ReprocessResult(LateCounts):
     input's rows crossed the shuffle as columns: the columns read from the files, the key's
     column where the key was read from one, and the columns carried (the summary prints it).
 
-    Example (``SparkRunner`` shows a run's ``summary()``):
+    Example:
         >>> from samza_dsl import StreamApplication
         >>> from samza_dsl.systems import MemorySystem
         >>> app, mem = StreamApplication("upper"), MemorySystem()
