@@ -7,8 +7,10 @@ A window hands every message that came too late for its pane (past the allowed l
   the message came into the task from; ``-`` where there is none, e.g. a pane emitted at a
   window tick), and in ``<op id>.late-messages-dropped`` or, with ``late_to``,
   ``<op id>.late-messages-sent``;
-- logs a warning for the first late message of each window and input stream, naming the task,
-  stream, partition, offset, how far behind the watermark it was, and how to keep such messages;
+- logs one line for the first late message of each window and input stream, and then at most
+  one every ``LOG_EVERY_S`` seconds (per container, when the registry can tell): the window, how
+  many late messages of that stream it has had so far, the partition, offset and lag behind the
+  watermark of the latest, and where to read how to keep them (``READ_MORE``);
 - with ``late_to``, returns a ``LateMessage`` for the runtime to write to that stream (the
   runtime tells it from the window's panes by its type).
 
@@ -26,13 +28,14 @@ A window hands every message that came too late for its pane (past the allowed l
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from samza_dsl.late import LateMessage
 
 from .base import OperatorContext, inc_counter
 
-__all__ = ["LateTracker", "LATE_PREFIX", "NO_STREAM", "log"]
+__all__ = ["LateTracker", "LATE_PREFIX", "NO_STREAM", "LOG_EVERY_S", "READ_MORE", "log"]
 
 log = logging.getLogger("samza_dsl.window")
 
@@ -40,6 +43,10 @@ log = logging.getLogger("samza_dsl.window")
 LATE_PREFIX = ".late-messages."
 #: the stream of a late message that came from no input message (a pane of a window tick)
 NO_STREAM = "-"
+#: seconds between two lines about the late messages of one window and input stream
+LOG_EVERY_S = 10.0
+#: where a late-message line sends its reader
+READ_MORE = "docs/windows.md#late-messages"
 
 
 class LateTracker:
@@ -56,7 +63,8 @@ class LateTracker:
         self.total = 0
         self.by_stream: dict[str, int] = {}
         self._ctx: OperatorContext | None = None
-        self._warned: set[str] = set()
+        #: input stream -> when its late messages were last logged (a registry without ``every``)
+        self._logged: dict[str, float] = {}
         self._what = f"{op_id}.late-messages-sent" if late_to else \
             f"{op_id}.late-messages-dropped"
 
@@ -75,42 +83,45 @@ class LateTracker:
         metrics = ctx.metrics if ctx is not None else None
         inc_counter(metrics, self.op_id + LATE_PREFIX + sid)
         inc_counter(metrics, self._what)
-        if self._first(metrics, sid):
-            self._warn(ctx, stream, partition, offset, start_ms, event_ms, watermark_ms)
+        if self._due(metrics, sid):
+            self._warn(stream, partition, offset, event_ms, watermark_ms,
+                       self._count(metrics, sid))
         if self.late_to is None:
             return []
         return [LateMessage(message, self.op_id, key, str(start_ms), event_ms, watermark_ms,
                             stream, partition, offset)]
 
-    def _first(self, metrics: Any, sid: str) -> bool:
-        """True for the first late message of this window from ``sid`` (in the container, when
-        the registry can tell: every task has its own operator)."""
-        once = getattr(metrics, "once", None)
-        if callable(once):
-            return bool(once(("late", self.op_id, sid)))
-        if sid in self._warned:
+    def _due(self, metrics: Any, sid: str) -> bool:
+        """True for the first late message of this window from ``sid``, then at most once every
+        ``LOG_EVERY_S`` (in the container, when the registry can tell: every task has its own
+        operator)."""
+        every = getattr(metrics, "every", None)
+        if callable(every):
+            return bool(every(("late", self.op_id, sid), LOG_EVERY_S))
+        now = time.monotonic()
+        last = self._logged.get(sid)
+        if last is not None and now - last < LOG_EVERY_S:
             return False
-        self._warned.add(sid)
+        self._logged[sid] = now
         return True
 
-    def _warn(self, ctx: OperatorContext | None, stream: str | None, partition: int | None,
-              offset: int | None, start_ms: int, event_ms: int, watermark_ms: int) -> None:
-        task = ctx.task_name if ctx is not None else "?"
-        where = (f"stream {stream!r} partition {partition} offset {offset}" if stream is not None
-                 else "a window tick (no input message)")
-        end = event_ms + self.size_ms if self.session else start_ms + self.size_ms
-        pane = (f"the session it would start [{start_ms}, {end}) ms" if self.session
-                else f"its pane [{start_ms}, {end}) ms")
-        fate = f"it was sent to {self.late_to!r}" if self.late_to else "it was dropped"
-        log.warning(
-            "window %r in task %r: a late message from %s: its event time %d ms is %d ms behind "
-            "the watermark %d ms, past the end of %s plus the allowed lateness %d ms. %s; later "
-            "late messages of this window from this stream are only counted (metric %r). To "
-            "keep such messages: declare how out of order the input may be "
-            "(max_out_of_orderness=timedelta(...) beside event_time, on the input or the "
-            "window), let closed panes take them "
-            "(Window.allowed_lateness(...) with a late_trigger), or send them to a stream "
-            "(window(..., late_to=...))",
-            self.op_id, task, where, event_ms, watermark_ms - event_ms, watermark_ms, pane,
-            self.lateness_ms, fate.capitalize(),
-            self.op_id + LATE_PREFIX + (stream if stream is not None else NO_STREAM))
+    def _count(self, metrics: Any, sid: str) -> int:
+        """The late messages of this window from ``sid`` so far: the registry's (the
+        container's) count where it keeps one, else this task's."""
+        name = self.op_id + LATE_PREFIX + sid
+        counter = getattr(metrics, "counter", None)
+        if callable(counter):
+            return int(counter(name).value)
+        if isinstance(metrics, dict):
+            return int(metrics.get(name, 0))
+        return self.by_stream[sid]
+
+    def _warn(self, stream: str | None, partition: int | None, offset: int | None,
+              event_ms: int, watermark_ms: int, count: int) -> None:
+        source = (f"from stream {stream!r}" if stream is not None
+                  else "from window ticks (no input message)")
+        latest = (f"partition {partition} offset {offset}, " if stream is not None else "")
+        fate = f"sent to {self.late_to!r}" if self.late_to else "dropped"
+        log.warning("window %r: %d late message(s) %s %s so far (latest: %s%d ms behind the "
+                    "watermark); to keep them see %s", self.op_id, count, source, fate, latest,
+                    watermark_ms - event_ms, READ_MORE)

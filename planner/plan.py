@@ -25,6 +25,42 @@ class ExecutionPlan:
     - ``config``: the user's config over the generated one (``generated_config``);
     - ``warnings``: what the planner sees may go wrong at run time, one line each (a join whose
       key is not the key its stream is partitioned by: ``planner.placement``).
+
+    Example:
+        >>> from samza_dsl import StreamApplication
+        >>> from samza_dsl.systems import MemorySystem
+        >>> app, mem = StreamApplication("clicks"), MemorySystem()
+        >>> clicks = app.input(mem.input("clicks", partitions=2))
+        >>> (clicks.partition_by(lambda c: c["user"], name="by-user")
+        ...        .map(lambda kv: kv.value, name="value").send_to(app.output(mem.output("out"))))
+        >>> plan = app.plan()
+        >>> plan
+        ExecutionPlan('clicks-1', stages=2, streams=3, operators=3)
+        >>> [stage.operators for stage in plan.stages]  # split at partition_by
+        [('clicks-1-partition_by-by-user',), ('clicks-1-map-value', 'clicks-1-send_to-2')]
+        >>> plan.intermediate_streams["clicks-1-partition_by-by-user"].partitions
+        2
+        >>> plan.stage_of("clicks-1-map-value").stage_id, plan.next_ops("stream:clicks")
+        ('stage-1', ['clicks-1-partition_by-by-user'])
+        >>> plan.to_text() == plan.explain() == str(plan)
+        True
+        >>> print(plan.explain())
+        Plan of clicks-1: 2 stage(s), 3 operator(s)
+        Streams:
+          input        clicks (2 partitions, system=memory, serde=NoOpSerde())
+          output       out (? partitions, system=memory, serde=NoOpSerde())
+          intermediate clicks-1-partition_by-by-user (2 partitions, system=memory, serde=default)
+        stage-0: clicks -> clicks-1-partition_by-by-user ...
+        >>> import json
+        >>> plan.to_dict()["stages"] == json.loads(plan.to_json())["stages"]
+        True
+        >>> print(plan.to_mermaid().splitlines()[0]), plan.to_dot().startswith('digraph "clicks-1"')
+        flowchart LR
+        (None, True)
+        >>> plan.to_svg().startswith("<?xml"), plan.to_html().startswith("<!DOCTYPE html>")
+        (True, True)
+        >>> plan.render("mermaid") == plan.to_mermaid()  # the format by name, as the CLI's --format
+        True
     """
 
     def __init__(self, app: ApplicationSpec, graph: nx.DiGraph, streams: Mapping[str, StreamSpec],

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from samza_dsl.errors import Interrupted, SamzaError
+from samza_dsl.errors import Interrupted, SamzaError, TaskError
 
 if TYPE_CHECKING:
     from runtime.local.system import LocalJob
@@ -688,6 +688,20 @@ def _matching_keys(key: str | None) -> list[Any]:
     return found
 
 
+def cmd_init(args: argparse.Namespace) -> int:
+    """A new project in directory NAME (``runtime.scaffold``), and what to do next."""
+    from pathlib import Path
+
+    from runtime.scaffold import init_project
+
+    target = Path(args.name)
+    init_project(target)
+    print(f"made {target}/ with pipeline.py, test_pipeline.py, sample.jsonl and README.md; "
+          f"next:\n  cd {target}\n  samza-dsl run pipeline.py:app --input lines=sample.jsonl"
+          f"\n  pytest   (pip install pytest hypothesis)")
+    return 0
+
+
 def cmd_config(args: argparse.Namespace) -> int:
     """The configuration keys with their types, defaults and meanings (``key_reference``)."""
     rows = _matching_keys(args.key)
@@ -765,6 +779,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "logged and counted; repeatable")
     r.add_argument("--show", type=_at_least(0), default=10, help="messages to print per output: the last N this run wrote (default 10)")
     r.add_argument("-q", "--quiet", action="store_true", help="no progress line")
+    r.add_argument("--traceback", action="store_true",
+                   help="on an error, print the whole stack (the user function's frames too) "
+                        "before the one-line error")
     r.add_argument("--follow", action="store_true",
                    help="keep reading inputs past their end until stopped (Ctrl-C)")
     r.add_argument("--containers", type=_at_least(1), metavar="N",
@@ -891,6 +908,14 @@ def build_parser() -> argparse.ArgumentParser:
               " or the keys under a prefix (task.); keys of your own go under user.*"))
     cf.add_argument("key", nargs="?", metavar="KEY", help="a key or a prefix of keys")
     cf.set_defaults(func=cmd_config)
+
+    text = "make a new project in directory NAME that runs as it is written"
+    it = sub.add_parser("init", help=text, description=_described(
+        text, "an application (pipeline.py), its tests with a hypothesis property "
+              "(test_pipeline.py), a sample input (sample.jsonl) and a README with the two "
+              "commands: samza-dsl run pipeline.py:app --input lines=sample.jsonl, and pytest"))
+    it.add_argument("name", metavar="NAME", help="the project's directory and name")
+    it.set_defaults(func=cmd_init)
     return parser
 
 
@@ -911,7 +936,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"samza-dsl {args.command}: interrupted: {exc}", file=sys.stderr)
         return exc.exit_code
     except SamzaError as exc:
-        print(f"samza-dsl {args.command}: error: {exc}", file=sys.stderr)
+        _print_error(args, exc)
         return 2
     except KeyboardInterrupt:
         # Ctrl-C before a run could take it as a stop (or in a command that is no run): one
@@ -936,6 +961,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise  # not about a path the user gave: a bug, with its traceback
         print(f"samza-dsl {args.command}: error: {text}", file=sys.stderr)
         return 2
+
+
+def _print_error(args: argparse.Namespace, exc: SamzaError) -> None:
+    """The one-line error; with ``--traceback``, the whole stack before it (a function's own
+    error, which the line shows only by its file and line, with all its frames); without, a
+    hint that it can be had where there is one to show."""
+    if getattr(args, "traceback", False):
+        import traceback
+
+        traceback.print_exception(exc, file=sys.stderr)
+    more = ("; --traceback shows the whole stack" if hasattr(args, "traceback")
+            and not args.traceback and exc.__cause__ is not None
+            and isinstance(exc, TaskError) else "")
+    print(f"samza-dsl {args.command}: error: {exc}{more}", file=sys.stderr)
 
 
 #: an OSError about a path a user named: a user mistake, not a bug

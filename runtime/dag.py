@@ -7,14 +7,17 @@ A message whose sub-DAG is all synchronous therefore completes with no Task or F
 from __future__ import annotations
 
 import asyncio
+import os
+import sysconfig
 import time
 from collections.abc import Awaitable, Callable
+from types import TracebackType
 from typing import Any
 
 from runtime.metrics import HANDLE_SAMPLE, OpMeter
 
 __all__ = ["Emit", "OperatorFailure", "OneToOneChain", "chain", "chain_one", "fan_out",
-           "gather_pending", "metered"]
+           "gather_pending", "metered", "user_frame"]
 
 #: an emit function: message -> None (done) or a list of pending awaitables
 Emit = Callable[[Any], list[Awaitable[None]] | None]
@@ -38,6 +41,51 @@ class OperatorFailure(Exception):
             text += (" (a key of a table, a window or a join must be hashable, as every store "
                      "keeps them in a dict: use a tuple instead of a list, or a str)")
         return text
+
+    @property
+    def where(self) -> str | None:
+        """``parse() at app.py:12``: the innermost frame of the application's own code in the
+        cause's traceback (None when none is there)."""
+        return user_frame(self.cause.__traceback__)
+
+
+def _not_user_dirs() -> tuple[str, ...]:
+    """Directories whose code is not the application's: samza-dsl's packages, the standard
+    library and installed packages."""
+    import operators
+    import planner
+    import runtime
+    import samza_dsl
+
+    dirs = {os.path.dirname(m.__file__ or "") for m in (operators, planner, runtime, samza_dsl)}
+    paths = sysconfig.get_paths()
+    dirs.update(paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths)
+    return tuple(os.path.realpath(d) + os.sep for d in dirs if d)
+
+
+_NOT_USER: tuple[str, ...] | None = None
+
+
+def user_frame(tb: TracebackType | None) -> str | None:
+    """``func() at path:line`` of the innermost traceback frame in the application's own code
+    (not samza-dsl's, the standard library's or an installed package's); the path is relative
+    to the working directory when it is under it. None: no such frame."""
+    global _NOT_USER
+    if _NOT_USER is None:
+        _NOT_USER = _not_user_dirs()
+    found = None
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        path = os.path.realpath(code.co_filename)
+        if not code.co_filename.startswith("<") and not path.startswith(_NOT_USER):
+            found = (code.co_qualname, path, tb.tb_lineno)
+        tb = tb.tb_next
+    if found is None:
+        return None
+    name, path, line = found
+    cwd = os.getcwd() + os.sep
+    shown = path[len(cwd):] if path.startswith(cwd) else path
+    return f"{name}() at {shown}:{line}"
 
 
 async def gather_pending(pending: list[Awaitable[None]]) -> None:

@@ -177,11 +177,17 @@ class MemoryProducer:
 
 class MemoryInputs:
     """Bounded inputs given in memory (``TestRunner.add_input``, ``LocalRunner(inputs=...)``):
-    per input stream, per partition, the messages, checked against ``app``'s inputs."""
+    per input stream, the messages in the order given, checked against ``app``'s inputs.
+
+    A list is placed as a producer would place it once the run's partition counts are known
+    (``placed``): a ``KV`` with a key goes to its key's partition (murmur2 of the key serialized
+    by the stream's key serde, ``runtime.wiring.partition_of``), any other message to partition
+    0; ``{partition: [messages]}`` puts them where it says."""
 
     def __init__(self, app: StreamApplication) -> None:
         self.app = app
-        self.messages: dict[str, dict[int, list[Any]]] = {}
+        #: per stream, what each add gave: ``{partition: messages}``, or a list to place by key
+        self.given: dict[str, list[dict[int, list[Any]] | list[Any]]] = {}
 
     def add(self, descriptor: InputDescriptor | str,
             messages: Sequence[Any] | Mapping[int, Sequence[Any]]) -> None:
@@ -191,29 +197,62 @@ class MemoryInputs:
         if d is None:
             raise SamzaError(f"{sid!r} is not an input of application {self.app.name!r}; inputs: "
                              f"{', '.join(sorted(inputs)) or 'none'}")
-        parts = dict(messages) if isinstance(messages, Mapping) else {0: list(messages)}
-        for p, msgs in parts.items():
-            if not isinstance(p, int) or p < 0:
-                raise SamzaError(f"input {sid!r}: partition keys are ints >= 0, got {p!r}")
-            if d.partitions is not None and p >= d.partitions:
-                raise SamzaError(f"input {sid!r} has {d.partitions} partitions; no partition {p}")
-            if d.keyed:
+        if isinstance(messages, Mapping):
+            parts = {p: list(msgs) for p, msgs in messages.items()}
+            for p in parts:
+                if not isinstance(p, int) or p < 0:
+                    raise SamzaError(f"input {sid!r}: partition keys are ints >= 0, got {p!r}")
+                if d.partitions is not None and p >= d.partitions:
+                    raise SamzaError(f"input {sid!r} has {d.partitions} partitions; no "
+                                     f"partition {p}")
+            chunk: dict[int, list[Any]] | list[Any] = parts
+        else:
+            parts, chunk = {0: list(messages)}, list(messages)
+        if d.keyed:
+            for p, msgs in parts.items():
                 for i, m in enumerate(msgs):
                     if not isinstance(m, KV):
+                        where = f"partition {p}" if isinstance(chunk, dict) else "the list"
                         raise SamzaError(f"input {sid!r} is keyed (KVSerde): message {i} of "
-                                         f"partition {p} must be a KV(key, value), got {m!r}")
-        merged = self.messages.setdefault(sid, {})
-        for p, msgs in parts.items():
-            merged.setdefault(p, []).extend(msgs)
+                                         f"{where} must be a KV(key, value), got {m!r}")
+        self.given.setdefault(sid, []).append(chunk)
+
+    @property
+    def messages(self) -> dict[str, dict[int, list[Any]]]:
+        """The messages by stream and partition, with lists placed as on one partition (the
+        count of an input that declares none and is given only lists)."""
+        return self.placed(None, {})
+
+    def placed(self, plan: Any, counts: Mapping[str, int]) -> dict[str, dict[int, list[Any]]]:
+        """The messages by stream and partition: each list placed by ``plan``'s partition rule
+        for its stream's count in ``counts`` (a stream not in it, or no plan: one partition)."""
+        from runtime.wiring import partition_of
+
+        out: dict[str, dict[int, list[Any]]] = {}
+        for sid, chunks in self.given.items():
+            merged = out.setdefault(sid, {})
+            n = counts.get(sid, 1)
+            rule = partition_of(plan, sid, n, 0) if plan is not None and n > 1 else None
+            for chunk in chunks:
+                if isinstance(chunk, dict):
+                    for p, msgs in chunk.items():
+                        merged.setdefault(p, []).extend(msgs)
+                elif rule is None:
+                    merged.setdefault(0, []).extend(chunk)
+                else:
+                    for m in chunk:
+                        merged.setdefault(rule(m), []).append(m)
+        return out
 
     def partitions(self) -> dict[str, int]:
-        """The partition count of each input that declares none: its highest given partition
-        + 1 (1 when none is given)."""
+        """The partition count of each input that declares none: its highest partition given
+        as ``{partition: [...]}`` + 1 (1 when none is given)."""
         out: dict[str, int] = {}
         for sid, d in self.app.spec().inputs.items():
             if d.partitions is not None:
                 continue
-            given = self.messages.get(sid, {})
+            given = [p for chunk in self.given.get(sid, []) if isinstance(chunk, dict)
+                     for p in chunk]
             out[sid] = max(given) + 1 if given else 1
         return out
 
@@ -244,15 +283,19 @@ def resolve_partitions(plan: Any) -> dict[str, int]:
     return {sid: (n if n else widest) for sid, n in counts.items()}
 
 
-def memory_job(app: StreamApplication, inputs: Mapping[str, Mapping[int, Sequence[Any]]],
+def memory_job(app: StreamApplication,
+               inputs: Mapping[str, Mapping[int, Sequence[Any]]] | MemoryInputs,
                partitions: Mapping[str, int], config: Mapping[str, Any], *,
                checkpoints: MemoryCheckpoints | None = None,
                producer: Callable[[MemoryBroker], Any] = MemoryProducer,
                clock: Callable[[], int] | None = None,
                ) -> tuple[Any, MemoryBroker, Container]:
-    """Plan ``app``, load its bounded inputs into in-memory streams, and build its container."""
+    """Plan ``app``, load its bounded inputs into in-memory streams (``MemoryInputs`` placed
+    for the planned counts), and build its container."""
     plan = app.plan(partitions=partitions, config=config)
     counts = resolve_partitions(plan)
+    if isinstance(inputs, MemoryInputs):
+        inputs = inputs.placed(plan, counts)
     broker = MemoryBroker()
     for sid, n in counts.items():
         broker.create(sid, n)

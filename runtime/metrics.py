@@ -127,6 +127,7 @@ class Metrics:
         self._gauges: dict[str, Gauge] = defaultdict(Gauge)
         self._timers: dict[str, Timer] = defaultdict(Timer)
         self._once: set[Any] = set()
+        self._every: dict[Any, float] = {}
         #: per-operator meters, in the order the tasks built them
         self.meters: list[OpMeter] = []
         #: functions that give samples of the runtime's own numbers when asked
@@ -194,6 +195,16 @@ class Metrics:
         if key in self._once:
             return False
         self._once.add(key)
+        return True
+
+    def every(self, key: Any, seconds: float) -> bool:
+        """True the first time ``key`` is asked for, then again once ``seconds`` have passed
+        since it last was (a warning given at most that often per registry)."""
+        now = time.monotonic()
+        last = self._every.get(key)
+        if last is not None and now - last < seconds:
+            return False
+        self._every[key] = now
         return True
 
     def snapshot(self) -> dict[str, Any]:

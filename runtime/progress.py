@@ -8,8 +8,10 @@ the rest of an input, or the end of an intermediate stream that tasks in other c
 
 On a terminal it is a ``rich`` table redrawn in place, as wide as the terminal and no wider: what
 a container waits for wraps in its status column when it is longer, a checkpoint is cut. On
-anything else (CI logs, pipes, files) each update is plain lines, one per container, with no
-escape codes.
+anything else (CI logs, pipes, files) a container's row is a plain line with no escape codes,
+written when its state changes (it starts, goes idle, waits for something else, is done) and,
+while it works, every ``PIPE_EVERY_S`` seconds at most: a run under ``--follow`` that waits for
+new input says so once, not once a second.
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-__all__ = ["ProgressDisplay", "status_row", "RATE_WINDOW_S", "stall_after", "stall_lags",
-           "stall_text", "checkpoint_positions"]
+__all__ = ["ProgressDisplay", "status_row", "RATE_WINDOW_S", "PIPE_EVERY_S", "stall_after",
+           "stall_lags", "stall_text", "checkpoint_positions"]
 
 RATE_WINDOW_S = 5.0
+#: off a terminal, seconds between two lines of a container whose state has not changed
+PIPE_EVERY_S = 10.0
 _CHECKPOINTS_SHOWN = 6
 #: a container silent this long (at least; 5 reporting intervals) while its inputs lag is stalled
 STALL_MIN_S = 5.0
@@ -133,6 +137,8 @@ class ProgressDisplay:
         self.tty = tty
         self._samples: dict[str, deque[tuple[float, int]]] = {}
         self._live: Any = None
+        #: off a terminal: per container, the state of its last line and when it was written
+        self._written: dict[str, tuple[Any, float]] = {}
 
     def rate(self, name: str, row: Mapping[str, Any]) -> float:
         """Messages per second over the last ``RATE_WINDOW_S`` seconds of ``name``'s rows."""
@@ -173,6 +179,8 @@ class ProgressDisplay:
         many = len(rows) > 1 or any(name for name in rows)
         for name, row in rows.items():
             cells = self._cells(name, row)
+            if not self._due(name, row, cells, final):
+                continue
             prefix = f"{name}: " if many and name else ""
             if "messages" not in row:
                 self.stream.write(f"{prefix}{cells[5]}\n")
@@ -182,6 +190,29 @@ class ProgressDisplay:
                               f"(last {RATE_WINDOW_S:.0f} s)  in flight {cells[3]:>4}  "
                               f"{late}{cells[5]}\n")
         self.stream.flush()
+
+    def _due(self, name: str, row: Mapping[str, Any], cells: tuple[str, ...],
+             final: bool) -> bool:
+        """Off a terminal: whether ``name``'s row is written now. Its state is what it does (its
+        status, but for a checkpoint that moves) and whether it is idle (no messages in the last
+        seconds); a row whose state has not changed is written once every ``PIPE_EVERY_S``
+        while the container works, never while it waits; the final rows always."""
+        status = cells[5]
+        if "messages" not in row:
+            state: Any = status
+        elif row.get("done"):
+            state = "done"
+        else:
+            working = not status.startswith("waiting for")
+            state = ("working" if working else status, cells[2] == "0" and not row["in_flight"])
+        now = float(row.get("at", time.monotonic()))
+        last = self._written.get(name)
+        if final or last is None or last[0] != state \
+                or (type(state) is tuple and state[0] == "working"
+                    and now - last[1] >= PIPE_EVERY_S):
+            self._written[name] = (state, now)
+            return True
+        return False
 
     def _draw(self, rows: Mapping[str, Mapping[str, Any]], final: bool) -> None:
         from rich.console import Console

@@ -48,7 +48,9 @@ class LocalRunner(LateCounts):
             ``systems.*``), checked before anything runs; ``job.container.count`` N > 1 runs
             the job in N container processes.
         inputs: stream id -> messages (or ``{partition: messages}``): the bounded inputs of a
-            job in memory, or messages to load into local inputs that are still empty.
+            job in memory, or messages to load into local inputs that are still empty. A list
+            is placed as Kafka's producer would: a ``KV`` in its key's partition (in memory,
+            anything else in partition 0; on the local system, round-robin).
         progress: where the progress line goes (e.g. ``sys.stderr``); None: no progress.
         follow: keep reading new input until SIGINT/SIGTERM (or ``stop()``), instead of
             ending at the inputs' ends as of the start.
@@ -72,6 +74,26 @@ class LocalRunner(LateCounts):
         >>> runner = LocalRunner(app, inputs={"words": ["a", "bb"]}).run()
         >>> [kv.value for kv in runner.messages("lengths")]
         [1, 2]
+
+        A job on the embedded local system (its state under ``.samza/`` of the working
+        directory, here a temporary one), run in a background thread:
+
+        >>> import os, tempfile
+        >>> from samza_dsl.serdes import StringSerde
+        >>> from samza_dsl.systems import LocalSystem
+        >>> tmp, cwd = tempfile.TemporaryDirectory(), os.getcwd()
+        >>> os.chdir(tmp.name)
+        >>> local, app = LocalSystem("local"), StreamApplication("upper")
+        >>> words = app.input(local.input("words", serde=StringSerde()))
+        >>> words.map(str.upper).send_to(app.output(local.output("upper", serde=StringSerde())))
+        >>> runner = LocalRunner(app, inputs={"words": ["a", "b", "c"]}).start()
+        >>> runner.wait(timeout=60)  # True: it finished (stop() would end a --follow run)
+        True
+        >>> runner.status()["state"], runner.status()["processed"]
+        ('finished', 3)
+        >>> runner.written(), runner.tail("upper", 2), runner.messages("upper")
+        ({'upper': 3}, ['B', 'C'], ['A', 'B', 'C'])
+        >>> runner.stop(); runner.close(); os.chdir(cwd); tmp.cleanup()
     """
 
     def __init__(self, app: StreamApplication, config: Mapping[str, Any] | None = None, *,
@@ -351,7 +373,7 @@ class LocalRunner(LateCounts):
             if self.skip:
                 raise SamzaError(f"skip: job {self.app.name!r} runs in memory, where its inputs "
                                  f"are given whole; leave the record out of the input instead")
-            plan, broker, container = memory_job(self.app, self._given.messages,
+            plan, broker, container = memory_job(self.app, self._given,
                                                  self._given.partitions(), self.config,
                                                  checkpoints=self.checkpoints)
             self.plan, self.broker = plan, broker

@@ -43,7 +43,22 @@ __all__ = ["TestRunner", "TestResult", "resolve_partitions", "memory_store_facto
 
 class TestResult(LateCounts):
     """Outputs of a ``TestRunner`` run, by output stream; late messages of its windows by window
-    and input stream (``late_counts``, ``late(window, stream=...)``: see ``runtime.late``)."""
+    and input stream (``late_counts``, ``late(window, stream=...)``: see ``runtime.late``).
+
+    Example:
+        >>> from samza_dsl import StreamApplication
+        >>> from samza_dsl.systems import MemorySystem
+        >>> app, mem = StreamApplication("upper"), MemorySystem()
+        >>> words, out = mem.input("words", partitions=2), mem.output("upper", partitions=2)
+        >>> app.input(words).map(str.upper).send_to(app.output(out))
+        >>> result = TestRunner(app).add_input(words, {0: ["a", "b"], 1: ["c"]}).run()
+        >>> result.partitions(out)  # {partition: messages}; a stream id works as well
+        {0: ['A', 'B'], 1: ['C']}
+        >>> result.messages("upper")  # every partition's, partition by partition
+        ['A', 'B', 'C']
+        >>> result.late_counts, result.late()  # no windows, so no late messages
+        ({}, 0)
+    """
 
     __test__ = False  # not a pytest class
 
@@ -75,7 +90,19 @@ class TestResult(LateCounts):
 
 
 class TestRunner:
-    """Runs ``app`` in memory: every stream, whatever its system, is an in-memory stream."""
+    """Runs ``app`` in memory: every stream, whatever its system, is an in-memory stream.
+
+    Example:
+        >>> from samza_dsl import StreamApplication
+        >>> from samza_dsl.systems import KafkaSystem
+        >>> kafka = KafkaSystem("kafka", bootstrap_servers="127.0.0.1:9092")  # nothing connects
+        >>> app = StreamApplication("lengths")
+        >>> words = app.input(kafka.input("words"))
+        >>> words.filter(lambda w: w).map(len).send_to(app.output(kafka.output("lengths")))
+        >>> runner = TestRunner(app, {"task.max.concurrency": 4})
+        >>> runner.add_input("words", ["to", "", "be"]).run(timeout=30).messages("lengths")
+        [2, 2]
+    """
 
     __test__ = False
 
@@ -92,9 +119,34 @@ class TestRunner:
 
     def add_input(self, descriptor: InputDescriptor | str,
                   messages: Sequence[Any] | Mapping[int, Sequence[Any]]) -> TestRunner:
-        """Add bounded input to stream ``descriptor``: a list (partition 0) or
-        ``{partition: [messages]}``; checked against the application's inputs (a keyed input
-        takes ``KV``s). Returns the runner, so calls chain."""
+        """Add bounded input to stream ``descriptor`` (the descriptor or its stream id), checked
+        against the application's inputs (a keyed input takes ``KV``s). Returns the runner, so
+        calls chain.
+
+        A list is placed as Kafka's producer places it: a ``KV`` with a key goes to the
+        partition of its key (murmur2 of the key serialized by the stream's key serde, modulo
+        the stream's partitions), so each key's messages stay in one partition, in order. An
+        unkeyed message (not a ``KV``, or a ``KV`` whose key is None) goes to partition 0: give
+        ``{partition: [messages]}`` to put messages in partitions of your choosing. An input
+        that declares no partition count has one partition, or as many as the highest
+        partition given that way + 1.
+
+        Example:
+            >>> from samza_dsl import KV, StreamApplication
+            >>> from samza_dsl.serdes import KVSerde, StringSerde
+            >>> from samza_dsl.systems import MemorySystem
+            >>> app, mem = StreamApplication("placed"), MemorySystem()
+            >>> serde = KVSerde(StringSerde(), StringSerde())
+            >>> clicks = mem.input("clicks", serde=serde, partitions=4)
+            >>> out = mem.output("seen", serde=serde, partitions=4)
+            >>> app.input(clicks).send_to(app.output(out))
+            >>> runner = TestRunner(app).add_input(clicks, [KV("ann", "a"), KV("cat", "b"),
+            ...                                             KV("ann", "c")])
+            >>> runner.run().partitions(clicks)  # ann's two clicks share a partition, as on Kafka
+            {0: [], 1: [KV(key='cat', value='b')], 2: [KV(key='ann', value='a'), KV(key='ann', value='c')], 3: []}
+            >>> TestRunner(app).add_input(clicks, {2: [KV("ann", "x")]}).run().partitions(out)[2]
+            [KV(key='ann', value='x')]
+        """
         self._given.add(descriptor, messages)
         return self
 
@@ -124,7 +176,7 @@ class TestRunner:
                 stream, partition and offset of the oldest message in flight.
             SamzaError: the run took longer than ``timeout``.
         """
-        plan, broker, container = memory_job(self.app, self._inputs, self._partitions(),
+        plan, broker, container = memory_job(self.app, self._given, self._partitions(),
                                              self.config, checkpoints=checkpoints,
                                              producer=producer, clock=clock)
         run_container(container, timeout, stall_timeout=stall_timeout, broker=broker)

@@ -200,6 +200,11 @@ class Aggregate:
 
         Returns:
             The aggregate.
+
+        Example:
+            >>> agg = Aggregate.min("ms")
+            >>> agg.finish(agg.fold({"ms": 7}, agg.fold({"ms": 3}, agg.init())))
+            3
         """
         return Aggregate("min", field)
 
@@ -212,6 +217,11 @@ class Aggregate:
 
         Returns:
             The aggregate.
+
+        Example:
+            >>> agg = Aggregate.max("ms")
+            >>> agg.finish(agg.fold({"ms": 7}, agg.fold({"ms": 9}, agg.init())))
+            9
         """
         return Aggregate("max", field)
 
@@ -224,19 +234,36 @@ class Aggregate:
 
         Returns:
             The aggregate.
+
+        Example:
+            >>> agg, acc = Aggregate.mean("ms"), Aggregate.mean("ms").init()
+            >>> for ms in (10, 20, 40):
+            ...     acc = agg.fold({"ms": ms}, acc)
+            >>> agg.finish(acc)
+            23.333333333333332
         """
         return Aggregate("mean", field)
 
     # -- what the window runs ---------------------------------------------------------------------
 
     def describe(self) -> str:
-        """The aggregate as text, e.g. ``"sum(bytes)"``."""
+        """The aggregate as text, as plans show it.
+
+        Example:
+            >>> Aggregate.sum("bytes").describe(), Aggregate.count().describe()
+            ('sum(bytes)', 'count()')
+        """
         return f"{self.kind}({self.field or ''})"
 
     def init(self) -> Any:
         """A pane's first accumulator: 0 for ``count``; ``(count, int sum, float sum scaled by
         2**1074, whether a float came)`` for ``sum`` and ``mean``; ``()`` (no value yet) for
-        ``min``/``max``, whose accumulator is ``(value,)`` after the first message."""
+        ``min``/``max``, whose accumulator is ``(value,)`` after the first message.
+
+        Example:
+            >>> Aggregate.count().init(), Aggregate.mean("ms").init(), Aggregate.min("ms").init()
+            (0, (0, 0, 0, False), ())
+        """
         if self.kind == "count":
             return 0
         if self.kind in ("sum", "mean"):
@@ -244,7 +271,15 @@ class Aggregate:
         return ()
 
     def fold(self, message: Any, acc: Any) -> Any:
-        """The accumulator after ``message``."""
+        """The accumulator after ``message``.
+
+        Example:
+            >>> Aggregate.sum("n").fold({"n": 5}, Aggregate.sum("n").init())  # (count, int sum, ...)
+            (1, 5, 0, False)
+            >>> Aggregate.min("n").fold({"n": None}, ())
+            Traceback (most recent call last):
+            ValueError: Aggregate.min(n): ...
+        """
         kind = self.kind
         if kind == "count":
             return acc + 1
@@ -268,7 +303,13 @@ class Aggregate:
 
     def combine(self, a: Any, b: Any) -> Any:
         """Two accumulators merged (``a`` of the earlier messages): what ``fold`` would give
-        over ``a``'s messages and then ``b``'s."""
+        over ``a``'s messages and then ``b``'s.
+
+        Example:
+            >>> agg = Aggregate.min("ms")
+            >>> agg.combine(agg.fold({"ms": 3}, ()), agg.fold({"ms": 1}, ())), agg.combine((), (4,))
+            ((1,), (4,))
+        """
         kind = self.kind
         if kind == "count":
             return a + b
@@ -280,7 +321,15 @@ class Aggregate:
         return b if take_b else a
 
     def finish(self, acc: Any) -> Any:
-        """A pane's value from its accumulator (see the module's docstring)."""
+        """A pane's value from its accumulator (see the module's docstring).
+
+        Example:
+            >>> Aggregate.sum("x").finish((2, 3, 0, False)), Aggregate.max("x").finish((9,))
+            (3, 9)
+            >>> Aggregate.max("x").finish(())
+            Traceback (most recent call last):
+            ValueError: Aggregate.max(x): no value to aggregate
+        """
         kind = self.kind
         if kind == "count":
             return acc
@@ -305,7 +354,13 @@ class Aggregate:
                     extreme: Any = None) -> Any:
         """The accumulator of a pane of ``count`` messages from its parts (as a Spark SQL
         aggregation gives them): the integer sum for ``sum``/``mean``, the value for
-        ``min``/``max``."""
+        ``min``/``max``.
+
+        Example:
+            >>> acc = Aggregate.accumulator("mean", 3, int_sum=70)  # 3 values summing to 70
+            >>> acc, Aggregate.mean("ms").finish(acc)
+            ((3, 70, 0, False), 23.333333333333332)
+        """
         if kind == "count":
             return count
         if kind in ("sum", "mean"):

@@ -36,6 +36,22 @@ class ReadWriteTable(Protocol):
         >>> [kv.value for kv in TestRunner(app).add_input(words, ["a", "b", "a"]).run()
         ...  .messages("counts")]
         [1, 1, 2]
+
+        Several keys at once, deletes and scans in key order:
+
+        >>> class Ops:
+        ...     def init(self, ctx):
+        ...         self.t = ctx.table("t")
+        ...     def __call__(self, _):
+        ...         self.t.put_all([KV("a", 1), KV("b", 2), KV("c", 3)])
+        ...         self.t.delete("b")
+        ...         return [self.t.get_all(["a", "b"]), list(self.t.range("a", "c")),
+        ...                 [kv.key for kv in self.t.all()]]
+        >>> app = StreamApplication("ops")
+        >>> _ = app.table("t", serde=KVSerde(StringSerde(), JsonSerde()))
+        >>> app.input(words).flat_map(Ops()).send_to(app.output(mem.output("out")))
+        >>> TestRunner(app).add_input(words, ["go"]).run().messages("out")
+        [{'a': 1}, [KV(key='a', value=1)], ['a', 'c']]
     """
 
     def get(self, key: Any) -> Any:
@@ -136,6 +152,27 @@ class AsyncReadWriteTable(Protocol):
         >>> app.input(users).async_flat_map(Visit()).send_to(app.output(mem.output("out")))
         >>> TestRunner(app).add_input(users, ["u1", "u2"]).run().messages("out"), service
         ([('u1', 2), ('u2', 1)], {'u1': 2, 'u2': 1})
+
+        Several keys at once, and deletes (a write of None):
+
+        >>> async def write(key, value):
+        ...     if value is None:
+        ...         service.pop(key, None)
+        ...     else:
+        ...         service[key] = value
+        >>> class Move:
+        ...     def init(self, ctx):
+        ...         self.visits = ctx.table("visits")
+        ...     async def __call__(self, _):
+        ...         await self.visits.put_all([KV("u3", 3), KV("u1", None)])
+        ...         await self.visits.delete("u2")
+        ...         return [await self.visits.get_all(["u1", "u2", "u3"])]
+        >>> from samza_dsl import KV
+        >>> app = StreamApplication("move")
+        >>> _ = app.remote_table("visits", read=read, write=write)
+        >>> app.input(users).async_flat_map(Move()).send_to(app.output(mem.output("out")))
+        >>> TestRunner(app).add_input(users, ["go"]).run().messages("out"), service
+        ([{'u3': 3}], {'u3': 3})
     """
 
     def get(self, key: Any) -> Awaitable[Any]:
@@ -204,7 +241,29 @@ class Context(Protocol):
     """Handed to ``init(ctx)`` of user functions that have one.
 
     A user function may be an object with ``init(ctx)`` (called once per task before its first
-    message) and ``close()``; see ``ReadWriteTable`` for an example.
+    message) and ``close()``; see ``ReadWriteTable`` for tables.
+
+    Example:
+        >>> from samza_dsl import StreamApplication
+        >>> from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
+        >>> from samza_dsl.systems import MemorySystem
+        >>> from samza_dsl.testing import TestRunner
+        >>> class Hello:
+        ...     def init(self, ctx):
+        ...         self.where = ctx.task_name
+        ...         self.greeting = ctx.config.get("user.greeting", "hello")
+        ...         self.greeted = ctx.metrics.counter("greeted")
+        ...         self.names = ctx.table("names")  # a table the application registered
+        ...     def __call__(self, name):
+        ...         self.greeted.inc()
+        ...         return f"{self.greeting}, {name}, from {self.where}"
+        >>> app, mem = StreamApplication("hello", config={"user.greeting": "hi"}), MemorySystem()
+        >>> _ = app.table("names", serde=KVSerde(StringSerde(), JsonSerde()))
+        >>> names = mem.input("names")
+        >>> app.input(names).map(Hello()).send_to(app.output(mem.output("out")))
+        >>> result = TestRunner(app).add_input(names, ["ann", "bob"]).run()
+        >>> result.messages("out"), result.metrics["greeted"]
+        (['hi, ann, from Partition 0', 'hi, bob, from Partition 0'], 2)
     """
 
     @property

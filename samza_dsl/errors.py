@@ -5,19 +5,60 @@ from __future__ import annotations
 
 
 class SamzaError(Exception):
-    """Base of every error samza-dsl raises on purpose."""
+    """Base of every error samza-dsl raises on purpose.
+
+    Example:
+        >>> from samza_dsl import StreamApplication
+        >>> try:
+        ...     StreamApplication("empty").plan()
+        ... except SamzaError as e:  # catches every error below
+        ...     print(type(e).__name__, "-", e)
+        PlanError - application 'empty-1' has no operators
+    """
 
 
 class PlanError(SamzaError, ValueError):
-    """The application graph is invalid: names the streams and operators at fault."""
+    """The application graph is invalid: names the streams and operators at fault.
+
+    Example:
+        >>> from samza_dsl import StreamApplication
+        >>> from samza_dsl.systems import MemorySystem
+        >>> app = StreamApplication("dangling")
+        >>> _ = app.input(MemorySystem().input("in"))
+        >>> app.plan()
+        Traceback (most recent call last):
+        samza_dsl.errors.PlanError: input stream 'in' has no consumer: add an operator on app.input(...) for it, or do not register it
+    """
 
 
 class ConfigError(SamzaError, ValueError):
-    """A configuration key or value is wrong: names the key."""
+    """A configuration key or value is wrong: names the key.
+
+    Example:
+        >>> from samza_dsl import StreamApplication
+        >>> from samza_dsl.systems import MemorySystem
+        >>> app, mem = StreamApplication("typo"), MemorySystem()
+        >>> app.input(mem.input("in")).send_to(app.output(mem.output("out")))
+        >>> app.plan(config={"task.max.concurency": 4})
+        Traceback (most recent call last):
+        samza_dsl.errors.ConfigError: unknown config key 'task.max.concurency' (did you mean 'task.max.concurrency'?): ...
+    """
 
 
 class SerdeError(SamzaError):
-    """A message could not be serialized or deserialized."""
+    """A message could not be serialized or deserialized.
+
+    Example:
+        >>> from samza_dsl.serdes import JsonSerde
+        >>> try:
+        ...     JsonSerde().deserialize(b"{oops")
+        ... except SerdeError as e:
+        ...     error = e
+        >>> print(error.reason)
+        JsonSerde() cannot decode message: JSON is malformed: object keys must be strings (byte 1). ...
+        >>> print(error.at(stream="views", partition=1, offset=7))  # where it was read
+        JsonSerde() cannot decode message: ... (at stream 'views', partition 1, offset 7); bytes: b'{oops'
+    """
 
     def __init__(self, message: str, *, data: bytes | None = None, stream: str | None = None,
                  partition: int | None = None, offset: int | None = None) -> None:
@@ -48,7 +89,21 @@ class SerdeError(SamzaError):
 
 
 class TaskError(SamzaError):
-    """A task failed while processing: names the operator, task and offset."""
+    """A task failed while processing: names the operator, task and offset.
+
+    Example:
+        >>> from samza_dsl import StreamApplication
+        >>> from samza_dsl.systems import MemorySystem
+        >>> from samza_dsl.testing import TestRunner
+        >>> app, mem = StreamApplication("div"), MemorySystem()
+        >>> nums = mem.input("n")
+        >>> app.input(nums).map(lambda n: 1 // n, name="invert").send_to(app.output(mem.output("out")))
+        >>> try:
+        ...     TestRunner(app).add_input(nums, [1, 0]).run()
+        ... except TaskError as e:
+        ...     print(e.op_id, e.stream, e.partition, e.offset, "-", e)
+        div-1-map-invert n 0 1 - operator 'div-1-map-invert' failed in task 'Partition 0' on stream 'n' partition 0 offset 1: ZeroDivisionError: integer division or modulo by zero. ...
+    """
 
     def __init__(self, message: str, *, op_id: str | None = None, task: str | None = None,
                  stream: str | None = None, partition: int | None = None,
@@ -78,7 +133,9 @@ class JoinPartitionError(TaskError):
 class CallbackTimeout(TaskError):
     """A message did not complete within ``task.callback.timeout.ms``: ``op_id`` names the
     operator it waits in, and ``table`` and ``key`` the remote table and key it waits for,
-    where known (else None)."""
+    where known (else None).
+
+    """
 
     def __init__(self, message: str, *, op_id: str | None = None, task: str | None = None,
                  stream: str | None = None, partition: int | None = None,
@@ -103,7 +160,14 @@ class Interrupted(SamzaError):
 
 class RemoteTableError(SamzaError):
     """A call to a remote table failed for good (after the retries its policy allows): names
-    the table, the call, the key and the attempts; ``__cause__`` is the last error."""
+    the table, the call, the key and the attempts; ``__cause__`` is the last error.
+
+    Example:
+        >>> e = RemoteTableError("remote table 'profiles': get('u1') failed 3 times",
+        ...                      table="profiles", call="get", key="u1", attempts=3)
+        >>> e.table, e.call, e.key, e.attempts
+        ('profiles', 'get', 'u1', 3)
+    """
 
     def __init__(self, message: str, *, table: str, call: str, key: object = None,
                  attempts: int = 1) -> None:

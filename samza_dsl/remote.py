@@ -34,6 +34,13 @@ class RemoteCallError(Exception):
     Args:
         message: What failed.
         status: An HTTP status or a service's error code, if any.
+
+    Example:
+        >>> error = RemoteCallError("profile service: 503 Service Unavailable", status=503)
+        >>> error.status, RetryPolicy().retries(error)  # retried by default
+        (503, True)
+        >>> RetryPolicy(retry_on=(), retry_if=lambda e: e.status >= 500).retries(error)
+        True
     """
 
     def __init__(self, message: str, *, status: int | None = None) -> None:
@@ -68,6 +75,10 @@ class RetryPolicy:
         [0.1, 0.2, 0.3, 0.3]
         >>> p.retries(ConnectionResetError()), p.retries(KeyError("k"))
         (True, False)
+        >>> p.delay(2), RetryPolicy(backoff=1.0, jitter=0.5).delay(1, rnd=0.5)  # jitter took 25%
+        (0.2, 0.75)
+        >>> p.describe()["retry_on"]
+        ['RemoteCallError', 'OSError', 'TimeoutError']
     """
 
     max_attempts: int = 3
@@ -143,8 +154,11 @@ class CacheSpec:
 
     Example:
         >>> from datetime import timedelta
-        >>> CacheSpec(ttl=timedelta(minutes=5), size=1000, write="around").ttl
-        300.0
+        >>> cache = CacheSpec(ttl=timedelta(minutes=5), size=1000, write="around")
+        >>> cache.ttl, cache.ttl_seconds
+        (300.0, 300.0)
+        >>> cache.describe()  # as the plan shows it
+        {'ttl_s': 300.0, 'size': 1000, 'write': 'around'}
     """
 
     ttl: float | timedelta

@@ -45,6 +45,8 @@ class Serde(Generic[T]):
         ...         return data.decode()
         >>> UpperSerde().deserialize(UpperSerde().serialize("hi")), UpperSerde() == UpperSerde()
         ('HI', True)
+        >>> UpperSerde().describe(), StringSerde("latin-1").describe()  # as plans show them
+        ('UpperSerde()', "StringSerde('latin-1')")
     """
 
     name = "serde"
@@ -290,6 +292,8 @@ class StringSerde(Serde[str]):
     Example:
         >>> StringSerde().serialize("héllo"), StringSerde("latin-1").serialize("héllo")
         (b'h\\xc3\\xa9llo', b'h\\xe9llo')
+        >>> StringSerde().deserialize(b"h\\xc3\\xa9llo")
+        'héllo'
     """
 
     name = "string"
@@ -339,8 +343,8 @@ class BytesSerde(Serde[bytes]):
     """Raw bytes, unchanged.
 
     Example:
-        >>> BytesSerde().serialize(bytearray(b"raw"))
-        b'raw'
+        >>> BytesSerde().serialize(bytearray(b"raw")), BytesSerde().deserialize(b"raw")
+        (b'raw', b'raw')
     """
 
     name = "bytes"
@@ -425,6 +429,14 @@ class NoOpSerde(Serde[Any]):
     """Passes objects through unserialized: for in-memory streams only.
 
     The serde of a stream descriptor given none (``StreamDescriptor.effective_serde``).
+
+    Example:
+        >>> from samza_dsl.systems import MemorySystem
+        >>> MemorySystem().input("events").effective_serde
+        NoOpSerde()
+        >>> message = {"user": "u1"}
+        >>> NoOpSerde().serialize(message) is message, NoOpSerde().deserialize(message) is message
+        (True, True)
     """
 
     name = "noop"
@@ -468,8 +480,18 @@ class KVSerde(Serde[KV[Any, Any]]):
 
     Example:
         >>> serde = KVSerde(StringSerde(), JsonSerde())
-        >>> serde.to_bytes(KV("u1", None))
-        (b'u1', None)
+        >>> serde.to_bytes(KV("u1", {"n": 1})), serde.to_bytes(KV("u1", None))  # a tombstone
+        ((b'u1', b'{"n":1}'), (b'u1', None))
+        >>> serde.from_bytes(b"u1", b'{"n":1}')
+        KV(key='u1', value={'n': 1})
+        >>> serde.describe()
+        'KVSerde(StringSerde(), JsonSerde())'
+        >>> serde.serialize(KV("u1", 1))  # a key and a value are two byte strings
+        Traceback (most recent call last):
+        samza_dsl.errors.SerdeError: KVSerde serializes a key and a value separately: use to_bytes(kv)
+        >>> serde.deserialize(b"u1")
+        Traceback (most recent call last):
+        samza_dsl.errors.SerdeError: KVSerde deserializes a key and a value separately: use from_bytes()
     """
 
     name = "kv"

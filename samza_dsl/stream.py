@@ -166,6 +166,17 @@ class MessageStream(Generic[M]):
     Attributes:
         op_id: The id of the operator this stream comes out of; None for an input or
             intermediate stream.
+
+    Example:
+        >>> from samza_dsl import StreamApplication
+        >>> from samza_dsl.systems import MemorySystem
+        >>> app, mem = StreamApplication("streams"), MemorySystem()
+        >>> words = app.input(mem.input("words"))
+        >>> words.stream_id, words.node, words.op_id
+        ('words', 'stream:words', None)
+        >>> upper = words.map(str.upper, name="upper")
+        >>> type(upper).__name__, upper.op_id
+        ('MessageStream', 'streams-1-map-upper')
     """
 
     def __init__(self, app: StreamApplication, node: str, *, keyed: bool = False,

@@ -58,6 +58,13 @@ class SystemDescriptor:
 
     Raises:
         ValueError: ``name`` does not match ``[A-Za-z0-9_-]+``.
+
+    Example:
+        >>> kafka = KafkaSystem("kafka", bootstrap_servers="127.0.0.1:9092")
+        >>> kafka
+        SystemDescriptor(name='kafka', factory='kafka', settings=(('bootstrap.servers', '127.0.0.1:9092'),))
+        >>> kafka.config  # its settings, as systems.kafka.* config
+        {'bootstrap.servers': '127.0.0.1:9092'}
     """
 
     name: str
@@ -278,6 +285,17 @@ class StreamDescriptor:
     Raises:
         ValueError: ``stream_id`` is malformed, or ``partitions`` is not an int of at least 1.
         TypeError: ``serde`` is not a ``Serde``.
+
+    Example:
+        >>> from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
+        >>> local = LocalSystem()
+        >>> views = local.input("views", serde=JsonSerde(), partitions=4)
+        >>> views.stream_id, views.physical_name, views.partitions, views.keyed
+        ('views', 'views', 4, False)
+        >>> local.output("counts", serde=KVSerde(StringSerde(), JsonSerde())).keyed
+        True
+        >>> local.input("raw").effective_serde  # none given: messages pass as they are
+        NoOpSerde()
     """
 
     system: SystemDescriptor
@@ -324,6 +342,17 @@ class InputDescriptor(StreamDescriptor):
             without ``event_time``.
         TypeError: ``event_time`` is not callable, ``bootstrap`` is not a bool or
             ``priority`` not an int.
+
+    Example:
+        >>> from datetime import timedelta
+        >>> kafka = KafkaSystem("kafka", bootstrap_servers="127.0.0.1:9092")
+        >>> views = kafka.input("views", event_time=lambda m: m["ts"], offset_default="upcoming",
+        ...                     max_out_of_orderness=timedelta(seconds=5))
+        >>> views.offset_default, views.max_out_of_orderness_ms, views.bootstrap
+        ('upcoming', 5000, False)
+        >>> kafka.input("views", offset_default="newest")
+        Traceback (most recent call last):
+        ValueError: input 'views': offset_default must be one of ('oldest', 'upcoming'), got 'newest'
     """
 
     offset_default: str = "oldest"
@@ -370,6 +399,18 @@ class InputDescriptor(StreamDescriptor):
 
 @dataclass(frozen=True)
 class OutputDescriptor(StreamDescriptor):
-    """An output stream, from ``system.output()``; pass it to ``app.output``."""
+    """An output stream, from ``system.output()``; pass it to ``app.output``.
+
+    Example:
+        >>> from samza_dsl import StreamApplication
+        >>> mem = MemorySystem()
+        >>> counts = mem.output("counts", partitions=2)
+        >>> type(counts).__name__, counts.partitions
+        ('OutputDescriptor', 2)
+        >>> app = StreamApplication("copy")
+        >>> app.input(mem.input("in")).send_to(app.output(counts))
+        >>> app.plan().output_streams["counts"].partitions
+        2
+    """
 
     pass

@@ -51,6 +51,21 @@ class FiringType(enum.Enum):
         EARLY: The window's early trigger fired before the pane closed.
         DEFAULT: The pane closed (its end passed, or the input ended).
         LATE: The window's late trigger fired for late messages within the allowed lateness.
+
+    Example:
+        >>> from datetime import timedelta
+        >>> from samza_dsl import StreamApplication
+        >>> from samza_dsl.systems import MemorySystem
+        >>> from samza_dsl.testing import TestRunner
+        >>> w = (Windows.tumbling(timedelta(seconds=10), event_time=float, init=lambda: 0,
+        ...                       fold=lambda m, n: n + 1)
+        ...      .early_trigger(Triggers.repeat(Triggers.count(2))))
+        >>> app, mem = StreamApplication("fire"), MemorySystem()
+        >>> nums = mem.input("n")
+        >>> (app.input(nums).window(w, name="w").map(lambda pane: (pane.firing.name, pane.message))
+        ...  .send_to(app.output(mem.output("out"))))
+        >>> TestRunner(app).add_input(nums, [1.0, 2.0, 3.0]).run().messages("out")
+        [('EARLY', 2), ('DEFAULT', 3)]
     """
 
     EARLY = "early"
@@ -139,7 +154,17 @@ def to_ms(value: timedelta | float | int, what: str) -> int:
 
 @dataclass(frozen=True)
 class Trigger:
-    """Base of trigger specs. Make them with ``Triggers``; the window operator runs them."""
+    """Base of trigger specs. Make them with ``Triggers``; the window operator runs them.
+
+    Example:
+        >>> from datetime import timedelta
+        >>> t = Triggers.repeat(Triggers.any(Triggers.count(100),
+        ...                                  Triggers.time_since_first_message(timedelta(seconds=5))))
+        >>> isinstance(t, Trigger), t.describe()
+        (True, 'repeat(any(count(100), time_since_first_message(5000ms)))')
+        >>> t.durations_ms(), Triggers.count(2).durations_ms()  # time triggers set task.window.ms
+        ([5000], [])
+    """
 
     def durations_ms(self) -> list[int]:
         """The time durations this trigger waits on (they set ``task.window.ms``).
@@ -269,6 +294,14 @@ class Triggers:
     (``Window.late_trigger``) are made of these. A trigger that is not a top-level ``repeat``
     fires once per pane. Time triggers count processing time, also in event-time windows, and
     fire at window ticks (``task.window.ms``, which the planner derives from their durations).
+
+    Example:
+        >>> from datetime import timedelta
+        >>> w = Windows.tumbling(timedelta(minutes=1), init=lambda: 0, fold=lambda m, n: n + 1)
+        >>> early = Triggers.repeat(Triggers.any(Triggers.count(1000),
+        ...                                      Triggers.time_since_first_message(timedelta(seconds=10))))
+        >>> w.early_trigger(early).early.describe()
+        'repeat(any(count(1000), time_since_first_message(10000ms)))'
     """
 
     @staticmethod

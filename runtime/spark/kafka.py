@@ -31,7 +31,14 @@ __all__ = ["KafkaOutput", "KafkaRange", "kafka_source"]
 class KafkaRange:
     """An offset range of a Kafka topic: ``start``/``end`` map partition -> offset (``end``
     exclusive); by default from the earliest offset to the end at the time of the run. The
-    topic defaults to the input's physical name."""
+    topic defaults to the input's physical name.
+
+    Example:
+        >>> r = KafkaRange("127.0.0.1:9092", topic="page-views", start={0: 100}, end={0: 200})
+        >>> r.topic, dict(r.start), dict(r.end)  # partition 0's offsets 100 to 199
+        ('page-views', {0: 100}, {0: 200})
+        >>> # SparkRunner().reprocess(app, {"page-views": r}): the runner calls r.spark_source(...)
+    """
 
     bootstrap_servers: str
     topic: str | None = None
@@ -40,7 +47,17 @@ class KafkaRange:
     consumer: Mapping[str, Any] = field(default_factory=dict)
 
     def spark_source(self, stream_id: str, descriptor: Any, start_ms: int) -> Any:
-        """How a reprocessing run reads this range as input ``stream_id``."""
+        """How a reprocessing run reads this range as input ``stream_id``: it looks up the
+        partitions and offsets on the broker first, so a topic or broker that is not there is
+        one error before Spark runs anything.
+
+        Example:
+            >>> from samza_dsl.systems import KafkaSystem
+            >>> views = KafkaSystem("kafka", bootstrap_servers="127.0.0.1:1").input("views")
+            >>> KafkaRange("127.0.0.1:1").spark_source("views", views, 0)
+            Traceback (most recent call last):
+            samza_dsl.errors.SamzaError: reading the offsets of 'views' on Kafka at 127.0.0.1:1 failed: ... Check bootstrap_servers and that the broker is running
+        """
         return kafka_source(stream_id, descriptor, self, start_ms)
 
 
@@ -164,7 +181,13 @@ async def _fetch(servers: str, settings: Mapping[str, Any], topic: str, p: int, 
 
 @dataclass(frozen=True)
 class KafkaOutput:
-    """An output topic (by default the stream's physical name) on ``bootstrap_servers``."""
+    """An output topic (by default the stream's physical name) on ``bootstrap_servers``.
+
+    Example:
+        >>> out = KafkaOutput("127.0.0.1:9092", topic="counts-backfill", producer={"acks": "all"})
+        >>> out.bind("counts")  # what the runner writes stream 'counts' through; nothing connects
+        Kafka topic 'counts-backfill' at 127.0.0.1:9092
+    """
 
     bootstrap_servers: str
     topic: str | None = None

@@ -129,7 +129,20 @@ _OP = "op:"  # accumulator keys of operator meters: op:<op id>|<metric>
 
 
 class ReprocessError(SamzaError):
-    """A reprocessing run failed; nothing was written."""
+    """A reprocessing run failed; nothing was written.
+
+    Example:
+        >>> from samza_dsl import StreamApplication
+        >>> from samza_dsl.systems import MemorySystem
+        >>> app, mem = StreamApplication("div"), MemorySystem()
+        >>> nums = mem.input("n")
+        >>> app.input(nums).map(lambda n: 1 // n, name="invert").send_to(app.output(mem.output("out")))
+        >>> try:
+        ...     SparkRunner(spark_session("local[2]")).reprocess(app, {"n": [1, 0]})
+        ... except ReprocessError as e:
+        ...     print(e)
+        operator 'div-1-map-invert' failed ... ZeroDivisionError: integer division or modulo by zero...
+    """
 
 
 def spark_session(master: str | None = None, app_name: str = "samza-dsl",
@@ -138,7 +151,14 @@ def spark_session(master: str | None = None, app_name: str = "samza-dsl",
     reused). ``master``: ``local[2]``, ``spark://host:port``...; None is the master
     ``spark-submit --master`` gave, else ``local[2]``. ``conf``: Spark settings, over these
     defaults. ``quiet`` starts the JVM without its start-up warnings and with its log at FATAL
-    (``runtime.spark.jvm``); errors are raised."""
+    (``runtime.spark.jvm``); errors are raised.
+
+    Example:
+        >>> spark = spark_session("local[2]", conf={"spark.sql.shuffle.partitions": "4"})
+        >>> spark.sparkContext.master, spark.conf.get("spark.ui.enabled")
+        ('local[2]', 'false')
+        >>> spark_session("local[2]") is spark  # the running one is reused
+        True"""
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
@@ -231,7 +251,23 @@ class ReprocessResult(LateCounts):
 
     ``columns``: ``{stage id: what it read and moved}`` for each lone ``partition_by`` whose
     input's rows crossed the shuffle as columns: the columns read from the files, the key's
-    column where the key was read from one, and the columns carried (the summary prints it)."""
+    column where the key was read from one, and the columns carried (the summary prints it).
+
+    Example:
+        >>> from samza_dsl import StreamApplication
+        >>> from samza_dsl.systems import MemorySystem
+        >>> app, mem = StreamApplication("upper"), MemorySystem()
+        >>> words = mem.input("words")
+        >>> app.input(words).map(str.upper, name="up").send_to(app.output(mem.output("upper")))
+        >>> runner = SparkRunner(spark_session("local[2]"))
+        >>> result = runner.reprocess(app, {"words": ["a", "b"]})
+        >>> result.messages("upper"), result.rows_out, result.late_counts
+        (['A', 'B'], {'upper': 2}, {})
+        >>> result.operators["upper-1-map-up"]["messages-in"], result.tiers
+        (2, {'stage-0': 'general'})
+        >>> result.summary().splitlines()[0], result.operator_summary()[1].split()[:2]
+        ("reprocessed 'upper-1' in ... s", ['upper-1-map-up', 'map'])
+    """
 
     def __init__(self, runner: SparkRunner, plan: Any, rows_in: dict[str, int],
                  rows_out: dict[str, int], seconds: float, kept: dict[str, Any],
@@ -328,10 +364,27 @@ class SparkRunner:
             ``spark-submit --conf`` takes them.
 
     Example:
-        >>> runner = SparkRunner(master="local[2]")                   # doctest: +SKIP
-        >>> result = runner.reprocess(app, {"page-views": "views.parquet"},
-        ...                           outputs={"counts": "out/counts.jsonl"})  # doctest: +SKIP
-        >>> print(result.summary())                                   # doctest: +SKIP
+        >>> from samza_dsl import KV, StreamApplication
+        >>> from samza_dsl.systems import MemorySystem
+        >>> app, mem = StreamApplication("lengths"), MemorySystem()
+        >>> words = mem.input("words", partitions=2)
+        >>> (app.input(words).map(lambda w: KV(w, len(w)), name="length")
+        ...  .send_to(app.output(mem.output("lengths"))))
+        >>> runner = SparkRunner(master="local[2]")  # Spark starts on first use, quietly
+        >>> result = runner.reprocess(app, {"words": ["a", "bb", "ccc"]})  # or paths, FileInput...
+        >>> sorted(kv.value for kv in result.messages("lengths")), result.rows_in
+        ([1, 2, 3], {'words': 3})
+        >>> print(result.summary())
+        reprocessed 'lengths-1' in ... s
+          stream   kind                  rows  to
+          words    input                    3
+          lengths  output                   3  (kept)
+          operator              kind               in           out          ms      panes  late
+          lengths-1-map-length  map                 3             3 ...
+          lengths-1-send_to-1   send_to             3             3 ...
+        >>> len(result.operator_summary())  # the operator table alone: a header and a line each
+        3
+        >>> runner.stop()  # stops the session it started
     """
 
     def __init__(self, spark: Any = None, *, master: str | None = None,

@@ -43,7 +43,13 @@ Record = tuple[str, int, int, int, int, Any]
 class FileInput:
     """A JSON Lines or Parquet input (a file, a directory of part files, or a glob), or a Spark
     DataFrame. ``format`` is ``"jsonl"`` or ``"parquet"`` (by default, from the suffix);
-    ``timestamp`` names a column holding the record timestamp in ms since the epoch."""
+    ``timestamp`` names a column holding the record timestamp in ms since the epoch.
+
+    Example:
+        >>> FileInput("exports/views/part-*.parquet", timestamp="ts_ms")
+        FileInput(path='exports/views/part-*.parquet', format=None, timestamp='ts_ms')
+        >>> # SparkRunner().reprocess(app, {"page-views": FileInput(...)}): read as Parquet
+    """
 
     path: Any
     format: str | None = None
@@ -51,7 +57,18 @@ class FileInput:
 
 
 class SourceError(SamzaError):
-    """An input that cannot be read, or a row that does not fit its stream's serde."""
+    """An input that cannot be read, or a row that does not fit its stream's serde.
+
+    Example:
+        >>> from samza_dsl import StreamApplication
+        >>> from samza_dsl.systems import MemorySystem
+        >>> from runtime.spark import SparkRunner, spark_session
+        >>> app, mem = StreamApplication("copy"), MemorySystem()
+        >>> app.input(mem.input("in")).send_to(app.output(mem.output("out")))
+        >>> SparkRunner(spark_session("local[2]")).reprocess(app, {"in": "no/such/file.jsonl"})
+        Traceback (most recent call last):
+        runtime.spark.sources.SourceError: input 'in': ...
+    """
 
 
 def row_converter(stream_id: str, serde: Serde[Any] | None) -> Callable[[Any], Any]:

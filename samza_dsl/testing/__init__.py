@@ -5,8 +5,8 @@ table in tests and examples).
 
 ``TestRunner`` and ``TestResult`` are ``runtime.testing``'s, imported only when asked for:
 ``TestRunner(app, config=None).add_input(descriptor, messages).run(timeout=None)`` runs the
-application in memory over bounded inputs (``messages`` is a list for partition 0, or
-``{partition: list}``) and returns a ``TestResult``, whose ``messages(output)`` is every
+application in memory over bounded inputs (``messages`` is a list, placed as Kafka's producer
+would: a ``KV`` in its key's partition, anything else in partition 0; or ``{partition: list}``) and returns a ``TestResult``, whose ``messages(output)`` is every
 partition's output, partition by partition, and ``partitions(output)`` is
 ``{partition: list}`` (``output`` is the descriptor or its stream id).
 

@@ -88,7 +88,18 @@ NEG_INF = -math.inf
 
 @dataclass(frozen=True)
 class Arrive:
-    """A message reaching the window, from ``stream`` (where it came into the task)."""
+    """A message reaching the window, from ``stream`` (where it came into the task).
+
+    Example:
+        >>> from datetime import timedelta
+        >>> from samza_dsl import KV, Windows
+        >>> w = Windows.keyed_tumbling(lambda kv: kv.key, timedelta(seconds=10),
+        ...                            event_time=lambda kv: kv.value)
+        >>> result = run_window(w, [Arrive(KV("a", 1.0), "clicks"), Advance(15_000),
+        ...                         Arrive(KV("a", 2.0), "clicks")])  # after [0, 10 s) closed
+        >>> result.late, result.late_counts
+        ([(KV(key='a', value=2.0), 'clicks')], {'clicks': 1})
+    """
 
     message: Any
     stream: str = "-"
@@ -96,14 +107,33 @@ class Arrive:
 
 @dataclass(frozen=True)
 class Advance:
-    """The task's watermark moves to ``watermark_ms`` (a lower value is ignored)."""
+    """The task's watermark moves to ``watermark_ms`` (a lower value is ignored).
+
+    Example:
+        >>> from datetime import timedelta
+        >>> from samza_dsl import KV, Windows
+        >>> w = Windows.keyed_tumbling(lambda kv: kv.key, timedelta(seconds=10),
+        ...                            event_time=lambda kv: kv.value)
+        >>> steps = [Arrive(KV("a", 1.0)), Advance(10_000), Arrive(KV("a", 12.0))]
+        >>> [(p.pane_id, p.firing.name) for p in run_window(w, steps, end_of_stream=False).panes]
+        [('0', 'DEFAULT')]
+    """
 
     watermark_ms: float
 
 
 @dataclass(frozen=True)
 class ModelPane:
-    """A pane the model emits: ``(key, pane_id, firing)`` as in ``WindowPane``, and its value."""
+    """A pane the model emits: ``(key, pane_id, firing)`` as in ``WindowPane``, and its value.
+
+    Example:
+        >>> from datetime import timedelta
+        >>> from samza_dsl import KV, Windows
+        >>> w = Windows.keyed_tumbling(lambda kv: kv.key, timedelta(seconds=10),
+        ...                            event_time=lambda kv: kv.value)
+        >>> run_window(w, [Arrive(KV("a", 1.0))]).panes
+        [ModelPane(key='a', pane_id='0', firing=<FiringType.DEFAULT: 'default'>, value=[KV(key='a', value=1.0)])]
+    """
 
     key: Any
     pane_id: str
@@ -113,6 +143,19 @@ class ModelPane:
 
 @dataclass
 class WindowResult:
+    """What ``run_window`` gives: the panes in the order they were emitted, and the late
+    messages.
+
+    Example:
+        >>> from datetime import timedelta
+        >>> from samza_dsl import KV, Windows
+        >>> w = Windows.keyed_tumbling(lambda kv: kv.key, timedelta(seconds=10),
+        ...                            event_time=lambda kv: kv.value)
+        >>> result = run_window(w, [Arrive(KV("a", 12.0)), Advance(12_000), Arrive(KV("a", 1.0))])
+        >>> [p.pane_id for p in result.panes], result.late_counts
+        (['10000'], {'-': 1})
+    """
+
     panes: list[ModelPane] = field(default_factory=list)
     #: ``(message, stream)`` of every message dropped as late, in arrival order
     late: list[tuple[Any, str]] = field(default_factory=list)
@@ -128,7 +171,16 @@ class WindowResult:
 
 def event_time_ms(window: Window[Any, Any], message: Any) -> int:
     """The message's event time in whole milliseconds, to the nearest (``event_time`` gives
-    seconds, and 1.001 s is 1001 ms whatever the float rounding)."""
+    seconds, and 1.001 s is 1001 ms whatever the float rounding).
+
+    Example:
+        >>> from datetime import timedelta
+        >>> from samza_dsl import KV, Windows
+        >>> w = Windows.keyed_tumbling(lambda kv: kv.key, timedelta(seconds=10),
+        ...                            event_time=lambda kv: kv.value)
+        >>> event_time_ms(w, KV("a", 1.001))
+        1001
+    """
     assert window.event_time is not None, "the model runs event-time windows only"
     return round(float(window.event_time(message)) * 1000.0)
 
@@ -320,7 +372,17 @@ class _Model:
 def run_window(window: Window[Any, Any], steps: Iterable[Arrive | Advance], *,
                end_of_stream: bool = True) -> WindowResult:
     """The panes and late messages of one instance of an event-time ``window`` that sees
-    ``steps`` in order (then end-of-stream, unless ``end_of_stream=False``)."""
+    ``steps`` in order (then end-of-stream, unless ``end_of_stream=False``).
+
+    Example:
+        >>> from datetime import timedelta
+        >>> from samza_dsl import KV, Windows
+        >>> w = Windows.keyed_tumbling(lambda kv: kv.key, timedelta(seconds=10),
+        ...                            event_time=lambda kv: kv.value)
+        >>> steps = [Arrive(KV("a", 1.0)), Arrive(KV("b", 2.0)), Arrive(KV("a", 12.0))]
+        >>> [(p.key, p.pane_id, len(p.value)) for p in run_window(w, steps).panes]
+        [('a', '0', 1), ('b', '0', 1), ('a', '10000', 1)]
+    """
     model = _Model(window)
     for step in steps:
         if isinstance(step, Arrive):
@@ -394,7 +456,15 @@ def stream_join(arrivals: Iterable[tuple[str, Any, float]], *, key: Callable[[An
     its latest message per key with its time; a message is stored first, then the other side's
     entry for its key is looked up, and ``combine(left, right)`` is emitted if that entry is
     younger than ``ttl_ms`` (strictly); a ``None`` result is dropped, as everywhere. A ``None``
-    key is an error."""
+    key is an error.
+
+    Example:
+        >>> arrivals = [("left", {"u": 1, "page": "home"}, 0), ("right", {"u": 1, "c": "NL"}, 500),
+        ...             ("right", {"u": 2, "c": "DE"}, 600), ("left", {"u": 2, "page": "x"}, 20_000)]
+        >>> stream_join(arrivals, key=lambda m: m["u"], other_key=lambda m: m["u"],
+        ...             combine=lambda view, login: (view["page"], login["c"]), ttl_ms=10_000)
+        [('home', 'NL')]
+    """
     stores: dict[str, dict[Any, tuple[Any, float]]] = {"left": {}, "right": {}}
     out: list[Any] = []
     for side, m, t in arrivals:
@@ -417,7 +487,15 @@ def table_join(arrivals: Iterable[tuple[str, Any]], *, combine: Callable[[Any, A
     """Rule 10 for one task: ``arrivals`` are ``("put", KV(k, v))`` (a ``None`` value deletes,
     as ``send_to(table)``) and ``("message", m)`` in order. A message is looked up by
     ``key(m)`` (default its ``KV.key``); a ``None`` key or a miss gives ``combine(m, None)``,
-    a hit ``combine(m, KV(k, v))``; a ``None`` result is dropped."""
+    a hit ``combine(m, KV(k, v))``; a ``None`` result is dropped.
+
+    Example:
+        >>> arrivals = [("message", KV("u1", "home")), ("put", KV("u1", "NL")),
+        ...             ("message", KV("u1", "cart")), ("put", KV("u1", None)),
+        ...             ("message", KV("u1", "exit"))]
+        >>> table_join(arrivals, combine=lambda m, r: (m.value, r.value if r else None))
+        [('home', None), ('cart', 'NL'), ('exit', None)]
+    """
     table: dict[Any, Any] = {}
     out: list[Any] = []
     for what, m in arrivals:

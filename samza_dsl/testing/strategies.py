@@ -61,6 +61,14 @@ def partitioned_messages(draw: st.DrawFn, messages: st.SearchStrategy[T], *,
     Returns:
         A strategy of ``{partition: list of messages}`` with every partition present, as
         ``TestRunner.add_input`` takes it.
+
+    Example:
+        >>> from hypothesis import given, settings
+        >>> @settings(max_examples=10)
+        ... @given(partitioned_messages(keyed_messages(), partitions=3, max_size=5))
+        ... def check(parts):
+        ...     assert sorted(parts) == [0, 1, 2] and all(len(m) <= 5 for m in parts.values())
+        >>> check()
     """
     n = partitions if isinstance(partitions, int) else draw(partitions)
     return {p: draw(st.lists(messages, max_size=max_size)) for p in range(n)}
@@ -142,6 +150,14 @@ def disordered_event_times(n: int, *, max_disorder: float = 2.0,
 
     Returns:
         A strategy of lists of ``n`` event times in seconds.
+
+    Example:
+        >>> from hypothesis import given, settings
+        >>> @settings(max_examples=10)
+        ... @given(disordered_event_times(20, max_disorder=2.0))
+        ... def check(times):
+        ...     assert all(t >= max(times[:i + 1]) - 2.0 for i, t in enumerate(times))
+        >>> check()
     """
     return event_times(n, max_step=max_step, max_disorder=max_disorder)
 
@@ -154,6 +170,14 @@ def async_delays(max_delay: float = 0.01) -> st.SearchStrategy[float]:
 
     Returns:
         A strategy of delays from 0 to ``max_delay``, in steps of 0.1 ms.
+
+    Example:
+        >>> from hypothesis import given, settings
+        >>> @settings(max_examples=10)
+        ... @given(st.lists(async_delays(0.005), min_size=1))
+        ... def check(delays):
+        ...     assert all(0 <= d <= 0.005 for d in delays)
+        >>> check()
     """
     return st.integers(0, int(max_delay * 10_000)).map(lambda x: x / 10_000)
 

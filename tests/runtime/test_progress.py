@@ -66,6 +66,21 @@ def test_the_rate_is_that_of_the_last_seconds_under_follow(tmp_path: Path) -> No
     assert "waiting for new input on events" in before_stop, before_stop
 
 
+def test_under_follow_in_a_pipe_a_change_of_state_is_a_line_not_every_tick(
+        tmp_path: Path) -> None:
+    run("run", COUNTER, "--sample", "2000", "-q", cwd=tmp_path)
+    run("reset", COUNTER, cwd=tmp_path)  # processes the 2,000 again, under --follow
+    err = stopped_after(8, "run", COUNTER, "--follow", "-c", "task.progress.ms=100", cwd=tmp_path)
+    rows = [ln for ln in err.splitlines() if ROW.search(ln)]
+    waiting = [ln for ln in rows if "waiting for new input on events" in ln]
+    # about 80 ticks, most of them waiting: the wait is said when it begins and when the rate
+    # has fallen to 0 (idle), then nothing until the state changes (here: the stop)
+    assert 1 <= len(waiting) <= 2, rows
+    assert ROW.search(waiting[-1]).group(2) == "0"  # type: ignore[union-attr]
+    assert len(rows) <= 6, rows
+    assert "done; checkpoint" in rows[-1]
+
+
 def test_a_row_per_container_and_a_lone_container_says_what_it_waits_for(
         tmp_path: Path) -> None:
     both = run("run", VIEWS, "--sample", "2000", "--containers", "2", "-c",
