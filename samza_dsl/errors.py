@@ -135,6 +135,22 @@ class CallbackTimeout(TaskError):
     operator it waits in, and ``table`` and ``key`` the remote table and key it waits for,
     where known (else None).
 
+    Example:
+        >>> import asyncio
+        >>> from samza_dsl import StreamApplication
+        >>> from samza_dsl.systems import MemorySystem
+        >>> from samza_dsl.testing import TestRunner
+        >>> async def lookup(m):
+        ...     await asyncio.sleep(5)  # a call that hangs
+        ...     return [m]
+        >>> app, mem = StreamApplication("slow"), MemorySystem()
+        >>> nums = mem.input("n")
+        >>> app.input(nums).async_flat_map(lookup, name="lookup").send_to(app.output(mem.output("out")))
+        >>> try:
+        ...     TestRunner(app, {"task.callback.timeout.ms": 100}).add_input(nums, [1]).run()
+        ... except CallbackTimeout as e:
+        ...     print(e.op_id, "|", str(e).split(": ", 1)[1].split(":")[0])
+        slow-1-async_flat_map-lookup | the message at 'n' partition 0 offset 0 did not complete within task.callback.timeout.ms=100
     """
 
     def __init__(self, message: str, *, op_id: str | None = None, task: str | None = None,
@@ -150,7 +166,14 @@ class Interrupted(SamzaError):
     """A run was stopped by a signal before it ended, or did not stop within
     ``task.shutdown.ms`` of being asked to: ``signal`` is the signal's number (None: a stop
     asked for by ``LocalRunner.stop()``), and ``exit_code`` what a shell reports for it
-    (128 + the signal: 130 for SIGINT, 143 for SIGTERM; 1 without a signal)."""
+    (128 + the signal: 130 for SIGINT, 143 for SIGTERM; 1 without a signal).
+
+    Example:
+        >>> import signal
+        >>> e = Interrupted("interrupted by SIGINT before its inputs ended", signal=signal.SIGINT)
+        >>> e.exit_code, Interrupted("LocalRunner.stop() ran out of task.shutdown.ms").exit_code
+        (130, 1)
+    """
 
     def __init__(self, message: str, *, signal: int | None = None) -> None:
         super().__init__(message)
