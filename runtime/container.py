@@ -20,6 +20,7 @@ from typing import Any
 from runtime.collector import messages_die_young
 from runtime.commit import Committer
 from runtime.elastic import fan_readers
+from runtime.health import HealthServer, health_address
 from runtime.job import SSP, JobModel, TaskModel
 from runtime.metrics import Metrics, Sample
 from runtime.state.remote import close_table_functions
@@ -180,6 +181,10 @@ class Container:
         self.loop_meter = LoopMeter()
         #: the metrics reporters (``runtime.reporters``), set by the job when it has any
         self.reporters: Any = None
+        #: the health endpoint (``job.health.port``) and the phase it reports: starting,
+        #: restoring, running (ready), stopped
+        self.health: HealthServer | None = None
+        self.phase = "starting"
         self.metrics.collectors.append(self.samples)
         self.metrics.operators = bool(config_value(self.config, "metrics.operators"))
 
@@ -211,9 +216,12 @@ class Container:
         runs: list[asyncio.Task[None]] = []
         helpers: list[asyncio.Task[None]] = []
         try:  # a failure while the tasks are built (a restore, an operator's init) closes too
+            await self.start_health()
+            self.phase = "restoring"
             await self._start_tasks()
             helpers = self._helpers()
             runs = [asyncio.create_task(t.run(), name=t.name) for t in self.tasks]
+            self.phase = "running"
             self.loop_meter.install(asyncio.get_running_loop())
             if self.reporters is not None:
                 self.reporters.start()
@@ -277,10 +285,26 @@ class Container:
                 ms for c in idle for ms in c.idle_ms.values()))))
         return helpers
 
+    async def start_health(self) -> None:
+        """Serve ``/healthz`` and ``/ready`` (``runtime.health``) when ``job.health.port`` says."""
+        cid = self.config.get("job.container.id")
+        where = health_address(self.config, cid if isinstance(cid, int) else 0)
+        if where is not None and self.health is None:
+            self.health = HealthServer(self.health_state)
+            await self.health.start(*where)
+
+    def health_state(self) -> tuple[str, bool, int]:
+        """What the health endpoint says: the phase, whether ready, the tasks this runs."""
+        phase = "stopping" if self.env.stopping and not self.closed else self.phase
+        return phase, phase == "running", len(self.tasks)
+
     async def _close(self, runs: list[asyncio.Task[None]],
                      helpers: list[asyncio.Task[None]] | None = None) -> None:
         """Everything the run opened, closed, on every path: the tasks, the remote tables'
         sessions, the reporters, the producer (after its last flush), stores and consumer."""
+        self.phase = "stopped"
+        if self.health is not None:
+            await self.health.close()
         self.loop_meter.uninstall()
         self.closed = True
         self._room.set()

@@ -117,6 +117,11 @@ KNOWN_KEYS: dict[str, ConfigKey] = {k.name: k for k in [
        "<job.name>-<job.id> and runs the tasks the group deals it, which move when containers "
        "come and go; static (the default otherwise, and for the local system and "
        "--containers N): task k runs in container k mod job.container.count"),
+    _k("job.health.port", int, -1, lambda v: v >= -1, "-1 (off), 0 (a free port) or a port",
+       doc="each container serves GET /healthz (its loop answers) and /ready (its tasks are "
+       "assigned and restored) on this port, for a supervisor's liveness and readiness probes; "
+       "container i of --containers N on port + i; -1: no health endpoint"),
+    _k("job.health.host", str, "127.0.0.1", doc="the address the health endpoint listens on"),
     _k("job.elasticity.factor", int, 1, *_POSITIVE, doc="virtual tasks per task"),
     _k("job.intermediate.stream.partitions", int, None,
        lambda v: v > 0, "a positive integer", doc="partitions of intermediate streams"),

@@ -254,6 +254,18 @@ class GroupContainer(Container):
         super().request_stop()
         self._changed.set()
 
+    def health_state(self) -> tuple[str, bool, int]:
+        """Ready once the group dealt this member its tasks and their stores are restored."""
+        if self.closed:
+            return "stopped", False, 0
+        if self.env.stopping:
+            return "stopping", False, len(self.tasks)
+        if self.assignment is None:
+            return "starting", False, 0
+        if self._restoring:
+            return "restoring", False, len(self.tasks)
+        return "running", True, len(self.tasks)
+
     # -- the run ----------------------------------------------------------------------------------
 
     async def _run(self) -> None:
@@ -262,6 +274,7 @@ class GroupContainer(Container):
         self.tasks = []
         self._keys = []
         loop = asyncio.get_running_loop()
+        await self.start_health()
         helpers = [asyncio.create_task(self._consume(), name="consumer"), *self._timers()]
         self.membership = self._membership_of(self)
         self.membership.start(loop)
