@@ -83,6 +83,12 @@ class _NewerRequest(Request[_S]):
                 f"a broker with Kafka's flexible transaction requests (Apache Kafka 2.8 or later)")
         return self.build(struct)
 
+    #: the request's fields in the schema's order, but for its tagged fields
+    fields: tuple[Any, ...]
+
+    def build(self, request_struct_class: type[_S]) -> _S:
+        return request_struct_class(*self.fields, _NO_TAGS)
+
 
 # InitProducerId (22) v4 ------------------------------------------------------------------------
 
@@ -123,9 +129,6 @@ class InitProducerIdRequest(_NewerRequest[InitProducerIdRequest_v4]):
     def from_v0(cls, v0: Any) -> InitProducerIdRequest:
         return cls(v0.transactional_id, v0.transaction_timeout_ms)
 
-    def build(self, request_struct_class: type[InitProducerIdRequest_v4]
-              ) -> InitProducerIdRequest_v4:
-        return request_struct_class(*self.fields, _NO_TAGS)
 
 
 # AddPartitionsToTxn (24) v3 --------------------------------------------------------------------
@@ -178,9 +181,6 @@ class AddPartitionsToTxnRequest(_NewerRequest[AddPartitionsToTxnRequest_v3]):
     def from_v0(cls, v0: Any) -> AddPartitionsToTxnRequest:
         return cls(v0.transactional_id, v0.producer_id, v0.producer_epoch, v0.topics)
 
-    def build(self, request_struct_class: type[AddPartitionsToTxnRequest_v3]
-              ) -> AddPartitionsToTxnRequest_v3:
-        return request_struct_class(*self.fields, _NO_TAGS)
 
 
 # AddOffsetsToTxn (25) v3 -----------------------------------------------------------------------
@@ -220,9 +220,6 @@ class AddOffsetsToTxnRequest(_NewerRequest[AddOffsetsToTxnRequest_v3]):
     def from_v0(cls, v0: Any) -> AddOffsetsToTxnRequest:
         return cls(v0.transactional_id, v0.producer_id, v0.producer_epoch, v0.group_id)
 
-    def build(self, request_struct_class: type[AddOffsetsToTxnRequest_v3]
-              ) -> AddOffsetsToTxnRequest_v3:
-        return request_struct_class(*self.fields, _NO_TAGS)
 
 
 # EndTxn (26) v3 --------------------------------------------------------------------------------
@@ -263,8 +260,6 @@ class EndTxnRequest(_NewerRequest[EndTxnRequest_v3]):
         return cls(v0.transactional_id, v0.producer_id, v0.producer_epoch,
                    v0.transaction_result)
 
-    def build(self, request_struct_class: type[EndTxnRequest_v3]) -> EndTxnRequest_v3:
-        return request_struct_class(*self.fields, _NO_TAGS)
 
 
 # TxnOffsetCommit (28) v3 -----------------------------------------------------------------------
@@ -340,9 +335,6 @@ class TxnOffsetCommitRequest(_NewerRequest[TxnOffsetCommitRequest_v3]):
         return cls(v0.transactional_id, v0.group_id, v0.producer_id, v0.producer_epoch,
                    v0.topics)
 
-    def build(self, request_struct_class: type[TxnOffsetCommitRequest_v3]
-              ) -> TxnOffsetCommitRequest_v3:
-        return request_struct_class(*self.fields, _NO_TAGS)
 
 
 #: API key -> the newer builder of that request
