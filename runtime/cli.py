@@ -85,7 +85,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def _read_jsonl(path: str, keyed: bool) -> list[object]:
     """The file's messages, as a ``JsonLines`` that knows each one's line."""
-    from runtime.run_inputs import JsonLines
+    from runtime.jsonlines import JsonLines
 
     out = JsonLines(path)
     for lineno, obj in _iter_jsonl(path, keyed):

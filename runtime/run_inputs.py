@@ -27,27 +27,13 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from runtime.jsonlines import JsonLines
 from samza_dsl.errors import SamzaError
 
 __all__ = ["JsonLines", "feed_inputs", "parse_skips", "check_skips", "SAMPLES_FILE"]
 
 #: in ``job.dir``: {stream id: [sample size, records the stream held after loading it]}
 SAMPLES_FILE = "samples.json"
-
-
-class JsonLines(list[Any]):
-    """The messages of a JSON Lines file, with the file's path and each message's line number
-    (blank lines are not messages), so that an error about a message can name its line."""
-
-    def __init__(self, path: str, messages: Sequence[Any] = (),
-                 lines: Sequence[int] = ()) -> None:
-        super().__init__(messages)
-        self.path = path
-        self.lines: list[int] = list(lines)
-
-    def where(self, index: int) -> str:
-        """``PATH:LINE`` of message ``index`` (from 0)."""
-        return f"{self.path}:{self.lines[index]}"
 
 
 def parse_skips(pairs: Sequence[str], inputs: Mapping[str, Any]) -> dict[str, dict[int, set[int]]]:

@@ -238,7 +238,7 @@ async def kafka_load_file(streams: KafkaStreams, stream_id: str, path: str,
     ``path:line``), then the file is sent ``chunk`` messages at a time, so a load's memory does
     not grow with its file. A failure while sending raises ``PartialLoad``, covering what the
     earlier chunks loaded and the lines after the chunk that failed."""
-    from runtime.run_inputs import JsonLines
+    from runtime.jsonlines import JsonLines
 
     def chunks() -> Iterable[JsonLines]:
         it = iter(lines())
