@@ -92,6 +92,11 @@ KNOWN_KEYS: dict[str, ConfigKey] = {k.name: k for k in [
        "<job.name>-<job.id> and runs the tasks the group deals it, which move when containers "
        "come and go; static (the default otherwise, and for the local system and "
        "--containers N): task k runs in container k mod job.container.count"),
+    _k("job.standbytasks.replication.factor", int, 1, *_POSITIVE,
+       doc="copies of each stateful task's stores under job.coordinator=kafka: the active one "
+       "and R-1 standbys, each on another member, tailing the task's changelogs into a local "
+       "store in its job.dir; a task that moves to its standby replays only the changelog's "
+       "tail (1: no standby)"),
     _k("job.elasticity.factor", int, 1, *_POSITIVE, doc="virtual tasks per task"),
     _k("job.intermediate.stream.partitions", int, None,
        lambda v: v > 0, "a positive integer", doc="partitions of intermediate streams"),
