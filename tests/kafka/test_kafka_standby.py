@@ -116,9 +116,11 @@ def test_a_standby_takes_over_a_killed_members_tasks_replaying_only_the_changelo
             # the store's restore metrics say the same
             pid = next(p for (p, t) in took if t == task)
             member = next(m for m in survivors if m.pid == pid)
-            wait_for(f"the restore metrics of {task} on {pid}", lambda: any(
-                x["name"] == "restore-entries" and x["labels"] == {"task": task, "store": "counts"}
-                and x["value"] == n for x in _metrics(member)), 10, survivors)
+            wait_for(f"the restore metrics of {task} on {pid}",
+                     lambda m=member, t=task, n=n: any(  # type: ignore[misc]
+                         x["name"] == "restore-entries" and x["value"] == n
+                         and x["labels"] == {"task": t, "store": "counts"}
+                         for x in _metrics(m)), 10, survivors)
         # the standbys applied the changelog's entries as the actives wrote them
         for m in survivors:
             assert any(x["name"] == "standby-entries" and x["value"] > 1000  # type: ignore[operator]
