@@ -122,6 +122,11 @@ KNOWN_KEYS: dict[str, ConfigKey] = {k.name: k for k in [
        "assigned and restored) on this port, for a supervisor's liveness and readiness probes; "
        "container i of --containers N on port + i; -1: no health endpoint"),
     _k("job.health.host", str, "127.0.0.1", doc="the address the health endpoint listens on"),
+    _k("job.standbytasks.replication.factor", int, 1, *_POSITIVE,
+       doc="copies of each stateful task's stores under job.coordinator=kafka: the active one "
+       "and R-1 standbys, each on another member, tailing the task's changelogs into a local "
+       "store in its job.dir; a task that moves to its standby replays only the changelog's "
+       "tail (1: no standby)"),
     _k("job.elasticity.factor", int, 1, *_POSITIVE, doc="virtual tasks per task"),
     _k("job.intermediate.stream.partitions", int, None,
        lambda v: v > 0, "a positive integer", doc="partitions of intermediate streams"),

@@ -42,6 +42,7 @@ from runtime.container import Container
 from runtime.elastic import fan_readers
 from runtime.job import JobModel, TaskModel
 from runtime.kafka.assignor import AssignmentRefused, MemberTasks, TaskAssignor
+from runtime.kafka.standby import StandbyReplicas
 from runtime.task import TaskInstance
 from samza_dsl.config import config_value
 from samza_dsl.errors import ConfigError, SamzaError
@@ -223,10 +224,12 @@ class GroupContainer(Container):
     def __init__(self, job: JobModel, *,
                  membership: Callable[[GroupContainer], GroupMembership],
                  prepare: Callable[[list[TaskModel], bool], Awaitable[None]],
-                 **kwargs: Any) -> None:
+                 standby: StandbyReplicas | None = None, **kwargs: Any) -> None:
         super().__init__(job, [], **kwargs)
         self._membership_of = membership
         self._prepare = prepare
+        #: replicas of the stores of this member's standby tasks (``runtime.kafka.standby``)
+        self.standby = standby
         self.membership: GroupMembership | None = None
         self._runs: dict[str, asyncio.Task[None]] = {}
         #: tasks whose stores are being restored, and those ready to start
@@ -287,6 +290,8 @@ class GroupContainer(Container):
             self.loop_meter.uninstall()
             self.env.stopping = True  # a late assignment starts nothing now
             await asyncio.to_thread(self.membership.stop, self.shutdown_s + 10.0)
+            if self.standby is not None:
+                await asyncio.to_thread(self.standby.stop)
             await self._settle_restores()
             if self._idle is not None:
                 helpers.append(self._idle)
@@ -356,6 +361,7 @@ class GroupContainer(Container):
                 if name not in self.wanted:
                     self._discard(task)
                     del self._ready[name]
+            await self._assign_standbys(tasks)
             have = {t.name for t in self.tasks} | set(self._restoring) | set(self._ready)
             new = [self.job.task(n) for n in sorted(self.wanted - have,
                                                     key=lambda n: self.job.task(n).index)]
@@ -371,6 +377,29 @@ class GroupContainer(Container):
                          tasks.generation, ", ".join(sorted(self.wanted, key=_task_order))
                          or "no task", f" (restoring {', '.join(m.name for m in new)})"
                          if new else "")
+
+    async def _assign_standbys(self, tasks: MemberTasks) -> None:
+        """Replicas of this member's standby tasks; those of tasks that become active here
+        are closed first (the task's restore opens the same directories)."""
+        if self.standby is None:
+            return
+        standby = set(tasks.standby) - self.wanted
+        await asyncio.to_thread(self.standby.assign, standby)
+        if standby:
+            _log.warning("container %s: group generation %d: standby for %s", self._label(),
+                         tasks.generation, ", ".join(sorted(standby, key=_task_order)))
+
+    def _restored(self, m: TaskModel) -> None:
+        """Says what opening a new task's stores replayed of their changelogs (at a takeover
+        by a standby, only the tail past the standby's position)."""
+        for store in self._opened.get(m.name, {}):
+            info = self.state.restores.get((m.name, store), {})  # type: ignore[attr-defined]
+            cp = self._changelogs[m.name].get(store, 0)
+            start = cp if info.get("mode") == "host-affinity" else int(info.get("from", 0))
+            _log.warning("container %s: task %s: store %r restored (%s): replayed %d changelog "
+                         "entries, offsets [%d, %d) of the checkpoint's %d", self._label(),
+                         m.name, store, info.get("mode", "?"),
+                         int(info.get("entries_replayed", 0)), start, cp, cp)
 
     def _label(self) -> str:
         m = self.membership
@@ -413,6 +442,7 @@ class GroupContainer(Container):
                     inputs.get(ssp.stream_id), "side_input_of", None)}
                 self._changelogs[m.name] = self.checkpoints.read_changelogs(m.name)
                 self._opened[m.name] = await asyncio.to_thread(self._open_stores, m)
+                self._restored(m)
                 task = TaskInstance(m, self.job, self.env)
                 self._opened.pop(m.name, None)
                 for ssp in task.ssps:
@@ -474,12 +504,15 @@ class GroupContainer(Container):
         self.consumer.wakeup()
 
     def store_positions(self) -> dict[str, int]:
-        """Per task this container runs: the sum of its stores' committed changelog offsets (the
-        assignor prefers a member whose stores are at a task's checkpoint)."""
+        """Per task this container runs, the sum of its last checkpoint's changelog offsets;
+        per standby task, the sum of its replicas' (the assignor prefers a member whose stores
+        are at a task's checkpoint)."""
         out: dict[str, int] = {}
-        for name, offsets in list(self._changelogs.items()):
-            if name in self._runs:
-                out[name] = sum(offsets.values())
+        for name in list(self._runs):
+            out[name] = sum(self.checkpoints.read_changelogs(name).values())
+        if self.standby is not None:
+            for name, position in self.standby.positions().items():
+                out.setdefault(name, position)
         return out
 
     def status(self) -> dict[str, Any]:
@@ -489,6 +522,7 @@ class GroupContainer(Container):
             "generation": self.generation,
             "active": sorted((t.name for t in self.tasks), key=_task_order),
             "restoring": sorted(self._restoring, key=_task_order),
+            "standby": self.standby.tasks() if self.standby is not None else [],
             "owners": dict(a.owners) if a is not None else {},
             "rebalances": self.rebalances,
             "last_rebalance_s": self.last_rebalance_s,

@@ -65,6 +65,7 @@ from runtime.kafka.outage import (
     lost_data_error,
     missing_topics_error,
 )
+from runtime.kafka.standby import StandbyReplicas
 from runtime.kafka.system import (
     KafkaCheckpoints,
     KafkaConsumer,
@@ -310,14 +311,22 @@ class KafkaJob:
         """The container of a member of the job's consumer group (``job.coordinator=kafka``)."""
         label, instance = member_ids(self.container_id)
         shutdown_s = config_value(self.plan.config, "task.shutdown.ms") / 1000.0
+        replicas = int(config_value(self.plan.config, "job.standbytasks.replication.factor"))
 
         def membership(container: GroupContainer) -> GroupMembership:
             assignor = TaskAssignor(self.job, self.job_name, host=host_name(), container=label,
+                                    standby_replicas=replicas - 1,
                                     positions=container.store_positions)
             return GroupMembership(container, self.servers, self.job_name, assignor,
                                    self.consumer_settings, instance_id=instance,
                                    shutdown_s=shutdown_s)
-        return GroupContainer(self.job, membership=membership, prepare=self._take_over, **parts)
+        standby = StandbyReplicas(
+            self.job, self.servers, self.consumer_settings,
+            changelog_topics=self.changelog_topics, checkpoint_topic=self.checkpoint_topic,
+            open_replica=parts["state"].open_replica, metrics=self.metrics,
+            label=lambda: f"{label} on {host_name()}") if replicas > 1 else None
+        return GroupContainer(self.job, membership=membership, prepare=self._take_over,
+                              standby=standby, **parts)
 
     async def _take_over(self, tasks: list[TaskModel], first: bool) -> None:
         """Before tasks that come to this container start: their checkpoints as the container

@@ -73,16 +73,35 @@ class StoreBackend:
     def changelog_opened(self, task: TaskModel, store_name: str, changelog: Changelog) -> None:
         """A store's changelog is open (a hook: the local system compacts its own)."""
 
-    def open(self, task: TaskModel, store_name: str, checkpointed: int | None) -> LmdbStore:
+    def _codecs(self, store_name: str) -> tuple[Any, Any, Any, Any]:
+        """The store's key and value encoders and decoders."""
         spec = self.job.plan.stores[store_name]
         if spec.table is not None:
             serde = spec.table.serde
             ke, kd = table_codec(serde.key_serde, "key", store_name)
             ve, vd = table_codec(serde.value_serde, "value", store_name)
-        else:
-            ke, kd, ve, vd = state_codec(
-                self.job.plan.app.types,
-                f"{spec.kind} state {store_name!r} of operator {spec.op_id!r}")
+            return ke, kd, ve, vd
+        return state_codec(self.job.plan.app.types,
+                           f"{spec.kind} state {store_name!r} of operator {spec.op_id!r}")
+
+    def open_replica(self, task: TaskModel, store_name: str) -> LmdbStore:
+        """A standby's replica of a task's store (``LmdbStore.open_replica``), in the directory
+        the task's own store uses, so that the task restores only the changelog's tail there.
+        Its changelog entries are decoded as a restore decodes them; one that does not decode
+        is skipped here (the task's restore applies the stream's policy to it)."""
+        spec = self.job.plan.stores[store_name]
+        ke, kd, ve, vd = self._codecs(store_name)
+        stream = str(spec.changelog).partition(".")[2] or str(spec.changelog)
+        check = changelog_check(store_name, stream, task.index, kd, vd,
+                                policy=serde_error_policy(self.config, stream),
+                                dead_letter=None, metrics=None)
+        return LmdbStore.open_replica(
+            store_dir(self.root, store_name, task.name), name=store_name, task=task.name,
+            key_encode=ke, key_decode=kd, value_encode=ve, value_decode=vd, check=check)
+
+    def open(self, task: TaskModel, store_name: str, checkpointed: int | None) -> LmdbStore:
+        spec = self.job.plan.stores[store_name]
+        ke, kd, ve, vd = self._codecs(store_name)
         changelog = None
         check = None
         cfg = self.config

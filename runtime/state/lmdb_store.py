@@ -260,6 +260,61 @@ class LmdbStore:
         store._commit_flushes = store._flushes  # restore's own writes precede any commit
         return store
 
+    @classmethod
+    def open_replica(cls, path: str | os.PathLike[str], *, name: str, task: str,
+                     key_encode: Callable[[Any], bytes], key_decode: Callable[[bytes], Any],
+                     value_encode: Callable[[Any], bytes], value_decode: Callable[[bytes], Any],
+                     map_size: int = 1 << 34,
+                     check: Callable[[int | Sequence[int], list[tuple[bytes, bytes | None]]],
+                                     list[tuple[bytes, bytes | None]]] | None = None
+                     ) -> LmdbStore:
+        """Opens the local copy in ``path`` as a standby's replica of the task's store, fed by
+        ``replicate`` with the changelog's entries. A copy committed at a changelog offset is
+        kept (``position`` is that offset); any other (none, uncommitted, unreadable, of an
+        older format) starts empty at offset 0. When the task comes to this container, ``open``
+        replays only the changelog's tail past ``position``."""
+        store = cls(os.fspath(path), name=name, task=task, key_encode=key_encode,
+                    key_decode=key_decode, value_encode=value_encode, value_decode=value_decode,
+                    changelog=None, cache_size=1, write_batch_size=1, map_size=map_size,
+                    check=check)
+        try:
+            try:
+                store._attach()
+                meta = store._read_meta()
+            except (lmdb.Error, ValueError):
+                meta = None
+            if meta is None or meta["version"] != _FORMAT or not meta["committed"] \
+                    or meta["changelog_offset"] is None:
+                store._wipe()
+                store._write_meta(0, True)
+                meta = {"changelog_offset": 0}
+        except BaseException:
+            store._detach()
+            raise
+        store._base = int(meta["changelog_offset"])
+        store.restore_info = {"mode": "standby", "entries_replayed": 0, "from": store._base}
+        return store
+
+    @property
+    def position(self) -> int:
+        """The changelog offset the store holds the changelog's entries up to (as of its last
+        commit or ``replicate``)."""
+        return self._base
+
+    def replicate(self, offsets: Sequence[int], entries: list[tuple[bytes, bytes | None]],
+                  upto: int) -> None:
+        """A standby's step: writes the changelog's ``entries`` (at ``offsets``, all below
+        ``upto``) and records the store as holding the changelog up to ``upto``."""
+        if self._env is None:
+            raise SamzaError(f"{self._where()} is closed")
+        if entries:
+            if self._check is not None:
+                entries = self._check(offsets, entries)
+            self._write_raw(_frame(dict(entries).items()), uncommit=True)
+            self.restore_info["entries_replayed"] += len(entries)
+        self._write_meta(upto, True)
+        self._base = upto
+
     def _where(self) -> str:
         return f"store {self.name!r} of task {self.task!r} at {self.path}"
 
@@ -371,6 +426,7 @@ class LmdbStore:
         data_file = self._data_file()
         level = logging.INFO
         reason = ""
+        behind: int | None = None  # a committed local copy behind the checkpoint: its offset
         if not os.path.isfile(data_file):
             reason = f"no local copy ({data_file} does not exist)"
         else:
@@ -397,10 +453,14 @@ class LmdbStore:
                     reason = (f"the local copy {data_file} was written without a changelog, and "
                               f"the changelog is the source of truth now: its contents are "
                               f"replaced by the changelog's")
+                elif meta["changelog_offset"] < cp:
+                    behind = meta["changelog_offset"]
                 elif meta["changelog_offset"] != cp:
                     reason = (f"the local copy {data_file} is at changelog offset "
                               f"{meta['changelog_offset']} but the checkpoint holds {cp}")
-        if not reason:
+        if not reason and behind is not None:
+            reason = self._catch_up(changelog, behind, cp)
+        elif not reason:
             self._committed = True
             self.restore_info = {"mode": "host-affinity", "entries_replayed": 0,
                                  "reason": f"the local copy is committed at the checkpointed "
@@ -426,24 +486,52 @@ class LmdbStore:
             self.restore_info["trimmed"] = self._trim(changelog, cp)
         self._base = cp
 
-    def _rebuild(self, changelog: Changelog, cp: int) -> int:
-        """Replaces the local copy by the changelog's state at offset ``cp``, committed there.
-        Returns how many entries were replayed."""
+    def _catch_up(self, changelog: Changelog, start: int, cp: int) -> str:
+        """Brings a local copy committed at changelog offset ``start`` (below ``cp``: a
+        standby's, or one an earlier run of the task left here) to ``cp`` by replaying only the
+        changelog's tail ``[start, cp)``, committed there. Returns "" when done, else why the
+        copy must be rebuilt instead (a value failing its checksum)."""
+        t0 = time.perf_counter()
+        self._write_meta(start, False)  # a crash while catching up rebuilds it next time
+        replayed = self._replay(changelog, cp, start)
+        self._write_meta(cp, True)
+        self.restore_info = {
+            "mode": "tail", "entries_replayed": replayed, "from": start,
+            "reason": f"the local copy is committed at changelog offset {start}, behind the "
+                      f"checkpointed offset {cp}: only the changelog's tail was replayed"}
+        log.info("%s: caught up from changelog offset %d to the checkpointed %d: replayed %d "
+                 "changelog entries in %.3f s", self._where(), start, cp, replayed,
+                 time.perf_counter() - t0)
+        try:
+            self.restore_info["trimmed"] = self._trim(changelog, cp)
+        except _Corrupt as e:
+            return (f"the local copy {self._data_file()} holds a value that fails its checksum "
+                    f"(LMDB key {e.lkey[:60]!r}): the file was changed on disk")
+        return ""
+
+    def _wipe(self) -> None:
+        """Deletes the local copy and opens an empty one."""
         self._detach()
         for f in ("data.mdb", "lock.mdb"):
             with contextlib.suppress(FileNotFoundError):
                 os.remove(os.path.join(self.path, f))
         self._attach()
+
+    def _rebuild(self, changelog: Changelog, cp: int) -> int:
+        """Replaces the local copy by the changelog's state at offset ``cp``, committed there.
+        Returns how many entries were replayed."""
+        self._wipe()
         replayed = self._replay(changelog, cp) if cp > 0 else 0
         self._write_meta(cp, True)
         return replayed
 
-    def _replay(self, changelog: Changelog, cp: int) -> int:
-        """Writes the changelog's entries in [0, cp) (last write wins, tombstones delete)."""
+    def _replay(self, changelog: Changelog, cp: int, start: int = 0) -> int:
+        """Writes the changelog's entries in [start, cp) (last write wins, tombstones
+        delete)."""
         pending: dict[bytes, bytes | None] = {}
         n = 0
         check = self._check
-        for offset, entries in changelog.read(0, cp):
+        for offset, entries in changelog.read(start, cp):
             n += len(entries)
             pending.update(entries if check is None else check(offset, entries))
             if len(pending) >= _REPLAY_BATCH:

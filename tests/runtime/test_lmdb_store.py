@@ -1029,3 +1029,86 @@ def test_without_cache_writes_a_flush_drops_what_it_wrote_from_the_cache(tmp_pat
     assert store.get("a") is None
     commit(store, changelog)
     store.close()
+
+
+# -- standby replicas and the tail replay ----------------------------------------------------------
+
+def open_replica(path: Any) -> LmdbStore:
+    return LmdbStore.open_replica(path, name="counts", task="Partition 0", key_encode=encode_key,
+                                  key_decode=decode_key, value_encode=pickle.dumps,
+                                  value_decode=pickle.loads)
+
+
+def test_a_replica_fed_with_the_changelog_restores_only_the_tail_past_it(tmp_path, caplog):
+    """A standby's replica holds the changelog up to its position; the task opened over it
+    replays only the entries from there to the checkpoint, and holds the checkpoint's state."""
+    changelog = ListChangelog(batch=50)
+    active = open_store(tmp_path / "active", changelog)
+    for i in range(1000):
+        active.put(i, i)
+    first = commit(active, changelog)
+    replica = open_replica(tmp_path / "standby")
+    assert replica.position == 0 and replica.restore_info["mode"] == "standby"
+    replica.replicate(list(range(first)), changelog.log[:first], first)
+    assert replica.position == first
+    for i in range(0, 1000, 10):  # the active goes on: 100 updates and 5 deletes
+        active.put(i, -i)
+    for i in range(1, 6):
+        active.delete(i)
+    cp = commit(active, changelog)
+    state = dict(active.all())
+    replica.close()
+    # the replica is reopened where it was (a member restarted) and the task moves there
+    replica = open_replica(tmp_path / "standby")
+    assert replica.position == first
+    replica.close()
+    caplog.set_level(logging.INFO, logger="samza_dsl.state")
+    store = open_store(tmp_path / "standby", changelog, cp)
+    info = store.restore_info
+    assert info["mode"] == "tail" and info["from"] == first, info
+    assert info["entries_replayed"] == cp - first == 105
+    assert dict(store.all()) == state
+    assert any(f"replayed {cp - first} changelog entries" in r.message for r in caplog.records)
+    # committed at the checkpoint: the next start is a host-affinity one
+    store.close()
+    store = open_store(tmp_path / "standby", changelog, cp)
+    assert store.restore_info["mode"] == "host-affinity" and dict(store.all()) == state
+    store.close()
+    active.close()
+
+
+def test_a_replica_behind_the_checkpoint_is_trimmed_as_a_rebuild_is(tmp_path):
+    """Entries past the checkpoint (a run that died before checkpointing) are compensated after
+    the tail replay, as after a full rebuild."""
+    changelog = ListChangelog()
+    active = open_store(tmp_path / "active", changelog)
+    for i in range(20):
+        active.put(i, i)
+    first = commit(active, changelog)
+    replica = open_replica(tmp_path / "standby")
+    replica.replicate(list(range(first)), changelog.log[:first], first)
+    replica.close()
+    active.put(0, 100)
+    cp = commit(active, changelog)
+    state = dict(active.all())
+    active.put(1, 100)  # flushed, never checkpointed
+    active.flush()
+    changelog.flush_producer()
+    active.close()
+    store = open_store(tmp_path / "standby", changelog, cp)
+    assert store.restore_info["mode"] == "tail" and store.restore_info["entries_replayed"] == 1
+    assert store.restore_info["trimmed"] == 1 and dict(store.all()) == state
+    changelog.flush_producer()
+    assert decoded(changelog.replay()) == state
+    store.close()
+
+
+def test_a_replica_over_a_copy_it_cannot_trust_starts_empty(tmp_path):
+    changelog = ListChangelog()
+    active = open_store(tmp_path / "s", changelog)
+    active.put(1, 1)
+    active.flush()  # uncommitted
+    active.close()
+    replica = open_replica(tmp_path / "s")
+    assert replica.position == 0 and list(replica.all()) == []
+    replica.close()
