@@ -419,6 +419,8 @@ class KafkaProducer(BufferedProducer):
         self._producer: AIOKafkaProducer | None = None
         #: one per record batch sent and not yet acknowledged: (its delivery future, records)
         self._acks: list[tuple[asyncio.Future[Any], int]] = []
+        #: acknowledgements a flush took and awaits: a flush running meanwhile awaits them too
+        self._settling: set[asyncio.Task[None]] = set()
         self._sending: asyncio.Task[None] | None = None
         # one sender at a time, so that a partition's records keep their order (made on the
         # running loop: a closed producer may be used again on another one)
@@ -515,11 +517,29 @@ class KafkaProducer(BufferedProducer):
             async with asyncio.timeout(self.timeout):
                 await self._send_buffered()
                 acks, self._acks = self._acks, []
-                if not acks:
-                    return
-                done = await asyncio.gather(*(fut for fut, _ in acks))
+                loop = asyncio.get_running_loop()
+                if acks:
+                    settle = loop.create_task(self._settle(acks))
+                    self._settling.add(settle)
+                    settle.add_done_callback(self._settled)
+                # records buffered before this flush may have been sent by another one (tasks
+                # commit at once): their acknowledgements count as this flush's
+                settling = [t for t in self._settling if t.get_loop() is loop]
+                if settling:
+                    await asyncio.wait(settling)
+                    for t in settling:
+                        t.result()
         except (KafkaError, TimeoutError, OSError) as exc:
             raise kafka_error("producing", self.servers, exc) from exc
+
+    def _settled(self, task: asyncio.Task[None]) -> None:
+        self._settling.discard(task)
+        if not task.cancelled():
+            task.exception()  # raised by the flushes that awaited it
+
+    async def _settle(self, acks: list[tuple[asyncio.Future[Any], int]]) -> None:
+        """Await the acknowledgements of ``acks`` and note the offsets they give."""
+        done = await asyncio.gather(*(fut for fut, _ in acks))
         ends, firsts = self.end_offsets, self.first_offsets
         for md, (_, n) in zip(done, acks, strict=True):
             key = (md.topic, md.partition)
