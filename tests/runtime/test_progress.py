@@ -30,14 +30,15 @@ def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return proc
 
 
-def stopped_after(seconds: float, *args: str, cwd: Path) -> str:
-    """Standard error of a run stopped with SIGINT (as Ctrl-C) after ``seconds``."""
+def stopped_after(seconds: float, *args: str, cwd: Path, code: int = 0) -> str:
+    """Standard error of a run stopped with SIGINT (as Ctrl-C) after ``seconds``; ``code`` is
+    its exit code (0 for a run under --follow, 130 for a bounded run stopped before its end)."""
     proc = subprocess.Popen([CLI, *args], cwd=cwd, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     time.sleep(seconds)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err
+    assert proc.returncode == code, err
     return err
 
 
@@ -94,8 +95,10 @@ def test_a_row_per_container_and_a_lone_container_says_what_it_waits_for(
     (tmp_path / "more.jsonl").write_text(run("sample", VIEWS, "page-views", "300",
                                              cwd=tmp_path).stdout)
     run("load", VIEWS, "page-views", "more.jsonl", cwd=tmp_path)
+    # a bounded run whose other container never comes: stopped before its end, interrupted
     err = stopped_after(4, "run", VIEWS, "--containers", "2", "--container-id", "0", "-c",
-                        "task.progress.ms=200", cwd=tmp_path)
+                        "task.progress.ms=200", cwd=tmp_path, code=130)
+    assert "interrupted by SIGINT before its inputs ended" in err, err
     waiting = [ln for ln in err.splitlines() if "waiting for" in ln]
     assert waiting, err
     assert waiting[-1].startswith("container 0 of 2: processed")
