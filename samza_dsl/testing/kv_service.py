@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import selectors
 import threading
 import time
@@ -50,6 +51,14 @@ _JSON = {"Content-Type": "application/json"}
 
 def _json_response(body: Any, status: int = 200) -> web.Response:
     return web.Response(body=_encode(body), status=status, content_type="application/json")
+
+
+def _low_descriptors(room: int = 256) -> bool:
+    """Whether the descriptors this process opens next are numbered well below select()'s
+    FD_SETSIZE (1024), with ``room`` to spare for a service's connections."""
+    probe = os.open(os.devnull, os.O_RDONLY)
+    os.close(probe)
+    return probe + room < 1024
 
 
 class KVService:
@@ -165,8 +174,10 @@ class KVService:
 
     def _run(self) -> None:
         # select() takes microsecond timeouts, where epoll rounds each up to a whole
-        # millisecond: a 5 ms latency stays 5 ms
-        loop = self._loop = asyncio.SelectorEventLoop(selectors.SelectSelector())
+        # millisecond: a 5 ms latency stays 5 ms. But select() takes no descriptor numbered
+        # FD_SETSIZE (1024) or more: in a process that holds that many, the default selector.
+        loop = self._loop = asyncio.SelectorEventLoop(
+            selectors.SelectSelector() if _low_descriptors() else selectors.DefaultSelector())
         try:
             loop.run_until_complete(self._serve())
         except BaseException as exc:  # startup failed: start() reports it
