@@ -207,9 +207,10 @@ def test_retention_ms_deletes_old_input_segments(module: Any, tmp_path: Path) ->
 def test_retention_bytes_keeps_about_that_many_bytes(module: Any, tmp_path: Path) -> None:
     app = module.make("trim", **{"streams.out.retention.bytes": 4000})
     config = {"job.dir": str(tmp_path / "job")}
-    for r in range(4):  # a segment per output partition and run
+    for r in range(4):  # segments of each output partition in every run
         _load(app, config, r * 1000, 1000, 10)
-        assert len(LocalRunner(app, config).run().messages("out")) == 1000
+        runner = LocalRunner(app, config).run()
+        assert (runner.written() or {}).get("out") == 1000  # retention may take some at once
     job = LocalJob(app, config, run=False)
     try:
         lg, phys = job.log_of(job.stream_system["out"]), job.physical["out"]
