@@ -133,7 +133,7 @@ class TaskInstance:
         self.metrics = env.metrics
 
         # handout bookkeeping
-        self.pending: deque[list[Any]] = deque()  # [ssp, offset, done, started_ms]
+        self.pending: deque[list[Any]] = deque()  # [ssp, offset, done, started, time, went]
         self.in_flight = 0
         #: the task's loop waits for work or completions (nothing else of it is under way), so
         #: a coroutine that completed a message may hand out the next one itself
@@ -1014,7 +1014,9 @@ class TaskInstance:
                         for op in local_ops:  # type: ignore[union-attr]
                             op.local_watermark = False
                             self.clock.seed(ssp, op.op_id, op.watermark)
-                    rec = [ssp, first + i - 1, False, time.monotonic(), t]
+                    # the last: how many went through the task before it, for its error
+                    rec = [ssp, first + i - 1, False, time.monotonic(), t,
+                           self.processed + n + i - 1 - self._cur_i]
                     pending.append(rec)
                     self.in_flight += 1
                     if adopting:  # the coroutine that asked takes it on
@@ -1092,7 +1094,7 @@ class TaskInstance:
                         await _settle_calls(calls)
                         calls = self._rec_calls.pop(id(rec), None)
             except OperatorFailure as f:
-                self.fail(self._task_error(f, rec[0], rec[1]))
+                self.fail(self._task_error(f, rec[0], rec[1], rec[5]))
                 return
             except asyncio.CancelledError:
                 return

@@ -140,3 +140,24 @@ def test_the_innermost_frame_of_the_users_code_is_named_not_the_librarys() -> No
     with pytest.raises(TaskError) as info:
         TestRunner(app2).add_input(nums, ["1", "x"]).run()
     assert f"in _helper() at {here}:{_helper.__code__.co_firstlineno + 1}." in str(info.value)
+
+
+@pytest.mark.parametrize("config", [{}, {"job.container.thread.pool.size": 2}],
+                         ids=["inline", "thread-pool"])
+@pytest.mark.parametrize(("bad", "says"), [
+    (0, "It failed on the first message, so it may fail on many"),
+    (4, "It failed after only 4 message(s) went through, so it may fail on many"),
+])
+def test_a_message_completed_off_the_loop_counts_only_those_before_it(
+        config: dict[str, int], bad: int, says: str) -> None:
+    """A function run in the thread pool fails after the message was counted as handed out:
+    its error counts the messages before it, as when it runs inline."""
+    app, mem = StreamApplication("counted", config=config), MemorySystem()
+    nums = mem.input("nums")
+    app.input(nums).map(lambda m: 1 // (m - bad), name="inverse") \
+        .send_to(app.output(mem.output("out")))
+    with pytest.raises(TaskError) as info:
+        TestRunner(app).add_input(nums, list(range(20))).run()
+    assert f"offset {bad}: ZeroDivisionError" in str(info.value)
+    assert says in str(info.value)
+    assert "--skip" not in str(info.value)
