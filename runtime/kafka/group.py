@@ -17,6 +17,9 @@ the session timeout moves no task.
   go on with their stores open, the tasks it lost are closed, and new tasks have their stores
   restored in a worker thread, their inputs unread until their stores are ready, never inside
   the group's callback.
+- Fencing (``runtime.kafka.fence``): the container's producer sends nothing past the member's
+  lease; a member that learns it was dropped from the group drops its tasks and what it had not
+  sent, says so in one line and joins again; each task taken over is claimed in its checkpoint.
 
 The consumer settings of the group (``session_timeout_ms``, ``heartbeat_interval_ms``, ...) come
 from ``systems.<name>.consumer.*``, as the rest of the job's consumer settings.
@@ -42,6 +45,7 @@ from runtime.container import Container
 from runtime.elastic import fan_readers
 from runtime.job import JobModel, TaskModel
 from runtime.kafka.assignor import AssignmentRefused, MemberTasks, TaskAssignor
+from runtime.kafka.fence import Fenced, Lease, watch_coordinator
 from runtime.task import TaskInstance
 from samza_dsl.config import config_value
 from samza_dsl.errors import ConfigError, SamzaError
@@ -110,6 +114,7 @@ class _Listener(ConsumerRebalanceListener):
         self.m = membership
 
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        await self.m.check_fenced()
         if self.m.assigned_once:
             await self.m.call(self.m.container.on_revoked(), self.m.shutdown_s + 5.0)
 
@@ -140,6 +145,14 @@ class GroupMembership:
         self.settings = dict(settings)
         self.instance_id = instance_id
         self.shutdown_s = shutdown_s
+        self.settings = {"session_timeout_ms": 10_000, "heartbeat_interval_ms": 3_000,
+                         **self.settings}
+        session = int(self.settings["session_timeout_ms"])
+        self.settings.setdefault("rebalance_timeout_ms",
+                                 max(session, int(shutdown_s * 1000) + 5_000))
+        #: until when this member is surely in the group (``runtime.kafka.fence``)
+        self.lease = Lease(session / 1000.0, int(self.settings["rebalance_timeout_ms"]) / 1000.0)
+        self._fences = 0
         self.consumer: AIOKafkaConsumer | None = None
         self.assigned_once = False
         self._main: asyncio.AbstractEventLoop | None = None
@@ -177,6 +190,12 @@ class GroupMembership:
                 with contextlib.suppress(RuntimeError):
                     self.post(self.container.on_failed(self._error(exc)))
 
+    async def check_fenced(self) -> None:
+        """Once per fencing: the container drops its tasks (on its loop, waited for)."""
+        if self.lease.fences != self._fences:
+            self._fences = self.lease.fences
+            await self.call(self.container.on_fenced(self.lease.reason), self.shutdown_s + 5.0)
+
     def _error(self, exc: BaseException) -> BaseException:
         if isinstance(exc, SamzaError):
             return exc
@@ -190,11 +209,8 @@ class GroupMembership:
                           f"{name}: {exc}; the container stopped: start it again")
 
     async def _member(self) -> None:
-        settings = {"session_timeout_ms": 10_000, "heartbeat_interval_ms": 3_000,
-                    **self.settings}
+        settings = dict(self.settings)
         session = int(settings["session_timeout_ms"])
-        settings.setdefault("rebalance_timeout_ms",
-                            max(session, int(self.shutdown_s * 1000) + 5_000))
         settings.setdefault("max_poll_interval_ms", 300_000)
         settings.setdefault("request_timeout_ms", max(40_000, session + 5_000))
         settings.pop("auto_offset_reset", None)
@@ -208,10 +224,12 @@ class GroupMembership:
         self.consumer = consumer
         try:
             await consumer.start()
+            watch_coordinator(consumer, self.lease)
             consumer.subscribe(self.assignor.topics(), listener=_Listener(self))
             while not self._stop.is_set():
                 # nothing to read (every partition is paused): takes part in the group
                 await consumer.getmany(timeout_ms=200)
+                await self.check_fenced()
         finally:
             with contextlib.suppress(KafkaError, OSError, asyncio.CancelledError):
                 await consumer.stop()
@@ -248,6 +266,8 @@ class GroupContainer(Container):
         self.assignment: MemberTasks | None = None
         self.rebalances = 0
         self.last_rebalance_s: float | None = None
+        #: how many times this member was fenced out of its group
+        self.fenced = 0
         self._revoked_at: float | None = None
 
     def request_stop(self) -> None:
@@ -264,6 +284,8 @@ class GroupContainer(Container):
         loop = asyncio.get_running_loop()
         helpers = [asyncio.create_task(self._consume(), name="consumer"), *self._timers()]
         self.membership = self._membership_of(self)
+        if hasattr(self.producer, "lease"):  # it sends nothing past the member's lease
+            self.producer.lease = self.membership.lease
         self.membership.start(loop)
         self.loop_meter.install(loop)
         if self.reporters is not None:
@@ -286,7 +308,9 @@ class GroupContainer(Container):
             if self._error is not None:
                 raise self._error
             for run in list(self._runs.values()):
-                if run.done() and not run.cancelled() and run.exception() is not None:
+                # a task that learnt the member was fenced is dropped by on_fenced
+                if run.done() and not run.cancelled() and run.exception() is not None \
+                        and not isinstance(run.exception(), Fenced):
                     raise run.exception()  # type: ignore[misc]
             if self.env.stopping and all(r.done() for r in self._runs.values()):
                 return
@@ -305,6 +329,26 @@ class GroupContainer(Container):
     async def on_failed(self, exc: BaseException) -> None:
         self._error = exc
         self._changed.set()
+
+    async def on_fenced(self, reason: str) -> None:
+        """The group went on without this member: its tasks run elsewhere. Drop them without a
+        commit, with every record not sent yet; the member joins the group again."""
+        async with self._lock:
+            self.fenced += 1
+            names = sorted((t.name for t in self.tasks), key=_task_order)
+            for t in list(self.tasks):
+                await self._drop(t)
+            for name, task in list(self._ready.items()):
+                self._discard(task)
+                del self._ready[name]
+            discard = getattr(self.producer, "discard", None)
+            dropped = discard() if discard is not None else 0
+            self.wanted = set()
+            self.holding = True
+            _log.warning("container %s: fenced out of the group at generation %d (%s): it "
+                         "dropped tasks %s and %d records not sent, without a commit; it "
+                         "joins the group again", self._label(), self.generation, reason,
+                         ", ".join(names) or "none", dropped)
 
     async def on_revoked(self) -> None:
         """Stop handing out, drain (at most ``task.shutdown.ms``) and commit every task; they
@@ -331,6 +375,9 @@ class GroupContainer(Container):
         async with self._lock:
             self.assignment = tasks
             self.generation = tasks.generation
+            stamp = getattr(self.checkpoints, "stamp", None)
+            if stamp is not None:  # each checkpoint names its generation and writer
+                stamp.update(group_generation=tasks.generation, member=self._label())
             self.wanted = set(tasks.active)
             self.holding = False
             self.env.task_share = len(self.wanted) / max(1, len(self.job.tasks))
