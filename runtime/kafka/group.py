@@ -268,6 +268,7 @@ class GroupContainer(Container):
         self.last_rebalance_s: float | None = None
         #: how many times this member was fenced out of its group
         self.fenced = 0
+        self._announcing: set[asyncio.Task[None]] = set()
         self._revoked_at: float | None = None
 
     def request_stop(self) -> None:
@@ -284,6 +285,7 @@ class GroupContainer(Container):
         loop = asyncio.get_running_loop()
         helpers = [asyncio.create_task(self._consume(), name="consumer"), *self._timers()]
         self.membership = self._membership_of(self)
+        self._revoked_at = time.monotonic()  # its first rebalance: from when it joins
         if hasattr(self.producer, "lease"):  # it sends nothing past the member's lease
             self.producer.lease = self.membership.lease
         self.membership.start(loop)
@@ -297,6 +299,9 @@ class GroupContainer(Container):
             self.env.stopping = True  # a late assignment starts nothing now
             await asyncio.to_thread(self.membership.stop, self.shutdown_s + 10.0)
             await self._settle_restores()
+            write = getattr(self.checkpoints, "write_member", None)
+            if write is not None and self.assignment is not None:  # it left the group
+                await self._write_member(write, None)
             if self._idle is not None:
                 helpers.append(self._idle)
             await self._close(list(self._runs.values()) + helpers)
@@ -401,10 +406,40 @@ class GroupContainer(Container):
             if self._revoked_at is not None:
                 self.last_rebalance_s = time.monotonic() - self._revoked_at
             self.rebalances += 1
+            self._announce(new)
             _log.warning("container %s: group generation %d: runs %s%s", self._label(),
                          tasks.generation, ", ".join(sorted(self.wanted, key=_task_order))
                          or "no task", f" (restoring {', '.join(m.name for m in new)})"
                          if new else "")
+
+    def _announce(self, restoring: list[TaskModel]) -> None:
+        """Write this member's share and its last rebalance where ``samza-dsl status`` reads it
+        (in the background: the rebalance does not wait for it)."""
+        write = getattr(self.checkpoints, "write_member", None)
+        a = self.assignment
+        if write is None or a is None or self.membership is None:
+            return
+        info = {"host": self.membership.assignor.host, "pid": os.getpid(),
+                "container": self.membership.assignor.container,
+                "generation": a.generation, "active": sorted(a.active, key=_task_order),
+                "standby": sorted(a.standby, key=_task_order),
+                "restoring": [m.name for m in restoring], "rebalance_at": time.time(),
+                "rebalance_s": self.last_rebalance_s}
+        task = asyncio.create_task(self._write_member(write, info))
+        self._announcing.add(task)
+        task.add_done_callback(self._announcing.discard)
+
+    async def _write_member(self, write: Callable[..., Awaitable[None]],
+                            info: dict[str, Any] | None) -> None:
+        try:
+            await write(self._member_name(), info)
+        except (SamzaError, OSError) as exc:  # status only: the job goes on
+            _log.info("container %s: could not record its share for status: %s",
+                      self._label(), exc)
+
+    def _member_name(self) -> str:
+        m = self.membership
+        return f"{m.assignor.container}@{m.assignor.host}" if m is not None else str(os.getpid())
 
     def _label(self) -> str:
         m = self.membership
@@ -462,6 +497,8 @@ class GroupContainer(Container):
                 self._restoring.pop(m.name, None)
         async with self._lock:
             await self._start_ready()
+            if not self.holding:  # its share again, restored
+                self._announce([self.job.task(n) for n in self._restoring])
 
     def _open_stores(self, m: TaskModel) -> dict[str, Any]:
         """The task's stores with changelogs, each restored to the task's checkpoint (in a

@@ -43,6 +43,8 @@ __all__ = ["KafkaConsumer", "KafkaProducer", "KafkaCheckpoints", "CheckpointTopi
 
 _GENERATION = b"__generation__"
 _ELASTICITY = b"__elasticity__"
+#: the key prefix of a group member's record (``KafkaCheckpoints.write_member``)
+_MEMBER = b"__member__"
 
 
 
@@ -565,6 +567,8 @@ class CheckpointTopic:
     #: per task, its records ignored: written in an older group generation than one before them
     #: (by a member fenced out of the group, ``runtime.kafka.fence``)
     fenced: dict[str, int] = field(default_factory=dict)
+    #: the members of the job's consumer group, as each last wrote (``write_member``)
+    members: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 async def read_checkpoint_topic(servers: str, topic: str, settings: Mapping[str, Any],
@@ -588,6 +592,12 @@ async def read_checkpoint_topic(servers: str, topic: str, settings: Mapping[str,
                         out.generation = int(r.value)
                     elif r.key == _ELASTICITY and r.value is not None:
                         out.elasticity = int(r.value)
+                    elif r.key is not None and r.key.startswith(_MEMBER):
+                        name = r.key[len(_MEMBER):].decode()
+                        if r.value is None:  # the member left the group
+                            out.members.pop(name, None)
+                        else:
+                            out.members[name] = checkpoints.decode(r.value)
                     elif r.key is not None and r.value is not None:
                         task = r.key.decode()
                         data = checkpoints.decode(r.value)
@@ -672,6 +682,14 @@ class KafkaCheckpoints:
             claimed[name] = data
         await self.producer.flush()
         self._data.update(claimed)
+
+    async def write_member(self, name: str, info: Mapping[str, Any] | None) -> None:
+        """A member of the job's consumer group says what it runs after a rebalance (None: it
+        left the group), for ``samza-dsl status``."""
+        value = None if info is None else checkpoints.encode(info)
+        self.producer.buffer(f"__checkpoint__{self.topic}", 0).append(
+            (_MEMBER + name.encode(), value, None))
+        await self.producer.flush()
 
     async def write_generation(self, generation: int, elasticity: int | None = None) -> None:
         """The run's generation, and the job's ``job.elasticity.factor``."""
