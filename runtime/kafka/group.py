@@ -266,6 +266,7 @@ class GroupContainer(Container):
         self.assignment: MemberTasks | None = None
         self.rebalances = 0
         self.last_rebalance_s: float | None = None
+        self.last_rebalance_at: float | None = None
         #: how many times this member was fenced out of its group
         self.fenced = 0
         self._announcing: set[asyncio.Task[None]] = set()
@@ -405,6 +406,7 @@ class GroupContainer(Container):
             await self._start_ready()
             if self._revoked_at is not None:
                 self.last_rebalance_s = time.monotonic() - self._revoked_at
+            self.last_rebalance_at = time.time()
             self.rebalances += 1
             self._announce(new)
             _log.warning("container %s: group generation %d: runs %s%s", self._label(),
@@ -556,13 +558,21 @@ class GroupContainer(Container):
     def status(self) -> dict[str, Any]:
         out = super().status()
         a = self.assignment
+        m = self.membership
         out["group"] = {
+            "group": m.group if m is not None else None,
+            "member": self._member_name(), "host": m.assignor.host if m is not None else None,
             "generation": self.generation,
             "active": sorted((t.name for t in self.tasks), key=_task_order),
+            "standby": sorted(a.standby, key=_task_order) if a is not None else [],
             "restoring": sorted(self._restoring, key=_task_order),
             "owners": dict(a.owners) if a is not None else {},
             "rebalances": self.rebalances,
+            "last_rebalance_at": self.last_rebalance_at,
             "last_rebalance_s": self.last_rebalance_s,
+            "fenced": self.fenced,
+            "task_partitions": {t.name: sorted([s.stream_id, s.partition] for s in t.ssps)
+                                for t in self.job.tasks},
         }
         return out
 

@@ -80,3 +80,66 @@ def test_status_shows_the_group_members_their_tasks_the_rebalance_and_the_lag_pe
     finally:
         codes = [m.stop() for m in members if m.alive()]
     assert all(c == 0 for c in codes), [m.text()[-2000:] for m in members]
+
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--no-first-run", "--disable-sync"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_the_job_page_of_a_member_shows_the_group_in_chromium(kafka_bootstrap: str,
+                                                               tmp_path: Path) -> None:
+    """Two members; the page of one (``--ui``) shows the generation, both members and their
+    tasks, the last rebalance and how long it took, and the lag of each task it runs (the other
+    member's are on its own page, and in ``samza-dsl status``)."""
+    from playwright.sync_api import sync_playwright
+
+    tag = uuid.uuid4().hex[:8]
+    run(create_topic(kafka_bootstrap, f"gevents-{tag}", 4))
+    port = _free_port()
+    members = [Member(tmp_path / "host-0", kafka_bootstrap, tag, "--ui", f"127.0.0.1:{port}"),
+               Member(tmp_path / "host-1", kafka_bootstrap, tag)]
+    try:
+        wait_for("two members split the tasks", lambda: settled(members, 4), 60, members)
+        generation, mine = members[0].assignment()  # type: ignore[misc]
+        _, theirs = members[1].assignment()  # type: ignore[misc]
+        run(produce_each(kafka_bootstrap, f"gevents-{tag}",
+                         keyed(((f"k{i % 20}", {"i": i}) for i in range(200)), 4)))
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page()
+                page.goto(f"http://127.0.0.1:{port}/")
+                page.wait_for_function(
+                    "() => !document.getElementById('group').hidden && document.querySelectorAll("
+                    "'#gtasks tbody tr').length === 4 && [...document.querySelectorAll("
+                    "'#gtasks td.lag')].filter(td => td.textContent === '0').length === 2",
+                    timeout=60_000)
+                summary = page.text_content("#gsum") or ""
+                members_rows = page.eval_on_selector_all(
+                    "#gmembers tbody tr", "rs => rs.map(r => [...r.cells].map(c => c.textContent))")
+                task_rows = page.eval_on_selector_all(
+                    "#gtasks tbody tr", "rs => rs.map(r => [...r.cells].map(c => c.textContent))")
+            finally:
+                browser.close()
+        host = socket.gethostname()
+        assert summary.startswith(f"generation {generation} · this page: "
+                                  f"pid-{members[0].pid}@{host} on {host}"), summary
+        assert "last rebalance" in summary and " ago, took " in summary, summary
+        # every member, named with its host and container, and its tasks
+        assert sorted(r[1] for r in members_rows) == sorted([", ".join(mine), ", ".join(theirs)])
+        for m, tasks in ((members[0], mine), (members[1], theirs)):
+            row = next(r for r in members_rows if r[1] == ", ".join(tasks))
+            assert f"({host}/pid-{m.pid})" in row[0], members_rows
+        assert [r[0] for r in task_rows] == [f"Partition {p}" for p in range(4)]
+        assert {r[0]: r[2] for r in task_rows} == {t: "0" if t in mine else "–"
+                                                   for t in mine + theirs}, task_rows
+    finally:
+        codes = [m.stop() for m in members]
+    assert codes == [0, 0], [m.text()[-2000:] for m in members]
