@@ -59,6 +59,7 @@ class Lease:
     def __init__(self, session_s: float, rebalance_s: float) -> None:
         self.session_s = session_s * _SHARE
         self.rebalance_s = rebalance_s * _SHARE
+        self._grace = session_s + rebalance_s
         #: inf until the member's first assignment (it has written nothing for a task yet)
         self.until = math.inf
         self._ok_at = 0.0
@@ -93,11 +94,23 @@ class Lease:
                            f"{max(0.0, time.monotonic() - self._ok_at):.1f} s")
             self.fences += 1
 
+    def _give_up(self) -> None:
+        """No answer for a session and a rebalance timeout past the lease: the member is out of
+        the group whatever the coordinator would say (a member that cannot reach it, or one left
+        out of a rebalance it did not rejoin in time)."""
+        if self.armed and time.monotonic() > self.until + self._grace:
+            self.until = 0.0
+            self.armed = False
+            self.reason = (f"no heartbeat of this member was answered for "
+                           f"{time.monotonic() - self._ok_at:.1f} s")
+            self.fences += 1
+
     async def wait(self, poll: float = 0.02) -> None:
         """Return once the lease is valid; raise ``Fenced`` once the member learns it was
-        dropped from its group."""
+        dropped from its group, or after a session and a rebalance timeout without an answer."""
         fences = self.fences
         while not self.valid():
+            self._give_up()
             if self.fences != fences or not self.armed and self.until == 0.0:
                 raise Fenced(f"fenced: {self.reason or 'the member left its group'}")
             await asyncio.sleep(poll)

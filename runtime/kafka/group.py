@@ -300,6 +300,7 @@ class GroupContainer(Container):
             self.env.stopping = True  # a late assignment starts nothing now
             await asyncio.to_thread(self.membership.stop, self.shutdown_s + 10.0)
             await self._settle_restores()
+            self._leave_lease()
             write = getattr(self.checkpoints, "write_member", None)
             if write is not None and self.assignment is not None:  # it left the group
                 await self._write_member(write, None)
@@ -321,6 +322,22 @@ class GroupContainer(Container):
             if self.env.stopping and all(r.done() for r in self._runs.values()):
                 return
             await self._changed.wait()
+
+    def _leave_lease(self) -> None:
+        """Out of the group now: the tasks committed what they could while it was a member;
+        records still unsent without a valid lease are dropped (their tasks' next owner
+        processes their messages again), and what the container writes as it closes (its
+        last metrics) is no task's."""
+        lease = getattr(self.producer, "lease", None)
+        if lease is None:
+            return
+        if not lease.valid():
+            dropped = self.producer.discard()  # type: ignore[attr-defined]
+            if dropped:
+                _log.warning("container %s: stopped out of its group (%s): %d records not "
+                             "sent were dropped", self._label(), lease.reason or "no lease",
+                             dropped)
+        self.producer.lease = None  # type: ignore[attr-defined]
 
     async def _settle_restores(self) -> None:
         """Wait for restores under way (a thread cannot be stopped) and close what they built."""
@@ -491,6 +508,15 @@ class GroupContainer(Container):
                     if start is not None:
                         task.checkpoint[ssp] = start
                 self._ready[m.name] = task
+        except Fenced:  # the member was fenced meanwhile: none of them starts; it joins again
+            for m in models:
+                self._opened.pop(m.name, None)
+                built = self._ready.pop(m.name, None)
+                if built is not None:
+                    self._discard(built)
+                else:
+                    self.state.close_task(m.name)  # type: ignore[attr-defined]
+            return
         except BaseException as exc:
             await self.on_failed(exc)
             raise
