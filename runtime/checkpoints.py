@@ -1,7 +1,15 @@
 """The checkpoint record every checkpoint store writes: a task's input offsets and its stores'
 changelog positions, merged with the task's previous checkpoint (a task may checkpoint some of
 its partitions only), and when it was written (``written``, milliseconds since the epoch, for
-``samza-dsl status``; checkpoints written before it existed have none, and read the same)."""
+``samza-dsl status``; checkpoints written before it existed have none, and read the same).
+
+A checkpoint written by a member of a consumer group also names the group generation it was
+written in (``group_generation``) and the member (``member``), and carries the task's ``epoch``:
+each member that takes a task over writes its checkpoint again with the epoch one higher before
+it reads the task's inputs. A reader ignores a task's checkpoint of an epoch lower than one it
+read before it (``supersedes``), so a member fenced out of its group cannot move a task's
+checkpoint (``runtime.kafka.fence``). The epoch, not the group generation, decides: a group's
+generation starts over when the broker deletes an empty group."""
 
 from __future__ import annotations
 
@@ -13,21 +21,30 @@ import msgspec
 
 from runtime.job import SSP
 
-__all__ = ["merge", "offsets_of", "changelogs_of", "written_of", "encode", "decode"]
+__all__ = ["merge", "offsets_of", "changelogs_of", "written_of", "epoch_of", "supersedes",
+           "encode", "decode"]
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder()
 
 
 def merge(old: Mapping[str, Any], offsets: Mapping[SSP, int],
-          changelogs: Mapping[str, int] | None) -> dict[str, Any]:
-    """``old`` with ``offsets`` and ``changelogs`` written over it, stamped with the time now."""
+          changelogs: Mapping[str, int] | None,
+          stamp: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``old`` with ``offsets`` and ``changelogs`` written over it, stamped with the time now
+    and ``stamp`` (a group member's ``group_generation`` and ``member``; ``epoch`` when it takes
+    the task over), keeping ``old``'s epoch otherwise."""
     merged = {(s, p): o for s, p, o in old.get("offsets", [])}
     merged.update({(ssp.stream_id, ssp.partition): o for ssp, o in offsets.items()})
     cls = dict(old.get("changelogs", {}))
     cls.update(changelogs or {})
-    return {"offsets": [[s, p, o] for (s, p), o in sorted(merged.items())], "changelogs": cls,
-            "written": int(time.time() * 1000)}
+    out = {"offsets": [[s, p, o] for (s, p), o in sorted(merged.items())], "changelogs": cls,
+           "written": int(time.time() * 1000)}
+    if "epoch" in old:
+        out["epoch"] = epoch_of(old)
+    if stamp:
+        out.update(stamp)
+    return out
 
 
 def offsets_of(data: Mapping[str, Any]) -> dict[SSP, int]:
@@ -43,6 +60,19 @@ def written_of(data: Mapping[str, Any]) -> float | None:
     before checkpoints recorded it."""
     ms = data.get("written")
     return ms / 1000.0 if isinstance(ms, int | float) and not isinstance(ms, bool) else None
+
+
+def epoch_of(data: Mapping[str, Any] | None) -> int:
+    """A task's epoch in its checkpoint: how many times a group's member took it over (0: never,
+    or a checkpoint from before checkpoints carried it)."""
+    e = (data or {}).get("epoch")
+    return e if isinstance(e, int) and not isinstance(e, bool) else 0
+
+
+def supersedes(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
+    """Whether a task's checkpoint ``new``, read after ``old``, replaces it: unless its epoch is
+    lower (written by a member fenced out of the group since another took the task over)."""
+    return old is None or epoch_of(new) >= epoch_of(old)
 
 
 def encode(data: Mapping[str, Any]) -> bytes:

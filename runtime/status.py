@@ -16,6 +16,12 @@
   and the offsets its changelog spans (end less start offset, over its partitions; compaction
   may leave fewer records).
 - **Generation** and **elasticity factor** of the last run (``runtime.job``, ``runtime.elastic``).
+- **Group.** A job on Kafka run as a consumer group (``job.coordinator=kafka``): its members
+  (container, host, process) with their active, standby and restoring tasks, as each wrote
+  them into the checkpoint topic after its last rebalance (``runtime.kafka.group``); the group
+  generation, the last rebalance and how long it took (the longest any member paused), and the
+  lag of each task (the sum over its input partitions). A member of an older generation than the
+  latest is gone (a lost host); a member that stopped cleanly said so and is not listed.
 - **Metrics**: on the local system, where the job reports to its snapshot stream
   (``metrics.reporters=snapshot``; ``run --containers N --ui`` turns it on), the last snapshot of
   each container of its last run: user messages processed and late messages dropped per window,
@@ -238,7 +244,7 @@ def local_status(job: Any, now: float | None = None) -> dict[str, Any]:
         "elasticity_factor": int(factor) if factor else None,
         "configured_elasticity_factor": int(config_value(job.plan.config,
                                                          "job.elasticity.factor")),
-        "containers": conts, "locks": locks, "containers_note": None,
+        "containers": conts, "locks": locks, "containers_note": None, "group": None,
         "checkpoints": {"where": f"{log.path} (metadata checkpoint/{job.job_name}/<task>)",
                         "last_written": max(written, default=None)},
         "partitions": rows, "stores": store_rows(model, job.root, changelog),
@@ -295,6 +301,7 @@ async def _kafka_status(app: Any, config: Mapping[str, Any], app_ref: str, timeo
                       sum(got[TopicPartition(name, p)][1] - got[TopicPartition(name, p)][0]
                           for p in range(n)))
 
+    rows = partitions(model, cp.data, bounds, cp.timestamps, now=now)
     root = job_dir(streams.job_name, config)  # as KafkaJob finds it
     count = int(config_value(streams.plan.config, "job.container.count"))
     conts, locks = containers(root, cp.generation is not None, count, elsewhere=True)
@@ -303,7 +310,9 @@ async def _kafka_status(app: Any, config: Mapping[str, Any], app_ref: str, timeo
     note = (f"only containers on this machine show running (by their locks in {lock_dir(root)});"
             f" containers on other machines cannot be seen from here, and the brokers do not "
             f"know them either (they read without a consumer group). The checkpoint topic "
-            f"{topic!r} was last written{age or ': never'}")
+            f"{topic!r} was last written{age or ': never'}") if not cp.members else (
+        f"the job runs as the consumer group {streams.job_name!r}: its members are listed "
+        f"under the group below, on every host (the containers above are this machine's)")
     return {
         "version": STATUS_VERSION, "job": streams.job_name, "system": "kafka",
         "bootstrap_servers": streams.servers, "job_dir": os.path.abspath(root),
@@ -312,8 +321,47 @@ async def _kafka_status(app: Any, config: Mapping[str, Any], app_ref: str, timeo
                                                          "job.elasticity.factor")),
         "containers": conts, "locks": locks, "containers_note": note,
         "checkpoints": {"where": f"topic {topic}", "last_written": last},
-        "partitions": partitions(model, cp.data, bounds, cp.timestamps, now=now),
+        "partitions": rows, "group": group_status(streams.job_name, cp.members, rows, cp.data),
         "stores": store_rows(model, root, changelog), "metrics": None}
+
+
+def group_status(group: str, members: Mapping[str, Mapping[str, Any]],
+                 rows: list[dict[str, Any]], records: Mapping[str, Mapping[str, Any]]
+                 ) -> dict[str, Any] | None:
+    """The consumer group of a job (``group`` is its name) from its members' records: the
+    members of the latest generation, their tasks and the tasks' lags; None for a job that never
+    ran as a group."""
+    if not members and not any("group_generation" in d for d in records.values()):
+        return None
+    lag: dict[str, int] = {}
+    for r in rows:
+        if r["lag"] is not None:
+            lag[r["task"]] = lag.get(r["task"], 0) + r["lag"]
+    generation = max((int(m.get("generation", -1)) for m in members.values()), default=None)
+    current = {n: m for n, m in members.items() if m.get("generation") == generation}
+    out: list[dict[str, Any]] = []
+    for name, m in sorted(current.items()):
+        active = list(m.get("active", []))
+        out.append({"member": name, "host": m.get("host"), "container": m.get("container"),
+                    "pid": m.get("pid"), "active": active, "standby": list(m.get("standby", [])),
+                    "restoring": list(m.get("restoring", [])),
+                    "lag": sum(lag.get(t, 0) for t in active)})
+    owner = {t: m["member"] for m in out for t in m["active"]}
+    took = [m["rebalance_s"] for m in current.values()
+            if isinstance(m.get("rebalance_s"), int | float)]
+    return {"group": group, "generation": generation, "members": out,
+            "gone": sorted(n for n in members if n not in current),
+            "last_rebalance": max((float(m["rebalance_at"]) for m in current.values()
+                                   if "rebalance_at" in m), default=None),
+            "last_rebalance_s": max(took) if took else None,
+            "tasks": [{"task": t, "member": owner.get(t), "lag": lag.get(t),
+                       "epoch": checkpoints.epoch_of(records.get(t))}
+                      for t in sorted({r["task"] for r in rows}, key=_task_key)]}
+
+
+def _task_key(name: str) -> tuple[int, str]:
+    digits = "".join(c for c in name if c.isdigit())
+    return (int(digits) if digits else -1, name)
 
 
 def _age(seconds: float | None) -> str:
@@ -361,6 +409,7 @@ def status_text(s: Mapping[str, Any]) -> str:
                          "-" if r["checkpointed_offset"] is None
                          else _age(r["checkpoint_age_seconds"])])
         lines += ["partitions:", *_table(rows)]
+    lines += _group_lines(s.get("group"))
     m = s.get("metrics")
     if m:
         late = ", ".join(f"{op} {n:,}" for op, n in m["late_dropped"].items()) or "none"
@@ -378,3 +427,25 @@ def status_text(s: Mapping[str, Any]) -> str:
                                                       f"{st['changelog_offsets']:,} offsets"))
             lines.append(f"  {st['store']}: {files}{cl}")
     return "\n".join(lines) + "\n"
+
+
+def _group_lines(g: Mapping[str, Any] | None) -> list[str]:
+    """The consumer group's section of ``status_text``."""
+    if not g:
+        return []
+    when = ("never" if g["last_rebalance"] is None
+            else _age(max(0.0, time.time() - g["last_rebalance"])) + " ago")
+    took = "" if g["last_rebalance_s"] is None else f", took {g['last_rebalance_s']:.2f} s"
+    lines = [f"consumer group {g['group']}: generation {g['generation']}, "
+             f"{len(g['members'])} member(s); last rebalance {when}{took}"]
+    for m in g["members"]:
+        standby = f"; standby {', '.join(m['standby'])}" if m["standby"] else ""
+        restoring = f"; restoring {', '.join(m['restoring'])}" if m["restoring"] else ""
+        lines.append(f"  member {m['member']} (host {m['host']}, pid {m['pid']}): active "
+                     f"{', '.join(m['active']) or 'none'}{standby}{restoring}; lag {m['lag']}")
+    if g["gone"]:
+        lines.append(f"  gone (not in the latest generation): {', '.join(g['gone'])}")
+    rows = [["TASK", "MEMBER", "LAG", "EPOCH"]]
+    rows += [[t["task"], t["member"] or "-", "-" if t["lag"] is None else str(t["lag"]),
+              str(t["epoch"])] for t in g["tasks"]]
+    return lines + _table(rows)

@@ -65,6 +65,32 @@ def parse_address(text: str, default_host: str = "127.0.0.1") -> tuple[str, int]
     return host, n
 
 
+def group_view(group: Mapping[str, Any] | None, partitions: list[dict[str, Any]]
+               ) -> dict[str, Any] | None:
+    """The page's consumer group section from a member's view of it: the generation, the last
+    rebalance, every member (from the owners of the tasks) with its tasks, and each task's lag
+    (the sum of its input partitions' lags on the page)."""
+    if not group:
+        return None
+    lag = {(p["stream"], str(p["partition"])): p["lag"] for p in partitions
+           if p.get("kind") == "input"}
+    tasks = []
+    members: dict[str, list[str]] = {}
+    for task, parts in group.get("task_partitions", {}).items():
+        owner = group.get("owners", {}).get(task)
+        lags = [lag[(s, str(n))] for s, n in parts if (s, str(n)) in lag]
+        tasks.append({"task": task, "member": owner, "lag": sum(lags) if lags else None})
+        if owner is not None:
+            members.setdefault(owner, []).append(task)
+    return {"group": group.get("group"), "generation": group.get("generation"),
+            "member": group.get("member"), "host": group.get("host"),
+            "standby": group.get("standby", []), "restoring": group.get("restoring", []),
+            "last_rebalance_at": group.get("last_rebalance_at"),
+            "last_rebalance_s": group.get("last_rebalance_s"), "fenced": group.get("fenced", 0),
+            "members": [{"member": m, "active": ts} for m, ts in sorted(members.items())],
+            "tasks": tasks}
+
+
 # -- sources ------------------------------------------------------------------------------------
 
 class RunnerSource:
@@ -96,6 +122,20 @@ class RunnerSource:
 
     def containers(self) -> dict[str, str]:
         return {self.container: str(self.runner.status().get("state", "?"))}
+
+    def group(self) -> dict[str, Any] | None:
+        """The consumer group of a container that is a member of one (``job.coordinator=kafka``):
+        ``GroupContainer.status()["group"]``; None otherwise."""
+        container = self.runner.container
+        if container is None or not hasattr(container, "membership"):
+            return None
+        for _ in range(5):
+            try:
+                group: dict[str, Any] | None = container.status().get("group")
+                return group
+            except RuntimeError:  # a dict changed size while it was read: read again
+                continue
+        return None
 
 
 def _record_snapshot(data: Any) -> Snapshot | None:
@@ -592,6 +632,8 @@ class UIServer:
         snaps = await asyncio.to_thread(self.source.poll)
         self.view.add(snaps)
         state = self.view.state(self.source.containers())
+        group = getattr(self.source, "group", None)
+        state["group"] = group_view(group(), state["partitions"]) if group is not None else None
         state["source"] = getattr(self.source, "kind", "")
         state["plan_ready"] = self.view.plan is not None
         err = getattr(self.source, "error", None)
@@ -736,6 +778,9 @@ th:first-child,td:first-child{text-align:left;white-space:normal;word-break:brea
 <section><h2>Plan</h2><div id="dag" class="mute">waiting for the plan…</div></section>
 <section>
 <h2>Lag per input partition (end − checkpoint, last 5 minutes)</h2><div id="charts" class="mute">–</div>
+<div id="group" hidden><h2>Consumer group <span id="gsum" class="mute"></span></h2>
+<table id="gmembers"><thead><tr><th>member</th><th>active tasks</th></tr></thead><tbody></tbody></table>
+<table id="gtasks"><thead><tr><th>task</th><th>member</th><th title="end offset − checkpointed offset, over its input partitions; the tasks of other members show their lag on their own pages and in samza-dsl status">lag</th></tr></thead><tbody></tbody></table></div>
 <h2>Operators</h2>
 <table id="ops"><thead><tr><th>operator</th><th>msg/s</th><th>in</th><th>out</th>
 <th>in flight</th><th>handle µs</th><th>late</th></tr></thead><tbody></tbody></table>
@@ -830,6 +875,12 @@ function render(s){
  rows("conts",(s.containers||[]).map(c=>'<tr><td>'+esc(c.name)+'</td><td>'+esc(c.state||"")+'</td><td>'+fmt(c.rate)+'</td><td>'+fmt(c.processed)+
   '</td><td>'+fmt(c.commits)+'</td><td>'+(c.last_commit_s==null?"–":secs(c.last_commit_s)+" ago")+'</td><td>'+
   (c.utilization==null?"–":(100*c.utilization).toFixed(0)+"%")+'</td></tr>').join(""));
+ const g=s.group;document.getElementById("group").hidden=!g;
+ if(g){document.getElementById("gsum").textContent="generation "+g.generation+" · this page: "+g.member+" on "+g.host+
+  (g.standby.length?" · standby "+g.standby.join(", "):"")+(g.restoring.length?" · restoring "+g.restoring.join(", "):"")+
+  " · last rebalance "+(g.last_rebalance_at==null?"–":secs(Math.max(0,s.time/1000-g.last_rebalance_at))+" ago, took "+(g.last_rebalance_s==null?"–":g.last_rebalance_s.toFixed(2)+" s"));
+  rows("gmembers",g.members.map(m=>'<tr><td>'+esc(m.member)+'</td><td>'+esc(m.active.join(", "))+'</td></tr>').join(""));
+  rows("gtasks",g.tasks.map(t=>'<tr data-task="'+esc(t.task)+'"><td>'+esc(t.task)+'</td><td>'+esc(t.member||"–")+'</td><td class="lag">'+(t.lag==null?"–":fmt(t.lag))+'</td></tr>').join(""))}
  window.__updates=(window.__updates||0)+1}
 const es=new EventSource("events");
 es.onmessage=ev=>{try{render(JSON.parse(ev.data))}catch(e){document.getElementById("err").textContent=String(e)}};

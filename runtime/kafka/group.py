@@ -17,6 +17,9 @@ the session timeout moves no task.
   go on with their stores open, the tasks it lost are closed, and new tasks have their stores
   restored in a worker thread, their inputs unread until their stores are ready, never inside
   the group's callback.
+- Fencing (``runtime.kafka.fence``): the container's producer sends nothing past the member's
+  lease; a member that learns it was dropped from the group drops its tasks and what it had not
+  sent, says so in one line and joins again; each task taken over is claimed in its checkpoint.
 
 The consumer settings of the group (``session_timeout_ms``, ``heartbeat_interval_ms``, ...) come
 from ``systems.<name>.consumer.*``, as the rest of the job's consumer settings.
@@ -42,6 +45,7 @@ from runtime.container import Container
 from runtime.elastic import fan_readers
 from runtime.job import JobModel, TaskModel
 from runtime.kafka.assignor import AssignmentRefused, MemberTasks, TaskAssignor
+from runtime.kafka.fence import Fenced, Lease, watch_coordinator
 from runtime.kafka.standby import StandbyReplicas
 from runtime.task import TaskInstance
 from samza_dsl.config import config_value
@@ -111,6 +115,7 @@ class _Listener(ConsumerRebalanceListener):
         self.m = membership
 
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        await self.m.check_fenced()
         if self.m.assigned_once:
             await self.m.call(self.m.container.on_revoked(), self.m.shutdown_s + 5.0)
 
@@ -141,6 +146,14 @@ class GroupMembership:
         self.settings = dict(settings)
         self.instance_id = instance_id
         self.shutdown_s = shutdown_s
+        self.settings = {"session_timeout_ms": 10_000, "heartbeat_interval_ms": 3_000,
+                         **self.settings}
+        session = int(self.settings["session_timeout_ms"])
+        self.settings.setdefault("rebalance_timeout_ms",
+                                 max(session, int(shutdown_s * 1000) + 5_000))
+        #: until when this member is surely in the group (``runtime.kafka.fence``)
+        self.lease = Lease(session / 1000.0, int(self.settings["rebalance_timeout_ms"]) / 1000.0)
+        self._fences = 0
         self.consumer: AIOKafkaConsumer | None = None
         self.assigned_once = False
         self._main: asyncio.AbstractEventLoop | None = None
@@ -178,6 +191,12 @@ class GroupMembership:
                 with contextlib.suppress(RuntimeError):
                     self.post(self.container.on_failed(self._error(exc)))
 
+    async def check_fenced(self) -> None:
+        """Once per fencing: the container drops its tasks (on its loop, waited for)."""
+        if self.lease.fences != self._fences:
+            self._fences = self.lease.fences
+            await self.call(self.container.on_fenced(self.lease.reason), self.shutdown_s + 5.0)
+
     def _error(self, exc: BaseException) -> BaseException:
         if isinstance(exc, SamzaError):
             return exc
@@ -191,11 +210,8 @@ class GroupMembership:
                           f"{name}: {exc}; the container stopped: start it again")
 
     async def _member(self) -> None:
-        settings = {"session_timeout_ms": 10_000, "heartbeat_interval_ms": 3_000,
-                    **self.settings}
+        settings = dict(self.settings)
         session = int(settings["session_timeout_ms"])
-        settings.setdefault("rebalance_timeout_ms",
-                            max(session, int(self.shutdown_s * 1000) + 5_000))
         settings.setdefault("max_poll_interval_ms", 300_000)
         settings.setdefault("request_timeout_ms", max(40_000, session + 5_000))
         settings.pop("auto_offset_reset", None)
@@ -209,10 +225,12 @@ class GroupMembership:
         self.consumer = consumer
         try:
             await consumer.start()
+            watch_coordinator(consumer, self.lease)
             consumer.subscribe(self.assignor.topics(), listener=_Listener(self))
             while not self._stop.is_set():
                 # nothing to read (every partition is paused): takes part in the group
                 await consumer.getmany(timeout_ms=200)
+                await self.check_fenced()
         finally:
             with contextlib.suppress(KafkaError, OSError, asyncio.CancelledError):
                 await consumer.stop()
@@ -251,6 +269,10 @@ class GroupContainer(Container):
         self.assignment: MemberTasks | None = None
         self.rebalances = 0
         self.last_rebalance_s: float | None = None
+        self.last_rebalance_at: float | None = None
+        #: how many times this member was fenced out of its group
+        self.fenced = 0
+        self._announcing: set[asyncio.Task[None]] = set()
         self._revoked_at: float | None = None
 
     def request_stop(self) -> None:
@@ -280,6 +302,9 @@ class GroupContainer(Container):
         await self.start_health()
         helpers = [asyncio.create_task(self._consume(), name="consumer"), *self._timers()]
         self.membership = self._membership_of(self)
+        self._revoked_at = time.monotonic()  # its first rebalance: from when it joins
+        if hasattr(self.producer, "lease"):  # it sends nothing past the member's lease
+            self.producer.lease = self.membership.lease
         self.membership.start(loop)
         self.loop_meter.install(loop)
         if self.reporters is not None:
@@ -293,6 +318,10 @@ class GroupContainer(Container):
             if self.standby is not None:
                 await asyncio.to_thread(self.standby.stop)
             await self._settle_restores()
+            self._leave_lease()
+            write = getattr(self.checkpoints, "write_member", None)
+            if write is not None and self.assignment is not None:  # it left the group
+                await self._write_member(write, None)
             if self._idle is not None:
                 helpers.append(self._idle)
             await self._close(list(self._runs.values()) + helpers)
@@ -304,11 +333,29 @@ class GroupContainer(Container):
             if self._error is not None:
                 raise self._error
             for run in list(self._runs.values()):
-                if run.done() and not run.cancelled() and run.exception() is not None:
+                # a task that learnt the member was fenced is dropped by on_fenced
+                if run.done() and not run.cancelled() and run.exception() is not None \
+                        and not isinstance(run.exception(), Fenced):
                     raise run.exception()  # type: ignore[misc]
             if self.env.stopping and all(r.done() for r in self._runs.values()):
                 return
             await self._changed.wait()
+
+    def _leave_lease(self) -> None:
+        """Out of the group now: the tasks committed what they could while it was a member;
+        records still unsent without a valid lease are dropped (their tasks' next owner
+        processes their messages again), and what the container writes as it closes (its
+        last metrics) is no task's."""
+        lease = getattr(self.producer, "lease", None)
+        if lease is None:
+            return
+        if not lease.valid():
+            dropped = self.producer.discard()  # type: ignore[attr-defined]
+            if dropped:
+                _log.warning("container %s: stopped out of its group (%s): %d records not "
+                             "sent were dropped", self._label(), lease.reason or "no lease",
+                             dropped)
+        self.producer.lease = None  # type: ignore[attr-defined]
 
     async def _settle_restores(self) -> None:
         """Wait for restores under way (a thread cannot be stopped) and close what they built."""
@@ -323,6 +370,26 @@ class GroupContainer(Container):
     async def on_failed(self, exc: BaseException) -> None:
         self._error = exc
         self._changed.set()
+
+    async def on_fenced(self, reason: str) -> None:
+        """The group went on without this member: its tasks run elsewhere. Drop them without a
+        commit, with every record not sent yet; the member joins the group again."""
+        async with self._lock:
+            self.fenced += 1
+            names = sorted((t.name for t in self.tasks), key=_task_order)
+            for t in list(self.tasks):
+                await self._drop(t)
+            for name, task in list(self._ready.items()):
+                self._discard(task)
+                del self._ready[name]
+            discard = getattr(self.producer, "discard", None)
+            dropped = discard() if discard is not None else 0
+            self.wanted = set()
+            self.holding = True
+            _log.warning("container %s: fenced out of the group at generation %d (%s): it "
+                         "dropped tasks %s and %d records not sent, without a commit; it "
+                         "joins the group again", self._label(), self.generation, reason,
+                         ", ".join(names) or "none", dropped)
 
     async def on_revoked(self) -> None:
         """Stop handing out, drain (at most ``task.shutdown.ms``) and commit every task; they
@@ -349,6 +416,9 @@ class GroupContainer(Container):
         async with self._lock:
             self.assignment = tasks
             self.generation = tasks.generation
+            stamp = getattr(self.checkpoints, "stamp", None)
+            if stamp is not None:  # each checkpoint names its generation and writer
+                stamp.update(group_generation=tasks.generation, member=self._label())
             self.wanted = set(tasks.active)
             self.holding = False
             self.env.task_share = len(self.wanted) / max(1, len(self.job.tasks))
@@ -372,7 +442,9 @@ class GroupContainer(Container):
             await self._start_ready()
             if self._revoked_at is not None:
                 self.last_rebalance_s = time.monotonic() - self._revoked_at
+            self.last_rebalance_at = time.time()
             self.rebalances += 1
+            self._announce(new)
             _log.warning("container %s: group generation %d: runs %s%s", self._label(),
                          tasks.generation, ", ".join(sorted(self.wanted, key=_task_order))
                          or "no task", f" (restoring {', '.join(m.name for m in new)})"
@@ -400,6 +472,34 @@ class GroupContainer(Container):
                          "entries, offsets [%d, %d) of the checkpoint's %d", self._label(),
                          m.name, store, info.get("mode", "?"),
                          int(info.get("entries_replayed", 0)), start, cp, cp)
+    def _announce(self, restoring: list[TaskModel]) -> None:
+        """Write this member's share and its last rebalance where ``samza-dsl status`` reads it
+        (in the background: the rebalance does not wait for it)."""
+        write = getattr(self.checkpoints, "write_member", None)
+        a = self.assignment
+        if write is None or a is None or self.membership is None:
+            return
+        info = {"host": self.membership.assignor.host, "pid": os.getpid(),
+                "container": self.membership.assignor.container,
+                "generation": a.generation, "active": sorted(a.active, key=_task_order),
+                "standby": sorted(a.standby, key=_task_order),
+                "restoring": [m.name for m in restoring], "rebalance_at": time.time(),
+                "rebalance_s": self.last_rebalance_s}
+        task = asyncio.create_task(self._write_member(write, info))
+        self._announcing.add(task)
+        task.add_done_callback(self._announcing.discard)
+
+    async def _write_member(self, write: Callable[..., Awaitable[None]],
+                            info: dict[str, Any] | None) -> None:
+        try:
+            await write(self._member_name(), info)
+        except (SamzaError, OSError) as exc:  # status only: the job goes on
+            _log.info("container %s: could not record its share for status: %s",
+                      self._label(), exc)
+
+    def _member_name(self) -> str:
+        m = self.membership
+        return f"{m.assignor.container}@{m.assignor.host}" if m is not None else str(os.getpid())
 
     def _label(self) -> str:
         m = self.membership
@@ -450,6 +550,15 @@ class GroupContainer(Container):
                     if start is not None:
                         task.checkpoint[ssp] = start
                 self._ready[m.name] = task
+        except Fenced:  # the member was fenced meanwhile: none of them starts; it joins again
+            for m in models:
+                self._opened.pop(m.name, None)
+                built = self._ready.pop(m.name, None)
+                if built is not None:
+                    self._discard(built)
+                else:
+                    self.state.close_task(m.name)  # type: ignore[attr-defined]
+            return
         except BaseException as exc:
             await self.on_failed(exc)
             raise
@@ -458,6 +567,8 @@ class GroupContainer(Container):
                 self._restoring.pop(m.name, None)
         async with self._lock:
             await self._start_ready()
+            if not self.holding:  # its share again, restored
+                self._announce([self.job.task(n) for n in self._restoring])
 
     def _open_stores(self, m: TaskModel) -> dict[str, Any]:
         """The task's stores with changelogs, each restored to the task's checkpoint (in a
@@ -518,14 +629,21 @@ class GroupContainer(Container):
     def status(self) -> dict[str, Any]:
         out = super().status()
         a = self.assignment
+        m = self.membership
         out["group"] = {
+            "group": m.group if m is not None else None,
+            "member": self._member_name(), "host": m.assignor.host if m is not None else None,
             "generation": self.generation,
             "active": sorted((t.name for t in self.tasks), key=_task_order),
+            "standby": sorted(a.standby, key=_task_order) if a is not None else [],
             "restoring": sorted(self._restoring, key=_task_order),
-            "standby": self.standby.tasks() if self.standby is not None else [],
             "owners": dict(a.owners) if a is not None else {},
             "rebalances": self.rebalances,
+            "last_rebalance_at": self.last_rebalance_at,
             "last_rebalance_s": self.last_rebalance_s,
+            "fenced": self.fenced,
+            "task_partitions": {t.name: sorted([s.stream_id, s.partition] for s in t.ssps)
+                                for t in self.job.tasks},
         }
         return out
 

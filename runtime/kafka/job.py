@@ -332,13 +332,16 @@ class KafkaJob:
         """Before tasks that come to this container start: their checkpoints as the container
         that ran them left them, and their changelogs' ends now. With its ``first`` tasks, the
         container learns its run's generation: a new run when it has every task (no other member
-        runs), else the group's current one, so that the members' control records agree."""
+        runs), else the group's current one, so that the members' control records agree. Each task
+        is claimed in its checkpoint (``runtime.kafka.fence``)."""
         await self.checkpoints.load()
         if first:
             alone = len(tasks) == len(self.job.tasks)
             self.generation = await self.start_run(join=not alone)
             self.producer.generation = self.generation
             self.consumer.generation = self.generation  # type: ignore[attr-defined]
+        # an earlier owner's later checkpoints are ignored from now on
+        await self.checkpoints.claim([t.name for t in tasks])
         await self._changelog_ends(tasks)
 
     async def check_data(self, down_for: float | None) -> None:

@@ -32,6 +32,7 @@ from aiokafka.errors import KafkaError, OffsetOutOfRangeError
 from runtime import checkpoints
 from runtime.codec import BufferedProducer, Record, StreamCodec
 from runtime.job import SSP
+from runtime.kafka.fence import Lease
 from runtime.kafka.outage import BrokerWatch
 from runtime.records import EndOfStream
 from samza_dsl.errors import SamzaError
@@ -42,6 +43,8 @@ __all__ = ["KafkaConsumer", "KafkaProducer", "KafkaCheckpoints", "CheckpointTopi
 
 _GENERATION = b"__generation__"
 _ELASTICITY = b"__elasticity__"
+#: the key prefix of a group member's record (``KafkaCheckpoints.write_member``)
+_MEMBER = b"__member__"
 
 
 
@@ -430,6 +433,21 @@ class KafkaProducer(BufferedProducer):
         #: offset of the first one: the range this producer wrote
         self.end_offsets: dict[tuple[str, int], int] = {}
         self.first_offsets: dict[tuple[str, int], int] = {}
+        #: a member of a consumer group sends nothing past its lease (``runtime.kafka.fence``)
+        self.lease: Lease | None = None
+
+    def discard(self) -> int:
+        """Drop every record not yet handed to the Kafka client (the member was fenced: its
+        tasks run elsewhere now), and the error a background send ended with; how many."""
+        dropped = 0
+        for sid, parts in self._bufs.items():
+            for p, buf in enumerate(parts):
+                if buf:
+                    dropped += len(buf)
+                    self._controls.pop((sid, p), None)
+                    buf.clear()
+        self._error = None
+        return dropped
 
     async def _start(self) -> AIOKafkaProducer:
         producer = AIOKafkaProducer(bootstrap_servers=self.servers, **self.settings)
@@ -448,6 +466,9 @@ class KafkaProducer(BufferedProducer):
         if self._send_lock is None or self._send_lock[0] is not loop:
             self._send_lock = (loop, asyncio.Lock())
         async with self._send_lock[1]:
+            lease = self.lease
+            if lease is not None and not lease.valid():
+                await lease.wait()
             producer = self._producer or await self._start()
             for sid, parts in self._bufs.items():
                 topic = self._physical[sid]
@@ -462,6 +483,7 @@ class KafkaProducer(BufferedProducer):
                             records: list[Record]) -> None:
         """Records of one partition, in order, as as few record batches as fit."""
         acks = self._acks
+        lease = self.lease
         batch = producer.create_batch()
         append = batch.append
         n = 0
@@ -470,6 +492,8 @@ class KafkaProducer(BufferedProducer):
             headers = list(h) if h else None
             if append(timestamp=None, key=k, value=v, headers=headers) is None:  # full
                 self.sent_bytes += batch.size()
+                if lease is not None and not lease.valid():
+                    await lease.wait()
                 acks.append((await producer.send_batch(batch, topic, partition=partition), n))
                 batch = producer.create_batch()
                 append = batch.append
@@ -477,6 +501,8 @@ class KafkaProducer(BufferedProducer):
                 n = 0
             n += 1
         self.sent_bytes += batch.size()
+        if lease is not None and not lease.valid():
+            await lease.wait()
         acks.append((await producer.send_batch(batch, topic, partition=partition), n))
 
     def signal(self) -> None:
@@ -575,6 +601,11 @@ class CheckpointTopic:
     last_write: int | None = None
     #: how many records the topic holds (of any key)
     records: int = 0
+    #: per task, its records ignored: written in an older group generation than one before them
+    #: (by a member fenced out of the group, ``runtime.kafka.fence``)
+    fenced: dict[str, int] = field(default_factory=dict)
+    #: the members of the job's consumer group, as each last wrote (``write_member``)
+    members: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 async def read_checkpoint_topic(servers: str, topic: str, settings: Mapping[str, Any],
@@ -598,9 +629,19 @@ async def read_checkpoint_topic(servers: str, topic: str, settings: Mapping[str,
                         out.generation = int(r.value)
                     elif r.key == _ELASTICITY and r.value is not None:
                         out.elasticity = int(r.value)
+                    elif r.key is not None and r.key.startswith(_MEMBER):
+                        name = r.key[len(_MEMBER):].decode()
+                        if r.value is None:  # the member left the group
+                            out.members.pop(name, None)
+                        else:
+                            out.members[name] = checkpoints.decode(r.value)
                     elif r.key is not None and r.value is not None:
                         task = r.key.decode()
-                        out.data[task] = checkpoints.decode(r.value)
+                        data = checkpoints.decode(r.value)
+                        if not checkpoints.supersedes(out.data.get(task), data):
+                            out.fenced[task] = out.fenced.get(task, 0) + 1
+                            continue
+                        out.data[task] = data
                         out.timestamps[task] = r.timestamp
                 if not batch:
                     break
@@ -629,11 +670,15 @@ class KafkaCheckpoints:
         #: whether the topic held no record at the last ``load()``: no run of the job started
         #: on these brokers (every run records its generation before it opens a store)
         self.empty = True
+        #: what a member of a consumer group stamps its checkpoints with: its group generation
+        #: and its name (``runtime.checkpoints``)
+        self.stamp: dict[str, Any] = {}
         producer.add_stream(f"__checkpoint__{topic}", topic, 1, None)
 
     async def load(self) -> None:
         got = await read_checkpoint_topic(self.servers, self.topic, self.settings, self.timeout)
-        self._data.update(got.data)
+        self._data.update({t: d for t, d in got.data.items()
+                           if checkpoints.supersedes(self._data.get(t), d)})
         self.empty = not got.records and not self._data
         self.generation = got.generation if got.generation is not None else self.generation
         self.elasticity = got.elasticity if got.elasticity is not None else self.elasticity
@@ -651,13 +696,37 @@ class KafkaCheckpoints:
     async def write(self, task_name: str, offsets: Mapping[SSP, int],
                     changelogs: Mapping[str, int] | None = None, *,
                     replace: bool = False) -> None:
-        """``replace``: drop what the task's checkpoint held before."""
-        data = checkpoints.merge({} if replace else self._data.get(task_name, {}), offsets,
-                                 changelogs)
+        """``replace``: drop what the task's checkpoint held before (not its epoch)."""
+        old = self._data.get(task_name, {})
+        data = checkpoints.merge({"epoch": checkpoints.epoch_of(old)} if replace else old,
+                                 offsets, changelogs, self.stamp)
         self.producer.buffer(f"__checkpoint__{self.topic}", 0).append(
             (task_name.encode(), checkpoints.encode(data), None))
         await self.producer.flush()
         self._data[task_name] = data
+
+    async def claim(self, task_names: list[str]) -> None:
+        """A member of a consumer group takes tasks over: each one's checkpoint again, as it
+        is, with the task's epoch one higher; a later checkpoint of an earlier owner is ignored
+        (``runtime.kafka.fence``)."""
+        buf = self.producer.buffer(f"__checkpoint__{self.topic}", 0)
+        claimed = {}
+        for name in task_names:
+            old = self._data.get(name, {})
+            data = checkpoints.merge(old, {}, None,
+                                     {**self.stamp, "epoch": checkpoints.epoch_of(old) + 1})
+            buf.append((name.encode(), checkpoints.encode(data), None))
+            claimed[name] = data
+        await self.producer.flush()
+        self._data.update(claimed)
+
+    async def write_member(self, name: str, info: Mapping[str, Any] | None) -> None:
+        """A member of the job's consumer group says what it runs after a rebalance (None: it
+        left the group), for ``samza-dsl status``."""
+        value = None if info is None else checkpoints.encode(info)
+        self.producer.buffer(f"__checkpoint__{self.topic}", 0).append(
+            (_MEMBER + name.encode(), value, None))
+        await self.producer.flush()
 
     async def write_generation(self, generation: int, elasticity: int | None = None) -> None:
         """The run's generation, and the job's ``job.elasticity.factor``."""

@@ -14,9 +14,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from aiokafka import TopicPartition
 from kafka_helpers import consume_all, run
 
 from runtime.kafka.admin import describe_topics
+from runtime.kafka.system import new_consumer, stop_client, true_end_offsets
 
 APPS = Path(__file__).parent / "kafka_apps.py"
 CLI = os.path.join(os.path.dirname(sys.executable), "samza-dsl")
@@ -129,3 +131,45 @@ def final_counts(outs: list[list[Any]]) -> dict[str, int]:
     for key, n, _pid, _i in outs:
         out[key] = max(out.get(key, 0), n)
     return out
+
+
+def topics_named(bootstrap: str, *words: str) -> list[str]:
+    """The broker's topics whose names hold every one of ``words``."""
+    async def names() -> list[str]:
+        consumer = new_consumer(bootstrap, {}, brief=True)
+        try:
+            await consumer.start()
+            return sorted(t for t in await consumer.topics() if all(w in t for w in words))
+        finally:
+            await stop_client(consumer)
+    return run(names())
+
+
+def timed_records(bootstrap: str, topic: str) -> list[tuple[int, int, int, bytes | None,
+                                                            bytes | None]]:
+    """Every record of every partition of ``topic``: (partition, offset, timestamp in ms,
+    key, value), in each partition's order."""
+    async def read() -> list[tuple[int, int, int, bytes | None, bytes | None]]:
+        count = (await describe_topics(bootstrap, [topic]))[topic] or 0
+        tps = [TopicPartition(topic, p) for p in range(count)]
+        ends = await true_end_offsets(bootstrap, tps, {}, 30.0)
+        consumer = new_consumer(bootstrap, {}, brief=True)
+        out = []
+        try:
+            await consumer.start()
+            consumer.assign(tps)
+            for tp in tps:
+                consumer.seek(tp, 0)
+            left = {tp for tp in tps if ends[tp] > 0}
+            deadline = time.monotonic() + 30
+            while left and time.monotonic() < deadline:
+                for tp, recs in (await consumer.getmany(*left, timeout_ms=500)).items():
+                    out.extend((tp.partition, r.offset, r.timestamp, r.key, r.value)
+                               for r in recs)
+                    if recs and recs[-1].offset + 1 >= ends[tp]:
+                        left.discard(tp)
+            assert not left, f"{topic}: partitions {left} not read to their ends {ends}"
+        finally:
+            await stop_client(consumer)
+        return sorted(out, key=lambda r: (r[0], r[1]))
+    return run(read())
