@@ -457,6 +457,27 @@ class LocalLog:
             raise self._corrupt_segment(prefix, key, None, value, cur)
         return value
 
+    def _segment_records(self, value: Any, prefix: bytes, key: bytes, cur: Any) -> list[Any]:
+        """A plain segment's records, its checksum verified (``CorruptSegmentError``, naming the
+        offsets it covers from ``cur``, on it).
+
+        The checksum is computed after the records are decoded, from the bytes the decoding
+        just brought into the CPU's caches: computed first, it reads each segment from memory
+        once more, which costs a job reading its input at a million messages a second a few
+        percent. No record is handed out before it passes; a segment that fails both is
+        reported as failing its checksum."""
+        checked = value[0] == _CHECKED
+        if not checked and self._strict.get(prefix):
+            raise self._corrupt_segment(prefix, key, None, value, cur)
+        try:
+            records: list[Any] = _DECODE_SEGMENT(value[_CHECKED_HEAD:] if checked else value)[1]
+        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            failed = checked and not _sealed(value, key)
+            raise self._corrupt_segment(prefix, key, None if failed else e, value, cur) from e
+        if checked and not _sealed(value, key):
+            raise self._corrupt_segment(prefix, key, None, value, cur)
+        return records
+
     # ------------------------------------------------------------------ streams
 
     def create(self, stream: str, partitions: int) -> None:
@@ -743,12 +764,7 @@ class LocalLog:
                 if _kind(value) == _COMPACTED:  # its records do not follow on: the run ends here
                     break
                 skip = 0
-            try:
-                records: list[Any] = _DECODE_SEGMENT(self.segment_body(value, prefix, key))[1]
-            except (CorruptSegmentError, msgspec.DecodeError, msgspec.ValidationError) as e:
-                raise self._corrupt_segment(
-                    prefix, key, None if isinstance(e, CorruptSegmentError) else e, value, cur
-                ) from e
+            records = self._segment_records(value, prefix, key, cur)
             read_bytes += len(value)
             need = len(records) if whole else max_records - len(out)
             if not out and skip == 0 and len(records) <= need:
@@ -861,10 +877,7 @@ class LocalLog:
                         out.extend(kept[i : i + need])
                 else:
                     skip = offset - seg_first if offset > seg_first else 0
-                    try:
-                        records = _DECODE_SEGMENT(self.segment_body(value, prefix, key))[1]
-                    except (msgspec.DecodeError, msgspec.ValidationError) as e:
-                        raise self._corrupt_segment(prefix, key, e, value, cur) from e
+                    records = self._segment_records(value, prefix, key, cur)
                     read_bytes += len(value)
                     took_records = (records if skip == 0 and len(records) <= need
                                     else records[skip : skip + need])

@@ -128,6 +128,31 @@ def test_a_segment_of_a_checked_stream_without_its_checksum_is_an_error(tmp_path
         log.read("s", 0, 0, 10)
 
 
+
+def test_a_changed_byte_that_also_breaks_the_decoding_is_reported_as_the_checksum(
+        tmp_path: Path) -> None:
+    """A segment's records are decoded before its checksum is computed: a change that makes the
+    decoding fail is still a checksum failure naming its offsets, and no record of it comes out."""
+    with LocalLog(tmp_path / "log") as log:
+        log.create("s", 1)
+        log.append("s", 0, [(b"k", b"count=1", None), (b"k", b"count=2", None)])
+        log.append("s", 0, [(b"k", b"count=20", None), (b"k", b"count=21", None)])
+    env = lmdb.open(str(tmp_path / "log"), max_dbs=4, subdir=True)
+    with env.begin(write=True, db=env.open_db(b"log")) as txn:
+        k, v = list(txn.cursor())[1]
+        assert v[5] == 0x92  # (timestamp, records): made an array of 3, which cannot decode
+        txn.put(k, v[:5] + b"\x93" + v[6:])
+    env.close()
+    with LocalLog(tmp_path / "log") as log:
+        assert log.read("s", 0, 0, 2) == (0, [(b"k", b"count=1", None), (b"k", b"count=2", None)])
+        for read in (lambda: log.read("s", 0, 0, 10, whole_segments=True),
+                     lambda: log.read("s", 0, 3, 10), lambda: log.read_with_offsets("s", 0, 0, 10)):
+            with pytest.raises(CorruptSegmentError, match="fails its checksum") as info:
+                read()
+            assert (info.value.offset, info.value.span) == (2, 2)
+            assert "cannot be decoded" not in str(info.value)
+
+
 # -- jobs -----------------------------------------------------------------------------------------
 
 def events(path: Path, keys: list[str]) -> Path:
