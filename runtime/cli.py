@@ -735,12 +735,22 @@ _CONFIG_HELP = "a config key and its value; `samza-dsl config` lists the keys"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from planner.render import FORMATS
     from samza_dsl import __version__
 
     parser = _Parser(prog="samza-dsl", description="Samza's high-level API in Python")
     parser.add_argument("--version", action="version", version=f"samza-dsl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
+    _add_plan_and_run(sub)
+    _add_ui_and_reprocess(sub)
+    _add_data_commands(sub)
+    _add_job_commands(sub)
+    return parser
+
+
+def _add_plan_and_run(sub: Any) -> None:
+    """`samza-dsl plan` and `samza-dsl run`."""
+    from planner.render import FORMATS
+
     text = "plan an application and print or draw the plan"
     p = sub.add_parser("plan", help=text, description=_described(
         text, "stages, intermediate streams and their partition counts, tables and the tier "
@@ -794,6 +804,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "free one); read-only")
     r.set_defaults(func=cmd_run)
 
+
+def _add_ui_and_reprocess(sub: Any) -> None:
+    """`samza-dsl ui` and `samza-dsl reprocess`."""
     text = ("serve the live job page of a job running elsewhere, from its metrics stream "
             "<job>-metrics in the local log, or from its Prometheus endpoint (--from)")
     u = sub.add_parser("ui", help=text, description=text[0].upper() + text[1:] + ".")
@@ -832,6 +845,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="no progress bars or stage table on standard error")
     rp.set_defaults(func=cmd_reprocess)
 
+
+def _add_data_commands(sub: Any) -> None:
+    """`samza-dsl sample`, `load`, `dump` and `status`."""
     text = ("print the module's sample_input(N) for one input as JSON Lines (for --input, "
             "load and reprocess)")
     sm = sub.add_parser("sample", help=text, description=_described(
@@ -878,6 +894,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help=_CONFIG_HELP)
     st.set_defaults(func=cmd_status)
 
+
+def _add_job_commands(sub: Any) -> None:
+    """`samza-dsl compact`, `reset`, `config` and `init`."""
     text = ("compact the job's changelogs in the embedded local log below their checkpoints, "
             "now (a running job does it in the background); refused while the job runs")
     cp = sub.add_parser("compact", help=text, description=_described(
@@ -916,7 +935,6 @@ def build_parser() -> argparse.ArgumentParser:
               "commands: samza-dsl run pipeline.py:app --input lines=sample.jsonl, and pytest"))
     it.add_argument("name", metavar="NAME", help="the project's directory and name")
     it.set_defaults(func=cmd_init)
-    return parser
 
 
 def _described(help_text: str, more: str) -> str:
