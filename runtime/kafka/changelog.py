@@ -22,6 +22,7 @@ from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
 from runtime.codec import BufferedProducer
+from runtime.kafka.outage import close_connections
 from runtime.kafka.system import kafka_error, new_consumer
 
 __all__ = ["KafkaChangelog"]
@@ -137,3 +138,4 @@ class KafkaChangelog:
         finally:
             with contextlib.suppress(Exception):
                 await consumer.stop()
+            await close_connections(consumer)

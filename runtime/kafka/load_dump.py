@@ -36,7 +36,7 @@ from aiokafka.errors import KafkaError
 from operators.hashing import KeyPartitioner
 from runtime.codec import Record, StreamCodec, serde_error_policy, stream_serde
 from runtime.kafka.admin import TopicSpec, describe_topics, ensure_topics, retention_configs
-from runtime.kafka.outage import quiet_aiokafka
+from runtime.kafka.outage import close_connections, quiet_aiokafka
 from runtime.kafka.system import (
     KafkaProducer,
     kafka_error,
@@ -143,6 +143,7 @@ async def kafka_held(streams: KafkaStreams, stream_ids: Iterable[str], timeout: 
     finally:
         with contextlib.suppress(Exception):
             await consumer.stop()
+        await close_connections(consumer)
     for sid, parts in tps.items():
         out[sid] = sum(max(0, ends[tp] - starts[tp]) for tp in parts)
     return out

@@ -107,6 +107,22 @@ def _seconds(s: float) -> str:
     return f"{s:.1f} s" if s < 60 else f"{s / 60:.1f} min"
 
 
+async def close_connections(client: Any) -> None:
+    """Close what connections an aiokafka client still holds once stopped. Its ``stop()``
+    closes those it holds as it begins; one that a request of ours was opening meanwhile (an
+    offsets lookup, a metadata update) is stored after, and would be left open ("Unclosed
+    AIOKafkaConnection" when it is collected). Give such a connect a moment to end, then close
+    whatever is there."""
+    conns = getattr(getattr(client, "_client", client), "_conns", None)
+    if conns is None:
+        return
+    await asyncio.sleep(0.05)
+    for conn in list(conns.values()):
+        with contextlib.suppress(Exception):
+            conn.close()
+    conns.clear()
+
+
 class BrokerWatch:
     """Whether the brokers at ``servers`` answer; ``timeout`` seconds of silence fail the job."""
 
@@ -157,6 +173,7 @@ class BrokerWatch:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(2.0):
                     await client.close()
+            await close_connections(client)  # also when the close ran out of time
         if self._quiet is not None:
             quiet, self._quiet = self._quiet, None
             quiet.__exit__(None, None, None)

@@ -33,7 +33,7 @@ from runtime import checkpoints
 from runtime.codec import BufferedProducer, Record, StreamCodec
 from runtime.job import SSP
 from runtime.kafka.fence import Lease
-from runtime.kafka.outage import BrokerWatch
+from runtime.kafka.outage import BrokerWatch, close_connections
 from runtime.records import EndOfStream
 from samza_dsl.errors import SamzaError
 
@@ -135,21 +135,6 @@ async def stop_client(client: Any, timeout: float = 5.0) -> None:
     await close_connections(client)
 
 
-async def close_connections(client: Any) -> None:
-    """Close what connections an aiokafka client still holds once stopped. Its ``stop()``
-    closes those it holds as it begins; one that a request of ours was opening meanwhile (an
-    offsets lookup, a metadata update) is stored after, and would be left open ("Unclosed
-    AIOKafkaConnection" when it is collected). Give such a connect a moment to end, then close
-    whatever is there."""
-    conns = getattr(getattr(client, "_client", client), "_conns", None)
-    if conns is None:
-        return
-    await asyncio.sleep(0.05)
-    for conn in list(conns.values()):
-        with contextlib.suppress(Exception):
-            conn.close()
-    conns.clear()
-
 
 class KafkaConsumer:
     """Reads topics for a container's tasks."""
@@ -195,6 +180,7 @@ class KafkaConsumer:
         except (KafkaError, TimeoutError, OSError) as exc:
             with contextlib.suppress(Exception):
                 await consumer.stop()
+            await close_connections(consumer)
             raise kafka_error("starting the consumer", self.servers, exc) from exc
         await self._resolve(consumer, list(self.positions))
         for tp, keys in self._readers.items():
@@ -457,6 +443,7 @@ class KafkaProducer(BufferedProducer):
         except (KafkaError, TimeoutError, OSError) as exc:
             with contextlib.suppress(Exception):
                 await producer.stop()
+            await close_connections(producer)
             raise kafka_error("starting the producer", self.servers, exc) from exc
         self._producer = producer
         return producer
@@ -534,8 +521,11 @@ class KafkaProducer(BufferedProducer):
             self.flush_ns += time.perf_counter_ns() - began
 
     async def _flush(self) -> None:
-        if self._sending is not None:
-            await self._sending
+        sending = self._sending
+        if sending is not None and not sending.cancelled():
+            # shielded: a flush cancelled while it waits (a task stopped mid-commit) must not
+            # cancel the send that later flushes wait for too
+            await asyncio.shield(sending)
         if self._error is not None:
             err, self._error = self._error, None
             raise err
