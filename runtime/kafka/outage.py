@@ -123,6 +123,24 @@ async def close_connections(client: Any) -> None:
     conns.clear()
 
 
+async def _bootstrapped(client: Any) -> None:
+    """``client.bootstrap()``, closed again if it fails or the caller is cancelled. A bootstrap
+    cut off while its metadata request is out leaves that connection open (aiokafka closes it
+    only when the request fails), so a cancelled caller lets it end first: within the client's
+    request timeout."""
+    boot = asyncio.ensure_future(client.bootstrap())
+    try:
+        await asyncio.shield(boot)
+    except BaseException:
+        with contextlib.suppress(BaseException):
+            async with asyncio.timeout(10.0):
+                await asyncio.shield(boot)
+        with contextlib.suppress(Exception):
+            await client.close()
+        await close_connections(client)
+        raise
+
+
 class BrokerWatch:
     """Whether the brokers at ``servers`` answer; ``timeout`` seconds of silence fail the job."""
 
@@ -200,12 +218,7 @@ class BrokerWatch:
                 if self._client is None:
                     client = AIOKafkaClient(bootstrap_servers=self.servers,
                                             request_timeout_ms=5000, **self.settings)
-                    try:
-                        await client.bootstrap()
-                    except BaseException:
-                        with contextlib.suppress(Exception):
-                            await client.close()
-                        raise
+                    await _bootstrapped(client)
                     self._client = client
                 else:
                     await self._ask(self._client)
