@@ -15,58 +15,9 @@
 from __future__ import annotations
 
 import importlib
-import importlib.abc
-import importlib.util
-import sys
-import warnings
-from types import ModuleType
 from typing import Any
 
 __all__ = ["LocalRunner", "TestRunner"]
-
-#: modules that moved into the rooms above: the old names still import, with a warning
-MOVED = {
-    "runtime.local_system": "runtime.local.system",
-    "runtime.locallog": "runtime.local.log",
-    "runtime.compaction": "runtime.local.compaction",
-    "runtime.retention": "runtime.local.retention",
-    "runtime.kafka_admin": "runtime.kafka.admin",
-    "runtime.kafka_changelog": "runtime.kafka.changelog",
-    "runtime.kafka_io": "runtime.kafka.load_dump",
-    "runtime.kafka_job": "runtime.kafka.job",
-    "runtime.kafka_outage": "runtime.kafka.outage",
-    "runtime.kafka_system": "runtime.kafka.system",
-    "runtime.lmdb_store": "runtime.state.lmdb_store",
-    "runtime.store_format": "runtime.state.format",
-    "runtime.state_codec": "runtime.state.codec",
-    "runtime.tables": "runtime.state.tables",
-}
-
-
-class _MovedLoader(importlib.abc.Loader):
-    def __init__(self, new: str) -> None:
-        self.new = new
-
-    def create_module(self, spec: Any) -> ModuleType:
-        warnings.warn(f"{spec.name} is now {self.new}", DeprecationWarning, stacklevel=2)
-        module = importlib.import_module(self.new)
-        self.spec = module.__spec__
-        return module
-
-    def exec_module(self, module: ModuleType) -> None:
-        module.__spec__ = self.spec  # the import system gave it the old name's spec
-
-
-class _MovedFinder(importlib.abc.MetaPathFinder):
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        new = MOVED.get(name)
-        if new is None:
-            return None
-        return importlib.util.spec_from_loader(name, _MovedLoader(new))
-
-
-if not any(isinstance(f, _MovedFinder) for f in sys.meta_path):
-    sys.meta_path.insert(0, _MovedFinder())
 
 
 def __getattr__(name: str) -> Any:
