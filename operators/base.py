@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMappi
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, cast
 
-from planner.fields import fast_reader
+from samza_dsl.fields import fast_reader
 from samza_dsl.kv import KV
 from samza_dsl.spec import OpSpec
 
@@ -102,7 +102,7 @@ def resolve_fn(fn: Any) -> Callable[..., Any]:
     """A plain callable, or an object's ``apply`` (Samza style) or ``__call__``. A function
     that only reads one item or attribute of its argument (``lambda m: m["ts"]``) is called as
     the ``operator.itemgetter``/``attrgetter`` that reads it the same way, with no Python frame
-    a call (``planner.fields.fast_reader``)."""
+    a call (``samza_dsl.fields.fast_reader``)."""
     apply = getattr(fn, "apply", None)
     if callable(apply) and not inspect.isfunction(fn) and not inspect.ismethod(fn):
         return cast(Callable[..., Any], apply)

@@ -9,7 +9,7 @@ belongs to. Samza asks for a ``partitionBy`` first; so does this project.
   (through filters and merges only) from a keyed input, or from a ``partition_by``'s stream, has
   a known partition key: the message's ``KV.key`` (and, after a ``partition_by`` whose key and
   value functions read fields, the field of the value the key was read from). A join key
-  function that reads none of these (``planner.fields.reads``) gives a warning naming the join
+  function that reads none of these (``samza_dsl.fields.reads``) gives a warning naming the join
   and the fix. Where the planner cannot tell (a ``map`` before the join, a key function with a
   branch), it says nothing, and the run's check (``task.join.partition.check``) tells.
 - ``checked_ports``: the join ports the run checks. Exempt are joins with a side read whole by
@@ -37,6 +37,7 @@ import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from samza_dsl.fields import Path, field_path, reads
 from samza_dsl.spec import (
     FilterSpec,
     JoinSpec,
@@ -47,8 +48,6 @@ from samza_dsl.spec import (
     SendToSpec,
     node_stream_id,
 )
-
-from .fields import Path, field_path, reads
 
 if TYPE_CHECKING:
     from .plan import ExecutionPlan

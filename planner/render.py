@@ -4,8 +4,9 @@ In DOT and SVG, stages are clusters; input and output streams and tables are nod
 intermediate stream is an edge from its partition_by/broadcast operator to each consumer,
 labelled with its id and partition count. A window's ``late_to`` stream is a dashed edge
 labelled ``late`` (``late: <stream>`` for an intermediate one). Every format says which tier
-each stage takes on Spark (``planner.tiers``): ``declared (Spark SQL)`` or ``general`` (with why
-a window stage is not declared).
+each stage takes on Spark: ``declared (Spark SQL)`` or ``general`` (with why a window stage is not
+declared). That choice is Spark's (``runtime.spark.tiers``, a pure function of the plan); the
+renderers import it when they draw, the one call from the planner up into the runtime.
 """
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ import networkx as nx
 
 from samza_dsl.errors import SamzaError
 from samza_dsl.spec import node_stream_id, stream_node, table_node
-
-from .tiers import SQL_TIER, spark_tiers
 
 if TYPE_CHECKING:
     from .plan import ExecutionPlan
@@ -63,7 +62,7 @@ def plan_to_dict(plan: ExecutionPlan) -> dict[str, Any]:
         "stores": {name: s.to_dict() for name, s in plan.stores.items()},
         "operators": {op.op_id: _op_dict(plan, op.op_id) for op in plan.app.operators},
         "stages": [s.to_dict() for s in plan.stages],
-        "spark_tiers": spark_tiers(plan),
+        "spark_tiers": _spark_tiers(plan),
         "config": {k: plan.config[k] for k in sorted(plan.config)},
         "warnings": list(plan.warnings),
     }
@@ -152,6 +151,13 @@ def _op_label(plan: ExecutionPlan, op_id: str, short: bool = False) -> str:
     return f"{op.opcode} {op.name or ''}".rstrip() + extra
 
 
+def _spark_tiers(plan: ExecutionPlan) -> dict[str, dict[str, str]]:
+    """The tier each stage takes on Spark, as ``runtime.spark.tiers`` chooses it from the plan."""
+    from runtime.spark.tiers import spark_tiers
+
+    return spark_tiers(plan)
+
+
 def _tier_text(tier: dict[str, str]) -> str:
     """A stage's Spark tier as text: the tier, and why a window stage is not declared."""
     return tier["tier"] + (f" ({tier['why']})" if "why" in tier else "") \
@@ -178,7 +184,7 @@ def plan_to_text(plan: ExecutionPlan) -> str:
         lines.append("Remote tables:")
         for tid, t in plan.app.remote_tables.items():
             lines.append(f"  remote       {tid} ({remote_table_summary(t.describe())})")
-    tiers = spark_tiers(plan)
+    tiers = _spark_tiers(plan)
     for stage in plan.stages:
         lines.append(f"{stage.stage_id}: {', '.join(stage.inputs)} -> "
                      f"{', '.join(stage.outputs + stage.tables_written) or '(sinks)'}  "
@@ -201,6 +207,8 @@ def _q(text: str) -> str:
 
 
 def plan_to_dot(plan: ExecutionPlan) -> str:
+    from runtime.spark.tiers import SQL_TIER
+
     g = plan.graph
     inter = plan.intermediate_streams
     out = [f"digraph {_q(plan.job_name)} {{", "  rankdir=TB;", "  compound=true;",
@@ -222,7 +230,7 @@ def plan_to_dot(plan: ExecutionPlan) -> str:
         label = f"remote table {tid}\n{remote_table_summary(rt.describe())}"
         out.append(f"  {_q(table_node(tid))} [label={_q(label)}, shape=cylinder, "
                    f"style=\"filled,dashed\", fillcolor=\"#e6f4ea\"];")
-    tiers = spark_tiers(plan)
+    tiers = _spark_tiers(plan)
     for stage in plan.stages:
         tier = tiers[stage.stage_id]["tier"]
         out.append(f"  subgraph {_q('cluster_' + stage.stage_id)} {{")
@@ -332,7 +340,7 @@ def _summary_html(plan: ExecutionPlan) -> str:
         f"</td><td>{html.escape(str(s.system))}</td><td>{html.escape(s.serde)}</td>"
         f"<td>{html.escape(_order(s))}</td></tr>"
         for sid, s in plan.streams.items())
-    tiers = spark_tiers(plan)
+    tiers = _spark_tiers(plan)
     stages = "".join(
         f"<tr><td>{st.stage_id}</td><td>{html.escape(', '.join(st.inputs))}</td>"
         f"<td>{len(st.operators)}</td><td>{html.escape(', '.join(st.outputs + st.tables_written))}"

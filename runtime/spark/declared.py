@@ -45,7 +45,6 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from operators.state import order_key
-from planner.tiers import GENERAL_TIER, SQL_TIER, DeclaredWindow, declared_windows, spark_tiers
 from runtime.collector import dying_young
 from runtime.dag import OperatorFailure
 from runtime.spark.executor import Columns, PassExecutor, PassFailure
@@ -59,6 +58,13 @@ from runtime.spark.shuffle import (
     range_array,
     shuffle,
     to_batch,
+)
+from runtime.spark.tiers import (
+    GENERAL_TIER,
+    SQL_TIER,
+    DeclaredWindow,
+    declared_windows,
+    spark_tiers,
 )
 from runtime.wiring import partition_of
 from samza_dsl.aggregate import Aggregate

@@ -50,13 +50,13 @@ import networkx as nx
 from operators.base import FailedAt, Operator, OperatorContext, UserContext, resolve_fn
 from operators.partition_by import PartitionByOperator
 from operators.state import InMemoryState, table_state
-from planner.fields import field_path, ignores
 from runtime.dag import Emit, OperatorFailure, _forward
 from runtime.in_flight import coroutine_wait
 from runtime.spark.meter import IN, NS, OUT, Meter, count_outputs, metered_emit, new_meter
 from runtime.spark.shuffle import DistinctKeys, Encoded, Records, RowColumns
 from runtime.wiring import PartitionRule, Wiring, build_operators, partition_of
 from samza_dsl.config import config_value
+from samza_dsl.fields import field_path, ignores
 from samza_dsl.kv import KV
 from samza_dsl.spec import (
     AsyncFlatMapSpec,

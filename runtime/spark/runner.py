@@ -57,8 +57,6 @@ from typing import Any, cast
 
 from operators.hashing import KeyPartitioner
 from planner import refuse_remote_tables
-from planner.fields import field_path
-from planner.tiers import carried_streams, key_field, message_fields, spark_passes
 from runtime.collector import messages_die_young
 from runtime.late import LateCounts
 from runtime.memory import resolve_partitions
@@ -106,8 +104,10 @@ from runtime.spark.shuffle import (
 )
 from runtime.spark.sinks import FileOutput, resolve_output, text_lines
 from runtime.spark.sources import WIDE_BATCH, FileInput, Source, SourceError, resolve_source
+from runtime.spark.tiers import carried_streams, key_field, message_fields, spark_passes
 from samza_dsl import StreamApplication
 from samza_dsl.errors import SamzaError
+from samza_dsl.fields import field_path
 from samza_dsl.serdes import KVSerde
 from samza_dsl.spec import JoinSpec, PartitionBySpec, WindowSpec
 

@@ -22,9 +22,9 @@ from typing import Any
 
 import msgspec
 
-from planner.fields import field_path
 from runtime.spark.shuffle import BATCH, RowColumns, identity
 from samza_dsl.errors import SamzaError
+from samza_dsl.fields import field_path
 from samza_dsl.kv import KV
 from samza_dsl.serdes import BytesSerde, KVSerde, Serde, StringSerde, _MsgspecSerde
 

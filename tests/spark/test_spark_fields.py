@@ -1,5 +1,5 @@
 """Field reads on Spark: where a lone ``partition_by``'s key function and the input's event time
-only read a field (``planner.fields``), the carried pass makes keys, partitions and times from
+only read a field (``samza_dsl.fields``), the carried pass makes keys, partitions and times from
 the Parquet columns, and reads only the columns it needs; where the window after it only reads
 some fields of the messages, only those are carried through the shuffle.
 

@@ -1,4 +1,4 @@
-"""What ``samza-dsl plan`` says a Spark run moves through a shuffle (``planner.tiers``): the
+"""What ``samza-dsl plan`` says a Spark run moves through a shuffle (``runtime.spark.tiers``): the
 rows of a lone ``partition_by`` carried as columns, its key column, and the fields read after
 the shuffle. The runner decides with the same functions; tests/spark/test_spark_fields.py runs
 such jobs."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from planner.tiers import GENERAL_TIER, carried_streams, message_fields, spark_tiers
+from runtime.spark.tiers import GENERAL_TIER, carried_streams, message_fields, spark_tiers
 from samza_dsl import KV, StreamApplication, Windows
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
 from samza_dsl.systems import MemorySystem

@@ -1,4 +1,4 @@
-"""``planner.fields``: what a function reads of its arguments, from its bytecode.
+"""``samza_dsl.fields``: what a function reads of its arguments, from its bytecode.
 
 The answers are used to read a field as a column and to carry only the fields a pass reads, so
 the one thing they must never be is wrong: a function given only the fields ``reads`` names
@@ -14,9 +14,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.fields import field_path, ignores, kv_value_fields, reads, row_fields
 from samza_dsl import KV
 from samza_dsl.aggregate import Field
+from samza_dsl.fields import field_path, ignores, kv_value_fields, reads, row_fields
 
 TS = Field("ts")
 B = Field("b")

@@ -20,6 +20,7 @@ from typing import Any
 
 from samza_dsl.aggregate import Aggregate, Field
 from samza_dsl.errors import SamzaError
+from samza_dsl.fields import field_path, kv_value_fields, reads
 from samza_dsl.spec import (
     FilterSpec,
     FlatMapSpec,
@@ -30,8 +31,6 @@ from samza_dsl.spec import (
     WindowSpec,
     stream_node,
 )
-
-from .fields import field_path, kv_value_fields, reads
 
 __all__ = ["SQL_TIER", "GENERAL_TIER", "DeclaredWindow", "declared_windows", "spark_tiers",
            "spark_passes", "carried_streams", "message_fields", "key_field", "carry_text"]
@@ -225,7 +224,7 @@ def carried_streams(plan: Any, passes: list[list[Any]] | None = None) -> set[str
 
 def message_fields(plan: Any, sid: str) -> set[str] | None:
     """The fields of the values of stream ``sid``'s ``KV`` messages (dicts) that its readers
-    may read (``planner.fields``), where that is known: every reader is a window that folds
+    may read (``samza_dsl.fields``), where that is known: every reader is a window that folds
     (no list panes), sends no late messages on, and whose key, event-time and fold functions
     only read fields of the message's value. Such a window computes the same from messages
     holding those fields alone. None where a reader may read more (or there is none)."""
