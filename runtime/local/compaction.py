@@ -41,11 +41,11 @@ import msgspec
 
 from runtime import faults
 from runtime.local.log import (
-    _COMPACTED,
-    _DECODE_SEGMENT,
-    _ENCODE,
-    _PACK_OFFSET,
-    _UNPACK_OFFSET,
+    COMPACTED,
+    DECODE_SEGMENT,
+    ENCODE,
+    PACK_OFFSET,
+    UNPACK_OFFSET,
     LocalLog,
     seal,
 )
@@ -148,24 +148,24 @@ def _segments(lg: LocalLog, stream: str, partition: int, start: int, end: int,
             with lg._begin(shared) as txn:
                 prefix = lg._prefix(txn, shared, stream, partition)
                 cur = txn.cursor(shared.log)
-                if not cur.set_range(prefix + _PACK_OFFSET(pos)):
+                if not cur.set_range(prefix + PACK_OFFSET(pos)):
                     return
                 np = len(prefix)
                 for key, value in cur:
                     key = bytes(key)
                     if key[:np] != prefix:
                         break
-                    first = _UNPACK_OFFSET(key[np:])[0]
+                    first = UNPACK_OFFSET(key[np:])[0]
                     span = lg._count(value, prefix, key)
                     if first + span > end:
                         break
                     body = lg.segment_body(value, prefix, key)
-                    if body[0] == _COMPACTED:
+                    if body[0] == COMPACTED:
                         span, ts, deltas, records = lg._decode_compacted(value, prefix, key)
                         offsets: Sequence[int] = [first + d for d in deltas]
                     else:
                         try:
-                            ts, records = _DECODE_SEGMENT(body)
+                            ts, records = DECODE_SEGMENT(body)
                         except (msgspec.DecodeError, msgspec.ValidationError) as e:
                             raise lg._corrupt_segment(prefix, key, e) from e
                         offsets = range(first, first + span)
@@ -189,7 +189,7 @@ def _whole_end(lg: LocalLog, stream: str, partition: int, upto: int) -> int:
         with lg._begin(shared) as txn:
             prefix = lg._prefix(txn, shared, stream, partition)
             cur = txn.cursor(shared.log)
-            target = prefix + _PACK_OFFSET(upto)
+            target = prefix + PACK_OFFSET(upto)
             found = cur.set_range(target)
             if found and bytes(cur.key()) == target:
                 return upto
@@ -198,7 +198,7 @@ def _whole_end(lg: LocalLog, stream: str, partition: int, upto: int) -> int:
             key = bytes(cur.key())
             if key[: len(prefix)] != prefix:
                 return 0
-            first = _UNPACK_OFFSET(key[len(prefix):])[0]
+            first = UNPACK_OFFSET(key[len(prefix):])[0]
             end = first + lg._count(cur.value(), prefix, key)
             return end if end <= upto else first
     except lmdb.Error as e:
@@ -267,7 +267,7 @@ def compact_partition(lg: LocalLog, stream: str, partition: int, upto: int, *,
         if len(group) > 1 or len(kept) < before:  # else it is unchanged: leave it
             first = group[0].first
             span = group[-1].first + group[-1].span - first
-            value = _ENCODE((span, max(s.ts for s in group), [o - first for o, _ in kept],
+            value = ENCODE((span, max(s.ts for s in group), [o - first for o, _ in kept],
                              [r for _, r in kept]))
             _replace(lg, stream, partition, [s.key for s in group], value)
             result.transactions += 1
@@ -307,7 +307,7 @@ def compact_partition(lg: LocalLog, stream: str, partition: int, upto: int, *,
     passes = [max(old, key=lambda p: p[1])] if old else []
     passes += [p for p in state["passes"] if p[0] > now - delete_retention_ms]
     passes.append([now, end])
-    lg.put_meta(_meta_key(stream, partition), _ENCODE(
+    lg.put_meta(_meta_key(stream, partition), ENCODE(
         {"cleaned": end, "kept": result.records_after, "passes": passes[-_PASSES:]}))
     result.upto = end
     result.done = True

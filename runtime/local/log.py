@@ -94,14 +94,14 @@ class CorruptSegmentError(SamzaError):
         self.raw = raw
 
 
-_ENCODE = msgspec.msgpack.Encoder().encode
-_DECODE_SEGMENT = msgspec.msgpack.Decoder(_SegmentType).decode
+ENCODE = msgspec.msgpack.Encoder().encode
+DECODE_SEGMENT = msgspec.msgpack.Decoder(_SegmentType).decode
 _CompactedType = tuple[
     int, int, list[int],
     list[tuple[bytes | None, bytes | None, tuple[tuple[str, bytes], ...] | None]],
 ]
 _DECODE_COMPACTED = msgspec.msgpack.Decoder(_CompactedType).decode
-_COMPACTED = 0x94  # the first byte of a compacted segment's value
+COMPACTED = 0x94  # the first byte of a compacted segment's value
 _CHECKED = 0xC1  # the first byte of a value that carries its checksum
 _CHECKED_HEAD = 5  # that byte and the checksum
 _crc = zlib.crc32
@@ -110,8 +110,8 @@ _encode_into = msgspec.msgpack.Encoder().encode_into
 _DECODE_INFO = msgspec.msgpack.Decoder(_StreamInfo).decode
 _U64 = struct.Struct(">Q")
 _U32 = struct.Struct(">I")
-_PACK_OFFSET = _U64.pack
-_UNPACK_OFFSET = _U64.unpack
+PACK_OFFSET = _U64.pack
+UNPACK_OFFSET = _U64.unpack
 _LAST = b"\xff" * 8  # greater than every 8-byte offset
 _MAX_OFFSET = (1 << 63) - 1
 _STREAM_ID = re.compile(r"[A-Za-z0-9._-]{1,249}")
@@ -141,7 +141,7 @@ def _segment_count(value: Any) -> int:
     32)."""
     if value[0] == _CHECKED:
         value = value[_CHECKED_HEAD:]
-    if value[0] == _COMPACTED:
+    if value[0] == COMPACTED:
         return _uint_at(value, 1)
     b = value[1]
     i = 2 if (b <= 0x7F or b >= 0xE0) else 1 + _INT_SIZE[b]
@@ -156,7 +156,7 @@ def _segment_count(value: Any) -> int:
 
 
 def _kind(value: Any) -> int:
-    """The first byte of a segment's encoding: ``_COMPACTED`` or a plain segment's."""
+    """The first byte of a segment's encoding: ``COMPACTED`` or a plain segment's."""
     return int(value[_CHECKED_HEAD] if value[0] == _CHECKED else value[0])
 
 
@@ -178,7 +178,7 @@ def _segment_ts(value: Any) -> int:
     if value[0] == _CHECKED:
         value = value[_CHECKED_HEAD:]
     i = 1
-    if value[0] == _COMPACTED:
+    if value[0] == COMPACTED:
         b = value[1]
         i = 2 if b <= 0x7F else 1 + _INT_SIZE[b]
     return _uint_at(value, i)
@@ -413,7 +413,7 @@ class LocalLog:
         n = len(prefix)
         if key[:n] != prefix:
             return 0
-        return _UNPACK_OFFSET(key[n:])[0] + self._count(cur.value(), prefix, key)
+        return UNPACK_OFFSET(key[n:])[0] + self._count(cur.value(), prefix, key)
 
     def _count(self, value: Any, prefix: bytes, key: bytes) -> int:
         try:
@@ -427,10 +427,10 @@ class LocalLog:
         with ``cur`` on it, the offsets it covers come from where the next segment starts."""
         stream = prefix[:-5].decode(errors="replace")
         partition = _U32.unpack(prefix[-4:])[0]
-        offset = _UNPACK_OFFSET(key[len(prefix) :])[0]
+        offset = UNPACK_OFFSET(key[len(prefix) :])[0]
         span: int | None = None
         if cur is not None and cur.next() and bytes(cur.key()[: len(prefix)]) == prefix:
-            span = _UNPACK_OFFSET(cur.key()[len(prefix):])[0] - offset
+            span = UNPACK_OFFSET(cur.key()[len(prefix):])[0] - offset
         elif value:
             with contextlib.suppress(IndexError, KeyError, ValueError):
                 span = _segment_count(value)
@@ -470,7 +470,7 @@ class LocalLog:
         if not checked and self._strict.get(prefix):
             raise self._corrupt_segment(prefix, key, None, value, cur)
         try:
-            records: list[Any] = _DECODE_SEGMENT(value[_CHECKED_HEAD:] if checked else value)[1]
+            records: list[Any] = DECODE_SEGMENT(value[_CHECKED_HEAD:] if checked else value)[1]
         except (msgspec.DecodeError, msgspec.ValidationError) as e:
             failed = checked and not _sealed(value, key)
             raise self._corrupt_segment(prefix, key, None if failed else e, value, cur) from e
@@ -496,7 +496,7 @@ class LocalLog:
             with self._begin(shared, write=True) as txn:
                 n = self._partitions_in(txn, shared, stream)
                 if n is None:
-                    txn.put(stream.encode(), _ENCODE(_StreamInfo(partitions, checked=True)),
+                    txn.put(stream.encode(), ENCODE(_StreamInfo(partitions, checked=True)),
                             db=shared.streams)
                 elif n != partitions:
                     raise SamzaError(
@@ -639,7 +639,7 @@ class LocalLog:
                     if payload is None:
                         out.append(first)
                         continue
-                    key = prefix + _PACK_OFFSET(first)
+                    key = prefix + PACK_OFFSET(first)
                     _CRC.pack_into(payload, 1, _crc(key, crc))
                     if not cur.put(key, payload, overwrite=False):
                         raise SamzaError(
@@ -743,14 +743,14 @@ class LocalLog:
             key = bytes(cur.key())
             if key[:n] != prefix:
                 break
-            seg_first = _UNPACK_OFFSET(key[n:])[0]
+            seg_first = UNPACK_OFFSET(key[n:])[0]
             value = cur.value()
             if start < 0:
                 if seg_first + self._count(value, prefix, key) <= offset:  # ends before offset
                     if not cur.next():
                         break
                     continue
-                if _kind(value) == _COMPACTED:
+                if _kind(value) == COMPACTED:
                     run = self._compacted_run(value, prefix, key, seg_first, offset,
                                               max_records, whole)
                     if run is not None:
@@ -761,7 +761,7 @@ class LocalLog:
                 skip = offset - seg_first if offset > seg_first else 0
                 start = seg_first + skip
             else:
-                if _kind(value) == _COMPACTED:  # its records do not follow on: the run ends here
+                if _kind(value) == COMPACTED:  # its records do not follow on: the run ends here
                     break
                 skip = 0
             records = self._segment_records(value, prefix, key, cur)
@@ -782,7 +782,7 @@ class LocalLog:
     def _seek(self, cur: Any, prefix: bytes, offset: int) -> bool:
         """Puts ``cur`` on the segment holding ``offset``, or the one before the first segment
         after it; False when the log has no segment at all from there."""
-        target = prefix + _PACK_OFFSET(offset)
+        target = prefix + PACK_OFFSET(offset)
         if cur.set_range(target):
             if bytes(cur.key()) != target:
                 # The segment holding `offset` starts before it: step back one, if it is ours.
@@ -860,11 +860,11 @@ class LocalLog:
             key = bytes(cur.key())
             if key[:n] != prefix:
                 break
-            seg_first = _UNPACK_OFFSET(key[n:])[0]
+            seg_first = UNPACK_OFFSET(key[n:])[0]
             value = cur.value()
             if seg_first + self._count(value, prefix, key) > offset:
                 need = max_records - len(out)
-                if _kind(value) == _COMPACTED:
+                if _kind(value) == COMPACTED:
                     _, _, deltas, kept = self._decode_compacted(value, prefix, key)
                     i = bisect_left(deltas, offset - seg_first)
                     took = [seg_first + d for d in deltas[i : i + need]]
@@ -911,7 +911,7 @@ class LocalLog:
                 prefix = self._prefix(txn, shared, stream, partition)
                 cur = txn.cursor(shared.log)
                 if cur.set_range(prefix) and bytes(cur.key()[: len(prefix)]) == prefix:
-                    return int(_UNPACK_OFFSET(cur.key()[len(prefix):])[0])
+                    return int(UNPACK_OFFSET(cur.key()[len(prefix):])[0])
                 return 0
         except lmdb.Error as e:
             raise self._lmdb_error(e, f"reading the start of {stream!r} partition {partition}"
@@ -937,7 +937,7 @@ class LocalLog:
                         ts = _segment_ts(value)
                     except (IndexError, KeyError) as e:
                         raise self._corrupt_segment(prefix, k, e, value) from e
-                    out.append((_UNPACK_OFFSET(k[n:])[0], self._count(value, prefix, k), ts,
+                    out.append((UNPACK_OFFSET(k[n:])[0], self._count(value, prefix, k), ts,
                                 len(k) + len(value)))
         except lmdb.Error as e:
             raise self._lmdb_error(e, f"reading the segments of {stream!r} partition "
@@ -963,7 +963,7 @@ class LocalLog:
                     key = bytes(cur.key())
                     if key[:n] != prefix:
                         break
-                    first = _UNPACK_OFFSET(key[n:])[0]
+                    first = UNPACK_OFFSET(key[n:])[0]
                     span = self._count(cur.value(), prefix, key)
                     if first + span > below:
                         break
