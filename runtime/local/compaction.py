@@ -229,16 +229,40 @@ def compact_partition(lg: LocalLog, stream: str, partition: int, upto: int, *,
     result = CompactionResult(stream, partition, upto)
     state = _state(lg, stream, partition)
     end = _whole_end(lg, stream, partition, upto)
-    cleaned = min(int(state["cleaned"]), end)
+    scan = _scan_dirty(lg, stream, partition, min(int(state["cleaned"]), end), end,
+                       max_keys=max_keys, held_records=held_records, stop=stop)
+    if scan is not None:
+        latest, dirty, end = scan
+        if dirty:  # the part before the dirty one from the log, then the dirty one as read
+            segments: Iterator[_Seg] = chain(
+                _segments(lg, stream, partition, 0, dirty[0].first), dirty)
+        else:
+            segments = _segments(lg, stream, partition, 0, end)
+        rewrite = _Rewrite(lg, stream, partition, result, pause)
+        if rewrite.run(segments, latest, _horizon(state, now, delete_retention_ms),
+                       group_records, stop):
+            _record_pass(lg, stream, partition, state, now, end, result.records_after,
+                         delete_retention_ms)
+            result.upto = end
+            result.done = True
+    result.seconds = time.perf_counter() - t0
+    return result
 
-    # the dirty part's keys and their last offsets there
+
+def _scan_dirty(lg: LocalLog, stream: str, partition: int, cleaned: int, end: int, *,
+                max_keys: int, held_records: int,
+                stop: threading.Event | None) -> tuple[dict[Any, int], list[_Seg] | None, int] | None:
+    """The first read of a pass, over the part written since the last one (from ``cleaned`` to
+    ``end``): its keys and their last offsets there (records without a key are all kept, so
+    they are not among them), its segments while they hold at most ``held_records`` records
+    (read and decoded once for both reads), and the end of the part the pass covers (earlier
+    than ``end`` once ``max_keys`` keys are seen). None if ``stop`` ended the pass."""
     latest: dict[Any, int] = {}
-    dirty: list[_Seg] | None = []  # kept for the rewrite while small: read and decoded once
+    dirty: list[_Seg] | None = []
     held = 0
     for seg in _segments(lg, stream, partition, cleaned, end):
         if stop is not None and stop.is_set():
-            result.seconds = time.perf_counter() - t0
-            return result
+            return None
         latest.update(zip(map(_key, seg.records), seg.offsets, strict=True))
         if dirty is not None:
             held += len(seg.records)
@@ -248,19 +272,59 @@ def compact_partition(lg: LocalLog, stream: str, partition: int, upto: int, *,
         if len(latest) >= max_keys:
             end = seg.first + seg.span
             break
-    latest.pop(None, None)  # records without a key are all kept
-    # tombstones below a point a pass reached long enough ago can go
-    horizon = max((p_upto for p_time, p_upto in state["passes"]
-                   if p_time <= now - delete_retention_ms), default=0)
-    get = latest.get
+    latest.pop(None, None)
+    return latest, dirty, end
 
-    group: list[_Seg] = []
-    kept: list[tuple[int, Any]] = []  # the group's records to keep, with their offsets
-    busy = time.perf_counter()  # since the last pause
-    scanned = 0
 
-    def flush() -> None:
-        nonlocal busy
+def _horizon(state: dict[Any, Any], now: int, delete_retention_ms: int) -> int:
+    """The offset below which tombstones can go: the furthest a pass reached at least
+    ``delete_retention_ms`` ago (0 if none did)."""
+    return max((p_upto for p_time, p_upto in state["passes"]
+                if p_time <= now - delete_retention_ms), default=0)
+
+
+class _Rewrite:
+    """The second read of a pass: every segment up to its end in groups of about
+    ``group_records`` records, each group replaced by one compacted segment of the records it
+    keeps, in one write transaction."""
+
+    def __init__(self, lg: LocalLog, stream: str, partition: int, result: CompactionResult,
+                 pause: Callable[[float], object] | None) -> None:
+        self.lg, self.stream, self.partition = lg, stream, partition
+        self.result, self.pause = result, pause
+        self.group: list[_Seg] = []
+        self.kept: list[tuple[int, Any]] = []  # the group's records to keep, with their offsets
+        self.busy = time.perf_counter()  # since the last pause
+
+    def run(self, segments: Iterator[_Seg], latest: dict[Any, int], horizon: int,
+            group_records: int, stop: threading.Event | None) -> bool:
+        """Keeps a keyed record only at its key's last offset in ``latest`` (or later) and a
+        tombstone only from ``horizon`` on; False if ``stop`` ended it."""
+        get = latest.get
+        group, kept = self.group, self.kept
+        scanned = 0
+        for seg in segments:
+            if stop is not None and stop.is_set():
+                return False
+            survivors = [(o, r) for o, r in zip(seg.offsets, seg.records, strict=True)
+                         if get(r[0], -1) <= o]
+            if horizon and seg.first < horizon:
+                n = len(survivors)
+                survivors = [(o, r) for o, r in survivors if r[1] is not None or o >= horizon]
+                self.result.tombstones_dropped += n - len(survivors)
+            group.append(seg)
+            kept += survivors
+            scanned += len(seg.records)
+            if scanned >= group_records or len(kept) >= SEGMENT_RECORDS:
+                self.flush()
+                scanned = 0
+        if group:
+            self.flush()
+        return True
+
+    def flush(self) -> None:
+        """Replaces the group with its kept records, unless that changes nothing."""
+        group, kept, result = self.group, self.kept, self.result
         before = sum(len(s.records) for s in group)
         result.records_before += before
         result.records_after += len(kept)
@@ -268,51 +332,29 @@ def compact_partition(lg: LocalLog, stream: str, partition: int, upto: int, *,
             first = group[0].first
             span = group[-1].first + group[-1].span - first
             value = ENCODE((span, max(s.ts for s in group), [o - first for o, _ in kept],
-                             [r for _, r in kept]))
-            _replace(lg, stream, partition, [s.key for s in group], value)
+                            [r for _, r in kept]))
+            _replace(self.lg, self.stream, self.partition, [s.key for s in group], value)
             result.transactions += 1
             if faults.ARMED:
                 faults.reached("compaction.transaction")
-            if pause is not None:
-                pause(time.perf_counter() - busy)
-                busy = time.perf_counter()
+            if self.pause is not None:
+                self.pause(time.perf_counter() - self.busy)
+                self.busy = time.perf_counter()
         group.clear()
         kept.clear()
 
-    if dirty:  # the part before the dirty one from the log, then the dirty one as read
-        segments: Iterator[_Seg] = chain(
-            _segments(lg, stream, partition, 0, dirty[0].first), dirty)
-    else:
-        segments = _segments(lg, stream, partition, 0, end)
-    for seg in segments:
-        if stop is not None and stop.is_set():
-            result.seconds = time.perf_counter() - t0
-            return result
-        survivors = [(o, r) for o, r in zip(seg.offsets, seg.records, strict=True)
-                     if get(r[0], -1) <= o]
-        if horizon and seg.first < horizon:
-            n = len(survivors)
-            survivors = [(o, r) for o, r in survivors if r[1] is not None or o >= horizon]
-            result.tombstones_dropped += n - len(survivors)
-        group.append(seg)
-        kept += survivors
-        scanned += len(seg.records)
-        if scanned >= group_records or len(kept) >= SEGMENT_RECORDS:
-            flush()
-            scanned = 0
-    if group:
-        flush()
-    # the pass giving the horizon, the passes that may give a later one, and this one
+
+def _record_pass(lg: LocalLog, stream: str, partition: int, state: dict[Any, Any], now: int,
+                 end: int, kept: int, delete_retention_ms: int) -> None:
+    """Writes down a finished pass: where it ended, the records it kept, and the passes that
+    give the tombstone horizon (the one giving it now, those that may give a later one, this
+    one)."""
     old = [p for p in state["passes"] if p[0] <= now - delete_retention_ms]
     passes = [max(old, key=lambda p: p[1])] if old else []
     passes += [p for p in state["passes"] if p[0] > now - delete_retention_ms]
     passes.append([now, end])
     lg.put_meta(_meta_key(stream, partition), ENCODE(
-        {"cleaned": end, "kept": result.records_after, "passes": passes[-_PASSES:]}))
-    result.upto = end
-    result.done = True
-    result.seconds = time.perf_counter() - t0
-    return result
+        {"cleaned": end, "kept": kept, "passes": passes[-_PASSES:]}))
 
 
 def _replace(lg: LocalLog, stream: str, partition: int, keys: list[bytes], value: bytes) -> None:
