@@ -61,11 +61,14 @@ def _targets(node: ast.Import | ast.ImportFrom, package: str, known: set[str]) -
     return found
 
 
-def import_sites(name: str, path: Path, known: set[str]) -> list[tuple[ast.Import | ast.ImportFrom, str, bool]]:
+Site = tuple[ast.Import | ast.ImportFrom, str, bool]
+
+
+def import_sites(name: str, path: Path, known: set[str]) -> list[Site]:
     """Every import of a project module in ``name``: the statement, the module it names, and
     whether it is lazy (inside a function, or under ``if TYPE_CHECKING:`` for types only)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    out: list[tuple[ast.Import | ast.ImportFrom, str, bool]] = []
+    out: list[Site] = []
 
     def visit(node: ast.AST, lazy: bool) -> None:
         for child in ast.iter_child_nodes(node):

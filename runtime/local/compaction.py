@@ -250,8 +250,8 @@ def compact_partition(lg: LocalLog, stream: str, partition: int, upto: int, *,
 
 
 def _scan_dirty(lg: LocalLog, stream: str, partition: int, cleaned: int, end: int, *,
-                max_keys: int, held_records: int,
-                stop: threading.Event | None) -> tuple[dict[Any, int], list[_Seg] | None, int] | None:
+                max_keys: int, held_records: int, stop: threading.Event | None
+                ) -> tuple[dict[Any, int], list[_Seg] | None, int] | None:
     """The first read of a pass, over the part written since the last one (from ``cleaned`` to
     ``end``): its keys and their last offsets there (records without a key are all kept, so
     they are not among them), its segments while they hold at most ``held_records`` records
