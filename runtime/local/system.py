@@ -59,7 +59,7 @@ from runtime.records import EndOfStream, is_control
 from runtime.reporters import job_reporters
 from runtime.serde_util import default_key_bytes
 from runtime.state.backend import StoreBackend
-from runtime.state.lmdb_store import Changelog
+from runtime.state.changelog import Changelog
 from runtime.storage import (
     FDS_BASE,
     FDS_PER_ENV,

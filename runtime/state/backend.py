@@ -15,8 +15,9 @@ from runtime.codec import Record, serde_error_policy
 from runtime.job import SSP, JobModel, TaskModel
 from runtime.jobdir import store_dir
 from runtime.metrics import Metrics, Sample
+from runtime.state.changelog import Changelog
 from runtime.state.codec import changelog_check, state_codec, table_codec
-from runtime.state.lmdb_store import Changelog, LmdbStore
+from runtime.state.lmdb_store import LmdbStore
 from runtime.storage import storage_error
 from samza_dsl.errors import ConfigError, SerdeError
 

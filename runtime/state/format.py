@@ -41,8 +41,14 @@ from operator import itemgetter
 
 from samza_dsl.errors import SamzaError
 
-__all__ = ["MAX_KEY", "PREFIX", "SHORT_LEN", "ChecksumError", "checksummed", "frame",
-           "full_key", "lmdb_key", "unframe", "unframe_2"]
+__all__ = ["MAX_KEY", "PREFIX", "SHORT_LEN", "VERSION", "OLD_VERSIONS", "META_KEY", "ChecksumError",
+           "checksummed", "frame", "full_key", "lmdb_key", "unframe", "unframe_2"]
+
+VERSION = 3  # the format a store's metadata record names: keys in byte order, however long
+#: the older formats, which a store is rebuilt from its changelog or migrated from
+OLD_VERSIONS = {1: "values without checksums",
+                2: "keys of 511 bytes or more in the order of their hash"}
+META_KEY = b"state"  # the key of a store's metadata record, in its ``meta`` database
 
 MAX_KEY = 511  # LMDB's limit on the length of an LMDB key
 HASH = 32  # bytes of a long key's hash

@@ -20,21 +20,15 @@ This is Samza's ``CachedStore`` over a local store with a ``LoggedStore`` change
   hold, before writing the checkpoint. The store's metadata says "uncommitted" from a flush until
   then, so a crash in between is seen at the next ``open``.
 - **Restore.** ``open`` uses the local copy as is when it is committed at the checkpointed
-  changelog offset ("host affinity"); otherwise it rebuilds it from the changelog's entries before
-  that offset, passing each batch of entries through ``check`` when it is given (the runtime
-  decodes them there, so an entry that does not decode meets its serde error policy before it
-  reaches the store). Either way it then compensates changelog entries past the checkpoint (written by a
-  run that stopped before checkpointing) by appending, for each of their keys, its value in the
-  restored store, so replaying the whole changelog gives the restored state. ``restore_info``
-  tells what happened.
+  changelog offset ("host affinity"), catches up one committed at an earlier offset from the
+  changelog's tail, or rebuilds it from the changelog, and compensates changelog entries past
+  the checkpoint (``runtime.state.restore``). ``restore_info`` tells what happened.
 - **Checksums.** Each LMDB value carries a checksum (``runtime.state.format``). A read that
   finds a value failing it (``get``, ``range``, ``all``, the trim at ``open``) means the file was
-  changed on disk: with a changelog the store is rebuilt in place, with a warning naming the
-  file, from the changelog's entries up to its last commit and the entries flushed since (kept in
-  memory until the next commit, up to 10,000 of them: past that the error asks for a restart,
-  which rebuilds the store from the changelog), and the read is done again; without one it is
-  an error naming the file. A store of the older format 1 (no checksums) is rebuilt from its changelog, or
-  without one migrated in place.
+  changed on disk: with a changelog the store is rebuilt in place and the read is done again
+  (``runtime.state.repair``); without one it is an error naming the file. A store of an older
+  format is rebuilt from its changelog, or without one migrated in place
+  (``runtime.state.migrate``).
 - **Long keys.** A key encoded in more than 478 bytes is held under its first 478 bytes and its
   hash, with the full key in the value (``runtime.state.format``), so any key works and LMDB
   keeps keys in the byte order of their encoding, long or short. Long keys that share their
@@ -42,9 +36,7 @@ This is Samza's ``CachedStore`` over a local store with a ``LoggedStore`` change
   it in the order of the full keys. So ``range`` and ``all`` give every key in ``key_encode``
   byte order, as ``InMemoryState`` does. A key decoded as a list (a tuple under ``JsonSerde``)
   is given as an ``operators.state.ListKey``, which ``get``, ``put`` and ``delete`` take as
-  the tuple. A store of format 2 (where long keys came after all
-  others, in the order of their hash) is rebuilt from its changelog, or without one migrated
-  in place.
+  the tuple.
 
 >>> import shutil, tempfile
 >>> from operators.state import decode_key, encode_key
@@ -70,7 +62,6 @@ This is Samza's ``CachedStore`` over a local store with a ``LoggedStore`` change
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -79,21 +70,28 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
 from itertools import islice
 from operator import itemgetter
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 import lmdb
 
 from operators.state import ListKey as _ListKey
+from runtime.state.changelog import Changelog, Check
 from runtime.state.format import MAX_KEY as _MAX_KEY
+from runtime.state.format import META_KEY as _META_KEY
+from runtime.state.format import OLD_VERSIONS as _OLD_VERSIONS
 from runtime.state.format import PREFIX as _PREFIX
 from runtime.state.format import SHORT_LEN as _SHORT_LEN
+from runtime.state.format import VERSION as _FORMAT
 from runtime.state.format import ChecksumError as _Corrupt
-from runtime.state.format import checksummed as _checksummed
 from runtime.state.format import frame as _frame
 from runtime.state.format import full_key as _full_key
 from runtime.state.format import lmdb_key as _lmdb_key
 from runtime.state.format import unframe as _unframe
-from runtime.state.format import unframe_2 as _unframe_2
+from runtime.state.repair import SINCE_MAX as _SINCE_MAX
+from runtime.state.repair import repair as _repair
+from runtime.state.restore import open_local as _open_local
+from runtime.state.restore import open_replica as _open_replica
+from runtime.state.restore import restore as _restore
 from runtime.storage import (
     MappedPages,
     check_file_not_truncated,
@@ -102,42 +100,18 @@ from runtime.storage import (
 )
 from samza_dsl.errors import SamzaError, SerdeError
 
-__all__ = ["Changelog", "LmdbStore", "local_state"]
+__all__ = ["LmdbStore", "local_state"]
 
 log = logging.getLogger("samza_dsl.state")
 
 _MISSING: Any = object()
-_META_KEY = b"state"
-_FORMAT = 3  # 3: keys in byte order, however long; 2: long keys in hash order; 1: no checksums
-_FORMATS = {1: "values without checksums", 2: "keys of 511 bytes or more in the order of their hash"}
 _SCAN_CHUNK = 1024  # entries read per read transaction by range/all
-_REPLAY_BATCH = 200_000  # distinct keys folded in memory before a write transaction
-#: the most entries flushed since the last commit kept for a rebuild in place (see _repair)
-_SINCE_MAX = 10_000
 _PAGE = 4096  # what a lookup or a write is counted as mapping in (MappedPages)
 _first = itemgetter(0)
 # LMDB keys are the encoded keys behind this byte: LMDB cannot store an empty key (str.encode
 # of ""); the changelog holds the encoded keys as they are
 _P = b"\x00"  # the prefix of every LMDB key (see runtime.state.format)
 _GROUP_END = b"\xff" * (_MAX_KEY - _SHORT_LEN)  # after a group's prefix: past all its keys
-class Changelog(Protocol):
-    """A store's changelog partition, as the runtime gives it to ``LmdbStore.open``."""
-
-    def append(self, entries: list[tuple[bytes, bytes | None]]) -> None:
-        """Buffers ``(key, value)`` entries (``(key, None)`` is a tombstone); they are durable
-        once the runtime flushes its producer."""
-        ...
-
-    def end_offset(self) -> int:
-        """The next offset of the partition, counting durable entries only."""
-        ...
-
-    def read(self, start: int, end: int
-             ) -> Iterator[tuple[int | Sequence[int], list[tuple[bytes, bytes | None]]]]:
-        """Batches of the entries with offsets in ``[start, end)``: ``(offset of the batch's
-        first entry, entries)`` when their offsets follow on, else ``(each entry's offset,
-        entries)`` (a compacted changelog has gaps)."""
-        ...
 
 
 def _encode_all(encode: Callable[[Any], bytes], objs: list[Any]) -> list[bytes]:
@@ -167,8 +141,8 @@ class LmdbStore:
 
     __slots__ = ("path", "name", "task", "restore_info", "get", "put", "_dirty", "_clean",
                  "_cache_size", "_write_batch_size", "_map_size", "_kenc", "_kdec", "_venc",
-                 "_vdec", "_changelog", "_env", "_data", "_meta", "_rtxn", "_committed",
-                 "_flushes", "_commit_flushes", "_check", "_base", "_since", "_repairs",
+                 "_vdec", "changelog", "env", "data_db", "meta_db", "_rtxn", "committed",
+                 "flushes", "_commit_flushes", "check", "base", "since", "repairs",
                  "reads", "writes", "deletes", "cache_writes", "_pages")
 
     get: Callable[[Any], Any]
@@ -178,10 +152,9 @@ class LmdbStore:
                  key_decode: Callable[[bytes], Any], value_encode: Callable[[Any], bytes],
                  value_decode: Callable[[bytes], Any], changelog: Changelog | None,
                  cache_size: int, write_batch_size: int, map_size: int,
-                 check: Callable[[int | Sequence[int], list[tuple[bytes, bytes | None]]],
-                                 list[tuple[bytes, bytes | None]]] | None = None) -> None:
+                 check: Check | None = None) -> None:
         self.path = path
-        self._check = check
+        self.check = check
         self.name = name
         self.task = task
         self.restore_info: dict[str, Any] = {}
@@ -189,7 +162,7 @@ class LmdbStore:
         self._kdec = key_decode
         self._venc = value_encode
         self._vdec = value_decode
-        self._changelog = changelog
+        self.changelog = changelog
         self._cache_size = max(1, cache_size)
         self._write_batch_size = max(1, write_batch_size)
         self._map_size = map_size
@@ -200,18 +173,19 @@ class LmdbStore:
         self._dirty = dirty
         self.get = dirty.__getitem__
         self.put = dirty.__setitem__
-        self._env: Any = None
-        self._data: Any = None
-        self._meta: Any = None
+        self.env: Any = None
+        self.data_db: Any = None
+        self.meta_db: Any = None
         self._rtxn: Any = None
-        self._committed = False
-        self._flushes = 0  # flush transactions so far
-        self._commit_flushes = -1  # _flushes when flush() last ran (see mark_committed)
-        # with a changelog, LMDB holds the changelog's state at offset _base plus the entries
-        # flushed since (_since): what a rebuild in place after a checksum failure writes back
-        self._base = 0
-        self._since: dict[bytes, bytes | None] | None = {}  # None: more than _SINCE_MAX
-        self._repairs = 0
+        self.committed = False
+        self.flushes = 0  # flush transactions so far
+        self._commit_flushes = -1  # flushes when flush() last ran (see mark_committed)
+        # with a changelog, LMDB holds the changelog's state at offset base plus the entries
+        # flushed since (since): what a rebuild in place after a checksum failure writes back
+        # (runtime.state.repair)
+        self.base = 0
+        self.since: dict[bytes, bytes | None] | None = {}  # None: more than _SINCE_MAX
+        self.repairs = 0
         #: metrics: keys read from LMDB (a get the object cache answers costs nothing and is
         #: not counted), and values and deletes written to it (a key written twice between
         #: two flushes once)
@@ -223,7 +197,7 @@ class LmdbStore:
         self.cache_writes = True
         #: the pages of the file that reads and writes mapped in, let go of now and then (a
         #: store much larger than what the job reads again soon need not stay resident)
-        self._pages = MappedPages(self._data_file())
+        self._pages = MappedPages(self.data_file())
 
     # -- opening and restoring ------------------------------------------------------------------
 
@@ -234,8 +208,7 @@ class LmdbStore:
              changelog: Changelog | None = None, checkpointed: int | None = None,
              cache_size: int = 100_000, write_batch_size: int = 10_000,
              map_size: int = 1 << 34,
-             check: Callable[[int | Sequence[int], list[tuple[bytes, bytes | None]]],
-                             list[tuple[bytes, bytes | None]]] | None = None) -> LmdbStore:
+             check: Check | None = None) -> LmdbStore:
         """Opens (creating or restoring) the store in directory ``path``.
 
         ``checkpointed`` is the changelog offset the task's checkpoint holds (None: no checkpoint,
@@ -250,14 +223,14 @@ class LmdbStore:
         t0 = time.perf_counter()
         try:
             if changelog is None:
-                store._open_local()
+                _open_local(store)
             else:
-                store._restore(changelog, checkpointed if checkpointed is not None else 0)
+                _restore(store, changelog, checkpointed if checkpointed is not None else 0)
         except BaseException:
-            store._detach()
+            store.detach()
             raise
         store.restore_info["seconds"] = time.perf_counter() - t0
-        store._commit_flushes = store._flushes  # restore's own writes precede any commit
+        store._commit_flushes = store.flushes  # restore's own writes precede any commit
         return store
 
     @classmethod
@@ -265,9 +238,7 @@ class LmdbStore:
                      key_encode: Callable[[Any], bytes], key_decode: Callable[[bytes], Any],
                      value_encode: Callable[[Any], bytes], value_decode: Callable[[bytes], Any],
                      map_size: int = 1 << 34,
-                     check: Callable[[int | Sequence[int], list[tuple[bytes, bytes | None]]],
-                                     list[tuple[bytes, bytes | None]]] | None = None
-                     ) -> LmdbStore:
+                     check: Check | None = None) -> LmdbStore:
         """Opens the local copy in ``path`` as a standby's replica of the task's store, fed by
         ``replicate`` with the changelog's entries. A copy committed at a changelog offset is
         kept (``position`` is that offset); any other (none, uncommitted, unreadable, of an
@@ -278,98 +249,95 @@ class LmdbStore:
                     changelog=None, cache_size=1, write_batch_size=1, map_size=map_size,
                     check=check)
         try:
-            try:
-                store._attach()
-                meta = store._read_meta()
-            except (lmdb.Error, ValueError):
-                meta = None
-            if meta is None or meta["version"] != _FORMAT or not meta["committed"] \
-                    or meta["changelog_offset"] is None:
-                store._wipe()
-                store._write_meta(0, True)
-                meta = {"changelog_offset": 0}
+            store.base = _open_replica(store)
         except BaseException:
-            store._detach()
+            store.detach()
             raise
-        store._base = int(meta["changelog_offset"])
-        store.restore_info = {"mode": "standby", "entries_replayed": 0, "from": store._base}
+        store.restore_info = {"mode": "standby", "entries_replayed": 0, "from": store.base}
         return store
 
     @property
     def position(self) -> int:
         """The changelog offset the store holds the changelog's entries up to (as of its last
         commit or ``replicate``)."""
-        return self._base
+        return self.base
 
     def replicate(self, offsets: Sequence[int], entries: list[tuple[bytes, bytes | None]],
                   upto: int) -> None:
         """A standby's step: writes the changelog's ``entries`` (at ``offsets``, all below
         ``upto``) and records the store as holding the changelog up to ``upto``."""
-        if self._env is None:
-            raise SamzaError(f"{self._where()} is closed")
+        if self.env is None:
+            raise SamzaError(f"{self.where()} is closed")
         if entries:
-            if self._check is not None:
-                entries = self._check(offsets, entries)
-            self._write_raw(_frame(dict(entries).items()), uncommit=True)
+            if self.check is not None:
+                entries = self.check(offsets, entries)
+            self.write_raw(_frame(dict(entries).items()), uncommit=True)
             self.restore_info["entries_replayed"] += len(entries)
-        self._write_meta(upto, True)
-        self._base = upto
+        self.write_meta(upto, True)
+        self.base = upto
 
-    def _where(self) -> str:
+    # -- the LMDB file: what restore, repair and migrate work on --------------------------------
+
+    def repair(self, what: str) -> None:
+        """A read found ``what`` failing its checksum: rebuilds the store in place from its
+        changelog, or raises without one (``runtime.state.repair``)."""
+        _repair(self, what)
+
+    def where(self) -> str:
         return f"store {self.name!r} of task {self.task!r} at {self.path}"
 
-    def _data_file(self) -> str:
+    def data_file(self) -> str:
         return os.path.join(self.path, "data.mdb")
 
-    def _attach(self) -> None:
+    def attach(self) -> None:
         """Opens the LMDB environment and its two databases."""
         # A full, read-only or forbidden disk is a StorageError, which the callers do not take
         # for a corrupt file: nothing is rebuilt or deleted over it.
         try:
             os.makedirs(self.path, exist_ok=True)
         except OSError as e:
-            raise storage_error(e, self.path, f"creating the directory of {self._where()}") \
-                or SamzaError(f"cannot create the directory of {self._where()}: {e}") from e
-        reserve_lock_file(self.path, self._where())
+            raise storage_error(e, self.path, f"creating the directory of {self.where()}") \
+                or SamzaError(f"cannot create the directory of {self.where()}: {e}") from e
+        reserve_lock_file(self.path, self.where())
         try:
             env = lmdb.open(self.path, map_size=self._map_size, subdir=True, max_dbs=2,
                             sync=False, metasync=False, readahead=False)
         except lmdb.Error as e:
-            fault = storage_error(e, self.path, f"opening {self._where()}")
+            fault = storage_error(e, self.path, f"opening {self.where()}")
             if fault is not None:
                 raise fault from e
             if "already open" in str(e):  # not corruption: never rebuild over an open store
                 raise SamzaError(
-                    f"{self._where()}: the directory is already open in this process (another "
+                    f"{self.where()}: the directory is already open in this process (another "
                     f"store, or this one not closed); close it before opening it again, or give "
                     f"each (task, store) its own directory") from e
             raise
         try:
             # a truncated file would crash the process (SIGBUS) at its first read through the map
-            size = os.path.getsize(self._data_file())
+            size = os.path.getsize(self.data_file())
             need = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
             if size < need:
-                raise lmdb.CorruptedError(f"{self._data_file()} is truncated: {size} bytes, its "
+                raise lmdb.CorruptedError(f"{self.data_file()} is truncated: {size} bytes, its "
                                           f"last page ends at {need}")
-            self._data = env.open_db(b"data")
-            self._meta = env.open_db(b"meta")
+            self.data_db = env.open_db(b"data")
+            self.meta_db = env.open_db(b"meta")
         except BaseException:
             env.close()
             raise
-        self._env = self._pages.env = env
+        self.env = self._pages.env = env
 
-    def _detach(self) -> None:
-        self._end_read()
-        if self._env is not None:
-            self._env.close()
-        self._env = self._data = self._meta = self._pages.env = None
+    def detach(self) -> None:
+        self.end_read()
+        if self.env is not None:
+            self.env.close()
+        self.env = self.data_db = self.meta_db = self._pages.env = None
 
-    def _read_meta(self) -> dict[str, Any] | None:
+    def read_meta(self) -> dict[str, Any] | None:
         """The metadata record (None when absent); a sanity read of the data too. Raises
         lmdb.Error or ValueError when unreadable. Its ``version`` may be an older format's."""
-        with self._env.begin() as txn:
-            raw = txn.get(_META_KEY, db=self._meta)
-            cur = txn.cursor(self._data)
+        with self.env.begin() as txn:
+            raw = txn.get(_META_KEY, db=self.meta_db)
+            cur = txn.cursor(self.data_db)
             if cur.first():  # walks the tree to its first and last leaves
                 cur.key()
                 cur.last()
@@ -377,290 +345,34 @@ class LmdbStore:
         if raw is None:
             return None
         meta = json.loads(raw)
-        if (not isinstance(meta, dict) or meta.get("version") not in (*_FORMATS, _FORMAT)
+        if (not isinstance(meta, dict) or meta.get("version") not in (*_OLD_VERSIONS, _FORMAT)
                 or not isinstance(meta.get("committed"), bool)
                 or not (meta.get("changelog_offset") is None
                         or type(meta.get("changelog_offset")) is int)):
             raise ValueError(f"unexpected store metadata {raw[:200]!r}")
         return meta
 
-    def _meta_record(self, offset: int | None, committed: bool) -> bytes:
+    def meta_record(self, offset: int | None, committed: bool) -> bytes:
         return json.dumps({"version": _FORMAT, "changelog_offset": offset,
                            "committed": committed}).encode()
 
-    def _write_meta(self, offset: int | None, committed: bool) -> None:
-        self._end_read()
-        with self._env.begin(write=True) as txn:
-            txn.put(_META_KEY, self._meta_record(offset, committed), db=self._meta)
-        self._committed = committed
-
-    def _open_local(self) -> None:
-        data_file = self._data_file()
-        existed = os.path.isfile(data_file) and os.path.getsize(data_file) > 0
-        if os.path.isfile(data_file) and not existed:
-            log.warning("%s: the local file %s is empty (its contents were lost): the store "
-                        "starts empty", self._where(), data_file)
-        try:
-            self._attach()
-            meta = self._read_meta()
-        except (lmdb.Error, ValueError) as e:
-            self._detach()
-            raise SamzaError(
-                f"{self._where()}: the local file {data_file} is corrupt or unreadable "
-                f"({type(e).__name__}: {e}); the store has no changelog, so its state cannot be "
-                f"rebuilt. Delete the directory {self.path} to start the store empty, or enable "
-                f"the store's changelog so it can be restored") from e
-        mode = "local" if existed else "fresh"
-        if meta is None:
-            self._write_meta(None, True)
-        else:
-            if meta["version"] != _FORMAT:
-                self._migrate(meta)
-            self._committed = meta["committed"]
-        self.restore_info = {"mode": mode, "entries_replayed": 0, "trimmed": 0,
-                             "reason": ("the local copy is used as is (no changelog)" if existed
-                                        else "no local copy yet: starting empty (no changelog)")}
-        log.info("%s: %s", self._where(), self.restore_info["reason"])
-
-    def _restore(self, changelog: Changelog, cp: int) -> None:
-        data_file = self._data_file()
-        level = logging.INFO
-        reason = ""
-        behind: int | None = None  # a committed local copy behind the checkpoint: its offset
-        if not os.path.isfile(data_file):
-            reason = f"no local copy ({data_file} does not exist)"
-        else:
-            try:
-                self._attach()
-                meta = self._read_meta()
-            except (lmdb.Error, ValueError) as e:
-                self._detach()
-                level = logging.WARNING
-                reason = (f"the local copy {data_file} is corrupt or unreadable "
-                          f"({type(e).__name__}: {e})")
-            else:
-                if meta is None:
-                    reason = (f"the local copy {data_file} has no store metadata (its creation "
-                              f"was interrupted, or another program wrote it)")
-                elif meta["version"] != _FORMAT:
-                    reason = (f"the local copy {data_file} has the older store format "
-                              f"{meta['version']} ({_FORMATS[meta['version']]})")
-                elif not meta["committed"]:
-                    reason = (f"the local copy {data_file} is uncommitted: a run flushed changes "
-                              f"to it and stopped before its next commit")
-                elif meta["changelog_offset"] is None:
-                    level = logging.WARNING
-                    reason = (f"the local copy {data_file} was written without a changelog, and "
-                              f"the changelog is the source of truth now: its contents are "
-                              f"replaced by the changelog's")
-                elif meta["changelog_offset"] < cp:
-                    behind = meta["changelog_offset"]
-                elif meta["changelog_offset"] != cp:
-                    reason = (f"the local copy {data_file} is at changelog offset "
-                              f"{meta['changelog_offset']} but the checkpoint holds {cp}")
-        if not reason and behind is not None:
-            reason = self._catch_up(changelog, behind, cp)
-        elif not reason:
-            self._committed = True
-            self.restore_info = {"mode": "host-affinity", "entries_replayed": 0,
-                                 "reason": f"the local copy is committed at the checkpointed "
-                                           f"changelog offset {cp} (host affinity)"}
-            log.info("%s: using the local copy as is: %s", self._where(),
-                     self.restore_info["reason"])
-            try:
-                self.restore_info["trimmed"] = self._trim(changelog, cp)
-            except _Corrupt as e:
-                level = logging.WARNING
-                reason = (f"the local copy {data_file} holds a value that fails its checksum "
-                          f"(LMDB key {e.lkey[:60]!r}): the file was changed on disk")
-        if reason:
-            log.log(level, "%s: rebuilding from the changelog's offsets [0, %d): %s",
-                    self._where(), cp, reason)
-            t0 = time.perf_counter()
-            replayed = self._rebuild(changelog, cp)
-            mode = "rebuilt" if replayed else "fresh"
-            self.restore_info = {"mode": mode, "entries_replayed": replayed, "reason": reason}
-            log.info("%s: %s: replayed %d changelog entries in %.3f s (%d keys)", self._where(),
-                     "rebuilt" if replayed else "starting empty", replayed,
-                     time.perf_counter() - t0, self._entries())
-            self.restore_info["trimmed"] = self._trim(changelog, cp)
-        self._base = cp
-
-    def _catch_up(self, changelog: Changelog, start: int, cp: int) -> str:
-        """Brings a local copy committed at changelog offset ``start`` (below ``cp``: a
-        standby's, or one an earlier run of the task left here) to ``cp`` by replaying only the
-        changelog's tail ``[start, cp)``, committed there. Returns "" when done, else why the
-        copy must be rebuilt instead (a value failing its checksum)."""
-        t0 = time.perf_counter()
-        self._write_meta(start, False)  # a crash while catching up rebuilds it next time
-        replayed = self._replay(changelog, cp, start)
-        self._write_meta(cp, True)
-        self.restore_info = {
-            "mode": "tail", "entries_replayed": replayed, "from": start,
-            "reason": f"the local copy is committed at changelog offset {start}, behind the "
-                      f"checkpointed offset {cp}: only the changelog's tail was replayed"}
-        log.info("%s: caught up from changelog offset %d to the checkpointed %d: replayed %d "
-                 "changelog entries in %.3f s", self._where(), start, cp, replayed,
-                 time.perf_counter() - t0)
-        try:
-            self.restore_info["trimmed"] = self._trim(changelog, cp)
-        except _Corrupt as e:
-            return (f"the local copy {self._data_file()} holds a value that fails its checksum "
-                    f"(LMDB key {e.lkey[:60]!r}): the file was changed on disk")
-        return ""
-
-    def _wipe(self) -> None:
-        """Deletes the local copy and opens an empty one."""
-        self._detach()
-        for f in ("data.mdb", "lock.mdb"):
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(os.path.join(self.path, f))
-        self._attach()
-
-    def _rebuild(self, changelog: Changelog, cp: int) -> int:
-        """Replaces the local copy by the changelog's state at offset ``cp``, committed there.
-        Returns how many entries were replayed."""
-        self._wipe()
-        replayed = self._replay(changelog, cp) if cp > 0 else 0
-        self._write_meta(cp, True)
-        return replayed
-
-    def _replay(self, changelog: Changelog, cp: int, start: int = 0) -> int:
-        """Writes the changelog's entries in [start, cp) (last write wins, tombstones
-        delete)."""
-        pending: dict[bytes, bytes | None] = {}
-        n = 0
-        check = self._check
-        for offset, entries in changelog.read(start, cp):
-            n += len(entries)
-            pending.update(entries if check is None else check(offset, entries))
-            if len(pending) >= _REPLAY_BATCH:
-                self._write_raw(_frame(pending.items()))
-                pending = {}
-        if pending:
-            self._write_raw(_frame(pending.items()))
-        return n
-
-    def _migrate(self, meta: dict[str, Any]) -> None:
-        """Rewrites a store of an older format (no changelog) in this format, in one
-        transaction. Format 1's values get their checksums; the keys that are laid out
-        otherwise now (format 2's long keys, and keys of 479 to 510 bytes) move."""
-        self._end_read()
-        version = meta["version"]
-        n = 0
-        moved: list[tuple[bytes, bytes, bytes]] = []  # (old LMDB key, encoded key, value)
-        with self._env.begin(write=True) as txn:
-            pos, inclusive = _P, True
-            while True:
-                cur = txn.cursor(self._data)
-                if not cur.set_range(pos) or (not inclusive and cur.key() == pos
-                                              and not cur.next()):
-                    break
-                chunk = list(islice(cur.iternext(), _SCAN_CHUNK))
-                rewritten = []
-                for lk, raw in chunk:
-                    if version == 1:
-                        kb, vb = lk[1:], raw
-                    else:
-                        try:
-                            kb, vb = _unframe_2(lk, raw)
-                        except _Corrupt:
-                            self._repair(f"the value of LMDB key {lk[:60]!r} (store format "
-                                         f"{version})")  # raises: there is no changelog
-                            raise
-                    if len(lk) <= _SHORT_LEN and lk[:1] == _P:
-                        if version == 1:
-                            rewritten.append((lk, _checksummed(lk, vb)))
-                    else:
-                        moved.append((lk, kb, vb))
-                if rewritten:
-                    txn.cursor(self._data).putmulti(rewritten)
-                n += len(chunk)
-                pos, inclusive = chunk[-1][0], False
-                if len(chunk) < _SCAN_CHUNK:
-                    break
-            for lk, _, _ in moved:
-                txn.delete(lk, b"", self._data)
-            puts = _frame((kb, vb) for _, kb, vb in moved)
-            if puts:
-                txn.cursor(self._data).putmulti(puts)
-            txn.put(_META_KEY, self._meta_record(meta["changelog_offset"], meta["committed"]),
-                    db=self._meta)
-        self._flushes += 1
-        log.info("%s: migrated %d entries from store format %s to %d (%d keys moved)",
-                 self._where(), n, version, _FORMAT, len(moved))
-
-    def _repair(self, what: str) -> None:
-        """A read found a value failing its checksum: rebuilds the store in place from the
-        changelog (see the module docstring), or raises without one."""
-        where = (f"{self._where()}: {what} in {self._data_file()} fails its checksum (the file "
-                 f"was changed on disk)")
-        if self._changelog is None:
-            raise SamzaError(
-                f"{where}; the store has no changelog, so its state cannot be rebuilt. Stop the "
-                f"job and delete the directory {self.path} to start the store empty, or enable "
-                f"the store's changelog so a damaged copy can be restored")
-        if self._since is None:
-            raise SamzaError(
-                f"{where}; more than {_SINCE_MAX} entries were written since the last commit, "
-                f"too many to keep in memory for a rebuild in place. Restart the job: the store "
-                f"is rebuilt from its changelog when it opens")
-        self._repairs += 1
-        if self._repairs > 3:
-            raise SamzaError(
-                f"{where}, again after {self._repairs - 1} rebuilds from the changelog in this "
-                f"run: the disk or memory may be failing. Stop the job and check the machine")
-        log.warning("%s: rebuilding it from the changelog's offsets [0, %d) and the %d entries "
-                    "flushed since", where, self._base, len(self._since))
-        self._rebuild(self._changelog, self._base)
-        if self._since:
-            self._write_raw(_frame(self._since.items()), uncommit=True)
-            self._committed = False
-        self._flushes += 1  # scans read their chunk again
-
-    def _trim(self, changelog: Changelog, cp: int) -> int:
-        """Compensates changelog entries at or past the checkpoint: appends, for each of their
-        keys, its value here (a tombstone when absent). Returns how many keys."""
-        end = changelog.end_offset()
-        if end < cp:
-            log.warning("%s: the changelog ends at offset %d, before the checkpointed offset %d: "
-                        "it lost entries (was it deleted or truncated?), so a rebuild from it "
-                        "would not give this state", self._where(), end, cp)
-            return 0
-        if end == cp:
-            return 0
-        keys: dict[bytes, None] = {}
-        for _offset, entries in changelog.read(cp, end):
-            for k, _ in entries:
-                keys[k] = None
-        if not keys:
-            return 0
-        with self._env.begin() as txn:
-            get = txn.get
-            db = self._data
-            compensation: list[tuple[bytes, bytes | None]] = []
-            for k in keys:
-                lk = _lmdb_key(k)
-                raw = get(lk, None, db)
-                compensation.append((k, None if raw is None else _unframe(lk, raw)[1]))
-        changelog.append(compensation)
-        self._write_meta(cp, False)  # durable only after the runtime's next producer flush
-        log.info("%s: the changelog has %d entries past the checkpointed offset %d (a run "
-                 "stopped before checkpointing): appended the current value of their %d keys",
-                 self._where(), end - cp, cp, len(compensation))
-        return len(compensation)
+    def write_meta(self, offset: int | None, committed: bool) -> None:
+        self.end_read()
+        with self.env.begin(write=True) as txn:
+            txn.put(_META_KEY, self.meta_record(offset, committed), db=self.meta_db)
+        self.committed = committed
 
     # -- reading --------------------------------------------------------------------------------
 
     def _reader(self) -> Any:
         txn = self._rtxn
         if txn is None:
-            if self._env is None:
-                raise SamzaError(f"{self._where()} is closed")
-            txn = self._rtxn = self._env.begin(db=self._data)
+            if self.env is None:
+                raise SamzaError(f"{self.where()} is closed")
+            txn = self._rtxn = self.env.begin(db=self.data_db)
         return txn
 
-    def _end_read(self) -> None:
+    def end_read(self) -> None:
         txn = self._rtxn
         if txn is not None:
             self._rtxn = None
@@ -695,15 +407,16 @@ class LmdbStore:
         try:
             raw = self._reader().get(lk)
         except lmdb.Error as e:
-            fault = storage_error(e, self._data_file(), f"reading key {key!r:.200} of {self._where()}")
+            fault = storage_error(e, self.data_file(),
+                                  f"reading key {key!r:.200} of {self.where()}")
             if fault is not None:  # a disk fault: the file itself may be fine, never delete it
                 raise fault from e
             recover = ("stop the job and move the directory aside: the store is rebuilt from its "
-                       "changelog at the next start" if self._changelog is not None else
+                       "changelog at the next start" if self.changelog is not None else
                        "stop the job and restore the directory from a backup; the store has no "
                        "changelog to rebuild it from")
             raise SamzaError(
-                f"{self._where()}: reading key {key!r:.200} from {self._data_file()} failed "
+                f"{self.where()}: reading key {key!r:.200} from {self.data_file()} failed "
                 f"({type(e).__name__}: {e}); LMDB finds the file damaged: {recover}") from e
         if raw is None:
             v = None
@@ -711,11 +424,11 @@ class LmdbStore:
             try:
                 stored, vb = _unframe(lk, raw)
             except _Corrupt:
-                self._repair(f"the value of key {key!r}")
+                self.repair(f"the value of key {key!r}")
                 return self._read(key)
             if stored != kb:
                 raise SamzaError(
-                    f"{self._where()}: keys {stored[:60]!r}... and {kb[:60]!r}... share their "
+                    f"{self.where()}: keys {stored[:60]!r}... and {kb[:60]!r}... share their "
                     f"blake2b hash; store them under shorter keys")
             try:
                 v = self._vdec(vb)
@@ -731,7 +444,7 @@ class LmdbStore:
 
     def _decode_error(self, what: str, e: Exception) -> SerdeError:
         return SerdeError(
-            f"{self._where()}: {what} does not decode ({type(e).__name__}: {e}): another serde "
+            f"{self.where()}: {what} does not decode ({type(e).__name__}: {e}): another serde "
             f"wrote it (an older version of the job?) or it is damaged. Reset the job's state "
             f"(samza-dsl reset) to start it over")
 
@@ -842,15 +555,15 @@ class LmdbStore:
         pos, inclusive = lo, True
         after: tuple[bytes, bytes] | None = None  # inside a group: (its prefix, last key done)
         while True:
-            flushes = self._flushes
+            flushes = self.flushes
             chunk, more, end = self._chunk(pos, inclusive, hi, after)
             for lk, raw in chunk:
-                if self._flushes != flushes:  # LMDB changed under the chunk: read it again
+                if self.flushes != flushes:  # LMDB changed under the chunk: read it again
                     break
                 try:
                     kb, vb = _unframe(lk, raw)
                 except _Corrupt:
-                    self._repair(f"the value of LMDB key {lk[:60]!r}")
+                    self.repair(f"the value of LMDB key {lk[:60]!r}")
                     break  # rebuilt: read on from the last entry done
                 if len(lk) <= _SHORT_LEN:
                     pos, inclusive, after = lk, False, None
@@ -883,23 +596,23 @@ class LmdbStore:
             # a full chunk is done, or LMDB changed under it: read on from the last key done
 
     def _entries(self) -> int:
-        return int(self._reader().stat(self._data)["entries"])
+        return int(self._reader().stat(self.data_db)["entries"])
 
     def size_bytes(self) -> int:
         """The bytes its LMDB pages hold now (what the data file uses of its map). Safe from
         another thread (a reporter's): it reads in a transaction of its own."""
-        env = self._env
+        env = self.env
         if env is None:
             return 0
-        with env.begin(db=self._data) as txn:
-            st = txn.stat(self._data)
+        with env.begin(db=self.data_db) as txn:
+            st = txn.stat(self.data_db)
         return int(st["psize"]) * int(st["branch_pages"] + st["leaf_pages"]
                                       + st["overflow_pages"])
 
     def __len__(self) -> int:
         """The number of live keys (dirty entries included; no flush)."""
         txn = self._reader()
-        n = int(txn.stat(self._data)["entries"])
+        n = int(txn.stat(self.data_db)["entries"])
         clean, kenc = self._clean, self._kenc
         for k, v in self._dirty.items():
             before = clean.get(k, _MISSING)
@@ -921,7 +634,7 @@ class LmdbStore:
         that the runtime's commit began here: ``mark_committed`` marks the store committed only
         if nothing was flushed between the two."""
         self._flush_dirty()
-        self._commit_flushes = self._flushes
+        self._commit_flushes = self.flushes
 
     def _flush_dirty(self) -> None:
         """Appends the last value of each dirty key to the changelog (a tombstone for a delete)
@@ -930,8 +643,8 @@ class LmdbStore:
         dirty = self._dirty
         if not dirty:
             return
-        if self._env is None:
-            raise SamzaError(f"{self._where()} is closed: cannot flush {len(dirty)} changes")
+        if self.env is None:
+            raise SamzaError(f"{self.where()} is closed: cannot flush {len(dirty)} changes")
         try:
             keys = _encode_all(self._kenc, list(dirty))
             values: list[bytes | None]
@@ -950,15 +663,15 @@ class LmdbStore:
         gone = values.count(None)
         self.deletes += gone
         self.writes += len(values) - gone
-        self._write_raw(_frame(entries), uncommit=self._committed)
-        self._committed = False
-        if self._changelog is not None:
-            self._changelog.append(entries)
-            since = self._since
+        self.write_raw(_frame(entries), uncommit=self.committed)
+        self.committed = False
+        if self.changelog is not None:
+            self.changelog.append(entries)
+            since = self.since
             if since is not None:
                 since.update(entries)
                 if len(since) > _SINCE_MAX:  # too many to hold: a rebuild needs a restart
-                    self._since = None
+                    self.since = None
         clean = self._clean
         if self.cache_writes:
             clean.update(dirty)
@@ -980,20 +693,20 @@ class LmdbStore:
             except Exception as e:
                 error = SerdeError if isinstance(e, SerdeError) else SamzaError
                 raise error(
-                    f"{self._where()}: cannot encode the entry for key {k!r} "
+                    f"{self.where()}: cannot encode the entry for key {k!r} "
                     f"({type(e).__name__}: {e}); the store's key and value serdes must accept "
                     f"every key and value the job stores") from e
 
-    def _write_raw(self, entries: list[tuple[bytes, bytes | None]], uncommit: bool = False) -> None:
+    def write_raw(self, entries: list[tuple[bytes, bytes | None]], uncommit: bool = False) -> None:
         """One write transaction with ``entries`` (sorted by key; None deletes), split in two
         when LMDB finds the transaction too large."""
-        self._end_read()
-        self._flushes += 1
-        db = self._data
+        self.end_read()
+        self.flushes += 1
+        db = self.data_db
         try:
-            with self._env.begin(write=True) as txn:
+            with self.env.begin(write=True) as txn:
                 if uncommit:
-                    txn.put(_META_KEY, self._meta_record(None, False), db=self._meta)
+                    txn.put(_META_KEY, self.meta_record(None, False), db=self.meta_db)
                 puts = [e for e in entries if e[1] is not None]
                 if puts:
                     txn.cursor(db).putmulti(puts)
@@ -1006,11 +719,11 @@ class LmdbStore:
             if len(entries) < 2:
                 raise
             half = len(entries) // 2
-            self._write_raw(entries[:half], uncommit)
-            self._write_raw(entries[half:])
+            self.write_raw(entries[:half], uncommit)
+            self.write_raw(entries[half:])
         except lmdb.MapFullError as e:
             raise SamzaError(
-                f"{self._where()}: the LMDB map is full ({self._map_size} bytes); open the "
+                f"{self.where()}: the LMDB map is full ({self._map_size} bytes); open the "
                 f"store with a larger map_size") from e
         self._pages.read(_PAGE * len(entries))  # each write maps in about a page to change
 
@@ -1020,31 +733,31 @@ class LmdbStore:
         changelog). Call it after ``flush()`` and the producer flush. If the store was flushed
         again in between (``maybe_flush``, ``range``), it stays uncommitted until the next
         commit: its contents may be past that offset."""
-        if self._env is None:
-            raise SamzaError(f"{self._where()} is closed")
-        if self._flushes != self._commit_flushes:
+        if self.env is None:
+            raise SamzaError(f"{self.where()} is closed")
+        if self.flushes != self._commit_flushes:
             log.debug("%s: flushed again since the commit's flush: stays uncommitted",
-                      self._where())
+                      self.where())
             return
-        self._write_meta(changelog_offset, True)
+        self.write_meta(changelog_offset, True)
         if changelog_offset is not None:
-            self._base = changelog_offset
-            self._since = {}
+            self.base = changelog_offset
+            self.since = {}
 
     def sync(self) -> None:
         """Forces LMDB's writes to disk (the environment is opened without sync, so a power
         loss may lose or damage what was written since the last sync; a process crash does
         not)."""
-        if self._env is not None:
-            self._env.sync(True)
+        if self.env is not None:
+            self.env.sync(True)
 
     def close(self) -> None:
         """Closes the environment. No flush: dirty entries are dropped (the runtime flushes at
         commit). Idempotent."""
         if self._dirty:
-            log.debug("%s: closed with %d unflushed changes, dropped", self._where(),
+            log.debug("%s: closed with %d unflushed changes, dropped", self.where(),
                       len(self._dirty))
-        self._detach()
+        self.detach()
 
     def __repr__(self) -> str:
         return (f"LmdbStore({self.name!r}, task={self.task!r}, path={self.path!r}, "
