@@ -1,6 +1,8 @@
 """The structure docs/architecture.md describes holds in the code: every runtime module is in it,
-imports point down the layers, the local system and Kafka never import each other, and the only
-import circles are the two the design allows."""
+imports point down the layers (but for the few lazy calls up that ``LAZY_UP`` names), the local
+system and Kafka never import each other, the only import circles are the two the design allows,
+no module imports another module's underscore names, and no function in ``runtime/`` or
+``operators/`` is longer than 100 lines."""
 
 from __future__ import annotations
 
@@ -15,7 +17,6 @@ LAYER = {"samza_dsl": 1, "planner": 2, "operators": 3, "runtime": 4}
 #: circles the design allows: a plan and its renderers, the application and its streams
 ALLOWED_CIRCLES = [{"planner.plan", "planner.render"},
                    {"samza_dsl.application", "samza_dsl.stream"}]
-#: what sits above the systems and may choose among them
 #: the only imports that point up a layer, each made inside a function (or for types only), so
 #: that importing the lower module never loads the upper one
 LAZY_UP = {
@@ -26,6 +27,7 @@ LAZY_UP = {
     # a plan's pictures show the tier each stage takes on Spark, which is Spark's choice
     ("planner.render", "runtime.spark.tiers"),
 }
+#: what sits above the systems and may choose among them
 ORCHESTRATION = {"runtime.runner", "runtime.cli", "runtime.dump", "runtime.run_inputs",
                  "runtime.status", "runtime.local", "runtime.kafka"}
 
