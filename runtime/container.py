@@ -381,9 +381,9 @@ class Container:
                         keys.append(k)
                         limits[k] = min(DOWNSTREAM_FETCH, DOWNSTREAM_LIMIT - size)
                     elif size >= DOWNSTREAM_LIMIT:
-                        task.paused = True
+                        task.pause()
                 elif size >= INBOX_LIMIT:
-                    task.paused = True
+                    task.pause()
                 elif task.reading(k[1]) and not task.done:
                     keys.append(k)
             if not keys:
@@ -398,7 +398,7 @@ class Container:
         """A task took records from its inbox: if it was full, its partitions are read again.
         ``reading``: the partitions the task reads changed (it finished bootstrapping)."""
         if (task.paused and task.inbox_size < INBOX_LIMIT) or reading:
-            task.paused = False
+            task.resume()
             self._room.set()
             self.consumer.wakeup()
 

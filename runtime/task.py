@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from itertools import compress, count, islice
 from operator import gt, length_hint
-from typing import Any, cast
+from typing import Any
 
 from operators.base import IDENTITY, FailedAt, Operator, OperatorContext, UserContext
 from runtime import faults
@@ -29,10 +29,10 @@ from runtime.dag import (
     Emit,
     OneToOneChain,
     OperatorFailure,
-    _continue,
-    _counted,
-    _forward,
     chain,
+    continue_outputs,
+    counted,
+    forward,
     gather_pending,
     metered,
 )
@@ -42,7 +42,12 @@ from runtime.job import SSP, JobModel, TaskModel
 from runtime.join_check import placement_checks
 from runtime.metrics import OpMeter
 from runtime.records import EndOfStream, Watermark
-from runtime.state.remote import RemoteCall, RemoteTableClient, container_limiter
+from runtime.state.remote import (
+    CallTracker,
+    RemoteCallFailure,
+    RemoteTableClient,
+    container_limiter,
+)
 from runtime.task_env import TaskEnv
 from runtime.watermarks import (
     CURRENT,
@@ -155,7 +160,7 @@ class TaskInstance:
         #: bootstrap partitions not read to their end as of the start yet: ssp -> end offset
         self.bootstrapping: dict[SSP, int] = {}
         self.inbox_size = 0
-        self.paused = False  # the consumer skips this task's partitions while its inbox is full
+        self._paused = False  # the consumer skips this task's partitions while its inbox is full
         self._cur: tuple[SSP, int, list[Any]] | None = None
         self._cur_i = 0
         self._src: list[Any] = [None, 0]  # the batch handed out, the index after its message
@@ -181,15 +186,11 @@ class TaskInstance:
         #: task handed out nothing more, drained and committed
         self.held: asyncio.Future[None] | None = None
 
-        # remote-table calls user functions made (rule 19): of the message being handed out,
-        # of messages completing on their own asyncio task (by record id), and of neither
-        self._calls: list[RemoteCall] = []
-        self._handing_out = False
+        #: remote-table calls user functions made and did not await (rule 19)
+        self.calls = CallTracker(_SOURCE.get, _CONTROL)
         #: the task's remote tables (their calls, retries and cache hits are metrics)
         self.remote_clients: list[RemoteTableClient] = []
-        self._rec_calls: dict[int, list[RemoteCall]] = {}
         self._call_slots: asyncio.Semaphore | None = None
-        self._loose_calls: list[RemoteCall] = []
 
         #: where the task's records go: the container's producer, or under exactly-once its own
         self.producer = env.producer if env.task_producer is None else env.task_producer(self)
@@ -262,33 +263,10 @@ class TaskInstance:
             self._call_slots = asyncio.Semaphore(max(1, self.max_concurrency))
         client = RemoteTableClient(spec, task_name=self.name,
                                    limiter=container_limiter(env.shared, spec, env.task_share),
-                                   track=self._track_call, slots=self._call_slots,
+                                   track=self.calls.track, slots=self._call_slots,
                                    concurrency=self.max_concurrency)
         self.remote_clients.append(client)
         return client
-
-    def _track_call(self, call: RemoteCall) -> None:
-        """Tie a remote-table call a user function made to the message it was made for: the
-        one being handed out, or the one whose asyncio task is running; a call made for no
-        message (a window tick, ``init``) is waited for at the next commit."""
-        rec = _SOURCE.get()
-        if rec is None:
-            if self._handing_out:
-                self._calls.append(call)
-                return
-        elif rec is not _CONTROL and not rec[2]:
-            self._rec_calls.setdefault(id(rec), []).append(call)
-            return
-        # a window tick's output, or an asyncio task a function left running after its
-        # message completed: the next commit waits for it
-        self._loose_calls.append(call)
-
-    def _take_calls(self, pend: list[Awaitable[None]] | None) -> list[Awaitable[None]]:
-        """``pend`` with the remote-table calls the message being handed out made."""
-        calls, self._calls = self._calls, []
-        out = pend if pend is not None else []
-        out.append(_settle_calls(calls))
-        return out
 
     def _stream_batch(self, stream_id: str) -> Callable[..., int] | None:
         """A loop over a whole batch, for the commonest shape: a stream whose messages go through
@@ -332,15 +310,12 @@ class TaskInstance:
                 return None
         if target is None or len(nexts) > 0:
             return None
-        producer = self.producer
-        sink = getattr(producer, "record_sink", None)
-        records = sink(target) if sink is not None else None
+        sink = self.producer.record_sink(target)
+        if sink is None:
+            return None
         # a producer that keeps messages as they are (in memory) takes them with no records
-        objects: Any = getattr(producer, "object_sink", None)
-        raw = records is None and objects is not None
-        if raw:
-            records = (objects(target), None, None, None)
-        elif records is None or records[1] is None:
+        raw = sink.encode is None
+        if not raw and (sink.key is None or sink.value is None):
             return None
         n = self.job.partitions[target]
         if (n == 1 and not raw) or self.plan.streams[target].kind == "broadcast":
@@ -351,7 +326,9 @@ class TaskInstance:
             return None  # a sender observed by the clock
         parts = rule.table
         fixed = rule.fixed  # one partition (kept as objects): no key to look up
-        bufs, kser, vser, _ = cast(tuple[Any, Any, Any, Any], records)
+        bufs = sink.append
+        kser: Any = sink.key  # both set unless raw
+        vser: Any = sink.value
         control_types = _CONTROL_TYPES
         other_bucket = OTHER_BUCKET
         read = self.read
@@ -416,7 +393,7 @@ class TaskInstance:
                     took = j
                     break
                 try:
-                    bufs[parts[k]].append(r)
+                    bufs[parts[k]](r)
                 except Exception:
                     took = j
                     break
@@ -502,7 +479,7 @@ class TaskInstance:
                             general(r)
                         else:
                             try:
-                                bufs[parts[k] if fixed is None else fixed].append(r)
+                                bufs[parts[k] if fixed is None else fixed](r)
                             except Exception:
                                 general(r)
                         if t is not None and t > lat:
@@ -553,10 +530,10 @@ class TaskInstance:
                     elif type(r) is KV and r.key is not None and (raw or r.value is not None):
                         try:
                             if raw:
-                                bufs[parts[r.key] if fixed is None else fixed].append(r)
+                                bufs[parts[r.key] if fixed is None else fixed](r)
                             else:
                                 k = r.key
-                                bufs[parts[k] if fixed is None else fixed].append(
+                                bufs[parts[k] if fixed is None else fixed](
                                     (kser(k), vser(r.value), None))
                         except Exception:
                             general(r)
@@ -592,7 +569,7 @@ class TaskInstance:
                         v = r.value
                         if k is not None and v is not None:
                             try:
-                                bufs[parts[k]].append((kser(k), vser(v), None))
+                                bufs[parts[k]]((kser(k), vser(v), None))
                                 continue
                             except Exception:
                                 pass
@@ -688,9 +665,9 @@ class TaskInstance:
                     if out:
                         if type(out) is list:
                             n_out += len(out)
-                            pend = _forward(out, downstream)
+                            pend = forward(out, downstream)
                         else:  # an awaitable of outputs
-                            pend = [_continue(out if meter is None else _counted(out, meter),
+                            pend = [continue_outputs(out if meter is None else counted(out, meter),
                                               op_id, downstream)]
                         if pend:
                             self._held = pend
@@ -791,10 +768,9 @@ class TaskInstance:
         (``runtime.wiring``); a message the stream's serde cannot write fails that operator."""
         n = self.job.partitions[stream_id]
         rule = partition_of(self.plan, stream_id, n, self.model.partition)
-        sink = getattr(self.producer, "record_sink", None)
-        records = sink(stream_id) if sink is not None and rule.fixed is None else None
-        if records is not None:
-            return record_sender(op_id, records, rule)
+        sink = self.producer.record_sink(stream_id) if rule.fixed is None else None
+        if sink is not None and sink.encode is not None:  # a producer of records
+            return record_sender(op_id, sink, rule)
         send = self.producer.sender(stream_id)
 
         def send_one(m: Any) -> None:
@@ -822,7 +798,8 @@ class TaskInstance:
                 or self.held is not None:
             return 0
         n = 0
-        self._handing_out = True
+        calls = self.calls
+        calls.handing_out = True
         pending = self.pending
         checkpoint = self.checkpoint
         max_c = self.max_concurrency
@@ -979,8 +956,8 @@ class TaskInstance:
                             pend = entry(m)
                         else:  # handed out by the batch already
                             pend = held
-                        if self._calls:
-                            pend = self._take_calls(pend)
+                        if calls.made:
+                            pend = calls.take(pend)
                     if pend is None:
                         if pending:
                             pending.append([ssp, first + i - 1, True, 0, t])
@@ -1060,7 +1037,7 @@ class TaskInstance:
         self.inbox_size -= n
         self.processed += n
         self.records += n
-        self._handing_out = False
+        calls.handing_out = False
         return n
 
     def source(self) -> tuple[str, int, int] | None:
@@ -1088,11 +1065,8 @@ class TaskInstance:
                 CURRENT.set(t)
             try:
                 await gather_pending(pend)
-                if self._rec_calls:
-                    calls = self._rec_calls.pop(id(rec), None)
-                    while calls:  # calls the message's functions made and did not await
-                        await _settle_calls(calls)
-                        calls = self._rec_calls.pop(id(rec), None)
+                if self.calls.by_record:
+                    await self.calls.settle_record(rec)
             except OperatorFailure as f:
                 self.fail(self._task_error(f, rec[0], rec[1], rec[5]))
                 return
@@ -1252,10 +1226,7 @@ class TaskInstance:
     def cancel_calls(self) -> None:
         """Cancel the remote-table calls user functions made that have not completed (the
         task stops without them: a failure, a stop that ran out of time)."""
-        pending = [*self._calls, *self._loose_calls,
-                   *(c for calls in self._rec_calls.values() for c in calls)]
-        for call in pending:
-            call.task.cancel()
+        self.calls.cancel()
 
     # -- control: end-of-stream and watermarks ---------------------------------------------------
 
@@ -1280,6 +1251,19 @@ class TaskInstance:
                     self.ended.add(ssp)
         # a Watermark from an upstream task counts where it stands in the handout order
         return True
+
+    @property
+    def paused(self) -> bool:
+        """The consumer skips this task's partitions (its inbox is full)."""
+        return self._paused
+
+    def pause(self) -> None:
+        """Its inbox is full: the consumer skips its partitions until ``resume``."""
+        self._paused = True
+
+    def resume(self) -> None:
+        """Its inbox has room again: the consumer reads its partitions."""
+        self._paused = False
 
     def reading(self, ssp: SSP) -> bool:
         """Whether the consumer reads ``ssp`` for this task: not once it ended, nor while the
@@ -1313,7 +1297,7 @@ class TaskInstance:
         except Exception as exc:
             raise OperatorFailure(op.op_id, exc) from exc
         if outs:
-            p = _forward(outs, self._nexts(op.op_id))
+            p = forward(outs, self._nexts(op.op_id))
             if p:
                 if pend is None:
                     return p
@@ -1333,7 +1317,7 @@ class TaskInstance:
             except Exception as exc:
                 raise OperatorFailure(op_id, exc) from exc
             if outs:
-                p = _forward(outs, self._nexts(op_id))
+                p = forward(outs, self._nexts(op_id))
                 if p:
                     if pend is None:
                         pend = p
@@ -1445,14 +1429,12 @@ class TaskInstance:
     async def commit(self) -> None:
         """Commit what this task has fully processed (``runtime.commit``): its offsets are
         taken now, before the flushes, so a message completing meanwhile is not covered."""
-        while self._loose_calls:  # remote writes made outside any message complete first
-            calls, self._loose_calls = self._loose_calls, []
-            try:
-                await _settle_calls(calls)
-            except RemoteCallFailure as f:
-                raise TaskError(f"task {self.name!r}: a call to remote table {f.table!r} made "
-                                f"outside any message failed: {type(f.cause).__name__}: "
-                                f"{f.cause}", task=self.name) from f.cause
+        try:  # remote writes made outside any message complete first
+            await self.calls.settle_loose()
+        except RemoteCallFailure as f:
+            raise TaskError(f"task {self.name!r}: a call to remote table {f.table!r} made "
+                            f"outside any message failed: {type(f.cause).__name__}: "
+                            f"{f.cause}", task=self.name) from f.cause
         for flush in self._state_flushers:  # operators' in-memory state into their stores
             flush()
         self.last_commit_end = await self.env.committer.commit(
@@ -1586,22 +1568,3 @@ def _threaded(process: Callable[[Any], Any], executor: Any) -> Callable[[Any], A
     def run(m: Any) -> Any:
         return asyncio.get_running_loop().run_in_executor(executor, process, m)
     return run
-
-
-class RemoteCallFailure(Exception):
-    """A remote-table call a user function made and did not await failed."""
-
-    def __init__(self, table: str, cause: BaseException) -> None:
-        super().__init__(f"remote table {table!r}: {cause}")
-        self.table = table
-        self.cause = cause
-
-
-async def _settle_calls(calls: list[RemoteCall]) -> None:
-    """Wait for remote-table calls; one that failed and that nobody awaited fails the message
-    (one that was awaited failed its function already, or was handled there)."""
-    await asyncio.wait([c.task for c in calls])
-    for c in calls:
-        exc = c.failure()
-        if exc is not None:
-            raise RemoteCallFailure(getattr(exc, "table", "?"), exc)

@@ -19,7 +19,7 @@ import copy
 import dataclasses
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from operators import build_operator
 from operators.base import IDENTITY, Operator
@@ -28,6 +28,7 @@ from runtime.dag import Emit, OperatorFailure, chain, chain_one, fan_out, metere
 from runtime.metrics import OpMeter
 from runtime.serde_util import default_key_bytes
 from runtime.state.tables import LocalTable
+from runtime.systems import StreamSink
 from samza_dsl.kv import KV
 from samza_dsl.late import LateMessage
 from samza_dsl.serdes import KVSerde
@@ -209,21 +210,22 @@ def not_kv(stream_id: str, m: Any) -> TypeError:
 
 
 
-def record_sender(op_id: str, sink: Any, rule: PartitionRule) -> Emit:
-    """The terminal for a producer that takes records (``record_sink``): the partition, key and
-    value serialization and the buffer append in one frame for a plain ``KV``. Anything unusual
-    (a None key or value, a bare message, a key the table cannot hold, a serde error) takes the
-    rule and the codec's own path."""
-    bufs, kser, vser, encode = sink
+def record_sender(op_id: str, sink: StreamSink, rule: PartitionRule) -> Emit:
+    """The terminal for a producer that takes records (``StreamSink`` with an ``encode``): the
+    partition, key and value serialization and the buffer append in one frame for a plain
+    ``KV``. Anything unusual (a None key or value, a bare message, a key the table cannot hold, a
+    serde error) takes the rule and the codec's own path."""
+    bufs, kser, vser = sink.append, sink.key, sink.value
+    encode = cast(Callable[[Any], Any], sink.encode)  # a sink of records
     parts = rule.table
 
     def slow(m: Any) -> None:
         try:
-            bufs[rule(m)].append(encode(m))
+            bufs[rule(m)](encode(m))
         except Exception as exc:
             raise OperatorFailure(op_id, exc) from exc
 
-    if kser is None or rule.fixed is not None:  # the codec writes KV keys its own way
+    if kser is None or vser is None or rule.fixed is not None:  # the codec writes KV keys its own way
         def send_records(m: Any) -> None:
             slow(m)
         return send_records
@@ -233,7 +235,7 @@ def record_sender(op_id: str, sink: Any, rule: PartitionRule) -> Emit:
             k, v = m.key, m.value
             if v is not None and k is not None:  # None: no key, or a tombstone: the codec's
                 try:
-                    bufs[parts[k]].append((kser(k), vser(v), None))
+                    bufs[parts[k]]((kser(k), vser(v), None))
                     return
                 except Exception:
                     pass
