@@ -438,7 +438,7 @@ class Container:
         while True:
             await asyncio.sleep(max(0.005, idle_s / 4))
             for t in [t for t in self.tasks if t.clock.idle_ms]:
-                t.clock.dirty = True
+                t.clock.touch()
                 t.wake.set()
 
     async def _watchdog(self) -> None:

@@ -37,6 +37,13 @@ from runtime.dag import (
     metered,
 )
 from runtime.elastic import OTHER_BUCKET, OtherBucket
+from runtime.event_time import (
+    DeclaredTime,
+    EventTimeFailure,
+    InputTime,
+    WindowMoves,
+    input_time,
+)
 from runtime.in_flight import NO_KEY, cancel_messages, wait_of
 from runtime.job import SSP, JobModel, TaskModel
 from runtime.join_check import placement_checks
@@ -51,8 +58,6 @@ from runtime.state.remote import (
 from runtime.task_env import TaskEnv
 from runtime.watermarks import (
     CURRENT,
-    DECLARED,
-    NO_WATERMARK,
     OBSERVED,
     TaskClock,
     event_seconds,
@@ -171,9 +176,9 @@ class TaskInstance:
         self._flushed: set[str] = set()
 
         # event time: channel progress and the watermarks of the task's stages (rules 8, 15)
-        self.clock = TaskClock(model, job)
-        self._event_time: dict[str, Callable[[Any], float]] = {
-            sid: fn for sid, (fn, _) in self.clock.declared.items()}
+        self.clock = TaskClock(model, job, self.ended, self._busy)
+        #: how each input stream counts for event time as it is handed out (built once)
+        self.times: dict[str, InputTime] = {}
 
         # scheduling
         self.commit_requested = False
@@ -201,18 +206,7 @@ class TaskInstance:
         self.window_calls = 0
         self._build()
         for op_id, hold in self.clock.in_time_order.items():
-            if hasattr(self.operators[op_id], "hold_ahead"):
-                self.operators[op_id].hold_ahead = hold  # type: ignore[attr-defined]
-        self._single: dict[str, list[tuple[Any, int]]] = {
-            sid: [(self.operators[op], b) for op, b in windows]
-            for sid, windows in self.clock.single_declared.items()}
-        self._local_ops: dict[str, list[Any]] = {
-            sid: [self.operators[op] for op in ops] for sid, ops in self.clock.local.items()}
-        #: declared input stream id -> the stage it alone feeds, which writes intermediate streams
-        self._lone_declared: dict[str, Any] = {
-            ssp.stream_id: stage for stage in self.clock.stages
-            if (ssp := self.clock.lone.get(stage.stage_id)) is not None
-            and self.clock.kinds[ssp.stream_id] == DECLARED}
+            self.operators[op_id].hold_ahead = hold
 
     # -- construction -----------------------------------------------------------------------------
 
@@ -248,13 +242,16 @@ class TaskInstance:
                         f"that needs", op_id=op_id, task=self.name) from exc
 
         self.wiring = Wiring(self.plan, self.operators, self._observed_sender, self._make_emit)
+        self.moves = WindowMoves(self.clock, self.operators, self.wiring.nexts, self.producer,
+                                 self.job.partitions)
         self._batches: dict[str, Callable[..., int]] = {}
         for ssp in self.ssps:
             sid = ssp.stream_id
             if sid not in self.entries:
+                self.times[sid] = input_time(self.clock, self.moves, self.operators, sid)
                 self.entries[sid] = self.wiring.entry(sid)
                 batch = self._stream_batch(sid) or self._operator_batch(sid)
-                if batch is not None:
+                if batch is not None and self.clock.handout(sid) != OBSERVED:
                     self._batches[sid] = batch
 
     def _open_remote(self, spec: RemoteTableSpec) -> RemoteTableClient:
@@ -281,7 +278,7 @@ class TaskInstance:
         if self.env.executor is not None or self.plan.app.remote_tables:
             return None  # remote-table calls are tied to each message (rule 19)
         clock = self.clock
-        et = self._event_time.get(stream_id)
+        et = self.clock.declared[stream_id][0] if stream_id in self.clock.declared else None
         if et is not None and (clock.handout(stream_id) == OBSERVED
                                or clock.window_stage.get(stream_id) is not None
                                or stream_id in clock.single_declared or stream_id in clock.local):
@@ -346,8 +343,8 @@ class TaskInstance:
             fn = type(fn).__call__.__get__(fn)  # a callable object: its bound method is cheaper
         # a partition_by keeping the message as its value: its key function called in the loop
         fn_spec = self.operators[fn_op].spec if len(fns) == 1 else None
-        key_of = getattr(self.operators[fn_op], "key_fn", None) \
-            if isinstance(fn_spec, PartitionBySpec) and fn_spec.value_fn is None else None
+        key_of = self.operators[fn_op].keyed_by() if isinstance(fn_spec, PartitionBySpec) \
+            else None
 
         # a partition_by of the message into partitions in memory: a loop of its own
         keyed = raw and key_of is not None
@@ -410,7 +407,7 @@ class TaskInstance:
         def batch(payloads: list[Any], i: int, end: int, times: list[Any] | None = None) -> int:
             """Process payloads[i:end] up to the first control record (or, with ``times``, the
             channel's ``[progress, bound, latest time]``, up to a message behind its progress);
-            returns where it stopped. A failure raises _BatchFailure with the index of the
+            returns where it stopped. A failure raises BatchFailure with the index of the
             failing message."""
             it = iter(payloads[i:end])  # the iterator tells the index when the loop stops
             n_in = dropped = 0
@@ -425,7 +422,7 @@ class TaskInstance:
                 try:
                     sender(r)
                 except OperatorFailure as f:
-                    raise _BatchFailure(end - length_hint(it) - 1, f) from f.cause
+                    raise BatchFailure(end - length_hint(it) - 1, f) from f.cause
 
             # declared times: the channel's progress is max(top, round(xmax) - bound), where
             # xmax is the largest time seen here in ms (round is monotonic, so a message at or
@@ -453,8 +450,8 @@ class TaskInstance:
                             if type(t) is not float and type(t) is not int and t is not None:
                                 t = event_seconds(t)
                         except Exception as exc:
-                            raise _BatchFailure(end - length_hint(it) - 1,
-                                                _EventTimeFailure(exc)) from exc
+                            raise BatchFailure(end - length_hint(it) - 1,
+                                                EventTimeFailure(exc)) from exc
                         if top is not None and t is not None:
                             x = t * 1000.0
                             if x < xmax or x < top:
@@ -472,7 +469,7 @@ class TaskInstance:
                             k = key_of(m)  # type: ignore[misc]
                         except Exception as exc:
                             dropped += 1
-                            raise _BatchFailure(end - length_hint(it) - 1,
+                            raise BatchFailure(end - length_hint(it) - 1,
                                                 OperatorFailure(fn_op, exc)) from exc
                         r = KV(k, m)
                         if k is None:
@@ -520,10 +517,10 @@ class TaskInstance:
                             timed = True
                             direct = keyed
                     except OperatorFailure as f:  # in a chain, naming its operator
-                        raise _BatchFailure(end - length_hint(it) - 1, f) from f.cause
+                        raise BatchFailure(end - length_hint(it) - 1, f) from f.cause
                     except Exception as exc:
                         dropped += 1
-                        raise _BatchFailure(end - length_hint(it) - 1,
+                        raise BatchFailure(end - length_hint(it) - 1,
                                             OperatorFailure(fn_op, exc)) from exc
                     if r is None:
                         dropped += 1
@@ -559,10 +556,10 @@ class TaskInstance:
                     try:
                         r = fn(m)
                     except OperatorFailure as f:
-                        raise _BatchFailure(end - length_hint(it) - 1, f) from f.cause
+                        raise BatchFailure(end - length_hint(it) - 1, f) from f.cause
                     except Exception as exc:
                         dropped += 1
-                        raise _BatchFailure(end - length_hint(it) - 1,
+                        raise BatchFailure(end - length_hint(it) - 1,
                                             OperatorFailure(fn_op, exc)) from exc
                     if type(r) is KV:
                         k = r.key
@@ -601,7 +598,7 @@ class TaskInstance:
         from samza_dsl.spec import stream_node
 
         if self.env.executor is not None or self.plan.app.remote_tables \
-                or stream_id in self._event_time:
+                or stream_id in self.clock.declared:
             return None  # threaded operators; remote-table calls tied to each message; times
         node = stream_node(stream_id)
         nexts = [n for n in self.plan.next_ops(node) if n in self.operators]
@@ -629,7 +626,7 @@ class TaskInstance:
             process: Callable[[Any], Any] = op.process
             timed = meter is None
             # runs of messages in one call, while the window's watermark is the runtime's
-            fast = run is not None and not getattr(op, "local_watermark", False)
+            fast = run is not None and not op.local_watermark
             try:
                 while i < end:
                     if fast:
@@ -675,11 +672,11 @@ class TaskInstance:
                 return end
             except FailedAt as f:
                 i = f.index + 1
-                raise _BatchFailure(f.index, OperatorFailure(op_id, f.cause)) from f.cause
+                raise BatchFailure(f.index, OperatorFailure(op_id, f.cause)) from f.cause
             except OperatorFailure as f:
-                raise _BatchFailure(i - 1, f) from f.cause
+                raise BatchFailure(i - 1, f) from f.cause
             except Exception as exc:
-                raise _BatchFailure(i - 1, OperatorFailure(op_id, exc)) from exc
+                raise BatchFailure(i - 1, OperatorFailure(op_id, exc)) from exc
             finally:
                 if meter is not None:
                     meter.n_in += i - start
@@ -747,21 +744,8 @@ class TaskInstance:
             if mine is not None:
                 v = mine.get(stream_id)
                 if v is not None and ms < v:
-                    self._send_marks(stage)
+                    self.moves.send_marks(stage)
         return ahead
-
-    def _send_marks(self, stage: Any) -> bool:
-        """Send ``stage``'s watermark into its intermediate streams where it moved; True when
-        it did."""
-        marks = self.clock.stream_marks(stage, self)
-        self._send_watermarks(marks)
-        return bool(marks)
-
-    def _send_watermarks(self, marks: list[tuple[str, Any]]) -> None:
-        producer = self.producer
-        for sid, mark in marks:
-            for p in range(self.job.partitions[sid]):
-                producer.send(sid, p, mark)
 
     def _make_sender(self, stream_id: str, op_id: str) -> Emit:
         """The terminal of ``op_id`` writing to ``stream_id``, in the partition its rule picks
@@ -800,15 +784,10 @@ class TaskInstance:
         n = 0
         calls = self.calls
         calls.handing_out = True
-        pending = self.pending
-        checkpoint = self.checkpoint
         max_c = self.max_concurrency
-        create_task = asyncio.get_running_loop().create_task
-        finish = self._finish
-        control_types = _CONTROL_TYPES
-        adopting = self._adopting
         inbox = self.inbox
         boot = self.bootstrapping
+        read = self.read
         cur = self._cur
         if cur is not None and inbox.ranked and inbox.outranks(cur[0]):
             # a batch of a higher priority came: it goes first, the rest of this one waits
@@ -827,208 +806,15 @@ class TaskInstance:
             ssp, first, payloads = cur
             bonus = extra if ssp.stream_id in downstream else 0
             budget += bonus
-            src = self._src
-            src[0] = cur
-            entry = self.entries[ssp.stream_id]
-            et = self._event_time.get(ssp.stream_id)
-            observed = self.clock.handout(ssp.stream_id) == OBSERVED
-            batch = self._batches.get(ssp.stream_id) if not observed else None
-            stage_wm = self.clock.window_stage.get(ssp.stream_id)
-            # windows keeping their own watermark while this partition completes inline
-            local_ops = self._local_ops.get(ssp.stream_id) if observed else None
-            local = local_ops is not None and not pending
-            if local and not local_ops[0].local_watermark:  # type: ignore[index]
-                for op in local_ops:  # type: ignore[union-attr]
-                    op.local_watermark = True
-            latest = None  # the latest declared event time completed inline, in seconds
-            # one declared input partition alone feeding windows: their watermark follows it
-            single = self._single.get(ssp.stream_id)
-            if single is not None:
-                progress = self.clock.progress.get(ssp, NO_WATERMARK)
-                input_bound = self.clock.declared[ssp.stream_id][1]
-            # the stage this partition feeds writes intermediate streams: watermarks go on in
-            # order, and where this partition is its one declared channel, ahead of a message
-            # behind its progress
-            hop = self.clock.hop_stage.get(ssp.stream_id)
-            lone = self._lone_declared.get(ssp.stream_id)
-            top = lone_bound = None
-            if lone is not None:
-                top = self.clock.progress.get(ssp, NO_WATERMARK)
-                lone_bound = self.clock.declared[ssp.stream_id][1]
-            # a batch computing declared times: [progress, bound, latest] in and out
-            times = [top, lone_bound, None] if et is not None else None
-            i = self._cur_i
-            read = self.read
-            end = min(len(payloads), i + budget - n)
-            last_done = -1  # the last offset completed inline while nothing was pending
-            try:
-                while i < end:
-                    held = None
-                    if batch is not None and not pending:
-                        if times is not None:
-                            times[0] = top
-                            times[2] = latest
-                        try:
-                            j = batch(payloads, i, end, times)
-                        except _BatchFailure as b:
-                            i = b.index + 1
-                            raise b.failure from b.failure.cause
-                        finally:
-                            if times is not None:
-                                top = times[0]
-                                latest = times[2]
-                        held = self._held
-                        if held is not None:  # the message at j went async: in flight below
-                            self._held = None
-                            if j > i:
-                                last_done = j
-                            i = j
-                        elif j > i:
-                            i = last_done = j
-                            continue
-                    m = payloads[i]
-                    i += 1
-                    t: Any = None
-                    if type(m) in control_types:
-                        if type(m) is not OtherBucket:
-                            if not self._control(ssp, m):
-                                continue
-                            # a record with an offset of its own: done. A producer's watermark
-                            # or end counts once what came before it has
-                            mark = m if type(m) is Watermark or type(m) is EndOfStream else None
-                            if pending:
-                                pending.append([ssp, first + i - 1, True, 0, mark])
-                                continue
-                            pend = None
-                            if mark is not None:
-                                # the windows take it before the next message, and it goes on
-                                # into the stage's intermediate streams in order
-                                self.clock.apply(ssp, mark)
-                                if stage_wm is not None:
-                                    pend = self._advance_windows(stage_wm)
-                                if pend is None and hop is not None:
-                                    self._send_marks(hop)
-                            if pend is None:
-                                last_done = i
-                                continue
-                            # else the panes it closed are still on their way: in flight
-                        else:
-                            # another virtual task's message: done, its time counts as if this
-                            # task had completed it (rule 18)
-                            read[ssp.stream_id] = read.get(ssp.stream_id, 0) - 1
-                            t = m.time
-                            src[1] = i
-                            pend = None
-                            if local:  # the windows keep their own watermark: move it
-                                for op in local_ops:  # type: ignore[union-attr]
-                                    ms = t[0].get(op.op_id)
-                                    if ms is not None and ms > op.watermark:
-                                        pend = self._window_moved(op, ms, pend)
-                                t = None
-                    else:
-                        if local:
-                            pass
-                        elif observed:  # the outputs' event times are recorded in the box
-                            t = [None]
-                            CURRENT.set(t)
-                        elif et is not None:
-                            try:
-                                t = et(m)
-                                if type(t) is not float and type(t) is not int \
-                                        and t is not None:
-                                    t = event_seconds(t)
-                            except Exception as exc:
-                                raise _EventTimeFailure(exc) from exc
-                            if lone is not None and t is not None:
-                                tm = round(t * 1000.0)
-                                if tm < top:  # behind the progress: the watermark goes first
-                                    if latest is not None:
-                                        self.clock.apply(ssp, latest)
-                                        latest = None
-                                    if single is not None and progress > \
-                                            self.clock.progress.get(ssp, NO_WATERMARK):
-                                        self.clock.progress[ssp] = progress
-                                    self._send_marks(lone)
-                                elif tm - lone_bound > top:
-                                    top = tm - lone_bound
-                        src[1] = i
-                        if held is None:
-                            pend = entry(m)
-                        else:  # handed out by the batch already
-                            pend = held
-                        if calls.made:
-                            pend = calls.take(pend)
-                    if pend is None:
-                        if pending:
-                            pending.append([ssp, first + i - 1, True, 0, t])
-                            continue
-                        if t is not None:
-                            if single is not None:
-                                ms = round(t * 1000.0) - input_bound
-                                if ms > progress:
-                                    progress = ms
-                                    for op, wb in single:
-                                        if ms - wb > op.watermark:
-                                            pend = self._window_moved(op, ms - wb, pend)
-                            elif not observed:
-                                if stage_wm is None:  # the batch's latest counts at its end
-                                    if latest is None or t > latest:
-                                        latest = t
-                                elif self.clock.apply_declared(ssp, t, stage_wm):
-                                    pend = self._advance_windows(stage_wm)
-                            elif t[0] is not None and self.clock.apply_box(ssp, t) \
-                                    and stage_wm is not None:  # windows move message by message
-                                pend = self._advance_windows(stage_wm)
-                            t = None
-                        if pend is None:
-                            last_done = i
-                            continue
-                    if last_done >= 0:
-                        checkpoint[ssp] = first + last_done - 1
-                        last_done = -1
-                    if local:  # in flight now: the task measures the windows' watermark again
-                        local = False
-                        for op in local_ops:  # type: ignore[union-attr]
-                            op.local_watermark = False
-                            self.clock.seed(ssp, op.op_id, op.watermark)
-                    # the last: how many went through the task before it, for its error
-                    rec = [ssp, first + i - 1, False, time.monotonic(), t,
-                           self.processed + n + i - 1 - self._cur_i]
-                    pending.append(rec)
-                    self.in_flight += 1
-                    if adopting:  # the coroutine that asked takes it on
-                        self._adopted = (rec, pend)
-                        break
-                    create_task(finish(rec, pend))
-                    if self.in_flight >= max_c:
-                        break
-            except OperatorFailure as f:
-                done = self.processed + n + i - 1 - self._cur_i  # went through before it
-                self._cur_i = i
-                raise self._task_error(f, ssp, first + i - 1, done) from f.cause
-            except _EventTimeFailure as f:
-                self._cur_i = i
-                raise self._event_time_error(f.cause, ssp, first + i - 1,
-                                             payloads[i - 1]) from f.cause
-            finally:
-                if observed and not local:
-                    CURRENT.set(None)
-                if single is not None and progress > self.clock.progress.get(ssp, NO_WATERMARK):
-                    self.clock.progress[ssp] = progress
-                    self.clock.dirty = True
-                    for op, _ in single:
-                        self.clock.delivered[op.op_id] = max(
-                            op.watermark, self.clock.delivered.get(op.op_id, NO_WATERMARK))
-                if latest is not None:
-                    self.clock.apply(ssp, latest)
-            if last_done >= 0:
-                checkpoint[ssp] = first + last_done - 1
+            self._src[0] = cur
+            start = self._cur_i
+            i = self._hand_out(cur, min(len(payloads), start + budget - n), n)
             if bonus:  # what this batch took of the bonus counts no more
-                took = min(i - self._cur_i, bonus)
+                took = min(i - start, bonus)
                 budget -= bonus - took
                 extra -= took
-            n += i - self._cur_i
-            read[ssp.stream_id] = read.get(ssp.stream_id, 0) + i - self._cur_i
+            n += i - start
+            read[ssp.stream_id] = read.get(ssp.stream_id, 0) + i - start
             self._cur_i = i
             if i >= len(payloads):
                 self._cur = None
@@ -1039,6 +825,127 @@ class TaskInstance:
         self.records += n
         calls.handing_out = False
         return n
+
+    def _hand_out(self, cur: tuple[SSP, int, list[Any]], end: int, n: int) -> int:
+        """Hand out the messages of batch ``cur`` from ``_cur_i`` up to ``end`` (fewer once
+        ``task.max.concurrency`` are in flight); returns the index after the last one handed out.
+        ``n``: how many this round handed out before. A message completing inline is done at
+        once; one that goes async is in flight, completed by ``_finish``."""
+        ssp, first, payloads = cur
+        pending = self.pending
+        checkpoint = self.checkpoint
+        max_c = self.max_concurrency
+        finish = self._finish
+        control_types = _CONTROL_TYPES
+        calls = self.calls
+        src = self._src
+        entry = self.entries[ssp.stream_id]
+        tm = self.times[ssp.stream_id]
+        tm.begin(ssp, not pending)
+        timed, before, after = tm.timed, tm.before, tm.after
+        batch = self._batches.get(ssp.stream_id)
+        declared = tm if isinstance(tm, DeclaredTime) else None
+        i = self._cur_i
+        last_done = -1  # the last offset completed inline while nothing was pending
+        try:
+            while i < end:
+                held = None
+                if batch is not None and not pending:
+                    times = declared.times() if declared is not None else None
+                    try:
+                        j = batch(payloads, i, end, times)
+                    except BatchFailure as b:
+                        i = b.index + 1
+                        raise b.failure from b.failure.cause
+                    finally:
+                        if times is not None:
+                            declared.took(times)  # type: ignore[union-attr]
+                    held = self._held
+                    if held is not None:  # the message at j went async: in flight below
+                        self._held = None
+                        if j > i:
+                            last_done = j
+                        i = j
+                    elif j > i:
+                        i = last_done = j
+                        continue
+                m = payloads[i]
+                i += 1
+                t: Any = None
+                if type(m) in control_types:
+                    got = self._control_at(ssp, first, i, m, tm)
+                    if got is None:
+                        continue
+                    pend, t = got
+                else:
+                    if timed:
+                        t = before(m)
+                    src[1] = i
+                    pend = entry(m) if held is None else held  # held: handed out by the batch
+                    if calls.made:
+                        pend = calls.take(pend)
+                if pend is None:
+                    if pending:
+                        pending.append([ssp, first + i - 1, True, 0, t])
+                        continue
+                    if t is not None:
+                        pend = after(t, pend)
+                        t = None
+                    if pend is None:
+                        last_done = i
+                        continue
+                if last_done >= 0:
+                    checkpoint[ssp] = first + last_done - 1
+                    last_done = -1
+                tm.in_flight()
+                # the last: how many went through the task before it, for its error
+                rec = [ssp, first + i - 1, False, time.monotonic(), t,
+                       self.processed + n + i - 1 - self._cur_i]
+                pending.append(rec)
+                self.in_flight += 1
+                if self._adopting:  # the coroutine that asked takes it on
+                    self._adopted = (rec, pend)
+                    break
+                asyncio.get_running_loop().create_task(finish(rec, pend))
+                if self.in_flight >= max_c:
+                    break
+        except OperatorFailure as f:
+            done = self.processed + n + i - 1 - self._cur_i  # went through before it
+            self._cur_i = i
+            raise self._task_error(f, ssp, first + i - 1, done) from f.cause
+        except EventTimeFailure as f:
+            self._cur_i = i
+            raise self._event_time_error(f.cause, ssp, first + i - 1,
+                                         payloads[i - 1]) from f.cause
+        finally:
+            tm.end()
+        if last_done >= 0:
+            checkpoint[ssp] = first + last_done - 1
+        return i
+
+    def _control_at(self, ssp: SSP, first: int, i: int, m: Any, tm: InputTime
+                    ) -> tuple[list[Awaitable[None]] | None, Any] | None:
+        """A control record handed out (``i - 1`` of the batch at ``first``): None when it needs
+        no more (it is done, or waits in the handout order), else what it waits for and its
+        event time, as a message's."""
+        if type(m) is OtherBucket:
+            # another virtual task's message: done, its time counts as if this task had
+            # completed it (rule 18)
+            read = self.read
+            read[ssp.stream_id] = read.get(ssp.stream_id, 0) - 1
+            self._src[1] = i
+            return tm.neighbour(m.time)
+        if not self._control(ssp, m):
+            return None
+        # a record with an offset of its own: done. A producer's watermark or end counts once
+        # what came before it has
+        mark = m if type(m) is Watermark or type(m) is EndOfStream else None
+        if self.pending:
+            self.pending.append([ssp, first + i - 1, True, 0, mark])
+            return None
+        # the windows take it before the next message, and it goes on into the stage's
+        # intermediate streams in order; else the panes it closed are on their way: in flight
+        return (tm.control(mark) if mark is not None else None), None
 
     def source(self) -> tuple[str, int, int] | None:
         """(stream id, partition, offset) of the message being processed, for reports of late
@@ -1239,7 +1146,7 @@ class TaskInstance:
         if type(m) is Skipped:
             return True
         if type(m) is EndOfStream:
-            self.clock.dirty = True
+            self.clock.touch()
             producers = self.job.producers.get(ssp.stream_id)
             if producers is None or m.producer is None:
                 self.ended.add(ssp)
@@ -1265,6 +1172,13 @@ class TaskInstance:
         """Its inbox has room again: the consumer reads its partitions."""
         self._paused = False
 
+    def _busy(self, ssp: SSP) -> bool:
+        """The task still has records of ``ssp`` queued, being handed out or in flight."""
+        cur = self._cur
+        if cur is not None and cur[0] == ssp:
+            return True
+        return any(r[0] == ssp for r in self.pending) or any(b[0] == ssp for b in self.inbox)
+
     def reading(self, ssp: SSP) -> bool:
         """Whether the consumer reads ``ssp`` for this task: not once it ended, nor while the
         task bootstraps other partitions."""
@@ -1288,53 +1202,16 @@ class TaskInstance:
         self.inbox.only = None
         self.env.on_consumed(self, reading=True)
 
-    def _window_moved(self, op: Any, wm: int, pend: list[Awaitable[None]] | None
-                      ) -> list[Awaitable[None]] | None:
-        """Give one window its new watermark; what its panes still wait for is added to
-        ``pend``."""
-        try:
-            outs = op.on_watermark(wm)
-        except Exception as exc:
-            raise OperatorFailure(op.op_id, exc) from exc
-        if outs:
-            p = forward(outs, self._nexts(op.op_id))
-            if p:
-                if pend is None:
-                    return p
-                pend.extend(p)
-        return pend
-
-    def _advance_windows(self, stage: Any) -> list[Awaitable[None]] | None:
-        """After a message completed inline: the windows of its stage take the watermark it
-        moved, before the next message, so a late message is late whatever the batch size.
-        Returns what the panes are still waiting for downstream."""
-        pend: list[Awaitable[None]] | None = None
-        for op_id, wm in self.clock.sync_windows(stage, self):
-            try:
-                outs = self.operators[op_id].on_watermark(wm)
-            except OperatorFailure:
-                raise
-            except Exception as exc:
-                raise OperatorFailure(op_id, exc) from exc
-            if outs:
-                p = forward(outs, self._nexts(op_id))
-                if p:
-                    if pend is None:
-                        pend = p
-                    else:
-                        pend.extend(p)
-        return pend
-
     async def _advance_watermarks(self) -> None:
         """Give each event-time window its watermark, then send the stage's watermark into the
         intermediate streams it writes, after the panes it closed (rules 8 and 15)."""
         clock = self.clock
-        clock.dirty = False
+        clock.settle()
         if not clock.stages:
             return
         producer = self.producer
         for stage in clock.stages:
-            moved, marks = clock.compute(stage, self)
+            moved, marks = clock.compute(stage)
             for op_id, wm in moved:
                 op = self.operators[op_id]
                 try:
@@ -1344,7 +1221,7 @@ class TaskInstance:
                                     f"{self.name!r}: {type(exc).__name__}: {exc}", op_id=op_id,
                                     task=self.name) from exc
                 await self._run_outputs(op_id, outs)
-            self._send_watermarks(marks)
+            self.moves.send(marks)
             if marks:
                 producer.signal()
 
@@ -1544,13 +1421,8 @@ class TaskInstance:
             op.close()
 
 
-class _EventTimeFailure(Exception):
-    def __init__(self, cause: BaseException) -> None:
-        self.cause = cause
-
-
-class _BatchFailure(Exception):
-    def __init__(self, index: int, failure: OperatorFailure | _EventTimeFailure) -> None:
+class BatchFailure(Exception):
+    def __init__(self, index: int, failure: OperatorFailure | EventTimeFailure) -> None:
         self.index = index
         self.failure = failure
 

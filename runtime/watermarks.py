@@ -50,7 +50,7 @@ import inspect
 import logging
 import numbers
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from typing import TYPE_CHECKING, Any
 
 import networkx as nx
@@ -438,11 +438,19 @@ def job_time(job: JobModel) -> JobTime:
 
 
 class TaskClock:
-    """The channel progress of one task and the watermarks of its stages."""
+    """The channel progress of one task and the watermarks of its stages.
 
-    def __init__(self, model: TaskModel, job: JobModel) -> None:
+    What it needs of its task it is given: the set of the task's partitions that ended
+    (``ended``) and ``busy(ssp)``, whether the task still has records of a partition queued,
+    being handed out or in flight. The task changes the clock only through its methods."""
+
+    def __init__(self, model: TaskModel, job: JobModel, ended: Set[SSP] = frozenset(),
+                 busy: Callable[[SSP], bool] = lambda ssp: False) -> None:
         jt = self.jt = job_time(job)
         self.job = job
+        self.name = model.name
+        self.ended = ended
+        self.busy = busy
         app = job.plan.app
         graph = job.plan.graph
         self.stages = [s for s in model.stages if s.stage_id in jt.timed]
@@ -584,6 +592,32 @@ class TaskClock:
         if ms > self.delivered.get(op_id, NO_WATERMARK):
             self.delivered[op_id] = ms
 
+    def touch(self) -> None:
+        """Something may have moved a watermark: the task recomputes them
+        (``dirty``)."""
+        self.dirty = True
+
+    def settle(self) -> bool:
+        """Whether a watermark may have moved since the last call (``dirty``, then cleared)."""
+        dirty, self.dirty = self.dirty, False
+        return dirty
+
+    def progress_of(self, ssp: SSP) -> int:
+        """How far ``ssp``'s event time has got (``NO_WATERMARK``: nowhere yet)."""
+        return self.progress.get(ssp, NO_WATERMARK)
+
+    def raise_progress(self, ssp: SSP, ms: int) -> bool:
+        """``ssp``'s progress is at least ``ms``; True when that moved it."""
+        if ms > self.progress.get(ssp, NO_WATERMARK):
+            self.progress[ssp] = ms
+            return True
+        return False
+
+    def delivered_at_least(self, op_id: str, ms: int) -> None:
+        """Window ``op_id`` has its watermark at ``ms`` at least (it moved it itself)."""
+        if ms > self.delivered.get(op_id, NO_WATERMARK):
+            self.delivered[op_id] = ms
+
     def handout(self, stream_id: str) -> int | None:
         return self.kinds.get(stream_id)
 
@@ -670,10 +704,10 @@ class TaskClock:
                 return True
         return False
 
-    def sync_windows(self, stage: Stage, task: Any) -> list[tuple[str, int]]:
+    def sync_windows(self, stage: Stage) -> list[tuple[str, int]]:
         """The windows of ``stage`` whose watermark moved, between two messages."""
-        if self.idle_ms or self.quiet or task.ended:
-            return self.compute(stage, task, streams=False)[0]
+        if self.idle_ms or self.quiet or self.ended:
+            return self.compute(stage, streams=False)[0]
         windows, _, ssps, reach = self._stage[stage.stage_id]
         moved: list[tuple[str, int]] = []
         for op_id, bound in windows:
@@ -703,28 +737,29 @@ class TaskClock:
 
     # -- watermarks --------------------------------------------------------------------------------
 
-    def stream_marks(self, stage: Stage, task: Any) -> list[tuple[str, Watermark]]:
+    def stream_marks(self, stage: Stage) -> list[tuple[str, Watermark]]:
         """The watermarks to send into ``stage``'s intermediate streams now, leaving its
         windows as they are."""
-        return self.compute(stage, task, windows=False)[1]
+        return self.compute(stage, windows=False)[1]
 
-    def compute(self, stage: Stage, task: Any, streams: bool = True, windows: bool = True
+    def compute(self, stage: Stage, streams: bool = True, windows: bool = True
                 ) -> tuple[list[tuple[str, int]], list[tuple[str, Watermark]]]:
         """The windows whose watermark moved (op id, watermark) and the watermarks to send into
         the stage's intermediate streams (not with ``streams=False``; no window moves with
         ``windows=False``)."""
         stage_windows, outs, ssps, reach = self._stage[stage.stage_id]
         moving = stage_windows if windows else []
-        name = task.name
-        ended = task.ended
+        name = self.name
+        ended = self.ended
+        busy = self.busy
         live: list[SSP] = []
         idle: list[SSP] = []
         for ssp in ssps:
             if ssp in ended:
-                if _busy(task, ssp):  # what it gave is still being processed
+                if busy(ssp):  # what it gave is still being processed
                     live.append(ssp)
             elif ssp in self.quiet or (
-                    ssp in self.idle_ms and not _busy(task, ssp)
+                    ssp in self.idle_ms and not busy(ssp)
                     and time.monotonic() - self.last_data[ssp] >= self.idle_ms[ssp]):
                 idle.append(ssp)
             else:
@@ -799,14 +834,6 @@ class TaskClock:
             if best is None or v < best:
                 best = v
         return best
-
-
-def _busy(task: Any, ssp: SSP) -> bool:
-    """The task still has records of ``ssp`` queued, being handed out or in flight."""
-    cur = task._cur
-    if cur is not None and cur[0] == ssp:
-        return True
-    return any(r[0] == ssp for r in task.pending) or any(b[0] == ssp for b in task.inbox)
 
 
 def observing(domain: str, fn: Derived, emit: Callable[[Any], Any], what: str,
