@@ -14,29 +14,23 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import time
-import types
 from collections import deque
 from collections.abc import Awaitable, Callable
-from itertools import compress, count, islice
-from operator import gt, length_hint
 from typing import Any
 
-from operators.base import IDENTITY, FailedAt, Operator, OperatorContext, UserContext
+from operators.base import IDENTITY, Operator, OperatorContext, UserContext
 from runtime import faults
+from runtime.batch import CONTROL_TYPES, BatchFailure, BatchRun, operator_run, stream_run
 from runtime.chooser import Chooser
 from runtime.codec import Skipped
 from runtime.dag import (
     Emit,
-    OneToOneChain,
     OperatorFailure,
     chain,
-    continue_outputs,
-    counted,
-    forward,
     gather_pending,
     metered,
 )
-from runtime.elastic import OTHER_BUCKET, OtherBucket
+from runtime.elastic import OtherBucket
 from runtime.event_time import (
     DeclaredTime,
     EventTimeFailure,
@@ -60,7 +54,6 @@ from runtime.watermarks import (
     CURRENT,
     OBSERVED,
     TaskClock,
-    event_seconds,
     observing,
 )
 from runtime.wiring import (
@@ -79,28 +72,14 @@ from samza_dsl.errors import (
     SerdeError,
     TaskError,
 )
-from samza_dsl.kv import KV
 from samza_dsl.spec import (
-    BroadcastSpec,
     JoinSpec,
-    PartitionBySpec,
     RemoteTableSpec,
-    SendToSpec,
     WindowSpec,
 )
 
 __all__ = ["TaskInstance"]
 
-_CONTROL_TYPES = frozenset({EndOfStream, Watermark, Skipped, OtherBucket})
-_NUMBER_TYPES = frozenset({float, int})
-#: a first-stage ``partition_by`` with declared times takes runs of this many messages at most
-#: (``keyed_run``), and none shorter than _RUN_MIN; after _RUN_MISSES runs that stopped short
-#: of half their length (times that are not numbers or go back, odd keys, a raising function),
-#: the loop goes on alone
-_RUN_MAX = 1024
-_RUN_MIN = 64
-_RUN_MISSES = 8
-_INF = float("inf")
 _THREADED_OPCODES = frozenset({"map", "filter", "flat_map", "sink", "join_table"})
 BATCH_BUDGET = 2048
 #: a failing message is suggested for ``--skip`` only after this many went through the task
@@ -139,6 +118,11 @@ class TaskInstance:
         self.max_concurrency: int = config_value(config, "task.max.concurrency")
         self.async_commit: bool = config_value(config, "task.async.commit")
         self.callback_timeout_ms: int = config_value(config, "task.callback.timeout.ms")
+        #: runs of a partition's messages handed out in one call where the shape allows
+        #: (``runtime.batch``); off: one message at a time. Threaded operators and remote-table
+        #: calls (tied to each message, rule 19) take their messages one at a time
+        self.batching: bool = config_value(config, "task.batch.handout") \
+            and env.executor is None and not job.plan.app.remote_tables
         self.ssps: list[SSP] = list(model.ssps)
         self.metrics = env.metrics
 
@@ -244,14 +228,14 @@ class TaskInstance:
         self.wiring = Wiring(self.plan, self.operators, self._observed_sender, self._make_emit)
         self.moves = WindowMoves(self.clock, self.operators, self.wiring.nexts, self.producer,
                                  self.job.partitions)
-        self._batches: dict[str, Callable[..., int]] = {}
+        self._batches: dict[str, BatchRun] = {}
         for ssp in self.ssps:
             sid = ssp.stream_id
             if sid not in self.entries:
                 self.times[sid] = input_time(self.clock, self.moves, self.operators, sid)
                 self.entries[sid] = self.wiring.entry(sid)
-                batch = self._stream_batch(sid) or self._operator_batch(sid)
-                if batch is not None and self.clock.handout(sid) != OBSERVED:
+                batch = self._batch_run(sid, self.times[sid])
+                if batch is not None:
                     self._batches[sid] = batch
 
     def _open_remote(self, spec: RemoteTableSpec) -> RemoteTableClient:
@@ -265,423 +249,46 @@ class TaskInstance:
         self.remote_clients.append(client)
         return client
 
-    def _stream_batch(self, stream_id: str) -> Callable[..., int] | None:
-        """A loop over a whole batch, for the commonest shape: a stream whose messages go through
-        synchronous one-to-one functions (map, filter, a join's port, a ``partition_by``'s key;
-        several in a row as one ``OneToOneChain``) and then to a keyed stream of a producer that
-        takes records (a ``send_to``, or the ``partition_by``'s intermediate stream). A stream with a declared event time takes it
-        where its times only count at the batch's end (no window in its own stage): the loop
-        computes them and keeps the channel's progress, and stops at a message behind it, for
-        the hand-out loop to send the watermark ahead of it. None for any other shape."""
-        from samza_dsl.spec import stream_node
-
-        if self.env.executor is not None or self.plan.app.remote_tables:
-            return None  # remote-table calls are tied to each message (rule 19)
-        clock = self.clock
-        et = self.clock.declared[stream_id][0] if stream_id in self.clock.declared else None
-        if et is not None and (clock.handout(stream_id) == OBSERVED
-                               or clock.window_stage.get(stream_id) is not None
-                               or stream_id in clock.single_declared or stream_id in clock.local):
-            return None  # times that move windows message by message
-        node = stream_node(stream_id)
-        fns: list[tuple[str, Callable[[Any], Any]]] = []
-        nexts = [n for n in self.plan.next_ops(node) if n in self.operators]
-        target = None
-        while len(nexts) == 1:
-            op_id = nexts[0]
-            op = self.operators[op_id]
-            one = op.one_to_one_port(1 if self.plan.graph.edges[node, op_id]["port"] == "right"
-                                     else 0)
-            if one is None:
-                return None
-            if one is not IDENTITY:
-                fns.append((op_id, one))
-            node = op_id
-            nexts = self.plan.next_ops(op_id)
-            if isinstance(op.spec, SendToSpec | PartitionBySpec) and not nexts:
-                target = op.spec.stream_id
-                if target in self.plan.streams:
-                    break
-                return None  # a table
-            if isinstance(op.spec, PartitionBySpec | BroadcastSpec):
-                return None
-        if target is None or len(nexts) > 0:
+    def _batch_run(self, stream_id: str, tm: InputTime) -> BatchRun | None:
+        """The batch run of ``stream_id`` (``runtime.batch``) where batching is on and the
+        stream's shape and event time allow one: times that move windows message by message,
+        or that outputs record (``ObservedTime``), take the messages one by one."""
+        if not self.batching or self.clock.handout(stream_id) == OBSERVED:
             return None
-        sink = self.producer.record_sink(target)
+        declared = self.clock.declared.get(stream_id)
+        if declared is None or (isinstance(tm, DeclaredTime) and tm.stage is None
+                                and tm.single is None):
+            run = self._stream_batch(stream_id)
+            if run is not None:
+                return run
+        if declared is not None:
+            return None  # times the hand-out loop takes message by message
+        op = self.wiring.lone_reader(stream_id)
+        if op is None or op.one_to_one() is not None or isinstance(op.spec, JoinSpec) \
+                or self.clock.observe.get(op.op_id) is not None:
+            return None  # fused chains; joins; windows whose outputs' event times are observed
+        return operator_run(op, self.wiring.nexts(op.op_id), self.meter(op), self.read,
+                            self._src, self._hold, stream_id)
+
+    def _stream_batch(self, stream_id: str) -> BatchRun | None:
+        """``stream_run`` of ``stream_id``, where its steps are one-to-one into a stream."""
+        path = self.wiring.one_to_one_path(stream_id)
+        if path is None:
+            return None
+        sink = self.producer.record_sink(path.target)
         if sink is None:
             return None
-        # a producer that keeps messages as they are (in memory) takes them with no records
-        raw = sink.encode is None
-        if not raw and (sink.key is None or sink.value is None):
-            return None
-        n = self.job.partitions[target]
-        if (n == 1 and not raw) or self.plan.streams[target].kind == "broadcast":
-            return None
-        sender = self.wiring.sender(target, node)
+        sender = self.wiring.sender(path.target, path.last.op_id)
         rule = getattr(sender, "rule", None)
         if rule is None:
-            return None  # a sender observed by the clock
-        parts = rule.table
-        fixed = rule.fixed  # one partition (kept as objects): no key to look up
-        bufs = sink.append
-        kser: Any = sink.key  # both set unless raw
-        vser: Any = sink.value
-        control_types = _CONTROL_TYPES
-        other_bucket = OTHER_BUCKET
-        read = self.read
-        fn_op, fn = fns[0] if fns else (node, IDENTITY)
-        # the function's meter: counted per batch here, its time sampled once per batch
-        meter = self.meter(self.operators[fn_op]) if fns else None
-        perf = time.perf_counter_ns
-        # several functions in a row: one function for the loop, counting each one's meter
-        fused = OneToOneChain(fns, [self.meter(self.operators[o]) for o, _ in fns]) \
-            if len(fns) > 1 else None
-        if fused is not None:
-            fn, meter = fused.call, None
+            return None  # a sender observed by the clock, or writing records of its own
+        return stream_run(path, sender, rule, sink,
+                          self.plan.streams[path.target].kind == "broadcast", self.meter,
+                          self.read, stream_id, self.clock.declared.get(stream_id, (None,))[0])
 
-        if not isinstance(fn, types.FunctionType | types.MethodType | types.BuiltinFunctionType):
-            fn = type(fn).__call__.__get__(fn)  # a callable object: its bound method is cheaper
-        # a partition_by keeping the message as its value: its key function called in the loop
-        fn_spec = self.operators[fn_op].spec if len(fns) == 1 else None
-        key_of = self.operators[fn_op].keyed_by() if isinstance(fn_spec, PartitionBySpec) \
-            else None
-
-        # a partition_by of the message into partitions in memory: a loop of its own
-        keyed = raw and key_of is not None
-        # ... and, with declared times, runs of it with the functions mapped in C
-        sorted_runs = keyed and et is not None and fixed is None
-        misses = [0]  # runs that stopped short: after _RUN_MISSES, the loop alone
-
-        def keyed_run(seg: list[Any], top: Any, xmax: float, lat: float
-                      ) -> tuple[int, float, float]:
-            """The loop's work for a run of plain messages whose event times are numbers,
-            none behind the channel's progress (in order from at or after it; any order
-            without one), and whose keys are set: the event-time and key functions mapped over
-            the run and the ``KV``s built in C, then one append per message. Returns (how many
-            it took from the start, xmax, lat); where a message does not qualify it takes the
-            ones before it, and the loop takes it with its own checks and errors. The functions
-            are pure by contract: a run that raises or breaks off has them called again there
-            by the loop."""
-            tys = list(map(type, seg))
-            if not _CONTROL_TYPES.isdisjoint(tys):  # up to the first control record
-                seg = seg[:next(compress(count(), map(_CONTROL_TYPES.__contains__, tys)))]
-                if not seg:
-                    return 0, xmax, lat
-            try:
-                xs = list(map(et, seg))  # type: ignore[arg-type]
-            except Exception:
-                return 0, xmax, lat
-            n = len(xs)
-            if not set(map(type, xs)) <= _NUMBER_TYPES:
-                return 0, xmax, lat
-            if top is not None:
-                x0 = xs[0] * 1000.0
-                if x0 < xmax or x0 < top:
-                    return 0, xmax, lat
-                # up to the first time that goes back
-                n = next(compress(count(1), map(gt, xs, islice(xs, 1, None))), n)
-            try:
-                keys = list(map(key_of, seg[:n] if n < len(seg) else seg))  # type: ignore[arg-type]
-            except Exception:
-                return 0, xmax, lat
-            took = n
-            for j, (k, r) in enumerate(zip(keys, map(KV, keys, seg), strict=False)):
-                if k is None:
-                    took = j
-                    break
-                try:
-                    bufs[parts[k]](r)
-                except Exception:
-                    took = j
-                    break
-            if took:
-                if top is not None:
-                    xmax = xs[took - 1] * 1000.0
-                    last = xs[took - 1]
-                else:
-                    last = max(xs[:took]) if took < len(xs) else max(xs)
-                if last > lat:
-                    lat = last
-            return took, xmax, lat
-
-        def batch(payloads: list[Any], i: int, end: int, times: list[Any] | None = None) -> int:
-            """Process payloads[i:end] up to the first control record (or, with ``times``, the
-            channel's ``[progress, bound, latest time]``, up to a message behind its progress);
-            returns where it stopped. A failure raises BatchFailure with the index of the
-            failing message."""
-            it = iter(payloads[i:end])  # the iterator tells the index when the loop stops
-            n_in = dropped = 0
-            timed = meter is None and fused is None
-            direct = timed and keyed  # once the batch's one timed call is made
-            runs = sorted_runs and times is not None and misses[0] < _RUN_MISSES
-            # records by key with no times to keep: the loop below, after the first message
-            plain = times is None and not raw and key_of is None and fixed is None
-            data_type: type = KV  # the messages' type, once one was seen not to be a control's
-
-            def general(r: Any) -> None:  # the sender's own path, with its errors
-                try:
-                    sender(r)
-                except OperatorFailure as f:
-                    raise BatchFailure(end - length_hint(it) - 1, f) from f.cause
-
-            # declared times: the channel's progress is max(top, round(xmax) - bound), where
-            # xmax is the largest time seen here in ms (round is monotonic, so a message at or
-            # after both is not behind it; any other is checked exactly)
-            top = latest = t = None
-            bound: Any = 0
-            lat = xmax = -_INF
-            if times is not None:
-                top, bound, latest = times
-                if latest is not None:
-                    lat = latest
-            try:
-                for m in it:
-                    ty = type(m)
-                    if ty is not data_type:
-                        if ty in control_types:
-                            if m is other_bucket:  # a virtual task's neighbour's message: done
-                                read[stream_id] = read.get(stream_id, 0) - 1  # not this task's
-                                continue
-                            return end - length_hint(it) - 1
-                        data_type = ty
-                    if times is not None:
-                        try:
-                            t = et(m)  # type: ignore[misc]
-                            if type(t) is not float and type(t) is not int and t is not None:
-                                t = event_seconds(t)
-                        except Exception as exc:
-                            raise BatchFailure(end - length_hint(it) - 1,
-                                                EventTimeFailure(exc)) from exc
-                        if top is not None and t is not None:
-                            x = t * 1000.0
-                            if x < xmax or x < top:
-                                progress = top if xmax == -_INF else \
-                                    max(top, round(xmax) - bound)
-                                if round(x) < progress:  # behind: the hand-out loop takes it
-                                    return end - length_hint(it) - 1
-                                if x > xmax:
-                                    xmax = x
-                            else:
-                                xmax = x
-                    n_in += 1
-                    if direct:  # a partition_by of the message, its partitions in memory
-                        try:
-                            k = key_of(m)  # type: ignore[misc]
-                        except Exception as exc:
-                            dropped += 1
-                            raise BatchFailure(end - length_hint(it) - 1,
-                                                OperatorFailure(fn_op, exc)) from exc
-                        r = KV(k, m)
-                        if k is None:
-                            general(r)
-                        else:
-                            try:
-                                bufs[parts[k] if fixed is None else fixed](r)
-                            except Exception:
-                                general(r)
-                        if t is not None and t > lat:
-                            lat = t
-                        if runs:  # the rest in runs, while they qualify
-                            runs = False
-                            pos = end - length_hint(it)
-                            while end - pos >= _RUN_MIN:
-                                seg = payloads[pos:min(end, pos + _RUN_MAX)]
-                                took, xmax, lat = keyed_run(seg, top, xmax, lat)
-                                if took:
-                                    n_in += took
-                                    next(islice(it, took - 1, took), None)  # past them
-                                    pos += took
-                                if took < len(seg):
-                                    # the loop takes the next message (a control record
-                                    # ends the batch); runs go on after it unless this one
-                                    # stopped short
-                                    if type(seg[took]) in control_types:
-                                        pass
-                                    elif 2 * took >= len(seg):
-                                        runs = True
-                                    else:
-                                        misses[0] += 1
-                                    break
-                        continue
-                    try:
-                        if timed:
-                            r = fn(m) if key_of is None else KV(key_of(m), m)
-                        elif fused is not None:
-                            r = fused.call_timed(m)
-                            timed = True
-                        else:
-                            t0 = perf()
-                            r = fn(m)
-                            meter.ns += perf() - t0  # type: ignore[union-attr]
-                            meter.timed += 1  # type: ignore[union-attr]
-                            timed = True
-                            direct = keyed
-                    except OperatorFailure as f:  # in a chain, naming its operator
-                        raise BatchFailure(end - length_hint(it) - 1, f) from f.cause
-                    except Exception as exc:
-                        dropped += 1
-                        raise BatchFailure(end - length_hint(it) - 1,
-                                            OperatorFailure(fn_op, exc)) from exc
-                    if r is None:
-                        dropped += 1
-                    elif type(r) is KV and r.key is not None and (raw or r.value is not None):
-                        try:
-                            if raw:
-                                bufs[parts[r.key] if fixed is None else fixed](r)
-                            else:
-                                k = r.key
-                                bufs[parts[k] if fixed is None else fixed](
-                                    (kser(k), vser(r.value), None))
-                        except Exception:
-                            general(r)
-                    else:
-                        general(r)
-                    if t is not None and t > lat:
-                        lat = t
-                    if plain and timed:
-                        break  # the rest of the batch in the loop below
-                else:
-                    return end
-                # a map's (or a chain's) messages into records by their keys, once the batch's
-                # timed call is made: the steps above without the ones that cannot apply
-                for m in it:
-                    if type(m) is not data_type:
-                        if type(m) in control_types:
-                            if m is other_bucket:
-                                read[stream_id] = read.get(stream_id, 0) - 1
-                                continue
-                            return end - length_hint(it) - 1
-                        data_type = type(m)
-                    n_in += 1
-                    try:
-                        r = fn(m)
-                    except OperatorFailure as f:
-                        raise BatchFailure(end - length_hint(it) - 1, f) from f.cause
-                    except Exception as exc:
-                        dropped += 1
-                        raise BatchFailure(end - length_hint(it) - 1,
-                                            OperatorFailure(fn_op, exc)) from exc
-                    if type(r) is KV:
-                        k = r.key
-                        v = r.value
-                        if k is not None and v is not None:
-                            try:
-                                bufs[parts[k]]((kser(k), vser(v), None))
-                                continue
-                            except Exception:
-                                pass
-                    if r is None:
-                        dropped += 1
-                    else:
-                        general(r)
-                return end
-            finally:
-                if meter is not None:
-                    meter.n_in += n_in
-                    meter.n_out += n_in - dropped
-                elif fused is not None:
-                    fused.flush()
-                if times is not None:
-                    if top is not None and xmax != -_INF:
-                        times[0] = max(top, round(xmax) - bound)
-                    if lat != -_INF:
-                        times[2] = lat
-        return batch
-
-    def _operator_batch(self, stream_id: str) -> Callable[..., int] | None:
-        """A loop over a whole batch of a stream that feeds one operator giving lists of
-        outputs (a window, a flat_map...): the operator's ``process`` per message, what it gives
-        forwarded downstream, the meter counted per batch. Intermediate streams take this path
-        (W3's window). A message whose outputs go async stops the loop: its pending work is left
-        in ``_held`` for the hand-out loop, which takes the message as in flight. None for any
-        other shape (the per-message hand-out then)."""
-        from samza_dsl.spec import stream_node
-
-        if self.env.executor is not None or self.plan.app.remote_tables \
-                or stream_id in self.clock.declared:
-            return None  # threaded operators; remote-table calls tied to each message; times
-        node = stream_node(stream_id)
-        nexts = [n for n in self.plan.next_ops(node) if n in self.operators]
-        if len(nexts) != 1 or self.plan.graph.edges[node, nexts[0]]["port"] == "right":
-            return None
-        op_id = nexts[0]
-        op = self.operators[op_id]
-        if op.one_to_one() is not None or isinstance(op.spec, JoinSpec) \
-                or self.clock.observe.get(op_id) is not None:
-            return None  # fused chains; joins; windows whose outputs' event times are observed
-        downstream = self._nexts(op_id)
-        meter = self.meter(op)
-        clock = time.perf_counter_ns
-        control_types = _CONTROL_TYPES
-        other_bucket = OTHER_BUCKET
-        read = self.read
-        src = self._src
-        run = op.process_run
-
-        def batch(payloads: list[Any], i: int, end: int, times: Any = None) -> int:
-            """Process payloads[i:end] up to the first control record, or up to a message whose
-            outputs went async (its index, with ``_held`` set); returns where it stopped."""
-            start = i
-            n_out = 0
-            process: Callable[[Any], Any] = op.process
-            timed = meter is None
-            # runs of messages in one call, while the window's watermark is the runtime's
-            fast = run is not None and not op.local_watermark
-            try:
-                while i < end:
-                    if fast:
-                        if timed:
-                            j = run(payloads, i, end, control_types)  # type: ignore[misc]
-                        else:  # the operator's time, over the whole run
-                            t0 = clock()
-                            j = run(payloads, i, end, control_types)  # type: ignore[misc]
-                            meter.ns += clock() - t0  # type: ignore[union-attr]
-                            meter.timed += j - i  # type: ignore[union-attr]
-                            timed = j > i
-                        if j > i:
-                            i = src[1] = j
-                            continue
-                    m = payloads[i]
-                    i += 1
-                    if type(m) is not KV and type(m) in control_types:
-                        if m is other_bucket:  # a virtual task's neighbour's message: done
-                            read[stream_id] = read.get(stream_id, 0) - 1
-                            start += 1
-                            continue
-                        i -= 1
-                        return i
-                    src[1] = i
-                    if timed:
-                        out = process(m)
-                    else:  # the operator's time, sampled on the batch's first message
-                        t0 = clock()
-                        out = process(m)
-                        meter.ns += clock() - t0  # type: ignore[union-attr]
-                        meter.timed += 1  # type: ignore[union-attr]
-                        timed = True
-                    if out:
-                        if type(out) is list:
-                            n_out += len(out)
-                            pend = forward(out, downstream)
-                        else:  # an awaitable of outputs
-                            pend = [continue_outputs(out if meter is None else counted(out, meter),
-                                              op_id, downstream)]
-                        if pend:
-                            self._held = pend
-                            return i - 1
-                return end
-            except FailedAt as f:
-                i = f.index + 1
-                raise BatchFailure(f.index, OperatorFailure(op_id, f.cause)) from f.cause
-            except OperatorFailure as f:
-                raise BatchFailure(i - 1, f) from f.cause
-            except Exception as exc:
-                raise BatchFailure(i - 1, OperatorFailure(op_id, exc)) from exc
-            finally:
-                if meter is not None:
-                    meter.n_in += i - start
-                    meter.n_out += n_out
-        return batch
+    def _hold(self, pend: list[Awaitable[None]]) -> None:
+        """The message where an operator's batch run stopped waits for ``pend``."""
+        self._held = pend
 
     def meter(self, op: Operator) -> OpMeter | None:
         """The meter of ``op`` in this task (one for both ports of a join)."""
@@ -836,7 +443,7 @@ class TaskInstance:
         checkpoint = self.checkpoint
         max_c = self.max_concurrency
         finish = self._finish
-        control_types = _CONTROL_TYPES
+        control_types = CONTROL_TYPES
         calls = self.calls
         src = self._src
         entry = self.entries[ssp.stream_id]
@@ -1419,12 +1026,6 @@ class TaskInstance:
     def close(self) -> None:
         for op in self.operators.values():
             op.close()
-
-
-class BatchFailure(Exception):
-    def __init__(self, index: int, failure: OperatorFailure | EventTimeFailure) -> None:
-        self.index = index
-        self.failure = failure
 
 
 def _next_budget(budget: int, took: float) -> int:

@@ -41,7 +41,7 @@ from samza_dsl.spec import (
     stream_node,
 )
 
-__all__ = ["Wiring", "PartitionRule", "partition_of", "build_operators", "task_copy", "not_kv",
+__all__ = ["Wiring", "OneToOnePath", "PartitionRule", "partition_of", "build_operators", "task_copy", "not_kv",
            "record_sender", "op_nexts", "operator_emit", "bind_port"]
 
 
@@ -121,6 +121,18 @@ def build_operators(plan: Any, stages: Sequence[Any], open_store: Callable[[str]
     return operators, stores, tables
 
 
+@dataclasses.dataclass(frozen=True)
+class OneToOnePath:
+    """A stream's one-to-one steps (``Wiring.one_to_one_path``): the functions other than the
+    identity, as (op id, function), with their operators; the last operator, which writes
+    ``target``."""
+
+    fns: list[tuple[str, Callable[[Any], Any]]]
+    ops: list[Operator]
+    last: Operator
+    target: str
+
+
 class Wiring:
     """The emit chain of a task's ``operators`` over ``plan``: ``entry(stream)`` hands a
     message of an input stream to the operators that read it, each operator's outputs go on to
@@ -164,6 +176,46 @@ class Wiring:
             nexts = self._nexts[op_id] = op_nexts(self.plan, op_id, self.operators[op_id].spec,
                                                   self.emit, self.sender)
         return nexts
+
+    def one_to_one_path(self, stream_id: str) -> OneToOnePath | None:
+        """The path of ``stream_id``'s messages where each step gives at most one output,
+        synchronously (``one_to_one_port``), and the last writes a stream (a ``send_to``, or a
+        ``partition_by``'s intermediate stream) and nothing else; None for any other shape."""
+        plan = self.plan
+        node = stream_node(stream_id)
+        fns: list[tuple[str, Callable[[Any], Any]]] = []
+        ops: list[Operator] = []
+        nexts = [n for n in plan.next_ops(node) if n in self.operators]
+        target = last = None
+        while len(nexts) == 1:
+            op_id = nexts[0]
+            op = last = self.operators[op_id]
+            one = op.one_to_one_port(1 if plan.graph.edges[node, op_id]["port"] == "right" else 0)
+            if one is None:
+                return None
+            if one is not IDENTITY:
+                fns.append((op_id, one))
+                ops.append(op)
+            node = op_id
+            nexts = plan.next_ops(op_id)
+            if isinstance(op.spec, SendToSpec | PartitionBySpec) and not nexts:
+                target = op.spec.stream_id
+                if target in plan.streams:
+                    break
+                return None  # a table
+            if isinstance(op.spec, PartitionBySpec | BroadcastSpec):
+                return None
+        if target is None or last is None or len(nexts) > 0:
+            return None
+        return OneToOnePath(fns, ops, last, target)
+
+    def lone_reader(self, stream_id: str) -> Operator | None:
+        """The operator reading ``stream_id`` (on its first input), where it is the only one."""
+        node = stream_node(stream_id)
+        nexts = [n for n in self.plan.next_ops(node) if n in self.operators]
+        if len(nexts) != 1 or self.plan.graph.edges[node, nexts[0]]["port"] == "right":
+            return None
+        return self.operators[nexts[0]]
 
     def sender(self, stream_id: str, op_id: str) -> Emit:
         """The terminal of ``op_id`` writing to ``stream_id``."""
