@@ -463,7 +463,7 @@ class Container:
             ("container", "commit-calls", {}, committer.commits),
             ("container", "commit-ns", {}, committer.commit_ns),
             ("container", "last-commit-ms", {}, None if last is None else int(last * 1000)),
-            ("container", "window-calls", {}, sum(t.window_calls for t in tasks)),
+            ("container", "window-calls", {}, sum(t.outputs.window_calls for t in tasks)),
             ("container", "event-loop-utilization", {}, self.loop_meter.utilization()),
         ]
         out += self._position_samples(tasks)

@@ -12,37 +12,31 @@ end-of-stream > process.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any
 
-from operators.base import IDENTITY, Operator, OperatorContext, UserContext
+from operators.base import Operator, OperatorContext, UserContext
 from runtime import faults
-from runtime.batch import CONTROL_TYPES, BatchFailure, BatchRun, operator_run, stream_run
+from runtime.batch import CONTROL_TYPES, BatchFailure
 from runtime.chooser import Chooser
 from runtime.codec import Skipped
 from runtime.dag import (
-    Emit,
     OperatorFailure,
-    chain,
     gather_pending,
-    metered,
 )
 from runtime.elastic import OtherBucket
 from runtime.event_time import (
     DeclaredTime,
     EventTimeFailure,
     InputTime,
-    WindowMoves,
-    input_time,
 )
-from runtime.in_flight import NO_KEY, cancel_messages, wait_of
+from runtime.in_flight import cancel_messages
 from runtime.job import SSP, JobModel, TaskModel
 from runtime.join_check import placement_checks
-from runtime.metrics import OpMeter
 from runtime.records import EndOfStream, Watermark
+from runtime.stage_outputs import CONTROL, SOURCE, StageOutputs
 from runtime.state.remote import (
     CallTracker,
     RemoteCallFailure,
@@ -50,42 +44,27 @@ from runtime.state.remote import (
     container_limiter,
 )
 from runtime.task_env import TaskEnv
+from runtime.task_errors import call_error, event_time_error, operator_error, timeout_error
+from runtime.task_wiring import TaskWiring
 from runtime.watermarks import (
     CURRENT,
-    OBSERVED,
     TaskClock,
-    observing,
 )
 from runtime.wiring import (
-    Wiring,
-    bind_port,
     build_operators,
-    operator_emit,
-    partition_of,
-    record_sender,
 )
 from samza_dsl.config import config_value
 from samza_dsl.errors import (
-    CallbackTimeout,
-    JoinPartitionError,
     SamzaError,
-    SerdeError,
     TaskError,
 )
 from samza_dsl.spec import (
-    JoinSpec,
     RemoteTableSpec,
-    WindowSpec,
 )
 
 __all__ = ["TaskInstance"]
 
-_THREADED_OPCODES = frozenset({"map", "filter", "flat_map", "sink", "join_table"})
 BATCH_BUDGET = 2048
-#: a failing message is suggested for ``--skip`` only after this many went through the task
-#: (in this run, or before its checkpoint): then at most 1 in 10 failed. One that fails sooner
-#: points at the function
-SKIP_AFTER = 9
 #: records of intermediate streams one call of ``_process_some`` may take on top of its budget:
 #: a stage keeps up with the stages before it (whose outputs it reads) however unevenly their
 #: keys fall into its partitions, so what waits between two stages stays about one round's worth
@@ -97,13 +76,6 @@ DOWNSTREAM_BUDGET = 8 * BATCH_BUDGET
 BATCH_SECONDS = 0.5
 #: the budget of a task's first batch, which tells how long its messages take
 PROBE_BUDGET = 8
-#: outputs of one timer, watermark or end-of-stream call passed on between two producer writes
-OUTPUT_CHUNK = 4096
-#: the handout record ``[ssp, offset, ...]`` of the message an asyncio task of this module
-#: completes (set by ``_finish``), or ``_CONTROL`` while outputs of a tick, a watermark or
-#: end-of-stream run; unset while the run loop hands messages out synchronously
-_SOURCE: contextvars.ContextVar[Any] = contextvars.ContextVar("samza_dsl_source", default=None)
-_CONTROL: list[Any] = []
 
 
 class TaskInstance:
@@ -157,12 +129,9 @@ class TaskInstance:
         self._held: list[Awaitable[None]] | None = None
         self.ended: set[SSP] = set()
         self._eos_from: dict[SSP, set[str | None]] = {}
-        self._flushed: set[str] = set()
 
         # event time: channel progress and the watermarks of the task's stages (rules 8, 15)
         self.clock = TaskClock(model, job, self.ended, self._busy)
-        #: how each input stream counts for event time as it is handed out (built once)
-        self.times: dict[str, InputTime] = {}
 
         # scheduling
         self.commit_requested = False
@@ -176,7 +145,7 @@ class TaskInstance:
         self.held: asyncio.Future[None] | None = None
 
         #: remote-table calls user functions made and did not await (rule 19)
-        self.calls = CallTracker(_SOURCE.get, _CONTROL)
+        self.calls = CallTracker(SOURCE.get, CONTROL)
         #: the task's remote tables (their calls, retries and cache hits are metrics)
         self.remote_clients: list[RemoteTableClient] = []
         self._call_slots: asyncio.Semaphore | None = None
@@ -184,10 +153,6 @@ class TaskInstance:
         #: where the task's records go: the container's producer, or under exactly-once its own
         self.producer = env.producer if env.task_producer is None else env.task_producer(self)
         self.operators: dict[str, Operator] = {}
-        self.entries: dict[str, Emit] = {}
-        #: each operator's meter (``runtime.metrics``), unless metrics.operators is off
-        self.meters: dict[str, OpMeter] = {}
-        self.window_calls = 0
         self._build()
         for op_id, hold in self.clock.in_time_order.items():
             self.operators[op_id].hold_ahead = hold
@@ -225,18 +190,19 @@ class TaskInstance:
                         f"{type(exc).__name__}: {exc}. Fix its function's init(ctx), or what "
                         f"that needs", op_id=op_id, task=self.name) from exc
 
-        self.wiring = Wiring(self.plan, self.operators, self._observed_sender, self._make_emit)
-        self.moves = WindowMoves(self.clock, self.operators, self.wiring.nexts, self.producer,
-                                 self.job.partitions)
-        self._batches: dict[str, BatchRun] = {}
-        for ssp in self.ssps:
-            sid = ssp.stream_id
-            if sid not in self.entries:
-                self.times[sid] = input_time(self.clock, self.moves, self.operators, sid)
-                self.entries[sid] = self.wiring.entry(sid)
-                batch = self._batch_run(sid, self.times[sid])
-                if batch is not None:
-                    self._batches[sid] = batch
+        wired = self.wired = TaskWiring(
+            self.name, self.plan, model.stages, model.partition, self.ssps, self.job.partitions,
+            self.operators, self.metrics, env.executor, self.producer, self.clock,
+            self.batching, self.read, self._src, self._hold)
+        self.entries, self.times, self._batches = wired.entries, wired.times, wired.batches
+        self.outputs = StageOutputs(self.name, model.stages, self.ssps, self.ended, self.operators,
+                                    wired.nexts, self.producer, self.clock, wired.moves,
+                                    self.plan.intermediate_streams, self.job.partitions,
+                                    env.clock)
+
+    def _hold(self, pend: list[Awaitable[None]]) -> None:
+        """The message where an operator's batch run stopped waits for ``pend``."""
+        self._held = pend
 
     def _open_remote(self, spec: RemoteTableSpec) -> RemoteTableClient:
         env = self.env
@@ -248,129 +214,6 @@ class TaskInstance:
                                    concurrency=self.max_concurrency)
         self.remote_clients.append(client)
         return client
-
-    def _batch_run(self, stream_id: str, tm: InputTime) -> BatchRun | None:
-        """The batch run of ``stream_id`` (``runtime.batch``) where batching is on and the
-        stream's shape and event time allow one: times that move windows message by message,
-        or that outputs record (``ObservedTime``), take the messages one by one."""
-        if not self.batching or self.clock.handout(stream_id) == OBSERVED:
-            return None
-        declared = self.clock.declared.get(stream_id)
-        if declared is None or (isinstance(tm, DeclaredTime) and tm.stage is None
-                                and tm.single is None):
-            run = self._stream_batch(stream_id)
-            if run is not None:
-                return run
-        if declared is not None:
-            return None  # times the hand-out loop takes message by message
-        op = self.wiring.lone_reader(stream_id)
-        if op is None or op.one_to_one() is not None or isinstance(op.spec, JoinSpec) \
-                or self.clock.observe.get(op.op_id) is not None:
-            return None  # fused chains; joins; windows whose outputs' event times are observed
-        return operator_run(op, self.wiring.nexts(op.op_id), self.meter(op), self.read,
-                            self._src, self._hold, stream_id)
-
-    def _stream_batch(self, stream_id: str) -> BatchRun | None:
-        """``stream_run`` of ``stream_id``, where its steps are one-to-one into a stream."""
-        path = self.wiring.one_to_one_path(stream_id)
-        if path is None:
-            return None
-        sink = self.producer.record_sink(path.target)
-        if sink is None:
-            return None
-        sender = self.wiring.sender(path.target, path.last.op_id)
-        rule = getattr(sender, "rule", None)
-        if rule is None:
-            return None  # a sender observed by the clock, or writing records of its own
-        return stream_run(path, sender, rule, sink,
-                          self.plan.streams[path.target].kind == "broadcast", self.meter,
-                          self.read, stream_id, self.clock.declared.get(stream_id, (None,))[0])
-
-    def _hold(self, pend: list[Awaitable[None]]) -> None:
-        """The message where an operator's batch run stopped waits for ``pend``."""
-        self._held = pend
-
-    def meter(self, op: Operator) -> OpMeter | None:
-        """The meter of ``op`` in this task (one for both ports of a join)."""
-        if not self.metrics.operators or op.one_to_one() is IDENTITY:
-            return None  # an operator that passes every message on does nothing to meter
-        meter = self.meters.get(op.op_id)
-        if meter is None:
-            meter = self.meters[op.op_id] = self.metrics.meter(op.op_id, self.name)
-            if isinstance(op.spec, WindowSpec):
-                meter.window = op
-        return meter
-
-    def _make_emit(self, op: Operator, port: int, nexts: list[Emit]) -> Emit:
-        """An operator's emit: on the thread pool for blocking user code when there is one,
-        and observed by the task's clock where it feeds an event-time window."""
-        spec = op.spec
-        executor = self.env.executor
-        meter = self.meter(op)
-        if executor is not None and spec.opcode in _THREADED_OPCODES \
-                and getattr(spec, "table_id", None) not in self.plan.app.remote_tables:
-            process = bind_port(op, port) if isinstance(spec, JoinSpec) else op.process
-            process = _threaded(process, executor)
-            if meter is not None:
-                process = metered(process, meter, False)
-            emit = chain(op.op_id, process, nexts)
-        else:
-            emit = operator_emit(op, port, nexts, meter)
-        fn = self.clock.observe.get(op.op_id) if isinstance(spec, WindowSpec) else None
-        if fn is not None:
-            emit = observing(op.op_id, fn, emit, f"window {op.op_id!r}", op.op_id)
-        return emit
-
-    def _nexts(self, op_id: str) -> list[Emit]:
-        """What an operator's outputs go to: downstream operators, or a producer."""
-        return self.wiring.nexts(op_id)
-
-    def _observed_sender(self, stream_id: str, op_id: str) -> Emit:
-        """The terminal that hands a record to the producer, observed by the task's clock where
-        the stream feeds an event-time window downstream."""
-        sender = self._make_sender(stream_id, op_id)
-        fn = self.clock.observe.get(stream_id)
-        if fn is not None:
-            sender = observing(stream_id, fn, sender, f"stream {stream_id!r}", op_id,
-                               self._ahead(stream_id, op_id))
-        return sender
-
-    def _ahead(self, stream_id: str, op_id: str) -> Callable[[int], None] | None:
-        """Where one channel alone feeds the stage of ``op_id``: ``ahead(ms)`` sends the
-        stage's watermark into its intermediate streams before a message whose event time (in
-        ``stream_id``'s readers' time) is behind the channel's progress, so that readers see the
-        order one task would (docs/semantics.md, "Per message")."""
-        stage = next(s for s in self.model.stages if op_id in s.operators)
-        ssp = self.clock.lone.get(stage.stage_id)
-        if ssp is None:
-            return None
-        observed = self.clock.observed
-
-        def ahead(ms: int) -> None:
-            mine = observed.get(ssp)
-            if mine is not None:
-                v = mine.get(stream_id)
-                if v is not None and ms < v:
-                    self.moves.send_marks(stage)
-        return ahead
-
-    def _make_sender(self, stream_id: str, op_id: str) -> Emit:
-        """The terminal of ``op_id`` writing to ``stream_id``, in the partition its rule picks
-        (``runtime.wiring``); a message the stream's serde cannot write fails that operator."""
-        n = self.job.partitions[stream_id]
-        rule = partition_of(self.plan, stream_id, n, self.model.partition)
-        sink = self.producer.record_sink(stream_id) if rule.fixed is None else None
-        if sink is not None and sink.encode is not None:  # a producer of records
-            return record_sender(op_id, sink, rule)
-        send = self.producer.sender(stream_id)
-
-        def send_one(m: Any) -> None:
-            try:
-                send(rule(m), m)
-            except Exception as exc:
-                raise OperatorFailure(op_id, exc) from exc
-        send_one.rule = rule  # type: ignore[attr-defined]
-        return send_one
 
     # -- processing -------------------------------------------------------------------------------
 
@@ -519,10 +362,10 @@ class TaskInstance:
         except OperatorFailure as f:
             done = self.processed + n + i - 1 - self._cur_i  # went through before it
             self._cur_i = i
-            raise self._task_error(f, ssp, first + i - 1, done) from f.cause
+            raise operator_error(self, f, ssp, first + i - 1, done) from f.cause
         except EventTimeFailure as f:
             self._cur_i = i
-            raise self._event_time_error(f.cause, ssp, first + i - 1,
+            raise event_time_error(self, f.cause, ssp, first + i - 1,
                                          payloads[i - 1]) from f.cause
         finally:
             tm.end()
@@ -557,9 +400,9 @@ class TaskInstance:
     def source(self) -> tuple[str, int, int] | None:
         """(stream id, partition, offset) of the message being processed, for reports of late
         messages: the one this asyncio task completes, else the one being handed out."""
-        rec = _SOURCE.get()
+        rec = SOURCE.get()
         if rec is not None:
-            if rec is _CONTROL:
+            if rec is CONTROL:
                 return None
             return rec[0].stream_id, rec[0].partition, rec[1]
         cur, i = self._src
@@ -573,7 +416,7 @@ class TaskInstance:
         that goes async: a long-lived worker, with no asyncio Task and no round of the loop
         between one async message's end and the next one's start."""
         while True:
-            _SOURCE.set(rec)  # this asyncio task's own context: its outputs come from rec
+            SOURCE.set(rec)  # this asyncio task's own context: its outputs come from rec
             t = rec[4]
             if type(t) is list:  # the outputs' event times are recorded in its box
                 CURRENT.set(t)
@@ -582,12 +425,12 @@ class TaskInstance:
                 if self.calls.by_record:
                     await self.calls.settle_record(rec)
             except OperatorFailure as f:
-                self.fail(self._task_error(f, rec[0], rec[1], rec[5]))
+                self.fail(operator_error(self, f, rec[0], rec[1], rec[5]))
                 return
             except asyncio.CancelledError:
                 return
             except RemoteCallFailure as f:
-                self.fail(self._call_error(f, rec[0], rec[1]))
+                self.fail(call_error(self, f, rec[0], rec[1]))
                 return
             except Exception as exc:  # a failure outside any operator
                 self.fail(TaskError(f"task {self.name!r} failed on {rec[0]} offset {rec[1]}: "
@@ -617,7 +460,7 @@ class TaskInstance:
     def _adopt(self) -> tuple[list[Any], list[Awaitable[None]]] | None:
         """Hand out messages from a completing coroutine (``_finish``); the first that goes
         async is returned for it to take on."""
-        _SOURCE.set(None)  # what is handed out is the message being processed
+        SOURCE.set(None)  # what is handed out is the message being processed
         CURRENT.set(None)
         self._adopting = True
         try:
@@ -635,70 +478,6 @@ class TaskInstance:
         got, self._adopted = self._adopted, None
         return got
 
-    def _call_error(self, f: RemoteCallFailure, ssp: SSP, offset: int) -> TaskError:
-        """A remote-table call a function made for a message and did not await failed."""
-        err = TaskError(
-            f"task {self.name!r}: a call to remote table {f.table!r} made for the message at "
-            f"stream {ssp.stream_id!r} partition {ssp.partition} offset {offset} failed and was "
-            f"not awaited: {type(f.cause).__name__}: {f.cause}. The checkpoint stays before "
-            f"this offset, so a restart reprocesses it", task=self.name, stream=ssp.stream_id,
-            partition=ssp.partition, offset=offset)
-        err.__cause__ = f.cause
-        return err
-
-    def _task_error(self, f: OperatorFailure, ssp: SSP, offset: int,
-                    done: int | None = None) -> TaskError:
-        """The error for operator ``f.op_id`` failing on the message at ``ssp`` ``offset``,
-        after ``done`` messages of this run went through the task (default: those counted):
-        where in the application's code, and ``--skip`` only for a record that fails alone
-        (``SKIP_AFTER`` went through the task before it, in this run or before its checkpoint)."""
-        cause = f.cause
-        placed = isinstance(cause, JoinPartitionError)  # it says what to do itself
-        where = f.where
-        at = f" in {where}" if where and not placed else ""
-        done = self.processed if done is None else done
-        went = max(done, sum(o + 1 for o in self.checkpoint.values()))
-        alone = went >= SKIP_AFTER or isinstance(cause, SerdeError)
-        if isinstance(cause, SerdeError) or placed:
-            advice = ""
-        elif not alone:
-            first = ("on the first message" if went == 0 else
-                     f"after only {went} message(s) went through")
-            advice = (f" It failed {first}, so it may fail on many: fix the function or guard "
-                      f"against such messages.")
-        else:
-            advice = " Fix the function or guard against this message."
-        skip = (f" (`samza-dsl run APP --skip {ssp.stream_id}:{ssp.partition}:{offset}` passes "
-                f"over it once)" if alone and not placed
-                and self.plan.streams[ssp.stream_id].kind == "input" else "")
-        err = TaskError(
-            f"operator {f.op_id!r} failed in task {self.name!r} on stream {ssp.stream_id!r} "
-            f"partition {ssp.partition} offset {offset}: "
-            f"{cause if placed else f.reason}{at}.{advice} "
-            f"The checkpoint stays before this offset, so a restart reprocesses it{skip}",
-            op_id=f.op_id, task=self.name, stream=ssp.stream_id,
-            partition=ssp.partition, offset=offset)
-        err.__cause__ = cause
-        return err
-
-    def _event_time_error(self, cause: BaseException, ssp: SSP, offset: int,
-                          message: Any) -> TaskError:
-        """An input's ``event_time`` failed on a message: the message cannot be placed in event
-        time, so the task stops there, as on an operator's failure."""
-        text = repr(message)
-        if len(text) > 80:
-            text = text[:77] + "..."
-        err = TaskError(
-            f"the event_time of input {ssp.stream_id!r} failed in task {self.name!r} on stream "
-            f"{ssp.stream_id!r} partition {ssp.partition} offset {offset}: "
-            f"{type(cause).__name__}: {cause} (message {text}). Fix the record, or skip it "
-            f"(`samza-dsl run APP --skip {ssp.stream_id}:{ssp.partition}:{offset}` passes over "
-            f"it once), or make event_time handle such records. The checkpoint stays before "
-            f"this offset, so a restart reprocesses it",
-            task=self.name, stream=ssp.stream_id, partition=ssp.partition, offset=offset)
-        err.__cause__ = cause
-        return err
-
     def fail(self, exc: BaseException) -> None:
         if self.failure is None:
             self.failure = exc
@@ -711,26 +490,8 @@ class TaskInstance:
         for rec in self.pending:
             if not rec[2]:
                 if (now - rec[3]) * 1000 > self.callback_timeout_ms:
-                    self.fail(self._timeout_error(rec))
+                    self.fail(timeout_error(self, rec))
                 return
-
-    def _timeout_error(self, rec: list[Any]) -> CallbackTimeout:
-        """The error of the message of ``rec`` that ran past the callback timeout, naming what
-        it waits for: the operator, and the remote table and key, or the function."""
-        ssp = rec[0]
-        wait = wait_of(self, rec)
-        if wait.table is not None:
-            advice = (f"check the service of remote table {wait.table!r}, give its functions a "
-                      f"timeout (a RetryPolicy can retry it), or raise task.callback.timeout.ms")
-        else:
-            advice = "add a timeout to the call it waits for, or raise task.callback.timeout.ms"
-        return CallbackTimeout(
-            f"task {self.name!r}: the message at {ssp.stream_id!r} partition {ssp.partition} "
-            f"offset {rec[1]} did not complete within task.callback.timeout.ms="
-            f"{self.callback_timeout_ms}: {wait.text()}. {advice[0].upper()}{advice[1:]}. The "
-            f"checkpoint stays before this offset, so a restart reprocesses it",
-            op_id=wait.op_id, task=self.name, stream=ssp.stream_id, partition=ssp.partition,
-            offset=rec[1], table=wait.table, key=None if wait.key is NO_KEY else wait.key)
 
     def cancel_in_flight(self) -> None:
         """Cancel what completes the messages in flight (a stop that ran out of time)."""
@@ -809,105 +570,6 @@ class TaskInstance:
         self.inbox.only = None
         self.env.on_consumed(self, reading=True)
 
-    async def _advance_watermarks(self) -> None:
-        """Give each event-time window its watermark, then send the stage's watermark into the
-        intermediate streams it writes, after the panes it closed (rules 8 and 15)."""
-        clock = self.clock
-        clock.settle()
-        if not clock.stages:
-            return
-        producer = self.producer
-        for stage in clock.stages:
-            moved, marks = clock.compute(stage)
-            for op_id, wm in moved:
-                op = self.operators[op_id]
-                try:
-                    outs = op.on_watermark(wm)
-                except Exception as exc:
-                    raise TaskError(f"operator {op_id!r} failed at watermark {wm} in task "
-                                    f"{self.name!r}: {type(exc).__name__}: {exc}", op_id=op_id,
-                                    task=self.name) from exc
-                await self._run_outputs(op_id, outs)
-            self.moves.send(marks)
-            if marks:
-                producer.signal()
-
-    def _send_control(self, stage: Any, record: Any) -> None:
-        """A control record to every partition of the intermediate streams a stage writes."""
-        producer = self.producer
-        for sid in stage.outputs:
-            if sid in self.plan.intermediate_streams:
-                for p in range(self.job.partitions[sid]):
-                    producer.send(sid, p, record)
-        producer.signal()
-
-    async def _run_outputs(self, op_id: str, outs: list[Any]) -> None:
-        """Pass outputs of a timer, watermark or end-of-stream call downstream and await them.
-        Many outputs (a window closing 10^6 panes) go in chunks of ``OUTPUT_CHUNK``: between two,
-        the producer writes what it buffered, so the records waiting for a write stay bounded."""
-        if not outs:
-            return
-        nexts = self._nexts(op_id)
-        pend: list[Awaitable[None]] = []
-        token = _SOURCE.set(_CONTROL)
-        try:
-            for i, o in enumerate(outs):
-                for nxt in nexts:
-                    p = nxt(o)
-                    if p:
-                        pend.extend(p)
-                if i % OUTPUT_CHUNK == OUTPUT_CHUNK - 1:
-                    self.producer.signal()
-                    await asyncio.sleep(0)  # the producer's write runs
-            if pend:
-                await gather_pending(pend)
-        except OperatorFailure as f:
-            raise TaskError(f"operator {f.op_id!r} failed in task {self.name!r} on output of "
-                            f"{op_id!r}: {type(f.cause).__name__}: {f.cause}", op_id=f.op_id,
-                            task=self.name) from f.cause
-        finally:
-            _SOURCE.reset(token)
-
-    async def _on_timer(self) -> None:
-        self.window_calls += 1
-        now = self.env.clock()
-        for stage in self.model.stages:
-            for op_id in stage.operators:
-                op = self.operators[op_id]
-                try:
-                    outs = op.on_timer(now)
-                except Exception as exc:
-                    raise TaskError(f"operator {op_id!r} failed at a window tick in task "
-                                    f"{self.name!r}: {type(exc).__name__}: {exc}", op_id=op_id,
-                                    task=self.name) from exc
-                await self._run_outputs(op_id, outs)
-
-    async def _end_stages(self) -> bool:
-        """Flush every stage whose inputs have all ended; True when all stages are flushed."""
-        for stage in self.model.stages:
-            if stage.stage_id in self._flushed:
-                continue
-            mine = [ssp for ssp in self.ssps if ssp.stream_id in stage.inputs]
-            if not all(ssp in self.ended for ssp in mine):
-                continue
-            for op_id in stage.operators:
-                op = self.operators[op_id]
-                # in chunks, each passed downstream (and written) before the next is made
-                chunks = op.end_of_stream_chunks(OUTPUT_CHUNK)
-                while True:
-                    try:
-                        outs = next(chunks, None)
-                    except Exception as exc:
-                        raise TaskError(f"operator {op_id!r} failed at end-of-stream in task "
-                                        f"{self.name!r}: {type(exc).__name__}: {exc}",
-                                        op_id=op_id, task=self.name) from exc
-                    if outs is None:
-                        break
-                    await self._run_outputs(op_id, outs)
-            self._send_control(stage, EndOfStream(self.name))
-            self._flushed.add(stage.stage_id)
-        return len(self._flushed) == len(self.model.stages)
-
     # -- the loop ---------------------------------------------------------------------------------
 
     async def commit(self) -> None:
@@ -956,13 +618,13 @@ class TaskInstance:
             if self.window_requested:
                 if self.in_flight == 0:
                     self.window_requested = False
-                    await self._on_timer()
+                    await self.outputs.on_timer()
                     continue
                 await wake.wait()
                 continue
             if self._cur is None and not self.inbox and self.in_flight == 0 \
                     and len(self.ended) == len(self.ssps):
-                if await self._end_stages():
+                if await self.outputs.end_stages():
                     await self.commit()
                     self.done = True
                     return
@@ -975,9 +637,9 @@ class TaskInstance:
                 if faults.ARMED:
                     faults.reached("batch")
                 if self.clock.dirty:
-                    await self._advance_watermarks()
+                    await self.outputs.advance_watermarks()
                 if self.ended and self.in_flight == 0:
-                    await self._end_stages()
+                    await self.outputs.end_stages()
                 for flush in self._flushers:
                     flush()
                 self.producer.signal()
@@ -986,12 +648,12 @@ class TaskInstance:
                 continue
             if self.ended and self.in_flight == 0 and self._cur is None and not self.inbox:
                 # some inputs ended: flush the stages that are complete
-                before = len(self._flushed)
-                await self._end_stages()
-                if len(self._flushed) != before:
+                before = len(self.outputs.flushed)
+                await self.outputs.end_stages()
+                if len(self.outputs.flushed) != before:
                     continue
             if self.clock.dirty:  # completions may have moved the watermark
-                await self._advance_watermarks()
+                await self.outputs.advance_watermarks()
             self._parked = True
             try:
                 await wake.wait()
@@ -1035,9 +697,3 @@ def _next_budget(budget: int, took: float) -> int:
         # at this pace a full batch would take longer than BATCH_SECONDS
         return max(1, min(BATCH_BUDGET, int(budget * BATCH_SECONDS / took)))
     return BATCH_BUDGET
-
-
-def _threaded(process: Callable[[Any], Any], executor: Any) -> Callable[[Any], Any]:
-    def run(m: Any) -> Any:
-        return asyncio.get_running_loop().run_in_executor(executor, process, m)
-    return run
