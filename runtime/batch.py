@@ -103,46 +103,55 @@ def stream_run(path: OneToOnePath, sender: Emit, rule: PartitionRule, sink: Stre
     runs_of = _keyed_runs(event_time, key_of, sink, rule) \
         if keyed and event_time is not None and rule.fixed is None else None
     rest = _rest_of_records(fn, fn_op, sink, rule, sender, read, stream_id)
-    return _first_loop(fn, fn_op, meter, fused, key_of, keyed, raw, runs_of, rest, sink, rule,
-                       sender, read, stream_id, event_time)
+    return _StreamRun(fn, fn_op, meter, fused, key_of, keyed, raw, runs_of, rest, sink, rule,
+                      sender, read, stream_id, event_time)
 
 
-def _first_loop(fn: Callable[[Any], Any], fn_op: str, meter: OpMeter | None,
-                fused: OneToOneChain | None, key_of: Callable[[Any], Any] | None, keyed: bool,
-                raw: bool, runs_of: _KeyedRuns | None, rest: Callable[..., int],
-                sink: StreamSink, rule: PartitionRule,
-                sender: Emit, read: dict[str, int], stream_id: str,
-                et: Callable[[Any], Any] | None) -> BatchRun:
-    bufs, parts, fixed = sink.append, rule.table, rule.fixed
-    kser: Any = sink.key  # both set unless raw
-    vser: Any = sink.value
-    control_types = CONTROL_TYPES
-    other_bucket = OTHER_BUCKET
-    perf = time.perf_counter_ns
-    plain_kind = not raw and key_of is None and fixed is None
+class _StreamRun:
+    """``stream_run``'s loop; its configuration is taken into locals once per call. Records by
+    key with no times to keep (``plain``) go to the loop of ``rest`` after the first message.
+    Declared times: the channel's progress is max(top, round(xmax) - bound), where xmax is the
+    largest time seen in the batch in ms (round is monotonic, so a message at or after both is
+    not behind it; any other is checked exactly)."""
 
-    def batch(payloads: list[Any], i: int, end: int, times: list[Any] | None = None) -> int:
+    def __init__(self, fn: Callable[[Any], Any], fn_op: str, meter: OpMeter | None,
+                 fused: OneToOneChain | None, key_of: Callable[[Any], Any] | None, keyed: bool,
+                 raw: bool, runs_of: _KeyedRuns | None, rest: Callable[..., int],
+                 sink: StreamSink, rule: PartitionRule, sender: Emit, read: dict[str, int],
+                 stream_id: str, et: Callable[[Any], Any] | None) -> None:
+        kser: Any = sink.key  # both set unless raw
+        vser: Any = sink.value
+        self.config = (fn, fn_op, meter, fused, key_of, keyed, raw, runs_of, rest, sink.append,
+                       rule.table, rule.fixed, kser, vser, sender, read, stream_id, et,
+                       not raw and key_of is None and rule.fixed is None)
+
+    def first_call(self, m: Any) -> Any:
+        """The function on a batch's first message, its time sampled (once per batch)."""
+        fn, _, meter, fused = self.config[:4]
+        if fused is not None:
+            return fused.call_timed(m)
+        t0 = time.perf_counter_ns()
+        r = fn(m)
+        meter.ns += time.perf_counter_ns() - t0  # type: ignore[union-attr]
+        meter.timed += 1  # type: ignore[union-attr]
+        return r
+
+    def __call__(self, payloads: list[Any], i: int, end: int, times: Any = None) -> int:
         """Process payloads[i:end] up to the first control record (or, with ``times``, the
         channel's ``[progress, bound, latest time]``, up to a message behind its progress)."""
+        (fn, fn_op, meter, fused, key_of, keyed, raw, runs_of, rest, bufs, parts, fixed, kser,
+         vser, sender, read, stream_id, et, plain_kind) = self.config
+        control_types, other_bucket, first_call = CONTROL_TYPES, OTHER_BUCKET, self.first_call
         it = iter(payloads[i:end])  # the iterator tells the index when the loop stops
         n_in = dropped = 0
         counts = [0, 0]  # what the rest of the batch took in the loop after this one
         timed = meter is None and fused is None
         direct = timed and keyed  # once the batch's one timed call is made
         runs = runs_of is not None and times is not None and runs_of.misses < _RUN_MISSES
-        # records by key with no times to keep: the loop after this one, after one message
         plain = times is None and plain_kind
         data_type: type = KV  # the messages' type, once one was seen not to be a control's
-        # declared times: the channel's progress is max(top, round(xmax) - bound), where
-        # xmax is the largest time seen here in ms (round is monotonic, so a message at or
-        # after both is not behind it; any other is checked exactly)
-        top = latest = t = None
-        bound: Any = 0
-        lat = xmax = -_INF
-        if times is not None:
-            top, bound, latest = times
-            if latest is not None:
-                lat = latest
+        top, bound, lat = (None, 0, -_INF) if times is None else _times_in(times)
+        t, xmax = None, -_INF
         try:
             for m in it:
                 ty = type(m)
@@ -197,14 +206,8 @@ def _first_loop(fn: Callable[[Any], Any], fn_op: str, meter: OpMeter | None,
                 try:
                     if timed:
                         r = fn(m) if key_of is None else KV(key_of(m), m)
-                    elif fused is not None:
-                        r = fused.call_timed(m)
-                        timed = True
-                    else:
-                        t0 = perf()
-                        r = fn(m)
-                        meter.ns += perf() - t0  # type: ignore[union-attr]
-                        meter.timed += 1  # type: ignore[union-attr]
+                    else:  # the batch's one timed call
+                        r = first_call(m)
                         timed = True
                         direct = keyed
                 except OperatorFailure as f:  # in a chain, naming its operator
@@ -230,19 +233,31 @@ def _first_loop(fn: Callable[[Any], Any], fn_op: str, meter: OpMeter | None,
                     return rest(it, end, data_type, counts)  # the rest of the batch
             return end
         finally:
-            n_in += counts[0]
-            dropped += counts[1]
-            if meter is not None:
-                meter.n_in += n_in
-                meter.n_out += n_in - dropped
-            elif fused is not None:
-                fused.flush()
+            _count(meter, fused, n_in + counts[0], dropped + counts[1])
             if times is not None:
-                if top is not None and xmax != -_INF:
-                    times[0] = max(top, round(xmax) - bound)
-                if lat != -_INF:
-                    times[2] = lat
-    return batch
+                _times_out(times, top, bound, xmax, lat)
+
+
+def _times_in(times: list[Any]) -> tuple[Any, Any, float]:
+    """(progress, bound, latest) of a batch's ``times``, the latest -inf for none."""
+    top, bound, latest = times
+    return top, bound, -_INF if latest is None else latest
+
+
+def _times_out(times: list[Any], top: Any, bound: Any, xmax: float, lat: float) -> None:
+    """The channel's progress and latest time back into ``times`` after a batch."""
+    if top is not None and xmax != -_INF:
+        times[0] = max(top, round(xmax) - bound)
+    if lat != -_INF:
+        times[2] = lat
+
+
+def _count(meter: OpMeter | None, fused: OneToOneChain | None, n_in: int, dropped: int) -> None:
+    if meter is not None:
+        meter.n_in += n_in
+        meter.n_out += n_in - dropped
+    elif fused is not None:
+        fused.flush()
 
 
 def _rest_of_records(fn: Callable[[Any], Any], fn_op: str, sink: StreamSink,

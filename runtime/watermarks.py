@@ -451,8 +451,6 @@ class TaskClock:
         self.name = model.name
         self.ended = ended
         self.busy = busy
-        app = job.plan.app
-        graph = job.plan.graph
         self.stages = [s for s in model.stages if s.stage_id in jt.timed]
         #: stream id -> DECLARED / INTERMEDIATE / OBSERVED, for the streams of timed stages
         self.kinds: dict[str, int] = {}
@@ -483,59 +481,7 @@ class TaskClock:
         self._stage: dict[str, tuple[list[tuple[str, int]], list[str], list[SSP],
                                      dict[str, set[str]]]] = {}
         for stage in self.stages:
-            observed = False
-            reach: dict[str, set[str]] = {}
-            for sid in stage.inputs:
-                if sid in jt.declared:
-                    self.kinds[sid] = DECLARED
-                elif sid in app.inputs:
-                    self.kinds[sid] = OBSERVED
-                    observed = True
-                else:
-                    self.kinds[sid] = INTERMEDIATE
-                node = stream_node(sid)
-                below = nx.descendants(graph, node)
-                if self.kinds[sid] == INTERMEDIATE:
-                    jt.untimed(sid)  # warns where its producers cannot measure it
-                # an untimed stream too: its producers hold back what it reaches
-                reach[sid] = {n for n in below if n in stage.operators}
-            windows = [(op, jt.windows[op]) for op in stage.operators if op in jt.windows]
-            outs = jt.intermediate_outputs(stage)
-            if observed:
-                for op, _ in windows:
-                    spec = app.operator(op)
-                    self.observe[op] = _window_time(resolve_fn(spec.window.event_time))  # type: ignore[attr-defined]
-                for sid in outs:
-                    f = jt.stream_time(sid)
-                    if f is not None:
-                        self.observe[sid] = f
-                        jt.note_measured(sid)
-                    # else an input without event time cannot tell this stream's progress: it
-                    # stays in the minimum without any, and holds the stream's watermark back
-            ssps = [ssp for ssp in model.ssps if ssp.stream_id in stage.inputs]
-            self._stage[stage.stage_id] = (windows, outs, ssps, reach)
-            # one input partition without declared event time, feeding windows without a bound,
-            # and nothing else to measure: while it completes messages inline, each window's
-            # own latest event time is exactly that partition's progress
-            if windows and len(ssps) == 1 and self.kinds[ssps[0].stream_id] == OBSERVED \
-                    and ssps[0] not in self.idle_ms and all(b == 0 for _, b in windows) \
-                    and not any(sid in self.observe for sid in outs) \
-                    and all(op in reach[ssps[0].stream_id] for op, _ in windows):
-                self.local[ssps[0].stream_id] = [op for op, _ in windows]
-            if windows:
-                for sid in stage.inputs:
-                    self.window_stage[sid] = stage
-                if len(ssps) == 1 and self.kinds[ssps[0].stream_id] == DECLARED \
-                        and ssps[0] not in self.idle_ms \
-                        and all(op in reach[ssps[0].stream_id] for op, _ in windows):
-                    self.single_declared[ssps[0].stream_id] = windows
-            for op, _ in windows:
-                self.in_time_order[op] = not jt.fixed_order(stage, op) or jt.bounded(op)
-            if outs:
-                for sid in stage.inputs:
-                    self.hop_stage[sid] = stage
-                if len(ssps) == 1:
-                    self.lone[stage.stage_id] = ssps[0]
+            self._take_stage(stage, model)
         self.progress: dict[SSP, int] = {}
         self.observed: dict[SSP, dict[str, int]] = {}
         self.producers: dict[SSP, dict[str | None, tuple[int, bool]]] = {}
@@ -591,6 +537,65 @@ class TaskClock:
             mine[op_id] = ms
         if ms > self.delivered.get(op_id, NO_WATERMARK):
             self.delivered[op_id] = ms
+
+    def _take_stage(self, stage: Stage, model: TaskModel) -> None:
+        """What the clock keeps of one timed stage of the task (see the attributes)."""
+        jt = self.jt
+        app = self.job.plan.app
+        graph = self.job.plan.graph
+        observed = False
+        reach: dict[str, set[str]] = {}
+        for sid in stage.inputs:
+            if sid in jt.declared:
+                self.kinds[sid] = DECLARED
+            elif sid in app.inputs:
+                self.kinds[sid] = OBSERVED
+                observed = True
+            else:
+                self.kinds[sid] = INTERMEDIATE
+            node = stream_node(sid)
+            below = nx.descendants(graph, node)
+            if self.kinds[sid] == INTERMEDIATE:
+                jt.untimed(sid)  # warns where its producers cannot measure it
+            # an untimed stream too: its producers hold back what it reaches
+            reach[sid] = {n for n in below if n in stage.operators}
+        windows = [(op, jt.windows[op]) for op in stage.operators if op in jt.windows]
+        outs = jt.intermediate_outputs(stage)
+        if observed:
+            for op, _ in windows:
+                spec = app.operator(op)
+                self.observe[op] = _window_time(resolve_fn(spec.window.event_time))  # type: ignore[attr-defined]
+            for sid in outs:
+                f = jt.stream_time(sid)
+                if f is not None:
+                    self.observe[sid] = f
+                    jt.note_measured(sid)
+                # else an input without event time cannot tell this stream's progress: it
+                # stays in the minimum without any, and holds the stream's watermark back
+        ssps = [ssp for ssp in model.ssps if ssp.stream_id in stage.inputs]
+        self._stage[stage.stage_id] = (windows, outs, ssps, reach)
+        # one input partition without declared event time, feeding windows without a bound,
+        # and nothing else to measure: while it completes messages inline, each window's
+        # own latest event time is exactly that partition's progress
+        if windows and len(ssps) == 1 and self.kinds[ssps[0].stream_id] == OBSERVED \
+                and ssps[0] not in self.idle_ms and all(b == 0 for _, b in windows) \
+                and not any(sid in self.observe for sid in outs) \
+                and all(op in reach[ssps[0].stream_id] for op, _ in windows):
+            self.local[ssps[0].stream_id] = [op for op, _ in windows]
+        if windows:
+            for sid in stage.inputs:
+                self.window_stage[sid] = stage
+            if len(ssps) == 1 and self.kinds[ssps[0].stream_id] == DECLARED \
+                    and ssps[0] not in self.idle_ms \
+                    and all(op in reach[ssps[0].stream_id] for op, _ in windows):
+                self.single_declared[ssps[0].stream_id] = windows
+        for op, _ in windows:
+            self.in_time_order[op] = not jt.fixed_order(stage, op) or jt.bounded(op)
+        if outs:
+            for sid in stage.inputs:
+                self.hop_stage[sid] = stage
+            if len(ssps) == 1:
+                self.lone[stage.stage_id] = ssps[0]
 
     def touch(self) -> None:
         """Something may have moved a watermark: the task recomputes them

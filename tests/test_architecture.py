@@ -1,6 +1,7 @@
 """The structure docs/architecture.md describes holds in the code: every runtime module is in it,
-imports point down the layers, the local system and Kafka never import each other, and the only
-import circles are the two the design allows."""
+imports point down the layers, the local system and Kafka never import each other, the only
+import circles are the two the design allows, ``runtime/task.py`` holds the task and no more,
+and no function of the runtime grows past 100 lines."""
 
 from __future__ import annotations
 
@@ -110,3 +111,29 @@ def test_the_scan_sees_imports() -> None:
     assert g.has_edge("runtime.task", "runtime.wiring")
     assert g.has_edge("runtime.spark.executor", "runtime.wiring")
     assert not g.has_edge("runtime.spark.executor", "runtime.task")
+
+
+#: files of ``runtime/`` whose functions are not held to ``MAX_FUNCTION_LINES`` yet (Spark's
+#: room, and the local system's compaction)
+LONG_FUNCTIONS_LEFT = ("runtime/spark/", "runtime/local/compaction.py")
+MAX_FUNCTION_LINES = 100
+MAX_TASK_LINES = 700
+
+
+def test_the_task_module_holds_the_task_and_no_more() -> None:
+    lines = len((ROOT / "runtime" / "task.py").read_text().splitlines())
+    assert lines <= MAX_TASK_LINES, f"runtime/task.py has {lines} lines"
+
+
+def test_no_function_in_the_runtime_is_longer_than_100_lines() -> None:
+    long = []
+    for path in sorted((ROOT / "runtime").rglob("*.py")):
+        rel = str(path.relative_to(ROOT))
+        if rel.startswith(LONG_FUNCTIONS_LEFT):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                n = (node.end_lineno or node.lineno) - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    long.append(f"{rel}:{node.lineno} {node.name} ({n} lines)")
+    assert not long, long
