@@ -162,10 +162,10 @@ def _run_inputs(args: argparse.Namespace, app: Any, config: dict[str, object],
     ``inputs`` is emptied: the job reads them from its streams), and the ``--skip`` records."""
     from runtime.kafka.job import uses_kafka
     from runtime.run_inputs import feed_inputs, parse_skips
-    from runtime.runner import _uses_local_system
+    from runtime.runner import uses_local_system
 
     mode = "append" if args.append else "replace" if args.replace else None
-    on_log = uses_kafka(app) or _uses_local_system(app)
+    on_log = uses_kafka(app) or uses_local_system(app)
     if mode and not inputs:
         raise SamzaError(f"--{mode} says how --input or --sample join what an input holds; give "
                          f"one of them")

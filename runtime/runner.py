@@ -926,7 +926,7 @@ def _local_ends(job: Any, skip: Mapping[str, Any]) -> dict[tuple[str, int], int]
             for sid, parts in skip.items() for p in parts if p < job.counts.get(sid, 0)}
 
 
-def _uses_local_system(app: StreamApplication) -> bool:
+def uses_local_system(app: StreamApplication) -> bool:
     """Whether ``app`` runs on the local system (``runtime.systems.job_system``)."""
     return job_system(app) is SYSTEMS["local"]
 

@@ -137,3 +137,19 @@ def test_no_function_in_the_runtime_is_longer_than_100_lines() -> None:
                 if n > MAX_FUNCTION_LINES:
                     long.append(f"{rel}:{node.lineno} {node.name} ({n} lines)")
     assert not long, long
+
+
+#: modules that still import underscore names of others (Spark's room, the local compaction)
+PRIVATE_IMPORTS_LEFT = ("runtime.spark.", "runtime.local.compaction")
+
+
+def test_no_module_imports_another_modules_underscore_names() -> None:
+    bad = []
+    for name, path in modules().items():
+        if name.startswith(PRIVATE_IMPORTS_LEFT):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in LAYER:
+                bad += [f"{name}: {node.module}.{a.name}" for a in node.names
+                        if a.name.startswith("_") and not a.name.startswith("__")]
+    assert not bad, bad
