@@ -22,16 +22,9 @@ from runtime import faults
 from runtime.batch import CONTROL_TYPES, BatchFailure
 from runtime.chooser import Chooser
 from runtime.codec import Skipped
-from runtime.dag import (
-    OperatorFailure,
-    gather_pending,
-)
+from runtime.dag import OperatorFailure, gather_pending
 from runtime.elastic import OtherBucket
-from runtime.event_time import (
-    DeclaredTime,
-    EventTimeFailure,
-    InputTime,
-)
+from runtime.event_time import DeclaredTime, EventTimeFailure, InputTime
 from runtime.in_flight import cancel_messages
 from runtime.job import SSP, JobModel, TaskModel
 from runtime.join_check import placement_checks
@@ -46,21 +39,11 @@ from runtime.state.remote import (
 from runtime.task_env import TaskEnv
 from runtime.task_errors import call_error, event_time_error, operator_error, timeout_error
 from runtime.task_wiring import TaskWiring
-from runtime.watermarks import (
-    CURRENT,
-    TaskClock,
-)
-from runtime.wiring import (
-    build_operators,
-)
+from runtime.watermarks import CURRENT, TaskClock
+from runtime.wiring import build_operators
 from samza_dsl.config import config_value
-from samza_dsl.errors import (
-    SamzaError,
-    TaskError,
-)
-from samza_dsl.spec import (
-    RemoteTableSpec,
-)
+from samza_dsl.errors import SamzaError, TaskError
+from samza_dsl.spec import RemoteTableSpec
 
 __all__ = ["TaskInstance"]
 
