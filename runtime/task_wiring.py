@@ -19,7 +19,14 @@ from runtime.job import SSP
 from runtime.metrics import Metrics, OpMeter
 from runtime.systems import Producer
 from runtime.watermarks import OBSERVED, TaskClock, observing
-from runtime.wiring import Wiring, bind_port, operator_emit, partition_of, record_sender
+from runtime.wiring import (
+    PartitionRule,
+    Wiring,
+    bind_port,
+    operator_emit,
+    partition_of,
+    record_sender,
+)
 from samza_dsl.spec import JoinSpec, WindowSpec
 
 __all__ = ["TaskWiring"]
@@ -54,6 +61,10 @@ class TaskWiring:
         self.hold = hold
         #: each operator's meter (``runtime.metrics``), unless metrics.operators is off
         self.meters: dict[str, OpMeter] = {}
+        #: the partition rule of each terminal a batch run may stand in for: one writing the
+        #: stream as it is (not observed by the clock), by key (``send_one``, or
+        #: ``record_sender`` with key and value serializers)
+        self.rules: dict[tuple[str, str], PartitionRule] = {}
         self.wiring = Wiring(plan, operators, self._observed_sender, self._make_emit)
         self.nexts = self.wiring.nexts
         self.moves = WindowMoves(clock, operators, self.wiring.nexts, producer, partitions)
@@ -100,7 +111,7 @@ class TaskWiring:
         if sink is None:
             return None
         sender = self.wiring.sender(path.target, path.last.op_id)
-        rule = getattr(sender, "rule", None)
+        rule = self.rules.get((path.target, path.last.op_id))
         if rule is None:
             return None  # a sender observed by the clock, or writing records of its own
         return stream_run(path, sender, rule, sink,
@@ -144,6 +155,7 @@ class TaskWiring:
         sender = self._make_sender(stream_id, op_id)
         fn = self.clock.observe.get(stream_id)
         if fn is not None:
+            self.rules.pop((stream_id, op_id), None)
             sender = observing(stream_id, fn, sender, f"stream {stream_id!r}", op_id,
                                self._ahead(stream_id, op_id))
         return sender
@@ -174,7 +186,10 @@ class TaskWiring:
         rule = partition_of(self.plan, stream_id, n, self.partition)
         sink = self.producer.record_sink(stream_id) if rule.fixed is None else None
         if sink is not None and sink.encode is not None:  # a producer of records
+            if sink.key is not None and sink.value is not None:
+                self.rules[(stream_id, op_id)] = rule
             return record_sender(op_id, sink, rule)
+        self.rules[(stream_id, op_id)] = rule
         send = self.producer.sender(stream_id)
 
         def send_one(m: Any) -> None:
@@ -182,7 +197,6 @@ class TaskWiring:
                 send(rule(m), m)
             except Exception as exc:
                 raise OperatorFailure(op_id, exc) from exc
-        send_one.rule = rule  # type: ignore[attr-defined]
         return send_one
 
 

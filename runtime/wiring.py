@@ -292,7 +292,6 @@ def record_sender(op_id: str, sink: StreamSink, rule: PartitionRule) -> Emit:
                 except Exception:
                     pass
         slow(m)
-    send_kv.rule = rule  # type: ignore[attr-defined]
     return send_kv
 
 
