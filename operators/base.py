@@ -217,6 +217,24 @@ class Operator:
     #: method (the runtime calls ``process`` per message).
     process_run: Callable[[list[Any], int, int, Any], int] | None = None
 
+    #: Event-time windows: the watermark the window is at (ms since the epoch)
+    watermark: int = -(1 << 62)
+    #: Event-time windows: whether the window moves its own watermark from the messages it
+    #: sees (as without runtime watermarks, ``ctx.external_watermarks`` off) rather than taking
+    #: the runtime's through ``on_watermark``. The streaming runtime turns it on while the
+    #: window's one input partition completes its messages inline (``runtime.event_time``)
+    local_watermark: bool = False
+    #: Windows that may hold messages ahead of their watermark (a session window): whether
+    #: messages may come to it out of event-time order below the watermark (several producers,
+    #: an async step, a declared bound); the runtime sets it once the operator is built
+    hold_ahead: bool = False
+
+    def keyed_by(self) -> Callable[[Any], Any] | None:
+        """For an operator whose one output is ``KV(key_fn(m), m)`` (a ``partition_by`` with no
+        value function): ``key_fn``, which the runtime may call itself over a batch. None
+        otherwise."""
+        return None
+
     def process_port(self, port: int, message: Any) -> Result:
         return self.process(message)
 

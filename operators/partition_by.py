@@ -41,6 +41,9 @@ class PartitionByOperator(Operator):
         """The key function, resolved (an object's ``__call__``)."""
         return self._key_fn
 
+    def keyed_by(self) -> Callable[[Any], Any] | None:
+        return self._key_fn if self._value_fn is None else None
+
     def process(self, message: Any) -> list[Any]:
         value_fn = self._value_fn
         return [KV(self._key_fn(message), message if value_fn is None else value_fn(message))]

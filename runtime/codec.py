@@ -40,6 +40,7 @@ import msgspec
 from runtime.job import SSP
 from runtime.records import EndOfStream, Watermark, is_control
 from runtime.serde_util import default_key_bytes
+from runtime.systems import StreamSink
 from samza_dsl.errors import SerdeError
 from samza_dsl.kv import KV
 from samza_dsl.serdes import (
@@ -386,15 +387,14 @@ class BufferedProducer:
             bufs[partition].append(encode(m))
         return send
 
-    def record_sink(self, stream_id: str) -> tuple[Any, ...] | None:
-        """For the task's fused terminal: (partition buffers, key serializer, value serializer,
-        encode) of a stream. The fast serializers may raise anything on bad input; ``encode``
-        raises the serde's own error."""
+    def record_sink(self, stream_id: str) -> StreamSink | None:
+        """The records of a stream with a codec, for the task's fused terminals
+        (``runtime.systems.StreamSink``)."""
         codec = self._codecs.get(stream_id)
         if codec is None:
             return None
         kser, vser = codec.fast_serializers()
-        return self._bufs[stream_id], kser, vser, codec.encode
+        return StreamSink([b.append for b in self._bufs[stream_id]], kser, vser, codec.encode)
 
     def send(self, stream_id: str, partition: int, payload: Any) -> None:
         if is_control(payload):

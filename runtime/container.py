@@ -381,9 +381,9 @@ class Container:
                         keys.append(k)
                         limits[k] = min(DOWNSTREAM_FETCH, DOWNSTREAM_LIMIT - size)
                     elif size >= DOWNSTREAM_LIMIT:
-                        task.paused = True
+                        task.pause()
                 elif size >= INBOX_LIMIT:
-                    task.paused = True
+                    task.pause()
                 elif task.reading(k[1]) and not task.done:
                     keys.append(k)
             if not keys:
@@ -398,7 +398,7 @@ class Container:
         """A task took records from its inbox: if it was full, its partitions are read again.
         ``reading``: the partitions the task reads changed (it finished bootstrapping)."""
         if (task.paused and task.inbox_size < INBOX_LIMIT) or reading:
-            task.paused = False
+            task.resume()
             self._room.set()
             self.consumer.wakeup()
 
@@ -438,7 +438,7 @@ class Container:
         while True:
             await asyncio.sleep(max(0.005, idle_s / 4))
             for t in [t for t in self.tasks if t.clock.idle_ms]:
-                t.clock.dirty = True
+                t.clock.touch()
                 t.wake.set()
 
     async def _watchdog(self) -> None:
@@ -463,7 +463,7 @@ class Container:
             ("container", "commit-calls", {}, committer.commits),
             ("container", "commit-ns", {}, committer.commit_ns),
             ("container", "last-commit-ms", {}, None if last is None else int(last * 1000)),
-            ("container", "window-calls", {}, sum(t.window_calls for t in tasks)),
+            ("container", "window-calls", {}, sum(t.outputs.window_calls for t in tasks)),
             ("container", "event-loop-utilization", {}, self.loop_meter.utilization()),
         ]
         out += self._position_samples(tasks)

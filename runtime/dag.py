@@ -17,7 +17,7 @@ from typing import Any
 from runtime.metrics import HANDLE_SAMPLE, OpMeter
 
 __all__ = ["Emit", "OperatorFailure", "OneToOneChain", "chain", "chain_one", "fan_out",
-           "gather_pending", "metered", "user_frame"]
+           "gather_pending", "metered", "user_frame", "forward", "continue_outputs", "counted"]
 
 #: an emit function: message -> None (done) or a list of pending awaitables
 Emit = Callable[[Any], list[Awaitable[None]] | None]
@@ -95,7 +95,7 @@ async def gather_pending(pending: list[Awaitable[None]]) -> None:
         await asyncio.gather(*pending)
 
 
-def _forward(outs: list[Any], nexts: list[Emit]) -> list[Awaitable[None]] | None:
+def forward(outs: list[Any], nexts: list[Emit]) -> list[Awaitable[None]] | None:
     pend: list[Awaitable[None]] | None = None
     for o in outs:
         for nxt in nexts:
@@ -108,7 +108,7 @@ def _forward(outs: list[Any], nexts: list[Emit]) -> list[Awaitable[None]] | None
     return pend
 
 
-async def _continue(awaitable: Awaitable[list[Any]], op_id: str, nexts: list[Emit]) -> None:
+async def continue_outputs(awaitable: Awaitable[list[Any]], op_id: str, nexts: list[Emit]) -> None:
     try:
         outs = await awaitable
     except OperatorFailure:
@@ -118,7 +118,7 @@ async def _continue(awaitable: Awaitable[list[Any]], op_id: str, nexts: list[Emi
     except Exception as exc:
         raise OperatorFailure(op_id, exc) from exc
     if outs:
-        pend = _forward(list(outs), nexts)
+        pend = forward(list(outs), nexts)
         if pend is not None:
             await gather_pending(pend)
 
@@ -156,11 +156,11 @@ def metered(fn: Callable[[Any], Any], meter: OpMeter, one: bool) -> Callable[[An
         if type(r) is list:
             meter.n_out += len(r)
             return r
-        return _counted(r, meter)
+        return counted(r, meter)
     return run
 
 
-async def _counted(awaitable: Awaitable[list[Any]], meter: OpMeter) -> list[Any]:
+async def counted(awaitable: Awaitable[list[Any]], meter: OpMeter) -> list[Any]:
     # counted from here, not where the call returned: a coroutine never awaited (its task
     # failed) runs no finally, and would stay in flight for ever
     meter.in_flight += 1
@@ -185,7 +185,7 @@ def chain(op_id: str, process: Callable[[Any], Any], nexts: list[Emit]) -> Emit:
                 raise OperatorFailure(op_id, exc) from exc
             if type(out) is list:
                 return None
-            return [_continue(out, op_id, nexts)]
+            return [continue_outputs(out, op_id, nexts)]
         return emit_terminal
 
     if len(nexts) == 1:
@@ -203,8 +203,8 @@ def chain(op_id: str, process: Callable[[Any], Any], nexts: list[Emit]) -> Emit:
                     return None
                 if len(out) == 1:
                     return nxt(out[0])
-                return _forward(out, nexts)
-            return [_continue(out, op_id, nexts)]
+                return forward(out, nexts)
+            return [continue_outputs(out, op_id, nexts)]
         return emit_one
 
     def emit_many(m: Any) -> list[Awaitable[None]] | None:
@@ -215,8 +215,8 @@ def chain(op_id: str, process: Callable[[Any], Any], nexts: list[Emit]) -> Emit:
         except Exception as exc:
             raise OperatorFailure(op_id, exc) from exc
         if type(out) is list:
-            return _forward(out, nexts) if out else None
-        return [_continue(out, op_id, nexts)]
+            return forward(out, nexts) if out else None
+        return [continue_outputs(out, op_id, nexts)]
     return emit_many
 
 

@@ -110,10 +110,13 @@ class BucketFan:
     def paused(self) -> bool:
         return any(t.paused for t in self.tasks)
 
-    @paused.setter
-    def paused(self, value: bool) -> None:
+    def pause(self) -> None:
         for t in self.tasks:  # the first of them to take from its inbox resumes the reading
-            t.paused = value
+            t.pause()
+
+    def resume(self) -> None:
+        for t in self.tasks:
+            t.resume()
 
     @property
     def done(self) -> bool:

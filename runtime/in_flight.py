@@ -91,7 +91,7 @@ def _read_frame(frame: Any, wait: Wait, library: tuple[str, ...]) -> list[Any] |
     code = frame.f_code
     names = frame.f_locals
     owner = names.get("self")
-    if code.co_name == "_continue" and "op_id" in names:
+    if code.co_name == "continue_outputs" and "op_id" in names:
         wait.op_id = names["op_id"]
     if isinstance(owner, Operator):
         wait.op_id = owner.op_id
@@ -105,7 +105,7 @@ def _read_frame(frame: Any, wait: Wait, library: tuple[str, ...]) -> list[Any] |
             if local in names:
                 wait.key = names[local]
                 break
-    if code.co_name == "_settle_calls":
+    if code.co_name == "settle_calls":
         for call in names.get("calls") or ():
             if isinstance(call, RemoteCall) and not call.task.done():
                 wait._take_call(call)
@@ -171,7 +171,7 @@ def wait_of(task: Any, rec: list[Any],
     try:
         if found is not None and found[2]:
             coroutine_wait(found[2], wait)
-        for call in getattr(task, "_rec_calls", {}).get(id(rec), ()):
+        for call in task.calls.of(rec):
             if not call.task.done():
                 wait._take_call(call)
                 break

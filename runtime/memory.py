@@ -12,6 +12,7 @@ from runtime.container import Container, MemoryCheckpoints
 from runtime.job import SSP, build_job_model
 from runtime.metrics import Metrics
 from runtime.records import EndOfStream
+from runtime.systems import StreamSink
 from samza_dsl import StreamApplication
 from samza_dsl.config import config_value
 from samza_dsl.errors import SamzaError
@@ -158,10 +159,10 @@ class MemoryProducer:
             logs[partition].append(payload)
         return send
 
-    def object_sink(self, stream_id: str) -> list[list[Any]]:
-        """For the task's fused terminal: the partitions of a stream, each a list its
-        messages are appended to as they are."""
-        return self.broker.streams[stream_id]
+    def record_sink(self, stream_id: str) -> StreamSink:
+        """For the task's fused terminals: the partitions of a stream, each taking its
+        messages as they are (``runtime.systems.StreamSink`` with no ``encode``)."""
+        return StreamSink([log.append for log in self.broker.streams[stream_id]])
 
     def signal(self) -> None:
         event = self.broker._event

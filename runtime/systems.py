@@ -9,14 +9,14 @@ application on it; ``job_system(app)`` picks the one an application's streams na
 from __future__ import annotations
 
 import importlib
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from runtime.job import SSP, TaskModel
 from samza_dsl.errors import SamzaError
 
-__all__ = ["Consumer", "Producer", "CheckpointStore", "StateBackend", "SystemKind", "SYSTEMS",
+__all__ = ["Consumer", "Producer", "RecordSink", "StreamSink", "CheckpointStore", "StateBackend", "SystemKind", "SYSTEMS",
            "job_system"]
 
 
@@ -29,7 +29,30 @@ class Consumer(Protocol):
     async def close(self) -> None: ...
 
 
-class Producer(Protocol):
+@dataclass(frozen=True, slots=True)
+class StreamSink:
+    """Where a task's fused terminals put the messages of one stream, with no call of the
+    producer in between: ``append[p](r)`` adds ``r`` to partition ``p``'s buffer.
+
+    A producer of records gives ``encode`` (any message -> a record, raising the serde's own
+    error) and, where the stream's serdes have them, the fast serializers ``key`` and ``value``
+    (``(key(k), value(v), None)`` is the record of ``KV(k, v)`` with neither None; they may
+    raise anything on bad input). A producer that keeps messages as they are (in memory) gives
+    ``encode=None``: messages are appended themselves."""
+
+    append: Sequence[Callable[[Any], None]]
+    key: Callable[[Any], bytes] | None = None
+    value: Callable[[Any], bytes] | None = None
+    encode: Callable[[Any], Any] | None = None
+
+
+class RecordSink(Protocol):
+    def record_sink(self, stream_id: str) -> StreamSink | None:
+        """The sink of ``stream_id``; None: its messages go through ``sender`` only."""
+        ...
+
+
+class Producer(RecordSink, Protocol):
     def send(self, stream_id: str, partition: int, payload: Any) -> None: ...
     def sender(self, stream_id: str) -> Callable[[int, Any], None]: ...
     def signal(self) -> None: ...

@@ -12,91 +12,42 @@ end-of-stream > process.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import time
-import types
 from collections import deque
-from collections.abc import Awaitable, Callable
-from itertools import compress, count, islice
-from operator import gt, length_hint
-from typing import Any, cast
+from collections.abc import Awaitable
+from typing import Any
 
-from operators.base import IDENTITY, FailedAt, Operator, OperatorContext, UserContext
+from operators.base import Operator, OperatorContext, UserContext
 from runtime import faults
+from runtime.batch import CONTROL_TYPES, BatchFailure
 from runtime.chooser import Chooser
 from runtime.codec import Skipped
-from runtime.dag import (
-    Emit,
-    OneToOneChain,
-    OperatorFailure,
-    _continue,
-    _counted,
-    _forward,
-    chain,
-    gather_pending,
-    metered,
-)
-from runtime.elastic import OTHER_BUCKET, OtherBucket
-from runtime.in_flight import NO_KEY, cancel_messages, wait_of
+from runtime.dag import OperatorFailure, gather_pending
+from runtime.elastic import OtherBucket
+from runtime.event_time import DeclaredTime, EventTimeFailure, InputTime
+from runtime.in_flight import cancel_messages
 from runtime.job import SSP, JobModel, TaskModel
 from runtime.join_check import placement_checks
-from runtime.metrics import OpMeter
 from runtime.records import EndOfStream, Watermark
-from runtime.state.remote import RemoteCall, RemoteTableClient, container_limiter
+from runtime.stage_outputs import CONTROL, SOURCE, StageOutputs
+from runtime.state.remote import (
+    CallTracker,
+    RemoteCallFailure,
+    RemoteTableClient,
+    container_limiter,
+)
 from runtime.task_env import TaskEnv
-from runtime.watermarks import (
-    CURRENT,
-    DECLARED,
-    NO_WATERMARK,
-    OBSERVED,
-    TaskClock,
-    event_seconds,
-    observing,
-)
-from runtime.wiring import (
-    Wiring,
-    bind_port,
-    build_operators,
-    operator_emit,
-    partition_of,
-    record_sender,
-)
+from runtime.task_errors import call_error, event_time_error, operator_error, timeout_error
+from runtime.task_wiring import TaskWiring
+from runtime.watermarks import CURRENT, TaskClock
+from runtime.wiring import build_operators
 from samza_dsl.config import config_value
-from samza_dsl.errors import (
-    CallbackTimeout,
-    JoinPartitionError,
-    SamzaError,
-    SerdeError,
-    TaskError,
-)
-from samza_dsl.kv import KV
-from samza_dsl.spec import (
-    BroadcastSpec,
-    JoinSpec,
-    PartitionBySpec,
-    RemoteTableSpec,
-    SendToSpec,
-    WindowSpec,
-)
+from samza_dsl.errors import SamzaError, TaskError
+from samza_dsl.spec import RemoteTableSpec
 
 __all__ = ["TaskInstance"]
 
-_CONTROL_TYPES = frozenset({EndOfStream, Watermark, Skipped, OtherBucket})
-_NUMBER_TYPES = frozenset({float, int})
-#: a first-stage ``partition_by`` with declared times takes runs of this many messages at most
-#: (``keyed_run``), and none shorter than _RUN_MIN; after _RUN_MISSES runs that stopped short
-#: of half their length (times that are not numbers or go back, odd keys, a raising function),
-#: the loop goes on alone
-_RUN_MAX = 1024
-_RUN_MIN = 64
-_RUN_MISSES = 8
-_INF = float("inf")
-_THREADED_OPCODES = frozenset({"map", "filter", "flat_map", "sink", "join_table"})
 BATCH_BUDGET = 2048
-#: a failing message is suggested for ``--skip`` only after this many went through the task
-#: (in this run, or before its checkpoint): then at most 1 in 10 failed. One that fails sooner
-#: points at the function
-SKIP_AFTER = 9
 #: records of intermediate streams one call of ``_process_some`` may take on top of its budget:
 #: a stage keeps up with the stages before it (whose outputs it reads) however unevenly their
 #: keys fall into its partitions, so what waits between two stages stays about one round's worth
@@ -108,13 +59,6 @@ DOWNSTREAM_BUDGET = 8 * BATCH_BUDGET
 BATCH_SECONDS = 0.5
 #: the budget of a task's first batch, which tells how long its messages take
 PROBE_BUDGET = 8
-#: outputs of one timer, watermark or end-of-stream call passed on between two producer writes
-OUTPUT_CHUNK = 4096
-#: the handout record ``[ssp, offset, ...]`` of the message an asyncio task of this module
-#: completes (set by ``_finish``), or ``_CONTROL`` while outputs of a tick, a watermark or
-#: end-of-stream run; unset while the run loop hands messages out synchronously
-_SOURCE: contextvars.ContextVar[Any] = contextvars.ContextVar("samza_dsl_source", default=None)
-_CONTROL: list[Any] = []
 
 
 class TaskInstance:
@@ -129,6 +73,11 @@ class TaskInstance:
         self.max_concurrency: int = config_value(config, "task.max.concurrency")
         self.async_commit: bool = config_value(config, "task.async.commit")
         self.callback_timeout_ms: int = config_value(config, "task.callback.timeout.ms")
+        #: runs of a partition's messages handed out in one call where the shape allows
+        #: (``runtime.batch``); off: one message at a time. Threaded operators and remote-table
+        #: calls (tied to each message, rule 19) take their messages one at a time
+        self.batching: bool = config_value(config, "task.batch.handout") \
+            and env.executor is None and not job.plan.app.remote_tables
         self.ssps: list[SSP] = list(model.ssps)
         self.metrics = env.metrics
 
@@ -155,7 +104,7 @@ class TaskInstance:
         #: bootstrap partitions not read to their end as of the start yet: ssp -> end offset
         self.bootstrapping: dict[SSP, int] = {}
         self.inbox_size = 0
-        self.paused = False  # the consumer skips this task's partitions while its inbox is full
+        self._paused = False  # the consumer skips this task's partitions while its inbox is full
         self._cur: tuple[SSP, int, list[Any]] | None = None
         self._cur_i = 0
         self._src: list[Any] = [None, 0]  # the batch handed out, the index after its message
@@ -163,12 +112,9 @@ class TaskInstance:
         self._held: list[Awaitable[None]] | None = None
         self.ended: set[SSP] = set()
         self._eos_from: dict[SSP, set[str | None]] = {}
-        self._flushed: set[str] = set()
 
         # event time: channel progress and the watermarks of the task's stages (rules 8, 15)
-        self.clock = TaskClock(model, job)
-        self._event_time: dict[str, Callable[[Any], float]] = {
-            sid: fn for sid, (fn, _) in self.clock.declared.items()}
+        self.clock = TaskClock(model, job, self.ended, self._busy)
 
         # scheduling
         self.commit_requested = False
@@ -181,37 +127,18 @@ class TaskInstance:
         #: task handed out nothing more, drained and committed
         self.held: asyncio.Future[None] | None = None
 
-        # remote-table calls user functions made (rule 19): of the message being handed out,
-        # of messages completing on their own asyncio task (by record id), and of neither
-        self._calls: list[RemoteCall] = []
-        self._handing_out = False
+        #: remote-table calls user functions made and did not await (rule 19)
+        self.calls = CallTracker(SOURCE.get, CONTROL)
         #: the task's remote tables (their calls, retries and cache hits are metrics)
         self.remote_clients: list[RemoteTableClient] = []
-        self._rec_calls: dict[int, list[RemoteCall]] = {}
         self._call_slots: asyncio.Semaphore | None = None
-        self._loose_calls: list[RemoteCall] = []
 
         #: where the task's records go: the container's producer, or under exactly-once its own
         self.producer = env.producer if env.task_producer is None else env.task_producer(self)
         self.operators: dict[str, Operator] = {}
-        self.entries: dict[str, Emit] = {}
-        #: each operator's meter (``runtime.metrics``), unless metrics.operators is off
-        self.meters: dict[str, OpMeter] = {}
-        self.window_calls = 0
         self._build()
         for op_id, hold in self.clock.in_time_order.items():
-            if hasattr(self.operators[op_id], "hold_ahead"):
-                self.operators[op_id].hold_ahead = hold  # type: ignore[attr-defined]
-        self._single: dict[str, list[tuple[Any, int]]] = {
-            sid: [(self.operators[op], b) for op, b in windows]
-            for sid, windows in self.clock.single_declared.items()}
-        self._local_ops: dict[str, list[Any]] = {
-            sid: [self.operators[op] for op in ops] for sid, ops in self.clock.local.items()}
-        #: declared input stream id -> the stage it alone feeds, which writes intermediate streams
-        self._lone_declared: dict[str, Any] = {
-            ssp.stream_id: stage for stage in self.clock.stages
-            if (ssp := self.clock.lone.get(stage.stage_id)) is not None
-            and self.clock.kinds[ssp.stream_id] == DECLARED}
+            self.operators[op_id].hold_ahead = hold
 
     # -- construction -----------------------------------------------------------------------------
 
@@ -246,15 +173,19 @@ class TaskInstance:
                         f"{type(exc).__name__}: {exc}. Fix its function's init(ctx), or what "
                         f"that needs", op_id=op_id, task=self.name) from exc
 
-        self.wiring = Wiring(self.plan, self.operators, self._observed_sender, self._make_emit)
-        self._batches: dict[str, Callable[..., int]] = {}
-        for ssp in self.ssps:
-            sid = ssp.stream_id
-            if sid not in self.entries:
-                self.entries[sid] = self.wiring.entry(sid)
-                batch = self._stream_batch(sid) or self._operator_batch(sid)
-                if batch is not None:
-                    self._batches[sid] = batch
+        wired = self.wired = TaskWiring(
+            self.name, self.plan, model.stages, model.partition, self.ssps, self.job.partitions,
+            self.operators, self.metrics, env.executor, self.producer, self.clock,
+            self.batching, self.read, self._src, self._hold)
+        self.entries, self.times, self._batches = wired.entries, wired.times, wired.batches
+        self.outputs = StageOutputs(self.name, model.stages, self.ssps, self.ended, self.operators,
+                                    wired.nexts, self.producer, self.clock, wired.moves,
+                                    self.plan.intermediate_streams, self.job.partitions,
+                                    env.clock)
+
+    def _hold(self, pend: list[Awaitable[None]]) -> None:
+        """The message where an operator's batch run stopped waits for ``pend``."""
+        self._held = pend
 
     def _open_remote(self, spec: RemoteTableSpec) -> RemoteTableClient:
         env = self.env
@@ -262,548 +193,10 @@ class TaskInstance:
             self._call_slots = asyncio.Semaphore(max(1, self.max_concurrency))
         client = RemoteTableClient(spec, task_name=self.name,
                                    limiter=container_limiter(env.shared, spec, env.task_share),
-                                   track=self._track_call, slots=self._call_slots,
+                                   track=self.calls.track, slots=self._call_slots,
                                    concurrency=self.max_concurrency)
         self.remote_clients.append(client)
         return client
-
-    def _track_call(self, call: RemoteCall) -> None:
-        """Tie a remote-table call a user function made to the message it was made for: the
-        one being handed out, or the one whose asyncio task is running; a call made for no
-        message (a window tick, ``init``) is waited for at the next commit."""
-        rec = _SOURCE.get()
-        if rec is None:
-            if self._handing_out:
-                self._calls.append(call)
-                return
-        elif rec is not _CONTROL and not rec[2]:
-            self._rec_calls.setdefault(id(rec), []).append(call)
-            return
-        # a window tick's output, or an asyncio task a function left running after its
-        # message completed: the next commit waits for it
-        self._loose_calls.append(call)
-
-    def _take_calls(self, pend: list[Awaitable[None]] | None) -> list[Awaitable[None]]:
-        """``pend`` with the remote-table calls the message being handed out made."""
-        calls, self._calls = self._calls, []
-        out = pend if pend is not None else []
-        out.append(_settle_calls(calls))
-        return out
-
-    def _stream_batch(self, stream_id: str) -> Callable[..., int] | None:
-        """A loop over a whole batch, for the commonest shape: a stream whose messages go through
-        synchronous one-to-one functions (map, filter, a join's port, a ``partition_by``'s key;
-        several in a row as one ``OneToOneChain``) and then to a keyed stream of a producer that
-        takes records (a ``send_to``, or the ``partition_by``'s intermediate stream). A stream with a declared event time takes it
-        where its times only count at the batch's end (no window in its own stage): the loop
-        computes them and keeps the channel's progress, and stops at a message behind it, for
-        the hand-out loop to send the watermark ahead of it. None for any other shape."""
-        from samza_dsl.spec import stream_node
-
-        if self.env.executor is not None or self.plan.app.remote_tables:
-            return None  # remote-table calls are tied to each message (rule 19)
-        clock = self.clock
-        et = self._event_time.get(stream_id)
-        if et is not None and (clock.handout(stream_id) == OBSERVED
-                               or clock.window_stage.get(stream_id) is not None
-                               or stream_id in clock.single_declared or stream_id in clock.local):
-            return None  # times that move windows message by message
-        node = stream_node(stream_id)
-        fns: list[tuple[str, Callable[[Any], Any]]] = []
-        nexts = [n for n in self.plan.next_ops(node) if n in self.operators]
-        target = None
-        while len(nexts) == 1:
-            op_id = nexts[0]
-            op = self.operators[op_id]
-            one = op.one_to_one_port(1 if self.plan.graph.edges[node, op_id]["port"] == "right"
-                                     else 0)
-            if one is None:
-                return None
-            if one is not IDENTITY:
-                fns.append((op_id, one))
-            node = op_id
-            nexts = self.plan.next_ops(op_id)
-            if isinstance(op.spec, SendToSpec | PartitionBySpec) and not nexts:
-                target = op.spec.stream_id
-                if target in self.plan.streams:
-                    break
-                return None  # a table
-            if isinstance(op.spec, PartitionBySpec | BroadcastSpec):
-                return None
-        if target is None or len(nexts) > 0:
-            return None
-        producer = self.producer
-        sink = getattr(producer, "record_sink", None)
-        records = sink(target) if sink is not None else None
-        # a producer that keeps messages as they are (in memory) takes them with no records
-        objects: Any = getattr(producer, "object_sink", None)
-        raw = records is None and objects is not None
-        if raw:
-            records = (objects(target), None, None, None)
-        elif records is None or records[1] is None:
-            return None
-        n = self.job.partitions[target]
-        if (n == 1 and not raw) or self.plan.streams[target].kind == "broadcast":
-            return None
-        sender = self.wiring.sender(target, node)
-        rule = getattr(sender, "rule", None)
-        if rule is None:
-            return None  # a sender observed by the clock
-        parts = rule.table
-        fixed = rule.fixed  # one partition (kept as objects): no key to look up
-        bufs, kser, vser, _ = cast(tuple[Any, Any, Any, Any], records)
-        control_types = _CONTROL_TYPES
-        other_bucket = OTHER_BUCKET
-        read = self.read
-        fn_op, fn = fns[0] if fns else (node, IDENTITY)
-        # the function's meter: counted per batch here, its time sampled once per batch
-        meter = self.meter(self.operators[fn_op]) if fns else None
-        perf = time.perf_counter_ns
-        # several functions in a row: one function for the loop, counting each one's meter
-        fused = OneToOneChain(fns, [self.meter(self.operators[o]) for o, _ in fns]) \
-            if len(fns) > 1 else None
-        if fused is not None:
-            fn, meter = fused.call, None
-
-        if not isinstance(fn, types.FunctionType | types.MethodType | types.BuiltinFunctionType):
-            fn = type(fn).__call__.__get__(fn)  # a callable object: its bound method is cheaper
-        # a partition_by keeping the message as its value: its key function called in the loop
-        fn_spec = self.operators[fn_op].spec if len(fns) == 1 else None
-        key_of = getattr(self.operators[fn_op], "key_fn", None) \
-            if isinstance(fn_spec, PartitionBySpec) and fn_spec.value_fn is None else None
-
-        # a partition_by of the message into partitions in memory: a loop of its own
-        keyed = raw and key_of is not None
-        # ... and, with declared times, runs of it with the functions mapped in C
-        sorted_runs = keyed and et is not None and fixed is None
-        misses = [0]  # runs that stopped short: after _RUN_MISSES, the loop alone
-
-        def keyed_run(seg: list[Any], top: Any, xmax: float, lat: float
-                      ) -> tuple[int, float, float]:
-            """The loop's work for a run of plain messages whose event times are numbers,
-            none behind the channel's progress (in order from at or after it; any order
-            without one), and whose keys are set: the event-time and key functions mapped over
-            the run and the ``KV``s built in C, then one append per message. Returns (how many
-            it took from the start, xmax, lat); where a message does not qualify it takes the
-            ones before it, and the loop takes it with its own checks and errors. The functions
-            are pure by contract: a run that raises or breaks off has them called again there
-            by the loop."""
-            tys = list(map(type, seg))
-            if not _CONTROL_TYPES.isdisjoint(tys):  # up to the first control record
-                seg = seg[:next(compress(count(), map(_CONTROL_TYPES.__contains__, tys)))]
-                if not seg:
-                    return 0, xmax, lat
-            try:
-                xs = list(map(et, seg))  # type: ignore[arg-type]
-            except Exception:
-                return 0, xmax, lat
-            n = len(xs)
-            if not set(map(type, xs)) <= _NUMBER_TYPES:
-                return 0, xmax, lat
-            if top is not None:
-                x0 = xs[0] * 1000.0
-                if x0 < xmax or x0 < top:
-                    return 0, xmax, lat
-                # up to the first time that goes back
-                n = next(compress(count(1), map(gt, xs, islice(xs, 1, None))), n)
-            try:
-                keys = list(map(key_of, seg[:n] if n < len(seg) else seg))  # type: ignore[arg-type]
-            except Exception:
-                return 0, xmax, lat
-            took = n
-            for j, (k, r) in enumerate(zip(keys, map(KV, keys, seg), strict=False)):
-                if k is None:
-                    took = j
-                    break
-                try:
-                    bufs[parts[k]].append(r)
-                except Exception:
-                    took = j
-                    break
-            if took:
-                if top is not None:
-                    xmax = xs[took - 1] * 1000.0
-                    last = xs[took - 1]
-                else:
-                    last = max(xs[:took]) if took < len(xs) else max(xs)
-                if last > lat:
-                    lat = last
-            return took, xmax, lat
-
-        def batch(payloads: list[Any], i: int, end: int, times: list[Any] | None = None) -> int:
-            """Process payloads[i:end] up to the first control record (or, with ``times``, the
-            channel's ``[progress, bound, latest time]``, up to a message behind its progress);
-            returns where it stopped. A failure raises _BatchFailure with the index of the
-            failing message."""
-            it = iter(payloads[i:end])  # the iterator tells the index when the loop stops
-            n_in = dropped = 0
-            timed = meter is None and fused is None
-            direct = timed and keyed  # once the batch's one timed call is made
-            runs = sorted_runs and times is not None and misses[0] < _RUN_MISSES
-            # records by key with no times to keep: the loop below, after the first message
-            plain = times is None and not raw and key_of is None and fixed is None
-            data_type: type = KV  # the messages' type, once one was seen not to be a control's
-
-            def general(r: Any) -> None:  # the sender's own path, with its errors
-                try:
-                    sender(r)
-                except OperatorFailure as f:
-                    raise _BatchFailure(end - length_hint(it) - 1, f) from f.cause
-
-            # declared times: the channel's progress is max(top, round(xmax) - bound), where
-            # xmax is the largest time seen here in ms (round is monotonic, so a message at or
-            # after both is not behind it; any other is checked exactly)
-            top = latest = t = None
-            bound: Any = 0
-            lat = xmax = -_INF
-            if times is not None:
-                top, bound, latest = times
-                if latest is not None:
-                    lat = latest
-            try:
-                for m in it:
-                    ty = type(m)
-                    if ty is not data_type:
-                        if ty in control_types:
-                            if m is other_bucket:  # a virtual task's neighbour's message: done
-                                read[stream_id] = read.get(stream_id, 0) - 1  # not this task's
-                                continue
-                            return end - length_hint(it) - 1
-                        data_type = ty
-                    if times is not None:
-                        try:
-                            t = et(m)  # type: ignore[misc]
-                            if type(t) is not float and type(t) is not int and t is not None:
-                                t = event_seconds(t)
-                        except Exception as exc:
-                            raise _BatchFailure(end - length_hint(it) - 1,
-                                                _EventTimeFailure(exc)) from exc
-                        if top is not None and t is not None:
-                            x = t * 1000.0
-                            if x < xmax or x < top:
-                                progress = top if xmax == -_INF else \
-                                    max(top, round(xmax) - bound)
-                                if round(x) < progress:  # behind: the hand-out loop takes it
-                                    return end - length_hint(it) - 1
-                                if x > xmax:
-                                    xmax = x
-                            else:
-                                xmax = x
-                    n_in += 1
-                    if direct:  # a partition_by of the message, its partitions in memory
-                        try:
-                            k = key_of(m)  # type: ignore[misc]
-                        except Exception as exc:
-                            dropped += 1
-                            raise _BatchFailure(end - length_hint(it) - 1,
-                                                OperatorFailure(fn_op, exc)) from exc
-                        r = KV(k, m)
-                        if k is None:
-                            general(r)
-                        else:
-                            try:
-                                bufs[parts[k] if fixed is None else fixed].append(r)
-                            except Exception:
-                                general(r)
-                        if t is not None and t > lat:
-                            lat = t
-                        if runs:  # the rest in runs, while they qualify
-                            runs = False
-                            pos = end - length_hint(it)
-                            while end - pos >= _RUN_MIN:
-                                seg = payloads[pos:min(end, pos + _RUN_MAX)]
-                                took, xmax, lat = keyed_run(seg, top, xmax, lat)
-                                if took:
-                                    n_in += took
-                                    next(islice(it, took - 1, took), None)  # past them
-                                    pos += took
-                                if took < len(seg):
-                                    # the loop takes the next message (a control record
-                                    # ends the batch); runs go on after it unless this one
-                                    # stopped short
-                                    if type(seg[took]) in control_types:
-                                        pass
-                                    elif 2 * took >= len(seg):
-                                        runs = True
-                                    else:
-                                        misses[0] += 1
-                                    break
-                        continue
-                    try:
-                        if timed:
-                            r = fn(m) if key_of is None else KV(key_of(m), m)
-                        elif fused is not None:
-                            r = fused.call_timed(m)
-                            timed = True
-                        else:
-                            t0 = perf()
-                            r = fn(m)
-                            meter.ns += perf() - t0  # type: ignore[union-attr]
-                            meter.timed += 1  # type: ignore[union-attr]
-                            timed = True
-                            direct = keyed
-                    except OperatorFailure as f:  # in a chain, naming its operator
-                        raise _BatchFailure(end - length_hint(it) - 1, f) from f.cause
-                    except Exception as exc:
-                        dropped += 1
-                        raise _BatchFailure(end - length_hint(it) - 1,
-                                            OperatorFailure(fn_op, exc)) from exc
-                    if r is None:
-                        dropped += 1
-                    elif type(r) is KV and r.key is not None and (raw or r.value is not None):
-                        try:
-                            if raw:
-                                bufs[parts[r.key] if fixed is None else fixed].append(r)
-                            else:
-                                k = r.key
-                                bufs[parts[k] if fixed is None else fixed].append(
-                                    (kser(k), vser(r.value), None))
-                        except Exception:
-                            general(r)
-                    else:
-                        general(r)
-                    if t is not None and t > lat:
-                        lat = t
-                    if plain and timed:
-                        break  # the rest of the batch in the loop below
-                else:
-                    return end
-                # a map's (or a chain's) messages into records by their keys, once the batch's
-                # timed call is made: the steps above without the ones that cannot apply
-                for m in it:
-                    if type(m) is not data_type:
-                        if type(m) in control_types:
-                            if m is other_bucket:
-                                read[stream_id] = read.get(stream_id, 0) - 1
-                                continue
-                            return end - length_hint(it) - 1
-                        data_type = type(m)
-                    n_in += 1
-                    try:
-                        r = fn(m)
-                    except OperatorFailure as f:
-                        raise _BatchFailure(end - length_hint(it) - 1, f) from f.cause
-                    except Exception as exc:
-                        dropped += 1
-                        raise _BatchFailure(end - length_hint(it) - 1,
-                                            OperatorFailure(fn_op, exc)) from exc
-                    if type(r) is KV:
-                        k = r.key
-                        v = r.value
-                        if k is not None and v is not None:
-                            try:
-                                bufs[parts[k]].append((kser(k), vser(v), None))
-                                continue
-                            except Exception:
-                                pass
-                    if r is None:
-                        dropped += 1
-                    else:
-                        general(r)
-                return end
-            finally:
-                if meter is not None:
-                    meter.n_in += n_in
-                    meter.n_out += n_in - dropped
-                elif fused is not None:
-                    fused.flush()
-                if times is not None:
-                    if top is not None and xmax != -_INF:
-                        times[0] = max(top, round(xmax) - bound)
-                    if lat != -_INF:
-                        times[2] = lat
-        return batch
-
-    def _operator_batch(self, stream_id: str) -> Callable[..., int] | None:
-        """A loop over a whole batch of a stream that feeds one operator giving lists of
-        outputs (a window, a flat_map...): the operator's ``process`` per message, what it gives
-        forwarded downstream, the meter counted per batch. Intermediate streams take this path
-        (W3's window). A message whose outputs go async stops the loop: its pending work is left
-        in ``_held`` for the hand-out loop, which takes the message as in flight. None for any
-        other shape (the per-message hand-out then)."""
-        from samza_dsl.spec import stream_node
-
-        if self.env.executor is not None or self.plan.app.remote_tables \
-                or stream_id in self._event_time:
-            return None  # threaded operators; remote-table calls tied to each message; times
-        node = stream_node(stream_id)
-        nexts = [n for n in self.plan.next_ops(node) if n in self.operators]
-        if len(nexts) != 1 or self.plan.graph.edges[node, nexts[0]]["port"] == "right":
-            return None
-        op_id = nexts[0]
-        op = self.operators[op_id]
-        if op.one_to_one() is not None or isinstance(op.spec, JoinSpec) \
-                or self.clock.observe.get(op_id) is not None:
-            return None  # fused chains; joins; windows whose outputs' event times are observed
-        downstream = self._nexts(op_id)
-        meter = self.meter(op)
-        clock = time.perf_counter_ns
-        control_types = _CONTROL_TYPES
-        other_bucket = OTHER_BUCKET
-        read = self.read
-        src = self._src
-        run = op.process_run
-
-        def batch(payloads: list[Any], i: int, end: int, times: Any = None) -> int:
-            """Process payloads[i:end] up to the first control record, or up to a message whose
-            outputs went async (its index, with ``_held`` set); returns where it stopped."""
-            start = i
-            n_out = 0
-            process: Callable[[Any], Any] = op.process
-            timed = meter is None
-            # runs of messages in one call, while the window's watermark is the runtime's
-            fast = run is not None and not getattr(op, "local_watermark", False)
-            try:
-                while i < end:
-                    if fast:
-                        if timed:
-                            j = run(payloads, i, end, control_types)  # type: ignore[misc]
-                        else:  # the operator's time, over the whole run
-                            t0 = clock()
-                            j = run(payloads, i, end, control_types)  # type: ignore[misc]
-                            meter.ns += clock() - t0  # type: ignore[union-attr]
-                            meter.timed += j - i  # type: ignore[union-attr]
-                            timed = j > i
-                        if j > i:
-                            i = src[1] = j
-                            continue
-                    m = payloads[i]
-                    i += 1
-                    if type(m) is not KV and type(m) in control_types:
-                        if m is other_bucket:  # a virtual task's neighbour's message: done
-                            read[stream_id] = read.get(stream_id, 0) - 1
-                            start += 1
-                            continue
-                        i -= 1
-                        return i
-                    src[1] = i
-                    if timed:
-                        out = process(m)
-                    else:  # the operator's time, sampled on the batch's first message
-                        t0 = clock()
-                        out = process(m)
-                        meter.ns += clock() - t0  # type: ignore[union-attr]
-                        meter.timed += 1  # type: ignore[union-attr]
-                        timed = True
-                    if out:
-                        if type(out) is list:
-                            n_out += len(out)
-                            pend = _forward(out, downstream)
-                        else:  # an awaitable of outputs
-                            pend = [_continue(out if meter is None else _counted(out, meter),
-                                              op_id, downstream)]
-                        if pend:
-                            self._held = pend
-                            return i - 1
-                return end
-            except FailedAt as f:
-                i = f.index + 1
-                raise _BatchFailure(f.index, OperatorFailure(op_id, f.cause)) from f.cause
-            except OperatorFailure as f:
-                raise _BatchFailure(i - 1, f) from f.cause
-            except Exception as exc:
-                raise _BatchFailure(i - 1, OperatorFailure(op_id, exc)) from exc
-            finally:
-                if meter is not None:
-                    meter.n_in += i - start
-                    meter.n_out += n_out
-        return batch
-
-    def meter(self, op: Operator) -> OpMeter | None:
-        """The meter of ``op`` in this task (one for both ports of a join)."""
-        if not self.metrics.operators or op.one_to_one() is IDENTITY:
-            return None  # an operator that passes every message on does nothing to meter
-        meter = self.meters.get(op.op_id)
-        if meter is None:
-            meter = self.meters[op.op_id] = self.metrics.meter(op.op_id, self.name)
-            if isinstance(op.spec, WindowSpec):
-                meter.window = op
-        return meter
-
-    def _make_emit(self, op: Operator, port: int, nexts: list[Emit]) -> Emit:
-        """An operator's emit: on the thread pool for blocking user code when there is one,
-        and observed by the task's clock where it feeds an event-time window."""
-        spec = op.spec
-        executor = self.env.executor
-        meter = self.meter(op)
-        if executor is not None and spec.opcode in _THREADED_OPCODES \
-                and getattr(spec, "table_id", None) not in self.plan.app.remote_tables:
-            process = bind_port(op, port) if isinstance(spec, JoinSpec) else op.process
-            process = _threaded(process, executor)
-            if meter is not None:
-                process = metered(process, meter, False)
-            emit = chain(op.op_id, process, nexts)
-        else:
-            emit = operator_emit(op, port, nexts, meter)
-        fn = self.clock.observe.get(op.op_id) if isinstance(spec, WindowSpec) else None
-        if fn is not None:
-            emit = observing(op.op_id, fn, emit, f"window {op.op_id!r}", op.op_id)
-        return emit
-
-    def _nexts(self, op_id: str) -> list[Emit]:
-        """What an operator's outputs go to: downstream operators, or a producer."""
-        return self.wiring.nexts(op_id)
-
-    def _observed_sender(self, stream_id: str, op_id: str) -> Emit:
-        """The terminal that hands a record to the producer, observed by the task's clock where
-        the stream feeds an event-time window downstream."""
-        sender = self._make_sender(stream_id, op_id)
-        fn = self.clock.observe.get(stream_id)
-        if fn is not None:
-            sender = observing(stream_id, fn, sender, f"stream {stream_id!r}", op_id,
-                               self._ahead(stream_id, op_id))
-        return sender
-
-    def _ahead(self, stream_id: str, op_id: str) -> Callable[[int], None] | None:
-        """Where one channel alone feeds the stage of ``op_id``: ``ahead(ms)`` sends the
-        stage's watermark into its intermediate streams before a message whose event time (in
-        ``stream_id``'s readers' time) is behind the channel's progress, so that readers see the
-        order one task would (docs/semantics.md, "Per message")."""
-        stage = next(s for s in self.model.stages if op_id in s.operators)
-        ssp = self.clock.lone.get(stage.stage_id)
-        if ssp is None:
-            return None
-        observed = self.clock.observed
-
-        def ahead(ms: int) -> None:
-            mine = observed.get(ssp)
-            if mine is not None:
-                v = mine.get(stream_id)
-                if v is not None and ms < v:
-                    self._send_marks(stage)
-        return ahead
-
-    def _send_marks(self, stage: Any) -> bool:
-        """Send ``stage``'s watermark into its intermediate streams where it moved; True when
-        it did."""
-        marks = self.clock.stream_marks(stage, self)
-        self._send_watermarks(marks)
-        return bool(marks)
-
-    def _send_watermarks(self, marks: list[tuple[str, Any]]) -> None:
-        producer = self.producer
-        for sid, mark in marks:
-            for p in range(self.job.partitions[sid]):
-                producer.send(sid, p, mark)
-
-    def _make_sender(self, stream_id: str, op_id: str) -> Emit:
-        """The terminal of ``op_id`` writing to ``stream_id``, in the partition its rule picks
-        (``runtime.wiring``); a message the stream's serde cannot write fails that operator."""
-        n = self.job.partitions[stream_id]
-        rule = partition_of(self.plan, stream_id, n, self.model.partition)
-        sink = getattr(self.producer, "record_sink", None)
-        records = sink(stream_id) if sink is not None and rule.fixed is None else None
-        if records is not None:
-            return record_sender(op_id, records, rule)
-        send = self.producer.sender(stream_id)
-
-        def send_one(m: Any) -> None:
-            try:
-                send(rule(m), m)
-            except Exception as exc:
-                raise OperatorFailure(op_id, exc) from exc
-        send_one.rule = rule  # type: ignore[attr-defined]
-        return send_one
 
     # -- processing -------------------------------------------------------------------------------
 
@@ -822,16 +215,12 @@ class TaskInstance:
                 or self.held is not None:
             return 0
         n = 0
-        self._handing_out = True
-        pending = self.pending
-        checkpoint = self.checkpoint
+        calls = self.calls
+        calls.handing_out = True
         max_c = self.max_concurrency
-        create_task = asyncio.get_running_loop().create_task
-        finish = self._finish
-        control_types = _CONTROL_TYPES
-        adopting = self._adopting
         inbox = self.inbox
         boot = self.bootstrapping
+        read = self.read
         cur = self._cur
         if cur is not None and inbox.ranked and inbox.outranks(cur[0]):
             # a batch of a higher priority came: it goes first, the rest of this one waits
@@ -850,208 +239,15 @@ class TaskInstance:
             ssp, first, payloads = cur
             bonus = extra if ssp.stream_id in downstream else 0
             budget += bonus
-            src = self._src
-            src[0] = cur
-            entry = self.entries[ssp.stream_id]
-            et = self._event_time.get(ssp.stream_id)
-            observed = self.clock.handout(ssp.stream_id) == OBSERVED
-            batch = self._batches.get(ssp.stream_id) if not observed else None
-            stage_wm = self.clock.window_stage.get(ssp.stream_id)
-            # windows keeping their own watermark while this partition completes inline
-            local_ops = self._local_ops.get(ssp.stream_id) if observed else None
-            local = local_ops is not None and not pending
-            if local and not local_ops[0].local_watermark:  # type: ignore[index]
-                for op in local_ops:  # type: ignore[union-attr]
-                    op.local_watermark = True
-            latest = None  # the latest declared event time completed inline, in seconds
-            # one declared input partition alone feeding windows: their watermark follows it
-            single = self._single.get(ssp.stream_id)
-            if single is not None:
-                progress = self.clock.progress.get(ssp, NO_WATERMARK)
-                input_bound = self.clock.declared[ssp.stream_id][1]
-            # the stage this partition feeds writes intermediate streams: watermarks go on in
-            # order, and where this partition is its one declared channel, ahead of a message
-            # behind its progress
-            hop = self.clock.hop_stage.get(ssp.stream_id)
-            lone = self._lone_declared.get(ssp.stream_id)
-            top = lone_bound = None
-            if lone is not None:
-                top = self.clock.progress.get(ssp, NO_WATERMARK)
-                lone_bound = self.clock.declared[ssp.stream_id][1]
-            # a batch computing declared times: [progress, bound, latest] in and out
-            times = [top, lone_bound, None] if et is not None else None
-            i = self._cur_i
-            read = self.read
-            end = min(len(payloads), i + budget - n)
-            last_done = -1  # the last offset completed inline while nothing was pending
-            try:
-                while i < end:
-                    held = None
-                    if batch is not None and not pending:
-                        if times is not None:
-                            times[0] = top
-                            times[2] = latest
-                        try:
-                            j = batch(payloads, i, end, times)
-                        except _BatchFailure as b:
-                            i = b.index + 1
-                            raise b.failure from b.failure.cause
-                        finally:
-                            if times is not None:
-                                top = times[0]
-                                latest = times[2]
-                        held = self._held
-                        if held is not None:  # the message at j went async: in flight below
-                            self._held = None
-                            if j > i:
-                                last_done = j
-                            i = j
-                        elif j > i:
-                            i = last_done = j
-                            continue
-                    m = payloads[i]
-                    i += 1
-                    t: Any = None
-                    if type(m) in control_types:
-                        if type(m) is not OtherBucket:
-                            if not self._control(ssp, m):
-                                continue
-                            # a record with an offset of its own: done. A producer's watermark
-                            # or end counts once what came before it has
-                            mark = m if type(m) is Watermark or type(m) is EndOfStream else None
-                            if pending:
-                                pending.append([ssp, first + i - 1, True, 0, mark])
-                                continue
-                            pend = None
-                            if mark is not None:
-                                # the windows take it before the next message, and it goes on
-                                # into the stage's intermediate streams in order
-                                self.clock.apply(ssp, mark)
-                                if stage_wm is not None:
-                                    pend = self._advance_windows(stage_wm)
-                                if pend is None and hop is not None:
-                                    self._send_marks(hop)
-                            if pend is None:
-                                last_done = i
-                                continue
-                            # else the panes it closed are still on their way: in flight
-                        else:
-                            # another virtual task's message: done, its time counts as if this
-                            # task had completed it (rule 18)
-                            read[ssp.stream_id] = read.get(ssp.stream_id, 0) - 1
-                            t = m.time
-                            src[1] = i
-                            pend = None
-                            if local:  # the windows keep their own watermark: move it
-                                for op in local_ops:  # type: ignore[union-attr]
-                                    ms = t[0].get(op.op_id)
-                                    if ms is not None and ms > op.watermark:
-                                        pend = self._window_moved(op, ms, pend)
-                                t = None
-                    else:
-                        if local:
-                            pass
-                        elif observed:  # the outputs' event times are recorded in the box
-                            t = [None]
-                            CURRENT.set(t)
-                        elif et is not None:
-                            try:
-                                t = et(m)
-                                if type(t) is not float and type(t) is not int \
-                                        and t is not None:
-                                    t = event_seconds(t)
-                            except Exception as exc:
-                                raise _EventTimeFailure(exc) from exc
-                            if lone is not None and t is not None:
-                                tm = round(t * 1000.0)
-                                if tm < top:  # behind the progress: the watermark goes first
-                                    if latest is not None:
-                                        self.clock.apply(ssp, latest)
-                                        latest = None
-                                    if single is not None and progress > \
-                                            self.clock.progress.get(ssp, NO_WATERMARK):
-                                        self.clock.progress[ssp] = progress
-                                    self._send_marks(lone)
-                                elif tm - lone_bound > top:
-                                    top = tm - lone_bound
-                        src[1] = i
-                        if held is None:
-                            pend = entry(m)
-                        else:  # handed out by the batch already
-                            pend = held
-                        if self._calls:
-                            pend = self._take_calls(pend)
-                    if pend is None:
-                        if pending:
-                            pending.append([ssp, first + i - 1, True, 0, t])
-                            continue
-                        if t is not None:
-                            if single is not None:
-                                ms = round(t * 1000.0) - input_bound
-                                if ms > progress:
-                                    progress = ms
-                                    for op, wb in single:
-                                        if ms - wb > op.watermark:
-                                            pend = self._window_moved(op, ms - wb, pend)
-                            elif not observed:
-                                if stage_wm is None:  # the batch's latest counts at its end
-                                    if latest is None or t > latest:
-                                        latest = t
-                                elif self.clock.apply_declared(ssp, t, stage_wm):
-                                    pend = self._advance_windows(stage_wm)
-                            elif t[0] is not None and self.clock.apply_box(ssp, t) \
-                                    and stage_wm is not None:  # windows move message by message
-                                pend = self._advance_windows(stage_wm)
-                            t = None
-                        if pend is None:
-                            last_done = i
-                            continue
-                    if last_done >= 0:
-                        checkpoint[ssp] = first + last_done - 1
-                        last_done = -1
-                    if local:  # in flight now: the task measures the windows' watermark again
-                        local = False
-                        for op in local_ops:  # type: ignore[union-attr]
-                            op.local_watermark = False
-                            self.clock.seed(ssp, op.op_id, op.watermark)
-                    # the last: how many went through the task before it, for its error
-                    rec = [ssp, first + i - 1, False, time.monotonic(), t,
-                           self.processed + n + i - 1 - self._cur_i]
-                    pending.append(rec)
-                    self.in_flight += 1
-                    if adopting:  # the coroutine that asked takes it on
-                        self._adopted = (rec, pend)
-                        break
-                    create_task(finish(rec, pend))
-                    if self.in_flight >= max_c:
-                        break
-            except OperatorFailure as f:
-                done = self.processed + n + i - 1 - self._cur_i  # went through before it
-                self._cur_i = i
-                raise self._task_error(f, ssp, first + i - 1, done) from f.cause
-            except _EventTimeFailure as f:
-                self._cur_i = i
-                raise self._event_time_error(f.cause, ssp, first + i - 1,
-                                             payloads[i - 1]) from f.cause
-            finally:
-                if observed and not local:
-                    CURRENT.set(None)
-                if single is not None and progress > self.clock.progress.get(ssp, NO_WATERMARK):
-                    self.clock.progress[ssp] = progress
-                    self.clock.dirty = True
-                    for op, _ in single:
-                        self.clock.delivered[op.op_id] = max(
-                            op.watermark, self.clock.delivered.get(op.op_id, NO_WATERMARK))
-                if latest is not None:
-                    self.clock.apply(ssp, latest)
-            if last_done >= 0:
-                checkpoint[ssp] = first + last_done - 1
+            self._src[0] = cur
+            start = self._cur_i
+            i = self._hand_out(cur, min(len(payloads), start + budget - n), n)
             if bonus:  # what this batch took of the bonus counts no more
-                took = min(i - self._cur_i, bonus)
+                took = min(i - start, bonus)
                 budget -= bonus - took
                 extra -= took
-            n += i - self._cur_i
-            read[ssp.stream_id] = read.get(ssp.stream_id, 0) + i - self._cur_i
+            n += i - start
+            read[ssp.stream_id] = read.get(ssp.stream_id, 0) + i - start
             self._cur_i = i
             if i >= len(payloads):
                 self._cur = None
@@ -1060,15 +256,136 @@ class TaskInstance:
         self.inbox_size -= n
         self.processed += n
         self.records += n
-        self._handing_out = False
+        calls.handing_out = False
         return n
+
+    def _hand_out(self, cur: tuple[SSP, int, list[Any]], end: int, n: int) -> int:
+        """Hand out the messages of batch ``cur`` from ``_cur_i`` up to ``end`` (fewer once
+        ``task.max.concurrency`` are in flight); returns the index after the last one handed out.
+        ``n``: how many this round handed out before. A message completing inline is done at
+        once; one that goes async is in flight, completed by ``_finish``."""
+        ssp, first, payloads = cur
+        pending = self.pending
+        checkpoint = self.checkpoint
+        max_c = self.max_concurrency
+        finish = self._finish
+        control_types = CONTROL_TYPES
+        calls = self.calls
+        src = self._src
+        entry = self.entries[ssp.stream_id]
+        tm = self.times[ssp.stream_id]
+        tm.begin(ssp, not pending)
+        timed, before, after = tm.timed, tm.before, tm.after
+        batch = self._batches.get(ssp.stream_id)
+        declared = tm if isinstance(tm, DeclaredTime) else None
+        i = self._cur_i
+        last_done = -1  # the last offset completed inline while nothing was pending
+        try:
+            while i < end:
+                held = None
+                if batch is not None and not pending:
+                    times = declared.times() if declared is not None else None
+                    try:
+                        j = batch(payloads, i, end, times)
+                    except BatchFailure as b:
+                        i = b.index + 1
+                        raise b.failure from b.failure.cause
+                    finally:
+                        if times is not None:
+                            declared.took(times)  # type: ignore[union-attr]
+                    held = self._held
+                    if held is not None:  # the message at j went async: in flight below
+                        self._held = None
+                        if j > i:
+                            last_done = j
+                        i = j
+                    elif j > i:
+                        i = last_done = j
+                        continue
+                m = payloads[i]
+                i += 1
+                t: Any = None
+                if type(m) in control_types:
+                    got = self._control_at(ssp, first, i, m, tm)
+                    if got is None:
+                        continue
+                    pend, t = got
+                else:
+                    if timed:
+                        t = before(m)
+                    src[1] = i
+                    pend = entry(m) if held is None else held  # held: handed out by the batch
+                    if calls.made:
+                        pend = calls.take(pend)
+                if pend is None:
+                    if pending:
+                        pending.append([ssp, first + i - 1, True, 0, t])
+                        continue
+                    if t is not None:
+                        pend = after(t, pend)
+                        t = None
+                    if pend is None:
+                        last_done = i
+                        continue
+                if last_done >= 0:
+                    checkpoint[ssp] = first + last_done - 1
+                    last_done = -1
+                tm.in_flight()
+                # the last: how many went through the task before it, for its error
+                rec = [ssp, first + i - 1, False, time.monotonic(), t,
+                       self.processed + n + i - 1 - self._cur_i]
+                pending.append(rec)
+                self.in_flight += 1
+                if self._adopting:  # the coroutine that asked takes it on
+                    self._adopted = (rec, pend)
+                    break
+                asyncio.get_running_loop().create_task(finish(rec, pend))
+                if self.in_flight >= max_c:
+                    break
+        except OperatorFailure as f:
+            done = self.processed + n + i - 1 - self._cur_i  # went through before it
+            self._cur_i = i
+            raise operator_error(self, f, ssp, first + i - 1, done) from f.cause
+        except EventTimeFailure as f:
+            self._cur_i = i
+            raise event_time_error(self, f.cause, ssp, first + i - 1,
+                                         payloads[i - 1]) from f.cause
+        finally:
+            tm.end()
+        if last_done >= 0:
+            checkpoint[ssp] = first + last_done - 1
+        return i
+
+    def _control_at(self, ssp: SSP, first: int, i: int, m: Any, tm: InputTime
+                    ) -> tuple[list[Awaitable[None]] | None, Any] | None:
+        """A control record handed out (``i - 1`` of the batch at ``first``): None when it needs
+        no more (it is done, or waits in the handout order), else what it waits for and its
+        event time, as a message's."""
+        if type(m) is OtherBucket:
+            # another virtual task's message: done, its time counts as if this task had
+            # completed it (rule 18)
+            read = self.read
+            read[ssp.stream_id] = read.get(ssp.stream_id, 0) - 1
+            self._src[1] = i
+            return tm.neighbour(m.time)
+        if not self._control(ssp, m):
+            return None
+        # a record with an offset of its own: done. A producer's watermark or end counts once
+        # what came before it has
+        mark = m if type(m) is Watermark or type(m) is EndOfStream else None
+        if self.pending:
+            self.pending.append([ssp, first + i - 1, True, 0, mark])
+            return None
+        # the windows take it before the next message, and it goes on into the stage's
+        # intermediate streams in order; else the panes it closed are on their way: in flight
+        return (tm.control(mark) if mark is not None else None), None
 
     def source(self) -> tuple[str, int, int] | None:
         """(stream id, partition, offset) of the message being processed, for reports of late
         messages: the one this asyncio task completes, else the one being handed out."""
-        rec = _SOURCE.get()
+        rec = SOURCE.get()
         if rec is not None:
-            if rec is _CONTROL:
+            if rec is CONTROL:
                 return None
             return rec[0].stream_id, rec[0].partition, rec[1]
         cur, i = self._src
@@ -1082,24 +399,21 @@ class TaskInstance:
         that goes async: a long-lived worker, with no asyncio Task and no round of the loop
         between one async message's end and the next one's start."""
         while True:
-            _SOURCE.set(rec)  # this asyncio task's own context: its outputs come from rec
+            SOURCE.set(rec)  # this asyncio task's own context: its outputs come from rec
             t = rec[4]
             if type(t) is list:  # the outputs' event times are recorded in its box
                 CURRENT.set(t)
             try:
                 await gather_pending(pend)
-                if self._rec_calls:
-                    calls = self._rec_calls.pop(id(rec), None)
-                    while calls:  # calls the message's functions made and did not await
-                        await _settle_calls(calls)
-                        calls = self._rec_calls.pop(id(rec), None)
+                if self.calls.by_record:
+                    await self.calls.settle_record(rec)
             except OperatorFailure as f:
-                self.fail(self._task_error(f, rec[0], rec[1], rec[5]))
+                self.fail(operator_error(self, f, rec[0], rec[1], rec[5]))
                 return
             except asyncio.CancelledError:
                 return
             except RemoteCallFailure as f:
-                self.fail(self._call_error(f, rec[0], rec[1]))
+                self.fail(call_error(self, f, rec[0], rec[1]))
                 return
             except Exception as exc:  # a failure outside any operator
                 self.fail(TaskError(f"task {self.name!r} failed on {rec[0]} offset {rec[1]}: "
@@ -1129,7 +443,7 @@ class TaskInstance:
     def _adopt(self) -> tuple[list[Any], list[Awaitable[None]]] | None:
         """Hand out messages from a completing coroutine (``_finish``); the first that goes
         async is returned for it to take on."""
-        _SOURCE.set(None)  # what is handed out is the message being processed
+        SOURCE.set(None)  # what is handed out is the message being processed
         CURRENT.set(None)
         self._adopting = True
         try:
@@ -1147,70 +461,6 @@ class TaskInstance:
         got, self._adopted = self._adopted, None
         return got
 
-    def _call_error(self, f: RemoteCallFailure, ssp: SSP, offset: int) -> TaskError:
-        """A remote-table call a function made for a message and did not await failed."""
-        err = TaskError(
-            f"task {self.name!r}: a call to remote table {f.table!r} made for the message at "
-            f"stream {ssp.stream_id!r} partition {ssp.partition} offset {offset} failed and was "
-            f"not awaited: {type(f.cause).__name__}: {f.cause}. The checkpoint stays before "
-            f"this offset, so a restart reprocesses it", task=self.name, stream=ssp.stream_id,
-            partition=ssp.partition, offset=offset)
-        err.__cause__ = f.cause
-        return err
-
-    def _task_error(self, f: OperatorFailure, ssp: SSP, offset: int,
-                    done: int | None = None) -> TaskError:
-        """The error for operator ``f.op_id`` failing on the message at ``ssp`` ``offset``,
-        after ``done`` messages of this run went through the task (default: those counted):
-        where in the application's code, and ``--skip`` only for a record that fails alone
-        (``SKIP_AFTER`` went through the task before it, in this run or before its checkpoint)."""
-        cause = f.cause
-        placed = isinstance(cause, JoinPartitionError)  # it says what to do itself
-        where = f.where
-        at = f" in {where}" if where and not placed else ""
-        done = self.processed if done is None else done
-        went = max(done, sum(o + 1 for o in self.checkpoint.values()))
-        alone = went >= SKIP_AFTER or isinstance(cause, SerdeError)
-        if isinstance(cause, SerdeError) or placed:
-            advice = ""
-        elif not alone:
-            first = ("on the first message" if went == 0 else
-                     f"after only {went} message(s) went through")
-            advice = (f" It failed {first}, so it may fail on many: fix the function or guard "
-                      f"against such messages.")
-        else:
-            advice = " Fix the function or guard against this message."
-        skip = (f" (`samza-dsl run APP --skip {ssp.stream_id}:{ssp.partition}:{offset}` passes "
-                f"over it once)" if alone and not placed
-                and self.plan.streams[ssp.stream_id].kind == "input" else "")
-        err = TaskError(
-            f"operator {f.op_id!r} failed in task {self.name!r} on stream {ssp.stream_id!r} "
-            f"partition {ssp.partition} offset {offset}: "
-            f"{cause if placed else f.reason}{at}.{advice} "
-            f"The checkpoint stays before this offset, so a restart reprocesses it{skip}",
-            op_id=f.op_id, task=self.name, stream=ssp.stream_id,
-            partition=ssp.partition, offset=offset)
-        err.__cause__ = cause
-        return err
-
-    def _event_time_error(self, cause: BaseException, ssp: SSP, offset: int,
-                          message: Any) -> TaskError:
-        """An input's ``event_time`` failed on a message: the message cannot be placed in event
-        time, so the task stops there, as on an operator's failure."""
-        text = repr(message)
-        if len(text) > 80:
-            text = text[:77] + "..."
-        err = TaskError(
-            f"the event_time of input {ssp.stream_id!r} failed in task {self.name!r} on stream "
-            f"{ssp.stream_id!r} partition {ssp.partition} offset {offset}: "
-            f"{type(cause).__name__}: {cause} (message {text}). Fix the record, or skip it "
-            f"(`samza-dsl run APP --skip {ssp.stream_id}:{ssp.partition}:{offset}` passes over "
-            f"it once), or make event_time handle such records. The checkpoint stays before "
-            f"this offset, so a restart reprocesses it",
-            task=self.name, stream=ssp.stream_id, partition=ssp.partition, offset=offset)
-        err.__cause__ = cause
-        return err
-
     def fail(self, exc: BaseException) -> None:
         if self.failure is None:
             self.failure = exc
@@ -1223,26 +473,8 @@ class TaskInstance:
         for rec in self.pending:
             if not rec[2]:
                 if (now - rec[3]) * 1000 > self.callback_timeout_ms:
-                    self.fail(self._timeout_error(rec))
+                    self.fail(timeout_error(self, rec))
                 return
-
-    def _timeout_error(self, rec: list[Any]) -> CallbackTimeout:
-        """The error of the message of ``rec`` that ran past the callback timeout, naming what
-        it waits for: the operator, and the remote table and key, or the function."""
-        ssp = rec[0]
-        wait = wait_of(self, rec)
-        if wait.table is not None:
-            advice = (f"check the service of remote table {wait.table!r}, give its functions a "
-                      f"timeout (a RetryPolicy can retry it), or raise task.callback.timeout.ms")
-        else:
-            advice = "add a timeout to the call it waits for, or raise task.callback.timeout.ms"
-        return CallbackTimeout(
-            f"task {self.name!r}: the message at {ssp.stream_id!r} partition {ssp.partition} "
-            f"offset {rec[1]} did not complete within task.callback.timeout.ms="
-            f"{self.callback_timeout_ms}: {wait.text()}. {advice[0].upper()}{advice[1:]}. The "
-            f"checkpoint stays before this offset, so a restart reprocesses it",
-            op_id=wait.op_id, task=self.name, stream=ssp.stream_id, partition=ssp.partition,
-            offset=rec[1], table=wait.table, key=None if wait.key is NO_KEY else wait.key)
 
     def cancel_in_flight(self) -> None:
         """Cancel what completes the messages in flight (a stop that ran out of time)."""
@@ -1252,10 +484,7 @@ class TaskInstance:
     def cancel_calls(self) -> None:
         """Cancel the remote-table calls user functions made that have not completed (the
         task stops without them: a failure, a stop that ran out of time)."""
-        pending = [*self._calls, *self._loose_calls,
-                   *(c for calls in self._rec_calls.values() for c in calls)]
-        for call in pending:
-            call.task.cancel()
+        self.calls.cancel()
 
     # -- control: end-of-stream and watermarks ---------------------------------------------------
 
@@ -1268,7 +497,7 @@ class TaskInstance:
         if type(m) is Skipped:
             return True
         if type(m) is EndOfStream:
-            self.clock.dirty = True
+            self.clock.touch()
             producers = self.job.producers.get(ssp.stream_id)
             if producers is None or m.producer is None:
                 self.ended.add(ssp)
@@ -1280,6 +509,26 @@ class TaskInstance:
                     self.ended.add(ssp)
         # a Watermark from an upstream task counts where it stands in the handout order
         return True
+
+    @property
+    def paused(self) -> bool:
+        """The consumer skips this task's partitions (its inbox is full)."""
+        return self._paused
+
+    def pause(self) -> None:
+        """Its inbox is full: the consumer skips its partitions until ``resume``."""
+        self._paused = True
+
+    def resume(self) -> None:
+        """Its inbox has room again: the consumer reads its partitions."""
+        self._paused = False
+
+    def _busy(self, ssp: SSP) -> bool:
+        """The task still has records of ``ssp`` queued, being handed out or in flight."""
+        cur = self._cur
+        if cur is not None and cur[0] == ssp:
+            return True
+        return any(r[0] == ssp for r in self.pending) or any(b[0] == ssp for b in self.inbox)
 
     def reading(self, ssp: SSP) -> bool:
         """Whether the consumer reads ``ssp`` for this task: not once it ended, nor while the
@@ -1304,155 +553,17 @@ class TaskInstance:
         self.inbox.only = None
         self.env.on_consumed(self, reading=True)
 
-    def _window_moved(self, op: Any, wm: int, pend: list[Awaitable[None]] | None
-                      ) -> list[Awaitable[None]] | None:
-        """Give one window its new watermark; what its panes still wait for is added to
-        ``pend``."""
-        try:
-            outs = op.on_watermark(wm)
-        except Exception as exc:
-            raise OperatorFailure(op.op_id, exc) from exc
-        if outs:
-            p = _forward(outs, self._nexts(op.op_id))
-            if p:
-                if pend is None:
-                    return p
-                pend.extend(p)
-        return pend
-
-    def _advance_windows(self, stage: Any) -> list[Awaitable[None]] | None:
-        """After a message completed inline: the windows of its stage take the watermark it
-        moved, before the next message, so a late message is late whatever the batch size.
-        Returns what the panes are still waiting for downstream."""
-        pend: list[Awaitable[None]] | None = None
-        for op_id, wm in self.clock.sync_windows(stage, self):
-            try:
-                outs = self.operators[op_id].on_watermark(wm)
-            except OperatorFailure:
-                raise
-            except Exception as exc:
-                raise OperatorFailure(op_id, exc) from exc
-            if outs:
-                p = _forward(outs, self._nexts(op_id))
-                if p:
-                    if pend is None:
-                        pend = p
-                    else:
-                        pend.extend(p)
-        return pend
-
-    async def _advance_watermarks(self) -> None:
-        """Give each event-time window its watermark, then send the stage's watermark into the
-        intermediate streams it writes, after the panes it closed (rules 8 and 15)."""
-        clock = self.clock
-        clock.dirty = False
-        if not clock.stages:
-            return
-        producer = self.producer
-        for stage in clock.stages:
-            moved, marks = clock.compute(stage, self)
-            for op_id, wm in moved:
-                op = self.operators[op_id]
-                try:
-                    outs = op.on_watermark(wm)
-                except Exception as exc:
-                    raise TaskError(f"operator {op_id!r} failed at watermark {wm} in task "
-                                    f"{self.name!r}: {type(exc).__name__}: {exc}", op_id=op_id,
-                                    task=self.name) from exc
-                await self._run_outputs(op_id, outs)
-            self._send_watermarks(marks)
-            if marks:
-                producer.signal()
-
-    def _send_control(self, stage: Any, record: Any) -> None:
-        """A control record to every partition of the intermediate streams a stage writes."""
-        producer = self.producer
-        for sid in stage.outputs:
-            if sid in self.plan.intermediate_streams:
-                for p in range(self.job.partitions[sid]):
-                    producer.send(sid, p, record)
-        producer.signal()
-
-    async def _run_outputs(self, op_id: str, outs: list[Any]) -> None:
-        """Pass outputs of a timer, watermark or end-of-stream call downstream and await them.
-        Many outputs (a window closing 10^6 panes) go in chunks of ``OUTPUT_CHUNK``: between two,
-        the producer writes what it buffered, so the records waiting for a write stay bounded."""
-        if not outs:
-            return
-        nexts = self._nexts(op_id)
-        pend: list[Awaitable[None]] = []
-        token = _SOURCE.set(_CONTROL)
-        try:
-            for i, o in enumerate(outs):
-                for nxt in nexts:
-                    p = nxt(o)
-                    if p:
-                        pend.extend(p)
-                if i % OUTPUT_CHUNK == OUTPUT_CHUNK - 1:
-                    self.producer.signal()
-                    await asyncio.sleep(0)  # the producer's write runs
-            if pend:
-                await gather_pending(pend)
-        except OperatorFailure as f:
-            raise TaskError(f"operator {f.op_id!r} failed in task {self.name!r} on output of "
-                            f"{op_id!r}: {type(f.cause).__name__}: {f.cause}", op_id=f.op_id,
-                            task=self.name) from f.cause
-        finally:
-            _SOURCE.reset(token)
-
-    async def _on_timer(self) -> None:
-        self.window_calls += 1
-        now = self.env.clock()
-        for stage in self.model.stages:
-            for op_id in stage.operators:
-                op = self.operators[op_id]
-                try:
-                    outs = op.on_timer(now)
-                except Exception as exc:
-                    raise TaskError(f"operator {op_id!r} failed at a window tick in task "
-                                    f"{self.name!r}: {type(exc).__name__}: {exc}", op_id=op_id,
-                                    task=self.name) from exc
-                await self._run_outputs(op_id, outs)
-
-    async def _end_stages(self) -> bool:
-        """Flush every stage whose inputs have all ended; True when all stages are flushed."""
-        for stage in self.model.stages:
-            if stage.stage_id in self._flushed:
-                continue
-            mine = [ssp for ssp in self.ssps if ssp.stream_id in stage.inputs]
-            if not all(ssp in self.ended for ssp in mine):
-                continue
-            for op_id in stage.operators:
-                op = self.operators[op_id]
-                # in chunks, each passed downstream (and written) before the next is made
-                chunks = op.end_of_stream_chunks(OUTPUT_CHUNK)
-                while True:
-                    try:
-                        outs = next(chunks, None)
-                    except Exception as exc:
-                        raise TaskError(f"operator {op_id!r} failed at end-of-stream in task "
-                                        f"{self.name!r}: {type(exc).__name__}: {exc}",
-                                        op_id=op_id, task=self.name) from exc
-                    if outs is None:
-                        break
-                    await self._run_outputs(op_id, outs)
-            self._send_control(stage, EndOfStream(self.name))
-            self._flushed.add(stage.stage_id)
-        return len(self._flushed) == len(self.model.stages)
-
     # -- the loop ---------------------------------------------------------------------------------
 
     async def commit(self) -> None:
         """Commit what this task has fully processed (``runtime.commit``): its offsets are
         taken now, before the flushes, so a message completing meanwhile is not covered."""
-        while self._loose_calls:  # remote writes made outside any message complete first
-            calls, self._loose_calls = self._loose_calls, []
-            try:
-                await _settle_calls(calls)
-            except RemoteCallFailure as f:
-                raise TaskError(f"task {self.name!r}: a call to remote table {f.table!r} made "
-                                f"outside any message failed: {type(f.cause).__name__}: "
-                                f"{f.cause}", task=self.name) from f.cause
+        try:  # remote writes made outside any message complete first
+            await self.calls.settle_loose()
+        except RemoteCallFailure as f:
+            raise TaskError(f"task {self.name!r}: a call to remote table {f.table!r} made "
+                            f"outside any message failed: {type(f.cause).__name__}: "
+                            f"{f.cause}", task=self.name) from f.cause
         for flush in self._state_flushers:  # operators' in-memory state into their stores
             flush()
         self.last_commit_end = await self.env.committer.commit(
@@ -1490,13 +601,13 @@ class TaskInstance:
             if self.window_requested:
                 if self.in_flight == 0:
                     self.window_requested = False
-                    await self._on_timer()
+                    await self.outputs.on_timer()
                     continue
                 await wake.wait()
                 continue
             if self._cur is None and not self.inbox and self.in_flight == 0 \
                     and len(self.ended) == len(self.ssps):
-                if await self._end_stages():
+                if await self.outputs.end_stages():
                     await self.commit()
                     self.done = True
                     return
@@ -1509,9 +620,9 @@ class TaskInstance:
                 if faults.ARMED:
                     faults.reached("batch")
                 if self.clock.dirty:
-                    await self._advance_watermarks()
+                    await self.outputs.advance_watermarks()
                 if self.ended and self.in_flight == 0:
-                    await self._end_stages()
+                    await self.outputs.end_stages()
                 for flush in self._flushers:
                     flush()
                 self.producer.signal()
@@ -1520,12 +631,12 @@ class TaskInstance:
                 continue
             if self.ended and self.in_flight == 0 and self._cur is None and not self.inbox:
                 # some inputs ended: flush the stages that are complete
-                before = len(self._flushed)
-                await self._end_stages()
-                if len(self._flushed) != before:
+                before = len(self.outputs.flushed)
+                await self.outputs.end_stages()
+                if len(self.outputs.flushed) != before:
                     continue
             if self.clock.dirty:  # completions may have moved the watermark
-                await self._advance_watermarks()
+                await self.outputs.advance_watermarks()
             self._parked = True
             try:
                 await wake.wait()
@@ -1562,17 +673,6 @@ class TaskInstance:
             op.close()
 
 
-class _EventTimeFailure(Exception):
-    def __init__(self, cause: BaseException) -> None:
-        self.cause = cause
-
-
-class _BatchFailure(Exception):
-    def __init__(self, index: int, failure: OperatorFailure | _EventTimeFailure) -> None:
-        self.index = index
-        self.failure = failure
-
-
 def _next_budget(budget: int, took: float) -> int:
     """The budget of a task's next batch, after one of ``budget`` took ``took`` seconds: about
     ``BATCH_SECONDS`` of work at that pace, at most ``BATCH_BUDGET`` (quick messages: always)."""
@@ -1580,28 +680,3 @@ def _next_budget(budget: int, took: float) -> int:
         # at this pace a full batch would take longer than BATCH_SECONDS
         return max(1, min(BATCH_BUDGET, int(budget * BATCH_SECONDS / took)))
     return BATCH_BUDGET
-
-
-def _threaded(process: Callable[[Any], Any], executor: Any) -> Callable[[Any], Any]:
-    def run(m: Any) -> Any:
-        return asyncio.get_running_loop().run_in_executor(executor, process, m)
-    return run
-
-
-class RemoteCallFailure(Exception):
-    """A remote-table call a user function made and did not await failed."""
-
-    def __init__(self, table: str, cause: BaseException) -> None:
-        super().__init__(f"remote table {table!r}: {cause}")
-        self.table = table
-        self.cause = cause
-
-
-async def _settle_calls(calls: list[RemoteCall]) -> None:
-    """Wait for remote-table calls; one that failed and that nobody awaited fails the message
-    (one that was awaited failed its function already, or was handled there)."""
-    await asyncio.wait([c.task for c in calls])
-    for c in calls:
-        exc = c.failure()
-        if exc is not None:
-            raise RemoteCallFailure(getattr(exc, "table", "?"), exc)

@@ -264,7 +264,7 @@ def _awaiting(coro: Any) -> tuple[str | None, str | None]:
         if frame is None:
             break
         code = frame.f_code
-        if code.co_name == "_continue" and "op_id" in frame.f_locals:
+        if code.co_name == "continue_outputs" and "op_id" in frame.f_locals:
             op_id = frame.f_locals["op_id"]
         if not code.co_filename.startswith(library):
             where = f"{code.co_qualname}() at {code.co_filename}:{frame.f_lineno}"

@@ -50,7 +50,7 @@ import inspect
 import logging
 import numbers
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from typing import TYPE_CHECKING, Any
 
 import networkx as nx
@@ -438,13 +438,19 @@ def job_time(job: JobModel) -> JobTime:
 
 
 class TaskClock:
-    """The channel progress of one task and the watermarks of its stages."""
+    """The channel progress of one task and the watermarks of its stages.
 
-    def __init__(self, model: TaskModel, job: JobModel) -> None:
+    What it needs of its task it is given: the set of the task's partitions that ended
+    (``ended``) and ``busy(ssp)``, whether the task still has records of a partition queued,
+    being handed out or in flight. The task changes the clock only through its methods."""
+
+    def __init__(self, model: TaskModel, job: JobModel, ended: Set[SSP] = frozenset(),
+                 busy: Callable[[SSP], bool] = lambda ssp: False) -> None:
         jt = self.jt = job_time(job)
         self.job = job
-        app = job.plan.app
-        graph = job.plan.graph
+        self.name = model.name
+        self.ended = ended
+        self.busy = busy
         self.stages = [s for s in model.stages if s.stage_id in jt.timed]
         #: stream id -> DECLARED / INTERMEDIATE / OBSERVED, for the streams of timed stages
         self.kinds: dict[str, int] = {}
@@ -475,59 +481,7 @@ class TaskClock:
         self._stage: dict[str, tuple[list[tuple[str, int]], list[str], list[SSP],
                                      dict[str, set[str]]]] = {}
         for stage in self.stages:
-            observed = False
-            reach: dict[str, set[str]] = {}
-            for sid in stage.inputs:
-                if sid in jt.declared:
-                    self.kinds[sid] = DECLARED
-                elif sid in app.inputs:
-                    self.kinds[sid] = OBSERVED
-                    observed = True
-                else:
-                    self.kinds[sid] = INTERMEDIATE
-                node = stream_node(sid)
-                below = nx.descendants(graph, node)
-                if self.kinds[sid] == INTERMEDIATE:
-                    jt.untimed(sid)  # warns where its producers cannot measure it
-                # an untimed stream too: its producers hold back what it reaches
-                reach[sid] = {n for n in below if n in stage.operators}
-            windows = [(op, jt.windows[op]) for op in stage.operators if op in jt.windows]
-            outs = jt.intermediate_outputs(stage)
-            if observed:
-                for op, _ in windows:
-                    spec = app.operator(op)
-                    self.observe[op] = _window_time(resolve_fn(spec.window.event_time))  # type: ignore[attr-defined]
-                for sid in outs:
-                    f = jt.stream_time(sid)
-                    if f is not None:
-                        self.observe[sid] = f
-                        jt.note_measured(sid)
-                    # else an input without event time cannot tell this stream's progress: it
-                    # stays in the minimum without any, and holds the stream's watermark back
-            ssps = [ssp for ssp in model.ssps if ssp.stream_id in stage.inputs]
-            self._stage[stage.stage_id] = (windows, outs, ssps, reach)
-            # one input partition without declared event time, feeding windows without a bound,
-            # and nothing else to measure: while it completes messages inline, each window's
-            # own latest event time is exactly that partition's progress
-            if windows and len(ssps) == 1 and self.kinds[ssps[0].stream_id] == OBSERVED \
-                    and ssps[0] not in self.idle_ms and all(b == 0 for _, b in windows) \
-                    and not any(sid in self.observe for sid in outs) \
-                    and all(op in reach[ssps[0].stream_id] for op, _ in windows):
-                self.local[ssps[0].stream_id] = [op for op, _ in windows]
-            if windows:
-                for sid in stage.inputs:
-                    self.window_stage[sid] = stage
-                if len(ssps) == 1 and self.kinds[ssps[0].stream_id] == DECLARED \
-                        and ssps[0] not in self.idle_ms \
-                        and all(op in reach[ssps[0].stream_id] for op, _ in windows):
-                    self.single_declared[ssps[0].stream_id] = windows
-            for op, _ in windows:
-                self.in_time_order[op] = not jt.fixed_order(stage, op) or jt.bounded(op)
-            if outs:
-                for sid in stage.inputs:
-                    self.hop_stage[sid] = stage
-                if len(ssps) == 1:
-                    self.lone[stage.stage_id] = ssps[0]
+            self._take_stage(stage, model)
         self.progress: dict[SSP, int] = {}
         self.observed: dict[SSP, dict[str, int]] = {}
         self.producers: dict[SSP, dict[str | None, tuple[int, bool]]] = {}
@@ -581,6 +535,91 @@ class TaskClock:
         mine = self.observed.setdefault(ssp, {})
         if ms > mine.get(op_id, NO_WATERMARK):
             mine[op_id] = ms
+        if ms > self.delivered.get(op_id, NO_WATERMARK):
+            self.delivered[op_id] = ms
+
+    def _take_stage(self, stage: Stage, model: TaskModel) -> None:
+        """What the clock keeps of one timed stage of the task (see the attributes)."""
+        jt = self.jt
+        app = self.job.plan.app
+        graph = self.job.plan.graph
+        observed = False
+        reach: dict[str, set[str]] = {}
+        for sid in stage.inputs:
+            if sid in jt.declared:
+                self.kinds[sid] = DECLARED
+            elif sid in app.inputs:
+                self.kinds[sid] = OBSERVED
+                observed = True
+            else:
+                self.kinds[sid] = INTERMEDIATE
+            node = stream_node(sid)
+            below = nx.descendants(graph, node)
+            if self.kinds[sid] == INTERMEDIATE:
+                jt.untimed(sid)  # warns where its producers cannot measure it
+            # an untimed stream too: its producers hold back what it reaches
+            reach[sid] = {n for n in below if n in stage.operators}
+        windows = [(op, jt.windows[op]) for op in stage.operators if op in jt.windows]
+        outs = jt.intermediate_outputs(stage)
+        if observed:
+            for op, _ in windows:
+                spec = app.operator(op)
+                self.observe[op] = _window_time(resolve_fn(spec.window.event_time))  # type: ignore[attr-defined]
+            for sid in outs:
+                f = jt.stream_time(sid)
+                if f is not None:
+                    self.observe[sid] = f
+                    jt.note_measured(sid)
+                # else an input without event time cannot tell this stream's progress: it
+                # stays in the minimum without any, and holds the stream's watermark back
+        ssps = [ssp for ssp in model.ssps if ssp.stream_id in stage.inputs]
+        self._stage[stage.stage_id] = (windows, outs, ssps, reach)
+        # one input partition without declared event time, feeding windows without a bound,
+        # and nothing else to measure: while it completes messages inline, each window's
+        # own latest event time is exactly that partition's progress
+        if windows and len(ssps) == 1 and self.kinds[ssps[0].stream_id] == OBSERVED \
+                and ssps[0] not in self.idle_ms and all(b == 0 for _, b in windows) \
+                and not any(sid in self.observe for sid in outs) \
+                and all(op in reach[ssps[0].stream_id] for op, _ in windows):
+            self.local[ssps[0].stream_id] = [op for op, _ in windows]
+        if windows:
+            for sid in stage.inputs:
+                self.window_stage[sid] = stage
+            if len(ssps) == 1 and self.kinds[ssps[0].stream_id] == DECLARED \
+                    and ssps[0] not in self.idle_ms \
+                    and all(op in reach[ssps[0].stream_id] for op, _ in windows):
+                self.single_declared[ssps[0].stream_id] = windows
+        for op, _ in windows:
+            self.in_time_order[op] = not jt.fixed_order(stage, op) or jt.bounded(op)
+        if outs:
+            for sid in stage.inputs:
+                self.hop_stage[sid] = stage
+            if len(ssps) == 1:
+                self.lone[stage.stage_id] = ssps[0]
+
+    def touch(self) -> None:
+        """Something may have moved a watermark: the task recomputes them
+        (``dirty``)."""
+        self.dirty = True
+
+    def settle(self) -> bool:
+        """Whether a watermark may have moved since the last call (``dirty``, then cleared)."""
+        dirty, self.dirty = self.dirty, False
+        return dirty
+
+    def progress_of(self, ssp: SSP) -> int:
+        """How far ``ssp``'s event time has got (``NO_WATERMARK``: nowhere yet)."""
+        return self.progress.get(ssp, NO_WATERMARK)
+
+    def raise_progress(self, ssp: SSP, ms: int) -> bool:
+        """``ssp``'s progress is at least ``ms``; True when that moved it."""
+        if ms > self.progress.get(ssp, NO_WATERMARK):
+            self.progress[ssp] = ms
+            return True
+        return False
+
+    def delivered_at_least(self, op_id: str, ms: int) -> None:
+        """Window ``op_id`` has its watermark at ``ms`` at least (it moved it itself)."""
         if ms > self.delivered.get(op_id, NO_WATERMARK):
             self.delivered[op_id] = ms
 
@@ -670,10 +709,10 @@ class TaskClock:
                 return True
         return False
 
-    def sync_windows(self, stage: Stage, task: Any) -> list[tuple[str, int]]:
+    def sync_windows(self, stage: Stage) -> list[tuple[str, int]]:
         """The windows of ``stage`` whose watermark moved, between two messages."""
-        if self.idle_ms or self.quiet or task.ended:
-            return self.compute(stage, task, streams=False)[0]
+        if self.idle_ms or self.quiet or self.ended:
+            return self.compute(stage, streams=False)[0]
         windows, _, ssps, reach = self._stage[stage.stage_id]
         moved: list[tuple[str, int]] = []
         for op_id, bound in windows:
@@ -703,28 +742,29 @@ class TaskClock:
 
     # -- watermarks --------------------------------------------------------------------------------
 
-    def stream_marks(self, stage: Stage, task: Any) -> list[tuple[str, Watermark]]:
+    def stream_marks(self, stage: Stage) -> list[tuple[str, Watermark]]:
         """The watermarks to send into ``stage``'s intermediate streams now, leaving its
         windows as they are."""
-        return self.compute(stage, task, windows=False)[1]
+        return self.compute(stage, windows=False)[1]
 
-    def compute(self, stage: Stage, task: Any, streams: bool = True, windows: bool = True
+    def compute(self, stage: Stage, streams: bool = True, windows: bool = True
                 ) -> tuple[list[tuple[str, int]], list[tuple[str, Watermark]]]:
         """The windows whose watermark moved (op id, watermark) and the watermarks to send into
         the stage's intermediate streams (not with ``streams=False``; no window moves with
         ``windows=False``)."""
         stage_windows, outs, ssps, reach = self._stage[stage.stage_id]
         moving = stage_windows if windows else []
-        name = task.name
-        ended = task.ended
+        name = self.name
+        ended = self.ended
+        busy = self.busy
         live: list[SSP] = []
         idle: list[SSP] = []
         for ssp in ssps:
             if ssp in ended:
-                if _busy(task, ssp):  # what it gave is still being processed
+                if busy(ssp):  # what it gave is still being processed
                     live.append(ssp)
             elif ssp in self.quiet or (
-                    ssp in self.idle_ms and not _busy(task, ssp)
+                    ssp in self.idle_ms and not busy(ssp)
                     and time.monotonic() - self.last_data[ssp] >= self.idle_ms[ssp]):
                 idle.append(ssp)
             else:
@@ -799,14 +839,6 @@ class TaskClock:
             if best is None or v < best:
                 best = v
         return best
-
-
-def _busy(task: Any, ssp: SSP) -> bool:
-    """The task still has records of ``ssp`` queued, being handed out or in flight."""
-    cur = task._cur
-    if cur is not None and cur[0] == ssp:
-        return True
-    return any(r[0] == ssp for r in task.pending) or any(b[0] == ssp for b in task.inbox)
 
 
 def observing(domain: str, fn: Derived, emit: Callable[[Any], Any], what: str,

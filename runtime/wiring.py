@@ -19,7 +19,7 @@ import copy
 import dataclasses
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from operators import build_operator
 from operators.base import IDENTITY, Operator
@@ -28,6 +28,7 @@ from runtime.dag import Emit, OperatorFailure, chain, chain_one, fan_out, metere
 from runtime.metrics import OpMeter
 from runtime.serde_util import default_key_bytes
 from runtime.state.tables import LocalTable
+from runtime.systems import StreamSink
 from samza_dsl.kv import KV
 from samza_dsl.late import LateMessage
 from samza_dsl.serdes import KVSerde
@@ -40,7 +41,7 @@ from samza_dsl.spec import (
     stream_node,
 )
 
-__all__ = ["Wiring", "PartitionRule", "partition_of", "build_operators", "task_copy", "not_kv",
+__all__ = ["Wiring", "OneToOnePath", "PartitionRule", "partition_of", "build_operators", "task_copy", "not_kv",
            "record_sender", "op_nexts", "operator_emit", "bind_port"]
 
 
@@ -120,6 +121,18 @@ def build_operators(plan: Any, stages: Sequence[Any], open_store: Callable[[str]
     return operators, stores, tables
 
 
+@dataclasses.dataclass(frozen=True)
+class OneToOnePath:
+    """A stream's one-to-one steps (``Wiring.one_to_one_path``): the functions other than the
+    identity, as (op id, function), with their operators; the last operator, which writes
+    ``target``."""
+
+    fns: list[tuple[str, Callable[[Any], Any]]]
+    ops: list[Operator]
+    last: Operator
+    target: str
+
+
 class Wiring:
     """The emit chain of a task's ``operators`` over ``plan``: ``entry(stream)`` hands a
     message of an input stream to the operators that read it, each operator's outputs go on to
@@ -163,6 +176,46 @@ class Wiring:
             nexts = self._nexts[op_id] = op_nexts(self.plan, op_id, self.operators[op_id].spec,
                                                   self.emit, self.sender)
         return nexts
+
+    def one_to_one_path(self, stream_id: str) -> OneToOnePath | None:
+        """The path of ``stream_id``'s messages where each step gives at most one output,
+        synchronously (``one_to_one_port``), and the last writes a stream (a ``send_to``, or a
+        ``partition_by``'s intermediate stream) and nothing else; None for any other shape."""
+        plan = self.plan
+        node = stream_node(stream_id)
+        fns: list[tuple[str, Callable[[Any], Any]]] = []
+        ops: list[Operator] = []
+        nexts = [n for n in plan.next_ops(node) if n in self.operators]
+        target = last = None
+        while len(nexts) == 1:
+            op_id = nexts[0]
+            op = last = self.operators[op_id]
+            one = op.one_to_one_port(1 if plan.graph.edges[node, op_id]["port"] == "right" else 0)
+            if one is None:
+                return None
+            if one is not IDENTITY:
+                fns.append((op_id, one))
+                ops.append(op)
+            node = op_id
+            nexts = plan.next_ops(op_id)
+            if isinstance(op.spec, SendToSpec | PartitionBySpec) and not nexts:
+                target = op.spec.stream_id
+                if target in plan.streams:
+                    break
+                return None  # a table
+            if isinstance(op.spec, PartitionBySpec | BroadcastSpec):
+                return None
+        if target is None or last is None or len(nexts) > 0:
+            return None
+        return OneToOnePath(fns, ops, last, target)
+
+    def lone_reader(self, stream_id: str) -> Operator | None:
+        """The operator reading ``stream_id`` (on its first input), where it is the only one."""
+        node = stream_node(stream_id)
+        nexts = [n for n in self.plan.next_ops(node) if n in self.operators]
+        if len(nexts) != 1 or self.plan.graph.edges[node, nexts[0]]["port"] == "right":
+            return None
+        return self.operators[nexts[0]]
 
     def sender(self, stream_id: str, op_id: str) -> Emit:
         """The terminal of ``op_id`` writing to ``stream_id``."""
@@ -209,21 +262,22 @@ def not_kv(stream_id: str, m: Any) -> TypeError:
 
 
 
-def record_sender(op_id: str, sink: Any, rule: PartitionRule) -> Emit:
-    """The terminal for a producer that takes records (``record_sink``): the partition, key and
-    value serialization and the buffer append in one frame for a plain ``KV``. Anything unusual
-    (a None key or value, a bare message, a key the table cannot hold, a serde error) takes the
-    rule and the codec's own path."""
-    bufs, kser, vser, encode = sink
+def record_sender(op_id: str, sink: StreamSink, rule: PartitionRule) -> Emit:
+    """The terminal for a producer that takes records (``StreamSink`` with an ``encode``): the
+    partition, key and value serialization and the buffer append in one frame for a plain
+    ``KV``. Anything unusual (a None key or value, a bare message, a key the table cannot hold, a
+    serde error) takes the rule and the codec's own path."""
+    bufs, kser, vser = sink.append, sink.key, sink.value
+    encode = cast(Callable[[Any], Any], sink.encode)  # a sink of records
     parts = rule.table
 
     def slow(m: Any) -> None:
         try:
-            bufs[rule(m)].append(encode(m))
+            bufs[rule(m)](encode(m))
         except Exception as exc:
             raise OperatorFailure(op_id, exc) from exc
 
-    if kser is None or rule.fixed is not None:  # the codec writes KV keys its own way
+    if kser is None or vser is None or rule.fixed is not None:  # the codec writes KV keys its own way
         def send_records(m: Any) -> None:
             slow(m)
         return send_records
@@ -233,12 +287,11 @@ def record_sender(op_id: str, sink: Any, rule: PartitionRule) -> Emit:
             k, v = m.key, m.value
             if v is not None and k is not None:  # None: no key, or a tombstone: the codec's
                 try:
-                    bufs[parts[k]].append((kser(k), vser(v), None))
+                    bufs[parts[k]]((kser(k), vser(v), None))
                     return
                 except Exception:
                     pass
         slow(m)
-    send_kv.rule = rule  # type: ignore[attr-defined]
     return send_kv
 
 

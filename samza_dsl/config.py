@@ -63,6 +63,10 @@ _TIMEOUT = (lambda v: v == -1 or v > 0, "-1 (off) or a positive number of millis
 
 KNOWN_KEYS: dict[str, ConfigKey] = {k.name: k for k in [
     _k("task.max.concurrency", int, 1, *_POSITIVE, doc="messages in flight per task"),
+    _k("task.batch.handout", bool, True,
+       doc="hand a run of a partition's messages to the operators in one call where the job's "
+       "shape allows (outputs, late messages and metrics are those of one message at a time); "
+       "false hands out one message at a time"),
     _k("task.callback.timeout.ms", int, -1, *_TIMEOUT,
        doc="fail a task whose message has not completed in this time; -1 is off"),
     _k("task.commit.ms", int, 60000, lambda v: v == -1 or v > 0,

@@ -50,7 +50,7 @@ import networkx as nx
 from operators.base import FailedAt, Operator, OperatorContext, UserContext, resolve_fn
 from operators.partition_by import PartitionByOperator
 from operators.state import InMemoryState, table_state
-from runtime.dag import Emit, OperatorFailure, _forward
+from runtime.dag import Emit, OperatorFailure, forward
 from runtime.in_flight import coroutine_wait
 from runtime.spark.meter import IN, NS, OUT, Meter, count_outputs, metered_emit, new_meter
 from runtime.spark.shuffle import DistinctKeys, Encoded, Records, RowColumns
@@ -240,7 +240,7 @@ class PassExecutor:
             meter[NS] += time.perf_counter_ns() - t
             if outs:
                 count_outputs(meter, outs, True)
-                p = _forward(outs, self._nexts(op_id))
+                p = forward(outs, self._nexts(op_id))
                 if p is not None:
                     pend = p if pend is None else pend + p
         self._seen.clear()
@@ -389,7 +389,7 @@ class PassExecutor:
             meter[IN] += 1
             if type(call) is list:
                 meter[OUT] += len(call)
-                _forward(call, nexts)
+                forward(call, nexts)
                 return None
             assert self._loop is not None
             task = self._loop.create_task(_as_list(call))
@@ -637,7 +637,7 @@ class PassExecutor:
             if outs:
                 count_outputs(meter, outs, True)
                 try:
-                    pend = _forward(outs, nexts)
+                    pend = forward(outs, nexts)
                 except OperatorFailure as f:
                     raise self._failure(f, rec[0], rec[2], rec[3]) from f.cause
                 if pend is not None:  # an async sink: wait for it here
@@ -726,7 +726,7 @@ class PassExecutor:
             saved = (self.sort_ms, self.clock_ms, self.source)
             self.sort_ms, self.clock_ms, self.source = sort_ms, clock, source
             try:
-                pend = _forward(outs, busiest.nexts)
+                pend = forward(outs, busiest.nexts)
             except OperatorFailure as f:
                 raise self._failure(f, *source) from f.cause
             if pend is not None:
@@ -771,7 +771,7 @@ class PassExecutor:
                             break
                         if outs:
                             count_outputs(meter, outs, windowed)
-                        pend = _forward(outs, nexts) if outs else None
+                        pend = forward(outs, nexts) if outs else None
                         self.source = saved
                         yield pend
                         self.source = ("", self.partition, -1)

@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from operators.base import IDENTITY, Operator
-from runtime.dag import Emit, OperatorFailure, _forward, fan_out, gather_pending
+from runtime.dag import Emit, OperatorFailure, fan_out, forward, gather_pending
 from runtime.wiring import bind_port
 from samza_dsl.late import LateMessage
 from samza_dsl.spec import BroadcastSpec, JoinSpec, PartitionBySpec, SendToSpec
@@ -190,7 +190,7 @@ def _metered_chain(op_id: str, process: Callable[[Any], Any], nexts: list[Emit],
                 meter[PANES] += sum(1 for o in out if type(o) is not LateMessage)
             if len(out) == 1 and len(nexts) == 1:
                 return nexts[0](out[0])
-            return _forward(out, nexts) if nexts else None
+            return forward(out, nexts) if nexts else None
         return [_continue(out, op_id, nexts, meter, window)]
     return emit
 
@@ -207,6 +207,6 @@ async def _continue(awaitable: Awaitable[Any], op_id: str, nexts: list[Emit], me
     if outs:
         outs = list(outs)
         count_outputs(meter, outs, window)
-        pend = _forward(outs, nexts)
+        pend = forward(outs, nexts)
         if pend is not None:
             await gather_pending(pend)

@@ -44,7 +44,7 @@ from samza_dsl.kv import KV
 from samza_dsl.spec import RemoteTableSpec
 
 __all__ = ["TokenBucket", "RemoteTableClient", "RemoteCall", "MISS", "container_limiter",
-           "close_table_functions", "OVERLAP"]
+           "close_table_functions", "OVERLAP", "CallTracker", "RemoteCallFailure", "settle_calls"]
 
 #: how many batches of reads are on their way at once, at least, when the task has
 #: ``task.max.concurrency`` messages in flight: a batch goes out once it holds this fraction of
@@ -505,3 +505,87 @@ async def close_table_functions(specs: Iterable[RemoteTableSpec]) -> None:
             result = aclose()
             if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
                 await result
+
+
+class RemoteCallFailure(Exception):
+    """A remote-table call a user function made and did not await failed."""
+
+    def __init__(self, table: str, cause: BaseException) -> None:
+        super().__init__(f"remote table {table!r}: {cause}")
+        self.table = table
+        self.cause = cause
+
+
+async def settle_calls(calls: list[RemoteCall]) -> None:
+    """Wait for remote-table calls; one that failed and that nobody awaited fails the message
+    (one that was awaited failed its function already, or was handled there)."""
+    await asyncio.wait([c.task for c in calls])
+    for c in calls:
+        exc = c.failure()
+        if exc is not None:
+            raise RemoteCallFailure(getattr(exc, "table", "?"), exc)
+
+
+class CallTracker:
+    """The remote-table calls a task's user functions made and did not await (rule 19), tied
+    to the message they were made for: the one being handed out (``handing_out``), the one whose
+    asyncio task is running (``current()`` gives its handout record, or ``control`` while
+    outputs of a tick, a watermark or end-of-stream run), or none (a window tick, ``init``):
+    those the next commit waits for (``settle_loose``)."""
+
+    __slots__ = ("current", "control", "handing_out", "made", "by_record", "loose")
+
+    def __init__(self, current: Callable[[], Any], control: Any) -> None:
+        self.current = current
+        self.control = control
+        self.handing_out = False
+        #: calls made while the message being handed out ran
+        self.made: list[RemoteCall] = []
+        #: calls of messages completing on their own asyncio task, by id of the handout record
+        self.by_record: dict[int, list[RemoteCall]] = {}
+        self.loose: list[RemoteCall] = []
+
+    def track(self, call: RemoteCall) -> None:
+        """Tie ``call`` to the message it was made for (``RemoteTableClient``'s ``track``)."""
+        rec = self.current()
+        if rec is None:
+            if self.handing_out:
+                self.made.append(call)
+                return
+        elif rec is not self.control and not rec[2]:
+            self.by_record.setdefault(id(rec), []).append(call)
+            return
+        # a window tick's output, or an asyncio task a function left running after its
+        # message completed: the next commit waits for it
+        self.loose.append(call)
+
+    def take(self, pend: list[Awaitable[None]] | None) -> list[Awaitable[None]]:
+        """``pend`` with the calls the message being handed out made."""
+        calls, self.made = self.made, []
+        out = pend if pend is not None else []
+        out.append(settle_calls(calls))
+        return out
+
+    async def settle_record(self, rec: list[Any]) -> None:
+        """Wait for the calls made for the message of handout record ``rec``."""
+        by_record = self.by_record
+        calls = by_record.pop(id(rec), None)
+        while calls:  # calls the message's functions made and did not await
+            await settle_calls(calls)
+            calls = by_record.pop(id(rec), None)
+
+    async def settle_loose(self) -> None:
+        """Wait for the calls made outside any message (before a commit)."""
+        while self.loose:
+            calls, self.loose = self.loose, []
+            await settle_calls(calls)
+
+    def of(self, rec: list[Any]) -> list[RemoteCall]:
+        """The calls made for the message of handout record ``rec`` not yet settled."""
+        return self.by_record.get(id(rec), [])
+
+    def cancel(self) -> None:
+        """Cancel the calls that have not completed (the task stops without them)."""
+        for call in [*self.made, *self.loose,
+                     *(c for calls in self.by_record.values() for c in calls)]:
+            call.task.cancel()

@@ -27,7 +27,7 @@ from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
 from samza_dsl.systems import LocalSystem, MemorySystem
 
 SERDE = KVSerde(StringSerde(), JsonSerde())
-PER_MESSAGE = {"job.container.thread.pool.size": 2}
+PER_MESSAGE = {"task.batch.handout": False}
 
 
 def app_of(system: Any, *, fail_on: int | None = None, bound_s: float = 0.0) -> StreamApplication:

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import runtime.task as task_module
+import runtime.batch as task_module
 from samza_dsl import StreamApplication, Windows
 from samza_dsl.errors import TaskError
 from samza_dsl.systems import MemorySystem
