@@ -42,7 +42,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 
 from runtime.container import Container
-from runtime.elastic import fan_readers
+from runtime.elastic import BucketFan, fan_readers
 from runtime.job import JobModel, TaskModel
 from runtime.kafka.assignor import AssignmentRefused, MemberTasks, TaskAssignor
 from runtime.kafka.fence import Fenced, Lease, watch_coordinator
@@ -76,11 +76,6 @@ def job_coordinator(config: Mapping[str, Any], *, follow: bool, job_name: str) -
                 f"job {job_name!r}: job.coordinator=kafka runs containers that follow their "
                 f"inputs while the group deals out the tasks; a bounded run reads every task "
                 f"to its end in one process: add --follow, or set job.coordinator=static")
-        if int(config_value(config, "job.elasticity.factor")) > 1:
-            raise ConfigError(
-                f"job {job_name!r}: job.coordinator=kafka does not run virtual tasks "
-                f"(job.elasticity.factor > 1) yet: set job.coordinator=static, or "
-                f"job.elasticity.factor=1")
     return str(chosen)
 
 
@@ -649,7 +644,11 @@ class GroupContainer(Container):
 
 
 def _readers_task(reader: Any) -> Any:
-    """The task a reader key belongs to (a container of a group has no fan of virtual tasks)."""
+    """The task a reader key belongs to. A container of a group reads for each of its tasks
+    apart (``_start_ready``), so a virtual task reads through a ``BucketFan`` of its own (it
+    keeps its key bucket of the partition), and the fan belongs to that one task."""
+    if isinstance(reader, BucketFan):
+        return reader.tasks[0]
     return reader
 
 
