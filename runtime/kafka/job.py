@@ -340,7 +340,9 @@ class KafkaJob:
         def membership(container: GroupContainer) -> GroupMembership:
             assignor = TaskAssignor(self.job, self.job_name, host=host_name(), container=label,
                                     standby_replicas=replicas - 1,
-                                    positions=container.store_positions)
+                                    positions=container.store_positions,
+                                    saved=None if instance is None else os.path.join(
+                                        self.root, "group-subscription"))
             return GroupMembership(container, self.servers, self.job_name, assignor,
                                    self.consumer_settings, instance_id=instance,
                                    shutdown_s=shutdown_s)
