@@ -47,6 +47,7 @@ from runtime.job import JobModel, TaskModel
 from runtime.kafka.assignor import AssignmentRefused, MemberTasks, TaskAssignor
 from runtime.kafka.fence import Fenced, Lease, watch_coordinator
 from runtime.kafka.standby import StandbyReplicas
+from runtime.kafka.system import stop_client
 from runtime.task import TaskInstance
 from samza_dsl.config import config_value
 from samza_dsl.errors import ConfigError, SamzaError
@@ -154,6 +155,9 @@ class GroupMembership:
         self._main: asyncio.AbstractEventLoop | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        #: the membership's loop, and its side of ``_stop``
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopped: asyncio.Event | None = None
 
     def start(self, main: asyncio.AbstractEventLoop) -> None:
         self._main = main
@@ -165,6 +169,10 @@ class GroupMembership:
         """Leave the group (a static member only stops: the broker waits a session timeout
         for it to come back before its tasks move)."""
         self._stop.set()
+        loop, stopped = self._loop, self._stopped
+        if loop is not None and stopped is not None:
+            with contextlib.suppress(RuntimeError):  # its loop has ended already
+                loop.call_soon_threadsafe(stopped.set)
         if self._thread is not None:
             self._thread.join(timeout)
 
@@ -204,6 +212,27 @@ class GroupMembership:
         return SamzaError(f"consumer group {self.group!r} on Kafka at {self.servers}: "
                           f"{name}: {exc}; the container stopped: start it again")
 
+    async def _take_part(self, consumer: AIOKafkaConsumer) -> None:
+        """Poll (nothing to read: every partition is paused) to take part in the group, until
+        stopped. A poll waits while the group rebalances, and a rebalance waits for every
+        member, a frozen one too: a stop does not wait for it."""
+        self._loop = asyncio.get_running_loop()
+        self._stopped = asyncio.Event()
+        stopped = asyncio.ensure_future(self._stopped.wait())
+        try:
+            while not self._stop.is_set():
+                poll = asyncio.ensure_future(consumer.getmany(timeout_ms=200))
+                await asyncio.wait({poll, stopped}, return_when=asyncio.FIRST_COMPLETED)
+                if not poll.done():
+                    poll.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, KafkaError):
+                        await poll
+                    return
+                poll.result()
+                await self.check_fenced()
+        finally:
+            stopped.cancel()
+
     async def _member(self) -> None:
         settings = dict(self.settings)
         session = int(settings["session_timeout_ms"])
@@ -222,13 +251,11 @@ class GroupMembership:
             await consumer.start()
             watch_coordinator(consumer, self.lease)
             consumer.subscribe(self.assignor.topics(), listener=_Listener(self))
-            while not self._stop.is_set():
-                # nothing to read (every partition is paused): takes part in the group
-                await consumer.getmany(timeout_ms=200)
-                await self.check_fenced()
+            await self._take_part(consumer)
         finally:
-            with contextlib.suppress(KafkaError, OSError, asyncio.CancelledError):
-                await consumer.stop()
+            # a join under way waits for every member, a frozen one too (until its session
+            # times out): the member leaves without it (the broker drops it at that join's end)
+            await stop_client(consumer, min(1.0, self.shutdown_s / 4))
 
 
 class GroupContainer(Container):
