@@ -581,9 +581,9 @@ class GroupContainer(Container):
                 else:
                     self.state.close_task(m.name)  # type: ignore[attr-defined]
             return
-        except BaseException as exc:
+        except Exception as exc:  # the container fails with it (``_serve`` raises it)
             await self.on_failed(exc)
-            raise
+            return
         finally:
             for m in models:
                 self._restoring.pop(m.name, None)
@@ -599,7 +599,14 @@ class GroupContainer(Container):
         out = {}
         for name, spec in self.job.plan.stores.items():
             if spec.kind == "table" or spec.op_id in ops:
-                out[name] = self.state.open(m, name, self._changelogs[m.name].get(name))
+                try:
+                    out[name] = self.state.open(m, name, self._changelogs[m.name].get(name))
+                except Exception as exc:  # those opened close with the container
+                    raise SamzaError(
+                        f"container {self._label()}: task {m.name!r} came to it and its store "
+                        f"{name!r} could not be opened and restored: {type(exc).__name__}: "
+                        f"{exc}; the container stopped (the group deals its tasks to the other "
+                        f"members): fix the cause under job.dir and start it again") from exc
         return out
 
     def store(self, task: TaskModel, store_name: str) -> Any:
