@@ -16,9 +16,10 @@ the job's checkpoint topic, on the brokers every host shares, and keeps the clai
   meanwhile means it runs, and this process is refused with an error naming its host, PID and
   job.dir; none means they are gone, and the id is its own. Of two processes that start at once,
   the later claim waits and is refused.
-- **Losing it.** The owner reads the records of its id as it renews. An ``own`` of another
-  process after its claim means it could not renew for a session timeout (frozen, or cut off
-  from the brokers) and another process took the container: it fails with an error saying so.
+- **Losing it.** The owner reads the records of its id as it renews. An ``own`` of a process
+  that claimed after it means it could not renew for a session timeout (frozen, or cut off
+  from the brokers) and that process took the container: it fails with an error saying so (the
+  new owner pays no heed to the renewals the old one writes before it reads that).
   What it wrote between coming back and reading that record is written twice; the group
   coordinator (``job.coordinator=kafka``) fences that window, this claim does not.
 
@@ -65,6 +66,8 @@ class _Seen:
     host: str = ""
     pid: int = 0
     job_dir: str = ""
+    #: the offset of its first record: where its claim began
+    first: int = -1
 
 
 def _pid_gone(pid: int) -> bool:
@@ -196,12 +199,14 @@ class ContainerClaim:
                 return
 
     def _note(self, instance: str, offset: int, value: bytes | None) -> None:
+        before = self._seen.get(instance)
+        first = offset if before is None else before.first
         if value is None:
-            self._seen[instance] = _Seen(offset, "gone")
+            self._seen[instance] = _Seen(offset, "gone", first=first)
             return
         info = json.loads(value)
         self._seen[instance] = _Seen(offset, str(info.get("state")), str(info.get("host")),
-                                     int(info.get("pid", 0)), str(info.get("job_dir")))
+                                     int(info.get("pid", 0)), str(info.get("job_dir")), first)
 
     def _maybe_running(self) -> dict[str, _Seen]:
         """The other processes that may run this container as of this process's claim."""
@@ -249,8 +254,11 @@ class ContainerClaim:
             except SamzaError as exc:
                 _log.info("container %s: %s", self.container, exc)
                 continue
+            # one that claimed after this one and owns it now (this one's renewals went
+            # unseen for a session timeout); an older one's renewals, written as it comes back
+            # before it reads this one's claim, are not
             taken = [s for i, s in self._seen.items()
-                     if i != self.instance and s.state == "own" and s.offset > self._mine]
+                     if i != self.instance and s.state == "own" and s.first > self._mine]
             if taken:
                 s = taken[0]
                 raise ContainerTaken(
