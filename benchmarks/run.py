@@ -9,6 +9,7 @@
     python benchmarks/run.py W7              # through a Kafka broker on 127.0.0.1 (named only)
     python benchmarks/run.py W6A             # W6 on a job aged by 10^6 updates of 10^4 keys, twice
     python benchmarks/run.py W8              # 1 and 2 container processes (named only)
+    python benchmarks/run.py W8K             # W7's job in 1 and 2 consumer group members (named only)
     python benchmarks/run.py W3M             # peak RSS, 10^6 keys in window state (named only)
     python benchmarks/run.py W5              # Spark reprocessing, local[2] (named only)
     python benchmarks/run.py W5d             # W5 declared (Spark SQL tier) vs DataFrame (named only)
@@ -175,6 +176,10 @@ def main() -> None:
                 median_summary([r[name] for r in runs_a])
         elif w == "W7":
             median_summary([run_w7(n(1_000_000)) for _ in range(args.runs)])
+        elif w == "W8K":
+            from benchmarks.w8k_group import run_w8k
+
+            median_summary([run_w8k(n(1_000_000)) for _ in range(args.runs)])
         elif w == "W10":
             from benchmarks.remote_workloads import run_w10
 

@@ -32,6 +32,7 @@ tasks, every task's owner, or an error). docs/several-machines.md describes the 
 from __future__ import annotations
 
 import hashlib
+import os
 import uuid
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -417,7 +418,8 @@ class TaskAssignor(AbstractPartitionAssignor):
     def __init__(self, job: JobModel, job_name: str, *, host: str = "", container: str = "",
                  standby_replicas: int = 0,
                  positions: Callable[[], Mapping[str, int]] | None = None,
-                 checkpoints: Callable[[], Mapping[str, int]] | None = None) -> None:
+                 checkpoints: Callable[[], Mapping[str, int]] | None = None,
+                 saved: str | None = None) -> None:
         self.job = job
         self.job_name = job_name
         self.host = host
@@ -437,6 +439,9 @@ class TaskAssignor(AbstractPartitionAssignor):
         self.owned = Owned()
         self.current: MemberTasks | None = None
         self.refusal: str | None = None
+        #: where a static member keeps the subscription it last sent (in its job.dir)
+        self.saved = saved
+        self._replay = self._load_saved()
 
     def attach(self, consumer: Any) -> None:
         """Read the group generation from ``consumer`` (the one this assignor is given to)."""
@@ -453,14 +458,48 @@ class TaskAssignor(AbstractPartitionAssignor):
         return self.current
 
     def metadata(self, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:
+        replay, self._replay = self._replay, None
+        if replay is not None:  # a static member back: its last subscription, as it was
+            return ConsumerProtocolMemberMetadata(self.version, sorted(topics), replay)
         positions = self.positions() if self.positions is not None else {}
         data = SubscriptionData(
             WIRE_VERSION, self.fingerprint, self.host, self.container, self.instance,
             self.owned.generation, sorted(self.index[t] for t in self.owned.active),
             sorted(self.index[t] for t in self.owned.standby),
             {self.index[t]: int(p) for t, p in positions.items() if t in self.index})
-        return ConsumerProtocolMemberMetadata(self.version, sorted(topics),
-                                              msgspec.msgpack.encode(data))
+        encoded = msgspec.msgpack.encode(data)
+        self._save(encoded)
+        return ConsumerProtocolMemberMetadata(self.version, sorted(topics), encoded)
+
+    def _load_saved(self) -> bytes | None:
+        """The subscription this static member sent last, when it is of this plan, host and
+        container: sent again as it was at the member's first join, the broker sees the member
+        it knows come back and hands it its tasks without a rebalance (a changed subscription
+        would start one: Kafka's rule for a static member that rejoins)."""
+        if self.saved is None:
+            return None
+        try:
+            with open(self.saved, "rb") as f:
+                raw = f.read()
+            data = msgspec.msgpack.decode(raw, type=SubscriptionData)
+        except (OSError, msgspec.DecodeError):
+            return None
+        if (data.version, data.fingerprint, data.host, data.container) != (
+                WIRE_VERSION, self.fingerprint, self.host, self.container):
+            return None
+        self.instance = data.instance  # the same member, back
+        return raw
+
+    def _save(self, encoded: bytes) -> None:
+        if self.saved is None:
+            return
+        part = f"{self.saved}.part"
+        try:
+            with open(part, "wb") as f:
+                f.write(encoded)
+            os.replace(part, self.saved)
+        except OSError:  # only a restart's shortcut: a rebalance does without it
+            return
 
     def assign(self, cluster: Any, members: Mapping[str, ConsumerProtocolMemberMetadata]
                ) -> dict[str, ConsumerProtocolMemberAssignment]:

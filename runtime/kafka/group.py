@@ -42,11 +42,12 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 
 from runtime.container import Container
-from runtime.elastic import fan_readers
+from runtime.elastic import BucketFan, fan_readers
 from runtime.job import JobModel, TaskModel
 from runtime.kafka.assignor import AssignmentRefused, MemberTasks, TaskAssignor
 from runtime.kafka.fence import Fenced, Lease, watch_coordinator
 from runtime.kafka.standby import StandbyReplicas
+from runtime.kafka.system import stop_client
 from runtime.task import TaskInstance
 from samza_dsl.config import config_value
 from samza_dsl.errors import ConfigError, SamzaError
@@ -76,11 +77,6 @@ def job_coordinator(config: Mapping[str, Any], *, follow: bool, job_name: str) -
                 f"job {job_name!r}: job.coordinator=kafka runs containers that follow their "
                 f"inputs while the group deals out the tasks; a bounded run reads every task "
                 f"to its end in one process: add --follow, or set job.coordinator=static")
-        if int(config_value(config, "job.elasticity.factor")) > 1:
-            raise ConfigError(
-                f"job {job_name!r}: job.coordinator=kafka does not run virtual tasks "
-                f"(job.elasticity.factor > 1) yet: set job.coordinator=static, or "
-                f"job.elasticity.factor=1")
     return str(chosen)
 
 
@@ -159,6 +155,9 @@ class GroupMembership:
         self._main: asyncio.AbstractEventLoop | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        #: the membership's loop, and its side of ``_stop``
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopped: asyncio.Event | None = None
 
     def start(self, main: asyncio.AbstractEventLoop) -> None:
         self._main = main
@@ -170,6 +169,10 @@ class GroupMembership:
         """Leave the group (a static member only stops: the broker waits a session timeout
         for it to come back before its tasks move)."""
         self._stop.set()
+        loop, stopped = self._loop, self._stopped
+        if loop is not None and stopped is not None:
+            with contextlib.suppress(RuntimeError):  # its loop has ended already
+                loop.call_soon_threadsafe(stopped.set)
         if self._thread is not None:
             self._thread.join(timeout)
 
@@ -209,6 +212,27 @@ class GroupMembership:
         return SamzaError(f"consumer group {self.group!r} on Kafka at {self.servers}: "
                           f"{name}: {exc}; the container stopped: start it again")
 
+    async def _take_part(self, consumer: AIOKafkaConsumer) -> None:
+        """Poll (nothing to read: every partition is paused) to take part in the group, until
+        stopped. A poll waits while the group rebalances, and a rebalance waits for every
+        member, a frozen one too: a stop does not wait for it."""
+        self._loop = asyncio.get_running_loop()
+        self._stopped = asyncio.Event()
+        stopped = asyncio.ensure_future(self._stopped.wait())
+        try:
+            while not self._stop.is_set():
+                poll = asyncio.ensure_future(consumer.getmany(timeout_ms=200))
+                await asyncio.wait({poll, stopped}, return_when=asyncio.FIRST_COMPLETED)
+                if not poll.done():
+                    poll.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, KafkaError):
+                        await poll
+                    return
+                poll.result()
+                await self.check_fenced()
+        finally:
+            stopped.cancel()
+
     async def _member(self) -> None:
         settings = dict(self.settings)
         session = int(settings["session_timeout_ms"])
@@ -227,13 +251,11 @@ class GroupMembership:
             await consumer.start()
             watch_coordinator(consumer, self.lease)
             consumer.subscribe(self.assignor.topics(), listener=_Listener(self))
-            while not self._stop.is_set():
-                # nothing to read (every partition is paused): takes part in the group
-                await consumer.getmany(timeout_ms=200)
-                await self.check_fenced()
+            await self._take_part(consumer)
         finally:
-            with contextlib.suppress(KafkaError, OSError, asyncio.CancelledError):
-                await consumer.stop()
+            # a join under way waits for every member, a frozen one too (until its session
+            # times out): the member leaves without it (the broker drops it at that join's end)
+            await stop_client(consumer, min(1.0, self.shutdown_s / 4))
 
 
 class GroupContainer(Container):
@@ -559,9 +581,9 @@ class GroupContainer(Container):
                 else:
                     self.state.close_task(m.name)  # type: ignore[attr-defined]
             return
-        except BaseException as exc:
+        except Exception as exc:  # the container fails with it (``_serve`` raises it)
             await self.on_failed(exc)
-            raise
+            return
         finally:
             for m in models:
                 self._restoring.pop(m.name, None)
@@ -577,7 +599,14 @@ class GroupContainer(Container):
         out = {}
         for name, spec in self.job.plan.stores.items():
             if spec.kind == "table" or spec.op_id in ops:
-                out[name] = self.state.open(m, name, self._changelogs[m.name].get(name))
+                try:
+                    out[name] = self.state.open(m, name, self._changelogs[m.name].get(name))
+                except Exception as exc:  # those opened close with the container
+                    raise SamzaError(
+                        f"container {self._label()}: task {m.name!r} came to it and its store "
+                        f"{name!r} could not be opened and restored: {type(exc).__name__}: "
+                        f"{exc}; the container stopped (the group deals its tasks to the other "
+                        f"members): fix the cause under job.dir and start it again") from exc
         return out
 
     def store(self, task: TaskModel, store_name: str) -> Any:
@@ -649,7 +678,11 @@ class GroupContainer(Container):
 
 
 def _readers_task(reader: Any) -> Any:
-    """The task a reader key belongs to (a container of a group has no fan of virtual tasks)."""
+    """The task a reader key belongs to. A container of a group reads for each of its tasks
+    apart (``_start_ready``), so a virtual task reads through a ``BucketFan`` of its own (it
+    keeps its key bucket of the partition), and the fan belongs to that one task."""
+    if isinstance(reader, BucketFan):
+        return reader.tasks[0]
     return reader
 
 

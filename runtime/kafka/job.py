@@ -50,6 +50,7 @@ from runtime.kafka.admin import (
 )
 from runtime.kafka.assignor import TaskAssignor
 from runtime.kafka.changelog import KafkaChangelog
+from runtime.kafka.claim import ContainerClaim
 from runtime.kafka.group import (
     GroupContainer,
     GroupMembership,
@@ -135,6 +136,8 @@ class KafkaJob:
         #: where the outputs started, for a job whose containers run in other processes
         self.output_start: dict[TopicPartition, int] | None = None
         self.lock = JobLock(self.root, self.job_name)
+        #: a static container's claim on its id (``runtime.kafka.claim``)
+        self.claim: ContainerClaim | None = None
         #: how the job's containers share its tasks (``runtime.kafka.group``)
         self.coordinator = job_coordinator(effective, follow=follow, job_name=self.job_name)
         unavailable = config_value(effective, UNAVAILABLE_KEY) / 1000.0
@@ -153,6 +156,7 @@ class KafkaJob:
         try:
             await job._build()
         except BaseException:
+            job._unclaim()
             job.lock.release()
             await job.watch.stop()
             producer = getattr(job, "producer", None)
@@ -273,6 +277,7 @@ class KafkaJob:
         else:
             self.container_id, self.tasks = job_containers(job, cfg)
             self.lock.run(self.container_id, int(config_value(cfg, "job.container.count")))
+            await self._claim()
         # a member of a group learns its run's generation with its first tasks (_take_over)
         self.generation = producer.generation = self.checkpoints.generation if group else \
             await self.start_run(join=self.container_id is not None)
@@ -307,6 +312,25 @@ class KafkaJob:
         self.watch.on_back = self.check_data
         self.watch.start()  # stopped when the producer closes
 
+    async def _claim(self) -> None:
+        """A container with an id claims it on the brokers: a second process for it on another
+        host is refused as the job.dir lock refuses one on this host (``runtime.kafka.claim``)."""
+        if self.container_id is None:
+            return
+        claim = ContainerClaim(self.servers, self.checkpoint_topic, self.consumer_settings,
+                               job_name=self.job_name, container=str(self.container_id),
+                               job_dir=self.root, timeout=self.timeout)
+        await asyncio.to_thread(claim.start)
+        self.claim = claim
+        loop = asyncio.get_running_loop()
+
+        def lost(exc: SamzaError) -> None:
+            for t in getattr(getattr(self, "container", None), "tasks", []):
+                t.fail(exc)
+        def on_lost(exc: SamzaError) -> None:  # on the claim's thread
+            loop.call_soon_threadsafe(lost, exc)
+        claim.on_lost = on_lost
+
     def _member(self, parts: dict[str, Any]) -> GroupContainer:
         """The container of a member of the job's consumer group (``job.coordinator=kafka``)."""
         label, instance = member_ids(self.container_id)
@@ -316,7 +340,9 @@ class KafkaJob:
         def membership(container: GroupContainer) -> GroupMembership:
             assignor = TaskAssignor(self.job, self.job_name, host=host_name(), container=label,
                                     standby_replicas=replicas - 1,
-                                    positions=container.store_positions)
+                                    positions=container.store_positions,
+                                    saved=None if instance is None else os.path.join(
+                                        self.root, "group-subscription"))
             return GroupMembership(container, self.servers, self.job_name, assignor,
                                    self.consumer_settings, instance_id=instance,
                                    shutdown_s=shutdown_s)
@@ -542,7 +568,14 @@ class KafkaJob:
 
     def release_lock(self) -> None:
         """Let another process run this container (its run is over)."""
+        self._unclaim()
         self.lock.release()
 
     def close(self) -> None:
+        self._unclaim()
         self.lock.release()
+
+    def _unclaim(self) -> None:
+        claim, self.claim = self.claim, None
+        if claim is not None:
+            claim.stop()

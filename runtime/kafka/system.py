@@ -39,12 +39,14 @@ from samza_dsl.errors import SamzaError
 
 __all__ = ["KafkaConsumer", "KafkaProducer", "KafkaCheckpoints", "CheckpointTopic", "kafka_error",
            "new_consumer", "offset_bounds", "read_checkpoint_topic", "stop_client",
-           "true_end_offsets"]
+           "true_end_offsets", "CONTAINER_KEY"]
 
 _GENERATION = b"__generation__"
 _ELASTICITY = b"__elasticity__"
 #: the key prefix of a group member's record (``KafkaCheckpoints.write_member``)
 _MEMBER = b"__member__"
+#: the key prefix of a static container's claim on its id (``runtime.kafka.claim``)
+CONTAINER_KEY = b"__container__"
 
 
 
@@ -613,6 +615,8 @@ async def read_checkpoint_topic(servers: str, topic: str, settings: Mapping[str,
             while end and await consumer.position(tp) < end:
                 batch = await consumer.getmany(tp, timeout_ms=200)
                 for r in batch.get(tp, []):
+                    if r.key is not None and r.key.startswith(CONTAINER_KEY):
+                        continue  # a container's claim on its id (runtime.kafka.claim)
                     out.records += 1
                     out.last_write = r.timestamp
                     if r.key == _GENERATION and r.value is not None:

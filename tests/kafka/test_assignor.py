@@ -214,6 +214,30 @@ def test_a_member_sends_what_it_ran_and_its_store_positions() -> None:
     assert sent.positions == {job.tasks[3].index: 42}
 
 
+def test_a_static_member_back_sends_its_last_subscription_as_it_was(tmp_path: Any) -> None:
+    """The broker hands a static member that rejoins its tasks without a rebalance only when
+    its subscription is unchanged: a new process of the member sends its last one again, byte
+    for byte, at its first join; then what it runs, as before. Another plan, host or container
+    sends its own."""
+    job = job_of(plan_app())
+    saved = str(tmp_path / "group-subscription")
+    a = TaskAssignor(job, "assign-t-1", host="h1", container="0", saved=saved)
+    out = a.assign(None, {"m-a": a.metadata(a.topics())})
+    a.on_assignment(out["m-a"])
+    last = a.metadata(a.topics()).user_data
+    back = TaskAssignor(job, "assign-t-1", host="h1", container="0", saved=saved)
+    assert back.metadata(back.topics()).user_data == last
+    assert back.instance == a.instance
+    assert back.metadata(back.topics()).user_data != last  # it ran nothing yet, says so
+    for name, host, container in (("assign-t-2", "h1", "0"), ("assign-t-1", "h2", "0"),
+                                  ("assign-t-1", "h1", "1")):
+        (tmp_path / "group-subscription").write_bytes(last)
+        other = TaskAssignor(job, name, host=host, container=container, saved=saved)
+        sent = msgspec.msgpack.decode(other.metadata(other.topics()).user_data,
+                                      type=SubscriptionData)
+        assert (sent.generation, sent.active, sent.instance) == (-1, [], other.instance)
+
+
 def test_the_fingerprint_is_stable_and_follows_the_plans_shape() -> None:
     one = plan_fingerprint(job_of(plan_app()), "j-1")
     assert one == plan_fingerprint(job_of(plan_app()), "j-1")

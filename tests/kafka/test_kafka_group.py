@@ -150,3 +150,42 @@ def test_the_coordinator_is_kafka_only_for_runs_that_follow_and_says_what_to_do_
         assert words in str(err.value) and "\n" not in str(err.value), str(err.value)
     with pytest.raises(ConfigError, match="must be kafka or static"):
         LocalRunner(app, {"job.coordinator": "zookeeper"})
+
+
+def test_a_member_whose_store_restore_fails_stops_naming_the_store_and_task_and_the_group_goes_on(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    """The second member cannot open the stores of the tasks it is dealt (a file stands where
+    their directories go): it stops with an error naming the store and the task; the first
+    member runs every task again and every count is exact."""
+    from runtime.jobdir import store_dir
+
+    tag = uuid.uuid4().hex[:8]
+    run(create_topic(kafka_bootstrap, f"gevents-{tag}", 4))
+    first = Member(tmp_path / "host-0", kafka_bootstrap, tag)
+    members = [first]
+    try:
+        wait_for("the first member runs every task", lambda: settled(members, 4), 60, members)
+        run(produce_each(kafka_bootstrap, f"gevents-{tag}", _events(0, 200)))
+        wait_for("the first events are counted", lambda: final_counts(outputs(
+            kafka_bootstrap, tag)) == _expected(200), 60, members)
+        broken = tmp_path / "host-1" / "job"
+        for p in range(4):
+            path = Path(store_dir(str(broken), "counts", f"Partition {p}"))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("not a store directory")
+        second = Member(tmp_path / "host-1", kafka_bootstrap, tag)
+        code = second.proc.wait(SESSION_MS / 1000 + 60)
+        text = second.text()
+        assert code != 0, text[-3000:]
+        error = [line for line in text.splitlines() if "error" in line]
+        assert any("store 'counts'" in line and "task 'Partition " in line for line in error), \
+            text[-3000:]
+        wait_for("the first member runs every task again", lambda: len(
+            first.assignment()[1]) == 4 and first.assignment()[0] > 0, SESSION_MS / 1000 + 60,
+            [first])  # type: ignore[index]
+        run(produce_each(kafka_bootstrap, f"gevents-{tag}", _events(200, 200)))
+        wait_for("every event is counted", lambda: final_counts(outputs(kafka_bootstrap, tag))
+                 == _expected(400), 90, [first])
+    finally:
+        code = first.stop()
+    assert code == 0, first.text()[-3000:]

@@ -92,3 +92,34 @@ def test_a_member_stopped_with_sigterm_commits_and_hands_over_nothing_is_process
             feeder.join(120)
         codes = [m.stop() for m in members if m is not leaving]
     assert codes == [0, 0], [m.text()[-2000:] for m in members]
+
+
+def test_a_member_stopped_while_the_group_waits_for_a_frozen_one_leaves_within_the_shutdown_time(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    """One of two members is frozen (SIGSTOP) and a third joins: the group's join waits for the
+    frozen one until its session times out. The other member, stopped (SIGTERM) meanwhile,
+    commits and ends within task.shutdown.ms and a little, not when the join ends."""
+    tag = uuid.uuid4().hex[:8]
+    run(create_topic(kafka_bootstrap, f"gevents-{tag}", 4))
+    settings = ("-c", "systems.kafka.consumer.session.timeout.ms=20000",
+                "-c", "task.shutdown.ms=3000")
+    members = [Member(tmp_path / f"host-{i}", kafka_bootstrap, tag, *settings) for i in range(2)]
+    stopping, frozen = members
+    try:
+        wait_for("two members split the tasks", lambda: settled(members, 4), 90, members)
+        frozen.signal(signal.SIGSTOP)
+        members.append(Member(tmp_path / "host-2", kafka_bootstrap, tag, *settings))
+        wait_for("the group rebalances (the member to stop learns it)",
+                 lambda: "rebalancing" in stopping.text(), 30, [stopping])
+        time.sleep(1.0)  # its join is under way, waiting for the frozen member
+        began = time.monotonic()
+        stopping.signal(signal.SIGTERM)
+        code = stopping.proc.wait(60)
+        took = time.monotonic() - began
+        assert code == 0, stopping.text()[-3000:]
+        assert took < 3.0 + 2.0, f"it took {took:.1f} s to stop:\n{stopping.text()[-3000:]}"
+    finally:
+        frozen.signal(signal.SIGCONT)
+        codes = [m.stop() for m in members[1:]]
+        stopping.stop()
+    assert codes == [0, 0], [m.text()[-2000:] for m in members[1:]]
