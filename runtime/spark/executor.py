@@ -863,16 +863,16 @@ def _column_window(op: Operator) -> tuple[str, bool] | None:
     message's key and whose event-time function one field of its value (``kv.key``,
     ``kv.value["ts"]``, as ``planner.fields`` reads them): that field, and whether its fold
     reads the message it folds. Else None."""
-    window = getattr(op.spec, "window", None)
-    if getattr(op, "process_columns", None) is None or window is None:
+    if op.process_columns is None or not isinstance(op.spec, WindowSpec):
         return None
+    window = op.spec.window
     if field_path(window.key_fn) != (("attr", "key"),):
         return None
     path = field_path(window.event_time)
     if path is None or len(path) != 2 or path[0] != ("attr", "value") \
             or path[1][0] != "item" or type(path[1][1]) is not str:
         return None
-    return path[1][1], not ignores(getattr(op, "_fold", None), 0, 2)
+    return path[1][1], not ignores(op.fold_fn, 0, 2)
 
 
 def per_message_windows(plan: Any, stage: Any) -> list[str]:
