@@ -1023,9 +1023,7 @@ class TumblingWindowOperator(AlignedWindowOperator):
             data_type: type = KV  # the messages' type, once one was seen not to be a control's
             xs, folded = cols if cols is not None else ((), ())
             # the last pane's start, its values in ``_dirty``, and the times in ms (floats)
-            # inside it whose rounding cannot leave it nor reach ``limit`` (round is
-            # monotonic): such a record takes that pane with no rounding, and is not late
-            # (its pane was not, and the watermark cannot pass its end in the run)
+            # inside it whose rounding cannot leave it nor reach ``limit`` (``pane_of``)
             start = 0
             panes: dict[Any, Any] = {}
             lo = hi = 0.0
