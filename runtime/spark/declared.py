@@ -678,6 +678,8 @@ def _line_error(d: DeclaredWindow, exc: Exception, starts: list[int], keys: list
 
 def _after_failure(d: DeclaredWindow, f: OperatorFailure, where: str) -> PassFailure:
     """The error of an operator after the window failing (``where``: on which pane)."""
+    if isinstance(f.cause, PassFailure):  # an output's own words: a message not JSON
+        return PassFailure(f.cause.detail)
     return PassFailure(f"operator {f.op_id!r} failed{where} (input {d.input!r}, declared "
                        f"tier): {f.reason}; fix the function or the input and run again: "
                        f"nothing was written")

@@ -57,7 +57,14 @@ from runtime.in_flight import coroutine_wait
 from runtime.metrics import OpMeter
 from runtime.spark.meter import LATE_SENT, add_run, meter_report, new_meter
 from runtime.spark.shuffle import DistinctKeys, Encoded, Records, RowColumns
-from runtime.wiring import PartitionRule, Wiring, build_operators, operator_emit, partition_of
+from runtime.wiring import (
+    PartitionRule,
+    Wiring,
+    build_operators,
+    operator_emit,
+    partition_of,
+    record_sender,
+)
 from samza_dsl.config import config_value
 from samza_dsl.kv import KV
 from samza_dsl.spec import (
@@ -272,32 +279,20 @@ class PassExecutor:
         self.control_ns[op_id] = self.control_ns.get(op_id, 0) + ns
 
     def _sender(self, stream_id: str, op_id: str) -> Emit:
-        """The terminal writing to ``stream_id``: the partition as the streaming runtime picks it
-        (``runtime.wiring.partition_of``); a broadcast stream's records go to every partition."""
+        """The terminal writing to ``stream_id``: the streaming runtime's
+        (``runtime.wiring.record_sender``), the partition as it picks it
+        (``runtime.wiring.partition_of``), into this task's output (``_Partition``); a
+        broadcast stream's records go to every partition."""
         stream = self.plan.streams[stream_id]
         rule = partition_of(self.plan, stream_id, self.counts[stream_id], self.partition)
         broadcast = stream.kind == "broadcast"
-        out = self.out
-        written = self.written
-        written.setdefault(stream_id, 0)
-        me = self.partition
+        self.written.setdefault(stream_id, 0)
+        bufs = [_Partition(self, stream_id, ALL_PARTITIONS if broadcast else p)
+                for p in range(rule.n)]
         # a JSON Lines output gets each message as its line, made here, once
         line = json_encoder(stream_id) if stream_id in self.encoded else None
-
-        def send(m: Any) -> None:
-            try:
-                p = rule(m)
-            except Exception as exc:
-                raise OperatorFailure(op_id, exc) from exc
-            if broadcast:
-                p = ALL_PARTITIONS
-            self.seq = seq = self.seq + 1
-            written[stream_id] += 1
-            if line is not None:
-                m = Encoded(line(m))
-            out.append((p, (stream_id, self.sort_ms, me, seq, self.clock_ms, m)))
-            return None
-        return send
+        encode = _as_is if line is None else (lambda m: Encoded(line(m)))
+        return record_sender(op_id, (bufs, None, None, encode), rule)
 
     def line(self, op_ids: Sequence[str]) -> Callable[[list[Any], list[int]], Columns]:
         """A batch runner for a line of operators ``op_ids`` (each gives at most one output per
@@ -791,6 +786,8 @@ class PassExecutor:
                         yield pend
                         self.source = ("", self.partition, -1)
                 except OperatorFailure as f:
+                    if isinstance(f.cause, PassFailure):  # an output's own words
+                        raise f.cause from f.cause.__cause__
                     raise PassFailure(f"operator {f.op_id!r} failed {when} in task "
                                       f"{self.task_name!r}: {type(f.cause).__name__}: "
                                       f"{f.cause}") from f.cause
@@ -829,10 +826,35 @@ class PassExecutor:
             await self._drain(0)
 
     def _failure(self, f: OperatorFailure, sid: str, part: int, off: int) -> PassFailure:
+        if isinstance(f.cause, PassFailure):  # (an output's own words: a message not JSON)
+            return PassFailure(f.cause.detail)
         return PassFailure(
             f"operator {f.op_id!r} failed on stream {sid!r} ({self.describe(sid, part, off)}) "
             f"in task {self.task_name!r}: {f.reason}; fix the function "
             f"or the input and run again: nothing was written")
+
+
+class _Partition:
+    """Where a task's sender writes the records of one target partition ``p`` of stream
+    ``sid`` (a buffer of ``runtime.wiring.record_sender``'s): ``append(m)`` adds message
+    ``m``'s record to the executor's output, stamped with the record being processed."""
+
+    __slots__ = ("ex", "sid", "p")
+
+    def __init__(self, ex: PassExecutor, sid: str, p: int) -> None:
+        self.ex = ex
+        self.sid = sid
+        self.p = p
+
+    def append(self, m: Any) -> None:
+        ex, sid = self.ex, self.sid
+        ex.seq = seq = ex.seq + 1
+        ex.written[sid] += 1
+        ex.out.append((self.p, (sid, ex.sort_ms, ex.partition, seq, ex.clock_ms, m)))
+
+
+def _as_is(m: Any) -> Any:
+    return m
 
 
 class Columns(NamedTuple):
