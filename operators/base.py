@@ -18,7 +18,7 @@ task and offset.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, cast
 
@@ -216,6 +216,15 @@ class Operator:
     #: give outputs, for ``process`` to take it. A failure raises ``FailedAt``. None: no such
     #: method (the runtime calls ``process`` per message).
     process_run: Callable[[list[Any], int, int, Any], int] | None = None
+    #: ``process_run`` for records given as columns, where the operator has such a loop (a
+    #: keyed event-time window fold): ``process_columns(keys, xs, messages, i, end)`` takes
+    #: record j as ``keys[j]`` (what the key function gives), ``xs[j]`` (the event time in
+    #: ms, a float) and ``messages[j]``, what ``fold_fn`` gets (``messages`` None: each gets
+    #: None, for a fold that never reads its message). ``fold_fn(message, value)`` is the
+    #: operator's fold (None: it has none).
+    process_columns: Callable[[list[Any], list[float], Sequence[Any] | None, int, int],
+                              int] | None = None
+    fold_fn: Callable[[Any, Any], Any] | None = None
 
     #: Event-time windows: the watermark the window is at (ms since the epoch)
     watermark: int = -(1 << 62)

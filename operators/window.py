@@ -112,10 +112,6 @@ class WindowOperator(Operator, ABC):
     opcode = "window"
     #: panes this operator has given (every firing), for the ``panes-emitted`` metric
     panes_emitted = 0
-    #: ``process_run`` for records given as columns (their keys and event times), where the
-    #: window has such a loop (a keyed event-time fold): see its docstring
-    process_columns: Callable[[list[Any], list[float], Sequence[Any] | None, int, int],
-                              int] | None = None
 
     def __init__(self, spec: WindowSpec) -> None:
         super().__init__(spec)
@@ -126,6 +122,7 @@ class WindowOperator(Operator, ABC):
         self._key_fn = resolve_fn(w.key_fn) if w.key_fn is not None else None
         self._init = resolve_fn(w.init) if w.init is not None else None
         self._fold = resolve_fn(w.fold) if w.fold is not None else None
+        self.fold_fn = self._fold
         self._event_time = resolve_fn(w.event_time) if w.event_time is not None else None
         #: a declared aggregate's finish: a pane's value from its accumulator
         self._finish = w.aggregate.finish if w.aggregate is not None else None
@@ -483,6 +480,8 @@ class TumblingWindowOperator(AlignedWindowOperator):
     def __init__(self, spec: WindowSpec) -> None:
         super().__init__(spec)
         self._dirty: dict[int, dict[Any, Any]] = {}
+        #: what ``process_columns`` folds where the fold never reads its message (Nones)
+        self._nones: list[Any] = []
         self._clean: dict[int, dict[Any, Any]] = {}
         self._cached = 0  # values in _clean
         self._cache_size: int = STORE_PROPERTIES["pane.cache.size"].default
@@ -934,7 +933,8 @@ class TumblingWindowOperator(AlignedWindowOperator):
 
     def _make_keyed_fold_process(self) -> Callable[[Any], list[Any]]:
         """The general ``process`` less its branches, for the common keyed event-time fold
-        without early triggers; ``process_run`` is set to its loop over a run of messages."""
+        without early triggers; ``process_run`` and ``process_columns`` are set to its loop
+        over a run of messages (``_make_fold_run``)."""
         dirty, key_fn, fold, event_time = self._dirty, self._key_fn, self._fold, self._event_time
         size, lateness = self.size_ms, self.lateness_ms
         closing, expiring = self._closing, self._expiring
@@ -968,32 +968,76 @@ class TumblingWindowOperator(AlignedWindowOperator):
             fold_new(message, start, key, panes)
             return out if out is not None else []
 
+        fold_run = self._make_fold_run()
+
         def process_run(messages: list[Any], i: int, end: int, stop_types: Any) -> int:
             """``process`` over messages[i:end] while no message gives outputs: the watermark
             is the runtime's (it cannot move here), or the window's own and no message moves
             it to a pane's end. Stops at a control record, a late message, or a message that
             would close panes (see ``Operator.process_run``)."""
+            return fold_run(messages[i:end], None, None, i, end, stop_types)
+
+        def process_columns(keys: list[Any], xs: list[float], messages: Sequence[Any] | None,
+                            i: int, end: int) -> int:
+            """``process_run`` over records i..end-1 given as columns, for a window whose key
+            and event-time functions read fields of the message: ``keys[j]`` is what
+            ``key_fn`` gives for message j, ``xs[j]`` what ``event_time`` gives times 1000.0.
+            ``messages[j]`` is what ``fold`` gets (None: a fold that never reads its message
+            gets None). It stops where ``process_run`` stops, for ``process`` to take the
+            record there."""
+            if messages is None:
+                messages = self._nones
+                if len(messages) < end:
+                    messages = self._nones = [None] * end
+            return fold_run(range(i, end), keys, (xs, messages), i, end, ())
+
+        self.process_run = process_run
+        self.process_columns = process_columns
+        return process
+
+    def _make_fold_run(self) -> Callable[[Sequence[Any], Sequence[Any] | None,
+                                          tuple[Sequence[float], Sequence[Any]] | None,
+                                          int, int, Any], int]:
+        """The one loop that folds a run of records into their panes, for ``process_run`` and
+        ``process_columns``: ``fold_run(run, keys, cols, i, end, stop_types)`` folds records
+        i..end-1 and returns the index of the first one it did not fold (``end``: all of
+        them). ``keys`` None: ``run`` is the messages (the loop calls the key and event-time
+        functions, and stops at one of ``stop_types``); else ``run`` is the records' indexes
+        into the columns: ``keys``, and ``cols``, their times in ms (the event time times
+        1000.0) and what the fold gets. The loop stops before a record that is late, or that
+        would close panes with the window's own watermark, for ``process`` to take it; a
+        failure raises ``FailedAt`` with the record's index."""
+        dirty, fold, size, lateness = self._dirty, self._fold, self.size_ms, self.lateness_ms
+        closing, expiring, fold_new = self._closing, self._expiring, self._fold_new
+        key_fn, event_time = self._key_fn, self._event_time
+        assert fold is not None and key_fn is not None and event_time is not None
+
+        def fold_run(run: Sequence[Any], keys: Sequence[Any] | None,
+                     cols: tuple[Sequence[float], Sequence[Any]] | None, i: int, end: int,
+                     stop_types: Any) -> int:
             local = self.local_watermark
             wm = self.watermark
             limit = run_limit() if local else _INF
             xmax = -_INF  # the largest time seen (ms, a float): the window's own watermark
-            it = iter(messages[i:end])  # the iterator tells the index when the loop stops
+            it = iter(run)  # the iterator tells the index when the loop stops
             data_type: type = KV  # the messages' type, once one was seen not to be a control's
+            xs, folded = cols if cols is not None else ((), ())
             # the last pane's start, its values in ``_dirty``, and the times in ms (floats)
-            # inside it whose rounding cannot leave it nor reach ``limit`` (round is
-            # monotonic): such a message takes that pane with no rounding, and is not late
-            # (its pane was not, and the watermark cannot pass its end in the run)
+            # inside it whose rounding cannot leave it nor reach ``limit`` (``pane_of``)
             start = 0
             panes: dict[Any, Any] = {}
             lo = hi = 0.0
             try:
                 for m in it:
-                    ty = type(m)
-                    if ty is not data_type:
-                        if ty in stop_types:
-                            return end - length_hint(it) - 1
-                        data_type = ty
-                    x = event_time(m) * 1000.0
+                    if keys is None:  # a message
+                        ty = type(m)
+                        if ty is not data_type:
+                            if ty in stop_types:
+                                return end - length_hint(it) - 1
+                            data_type = ty
+                        x = event_time(m) * 1000.0
+                    else:  # a record's index in the columns
+                        x = xs[m]
                     if not lo <= x < hi:
                         entered = pane_of(x, round(xmax) if local and xmax > wm else wm, limit)
                         if entered is None:  # ``process`` takes it
@@ -1001,7 +1045,11 @@ class TumblingWindowOperator(AlignedWindowOperator):
                         start, lo, hi, panes = entered
                     if x > xmax:
                         xmax = x
-                    key = key_fn(m)
+                    if keys is None:
+                        key = key_fn(m)
+                    else:
+                        key = keys[m]
+                        m = folded[m]
                     value = panes.get(key, _MISSING)
                     if value is not _MISSING:  # the common case: a pane changed since the commit
                         value = fold(m, value)
@@ -1015,52 +1063,6 @@ class TumblingWindowOperator(AlignedWindowOperator):
                 return end
             except Exception as exc:
                 raise FailedAt(end - length_hint(it) - 1, exc) from exc
-            finally:
-                if local and xmax > wm:
-                    self.watermark = round(xmax)
-
-        def process_columns(keys: list[Any], xs: list[float], messages: Sequence[Any] | None,
-                            i: int, end: int) -> int:
-            """``process_run`` over records i..end-1 given as columns, for a window whose key
-            and event-time functions read fields of the message: ``keys[j]`` is what
-            ``key_fn`` gives for message j, ``xs[j]`` what ``event_time`` gives times 1000.0.
-            ``messages[j]`` is what ``fold`` gets (None: a fold that never reads its message
-            gets None). It stops where ``process_run`` stops, for ``process`` to take the
-            record there."""
-            local = self.local_watermark
-            wm = self.watermark
-            limit = run_limit() if local else _INF
-            xmax = -_INF
-            start = 0
-            panes: dict[Any, Any] = {}
-            lo = hi = 0.0
-            j = i
-            folded = itertools.repeat(None) if messages is None \
-                else islice(messages, i, end)
-            try:
-                for j, key, x, m in zip(itertools.count(i), islice(keys, i, end),
-                                        islice(xs, i, end), folded,
-                                        strict=False):  # (``count``, ``repeat``: no end)
-                    if not lo <= x < hi:  # as in ``process_run``
-                        entered = pane_of(x, round(xmax) if local and xmax > wm else wm, limit)
-                        if entered is None:
-                            return j
-                        start, lo, hi, panes = entered
-                    if x > xmax:
-                        xmax = x
-                    value = panes.get(key, _MISSING)
-                    if value is not _MISSING:
-                        value = fold(m, value)
-                        if value is None:
-                            self._check_fold(value)
-                        panes[key] = value
-                    else:
-                        fold_new(m, start, key, panes)
-                        if local and start + size < limit:
-                            limit = start + size
-                return end
-            except Exception as exc:
-                raise FailedAt(j, exc) from exc
             finally:
                 if local and xmax > wm:
                     self.watermark = round(xmax)
@@ -1091,9 +1093,7 @@ class TumblingWindowOperator(AlignedWindowOperator):
                 limit = min(limit, expiring[0] + size + lateness)
             return limit
 
-        self.process_run = process_run
-        self.process_columns = process_columns
-        return process
+        return fold_run
 
     def _fold_new(self, message: Any, start: int, key: Any, panes: dict[Any, Any]) -> None:
         """Fold ``message`` into pane (start, key) that ``_dirty`` does not hold (``panes`` is

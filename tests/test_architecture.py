@@ -152,36 +152,22 @@ def test_the_scan_sees_imports() -> None:
     assert not g.has_edge("runtime.spark.executor", "runtime.task")
 
 
-#: modules others are reworking (issue 43: the task, the emit chains, Spark's executor); the
-#: integrator removes this once those land
-UNDERSCORE_SCOPE_LATER = ("runtime.spark",)
-
-
 def test_no_module_imports_another_modules_underscore_names() -> None:
-    def later(module: str) -> bool:
-        return any(module == m or module.startswith(m + ".") for m in UNDERSCORE_SCOPE_LATER)
-
     mods = modules()
     private: set[tuple[str, str]] = set()
     for name, path in mods.items():
         for node, target, _ in import_sites(name, path, set(mods)):
-            if later(name) or later(target) or not isinstance(node, ast.ImportFrom):
+            if not isinstance(node, ast.ImportFrom):
                 continue
             private |= {(name, f"{target}.{a.name}") for a in node.names
                         if a.name.startswith("_") and not a.name.startswith("__")}
     assert not private, sorted(private)
 
 
-#: modules whose long functions others are splitting (issue 43); the integrator removes this
-#: once those land
-LENGTH_SCOPE_LATER = ("runtime.spark", "operators.window")
-
-
 def test_no_function_in_the_runtime_or_the_operators_is_longer_than_100_lines() -> None:
     long = []
     for name, path in modules().items():
-        if not name.startswith(("runtime", "operators")) or any(
-                name == m or name.startswith(m + ".") for m in LENGTH_SCOPE_LATER):
+        if not name.startswith(("runtime", "operators")):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) \

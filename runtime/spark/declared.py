@@ -47,8 +47,8 @@ from typing import Any
 from operators.state import order_key
 from runtime.collector import dying_young
 from runtime.dag import OperatorFailure
+from runtime.metrics import OpMeter
 from runtime.spark.executor import Columns, PassExecutor, PassFailure
-from runtime.spark.meter import IN, OUT, PANES
 from runtime.spark.shuffle import (
     COLUMNS,
     SCHEMA,
@@ -363,7 +363,7 @@ def _line_run(plan: Any, d: DeclaredWindow, line: list[str], counts: Mapping[str
         starts: list[int] = []
         try:
             ex = PassExecutor(plan, stage_ids, part, counts, config, encoded=encoded)
-            run_line, meter = ex.line(line), ex.meters[op_id]
+            run_line, meter = ex.line(line), ex.op_meters[op_id]
             held: list[list[Any]] = [[], [], [], []]  # the rows of the last start seen
 
             def fire(cols: list[list[Any]]) -> Any:
@@ -385,9 +385,8 @@ def _line_run(plan: Any, d: DeclaredWindow, line: list[str], counts: Mapping[str
                                     default, mode) for i in order]
                 rows = sum(ns)
                 total += rows
-                meter[IN] += rows
-                meter[OUT] += len(panes)
-                meter[PANES] += len(panes)
+                meter.n_in += rows
+                meter.n_out += len(panes)
                 return columns_batch(codec, run_line(panes, order))
 
             for b in batches:
@@ -449,90 +448,21 @@ def _arrow_partials(plan: Any, d: DeclaredWindow, splits: list[tuple[str, int]],
     """The map side of ``build_declared_arrow``: split numbers -> the partial aggregates of
     their row groups (``_k, p, _pk[, _wk], _start, _n[, _v]``). ``dict_keys``: the string key
     fields of each file, read dictionary-encoded (grouped by their codes, decoded after)."""
-    agg, stream = d.aggregate, d.stream
-    kind, size, op_id = agg.kind, d.window.size_ms, d.window_op
+    agg, stream, op_id = d.aggregate, d.stream, d.window_op
     landing = landing_keys(n)
     names = {d.partition_field: "_pk", d.time_field: "_ts"}
     if len(keys) > 1:
         names[d.key_field or ""] = "_wk"
     if agg.field is not None:
         names[agg.field] = "_v"
-    value_agg = {"sum": "sum", "mean": "sum", "min": "min", "max": "max"}.get(kind)
-
-    def bad_row(what: str, name: str, f: str, row: int) -> PassFailure:
-        return PassFailure(
-            f"window {op_id!r}: field {name!r} is {what} in row {row} of {f} (input "
-            f"{d.input!r}); fix the input or filter such rows out before the window")
+    value_agg = {"sum": "sum", "mean": "sum", "min": "min", "max": "max"}.get(agg.kind)
 
     @dying_young
     def partials(batches: Iterator[Any]) -> Iterator[Any]:
-        import numpy as np
-        import pyarrow as pa
         import pyarrow.parquet as pq
 
         rule = partition_of(plan, stream, n, 0)
         placed: dict[Any, int] = {}
-
-        def aggregate(part: Any, f: str, row: int) -> Any:
-            """The partial aggregates of a batch of rows (the first is row ``row`` of ``f``)."""
-            cols = {names[c]: part.column(c) for c in part.schema.names}
-            ts = cols.pop("_ts")
-            if pa.types.is_integer(ts.type) and not ts.null_count:
-                t = ts.to_numpy(zero_copy_only=False).astype(np.int64)
-                bad = np.abs(t.astype(np.float64) * 1000.0) >= _MS_LIMIT
-                ms = np.where(bad, 0, t) * 1000
-            else:  # half to even, as round(); None is NaN here
-                x = ts.cast(pa.float64()).to_numpy(zero_copy_only=False) * 1000.0
-                bad = ~(np.abs(x) < _MS_LIMIT)
-                ms = np.rint(np.where(bad, 0.0, x)).astype(np.int64)
-            if bad.any():
-                raise bad_row("missing, None or not a finite number", d.time_field, f,
-                              row + int(np.flatnonzero(bad)[0]))
-            cols["_start"] = pa.array(ms - ms % size)
-            aggs: list[Any] = [([], "count_all")]
-            if value_agg is not None:
-                v = cols["_v"]
-                if v.null_count:
-                    r = int(np.flatnonzero(v.is_null().to_numpy(zero_copy_only=False))[0])
-                    raise bad_row("missing or None", agg.field or "", f, row + r)
-                cols["_v"] = v.cast(pa.decimal128(38, 0) if kind in ("sum", "mean")
-                                    else pa.int64())
-                aggs.append(("_v", value_agg))
-            coded = {}
-            for k in keys:
-                c = cols[k]
-                if pa.types.is_dictionary(c.type):  # group by the codes
-                    coded[k] = c.dictionary
-                    cols[k] = c.indices
-                elif pa.types.is_integer(c.type):
-                    cols[k] = c.cast(pa.int64())
-                elif pa.types.is_large_string(c.type):
-                    cols[k] = c.cast(pa.string())
-            t = pa.table(cols).group_by([*keys, "_start"], use_threads=False).aggregate(aggs)
-            for k, values in coded.items():
-                i = t.schema.get_field_index(k)
-                t = t.set_column(i, k, values.take(t.column(i)).cast(pa.string()))
-            return t
-
-        def place(t: Any) -> Any:
-            """The partials with the task partition of each partition key and its landing key."""
-            ps = []
-            _cap(placed)
-            get = placed.get
-            for k in t.column("_pk").to_pylist():
-                p = get(k)
-                if p is None:
-                    p = placed[k] = rule(KV(k, None))
-                ps.append(p)
-            arrays = [pa.array([landing[p] for p in ps], pa.int32()), pa.array(ps, pa.int32()),
-                      *(t.column(k).combine_chunks() for k in keys),
-                      t.column("_start").combine_chunks(), t.column("count_all").combine_chunks()]
-            out = ["_k", "p", *keys, "_start", "_n"]
-            if value_agg is not None:
-                arrays.append(t.column(f"_v_{value_agg}").combine_chunks())
-                out.append("_v")
-            return pa.RecordBatch.from_arrays(arrays, names=out)
-
         for b in batches:
             for i in b.column(0).to_pylist():
                 f, g = splits[i]
@@ -545,7 +475,8 @@ def _arrow_partials(plan: Any, d: DeclaredWindow, splits: list[tuple[str, int]],
                     for part in pf.iter_batches(batch_size=ARROW_BATCH, row_groups=[g],
                                                 columns=fields, use_threads=False):
                         if part.num_rows:
-                            yield place(aggregate(part, f, row))
+                            t = _partial_aggregates(d, names, keys, value_agg, part, f, row)
+                            yield _placed_partials(t, rule, placed, landing, keys, value_agg)
                         row += part.num_rows
                 except PassFailure:
                     raise
@@ -555,6 +486,84 @@ def _arrow_partials(plan: Any, d: DeclaredWindow, splits: list[tuple[str, int]],
                                       f"{type(exc).__name__}: {exc}") from exc
 
     return partials
+
+
+def _bad_row(d: DeclaredWindow, what: str, name: str, f: str, row: int) -> PassFailure:
+    return PassFailure(
+        f"window {d.window_op!r}: field {name!r} is {what} in row {row} of {f} (input "
+        f"{d.input!r}); fix the input or filter such rows out before the window")
+
+
+def _partial_aggregates(d: DeclaredWindow, names: dict[str, str], keys: list[str],
+                        value_agg: str | None, part: Any, f: str, row: int) -> Any:
+    """For ``_arrow_partials``: the partial aggregates of a batch of rows ``part`` (the first
+    is row ``row`` of file ``f``), its columns renamed by ``names``."""
+    import numpy as np
+    import pyarrow as pa
+
+    agg, size = d.aggregate, d.window.size_ms
+    cols = {names[c]: part.column(c) for c in part.schema.names}
+    ts = cols.pop("_ts")
+    if pa.types.is_integer(ts.type) and not ts.null_count:
+        t = ts.to_numpy(zero_copy_only=False).astype(np.int64)
+        bad = np.abs(t.astype(np.float64) * 1000.0) >= _MS_LIMIT
+        ms = np.where(bad, 0, t) * 1000
+    else:  # half to even, as round(); None is NaN here
+        x = ts.cast(pa.float64()).to_numpy(zero_copy_only=False) * 1000.0
+        bad = ~(np.abs(x) < _MS_LIMIT)
+        ms = np.rint(np.where(bad, 0.0, x)).astype(np.int64)
+    if bad.any():
+        raise _bad_row(d, "missing, None or not a finite number", d.time_field, f,
+                       row + int(np.flatnonzero(bad)[0]))
+    cols["_start"] = pa.array(ms - ms % size)
+    aggs: list[Any] = [([], "count_all")]
+    if value_agg is not None:
+        v = cols["_v"]
+        if v.null_count:
+            r = int(np.flatnonzero(v.is_null().to_numpy(zero_copy_only=False))[0])
+            raise _bad_row(d, "missing or None", agg.field or "", f, row + r)
+        cols["_v"] = v.cast(pa.decimal128(38, 0) if agg.kind in ("sum", "mean")
+                            else pa.int64())
+        aggs.append(("_v", value_agg))
+    coded = {}
+    for k in keys:
+        c = cols[k]
+        if pa.types.is_dictionary(c.type):  # group by the codes
+            coded[k] = c.dictionary
+            cols[k] = c.indices
+        elif pa.types.is_integer(c.type):
+            cols[k] = c.cast(pa.int64())
+        elif pa.types.is_large_string(c.type):
+            cols[k] = c.cast(pa.string())
+    t = pa.table(cols).group_by([*keys, "_start"], use_threads=False).aggregate(aggs)
+    for k, values in coded.items():
+        i = t.schema.get_field_index(k)
+        t = t.set_column(i, k, values.take(t.column(i)).cast(pa.string()))
+    return t
+
+
+def _placed_partials(t: Any, rule: Any, placed: dict[Any, int], landing: list[int],
+                     keys: list[str], value_agg: str | None) -> Any:
+    """For ``_arrow_partials``: the partials ``t`` with the task partition of each partition
+    key (by ``rule``, remembered in ``placed``) and its landing key."""
+    import pyarrow as pa
+
+    ps = []
+    _cap(placed)
+    get = placed.get
+    for k in t.column("_pk").to_pylist():
+        p = get(k)
+        if p is None:
+            p = placed[k] = rule(KV(k, None))
+        ps.append(p)
+    arrays = [pa.array([landing[p] for p in ps], pa.int32()), pa.array(ps, pa.int32()),
+              *(t.column(k).combine_chunks() for k in keys),
+              t.column("_start").combine_chunks(), t.column("count_all").combine_chunks()]
+    out = ["_k", "p", *keys, "_start", "_n"]
+    if value_agg is not None:
+        arrays.append(t.column(f"_v_{value_agg}").combine_chunks())
+        out.append("_v")
+    return pa.RecordBatch.from_arrays(arrays, names=out)
 
 
 def _window_run(plan: Any, d: DeclaredWindow, counts: Mapping[str, int],
@@ -582,7 +591,7 @@ def _window_run(plan: Any, d: DeclaredWindow, counts: Mapping[str, int],
         try:
             ex = PassExecutor(plan, stage_ids, part, counts, config, encoded=encoded)
             nexts = ex.wiring.nexts(op_id)
-            meter = ex.meters[op_id]
+            meter = ex.op_meters[op_id]
             total = 0
 
             okeys: dict[Any, bytes] = {}  # window key -> order_key (keys are scalars)
@@ -613,9 +622,8 @@ def _window_run(plan: Any, d: DeclaredWindow, counts: Mapping[str, int],
                         count += n_rows
                     panes.append(WindowPane(WindowKey(wk, pane_id), finish(acc), default, mode))
                     total += count
-                    meter[IN] += count
-                meter[OUT] += len(panes)
-                meter[PANES] += len(panes)
+                    meter.n_in += count
+                meter.n_out += len(panes)
                 pane: Any = None
                 try:
                     for pane in panes:
@@ -676,6 +684,8 @@ def _line_error(d: DeclaredWindow, exc: Exception, starts: list[int], keys: list
 
 def _after_failure(d: DeclaredWindow, f: OperatorFailure, where: str) -> PassFailure:
     """The error of an operator after the window failing (``where``: on which pane)."""
+    if isinstance(f.cause, PassFailure):  # an output's own words: a message not JSON
+        return PassFailure(f.cause.detail)
     return PassFailure(f"operator {f.op_id!r} failed{where} (input {d.input!r}, declared "
                        f"tier): {f.reason}; fix the function or the input and run again: "
                        f"nothing was written")
@@ -741,6 +751,17 @@ _PANE_SCHEMA = ("_t int, _start long, _okey binary, _i int, p int, off long, k b
 _PANE_COLUMNS = ("_t", "_start", "_okey", "_i", "p", "off", "k", "m")
 
 
+def _check_panes(d: DeclaredWindow, keys: list[Any], starts: list[int], bad_tss: list[Any],
+                 bad_vs: list[Any], values: list[Any], counting: bool) -> None:
+    """For ``_build_one_per_key``: the error of the first pane of a batch whose rows had a bad
+    time or value (a value None, but for a count), if one has."""
+    if any(bad_tss) or any(bad_vs) or (not counting and None in values):
+        for pk, start, bad_ts, bad_v, value in zip(keys, starts, bad_tss, bad_vs, values,
+                                                   strict=True):
+            if bad_ts or bad_v or (value is None and not counting):
+                raise _pane_failure(d, pk, start, bad_ts, bad_v)
+
+
 def _build_one_per_key(spark: Any, plan: Any, d: DeclaredWindow, line: list[str], panes: Any,
                        n: int, counts: Mapping[str, int],
                        tally: Callable[[PassExecutor, dict[str, int]], None],
@@ -752,7 +773,6 @@ def _build_one_per_key(spark: Any, plan: Any, d: DeclaredWindow, line: list[str]
     then moves what they write to its task partitions and sorts it into the order the general
     tier writes it, by pane start, key and place among the pane's outputs. One Python step,
     where the general case has two, and no call per message between the operators."""
-    import pyarrow as pa
 
     stage_ids = [d.window_stage]
     config = plan.config
@@ -771,7 +791,7 @@ def _build_one_per_key(spark: Any, plan: Any, d: DeclaredWindow, line: list[str]
         spark_part = ctx.partitionId() if ctx is not None else 0
         rule = partition_of(plan, stream, n, 0)
         placed: dict[Any, tuple[Any, ...]] = {}  # key -> (task partition, order key, task)
-        tasks: dict[int, tuple[PassExecutor, Any, list[int]]] = {}
+        tasks: dict[int, tuple[PassExecutor, Any, OpMeter]] = {}
         total = 0
         keys: list[Any] = []
         starts: list[int] = []
@@ -781,7 +801,7 @@ def _build_one_per_key(spark: Any, plan: Any, d: DeclaredWindow, line: list[str]
             task = tasks.get(p)
             if task is None:
                 ex = PassExecutor(plan, stage_ids, p, counts, config, encoded=encoded)
-                task = tasks[p] = (ex, ex.line(line), ex.meters[op_id])
+                task = tasks[p] = (ex, ex.line(line), ex.op_meters[op_id])
             _cap(placed)
             out = placed[key] = (p, order_key(key), task)
             return out
@@ -792,11 +812,7 @@ def _build_one_per_key(spark: Any, plan: Any, d: DeclaredWindow, line: list[str]
                     continue
                 keys, starts, ns, bad_tss, bad_vs, values = (
                     b.column(i).to_pylist() for i in range(6))
-                if any(bad_tss) or any(bad_vs) or (not counting and None in values):
-                    for pk, start, bad_ts, bad_v, value in zip(keys, starts, bad_tss, bad_vs,
-                                                               values, strict=True):
-                        if bad_ts or bad_v or (value is None and not counting):
-                            raise _pane_failure(d, pk, start, bad_ts, bad_v)
+                _check_panes(d, keys, starts, bad_tss, bad_vs, values, counting)
                 # a batch at a time: each key placed (once per worker), each pane made, then
                 # each task partition's panes through its line of operators
                 get = placed.get
@@ -814,14 +830,13 @@ def _build_one_per_key(spark: Any, plan: Any, d: DeclaredWindow, line: list[str]
                                                  key=task_of.__getitem__):
                     idx = list(same)
                     _ex, run_line, meter = tasks[p]
-                    meter[IN] += sum([ns[i] for i in idx])
-                    meter[OUT] += len(idx)
-                    meter[PANES] += len(idx)
+                    meter.n_in += sum([ns[i] for i in idx])
+                    meter.n_out += len(idx)
                     cols = run_line([panes_in[i] for i in idx], idx)
                     if cols.tags:
                         written.append((p, cols))
                 if written:
-                    yield pane_batch(written, starts, okeys)
+                    yield _pane_batch(codec, written, starts, okeys)
             for p, (ex, _line, _meter) in sorted(tasks.items()):
                 _end_line(ex, op_id, p)
         except PassFailure:
@@ -835,50 +850,59 @@ def _build_one_per_key(spark: Any, plan: Any, d: DeclaredWindow, line: list[str]
             tally(ex, extra)
             extra = {}
 
-    def pane_batch(written: list[tuple[int, Columns]], starts: list[int],
-                   okeys: list[bytes]) -> Any:
-        """The records of a batch's panes (``_PANE_SCHEMA``): ``written`` holds each task
-        partition's (``PassExecutor.line``), tagged with the pane's row in the batch."""
-        tags = [t for _, c in written for t in c.tags]
-        places: list[int] = []
-        ks: list[bytes | None] = []
-        ms: list[bytes] = []
-        dump = codec.dumper()
-        for _, c in written:
-            if len(set(c.tags)) == len(c.tags):  # a record per pane: each the pane's first
-                places.extend([0] * len(c.tags))
-            else:
-                before, i = -1, 0
-                for t in c.tags:
-                    i = i + 1 if t == before else 0
-                    before = t
-                    places.append(i)
-            if c.lines is not None:
-                ks.extend([None] * len(c.lines))
-                ms.extend(c.lines)
-            else:
-                for k, mb in map(dump, itertools.repeat(c.sid), c.messages):
-                    ks.append(k)
-                    ms.append(mb)
-        offsets = [range_array(c.offsets) for _, c in written]
-        return pa.RecordBatch.from_arrays([
-            pa.array([p for p, c in written for _ in c.tags], pa.int32()),
-            pa.array([starts[t] for t in tags], pa.int64()),
-            pa.array([okeys[t] for t in tags], pa.binary()), pa.array(places, pa.int32()),
-            pa.array([q for _, c in written for q in c.parts], pa.int32()),
-            offsets[0] if len(offsets) == 1 else pa.concat_arrays(offsets),
-            pa.array(ks, pa.binary()), pa.array(ms, pa.binary())], names=_PANE_COLUMNS)
+    return _panes_by_task(spark, plan, d, line, rows.mapInArrow(run, _PANE_SCHEMA), n, codec)
 
+
+def _panes_by_task(spark: Any, plan: Any, d: DeclaredWindow, line: list[str], written: Any,
+                   n: int, codec: ShuffleCodec) -> PassOutput:
+    """For ``_build_one_per_key``: the records its tasks wrote (``written``, rows of
+    ``_PANE_SCHEMA``) moved to their task partitions and sorted in the general tier's order."""
     # what every record of the line has alike is added here, in the JVM: the stream, the
     # task partition it came from, and the times (a pane's records are written at
     # end-of-stream, with no record being processed)
     sid = plan.app.operator(line[-1]).stream_id
     text = "'" + sid.replace("\\", "\\\\").replace("'", "\\'") + "'"
-    by_task = shuffle(spark, rows.mapInArrow(run, _PANE_SCHEMA), n, _PANE_COLUMNS[1:4],
-                      column="_t").selectExpr(
+    by_task = shuffle(spark, written, n, _PANE_COLUMNS[1:4], column="_t").selectExpr(
         "p", f"{text} AS sid", "CAST(0 AS BIGINT) AS sort_ms", "_t AS src", "off",
         "CAST(0 AS BIGINT) AS clock", "k", "m")
     out = PassOutput(spark, codec, f"pass {d.partition_stage}+{d.window_stage} ({SQL_TIER})",
                      df=by_task)
     out.partitions = n  # the shuffle into the task partitions
     return out
+
+
+def _pane_batch(codec: ShuffleCodec, written: list[tuple[int, Columns]], starts: list[int],
+                okeys: list[bytes]) -> Any:
+    """The records of a batch's panes (``_PANE_SCHEMA``): ``written`` holds each task
+    partition's (``PassExecutor.line``), tagged with the pane's row in the batch."""
+    import pyarrow as pa
+
+    tags = [t for _, c in written for t in c.tags]
+    places: list[int] = []
+    ks: list[bytes | None] = []
+    ms: list[bytes] = []
+    dump = codec.dumper()
+    for _, c in written:
+        if len(set(c.tags)) == len(c.tags):  # a record per pane: each the pane's first
+            places.extend([0] * len(c.tags))
+        else:
+            before, i = -1, 0
+            for t in c.tags:
+                i = i + 1 if t == before else 0
+                before = t
+                places.append(i)
+        if c.lines is not None:
+            ks.extend([None] * len(c.lines))
+            ms.extend(c.lines)
+        else:
+            for k, mb in map(dump, itertools.repeat(c.sid), c.messages):
+                ks.append(k)
+                ms.append(mb)
+    offsets = [range_array(c.offsets) for _, c in written]
+    return pa.RecordBatch.from_arrays([
+        pa.array([p for p, c in written for _ in c.tags], pa.int32()),
+        pa.array([starts[t] for t in tags], pa.int64()),
+        pa.array([okeys[t] for t in tags], pa.binary()), pa.array(places, pa.int32()),
+        pa.array([q for _, c in written for q in c.parts], pa.int32()),
+        offsets[0] if len(offsets) == 1 else pa.concat_arrays(offsets),
+        pa.array(ks, pa.binary()), pa.array(ms, pa.binary())], names=_PANE_COLUMNS)

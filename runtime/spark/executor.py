@@ -30,9 +30,10 @@ is late. Window ticks (``task.window.ms``) fire as the clock passes each multipl
 at once, and their outputs go downstream in input order, so a pass gives the same result on
 every run. At the end, every operator gets ``on_end_of_stream`` (stage by stage, as a task does).
 
-Each operator is metered (``runtime.spark.meter``): messages in and out, the time of its own calls
-(per message, at ticks, watermarks and end-of-stream) and a window's panes, in ``meters``, which
-the runner sums over tasks into ``ReprocessResult.operators``.
+Each operator is metered as in the streaming runtime (``runtime.metrics.OpMeter``, see
+``runtime.spark.meter``): messages in and out and the time of its own calls, in ``meters``, and
+its calls at ticks, watermarks and end-of-stream in ``control_ns``; the runner sums them over
+tasks into ``ReprocessResult.operators``.
 """
 
 from __future__ import annotations
@@ -47,14 +48,23 @@ from typing import Any, NamedTuple, cast
 import msgspec
 import networkx as nx
 
-from operators.base import FailedAt, Operator, OperatorContext, UserContext, resolve_fn
+from operators.base import IDENTITY, FailedAt, Operator, OperatorContext, UserContext, resolve_fn
 from operators.partition_by import PartitionByOperator
 from operators.state import InMemoryState, table_state
-from runtime.dag import Emit, OperatorFailure, forward
+from runtime.dag import Emit, OperatorFailure, chain_one, forward, metered
 from runtime.in_flight import coroutine_wait
-from runtime.spark.meter import IN, NS, OUT, Meter, count_outputs, metered_emit, new_meter
+from runtime.metrics import OpMeter
+from runtime.spark.meter import LATE_SENT, add_run, meter_report, new_meter
 from runtime.spark.shuffle import DistinctKeys, Encoded, Records, RowColumns
-from runtime.wiring import PartitionRule, Wiring, build_operators, partition_of
+from runtime.systems import StreamSink
+from runtime.wiring import (
+    PartitionRule,
+    Wiring,
+    build_operators,
+    operator_emit,
+    partition_of,
+    record_sender,
+)
 from samza_dsl.config import config_value
 from samza_dsl.fields import field_path, ignores
 from samza_dsl.kv import KV
@@ -94,7 +104,7 @@ class _AsyncQueue:
 
     __slots__ = ("op_id", "nexts", "calls", "meter")
 
-    def __init__(self, op_id: str, nexts: list[Emit], meter: Meter) -> None:
+    def __init__(self, op_id: str, nexts: list[Emit], meter: OpMeter) -> None:
         self.op_id = op_id
         self.nexts = nexts
         self.meter = meter
@@ -142,8 +152,11 @@ class PassExecutor:
         self.operators, stores, tables = build_operators(
             plan, self.stages, lambda name: InMemoryState(),
             lambda table_id: table_state(plan.app.tables[table_id].serde.key_serde))
-        #: op id -> its meter (``runtime.spark.meter``): messages in and out, handle ns, panes
-        self.meters: dict[str, Meter] = {op_id: new_meter() for op_id in self.operators}
+        #: op id -> its meter (``runtime.spark.meter``): messages in and out, handle ns
+        self.op_meters: dict[str, OpMeter] = {op_id: new_meter(op_id, self.task_name)
+                                              for op_id in self.operators}
+        #: op id -> the ns of its calls at ticks, watermarks and end-of-stream
+        self.control_ns: dict[str, int] = {}
         self._windows = {op_id for op_id, op in self.operators.items()
                          if isinstance(op.spec, WindowSpec)}
         self.stateful = any(isinstance(op.spec, STATEFUL) for op in self.operators.values()) \
@@ -191,6 +204,16 @@ class PassExecutor:
         self._run_into = self._run_window()
         self._columns = None if self._run_into is None else _column_window(self._run_into[0])
 
+    @property
+    def meters(self) -> dict[str, list[int]]:
+        """What each operator did in this task so far, by op id: ``[messages in, messages
+        out, handle ns, panes emitted]`` (``runtime.spark.meter``'s ``IN``, ``OUT``, ``NS``,
+        ``PANES``; panes for a window only)."""
+        return {op_id: meter_report(m, self.control_ns.get(op_id, 0),
+                                    self.metrics.get(f"{op_id}.{LATE_SENT}", 0),
+                                    op_id in self._windows)
+                for op_id, m in self.op_meters.items()}
+
     def _clock(self) -> int:
         return self.clock_ms
 
@@ -203,8 +226,12 @@ class PassExecutor:
     def _make_emit(self, op: Operator, port: int, nexts: list[Emit]) -> Emit:
         if isinstance(op.spec, AsyncFlatMapSpec):
             return self._async_emit(op, nexts)
-        emit = metered_emit(op, port, nexts, self.meters[op.op_id],
-                            window=op.op_id in self._windows)
+        meter = self.op_meters[op.op_id]
+        if op.one_to_one_port(port) is IDENTITY:  # merge, send_to, broadcast: a run reports
+            # every operator, these too
+            emit = chain_one(op.op_id, metered(IDENTITY, meter, True), nexts)
+        else:
+            emit = operator_emit(op, port, nexts, meter)
         moved = self._per_message.get(op.op_id)
         if moved is None:
             return emit
@@ -231,15 +258,14 @@ class PassExecutor:
             op, bound, _ = self._per_message[op_id]
             if ms - bound <= op.watermark:
                 continue
-            meter = self.meters[op_id]
             t = time.perf_counter_ns()
             try:
                 outs = op.on_watermark(ms - bound)
             except Exception as exc:
                 raise OperatorFailure(op_id, exc) from exc
-            meter[NS] += time.perf_counter_ns() - t
+            self._control(op_id, time.perf_counter_ns() - t)
             if outs:
-                count_outputs(meter, outs, True)
+                self.op_meters[op_id].n_out += len(outs)
                 p = forward(outs, self._nexts(op_id))
                 if p is not None:
                     pend = p if pend is None else pend + p
@@ -249,33 +275,25 @@ class PassExecutor:
     def _nexts(self, op_id: str) -> list[Emit]:
         return self.wiring.nexts(op_id)
 
+    def _control(self, op_id: str, ns: int) -> None:
+        """Adds ``ns`` to the time of ``op_id``'s calls at ticks, watermarks, end-of-stream."""
+        self.control_ns[op_id] = self.control_ns.get(op_id, 0) + ns
+
     def _sender(self, stream_id: str, op_id: str) -> Emit:
-        """The terminal writing to ``stream_id``: the partition as the streaming runtime picks it
-        (``runtime.wiring.partition_of``); a broadcast stream's records go to every partition."""
+        """The terminal writing to ``stream_id``: the streaming runtime's
+        (``runtime.wiring.record_sender``), the partition as it picks it
+        (``runtime.wiring.partition_of``), into this task's output (``_Partition``); a
+        broadcast stream's records go to every partition."""
         stream = self.plan.streams[stream_id]
         rule = partition_of(self.plan, stream_id, self.counts[stream_id], self.partition)
         broadcast = stream.kind == "broadcast"
-        out = self.out
-        written = self.written
-        written.setdefault(stream_id, 0)
-        me = self.partition
+        self.written.setdefault(stream_id, 0)
+        bufs = [_Partition(self, stream_id, ALL_PARTITIONS if broadcast else p)
+                for p in range(rule.n)]
         # a JSON Lines output gets each message as its line, made here, once
         line = json_encoder(stream_id) if stream_id in self.encoded else None
-
-        def send(m: Any) -> None:
-            try:
-                p = rule(m)
-            except Exception as exc:
-                raise OperatorFailure(op_id, exc) from exc
-            if broadcast:
-                p = ALL_PARTITIONS
-            self.seq = seq = self.seq + 1
-            written[stream_id] += 1
-            if line is not None:
-                m = Encoded(line(m))
-            out.append((p, (stream_id, self.sort_ms, me, seq, self.clock_ms, m)))
-            return None
-        return send
+        encode = _as_is if line is None else (lambda m: Encoded(line(m)))
+        return record_sender(op_id, StreamSink([b.append for b in bufs], encode=encode), rule)
 
     def line(self, op_ids: Sequence[str]) -> Callable[[list[Any], list[int]], Columns]:
         """A batch runner for a line of operators ``op_ids`` (each gives at most one output per
@@ -289,9 +307,9 @@ class PassExecutor:
         sid = getattr(last, "stream_id", None)
         if sid is None or sid not in self.plan.streams:
             raise ValueError(f"a line of operators ends in {last.op_id!r}, not a send_to")
-        steps = [(op.op_id, op.one_to_one(), op.process, self.meters[op.op_id])
+        steps = [(op.op_id, op.one_to_one(), op.process, self.op_meters[op.op_id])
                  for op in ops[:-1]]
-        send_id, send_meter = last.op_id, self.meters[last.op_id]
+        send_id, send_meter = last.op_id, self.op_meters[last.op_id]
         rule = partition_of(self.plan, sid, self.counts[sid], self.partition)
         fixed = rule.fixed if not rule.keyed else None
         encode = json_encoder(sid) if sid in self.encoded else None
@@ -327,9 +345,8 @@ class PassExecutor:
                 except Exception as exc:
                     at = len(outs)
                     raise _line_failure(op_id, exc, tags[at] if at < len(tags) else -1) from exc
-                meter[NS] += now() - t0
-                meter[IN] += len(msgs)
-                meter[OUT] += len(outs)
+                add_run(meter, len(msgs), now() - t0)
+                meter.n_out += len(outs)
                 msgs, tags = outs, out_tags
             t0 = now()
             lines: list[bytes] | None = None
@@ -361,9 +378,8 @@ class PassExecutor:
                 at = len(done)
                 raise _line_failure(send_id, exc, tags[at] if at < len(tags) else -1) from exc
             k = len(msgs)
-            send_meter[NS] += now() - t0
-            send_meter[IN] += k
-            send_meter[OUT] += k
+            add_run(send_meter, k, now() - t0)
+            send_meter.n_out += k
             written[sid] += k
             first = self.seq + 1
             self.seq += k
@@ -372,7 +388,7 @@ class PassExecutor:
         return run
 
     def _async_emit(self, op: Operator, nexts: list[Emit]) -> Emit:
-        meter = self.meters[op.op_id]
+        meter = self.op_meters[op.op_id]
         queue = _AsyncQueue(op.op_id, nexts, meter)
         self._queues.append(queue)
         process = op.process
@@ -385,10 +401,9 @@ class PassExecutor:
                 call = process(m)
             except Exception as exc:
                 raise OperatorFailure(op_id, exc) from exc
-            meter[NS] += now() - t  # starting the call; its wait is not the operator's work
-            meter[IN] += 1
+            add_run(meter, 1, now() - t)  # starting the call; its wait is not the operator's
             if type(call) is list:
-                meter[OUT] += len(call)
+                meter.n_out += len(call)
                 forward(call, nexts)
                 return None
             assert self._loop is not None
@@ -500,10 +515,9 @@ class PassExecutor:
         """Counts ``n`` records re-keyed into ``sid`` since ``t`` (ns); their offsets."""
         seq = self.seq
         self.seq = seq + n
-        meter = self.meters[op_id]
-        meter[IN] += n
-        meter[OUT] += n
-        meter[NS] += time.perf_counter_ns() - t
+        meter = self.op_meters[op_id]
+        add_run(meter, n, time.perf_counter_ns() - t)
+        meter.n_out += n
         self.written[sid] = self.written.get(sid, 0) + n
         return range(seq + 1, seq + n + 1)
 
@@ -584,7 +598,7 @@ class PassExecutor:
         assert self._run_into is not None
         op, process_run, nexts = self._run_into
         op_id = op.op_id
-        meter = self.meters[op_id]
+        meter = self.op_meters[op_id]
         recs: Sequence[tuple[Any, ...]] = records if isinstance(records, list | Records) \
             else list(records)
         msgs = recs.messages if isinstance(recs, Records) else [r[5] for r in recs]
@@ -619,8 +633,7 @@ class PassExecutor:
                 rec = recs[f.index]
                 raise self._failure(OperatorFailure(op_id, f.cause), rec[0], rec[2],
                                     rec[3]) from f.cause
-            meter[NS] += now() - t
-            meter[IN] += j - i
+            add_run(meter, j - i, now() - t)
             if j == n:
                 break
             rec = recs[j]  # it gives outputs, or is late
@@ -632,10 +645,9 @@ class PassExecutor:
             except Exception as exc:
                 raise self._failure(OperatorFailure(op_id, exc), rec[0], rec[2],
                                     rec[3]) from exc
-            meter[NS] += now() - t
-            meter[IN] += 1
+            add_run(meter, 1, now() - t)
             if outs:
-                count_outputs(meter, outs, True)
+                meter.n_out += len(outs)
                 try:
                     pend = forward(outs, nexts)
                 except OperatorFailure as f:
@@ -722,7 +734,7 @@ class PassExecutor:
                 outs = await task
             except Exception as exc:
                 raise self._failure(OperatorFailure(busiest.op_id, exc), *source) from exc
-            busiest.meter[OUT] += len(outs)
+            busiest.meter.n_out += len(outs)
             saved = (self.sort_ms, self.clock_ms, self.source)
             self.sort_ms, self.clock_ms, self.source = sort_ms, clock, source
             try:
@@ -757,8 +769,7 @@ class PassExecutor:
         for stage in self.stages:
             for op_id in stage.operators:
                 op = self.operators[op_id]
-                meter = self.meters[op_id]
-                windowed = op_id in self._windows
+                meter = self.op_meters[op_id]
                 nexts = self._nexts(op_id)
                 try:
                     self.source = ("", self.partition, -1)  # no record causes these
@@ -766,16 +777,18 @@ class PassExecutor:
                     while True:
                         t = time.perf_counter_ns()
                         outs = next(chunks, _DONE)
-                        meter[NS] += time.perf_counter_ns() - t
+                        self._control(op_id, time.perf_counter_ns() - t)
                         if outs is _DONE:
                             break
                         if outs:
-                            count_outputs(meter, outs, windowed)
+                            meter.n_out += len(outs)
                         pend = forward(outs, nexts) if outs else None
                         self.source = saved
                         yield pend
                         self.source = ("", self.partition, -1)
                 except OperatorFailure as f:
+                    if isinstance(f.cause, PassFailure):  # an output's own words
+                        raise f.cause from f.cause.__cause__
                     raise PassFailure(f"operator {f.op_id!r} failed {when} in task "
                                       f"{self.task_name!r}: {type(f.cause).__name__}: "
                                       f"{f.cause}") from f.cause
@@ -814,10 +827,35 @@ class PassExecutor:
             await self._drain(0)
 
     def _failure(self, f: OperatorFailure, sid: str, part: int, off: int) -> PassFailure:
+        if isinstance(f.cause, PassFailure):  # (an output's own words: a message not JSON)
+            return PassFailure(f.cause.detail)
         return PassFailure(
             f"operator {f.op_id!r} failed on stream {sid!r} ({self.describe(sid, part, off)}) "
             f"in task {self.task_name!r}: {f.reason}; fix the function "
             f"or the input and run again: nothing was written")
+
+
+class _Partition:
+    """Where a task's sender writes the records of one target partition ``p`` of stream
+    ``sid`` (a buffer of ``runtime.wiring.record_sender``'s): ``append(m)`` adds message
+    ``m``'s record to the executor's output, stamped with the record being processed."""
+
+    __slots__ = ("ex", "sid", "p")
+
+    def __init__(self, ex: PassExecutor, sid: str, p: int) -> None:
+        self.ex = ex
+        self.sid = sid
+        self.p = p
+
+    def append(self, m: Any) -> None:
+        ex, sid = self.ex, self.sid
+        ex.seq = seq = ex.seq + 1
+        ex.written[sid] += 1
+        ex.out.append((self.p, (sid, ex.sort_ms, ex.partition, seq, ex.clock_ms, m)))
+
+
+def _as_is(m: Any) -> Any:
+    return m
 
 
 class Columns(NamedTuple):
@@ -863,16 +901,16 @@ def _column_window(op: Operator) -> tuple[str, bool] | None:
     message's key and whose event-time function one field of its value (``kv.key``,
     ``kv.value["ts"]``, as ``planner.fields`` reads them): that field, and whether its fold
     reads the message it folds. Else None."""
-    window = getattr(op.spec, "window", None)
-    if getattr(op, "process_columns", None) is None or window is None:
+    if op.process_columns is None or not isinstance(op.spec, WindowSpec):
         return None
+    window = op.spec.window
     if field_path(window.key_fn) != (("attr", "key"),):
         return None
     path = field_path(window.event_time)
     if path is None or len(path) != 2 or path[0] != ("attr", "value") \
             or path[1][0] != "item" or type(path[1][1]) is not str:
         return None
-    return path[1][1], not ignores(getattr(op, "_fold", None), 0, 2)
+    return path[1][1], not ignores(op.fold_fn, 0, 2)
 
 
 def per_message_windows(plan: Any, stage: Any) -> list[str]:

@@ -71,7 +71,7 @@ def kafka_source(stream_id: str, descriptor: Any, given: Any, start_ms: int) -> 
     from aiokafka import TopicPartition
 
     from runtime.kafka.system import kafka_error, new_consumer, true_end_offsets
-    from runtime.spark.sources import Source, SourceError, _timing, unreadable
+    from runtime.spark.sources import Source, SourceError, source_timing, unreadable
 
     topic = given.topic or descriptor.physical_name
     servers = given.bootstrap_servers
@@ -116,7 +116,7 @@ def kafka_source(stream_id: str, descriptor: Any, given: Any, start_ms: int) -> 
                           f"input declares {descriptor.partitions}")
     names = [f"topic {topic!r} partition {p} offsets {s}..{e}" for p, s, e in splits]
     serde = descriptor.serde
-    timing = _timing(descriptor, start_ms)
+    timing = source_timing(descriptor, start_ms)
 
     def build(spark: Any) -> Any:
         def read(i: int, it: Iterator[tuple[int, int, int]]) -> Iterator[Any]:

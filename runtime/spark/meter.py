@@ -1,15 +1,19 @@
 """Per-operator counts and times of a Spark pass: what ``ReprocessResult.operators`` reports.
 
-Each operator of a pass gets a meter (a list: the cheapest thing to bump per message), and an
-emit that bumps it around the operator's own call. The metered emits here do what
-``runtime.dag.chain`` / ``chain_one`` do (which the streaming runtime shares, and which stay as
-they are), with the meter inline.
+Each operator of a pass has the streaming runtime's meter (``runtime.metrics.OpMeter``), and its
+emit is the streaming chain's, metered as there (``runtime.wiring.operator_emit``,
+``runtime.dag.metered``); a Spark task also meters an operator that passes every message on
+(a ``send_to``, a ``merge``), as a run reports every operator.
 
 Counts are exact. Time is read with ``time.perf_counter_ns``, which costs about 200 ns a read on
 a virtual machine, twice the cost of a simple operator: so the per-message calls of an operator
-are timed for its first message and every ``SAMPLE``-th one after, and ``handle-ns`` scales
-their time to all its calls (an estimate of the total, off by the spread of the call times).
-Calls at window ticks, watermarks and end-of-stream are few and timed every one.
+are timed for one in ``HANDLE_SAMPLE``, and ``handle-ns`` scales their time to all its calls
+(an estimate of the total, off by the spread of the call times). A Spark task's meter times an
+operator's first message too, as a task may give an operator few: its count of messages in
+starts at ``FIRST`` (``new_meter``) and is reported less that (``messages_in``). Calls that
+take runs of messages (a window's runs, a line of operators, a re-keying) are timed whole;
+calls at window ticks, watermarks and end-of-stream are few and timed every one, apart from
+the sampled ones (``control_ns``).
 
 What is counted, by the names the streaming runtime uses (Samza's):
 
@@ -17,30 +21,20 @@ What is counted, by the names the streaming runtime uses (Samza's):
 - ``messages-out``: what it gave downstream: outputs of ``process``, and of window ticks,
   watermarks and end-of-stream (a window's panes, and its late messages when it has ``late_to``);
 - ``handle-ns``: nanoseconds spent in the operator's own function, not in the operators after it
-  (per-message calls sampled, see above).
-  An operator that writes a stream (``partition_by``, ``broadcast``, ``send_to``) counts the write
-  too: the write is its work. An async call counts the time to start it, not the wait. A
-  ``merge`` has no function of its own: its time is 0;
-- ``panes-emitted`` (windows): the panes it emitted;
+  (per-message calls sampled, see above). An async call counts the time to start it, not the
+  wait. A ``merge`` has no function of its own: its time is that of passing the message on;
+- ``panes-emitted`` (windows): its messages out less the late messages it sent;
 - ``late-messages-dropped`` (windows): taken from the window's own late counter
   (``operators.late``), as ``late_counts`` is; ``late-messages-sent`` with ``late_to``.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+from runtime.metrics import HANDLE_SAMPLE, OpMeter
 
-from operators.base import IDENTITY, Operator
-from runtime.dag import Emit, OperatorFailure, fan_out, forward, gather_pending
-from runtime.wiring import bind_port
-from samza_dsl.late import LateMessage
-from samza_dsl.spec import BroadcastSpec, JoinSpec, PartitionBySpec, SendToSpec
-
-__all__ = ["IN", "OUT", "NS", "PANES", "SAMPLE", "MESSAGES_IN", "MESSAGES_OUT", "HANDLE_NS",
-           "PANES_EMITTED", "LATE_DROPPED", "LATE_SENT", "Meter", "new_meter", "metered_emit",
-           "count_outputs", "meter_names", "handle_ns", "timed"]
+__all__ = ["MESSAGES_IN", "MESSAGES_OUT", "HANDLE_NS", "PANES_EMITTED", "LATE_DROPPED",
+           "LATE_SENT", "FIRST", "new_meter", "messages_in", "handle_ns", "meter_names",
+           "add_run", "IN", "OUT", "NS", "PANES", "meter_report"]
 
 MESSAGES_IN = "messages-in"
 MESSAGES_OUT = "messages-out"
@@ -49,164 +43,49 @@ PANES_EMITTED = "panes-emitted"
 LATE_DROPPED = "late-messages-dropped"
 LATE_SENT = "late-messages-sent"
 
-#: ``[messages in, messages out, ns timed every call, panes emitted, ns of the sampled
-#: per-message calls]`` of one operator in one task
-Meter = list[int]
-IN, OUT, NS, PANES, SAMPLED = 0, 1, 2, 3, 4
-#: a per-message call is timed when the messages before it are a multiple of this (a power of 2)
-SAMPLE = 16
-_MASK = SAMPLE - 1
+#: the columns of a ``meter_report`` (``PassExecutor.meters``)
+IN, OUT, NS, PANES = 0, 1, 2, 3
 
-_now = time.perf_counter_ns
+#: where a Spark task's meter starts counting messages in: ``runtime.dag.metered`` times the
+#: call that brings the count to a multiple of ``HANDLE_SAMPLE``, so the first one is timed
+FIRST = HANDLE_SAMPLE - 1
 
 
-def new_meter() -> Meter:
-    return [0, 0, 0, 0, 0]
+def new_meter(op_id: str, task: str) -> OpMeter:
+    """The meter of operator ``op_id`` in Spark task ``task`` (see ``FIRST``)."""
+    meter = OpMeter(op_id, task)
+    meter.n_in = FIRST
+    return meter
 
 
-def handle_ns(meter: Meter) -> int:
-    """The operator's time: its calls timed every one, and its per-message calls' sampled time
-    scaled to all of them."""
-    calls = meter[IN]
-    timed = (calls + _MASK) // SAMPLE  # calls 0, SAMPLE, 2 * SAMPLE, ...
-    return meter[NS] + (meter[SAMPLED] * calls // timed if timed else 0)
+def messages_in(meter: OpMeter) -> int:
+    return meter.n_in - FIRST
 
 
-def meter_names(meter: Meter, window: bool) -> dict[str, int]:
-    """A meter by metric name (``panes-emitted`` only for a window)."""
-    out = {MESSAGES_IN: meter[IN], MESSAGES_OUT: meter[OUT], HANDLE_NS: handle_ns(meter)}
-    if window:
-        out[PANES_EMITTED] = meter[PANES]
-    return out
+def add_run(meter: OpMeter, calls: int, ns: int) -> None:
+    """Counts ``calls`` messages in, taken in ``ns`` nanoseconds (every one timed)."""
+    meter.n_in += calls
+    meter.ns += ns
+    meter.timed += calls
 
 
-def count_outputs(meter: Meter, outs: list[Any], window: bool) -> None:
-    """Counts ``outs`` as the operator's outputs (panes: what is not a late message)."""
-    meter[OUT] += len(outs)
-    if window:
-        meter[PANES] += sum(1 for o in outs if type(o) is not LateMessage)
+def handle_ns(meter: OpMeter, control_ns: int = 0) -> int:
+    """The operator's time: its per-message calls' timed time scaled to all of them, and
+    ``control_ns``, its calls at ticks, watermarks and end-of-stream."""
+    calls = messages_in(meter)
+    return (meter.ns * calls // meter.timed if meter.timed else 0) + control_ns
 
 
-def metered_emit(op: Operator, port: int, nexts: list[Emit], meter: Meter, *,
-                 window: bool) -> Emit:
-    """``runtime.wiring.operator_emit`` with ``meter`` bumped around the operator's own call:
-    fused when the operator gives at most one output, else through its ``process``."""
-    op_id = op.op_id
-    writes = isinstance(op.spec, PartitionBySpec | BroadcastSpec | SendToSpec)
-    one = op.one_to_one() if port == 0 else None
-    if one is not None and not window:
-        return _metered_one(op_id, one, nexts, meter, writes)
-    process = bind_port(op, port) if isinstance(op.spec, JoinSpec) else op.process
-    return _metered_chain(op_id, process, nexts, meter, window)
+def meter_names(meter: OpMeter, control_ns: int = 0) -> dict[str, int]:
+    """A meter by metric name (a window's ``panes-emitted`` is counted on the driver, from its
+    messages out and its late messages sent)."""
+    return {MESSAGES_IN: messages_in(meter), MESSAGES_OUT: meter.n_out,
+            HANDLE_NS: handle_ns(meter, control_ns)}
 
 
-def timed(fn: Callable[[Any], Any], m: Any, meter: Meter) -> Any:
-    """``fn(m)``, its time added to the meter's sampled time."""
-    t = _now()
-    r = fn(m)
-    meter[SAMPLED] += _now() - t
-    return r
-
-
-def _metered_one(op_id: str, fn: Callable[[Any], Any], nexts: list[Emit], meter: Meter,
-                 writes: bool) -> Emit:
-    """As ``runtime.dag.chain_one``, metered."""
-    nxt = fan_out(nexts) if nexts else None
-    if fn is IDENTITY and nxt is not None:
-        if writes:  # send_to, broadcast: the write is the operator's work
-            def send(m: Any) -> list[Awaitable[None]] | None:
-                n = meter[IN]
-                meter[IN] = n + 1
-                meter[OUT] += 1
-                return nxt(m) if n & _MASK else timed(nxt, m, meter)
-            return send
-
-        def passing(m: Any) -> list[Awaitable[None]] | None:  # merge: no function of its own
-            meter[IN] += 1
-            meter[OUT] += 1
-            return nxt(m)
-        return passing
-
-    if writes and nxt is not None:  # partition_by: its key function and the write
-        def emit_write(m: Any) -> list[Awaitable[None]] | None:
-            n = meter[IN]
-            meter[IN] = n + 1
-            try:
-                if n & _MASK:
-                    r = fn(m)
-                else:
-                    t = _now()
-                    r = fn(m)
-                    if r is not None:
-                        meter[OUT] += 1
-                        p = nxt(r)
-                        meter[SAMPLED] += _now() - t
-                        return p
-                    meter[SAMPLED] += _now() - t
-            except OperatorFailure:
-                raise
-            except Exception as exc:
-                raise OperatorFailure(op_id, exc) from exc
-            if r is None:
-                return None
-            meter[OUT] += 1
-            return nxt(r)
-        return emit_write
-
-    def emit(m: Any) -> list[Awaitable[None]] | None:
-        n = meter[IN]
-        meter[IN] = n + 1
-        try:
-            r = fn(m) if n & _MASK else timed(fn, m, meter)
-        except Exception as exc:
-            raise OperatorFailure(op_id, exc) from exc
-        if r is None or nxt is None:
-            if r is not None:
-                meter[OUT] += 1
-            return None
-        meter[OUT] += 1
-        return nxt(r)
-    return emit
-
-
-def _metered_chain(op_id: str, process: Callable[[Any], Any], nexts: list[Emit], meter: Meter,
-                   window: bool) -> Emit:
-    """As ``runtime.dag.chain``, metered; an awaitable result's outputs are counted when it
-    completes."""
-    def emit(m: Any) -> list[Awaitable[None]] | None:
-        n = meter[IN]
-        meter[IN] = n + 1
-        try:
-            out = process(m) if n & _MASK else timed(process, m, meter)
-        except OperatorFailure:
-            raise
-        except Exception as exc:
-            raise OperatorFailure(op_id, exc) from exc
-        if type(out) is list:
-            if not out:
-                return None
-            meter[OUT] += len(out)
-            if window:
-                meter[PANES] += sum(1 for o in out if type(o) is not LateMessage)
-            if len(out) == 1 and len(nexts) == 1:
-                return nexts[0](out[0])
-            return forward(out, nexts) if nexts else None
-        return [_continue(out, op_id, nexts, meter, window)]
-    return emit
-
-
-async def _continue(awaitable: Awaitable[Any], op_id: str, nexts: list[Emit], meter: Meter,
-                    window: bool) -> None:
-    """An operator's awaitable result: its outputs counted and passed on when it completes."""
-    try:
-        outs = await awaitable
-    except OperatorFailure:
-        raise
-    except Exception as exc:
-        raise OperatorFailure(op_id, exc) from exc
-    if outs:
-        outs = list(outs)
-        count_outputs(meter, outs, window)
-        pend = forward(outs, nexts)
-        if pend is not None:
-            await gather_pending(pend)
+def meter_report(meter: OpMeter, control_ns: int, late_sent: int, window: bool) -> list[int]:
+    """``[messages in, messages out, handle ns, panes emitted]`` of ``meter``: a window's
+    panes are its outputs less the ``late_sent`` late messages it sent (0 but for a window)."""
+    out = meter.n_out
+    return [messages_in(meter), out, handle_ns(meter, control_ns),
+            out - late_sent if window else 0]

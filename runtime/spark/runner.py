@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import functools
 import itertools
 import operator
@@ -456,33 +457,7 @@ class SparkRunner:
                 ends = compiled.build()
                 for sid in sorted(plan.output_streams):
                     doing = f"computing output {sid!r} ({compiled.labels.get(sid, 'no pass')})"
-                    sc.setJobDescription(f"samza-dsl {plan.job_name}: write {sid} to {sinks[sid]}"
-                                         if sid in sinks else
-                                         f"samza-dsl {plan.job_name}: compute {sid}")
-                    # the shuffles before it run now (adaptive execution plans stage by stage):
-                    # their stages are named by what their map side computes
-                    out = compiled.out.get(sid)
-                    if sid in encoded and out is not None and out.df is not None:
-                        # the pass wrote the lines: the JVM writes its rows, no Python step
-                        staged.append(sinks[sid])
-                        if out.partitions is not None:  # written as they are, in one action
-                            site = compiled.shuffled.get(sid)  # its stages: the pass and the write
-                            with _call_site(sc, site and f"{site}, write {sid} to {sinks[sid]}"):
-                                sinks[sid].stage(spark, None, text_lines(out.rows([sid]), False),
-                                                 out.partitions)
-                            continue
-                        with _call_site(sc, compiled.shuffled.get(sid)):
-                            lines = text_lines(out.rows([sid]))
-                        sinks[sid].stage(spark, None, lines)
-                        continue
-                    with _call_site(sc, compiled.shuffled.get(sid)):
-                        rdd = compiled.messages(sid)
-                    if sid in sinks:
-                        staged.append(sinks[sid])
-                        sinks[sid].stage(spark, rdd)
-                    else:
-                        kept[sid] = rdd.persist()
-                        rdd.count()
+                    _write_output(compiled, sid, sinks, kept, staged)
                 for end in ends:  # passes nothing reads yet (sinks, tables): run them too
                     doing = f"running {end.name}"
                     sc.setJobDescription(f"samza-dsl {plan.job_name}: run {end.name}")
@@ -499,17 +474,8 @@ class SparkRunner:
             finally:
                 sc.setJobDescription(None)
                 compiled.release()
-        counted = dict(tally.acc.value)
-        rows_in = {sid: counted.get("in:" + sid, 0) for sid in plan.input_streams}
-        rows_out = {sid: counted.get("out:" + sid, 0)
-                    for sid in (*plan.output_streams, *plan.intermediate_streams)}
-        metrics = {k[len("metric:"):]: v for k, v in counted.items() if k.startswith("metric:")}
-        result = ReprocessResult(self, plan, rows_in, rows_out, time.monotonic() - t0, kept,
-                                 {sid: sinks[sid] for sid in sinks}, metrics,
-                                 _operator_metrics(plan, counted, metrics))
-        result.tiers = dict(compiled.tiers)
-        result.columns = dict(compiled.columns)
-        return result
+        return _result(self, plan, compiled, dict(tally.acc.value), kept, sinks,
+                       time.monotonic() - t0)
 
     def stop(self) -> None:
         if self._spark is not None:
@@ -556,11 +522,12 @@ def _operator_metrics(plan: Any, counted: Mapping[str, int],
             window = isinstance(spec, WindowSpec)
             got = summed.get(op_id, {})
             m = {name: got.get(name, 0) for name in (MESSAGES_IN, MESSAGES_OUT, HANDLE_NS)}
-            if window:
-                m[PANES_EMITTED] = got.get(PANES_EMITTED, 0)
+            if window:  # its outputs are its panes and the late messages it sent
+                sent = metrics.get(f"{op_id}.{LATE_SENT}", 0)
+                m[PANES_EMITTED] = m[MESSAGES_OUT] - sent
                 m[LATE_DROPPED] = metrics.get(f"{op_id}.{LATE_DROPPED}", 0)
                 if getattr(spec, "late_to", None) is not None:
-                    m[LATE_SENT] = metrics.get(f"{op_id}.{LATE_SENT}", 0)
+                    m[LATE_SENT] = sent
             out[op_id] = m
     return out
 
@@ -709,11 +676,10 @@ class _Compiler:
         return out
 
     def _declared_pass(self, d: DeclaredWindow) -> PassOutput:
-        windows = frozenset({d.window_op})
         acc = self.acc
 
         def tally(ex: PassExecutor, extra: dict[str, int]) -> None:
-            acc.add(_tally(ex, windows, extra))
+            acc.add(_tally(ex, extra))
         build = build_declared_arrow if d.window_stage in self.arrow else build_declared
         given = self.arrow.get(d.window_stage) or self.frames[d.window_stage]
         out = build(self.spark, self.plan, d, given, self.counts[d.stream], self.counts, tally,
@@ -738,8 +704,18 @@ class _Compiler:
         return out.messages(sid)
 
     def _pass(self, stages: list[Any]) -> PassOutput:
-        plan, counts, acc, encoded = self.plan, self.counts, self.acc, self.encoded
-        codec = self.codec
+        """The pass of ``stages``: its shape (``_PassShape``) built by the first strategy of
+        ``PASS_STRATEGIES`` whose condition the shape meets (the last takes every pass)."""
+        shape = self._shape(stages)
+        for strategy in PASS_STRATEGIES:
+            if strategy.when(shape):
+                return strategy.build(self, shape)
+        raise AssertionError(f"no strategy runs pass {shape.name}")  # (the last takes all)
+
+    def _shape(self, stages: list[Any]) -> _PassShape:
+        """What the strategies of a pass of ``stages`` choose by and build from; names the
+        streams the pass writes by what it does (``labels``)."""
+        plan, counts = self.plan, self.counts
         stage_ids = [s.stage_id for s in stages]
         inputs = list(dict.fromkeys(itertools.chain.from_iterable(s.inputs for s in stages)))
         external = [sid for sid in inputs if sid in plan.input_streams]
@@ -747,189 +723,30 @@ class _Compiler:
         stateful = any(isinstance(plan.app.operator(op), WindowSpec | JoinSpec)
                        for s in stages for op in s.operators) \
             or any(s.tables_read or s.tables_written for s in stages)
-        n = max(counts[sid] for sid in inputs)
-        names = {sid: src.names for sid, src in self.sources.items()}
-        config = plan.config
         name = "+".join(stage_ids)
-        windows = frozenset(op for s in stages for op in s.operators
-                            if isinstance(plan.app.operator(op), WindowSpec))
         label = (f"{name}: {', '.join(inputs)} -> "
                  f"{', '.join(dict.fromkeys(o for s in stages for o in s.outputs))}")
         for s in stages:  # (a pass never reads what it writes)
             for sid in s.outputs:
                 self.labels[sid] = label
-        input_streams = frozenset(plan.input_streams)
-
-        def describe(sid: str, part: int, off: int) -> str:
-            files = names.get(sid)
-            if files is not None and 0 <= part < len(files):
-                return f"{files[part]}, row {off}"
-            return f"partition {part}, offset {off}"
-
         first_op = next((op for s in stages for op in s.operators), "")
-        where = (f"stream {', '.join(map(repr, inputs))} into operator {first_op!r} "
-                 f"(pass {name})")
-
-        def task(part: int, batches: Iterator[Sequence[Any]], narrow: bool) -> Iterator[list[Any]]:
-            """Run the stages over the record batches of task partition ``part``; yields what
-            they write, batch by batch; at the end adds the task's counts to the accumulator."""
-            try:
-                with messages_die_young():
-                    ex = PassExecutor(plan, stage_ids, part, counts, config, describe=describe,
-                                      narrow=narrow, encoded=encoded)
-                    read: collections.Counter[str] = collections.Counter()
-                    sid_of = operator.itemgetter(0)
-                    for recs in batches:
-                        if type(recs) is Records:
-                            read.update(recs.counts())
-                        else:
-                            read.update(map(sid_of, recs))
-                        out = ex.feed(recs)
-                        if out:
-                            yield out
-                    yield from ex.finish_chunks()
-            except PassFailure:
-                raise
-            except Exception as exc:
-                raise _pass_failure(where, part, exc) from exc
-            acc.add(_tally(ex, windows, {"in:" + sid: k for sid, k in read.items()
-                                         if sid in input_streams}))
-
-        def run_sorted(batches: Iterator[Any]) -> Iterator[Any]:
-            """mapInArrow: the sorted rows of one task partition (its Spark partition)."""
-            from pyspark import TaskContext
-
-            ctx = TaskContext.get()
-            part = ctx.partitionId() if ctx is not None else 0
-            decoded = (records_of(codec, b, carried, only) for b in batches if b.num_rows)
-            for out in task(part, decoded, narrow_sorted):
-                yield to_batch(codec, out)
-
-        carried = {sid: self.carried[sid] for sid in intermediate if sid in self.carried}
-        only: str | None = None  # the stream of every record, where rows come without it
+        task = _PassTask(
+            plan, stage_ids, counts, self.encoded, self.acc,
+            {sid: src.names for sid, src in self.sources.items()},
+            f"stream {', '.join(map(repr, inputs))} into operator {first_op!r} (pass {name})")
         aligned = all(self.sources[sid].partitions == counts[sid] for sid in external)
+        narrow = not intermediate and (not stateful or (len(external) == 1 and aligned))
         # bootstrap inputs (side inputs too) are read whole before the pass's other records
         first = sorted(sid for sid in external if plan.app.inputs[sid].bootstrap)
-        narrow = not intermediate and (not stateful or (len(external) == 1 and aligned))
         narrow_sorted = narrow and (stateful or bool(first))
-        carry = self._carry(stages) if narrow and not narrow_sorted else None
-        if carry is not None:
-            out_sid, spark_schema, arrow_schema, fields = carry
-            src = self.sources[external[0]]
-            arrow_batches, row_columns = src.arrow_batches, src.row_columns
-            in_sid = external[0]
-            assert arrow_batches is not None and row_columns is not None \
-                and src.convert is not None
-            self.carried[out_sid] = src.convert
-            key_field = self._key_field(stages[0], src)
-            self.carried_fields[out_sid], self.key_fields[out_sid] = fields, key_field
-            if src.same_clock:
-                self.same_clock.add(out_sid)
-            by_column = src.column_times if key_field is not None else None
-            # the key and the time are fields, and the readers read known fields: the input's
-            # other columns are never read
-            time_path = field_path(plan.app.inputs[in_sid].event_time)
-            read_only = None if by_column is None or fields is None else \
-                list(dict.fromkeys([key_field, *fields, *(p[1] for p in time_path or ())]))
-            every = list(src.columns.names)
-            self.columns[name] = (
-                f"read {', '.join(read_only or every)} of {in_sid}"
-                + (f"; key from column {key_field}" if by_column is not None else "")
-                + f"; carried {', '.join(fields or every)}")
-
-            def rekeyed(ex: PassExecutor, i: int, rows: Any, first: int) -> Any:
-                """The batch's records as ``PassExecutor.rekey`` gives them: from its columns
-                where the key and the event time are fields, else from its rows."""
-                if by_column is not None:
-                    cols = by_column(rows, first)
-                    if cols is not None:
-                        out = ex.rekey_column(rows.column(key_field), cols)
-                        if out is not None:
-                            return out
-                return ex.rekey(in_sid, i, row_columns(i, rows.to_pylist(), first))
-
-            def run_carried(batches: Iterator[Any]) -> Iterator[Any]:
-                """mapInArrow over the split ids: the input's rows keyed and placed, carried
-                through as they were read (``PassExecutor.rekey``: one loop a batch)."""
-                for b in batches:
-                    for i in b.column(0).to_pylist():
-                        try:
-                            with messages_die_young():
-                                ex = PassExecutor(plan, stage_ids, i, counts, config,
-                                                  describe=describe, narrow=True)
-                                read = 0
-                                for rows, first in arrow_batches(i, read_only, WIDE_BATCH):
-                                    read += rows.num_rows
-                                    yield carried_batch(codec, i, out_sid,
-                                                        rekeyed(ex, i, rows, first),
-                                                        rows if fields is None
-                                                        else rows.select(fields),
-                                                        arrow_schema)
-                                ex.finish()
-                        except PassFailure:
-                            raise
-                        except Exception as exc:
-                            raise _pass_failure(where, i, exc) from exc
-                        acc.add(_tally(ex, windows, {"in:" + external[0]: read}))
-            n_in = src.partitions
-            # a task reads several splits in turn (what it writes is shuffled after): each
-            # task costs its Python worker the pass's code to load, tens of ms
-            tasks = min(n_in, max(1, 2 * self.sc.defaultParallelism))
-            df = self.spark.range(0, n_in, 1, tasks).mapInArrow(run_carried, spark_schema)
-            return PassOutput(self.spark, codec, f"pass {name}", df=df, only=out_sid)
-        if narrow and not narrow_sorted and all(self.sources[sid].read for sid in external):
-            # each source partition is run where it was read, as it is read, into Arrow rows
-            def run_split(i: int, recs: Iterator[Any]) -> Iterator[list[Any]]:
-                batches = chunks(recs)
-                first = next(batches, None)
-                if first is not None:
-                    yield from task(i, itertools.chain([first], batches), True)
-            frames = [self._read_arrow(sid, run_split) for sid in external]
-            df = functools.reduce(lambda a, b: a.union(b), frames)
-            return PassOutput(self.spark, codec, f"pass {name}", df=df)
-        if narrow and not narrow_sorted:
-            # each source partition is run where it was read, as it is read
-            rdds = [self.sources[sid].rdd(self.spark) for sid in external]
-            union = rdds[0] if len(rdds) == 1 else self.sc.union(rdds)
-
-            def run_read(it: Iterator[Any]) -> Iterator[Any]:
-                batches = chunks(it)
-                first = next(batches, None)
-                if first is None:
-                    return
-                for out in task(first[0][2], itertools.chain([first], batches), True):
-                    yield from out
-            rdd = union.mapPartitions(run_read)
-            rdd.setName(f"pass {name}")
-            return PassOutput(self.spark, codec, f"pass {name}", rdd=rdd)
-        if narrow_sorted:
-            # one input, a Spark partition per source partition: sorted where it was read, in
-            # offset order where a window moves its watermark per record
-            src = self.sources[external[0]]
-            if src.read is not None:
-                rows = self._read_arrow(external[0], _in_own_partitions)
-            else:
-                rows = PassOutput(self.spark, codec, f"read {external[0]}",
-                                  rdd=src.rdd(self.spark).map(_in_own_partition)).rows()
-            order = OFFSET_ORDER if any(per_message_windows(plan, s) for s in stages) \
-                else ORDER
-            sorted_rows = rows.sortWithinPartitions(*_first_of(first, order))
-        elif len(inputs) == 1:  # rows of one stream: narrower through the JVM
-            rows = self._keyed_input(inputs[0], n)
-            if inputs[0] in self.same_clock:
-                rows = rows.drop("clock", "m")
-            sorted_rows = narrow_shuffle(self.spark, rows, n, ORDER)
-            only = inputs[0]
-        else:
-            parts = [self._keyed_input(sid, n) for sid in inputs]
-            union = functools.reduce(lambda a, b: a.union(b), parts)
-            sorted_rows = shuffle(self.spark, union, n, _first_of(first, ORDER))
-        df = sorted_rows.mapInArrow(run_sorted, SCHEMA)
-        out = PassOutput(self.spark, codec, f"pass {name}", df=df)
-        if not narrow:  # the map side of this shuffle: named by what it computes
-            made = dict.fromkeys(self.labels.get(sid, f"read {sid}") for sid in inputs)
-            out.shuffled = f"{STAGE_PREFIX}{plan.job_name}: {'; '.join(made)}"
-        return out
+        return _PassShape(
+            stages=stages, name=name, inputs=inputs, external=external,
+            n=max(counts[sid] for sid in inputs), first=first, narrow=narrow,
+            narrow_sorted=narrow_sorted,
+            read=all(self.sources[sid].read for sid in external),
+            carry=self._carry(stages) if narrow and not narrow_sorted else None,
+            carried={sid: self.carried[sid] for sid in intermediate if sid in self.carried},
+            task=task)
 
     def _keyed_input(self, sid: str, n: int) -> Any:
         """Stream ``sid`` as rows bound for the pass's task partitions (column ``p``)."""
@@ -1038,6 +855,323 @@ class _Compiler:
         return self.spark.range(0, src.partitions, 1, src.partitions).mapInArrow(split, SCHEMA)
 
 
+# -- the pass strategies ---------------------------------------------------------------------------
+
+class _PassTask:
+    """What a pass's Spark tasks run, shipped to the workers with them (no Spark in it): the
+    stages over the record batches of a task partition, and what each task adds to the run's
+    accumulator."""
+
+    def __init__(self, plan: Any, stage_ids: list[str], counts: dict[str, int],
+                 encoded: frozenset[str], acc: Any, names: dict[str, Any], where: str) -> None:
+        self.plan = plan
+        self.stage_ids = stage_ids
+        self.counts = counts
+        self.encoded = encoded
+        self.acc = acc
+        #: stream id -> its source partitions' names (files), for an error
+        self.names = names
+        #: the pass in words, for an error
+        self.where = where
+        self.input_streams = frozenset(plan.input_streams)
+
+    def describe(self, sid: str, part: int, off: int) -> str:
+        files = self.names.get(sid)
+        if files is not None and 0 <= part < len(files):
+            return f"{files[part]}, row {off}"
+        return f"partition {part}, offset {off}"
+
+    def executor(self, part: int, narrow: bool, encoded: bool = True) -> PassExecutor:
+        return PassExecutor(self.plan, self.stage_ids, part, self.counts, self.plan.config,
+                            describe=self.describe, narrow=narrow,
+                            encoded=self.encoded if encoded else frozenset())
+
+    def tally(self, ex: PassExecutor, extra: dict[str, int]) -> None:
+        self.acc.add(_tally(ex, extra))
+
+    def run(self, part: int, batches: Iterator[Sequence[Any]], narrow: bool
+            ) -> Iterator[list[Any]]:
+        """Run the stages over the record batches of task partition ``part``; yields what
+        they write, batch by batch; at the end adds the task's counts to the accumulator."""
+        try:
+            with messages_die_young():
+                ex = self.executor(part, narrow)
+                read: collections.Counter[str] = collections.Counter()
+                sid_of = operator.itemgetter(0)
+                for recs in batches:
+                    if type(recs) is Records:
+                        read.update(recs.counts())
+                    else:
+                        read.update(map(sid_of, recs))
+                    out = ex.feed(recs)
+                    if out:
+                        yield out
+                yield from ex.finish_chunks()
+        except PassFailure:
+            raise
+        except Exception as exc:
+            raise _pass_failure(self.where, part, exc) from exc
+        self.tally(ex, {"in:" + sid: k for sid, k in read.items() if sid in self.input_streams})
+
+
+@dataclasses.dataclass(frozen=True)
+class _PassShape:
+    """What decides how a pass runs: its stages, inputs (``external``: the application's),
+    task partitions (``n``), bootstrap inputs read first (``first``); ``narrow``: no shuffle
+    (no intermediate input, and no state unless one input feeds the pass in its source's
+    partitions), ``narrow_sorted``: narrow, with each partition sorted where it was read;
+    ``read``: every input is read straight into Arrow rows; ``carry``: a lone
+    ``partition_by`` that carries its input's columns (``_Compiler._carry``); ``carried``:
+    intermediate inputs carried so, with how their rows become messages."""
+
+    stages: list[Any]
+    name: str
+    inputs: list[str]
+    external: list[str]
+    n: int
+    first: list[str]
+    narrow: bool
+    narrow_sorted: bool
+    read: bool
+    carry: tuple[str, Any, Any, list[str] | None] | None
+    carried: dict[str, Callable[[Any], Any]]
+    task: _PassTask
+
+
+@dataclasses.dataclass(frozen=True)
+class PassStrategy:
+    """A way to run a pass: its ``name``, the condition a pass's shape meets for it
+    (``when``), and the build of the pass's output (``build``)."""
+
+    name: str
+    when: Callable[[_PassShape], bool]
+    build: Callable[[_Compiler, _PassShape], PassOutput]
+
+
+#: the ways to run a pass, in the order they are tried: the first whose condition a pass meets
+#: builds it (the last takes every pass)
+PASS_STRATEGIES: list[PassStrategy] = []
+
+
+def _strategy(name: str, when: Callable[[_PassShape], bool]
+              ) -> Callable[[Callable[[_Compiler, _PassShape], PassOutput]],
+                            Callable[[_Compiler, _PassShape], PassOutput]]:
+    """Registers the decorated build in ``PASS_STRATEGIES`` as ``name``, with condition
+    ``when``."""
+    def register(build: Callable[[_Compiler, _PassShape], PassOutput]
+                 ) -> Callable[[_Compiler, _PassShape], PassOutput]:
+        PASS_STRATEGIES.append(PassStrategy(name, when, build))
+        return build
+    return register
+
+
+@_strategy("carried", lambda p: p.carry is not None)
+def _carried_pass(c: _Compiler, p: _PassShape) -> PassOutput:
+    """A lone ``partition_by`` of a Parquet input: the input's rows keyed and placed, carried
+    through as they were read (``PassExecutor.rekey``: one loop a batch)."""
+    assert p.carry is not None
+    plan, codec, task = c.plan, c.codec, p.task
+    out_sid, spark_schema, arrow_schema, fields = p.carry
+    in_sid = p.external[0]
+    src = c.sources[in_sid]
+    arrow_batches, row_columns = src.arrow_batches, src.row_columns
+    assert arrow_batches is not None and row_columns is not None and src.convert is not None
+    c.carried[out_sid] = src.convert
+    key_field = c._key_field(p.stages[0], src)
+    c.carried_fields[out_sid], c.key_fields[out_sid] = fields, key_field
+    if src.same_clock:
+        c.same_clock.add(out_sid)
+    by_column = src.column_times if key_field is not None else None
+    # the key and the time are fields, and the readers read known fields: the input's other
+    # columns are never read
+    time_path = field_path(plan.app.inputs[in_sid].event_time)
+    read_only = None if by_column is None or fields is None else \
+        list(dict.fromkeys([key_field, *fields, *(q[1] for q in time_path or ())]))
+    every = list(src.columns.names)
+    c.columns[p.name] = (
+        f"read {', '.join(read_only or every)} of {in_sid}"
+        + (f"; key from column {key_field}" if by_column is not None else "")
+        + f"; carried {', '.join(fields or every)}")
+
+    def rekeyed(ex: PassExecutor, i: int, rows: Any, first: int) -> Any:
+        """The batch's records as ``PassExecutor.rekey`` gives them: from its columns where
+        the key and the event time are fields, else from its rows."""
+        if by_column is not None:
+            cols = by_column(rows, first)
+            if cols is not None:
+                out = ex.rekey_column(rows.column(key_field), cols)
+                if out is not None:
+                    return out
+        return ex.rekey(in_sid, i, row_columns(i, rows.to_pylist(), first))
+
+    def run_carried(batches: Iterator[Any]) -> Iterator[Any]:
+        """mapInArrow over the split ids: each split's rows, a batch at a time."""
+        for b in batches:
+            for i in b.column(0).to_pylist():
+                try:
+                    with messages_die_young():
+                        ex = task.executor(i, True, encoded=False)
+                        read = 0
+                        for rows, first in arrow_batches(i, read_only, WIDE_BATCH):
+                            read += rows.num_rows
+                            yield carried_batch(codec, i, out_sid, rekeyed(ex, i, rows, first),
+                                                rows if fields is None else rows.select(fields),
+                                                arrow_schema)
+                        ex.finish()
+                except PassFailure:
+                    raise
+                except Exception as exc:
+                    raise _pass_failure(task.where, i, exc) from exc
+                task.tally(ex, {"in:" + in_sid: read})
+    n_in = src.partitions
+    # a task reads several splits in turn (what it writes is shuffled after): each task costs
+    # its Python worker the pass's code to load, tens of ms
+    tasks = min(n_in, max(1, 2 * c.sc.defaultParallelism))
+    df = c.spark.range(0, n_in, 1, tasks).mapInArrow(run_carried, spark_schema)
+    return PassOutput(c.spark, codec, f"pass {p.name}", df=df, only=out_sid)
+
+
+@_strategy("narrow-arrow", lambda p: p.narrow and not p.narrow_sorted and p.read)
+def _narrow_arrow_pass(c: _Compiler, p: _PassShape) -> PassOutput:
+    """Each source partition run where it was read, as it is read into Arrow rows."""
+    task = p.task
+
+    def run_split(i: int, recs: Iterator[Any]) -> Iterator[list[Any]]:
+        batches = chunks(recs)
+        first = next(batches, None)
+        if first is not None:
+            yield from task.run(i, itertools.chain([first], batches), True)
+    frames = [c._read_arrow(sid, run_split) for sid in p.external]
+    df = functools.reduce(lambda a, b: a.union(b), frames)
+    return PassOutput(c.spark, c.codec, f"pass {p.name}", df=df)
+
+
+@_strategy("narrow", lambda p: p.narrow and not p.narrow_sorted)
+def _narrow_pass(c: _Compiler, p: _PassShape) -> PassOutput:
+    """Each source partition run where it was read, as it is read (an RDD's records)."""
+    task = p.task
+    rdds = [c.sources[sid].rdd(c.spark) for sid in p.external]
+    union = rdds[0] if len(rdds) == 1 else c.sc.union(rdds)
+
+    def run_read(it: Iterator[Any]) -> Iterator[Any]:
+        batches = chunks(it)
+        first = next(batches, None)
+        if first is None:
+            return
+        for out in task.run(first[0][2], itertools.chain([first], batches), True):
+            yield from out
+    rdd = union.mapPartitions(run_read)
+    rdd.setName(f"pass {p.name}")
+    return PassOutput(c.spark, c.codec, f"pass {p.name}", rdd=rdd)
+
+
+@_strategy("narrow-sorted", lambda p: p.narrow_sorted)
+def _narrow_sorted_pass(c: _Compiler, p: _PassShape) -> PassOutput:
+    """One input, a Spark partition per source partition: sorted where it was read, in
+    offset order where a window moves its watermark per record."""
+    sid = p.external[0]
+    src = c.sources[sid]
+    if src.read is not None:
+        rows = c._read_arrow(sid, _in_own_partitions)
+    else:
+        rows = PassOutput(c.spark, c.codec, f"read {sid}",
+                          rdd=src.rdd(c.spark).map(_in_own_partition)).rows()
+    order = OFFSET_ORDER if any(per_message_windows(c.plan, s) for s in p.stages) else ORDER
+    return _sorted_pass(c, p, rows.sortWithinPartitions(*_first_of(p.first, order)), None)
+
+
+@_strategy("shuffled", lambda p: len(p.inputs) == 1)
+def _shuffled_pass(c: _Compiler, p: _PassShape) -> PassOutput:
+    """Rows of one stream into the pass's task partitions: narrower through the JVM."""
+    sid = p.inputs[0]
+    rows = c._keyed_input(sid, p.n)
+    if sid in c.same_clock:
+        rows = rows.drop("clock", "m")
+    return _sorted_pass(c, p, narrow_shuffle(c.spark, rows, p.n, ORDER), sid)
+
+
+@_strategy("shuffled-union", lambda p: True)
+def _union_pass(c: _Compiler, p: _PassShape) -> PassOutput:
+    """The rows of every input, shuffled into the pass's task partitions together."""
+    union = functools.reduce(lambda a, b: a.union(b),
+                             [c._keyed_input(sid, p.n) for sid in p.inputs])
+    return _sorted_pass(c, p, shuffle(c.spark, union, p.n, _first_of(p.first, ORDER)), None)
+
+
+def _sorted_pass(c: _Compiler, p: _PassShape, sorted_rows: Any, only: str | None
+                 ) -> PassOutput:
+    """The pass over ``sorted_rows`` (each task partition's rows in a Spark partition, in
+    order; ``only``: the stream of every row, where rows come without it)."""
+    codec, task, carried, narrow_sorted = c.codec, p.task, p.carried, p.narrow_sorted
+
+    def run_sorted(batches: Iterator[Any]) -> Iterator[Any]:
+        """mapInArrow: the sorted rows of one task partition (its Spark partition)."""
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        part = ctx.partitionId() if ctx is not None else 0
+        decoded = (records_of(codec, b, carried, only) for b in batches if b.num_rows)
+        for out in task.run(part, decoded, narrow_sorted):
+            yield to_batch(codec, out)
+
+    df = sorted_rows.mapInArrow(run_sorted, SCHEMA)
+    out = PassOutput(c.spark, codec, f"pass {p.name}", df=df)
+    if not p.narrow:  # the map side of this shuffle: named by what it computes
+        made = dict.fromkeys(c.labels.get(sid, f"read {sid}") for sid in p.inputs)
+        out.shuffled = f"{STAGE_PREFIX}{c.plan.job_name}: {'; '.join(made)}"
+    return out
+
+
+def _write_output(compiled: _Compiler, sid: str, sinks: dict[str, Any], kept: dict[str, Any],
+                  staged: list[Any]) -> None:
+    """Compute output ``sid`` of the run: staged into its sink (``staged``), or kept for
+    ``ReprocessResult.messages`` (``kept``)."""
+    spark, plan, encoded = compiled.spark, compiled.plan, compiled.encoded
+    sc = spark.sparkContext
+    sc.setJobDescription(f"samza-dsl {plan.job_name}: write {sid} to {sinks[sid]}"
+                         if sid in sinks else
+                         f"samza-dsl {plan.job_name}: compute {sid}")
+    # the shuffles before it run now (adaptive execution plans stage by stage): their stages
+    # are named by what their map side computes
+    out = compiled.out.get(sid)
+    if sid in encoded and out is not None and out.df is not None:
+        # the pass wrote the lines: the JVM writes its rows, no Python step
+        staged.append(sinks[sid])
+        if out.partitions is not None:  # written as they are, in one action
+            site = compiled.shuffled.get(sid)  # its stages: the pass and the write
+            with _call_site(sc, site and f"{site}, write {sid} to {sinks[sid]}"):
+                sinks[sid].stage(spark, None, text_lines(out.rows([sid]), False),
+                                 out.partitions)
+            return
+        with _call_site(sc, compiled.shuffled.get(sid)):
+            lines = text_lines(out.rows([sid]))
+        sinks[sid].stage(spark, None, lines)
+        return
+    with _call_site(sc, compiled.shuffled.get(sid)):
+        rdd = compiled.messages(sid)
+    if sid in sinks:
+        staged.append(sinks[sid])
+        sinks[sid].stage(spark, rdd)
+    else:
+        kept[sid] = rdd.persist()
+        rdd.count()
+
+
+def _result(runner: SparkRunner, plan: Any, compiled: _Compiler, counted: dict[str, int],
+            kept: dict[str, Any], sinks: dict[str, Any], seconds: float) -> ReprocessResult:
+    """The ``ReprocessResult`` of a run whose accumulator summed ``counted``."""
+    rows_in = {sid: counted.get("in:" + sid, 0) for sid in plan.input_streams}
+    rows_out = {sid: counted.get("out:" + sid, 0)
+                for sid in (*plan.output_streams, *plan.intermediate_streams)}
+    metrics = {k[len("metric:"):]: v for k, v in counted.items() if k.startswith("metric:")}
+    result = ReprocessResult(runner, plan, rows_in, rows_out, seconds, kept,
+                             {sid: sinks[sid] for sid in sinks}, metrics,
+                             _operator_metrics(plan, counted, metrics))
+    result.tiers = dict(compiled.tiers)
+    result.columns = dict(compiled.columns)
+    return result
+
+
 def _pass_failure(where: str, part: int, exc: BaseException) -> PassFailure:
     """An error of a pass's task partition ``part`` as one line naming ``where``."""
     if isinstance(exc, MemoryError):
@@ -1048,7 +1182,7 @@ def _pass_failure(where: str, part: int, exc: BaseException) -> PassFailure:
     return PassFailure(f"{where} in task partition {part}: {type(exc).__name__}: {exc}")
 
 
-def _tally(ex: PassExecutor, windows: frozenset[str], extra: dict[str, int]) -> dict[str, int]:
+def _tally(ex: PassExecutor, extra: dict[str, int]) -> dict[str, int]:
     """What one task of a pass adds to the run's accumulator: rows written per stream, its
     counters (late messages), each operator's meters, and ``extra`` (rows read per input)."""
     tally = {"out:" + sid: k for sid, k in ex.written.items()}
@@ -1056,11 +1190,10 @@ def _tally(ex: PassExecutor, windows: frozenset[str], extra: dict[str, int]) -> 
         if type(k) is int:
             tally["metric:" + metric] = k
     tally.update(extra)
-    for op_id, meter in ex.meters.items():  # what each operator did, in this task
-        if any(meter):
-            for metric, k in meter_names(meter, op_id in windows).items():
-                if k:
-                    tally[f"{_OP}{op_id}|{metric}"] = k
+    for op_id, meter in ex.op_meters.items():  # what each operator did, in this task
+        for metric, k in meter_names(meter, ex.control_ns.get(op_id, 0)).items():
+            if k:
+                tally[f"{_OP}{op_id}|{metric}"] = k
     return tally
 
 

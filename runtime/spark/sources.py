@@ -26,7 +26,7 @@ from runtime.spark.shuffle import BATCH, RowColumns, identity
 from samza_dsl.errors import SamzaError
 from samza_dsl.fields import field_path
 from samza_dsl.kv import KV
-from samza_dsl.serdes import BytesSerde, KVSerde, Serde, StringSerde, _MsgspecSerde
+from samza_dsl.serdes import BytesSerde, JsonSerde, KVSerde, MsgpackSerde, Serde, StringSerde
 
 __all__ = ["FileInput", "Source", "resolve_source", "row_converter", "list_files"]
 
@@ -75,7 +75,7 @@ def row_converter(stream_id: str, serde: Serde[Any] | None) -> Callable[[Any], A
     """Row -> message for a stream with ``serde``; raises ``ValueError`` saying what is wrong."""
 
     def part(what: str, s: Serde[Any] | None) -> Callable[[Any], Any] | None:
-        if isinstance(s, _MsgspecSerde) and s.type is not Any:
+        if isinstance(s, JsonSerde | MsgpackSerde) and s.type is not Any:
             t = s.type
 
             def convert(v: Any) -> Any:
@@ -246,7 +246,7 @@ class Source:
         return self._frame(spark) if self._frame is not None else None
 
 
-def _timing(descriptor: Any, start_ms: int) -> Callable[[Any, int | None], tuple[int, int]]:
+def source_timing(descriptor: Any, start_ms: int) -> Callable[[Any, int | None], tuple[int, int]]:
     """(message, record timestamp or None) -> (sort ms, clock ms)."""
     et = getattr(descriptor, "event_time", None)  # outputs (read back) have none
 
@@ -284,7 +284,7 @@ def _rows_to_records(stream_id: str, descriptor: Any, start_ms: int, names: list
     """Rows of source partition ``i`` (from row ``start`` on) -> records, with errors naming
     stream, file and row. With ``messages`` the rows are messages already (a list input)."""
     convert = identity if messages else row_converter(stream_id, descriptor.serde)
-    timing = _timing(descriptor, start_ms)
+    timing = source_timing(descriptor, start_ms)
     keyed = descriptor.keyed
 
     def records(i: int, rows: Iterator[Any], start: int = 0) -> Iterator[Record]:
