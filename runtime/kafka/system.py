@@ -82,6 +82,9 @@ async def offset_bounds(servers: str, needed: Mapping[TopicPartition, int | None
     tps = list(needed)
     if not tps:
         return {}
+    # the log's end, not the last stable offset: a broker may answer a read_committed
+    # ListOffsets below an open transaction with 0 (tansu)
+    settings = {k: v for k, v in settings.items() if k != "isolation_level"}
     consumer = new_consumer(servers, settings, brief=True)
     out: dict[TopicPartition, tuple[int, int]] = {}
     try:
@@ -428,6 +431,9 @@ class KafkaProducer(BufferedProducer):
         #: offset of the first one: the range this producer wrote
         self.end_offsets: dict[tuple[str, int], int] = {}
         self.first_offsets: dict[tuple[str, int], int] = {}
+        #: what closes before this producer: under exactly-once the tasks' own producers
+        #: (``runtime.kafka.exactly_once``)
+        self.companions: list[Any] = []
 
     async def _start(self) -> AIOKafkaProducer:
         producer = AIOKafkaProducer(bootstrap_servers=self.servers, **self.settings)
@@ -530,6 +536,8 @@ class KafkaProducer(BufferedProducer):
                 firsts[key] = first
 
     async def close(self) -> None:
+        for companion in self.companions:
+            await companion.close()
         if self._producer is not None:
             with contextlib.suppress(Exception):
                 await self.flush()
@@ -561,13 +569,17 @@ async def read_checkpoint_topic(servers: str, topic: str, settings: Mapping[str,
                                 timeout: float) -> CheckpointTopic:
     """Read a checkpoint topic in full, without a consumer group (nothing is committed)."""
     out = CheckpointTopic()
-    consumer = new_consumer(servers, settings, brief=True)
     tp = TopicPartition(topic, 0)
+    committed = settings.get("isolation_level") == "read_committed"
+    # read_committed: to the log's end, or where the reads stop (an open transaction)
+    log_end = (await true_end_offsets(servers, [tp], settings, timeout))[tp] if committed \
+        else None
+    consumer = new_consumer(servers, settings, brief=True)
     try:
         async with asyncio.timeout(timeout):
             await consumer.start()
             consumer.assign([tp])
-            end = (await consumer.end_offsets([tp]))[tp]
+            end = log_end if log_end is not None else (await consumer.end_offsets([tp]))[tp]
             await consumer.seek_to_beginning(tp)
             while end and await consumer.position(tp) < end:
                 batch = await consumer.getmany(tp, timeout_ms=200)
@@ -609,7 +621,9 @@ class KafkaCheckpoints:
         #: whether the topic held no record at the last ``load()``: no run of the job started
         #: on these brokers (every run records its generation before it opens a store)
         self.empty = True
-        producer.add_stream(f"__checkpoint__{topic}", topic, 1, None)
+        #: the producer stream of the topic (a task's own producer has it too, exactly once)
+        self.stream_id = f"__checkpoint__{topic}"
+        producer.add_stream(self.stream_id, topic, 1, None)
 
     async def load(self) -> None:
         got = await read_checkpoint_topic(self.servers, self.topic, self.settings, self.timeout)
@@ -637,6 +651,18 @@ class KafkaCheckpoints:
         self.producer.buffer(f"__checkpoint__{self.topic}", 0).append(
             (task_name.encode(), checkpoints.encode(data), None))
         await self.producer.flush()
+        self._data[task_name] = data
+
+    def record(self, task_name: str, offsets: Mapping[SSP, int],
+               changelogs: Mapping[str, int] | None = None
+               ) -> tuple[Record, dict[str, Any]]:
+        """The record of the task's checkpoint (for a task's transaction to write), and what
+        ``remember`` takes once it is committed."""
+        data = checkpoints.merge(self._data.get(task_name, {}), offsets, changelogs)
+        return (task_name.encode(), checkpoints.encode(data), None), data
+
+    def remember(self, task_name: str, data: dict[str, Any]) -> None:
+        """A checkpoint of ``record`` was committed."""
         self._data[task_name] = data
 
     async def write_generation(self, generation: int, elasticity: int | None = None) -> None:
