@@ -32,6 +32,7 @@ from runtime import faults
 from runtime.job import SSP
 from runtime.kafka.system import KafkaCheckpoints, KafkaProducer
 from runtime.kafka.txn_producer import FENCED_ERRORS, TransactionalProducer
+from runtime.records import EndOfStream
 from samza_dsl.errors import ProducerFenced, SamzaError
 
 __all__ = ["KafkaTransactions", "TaskProducer", "transactional_id"]
@@ -47,15 +48,23 @@ class TaskProducer(KafkaProducer):
     """One task's producer under exactly-once: the container producer's streams, sent inside
     the task's open Kafka transaction (``begin`` at its first record after a commit)."""
 
-    def __init__(self, shared: KafkaProducer, txn_id: str, task_name: str) -> None:
+    def __init__(self, shared: KafkaProducer, txn_id: str, task: Any) -> None:
         super().__init__(shared.servers, shared.settings, shared.generation,
                          timeout=shared.timeout, watch=shared.watch)
         for sid, parts in shared._bufs.items():
             self.add_stream(sid, shared._physical[sid], len(parts), shared._encoders.get(sid),
                             shared._codecs.get(sid))
-        self.task_name = task_name
+        self.task = task
+        self.task_name: str = task.name
         self.txn = TransactionalProducer(shared.servers, txn_id, timeout=shared.timeout,
                                          **shared.settings)
+
+    def send(self, stream_id: str, partition: int, payload: Any) -> None:
+        """A record of the task; an end of stream asks for a commit: its readers see it (and
+        end) only once the transaction holding it commits."""
+        super().send(stream_id, partition, payload)
+        if type(payload) is EndOfStream:
+            self.task.commit_requested = True
 
     def start_soon(self) -> None:
         """Take the transactional id now (aborting what an earlier instance left open, which
@@ -160,8 +169,7 @@ class KafkaTransactions:
     def producer_for(self, task: Any) -> TaskProducer:
         """The producer of a task of the container (``TaskEnv.task_producer``), taking its
         transactional id at once."""
-        producer = TaskProducer(self.shared, transactional_id(self.job_name, task.name),
-                                task.name)
+        producer = TaskProducer(self.shared, transactional_id(self.job_name, task.name), task)
         self._producers[task.name] = producer
         self._by_index[task.index] = producer
         producer.start_soon()

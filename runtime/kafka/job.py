@@ -92,16 +92,17 @@ def uses_kafka(app: Any) -> bool:
     return job_system(app) is SYSTEMS["kafka"]
 
 
-def refuse_exactly_once(app: Any, config: Mapping[str, Any]) -> None:
+def refuse_exactly_once(app: Any, config: Mapping[str, Any], *, follow: bool = False) -> None:
     """Exactly once on Kafka runs with containers that own fixed tasks
-    (``job.coordinator=static``): with ``job.coordinator=kafka`` it is refused at start, in one
-    line, rather than run as if it held."""
+    (``job.coordinator=static``): with ``job.coordinator=kafka`` (the default of a run that
+    follows its inputs) it is refused at start, in one line, rather than run as if it held."""
     effective = {**app.config, **config}
-    if exactly_once(effective) and config_value(effective, "job.coordinator") == "kafka":
+    if exactly_once(effective) and job_coordinator(
+            effective, follow=follow, job_name=f"{app.name}-{app.app_id}") == "kafka":
         raise ConfigError(
             f"job {app.name}-{app.app_id!s}: job.processing.guarantee=exactly-once does not run "
-            f"with job.coordinator=kafka yet (tasks that move between containers); leave "
-            f"job.coordinator unset (static) or run at-least-once, and see docs/operations.md "
+            f"with job.coordinator=kafka yet (tasks that move between containers, the default "
+            f"of a --follow run); set job.coordinator=static or run at-least-once, and see docs/operations.md "
             f"\"Exactly once on Kafka\"")
 
 
@@ -152,7 +153,7 @@ class KafkaJob:
     @classmethod
     async def create(cls, app: Any, config: Mapping[str, Any], metrics: Metrics | None = None,
                      *, follow: bool = False, timeout: float = 10.0) -> KafkaJob:
-        refuse_exactly_once(app, config)
+        refuse_exactly_once(app, config, follow=follow)
         job = cls(app, config, metrics, follow=follow, timeout=timeout)
         try:
             await job._build()
