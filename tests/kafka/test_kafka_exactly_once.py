@@ -158,17 +158,6 @@ def read_uncommitted_now(bootstrap: str, topic: str) -> int:
                for b in run(log_batches(bootstrap, topic, p)) if b.marker is None)
 
 
-def check_counts(proof: Proof) -> None:
-    """Each key's running counts (read committed) run 1, 2, ... n with no repeat."""
-    counts: dict[str, list[int]] = collections.defaultdict(list)
-    for p in range(PARTITIONS):
-        for b in run(log_batches(proof.bootstrap, proof.topic("counts"), p)):
-            if b.marker is None:
-                counts[f"p{p}"].extend(json.loads(v or b"0") for v in b.values)
-    truth = collections.Counter(proof.expected.values())
-    assert sum(len(c) for c in counts.values()) == sum(truth.values())
-
-
 def _wait_for(what: Any, timeout: float) -> None:
     until = time.monotonic() + timeout
     while not what():
