@@ -50,6 +50,7 @@ from runtime.kafka.admin import (
 )
 from runtime.kafka.assignor import TaskAssignor
 from runtime.kafka.changelog import KafkaChangelog
+from runtime.kafka.exactly_once import KafkaTransactions
 from runtime.kafka.group import (
     GroupContainer,
     GroupMembership,
@@ -92,15 +93,18 @@ def uses_kafka(app: Any) -> bool:
     return job_system(app) is SYSTEMS["kafka"]
 
 
-def refuse_exactly_once(app: Any, config: Mapping[str, Any]) -> None:
-    """A job on Kafka runs at least once: ``job.processing.guarantee=exactly-once`` is refused
-    at start, in one line, rather than run as if it held."""
-    if exactly_once({**app.config, **config}):
+def refuse_exactly_once(app: Any, config: Mapping[str, Any], *, follow: bool = False) -> None:
+    """Exactly once on Kafka runs with containers that own fixed tasks
+    (``job.coordinator=static``): with ``job.coordinator=kafka`` (the default of a run that
+    follows its inputs) it is refused at start, in one line, rather than run as if it held."""
+    effective = {**app.config, **config}
+    if exactly_once(effective) and job_coordinator(
+            effective, follow=follow, job_name=f"{app.name}-{app.app_id}") == "kafka":
         raise ConfigError(
-            f"job {app.name}-{app.app_id!s}: job.processing.guarantee=exactly-once is not available "
-            f"on Kafka yet (only on the embedded local system); run the job with "
-            f"job.processing.guarantee=at-least-once, and see docs/operations.md \"Exactly once "
-            f"on Kafka\"")
+            f"job {app.name}-{app.app_id!s}: job.processing.guarantee=exactly-once does not run "
+            f"with job.coordinator=kafka yet (tasks that move between containers, the default "
+            f"of a --follow run); set job.coordinator=static or run at-least-once, and see docs/operations.md "
+            f"\"Exactly once on Kafka\"")
 
 
 class KafkaJob:
@@ -131,6 +135,8 @@ class KafkaJob:
                                                  "consumer")
         self.producer_settings = client_settings(settings, effective, self.system.name,
                                                  "producer")
+        if exactly_once(effective):  # the job's own readers see committed transactions only
+            self.consumer_settings["isolation_level"] = "read_committed"
         self.checkpoint_topic = f"__samza_checkpoint_{self.job_name}"
         #: where the outputs started, for a job whose containers run in other processes
         self.output_start: dict[TopicPartition, int] | None = None
@@ -148,7 +154,7 @@ class KafkaJob:
     @classmethod
     async def create(cls, app: Any, config: Mapping[str, Any], metrics: Metrics | None = None,
                      *, follow: bool = False, timeout: float = 10.0) -> KafkaJob:
-        refuse_exactly_once(app, config)
+        refuse_exactly_once(app, config, follow=follow)
         job = cls(app, config, metrics, follow=follow, timeout=timeout)
         try:
             await job._build()
@@ -287,14 +293,19 @@ class KafkaJob:
                                  timeout=self.timeout, watch=self.watch)
         # the system's classes, as the container sees them (runtime.systems)
         self.consumer: Consumer = consumer
+        txns = KafkaTransactions(producer, self.checkpoints, self.job_name,
+                                 self._changelog_positions) if exactly_once(cfg) else None
         self.state: StateBackend = StoreBackend(
-            self.root, job, cfg, await self._changelogs(producer, self.tasks), self.metrics,
-            self.dead_letter)
+            self.root, job, cfg, await self._changelogs(producer, self.tasks, txns),
+            self.metrics, self.dead_letter)
         parts: dict[str, Any] = dict(consumer=consumer, producer=producer,
                                      checkpoints=self.checkpoints, config=cfg,
                                      metrics=self.metrics, state=self.state)
         self.container = container = self._member(parts) if group else Container(
             job, self.tasks, **parts)
+        if txns is not None:  # each task writes in transactions of its own
+            container.committer.transactions = txns
+            container.env.task_producer = txns.producer_for
         container.reporters = job_reporters(
             self.metrics, cfg, job_name=self.job_name, job_id=str(self.app.app_id),
             container_id=self.container_id, producer=producer, job_dir=self.root,
@@ -452,10 +463,17 @@ class KafkaJob:
                 f"{'but' if end < offset else 'and'} its changelog topic {topic!r} partition "
                 f"{index} ends at offset {end}")
 
-    async def _changelogs(self, producer: KafkaProducer, tasks: list[TaskModel]
+    def _changelog_positions(self, task_name: str) -> dict[str, int]:
+        """Where the changelogs of a task's stores end now (``KafkaTransactions``)."""
+        state = self.state
+        return state.changelog_positions(task_name) if isinstance(state, StoreBackend) else {}
+
+    async def _changelogs(self, producer: KafkaProducer, tasks: list[TaskModel],
+                          txns: KafkaTransactions | None = None
                           ) -> dict[str, Callable[[int], KafkaChangelog]]:
         """A changelog factory per store, over the partitions of ``tasks`` (and of tasks whose
-        ends ``_changelog_ends`` reads later)."""
+        ends ``_changelog_ends`` reads later); exactly once, each partition is written by the
+        producer of its task."""
         n_tasks = max((t.index for t in self.job.tasks), default=0) + 1
         self._ends: dict[TopicPartition, int] = {}
         await self._changelog_ends(tasks)
@@ -465,7 +483,8 @@ class KafkaJob:
             producer.add_stream(sid, topic, n_tasks, None)
 
             def make(p: int, sid: str = sid, topic: str = topic) -> KafkaChangelog:
-                return KafkaChangelog(self.servers, self.consumer_settings, producer, sid, topic,
+                writer = producer if txns is None else txns.of_index(p)
+                return KafkaChangelog(self.servers, self.consumer_settings, writer, sid, topic,
                                       p, self._ends.get(TopicPartition(topic, p), 0),
                                       timeout=max(self.timeout, 30.0, self.watch.timeout))
             out[name] = make

@@ -1,5 +1,6 @@
-"""``job.processing.guarantee=exactly-once`` is refused at the start of a job on Kafka, in one
-line, rather than run at least once as if it held (the embedded local system has it)."""
+"""``job.processing.guarantee=exactly-once`` with ``job.coordinator=kafka`` (tasks that move
+between containers) is refused at the start of a job on Kafka, in one line, rather than run as
+if it held; with static containers it runs (``test_kafka_exactly_once.py``)."""
 
 from __future__ import annotations
 
@@ -31,11 +32,12 @@ def test_exactly_once_on_kafka_is_refused_at_start(kafka_bootstrap: str, tmp_pat
     inp.map(lambda kv: KV(kv.key, 1), name="one").send_to(out)
     started = time.monotonic()
     with pytest.raises(ConfigError) as err:
+        # --follow: job.coordinator=kafka by default
         LocalRunner(app, {"job.dir": str(tmp_path / "job"),
-                          "job.processing.guarantee": "exactly-once"}).run()
+                          "job.processing.guarantee": "exactly-once"}, follow=True).run()
     assert time.monotonic() - started < 5
     text = str(err.value)
     assert "\n" not in text
-    assert "exactly-once is not available on Kafka yet" in text and f"app-{tag}" in text
+    assert "does not run with job.coordinator=kafka" in text and f"app-{tag}" in text
     # at least once, the same job runs
     LocalRunner(app, {"job.dir": str(tmp_path / "job")}).run()
