@@ -83,7 +83,7 @@ from runtime.state.backend import StoreBackend
 from runtime.state.lmdb_store import local_state
 from runtime.systems import SYSTEMS, Consumer, StateBackend, job_system
 from samza_dsl.config import config_value, exactly_once
-from samza_dsl.errors import ConfigError, SamzaError, SerdeError
+from samza_dsl.errors import SamzaError, SerdeError
 
 __all__ = ["KafkaJob", "uses_kafka"]
 
@@ -91,20 +91,6 @@ __all__ = ["KafkaJob", "uses_kafka"]
 def uses_kafka(app: Any) -> bool:
     """Whether ``app`` runs on Kafka (``runtime.systems.job_system``)."""
     return job_system(app) is SYSTEMS["kafka"]
-
-
-def refuse_exactly_once(app: Any, config: Mapping[str, Any], *, follow: bool = False) -> None:
-    """Exactly once on Kafka runs with containers that own fixed tasks
-    (``job.coordinator=static``): with ``job.coordinator=kafka`` (the default of a run that
-    follows its inputs) it is refused at start, in one line, rather than run as if it held."""
-    effective = {**app.config, **config}
-    if exactly_once(effective) and job_coordinator(
-            effective, follow=follow, job_name=f"{app.name}-{app.app_id}") == "kafka":
-        raise ConfigError(
-            f"job {app.name}-{app.app_id!s}: job.processing.guarantee=exactly-once does not run "
-            f"with job.coordinator=kafka yet (tasks that move between containers, the default "
-            f"of a --follow run); set job.coordinator=static or run at-least-once, and see docs/operations.md "
-            f"\"Exactly once on Kafka\"")
 
 
 class KafkaJob:
@@ -154,7 +140,6 @@ class KafkaJob:
     @classmethod
     async def create(cls, app: Any, config: Mapping[str, Any], metrics: Metrics | None = None,
                      *, follow: bool = False, timeout: float = 10.0) -> KafkaJob:
-        refuse_exactly_once(app, config, follow=follow)
         job = cls(app, config, metrics, follow=follow, timeout=timeout)
         try:
             await job._build()
@@ -173,7 +158,6 @@ class KafkaJob:
         """Start a run of a job of several containers: create its topics, bump the generation,
         move the checkpoints to a changed elasticity factor, and note where the outputs start
         (``output_start``). Each container then joins the run (``job.container.id``)."""
-        refuse_exactly_once(app, config)
         job = cls(app, config, timeout=timeout)
         # exclusive while the run is prepared (checkpoints move), then shared with the
         # containers: no other run of the job meanwhile
@@ -293,8 +277,10 @@ class KafkaJob:
                                  timeout=self.timeout, watch=self.watch)
         # the system's classes, as the container sees them (runtime.systems)
         self.consumer: Consumer = consumer
-        txns = KafkaTransactions(producer, self.checkpoints, self.job_name,
-                                 self._changelog_positions) if exactly_once(cfg) else None
+        #: exactly once: the tasks' transactional producers (``runtime.kafka.exactly_once``)
+        self.txns = txns = KafkaTransactions(
+            producer, self.checkpoints, self.job_name,
+            self._changelog_positions) if exactly_once(cfg) else None
         self.state: StateBackend = StoreBackend(
             self.root, job, cfg, await self._changelogs(producer, self.tasks, txns),
             self.metrics, self.dead_letter)
@@ -344,7 +330,11 @@ class KafkaJob:
         that ran them left them, and their changelogs' ends now. With its ``first`` tasks, the
         container learns its run's generation: a new run when it has every task (no other member
         runs), else the group's current one, so that the members' control records agree. Each task
-        is claimed in its checkpoint (``runtime.kafka.fence``)."""
+        is claimed in its checkpoint (``runtime.kafka.fence``). Exactly once, their producers
+        take their transactional ids first: the container that ran them is fenced, and what it
+        left open is aborted before their checkpoints are read."""
+        if self.txns is not None:
+            await self.txns.open(tasks)
         await self.checkpoints.load()
         if first:
             alone = len(tasks) == len(self.job.tasks)
