@@ -39,6 +39,7 @@ to the checkpoint, which now holds everything it did.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
@@ -47,7 +48,25 @@ from runtime import faults
 from runtime.job import SSP
 from runtime.systems import CheckpointStore, Producer, StateBackend
 
-__all__ = ["Committer", "Transactions"]
+__all__ = ["Committer", "Transactions", "warn_at_least_once"]
+
+
+_eos_log = logging.getLogger("samza_dsl.exactly_once")
+
+
+def warn_at_least_once(app: Any, job_name: str) -> None:
+    """A job that runs exactly once says, once at start, which of its writes stay at least
+    once: those to remote tables (and sink functions, and what functions do outside the job's
+    streams)."""
+    remote = sorted(t for t, spec in app.remote_tables.items()
+                    if spec.write is not None or spec.write_all is not None)
+    if remote:
+        _eos_log.warning(
+            "job %s runs exactly once (job.processing.guarantee=exactly-once), but its "
+            "writes to remote table(s) %s stay at least once: a message processed again "
+            "after a crash writes again (make the writes idempotent), as do sink functions "
+            "and anything a function does outside the job's streams (docs/operations.md)",
+            job_name, ", ".join(remote))
 
 
 class Transactions(Protocol):

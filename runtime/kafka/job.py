@@ -36,6 +36,7 @@ from runtime.codec import (
     serde_error_policy,
     stream_serde,
 )
+from runtime.commit import warn_at_least_once
 from runtime.container import Container
 from runtime.elastic import rescale_checkpoints
 from runtime.job import SSP, TaskModel, build_job_model, job_containers, start_generation
@@ -281,9 +282,13 @@ class KafkaJob:
         self.txns = txns = KafkaTransactions(
             producer, self.checkpoints, self.job_name,
             self._changelog_positions) if exactly_once(cfg) else None
+        if txns is not None:
+            warn_at_least_once(plan.app, self.job_name)
         self.state: StateBackend = StoreBackend(
             self.root, job, cfg, await self._changelogs(producer, self.tasks, txns),
             self.metrics, self.dead_letter)
+        if txns is not None and not group:  # fenced first: what an earlier run left open is
+            await txns.open(self.tasks)  # aborted before the tasks' stores and inputs are read
         parts: dict[str, Any] = dict(consumer=consumer, producer=producer,
                                      checkpoints=self.checkpoints, config=cfg,
                                      metrics=self.metrics, state=self.state)

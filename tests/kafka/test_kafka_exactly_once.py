@@ -124,6 +124,28 @@ def committed(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> list[
     return out
 
 
+def committed_counts(bootstrap: str, topic: str) -> dict[str, list[int]]:
+    """Per key, the running counts a read_committed consumer of Apache Kafka reads of the
+    ``counts`` output, in log order."""
+    out: dict[str, list[int]] = collections.defaultdict(list)
+    for p in range(PARTITIONS):
+        open_: dict[int, list[tuple[bytes | None, bytes | None]]] = collections.defaultdict(list)
+        for b in run(log_batches(bootstrap, topic, p)):
+            rows = list(zip(b.keys, b.values, strict=True))
+            if not b.transactional:
+                records = rows
+            elif b.marker is None:
+                open_[b.producer_id].extend(rows)
+                continue
+            else:
+                records = open_.pop(b.producer_id, []) if b.marker == "COMMIT" else []
+                open_.pop(b.producer_id, None)
+            for k, v in records:
+                if k is not None and v is not None:
+                    out[k.decode()].append(json.loads(v))
+    return out
+
+
 def transactions(bootstrap: str, topic: str, partitions: int = PARTITIONS
                  ) -> collections.Counter[str]:
     """How the transactions of ``topic`` ended: COMMIT, ABORT, or open."""
@@ -225,29 +247,35 @@ def test_a_kill_between_sends_and_end_txn_leaves_nothing_visible(kafka_bootstrap
     assert after == collections.Counter(proof.expected.keys()), "each output once, none lost"
 
 
-def _kill_rounds(proof: Proof, kills: int, points: tuple[str, ...], rng: random.Random
-                 ) -> list[str]:
-    """Kill the job ``kills`` times (every point of ``points`` first), more input before each
-    run, then a last run to the end."""
+#: kills per guarantee, if they fit in the time budget (seconds of kill rounds)
+KILLS = 30
+BUDGET_S = 60.0
+
+
+def _kill_rounds(proof: Proof, points: tuple[str, ...], rng: random.Random) -> list[str]:
+    """Kill the job ``KILLS`` times or for ``BUDGET_S`` seconds, whichever ends first: at every
+    point of ``points`` in turn (the n-th time it is reached, n seeded: mid-batch or at a step of
+    a commit), and at seeded random times; more input before each run, then a last run to the
+    end."""
     where: list[str] = []
-    todo = list(points)
     rounds = 0
-    while len(where) < kills:
+    began = time.monotonic()
+    while len(where) < KILLS and time.monotonic() - began < BUDGET_S:
         rounds += 1
-        assert rounds <= kills * 3, f"only {len(where)} kills in {rounds} rounds: {where}"
-        proof.load(250, rng)
-        if todo and (len(todo) >= kills - len(where) or rng.random() < 0.8):
-            point = todo[0]
-            crash_at, after = f"{point}:{rng.randint(1, 3)}", None
-        else:
-            crash_at, after = None, rng.uniform(1.0, 3.0)
-        code, err = proof.run(crash_at, after, "-c", "user.eos.sleep.ms=15")
+        proof.load(300, rng)
+        if rounds % 3 == 0:  # a run takes about 1.6 s, its first second starting up
+            crash_at, after = None, rng.uniform(0.9, 1.6)
+        else:  # a run reaches a commit point 10 to 40 times (the first ones before any
+            # output), ``batch`` under 20 times
+            point = points[len(where) % len(points)]
+            n = rng.randint(1, 10) if point == "batch" else rng.randint(6, 26)
+            crash_at, after = f"{point}:{n}", None
+        code, err = proof.run(crash_at, after, "-c", "user.eos.sleep.ms=120")
         if code == -signal.SIGKILL:
             where.append(crash_at or f"after {after:.1f}s")
-            if crash_at:
-                todo.remove(crash_at.rpartition(":")[0])
         else:
             assert code == 0, f"run {rounds} ({crash_at or after}) exited with {code}:\n{err}"
+    assert len(where) >= min(KILLS, 2 * len(points)), f"only {len(where)} kills: {where}"
     code, err = proof.run()
     assert code == 0, err
     return where
@@ -255,21 +283,26 @@ def _kill_rounds(proof: Proof, kills: int, points: tuple[str, ...], rng: random.
 
 def test_exactly_once_on_kafka_holds_under_sigkill(kafka_bootstrap: str, tmp_path: Path) -> None:
     proof = Proof(kafka_bootstrap, tmp_path, "exactly-once")
-    kills = _kill_rounds(proof, len(KAFKA_TXN_POINTS) + 2, KAFKA_TXN_POINTS, random.Random(SEED))
+    kills = _kill_rounds(proof, KAFKA_TXN_POINTS, random.Random(SEED))
+    print(f"exactly once: {len(kills)} kills: {kills}")
     seen = seen_of(committed(kafka_bootstrap, proof.topic("seen")))
     twice = sorted(p for p, n in seen.items() if n > 1)
     assert not twice, f"inputs emitted more than once: {twice[:10]} (kills: {kills})"
     gaps = sorted(set(proof.expected) - set(seen))
     assert not gaps, f"inputs never emitted: {gaps[:10]} (kills: {kills})"
     assert set(seen) == set(proof.expected)
+    counts = committed_counts(kafka_bootstrap, proof.topic("counts"))
+    per_key = collections.Counter(proof.expected.values())
+    wrong = {k: c for k, c in counts.items() if sorted(c) != list(range(1, per_key[k] + 1))}
+    assert not wrong and set(counts) == set(per_key), \
+        f"keys whose counts are not 1..n once each: {sorted(wrong)[:5]} (kills: {kills})"
 
 
 def test_the_kafka_proof_finds_duplicates_at_least_once(kafka_bootstrap: str,
                                                          tmp_path: Path) -> None:
     proof = Proof(kafka_bootstrap, tmp_path, "at-least-once")
-    kills = _kill_rounds(proof, 4, ("commit.outputs-flushed", "commit.changelogged",
-                                    "commit.stores-committed", "batch"), random.Random(SEED))
-    assert set(POINTS) >= {k.rpartition(":")[0] for k in kills if ":" in k}
+    kills = _kill_rounds(proof, POINTS, random.Random(SEED))
+    print(f"at least once: {len(kills)} kills: {kills}")
     seen = seen_of(committed(kafka_bootstrap, proof.topic("seen")))
     assert any(n > 1 for n in seen.values()), kills
     assert set(seen) == set(proof.expected)  # but nothing is lost
