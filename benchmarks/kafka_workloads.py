@@ -337,10 +337,38 @@ def run_w7x(n: int, eos_first: bool = False) -> dict[str, Any]:
         order = ("exactly-once", "at-least-once") if eos_first else \
             ("at-least-once", "exactly-once")
         got = {g: _job_run(bootstrap, events, tag, g, n, truth) for g in order}
+        quix = _quix_w7(bootstrap, events, n)
     finally:
         broker.stop()
     eos_s, eos_commits = got["exactly-once"]
     alo_s, _ = got["at-least-once"]
     return emit("W7X", {"messages": n, "partitions": PARTITIONS, "system": "kafka (tansu)",
                         "first": order[0]}, n, eos_s, "W7 at-least-once", n / alo_s,
-                commits=eos_commits)
+                commits=eos_commits,
+                quixstreams_exactly_once_msgs_per_s=quix and quix["msgs_per_s"],
+                quixstreams_error=None if quix is None or "error" not in quix
+                else quix["error"])
+
+
+def _quix_w7(bootstrap: str, events: str, n: int) -> dict[str, Any] | None:
+    """The peer: Quix Streams with ``processing_guarantee="exactly-once"`` on the same input and
+    broker, in its own venv (``benchmarks/peers/install.py quixstreams``); None without it."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from benchmarks.peers.install import python_of
+
+    python = python_of("quixstreams")
+    if not os.path.exists(python):
+        print("W7X: no Quix Streams venv (benchmarks/peers/install.py quixstreams): peer "
+              "skipped", file=sys.stderr)
+        return None
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([python, "-m", "benchmarks.peers.run_quixstreams", "W7", bootstrap,
+                           events, str(n), "exactly-once"], cwd=root, capture_output=True,
+                          text=True, timeout=900)
+    if proc.returncode != 0:
+        return {"msgs_per_s": None, "error": proc.stderr.strip().splitlines()[-1:]}
+    return json.loads(proc.stdout.splitlines()[-1])  # type: ignore[no-any-return]
