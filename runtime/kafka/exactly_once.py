@@ -43,7 +43,7 @@ from runtime.kafka.txn_producer import FENCED_ERRORS, TransactionalProducer
 from runtime.records import EndOfStream
 from samza_dsl.errors import ProducerFenced, SamzaError
 
-__all__ = ["KafkaTransactions", "TaskProducer", "transactional_id"]
+__all__ = ["KafkaTransactions", "TaskProducer", "fence_earlier", "transactional_id"]
 
 #: what a transactional Produce is refused with once a newer producer took the id: Apache Kafka
 #: answers INVALID_PRODUCER_EPOCH or PRODUCER_FENCED, some brokers UNKNOWN_SERVER_ERROR (tansu).
@@ -62,6 +62,21 @@ def transactional_id(job_name: str, task_name: str) -> str:
     """The transactional id of a task's producer: ``<job>-<job.id>-<task>`` (``job_name`` is
     ``<job>-<job.id>``)."""
     return f"{job_name}-{task_name}"
+
+
+async def fence_earlier(servers: str, settings: Mapping[str, Any], job_name: str,
+                        task_names: list[str], timeout: float) -> None:
+    """Take the transactional ids of ``task_names`` once (InitProducerId) and let go: the
+    transactions an earlier run of those tasks left open (it was killed) are aborted before this
+    run reads its checkpoints. A read_committed reader stops at the first open transaction (some
+    brokers hold it back for every record written after one began: tansu), so the checkpoint
+    topic is read to its end only once nothing of the tasks is open."""
+    producers = [TransactionalProducer(servers, transactional_id(job_name, name),
+                                       timeout=timeout, **settings) for name in task_names]
+    try:
+        await asyncio.gather(*(p.start() for p in producers))
+    finally:
+        await asyncio.gather(*(p.stop() for p in producers), return_exceptions=True)
 
 
 class TaskProducer(KafkaProducer):

@@ -51,7 +51,7 @@ from runtime.kafka.admin import (
 )
 from runtime.kafka.assignor import TaskAssignor
 from runtime.kafka.changelog import KafkaChangelog
-from runtime.kafka.exactly_once import KafkaTransactions
+from runtime.kafka.exactly_once import KafkaTransactions, fence_earlier
 from runtime.kafka.group import (
     GroupContainer,
     GroupMembership,
@@ -240,6 +240,12 @@ class KafkaJob:
         self.dead_letter = dead_letter
         self.checkpoints = KafkaCheckpoints(self.servers, self.checkpoint_topic, producer,
                                             self.consumer_settings, timeout=self.timeout)
+        if exactly_once(plan.config) and self.coordinator != "kafka":
+            # what an earlier run of this container's tasks left open is aborted first (a
+            # member of a group does it for the tasks it is given, runtime.kafka.exactly_once)
+            _, mine = job_containers(job, plan.config)
+            await fence_earlier(self.servers, self.producer_settings, self.job_name,
+                                [t.name for t in mine], self.timeout)
         await self.checkpoints.load()
         await self.check_data(None)
         self.codecs: dict[str, StreamCodec] = {}

@@ -275,7 +275,7 @@ def _kill_rounds(proof: Proof, points: tuple[str, ...], rng: random.Random) -> l
             where.append(crash_at or f"after {after:.1f}s")
         else:
             assert code == 0, f"run {rounds} ({crash_at or after}) exited with {code}:\n{err}"
-    assert len(where) >= min(KILLS, 2 * len(points)), f"only {len(where)} kills: {where}"
+    assert len(where) >= min(KILLS, len(points) + 2), f"only {len(where)} kills: {where}"
     code, err = proof.run()
     assert code == 0, err
     return where
