@@ -58,7 +58,7 @@ from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
 from samza_dsl.systems import KafkaSystem
 from samza_dsl.testing.kafka_broker import TansuBroker
 
-__all__ = ["run_w7", "w7_app"]
+__all__ = ["run_w7", "run_w7x", "w7_app"]
 
 PARTITIONS = 4
 PAD = "x" * 100
@@ -296,3 +296,79 @@ def run_w7(n: int) -> dict[str, Any]:
     return emit("W7", {"messages": n, "partitions": PARTITIONS, "store": store,
                        "system": "kafka (tansu)"}, n, secs, "aiokafka-raw-loop", n / base_s,
                 load_seconds=round(load_s, 3), commits=commits)
+
+
+# -- W7X: the job exactly once against at least once ------------------------------------------------
+
+def _job_run(bootstrap: str, events: str, tag: str, guarantee: str, n: int,
+             truth: Counter[bytes]) -> tuple[float, int | None]:
+    """The W7 job under ``guarantee`` into an output topic of its own; its seconds and commits,
+    after its output is checked."""
+    out = f"w7-counts-{guarantee}-{tag}"
+    asyncio.run(_create_topics(bootstrap, [out]))
+    job_dir = tempfile.mkdtemp(prefix="w7x-")
+    try:
+        app = w7_app(f"w7-{guarantee}-{tag}", bootstrap, events, out)
+        runner = LocalRunner(app, {"job.dir": job_dir, "job.processing.guarantee": guarantee})
+        t0 = time.perf_counter()
+        runner.run()
+        secs = time.perf_counter() - t0
+        commits = runner.container.commits if runner.container is not None else None
+    finally:
+        shutil.rmtree(job_dir, ignore_errors=True)
+    _check(guarantee, asyncio.run(_read_back(bootstrap, out, n)), n, truth)
+    return secs, commits
+
+
+def run_w7x(n: int, eos_first: bool = False) -> dict[str, Any]:
+    """W7's job with ``job.processing.guarantee=exactly-once`` against the same job at least
+    once, on one broker and one input in the same run (``eos_first``: which runs first); the
+    line's rate is exactly once's, its baseline at least once's (target ratio >= 0.8)."""
+    parts = w7_input(n)
+    truth = Counter(key for records in parts for key, _ in records)
+    tag = uuid.uuid4().hex[:8]
+    events = f"w7x-events-{tag}"
+    broker = TansuBroker().start()
+    try:
+        bootstrap = broker.bootstrap
+        asyncio.run(_create_topics(bootstrap, [events]))
+        asyncio.run(_load(bootstrap, events, parts))
+        parts.clear()
+        order = ("exactly-once", "at-least-once") if eos_first else \
+            ("at-least-once", "exactly-once")
+        got = {g: _job_run(bootstrap, events, tag, g, n, truth) for g in order}
+        quix = _quix_w7(bootstrap, events, n)
+    finally:
+        broker.stop()
+    eos_s, eos_commits = got["exactly-once"]
+    alo_s, _ = got["at-least-once"]
+    return emit("W7X", {"messages": n, "partitions": PARTITIONS, "system": "kafka (tansu)",
+                        "first": order[0]}, n, eos_s, "W7 at-least-once", n / alo_s,
+                commits=eos_commits,
+                quixstreams_exactly_once_msgs_per_s=quix and quix["msgs_per_s"],
+                quixstreams_error=None if quix is None or "error" not in quix
+                else quix["error"])
+
+
+def _quix_w7(bootstrap: str, events: str, n: int) -> dict[str, Any] | None:
+    """The peer: Quix Streams with ``processing_guarantee="exactly-once"`` on the same input and
+    broker, in its own venv (``benchmarks/peers/install.py quixstreams``); None without it."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from benchmarks.peers.install import python_of
+
+    python = python_of("quixstreams")
+    if not os.path.exists(python):
+        print("W7X: no Quix Streams venv (benchmarks/peers/install.py quixstreams): peer "
+              "skipped", file=sys.stderr)
+        return None
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([python, "-m", "benchmarks.peers.run_quixstreams", "W7", bootstrap,
+                           events, str(n), "exactly-once"], cwd=root, capture_output=True,
+                          text=True, timeout=900)
+    if proc.returncode != 0:
+        return {"msgs_per_s": None, "error": proc.stderr.strip().splitlines()[-1:]}
+    return json.loads(proc.stdout.splitlines()[-1])  # type: ignore[no-any-return]

@@ -39,22 +39,42 @@ to the checkpoint, which now holds everything it did.
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from runtime import faults
 from runtime.job import SSP
 from runtime.systems import CheckpointStore, Producer, StateBackend
 
-__all__ = ["Committer", "Transactions"]
+__all__ = ["Committer", "Transactions", "warn_at_least_once"]
+
+
+_eos_log = logging.getLogger("samza_dsl.exactly_once")
+
+
+def warn_at_least_once(app: Any, job_name: str) -> None:
+    """A job that runs exactly once says, once at start, which of its writes stay at least
+    once: those to remote tables (and sink functions, and what functions do outside the job's
+    streams)."""
+    remote = sorted(t for t, spec in app.remote_tables.items()
+                    if spec.write is not None or spec.write_all is not None)
+    if remote:
+        _eos_log.warning(
+            "job %s runs exactly once (job.processing.guarantee=exactly-once), but its "
+            "writes to remote table(s) %s stay at least once: a message processed again "
+            "after a crash writes again (make the writes idempotent), as do sink functions "
+            "and anything a function does outside the job's streams (docs/operations.md)",
+            job_name, ", ".join(remote))
 
 
 class Transactions(Protocol):
     """Exactly-once commits of a system: each task writes into buffers of its own, and ``commit``
     writes them with the task's checkpoint in one transaction."""
 
-    def commit(self, task_name: str, offsets: Mapping[SSP, int]) -> None: ...
+    def commit(self, task_name: str, offsets: Mapping[SSP, int]) -> Awaitable[None] | None:
+        """One transaction (the local log's is synchronous; Kafka's is awaited)."""
 
 
 class Committer:
@@ -96,7 +116,7 @@ class Committer:
         if crash:
             crash("commit.start")
         if self.transactions is not None:
-            self._transaction(self.transactions, task_name, offsets, has_stores, crash)
+            await self._transaction(self.transactions, task_name, offsets, has_stores, crash)
         else:
             await self._steps(task_name, offsets, has_stores, crash)
         checkpointed: Any = getattr(self.state, "checkpointed", None)
@@ -111,14 +131,16 @@ class Committer:
         self.commit_ns += time.perf_counter_ns() - began
         return time.monotonic()
 
-    def _transaction(self, transactions: Transactions, task_name: str, offsets: dict[SSP, int],
+    async def _transaction(self, transactions: Transactions, task_name: str, offsets: dict[SSP, int],
                      has_stores: bool, crash: Callable[[str], None] | None) -> None:
         """An exactly-once commit (steps 2 to 4 of the second list above)."""
         if has_stores:
             self.state.flush(task_name)  # into the task's own buffers: nobody reads them yet
             if crash:
                 crash("commit.stores-flushed")
-        transactions.commit(task_name, offsets)
+        done = transactions.commit(task_name, offsets)
+        if done is not None:
+            await done
         if crash:
             crash("commit.transaction")
         if has_stores:

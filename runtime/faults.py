@@ -8,7 +8,9 @@ recorded, offsets not yet written: "between changelog and offsets") and
 ``commit.done``. Under exactly-once a commit goes ``commit.start``, ``commit.stores-flushed``
 (the stores' changes in their local files and the task's buffers, the transaction not
 written), ``commit.transaction`` (outputs, changelog entries and checkpoint written together),
-``commit.stores-committed`` and ``commit.done`` (``TXN_POINTS``). And
+``commit.stores-committed`` and ``commit.done`` (``TXN_POINTS``); on Kafka also
+``commit.sent`` (the records and the checkpoint sent in the open transaction, which is not
+ended yet: ``KAFKA_TXN_POINTS``). And
 ``compaction.transaction`` (after a write transaction of a changelog compaction pass,
 ``runtime.local.compaction``). Without the variable, ``reached`` costs one global lookup.
 """
@@ -18,13 +20,16 @@ from __future__ import annotations
 import os
 import signal
 
-__all__ = ["ARMED", "reached", "POINTS", "TXN_POINTS", "OTHER_POINTS"]
+__all__ = ["ARMED", "reached", "POINTS", "TXN_POINTS", "KAFKA_TXN_POINTS", "OTHER_POINTS"]
 
 POINTS = ("batch", "commit.start", "commit.outputs-flushed", "commit.changelogged",
           "commit.stores-committed", "commit.done")
 #: the points of a job under exactly-once (``runtime.commit``)
 TXN_POINTS = ("batch", "commit.start", "commit.stores-flushed", "commit.transaction",
               "commit.stores-committed", "commit.done")
+#: the points of a job on Kafka under exactly-once (``runtime.kafka.exactly_once``)
+KAFKA_TXN_POINTS = ("batch", "commit.start", "commit.stores-flushed", "commit.sent",
+                    "commit.transaction", "commit.stores-committed", "commit.done")
 #: points outside a job's message path
 OTHER_POINTS = ("compaction.transaction",)
 
@@ -33,7 +38,7 @@ def _parse(spec: str | None) -> tuple[str, int] | None:
     if not spec:
         return None
     point, _, n = spec.rpartition(":")
-    known = dict.fromkeys(POINTS + TXN_POINTS + OTHER_POINTS)
+    known = dict.fromkeys(POINTS + KAFKA_TXN_POINTS + OTHER_POINTS)
     if point not in known or not n.isdigit() or int(n) < 1:
         raise ValueError(f"SAMZA_DSL_CRASH_AT={spec!r}: expected <point>:<n> with a point in "
                          f"{', '.join(known)} and n >= 1")

@@ -2,6 +2,8 @@
 
     .peer-venvs/quixstreams/bin/python -m benchmarks.peers.run_quixstreams W1 1000000
     .peer-venvs/quixstreams/bin/python -m benchmarks.peers.run_quixstreams W2 1000 100
+    .peer-venvs/quixstreams/bin/python -m benchmarks.peers.run_quixstreams W7 HOST:PORT TOPIC N \
+        exactly-once       # through a broker (benchmarks/run.py W7X runs it)
 
 Quix Streams reads only from Kafka. To measure its processing and state, not a broker, this
 drives Quix's own processing path from memory: the application's ``StreamingDataFrame`` composed
@@ -145,5 +147,59 @@ def w2(n: int, c: int) -> tuple[float, list[int]]:
         shutil.rmtree(state_dir, ignore_errors=True)
 
 
+def w7(bootstrap: str, events: str, n: int, guarantee: str) -> dict[str, Any]:
+    """W7 on Quix Streams through the broker at ``bootstrap``: ``events`` (W7's input, already
+    loaded, ``n`` records) counted per key with ``apply(count, stateful=True)`` into a new output
+    topic, with ``processing_guarantee`` ``guarantee`` and Quix's changelog topics. Timed from
+    ``Application.run`` to its return, after the ``n``-th message and the last commit."""
+    logging.getLogger("quixstreams").setLevel(logging.WARNING)
+    state_dir = tempfile.mkdtemp(prefix="quix-w7-")
+    tag = f"{time.time_ns():x}"
+    try:
+        app = Application(broker_address=bootstrap, consumer_group=f"quix-w7-{tag}",
+                          auto_offset_reset="earliest", processing_guarantee=guarantee,
+                          state_dir=state_dir, loglevel=None,
+                          # the test broker takes about half the session timeout to complete a
+                          # join: a short one, so that the figure is not the join
+                          consumer_extra_config={"session.timeout.ms": 6000,
+                                                 "heartbeat.interval.ms": 500})
+        # the topics' broker configuration is given, not fetched: a broker may describe only
+        # the settings set explicitly (tansu), where Quix needs retention.ms and the rest
+        config = TopicConfig(num_partitions=W1_PARTITIONS, replication_factor=1,
+                             extra_config={"retention.ms": "-1", "retention.bytes": "-1"})
+        inp = app.topic(events, key_deserializer="str", value_deserializer="bytes",
+                        config=config)
+        out = app.topic(f"quix-w7-counts-{tag}", key_serializer="str",
+                        value_serializer="bytes", config=config)
+        inp.broker_config = out.broker_config = config
+        seen = [0]
+
+        def counted(value: bytes, state: State) -> bytes:
+            encoded = count(value, state)
+            seen[0] += 1
+            if seen[0] == n:
+                app.stop()
+            return encoded
+
+        app.dataframe(inp).apply(counted, stateful=True).to_topic(out)
+        t0 = time.perf_counter()
+        app.run()
+        secs = time.perf_counter() - t0
+        if seen[0] != n:
+            raise RuntimeError(f"Quix W7: {seen[0]} messages processed, not {n}")
+        return {"system": "quixstreams", "version": version("quixstreams"), "messages": n,
+                "seconds": round(secs, 4), "msgs_per_s": round(n / secs, 1),
+                "processing_guarantee": guarantee}
+    finally:
+        shutil.rmtree(state_dir, ignore_errors=True)
+
+
 if __name__ == "__main__":
-    run_one("quixstreams", version("quixstreams"), w1, w2)
+    import json
+    import sys
+
+    if sys.argv[1:2] == ["W7"]:  # W7 BOOTSTRAP TOPIC N GUARANTEE
+        print(json.dumps(w7(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])),
+              flush=True)
+    else:
+        run_one("quixstreams", version("quixstreams"), w1, w2)

@@ -112,6 +112,8 @@ class KafkaChangelog:
             while pos < end:
                 batch = await consumer.getmany(tp, timeout_ms=500, max_records=_CHUNK)
                 records = batch.get(tp, [])
+                if not records and await consumer.position(tp) >= end:
+                    break  # the rest were transaction markers or aborted records
                 if not records:
                     idle += 0.5
                     if idle >= self.timeout:

@@ -105,6 +105,11 @@ class Lease:
                            f"{time.monotonic() - self._ok_at:.1f} s")
             self.fences += 1
 
+    def end(self) -> None:
+        """The member left its group: what waits for the lease now gives up (``Fenced``)."""
+        self.until = 0.0
+        self.armed = False
+
     async def wait(self, poll: float = 0.02) -> None:
         """Return once the lease is valid; raise ``Fenced`` once the member learns it was
         dropped from its group, or after a session and a rebalance timeout without an answer."""

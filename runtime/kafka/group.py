@@ -20,6 +20,8 @@ the session timeout moves no task.
 - Fencing (``runtime.kafka.fence``): the container's producer sends nothing past the member's
   lease; a member that learns it was dropped from the group drops its tasks and what it had not
   sent, says so in one line and joins again; each task taken over is claimed in its checkpoint.
+  Exactly once, a task whose transactional producer the broker fenced (``ProducerFenced``)
+  stops the same way, alone, and the member joins the group again.
 
 The consumer settings of the group (``session_timeout_ms``, ``heartbeat_interval_ms``, ...) come
 from ``systems.<name>.consumer.*``, as the rest of the job's consumer settings.
@@ -50,7 +52,7 @@ from runtime.kafka.standby import StandbyReplicas
 from runtime.kafka.system import stop_client
 from runtime.task import TaskInstance
 from samza_dsl.config import config_value
-from samza_dsl.errors import ConfigError, SamzaError
+from samza_dsl.errors import ConfigError, ProducerFenced, SamzaError
 
 __all__ = ["GroupContainer", "GroupMembership", "job_coordinator"]
 
@@ -186,6 +188,15 @@ class GroupMembership:
         with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
             await asyncio.wait_for(asyncio.wrap_future(fut), timeout)
 
+    def rejoin(self) -> None:
+        """Join the group again (from the container's loop): the next poll rejoins, with a
+        revocation and an assignment as in any rebalance."""
+        loop, consumer = self._loop, self.consumer
+        if loop is None or consumer is None or loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(consumer._coordinator.request_rejoin)
+
     def _serve(self) -> None:
         try:
             asyncio.run(self._member())
@@ -247,6 +258,7 @@ class GroupMembership:
             **settings)
         self.assignor.attach(consumer)
         self.consumer = consumer
+        self._loop = asyncio.get_running_loop()
         try:
             await consumer.start()
             watch_coordinator(consumer, self.lease)
@@ -354,10 +366,13 @@ class GroupContainer(Container):
             self._changed.clear()
             if self._error is not None:
                 raise self._error
-            for run in list(self._runs.values()):
+            for name, run in list(self._runs.items()):
                 # a task that learnt the member was fenced is dropped by on_fenced
                 if run.done() and not run.cancelled() and run.exception() is not None \
                         and not isinstance(run.exception(), Fenced):
+                    if isinstance(run.exception(), ProducerFenced):
+                        await self._producer_fenced(name, run.exception())  # type: ignore[arg-type]
+                        continue
                     raise run.exception()  # type: ignore[misc]
             if self.env.stopping and all(r.done() for r in self._runs.values()):
                 return
@@ -372,6 +387,7 @@ class GroupContainer(Container):
         if lease is None:
             return
         if not lease.valid():
+            lease.end()  # a send waiting for it gives up
             dropped = self.producer.discard()  # type: ignore[attr-defined]
             if dropped:
                 _log.warning("container %s: stopped out of its group (%s): %d records not "
@@ -412,6 +428,24 @@ class GroupContainer(Container):
                          "dropped tasks %s and %d records not sent, without a commit; it "
                          "joins the group again", self._label(), self.generation, reason,
                          ", ".join(names) or "none", dropped)
+
+    async def _producer_fenced(self, name: str, exc: ProducerFenced) -> None:
+        """Exactly once: a newer producer took the transactional id of task ``name`` (the
+        group gave the task to another member, and this one has not heard yet): the task stops
+        without a commit (its open transaction was aborted by the broker) and the member joins
+        the group again, to learn what it runs now."""
+        async with self._lock:
+            task = next((t for t in self.tasks if t.name == name), None)
+            if task is None:
+                return
+            await self._drop(task)
+            self.fenced += 1
+            _log.warning("container %s: task %s stopped: its producer was fenced by the broker "
+                         "(transactional id %r taken by a newer producer); nothing it wrote "
+                         "since its last commit becomes visible; the container joins the group "
+                         "again", self._label(), name, exc.transactional_id)
+        if self.membership is not None:
+            self.membership.rejoin()
 
     async def on_revoked(self) -> None:
         """Stop handing out, drain (at most ``task.shutdown.ms``) and commit every task; they
@@ -549,6 +583,9 @@ class GroupContainer(Container):
     def _discard(self, t: TaskInstance) -> None:
         t.close()
         self.state.close_task(t.name)  # type: ignore[attr-defined]
+        release = getattr(self.committer.transactions, "release", None)
+        if release is not None:  # exactly once: the task's producer closes
+            release(t.name)
 
     async def _restore(self, models: list[TaskModel]) -> None:
         """New tasks: their checkpoints (another container wrote them) and their stores restored

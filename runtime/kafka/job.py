@@ -36,6 +36,7 @@ from runtime.codec import (
     serde_error_policy,
     stream_serde,
 )
+from runtime.commit import warn_at_least_once
 from runtime.container import Container
 from runtime.elastic import rescale_checkpoints
 from runtime.job import SSP, TaskModel, build_job_model, job_containers, start_generation
@@ -51,6 +52,7 @@ from runtime.kafka.admin import (
 from runtime.kafka.assignor import TaskAssignor
 from runtime.kafka.changelog import KafkaChangelog
 from runtime.kafka.claim import ContainerClaim
+from runtime.kafka.exactly_once import KafkaTransactions, fence_earlier
 from runtime.kafka.group import (
     GroupContainer,
     GroupMembership,
@@ -83,7 +85,7 @@ from runtime.state.backend import StoreBackend
 from runtime.state.lmdb_store import local_state
 from runtime.systems import SYSTEMS, Consumer, StateBackend, job_system
 from samza_dsl.config import config_value, exactly_once
-from samza_dsl.errors import ConfigError, SamzaError, SerdeError
+from samza_dsl.errors import SamzaError, SerdeError
 
 __all__ = ["KafkaJob", "uses_kafka"]
 
@@ -91,17 +93,6 @@ __all__ = ["KafkaJob", "uses_kafka"]
 def uses_kafka(app: Any) -> bool:
     """Whether ``app`` runs on Kafka (``runtime.systems.job_system``)."""
     return job_system(app) is SYSTEMS["kafka"]
-
-
-def refuse_exactly_once(app: Any, config: Mapping[str, Any]) -> None:
-    """A job on Kafka runs at least once: ``job.processing.guarantee=exactly-once`` is refused
-    at start, in one line, rather than run as if it held."""
-    if exactly_once({**app.config, **config}):
-        raise ConfigError(
-            f"job {app.name}-{app.app_id!s}: job.processing.guarantee=exactly-once is not available "
-            f"on Kafka yet (only on the embedded local system); run the job with "
-            f"job.processing.guarantee=at-least-once, and see docs/operations.md \"Exactly once "
-            f"on Kafka\"")
 
 
 class KafkaJob:
@@ -132,6 +123,8 @@ class KafkaJob:
                                                  "consumer")
         self.producer_settings = client_settings(settings, effective, self.system.name,
                                                  "producer")
+        if exactly_once(effective):  # the job's own readers see committed transactions only
+            self.consumer_settings["isolation_level"] = "read_committed"
         self.checkpoint_topic = f"__samza_checkpoint_{self.job_name}"
         #: where the outputs started, for a job whose containers run in other processes
         self.output_start: dict[TopicPartition, int] | None = None
@@ -151,7 +144,6 @@ class KafkaJob:
     @classmethod
     async def create(cls, app: Any, config: Mapping[str, Any], metrics: Metrics | None = None,
                      *, follow: bool = False, timeout: float = 10.0) -> KafkaJob:
-        refuse_exactly_once(app, config)
         job = cls(app, config, metrics, follow=follow, timeout=timeout)
         try:
             await job._build()
@@ -171,7 +163,6 @@ class KafkaJob:
         """Start a run of a job of several containers: create its topics, bump the generation,
         move the checkpoints to a changed elasticity factor, and note where the outputs start
         (``output_start``). Each container then joins the run (``job.container.id``)."""
-        refuse_exactly_once(app, config)
         job = cls(app, config, timeout=timeout)
         # exclusive while the run is prepared (checkpoints move), then shared with the
         # containers: no other run of the job meanwhile
@@ -253,6 +244,12 @@ class KafkaJob:
         self.dead_letter = dead_letter
         self.checkpoints = KafkaCheckpoints(self.servers, self.checkpoint_topic, producer,
                                             self.consumer_settings, timeout=self.timeout)
+        if exactly_once(plan.config) and self.coordinator != "kafka":
+            # what an earlier run of this container's tasks left open is aborted first (a
+            # member of a group does it for the tasks it is given, runtime.kafka.exactly_once)
+            _, mine = job_containers(job, plan.config)
+            await fence_earlier(self.servers, self.producer_settings, self.job_name,
+                                [t.name for t in mine], self.timeout)
         await self.checkpoints.load()
         await self.check_data(None)
         self.codecs: dict[str, StreamCodec] = {}
@@ -292,14 +289,25 @@ class KafkaJob:
                                  timeout=self.timeout, watch=self.watch)
         # the system's classes, as the container sees them (runtime.systems)
         self.consumer: Consumer = consumer
+        #: exactly once: the tasks' transactional producers (``runtime.kafka.exactly_once``)
+        self.txns = txns = KafkaTransactions(
+            producer, self.checkpoints, self.job_name,
+            self._changelog_positions) if exactly_once(cfg) else None
+        if txns is not None:
+            warn_at_least_once(plan.app, self.job_name)
         self.state: StateBackend = StoreBackend(
-            self.root, job, cfg, await self._changelogs(producer, self.tasks), self.metrics,
-            self.dead_letter)
+            self.root, job, cfg, await self._changelogs(producer, self.tasks, txns),
+            self.metrics, self.dead_letter)
+        if txns is not None and not group:  # fenced first: what an earlier run left open is
+            await txns.open(self.tasks)  # aborted before the tasks' stores and inputs are read
         parts: dict[str, Any] = dict(consumer=consumer, producer=producer,
                                      checkpoints=self.checkpoints, config=cfg,
                                      metrics=self.metrics, state=self.state)
         self.container = container = self._member(parts) if group else Container(
             job, self.tasks, **parts)
+        if txns is not None:  # each task writes in transactions of its own
+            container.committer.transactions = txns
+            container.env.task_producer = txns.producer_for
         container.reporters = job_reporters(
             self.metrics, cfg, job_name=self.job_name, job_id=str(self.app.app_id),
             container_id=self.container_id, producer=producer, job_dir=self.root,
@@ -359,7 +367,11 @@ class KafkaJob:
         that ran them left them, and their changelogs' ends now. With its ``first`` tasks, the
         container learns its run's generation: a new run when it has every task (no other member
         runs), else the group's current one, so that the members' control records agree. Each task
-        is claimed in its checkpoint (``runtime.kafka.fence``)."""
+        is claimed in its checkpoint (``runtime.kafka.fence``). Exactly once, their producers
+        take their transactional ids first: the container that ran them is fenced, and what it
+        left open is aborted before their checkpoints are read."""
+        if self.txns is not None:
+            await self.txns.open(tasks)
         await self.checkpoints.load()
         if first:
             alone = len(tasks) == len(self.job.tasks)
@@ -478,10 +490,17 @@ class KafkaJob:
                 f"{'but' if end < offset else 'and'} its changelog topic {topic!r} partition "
                 f"{index} ends at offset {end}")
 
-    async def _changelogs(self, producer: KafkaProducer, tasks: list[TaskModel]
+    def _changelog_positions(self, task_name: str) -> dict[str, int]:
+        """Where the changelogs of a task's stores end now (``KafkaTransactions``)."""
+        state = self.state
+        return state.changelog_positions(task_name) if isinstance(state, StoreBackend) else {}
+
+    async def _changelogs(self, producer: KafkaProducer, tasks: list[TaskModel],
+                          txns: KafkaTransactions | None = None
                           ) -> dict[str, Callable[[int], KafkaChangelog]]:
         """A changelog factory per store, over the partitions of ``tasks`` (and of tasks whose
-        ends ``_changelog_ends`` reads later)."""
+        ends ``_changelog_ends`` reads later); exactly once, each partition is written by the
+        producer of its task."""
         n_tasks = max((t.index for t in self.job.tasks), default=0) + 1
         self._ends: dict[TopicPartition, int] = {}
         await self._changelog_ends(tasks)
@@ -491,7 +510,8 @@ class KafkaJob:
             producer.add_stream(sid, topic, n_tasks, None)
 
             def make(p: int, sid: str = sid, topic: str = topic) -> KafkaChangelog:
-                return KafkaChangelog(self.servers, self.consumer_settings, producer, sid, topic,
+                writer = producer if txns is None else txns.of_index(p)
+                return KafkaChangelog(self.servers, self.consumer_settings, writer, sid, topic,
                                       p, self._ends.get(TopicPartition(topic, p), 0),
                                       timeout=max(self.timeout, 30.0, self.watch.timeout))
             out[name] = make

@@ -87,6 +87,9 @@ async def offset_bounds(servers: str, needed: Mapping[TopicPartition, int | None
     tps = list(needed)
     if not tps:
         return {}
+    # the log's end, not the last stable offset: a broker may answer a read_committed
+    # ListOffsets below an open transaction with 0 (tansu)
+    settings = {k: v for k, v in settings.items() if k != "isolation_level"}
     consumer = new_consumer(servers, settings, brief=True)
     out: dict[TopicPartition, tuple[int, int]] = {}
     try:
@@ -423,6 +426,9 @@ class KafkaProducer(BufferedProducer):
         self.first_offsets: dict[tuple[str, int], int] = {}
         #: a member of a consumer group sends nothing past its lease (``runtime.kafka.fence``)
         self.lease: Lease | None = None
+        #: what closes before this producer: under exactly-once the tasks' own producers
+        #: (``runtime.kafka.exactly_once``)
+        self.companions: list[Any] = []
 
     def discard(self) -> int:
         """Drop every record not yet handed to the Kafka client (the member was fenced: its
@@ -568,6 +574,8 @@ class KafkaProducer(BufferedProducer):
                 firsts[key] = first
 
     async def close(self) -> None:
+        for companion in self.companions:
+            await companion.close()
         if self._producer is not None:
             with contextlib.suppress(Exception):
                 await self.flush()
@@ -604,13 +612,17 @@ async def read_checkpoint_topic(servers: str, topic: str, settings: Mapping[str,
                                 timeout: float) -> CheckpointTopic:
     """Read a checkpoint topic in full, without a consumer group (nothing is committed)."""
     out = CheckpointTopic()
-    consumer = new_consumer(servers, settings, brief=True)
     tp = TopicPartition(topic, 0)
+    committed = settings.get("isolation_level") == "read_committed"
+    # read_committed: to the log's end, or where the reads stop (an open transaction)
+    log_end = (await true_end_offsets(servers, [tp], settings, timeout))[tp] if committed \
+        else None
+    consumer = new_consumer(servers, settings, brief=True)
     try:
         async with asyncio.timeout(timeout):
             await consumer.start()
             consumer.assign([tp])
-            end = (await consumer.end_offsets([tp]))[tp]
+            end = log_end if log_end is not None else (await consumer.end_offsets([tp]))[tp]
             await consumer.seek_to_beginning(tp)
             while end and await consumer.position(tp) < end:
                 batch = await consumer.getmany(tp, timeout_ms=200)
@@ -667,7 +679,9 @@ class KafkaCheckpoints:
         #: what a member of a consumer group stamps its checkpoints with: its group generation
         #: and its name (``runtime.checkpoints``)
         self.stamp: dict[str, Any] = {}
-        producer.add_stream(f"__checkpoint__{topic}", topic, 1, None)
+        #: the producer stream of the topic (a task's own producer has it too, exactly once)
+        self.stream_id = f"__checkpoint__{topic}"
+        producer.add_stream(self.stream_id, topic, 1, None)
 
     async def load(self) -> None:
         got = await read_checkpoint_topic(self.servers, self.topic, self.settings, self.timeout)
@@ -721,6 +735,18 @@ class KafkaCheckpoints:
         self.producer.buffer(f"__checkpoint__{self.topic}", 0).append(
             (_MEMBER + name.encode(), value, None))
         await self.producer.flush()
+
+    def record(self, task_name: str, offsets: Mapping[SSP, int],
+               changelogs: Mapping[str, int] | None = None
+               ) -> tuple[Record, dict[str, Any]]:
+        """The record of the task's checkpoint (for a task's transaction to write), and what
+        ``remember`` takes once it is committed."""
+        data = checkpoints.merge(self._data.get(task_name, {}), offsets, changelogs, self.stamp)
+        return (task_name.encode(), checkpoints.encode(data), None), data
+
+    def remember(self, task_name: str, data: dict[str, Any]) -> None:
+        """A checkpoint of ``record`` was committed."""
+        self._data[task_name] = data
 
     async def write_generation(self, generation: int, elasticity: int | None = None) -> None:
         """The run's generation, and the job's ``job.elasticity.factor``."""

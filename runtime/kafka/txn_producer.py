@@ -41,10 +41,11 @@ from runtime.kafka.system import kafka_error, stop_client
 from runtime.kafka.txn_protocol import TRANSACTION_REQUESTS, as_v0_response
 from samza_dsl.errors import ProducerFenced, SamzaError
 
-__all__ = ["TransactionalProducer"]
+__all__ = ["FENCED_ERRORS", "TransactionalProducer"]
 
 # what aiokafka raises where the broker said the epoch is old: a newer producer has the id
 _FENCED = (kafka_errors.ProducerFenced, kafka_errors.InvalidProducerEpoch)
+FENCED_ERRORS = _FENCED
 
 
 class _NewerTransactionRequests:
@@ -106,6 +107,28 @@ class TransactionalProducer:
             raise kafka_error(f"starting the transactional producer {self.transactional_id!r}",
                               self.servers, exc) from exc
         self._producer = producer
+
+    @property
+    def producer(self) -> AIOKafkaProducer | None:
+        """aiokafka's producer underneath (None before ``start``): its batches
+        (``create_batch``/``send_batch``) go into the open transaction."""
+        return self._producer
+
+    @property
+    def in_transaction(self) -> bool:
+        """Whether a transaction is open (``begin`` called, not committed or aborted yet)."""
+        return self._open
+
+    def failure(self) -> BaseException | None:
+        """The error aiokafka's producer stopped on, if it did (e.g. fenced)."""
+        producer = self._producer
+        if producer is None or not _failed_for_good(producer):
+            return None
+        return _fatal_error(producer)
+
+    def fence(self) -> ProducerFenced:
+        """Note that a newer producer has the id: every call from now on raises it."""
+        return self._fence()
 
     async def stop(self) -> None:
         """Close; a transaction still open is aborted by the broker when it times out, or at

@@ -45,6 +45,7 @@ from runtime.codec import (
     serde_error_policy,
     stream_serde,
 )
+from runtime.commit import warn_at_least_once
 from runtime.container import Container
 from runtime.elastic import rescale_checkpoints
 from runtime.job import SSP, JobModel, TaskModel, build_job_model, job_containers, start_generation
@@ -77,7 +78,6 @@ __all__ = ["LocalJob", "LocalProducer", "LocalConsumer", "LocalCheckpoints", "Lo
            "LocalState", "job_dir", "log_path", "dead_letter_stream", "task_dir"]
 
 _log = logging.getLogger("samza_dsl.retention")
-_eos_log = logging.getLogger("samza_dsl.exactly_once")
 
 #: the encoded bytes a load appends per transaction: its memory stays about this size however
 #: long the input
@@ -664,15 +664,7 @@ class LocalJob:
     def _transactions(self, producer: LocalProducer, dead: str) -> LocalTransactions:
         """Exactly-once commits of this container's tasks (``runtime.local.exactly_once``); what
         stays at least once is said once, at start."""
-        remote = sorted(t for t, spec in self.plan.app.remote_tables.items()
-                        if spec.write is not None or spec.write_all is not None)
-        if remote:
-            _eos_log.warning(
-                "job %s runs exactly once (job.processing.guarantee=exactly-once), but its "
-                "writes to remote table(s) %s stay at least once: a message processed again "
-                "after a crash writes again (make the writes idempotent), as do sink functions "
-                "and anything a function does outside the job's streams (docs/operations.md)",
-                self.job_name, ", ".join(remote))
+        warn_at_least_once(self.plan.app, self.job_name)
         return LocalTransactions(producer, producer.log, producer.written_out, self.checkpoints,
                                  self.tasks, dead, self.state_changelogs)
 

@@ -165,6 +165,12 @@ class StoreBackend:
                 out[name] = offset
         return out
 
+    def changelog_positions(self, task_name: str) -> dict[str, int]:
+        """Where each changelog of the task's stores ends now: what a checkpoint written in the
+        same transaction as their entries holds (``runtime.kafka.exactly_once``)."""
+        return {name: changelog.end_offset()
+                for (task, name), changelog in self._changelog_of.items() if task == task_name}
+
     def checkpointed(self, task_name: str) -> None:
         """The task's checkpoint is written (a hook: the local system compacts and trims)."""
 

@@ -4,8 +4,10 @@ written to it, and the joined views go to an output topic."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from pathlib import Path
+from typing import Any
 
 from kafka_helpers import create_topic, keyed, produce_each, run
 
@@ -54,3 +56,34 @@ def test_a_job_on_kafka_joins_and_writes_a_remote_table(kafka_bootstrap: str,
         (k, tiers[k]) for k, _ in views if k != "u5")
     assert {v for k, v in got if k == "u5"} <= {"x", None}
     assert len(got) == len(views)
+
+
+def test_exactly_once_with_a_remote_table_write_warns_once_at_start(
+        kafka_bootstrap: str, tmp_path: Path, caplog: Any) -> None:
+    """On Kafka as on the local system: a job with exactly-once and a remote table that writes
+    says once, at start, that those writes stay at least once; at least once, nothing."""
+    tag = uuid.uuid4().hex[:8]
+    updates_topic = f"updates-{tag}"
+    run(create_topic(kafka_bootstrap, updates_topic, 2))
+    run(produce_each(kafka_bootstrap, updates_topic,
+                     keyed([(f"u{i}", {"tier": f"t{i}"}) for i in range(6)], 2)))
+    with KVService({}) as svc:
+        kv = HttpKV(svc.url)
+        for guarantee in ("at-least-once", "exactly-once"):
+            app = StreamApplication(f"remote-{guarantee}-{tag}", config={"task.commit.ms": 200})
+            kafka = KafkaSystem("kafka", bootstrap_servers=kafka_bootstrap)
+            profiles = app.remote_table("profiles", read=kv.read, write=kv.write)
+            app.input(kafka.input("updates", serde=SERDE, physical_name=updates_topic)).send_to(
+                profiles)
+            caplog.clear()
+            with caplog.at_level(logging.WARNING, logger="samza_dsl.exactly_once"):
+                LocalRunner(app, {"job.dir": str(tmp_path / guarantee),
+                                  "job.processing.guarantee": guarantee}).run()
+            warned = [r.getMessage() for r in caplog.records
+                      if r.name == "samza_dsl.exactly_once"]
+            assert len(svc.data) == 6
+            if guarantee == "at-least-once":
+                assert warned == []
+            else:
+                assert len(warned) == 1, warned
+                assert "remote table(s) profiles stay at least once" in warned[0]

@@ -26,6 +26,7 @@ class Batch:
     #: "COMMIT" or "ABORT" for a transaction marker, None for records
     marker: str | None
     values: tuple[bytes | None, ...]
+    keys: tuple[bytes | None, ...] = ()
 
 
 async def log_batches(bootstrap: str, topic: str, partition: int) -> list[Batch]:
@@ -51,7 +52,8 @@ async def log_batches(bootstrap: str, topic: str, partition: int) -> list[Batch]
                     _version, kind = struct.unpack(">hh", rows[0].key)
                     marker = _MARKERS[kind]
                 batches.append(Batch(batch.base_offset, batch.producer_id, batch.is_transactional,
-                                     marker, tuple(r.value for r in rows)))
+                                     marker, tuple(r.value for r in rows),
+                                     tuple(r.key for r in rows)))
                 offset = batch.next_offset
             if len(batches) == before:
                 return batches
