@@ -32,6 +32,7 @@ from aiokafka.errors import KafkaError, OffsetOutOfRangeError
 from runtime import checkpoints
 from runtime.codec import BufferedProducer, Record, StreamCodec
 from runtime.job import SSP
+from runtime.kafka.committed import read_committed_log
 from runtime.kafka.fence import Lease
 from runtime.kafka.outage import BrokerWatch, close_connections
 from runtime.records import EndOfStream
@@ -610,45 +611,30 @@ class CheckpointTopic:
 
 async def read_checkpoint_topic(servers: str, topic: str, settings: Mapping[str, Any],
                                 timeout: float) -> CheckpointTopic:
-    """Read a checkpoint topic in full, without a consumer group (nothing is committed)."""
+    """Read a checkpoint topic in full, without a consumer group (nothing is committed). Read
+    committed (exactly once), a checkpoint counts once its transaction's COMMIT marker is in the
+    log (``runtime.kafka.committed``): never one of an aborted or an open transaction."""
     out = CheckpointTopic()
     tp = TopicPartition(topic, 0)
-    committed = settings.get("isolation_level") == "read_committed"
-    # read_committed: to the log's end, or where the reads stop (an open transaction)
-    log_end = (await true_end_offsets(servers, [tp], settings, timeout))[tp] if committed \
-        else None
+    if settings.get("isolation_level") == "read_committed":
+        try:
+            async with asyncio.timeout(timeout):
+                for r in await read_committed_log(servers, topic, 0, settings):
+                    _take_checkpoint(out, r.key, r.value, r.timestamp)
+        except (KafkaError, TimeoutError, OSError) as exc:
+            raise kafka_error(f"reading checkpoints from {topic!r}", servers, exc) from exc
+        return out
     consumer = new_consumer(servers, settings, brief=True)
     try:
         async with asyncio.timeout(timeout):
             await consumer.start()
             consumer.assign([tp])
-            end = log_end if log_end is not None else (await consumer.end_offsets([tp]))[tp]
+            end = (await consumer.end_offsets([tp]))[tp]
             await consumer.seek_to_beginning(tp)
             while end and await consumer.position(tp) < end:
                 batch = await consumer.getmany(tp, timeout_ms=200)
                 for r in batch.get(tp, []):
-                    if r.key is not None and r.key.startswith(CONTAINER_KEY):
-                        continue  # a container's claim on its id (runtime.kafka.claim)
-                    out.records += 1
-                    out.last_write = r.timestamp
-                    if r.key == _GENERATION and r.value is not None:
-                        out.generation = int(r.value)
-                    elif r.key == _ELASTICITY and r.value is not None:
-                        out.elasticity = int(r.value)
-                    elif r.key is not None and r.key.startswith(_MEMBER):
-                        name = r.key[len(_MEMBER):].decode()
-                        if r.value is None:  # the member left the group
-                            out.members.pop(name, None)
-                        else:
-                            out.members[name] = checkpoints.decode(r.value)
-                    elif r.key is not None and r.value is not None:
-                        task = r.key.decode()
-                        data = checkpoints.decode(r.value)
-                        if not checkpoints.supersedes(out.data.get(task), data):
-                            out.fenced[task] = out.fenced.get(task, 0) + 1
-                            continue
-                        out.data[task] = data
-                        out.timestamps[task] = r.timestamp
+                    _take_checkpoint(out, r.key, r.value, r.timestamp)
                 if not batch:
                     break
     except (KafkaError, TimeoutError, OSError) as exc:
@@ -656,6 +642,33 @@ async def read_checkpoint_topic(servers: str, topic: str, settings: Mapping[str,
     finally:
         await stop_client(consumer)
     return out
+
+
+def _take_checkpoint(out: CheckpointTopic, key: bytes | None, value: bytes | None,
+                     timestamp: int) -> None:
+    """One record of a checkpoint topic, read in log order, into ``out``."""
+    if key is not None and key.startswith(CONTAINER_KEY):
+        return  # a container's claim on its id (runtime.kafka.claim)
+    out.records += 1
+    out.last_write = timestamp
+    if key == _GENERATION and value is not None:
+        out.generation = int(value)
+    elif key == _ELASTICITY and value is not None:
+        out.elasticity = int(value)
+    elif key is not None and key.startswith(_MEMBER):
+        name = key[len(_MEMBER):].decode()
+        if value is None:  # the member left the group
+            out.members.pop(name, None)
+        else:
+            out.members[name] = checkpoints.decode(value)
+    elif key is not None and value is not None:
+        task = key.decode()
+        data = checkpoints.decode(value)
+        if not checkpoints.supersedes(out.data.get(task), data):
+            out.fenced[task] = out.fenced.get(task, 0) + 1
+            return
+        out.data[task] = data
+        out.timestamps[task] = timestamp
 
 
 class KafkaCheckpoints:

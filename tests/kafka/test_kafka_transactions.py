@@ -258,3 +258,58 @@ def test_steps_out_of_order_say_what_to_do(kafka_bootstrap: str) -> None:
             await producer.stop()
 
     run(scenario())
+
+
+def test_the_jobs_committed_reader_drops_aborted_and_open_transactions(
+        kafka_bootstrap: str) -> None:
+    """``runtime.kafka.committed`` reads what a read_committed consumer of Apache Kafka reads,
+    from the log's markers, whatever the broker lists as aborted: the job's checkpoint reader
+    under exactly once never takes an aborted or open transaction's checkpoint (on tansu a
+    read_committed consumer would: an aborted checkpoint made a restart skip inputs)."""
+    from runtime import checkpoints
+    from runtime.job import SSP
+    from runtime.kafka.system import read_checkpoint_topic
+    bs = kafka_bootstrap
+    topic = fresh("checkpoints")
+
+    def at(offset: int) -> bytes:
+        return checkpoints.encode(checkpoints.merge({}, {SSP("events", 0): offset}, None))
+
+    async def scenario() -> None:
+        await create_topic(bs, topic, 1)
+        producer = TransactionalProducer(bs, fresh("cp"))
+        await producer.start()
+        try:
+            await producer.begin()
+            await producer.send(topic, at(10), key=b"t0", partition=0)
+            await producer.commit()
+            await producer.begin()
+            await producer.send(topic, at(20), key=b"t0", partition=0)
+            await producer.abort()
+            await producer.begin()
+            await (await producer.send(topic, at(30), key=b"t1", partition=0))
+            got = await read_checkpoint_topic(bs, topic, {"isolation_level": "read_committed"},
+                                              10.0)
+            assert got.data["t0"]["offsets"] == [["events", 0, 10]], got.data
+            assert "t1" not in got.data
+        finally:
+            await producer.stop()
+
+    run(scenario())
+
+
+def test_committed_records_follow_each_producers_markers() -> None:
+    from runtime.kafka.committed import Batch, LogRecord, committed_records
+
+    def rec(offset: int) -> LogRecord:
+        return LogRecord(offset, 0, None, str(offset).encode())
+
+    log = [Batch(0, 7, True, None, (rec(0), rec(1))),      # producer 7, committed below
+           Batch(2, 8, True, None, (rec(2),)),              # producer 8, aborted below
+           Batch(3, -1, False, None, (rec(3),)),            # outside any transaction
+           Batch(4, 7, True, "COMMIT", ()),
+           Batch(5, 8, True, "ABORT", ()),
+           Batch(6, 8, True, None, (rec(6),)),              # producer 8 again, still open
+           Batch(7, 7, True, None, (rec(7),)),
+           Batch(8, 7, True, "COMMIT", ())]
+    assert [r.offset for r in committed_records(log)] == [0, 1, 3, 7]
