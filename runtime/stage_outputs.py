@@ -69,9 +69,7 @@ class StageOutputs:
                 try:
                     outs = op.on_watermark(wm)
                 except Exception as exc:
-                    raise TaskError(f"operator {op_id!r} failed at watermark {wm} in task "
-                                    f"{self.name!r}: {type(exc).__name__}: {exc}", op_id=op_id,
-                                    task=self.name) from exc
+                    raise self.failed(op_id, f"at watermark {wm}", exc) from exc
                 await self.run_outputs(op_id, outs)
             self.moves.send(marks)
             if marks:
@@ -113,6 +111,11 @@ class StageOutputs:
         finally:
             SOURCE.reset(token)
 
+    def failed(self, op_id: str, when: str, exc: Exception) -> TaskError:
+        """The error of operator ``op_id`` raising ``exc`` ``when`` (no message caused it)."""
+        return TaskError(f"operator {op_id!r} failed {when} in task {self.name!r}: "
+                         f"{type(exc).__name__}: {exc}", op_id=op_id, task=self.name)
+
     async def on_timer(self) -> None:
         self.window_calls += 1
         now = self.now()
@@ -122,9 +125,7 @@ class StageOutputs:
                 try:
                     outs = op.on_timer(now)
                 except Exception as exc:
-                    raise TaskError(f"operator {op_id!r} failed at a window tick in task "
-                                    f"{self.name!r}: {type(exc).__name__}: {exc}", op_id=op_id,
-                                    task=self.name) from exc
+                    raise self.failed(op_id, "at a window tick", exc) from exc
                 await self.run_outputs(op_id, outs)
 
     async def end_stages(self) -> bool:
@@ -143,9 +144,7 @@ class StageOutputs:
                     try:
                         outs = next(chunks, None)
                     except Exception as exc:
-                        raise TaskError(f"operator {op_id!r} failed at end-of-stream in task "
-                                        f"{self.name!r}: {type(exc).__name__}: {exc}",
-                                        op_id=op_id, task=self.name) from exc
+                        raise self.failed(op_id, "at end-of-stream", exc) from exc
                     if outs is None:
                         break
                     await self.run_outputs(op_id, outs)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import inspect
 import struct
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +22,8 @@ from aiokafka.errors import for_code
 from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.record.memory_records import MemoryRecords
 
-__all__ = ["Batch", "LogRecord", "log_batches", "committed_records", "read_committed_log"]
+__all__ = ["Batch", "LogRecord", "batches_from", "log_batches", "committed_records",
+           "read_committed_log"]
 
 READ_UNCOMMITTED = 0
 _MARKERS = {0: "ABORT", 1: "COMMIT"}
@@ -61,22 +62,23 @@ def client_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in settings.items() if k in accepted and k != "bootstrap_servers"}
 
 
-async def log_batches(servers: str, topic: str, partition: int,
-                      settings: Mapping[str, Any] | None = None) -> list[Batch]:
-    """Every batch of the partition from its first offset, transaction markers included."""
+async def batches_from(servers: str, topic: str, partition: int, start: int = 0,
+                       settings: Mapping[str, Any] | None = None) -> AsyncIterator[Batch]:
+    """The batches of the partition from offset ``start`` to its end as the reading began to
+    end, transaction markers included (read uncommitted: the reader resolves the markers)."""
     client = AIOKafkaClient(bootstrap_servers=servers, **client_settings(settings or {}))
     await client.bootstrap()
     try:
         tp = TopicPartition(topic, partition)
-        await client.force_metadata_update()
-        node = client.cluster.leader_for_partition(tp)
-        if node is None or node < 0:
+        node = None
+        for _ in range(2):
             await client.force_metadata_update()
             node = client.cluster.leader_for_partition(tp)
+            if node is not None and node >= 0:
+                break
         if node is None or node < 0:
             node = client.get_random_node()
-        batches: list[Batch] = []
-        offset = 0
+        offset = start
         while True:
             request = FetchRequest(100, 1, _FETCH_BYTES, READ_UNCOMMITTED,
                                    [(topic, [(partition, offset, _FETCH_BYTES)])])
@@ -86,7 +88,7 @@ async def log_batches(servers: str, topic: str, partition: int,
             if error is not for_code(0):
                 raise error(f"fetching {topic!r} partition {partition} at offset {offset}")
             records = MemoryRecords(parts[0][-1])
-            before = len(batches)
+            got = False
             while (batch := records.next_batch()) is not None:
                 if batch.next_offset <= offset:
                     continue
@@ -95,15 +97,21 @@ async def log_batches(servers: str, topic: str, partition: int,
                 if batch.is_control_batch:
                     _version, kind = struct.unpack(">hh", rows[0].key)
                     marker = _MARKERS.get(kind)
-                batches.append(Batch(
-                    batch.base_offset, batch.producer_id, batch.is_transactional, marker,
-                    tuple(LogRecord(r.offset, r.timestamp, r.key, r.value) for r in rows
-                          if r.offset >= offset)))
+                got = True
+                yield Batch(batch.base_offset, batch.producer_id, batch.is_transactional, marker,
+                            tuple(LogRecord(r.offset, r.timestamp, r.key, r.value)
+                                  for r in rows if r.offset >= offset))
                 offset = batch.next_offset
-            if len(batches) == before:
-                return batches
+            if not got:
+                return
     finally:
         await client.close()
+
+
+async def log_batches(servers: str, topic: str, partition: int,
+                      settings: Mapping[str, Any] | None = None) -> list[Batch]:
+    """Every batch of the partition from its first offset, transaction markers included."""
+    return [b async for b in batches_from(servers, topic, partition, 0, settings)]
 
 
 def committed_records(batches: list[Batch]) -> list[LogRecord]:

@@ -28,6 +28,7 @@ from runtime.faults import POINTS
 from runtime.loader import load_app
 from runtime.local.system import LocalCheckpoints, LocalJob, task_dir
 from runtime.state.lmdb_store import LmdbStore
+from tests.proc_helpers import finish
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = f"{ROOT / 'examples' / 'readwrite_counter.py'}:app"
@@ -51,18 +52,7 @@ def _run(job_dir: Path, crash_at: str | None, kill_after: float | None,
         cmd += ["-c", item]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    try:
-        if kill_after is not None:
-            try:
-                proc.wait(kill_after)
-            except subprocess.TimeoutExpired:
-                proc.send_signal(signal.SIGKILL)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    return proc.returncode, err
+    return finish(proc, kill_after, 120)
 
 
 def pick_kill(rng: random.Random) -> tuple[str | None, float | None, str]:

@@ -35,6 +35,7 @@ from runtime.loader import load_app
 from runtime.local.log import LocalLog
 from runtime.local.system import LocalCheckpoints, LocalJob
 from samza_dsl import KV
+from tests.proc_helpers import finish
 
 ROOT = Path(__file__).resolve().parents[2]
 APP_FILE = Path(__file__).resolve().parent / "eos_app.py"
@@ -62,18 +63,7 @@ def _run(job_dir: Path, guarantee: str, crash_at: str | None, kill_after: float 
            "-c", "user.eos.sleep.ms=15", "-q", "--show", "0", *extra]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    try:
-        if kill_after is not None:
-            try:
-                proc.wait(kill_after)
-            except subprocess.TimeoutExpired:
-                proc.send_signal(signal.SIGKILL)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    return proc.returncode, err
+    return finish(proc, kill_after, 120)
 
 
 def _load(job_dir: Path, rng: random.Random, expected: set[tuple[int, int]],
