@@ -40,7 +40,7 @@ from kafka_helpers import create_topic, produce_each, run
 from txn_helpers import log_batches, read_isolated
 
 from operators.hashing import partition_for
-from runtime.faults import KAFKA_TXN_POINTS, POINTS
+from runtime.faults import POINTS
 from tests.proc_helpers import finish
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -272,25 +272,6 @@ def _kill_rounds(proof: Proof, points: tuple[str, ...], rng: random.Random,
     code, err = proof.run()
     assert code == 0, err
     return where
-
-
-def test_exactly_once_on_kafka_holds_under_sigkill(kafka_bootstrap: str, tmp_path: Path) -> None:
-    proof = Proof(kafka_bootstrap, tmp_path, "exactly-once")
-    # each point once and two at random times: on tansu, more kills in a row can leave a
-    # transaction whose partitions' last stable offset never moves again (the restart's
-    # read_committed restore then waits out its timeout), which Apache Kafka does not do
-    kills = _kill_rounds(proof, KAFKA_TXN_POINTS, random.Random(SEED), 2 * BUDGET_S,
-                         len(KAFKA_TXN_POINTS) + 2)
-    print(f"exactly once: {len(kills)} kills: {kills}")
-    seen = seen_of(committed(kafka_bootstrap, proof.topic("seen")))
-    twice = sorted(p for p, n in seen.items() if n > 1)
-    assert not twice, f"inputs emitted more than once: {twice[:10]} (kills: {kills})"
-    gaps = sorted(set(proof.expected) - set(seen))
-    assert not gaps, f"inputs never emitted: {gaps[:10]} (kills: {kills})"
-    assert set(seen) == set(proof.expected)
-    # each key's running counts pass through the intermediate stream, whose read_committed
-    # reader on tansu reads the records of transactions a kill left behind (module docstring):
-    # they are checked by the tests of test_kafka_exactly_once_group.py and the local proof
 
 
 def test_the_kafka_proof_finds_duplicates_at_least_once(kafka_bootstrap: str,
