@@ -28,6 +28,7 @@ from runtime.kafka.system import kafka_error, new_consumer
 __all__ = ["KafkaChangelog"]
 
 _CHUNK = 8192  # entries per chunk handed from the reading thread
+_WAIT_MS = 100  # a fetch that returns no record is asked again this soon
 _QUEUED = 8  # chunks the reading thread may run ahead
 
 
@@ -110,12 +111,13 @@ class KafkaChangelog:
             offsets: list[int] = []  # each entry's: a compacted topic has gaps
             idle = 0.0
             while pos < end:
-                batch = await consumer.getmany(tp, timeout_ms=500, max_records=_CHUNK)
+                # short waits: markers and aborted records move the position with no record
+                batch = await consumer.getmany(tp, timeout_ms=_WAIT_MS, max_records=_CHUNK)
                 records = batch.get(tp, [])
                 if not records and await consumer.position(tp) >= end:
                     break  # the rest were transaction markers or aborted records
                 if not records:
-                    idle += 0.5
+                    idle += _WAIT_MS / 1000
                     if idle >= self.timeout:
                         raise kafka_error(
                             f"reading {where}", self.servers,

@@ -35,6 +35,7 @@ from runtime.job import SSP
 from runtime.kafka.committed import read_committed_log
 from runtime.kafka.fence import Lease
 from runtime.kafka.outage import BrokerWatch, close_connections
+from runtime.kafka.resolved import ResolvingConsumer
 from runtime.records import EndOfStream
 from samza_dsl.errors import SamzaError
 
@@ -59,8 +60,11 @@ def new_consumer(servers: str, settings: Mapping[str, Any], *,
     reader that reads a partition once (aiokafka's 500 ms would cost half a second at each
     start). The ``settings`` override these."""
     defaults = {"auto_offset_reset": "earliest", "fetch_max_wait_ms": 20 if brief else 100}
-    return AIOKafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False, group_id=None,
-                            **{**defaults, **settings})
+    # read committed: by the log's transaction markers, not the broker's word (runtime.kafka.resolved)
+    kind = ResolvingConsumer if settings.get("isolation_level") == "read_committed" \
+        else AIOKafkaConsumer
+    return kind(bootstrap_servers=servers, enable_auto_commit=False, group_id=None,
+                **{**defaults, **settings})
 
 
 def kafka_error(what: str, servers: str, exc: BaseException) -> SamzaError:
@@ -112,8 +116,8 @@ async def offset_bounds(servers: str, needed: Mapping[TopicPartition, int | None
                 # empty on a busy machine: fetch again while the position has not moved, for
                 # half the time given. A fetch that moves it with no record (end - 1 is a
                 # transaction marker), or none in that time: the reported end is right
-                while True:
-                    batch = await consumer.getmany(tp, timeout_ms=1000)
+                while True:  # short waits: a marker moves the position with no record
+                    batch = await consumer.getmany(tp, timeout_ms=100)
                     records = batch.get(tp, [])
                     if records:
                         out[tp] = (start, max(end, records[-1].offset + 1))

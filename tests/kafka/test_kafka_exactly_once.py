@@ -6,20 +6,21 @@ on the tansu broker, for real: the proof job of ``eos_kafka_app.py`` runs as a s
 - SIGKILL between the sends of a commit and its EndTxn (``commit.sent``) leaves that
   transaction open: ``read_committed`` reads nothing of it; the restart aborts it and writes
   each output once.
-- The proof: kills at every step of a commit, after batches and at random times, more input
-  before each run; then every input appears exactly once among the committed records. The same
-  kills at least once leave duplicates, which shows the check can fail.
+- The proof: 30 kills at every step of a commit, after batches and at random times, more input
+  before each run; then every input appears exactly once among the committed records, and each
+  key's running counts (through the intermediate stream and the table's changelog) run 1, 2,
+  ... n. The same kills at least once leave duplicates, which shows the check can fail.
 
-What tansu (0.6.0) does differently, and how the tests live with it: its Fetch responses list
-no aborted transactions, so a ``read_committed`` consumer reads an aborted transaction's records
-once the transaction has ended (an open one it does not read: the last stable offset is right).
-Apache Kafka drops them, from the ABORT marker after them. So what a ``read_committed`` consumer
-of Apache Kafka reads is computed here from the log's batches and markers (``committed``), and
-the raw ``read_committed`` reads are used only while a transaction is open. For the same reason
-the job's own ``read_committed`` readers (the intermediate stream, changelog restore) see, on
-tansu, the records of a transaction a kill left behind once the restart aborted it: each key's
-running counts (which pass through both) are therefore checked only where no kill left an
-aborted transaction behind them, the visibility and single-kill tests, and not in the proof.
+What tansu (0.6.0) does differently, and how the tests live with it:
+- its Fetch responses list no aborted transactions, so its own ``read_committed`` hands out an
+  aborted transaction's records once the transaction has ended;
+- it holds a partition's last stable offset at the first offset of a transaction that ended
+  until every transaction that overlaps it on some partition has ended too, which after kills
+  can be never.
+The job's consumers resolve transactions from the log's markers themselves
+(``runtime.kafka.resolved``), as Apache Kafka's ``read_committed`` reads them. The tests read
+the committed records the same way, from the log's batches and markers (``committed``); raw
+``read_committed`` reads are used only while a transaction is open.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from kafka_helpers import create_topic, produce_each, run
 from txn_helpers import log_batches, read_isolated
 
 from operators.hashing import partition_for
-from runtime.faults import POINTS
+from runtime.faults import KAFKA_TXN_POINTS, POINTS
 from tests.proc_helpers import finish
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -238,8 +239,10 @@ def test_a_kill_between_sends_and_end_txn_leaves_nothing_visible(kafka_bootstrap
     assert after == collections.Counter(proof.expected.keys()), "each output once, none lost"
 
 
-#: kills per guarantee, if they fit in the time budget (seconds of kill rounds: about 15 fit)
+#: kills of the exactly-once proof, and the seconds they must fit in (a run takes about 2 s)
 KILLS = 30
+KILL_BUDGET_S = 150.0
+#: seconds of kill rounds at least once (it needs only some duplicates)
 BUDGET_S = 60.0
 AT_LEAST_ONCE_BUDGET_S = BUDGET_S
 
@@ -272,6 +275,26 @@ def _kill_rounds(proof: Proof, points: tuple[str, ...], rng: random.Random,
     code, err = proof.run()
     assert code == 0, err
     return where
+
+
+def test_exactly_once_on_kafka_holds_under_sigkill(kafka_bootstrap: str, tmp_path: Path) -> None:
+    proof = Proof(kafka_bootstrap, tmp_path, "exactly-once")
+    kills = _kill_rounds(proof, KAFKA_TXN_POINTS, random.Random(SEED), KILL_BUDGET_S, KILLS)
+    print(f"exactly once: {len(kills)} kills: {kills}")
+    assert len(kills) >= KILLS, f"only {len(kills)} kills in {KILL_BUDGET_S:g} s: {kills}"
+    seen = seen_of(committed(kafka_bootstrap, proof.topic("seen")))
+    twice = sorted(p for p, n in seen.items() if n > 1)
+    assert not twice, f"inputs emitted more than once: {twice[:10]} (kills: {kills})"
+    gaps = sorted(set(proof.expected) - set(seen))
+    assert not gaps, f"inputs never emitted: {gaps[:10]} (kills: {kills})"
+    assert set(seen) == set(proof.expected)
+    # each key's running counts, which pass through the intermediate stream and the table's
+    # changelog: 1, 2, ... n, none repeated or skipped
+    counts = committed_counts(kafka_bootstrap, proof.topic("counts"))
+    truth = collections.Counter(proof.expected.values())
+    wrong = {k: c for k, c in counts.items() if c != list(range(1, truth[k] + 1))}
+    assert not wrong, f"running counts off: {dict(list(wrong.items())[:3])} (kills: {kills})"
+    assert set(counts) == set(truth)
 
 
 def test_the_kafka_proof_finds_duplicates_at_least_once(kafka_bootstrap: str,

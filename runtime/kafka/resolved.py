@@ -1,0 +1,181 @@
+"""``read_committed`` decided by the log's own transaction markers, for the job's consumers.
+
+A ``read_committed`` consumer of Apache Kafka relies on the broker twice: the broker hands out
+records only up to the last stable offset (the first offset of the oldest open transaction), and
+lists the aborted transactions of each Fetch answer so that the client drops their records. A
+broker that gets either wrong stalls the job or feeds it aborted records: one that lists no
+aborted transactions hands them out as committed, and one that holds the last stable offset back
+after a transaction ended (the test broker does, while other transactions that overlap it on
+some partition are open) can hold it there for good once the producers that would move it were
+killed.
+
+So the job's consumers read uncommitted and resolve each transaction themselves, from its
+COMMIT or ABORT marker in the log, which both kinds of broker write:
+
+- a record outside any transaction is handed out at once when nothing before it waits;
+- a record of a transaction waits, with every record after it, until the transaction's
+  marker: COMMIT hands them out, ABORT drops them;
+- so records come out in log order, the same records a ``read_committed`` consumer of Apache
+  Kafka reads.
+
+``new_consumer`` (``runtime.kafka.system``) gives a consumer of ``isolation_level=
+read_committed`` this reading. Its ``position`` is the offset of the first record still
+waiting, if one is: a reader that stops once its position passed an end stops only when
+everything before that end was handed out or dropped.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterator
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.consumer import fetcher as aiokafka_fetcher
+from aiokafka.errors import CorruptRecordException
+
+__all__ = ["MarkerIsolation", "ResolvedRecords", "ResolvingConsumer"]
+
+READ_UNCOMMITTED = 0
+
+
+class _Pending:
+    """One partition's records that wait for a transaction's marker, in log order."""
+
+    __slots__ = ("base", "expected", "held", "open")
+
+    def __init__(self, expected: int) -> None:
+        #: the offset the next fetch must start at for this state to go on (else: a seek)
+        self.expected = expected
+        #: records from the first one of a transaction still open on; None: dropped (aborted)
+        self.held: collections.deque[Any] = collections.deque()
+        #: how many records left ``held`` from its front since the state began
+        self.base = 0
+        #: producer id -> the positions (counted from the state's beginning) of its open
+        #: transaction's records
+        self.open: dict[int, list[int]] = {}
+
+    def first_waiting(self) -> int | None:
+        """The offset of the first record that waits for a marker, if one does."""
+        for r in self.held:
+            if r is not None:
+                return int(r.offset)
+        return None
+
+
+class MarkerIsolation(int):
+    """The isolation level a resolving consumer's fetcher carries: read uncommitted on the wire
+    (it is the int 0), with each partition's records that wait for a marker."""
+
+    pending: dict[TopicPartition, _Pending]
+
+    def __new__(cls) -> MarkerIsolation:
+        level = super().__new__(cls, READ_UNCOMMITTED)
+        level.pending = {}
+        return level
+
+
+class ResolvedRecords(aiokafka_fetcher.PartitionRecords):
+    """One Fetch answer's records of one partition, each transaction's handed out at its
+    COMMIT marker (module docstring). aiokafka's fetcher moves the partition's fetch position
+    to ``next_fetch_offset`` as records are taken; records that wait stay in the partition's
+    ``_Pending`` across answers."""
+
+    def __init__(self, tp: TopicPartition, records: Any, aborted: Any, fetch_offset: int,
+                 key_deserializer: Any, value_deserializer: Any, check_crcs: bool,
+                 isolation_level: MarkerIsolation) -> None:
+        state = isolation_level.pending.get(tp)
+        if state is None or state.expected != fetch_offset:  # new, or the reader moved
+            state = isolation_level.pending[tp] = _Pending(fetch_offset)
+        self._state = state
+        super().__init__(tp, records, None, fetch_offset, key_deserializer, value_deserializer,
+                         check_crcs, READ_UNCOMMITTED)
+
+    def _unpack_records(self) -> Iterator[Any]:
+        tp = self._tp
+        records = self._records
+        state = self._state
+        held, open_ = state.held, state.open
+        make = self._consumer_record
+        while records.has_next():
+            batch = records.next_batch()
+            if self._check_crcs and not batch.validate_crc():
+                raise CorruptRecordException(f"Invalid CRC - {tp}")
+            if batch.is_control_batch:
+                waiting = open_.pop(batch.producer_id, None)
+                self.next_fetch_offset = state.expected = batch.next_offset
+                if waiting is not None:
+                    if self._contains_abort_marker(batch):
+                        base = state.base
+                        for i in waiting:
+                            held[i - base] = None
+                    yield from self._release()
+                continue
+            start = self.next_fetch_offset
+            if batch.is_transactional:
+                at = open_.get(batch.producer_id)
+                if at is None:
+                    at = open_[batch.producer_id] = []
+                n = state.base + len(held)
+                for record in batch:
+                    if record.offset >= start:
+                        at.append(n)
+                        held.append(make(tp, record))
+                        n += 1
+            elif held:  # behind a transaction that is still open
+                held.extend(make(tp, r) for r in batch if r.offset >= start)
+            else:
+                for record in batch:
+                    if record.offset >= start:
+                        self.next_fetch_offset = state.expected = record.offset + 1
+                        yield make(tp, record)
+            self.next_fetch_offset = state.expected = batch.next_offset
+
+    def _release(self) -> Iterator[Any]:
+        """The records before the first one still waiting, each taken off before it is handed
+        out (a consumer that stops taking loses none)."""
+        state = self._state
+        held = state.held
+        stop = min(at[0] for at in state.open.values() if at) \
+            if any(state.open.values()) else state.base + len(held)
+        while state.base < stop:
+            r = held.popleft()
+            state.base += 1
+            if r is not None:
+                yield r
+
+
+_PLAIN_RECORDS = aiokafka_fetcher.PartitionRecords
+
+
+def _partition_records(tp: TopicPartition, records: Any, aborted: Any, fetch_offset: int,
+                       key_deserializer: Any, value_deserializer: Any, check_crcs: bool,
+                       isolation_level: int) -> Any:
+    """What aiokafka's fetcher builds for each partition of a Fetch answer: resolved records
+    for a resolving consumer's fetcher, aiokafka's own for any other."""
+    if type(isolation_level) is MarkerIsolation:
+        return ResolvedRecords(tp, records, aborted, fetch_offset, key_deserializer,
+                               value_deserializer, check_crcs, isolation_level)
+    return _PLAIN_RECORDS(tp, records, aborted, fetch_offset, key_deserializer,
+                          value_deserializer, check_crcs, isolation_level)
+
+
+class ResolvingConsumer(AIOKafkaConsumer):
+    """An aiokafka consumer (no group) that reads committed records by the log's markers."""
+
+    async def start(self) -> None:
+        await super().start()
+        aiokafka_fetcher.PartitionRecords = _partition_records
+        self._fetcher._isolation_level = MarkerIsolation()
+
+    async def position(self, partition: TopicPartition) -> int:
+        """The offset of the first record still waiting for its transaction's marker, else
+        the fetch position."""
+        fetched = int(await super().position(partition))
+        fetcher = self._fetcher
+        level = fetcher._isolation_level if fetcher is not None else None
+        state = level.pending.get(partition) if isinstance(level, MarkerIsolation) else None
+        if state is None or state.expected != fetched:
+            return fetched
+        waiting = state.first_waiting()
+        return fetched if waiting is None else min(waiting, fetched)
