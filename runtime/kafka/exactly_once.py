@@ -12,7 +12,8 @@ transactional producer of its own, and its commit is one Kafka transaction.
   checkpoint topic in the same transaction, and ends it (EndTxn): all of it becomes visible to
   ``read_committed`` readers together, or, after a crash, none of it.
 - The job's own readers (intermediate streams, changelog restore, the checkpoint topic,
-  standby replicas) read with ``isolation_level=read_committed`` (``runtime.kafka.job``).
+  standby replicas) read with ``isolation_level=read_committed`` (``runtime.kafka.job``),
+  which their consumers decide from the log's transaction markers (``runtime.kafka.resolved``).
 - With ``job.coordinator=kafka`` (tasks dealt by the job's consumer group) a task's producer
   takes its transactional id when the task is assigned, before its checkpoint and stores are
   read (``open``), and closes when the task leaves, after its last commit (``release``). A

@@ -312,6 +312,10 @@ class BrokerWatch:
                 aw.close()
             raise self.error
         fut = asyncio.ensure_future(aw)
+        # a guard cancelled while it waits leaves ``fut`` to end on its own: its failure (a
+        # flush of a task dropped when its member was fenced) was the guard's to report, and
+        # nobody's once the guard is gone
+        fut.add_done_callback(_retrieved)
         try:
             while True:
                 done, _ = await asyncio.wait({fut}, timeout=0.05)
@@ -324,6 +328,11 @@ class BrokerWatch:
                 fut.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await fut
+
+
+def _retrieved(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()
 
 
 def _when(down_for: float | None) -> str:

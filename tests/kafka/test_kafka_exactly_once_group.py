@@ -11,9 +11,10 @@ the task (tansu on 127.0.0.1, real processes, stores in LMDB with changelog topi
   its transactional id) stops without a commit, says so in one line, and its member joins the
   group again and runs it anew; still every event once.
 
-tansu (0.6.0) lists no aborted transactions in its Fetch answers, so a read_committed consumer of
-it reads an aborted transaction's records once the transaction ended; what a read_committed
-consumer of Apache Kafka reads is computed here from the log's batches and COMMIT/ABORT markers
+tansu (0.6.0) lists no aborted transactions in its Fetch answers, so aiokafka's read_committed
+consumer of it reads an aborted transaction's records once the transaction ended (the job's own
+consumers decide from the markers: ``runtime.kafka.resolved``); what a read_committed consumer of
+Apache Kafka reads is computed here from the log's batches and COMMIT/ABORT markers
 (``test_kafka_exactly_once.committed``).
 """
 
