@@ -131,3 +131,31 @@ def test_a_window_behind_a_thread_pool_takes_the_watermark_of_completed_messages
     assert result.late("w") == 0
     assert Counter(dict(result.messages(out))) == Counter({0: 5, 10_000: 5, 20_000: 5,
                                                           30_000: 5})
+
+
+@pytest.mark.parametrize("behind_async", [False, True], ids=["inline", "behind-an-async-step"])
+def test_a_flat_map_s_outputs_of_one_message_against_each_other(behind_async: bool) -> None:
+    """Where the two owners differ with nothing in flight: a flat_map gives 25.0 and then 15.0
+    for one message. A window the input reaches inline keeps its own watermark, so 25.0 closes
+    [10 s, 20 s) before 15.0 comes and 15.0 is late (as on Spark, whose pass moves the window's
+    watermark per message); behind an async step the window takes the watermark of completed
+    messages, which 25.0 moves only once its message completed, so 15.0 goes into its pane."""
+    mem = MemorySystem()
+    app = StreamApplication("fan")
+    clicks = mem.input("clicks")
+    out = mem.output("panes")
+    stream = app.input(clicks)
+    if behind_async:
+        async def same(m: Any) -> list[Any]:
+            return [m]
+
+        stream = stream.async_flat_map(same, name="same")
+    (stream.flat_map(lambda m: [m, m - 10.0] if m == 25.0 else [m], name="fan")
+     .window(Windows.tumbling(timedelta(seconds=10), init=lambda: 0, fold=lambda m, n: n + 1,
+                              event_time=seconds), name="w")
+     .map(lambda p: (int(p.key.pane_id), p.message), name="record").send_to(app.output(out)))
+    result = TestRunner(app).add_input(clicks, {0: [5.0, 12.0, 25.0, 31.0]}).run(
+        timeout=RUN_TIMEOUT)
+    assert result.late("w") == (0 if behind_async else 1)
+    assert Counter(dict(result.messages(out))) == Counter(
+        {0: 1, 10_000: 2 if behind_async else 1, 20_000: 1, 30_000: 1})
