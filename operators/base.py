@@ -18,7 +18,15 @@ task and offset.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import (
+    Awaitable,
+    Callable,
+    Collection,
+    Iterator,
+    Mapping,
+    MutableMapping,
+    Sequence,
+)
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, cast
 
@@ -64,6 +72,11 @@ class OperatorContext:
     #: close on ``on_watermark``; otherwise a window advances its own watermark to the latest
     #: event time it saw (an operator on its own, Spark over event-time-sorted input)
     external_watermarks: bool = False
+    #: the event-time windows (op ids) that move their own watermark to the latest event time
+    #: they saw although ``external_watermarks`` is on: the streaming runtime names them when
+    #: it builds the task, where one input partition alone feeds a window and every message
+    #: of it reaches the window inline, so the two are the same (``runtime.watermarks``)
+    own_watermarks: Collection[str] = ()
     #: ``() -> (stream id, partition, offset)`` of the message the task is processing now, or
     #: None when the runtime cannot tell (a window tick, a watermark); reports of late messages
     #: name it
@@ -229,9 +242,9 @@ class Operator:
     #: Event-time windows: the watermark the window is at (ms since the epoch)
     watermark: int = -(1 << 62)
     #: Event-time windows: whether the window moves its own watermark from the messages it
-    #: sees (as without runtime watermarks, ``ctx.external_watermarks`` off) rather than taking
-    #: the runtime's through ``on_watermark``. The streaming runtime turns it on while the
-    #: window's one input partition completes its messages inline (``runtime.event_time``)
+    #: sees (as without runtime watermarks, ``ctx.external_watermarks`` off, or where the
+    #: runtime names it in ``ctx.own_watermarks``) rather than taking the runtime's through
+    #: ``on_watermark``. Set once at ``init`` from the context, never changed after
     local_watermark: bool = False
     #: Windows that may hold messages ahead of their watermark (a session window): whether
     #: messages may come to it out of event-time order below the watermark (several producers,

@@ -24,7 +24,9 @@ window ticks (``on_timer(now_ms)``) once ``now >= end``. With ``event_time`` (se
 whole ms) the window's watermark is given to ``on_watermark``: the streaming runtime computes it
 from every producer feeding the task (``runtime.watermarks``, ``ctx.external_watermarks``);
 without ``ctx.external_watermarks`` (an operator on its own, Spark passes over event-time-sorted
-input) it is the max of the event times the window has seen. A pane closes when the watermark reaches its end, in ``process`` or
+input), or where the runtime names the window in ``ctx.own_watermarks`` (one input partition
+alone feeds it and each message reaches it inline), it is the max of the event times the window
+has seen. A pane closes when the watermark reaches its end, in ``process`` or
 ``on_watermark``. Early and late triggers always count processing time (``ctx.clock()``) and their
 time triggers fire at window ticks.
 
@@ -151,10 +153,9 @@ class WindowOperator(Operator, ABC):
         self._get = self._store.get
         self._put = self._store.put
         self._clock = ctx.clock
-        #: without upstream watermarks, the latest event time seen is the watermark (the
-        #: streaming runtime turns this on while the window's only input partition completes
-        #: its messages inline, where the two are the same)
-        self.local_watermark = not ctx.external_watermarks
+        #: without upstream watermarks, the latest event time seen is the watermark; so too
+        #: where the runtime says the two are the same (``ctx.own_watermarks``). Fixed here
+        self.local_watermark = not ctx.external_watermarks or self.op_id in ctx.own_watermarks
         stored = self._get(WATERMARK_KEY)
         if self._event_time is not None and stored is not None:
             self.watermark = stored
@@ -892,7 +893,7 @@ class TumblingWindowOperator(AlignedWindowOperator):
                 ms = round(event_time(message) * 1000.0)
                 start = ms - ms % size
                 if ms > self.watermark:  # the message's own pane is open
-                    if self.local_watermark:  # the runtime may switch it
+                    if self.local_watermark:
                         self.watermark = ms
                         if (closing and closing[0] + size <= ms) or \
                                 (expiring and expiring[0] + size + lateness <= ms):
@@ -946,7 +947,7 @@ class TumblingWindowOperator(AlignedWindowOperator):
             start = ms - ms % size
             out = None
             if ms > self.watermark:
-                if self.local_watermark:  # the runtime may switch it
+                if self.local_watermark:
                     self.watermark = ms
                     if (closing and closing[0] + size <= ms) or \
                             (expiring and expiring[0] + size + lateness <= ms):

@@ -124,7 +124,7 @@ class HoppingWindowOperator(AlignedWindowOperator):
         size, hop = self.size_ms, self.hop_ms
         if event_time is not None:
             ms = round(event_time(message) * 1000.0)
-            if ms > self.watermark and self.local_watermark:  # the runtime may switch it
+            if ms > self.watermark and self.local_watermark:
                 self.watermark = ms
                 if (self._closing and self._closing[0] + size <= ms) or \
                         (self._expiring and self._expiring[0] + size + self.lateness_ms <= ms):

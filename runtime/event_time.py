@@ -9,8 +9,8 @@ The way is chosen once per input stream when the task is built (``input_time``),
 - ``ObservedTime``: an input without declared event time feeding event-time windows or
   intermediate streams: each message gets a box (``CURRENT``) in which its outputs record the
   event times they had where they were measured. Where the partition alone feeds windows with no
-  bound (``TaskClock.local``), the windows keep their own watermark while its messages complete
-  inline, and hand it back to the clock once one goes in flight;
+  bound that each of its messages reaches inline (``TaskClock.local``), the windows keep their
+  own watermark, as they were told when built, and its messages need no box;
 - ``DeclaredTime``: an input with ``event_time=``: each message's time is computed before it is
   handed out. Where the partition alone feeds its stage's windows, their watermark follows it
   message by message; where other channels feed them, the windows move once the clock says so;
@@ -21,7 +21,7 @@ The way is chosen once per input stream when the task is built (``input_time``),
 The hand-out loop calls, per batch of one partition: ``begin``; per message ``before`` (its time,
 kept in its handout record) and, once it completed inline with nothing before it in flight,
 ``after``; ``control`` for a producer's watermark or end, ``neighbour`` for another virtual task's
-message (rule 18), ``in_flight`` when a message goes async; and ``end`` at the batch's end.
+message (rule 18); and ``end`` at the batch's end.
 """
 
 from __future__ import annotations
@@ -139,8 +139,8 @@ class InputTime:
         self.hop = clock.hop_stage.get(stream_id)
         self.ssp: Any = None  # SSP of the batch
 
-    def begin(self, ssp: SSP, idle: bool) -> None:
-        """A batch of ``ssp`` begins; ``idle``: nothing of the task is in flight."""
+    def begin(self, ssp: SSP) -> None:
+        """A batch of ``ssp`` begins."""
         self.ssp = ssp
 
     def before(self, m: Any) -> Any:
@@ -169,33 +169,22 @@ class InputTime:
         and what it still counts for as a completed message."""
         return None, t
 
-    def in_flight(self) -> None:
-        """A message of the batch went in flight."""
-
     def end(self) -> None:
         """The batch ends (also on a failure)."""
 
 
 class ObservedTime(InputTime):
     """An input without declared event time: its outputs record their event times in the
-    message's box; windows it alone feeds keep their own watermark while it completes inline."""
+    message's box; windows it alone feeds and reaches inline keep their own watermark."""
 
     timed = True
 
     def __init__(self, clock: TaskClock, moves: WindowMoves, stream_id: str,
                  windows: list[Operator] | None) -> None:
         super().__init__(clock, moves, stream_id)
-        #: windows that may keep their own watermark while this partition completes inline
+        #: windows that keep their own watermark (``TaskClock.local``), None where it feeds none
         self.windows = windows
-        self.local = False
-
-    def begin(self, ssp: SSP, idle: bool) -> None:
-        self.ssp = ssp
-        windows = self.windows
-        self.local = local = windows is not None and idle
-        if local and not windows[0].local_watermark:  # type: ignore[index]
-            for op in windows:  # type: ignore[union-attr]
-                op.local_watermark = True
+        self.local = windows is not None
 
     def before(self, m: Any) -> Any:
         if self.local:
@@ -220,13 +209,6 @@ class ObservedTime(InputTime):
                 pend = self.moves.move(op, ms, pend)
         return pend, None
 
-    def in_flight(self) -> None:
-        if self.local:  # the task measures the windows' watermark again
-            self.local = False
-            for op in self.windows:  # type: ignore[union-attr]
-                op.local_watermark = False
-                self.clock.seed(self.ssp, op.op_id, op.watermark)
-
     def end(self) -> None:
         if not self.local:
             CURRENT.set(None)
@@ -249,7 +231,7 @@ class DeclaredTime(InputTime):
         #: the latest time completed inline, counted at the batch's end (seconds)
         self.latest: float | None = None
 
-    def begin(self, ssp: SSP, idle: bool) -> None:
+    def begin(self, ssp: SSP) -> None:
         self.ssp = ssp
         self.latest = None
         if self.single is not None:

@@ -38,7 +38,7 @@ from runtime.state.remote import (
 )
 from runtime.task_env import TaskEnv
 from runtime.task_errors import call_error, event_time_error, operator_error, timeout_error
-from runtime.task_wiring import TaskWiring
+from runtime.task_wiring import THREADED_OPCODES, TaskWiring
 from runtime.watermarks import CURRENT, TaskClock
 from runtime.wiring import build_operators
 from samza_dsl.config import config_value
@@ -114,7 +114,8 @@ class TaskInstance:
         self._eos_from: dict[SSP, set[str | None]] = {}
 
         # event time: channel progress and the watermarks of the task's stages (rules 8, 15)
-        self.clock = TaskClock(model, job, self.ended, self._busy)
+        self.clock = TaskClock(model, job, self.ended, self._busy,
+                               THREADED_OPCODES if env.executor is not None else frozenset())
 
         # scheduling
         self.commit_requested = False
@@ -155,11 +156,13 @@ class TaskInstance:
         user_ctx = UserContext(self.name, env.config, self.metrics, tables)
         placement = placement_checks(self.job, model, env.config, self.source,
                                      env.inputs_placed)
+        own = self.clock.own_watermarks()
         for stage in model.stages:
-            # event-time windows close on the task's watermarks only, never on what they saw
+            # event-time windows close on the task's watermarks, but for those the clock
+            # leaves their own (every message reaches them inline): decided here, once
             ctx = OperatorContext(self.name, env.config, env.clock, stores,
                                   self.metrics, external_watermarks=True, source=self.source,
-                                  placement=placement)
+                                  placement=placement, own_watermarks=own)
             for op_id in stage.operators:
                 try:
                     self.operators[op_id].init(ctx, user_ctx)
@@ -274,7 +277,7 @@ class TaskInstance:
         src = self._src
         entry = self.entries[ssp.stream_id]
         tm = self.times[ssp.stream_id]
-        tm.begin(ssp, not pending)
+        tm.begin(ssp)
         timed, before, after = tm.timed, tm.before, tm.after
         batch = self._batches.get(ssp.stream_id)
         declared = tm if isinstance(tm, DeclaredTime) else None
@@ -330,7 +333,6 @@ class TaskInstance:
                 if last_done >= 0:
                     checkpoint[ssp] = first + last_done - 1
                     last_done = -1
-                tm.in_flight()
                 # the last: how many went through the task before it, for its error
                 rec = [ssp, first + i - 1, False, time.monotonic(), t,
                        self.processed + n + i - 1 - self._cur_i]

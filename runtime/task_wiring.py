@@ -29,9 +29,11 @@ from runtime.wiring import (
 )
 from samza_dsl.spec import JoinSpec, WindowSpec
 
-__all__ = ["TaskWiring"]
+__all__ = ["TaskWiring", "THREADED_OPCODES"]
 
-_THREADED_OPCODES = frozenset({"map", "filter", "flat_map", "sink", "join_table"})
+#: the opcodes whose operators run on the task's thread pool where it has one (but a join with
+#: a remote table, which is async)
+THREADED_OPCODES = frozenset({"map", "filter", "flat_map", "sink", "join_table"})
 
 
 class TaskWiring:
@@ -135,7 +137,7 @@ class TaskWiring:
         spec = op.spec
         executor = self.executor
         meter = self.meter(op)
-        if executor is not None and spec.opcode in _THREADED_OPCODES \
+        if executor is not None and spec.opcode in THREADED_OPCODES \
                 and getattr(spec, "table_id", None) not in self.plan.app.remote_tables:
             process = bind_port(op, port) if isinstance(spec, JoinSpec) else op.process
             process = _threaded(process, executor)

@@ -383,6 +383,22 @@ class JobTime:
         producer = next((s for s in self.plan.stages if sid in s.outputs), None)
         return producer is not None and self.fixed_order(producer, sid)
 
+    def inline_to(self, stage: Stage, op_id: str, threaded: Set[str]) -> bool:
+        """Every message reaches ``op_id`` in the call that hands it out: no operator before it
+        in ``stage`` may give its outputs later (an async step, a join with a remote table, or
+        an operator of one of the ``threaded`` opcodes, which the task runs on its thread
+        pool), so no message reaches it while an earlier one is still in flight before it."""
+        app = self.plan.app
+        for op in nx.ancestors(self.plan.graph, op_id):
+            if op not in stage.operators:
+                continue
+            spec = app.operator(op)
+            remote = getattr(spec, "table_id", None) in app.remote_tables
+            if spec.opcode == "async_flat_map" or (spec.opcode == "join_table" and remote) \
+                    or (spec.opcode in threaded and not remote):
+                return False
+        return True
+
     def bounded(self, op_id: str) -> bool:
         """Messages may reach window ``op_id`` out of event-time order within a declared bound:
         its own ``max_out_of_orderness``, or that of an input feeding it."""
@@ -441,13 +457,16 @@ class TaskClock:
     """The channel progress of one task and the watermarks of its stages.
 
     What it needs of its task it is given: the set of the task's partitions that ended
-    (``ended``) and ``busy(ssp)``, whether the task still has records of a partition queued,
-    being handed out or in flight. The task changes the clock only through its methods."""
+    (``ended``), ``busy(ssp)``, whether the task still has records of a partition queued,
+    being handed out or in flight, and the opcodes whose operators it runs on its thread pool
+    (``threaded``). The task changes the clock only through its methods."""
 
     def __init__(self, model: TaskModel, job: JobModel, ended: Set[SSP] = frozenset(),
-                 busy: Callable[[SSP], bool] = lambda ssp: False) -> None:
+                 busy: Callable[[SSP], bool] = lambda ssp: False,
+                 threaded: Set[str] = frozenset()) -> None:
         jt = self.jt = job_time(job)
         self.job = job
+        self.threaded = threaded
         self.name = model.name
         self.ended = ended
         self.busy = busy
@@ -461,7 +480,8 @@ class TaskClock:
         #: input partition -> its idle timeout in seconds
         self.idle_ms: dict[SSP, float] = {ssp: jt.idle_ms[ssp.stream_id] / 1000.0
                                           for ssp in model.ssps if ssp.stream_id in jt.idle_ms}
-        #: stream id -> the windows that may keep their own watermark while it completes inline
+        #: stream id -> the windows that keep their own watermark, decided once here: every
+        #: message of the stream's one partition reaches them inline (``own_watermarks``)
         self.local: dict[str, list[str]] = {}
         #: declared input stream id -> the windows it alone feeds in this task, with their bound
         self.single_declared: dict[str, list[tuple[str, int]]] = {}
@@ -530,13 +550,10 @@ class TaskClock:
             return [obs] if obs else None
         return box
 
-    def seed(self, ssp: SSP, op_id: str, ms: int) -> None:
-        """A window leaves its own watermark: its partition's progress there is at least it."""
-        mine = self.observed.setdefault(ssp, {})
-        if ms > mine.get(op_id, NO_WATERMARK):
-            mine[op_id] = ms
-        if ms > self.delivered.get(op_id, NO_WATERMARK):
-            self.delivered[op_id] = ms
+    def own_watermarks(self) -> frozenset[str]:
+        """The windows that keep their own watermark (``local``): given to them when they are
+        built (``OperatorContext.own_watermarks``), never changed after."""
+        return frozenset(op for ops in self.local.values() for op in ops)
 
     def _take_stage(self, stage: Stage, model: TaskModel) -> None:
         """What the clock keeps of one timed stage of the task (see the attributes)."""
@@ -574,13 +591,15 @@ class TaskClock:
                 # stays in the minimum without any, and holds the stream's watermark back
         ssps = [ssp for ssp in model.ssps if ssp.stream_id in stage.inputs]
         self._stage[stage.stage_id] = (windows, outs, ssps, reach)
-        # one input partition without declared event time, feeding windows without a bound,
-        # and nothing else to measure: while it completes messages inline, each window's
-        # own latest event time is exactly that partition's progress
+        # one input partition without declared event time, feeding windows without a bound
+        # that each of its messages reaches inline, and nothing else to measure: each window's
+        # own latest event time is exactly that partition's progress, so the windows keep
+        # their own watermark (docs/semantics.md, "Per message")
         if windows and len(ssps) == 1 and self.kinds[ssps[0].stream_id] == OBSERVED \
                 and ssps[0] not in self.idle_ms and all(b == 0 for _, b in windows) \
                 and not any(sid in self.observe for sid in outs) \
-                and all(op in reach[ssps[0].stream_id] for op, _ in windows):
+                and all(op in reach[ssps[0].stream_id]
+                        and jt.inline_to(stage, op, self.threaded) for op, _ in windows):
             self.local[ssps[0].stream_id] = [op for op, _ in windows]
         if windows:
             for sid in stage.inputs:

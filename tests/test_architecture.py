@@ -2,7 +2,8 @@
 imports point down the layers (but for the few lazy calls up that ``LAZY_UP`` names), the local
 system and Kafka never import each other, the only import circles are the two the design allows,
 no module imports another module's underscore names, ``runtime/task.py`` holds the task and no
-more, and no function in ``runtime/`` or ``operators/`` is longer than 100 lines."""
+more, no function in ``runtime/`` or ``operators/`` is longer than 100 lines, and who moves a
+window's watermark is set where the window is built and nowhere else."""
 
 from __future__ import annotations
 
@@ -182,3 +183,59 @@ MAX_TASK_LINES = 700
 def test_the_task_module_holds_the_task_and_no_more() -> None:
     lines = len((ROOT / "runtime" / "task.py").read_text().splitlines())
     assert lines <= MAX_TASK_LINES, f"runtime/task.py has {lines} lines"
+
+
+def _sets_local_watermark(node: ast.AST) -> bool:
+    """Whether ``node`` writes an attribute ``local_watermark``: an assignment to it (also in a
+    tuple, augmented or annotated, or through ``__dict__[...]``) or ``setattr(x, "local_watermark",
+    ...)``."""
+    def named(t: ast.AST) -> bool:
+        if isinstance(t, ast.Tuple | ast.List):
+            return any(named(e) for e in t.elts)
+        if isinstance(t, ast.Starred):
+            return named(t.value)
+        if isinstance(t, ast.Attribute):
+            return t.attr == "local_watermark"
+        return isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Constant) \
+            and t.slice.value == "local_watermark"
+    if isinstance(node, ast.Assign):
+        return any(named(t) for t in node.targets)
+    if isinstance(node, ast.AugAssign | ast.AnnAssign):
+        return named(node.target)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+            and node.func.id == "setattr" and len(node.args) >= 2:
+        return isinstance(node.args[1], ast.Constant) and node.args[1].value == "local_watermark"
+    return False
+
+
+def local_watermark_writes() -> list[tuple[str, str, int]]:
+    """Every place that writes a ``local_watermark``: (module, enclosing class.function, line)."""
+    found: list[tuple[str, str, int]] = []
+
+    def visit(node: ast.AST, name: str, where: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = where
+            if isinstance(child, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                inner = f"{where}.{child.name}" if where else child.name
+            if _sets_local_watermark(child):
+                found.append((name, where, child.lineno))  # type: ignore[attr-defined]
+            visit(child, name, inner)
+
+    for name, path in modules().items():
+        visit(ast.parse(path.read_text()), name, "")
+    return found
+
+
+def test_a_window_s_watermark_ownership_is_fixed_when_it_is_built() -> None:
+    """``local_watermark`` is set in the window's ``init`` from its context and nowhere else:
+    nothing switches who moves a window's watermark while it runs."""
+    writes = local_watermark_writes()
+    assert [(m, w) for m, w, _ in writes] == [("operators.window", "WindowOperator.init")], writes
+
+
+def test_the_scan_sees_writes_of_local_watermark() -> None:
+    tree = ast.parse("class A:\n    def f(self, op):\n        op.local_watermark = True\n"
+                     "        a, (b.local_watermark, c) = 1, (2, 3)\n"
+                     "        setattr(op, 'local_watermark', False)\n"
+                     "        op.__dict__['local_watermark'] = 1\n        op.other = 1\n")
+    assert sum(_sets_local_watermark(n) for n in ast.walk(tree)) == 4
