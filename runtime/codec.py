@@ -40,7 +40,7 @@ import msgspec
 from runtime.job import SSP
 from runtime.records import EndOfStream, Watermark, is_control
 from runtime.serde_util import default_key_bytes
-from runtime.systems import StreamSink
+from runtime.systems import ProducerCounts, StreamSink
 from samza_dsl.errors import SerdeError
 from samza_dsl.kv import KV
 from samza_dsl.serdes import (
@@ -364,6 +364,10 @@ class BufferedProducer:
         self._encoders: dict[str, Callable[[Any], Record]] = {}
         self._codecs: dict[str, StreamCodec] = {}
         self._bufs: dict[str, list[list[Record]]] = {}
+
+    def counts(self) -> ProducerCounts:
+        """What it wrote out so far (``runtime.systems.Producer.counts``)."""
+        return ProducerCounts(self.sends, self.sent_bytes, self.flush_ns, dict(self.written))
 
     def add_stream(self, stream_id: str, physical: str, partitions: int,
                    encode: Callable[[Any], Record] | None, codec: StreamCodec | None = None

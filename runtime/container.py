@@ -475,11 +475,11 @@ class Container:
         stores = getattr(self.state, "samples", None)
         if stores is not None:
             out.extend(stores())
-        producer: Any = self.producer
-        if hasattr(producer, "sends"):
-            out += [("producer", "sends", {}, producer.sends),
-                    ("producer", "bytes", {}, producer.sent_bytes),
-                    ("producer", "flush-ns", {}, producer.flush_ns)]
+        counts = self.producer.counts()
+        if counts is not None:
+            out += [("producer", "sends", {}, counts.sends),
+                    ("producer", "bytes", {}, counts.sent_bytes),
+                    ("producer", "flush-ns", {}, counts.flush_ns)]
         return out
 
     def _position_samples(self, tasks: list[TaskInstance]) -> list[Sample]:

@@ -148,6 +148,10 @@ class MemoryProducer:
     def __init__(self, broker: MemoryBroker) -> None:
         self.broker = broker
 
+    def counts(self) -> None:
+        """Nothing is counted in memory (``runtime.systems.Producer.counts``)."""
+        return None
+
     def send(self, stream_id: str, partition: int, payload: Any) -> None:
         self.broker.append(stream_id, partition, payload)
 

@@ -31,7 +31,10 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from operators.window import WindowOperator
 
 __all__ = ["Metrics", "Counter", "Gauge", "Timer", "OpMeter", "Sample", "HANDLE_SAMPLE",
            "late_counts", "late_summary", "snapshot_record"]
@@ -111,8 +114,8 @@ class OpMeter:
         self.in_flight = 0
         self.ns = 0
         self.timed = 0
-        #: the window operator, for its panes
-        self.window: Any = None
+        #: the window operator, for its panes and late messages
+        self.window: WindowOperator | None = None
 
     @property
     def handle_ns(self) -> int:
@@ -168,9 +171,9 @@ class Metrics:
                 out.append(("operator", "messages-out", labels, m.n_out))
             else:  # a window's outputs are its panes, whenever they fire, and late messages
                 # this task's own late messages (the registry's counters are the container's)
-                tracker = getattr(m.window, "late_tracker", None)
-                late = tracker.total if tracker is not None else 0
-                sent = late if tracker is not None and tracker.late_to else 0
+                tracker = m.window.late_tracker
+                late = tracker.total
+                sent = late if tracker.late_to else 0
                 panes = m.window.panes_emitted
                 out.append(("operator", "messages-out", labels, panes + sent))
                 out.append(("operator", "panes-emitted", labels, panes))

@@ -631,9 +631,8 @@ class LocalRunner(LateCounts):
         them (what retention deleted since included); None where nothing counts (in memory)."""
         if self._totals is not None:
             return dict(self._totals.written)
-        producer = getattr(self.container, "producer", None)
-        counted = getattr(producer, "written", None)
-        return None if counted is None else dict(counted)
+        counts = self.container.producer.counts() if self.container is not None else None
+        return None if counts is None else dict(counts.written)
 
     def tail(self, stream_id: str, n: int) -> list[Any]:
         """At most the last ``n`` messages of this run's part of an output, read from its end

@@ -52,7 +52,22 @@ class RecordSink(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class ProducerCounts:
+    """What a producer of records wrote out: records, bytes, the nanoseconds its flushes took,
+    and messages per stream (control records left out)."""
+
+    sends: int
+    sent_bytes: int
+    flush_ns: int
+    written: Mapping[str, int]
+
+
 class Producer(RecordSink, Protocol):
+    def counts(self) -> ProducerCounts | None:
+        """What it wrote out so far; None for a producer that counts nothing (in memory)."""
+        ...
+
     def send(self, stream_id: str, partition: int, payload: Any) -> None: ...
     def sender(self, stream_id: str) -> Callable[[int, Any], None]: ...
     def signal(self) -> None: ...

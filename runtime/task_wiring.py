@@ -12,6 +12,7 @@ from concurrent.futures import Executor
 from typing import Any
 
 from operators.base import IDENTITY, Operator
+from operators.window import WindowOperator
 from runtime.batch import BatchRun, operator_run, stream_run
 from runtime.dag import Emit, OperatorFailure, chain, metered
 from runtime.event_time import DeclaredTime, InputTime, WindowMoves, input_time
@@ -127,7 +128,7 @@ class TaskWiring:
         meter = self.meters.get(op.op_id)
         if meter is None:
             meter = self.meters[op.op_id] = self.metrics.meter(op.op_id, self.name)
-            if isinstance(op.spec, WindowSpec):
+            if isinstance(op, WindowOperator):
                 meter.window = op
         return meter
 
