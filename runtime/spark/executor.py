@@ -52,7 +52,15 @@ from operators.base import IDENTITY, Operator, OperatorContext, UserContext, res
 from operators.partition_by import PartitionByOperator
 from operators.state import InMemoryState, table_state
 from runtime.batch import BatchFailure, RunColumns, operator_run
-from runtime.dag import Emit, OperatorFailure, chain_one, forward, metered
+from runtime.dag import (
+    Emit,
+    OperatorFailure,
+    chain_one,
+    continue_outputs,
+    counted,
+    forward,
+    metered,
+)
 from runtime.in_flight import coroutine_wait
 from runtime.metrics import OpMeter
 from runtime.spark.meter import LATE_SENT, add_run, meter_report, new_meter
@@ -412,8 +420,8 @@ class PassExecutor:
                 meter.n_out += len(call)
                 forward(call, nexts)
                 return None
-            assert self._loop is not None
-            task = self._loop.create_task(_as_list(call))
+            assert self._loop is not None  # counted in flight and out as in a task
+            task = self._loop.create_task(counted(_as_list(call), meter))
             queue.calls.append((task, self.sort_ms, self.clock_ms, self.source,
                                 time.monotonic()))
             return None
@@ -720,25 +728,24 @@ class PassExecutor:
             if busiest is None:
                 return
             task, sort_ms, clock, source, started = busiest.calls.popleft()
-            if self.callback_timeout_ms > 0 and not task.done():
-                left = started + self.callback_timeout_ms / 1000 - time.monotonic()
-                await asyncio.wait({task}, timeout=max(left, 0))
-                if not task.done():
-                    raise self._timed_out(busiest.op_id, task, source)
-            try:
-                outs = await task
-            except Exception as exc:
-                raise self._failure(OperatorFailure(busiest.op_id, exc), *source) from exc
-            busiest.meter.n_out += len(outs)
+            if not task.done():
+                if self.callback_timeout_ms > 0:
+                    left = started + self.callback_timeout_ms / 1000 - time.monotonic()
+                    await asyncio.wait({task}, timeout=max(left, 0))
+                    if not task.done():
+                        raise self._timed_out(busiest.op_id, task, source)
+                else:
+                    await asyncio.wait({task})
+            # its outputs go on as the streaming task's (``runtime.dag.continue_outputs``),
+            # stamped with the record that made the call
             saved = (self.sort_ms, self.clock_ms, self.source)
             self.sort_ms, self.clock_ms, self.source = sort_ms, clock, source
             try:
-                pend = forward(outs, busiest.nexts)
+                await continue_outputs(task, busiest.op_id, busiest.nexts)
             except OperatorFailure as f:
                 raise self._failure(f, *source) from f.cause
-            if pend is not None:
-                await _wait_all(pend, self)
-            self.sort_ms, self.clock_ms, self.source = saved
+            finally:
+                self.sort_ms, self.clock_ms, self.source = saved
 
     def _timed_out(self, op_id: str, task: asyncio.Task[Any],
                    source: tuple[str, int, int]) -> PassFailure:
