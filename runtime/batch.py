@@ -8,8 +8,9 @@ everywhere").
   StreamSink``). Its declared event times, where they only count at the batch's end, are taken
   in the loop, which keeps the channel's progress and stops at a message behind it.
 - ``operator_run``: a stream feeding one operator that gives lists of outputs (a window, a
-  flat_map...): the operator's ``process`` per message (or its ``process_run`` over a run),
-  what it gives forwarded downstream.
+  flat_map...): the operator's ``process`` per message (or its ``process_run`` over a run, or
+  ``process_columns`` over a run given as columns, ``RunColumns``), what it gives forwarded
+  downstream. The streaming task and Spark's ``PassExecutor`` both run it.
 
 A run is ``run(payloads, i, end, times=None) -> int``: it processes ``payloads[i:end]`` up to the
 first control record (or, for ``operator_run``, a message whose outputs went async, which it
@@ -22,10 +23,11 @@ from __future__ import annotations
 
 import time
 import types
-from collections.abc import Awaitable, Callable, Iterator
+from bisect import bisect_left
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from itertools import compress, count, islice
 from operator import gt, length_hint
-from typing import Any
+from typing import Any, NamedTuple
 
 from operators.base import IDENTITY, FailedAt, Operator
 from runtime.codec import Skipped
@@ -39,7 +41,8 @@ from runtime.watermarks import event_seconds
 from runtime.wiring import OneToOnePath, PartitionRule
 from samza_dsl.kv import KV
 
-__all__ = ["BatchFailure", "BatchRun", "stream_run", "operator_run", "CONTROL_TYPES"]
+__all__ = ["BatchFailure", "BatchRun", "RunColumns", "stream_run", "operator_run",
+           "CONTROL_TYPES"]
 
 #: a run takes (payloads, i, end, times=None) and returns where it stopped
 BatchRun = Callable[..., int]
@@ -402,40 +405,78 @@ def _keyed_runs(et: Any, key_of: Any, sink: StreamSink, rule: PartitionRule) -> 
     return _KeyedRuns(keyed_run)
 
 
+class RunColumns(NamedTuple):
+    """A batch's records given as columns, for an operator's ``process_columns`` (Spark, where
+    a window's key and event-time functions read fields the batch has as columns): record j's
+    key ``keys[j]`` and event time in ms ``xs[j]``, what its fold gets (``messages``; None for
+    a fold that never reads its message), and the indexes of the records without a time, in
+    order (``process`` takes each of them, and says what is wrong with it)."""
+
+    keys: list[Any]
+    xs: list[float]
+    messages: Sequence[Any] | None
+    nulls: list[int]
+
+
+def _columns_run(process_columns: Callable[..., int] | None, cols: RunColumns, i: int,
+                 end: int) -> int:
+    """``process_columns`` over records i..end-1, up to the first without a time."""
+    assert process_columns is not None, "records as columns for an operator with no such loop"
+    nulls = cols.nulls
+    k = bisect_left(nulls, i)
+    stop = nulls[k] if k < len(nulls) and nulls[k] < end else end
+    return process_columns(cols.keys, cols.xs, cols.messages, i, stop)
+
+
 def operator_run(op: Operator, downstream: list[Emit], meter: OpMeter | None,
                  read: dict[str, int], src: list[Any],
-                 hold: Callable[[list[Awaitable[None]]], None], stream_id: str) -> BatchRun:
+                 hold: Callable[[list[Awaitable[None]]], None], stream_id: str, *,
+                 follow: Callable[[int], None] | None = None,
+                 owner_fixed: bool = False) -> BatchRun:
     """The run of ``stream_id`` into ``op`` (which gives lists of outputs, or awaitables of
     them), its outputs forwarded to ``downstream``; ``src[1]`` follows the message being
-    processed. A message whose outputs go async stops the run: what it waits for goes to
-    ``hold`` and its index is returned, for the hand-out loop to take it as in flight."""
+    processed, and ``follow``, where given, is called with a message's index before
+    ``process`` takes it. A message whose outputs go async stops the run: what it waits for
+    goes to ``hold`` and its index is returned, for the hand-out loop to take it as in flight.
+    ``owner_fixed``: the window's watermark stays with whoever owns it for the whole run (a
+    Spark pass), so runs of messages apply with its own watermark too.
+
+    The run also takes ``cols`` (``RunColumns``), the batch's records as columns: its runs
+    then go to ``op.process_columns``, and ``payloads[j]`` is made only where ``process``
+    takes record j."""
     op_id = op.op_id
     clock = time.perf_counter_ns
     control_types = CONTROL_TYPES
     other_bucket = OTHER_BUCKET
     run = op.process_run
+    columns = op.process_columns
 
-    def batch(payloads: list[Any], i: int, end: int, times: Any = None) -> int:
+    def batch(payloads: list[Any], i: int, end: int, times: Any = None,
+              cols: RunColumns | None = None) -> int:
         start = i
         n_out = 0
         process: Callable[[Any], Any] = op.process
         timed = meter is None
-        # runs of messages in one call, while the window's watermark is the runtime's
-        fast = run is not None and not op.local_watermark
+        # runs of messages in one call, while the window's watermark is the runtime's (or
+        # stays its own for the whole run)
+        fast = run is not None and (owner_fixed or not op.local_watermark)
         try:
             while i < end:
                 if fast:
                     if timed:
-                        j = run(payloads, i, end, control_types)  # type: ignore[misc]
+                        j = (run(payloads, i, end, control_types)  # type: ignore[misc]
+                             if cols is None else _columns_run(columns, cols, i, end))
                     else:  # the operator's time, over the whole run
                         t0 = clock()
-                        j = run(payloads, i, end, control_types)  # type: ignore[misc]
+                        j = (run(payloads, i, end, control_types)  # type: ignore[misc]
+                             if cols is None else _columns_run(columns, cols, i, end))
                         meter.ns += clock() - t0  # type: ignore[union-attr]
                         meter.timed += j - i  # type: ignore[union-attr]
                         timed = j > i
-                    if j > i:
+                    if j > i:  # the message at j (if any) is for ``process``: it stopped there
                         i = src[1] = j
-                        continue
+                        if i == end:
+                            break
                 m = payloads[i]
                 i += 1
                 if type(m) is not KV and type(m) in control_types:
@@ -446,6 +487,8 @@ def operator_run(op: Operator, downstream: list[Emit], meter: OpMeter | None,
                     i -= 1
                     return i
                 src[1] = i
+                if follow is not None:
+                    follow(i - 1)
                 if timed:
                     out = process(m)
                 else:  # the operator's time, sampled on the batch's first message

@@ -43,15 +43,24 @@ import inspect
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 import msgspec
 import networkx as nx
 
-from operators.base import IDENTITY, FailedAt, Operator, OperatorContext, UserContext, resolve_fn
+from operators.base import IDENTITY, Operator, OperatorContext, UserContext, resolve_fn
 from operators.partition_by import PartitionByOperator
 from operators.state import InMemoryState, table_state
-from runtime.dag import Emit, OperatorFailure, chain_one, forward, metered
+from runtime.batch import BatchFailure, RunColumns, operator_run
+from runtime.dag import (
+    Emit,
+    OperatorFailure,
+    chain_one,
+    continue_outputs,
+    counted,
+    forward,
+    metered,
+)
 from runtime.in_flight import coroutine_wait
 from runtime.metrics import OpMeter
 from runtime.spark.meter import LATE_SENT, add_run, meter_report, new_meter
@@ -192,8 +201,7 @@ class PassExecutor:
                 raise PassFailure(f"operator {op_id!r} failed in init in task "
                                   f"{self.task_name!r}: {type(exc).__name__}: {exc}") from exc
         for op, bound, _ in self._per_message.values():
-            if hasattr(op, "hold_ahead"):  # a session window holds messages only within a bound
-                op.hold_ahead = bound > 0
+            op.hold_ahead = bound > 0  # a session window holds messages only within a bound
         self._rules: dict[str, PartitionRule] = {}
         self.wiring = Wiring(plan, self.operators, self._sender, self._make_emit)
         self.entries: dict[str, Emit] = {}
@@ -201,8 +209,14 @@ class PassExecutor:
             for sid in stage.inputs:
                 if sid not in self.entries:
                     self.entries[sid] = self.wiring.entry(sid)
-        self._run_into = self._run_window()
-        self._columns = None if self._run_into is None else _column_window(self._run_into[0])
+        #: the batch being fed to the window's run (``_feed_runs``), and what its run held
+        self._recs: Sequence[tuple[Any, ...]] = ()
+        self._held: list[Awaitable[None]] | None = None
+        window = self._run_window()
+        self._run_into = None if window is None else operator_run(
+            window, self._nexts(window.op_id), self.op_meters[window.op_id], {}, [None, 0],
+            self._hold, next(iter(self.entries)), follow=self._follow, owner_fixed=True)
+        self._columns = None if window is None else _column_window(window)
 
     @property
     def meters(self) -> dict[str, list[int]]:
@@ -406,8 +420,8 @@ class PassExecutor:
                 meter.n_out += len(call)
                 forward(call, nexts)
                 return None
-            assert self._loop is not None
-            task = self._loop.create_task(_as_list(call))
+            assert self._loop is not None  # counted in flight and out as in a task
+            task = self._loop.create_task(counted(_as_list(call), meter))
             queue.calls.append((task, self.sort_ms, self.clock_ms, self.source,
                                 time.monotonic()))
             return None
@@ -574,11 +588,12 @@ class PassExecutor:
         finally:
             loop.close()
 
-    def _run_window(self) -> tuple[Operator, Callable[..., int], list[Emit]] | None:
+    def _run_window(self) -> Operator | None:
         """Where the records of the pass's one input go to one window alone that takes a run
         of messages in one call (``Operator.process_run``), and nothing happens between
         records (no window ticks, no watermark moved per record, no async call): that window,
-        its ``process_run``, and where its outputs go. Else None."""
+        which takes them through the streaming task's batch run (``runtime.batch.
+        operator_run``). Else None."""
         if len(self.entries) != 1 or self._due is not None or self._per_message:
             return None
         if any(isinstance(op.spec, AsyncFlatMapSpec) for op in self.operators.values()):
@@ -588,77 +603,65 @@ class PassExecutor:
         if len(ops) != 1 or ops[0] not in self._windows:
             return None
         op = self.operators[ops[0]]
-        run = op.process_run
-        return None if run is None else (op, run, self.wiring.nexts(op.op_id))
+        return None if op.process_run is None else op
 
     def _feed_runs(self, records: Iterable[tuple[Any, ...]]) -> None:
-        """``_feed_sync`` for ``_run_window``: runs of records in one call; a record that would
-        give outputs or is late through the window's ``process``, as one by one. The window's
-        meter times each call."""
-        assert self._run_into is not None
-        op, process_run, nexts = self._run_into
-        op_id = op.op_id
-        meter = self.op_meters[op_id]
+        """``_feed_sync`` for ``_run_window``: the records' messages (or, where the window
+        reads its keys and times from columns, those columns, ``RunColumns``) through the
+        window's batch run; a failure names its record. The run stops only where a record's
+        outputs wait on an async sink: it is waited for here, and the run goes on after it."""
+        run = self._run_into
+        assert run is not None
         recs: Sequence[tuple[Any, ...]] = records if isinstance(records, list | Records) \
             else list(records)
         msgs = recs.messages if isinstance(recs, Records) else [r[5] for r in recs]
-        n = len(recs)
-        # records whose keys and event times the window reads from columns: no message is
-        # made but where the fold reads it, or ``process`` takes it
-        cols = None
-        process_columns = getattr(op, "process_columns", None)
-        if process_columns is not None and self._columns is not None \
-                and isinstance(recs, Records) and recs.keys is not None:
-            name, whole = self._columns
-            times = recs.times_ms(name)
-            if times is not None:
-                cols = (recs.keys, times[0], list(msgs) if whole else None, times[1])
+        cols = self._columns_of(recs, msgs)
         if cols is None and not isinstance(msgs, list):
             msgs = list(msgs)  # (made once, not run by run)
-        missing = 0  # the next of the rows without a time (``process`` fails on it)
+        self._recs = recs
+        n = len(recs)
         i = 0
-        now = time.perf_counter_ns
-        while i < n:
-            t = now()
-            try:
-                if cols is None or process_columns is None:
-                    j = process_run(msgs, i, n, ())
-                else:
-                    keys, xs, folded, nulls = cols
-                    while missing < len(nulls) and nulls[missing] < i:
-                        missing += 1
-                    j = process_columns(keys, xs, folded, i,
-                                        nulls[missing] if missing < len(nulls) else n)
-            except FailedAt as f:
-                rec = recs[f.index]
-                raise self._failure(OperatorFailure(op_id, f.cause), rec[0], rec[2],
-                                    rec[3]) from f.cause
-            add_run(meter, j - i, now() - t)
-            if j == n:
-                break
-            rec = recs[j]  # it gives outputs, or is late
-            self.sort_ms, self.clock_ms = rec[1], rec[4]
-            self.source = (rec[0], rec[2], rec[3])
-            t = now()
-            try:
-                outs = cast(list[Any], op.process(rec[5]))  # (a window's: a list)
-            except Exception as exc:
-                raise self._failure(OperatorFailure(op_id, exc), rec[0], rec[2],
-                                    rec[3]) from exc
-            add_run(meter, 1, now() - t)
-            if outs:
-                meter.n_out += len(outs)
+        try:
+            while i < n:
                 try:
-                    pend = forward(outs, nexts)
-                except OperatorFailure as f:
-                    raise self._failure(f, rec[0], rec[2], rec[3]) from f.cause
-                if pend is not None:  # an async sink: wait for it here
-                    asyncio.run(_wait_all(pend, self))
-            i = j + 1
+                    i = run(msgs, i, n, None, cols)
+                except BatchFailure as b:
+                    assert isinstance(b.failure, OperatorFailure)  # (no event time of its own)
+                    rec = recs[b.index]
+                    raise self._failure(b.failure, rec[0], rec[2], rec[3]) from b.failure.cause
+                pend, self._held = self._held, None
+                if i < n:
+                    assert pend is not None, f"record {i} stopped the window's run"
+                    asyncio.run(_wait_all(pend, self))  # (``_follow`` stamped its record)
+                    i += 1
+        finally:
+            self._recs = ()
         if n:  # what comes next (the end of the stream) is stamped as after the last record
-            rec = recs[-1]
-            self.sort_ms, self.clock_ms = rec[1], rec[4]
-            self.source = (rec[0], rec[2], rec[3])
+            self._follow(n - 1, recs)
+
+    def _columns_of(self, recs: Sequence[tuple[Any, ...]], msgs: Sequence[Any]
+                    ) -> RunColumns | None:
+        """Records whose keys and event times the window reads from columns
+        (``_column_window``): those columns, no message made but where the fold reads it, or
+        ``process`` takes it. Else None."""
+        if self._columns is None or not isinstance(recs, Records) or recs.keys is None:
+            return None
+        name, whole = self._columns
+        times = recs.times_ms(name)
+        if times is None:
+            return None
+        return RunColumns(recs.keys, times[0], list(msgs) if whole else None, times[1])
+
+    def _follow(self, j: int, recs: Sequence[tuple[Any, ...]] | None = None) -> None:
+        """Record ``j`` of the batch the window's run takes (or of ``recs``) is processed: what
+        it writes takes its times, and ``ctx.clock()`` and ``ctx.source()`` give its."""
+        rec = (self._recs if recs is None else recs)[j]
+        self.sort_ms, self.clock_ms = rec[1], rec[4]
+        self.source = (rec[0], rec[2], rec[3])
+
+    def _hold(self, pend: list[Awaitable[None]]) -> None:
+        """The record where the window's run stopped waits for ``pend`` (an async sink)."""
+        self._held = pend
 
     def _feed_sync(self, records: Iterable[tuple[Any, ...]]) -> None:
         if self._run_into is not None:
@@ -725,25 +728,24 @@ class PassExecutor:
             if busiest is None:
                 return
             task, sort_ms, clock, source, started = busiest.calls.popleft()
-            if self.callback_timeout_ms > 0 and not task.done():
-                left = started + self.callback_timeout_ms / 1000 - time.monotonic()
-                await asyncio.wait({task}, timeout=max(left, 0))
-                if not task.done():
-                    raise self._timed_out(busiest.op_id, task, source)
-            try:
-                outs = await task
-            except Exception as exc:
-                raise self._failure(OperatorFailure(busiest.op_id, exc), *source) from exc
-            busiest.meter.n_out += len(outs)
+            if not task.done():
+                if self.callback_timeout_ms > 0:
+                    left = started + self.callback_timeout_ms / 1000 - time.monotonic()
+                    await asyncio.wait({task}, timeout=max(left, 0))
+                    if not task.done():
+                        raise self._timed_out(busiest.op_id, task, source)
+                else:
+                    await asyncio.wait({task})
+            # its outputs go on as the streaming task's (``runtime.dag.continue_outputs``),
+            # stamped with the record that made the call
             saved = (self.sort_ms, self.clock_ms, self.source)
             self.sort_ms, self.clock_ms, self.source = sort_ms, clock, source
             try:
-                pend = forward(outs, busiest.nexts)
+                await continue_outputs(task, busiest.op_id, busiest.nexts)
             except OperatorFailure as f:
                 raise self._failure(f, *source) from f.cause
-            if pend is not None:
-                await _wait_all(pend, self)
-            self.sort_ms, self.clock_ms, self.source = saved
+            finally:
+                self.sort_ms, self.clock_ms, self.source = saved
 
     def _timed_out(self, op_id: str, task: asyncio.Task[Any],
                    source: tuple[str, int, int]) -> PassFailure:

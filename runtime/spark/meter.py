@@ -11,9 +11,11 @@ are timed for one in ``HANDLE_SAMPLE``, and ``handle-ns`` scales their time to a
 (an estimate of the total, off by the spread of the call times). A Spark task's meter times an
 operator's first message too, as a task may give an operator few: its count of messages in
 starts at ``FIRST`` (``new_meter``) and is reported less that (``messages_in``). Calls that
-take runs of messages (a window's runs, a line of operators, a re-keying) are timed whole;
-calls at window ticks, watermarks and end-of-stream are few and timed every one, apart from
-the sampled ones (``control_ns``).
+take runs of messages (a line of operators, a re-keying) are timed whole; a window that takes
+a batch's records in runs does so through the streaming task's batch run
+(``runtime.batch.operator_run``), which times a batch's first run whole and its first record
+taken alone, as in a task. Calls at window ticks, watermarks and end-of-stream are few and
+timed every one, apart from the sampled ones (``control_ns``).
 
 What is counted, by the names the streaming runtime uses (Samza's):
 
