@@ -20,7 +20,7 @@ from planner.placement import SIDES, checked_ports, fix_text, other_roots, port_
 from runtime.job import JobModel, TaskModel
 from runtime.wiring import partition_of
 from samza_dsl.config import config_value
-from samza_dsl.spec import JoinSpec
+from samza_dsl.spec import JoinSpec, JoinTableSpec
 
 __all__ = ["placement_checks"]
 
@@ -60,7 +60,7 @@ def placement_checks(job: JobModel, model: TaskModel, config: Mapping[str, Any],
         if isinstance(op, JoinSpec):
             what, side = f"join {op_id!r}", SIDES[port]
         else:
-            what, side = f"join_table {op_id!r} on table {getattr(op, 'table_id', '')!r}", ""
+            what, side = f"join_table {op_id!r} on table {op.table_id if isinstance(op, JoinTableSpec) else ''!r}", ""
         return KeyCheck(op_id, what, side, fix_text(op, port), policy, mine, source, x)
     return check
 

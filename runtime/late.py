@@ -17,6 +17,7 @@ from typing import Any
 
 from runtime.metrics import late_counts, late_summary
 from samza_dsl.errors import SamzaError
+from samza_dsl.spec import WindowSpec
 
 __all__ = ["LateCounts", "window_ids", "late_to_streams"]
 
@@ -28,8 +29,7 @@ def window_ids(plan: Any) -> list[str]:
 
 def late_to_streams(plan: Any) -> dict[str, str | None]:
     """Window op id -> its ``late_to`` stream id (None: late messages are dropped)."""
-    return {op.op_id: getattr(op, "late_to", None) for op in plan.app.operators
-            if op.opcode == "window"}
+    return {op.op_id: op.late_to for op in plan.app.operators if isinstance(op, WindowSpec)}
 
 
 class LateCounts:

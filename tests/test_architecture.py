@@ -239,3 +239,43 @@ def test_the_scan_sees_writes_of_local_watermark() -> None:
                      "        setattr(op, 'local_watermark', False)\n"
                      "        op.__dict__['local_watermark'] = 1\n        op.other = 1\n")
     assert sum(_sets_local_watermark(n) for n in ast.walk(tree)) == 4
+
+
+#: names under which the runtime holds producers and operators
+_SEAM_NAMES = ("producer", "op", "operator")
+
+
+def _probed(node: ast.AST) -> str | None:
+    """The name a ``getattr``/``hasattr`` call probes for a capability, where its object is a
+    producer or an operator by name (``producer``, ``self.producer``, ``op``, ``m.window``...)."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr") and len(node.args) >= 2):
+        return None
+    obj = node.args[0]
+    name = obj.attr if isinstance(obj, ast.Attribute) else obj.id if isinstance(obj, ast.Name) \
+        else None
+    if name is None or not any(name == s or name.endswith(f"_{s}") for s in _SEAM_NAMES):
+        return None
+    return name
+
+
+def test_no_capability_of_a_producer_or_an_operator_is_found_with_getattr() -> None:
+    """Producers (``runtime.systems.Producer``) and operators (``operators.base.Operator``)
+    declare what they offer; the runtime does not probe them by attribute name."""
+    found = []
+    for name, path in modules().items():
+        if not name.startswith(("runtime", "operators")):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            probed = _probed(node)
+            if probed is not None:
+                found.append((name, node.lineno, probed))  # type: ignore[attr-defined]
+    assert not found, found
+
+
+def test_the_scan_sees_probes_of_producers_and_operators() -> None:
+    tree = ast.parse("getattr(producer, 'sends', 0)\nhasattr(self.producer, 'x')\n"
+                     "getattr(op, 'process_columns', None)\ngetattr(self.txn.producer, 'm')\n"
+                     "getattr(shared_producer, 'x')\ngetattr(module, 'app')\n"
+                     "getattr(args, 'traceback')\n")
+    assert sum(_probed(n) is not None for n in ast.walk(tree)) == 5

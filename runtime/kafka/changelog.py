@@ -21,9 +21,8 @@ from typing import Any
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
-from runtime.codec import BufferedProducer
 from runtime.kafka.outage import close_connections
-from runtime.kafka.system import kafka_error, new_consumer
+from runtime.kafka.system import KafkaProducer, kafka_error, new_consumer
 
 __all__ = ["KafkaChangelog"]
 
@@ -35,7 +34,7 @@ _QUEUED = 8  # chunks the reading thread may run ahead
 class KafkaChangelog:
     """One task's partition of a store's changelog topic."""
 
-    def __init__(self, servers: str, settings: Mapping[str, Any], producer: BufferedProducer,
+    def __init__(self, servers: str, settings: Mapping[str, Any], producer: KafkaProducer,
                  stream_id: str, topic: str, partition: int, end: int,
                  timeout: float = 30.0) -> None:
         self.servers = servers
@@ -52,7 +51,7 @@ class KafkaChangelog:
         self._buf.extend((k, v, None) for k, v in entries)
 
     def end_offset(self) -> int:
-        acked = getattr(self.producer, "end_offsets", {}).get((self.topic, self.partition), 0)
+        acked = self.producer.end_offsets.get((self.topic, self.partition), 0)
         return max(self._end, acked)
 
     def read(self, start: int, end: int

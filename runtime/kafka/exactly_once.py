@@ -154,7 +154,8 @@ class TaskProducer(KafkaProducer):
         rather than when the flush times out."""
         flushing = asyncio.ensure_future(super()._flush())
         flushing.add_done_callback(_retrieve)  # a flush left behind by a task stopped meanwhile
-        manager = getattr(self.txn.producer, "_txn_manager", None)
+        producer = self.txn.producer  # aiokafka's, its transaction's state
+        manager = producer._txn_manager if producer is not None else None
         ended = manager.wait_for_transaction_end() if manager is not None else None
         if ended is not None and not ended.done():
             await asyncio.wait({flushing, ended}, return_when=asyncio.FIRST_COMPLETED)

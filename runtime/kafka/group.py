@@ -49,7 +49,7 @@ from runtime.job import JobModel, TaskModel
 from runtime.kafka.assignor import AssignmentRefused, MemberTasks, TaskAssignor
 from runtime.kafka.fence import Fenced, Lease, watch_coordinator
 from runtime.kafka.standby import StandbyReplicas
-from runtime.kafka.system import stop_client
+from runtime.kafka.system import KafkaProducer, stop_client
 from runtime.task import TaskInstance
 from samza_dsl.config import config_value
 from samza_dsl.errors import ConfigError, ProducerFenced, SamzaError
@@ -278,6 +278,9 @@ class GroupContainer(Container):
                  prepare: Callable[[list[TaskModel], bool], Awaitable[None]],
                  standby: StandbyReplicas | None = None, **kwargs: Any) -> None:
         super().__init__(job, [], **kwargs)
+        #: the Kafka producer, whose sends stop at the member's lease (``runtime.kafka.fence``)
+        self.leased: KafkaProducer | None = \
+            self.producer if isinstance(self.producer, KafkaProducer) else None
         self._membership_of = membership
         self._prepare = prepare
         #: replicas of the stores of this member's standby tasks (``runtime.kafka.standby``)
@@ -337,8 +340,8 @@ class GroupContainer(Container):
         helpers = [asyncio.create_task(self._consume(), name="consumer"), *self._timers()]
         self.membership = self._membership_of(self)
         self._revoked_at = time.monotonic()  # its first rebalance: from when it joins
-        if hasattr(self.producer, "lease"):  # it sends nothing past the member's lease
-            self.producer.lease = self.membership.lease
+        if self.leased is not None:  # it sends nothing past the member's lease
+            self.leased.lease = self.membership.lease
         self.membership.start(loop)
         self.loop_meter.install(loop)
         if self.reporters is not None:
@@ -383,17 +386,18 @@ class GroupContainer(Container):
         records still unsent without a valid lease are dropped (their tasks' next owner
         processes their messages again), and what the container writes as it closes (its
         last metrics) is no task's."""
-        lease = getattr(self.producer, "lease", None)
-        if lease is None:
+        leased = self.leased
+        lease = leased.lease if leased is not None else None
+        if leased is None or lease is None:
             return
         if not lease.valid():
             lease.end()  # a send waiting for it gives up
-            dropped = self.producer.discard()  # type: ignore[attr-defined]
+            dropped = leased.discard()
             if dropped:
                 _log.warning("container %s: stopped out of its group (%s): %d records not "
                              "sent were dropped", self._label(), lease.reason or "no lease",
                              dropped)
-        self.producer.lease = None  # type: ignore[attr-defined]
+        leased.lease = None
 
     async def _settle_restores(self) -> None:
         """Wait for restores under way (a thread cannot be stopped) and close what they built."""
@@ -420,8 +424,7 @@ class GroupContainer(Container):
             for name, task in list(self._ready.items()):
                 self._discard(task)
                 del self._ready[name]
-            discard = getattr(self.producer, "discard", None)
-            dropped = discard() if discard is not None else 0
+            dropped = self.leased.discard() if self.leased is not None else 0
             self.wanted = set()
             self.holding = True
             _log.warning("container %s: fenced out of the group at generation %d (%s): it "
