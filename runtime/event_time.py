@@ -13,15 +13,17 @@ The way is chosen once per input stream when the task is built (``input_time``),
   own watermark, as they were told when built, and its messages need no box;
 - ``DeclaredTime``: an input with ``event_time=``: each message's time is computed before it is
   handed out. Where the partition alone feeds its stage's windows, their watermark follows it
-  message by message; where other channels feed them, the windows move once the clock says so;
-  with no window, the batch's latest time counts at its end. Where the partition alone feeds a
-  stage writing intermediate streams, the stage's watermark goes ahead of a message behind the
-  partition's progress.
+  message by message: those that every message reaches inline take its time as it is handed out
+  (``early``), whatever is in flight after them or on the task's other inputs, and the others
+  once it completed with nothing before it in flight; where other channels feed them, the
+  windows move once the clock says so; with no window, the batch's latest time counts at its end.
+  Where the partition alone feeds a stage writing intermediate streams, the stage's watermark
+  goes ahead of a message behind the partition's progress.
 
 The hand-out loop calls, per batch of one partition: ``begin``; per message ``before`` (its time,
 kept in its handout record) and, once it completed inline with nothing before it in flight,
-``after``; ``control`` for a producer's watermark or end, ``neighbour`` for another virtual task's
-message (rule 18); and ``end`` at the batch's end.
+``after``, else ``early`` where it is set; ``control`` for a producer's watermark or end,
+``neighbour`` for another virtual task's message (rule 18); and ``end`` at the batch's end.
 """
 
 from __future__ import annotations
