@@ -13,15 +13,17 @@ The way is chosen once per input stream when the task is built (``input_time``),
   own watermark, as they were told when built, and its messages need no box;
 - ``DeclaredTime``: an input with ``event_time=``: each message's time is computed before it is
   handed out. Where the partition alone feeds its stage's windows, their watermark follows it
-  message by message; where other channels feed them, the windows move once the clock says so;
-  with no window, the batch's latest time counts at its end. Where the partition alone feeds a
-  stage writing intermediate streams, the stage's watermark goes ahead of a message behind the
-  partition's progress.
+  message by message: those that every message reaches inline take its time as it is handed out
+  (``early``), whatever is in flight after them or on the task's other inputs, and the others
+  once it completed with nothing before it in flight; where other channels feed them, the
+  windows move once the clock says so; with no window, the batch's latest time counts at its end.
+  Where the partition alone feeds a stage writing intermediate streams, the stage's watermark
+  goes ahead of a message behind the partition's progress.
 
 The hand-out loop calls, per batch of one partition: ``begin``; per message ``before`` (its time,
 kept in its handout record) and, once it completed inline with nothing before it in flight,
-``after``; ``control`` for a producer's watermark or end, ``neighbour`` for another virtual task's
-message (rule 18); and ``end`` at the batch's end.
+``after``, else ``early`` where it is set; ``control`` for a producer's watermark or end,
+``neighbour`` for another virtual task's message (rule 18); and ``end`` at the batch's end.
 """
 
 from __future__ import annotations
@@ -128,6 +130,9 @@ class InputTime:
 
     #: the loop calls ``before``/``after`` per message (False: they do nothing)
     timed = False
+    #: ``early(t, pend)``, where windows take a message's time as it is handed out: the loop
+    #: calls it for a timed message that did not complete inline with nothing in flight
+    early: Callable[[Any, Pending], Pending] | None = None
 
     def __init__(self, clock: TaskClock, moves: WindowMoves, stream_id: str) -> None:
         self.clock = clock
@@ -220,11 +225,18 @@ class DeclaredTime(InputTime):
     timed = True
 
     def __init__(self, clock: TaskClock, moves: WindowMoves, stream_id: str,
-                 single: list[tuple[Any, int]] | None, lone: Stage | None) -> None:
+                 single: list[tuple[Any, int]] | None, lone: Stage | None,
+                 inline: list[tuple[Any, int]] | None = None) -> None:
         super().__init__(clock, moves, stream_id)
         self.event_time, self.bound = clock.declared[stream_id]
         #: the windows this partition alone feeds, with their bound: they follow its progress
         self.single = single
+        #: those of them that each message reaches inline: they have taken a message once it is
+        #: handed out, so only what is in flight before them could hold them back, and nothing
+        #: is: they follow the times handed out, whatever is in flight (``early``)
+        self.inline = inline
+        if inline is not None:
+            self.early = self.handed_out
         #: the stage this partition alone feeds, which writes intermediate streams
         self.lone = lone
         self.progress = self.top = NO_WATERMARK
@@ -291,6 +303,18 @@ class DeclaredTime(InputTime):
             pend = self.moves.advance(self.stage)
         return pend
 
+    def handed_out(self, t: Any, pend: Pending) -> Pending:
+        """The message of time ``t`` was handed out with something in flight (before it, or
+        its own outputs after the windows): the windows it reached inline take its time now,
+        so which messages are late does not depend on how fast what is in flight completes."""
+        ms = round(t * 1000.0) - self.bound
+        clock = self.clock
+        for op, wb in self.inline:  # type: ignore[union-attr]  # set where it is
+            if ms - wb > op.watermark:
+                pend = self.moves.move(op, ms - wb, pend)
+                clock.delivered_at_least(op.op_id, ms - wb)
+        return pend
+
     def end(self) -> None:
         clock = self.clock
         ssp: Any = self.ssp
@@ -318,5 +342,7 @@ def input_time(clock: TaskClock, moves: WindowMoves, operators: Mapping[str, Ope
             ssp = clock.lone.get(stage.stage_id)
             if ssp is not None and ssp.stream_id == stream_id:
                 lone = stage
-        return DeclaredTime(clock, moves, stream_id, single, lone)
+        reached = clock.inline_declared.get(stream_id)
+        inline = [(operators[op], b) for op, b in reached] if reached is not None else None
+        return DeclaredTime(clock, moves, stream_id, single, lone, inline)
     return InputTime(clock, moves, stream_id)

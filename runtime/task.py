@@ -278,7 +278,7 @@ class TaskInstance:
         entry = self.entries[ssp.stream_id]
         tm = self.times[ssp.stream_id]
         tm.begin(ssp)
-        timed, before, after = tm.timed, tm.before, tm.after
+        timed, before, after, early = tm.timed, tm.before, tm.after, tm.early
         batch = self._batches.get(ssp.stream_id)
         declared = tm if isinstance(tm, DeclaredTime) else None
         i = self._cur_i
@@ -320,15 +320,18 @@ class TaskInstance:
                     pend = entry(m) if held is None else held  # held: handed out by the batch
                     if calls.made:
                         pend = calls.take(pend)
-                if pend is None:
-                    if pending:
-                        pending.append([ssp, first + i - 1, True, 0, t])
-                        continue
+                if pend is None and not pending:
                     if t is not None:
                         pend = after(t, pend)
                         t = None
                     if pend is None:
                         last_done = i
+                        continue
+                else:
+                    if early is not None and t is not None:  # windows it reached take it now
+                        pend = early(t, pend)
+                    if pend is None:
+                        pending.append([ssp, first + i - 1, True, 0, t])
                         continue
                 if last_done >= 0:
                     checkpoint[ssp] = first + last_done - 1

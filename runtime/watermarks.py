@@ -485,6 +485,10 @@ class TaskClock:
         self.local: dict[str, list[str]] = {}
         #: declared input stream id -> the windows it alone feeds in this task, with their bound
         self.single_declared: dict[str, list[tuple[str, int]]] = {}
+        #: declared input stream id -> those of its ``single_declared`` windows that each of its
+        #: messages reaches inline: they take its event time as it is handed out, whatever is in
+        #: flight after them or on the task's other inputs
+        self.inline_declared: dict[str, list[tuple[str, int]]] = {}
         #: window op id -> whether it takes its messages in event-time order below the
         #: watermark (a session window holds those ahead of it): the order they come in may
         #: depend on speed, or they may come out of order within a declared bound
@@ -608,6 +612,9 @@ class TaskClock:
                     and ssps[0] not in self.idle_ms \
                     and all(op in reach[ssps[0].stream_id] for op, _ in windows):
                 self.single_declared[ssps[0].stream_id] = windows
+                inline = [(op, b) for op, b in windows if jt.inline_to(stage, op, self.threaded)]
+                if inline:
+                    self.inline_declared[ssps[0].stream_id] = inline
         for op, _ in windows:
             self.in_time_order[op] = not jt.fixed_order(stage, op) or jt.bounded(op)
         if outs:

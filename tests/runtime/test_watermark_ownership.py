@@ -159,3 +159,79 @@ def test_a_flat_map_s_outputs_of_one_message_against_each_other(behind_async: bo
     assert result.late("w") == (0 if behind_async else 1)
     assert Counter(dict(result.messages(out))) == Counter(
         {0: 1, 10_000: 2 if behind_async else 1, 20_000: 1, 30_000: 1})
+
+
+def _declared_app(async_after: bool, other_input: bool) -> tuple[Any, Any, Any, Any]:
+    """``_window_app`` with the event time declared on the input (``event_time=`` there): the
+    window's watermark follows the partition's progress message by message. ``async_after``:
+    the panes go through an async step whose calls complete in the reverse order (the first
+    pane is the slowest)."""
+    mem = MemorySystem()
+    app = StreamApplication("declared", config={"task.max.concurrency": 8})
+    clicks = mem.input("clicks", event_time=seconds)
+    views = mem.input("views", priority=1)  # its message goes first
+    out = mem.output("panes")
+    panes = app.input(clicks).window(
+        Windows.tumbling(timedelta(seconds=10), init=lambda: 0, fold=lambda m, n: n + 1,
+                         event_time=seconds), name="w")
+
+    async def reverse(pane: Any) -> list[Any]:
+        await asyncio.sleep(SLOW * (1.0 - int(pane.key.pane_id) / 40_000))
+        return [pane]
+
+    if async_after:
+        panes = panes.async_flat_map(reverse, name="reverse")
+    panes.map(lambda p: (int(p.key.pane_id), p.message), name="record").send_to(app.output(out))
+    if other_input:
+        async def slow_sink(m: Any) -> None:
+            await asyncio.sleep(SLOW)
+
+        app.input(views).sink(slow_sink, name="slow")
+    return app, clicks, views, out
+
+
+@pytest.mark.parametrize(("async_after", "other_input"), [(False, False), (True, False),
+                                                          (False, True)],
+                         ids=["nothing-in-flight", "async-after-the-window",
+                              "async-on-another-input"])
+def test_with_declared_event_time_the_input_fixes_which_messages_are_late(
+        async_after: bool, other_input: bool) -> None:
+    """With the event time declared on the input, a message in flight after the window (its
+    panes' async calls completing in the reverse order) or on another input of the task does
+    not hold back the window's watermark: 15.0 is late after 25.0 in every run, and the panes
+    and their counts are those of the run with nothing in flight."""
+    app, clicks, views, out = _declared_app(async_after, other_input)
+    runner = TestRunner(app)
+    if other_input:  # in flight when the clicks come
+        runner.add_input(views, {0: [1.0]})
+    runner.add_input(clicks, {0: TIMES})
+    result = runner.run(timeout=RUN_TIMEOUT)
+    assert result.late("w") == LATE
+    assert Counter(dict(result.messages(out))) == PANES
+
+
+def test_with_declared_event_time_a_window_behind_an_async_step_is_held_back() -> None:
+    """Only what is in flight before a window holds it back: with the event time declared on
+    the input, messages in event-time order whose async step before the window completes in
+    the reverse order are never late, and each pane holds every message of its time."""
+    mem = MemorySystem()
+    app = StreamApplication("declared-behind", config={"task.max.concurrency": 16})
+    clicks = mem.input("clicks", event_time=seconds)
+    out = mem.output("panes")
+    times = [float(t) for t in range(0, 40, 2)]
+    reached: list[float] = []
+
+    async def reverse(m: Any) -> list[Any]:
+        await asyncio.sleep(0.01 * (len(times) - times.index(float(m))))  # the first: slowest
+        reached.append(float(m))
+        return [m]
+
+    (app.input(clicks).async_flat_map(reverse, name="reverse")
+     .window(Windows.tumbling(timedelta(seconds=10), init=lambda: 0, fold=lambda m, n: n + 1,
+                              event_time=seconds), name="w")
+     .map(lambda p: (int(p.key.pane_id), p.message), name="record").send_to(app.output(out)))
+    result = TestRunner(app).add_input(clicks, {0: times}).run(timeout=RUN_TIMEOUT)
+    assert reached != sorted(reached)  # they did reach the window out of order
+    assert result.late("w") == 0
+    assert Counter(dict(result.messages(out))) == Counter({0: 5, 10_000: 5, 20_000: 5,
+                                                          30_000: 5})
