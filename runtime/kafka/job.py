@@ -321,12 +321,12 @@ class KafkaJob:
         self.watch.start()  # stopped when the producer closes
 
     async def _claim(self) -> None:
-        """A container with an id claims it on the brokers: a second process for it on another
-        host is refused as the job.dir lock refuses one on this host (``runtime.kafka.claim``)."""
-        if self.container_id is None:
-            return
+        """The container claims its id on the brokers: a second process for it on another host
+        is refused as the job.dir lock refuses one on this host (``runtime.kafka.claim``). A job
+        in one container (no id) is container 0: a second copy of it is refused too."""
+        container = 0 if self.container_id is None else self.container_id
         claim = ContainerClaim(self.servers, self.checkpoint_topic, self.consumer_settings,
-                               job_name=self.job_name, container=str(self.container_id),
+                               job_name=self.job_name, container=str(container),
                                job_dir=self.root, timeout=self.timeout)
         await asyncio.to_thread(claim.start)
         self.claim = claim

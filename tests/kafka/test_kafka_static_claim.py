@@ -100,3 +100,30 @@ def test_a_frozen_container_whose_id_was_taken_over_stops_saying_so(
         first.kill()
         code = second.stop() if second is not None else 0
     assert code == 0, second.text()[-3000:] if second is not None else ""
+
+
+def test_a_second_copy_of_a_job_in_one_container_from_another_job_dir_is_refused(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    """A static job in one container (no --container-id) is container 0: a copy of it started
+    from another job.dir (another host) is refused rather than writing every output twice."""
+    tag = uuid.uuid4().hex[:8]
+    topic = f"gevents-{tag}"
+    run(create_topic(kafka_bootstrap, topic, 4))
+    one = ("-c", "job.coordinator=static")
+    first = Member(tmp_path / "host-a", kafka_bootstrap, tag, *one)
+    try:
+        run(produce_each(kafka_bootstrap, topic, _events(0, 40)))
+        wait_for("the job processes its events",
+                 lambda: any(o[2] == first.pid for o in outputs(kafka_bootstrap, tag)), 60,
+                 [first])
+        second = Member(tmp_path / "host-b", kafka_bootstrap, tag, *one)
+        code = _exit(second, SESSION_MS / 1000 + 30)
+        text = second.text()
+        assert code != 0, text[-3000:]
+        assert "container 0 already runs on host" in text, text[-3000:]
+        assert f"pid {first.pid}" in text, text[-3000:]
+        assert not any(o[2] == second.pid for o in outputs(kafka_bootstrap, tag))
+        assert first.alive()
+    finally:
+        code = first.stop()
+    assert code == 0, first.text()[-3000:]
