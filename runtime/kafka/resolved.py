@@ -97,6 +97,8 @@ class ResolvedRecords(aiokafka_fetcher.PartitionRecords):
         state = self._state
         held, open_ = state.held, state.open
         make = self._consumer_record
+        if held:  # resolved records an earlier answer's reader left untaken
+            yield from self._release()
         while records.has_next():
             batch = records.next_batch()
             if self._check_crcs and not batch.validate_crc():
@@ -122,8 +124,11 @@ class ResolvedRecords(aiokafka_fetcher.PartitionRecords):
                         at.append(n)
                         held.append(make(tp, record))
                         n += 1
-            elif held:  # behind a transaction that is still open
+            elif held:  # behind a transaction that is still open (or records not taken yet)
                 held.extend(make(tp, r) for r in batch if r.offset >= start)
+                self.next_fetch_offset = state.expected = batch.next_offset
+                yield from self._release()
+                continue
             else:
                 for record in batch:
                     if record.offset >= start:

@@ -151,3 +151,44 @@ def test_a_reader_that_starts_inside_a_transaction_reads_its_rest(kafka_bootstra
     assert got == [b"plain-1", b"committed-1", b"plain-2"]
     got, _ = run(read(kafka_bootstrap, topic, end, start=4))
     assert got == [b"committed-1", b"plain-2"]
+
+
+async def taken_two_at_a_time(bootstrap: str, topic: str) -> list[Any]:
+    """A transaction of five records, committed, then three plain ones, read two at a time with
+    the partition paused and resumed after each take (which drops what a fetch held)."""
+    a = TransactionalProducer(bootstrap, fresh("slow"))
+    await a.start()
+    try:
+        await a.begin()
+        for i in range(5):
+            await a.send(topic, f"t{i}".encode(), partition=0)
+        await a.commit()
+    finally:
+        await a.stop()
+    for i in range(3):
+        await plain(bootstrap, topic, f"p{i}".encode())
+    consumer = new_consumer(bootstrap, {"isolation_level": "read_committed"}, brief=True)
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        consumer.seek(tp, 0)
+        out: list[Any] = []
+        loop = asyncio.get_running_loop()
+        until = loop.time() + 20.0
+        while loop.time() < until and len(out) < 8:
+            got = await consumer.getmany(tp, timeout_ms=100, max_records=2)
+            out += [r.value for r in got.get(tp, [])]
+            consumer.pause(tp)  # a take while paused drops what the fetch held
+            await consumer.getmany(tp, timeout_ms=0)
+            consumer.resume(tp)
+        return out
+    finally:
+        await consumer.stop()
+
+
+def test_a_reader_that_takes_few_records_at_a_time_loses_none(kafka_bootstrap: str) -> None:
+    topic = fresh("few")
+    run(create_topic(kafka_bootstrap, topic, 1))
+    got = run(taken_two_at_a_time(kafka_bootstrap, topic))
+    assert got == [b"t0", b"t1", b"t2", b"t3", b"t4", b"p0", b"p1", b"p2"]
