@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import itertools
 import os
+import shlex
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -386,15 +387,15 @@ def _partial(streams: KafkaStreams, load: EncodedLoad, acked: list[list[tuple[in
     if path is not None and rest == list(range(rest[0], total)):
         resume_line = msgs.lines[rest[0]]  # type: ignore[attr-defined]
         todo = (f"The {others:,} other(s) are lines {resume_line:,} to the end of {path}: "
-                f"once the broker is back, load them with `tail -n +{resume_line} {path} > "
-                f"rest.jsonl && {command} rest.jsonl`")
+                f"once the broker is back, load them with "
+                f"`tail -n +{resume_line} {shlex.quote(path)} > rest.jsonl && {command} rest.jsonl`")
     else:
         lines: list[int] = getattr(msgs, "lines", [])
         after = lines[-1] if lines and others > len(rest) else None
         rest_file, problem = _write_rest(msgs, rest, path, sid, after)
         if rest_file is not None:
             todo = (f"The {others:,} other(s) are in {rest_file}, in the order given: once "
-                    f"the broker is back, load them with `{command} {rest_file}`")
+                    f"the broker is back, load them with `{command} {shlex.quote(rest_file)}`")
         else:
             todo = (f"The {others:,} other(s) could not be written to a file ({problem}): "
                     f"they are, in each partition, the messages after the acknowledged ones, "

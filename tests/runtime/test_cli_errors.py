@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -37,12 +39,16 @@ def broken():
 '''
 
 
-def cli(cwd: Path, *argv: str, shell: str | None = None,
+def cli(cwd: Path, *argv: str, pipe_to: str | None = None,
         env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """Runs ``samza-dsl *argv`` in ``cwd``; with ``pipe_to``, through a shell into that command.
+    The shell line quotes each word of ours (the console script's path, the application's path):
+    nothing depends on where the repository or the virtual environment lies, or what it is named."""
     assert CLI.exists(), f"the samza-dsl console script is not installed next to {sys.executable}"
-    cmd: str | list[str] = shell.replace("samza-dsl", str(CLI)) if shell else [str(CLI), *argv]
-    proc = subprocess.run(cmd, cwd=cwd, shell=shell is not None, capture_output=True, text=True,
-                          timeout=120, check=False,
+    words = [str(CLI), *argv]
+    cmd: str | list[str] = words if pipe_to is None else f"{shlex.join(words)} | {pipe_to}"
+    proc = subprocess.run(cmd, cwd=cwd, shell=pipe_to is not None, capture_output=True,
+                          text=True, timeout=120, check=False,
                           env=None if env is None else {**os.environ, **env})
     return proc.returncode, proc.stdout, proc.stderr
 
@@ -113,13 +119,28 @@ def test_a_load_into_an_unknown_stream_makes_no_job(tmp_path: Path) -> None:
     assert code == 0, err
 
 
-def test_dump_into_a_closed_pipe_is_quiet(tmp_path: Path) -> None:
-    code, _, err = cli(tmp_path, "load", APP, "page-views",
-                       str(views_file(tmp_path / "v.jsonl", 20000)))
+def dump_into_a_closed_pipe(cwd: Path, app: str) -> None:
+    code, _, err = cli(cwd, "load", app, "page-views", str(views_file(cwd / "v.jsonl", 20000)))
     assert code == 0, err
-    code, out, err = cli(tmp_path, shell=f"samza-dsl dump {APP} page-views | head -n 1")
+    code, out, err = cli(cwd, "dump", app, "page-views", pipe_to="head -n 1")
     assert code == 0 and err == "", err
     assert out.count("\n") == 1 and '"key"' in out
+
+
+def test_dump_into_a_closed_pipe_is_quiet(tmp_path: Path) -> None:
+    dump_into_a_closed_pipe(tmp_path, APP)
+
+
+def test_commands_do_not_depend_on_the_name_of_the_clone(tmp_path: Path) -> None:
+    """``git clone`` makes a folder named ``samza-dsl``: an application in it, run from it, whose
+    path holds the command's own name (and a space), is named and found as any other."""
+    clone = tmp_path / "my clones" / "samza-dsl"
+    (clone / "examples").mkdir(parents=True)
+    shutil.copy(REPO / "examples/page_view_counts.py", clone / "examples")
+    app = str(clone / "examples/page_view_counts.py") + ":app"
+    dump_into_a_closed_pipe(clone, app)
+    code, _, err = cli(clone, "dump", "examples/page_view_counts.py:app", "page-veiws")
+    one_line_error(code, err, "dump", "'page-veiws'", "page-views")
 
 
 @pytest.mark.parametrize("command, argv, fragment", [
