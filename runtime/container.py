@@ -12,6 +12,7 @@ docs/semantics.md rule 16); tasks see the container only through their ``TaskEnv
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +30,8 @@ from runtime.task import TaskInstance
 from runtime.task_env import TaskEnv
 from samza_dsl.config import config_value
 from samza_dsl.errors import SamzaError
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["Container", "CheckpointStore", "MemoryCheckpoints", "Consumer", "Producer",
            "messages_die_young"]
@@ -147,8 +150,11 @@ class Container:
                  producer: Producer,
                  checkpoints: CheckpointStore, store_factory: Callable[[str, str], Any] | None = None,
                  config: Mapping[str, Any], clock: Callable[[], int] | None = None,
-                 metrics: Metrics | None = None, state: StateBackend | None = None) -> None:
+                 metrics: Metrics | None = None, state: StateBackend | None = None,
+                 bounded: bool = False) -> None:
         self.job = job
+        #: the run ends where its inputs end (no --follow): it is watched for stalls
+        self.bounded = bounded
         self.task_models = tasks
         self.consumer = consumer
         self.producer = producer
@@ -279,6 +285,9 @@ class Container:
             helpers.append(asyncio.create_task(self._ticker(commit_ms, "commit_requested")))
         if config_value(self.config, "task.callback.timeout.ms") > 0:
             helpers.append(asyncio.create_task(self._watchdog()))
+        stall_ms = config_value(self.config, "job.bounded.stall.ms")
+        if self.bounded and stall_ms > 0:
+            helpers.append(asyncio.create_task(self._stall_watch(stall_ms / 1000.0)))
         idle = [t.clock for t in self.tasks if t.clock.idle_ms]
         if idle:  # idle partitions are noticed without data coming
             helpers.append(asyncio.create_task(self._idle_ticker(min(
@@ -449,6 +458,58 @@ class Container:
             now = time.monotonic()
             for t in self.tasks:
                 t.check_timeout(now)
+
+    async def _stall_watch(self, bound_s: float) -> None:
+        """A bounded run never waits forever: with no progress (``progress_mark``) for half of
+        ``bound_s`` it logs
+        what it waits for, and for all of it stops with an error that names it."""
+        last: Any = None
+        since = time.monotonic()
+        warned = False
+        while True:
+            await asyncio.sleep(min(1.0, bound_s / 8))
+            now = time.monotonic()
+            mark = self.progress_mark()
+            if mark != last:
+                last, since, warned = mark, now, False
+                continue
+            idle = now - since
+            if idle >= bound_s:
+                self.abort(SamzaError(
+                    f"the run stopped: it made no progress for {idle:.1f} s "
+                    f"(job.bounded.stall.ms={round(bound_s * 1000)}) while it waited for "
+                    f"{self.waiting_for()}. Nothing past the last commit was committed: a "
+                    f"rerun goes on from there. Raise job.bounded.stall.ms (-1: off) if the "
+                    f"wait is meant; see 'A run that waits' in docs/operations.md"))
+                return
+            if not warned and idle >= bound_s / 2:
+                warned = True
+                _log.warning("the run has made no progress for %.1f s; it waits for %s",
+                             idle, self.waiting_for())
+
+    def progress_mark(self) -> tuple[Any, ...]:
+        """Changes whenever the run moves: a task's record handed out, message completed,
+        input ended or record read into its inbox (a commit of nothing new is no progress)."""
+        return tuple(t.progress_mark() for t in self.tasks)
+
+    def waiting_for(self) -> str:
+        """What the tasks not done wait for: each input partition that has not ended (where
+        its reader stands, what holds it back), and the messages in flight."""
+        from runtime.in_flight import in_flight_lines
+
+        parts = []
+        for reader, ssp in self._keys:
+            for task in getattr(reader, "tasks", [reader]):
+                if task.done or ssp in task.ended:
+                    continue
+                upstream = task.end_waited(ssp)
+                parts.append(f"task {task.name!r} stream {ssp.stream_id!r} partition "
+                             f"{ssp.partition} ({self.consumer.waiting_for((reader, ssp))}"
+                             + (f"; {upstream}" if upstream else "") + ")")
+                break
+        busy = [t for t in self.tasks if not t.done and t.in_flight]
+        parts.extend(in_flight_lines(busy))
+        return "; ".join(parts) or "nothing the tasks name"
 
     # -- status -----------------------------------------------------------------------------------
 

@@ -133,6 +133,10 @@ class MemoryConsumer:
     def wakeup(self) -> None:
         """End a waiting ``poll`` now: the set of partitions to read has changed."""
         self._woken = True
+
+    def waiting_for(self, key: Any) -> str:
+        ssp, pos = self.positions[key]
+        return f"read to offset {pos} of {len(self.broker.streams[ssp.stream_id][ssp.partition])}"
         self.broker.event().set()
 
     def progress(self) -> list[tuple[SSP, int, int]]:

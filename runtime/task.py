@@ -515,6 +515,21 @@ class TaskInstance:
         # a Watermark from an upstream task counts where it stands in the handout order
         return True
 
+    def end_waited(self, ssp: SSP) -> str | None:
+        """What the end of ``ssp`` waits for, where it is an intermediate stream: the ends of
+        stream of its upstream tasks; None where ``ssp`` ended or ends at an offset."""
+        producers = self.job.producers.get(ssp.stream_id)
+        if ssp in self.ended or producers is None:
+            return None
+        seen = sorted(str(p) for p in self._eos_from.get(ssp, ()))
+        return (f"the end of stream of {producers - len(seen)} more of its {producers} upstream "
+                f"task(s)" + (f" (it has those of {', '.join(seen)})" if seen else ""))
+
+    def progress_mark(self) -> tuple[int, int, int, int]:
+        """Changes whenever the task moves: records handed out, messages in flight, inputs
+        ended, records in its inbox."""
+        return self.records, self.in_flight, len(self.ended), self.inbox_size
+
     @property
     def paused(self) -> bool:
         """The consumer skips this task's partitions (its inbox is full)."""

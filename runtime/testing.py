@@ -199,11 +199,9 @@ def run_container(container: Container, timeout: float | None = None, *,
         raise ValueError(f"run(timeout={timeout!r}, stall_timeout={stall_timeout!r}): both are "
                          f"seconds > 0 (timeout None: no cap)")
 
-    def progress() -> tuple[int, ...]:
-        tasks = container.tasks
+    def progress() -> tuple[Any, ...]:
         out = sum(len(p) for parts in broker.streams.values() for p in parts) if broker else 0
-        return (sum(t.records for t in tasks), sum(t.in_flight for t in tasks),
-                container.commits, out)
+        return container.progress_mark(), container.commits, out
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -288,9 +286,9 @@ def stalled(container: Container, idle: float) -> TaskError:
     if oldest is None:
         processed = sum(t.processed for t in container.tasks)
         return TaskError(f"application {job!r} made no progress for {idle:.1f}s with nothing in "
-                         f"flight (processed {processed}): its tasks wait for something that "
-                         f"does not come; raise run(stall_timeout=...) if a timer is meant to "
-                         f"fire later")
+                         f"flight (processed {processed}): its tasks wait for "
+                         f"{container.waiting_for()}; raise run(stall_timeout=...) if a timer is "
+                         f"meant to fire later")
     since, task, rec = oldest
     ssp, offset = rec[0], rec[1]
     op_id = where = None

@@ -140,6 +140,12 @@ KNOWN_KEYS: dict[str, ConfigKey] = {k.name: k for k in [
     _k("job.kafka.unavailable.timeout.ms", int, 30000, lambda v: v >= 100,
        "at least 100 milliseconds",
        doc="how long a Kafka job retries while its brokers cannot be reached before it fails"),
+    _k("job.bounded.stall.ms", int, 300000, lambda v: v == -1 or v >= 100,
+       "-1 (off) or at least 100 milliseconds",
+       doc="a run without --follow that makes no progress (nothing read, handed out, completed "
+       "or committed) for half this time logs what each task waits for (the partition, the "
+       "offset it reads, where the run stops, a transaction's marker, upstream ends of stream, "
+       "messages in flight); for all of it, it stops with an error that names them; -1: off"),
 ]}
 
 _BOOL_WORDS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}

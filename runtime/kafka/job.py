@@ -304,7 +304,7 @@ class KafkaJob:
                                      checkpoints=self.checkpoints, config=cfg,
                                      metrics=self.metrics, state=self.state)
         self.container = container = self._member(parts) if group else Container(
-            job, self.tasks, **parts)
+            job, self.tasks, bounded=not self.follow, **parts)
         if txns is not None:  # each task writes in transactions of its own
             container.committer.transactions = txns
             container.env.task_producer = txns.producer_for

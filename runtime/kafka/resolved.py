@@ -173,6 +173,19 @@ class ResolvingConsumer(AIOKafkaConsumer):
         aiokafka_fetcher.PartitionRecords = _partition_records
         self._fetcher._isolation_level = MarkerIsolation()
 
+    def held(self, partition: TopicPartition) -> tuple[int, list[int]] | None:
+        """The offset of the first record of ``partition`` that waits for a transaction's
+        marker, and the producer ids of the open transactions it waits for; None: none waits."""
+        fetcher = self._fetcher
+        level = fetcher._isolation_level if fetcher is not None else None
+        state = level.pending.get(partition) if isinstance(level, MarkerIsolation) else None
+        if state is None:
+            return None
+        first = state.first_waiting()
+        if first is None:
+            return None
+        return first, sorted(pid for pid, at in state.open.items() if at)
+
     async def position(self, partition: TopicPartition) -> int:
         """The offset of the first record still waiting for its transaction's marker, else
         the fetch position."""

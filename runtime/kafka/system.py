@@ -324,7 +324,30 @@ class KafkaConsumer:
                     self._deliver(key, mine, _limit(limits, key, max_per_key), out)
                 else:
                     self._backlog[key].extend(mine)
+        await self._past_markers(consumer, wanted)
         return out
+
+    async def _past_markers(self, consumer: AIOKafkaConsumer,
+                            tps: Iterable[TopicPartition]) -> None:
+        """Readers that have every record before the consumer's position move to it: offsets
+        that hold no record for them (transaction markers, an aborted transaction's records)
+        are passed, so a bounded input whose log ends with a marker or aborted records ends, and
+        a checkpoint covers them. The position of a read_committed consumer is the first record
+        still waiting for its marker: nothing that waits is passed."""
+        for tp in tps:
+            readers = self._readers.get(tp)
+            if not readers:
+                continue
+            try:
+                at = await consumer.position(tp)
+            except KafkaError:
+                continue
+            if at > self._fetched.get(tp, at):
+                self._fetched[tp] = at
+            for key in readers:
+                pos = self.positions[key]
+                if pos[2] < at and not self._backlog[key]:
+                    pos[2] = at
 
     async def read_bounds(self, keys: list[Any]) -> dict[Any, tuple[int, int]]:
         """Per reader key: the next offset it reads, and its partition's end offset now (the
@@ -337,6 +360,26 @@ class KafkaConsumer:
         except (KafkaError, TimeoutError, OSError) as exc:
             raise kafka_error("reading end offsets", self.servers, exc) from exc
         return {k: (self.positions[k][2], ends[self.positions[k][1]]) for k in keys}
+
+    def waiting_for(self, key: Any) -> str:
+        ssp, tp, position, stop = self.positions[key][:4]
+        consumer = self._consumer
+        text = f"topic {tp.topic!r} partition {tp.partition}: read to offset {position}"
+        if consumer is None:
+            return text + " (the consumer has not started)"
+        high = consumer.highwater(tp)
+        if high is not None:
+            text += f", the broker's high watermark {high}"
+        if stop is not None:
+            text += f", the run stops at {stop}"
+        text += f", fetched to {self._fetched.get(tp, position)}"
+        held = consumer.held(tp) if isinstance(consumer, ResolvingConsumer) else None
+        if held is not None:
+            first, producers = held
+            text += (f"; the records from offset {first} wait for the COMMIT or ABORT marker "
+                     f"of the open transaction of producer id(s) "
+                     f"{', '.join(map(str, producers))}")
+        return text
 
     def progress(self) -> list[tuple[SSP, int | None, int | None]]:
         """Per partition read: where reading began (None until the consumer started), and the

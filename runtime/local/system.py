@@ -285,6 +285,12 @@ class LocalConsumer:
             out[key] = (offset, self.log.end_offset(phys, ssp.partition))
         return out
 
+    def waiting_for(self, key: Any) -> str:
+        ssp, phys, offset, stop = self.positions[key][:4]
+        end = self.log.end_offset(phys, ssp.partition)
+        return (f"read to offset {offset}; the log ends at {end}"
+                + (f", the run stops at {stop}" if stop is not None else ""))
+
     def progress(self) -> list[tuple[SSP, int, int | None]]:
         """Per partition read: where reading began, and the log's end offset now."""
         phys = {ssp: p for ssp, p, _, _, _ in list(self.positions.values())}
@@ -632,7 +638,7 @@ class LocalJob:
             self.state.trimmer = LogTrimmer(targets, self.checkpoints.tasks)
         self.container = Container(job, self.tasks, consumer=consumer, producer=producer,
                                    checkpoints=self.checkpoints, config=cfg,
-                                   metrics=self.metrics, state=self.state)
+                                   metrics=self.metrics, state=self.state, bounded=not follow)
         if txns is not None:  # each task writes into its own producer, read at its commit
             self.container.committer.transactions = txns
             self.container.env.task_producer = txns.producer_for

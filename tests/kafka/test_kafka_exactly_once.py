@@ -25,6 +25,7 @@ the committed records the same way, from the log's batches and markers (``commit
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import json
 import os
@@ -37,6 +38,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kafka_helpers import create_topic, produce_each, run
 from txn_helpers import log_batches, read_isolated
 
@@ -83,8 +85,10 @@ class Proof:
         env.pop("SAMZA_DSL_CRASH_AT", None)
         if crash_at:
             env["SAMZA_DSL_CRASH_AT"] = crash_at
+        # a run that waits names what it waits for, well within the test's wait for its end
         cmd = [sys.executable, "-m", "runtime.cli", "run", APP, "-c", f"job.dir={self.dir}",
-               "-c", f"job.processing.guarantee={self.guarantee}", "-q", "--show", "0", *extra]
+               "-c", f"job.processing.guarantee={self.guarantee}", "-q", "--show", "0",
+               "-c", "job.bounded.stall.ms=60000", *extra]
         return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
 
@@ -307,3 +311,70 @@ def test_the_kafka_proof_finds_duplicates_at_least_once(kafka_bootstrap: str,
     repeated = {k: c for k, c in counts.items() if len(c) != len(set(c))}
     assert any(n > 1 for n in seen.values()) or repeated, kills
     assert set(seen) == set(proof.expected)  # but nothing is lost
+
+
+@pytest.mark.parametrize("end", ["abort", "commit"])
+def test_a_bounded_run_held_by_an_open_transaction_stops_and_names_it(
+        kafka_bootstrap: str, tmp_path: Path, end: str) -> None:
+    """Another producer's transaction left open at the end of an input holds a bounded
+    exactly-once run (its records wait for their marker): past ``job.bounded.stall.ms`` the run
+    stops with one line naming the topic, partition, offset and the marker it waits for, and
+    commits nothing it has not processed. Once the transaction ends, a rerun reads past its
+    marker (the input's last offset) and ends: every input once, the transaction's record once
+    if it committed and never if it aborted."""
+    from runtime.kafka.txn_producer import TransactionalProducer
+
+    bs = kafka_bootstrap
+    proof = Proof(bs, tmp_path, "exactly-once")
+    proof.load(40, random.Random(SEED + 2))
+
+    async def scenario() -> tuple[tuple[int, str], tuple[int, str]]:
+        producer = TransactionalProducer(bs, f"outsider-{proof.tag}")
+        await producer.start()
+        try:
+            await producer.begin()
+            key = b"k-outsider"
+            p = partition_for(key, PARTITIONS)
+            await (await producer.send(proof.events, json.dumps({"p": p, "o": -1}).encode(),
+                                       key=key, partition=p))
+            held = await _run_async(proof, "-c", "job.bounded.stall.ms=3000")
+            if end == "commit":
+                await producer.commit()
+                proof.expected[(p, -1)] = key.decode()
+            else:
+                await producer.abort()
+            after = await _run_async(proof)
+            return held, after
+        finally:
+            await producer.stop()
+
+    (code, err), (code2, err2) = run(scenario())
+    assert code == 2, err
+    line = err.strip().splitlines()[-1]
+    assert "samza-dsl run: error: the run stopped: it made no progress for" in line, err
+    assert f"topic {proof.events!r} partition " in line, line
+    assert "wait for the COMMIT or ABORT marker of the open transaction of producer id" in line
+    assert "job.bounded.stall.ms=3000" in line, line
+    assert code2 == 0, err2
+    assert seen_of(committed(bs, proof.topic("seen"))) == collections.Counter(
+        proof.expected.keys()), f"each input once; the record of the transaction {end}ed: {end == 'commit'}"
+
+
+async def _run_async(proof: Proof, *extra: str) -> tuple[int, str]:
+    env = {**os.environ, "TEST_KAFKA": proof.bootstrap, "TEST_TAG": proof.tag}
+    env.pop("SAMZA_DSL_CRASH_AT", None)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "runtime.cli", "run", APP, "-c", f"job.dir={proof.dir}",
+        "-c", "job.processing.guarantee=exactly-once", "-q", "--show", "0", *extra, cwd=ROOT,
+        env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    try:
+        async with asyncio.timeout(120):
+            _, err = await proc.communicate()
+    except TimeoutError:
+        raise AssertionError(f"the run did not end in 120 s: {' '.join(extra)}") from None
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode is not None
+    return proc.returncode, err.decode()
