@@ -350,7 +350,10 @@ class BufferedProducer:
     control records; subclasses write the buffers out (``flush``)."""
 
     def __init__(self, generation: int) -> None:
-        self.generation = generation
+        self._generation = generation
+        #: the container's producer whose generation this one's control records carry (a
+        #: task's own producer: ``serve``)
+        self._of: BufferedProducer | None = None
         #: metrics: records and bytes written out, and the nanoseconds flushes took
         self.sends = 0
         self.sent_bytes = 0
@@ -364,6 +367,25 @@ class BufferedProducer:
         self._encoders: dict[str, Callable[[Any], Record]] = {}
         self._codecs: dict[str, StreamCodec] = {}
         self._bufs: dict[str, list[list[Record]]] = {}
+
+    @property
+    def generation(self) -> int:
+        """The run whose control records this producer writes: a task's own producer always
+        takes its container producer's, which a member of a consumer group learns only with
+        its first tasks, after their producers were made."""
+        return self._generation if self._of is None else self._of.generation
+
+    @generation.setter
+    def generation(self, value: int) -> None:
+        self._generation = value
+
+    def serve(self, shared: BufferedProducer) -> None:
+        """Become a task's own producer of ``shared``, the container's: its streams, and its
+        generation from now on."""
+        self._of = shared
+        for sid, parts in shared._bufs.items():
+            self.add_stream(sid, shared._physical[sid], len(parts), shared._encoders.get(sid),
+                            shared._codecs.get(sid))
 
     def counts(self) -> ProducerCounts:
         """What it wrote out so far (``runtime.systems.Producer.counts``)."""

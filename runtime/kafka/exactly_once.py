@@ -90,9 +90,7 @@ class TaskProducer(KafkaProducer):
         self._shared = shared
         super().__init__(shared.servers, shared.settings, shared.generation,
                          timeout=shared.timeout, watch=shared.watch)
-        for sid, parts in shared._bufs.items():
-            self.add_stream(sid, shared._physical[sid], len(parts), shared._encoders.get(sid),
-                            shared._codecs.get(sid))
+        self.serve(shared)
         self.task = task
         self.task_name = task_name
         self.txn = TransactionalProducer(shared.servers, txn_id, timeout=shared.timeout,

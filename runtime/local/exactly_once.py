@@ -59,9 +59,7 @@ class TaskOutputs(BufferedProducer):
 
     def __init__(self, shared: BufferedProducer, log: LocalLog, task: Any) -> None:
         super().__init__(shared.generation)
-        for sid, parts in shared._bufs.items():
-            self.add_stream(sid, shared._physical[sid], len(parts), shared._encoders.get(sid),
-                            shared._codecs.get(sid))
+        self.serve(shared)
         self.log = log
         self.task = task
         #: the task's input partitions: a dead letter of one waits for the checkpoint to cover it

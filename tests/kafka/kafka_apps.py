@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import os
 import time
+from datetime import timedelta
 from typing import Any
 
 from runtime.job import JobModel, build_job_model
-from samza_dsl import KV, Context, StreamApplication
+from samza_dsl import KV, Context, StreamApplication, Windows
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
 from samza_dsl.systems import KafkaSystem, MemorySystem
 
@@ -138,7 +139,33 @@ def group_app(bootstrap: str, tag: str, *, delay: float = 0.0, **config: Any
     return app
 
 
+def window_app(bootstrap: str, tag: str, **config: Any) -> StreamApplication:
+    """events ``KV(user, {"user", "ts"})`` (4 partitions, event time ``ts``) -> ``partition_by``
+    user -> a 10 s tumbling event-time window counting each user's events -> out:
+    ``KV(user, {"start": pane id, "n": count})`` (2 partitions)."""
+    app = StreamApplication(f"gwin-{tag}", config={"task.commit.ms": 200, **config})
+    kafka = KafkaSystem("kafka", bootstrap_servers=bootstrap)
+    events = app.input(kafka.input("events", serde=SERDE, physical_name=f"gwevents-{tag}",
+                                   partitions=4, event_time=event_ts))
+    out = app.output(kafka.output("out", serde=SERDE, physical_name=f"gwout-{tag}",
+                                  partitions=2))
+    (events.partition_by(lambda kv: kv.value["user"], lambda kv: kv.value, name="by-user")
+        .window(Windows.keyed_tumbling(lambda kv: kv.key, timedelta(seconds=10), init=int,
+                                       fold=lambda kv, n: n + 1, event_time=event_ts),
+                name="w")
+        .map(lambda pane: KV(pane.key.key, {"start": pane.key.pane_id, "n": pane.message}),
+             name="pane")
+        .send_to(out))
+    return app
+
+
+def event_ts(kv: KV[Any, Any]) -> float:
+    return float(kv.value["ts"])
+
+
 def __getattr__(name: str) -> Any:
+    if name == "window":
+        return window_app(os.environ["SAMZA_TEST_BOOTSTRAP"], os.environ["SAMZA_TEST_TAG"])
     if name == "group":
         return group_app(os.environ["SAMZA_TEST_BOOTSTRAP"], os.environ["SAMZA_TEST_TAG"],
                          delay=float(os.environ.get("SAMZA_TEST_DELAY", "0")))

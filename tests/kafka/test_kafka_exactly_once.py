@@ -101,18 +101,20 @@ class Proof:
         return f"eos-{stream}-{self.tag}"
 
 
-def committed(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> list[bytes | None]:
-    """What a read_committed consumer of Apache Kafka reads of ``topic``: records outside
-    transactions, and those of transactions that ended with a COMMIT marker (not those of
-    aborted or still open ones), in log order."""
-    out: list[bytes | None] = []
+def committed_records(bootstrap: str, topic: str, partitions: int = PARTITIONS
+                      ) -> list[tuple[bytes | None, bytes | None]]:
+    """What a read_committed consumer of Apache Kafka reads of ``topic``, as (key, value):
+    records outside transactions, and those of transactions that ended with a COMMIT marker
+    (not those of aborted or still open ones), partition by partition in log order."""
+    out: list[tuple[bytes | None, bytes | None]] = []
     for p in range(partitions):
-        open_: dict[int, list[bytes | None]] = collections.defaultdict(list)
+        open_: dict[int, list[tuple[bytes | None, bytes | None]]] = collections.defaultdict(list)
         for b in run(log_batches(bootstrap, topic, p)):
+            rows = list(zip(b.keys, b.values, strict=True))
             if not b.transactional:
-                out.extend(b.values)
+                out.extend(rows)
             elif b.marker is None:
-                open_[b.producer_id].extend(b.values)
+                open_[b.producer_id].extend(rows)
             else:
                 records = open_.pop(b.producer_id, [])
                 if b.marker == "COMMIT":
@@ -120,25 +122,18 @@ def committed(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> list[
     return out
 
 
+def committed(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> list[bytes | None]:
+    """The values of ``committed_records``."""
+    return [v for _, v in committed_records(bootstrap, topic, partitions)]
+
+
 def committed_counts(bootstrap: str, topic: str) -> dict[str, list[int]]:
     """Per key, the running counts a read_committed consumer of Apache Kafka reads of the
     ``counts`` output, in log order."""
     out: dict[str, list[int]] = collections.defaultdict(list)
-    for p in range(PARTITIONS):
-        open_: dict[int, list[tuple[bytes | None, bytes | None]]] = collections.defaultdict(list)
-        for b in run(log_batches(bootstrap, topic, p)):
-            rows = list(zip(b.keys, b.values, strict=True))
-            if not b.transactional:
-                records = rows
-            elif b.marker is None:
-                open_[b.producer_id].extend(rows)
-                continue
-            else:
-                records = open_.pop(b.producer_id, []) if b.marker == "COMMIT" else []
-                open_.pop(b.producer_id, None)
-            for k, v in records:
-                if k is not None and v is not None:
-                    out[k.decode()].append(json.loads(v))
+    for k, v in committed_records(bootstrap, topic):
+        if k is not None and v is not None:
+            out[k.decode()].append(json.loads(v))
     return out
 
 
