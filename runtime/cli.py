@@ -461,6 +461,10 @@ def cmd_dump(args: argparse.Namespace) -> int:
     app, kafka = _kafka_app(args)
     if kafka:
         return _dump_kafka(args, app)
+    if args.uncommitted:
+        print("samza-dsl dump: --uncommitted: the embedded local log holds committed records "
+              "only (an exactly-once task writes at its commit), so this shows the same",
+              file=sys.stderr)
     with _local_job(args, ran=True, app=app) as job:
         sources = dump_sources(job)
         source = sources.get(args.stream)
@@ -477,9 +481,14 @@ def cmd_dump(args: argparse.Namespace) -> int:
 def _dump_kafka(args: argparse.Namespace, app: Any) -> int:
     from runtime.dump import kafka_dump_lines
 
+    if args.uncommitted:
+        print("samza-dsl dump: --uncommitted: showing the records of open and aborted "
+              "transactions too, which no read_committed reader (nor the job) ever reads",
+              file=sys.stderr)
     out = sys.stdout.buffer
     for line in kafka_dump_lines(app, _parse_config(args.config), args.stream, args.limit,
-                                 offsets=args.offsets, app_ref=args.app):
+                                 offsets=args.offsets, app_ref=args.app,
+                                 uncommitted=args.uncommitted):
         out.write(line + b"\n")
     out.flush()
     return 0
@@ -879,6 +888,10 @@ def _add_data_commands(sub: Any) -> None:
                    help="only the last N messages")
     d.add_argument("--offsets", action="store_true",
                    help='print each message as {"partition": P, "offset": O, "message": M}')
+    d.add_argument("--uncommitted", action="store_true",
+                   help="on Kafka, also the records of transactions not committed (open or "
+                        "aborted), which no read_committed reader sees: for debugging an "
+                        "exactly-once job (by default dump shows what a downstream reader reads)")
     d.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE",
                    help=_CONFIG_HELP)
     d.set_defaults(func=cmd_dump)

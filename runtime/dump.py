@@ -197,16 +197,19 @@ def kafka_dump_sources(streams: Any, reader: Any) -> dict[str, DumpSource]:
 
 
 def kafka_dump_lines(app: Any, config: Any, stream: str, limit: int | None = None, *,
-                     offsets: bool = False, app_ref: str = "APP") -> Iterator[bytes]:
-    """``dump_lines`` of a stream of a job on Kafka (any name ``kafka_dump_sources`` gives).
-    A stream whose topic does not exist is an error naming the topic and how it comes to be;
-    so is an unknown name, listing the job's streams."""
+                     offsets: bool = False, app_ref: str = "APP",
+                     uncommitted: bool = False) -> Iterator[bytes]:
+    """``dump_lines`` of a stream of a job on Kafka (any name ``kafka_dump_sources`` gives),
+    as a downstream reader reads it: committed records only, whatever the job's guarantee
+    (``uncommitted``: those of open and aborted transactions too). A stream whose topic does
+    not exist is an error naming the topic and how it comes to be; so is an unknown name,
+    listing the job's streams."""
     import asyncio
 
     from runtime.kafka.load_dump import TopicReader, kafka_streams
 
     streams = asyncio.run(kafka_streams(app, config))
-    with TopicReader(streams) as reader:
+    with TopicReader(streams, committed=not uncommitted) as reader:
         sources = kafka_dump_sources(streams, reader)
         source = sources.get(stream)
         if source is None:

@@ -38,6 +38,7 @@ from operators.hashing import KeyPartitioner
 from runtime.codec import Record, StreamCodec, serde_error_policy, stream_serde
 from runtime.kafka.admin import TopicSpec, describe_topics, ensure_topics, retention_configs
 from runtime.kafka.outage import close_connections, quiet_aiokafka
+from runtime.kafka.resolved import fetch_position
 from runtime.kafka.system import (
     KafkaProducer,
     kafka_error,
@@ -452,9 +453,15 @@ class TopicReader:
     records that the partition holds. It runs an event loop of its own: use it outside one,
     and ``close()`` it (or use it as a context manager)."""
 
-    def __init__(self, streams: KafkaStreams, fetch_timeout: float = 10.0) -> None:
+    def __init__(self, streams: KafkaStreams, fetch_timeout: float = 10.0, *,
+                 committed: bool = True) -> None:
         self.streams = streams
         self.fetch_timeout = fetch_timeout
+        #: read as a downstream reader of the job does: committed records only (by the log's
+        #: transaction markers); False: every record, those of open or aborted transactions too
+        self.settings = {**streams.consumer_settings,
+                         "isolation_level": "read_committed" if committed
+                         else "read_uncommitted"}
         self._loop = asyncio.new_event_loop()
         self._consumer: Any = None
         self._bounds: dict[str, dict[int, tuple[int, int]]] = {}
@@ -516,8 +523,7 @@ class TopicReader:
                     ) -> tuple[list[int], list[Record]]:
         consumer = self._consumer
         if consumer is None:
-            consumer = new_consumer(self.streams.servers, self.streams.consumer_settings,
-                                    brief=True)
+            consumer = new_consumer(self.streams.servers, self.settings, brief=True)
             async with asyncio.timeout(self.fetch_timeout):
                 await consumer.start()
             self._consumer = consumer
@@ -536,8 +542,9 @@ class TopicReader:
                 self._at = (tp, batch[tp][-1].offset + 1)
                 return ([r.offset for r in got],
                         [(r.key, r.value, tuple(r.headers) or None) for r in got])
-            position = await consumer.position(tp)
-            if position >= end:  # only control batches (transaction markers) were left
+            position = await fetch_position(consumer, tp)
+            if position >= end:  # only control batches (transaction markers) were left, or
+                # records of transactions not committed, which wait for their markers
                 self._at = (tp, position)
                 return [], []
             if loop.time() > deadline:

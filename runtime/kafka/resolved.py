@@ -34,7 +34,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.consumer import fetcher as aiokafka_fetcher
 from aiokafka.errors import CorruptRecordException
 
-__all__ = ["MarkerIsolation", "ResolvedRecords", "ResolvingConsumer"]
+__all__ = ["MarkerIsolation", "ResolvedRecords", "ResolvingConsumer", "fetch_position"]
 
 READ_UNCOMMITTED = 0
 
@@ -163,6 +163,12 @@ def _partition_records(tp: TopicPartition, records: Any, aborted: Any, fetch_off
                                value_deserializer, check_crcs, isolation_level)
     return _PLAIN_RECORDS(tp, records, aborted, fetch_offset, key_deserializer,
                           value_deserializer, check_crcs, isolation_level)
+
+
+async def fetch_position(consumer: AIOKafkaConsumer, tp: TopicPartition) -> int:
+    """The offset the consumer fetches next, past records a resolving consumer holds back
+    for their transaction's marker (``ResolvingConsumer.position`` is the first of those)."""
+    return int(await AIOKafkaConsumer.position(consumer, tp))
 
 
 class ResolvingConsumer(AIOKafkaConsumer):

@@ -373,3 +373,43 @@ async def _run_async(proof: Proof, *extra: str) -> tuple[int, str]:
             await proc.wait()
     assert proc.returncode is not None
     return proc.returncode, err.decode()
+
+
+def _dump(proof: Proof, *args: str) -> tuple[list[Any], str]:
+    env = {**os.environ, "TEST_KAFKA": proof.bootstrap, "TEST_TAG": proof.tag}
+    done = subprocess.run([sys.executable, "-m", "runtime.cli", "dump", APP, "seen", *args],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return [json.loads(line) for line in done.stdout.splitlines()], done.stderr
+
+
+def test_dump_of_an_exactly_once_job_shows_what_a_downstream_reader_reads(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    """``samza-dsl dump`` reads an exactly-once job's streams as a read_committed reader does,
+    with no flag and no ``-c job.processing.guarantee``: neither the records of a transaction
+    a kill left open nor those of the transaction the restart aborted; ``--uncommitted`` shows
+    them, and says so."""
+    bs = kafka_bootstrap
+    proof = Proof(bs, tmp_path, "exactly-once")
+    proof.load(400, random.Random(SEED + 3))
+    seen = proof.topic("seen")
+    # a run that commits at the end only, killed once it wrote outputs: its transaction open
+    proc = proof.start(None, "--follow", "-c", "job.coordinator=static",
+                       "-c", "task.commit.ms=600000")
+    try:
+        _wait_for(lambda: read_uncommitted_now(bs, seen) >= 1, 60)
+    finally:
+        proc.kill()
+        proc.communicate()
+    held = read_uncommitted_now(bs, seen)
+    shown, note = _dump(proof)
+    assert note == ""
+    assert len(shown) == len(committed(bs, seen)) < held, (len(shown), held)
+    everything, note = _dump(proof, "--uncommitted")
+    assert len(everything) == held and "--uncommitted" in note and "open and aborted" in note
+    code, err = proof.run()  # aborts the open transaction, then processes every input
+    assert code == 0, err
+    shown, _ = _dump(proof)
+    assert collections.Counter(tuple(m["value"]) for m in shown) == collections.Counter(
+        proof.expected.keys()), "each input once, though the log holds aborted records too"
+    assert read_uncommitted_now(bs, seen) > len(shown)
