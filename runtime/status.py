@@ -321,23 +321,28 @@ async def _kafka_status(app: Any, config: Mapping[str, Any], app_ref: str, timeo
                                                          "job.elasticity.factor")),
         "containers": conts, "locks": locks, "containers_note": note,
         "checkpoints": {"where": f"topic {topic}", "last_written": last},
-        "partitions": rows, "group": group_status(streams.job_name, cp.members, rows, cp.data),
+        "partitions": rows, "group": group_status(streams.job_name, cp.members, rows, cp.data,
+                                                  cp.member_generation),
         "stores": store_rows(model, root, changelog), "metrics": None}
 
 
 def group_status(group: str, members: Mapping[str, Mapping[str, Any]],
-                 rows: list[dict[str, Any]], records: Mapping[str, Mapping[str, Any]]
-                 ) -> dict[str, Any] | None:
+                 rows: list[dict[str, Any]], records: Mapping[str, Mapping[str, Any]],
+                 latest: int | None = None) -> dict[str, Any] | None:
     """The consumer group of a job (``group`` is its name) from its members' records: the
     members of the latest generation, their tasks and the tasks' lags; None for a job that never
-    ran as a group."""
+    ran as a group. ``latest``: the latest generation any member wrote, those that left
+    included (a member of an older one is gone, not an owner of tasks)."""
     if not members and not any("group_generation" in d for d in records.values()):
         return None
     lag: dict[str, int] = {}
     for r in rows:
         if r["lag"] is not None:
             lag[r["task"]] = lag.get(r["task"], 0) + r["lag"]
-    generation = max((int(m.get("generation", -1)) for m in members.values()), default=None)
+    gens = [int(m.get("generation", -1)) for m in members.values()]
+    if latest is not None:
+        gens.append(latest)
+    generation = max(gens, default=None)
     current = {n: m for n, m in members.items() if m.get("generation") == generation}
     out: list[dict[str, Any]] = []
     for name, m in sorted(current.items()):

@@ -654,6 +654,9 @@ class CheckpointTopic:
     fenced: dict[str, int] = field(default_factory=dict)
     #: the members of the job's consumer group, as each last wrote (``write_member``)
     members: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: the latest group generation a member wrote, those that left since included: a member
+    #: of an older one is gone, even once every member of the latest has left
+    member_generation: int | None = None
 
 
 async def read_checkpoint_topic(servers: str, topic: str, settings: Mapping[str, Any],
@@ -707,7 +710,11 @@ def _take_checkpoint(out: CheckpointTopic, key: bytes | None, value: bytes | Non
         if value is None:  # the member left the group
             out.members.pop(name, None)
         else:
-            out.members[name] = checkpoints.decode(value)
+            member = out.members[name] = checkpoints.decode(value)
+            gen = member.get("generation")
+            if isinstance(gen, int) and (out.member_generation is None
+                                         or gen > out.member_generation):
+                out.member_generation = gen
     elif key is not None and value is not None:
         task = key.decode()
         data = checkpoints.decode(value)

@@ -82,6 +82,40 @@ def test_status_shows_the_group_members_their_tasks_the_rebalance_and_the_lag_pe
     assert all(c == 0 for c in codes), [m.text()[-2000:] for m in members]
 
 
+def test_a_member_killed_earlier_is_no_owner_after_the_survivor_stopped(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    """A member killed (SIGKILL: it never said it left) and a survivor that took its tasks and
+    then stopped cleanly: status names the killed member as gone and no task's owner."""
+    tag = uuid.uuid4().hex[:8]
+    run(create_topic(kafka_bootstrap, f"gevents-{tag}", 4))
+    members = [Member(tmp_path / f"host-{i}", kafka_bootstrap, tag) for i in range(2)]
+    seen = tmp_path / "elsewhere"
+    try:
+        wait_for("two members split the tasks", lambda: settled(members, 4), 60, members)
+        generation = members[0].assignment()[0]  # type: ignore[index]
+        killed = members[1]
+        killed.kill()
+        wait_for("the survivor runs every task", lambda: settled(members[:1], 4), 60,
+                 members[:1])
+        wait_for("status shows the survivor alone", lambda: (lambda g: len(g["members"]) == 1
+                 and g["generation"] > generation)(_group(kafka_bootstrap, tag, seen)), 30,
+                 members[:1])
+        assert members[0].stop() == 0
+        g = _group(kafka_bootstrap, tag, seen)
+        host = socket.gethostname()
+        assert g["members"] == [], g  # the survivor left; the killed member owns nothing
+        assert g["gone"] == [f"pid-{killed.pid}@{host}"], g
+        assert all(t["member"] is None for t in g["tasks"]), g
+        text = _status(kafka_bootstrap, tag, seen).stdout
+        assert "0 member(s)" in text, text
+        assert text.count(f"pid-{killed.pid}") == 1, text  # in the line of those gone only
+        assert f"gone (not in the latest generation): pid-{killed.pid}@{host}" in text, text
+    finally:
+        for m in members:
+            if m.alive():
+                m.stop()
+
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--no-first-run", "--disable-sync"]
