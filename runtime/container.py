@@ -231,6 +231,10 @@ class Container:
             self.loop_meter.install(asyncio.get_running_loop())
             if self.reporters is not None:
                 self.reporters.start()
+            if not runs:  # more containers than tasks: this one has none, and is done
+                _log.info("this container has no task (the job has %d task(s)); it ends",
+                          len(self.job.tasks))
+                return
             done, _ = await asyncio.wait(runs, return_when=asyncio.FIRST_EXCEPTION)
             for fut in done:
                 exc = fut.exception()

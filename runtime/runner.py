@@ -30,7 +30,7 @@ from runtime.memory import MemoryBroker, MemoryInputs, memory_job
 from runtime.metrics import Metrics
 from runtime.systems import SYSTEMS, job_system
 from samza_dsl import StreamApplication
-from samza_dsl.config import config_value, validate_config
+from samza_dsl.config import config_value, exactly_once, validate_config
 from samza_dsl.errors import Interrupted, SamzaError
 
 __all__ = ["LocalRunner"]
@@ -945,7 +945,7 @@ def print_outputs(runner: LocalRunner, out: TextIO = sys.stdout, limit: int = 10
     (counted as they were written) and its last ``limit`` ones (read from its end), what came in
     and went out, and the late messages of its windows (how many, where they went, and why)."""
     from runtime.summary import (
-        LATE_WHY,
+        late_why_lines,
         resume_lines,
         skipped_lines,
         skipped_per_input,
@@ -975,6 +975,9 @@ def print_outputs(runner: LocalRunner, out: TextIO = sys.stdout, limit: int = 10
     if window_ids(runner.plan):
         lines = runner.late_summary() or ["late: no late messages"]
         if runner.late():
-            lines.append(LATE_WHY)
+            lines += late_why_lines(
+                runner.late_counts, runner.plan,
+                resumed=traffic is not None and any(traffic[1].values()),
+                exactly=exactly_once({**runner.app.config, **runner.config}))
         for line in lines:
             out.write(line + "\n")

@@ -8,13 +8,39 @@ from typing import Any
 
 from runtime.jobdir import dead_letter_stream
 
-__all__ = ["resume_lines", "traffic_lines", "skipped_lines", "skipped_per_input", "LATE_WHY"]
+__all__ = ["resume_lines", "traffic_lines", "skipped_lines", "skipped_per_input", "LATE_WHY",
+           "late_why_lines"]
 
 #: why a message is late, for a summary that counts some
 LATE_WHY = ("late: a message is late when the watermark (the event time its input has reached, "
             "less max_out_of_orderness) had passed the end of its window, plus the window's "
             "allowed lateness, before it came; declare max_out_of_orderness beside event_time "
             "(on the input or the window) to wait longer, or late_to= to keep them")
+
+
+def late_why_lines(late: Mapping[str, Mapping[str, int]], plan: Any, *, resumed: bool,
+                   exactly: bool) -> list[str]:
+    """Why the run's late messages were late: disorder beyond the declared bound, or, for those
+    read from an intermediate stream by a run at least once that resumed from checkpoints (a
+    restart, or tasks taken over in a consumer group), replays of what an upstream task had
+    written before it restarted."""
+    intermediate = set(plan.intermediate_streams)
+    replayed = sorted({sid for per in late.values() for sid, n in per.items()
+                       if n and sid in intermediate})
+    disorder = any(n and sid not in intermediate for per in late.values()
+                   for sid, n in per.items())
+    if not replayed or exactly or not resumed:
+        return [LATE_WHY] if late else []
+    lines = [LATE_WHY] if disorder else []
+    lines.append(
+        f"late: those from {', '.join(replayed)} are most likely replays, not disorder: at "
+        f"least once, a task that restarts (after a crash, a lost host, or when another member "
+        f"of the group takes it over) writes again what it processed after its last "
+        f"checkpoint, and a window downstream whose watermark had passed their time finds the "
+        f"copies late. Raising max_out_of_orderness would count them twice; "
+        f"job.processing.guarantee=exactly-once never replays them (see 'At least once after "
+        f"a takeover' in docs/several-machines.md)")
+    return lines
 
 
 def _inputs(plan: Any) -> list[str]:

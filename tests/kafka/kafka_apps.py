@@ -159,6 +159,33 @@ def window_app(bootstrap: str, tag: str, **config: Any) -> StreamApplication:
     return app
 
 
+class RunningCount:
+    """Each key's running count in the table ``counts``: ``KV(key, n)``."""
+
+    def init(self, ctx: Any) -> None:
+        self.table = ctx.table("counts")
+
+    def __call__(self, kv: KV[str, Any]) -> KV[str, int]:
+        n = (self.table.get(kv.key) or 0) + 1
+        self.table.put(kv.key, n)
+        return KV(kv.key, n)
+
+
+def count_app(bootstrap: str, tag: str, **config: Any) -> StreamApplication:
+    """events (as ``window_app``'s) -> ``partition_by`` user -> each user's running count in a
+    table with a changelog -> out: ``KV(user, n)`` (2 partitions)."""
+    app = StreamApplication(f"gcount-{tag}", config={"task.commit.ms": 200, **config})
+    kafka = KafkaSystem("kafka", bootstrap_servers=bootstrap)
+    events = app.input(kafka.input("events", serde=SERDE, physical_name=f"gwevents-{tag}",
+                                   partitions=4))
+    out = app.output(kafka.output("out", serde=SERDE, physical_name=f"gwout-{tag}",
+                                  partitions=2))
+    app.table("counts", serde=SERDE)
+    (events.partition_by(lambda kv: kv.value["user"], lambda kv: kv.value, name="by-user")
+        .map(RunningCount(), name="count").send_to(out))
+    return app
+
+
 def event_ts(kv: KV[Any, Any]) -> float:
     return float(kv.value["ts"])
 
@@ -166,6 +193,8 @@ def event_ts(kv: KV[Any, Any]) -> float:
 def __getattr__(name: str) -> Any:
     if name == "window":
         return window_app(os.environ["SAMZA_TEST_BOOTSTRAP"], os.environ["SAMZA_TEST_TAG"])
+    if name == "count":
+        return count_app(os.environ["SAMZA_TEST_BOOTSTRAP"], os.environ["SAMZA_TEST_TAG"])
     if name == "group":
         return group_app(os.environ["SAMZA_TEST_BOOTSTRAP"], os.environ["SAMZA_TEST_TAG"],
                          delay=float(os.environ.get("SAMZA_TEST_DELAY", "0")))

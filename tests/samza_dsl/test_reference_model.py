@@ -192,8 +192,8 @@ def pair(left: Any, right: Any) -> dict[str, Any]:
             "r": None if right is None else [right.value["t"], right.value["v"]]}
 
 
-def build(case: Case, system: Any) -> StreamApplication:
-    app = StreamApplication(APP, config={"job.elasticity.factor": case.elasticity,
+def build(case: Case, system: Any, name: str = APP) -> StreamApplication:
+    app = StreamApplication(name, config={"job.elasticity.factor": case.elasticity,
                                          "task.max.concurrency": 8})
 
     def et(kv: Any) -> float:
