@@ -68,6 +68,7 @@ from runtime.kafka.outage import (
     lost_data_error,
     missing_topics_error,
 )
+from runtime.kafka.resolved import gapless
 from runtime.kafka.standby import StandbyReplicas
 from runtime.kafka.system import (
     KafkaCheckpoints,
@@ -283,6 +284,9 @@ class KafkaJob:
         upcoming = {sid for sid in inputs
                     if getattr(plan.streams[sid].descriptor, "offset_default", "oldest")
                     == "upcoming"}
+        # the job's intermediate streams are never compacted: a gap in their offsets is a
+        # record the broker has not made visible yet (runtime.kafka.resolved.gapless)
+        gapless(self.physical[sid] for sid in plan.intermediate_streams)
         consumer = KafkaConsumer(self.servers, self.consumer_settings, self.physical,
                                  self.codecs, self.generation,
                                  bounded=set() if self.follow else inputs, upcoming=upcoming,
