@@ -6,14 +6,20 @@ tests/kafka/kafka_apps.py:app`` builds ``regroup_app`` from the environment
 from __future__ import annotations
 
 import os
+import sys
 import time
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from runtime.job import JobModel, build_job_model
 from samza_dsl import KV, Context, StreamApplication, Windows
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
 from samza_dsl.systems import KafkaSystem, MemorySystem
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
+
+from eos_app import Count  # noqa: E402
 
 SERDE = KVSerde(StringSerde(), JsonSerde())
 
@@ -159,18 +165,6 @@ def window_app(bootstrap: str, tag: str, **config: Any) -> StreamApplication:
     return app
 
 
-class RunningCount:
-    """Each key's running count in the table ``counts``: ``KV(key, n)``."""
-
-    def init(self, ctx: Any) -> None:
-        self.table = ctx.table("counts")
-
-    def __call__(self, kv: KV[str, Any]) -> KV[str, int]:
-        n = (self.table.get(kv.key) or 0) + 1
-        self.table.put(kv.key, n)
-        return KV(kv.key, n)
-
-
 def count_app(bootstrap: str, tag: str, **config: Any) -> StreamApplication:
     """events (as ``window_app``'s) -> ``partition_by`` user -> each user's running count in a
     table with a changelog -> out: ``KV(user, n)`` (2 partitions)."""
@@ -182,7 +176,7 @@ def count_app(bootstrap: str, tag: str, **config: Any) -> StreamApplication:
                                   partitions=2))
     app.table("counts", serde=SERDE)
     (events.partition_by(lambda kv: kv.value["user"], lambda kv: kv.value, name="by-user")
-        .map(RunningCount(), name="count").send_to(out))
+        .map(Count(), name="count").send_to(out))
     return app
 
 
