@@ -494,7 +494,7 @@ class Container:
     def progress_mark(self) -> tuple[Any, ...]:
         """Changes whenever the run moves: a task's record handed out, message completed,
         input ended or record read into its inbox (a commit of nothing new is no progress)."""
-        return tuple(t.progress_mark() for t in self.tasks)
+        return tuple((t.records, t.in_flight, len(t.ended), t.inbox_size) for t in self.tasks)
 
     def waiting_for(self) -> str:
         """What the tasks not done wait for: each input partition that has not ended (where

@@ -525,11 +525,6 @@ class TaskInstance:
         return (f"the end of stream of {producers - len(seen)} more of its {producers} upstream "
                 f"task(s)" + (f" (it has those of {', '.join(seen)})" if seen else ""))
 
-    def progress_mark(self) -> tuple[int, int, int, int]:
-        """Changes whenever the task moves: records handed out, messages in flight, inputs
-        ended, records in its inbox."""
-        return self.records, self.in_flight, len(self.ended), self.inbox_size
-
     @property
     def paused(self) -> bool:
         """The consumer skips this task's partitions (its inbox is full)."""
