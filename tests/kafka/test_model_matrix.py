@@ -38,7 +38,7 @@ from tests.samza_dsl.test_reference_model import APP, Case, build, cases, check,
 
 LONG = int(os.environ.get("SAMZA_DSL_MODEL_EXAMPLES", "0"))
 #: examples per combination in CI (derandomized: the same ones every run)
-EXAMPLES = LONG or 20
+EXAMPLES = LONG or 12
 GUARANTEES = ["at-least-once", "exactly-once"]
 #: exactly once, a stage reads what another container's tasks wrote once they commit: often
 COMMIT_MS = 100
@@ -160,5 +160,5 @@ GAP_CASE = Case(
 
 
 def test_two_hops_at_elasticity_two_exactly_once_end(kafka_bootstrap: str) -> None:
-    for _ in range(8):
+    for _ in range(6):
         run_kafka_static(kafka_bootstrap, GAP_CASE, "exactly-once")
