@@ -10,7 +10,9 @@ The way is chosen once per input stream when the task is built (``input_time``),
   intermediate streams: each message gets a box (``CURRENT``) in which its outputs record the
   event times they had where they were measured. Where the partition alone feeds windows with no
   bound that each of its messages reaches inline (``TaskClock.local``), the windows keep their
-  own watermark, as they were told when built, and its messages need no box;
+  own watermark, as they were told when built, and its messages need no box; where it alone
+  feeds windows with a bound, those it reaches inline take the time each message traced to in
+  them as it is handed out (``early``), whatever is in flight after them;
 - ``DeclaredTime``: an input with ``event_time=``: each message's time is computed before it is
   handed out. Where the partition alone feeds its stage's windows, their watermark follows it
   message by message: those that every message reaches inline take its time as it is handed out
@@ -22,7 +24,9 @@ The way is chosen once per input stream when the task is built (``input_time``),
 
 The hand-out loop calls, per batch of one partition: ``begin``; per message ``before`` (its time,
 kept in its handout record) and, once it completed inline with nothing before it in flight,
-``after``, else ``early`` where it is set; ``control`` for a producer's watermark or end,
+``after`` (``meanwhile`` where the task has messages in flight: ``after`` if none is of the
+partition, else ``early`` where it is set); ``control`` for a producer's watermark or end
+(``handed_out_mark`` where messages of the partition before it are still in flight),
 ``neighbour`` for another virtual task's message (rule 18); and ``end`` at the batch's end.
 """
 
@@ -33,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from operators.base import Operator
 from runtime.dag import Emit, OperatorFailure, forward
+from runtime.records import Watermark
 from runtime.watermarks import (
     CURRENT,
     NO_WATERMARK,
@@ -169,6 +174,29 @@ class InputTime:
             self.moves.send_marks(self.hop)
         return pend
 
+    def meanwhile(self, t: Any, pend: Pending, flying: int) -> tuple[Pending, Any]:
+        """The message of time ``t`` (not None) was handed out while the task has messages
+        in flight (``flying`` of them of this partition): with none of its partition, it
+        counts now, as one completed inline (rule 8: its partition's completed prefix);
+        else windows it reached inline take it now (``early``). What it waits for, and the
+        time still to count once what came before it completed (None: counted)."""
+        if pend is None and not flying:
+            return self.after(t, None), None
+        if self.early is not None:
+            return self.early(t, pend), t
+        return pend, t
+
+    def handed_out_mark(self, mark: Any) -> Pending:
+        """A producer's watermark (or end, or None) handed out while messages read before it
+        are in flight: the windows every message of the stream reaches inline take a
+        watermark now (``TaskClock.handed_out_mark``); what they still wait for, or None."""
+        if self.stage is None or type(mark) is not Watermark:
+            return None
+        pend: Pending = None
+        for op_id, wm in self.clock.handed_out_mark(self.ssp, mark, self.stage):
+            pend = self.moves.move(self.moves.operators[op_id], wm, pend)
+        return pend
+
     def neighbour(self, t: Any) -> tuple[Pending, Any]:
         """Another virtual task's message of time ``t``: what the windows it moved wait for,
         and what it still counts for as a completed message."""
@@ -185,11 +213,17 @@ class ObservedTime(InputTime):
     timed = True
 
     def __init__(self, clock: TaskClock, moves: WindowMoves, stream_id: str,
-                 windows: list[Operator] | None) -> None:
+                 windows: list[Operator] | None,
+                 inline: list[tuple[Any, int]] | None = None) -> None:
         super().__init__(clock, moves, stream_id)
         #: windows that keep their own watermark (``TaskClock.local``), None where it feeds none
         self.windows = windows
         self.local = windows is not None
+        #: windows with a bound that the partition alone feeds and each of its messages
+        #: reaches inline (``TaskClock.inline_observed``), with their bound
+        self.inline = inline
+        if inline is not None:
+            self.early = self.handed_out
 
     def before(self, m: Any) -> Any:
         if self.local:
@@ -202,6 +236,21 @@ class ObservedTime(InputTime):
         if t[0] is not None and self.clock.apply_box(self.ssp, t) \
                 and self.stage is not None:  # windows move message by message
             return self.moves.advance(self.stage)
+        return pend
+
+    def handed_out(self, t: Any, pend: Pending) -> Pending:
+        """The message with box ``t`` was handed out with something in flight (before it, or
+        its own outputs after the windows): the windows it reached inline take the time it
+        traced to in them now, so which messages are late does not depend on how fast what is
+        in flight completes (docs/semantics.md, "Per message")."""
+        obs = t[0]
+        if obs:
+            clock = self.clock
+            for op, wb in self.inline:  # type: ignore[union-attr]  # set where it is
+                ms = obs.get(op.op_id)
+                if ms is not None and ms - wb > op.watermark:
+                    pend = self.moves.move(op, ms - wb, pend)
+                    clock.delivered_at_least(op.op_id, ms - wb)
         return pend
 
     def neighbour(self, t: Any) -> tuple[Pending, Any]:
@@ -332,8 +381,11 @@ def input_time(clock: TaskClock, moves: WindowMoves, operators: Mapping[str, Ope
     """How the partitions of ``stream_id`` count for event time in the task of ``clock``."""
     if clock.handout(stream_id) == OBSERVED:
         ops = clock.local.get(stream_id)
+        reached = clock.inline_observed.get(stream_id)
         return ObservedTime(clock, moves, stream_id,
-                            [operators[op] for op in ops] if ops is not None else None)
+                            [operators[op] for op in ops] if ops is not None else None,
+                            [(operators[op], b) for op, b in reached]
+                            if reached is not None else None)
     if stream_id in clock.declared:
         windows = clock.single_declared.get(stream_id)
         single = [(operators[op], b) for op, b in windows] if windows is not None else None

@@ -84,6 +84,7 @@ class TaskInstance:
         # handout bookkeeping
         self.pending: deque[list[Any]] = deque()  # [ssp, offset, done, started, time, went]
         self.in_flight = 0
+        self.flying: dict[SSP, int] = {}  # in flight per partition: its event time waits
         #: the task's loop waits for work or completions (nothing else of it is under way), so
         #: a coroutine that completed a message may hand out the next one itself
         self._parked = False
@@ -104,7 +105,7 @@ class TaskInstance:
         #: bootstrap partitions not read to their end as of the start yet: ssp -> end offset
         self.bootstrapping: dict[SSP, int] = {}
         self.inbox_size = 0
-        self._paused = False  # the consumer skips this task's partitions while its inbox is full
+        self.paused = False  # the consumer skips this task's partitions while its inbox is full
         self._cur: tuple[SSP, int, list[Any]] | None = None
         self._cur_i = 0
         self._src: list[Any] = [None, 0]  # the batch handed out, the index after its message
@@ -278,7 +279,7 @@ class TaskInstance:
         entry = self.entries[ssp.stream_id]
         tm = self.times[ssp.stream_id]
         tm.begin(ssp)
-        timed, before, after, early = tm.timed, tm.before, tm.after, tm.early
+        timed, before, after = tm.timed, tm.before, tm.after
         batch = self._batches.get(ssp.stream_id)
         declared = tm if isinstance(tm, DeclaredTime) else None
         i = self._cur_i
@@ -328,8 +329,8 @@ class TaskInstance:
                         last_done = i
                         continue
                 else:
-                    if early is not None and t is not None:  # windows it reached take it now
-                        pend = early(t, pend)
+                    if t is not None:  # counts now if none of its partition is in flight
+                        pend, t = tm.meanwhile(t, pend, self.flying.get(ssp, 0))
                     if pend is None:
                         pending.append([ssp, first + i - 1, True, 0, t])
                         continue
@@ -341,6 +342,7 @@ class TaskInstance:
                        self.processed + n + i - 1 - self._cur_i]
                 pending.append(rec)
                 self.in_flight += 1
+                self.flying[ssp] = self.flying.get(ssp, 0) + 1
                 if self._adopting:  # the coroutine that asked takes it on
                     self._adopted = (rec, pend)
                     break
@@ -378,7 +380,10 @@ class TaskInstance:
         # a record with an offset of its own: done. A producer's watermark or end counts once
         # what came before it has
         mark = m if type(m) is Watermark or type(m) is EndOfStream else None
-        if self.pending:
+        if self.flying.get(ssp):  # windows it reaches inline may take a watermark now
+            pend = tm.handed_out_mark(mark)
+            if pend is not None:
+                return pend, mark
             self.pending.append([ssp, first + i - 1, True, 0, mark])
             return None
         # the windows take it before the next message, and it goes on into the stage's
@@ -427,6 +432,7 @@ class TaskInstance:
                 return
             rec[2] = True
             self.in_flight -= 1
+            self.flying[rec[0]] -= 1
             pending = self.pending
             checkpoint = self.checkpoint
             apply = self.clock.apply
@@ -525,18 +531,13 @@ class TaskInstance:
         return (f"the end of stream of {producers - len(seen)} more of its {producers} upstream "
                 f"task(s)" + (f" (it has those of {', '.join(seen)})" if seen else ""))
 
-    @property
-    def paused(self) -> bool:
-        """The consumer skips this task's partitions (its inbox is full)."""
-        return self._paused
-
     def pause(self) -> None:
         """Its inbox is full: the consumer skips its partitions until ``resume``."""
-        self._paused = True
+        self.paused = True
 
     def resume(self) -> None:
         """Its inbox has room again: the consumer reads its partitions."""
-        self._paused = False
+        self.paused = False
 
     def _busy(self, ssp: SSP) -> bool:
         """The task still has records of ``ssp`` queued, being handed out or in flight."""

@@ -485,10 +485,20 @@ class TaskClock:
         self.local: dict[str, list[str]] = {}
         #: declared input stream id -> the windows it alone feeds in this task, with their bound
         self.single_declared: dict[str, list[tuple[str, int]]] = {}
-        #: declared input stream id -> those of its ``single_declared`` windows that each of its
-        #: messages reaches inline: they take its event time as it is handed out, whatever is in
-        #: flight after them or on the task's other inputs
+        #: declared input stream id -> the windows its one partition alone feeds in this task
+        #: (its ``single_declared`` ones, or so but for an idle timeout) that each of its
+        #: messages reaches inline: they take its event time as it is handed out, whatever is
+        #: in flight after them or on the task's other inputs
         self.inline_declared: dict[str, list[tuple[str, int]]] = {}
+        #: input stream id without declared event time -> the windows that its one partition
+        #: alone feeds in this task and each of its messages reaches inline, where they do not
+        #: keep their own watermark (``local``: a bound, an idle timeout): they take the time a
+        #: message traces to in them as it is handed out, whatever is in flight after them
+        self.inline_observed: dict[str, list[tuple[str, int]]] = {}
+        #: intermediate stream id -> the windows of its stage that each of its messages
+        #: reaches inline: they take a producer's watermark as it is handed out, whatever is
+        #: in flight after them (``handed_out_mark``)
+        self.inline_marks: dict[str, set[str]] = {}
         #: window op id -> whether it takes its messages in event-time order below the
         #: watermark (a session window holds those ahead of it): the order they come in may
         #: depend on speed, or they may come out of order within a declared bound
@@ -598,23 +608,33 @@ class TaskClock:
         # one input partition without declared event time, feeding windows without a bound
         # that each of its messages reaches inline, and nothing else to measure: each window's
         # own latest event time is exactly that partition's progress, so the windows keep
-        # their own watermark (docs/semantics.md, "Per message")
-        if windows and len(ssps) == 1 and self.kinds[ssps[0].stream_id] == OBSERVED \
-                and ssps[0] not in self.idle_ms and all(b == 0 for _, b in windows) \
-                and not any(sid in self.observe for sid in outs) \
-                and all(op in reach[ssps[0].stream_id]
-                        and jt.inline_to(stage, op, self.threaded) for op, _ in windows):
-            self.local[ssps[0].stream_id] = [op for op, _ in windows]
+        # their own watermark (docs/semantics.md, "Per message"). Where it alone feeds windows
+        # otherwise (a bound, an idle timeout), those it reaches inline take each message's
+        # time as it is handed out: a message being handed out is no idle partition's
+        alone = bool(windows) and len(ssps) == 1 \
+            and all(op in reach[ssps[0].stream_id] for op, _ in windows)
+        inline = [(op, b) for op, b in windows if jt.inline_to(stage, op, self.threaded)]
+        if alone and self.kinds[ssps[0].stream_id] == OBSERVED:
+            if ssps[0] not in self.idle_ms and len(inline) == len(windows) \
+                    and all(b == 0 for _, b in windows) \
+                    and not any(sid in self.observe for sid in outs):
+                self.local[ssps[0].stream_id] = [op for op, _ in windows]
+            elif inline:  # (a window's own watermark knows no bound)
+                self.inline_observed[ssps[0].stream_id] = inline
         if windows:
             for sid in stage.inputs:
                 self.window_stage[sid] = stage
-            if len(ssps) == 1 and self.kinds[ssps[0].stream_id] == DECLARED \
-                    and ssps[0] not in self.idle_ms \
-                    and all(op in reach[ssps[0].stream_id] for op, _ in windows):
-                self.single_declared[ssps[0].stream_id] = windows
-                inline = [(op, b) for op, b in windows if jt.inline_to(stage, op, self.threaded)]
+            if alone and self.kinds[ssps[0].stream_id] == DECLARED:
+                if ssps[0] not in self.idle_ms:
+                    self.single_declared[ssps[0].stream_id] = windows
                 if inline:
                     self.inline_declared[ssps[0].stream_id] = inline
+        for sid in stage.inputs:
+            if self.kinds[sid] == INTERMEDIATE:
+                ops = {op for op, _ in windows
+                       if op in reach[sid] and jt.inline_to(stage, op, self.threaded)}
+                if ops:
+                    self.inline_marks[sid] = ops
         for op, _ in windows:
             self.in_time_order[op] = not jt.fixed_order(stage, op) or jt.bounded(op)
         if outs:
@@ -766,6 +786,36 @@ class TaskClock:
         if active:
             self.progress[ssp] = min(active)
 
+    def handed_out_mark(self, ssp: SSP, mark: Watermark, stage: Stage) -> list[tuple[str, int]]:
+        """A producer's watermark handed out while messages read before it are in flight: the
+        windows of ``stage`` that each message of ``ssp`` reaches inline have taken those
+        messages, so they take it now (docs/semantics.md, "Per message": only messages in
+        flight before a window hold its watermark back); the windows that moved, as
+        ``compute`` gives them. The progress of ``ssp`` (and so what the stage's intermediate
+        streams get) takes the watermark once what came before it has completed."""
+        ops = self.inline_marks.get(ssp.stream_id)
+        if not ops:
+            return []
+        per = self.producers.get(ssp)
+        saved = (None if per is None else dict(per), self.progress.get(ssp), ssp in self.quiet)
+        self.apply(ssp, mark)
+        try:
+            return self.compute(stage, streams=False, only=ops)[0]
+        finally:
+            per, progress, quiet = saved
+            if per is None:
+                self.producers.pop(ssp, None)
+            else:
+                self.producers[ssp] = per
+            if progress is None:
+                self.progress.pop(ssp, None)
+            else:
+                self.progress[ssp] = progress
+            if quiet:
+                self.quiet.add(ssp)
+            else:
+                self.quiet.discard(ssp)
+
     # -- watermarks --------------------------------------------------------------------------------
 
     def stream_marks(self, stage: Stage) -> list[tuple[str, Watermark]]:
@@ -773,13 +823,15 @@ class TaskClock:
         windows as they are."""
         return self.compute(stage, windows=False)[1]
 
-    def compute(self, stage: Stage, streams: bool = True, windows: bool = True
+    def compute(self, stage: Stage, streams: bool = True, windows: bool = True,
+                only: Set[str] | None = None
                 ) -> tuple[list[tuple[str, int]], list[tuple[str, Watermark]]]:
         """The windows whose watermark moved (op id, watermark) and the watermarks to send into
         the stage's intermediate streams (not with ``streams=False``; no window moves with
-        ``windows=False``)."""
+        ``windows=False``, and only those named in ``only`` where it is given)."""
         stage_windows, outs, ssps, reach = self._stage[stage.stage_id]
-        moving = stage_windows if windows else []
+        moving = ([w for w in stage_windows if only is None or w[0] in only] if windows
+                  else [])
         name = self.name
         ended = self.ended
         busy = self.busy

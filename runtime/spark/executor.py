@@ -128,18 +128,20 @@ class PassExecutor:
     ``counts`` gives every stream's partition count; ``describe`` turns (stream id, source
     partition, source offset) into words for an error (e.g. the input file). ``narrow``: the
     partition's records come from one source partition, in offset order, with no shuffle (the
-    windows of ``per_message_windows`` then move their watermarks per record)."""
+    windows of ``per_message_windows`` then move their watermarks per record). ``task_name``:
+    the task's name where it is not ``Partition <partition>`` (a virtual task's)."""
 
     def __init__(self, plan: Any, stage_ids: Sequence[str], partition: int,
                  counts: Mapping[str, int], config: Mapping[str, Any], *,
                  describe: Callable[[str, int, int], str] | None = None,
-                 narrow: bool = False, encoded: frozenset[str] = frozenset()) -> None:
+                 narrow: bool = False, encoded: frozenset[str] = frozenset(),
+                 task_name: str | None = None) -> None:
         self.plan = plan
         #: output streams whose messages are written as their JSON lines (``Encoded``)
         self.encoded = encoded
         self.partition = partition
         self.counts = counts
-        self.task_name = f"Partition {partition}"
+        self.task_name = task_name or f"Partition {partition}"
         self.describe = describe or (lambda sid, part, off: f"partition {part} offset {off}")
         self.stages = [s for s in plan.stages if s.stage_id in stage_ids]
         self.max_concurrency: int = max(1, config_value(config, "task.max.concurrency"))

@@ -18,7 +18,9 @@ How the plan maps onto Spark:
 - **Every other pass** gets its records by a shuffle into the pass's task partitions: an
   intermediate stream's records go to the partition the streaming runtime would write them to
   (murmur2 of the serialized key, into the planned count); an input's records stay in their own
-  partition. The shuffle and the sort are the JVM's (``runtime.spark.shuffle``): records are
+  partition; a broadcast stream's go to every task of the job, and to each of its virtual
+  tasks with ``job.elasticity.factor`` > 1 (``tiers.broadcast_tasks``). The shuffle and the
+  sort are the JVM's (``runtime.spark.shuffle``): records are
   rows, repartitioned so that task partition p is Spark partition p and sorted within it by
   (event time, source partition, source offset); ``mapInArrow`` then feeds the sorted rows, an
   Arrow batch at a time, through the same operator code as the streaming runtime
@@ -59,6 +61,7 @@ from typing import Any, cast
 from operators.hashing import KeyPartitioner
 from planner import refuse_remote_tables
 from runtime.collector import messages_die_young
+from runtime.job import task_name
 from runtime.late import LateCounts
 from runtime.memory import resolve_partitions
 from runtime.spark.declared import (
@@ -105,8 +108,15 @@ from runtime.spark.shuffle import (
 )
 from runtime.spark.sinks import FileOutput, resolve_output, text_lines
 from runtime.spark.sources import WIDE_BATCH, FileInput, Source, SourceError, resolve_source
-from runtime.spark.tiers import carried_streams, key_field, message_fields, spark_passes
+from runtime.spark.tiers import (
+    broadcast_tasks,
+    carried_streams,
+    key_field,
+    message_fields,
+    spark_passes,
+)
 from samza_dsl import StreamApplication
+from samza_dsl.config import config_value
 from samza_dsl.errors import SamzaError
 from samza_dsl.fields import field_path
 from samza_dsl.serdes import KVSerde
@@ -438,6 +448,9 @@ class SparkRunner:
         plan = app.plan(partitions=partitions, config=config)
         ship_user_code(spark, plan)
         counts = resolve_partitions(plan)
+        elasticity = config_value(plan.config, "job.elasticity.factor")
+        for stages in spark_passes(plan):  # what Spark cannot run, refused before it runs
+            broadcast_tasks(plan, stages, counts, elasticity)
         run_id = uuid.uuid4().hex[:12]
         sinks = {sid: resolve_output(sid, value, run_id) for sid, value in outputs.items()}
         for sink in sinks.values():
@@ -448,7 +461,7 @@ class SparkRunner:
         read = {sid for stage in plan.stages for sid in stage.inputs}
         encoded = frozenset(sid for sid, sink in sinks.items()
                             if getattr(sink, "format", None) == "jsonl" and sid not in read)
-        compiled = _Compiler(spark, plan, counts, sources, tally.acc, encoded)
+        compiled = _Compiler(spark, plan, counts, sources, tally.acc, encoded, elasticity)
         kept: dict[str, Any] = {}
         staged: list[Any] = []
         doing = "planning the Spark job"
@@ -584,8 +597,10 @@ class _Compiler:
 
     def __init__(self, spark: Any, plan: Any, counts: dict[str, int],
                  sources: dict[str, Source], acc: Any,
-                 encoded: frozenset[str] = frozenset()) -> None:
+                 encoded: frozenset[str] = frozenset(), elasticity: int = 1) -> None:
         self.spark = spark
+        #: ``job.elasticity.factor``: every virtual task reads a broadcast stream whole
+        self.elasticity = elasticity
         #: JSON Lines outputs whose passes write each message as its line (``Encoded``)
         self.encoded = encoded
         self.sc = spark.sparkContext
@@ -730,10 +745,14 @@ class _Compiler:
             for sid in s.outputs:
                 self.labels[sid] = label
         first_op = next((op for s in stages for op in s.operators), "")
+        # a broadcast stream is read whole by every task of the job (each virtual task)
+        everywhere = broadcast_tasks(plan, stages, counts, self.elasticity)
+        virtual = self.elasticity if everywhere is not None else 1
         task = _PassTask(
             plan, stage_ids, counts, self.encoded, self.acc,
             {sid: src.names for sid, src in self.sources.items()},
-            f"stream {', '.join(map(repr, inputs))} into operator {first_op!r} (pass {name})")
+            f"stream {', '.join(map(repr, inputs))} into operator {first_op!r} (pass {name})",
+            virtual)
         aligned = all(self.sources[sid].partitions == counts[sid] for sid in external)
         narrow = not intermediate and (not stateful or (len(external) == 1 and aligned))
         # bootstrap inputs (side inputs too) are read whole before the pass's other records
@@ -741,7 +760,7 @@ class _Compiler:
         narrow_sorted = narrow and (stateful or bool(first))
         return _PassShape(
             stages=stages, name=name, inputs=inputs, external=external,
-            n=max(counts[sid] for sid in inputs), first=first, narrow=narrow,
+            n=everywhere or max(counts[sid] for sid in inputs), first=first, narrow=narrow,
             narrow_sorted=narrow_sorted,
             read=all(self.sources[sid].read for sid in external),
             carry=self._carry(stages) if narrow and not narrow_sorted else None,
@@ -863,7 +882,8 @@ class _PassTask:
     accumulator."""
 
     def __init__(self, plan: Any, stage_ids: list[str], counts: dict[str, int],
-                 encoded: frozenset[str], acc: Any, names: dict[str, Any], where: str) -> None:
+                 encoded: frozenset[str], acc: Any, names: dict[str, Any], where: str,
+                 virtual: int = 1) -> None:
         self.plan = plan
         self.stage_ids = stage_ids
         self.counts = counts
@@ -873,6 +893,10 @@ class _PassTask:
         self.names = names
         #: the pass in words, for an error
         self.where = where
+        #: task partitions per task: a pass reading a broadcast stream runs each virtual
+        #: task, task partition ``p`` being virtual task ``p % virtual`` of partition
+        #: ``p // virtual``
+        self.virtual = virtual
         self.input_streams = frozenset(plan.input_streams)
 
     def describe(self, sid: str, part: int, off: int) -> str:
@@ -882,9 +906,11 @@ class _PassTask:
         return f"partition {part}, offset {off}"
 
     def executor(self, part: int, narrow: bool, encoded: bool = True) -> PassExecutor:
-        return PassExecutor(self.plan, self.stage_ids, part, self.counts, self.plan.config,
+        x = self.virtual
+        return PassExecutor(self.plan, self.stage_ids, part // x, self.counts, self.plan.config,
                             describe=self.describe, narrow=narrow,
-                            encoded=self.encoded if encoded else frozenset())
+                            encoded=self.encoded if encoded else frozenset(),
+                            task_name=task_name(part // x, part % x, x))
 
     def tally(self, ex: PassExecutor, extra: dict[str, int]) -> None:
         self.acc.add(_tally(ex, extra))

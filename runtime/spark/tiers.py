@@ -6,7 +6,8 @@ SQL aggregation (``runtime.spark.declared``); every other stage takes the genera
 operators run over sorted record batches. This module decides from the plan alone, as
 ``samza-dsl plan`` shows it; a run also checks the input's format and column types.
 
-It also groups the stages into the passes a run makes (``spark_passes``) and tells what a lone
+It also groups the stages into the passes a run makes (``spark_passes``), says how many task
+partitions a pass reading a broadcast stream has (``broadcast_tasks``) and tells what a lone
 ``partition_by`` over Parquet moves through the shuffle: its rows as columns, keyed by a column
 where its key function only reads one (``key_field``), with only the fields its readers read
 (``message_fields``).
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from samza_dsl.aggregate import Aggregate, Field
-from samza_dsl.errors import SamzaError
+from samza_dsl.errors import PlanError, SamzaError
 from samza_dsl.fields import field_path, kv_value_fields, reads
 from samza_dsl.spec import (
     FilterSpec,
@@ -33,7 +34,8 @@ from samza_dsl.spec import (
 )
 
 __all__ = ["SQL_TIER", "GENERAL_TIER", "DeclaredWindow", "declared_windows", "spark_tiers",
-           "spark_passes", "carried_streams", "message_fields", "key_field", "carry_text"]
+           "spark_passes", "carried_streams", "message_fields", "key_field", "carry_text",
+           "job_tasks", "broadcast_tasks"]
 
 SQL_TIER = "declared (Spark SQL)"
 GENERAL_TIER = "general"
@@ -209,6 +211,41 @@ def spark_passes(plan: Any) -> list[list[Any]]:
         order.append(ready[0])
         done.add(ready[0])
     return [passes[i] for i in order]
+
+
+def job_tasks(plan: Any, counts: dict[str, int]) -> int:
+    """The job's tasks, as the streaming runtime makes them (rules 2 and 11): one per
+    partition of the widest stream a stage reads, broadcast streams aside (1 where there is
+    none)."""
+    return max([counts[sid] for s in plan.stages for sid in s.inputs
+                if plan.streams[sid].kind != "broadcast"] or [1])
+
+
+def broadcast_tasks(plan: Any, stages: list[Any], counts: dict[str, int],
+                    elasticity: int) -> int | None:
+    """The task partitions of a pass of ``stages`` that reads a broadcast stream, each of
+    which reads it whole: every task of the job (``job_tasks``), and with
+    ``job.elasticity.factor`` X > 1 each of its X virtual tasks (rule 18), whose partition is
+    then ``p // X`` for task partition ``p``. None for a pass that reads no broadcast stream.
+
+    Raises:
+        PlanError: with X > 1 the pass also reads a partitioned stream (its virtual tasks
+            would hold one key bucket of it each, which Spark does not split).
+    """
+    inputs = list(dict.fromkeys(itertools.chain.from_iterable(s.inputs for s in stages)))
+    broadcast = [sid for sid in inputs if plan.streams[sid].kind == "broadcast"]
+    if not broadcast:
+        return None
+    others = [sid for sid in inputs if sid not in broadcast]
+    if elasticity > 1 and others:
+        raise PlanError(
+            f"SparkRunner cannot reprocess {plan.job_name!r} with job.elasticity.factor="
+            f"{elasticity}: stage(s) {', '.join(s.stage_id for s in stages)} read broadcast "
+            f"stream {broadcast[0]!r} whole in every virtual task and stream {others[0]!r} one "
+            f"key bucket in each, and Spark does not split a task by key; reprocess with "
+            f"job.elasticity.factor=1 (the streaming runtime gives each virtual task a copy of "
+            f"what the broadcast stream causes)")
+    return job_tasks(plan, counts) * elasticity
 
 
 def carried_streams(plan: Any, passes: list[list[Any]] | None = None) -> set[str]:

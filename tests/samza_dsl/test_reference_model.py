@@ -1,16 +1,37 @@
-"""Every runner equals the reference model (``samza_dsl.testing.model``, docs/semantics.md rules 7-8).
+"""Every runner equals the reference model (``samza_dsl.testing.model``, docs/semantics.md rules 7-10).
 
 Hypothesis draws a pipeline (an optional ``merge`` of a second input, map / filter / flat_map, an
-optional async step, 0-2 ``partition_by`` hops, elasticity 1 or 2) ending in an event-time
-window, a stream-stream join or a stream-table join, and event-time input, each partition
-within a declared out-of-orderness, some partitions empty. A merge interleaves its inputs: a
-window's watermark is the minimum over every partition feeding it, of either input.
+optional async step, 0-2 ``partition_by`` hops, an optional ``broadcast`` after them, elasticity
+1 or 2) ending in one of (``Case.end``):
+
+- ``window``: an event-time window of any kind, its panes mapped to rows, then, with
+  ``post_async``, an async step with a small sleep before the output;
+- ``join`` / ``table``: a stream-stream join, or a stream-table join of a table the same stream
+  fills (even values into the table, odd ones looked up);
+- ``count``: a stateful ``map`` keeping each key's running count in a local table with a
+  changelog (``ctx.table("counts")``): each key gives 1, 2, ... n over its n messages;
+- ``side``: a ``join_table`` against a table filled by a side input (``side_data``: per
+  partition, puts of that partition's own keys, a None value deleting). A side input is read
+  whole before the task's other inputs, and partition p fills the task reading partition p (with
+  elasticity, each virtual task its key bucket's part), so every message is looked up in its
+  partition's final table. Drawn with no hop and no broadcast: the messages stay in their
+  partition.
+
+Event-time input, each partition within a declared out-of-orderness, some partitions empty. A
+merge interleaves its inputs: a window's watermark is the minimum over every partition feeding
+it, of either input. After a broadcast every task of the job, and each of its virtual tasks,
+reads the whole stream (rules 2, 11 and 18): the model is one window (or join, or count) over
+every channel, as after a hop, and each output, late count and late message is there
+``Case.copies`` times (the widest partitioned stream's partitions times the elasticity factor).
 ``TestRunner``, the embedded local system (``LocalRunner`` on a fresh ``job.dir``) and
-``SparkRunner`` must give the model's panes and late counts. Where a single producer feeds each
-window instance in a fixed order (no async step; no hop, or one input partition and elasticity
-1), messages beyond the bound are drawn too: which are late is then fixed by the rules, and so
-is the exact content and order of every pane. Elsewhere the order messages reach a window is not
-fixed, so panes are compared on what the rules fix whatever that order (see ``comparable``).
+``SparkRunner`` must give the model's outputs and late counts. Where a single producer feeds each
+window instance in a fixed order (no async step before it; no hop or broadcast, or one input
+partition and, for a global window, elasticity 1), messages beyond the bound are drawn too:
+which are late is then fixed by the rules (whatever is in flight after the window), and so is
+the exact content of every pane. Elsewhere the order messages reach a window is not fixed, so
+panes are compared on what the rules fix whatever that order (see ``comparable``). Joins,
+counts and lookups are compared as multisets, as are panes (an async step after the window
+may reorder them).
 
 Environment variables:
 
@@ -80,7 +101,7 @@ SERDE = KVSerde(StringSerde(), JsonSerde())
 class Case:
     data: dict[int, list[tuple[str, int, int]]]  # partition -> (key, event time ms, value)
     ops: tuple[str, ...]  # map, filter, flat_map, async, hop
-    end: str  # window, join (stream-stream), table (stream-table)
+    end: str  # window, join (stream-stream), table (stream-table), count, side
     kind: str
     size_ms: int
     early: str | None
@@ -93,13 +114,17 @@ class Case:
     elasticity: int
     beyond: bool  # some messages beyond the declared bound
     async_order: str = "none"  # the async step's ordering
-    shared_keys: bool = False  # a key in several partitions (only with a hop)
+    shared_keys: bool = False  # a key in several partitions (only with a hop or a broadcast)
     idle_timeout_ms: int = 0  # on the input
     #: a second input "in2" merged into the first before the ops, partition -> messages
     #: (empty: no merge)
     merged: dict[int, list[tuple[str, int, int]]] = field(default_factory=dict)
     hop_ms: int = 0  # hopping windows
     combine: bool = False  # hopping windows: per-hop accumulators merged by combine
+    #: end="side": the side input filling the table, partition -> (key, value; None deletes)
+    side_data: dict[int, list[tuple[str, int | None]]] = field(default_factory=dict)
+    bcast: bool = False  # a broadcast after the ops (after any hop)
+    post_async: bool = False  # end="window": an async step after the window's row map
 
     @property
     def global_window(self) -> bool:
@@ -111,11 +136,33 @@ class Case:
         return self.ops.count("hop")
 
     @property
+    def crossings(self) -> int:
+        """Intermediate streams on the way: the hops and the broadcast."""
+        return self.hops + self.bcast
+
+    @property
+    def tasks(self) -> int:
+        """The tasks reading a broadcast stream, each the whole of it (rules 2, 11 and 18):
+        one per partition of the widest partitioned stream the job reads (every input here has
+        ``len(data)`` partitions, and so has every hop, whose count is the largest of the
+        inputs' and outputs'), times the elasticity factor."""
+        return len(self.data) * self.elasticity
+
+    @property
+    def copies(self) -> int:
+        """How many times each output of the model is there: once per task reading the
+        broadcast stream, else once."""
+        return self.tasks if self.bcast else 1
+
+    @property
     def fixed_order(self) -> bool:
         """One producer feeds each window instance, in an order the rules fix: which messages
-        are late, and every pane, are fixed."""
-        return ("async" not in self.ops and (self.hops == 0 or len(self.data) == 1)
-                and not self.merged)
+        are late, and every pane, are fixed. (With elasticity, the virtual tasks of one
+        partition are several producers of an intermediate stream; each key is one's own, so
+        only a window's global panes see them interleave.)"""
+        return ("async" not in self.ops and not self.merged
+                and (self.crossings == 0 or (len(self.data) == 1 and (
+                    self.elasticity == 1 or not self.global_window))))
 
     @property
     def fixed_per_key(self) -> bool:
@@ -226,6 +273,8 @@ def build(case: Case, system: Any, name: str = APP) -> StreamApplication:
             stream = stream.map(lambda kv, op=op: apply_op(op, kv)[0], name=f"op{i}")
         else:
             stream = stream.flat_map(lambda kv, op=op: apply_op(op, kv), name=f"op{i}")
+    if case.bcast:
+        stream = stream.broadcast(serde=SERDE, name="bcast")
     out = app.output(system.output("out", serde=JsonSerde(), partitions=1))
     left = stream.filter(lambda kv: side(kv) == "left", name="left")
     right = stream.filter(lambda kv: side(kv) == "right", name="right")
@@ -236,27 +285,66 @@ def build(case: Case, system: Any, name: str = APP) -> StreamApplication:
         table = app.table("t", serde=SERDE)
         left.send_to(table)
         right.join_table(table, combine=pair, name="jt").send_to(out)
+    elif case.end == "count":
+        app.table("counts", serde=SERDE)
+        stream.map(RunningCount(), name="count").send_to(out)
+    elif case.end == "side":
+        table = app.table("side", serde=SERDE, processor=lambda kv: [kv], side_inputs=[
+            system.input("side", serde=SERDE, partitions=len(case.data))])
+        stream.join_table(table, combine=looked_up, name="js").send_to(out)
     else:
         late_to = app.output(system.output("late", serde=JsonSerde(), partitions=1))
-        (stream.window(window_of(case), name="w", late_to=late_to)
-         .map(lambda p: {"k": p.key.key, "p": p.key.pane_id, "f": p.firing.name,
-                         "m": [[kv.value["t"], kv.value["v"]] for kv in p.message]}, name="row")
-         .send_to(out))
+        panes = (stream.window(window_of(case), name="w", late_to=late_to)
+                 .map(lambda p: {"k": p.key.key, "p": p.key.pane_id, "f": p.firing.name,
+                                 "m": [[kv.value["t"], kv.value["v"]] for kv in p.message]},
+                      name="row"))
+        if case.post_async:
+            async def later(row: dict[str, Any]) -> list[dict[str, Any]]:
+                import asyncio
+                await asyncio.sleep((len(row["m"]) % 3) * 0.001)
+                return [row]
+            panes = panes.async_flat_map(later, name="after")
+        panes.send_to(out)
     return app
 
 
-def inputs(case: Case) -> dict[str, dict[int, list[KV[str, Any]]]]:
-    """Each input's messages by partition."""
+class RunningCount:
+    """A stateful map: each key's running count in the task's table ``counts`` (with a
+    changelog), emitted as ``{"k": key, "n": count}``."""
+
+    def init(self, ctx: Any) -> None:
+        self.table = ctx.table("counts")
+
+    def __call__(self, kv: KV[str, Any]) -> dict[str, Any]:
+        n = (self.table.get(kv.key) or 0) + 1
+        self.table.put(kv.key, n)
+        return {"k": kv.key, "n": n}
+
+
+def looked_up(m: KV[str, Any], record: KV[str, Any] | None) -> dict[str, Any]:
+    """A message joined with the side table: its (t, v) and the table's value or None."""
+    return {"k": m.key, "l": [m.value["t"], m.value["v"]],
+            "r": None if record is None else record.value}
+
+
+def main_inputs(case: Case) -> dict[str, dict[int, list[KV[str, Any]]]]:
+    """Each input's messages by partition, but for the side input."""
     out = {"in": case.data} | ({"in2": case.merged} if case.merged else {})
     return {sid: {p: [KV(k, {"t": t, "v": v}) for k, t, v in msgs] for p, msgs in data.items()}
             for sid, data in out.items()}
+
+
+def inputs(case: Case) -> dict[str, dict[int, list[KV[str, Any]]]]:
+    """Each input's messages by partition, the side input's too."""
+    side = {"side": {p: [KV(k, v) for k, v in msgs] for p, msgs in case.side_data.items()}}
+    return main_inputs(case) | (side if case.end == "side" else {})
 
 
 def channels_of(case: Case) -> dict[tuple[str, int], list[tuple[list[Any], float | None]]]:
     """Each input partition, ``(stream, partition)``, as a channel: per message, what it causes
     at the end of the pipeline and the partition's progress after it (rule 8)."""
     channels: dict[tuple[str, int], list[tuple[list[Any], float | None]]] = {}
-    for sid, parts in inputs(case).items():
+    for sid, parts in main_inputs(case).items():
         for p, msgs in parts.items():
             latest: float | None = None
             handouts: list[tuple[list[Any], float | None]] = []
@@ -276,15 +364,40 @@ def channels_of(case: Case) -> dict[tuple[str, int], list[tuple[list[Any], float
 
 def model(case: Case, *, by_event_time: bool = False
           ) -> tuple[list[Any], dict[str, Any], list[Any]]:
-    """The model's outputs (panes, or join results), late counts and late messages. ``by_event_time``: each
-    task gets its messages in event-time order (as Spark hands them where the input declares
-    event time)."""
+    """The model's outputs (panes, join results, counts), late counts and late messages.
+    ``by_event_time``: each task gets its messages in event-time order (as Spark hands them
+    where the input declares event time). After a broadcast every task (each virtual task)
+    reads the whole stream: it is one instance over every channel, as after a hop, whose
+    outputs, late counts and late messages are there once per task (``Case.copies``)."""
+    outputs, late, late_messages = one_reader(case, by_event_time=by_event_time)
+    n = case.copies
+    return (outputs * n, {w: {s: c * n for s, c in by.items()} for w, by in late.items()},
+            late_messages * n)
+
+
+def one_reader(case: Case, *, by_event_time: bool = False
+               ) -> tuple[list[Any], dict[str, Any], list[Any]]:
+    """The model's outputs, late counts and late messages but for the copies a broadcast
+    makes."""
     channels = channels_of(case)
+    if case.end == "side":
+        # partition p of the side input fills the table of the task reading partition p of
+        # the inputs, whole before the task reads anything else (a bootstrap input)
+        out: list[Any] = []
+        for p, puts in sorted(case.side_data.items()):
+            arrivals = [("put", KV(k, v)) for k, v in puts] + [
+                ("message", m) for (_, q), c in channels.items() if q == p
+                for got, _ in c for m in got]
+            out.extend(table_join(arrivals, combine=looked_up))
+        return out, {}, []
     if case.end != "window":
         # keys are a partition's own, a task's join state is per key: a partition at a time
         arrivals = [m for c in channels.values() for out, _ in c for m in out]
         if by_event_time:
             arrivals.sort(key=lambda m: m.value["t"])
+        if case.end == "count":  # a key's running count, 1 to its number of messages
+            return [{"k": k, "n": i} for k, n in Counter(m.key for m in arrivals).items()
+                    for i in range(1, n + 1)], {}, []
         if case.end == "join":
             return stream_join([(side(m), m, 0) for m in arrivals], key=lambda kv: kv.key,
                                other_key=lambda kv: kv.key, combine=pair,
@@ -292,15 +405,19 @@ def model(case: Case, *, by_event_time: bool = False
         return table_join([("put" if side(m) == "left" else "message", m) for m in arrivals],
                           combine=pair), {}, []
     w = window_of(case)
-    hop = (f"{APP}-1-partition_by-hop{len(case.ops) - 1 - case.ops[::-1].index('hop')}"
-           if case.hops else None)
+    last = (f"{APP}-1-broadcast-bcast" if case.bcast else
+            f"{APP}-1-partition_by-hop{len(case.ops) - 1 - case.ops[::-1].index('hop')}"
+            if case.hops else None)
 
     def stream(channel: Any) -> str:
-        """Where a channel's messages come into the window's task: the last hop, or the input."""
-        return hop or channel[0]
+        """Where a channel's messages come into the window's task: the last intermediate
+        stream, or the input."""
+        return last or channel[0]
 
-    if case.hops:
-        instances = [channels]  # keyed panes: which task holds a key does not change them
+    if case.crossings:
+        # keyed panes: which task holds a key does not change them; after a broadcast, each
+        # task holds every key
+        instances = [channels]
     else:  # a task per partition number: partition p of each input
         instances = [{n: c for n, c in channels.items() if n[1] == p}
                      for p in sorted({p for _, p in channels})]
@@ -401,10 +518,11 @@ def check(case: Case, messages: Callable[[str], list[Any]],
         assert Counter(map(late_value, messages("late"))) == Counter(
             (m.value["t"], m.value["v"]) for m in late_messages), \
             f"{runner}: late_to got other messages than the model's late ones"
-    if case.end != "window":
-        key = json.dumps
+    if case.end != "window":  # joins, counts: every output, as a multiset
+        def key(o: Any) -> str:
+            return json.dumps(o, sort_keys=True)
         assert Counter(map(key, out)) == Counter(map(key, expected)), \
-            f"{runner}: join results differ from the model"
+            f"{runner}: {case.end} outputs differ from the model"
         return
     assert comparable(rows_of(out), case, fixed) == comparable(model_rows(expected), case, fixed), \
         f"{runner}: panes differ from the model"
@@ -418,36 +536,47 @@ def cases(draw: st.DrawFn, *, spark: bool = False, beyond_hops: bool = False) ->
     1-2 hops from one producer."""
     partitions = 1 if beyond_hops else draw(st.integers(1, 3))
     end = "window" if beyond_hops else draw(st.sampled_from(
-        ["window", "window", "window", "join", "table"]))
+        ["window", "window", "window", "join", "table", "count", "side"]))
     kind = draw(st.sampled_from([k for k in ["keyed_tumbling", "keyed_session", "tumbling",
                                              "keyed_hopping", "hopping"]
                                  if k not in EXCLUDE]))
     ops = list(draw(st.lists(st.sampled_from(["map", "filter", "flat_map"]), max_size=3)))
-    hops = draw(st.integers(1 if beyond_hops else 0, 2))
+    # a side input fills the table of the task reading its partition: the messages stay there
+    hops = 0 if end == "side" else draw(st.integers(1 if beyond_hops else 0, 2))
     for _ in range(hops):
         ops.insert(draw(st.integers(0, len(ops))), "hop")
+    # a broadcast, after any hop: every task reads every message
+    bcast = end != "side" and not beyond_hops and draw(st.integers(0, 4)) == 0
     # a window's producers trace its event time through no async step (docs/semantics.md):
     # the async step goes before any hop
     async_order = draw(st.sampled_from(["none", "key"]))
-    if (end == "window" or async_order == "key") and not beyond_hops and draw(st.booleans()):
+    if (end in ("window", "count", "side") or async_order == "key") and not beyond_hops \
+            and draw(st.booleans()):
         first_hop = ops.index("hop") if "hop" in ops else len(ops)
         ops.insert(draw(st.integers(0, first_hop)), "async")
+    post_async = end == "window" and not beyond_hops and draw(st.integers(0, 3)) == 0
     elasticity = 1 if beyond_hops else draw(st.sampled_from([1, 2]))
-    # one instance: a global pane is a task's own
-    if kind in ("tumbling", "hopping") and end == "window":
+    # one instance: a global pane is a task's own (after a broadcast, each task's holds all)
+    if kind in ("tumbling", "hopping") and end == "window" and not bcast:
         partitions, elasticity = 1, 1
-    shared_keys = end == "window" and hops > 0 and draw(st.booleans())
+    # a key in several partitions meets itself after a hop or a broadcast; a count does not
+    # depend on the order a key's messages come in
+    shared_keys = (end in ("window", "count") and (hops > 0 or bcast)
+                   and draw(st.booleans()))
     declared = draw(st.booleans())
     input_bound = draw(st.sampled_from([0, 1000, 3000])) if declared else 0
     window_bound = draw(st.sampled_from([0, 2000]))
     merge = not beyond_hops and draw(st.integers(0, 3)) == 0  # a second input, merged in
-    fixed = "async" not in ops and (hops == 0 or partitions == 1) and not merge
+    crossings = hops + bcast
+    fixed = ("async" not in ops and not merge
+             and (crossings == 0 or (partitions == 1 and (
+                 elasticity == 1 or kind not in ("tumbling", "hopping")))))
     # on Spark a window moves its watermark per message (so counts beyond the bound late) only
     # where one input partition without declared event time feeds it with no shuffle; after a
     # hop, the virtual tasks of elasticity 2 are two producers, so which is ahead decides
     beyond = (end == "window" and fixed
-              and (not spark or (not declared and hops == 0))
-              and (hops == 0 or elasticity == 1) and (beyond_hops or draw(st.booleans())))
+              and (not spark or (not declared and crossings == 0))
+              and (crossings == 0 or elasticity == 1) and (beyond_hops or draw(st.booleans())))
     bound = input_bound + window_bound
 
     def messages(tag: str) -> dict[int, list[tuple[str, int, int]]]:
@@ -469,6 +598,15 @@ def cases(draw: st.DrawFn, *, spark: bool = False, beyond_hops: bool = False) ->
 
     data = messages("p")
     merged = messages("q") if merge else {}
+    side_data: dict[int, list[tuple[str, int | None]]] = {}
+    if end == "side":
+        # partition p's own keys (of either input), several puts of a key, a None deletes
+        tags = ["p", "q"] if merge else ["p"]
+        for p in range(partitions):
+            side_data[p] = [
+                (f"k{draw(st.integers(0, 3))}{draw(st.sampled_from(tags))}{p}",
+                 None if draw(st.integers(0, 4)) == 0 else draw(st.integers(0, 99)))
+                for _ in range(draw(st.integers(0, 6)))]
     late = draw(st.sampled_from([None, "count1", "repeat2"]))
     size_ms = draw(st.sampled_from([2000, 5000]))
     hopping = kind in ("hopping", "keyed_hopping")
@@ -482,7 +620,8 @@ def cases(draw: st.DrawFn, *, spark: bool = False, beyond_hops: bool = False) ->
                 mode=draw(st.sampled_from(list(AccumulationMode))), declared=declared,
                 input_bound_ms=input_bound, window_bound_ms=window_bound, elasticity=elasticity,
                 beyond=beyond, async_order=async_order, shared_keys=shared_keys,
-                idle_timeout_ms=draw(st.sampled_from([0, 20])), merged=merged)
+                idle_timeout_ms=draw(st.sampled_from([0, 20])), merged=merged,
+                side_data=side_data, bcast=bcast, post_async=post_async)
 
 
 # -- the smallest case of each difference the runners have (or had) ---------------------------------
@@ -517,6 +656,42 @@ SMALLEST: dict[str, tuple[Case, tuple[str, ...]]] = {
     # fixed: with elasticity 2, k0p0 is late although its bucket saw nothing before it
     "beyond_elastic": (smallest([("k1p0", 2000, 1), ("k0p0", 0, 2)], elasticity=2,
                                 beyond=True), ("TestRunner", "LocalRunner")),
+    # fixed: an EARLY pane in an async step after a window (of a bound, on an input without
+    # event time) held back the progress of the messages after it, so t=1750 was not late
+    "beyond_async_after": (smallest([("k0p0", 2000, 1), ("k0p0", 5000, 2), ("k0p0", 1750, 3)],
+                                    early="count1", window_bound_ms=2000, post_async=True,
+                                    beyond=True),
+                           ("TestRunner", "LocalRunner", "SparkRunner")),
+    # fixed: the same with an idle timeout on an input that declares its event time: the
+    # window took the time of a message handed out with something in flight only without one
+    "beyond_async_after_idle": (smallest([("k0p0", 0, 0), ("k0p0", 2750, 1), ("k0p0", 3000, 2),
+                                          ("k0p0", 1750, 3)], early="count2", declared=True,
+                                         input_bound_ms=1000, idle_timeout_ms=20,
+                                         post_async=True, beyond=True),
+                                ("TestRunner", "LocalRunner")),
+    # fixed: after a hop, a producer's watermark waited behind an EARLY pane in the async step
+    # after the window, so t=1750 was not late
+    "beyond_hop_async_after": (smallest([("k0p0", 2000, 1), ("k0p0", 5000, 2),
+                                         ("k0p0", 1750, 3)], ops=("hop",), early="count1",
+                                        window_bound_ms=2000, post_async=True, beyond=True),
+                               ("TestRunner", "LocalRunner")),
+    # fixed: one task runs both stages; a pane in the async step after the window (fed by the
+    # hop) held back the progress of the input partition (the task's other input) until it
+    # completed, so the hop's watermark did not go ahead of t=3000, which was not late (the
+    # first 8 messages are the task's first batch)
+    "beyond_hop_async_other_input": (
+        smallest([("k0p0", 0, i) for i in range(7)]
+                 + [("k0p0", 4000, 7), ("k0p0", 6000, 8), ("k0p0", 3000, 9)],
+                 ops=("hop",), window_bound_ms=2000, post_async=True, beyond=True),
+        ("TestRunner", "LocalRunner")),
+    # fixed: on Spark, a broadcast stream reached one task, not each task of the job (two
+    # here) and each of its virtual tasks (two of each): every count is there four times
+    "spark_broadcast_tasks": (Case(data={0: [("k0p0", 0, 1)], 1: [("k0p1", 0, 2)]}, ops=(),
+                                   end="count", kind="keyed_tumbling", size_ms=2000, early=None,
+                                   late=None, lateness_ms=0, mode=AccumulationMode.DISCARDING,
+                                   declared=False, input_bound_ms=0, window_bound_ms=0,
+                                   elasticity=2, beyond=False, bcast=True),
+                              ("TestRunner", "LocalRunner", "SparkRunner")),
 }
 
 

@@ -19,7 +19,7 @@ from spark_apps import View
 from runtime.spark import FileInput, ReprocessError, SourceError, SparkRunner
 from runtime.testing import TestRunner
 from samza_dsl import KV, StreamApplication
-from samza_dsl.errors import SamzaError
+from samza_dsl.errors import PlanError, SamzaError
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
 from samza_dsl.systems import MemorySystem
 from samza_dsl.windows import FiringType, Windows
@@ -210,6 +210,48 @@ def test_broadcast_reaches_every_task(spark: Any) -> None:
     # each of the 3 tasks read both rules
     assert Counter(m.value for m in seen if m.key == "rule") == {"r1": 3, "r2": 3}
     assert sorted(m.value for m in seen if m.key != "rule") == list(range(9))
+
+
+def broadcast_count_app(elasticity: int) -> StreamApplication:
+    """Each message of a 3-partition input, broadcast: every task (each virtual task) reads
+    all of them."""
+    app = StreamApplication("bcx", config={"job.elasticity.factor": elasticity})
+    mem = MemorySystem()
+    kv = KVSerde(StringSerde(), JsonSerde())
+    app.input(mem.input("events", serde=kv, partitions=3)).broadcast(serde=kv, name="all") \
+        .send_to(app.output(mem.output("seen", serde=kv, partitions=1)))
+    return app
+
+
+def test_a_broadcast_stream_reaches_every_task_of_the_job_and_every_virtual_task(
+        spark: Any) -> None:
+    """Found by the reference model: a pass reading only a broadcast stream ran in one task
+    partition (the broadcast stream's one), not in each of the job's tasks (3 here, the widest
+    input's partitions: rules 2 and 11), nor in each virtual task (rule 18)."""
+    events = {p: [KV(f"k{p}", p)] for p in range(3)}
+    for x in (1, 2):
+        app = broadcast_count_app(x)
+        spark_seen = SparkRunner(spark).reprocess(app, {"events": events}).messages("seen")
+        streamed = TestRunner(broadcast_count_app(x)).add_input("events", events).run()
+        assert Counter(m.value for m in spark_seen) == {0: 3 * x, 1: 3 * x, 2: 3 * x}
+        assert Counter(m.value for m in streamed.messages("seen")) == \
+            Counter(m.value for m in spark_seen)
+
+
+def test_virtual_tasks_reading_a_broadcast_and_a_partitioned_stream_are_refused(
+        spark: Any) -> None:
+    """Each virtual task reads the broadcast stream whole and one key bucket of the other:
+    Spark, which does not split a task by key, refuses it before it runs, in one line."""
+    app = StreamApplication("bcm", config={"job.elasticity.factor": 2})
+    mem = MemorySystem()
+    kv = KVSerde(StringSerde(), JsonSerde())
+    rules = app.input(mem.input("rules", serde=kv)).broadcast(serde=kv, name="rules-bc")
+    rules.merge(app.input(mem.input("events", serde=kv))) \
+        .send_to(app.output(mem.output("seen", serde=kv)))
+    with pytest.raises(PlanError, match=r"job.elasticity.factor=2.*'bcm-1-broadcast-rules-bc'"
+                                        r".*'events'.*job.elasticity.factor=1") as e:
+        SparkRunner(spark).reprocess(app, {"rules": [KV("r", 1)], "events": [KV("k", 2)]})
+    assert "\n" not in str(e.value)
 
 
 # -- files in and out ---------------------------------------------------------------------------
