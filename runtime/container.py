@@ -261,6 +261,7 @@ class Container:
         for m in self.task_models:  # one by one: those built are closed if the next fails
             self.tasks.append(TaskInstance(m, self.job, self.env))
         self._keys: list[tuple[Any, SSP]] = []
+        readers: dict[str, dict[SSP, Any]] = {}  # task -> its partitions' reader keys
         for t in self.tasks:
             for ssp in t.ssps:
                 start = restored[t.name].get(ssp)
@@ -271,6 +272,10 @@ class Container:
             self._keys.append(key)
             # None: no checkpoint, the consumer starts where the input's offset_default says
             self.consumer.register(key, ssp, None if start is None else start + 1)
+            for task in getattr(reader, "tasks", [reader]):
+                readers.setdefault(task.name, {})[ssp] = key
+        for t in self.tasks:  # an input partition with records still to read is not idle
+            t.clock.behind = _reader_behind(self.consumer, readers.get(t.name, {}))
         await self._bootstrap()
 
     def _helpers(self) -> list[asyncio.Task[None]]:
@@ -614,3 +619,11 @@ class Container:
             "commits": self.commits,
             "done": all(t.done for t in self.tasks) if self.tasks else False,
         }
+
+
+def _reader_behind(consumer: Any, keys: dict[SSP, Any]) -> Callable[[SSP], bool]:
+    """``behind(ssp)`` of a task's input partitions (``Consumer.behind`` of their readers)."""
+    def behind(ssp: SSP) -> bool:
+        key = keys.get(ssp)
+        return key is not None and bool(consumer.behind(key))
+    return behind

@@ -139,6 +139,10 @@ class MemoryConsumer:
         return f"read to offset {pos} of {len(self.broker.streams[ssp.stream_id][ssp.partition])}"
         self.broker.event().set()
 
+    def behind(self, key: Any) -> bool:
+        ssp, pos = self.positions[key]
+        return pos < len(self.broker.streams[ssp.stream_id][ssp.partition])
+
     def progress(self) -> list[tuple[SSP, int, int]]:
         """Per partition read: where reading began, and the partition's end."""
         return [(ssp, start, len(self.broker.streams[ssp.stream_id][ssp.partition]))

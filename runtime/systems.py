@@ -31,6 +31,11 @@ class Consumer(Protocol):
         """Where reader ``key`` stands, for a run that has waited long: the offset it reads
         next, where its partition ends, and what holds it back, as the system knows it."""
         ...
+    def behind(self, key: Any) -> bool:
+        """Whether reader ``key``'s partition holds records it has not handed out yet, as the
+        system knows it (True until it knows): such a partition is never idle
+        (``idle_timeout``), however long its records take to come."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

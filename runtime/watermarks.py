@@ -39,8 +39,10 @@ carrying their event time, declared or traced to the task's windows and intermed
 (``TaskClock.neighbour_time``), and count at their offsets as its own completed messages do.
 
 Idleness: an input partition with ``idle_timeout`` that has had no data for that long, with
-nothing of it queued or in flight, is left out of the minimum until data comes again. A stage all
-of whose live channels are idle sends an idle watermark, and its readers leave it out likewise.
+nothing of it queued or in flight and nothing left to read (its reader is at the end of what
+the system holds of it: ``Consumer.behind``), is left out of the minimum until data comes
+again. A stage all of whose live channels are idle sends an idle watermark, and its readers
+leave it out likewise.
 """
 
 from __future__ import annotations
@@ -523,6 +525,9 @@ class TaskClock:
         self.gone: dict[SSP, set[str | None]] = {}  # producers that ended, per partition
         now = time.monotonic()
         self.last_data: dict[SSP, float] = dict.fromkeys(self.idle_ms, now)
+        #: ``behind(ssp)``: whether the system holds records of an input partition its reader
+        #: has not handed out yet (set by the container): such a partition is never idle
+        self.behind: Callable[[SSP], bool] = lambda ssp: False
         self.delivered: dict[str, int] = {}
         self.sent: dict[tuple[str, str], tuple[int, bool]] = {}
         self.dirty = bool(self.stages)
@@ -675,6 +680,15 @@ class TaskClock:
     def arrived(self, ssp: SSP) -> None:
         if ssp in self.last_data:
             self.last_data[ssp] = time.monotonic()
+
+    def _still_behind(self, ssp: SSP) -> bool:
+        """Whether ``ssp``'s reader has records of it still to hand out: then it is not idle,
+        and its idle time starts again (a partition is idle when the job has read all it
+        holds and nothing came for ``idle_timeout``, not when its records are slow to come)."""
+        if self.behind(ssp):
+            self.last_data[ssp] = time.monotonic()
+            return True
+        return False
 
     # -- progress ----------------------------------------------------------------------------------
 
@@ -843,7 +857,8 @@ class TaskClock:
                     live.append(ssp)
             elif ssp in self.quiet or (
                     ssp in self.idle_ms and not busy(ssp)
-                    and time.monotonic() - self.last_data[ssp] >= self.idle_ms[ssp]):
+                    and time.monotonic() - self.last_data[ssp] >= self.idle_ms[ssp]
+                    and not self._still_behind(ssp)):
                 idle.append(ssp)
             else:
                 live.append(ssp)

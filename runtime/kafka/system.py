@@ -381,6 +381,18 @@ class KafkaConsumer:
                      f"{', '.join(map(str, producers))}")
         return text
 
+    def behind(self, key: Any) -> bool:
+        _, tp, position, stop = self.positions[key][:4]
+        consumer = self._consumer
+        if self._backlog[key]:
+            return True
+        if consumer is None or position is None:
+            return True  # not read yet: the broker may hold records for it
+        if stop is not None and position >= stop:
+            return False
+        high = consumer.highwater(tp)  # known after a fetch of the partition
+        return high is None or position < high
+
     def progress(self) -> list[tuple[SSP, int | None, int | None]]:
         """Per partition read: where reading began (None until the consumer started), and the
         broker's high watermark as of the last fetch (None until known), asking nothing of the

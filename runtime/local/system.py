@@ -291,6 +291,11 @@ class LocalConsumer:
         return (f"read to offset {offset}; the log ends at {end}"
                 + (f", the run stops at {stop}" if stop is not None else ""))
 
+    def behind(self, key: Any) -> bool:
+        ssp, phys, offset, stop = self.positions[key][:4]
+        end = self.log.end_offset(phys, ssp.partition)
+        return offset < (end if stop is None else min(end, stop))
+
     def progress(self) -> list[tuple[SSP, int, int | None]]:
         """Per partition read: where reading began, and the log's end offset now."""
         phys = {ssp: p for ssp, p, _, _, _ in list(self.positions.values())}
