@@ -33,12 +33,13 @@ class Member:
     """One ``samza-dsl run APP:group --follow`` process, with its own job.dir and log."""
 
     def __init__(self, folder: Path, bootstrap: str, tag: str, *args: str,
-                 delay: float = 0.0, app: str = "group") -> None:
+                 delay: float = 0.0, app: str = "group", env: dict[str, str] | None = None
+                 ) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         self.folder = folder
         self.log = folder / f"run-{time.monotonic_ns()}.log"
         env = {**os.environ, "SAMZA_TEST_BOOTSTRAP": bootstrap, "SAMZA_TEST_TAG": tag,
-               "SAMZA_TEST_DELAY": str(delay)}
+               "SAMZA_TEST_DELAY": str(delay), **(env or {})}
         self._out = self.log.open("w")
         self.proc = subprocess.Popen(
             [CLI, "run", f"{APPS}:{app}", "--follow", "-q", "-c", f"job.dir={folder / 'job'}",

@@ -187,6 +187,12 @@ def event_ts(kv: KV[Any, Any]) -> float:
 def __getattr__(name: str) -> Any:
     if name == "window":
         return window_app(os.environ["SAMZA_TEST_BOOTSTRAP"], os.environ["SAMZA_TEST_TAG"])
+    if name in ("model", "model_local"):  # a drawn reference-model case (SAMZA_TEST_CASE)
+        for path in (Path(__file__).resolve().parents[2], Path(__file__).resolve().parent):
+            if str(path) not in sys.path:
+                sys.path.insert(0, str(path))
+        from model_case import model_app_from_env
+        return model_app_from_env(local=name == "model_local")
     if name == "count":
         return count_app(os.environ["SAMZA_TEST_BOOTSTRAP"], os.environ["SAMZA_TEST_TAG"])
     if name == "group":
