@@ -9,7 +9,11 @@ each member that takes a task over writes its checkpoint again with the epoch on
 it reads the task's inputs. A reader ignores a task's checkpoint of an epoch lower than one it
 read before it (``supersedes``), so a member fenced out of its group cannot move a task's
 checkpoint (``runtime.kafka.fence``). The epoch, not the group generation, decides: a group's
-generation starts over when the broker deletes an empty group."""
+generation starts over when the broker deletes an empty group.
+
+A task with event time also records its progress as of the checkpointed offsets (``times``:
+``runtime.watermarks.TaskClock.snapshot``), which a restore starts from; a checkpoint without
+it (written before it existed) restores with no progress, as before."""
 
 from __future__ import annotations
 
@@ -21,8 +25,8 @@ import msgspec
 
 from runtime.job import SSP
 
-__all__ = ["merge", "offsets_of", "changelogs_of", "written_of", "epoch_of", "supersedes",
-           "encode", "decode"]
+__all__ = ["merge", "offsets_of", "changelogs_of", "times_of", "written_of", "epoch_of",
+           "supersedes", "encode", "decode"]
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder()
@@ -30,10 +34,11 @@ _decoder = msgspec.msgpack.Decoder()
 
 def merge(old: Mapping[str, Any], offsets: Mapping[SSP, int],
           changelogs: Mapping[str, int] | None,
-          stamp: Mapping[str, Any] | None = None) -> dict[str, Any]:
+          stamp: Mapping[str, Any] | None = None, times: Any = None) -> dict[str, Any]:
     """``old`` with ``offsets`` and ``changelogs`` written over it, stamped with the time now
     and ``stamp`` (a group member's ``group_generation`` and ``member``; ``epoch`` when it takes
-    the task over), keeping ``old``'s epoch otherwise."""
+    the task over), keeping ``old``'s epoch otherwise; and the task's event-time progress as of
+    ``offsets`` (``times``: ``TaskClock.snapshot``), else ``old``'s."""
     merged = {(s, p): o for s, p, o in old.get("offsets", [])}
     merged.update({(ssp.stream_id, ssp.partition): o for ssp, o in offsets.items()})
     cls = dict(old.get("changelogs", {}))
@@ -42,6 +47,9 @@ def merge(old: Mapping[str, Any], offsets: Mapping[SSP, int],
            "written": int(time.time() * 1000)}
     if "epoch" in old:
         out["epoch"] = epoch_of(old)
+    times = times if times is not None else old.get("times")
+    if times is not None:
+        out["times"] = times
     if stamp:
         out.update(stamp)
     return out
@@ -53,6 +61,12 @@ def offsets_of(data: Mapping[str, Any]) -> dict[SSP, int]:
 
 def changelogs_of(data: Mapping[str, Any]) -> dict[str, int]:
     return dict(data.get("changelogs", {}))
+
+
+def times_of(data: Mapping[str, Any]) -> Any:
+    """The task's event-time progress as of its checkpoint (``TaskClock.snapshot``); None for
+    a checkpoint without it."""
+    return data.get("times")
 
 
 def written_of(data: Mapping[str, Any]) -> float | None:

@@ -107,11 +107,15 @@ class Committer:
         return written(task_name) if written is not None else time.time()
 
     async def commit(self, task_name: str, offsets: Mapping[SSP, int], *,
-                     has_stores: bool) -> float:
-        """Commit ``offsets`` (taken by the caller before calling) for task ``task_name``;
+                     has_stores: bool, times: Any = None) -> float:
+        """Commit ``offsets`` (taken by the caller before calling) for task ``task_name``, with
+        its event-time progress as of them (``times``, where the checkpoint store keeps it);
         returns when it ended (``time.monotonic()``)."""
         began = time.perf_counter_ns()
         offsets = dict(offsets)
+        kept = getattr(self.checkpoints, "times", None)
+        if kept is not None and times is not None:
+            kept[task_name] = times
         crash = faults.reached if faults.ARMED else None
         if crash:
             crash("commit.start")

@@ -260,8 +260,8 @@ class Container:
                             for m in self.task_models}
         for m in self.task_models:  # one by one: those built are closed if the next fails
             self.tasks.append(TaskInstance(m, self.job, self.env))
+            restore_times(self.tasks[-1], self.checkpoints)
         self._keys: list[tuple[Any, SSP]] = []
-        readers: dict[str, dict[SSP, Any]] = {}  # task -> its partitions' reader keys
         for t in self.tasks:
             for ssp in t.ssps:
                 start = restored[t.name].get(ssp)
@@ -272,10 +272,7 @@ class Container:
             self._keys.append(key)
             # None: no checkpoint, the consumer starts where the input's offset_default says
             self.consumer.register(key, ssp, None if start is None else start + 1)
-            for task in getattr(reader, "tasks", [reader]):
-                readers.setdefault(task.name, {})[ssp] = key
-        for t in self.tasks:  # an input partition with records still to read is not idle
-            t.clock.behind = _reader_behind(self.consumer, readers.get(t.name, {}))
+        wire_behind(self.consumer, self._keys)
         await self._bootstrap()
 
     def _helpers(self) -> list[asyncio.Task[None]]:
@@ -621,9 +618,31 @@ class Container:
         }
 
 
+def wire_behind(consumer: Any, keys: list[tuple[Any, SSP]]) -> None:
+    """Tell the clocks of the tasks of readers ``keys`` (``(reader, ssp)``: a task, or the
+    virtual tasks of one partition) which of their input partitions have records still to read
+    (``Consumer.behind``): such a partition is never idle."""
+    readers: dict[Any, dict[SSP, Any]] = {}
+    tasks = {}
+    for key in keys:
+        reader, ssp = key
+        for task in getattr(reader, "tasks", [reader]):
+            readers.setdefault(task.name, {})[ssp] = key
+            tasks[task.name] = task
+    for name, task in tasks.items():
+        task.clock.behind = _reader_behind(consumer, readers[name])
+
+
 def _reader_behind(consumer: Any, keys: dict[SSP, Any]) -> Callable[[SSP], bool]:
     """``behind(ssp)`` of a task's input partitions (``Consumer.behind`` of their readers)."""
     def behind(ssp: SSP) -> bool:
         key = keys.get(ssp)
         return key is not None and bool(consumer.behind(key))
     return behind
+
+
+def restore_times(task: Any, checkpoints: Any) -> None:
+    """The task's event-time progress as of its checkpoint, where the store keeps it."""
+    read = getattr(checkpoints, "read_times", None)
+    if read is not None:
+        task.clock.restore(read(task.name))

@@ -583,7 +583,8 @@ class TaskInstance:
         for flush in self._state_flushers:  # operators' in-memory state into their stores
             flush()
         self.last_commit_end = await self.env.committer.commit(
-            self.name, self.checkpoint, has_stores=bool(self.stores))
+            self.name, self.checkpoint, has_stores=bool(self.stores),
+            times=self.clock.snapshot())
 
     async def run(self) -> None:
         wake = self.wake

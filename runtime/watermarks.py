@@ -681,6 +681,58 @@ class TaskClock:
         if ssp in self.last_data:
             self.last_data[ssp] = time.monotonic()
 
+    # -- progress across a restore ---------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any] | None:
+        """The task's event-time progress as of now, for its checkpoint (``restore`` takes it
+        back): each input partition's progress (declared event time) or observed times, and
+        each producer's watermark or end in its intermediate partitions. None: the task has no
+        event time. A partition read to its end before a restart then holds no window back
+        after it, as it did not before."""
+        if not self.stages:
+            return None
+        return {
+            "p": [[s.stream_id, s.partition, ms] for s, ms in self.progress.items()
+                  if self.kinds.get(s.stream_id) == DECLARED],
+            "o": [[s.stream_id, s.partition, [[d, ms] for d, ms in obs.items()]]
+                  for s, obs in self.observed.items()],
+            "w": [[s.stream_id, s.partition, [[p, ms, idle] for p, (ms, idle) in per.items()]]
+                  for s, per in self.producers.items()],
+            "g": [[s.stream_id, s.partition, list(gone)] for s, gone in self.gone.items()],
+        }
+
+    def restore(self, times: Any) -> None:
+        """The progress of ``snapshot`` in the task's checkpoint, for the partitions the task
+        still reads (nothing for a checkpoint without it, or one this code cannot read)."""
+        if not isinstance(times, dict) or not self.stages:
+            return
+        from runtime.job import SSP
+
+        mine = set(self.kinds)
+        try:
+            for sid, p, ms in times.get("p", []):
+                if sid in mine and self.kinds[sid] == DECLARED:
+                    self.progress[SSP(sid, p)] = int(ms)
+            for sid, p, obs in times.get("o", []):
+                if sid in mine:
+                    self.observed[SSP(sid, p)] = {d: int(ms) for d, ms in obs}
+            for sid, p, per in times.get("w", []):
+                if sid in mine:
+                    self.producers[SSP(sid, p)] = {name: (int(ms), bool(idle))
+                                                   for name, ms, idle in per}
+            for sid, p, gone in times.get("g", []):
+                if sid in mine:
+                    self.gone[SSP(sid, p)] = set(gone)
+        except (TypeError, ValueError):  # not a snapshot of this code: start without it
+            self.progress.clear()
+            self.observed.clear()
+            self.producers.clear()
+            self.gone.clear()
+            return
+        for ssp in {*self.producers, *self.gone}:
+            self._recompute(ssp)
+        self.dirty = True
+
     def _still_behind(self, ssp: SSP) -> bool:
         """Whether ``ssp``'s reader has records of it still to hand out: then it is not idle,
         and its idle time starts again (a partition is idle when the job has read all it

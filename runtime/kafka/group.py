@@ -43,7 +43,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 
-from runtime.container import Container
+from runtime.container import Container, restore_times, wire_behind
 from runtime.elastic import BucketFan, fan_readers
 from runtime.job import JobModel, TaskModel
 from runtime.kafka.assignor import AssignmentRefused, MemberTasks, TaskAssignor
@@ -606,6 +606,7 @@ class GroupContainer(Container):
                 self._opened[m.name] = await asyncio.to_thread(self._open_stores, m)
                 self._restored(m)
                 task = TaskInstance(m, self.job, self.env)
+                restore_times(task, self.checkpoints)
                 self._opened.pop(m.name, None)
                 for ssp in task.ssps:
                     start = self.restored[m.name].get(ssp)
@@ -671,6 +672,7 @@ class GroupContainer(Container):
             await self.consumer.add(  # type: ignore[attr-defined]
                 [(k, k[1], None if s is None else s + 1)
                  for k, (_, _, s) in zip(keys, entries, strict=True)])
+            wire_behind(self.consumer, keys)
             self.tasks.append(task)
             self._keys = [*self._keys, *keys]
             await self._bootstrap(keys)

@@ -761,6 +761,8 @@ class KafkaCheckpoints:
         #: the producer stream of the topic (a task's own producer has it too, exactly once)
         self.stream_id = f"__checkpoint__{topic}"
         producer.add_stream(self.stream_id, topic, 1, None)
+        #: per task, its event-time progress as of the checkpoint being written (``Committer``)
+        self.times: dict[str, Any] = {}
 
     async def load(self) -> None:
         got = await read_checkpoint_topic(self.servers, self.topic, self.settings, self.timeout)
@@ -776,6 +778,9 @@ class KafkaCheckpoints:
     def read_changelogs(self, task_name: str) -> dict[str, int]:
         return checkpoints.changelogs_of(self._data.get(task_name, {}))
 
+    def read_times(self, task_name: str) -> Any:
+        return checkpoints.times_of(self._data.get(task_name, {}))
+
     def written(self, task_name: str) -> float | None:
         """When the task's checkpoint was written (seconds since the epoch), as status reads it."""
         return checkpoints.written_of(self._data.get(task_name, {}))
@@ -786,7 +791,7 @@ class KafkaCheckpoints:
         """``replace``: drop what the task's checkpoint held before (not its epoch)."""
         old = self._data.get(task_name, {})
         data = checkpoints.merge({"epoch": checkpoints.epoch_of(old)} if replace else old,
-                                 offsets, changelogs, self.stamp)
+                                 offsets, changelogs, self.stamp, self.times.get(task_name))
         self.producer.buffer(f"__checkpoint__{self.topic}", 0).append(
             (task_name.encode(), checkpoints.encode(data), None))
         await self.producer.flush()
@@ -820,7 +825,8 @@ class KafkaCheckpoints:
                ) -> tuple[Record, dict[str, Any]]:
         """The record of the task's checkpoint (for a task's transaction to write), and what
         ``remember`` takes once it is committed."""
-        data = checkpoints.merge(self._data.get(task_name, {}), offsets, changelogs, self.stamp)
+        data = checkpoints.merge(self._data.get(task_name, {}), offsets, changelogs, self.stamp,
+                                 self.times.get(task_name))
         return (task_name.encode(), checkpoints.encode(data), None), data
 
     def remember(self, task_name: str, data: dict[str, Any]) -> None:

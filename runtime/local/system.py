@@ -314,6 +314,8 @@ class LocalCheckpoints:
     def __init__(self, log: LocalLog, job_name: str) -> None:
         self.log = log
         self.job_name = job_name
+        #: per task, its event-time progress as of the checkpoint being written (``Committer``)
+        self.times: dict[str, Any] = {}
 
     def _key(self, task_name: str) -> str:
         return f"checkpoint/{self.job_name}/{task_name}"
@@ -335,6 +337,9 @@ class LocalCheckpoints:
     def read_changelogs(self, task_name: str) -> dict[str, int]:
         return checkpoints.changelogs_of(self._read(task_name))
 
+    def read_times(self, task_name: str) -> Any:
+        return checkpoints.times_of(self._read(task_name))
+
     def written(self, task_name: str) -> float | None:
         """When the task's checkpoint was written (seconds since the epoch), as status reads it."""
         return checkpoints.written_of(self._read(task_name))
@@ -342,7 +347,8 @@ class LocalCheckpoints:
     def write(self, task_name: str, offsets: Mapping[SSP, int],
               changelogs: Mapping[str, int] | None = None, *, replace: bool = False) -> None:
         """``replace``: drop what the task's checkpoint held before."""
-        data = checkpoints.merge({} if replace else self._read(task_name), offsets, changelogs)
+        data = checkpoints.merge({} if replace else self._read(task_name), offsets, changelogs,
+                                 times=self.times.get(task_name))
         self.log.put_meta(self._key(task_name), checkpoints.encode(data))
 
     def writer(self, task_name: str, offsets: Mapping[SSP, int]
@@ -350,10 +356,11 @@ class LocalCheckpoints:
         """The metadata of the task's next checkpoint, given the changelog positions: for an
         exactly-once commit, which learns them inside its transaction (the task's checkpoint
         has no other writer while it runs, so the old one is read before)."""
-        old, key = self._read(task_name), self._key(task_name)
+        old, key, times = self._read(task_name), self._key(task_name), self.times.get(task_name)
 
         def record(changelogs: Mapping[str, int]) -> dict[str, bytes]:
-            return {key: checkpoints.encode(checkpoints.merge(old, offsets, changelogs))}
+            return {key: checkpoints.encode(checkpoints.merge(old, offsets, changelogs,
+                                                              times=times))}
         return record
 
     def records(self) -> dict[str, dict[str, Any]]:

@@ -1,18 +1,26 @@
 """One answer in every combination: the pipelines the reference model draws
 (``tests/samza_dsl/test_reference_model.py``: map / filter / flat_map, an async step, 0-2
-``partition_by`` hops, a merge, elasticity, ending in an event-time window of any kind with
-triggers and a late stream, a stream-stream join or a stream-table join) run on every bounded
-runner under both guarantees, and each run's committed outputs and late counts must be the
-model's. ``test_reference_model`` covers ``TestRunner``, the embedded system in one container
-and Spark; this module adds:
+``partition_by`` hops, a broadcast, a merge, elasticity, ending in an event-time window of any
+kind with triggers, a late stream and an async step after it, a stream-stream join, a
+stream-table join, a running count in a changelogged table or a lookup in a side-input table)
+run on every runner under both guarantees, and each run's committed outputs (and late counts,
+where the run ends) must be the model's. ``test_reference_model`` covers ``TestRunner``, the
+embedded system in one container and Spark; this module adds:
 
 - the embedded local system in two container processes (``job.container.count=2``);
 - Kafka with a static container (the broker of ``kafka_bootstrap``), its outputs read as a
   read_committed reader reads them (``committed_records``: by the log's markers);
+- the consumer group: 1, 2 and 3 ``samza-dsl run --follow`` members with job.dirs of their own,
+  the input written while they run, and exactly once under two member kills (SIGKILL at seeded
+  times, a new member in each one's place) while it is written;
+- exactly once under SIGKILL at three seeded fault points per run (a processed batch, a step of
+  a commit: ``runtime.faults``) on the local system and on Kafka static, each run a bounded
+  ``samza-dsl run`` process, until a last run finishes;
 
-each at least once and exactly once. Without a fault both guarantees give exactly the model's
-outputs (docs/semantics.md, "One answer in every combination"). Faults, the consumer group and
-its members are in ``test_matrix_faults.py``.
+each at least once and exactly once where the runner has both. Without a fault both guarantees
+give exactly the model's outputs (docs/semantics.md, "One answer in every combination"). Faults
+of fixed shapes in the group (freezes, churn, at-least-once kills) are in
+``test_matrix_faults.py``.
 
 ``SAMZA_DSL_MODEL_EXAMPLES=N`` draws N examples per combination instead of CI's few, with a
 random seed instead of the fixed one (docs/testing.md, "The long mode").
@@ -474,15 +482,14 @@ def test_static_containers_under_kills_exactly_once_equal_the_model(kafka_bootst
     assert hits >= n, f"only {hits} of {3 * n} runs were killed before they ended"
 
 
-#: found by this matrix, open: a global tumbling window after ``partition_by`` over a merge of
-#: two inputs, one group member, either guarantee. The member reads all of input ``in``, its
-#: last message far ahead in event time, while ``in2`` has nothing yet (seed 0 cuts the input
-#: there), and is killed; the member in its place never closes a pane, however long it runs
-#: and whatever comes on ``in2``. The cause: a task's channel progress (each input partition's
-#: event time so far, each producer's watermark in an intermediate partition) is not in its
-#: checkpoint, so after a restore a partition read to its end before it holds every window
-#: back until new data comes to it (as in Flink; Kafka Streams keeps it with the commit). The
-#: fix to make: the progress as of the checkpoint goes with it, and a restore starts from it.
+#: found by this matrix: a global tumbling window after ``partition_by`` over a merge of two
+#: inputs, one group member, either guarantee. The member reads all of input ``in``, its last
+#: message far ahead in event time, while ``in2`` has nothing yet (seed 0 cuts the input there),
+#: and is killed; the member in its place never closed a pane, however long it ran and whatever
+#: came on ``in2``: a task's event-time progress was not in its checkpoint, so after a restore a
+#: partition read to its end before it held every window back until new data came to it. Now
+#: the progress as of the checkpoint goes with it (``TaskClock.snapshot``), and a restore
+#: starts from it.
 STUCK_CASE = Case(
     data={0: [("k1p0", 0, 17), ("k2p0", 2000, 120), ("k0p0", 2750, 203), ("k2p0", 4000, 324),
               ("k1p0", 5500, 415), ("k0p0", 8250, 500), ("k0p0", 8750, 643),
@@ -496,9 +503,9 @@ STUCK_CASE = Case(
                 ("k0q0", 13000, 621), ("k1q0", 11000, 717), ("k2q0", 14500, 837)]})
 
 
-@pytest.mark.xfail(strict=True, reason="open: channel progress is not checkpointed (STUCK_CASE)")
-def test_a_member_in_place_of_a_killed_one_closes_panes(kafka_bootstrap: str,
-                                                         tmp_path: Path) -> None:
-    run_kafka_group(kafka_bootstrap, tmp_path, STUCK_CASE, "exactly-once", 1, kills=1, seed=0,
-                    wait=20)
+@pytest.mark.parametrize("guarantee", GUARANTEES)
+def test_a_member_in_place_of_a_killed_one_closes_panes(kafka_bootstrap: str, tmp_path: Path,
+                                                         guarantee: str) -> None:
+    run_kafka_group(kafka_bootstrap, tmp_path, STUCK_CASE, guarantee, 1, kills=1, seed=0,
+                    wait=30)
 
