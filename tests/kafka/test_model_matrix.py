@@ -78,6 +78,8 @@ LONG = int(os.environ.get("SAMZA_DSL_MODEL_EXAMPLES", "0"))
 EXAMPLES = LONG or 12
 #: examples per combination of the consumer group (processes of their own: slower)
 GROUP_EXAMPLES = LONG or 3
+#: the long mode runs as long as its number asks
+pytestmark = [pytest.mark.timeout(0)] if LONG else []
 GUARANTEES = ["at-least-once", "exactly-once"]
 #: exactly once, a stage reads what another container's tasks wrote once they commit: often
 COMMIT_MS = 100

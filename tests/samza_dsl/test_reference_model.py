@@ -770,6 +770,7 @@ def test_local_system_equals_the_model(case: Case) -> None:
     run_and_check(case, "LocalRunner")
 
 
+@pytest.mark.timeout(0 if LONG else 300)  # the long mode runs as long as its number asks
 @settings(max_examples=SPARK_EXAMPLES, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(case=cases(spark=True))
