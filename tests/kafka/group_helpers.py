@@ -90,6 +90,20 @@ class Member:
         self._out.close()
 
 
+def stop_all(members: list[Member]) -> None:
+    """Stop each member still running (SIGTERM: drain, commit, leave); each must exit 0."""
+    for m in members:
+        if m.alive():
+            assert m.stop() == 0, m.text()[-3000:]
+
+
+def kill_left(members: list[Member]) -> None:
+    """SIGKILL the members still running: a test's last word, whatever it ended with."""
+    for m in members:
+        if m.alive():
+            m.kill()
+
+
 def wait_for(what: str, check: Callable[[], Any], timeout: float,
              members: list[Member] = ()) -> Any:  # type: ignore[assignment]
     deadline = time.monotonic() + timeout

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from group_helpers import SESSION_MS, Member, settled, wait_for
+from group_helpers import SESSION_MS, Member, kill_left, settled, stop_all, wait_for
 from kafka_helpers import create_topic, keyed, produce_each, run
 from test_kafka_exactly_once import committed_records
 
@@ -193,12 +193,9 @@ def scenario(tmp_path: Path, bootstrap: str, *, shape: str, guarantee: str, memb
                                  f"missing {sorted(model - got)[:8]}") from None
         time.sleep(1.0)  # a duplicate would come with a later commit
         judge(outputs(bootstrap, tag), model, shape, exact, what)
-        for m in live:
-            assert m.stop() == 0, m.text()[-3000:]
+        stop_all(live)
     finally:
-        for m in ms:
-            if m.alive():
-                m.kill()
+        kill_left(ms)
 
 
 @pytest.mark.parametrize("members", [1, 2, 3])

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from group_helpers import APPS, Member, wait_for
+from group_helpers import APPS, Member, kill_left, stop_all, wait_for
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from kafka_helpers import create_topic, produce_each, run
@@ -351,12 +351,9 @@ def run_kafka_group(bootstrap: str, tmp: Path, case: Case, guarantee: str, membe
             raise AssertionError(f"{what}: {difference()}\n{exc}") from None
         time.sleep(1.0)  # a duplicate would come with a later commit
         assert difference() is None, f"{what}: {difference()}"
-        for m in ms:
-            assert m.stop() == 0, m.text()[-3000:]
+        stop_all(ms)
     finally:
-        for m in ms:
-            if m.alive():
-                m.kill()
+        kill_left(ms)
 
 
 def same_generation(ms: list[Member]) -> bool:
