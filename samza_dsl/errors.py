@@ -226,6 +226,17 @@ class ProducerFenced(SamzaError):
         self.transactional_id = transactional_id
 
 
+class TransactionUnanswered(SamzaError):
+    """A step of a transaction (sending its records, its commit or abort) got no answer within
+    the producer's timeout. Its outcome is unknown until a producer of the same transactional id
+    starts again: the broker then aborts it if it did not complete. Some brokers answer a fenced
+    producer's EndTxn with nothing, so this is also how fencing can look."""
+
+    def __init__(self, message: str, transactional_id: str) -> None:
+        super().__init__(message)
+        self.transactional_id = transactional_id
+
+
 def truncate_bytes(data: bytes | bytearray | memoryview, limit: int = 64) -> str:
     """A short printable form of raw bytes for error messages."""
     raw = bytes(data)

@@ -52,7 +52,7 @@ from runtime.kafka.standby import StandbyReplicas
 from runtime.kafka.system import KafkaProducer, stop_client
 from runtime.task import TaskInstance
 from samza_dsl.config import config_value
-from samza_dsl.errors import ConfigError, ProducerFenced, SamzaError
+from samza_dsl.errors import ConfigError, ProducerFenced, SamzaError, TransactionUnanswered
 
 __all__ = ["GroupContainer", "GroupMembership", "job_coordinator"]
 
@@ -373,7 +373,7 @@ class GroupContainer(Container):
                 # a task that learnt the member was fenced is dropped by on_fenced
                 if run.done() and not run.cancelled() and run.exception() is not None \
                         and not isinstance(run.exception(), Fenced):
-                    if isinstance(run.exception(), ProducerFenced):
+                    if isinstance(run.exception(), ProducerFenced | TransactionUnanswered):
                         await self._producer_fenced(name, run.exception())  # type: ignore[arg-type]
                         continue
                     raise run.exception()  # type: ignore[misc]
@@ -432,21 +432,32 @@ class GroupContainer(Container):
                          "joins the group again", self._label(), self.generation, reason,
                          ", ".join(names) or "none", dropped)
 
-    async def _producer_fenced(self, name: str, exc: ProducerFenced) -> None:
+    async def _producer_fenced(self, name: str,
+                               exc: ProducerFenced | TransactionUnanswered) -> None:
         """Exactly once: a newer producer took the transactional id of task ``name`` (the
         group gave the task to another member, and this one has not heard yet): the task stops
         without a commit (its open transaction was aborted by the broker) and the member joins
-        the group again, to learn what it runs now."""
+        the group again, to learn what it runs now. A transaction step that got no answer
+        (``TransactionUnanswered``: some brokers answer a fenced EndTxn with nothing) goes the
+        same way: the next producer of the id settles the transaction, so nothing is lost and
+        nothing becomes visible twice."""
         async with self._lock:
             task = next((t for t in self.tasks if t.name == name), None)
             if task is None:
                 return
             await self._drop(task)
             self.fenced += 1
-            _log.warning("container %s: task %s stopped: its producer was fenced by the broker "
-                         "(transactional id %r taken by a newer producer); nothing it wrote "
-                         "since its last commit becomes visible; the container joins the group "
-                         "again", self._label(), name, exc.transactional_id)
+            if isinstance(exc, ProducerFenced):
+                _log.warning("container %s: task %s stopped: its producer was fenced by the "
+                             "broker (transactional id %r taken by a newer producer); nothing "
+                             "it wrote since its last commit becomes visible; the container "
+                             "joins the group again", self._label(), name, exc.transactional_id)
+            else:
+                _log.warning("container %s: task %s stopped: %s. Its producer may have been "
+                             "fenced by the broker, or the broker is unreachable; the next "
+                             "producer of transactional id %r settles the open transaction, so "
+                             "nothing is lost or made visible twice; the container joins the "
+                             "group again", self._label(), name, exc, exc.transactional_id)
         if self.membership is not None:
             self.membership.rejoin()
 

@@ -39,7 +39,7 @@ from aiokafka.structs import OffsetAndMetadata, RecordMetadata
 
 from runtime.kafka.system import kafka_error, stop_client
 from runtime.kafka.txn_protocol import TRANSACTION_REQUESTS, as_v0_response
-from samza_dsl.errors import ProducerFenced, SamzaError
+from samza_dsl.errors import ProducerFenced, SamzaError, TransactionUnanswered
 
 __all__ = ["FENCED_ERRORS", "TransactionalProducer"]
 
@@ -260,12 +260,12 @@ class TransactionalProducer:
         except _FENCED as exc:
             raise self._fence() from exc
         except TimeoutError as exc:
-            raise SamzaError(
+            raise TransactionUnanswered(
                 f"{what} of transaction {self.transactional_id!r} did not finish within "
                 f"{self.timeout:g} s: the transaction coordinator on Kafka at {self.servers} "
                 f"does not answer (a broker that drops the connection of a fenced producer "
                 f"looks like this too); check the broker, and stop this instance if another "
-                f"one has the same transactional id") from exc
+                f"one has the same transactional id", self.transactional_id) from exc
 
 
 def _failed_for_good(producer: AIOKafkaProducer) -> bool:

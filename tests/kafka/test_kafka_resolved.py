@@ -75,12 +75,13 @@ async def aborted_then_committed(bootstrap: str, topic: str) -> None:
     await a.start()
     try:
         await a.begin()
-        await a.send(topic, b"aborted-1", partition=0)
-        await a.send(topic, b"aborted-2", partition=0)
+        # each send waits for its delivery: the offsets below are the order of these lines
+        await (await a.send(topic, b"aborted-1", partition=0))
+        await (await a.send(topic, b"aborted-2", partition=0))
         await plain(bootstrap, topic, b"plain-1")  # written inside the open transaction
         await a.abort()
         await a.begin()
-        await a.send(topic, b"committed-1", partition=0)
+        await (await a.send(topic, b"committed-1", partition=0))
         await a.commit()
         await plain(bootstrap, topic, b"plain-2")
     finally:
