@@ -29,6 +29,7 @@ from samza_dsl.spec import (
 )
 
 from .model import Stage, StoreSpec, StreamSpec
+from .owners import changelog_setting, check_owners, dead_letter_stream, qualified_changelog
 from .partitions import JoinedSet, infer_partitions
 from .placement import join_warnings
 from .plan import ExecutionPlan
@@ -46,10 +47,11 @@ def plan(spec: ApplicationSpec, *, partitions: Mapping[str, int] | None = None,
     stages, stage_of = _split_stages(spec)
     streams = _plan_streams(spec, stages, partitions or {}, user_config)
     stores = _stores(spec, user_config)
-    changelogs = [s.changelog.partition(".")[2] or s.changelog
-                  for s in stores.values() if s.changelog]
-    check_scoped_keys(user_config, streams=[*streams, *changelogs, f"{spec.job_name}-dead-letter"],
-                      stores=stores)
+    changelogs = [s.changelog_stream for s in stores.values() if s.changelog_stream]
+    check_scoped_keys(user_config, streams=[*streams, *changelogs,
+                                            dead_letter_stream(spec.job_name)], stores=stores)
+    check_owners(spec.job_name, streams, stores, user_config,
+                 _default_system(spec, user_config))
     check_system_keys(user_config, {d.system.name: d.system.factory
                                     for d in [*spec.inputs.values(), *spec.outputs.values()]})
     generated = _generate_config(spec, streams, stores, user_config)
@@ -200,11 +202,13 @@ def _default_system(spec: ApplicationSpec, config: Mapping[str, Any]) -> str | N
 def _stores(spec: ApplicationSpec, config: Mapping[str, Any]) -> dict[str, StoreSpec]:
     system = config.get("job.changelog.system") or _default_system(spec, config)
 
+    systems = {d.system.name for d in [*spec.inputs.values(), *spec.outputs.values()]}
+
     def changelog(store: str, enabled: bool) -> str | None:
-        configured = config.get(f"stores.{store}.changelog")
-        if configured:
-            return str(configured)
-        if not enabled or system is None:
+        configured = changelog_setting(store, config.get(f"stores.{store}.changelog"))
+        if isinstance(configured, str):
+            return qualified_changelog(configured, systems, system)
+        if configured is False or (configured is None and not enabled) or system is None:
             return None
         # window/join stores are named by op id, which already starts with the job name
         prefix = "" if store.startswith(spec.job_name + "-") else spec.job_name + "-"

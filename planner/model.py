@@ -73,5 +73,19 @@ class StoreSpec:
     changelog: str | None  # "system.stream", or None without a changelog
     table: TableSpec | None = None
 
+    @property
+    def changelog_system(self) -> str | None:
+        """The system of the changelog (None without one, or where the plan knew no system)."""
+        if self.changelog is None or "." not in self.changelog:
+            return None
+        return self.changelog.partition(".")[0]
+
+    @property
+    def changelog_stream(self) -> str | None:
+        """The changelog's stream in its system (None without a changelog)."""
+        if self.changelog is None:
+            return None
+        return self.changelog.partition(".")[2] or self.changelog
+
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "op_id": self.op_id, "changelog": self.changelog}

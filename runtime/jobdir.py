@@ -7,22 +7,14 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["job_dir", "dead_letter_stream", "store_dir", "task_dir"]
+from planner.owners import dead_letter_stream, metrics_stream
+
+__all__ = ["job_dir", "dead_letter_stream", "metrics_stream", "store_dir", "task_dir"]
 
 
 def job_dir(job_name: str, config: Mapping[str, Any]) -> str:
     """``job.dir``, by default ``.samza/<job>`` in the working directory."""
     return str(config.get("job.dir") or os.path.join(".samza", job_name))
-
-
-def dead_letter_stream(job_name: str) -> str:
-    """The stream that takes the records a ``dead-letter`` serde error policy passes over."""
-    return f"{job_name}-dead-letter"
-
-
-def metrics_stream(job_name: str) -> str:
-    """The stream the ``snapshot`` metrics reporter writes (``runtime.reporters``)."""
-    return f"{job_name}-metrics"
 
 
 def task_dir(task_name: str) -> str:

@@ -225,8 +225,7 @@ def local_status(job: Any, now: float | None = None) -> dict[str, Any]:
         spec = job.plan.stores[store]
         if not spec.changelog:
             return None
-        system, _, stream = str(spec.changelog).partition(".")
-        system, stream = (job.main_system, system) if not stream else (system, stream)
+        system, stream = spec.changelog_system or job.main_system, str(spec.changelog_stream)
         lg = job.log_of(system)
         n = lg.partitions(stream)
         return stream, (None if n is None else

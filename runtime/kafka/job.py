@@ -28,6 +28,7 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
+from planner.owners import checkpoint_stream
 from runtime.codec import (
     Record,
     Skipped,
@@ -126,7 +127,7 @@ class KafkaJob:
                                                  "producer")
         if exactly_once(effective):  # the job's own readers see committed transactions only
             self.consumer_settings["isolation_level"] = "read_committed"
-        self.checkpoint_topic = f"__samza_checkpoint_{self.job_name}"
+        self.checkpoint_topic = checkpoint_stream(self.job_name)
         #: where the outputs started, for a job whose containers run in other processes
         self.output_start: dict[TopicPartition, int] | None = None
         self.lock = JobLock(self.root, self.job_name)
@@ -221,7 +222,7 @@ class KafkaJob:
         self.job = job
         n_tasks = max((t.index for t in job.tasks), default=0) + 1
         #: store name -> its changelog topic
-        self.changelog_topics = {name: store.changelog.partition(".")[2] or store.changelog
+        self.changelog_topics = {name: store.changelog_stream
                                  for name, store in plan.stores.items()
                                  if store.changelog is not None}
         self.topic_specs = [

@@ -108,7 +108,7 @@ async def kafka_streams(app: Any, config: Mapping[str, Any], timeout: float = 10
         codecs[sid] = StreamCodec(sid, serde, policy=serde_error_policy(plan.config, sid))
     physical = {sid: s.physical_name for sid, s in plan.streams.items()}
     # as KafkaJob names them
-    changelogs = {name: str(store.changelog).partition(".")[2] or str(store.changelog)
+    changelogs = {name: store.changelog_stream
                   for name, store in plan.stores.items() if store.changelog is not None}
     dead = dead_letter_stream(job.job_name)
     topics: dict[str, int | None] = dict(found)

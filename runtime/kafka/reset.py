@@ -50,7 +50,7 @@ async def _plan(job: KafkaJob) -> Any:
 def _topics(job: KafkaJob, plan: Any, outputs: bool) -> list[str]:
     """The topics that hold the job's progress (and its outputs, with ``outputs``)."""
     names = [job.checkpoint_topic, dead_letter_stream(job.job_name)]
-    names += [store.changelog.partition(".")[2] or store.changelog
+    names += [store.changelog_stream
               for store in plan.stores.values() if store.changelog is not None]
     names += [s.physical_name for s in plan.streams.values()
               if s.kind in ("intermediate", "broadcast") or (outputs and s.kind == "output")]

@@ -475,8 +475,7 @@ class ChangelogCompactor:
 def changelog_location(job: CompactedJob, store: Any) -> tuple[str, str]:
     """(system, stream) of a store's changelog: ``stores.<name>.changelog`` is
     ``[system.]stream``, on the job's main system when it names none."""
-    system, _, stream = str(store.changelog).partition(".")
-    return (job.main_system, system) if not stream else (system, stream)
+    return store.changelog_system or job.main_system, str(store.changelog_stream)
 
 
 def changelog_partitions(job: CompactedJob) -> list[tuple[str, LocalLog, str, int, list[str]]]:

@@ -669,9 +669,8 @@ class LocalJob:
         for name, store in self.plan.stores.items():
             if store.changelog is None:
                 continue
-            system, _, stream = store.changelog.partition(".")
-            if not stream:
-                system, stream = self.main_system, store.changelog
+            system = store.changelog_system or self.main_system
+            stream = str(store.changelog_stream)
             log = self.log_of(system)
             log.create(stream, n_tasks)
             prod = producer_of(system)

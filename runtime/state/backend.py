@@ -92,7 +92,7 @@ class StoreBackend:
         is skipped here (the task's restore applies the stream's policy to it)."""
         spec = self.job.plan.stores[store_name]
         ke, kd, ve, vd = self._codecs(store_name)
-        stream = str(spec.changelog).partition(".")[2] or str(spec.changelog)
+        stream = str(spec.changelog_stream)
         check = changelog_check(store_name, stream, task.index, kd, vd,
                                 policy=serde_error_policy(self.config, stream),
                                 dead_letter=None, metrics=None)
@@ -109,7 +109,7 @@ class StoreBackend:
         if store_name in self.changelogs:
             changelog = self.changelogs[store_name](task.index)
             self._changelog_of[(task.name, store_name)] = changelog
-            stream = str(spec.changelog).partition(".")[2] or str(spec.changelog)
+            stream = str(spec.changelog_stream)
             check = changelog_check(store_name, stream, task.index, kd, vd,
                                     policy=serde_error_policy(cfg, stream),
                                     dead_letter=self.dead_letter, metrics=self.metrics)

@@ -223,7 +223,7 @@ def test_intermediate_streams_use_the_default_system():
 
 
 def test_stores_for_tables_windows_and_join_sides():
-    app = StreamApplication("st", config={"stores.custom.changelog": "kafka.my-log"})
+    app = StreamApplication("st", config={"stores.custom.changelog": "memory.my-log"})
     t = app.table("t", serde=KV_JSON)
     nolog = app.table("nolog", serde=KV_JSON, changelog=False)
     custom = app.table("custom", serde=KV_JSON)
@@ -241,8 +241,8 @@ def test_stores_for_tables_windows_and_join_sides():
     assert {plan.stores[f"st-1-join-j-{s}"].op_id for s in "LR"} == {"st-1-join-j"}
     assert plan.stores["nolog"].changelog is None
     assert "stores.nolog.changelog" not in plan.config
-    assert plan.stores["custom"].changelog == "kafka.my-log"
-    assert plan.config["stores.custom.changelog"] == "kafka.my-log"
+    assert plan.stores["custom"].changelog == "memory.my-log"
+    assert plan.config["stores.custom.changelog"] == "memory.my-log"
     for name in ("t", "st-1-window-w", "st-1-join-j-L", "st-1-join-j-R"):
         log = plan.stores[name].changelog
         assert log and log.startswith("memory.") and name in log
