@@ -13,9 +13,10 @@ from samza_dsl.config import (
     check_guarantee,
     check_scoped_keys,
     check_system_keys,
+    job_name_of,
     validate_config,
 )
-from samza_dsl.errors import PlanError
+from samza_dsl.errors import ConfigError, PlanError
 from samza_dsl.spec import (
     ApplicationSpec,
     JoinSpec,
@@ -45,13 +46,14 @@ def plan(spec: ApplicationSpec, *, partitions: Mapping[str, int] | None = None,
     check_guarantee(user_config)
     validate(spec)
     stages, stage_of = _split_stages(spec)
-    streams = _plan_streams(spec, stages, partitions or {}, user_config)
+    streams = _plan_streams(spec, stages, _config_partitions(user_config, partitions or {}),
+                            user_config)
     stores = _stores(spec, user_config)
+    job_name = job_name_of(spec, user_config)
     changelogs = [s.changelog_stream for s in stores.values() if s.changelog_stream]
     check_scoped_keys(user_config, streams=[*streams, *changelogs,
-                                            dead_letter_stream(spec.job_name)], stores=stores)
-    check_owners(spec.job_name, streams, stores, user_config,
-                 _default_system(spec, user_config))
+                                            dead_letter_stream(job_name)], stores=stores)
+    check_owners(job_name, streams, stores, user_config, _default_system(spec, user_config))
     check_system_keys(user_config, {d.system.name: d.system.factory
                                     for d in [*spec.inputs.values(), *spec.outputs.values()]})
     generated = _generate_config(spec, streams, stores, user_config)
@@ -174,20 +176,71 @@ def _plan_streams(spec: ApplicationSpec, stages: list[Stage], given: Mapping[str
         config.get("job.intermediate.stream.partitions"), [*spec.inputs, *spec.outputs])
 
     default_system = _default_system(spec, config)
+    job_name = job_name_of(spec, config)
     streams: dict[str, StreamSpec] = {}
     for sid, d in spec.inputs.items():
-        streams[sid] = StreamSpec(sid, "input", d.system.name, d.physical_name, counts[sid],
+        streams[sid] = StreamSpec(sid, "input", _system(sid, d.system.name, config),
+                                  _physical(sid, d.physical_name, config), counts[sid],
                                   d.effective_serde.describe(), d.keyed, d)
     for sid, d in spec.outputs.items():
         if sid in streams:  # one stream id as both input and output: the same physical stream
             continue
-        streams[sid] = StreamSpec(sid, "output", d.system.name, d.physical_name, counts[sid],
+        streams[sid] = StreamSpec(sid, "output", _system(sid, d.system.name, config),
+                                  _physical(sid, d.physical_name, config), counts[sid],
                                   d.effective_serde.describe(), d.keyed, d)
     for sid, i in spec.intermediates.items():
         serde = i.serde.describe() if i.serde is not None else "default"
+        system = config.get(f"streams.{sid}.samza.system") or default_system
         streams[sid] = StreamSpec(sid, "broadcast" if i.broadcast else "intermediate",
-                                  default_system, sid, counts[sid], serde, i.keyed, i)
+                                  system, _physical(sid, _named_for(job_name, spec, sid), config),
+                                  counts[sid], serde, i.keyed, i)
+    for sid, s in streams.items():
+        for prop, planned in (("samza.intermediate", s.kind in ("intermediate", "broadcast")),
+                              ("samza.broadcast", s.kind == "broadcast")):
+            said = config.get(f"streams.{sid}.{prop}")
+            if said is not None and said != planned:
+                raise ConfigError(f"config streams.{sid}.{prop}={said!r} contradicts the plan: "
+                                  f"the stream is {'' if planned else 'not '}"
+                                  f"{prop.partition('.')[2]}; the planner sets this key, drop it")
     return streams
+
+
+def _named_for(job_name: str, spec: ApplicationSpec, name: str) -> str:
+    """A name the application gave (it starts with ``<app name>-<app_id>``) for the job: under
+    a ``job.name``/``job.id`` of its own, the job's streams are its own."""
+    prefix = spec.job_name + "-"
+    return job_name + name[len(prefix) - 1:] if name.startswith(prefix) else name
+
+
+def _physical(sid: str, name: str, config: Mapping[str, Any]) -> str:
+    """``streams.<id>.samza.physical.name`` where given, else ``name``."""
+    given = config.get(f"streams.{sid}.samza.physical.name")
+    return str(given) if given else name
+
+
+def _system(sid: str, system: str, config: Mapping[str, Any]) -> str:
+    """An input's or output's system is its descriptor's: config may repeat it, not change it."""
+    given = config.get(f"streams.{sid}.samza.system")
+    if given and given != system:
+        raise ConfigError(f"config streams.{sid}.samza.system={given!r}: stream {sid!r} is on "
+                          f"system {system!r}, as its descriptor says; to read or write it on "
+                          f"{given!r}, build its descriptor from that system instead")
+    return system
+
+
+def _config_partitions(config: Mapping[str, Any], given: Mapping[str, int]) -> dict[str, int]:
+    """``streams.<id>.partitions`` keys, with ``plan(partitions=...)``: one count per stream."""
+    out = dict(given)
+    for key, value in config.items():
+        if not (isinstance(key, str) and key.startswith("streams.")
+                and key.endswith(".partitions")) or value is None:
+            continue
+        sid = key[len("streams."):-len(".partitions")]
+        if sid in out and out[sid] != value:
+            raise ConfigError(f"stream {sid!r} has {value} partitions in config {key} but "
+                              f"{out[sid]} in the partitions given to plan(); give one count")
+        out[sid] = int(value)
+    return out
 
 
 def _default_system(spec: ApplicationSpec, config: Mapping[str, Any]) -> str | None:
@@ -204,15 +257,18 @@ def _stores(spec: ApplicationSpec, config: Mapping[str, Any]) -> dict[str, Store
 
     systems = {d.system.name for d in [*spec.inputs.values(), *spec.outputs.values()]}
 
+    job_name = job_name_of(spec, config)
+
     def changelog(store: str, enabled: bool) -> str | None:
         configured = changelog_setting(store, config.get(f"stores.{store}.changelog"))
         if isinstance(configured, str):
             return qualified_changelog(configured, systems, system)
         if configured is False or (configured is None and not enabled) or system is None:
             return None
-        # window/join stores are named by op id, which already starts with the job name
-        prefix = "" if store.startswith(spec.job_name + "-") else spec.job_name + "-"
-        return f"{system}.{prefix}{store}-changelog"
+        # window/join stores are named by op id, which starts with the application's name
+        own = store.startswith(spec.job_name + "-")
+        return f"{system}.{_named_for(job_name, spec, store) if own else job_name + '-' + store}" \
+               f"-changelog"
 
     stores: dict[str, StoreSpec] = {}
     for tid, t in spec.tables.items():

@@ -7,6 +7,7 @@ from typing import Any
 
 import networkx as nx
 
+from samza_dsl.config import job_name_of
 from samza_dsl.spec import ApplicationSpec
 
 from .model import Stage, StoreSpec, StreamSpec
@@ -77,7 +78,8 @@ class ExecutionPlan:
 
     @property
     def job_name(self) -> str:
-        return self.app.job_name
+        """``<job.name>-<job.id>``, by default the application's name and app_id."""
+        return job_name_of(self.app, self.config)
 
     @property
     def input_streams(self) -> dict[str, StreamSpec]:

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from samza_dsl.config import job_config, job_name_of
 from samza_dsl.errors import Interrupted, SamzaError, TaskError
 
 if TYPE_CHECKING:
@@ -98,6 +99,7 @@ def _iter_jsonl(path: str, keyed: bool) -> Iterator[tuple[int, object]]:
     """``(line number, message)`` of each message of the file, read a line at a time."""
     import msgspec
 
+    from samza_dsl.json_text import MAX_JSON_LINE_BYTES, check_json_depth, explain_json_error
     from samza_dsl.kv import KV
 
     try:
@@ -106,18 +108,25 @@ def _iter_jsonl(path: str, keyed: bool) -> Iterator[tuple[int, object]]:
         raise SamzaError(f"cannot read {path}: {exc.strerror or exc} (looked in {os.getcwd()}); "
                          f"give a JSON Lines file, one message per line") from None
     with f:
-        for lineno, line in enumerate(f, 1):
+        lineno = 0
+        # a line is read up to the longest a message may be, never whole past it
+        while line := f.readline(MAX_JSON_LINE_BYTES + 1):
+            lineno += 1
+            if len(line) > MAX_JSON_LINE_BYTES and not line.endswith(b"\n"):
+                raise SamzaError(f"{path}:{lineno}: the line is longer than "
+                                 f"{MAX_JSON_LINE_BYTES >> 20} MiB, the most a message may take "
+                                 f"(samza_dsl.json_text.MAX_JSON_LINE_BYTES); split it into "
+                                 f"smaller messages")
             if not line.strip():
                 continue
+            deep = check_json_depth(line)
+            if deep is not None:
+                raise SamzaError(f"{path}:{lineno}: the message is {deep}")
             try:
                 obj = msgspec.json.decode(line)
             except msgspec.DecodeError as exc:
-                raise SamzaError(f"{path}:{lineno}: not JSON ({exc}); each line must be one "
-                                 f"JSON message") from None
-            except RecursionError:
-                raise SamzaError(f"{path}:{lineno}: the message is nested too deeply to decode "
-                                 f"(arrays or objects within each other hundreds of levels "
-                                 f"deep); flatten it") from None
+                raise SamzaError(f"{path}:{lineno}: not JSON ({explain_json_error(line, exc)}); "
+                                 f"each line must be one JSON message") from None
             except UnicodeDecodeError:
                 where = ""
                 try:
@@ -242,15 +251,15 @@ def _start_page(args: argparse.Namespace, runner: Any) -> Any:
                 f"the job (metrics.reporters=prometheus: container i serves on "
                 f"metrics.reporter.prometheus.port + i)")
         # the containers report to the job's snapshot stream, once a second unless the job says
-        names = reporter_names({**runner.app.config, **runner.config})
+        names = reporter_names(job_config(runner.app, runner.config))
         if "snapshot" not in names:
             runner.config["metrics.reporters"] = ",".join([*names, "snapshot"])
-        if "metrics.reporter.interval.ms" not in {**runner.app.config, **runner.config}:
+        if "metrics.reporter.interval.ms" not in job_config(runner.app, runner.config):
             runner.config["metrics.reporter.interval.ms"] = 1000
         from runtime.local.system import LocalJob
         from samza_dsl.config import config_value
 
-        interval = config_value({**runner.app.config, **runner.config},
+        interval = config_value(job_config(runner.app, runner.config),
                                 "metrics.reporter.interval.ms") / 1000.0
         source = ContainersSource(runner, lambda: LocalJob(runner.app, runner.config, run=False),
                                   interval)
@@ -259,7 +268,8 @@ def _start_page(args: argparse.Namespace, runner: Any) -> Any:
         cid = runner.config.get("job.container.id")
         source = RunnerSource(runner, f"samza-container-{cid or 0}")
         plan = lambda: getattr(runner, "plan", None) if runner.container else None  # noqa: E731
-    server = UIServer(source, plan, f"{runner.app.name}-{runner.app.app_id}", host, port)
+    server = UIServer(source, plan, job_name_of(runner.app, job_config(runner.app, runner.config)),
+                      host, port)
     url = server.start()
     print(f"job page: {url}", file=sys.stderr, flush=True)
     return server
@@ -277,7 +287,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
     partitions = _partitions(args.partitions)
     config = _parse_config(args.config)
     app = load_app(args.app)
-    job_name = f"{app.name}-{app.app_id}"
+    job_name = job_name_of(app, job_config(app, config))
     job = None
     source: Any
     if args.source:
@@ -347,13 +357,12 @@ def _local_job(args: argparse.Namespace, verify_log: bool = True,
     from runtime.jobdir import job_dir
     from runtime.loader import load_app
     from runtime.local.system import LocalJob, log_path
-    from samza_dsl.config import validate_config
 
     app = app if app is not None else load_app(args.app)
     streams = _local_streams(args, app)
-    config = validate_config(_parse_config(args.config))
+    config = job_config(app, _parse_config(args.config))
     if ran:
-        name = f"{app.name}-{app.app_id}"
+        name = job_name_of(app, config)
         root = job_dir(name, config)
         logs = {log_path(d.system.name, d.system.config, name, config)
                 for d in streams if d.system.factory == "local"}

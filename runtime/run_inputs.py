@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from runtime.jsonlines import JsonLines
+from samza_dsl.config import job_config
 from samza_dsl.errors import SamzaError
 
 __all__ = ["JsonLines", "feed_inputs", "parse_skips", "check_skips", "SAMPLES_FILE"]
@@ -226,7 +227,7 @@ async def _feed_kafka(app: Any, config: Mapping[str, Any], given: Mapping[str, S
                          f"emptied from here; write the new input to a new topic (the stream's "
                          f"physical_name) and `samza-dsl reset` the job, or use --append")
     held = await kafka_held(streams, list(given))
-    root = job_dir(streams.job_name, config)
+    root = job_dir(streams.job_name, job_config(app, config))
     marks = _read_marks(root)
     load, notes = _plan_feeding(given, source, held, marks, mode, sample_n, streams.job_name,
                                 f"in topics on {streams.servers}")

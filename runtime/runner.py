@@ -30,7 +30,7 @@ from runtime.memory import MemoryBroker, MemoryInputs, memory_job
 from runtime.metrics import Metrics
 from runtime.systems import SYSTEMS, job_system
 from samza_dsl import StreamApplication
-from samza_dsl.config import config_value, exactly_once, validate_config
+from samza_dsl.config import config_value, exactly_once, job_config, validate_config
 from samza_dsl.errors import Interrupted, SamzaError
 
 __all__ = ["LocalRunner"]
@@ -175,7 +175,7 @@ class LocalRunner(LateCounts):
     @property
     def containers(self) -> int:
         """How many container processes ``run`` starts (1: this one)."""
-        effective = {**self.app.config, **self.config}
+        effective = job_config(self.app, self.config)
         if config_value(effective, "job.container.id") is not None:
             return 1
         return int(config_value(effective, "job.container.count"))
@@ -475,7 +475,7 @@ class LocalRunner(LateCounts):
             f"; and {len(lines) - _SHOWN_TASKS} more task(s)" if len(lines) > _SHOWN_TASKS else "")
         sig = self._stop_signal
         by = signal.Signals(sig).name if sig is not None else "stop()"
-        cid = config_value({**self.app.config, **self.config}, "job.container.id")
+        cid = config_value(job_config(self.app, self.config), "job.container.id")
         who = f"job {self.app.name!r}" + (f" container {cid}" if cid is not None else "")
         container.abort(Interrupted(
             f"{who} did not stop within task.shutdown.ms={ms} of the stop ({by}), so it "
@@ -496,7 +496,7 @@ class LocalRunner(LateCounts):
             return
         from runtime.progress import ProgressDisplay, status_row
 
-        effective = {**self.app.config, **self.config}
+        effective = job_config(self.app, self.config)
         count = int(config_value(effective, "job.container.count"))
         cid = config_value(effective, "job.container.id")
         row = status_row(self.container, self.plan,
@@ -978,6 +978,6 @@ def print_outputs(runner: LocalRunner, out: TextIO = sys.stdout, limit: int = 10
             lines += late_why_lines(
                 runner.late_counts, runner.plan,
                 resumed=traffic is not None and any(traffic[1].values()),
-                exactly=exactly_once({**runner.app.config, **runner.config}))
+                exactly=exactly_once(job_config(runner.app, runner.config)))
         for line in lines:
             out.write(line + "\n")

@@ -47,7 +47,7 @@ from runtime import checkpoints
 from runtime.job import SSP, JobModel, build_job_model
 from runtime.job_lock import lock_dir, lock_holders
 from runtime.jobdir import metrics_stream, task_dir
-from samza_dsl.config import config_value
+from samza_dsl.config import config_value, job_config
 from samza_dsl.errors import SamzaError
 
 __all__ = ["STATUS_VERSION", "local_status", "kafka_status", "status_text"]
@@ -301,7 +301,7 @@ async def _kafka_status(app: Any, config: Mapping[str, Any], app_ref: str, timeo
                           for p in range(n)))
 
     rows = partitions(model, cp.data, bounds, cp.timestamps, now=now)
-    root = job_dir(streams.job_name, config)  # as KafkaJob finds it
+    root = job_dir(streams.job_name, job_config(app, config))  # as KafkaJob finds it
     count = int(config_value(streams.plan.config, "job.container.count"))
     conts, locks = containers(root, cp.generation is not None, count, elsewhere=True)
     last = None if cp.last_write is None else cp.last_write / 1000.0

@@ -19,6 +19,7 @@ samza_dsl.errors.ConfigError: unknown config key 'task.max.concurency' (did you 
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -29,9 +30,10 @@ __all__ = ["ConfigKey", "KNOWN_KEYS", "STREAM_PROPERTIES", "STORE_PROPERTIES", "
            "USER_PREFIX", "COORDINATORS", "check_system_keys", "validate_config",
            "check_scoped_keys", "config_value", "SERDE_ERROR_POLICIES", "KeyReference",
            "key_reference", "JOIN_CHECK_POLICIES", "GUARANTEES", "AT_LEAST_ONCE",
-           "EXACTLY_ONCE", "check_guarantee", "exactly_once"]
+           "EXACTLY_ONCE", "check_guarantee", "exactly_once", "job_config", "job_name_of"]
 
 SERDE_ERROR_POLICIES = ("fail", "skip", "dead-letter")
+_JOB_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 #: the values of ``job.coordinator``
 COORDINATORS = ("kafka", "static")
 #: what a join does with a message whose join key belongs to another task's partition
@@ -126,6 +128,9 @@ KNOWN_KEYS: dict[str, ConfigKey] = {k.name: k for k in [
        "assigned and restored) on this port, for a supervisor's liveness and readiness probes; "
        "container i of --containers N on port + i; -1: no health endpoint"),
     _k("job.health.host", str, "127.0.0.1", doc="the address the health endpoint listens on"),
+    _k("job.health.liveness.ms", int, 30000, *_POSITIVE,
+       doc="GET /healthz answers 503 once the container's event loop has made no progress (no "
+       "turn of the loop, no message processed) for this long: a function blocked for good"),
     _k("job.standbytasks.replication.factor", int, 1, *_POSITIVE,
        doc="copies of each stateful task's stores under job.coordinator=kafka: the active one "
        "and R-1 standbys, each on another member, tailing the task's changelogs into a local "
@@ -361,6 +366,35 @@ def _unknown_key(name: str) -> ConfigError:
         f"unknown config key {name!r}{hint}: nothing reads it. Keys are those of "
         f"samza_dsl.config.KNOWN_KEYS (task.*, job.*, metrics.*), streams.<id>.*, "
         f"stores.<name>.* and systems.<name>.*; put keys of your own under {USER_PREFIX}*")
+
+
+def job_config(app: Any, given: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The config a job of ``app`` runs with: the application's own (``StreamApplication(config=
+    ...)``) under what the run is given (a runner's ``config=``, the CLI's ``-c``, which is
+    applied last). Every part of the runtime reads a key from this one mapping, so a key means
+    the same wherever it was given.
+
+    >>> class App: config = {"job.dir": "/srv/a", "task.commit.ms": 5}
+    >>> sorted(job_config(App(), {"task.commit.ms": "7"}).items())
+    [('job.dir', '/srv/a'), ('task.commit.ms', 7)]
+    """
+    return {**validate_config(getattr(app, "config", None)), **validate_config(given)}
+
+
+def job_name_of(app: Any, config: Mapping[str, Any]) -> str:
+    """``<job.name>-<job.id>``: by default the application's name and app_id.
+
+    >>> class App: name, app_id = "clicks", "1"
+    >>> job_name_of(App(), {}), job_name_of(App(), {"job.name": "clicks-eu", "job.id": "2"})
+    ('clicks-1', 'clicks-eu-2')
+    """
+    name = config.get("job.name") or app.name
+    job_id = config.get("job.id") or app.app_id
+    for key, value in (("job.name", name), ("job.id", job_id)):
+        if not _JOB_NAME.match(str(value)):
+            raise ConfigError(f"config {key}={value!r}: a job's name and id are made of letters, "
+                              f"digits, '_', '.' and '-' (they name its streams and job.dir)")
+    return f"{name}-{job_id}"
 
 
 def validate_config(config: Mapping[str, Any] | None) -> dict[str, Any]:

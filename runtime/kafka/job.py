@@ -86,7 +86,7 @@ from runtime.reporters import job_reporters, reporter_names
 from runtime.state.backend import StoreBackend
 from runtime.state.lmdb_store import local_state
 from runtime.systems import SYSTEMS, Consumer, StateBackend, job_system
-from samza_dsl.config import config_value, exactly_once
+from samza_dsl.config import config_value, exactly_once, job_config, job_name_of
 from samza_dsl.errors import SamzaError, SerdeError
 
 __all__ = ["KafkaJob", "uses_kafka"]
@@ -103,11 +103,11 @@ class KafkaJob:
     def __init__(self, app: Any, config: Mapping[str, Any], metrics: Metrics | None = None,
                  *, follow: bool = False, timeout: float = 10.0) -> None:
         self.app = app
-        self.config = dict(config)
+        self.config = job_config(app, config)
         self.metrics = metrics or Metrics()
         self.follow = follow
         self.timeout = timeout
-        self.job_name = f"{app.name}-{app.app_id}"
+        self.job_name = job_name_of(app, self.config)
         self.root = job_dir(self.job_name, self.config)
         spec = app.spec()
         systems = {d.system.name: d.system for d in [*spec.inputs.values(), *spec.outputs.values()]}
@@ -119,7 +119,7 @@ class KafkaJob:
         self.system = kafka[0]
         settings = self.system.config
         self.servers = str(settings["bootstrap.servers"])
-        effective = {**app.config, **self.config}
+        effective = self.config
         # the system's settings, then the config's systems.<name>.consumer.* / producer.*
         self.consumer_settings = client_settings(settings, effective, self.system.name,
                                                  "consumer")
@@ -168,7 +168,7 @@ class KafkaJob:
         job = cls(app, config, timeout=timeout)
         # exclusive while the run is prepared (checkpoints move), then shared with the
         # containers: no other run of the job meanwhile
-        count = int(config_value({**app.config, **job.config}, "job.container.count"))
+        count = int(config_value(job.config, "job.container.count"))
         job.lock.start_containers(count)
         try:
             await job._setup()

@@ -69,8 +69,8 @@ from runtime.storage import (
     storage_error,
 )
 from runtime.systems import SYSTEMS, Consumer, Producer, StateBackend
-from samza_dsl.config import config_value, exactly_once
-from samza_dsl.errors import SamzaError, SerdeError
+from samza_dsl.config import config_value, exactly_once, job_config, job_name_of
+from samza_dsl.errors import ConfigError, SamzaError, SerdeError
 from samza_dsl.kv import KV
 from samza_dsl.serdes import KVSerde
 
@@ -484,10 +484,15 @@ class LocalJob:
                  metrics: Metrics | None = None, run: bool = True,
                  verify_log: bool = True, create: bool = True) -> None:
         self.app = app
-        self.config = dict(config)
+        self.config = job_config(app, config)
         self.metrics = metrics or Metrics()
-        job_name = f"{app.name}-{app.app_id}"
+        job_name = job_name_of(app, self.config)
         self.job_name = job_name
+        if config_value(self.config, "job.coordinator") == "kafka":
+            raise ConfigError(f"job {job_name!r}: job.coordinator=kafka shares a Kafka job's "
+                              f"tasks through its consumer group; this job runs on the embedded "
+                              f"local system, whose containers are static (--containers N): "
+                              f"drop job.coordinator, or run the job on a Kafka system")
         self.root = job_dir(job_name, self.config)
         self.logs: dict[str, LocalLog] = {}
         self.lock = JobLock(self.root, job_name)

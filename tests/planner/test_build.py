@@ -11,6 +11,7 @@ import pytest
 
 from samza_dsl import StreamApplication, Triggers, Windows
 from samza_dsl.config import config_value
+from samza_dsl.errors import ConfigError
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
 from samza_dsl.systems import KafkaSystem, MemorySystem
 
@@ -203,14 +204,23 @@ def test_generated_config_names_the_job_and_streams():
 
 
 def test_user_config_wins_over_generated_config():
-    app = StreamApplication("a", config={"job.name": "custom", "streams.in.samza.system": "k2"})
+    app = StreamApplication("a", config={"job.name": "custom",
+                                         "streams.in.samza.physical.name": "in-v2"})
     app.input(MEM.input("in")).sink(print)
     plan = app.plan(config={"task.max.concurrency": 4})
-    assert plan.config["job.name"] == "custom"
-    assert plan.config["streams.in.samza.system"] == "k2"
+    assert plan.config["job.name"] == "custom" and plan.job_name == "custom-1"
+    assert plan.config["streams.in.samza.physical.name"] == "in-v2"
+    assert plan.streams["in"].physical_name == "in-v2"
     assert plan.config["task.max.concurrency"] == 4
     assert "job.name" not in plan.generated_config
     assert plan.generated_config["job.id"] == "1"
+
+
+def test_config_may_not_move_a_described_stream_to_another_system():
+    app = StreamApplication("a", config={"streams.in.samza.system": "k2"})
+    app.input(MEM.input("in")).sink(print)
+    with pytest.raises(ConfigError, match="stream 'in' is on system 'memory'"):
+        app.plan()
 
 
 def test_intermediate_streams_use_the_default_system():
