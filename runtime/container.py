@@ -305,7 +305,9 @@ class Container:
         cid = self.config.get("job.container.id")
         where = health_address(self.config, cid if isinstance(cid, int) else 0)
         if where is not None and self.health is None:
-            self.health = HealthServer(self.health_state)
+            self.health = HealthServer(
+                self.health_state, lambda: sum(t.processed for t in list(self.tasks)),
+                config_value(self.config, "job.health.liveness.ms") / 1000.0)
             await self.health.start(*where)
 
     def health_state(self) -> tuple[str, bool, int]:

@@ -1,6 +1,8 @@
-"""The health endpoint a supervisor probes (``job.health.port``): ``/healthz`` answers while the
-container's loop runs and stops answering when the process is frozen; ``/ready`` says 200 only
-once the tasks are restored and running. Real ``samza-dsl run`` processes on 127.0.0.1."""
+"""The health endpoint a supervisor probes (``job.health.port``): ``/healthz`` answers within
+100 ms while the container's loop works through a backlog of slow messages, answers 503 once a
+function blocks the loop past ``job.health.liveness.ms``, and does not answer when the process
+is frozen; ``/ready`` says 200 only once the tasks are restored and running. Real
+``samza-dsl run`` processes on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import textwrap
 import time
 import urllib.error
 import urllib.request
@@ -108,9 +111,105 @@ def test_a_health_port_in_use_is_one_line_and_a_bad_value_a_config_error(
 def test_ready_is_503_until_the_tasks_run_and_only_get_is_answered() -> None:
     state = ["restoring", False, 3]
     server = HealthServer(lambda: (str(state[0]), bool(state[1]), int(state[2])))
-    assert server.answer("GET", "/healthz") == (200, {"state": "restoring", "ready": False,
-                                                      "tasks": 3})
+    status, body = server.answer("GET", "/healthz")
+    assert status == 200 and body["state"] == "restoring" and body["ready"] is False, body
+    assert body["tasks"] == 3, body
     assert server.answer("GET", "/ready")[0] == 503
     state[:2] = ["running", True]
     assert server.answer("GET", "/ready?verbose=1")[0] == 200
     assert server.answer("POST", "/ready")[0] == 405
+
+
+# --- liveness measures the loop's progress, from a thread of its own ----------------------------
+
+_SLOW_APP = """
+import pathlib
+import time
+
+from samza_dsl import StreamApplication
+from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
+from samza_dsl.systems import LocalSystem
+
+BLOCK_AT = {block_at}
+DONE = [0]
+
+
+def work(kv):
+    if getattr(kv.value, "value", kv.value) == BLOCK_AT:  # after partition_by: KV(key, KV)
+        time.sleep(3600)  # blocks the loop for good
+    end = time.perf_counter() + {seconds}
+    while time.perf_counter() < end:  # the CPU busy with the job's function, the GIL held
+        pass
+    DONE[0] += 1
+    if DONE[0] == {n}:
+        pathlib.Path("all-done").touch()
+    return kv
+
+
+app = StreamApplication("busy-{tag}", config={{"task.commit.ms": 1000}})
+local = LocalSystem("local")
+serde = KVSerde(StringSerde(), JsonSerde())
+events = app.input(local.input("events", serde=serde, partitions=4))
+(events.partition_by(lambda kv: kv.key, name="by-key")  # the slow stage reads an intermediate
+    .map(work, name="work")
+    .send_to(app.output(local.output("done", serde=serde, partitions=4))))
+"""
+
+
+def _slow_job(tmp_path: Path, tag: str, n: int, seconds: float, block_at: int,
+              *config: str) -> tuple[subprocess.Popen[str], int]:
+    (tmp_path / "app.py").write_text(textwrap.dedent(_SLOW_APP.format(
+        block_at=block_at, seconds=seconds, tag=tag, n=n)))
+    (tmp_path / "in.jsonl").write_text("".join(
+        json.dumps({"key": f"k{i}", "value": i}) + "\n" for i in range(n)))
+    load = subprocess.run([CLI, "load", "app.py:app", "events", "in.jsonl"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert load.returncode == 0, load.stderr
+    port = _free_port()
+    args = [a for c in config for a in ("-c", c)]
+    proc = subprocess.Popen([CLI, "run", "app.py:app", "--follow", "-q", "-c",
+                             f"job.health.port={port}", *args], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return proc, port
+
+
+def _timed(port: int, path: str) -> tuple[float, int, dict[str, object]]:
+    t = time.monotonic()
+    status, body = _get(port, path, timeout=5.0)
+    return time.monotonic() - t, status, body
+
+
+def test_healthz_answers_within_100_ms_while_the_loop_works_through_slow_messages(
+        tmp_path: Path) -> None:
+    # 16000 messages at 1.25 ms each: 20 s of work for the loop, which the probes fall into
+    proc, port = _slow_job(tmp_path, "slow", 16_000, 0.00125, -1)
+    try:
+        _until(lambda: _get(port, "/ready")[0] == 200, 30)
+        time.sleep(1.0)  # the tasks are well into their backlog
+        took = []
+        for _ in range(20):
+            secs, status, body = _timed(port, "/healthz")
+            assert status == 200 and body["state"] == "running", body
+            took.append(secs)
+            time.sleep(0.1)
+        assert not (tmp_path / "all-done").exists(), "the backlog was done before the probes"
+        took.sort()
+        assert took[len(took) // 2] < 0.1 and took[-2] < 0.25, took  # slowest: a busy machine
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=30)
+
+
+def test_healthz_fails_after_the_threshold_when_a_function_blocks_the_loop_for_good(
+        tmp_path: Path) -> None:
+    proc, port = _slow_job(tmp_path, "stuck", 200, 0.0, 50, "job.health.liveness.ms=2000")
+    try:
+        _until(lambda: _get(port, "/healthz")[0] == 503, 40)
+        secs, status, body = _timed(port, "/healthz")
+        assert status == 503 and secs < 0.5, (secs, body)
+        assert float(body["progress_s"]) > 2.0, body  # type: ignore[arg-type]
+        assert "job.health.liveness.ms=2000" in str(body["error"]), body
+        assert _get(port, "/ready")[0] == 200  # ready is about tasks, live about the loop
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=30)
