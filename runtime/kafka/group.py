@@ -113,6 +113,7 @@ class _Listener(ConsumerRebalanceListener):
         self.m = membership
 
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        self.m.rebalancing = True  # not ready from now until on_assigned has run (``/ready``)
         await self.m.check_fenced()
         if self.m.assigned_once:
             await self.m.call(self.m.container.on_revoked(), self.m.shutdown_s + 5.0)
@@ -152,6 +153,8 @@ class GroupMembership:
         #: until when this member is surely in the group (``runtime.kafka.fence``)
         self.lease = Lease(session / 1000.0, int(self.settings["rebalance_timeout_ms"]) / 1000.0)
         self._fences = 0
+        #: a rebalance began (the revocation) and the container has not taken its assignment
+        self.rebalancing = False
         self.consumer: AIOKafkaConsumer | None = None
         self.assigned_once = False
         self._main: asyncio.AbstractEventLoop | None = None
@@ -324,6 +327,11 @@ class GroupContainer(Container):
             return "stopping", False, len(self.tasks)
         if self.assignment is None:
             return "starting", False, 0
+        m = self.membership
+        if m is not None and not m.lease.valid():  # fenced, or not sure it is in the group
+            return "fenced", False, len(self.tasks)
+        if self.holding or m is not None and m.rebalancing:
+            return "rebalancing", False, len(self.tasks)
         if self._restoring:
             return "restoring", False, len(self.tasks)
         return "running", True, len(self.tasks)
@@ -515,6 +523,8 @@ class GroupContainer(Container):
             self.last_rebalance_at = time.time()
             self.rebalances += 1
             self._announce(new)
+            if self.membership is not None:
+                self.membership.rebalancing = False
             _log.warning("container %s: group generation %d: runs %s%s", self._label(),
                          tasks.generation, ", ".join(sorted(self.wanted, key=_task_order))
                          or "no task", f" (restoring {', '.join(m.name for m in new)})"
