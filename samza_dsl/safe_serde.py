@@ -32,6 +32,11 @@ code type                    data
 15   ``WindowPane``          ``[window key, pane id, message, firing, mode]`` (the enums by
                              their values)
 ==== ======================= ===============================================================
+
+A value may nest ``MAX_DEPTH`` levels of containers (lists, tuples, dicts, sets, ``KV`` values,
+panes and late messages within each other, the outermost counting 1). A deeper one is refused
+with its depth named, when it is written: so whatever was written decodes, at any depth of the
+caller's stack (the walks recurse, under Python's recursion limit).
 """
 
 from __future__ import annotations
@@ -51,7 +56,12 @@ from .kv import KV
 from .late import LateMessage
 from .windows import AccumulationMode, FiringType, WindowKey, WindowPane
 
-__all__ = ["ObjectCodec", "declared_names"]
+__all__ = ["MAX_DEPTH", "ObjectCodec", "declared_names"]
+
+#: The deepest a value may nest: a JSON message at its limit (``samza_dsl.json_text``'s
+#: ``MAX_JSON_DEPTH``, 200) with room for what the runtime wraps around it (a ``KV``, a window
+#: pane, a late message, a join's pair). Encoding and decoding take up to three frames a level.
+MAX_DEPTH = 256
 
 _TUPLE, _KV, _DECLARED, _DATETIME, _SET, _FROZENSET = 1, 2, 3, 4, 5, 6
 _DATE, _TIME, _TIMEDELTA, _DECIMAL, _UUID, _BIGINT, _DICT = 7, 8, 9, 10, 11, 12, 13
@@ -96,6 +106,37 @@ class _Unsupported(TypeError):
         self.obj = obj
 
 
+class _TooDeep(ValueError):
+    """A value nests more than ``MAX_DEPTH`` levels."""
+
+
+def nesting_depth(obj: Any) -> int:
+    """How many levels of containers ``obj`` nests (0 for a scalar), walked without recursion.
+
+    >>> nesting_depth([1, {"a": (2, [3])}]), nesting_depth(KV("k", [[]])), nesting_depth("s")
+    (4, 3, 0)
+    """
+    deepest = 0
+    todo = [(obj, 1)]
+    while todo:
+        o, d = todo.pop()
+        if isinstance(o, dict):
+            children: Iterable[Any] = [*o.keys(), *o.values()]
+        elif isinstance(o, list | tuple | set | frozenset) and not isinstance(o, KV):
+            children = o
+        elif isinstance(o, KV):
+            children = (o.key, o.value)
+        elif isinstance(o, LateMessage):
+            children = (o.message,)
+        elif isinstance(o, WindowPane):
+            children = (o.key.key, o.message)
+        else:
+            continue
+        deepest = max(deepest, d)
+        todo.extend((c, d + 1) for c in children)
+    return deepest
+
+
 class ObjectCodec:
     """``encode(obj) -> bytes`` and ``decode(bytes) -> obj`` for the declared types
     (name -> class)."""
@@ -117,9 +158,9 @@ class ObjectCodec:
 
     def encode(self, obj: Any) -> bytes:
         try:
-            return self._encode_native(self._lower(obj))
+            return self._encode_native(self._lower(obj, 1))
         except OverflowError:  # an int past 64 bits somewhere: walk again, looking at ints
-            return self._encode_native(self._lower_big(obj))
+            return self._encode_native(self._lower_big(obj, 1))
 
     def _ext_hook(self, code: int, data: memoryview) -> Any:
         decode = self._decoder.decode
@@ -172,7 +213,7 @@ class ObjectCodec:
     def unsupported(self, obj: Any) -> Any:
         """The first object inside ``obj`` the codec cannot write (None if there is none)."""
         try:
-            self._lower_big(obj)
+            self._lower_big(obj, 1)
         except _Unsupported as exc:
             return exc.obj
         except Exception:
@@ -180,6 +221,16 @@ class ObjectCodec:
         return None
 
     def encode_error(self, serde: str, obj: Any) -> SerdeError:
+        try:
+            depth = nesting_depth(obj)
+        except Exception:
+            depth = 0
+        if depth > MAX_DEPTH:
+            return SerdeError(f"{serde} cannot write a value nested {depth} levels deep (lists, "
+                              f"tuples, dicts, sets and KVs within each other, in a "
+                              f"{type(obj).__name__}): it writes at most {MAX_DEPTH} levels "
+                              f"(samza_dsl.safe_serde.MAX_DEPTH); flatten the value, or "
+                              f"declare a serde for the stream that fits it")
         bad = self.unsupported(obj)
         if bad is None:
             bad = obj
@@ -197,52 +248,59 @@ class ObjectCodec:
 
 
 def _lowering(encode: Callable[[Any], bytes], headers: Mapping[type, bytes],
-              big_ints: bool) -> Callable[[Any], Any]:
+              big_ints: bool) -> Callable[[Any, int], Any]:
     """The walk that wraps what msgspec would not give back as it was in extensions (see the
-    module docstring). With ``big_ints``, ints are checked against MessagePack's range too."""
+    module docstring); ``lower(value, depth)``, the value's depth 1 at the top. With
+    ``big_ints``, ints are checked against MessagePack's range too. A container deeper than
+    ``MAX_DEPTH`` raises ``_TooDeep``."""
     kinds = {str, float, bool, type(None), bytes}
     if not big_ints:
         kinds.add(int)
     scalars = frozenset(kinds)
     lo, hi = _INT64
     utc = _UTC
+    limit = MAX_DEPTH
+    containers = frozenset({dict, list, tuple, KV, LateMessage, WindowPane, set, frozenset})
 
-    def lower(o: Any) -> Any:
+    def lower(o: Any, d: int) -> Any:
         t = type(o)
         if t in scalars:
             return o
+        if d > limit and t in containers:
+            raise _TooDeep(d)
+        e = d + 1
         if t is dict:
             for k, v in o.items():
                 if type(v) not in scalars or type(k) not in scalars:
                     for k in o:
                         if type(k) not in scalars:  # keys as extensions: pairs (unhashable)
-                            return Ext(_DICT, encode([(lower(k), lower(v))
+                            return Ext(_DICT, encode([(lower(k, e), lower(v, e))
                                                       for k, v in o.items()]))
-                    return {k: lower(v) for k, v in o.items()}
+                    return {k: lower(v, e) for k, v in o.items()}
             return o
         if t is list:
             for v in o:
                 tv = type(v)
                 if tv in scalars:
                     continue
-                if tv is dict:  # a list of flat dicts (a pane of messages): no call per item
+                if tv is dict and d < limit:  # a list of flat dicts (a pane of messages)
                     for k2, v2 in v.items():
                         if type(v2) not in scalars or type(k2) not in scalars:
                             break
                     else:
                         continue
-                return [lower(v) for v in o]
+                return [lower(v, e) for v in o]
             return o
         if t is tuple:
-            return Ext(_TUPLE, encode([lower(v) for v in o]))
+            return Ext(_TUPLE, encode([lower(v, e) for v in o]))
         if t is KV:
-            return Ext(_KV, encode((lower(o.key), lower(o.value))))
+            return Ext(_KV, encode((lower(o.key, e), lower(o.value, e))))
         if t is int:  # only with big_ints
             return o if lo <= o <= hi else Ext(_BIGINT, str(o).encode())
         if t is LateMessage:  # its message keeps its types (a KV, a tuple), unlike a declared Any
-            return Ext(_LATE, encode([lower(getattr(o, f)) for f in o.__struct_fields__]))
+            return Ext(_LATE, encode([lower(getattr(o, f), e) for f in o.__struct_fields__]))
         if t is WindowPane:  # so does a pane's value and key
-            return Ext(_PANE, encode([lower(o.key.key), o.key.pane_id, lower(o.message),
+            return Ext(_PANE, encode([lower(o.key.key, e), o.key.pane_id, lower(o.message, e),
                                       o.firing.value, o.mode.value]))
         header = headers.get(t)
         if header is not None:
@@ -250,7 +308,7 @@ def _lowering(encode: Callable[[Any], bytes], headers: Mapping[type, bytes],
         if t is dt.datetime:
             return o if o.tzinfo is utc else Ext(_DATETIME, o.isoformat().encode())
         if t is set or t is frozenset:
-            return Ext(_SET if t is set else _FROZENSET, encode([lower(v) for v in o]))
+            return Ext(_SET if t is set else _FROZENSET, encode([lower(v, e) for v in o]))
         if t is dt.date:
             return Ext(_DATE, o.isoformat().encode())
         if t is dt.time:

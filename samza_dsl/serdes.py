@@ -23,6 +23,7 @@ from typing import Any, Generic, TypeVar, cast
 import msgspec
 
 from .errors import SerdeError
+from .json_text import any_too_deep, check_json_depth, explain_json_error
 from .kv import KV
 
 T = TypeVar("T")
@@ -198,6 +199,12 @@ class _MsgspecSerde(Serde[T]):
         except (TypeError, msgspec.EncodeError, OverflowError) as exc:
             raise SerdeError(f"{self.describe()} cannot encode {type(obj).__name__}: {exc}. "
                              f"Give the stream a serde that fits the message") from exc
+        except RecursionError as exc:
+            from .safe_serde import nesting_depth
+
+            raise SerdeError(f"{self.describe()} cannot encode {type(obj).__name__}: it nests "
+                             f"{nesting_depth(obj)} levels deep (lists and dicts within each "
+                             f"other), too deep to encode; flatten it") from exc
 
     def deserialize(self, data: bytes) -> T:
         """Decode a message, validated into ``type`` if one was given.
@@ -214,9 +221,16 @@ class _MsgspecSerde(Serde[T]):
         try:
             return cast(T, self._decoder.decode(data))
         except (msgspec.DecodeError, msgspec.ValidationError, TypeError) as exc:
-            raise SerdeError(f"{self.describe()} cannot decode message: {exc}. "
+            raise SerdeError(f"{self.describe()} cannot decode message: {self._why(data, exc)}. "
                              f"Check the stream's serde or the producer's format",
                              data=data) from exc
+        except RecursionError as exc:
+            raise SerdeError(f"{self.describe()} cannot decode message: it nests too deeply "
+                             f"(arrays or maps within each other hundreds of levels deep). "
+                             f"Check the producer", data=data) from exc
+
+    def _why(self, data: bytes, exc: Exception) -> str:
+        return str(exc)
 
     def serialize_batch(self, objs: Sequence[T]) -> list[bytes]:
         try:
@@ -261,6 +275,41 @@ class JsonSerde(_MsgspecSerde[T]):
 
     def _codec(self, type: Any) -> tuple[Any, Any]:  # noqa: A002
         return msgspec.json.Encoder(), msgspec.json.Decoder(type)
+
+    # A message nests at most samza_dsl.json_text.MAX_JSON_DEPTH levels, written or read, as in
+    # a JSON Lines file: the same limit wherever it is checked, whatever the depth of the stack.
+    def serialize(self, obj: T) -> bytes:
+        data = super().serialize(obj)
+        deep = check_json_depth(data)
+        if deep is not None:
+            raise SerdeError(f"{self.describe()} cannot encode {type(obj).__name__}: it is "
+                             f"{deep}")
+        return data
+
+    def deserialize(self, data: bytes) -> T:
+        deep = check_json_depth(data) if isinstance(data, bytes) else None
+        if deep is not None:
+            raise SerdeError(f"{self.describe()} cannot decode message: it is {deep}. Check "
+                             f"the producer", data=data)
+        return super().deserialize(data)
+
+    def _why(self, data: bytes, exc: Exception) -> str:
+        return explain_json_error(data, exc) if isinstance(data, bytes) else str(exc)
+
+    def serialize_batch(self, objs: Sequence[T]) -> list[bytes]:
+        out = super().serialize_batch(objs)
+        if any_too_deep(out):
+            return [self.serialize(obj) for obj in objs]
+        return out
+
+    def deserialize_batch(self, datas: Sequence[bytes]) -> list[T]:
+        try:
+            deep = any_too_deep(datas)
+        except TypeError:  # not all bytes (a memoryview...): each on its own
+            deep = True
+        if deep:
+            return [self.deserialize(data) for data in datas]
+        return super().deserialize_batch(datas)
 
 
 class MsgpackSerde(_MsgspecSerde[T]):
@@ -648,7 +697,12 @@ class SafeSerde(Serde[Any]):
         try:
             return self._decode(data)
         except Exception as exc:
+            from .safe_serde import MAX_DEPTH
+
             reason = exc.reason if isinstance(exc, SerdeError) else (
+                f"the value nests deeper than this serde writes (at most {MAX_DEPTH} levels, "
+                f"samza_dsl.safe_serde.MAX_DEPTH). The bytes were not written by this serde: "
+                f"check the producer" if isinstance(exc, RecursionError) else
                 f"{type(exc).__name__}: {exc}. The bytes were not written by this serde: check "
                 f"the producer")
             raise SerdeError(f"{self.describe()} cannot decode message: {reason}",

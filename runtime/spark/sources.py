@@ -485,6 +485,10 @@ def _file_source(spark: Any, stream_id: str, descriptor: Any, given: FileInput,
     return _jsonl_source(spark, stream_id, descriptor, files, given, start_ms)
 
 
+class _TooDeep(ValueError):
+    """A JSON Lines line nested past ``samza_dsl.json_text.MAX_JSON_DEPTH``."""
+
+
 def _jsonl_source(spark: Any, stream_id: str, descriptor: Any, files: list[str],
                   given: FileInput, start_ms: int) -> Source:
     """One source partition per Hadoop split of each file (one per file unless it is large)."""
@@ -500,18 +504,27 @@ def _jsonl_source(spark: Any, stream_id: str, descriptor: Any, files: list[str],
         rdds = [sc.textFile(f, minPartitions=1) for f in files]
 
         def parse(i: int, lines: Iterator[str]) -> Iterator[Any]:
+            from samza_dsl.json_text import MAX_JSON_DEPTH, check_json_depth, explain_json_error
+
             decoder = msgspec.json.Decoder()  # made here: decoders do not pickle
             for n, line in enumerate(lines):
                 if not line.strip():
                     continue
+                # the depth limit of samza-dsl load and run, so that all three take the same
+                deep = check_json_depth(line.encode("utf-8", "surrogatepass")) \
+                    if line.count("[") + line.count("{") > MAX_JSON_DEPTH else None
                 try:
+                    if deep is not None:
+                        raise _TooDeep(deep)
                     yield decoder.decode(line)
-                except msgspec.DecodeError as exc:
+                except (msgspec.DecodeError, _TooDeep) as exc:
                     from runtime.spark.executor import PassFailure
 
+                    why = f"a message {deep}" if deep else \
+                        f"not JSON ({explain_json_error(line.encode('utf-8', 'replace'), exc)})"
                     raise PassFailure(f"input {stream_id!r}: line {n + 1} of {names[i]} is "
-                                      f"not JSON ({exc}): {line[:80]!r}; JSON Lines inputs hold "
-                                      f"one JSON value per line") from exc
+                                      f"{why}: {line[:80]!r}; JSON Lines inputs hold one JSON "
+                                      f"value per line") from exc
 
         union = rdds[0] if len(rdds) == 1 else sc.union(rdds)
         return union.mapPartitionsWithIndex(lambda i, it: to_records(i, parse(i, it)))

@@ -253,3 +253,42 @@ def test_deeply_nested_json_names_the_file_and_line(tmp_path: Path) -> None:
     assert not (tmp_path / ".samza").exists()  # a load that failed made no job
     code, _, err = cli(tmp_path, "run", APP, "-q", "--input", f"page-views={bad}")
     one_line_error(code, err, "run", "views.jsonl:3:", "nested")
+
+
+def _nested_view(levels: int) -> str:
+    """A page view whose value nests ``levels`` levels in all (its outer object counts 1)."""
+    inner = "[" * (levels - 2) + "]" * (levels - 2)
+    return json.dumps({"key": "user-1", "value": {"page": "/", "ts": 1, "x": 0}}).replace(
+        '"x": 0', f'"x": {inner}') + "\n"
+
+
+def test_load_and_run_take_messages_as_deep_as_each_other(tmp_path: Path) -> None:
+    from samza_dsl.json_text import MAX_JSON_DEPTH
+
+    # as deep as the limit: loaded, then run reads it (no poison record at a shallower depth)
+    ok = tmp_path / "ok.jsonl"
+    ok.write_text(_nested_view(MAX_JSON_DEPTH))
+    code, _, err = cli(tmp_path, "load", APP, "page-views", str(ok))
+    assert code == 0, err
+    code, out, err = cli(tmp_path, "run", APP)
+    assert code == 0 and "in: 1 new message(s) (1 from page-views" in out + err, out + err
+    # one level deeper, or 997: refused by load and by run --input alike, the depth named
+    for levels in (MAX_JSON_DEPTH + 1, 997):
+        deep = tmp_path / f"deep-{levels}.jsonl"
+        deep.write_text(views_file(tmp_path / "v.jsonl", 1).read_text() + _nested_view(levels))
+        for command in (["load", APP, "page-views", str(deep)],
+                        ["run", APP, "-q", "--input", f"page-views={deep}"]):
+            code, _, err = cli(tmp_path, *command)
+            one_line_error(code, err, command[0], f"deep-{levels}.jsonl:2: the message is nested "
+                           f"{levels} levels deep", f"more than the {MAX_JSON_DEPTH} levels",
+                           "MAX_JSON_DEPTH")
+
+
+def test_a_lone_surrogate_is_named_as_what_is_wrong_with_the_text(tmp_path: Path) -> None:
+    bad = views_file(tmp_path / "views.jsonl", 1)
+    with open(bad, "a", encoding="utf-8") as f:
+        f.write('{"key": "user-1", "value": {"page": "/caf\\ud800", "ts": 1}}\n')
+    code, _, err = cli(tmp_path, "load", APP, "page-views", str(bad))
+    one_line_error(code, err, "load", "views.jsonl:2: not JSON (a lone UTF-16 surrogate \\ud800 "
+                   "at byte 42", "Fix the producer")
+    assert "truncated" not in err, err

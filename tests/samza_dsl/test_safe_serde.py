@@ -195,3 +195,33 @@ def test_big_ints_and_odd_values_round_trip() -> None:
     for v in (2**64 - 1, -2**63, 2**200, -2**200, {2**70: (2**65,)}, decimal.Decimal("1.10"),
               uuid.UUID(int=7), frozenset({(1, 2)}), dt.date(2020, 2, 29), float("-inf")):
         assert same(SERDE.deserialize(SERDE.serialize(v)), v), v
+
+
+def _nested(kind: str, levels: int) -> Any:
+    value: Any = 1
+    for _ in range(levels):
+        value = {"list": lambda v: [v], "tuple": lambda v: (v,), "dict": lambda v: {"k": v},
+                 "kv": lambda v: KV("k", v)}[kind](value)
+    return value
+
+
+def _at_stack_depth(frames: int, call: Any) -> Any:
+    return call() if frames == 0 else _at_stack_depth(frames - 1, call)
+
+
+@pytest.mark.parametrize("kind", ["list", "tuple", "dict", "kv"])
+def test_a_value_nested_past_the_limit_is_refused_naming_its_depth(kind: str) -> None:
+    from samza_dsl.safe_serde import MAX_DEPTH
+
+    serde = SafeSerde()
+    for levels in (MAX_DEPTH + 1, 500, 900):
+        with pytest.raises(SerdeError) as info:
+            serde.serialize(_nested(kind, levels))
+        msg = str(info.value)
+        assert f"nested {levels} levels deep" in msg and f"at most {MAX_DEPTH} levels" in msg, msg
+        assert "cannot write a value of type" not in msg, msg
+    # up to the limit, what is written is read back, however deep the caller's stack already is
+    value = _nested(kind, MAX_DEPTH)
+    for frames in (0, 250):
+        assert _at_stack_depth(frames, lambda: serde.deserialize(serde.serialize(value))) \
+            == value

@@ -344,6 +344,16 @@ def test_rows_that_do_not_fit_the_serde_name_stream_file_and_row(spark: Any,
     path.write_text('{"user": "a", "ts": 1.0}\nnot json\n')
     with pytest.raises(ReprocessError, match=r"line 2 of .*views\.jsonl is not JSON"):
         SparkRunner(spark).reprocess(app, {"views": str(path)})
+    # the depth limit of samza-dsl load and run, and a lone surrogate named as such
+    deep = "[" * 200 + "]" * 200
+    path.write_text('{"user": "a", "ts": 1.0}\n{"user": "b", "ts": 2.0, "x": %s}\n' % deep)
+    with pytest.raises(ReprocessError, match=r"line 2 of .*views\.jsonl is a message nested 201 "
+                                             r"levels deep .* more than the 200 levels"):
+        SparkRunner(spark).reprocess(app, {"views": str(path)})
+    path.write_text('{"user": "a\\ud800", "ts": 1.0}\n')
+    with pytest.raises(ReprocessError, match=r"line 1 of .*views\.jsonl is not JSON \(a lone "
+                                             r"UTF-16 surrogate \\ud800 at byte 12"):
+        SparkRunner(spark).reprocess(app, {"views": str(path)})
     kv = KVSerde(StringSerde(), JsonSerde())
     keyed = StreamApplication("keyed")
     keyed.input(mem.input("kin", serde=kv)).send_to(keyed.output(mem.output("kout", serde=kv)))
