@@ -632,9 +632,20 @@ def _spark_conf(pairs: Sequence[str]) -> dict[str, str]:
     return out
 
 
+#: what the spark extra installs (pyproject.toml), which only ``reprocess`` needs
+_SPARK_EXTRA = ("pyspark", "pyarrow", "pandas")
+
+
 def cmd_reprocess(args: argparse.Namespace) -> int:
+    import importlib.util
+
     from runtime.loader import load_app
 
+    for name in _SPARK_EXTRA:  # before anything starts: one line, not an import's traceback
+        if importlib.util.find_spec(name) is None:
+            raise SamzaError(f"samza-dsl reprocess runs the job on Spark, and {name} is not "
+                             f"installed beside samza-dsl ({sys.executable}): install the "
+                             f"spark extra, pip install 'samza-dsl[spark]'")
     config = _parse_config(args.config)
     spark_conf = _spark_conf(args.conf)
     app = load_app(args.app)

@@ -52,8 +52,8 @@ from samza_dsl.errors import SamzaError
 from samza_dsl.kv import KV
 from samza_dsl.serdes import KVSerde
 
-__all__ = ["KafkaStreams", "kafka_streams", "kafka_load", "kafka_load_file", "encode_load",
-           "produce_load",
+__all__ = ["KafkaStreams", "kafka_streams", "reader_config", "kafka_load", "kafka_load_file",
+           "encode_load", "produce_load",
            "EncodedLoad", "PartialLoad", "kafka_held", "TopicReader"]
 
 
@@ -84,13 +84,21 @@ class KafkaStreams:
                              f"streams: {', '.join(sorted(self.physical))}")
 
 
+def reader_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The config of a command that reads a Kafka job's topics or resets them (``load``,
+    ``dump``, ``status``, ``reset``): the run's own flags, taken as they are, except how a run's
+    containers share the tasks (``job.coordinator``), which does not apply to a command that
+    runs none."""
+    return {**config, "job.coordinator": "static"}
+
+
 async def kafka_streams(app: Any, config: Mapping[str, Any], timeout: float = 10.0
                         ) -> KafkaStreams:
     """Plan ``app`` against its Kafka brokers; creates nothing."""
     from runtime.jobdir import dead_letter_stream, metrics_stream
     from runtime.kafka.job import KafkaJob
 
-    job = KafkaJob(app, config, timeout=timeout)  # checks the systems; no I/O
+    job = KafkaJob(app, reader_config(config), timeout=timeout)  # checks the systems; no I/O
     declared = {**app.spec().inputs, **app.spec().outputs}
     found = await describe_topics(job.servers, {d.physical_name for d in declared.values()},
                                   timeout=timeout)

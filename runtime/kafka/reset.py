@@ -14,6 +14,7 @@ from typing import Any
 from runtime.jobdir import dead_letter_stream
 from runtime.kafka.admin import delete_topics, describe_topics
 from runtime.kafka.job import KafkaJob
+from runtime.kafka.load_dump import reader_config
 
 __all__ = ["kafka_reset"]
 
@@ -21,7 +22,7 @@ __all__ = ["kafka_reset"]
 async def kafka_reset(app: Any, config: Mapping[str, Any], *, outputs: bool = False,
                       timeout: float = 10.0) -> tuple[str, list[str]]:
     """Resets the job of ``app``; returns its name and what went."""
-    job = KafkaJob(app, config, timeout=timeout)
+    job = KafkaJob(app, reader_config(config), timeout=timeout)  # runs no containers
     job.lock.exclusive("reset", f"reset job {job.job_name!r}")
     try:
         gone = [f"topic {t}" for t in await delete_topics(

@@ -107,3 +107,32 @@ def test_load_dump_and_run_inputs_on_kafka_topics(kafka_bootstrap: str, tmp_path
     both = ok("run", "app.py:app", "--containers", "3", "-q", "--show", "0")
     assert "resumed after the checkpoint" in both.stdout and "nothing new" in both.stdout
     assert "in: 0 new message(s) (0 from events)" in both.stdout
+
+
+def test_load_dump_status_and_reset_take_the_flags_of_a_group_run(kafka_bootstrap: str,
+                                                                  tmp_path: Path) -> None:
+    # a run's own line (`run APP --follow -c job.coordinator=kafka`) names the job: the commands
+    # that read or reset it take the same -c (they were refused with "add --follow")
+    (tmp_path / "app.py").write_text(APP)
+    env = {**os.environ, "TEST_KAFKA": kafka_bootstrap, "TEST_TAG": uuid.uuid4().hex[:8]}
+    flags = ("-c", "job.coordinator=kafka")
+
+    def ok(*args: str) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run([CLI, *args, *flags], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert "--follow" not in proc.stderr, proc.stderr
+        return proc
+
+    rows = [{"key": f"k{i}", "value": {"n": i}} for i in range(3)]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert "loaded 3 message(s)" in ok("load", "app.py:app", "events", "in.jsonl").stderr
+    dumped = [json.loads(ln) for ln in ok("dump", "app.py:app", "events").stdout.splitlines()]
+    assert sorted(d["value"]["n"] for d in dumped) == [0, 1, 2]
+    # a run of its own (bounded: its containers in this process), so that status has a job
+    ran = subprocess.run([CLI, "run", "app.py:app", "-q"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    status = json.loads(ok("status", "app.py:app", "--json").stdout)
+    assert status["job"] == f"cli-io-{env['TEST_TAG']}-1", status
+    ok("reset", "app.py:app")

@@ -354,3 +354,25 @@ def test_stage_progress_without_a_stream_only_records(spark: Any) -> None:
     assert progress.error is None
     with pytest.raises(ValueError, match="interval"):
         StageProgress(sc, interval=0)
+
+
+def test_without_the_spark_extra_reprocess_says_what_to_install(tmp_path: Path) -> None:
+    # this environment's packages but pyspark: a folder of links to them, the only one on the
+    # path of an interpreter that reads no site-packages (-S)
+    site = Path(pa.__file__).resolve().parents[1]
+    view = tmp_path / "site-packages"
+    view.mkdir()
+    for entry in site.iterdir():
+        if not entry.name.lower().startswith("pyspark"):
+            (view / entry.name).symlink_to(entry)
+    main = (f"import sys; sys.path[:0] = [{str(view)!r}, {str(REPO)!r}]; "
+            f"sys.argv[0] = 'samza-dsl'; from runtime.cli import main; sys.exit(main())")
+    views = write_jsonl(tmp_path / "views.jsonl", example.sample_input(5))
+    proc = subprocess.run([sys.executable, "-S", "-c", main, "reprocess", APP, "--input",
+                           f"page-views={views}"], cwd=REPO, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [
+        f"{ERROR_PREFIX}samza-dsl reprocess runs the job on Spark, and pyspark is not installed "
+        f"beside samza-dsl ({sys.executable}): install the spark extra, pip install "
+        f"'samza-dsl[spark]'"], proc.stderr

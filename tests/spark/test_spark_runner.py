@@ -346,7 +346,7 @@ def test_rows_that_do_not_fit_the_serde_name_stream_file_and_row(spark: Any,
         SparkRunner(spark).reprocess(app, {"views": str(path)})
     # the depth limit of samza-dsl load and run, and a lone surrogate named as such
     deep = "[" * 200 + "]" * 200
-    path.write_text('{"user": "a", "ts": 1.0}\n{"user": "b", "ts": 2.0, "x": %s}\n' % deep)
+    path.write_text(f'{{"user": "a", "ts": 1.0}}\n{{"user": "b", "ts": 2.0, "x": {deep}}}\n')
     with pytest.raises(ReprocessError, match=r"line 2 of .*views\.jsonl is a message nested 201 "
                                              r"levels deep .* more than the 200 levels"):
         SparkRunner(spark).reprocess(app, {"views": str(path)})
