@@ -41,6 +41,26 @@ def _text(status: int, text: str) -> Reply:
     return status, "text/plain; charset=utf-8", text.encode() + b"\n"
 
 
+def _malformed(request_line: list[str], headers: list[str]) -> str:
+    """What is wrong with a request head, or "" (its body is never read: a GET has none)."""
+    if len(request_line) != 3 or not request_line[2].startswith("HTTP/1.") \
+            or not request_line[1].startswith("/") or not request_line[0].isalpha():
+        return "a request line is METHOD /path HTTP/1.1"
+    names = []
+    for line in headers:
+        name, colon, value = line.partition(":")
+        if not colon or not name or name != name.strip() or " " in name:
+            return f"a header line is Name: value, not {line[:40]!r}"
+        names.append(name.lower())
+        if name.lower() == "content-length" and value.strip() not in ("0", ""):
+            return "a request here has no body"
+    if "transfer-encoding" in names:
+        return "a request here has no body"
+    if request_line[2] == "HTTP/1.1" and names.count("host") != 1:
+        return "an HTTP/1.1 request has one Host header"
+    return ""
+
+
 class _Conn:
     __slots__ = ("sock", "peer", "deadline", "head", "out")
 
@@ -192,13 +212,14 @@ class ThreadServer:
                        self.name, HEAD_BYTES, conn.peer)
             reply, head_only = _text(431, f"a request head holds at most {HEAD_BYTES} bytes"), False
         else:
-            line = conn.head[:end].split(b"\n", 1)[0].rstrip(b"\r").decode("latin-1")
-            parts = line.split(" ")
+            lines = [x.rstrip("\r") for x in conn.head[:end].decode("latin-1").split("\n")]
+            parts = lines[0].split(" ")
             head_only = parts[0] == "HEAD"
-            if len(parts) != 3 or not parts[2].startswith("HTTP/1.") or not parts[1]:
-                _log.debug("%s: a malformed request from %s (%r): answered 400", self.name,
-                           conn.peer, line[:80])
-                reply = _text(400, "a request is: METHOD /path HTTP/1.1")
+            wrong = _malformed(parts, lines[1:])
+            if wrong:
+                _log.debug("%s: a malformed request from %s (%r): %s: answered 400", self.name,
+                           conn.peer, lines[0][:80], wrong)
+                reply = _text(400, f"a malformed request: {wrong}")
             else:
                 try:
                     reply = self.handler(parts[0], parts[1])

@@ -1,10 +1,11 @@
 """Metrics reporters, chosen by ``metrics.reporters`` (a comma-separated list):
 
-- ``prometheus``: an HTTP endpoint (``prometheus_client``) on
+- ``prometheus``: an HTTP endpoint, ``GET /metrics`` (``prometheus_client``'s text format) on
   ``metrics.reporter.prometheus.host``:``port`` (container ``i`` of a run of several on port
-  + i). Each metric is ``samza_<group>_<name>`` (``-`` as ``_``; counters end in ``_total``),
-  labelled with job, container, and the sample's own task, operator, store, stream and
-  partition. It reads the registry when scraped: nothing is done between scrapes.
+  + i), served from one thread of its own with its connections bounded as
+  ``runtime.http_thread`` says (64 at once, 10 s each). Each metric is
+  ``samza_<group>_<name>`` (``-`` as ``_``; counters end in ``_total``), labelled with job,
+  container, and the sample's own task, operator, store, stream and partition. It reads the registry when scraped: nothing is done between scrapes.
 - ``snapshot``: a record on the stream ``<job>-metrics`` of the job's default system every
   ``metrics.reporter.interval.ms``, as Samza's MetricsSnapshotReporter: JSON of
   ``runtime.metrics.snapshot_record`` (a header naming the job, the container and the time,
@@ -23,11 +24,11 @@ import json
 import logging
 import os
 import re
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from runtime.http_thread import Reply, ThreadServer
 from runtime.metrics import Metrics, Sample, snapshot_record
 from samza_dsl.config import config_value
 from samza_dsl.errors import ConfigError, SamzaError
@@ -114,7 +115,6 @@ class Reporters:
         self.json_path = str(path) if path else os.path.join(
             job_dir or ".", f"metrics-{header.get('container-name', 'container')}.json")
         self._server: Any = None
-        self._thread: threading.Thread | None = None
         self._task: asyncio.Task[None] | None = None
         self.address: tuple[str, int] | None = None
         if "prometheus" in self.names:
@@ -127,20 +127,20 @@ class Reporters:
         return "snapshot" in self.names or "json" in self.names
 
     def _serve(self, host: str, port: int) -> None:
-        from prometheus_client import CollectorRegistry, start_http_server
+        from prometheus_client import CollectorRegistry
 
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_Collector(self.metrics, {
             "job": str(self.header.get("job-name", "")),
             "container": str(self.header.get("container-name", ""))}))
+        server = ThreadServer(_scrape(registry), name="samza-metrics")
         try:
-            server, thread = start_http_server(port, addr=host, registry=registry)
+            self.address = server.start(host, port)
         except OSError as e:
             raise SamzaError(f"metrics.reporters=prometheus: cannot listen on {host}:{port}: "
-                             f"{e}; set metrics.reporter.prometheus.port to a free port (0 "
-                             f"picks one)") from e
-        self._server, self._thread = server, thread
-        self.address = (host, int(server.server_address[1]))
+                             f"{e.strerror or e}; set metrics.reporter.prometheus.port to a "
+                             f"free port (0 picks one)") from e
+        self._server = server
         _log.info("metrics: Prometheus endpoint at http://%s:%d/metrics", *self.address)
 
     def start(self) -> None:
@@ -188,17 +188,25 @@ class Reporters:
             self.report()
 
     def stop_server(self) -> None:
-        """Stop the Prometheus endpoint (after the run: it serves the final numbers until then).
-        Its loop notices a shutdown only at its next poll (up to half a second): it is stopped
-        from a thread of its own, so that the job's end does not wait for it."""
+        """Stop the Prometheus endpoint (after the run: it serves the final numbers until
+        then), without waiting for its thread."""
         server, self._server = self._server, None
-        if server is None:
-            return
+        if server is not None:
+            server.close(wait=0.0)
 
-        def stop() -> None:
-            server.shutdown()
-            server.server_close()
-        threading.Thread(target=stop, name="samza-metrics-stop", daemon=True).start()
+
+def _scrape(registry: Any) -> Callable[[str, str], Reply]:
+    """The Prometheus endpoint's answer: the registry's text format at ``/metrics``."""
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    def reply(method: str, target: str) -> Reply:
+        path = target.split("?", 1)[0]
+        if path not in ("/metrics", "/"):
+            return 404, "text/plain; charset=utf-8", f"no {path[:80]}: ask /metrics\n".encode()
+        if method not in ("GET", "HEAD"):
+            return 405, "text/plain; charset=utf-8", f"{method[:16]}: use GET\n".encode()
+        return 200, CONTENT_TYPE_LATEST, generate_latest(registry)
+    return reply
 
 
 def job_reporters(metrics: Metrics, config: Mapping[str, Any], *, job_name: str, job_id: str,

@@ -15,7 +15,10 @@ second from server-sent events (``/events``); ``/api/state`` is the same state a
 
 The server runs in a thread of its own with its own event loop, so serving never runs on the
 job's loop; it takes one sample of the metrics a second whoever watches. Every route is a GET:
-nothing on the page changes the job.
+nothing on the page changes the job. It holds at most ``MAX_CONNECTIONS`` connections at once
+(an open page holds one for its events; one more is answered 503 and closed), closes a
+connection that has sent no whole request for ``IDLE_S`` seconds (since it was opened, or since
+its last answer), and says a malformed request in one line at debug level, without a traceback.
 """
 
 from __future__ import annotations
@@ -48,6 +51,9 @@ INTERVAL_S = 1.0
 
 #: one container's snapshot: (container name, time in ms, samples)
 Snapshot = tuple[str, int, list[Sample]]
+#: the page's connections open at once, and how long one may stay without a whole request
+MAX_CONNECTIONS = 64
+IDLE_S = 10.0
 
 
 def parse_address(text: str, default_host: str = "127.0.0.1") -> tuple[str, int]:
@@ -590,12 +596,20 @@ class UIServer:
         app.router.add_get("/events", self._events)
         app.router.add_get("/api/state", self._api_state)
         app.router.add_get("/plan.svg", self._plan_svg)
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0,
+                               keepalive_timeout=IDLE_S, logger=_PageLog(_log, {}))
         await runner.setup()
+        pages = runner.server
+        assert pages is not None
+        held: set[_Held] = set()
+
+        def connection() -> asyncio.BaseProtocol:
+            if len(held) >= MAX_CONNECTIONS:
+                return _Refused()
+            return _Held(pages(), held)
+        server = None
         try:
-            site = web.TCPSite(runner, self.host, self.port)
-            await site.start()
-            server = site._server
+            server = await self._loop.create_server(connection, self.host, self.port)
             sockets = getattr(server, "sockets", None) or []
             port = sockets[0].getsockname()[1] if sockets else self.port
             host = f"[{self.host}]" if ":" in self.host else self.host
@@ -611,6 +625,8 @@ class UIServer:
             async with self._tick:
                 self._tick.notify_all()
         finally:
+            if server is not None:
+                server.close()
             await runner.cleanup()
 
     async def _sampling(self) -> None:
@@ -720,6 +736,68 @@ class UIServer:
         except (ConnectionError, asyncio.CancelledError):
             pass
         return resp
+
+
+class _PageLog(logging.LoggerAdapter):
+    """aiohttp's server log for the page: a request it could not handle (a malformed one, a
+    client gone) is one line at debug level, without a traceback."""
+
+    def _one_line(self, level: int, msg: Any, *args: Any, **kwargs: Any) -> None:
+        exc = kwargs.pop("exc_info", None)
+        text = str(msg) % args if args else str(msg)
+        if isinstance(exc, BaseException):
+            text = f"{text}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        self.logger.log(level, "job page: %s", text)
+
+    def exception(self, msg: Any, *args: Any, **kwargs: Any) -> None:
+        self._one_line(logging.DEBUG, msg, *args, **kwargs)
+
+    def error(self, msg: Any, *args: Any, **kwargs: Any) -> None:
+        self._one_line(logging.DEBUG, msg, *args, **kwargs)
+
+    def debug(self, msg: Any, *args: Any, **kwargs: Any) -> None:
+        self._one_line(logging.DEBUG, msg, *args, **kwargs)
+
+
+class _Held(asyncio.Protocol):
+    """One of the page's connections, counted from its accept until it is lost (aiohttp's own
+    count starts a loop turn later: a burst of connections would pass the bound)."""
+
+    def __init__(self, inner: Any, held: set[_Held]) -> None:
+        self.inner = inner
+        self.held = held
+        held.add(self)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received()
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.held.discard(self)
+        self.inner.connection_lost(exc)
+
+
+class _Refused(asyncio.Protocol):
+    """A connection past ``MAX_CONNECTIONS``: answered 503 and closed."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        body = f"the job page holds {MAX_CONNECTIONS} connections already: try again\n".encode()
+        assert isinstance(transport, asyncio.Transport)
+        transport.write(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
+                        b"Content-Length: %d\r\nConnection: close\r\n\r\n%s"
+                        % (len(body), body))
+        transport.close()
 
 
 def _dumps(obj: Any) -> str:

@@ -1,0 +1,176 @@
+"""The job page (``run --ui``) and the Prometheus endpoint of a running job hold up against
+clients that misbehave: a malformed request gets a 4xx answer and no traceback in the job's
+output, a connection that sends no whole request is closed after its timeout, and the
+connections held at once are bounded (the rest are answered 503), with no thread per connection.
+A real ``samza-dsl run --follow`` process, real sockets on 127.0.0.1."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runtime.http_thread import MAX_CONNECTIONS, TIMEOUT_S
+from runtime.ui import IDLE_S
+from runtime.ui import MAX_CONNECTIONS as PAGE_CONNECTIONS
+
+ROOT = Path(__file__).resolve().parents[2]
+CLI = os.path.join(os.path.dirname(sys.executable), "samza-dsl")
+COUNTER = f"{ROOT / 'examples' / 'readwrite_counter.py'}:app"
+
+BAD_REQUESTS = [
+    b"GARBAGE\r\n\r\n",
+    b"GET\r\n\r\n",
+    b"GET / HTTP/9.9\r\nHost: 127.0.0.1\r\n\r\n",
+    b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nno colon here\r\n\r\n",
+    b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(range(32)) + b"\r\n\r\n",
+    b"G\x00T / HTTP/1.1\r\n\r\n",
+    b"GET /" + b"a" * 20_000 + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+    b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: -5\r\n\r\n",
+    b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+    b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 3\r\n\r\nabc",
+    b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX: " + b"b" * 20_000 + b"\r\n\r\n",
+    b"\r\n\r\nGARBAGE\r\n\r\n",
+    b"GET /%%%% HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+    b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: evil\r\n\r\n",
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _answer(port: int, data: bytes, timeout: float = 2.0) -> bytes:
+    """What the server sends back to ``data`` until it closes (b"" when it closed at once),
+    or what it sent within ``timeout`` (an answer on a connection kept alive)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        with contextlib.suppress(OSError):  # a server that answers before it read it all
+            s.sendall(data)
+        got = b""
+        try:
+            while chunk := s.recv(65536):
+                got += chunk
+        except TimeoutError:
+            assert got, f"no answer to {data[:40]!r} within {timeout} s"
+        except ConnectionResetError:
+            pass
+        return got
+
+
+def _threads(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/task"))
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], int, int]]:
+    """A running job with its page and its Prometheus endpoint: (process, page, metrics)."""
+    (tmp_path / "in.jsonl").write_text("".join(
+        json.dumps({"key": f"k{i % 7}", "value": i}) + "\n" for i in range(50)))
+    load = subprocess.run([CLI, "load", COUNTER, "events", "in.jsonl"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert load.returncode == 0, load.stderr
+    page, metrics = _free_port(), _free_port()
+    proc = subprocess.Popen(
+        [CLI, "run", COUNTER, "--follow", "-q", "--ui", str(page), "-c",
+         "metrics.reporters=prometheus", "-c", f"metrics.reporter.prometheus.port={metrics}"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 40
+        while True:
+            try:
+                for url in (f"http://127.0.0.1:{page}/api/state",
+                            f"http://127.0.0.1:{metrics}/metrics"):
+                    with urllib.request.urlopen(url, timeout=2) as r:
+                        assert r.status == 200
+                break
+            except OSError:
+                assert proc.poll() is None, proc.communicate()[1]
+                assert time.monotonic() < deadline, "the job page and /metrics never answered"
+                time.sleep(0.2)
+        yield proc, page, metrics
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
+
+
+def test_a_malformed_request_is_answered_4xx_with_no_traceback_in_the_jobs_output(
+        job: tuple[subprocess.Popen[str], int, int]) -> None:
+    proc, page, metrics = job
+    for port in (page, metrics):
+        for data in BAD_REQUESTS:
+            got = _answer(port, data)
+            # answered with a client error, or closed without an answer: never a 2xx or 5xx
+            assert got == b"" or got.startswith(b"HTTP/1.1 4") or got.startswith(
+                b"HTTP/1.0 4"), (port, data[:40], got[:200])
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=5) as r:
+        assert b"samza_container_process_envelopes_total" in r.read()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err and "aiohttp" not in err, err[-3000:]
+    assert len(err.splitlines()) <= 2 * len(BAD_REQUESTS), err[-3000:]  # one line each at most
+
+
+def test_idle_connections_are_closed_and_open_ones_bounded_without_a_thread_each(
+        job: tuple[subprocess.Popen[str], int, int]) -> None:
+    proc, page, metrics = job
+    threads = _threads(proc.pid)
+    held: dict[int, list[socket.socket]] = {page: [], metrics: []}
+    refused = {page: 0, metrics: 0}
+    try:
+        for port, bound in ((page, PAGE_CONNECTIONS), (metrics, MAX_CONNECTIONS)):
+            for i in range(bound + 16):
+                s = socket.create_connection(("127.0.0.1", port), timeout=5)
+                if i % 2:  # half of them start a request and never finish it
+                    s.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+                held[port].append(s)
+            time.sleep(1.0)
+            for s in held[port]:  # those past the bound are answered 503 and closed at once
+                s.settimeout(0.05)
+                try:
+                    got = s.recv(4096)
+                except TimeoutError:
+                    continue
+                assert got.startswith(b"HTTP/1.1 503"), got[:200]
+                refused[port] += 1
+            assert refused[port] == 16, (port, refused)
+        # no thread per connection (the job's own may come and go: a margin of 2)
+        assert _threads(proc.pid) <= threads + 2, (threads, _threads(proc.pid))
+        # every connection still open is closed by the server once its time has passed
+        deadline = time.monotonic() + max(IDLE_S, TIMEOUT_S) + 8
+        open_ = [s for port in held for s in held[port]]
+        while open_:
+            assert time.monotonic() < deadline, f"{len(open_)} idle connections still open"
+            still = []
+            for s in open_:
+                s.settimeout(0.01)
+                try:
+                    if s.recv(4096):  # an answer before the close: the close comes next
+                        still.append(s)
+                except TimeoutError:
+                    still.append(s)
+                except OSError:  # reset: closed
+                    pass
+            open_ = still
+            time.sleep(0.2)
+        # and the endpoints answer as before
+        for url in (f"http://127.0.0.1:{page}/api/state", f"http://127.0.0.1:{metrics}/metrics"):
+            with urllib.request.urlopen(url, timeout=5) as r:
+                assert r.status == 200
+    finally:
+        for sockets in held.values():
+            for s in sockets:
+                s.close()
