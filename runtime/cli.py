@@ -31,6 +31,46 @@ def _parse_config(pairs: Sequence[str]) -> dict[str, str]:
     return out
 
 
+def _config_file(path: str) -> dict[str, str]:
+    """A file of ``KEY=VALUE`` (or ``KEY: VALUE``) lines, as Samza's ``.properties``; blank
+    lines and lines starting with ``#`` or ``!`` are skipped."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError as exc:
+        raise SamzaError(f"--config-file {path}: cannot read it ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise SamzaError(f"--config-file {path}: not UTF-8 text") from None
+    out: dict[str, str] = {}
+    for lineno, raw in enumerate(lines, 1):
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        cut = min((i for i in (line.find("="), line.find(":")) if i > 0), default=-1)
+        if cut < 0:
+            raise SamzaError(f"--config-file {path}:{lineno}: {raw!r} is not KEY=VALUE")
+        out[line[:cut].strip()] = line[cut + 1:].strip()
+    return out
+
+
+def _cli_config(args: argparse.Namespace) -> dict[str, str]:
+    """The run's config from the command line: each ``--config-file`` in order, then each
+    ``-c``; a later one wins. The application's own config is under both (``job_config``)."""
+    out: dict[str, str] = {}
+    for path in getattr(args, "config_file", None) or []:
+        out.update(_config_file(path))
+    out.update(_parse_config(args.config))
+    return out
+
+
+def _config_options(p: argparse.ArgumentParser) -> None:
+    """``-c KEY=VALUE`` and ``--config-file FILE``, on every command that builds the job."""
+    p.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE",
+                   help=_CONFIG_HELP)
+    p.add_argument("--config-file", action="append", default=[], metavar="FILE",
+                   help="KEY=VALUE lines (# comments), before any -c; repeatable")
+
+
 def _partitions(pairs: Sequence[str]) -> dict[str, int]:
     out: dict[str, int] = {}
     for pair in pairs:
@@ -51,7 +91,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     # check the cheap arguments before running the user's module
     partitions = _partitions(args.partitions)
-    config = _parse_config(args.config)
+    config = _cli_config(args)
     app = load_app(args.app)
     plan = app.plan(partitions=partitions, config=config)
     if args.format != "text" or args.output:  # the text shows them itself, on standard output
@@ -209,7 +249,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                              f"{', '.join(sorted(app.spec().inputs))}")
         inputs[sid] = _read_jsonl(path, d.keyed)
         source[sid] = "--input"
-    config: dict[str, object] = dict(_parse_config(args.config))
+    config: dict[str, object] = dict(_cli_config(args))
     skip = _run_inputs(args, app, config, inputs, source)
     if args.containers is not None:
         config["job.container.count"] = args.containers
@@ -285,7 +325,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
     host, port = parse_address(args.ui)
     partitions = _partitions(args.partitions)
-    config = _parse_config(args.config)
+    config = _cli_config(args)
     app = load_app(args.app)
     job_name = job_name_of(app, job_config(app, config))
     job = None
@@ -360,7 +400,7 @@ def _local_job(args: argparse.Namespace, verify_log: bool = True,
 
     app = app if app is not None else load_app(args.app)
     streams = _local_streams(args, app)
-    config = job_config(app, _parse_config(args.config))
+    config = job_config(app, _cli_config(args))
     if ran:
         name = job_name_of(app, config)
         root = job_dir(name, config)
@@ -408,10 +448,11 @@ def cmd_load(args: argparse.Namespace) -> int:
         async def load() -> tuple[int, str]:
             import shlex
 
-            streams = await kafka_streams(app, _parse_config(args.config))
+            streams = await kafka_streams(app, _cli_config(args))
             streams.check(args.stream)
             keyed = streams.codecs[args.stream].keyed
             again = shlex.join(["samza-dsl", "load", args.app, args.stream,
+                                *(x for f in args.config_file for x in ("--config-file", f)),
                                 *(x for c in args.config for x in ("-c", c))])
             # read a line at a time, twice (checked, then sent a chunk at a time): the load's
             # memory does not grow with its file
@@ -455,7 +496,7 @@ def _keyed(app: Any, stream: str, args: argparse.Namespace) -> bool:
     d = app.spec().inputs.get(stream) or app.spec().outputs.get(stream)
     if d is not None:
         return bool(d.keyed)
-    streams = app.plan(config=validate_config(_parse_config(args.config))).streams
+    streams = app.plan(config=validate_config(_cli_config(args))).streams
     if stream not in streams:
         raise SamzaError(f"{stream!r} is not a stream of {args.app}; streams: "
                          f"{', '.join(sorted(streams))}")
@@ -495,7 +536,7 @@ def _dump_kafka(args: argparse.Namespace, app: Any) -> int:
               "transactions too, which no read_committed reader (nor the job) ever reads",
               file=sys.stderr)
     out = sys.stdout.buffer
-    for line in kafka_dump_lines(app, _parse_config(args.config), args.stream, args.limit,
+    for line in kafka_dump_lines(app, _cli_config(args), args.stream, args.limit,
                                  offsets=args.offsets, app_ref=args.app,
                                  uncommitted=args.uncommitted):
         out.write(line + b"\n")
@@ -514,7 +555,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if kafka:
         import asyncio
 
-        status = asyncio.run(kafka_status(app, _parse_config(args.config), app_ref=args.app))
+        status = asyncio.run(kafka_status(app, _cli_config(args), app_ref=args.app))
     else:
         with _local_job(args, ran=True, app=app, create=False) as job:
             status = local_status(job)
@@ -534,7 +575,7 @@ def cmd_reset(args: argparse.Namespace) -> int:
         from runtime.kafka.reset import kafka_reset
         from samza_dsl.config import validate_config
 
-        name, gone = asyncio.run(kafka_reset(app, validate_config(_parse_config(args.config)),
+        name, gone = asyncio.run(kafka_reset(app, validate_config(_cli_config(args)),
                                              outputs=args.outputs))
     else:
         try:  # a log that lost the job can start over
@@ -646,7 +687,7 @@ def cmd_reprocess(args: argparse.Namespace) -> int:
             raise SamzaError(f"samza-dsl reprocess runs the job on Spark, and {name} is not "
                              f"installed beside samza-dsl ({sys.executable}): install the "
                              f"spark extra, pip install 'samza-dsl[spark]'")
-    config = _parse_config(args.config)
+    config = _cli_config(args)
     spark_conf = _spark_conf(args.conf)
     app = load_app(args.app)
     inputs = _stream_paths(args.input, "--input", app.spec().inputs, "input", app.name)
@@ -732,12 +773,50 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_config(args: argparse.Namespace) -> int:
-    """The configuration keys with their types, defaults and meanings (``key_reference``)."""
-    rows = _matching_keys(args.key)
-    width = max(len(r.key) for r in rows)
-    for r in rows:
+    """The configuration keys with their types, defaults and meanings (``key_reference``); with
+    ``--app``, the config its job runs with: each key's value and where it comes from."""
+    if args.app:
+        rows = _effective_config(args)
+        if args.key:
+            rows = [r for r in rows if r[0] == args.key or r[0].startswith(args.key)]
+            if not rows:
+                raise SamzaError(f"job of {args.app} has no config key {args.key!r} set, and "
+                                 f"none under it; `samza-dsl config {args.key}` describes it")
+        width = max(len(r[0]) for r in rows)
+        for key, value, source in rows:
+            print(f"{key:<{width}}  {value}  ({source})")
+        return 0
+    ref = _matching_keys(args.key)
+    width = max(len(r.key) for r in ref)
+    for r in ref:
         print(f"{r.key:<{width}}  {r.type:<4}  default {r.default}: {r.meaning}")
     return 0
+
+
+def _effective_config(args: argparse.Namespace) -> list[tuple[str, str, str]]:
+    """(key, value, source) of every key the job of ``args.app`` runs with: given on the
+    command line (``-c``, a ``--config-file``), in the application, set by the planner, or a
+    key's default."""
+    from runtime.loader import load_app
+    from samza_dsl.config import KNOWN_KEYS, validate_config
+    from samza_dsl.errors import PlanError
+
+    app = load_app(args.app)
+    source: dict[str, str] = dict.fromkeys(validate_config(app.config), "application")
+    for path in args.config_file:
+        source.update(dict.fromkeys(validate_config(_config_file(path)), f"--config-file {path}"))
+    source.update(dict.fromkeys(validate_config(_parse_config(args.config)), "-c"))
+    config = job_config(app, _cli_config(args))
+    try:
+        plan = app.plan(partitions=_partitions(args.partitions), config=config)
+        config = {**plan.generated_config, **config}
+    except PlanError as exc:  # shown without what the planner would add
+        print(f"samza-dsl: note: not planned ({exc}); keys the planner sets are left out",
+              file=sys.stderr)
+    rows = [(k, repr(v), source.get(k, "planner")) for k, v in config.items()]
+    rows += [(k, repr(key.default), "default") for k, key in KNOWN_KEYS.items()
+             if k not in config and key.default is not None]
+    return sorted(rows)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -787,8 +866,7 @@ def _add_plan_and_run(sub: Any) -> None:
     p.add_argument("app", help="module_or_file.py:attr")
     p.add_argument("--format", choices=FORMATS, default="text")
     p.add_argument("-o", "--output", help="write to this file instead of standard output")
-    p.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE",
-                   help=_CONFIG_HELP)
+    _config_options(p)
     p.add_argument("--partitions", action="append", default=[], metavar="STREAM=COUNT",
                    help="partition count of a stream the plan cannot look up")
     p.set_defaults(func=cmd_plan)
@@ -800,8 +878,7 @@ def _add_plan_and_run(sub: Any) -> None:
         "sample_input(N), which returns a list of messages (one input) or {stream id: "
         "messages}; --follow keeps reading new input until Ctrl-C"))
     r.add_argument("app", help="module_or_file.py:attr")
-    r.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE",
-                   help=_CONFIG_HELP)
+    _config_options(r)
     r.add_argument("--input", action="append", default=[], metavar="STREAM=FILE.jsonl",
                    help="messages for an input stream, one JSON per line "
                         '({"key": ..., "value": ...} for keyed streams)')
@@ -844,8 +921,7 @@ def _add_ui_and_reprocess(sub: Any) -> None:
                    help="the job's Prometheus endpoint, e.g. http://127.0.0.1:9100/metrics")
     u.add_argument("--ui", default="127.0.0.1:8080", metavar="[HOST:]PORT",
                    help="where to serve the page (default 127.0.0.1:8080)")
-    u.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE",
-                   help=_CONFIG_HELP)
+    _config_options(u)
     u.add_argument("--partitions", action="append", default=[], metavar="STREAM=COUNT",
                    help="partition count of a stream the plan cannot look up")
     u.set_defaults(func=cmd_ui)
@@ -863,8 +939,7 @@ def _add_ui_and_reprocess(sub: Any) -> None:
                          "ends in .parquet, else JSON Lines); a rerun replaces it. Outputs "
                          "without --output are counted and shown")
     rp.add_argument("--master", default="local[2]", help="Spark master (default: local[2])")
-    rp.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE",
-                    help="the application's config (task.*, job.*, streams.*, ...)")
+    _config_options(rp)
     rp.add_argument("--conf", action="append", default=[], metavar="spark.KEY=VALUE",
                     help="a Spark setting for the session, as spark-submit --conf takes it "
                          "(e.g. spark.executor.memory=2g); repeatable")
@@ -895,8 +970,7 @@ def _add_data_commands(sub: Any) -> None:
     ld.add_argument("stream", help="stream id")
     ld.add_argument("file", help='one JSON message per line ({"key": ..., "value": ...} for keyed '
                                  "streams)")
-    ld.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE",
-                    help=_CONFIG_HELP)
+    _config_options(ld)
     ld.set_defaults(func=cmd_load)
 
     text = ("print a stream of the job as JSON Lines, from the embedded local log or its Kafka "
@@ -912,8 +986,7 @@ def _add_data_commands(sub: Any) -> None:
                    help="on Kafka, also the records of transactions not committed (open or "
                         "aborted), which no read_committed reader sees: for debugging an "
                         "exactly-once job (by default dump shows what a downstream reader reads)")
-    d.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE",
-                   help=_CONFIG_HELP)
+    _config_options(d)
     d.set_defaults(func=cmd_dump)
 
     text = ("show a job's containers (running, with their PIDs), each task's checkpointed "
@@ -923,8 +996,7 @@ def _add_data_commands(sub: Any) -> None:
     st.add_argument("app", help="module_or_file.py:attr")
     st.add_argument("--json", action="store_true",
                     help="print the status as one JSON object (its shape: docs/operations.md)")
-    st.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE",
-                    help=_CONFIG_HELP)
+    _config_options(st)
     st.set_defaults(func=cmd_status)
 
 
@@ -938,8 +1010,7 @@ def _add_job_commands(sub: Any) -> None:
     cp.add_argument("--batch", type=_at_least(1), default=65536, metavar="N",
                     help="records rewritten per write transaction, at most about (default "
                          "65536): smaller holds the log's write lock for less time")
-    cp.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE",
-                    help=_CONFIG_HELP)
+    _config_options(cp)
     cp.set_defaults(func=cmd_compact)
 
     text = ("forget a job's progress: checkpoints, stores, intermediate streams and "
@@ -950,8 +1021,7 @@ def _add_job_commands(sub: Any) -> None:
     rs.add_argument("app", help="module_or_file.py:attr")
     rs.add_argument("--outputs", action="store_true", help="also empty the output streams (on "
                     "Kafka: delete their topics, which the next run creates again)")
-    rs.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE",
-                    help=_CONFIG_HELP)
+    _config_options(rs)
     rs.set_defaults(func=cmd_reset)
 
     text = "list the configuration keys (-c KEY=VALUE) with their types, defaults and meanings"
@@ -959,6 +1029,13 @@ def _add_job_commands(sub: Any) -> None:
         text, "KEY shows one key (streams.views.retention.ms matches streams.<id>.retention.ms)"
               " or the keys under a prefix (task.); keys of your own go under user.*"))
     cf.add_argument("key", nargs="?", metavar="KEY", help="a key or a prefix of keys")
+    cf.add_argument("--app", metavar="module_or_file.py:attr",
+                    help="show the config this application's job runs with: each key's value "
+                         "and where it comes from (-c, --config-file, the application, the "
+                         "planner, a default)")
+    _config_options(cf)
+    cf.add_argument("--partitions", action="append", default=[], metavar="STREAM=COUNT",
+                    help="with --app: partition count of a stream the plan cannot look up")
     cf.set_defaults(func=cmd_config)
 
     text = "make a new project in directory NAME that runs as it is written"

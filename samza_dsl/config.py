@@ -297,6 +297,11 @@ def check_system_keys(config: Mapping[str, Any], systems: Mapping[str, str]) -> 
         if props is None:
             continue
         prop = rest[len(owner) + 1:]
+        if prop == "samza.factory" and str(config[name]).strip() != systems[owner]:
+            raise ConfigError(
+                f"config {name}={config[name]!r}: system {owner!r} is a {systems[owner]} system, "
+                f"as its descriptor says; the key may repeat that, not change it: build the "
+                f"streams from another system's descriptor instead")
         if prop in props or any(p.endswith("*") and prop.startswith(p[:-1]) for p in props):
             continue
         raise ConfigError(

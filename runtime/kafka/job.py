@@ -118,8 +118,11 @@ class KafkaJob:
                              f" a job on Kafka keeps all its streams on one Kafka system")
         self.system = kafka[0]
         settings = self.system.config
-        self.servers = str(settings["bootstrap.servers"])
         effective = self.config
+        # the config's systems.<name>.bootstrap.servers over the descriptor's: one cluster's
+        # job, pointed at another (a staging broker) without a change to the application
+        self.servers = str(effective.get(f"systems.{self.system.name}.bootstrap.servers")
+                           or settings["bootstrap.servers"])
         # the system's settings, then the config's systems.<name>.consumer.* / producer.*
         self.consumer_settings = client_settings(settings, effective, self.system.name,
                                                  "consumer")
