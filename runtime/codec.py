@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import msgspec
 
@@ -53,6 +53,9 @@ from samza_dsl.serdes import (
     Serde,
     StringSerde,
 )
+
+if TYPE_CHECKING:
+    from runtime.event_time_ahead import AheadRule
 
 __all__ = ["Record", "CONTROL_HEADER", "ERROR_HEADER", "SOURCE_HEADER", "Skipped", "StreamCodec",
            "control_record", "stream_serde", "serde_error_policy", "fast_serializer",
@@ -141,8 +144,10 @@ class StreamCodec:
 
     def __init__(self, stream_id: str, serde: Serde[Any], *, policy: str = "fail",
                  dead_letter: Callable[[SSP, int, Record, SerdeError], None] | None = None,
-                 metrics: Any = None) -> None:
+                 metrics: Any = None, ahead: AheadRule | None = None) -> None:
         self.stream_id = stream_id
+        #: an input's ``max_event_time_ahead`` check (``runtime.event_time_ahead``), or None
+        self.ahead = ahead
         self.serde = serde
         self.keyed = isinstance(serde, KVSerde)
         self.policy = policy
@@ -223,8 +228,28 @@ class StreamCodec:
         if self.skip:
             offsets = self.skip.get(ssp.partition)
             if offsets and any(first <= o < first + len(records) for o in offsets):
-                return self._decode_skipping(ssp, first, records, generation, offsets)
-        return self._decode_batch(ssp, first, records, generation)
+                out = self._decode_skipping(ssp, first, records, generation, offsets)
+                return out if self.ahead is None else self._check_ahead(ssp, first, records, out)
+        if self.ahead is None:
+            return self._decode_batch(ssp, first, records, generation)
+        return self._check_ahead(ssp, first, records,
+                                 self._decode_batch(ssp, first, records, generation))
+
+    def _check_ahead(self, ssp: SSP, first: int, records: Sequence[Record],
+                     out: list[Any]) -> list[Any]:
+        """``out`` with each message whose event time is too far ahead of the wall clock under
+        the stream's policy (``runtime.event_time_ahead``)."""
+        rule = self.ahead
+        assert rule is not None
+        for i in rule.scan(out, rule.limit()):
+            t = rule.seconds(out[i])
+            if self.policy == "fail":
+                raise rule.failure(ssp.partition, first + i, t)
+            reason = rule.passed_over(ssp.partition, first + i, t)
+            if self.policy == "dead-letter" and self._dead_letter is not None:
+                self._dead_letter(ssp, first + i, records[i], SerdeError(reason))
+            out[i] = Skipped(reason)
+        return out
 
     def _decode_skipping(self, ssp: SSP, first: int, records: Sequence[Record], generation: int,
                          offsets: set[int]) -> list[Any]:

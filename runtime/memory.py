@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runtime.container import Container, MemoryCheckpoints
 from runtime.job import SSP, build_job_model
@@ -18,6 +18,9 @@ from samza_dsl.config import config_value
 from samza_dsl.errors import SamzaError
 from samza_dsl.kv import KV
 from samza_dsl.systems import InputDescriptor
+
+if TYPE_CHECKING:
+    from runtime.event_time_ahead import AheadRule
 
 __all__ = ["MemoryBroker", "MemoryConsumer", "MemoryProducer", "MemoryInputs", "memory_job",
            "memory_store_factory", "resolve_partitions"]
@@ -84,6 +87,10 @@ class MemoryConsumer:
         #: where reading of each partition began
         self.starts: dict[SSP, int] = {}
         self._woken = False
+        #: input stream -> its ``max_event_time_ahead`` check (``runtime.event_time_ahead``);
+        #: a message it passes over under ``dead-letter`` goes to the stream ``dead_letter``
+        self.ahead: dict[str, AheadRule] = {}
+        self.dead_letter: str | None = None
 
     def register(self, key: Any, ssp: SSP, next_offset: int | None) -> None:
         start = 0 if next_offset is None else next_offset
@@ -109,6 +116,8 @@ class MemoryConsumer:
                     batch = log[pos:pos + (max_per_key if limits is None
                                            else limits.get(key, max_per_key))]
                     self.positions[key] = (ssp, pos + len(batch))
+                    if self.ahead and ssp.stream_id in self.ahead:
+                        self._check_ahead(ssp, pos, batch)
                     out.append((key, pos, batch))
             if out or not keys:
                 return out
@@ -121,6 +130,28 @@ class MemoryConsumer:
             if self._woken:  # the caller's set of partitions changed: let it ask again
                 self._woken = False
                 return []
+
+    def _check_ahead(self, ssp: SSP, first: int, batch: list[Any]) -> None:
+        """The messages of ``batch`` too far ahead of the wall clock under the stream's serde
+        error policy, as a byte system's codec does: ``fail`` raises, ``skip`` and
+        ``dead-letter`` put a ``Skipped`` in their place, ``dead-letter`` also writes
+        ``{"source", "error", "key", "value"}`` (as ``samza-dsl dump`` shows a dead letter) to
+        the dead-letter stream."""
+        from runtime.codec import Skipped
+
+        rule = self.ahead[ssp.stream_id]
+        for i in rule.scan(batch, rule.limit()):
+            m = batch[i]
+            t = rule.seconds(m)
+            if rule.policy == "fail":
+                raise rule.failure(ssp.partition, first + i, t)
+            reason = rule.passed_over(ssp.partition, first + i, t)
+            if rule.policy == "dead-letter" and self.dead_letter is not None:
+                k, v = (m.key, m.value) if type(m) is KV else (None, m)
+                self.broker.append(self.dead_letter, 0, {
+                    "source": f"{ssp.stream_id}/{ssp.partition}/{first + i}", "error": reason,
+                    "key": k, "value": v})
+            batch[i] = Skipped(reason)
 
     async def read_bounds(self, keys: Iterable[Any]) -> dict[Any, tuple[int, int]]:
         """Per reader key: the next offset it reads, and its partition's end offset now."""
@@ -317,10 +348,32 @@ def memory_job(app: StreamApplication,
             broker.extend(sid, p, msgs)
         broker.end(sid)
     job = build_job_model(plan, counts, config_value(plan.config, "job.elasticity.factor"))
-    container = Container(job, job.tasks, consumer=MemoryConsumer(broker),
+    consumer, metrics = MemoryConsumer(broker), Metrics()
+    _check_ahead(plan, broker, consumer, metrics, clock)
+    container = Container(job, job.tasks, consumer=consumer,
                           producer=producer(broker),
                           checkpoints=checkpoints if checkpoints is not None else MemoryCheckpoints(),
                           store_factory=memory_store_factory(
                               {tid: t.serde for tid, t in plan.app.tables.items()}), config=plan.config, clock=clock,
-                          metrics=Metrics())
+                          metrics=metrics)
     return plan, broker, container
+
+
+def _check_ahead(plan: Any, broker: MemoryBroker, consumer: MemoryConsumer, metrics: Metrics,
+                 clock: Callable[[], int] | None) -> None:
+    """The ``max_event_time_ahead`` checks of the inputs that declare one; where one passes
+    messages over under ``dead-letter``, the job's dead-letter stream, in memory."""
+    from runtime.codec import serde_error_policy
+    from runtime.event_time_ahead import ahead_rule
+    from runtime.jobdir import dead_letter_stream
+
+    for sid in plan.input_streams:
+        policy = serde_error_policy(plan.config, sid)
+        rule = ahead_rule(sid, plan.streams[sid].descriptor, policy, metrics=metrics,
+                          clock=clock)
+        if rule is None:
+            continue
+        consumer.ahead[sid] = rule
+        if policy == "dead-letter" and consumer.dead_letter is None:
+            consumer.dead_letter = dead_letter_stream(plan.job_name)
+            broker.create(consumer.dead_letter, 1)

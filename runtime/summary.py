@@ -62,11 +62,13 @@ def resume_lines(restored: Mapping[str, Mapping[Any, int]], plan: Any) -> list[s
 
 def skipped_per_input(counters: Mapping[str, Any], plan: Any) -> dict[str, int]:
     """The new records of each input this run read and passed over: named by --skip, or failing
-    to deserialize under the ``skip`` or ``dead-letter`` policy (``runtime.codec``'s counters)."""
+    to deserialize or dated too far ahead (``max_event_time_ahead``) under the ``skip`` or
+    ``dead-letter`` policy (``runtime.codec``'s and ``runtime.event_time_ahead``'s counters)."""
     out = {}
     for sid in _inputs(plan):
         n = int(counters.get(f"{sid}.skipped-by-request", 0)) \
-            + int(counters.get(f"{sid}.serde-errors-skipped", 0))
+            + int(counters.get(f"{sid}.serde-errors-skipped", 0)) \
+            + int(counters.get(f"{sid}.event-time-ahead-skipped", 0))
         if n:
             out[sid] = n
     return out
@@ -82,17 +84,22 @@ def skipped_lines(counters: Mapping[str, Any], plan: Any, *, app_ref: str | None
                      f"checkpoint is past them)")
     app = app_ref or "APP"
     for sid in plan.streams:
-        n = int(counters.get(f"{sid}.serde-errors-skipped", 0))
-        if not n:
-            continue
         key = f"streams.{sid}.samza.serde.error"
         policy = plan.config.get(key)
-        where = (f"they are in the dead-letter stream, with each one's error and origin: "
-                 f"`samza-dsl dump {app} {dead_letter_stream(plan.job_name)}`"
-                 if policy == "dead-letter" else
-                 "each is logged above with its partition, offset and error")
-        lines.append(f"skipped: {n:,} record(s) of {sid} that did not deserialize ({key}="
-                     f"{policy}): not processed; {where}")
+        dead = (f"they are in the dead-letter stream, with each one's error and origin: "
+                f"`samza-dsl dump {app} {dead_letter_stream(plan.job_name)}`"
+                if policy == "dead-letter" else "")
+        n = int(counters.get(f"{sid}.serde-errors-skipped", 0))
+        if n:
+            where = dead or "each is logged above with its partition, offset and error"
+            lines.append(f"skipped: {n:,} record(s) of {sid} that did not deserialize ({key}="
+                         f"{policy}): not processed; {where}")
+        n = int(counters.get(f"{sid}.event-time-ahead-skipped", 0))
+        if n:
+            where = dead or "the first is logged above with its partition, offset and event time"
+            lines.append(f"skipped: {n:,} message(s) of {sid} whose event time was too far "
+                         f"ahead of the wall clock (max_event_time_ahead; {key}={policy}): not "
+                         f"processed, the watermark did not move to them; {where}")
     return lines
 
 

@@ -88,6 +88,40 @@ class TestResult(LateCounts):
     def messages(self, output: Any) -> list[Any]:
         return [m for msgs in self.partitions(output).values() for m in msgs]
 
+    @property
+    def dead_letters(self) -> list[dict[str, Any]]:
+        """What the run wrote to the job's dead-letter stream (``<job>-dead-letter``, also
+        ``messages()`` of that name), in order: in memory, the inputs' messages passed over by
+        ``max_event_time_ahead`` under ``streams.<id>.samza.serde.error=dead-letter``, each as
+        ``samza-dsl dump`` shows a dead letter, ``{"source": "stream/partition/offset",
+        "error": ..., "key": ..., "value": ...}``, with the message's key and value as given.
+
+        Example:
+            >>> from datetime import timedelta
+            >>> from samza_dsl import StreamApplication
+            >>> from samza_dsl.systems import MemorySystem
+            >>> app, mem = StreamApplication("dl", config={
+            ...     "streams.views.samza.serde.error": "dead-letter"}), MemorySystem()
+            >>> views = mem.input("views", event_time=lambda v: v["ts"],
+            ...                   max_event_time_ahead=timedelta(hours=1))
+            >>> app.input(views).send_to(app.output(mem.output("out")))
+            >>> result = TestRunner(app).add_input(views, [{"ts": 1}, {"ts": 1e15}]).run()
+            >>> result.messages("out"), [d["source"] for d in result.dead_letters]
+            ([{'ts': 1}], ['views/0/1'])
+            >>> result.counter("views.event-time-ahead-skipped")
+            1
+        """
+        from runtime.jobdir import dead_letter_stream
+
+        sid = dead_letter_stream(self.plan.job_name)
+        return self.messages(sid) if sid in self._broker.streams else []
+
+    def counter(self, name: str) -> int:
+        """A counter of the run's metrics (0 where nothing counted it): for example
+        ``<stream>.event-time-ahead-skipped``, the messages of an input passed over for an
+        event time too far ahead (``skip`` and ``dead-letter``)."""
+        return int(self.metrics.snapshot().get(name, 0))
+
 
 class TestRunner:
     """Runs ``app`` in memory: every stream, whatever its system, is an in-memory stream.

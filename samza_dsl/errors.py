@@ -88,6 +88,27 @@ class SerdeError(SamzaError):
                           offset=offset)
 
 
+class EventTimeAheadError(SerdeError):
+    """A message of an input with ``max_event_time_ahead=`` whose event time is further ahead
+    of the wall clock than that, under the stream's ``fail`` serde error policy: names the
+    stream, partition and offset, and ``event_time`` (seconds) is the message's event time.
+
+    Example:
+        >>> e = EventTimeAheadError("event time too far ahead", stream="views", partition=0,
+        ...                         offset=3, event_time=253402300799.0)
+        >>> isinstance(e, SerdeError), e.offset, e.event_time
+        (True, 3, 253402300799.0)
+        >>> print(e)
+        event time too far ahead (at stream 'views', partition 0, offset 3)
+    """
+
+    def __init__(self, message: str, *, stream: str | None = None,
+                 partition: int | None = None, offset: int | None = None,
+                 event_time: float | None = None) -> None:
+        super().__init__(message, stream=stream, partition=partition, offset=offset)
+        self.event_time = event_time
+
+
 class TaskError(SamzaError):
     """A task failed while processing: names the operator, task and offset.
 

@@ -86,7 +86,8 @@ class SystemDescriptor:
               event_time: Callable[[Any], float] | None = None,
               max_out_of_orderness: timedelta | None = None,
               idle_timeout: timedelta | None = None, bootstrap: bool = False,
-              priority: int | None = None) -> InputDescriptor:
+              priority: int | None = None,
+              max_event_time_ahead: timedelta | None = None) -> InputDescriptor:
         """An input stream. ``event_time=fn(message) -> seconds`` declares its event time: each
         partition's watermark is then the largest event time processed so far (in handout order,
         over the completed prefix) less ``max_out_of_orderness``. ``idle_timeout``: a partition
@@ -101,6 +102,14 @@ class SystemDescriptor:
         (inputs without one, intermediate streams included, have priority 0; a bootstrap input
         without one ranks above every other input). See "Bootstrap and priority inputs" in
         docs/semantics.md.
+
+        ``max_event_time_ahead=timedelta(...)`` (with ``event_time``): a message whose event
+        time is more than that ahead of the wall clock as it is read (a producer's clock gone
+        wrong, a year 9999) does not move time: it follows the stream's
+        ``streams.<id>.samza.serde.error`` policy, as a record that fails to deserialize
+        (``fail`` stops the job naming it, ``skip`` passes over it, ``dead-letter`` also
+        writes it to the job's dead-letter stream). See "Event times far ahead" in
+        docs/windows.md.
 
         Args:
             stream_id: The stream's id in the application, matching ``[A-Za-z0-9._-]+``.
@@ -118,6 +127,9 @@ class SystemDescriptor:
             bootstrap: Read each task's partition to its end as of the task's start before
                 the task's other inputs.
             priority: The input's priority, an int (default 0): higher goes first.
+            max_event_time_ahead: With ``event_time``, how far ahead of the wall clock a
+                message's event time may be; one further ahead follows the stream's serde
+                error policy instead of moving the watermark. None: no bound.
 
         Returns:
             The ``InputDescriptor``, for ``app.input``.
@@ -125,7 +137,8 @@ class SystemDescriptor:
         Raises:
             ValueError: ``stream_id`` is malformed, ``partitions`` is not an int of at least
                 1, ``offset_default`` is unknown, a duration is not positive, or
-                ``max_out_of_orderness`` is given without ``event_time``.
+                ``max_out_of_orderness`` or ``max_event_time_ahead`` is given without
+                ``event_time``.
             TypeError: ``serde`` is not a ``Serde``, ``event_time`` is not callable, a
                 duration is neither a ``timedelta`` nor a number, ``bootstrap`` is not a bool
                 or ``priority`` not an int.
@@ -137,6 +150,9 @@ class SystemDescriptor:
             ...                 max_out_of_orderness=timedelta(seconds=5))
             >>> d.physical_name, d.partitions, d.max_out_of_orderness_ms
             ('clicks', 2, 5000)
+            >>> local.input("clicks", event_time=lambda m: m["ts"],
+            ...             max_event_time_ahead=timedelta(hours=1)).max_event_time_ahead_ms
+            3600000
             >>> profiles = local.input("profiles", bootstrap=True)
             >>> profiles.bootstrap, profiles.rank, local.input("alerts", priority=2).rank
             (True, 9223372036854775807, 2)
@@ -144,7 +160,9 @@ class SystemDescriptor:
         return InputDescriptor(
             self, stream_id, serde, physical_name or stream_id, partitions, offset_default,
             event_time, _optional_ms(max_out_of_orderness, f"input {stream_id!r} max_out_of_orderness"),
-            _optional_ms(idle_timeout, f"input {stream_id!r} idle_timeout"), bootstrap, priority)
+            _optional_ms(idle_timeout, f"input {stream_id!r} idle_timeout"), bootstrap, priority,
+            max_event_time_ahead_ms=_optional_ms(
+                max_event_time_ahead, f"input {stream_id!r} max_event_time_ahead"))
 
     def output(self, stream_id: str, *, serde: Serde[Any] | None = None,
                physical_name: str | None = None, partitions: int | None = None) -> OutputDescriptor:
@@ -336,6 +354,8 @@ class InputDescriptor(StreamDescriptor):
         bootstrap: Each task reads its partition to its end as of its start first.
         priority: The declared priority, or None (0, or above all for a bootstrap input).
         side_input_of: The table this input fills as a side input, or None.
+        max_event_time_ahead_ms: How far ahead of the wall clock, as it is read, a message's
+            event time may be before it follows the stream's serde error policy (0: no bound).
 
     Raises:
         ValueError: ``offset_default`` is unknown, or an out-of-orderness bound is given
@@ -367,6 +387,9 @@ class InputDescriptor(StreamDescriptor):
     priority: int | None = None
     #: the table this input fills, as a side input (set by ``app.table(side_inputs=...)``)
     side_input_of: str | None = None
+    #: a message whose event time is further ahead of the wall clock follows the stream's
+    #: serde error policy (0: no bound)
+    max_event_time_ahead_ms: int = 0
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -379,6 +402,10 @@ class InputDescriptor(StreamDescriptor):
             raise ValueError(f"input {self.stream_id!r}: max_out_of_orderness needs "
                              f"event_time=fn(message) -> seconds on the same input (or give it "
                              f"to the window, next to the window's event_time)")
+        if self.max_event_time_ahead_ms and self.event_time is None:
+            raise ValueError(f"input {self.stream_id!r}: max_event_time_ahead needs "
+                             f"event_time=fn(message) -> seconds on the same input: only a "
+                             f"declared event time can be checked as a message is read")
         if not isinstance(self.bootstrap, bool):
             raise TypeError(f"input {self.stream_id!r}: bootstrap must be True or False, got "
                             f"{self.bootstrap!r}")

@@ -40,6 +40,7 @@ from runtime.codec import (
 from runtime.commit import warn_at_least_once
 from runtime.container import Container
 from runtime.elastic import rescale_checkpoints
+from runtime.event_time_ahead import ahead_rule
 from runtime.job import SSP, TaskModel, build_job_model, job_containers, start_generation
 from runtime.job_lock import JobLock
 from runtime.jobdir import dead_letter_stream, job_dir, metrics_stream, store_dir
@@ -262,8 +263,10 @@ class KafkaJob:
             serde = stream_serde(getattr(s.descriptor, "serde", None), keyed=s.keyed,
                                  intermediate=s.kind in ("intermediate", "broadcast"),
                                  types=plan.app.types)
-            self.codecs[sid] = StreamCodec(sid, serde, policy=serde_error_policy(plan.config, sid),
-                                           dead_letter=dead_letter, metrics=self.metrics)
+            policy = serde_error_policy(plan.config, sid)
+            self.codecs[sid] = StreamCodec(sid, serde, policy=policy, dead_letter=dead_letter,
+                                           metrics=self.metrics, ahead=ahead_rule(
+                                               sid, s.descriptor, policy, metrics=self.metrics))
             producer.add_stream(sid, self.physical[sid], counts[sid], self.codecs[sid].encode,
                                 self.codecs[sid])
 

@@ -48,6 +48,7 @@ from runtime.codec import (
 from runtime.commit import warn_at_least_once
 from runtime.container import Container
 from runtime.elastic import rescale_checkpoints
+from runtime.event_time_ahead import ahead_rule
 from runtime.job import SSP, JobModel, TaskModel, build_job_model, job_containers, start_generation
 from runtime.job_lock import JobLock, log_id_lock
 from runtime.jobdir import dead_letter_stream, job_dir, task_dir
@@ -579,8 +580,10 @@ class LocalJob:
             serde = stream_serde(getattr(s.descriptor, "serde", None), keyed=s.keyed,
                                  intermediate=s.kind in ("intermediate", "broadcast"),
                                  types=self.plan.app.types)
-            self.codecs[sid] = StreamCodec(sid, serde, policy=serde_error_policy(cfg, sid),
-                                           dead_letter=dead_letter, metrics=self.metrics)
+            policy = serde_error_policy(cfg, sid)
+            self.codecs[sid] = StreamCodec(sid, serde, policy=policy, dead_letter=dead_letter,
+                                           metrics=self.metrics, ahead=ahead_rule(
+                                               sid, s.descriptor, policy, metrics=self.metrics))
 
     def _build(self, follow: bool, inputs: Mapping[str, Any]) -> None:
         plan, job, counts = self.plan, self.job, self.counts
