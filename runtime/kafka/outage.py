@@ -8,9 +8,11 @@ error. When they answer again, the job's topics and checkpoints are checked (``o
 it reads on: a broker that lost the job's topics or records is an error, never a silent
 reprocessing.
 
-While a watch runs, each of aiokafka's log messages is shown once until the job's topics have
-been checked again (after an outage, or at most every 5 s after aiokafka's warnings, which can
-mean a connection lost for less than a probe's interval): the watch's warnings say the rest.
+While a watch runs, aiokafka's own log messages (a connection refused, a heartbeat that failed)
+are not shown: the watch's warnings and its one error say what they mean. They are counted, as
+a sign that a connection was lost for less than a probe's interval, which checks the job's
+topics again. ``SAMZA_DSL_AIOKAFKA_LOG=<level>`` (``warning``, ``info``, ``debug``) shows those
+of that level and above, each once until the job's topics have been checked again.
 """
 
 from __future__ import annotations
@@ -50,8 +52,15 @@ class KafkaDataLost(SamzaError):
     """The brokers lack topics or records the job has checkpointed."""
 
 
+def _asked_level(env: str = "SAMZA_DSL_AIOKAFKA_LOG") -> int:
+    """The level from which aiokafka's log messages are shown (none unless asked for)."""
+    name = os.environ.get(env, "").strip().upper()
+    level = logging.getLevelName(name) if name else None
+    return level if isinstance(level, int) else logging.CRITICAL + 1
+
+
 class _Once(logging.Filter):
-    """Lets each message of aiokafka's through once until ``reset``."""
+    """Lets each message of aiokafka's of the level asked for through once until ``reset``."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -63,6 +72,8 @@ class _Once(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno >= logging.WARNING:
             self.alarms += 1
+        if record.levelno < _asked_level():
+            return False
         key = (record.name, str(record.msg))
         if key in self.seen:
             return False
