@@ -35,7 +35,8 @@ from samza_dsl.late import LateMessage
 
 from .base import OperatorContext, inc_counter
 
-__all__ = ["LateTracker", "LATE_PREFIX", "NO_STREAM", "LOG_EVERY_S", "READ_MORE", "log"]
+__all__ = ["LateTracker", "LATE_PREFIX", "AFTER_END", "NO_STREAM", "LOG_EVERY_S", "READ_MORE",
+           "log"]
 
 log = logging.getLogger("samza_dsl.window")
 
@@ -43,6 +44,10 @@ log = logging.getLogger("samza_dsl.window")
 LATE_PREFIX = ".late-messages."
 #: the stream of a late message that came from no input message (a pane of a window tick)
 NO_STREAM = "-"
+#: counter suffix: late messages for panes the end of an earlier bounded run closed
+AFTER_END = ".late-after-end"
+#: no bounded run's end has closed the window's panes
+NO_END = -(1 << 62)
 #: seconds between two lines about the late messages of one window and input stream
 LOG_EVERY_S = 10.0
 #: where a late-message line sends its reader
@@ -62,6 +67,9 @@ class LateTracker:
         self.session = session
         self.total = 0
         self.by_stream: dict[str, int] = {}
+        #: where the end of an earlier bounded run closed every open pane of the window: a
+        #: message before it is counted as such too (``<op id>.late-after-end``)
+        self.ended_ms = NO_END
         self._ctx: OperatorContext | None = None
         #: input stream -> when its late messages were last logged (a registry without ``every``)
         self._logged: dict[str, float] = {}
@@ -83,6 +91,8 @@ class LateTracker:
         metrics = ctx.metrics if ctx is not None else None
         inc_counter(metrics, self.op_id + LATE_PREFIX + sid)
         inc_counter(metrics, self._what)
+        if event_ms < self.ended_ms:
+            inc_counter(metrics, self.op_id + AFTER_END)
         if self._due(metrics, sid):
             self._warn(stream, partition, offset, event_ms, watermark_ms,
                        self._count(metrics, sid))

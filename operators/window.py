@@ -50,7 +50,10 @@ to emit LATE panes, with the same rules as early triggers (``count(1)`` once per
 the pane's state is dropped without a firing.
 
 End of stream. Every open pane fires once as DEFAULT, ordered by pane start and then by
-``encode_key`` of the key; then all state is dropped (closed panes kept for lateness too). The
+``encode_key`` of the key; then all state is dropped (closed panes kept for lateness too), and in
+event time the watermark moves to the end of the last of them, stored as ``[watermark, ended]``
+under the watermark's key: a later run's message for one of them is late (``ended`` tells the
+summary why), never a second DEFAULT pane (docs/semantics.md, "The end of a bounded run"). The
 streaming runtime takes them in chunks (``end_of_stream_chunks``), each made as it is taken and
 written before the next, so a window ending with 10^6 open panes never holds them all as panes.
 
@@ -136,6 +139,8 @@ class WindowOperator(Operator, ABC):
         self._early_spec = w.early
         self._late_spec = w.late if self._retain else None
         self.watermark = NO_WATERMARK
+        #: where the end of a bounded run closed every open pane (stored with the watermark)
+        self.ended = NO_WATERMARK
         self.late_to = spec.late_to
         self.late_tracker = LateTracker(self.op_id, self.size_ms,
                                         self.lateness_ms if self._retain else 0,
@@ -158,7 +163,11 @@ class WindowOperator(Operator, ABC):
         self.local_watermark = not ctx.external_watermarks or self.op_id in ctx.own_watermarks
         stored = self._get(WATERMARK_KEY)
         if self._event_time is not None and stored is not None:
-            self.watermark = stored
+            if isinstance(stored, list | tuple):  # [watermark, where a run's end closed all]
+                self.watermark, self.ended = int(stored[0]), int(stored[1])
+                self.late_tracker.ended_ms = self.ended
+            else:
+                self.watermark = stored
         self._restore()
 
     # -- what subclasses provide ---------------------------------------------------------------
@@ -307,7 +316,9 @@ class WindowOperator(Operator, ABC):
     def _advance(self, watermark: int) -> list[Any]:
         """Move the event-time watermark: close panes it passed, drop those past lateness."""
         self.watermark = watermark
-        self._put(WATERMARK_KEY, watermark)  # before closing: a restore sees them closed
+        # before closing: a restore sees them closed
+        self._put(WATERMARK_KEY, watermark if self.ended == NO_WATERMARK
+                  else [watermark, self.ended])
         out: list[Any] = []
         while (end := self._next_close()) is not None and end <= watermark:
             self._close_next(watermark, out)
@@ -362,11 +373,20 @@ class WindowOperator(Operator, ABC):
     def on_end_of_stream(self) -> list[Any]:
         return [pane for chunk in self.end_of_stream_chunks(1 << 62) for pane in chunk]
 
+    def _pane_end(self, handle: Any) -> int:
+        """When the pane of ``handle`` closes in event time: its end."""
+        return self._pane_key(handle)[0] + self.size_ms
+
     def end_of_stream_chunks(self, size: int) -> Iterator[list[Any]]:
         """Every open pane fires once as DEFAULT, in ``_end_order``, in lists of ``size``
-        panes made as they are taken; then all state is dropped."""
+        panes made as they are taken; then all state is dropped. In event time the watermark
+        moves to the end of the last of them and is stored: the panes are closed, so a message
+        for one of them in a later run (more input after a bounded run ended) is late, counted
+        and shown, and never opens the pane to emit it a second time."""
         chunk: list[Any] = []
+        closed_to = self.watermark
         for handle, value in self._end_panes():
+            closed_to = max(closed_to, self._pane_end(handle))
             pane = self._emit(handle, DEFAULT, True, value)
             if pane is not None:
                 chunk.append(pane)
@@ -377,6 +397,9 @@ class WindowOperator(Operator, ABC):
         self._early.clear()
         self._late.clear()
         self._timers.clear()
+        if self._event_time is not None and closed_to > self.watermark:
+            self.watermark = self.ended = self.late_tracker.ended_ms = closed_to
+            self._put(WATERMARK_KEY, [closed_to, closed_to])
         if chunk:
             yield chunk
 

@@ -93,6 +93,12 @@ class SessionWindowOperator(WindowOperator):
     def _pane_key(self, handle: Any) -> tuple[int, Any]:
         return handle.start, handle.key
 
+    def _pane_end(self, handle: Any) -> int:
+        # a gap past the session's end: a message is late once its own session would have
+        # closed (t + gap <= watermark), so every message that could have joined this session
+        # (t < last + gap) is late once the end of a bounded run has closed it
+        return int(handle.last) + 2 * self.size_ms
+
     def _value(self, handle: Any) -> Any:
         entry = self._get((handle.start, handle.key))
         return None if entry is None else entry[1]

@@ -978,6 +978,8 @@ def print_outputs(runner: LocalRunner, out: TextIO = sys.stdout, limit: int = 10
             lines += late_why_lines(
                 runner.late_counts, runner.plan,
                 resumed=traffic is not None and any(traffic[1].values()),
-                exactly=exactly_once(job_config(runner.app, runner.config)))
+                exactly=exactly_once(job_config(runner.app, runner.config)),
+                counters=traffic[2] if traffic is not None else None,
+                app_ref=app_ref or "APP")
         for line in lines:
             out.write(line + "\n")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from operators.late import AFTER_END
 from runtime.jobdir import dead_letter_stream
 
 __all__ = ["resume_lines", "traffic_lines", "skipped_lines", "skipped_per_input", "LATE_WHY",
@@ -19,11 +20,26 @@ LATE_WHY = ("late: a message is late when the watermark (the event time its inpu
 
 
 def late_why_lines(late: Mapping[str, Mapping[str, int]], plan: Any, *, resumed: bool,
-                   exactly: bool) -> list[str]:
-    """Why the run's late messages were late: disorder beyond the declared bound, or, for those
-    read from an intermediate stream by a run at least once that resumed from checkpoints (a
-    restart, or tasks taken over in a consumer group), replays of what an upstream task had
-    written before it restarted."""
+                   exactly: bool, counters: Mapping[str, Any] | None = None,
+                   app_ref: str = "APP") -> list[str]:
+    """Why the run's late messages were late: for panes that the end of an earlier bounded run
+    closed (more input after it ended, at the same event times), disorder beyond the declared
+    bound, or, for those read from an intermediate stream by a run at least once that resumed
+    from checkpoints (a restart, or tasks taken over in a consumer group), replays of what an
+    upstream task had written before it restarted."""
+    total = sum(n for per in late.values() for n in per.values())
+    after_end = sum(int(v) for k, v in (counters or {}).items()
+                    if isinstance(k, str) and k.endswith(AFTER_END))
+    if after_end:
+        line = (f"late: {after_end:,} of them came for panes that the end of an earlier bounded "
+                f"run had closed: a bounded run ends by closing every open pane, and event time "
+                f"is complete up to there, so more input at those times is late, never a pane "
+                f"emitted twice. To count it with the rest, start over (samza-dsl reset "
+                f"{app_ref} --outputs) and run over all the input; or keep the job running "
+                f"with --follow (see 'The end of a bounded run' in docs/semantics.md)")
+        if after_end >= total:
+            return [line]
+        return [line, *late_why_lines(late, plan, resumed=resumed, exactly=exactly)]
     intermediate = set(plan.intermediate_streams)
     replayed = sorted({sid for per in late.values() for sid, n in per.items()
                        if n and sid in intermediate})

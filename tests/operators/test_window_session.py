@@ -140,7 +140,13 @@ def test_end_of_stream_orders_sessions_by_start_then_key(clock: FakeClock) -> No
         op.process(m)
     assert [(k, pid) for k, pid, _, _ in panes(op.on_end_of_stream())] == [
         (3, "1000"), ("a", "2000"), ("b", "2000"), ("c", "2500")]
-    assert list(op._store.all()) == [] and op._sessions == {}
+    # every session's state goes; the watermark, a gap past the last session's end, stays
+    assert list(op._store.all()) == [(WATERMARK_KEY, [12_500, 12_500])] and op._sessions == {}
+    again = start(Windows.keyed_session(key, GAP, event_time=seconds, **count()), clock,
+                  op._store)
+    assert again.process(("c", 7.4)) == [] and again.late_dropped == 1  # could join c's session
+    assert again.process(("c", 7.6)) == [] and again.late_dropped == 1  # a session of its own
+    assert [pid for _, pid, _, _ in panes(again.on_end_of_stream())] == ["7600"]
 
 
 def test_restore_rebuilds_open_and_kept_sessions(clock: FakeClock) -> None:
