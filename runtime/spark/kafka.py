@@ -71,6 +71,7 @@ def kafka_source(stream_id: str, descriptor: Any, given: Any, start_ms: int) -> 
     from aiokafka import TopicPartition
 
     from runtime.kafka.system import kafka_error, new_consumer, true_end_offsets
+    from runtime.spark.ahead import ahead_check
     from runtime.spark.sources import Source, SourceError, source_timing, unreadable
 
     topic = given.topic or descriptor.physical_name
@@ -117,11 +118,13 @@ def kafka_source(stream_id: str, descriptor: Any, given: Any, start_ms: int) -> 
     names = [f"topic {topic!r} partition {p} offsets {s}..{e}" for p, s, e in splits]
     serde = descriptor.serde
     timing = source_timing(descriptor, start_ms)
+    check = ahead_check(stream_id, descriptor)
 
     def build(spark: Any) -> Any:
         def read(i: int, it: Iterator[tuple[int, int, int]]) -> Iterator[Any]:
             from runtime.spark.executor import PassFailure
 
+            now, limit = check.limit_ms() if check is not None else (0.0, None)
             for p, s, e in it:
                 for rec in _run(_fetch(servers, settings, topic, p, s, e)):
                     try:
@@ -136,9 +139,16 @@ def kafka_source(stream_id: str, descriptor: Any, given: Any, start_ms: int) -> 
                         raise PassFailure(unreadable(
                             f"input {stream_id!r}: topic {topic!r} partition {p} offset "
                             f"{rec.offset}", exc, "the stream's serde")) from exc
+                    if limit is not None and sort_ms > limit:
+                        assert check is not None
+                        check.take(f"topic {topic!r} partition {p} offset {rec.offset}", p,
+                                   rec.offset, m, sort_ms, now)
+                        continue
                     yield (stream_id, sort_ms, p, rec.offset, clock, m)
         return spark.sparkContext.parallelize(splits, max(n, 1)).mapPartitionsWithIndex(read)
-    return Source(stream_id, n, names, build)
+    src = Source(stream_id, n, names, build)
+    src.ahead = check
+    return src
 
 
 async def _fetch(servers: str, settings: Mapping[str, Any], topic: str, p: int, start: int,

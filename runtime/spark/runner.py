@@ -295,6 +295,10 @@ class ReprocessResult(LateCounts):
         self.written = written
         self.tiers: dict[str, str] = {}
         self.columns: dict[str, str] = {}
+        #: the rows of inputs with ``max_event_time_ahead`` left out under
+        #: ``streams.<id>.samza.serde.error=dead-letter``, as ``samza-dsl dump`` shows dead
+        #: letters: ``{"source": "stream/source partition/row", "error", "key", "value"}``
+        self.dead_letters: list[dict[str, Any]] = []
 
     @property
     def outputs(self) -> list[str]:
@@ -331,6 +335,16 @@ class ReprocessResult(LateCounts):
             lines.append(f"  {sid:<{width}}  {kind:<12}  {n:>12,}  "
                          f"{where if where is not None else ('(kept)' if kind == 'output' else '')}"
                          .rstrip())
+        for sid in sorted(self.rows_in):
+            n = self.metrics.get(f"{sid}.event-time-ahead-skipped", 0)
+            if n:
+                key = f"streams.{sid}.samza.serde.error"
+                where = ("ReprocessResult.dead_letters holds them" if
+                         self.plan.config.get(key) == "dead-letter" else
+                         "the first of each Spark task is logged with its row and event time")
+                lines.append(f"skipped: {n:,} row(s) of {sid} whose event time was too far "
+                             f"ahead of the wall clock (max_event_time_ahead; {key}="
+                             f"{self.plan.config.get(key)}): not processed; {where}")
         if any(op.opcode == "window" for op in self.plan.app.operators):
             lines.extend(self.late_summary() or ["late: no late messages"])
         lines.extend(self.operator_summary())
@@ -458,6 +472,7 @@ class SparkRunner:
                 sink.prepare(plan, counts)
 
         tally = _Counts(sc)
+        dead = _arm_ahead(sc, plan, sources, tally.acc)
         read = {sid for stage in plan.stages for sid in stage.inputs}
         encoded = frozenset(sid for sid, sink in sinks.items()
                             if getattr(sink, "format", None) == "jsonl" and sid not in read)
@@ -487,8 +502,11 @@ class SparkRunner:
             finally:
                 sc.setJobDescription(None)
                 compiled.release()
-        return _result(self, plan, compiled, dict(tally.acc.value), kept, sinks,
-                       time.monotonic() - t0)
+        result = _result(self, plan, compiled, dict(tally.acc.value), kept, sinks,
+                         time.monotonic() - t0)
+        if dead is not None:
+            result.dead_letters = sorted(dead.value, key=_source_order)
+        return result
 
     def stop(self) -> None:
         if self._spark is not None:
@@ -1181,6 +1199,27 @@ def _write_output(compiled: _Compiler, sid: str, sinks: dict[str, Any], kept: di
     else:
         kept[sid] = rdd.persist()
         rdd.count()
+
+
+def _arm_ahead(sc: Any, plan: Any, sources: Mapping[str, Source], counts: Any) -> Any:
+    """Give each input's ``max_event_time_ahead`` check (``runtime.spark.ahead``) its stream's
+    serde error policy and the run's accumulators; the dead-letter accumulator, or None where
+    no input has a check."""
+    from runtime.codec import serde_error_policy
+    from runtime.spark.ahead import dead_letter_accumulator
+
+    checks = {sid: src.ahead for sid, src in sources.items() if src.ahead is not None}
+    if not checks:
+        return None
+    dead = dead_letter_accumulator(sc)
+    for sid, check in checks.items():
+        check.arm(serde_error_policy(plan.config, sid), counts, dead)
+    return dead
+
+
+def _source_order(letter: Mapping[str, Any]) -> tuple[str, int, int]:
+    sid, part, row = str(letter["source"]).rsplit("/", 2)
+    return sid, int(part), int(row)
 
 
 def _result(runner: SparkRunner, plan: Any, compiled: _Compiler, counted: dict[str, int],

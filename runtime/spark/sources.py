@@ -22,6 +22,7 @@ from typing import Any
 
 import msgspec
 
+from runtime.spark.ahead import AheadCheck, ahead_check
 from runtime.spark.shuffle import BATCH, RowColumns, identity
 from samza_dsl.errors import SamzaError
 from samza_dsl.fields import field_path
@@ -202,6 +203,8 @@ class Source:
         self._build = build
         self._frame = frame
         self.read = read
+        #: the input's ``max_event_time_ahead`` check (``runtime.spark.ahead``), or None
+        self.ahead: AheadCheck | None = None
         #: the Arrow schema of its rows when each row is its message (``carry``), else None
         self.columns: Any = None
         self.convert: Callable[[Any], Any] | None = None
@@ -279,16 +282,19 @@ def unreadable(where: str, exc: BaseException, serde_hint: str) -> str:
 
 
 def _rows_to_records(stream_id: str, descriptor: Any, start_ms: int, names: list[str],
-                     ts_column: str | None, *, messages: bool = False
-                     ) -> Callable[..., Iterator[Record]]:
+                     ts_column: str | None, *, messages: bool = False,
+                     ahead: AheadCheck | None = None) -> Callable[..., Iterator[Record]]:
     """Rows of source partition ``i`` (from row ``start`` on) -> records, with errors naming
-    stream, file and row. With ``messages`` the rows are messages already (a list input)."""
+    stream, file and row. With ``messages`` the rows are messages already (a list input).
+    ``ahead``: a row whose event time is too far ahead of the wall clock as the partition is
+    read goes to its policy (``runtime.spark.ahead``) instead."""
     convert = identity if messages else row_converter(stream_id, descriptor.serde)
     timing = source_timing(descriptor, start_ms)
     keyed = descriptor.keyed
 
     def records(i: int, rows: Iterator[Any], start: int = 0) -> Iterator[Record]:
         off = -1
+        now, limit = ahead.limit_ms() if ahead is not None else (0.0, None)
         for off, row in enumerate(rows, start):  # noqa: B007 - off names the row in an error
             try:
                 ts = None
@@ -309,32 +315,37 @@ def _rows_to_records(stream_id: str, descriptor: Any, start_ms: int, names: list
                 if not isinstance(exc, EventTimeFailure):
                     text += "; fix the input or the stream's serde"
                 raise PassFailure(text) from exc
+            if limit is not None and sort_ms > limit:
+                assert ahead is not None
+                ahead.take(f"row {off} of {names[i]}", i, off, m, sort_ms, now)
+                continue
             yield (stream_id, sort_ms, i, off, clock, m)
 
     return records
 
 
 def _record_batches(stream_id: str, descriptor: Any, start_ms: int, names: list[str],
-                    ts_column: str | None
+                    ts_column: str | None, ahead: AheadCheck | None = None
                     ) -> tuple[Callable[[int, list[Any], int], list[Record]],
                                Callable[[int, list[Any], int], RowColumns]]:
     """``_rows_to_records`` over a list of rows at once: (source partition, rows, first row's
     number) -> records, their times a column at a time where the rows are the messages as
     they are; a row that fails is named as ``_rows_to_records`` names it. Returned with its
     form as columns (``RowColumns``), for a pass that carries the rows through."""
-    records = _rows_to_records(stream_id, descriptor, start_ms, names, ts_column)
+    records = _rows_to_records(stream_id, descriptor, start_ms, names, ts_column, ahead=ahead)
     convert = row_converter(stream_id, descriptor.serde)
     et = getattr(descriptor, "event_time", None)
+    by_row = ts_column is not None or convert is not identity or ahead is not None
 
     def batch(i: int, rows: list[Any], start: int = 0) -> list[Record]:
-        if ts_column is not None or convert is not identity:
+        if by_row:
             return list(records(i, iter(rows), start))
         c = columns(i, rows, start)
         return list(zip(repeat(stream_id), c.sort_ms, repeat(i), range(start, start + len(rows)),
                         c.clock, c.messages, strict=False))  # (``repeat`` has no end)
 
     def columns(i: int, rows: list[Any], start: int = 0) -> RowColumns:
-        if ts_column is None and convert is identity:
+        if not by_row:
             if et is None:
                 t = [start_ms] * len(rows)
                 return RowColumns(rows, t, t, start)
@@ -462,7 +473,9 @@ def _list_source(stream_id: str, descriptor: Any, parts: dict[int, list[Any]],
                     raise SourceError(f"input {stream_id!r} is keyed (KVSerde): message {i} of "
                                       f"partition {p} must be a KV(key, value), got {m!r:.80}")
     names = [f"partition {p}" for p in range(n)]
-    to_records = _rows_to_records(stream_id, descriptor, start_ms, names, None, messages=True)
+    check = ahead_check(stream_id, descriptor)
+    to_records = _rows_to_records(stream_id, descriptor, start_ms, names, None, messages=True,
+                                  ahead=check)
     data = [parts.get(p, []) for p in range(n)]
 
     def build(spark: Any) -> Any:
@@ -473,7 +486,9 @@ def _list_source(stream_id: str, descriptor: Any, parts: dict[int, list[Any]],
 
     def read(i: int) -> Iterator[Record]:
         return to_records(i, iter(data[i]))
-    return Source(stream_id, n, names, build, read)
+    src = Source(stream_id, n, names, build, read)
+    src.ahead = check
+    return src
 
 
 def _file_source(spark: Any, stream_id: str, descriptor: Any, given: FileInput,
@@ -497,7 +512,9 @@ def _jsonl_source(spark: Any, stream_id: str, descriptor: Any, files: list[str],
     names: list[str] = []
     for f, k in zip(files, splits, strict=True):
         names.extend([f] if k == 1 else [f"{f} (split {j} of {k})" for j in range(k)])
-    to_records = _rows_to_records(stream_id, descriptor, start_ms, names, given.timestamp)
+    check = ahead_check(stream_id, descriptor)
+    to_records = _rows_to_records(stream_id, descriptor, start_ms, names, given.timestamp,
+                                  ahead=check)
 
     def build(spark: Any) -> Any:
         sc = spark.sparkContext
@@ -528,7 +545,9 @@ def _jsonl_source(spark: Any, stream_id: str, descriptor: Any, files: list[str],
 
         union = rdds[0] if len(rdds) == 1 else sc.union(rdds)
         return union.mapPartitionsWithIndex(lambda i, it: to_records(i, parse(i, it)))
-    return Source(stream_id, len(names), names, build)
+    src = Source(stream_id, len(names), names, build)
+    src.ahead = check
+    return src
 
 
 def _parquet_source(stream_id: str, descriptor: Any, files: list[str], given: FileInput,
@@ -550,8 +569,9 @@ def _parquet_source(stream_id: str, descriptor: Any, files: list[str], given: Fi
         for g in range(groups):
             splits.append((f, g))
             names.append(f if groups == 1 else f"{f} (row group {g} of {groups})")
+    check = ahead_check(stream_id, descriptor)
     to_records, to_columns = _record_batches(stream_id, descriptor, start_ms, names,
-                                             given.timestamp)
+                                             given.timestamp, check)
 
     def batches(i: int, columns: list[str] | None = None, rows: int = BATCH
                 ) -> Iterator[tuple[Any, int]]:
@@ -604,7 +624,8 @@ def _parquet_source(stream_id: str, descriptor: Any, files: list[str], given: Fi
 
     src = Source(stream_id, max(len(splits), 1), names, build, read)
     src.splits, src.file_schemas = splits, schemas
-    if not descriptor.keyed and len(set(schemas)) == 1:
+    src.ahead = check
+    if not descriptor.keyed and len(set(schemas)) == 1 and check is None:
         # the rows themselves are the messages: a pass can carry them as columns
         convert = row_converter(stream_id, descriptor.serde)
         src.carry(schemas[0], batches, to_columns,
@@ -624,9 +645,13 @@ def _dataframe_source(stream_id: str, descriptor: Any, given: FileInput, start_m
                           f"{given.timestamp!r}; columns: {', '.join(df.columns)}")
     n = df.rdd.getNumPartitions()
     names = [f"DataFrame partition {i}" for i in range(n)]
-    to_records = _rows_to_records(stream_id, descriptor, start_ms, names, given.timestamp)
+    check = ahead_check(stream_id, descriptor)
+    to_records = _rows_to_records(stream_id, descriptor, start_ms, names, given.timestamp,
+                                  ahead=check)
 
     def build(spark: Any) -> Any:
         return df.rdd.mapPartitionsWithIndex(
             lambda i, rows: to_records(i, (r.asDict(recursive=True) for r in rows)))
-    return Source(stream_id, n, names, build, frame=lambda spark: df)
+    src = Source(stream_id, n, names, build, frame=lambda spark: df)
+    src.ahead = check
+    return src
