@@ -19,6 +19,9 @@ message it handed out; ``run_window`` then gives the panes and the late messages
 >>> result.late_counts
 {'-': 1}
 
+An input with ``max_event_time_ahead`` hands out only what ``within_ahead`` keeps: build its
+channels from that.
+
 What the model defines, for an event-time window (``event_time=``):
 
 - **Watermark.** ``Advance(ms)`` is the task's watermark; the window's is that less the window's
@@ -81,7 +84,7 @@ from samza_dsl.windows import (
 )
 
 __all__ = ["Arrive", "Advance", "ModelPane", "WindowResult", "run_window", "interleave",
-           "event_time_ms", "stream_join", "table_join"]
+           "event_time_ms", "stream_join", "table_join", "within_ahead"]
 
 NEG_INF = -math.inf
 
@@ -183,6 +186,33 @@ def event_time_ms(window: Window[Any, Any], message: Any) -> int:
     """
     assert window.event_time is not None, "the model runs event-time windows only"
     return round(float(window.event_time(message)) * 1000.0)
+
+
+def within_ahead(messages: Sequence[Any], event_time: Callable[[Any], Any],
+                 max_ahead_ms: float, now_ms: float) -> tuple[list[Any], list[int]]:
+    """An input partition with ``max_event_time_ahead`` (docs/windows.md, "Event times far
+    ahead"): the messages it hands out, and the indexes of those its serde error policy takes
+    instead (under ``skip`` or ``dead-letter``: they reach no operator and move no time; under
+    ``fail`` the first of them stops the job). A message is taken when its event time, in ms,
+    is more than ``max_ahead_ms`` after ``now_ms``, the wall clock as it is read; one whose
+    ``event_time`` gives no number is handed out (the task then reports it).
+
+    >>> within_ahead([{"ts": 1}, {"ts": 253402300799}, {"ts": 2}], lambda m: m["ts"],
+    ...              3_600_000, 1_700_000_000_000)
+    ([{'ts': 1}, {'ts': 2}], [1])
+    """
+    kept: list[Any] = []
+    taken: list[int] = []
+    for i, m in enumerate(messages):
+        try:
+            t = float(event_time(m))
+        except Exception:
+            t = NEG_INF
+        if t * 1000.0 - now_ms > max_ahead_ms:
+            taken.append(i)
+        else:
+            kept.append(m)
+    return kept, taken
 
 
 # --- triggers -----------------------------------------------------------------------------------
