@@ -418,6 +418,10 @@ class GroupContainer(Container):
     # -- the group's callbacks (on this loop) -----------------------------------------------------
 
     async def on_failed(self, exc: BaseException) -> None:
+        self.fail(exc)
+
+    def fail(self, exc: BaseException) -> None:
+        """The container stops with ``exc`` (on its loop), whatever tasks it has now."""
         self._error = exc
         self._changed.set()
 

@@ -279,6 +279,8 @@ class KafkaJob:
             self.container_id = config_value(cfg, "job.container.id")
             self.tasks: list[TaskModel] = []
             self.lock.member()
+            if self.container_id is not None:  # a static member: one process per id
+                await self._claim()
         else:
             self.container_id, self.tasks = job_containers(job, cfg)
             self.lock.run(self.container_id, int(config_value(cfg, "job.container.count")))
@@ -334,7 +336,11 @@ class KafkaJob:
     async def _claim(self) -> None:
         """The container claims its id on the brokers: a second process for it on another host
         is refused as the job.dir lock refuses one on this host (``runtime.kafka.claim``). A job
-        in one container (no id) is container 0: a second copy of it is refused too."""
+        in one container (no id) is container 0: a second copy of it is refused too. A static
+        member of the job's consumer group claims its id before it joins the group: a second
+        process with its ``group_instance_id`` would take its place in the group (Kafka fences
+        the first with FENCED_INSTANCE_ID; tansu left its tasks to nobody), so it is refused
+        before it joins, and the first goes on."""
         container = 0 if self.container_id is None else self.container_id
         claim = ContainerClaim(self.servers, self.checkpoint_topic, self.consumer_settings,
                                job_name=self.job_name, container=str(container),
@@ -344,7 +350,11 @@ class KafkaJob:
         loop = asyncio.get_running_loop()
 
         def lost(exc: SamzaError) -> None:
-            for t in getattr(getattr(self, "container", None), "tasks", []):
+            container = getattr(self, "container", None)
+            if isinstance(container, GroupContainer):  # between assignments it has no task
+                container.fail(exc)
+                return
+            for t in getattr(container, "tasks", []):
                 t.fail(exc)
         def on_lost(exc: SamzaError) -> None:  # on the claim's thread
             loop.call_soon_threadsafe(lost, exc)
