@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import msgspec
 
@@ -53,9 +53,6 @@ from samza_dsl.serdes import (
     Serde,
     StringSerde,
 )
-
-if TYPE_CHECKING:
-    from runtime.event_time_ahead import AheadRule
 
 __all__ = ["Record", "CONTROL_HEADER", "ERROR_HEADER", "SOURCE_HEADER", "Skipped", "StreamCodec",
            "control_record", "stream_serde", "serde_error_policy", "fast_serializer",
@@ -144,7 +141,7 @@ class StreamCodec:
 
     def __init__(self, stream_id: str, serde: Serde[Any], *, policy: str = "fail",
                  dead_letter: Callable[[SSP, int, Record, SerdeError], None] | None = None,
-                 metrics: Any = None, ahead: AheadRule | None = None) -> None:
+                 metrics: Any = None, ahead: Any = None) -> None:
         self.stream_id = stream_id
         #: an input's ``max_event_time_ahead`` check (``runtime.event_time_ahead``), or None
         self.ahead = ahead

@@ -37,7 +37,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from .kafka_broker import HOST, KafkaBrokerError, _answers, _free_port, _tail
+from .kafka_broker import HOST, KafkaBrokerError, answers, free_port, log_tail
 
 __all__ = ["ApacheKafkaBroker", "ApacheKafkaCluster", "KAFKA_VERSION", "kafka_lib",
            "FETCH_HINT"]
@@ -114,8 +114,8 @@ class _Node:
 
     def __init__(self, node_id: int, root: Path) -> None:
         self.node_id = node_id
-        self.port = _free_port()
-        self.controller_port = _free_port()
+        self.port = free_port()
+        self.controller_port = free_port()
         self.dir = root / f"node-{node_id}"
         self.data = self.dir / "data"
         self.log = self.dir / "broker.log"
@@ -288,14 +288,14 @@ class ApacheKafkaCluster:
                 raise KafkaBrokerError(
                     f"Apache Kafka node {node.node_id} exited with code {node.proc.returncode} "
                     f"before answering on {node.bootstrap}; log {node.log}, last lines:\n"
-                    f"{_tail(node.log)}")
-            if _answers(node.bootstrap):
+                    f"{log_tail(node.log)}")
+            if answers(node.bootstrap):
                 return
             time.sleep(0.2)
         raise KafkaBrokerError(
             f"Apache Kafka node {node.node_id} did not answer a metadata request on "
             f"{node.bootstrap} within {self.start_timeout:g} s; log {node.log}, last lines:\n"
-            f"{_tail(node.log)}")
+            f"{log_tail(node.log)}")
 
     def kill(self, index: int, sig: int = signal.SIGKILL) -> None:
         """Send ``sig`` (SIGKILL by default: a lost broker) to node ``index`` and wait for it

