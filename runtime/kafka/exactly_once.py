@@ -42,14 +42,16 @@ from runtime.kafka.fence import Lease
 from runtime.kafka.system import KafkaCheckpoints, KafkaProducer
 from runtime.kafka.txn_producer import FENCED_ERRORS, TransactionalProducer
 from runtime.records import EndOfStream
-from samza_dsl.errors import ProducerFenced, SamzaError
+from samza_dsl.errors import ProducerFenced, SamzaError, TransactionUnanswered
 
 __all__ = ["KafkaTransactions", "TaskProducer", "fence_earlier", "transactional_id"]
 
 #: what a transactional Produce is refused with once a newer producer took the id: Apache Kafka
 #: answers INVALID_PRODUCER_EPOCH or PRODUCER_FENCED, some brokers UNKNOWN_SERVER_ERROR (tansu).
 #: Either way the transaction cannot commit: the task stops and starts again from its checkpoint.
-_FENCED_PRODUCE = (*FENCED_ERRORS, UnknownError)
+#: But tansu answers UNKNOWN_SERVER_ERROR while it shuts down too: that one counts as fencing
+#: only while the brokers are up and answering (``TaskProducer.diagnosed``).
+_FENCED_PRODUCE = FENCED_ERRORS
 #: how long a closing task producer waits for the abort of its open transaction (seconds)
 _ABORT_S = 5.0
 
@@ -142,7 +144,7 @@ class TaskProducer(KafkaProducer):
         except ProducerFenced as exc:
             self._error = exc
         except (KafkaError, OSError) as exc:
-            self._error = self._fenced_or(exc)
+            self._error = await self.diagnosed(exc)
         except Exception as exc:
             self._error = exc
 
@@ -162,20 +164,43 @@ class TaskProducer(KafkaProducer):
             flushing.cancel()
             with contextlib.suppress(BaseException):
                 await flushing
-            raise self._fenced_or(ended.exception())
+            raise await self.diagnosed(ended.exception())
         try:
             await flushing
         except ProducerFenced:
             raise
         except (SamzaError, KafkaError, OSError) as exc:
-            raise self._fenced_or(exc) from exc
+            raise await self.diagnosed(exc) from exc
 
-    def _fenced_or(self, exc: BaseException | None) -> BaseException:
-        """``ProducerFenced`` where ``exc`` (or what caused it, or the producer's own fatal
-        error) says a newer producer has the transactional id; else ``exc``."""
+    async def diagnosed(self, exc: BaseException | None) -> BaseException:
+        """What ``exc`` (or what caused it, or the producer's own fatal error) means:
+
+        - ``ProducerFenced`` where the broker said a newer producer has the transactional id
+          (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH);
+        - an ``UnknownError`` (UNKNOWN_SERVER_ERROR) is fencing only where the brokers are up
+          and answering (``BrokerWatch.answers``): tansu answers a fenced Produce so, and also
+          every Produce while it shuts down. Where they do not answer, the job goes the way of
+          an outage, as at least once: the watch's warnings, then its error once
+          ``job.kafka.unavailable.timeout.ms`` has passed (or, where they answer again within
+          it, ``TransactionUnanswered``: the next producer of the id settles the transaction);
+        - else ``exc``."""
         causes = [exc, getattr(exc, "__cause__", None), self.txn.failure()]
         if any(isinstance(c, _FENCED_PRODUCE) for c in causes):
             return self.txn.fence()
+        unknown = next((c for c in causes if isinstance(c, UnknownError)), None)
+        if unknown is not None:
+            watch = self.watch
+            if watch is None or await watch.answers():
+                return self.txn.fence()
+            error = await watch.verdict()
+            if error is not None:
+                return error
+            return TransactionUnanswered(
+                f"transaction {self.txn.transactional_id!r} of task {self.task_name!r} was "
+                f"refused ({type(unknown).__name__}) while Kafka at {self.servers} did not "
+                f"answer; it answers again: the task stops without a commit and starts again "
+                f"from its checkpoint (the next producer of the id aborts the transaction)",
+                self.txn.transactional_id)
         return exc if exc is not None else SamzaError(
             f"transaction {self.txn.transactional_id!r} failed")
 
@@ -207,6 +232,8 @@ class TaskProducer(KafkaProducer):
             self._sending.cancel()
             with contextlib.suppress(BaseException):
                 await self._sending
+        for ack, _ in self._acks:  # their failure was reported (or never will be): asyncio must
+            ack.add_done_callback(_retrieve)  # not print it as "never retrieved" at exit
         with contextlib.suppress(Exception):
             if self.txn.in_transaction:
                 # bounded: a fenced producer's EndTxn may go unanswered (tansu closes the

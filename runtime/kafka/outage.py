@@ -316,6 +316,29 @@ class BrokerWatch:
         if self.error is not None:
             raise self.error
 
+    async def answers(self, twice_after: float = 0.5) -> bool:
+        """Whether the brokers are up and answering now: the watch has not seen them away, and
+        a metadata request answers now and again ``twice_after`` seconds later (a broker that is
+        shutting down may answer one more request). One that does not answer starts the
+        outage's warnings, as the watch's own probe would."""
+        for attempt in range(2):
+            if self.error is not None or self.down_since is not None:
+                return False
+            if attempt:
+                await asyncio.sleep(twice_after)
+            reason = await self._probe()
+            if reason is not None:
+                self.unavailable(reason)
+                return False
+        return True
+
+    async def verdict(self) -> SamzaError | None:
+        """Once the brokers are away: the watch's error when they stay away past the limit
+        (``KafkaUnavailable``), None once they answer again."""
+        while self.error is None and self.down_since is not None:
+            await asyncio.sleep(min(self.interval, 0.2))
+        return self.error
+
     async def guard(self, aw: Awaitable[T]) -> T:
         """``aw``'s result, or the watch's error as soon as it fails the job."""
         if self.error is not None:
