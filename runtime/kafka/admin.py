@@ -307,7 +307,8 @@ async def _partition_counts(admin: AIOKafkaAdminClient, names: list[str], *,
 
     A topic still being set up (an error other than "unknown topic" and no partitions yet) is
     read again until it settles; with ``wait_for_all`` a missing topic is waited for too, as a
-    freshly created topic may take a moment to reach every broker's metadata. The caller's
+    freshly created topic may take a moment to reach every broker's metadata, and so is every
+    partition's leader, which Apache Kafka elects after it answered the CreateTopics. The caller's
     timeout bounds the waiting."""
     while True:
         topics = await admin.describe_topics()
@@ -325,6 +326,11 @@ async def _partition_counts(admin: AIOKafkaAdminClient, names: list[str], *,
                     f"not authorized to describe topic {name!r}; grant the job's Kafka principal "
                     f"Describe (and Create) on it"
                 )
+            elif wait_for_all and not _led(entry):
+                # created, but not every partition has a leader yet: a read or write now
+                # would be refused (NotLeaderForPartition, UnknownTopicOrPartition)
+                counts[name] = len(entry["partitions"]) or None
+                pending = True
             elif entry["partitions"] or entry["error_code"] == 0:
                 counts[name] = len(entry["partitions"])
             else:
@@ -333,6 +339,14 @@ async def _partition_counts(admin: AIOKafkaAdminClient, names: list[str], *,
         if not pending:
             return counts
         await asyncio.sleep(_RETRY_INTERVAL)
+
+
+def _led(entry: Mapping[str, Any]) -> bool:
+    """Whether every partition of a topic's metadata has a leader (Apache Kafka answers a
+    CreateTopics before it has elected them)."""
+    parts = entry["partitions"]
+    return bool(parts) and all(p.get("error_code", 0) == 0 and p.get("leader", -1) >= 0
+                               for p in parts)
 
 
 async def _create(admin: AIOKafkaAdminClient, specs: list[TopicSpec], replication_factor: int,

@@ -11,6 +11,7 @@ skips the inputs that checkpoint's aborted outputs held).
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import struct
 from collections.abc import AsyncIterator, Mapping
@@ -28,6 +29,8 @@ __all__ = ["Batch", "LogRecord", "batches_from", "log_batches", "committed_recor
 READ_UNCOMMITTED = 0
 _MARKERS = {0: "ABORT", 1: "COMMIT"}
 _FETCH_BYTES = 1 << 20
+#: how long a retriable fetch error (a partition without its leader yet) is retried
+_SETTLE_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,15 +73,11 @@ async def batches_from(servers: str, topic: str, partition: int, start: int = 0,
     await client.bootstrap()
     try:
         tp = TopicPartition(topic, partition)
-        node = None
-        for _ in range(2):
-            await client.force_metadata_update()
-            node = client.cluster.leader_for_partition(tp)
-            if node is not None and node >= 0:
-                break
-        if node is None or node < 0:
-            node = client.get_random_node()
+        node = await _leader(client, tp)
         offset = start
+        # a partition just created, or whose leader moves, is refused for a moment with a
+        # retriable error (Apache Kafka elects and hosts it after answering CreateTopics)
+        settle_until = asyncio.get_running_loop().time() + _SETTLE_S
         while True:
             request = FetchRequest(100, 1, _FETCH_BYTES, READ_UNCOMMITTED,
                                    [(topic, [(partition, offset, _FETCH_BYTES)])])
@@ -86,6 +85,10 @@ async def batches_from(servers: str, topic: str, partition: int, start: int = 0,
             (_, parts), = response.topics
             error = for_code(parts[0][1])
             if error is not for_code(0):
+                if error.retriable and asyncio.get_running_loop().time() < settle_until:
+                    await asyncio.sleep(0.1)
+                    node = await _leader(client, tp)
+                    continue
                 raise error(f"fetching {topic!r} partition {partition} at offset {offset}")
             records = MemoryRecords(parts[0][-1])
             got = False
@@ -106,6 +109,17 @@ async def batches_from(servers: str, topic: str, partition: int, start: int = 0,
                 return
     finally:
         await client.close()
+
+
+async def _leader(client: AIOKafkaClient, tp: TopicPartition) -> int:
+    """The node leading ``tp`` as the metadata says now (any node while it names none)."""
+    node = None
+    for _ in range(2):
+        await client.force_metadata_update()
+        node = client.cluster.leader_for_partition(tp)
+        if node is not None and node >= 0:
+            return int(node)
+    return int(client.get_random_node())
 
 
 async def log_batches(servers: str, topic: str, partition: int,

@@ -34,7 +34,7 @@ import contextlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from aiokafka.errors import KafkaError, UnknownError
+from aiokafka.errors import IllegalOperation, KafkaError, UnknownError
 
 from runtime import faults
 from runtime.job import SSP
@@ -136,7 +136,13 @@ class TaskProducer(KafkaProducer):
                             records: list[Any]) -> None:
         if not self.txn.in_transaction:
             await self.txn.begin()
-        await super()._send_records(producer, topic, partition, records)
+        try:
+            await super()._send_records(producer, topic, partition, records)
+        except IllegalOperation as exc:
+            # aiokafka's sender ended the transaction on an error (fenced, on Apache Kafka, as
+            # an AddPartitionsToTxn answer): that error is what happened, not "not in a
+            # transaction"
+            raise await self.diagnosed(self.txn.transaction_error() or exc) from exc
 
     async def _background(self) -> None:
         try:
@@ -184,7 +190,8 @@ class TaskProducer(KafkaProducer):
           ``job.kafka.unavailable.timeout.ms`` has passed (or, where they answer again within
           it, ``TransactionUnanswered``: the next producer of the id settles the transaction);
         - else ``exc``."""
-        causes = [exc, getattr(exc, "__cause__", None), self.txn.failure()]
+        causes = [exc, getattr(exc, "__cause__", None), self.txn.failure(),
+                  self.txn.transaction_error()]
         if any(isinstance(c, _FENCED_PRODUCE) for c in causes):
             return self.txn.fence()
         unknown = next((c for c in causes if isinstance(c, UnknownError)), None)

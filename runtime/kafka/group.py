@@ -481,6 +481,9 @@ class GroupContainer(Container):
             self.holding = True
             if self.env.stopping or self.closed:
                 return
+            _log.warning("container %s: the group is rebalancing (generation %d ends): its "
+                         "tasks stop, drain and commit, and wait for the new assignment",
+                         self._label(), self.generation)
             live = [t for t in self.tasks if not self._runs[t.name].done()]
             holds = [t.hold() for t in live]
             if not holds:

@@ -126,6 +126,17 @@ class TransactionalProducer:
             return None
         return _fatal_error(producer)
 
+    def transaction_error(self) -> BaseException | None:
+        """The error aiokafka's sender ended the open transaction with, if it did (a fenced
+        AddPartitionsToTxn or Produce): aiokafka then refuses any send as "not in transaction",
+        and this is what it means."""
+        producer = self._producer
+        txn = producer._txn_manager if producer is not None else None
+        waiter = txn.wait_for_transaction_end() if txn is not None else None
+        if waiter is None or not waiter.done() or waiter.cancelled():
+            return None
+        return waiter.exception()
+
     def fence(self) -> ProducerFenced:
         """Note that a newer producer has the id: every call from now on raises it."""
         return self._fence()

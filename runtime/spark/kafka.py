@@ -70,6 +70,7 @@ def _run(coro: Any) -> Any:
 def kafka_source(stream_id: str, descriptor: Any, given: Any, start_ms: int) -> Any:
     from aiokafka import TopicPartition
 
+    from runtime.kafka.admin import describe_topics
     from runtime.kafka.system import kafka_error, new_consumer, true_end_offsets
     from runtime.spark.ahead import ahead_check
     from runtime.spark.sources import Source, SourceError, source_timing, unreadable
@@ -83,12 +84,13 @@ def kafka_source(stream_id: str, descriptor: Any, given: Any, start_ms: int) -> 
         try:
             async with asyncio.timeout(10):
                 await consumer.start()
-                await consumer.topics()
-                parts = consumer.partitions_for_topic(topic)
-                if not parts:
+                # an all-topics metadata request (the consumer's own metadata holds only the
+                # topics it has asked about, and a broker may answer it without this one)
+                count = (await describe_topics(servers, [topic], timeout=10))[topic]
+                if not count:
                     raise SourceError(f"input {stream_id!r}: topic {topic!r} does not exist on "
                                       f"Kafka at {servers}")
-                tps = [TopicPartition(topic, p) for p in sorted(parts)]
+                tps = [TopicPartition(topic, p) for p in range(count)]
                 begins = await consumer.beginning_offsets(tps)
         except (TimeoutError, OSError) as exc:
             raise kafka_error(f"reading the offsets of {topic!r}", servers, exc) from exc
@@ -259,15 +261,14 @@ async def _truncate(servers: str, topic: str, partitions: int) -> None:
     from aiokafka import TopicPartition
     from aiokafka.admin import AIOKafkaAdminClient
 
-    from runtime.kafka.admin import TopicSpec, ensure_topics
+    from runtime.kafka.admin import TopicSpec, describe_topics, ensure_topics
     from runtime.kafka.system import kafka_error, new_consumer, true_end_offsets
 
     consumer = new_consumer(servers, {}, brief=True)
     try:
         await consumer.start()
-        await consumer.topics()
-        parts = consumer.partitions_for_topic(topic) or set()
-        tps = [TopicPartition(topic, p) for p in sorted(parts)]
+        count = (await describe_topics(servers, [topic], timeout=10))[topic] or 0
+        tps = [TopicPartition(topic, p) for p in range(count)]
         begins = await consumer.beginning_offsets(tps) if tps else {}
     finally:
         with contextlib.suppress(Exception):

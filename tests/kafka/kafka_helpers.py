@@ -75,6 +75,17 @@ async def create_topic(bootstrap: str, name: str, partitions: int, compacted: bo
         )
         for result in response.to_object()["topic_errors"]:
             assert result["error_code"] == 0, f"cannot create topic {name!r}: {result}"
+        # Apache Kafka answers before every partition has its leader: wait for them, as a
+        # client that reads the topic at once would otherwise be refused
+        deadline = asyncio.get_running_loop().time() + 15.0
+        while True:
+            (topic,) = await admin.describe_topics([name])
+            parts = topic["partitions"]
+            if len(parts) == partitions and all(
+                    p["error_code"] == 0 and p["leader"] >= 0 for p in parts):
+                break
+            assert asyncio.get_running_loop().time() < deadline, f"{name!r} has no leaders: {topic}"
+            await asyncio.sleep(0.05)
     finally:
         await admin.close()
 
