@@ -267,7 +267,8 @@ def _did_you_mean(word: str, choices: Iterable[str]) -> str:
 #: aiokafka's own, passed through)
 SYSTEM_PROPERTIES: dict[str, tuple[str, ...]] = {
     "local": ("samza.factory", "path", "log.max.bytes"),
-    "kafka": ("samza.factory", "bootstrap.servers", "consumer.*", "producer.*"),
+    "kafka": ("samza.factory", "bootstrap.servers", "replication.factor", "min.insync.replicas",
+              "consumer.*", "producer.*"),
     "memory": ("samza.factory",),
 }
 
@@ -497,6 +498,12 @@ _SYSTEM_REFERENCE: dict[str, tuple[str, str, str]] = {
     "log.max.bytes": ("int", str(1 << 36), "a local system's log size cap in bytes (>= 1 MiB)"),
     "bootstrap.servers": ("str", "(none)", "a Kafka system's brokers, host:port[,host:port...] "
                           "(set from KafkaSystem(bootstrap_servers=...))"),
+    "replication.factor": ("int", "(none)", "replicas of each topic a Kafka job creates (its "
+                           "intermediate streams, changelogs, checkpoints, dead letters, "
+                           "outputs); default min(3, the cluster's brokers)"),
+    "min.insync.replicas": ("int", "(none)", "min.insync.replicas of each topic a Kafka job "
+                            "creates; default min(2, replication.factor) where it is above 1, "
+                            "so that an acknowledged write (acks=all) is on two brokers"),
     "consumer.*": ("any", "(none)", "an aiokafka AIOKafkaConsumer keyword argument of a Kafka "
                    "system, as given on KafkaSystem(consumer={...})"),
     "producer.*": ("any", "(none)", "an aiokafka AIOKafkaProducer keyword argument of a Kafka "

@@ -187,13 +187,15 @@ async def describe_topics(bootstrap: str, names: Iterable[str], *, timeout: floa
 
 async def ensure_topics(bootstrap: str, specs: Iterable[TopicSpec], *,
                         create_missing: bool = True, timeout: float = 10.0,
-                        replication_factor: int = 1,
+                        replication_factor: int | None = 1, min_insync: int | None = None,
                         **client_settings: Any) -> dict[str, int]:
     """Make sure every topic in ``specs`` exists with its planned partition count; returns the
     partition count of each.
 
     Missing topics are created (compacted ones with ``cleanup.policy=compact``, each with its
-    spec's ``configs``) with ``replication_factor`` replicas, or, with ``create_missing=False``,
+    spec's ``configs``) with ``replication_factor`` replicas (None: ``min(3, brokers)``, as
+    the cluster says) and ``min.insync.replicas`` ``min_insync`` (None: ``min(2, replicas)``
+    where there are several), or, with ``create_missing=False``,
     reported in a :class:`SamzaError`. An existing topic with another partition count raises a
     :class:`SamzaError` naming the topic and both counts, before anything is created. A topic
     that another client creates meanwhile is accepted if its count is the planned one. Raises
@@ -201,8 +203,9 @@ async def ensure_topics(bootstrap: str, specs: Iterable[TopicSpec], *,
     seconds in all."""
     servers = check_bootstrap(bootstrap)
     plan = _unique_specs(specs)
-    if isinstance(replication_factor, bool) or not isinstance(replication_factor, int) \
-            or replication_factor < 1:
+    if replication_factor is not None and (
+            isinstance(replication_factor, bool) or not isinstance(replication_factor, int)
+            or replication_factor < 1):
         raise SamzaError(
             f"replication_factor must be an integer of at least 1, got {replication_factor!r}"
         )
@@ -221,8 +224,15 @@ async def ensure_topics(bootstrap: str, specs: Iterable[TopicSpec], *,
                 f"({', '.join(f'{s.name}: {s.partitions}' for s in missing)}) or allow creation"
             )
         if missing:
+            step[0] = "counting the brokers"
+            replicas = replication_factor or min(3, await _brokers(admin))
+            insync = min_insync or (min(2, replicas) if replicas > 1 else None)
+            if insync is not None:
+                missing = [TopicSpec(s.name, s.partitions, s.compacted,
+                                     (*s.configs, ("min.insync.replicas", str(insync))))
+                           for s in missing]
             step[0] = f"creating topics {[spec.name for spec in missing]}"
-            await _create(admin, missing, replication_factor, where)
+            await _create(admin, missing, replicas, where)
             step[0] = "waiting for the created topics to appear in the metadata"
             created = await _partition_counts(admin, [spec.name for spec in missing],
                                               wait_for_all=True)
@@ -339,6 +349,12 @@ async def _partition_counts(admin: AIOKafkaAdminClient, names: list[str], *,
         if not pending:
             return counts
         await asyncio.sleep(_RETRY_INTERVAL)
+
+
+async def _brokers(admin: AIOKafkaAdminClient) -> int:
+    """How many brokers the cluster has."""
+    cluster = await admin.describe_cluster()
+    return max(1, len(cluster.get("brokers") or ()))
 
 
 def _led(entry: Mapping[str, Any]) -> bool:

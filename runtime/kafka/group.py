@@ -223,6 +223,19 @@ class GroupMembership:
                 f"consumer group {self.group!r}: another process joined with this container's "
                 f"id {self.instance_id!r} and took its place (a static member's id is one "
                 f"process at a time): stop one of them, or give each its own --container-id")
+        if "InvalidSessionTimeout" in name:
+            return ConfigError(
+                f"consumer group {self.group!r}: Kafka at {self.servers} refused the session "
+                f"timeout of {self.settings['session_timeout_ms']} ms: a broker accepts those "
+                f"between its group.min.session.timeout.ms and group.max.session.timeout.ms (6 s "
+                f"and 30 min by default); set systems.<system>.consumer.session.timeout.ms "
+                f"within them")
+        if "UnsupportedVersion" in name or "InconsistentGroupProtocol" in name:
+            return SamzaError(
+                f"consumer group {self.group!r} on Kafka at {self.servers}: {name}: {exc}; the "
+                f"members speak the classic group protocol: enable it on the brokers "
+                f"(group.coordinator.rebalance.protocols), and keep consumers of the new "
+                f"protocol out of this group id")
         return SamzaError(f"consumer group {self.group!r} on Kafka at {self.servers}: "
                           f"{name}: {exc}; the container stopped: start it again")
 

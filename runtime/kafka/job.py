@@ -88,7 +88,7 @@ from runtime.state.backend import StoreBackend
 from runtime.state.lmdb_store import local_state
 from runtime.systems import SYSTEMS, Consumer, StateBackend, job_system
 from samza_dsl.config import config_value, exactly_once, job_config, job_name_of
-from samza_dsl.errors import SamzaError, SerdeError
+from samza_dsl.errors import ConfigError, SamzaError, SerdeError
 
 __all__ = ["KafkaJob", "uses_kafka"]
 
@@ -129,6 +129,9 @@ class KafkaJob:
                                                  "consumer")
         self.producer_settings = client_settings(settings, effective, self.system.name,
                                                  "producer")
+        # a write is acknowledged once every in-sync replica has it (min.insync.replicas of the
+        # job's topics): a broker lost right after loses nothing
+        self.producer_settings.setdefault("acks", "all")
         if exactly_once(effective):  # the job's own readers see committed transactions only
             self.consumer_settings["isolation_level"] = "read_committed"
         self.checkpoint_topic = checkpoint_stream(self.job_name)
@@ -237,7 +240,9 @@ class KafkaJob:
             TopicSpec(dead_letter_stream(self.job_name), 1),
             *([TopicSpec(metrics_stream(self.job_name), 1)]
               if "snapshot" in reporter_names(plan.config) else [])]
-        await ensure_topics(self.servers, self.topic_specs, timeout=self.timeout)
+        await ensure_topics(self.servers, self.topic_specs, timeout=self.timeout,
+                            replication_factor=self._system_int("replication.factor"),
+                            min_insync=self._system_int("min.insync.replicas"))
         producer = KafkaProducer(self.servers, self.producer_settings, 0,
                                  timeout=self.producer_timeout, watch=self.watch)
         self.producer = producer
@@ -491,6 +496,20 @@ class KafkaJob:
         raise lost_checkpoints_error(self.servers, self.job_name, self.checkpoint_topic,
                                      os.path.abspath(os.path.join(self.root, "stores")), found,
                                      self.reset_command())
+
+    def _system_int(self, prop: str) -> int | None:
+        """``systems.<the job's system>.<prop>``, a whole number of at least 1, or None."""
+        key = f"systems.{self.system.name}.{prop}"
+        value = self.config.get(key)
+        if value is None:
+            return None
+        try:
+            number = int(str(value).strip())
+        except ValueError:
+            number = 0
+        if number < 1:
+            raise ConfigError(f"config {key}={value!r} must be a whole number of at least 1")
+        return number
 
     def reset_command(self) -> str:
         """The command that starts the job over (``runtime.kafka.reset``)."""

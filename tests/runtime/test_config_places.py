@@ -90,10 +90,13 @@ VALUES: dict[str, tuple[str, str]] = {
     "systems.<name>.bootstrap.servers": ("systems.kafka.bootstrap.servers", "127.0.0.1:19092"),
     "systems.<name>.consumer.*": ("systems.kafka.consumer.fetch.max.wait.ms", "250"),
     "systems.<name>.producer.*": ("systems.kafka.producer.linger.ms", "7"),
+    "systems.<name>.replication.factor": ("systems.kafka.replication.factor", "2"),
+    "systems.<name>.min.insync.replicas": ("systems.kafka.min.insync.replicas", "1"),
     "user.*": ("user.greeting", "hello"),
 }
 KAFKA_ONLY = {"systems.<name>.bootstrap.servers", "systems.<name>.consumer.*",
-              "systems.<name>.producer.*", "job.kafka.unavailable.timeout.ms"}
+              "systems.<name>.producer.*", "job.kafka.unavailable.timeout.ms",
+              "systems.<name>.replication.factor", "systems.<name>.min.insync.replicas"}
 PLACES = ["application", "config-file", "-c"]
 
 
