@@ -178,6 +178,9 @@ class BrokerWatch:
         self._client: AIOKafkaClient | None = None
         self._task: asyncio.Task[None] | None = None
         self._quiet: Any = None
+        #: brokers in the cluster's metadata: the most seen, and as of the last probe
+        self.brokers_seen = 0
+        self.brokers_now = 0
 
     @property
     def healthy(self) -> bool:
@@ -213,6 +216,7 @@ class BrokerWatch:
             alarms = _ONCE.alarms
             reason = await self._probe()
             if reason is not None:
+                await self._reachable()
                 self.unavailable(reason)
             elif self.down_since is not None:
                 await self._back(alarms)
@@ -231,22 +235,57 @@ class BrokerWatch:
                                             request_timeout_ms=5000, **self.settings)
                     await _bootstrapped(client)
                     self._client = client
+                    self._count(len(client.cluster.brokers()))
                 else:
-                    await self._ask(self._client)
+                    self._count(await self._ask(self._client))
         except (KafkaError, OSError, TimeoutError) as exc:
             return _reason(exc)
         return None
 
+    def _count(self, brokers: int) -> None:
+        self.brokers_now = brokers
+        self.brokers_seen = max(self.brokers_seen, brokers)
+
+    async def _reachable(self) -> None:
+        """How many of the brokers the metadata listed take a connection now (a cluster that
+        lost its controllers' quorum still lists the brokers it lost)."""
+        client = self._client
+        brokers = list(client.cluster.brokers()) if client is not None else []
+        if not brokers:
+            return
+
+        async def takes(host: str, port: int) -> bool:
+            try:
+                async with asyncio.timeout(0.5):
+                    _, writer = await asyncio.open_connection(host, port)
+                writer.close()
+                return True
+            except (OSError, TimeoutError):
+                return False
+
+        up = await asyncio.gather(*(takes(b.host, b.port) for b in brokers))
+        self.brokers_seen = max(self.brokers_seen, len(brokers))
+        self.brokers_now = sum(up)
+
+    def _short(self) -> str:
+        """What the brokers missing from the cluster mean, where some are (else "")."""
+        if not 0 < self.brokers_now < self.brokers_seen:
+            return ""
+        return (f"only {self.brokers_now} of its {self.brokers_seen} brokers are up: a "
+                f"partition with fewer in-sync replicas than its min.insync.replicas refuses "
+                f"writes, and one led by a missing broker waits for a new leader; ")
+
     @staticmethod
-    async def _ask(client: AIOKafkaClient) -> None:
+    async def _ask(client: AIOKafkaClient) -> int:
         """A metadata request for no topics to one broker after another, until one answers: the
-        cheapest request every broker answers (all topics' metadata may be large)."""
+        cheapest request every broker answers (all topics' metadata may be large); how many
+        brokers the answer lists."""
         error: Exception = KafkaError("no broker is known")
         for broker in client.cluster.brokers():
             try:
-                await client.send(broker.nodeId,
-                                  MetadataRequest([], allow_auto_topic_creation=False))
-                return
+                answer = await client.send(broker.nodeId,
+                                           MetadataRequest([], allow_auto_topic_creation=False))
+                return len(answer.brokers)
             except KafkaError as exc:
                 error = exc
             try:  # aiokafka says "not ready": why, as far as a connection tells
@@ -269,6 +308,7 @@ class BrokerWatch:
             self.fail(exc)
             return
         except (SamzaError, KafkaError, OSError, TimeoutError) as exc:  # gone again
+            await self._reachable()
             self.unavailable(_reason(exc))
             return
         if self.down_since is not None:
@@ -292,11 +332,18 @@ class BrokerWatch:
         if down >= self.timeout:
             self.fail(KafkaUnavailable(
                 f"Kafka at {self.servers} has not answered for {_seconds(down)}, longer than "
-                f"{limit} (last error: {reason}); the job stopped. What it committed is safe: "
+                f"{limit} ({self._short()}last error: {reason}); the job stopped. What it "
+                f"committed is safe: "
                 f"start it again once the broker is back and it goes on from its checkpoints. "
                 f"To ride out longer outages, raise {KEY}"))
         elif now - self._last_warning >= WARN_EVERY:
             self._last_warning = now
+            short = self._short()
+            if short:
+                log.warning("Kafka at %s: %sthe job's writes wait, for %s so far (%s); the job "
+                            "retries for up to %s (%s)", self.servers, short, _seconds(down),
+                            reason, _seconds(self.timeout), limit)
+                return
             gone = "does not answer" if down < 1 else f"has not answered for {_seconds(down)}"
             log.warning("Kafka at %s %s (%s); the job retries for up to %s (%s)",
                         self.servers, gone, reason, _seconds(self.timeout), limit)
