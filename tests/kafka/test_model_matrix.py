@@ -56,6 +56,7 @@ from runtime.faults import KAFKA_TXN_POINTS, TXN_POINTS
 from runtime.local.system import LocalJob
 from samza_dsl import AccumulationMode
 from samza_dsl.systems import LocalSystem
+from samza_dsl.testing.apache_kafka import ApacheKafkaBroker, ApacheKafkaCluster
 from tests.proc_helpers import finish
 from tests.samza_dsl.test_reference_model import (
     APP,
@@ -78,6 +79,8 @@ LONG = int(os.environ.get("SAMZA_DSL_MODEL_EXAMPLES", "0"))
 EXAMPLES = LONG or 12
 #: examples per combination of the consumer group (processes of their own: slower)
 GROUP_EXAMPLES = LONG or 3
+#: drawn cases a restarted broker runs (Apache Kafka only)
+RESTART_EXAMPLES = LONG or 2
 #: the long mode runs as long as its number asks
 pytestmark = [pytest.mark.timeout(0)] if LONG else []
 GUARANTEES = ["at-least-once", "exactly-once"]
@@ -301,10 +304,13 @@ def group_difference(case: Case, out: list[Any], late: list[Any]) -> str | None:
 
 
 def run_kafka_group(bootstrap: str, tmp: Path, case: Case, guarantee: str, members: int,
-                    kills: int = 0, seed: int = 0, wait: float = 60) -> None:
+                    kills: int = 0, seed: int = 0, wait: float = 60,
+                    broker: ApacheKafkaCluster | None = None) -> None:
     """The case run by ``members`` group members; with ``kills``, the input comes in
     ``kills + 1`` parts and after each but the last a member is killed (SIGKILL, at a seeded
-    time after the part) and another one started in its place."""
+    time after the part) and another one started in its place; with ``broker`` (the cluster
+    at ``bootstrap``, one node), its broker is killed instead (SIGKILL: its data stays on disk)
+    and started again."""
     tag = uuid.uuid4().hex[:8]
     case = with_flush(untriggered(case) if kills else case)
     rng = random.Random(seed)
@@ -335,7 +341,12 @@ def run_kafka_group(bootstrap: str, tmp: Path, case: Case, guarantee: str, membe
             for sid in main_inputs(case):
                 produce(bootstrap, f"{sid}-{tag}",
                         [(p, kv) for s, p, kv in records[a:b] if s == sid])
-            if part < kills:
+            if part < kills and broker is not None:
+                time.sleep(rng.uniform(0.0, 1.5))
+                broker.kill(0)  # a lost broker, its log dirs as they were
+                time.sleep(rng.uniform(0.0, 2.0))
+                broker.start_node(0)
+            elif part < kills:
                 time.sleep(rng.uniform(0.0, 1.5))
                 victim = ms.pop(rng.randrange(len(ms)))
                 victim.kill()
@@ -389,6 +400,24 @@ def test_the_group_under_kills_exactly_once_equals_the_model(kafka_bootstrap: st
         run_kafka_group(kafka_bootstrap, tmp_path / str(n), case, "exactly-once", 2,
                         kills=2, seed=seed)
     each()
+
+
+@pytest.mark.parametrize("guarantee", GUARANTEES)
+def test_the_group_equals_the_model_when_its_broker_restarts(tmp_path: Path,
+                                                             guarantee: str) -> None:
+    """Apache Kafka only (tansu keeps its topics in memory: a restart empties it): the broker
+    is SIGKILLed at a seeded time while input comes, and started again on its log dirs; the
+    member rides the outage out and the committed outputs are the model's."""
+    n = 0
+    with ApacheKafkaBroker(root=tmp_path / "broker") as broker:
+        @_settings(RESTART_EXAMPLES, shrink=False)
+        @given(case=cases(), seed=st.integers(0, 2**16))
+        def each(case: Case, seed: int) -> None:
+            nonlocal n
+            n += 1
+            run_kafka_group(broker.bootstrap, tmp_path / str(n), case, guarantee, 1, kills=1,
+                            seed=seed, wait=120, broker=broker)
+        each()
 
 
 # -- SIGKILL schedules on static containers ----------------------------------------------------------
