@@ -119,7 +119,22 @@ class TestResult(LateCounts):
     def counter(self, name: str) -> int:
         """A counter of the run's metrics (0 where nothing counted it): for example
         ``<stream>.event-time-ahead-skipped``, the messages of an input passed over for an
-        event time too far ahead (``skip`` and ``dead-letter``)."""
+        event time too far ahead (``skip`` and ``dead-letter``).
+
+        Example:
+            >>> from datetime import timedelta
+            >>> from samza_dsl import StreamApplication
+            >>> from samza_dsl.systems import MemorySystem
+            >>> mem = MemorySystem()
+            >>> app = StreamApplication("clock",
+            ...                         config={"streams.ticks.samza.serde.error": "skip"})
+            >>> ticks = mem.input("ticks", event_time=lambda t: t,
+            ...                   max_event_time_ahead=timedelta(days=1))
+            >>> app.input(ticks).send_to(app.output(mem.output("seen")))
+            >>> result = TestRunner(app).add_input(ticks, [1.0, 253402300799.0]).run()
+            >>> result.counter("ticks.event-time-ahead-skipped"), result.messages("seen")
+            (1, [1.0])
+        """
         return int(self.metrics.snapshot().get(name, 0))
 
 

@@ -211,6 +211,11 @@ class KafkaConsumer:
         try:
             async with asyncio.timeout(self.timeout):
                 starts = await consumer.beginning_offsets(tps) if tps else {}
+                # a partition whose leader is still being elected (a topic just made, a
+                # broker just lost) may answer no offset for a moment: ask again
+                while any(starts[tp] is None for tp in tps):
+                    await asyncio.sleep(0.1)
+                    starts = await consumer.beginning_offsets(tps)
         except (KafkaError, TimeoutError, OSError) as exc:
             raise kafka_error("reading where partitions begin", self.servers, exc) from exc
         for key in keys:
@@ -693,12 +698,12 @@ async def read_checkpoint_topic(servers: str, topic: str, settings: Mapping[str,
             consumer.assign([tp])
             end = (await consumer.end_offsets([tp]))[tp]
             await consumer.seek_to_beginning(tp)
+            # to the end as the reading began, however slow a fetch is (a busy broker, a
+            # leader just elected): the overall timeout bounds it, an empty fetch does not
             while end and await consumer.position(tp) < end:
                 batch = await consumer.getmany(tp, timeout_ms=200)
                 for r in batch.get(tp, []):
                     _take_checkpoint(out, r.key, r.value, r.timestamp)
-                if not batch:
-                    break
     except (KafkaError, TimeoutError, OSError) as exc:
         raise kafka_error(f"reading checkpoints from {topic!r}", servers, exc) from exc
     finally:

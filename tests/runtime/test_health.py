@@ -74,6 +74,7 @@ def test_a_running_container_is_live_and_ready_and_a_frozen_one_does_not_answer(
         assert body["tasks"] == 4, body
         assert _get(port, "/nope")[0] == 404
         proc.send_signal(signal.SIGSTOP)  # a frozen host: its loop answers no probe
+        _until(lambda: _stopped(proc.pid), 10)  # the signal is taken by then, every thread
         try:
             with pytest.raises(OSError):  # the probe times out
                 _get(port, "/healthz", timeout=1.5)
@@ -213,3 +214,9 @@ def test_healthz_fails_after_the_threshold_when_a_function_blocks_the_loop_for_g
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=30)
+
+
+def _stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (state T in /proc), all its threads with it."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "T"
