@@ -227,8 +227,10 @@ class ContainerClaim:
         deadline = time.monotonic() + self.session_s
         while others and time.monotonic() < deadline:
             await asyncio.sleep(min(self.interval_s, max(0.0, deadline - time.monotonic())))
-            await self._write(producer, "claim")
-            await self._read(consumer, until=0, wait_ms=100)
+            # every record written so far, however slow a fetch is (one fetch of 100 ms can
+            # come back empty on a busy broker, and a renewal would go unseen)
+            until = await self._write(producer, "claim") + 1
+            await self._read(consumer, until=until, wait_ms=100)
             alive = [s for i, s in others.items() if self._seen[i].offset > self._mine]
             if alive:
                 s = alive[0]

@@ -193,6 +193,11 @@ class KafkaConsumer:
             await close_connections(consumer)
             raise kafka_error("starting the consumer", self.servers, exc) from exc
         await self._resolve(consumer, list(self.positions))
+        # readers a task that came meanwhile registered (``add`` before the consumer is up)
+        while late := [k for k, pos in self.positions.items() if pos[2] is None]:
+            await self._resolve(consumer, late)
+        if set(self._readers) != set(tps):
+            consumer.assign(list(self._readers))
         for tp, keys in self._readers.items():
             first = min(self.positions[k][2] for k in keys)
             consumer.seek(tp, first)
