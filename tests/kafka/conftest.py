@@ -60,6 +60,20 @@ def kafka_bootstrap(kafka_broker_kind: str, tmp_path_factory: pytest.TempPathFac
         broker.stop()
 
 
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[TansuBroker]:
+    """A tansu broker of the test's own, on a port it keeps when started again (then empty,
+    as tansu keeps nothing): for tests that stop the broker under a job."""
+    from kafka_helpers import free_port
+
+    b = TansuBroker(tmp_path / "tansu.log", port=free_port())
+    b.start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``SAMZA_TEST_BROKER_TESTS_ONLY=1``: only the tests that run on a broker (``./dev test``
     runs one pytest per broker side by side, and the tests without one in the first alone)."""

@@ -12,11 +12,10 @@ import subprocess
 import sys
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kafka_helpers import consume_all, create_topic, free_port, produce_each, run
+from kafka_helpers import consume_all, create_topic, produce_each, run
 
 from runtime import LocalRunner
 from runtime.kafka.admin import delete_topics, describe_topics
@@ -56,16 +55,6 @@ class Count:
 events.map(Count(), name="count").send_to(counts)
 '''
 
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[TansuBroker]:
-    """A broker of the test's own, on a port it keeps when started again (then empty)."""
-    b = TansuBroker(tmp_path / "tansu.log", port=free_port())
-    b.start()
-    try:
-        yield b
-    finally:
-        b.stop()
 
 
 def _events(start: int, n: int) -> list[tuple[int, bytes | None, bytes | None]]:

@@ -12,7 +12,6 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,16 +30,6 @@ TIMEOUT_MS = 3000
 MAX_LINES = 50  # what a failed job may print, aiokafka's lines included
 ME = "outage-test"  # the client id of the test's own clients
 
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[TansuBroker]:
-    """A broker of the test's own, on a port it keeps when started again."""
-    b = TansuBroker(tmp_path / "tansu.log", port=free_port())
-    b.start()
-    try:
-        yield b
-    finally:
-        b.stop()
 
 
 def _events(start: int, n: int) -> list[tuple[int, bytes | None, bytes | None]]:

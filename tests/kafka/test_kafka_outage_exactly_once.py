@@ -10,12 +10,11 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from aiokafka.errors import UnknownError
-from kafka_helpers import create_topic, free_port
+from kafka_helpers import create_topic
 from outage_helpers import JobProcess
 from test_kafka_outage import TIMEOUT_MS, _input, _one_clear_error, _processed
 
@@ -31,15 +30,6 @@ AIOKAFKA_LINES = ("NodeNotReadyError", "HeartbeatRequest", "Heartbeat send reque
                   "Unable connect to node", "Failed fetch messages", "UnknownError",
                   "marking coordinator dead")
 
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[TansuBroker]:
-    b = TansuBroker(tmp_path / "tansu.log", port=free_port())
-    b.start()
-    try:
-        yield b
-    finally:
-        b.stop()
 
 
 @pytest.mark.parametrize("guarantee,asked", [("at-least-once", ""), ("exactly-once", ""),
