@@ -299,6 +299,11 @@ def test_exactly_once_on_kafka_holds_under_sigkill(kafka_bootstrap: str, tmp_pat
 def test_the_kafka_proof_finds_duplicates_at_least_once(kafka_bootstrap: str,
                                                          tmp_path: Path) -> None:
     proof = Proof(kafka_bootstrap, tmp_path, "at-least-once")
+    # one kill that must leave duplicates whatever the timing: no commit but the last one, killed
+    # once its outputs are flushed and before its checkpoint is written
+    proof.load(300, random.Random(SEED - 1))
+    code, err = proof.run("commit.outputs-flushed:1", None, "-c", "task.commit.ms=600000")
+    assert code == -signal.SIGKILL, f"exited with {code}, not killed:\n{err}"
     kills = _kill_rounds(proof, POINTS, random.Random(SEED), AT_LEAST_ONCE_BUDGET_S)
     print(f"at least once: {len(kills)} kills: {kills}")
     seen = seen_of(committed(kafka_bootstrap, proof.topic("seen")))
