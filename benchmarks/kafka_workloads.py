@@ -46,17 +46,18 @@ from typing import Any
 
 import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import AIOKafkaAdminClient
 
+from benchmarks.brokers import start_broker, system_of
 from benchmarks.common import emit
 from examples.readwrite_counter import CountInTable
 from operators.hashing import partition_for
+from runtime.kafka.admin import TopicSpec, ensure_topics
 from runtime.kafka.system import KafkaProducer
 from runtime.runner import LocalRunner
 from samza_dsl import StreamApplication
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
 from samza_dsl.systems import KafkaSystem
-from samza_dsl.testing.kafka_broker import TansuBroker
 
 __all__ = ["run_w7", "run_w7x", "w7_app"]
 
@@ -104,15 +105,8 @@ def w7_app(name: str, bootstrap: str, events: str, counts: str, *,
 # -- the broker's topics ------------------------------------------------------------------------
 
 async def _create_topics(bootstrap: str, names: list[str]) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
-    await admin.start()
-    try:
-        response = await admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in names])
-        for result in response.to_object()["topic_errors"]:
-            if result["error_code"] != 0:
-                raise RuntimeError(f"W7: cannot create topic: {result}")
-    finally:
-        await admin.close()
+    """The topics, each of ``PARTITIONS`` partitions, once their leaders are elected."""
+    await ensure_topics(bootstrap, [TopicSpec(t, PARTITIONS) for t in names])
 
 
 async def _load(bootstrap: str, topic: str, parts: list[list[tuple[bytes, bytes]]]) -> None:
@@ -260,14 +254,14 @@ async def _raw_loop(bootstrap: str, topic: str, out_topic: str, ends: list[int],
 
 # -- one run ----------------------------------------------------------------------------------------
 
-def run_w7(n: int) -> dict[str, Any]:
+def run_w7(n: int, broker_kind: str = "tansu") -> dict[str, Any]:
     parts = w7_input(n)
     truth = Counter(key for records in parts for key, _ in records)
     ends = [len(records) for records in parts]
     tag = uuid.uuid4().hex[:8]
     events, raw_out, job_out = f"w7-events-{tag}", f"w7-raw-counts-{tag}", f"w7-counts-{tag}"
     job_dir = tempfile.mkdtemp(prefix="w7-")
-    broker = TansuBroker().start()
+    broker = start_broker(broker_kind)
     try:
         bootstrap = broker.bootstrap
         t0 = time.perf_counter()
@@ -294,7 +288,7 @@ def run_w7(n: int) -> dict[str, Any]:
         shutil.rmtree(job_dir, ignore_errors=True)
     store = "lmdb+changelog" if changelogs else "lmdb"
     return emit("W7", {"messages": n, "partitions": PARTITIONS, "store": store,
-                       "system": "kafka (tansu)"}, n, secs, "aiokafka-raw-loop", n / base_s,
+                       "system": system_of(broker_kind)}, n, secs, "aiokafka-raw-loop", n / base_s,
                 load_seconds=round(load_s, 3), commits=commits)
 
 
@@ -320,7 +314,7 @@ def _job_run(bootstrap: str, events: str, tag: str, guarantee: str, n: int,
     return secs, commits
 
 
-def run_w7x(n: int, eos_first: bool = False) -> dict[str, Any]:
+def run_w7x(n: int, eos_first: bool = False, broker_kind: str = "tansu") -> dict[str, Any]:
     """W7's job with ``job.processing.guarantee=exactly-once`` against the same job at least
     once, on one broker and one input in the same run (``eos_first``: which runs first); the
     line's rate is exactly once's, its baseline at least once's (target ratio >= 0.8)."""
@@ -328,7 +322,7 @@ def run_w7x(n: int, eos_first: bool = False) -> dict[str, Any]:
     truth = Counter(key for records in parts for key, _ in records)
     tag = uuid.uuid4().hex[:8]
     events = f"w7x-events-{tag}"
-    broker = TansuBroker().start()
+    broker = start_broker(broker_kind)
     try:
         bootstrap = broker.bootstrap
         asyncio.run(_create_topics(bootstrap, [events]))
@@ -342,7 +336,7 @@ def run_w7x(n: int, eos_first: bool = False) -> dict[str, Any]:
         broker.stop()
     eos_s, eos_commits = got["exactly-once"]
     alo_s, _ = got["at-least-once"]
-    return emit("W7X", {"messages": n, "partitions": PARTITIONS, "system": "kafka (tansu)",
+    return emit("W7X", {"messages": n, "partitions": PARTITIONS, "system": system_of(broker_kind),
                         "first": order[0]}, n, eos_s, "W7 at-least-once", n / alo_s,
                 commits=eos_commits,
                 quixstreams_exactly_once_msgs_per_s=quix and quix["msgs_per_s"],

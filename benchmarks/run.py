@@ -51,10 +51,12 @@ import os
 import statistics
 import subprocess
 import sys
+from collections.abc import Callable
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.brokers import BROKERS, kinds  # noqa: E402
 from benchmarks.common import median_summary  # noqa: E402
 from benchmarks.kafka_workloads import run_w7, run_w7x  # noqa: E402
 from benchmarks.local_state_workloads import run_w3_local, run_w4_local  # noqa: E402
@@ -98,6 +100,17 @@ def guarantee_pairs(pairs: int, scale: float) -> dict[str, Any]:
     return out
 
 
+def per_broker(runs: int, choice: str, one: Callable[[int, str], dict[str, Any]]) -> None:
+    """``runs`` runs of a Kafka workload on each broker ``choice`` names, alternating broker by
+    broker within each round; one median summary per broker."""
+    lines: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds(choice)}
+    for i in range(runs):
+        for kind in lines:
+            lines[kind].append(one(i, kind))
+    for got in lines.values():
+        median_summary(got)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("workloads", nargs="*", default=["W1", "W2", "W3", "W4"])
@@ -110,6 +123,9 @@ def main() -> None:
     parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                         help="W1L, W1J: a setting for the job, e.g. metrics.reporters=prometheus "
                              "(repeatable; values are JSON where they parse, else strings)")
+    parser.add_argument("--broker", choices=(*BROKERS, "both"), default="both",
+                        help="W7, W7X, W8K: the broker each run starts (both: Apache Kafka and "
+                             "tansu, alternating run by run, a summary for each)")
     parser.add_argument("--guarantee", choices=GUARANTEES, default=None,
                         help="W1L, W1J: job.processing.guarantee of the job (default: the "
                              "job's, at-least-once)")
@@ -179,14 +195,14 @@ def main() -> None:
             for name in runs_a[0]:
                 median_summary([r[name] for r in runs_a])
         elif w == "W7":
-            median_summary([run_w7(n(1_000_000)) for _ in range(args.runs)])
+            per_broker(args.runs, args.broker, lambda i, kind: run_w7(n(1_000_000), kind))
         elif w == "W8K":
             from benchmarks.w8k_group import run_w8k
 
-            median_summary([run_w8k(n(1_000_000)) for _ in range(args.runs)])
+            per_broker(args.runs, args.broker, lambda i, kind: run_w8k(n(1_000_000), kind))
         elif w == "W7X":
-            median_summary([run_w7x(n(1_000_000), eos_first=i % 2 == 1)
-                            for i in range(args.runs)])
+            per_broker(args.runs, args.broker,
+                       lambda i, kind: run_w7x(n(1_000_000), i % 2 == 1, kind))
         elif w == "W10":
             from benchmarks.remote_workloads import run_w10
 

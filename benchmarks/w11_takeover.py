@@ -33,13 +33,13 @@ from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from benchmarks.brokers import BROKERS, kinds, start_broker, system_of
 from operators.hashing import partition_for
+from runtime.kafka.admin import TopicSpec, ensure_topics
 from samza_dsl import KV, StreamApplication
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
 from samza_dsl.systems import KafkaSystem
-from samza_dsl.testing.kafka_broker import TansuBroker
 
 PARTITIONS = 4
 SERDE = KVSerde(StringSerde(), JsonSerde())
@@ -156,24 +156,17 @@ def _runs(log: Path) -> list[str]:
     return found
 
 
-def run_w11(keys: int, replication: int) -> dict[str, Any]:
+def run_w11(keys: int, replication: int, broker_kind: str = "tansu") -> dict[str, Any]:
     tag = uuid.uuid4().hex[:8]
     topic = f"w11-events-{tag}"
     root = Path(tempfile.mkdtemp(prefix="w11-"))
-    broker = TansuBroker().start()
+    broker = start_broker(broker_kind)
     procs: list[tuple[subprocess.Popen[bytes], Path]] = []
     stop = threading.Event()
     try:
         bootstrap = broker.bootstrap
 
-        async def create() -> None:
-            admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-            await admin.start()
-            try:
-                await admin.create_topics([NewTopic(topic, PARTITIONS, 1)])
-            finally:
-                await admin.close()
-        asyncio.run(create())
+        asyncio.run(ensure_topics(bootstrap, [TopicSpec(topic, PARTITIONS)]))
         env = {**os.environ, "W11_BOOTSTRAP": bootstrap, "W11_TAG": tag,
                "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent.parent),
                                               os.environ.get("PYTHONPATH", "")])}
@@ -222,7 +215,7 @@ def run_w11(keys: int, replication: int) -> dict[str, Any]:
         line = {"workload": "W11", "params": {"keys": keys, "partitions": PARTITIONS,
                                               "replication_factor": replication,
                                               "session_timeout_ms": 3000,
-                                              "system": "kafka (tansu)"},
+                                              "system": system_of(broker_kind)},
                 "seconds": round(secs, 3),
                 "replayed": sum(int(x[2]) for x in moved_restores),
                 "modes": sorted(x[1] for x in moved_restores),
@@ -246,9 +239,14 @@ def run_w11(keys: int, replication: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--keys", type=int, default=100_000)
+    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--broker", choices=(*BROKERS, "both"), default="both",
+                        help="the broker of each run (both: each, alternating)")
     args = parser.parse_args()
-    for replication in (1, 2):
-        run_w11(args.keys, replication)
+    for _ in range(args.runs):
+        for kind in kinds(args.broker):
+            for replication in (1, 2):
+                run_w11(args.keys, replication, kind)
 
 
 if __name__ == "__main__":

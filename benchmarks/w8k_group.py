@@ -44,6 +44,7 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
+from benchmarks.brokers import Broker, pid_of, start_broker, system_of
 from benchmarks.common import emit
 from benchmarks.kafka_workloads import (
     PARTITIONS,
@@ -56,7 +57,6 @@ from benchmarks.kafka_workloads import (
 )
 from runtime.kafka.system import true_end_offsets
 from samza_dsl import StreamApplication
-from samza_dsl.testing.kafka_broker import TansuBroker
 
 __all__ = ["run_w8k"]
 
@@ -123,13 +123,12 @@ def _cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _members(count: int, n: int, broker: TansuBroker, root: str,
+def _members(count: int, n: int, broker: Broker, root: str,
              parts: list[list[tuple[bytes, bytes]]], truth: Counter[bytes]
              ) -> tuple[float, float, float]:
     """Seconds for ``count`` members to process the ``n`` messages loaded once they settled,
     and the CPU seconds the broker and the members used meanwhile."""
     bootstrap = broker.bootstrap
-    assert broker.proc is not None
     tag = uuid.uuid4().hex[:8]
     events, counts = f"w8k-events-{tag}", f"w8k-counts-{tag}"
     asyncio.run(_create_topics(bootstrap, [events, counts]))
@@ -158,12 +157,12 @@ def _members(count: int, n: int, broker: TansuBroker, root: str,
         if time.monotonic() - began > SESSION_S * 0.5:
             raise RuntimeError("W8K: loading the input took more than half the session "
                                "timeout: run with a smaller --scale")
-        cpu = [_cpu(broker.proc.pid), sum(_cpu(p.pid) for p in procs)]
+        cpu = [_cpu(pid_of(broker)), sum(_cpu(p.pid) for p in procs)]
         t0 = time.perf_counter()
         for p in procs:
             p.send_signal(signal.SIGCONT)
         t1 = asyncio.run(_wait_output(bootstrap, counts, n, time.monotonic() + 600))
-        cpu = [_cpu(broker.proc.pid) - cpu[0], sum(_cpu(p.pid) for p in procs) - cpu[1]]
+        cpu = [_cpu(pid_of(broker)) - cpu[0], sum(_cpu(p.pid) for p in procs) - cpu[1]]
         _check(f"{count} member(s)", asyncio.run(_read_back(bootstrap, counts, n)), n, truth)
         return t1 - t0, cpu[0], cpu[1]
     finally:
@@ -178,18 +177,18 @@ def _members(count: int, n: int, broker: TansuBroker, root: str,
                 p.wait()
 
 
-def run_w8k(n: int) -> dict[str, Any]:
+def run_w8k(n: int, broker_kind: str = "tansu") -> dict[str, Any]:
     parts = w7_input(n)
     truth = Counter(key for records in parts for key, _ in records)
     root = tempfile.mkdtemp(prefix="w8k-")
-    broker = TansuBroker().start()
+    broker = start_broker(broker_kind)
     try:
         got = {count: _members(count, n, broker, root, parts, truth) for count in (1, 2)}
     finally:
         broker.stop()
         shutil.rmtree(root, ignore_errors=True)
     return emit("W8K", {"messages": n, "partitions": PARTITIONS, "members": 2,
-                        "system": "kafka (tansu)", "cores": os.cpu_count()},
+                        "system": system_of(broker_kind), "cores": os.cpu_count()},
                 n, got[2][0], "w1-kafka-1-member", n / got[1][0],
                 one_member_seconds=round(got[1][0], 3),
                 broker_cpu_s={k: round(v[1], 2) for k, v in got.items()},
