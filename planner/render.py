@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import networkx as nx
 
+from samza_dsl.config import shown_value
 from samza_dsl.errors import SamzaError
 from samza_dsl.spec import node_stream_id, stream_node, table_node
 
@@ -63,7 +64,7 @@ def plan_to_dict(plan: ExecutionPlan) -> dict[str, Any]:
         "operators": {op.op_id: _op_dict(plan, op.op_id) for op in plan.app.operators},
         "stages": [s.to_dict() for s in plan.stages],
         "spark_tiers": _spark_tiers(plan),
-        "config": {k: plan.config[k] for k in sorted(plan.config)},
+        "config": {k: shown_value(k, plan.config[k]) for k in sorted(plan.config)},
         "warnings": list(plan.warnings),
     }
 

@@ -798,7 +798,7 @@ def _effective_config(args: argparse.Namespace) -> list[tuple[str, str, str]]:
     command line (``-c``, a ``--config-file``), in the application, set by the planner, or a
     key's default."""
     from runtime.loader import load_app
-    from samza_dsl.config import KNOWN_KEYS, validate_config
+    from samza_dsl.config import KNOWN_KEYS, shown_value, validate_config
     from samza_dsl.errors import PlanError
 
     app = load_app(args.app)
@@ -813,7 +813,7 @@ def _effective_config(args: argparse.Namespace) -> list[tuple[str, str, str]]:
     except PlanError as exc:  # shown without what the planner would add
         print(f"samza-dsl: note: not planned ({exc}); keys the planner sets are left out",
               file=sys.stderr)
-    rows = [(k, repr(v), source.get(k, "planner")) for k, v in config.items()]
+    rows = [(k, repr(shown_value(k, v)), source.get(k, "planner")) for k, v in config.items()]
     rows += [(k, repr(key.default), "default") for k, key in KNOWN_KEYS.items()
              if k not in config and key.default is not None]
     return sorted(rows)

@@ -271,11 +271,13 @@ async def _kafka_status(app: Any, config: Mapping[str, Any], app_ref: str, timeo
     from runtime.jobdir import job_dir
     from runtime.kafka.admin import describe_topics
     from runtime.kafka.load_dump import kafka_streams
+    from runtime.kafka.security import security_settings
     from runtime.kafka.system import offset_bounds, read_checkpoint_topic
 
     streams = await kafka_streams(app, config, timeout=timeout)
     topic = f"__samza_checkpoint_{streams.job_name}"
-    if (await describe_topics(streams.servers, [topic], timeout=timeout))[topic] is None:
+    login = security_settings(streams.consumer_settings)
+    if (await describe_topics(streams.servers, [topic], timeout=timeout, **login))[topic] is None:
         raise SamzaError(f"job {streams.job_name!r} has not run on the Kafka brokers at "
                          f"{streams.servers}: its checkpoint topic {topic!r} does not exist; "
                          f"run it first with `samza-dsl run {app_ref}`")

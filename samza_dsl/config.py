@@ -30,7 +30,9 @@ __all__ = ["ConfigKey", "KNOWN_KEYS", "STREAM_PROPERTIES", "STORE_PROPERTIES", "
            "USER_PREFIX", "COORDINATORS", "check_system_keys", "validate_config",
            "check_scoped_keys", "config_value", "SERDE_ERROR_POLICIES", "KeyReference",
            "key_reference", "JOIN_CHECK_POLICIES", "GUARANTEES", "AT_LEAST_ONCE",
-           "EXACTLY_ONCE", "check_guarantee", "exactly_once", "job_config", "job_name_of"]
+           "EXACTLY_ONCE", "check_guarantee", "exactly_once", "job_config", "job_name_of",
+           "SECURITY_PROTOCOLS", "SASL_MECHANISMS", "SECRET_PROPERTIES", "is_secret",
+           "shown_value", "shown_config"]
 
 SERDE_ERROR_POLICIES = ("fail", "skip", "dead-letter")
 _JOB_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -262,13 +264,22 @@ def _did_you_mean(word: str, choices: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+#: the values of a Kafka system's ``security.protocol`` and ``sasl.mechanism``
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+#: a Kafka system's properties that hold a secret (or ``env:VAR``, ``file:PATH`` naming one)
+SECRET_PROPERTIES = ("sasl.password", "ssl.key.password")
+_KAFKA_SECURITY = ("security.protocol", "sasl.mechanism", "sasl.username", "sasl.password",
+                   "ssl.cafile", "ssl.certfile", "ssl.keyfile", "ssl.key.password",
+                   "ssl.check.hostname")
+
 #: What the runtime reads under ``systems.<name>.`` of a system, by its factory (the Kafka
 #: system's settings are given on ``KafkaSystem(...)``; ``consumer.*`` and ``producer.*`` are
 #: aiokafka's own, passed through)
 SYSTEM_PROPERTIES: dict[str, tuple[str, ...]] = {
     "local": ("samza.factory", "path", "log.max.bytes"),
     "kafka": ("samza.factory", "bootstrap.servers", "replication.factor", "min.insync.replicas",
-              "consumer.*", "producer.*"),
+              *_KAFKA_SECURITY, "consumer.*", "producer.*"),
     "memory": ("samza.factory",),
 }
 
@@ -504,6 +515,25 @@ _SYSTEM_REFERENCE: dict[str, tuple[str, str, str]] = {
     "min.insync.replicas": ("int", "(none)", "min.insync.replicas of each topic a Kafka job "
                             "creates; default min(2, replication.factor) where it is above 1, "
                             "so that an acknowledged write (acks=all) is on two brokers"),
+    "security.protocol": ("str", "'PLAINTEXT'", "how a Kafka system's clients (consumers, "
+                          "producers, the admin client, Spark's readers) speak to its brokers: "
+                          + ", ".join(SECURITY_PROTOCOLS)),
+    "sasl.mechanism": ("str", "'SCRAM-SHA-512'", "the SASL mechanism of a SASL_* protocol: "
+                       + ", ".join(SASL_MECHANISMS)),
+    "sasl.username": ("str", "(none)", "the SASL user of a SASL_* protocol"),
+    "sasl.password": ("str", "(none)", "the SASL user's password: env:VAR (an environment "
+                      "variable), file:PATH (a file's text, as a mounted Secret) or the password "
+                      "itself; never shown (samza-dsl config and the plan show *** or the "
+                      "reference)"),
+    "ssl.cafile": ("str", "(none)", "a PEM file of the CA that signed the brokers' "
+                   "certificates (SSL, SASL_SSL); default: the machine's CAs"),
+    "ssl.certfile": ("str", "(none)", "the client's own PEM certificate, for brokers that ask "
+                     "for one (ssl.client.auth)"),
+    "ssl.keyfile": ("str", "(none)", "the PEM key of ssl.certfile (when not in that file)"),
+    "ssl.key.password": ("str", "(none)", "the password of an encrypted ssl.keyfile: env:VAR, "
+                         "file:PATH or the password itself; never shown"),
+    "ssl.check.hostname": ("bool", "true", "whether the broker's certificate must name the "
+                           "host the client connects to"),
     "consumer.*": ("any", "(none)", "an aiokafka AIOKafkaConsumer keyword argument of a Kafka "
                    "system, as given on KafkaSystem(consumer={...})"),
     "producer.*": ("any", "(none)", "an aiokafka AIOKafkaProducer keyword argument of a Kafka "
@@ -533,3 +563,37 @@ def key_reference() -> list[KeyReference]:
                              "your own keys, passed through unchecked, for your functions to "
                              "read from ctx.config"))
     return rows
+
+
+def is_secret(key: str) -> bool:
+    """Whether config key ``key`` holds a secret that is never shown: a system's
+    ``sasl.password`` or ``ssl.key.password``, or a client setting of a system whose name says
+    password (``systems.<name>.consumer.sasl_plain_password``).
+
+    >>> is_secret("systems.kafka.sasl.password"), is_secret("systems.kafka.sasl.username")
+    (True, False)
+    """
+    if not key.startswith("systems."):
+        return False
+    return key.endswith(tuple("." + p for p in SECRET_PROPERTIES)) or (
+        ".consumer." in key or ".producer." in key) and "password" in key.lower()
+
+
+def shown_value(key: str, value: Any) -> Any:
+    """``value`` as it may be shown (``samza-dsl config``, a plan's renderings, messages): a
+    secret's reference (``env:VAR``, ``file:PATH``) as it is, the secret itself as ``***``.
+
+    >>> shown_value("systems.kafka.sasl.password", "hunter2")
+    '***'
+    >>> shown_value("systems.kafka.sasl.password", "env:KAFKA_PASSWORD")
+    'env:KAFKA_PASSWORD'
+    """
+    if not is_secret(key) or value is None:
+        return value
+    text = str(value)
+    return text if text.startswith(("env:", "file:")) else "***"
+
+
+def shown_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A config with every secret as ``shown_value`` shows it."""
+    return {k: shown_value(k, v) for k, v in config.items()}

@@ -40,6 +40,7 @@ from typing import Any
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, for_code
 
+from runtime.kafka.security import LoginRefused, refusal
 from samza_dsl.errors import SamzaError
 
 __all__ = ["BrokersUnreachable", "TopicSpec", "check_bootstrap", "delete_topics",
@@ -427,6 +428,7 @@ async def _admin(servers: list[str], timeout: float, client_settings: dict[str, 
         ) from e
     except KafkaError as e:
         if step[0] == "connecting":
+            await _refused(where, client_settings)
             raise _unreachable(where, f"{type(e).__name__}: {e}") from e
         raise SamzaError(
             f"the Kafka brokers at {where} failed while {step[0]} ({type(e).__name__}: {e}); "
@@ -436,6 +438,13 @@ async def _admin(servers: list[str], timeout: float, client_settings: dict[str, 
         with contextlib.suppress(Exception):
             async with asyncio.timeout(_CLOSE_TIMEOUT):
                 await admin.close()
+
+
+async def _refused(where: str, settings: Mapping[str, Any]) -> None:
+    """A connection the brokers refused (a login, TLS) is said as such, not as brokers away."""
+    line = await refusal(where.replace(" ", ""), settings, timeout=3.0)
+    if line is not None:
+        raise LoginRefused(line) from None
 
 
 def _unreachable(where: str, reason: str) -> SamzaError:

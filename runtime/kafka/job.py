@@ -71,6 +71,7 @@ from runtime.kafka.outage import (
     missing_topics_error,
 )
 from runtime.kafka.resolved import gapless
+from runtime.kafka.security import check_login, kafka_security
 from runtime.kafka.standby import StandbyReplicas
 from runtime.kafka.system import (
     KafkaCheckpoints,
@@ -129,6 +130,11 @@ class KafkaJob:
                                                  "consumer")
         self.producer_settings = client_settings(settings, effective, self.system.name,
                                                  "producer")
+        #: how the job's clients log in (``runtime.kafka.security``): every client takes these
+        self.security = kafka_security(self.system.name, settings, effective)
+        self.login = self.security.settings()
+        self.consumer_settings.update(self.login)
+        self.producer_settings.update(self.login)
         # a write is acknowledged once every in-sync replica has it (min.insync.replicas of the
         # job's topics): a broker lost right after loses nothing
         self.producer_settings.setdefault("acks", "all")
@@ -200,10 +206,12 @@ class KafkaJob:
         app = self.app
         declared = {**app.spec().inputs, **app.spec().outputs}
         topics = {sid: d.physical_name for sid, d in declared.items()}
+        # a broker that refuses the job's login says so now, in one line, and is not waited for
+        await check_login(self.servers, self.login, self.security, min(self.timeout, 10.0))
         while True:  # brokers away at the start are waited for, as during a run
             try:
                 found = await describe_topics(self.servers, topics.values(),
-                                              timeout=self.timeout)
+                                              timeout=self.timeout, **self.login)
                 break
             except BrokersUnreachable as exc:
                 self.watch.unavailable(str(exc))
@@ -242,7 +250,7 @@ class KafkaJob:
               if "snapshot" in reporter_names(plan.config) else [])]
         await ensure_topics(self.servers, self.topic_specs, timeout=self.timeout,
                             replication_factor=self._system_int("replication.factor"),
-                            min_insync=self._system_int("min.insync.replicas"))
+                            min_insync=self._system_int("min.insync.replicas"), **self.login)
         producer = KafkaProducer(self.servers, self.producer_settings, 0,
                                  timeout=self.producer_timeout, watch=self.watch)
         self.producer = producer
@@ -414,7 +422,7 @@ class KafkaJob:
         at the start). Raises ``KafkaDataLost`` naming what is gone."""
         if down_for is not None:
             found = await describe_topics(self.servers, [s.name for s in self.topic_specs],
-                                          timeout=self.timeout)
+                                          timeout=self.timeout, **self.login)
             problems = []
             for spec in self.topic_specs:
                 n = found[spec.name]

@@ -39,6 +39,7 @@ from runtime.codec import Record, StreamCodec, serde_error_policy, stream_serde
 from runtime.kafka.admin import TopicSpec, describe_topics, ensure_topics, retention_configs
 from runtime.kafka.outage import close_connections, quiet_aiokafka
 from runtime.kafka.resolved import fetch_position
+from runtime.kafka.security import check_login, security_settings
 from runtime.kafka.system import (
     KafkaProducer,
     kafka_error,
@@ -99,9 +100,10 @@ async def kafka_streams(app: Any, config: Mapping[str, Any], timeout: float = 10
     from runtime.kafka.job import KafkaJob
 
     job = KafkaJob(app, reader_config(config), timeout=timeout)  # checks the systems; no I/O
+    await check_login(job.servers, job.login, job.security, min(timeout, 10.0))
     declared = {**app.spec().inputs, **app.spec().outputs}
     found = await describe_topics(job.servers, {d.physical_name for d in declared.values()},
-                                  timeout=timeout)
+                                  timeout=timeout, **job.login)
     known = {sid: found[d.physical_name] for sid, d in declared.items()
              if d.partitions is None and found[d.physical_name] is not None}
     plan = app.plan(partitions=known, config=job.config)
@@ -122,7 +124,7 @@ async def kafka_streams(app: Any, config: Mapping[str, Any], timeout: float = 10
     topics: dict[str, int | None] = dict(found)
     others = [t for t in [*physical.values(), *changelogs.values(), dead,
                           metrics_stream(job.job_name)] if t not in topics]
-    topics.update(await describe_topics(job.servers, others, timeout=timeout))
+    topics.update(await describe_topics(job.servers, others, timeout=timeout, **job.login))
     return KafkaStreams(job.job_name, job.servers, job.consumer_settings, job.producer_settings,
                         plan, physical, {sid: (n if n else widest) for sid, n in counts.items()},
                         codecs, {sid: topics.get(p) for sid, p in physical.items()},
@@ -280,7 +282,8 @@ async def produce_load(streams: KafkaStreams, load: EncodedLoad, timeout: float 
     n = len(load.records)
     if streams.existing.get(sid) is None:
         await ensure_topics(streams.servers, [TopicSpec(
-            topic, n, configs=retention_configs(streams.plan.config, sid))], timeout=timeout)
+            topic, n, configs=retention_configs(streams.plan.config, sid))], timeout=timeout,
+            **security_settings(streams.consumer_settings))
         streams.existing[sid] = n
         streams.topics[topic] = n
     total = len(load.messages)

@@ -15,6 +15,7 @@ from runtime.jobdir import dead_letter_stream
 from runtime.kafka.admin import delete_topics, describe_topics
 from runtime.kafka.job import KafkaJob
 from runtime.kafka.load_dump import reader_config
+from runtime.kafka.security import check_login
 
 __all__ = ["kafka_reset"]
 
@@ -25,8 +26,10 @@ async def kafka_reset(app: Any, config: Mapping[str, Any], *, outputs: bool = Fa
     job = KafkaJob(app, reader_config(config), timeout=timeout)  # runs no containers
     job.lock.exclusive("reset", f"reset job {job.job_name!r}")
     try:
+        await check_login(job.servers, job.login, job.security)
         gone = [f"topic {t}" for t in await delete_topics(
-            job.servers, _topics(job, await _plan(job), outputs), timeout=timeout)]
+            job.servers, _topics(job, await _plan(job), outputs), timeout=timeout,
+            **job.login)]
         stores = os.path.abspath(os.path.join(job.root, "stores"))
         if os.path.isdir(stores):
             shutil.rmtree(stores)
@@ -42,7 +45,7 @@ async def _plan(job: KafkaJob) -> Any:
     spec = job.app.spec()
     declared = {**spec.inputs, **spec.outputs}
     found = await describe_topics(job.servers, {d.physical_name for d in declared.values()},
-                                  timeout=job.timeout)
+                                  timeout=job.timeout, **job.login)
     known = {sid: found[d.physical_name] for sid, d in declared.items()
              if d.partitions is None and found[d.physical_name] is not None}
     return job.app.plan(partitions=known, config=job.config)

@@ -92,11 +92,26 @@ VALUES: dict[str, tuple[str, str]] = {
     "systems.<name>.producer.*": ("systems.kafka.producer.linger.ms", "7"),
     "systems.<name>.replication.factor": ("systems.kafka.replication.factor", "2"),
     "systems.<name>.min.insync.replicas": ("systems.kafka.min.insync.replicas", "1"),
+    "systems.<name>.security.protocol": ("systems.kafka.security.protocol", "SASL_SSL"),
+    "systems.<name>.sasl.mechanism": ("systems.kafka.sasl.mechanism", "SCRAM-SHA-256"),
+    "systems.<name>.sasl.username": ("systems.kafka.sasl.username", "places-app"),
+    "systems.<name>.sasl.password": ("systems.kafka.sasl.password", "env:PLACES_PASSWORD"),
+    "systems.<name>.ssl.cafile": ("systems.kafka.ssl.cafile", "ca.pem"),
+    "systems.<name>.ssl.certfile": ("systems.kafka.ssl.certfile", "client.pem"),
+    "systems.<name>.ssl.keyfile": ("systems.kafka.ssl.keyfile", "client-key.pem"),
+    "systems.<name>.ssl.key.password": ("systems.kafka.ssl.key.password", "file:key-password"),
+    "systems.<name>.ssl.check.hostname": ("systems.kafka.ssl.check.hostname", "false"),
     "user.*": ("user.greeting", "hello"),
 }
+#: a Kafka system's security keys: each is given with the others (a SASL_SSL login with a
+#: client certificate), whose files the test makes
+SECURITY = {ref for ref in VALUES if ref.startswith(("systems.<name>.security.",
+                                                     "systems.<name>.sasl.",
+                                                     "systems.<name>.ssl."))}
 KAFKA_ONLY = {"systems.<name>.bootstrap.servers", "systems.<name>.consumer.*",
               "systems.<name>.producer.*", "job.kafka.unavailable.timeout.ms",
-              "systems.<name>.replication.factor", "systems.<name>.min.insync.replicas"}
+              "systems.<name>.replication.factor", "systems.<name>.min.insync.replicas",
+              *SECURITY}
 PLACES = ["application", "config-file", "-c"]
 
 
@@ -146,7 +161,19 @@ def test_each_key_given_to_a_runner_is_the_jobs(ref: str, tmp_path: Path,
     monkeypatch.chdir(tmp_path)
     key, raw = VALUES[ref]
     want = validate_config({key: raw})[key]
+    companions: dict[str, str] = {}
+    if ref in SECURITY:  # the other security keys, and their files
+        from samza_dsl.testing.secured_kafka import make_certificates
+
+        made = make_certificates(tmp_path / "certs")
+        (tmp_path / "ca.pem").write_text(made["ca"].read_text())
+        (tmp_path / "client.pem").write_text((tmp_path / "certs" / "broker-cert.pem").read_text())
+        (tmp_path / "client-key.pem").write_text((tmp_path / "certs" / "broker-pk8.pem").read_text())
+        (tmp_path / "key-password").write_text("unused: the key is not encrypted\n")
+        monkeypatch.setenv("PLACES_PASSWORD", "places-secret")
+        companions = {VALUES[r][0]: VALUES[r][1] for r in SECURITY if r != ref}
     for given, own in (({key: raw}, {}), ({}, {key: raw})):
+        given, own = {**companions, **given}, {**companions, **own}
         _env(monkeypatch, ref, own)
         app = load_app(APP)
         if ref in KAFKA_ONLY:
@@ -158,6 +185,12 @@ def test_each_key_given_to_a_runner_is_the_jobs(ref: str, tmp_path: Path,
                 assert str(job.consumer_settings["fetch_max_wait_ms"]) == raw
             if ref.endswith(".producer.*"):
                 assert str(job.producer_settings["linger_ms"]) == raw
+            if ref in SECURITY:  # every client logs in the same way
+                for settings in (job.login, job.consumer_settings, job.producer_settings):
+                    assert settings["security_protocol"] == "SASL_SSL"
+                    assert settings["sasl_plain_password"] == "places-secret"
+                    assert settings["ssl_context"].check_hostname is False
+                assert job.login["sasl_mechanism"] == "SCRAM-SHA-256"
             continue
         runner = LocalRunner(app, given)
         job = LocalJob(runner.app, runner.config, run=False)

@@ -1,0 +1,232 @@
+"""A secured cluster: Apache Kafka whose clients' listener speaks SASL_SSL (TLS with a CA and
+certificates the test makes, SCRAM-SHA-512 users created through the admin API). A job reaches
+it with ``systems.kafka.security.protocol`` and the SASL and SSL keys, which every client takes
+(the admin client, consumers, producers, the transactional producers, the group member, the
+brokers' watch, load, dump and status); its password comes from an environment variable or a
+file and is written nowhere: not in any output, not in ``samza-dsl config`` or the plan, not on
+the job page, not in the metrics or any file of the job's.
+
+A wrong password, or a CA that did not sign the broker's certificate, is one line naming the
+broker and what failed.
+
+Apache Kafka only: tansu has no TLS and no SASL listener.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaProducer, TopicPartition
+from group_helpers import Member, wait_for
+
+from runtime.kafka.admin import TopicSpec, describe_topics, ensure_topics
+from runtime.kafka.system import new_consumer, stop_client
+from samza_dsl.testing.secured_kafka import SecuredKafkaBroker
+
+APPS = Path(__file__).parent / "kafka_apps.py"
+CLI = os.path.join(os.path.dirname(sys.executable), "samza-dsl")
+USER = "orders-app"
+PASSWORD = "pw-" + secrets.token_urlsafe(12)
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredKafkaBroker]:
+    with SecuredKafkaBroker(root=tmp_path_factory.mktemp("secured-kafka")) as broker:
+        broker.add_user(USER, PASSWORD)
+        yield broker
+
+
+def _properties(folder: Path, broker: SecuredKafkaBroker, password: str, *,
+                ca: Path | None = None) -> Path:
+    """A --config-file that logs in as USER, the password given as ``password`` (env:, file:)."""
+    path = folder / f"secured-{uuid.uuid4().hex[:6]}.properties"
+    path.write_text("systems.kafka.security.protocol=SASL_SSL\n"
+                    "systems.kafka.sasl.mechanism=SCRAM-SHA-512\n"
+                    f"systems.kafka.sasl.username={USER}\n"
+                    f"systems.kafka.sasl.password={password}\n"
+                    f"systems.kafka.ssl.cafile={ca or broker.ca_file}\n")
+    return path
+
+
+def _cli(*args: str, cwd: Path, env: dict[str, str], tag: str, bootstrap: str,
+         timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([CLI, *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **env, "SAMZA_TEST_TAG": tag,
+                                                "SAMZA_TEST_BOOTSTRAP": bootstrap})
+
+
+def _no_secret(*texts: str) -> None:
+    for text in texts:
+        assert PASSWORD not in text, text[-2000:]
+
+
+def _files_hold_no_secret(folder: Path) -> None:
+    """No file the job wrote (stores, metrics, locks, logs) holds the password."""
+    for path in folder.rglob("*"):
+        if path.is_file() and not path.name.endswith(".properties") \
+                and path.name != "password":
+            assert PASSWORD.encode() not in path.read_bytes(), path
+
+
+async def _read(broker: SecuredKafkaBroker, topic: str, partitions: int) -> list[Any]:
+    """Every committed record of ``topic``, read as the admin over SASL_SSL."""
+    settings = {**broker.client_settings(), "isolation_level": "read_committed"}
+    if not (await describe_topics(broker.bootstrap, [topic], **broker.client_settings()))[topic]:
+        return []  # not created yet
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    consumer = new_consumer(broker.bootstrap, settings, brief=True)
+    out: list[Any] = []
+    await consumer.start()
+    try:
+        consumer.assign(tps)
+        for tp in tps:
+            consumer.seek(tp, 0)
+        while batch := await consumer.getmany(timeout_ms=1000):
+            for records in batch.values():
+                out += [json.loads(r.value) for r in records if r.value is not None]
+    finally:
+        await stop_client(consumer)
+    return out
+
+
+def test_a_job_logs_in_with_the_password_from_an_env_var_and_shows_it_nowhere(
+        secured: SecuredKafkaBroker, tmp_path: Path) -> None:
+    """load, run (at least once, static), dump, status and config of one job, over SASL_SSL."""
+    tag = uuid.uuid4().hex[:8]
+    props = _properties(tmp_path, secured, "env:ORDERS_KAFKA_PASSWORD")
+    env = {"ORDERS_KAFKA_PASSWORD": PASSWORD}
+    events = tmp_path / "events.jsonl"
+    events.write_text("".join(json.dumps({"key": f"u{i % 5}", "value": {"user": f"u{i % 5}"}})
+                              + "\n" for i in range(60)))
+    common = ("--config-file", str(props), "-c", f"job.dir={tmp_path / 'job'}")
+    app = f"{APPS}:count"
+    steps = [["load", app, "events", str(events), *common],
+             ["run", app, "-q", *common, "-c", "metrics.reporters=json"],
+             ["dump", app, "out", *common],
+             ["status", app, "--json", *common],
+             ["config", "--app", app, *common]]
+    done = {}
+    for step in steps:
+        done[step[0]] = got = _cli(*step, cwd=tmp_path, env=env, tag=tag,
+                                   bootstrap=secured.bootstrap)
+        assert got.returncode == 0, (step[0], got.stderr[-3000:])
+        _no_secret(got.stdout, got.stderr)
+    finals: dict[str, int] = {}
+    for line in done["dump"].stdout.splitlines():
+        entry = json.loads(line)
+        finals[entry["key"]] = max(finals.get(entry["key"], 0), entry["value"])
+    assert finals == {f"u{k}": 12 for k in range(5)}
+    assert json.loads(done["status"].stdout)["job"].startswith("gcount-")
+    shown = {line.split()[0]: line for line in done["config"].stdout.splitlines()}
+    assert "'env:ORDERS_KAFKA_PASSWORD'" in shown["systems.kafka.sasl.password"]
+    _files_hold_no_secret(tmp_path)
+    # a password given as it is (here with -c) is shown as *** by config and the plan
+    for step in (["config", "--app", app, *common, "-c",
+                  f"systems.kafka.sasl.password={PASSWORD}"],
+                 ["plan", app, "--format", "json", "-c",
+                  f"systems.kafka.sasl.password={PASSWORD}"]):
+        got = _cli(*step, cwd=tmp_path, env=env, tag=tag, bootstrap=secured.bootstrap)
+        assert got.returncode == 0, got.stderr
+        assert "***" in got.stdout
+        _no_secret(got.stdout, got.stderr)
+
+
+def test_a_consumer_group_runs_exactly_once_with_the_password_from_a_file(
+        secured: SecuredKafkaBroker, tmp_path: Path) -> None:
+    """A member of the job's consumer group (--follow), exactly once, with the job page up:
+    transactions, the group protocol and the page over SASL_SSL, the password read from a
+    mounted file, shown nowhere."""
+    tag = uuid.uuid4().hex[:8]
+    secret = tmp_path / "secret" / "password"
+    secret.parent.mkdir()
+    secret.write_text(PASSWORD + "\n")  # as a Secret's file may end
+    props = _properties(tmp_path, secured, f"file:{secret}")
+    page = _free_port()
+    member = Member(tmp_path / "host", secured.bootstrap, tag, "--config-file", str(props),
+                    "-c", "job.processing.guarantee=exactly-once", "-c",
+                    "metrics.reporters=json", "--ui", f"127.0.0.1:{page}")
+    n = 200
+    try:
+        asyncio.run(ensure_topics(secured.bootstrap, [TopicSpec(f"gevents-{tag}", 4)],
+                                  **secured.client_settings(USER, PASSWORD)))
+        asyncio.run(_produce(secured, f"gevents-{tag}", n))
+
+        def counted() -> bool:
+            outs = asyncio.run(_read(secured, f"gout-{tag}", 2))
+            return Counter(o[2] for o in outs) == Counter(range(n)) if outs else False
+        wait_for("every event is counted once", counted, 90, [member])
+        for path in ("/api/state", "/plan.svg", "/"):
+            with urllib.request.urlopen(f"http://127.0.0.1:{page}{path}", timeout=10) as r:
+                _no_secret(r.read().decode(errors="replace"))
+    finally:
+        code = member.stop()
+    assert code == 0, member.text()[-3000:]
+    _no_secret(member.text())
+    _files_hold_no_secret(tmp_path)
+
+
+async def _produce(broker: SecuredKafkaBroker, topic: str, n: int) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap,
+                                **broker.client_settings(USER, PASSWORD))
+    await producer.start()
+    try:
+        for i in range(n):
+            await producer.send(topic, json.dumps({"i": i}).encode(),
+                                key=f"k{i % 10}".encode(), partition=i % 4)
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+def _free_port() -> int:
+    from kafka_helpers import free_port
+    return free_port()
+
+
+@pytest.mark.parametrize("wrong", ["password", "ca"])
+def test_a_refused_login_is_one_line_naming_the_broker(
+        wrong: str, secured: SecuredKafkaBroker, tmp_path: Path) -> None:
+    tag = uuid.uuid4().hex[:8]
+    bad = "not-" + PASSWORD
+    props = _properties(tmp_path, secured, "env:ORDERS_KAFKA_PASSWORD",
+                        ca=secured.other_ca_file if wrong == "ca" else None)
+    env = {"ORDERS_KAFKA_PASSWORD": bad if wrong == "password" else PASSWORD}
+    started = time.monotonic()
+    got = _cli("run", f"{APPS}:count", "-q", "--config-file", str(props), "-c",
+               f"job.dir={tmp_path / 'job'}", cwd=tmp_path, env=env, tag=tag,
+               bootstrap=secured.bootstrap)
+    assert got.returncode != 0
+    assert time.monotonic() - started < 30, "a refusal is not waited on as an outage"
+    lines = got.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in got.stderr, got.stderr
+    assert secured.bootstrap in lines[0], lines[0]
+    if wrong == "password":
+        assert "SASL authentication" in lines[0] and USER in lines[0], lines[0]
+        assert "env ORDERS_KAFKA_PASSWORD" in lines[0], lines[0]
+        assert bad not in got.stdout + got.stderr
+    else:
+        assert "not trusted" in lines[0] and str(secured.other_ca_file) in lines[0], lines[0]
+    _no_secret(got.stdout, got.stderr)
+
+
+def test_a_job_without_security_settings_is_told_the_listener_wants_them(
+        secured: SecuredKafkaBroker, tmp_path: Path) -> None:
+    got = _cli("run", f"{APPS}:count", "-q", "-c", f"job.dir={tmp_path / 'job'}",
+               cwd=tmp_path, env={}, tag="plain", bootstrap=secured.bootstrap)
+    assert got.returncode != 0
+    lines = got.stderr.strip().splitlines()
+    assert len(lines) == 1 and secured.bootstrap in lines[0], got.stderr
+    assert "systems.kafka.security.protocol" in lines[0] or "security_protocol" in lines[0]
