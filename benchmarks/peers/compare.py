@@ -1,8 +1,13 @@
-"""W1 and W2 on samza-dsl, Bytewax and Quix Streams side by side, in one session.
+"""W1 and W2 on samza-dsl, Bytewax and Quix Streams side by side, in one session; W7 (W1
+through Kafka) on samza-dsl, aiokafka's raw loop and Kafka Streams on one broker.
 
     .venv/bin/python benchmarks/peers/install.py             # once: the peers' own venvs
     .venv/bin/python benchmarks/peers/compare.py             # W1 and W2, 5 rounds
     .venv/bin/python benchmarks/peers/compare.py W1 --runs 3 --scale 0.2
+    .venv/bin/python benchmarks/peers/compare.py W7 --runs 3 --broker both --guarantee both
+
+W7 is ``benchmarks/peers/compare_kafka.py``'s run (see there): ``--broker`` apache-kafka (the
+default), tansu or both; ``--guarantee`` at-least-once (the default), exactly-once or both.
 
 Each round runs every (system, workload) once, each in a fresh process of its own venv's Python
 (the same interpreter for all), the systems in a different order each round so that a drift of
@@ -34,6 +39,7 @@ from typing import Any
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
+from benchmarks.peers import compare_kafka  # noqa: E402
 from benchmarks.peers.install import PEERS, python_of  # noqa: E402
 
 SYSTEMS = ("samza-dsl", *PEERS)
@@ -86,15 +92,20 @@ def main() -> None:
     parser.add_argument("workloads", nargs="*", default=["W1", "W2"])
     parser.add_argument("--runs", type=int, default=5, help="rounds (each system once a round)")
     parser.add_argument("--scale", type=float, default=1.0, help="fraction of the message counts")
-    parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
+    parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS,
+                        help="W1, W2 (W7 runs samza-dsl, aiokafka and Kafka Streams)")
+    compare_kafka.add_arguments(parser)
     args = parser.parse_args()
 
     def n(full: int) -> int:
         return max(1, int(full * args.scale))
 
     jobs: list[tuple[str, list[str]]] = []  # (system, argv) of one round
+    kafka = False
     for w in (w.upper() for w in args.workloads):
-        if w == "W1":
+        if w == "W7":
+            kafka = True
+        elif w == "W1":
             jobs += [(s, ["W1", str(n(1_000_000))]) for s in args.systems]
         elif w == "W2":
             for c in W2_CONCURRENCY:
@@ -102,8 +113,8 @@ def main() -> None:
                 jobs += [(s, ["W2", str(n(1_000) if s == "quixstreams" else count), str(c)])
                          for s in args.systems]
         else:
-            parser.error(f"unknown workload {w!r}: W1 or W2")
-    for s in args.systems:
+            parser.error(f"unknown workload {w!r}: W1, W2 or W7")
+    for s in args.systems if jobs else ():
         _python(s)  # every system is installed before the first run
 
     results: dict[tuple[str, ...], list[dict[str, Any]]] = {}
@@ -116,6 +127,11 @@ def main() -> None:
                 results.setdefault((system, *argv[:1], *argv[2:]), []).append(_one(system, argv))
     for lines in results.values():
         _summary(lines)
+    if kafka:
+        compare_kafka.run_rounds(args.runs, n(1_000_000),
+                                 compare_kafka.pick(args.broker, compare_kafka.BROKERS),
+                                 compare_kafka.pick(args.guarantee, compare_kafka.GUARANTEES),
+                                 compare_kafka.SYSTEMS)
 
 
 if __name__ == "__main__":
