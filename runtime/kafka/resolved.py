@@ -35,8 +35,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.consumer import fetcher as aiokafka_fetcher
 from aiokafka.errors import CorruptRecordException
 
-__all__ = ["MarkerIsolation", "ResolvedRecords", "ResolvingConsumer", "fetch_position",
-           "gapless"]
+__all__ = ["AS_FETCHED", "MarkerIsolation", "ResolvedRecords", "ResolvingConsumer",
+           "fetch_position", "gapless"]
 
 _log = logging.getLogger(__name__)
 
@@ -211,6 +211,17 @@ class _GapGuard:
         return batch
 
 
+def AS_FETCHED(key: bytes | None) -> bytes | None:  # noqa: N802 (a marker, used by identity)
+    """The ``key_deserializer`` that marks a consumer whose records are aiokafka's fetched
+    records themselves (``offset``, ``key``, ``value``, ``headers``, ``timestamp``), not a
+    ``ConsumerRecord`` built for each: the job's own readers, which take only those."""
+    return key
+
+
+def _as_fetched(tp: TopicPartition, record: Any) -> Any:
+    return record
+
+
 def _partition_records(tp: TopicPartition, records: Any, aborted: Any, fetch_offset: int,
                        key_deserializer: Any, value_deserializer: Any, check_crcs: bool,
                        isolation_level: int) -> Any:
@@ -228,6 +239,8 @@ def _partition_records(tp: TopicPartition, records: Any, aborted: Any, fetch_off
                              value_deserializer, check_crcs, isolation_level)
     if guard is not None:
         guard._owner = out
+    if key_deserializer is AS_FETCHED:
+        out._consumer_record = _as_fetched
     return out
 
 

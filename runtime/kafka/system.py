@@ -35,7 +35,7 @@ from runtime.job import SSP
 from runtime.kafka.committed import read_committed_log
 from runtime.kafka.fence import Lease
 from runtime.kafka.outage import BrokerWatch, close_connections
-from runtime.kafka.resolved import ResolvingConsumer
+from runtime.kafka.resolved import AS_FETCHED, ResolvingConsumer
 from runtime.records import EndOfStream
 from samza_dsl.errors import SamzaError
 
@@ -53,13 +53,18 @@ CONTAINER_KEY = b"__container__"
 
 
 def new_consumer(servers: str, settings: Mapping[str, Any], *,
-                 brief: bool = False) -> AIOKafkaConsumer:
+                 brief: bool = False, as_fetched: bool = False) -> AIOKafkaConsumer:
     """An aiokafka consumer with no group (partitions are assigned by hand) and no auto-commit.
     A fetch with nothing to return waits ``fetch_max_wait_ms`` on the broker, and a request on
     the same connection waits behind it: 100 ms for a job's consumer, 20 ms for a ``brief``
     reader that reads a partition once (aiokafka's 500 ms would cost half a second at each
-    start). The ``settings`` override these."""
-    defaults = {"auto_offset_reset": "earliest", "fetch_max_wait_ms": 20 if brief else 100}
+    start). ``as_fetched``: its records are aiokafka's fetched ones as they are, with
+    ``offset``, ``key``, ``value``, ``headers`` and ``timestamp`` (no ``ConsumerRecord`` built
+    for each). The ``settings`` override these."""
+    defaults: dict[str, Any] = {"auto_offset_reset": "earliest",
+                                "fetch_max_wait_ms": 20 if brief else 100}
+    if as_fetched:
+        defaults["key_deserializer"] = AS_FETCHED
     # read committed: by the log's transaction markers, not the broker's word (runtime.kafka.resolved)
     kind = ResolvingConsumer if settings.get("isolation_level") == "read_committed" \
         else AIOKafkaConsumer
@@ -182,7 +187,7 @@ class KafkaConsumer:
 
     async def _start(self) -> AIOKafkaConsumer:
         tps = list(self._readers)
-        consumer = new_consumer(self.servers, self.settings)
+        consumer = new_consumer(self.servers, self.settings, as_fetched=True)
         try:
             async with asyncio.timeout(self.timeout):
                 await consumer.start()
