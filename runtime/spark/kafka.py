@@ -11,6 +11,13 @@ the planned partition count if it is missing (a topic with another count is an e
 what an earlier run wrote (a topic holding records is deleted and created again with the planned
 count, so topic settings made by hand are not kept), and written by the executors, each message to the partition the streaming runtime would choose (murmur2 of the
 serialized key). A rerun therefore replaces the topic's contents.
+
+Both log in as the stream's Kafka system does in a streaming run (``runtime.kafka.security``):
+the ``systems.<name>.security.protocol``, ``sasl.*`` and ``ssl.*`` keys of the run's config, over
+the system descriptor's, under those the range or output gives in ``security``. The login is
+resolved on the driver (a secret's ``env:`` or ``file:`` is read there) and travels to the
+executors with their tasks, as Spark's own Kafka source ships its JAAS options; the CA and
+certificate files must be at the same paths on the executors.
 """
 
 from __future__ import annotations
@@ -45,8 +52,12 @@ class KafkaRange:
     start: Mapping[int, int] | None = None
     end: Mapping[int, int] | None = None
     consumer: Mapping[str, Any] = field(default_factory=dict)
+    #: the system's security properties (``security.protocol``, ``sasl.password``, ...) for this
+    #: range, over the run's config and the descriptor's
+    security: Mapping[str, Any] = field(default_factory=dict)
 
-    def spark_source(self, stream_id: str, descriptor: Any, start_ms: int) -> Any:
+    def spark_source(self, stream_id: str, descriptor: Any, start_ms: int,
+                     config: Mapping[str, Any] | None = None) -> Any:
         """How a reprocessing run reads this range as input ``stream_id``: it looks up the
         partitions and offsets on the broker first, so a topic or broker that is not there is
         one error before Spark runs anything.
@@ -58,7 +69,17 @@ class KafkaRange:
             Traceback (most recent call last):
             samza_dsl.errors.SamzaError: reading the offsets of 'views' on Kafka at 127.0.0.1:1 failed: ... Check bootstrap_servers and that the broker is running
         """
-        return kafka_source(stream_id, descriptor, self, start_ms)
+        return kafka_source(stream_id, descriptor, self, start_ms, config)
+
+
+def _login(system: Any, given: Mapping[str, Any], config: Mapping[str, Any] | None) -> Any:
+    """The ``KafkaSecurity`` of a range or output of ``system``'s streams (module docstring)."""
+    from runtime.kafka.security import kafka_security
+
+    name = getattr(system, "name", "kafka")
+    own = {f"systems.{name}.{k}": v for k, v in given.items()}
+    return kafka_security(name, dict(getattr(system, "config", {}) or {}),
+                          {**(config or {}), **own})
 
 
 
@@ -67,26 +88,32 @@ def _run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
-def kafka_source(stream_id: str, descriptor: Any, given: Any, start_ms: int) -> Any:
+def kafka_source(stream_id: str, descriptor: Any, given: Any, start_ms: int,
+                 config: Mapping[str, Any] | None = None) -> Any:
     from aiokafka import TopicPartition
 
     from runtime.kafka.admin import describe_topics
+    from runtime.kafka.security import check_login
     from runtime.kafka.system import kafka_error, new_consumer, true_end_offsets
     from runtime.spark.ahead import ahead_check
     from runtime.spark.sources import Source, SourceError, source_timing, unreadable
 
     topic = given.topic or descriptor.physical_name
     servers = given.bootstrap_servers
-    settings = dict(given.consumer)
+    security = _login(descriptor.system, given.security, config)
+    consumer_settings = dict(given.consumer)
+    settings = {**consumer_settings, **security.settings()}
 
     async def offsets() -> list[tuple[int, int, int]]:
+        await check_login(servers, settings, security)
         consumer = new_consumer(servers, settings, brief=True)
         try:
             async with asyncio.timeout(10):
                 await consumer.start()
                 # an all-topics metadata request (the consumer's own metadata holds only the
                 # topics it has asked about, and a broker may answer it without this one)
-                count = (await describe_topics(servers, [topic], timeout=10))[topic]
+                count = (await describe_topics(servers, [topic], timeout=10,
+                                               **security.settings()))[topic]
                 if not count:
                     raise SourceError(f"input {stream_id!r}: topic {topic!r} does not exist on "
                                       f"Kafka at {servers}")
@@ -127,6 +154,8 @@ def kafka_source(stream_id: str, descriptor: Any, given: Any, start_ms: int) -> 
             from runtime.spark.executor import PassFailure
 
             now, limit = check.limit_ms() if check is not None else (0.0, None)
+            # the executor's own clients: an SSL context does not travel, the login does
+            settings = {**consumer_settings, **security.settings()}
             for p, s, e in it:
                 for rec in _run(_fetch(servers, settings, topic, p, s, e)):
                     try:
@@ -204,6 +233,8 @@ class KafkaOutput:
     bootstrap_servers: str
     topic: str | None = None
     producer: Mapping[str, Any] = field(default_factory=dict)
+    #: the system's security properties for this output (as ``KafkaRange.security``)
+    security: Mapping[str, Any] = field(default_factory=dict)
 
     def bind(self, stream_id: str) -> _KafkaSink:
         return _KafkaSink(self, stream_id)
@@ -227,8 +258,10 @@ class _KafkaSink:
         self.topic = self.spec.topic or stream.physical_name
         self.partitions = counts[self.stream_id]
         self.serde = stream.descriptor.serde
+        self.login = _login(stream.descriptor.system, self.spec.security, plan.config)
+        _run(_checked(self.spec.bootstrap_servers, self.login))
         _run(ensure_topics(self.spec.bootstrap_servers,
-                           [TopicSpec(self.topic, self.partitions)]))
+                           [TopicSpec(self.topic, self.partitions)], **self.login.settings()))
 
     def stage(self, spark: Any, messages: Any, rows: Any = None) -> None:
         from pyspark import StorageLevel
@@ -238,12 +271,14 @@ class _KafkaSink:
 
     def commit(self, spark: Any) -> None:
         servers, topic, n = self.spec.bootstrap_servers, self.topic, self.partitions
-        settings = dict(self.spec.producer)
-        _run(_truncate(servers, topic, n))
+        producer = dict(self.spec.producer)
+        login = self.login
+        _run(_truncate(servers, topic, n, login.settings()))
         serde = self.serde
         sid = self.stream_id
 
         def produce(i: int, it: Iterator[Any]) -> Iterator[int]:
+            settings = {**producer, **login.settings()}  # made on the executor
             yield _run(_produce(servers, settings, topic, n, serde, sid, i, it))
         try:
             self._staged.mapPartitionsWithIndex(produce).sum()
@@ -255,7 +290,14 @@ class _KafkaSink:
             self._staged.unpersist()
 
 
-async def _truncate(servers: str, topic: str, partitions: int) -> None:
+async def _checked(servers: str, login: Any) -> None:
+    from runtime.kafka.security import check_login
+
+    await check_login(servers, login.settings(), login)
+
+
+async def _truncate(servers: str, topic: str, partitions: int,
+                    login: Mapping[str, Any]) -> None:
     """Empty ``topic`` of what an earlier run wrote: a topic holding records is deleted and
     created again with ``partitions`` (DeleteRecords is not offered by every broker)."""
     from aiokafka import TopicPartition
@@ -264,19 +306,19 @@ async def _truncate(servers: str, topic: str, partitions: int) -> None:
     from runtime.kafka.admin import TopicSpec, describe_topics, ensure_topics
     from runtime.kafka.system import kafka_error, new_consumer, true_end_offsets
 
-    consumer = new_consumer(servers, {}, brief=True)
+    consumer = new_consumer(servers, login, brief=True)
     try:
         await consumer.start()
-        count = (await describe_topics(servers, [topic], timeout=10))[topic] or 0
+        count = (await describe_topics(servers, [topic], timeout=10, **login))[topic] or 0
         tps = [TopicPartition(topic, p) for p in range(count)]
         begins = await consumer.beginning_offsets(tps) if tps else {}
     finally:
         with contextlib.suppress(Exception):
             await consumer.stop()
-    ends = await true_end_offsets(servers, tps, {}, 10.0)
+    ends = await true_end_offsets(servers, tps, login, 10.0)
     if not any(ends[tp] > begins[tp] for tp in tps):
         return
-    admin = AIOKafkaAdminClient(bootstrap_servers=servers)
+    admin = AIOKafkaAdminClient(bootstrap_servers=servers, **login)
     try:
         await admin.start()
         await admin.delete_topics([topic], timeout_ms=10_000)
@@ -290,7 +332,7 @@ async def _truncate(servers: str, topic: str, partitions: int) -> None:
     finally:
         with contextlib.suppress(Exception):
             await admin.close()
-    await ensure_topics(servers, [TopicSpec(topic, partitions)])
+    await ensure_topics(servers, [TopicSpec(topic, partitions)], **login)
 
 
 async def _produce(servers: str, settings: Mapping[str, Any], topic: str, n: int, serde: Any,

@@ -116,7 +116,7 @@ from runtime.spark.tiers import (
     spark_passes,
 )
 from samza_dsl import StreamApplication
-from samza_dsl.config import config_value
+from samza_dsl.config import config_value, job_config
 from samza_dsl.errors import SamzaError
 from samza_dsl.fields import field_path
 from samza_dsl.serdes import KVSerde
@@ -455,7 +455,9 @@ class SparkRunner:
         _check_ids(app, inputs, outputs)
         spark = self.spark
         sc = spark.sparkContext
-        sources = {sid: resolve_source(spark, sid, app.spec().inputs[sid], value, start_ms)
+        given = job_config(app, config)  # a Kafka range logs in with its system's keys
+        sources = {sid: resolve_source(spark, sid, app.spec().inputs[sid], value, start_ms,
+                                       given)
                    for sid, value in inputs.items()}
         partitions = {sid: s.partitions for sid, s in sources.items()
                       if app.spec().inputs[sid].partitions is None}

@@ -432,11 +432,12 @@ def seconds_to_ms(a: Any) -> Any:
 
 
 def resolve_source(spark: Any, stream_id: str, descriptor: Any, value: Any,
-                   start_ms: int) -> Source:
-    """Check ``value`` (what the caller gave for input ``stream_id``) and describe how to read it."""
+                   start_ms: int, config: Mapping[str, Any] | None = None) -> Source:
+    """Check ``value`` (what the caller gave for input ``stream_id``) and describe how to read it
+    (``config``: the run's, for an input that connects as its system does: a ``KafkaRange``)."""
     make = getattr(value, "spark_source", None)
     if make is not None:  # an input that knows how Spark reads it (KafkaRange)
-        return make(stream_id, descriptor, start_ms)
+        return make(stream_id, descriptor, start_ms, config)
     if hasattr(value, "rdd") and hasattr(value, "schema"):  # a DataFrame
         value = FileInput(value)
     if isinstance(value, str | os.PathLike):

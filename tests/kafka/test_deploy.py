@@ -230,10 +230,16 @@ def test_the_pod_is_hardened_past_the_standard() -> None:
     assert spec["automountServiceAccountToken"] is False  # the job never calls the API server
     assert job["securityContext"]["readOnlyRootFilesystem"] is True
     assert set(job["resources"]["limits"]) == {"cpu", "memory"}
-    # with a read-only root, every place the job writes is a volume: job.dir and /tmp
+    # with a read-only root, every place the job writes is a volume: job.dir and /tmp; the
+    # Kafka credentials are a Secret's, mounted read-only
     mounts = {m["mountPath"]: m["name"] for m in job["volumeMounts"]}
-    assert set(mounts) == {_config(_args(job))["job.dir"], "/tmp"}
+    writable = {m["mountPath"] for m in job["volumeMounts"] if not m.get("readOnly")}
+    assert writable == {_config(_args(job))["job.dir"], "/tmp"}
     assert {v["name"] for v in spec["volumes"]} == set(mounts.values())
+    for mount in job["volumeMounts"]:
+        if mount.get("readOnly"):
+            (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+            assert set(volume) == {"name", "secret"}, volume
     # the image: its base pinned by digest, run as the numeric non-root user the pod names
     docker = (DEPLOY / "Dockerfile").read_text()
     (base,) = re.findall(r"^FROM (\S+)", docker, re.M)
@@ -286,6 +292,48 @@ def _written_paths(trace: str, cwd: Path) -> set[str]:
     return out
 
 
+SECRET_MOUNT = "/etc/samza/kafka"
+
+
+def login_args(args: list[str]) -> tuple[list[str], list[str]]:
+    """The pod's arguments without its Kafka login (``-c systems.kafka.security.*``, ``sasl.*``,
+    ``ssl.*``), and the login's."""
+    rest: list[str] = []
+    login: list[str] = []
+    i = 0
+    while i < len(args):
+        if args[i] == "-c" and args[i + 1].startswith(("systems.kafka.security.",
+                                                       "systems.kafka.sasl.",
+                                                       "systems.kafka.ssl.")):
+            login += args[i:i + 2]
+            i += 2
+            continue
+        rest.append(args[i])
+        i += 1
+    return rest, login
+
+
+def test_the_pods_kafka_credentials_come_from_a_secret() -> None:
+    """The user from the Secret as an environment variable, the password and the CA as files
+    of the Secret mounted read-only; the manifest holds no credential."""
+    sts = _pod()
+    spec = sts["spec"]["template"]["spec"]
+    (job,) = spec["containers"]
+    config = _config(_args(job))
+    assert config["systems.kafka.security.protocol"] == "SASL_SSL"
+    assert config["systems.kafka.sasl.username"] == "$(KAFKA_USERNAME)"
+    env = {e["name"]: e for e in job["env"]}
+    secret = env["KAFKA_USERNAME"]["valueFrom"]["secretKeyRef"]["name"]
+    (mount,) = [m for m in job["volumeMounts"] if m["mountPath"] == SECRET_MOUNT]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    assert mount["readOnly"] is True and volume["secret"]["secretName"] == secret
+    files = {item["path"] for item in volume["secret"]["items"]}
+    assert config["systems.kafka.sasl.password"] == f"file:{SECRET_MOUNT}/password"
+    assert config["systems.kafka.ssl.cafile"] == f"{SECRET_MOUNT}/ca.crt"
+    assert files == {"password", "ca.crt"}
+    assert all(d["kind"] != "Secret" for d in _docs()), "credentials are not in the manifests"
+
+
 def test_the_pods_command_joins_the_group_answers_its_probes_and_stops_on_sigterm(
         kafka_bootstrap: str, tmp_path: Path) -> None:
     pod = _pod()["spec"]["template"]["spec"]
@@ -297,12 +345,15 @@ def test_the_pods_command_joins_the_group_answers_its_probes_and_stops_on_sigter
     # the image's environment (Dockerfile ENV), /tmp's emptyDir here a folder of the test's
     env.update(POD_INDEX="0", KAFKA_BOOTSTRAP=kafka_bootstrap, PYTHONDONTWRITEBYTECODE="1",
                PYTHONUNBUFFERED="1", TMPDIR=str(tmp_path / "tmp"))
-    volumes = {"/var/lib/samza": tmp_path / "job", "/tmp": tmp_path / "tmp"}
+    # the Secret's mount is there, read only; the test brokers speak plain text, so the pod's
+    # Kafka login is left out here (test_kafka_secured.py logs in with it)
+    volumes = {"/var/lib/samza": tmp_path / "job", "/tmp": tmp_path / "tmp",
+               SECRET_MOUNT: tmp_path / "secret"}
     for folder in volumes.values():  # mounted before the pod starts
         folder.mkdir()
     assert set(volumes) == {m["mountPath"] for m in job["volumeMounts"]}
     args = []
-    for a in job["args"]:  # the pod's own line, with this machine's folder and free ports
+    for a in login_args(_args(job))[0]:  # the pod's own line, this machine's folder and ports
         a = re.sub(r"\$\((\w+)\)", lambda m: str(env[m.group(1)]), str(a))
         a = a.replace("job.dir=/var/lib/samza", f"job.dir={volumes['/var/lib/samza']}")
         a = a.replace("job.health.port=8080", f"job.health.port={health}")

@@ -31,6 +31,9 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
 from group_helpers import Member, wait_for
+from test_deploy import SECRET_MOUNT, login_args
+from test_deploy import _args as pod_args
+from test_deploy import _pod as pod
 
 from runtime.kafka.admin import TopicSpec, describe_topics, ensure_topics
 from runtime.kafka.system import new_consumer, stop_client
@@ -178,14 +181,15 @@ def test_a_consumer_group_runs_exactly_once_with_the_password_from_a_file(
     _files_hold_no_secret(tmp_path)
 
 
-async def _produce(broker: SecuredKafkaBroker, topic: str, n: int) -> None:
+async def _produce(broker: SecuredKafkaBroker, topic: str, n: int, partitions: int = 4
+                   ) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap,
                                 **broker.client_settings(USER, PASSWORD))
     await producer.start()
     try:
         for i in range(n):
             await producer.send(topic, json.dumps({"i": i}).encode(),
-                                key=f"k{i % 10}".encode(), partition=i % 4)
+                                key=f"k{i % 10}".encode(), partition=i % partitions)
         await producer.flush()
     finally:
         await producer.stop()
@@ -230,3 +234,70 @@ def test_a_job_without_security_settings_is_told_the_listener_wants_them(
     lines = got.stderr.strip().splitlines()
     assert len(lines) == 1 and secured.bootstrap in lines[0], got.stderr
     assert "systems.kafka.security.protocol" in lines[0] or "security_protocol" in lines[0]
+
+
+def _doubled_app(bootstrap: str, tag: str) -> Any:
+    from samza_dsl import KV, StreamApplication
+    from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
+    from samza_dsl.systems import KafkaSystem
+
+    serde = KVSerde(StringSerde(), JsonSerde())
+    app = StreamApplication(f"spark-secured-{tag}")
+    kafka = KafkaSystem("kafka", bootstrap_servers=bootstrap)
+    (app.input(kafka.input("events", serde=serde, physical_name=f"sevents-{tag}"))
+     .map(lambda kv: KV(kv.key, {"i": kv.value["i"] * 2}), name="double")
+     .send_to(app.output(kafka.output("out", serde=serde, physical_name=f"sout-{tag}"))))
+    return app
+
+
+def test_spark_reprocesses_from_and_to_the_secured_cluster(
+        secured: SecuredKafkaBroker, spark: Any, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Kafka range read in the executors and an output topic written (then replaced by a
+    rerun) with the login of the run's config, the password from an environment variable."""
+    from runtime.spark import KafkaOutput, KafkaRange, SparkRunner
+
+    tag = uuid.uuid4().hex[:8]
+    monkeypatch.setenv("ORDERS_KAFKA_PASSWORD", PASSWORD)
+    login = {"security.protocol": "SASL_SSL", "sasl.username": USER,
+             "sasl.password": "env:ORDERS_KAFKA_PASSWORD", "ssl.cafile": str(secured.ca_file)}
+    config = {f"systems.kafka.{k}": v for k, v in login.items()}
+    asyncio.run(ensure_topics(secured.bootstrap, [TopicSpec(f"sevents-{tag}", 2)],
+                              **secured.client_settings(USER, PASSWORD)))
+    asyncio.run(_produce(secured, f"sevents-{tag}", 40, partitions=2))
+    for _ in range(2):  # the rerun deletes and creates the output topic again, logged in
+        result = SparkRunner(spark).reprocess(
+            _doubled_app(secured.bootstrap, tag), {"events": KafkaRange(secured.bootstrap)},
+            outputs={"out": KafkaOutput(secured.bootstrap)}, config=config)
+        assert result.rows_in == {"events": 40}
+        got = asyncio.run(_read(secured, f"sout-{tag}", 2))
+        assert sorted(v["i"] for v in got) == [2 * i for i in range(40)]
+    # a range may carry its own login: a wrong password is refused in one line
+    monkeypatch.setenv("ORDERS_KAFKA_PASSWORD", "not-it")
+    with pytest.raises(Exception, match="SASL authentication .* failed for user") as refused:
+        SparkRunner(spark).reprocess(
+            _doubled_app(secured.bootstrap, tag),
+            {"events": KafkaRange(secured.bootstrap, security=login)})
+    assert PASSWORD not in str(refused.value)
+
+
+def test_the_kubernetes_pods_login_from_its_secret_logs_in(
+        secured: SecuredKafkaBroker, tmp_path: Path) -> None:
+    """deploy/kubernetes: the pod's login arguments, with its Secret's files in a folder as the
+    kubelet mounts them and its user as the Secret's environment variable, log a job in."""
+    (job,) = pod()["spec"]["template"]["spec"]["containers"]
+    _, login = login_args(pod_args(job))
+    mounted = tmp_path / "secret"
+    mounted.mkdir()
+    (mounted / "password").write_text(PASSWORD)
+    (mounted / "ca.crt").write_text(secured.ca_file.read_text())
+    login = [a.replace(SECRET_MOUNT, str(mounted)) for a in login]
+    tag = uuid.uuid4().hex[:8]
+    asyncio.run(ensure_topics(secured.bootstrap, [TopicSpec(f"gwevents-{tag}", 4)],
+                              **secured.client_settings()))
+    # the kubelet expands $(KAFKA_USERNAME) from the Secret; a shell-less exec here does too
+    login = [a.replace("$(KAFKA_USERNAME)", USER) for a in login]
+    got = _cli("run", f"{APPS}:count", "-q", *login, "-c", f"job.dir={tmp_path / 'job'}",
+               cwd=tmp_path, env={}, tag=tag, bootstrap=secured.bootstrap)
+    assert got.returncode == 0, got.stderr[-3000:]
+    _no_secret(got.stdout, got.stderr)
