@@ -142,12 +142,16 @@ def _pane(pane: WindowPane) -> KV[Any, Any]:
                              "values": [kv.value for kv in pane.message]})
 
 
-def _window(keyed: bool, mode: AccumulationMode) -> Builder:
+def _window(keyed: bool, mode: AccumulationMode, repartitioned: bool = False) -> Builder:
     def window(system: Any, app: StreamApplication, partitions: Mapping[str, int]) -> None:
         w = (Windows.keyed_tumbling(lambda kv: kv.key, WINDOW_SIZE) if keyed
              else Windows.tumbling(WINDOW_SIZE))
         w = w.early_trigger(Triggers.repeat(Triggers.count(EARLY_COUNT))).accumulation(mode)
-        (_in(system, app, partitions, "in")
+        stream = _in(system, app, partitions, "in")
+        if repartitioned:
+            stream = stream.partition_by(lambda kv: kv.key, lambda kv: kv.value, serde=SERDE,
+                                         name="by-key")
+        (stream
             .window(w, name="w")
             .map(_pane)
             .send_to(_out(system, app, partitions)))
@@ -158,6 +162,8 @@ PIPELINES["KeyedWindowAccumulating"] = _window(True, AccumulationMode.ACCUMULATI
 PIPELINES["KeyedWindowDiscarding"] = _window(True, AccumulationMode.DISCARDING)
 PIPELINES["GlobalWindowAccumulating"] = _window(False, AccumulationMode.ACCUMULATING)
 PIPELINES["GlobalWindowDiscarding"] = _window(False, AccumulationMode.DISCARDING)
+PIPELINES["RepartitionedWindowAccumulating"] = _window(True, AccumulationMode.ACCUMULATING, True)
+PIPELINES["RepartitionedWindowDiscarding"] = _window(True, AccumulationMode.DISCARDING, True)
 
 
 @pipeline

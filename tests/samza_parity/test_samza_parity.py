@@ -55,8 +55,8 @@ class Shape:
     global_window: bool = False
 
 
-def _window(keyed: bool, accumulating: bool) -> Shape:
-    return Shape(("in",), judges.panes(EARLY_COUNT, accumulating, keyed),
+def _window(keyed: bool, accumulating: bool, repartitioned: bool = False) -> Shape:
+    return Shape(("in",), judges.panes(EARLY_COUNT, accumulating, keyed, repartitioned),
                  view="key" if keyed else "partition", global_window=not keyed)
 
 
@@ -71,6 +71,8 @@ SHAPES: dict[str, Shape] = {
     "KeyedWindowDiscarding": _window(keyed=True, accumulating=False),
     "GlobalWindowAccumulating": _window(keyed=False, accumulating=True),
     "GlobalWindowDiscarding": _window(keyed=False, accumulating=False),
+    "RepartitionedWindowAccumulating": _window(keyed=True, accumulating=True, repartitioned=True),
+    "RepartitionedWindowDiscarding": _window(keyed=True, accumulating=False, repartitioned=True),
     "StreamJoin": Shape(("left", "right"), judges.join, view="sides"),
     "TableJoin": Shape(("in",), judges.sequence),
     "SideInputJoin": Shape(("in", "side"), judges.sequence),

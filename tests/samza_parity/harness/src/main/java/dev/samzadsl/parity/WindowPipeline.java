@@ -18,17 +18,24 @@ import org.apache.samza.serializers.StringSerde;
 /**
  * A tumbling window too long to close while a test runs (1000 days), with the early trigger
  * repeat(count(3)): its panes do not depend on the wall clock. Keyed by the message's key, or
- * global (one pane per task). A pane goes out as KV(key, {"firing", "values"}).
+ * global (one pane per task); on the input, or after a partitionBy on the message's key. A pane
+ * goes out as KV(key, {"firing", "values"}).
  */
 public abstract class WindowPipeline extends Pipeline {
   public static final Duration SIZE = Duration.ofDays(1000);
   public static final int EARLY_COUNT = 3;
   private final boolean keyed;
   private final AccumulationMode mode;
+  private final boolean repartitioned;
 
   protected WindowPipeline(boolean keyed, AccumulationMode mode) {
+    this(keyed, mode, false);
+  }
+
+  protected WindowPipeline(boolean keyed, AccumulationMode mode, boolean repartitioned) {
     this.keyed = keyed;
     this.mode = mode;
+    this.repartitioned = repartitioned;
     input("in");
     output("out");
   }
@@ -36,6 +43,9 @@ public abstract class WindowPipeline extends Pipeline {
   @Override
   public void describe(StreamApplicationDescriptor app) {
     MessageStream<KV<String, Object>> in = app.getInputStream(input("in"));
+    if (repartitioned) {
+      in = in.partitionBy(kv -> kv.getKey(), kv -> kv.getValue(), INTERMEDIATE, "by-key");
+    }
     MessageStream<KV<String, Object>> panes;
     if (keyed) {
       panes = in.window(Windows.<KV<String, Object>, String>keyedTumblingWindow(
