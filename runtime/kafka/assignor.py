@@ -15,7 +15,9 @@ coordinator picks a leader, and the leader's ``TaskAssignor`` deals out the job'
   removing a member moves only as many tasks as balance asks.
 - **Standbys.** With ``standby_replicas`` R, each stateful task gets min(R, members - 1)
   standbys, each on a member other than its active one and other than its other standbys,
-  balanced between members, preferring members whose stores are closest.
+  balanced between members, preferring members whose stores are closest, then spread: the
+  standbys of one member's tasks lie on the least loaded others, each on a different one, so that
+  when that member is lost its tasks go where their standbys are.
 - **One plan.** Each member sends a fingerprint of its plan. The group's plan is the one most
   members run (on a tie, the leader's); a member whose fingerprint differs gets no partition and
   an error in its assignment, which ``TaskAssignor.tasks`` raises on that member. Where the
@@ -210,8 +212,10 @@ def _standbys(stateful: list[str], ids: list[str], active: Mapping[str, str], re
     lo = replicas * len(stateful) // len(ids)
     held = _Standbys(active, ids)
     order = {t: i for i, t in enumerate(stateful)}
-    pairs = sorted((key(t, m), order[t], t, m) for t in stateful for m in ids if m != active[t])
-    for _, _, t, m in pairs:
+    spread = _spread(stateful, ids, active)
+    pairs = sorted((key(t, m)[:-1], spread(t, m), order[t], t, m)
+                   for t in stateful for m in ids if m != active[t])
+    for *_, t, m in pairs:
         if len(held.of[t]) < replicas and held.load[m] <= lo:
             held.put(t, m)
     for t in stateful:
@@ -221,6 +225,27 @@ def _standbys(stateful: list[str], ids: list[str], active: Mapping[str, str], re
         while held.load[m] < lo and held.fill(m, lo):
             pass
     return {t: tuple(sorted(held.of[t])) for t in stateful}
+
+
+def _spread(stateful: list[str], ids: list[str], active: Mapping[str, str]
+            ) -> Callable[[str, str], tuple[int, int]]:
+    """Where members are otherwise equal for a standby: the j-th stateful task of a member
+    prefers the j-th member after it, so that the standbys of one member's tasks lie on as many
+    others as there are, and when it is lost its tasks go to several members that each hold a
+    standby (not all to one, which balance then forces to rebuild some)."""
+    rank: dict[str, int] = {}
+    seen: Counter[str] = Counter()
+    for t in stateful:
+        rank[t] = seen[active[t]]
+        seen[active[t]] += 1
+    place = {m: i for i, m in enumerate(ids)}
+    n = len(ids)
+    load = Counter(active.values())
+
+    def distance(t: str, m: str) -> tuple[int, int]:
+        a = place[active[t]]
+        return load[m], (place[m] - a - 1 - rank[t]) % n
+    return distance
 
 
 class _Standbys:

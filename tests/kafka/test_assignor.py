@@ -314,3 +314,25 @@ def test_a_leader_whose_plan_differs_from_most_members_refuses_itself_and_deals_
     a.on_assignment(out["m-a"])
     waiting = a.tasks()  # no error: it waits for the next rebalance, led by a member like it
     assert waiting is not None and waiting.active == [] and waiting.owners == {}
+
+
+@pytest.mark.parametrize("members", [2, 3, 4, 5])
+def test_the_tasks_of_a_lost_member_go_to_the_members_that_hold_their_standbys(
+        members: int) -> None:
+    """Standbys of one member's tasks are spread over the others, least loaded first, so that
+    when the busiest member is lost, balance sends each of its tasks to a member whose standby
+    is at its checkpoint (no rebuild from the changelog): up to two tasks a member."""
+    ids = [f"m{i}" for i in range(members)]
+    for n_tasks in range(members, 2 * members + 1):
+        tasks = [TaskSlot(f"t{i}", stateful=True) for i in range(n_tasks)]
+        first = assign(tasks, {m: Member() for m in ids}, {}, standby_replicas=1)
+        gone = max(ids, key=lambda m: (len(first.active_of(m)), m))
+        now = [m for m in ids if m != gone]
+        previous = {m: Owned(frozenset(first.active_of(m)), frozenset(first.standby_of(m)), 1)
+                    for m in now}
+        at = {m: Member(m, {t: 100 for t in previous[m].active | previous[m].standby})
+              for m in now}
+        second = assign(tasks, at, previous, standby_replicas=1,
+                        checkpoints={t.name: 100 for t in tasks})
+        rebuilt = [t for t in first.active_of(gone) if second.active[t] not in first.standby[t]]
+        assert not rebuilt, (n_tasks, first, second)
