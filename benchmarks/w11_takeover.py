@@ -32,14 +32,16 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.brokers import BROKERS, kinds, start_broker, system_of
-from operators.hashing import partition_for
-from runtime.kafka.admin import TopicSpec, ensure_topics
-from samza_dsl import KV, StreamApplication
-from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
-from samza_dsl.systems import KafkaSystem
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa: E402
+
+from benchmarks.brokers import BROKERS, kinds, start_broker, system_of  # noqa: E402
+from operators.hashing import partition_for  # noqa: E402
+from runtime.kafka.admin import TopicSpec, ensure_topics  # noqa: E402
+from samza_dsl import KV, StreamApplication  # noqa: E402
+from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde  # noqa: E402
+from samza_dsl.systems import KafkaSystem  # noqa: E402
 
 PARTITIONS = 4
 SERDE = KVSerde(StringSerde(), JsonSerde())
