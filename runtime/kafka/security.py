@@ -264,6 +264,10 @@ def _describe(exc: BaseException, where: str, settings: Mapping[str, Any],
         reason = getattr(exc, "verify_message", "") or _why(exc)
         return (f"TLS: the certificate of the broker at {where} is not trusted by {trust}: "
                 f"{reason}; give the CA that signed it in {key('ssl.cafile', 'ssl.cafile')}")
+    if protocol in ("SSL", "SASL_SSL") and isinstance(exc, ConnectionResetError | ssl.SSLEOFError):
+        return (f"TLS: the broker at {where} closed the connection in the TLS handshake: its "
+                f"listener may not speak TLS; check {key('security.protocol', 'security_protocol')}"
+                f" (now {protocol}) and that {where} is the brokers' TLS listener")
     if isinstance(exc, ssl.SSLError):
         return (f"TLS with the broker at {where} failed ({_why(exc)}); check that its listener "
                 f"speaks TLS and {key('security.protocol', 'security_protocol')}")
@@ -296,6 +300,16 @@ async def refusal(servers: str, settings: Mapping[str, Any],
                 return None
             except Exception as exc:
                 line = _describe(exc, f"{host}:{port}", settings, security)
+                if line is not None and isinstance(exc, ConnectionResetError):
+                    # a reset may be a broker going down just then: a refusal happens twice
+                    await asyncio.sleep(0.2)
+                    with contextlib.suppress(Exception):
+                        async with asyncio.timeout(timeout):
+                            conn = await create_conn(
+                                host, port, request_timeout_ms=int(timeout * 1000),
+                                **security_settings(settings))
+                        conn.close()
+                        return None
                 if line is not None:
                     return line
     finally:

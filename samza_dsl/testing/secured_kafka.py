@@ -103,6 +103,12 @@ class SecuredKafkaBroker(ApacheKafkaBroker):
     def other_ca_file(self) -> Path:
         return self.certificates["other_ca"]
 
+    @property
+    def plaintext_bootstrap(self) -> str:
+        """The broker's own PLAINTEXT listener (inter-broker traffic): for tests of a TLS client
+        pointed at a listener without TLS."""
+        return f"{HOST}:{self._internal_port(self.nodes[0])}"
+
     def _internal_port(self, node: Any) -> int:
         return self._internal.setdefault(node.node_id, free_port())
 

@@ -236,6 +236,20 @@ def test_a_job_without_security_settings_is_told_the_listener_wants_them(
     assert "systems.kafka.security.protocol" in lines[0] or "security_protocol" in lines[0]
 
 
+def test_a_tls_client_at_a_plaintext_listener_is_one_line(
+        secured: SecuredKafkaBroker, tmp_path: Path) -> None:
+    props = _properties(tmp_path, secured, "env:ORDERS_KAFKA_PASSWORD")
+    got = _cli("run", f"{APPS}:count", "-q", "--config-file", str(props), "-c",
+               f"job.dir={tmp_path / 'job'}", cwd=tmp_path,
+               env={"ORDERS_KAFKA_PASSWORD": PASSWORD}, tag="tls-at-plain",
+               bootstrap=secured.plaintext_bootstrap)
+    assert got.returncode != 0
+    lines = got.stderr.strip().splitlines()
+    assert len(lines) == 1 and secured.plaintext_bootstrap in lines[0], got.stderr
+    assert "TLS handshake" in lines[0] and "systems.kafka.security.protocol" in lines[0]
+    _no_secret(got.stdout, got.stderr)
+
+
 def _doubled_app(bootstrap: str, tag: str) -> Any:
     from samza_dsl import KV, StreamApplication
     from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
