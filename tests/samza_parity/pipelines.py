@@ -79,7 +79,7 @@ def MapChain(system: Any, app: StreamApplication, partitions: Mapping[str, int])
         .filter(lambda kv: kv.value % 3 != 0)
         .map(lambda kv: KV(kv.key, kv.value * 2))
         .flat_map(twice)
-        .map(lambda kv: KV(kv.key, f"v{kv.value}"))
+        .map(lambda kv: None if kv.value % 7 == 0 else KV(kv.key, f"v{kv.value}"))
         .send_to(_out(system, app, partitions)))
 
 

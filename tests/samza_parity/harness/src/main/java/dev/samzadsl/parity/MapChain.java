@@ -5,7 +5,7 @@ import java.util.Collections;
 import org.apache.samza.application.descriptors.StreamApplicationDescriptor;
 import org.apache.samza.operators.KV;
 
-/** filter, map, flatMap, map: each message stays in its task. */
+/** filter, map, flatMap, map (a null result dropped): each message stays in its task. */
 public class MapChain extends Pipeline {
   public MapChain() {
     input("in");
@@ -20,7 +20,7 @@ public class MapChain extends Pipeline {
         .flatMap(kv -> intOf(kv.getValue()) % 4 == 0
             ? Arrays.asList(kv, KV.<String, Object>of(kv.getKey() + "-x", intOf(kv.getValue()) + 1))
             : Collections.singletonList(kv))
-        .map(kv -> KV.<String, Object>of(kv.getKey(), "v" + kv.getValue()))
+        .map(kv -> intOf(kv.getValue()) % 7 == 0 ? null : KV.<String, Object>of(kv.getKey(), "v" + kv.getValue()))
         .sendTo(app.getOutputStream(output("out")));
   }
 }
