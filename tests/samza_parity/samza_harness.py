@@ -40,7 +40,8 @@ class SamzaError(AssertionError):
     """Samza failed to run a case, or the harness cannot start."""
 
 
-def _check_built() -> str:
+def check_built() -> str:
+    """The harness's class path, once Java and a harness as new as its sources are there."""
     if shutil.which("java") is None:
         raise SamzaError("no java on PATH: the Samza parity tests need Java 17 (./dev setup "
                          "installs it)")
@@ -60,7 +61,7 @@ class SamzaHarness:
     """One JVM running Samza's TestRunner on the cases ``run`` hands it, one at a time."""
 
     def __init__(self) -> None:
-        class_path = _check_built()
+        class_path = check_built()
         self._log = tempfile.NamedTemporaryFile(  # noqa: SIM115 (closed in close())
             prefix="samza-parity-", suffix=".log", delete=False)
         self._proc = subprocess.Popen(
