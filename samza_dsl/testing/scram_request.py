@@ -24,7 +24,7 @@ __all__ = ["AlterUserScramCredentialsRequest"]
 _STR = CompactString("utf-8")
 
 
-class AlterUserScramCredentialsResponse_v0(Response):  # type: ignore[misc]  # noqa: N801
+class AlterUserScramCredentialsResponse_v0(Response):  # type: ignore[misc, unused-ignore]  # noqa: N801
     API_KEY = 51
     API_VERSION = 0
     SCHEMA = Schema(
@@ -39,7 +39,7 @@ class AlterUserScramCredentialsResponse_v0(Response):  # type: ignore[misc]  # n
     )
 
 
-class AlterUserScramCredentialsRequest_v0(RequestStruct):  # type: ignore[misc]  # noqa: N801
+class AlterUserScramCredentialsRequest_v0(RequestStruct):  # type: ignore[misc, unused-ignore]  # noqa: N801
     FLEXIBLE_VERSION = True
     API_KEY = 51
     API_VERSION = 0
@@ -63,7 +63,7 @@ class AlterUserScramCredentialsRequest_v0(RequestStruct):  # type: ignore[misc] 
 
 
 class AlterUserScramCredentialsRequest(
-        Request[AlterUserScramCredentialsRequest_v0]):  # type: ignore[misc]
+        Request[AlterUserScramCredentialsRequest_v0]):  # type: ignore[misc, unused-ignore]
     """One upsertion: user ``name``'s credential for ``mechanism`` (1: SCRAM-SHA-256, 2:
     SCRAM-SHA-512), ``salted_password`` being Hi(password, salt, iterations) of RFC 5802."""
 
