@@ -115,12 +115,14 @@ def counts(samza: Sequence[Message], dsl: Sequence[Message], _inputs: Any) -> No
         assert ns == list(range(1, len(ns) + 1)), f"key {key!r}: counts {ns}"
 
 
-def _dsl_panes(values: list[Any], accumulating: bool, early: int) -> list[dict[str, Any]]:
+def _dsl_panes(values: list[Any], accumulating: bool, early: int,
+               repeating: bool) -> list[dict[str, Any]]:
     """The early panes of ``values`` (one key's, or one task's, in order) under
-    repeat(count(early)), and samza-dsl's DEFAULT pane at end-of-stream."""
+    repeat(count(early)), or count(early) once, and samza-dsl's DEFAULT pane at end-of-stream."""
     expected = []
     fired = 0
-    for n in range(early, len(values) + 1, early):
+    for n in range(early, len(values) + 1 if repeating else min(early, len(values)) + 1,
+                   early):
         expected.append({"firing": "EARLY", "values": values[0 if accumulating else fired:n]})
         fired = n
     rest = values if accumulating else values[fired:]
@@ -137,8 +139,8 @@ def _samza_end(rest: list[Any], accumulating: bool) -> list[list[dict[str, Any]]
     return [[default], [early, default]] if accumulating else [[default], [early]]
 
 
-def panes(early: int, accumulating: bool, keyed: bool, samza_fires_at_end: bool = False
-          ) -> Callable[[Sequence[Message], Sequence[Message], Any], None]:
+def panes(early: int, accumulating: bool, keyed: bool, samza_fires_at_end: bool = False,
+          repeating: bool = True) -> Callable[[Sequence[Message], Sequence[Message], Any], None]:
     """Samza's early panes equal samza-dsl's; at end-of-stream each fires as the module
     docstring says (``samza_fires_at_end``: the job has an intermediate stream)."""
     def judge(samza: Sequence[Message], dsl: Sequence[Message],
@@ -155,7 +157,7 @@ def panes(early: int, accumulating: bool, keyed: bool, samza_fires_at_end: bool 
             return dict(per)
         samza_panes, dsl_panes = grouped(samza), grouped(dsl)
         for group, values in inputs.items():
-            expected = _dsl_panes(values, accumulating, early)
+            expected = _dsl_panes(values, accumulating, early, repeating)
             early_only = [p for p in expected if p["firing"] == "EARLY"]
             rest = [] if len(expected) == len(early_only) else expected[-1]["values"]
             ends = _samza_end(rest, accumulating) if samza_fires_at_end else [[]]

@@ -137,33 +137,43 @@ def AsyncFlatMap(system: Any, app: StreamApplication,  # noqa: N802
         .send_to(_out(system, app, partitions)))
 
 
-def _pane(pane: WindowPane) -> KV[Any, Any]:
-    return KV(pane.key.key, {"firing": pane.firing.name,
-                             "values": [kv.value for kv in pane.message]})
+def _window(keyed: bool, mode: AccumulationMode, repartitioned: bool = False,
+            repeating: bool = True, fold: bool = False) -> Builder:
+    """A tumbling window of ``WINDOW_SIZE`` with the early trigger repeat(count(3)), or
+    count(3) once; keyed by the message's key, or global; on the input, or after a
+    ``partition_by`` on the message's key; its messages as they are, or folded into the list of
+    their values. A pane goes out as ``KV(key, {"firing", "values"})``."""
+    def pane(p: WindowPane) -> KV[Any, Any]:
+        values = p.message if fold else [kv.value for kv in p.message]
+        return KV(p.key.key, {"firing": p.firing.name, "values": values})
 
-
-def _window(keyed: bool, mode: AccumulationMode, repartitioned: bool = False) -> Builder:
     def window(system: Any, app: StreamApplication, partitions: Mapping[str, int]) -> None:
-        w = (Windows.keyed_tumbling(lambda kv: kv.key, WINDOW_SIZE) if keyed
-             else Windows.tumbling(WINDOW_SIZE))
-        w = w.early_trigger(Triggers.repeat(Triggers.count(EARLY_COUNT))).accumulation(mode)
+        init, add = ((lambda: []), (lambda kv, acc: [*acc, kv.value])) if fold else (None, None)
+        w = (Windows.keyed_tumbling(lambda kv: kv.key, WINDOW_SIZE, init=init, fold=add)
+             if keyed else Windows.tumbling(WINDOW_SIZE))
+        trigger = Triggers.count(EARLY_COUNT)
+        w = w.early_trigger(Triggers.repeat(trigger) if repeating else trigger).accumulation(mode)
         stream = _in(system, app, partitions, "in")
         if repartitioned:
             stream = stream.partition_by(lambda kv: kv.key, lambda kv: kv.value, serde=SERDE,
                                          name="by-key")
         (stream
             .window(w, name="w")
-            .map(_pane)
+            .map(pane)
             .send_to(_out(system, app, partitions)))
     return window
 
 
-PIPELINES["KeyedWindowAccumulating"] = _window(True, AccumulationMode.ACCUMULATING)
-PIPELINES["KeyedWindowDiscarding"] = _window(True, AccumulationMode.DISCARDING)
-PIPELINES["GlobalWindowAccumulating"] = _window(False, AccumulationMode.ACCUMULATING)
-PIPELINES["GlobalWindowDiscarding"] = _window(False, AccumulationMode.DISCARDING)
-PIPELINES["RepartitionedWindowAccumulating"] = _window(True, AccumulationMode.ACCUMULATING, True)
-PIPELINES["RepartitionedWindowDiscarding"] = _window(True, AccumulationMode.DISCARDING, True)
+ACCUMULATING, DISCARDING = AccumulationMode.ACCUMULATING, AccumulationMode.DISCARDING
+PIPELINES["KeyedWindowAccumulating"] = _window(True, ACCUMULATING)
+PIPELINES["KeyedWindowDiscarding"] = _window(True, DISCARDING)
+PIPELINES["GlobalWindowAccumulating"] = _window(False, ACCUMULATING)
+PIPELINES["GlobalWindowDiscarding"] = _window(False, DISCARDING)
+PIPELINES["RepartitionedWindowAccumulating"] = _window(True, ACCUMULATING, repartitioned=True)
+PIPELINES["RepartitionedWindowDiscarding"] = _window(True, DISCARDING, repartitioned=True)
+PIPELINES["KeyedFoldWindowAccumulating"] = _window(True, ACCUMULATING, fold=True)
+PIPELINES["KeyedFoldWindowDiscarding"] = _window(True, DISCARDING, fold=True)
+PIPELINES["KeyedWindowOnce"] = _window(True, DISCARDING, repeating=False)
 
 
 @pipeline

@@ -55,8 +55,9 @@ class Shape:
     global_window: bool = False
 
 
-def _window(keyed: bool, accumulating: bool, repartitioned: bool = False) -> Shape:
-    return Shape(("in",), judges.panes(EARLY_COUNT, accumulating, keyed, repartitioned),
+def _window(keyed: bool, accumulating: bool, repartitioned: bool = False,
+            repeating: bool = True) -> Shape:
+    return Shape(("in",), judges.panes(EARLY_COUNT, accumulating, keyed, repartitioned, repeating),
                  view="key" if keyed else "partition", global_window=not keyed)
 
 
@@ -73,6 +74,9 @@ SHAPES: dict[str, Shape] = {
     "GlobalWindowDiscarding": _window(keyed=False, accumulating=False),
     "RepartitionedWindowAccumulating": _window(keyed=True, accumulating=True, repartitioned=True),
     "RepartitionedWindowDiscarding": _window(keyed=True, accumulating=False, repartitioned=True),
+    "KeyedFoldWindowAccumulating": _window(keyed=True, accumulating=True),
+    "KeyedFoldWindowDiscarding": _window(keyed=True, accumulating=False),
+    "KeyedWindowOnce": _window(keyed=True, accumulating=False, repeating=False),
     "StreamJoin": Shape(("left", "right"), judges.join, view="sides"),
     "TableJoin": Shape(("in",), judges.sequence),
     "SideInputJoin": Shape(("in", "side"), judges.sequence),

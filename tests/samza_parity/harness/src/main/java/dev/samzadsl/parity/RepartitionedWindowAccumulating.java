@@ -8,6 +8,6 @@ import org.apache.samza.operators.windows.AccumulationMode;
  */
 public class RepartitionedWindowAccumulating extends WindowPipeline {
   public RepartitionedWindowAccumulating() {
-    super(true, AccumulationMode.ACCUMULATING, true);
+    super(true, AccumulationMode.ACCUMULATING, true, true, false);
   }
 }

@@ -8,6 +8,6 @@ import org.apache.samza.operators.windows.AccumulationMode;
  */
 public class RepartitionedWindowDiscarding extends WindowPipeline {
   public RepartitionedWindowDiscarding() {
-    super(true, AccumulationMode.DISCARDING, true);
+    super(true, AccumulationMode.DISCARDING, true, true, false);
   }
 }

@@ -9,16 +9,20 @@ import java.util.Map;
 import org.apache.samza.application.descriptors.StreamApplicationDescriptor;
 import org.apache.samza.operators.KV;
 import org.apache.samza.operators.MessageStream;
+import org.apache.samza.operators.triggers.FiringType;
+import org.apache.samza.operators.triggers.Trigger;
 import org.apache.samza.operators.triggers.Triggers;
 import org.apache.samza.operators.windows.AccumulationMode;
 import org.apache.samza.operators.windows.WindowPane;
 import org.apache.samza.operators.windows.Windows;
+import org.apache.samza.serializers.JsonSerdeV2;
 import org.apache.samza.serializers.StringSerde;
 
 /**
  * A tumbling window too long to close while a test runs (1000 days), with the early trigger
- * repeat(count(3)): its panes do not depend on the wall clock. Keyed by the message's key, or
- * global (one pane per task); on the input, or after a partitionBy on the message's key. A pane
+ * repeat(count(3)), or count(3) once: its panes do not depend on the wall clock. Keyed by the
+ * message's key, or global (one pane per task); on the input, or after a partitionBy on the
+ * message's key; its messages kept as they are, or folded into the list of their values. A pane
  * goes out as KV(key, {"firing", "values"}).
  */
 public abstract class WindowPipeline extends Pipeline {
@@ -27,15 +31,20 @@ public abstract class WindowPipeline extends Pipeline {
   private final boolean keyed;
   private final AccumulationMode mode;
   private final boolean repartitioned;
+  private final boolean repeating;
+  private final boolean fold;
 
   protected WindowPipeline(boolean keyed, AccumulationMode mode) {
-    this(keyed, mode, false);
+    this(keyed, mode, false, true, false);
   }
 
-  protected WindowPipeline(boolean keyed, AccumulationMode mode, boolean repartitioned) {
+  protected WindowPipeline(boolean keyed, AccumulationMode mode, boolean repartitioned, boolean repeating,
+      boolean fold) {
     this.keyed = keyed;
     this.mode = mode;
     this.repartitioned = repartitioned;
+    this.repeating = repeating;
+    this.fold = fold;
     input("in");
     output("out");
   }
@@ -46,20 +55,35 @@ public abstract class WindowPipeline extends Pipeline {
     if (repartitioned) {
       in = in.partitionBy(kv -> kv.getKey(), kv -> kv.getValue(), INTERMEDIATE, "by-key");
     }
+    Trigger<KV<String, Object>> early = repeating
+        ? Triggers.repeat(Triggers.count(EARLY_COUNT)) : Triggers.count(EARLY_COUNT);
     MessageStream<KV<String, Object>> panes;
-    if (keyed) {
+    if (fold) {
+      panes = in.window(Windows.<KV<String, Object>, String, Object>keyedTumblingWindow(
+              kv -> kv.getKey(), SIZE, () -> new ArrayList<Object>(), WindowPipeline::append,
+              new StringSerde(), new JsonSerdeV2<>(Object.class))
+          .setEarlyTrigger(early)
+          .setAccumulationMode(mode), "w")
+          .map(pane -> KV.of(pane.getKey().getKey(), paneValue(pane.getFiringType(), (List<?>) pane.getMessage())));
+    } else if (keyed) {
       panes = in.window(Windows.<KV<String, Object>, String>keyedTumblingWindow(
               kv -> kv.getKey(), SIZE, new StringSerde(), INTERMEDIATE)
-          .setEarlyTrigger(Triggers.repeat(Triggers.count(EARLY_COUNT)))
+          .setEarlyTrigger(early)
           .setAccumulationMode(mode), "w")
           .map(pane -> KV.of(pane.getKey().getKey(), paneValue(pane)));
     } else {
       panes = in.window(Windows.<KV<String, Object>>tumblingWindow(SIZE, INTERMEDIATE)
-          .setEarlyTrigger(Triggers.repeat(Triggers.count(EARLY_COUNT)))
+          .setEarlyTrigger(early)
           .setAccumulationMode(mode), "w")
           .map(pane -> KV.of(null, paneValue(pane)));
     }
     panes.sendTo(app.getOutputStream(output("out")));
+  }
+
+  private static Object append(KV<String, Object> kv, Object folded) {
+    List<Object> values = new ArrayList<>((List<?>) folded);
+    values.add(kv.getValue());
+    return values;
   }
 
   private static Object paneValue(WindowPane<?, Collection<KV<String, Object>>> pane) {
@@ -67,8 +91,12 @@ public abstract class WindowPipeline extends Pipeline {
     for (KV<String, Object> kv : pane.getMessage()) {
       values.add(kv.getValue());
     }
+    return paneValue(pane.getFiringType(), values);
+  }
+
+  private static Object paneValue(FiringType firing, List<?> values) {
     Map<String, Object> value = new LinkedHashMap<>();
-    value.put("firing", pane.getFiringType().name());
+    value.put("firing", firing.name());
     value.put("values", values);
     return value;
   }
