@@ -26,7 +26,8 @@ start) and before its exit: from the job's start (``LocalRunner.run``, the clien
 ``KafkaStreams.start``) to the end of the job with every output record acknowledged by the
 broker and the last commit made. The span holds each system's start-up against the broker
 (topics, group join, stores, restores); ``first_record_seconds`` gives Kafka Streams' share of
-it, and ``process_seconds`` the whole process's life for every system. ``cpu_seconds`` is the
+it, its ``second_half_msgs_per_s`` the rate from its middle record to its last (the JIT warm by
+then), and ``process_seconds`` the whole process's life for every system. ``cpu_seconds`` is the
 system's process's CPU time over the timed span (every thread), ``broker_cpu_seconds`` the
 broker's over the system's process. Every output is read back
 afterwards and checked (``n`` records, each in its key's murmur2 partition, the last count of
@@ -143,7 +144,8 @@ def _one(system: str, bootstrap: str, events: str, out: str, n: int, guarantee: 
                 "process_seconds": ks["process_seconds"],
                 "first_record_seconds": ks["first_record_seconds"],
                 "close_seconds": ks["close_seconds"], "cpu_seconds": ks["cpu_seconds"],
-                "peak_rss_mb": ks["peak_rss_mb"]}
+                "second_half_msgs_per_s": ks["second_half_msgs_per_s"],
+                "threads_cpu_seconds": ks["threads_cpu_seconds"], "peak_rss_mb": ks["peak_rss_mb"]}
     env = {**os.environ, "PYTHONPATH": ROOT, "PYTHONWARNINGS": "ignore"}
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "benchmarks.peers.compare_kafka", "--one",
@@ -223,7 +225,12 @@ def _summaries(lines: list[dict[str, Any]]) -> None:
             "median_baseline_msgs_per_s":
                 round(statistics.median(ln["baseline_msgs_per_s"] for ln in got), 1),
             "median_ratio_to_raw": round(statistics.median(ln["ratio"] for ln in got), 3),
-            "ratios_to_raw": [ln["ratio"] for ln in got], "summary": True}), flush=True)
+            "ratios_to_raw": [ln["ratio"] for ln in got],
+            **({"median_second_half_msgs_per_s": round(statistics.median(
+                ln["second_half_msgs_per_s"] for ln in got), 1)}
+               if "second_half_msgs_per_s" in got[0] else {}),
+            "median_cpu_seconds": round(statistics.median(ln["cpu_seconds"] for ln in got), 2),
+            "summary": True}), flush=True)
     # samza-dsl against Kafka Streams, round by round (their lines come in pairs)
     for broker in dict.fromkeys(b for b, _, _ in by):
         for guarantee in dict.fromkeys(g for _, _, g in by):

@@ -53,13 +53,18 @@ import org.apache.kafka.streams.state.Stores;
  *
  * <p>Prints one JSON line: messages, seconds, msgs_per_s, first_record_seconds (from start()
  * to the first record handled), close_seconds, cpu_seconds (the JVM's, every thread, over the
- * timed span), the processing guarantee, Kafka Streams' version and the JVM's peak RSS.
+ * timed span), second_half_msgs_per_s (the rate from the middle record to the last, the JIT
+ * warm by then), threads_cpu_seconds (the JVM's threads' CPU from its start to the last record, by kind),
+ * the processing guarantee, Kafka Streams' version and the JVM's peak RSS.
  */
 public final class KafkaStreamsW1 {
     private static final ObjectMapper MAPPER = new ObjectMapper();
     private static final String STORE = "counts";
     /** Records handled by every task together. */
     private static final AtomicLong SEEN = new AtomicLong();
+    /** When the middle and the last record were handled. */
+    private static final long[] HALF_NANOS = new long[1];
+    private static final long[] LAST_NANOS = new long[1];
 
     /** Per record: decode the value, read the key's count, add 1, write it back, emit it. */
     static final class CountInStore implements Processor<String, byte[], String, byte[]> {
@@ -105,7 +110,12 @@ public final class KafkaStreamsW1 {
             if (firstRecordNanos[0] == 0) {
                 firstRecordNanos[0] = System.nanoTime();
             }
-            if (SEEN.incrementAndGet() == messages) {
+            long seen = SEEN.incrementAndGet();
+            if (seen == messages / 2) {
+                HALF_NANOS[0] = System.nanoTime();
+            }
+            if (seen == messages) {
+                LAST_NANOS[0] = System.nanoTime();
                 done.countDown();
             }
         }
@@ -165,6 +175,7 @@ public final class KafkaStreamsW1 {
             throw new IllegalStateException("W1: handled " + SEEN.get() + " of " + messages
                 + " records in 900 s");
         }
+        String threadsCpu = threadsCpu();  // before close() ends the stream thread
         long closing = System.nanoTime();
         boolean closed = streams.close(Duration.ofSeconds(120));
         long t1 = System.nanoTime();
@@ -183,8 +194,45 @@ public final class KafkaStreamsW1 {
             + ", \"first_record_seconds\": " + round((firstRecordNanos[0] - t0) / 1e9, 4)
             + ", \"close_seconds\": " + round((t1 - closing) / 1e9, 4)
             + ", \"cpu_seconds\": " + round((cpu1 - cpu0) / 1e9, 3)
+            + ", \"second_half_msgs_per_s\": "
+            + round((messages - messages / 2) / ((LAST_NANOS[0] - HALF_NANOS[0]) / 1e9), 1)
+            + ", \"threads_cpu_seconds\": " + threadsCpu
             + ", \"processing_guarantee\": \"" + guarantee + "\""
             + ", \"peak_rss_mb\": " + round(peakRssMb(), 1) + "}");
+    }
+
+    /** The CPU seconds of the JVM's threads by name (digits dropped: one entry per kind),
+     * the largest first, as a JSON object. */
+    private static String threadsCpu() {
+        java.util.Map<String, Double> byName = new java.util.HashMap<>();
+        long tick = 100;  // USER_HZ on Linux
+        java.util.List<Path> tasks;
+        try (var listing = Files.list(Path.of("/proc/self/task"))) {
+            tasks = listing.toList();
+        } catch (IOException e) {
+            return "{}";
+        }
+        for (Path task : tasks) {
+            String stat;
+            try {
+                stat = Files.readString(task.resolve("stat"));
+            } catch (IOException e) {
+                continue;  // the thread has ended
+            }
+            String name = stat.substring(stat.indexOf('(') + 1, stat.lastIndexOf(')'))
+                .replaceAll("[0-9]+", "N");
+            String[] fields = stat.substring(stat.lastIndexOf(')') + 2).split(" ");
+            double cpu = (Long.parseLong(fields[11]) + Long.parseLong(fields[12])) / (double) tick;
+            byName.merge(name, cpu, Double::sum);
+        }
+        StringBuilder out = new StringBuilder("{");
+        byName.entrySet().stream()
+            .sorted((a, b) -> Double.compare(b.getValue(), a.getValue()))
+            .filter(e -> e.getValue() >= 0.05)
+            .forEach(e -> out.append(out.length() > 1 ? ", " : "").append('"')
+                .append(e.getKey().replace("\"", "")).append("\": ")
+                .append(round(e.getValue(), 2)));
+        return out.append('}').toString();
     }
 
     private static double round(double x, int digits) {
