@@ -404,17 +404,26 @@ class KafkaJob:
         is claimed in its checkpoint (``runtime.kafka.fence``). Exactly once, their producers
         take their transactional ids first: the container that ran them is fenced, and what it
         left open is aborted before their checkpoints are read."""
+        ends: asyncio.Task[None] | None = None
         if self.txns is not None:
-            await self.txns.open(tasks)
-        await self.checkpoints.load()
-        if first:
-            alone = len(tasks) == len(self.job.tasks)
-            self.generation = await self.start_run(join=not alone)
-            self.producer.generation = self.generation
-            self.consumer.generation = self.generation  # type: ignore[attr-defined]
-        # an earlier owner's later checkpoints are ignored from now on
-        await self.checkpoints.claim([t.name for t in tasks])
-        await self._changelog_ends(tasks)
+            await self.txns.open(tasks)  # what the changelogs hold ends with what this aborts
+        else:  # at least once, read beside the checkpoints: a takeover waits for the longer
+            ends = asyncio.create_task(self._changelog_ends(tasks))
+        try:
+            await self.checkpoints.load()
+            if first:
+                alone = len(tasks) == len(self.job.tasks)
+                self.generation = await self.start_run(join=not alone)
+                self.producer.generation = self.generation
+                self.consumer.generation = self.generation  # type: ignore[attr-defined]
+            # an earlier owner's later checkpoints are ignored from now on
+            await self.checkpoints.claim([t.name for t in tasks])
+        except BaseException:
+            if ends is not None:
+                ends.cancel()
+                await asyncio.gather(ends, return_exceptions=True)
+            raise
+        await (ends if ends is not None else self._changelog_ends(tasks))
 
     async def check_data(self, down_for: float | None) -> None:
         """That the brokers still have the job's topics, with their partition counts, and the

@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,6 +94,9 @@ class StandbyReplicas:
         self._cond = threading.Condition()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        #: the thread's loop and the event that cuts its wait for records short (``assign``)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
         self.error: BaseException | None = None
 
     # -- the container's side -------------------------------------------------------------------
@@ -113,6 +116,7 @@ class StandbyReplicas:
             if self._thread is None or not self._thread.is_alive():
                 self._done = asked  # nothing runs: nothing is open
                 return
+            self._interrupt()  # a takeover waits for this: not for the thread's fetch to end
             self._cond.wait_for(lambda: self._done >= asked or self._stop.is_set(), timeout)
 
     def tasks(self) -> list[str]:
@@ -125,8 +129,15 @@ class StandbyReplicas:
             out[task] = out.get(task, 0) + r.lmdb.position
         return out
 
+    def _interrupt(self) -> None:
+        loop, wake = self._loop, self._wake
+        if loop is not None and wake is not None:
+            with contextlib.suppress(RuntimeError):  # its loop has just closed
+                loop.call_soon_threadsafe(wake.set)
+
     def stop(self, timeout: float = 30.0) -> None:
         self._stop.set()
+        self._interrupt()
         with self._cond:
             self._cond.notify_all()
         if self._thread is not None:
@@ -150,13 +161,17 @@ class StandbyReplicas:
 
     async def _tail(self) -> None:
         consumer = new_consumer(self.servers, self.settings)
+        self._wake = wake = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
         try:
             await consumer.start()
             assigned: set[TopicPartition] = set()
             while not self._stop.is_set():
+                wake.clear()
                 assigned = self._reassign(consumer, assigned)
                 try:
-                    batch = await consumer.getmany(timeout_ms=200, max_records=10_000)
+                    batch = await _unless(wake, consumer.getmany(timeout_ms=200,
+                                                                 max_records=10_000))
                 except KafkaError as exc:  # brokers away: try again, as the job's consumer does
                     _log.info("standby replicas: %s", exc)
                     await asyncio.sleep(0.5)
@@ -172,6 +187,7 @@ class StandbyReplicas:
                 for r in list(self._replicas.values()):
                     await self._advance(consumer, r)
         finally:
+            self._loop = None
             with contextlib.suppress(KafkaError, OSError, asyncio.CancelledError):
                 await consumer.stop()
 
@@ -258,3 +274,20 @@ class StandbyReplicas:
             with contextlib.suppress(Exception):
                 r.lmdb.close()
         self._replicas.clear()
+
+
+async def _unless(wake: asyncio.Event, fetch: Awaitable[dict[Any, list[Any]]]
+                  ) -> dict[Any, list[Any]]:
+    """What ``fetch`` gets, or nothing if ``wake`` is set first (the fetch is cancelled: the
+    consumer's records stay in its fetcher for the next one)."""
+    got = asyncio.ensure_future(fetch)
+    woken = asyncio.ensure_future(wake.wait())
+    try:
+        await asyncio.wait((got, woken), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        woken.cancel()
+    if got.done():
+        return got.result()
+    got.cancel()
+    await asyncio.gather(got, return_exceptions=True)
+    return {}
