@@ -13,7 +13,11 @@ generation starts over when the broker deletes an empty group.
 
 A task with event time also records its progress as of the checkpointed offsets (``times``:
 ``runtime.watermarks.TaskClock.snapshot``), which a restore starts from; a checkpoint without
-it (written before it existed) restores with no progress, as before."""
+it (written before it existed) restores with no progress, as before.
+
+A task that writes outputs through sinks (``runtime.sinks``) records the id of the checkpoint
+and each sink's position (``sinks``: ``{"id": n, "positions": {stream: position}}``), which the
+task's next start hands back to its sinks; a checkpoint without it restores none."""
 
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ import msgspec
 
 from runtime.job import SSP
 
-__all__ = ["merge", "offsets_of", "changelogs_of", "times_of", "written_of", "epoch_of",
+__all__ = ["merge", "offsets_of", "changelogs_of", "times_of", "sinks_of", "written_of", "epoch_of",
            "supersedes", "encode", "decode"]
 
 _encoder = msgspec.msgpack.Encoder()
@@ -34,11 +38,13 @@ _decoder = msgspec.msgpack.Decoder()
 
 def merge(old: Mapping[str, Any], offsets: Mapping[SSP, int],
           changelogs: Mapping[str, int] | None,
-          stamp: Mapping[str, Any] | None = None, times: Any = None) -> dict[str, Any]:
+          stamp: Mapping[str, Any] | None = None, times: Any = None,
+          sinks: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """``old`` with ``offsets`` and ``changelogs`` written over it, stamped with the time now
     and ``stamp`` (a group member's ``group_generation`` and ``member``; ``epoch`` when it takes
     the task over), keeping ``old``'s epoch otherwise; and the task's event-time progress as of
-    ``offsets`` (``times``: ``TaskClock.snapshot``), else ``old``'s."""
+    ``offsets`` (``times``: ``TaskClock.snapshot``), else ``old``'s; and its sinks' record
+    (``sinks``, ``runtime.sinks``), else ``old``'s."""
     merged = {(s, p): o for s, p, o in old.get("offsets", [])}
     merged.update({(ssp.stream_id, ssp.partition): o for ssp, o in offsets.items()})
     cls = dict(old.get("changelogs", {}))
@@ -50,6 +56,9 @@ def merge(old: Mapping[str, Any], offsets: Mapping[SSP, int],
     times = times if times is not None else old.get("times")
     if times is not None:
         out["times"] = times
+    sinks = sinks if sinks is not None else old.get("sinks")
+    if sinks is not None:
+        out["sinks"] = dict(sinks)
     if stamp:
         out.update(stamp)
     return out
@@ -67,6 +76,13 @@ def times_of(data: Mapping[str, Any]) -> Any:
     """The task's event-time progress as of its checkpoint (``TaskClock.snapshot``); None for
     a checkpoint without it."""
     return data.get("times")
+
+
+def sinks_of(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The task's sinks' record (``{"id": n, "positions": {...}}``); {} for a checkpoint
+    without it."""
+    sinks = data.get("sinks")
+    return dict(sinks) if isinstance(sinks, dict) else {}
 
 
 def written_of(data: Mapping[str, Any]) -> float | None:

@@ -15,7 +15,15 @@ The order, and why:
    the new checkpoint).
 
 A crash between any two steps leaves a checkpoint no further than what is durable, so the task
-restarts from it and restores its stores to exactly that point. ``SAMZA_DSL_CRASH_AT`` can kill
+restarts from it and restores its stores to exactly that point.
+
+A task with outputs written by sinks (``runtime.sinks``, docs/connectors.md) also prepares them
+right after step 2 (each sink's ``prepare``: durable, not yet visible), records their positions
+and the checkpoint's id in the checkpoint of step 5, and commits them once it is written
+(``commit``: visible). A crash before step 5 leaves the prepared writes out of every checkpoint
+(the sinks' ``recover`` drops them, and the messages are processed again); a crash after it
+leaves them in the checkpoint (``recover`` makes them visible). In the exactly-once commit below
+they are prepared before step 3's transaction and committed after it. ``SAMZA_DSL_CRASH_AT`` can kill
 the process at each step (``runtime.faults``).
 
 Under ``job.processing.guarantee=exactly-once`` (a system that gives the committer
@@ -42,11 +50,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from runtime import faults
 from runtime.job import SSP
 from runtime.systems import CheckpointStore, Producer, StateBackend
+
+if TYPE_CHECKING:
+    from runtime.sinks import TaskSinks
 
 __all__ = ["Committer", "Transactions", "warn_at_least_once"]
 
@@ -107,10 +118,12 @@ class Committer:
         return written(task_name) if written is not None else time.time()
 
     async def commit(self, task_name: str, offsets: Mapping[SSP, int], *,
-                     has_stores: bool, times: Any = None) -> float:
+                     has_stores: bool, times: Any = None, sinks: TaskSinks | None = None,
+                     ) -> float:
         """Commit ``offsets`` (taken by the caller before calling) for task ``task_name``, with
-        its event-time progress as of them (``times``, where the checkpoint store keeps it);
-        returns when it ended (``time.monotonic()``)."""
+        its event-time progress as of them (``times``, where the checkpoint store keeps it) and
+        its ``sinks`` prepared before the checkpoint and committed after it; returns when it
+        ended (``time.monotonic()``)."""
         began = time.perf_counter_ns()
         offsets = dict(offsets)
         kept = getattr(self.checkpoints, "times", None)
@@ -120,9 +133,16 @@ class Committer:
         if crash:
             crash("commit.start")
         if self.transactions is not None:
-            await self._transaction(self.transactions, task_name, offsets, has_stores, crash)
+            await self._transaction(self.transactions, task_name, offsets, has_stores, crash,
+                                    sinks)
         else:
-            await self._steps(task_name, offsets, has_stores, crash)
+            await self._steps(task_name, offsets, has_stores, crash, sinks)
+        if sinks is not None:
+            if crash:
+                crash("commit.checkpointed")
+            await sinks.commit()
+            if crash:
+                crash("commit.sinks-committed")
         checkpointed: Any = getattr(self.state, "checkpointed", None)
         if checkpointed is not None:  # e.g. compacts changelogs, trims streams below it
             checkpointed(task_name)
@@ -135,13 +155,25 @@ class Committer:
         self.commit_ns += time.perf_counter_ns() - began
         return time.monotonic()
 
+    async def _prepare(self, task_name: str, sinks: TaskSinks | None,
+                       crash: Callable[[str], None] | None) -> None:
+        """The task's sinks prepared, and what the checkpoint records of them set."""
+        if sinks is None:
+            return
+        record = await sinks.prepare()
+        self.checkpoints.sinks[task_name] = record  # type: ignore[attr-defined]
+        if crash:
+            crash("commit.sinks-prepared")
+
     async def _transaction(self, transactions: Transactions, task_name: str, offsets: dict[SSP, int],
-                     has_stores: bool, crash: Callable[[str], None] | None) -> None:
+                     has_stores: bool, crash: Callable[[str], None] | None,
+                     sinks: TaskSinks | None = None) -> None:
         """An exactly-once commit (steps 2 to 4 of the second list above)."""
         if has_stores:
             self.state.flush(task_name)  # into the task's own buffers: nobody reads them yet
             if crash:
                 crash("commit.stores-flushed")
+        await self._prepare(task_name, sinks, crash)
         done = transactions.commit(task_name, offsets)
         if done is not None:
             await done
@@ -153,11 +185,13 @@ class Committer:
                 crash("commit.stores-committed")
 
     async def _steps(self, task_name: str, offsets: dict[SSP, int], has_stores: bool,
-                     crash: Callable[[str], None] | None) -> None:
+                     crash: Callable[[str], None] | None,
+                     sinks: TaskSinks | None = None) -> None:
         """An at-least-once commit (steps 2 to 5 of the first list above)."""
         await self.producer.flush()
         if crash:
             crash("commit.outputs-flushed")
+        await self._prepare(task_name, sinks, crash)
         changelogs: dict[str, int] = {}
         if has_stores:
             self.state.flush(task_name)  # changes into the changelogs' producer buffers

@@ -129,6 +129,9 @@ class MemoryCheckpoints:
         self.checkpoints: dict[str, dict[SSP, int]] = {}
         self.changelogs: dict[str, dict[str, int]] = {}
         self.history: list[tuple[str, dict[SSP, int]]] = []
+        #: per task, its sinks' record (``runtime.sinks``): set before a write, kept by it
+        self.sinks: dict[str, Any] = {}
+        self.sinks_written: dict[str, Any] = {}
 
     def read(self, task_name: str) -> dict[SSP, int]:
         return dict(self.checkpoints.get(task_name, {}))
@@ -136,12 +139,17 @@ class MemoryCheckpoints:
     def read_changelogs(self, task_name: str) -> dict[str, int]:
         return dict(self.changelogs.get(task_name, {}))
 
+    def read_sinks(self, task_name: str) -> dict[str, Any]:
+        return dict(self.sinks_written.get(task_name, {}))
+
     def write(self, task_name: str, offsets: Mapping[SSP, int],
               changelogs: Mapping[str, int] | None = None) -> None:
         snapshot = dict(offsets)
         self.checkpoints.setdefault(task_name, {}).update(snapshot)
         if changelogs:
             self.changelogs.setdefault(task_name, {}).update(changelogs)
+        if task_name in self.sinks:
+            self.sinks_written[task_name] = self.sinks[task_name]
         self.history.append((task_name, snapshot))
 
 

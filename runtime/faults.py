@@ -12,7 +12,10 @@ written), ``commit.transaction`` (outputs, changelog entries and checkpoint writ
 ``commit.sent`` (the records and the checkpoint sent in the open transaction, which is not
 ended yet: ``KAFKA_TXN_POINTS``). And
 ``compaction.transaction`` (after a write transaction of a changelog compaction pass,
-``runtime.local.compaction``). Without the variable, ``reached`` costs one global lookup.
+``runtime.local.compaction``). A job with outputs written by sinks (``runtime.sinks``) also
+reaches ``commit.sinks-prepared`` (every sink prepared, the checkpoint not written),
+``commit.checkpointed`` (the checkpoint holding the sinks' positions written, the sinks not
+committed) and ``commit.sinks-committed`` (``SINK_POINTS``). Without the variable, ``reached`` costs one global lookup.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from __future__ import annotations
 import os
 import signal
 
-__all__ = ["ARMED", "reached", "POINTS", "TXN_POINTS", "KAFKA_TXN_POINTS", "OTHER_POINTS"]
+__all__ = ["ARMED", "reached", "POINTS", "TXN_POINTS", "KAFKA_TXN_POINTS", "SINK_POINTS",
+           "OTHER_POINTS"]
 
 POINTS = ("batch", "commit.start", "commit.outputs-flushed", "commit.changelogged",
           "commit.stores-committed", "commit.done")
@@ -30,6 +34,8 @@ TXN_POINTS = ("batch", "commit.start", "commit.stores-flushed", "commit.transact
 #: the points of a job on Kafka under exactly-once (``runtime.kafka.exactly_once``)
 KAFKA_TXN_POINTS = ("batch", "commit.start", "commit.stores-flushed", "commit.sent",
                     "commit.transaction", "commit.stores-committed", "commit.done")
+#: the points a commit of a task with sinks reaches besides those above (``runtime.sinks``)
+SINK_POINTS = ("commit.sinks-prepared", "commit.checkpointed", "commit.sinks-committed")
 #: points outside a job's message path
 OTHER_POINTS = ("compaction.transaction",)
 
@@ -38,7 +44,7 @@ def _parse(spec: str | None) -> tuple[str, int] | None:
     if not spec:
         return None
     point, _, n = spec.rpartition(":")
-    known = dict.fromkeys(POINTS + KAFKA_TXN_POINTS + OTHER_POINTS)
+    known = dict.fromkeys(POINTS + KAFKA_TXN_POINTS + SINK_POINTS + OTHER_POINTS)
     if point not in known or not n.isdigit() or int(n) < 1:
         raise ValueError(f"SAMZA_DSL_CRASH_AT={spec!r}: expected <point>:<n> with a point in "
                          f"{', '.join(known)} and n >= 1")

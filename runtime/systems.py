@@ -126,14 +126,18 @@ SYSTEMS: dict[str, SystemKind] = {k.factory: k for k in [
     SystemKind("kafka", "runtime.kafka.job:KafkaJob", on_log=True),
     SystemKind("local", "runtime.local.system:LocalJob", on_log=True),
     SystemKind("memory", None, on_log=False),
+    # outputs written by the application's sinks (samza_dsl.connectors, runtime.sinks): they
+    # run in the job of the application's other streams
+    SystemKind("connector", None, on_log=False),
 ]}
 
 
 def job_system(app: Any) -> SystemKind:
     """The system an application runs on: Kafka when any of its streams is on Kafka, else the
-    local system when any is local, else memory."""
+    local system when any is local, else memory (outputs written by sinks run in any)."""
     spec = app.spec()
     factories = {d.system.factory for d in [*spec.inputs.values(), *spec.outputs.values()]}
+    factories.discard("connector")
     unknown = factories - set(SYSTEMS)
     if unknown:
         raise SamzaError(f"application {app.name!r} names systems of unknown kinds "

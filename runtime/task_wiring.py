@@ -195,12 +195,21 @@ class TaskWiring:
         self.rules[(stream_id, op_id)] = rule
         send = self.producer.sender(stream_id)
 
-        def send_one(m: Any) -> None:
+        def send_one(m: Any) -> list[Awaitable[None]] | None:
             try:
-                send(rule(m), m)
+                pending: Any = send(rule(m), m)
             except Exception as exc:
                 raise OperatorFailure(op_id, exc) from exc
+            # a sink's write may return an awaitable (runtime.sinks): the message waits for it
+            return None if pending is None else [_failing_as(op_id, pending)]
         return send_one
+
+
+async def _failing_as(op_id: str, pending: Awaitable[None]) -> None:
+    try:
+        await pending
+    except Exception as exc:
+        raise OperatorFailure(op_id, exc) from exc
 
 
 def _threaded(process: Callable[[Any], Any], executor: Any) -> Callable[[Any], Any]:

@@ -778,6 +778,8 @@ class KafkaCheckpoints:
         producer.add_stream(self.stream_id, topic, 1, None)
         #: per task, its event-time progress as of the checkpoint being written (``Committer``)
         self.times: dict[str, Any] = {}
+        #: per task, its sinks' record for the checkpoint being written (``runtime.sinks``)
+        self.sinks: dict[str, Any] = {}
 
     async def load(self) -> None:
         got = await read_checkpoint_topic(self.servers, self.topic, self.settings, self.timeout)
@@ -796,6 +798,9 @@ class KafkaCheckpoints:
     def read_times(self, task_name: str) -> Any:
         return checkpoints.times_of(self._data.get(task_name, {}))
 
+    def read_sinks(self, task_name: str) -> dict[str, Any]:
+        return checkpoints.sinks_of(self._data.get(task_name, {}))
+
     def written(self, task_name: str) -> float | None:
         """When the task's checkpoint was written (seconds since the epoch), as status reads it."""
         return checkpoints.written_of(self._data.get(task_name, {}))
@@ -806,7 +811,8 @@ class KafkaCheckpoints:
         """``replace``: drop what the task's checkpoint held before (not its epoch)."""
         old = self._data.get(task_name, {})
         data = checkpoints.merge({"epoch": checkpoints.epoch_of(old)} if replace else old,
-                                 offsets, changelogs, self.stamp, self.times.get(task_name))
+                                 offsets, changelogs, self.stamp, self.times.get(task_name),
+                                 self.sinks.get(task_name))
         self.producer.buffer(f"__checkpoint__{self.topic}", 0).append(
             (task_name.encode(), checkpoints.encode(data), None))
         await self.producer.flush()
@@ -841,7 +847,7 @@ class KafkaCheckpoints:
         """The record of the task's checkpoint (for a task's transaction to write), and what
         ``remember`` takes once it is committed."""
         data = checkpoints.merge(self._data.get(task_name, {}), offsets, changelogs, self.stamp,
-                                 self.times.get(task_name))
+                                 self.times.get(task_name), self.sinks.get(task_name))
         return (task_name.encode(), checkpoints.encode(data), None), data
 
     def remember(self, task_name: str, data: dict[str, Any]) -> None:

@@ -317,6 +317,8 @@ class LocalCheckpoints:
         self.job_name = job_name
         #: per task, its event-time progress as of the checkpoint being written (``Committer``)
         self.times: dict[str, Any] = {}
+        #: per task, its sinks' record for the checkpoint being written (``runtime.sinks``)
+        self.sinks: dict[str, Any] = {}
 
     def _key(self, task_name: str) -> str:
         return f"checkpoint/{self.job_name}/{task_name}"
@@ -341,6 +343,9 @@ class LocalCheckpoints:
     def read_times(self, task_name: str) -> Any:
         return checkpoints.times_of(self._read(task_name))
 
+    def read_sinks(self, task_name: str) -> dict[str, Any]:
+        return checkpoints.sinks_of(self._read(task_name))
+
     def written(self, task_name: str) -> float | None:
         """When the task's checkpoint was written (seconds since the epoch), as status reads it."""
         return checkpoints.written_of(self._read(task_name))
@@ -349,7 +354,8 @@ class LocalCheckpoints:
               changelogs: Mapping[str, int] | None = None, *, replace: bool = False) -> None:
         """``replace``: drop what the task's checkpoint held before."""
         data = checkpoints.merge({} if replace else self._read(task_name), offsets, changelogs,
-                                 times=self.times.get(task_name))
+                                 times=self.times.get(task_name),
+                                 sinks=self.sinks.get(task_name))
         self.log.put_meta(self._key(task_name), checkpoints.encode(data))
 
     def writer(self, task_name: str, offsets: Mapping[SSP, int]
@@ -358,10 +364,11 @@ class LocalCheckpoints:
         exactly-once commit, which learns them inside its transaction (the task's checkpoint
         has no other writer while it runs, so the old one is read before)."""
         old, key, times = self._read(task_name), self._key(task_name), self.times.get(task_name)
+        sinks = self.sinks.get(task_name)
 
         def record(changelogs: Mapping[str, int]) -> dict[str, bytes]:
             return {key: checkpoints.encode(checkpoints.merge(old, offsets, changelogs,
-                                                              times=times))}
+                                                              times=times, sinks=sinks))}
         return record
 
     def records(self) -> dict[str, dict[str, Any]]:

@@ -1,0 +1,222 @@
+"""The runtime's side of connectors (``samza_dsl.connectors``): a task's sinks, opened when it
+starts, written by its terminals and taken through each of its commits.
+
+A task whose application has ``SinkOutput`` streams gets a ``TaskSinks``; its producer is
+wrapped (``SinkProducer``) so that the terminals of those streams write to the task's sinks and
+every other stream goes to the producer as before. ``runtime.commit`` calls ``prepare`` before
+the checkpoint and ``commit`` after it; the checkpoint records, per task, the id of the
+checkpoint and each sink's position (``checkpoints.merge(sinks=...)``), which ``start`` hands
+back to each sink's ``recover`` on the next start of the task.
+
+Errors of a sink are ``SinkError``s naming the sink, its output stream, the task, what it was
+doing, and what happens next.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from runtime.systems import Producer, ProducerCounts, StreamSink
+from samza_dsl.config import job_name_of
+from samza_dsl.connectors import Committed, Sink, SinkContext, SinkError, SinkOutput
+from samza_dsl.errors import ConfigError, SamzaError
+
+__all__ = ["TaskSinks", "SinkProducer", "sink_outputs"]
+
+_log = logging.getLogger("samza_dsl.connectors")
+
+
+def sink_outputs(plan: Any) -> dict[str, SinkOutput]:
+    """The application's outputs written by sinks, by stream id."""
+    return {sid: d for sid, d in plan.app.outputs.items() if isinstance(d, SinkOutput)}
+
+
+async def _settle(result: Any) -> Any:
+    return await result if inspect.isawaitable(result) else result
+
+
+class TaskSinks:
+    """The sinks of task ``task_name``: one per output stream written by a sink."""
+
+    def __init__(self, task_name: str, plan: Any, config: Mapping[str, Any],
+                 checkpoints: Any) -> None:
+        self.task_name = task_name
+        self.outputs = sink_outputs(plan)
+        self.checkpoints = checkpoints
+        if getattr(checkpoints, "sinks", None) is None or \
+                getattr(checkpoints, "read_sinks", None) is None:
+            raise SamzaError(f"task {task_name!r} writes outputs through sinks "
+                             f"({', '.join(sorted(self.outputs))}), but the job's checkpoints "
+                             f"({type(checkpoints).__name__}) cannot record their positions")
+        if str(config.get("task.async.commit", "false")).lower() == "true":
+            raise ConfigError(
+                f"task.async.commit=true: outputs {', '.join(sorted(self.outputs))} are written "
+                f"by sinks, whose commit must cover exactly the messages the checkpoint covers, "
+                f"so a commit may not run while messages are in flight; leave "
+                f"task.async.commit out")
+        guarantee = str(config.get("job.processing.guarantee") or "at-least-once")
+        job_name = job_name_of(plan.app, config)
+        self.contexts = {
+            sid: SinkContext(job_name, task_name, sid, d.system.name,
+                             plan.streams[sid].partitions, config, guarantee)
+            for sid, d in self.outputs.items()}
+        #: made now, for the task's wiring; opened by ``start``
+        self.sinks: dict[str, Sink] = {}
+        for sid, d in self.outputs.items():
+            try:
+                self.sinks[sid] = d.make(self.contexts[sid])
+            except SinkError:
+                raise
+            except Exception as exc:
+                raise self._error(sid, "make", exc, "The task did not start; fix the sink= "
+                                  "factory") from exc
+        #: the id of the task's last checkpoint that recorded its sinks
+        self.checkpoint_id = 0
+        self.started = False
+        #: ``prepare`` ran and ``commit`` has not yet: the id it prepared
+        self._prepared: int | None = None
+
+    def _error(self, sid: str, step: str, exc: BaseException, then: str) -> SinkError:
+        d = self.outputs[sid]
+        return SinkError(
+            f"{d.what} (output {sid!r} of system {d.system.name!r}) failed in task "
+            f"{self.task_name!r} at {step}: {type(exc).__name__}: {exc}. {then}",
+            stream=sid, task=self.task_name, step=step)
+
+    async def start(self) -> None:
+        """Open each sink and hand it what the task's last checkpoint recorded of it."""
+        record = self.checkpoints.read_sinks(self.task_name) or {}
+        self.checkpoint_id = int(record.get("id", 0))
+        positions = record.get("positions", {})
+        for sid in self.outputs:
+            step = "open"
+            sink = self.sinks[sid]
+            try:
+                await _settle(sink.open(self.contexts[sid]))
+                step = "recover"
+                await _settle(sink.recover(Committed(self.checkpoint_id if sid in positions
+                                                     else 0, positions.get(sid))))
+            except SinkError:
+                raise
+            except Exception as exc:
+                raise self._error(sid, step, exc, "The task did not start; fix what the sink "
+                                  "needs and run the job again") from exc
+        self.started = True
+
+    def sender(self, stream_id: str) -> Callable[[int, Any], Any]:
+        """What the task's terminal of ``stream_id`` calls: the sink's ``write``, its errors
+        named; an awaitable it returns is awaited by the message."""
+        write = self.sinks[stream_id].write
+        error = self._error
+
+        async def waited(pending: Awaitable[None], partition: int) -> None:
+            try:
+                await pending
+            except SinkError:
+                raise
+            except Exception as exc:
+                raise error(stream_id, f"write (partition {partition})", exc,
+                            "The checkpoint stays before the message, so a restart writes it "
+                            "again") from exc
+
+        def send(partition: int, message: Any) -> Any:
+            try:
+                pending = write(partition, message)
+            except SinkError:
+                raise
+            except Exception as exc:
+                raise error(stream_id, f"write (partition {partition})", exc,
+                            "The checkpoint stays before the message, so a restart writes it "
+                            "again") from exc
+            return None if pending is None else waited(pending, partition)
+        return send
+
+    async def prepare(self) -> dict[str, Any]:
+        """Before the checkpoint: each sink's ``prepare``; what the checkpoint records."""
+        cid = self.checkpoint_id + 1
+        positions: dict[str, Any] = {}
+        for sid, sink in self.sinks.items():
+            try:
+                positions[sid] = await _settle(sink.prepare(cid))
+            except SinkError:
+                raise
+            except Exception as exc:
+                raise self._error(sid, f"prepare (checkpoint {cid})", exc,
+                                  "No checkpoint was written: a restart starts from the last "
+                                  "one and writes its messages again") from exc
+        self._prepared = cid
+        return {"id": cid, "positions": positions}
+
+    async def commit(self) -> None:
+        """The checkpoint holding ``prepare``'s record is durable: each sink's ``commit``."""
+        cid = self._prepared
+        if cid is None:
+            return
+        self.checkpoint_id = cid
+        self._prepared = None
+        for sid, sink in self.sinks.items():
+            try:
+                await _settle(sink.commit(cid))
+            except SinkError:
+                raise
+            except Exception as exc:
+                raise self._error(sid, f"commit (checkpoint {cid})", exc,
+                                  "The checkpoint is written: a restart hands it to the sink's "
+                                  "recover, which must finish the commit") from exc
+
+    def close(self, failed: bool) -> None:
+        """The task ends: ``abort`` first where it failed or did not finish; then ``close``.
+        Both are synchronous; an error here is logged (the task's own error, if any, stands)."""
+        for sid, sink in self.sinks.items():
+            for step, call in ((("abort", sink.abort),) if failed else ()) + (("close", sink.close),):
+                try:
+                    result = call()
+                    if inspect.isawaitable(result):
+                        close = getattr(result, "close", None)
+                        if close is not None:
+                            close()
+                        raise TypeError(f"{step}() returned an awaitable: it must be synchronous")
+                except Exception as exc:
+                    _log.error("%s", self._error(sid, step, exc, "Its files or rows past the last "
+                                                 "checkpoint are left to its recover"))
+        self.sinks.clear()
+
+
+class SinkProducer:
+    """A task's producer with the streams written by its sinks taken out: their terminals
+    write to the sinks, every other stream goes to ``inner``."""
+
+    def __init__(self, inner: Producer, sinks: TaskSinks) -> None:
+        self.inner = inner
+        self.sinks = sinks
+
+    def counts(self) -> ProducerCounts | None:
+        return self.inner.counts()
+
+    def record_sink(self, stream_id: str) -> StreamSink | None:
+        if stream_id in self.sinks.outputs:
+            return None
+        return self.inner.record_sink(stream_id)
+
+    def send(self, stream_id: str, partition: int, payload: Any) -> None:
+        if stream_id in self.sinks.outputs:
+            self.sinks.sender(stream_id)(partition, payload)
+            return
+        self.inner.send(stream_id, partition, payload)
+
+    def sender(self, stream_id: str) -> Callable[[int, Any], None]:
+        if stream_id in self.sinks.outputs:
+            return self.sinks.sender(stream_id)
+        return self.inner.sender(stream_id)
+
+    def signal(self) -> None:
+        self.inner.signal()
+
+    async def flush(self) -> None:
+        await self.inner.flush()
+
+    async def close(self) -> None:
+        await self.inner.close()

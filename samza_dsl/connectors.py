@@ -1,0 +1,265 @@
+"""Connectors: outputs written by a ``Sink`` the application gives, on any system.
+
+A sink is one object per task and output stream. The runtime opens it when the task starts,
+hands it each message the task sends to the stream, and makes it take part in every commit of
+the task (docs/connectors.md):
+
+1. ``open(ctx)`` then ``recover(committed)``: what the task's last checkpoint recorded of this
+   sink (its ``checkpoint_id`` and the ``position`` ``prepare`` returned then); a sink that
+   commits in two phases rolls forward what that checkpoint covers and drops the rest;
+2. ``write(partition, message)`` for each message; it may return an awaitable, which the message
+   waits for (back-pressure: at most ``task.max.concurrency`` messages wait per task);
+3. at each commit, before the checkpoint: ``prepare(checkpoint_id)``: make everything written so
+   far durable, but not visible yet where the sink can hold it back; its result (``None``, a
+   number, a string, or lists and dicts of them) is written into the task's checkpoint;
+4. once that checkpoint is durable: ``commit(checkpoint_id)``: make it visible;
+5. ``abort()`` when the task stops on an error (what was written since the last ``prepare`` is
+   not covered by any checkpoint: the restart writes it again); ``close()`` at the end.
+
+A sink that is at least once implements ``write`` and ``flush`` (the default ``prepare`` calls
+``flush``): a crash after the flush and before the checkpoint writes the messages since the last
+checkpoint again. A sink whose ``prepare`` keeps what it wrote apart and whose ``recover``
+decides by the recorded position is exactly once whatever ``job.processing.guarantee`` says:
+the checkpoint is the one place where the decision is made.
+
+>>> class Collect(Sink):
+...     def open(self, ctx: SinkContext) -> None:
+...         self.rows: list[object] = []
+...     def write(self, partition: int, message: object) -> None:
+...         self.rows.append(message)
+>>> out = SinkSystem("collect").output("rows", sink=lambda ctx: Collect())
+>>> out.stream_id, out.system.factory, out.partitions
+('rows', 'connector', 1)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import SamzaError
+from .serdes import Serde
+from .systems import OutputDescriptor, SystemDescriptor
+
+__all__ = ["Sink", "SinkContext", "Committed", "SinkError", "SinkSystem", "SinkOutput",
+           "SinkFactory", "CONNECTOR_FACTORY"]
+
+#: the ``factory`` of a system whose outputs are written by sinks
+CONNECTOR_FACTORY = "connector"
+
+
+@dataclass(frozen=True)
+class SinkContext:
+    """What a sink is told when its task opens it.
+
+    Attributes:
+        job_name: The job's name (``<app name>-<app id>``).
+        task_name: The task the sink belongs to (``"Partition 3"``): one sink per task and
+            output stream, so two tasks never write through the same sink.
+        stream_id: The output stream's id.
+        system: The name of the output's system.
+        partitions: The output stream's partition count.
+        config: The job's whole configuration.
+        guarantee: ``job.processing.guarantee``: ``"at-least-once"`` or ``"exactly-once"``.
+    """
+
+    job_name: str
+    task_name: str
+    stream_id: str
+    system: str
+    partitions: int
+    config: Mapping[str, Any] = field(repr=False)
+    guarantee: str = "at-least-once"
+
+    @property
+    def task_id(self) -> str:
+        """The task's name as a file name part: ``"Partition 3"`` -> ``"partition-3"``.
+
+        >>> SinkContext("j", "Partition 3 bucket 1 of 2", "s", "x", 1, {}).task_id
+        'partition-3-bucket-1-of-2'
+        """
+        return "-".join(self.task_name.lower().split())
+
+
+@dataclass(frozen=True)
+class Committed:
+    """What the task's last checkpoint recorded of a sink.
+
+    Attributes:
+        checkpoint_id: The id of the task's last checkpoint that recorded its sinks (0: none;
+            ids grow by one per commit of the task, across restarts).
+        position: What the sink's ``prepare`` returned for that checkpoint (None: none).
+    """
+
+    checkpoint_id: int = 0
+    position: Any = None
+
+
+class Sink:
+    """An output the application writes itself. Subclass it and override what you need:
+    ``write`` always; ``flush`` for at-least-once; ``prepare``, ``commit`` and ``recover``
+    for exactly-once (docs/connectors.md). Methods other than ``write`` may be coroutines.
+
+    Errors raised by any method stop the task with an error naming the sink, the stream and
+    the task (``SinkError``); raise a ``SinkError`` yourself to say what to do.
+
+    Example:
+        >>> class Lines(Sink):
+        ...     def open(self, ctx: SinkContext) -> None:
+        ...         self.buffer: list[str] = []
+        ...         self.lines: list[str] = []
+        ...     def write(self, partition: int, message: object) -> None:
+        ...         self.buffer.append(str(message))
+        ...     def flush(self) -> None:
+        ...         self.lines += self.buffer
+        ...         self.buffer.clear()
+        >>> sink = Lines()
+        >>> sink.open(SinkContext("job-1", "Partition 0", "lines", "mem", 1, {}))
+        >>> sink.write(0, "a")
+        >>> sink.prepare(1)  # before the checkpoint: flushes
+        >>> sink.lines
+        ['a']
+    """
+
+    def open(self, ctx: SinkContext) -> Awaitable[None] | None:
+        """The task starts: the sink's context. Called once, before ``recover``."""
+        return None
+
+    def recover(self, committed: Committed) -> Awaitable[None] | None:
+        """What the task's last checkpoint recorded of this sink (``Committed()`` on a first
+        start): roll forward what ``committed.position`` covers, drop anything prepared after
+        it. Called once, after ``open``, before any ``write``."""
+        return None
+
+    def write(self, partition: int, message: Any) -> Awaitable[None] | None:
+        """One message the task sends to the stream, in ``partition`` (the stream's partition
+        rule's choice: by the key of a ``KV``). Return an awaitable to make the message wait
+        for it (back-pressure); the task's checkpoint never passes a message still waiting."""
+        raise NotImplementedError(f"{type(self).__name__} must implement write(partition, message)")
+
+    def flush(self) -> Awaitable[None] | None:
+        """Make every message written so far durable (at least once). Called by ``prepare``."""
+        return None
+
+    def prepare(self, checkpoint_id: int) -> Any:
+        """Before the task's checkpoint ``checkpoint_id`` is written: make everything written
+        so far durable; return what the checkpoint records of this sink (``recover`` gets it
+        back), or an awaitable of it. By default: ``flush()``, and nothing recorded."""
+        return self.flush()
+
+    def commit(self, checkpoint_id: int) -> Awaitable[None] | None:
+        """The task's checkpoint ``checkpoint_id``, holding what ``prepare`` returned, is
+        durable: make what was prepared visible. A crash before this call leaves it to
+        ``recover``."""
+        return None
+
+    def abort(self) -> Awaitable[None] | None:
+        """The task stops on an error: what was written since the last ``prepare`` will be
+        written again after the restart; drop it where the sink can."""
+        return None
+
+    def close(self) -> Awaitable[None] | None:
+        """The task ends (after its last commit, or after ``abort``)."""
+        return None
+
+
+#: makes the sink of one task, given its context (called in the task's process)
+SinkFactory = Callable[[SinkContext], Sink]
+
+
+class SinkError(SamzaError):
+    """A sink failed: names the sink, the stream, the task and what to do.
+
+    Example:
+        >>> raise SinkError("the disk is full", stream="rows", task="Partition 0")
+        Traceback (most recent call last):
+        samza_dsl.connectors.SinkError: the disk is full
+    """
+
+    def __init__(self, message: str, *, stream: str | None = None, task: str | None = None,
+                 step: str | None = None) -> None:
+        super().__init__(message)
+        self.stream = stream
+        self.task = task
+        self.step = step
+
+
+@dataclass(frozen=True)
+class SinkOutput(OutputDescriptor):
+    """An output stream written by a sink (``SinkSystem(...).output(..., sink=...)``); pass it
+    to ``app.output``. Messages reach the sink as the application sends them (no serde).
+
+    Attributes:
+        sink: Makes the sink of a task: ``sink(ctx: SinkContext) -> Sink``.
+        description: How ``plan`` and errors name the sink (``"parquet files in out/"``).
+    """
+
+    sink: SinkFactory | None = field(default=None, compare=False)
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not callable(self.sink):
+            raise TypeError(f"output {self.stream_id!r}: sink= must be a callable "
+                            f"(ctx: SinkContext) -> Sink, such as a Sink subclass, got "
+                            f"{self.sink!r}")
+
+    @property
+    def what(self) -> str:
+        """The sink as errors name it."""
+        return self.description or f"sink of output {self.stream_id!r}"
+
+    def make(self, ctx: SinkContext) -> Sink:
+        """The sink of one task.
+
+        Raises:
+            SinkError: the factory did not give a ``Sink``.
+        """
+        assert self.sink is not None
+        made = self.sink(ctx)
+        if not isinstance(made, Sink):
+            raise SinkError(f"output {self.stream_id!r}: sink= gave {type(made).__name__}, not "
+                            f"a samza_dsl.connectors.Sink: subclass Sink", stream=self.stream_id,
+                            task=ctx.task_name)
+        return made
+
+
+@dataclass(frozen=True)
+class SinkSystem(SystemDescriptor):
+    """A system of outputs written by sinks.
+
+    Example:
+        >>> system = SinkSystem("sqlite")
+        >>> system.factory
+        'connector'
+    """
+
+    factory: str = CONNECTOR_FACTORY
+
+    def output(self, stream_id: str, *, serde: Serde[Any] | None = None,
+               physical_name: str | None = None, partitions: int | None = None,
+               sink: SinkFactory | None = None, description: str = "") -> SinkOutput:
+        """An output stream written by ``sink``: ``sink(ctx)`` makes each task's ``Sink``.
+
+        Args:
+            stream_id: The stream's id in the application, matching ``[A-Za-z0-9._-]+``.
+            serde: Unused: a sink takes messages as they are; must be None.
+            physical_name: The name the sink may use for the stream; by default ``stream_id``.
+            partitions: The stream's partition count, which the partition rule picks from
+                (default 1: every message in partition 0).
+            sink: ``sink(ctx: SinkContext) -> Sink``, called once per task.
+            description: How errors and plans name the sink.
+
+        Returns:
+            The ``SinkOutput``, for ``app.output``.
+
+        Raises:
+            TypeError: ``sink`` is not callable, or ``serde`` is given.
+        """
+        if serde is not None:
+            raise TypeError(f"output {stream_id!r}: a sink takes messages as they are; leave "
+                            f"serde out (the sink encodes them)")
+        return SinkOutput(self, stream_id, None, physical_name or stream_id,
+                          1 if partitions is None else partitions, sink=sink,
+                          description=description)
