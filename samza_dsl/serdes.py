@@ -29,7 +29,7 @@ from .kv import KV
 T = TypeVar("T")
 
 __all__ = ["Serde", "JsonSerde", "MsgpackSerde", "StringSerde", "BytesSerde", "KVSerde",
-           "NoOpSerde", "PickleSerde", "SafeSerde"]
+           "NoOpSerde", "PickleSerde", "SafeSerde", "AvroSerde", "ProtobufSerde"]
 
 
 class Serde(Generic[T]):
@@ -713,3 +713,292 @@ class SafeSerde(Serde[Any]):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["types"])  # type: ignore[misc]
+
+
+_WIRE_FORMATS = ("plain", "confluent")
+
+
+def _check_wire(serde: str, wire_format: str, schema_id: int | None,
+                others: object) -> int | None:
+    """The schema id, checked against the wire format: ``"confluent"`` needs one, ``"plain"``
+    takes none (nor other known ids)."""
+    from .confluent_wire import check_schema_id
+
+    if wire_format not in _WIRE_FORMATS:
+        raise ValueError(f"{serde} wire_format must be 'plain' or 'confluent', got "
+                         f"{wire_format!r}")
+    if wire_format == "plain":
+        if schema_id is not None or others:
+            raise ValueError(f"{serde} takes schema_id and known ids only with "
+                             f"wire_format='confluent'")
+        return None
+    if schema_id is None:
+        raise ValueError(f"{serde} with wire_format='confluent' needs schema_id= (the id the "
+                         f"schema registry gave the schema)")
+    return check_schema_id(schema_id, f"{serde} schema_id")
+
+
+class AvroSerde(Serde[Any]):
+    """Avro binary, with the schema given in code (fastavro: ``pip install
+    'samza-dsl[avro]'``). A message is a dict of the schema's fields (or, for a schema that is
+    not a record, a value of its type); it is checked against the schema when it is written,
+    and one that does not fit is an error naming the field and what is wrong. Records decode
+    to dicts.
+
+    ``wire_format="confluent"`` writes and reads the framing of Confluent's schema registry
+    clients: the byte 0, the schema's registry id (4 bytes, big-endian), then the Avro bytes.
+    Decoding checks both; bytes with another id are an error naming both ids, unless
+    ``known_schemas`` gives that id's schema, which is then the writer's schema, resolved into
+    ``schema`` as Avro's schema resolution says (a field added with a default, say).
+
+    Bytes that do not decode follow the stream's ``streams.<id>.samza.serde.error`` policy.
+
+    Args:
+        schema: The Avro schema: a dict (a list for a union), or its JSON text.
+        wire_format: ``"plain"`` (the Avro bytes alone) or ``"confluent"``.
+        schema_id: The registry's id of ``schema``; ``"confluent"`` only, and needed there.
+        known_schemas: ``{schema id: schema}`` of older (or newer) schemas whose messages the
+            stream holds too; ``"confluent"`` only.
+
+    Raises:
+        ValueError: The schema is not valid Avro, or the wire format and ids do not go together.
+        ModuleNotFoundError: fastavro is not installed.
+
+    Example:
+        >>> user = {"type": "record", "name": "User", "namespace": "shop", "fields": [
+        ...     {"name": "name", "type": "string"}, {"name": "age", "type": "int"}]}
+        >>> serde = AvroSerde(user)
+        >>> serde.serialize({"name": "ann", "age": 3})
+        b'\\x06ann\\x06'
+        >>> serde.deserialize(b'\\x06ann\\x06')
+        {'name': 'ann', 'age': 3}
+        >>> serde.serialize({"name": "ann", "age": "3"})
+        Traceback (most recent call last):
+        samza_dsl.errors.SerdeError: AvroSerde('shop.User') cannot encode dict: field 'age' is '3' (str), expected int. Make the message fit the schema
+        >>> framed = AvroSerde(user, wire_format="confluent", schema_id=7)
+        >>> framed.serialize({"name": "ann", "age": 3})
+        b'\\x00\\x00\\x00\\x00\\x07\\x06ann\\x06'
+        >>> framed.deserialize(b'\\x00\\x00\\x00\\x00\\x08\\x06ann\\x06')
+        Traceback (most recent call last):
+        samza_dsl.errors.SerdeError: AvroSerde('shop.User', wire_format='confluent', schema_id=7) cannot decode message: the bytes have schema id 8, not this serde's schema id 7; ...
+    """
+
+    name = "avro"
+
+    def __init__(self, schema: dict[str, Any] | list[Any] | str, *, wire_format: str = "plain",
+                 schema_id: int | None = None,
+                 known_schemas: Mapping[int, dict[str, Any] | list[Any] | str] | None = None
+                 ) -> None:
+        from .avro_codec import AvroCodec, canonical_text, schema_name
+
+        known = dict(known_schemas or {})
+        self.schema = schema
+        self.wire_format = wire_format
+        self.schema_id = _check_wire("AvroSerde", wire_format, schema_id, known)
+        self.known_schemas = known
+        self._codec = AvroCodec(schema, wire_format=wire_format, schema_id=self.schema_id,
+                                known_schemas=known, label="AvroSerde(...)")
+        self._key = (canonical_text(schema),
+                     tuple(sorted((i, canonical_text(s)) for i, s in known.items())))
+        self._name = schema_name(self._codec.schema)
+        self._codec.label = self.describe()
+
+    def _settings(self) -> tuple[Any, ...]:
+        return (self._key, self.wire_format, self.schema_id)
+
+    def describe(self) -> str:
+        """The serde as plans show it: the schema's name (its fields left out), the wire format
+        and the ids.
+
+        Returns:
+            E.g. ``"AvroSerde('shop.User', wire_format='confluent', schema_id=7)"``.
+        """
+        parts = [repr(self._name)]
+        if self.wire_format != "plain":
+            parts += [f"wire_format={self.wire_format!r}", f"schema_id={self.schema_id}"]
+        if self.known_schemas:
+            parts.append(f"known_ids={sorted(self.known_schemas)}")
+        return f"AvroSerde({', '.join(parts)})"
+
+    def serialize(self, obj: Any) -> bytes:
+        """Encode a message that fits the schema.
+
+        Args:
+            obj: The message: a dict of the record's fields (a field with a default may be left
+                out; a field the schema does not have is an error).
+
+        Returns:
+            Its Avro bytes (behind the Confluent header, in that wire format).
+
+        Raises:
+            SerdeError: It does not fit the schema: names the field and what is wrong.
+        """
+        return self._codec.encode(obj)
+
+    def deserialize(self, data: bytes) -> Any:
+        """Decode a message.
+
+        Args:
+            data: Avro bytes of the schema (behind the Confluent header, in that wire format).
+
+        Returns:
+            The record, as a dict.
+
+        Raises:
+            SerdeError: The bytes are not Avro of the schema, bytes are left over after it, or
+                (Confluent) the magic byte or the schema id is not the serde's.
+        """
+        return self._codec.decode(data)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"schema": self.schema, "wire_format": self.wire_format,
+                "schema_id": self.schema_id, "known_schemas": self.known_schemas}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state.pop("schema"), **state)  # type: ignore[misc]
+
+
+class ProtobufSerde(Serde[Any]):
+    """Protocol Buffers, with the generated message class given in code (protobuf: ``pip
+    install 'samza-dsl[protobuf]'``). A message to write is an instance of the class, or a dict
+    in protobuf's JSON mapping (``json_format.ParseDict``: a field the message does not have,
+    or a value of the wrong type, is an error naming the field). Messages are written
+    deterministically, and decode to instances of the class, or with ``as_dict=True`` to dicts
+    (``json_format.MessageToDict`` with the fields' proto names, every field present).
+
+    ``wire_format="confluent"`` writes and reads the framing of Confluent's schema registry
+    clients: the byte 0, the schema's registry id (4 bytes, big-endian), the message's indexes
+    in its ``.proto`` file (zigzag varints; ``[0]``, the file's first message, as the byte 0),
+    then the Protobuf bytes. Decoding checks all three: bytes with another schema id are an
+    error naming both ids, unless ``known_ids`` lists it.
+
+    Bytes that do not decode follow the stream's ``streams.<id>.samza.serde.error`` policy.
+
+    Args:
+        message_class: The generated message class (``views_pb2.PageView``), or one built from
+            descriptors (``message_factory.GetMessageClass``).
+        wire_format: ``"plain"`` (the Protobuf bytes alone) or ``"confluent"``.
+        schema_id: The registry's id of the message's schema; ``"confluent"`` only, and needed
+            there.
+        message_indexes: The message's indexes in its file (``"confluent"`` only); by default
+            found from its descriptor, as Confluent's clients find them.
+        known_ids: Other schema ids whose messages this class reads (``"confluent"`` only).
+        as_dict: Decode to dicts rather than messages.
+
+    Raises:
+        TypeError: ``message_class`` is not a Protobuf message class.
+        ValueError: The wire format and ids do not go together.
+        ModuleNotFoundError: protobuf is not installed.
+
+    Example:
+        >>> from google.protobuf.source_context_pb2 import SourceContext  # any generated class
+        >>> serde = ProtobufSerde(SourceContext)
+        >>> serde.serialize(SourceContext(file_name="a.proto")), serde.serialize(
+        ...     {"file_name": "a.proto"})
+        (b'\\n\\x07a.proto', b'\\n\\x07a.proto')
+        >>> serde.deserialize(b"\\n\\x07a.proto") == SourceContext(file_name="a.proto")
+        True
+        >>> ProtobufSerde(SourceContext, as_dict=True).deserialize(b"\\n\\x07a.proto")
+        {'file_name': 'a.proto'}
+        >>> serde.serialize({"file": "a.proto"})
+        Traceback (most recent call last):
+        samza_dsl.errors.SerdeError: ProtobufSerde(google.protobuf.SourceContext) cannot encode dict: Message type "google.protobuf.SourceContext" has no field named "file" at "SourceContext". ...
+        >>> ProtobufSerde(SourceContext, wire_format="confluent", schema_id=7).serialize(
+        ...     SourceContext(file_name="a.proto"))  # the file's first message: indexes [0]
+        b'\\x00\\x00\\x00\\x00\\x07\\x00\\n\\x07a.proto'
+    """
+
+    name = "protobuf"
+
+    def __init__(self, message_class: type[Any], *, wire_format: str = "plain",
+                 schema_id: int | None = None, message_indexes: Sequence[int] | None = None,
+                 known_ids: Iterable[int] = (), as_dict: bool = False) -> None:
+        from .protobuf_codec import ProtobufCodec, check_message_class, message_indexes_of
+
+        self.message_class = check_message_class(message_class)
+        known = tuple(sorted(set(known_ids)))
+        self.wire_format = wire_format
+        self.schema_id = _check_wire("ProtobufSerde", wire_format, schema_id,
+                                     known or message_indexes)
+        if message_indexes is not None:
+            indexes = [int(i) for i in message_indexes]
+            if not indexes:
+                raise ValueError("ProtobufSerde message_indexes must name at least one index")
+        else:
+            indexes = message_indexes_of(self.message_class) if self.schema_id is not None \
+                else []
+        self.message_indexes = tuple(indexes)
+        self.known_ids = known
+        self.as_dict = bool(as_dict)
+        self._codec = ProtobufCodec(self.message_class, wire_format=wire_format,
+                                    schema_id=self.schema_id, message_indexes=indexes,
+                                    known_ids=known, as_dict=self.as_dict, label="")
+        self._codec.label = self.describe()
+
+    def _settings(self) -> tuple[Any, ...]:
+        out: list[Any] = [self.message_class]
+        if self.wire_format != "plain":
+            out += [self.wire_format, self.schema_id, self.message_indexes]
+        if self.known_ids:
+            out.append(self.known_ids)
+        if self.as_dict:
+            out.append("as_dict")
+        return tuple(out)
+
+    def describe(self) -> str:
+        """The serde as plans show it.
+
+        Returns:
+            E.g. ``"ProtobufSerde(shop.PageView, wire_format='confluent', schema_id=7)"``.
+        """
+        parts = [self.message_class.DESCRIPTOR.full_name]
+        if self.wire_format != "plain":
+            parts += [f"wire_format={self.wire_format!r}", f"schema_id={self.schema_id}"]
+            if list(self.message_indexes) != [0]:
+                parts.append(f"message_indexes={list(self.message_indexes)}")
+        if self.known_ids:
+            parts.append(f"known_ids={list(self.known_ids)}")
+        if self.as_dict:
+            parts.append("as_dict=True")
+        return f"ProtobufSerde({', '.join(parts)})"
+
+    def serialize(self, obj: Any) -> bytes:
+        """Encode a message.
+
+        Args:
+            obj: An instance of the message class, or a dict in protobuf's JSON mapping.
+
+        Returns:
+            Its Protobuf bytes, deterministic (behind the Confluent header and message indexes,
+            in that wire format).
+
+        Raises:
+            SerdeError: A message of another class, a dict that does not fit (names the
+                field), or a message missing a required (proto2) field.
+        """
+        return self._codec.encode(obj)
+
+    def deserialize(self, data: bytes) -> Any:
+        """Decode a message.
+
+        Args:
+            data: Protobuf bytes of the message (behind the Confluent header and message
+                indexes, in that wire format).
+
+        Returns:
+            An instance of the message class, or its dict with ``as_dict=True``.
+
+        Raises:
+            SerdeError: The bytes do not parse as the message, or (Confluent) the magic byte,
+                the schema id or the message indexes are not the serde's.
+        """
+        return self._codec.decode(data)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"message_class": self.message_class, "wire_format": self.wire_format,
+                "schema_id": self.schema_id,
+                "message_indexes": self.message_indexes if self.schema_id is not None else None,
+                "known_ids": self.known_ids, "as_dict": self.as_dict}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state.pop("message_class"), **state)  # type: ignore[misc]
