@@ -365,4 +365,5 @@ def _quix_w7(bootstrap: str, events: str, n: int) -> dict[str, Any] | None:
                           text=True, timeout=900)
     if proc.returncode != 0:
         return {"msgs_per_s": None, "error": proc.stderr.strip().splitlines()[-1:]}
-    return json.loads(proc.stdout.splitlines()[-1])  # type: ignore[no-any-return]
+    got: dict[str, Any] = json.loads(proc.stdout.splitlines()[-1])
+    return got
