@@ -80,7 +80,7 @@ def canonical_text(schema: Any) -> str:
 
 
 def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
+    return " ".join(str(exc).split()).rstrip(".") or type(exc).__name__
 
 
 def _show(datum: Any) -> str:

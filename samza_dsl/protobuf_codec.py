@@ -74,7 +74,7 @@ def message_indexes_of(message_class: type[Message]) -> list[int]:
 
 
 def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
+    return " ".join(str(exc).split()).rstrip(".") or type(exc).__name__
 
 
 class ProtobufCodec:
@@ -162,6 +162,10 @@ class ProtobufCodec:
             message = self.message_class.FromString(bytes(payload))
         except (DecodeError, ValueError, TypeError) as exc:
             raise self._decode_error(data, f"not a {self.full_name}: {_one_line(exc)}") from exc
+        if not message.IsInitialized():  # proto2: parsed, but a required field is missing
+            missing = ", ".join(message.FindInitializationErrors())
+            raise self._decode_error(data, f"not a {self.full_name}: it lacks the required "
+                                           f"field(s) {missing}")
         if self.as_dict:
             return json_format.MessageToDict(message, preserving_proto_field_name=True,
                                              always_print_fields_with_no_presence=True)
