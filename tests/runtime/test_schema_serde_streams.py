@@ -1,0 +1,157 @@
+"""Avro and Protobuf values end to end: a pipeline on TestRunner, and on the embedded local
+system reading records a Confluent-framing producer wrote and writing Avro that fastavro reads
+back; bytes that do not decode follow the stream's serde error policy (fail names the stream,
+partition and offset; dead-letter keeps the raw record)."""
+
+from __future__ import annotations
+
+import io
+import struct
+from pathlib import Path
+from typing import Any
+
+import fastavro
+import pytest
+from google.protobuf.source_context_pb2 import SourceContext
+
+from runtime import LocalRunner
+from runtime.codec import ERROR_HEADER, SOURCE_HEADER
+from runtime.local.system import LocalJob, dead_letter_stream
+from samza_dsl import KV, StreamApplication
+from samza_dsl.errors import SerdeError
+from samza_dsl.serdes import AvroSerde, KVSerde, ProtobufSerde, StringSerde
+from samza_dsl.systems import LocalSystem
+from samza_dsl.testing import TestRunner
+
+VIEW = {"type": "record", "name": "PageView", "namespace": "shop", "fields": [
+    {"name": "user", "type": "string"}, {"name": "page", "type": "string"},
+    {"name": "ms", "type": "long"}]}
+VISIT = {"type": "record", "name": "Visit", "namespace": "shop", "fields": [
+    {"name": "page", "type": "string"}, {"name": "seconds", "type": "double"}]}
+VIEW_ID, VISIT_ID = 11, 12
+
+VIEWS = [KV("ann", {"user": "ann", "page": "/home", "ms": 1500}),
+         KV("bob", {"user": "bob", "page": "/health", "ms": 10}),
+         KV("cat", {"user": "cat", "page": "/feed", "ms": 250})]
+
+
+def _app(name: str) -> tuple[StreamApplication, Any, Any]:
+    app = StreamApplication(name)
+    local = LocalSystem("local")
+    views = local.input("views", partitions=1, serde=KVSerde(
+        StringSerde(), AvroSerde(VIEW, wire_format="confluent", schema_id=VIEW_ID)))
+    visits = local.output("visits", partitions=1, serde=KVSerde(
+        StringSerde(), AvroSerde(VISIT, wire_format="confluent", schema_id=VISIT_ID)))
+    (app.input(views)
+        .filter(lambda kv: kv.value["page"] != "/health", name="humans")
+        .map(lambda kv: KV(kv.key, {"page": kv.value["page"], "seconds": kv.value["ms"] / 1000}),
+             name="to-visit")
+        .send_to(app.output(visits)))
+    return app, views, visits
+
+
+def _framed(schema_id: int, schema: Any, record: Any) -> bytes:
+    """What a Confluent-framing producer writes: fastavro's bytes behind the header."""
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, fastavro.parse_schema(schema), record)
+    return b"\x00" + struct.pack(">I", schema_id) + buf.getvalue()
+
+
+def _load(app: StreamApplication, config: dict[str, Any], garbage: bytes | None) -> None:
+    records = [(kv.key.encode(), _framed(VIEW_ID, VIEW, kv.value), None) for kv in VIEWS]
+    if garbage is not None:
+        records.insert(1, (b"eve", garbage, None))
+    job = LocalJob(app, config, run=False)
+    try:
+        job.log_of("local").append("views", 0, records)
+    finally:
+        job.close()
+
+
+def test_avro_values_through_the_test_runner():
+    app, views, visits = _app("avro-mem")
+    result = TestRunner(app).add_input(views, VIEWS).run()
+    assert sorted(result.messages(visits), key=lambda kv: kv.key) == [
+        KV("ann", {"page": "/home", "seconds": 1.5}), KV("cat", {"page": "/feed", "seconds": 0.25})]
+    assert "AvroSerde('shop.PageView', wire_format='confluent', schema_id=11)" in \
+        app.plan().explain()
+
+
+def test_avro_values_on_the_local_system_read_and_written_in_the_confluent_format(
+        tmp_path: Path) -> None:
+    app, _, _ = _app("avro-local")
+    config = {"job.dir": str(tmp_path / "job")}
+    _load(app, config, None)
+    runner = LocalRunner(app, config).run()
+    try:
+        assert sorted(runner.messages("visits"), key=lambda kv: kv.key) == [
+            KV("ann", {"page": "/home", "seconds": 1.5}),
+            KV("cat", {"page": "/feed", "seconds": 0.25})]
+        _, records = runner.job.log_of("local").read("visits", 0, 0, 10)
+        visit = fastavro.parse_schema(VISIT)
+        for _key, value, _ in records:  # what a Confluent-framing consumer reads
+            assert value[:5] == b"\x00" + struct.pack(">I", VISIT_ID)
+            fastavro.schemaless_reader(io.BytesIO(value[5:]), visit, None)
+        assert [r[1] for r in records] == [_framed(VISIT_ID, VISIT, v.value) for v in
+                                           runner.messages("visits")]
+    finally:
+        runner.close()
+
+
+def test_bytes_of_another_schema_id_stop_the_job_naming_where(tmp_path: Path) -> None:
+    app, _, _ = _app("avro-fail")
+    config = {"job.dir": str(tmp_path / "job")}
+    _load(app, config, _framed(99, VIEW, {"user": "eve", "page": "/", "ms": 1}))
+    runner = LocalRunner(app, config)
+    with pytest.raises(SerdeError) as err:
+        runner.run()
+    runner.close()
+    text = str(err.value)
+    assert "schema id 99, not this serde's schema id 11" in text
+    assert "'views'" in text and "partition 0" in text and "offset 1" in text
+    assert "samza.serde.error" in text
+
+
+def test_garbage_goes_to_the_dead_letters_and_the_rest_is_processed(tmp_path: Path) -> None:
+    app, _, _ = _app("avro-dlq")
+    config = {"job.dir": str(tmp_path / "job"), "streams.views.samza.serde.error": "dead-letter"}
+    _load(app, config, b"{not avro}")
+    runner = LocalRunner(app, config).run()
+    try:
+        assert sorted(kv.key for kv in runner.messages("visits")) == ["ann", "cat"]
+        assert runner.metrics["views.serde-errors-skipped"] == 1
+        _, dead = runner.job.log_of("local").read(dead_letter_stream("avro-dlq-1"), 0, 0, 10)
+        assert len(dead) == 1
+        key, value, headers = dead[0]
+        assert (key, value) == (b"eve", b"{not avro}")
+        hdrs = dict(headers or ())
+        assert hdrs[SOURCE_HEADER] == b"views/0/1"
+        assert b"not the Confluent magic byte" in hdrs[ERROR_HEADER]
+    finally:
+        runner.close()
+
+
+def test_protobuf_values_on_the_local_system(tmp_path: Path) -> None:
+    app = StreamApplication("proto-local", config={"streams.files.samza.serde.error": "skip"})
+    local = LocalSystem("local")
+    files = local.input("files", partitions=1, serde=ProtobufSerde(
+        SourceContext, wire_format="confluent", schema_id=3))
+    names = local.output("names", partitions=1, serde=ProtobufSerde(SourceContext, as_dict=True))
+    (app.input(files).map(lambda m: SourceContext(file_name=m.file_name.upper()), name="upper")
+        .send_to(app.output(names)))
+    config = {"job.dir": str(tmp_path / "job")}
+    job = LocalJob(app, config, run=False)
+    try:
+        job.log_of("local").append("files", 0, [
+            (None, b"\x00\x00\x00\x00\x03\x00" + SourceContext(file_name="a.proto")
+             .SerializeToString(), None),
+            (None, b"\xff\xff", None),
+            (None, b"\x00\x00\x00\x00\x03\x00\x0a\x07b.proto", None)])
+    finally:
+        job.close()
+    runner = LocalRunner(app, config).run()
+    try:
+        assert runner.messages("names") == [{"file_name": "A.PROTO"}, {"file_name": "B.PROTO"}]
+        assert runner.metrics["files.serde-errors-skipped"] == 1
+    finally:
+        runner.close()
