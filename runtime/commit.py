@@ -107,6 +107,8 @@ class Committer:
         self.last_commit: float | None = None
         #: exactly-once: commits are one transaction of the system (None: at least once)
         self.transactions: Transactions | None = None
+        #: per task with outputs written by sinks, its sinks (``runtime.sinks``)
+        self.sinks: dict[str, TaskSinks] = {}
 
     def seed(self, task_name: str, offsets: Mapping[SSP, int]) -> None:
         """The checkpoint ``task_name`` resumes from, as if this container had written it."""
@@ -118,13 +120,13 @@ class Committer:
         return written(task_name) if written is not None else time.time()
 
     async def commit(self, task_name: str, offsets: Mapping[SSP, int], *,
-                     has_stores: bool, times: Any = None, sinks: TaskSinks | None = None,
-                     ) -> float:
+                     has_stores: bool, times: Any = None) -> float:
         """Commit ``offsets`` (taken by the caller before calling) for task ``task_name``, with
         its event-time progress as of them (``times``, where the checkpoint store keeps it) and
-        its ``sinks`` prepared before the checkpoint and committed after it; returns when it
-        ended (``time.monotonic()``)."""
+        its sinks (``sinks``) prepared before the checkpoint and committed after it; returns
+        when it ended (``time.monotonic()``)."""
         began = time.perf_counter_ns()
+        sinks = self.sinks.get(task_name)
         offsets = dict(offsets)
         kept = getattr(self.checkpoints, "times", None)
         if kept is not None and times is not None:

@@ -340,6 +340,9 @@ class Container:
             for t in self.tasks:
                 t.cancel_calls()  # a call left running would open a session after the close
                 t.close()
+                sinks = self.committer.sinks.get(t.name)
+                if sinks is not None:  # aborted unless the task ended with its last commit
+                    sinks.close(failed=not t.done)
         finally:
             try:
                 if self.job.plan.app.remote_tables:  # their client sessions live on this loop

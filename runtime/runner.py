@@ -933,10 +933,20 @@ def uses_local_system(app: StreamApplication) -> bool:
 def _output_counts(runner: LocalRunner) -> dict[str, int]:
     """Messages this run wrote per output: its producers' counts; in memory, where the outputs
     are held anyway, their lengths."""
+    from runtime.sinks import sink_outputs
+
+    sinks = sink_outputs(runner.plan)
     written = runner.written()
     if written is not None:
-        return {sid: written.get(sid, 0) for sid in runner.plan.output_streams}
-    return {sid: len(runner.messages(sid)) for sid in runner.plan.output_streams}
+        counts = {sid: written.get(sid, 0) for sid in runner.plan.output_streams}
+    else:
+        counts = {sid: len(runner.messages(sid)) if sid not in sinks else 0
+                  for sid in runner.plan.output_streams}
+    if sinks and runner.container is not None:  # written by sinks: as the tasks counted them
+        for task_sinks in runner.container.committer.sinks.values():
+            for sid, n in task_sinks.written.items():
+                counts[sid] += n
+    return counts
 
 
 def print_outputs(runner: LocalRunner, out: TextIO = sys.stdout, limit: int = 10,
@@ -957,7 +967,12 @@ def print_outputs(runner: LocalRunner, out: TextIO = sys.stdout, limit: int = 10
         for line in resume_lines(traffic[1], runner.plan):
             out.write(line + "\n")
     counts = _output_counts(runner)
+    sinks = {sid: d.what for sid, d in runner.plan.app.outputs.items()
+             if getattr(d, "sink", None) is not None}
     for sid in runner.plan.output_streams:
+        if sid in sinks:  # written by a sink (samza_dsl.connectors): nothing to read back
+            out.write(f"{sid}: {counts[sid]} message(s) to {sinks[sid]}\n")
+            continue
         shown = runner.tail(sid, limit)
         out.write(f"{sid}: {counts[sid]} message(s)\n")
         for m in shown:

@@ -1,12 +1,14 @@
 """The runtime's side of connectors (``samza_dsl.connectors``): a task's sinks, opened when it
 starts, written by its terminals and taken through each of its commits.
 
-A task whose application has ``SinkOutput`` streams gets a ``TaskSinks``; its producer is
-wrapped (``SinkProducer``) so that the terminals of those streams write to the task's sinks and
-every other stream goes to the producer as before. ``runtime.commit`` calls ``prepare`` before
-the checkpoint and ``commit`` after it; the checkpoint records, per task, the id of the
-checkpoint and each sink's position (``checkpoints.merge(sinks=...)``), which ``start`` hands
-back to each sink's ``recover`` on the next start of the task.
+A task whose application has ``SinkOutput`` streams gets a ``TaskSinks`` when it is built
+(``task_producer``): each sink is made, opened and handed what the task's checkpoint recorded of
+it (``recover``), and the task's producer is wrapped (``SinkProducer``) so that the terminals of
+those streams write to the sinks and every other stream goes to the producer as before. The
+committer keeps the task's sinks (``Committer.sinks``): ``runtime.commit`` calls ``prepare``
+before the checkpoint and ``commit`` after it; the checkpoint records, per task, the id of the
+checkpoint and each sink's position (``checkpoints.merge(sinks=...)``). The container closes
+them with the task (``abort`` first, unless the task ended with its last commit).
 
 Errors of a sink are ``SinkError``s naming the sink, its output stream, the task, what it was
 doing, and what happens next.
@@ -24,7 +26,7 @@ from samza_dsl.config import job_name_of
 from samza_dsl.connectors import Committed, Sink, SinkContext, SinkError, SinkOutput
 from samza_dsl.errors import ConfigError, SamzaError
 
-__all__ = ["TaskSinks", "SinkProducer", "sink_outputs"]
+__all__ = ["TaskSinks", "SinkProducer", "sink_outputs", "task_producer"]
 
 _log = logging.getLogger("samza_dsl.connectors")
 
@@ -34,8 +36,29 @@ def sink_outputs(plan: Any) -> dict[str, SinkOutput]:
     return {sid: d for sid, d in plan.app.outputs.items() if isinstance(d, SinkOutput)}
 
 
+def task_producer(task: Any, env: Any) -> Producer:
+    """Where ``task``'s records go: the container's producer, or under exactly-once the task's
+    own (``TaskEnv.task_producer``); where the application has outputs written by sinks, with
+    those taken out to the task's sinks, opened now and kept by the committer."""
+    inner: Producer = env.producer if env.task_producer is None else env.task_producer(task)
+    if not sink_outputs(task.plan):
+        return inner
+    sinks = TaskSinks(task.name, task.plan, env.config, env.committer.checkpoints)
+    env.committer.sinks[task.name] = sinks
+    return SinkProducer(inner, sinks)
+
+
 async def _settle(result: Any) -> Any:
     return await result if inspect.isawaitable(result) else result
+
+
+def _sync(step: str, result: Any) -> None:
+    if inspect.isawaitable(result):
+        close = getattr(result, "close", None)
+        if close is not None:
+            close()  # a coroutine never awaited
+        raise TypeError(f"{step}() returned an awaitable: it must be synchronous (do the "
+                        f"waiting in write, prepare or commit)")
 
 
 class TaskSinks:
@@ -63,7 +86,7 @@ class TaskSinks:
             sid: SinkContext(job_name, task_name, sid, d.system.name,
                              plan.streams[sid].partitions, config, guarantee)
             for sid, d in self.outputs.items()}
-        #: made now, for the task's wiring; opened by ``start``
+        #: made, opened and recovered now, before the task's wiring takes their ``write``
         self.sinks: dict[str, Sink] = {}
         for sid, d in self.outputs.items():
             try:
@@ -75,9 +98,11 @@ class TaskSinks:
                                   "factory") from exc
         #: the id of the task's last checkpoint that recorded its sinks
         self.checkpoint_id = 0
-        self.started = False
+        #: messages handed to each sink's ``write`` (for a run's summary)
+        self.written: dict[str, int] = dict.fromkeys(self.outputs, 0)
         #: ``prepare`` ran and ``commit`` has not yet: the id it prepared
         self._prepared: int | None = None
+        self._start()
 
     def _error(self, sid: str, step: str, exc: BaseException, then: str) -> SinkError:
         d = self.outputs[sid]
@@ -86,7 +111,7 @@ class TaskSinks:
             f"{self.task_name!r} at {step}: {type(exc).__name__}: {exc}. {then}",
             stream=sid, task=self.task_name, step=step)
 
-    async def start(self) -> None:
+    def _start(self) -> None:
         """Open each sink and hand it what the task's last checkpoint recorded of it."""
         record = self.checkpoints.read_sinks(self.task_name) or {}
         self.checkpoint_id = int(record.get("id", 0))
@@ -95,22 +120,25 @@ class TaskSinks:
             step = "open"
             sink = self.sinks[sid]
             try:
-                await _settle(sink.open(self.contexts[sid]))
+                # typed to return None; a coroutine there is refused
+                opening: Callable[..., Any] = sink.open
+                _sync(step, opening(self.contexts[sid]))
                 step = "recover"
-                await _settle(sink.recover(Committed(self.checkpoint_id if sid in positions
-                                                     else 0, positions.get(sid))))
+                recovering: Callable[..., Any] = sink.recover
+                _sync(step, recovering(Committed(self.checkpoint_id if sid in positions
+                                                 else 0, positions.get(sid))))
             except SinkError:
                 raise
             except Exception as exc:
                 raise self._error(sid, step, exc, "The task did not start; fix what the sink "
                                   "needs and run the job again") from exc
-        self.started = True
 
     def sender(self, stream_id: str) -> Callable[[int, Any], Any]:
         """What the task's terminal of ``stream_id`` calls: the sink's ``write``, its errors
         named; an awaitable it returns is awaited by the message."""
         write = self.sinks[stream_id].write
         error = self._error
+        written = self.written
 
         async def waited(pending: Awaitable[None], partition: int) -> None:
             try:
@@ -131,6 +159,7 @@ class TaskSinks:
                 raise error(stream_id, f"write (partition {partition})", exc,
                             "The checkpoint stays before the message, so a restart writes it "
                             "again") from exc
+            written[stream_id] += 1
             return None if pending is None else waited(pending, partition)
         return send
 
@@ -173,12 +202,7 @@ class TaskSinks:
         for sid, sink in self.sinks.items():
             for step, call in ((("abort", sink.abort),) if failed else ()) + (("close", sink.close),):
                 try:
-                    result = call()
-                    if inspect.isawaitable(result):
-                        close = getattr(result, "close", None)
-                        if close is not None:
-                            close()
-                        raise TypeError(f"{step}() returned an awaitable: it must be synchronous")
+                    _sync(step, call())
                 except Exception as exc:
                     _log.error("%s", self._error(sid, step, exc, "Its files or rows past the last "
                                                  "checkpoint are left to its recover"))

@@ -29,7 +29,7 @@ from runtime.in_flight import cancel_messages
 from runtime.job import SSP, JobModel, TaskModel
 from runtime.join_check import placement_checks
 from runtime.records import EndOfStream, Watermark
-from runtime.sinks import SinkProducer, TaskSinks, sink_outputs
+from runtime.sinks import task_producer
 from runtime.stage_outputs import CONTROL, SOURCE, StageOutputs
 from runtime.state.remote import (
     CallTracker,
@@ -137,13 +137,7 @@ class TaskInstance:
         self._call_slots: asyncio.Semaphore | None = None
 
         #: where the task's records go: the container's producer, or under exactly-once its own
-        self.producer = env.producer if env.task_producer is None else env.task_producer(self)
-        #: the task's sinks (``runtime.sinks``): its outputs written by sinks, taken out of its
-        #: producer; None where the application has none
-        self.sinks: TaskSinks | None = None
-        if sink_outputs(self.plan):
-            self.sinks = TaskSinks(self.name, self.plan, env.config, env.committer.checkpoints)
-            self.producer = SinkProducer(self.producer, self.sinks)
+        self.producer = task_producer(self, env)
         self.operators: dict[str, Operator] = {}
         self._build()
         for op_id, hold in self.clock.in_time_order.items():
@@ -591,11 +585,9 @@ class TaskInstance:
             flush()
         self.last_commit_end = await self.env.committer.commit(
             self.name, self.checkpoint, has_stores=bool(self.stores),
-            times=self.clock.snapshot(), sinks=self.sinks)
+            times=self.clock.snapshot())
 
     async def run(self) -> None:
-        if self.sinks is not None and not self.sinks.started:
-            await self.sinks.start()  # before anything is written to them
         wake = self.wake
         perf = time.perf_counter
         budget = PROBE_BUDGET  # how slow the task's messages are is not known yet
@@ -695,12 +687,8 @@ class TaskInstance:
             held.set_result(None)
 
     def close(self) -> None:
-        try:
-            for op in self.operators.values():
-                op.close()
-        finally:
-            if self.sinks is not None:
-                self.sinks.close(failed=not self.done)
+        for op in self.operators.values():
+            op.close()
 
 
 def _next_budget(budget: int, took: float) -> int:

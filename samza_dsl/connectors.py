@@ -4,8 +4,8 @@ A sink is one object per task and output stream. The runtime opens it when the t
 hands it each message the task sends to the stream, and makes it take part in every commit of
 the task (docs/connectors.md):
 
-1. ``open(ctx)`` then ``recover(committed)``: what the task's last checkpoint recorded of this
-   sink (its ``checkpoint_id`` and the ``position`` ``prepare`` returned then); a sink that
+1. ``open(ctx)`` then ``recover(committed)``, as the task is built: what the task's last
+   checkpoint recorded of this sink (its ``checkpoint_id`` and the ``position`` ``prepare`` returned then); a sink that
    commits in two phases rolls forward what that checkpoint covers and drops the rest;
 2. ``write(partition, message)`` for each message; it may return an awaitable, which the message
    waits for (back-pressure: at most ``task.max.concurrency`` messages wait per task);
@@ -99,7 +99,9 @@ class Committed:
 class Sink:
     """An output the application writes itself. Subclass it and override what you need:
     ``write`` always; ``flush`` for at-least-once; ``prepare``, ``commit`` and ``recover``
-    for exactly-once (docs/connectors.md). Methods other than ``write`` may be coroutines.
+    for exactly-once (docs/connectors.md). ``write``, ``flush``, ``prepare`` and ``commit`` may
+    return awaitables (be coroutines); ``open``, ``recover``, ``abort`` and ``close`` are
+    synchronous.
 
     Errors raised by any method stop the task with an error naming the sink, the stream and
     the task (``SinkError``); raise a ``SinkError`` yourself to say what to do.
@@ -122,14 +124,15 @@ class Sink:
         ['a']
     """
 
-    def open(self, ctx: SinkContext) -> Awaitable[None] | None:
-        """The task starts: the sink's context. Called once, before ``recover``."""
+    def open(self, ctx: SinkContext) -> None:
+        """The task is being built: the sink's context. Called once, before ``recover``;
+        synchronous (it may block)."""
         return None
 
-    def recover(self, committed: Committed) -> Awaitable[None] | None:
+    def recover(self, committed: Committed) -> None:
         """What the task's last checkpoint recorded of this sink (``Committed()`` on a first
         start): roll forward what ``committed.position`` covers, drop anything prepared after
-        it. Called once, after ``open``, before any ``write``."""
+        it. Called once, after ``open``, before any ``write``; synchronous (it may block)."""
         return None
 
     def write(self, partition: int, message: Any) -> Awaitable[None] | None:
@@ -154,13 +157,14 @@ class Sink:
         ``recover``."""
         return None
 
-    def abort(self) -> Awaitable[None] | None:
-        """The task stops on an error: what was written since the last ``prepare`` will be
-        written again after the restart; drop it where the sink can."""
+    def abort(self) -> None:
+        """The task stops on an error or is stopped before its last commit: what was written
+        since the last ``prepare`` will be written again after the restart; drop it where the
+        sink can. Synchronous."""
         return None
 
-    def close(self) -> Awaitable[None] | None:
-        """The task ends (after its last commit, or after ``abort``)."""
+    def close(self) -> None:
+        """The task ends (after its last commit, or after ``abort``). Synchronous."""
         return None
 
 

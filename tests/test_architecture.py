@@ -25,6 +25,8 @@ LAZY_UP = {
     ("samza_dsl.application", "planner"), ("samza_dsl.application", "planner.plan"),
     # the facade: samza_dsl.testing's TestRunner and TestResult are the runtime's
     ("samza_dsl.testing", "runtime.testing"),
+    # the facade: samza_dsl.files describes files outputs whose sinks write in the runtime
+    ("samza_dsl.files", "runtime.connectors.files"),
     # a plan's pictures show the tier each stage takes on Spark, which is Spark's choice
     ("planner.render", "runtime.spark.tiers"),
 }
