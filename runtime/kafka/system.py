@@ -433,12 +433,18 @@ class KafkaConsumer:
         """Records of one key, in runs of contiguous offsets, up to its stop; the rest waits."""
         pos = self.positions[key]
         ssp, stop = pos[0], pos[3]
-        if stop is not None:
+        if stop is not None and records and records[-1].offset >= stop:
             records = [r for r in records if r.offset < stop]
         take, rest = records[:max_per_key], records[max_per_key:]
         self._backlog[key] = rest
         codec = self.codecs[ssp.stream_id]
-        run: list[Record] = []
+        if take and take[-1].offset - take[0].offset == len(take) - 1:  # no gap: one run
+            first = take[0].offset
+            run = [(r.key, r.value, tuple(h) if (h := r.headers) else None) for r in take]
+            out.append((key, first, codec.decode_batch(ssp, first, run, self.generation)))
+            pos[2] = first + len(run)
+            return
+        run = []
         first = -1
         for r in take:
             if run and r.offset != first + len(run):
@@ -464,6 +470,12 @@ class KafkaConsumer:
         if self._consumer is not None:
             consumer, self._consumer = self._consumer, None
             await stop_client(consumer)
+
+
+def _seal(batch: Any, count: int) -> None:
+    """A batch filled through its record builder: its record count, and closed to more."""
+    batch._relative_offset = count
+    batch.close()
 
 
 class KafkaProducer(BufferedProducer):
@@ -555,21 +567,26 @@ class KafkaProducer(BufferedProducer):
         acks = self._acks
         lease = self.lease
         batch = producer.create_batch()
-        append = batch.append
+        # records go straight into the batch's record builder, each at its offset in the batch
+        # (aiokafka's ``BatchBuilder.append`` adds a serializer step and keyword handling per
+        # record that raw bytes do not need); the batch is told its count before it is sent
+        append = batch._builder.append
         n = 0
         self.sends += len(records)
         for k, v, h in records:
-            headers = list(h) if h else None
-            if append(timestamp=None, key=k, value=v, headers=headers) is None:  # full
+            headers = list(h) if h else []
+            if append(n, None, key=k, value=v, headers=headers) is None:  # full
+                _seal(batch, n)
                 self.sent_bytes += batch.size()
                 if lease is not None and not lease.valid():
                     await lease.wait()
                 acks.append((await producer.send_batch(batch, topic, partition=partition), n))
                 batch = producer.create_batch()
-                append = batch.append
-                append(timestamp=None, key=k, value=v, headers=headers)  # a first one fits
+                append = batch._builder.append
+                append(0, None, key=k, value=v, headers=headers)  # a first one fits
                 n = 0
             n += 1
+        _seal(batch, n)
         self.sent_bytes += batch.size()
         if lease is not None and not lease.valid():
             await lease.wait()
