@@ -218,10 +218,17 @@ class ApacheKafkaCluster:
                 f"-Dlog4j2.configurationFile={node.dir / 'log4j2.xml'}",
                 f"-Dkafka.logs.dir={node.dir}", "-cp", f"{lib}/*", main, *args]
 
+    #: what the formatted templates' names begin with (a kind of broker formats its own)
+    template_prefix = "formatted"
+
+    def _format_args(self) -> list[str]:
+        """More arguments of ``kafka-storage format`` (users written at format time)."""
+        return []
+
     def _format(self, node: _Node) -> None:
         """The node's log dir, as ``kafka-storage format`` makes it: a copy of one formatted
         once per machine for this node of a cluster of this size (a JVM start saved)."""
-        template = kafka_lib().parent / f"formatted-{self.n}-{node.node_id}"
+        template = kafka_lib().parent / f"{self.template_prefix}-{self.n}-{node.node_id}"
         if not (template / "meta.properties").is_file():
             work = Path(tempfile.mkdtemp(prefix=f"format-{node.node_id}-", dir=template.parent))
             config = work / "server.properties"
@@ -229,7 +236,7 @@ class ApacheKafkaCluster:
             config.write_text("\n".join(f"{k}={v}" for k, v in props.items()) + "\n")
             done = subprocess.run(
                 self._java_cmd(node, "kafka.tools.StorageTool", "format", "-t",
-                               FORMATTED_CLUSTER_ID, "-c", str(config)),
+                               FORMATTED_CLUSTER_ID, "-c", str(config), *self._format_args()),
                 capture_output=True, text=True, timeout=120)
             if done.returncode != 0:
                 shutil.rmtree(work, ignore_errors=True)

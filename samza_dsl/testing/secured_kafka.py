@@ -23,20 +23,18 @@ and is advertised only to connections that arrive on it: a client that bootstrap
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 import os
 import shutil
 import ssl
 import subprocess
-import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .apache_kafka import FORMATTED_CLUSTER_ID, ApacheKafkaBroker, kafka_lib
+from .apache_kafka import ApacheKafkaBroker
 from .kafka_broker import HOST, KafkaBrokerError, answers, free_port, log_tail
 
 __all__ = ["SecuredKafkaBroker", "make_certificates", "ADMIN_USER"]
@@ -138,28 +136,11 @@ class SecuredKafkaBroker(ApacheKafkaBroker):
         self.certificates = make_certificates(node.dir / "certs")
         super()._write_config(node)
 
-    def _format(self, node: Any) -> None:
-        """As the plain broker's, from a template of its own that holds the admin user."""
-        template = kafka_lib().parent / f"formatted-secured-{self.n}-{node.node_id}"
-        if not (template / "meta.properties").is_file():
-            work = Path(tempfile.mkdtemp(prefix=f"format-{node.node_id}-", dir=template.parent))
-            config = work / "server.properties"
-            props = {**self._properties(node), "log.dirs": str(work / "data")}
-            config.write_text("\n".join(f"{k}={v}" for k, v in props.items()) + "\n")
-            scram = f"{_MECHANISM}=[name={ADMIN_USER},password={_ADMIN_PASSWORD}]"
-            done = subprocess.run(
-                self._java_cmd(node, "kafka.tools.StorageTool", "format", "-t",
-                               FORMATTED_CLUSTER_ID, "-c", str(config), "--add-scram", scram),
-                capture_output=True, text=True, timeout=120)
-            if done.returncode != 0:
-                shutil.rmtree(work, ignore_errors=True)
-                raise KafkaBrokerError(
-                    f"formatting the secured Apache Kafka node's log dir failed "
-                    f"({done.returncode}): {done.stderr.strip()[-2000:]}")
-            with contextlib.suppress(OSError):  # another process made it first: take theirs
-                os.rename(work / "data", template)
-            shutil.rmtree(work, ignore_errors=True)
-        shutil.copytree(template, node.data)
+    #: its own templates, which hold the admin user
+    template_prefix = "formatted-secured"
+
+    def _format_args(self) -> list[str]:
+        return ["--add-scram", f"{_MECHANISM}=[name={ADMIN_USER},password={_ADMIN_PASSWORD}]"]
 
     def _wait(self, node: Any, deadline: float) -> None:
         internal = f"{HOST}:{self._internal_port(node)}"
