@@ -19,7 +19,7 @@ import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .confluent_wire import HEADER_SIZE, check_schema_id, header, read_header
+from .confluent_wire import HEADER_SIZE, check_schema_id, header, read_header, unknown_id
 from .errors import SerdeError
 
 try:
@@ -311,10 +311,8 @@ class AvroCodec:
         return record
 
     def _unknown_id(self, sid: int) -> str:
-        known = sorted(s for s in self._readers if s != self.schema_id)
-        more = f" nor a known id ({', '.join(map(str, known))})" if known else ""
-        return (f"the bytes have schema id {sid}, not this serde's schema id {self.schema_id}"
-                f"{more}; give the serde known_schemas={{{sid}: <its schema>}} to read them")
+        return unknown_id(sid, self.schema_id, self._readers,
+                          f"known_schemas={{{sid}: <its schema>}} to read them")
 
     def _why_unread(self, data: bytes, exc: Exception) -> str:
         if isinstance(exc, EOFError):

@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 __all__ = ["MAGIC", "HEADER_SIZE", "MAX_SCHEMA_ID", "check_schema_id", "header", "frame",
+           "unknown_id",
            "read_header", "encode_message_indexes", "decode_message_indexes"]
 
 MAGIC = 0
@@ -57,6 +58,15 @@ def check_schema_id(schema_id: object, what: str) -> int:
         raise ValueError(f"{what} must be in 0 to {MAX_SCHEMA_ID} (a 4-byte schema id), "
                          f"got {schema_id}")
     return schema_id
+
+
+def unknown_id(sid: int, schema_id: int | None, known: Iterable[int], option: str) -> str:
+    """Why bytes of schema id ``sid`` are refused by a serde of ``schema_id`` that also reads
+    ``known`` ids, and the serde ``option`` that would read them."""
+    others = sorted(i for i in known if i != schema_id)
+    more = f" nor a known id ({', '.join(map(str, others))})" if others else ""
+    return (f"the bytes have schema id {sid}, not this serde's schema id {schema_id}{more}; "
+            f"give the serde {option}")
 
 
 def header(schema_id: int) -> bytes:

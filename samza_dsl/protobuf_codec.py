@@ -24,6 +24,7 @@ from .confluent_wire import (
     encode_message_indexes,
     header,
     read_header,
+    unknown_id,
 )
 from .errors import SerdeError
 
@@ -172,10 +173,8 @@ class ProtobufCodec:
         return message
 
     def _unknown_id(self, sid: int) -> str:
-        known = sorted(i for i in self.ids if i != self.schema_id)
-        more = f" nor a known id ({', '.join(map(str, known))})" if known else ""
-        return (f"the bytes have schema id {sid}, not this serde's schema id {self.schema_id}"
-                f"{more}; give the serde known_ids=[{sid}] if the message reads them")
+        return unknown_id(sid, self.schema_id, self.ids,
+                          f"known_ids=[{sid}] if the message reads them")
 
     def _decode_error(self, data: bytes, why: str) -> SerdeError:
         return SerdeError(f"{self.label} cannot decode message: {why}. Check the producer's "
