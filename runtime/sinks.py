@@ -140,15 +140,17 @@ class TaskSinks:
         error = self._error
         written = self.written
 
+        def failed(partition: int, exc: Exception) -> SinkError:
+            return error(stream_id, f"write (partition {partition})", exc,
+                         "The checkpoint stays before the message, so a restart writes it again")
+
         async def waited(pending: Awaitable[None], partition: int) -> None:
             try:
                 await pending
             except SinkError:
                 raise
             except Exception as exc:
-                raise error(stream_id, f"write (partition {partition})", exc,
-                            "The checkpoint stays before the message, so a restart writes it "
-                            "again") from exc
+                raise failed(partition, exc) from exc
 
         def send(partition: int, message: Any) -> Any:
             try:
@@ -156,9 +158,7 @@ class TaskSinks:
             except SinkError:
                 raise
             except Exception as exc:
-                raise error(stream_id, f"write (partition {partition})", exc,
-                            "The checkpoint stays before the message, so a restart writes it "
-                            "again") from exc
+                raise failed(partition, exc) from exc
             written[stream_id] += 1
             return None if pending is None else waited(pending, partition)
         return send
