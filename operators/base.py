@@ -195,6 +195,10 @@ class Operator:
     opcode: ClassVar[str] = "op"
     #: user functions of the spec, initialised and closed with the operator
     user_fns: tuple[Any, ...] = ()
+    #: a terminal writing a stream whose partition the application chooses (``send_to(...,
+    #: partition=fn)`` or ``partition_key=fn``, ``SendToStreamOperator``): the function
+    partition_fn: Callable[[Any], Any] | None = None
+    partition_key_fn: Callable[[Any], Any] | None = None
 
     def __init__(self, spec: OpSpec) -> None:
         self.spec = spec

@@ -121,13 +121,18 @@ class SinkOperator(Operator):
 
 class SendToStreamOperator(PassThrough):
     """Terminal to an output stream: returns ``[message]`` for the runtime to produce (a ``KV``
-    goes out as key and value)."""
+    goes out as key and value). ``partition_fn``/``partition_key_fn``: the application's
+    choice of partition, which the runtime's partition rule applies (``runtime.wiring``)."""
 
     opcode = "send_to"
 
     def __init__(self, spec: SendToSpec) -> None:
         super().__init__(spec)
         self.stream_id = spec.stream_id
+        self.user_fns = (spec.partition_fn, spec.partition_key_fn)
+        self.partition_fn = None if spec.partition_fn is None else resolve_fn(spec.partition_fn)
+        self.partition_key_fn = (None if spec.partition_key_fn is None
+                                 else resolve_fn(spec.partition_key_fn))
 
 
 class SendToTableOperator(Operator):

@@ -646,6 +646,26 @@ class LocalRunner(LateCounts):
         if self.job is not None:
             self.job.close()
 
+    def partitions(self, stream_id: str) -> dict[int, list[Any]]:
+        """An output's messages partition by partition (``{partition: messages}``, each in
+        offset order), as ``messages`` gives them; on the local system and in memory.
+
+        Raises:
+            KeyError: no such stream, or the job has not run.
+            TypeError: the job ran on Kafka (read the topic's partitions there).
+        """
+        if self.kafka:
+            raise TypeError(f"output {stream_id!r} is on Kafka: read its partitions from the "
+                            f"topic")
+        if self.local:
+            if self.job is None:
+                raise KeyError(f"no stream {stream_id!r}: the job has not run")
+            return dict(self.job.partitions(stream_id))
+        if self.broker is None or stream_id not in self.broker.streams:
+            raise KeyError(f"no stream {stream_id!r} in this run")
+        return {p: list(self.broker.messages(stream_id, p))
+                for p in range(len(self.broker.streams[stream_id]))}
+
     def messages(self, stream_id: str) -> list[Any]:
         """An output's messages.
 

@@ -186,13 +186,15 @@ class TaskWiring:
         """The terminal of ``op_id`` writing to ``stream_id``, in the partition its rule picks
         (``runtime.wiring``); a message the stream's serde cannot write fails that operator."""
         n = self.partitions[stream_id]
-        rule = partition_of(self.plan, stream_id, n, self.partition)
+        rule = partition_of(self.plan, stream_id, n, self.partition,
+                            self.wiring.operators.get(op_id))
         sink = self.producer.record_sink(stream_id) if rule.fixed is None else None
         if sink is not None and sink.encode is not None:  # a producer of records
-            if sink.key is not None and sink.value is not None:
+            if sink.key is not None and sink.value is not None and not rule.chosen:
                 self.rules[(stream_id, op_id)] = rule
             return record_sender(op_id, sink, rule)
-        self.rules[(stream_id, op_id)] = rule
+        if not rule.chosen:  # a batch run places by key: not where the application chooses
+            self.rules[(stream_id, op_id)] = rule
         send = self.producer.sender(stream_id)
 
         def send_one(m: Any) -> list[Awaitable[None]] | None:

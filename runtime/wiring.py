@@ -10,7 +10,9 @@ Spark executor build their operator chains and senders.
   once: a ``KV`` goes to its key's partition (murmur2 of the serialized key, as Kafka's producer;
   the partitions of keys seen are kept in a table), anything else stays in the sender's own
   partition; a stream of one partition, or a broadcast stream, takes partition 0. A bare message
-  sent to a keyed (``KVSerde``) stream is an error (``not_kv``).
+  sent to a keyed (``KVSerde``) stream is an error (``not_kv``). Where a ``send_to`` chooses
+  the partition (``partition=``, ``partition_key=``), ``ChosenPartitionRule`` applies its
+  choice instead, checked against the stream's partition count.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from samza_dsl.spec import (
     stream_node,
 )
 
-__all__ = ["Wiring", "OneToOnePath", "PartitionRule", "partition_of", "build_operators", "task_copy", "not_kv",
+__all__ = ["Wiring", "OneToOnePath", "PartitionRule", "ChosenPartitionRule", "partition_of", "build_operators", "task_copy", "not_kv",
            "record_sender", "op_nexts", "operator_emit", "bind_port"]
 
 
@@ -50,6 +52,9 @@ class PartitionRule:
     partition ``own`` (see the module's docstring)."""
 
     __slots__ = ("stream_id", "n", "own", "keyed", "fixed", "partitioner", "table")
+    #: whether the application chooses the partitions (``ChosenPartitionRule``): then ``fixed``
+    #: is None and ``table`` does not place messages; call the rule for each one
+    chosen = False
 
     def __init__(self, stream_id: str, n: int, own: int, key_bytes: Callable[[Any], bytes], *,
                  keyed: bool, broadcast: bool) -> None:
@@ -76,12 +81,78 @@ class PartitionRule:
             return self.partitioner(m.key)
 
 
-def partition_of(plan: Any, stream_id: str, n: int, own: int) -> PartitionRule:
+class ChosenPartitionRule(PartitionRule):
+    """The partition a ``send_to`` operator ``op_id`` chooses (``send_to(partition=...)`` or
+    ``partition_key=...``, ``operators.simple.SendToStreamOperator``): ``partition_fn(m)``
+    itself, which must be an int in ``0 <= p < n``, or murmur2 of ``partition_key_fn(m)``
+    serialized as the stream's keys are (a None partition key: the message's own rule). A bare
+    message sent to a keyed stream is still ``not_kv``."""
+
+    __slots__ = ("op_id", "partition_fn", "partition_key_fn", "key_partitioner")
+    chosen = True
+
+    def __init__(self, op_id: str, stream_id: str, n: int, own: int,
+                 key_bytes: Callable[[Any], bytes], *, keyed: bool,
+                 partition_fn: Callable[[Any], Any] | None,
+                 partition_key_fn: Callable[[Any], Any] | None) -> None:
+        super().__init__(stream_id, n, own, key_bytes, keyed=keyed, broadcast=False)
+        self.fixed = None
+        self.op_id = op_id
+        self.partition_fn = partition_fn
+        self.partition_key_fn = partition_key_fn
+        self.key_partitioner = KeyPartitioner(n, key_bytes)
+
+    def __call__(self, m: Any) -> int:
+        if self.keyed and type(m) is not KV:
+            raise not_kv(self.stream_id, m)
+        fn = self.partition_fn
+        if fn is not None:
+            p = fn(m)
+            if type(p) is int and 0 <= p < self.n:
+                return p
+            return self._checked(p)
+        assert self.partition_key_fn is not None
+        key = self.partition_key_fn(m)
+        if key is None:
+            return super().__call__(m)
+        try:
+            return self.key_partitioner(key)
+        except Exception as exc:
+            raise TypeError(f"send_to {self.op_id!r}: partition_key= gave {type(key).__name__} "
+                            f"{key!r} for stream {self.stream_id!r}, which the stream's key "
+                            f"serializer cannot write ({type(exc).__name__}: {exc}); give a "
+                            f"key of the stream's key type") from exc
+
+    def _checked(self, p: Any) -> int:
+        """``p`` as a partition where it is an integer of another type (numpy's), else the
+        error naming the operator, the stream and the value."""
+        n = self.n
+        if isinstance(p, bool) or not hasattr(p, "__index__"):
+            raise TypeError(f"send_to {self.op_id!r}: partition= gave {type(p).__name__} "
+                            f"{p!r} for stream {self.stream_id!r}, not an int in 0..{n - 1}")
+        q = p.__index__()
+        if 0 <= q < n:
+            return int(q)
+        raise ValueError(f"send_to {self.op_id!r}: partition= gave {q} for stream "
+                         f"{self.stream_id!r}, which has {n} partition{'s' if n > 1 else ''} "
+                         f"(0..{n - 1})")
+
+
+def partition_of(plan: Any, stream_id: str, n: int, own: int, op: Operator | None = None
+                 ) -> PartitionRule:
     """The partition rule of ``stream_id`` of ``plan`` with ``n`` partitions, for a sender in
-    partition ``own``; keys are serialized by the stream's key serde."""
+    partition ``own``; keys are serialized by the stream's key serde. ``op``: the operator
+    that writes (a ``send_to`` that chooses partitions gets a ``ChosenPartitionRule``)."""
     stream = plan.streams[stream_id]
     serde = getattr(stream.descriptor, "serde", None)
     key_bytes = serde.key_serde.serialize if isinstance(serde, KVSerde) else default_key_bytes
+    partition_fn = None if op is None else op.partition_fn
+    partition_key_fn = None if op is None else op.partition_key_fn
+    if partition_fn is not None or partition_key_fn is not None:
+        assert op is not None
+        return ChosenPartitionRule(op.op_id, stream_id, max(n, 1), own, key_bytes,
+                                   keyed=bool(stream.keyed), partition_fn=partition_fn,
+                                   partition_key_fn=partition_key_fn)
     return PartitionRule(stream_id, max(n, 1), own, key_bytes, keyed=bool(stream.keyed),
                          broadcast=stream.kind == "broadcast")
 
@@ -277,7 +348,8 @@ def record_sender(op_id: str, sink: StreamSink, rule: PartitionRule) -> Emit:
         except Exception as exc:
             raise OperatorFailure(op_id, exc) from exc
 
-    if kser is None or vser is None or rule.fixed is not None:  # the codec writes KV keys its own way
+    if kser is None or vser is None or rule.fixed is not None or rule.chosen:
+        # the codec writes KV keys its own way; or the application chooses partitions
         def send_records(m: Any) -> None:
             slow(m)
         return send_records

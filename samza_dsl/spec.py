@@ -199,18 +199,34 @@ class JoinTableSpec(OpSpec):
 
 @dataclass(frozen=True)
 class SendToSpec(OpSpec):
-    """Writes to an output stream (``stream_id``) or into a table (``table_id``)."""
+    """Writes to an output stream (``stream_id``) or into a table (``table_id``). To a stream,
+    the application may choose each message's partition: ``partition_fn(m)`` gives it, or
+    ``partition_key_fn(m)`` gives the key it is hashed from (as Samza's partition key)."""
 
     stream_id: str | None = None
     table_id: str | None = None
+    partition_fn: Callable[[Any], int] | None = field(default=None, repr=False)
+    partition_key_fn: Callable[[Any], Any] | None = field(default=None, repr=False)
     opcode = "send_to"
 
     @property
     def target_node(self) -> str:
         return stream_node(self.stream_id) if self.stream_id else table_node(self.table_id or "")
 
+    @property
+    def placement(self) -> str | None:
+        """How the application places messages: "partition", "partition_key", or None (the
+        stream's rule: by the message's key)."""
+        if self.partition_fn is not None:
+            return "partition"
+        return "partition_key" if self.partition_key_fn is not None else None
+
     def details(self) -> dict[str, Any]:
-        return {"stream": self.stream_id} if self.stream_id else {"table": self.table_id}
+        if not self.stream_id:
+            return {"table": self.table_id}
+        placement = self.placement
+        return {"stream": self.stream_id} if placement is None else \
+            {"stream": self.stream_id, "placement": placement}
 
 
 @dataclass(frozen=True)

@@ -719,12 +719,28 @@ class MessageStream(Generic[M]):
 
     # -- terminals -------------------------------------------------------------------------------
 
-    def send_to(self, target: OutputStream[Any] | Table[Any, Any] | RemoteTable[Any, Any]
-                ) -> None:
+    def send_to(self, target: OutputStream[Any] | Table[Any, Any] | RemoteTable[Any, Any],
+                *, partition: Callable[[M], int] | None = None,
+                partition_key: Callable[[M], Any] | None = None) -> None:
         """Send to an output stream (a KV goes as key/value) or into a table (``KV(k, None)``
         deletes ``k``).
 
         A terminal: the operator's id ends in a counter (``...-send_to-<n>``).
+
+        By default a ``KV`` goes to the partition of its key (murmur2 of the serialized key,
+        as Kafka's producer), anything else to the sending task's own partition. The
+        application may choose the partition instead, as a Samza application does with the
+        partition key of an ``OutgoingMessageEnvelope``:
+
+        - ``partition=fn``: ``fn(m)`` is the partition, an ``int`` with
+          ``0 <= p < partitions`` of the output (as the system counts them when the job runs);
+          anything else fails the message as any operator's error does (the task stops with a
+          ``TaskError`` naming the message's offset), saying the operator, the stream and the
+          value.
+        - ``partition_key=fn``: the partition is murmur2 of ``fn(m)`` serialized by the
+          output's key serde (a stream without a ``KVSerde``: str as UTF-8, bytes as they
+          are, anything else as JSON), instead of the message's key, which is still written
+          as the record's key; a ``None`` result places the message by its key as usual.
 
         Args:
             target: An ``OutputStream`` from ``app.output`` or a ``Table`` from ``app.table``
@@ -732,10 +748,16 @@ class MessageStream(Generic[M]):
                 messages only (anything else fails the message with a ``TaskError`` when it
                 runs). A write to a remote table keeps its message in flight until the write
                 has completed, so no checkpoint covers it before.
+            partition: ``fn(m) -> int``, the output partition of each message; an output
+                stream only.
+            partition_key: ``fn(m)``, the key each message is partitioned by; an output
+                stream only, and not with ``partition``.
 
         Raises:
-            TypeError: ``target`` is neither an ``OutputStream`` nor a ``Table``.
-            PlanError: ``target`` belongs to another application.
+            TypeError: ``target`` is neither an ``OutputStream`` nor a ``Table``, or
+                ``partition``/``partition_key`` is not a function.
+            PlanError: ``target`` belongs to another application; ``partition`` or
+                ``partition_key`` with a table, or both together.
 
         Example:
             >>> from samza_dsl import KV, StreamApplication
@@ -747,14 +769,38 @@ class MessageStream(Generic[M]):
             ...     app.output(mem.output("lengths")))
             >>> TestRunner(app).add_input(words, ["hi"]).run().messages("lengths")
             [KV(key='hi', value=2)]
+
+            Each word in the partition of its length:
+
+            >>> app, mem = StreamApplication("demo"), MemorySystem()
+            >>> words = mem.input("words")
+            >>> app.input(words).send_to(app.output(mem.output("by-length", partitions=4)),
+            ...                          partition=lambda w: len(w) % 4)
+            >>> TestRunner(app).add_input(words, ["a", "bb", "cc", "dddd"]).run().partitions(
+            ...     "by-length")
+            {0: ['dddd'], 1: ['a'], 2: ['bb', 'cc'], 3: []}
         """
+        placing: dict[str, Any] = {}
+        if partition is not None:
+            _check_fn("send_to partition", partition)
+            placing["partition_fn"] = partition
+        if partition_key is not None:
+            _check_fn("send_to partition_key", partition_key)
+            placing["partition_key_fn"] = partition_key
+        if len(placing) > 1:
+            raise PlanError("send_to: give partition= or partition_key=, not both (partition "
+                            "chooses the partition itself, partition_key the key it is hashed "
+                            "from)")
         if isinstance(target, OutputStream):
             if target._app is not self._app:
                 raise PlanError(f"send_to: output {target.stream_id!r} belongs to another application")
-            self._then(SendToSpec, "send_to", None, stream_id=target.stream_id)
+            self._then(SendToSpec, "send_to", None, stream_id=target.stream_id, **placing)
         elif isinstance(target, _TableRef):
             if target._app is not self._app:
                 raise PlanError(f"send_to: table {target.table_id!r} belongs to another application")
+            if placing:
+                raise PlanError(f"send_to: table {target.table_id!r} has no partitions to "
+                                f"choose: partition= and partition_key= are for output streams")
             self._then(SendToSpec, "send_to", None, table_id=target.table_id)
         else:
             raise TypeError(f"send_to takes an OutputStream from app.output() or a Table from "

@@ -827,13 +827,19 @@ class LocalJob:
 
     def messages(self, stream_id: str, *, since_start: bool = True) -> list[Any]:
         """Messages of a stream in the log; of an output, by default only this run's."""
+        return [m for ms in self.partitions(stream_id, since_start=since_start).values()
+                for m in ms]
+
+    def partitions(self, stream_id: str, *, since_start: bool = True) -> dict[int, list[Any]]:
+        """``messages``, partition by partition: ``{partition: messages in offset order}``."""
         if stream_id not in self.physical:
             raise KeyError(f"no stream {stream_id!r} in job {self.job_name!r}")
         log = self.log_of(self.stream_system[stream_id])
         codec = self.codecs[stream_id]
-        out: list[Any] = []
+        parts: dict[int, list[Any]] = {}
         starts = getattr(self, "output_start", {}).get(stream_id) if since_start else None
         for p in range(self.counts[stream_id]):
+            out = parts[p] = []
             pos = starts[p] if starts else 0
             while True:
                 first, records = log.read(self.physical[stream_id], p, pos, 65536)
@@ -843,7 +849,7 @@ class LocalJob:
                                                          self.generation)
                            if not is_control(m) and type(m) is not Skipped)
                 pos = first + len(records)
-        return out
+        return parts
 
     def tail(self, stream_id: str, n: int) -> list[Any]:
         """At most the last ``n`` messages of this run's part of an output (all partitions'

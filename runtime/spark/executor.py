@@ -301,7 +301,8 @@ class PassExecutor:
         (``runtime.wiring.partition_of``), into this task's output (``_Partition``); a
         broadcast stream's records go to every partition."""
         stream = self.plan.streams[stream_id]
-        rule = partition_of(self.plan, stream_id, self.counts[stream_id], self.partition)
+        rule = partition_of(self.plan, stream_id, self.counts[stream_id], self.partition,
+                            self.operators.get(op_id))
         broadcast = stream.kind == "broadcast"
         self.written.setdefault(stream_id, 0)
         bufs = [_Partition(self, stream_id, ALL_PARTITIONS if broadcast else p)
@@ -326,7 +327,7 @@ class PassExecutor:
         steps = [(op.op_id, op.one_to_one(), op.process, self.op_meters[op.op_id])
                  for op in ops[:-1]]
         send_id, send_meter = last.op_id, self.op_meters[last.op_id]
-        rule = partition_of(self.plan, sid, self.counts[sid], self.partition)
+        rule = partition_of(self.plan, sid, self.counts[sid], self.partition, last)
         fixed = rule.fixed if not rule.keyed else None
         encode = json_encoder(sid) if sid in self.encoded else None
         fast_encode = msgspec.json.Encoder().encode
@@ -370,7 +371,7 @@ class PassExecutor:
             try:
                 if fixed is not None:  # every record takes one partition
                     parts = [fixed] * len(msgs)
-                elif rule.keyed:
+                elif rule.keyed or rule.chosen:  # each message placed by the rule
                     parts = done
                     for m in msgs:
                         done.append(rule(m))

@@ -247,6 +247,10 @@ class _KafkaSink:
         self.topic = spec.topic or ""
         self.partitions = 1
         self._staged: Any = None
+        self._placed = False
+
+    #: it takes ``(partition, message)`` items where a ``send_to`` chooses the partitions
+    placed = True
 
     def __repr__(self) -> str:
         return f"Kafka topic {self.topic!r} at {self.spec.bootstrap_servers}"
@@ -263,9 +267,12 @@ class _KafkaSink:
         _run(ensure_topics(self.spec.bootstrap_servers,
                            [TopicSpec(self.topic, self.partitions)], **self.login.settings()))
 
-    def stage(self, spark: Any, messages: Any, rows: Any = None) -> None:
+    def stage(self, spark: Any, messages: Any, rows: Any = None, placed: bool = False) -> None:
+        """Keep ``messages`` (an RDD) on disk until the commit; ``placed``: they are
+        ``(partition, message)`` items, each produced to its partition as placed."""
         from pyspark import StorageLevel
 
+        self._placed = placed
         self._staged = messages.persist(StorageLevel.DISK_ONLY)
         self._staged.count()  # every user function runs now, before anything is produced
 
@@ -276,10 +283,11 @@ class _KafkaSink:
         _run(_truncate(servers, topic, n, login.settings()))
         serde = self.serde
         sid = self.stream_id
+        placed = self._placed
 
         def produce(i: int, it: Iterator[Any]) -> Iterator[int]:
             settings = {**producer, **login.settings()}  # made on the executor
-            yield _run(_produce(servers, settings, topic, n, serde, sid, i, it))
+            yield _run(_produce(servers, settings, topic, n, serde, sid, i, it, placed))
         try:
             self._staged.mapPartitionsWithIndex(produce).sum()
         finally:
@@ -336,7 +344,11 @@ async def _truncate(servers: str, topic: str, partitions: int,
 
 
 async def _produce(servers: str, settings: Mapping[str, Any], topic: str, n: int, serde: Any,
-                   stream_id: str, index: int, messages: Iterator[Any]) -> int:
+                   stream_id: str, index: int, messages: Iterator[Any],
+                   placed: bool = False) -> int:
+    """Produces ``messages`` of Spark partition ``index`` to ``topic``: a keyed message to
+    its key's partition, any other to ``index % n``; ``placed``: they are ``(partition,
+    message)`` items, each produced to its own partition."""
     from aiokafka import AIOKafkaProducer
 
     from operators.hashing import KeyPartitioner
@@ -350,13 +362,16 @@ async def _produce(servers: str, settings: Mapping[str, Any], topic: str, n: int
     await producer.start()
     try:
         pending = []
-        for m in messages:
+        for item in messages:
+            chosen, m = item if placed else (None, item)
             if keyed:
                 k, v = serde.to_bytes(m)
                 p = partitioner(m.key)
             else:
                 k, v = None, (serde.serialize(m) if serde is not None else m)
                 p = partitioner(m.key) if type(m) is KV else index % n
+            if chosen is not None:
+                p = chosen
             pending.append(await producer.send(topic, v, key=k, partition=p))
             count += 1
             if len(pending) >= 10_000:

@@ -120,7 +120,7 @@ from samza_dsl.config import config_value, job_config
 from samza_dsl.errors import SamzaError
 from samza_dsl.fields import field_path
 from samza_dsl.serdes import KVSerde
-from samza_dsl.spec import JoinSpec, PartitionBySpec, WindowSpec
+from samza_dsl.spec import JoinSpec, PartitionBySpec, SendToSpec, WindowSpec
 
 __all__ = ["SparkRunner", "ReprocessResult", "ReprocessError", "spark_session",
            "session_settings"]
@@ -1168,6 +1168,12 @@ def _sorted_pass(c: _Compiler, p: _PassShape, sorted_rows: Any, only: str | None
     return out
 
 
+def _chosen(plan: Any, sid: str) -> bool:
+    """Whether a ``send_to`` of output ``sid`` chooses its messages' partitions."""
+    return any(isinstance(op, SendToSpec) and op.stream_id == sid and op.placement is not None
+               for op in plan.app.operators)
+
+
 def _write_output(compiled: _Compiler, sid: str, sinks: dict[str, Any], kept: dict[str, Any],
                   staged: list[Any]) -> None:
     """Compute output ``sid`` of the run: staged into its sink (``staged``), or kept for
@@ -1192,6 +1198,15 @@ def _write_output(compiled: _Compiler, sid: str, sinks: dict[str, Any], kept: di
         with _call_site(sc, compiled.shuffled.get(sid)):
             lines = text_lines(out.rows([sid]))
         sinks[sid].stage(spark, None, lines)
+        return
+    if sid in sinks and getattr(sinks[sid], "placed", False) and _chosen(plan, sid):
+        # a send_to chooses the partitions: the sink writes each message where it was placed
+        out = compiled.out.get(sid)
+        with _call_site(sc, compiled.shuffled.get(sid)):
+            items = (sc.emptyRDD() if out is None
+                     else out.items([sid]).map(lambda item: (item[0], item[1][5])))
+        staged.append(sinks[sid])
+        sinks[sid].stage(spark, items, placed=True)
         return
     with _call_site(sc, compiled.shuffled.get(sid)):
         rdd = compiled.messages(sid)
