@@ -158,11 +158,13 @@ class Committer:
         return time.monotonic()
 
     async def _prepare(self, task_name: str, sinks: TaskSinks | None,
-                       crash: Callable[[str], None] | None) -> None:
-        """The task's sinks prepared, and what the checkpoint records of them set."""
+                       crash: Callable[[str], None] | None,
+                       offsets: Mapping[SSP, int]) -> None:
+        """The task's sinks prepared for the checkpoint of ``offsets``, and what the
+        checkpoint records of them set."""
         if sinks is None:
             return
-        record = await sinks.prepare()
+        record = await sinks.prepare(offsets)
         self.checkpoints.sinks[task_name] = record  # type: ignore[attr-defined]
         if crash:
             crash("commit.sinks-prepared")
@@ -175,7 +177,7 @@ class Committer:
             self.state.flush(task_name)  # into the task's own buffers: nobody reads them yet
             if crash:
                 crash("commit.stores-flushed")
-        await self._prepare(task_name, sinks, crash)
+        await self._prepare(task_name, sinks, crash, offsets)
         done = transactions.commit(task_name, offsets)
         if done is not None:
             await done
@@ -193,7 +195,7 @@ class Committer:
         await self.producer.flush()
         if crash:
             crash("commit.outputs-flushed")
-        await self._prepare(task_name, sinks, crash)
+        await self._prepare(task_name, sinks, crash, offsets)
         changelogs: dict[str, int] = {}
         if has_stores:
             self.state.flush(task_name)  # changes into the changelogs' producer buffers

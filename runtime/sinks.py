@@ -43,7 +43,8 @@ def task_producer(task: Any, env: Any) -> Producer:
     inner: Producer = env.producer if env.task_producer is None else env.task_producer(task)
     if not sink_outputs(task.plan):
         return inner
-    sinks = TaskSinks(task.name, task.plan, env.config, env.committer.checkpoints)
+    sinks = TaskSinks(task.name, task.plan, env.config, env.committer.checkpoints,
+                      getattr(task, "source", None))
     env.committer.sinks[task.name] = sinks
     return SinkProducer(inner, sinks)
 
@@ -65,7 +66,8 @@ class TaskSinks:
     """The sinks of task ``task_name``: one per output stream written by a sink."""
 
     def __init__(self, task_name: str, plan: Any, config: Mapping[str, Any],
-                 checkpoints: Any) -> None:
+                 checkpoints: Any,
+                 source: Callable[[], tuple[str, int, int] | None] | None = None) -> None:
         self.task_name = task_name
         self.outputs = sink_outputs(plan)
         self.checkpoints = checkpoints
@@ -82,9 +84,13 @@ class TaskSinks:
                 f"task.async.commit out")
         guarantee = str(config.get("job.processing.guarantee") or "at-least-once")
         job_name = job_name_of(plan.app, config)
+        #: during ``prepare``: the offsets the checkpoint being prepared records
+        self._covering: dict[tuple[str, int], int] = {}
+        source = source or (lambda: None)
         self.contexts = {
             sid: SinkContext(job_name, task_name, sid, d.system.name,
-                             plan.streams[sid].partitions, config, guarantee)
+                             plan.streams[sid].partitions, config, guarantee, source,
+                             self._offsets)
             for sid, d in self.outputs.items()}
         #: made, opened and recovered now, before the task's wiring takes their ``write``
         self.sinks: dict[str, Sink] = {}
@@ -163,19 +169,27 @@ class TaskSinks:
             return None if pending is None else waited(pending, partition)
         return send
 
-    async def prepare(self) -> dict[str, Any]:
-        """Before the checkpoint: each sink's ``prepare``; what the checkpoint records."""
+    def _offsets(self) -> Mapping[tuple[str, int], int]:
+        return self._covering
+
+    async def prepare(self, offsets: Mapping[Any, int] | None = None) -> dict[str, Any]:
+        """Before the checkpoint of ``offsets`` (``{SSP: last offset processed}``): each
+        sink's ``prepare``; what the checkpoint records."""
         cid = self.checkpoint_id + 1
         positions: dict[str, Any] = {}
-        for sid, sink in self.sinks.items():
-            try:
-                positions[sid] = await _settle(sink.prepare(cid))
-            except SinkError:
-                raise
-            except Exception as exc:
-                raise self._error(sid, f"prepare (checkpoint {cid})", exc,
-                                  "No checkpoint was written: a restart starts from the last "
-                                  "one and writes its messages again") from exc
+        self._covering = {(ssp[0], ssp[1]): o for ssp, o in (offsets or {}).items()}
+        try:
+            for sid, sink in self.sinks.items():
+                try:
+                    positions[sid] = await _settle(sink.prepare(cid))
+                except SinkError:
+                    raise
+                except Exception as exc:
+                    raise self._error(sid, f"prepare (checkpoint {cid})", exc,
+                                      "No checkpoint was written: a restart starts from the "
+                                      "last one and writes its messages again") from exc
+        finally:
+            self._covering = {}
         self._prepared = cid
         return {"id": cid, "positions": positions}
 

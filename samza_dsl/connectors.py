@@ -62,6 +62,14 @@ class SinkContext:
         partitions: The output stream's partition count.
         config: The job's whole configuration.
         guarantee: ``job.processing.guarantee``: ``"at-least-once"`` or ``"exactly-once"``.
+        source: ``source()`` is the input message whose processing calls ``write`` now, as
+            ``(stream id, partition, offset)``; None for a message no input message caused
+            (a window fired by a timer or a watermark, end-of-stream). A sink that keeps input
+            positions of its own skips by it what it already holds (docs/connectors.md).
+        offsets: ``offsets()`` is, during ``prepare``, the input offsets the checkpoint being
+            prepared records: ``{(stream id, partition): offset}``, the last offset of each
+            input partition the task has fully processed (every message up to it, and every
+            write those messages made); ``{}`` outside ``prepare``.
     """
 
     job_name: str
@@ -71,6 +79,10 @@ class SinkContext:
     partitions: int
     config: Mapping[str, Any] = field(repr=False)
     guarantee: str = "at-least-once"
+    source: Callable[[], tuple[str, int, int] | None] = field(
+        default=lambda: None, repr=False, compare=False)
+    offsets: Callable[[], Mapping[tuple[str, int], int]] = field(
+        default=lambda: {}, repr=False, compare=False)
 
     @property
     def task_id(self) -> str:
