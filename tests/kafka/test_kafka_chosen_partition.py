@@ -54,3 +54,24 @@ def test_records_land_in_the_partitions_the_application_chose(kafka_bootstrap: s
     intermediate = f"cp-{tag}-1-partition_by-by-group"
     for p, records in run(consume_all(kafka_bootstrap, intermediate, 2)).items():
         assert all(partition_for(k, 2) == p for _, k, _ in records if k is not None)
+
+
+def test_spark_reprocessing_writes_each_record_to_its_chosen_partition(
+        kafka_bootstrap: str, spark: Any) -> None:
+    from runtime.spark import KafkaOutput, SparkRunner
+
+    tag = uuid.uuid4().hex[:8]
+    out_topic = f"cp-spark-{tag}"
+    app = StreamApplication(f"cp-spark-{tag}")
+    kafka = KafkaSystem("kafka", bootstrap_servers=kafka_bootstrap)
+    (app.input(kafka.input("in", serde=SERDE, partitions=2))
+        .send_to(app.output(kafka.output("out", serde=SERDE, physical_name=out_topic,
+                                         partitions=OUT_PARTITIONS)),
+                 partition=lambda kv: kv.value % OUT_PARTITIONS))
+    inputs = [KV(f"k{i % 5}", i) for i in range(30)]
+    SparkRunner(spark).reprocess(app, {"in": inputs}, outputs={"out": KafkaOutput(kafka_bootstrap)})
+    got = run(consume_all(kafka_bootstrap, out_topic, OUT_PARTITIONS))
+    assert sorted(json.loads(v) for recs in got.values() for _, _, v in recs) == list(range(30))
+    for p, records in got.items():
+        assert all(json.loads(v) % OUT_PARTITIONS == p for _, _, v in records), (p, records)
+        assert all(k.decode() == f"k{json.loads(v) % 5}" for _, k, v in records)

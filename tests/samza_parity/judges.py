@@ -11,6 +11,10 @@ intermediate stream written by several tasks. A message's key fixes its output p
   input partition through one task);
 - ``per_origin``: per key and per input partition its values came from, the same sequence (a
   key the application gives gathers messages of several input partitions, several tasks);
+- ``per_partition``: where the application chose each message's partition (the key does not
+  fix it), per output partition and per input partition its values came from, the same
+  sequence of messages: one task writes an input partition's messages in order, and several
+  tasks' messages interleave freely in an output partition;
 - ``tagged``: per key and per tag (the first letter of the value: which input of a ``merge`` it
   came through), the same sequence; the interleaving of the tags is free;
 - ``multiset``: per key, the same messages in any order (``broadcast``: a message once per task
@@ -86,6 +90,16 @@ def per_origin(samza: Sequence[Message], dsl: Sequence[Message],
         parts: dict[tuple[Any, tuple[str, int]], list[Any]] = defaultdict(list)
         for m in out:
             parts[(m.key, origin[m.value])].append(m.value)
+        return dict(parts)
+    assert split(dsl) == split(samza)
+
+
+def per_partition(samza: Sequence[Message], dsl: Sequence[Message],
+                  origin: dict[Any, tuple[str, int]]) -> None:
+    def split(out: Sequence[Message]) -> dict[tuple[int, tuple[str, int]], list[Any]]:
+        parts: dict[tuple[int, tuple[str, int]], list[Any]] = defaultdict(list)
+        for m in out:
+            parts[(m.partition, origin[m.value])].append((m.key, m.value))
         return dict(parts)
     assert split(dsl) == split(samza)
 

@@ -215,3 +215,12 @@ def KeyedOutput(system: Any, app: StreamApplication, partitions: Mapping[str, in
     (_in(system, app, partitions, "in")
         .map(lambda kv: KV(f"u{kv.value % 7}", kv.value))
         .send_to(_out(system, app, partitions)))
+
+
+@pipeline
+def ChosenPartition(system: Any, app: StreamApplication,  # noqa: N802
+                    partitions: Mapping[str, int]) -> None:
+    n = partitions["out"]
+    (_in(system, app, partitions, "in")
+        .map(lambda kv: KV(f"u{kv.value % 7}", kv.value))
+        .send_to(_out(system, app, partitions), partition=lambda kv: kv.value % n))
