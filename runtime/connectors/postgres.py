@@ -413,6 +413,8 @@ class PostgresReader:
         self.columns = tuple(columns) if columns else None
         self.snapshot = snapshot
         self._conns: dict[tuple[int, int], Any] = {}
+        #: queries sent by this process
+        self.queries = 0
         self._rows: dict[Any, Any] | None = None
         self._loading: asyncio.Future[None] | None = None
 
@@ -455,6 +457,7 @@ class PostgresReader:
 
         try:
             conn = await self._conn()
+            self.queries += 1
             cur = await conn.execute(query, params)
             rows: list[dict[str, Any]] = await cur.fetchall()
             return rows
