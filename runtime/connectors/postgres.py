@@ -142,6 +142,8 @@ class PostgresSink(Sink):
         self.skip: dict[tuple[str, int], int] = {}
         self.skipped = 0
         self.conn: Any = None
+        #: the batch on its way to the database (awaited by the next batch and by prepare)
+        self._inflight: Any = None
         #: the marker of a commit whose outcome a lost connection hid (None: none)
         self._token: int | None = None
         names = list(options.columns)
@@ -201,20 +203,27 @@ class PostgresSink(Sink):
         rows.append(self.row(message))
         if len(rows) >= self.options.batch_rows:
             self.rows = []
-            return self._run(self._send_batch, rows)
+            # one batch on its way while the task goes on; the next waits for it
+            before, self._inflight = self._inflight, self._run(self._send_batch, rows)
+            if before is not None:
+                return before
         return None
 
-    def prepare(self, checkpoint_id: int) -> Any:
+    async def prepare(self, checkpoint_id: int) -> Any:
         assert self.ctx is not None
         covered = dict(self.ctx.offsets())
         rows, self.rows = self.rows, []
-        return self._run(self._commit_sync, rows, covered, checkpoint_id)
+        if self._inflight is not None:
+            before, self._inflight = self._inflight, None
+            await before
+        return await self._run(self._commit_sync, rows, covered, checkpoint_id)
 
     def commit(self, checkpoint_id: int) -> None:
         return None  # the database's commit was the prepare's
 
     def abort(self) -> None:
         self.rows = []
+        self._inflight = None  # the pool runs it before the rollback below
         if self.pool is not None:
             self.pool.submit(self._rollback).result()
 
