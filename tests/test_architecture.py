@@ -25,8 +25,10 @@ LAZY_UP = {
     ("samza_dsl.application", "planner"), ("samza_dsl.application", "planner.plan"),
     # the facade: samza_dsl.testing's TestRunner and TestResult are the runtime's
     ("samza_dsl.testing", "runtime.testing"),
-    # the facade: samza_dsl.files describes files outputs whose sinks write in the runtime
+    # the facades: samza_dsl.files and samza_dsl.postgres describe outputs whose sinks write
+    # in the runtime
     ("samza_dsl.files", "runtime.connectors.files"),
+    ("samza_dsl.postgres", "runtime.connectors.postgres"),
     # a plan's pictures show the tier each stage takes on Spark, which is Spark's choice
     ("planner.render", "runtime.spark.tiers"),
 }
