@@ -148,7 +148,9 @@ def _members(count: int, n: int, broker: Broker, root: str,
         deadline = time.monotonic() + 120
         while not _settled(logs, procs):
             if time.monotonic() > deadline:
-                raise RuntimeError("W8K: the members did not settle within 120 s")
+                tails = "\n".join(f"{log.name}:\n{log.read_text(errors='replace')[-1500:]}"
+                                  for log in logs)
+                raise RuntimeError(f"W8K: the members did not settle within 120 s:\n{tails}")
             time.sleep(0.2)
         for p in procs:  # the input is loaded while they wait (within the session timeout)
             p.send_signal(signal.SIGSTOP)
