@@ -812,6 +812,12 @@ class AvroSerde(Serde[Any]):
 
         Returns:
             E.g. ``"AvroSerde('shop.User', wire_format='confluent', schema_id=7)"``.
+
+        Example:
+            >>> user = {"type": "record", "name": "User", "namespace": "shop",
+            ...         "fields": [{"name": "name", "type": "string"}]}
+            >>> AvroSerde(user, wire_format="confluent", schema_id=7).describe()
+            "AvroSerde('shop.User', wire_format='confluent', schema_id=7)"
         """
         parts = [repr(self._name)]
         if self.wire_format != "plain":
@@ -950,6 +956,11 @@ class ProtobufSerde(Serde[Any]):
 
         Returns:
             E.g. ``"ProtobufSerde(shop.PageView, wire_format='confluent', schema_id=7)"``.
+
+        Example:
+            >>> from google.protobuf.source_context_pb2 import SourceContext
+            >>> ProtobufSerde(SourceContext, wire_format="confluent", schema_id=7).describe()
+            "ProtobufSerde(google.protobuf.SourceContext, wire_format='confluent', schema_id=7)"
         """
         parts = [self.message_class.DESCRIPTOR.full_name]
         if self.wire_format != "plain":
