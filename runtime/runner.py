@@ -147,7 +147,9 @@ class LocalRunner(LateCounts):
     def run(self) -> LocalRunner:
         """Run until every bounded input has ended (or SIGINT/SIGTERM), then commit and close.
         With ``job.container.count`` N > 1 (and no ``job.container.id``), the job runs in N
-        container processes on this machine.
+        container processes on this machine. Once SIGINT or SIGTERM has stopped a run, the
+        process ignores them from then on: the run is done and committed, and the same stop
+        sent again (as ``timeout`` does) must not interrupt what follows it.
 
         Returns:
             The runner, for ``messages()`` and ``late_counts``.
@@ -444,6 +446,8 @@ class LocalRunner(LateCounts):
     def _request_stop(self, sig: int | None = None) -> None:
         """A stop: by ``sig`` (SIGINT, SIGTERM), or by ``stop()``."""
         self._stop_requested = True
+        if sig is not None and isinstance(self._loop, _Loop):
+            self._loop.stopped = True  # a repeat of this stop is ignored as the run ends
         if sig is not None and self._stop_signal is None:
             self._stop_signal = sig
             container = self.container
@@ -653,6 +657,17 @@ class LocalRunner(LateCounts):
         Raises:
             KeyError: no such stream, or the job has not run.
             TypeError: the job ran on Kafka (read the topic's partitions there).
+
+        Example:
+            >>> from samza_dsl import StreamApplication, KV
+            >>> from samza_dsl.systems import MemorySystem
+            >>> app, mem = StreamApplication("doc-parts"), MemorySystem()
+            >>> out = app.output(mem.output("lengths", partitions=2))
+            >>> (app.input(mem.input("words")).map(lambda w: KV(w, len(w)))
+            ...     .send_to(out, partition=lambda kv: kv.value % 2))
+            >>> runner = LocalRunner(app, inputs={"words": ["a", "bb", "ccc"]}).run()
+            >>> {p: [kv.key for kv in ms] for p, ms in runner.partitions("lengths").items()}
+            {0: ['bb'], 1: ['a', 'ccc']}
         """
         if self.kafka:
             raise TypeError(f"output {stream_id!r} is on Kafka: read its partitions from the "
@@ -725,22 +740,20 @@ def _failed(exitcode: int | None, stopped: bool) -> bool:
 class _Loop(asyncio.SelectorEventLoop):
     """An event loop that lets go of its signal handlers before it closes its wakeup pipe
     (asyncio closes the pipe first: a signal in between is written to a closed descriptor, and
-    Python prints that error)."""
+    Python prints that error). Once a stop signal ended the run (``stopped``), its stop signals
+    are ignored when it closes rather than given back their defaults: the same stop sent twice
+    (``timeout`` sends it to the process and to its group) that comes while the run's summary
+    prints must not turn a clean, committed stop into KeyboardInterrupt."""
+
+    stopped = False
 
     def close(self) -> None:
         for sig in list(getattr(self, "_signal_handlers", {})):
             self.remove_signal_handler(sig)
         super().close()
 
-
-class _ContainerLoop(_Loop):
-    """The event loop of a container process of a run of several. When it closes, its stop
-    signals are ignored rather than given back their defaults: a SIGINT from the terminal or the
-    SIGTERM the parent passes on that comes while the process exits, its run done and committed,
-    must not kill it (the parent would report a failure) nor raise KeyboardInterrupt."""
-
     def remove_signal_handler(self, sig: int) -> bool:
-        if sig not in _STOP_SIGNALS:
+        if not self.stopped or sig not in _STOP_SIGNALS:
             return super().remove_signal_handler(sig)
         signal.signal(sig, signal.SIG_IGN)  # never the default, not even for a moment
         handlers = self._signal_handlers  # type: ignore[attr-defined]
@@ -749,6 +762,15 @@ class _ContainerLoop(_Loop):
         if not handlers:
             signal.set_wakeup_fd(-1)
         return True
+
+
+class _ContainerLoop(_Loop):
+    """The event loop of a container process of a run of several: its stop signals are ignored
+    when it closes, whatever ended the run: a SIGINT from the terminal or the SIGTERM the parent
+    passes on that comes while the process exits, its run done and committed, must not kill it
+    (the parent would report a failure) nor raise KeyboardInterrupt."""
+
+    stopped = True
 
 
 _ROW, _TOTALS = "\0row", "\0totals"
