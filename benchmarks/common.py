@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["timed", "peak_rss_mb", "emit", "median_summary"]
+__all__ = ["RowRuns", "timed", "peak_rss_mb", "emit", "median_summary"]
 
 
 def peak_rss_mb() -> float:
@@ -50,3 +50,30 @@ def median_summary(lines: list[dict[str, Any]]) -> dict[str, Any]:
             out[f"median_{key}"] = round(statistics.median(ln[key] for ln in lines), 3)
     print(json.dumps(out), file=sys.stdout, flush=True)
     return out
+
+
+class RowRuns:
+    """The runs of a workload that writes rows (an output of a job against a plain loop that
+    writes the same rows with the same library): one JSON line a run, then one of the medians."""
+
+    def __init__(self, workload: str, rows: int) -> None:
+        self.workload = workload
+        self.rows = rows
+        self.jobs: list[float] = []
+        self.plains: list[float] = []
+        self.ratios: list[float] = []
+
+    def add(self, plain_s: float, job_s: float) -> None:
+        self.plains.append(self.rows / plain_s)
+        self.jobs.append(self.rows / job_s)
+        self.ratios.append(plain_s / job_s)
+        print(json.dumps({"workload": self.workload, "run": len(self.ratios),
+                          "rows": self.rows, "job_rows_per_s": round(self.jobs[-1]),
+                          "plain_rows_per_s": round(self.plains[-1]),
+                          "ratio": round(self.ratios[-1], 3)}), flush=True)
+
+    def summary(self) -> None:
+        print(json.dumps({"workload": self.workload, "median": True, "rows": self.rows,
+                          "job_rows_per_s": round(statistics.median(self.jobs)),
+                          "plain_rows_per_s": round(statistics.median(self.plains)),
+                          "ratio": round(statistics.median(self.ratios), 3)}), flush=True)

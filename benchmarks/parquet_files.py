@@ -13,8 +13,6 @@ fresh folder; one JSON line per run and a median line with the ratio.
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -22,6 +20,8 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from benchmarks.common import RowRuns
 
 SCHEMA = {"id": "int64", "user": "string", "amount": "double"}
 GROUP = 65536
@@ -68,24 +68,15 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
     rows = make_rows(args.rows)
-    ratios, jobs, plains = [], [], []
-    for run in range(args.runs):
+    runs = RowRuns("parquet-files", args.rows)
+    for _ in range(args.runs):
         with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
             p = plain_loop(rows, Path(a))
             j = job(rows, Path(b))
             got = pq.read_table(b).num_rows  # the job's committed files hold every row
             assert got == args.rows, f"the job's files hold {got} rows, not {args.rows}"
-        plains.append(args.rows / p)
-        jobs.append(args.rows / j)
-        ratios.append(p / j)
-        print(json.dumps({"workload": "parquet-files", "run": run + 1, "rows": args.rows,
-                          "job_rows_per_s": round(args.rows / j),
-                          "plain_rows_per_s": round(args.rows / p),
-                          "ratio": round(p / j, 3)}), flush=True)
-    print(json.dumps({"workload": "parquet-files", "median": True, "rows": args.rows,
-                      "job_rows_per_s": round(statistics.median(jobs)),
-                      "plain_rows_per_s": round(statistics.median(plains)),
-                      "ratio": round(statistics.median(ratios), 3)}))
+        runs.add(p, j)
+    runs.summary()
 
 
 if __name__ == "__main__":

@@ -15,12 +15,12 @@ run and a median line with the ratio.
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
 import time
 from typing import Any
 
 import psycopg
+
+from benchmarks.common import RowRuns
 
 BATCH = 5000
 TABLE = "CREATE TABLE {} (id bigint, \"user\" text, amount double precision)"
@@ -70,11 +70,11 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
     rows = make_rows(args.rows)
-    ratios, jobs, plains = [], [], []
+    runs = RowRuns("postgres-output", args.rows)
     with PostgresServer("bench") as server:
         server.execute(TABLE.format("plain"))
         server.execute(TABLE.format("job"))
-        for run in range(args.runs):
+        for _ in range(args.runs):
             server.execute("TRUNCATE plain")
             server.execute("TRUNCATE job")
             server.execute("DROP TABLE IF EXISTS samza_dsl_positions")
@@ -82,17 +82,8 @@ def main() -> None:
             j = job(rows, server.conninfo)
             got = server.execute("SELECT count(*) FROM job")[0][0]
             assert got == args.rows, f"the job's table holds {got} rows, not {args.rows}"
-            plains.append(args.rows / p)
-            jobs.append(args.rows / j)
-            ratios.append(p / j)
-            print(json.dumps({"workload": "postgres-output", "run": run + 1, "rows": args.rows,
-                              "job_rows_per_s": round(args.rows / j),
-                              "plain_rows_per_s": round(args.rows / p),
-                              "ratio": round(p / j, 3)}), flush=True)
-    print(json.dumps({"workload": "postgres-output", "median": True, "rows": args.rows,
-                      "job_rows_per_s": round(statistics.median(jobs)),
-                      "plain_rows_per_s": round(statistics.median(plains)),
-                      "ratio": round(statistics.median(ratios), 3)}))
+            runs.add(p, j)
+    runs.summary()
 
 
 if __name__ == "__main__":
