@@ -22,6 +22,7 @@ checkpoint covers; a crash at any point neither loses rows nor writes them twice
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import os
 import re
@@ -98,7 +99,7 @@ def _fsync_dir(folder: str) -> None:
         os.close(fd)
 
 
-class FileSink(Sink):
+class FileSink(Sink, metaclass=abc.ABCMeta):
     """Rolls files and commits them with the checkpoint; a format gives ``_open_file``,
     ``_add``, ``_spill`` (rows buffered into the file), ``_size`` and ``_close_file``."""
 
@@ -228,17 +229,21 @@ class FileSink(Sink):
         if self._size() >= self.options.max_bytes:
             self._roll()
 
+    @abc.abstractmethod
     def _open_file(self, path: str) -> None:
-        raise NotImplementedError
+        """What each file format does (JSON Lines, Parquet)."""
 
+    @abc.abstractmethod
     def _add(self, row: Any) -> None:
-        raise NotImplementedError
+        """What each file format does (JSON Lines, Parquet)."""
 
+    @abc.abstractmethod
     def _size(self) -> int:
-        raise NotImplementedError
+        """What each file format does (JSON Lines, Parquet)."""
 
+    @abc.abstractmethod
     def _close_file(self) -> None:
-        raise NotImplementedError
+        """What each file format does (JSON Lines, Parquet)."""
 
 
 class JsonLinesSink(FileSink):
