@@ -514,9 +514,10 @@ class Container:
     def waiting_for(self) -> str:
         """What the tasks not done wait for: each input partition that has not ended (where
         its reader stands, what holds it back), and the messages in flight."""
-        from runtime.in_flight import in_flight_lines
+        from runtime.in_flight import held_back_lines, in_flight_lines
 
         parts = []
+        listed = []
         for reader, ssp in self._keys:
             for task in getattr(reader, "tasks", [reader]):
                 if task.done or ssp in task.ended:
@@ -525,9 +526,11 @@ class Container:
                 parts.append(f"task {task.name!r} stream {ssp.stream_id!r} partition "
                              f"{ssp.partition} ({self.consumer.waiting_for((reader, ssp))}"
                              + (f"; {upstream}" if upstream else "") + ")")
+                listed.append(task)
                 break
         busy = [t for t in self.tasks if not t.done and t.in_flight]
         parts.extend(in_flight_lines(busy))
+        parts.extend(held_back_lines([t for t in dict.fromkeys(listed) if not t.in_flight]))
         return "; ".join(parts) or "nothing the tasks name"
 
     # -- status -----------------------------------------------------------------------------------

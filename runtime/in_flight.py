@@ -18,7 +18,7 @@ from typing import Any
 from operators.base import Operator
 from runtime.state.remote import RemoteCall, RemoteTableClient
 
-__all__ = ["Wait", "wait_of", "message_coroutines", "coroutine_wait", "in_flight_lines",
+__all__ = ["held_back_lines", "Wait", "wait_of", "message_coroutines", "coroutine_wait", "in_flight_lines",
            "cancel_messages"]
 
 #: a Wait's key when none is known
@@ -234,6 +234,25 @@ def in_flight_lines(tasks: Sequence[Any], now: float | None = None) -> list[str]
             f"task {t.name!r}: {n} message{'s' if n != 1 else ''} in flight, the oldest at stream "
             f"{ssp.stream_id!r} partition {ssp.partition} offset {rec[1]} for "
             f"{now - rec[3]:.1f} s: {wait_of(t, rec).text()}")
+    return lines
+
+
+def held_back_lines(tasks: Sequence[Any]) -> list[str]:
+    """One line per task not done: the records it has not handed out yet, what holds them (a
+    commit asked for, a window tick, a rebalance's hold) and where its run loop waits."""
+    lines = []
+    for t in tasks:
+        if getattr(t, "done", False):
+            continue
+        flags = [name for name, on in (("a commit asked for", t.commit_requested),
+                                       ("a window tick", t.window_requested),
+                                       ("a hold for a rebalance", t.held is not None),
+                                       ("the stop", t.env.stopping)) if on]
+        where = _run_wait(t)
+        lines.append(f"task {t.name!r}: {t.inbox_size} record(s) not handed out yet"
+                     + (f", behind {' and '.join(flags)}" if flags else "")
+                     + (f"; it waits in {where}" if where else "")
+                     + f" ({t.in_flight} in flight, {len(t.pending)} pending)")
     return lines
 
 

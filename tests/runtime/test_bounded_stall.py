@@ -71,3 +71,24 @@ def test_a_slow_bounded_run_that_moves_is_not_stopped(tmp_path: Path) -> None:
 def test_the_bound_is_checked(value: int) -> None:
     with pytest.raises(ConfigError, match="job.bounded.stall.ms"):
         LocalRunner(hanging_app(), {"job.bounded.stall.ms": value})
+
+
+def test_a_task_holding_records_back_says_what_it_waits_for() -> None:
+    """The stall report names records a task has not handed out, and the flag that holds them
+    (a commit asked for that never ran would otherwise read as "nothing arrived")."""
+    from types import SimpleNamespace
+
+    from runtime.in_flight import held_back_lines
+
+    def task(**kw: object) -> SimpleNamespace:
+        base = dict(name="Partition 1", done=False, inbox_size=0, _cur=None, commit_requested=False,
+                    window_requested=False, held=None, env=SimpleNamespace(stopping=False),
+                    in_flight=0, pending=[])
+        base.update(kw)
+        return SimpleNamespace(**base)
+
+    lines = held_back_lines([task(inbox_size=3, commit_requested=True), task(name="idle"),
+                             task(name="over", done=True, inbox_size=5)])
+    assert lines == ["task 'Partition 1': 3 record(s) not handed out yet, behind a commit asked "
+                     "for (0 in flight, 0 pending)",
+                     "task 'idle': 0 record(s) not handed out yet (0 in flight, 0 pending)"]
