@@ -25,10 +25,13 @@ LAZY_UP = {
     ("samza_dsl.application", "planner"), ("samza_dsl.application", "planner.plan"),
     # the facade: samza_dsl.testing's TestRunner and TestResult are the runtime's
     ("samza_dsl.testing", "runtime.testing"),
-    # the facades: samza_dsl.files and samza_dsl.postgres describe outputs whose sinks write
+    # the facades: samza_dsl.files, .postgres and .iceberg describe outputs whose sinks write
     # in the runtime
     ("samza_dsl.files", "runtime.connectors.files"),
     ("samza_dsl.postgres", "runtime.connectors.postgres"),
+    ("samza_dsl.iceberg", "runtime.connectors.iceberg"),
+    # and an Iceberg table read by a reprocessing run, which Spark's side reads
+    ("samza_dsl.iceberg", "runtime.spark.iceberg"),
     # a plan's pictures show the tier each stage takes on Spark, which is Spark's choice
     ("planner.render", "runtime.spark.tiers"),
 }
