@@ -134,6 +134,10 @@ class CatalogSpec:
                 w = self.warehouse
                 if "://" not in w:
                     os.makedirs(w, exist_ok=True)
+                db = self.uri.partition("sqlite:///")[2]
+                if self.uri.startswith("sqlite:///") and os.path.dirname(db) and \
+                        not db.startswith(":"):
+                    os.makedirs(os.path.dirname(db), exist_ok=True)  # SQLite makes the file only
                 catalog = SqlCatalog(self.name, uri=self.uri, warehouse=self.warehouse_uri(),
                                      **dict(self.properties))
                 _catalogs[key] = catalog
