@@ -114,8 +114,16 @@ class CatalogSpec:
     properties: tuple[tuple[str, str], ...] = ()
 
     def where(self) -> str:
-        """The catalog as errors name it."""
-        return f"catalog {self.name!r} at {self.uri}"
+        """The catalog as errors name it (a password in its URI as ``***``)."""
+        uri = self.uri
+        if "@" in uri:
+            try:
+                from sqlalchemy.engine import make_url
+
+                uri = make_url(uri).render_as_string(hide_password=True)
+            except Exception:
+                uri = "(an unreadable URI)"
+        return f"catalog {self.name!r} at {uri}"
 
     def warehouse_uri(self) -> str:
         w = self.warehouse
@@ -288,6 +296,8 @@ class IcebergSink(Sink):
         self.table: Any = None
         self.lock: threading.Lock | None = None
         self.arrow: Any = None
+        #: the table's Iceberg type of each column, as errors name it
+        self.types: dict[str, str] = {}
         self.row: Callable[[Any], tuple[Any, ...]] = tuple
         #: rows since the last record batch, and the batches since the last commit
         self.rows: list[tuple[Any, ...]] = []
@@ -324,6 +334,7 @@ class IcebergSink(Sink):
                                   f"one: {diff}; declare schema= as the table has it, or write "
                                   f"to a new table")
         self.arrow = self.table.schema().as_arrow()
+        self.types = {f.name: str(f.field_type) for f in self.table.schema().fields}
         self.row = self._row_maker()
         self.pool = concurrent.futures.ThreadPoolExecutor(
             1, thread_name_prefix=f"iceberg-{ctx.task_id}")
@@ -464,9 +475,10 @@ class IcebergSink(Sink):
                 arrays.append(pa.array(values, type=f.type))
             except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
                 bad = next((v for v in values if not _fits(pa, v, f.type)), None)
-                raise self._error(call, f"column {f.name!r} ({f.type}) cannot hold "
+                kind = self.types.get(f.name, str(f.type))
+                raise self._error(call, f"column {f.name!r} ({kind}) cannot hold "
                                   f"{bad!r:.60} ({_first_line(exc)}); make the output's "
-                                  f"columns= give {f.type} values") from None
+                                  f"columns= give {kind} values") from None
         self.batches.append(pa.RecordBatch.from_arrays(arrays, schema=self.arrow))
 
     def _append(self, batches: list[Any], covered: dict[tuple[str, int], int],
