@@ -7,6 +7,9 @@ everywhere").
   and then to a keyed stream of a producer that takes them directly (``runtime.systems.
   StreamSink``). Its declared event times, where they only count at the batch's end, are taken
   in the loop, which keeps the channel's progress and stops at a message behind it.
+- ``sink_run``: a stream whose messages go through synchronous one-to-one functions to an output
+  written by a sink that takes runs (``Sink.write_batch``): the run's messages, in order, in
+  one call per run of one partition, with the input positions they come from (``Sources``).
 - ``operator_run``: a stream feeding one operator that gives lists of outputs (a window, a
   flat_map...): the operator's ``process`` per message (or its ``process_run`` over a run, or
   ``process_columns`` over a run given as columns, ``RunColumns``), what it gives forwarded
@@ -39,13 +42,17 @@ from runtime.records import EndOfStream, Watermark
 from runtime.systems import StreamSink
 from runtime.watermarks import event_seconds
 from runtime.wiring import OneToOnePath, PartitionRule
+from samza_dsl.connectors import Sources
 from samza_dsl.kv import KV
 
-__all__ = ["BatchFailure", "BatchRun", "RunColumns", "stream_run", "operator_run",
-           "CONTROL_TYPES"]
+__all__ = ["BatchFailure", "BatchRun", "RunColumns", "stream_run", "sink_run", "operator_run",
+           "CONTROL_TYPES", "SinkWrite"]
 
 #: a run takes (payloads, i, end, times=None) and returns where it stopped
 BatchRun = Callable[..., int]
+#: a sink's run of messages: ``write(partition, messages, sources)``, an awaitable it returns
+#: raising ``OperatorFailure``
+SinkWrite = Callable[[int, list[Any], Sources], Awaitable[None] | None]
 CONTROL_TYPES = frozenset({EndOfStream, Watermark, Skipped, OtherBucket})
 _NUMBER_TYPES = frozenset({float, int})
 #: a first-stage ``partition_by`` with declared times takes runs of this many messages at most
@@ -89,15 +96,7 @@ def stream_run(path: OneToOnePath, sender: Emit, rule: PartitionRule, sink: Stre
     if (rule.n == 1 and not raw) or broadcast:
         return None
     fns = path.fns
-    fn_op, fn = fns[0] if fns else (path.last.op_id, IDENTITY)
-    # the function's meter: counted per batch here, its time sampled once per batch
-    meter = meter_of(path.ops[0]) if fns else None
-    # several functions in a row: one function for the loop, counting each one's meter
-    fused = OneToOneChain(fns, [meter_of(op) for op in path.ops]) if len(fns) > 1 else None
-    if fused is not None:
-        fn, meter = fused.call, None
-    if not isinstance(fn, types.FunctionType | types.MethodType | types.BuiltinFunctionType):
-        fn = type(fn).__call__.__get__(fn)  # a callable object: its bound method is cheaper
+    fn_op, fn, meter, fused = _path_fn(path, meter_of)
     # a partition_by keeping the message as its value: its key function called in the loop
     key_of = path.ops[0].keyed_by() if len(fns) == 1 else None
     # a partition_by of the message into partitions in memory: a loop of its own, and, with
@@ -347,6 +346,167 @@ class _KeyedRuns:
                 self.misses += 1
                 return n, xmax, lat, False
         return n, xmax, lat, False
+
+
+def _path_fn(path: OneToOnePath, meter_of: Callable[[Operator], OpMeter | None]
+             ) -> tuple[str, Callable[[Any], Any], OpMeter | None, OneToOneChain | None]:
+    """The functions of ``path`` as one for a loop: (op id, function, the function's meter,
+    counted per batch, its time sampled once per batch; or several functions in a row as one
+    ``OneToOneChain``, counting each one's meter)."""
+    fns = path.fns
+    fn_op, fn = fns[0] if fns else (path.last.op_id, IDENTITY)
+    meter = meter_of(path.ops[0]) if fns else None
+    fused = OneToOneChain(fns, [meter_of(op) for op in path.ops]) if len(fns) > 1 else None
+    if fused is not None:
+        fn, meter = fused.call, None
+    if not isinstance(fn, types.FunctionType | types.MethodType | types.BuiltinFunctionType):
+        fn = type(fn).__call__.__get__(fn)  # a callable object: its bound method is cheaper
+    return fn_op, fn, meter, fused
+
+
+def sink_run(path: OneToOnePath, rule: PartitionRule, write: SinkWrite,
+             meter_of: Callable[[Operator], OpMeter | None], src: list[Any],
+             hold: Callable[[list[Awaitable[None]]], None]) -> BatchRun:
+    """The run of a stream along ``path`` into a sink's ``write_batch`` (``write``), ``rule``
+    its partition rule: the messages of the run up to the first control record, through the
+    path's functions, in one call per run of messages in one partition, with the input
+    positions they come from (``src[0]``: the batch being handed out, its SSP and first
+    offset). ``src[1]`` is set past each call's last message, so ``SinkContext.source()`` is
+    that message's during the call. Where a write returns an awaitable, the run's last message
+    waits for it: what it waits for goes to ``hold`` and its index is returned, for the
+    hand-out loop to take it as in flight. A failing function or partition rule ends the run:
+    the messages before it are written first, as one by one."""
+    apply = _SinkFunctions(*_path_fn(path, meter_of)) if path.fns else None
+    op_id = path.last.op_id
+    by_rule = None if rule.fixed is not None else rule
+    fixed = rule.fixed or 0
+    control_types = CONTROL_TYPES
+
+    def run(payloads: list[Any], i: int, end: int, times: Any = None) -> int:
+        seg = payloads[i:end]
+        if not control_types.isdisjoint(set(map(type, seg))):  # up to the first control
+            k = next(compress(count(), map(control_types.__contains__, map(type, seg))))
+            if k == 0:
+                return i
+            del seg[k:]
+        stop = i + len(seg)
+        ssp, first = src[0][0], src[0][1]
+        failed: tuple[int, OperatorFailure] | None = None
+        offsets: Sequence[int]
+        if apply is None:
+            msgs, offsets = seg, range(first + i, first + stop)
+        else:
+            msgs, offsets, failed = apply(seg, first + i)
+        pend: list[Awaitable[None]] = []
+        if msgs:
+            failed = _write_runs(write, by_rule, fixed, op_id, msgs,
+                                 Sources(ssp.stream_id, ssp.partition, offsets), pend,
+                                 src, first) or failed
+        src[1] = stop
+        if failed is not None:
+            for p in pend:  # the task stops: nothing waits for them
+                close = getattr(p, "close", None)
+                if close is not None:
+                    close()
+            raise BatchFailure(failed[0] - first, failed[1]) from failed[1].cause
+        if pend:
+            hold(pend)
+            return stop - 1
+        return stop
+    return run
+
+
+def _write_runs(write: SinkWrite, rule: PartitionRule | None, fixed: int, op_id: str,
+                msgs: list[Any], sources: Sources, pend: list[Awaitable[None]], src: list[Any],
+                first: int) -> tuple[int, OperatorFailure] | None:
+    """``msgs`` (from ``sources``) to ``write``, one call per run of one partition (all in
+    ``fixed`` where there is no ``rule``), what the calls return to wait for added to ``pend``,
+    ``src[1]`` past each call's last message (of the batch at offset ``first``); the offset and
+    failure of the first message whose partition or write failed, or None."""
+    failed: tuple[int, OperatorFailure] | None = None
+    if rule is None:
+        runs = [(fixed, 0, len(msgs))]
+    else:
+        runs = []
+        start = 0
+        last = -1
+        for j, m in enumerate(msgs):
+            try:
+                p = rule(m)
+            except Exception as exc:
+                failed = sources.offsets[j], OperatorFailure(op_id, exc)
+                msgs, sources = msgs[:j], sources[:j]
+                break
+            if p != last:
+                if j:
+                    runs.append((last, start, j))
+                start, last = j, p
+        if msgs:
+            runs.append((last, start, len(msgs)))
+    whole = len(runs) == 1
+    offsets = sources.offsets
+    for p, a, b in runs:
+        src[1] = offsets[b - 1] - first + 1
+        try:
+            w = write(p, msgs if whole else msgs[a:b], sources if whole else sources[a:b])
+        except Exception as exc:
+            return offsets[a], OperatorFailure(op_id, exc)
+        if w is not None:
+            pend.append(w)
+    return failed
+
+
+class _SinkFunctions:
+    """``sink_run``'s functions over a run's messages: what they gave, the input offsets of
+    the messages that gave it, and the offset and failure that ended the run (or None)."""
+
+    def __init__(self, fn_op: str, fn: Callable[[Any], Any], meter: OpMeter | None,
+                 fused: OneToOneChain | None) -> None:
+        self.fn_op, self.fn, self.meter, self.fused = fn_op, fn, meter, fused
+
+    def first_call(self, m: Any) -> Any:
+        """The function on a run's first message, its time sampled (once per run)."""
+        if self.fused is not None:
+            return self.fused.call_timed(m)
+        meter = self.meter
+        t0 = time.perf_counter_ns()
+        r = self.fn(m)
+        meter.ns += time.perf_counter_ns() - t0  # type: ignore[union-attr]
+        meter.timed += 1  # type: ignore[union-attr]
+        return r
+
+    def __call__(self, seg: list[Any], at: int
+                 ) -> tuple[list[Any], Sequence[int], tuple[int, OperatorFailure] | None]:
+        """``seg``, whose first message has offset ``at``, through the functions."""
+        fn, meter, fused = self.fn, self.meter, self.fused
+        out: list[Any] = []
+        offs: list[int] | None = None  # made at the first message dropped
+        dropped = 0
+        failed = None
+        timed = meter is None and fused is None
+        o = at - 1
+        try:
+            for o, m in enumerate(seg, at):
+                if timed:
+                    r = fn(m)
+                else:
+                    r = self.first_call(m)
+                    timed = True
+                if r is None:
+                    dropped += 1
+                    if offs is None:
+                        offs = list(range(at, o))
+                else:
+                    out.append(r)
+                    if offs is not None:
+                        offs.append(o)
+        except OperatorFailure as f:  # in a chain, naming its operator
+            failed = (o, f)
+        except Exception as exc:
+            dropped += 1
+            failed = (o, OperatorFailure(self.fn_op, exc))
+        _count(meter, fused, o - at + 1, dropped)
+        return out, range(at, at + len(out)) if offs is None else offs, failed
 
 
 def _keyed_runs(et: Any, key_of: Any, sink: StreamSink, rule: PartitionRule) -> _KeyedRuns:

@@ -4,7 +4,9 @@ starts, written by its terminals and taken through each of its commits.
 A task whose application has ``SinkOutput`` streams gets a ``TaskSinks`` when it is built
 (``task_producer``): each sink is made, opened and handed what the task's checkpoint recorded of
 it (``recover``), and the task's producer is wrapped (``SinkProducer``) so that the terminals of
-those streams write to the sinks and every other stream goes to the producer as before. The
+those streams write to the sinks and every other stream goes to the producer as before. A sink
+that overrides ``write_batch`` also takes runs of messages from the task's batch runs
+(``batch_sender``, ``runtime.batch.sink_run``). The
 committer keeps the task's sinks (``Committer.sinks``): ``runtime.commit`` calls ``prepare``
 before the checkpoint and ``commit`` after it; the checkpoint records, per task, the id of the
 checkpoint and each sink's position (``checkpoints.merge(sinks=...)``). The container closes
@@ -23,7 +25,7 @@ from typing import Any
 
 from runtime.systems import Producer, ProducerCounts, StreamSink
 from samza_dsl.config import job_name_of
-from samza_dsl.connectors import Committed, Sink, SinkContext, SinkError, SinkOutput
+from samza_dsl.connectors import Committed, Sink, SinkContext, SinkError, SinkOutput, Sources
 from samza_dsl.errors import ConfigError, SamzaError
 
 __all__ = ["TaskSinks", "SinkProducer", "sink_outputs", "task_producer"]
@@ -143,20 +145,9 @@ class TaskSinks:
         """What the task's terminal of ``stream_id`` calls: the sink's ``write``, its errors
         named; an awaitable it returns is awaited by the message."""
         write = self.sinks[stream_id].write
-        error = self._error
         written = self.written
-
-        def failed(partition: int, exc: Exception) -> SinkError:
-            return error(stream_id, f"write (partition {partition})", exc,
-                         "The checkpoint stays before the message, so a restart writes it again")
-
-        async def waited(pending: Awaitable[None], partition: int) -> None:
-            try:
-                await pending
-            except SinkError:
-                raise
-            except Exception as exc:
-                raise failed(partition, exc) from exc
+        failed, waited = self._named(stream_id, "write", "The checkpoint stays before the "
+                                     "message, so a restart writes it again")
 
         def send(partition: int, message: Any) -> Any:
             try:
@@ -168,6 +159,48 @@ class TaskSinks:
             written[stream_id] += 1
             return None if pending is None else waited(pending, partition)
         return send
+
+    def batch_sender(self, stream_id: str) -> Callable[[int, list[Any], Sources], Any] | None:
+        """What a task's run of ``stream_id``'s messages calls (``runtime.batch.sink_run``):
+        the sink's ``write_batch``, its errors named, as ``sender``'s; None where the sink does
+        not override ``write_batch`` (its messages go to ``write`` one by one)."""
+        sink = self.sinks[stream_id]
+        if type(sink).write_batch is Sink.write_batch:
+            return None
+        write_batch = sink.write_batch
+        written = self.written
+        failed, waited = self._named(stream_id, "write_batch", "The checkpoint stays before "
+                                     "the messages, so a restart writes them again")
+
+        def send(partition: int, messages: list[Any], sources: Sources) -> Any:
+            try:
+                pending = write_batch(partition, messages, sources)
+            except SinkError:
+                raise
+            except Exception as exc:
+                raise failed(partition, exc) from exc
+            written[stream_id] += len(messages)
+            return None if pending is None else waited(pending, partition)
+        return send
+
+    def _named(self, stream_id: str, step: str, then: str
+               ) -> tuple[Callable[[int, Exception], SinkError],
+                          Callable[[Awaitable[None], int], Awaitable[None]]]:
+        """The errors of a call ``step`` of ``stream_id``'s sink as ``SinkError``s: ``failed``
+        for one it raised, ``waited`` awaiting what it returned."""
+        error = self._error
+
+        def failed(partition: int, exc: Exception) -> SinkError:
+            return error(stream_id, f"{step} (partition {partition})", exc, then)
+
+        async def waited(pending: Awaitable[None], partition: int) -> None:
+            try:
+                await pending
+            except SinkError:
+                raise
+            except Exception as exc:
+                raise failed(partition, exc) from exc
+        return failed, waited
 
     def _offsets(self) -> Mapping[tuple[str, int], int]:
         return self._covering
@@ -249,6 +282,12 @@ class SinkProducer:
         if stream_id in self.sinks.outputs:
             return self.sinks.sender(stream_id)
         return self.inner.sender(stream_id)
+
+    def batch_sender(self, stream_id: str) -> Callable[[int, list[Any], Sources], Any] | None:
+        """``TaskSinks.batch_sender`` of a stream written by a sink; None for any other."""
+        if stream_id in self.sinks.outputs:
+            return self.sinks.batch_sender(stream_id)
+        return None
 
     def signal(self) -> None:
         self.inner.signal()

@@ -13,14 +13,16 @@ from typing import Any
 
 from operators.base import IDENTITY, Operator
 from operators.window import WindowOperator
-from runtime.batch import BatchRun, operator_run, stream_run
+from runtime.batch import BatchRun, operator_run, sink_run, stream_run
 from runtime.dag import Emit, OperatorFailure, chain, metered
 from runtime.event_time import DeclaredTime, InputTime, WindowMoves, input_time
 from runtime.job import SSP
 from runtime.metrics import Metrics, OpMeter
+from runtime.sinks import SinkProducer
 from runtime.systems import Producer
 from runtime.watermarks import OBSERVED, TaskClock, observing
 from runtime.wiring import (
+    OneToOnePath,
     PartitionRule,
     Wiring,
     bind_port,
@@ -112,7 +114,7 @@ class TaskWiring:
             return None
         sink = self.producer.record_sink(path.target)
         if sink is None:
-            return None
+            return self._sink_batch(stream_id, path)
         sender = self.wiring.sender(path.target, path.last.op_id)
         rule = self.rules.get((path.target, path.last.op_id))
         if rule is None:
@@ -120,6 +122,24 @@ class TaskWiring:
         return stream_run(path, sender, rule, sink,
                           self.plan.streams[path.target].kind == "broadcast", self.meter,
                           self.read, stream_id, self.clock.declared.get(stream_id, (None,))[0])
+
+    def _sink_batch(self, stream_id: str, path: OneToOnePath) -> BatchRun | None:
+        """``sink_run`` of ``stream_id`` into an output written by a sink that takes runs
+        (``Sink.write_batch``), where the stream has no declared event time."""
+        if not isinstance(self.producer, SinkProducer) or stream_id in self.clock.declared:
+            return None
+        write = self.producer.batch_sender(path.target)
+        op_id = path.last.op_id
+        self.wiring.sender(path.target, op_id)
+        rule = self.rules.get((path.target, op_id))
+        if write is None or rule is None:
+            return None  # a sink taking messages one by one; a sender observed by the clock
+
+        def write_run(partition: int, messages: list[Any], sources: Any
+                      ) -> Awaitable[None] | None:
+            pending = write(partition, messages, sources)
+            return None if pending is None else _failing_as(op_id, pending)
+        return sink_run(path, rule, write_run, self.meter, self.src, self.hold)
 
     def meter(self, op: Operator) -> OpMeter | None:
         """The meter of ``op`` in this task (one for both ports of a join)."""

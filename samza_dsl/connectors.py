@@ -8,7 +8,10 @@ the task (docs/connectors.md):
    checkpoint recorded of this sink (its ``checkpoint_id`` and the ``position`` ``prepare`` returned then); a sink that
    commits in two phases rolls forward what that checkpoint covers and drops the rest;
 2. ``write(partition, message)`` for each message; it may return an awaitable, which the message
-   waits for (back-pressure: at most ``task.max.concurrency`` messages wait per task);
+   waits for (back-pressure: at most ``task.max.concurrency`` messages wait per task). A sink
+   that overrides ``write_batch(partition, messages, sources)`` gets runs of a task's messages
+   in one call instead, where the task hands them out as a run (``Sources`` says which input
+   message each comes from);
 3. at each commit, before the checkpoint: ``prepare(checkpoint_id)``: make everything written so
    far durable, but not visible yet where the sink can hold it back; its result (``None``, a
    number, a string, or lists and dicts of them) is written into the task's checkpoint;
@@ -34,16 +37,16 @@ the checkpoint is the one place where the decision is made.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 from .errors import SamzaError
 from .serdes import Serde
 from .systems import OutputDescriptor, SystemDescriptor
 
-__all__ = ["Sink", "SinkContext", "Committed", "SinkError", "SinkSystem", "SinkOutput",
-           "SinkFactory", "CONNECTOR_FACTORY"]
+__all__ = ["Sink", "SinkContext", "Committed", "Sources", "SinkError", "SinkSystem",
+           "SinkOutput", "SinkFactory", "CONNECTOR_FACTORY"]
 
 #: the ``factory`` of a system whose outputs are written by sinks
 CONNECTOR_FACTORY = "connector"
@@ -108,6 +111,40 @@ class Committed:
     position: Any = None
 
 
+@dataclass(frozen=True)
+class Sources(Sequence[tuple[str, int, int]]):
+    """The input messages the messages of one ``write_batch`` call come from: message ``j``
+    from offset ``offsets[j]`` of partition ``partition`` of input stream ``stream_id``, so
+    ``sources[j]`` is what ``SinkContext.source()`` would say for it alone. The offsets grow
+    (several messages of one input message share its offset).
+
+    Example:
+        >>> sources = Sources("orders", 2, range(40, 43))
+        >>> len(sources), sources[0], sources[-1]
+        (3, ('orders', 2, 40), ('orders', 2, 42))
+        >>> sources[1:].offsets
+        range(41, 43)
+    """
+
+    stream_id: str
+    partition: int
+    offsets: Sequence[int]
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    @overload
+    def __getitem__(self, j: int) -> tuple[str, int, int]: ...
+
+    @overload
+    def __getitem__(self, j: slice) -> Sources: ...
+
+    def __getitem__(self, j: int | slice) -> tuple[str, int, int] | Sources:
+        if isinstance(j, slice):
+            return Sources(self.stream_id, self.partition, self.offsets[j])
+        return self.stream_id, self.partition, self.offsets[j]
+
+
 class Sink:
     """An output the application writes itself. Subclass it and override what you need:
     ``write`` always; ``flush`` for at-least-once; ``prepare``, ``commit`` and ``recover``
@@ -153,6 +190,22 @@ class Sink:
         for it (back-pressure); the task's checkpoint never passes a message still waiting."""
         raise NotImplementedError(f"{type(self).__name__} must implement write(partition, message)")
 
+    def write_batch(self, partition: int, messages: list[Any],
+                    sources: Sources | None) -> Awaitable[None] | None:
+        """Several messages the task sends to the stream, in order, all in ``partition``: what
+        ``write`` would get one call each, in one call. ``sources[j]`` is the input message
+        ``messages[j]`` comes from (``Sources``; None where no input message caused them);
+        during the call ``SinkContext.source()`` is the last one's. The list is the sink's to
+        keep. An awaitable returned makes the run's last message wait for it (and the
+        checkpoint with it).
+
+        The task calls it only on a sink that overrides it, for runs of one input partition's
+        messages that reach the stream through one-to-one steps (``map``, ``filter``,
+        ``send_to``); any other message, and every message of a sink that does not override
+        it, goes to ``write``. By default: ``write`` for each message, in order."""
+        waits = [w for w in (self.write(partition, m) for m in messages) if w is not None]
+        return _each(waits) if waits else None
+
     def flush(self) -> Awaitable[None] | None:
         """Make every message written so far durable (at least once). Called by ``prepare``."""
         return None
@@ -178,6 +231,11 @@ class Sink:
     def close(self) -> None:
         """The task ends (after its last commit, or after ``abort``). Synchronous."""
         return None
+
+
+async def _each(waits: list[Awaitable[None]]) -> None:
+    for w in waits:
+        await w
 
 
 #: makes the sink of one task, given its context (called in the task's process)

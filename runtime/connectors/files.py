@@ -7,7 +7,8 @@ that covers its rows is durable:
 
 - ``write`` adds a row to the open file (opening one when there is none), and closes the file
   once it holds ``max_bytes`` or is ``max_seconds`` old: it then waits, complete and fsynced,
-  under its temporary name;
+  under its temporary name; ``write_batch`` adds a run's rows the same way (a file's age
+  checked once per run);
 - ``prepare(checkpoint_id)`` closes the open file too, fsyncs the files and the folder, and
   returns the highest sequence written so far: the checkpoint records it;
 - ``commit`` renames the files that checkpoint covers and fsyncs the folder;
@@ -29,10 +30,11 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 from samza_dsl import KV
-from samza_dsl.connectors import Committed, Sink, SinkContext, SinkError
+from samza_dsl.connectors import Committed, Sink, SinkContext, SinkError, Sources
 
 __all__ = ["FileSink", "ParquetSink", "JsonLinesSink", "FileOptions", "default_row"]
 
@@ -171,13 +173,36 @@ class FileSink(Sink, metaclass=abc.ABCMeta):
         self.seq = max(covered, final_high) + 1
 
     def write(self, partition: int, message: Any) -> None:
+        self._ready()
+        self._add(self.to_row(message))
+
+    def write_batch(self, partition: int, messages: list[Any], sources: Sources | None) -> None:
+        """The rows of a run of messages, in order: as ``write`` each, the file's age checked
+        once."""
+        self._ready()
+        self._add_rows(self.rows_of(messages))
+
+    def rows_of(self, messages: list[Any]) -> list[Any]:
+        """The rows of ``messages``: ``to_row`` of each (a list of dicts is its own rows)."""
+        if self.to_row is default_row and set(map(type, messages)) == {dict}:
+            return messages
+        return list(map(self.to_row, messages))
+
+    def _ready(self) -> None:
+        """An open file to add to: a new one where none is open or it is ``max_seconds`` old."""
         if self.current is None:
             self._start()
         elif self.options.max_seconds is not None \
                 and time.monotonic() - self.opened_at >= self.options.max_seconds:
             self._roll()
             self._start()
-        self._add(self.to_row(message))
+
+    def _add_rows(self, rows: list[Any]) -> None:
+        """``_add`` of each row, a file opened again where one closed by size."""
+        for row in rows:
+            if self.current is None:
+                self._start()
+            self._add(row)
 
     def prepare(self, checkpoint_id: int) -> int:
         if self.current is not None:
@@ -341,13 +366,43 @@ class ParquetSink(FileSink):
             self._spill()
             self._rolled_by_size()
 
+    def _add_rows(self, rows: list[Any]) -> None:
+        """The rows into row groups of ``row_group_rows``, as ``_add`` of each would."""
+        group = self.options.row_group_rows
+        k, n = 0, len(rows)
+        while k < n:
+            if self.current is None:  # closed by size after a row group
+                self._start()
+            buf = self._rows
+            take = min(n - k, group - len(buf))
+            if take == n and not buf:
+                self._rows = buf = rows  # the run is the buffer
+            else:
+                buf += rows[k:k + take]
+            k += take
+            if len(buf) >= group:
+                self._spill()
+                self._rolled_by_size()
+
+    def _table(self, rows: list[Any]) -> Any:
+        """``pyarrow.Table.from_pylist(rows, schema=...)``; with a declared schema and rows
+        that are dicts holding every field, its columns made in C (the same table)."""
+        pa, schema = self._pa, self._schema
+        if schema is not None and set(map(type, rows)) == {dict}:
+            try:
+                return pa.Table.from_arrays(
+                    [list(map(itemgetter(name), rows)) for name in schema.names], schema=schema)
+            except KeyError:
+                pass  # a row without a field: from_pylist gives it null
+        return pa.Table.from_pylist(rows, schema=schema)
+
     def _spill(self) -> None:
         rows, self._rows = self._rows, []
         if not rows:
             return
         pa = self._pa
         try:
-            table = pa.Table.from_pylist(rows, schema=self._schema)
+            table = self._table(rows)
         except (pa.ArrowException, TypeError, ValueError) as exc:
             raise SinkError(f"{self.where}: rows do not fit the schema "
                             f"{self._schema or '(inferred)'}: {exc}; declare schema= on the "

@@ -6,7 +6,9 @@ cover in ONE database transaction per commit of the task:
 - ``write`` makes a row of the message (the declared columns) and buffers it; every
   ``batch_rows`` rows the batch goes into the task's open transaction with COPY (insert), or
   COPY into a staging table and ``INSERT ... ON CONFLICT (key) DO UPDATE`` (upsert), on a
-  thread of the sink's own, the message waiting for it (back-pressure);
+  thread of the sink's own, the message waiting for the batch before it where that is still
+  under way (back-pressure); ``write_batch`` does the same for a run of messages, its rows
+  made in one pass;
 - ``prepare`` writes the rest, and the task's input positions (``SinkContext.offsets``: the
   last offset of each input partition the checkpoint being written covers) into the positions
   table ``samza_dsl_positions``, and commits: rows and positions are visible together or not
@@ -35,9 +37,10 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
-from samza_dsl.connectors import Sink, SinkContext, SinkError
+from samza_dsl.connectors import Sink, SinkContext, SinkError, Sources
 from samza_dsl.remote import RemoteCallError
 
 __all__ = ["PostgresSink", "PostgresOptions", "PostgresReader", "POSITIONS_TABLE",
@@ -98,6 +101,28 @@ class PostgresOptions:
         return PostgresSink(self)
 
 
+def _rows_maker(options: PostgresOptions
+                ) -> Callable[[list[Any]], list[tuple[Any, ...]] | None] | None:
+    """messages -> their rows in one pass, where the columns are two or more fields of the row
+    by name and the rows are the messages as they are (no ``to_row``): for a run of dicts
+    holding every field, the tuples made in C; None for any other run (``_row_maker`` makes
+    each row then). None where the columns are not such fields."""
+    specs = list(options.columns.values())
+    if options.to_row is not None or len(specs) < 2 or \
+            not all(isinstance(s, str) for s in specs):
+        return None
+    get = itemgetter(*specs)
+
+    def rows(messages: list[Any]) -> list[tuple[Any, ...]] | None:
+        if set(map(type, messages)) != {dict}:
+            return None
+        try:
+            return list(map(get, messages))
+        except KeyError:  # a field missing: None there, as _row_maker gives
+            return None
+    return rows
+
+
 def _row_maker(options: PostgresOptions) -> Callable[[Any], tuple[Any, ...]]:
     """message -> the row's tuple, in the order of ``options.columns``."""
     from runtime.connectors.files import default_row
@@ -127,12 +152,18 @@ def _row_maker(options: PostgresOptions) -> Callable[[Any], tuple[Any, ...]]:
     return mixed
 
 
+async def _each(waits: list[Any]) -> None:
+    for w in waits:
+        await w
+
+
 class PostgresSink(Sink):
     """One task's rows into a PostgreSQL table, exactly once (the module's docstring)."""
 
     def __init__(self, options: PostgresOptions) -> None:
         self.options = options
         self.row = _row_maker(options)
+        self.rows_of = _rows_maker(options)
         #: rows since the last commit not yet sent; those sent in the open transaction
         self.rows: list[tuple[Any, ...]] = []
         self.sent: list[list[tuple[Any, ...]]] = []
@@ -203,11 +234,38 @@ class PostgresSink(Sink):
         rows.append(self.row(message))
         if len(rows) >= self.options.batch_rows:
             self.rows = []
-            # one batch on its way while the task goes on; the next waits for it
-            before, self._inflight = self._inflight, self._run(self._send_batch, rows)
-            if before is not None:
-                return before
+            return self._send(rows)
         return None
+
+    def write_batch(self, partition: int, messages: list[Any], sources: Sources | None) -> Any:
+        if self.skip and sources is not None:
+            upto = self.skip.get((sources.stream_id, sources.partition), -1)
+            if sources.offsets[0] <= upto:  # the rows of those at or before it are there
+                kept = [m for m, o in zip(messages, sources.offsets, strict=True) if o > upto]
+                self.skipped += len(messages) - len(kept)
+                messages = kept
+        made = self.rows_of(messages) if self.rows_of is not None else None
+        rows = self.rows
+        rows += map(self.row, messages) if made is None else made
+        size = self.options.batch_rows
+        if len(rows) < size:
+            return None
+        full = len(rows) - len(rows) % size
+        self.rows = rows[full:]
+        waits = [w for w in (self._send(rows[k:k + size]) for k in range(0, full, size))
+                 if w is not None]
+        return waits[0] if len(waits) == 1 else (_each(waits) if waits else None)
+
+    def _send(self, rows: list[tuple[Any, ...]]) -> Any:
+        """A full batch on its way while the task goes on; what the caller waits for: the
+        batch before it, where it is still under way (or failed: raised here)."""
+        before, self._inflight = self._inflight, self._run(self._send_batch, rows)
+        if before is None:
+            return None
+        if before.done() and not before.cancelled():
+            before.result()  # its error, if any
+            return None
+        return before
 
     async def prepare(self, checkpoint_id: int) -> Any:
         assert self.ctx is not None
