@@ -28,7 +28,7 @@ with its parent, as in Samza).
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 
 from samza_dsl.windows import (
     AnyTrigger,
@@ -64,6 +64,14 @@ class TriggerImpl:
     def deadline(self) -> int | None:
         return None
 
+    def progress(self) -> list[Any]:
+        """What the trigger has seen, as plain values for the window's store (``resume``)."""
+        return [self.fired]
+
+    def resume(self, state: list[Any]) -> None:
+        """Go on from ``progress()`` of an instance of the same spec."""
+        self.fired = bool(state[0])
+
 
 class CountTriggerImpl(TriggerImpl):
     __slots__ = ("count", "seen")
@@ -78,6 +86,12 @@ class CountTriggerImpl(TriggerImpl):
         if self.seen >= self.count:
             self.fired = True
         return self.fired
+
+    def progress(self) -> list[Any]:
+        return [self.fired, self.seen]
+
+    def resume(self, state: list[Any]) -> None:
+        self.fired, self.seen = bool(state[0]), int(state[1])
 
 
 class _TimeTriggerImpl(TriggerImpl):
@@ -97,6 +111,12 @@ class _TimeTriggerImpl(TriggerImpl):
 
     def deadline(self) -> int | None:
         return None if self.fired else self.at
+
+    def progress(self) -> list[Any]:
+        return [self.fired, self.at]  # ``at``: the clock's ms, which every host shares
+
+    def resume(self, state: list[Any]) -> None:
+        self.fired, self.at = bool(state[0]), state[1]
 
 
 class TimeSinceFirstMessageTriggerImpl(_TimeTriggerImpl):
@@ -146,6 +166,17 @@ class AnyTriggerImpl(TriggerImpl):
         times = [d for c in self.children if (d := c.deadline()) is not None]
         return min(times) if times else None
 
+    def progress(self) -> list[Any]:
+        return [self.fired, [c.progress() for c in self.children]]
+
+    def resume(self, state: list[Any]) -> None:
+        self.fired = bool(state[0])
+        if self.fired:
+            self.children = []
+        else:
+            for child, st in zip(self.children, state[1], strict=True):
+                child.resume(st)
+
 
 class RepeatTriggerImpl(TriggerImpl):
     __slots__ = ("spec", "current")
@@ -166,6 +197,13 @@ class RepeatTriggerImpl(TriggerImpl):
 
     def deadline(self) -> int | None:
         return self.current.deadline()
+
+    def progress(self) -> list[Any]:
+        return [self.fired, self.current.progress()]
+
+    def resume(self, state: list[Any]) -> None:
+        self.fired = bool(state[0])
+        self.current.resume(state[1])
 
     def restart(self) -> None:
         """After a firing: start the repeated trigger afresh (its timers wait for a message)."""

@@ -16,8 +16,8 @@ between two commits, or the stream ended first) closes with no store delete, so 
 changelog tombstone either. The in-memory indexes (open panes and their closing order, panes
 kept for lateness) are rebuilt from the store at ``init``; the watermark is stored under
 ``(None, "watermark")`` whenever panes close, which is all a restore needs to tell closed panes
-from open ones. Trigger progress is not stored (as in Samza): after a restore, a pane's early or late
-trigger starts afresh with its next message.
+from open ones. Each pane's early and late trigger progress is stored too, at each commit, and
+put back by a restore (``operators.window_triggers``; Samza keeps it in memory only).
 
 Time. Without ``event_time`` a message belongs to the pane of ``ctx.clock()`` and panes close at
 window ticks (``on_timer(now_ms)``) once ``now >= end``. With ``event_time`` (seconds, rounded to
@@ -85,7 +85,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from heapq import heappop, heappush
 from itertools import islice
 from operator import length_hint
-from typing import Any, cast
+from typing import Any
 
 from samza_dsl.config import STORE_PROPERTIES
 from samza_dsl.kv import KV
@@ -96,6 +96,7 @@ from .base import FailedAt, Operator, OperatorContext, UserContext, resolve_fn
 from .late import LateTracker
 from .state import encode_key, in_key_order, order_key
 from .triggers import TriggerImpl, make_trigger
+from .window_triggers import TriggerProgress
 
 __all__ = ["WindowOperator", "AlignedWindowOperator", "TumblingWindowOperator", "WATERMARK_KEY"]
 
@@ -109,7 +110,7 @@ _MISSING: Any = object()
 _INF = float("inf")
 
 
-class WindowOperator(Operator, ABC):
+class WindowOperator(TriggerProgress, Operator, ABC):
     """Shared machinery: firing panes, early/late triggers and their timers, watermark, ticks
     and end-of-stream. Subclasses keep the panes; a pane ``handle`` is whatever identifies a pane
     stably in the subclass (the ``(start, key)`` tuple, or a session object)."""
@@ -147,6 +148,7 @@ class WindowOperator(Operator, ABC):
                                         late_to=spec.late_to, session=w.is_session)
         self._early: dict[Any, TriggerImpl | None] = {}  # None: retired (fired, not repeating)
         self._late: dict[Any, TriggerImpl | None] = {}
+        self._init_trigger_progress()
         self._timers: list[tuple[int, int, FiringType, Any, TriggerImpl]] = []
         self._seq = itertools.count()
         self._pane_ids: dict[int, str] = {}
@@ -169,15 +171,14 @@ class WindowOperator(Operator, ABC):
             else:
                 self.watermark = stored
         self._restore()
+        for trig, handle, firing in self._restore_triggers():
+            self._schedule(trig, handle, firing)
 
     # -- what subclasses provide ---------------------------------------------------------------
 
     @abstractmethod
     def _restore(self) -> None:
         """Rebuild the in-memory pane indexes from the store."""
-
-    def _pane_key(self, handle: Any) -> tuple[int, Any]:
-        return cast(tuple[int, Any], handle)
 
     def _value(self, handle: Any) -> Any:
         return self._get(handle)
@@ -208,6 +209,10 @@ class WindowOperator(Operator, ABC):
     @abstractmethod
     def _drop_all(self) -> None:
         """Drop every pane's state."""
+
+    def flush_state(self) -> None:
+        """At a commit: the triggers' progress into the store (``operators.window_triggers``)."""
+        self._flush_triggers()
 
     # -- firing ------------------------------------------------------------------------------------
 
@@ -256,6 +261,8 @@ class WindowOperator(Operator, ABC):
         if pane is not None:
             out.append(pane)
         self._early.pop(handle, None)
+        if self._trig_at:
+            self._trigger_gone(EARLY, handle)
         if not self._retain:
             self._drop_value(handle)
 
@@ -264,9 +271,10 @@ class WindowOperator(Operator, ABC):
             else (self._late, self._late_spec)
         trig = triggers.get(handle, _MISSING)
         if trig is _MISSING:
-            trig = triggers[handle] = make_trigger(spec)  # type: ignore[arg-type]
+            trig = triggers[handle] = make_trigger(spec)
         elif trig is None:
             return None
+        self._trigger_changed(firing, handle)
         if trig.on_message(now):
             return self._trigger_fired(triggers, handle, trig, firing)
         self._schedule(trig, handle, firing)
@@ -275,6 +283,7 @@ class WindowOperator(Operator, ABC):
     def _trigger_fired(self, triggers: dict[Any, TriggerImpl | None], handle: Any,
                        trig: TriggerImpl, firing: FiringType) -> WindowPane | None:
         pane = self._emit(handle, firing, False)
+        self._trigger_changed(firing, handle)
         if trig.repeating:
             trig.restart()  # type: ignore[attr-defined]
             self._schedule(trig, handle, firing)
@@ -396,6 +405,7 @@ class WindowOperator(Operator, ABC):
         self._drop_all()
         self._early.clear()
         self._late.clear()
+        self._triggers_all_gone()
         self._timers.clear()
         if self._event_time is not None and closed_to > self.watermark:
             self.watermark = self.ended = self.late_tracker.ended_ms = closed_to
@@ -455,6 +465,7 @@ class AlignedWindowOperator(WindowOperator):
                 pk = (start, key)
                 self._drop_value(pk)
                 self._late.pop(pk, None)
+                self._trigger_gone(LATE, pk)
 
     def _pop_retained(self, start: int) -> Iterable[Any]:
         """The keys of the retained panes of ``start``, the start leaving that index."""
@@ -751,6 +762,7 @@ class TumblingWindowOperator(AlignedWindowOperator):
                 closed += 1
                 if early:
                     early.pop((start, key), None)
+                    self._trigger_gone(EARLY, (start, key))
                 if stored:
                     self._store.delete((start, key))
                     self._deletes += 1
@@ -814,7 +826,10 @@ class TumblingWindowOperator(AlignedWindowOperator):
 
     def flush_state(self) -> None:
         """Write the panes changed since the last commit into the store; they stay in memory
-        as clean values, down to half of ``_cache_size`` once it is exceeded."""
+        as clean values, down to half of ``_cache_size`` once it is exceeded; and the triggers'
+        progress."""
+        if self._trig_dirty:
+            self._flush_triggers()
         dirty = self._dirty
         if not dirty:
             return
@@ -871,8 +886,9 @@ class TumblingWindowOperator(AlignedWindowOperator):
         """The indexes from the store; a start with more than ``_cache_size`` panes is spilled
         (the store stays its index)."""
         size, wm, limit, spilled = self.size_ms, self.watermark, self._cache_size, self._spilled
-        for pk, _ in self._store.all():
-            if pk == WATERMARK_KEY:
+        for pk, value in self._store.all():
+            if pk[0] is None:  # the watermark, or a trigger's progress
+                self._saved_trigger(pk, value)
                 continue
             start, key = pk
             if self._event_time is None or start + size > wm:

@@ -95,6 +95,8 @@ class HoppingWindowOperator(AlignedWindowOperator):
                 elif len(pk) == 4 and pk[1] == SINCE:
                     self._since[(pk[2], pk[3])] = value
                     self._epoch = max(self._epoch, value)
+                else:
+                    self._saved_trigger(pk, value)
                 continue
             hops.append(pk)
             for epoch, part in value:

@@ -123,6 +123,8 @@ class SessionWindowOperator(WindowOperator):
         for pk, entry in list(self._store.all()):
             if pk == WATERMARK_KEY:
                 continue
+            if pk[0] is None and self._saved_trigger(pk, entry):
+                continue
             if pk[0] is None:  # a held message
                 heappush(self._held, (entry[0], pk[2], entry[1]))
                 self._held_seq = max(self._held_seq, pk[2] + 1)
@@ -292,9 +294,16 @@ class SessionWindowOperator(WindowOperator):
                 del self._retained[r.key]
             self._store.delete((r.start, r.key))
             self._late.pop(r, None)
+            self._trigger_gone(LATE, r)
 
     def _open_handles(self) -> list[Any]:
         return list(self._sessions.values())
+
+    def _trigger_handle(self, start: int, key: Any) -> Any:
+        s = self._sessions.get(key)
+        if s is not None and s.start == start:
+            return s
+        return next((r for r in self._retained.get(key, ()) if r.start == start), None)
 
     def _drop_all(self) -> None:
         delete = self._store.delete

@@ -91,10 +91,15 @@ class Member:
 
 
 def stop_all(members: list[Member]) -> None:
-    """Stop each member still running (SIGTERM: drain, commit, leave); each must exit 0."""
+    """Stop each member still running (SIGTERM: drain, commit, leave); each must exit 0, but
+    one that had not joined the group yet (it logged nothing: Python was still importing, on a
+    busy machine) may die of the signal, as any process that has not set its handlers does."""
     for m in members:
         if m.alive():
-            assert m.stop() == 0, m.text()[-3000:]
+            code = m.stop()
+            text = m.text()
+            assert code == 0 or (code == -signal.SIGTERM and not text.strip()), \
+                f"member {m.pid} exited {code}:\n{text[-3000:]}"
 
 
 def kill_left(members: list[Member]) -> None:
