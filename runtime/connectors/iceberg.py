@@ -3,8 +3,9 @@
 The output (``IcebergSink``, one per task) appends each commit of its task as ONE snapshot of
 the table, whose summary carries the task's input positions:
 
-- ``write`` makes a row of the message (the table's columns) and buffers it; every
-  ``batch_rows`` rows the buffer becomes an Arrow record batch;
+- ``write`` makes a row of the message (the table's columns) and buffers it, ``write_batch``
+  the rows of a run of messages; every ``batch_rows`` rows the buffer becomes an Arrow record
+  batch;
 - ``prepare`` writes the rows since the last commit as Parquet data files of the table and
   commits one ``append`` snapshot holding them, whose summary properties name the job, the
   output and the task, and hold the task's input positions (``SinkContext.offsets``: the last
@@ -39,7 +40,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from samza_dsl.connectors import Committed, Sink, SinkContext, SinkError
+from samza_dsl.connectors import Committed, Sink, SinkContext, SinkError, Sources
 
 __all__ = ["IcebergSink", "IcebergOptions", "CatalogSpec", "arrow_schema", "load_table",
            "schema_mismatch", "scan_arrow", "table_scan",
@@ -360,6 +361,17 @@ class IcebergSink(Sink):
         self.rows.append(self.row(message))
         if len(self.rows) >= self.options.batch_rows:
             self._batch("write")
+
+    def write_batch(self, partition: int, messages: list[Any], sources: Sources | None) -> None:
+        if self.skip and sources is not None:
+            upto = self.skip.get((sources.stream_id, sources.partition), -1)
+            if sources.offsets[0] <= upto:  # the rows of those at or before it are there
+                kept = [m for m, o in zip(messages, sources.offsets, strict=True) if o > upto]
+                self.skipped += len(messages) - len(kept)
+                messages = kept
+        self.rows += map(self.row, messages)
+        if len(self.rows) >= self.options.batch_rows:
+            self._batch("write_batch")
 
     async def prepare(self, checkpoint_id: int) -> Any:
         ctx = self._ctx()
