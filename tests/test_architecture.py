@@ -286,3 +286,42 @@ def test_the_scan_sees_probes_of_producers_and_operators() -> None:
                      "getattr(shared_producer, 'x')\ngetattr(module, 'app')\n"
                      "getattr(args, 'traceback')\n")
     assert sum(_probed(n) is not None for n in ast.walk(tree)) == 5
+
+
+#: the aiokafka internals the Kafka layer uses, each only in runtime/kafka/aiokafka_compat.py
+AIOKAFKA_INTERNALS = frozenset({
+    "_sender", "_txn_manager", "_message_accumulator", "_coordinator", "_send_req", "_fetcher",
+    "_isolation_level", "_builder", "_relative_offset", "_consumer_record",
+    "_contains_abort_marker", "_records", "_drain_waiter", "_pending_batches"})
+
+
+def aiokafka_internal_uses(tree: ast.AST) -> list[tuple[int, str]]:
+    """Attribute reads and writes of aiokafka's internal names, and imports of its fetcher."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in AIOKAFKA_INTERNALS:
+            owner = node.value
+            if isinstance(owner, ast.Name) and owner.id == "self":
+                continue  # a class's own attribute of the same name
+            found.append((node.lineno, node.attr))
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                ("aiokafka.consumer.fetcher", "aiokafka.producer")):
+            found.append((node.lineno, node.module or ""))
+        elif isinstance(node, ast.ImportFrom) and node.module == "aiokafka.consumer" and any(
+                a.name == "fetcher" for a in node.names):
+            found.append((node.lineno, "aiokafka.consumer.fetcher"))
+    return found
+
+
+def test_aiokafka_internals_are_used_in_the_compatibility_module_only() -> None:
+    found = [(name, *use) for name, path in modules().items()
+             if name != "runtime.kafka.aiokafka_compat"
+             for use in aiokafka_internal_uses(ast.parse(path.read_text()))]
+    assert not found, found
+
+
+def test_the_scan_sees_uses_of_aiokafka_internals() -> None:
+    tree = ast.parse("producer._txn_manager\nbatch._builder.append\nc._coordinator._send_req = f\n"
+                     "from aiokafka.consumer import fetcher\nself._records\nx.records\n")
+    assert sorted(u for _, u in aiokafka_internal_uses(tree)) == [
+        "_builder", "_coordinator", "_send_req", "_txn_manager", "aiokafka.consumer.fetcher"]

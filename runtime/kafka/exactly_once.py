@@ -38,6 +38,7 @@ from aiokafka.errors import IllegalOperation, KafkaError, UnknownError
 
 from runtime import faults
 from runtime.job import SSP
+from runtime.kafka.aiokafka_compat import txn_manager
 from runtime.kafka.fence import Lease
 from runtime.kafka.system import KafkaCheckpoints, KafkaProducer
 from runtime.kafka.txn_producer import FENCED_ERRORS, TransactionalProducer
@@ -161,7 +162,7 @@ class TaskProducer(KafkaProducer):
         flushing = asyncio.ensure_future(super()._flush())
         flushing.add_done_callback(_retrieve)  # a flush left behind by a task stopped meanwhile
         producer = self.txn.producer  # aiokafka's, its transaction's state
-        manager = producer._txn_manager if producer is not None else None
+        manager = txn_manager(producer) if producer is not None else None
         ended = manager.wait_for_transaction_end() if manager is not None else None
         if ended is not None and not ended.done():
             await asyncio.wait({flushing, ended}, return_when=asyncio.FIRST_COMPLETED)

@@ -33,8 +33,10 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+from runtime.kafka.aiokafka_compat import wrap_coordinator_send
 from samza_dsl.errors import SamzaError
 
 __all__ = ["Fenced", "Lease", "watch_coordinator"]
@@ -124,14 +126,13 @@ class Lease:
 def watch_coordinator(consumer: Any, lease: Lease) -> None:
     """Let ``lease`` see the answers of the group coordinator to ``consumer``'s heartbeats,
     joins and syncs (aiokafka sends them all through its coordinator's ``_send_req``)."""
-    coordinator = consumer._coordinator
-    send = coordinator._send_req
-
-    async def send_req(request: Any) -> Any:
-        sent = time.monotonic()
-        resp = await send(request)
-        api = getattr(request, "API_KEY", None)
-        if api in (_JOIN, _HEARTBEAT, _SYNC):
-            lease.answered(api, int(getattr(resp, "error_code", 0)), sent)
-        return resp
-    coordinator._send_req = send_req
+    def wrap(send: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Awaitable[Any]]:
+        async def send_req(request: Any) -> Any:
+            sent = time.monotonic()
+            resp = await send(request)
+            api = getattr(request, "API_KEY", None)  # aiokafka's request: a foreign object
+            if api in (_JOIN, _HEARTBEAT, _SYNC):
+                lease.answered(api, int(getattr(resp, "error_code", 0)), sent)
+            return resp
+        return send_req
+    wrap_coordinator_send(consumer, wrap)

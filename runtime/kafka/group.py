@@ -46,6 +46,7 @@ from aiokafka.errors import KafkaError
 from runtime.container import Container, restore_times, wire_behind
 from runtime.elastic import BucketFan, fan_readers
 from runtime.job import JobModel, TaskModel
+from runtime.kafka.aiokafka_compat import request_rejoin
 from runtime.kafka.assignor import AssignmentRefused, MemberTasks, TaskAssignor
 from runtime.kafka.fence import Fenced, Lease, watch_coordinator
 from runtime.kafka.standby import StandbyReplicas
@@ -198,7 +199,7 @@ class GroupMembership:
         if loop is None or consumer is None or loop.is_closed():
             return
         with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(consumer._coordinator.request_rejoin)
+            loop.call_soon_threadsafe(request_rejoin(consumer))
 
     def _serve(self) -> None:
         try:

@@ -32,8 +32,9 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.consumer import fetcher as aiokafka_fetcher
 from aiokafka.errors import CorruptRecordException
+
+from runtime.kafka import aiokafka_compat as compat
 
 __all__ = ["AS_FETCHED", "MarkerIsolation", "ResolvedRecords", "ResolvingConsumer",
            "fetch_position", "gapless"]
@@ -79,7 +80,7 @@ class MarkerIsolation(int):
         return level
 
 
-class ResolvedRecords(aiokafka_fetcher.PartitionRecords):
+class ResolvedRecords(compat.PartitionRecords):
     """One Fetch answer's records of one partition, each transaction's handed out at its
     COMMIT marker (module docstring). aiokafka's fetcher moves the partition's fetch position
     to ``next_fetch_offset`` as records are taken; records that wait stay in the partition's
@@ -92,26 +93,27 @@ class ResolvedRecords(aiokafka_fetcher.PartitionRecords):
         if state is None or state.expected != fetch_offset:  # new, or the reader moved
             state = isolation_level.pending[tp] = _Pending(fetch_offset)
         self._state = state
+        self._partition, self._crcs = tp, check_crcs
         super().__init__(tp, records, None, fetch_offset, key_deserializer, value_deserializer,
                          check_crcs, READ_UNCOMMITTED)
 
     def _unpack_records(self) -> Iterator[Any]:
-        tp = self._tp
-        records = self._records
+        tp = self._partition
+        records = compat.fetched_batches(self)
         state = self._state
         held, open_ = state.held, state.open
-        make = self._consumer_record
+        make = compat.record_maker(self)
         if held:  # resolved records an earlier answer's reader left untaken
             yield from self._release()
         while records.has_next():
             batch = records.next_batch()
-            if self._check_crcs and not batch.validate_crc():
+            if self._crcs and not batch.validate_crc():
                 raise CorruptRecordException(f"Invalid CRC - {tp}")
             if batch.is_control_batch:
                 waiting = open_.pop(batch.producer_id, None)
                 self.next_fetch_offset = state.expected = batch.next_offset
                 if waiting is not None:
-                    if self._contains_abort_marker(batch):
+                    if compat.is_abort_marker(self, batch):
                         base = state.base
                         for i in waiting:
                             held[i - base] = None
@@ -154,7 +156,7 @@ class ResolvedRecords(aiokafka_fetcher.PartitionRecords):
                 yield r
 
 
-_PLAIN_RECORDS = aiokafka_fetcher.PartitionRecords
+_PLAIN_RECORDS = compat.plain_partition_records()
 
 #: topics whose offsets have no gaps (the job's intermediate streams: never compacted), by
 #: ``gapless``: a Fetch answer that skips an offset of one is read up to the gap only
@@ -240,11 +242,11 @@ def _partition_records(tp: TopicPartition, records: Any, aborted: Any, fetch_off
     if guard is not None:
         guard._owner = out
     if key_deserializer is AS_FETCHED:
-        out._consumer_record = _as_fetched
+        compat.set_record_maker(out, _as_fetched)
     return out
 
 
-aiokafka_fetcher.PartitionRecords = _partition_records
+compat.install_partition_records(_partition_records)
 
 
 async def fetch_position(consumer: AIOKafkaConsumer, tp: TopicPartition) -> int:
@@ -258,13 +260,12 @@ class ResolvingConsumer(AIOKafkaConsumer):
 
     async def start(self) -> None:
         await super().start()
-        self._fetcher._isolation_level = MarkerIsolation()
+        compat.set_isolation_level(self, MarkerIsolation())
 
     def held(self, partition: TopicPartition) -> tuple[int, list[int]] | None:
         """The offset of the first record of ``partition`` that waits for a transaction's
         marker, and the producer ids of the open transactions it waits for; None: none waits."""
-        fetcher = self._fetcher
-        level = fetcher._isolation_level if fetcher is not None else None
+        level = compat.isolation_level(self)
         state = level.pending.get(partition) if isinstance(level, MarkerIsolation) else None
         if state is None:
             return None
@@ -277,8 +278,7 @@ class ResolvingConsumer(AIOKafkaConsumer):
         """The offset of the first record still waiting for its transaction's marker, else
         the fetch position."""
         fetched = int(await super().position(partition))
-        fetcher = self._fetcher
-        level = fetcher._isolation_level if fetcher is not None else None
+        level = compat.isolation_level(self)
         state = level.pending.get(partition) if isinstance(level, MarkerIsolation) else None
         if state is None or state.expected != fetched:
             return fetched

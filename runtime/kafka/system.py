@@ -32,6 +32,7 @@ from aiokafka.errors import KafkaError, OffsetOutOfRangeError
 from runtime import checkpoints
 from runtime.codec import BufferedProducer, Record, StreamCodec
 from runtime.job import SSP
+from runtime.kafka.aiokafka_compat import builder_append, seal
 from runtime.kafka.committed import read_committed_log
 from runtime.kafka.fence import Lease
 from runtime.kafka.outage import BrokerWatch, close_connections
@@ -472,10 +473,6 @@ class KafkaConsumer:
             await stop_client(consumer)
 
 
-def _seal(batch: Any, count: int) -> None:
-    """A batch filled through its record builder: its record count, and closed to more."""
-    batch._relative_offset = count
-    batch.close()
 
 
 class KafkaProducer(BufferedProducer):
@@ -570,23 +567,23 @@ class KafkaProducer(BufferedProducer):
         # records go straight into the batch's record builder, each at its offset in the batch
         # (aiokafka's ``BatchBuilder.append`` adds a serializer step and keyword handling per
         # record that raw bytes do not need); the batch is told its count before it is sent
-        append = batch._builder.append
+        append = builder_append(batch)
         n = 0
         self.sends += len(records)
         for k, v, h in records:
             headers = list(h) if h else []
             if append(n, None, key=k, value=v, headers=headers) is None:  # full
-                _seal(batch, n)
+                seal(batch, n)
                 self.sent_bytes += batch.size()
                 if lease is not None and not lease.valid():
                     await lease.wait()
                 acks.append((await producer.send_batch(batch, topic, partition=partition), n))
                 batch = producer.create_batch()
-                append = batch._builder.append
+                append = builder_append(batch)
                 append(0, None, key=k, value=v, headers=headers)  # a first one fits
                 n = 0
             n += 1
-        _seal(batch, n)
+        seal(batch, n)
         self.sent_bytes += batch.size()
         if lease is not None and not lease.valid():
             await lease.wait()

@@ -28,7 +28,6 @@ after that.
 from __future__ import annotations
 
 import asyncio
-import itertools
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,6 +36,7 @@ from aiokafka import errors as kafka_errors
 from aiokafka.client import ConnectionGroup
 from aiokafka.structs import OffsetAndMetadata, RecordMetadata
 
+from runtime.kafka.aiokafka_compat import txn_manager, unsent_batch_waiters, wrap_sender_client
 from runtime.kafka.system import kafka_error, stop_client
 from runtime.kafka.txn_protocol import TRANSACTION_REQUESTS, as_v0_response
 from samza_dsl.errors import ProducerFenced, SamzaError, TransactionUnanswered
@@ -97,8 +97,7 @@ class TransactionalProducer:
     async def start(self) -> None:
         """Connect and take the transactional id (InitProducerId), fencing older producers."""
         producer = AIOKafkaProducer(bootstrap_servers=self.servers, **self._settings)
-        sender = producer._sender
-        sender.client = _NewerTransactionRequests(sender.client)
+        wrap_sender_client(producer, _NewerTransactionRequests)
         try:
             async with asyncio.timeout(self.timeout):
                 await producer.start()
@@ -131,7 +130,7 @@ class TransactionalProducer:
         AddPartitionsToTxn or Produce): aiokafka then refuses any send as "not in transaction",
         and this is what it means."""
         producer = self._producer
-        txn = producer._txn_manager if producer is not None else None
+        txn = txn_manager(producer) if producer is not None else None
         waiter = txn.wait_for_transaction_end() if txn is not None else None
         if waiter is None or not waiter.done() or waiter.cancelled():
             return None
@@ -282,12 +281,12 @@ class TransactionalProducer:
 def _failed_for_good(producer: AIOKafkaProducer) -> bool:
     """aiokafka's producer stopped sending after an error it cannot recover from (its sender
     died), and would assert on any further transaction step."""
-    txn = producer._txn_manager
+    txn = txn_manager(producer)
     return txn is not None and bool(txn.is_fatal_error())
 
 
 def _fatal_error(producer: AIOKafkaProducer) -> BaseException | None:
-    txn = producer._txn_manager
+    txn = txn_manager(producer)
     waiter = txn.wait_for_transaction_end() if txn is not None else None
     if waiter is None or not waiter.done() or waiter.cancelled():
         return None
@@ -298,12 +297,9 @@ def _retrieve_failures(producer: AIOKafkaProducer) -> None:
     """aiokafka's sender, when it fails (fenced), leaves the failure in futures nobody awaits:
     the transaction's waiter and each unsent batch's drain waiter. This producer has reported
     it already; asyncio would report each again as "never retrieved" when it is collected."""
-    txn = producer._txn_manager
+    txn = txn_manager(producer)
     futures = [txn.wait_for_transaction_end()] if txn is not None else []
-    accumulator = producer._message_accumulator
-    for batch in [*itertools.chain.from_iterable(accumulator._batches.values()),
-                  *accumulator._pending_batches]:
-        futures.append(batch._drain_waiter)
+    futures.extend(unsent_batch_waiters(producer))
     for future in futures:
         if future is not None and future.done():
             _retrieved(future)
