@@ -116,9 +116,9 @@ def test_a_started_group_consumer_has_the_coordinator_used(kafka_bootstrap: str)
             compat.wrap_coordinator_send(consumer, wrap)
             rejoin = compat.request_rejoin(consumer)
             rejoin()  # the next poll joins again, through the wrapped send
-            await consumer.getmany(timeout_ms=500)
-            await asyncio.sleep(1.0)
-            await consumer.getmany(timeout_ms=500)
+            deadline = asyncio.get_running_loop().time() + 30
+            while not seen and asyncio.get_running_loop().time() < deadline:
+                await consumer.getmany(timeout_ms=500)
         finally:
             await stop_client(consumer)
         return seen
