@@ -30,7 +30,6 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from operator import itemgetter
 from typing import Any
 
 from samza_dsl import KV
@@ -336,6 +335,9 @@ class ParquetSink(FileSink):
         self._pa = pa
         self._pq = pq
         self._schema = _schema(pa, options.schema)
+        #: the declared schema's fields as one struct type (``_table``)
+        self._struct = pa.struct(list(self._schema)) if self._schema is not None and \
+            len(self._schema) else None
         self._rows: list[Any] = []
         self._file: Any = None
         self._writer: Any = None
@@ -385,15 +387,16 @@ class ParquetSink(FileSink):
                 self._rolled_by_size()
 
     def _table(self, rows: list[Any]) -> Any:
-        """``pyarrow.Table.from_pylist(rows, schema=...)``; with a declared schema and rows
-        that are dicts holding every field, its columns made in C (the same table)."""
+        """``pyarrow.Table.from_pylist(rows, schema=...)``; with a declared schema and rows that
+        are dicts, the rows converted in C as one struct array of the schema's fields instead
+        (the same table: a missing field null, other keys left out)."""
         pa, schema = self._pa, self._schema
-        if schema is not None and set(map(type, rows)) == {dict}:
+        if self._struct is not None and set(map(type, rows)) == {dict}:
             try:
-                return pa.Table.from_arrays(
-                    [list(map(itemgetter(name), rows)) for name in schema.names], schema=schema)
-            except KeyError:
-                pass  # a row without a field: from_pylist gives it null
+                batch = pa.RecordBatch.from_struct_array(pa.array(rows, type=self._struct))
+                return pa.Table.from_batches([batch], schema=schema)
+            except (pa.ArrowException, TypeError, ValueError):
+                pass  # from_pylist says what does not fit
         return pa.Table.from_pylist(rows, schema=schema)
 
     def _spill(self) -> None:

@@ -96,3 +96,28 @@ def test_a_job_writes_a_parquet_output_through_runs(tmp_path: Path,
     TestRunner(app).add_input(inp, list(range(1000))).run()
     assert pq.read_table(tmp_path / "rows").column("n").to_pylist() == list(range(1000))
     assert sum(calls) == 1000 and len(calls) < 1000
+
+
+def test_a_row_group_is_the_table_from_pylist_makes(tmp_path: Path) -> None:
+    """Dicts against a declared schema are converted as one struct array: the same table as
+    ``pyarrow.Table.from_pylist`` (a missing field null, other keys left out, values converted
+    by the field's type), and rows that do not fit fail as from_pylist says."""
+    import datetime
+
+    import pyarrow as pa
+
+    schema = pa.schema([("n", pa.int64()), ("x", pa.float64()), ("s", pa.string()),
+                        ("t", pa.timestamp("ms")), ("l", pa.list_(pa.int64())),
+                        ("o", pa.struct([("k", pa.string())]))], metadata={"m": "1"})
+    rows = [{"n": 1, "x": 2, "s": "a", "t": datetime.datetime(2024, 5, 1, 12),
+             "l": [1, 2], "o": {"k": "v"}, "extra": object()},
+            {"n": None, "s": "b", "l": None, "o": {}},
+            {}]
+    sink = ParquetSink(FileOptions(str(tmp_path), "parquet", schema=schema))
+    made = sink._table(rows)
+    assert made.equals(pa.Table.from_pylist(rows, schema=schema), check_metadata=True)
+    with pytest.raises(pa.ArrowInvalid) as theirs:
+        pa.Table.from_pylist([{"n": "one"}], schema=schema)
+    with pytest.raises(pa.ArrowInvalid) as ours:
+        sink._table([{"n": "one"}])
+    assert str(ours.value) == str(theirs.value)
