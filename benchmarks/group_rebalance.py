@@ -11,7 +11,7 @@ a third joins. Per survivor, two numbers:
 - ``gap_s``: the longest time between two of its outputs (their record timestamps) from a second
   before the join until its new assignment plus two seconds: how long it wrote nothing.
 
-tansu answers a join after about half of ``session.timeout.ms`` (TEST_BROKER.md): the session
+tansu answers a join after about half of ``session.timeout.ms`` (docs/testing.md, "The two test brokers"): the session
 timeout here is 3 s, as in the tests. 2 cores, shared: the numbers are this machine's.
 
     python benchmarks/group_rebalance.py --runs 3

@@ -28,7 +28,7 @@ when the job wrote a changelog topic) and system "kafka (tansu)"; ``baseline_msg
 raw loop's rate in the same run (target ratio >= 0.5).
 
 Loading the input: tansu reports the end offset of a partition as the base offset of its last
-record batch + 1 (TEST_BROKER.md), and a bounded input ends at that end offset. The loader sends
+record batch + 1 (docs/testing.md, "The two test brokers"), and a bounded input ends at that end offset. The loader sends
 each partition's records in large batches, then the last record alone in a batch of its own, and
 checks that the end offsets the broker reports are the record counts.
 """

@@ -2,7 +2,7 @@
 part of its whole sub-DAG inline and returns ``None``, or returns the awaitables still pending.
 
 A message whose sub-DAG is all synchronous therefore completes with no Task or Future created
-(ARCHITECTURE.md, fast path)."""
+(docs/architecture.md, "One message, from consumer to producer and to the checkpoint")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The test broker fixture and the helpers: a round trip, and the end-offset rule of
-TEST_BROKER.md (inputs produced one awaited send at a time end where they should)."""
+docs/testing.md, "The two test brokers" (inputs produced one awaited send at a time end where they should)."""
 
 from __future__ import annotations
 
