@@ -45,7 +45,7 @@ from .errors import SamzaError
 from .serdes import Serde
 from .systems import OutputDescriptor, SystemDescriptor
 
-__all__ = ["Sink", "SinkContext", "Committed", "Sources", "SinkError", "SinkSystem",
+__all__ = ["Sink", "SinkContext", "Committed", "Sources", "Replays", "SinkError", "SinkSystem",
            "SinkOutput", "SinkFactory", "CONNECTOR_FACTORY"]
 
 #: the ``factory`` of a system whose outputs are written by sinks
@@ -143,6 +143,66 @@ class Sources(Sequence[tuple[str, int, int]]):
         if isinstance(j, slice):
             return Sources(self.stream_id, self.partition, self.offsets[j])
         return self.stream_id, self.partition, self.offsets[j]
+
+
+class Replays:
+    """The input positions an external system holds beyond a sink's last checkpoint, as its
+    ``recover`` read them back: after a crash between the system's own commit and the job's
+    checkpoint, the messages at or before them are replays whose rows are there already. A
+    sink skips them (``held`` for one message, ``unheld`` for a run) until its next checkpoint
+    passes them (``passed``). ``skipped`` counts what was skipped.
+
+    Example:
+        >>> replays = Replays({("orders", 0): 41})
+        >>> replays.held(("orders", 0, 41)), replays.held(("orders", 0, 42)), replays.held(None)
+        (True, False, False)
+        >>> replays.unheld(["a", "b", "c"], Sources("orders", 0, range(40, 43)))
+        ['c']
+        >>> replays.skipped
+        3
+        >>> replays.passed({("orders", 0): 42})
+        >>> bool(replays)
+        False
+    """
+
+    def __init__(self, positions: Mapping[tuple[str, int], int] | None = None) -> None:
+        #: (stream, partition) -> the last offset the system holds the rows of
+        self.upto: dict[tuple[str, int], int] = dict(positions or {})
+        self.skipped = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.upto)
+
+    def held(self, source: tuple[str, int, int] | None) -> bool:
+        """Whether the message from ``source`` (``SinkContext.source()``) is a replay the
+        system holds (counted as skipped)."""
+        if source is None or not self.upto:
+            return False
+        if source[2] <= self.upto.get((source[0], source[1]), -1):
+            self.skipped += 1
+            return True
+        return False
+
+    def unheld(self, messages: list[Any], sources: Sources | None) -> list[Any]:
+        """The messages of a run (``Sink.write_batch``) that are not replays it holds."""
+        if not self.upto or sources is None or not messages:
+            return messages
+        upto = self.upto.get((sources.stream_id, sources.partition), -1)
+        if sources.offsets[0] > upto:
+            return messages
+        kept = [m for m, o in zip(messages, sources.offsets, strict=True) if o > upto]
+        self.skipped += len(messages) - len(kept)
+        return kept
+
+    def passed(self, covered: Mapping[tuple[str, int], int]) -> None:
+        """A checkpoint covers ``covered`` ((stream, partition) -> offset): the positions it
+        passed need no skipping any more."""
+        for sp, o in covered.items():
+            if o >= self.upto.get(sp, o + 1):
+                del self.upto[sp]
+
+    def __repr__(self) -> str:
+        return ", ".join(f"{s}[{p}]@{o}" for (s, p), o in sorted(self.upto.items()))
 
 
 class Sink:

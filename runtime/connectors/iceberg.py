@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from samza_dsl.connectors import Committed, Sink, SinkContext, SinkError, Sources
+from samza_dsl.connectors import Committed, Replays, Sink, SinkContext, SinkError, Sources
 
 __all__ = ["IcebergSink", "IcebergOptions", "CatalogSpec", "arrow_schema", "load_table",
            "schema_mismatch", "scan_arrow", "table_scan",
@@ -305,9 +305,8 @@ class IcebergSink(Sink):
         self.batches: list[Any] = []
         #: per (stream, partition), the last offset whose rows the table holds
         self.positions: dict[tuple[str, int], int] = {}
-        #: the positions the restart must skip up to (the table ahead of the checkpoint)
-        self.skip: dict[tuple[str, int], int] = {}
-        self.skipped = 0
+        #: what the restart must skip: the positions the table holds past the checkpoint
+        self.replays = Replays()
         #: the snapshot of this task's last append (None: none yet)
         self.snapshot_id: int | None = None
         self.pool: concurrent.futures.ThreadPoolExecutor | None = None
@@ -347,28 +346,20 @@ class IcebergSink(Sink):
             self._retrying("recover", self.table.refresh)
             self.positions, _ = read_positions(self.table, ctx.job_name, ctx.stream_id,
                                                ctx.task_id)
-        self.skip = dict(self.positions)
-        if self.skip:
+        self.replays = Replays(self.positions)
+        if self.replays:
             _log.info("%s, task %s: the table holds rows up to %s", self.where, ctx.task_name,
-                      ", ".join(f"{s}[{p}]@{o}" for (s, p), o in sorted(self.skip.items())))
+                      self.replays)
 
     def write(self, partition: int, message: Any) -> None:
-        if self.skip:
-            src = self.ctx.source() if self.ctx is not None else None
-            if src is not None and src[2] <= self.skip.get((src[0], src[1]), -1):
-                self.skipped += 1  # its rows are in the table already
-                return
+        if self.replays and self.replays.held(self.ctx.source() if self.ctx is not None else None):
+            return  # its rows are in the table already
         self.rows.append(self.row(message))
         if len(self.rows) >= self.options.batch_rows:
             self._batch("write")
 
     def write_batch(self, partition: int, messages: list[Any], sources: Sources | None) -> None:
-        if self.skip and sources is not None:
-            upto = self.skip.get((sources.stream_id, sources.partition), -1)
-            if sources.offsets[0] <= upto:  # the rows of those at or before it are there
-                kept = [m for m, o in zip(messages, sources.offsets, strict=True) if o > upto]
-                self.skipped += len(messages) - len(kept)
-                messages = kept
+        messages = self.replays.unheld(messages, sources)
         self.rows += map(self.row, messages)
         if len(self.rows) >= self.options.batch_rows:
             self._batch("write_batch")
@@ -393,8 +384,9 @@ class IcebergSink(Sink):
         if self.pool is not None:
             self.pool.shutdown(wait=True)
             self.pool = None
-        if self.skipped:
-            _log.info("%s: skipped %d rows the table held already", self.where, self.skipped)
+        if self.replays.skipped:
+            _log.info("%s: skipped %d rows the table held already", self.where,
+                      self.replays.skipped)
 
     # -- the table -----------------------------------------------------------------------------
 
@@ -582,9 +574,7 @@ class IcebergSink(Sink):
     def _advance(self, covered: dict[tuple[str, int], int]) -> None:
         """After the commit: the checkpoint has passed what the table held, nothing more to
         skip there."""
-        for sp, o in covered.items():
-            if o >= self.skip.get(sp, o + 1):
-                del self.skip[sp]
+        self.replays.passed(covered)
 
 
 def _fits(pa: Any, value: Any, type_: Any) -> bool:

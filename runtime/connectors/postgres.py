@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
 
-from samza_dsl.connectors import Sink, SinkContext, SinkError, Sources
+from samza_dsl.connectors import Replays, Sink, SinkContext, SinkError, Sources
 from samza_dsl.remote import RemoteCallError
 
 __all__ = ["PostgresSink", "PostgresOptions", "PostgresReader", "POSITIONS_TABLE",
@@ -169,9 +169,8 @@ class PostgresSink(Sink):
         self.sent: list[list[tuple[Any, ...]]] = []
         #: per (stream, partition), the last offset whose rows the database holds
         self.positions: dict[tuple[str, int], int] = {}
-        #: the positions the restart must skip up to (the database ahead of the checkpoint)
-        self.skip: dict[tuple[str, int], int] = {}
-        self.skipped = 0
+        #: what the restart must skip: the positions the database holds past the checkpoint
+        self.replays = Replays()
         self.conn: Any = None
         #: the batch on its way to the database (awaited by the next batch and by prepare)
         self._inflight: Any = None
@@ -218,18 +217,14 @@ class PostgresSink(Sink):
         assert self.ctx is not None
         ctx = self.ctx
         self._retrying("recover", self._read_positions)
-        self.skip = dict(self.positions)
-        if self.skip:
+        self.replays = Replays(self.positions)
+        if self.replays:
             _log.info("%s, task %s: the database holds rows up to %s", self.where,
-                      ctx.task_name, ", ".join(f"{s}[{p}]@{o}" for (s, p), o in
-                                               sorted(self.skip.items())))
+                      ctx.task_name, self.replays)
 
     def write(self, partition: int, message: Any) -> Any:
-        if self.skip:
-            src = self.ctx.source() if self.ctx is not None else None
-            if src is not None and src[2] <= self.skip.get((src[0], src[1]), -1):
-                self.skipped += 1  # its rows are in the database already
-                return None
+        if self.replays and self.replays.held(self.ctx.source() if self.ctx is not None else None):
+            return None  # its rows are in the database already
         rows = self.rows
         rows.append(self.row(message))
         if len(rows) >= self.options.batch_rows:
@@ -238,12 +233,7 @@ class PostgresSink(Sink):
         return None
 
     def write_batch(self, partition: int, messages: list[Any], sources: Sources | None) -> Any:
-        if self.skip and sources is not None:
-            upto = self.skip.get((sources.stream_id, sources.partition), -1)
-            if sources.offsets[0] <= upto:  # the rows of those at or before it are there
-                kept = [m for m, o in zip(messages, sources.offsets, strict=True) if o > upto]
-                self.skipped += len(messages) - len(kept)
-                messages = kept
+        messages = self.replays.unheld(messages, sources)
         made = self.rows_of(messages) if self.rows_of is not None else None
         rows = self.rows
         rows += map(self.row, messages) if made is None else made
@@ -290,8 +280,9 @@ class PostgresSink(Sink):
             self.pool.submit(self._disconnect).result()
             self.pool.shutdown()
             self.pool = None
-        if self.skipped:
-            _log.info("%s: skipped %d rows the database held already", self.where, self.skipped)
+        if self.replays.skipped:
+            _log.info("%s: skipped %d rows the database held already", self.where,
+                      self.replays.skipped)
 
     # -- on the sink's thread ----------------------------------------------------------------
 
@@ -439,9 +430,7 @@ class PostgresSink(Sink):
             if o > self.positions.get(sp, -1):
                 self.positions[sp] = o
         # the checkpoint has passed what the database held: nothing more to skip there
-        for sp, o in covered.items():
-            if o >= self.skip.get(sp, o + 1):
-                del self.skip[sp]
+        self.replays.passed(covered)
 
     def _read_positions(self) -> None:
         assert self.ctx is not None
