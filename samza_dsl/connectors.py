@@ -39,13 +39,14 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, overload
 
 from .errors import SamzaError
 from .serdes import Serde
 from .systems import OutputDescriptor, SystemDescriptor
 
-__all__ = ["Sink", "SinkContext", "Committed", "Sources", "Replays", "SinkError", "SinkSystem",
+__all__ = ["Sink", "SinkContext", "Committed", "Sources", "Replays", "SinkError", "SinkSystem", "batch_and_retry",
            "SinkOutput", "SinkFactory", "CONNECTOR_FACTORY"]
 
 #: the ``factory`` of a system whose outputs are written by sinks
@@ -397,3 +398,19 @@ class SinkSystem(SystemDescriptor):
         return SinkOutput(self, stream_id, None, physical_name or stream_id,
                           1 if partitions is None else partitions, sink=sink,
                           description=description)
+
+
+def batch_and_retry(stream_id: str, batch_rows: Any, retry: Any) -> float:
+    """An output's ``batch_rows`` (an int >= 1) and ``retry`` (seconds or a ``timedelta``, > 0)
+    checked; the retry in seconds. ``ValueError`` names the output and what is wrong.
+
+    Example:
+        >>> batch_and_retry("out", 500, timedelta(seconds=30))
+        30.0
+    """
+    if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
+        raise ValueError(f"output {stream_id!r}: batch_rows must be an int >= 1")
+    seconds = retry.total_seconds() if isinstance(retry, timedelta) else float(retry)
+    if not seconds > 0:
+        raise ValueError(f"output {stream_id!r}: retry must be > 0 seconds")
+    return seconds

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from .connectors import SinkOutput, SinkSystem
+from .connectors import SinkOutput, SinkSystem, batch_and_retry
 
 __all__ = ["IcebergSystem", "IcebergCatalogSystem", "IcebergScan"]
 
@@ -133,11 +133,7 @@ class IcebergCatalogSystem(SinkSystem):
         if not isinstance(table, str) or "." not in table.strip(".") or " " in table:
             raise ValueError(f"output {stream_id!r}: table= must be 'namespace.name', got "
                              f"{table!r}")
-        if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
-            raise ValueError(f"output {stream_id!r}: batch_rows must be an int >= 1")
-        seconds = retry.total_seconds() if isinstance(retry, timedelta) else float(retry)
-        if not seconds > 0:
-            raise ValueError(f"output {stream_id!r}: retry must be > 0 seconds")
+        seconds = batch_and_retry(stream_id, batch_rows, retry)
         if columns is not None:
             if not columns:
                 raise ValueError(f"output {stream_id!r}: columns= must name at least one "

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from .connectors import SinkOutput, SinkSystem
+from .connectors import SinkOutput, SinkSystem, batch_and_retry
 from .remote import CacheSpec, RetryPolicy
 
 if TYPE_CHECKING:
@@ -90,11 +90,7 @@ class PgSystem(SinkSystem):
         if missing:
             raise ValueError(f"output {stream_id!r}: key column(s) {missing} are not in "
                              f"columns= {list(columns)}")
-        if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
-            raise ValueError(f"output {stream_id!r}: batch_rows must be an int >= 1")
-        seconds = retry.total_seconds() if isinstance(retry, timedelta) else float(retry)
-        if not seconds > 0:
-            raise ValueError(f"output {stream_id!r}: retry must be > 0 seconds")
+        seconds = batch_and_retry(stream_id, batch_rows, retry)
         for c, f in columns.items():
             if not isinstance(f, str) and not callable(f):
                 raise TypeError(f"output {stream_id!r}: column {c!r} must be a field name or "
