@@ -18,6 +18,10 @@ from pathlib import Path
 MODULES = [
     "samza_dsl",
     "samza_dsl.systems",
+    "samza_dsl.connectors",
+    "samza_dsl.files",
+    "samza_dsl.postgres",
+    "samza_dsl.iceberg",
     "samza_dsl.serdes",
     "samza_dsl.safe_serde",
     "samza_dsl.windows",

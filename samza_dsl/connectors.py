@@ -53,6 +53,14 @@ __all__ = ["Sink", "SinkContext", "Committed", "Sources", "Replays", "SinkError"
 CONNECTOR_FACTORY = "connector"
 
 
+def _no_source() -> tuple[str, int, int] | None:
+    return None
+
+
+def _no_offsets() -> Mapping[tuple[str, int], int]:
+    return {}
+
+
 @dataclass(frozen=True)
 class SinkContext:
     """What a sink is told when its task opens it.
@@ -84,9 +92,9 @@ class SinkContext:
     config: Mapping[str, Any] = field(repr=False)
     guarantee: str = "at-least-once"
     source: Callable[[], tuple[str, int, int] | None] = field(
-        default=lambda: None, repr=False, compare=False)
+        default=_no_source, repr=False, compare=False)
     offsets: Callable[[], Mapping[tuple[str, int], int]] = field(
-        default=lambda: {}, repr=False, compare=False)
+        default=_no_offsets, repr=False, compare=False)
 
     @property
     def task_id(self) -> str:
