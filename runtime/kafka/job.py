@@ -85,10 +85,12 @@ from runtime.kafka.system import (
 from runtime.metrics import Metrics
 from runtime.records import is_control
 from runtime.reporters import job_reporters, reporter_names
+from runtime.sinks import sink_outputs
 from runtime.state.backend import StoreBackend
 from runtime.state.lmdb_store import local_state
 from runtime.systems import SYSTEMS, Consumer, StateBackend, job_system
 from samza_dsl.config import config_value, exactly_once, job_config, job_name_of
+from samza_dsl.connectors import CONNECTOR_FACTORY, SinkOutput
 from samza_dsl.errors import ConfigError, SamzaError, SerdeError
 
 __all__ = ["KafkaJob", "uses_kafka"]
@@ -114,7 +116,9 @@ class KafkaJob:
         spec = app.spec()
         systems = {d.system.name: d.system for d in [*spec.inputs.values(), *spec.outputs.values()]}
         kafka = [s for s in systems.values() if SYSTEMS.get(s.factory) is SYSTEMS["kafka"]]
-        others = [s.name for s in systems.values() if s not in kafka]
+        # outputs written by the application's sinks (PostgreSQL, files...) are no Kafka topics
+        others = [s.name for s in systems.values()
+                  if s not in kafka and s.factory != CONNECTOR_FACTORY]
         if len(kafka) != 1 or others:
             raise SamzaError(f"job {self.job_name!r} mixes systems ({', '.join(sorted(systems))}):"
                              f" a job on Kafka keeps all its streams on one Kafka system")
@@ -199,12 +203,13 @@ class KafkaJob:
 
     async def output_ends(self) -> dict[TopicPartition, int]:
         tps = [TopicPartition(self.physical[sid], p) for sid in self.plan.output_streams
-               for p in range(self.counts[sid])]
+               if sid in self.topics for p in range(self.counts[sid])]
         return await true_end_offsets(self.servers, tps, self.consumer_settings, self.timeout)
 
     async def _setup(self) -> None:
         app = self.app
-        declared = {**app.spec().inputs, **app.spec().outputs}
+        declared = {sid: d for sid, d in {**app.spec().inputs, **app.spec().outputs}.items()
+                    if not isinstance(d, SinkOutput)}
         topics = {sid: d.physical_name for sid, d in declared.items()}
         # a broker that refuses the job's login says so now, in one line, and is not waited for
         await check_login(self.servers, self.login, self.security, min(self.timeout, 10.0))
@@ -233,6 +238,8 @@ class KafkaJob:
                      or [1])
         self.counts = counts = {sid: (n if n else widest) for sid, n in counts.items()}
         self.physical = {sid: s.physical_name for sid, s in plan.streams.items()}
+        #: the streams that are topics: all but the outputs the application's sinks write
+        self.topics = [sid for sid in plan.streams if sid not in sink_outputs(plan)]
         job = build_job_model(plan, counts, config_value(plan.config, "job.elasticity.factor"))
         self.job = job
         n_tasks = max((t.index for t in job.tasks), default=0) + 1
@@ -241,8 +248,8 @@ class KafkaJob:
                                  for name, store in plan.stores.items()
                                  if store.changelog is not None}
         self.topic_specs = [
-            *(TopicSpec(self.physical[sid], n, configs=retention_configs(plan.config, sid))
-              for sid, n in counts.items()),
+            *(TopicSpec(self.physical[sid], counts[sid],
+                        configs=retention_configs(plan.config, sid)) for sid in self.topics),
             *(TopicSpec(t, n_tasks, compacted=True) for t in self.changelog_topics.values()),
             TopicSpec(self.checkpoint_topic, 1, compacted=True),
             TopicSpec(dead_letter_stream(self.job_name), 1),
