@@ -60,6 +60,10 @@ def _cli_config(args: argparse.Namespace) -> dict[str, str]:
     for path in getattr(args, "config_file", None) or []:
         out.update(_config_file(path))
     out.update(_parse_config(args.config))
+    if getattr(args, "containers", None) is not None:
+        out["job.container.count"] = str(args.containers)
+    if getattr(args, "container_id", None) is not None:
+        out["job.container.id"] = str(args.container_id)
     return out
 
 
@@ -69,6 +73,18 @@ def _config_options(p: argparse.ArgumentParser) -> None:
                    help=_CONFIG_HELP)
     p.add_argument("--config-file", action="append", default=[], metavar="FILE",
                    help="KEY=VALUE lines (# comments), before any -c; repeatable")
+
+
+def _run_flags(p: argparse.ArgumentParser) -> None:
+    """The run's own flags, on the commands that look at or change a job's state (load, dump,
+    status, reset): a run's command line works there as it is."""
+    p.add_argument("--follow", action="store_true",
+                   help="as the run took it; nothing changes here (accepted so that the run's "
+                        "flags can be given again)")
+    p.add_argument("--containers", type=_at_least(1), metavar="N",
+                   help="job.container.count, as the run took it")
+    p.add_argument("--container-id", type=_at_least(0), metavar="I",
+                   help="job.container.id, as the run took it")
 
 
 def _partitions(pairs: Sequence[str]) -> dict[str, int]:
@@ -971,6 +987,7 @@ def _add_data_commands(sub: Any) -> None:
     ld.add_argument("file", help='one JSON message per line ({"key": ..., "value": ...} for keyed '
                                  "streams)")
     _config_options(ld)
+    _run_flags(ld)
     ld.set_defaults(func=cmd_load)
 
     text = ("print a stream of the job as JSON Lines, from the embedded local log or its Kafka "
@@ -987,6 +1004,7 @@ def _add_data_commands(sub: Any) -> None:
                         "aborted), which no read_committed reader sees: for debugging an "
                         "exactly-once job (by default dump shows what a downstream reader reads)")
     _config_options(d)
+    _run_flags(d)
     d.set_defaults(func=cmd_dump)
 
     text = ("show a job's containers (running, with their PIDs), each task's checkpointed "
@@ -997,6 +1015,7 @@ def _add_data_commands(sub: Any) -> None:
     st.add_argument("--json", action="store_true",
                     help="print the status as one JSON object (its shape: docs/operations.md)")
     _config_options(st)
+    _run_flags(st)
     st.set_defaults(func=cmd_status)
 
 
@@ -1022,6 +1041,7 @@ def _add_job_commands(sub: Any) -> None:
     rs.add_argument("--outputs", action="store_true", help="also empty the output streams (on "
                     "Kafka: delete their topics, which the next run creates again)")
     _config_options(rs)
+    _run_flags(rs)
     rs.set_defaults(func=cmd_reset)
 
     text = "list the configuration keys (-c KEY=VALUE) with their types, defaults and meanings"

@@ -111,11 +111,12 @@ def test_load_dump_and_run_inputs_on_kafka_topics(kafka_bootstrap: str, tmp_path
 
 def test_load_dump_status_and_reset_take_the_flags_of_a_group_run(kafka_bootstrap: str,
                                                                   tmp_path: Path) -> None:
-    # a run's own line (`run APP --follow -c job.coordinator=kafka`) names the job: the commands
-    # that read or reset it take the same -c (they were refused with "add --follow")
+    # a run's own line (`run APP --follow --container-id 0 -c job.coordinator=kafka`) names
+    # the job: the commands that read or reset it take the same flags, --follow and the
+    # container's among them (they were refused with "add --follow", then as unrecognized)
     (tmp_path / "app.py").write_text(APP)
     env = {**os.environ, "TEST_KAFKA": kafka_bootstrap, "TEST_TAG": uuid.uuid4().hex[:8]}
-    flags = ("-c", "job.coordinator=kafka")
+    flags = ("-c", "job.coordinator=kafka", "--follow", "--container-id", "0")
 
     def ok(*args: str) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run([CLI, *args, *flags], cwd=tmp_path, env=env, capture_output=True,
