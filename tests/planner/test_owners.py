@@ -84,3 +84,28 @@ def test_a_changelog_named_without_its_system_is_on_the_changelog_system() -> No
     assert plan.stores["a"].changelog == "local.my.log"
     assert (plan.stores["a"].changelog_system, plan.stores["a"].changelog_stream) == \
         ("local", "my.log")
+
+
+def test_a_changelog_on_the_metrics_stream_is_refused() -> None:
+    with pytest.raises(ConfigError) as err:
+        counter({"stores.a.changelog": "owned-1-metrics", "metrics.reporters": "snapshot"}).plan()
+    assert "the job's own stream 'owned-1-metrics'" in str(err.value)
+    assert "the changelog of store 'a'" in str(err.value)
+
+
+def test_a_changelog_on_a_window_s_late_stream_is_refused() -> None:
+    from datetime import timedelta
+
+    from samza_dsl.windows import Windows
+
+    app = StreamApplication("owned", config={"stores.a.changelog": "slow"})
+    app.table("a", serde=KV_JSON)
+    events = app.input(LOCAL.input("events", serde=KV_JSON, partitions=2))
+    events.window(Windows.keyed_tumbling(lambda m: m.key, timedelta(seconds=10),
+                                         event_time=lambda m: m.value["t"]),
+                  name="w", late_to=app.output(LOCAL.output("slow", partitions=2))).send_to(
+        app.output(LOCAL.output("out", serde=KV_JSON, partitions=2)))
+    with pytest.raises(ConfigError) as err:
+        app.plan()
+    text = str(err.value)
+    assert "the output stream 'slow'" in text and "the changelog of store 'a'" in text, text
