@@ -84,3 +84,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+
+
+@pytest.fixture(params=brokers())
+def own_broker(request: pytest.FixtureRequest, tmp_path: Path
+               ) -> Iterator[ApacheKafkaBroker | TansuBroker]:
+    """A broker of the test's own, of each kind the session runs (Apache Kafka, then tansu),
+    for tests that stop it under a job: ``.bootstrap`` while it runs, ``.stop()``."""
+    b: ApacheKafkaBroker | TansuBroker
+    if request.param == "apache-kafka":
+        b = ApacheKafkaBroker(root=tmp_path / "apache-kafka")
+    else:
+        from kafka_helpers import free_port
+
+        b = TansuBroker(tmp_path / "tansu.log", port=free_port())
+    try:
+        b.start()
+    except KafkaBrokerError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        yield b
+    finally:
+        b.stop()
