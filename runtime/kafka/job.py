@@ -210,7 +210,9 @@ class KafkaJob:
         app = self.app
         declared = {sid: d for sid, d in {**app.spec().inputs, **app.spec().outputs}.items()
                     if not isinstance(d, SinkOutput)}
-        topics = {sid: d.physical_name for sid, d in declared.items()}
+        # each stream's topic: streams.<id>.samza.physical.name where the config gives it
+        topics = {sid: str(self.config.get(f"streams.{sid}.samza.physical.name")
+                           or d.physical_name) for sid, d in declared.items()}
         # a broker that refuses the job's login says so now, in one line, and is not waited for
         await check_login(self.servers, self.login, self.security, min(self.timeout, 10.0))
         while True:  # brokers away at the start are waited for, as during a run
@@ -223,14 +225,14 @@ class KafkaJob:
                 self.watch.check()
                 await asyncio.sleep(self.watch.interval)
         self.watch.answered()
-        for sid, d in app.spec().inputs.items():
-            n = found[d.physical_name]
+        for sid in app.spec().inputs:
+            n = found[topics[sid]]
             if n is None:
-                raise SamzaError(f"input {sid!r}: topic {d.physical_name!r} does not exist on "
+                raise SamzaError(f"input {sid!r}: topic {topics[sid]!r} does not exist on "
                                  f"the Kafka brokers at {self.servers}; create it, or check the "
                                  f"stream's physical_name")
-        known = {sid: found[d.physical_name] for sid, d in declared.items()
-                 if d.partitions is None and found[d.physical_name] is not None}
+        known = {sid: found[topics[sid]] for sid, d in declared.items()
+                 if d.partitions is None and found[topics[sid]] is not None}
         plan = app.plan(partitions=known, config=self.config)
         self.plan = plan
         counts = {sid: s.partitions for sid, s in plan.streams.items()}

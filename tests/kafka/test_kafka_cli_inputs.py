@@ -137,3 +137,34 @@ def test_load_dump_status_and_reset_take_the_flags_of_a_group_run(kafka_bootstra
     status = json.loads(ok("status", "app.py:app", "--json").stdout)
     assert status["job"] == f"cli-io-{env['TEST_TAG']}-1", status
     ok("reset", "app.py:app")
+
+
+def test_a_topic_named_in_config_is_the_one_load_run_and_dump_use(kafka_bootstrap: str,
+                                                                 tmp_path: Path) -> None:
+    # -c streams.<id>.samza.physical.name: load wrote the topic it names, run read the
+    # application's own (the run found nothing, or failed on a topic that did not exist)
+    (tmp_path / "app.py").write_text(APP)
+    tag = uuid.uuid4().hex[:8]
+    env = {**os.environ, "TEST_KAFKA": kafka_bootstrap, "TEST_TAG": tag}
+    flags = ("-c", f"streams.events.samza.physical.name=renamed-events-{tag}",
+             "-c", f"streams.doubled.samza.physical.name=renamed-doubled-{tag}")
+
+    def ok(*args: str) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run([CLI, *args, *flags], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return proc
+
+    run = subprocess.run([sys.executable, "-c", (
+        "import asyncio, sys\nfrom runtime.kafka.admin import TopicSpec, ensure_topics\n"
+        f"asyncio.run(ensure_topics({kafka_bootstrap!r}, [TopicSpec('renamed-events-{tag}', 3)"
+        f", TopicSpec('renamed-doubled-{tag}', 3)]))")], capture_output=True, text=True,
+        timeout=60)
+    assert run.returncode == 0, run.stderr
+    rows = [{"key": f"k{i}", "value": {"n": i}} for i in range(5)]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ok("load", "app.py:app", "events", "in.jsonl")
+    ran = ok("run", "app.py:app", "-q", "--show", "0")
+    assert "in: 5 new message(s)" in ran.stdout, ran.stdout
+    out = [json.loads(ln) for ln in ok("dump", "app.py:app", "doubled").stdout.splitlines()]
+    assert sorted(m["value"]["n"] for m in out) == [0, 2, 4, 6, 8]
