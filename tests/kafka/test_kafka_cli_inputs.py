@@ -168,3 +168,31 @@ def test_a_topic_named_in_config_is_the_one_load_run_and_dump_use(kafka_bootstra
     assert "in: 5 new message(s)" in ran.stdout, ran.stdout
     out = [json.loads(ln) for ln in ok("dump", "app.py:app", "doubled").stdout.splitlines()]
     assert sorted(m["value"]["n"] for m in out) == [0, 2, 4, 6, 8]
+
+
+def test_job_dir_given_in_the_application_is_where_a_kafka_job_keeps_its_state(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    # job.dir in StreamApplication(config=...) only: load, run, status and dump keep to it,
+    # and nothing lands in ./.samza of the working directory
+    home = tmp_path / "state-here"
+    (tmp_path / "app.py").write_text(APP.replace(
+        'config={"job.default.system": "kafka"}',
+        f'config={{"job.default.system": "kafka", "job.dir": {str(home)!r}}}'))
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    env = {**os.environ, "TEST_KAFKA": kafka_bootstrap, "TEST_TAG": uuid.uuid4().hex[:8],
+           "PYTHONPATH": str(tmp_path)}
+
+    def ok(*args: str) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run([CLI, *args], cwd=work, env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return proc
+
+    app = str(tmp_path / "app.py") + ":app"
+    ok("run", app, "--sample", "10", "-q", "--show", "0")
+    status = json.loads(ok("status", app, "--json").stdout)
+    assert status["job"].startswith("cli-io-"), status
+    assert len(ok("dump", app, "doubled").stdout.splitlines()) == 10
+    assert home.is_dir() and any(home.rglob("*")), "nothing was kept in the job.dir given"
+    assert not (work / ".samza").exists() and not (tmp_path / ".samza").exists()
