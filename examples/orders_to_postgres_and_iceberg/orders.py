@@ -10,20 +10,19 @@ The job
 2. sums each customer's orders in tumbling windows of one minute of event time
    (``Windows.keyed_tumbling``, init/fold): a pane per (customer, minute) holding
    ``[orders, total in cents]``, fired once, when the minute is over;
-3. makes each pane a row ``{"customer", "minute" (its start, ms), "orders", "total_cents"}`` and
-   passes the rows through an intermediate stream (``partition_by`` again, by customer);
+3. makes each pane a row ``{"customer", "minute" (its start, ms), "orders", "total_cents"}``;
 4. upserts each row into the PostgreSQL table ``customer_minute_totals`` (key ``customer,
    minute``), and appends it to the Iceberg table ``shop.customer_minute_totals`` (one snapshot
    per commit of a task).
 
 The job runs with ``job.processing.guarantee=exactly-once``: each task's records into the
-intermediate streams, its window's state and its checkpoint are one Kafka transaction per
-commit. Both outputs keep the input positions their rows cover with the rows
-(docs/connectors.md), and a restart skips the rows a table holds already, by the position of
-the message that caused them. A pane is fired by the window's watermark, not by one input
-message, so step 3 gives each row a message of its own, at an offset of the rows' stream that
-the window's commit writes once: after a crash and a restart, each pane is a row of the Iceberg
-table once (an append), and the PostgreSQL row of each (customer, minute) holds its total.
+intermediate stream, its window's state and its checkpoint are one Kafka transaction per
+commit. The PostgreSQL output writes a commit's rows with the input positions they cover in one
+database transaction and upserts, so a replayed pane writes the same total again; the Iceberg
+output stages a commit's data files before the checkpoint and appends them as one snapshot
+after it, finishing at a restart an append a crash cut off (docs/connectors.md). After any
+crash, each pane is a row of the Iceberg table once, and the PostgreSQL row of each (customer,
+minute) holds its total.
 
 Where it connects comes from the environment:
 
@@ -109,10 +108,6 @@ def total_row(pane: WindowPane) -> KV[str, dict[str, Any]]:
                              "orders": orders, "total_cents": total})
 
 
-def row_value(row: KV[str, dict[str, Any]]) -> dict[str, Any]:
-    return row.value
-
-
 def minute_of(row: KV[str, dict[str, Any]]) -> datetime:
     """The row's minute as a timestamp (``timestamptz`` in both tables)."""
     return datetime.fromtimestamp(row.value["minute"] / 1000, tz=UTC)
@@ -153,7 +148,6 @@ def build_app(bootstrap: str, conninfo: str, lake: str) -> StreamApplication:
         .window(Windows.keyed_tumbling(customer_key, WINDOW, init=no_orders, fold=add_order,
                                        event_time=order_time), name="per-minute")
         .map(total_row, name="total-row")
-        .partition_by(customer_key, row_value, serde=_json_kv(), name="rows")
     )
     rows.send_to(to_postgres)
     rows.send_to(to_iceberg)

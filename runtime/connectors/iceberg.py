@@ -6,17 +6,22 @@ the table, whose summary carries the task's input positions:
 - ``write`` makes a row of the message (the table's columns) and buffers it, ``write_batch``
   the rows of a run of messages; every ``batch_rows`` rows the buffer becomes an Arrow record
   batch;
-- ``prepare`` writes the rows since the last commit as Parquet data files of the table and
-  commits one ``append`` snapshot holding them, whose summary properties name the job, the
-  output and the task, and hold the task's input positions (``SinkContext.offsets``: the last
-  offset of each input partition the checkpoint being written covers) under
-  ``samza-dsl.positions.<task id>``: rows and positions are visible together or not at all;
-- ``recover`` walks the table's snapshots, newest first, to this task's latest positions. The
-  table may be ahead of the job's checkpoint (a crash after the snapshot's commit, before the
-  checkpoint): the restart then replays messages whose rows the table already holds, and the
-  sink skips every write caused by an input message at or before the table's position of its
-  partition (``SinkContext.source``), until the checkpoint has passed that position. So each
-  input message's rows are in the table once, whatever ``job.processing.guarantee`` says.
+- ``prepare`` writes the rows since the last commit as Parquet data files of the table,
+  staged: no snapshot names them yet. The checkpoint records their paths, with a commit token
+  and the task's input positions (``SinkContext.offsets``: the last offset of each input
+  partition the checkpoint covers);
+- ``commit``, once the checkpoint is durable, appends the staged files as ONE snapshot whose
+  summary properties name the job, the output, the task and the token, and hold the positions
+  under ``samza-dsl.positions.<task id>``;
+- ``recover`` gets the last checkpoint's record: where its token's snapshot is not in the table
+  (a crash between the checkpoint and the append), it appends the recorded files then. Files
+  staged for a checkpoint that was never written hold rows the restart writes again; no
+  snapshot ever names them (``abort`` deletes them where it can; Iceberg's orphan-file upkeep
+  removes any left).
+
+So the table holds exactly the rows of the checkpoints, each once, whatever
+``job.processing.guarantee`` says: rows caused by input messages and rows none caused (panes a
+watermark, a timer or the end of input fired) alike.
 
 The SQL catalog commits optimistically (a table's metadata pointer moves only from the version
 the commit was made on): the tasks of one process commit to a table one at a time, on one
@@ -305,8 +310,11 @@ class IcebergSink(Sink):
         self.batches: list[Any] = []
         #: per (stream, partition), the last offset whose rows the table holds
         self.positions: dict[tuple[str, int], int] = {}
-        #: what the restart must skip: the positions the table holds past the checkpoint
+        #: what a job started afresh must skip: the positions the table holds (none past the
+        #: checkpoint of a job that has one: ``commit`` appends after it)
         self.replays = Replays()
+        #: prepared and not yet appended: (data files, snapshot properties, token)
+        self.staged: tuple[list[Any], dict[str, str], str] | None = None
         #: the snapshot of this task's last append (None: none yet)
         self.snapshot_id: int | None = None
         self.pool: concurrent.futures.ThreadPoolExecutor | None = None
@@ -342,18 +350,23 @@ class IcebergSink(Sink):
     def recover(self, committed: Committed) -> None:
         ctx = self._ctx()
         assert self.lock is not None
+        record = committed.position if isinstance(committed.position, dict) else None
         with self.lock:
             self._retrying("recover", self.table.refresh)
             self.positions, _ = read_positions(self.table, ctx.job_name, ctx.stream_id,
                                                ctx.task_id)
+            if record is not None and record.get("token") and \
+                    self._landed(str(record["token"])) is None:
+                # the checkpoint holds files its commit did not append: append them now
+                self._finish(record, committed.checkpoint_id)
         self.replays = Replays(self.positions)
-        if self.replays:
+        if self.replays and record is None:
             _log.info("%s, task %s: the table holds rows up to %s", self.where, ctx.task_name,
                       self.replays)
 
     def write(self, partition: int, message: Any) -> None:
         if self.replays and self.replays.held(self.ctx.source() if self.ctx is not None else None):
-            return  # its rows are in the table already
+            return  # its rows are in the table already (a job started afresh)
         self.rows.append(self.row(message))
         if len(self.rows) >= self.options.batch_rows:
             self._batch("write")
@@ -369,24 +382,36 @@ class IcebergSink(Sink):
         covered = dict(ctx.offsets())
         self._batch(f"prepare (checkpoint {checkpoint_id})")
         batches, self.batches = self.batches, []
-        if batches and any(b.num_rows for b in batches):
-            assert self.pool is not None
-            await asyncio.wrap_future(self.pool.submit(self._append, batches, covered,
-                                                       checkpoint_id))
-        self._advance(covered)
-        return self.snapshot_id
+        self.staged = None
+        self.replays.passed(covered)
+        if not batches or not any(b.num_rows for b in batches):
+            return None
+        assert self.pool is not None
+        self.staged = await asyncio.wrap_future(self.pool.submit(
+            self._stage, batches, covered, checkpoint_id))
+        files, props, token = self.staged
+        return {"token": token, "files": [f.file_path for f in files], "properties": props}
+
+    async def commit(self, checkpoint_id: int) -> None:
+        staged, self.staged = self.staged, None
+        if staged is None:
+            return
+        assert self.pool is not None
+        await asyncio.wrap_future(self.pool.submit(self._append, staged, checkpoint_id))
 
     def abort(self) -> None:
         self.rows = []
         self.batches = []
+        staged, self.staged = self.staged, None
+        if staged is not None:  # prepared for a checkpoint that was not written: no one's
+            for f in staged[0]:
+                with contextlib.suppress(Exception):
+                    self.table.io.delete(f.file_path)
 
     def close(self) -> None:
         if self.pool is not None:
             self.pool.shutdown(wait=True)
             self.pool = None
-        if self.replays.skipped:
-            _log.info("%s: skipped %d rows the table held already", self.where,
-                      self.replays.skipped)
 
     # -- the table -----------------------------------------------------------------------------
 
@@ -408,6 +433,7 @@ class IcebergSink(Sink):
             NoSuchTableError,
             TableAlreadyExistsError,
         )
+        from sqlalchemy.exc import IntegrityError  # another process made it first, just now
 
         o = self.options
         catalog = self._retrying("open", o.catalog.open)
@@ -422,12 +448,12 @@ class IcebergSink(Sink):
             namespace = o.table.rpartition(".")[0]
             if not namespace:
                 raise self._error("open", "a table is named 'namespace.name'") from None
-            with contextlib.suppress(NamespaceAlreadyExistsError):
+            with contextlib.suppress(NamespaceAlreadyExistsError, IntegrityError):
                 self._retrying("open", catalog.create_namespace, namespace)
             try:
                 table = self._retrying("open", catalog.create_table, o.table, schema=declared)
                 _log.info("%s: made the table", self.where)
-            except TableAlreadyExistsError:  # another task's, just now
+            except (TableAlreadyExistsError, IntegrityError):  # another task's, just now
                 table = self._retrying("open", catalog.load_table, o.table)
         return table
 
@@ -485,15 +511,14 @@ class IcebergSink(Sink):
                                   f"columns= give {kind} values") from None
         self.batches.append(pa.RecordBatch.from_arrays(arrays, schema=self.arrow))
 
-    def _append(self, batches: list[Any], covered: dict[tuple[str, int], int],
-                checkpoint_id: int) -> None:
-        """On the sink's thread: the batches as data files, then one snapshot appending them
-        with the positions they reach."""
+    def _stage(self, batches: list[Any], covered: dict[tuple[str, int], int],
+               checkpoint_id: int) -> tuple[list[Any], dict[str, str], str]:
+        """On the sink's thread: the batches as data files of the table, named by no snapshot
+        yet; with the properties and token of the snapshot that will append them."""
         import pyarrow as pa
         from pyiceberg.io.pyarrow import _dataframe_to_data_files
 
         ctx = self._ctx()
-        call = f"prepare (checkpoint {checkpoint_id})"
         merged = dict(self.positions)
         for sp, o in covered.items():
             if o > merged.get(sp, -1):
@@ -508,13 +533,41 @@ class IcebergSink(Sink):
             files = list(_dataframe_to_data_files(table_metadata=self.table.metadata, df=data,
                                                   io=self.table.io))
         except Exception as exc:
-            raise self._error(call, f"writing {data.num_rows} rows as data files failed: "
+            raise self._error(f"prepare (checkpoint {checkpoint_id})",
+                              f"writing {data.num_rows} rows as data files failed: "
                               f"{_first_line(exc)}; the checkpoint stays before these rows, so "
                               f"a restart writes them again") from None
+        return files, props, token
+
+    def _append(self, staged: tuple[list[Any], dict[str, str], str], checkpoint_id: int) -> None:
+        """On the sink's thread, after the checkpoint: one snapshot appending the staged files."""
+        files, props, token = staged
         assert self.lock is not None
         with self.lock:
-            self.snapshot_id = self._retrying(call, self._commit, files, props, token)
-        self.positions = merged
+            self.snapshot_id = self._retrying(f"commit (checkpoint {checkpoint_id})",
+                                              self._commit, files, props, token)
+        self.positions = _positions_of(props, self._ctx().task_id)
+
+    def _finish(self, record: dict[str, Any], checkpoint_id: int) -> None:
+        """At a restart (the lock held): append the files a checkpoint recorded, which its
+        commit did not."""
+        from pyiceberg.io.pyarrow import parquet_file_to_data_file
+
+        call = f"recover (checkpoint {checkpoint_id})"
+        try:
+            files = [parquet_file_to_data_file(self.table.io, self.table.metadata, str(path))
+                     for path in record.get("files", [])]
+        except Exception as exc:
+            raise self._error(call, f"the data files checkpoint {checkpoint_id} recorded "
+                              f"cannot be read ({_first_line(exc)}); they were removed from "
+                              f"the warehouse, and their rows are lost to the table: reset "
+                              f"the job, or restore the files") from None
+        props = {str(k): str(v) for k, v in dict(record.get("properties", {})).items()}
+        self.snapshot_id = self._retrying(call, self._commit, files, props,
+                                          str(record["token"]))
+        self.positions = _positions_of(props, self._ctx().task_id)
+        _log.info("%s, task %s: appended the %d file(s) of checkpoint %d, which its commit "
+                  "had not", self.where, self._ctx().task_name, len(files), checkpoint_id)
 
     def _commit(self, files: list[Any], props: dict[str, str], token: str) -> int:
         tx = self.table.transaction()
@@ -571,10 +624,11 @@ class IcebergSink(Sink):
                     if landed is not None:
                         return landed
 
-    def _advance(self, covered: dict[tuple[str, int], int]) -> None:
-        """After the commit: the checkpoint has passed what the table held, nothing more to
-        skip there."""
-        self.replays.passed(covered)
+
+
+def _positions_of(props: Mapping[str, str], task_id: str) -> dict[tuple[str, int], int]:
+    raw = props.get(POSITIONS_KEY + task_id)
+    return {} if raw is None else {(s, int(p)): int(o) for s, p, o in json.loads(raw)}
 
 
 def _fits(pa: Any, value: Any, type_: Any) -> bool:

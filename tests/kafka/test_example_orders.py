@@ -7,17 +7,18 @@ The test clones the repository (``git clone``, so only what is committed), start
 of its own (``samza_dsl.testing.postgres``) and makes the table from the example's
 ``schema.sql``, loads the example's ``orders.jsonl`` with ``samza-dsl load``, and runs the job
 with ``samza-dsl run`` from the clone (the clone's packages first on ``PYTHONPATH``), on the
-broker of ``kafka_bootstrap``. The runs are killed with SIGKILL inside a commit, right after the
-tables took the commit's rows and before the checkpoint is written
-(``SAMZA_DSL_CRASH_AT=commit.sinks-prepared:N``, N growing from run to run; each task commits
-only as its part of the run ends, so the runs are killed at the same steps on both brokers),
+broker of ``kafka_bootstrap``. The runs are killed with SIGKILL inside a commit: right after
+PostgreSQL took the commit's rows and the Iceberg output staged its files, before the checkpoint
+(``SAMZA_DSL_CRASH_AT=commit.sinks-prepared:N``), or right after the checkpoint, before the
+Iceberg append (``commit.checkpointed:N``); N grows from run to run, and each task commits only
+as its part of the run ends, so the runs are killed at the same steps on both brokers,
 and each next run starts from the last checkpoint, until one ends by itself. Then the
 PostgreSQL table holds one row per (customer, minute) with its total, and the Iceberg table
 (read through pyiceberg) holds each pane exactly once, both against the totals computed here,
-in plain Python, from the sample file. The check can fail: with the outputs' skip of what a
-table holds switched off (``samza_dsl.connectors.Replays``), the third kill leaves the panes of
-one task appended twice, on both brokers; so does the job with the panes sent to the tables
-straight from the window (no second ``partition_by``).
+in plain Python, from the sample file. The check can fail: with the Iceberg output appending
+at ``prepare`` (before the checkpoint) instead of at ``commit``, a kill leaves the panes of one
+task appended twice, on both brokers: a pane is fired by the watermark, not by an input
+message, so no position can skip it.
 
 The commands are the README's (run quietly, commits at the end of each task's part): the job
 and its topics keep the example's names (``order-totals-1``, ``orders``), which no other test of
@@ -122,7 +123,10 @@ def test_the_orders_example_from_a_fresh_clone_is_exactly_once_after_kills(
         # killed inside commits, each run from the last checkpoint, until one ends by itself
         kills: list[tuple[str, int, int]] = []
         for run in range(1, MAX_RUNS + 1):
-            point = f"commit.sinks-prepared:{STEP * run}"
+            # right after the tables took the commit's rows (PostgreSQL) and staged them
+            # (Iceberg), or right after the checkpoint, before the Iceberg append
+            step = "commit.checkpointed" if run % 2 == 0 else "commit.sinks-prepared"
+            point = f"{step}:{STEP * run}"
             code, err = job.cli("run", APP, "-q", "--show", "0", "-c", "task.commit.ms=-1",
                                 crash_at=point)
             if code == 0:

@@ -39,13 +39,12 @@ def test_the_sample_file_is_the_sample_input() -> None:
     assert len(totals) == 104 and sum(n for n, _ in totals.values()) == 240
 
 
-def test_the_plan_repartitions_windows_and_repartitions_the_rows_exactly_once() -> None:
+def test_the_plan_repartitions_and_windows_exactly_once() -> None:
     app = _module().build_app("127.0.0.1:9092", "dbname=orders", "lake")  # nothing connects
     plan = app.plan()
     assert plan.config["job.processing.guarantee"] == "exactly-once"
     kinds = {sid: s.kind for sid, s in plan.streams.items()}
     assert kinds == {"orders": "input", "totals-postgres": "output",
                      "totals-iceberg": "output",
-                     "order-totals-1-partition_by-by-customer": "intermediate",
-                     "order-totals-1-partition_by-rows": "intermediate"}
-    assert len(plan.stages) == 3
+                     "order-totals-1-partition_by-by-customer": "intermediate"}
+    assert len(plan.stages) == 2

@@ -140,11 +140,14 @@ def test_a_commit_another_writer_got_ahead_of_is_made_again(
                            "twice": pa.array([None], pa.int64())}))
     offsets[("events", 0)] = 4
     with caplog.at_level(logging.INFO, "samza_dsl.connectors.iceberg"):
-        snapshot = asyncio.run(sink.prepare(1))
+        record = asyncio.run(sink.prepare(1))  # data files staged, named by no snapshot
+        assert sorted(_catalog(lake).load_table("shop.items").scan().to_arrow().column(
+            "n").to_pylist()) == [-1]
+        asyncio.run(sink.commit(1))  # the checkpoint is durable: the snapshot appends them
     sink.close()
     assert "CommitFailedException" in caplog.text and "trying again" in caplog.text
     table = _catalog(lake).load_table("shop.items")
-    assert table.current_snapshot().snapshot_id == snapshot
+    assert table.current_snapshot().summary["samza-dsl.commit"] == record["token"]
     assert sorted(table.scan().to_arrow().column("n").to_pylist()) == [-1, 0, 1, 2, 3, 4]
     assert json.loads(table.current_snapshot().summary["samza-dsl.positions.partition-0"]) == [
         ["events", 0, 4]]
@@ -157,6 +160,7 @@ def test_a_commit_another_writer_got_ahead_of_is_made_again(
         again.write(0, KV(f"k{i}", {"n": i}))
     offsets[("events", 0)] = 6
     asyncio.run(again.prepare(2))
+    asyncio.run(again.commit(2))
     again.close()
     assert sorted(lake.scan("shop.items").to_arrow().column("n").to_pylist()) == [
         -1, 0, 1, 2, 3, 4, 5, 6]
@@ -202,3 +206,38 @@ def test_declarations_are_checked(tmp_path: Path) -> None:
         lake.table_output("o", table="shop.items", schema=SCHEMA, columns={"other": "x"})
     with pytest.raises(ValueError, match="batch_rows"):
         lake.table_output("o", table="shop.items", schema=SCHEMA, batch_rows=0)
+
+
+def test_a_checkpoint_whose_commit_did_not_run_is_appended_by_recover(lake) -> None:
+    """A crash after the checkpoint, before the sink's commit: the files the checkpoint
+    recorded are appended at the restart, once; files staged for a checkpoint that was never
+    written are named by no snapshot."""
+    options = lake.table_output("rows", table="shop.items", schema=SCHEMA,
+                                columns={"id": "key", "n": "n"}).sink
+    offsets: dict[tuple[str, int], int] = {}
+    source: list[Any] = [None]
+    sink = options(_ctx(offsets, source))
+    sink.open(_ctx(offsets, source))
+    sink.recover(Committed())
+    for i in range(3):
+        sink.write(0, KV(f"k{i}", {"n": i}))
+    offsets[("events", 0)] = 2
+    record = asyncio.run(sink.prepare(1))  # the checkpoint records this; then the crash
+    sink.close()
+    assert lake.scan("shop.items").to_arrow().num_rows == 0
+    for _ in range(2):  # the restart, and one more: the files go in once
+        again = options(_ctx(offsets, source))
+        again.open(_ctx(offsets, source))
+        again.recover(Committed(1, json.loads(json.dumps(record))))
+        again.close()
+        assert sorted(lake.scan("shop.items").to_arrow().column("n").to_pylist()) == [0, 1, 2]
+    # staged for checkpoint 2, which was never written: the restart gets checkpoint 1 back
+    late = options(_ctx(offsets, source))
+    late.open(_ctx(offsets, source))
+    late.recover(Committed(1, record))
+    late.write(0, KV("k3", {"n": 3}))
+    offsets[("events", 0)] = 3
+    asyncio.run(late.prepare(2))
+    late.abort()
+    late.close()
+    assert sorted(lake.scan("shop.items").to_arrow().column("n").to_pylist()) == [0, 1, 2]
