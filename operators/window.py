@@ -170,6 +170,7 @@ class WindowOperator(TriggerProgress, Operator, ABC):
                 self.late_tracker.ended_ms = self.ended
             else:
                 self.watermark = stored
+        self._stored_watermark = self.watermark
         self._restore()
         for trig, handle, firing in self._restore_triggers():
             self._schedule(trig, handle, firing)
@@ -211,8 +212,19 @@ class WindowOperator(TriggerProgress, Operator, ABC):
         """Drop every pane's state."""
 
     def flush_state(self) -> None:
-        """At a commit: the triggers' progress into the store (``operators.window_triggers``)."""
+        """At a commit: the watermark and the triggers' progress into the store
+        (``operators.window_triggers``)."""
+        self._flush_watermark()
         self._flush_triggers()
+
+    def _flush_watermark(self) -> None:
+        """The watermark as of the commit, where it moved since it was last stored: a restore
+        then knows which panes closed, also where none closed since (a late message kept in a
+        hop of open panes is never put back in a closed one)."""
+        wm = self.watermark
+        if self._event_time is not None and wm != self._stored_watermark:
+            self._put(WATERMARK_KEY, wm if self.ended == NO_WATERMARK else [wm, self.ended])
+            self._stored_watermark = wm
 
     # -- firing ------------------------------------------------------------------------------------
 
@@ -324,7 +336,7 @@ class WindowOperator(TriggerProgress, Operator, ABC):
 
     def _advance(self, watermark: int) -> list[Any]:
         """Move the event-time watermark: close panes it passed, drop those past lateness."""
-        self.watermark = watermark
+        self.watermark = self._stored_watermark = watermark
         # before closing: a restore sees them closed
         self._put(WATERMARK_KEY, watermark if self.ended == NO_WATERMARK
                   else [watermark, self.ended])
@@ -409,6 +421,7 @@ class WindowOperator(TriggerProgress, Operator, ABC):
         self._timers.clear()
         if self._event_time is not None and closed_to > self.watermark:
             self.watermark = self.ended = self.late_tracker.ended_ms = closed_to
+            self._stored_watermark = closed_to
             self._put(WATERMARK_KEY, [closed_to, closed_to])
         if chunk:
             yield chunk
@@ -828,6 +841,7 @@ class TumblingWindowOperator(AlignedWindowOperator):
         """Write the panes changed since the last commit into the store; they stay in memory
         as clean values, down to half of ``_cache_size`` once it is exceeded; and the triggers'
         progress."""
+        self._flush_watermark()
         if self._trig_dirty:
             self._flush_triggers()
         dirty = self._dirty

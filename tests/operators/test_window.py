@@ -357,11 +357,12 @@ def test_restore_from_the_store(clock: FakeClock) -> None:
     op = start_window(w, clock, store=store)
     for m in [("a", 1.0), ("b", 2.0), ("a", 11.0), ("b", 12.0)]:
         op.process(m)
-    op.flush_state()  # the commit before the restart writes the pane values
-    # a restart over the same store; the watermark is stored when panes close (at 11.0 here),
-    # which is all a restore needs to tell closed panes from open ones
+    op.flush_state()  # the commit before the restart writes the pane values and watermark
+    # a restart over the same store; the watermark is stored when panes close (at 11.0 here)
+    # and as of each commit (12.0), which is all a restore needs to tell closed panes from
+    # open ones
     again = start_window(w, clock, store=store)
-    assert again.watermark == 11_000
+    assert again.watermark == 12_000
     assert panes(again.process(("a", 3.0))) == [("a", "0", 2, "LATE")]
     assert panes(again.on_end_of_stream()) == [("a", "10000", 1, "DEFAULT"),
                                                 ("b", "10000", 1, "DEFAULT")]
@@ -481,13 +482,13 @@ def test_pane_values_reach_the_store_only_at_flush_state(clock: FakeClock) -> No
     for i in range(100):
         op.process(("ab"[i % 2], 1.0 + i / 100))
     assert store.get((0, "a")) is None and store.writes == 0
-    op.flush_state()
-    assert (store.get((0, "a")), store.get((0, "b")), store.writes) == (50, 50, 2)
+    op.flush_state()  # the two panes, and the watermark as of the commit
+    assert (store.get((0, "a")), store.get((0, "b")), store.writes) == (50, 50, 3)
     op.flush_state()  # nothing changed since: nothing written
-    assert store.writes == 2
+    assert store.writes == 3
     op.process(("a", 2.0))
     op.flush_state()
-    assert (store.get((0, "a")), store.writes) == (51, 3)
+    assert (store.get((0, "a")), store.writes) == (51, 5)
     # a closed pane leaves memory and the store
     assert panes(op.on_watermark(10_000)) == [("a", "0", 51, "DEFAULT"), ("b", "0", 50, "DEFAULT")]
     assert op._dirty == {} and op._clean == {} and store.get((0, "a")) is None
