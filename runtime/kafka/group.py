@@ -705,7 +705,9 @@ class GroupContainer(Container):
         if self.holding or self.env.stopping:
             return
         for name in sorted(self._ready, key=_task_order):
-            task = self._ready.pop(name)
+            task = self._ready.pop(name, None)
+            if task is None:  # started meanwhile (another restore's start, at an await below)
+                continue
             if name not in self.wanted:
                 self._discard(task)
                 continue

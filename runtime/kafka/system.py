@@ -362,7 +362,8 @@ class KafkaConsumer:
                 self._fetched[tp] = at
             for key in readers:
                 pos = self.positions[key]
-                if pos[2] < at and not self._backlog[key]:
+                # (a reader added just now has no position until its first fetch sets it)
+                if pos[2] is not None and pos[2] < at and not self._backlog[key]:
                     pos[2] = at
 
     async def read_bounds(self, keys: list[Any]) -> dict[Any, tuple[int, int]]:

@@ -93,6 +93,10 @@ def test_a_member_killed_earlier_is_no_owner_after_the_survivor_stopped(
     try:
         wait_for("two members split the tasks", lambda: settled(members, 4), 60, members)
         generation = members[0].assignment()[0]  # type: ignore[index]
+        # each member's record is in the checkpoint topic (a member logs its share before it
+        # writes it: on a busy machine a kill can come in between)
+        wait_for("status shows both members", lambda: len(
+            _group(kafka_bootstrap, tag, seen)["members"]) == 2, 30, members)
         killed = members[1]
         killed.kill()
         wait_for("the survivor runs every task", lambda: settled(members[:1], 4), 60,
