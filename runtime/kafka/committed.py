@@ -24,7 +24,7 @@ from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.record.memory_records import MemoryRecords
 
 __all__ = ["Batch", "LogRecord", "batches_from", "log_batches", "committed_records",
-           "read_committed_log"]
+           "read_committed_log", "transaction_outcome"]
 
 READ_UNCOMMITTED = 0
 _MARKERS = {0: "ABORT", 1: "COMMIT"}
@@ -157,3 +157,23 @@ async def read_committed_log(servers: str, topic: str, partition: int,
                              settings: Mapping[str, Any] | None = None) -> list[LogRecord]:
     """The committed records of a partition (``committed_records`` of its ``log_batches``)."""
     return committed_records(await log_batches(servers, topic, partition, settings))
+
+
+async def transaction_outcome(servers: str, topic: str, partition: int, offset: int,
+                              settings: Mapping[str, Any] | None = None) -> str | None:
+    """How the transaction holding the record at ``offset`` ended, as the log's markers say:
+    "COMMIT", "ABORT", or None while no marker of its producer follows the record (still
+    open). Raises ``LookupError`` if no transactional record is at ``offset``."""
+    producer_id: int | None = None
+    async for b in batches_from(servers, topic, partition, offset, settings):
+        if producer_id is None:
+            if b.marker is not None or not b.transactional \
+                    or not any(r.offset == offset for r in b.records):
+                raise LookupError(f"{topic!r} partition {partition} holds no transactional "
+                                  f"record at offset {offset}")
+            producer_id = b.producer_id
+        elif b.marker is not None and b.producer_id == producer_id:
+            return b.marker
+    if producer_id is None:
+        raise LookupError(f"{topic!r} partition {partition} ends before offset {offset}")
+    return None

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -39,8 +40,9 @@ from aiokafka.errors import IllegalOperation, KafkaError, UnknownError
 from runtime import faults
 from runtime.job import SSP
 from runtime.kafka.aiokafka_compat import txn_manager
+from runtime.kafka.committed import client_settings, transaction_outcome
 from runtime.kafka.fence import Lease
-from runtime.kafka.system import KafkaCheckpoints, KafkaProducer
+from runtime.kafka.system import KafkaCheckpoints, KafkaProducer, read_checkpoint_topic
 from runtime.kafka.txn_producer import FENCED_ERRORS, TransactionalProducer
 from runtime.records import EndOfStream
 from samza_dsl.errors import ProducerFenced, SamzaError, TransactionUnanswered
@@ -55,6 +57,16 @@ __all__ = ["KafkaTransactions", "TaskProducer", "fence_earlier", "transactional_
 _FENCED_PRODUCE = FENCED_ERRORS
 #: how long a closing task producer waits for the abort of its open transaction (seconds)
 _ABORT_S = 5.0
+#: a container of a static job: how long a task's EndTxn may go unanswered before a new
+#: producer of its transactional id settles the transaction (``TaskProducer.commit``), and how
+#: many times in a row that is done before the job stops
+END_S = 10.0
+_SETTLE_ATTEMPTS = 3
+#: how much of an open transaction (record batch bytes) a task keeps to send it again, should
+#: it be aborted after an EndTxn without an answer: beyond this the job stops instead
+KEEP_BYTES = 64 << 20
+
+_log = logging.getLogger(__name__)
 
 
 def _retrieve(done: asyncio.Future[Any]) -> None:
@@ -96,8 +108,21 @@ class TaskProducer(KafkaProducer):
         self.serve(shared)
         self.task = task
         self.task_name = task_name
-        self.txn = TransactionalProducer(shared.servers, txn_id, timeout=shared.timeout,
-                                         **shared.settings)
+        self.txn = self._transactional(txn_id)
+        #: a task of a static job's container settles an EndTxn that got no answer itself
+        #: (``commit``); a member of a consumer group leaves that to the group, whose next
+        #: owner of the task settles it
+        self.settles = False
+        #: the open transaction's records, as sent (topic, partition, records), to send them
+        #: again should the transaction be aborted after an unanswered EndTxn; None once it
+        #: held more than ``KEEP_BYTES``
+        self._kept: list[tuple[str, int, list[Any]]] | None = []
+        self._kept_bytes = 0
+
+    def _transactional(self, txn_id: str) -> TransactionalProducer:
+        shared = self._shared
+        return TransactionalProducer(shared.servers, txn_id, timeout=shared.timeout,
+                                     **shared.settings)
 
     @property
     def lease(self) -> Lease | None:
@@ -137,6 +162,8 @@ class TaskProducer(KafkaProducer):
                             records: list[Any]) -> None:
         if not self.txn.in_transaction:
             await self.txn.begin()
+            self._kept, self._kept_bytes = [], 0
+        sent = self.sent_bytes
         try:
             await super()._send_records(producer, topic, partition, records)
         except IllegalOperation as exc:
@@ -144,6 +171,13 @@ class TaskProducer(KafkaProducer):
             # an AddPartitionsToTxn answer): that error is what happened, not "not in a
             # transaction"
             raise await self.diagnosed(self.txn.transaction_error() or exc) from exc
+        kept = self._kept
+        if kept is not None:
+            self._kept_bytes += self.sent_bytes - sent
+            if self._kept_bytes <= KEEP_BYTES:
+                kept.append((topic, partition, records))
+            else:
+                self._kept = None
 
     async def _background(self) -> None:
         try:
@@ -220,6 +254,7 @@ class TaskProducer(KafkaProducer):
         await self.flush()
         if not self.txn.in_transaction:  # nothing since the last commit: still the checkpoint
             await self.txn.begin()
+            self._kept, self._kept_bytes = [], 0
         record, data = checkpoints.record(self.task_name, offsets, positions())
         self.buffer(checkpoints.stream_id, 0).append(record)
         await self.flush()
@@ -228,8 +263,85 @@ class TaskProducer(KafkaProducer):
         lease = self.lease
         if lease is not None and not lease.valid():  # a member dropped from its group
             await lease.wait()
-        await self.txn.commit()
+        attempt = 1
+        while True:
+            try:
+                await self.txn.commit(timeout=min(END_S, self.timeout) if self.settles else None)
+                break
+            except TransactionUnanswered as exc:
+                if not self.settles or attempt >= _SETTLE_ATTEMPTS:
+                    raise
+                attempt += 1
+                if await self._settle_unanswered(exc, checkpoints):
+                    break
+        self._kept, self._kept_bytes = [], 0
         checkpoints.remember(self.task_name, data)
+
+    async def _settle_unanswered(self, unanswered: TransactionUnanswered,
+                                 checkpoints: KafkaCheckpoints) -> bool:
+        """The task's EndTxn got no answer: it was lost on its way, or its answer was. A new
+        producer of the transactional id settles the transaction (the broker completes a commit
+        it logged and aborts one it did not), and the transaction marker that follows the
+        task's checkpoint record in the log says which. Committed: True. Aborted: the
+        transaction's records are sent again in a new one, which the caller commits (False).
+
+        Not when a newer run of the job started meanwhile (it took the id, so the EndTxn may
+        have gone unanswered because this producer was fenced): ``ProducerFenced``. And not
+        when the transaction held more than ``KEEP_BYTES``: the job stops, nothing of the
+        aborted transaction is visible, and the next run goes on from the task's checkpoint."""
+        txn_id = self.txn.transactional_id
+        end = self.end_offsets.get((checkpoints.topic, 0))
+        kept, self._kept = self._kept, None
+        uncommitted = {k: v for k, v in checkpoints.settings.items() if k != "isolation_level"}
+        newest = await read_checkpoint_topic(self.servers, checkpoints.topic, uncommitted,
+                                             self.timeout)
+        if newest.generation is not None and newest.generation > self.generation:
+            _log.warning("task %s: run %d of the job started after this one (%d): its EndTxn "
+                         "went unanswered because the newer run took transactional id %r",
+                         self.task_name, newest.generation, self.generation, txn_id)
+            raise self.txn.fence() from unanswered
+        _log.warning("task %s: %s. A new producer of transactional id %r settles it",
+                     self.task_name, unanswered, txn_id)
+        await self.txn.stop()
+        self.txn = self._transactional(txn_id)
+        self._producer = None
+        producer = await self._start()
+        if end is None:  # no checkpoint record acknowledged: nothing to tell the outcome by
+            raise unanswered
+        outcome = None
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.timeout):
+                while True:
+                    outcome = await transaction_outcome(self.servers, checkpoints.topic, 0,
+                                                        end - 1, client_settings(self.settings))
+                    if outcome is not None:
+                        break
+                    await asyncio.sleep(0.05)
+        if outcome == "COMMIT":
+            _log.warning("task %s: the transaction of its commit had committed; it goes on",
+                         self.task_name)
+            return True
+        if outcome is None:
+            raise SamzaError(
+                f"task {self.task_name!r}: its transaction (transactional id {txn_id!r}) got no "
+                f"answer to its EndTxn, and no COMMIT or ABORT marker followed its checkpoint "
+                f"record ({checkpoints.topic!r} offset {end - 1}) within {self.timeout:g} s "
+                f"after a new producer of the id started: check the brokers' transaction "
+                f"coordinator, then run the job again (it goes on from the task's last "
+                f"checkpoint)") from unanswered
+        if kept is None:
+            raise SamzaError(
+                f"task {self.task_name!r}: its transaction (transactional id {txn_id!r}) was "
+                f"aborted after its EndTxn got no answer, and it held more than "
+                f"{KEEP_BYTES >> 20} MiB, too much to send again: nothing of it is visible; run "
+                f"the job again to go on from the task's last checkpoint (a shorter "
+                f"task.commit.ms keeps transactions smaller)") from unanswered
+        _log.warning("task %s: the transaction of its commit was aborted; its %d record "
+                     "batch(es) are sent again in a new one", self.task_name, len(kept))
+        for topic, partition, records in kept:
+            await self._send_records(producer, topic, partition, records)
+        await self.flush()
+        return False
 
     async def close(self) -> None:
         """Stop; an open transaction (the task failed before its commit) is aborted, so its
@@ -257,13 +369,16 @@ class KafkaTransactions:
     a transactional producer per task, and each commit as one transaction."""
 
     def __init__(self, shared: KafkaProducer, checkpoints: KafkaCheckpoints, job_name: str,
-                 positions: Callable[[str], Mapping[str, int]]) -> None:
+                 positions: Callable[[str], Mapping[str, int]], *, settles: bool = False) -> None:
         """``shared``: the container's producer (its streams, and where what the tasks wrote is
-        counted); ``positions``: a task's stores' changelog positions now."""
+        counted); ``positions``: a task's stores' changelog positions now; ``settles``: the
+        tasks settle an EndTxn that got no answer themselves (``TaskProducer.settles``: a
+        static job's containers)."""
         self.shared = shared
         self.checkpoints = checkpoints
         self.job_name = job_name
         self.positions = positions
+        self.settles = settles
         self._producers: dict[str, TaskProducer] = {}
         self._by_index: dict[int, TaskProducer] = {}
         #: producers of tasks that left the container, closing
@@ -280,6 +395,7 @@ class KafkaTransactions:
             if old is not None:  # it left and came back: a new instance of the task
                 self.release(m.name)
             producer = TaskProducer(self.shared, transactional_id(self.job_name, m.name), m.name)
+            producer.settles = self.settles
             self._producers[m.name] = producer
             self._by_index[m.index] = producer
             opened.append(producer)
@@ -294,6 +410,7 @@ class KafkaTransactions:
             return producer
         producer = TaskProducer(self.shared, transactional_id(self.job_name, task.name),
                                 task.name, task)
+        producer.settles = self.settles
         self._producers[task.name] = producer
         self._by_index[task.index] = producer
         producer.start_soon()

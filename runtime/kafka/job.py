@@ -326,8 +326,8 @@ class KafkaJob:
         self.consumer: Consumer = consumer
         #: exactly once: the tasks' transactional producers (``runtime.kafka.exactly_once``)
         self.txns = txns = KafkaTransactions(
-            producer, self.checkpoints, self.job_name,
-            self._changelog_positions) if exactly_once(cfg) else None
+            producer, self.checkpoints, self.job_name, self._changelog_positions,
+            settles=not group) if exactly_once(cfg) else None
         if txns is not None:
             warn_at_least_once(plan.app, self.job_name)
         self.state: StateBackend = StoreBackend(

@@ -193,9 +193,11 @@ class TransactionalProducer:
         await self._fence_checked(producer.send_offsets_to_transaction(
             {tp: OffsetAndMetadata(offset, "") for tp, offset in offsets.items()}, group_id))
 
-    async def commit(self) -> None:
+    async def commit(self, *, timeout: float | None = None) -> None:
         """Make the open transaction's records and offsets visible, all of them. A record the
-        broker refused aborts the transaction instead, and raises naming its topic."""
+        broker refused aborts the transaction instead, and raises naming its topic.
+        ``timeout``: how long the EndTxn may go unanswered (the producer's timeout unless
+        given) before ``TransactionUnanswered``."""
         producer = self._ready(in_transaction=True)
         await self._fence_checked(producer.flush(), "sending the records")
         failed = self._failed_send()
@@ -208,7 +210,7 @@ class TransactionalProducer:
                 except SamzaError as abort_failed:  # the refused record is the news
                     raise failed from abort_failed
             raise failed
-        await self._fence_checked(producer.commit_transaction(), "the commit")
+        await self._fence_checked(producer.commit_transaction(), "the commit", timeout)
         self._pending.clear()
         self._open = False
 
@@ -261,18 +263,20 @@ class TransactionalProducer:
         self._fenced = ProducerFenced(self.transactional_id)
         return self._fenced
 
-    async def _fence_checked(self, step: Any, what: str = "") -> Any:
+    async def _fence_checked(self, step: Any, what: str = "",
+                             timeout: float | None = None) -> Any:
+        wait = self.timeout if timeout is None else timeout
         try:
             if not what:
                 return await step
-            async with asyncio.timeout(self.timeout):
+            async with asyncio.timeout(wait):
                 return await step
         except _FENCED as exc:
             raise self._fence() from exc
         except TimeoutError as exc:
             raise TransactionUnanswered(
                 f"{what} of transaction {self.transactional_id!r} did not finish within "
-                f"{self.timeout:g} s: the transaction coordinator on Kafka at {self.servers} "
+                f"{wait:g} s: the transaction coordinator on Kafka at {self.servers} "
                 f"does not answer (a broker that drops the connection of a fenced producer "
                 f"looks like this too); check the broker, and stop this instance if another "
                 f"one has the same transactional id", self.transactional_id) from exc
