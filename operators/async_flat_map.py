@@ -42,7 +42,7 @@ async def _outputs(result: Any, op_id: str) -> list[Any]:
         result = await result
     if type(result) is list:
         return result
-    if hasattr(result, "__aiter__"):
+    if hasattr(result, "__aiter__"):  # foreign: what a user's function returned
         return [item async for item in result]
     return as_outputs(result, "async_flat_map", op_id)
 

@@ -34,7 +34,7 @@ from samza_dsl.fields import fast_reader
 from samza_dsl.kv import KV
 from samza_dsl.spec import OpSpec
 
-__all__ = ["IDENTITY", "FailedAt", "PassThrough", "Operator", "OperatorContext", "KeyValueState", "Result", "resolve_fn", "init_fn",
+__all__ = ["IDENTITY", "FailedAt", "PassThrough", "Operator", "OperatorContext", "KeyValueState", "MetricsRegistry", "RemoteState", "Result", "resolve_fn", "init_fn",
            "close_fn", "UserContext", "inc_counter"]
 
 Result = list[Any] | Awaitable[list[Any]]
@@ -48,11 +48,49 @@ def IDENTITY(message: Any) -> Any:  # noqa: N802 - a marker, compared by identit
 class KeyValueState(Protocol):
     """State an operator is given: a sorted key-value store (see ``operators.state``)."""
 
+    #: a remote table's client (``runtime.state.remote``): its reads and writes are calls to
+    #: await, not values
+    remote: bool
+    #: whether a value written is kept in the store's read cache too (a store without one
+    #: ignores it): off where the operator keeps the values it wrote itself (a window's panes)
+    cache_writes: bool
+
     def get(self, key: Any) -> Any: ...
     def put(self, key: Any, value: Any) -> None: ...
     def delete(self, key: Any) -> None: ...
     def range(self, start: Any, end: Any) -> Iterator[tuple[Any, Any]]: ...
     def all(self) -> Iterator[tuple[Any, Any]]: ...
+
+    def peek(self, key: Any) -> Any:
+        """``get`` that caches nothing it reads."""
+        ...
+
+    def maybe_flush(self) -> None:
+        """Write out what is pending if enough is (a store that writes in batches: LMDB); a
+        no-op for a store that writes at once."""
+        ...
+
+
+class RemoteState(KeyValueState, Protocol):
+    """A remote table's client (``remote`` is True): besides its awaitable reads and writes,
+    ``write``, a put to await as part of the message's processing."""
+
+    async def write(self, key: Any, value: Any) -> None: ...
+
+
+class MetricsRegistry(Protocol):
+    """The registry operators count in (``OperatorContext.metrics``; the runtime's is
+    ``runtime.metrics.Metrics``). A plain mutable mapping of counts, or None, does too (unit
+    tests)."""
+
+    def counter(self, name: str) -> Any:
+        """The counter ``name`` (``.inc(n)``, ``.value``), made at its first use."""
+        ...
+
+    def every(self, key: Any, seconds: float) -> bool:
+        """True the first time ``key`` is asked for, then once ``seconds`` have passed since
+        it last was: a warning given at most that often."""
+        ...
 
 
 @dataclass
@@ -60,7 +98,8 @@ class OperatorContext:
     """What an operator gets at ``init``: its task, the config, a clock in ms, and stores.
 
     ``stores`` maps store name -> state (window state by op id, join sides ``<op id>-L``/``-R``,
-    user tables by table id). ``metrics`` is a mapping-like registry of counters."""
+    user tables by table id). ``metrics`` is a ``MetricsRegistry``, a plain mapping of counts,
+    or None."""
 
     task_name: str
     config: Mapping[str, Any]
@@ -84,6 +123,10 @@ class OperatorContext:
     #: ``(op id, port) -> check or None``: where the runtime checks that a join's keys belong to
     #: the task's partition (``operators.placement.KeyCheck``); None: nothing is checked
     placement: Callable[[str, int], Callable[[Any], int] | None] | None = None
+    #: the same clock in nanoseconds, where the runtime reads one (``clock()`` is then
+    #: ``clock_ns() // 1_000_000``): an operator that reads the clock per message calls it
+    #: directly, one call less
+    clock_ns: Callable[[], int] | None = None
 
     def store(self, name: str) -> KeyValueState:
         try:
@@ -116,7 +159,7 @@ def resolve_fn(fn: Any) -> Callable[..., Any]:
     that only reads one item or attribute of its argument (``lambda m: m["ts"]``) is called as
     the ``operator.itemgetter``/``attrgetter`` that reads it the same way, with no Python frame
     a call (``samza_dsl.fields.fast_reader``)."""
-    apply = getattr(fn, "apply", None)
+    apply = getattr(fn, "apply", None)  # foreign: a user's function
     if callable(apply) and not inspect.isfunction(fn) and not inspect.ismethod(fn):
         return cast(Callable[..., Any], apply)
     if inspect.isfunction(fn):
@@ -157,13 +200,13 @@ def _short(value: Any) -> str:
 
 
 def init_fn(fn: Any, ctx: UserContext) -> None:
-    init = getattr(fn, "init", None)
+    init = getattr(fn, "init", None)  # foreign: a user's function
     if callable(init) and not inspect.isfunction(fn):
         init(ctx)
 
 
 def close_fn(fn: Any) -> None:
-    close = getattr(fn, "close", None)
+    close = getattr(fn, "close", None)  # foreign: a user's function
     if callable(close) and not inspect.isfunction(fn):
         close()
 
@@ -173,11 +216,10 @@ def inc_counter(metrics: Any, name: str, n: int = 1) -> None:
     or a plain mutable mapping; ``metrics`` may be None (unit tests)."""
     if metrics is None:
         return
-    counter = getattr(metrics, "counter", None)
-    if callable(counter):
-        counter(name).inc(n)
-    elif isinstance(metrics, MutableMapping):
+    if isinstance(metrics, MutableMapping):
         metrics[name] = metrics.get(name, 0) + n
+    else:
+        metrics.counter(name).inc(n)
 
 
 class FailedAt(Exception):

@@ -85,6 +85,7 @@ class JoinOperator(Operator):
         super().init(ctx, user_ctx)
         self._stores = (ctx.store(f"{self.op_id}-L"), ctx.store(f"{self.op_id}-R"))
         self._clock = ctx.clock
+        self._clock_ns = ctx.clock_ns
         self._placement = ctx.placement
         for store, arrivals in zip(self._stores, self._arrivals, strict=True):
             arrivals.clear()
@@ -101,7 +102,7 @@ class JoinOperator(Operator):
         # once per ms (the messages of one ms share the int); a clock stepped back reads as
         # the latest ms read until it passes it, so arrivals never go back (``_arrivals``
         # stays in time order)
-        ns: Callable[[], int] | None = getattr(clock, "ns", None)
+        ns = self._clock_ns
         ms = edge = 0  # the latest ms read, and the first ns after it
 
         def port_fn(port: int) -> Callable[[Any], Any]:

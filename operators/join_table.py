@@ -58,7 +58,7 @@ class JoinTableOperator(Operator):
         super().init(ctx, user_ctx)
         store = ctx.store(self.table_id)
         self._get = store.get
-        if getattr(store, "remote", False):
+        if store.remote:
             self._remote = store
         elif ctx.placement is not None:
             self._check = ctx.placement(self.op_id, 0)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from samza_dsl.late import LateMessage
@@ -105,9 +106,8 @@ class LateTracker:
         """True for the first late message of this window from ``sid``, then at most once every
         ``LOG_EVERY_S`` (in the container, when the registry can tell: every task has its own
         operator)."""
-        every = getattr(metrics, "every", None)
-        if callable(every):
-            return bool(every(("late", self.op_id, sid), LOG_EVERY_S))
+        if metrics is not None and not isinstance(metrics, Mapping):  # the registry
+            return bool(metrics.every(("late", self.op_id, sid), LOG_EVERY_S))
         now = time.monotonic()
         last = self._logged.get(sid)
         if last is not None and now - last < LOG_EVERY_S:
@@ -119,12 +119,11 @@ class LateTracker:
         """The late messages of this window from ``sid`` so far: the registry's (the
         container's) count where it keeps one, else this task's."""
         name = self.op_id + LATE_PREFIX + sid
-        counter = getattr(metrics, "counter", None)
-        if callable(counter):
-            return int(counter(name).value)
-        if isinstance(metrics, dict):
+        if metrics is None:
+            return self.by_stream[sid]
+        if isinstance(metrics, Mapping):
             return int(metrics.get(name, 0))
-        return self.by_stream[sid]
+        return int(metrics.counter(name).value)
 
     def _warn(self, stream: str | None, partition: int | None, offset: int | None,
               event_ms: int, watermark_ms: int, count: int) -> None:

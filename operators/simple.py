@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 from samza_dsl.kv import KV
 from samza_dsl.spec import FilterSpec, FlatMapSpec, MapSpec, MergeSpec, SendToSpec, SinkSpec
@@ -22,6 +22,7 @@ from .base import (
     Operator,
     OperatorContext,
     PassThrough,
+    RemoteState,
     Result,
     UserContext,
     as_outputs,
@@ -150,7 +151,7 @@ class SendToTableOperator(Operator):
         self._put = store.put
         self._delete = store.delete
         #: a remote table (``runtime.state.remote``): its write, awaited as the message's
-        self._write = getattr(store, "write", None) if getattr(store, "remote", False) else None
+        self._write = cast(RemoteState, store).write if store.remote else None
 
     def process(self, message: Any) -> Result:
         if not isinstance(message, KV):

@@ -284,23 +284,30 @@ class InMemoryState:
     of a missing key is None, so a value of None reads like a missing one; use ``delete``.
     """
 
-    __slots__ = ("_data", "get", "put", "_order", "_sorted", "_shown", "_deleted", "_order_of",
-                 "_decode")
+    __slots__ = ("_data", "get", "peek", "put", "_order", "_sorted", "_shown", "_deleted",
+                 "_order_of", "_decode", "cache_writes")
 
     get: Callable[[Any], Any]
+    peek: Callable[[Any], Any]
     put: Callable[[Any, Any], None]
+    #: never a remote table's client
+    remote = False
 
     def __init__(self, order: Callable[[Any], bytes] | None = None,
                  decode: Callable[[bytes], Any] | None = None) -> None:
         self._order_of = order_key if order is None else order
         self._decode = decode
         self._data: dict[Any, Any] = {}
-        self.get = self._data.get
+        self.get = self.peek = self._data.get
         self.put = self._data.__setitem__
+        self.cache_writes = True  # nothing to cache: every value is in memory
         self._order: list[bytes] = []
         self._sorted: list[Any] = []
         self._shown: list[Any] = []  # the keys as range and all give them
         self._deleted = False
+
+    def maybe_flush(self) -> None:
+        """Nothing to write out: every write is done at once."""
 
     def delete(self, key: Any) -> None:
         if self._data.pop(key, _MISSING) is not _MISSING:

@@ -554,12 +554,11 @@ class TumblingWindowOperator(AlignedWindowOperator):
         self._room = self._cache_size
         store = ctx.store(self.op_id)
         #: a store read that caches nothing (the window keeps its panes' values itself)
-        self._peek = getattr(store, "peek", store.get)
+        self._peek = store.peek
         super().init(ctx, user_ctx)
         #: a store that writes in batches (LMDB) flushes when enough of its keys are dirty
-        self._store_flush = getattr(self._store, "maybe_flush", None)
-        if hasattr(self._store, "cache_writes"):  # the panes' values are cached here
-            self._store.cache_writes = False
+        self._store_flush = self._store.maybe_flush
+        self._store.cache_writes = False  # the panes' values are cached here
         self.process = self._make_process()  # type: ignore[method-assign, assignment]
 
     # -- pane values in memory -----------------------------------------------------------------

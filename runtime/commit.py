@@ -116,8 +116,7 @@ class Committer:
         self.written[task_name] = self._written(task_name) if offsets else None
 
     def _written(self, task_name: str) -> float | None:
-        written = getattr(self.checkpoints, "written", None)
-        return written(task_name) if written is not None else time.time()
+        return self.checkpoints.written(task_name)
 
     async def commit(self, task_name: str, offsets: Mapping[SSP, int], *,
                      has_stores: bool, times: Any = None) -> float:
@@ -128,9 +127,8 @@ class Committer:
         began = time.perf_counter_ns()
         sinks = self.sinks.get(task_name)
         offsets = dict(offsets)
-        kept = getattr(self.checkpoints, "times", None)
-        if kept is not None and times is not None:
-            kept[task_name] = times
+        if times is not None:
+            self.checkpoints.times[task_name] = times
         crash = faults.reached if faults.ARMED else None
         if crash:
             crash("commit.start")
@@ -145,9 +143,7 @@ class Committer:
             await sinks.commit()
             if crash:
                 crash("commit.sinks-committed")
-        checkpointed: Any = getattr(self.state, "checkpointed", None)
-        if checkpointed is not None:  # e.g. compacts changelogs, trims streams below it
-            checkpointed(task_name)
+        self.state.checkpointed(task_name)  # e.g. compacts changelogs, trims streams below it
         if crash:
             crash("commit.done")
         self.committed.setdefault(task_name, {}).update(offsets)
@@ -165,7 +161,7 @@ class Committer:
         if sinks is None:
             return
         record = await sinks.prepare(offsets)
-        self.checkpoints.sinks[task_name] = record  # type: ignore[attr-defined]
+        self.checkpoints.sinks[task_name] = record
         if crash:
             crash("commit.sinks-prepared")
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from runtime.collector import messages_die_young
 from runtime.commit import Committer
-from runtime.elastic import fan_readers
+from runtime.elastic import fan_readers, tasks_of
 from runtime.health import HealthServer, health_address
 from runtime.job import SSP, JobModel, TaskModel
 from runtime.metrics import Metrics, Sample
@@ -50,10 +50,6 @@ def wall_ms(_ns: Callable[[], int] = time.time_ns) -> int:
     return _ns() // 1_000_000
 
 
-#: what ``wall_ms`` reads, for an operator that reads the clock per message to call directly
-#: (``ns() // 1_000_000`` is ``wall_ms()`` with one call less)
-wall_ms.ns = time.time_ns  # type: ignore[attr-defined]
-
 
 FETCH_BATCH = 1024
 
@@ -73,8 +69,9 @@ class LoopMeter:
         self._selector: Any = None
 
     def install(self, loop: asyncio.AbstractEventLoop) -> None:
-        selector = getattr(loop, "_selector", None)  # a selector loop's; others are not metered
-        if selector is None or not hasattr(selector, "select"):
+        # a selector loop's selector; other loops are not metered
+        selector = getattr(loop, "_selector", None)  # foreign: asyncio's loop
+        if selector is None or not hasattr(selector, "select"):  # foreign: asyncio's selector
             return
         select = selector.select
         clock = time.perf_counter_ns
@@ -104,7 +101,7 @@ class LoopMeter:
         return round(self._value, 4)
 
 
-class FactoryState:
+class FactoryState(StateBackend):
     """A state backend over a ``store_factory(task_name, store_name)``: stores without changelogs
     (the in-memory store of ``TestRunner``)."""
 
@@ -124,7 +121,7 @@ class FactoryState:
         return None
 
 
-class MemoryCheckpoints:
+class MemoryCheckpoints(CheckpointStore):
     def __init__(self) -> None:
         self.checkpoints: dict[str, dict[SSP, int]] = {}
         self.changelogs: dict[str, dict[str, int]] = {}
@@ -132,6 +129,9 @@ class MemoryCheckpoints:
         #: per task, its sinks' record (``runtime.sinks``): set before a write, kept by it
         self.sinks: dict[str, Any] = {}
         self.sinks_written: dict[str, Any] = {}
+        #: per task, its event-time progress as of its last write (not read back: a run in
+        #: memory never restarts from it)
+        self.times: dict[str, Any] = {}
 
     def read(self, task_name: str) -> dict[SSP, int]:
         return dict(self.checkpoints.get(task_name, {}))
@@ -189,7 +189,8 @@ class Container:
         self.env = TaskEnv(self.config, self.clock, self.metrics, self.executor, producer,
                            self.store, self.committer, self.on_consumed,
                            task_share=len(tasks) / max(1, len(job.tasks)),
-                           inputs_placed=getattr(consumer, "inputs_placed", True))
+                           inputs_placed=consumer.inputs_placed,
+                           clock_ns=time.time_ns if self.clock is wall_ms else None)
         self.started = time.monotonic()
         self.restored: dict[str, dict[SSP, int]] = {}
         self.loop_meter = LoopMeter()
@@ -260,7 +261,7 @@ class Container:
         inputs = self.job.plan.app.inputs
         for offsets in restored.values():  # side inputs refill their tables from the oldest
             for ssp in [ssp for ssp in offsets
-                        if getattr(inputs.get(ssp.stream_id), "side_input_of", None)]:
+                        if _side_input(inputs, ssp)]:
                 del offsets[ssp]
         #: the checkpoint each task resumed from ({} for a task that starts afresh)
         self.restored = restored
@@ -435,16 +436,11 @@ class Container:
         chooser: on every start, restarts included); ``keys``: of these readers only."""
         inputs = self.job.plan.app.inputs
         keys = [k for k in (self._keys if keys is None else keys)
-                if getattr(inputs.get(k[1].stream_id), "bootstrap", False)]
+                if _bootstrap(inputs, k[1])]
         if not keys:
             return
-        bounds = getattr(self.consumer, "read_bounds", None)
-        if bounds is None:
-            raise SamzaError(f"bootstrap inputs ({', '.join(sorted({k[1].stream_id for k in keys}))}"
-                             f") need a system that tells where a partition ends; "
-                             f"{type(self.consumer).__name__} does not")
-        for (reader, ssp), (start, end) in (await bounds(keys)).items():
-            for task in getattr(reader, "tasks", [reader]):
+        for (reader, ssp), (start, end) in (await self.consumer.read_bounds(keys)).items():
+            for task in tasks_of(reader):
                 task.bootstrap(ssp, start, end)
 
     async def _ticker(self, interval_ms: int, flag: str) -> None:
@@ -519,7 +515,7 @@ class Container:
         parts = []
         listed = []
         for reader, ssp in self._keys:
-            for task in getattr(reader, "tasks", [reader]):
+            for task in tasks_of(reader):
                 if task.done or ssp in task.ended:
                     continue
                 upstream = task.end_waited(ssp)
@@ -555,9 +551,7 @@ class Container:
                 labels = {"task": t.name, "store": client.name}
                 for name, n in client.counts.items():
                     out.append(("store", f"remote-{name}", labels, n))
-        stores = getattr(self.state, "samples", None)
-        if stores is not None:
-            out.extend(stores())
+        out.extend(self.state.samples())
         counts = self.producer.counts()
         if counts is not None:
             out += [("producer", "sends", {}, counts.sends),
@@ -593,8 +587,7 @@ class Container:
                     written[ssp] = min(written.get(ssp, at), at)
             for ssp in t.ssps:
                 owner.setdefault(ssp, t.name)
-        progress = getattr(self.consumer, "progress", None)
-        for ssp, began, end in (progress() if progress is not None else []):
+        for ssp, began, end in self.consumer.progress():
             # the next offset to process: after the last one completed, or where reading began
             nxt = done.get(ssp, began)
             labels = {"task": owner.get(ssp, ""), **_ssp_labels(ssp)}
@@ -634,6 +627,18 @@ class Container:
         }
 
 
+def _side_input(inputs: Mapping[str, Any], ssp: SSP) -> bool:
+    """Whether ``ssp`` is of a side input (an input stream that fills a table)."""
+    d = inputs.get(ssp.stream_id)
+    return d is not None and d.side_input_of is not None
+
+
+def _bootstrap(inputs: Mapping[str, Any], ssp: SSP) -> bool:
+    """Whether ``ssp`` is of a bootstrap input."""
+    d = inputs.get(ssp.stream_id)
+    return d is not None and bool(d.bootstrap)
+
+
 def wire_behind(consumer: Any, keys: list[tuple[Any, SSP]]) -> None:
     """Tell the clocks of the tasks of readers ``keys`` (``(reader, ssp)``: a task, or the
     virtual tasks of one partition) which of their input partitions have records still to read
@@ -642,7 +647,7 @@ def wire_behind(consumer: Any, keys: list[tuple[Any, SSP]]) -> None:
     tasks = {}
     for key in keys:
         reader, ssp = key
-        for task in getattr(reader, "tasks", [reader]):
+        for task in tasks_of(reader):
             readers.setdefault(task.name, {})[ssp] = key
             tasks[task.name] = task
     for name, task in tasks.items():
@@ -659,6 +664,4 @@ def _reader_behind(consumer: Any, keys: dict[SSP, Any]) -> Callable[[SSP], bool]
 
 def restore_times(task: Any, checkpoints: Any) -> None:
     """The task's event-time progress as of its checkpoint, where the store keeps it."""
-    read = getattr(checkpoints, "read_times", None)
-    if read is not None:
-        task.clock.restore(read(task.name))
+    task.clock.restore(checkpoints.read_times(task.name))

@@ -38,8 +38,9 @@ from runtime.watermarks import event_seconds
 from samza_dsl.errors import SamzaError
 from samza_dsl.kv import KV
 from samza_dsl.serdes import KVSerde
+from samza_dsl.systems import StreamDescriptor
 
-__all__ = ["BucketFan", "bucket_function", "fan_readers", "rescale_checkpoints", "OTHER_BUCKET",
+__all__ = ["BucketFan", "bucket_function", "fan_readers", "tasks_of", "rescale_checkpoints", "OTHER_BUCKET",
            "OtherBucket"]
 
 #: what a virtual task gets in place of another bucket's message
@@ -66,7 +67,7 @@ def bucket_function(job: JobModel, stream_id: str, buckets: int
     """``bucket(message, offset)`` for a stream's messages; -1 for control records."""
     n = job.partitions[stream_id]
     descriptor = job.plan.streams[stream_id].descriptor
-    serde = getattr(descriptor, "serde", None)
+    serde = descriptor.serde if isinstance(descriptor, StreamDescriptor) else None
     key_bytes = serde.key_serde.serialize if isinstance(serde, KVSerde) else default_key_bytes
     partitioner = KeyPartitioner(n * buckets, key_bytes)
     table = partitioner.table
@@ -98,9 +99,8 @@ class BucketFan:
         self.bucket = bucket
         #: bucket -> the last offset its task had processed (skipped when read again)
         self.processed = dict(processed)
-        clock = getattr(self.tasks[0], "clock", None)
         #: a message's time for the other buckets' tasks, where the partition has event time
-        self.time_of = clock.neighbour_time(ssp.stream_id) if clock is not None else None
+        self.time_of = self.tasks[0].clock.neighbour_time(ssp.stream_id)
 
     @property
     def inbox_size(self) -> int:
@@ -209,3 +209,9 @@ def fan_readers(tasks: list[Any], job: JobModel, restored: Mapping[str, Mapping[
                         done)
         out.append((fan, ssp, start))
     return out
+
+
+def tasks_of(reader: Any) -> list[Any]:
+    """The tasks a reader of the consumer hands records to: a ``BucketFan``'s, or the task
+    that is the reader itself."""
+    return reader.tasks if isinstance(reader, BucketFan) else [reader]

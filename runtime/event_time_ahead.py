@@ -33,6 +33,7 @@ from typing import Any
 from runtime.codec import Skipped
 from runtime.records import EndOfStream, Watermark
 from samza_dsl.errors import EventTimeAheadError
+from samza_dsl.systems import InputDescriptor
 
 __all__ = ["AheadRule", "ahead_rule", "AHEAD_SKIPPED"]
 
@@ -152,8 +153,9 @@ class AheadRule:
 def ahead_rule(stream_id: str, descriptor: Any, policy: str, *, metrics: Any = None,
                clock: Callable[[], float] | None = None) -> AheadRule | None:
     """The rule of an input whose descriptor declares ``max_event_time_ahead``, else None."""
-    ms = getattr(descriptor, "max_event_time_ahead_ms", 0)
-    fn = getattr(descriptor, "event_time", None)
+    if not isinstance(descriptor, InputDescriptor):
+        return None
+    ms, fn = descriptor.max_event_time_ahead_ms, descriptor.event_time
     if not ms or fn is None:
         return None
     return AheadRule(stream_id, fn, ms, policy, metrics=metrics, clock=clock)

@@ -67,6 +67,8 @@ class JobModel:
     #: intermediate stream id -> number of tasks producing into it (end-of-stream and watermark
     #: control messages are counted against it)
     producers: dict[str, int]
+    #: what the plan says about event time, worked out once (``runtime.watermarks.job_time``)
+    time: Any = field(default=None, init=False, repr=False, compare=False)
 
     def task(self, name: str) -> TaskModel:
         for t in self.tasks:

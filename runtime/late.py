@@ -18,6 +18,8 @@ from typing import Any
 from runtime.metrics import late_counts, late_summary
 from samza_dsl.errors import SamzaError
 from samza_dsl.spec import WindowSpec
+from samza_dsl.stream import MessageStream, OutputStream
+from samza_dsl.systems import StreamDescriptor
 
 __all__ = ["LateCounts", "window_ids", "late_to_streams"]
 
@@ -35,7 +37,8 @@ def late_to_streams(plan: Any) -> dict[str, str | None]:
 class LateCounts:
     """Mixin: ``late_counts`` and ``late()`` from ``self.plan`` and ``self._late_snapshot()``."""
 
-    plan: Any
+    #: the plan, once the run has one (None: a runner that has not started)
+    plan: Any = None
 
     def _late_snapshot(self) -> dict[str, Any]:
         raise NotImplementedError
@@ -43,7 +46,7 @@ class LateCounts:
     @property
     def late_counts(self) -> dict[str, dict[str, int]]:
         """``{window op id: {input stream id: late messages}}`` (only those with some)."""
-        if getattr(self, "plan", None) is None:  # a runner that has not started
+        if self.plan is None:  # a runner that has not started
             return {}
         return late_counts(self._late_snapshot(), window_ids(self.plan))
 
@@ -51,11 +54,12 @@ class LateCounts:
         """Late messages of ``window`` (op id, name, or the stream ``.window()`` returned; all
         windows when None) from input ``stream`` (id or descriptor; all when None)."""
         counts = self.late_counts
-        if getattr(self, "plan", None) is None:
+        if self.plan is None:
             return 0
         windows = list(counts) if window is None else [self._window_id(window)]
-        sid = None if stream is None else (stream if isinstance(stream, str)
-                                           else getattr(stream, "stream_id", None))
+        sid = None if stream is None else (
+            stream if isinstance(stream, str) else stream.stream_id
+            if isinstance(stream, StreamDescriptor | OutputStream) else None)
         if stream is not None and (sid is None or (sid not in self.plan.streams and sid != "-")):
             raise SamzaError(f"late(stream={stream!r}): not a stream of "
                              f"{self.plan.job_name!r}; streams: "
@@ -69,7 +73,8 @@ class LateCounts:
 
     def _window_id(self, window: Any) -> str:
         ids = window_ids(self.plan)
-        wanted = window if isinstance(window, str) else getattr(window, "op_id", None)
+        wanted = window if isinstance(window, str) else \
+            window.op_id if isinstance(window, MessageStream) else None
         for op in self.plan.app.operators:
             if op.opcode == "window" and wanted in (op.op_id, op.name):
                 return str(op.op_id)

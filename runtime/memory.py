@@ -12,7 +12,7 @@ from runtime.container import Container, MemoryCheckpoints
 from runtime.job import SSP, build_job_model
 from runtime.metrics import Metrics
 from runtime.records import EndOfStream
-from runtime.systems import StreamSink
+from runtime.systems import Consumer, StreamSink
 from samza_dsl import StreamApplication
 from samza_dsl.config import config_value
 from samza_dsl.errors import SamzaError
@@ -74,7 +74,7 @@ class MemoryBroker:
         return [m for m in self.streams[stream_id][partition] if not is_control(m)]
 
 
-class MemoryConsumer:
+class MemoryConsumer(Consumer):
     """Reads in-memory partitions. A reader key (a task and its partition) has its own position,
     so a broadcast partition is read by every task."""
 

@@ -54,7 +54,7 @@ def parse_skips(pairs: Sequence[str], inputs: Mapping[str, Any]) -> dict[str, di
         if sid not in inputs:
             raise SamzaError(f"--skip {pair}: {sid!r} is not an input; inputs: "
                              f"{', '.join(sorted(inputs))}")
-        declared = getattr(inputs[sid], "partitions", None)
+        declared = inputs[sid].partitions
         if isinstance(declared, int) and partition >= declared:
             raise SamzaError(_no_partition(pair, sid, declared))
         out.setdefault(sid, {}).setdefault(partition, set()).add(offset)

@@ -31,6 +31,7 @@ from runtime.metrics import Metrics
 from runtime.systems import SYSTEMS, job_system
 from samza_dsl import StreamApplication
 from samza_dsl.config import config_value, exactly_once, job_config, validate_config
+from samza_dsl.connectors import SinkOutput
 from samza_dsl.errors import Interrupted, SamzaError
 
 __all__ = ["LocalRunner"]
@@ -134,6 +135,9 @@ class LocalRunner(LateCounts):
         #: the signal that stopped a bounded run before its inputs ended (None: it was not)
         self.interrupted: int | None = None
         self._state = "new"
+        #: the run's job lock, while held; the container processes of a run of several
+        self._lock: Any = None
+        self._procs: Any = None
         self._display: Any = None
         #: a container process of a run of several sends its progress rows to the parent here
         self._report_to: Any = None
@@ -225,7 +229,7 @@ class LocalRunner(LateCounts):
                 if p.is_alive():
                     p.kill()
                 p.join()
-            held = getattr(self, "_lock", None)
+            held = self._lock
             if held is not None:
                 held.release()
 
@@ -598,7 +602,7 @@ class LocalRunner(LateCounts):
         """A snapshot of the run: its state, and per container the messages processed and in
         flight, the checkpoints, commits and late messages (containers in processes of their
         own: their pids and exit codes)."""
-        procs = getattr(self, "_procs", None)
+        procs = self._procs
         if procs is not None:  # containers in processes of their own
             return {"state": self._state,
                     "containers": [{"pid": p.pid, "alive": p.is_alive(), "exit_code": p.exitcode}
@@ -748,7 +752,7 @@ class _Loop(asyncio.SelectorEventLoop):
     stopped = False
 
     def close(self) -> None:
-        for sig in list(getattr(self, "_signal_handlers", {})):
+        for sig in list(getattr(self, "_signal_handlers", {})):  # foreign: asyncio's loop
             self.remove_signal_handler(sig)
         super().close()
 
@@ -1010,7 +1014,7 @@ def print_outputs(runner: LocalRunner, out: TextIO = sys.stdout, limit: int = 10
             out.write(line + "\n")
     counts = _output_counts(runner)
     sinks = {sid: d.what for sid, d in runner.plan.app.outputs.items()
-             if getattr(d, "sink", None) is not None}
+             if isinstance(d, SinkOutput) and d.sink is not None}
     for sid in runner.plan.output_streams:
         if sid in sinks:  # written by a sink (samza_dsl.connectors): nothing to read back
             out.write(f"{sid}: {counts[sid]} message(s) to {sinks[sid]}\n")

@@ -26,7 +26,7 @@ from typing import Any
 from runtime.systems import Producer, ProducerCounts, StreamSink
 from samza_dsl.config import job_name_of
 from samza_dsl.connectors import Committed, Sink, SinkContext, SinkError, SinkOutput, Sources
-from samza_dsl.errors import ConfigError, SamzaError
+from samza_dsl.errors import ConfigError
 
 __all__ = ["TaskSinks", "SinkProducer", "sink_outputs", "task_producer"]
 
@@ -46,7 +46,7 @@ def task_producer(task: Any, env: Any) -> Producer:
     if not sink_outputs(task.plan):
         return inner
     sinks = TaskSinks(task.name, task.plan, env.config, env.committer.checkpoints,
-                      getattr(task, "source", None))
+                      task.source)
     env.committer.sinks[task.name] = sinks
     return SinkProducer(inner, sinks)
 
@@ -57,7 +57,7 @@ async def _settle(result: Any) -> Any:
 
 def _sync(step: str, result: Any) -> None:
     if inspect.isawaitable(result):
-        close = getattr(result, "close", None)
+        close = getattr(result, "close", None)  # foreign: what a user's sink returned
         if close is not None:
             close()  # a coroutine never awaited
         raise TypeError(f"{step}() returned an awaitable: it must be synchronous (do the "
@@ -73,11 +73,6 @@ class TaskSinks:
         self.task_name = task_name
         self.outputs = sink_outputs(plan)
         self.checkpoints = checkpoints
-        if getattr(checkpoints, "sinks", None) is None or \
-                getattr(checkpoints, "read_sinks", None) is None:
-            raise SamzaError(f"task {task_name!r} writes outputs through sinks "
-                             f"({', '.join(sorted(self.outputs))}), but the job's checkpoints "
-                             f"({type(checkpoints).__name__}) cannot record their positions")
         if str(config.get("task.async.commit", "false")).lower() == "true":
             raise ConfigError(
                 f"task.async.commit=true: outputs {', '.join(sorted(self.outputs))} are written "

@@ -9,6 +9,7 @@ application on it; ``job_system(app)`` picks the one an application's streams na
 from __future__ import annotations
 
 import importlib
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -21,6 +22,15 @@ __all__ = ["Consumer", "Producer", "RecordSink", "StreamSink", "CheckpointStore"
 
 
 class Consumer(Protocol):
+    """Reads a container's input partitions for their readers (``key``: a task, or a
+    ``BucketFan`` of a partition's virtual tasks). A consumer subclasses this Protocol, which
+    gives the defaults of what one may leave out (``inputs_placed``)."""
+
+    #: whether a partitioner placed the job's inputs (a producer, a load by key): False where
+    #: they hold what a test gave (in memory), which the join placement check does not hold
+    #: against the keys (``runtime.join_check``)
+    inputs_placed: bool = True
+
     def register(self, key: Any, ssp: SSP, next_offset: int | None) -> None: ...
     async def poll(self, keys: list[Any], max_per_key: int, timeout: float | None = None,
                    limits: Mapping[Any, int] | None = None,
@@ -36,6 +46,16 @@ class Consumer(Protocol):
         system knows it (True until it knows): such a partition is never idle
         (``idle_timeout``), however long its records take to come."""
         ...
+
+    async def read_bounds(self, keys: list[Any]) -> Mapping[Any, tuple[int, int]]:
+        """Per reader key: the next offset it reads, and its partition's end offset now (a
+        bootstrap input is read to that end first)."""
+        ...
+
+    def progress(self) -> Sequence[tuple[SSP, int | None, int | None]]:
+        """Per partition read: where reading began and where the partition ends, as the system
+        knows them (None: not yet known); none by default."""
+        return []
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,12 +106,36 @@ class Producer(RecordSink, Protocol):
 
 class CheckpointStore(Protocol):
     """A task's checkpoint: the last processed offset per input partition, and the changelog
-    offset of each of its stores at that point."""
+    offset of each of its stores at that point.
+
+    Besides, it keeps with each checkpoint the task's event-time progress (``times``, set
+    before a write) and its sinks' positions (``sinks``). What a store may not keep is
+    declared here with the defaults of one that keeps nothing more (a store subclasses this
+    Protocol to take them): ``read_times``, ``read_sinks`` and when the checkpoint was written
+    (``written``)."""
+
+    #: per task, its event-time progress as of the checkpoint being written (``Committer``)
+    times: dict[str, Any]
+    #: per task, its sinks' record for the checkpoint being written (``runtime.sinks``)
+    sinks: dict[str, Any]
 
     def read(self, task_name: str) -> dict[SSP, int]: ...
     def read_changelogs(self, task_name: str) -> dict[str, int]: ...
     def write(self, task_name: str, offsets: Mapping[SSP, int],
               changelogs: Mapping[str, int] | None = None) -> Awaitable[None] | None: ...
+
+    def read_times(self, task_name: str) -> Any:
+        """The task's event-time progress in its checkpoint; None: none kept."""
+        return None
+
+    def read_sinks(self, task_name: str) -> dict[str, Any]:
+        """The task's sinks' record in its checkpoint (empty: none)."""
+        return {}
+
+    def written(self, task_name: str) -> float | None:
+        """When the task's checkpoint was written (epoch seconds; None: never); a store that
+        does not keep it says now."""
+        return time.time()
 
 
 class StateBackend(Protocol):
@@ -101,6 +145,15 @@ class StateBackend(Protocol):
     def flush(self, task_name: str) -> None: ...
     def committed(self, task_name: str) -> dict[str, int]: ...
     def close(self) -> None: ...
+
+    def samples(self) -> list[Any]:
+        """Metrics of its stores (``runtime.metrics.Sample``); none by default."""
+        return []
+
+    def checkpointed(self, task_name: str) -> None:
+        """The task's checkpoint is written (a hook: the local system compacts its changelogs
+        and trims its intermediate streams below it)."""
+        return None
 
 
 @dataclass(frozen=True)
@@ -118,7 +171,7 @@ class SystemKind:
         if self.job is None:
             raise SamzaError(f"the {self.factory} system has no job of its own: it runs in memory")
         module, _, name = self.job.partition(":")
-        return getattr(importlib.import_module(module), name)
+        return getattr(importlib.import_module(module), name)  # foreign: a Python module
 
 
 #: factory -> its kind

@@ -46,6 +46,8 @@ class TaskEnv:
     #: they hold what a test gave (in memory, a list is partition 0), which the join placement
     #: check (``runtime.join_check``) then does not hold against the keys
     inputs_placed: bool = True
+    #: ``clock`` in nanoseconds, where it reads one (``OperatorContext.clock_ns``)
+    clock_ns: Callable[[], int] | None = None
     #: exactly-once: the producer of a task's own (given the task), whose records its commit
     #: writes; None: every task writes through ``producer``
     task_producer: Callable[[Any], Producer] | None = None

@@ -52,8 +52,9 @@ import inspect
 import logging
 import numbers
 import time
+import weakref
 from collections.abc import Callable, Set
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import networkx as nx
 
@@ -61,7 +62,7 @@ from operators import build_operator
 from operators.base import OperatorContext, resolve_fn
 from runtime.dag import OperatorFailure
 from runtime.records import EndOfStream, Watermark
-from samza_dsl.spec import WindowSpec, stream_node
+from samza_dsl.spec import JoinTableSpec, SendToSpec, WindowSpec, stream_node
 
 if TYPE_CHECKING:
     from planner import Stage
@@ -159,10 +160,16 @@ def _guarded(fn: Derived, warn: str | None = None) -> Derived:
 _NO_PATH: Any = object()
 
 
+#: a window's own event time in ms (``_window_time``) -> the window's ``event_time`` in
+#: seconds, which ``observing`` calls with no frame in between
+_WINDOW_SECONDS: weakref.WeakKeyDictionary[Any, Callable[[Any], float]] = \
+    weakref.WeakKeyDictionary()
+
+
 def _window_time(fn: Callable[[Any], float]) -> Derived:
     def ms(m: Any) -> int:
         return round(fn(m) * 1000.0)
-    ms.seconds = fn  # type: ignore[attr-defined]
+    _WINDOW_SECONDS[ms] = fn
     return ms
 
 
@@ -311,7 +318,7 @@ class JobTime:
             return self._procs[op_id]
         op = build_operator(self.plan.app.operator(op_id))
         process: Callable[[Any], Any] | None = None
-        if not any(fn is not None and callable(getattr(fn, "init", None))
+        if not any(fn is not None and callable(getattr(fn, "init", None))  # foreign: a user's
                    and not inspect.isfunction(fn) for fn in op.user_fns):
             op.init(OperatorContext("event-time", {}, lambda: 0))
             process = op.process
@@ -395,7 +402,8 @@ class JobTime:
             if op not in stage.operators:
                 continue
             spec = app.operator(op)
-            remote = getattr(spec, "table_id", None) in app.remote_tables
+            remote = isinstance(spec, JoinTableSpec | SendToSpec) \
+                and spec.table_id in app.remote_tables
             if spec.opcode == "async_flat_map" or (spec.opcode == "join_table" and remote) \
                     or (spec.opcode in threaded and not remote):
                 return False
@@ -448,11 +456,10 @@ class JobTime:
 
 
 def job_time(job: JobModel) -> JobTime:
-    jt = getattr(job, "_job_time", None)
+    jt = job.time
     if jt is None:
-        jt = JobTime(job)
-        job._job_time = jt  # type: ignore[attr-defined]
-    return jt
+        jt = job.time = JobTime(job)
+    return cast(JobTime, jt)
 
 
 class TaskClock:
@@ -992,7 +999,7 @@ def observing(domain: str, fn: Derived, emit: Callable[[Any], Any], what: str,
     message that caused it; ``ahead(ms)``, where given, is called first (it may send the
     watermark ahead of a message behind it)."""
     get = CURRENT.get
-    seconds = getattr(fn, "seconds", None)
+    seconds = _WINDOW_SECONDS.get(fn)
     if seconds is not None:  # a window's own event time: no frame in between
         def observed_window(m: Any) -> Any:
             box = get()

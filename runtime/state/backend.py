@@ -19,6 +19,7 @@ from runtime.state.changelog import Changelog
 from runtime.state.codec import changelog_check, state_codec, table_codec
 from runtime.state.lmdb_store import LmdbStore
 from runtime.storage import storage_error
+from runtime.systems import StateBackend
 from samza_dsl.errors import ConfigError, SerdeError
 
 __all__ = ["StoreBackend"]
@@ -49,7 +50,7 @@ def _named_faults(store: LmdbStore, doing: str) -> Iterator[None]:
         raise fault from e
 
 
-class StoreBackend:
+class StoreBackend(StateBackend):
     """LMDB stores under ``<root>/stores``, with the changelogs ``changelogs`` makes (store name
     -> the changelog of a partition, a task's index). Window and join state use
     ``runtime.state.codec``; a changelog entry that does not decode meets its policy,
@@ -67,6 +68,8 @@ class StoreBackend:
         self.changelogs = dict(changelogs)
         self.metrics = metrics
         self.stores: dict[str, dict[str, LmdbStore]] = {}
+        #: what the stores did, kept when they close (``samples`` after the run)
+        self._final: list[Sample] = []
         self._changelog_of: dict[tuple[str, str], Changelog] = {}
         #: (task, store) -> what opening the store did: mode, reason, entries replayed, seconds
         self.restores: dict[tuple[str, str], dict[str, Any]] = {}
@@ -131,7 +134,7 @@ class StoreBackend:
         """Per store of each task: reads from LMDB (``gets``), values and deletes written
         (``puts``, ``deletes``), its bytes, and what opening it replayed and took."""
         if not self.stores:
-            return list(getattr(self, "_final", []))
+            return list(self._final)
         out: list[Sample] = []
         for task_name, stores in list(self.stores.items()):
             for name, store in list(stores.items()):

@@ -117,7 +117,7 @@ _GROUP_END = b"\xff" * (_MAX_KEY - _SHORT_LEN)  # after a group's prefix: past a
 def _encode_all(encode: Callable[[Any], bytes], objs: list[Any]) -> list[bytes]:
     """``encode`` of each of ``objs``: in one call where the encoder offers ``encode.many``
     (a table's serde that encodes batches, ``runtime.state.codec.table_codec``)."""
-    many = getattr(encode, "many", None)
+    many = getattr(encode, "many", None)  # foreign: a serde's function (``many`` where made so)
     return list(map(encode, objs)) if many is None else cast(list[bytes], many(objs))
 
 
@@ -147,6 +147,8 @@ class LmdbStore:
 
     get: Callable[[Any], Any]
     put: Callable[[Any, Any], None]
+    #: never a remote table's client
+    remote = False
 
     def __init__(self, path: str, *, name: str, task: str, key_encode: Callable[[Any], bytes],
                  key_decode: Callable[[bytes], Any], value_encode: Callable[[Any], bytes],

@@ -5,6 +5,9 @@
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 
 class FakeClock:
     """A clock in ms that moves only when a test says so."""
@@ -32,6 +35,16 @@ class Metrics:
 
     def __init__(self) -> None:
         self.counters: dict[str, Metrics.Counter] = {}
+        self._every: dict[Any, float] = {}
 
     def counter(self, name: str) -> Metrics.Counter:
         return self.counters.setdefault(name, Metrics.Counter())
+
+    def every(self, key: Any, seconds: float) -> bool:
+        """True the first time ``key`` is asked for, then once ``seconds`` have passed."""
+        now = time.monotonic()
+        last = self._every.get(key)
+        if last is not None and now - last < seconds:
+            return False
+        self._every[key] = now
+        return True

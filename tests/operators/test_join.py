@@ -200,14 +200,15 @@ class NsClock:
                           st.integers(-400_000_000, 400_000_000)), max_size=60))
 def test_a_wall_clock_read_in_ns_gives_the_ms_it_reads_and_never_goes_back(
         steps: list[tuple[int, int, int]]) -> None:
-    """A clock with ``ns`` (the runtime's wall clock) read per message: each arrival is the
+    """A clock given in ns too (``clock_ns``, the runtime's wall clock) read per message: each arrival is the
     whole ms of the clock, except that a clock stepped back reads as the latest ms read
     until it passes it; the outputs follow rule 9 on those times."""
     clock = NsClock()
     clock.at = 1_700_000_000_000_000_000
     op = JoinOperator(join_spec(ttl_ms=250))
     op.init(OperatorContext("t", {}, clock, {"app-1-join-j-L": InMemoryState(),
-                                            "app-1-join-j-R": InMemoryState()}))
+                                            "app-1-join-j-R": InMemoryState()},
+                            clock_ns=clock.ns))
     sides: list[dict[int, tuple[int, Any]]] = [{}, {}]
     latest = 0
     for i, (port, k, dt) in enumerate(steps):

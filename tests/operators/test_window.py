@@ -469,7 +469,8 @@ class CountingState(InMemoryState):
         def put(k: Any, v: Any) -> None:
             self.writes += 1
             data_put(k, v)
-        self.get, self.put = get, put
+        self.get = self.peek = get
+        self.put = put
 
     def delete(self, key: Any) -> None:
         self.deletes += 1
