@@ -37,6 +37,7 @@ the checkpoint is the one place where the decision is made.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -47,10 +48,23 @@ from .serdes import Serde
 from .systems import OutputDescriptor, SystemDescriptor
 
 __all__ = ["Sink", "SinkContext", "Committed", "Sources", "Replays", "SinkError", "SinkSystem", "batch_and_retry",
-           "SinkOutput", "SinkFactory", "CONNECTOR_FACTORY"]
+           "SinkOutput", "SinkFactory", "CONNECTOR_FACTORY", "SparkInput"]
 
 #: the ``factory`` of a system whose outputs are written by sinks
 CONNECTOR_FACTORY = "connector"
+
+
+class SparkInput(ABC):
+    """An input of ``SparkRunner.reprocess`` that says itself how Spark reads it
+    (``KafkaRange``, ``IcebergScan``); paths, ``FileInput``, DataFrames and lists of messages
+    are read by the runner."""
+
+    @abstractmethod
+    def spark_source(self, stream_id: str, descriptor: Any, start_ms: int,
+                     config: Mapping[str, Any] | None = None) -> Any:
+        """How a reprocessing run reads it as input ``stream_id`` of ``descriptor``, its
+        records' clock starting at ``start_ms`` (``config``: the run's):
+        a ``runtime.spark.sources.Source``."""
 
 
 def _no_source() -> tuple[str, int, int] | None:

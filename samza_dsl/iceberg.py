@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from .connectors import SinkOutput, SinkSystem, batch_and_retry
+from .connectors import SinkOutput, SinkSystem, SparkInput, batch_and_retry
 
 __all__ = ["IcebergSystem", "IcebergCatalogSystem", "IcebergScan"]
 
@@ -43,7 +43,7 @@ def _catalog(system: IcebergCatalogSystem | IcebergScan) -> Any:
 
 
 @dataclass(frozen=True)
-class IcebergScan:
+class IcebergScan(SparkInput):
     """An Iceberg table read whole (a snapshot of it, the rows a filter keeps, some columns):
     give it as an input of ``SparkRunner.reprocess``, or read it with ``to_arrow()``. Make one
     with ``IcebergSystem(...).scan(table)``.

@@ -51,6 +51,9 @@ class Serde(Generic[T]):
     """
 
     name = "serde"
+    #: the class messages decode to, where the serde decodes to one (``JsonSerde(View)``);
+    #: None where it does not say
+    type: Any = None
 
     def serialize(self, obj: T) -> bytes:
         """Encode a message.

@@ -340,6 +340,18 @@ class StreamDescriptor:
         """The stream's serde, or a ``NoOpSerde`` when it has none."""
         return self.serde if self.serde is not None else NoOpSerde()
 
+    @property
+    def event_time(self) -> Callable[[Any], float] | None:
+        """``event_time(message)`` in seconds: an input's declared one; None for an output
+        (read back, its messages have none)."""
+        return None
+
+    @property
+    def max_event_time_ahead_ms(self) -> int:
+        """How far ahead of the wall clock an input's event time may be (0: no bound, as for
+        an output)."""
+        return 0
+
 
 @dataclass(frozen=True)
 class InputDescriptor(StreamDescriptor):

@@ -21,11 +21,14 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runtime.event_time_ahead import AHEAD_SKIPPED, AheadRule
 
 __all__ = ["AheadCheck", "ahead_check", "dead_letter_accumulator"]
+
+if TYPE_CHECKING:
+    from samza_dsl.systems import StreamDescriptor
 
 log = logging.getLogger("samza_dsl.event_time")
 
@@ -72,8 +75,8 @@ class AheadCheck:
         if self.counts is not None:
             self.counts.add({f"metric:{AHEAD_SKIPPED}": 1, f"metric:{sid}.{AHEAD_SKIPPED}": 1})
         if self.policy == "dead-letter" and self.dead is not None:
-            k, v = (message.key, message.value) if hasattr(message, "key") and \
-                hasattr(message, "value") else (None, message)
+            kv = hasattr(message, "key") and hasattr(message, "value")  # foreign: a user's message
+            k, v = (message.key, message.value) if kv else (None, message)
             self.dead.add([{"source": f"{sid}/{partition}/{row}", "error": reason, "key": k,
                             "value": v}])
         if not self._logged:
@@ -83,10 +86,10 @@ class AheadCheck:
                         AHEAD_SKIPPED)
 
 
-def ahead_check(stream_id: str, descriptor: Any) -> AheadCheck | None:
+def ahead_check(stream_id: str, descriptor: StreamDescriptor) -> AheadCheck | None:
     """The check of an input whose descriptor declares ``max_event_time_ahead``, else None."""
-    ms = getattr(descriptor, "max_event_time_ahead_ms", 0)
-    fn = getattr(descriptor, "event_time", None)
+    ms = descriptor.max_event_time_ahead_ms
+    fn = descriptor.event_time
     return AheadCheck(stream_id, fn, ms) if ms and fn is not None else None
 
 

@@ -139,8 +139,8 @@ def arrow_reason(d: DeclaredWindow, plan: Any, source: Any) -> str:
     """Why the declared pass of ``d`` cannot read its input's Parquet files with Arrow and
     pre-aggregate them there ("" if it can): as ``sql_reason``, with the columns of every
     file (a column missing from a file, or read as another type, leaves it to Spark)."""
-    schemas = getattr(source, "file_schemas", None)
-    if not schemas or not getattr(source, "splits", None):
+    schemas = source.file_schemas
+    if not schemas or not source.splits:
         return f"input {d.input!r} is not Parquet files"
     used = [d.partition_field, d.time_field, d.aggregate.field]
     if d.key_field != d.partition_field:

@@ -28,14 +28,17 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from samza_dsl.connectors import SparkInput
 from samza_dsl.errors import SamzaError
 from samza_dsl.kv import KV
+from samza_dsl.serdes import KVSerde
+from samza_dsl.systems import SystemDescriptor
 
 __all__ = ["KafkaOutput", "KafkaRange", "kafka_source"]
 
 
 @dataclass(frozen=True)
-class KafkaRange:
+class KafkaRange(SparkInput):
     """An offset range of a Kafka topic: ``start``/``end`` map partition -> offset (``end``
     exclusive); by default from the earliest offset to the end at the time of the run. The
     topic defaults to the input's physical name.
@@ -72,14 +75,14 @@ class KafkaRange:
         return kafka_source(stream_id, descriptor, self, start_ms, config)
 
 
-def _login(system: Any, given: Mapping[str, Any], config: Mapping[str, Any] | None) -> Any:
+def _login(system: SystemDescriptor, given: Mapping[str, Any],
+           config: Mapping[str, Any] | None) -> Any:
     """The ``KafkaSecurity`` of a range or output of ``system``'s streams (module docstring)."""
     from runtime.kafka.security import kafka_security
 
-    name = getattr(system, "name", "kafka")
+    name = system.name
     own = {f"systems.{name}.{k}": v for k, v in given.items()}
-    return kafka_security(name, dict(getattr(system, "config", {}) or {}),
-                          {**(config or {}), **own})
+    return kafka_security(name, system.config, {**(config or {}), **own})
 
 
 
@@ -159,7 +162,7 @@ def kafka_source(stream_id: str, descriptor: Any, given: Any, start_ms: int,
             for p, s, e in it:
                 for rec in _run(_fetch(servers, settings, topic, p, s, e)):
                     try:
-                        if hasattr(serde, "from_bytes"):
+                        if isinstance(serde, KVSerde):
                             m = serde.from_bytes(rec.key, rec.value)
                         elif serde is not None:
                             m = serde.deserialize(rec.value)
@@ -354,7 +357,7 @@ async def _produce(servers: str, settings: Mapping[str, Any], topic: str, n: int
     from operators.hashing import KeyPartitioner
     from runtime.serde_util import default_key_bytes
 
-    keyed = hasattr(serde, "to_bytes")
+    keyed = isinstance(serde, KVSerde)
     key_bytes = serde.key_serde.serialize if keyed else default_key_bytes
     partitioner = KeyPartitioner(n, key_bytes)
     producer = AIOKafkaProducer(bootstrap_servers=servers, **{"linger_ms": 20, **settings})

@@ -93,7 +93,8 @@ class StageProgress:
 
     def __init__(self, spark_context: Any, stream: TextIO | None = sys.stderr,
                  interval: float = 0.2) -> None:
-        sc = getattr(spark_context, "sparkContext", spark_context)  # a SparkSession works too
+        # a SparkContext, or a SparkSession (Spark's objects)
+        sc = getattr(spark_context, "sparkContext", spark_context)  # foreign: Spark's
         if interval <= 0:
             raise ValueError(f"interval must be > 0 seconds, got {interval!r}")
         self.sc = sc

@@ -31,13 +31,15 @@ def _user_modules(plan: Any) -> set[str]:
             return
         if is_dataclass(obj) and not isinstance(obj, type):
             for f in fields(obj):
-                visit(getattr(obj, f.name, None), depth + 1)
+                # any dataclass the spec reaches (a user's too), read field by field
+                visit(getattr(obj, f.name, None), depth + 1)  # foreign: a user's dataclass
             return
         if callable(obj):
-            mod = getattr(obj, "__module__", None) or getattr(type(obj), "__module__", None)
+            mod = (getattr(obj, "__module__", None)  # foreign: a user's callable
+                   or getattr(type(obj), "__module__", None))  # foreign: a user's class
             if mod:
                 found.add(mod)
-            closure = getattr(obj, "__closure__", None) or ()
+            closure = getattr(obj, "__closure__", None) or ()  # foreign: a user's function
             for cell in closure:
                 with contextlib.suppress(ValueError):
                     visit(cell.cell_contents, depth + 1)
@@ -54,7 +56,7 @@ def _importable_by_name(module: Any) -> bool:
     """Whether ``module`` is found by its name on the driver's ``sys.path`` (a module loaded
     from a file under a made-up name is not)."""
     name = module.__name__
-    path = getattr(module, "__file__", None)
+    path = getattr(module, "__file__", None)  # foreign: a Python module
     if path is None or name == "__main__":
         return path is None and name != "__main__"
     # look the name up afresh on the path (importlib.util.find_spec would answer from
@@ -64,13 +66,13 @@ def _importable_by_name(module: Any) -> bool:
     parent, _, leaf = name.rpartition(".")
     if parent:
         package = sys.modules.get(parent)
-        search = getattr(package, "__path__", None)
+        search = getattr(package, "__path__", None)  # foreign: a Python package
         if search is None:
             return False
         spec = PathFinder.find_spec(name, list(search))
     else:
         spec = PathFinder.find_spec(leaf, sys.path)
-    origin = getattr(spec, "origin", None)
+    origin = getattr(spec, "origin", None)  # foreign: importlib's ModuleSpec
     return origin is not None and os.path.realpath(origin) == os.path.realpath(path)
 
 
@@ -99,7 +101,7 @@ def _module_zip(top: Any) -> str | None:
     import zipfile
 
     name = top.__name__
-    if hasattr(top, "__path__"):
+    if hasattr(top, "__path__"):  # foreign: a Python module or package
         files: list[tuple[str, str]] = []
         for root in list(top.__path__)[:1]:
             for here, dirs, names in os.walk(root):
@@ -109,7 +111,7 @@ def _module_zip(top: Any) -> str | None:
                         full = os.path.join(here, f)
                         files.append((full, os.path.join(name, os.path.relpath(full, root))))
     else:
-        path = getattr(top, "__file__", None)
+        path = getattr(top, "__file__", None)  # foreign: a Python module
         if not path or not path.endswith(".py"):
             return None
         files = [(path, name + ".py")]
@@ -136,7 +138,7 @@ def _add_py_file(sc: Any, path: str) -> None:
     shipped = sc.__dict__.setdefault("_samza_dsl_pyfiles", set())
     if path in shipped:
         return
-    includes = getattr(sc, "_python_includes", None)
+    includes = getattr(sc, "_python_includes", None)  # foreign: Spark's SparkContext
     if isinstance(includes, list):
         sc.addFile(path)
         includes.append(os.path.basename(path))
@@ -176,7 +178,7 @@ def ship_user_code(spark: Any, plan: Any) -> None:
             with contextlib.suppress(ValueError):
                 cloudpickle.register_pickle_by_value(module)
             continue
-        file = getattr(module, "__file__", None)
+        file = getattr(module, "__file__", None)  # foreign: a Python module
         top = sys.modules.get(top_name)
         if file is None or top is None or _installed(file):
             continue

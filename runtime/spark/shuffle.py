@@ -92,7 +92,7 @@ class ShuffleCodec:
         from samza_dsl.serdes import SafeSerde
 
         self.plan = plan
-        self.safe = SafeSerde({**_serde_types(plan), **(getattr(plan.app, "types", None) or {})})
+        self.safe = SafeSerde({**_serde_types(plan), **(plan.app.types or {})})
         self.encode = fast_serializer(self.safe)
         self.decode = fast_deserializer(self.safe)
         self._own: dict[str, tuple[Any, Any]] = {}
@@ -110,7 +110,7 @@ class ShuffleCodec:
             from samza_dsl.serdes import KVSerde, NoOpSerde, SafeSerde
 
             stream = self.plan.streams.get(sid)
-            serde = getattr(getattr(stream, "descriptor", None), "serde", None)
+            serde = stream.descriptor.serde if stream is not None else None
 
             def mine(x: Any) -> Any:
                 return None if x is None or isinstance(x, NoOpSerde | SafeSerde) else x
@@ -219,16 +219,16 @@ def _serde_types(plan: Any) -> dict[str, type]:
     from samza_dsl.serdes import KVSerde
 
     out: dict[str, type] = {}
-    serdes = [getattr(getattr(st, "descriptor", None), "serde", None)
-              for st in plan.streams.values()]
-    serdes += [getattr(t, "serde", None) for t in plan.app.tables.values()]
+    serdes = [st.descriptor.serde for st in plan.streams.values()]
+    serdes += [t.serde for t in plan.app.tables.values()]
     for serde in serdes:
         for one in ((serde.key_serde, serde.value_serde) if isinstance(serde, KVSerde)
                     else (serde,)):
-            t = getattr(one, "type", None)
+            t = one.type if one is not None else None
             if isinstance(t, type) and (issubclass(t, msgspec.Struct)
                                         or dataclasses.is_dataclass(t)
-                                        or (issubclass(t, tuple) and hasattr(t, "_fields"))):
+                                        or (issubclass(t, tuple)
+                                            and hasattr(t, "_fields"))):  # foreign: a user's class
                 out.setdefault(type_name(t), t)
     return out
 

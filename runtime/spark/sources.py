@@ -24,6 +24,7 @@ import msgspec
 
 from runtime.spark.ahead import AheadCheck, ahead_check
 from runtime.spark.shuffle import BATCH, RowColumns, identity
+from samza_dsl.connectors import SparkInput
 from samza_dsl.errors import SamzaError
 from samza_dsl.fields import field_path
 from samza_dsl.kv import KV
@@ -174,7 +175,7 @@ def file_format(stream_id: str, files: Sequence[str], given: str | None, path: A
             kinds.add("parquet")
         elif low.endswith((".jsonl", ".json", ".ndjson")):
             kinds.add("jsonl")
-    p = os.fspath(path).lower() if not hasattr(path, "rdd") else ""
+    p = os.fspath(path).lower() if not hasattr(path, "rdd") else ""  # foreign: a path or a DataFrame
     if not kinds:
         kinds.add("parquet" if p.rstrip("/").endswith(".parquet") else "jsonl")
     if len(kinds) > 1:
@@ -251,7 +252,7 @@ class Source:
 
 def source_timing(descriptor: Any, start_ms: int) -> Callable[[Any, int | None], tuple[int, int]]:
     """(message, record timestamp or None) -> (sort ms, clock ms)."""
-    et = getattr(descriptor, "event_time", None)  # outputs (read back) have none
+    et = descriptor.event_time  # outputs (read back) have none
 
     if et is None:
         def plain(m: Any, ts: int | None) -> tuple[int, int]:
@@ -334,7 +335,7 @@ def _record_batches(stream_id: str, descriptor: Any, start_ms: int, names: list[
     form as columns (``RowColumns``), for a pass that carries the rows through."""
     records = _rows_to_records(stream_id, descriptor, start_ms, names, ts_column, ahead=ahead)
     convert = row_converter(stream_id, descriptor.serde)
-    et = getattr(descriptor, "event_time", None)
+    et = descriptor.event_time
     by_row = ts_column is not None or convert is not identity or ahead is not None
 
     def batch(i: int, rows: list[Any], start: int = 0) -> list[Record]:
@@ -367,7 +368,7 @@ def column_times(descriptor: Any, start_ms: int, ts_column: str | None, convert:
     (a null, a column of another type). None where the rows or the time are anything else."""
     if ts_column is not None or convert is not identity:
         return None
-    et = getattr(descriptor, "event_time", None)
+    et = descriptor.event_time
     if et is None:
         def start(batch: Any, first: int) -> RowColumns | None:
             t = [start_ms] * batch.num_rows
@@ -435,15 +436,14 @@ def resolve_source(spark: Any, stream_id: str, descriptor: Any, value: Any,
                    start_ms: int, config: Mapping[str, Any] | None = None) -> Source:
     """Check ``value`` (what the caller gave for input ``stream_id``) and describe how to read it
     (``config``: the run's, for an input that connects as its system does: a ``KafkaRange``)."""
-    make = getattr(value, "spark_source", None)
-    if make is not None:  # an input that knows how Spark reads it (KafkaRange)
-        return make(stream_id, descriptor, start_ms, config)
-    if hasattr(value, "rdd") and hasattr(value, "schema"):  # a DataFrame
+    if isinstance(value, SparkInput):  # an input that knows how Spark reads it (KafkaRange)
+        return value.spark_source(stream_id, descriptor, start_ms, config)
+    if hasattr(value, "rdd") and hasattr(value, "schema"):  # foreign: a DataFrame of Spark's
         value = FileInput(value)
     if isinstance(value, str | os.PathLike):
         value = FileInput(value)
     if isinstance(value, FileInput):
-        if hasattr(value.path, "rdd"):
+        if hasattr(value.path, "rdd"):  # foreign: a DataFrame of Spark's, or a path
             return _dataframe_source(stream_id, descriptor, value, start_ms)
         return _file_source(spark, stream_id, descriptor, value, start_ms)
     if isinstance(value, Mapping):
