@@ -57,12 +57,12 @@ def _cli_config(args: argparse.Namespace) -> dict[str, str]:
     """The run's config from the command line: each ``--config-file`` in order, then each
     ``-c``; a later one wins. The application's own config is under both (``job_config``)."""
     out: dict[str, str] = {}
-    for path in getattr(args, "config_file", None) or []:
+    for path in getattr(args, "config_file", None) or []:  # foreign: argparse's Namespace
         out.update(_config_file(path))
     out.update(_parse_config(args.config))
-    if getattr(args, "containers", None) is not None:
+    if getattr(args, "containers", None) is not None:  # foreign: argparse's Namespace
         out["job.container.count"] = str(args.containers)
-    if getattr(args, "container_id", None) is not None:
+    if getattr(args, "container_id", None) is not None:  # foreign: argparse's Namespace
         out["job.container.id"] = str(args.container_id)
     return out
 
@@ -205,7 +205,7 @@ def _sample_inputs(module_ref: str, app: StreamApplication, n: int) -> dict[str,
     from runtime.loader import load_module
 
     module = load_module(module_ref.partition(":")[0])
-    sample = getattr(module, "sample_input", None)
+    sample = getattr(module, "sample_input", None)  # foreign: the user's module
     if sample is None:
         raise SamzaError(f"{module_ref!r} has no sample_input(n) function for --sample; give "
                          f"inputs with --input STREAM=FILE.jsonl")
@@ -323,7 +323,7 @@ def _start_page(args: argparse.Namespace, runner: Any) -> Any:
     else:
         cid = runner.config.get("job.container.id")
         source = RunnerSource(runner, f"samza-container-{cid or 0}")
-        plan = lambda: getattr(runner, "plan", None) if runner.container else None  # noqa: E731
+        plan = lambda: runner.plan if runner.container else None  # noqa: E731
     server = UIServer(source, plan, job_name_of(runner.app, job_config(runner.app, runner.config)),
                       host, port)
     url = server.start()
@@ -1115,11 +1115,11 @@ def _print_error(args: argparse.Namespace, exc: SamzaError) -> None:
     """The one-line error; with ``--traceback``, the whole stack before it (a function's own
     error, which the line shows only by its file and line, with all its frames); without, a
     hint that it can be had where there is one to show."""
-    if getattr(args, "traceback", False):
+    if getattr(args, "traceback", False):  # foreign: argparse's Namespace
         import traceback
 
         traceback.print_exception(exc, file=sys.stderr)
-    more = ("; --traceback shows the whole stack" if hasattr(args, "traceback")
+    more = ("; --traceback shows the whole stack" if hasattr(args, "traceback")  # foreign: argparse's
             and not args.traceback and exc.__cause__ is not None
             and isinstance(exc, TaskError) else "")
     print(f"samza-dsl {args.command}: error: {exc}{more}", file=sys.stderr)

@@ -34,11 +34,11 @@ def load_app(ref: str) -> StreamApplication:
         module = _load_file(target)
     else:
         module = _import_module(target)
-    if not hasattr(module, attr):
+    if not hasattr(module, attr):  # foreign: the user's module
         apps = sorted(k for k, v in vars(module).items() if isinstance(v, StreamApplication))
         hint = f"; its applications: {', '.join(apps)}" if apps else ""
         raise SamzaError(f"{target!r} has no attribute {attr!r}{hint}; {_FORM}")
-    obj: Any = getattr(module, attr)
+    obj: Any = getattr(module, attr)  # foreign: the user's module
     if callable(obj) and not isinstance(obj, StreamApplication):
         try:
             inspect.signature(obj).bind()
@@ -103,7 +103,8 @@ def load_module(target: str) -> Any:
         path = os.path.abspath(target)
         name = "_samza_app_" + os.path.splitext(os.path.basename(path))[0].replace("-", "_")
         loaded = sys.modules.get(name)
-        if loaded is not None and os.path.abspath(getattr(loaded, "__file__", "")) == path:
+        if loaded is not None and os.path.abspath(
+                getattr(loaded, "__file__", "")) == path:  # foreign: the user's module
             return loaded
         return _load_file(target)
     return _import_module(target)

@@ -40,9 +40,7 @@ def stall_after(interval_s: float) -> float:
 def checkpoint_positions(container: Any) -> list[list[Any]]:
     """``[stream, partition, offset after the checkpoint]`` per partition the container's tasks
     read (where reading began, for one with no checkpoint): what its lag counts from."""
-    began = {ssp: start for ssp, start, _ in (container.consumer.progress()
-                                               if hasattr(container.consumer, "progress")
-                                               else [])}
+    began = {ssp: start for ssp, start, _ in container.consumer.progress()}
     out: dict[Any, int] = {}
     for t in container.tasks:
         committed = container.committer.committed.get(t.name, {})
@@ -132,7 +130,7 @@ class ProgressDisplay:
     def __init__(self, stream: TextIO, *, tty: bool | None = None) -> None:
         self.stream = stream
         if tty is None:
-            isatty = getattr(stream, "isatty", None)
+            isatty = getattr(stream, "isatty", None)  # foreign: the caller's text stream
             tty = bool(isatty and isatty())
         self.tty = tty
         self._samples: dict[str, deque[tuple[float, int]]] = {}

@@ -30,6 +30,7 @@ import logging
 import threading
 import time
 import urllib.request
+from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -38,8 +39,8 @@ from runtime.metrics import Sample
 from runtime.progress import stall_after, stall_lags, stall_text
 from samza_dsl.errors import SamzaError
 
-__all__ = ["JobView", "RunnerSource", "StreamSource", "PrometheusSource", "ContainersSource",
-           "UIServer",
+__all__ = ["JobView", "SnapshotSource", "RunnerSource", "StreamSource", "PrometheusSource",
+           "ContainersSource", "UIServer",
            "parse_address", "HISTORY_S"]
 
 _log = logging.getLogger("samza_dsl.ui")
@@ -99,7 +100,35 @@ def group_view(group: Mapping[str, Any] | None, partitions: list[dict[str, Any]]
 
 # -- sources ------------------------------------------------------------------------------------
 
-class RunnerSource:
+class SnapshotSource(ABC):
+    """Where the page's snapshots come from: ``poll()`` returns the new ones, ``containers()``
+    the containers' states. What a source may tell besides, declared here with the defaults of
+    one that tells nothing more: the consumer group of its container (``group``), why its last
+    poll read nothing (``error``), and what it holds open (``close``)."""
+
+    #: what the page says it reads from ("in-process", "stream", "containers", "prometheus")
+    kind = ""
+    #: why the last poll read nothing, for the page; None: it read
+    error: str | None = None
+
+    @abstractmethod
+    def poll(self) -> list[Snapshot]:
+        """The snapshots since the last poll."""
+
+    @abstractmethod
+    def containers(self) -> dict[str, str]:
+        """Each container's state, by name."""
+
+    def group(self) -> dict[str, Any] | None:
+        """The consumer group of a container that is a member of one; None otherwise."""
+        return None
+
+    def close(self) -> None:
+        """Closes what the source holds open (nothing by default)."""
+        return None
+
+
+class RunnerSource(SnapshotSource):
     """Snapshots of a job running in this process (``LocalRunner``): its registry, read from the
     page's thread (the collectors read numbers the runtime keeps; a dict that changes while it is
     read is read again)."""
@@ -111,7 +140,8 @@ class RunnerSource:
         self.container = container
 
     def plan(self) -> Any:
-        return getattr(self.runner, "plan", None) if self.runner.container is not None else None
+        """The runner's plan once its container is built (the plan comes first); else None."""
+        return self.runner.plan if self.runner.container is not None else None
 
     def poll(self) -> list[Snapshot]:
         if self.runner.container is None:
@@ -133,7 +163,11 @@ class RunnerSource:
         """The consumer group of a container that is a member of one (``job.coordinator=kafka``):
         ``GroupContainer.status()["group"]``; None otherwise."""
         container = self.runner.container
-        if container is None or not hasattr(container, "membership"):
+        if container is None or not self.runner.kafka:  # only a job on Kafka has a group
+            return None
+        from runtime.kafka.group import GroupContainer
+
+        if not isinstance(container, GroupContainer):
             return None
         for _ in range(5):
             try:
@@ -161,7 +195,7 @@ def _record_snapshot(data: Any) -> Snapshot | None:
     return name, t, samples
 
 
-class StreamSource:
+class StreamSource(SnapshotSource):
     """Snapshots from the job's snapshot stream ``<job>-metrics`` in its local log: each record's
     value is the JSON of a snapshot record, one per container and reporting interval. It starts
     with the records of the last ``HISTORY_S`` seconds (at most ``backlog`` per partition)."""
@@ -208,7 +242,7 @@ class StreamSource:
         return {name: f"reported {max(0.0, now - t):.0f} s ago" for name, t in self.seen.items()}
 
 
-class ContainersSource:
+class ContainersSource(SnapshotSource):
     """Snapshots of a run of several container processes that this process started
     (``LocalRunner`` with ``job.container.count`` > 1 on the local system): the containers'
     snapshot stream in the job's local log (``StreamSource``), and each process's state from the
@@ -325,7 +359,7 @@ def prometheus_samples(text: str, warned: set[Any] | None = None) -> list[Snapsh
     return [(c, now, samples) for c, samples in by.items()]
 
 
-class PrometheusSource:
+class PrometheusSource(SnapshotSource):
     """Snapshots read from a Prometheus endpoint (``http://HOST:PORT/metrics``)."""
 
     kind = "prometheus"
@@ -529,14 +563,15 @@ class UIServer:
     """The page's HTTP server, in a thread of its own with its own event loop.
 
     Args:
-        source: where the snapshots come from (``RunnerSource``, ``StreamSource``,
-            ``PrometheusSource``): ``poll()`` returns the new ones, ``containers()`` their states.
+        source: where the snapshots come from (a ``SnapshotSource``: ``RunnerSource``,
+            ``StreamSource``, ``ContainersSource``, ``PrometheusSource``): ``poll()`` returns the
+            new ones, ``containers()`` their states.
         plan: the job's plan, or a function that returns it once known (None until then).
         job: the job's name, for the title.
         host, port: where to listen (port 0: any free one).
     """
 
-    def __init__(self, source: Any, plan: Any, job: str, host: str = "127.0.0.1",
+    def __init__(self, source: SnapshotSource, plan: Any, job: str, host: str = "127.0.0.1",
                  port: int = 0, interval: float = INTERVAL_S) -> None:
         self.source = source
         self._plan: Callable[[], Any] = plan if callable(plan) else (lambda: plan)
@@ -574,9 +609,7 @@ class UIServer:
             with contextlib.suppress(RuntimeError):
                 self._loop.call_soon_threadsafe(self._stop.set)
             self._thread.join(10)
-        close = getattr(self.source, "close", None)
-        if close is not None:
-            close()
+        self.source.close()
 
     def _run(self) -> None:
         try:
@@ -610,7 +643,7 @@ class UIServer:
         server = None
         try:
             server = await self._loop.create_server(connection, self.host, self.port)
-            sockets = getattr(server, "sockets", None) or []
+            sockets = getattr(server, "sockets", None) or []  # foreign: asyncio's Server
             port = sockets[0].getsockname()[1] if sockets else self.port
             host = f"[{self.host}]" if ":" in self.host else self.host
             self.url = f"http://{host}:{port}/"
@@ -648,11 +681,10 @@ class UIServer:
         snaps = await asyncio.to_thread(self.source.poll)
         self.view.add(snaps)
         state = self.view.state(self.source.containers())
-        group = getattr(self.source, "group", None)
-        state["group"] = group_view(group(), state["partitions"]) if group is not None else None
-        state["source"] = getattr(self.source, "kind", "")
+        state["group"] = group_view(self.source.group(), state["partitions"])
+        state["source"] = self.source.kind
         state["plan_ready"] = self.view.plan is not None
-        err = getattr(self.source, "error", None)
+        err = self.source.error
         if err:
             state["error"] = err
         self._state = state

@@ -21,6 +21,8 @@ from typing import Any
 
 import pytest
 
+from runtime.ui import SnapshotSource
+
 ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "examples" / "page_view_counts.py") + ":app"
 JOB = "page-view-counts-1"
@@ -402,7 +404,7 @@ def test_ui_reads_a_prometheus_endpoint(tmp_path: Path) -> None:
     assert proc.returncode == 0, err
 
 
-class _NoSnapshots:
+class _NoSnapshots(SnapshotSource):
     kind = "stream"
 
     def poll(self) -> list[Any]:
