@@ -425,8 +425,9 @@ def consumer_generation(consumer: Any) -> int:
     """The consumer's group generation (-1 before it joined)."""
     # aiokafka passes its assignor neither the generation nor the consumer; its coordinator
     # holds the JoinGroup response's generation from before the leader assigns
-    coordinator = getattr(consumer, "_coordinator", None)
-    return int(getattr(coordinator, "generation", -1)) if coordinator is not None else -1
+    coordinator = getattr(consumer, "_coordinator", None)  # foreign: aiokafka's consumer
+    return int(getattr(coordinator, "generation", -1)  # foreign: aiokafka's coordinator
+               ) if coordinator is not None else -1
 
 
 class TaskAssignor(AbstractPartitionAssignor):

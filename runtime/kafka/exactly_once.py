@@ -225,7 +225,7 @@ class TaskProducer(KafkaProducer):
           ``job.kafka.unavailable.timeout.ms`` has passed (or, where they answer again within
           it, ``TransactionUnanswered``: the next producer of the id settles the transaction);
         - else ``exc``."""
-        causes = [exc, getattr(exc, "__cause__", None), self.txn.failure(),
+        causes = [exc, exc.__cause__ if exc is not None else None, self.txn.failure(),
                   self.txn.transaction_error()]
         if any(isinstance(c, _FENCED_PRODUCE) for c in causes):
             return self.txn.fence()

@@ -130,9 +130,10 @@ def watch_coordinator(consumer: Any, lease: Lease) -> None:
         async def send_req(request: Any) -> Any:
             sent = time.monotonic()
             resp = await send(request)
-            api = getattr(request, "API_KEY", None)  # aiokafka's request: a foreign object
+            api = getattr(request, "API_KEY", None)  # foreign: aiokafka's request
             if api in (_JOIN, _HEARTBEAT, _SYNC):
-                lease.answered(api, int(getattr(resp, "error_code", 0)), sent)
+                lease.answered(api, int(getattr(resp, "error_code", 0)),  # foreign: aiokafka's
+                               sent)
             return resp
         return send_req
     wrap_coordinator_send(consumer, wrap)

@@ -48,9 +48,10 @@ from runtime.elastic import BucketFan, fan_readers
 from runtime.job import JobModel, TaskModel
 from runtime.kafka.aiokafka_compat import request_rejoin
 from runtime.kafka.assignor import AssignmentRefused, MemberTasks, TaskAssignor
+from runtime.kafka.exactly_once import KafkaTransactions
 from runtime.kafka.fence import Fenced, Lease, watch_coordinator
 from runtime.kafka.standby import StandbyReplicas
-from runtime.kafka.system import KafkaProducer, stop_client
+from runtime.kafka.system import KafkaCheckpoints, KafkaProducer, stop_client
 from runtime.task import TaskInstance
 from samza_dsl.config import config_value
 from samza_dsl.errors import ConfigError, ProducerFenced, SamzaError, TransactionUnanswered
@@ -290,11 +291,20 @@ class GroupMembership:
 class GroupContainer(Container):
     """A container whose tasks are dealt by its consumer group (module docstring)."""
 
+    #: the job's checkpoints on Kafka, where a member also records its share and stamps each
+    #: checkpoint with its generation
+    checkpoints: KafkaCheckpoints
+
     def __init__(self, job: JobModel, *,
                  membership: Callable[[GroupContainer], GroupMembership],
                  prepare: Callable[[list[TaskModel], bool], Awaitable[None]],
+                 checkpoints: KafkaCheckpoints,
+                 transactions: KafkaTransactions | None = None,
                  standby: StandbyReplicas | None = None, **kwargs: Any) -> None:
-        super().__init__(job, [], **kwargs)
+        super().__init__(job, [], checkpoints=checkpoints, **kwargs)
+        #: exactly once: the tasks' transactional producers (also the committer's
+        #: ``transactions``); a task's closes as the task leaves. None: at least once
+        self.transactions = transactions
         #: the Kafka producer, whose sends stop at the member's lease (``runtime.kafka.fence``)
         self.leased: KafkaProducer | None = \
             self.producer if isinstance(self.producer, KafkaProducer) else None
@@ -378,9 +388,8 @@ class GroupContainer(Container):
                 await asyncio.to_thread(self.standby.stop)
             await self._settle_restores()
             self._leave_lease()
-            write = getattr(self.checkpoints, "write_member", None)
-            if write is not None and self.assignment is not None:  # it left the group
-                await self._write_member(write, None)
+            if self.assignment is not None:  # it left the group
+                await self._write_member(None)
             if self._idle is not None:
                 helpers.append(self._idle)
             await self._close(list(self._runs.values()) + helpers)
@@ -515,9 +524,8 @@ class GroupContainer(Container):
         async with self._lock:
             self.assignment = tasks
             self.generation = tasks.generation
-            stamp = getattr(self.checkpoints, "stamp", None)
-            if stamp is not None:  # each checkpoint names its generation and writer
-                stamp.update(group_generation=tasks.generation, member=self._label())
+            # each checkpoint names its generation and writer
+            self.checkpoints.stamp.update(group_generation=tasks.generation, member=self._label())
             self.wanted = set(tasks.active)
             self.holding = False
             self.env.task_share = len(self.wanted) / max(1, len(self.job.tasks))
@@ -576,9 +584,8 @@ class GroupContainer(Container):
     def _announce(self, restoring: list[TaskModel]) -> None:
         """Write this member's share and its last rebalance where ``samza-dsl status`` reads it
         (in the background: the rebalance does not wait for it)."""
-        write = getattr(self.checkpoints, "write_member", None)
         a = self.assignment
-        if write is None or a is None or self.membership is None:
+        if a is None or self.membership is None:
             return
         info = {"host": self.membership.assignor.host, "pid": os.getpid(),
                 "container": self.membership.assignor.container,
@@ -586,14 +593,13 @@ class GroupContainer(Container):
                 "standby": sorted(a.standby, key=_task_order),
                 "restoring": [m.name for m in restoring], "rebalance_at": time.time(),
                 "rebalance_s": self.last_rebalance_s}
-        task = asyncio.create_task(self._write_member(write, info))
+        task = asyncio.create_task(self._write_member(info))
         self._announcing.add(task)
         task.add_done_callback(self._announcing.discard)
 
-    async def _write_member(self, write: Callable[..., Awaitable[None]],
-                            info: dict[str, Any] | None) -> None:
+    async def _write_member(self, info: dict[str, Any] | None) -> None:
         try:
-            await write(self._member_name(), info)
+            await self.checkpoints.write_member(self._member_name(), info)
         except (SamzaError, OSError) as exc:  # status only: the job goes on
             _log.info("container %s: could not record its share for status: %s",
                       self._label(), exc)
@@ -628,9 +634,8 @@ class GroupContainer(Container):
     def _discard(self, t: TaskInstance) -> None:
         t.close()
         self.state.close_task(t.name)  # type: ignore[attr-defined]
-        release = getattr(self.committer.transactions, "release", None)
-        if release is not None:  # exactly once: the task's producer closes
-            release(t.name)
+        if self.transactions is not None:  # exactly once: the task's producer closes
+            self.transactions.release(t.name)
 
     async def _restore(self, models: list[TaskModel]) -> None:
         """New tasks: their checkpoints (another container wrote them) and their stores restored
@@ -642,8 +647,9 @@ class GroupContainer(Container):
                 offsets = self.checkpoints.read(m.name)
                 self.committer.seed(m.name, offsets)
                 inputs = self.job.plan.app.inputs
-                self.restored[m.name] = {ssp: o for ssp, o in offsets.items() if not getattr(
-                    inputs.get(ssp.stream_id), "side_input_of", None)}
+                self.restored[m.name] = {ssp: o for ssp, o in offsets.items()
+                                         if ssp.stream_id not in inputs
+                                         or not inputs[ssp.stream_id].side_input_of}
                 self._changelogs[m.name] = self.checkpoints.read_changelogs(m.name)
                 self._opened[m.name] = await asyncio.to_thread(self._open_stores, m)
                 self._restored(m)

@@ -159,6 +159,10 @@ class KafkaJob:
         self.producer_settings.setdefault("request_timeout_ms",
                                           max(40_000, int(unavailable * 1000) + 10_000))
         self.producer_timeout = max(30.0, unavailable + 30.0)
+        #: the job's producer, made as the job is set up (``_setup``); None before
+        self.producer: KafkaProducer | None = None
+        #: the job's container, once built; None before
+        self.container: Container | None = None
 
     @classmethod
     async def create(cls, app: Any, config: Mapping[str, Any], metrics: Metrics | None = None,
@@ -170,9 +174,8 @@ class KafkaJob:
             job._unclaim()
             job.lock.release()
             await job.watch.stop()
-            producer = getattr(job, "producer", None)
-            if producer is not None:
-                await producer.close()
+            if job.producer is not None:
+                await job.producer.close()
             raise
         return job
 
@@ -196,9 +199,8 @@ class KafkaJob:
             job.lock.release()
             raise
         finally:
-            producer = getattr(job, "producer", None)
-            if producer is not None:
-                await producer.close()
+            if job.producer is not None:
+                await job.producer.close()
         return job
 
     async def output_ends(self) -> dict[TopicPartition, int]:
@@ -206,7 +208,7 @@ class KafkaJob:
                if sid in self.topics for p in range(self.counts[sid])]
         return await true_end_offsets(self.servers, tps, self.consumer_settings, self.timeout)
 
-    async def _setup(self) -> None:
+    async def _setup(self) -> KafkaProducer:
         app = self.app
         declared = {sid: d for sid, d in {**app.spec().inputs, **app.spec().outputs}.items()
                     if not isinstance(d, SinkOutput)}
@@ -282,7 +284,7 @@ class KafkaJob:
         await self.check_data(None)
         self.codecs: dict[str, StreamCodec] = {}
         for sid, s in plan.streams.items():
-            serde = stream_serde(getattr(s.descriptor, "serde", None), keyed=s.keyed,
+            serde = stream_serde(s.descriptor.serde, keyed=s.keyed,
                                  intermediate=s.kind in ("intermediate", "broadcast"),
                                  types=plan.app.types)
             policy = serde_error_policy(plan.config, sid)
@@ -291,10 +293,11 @@ class KafkaJob:
                                                sid, s.descriptor, policy, metrics=self.metrics))
             producer.add_stream(sid, self.physical[sid], counts[sid], self.codecs[sid].encode,
                                 self.codecs[sid])
+        return producer
 
     async def _build(self) -> None:
-        await self._setup()
-        plan, job, producer = self.plan, self.job, self.producer
+        producer = await self._setup()
+        plan, job = self.plan, self.job
         cfg = plan.config
         group = self.coordinator == "kafka"
         if group:  # the group deals the tasks out
@@ -313,8 +316,7 @@ class KafkaJob:
 
         inputs = set(plan.input_streams)
         upcoming = {sid for sid in inputs
-                    if getattr(plan.streams[sid].descriptor, "offset_default", "oldest")
-                    == "upcoming"}
+                    if plan.streams[sid].descriptor.offset_default == "upcoming"}
         # the job's intermediate streams are never compacted: a gap in their offsets is a
         # record the broker has not made visible yet (runtime.kafka.resolved.gapless)
         gapless(self.physical[sid] for sid in plan.intermediate_streams)
@@ -372,11 +374,11 @@ class KafkaJob:
         loop = asyncio.get_running_loop()
 
         def lost(exc: SamzaError) -> None:
-            container = getattr(self, "container", None)
+            container = self.container
             if isinstance(container, GroupContainer):  # between assignments it has no task
                 container.fail(exc)
                 return
-            for t in getattr(container, "tasks", []):
+            for t in container.tasks if container is not None else []:
                 t.fail(exc)
         def on_lost(exc: SamzaError) -> None:  # on the claim's thread
             loop.call_soon_threadsafe(lost, exc)
@@ -403,7 +405,7 @@ class KafkaJob:
             open_replica=parts["state"].open_replica, metrics=self.metrics,
             label=lambda: f"{label} on {host_name()}") if replicas > 1 else None
         return GroupContainer(self.job, membership=membership, prepare=self._take_over,
-                              standby=standby, **parts)
+                              transactions=self.txns, standby=standby, **parts)
 
     async def _take_over(self, tasks: list[TaskModel], first: bool) -> None:
         """Before tasks that come to this container start: their checkpoints as the container
@@ -423,6 +425,7 @@ class KafkaJob:
             if first:
                 alone = len(tasks) == len(self.job.tasks)
                 self.generation = await self.start_run(join=not alone)
+                assert self.producer is not None  # made by _setup, before the first tasks
                 self.producer.generation = self.generation
                 self.consumer.generation = self.generation  # type: ignore[attr-defined]
             # an earlier owner's later checkpoints are ignored from now on
@@ -605,10 +608,11 @@ class KafkaJob:
             ranges = {tp.partition: (self.output_start[tp], ends[tp]) for tp in tps
                       if ends[tp] > self.output_start[tp]}
         else:
-            ranges = {p: (self.producer.first_offsets[(topic, p)],
-                          self.producer.end_offsets[(topic, p)])
+            acked = self.producer
+            assert acked is not None  # made by _setup, with the plan
+            ranges = {p: (acked.first_offsets[(topic, p)], acked.end_offsets[(topic, p)])
                       for p in range(self.counts[stream_id])
-                      if (topic, p) in self.producer.end_offsets}
+                      if (topic, p) in acked.end_offsets}
         if last is not None:
             ranges = {p: (max(start, end - last), end) for p, (start, end) in ranges.items()}
         if not ranges:

@@ -36,6 +36,7 @@ from aiokafka.errors import KafkaError
 
 from operators.hashing import KeyPartitioner
 from runtime.codec import Record, StreamCodec, serde_error_policy, stream_serde
+from runtime.jsonlines import JsonLines
 from runtime.kafka.admin import TopicSpec, describe_topics, ensure_topics, retention_configs
 from runtime.kafka.outage import close_connections, quiet_aiokafka
 from runtime.kafka.resolved import fetch_position
@@ -112,7 +113,7 @@ async def kafka_streams(app: Any, config: Mapping[str, Any], timeout: float = 10
                  or [1])
     codecs = {}
     for sid, s in plan.streams.items():
-        serde = stream_serde(getattr(s.descriptor, "serde", None), keyed=s.keyed,
+        serde = stream_serde(s.descriptor.serde, keyed=s.keyed,
                              intermediate=s.kind in ("intermediate", "broadcast"),
                              types=plan.app.types)
         codecs[sid] = StreamCodec(sid, serde, policy=serde_error_policy(plan.config, sid))
@@ -191,8 +192,7 @@ class PartialLoad(SamzaError):
 
 
 def _where(messages: Sequence[Any], index: int, label: str) -> str:
-    where = getattr(messages, "where", None)  # runtime.run_inputs.JsonLines
-    return where(index) if where is not None else f"{label} {index + 1:,}"
+    return messages.where(index) if isinstance(messages, JsonLines) else f"{label} {index + 1:,}"
 
 
 def encode_load(streams: KafkaStreams, stream_id: str, messages: Iterable[Any],
@@ -251,7 +251,6 @@ async def kafka_load_file(streams: KafkaStreams, stream_id: str, path: str,
     ``path:line``), then the file is sent ``chunk`` messages at a time, so a load's memory does
     not grow with its file. A failure while sending raises ``PartialLoad``, covering what the
     earlier chunks loaded and the lines after the chunk that failed."""
-    from runtime.jsonlines import JsonLines
 
     def chunks() -> Iterable[JsonLines]:
         it = iter(lines())
@@ -394,15 +393,15 @@ def _partial(streams: KafkaStreams, load: EncodedLoad, acked: list[list[tuple[in
     if file_total != total:
         parts = f"of the chunk of {total:,} sent last: {parts}"
     command = load_command or f"samza-dsl load APP {sid}"
-    path = getattr(msgs, "path", None)
+    path = msgs.path if isinstance(msgs, JsonLines) else None
     rest_file = resume_line = None
-    if path is not None and rest == list(range(rest[0], total)):
-        resume_line = msgs.lines[rest[0]]  # type: ignore[attr-defined]
+    if isinstance(msgs, JsonLines) and path is not None and rest == list(range(rest[0], total)):
+        resume_line = msgs.lines[rest[0]]
         todo = (f"The {others:,} other(s) are lines {resume_line:,} to the end of {path}: "
                 f"once the broker is back, load them with "
                 f"`tail -n +{resume_line} {shlex.quote(path)} > rest.jsonl && {command} rest.jsonl`")
     else:
-        lines: list[int] = getattr(msgs, "lines", [])
+        lines = msgs.lines if isinstance(msgs, JsonLines) else []
         after = lines[-1] if lines and others > len(rest) else None
         rest_file, problem = _write_rest(msgs, rest, path, sid, after)
         if rest_file is not None:

@@ -124,7 +124,8 @@ async def close_connections(client: Any) -> None:
     offsets lookup, a metadata update) is stored after, and would be left open ("Unclosed
     AIOKafkaConnection" when it is collected). Give such a connect a moment to end, then close
     whatever is there."""
-    conns = getattr(getattr(client, "_client", client), "_conns", None)
+    # an aiokafka producer or consumer (its client), or the client itself
+    conns = getattr(getattr(client, "_client", client), "_conns", None)  # foreign: aiokafka's
     if conns is None:
         return
     await asyncio.sleep(0.05)

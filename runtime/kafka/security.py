@@ -261,7 +261,7 @@ def _describe(exc: BaseException, where: str, settings: Mapping[str, Any],
         ca = security.cafile if security is not None and security.cafile else None
         trust = (f"the CA of {key('ssl.cafile', 'ssl.cafile')} ({ca})" if ca
                  else "this machine's default CAs (no ssl.cafile is given)")
-        reason = getattr(exc, "verify_message", "") or _why(exc)
+        reason = getattr(exc, "verify_message", "") or _why(exc)  # foreign: the ssl module's
         return (f"TLS: the certificate of the broker at {where} is not trusted by {trust}: "
                 f"{reason}; give the CA that signed it in {key('ssl.cafile', 'ssl.cafile')}")
     if protocol in ("SSL", "SASL_SSL") and isinstance(exc, ConnectionResetError | ssl.SSLEOFError):

@@ -59,11 +59,11 @@ class _NewerTransactionRequests:
     def __getattr__(self, name: str) -> Any:
         if name == "_client":  # not set yet (a copy): no endless lookup of it
             raise AttributeError(name)
-        return getattr(self._client, name)
+        return getattr(self._client, name)  # foreign: aiokafka's client
 
     async def send(self, node_id: int, request: Any, *,
                    group: ConnectionGroup = ConnectionGroup.DEFAULT) -> Any:
-        newer = TRANSACTION_REQUESTS.get(getattr(request, "API_KEY", -1))
+        newer = TRANSACTION_REQUESTS.get(getattr(request, "API_KEY", -1))  # foreign: aiokafka's
         if newer is None or isinstance(request, newer):
             return await self._client.send(node_id, request, group=group)
         v0 = request.prepare({request.API_KEY: (0, 0)})
