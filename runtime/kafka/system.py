@@ -38,6 +38,7 @@ from runtime.kafka.fence import Lease
 from runtime.kafka.outage import BrokerWatch, close_connections
 from runtime.kafka.resolved import AS_FETCHED, ResolvingConsumer
 from runtime.records import EndOfStream
+from runtime.systems import Consumer
 from samza_dsl.errors import SamzaError
 
 __all__ = ["KafkaConsumer", "KafkaProducer", "KafkaCheckpoints", "CheckpointTopic", "kafka_error",
@@ -152,7 +153,7 @@ async def stop_client(client: Any, timeout: float = 5.0) -> None:
 
 
 
-class KafkaConsumer:
+class KafkaConsumer(Consumer):
     """Reads topics for a container's tasks."""
 
     def __init__(self, servers: str, settings: Mapping[str, Any], physical: Mapping[str, str],
