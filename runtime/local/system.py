@@ -158,7 +158,7 @@ class LocalProducer(BufferedProducer):
         self._write()
 
 
-class LocalConsumer:
+class LocalConsumer(Consumer):
     """Reads log partitions for the container. A reader key (a task and its partition) has its
     own position. Bounded inputs end with an ``EndOfStream`` at their end offset as of
     registration."""
