@@ -319,7 +319,7 @@ def _start_page(args: argparse.Namespace, runner: Any) -> Any:
                                 "metrics.reporter.interval.ms") / 1000.0
         source = ContainersSource(runner, lambda: LocalJob(runner.app, runner.config, run=False),
                                   interval)
-        plan = lambda: getattr(runner, "plan", None)  # noqa: E731
+        plan = lambda: runner.plan  # noqa: E731
     else:
         cid = runner.config.get("job.container.id")
         source = RunnerSource(runner, f"samza-container-{cid or 0}")
