@@ -127,7 +127,7 @@ class ChosenPartitionRule(PartitionRule):
         """``p`` as a partition where it is an integer of another type (numpy's), else the
         error naming the operator, the stream and the value."""
         n = self.n
-        if isinstance(p, bool) or not hasattr(p, "__index__"):
+        if isinstance(p, bool) or not hasattr(p, "__index__"):  # foreign: a user's value
             raise TypeError(f"send_to {self.op_id!r}: partition= gave {type(p).__name__} "
                             f"{p!r} for stream {self.stream_id!r}, not an int in 0..{n - 1}")
         q = p.__index__()
@@ -144,7 +144,7 @@ def partition_of(plan: Any, stream_id: str, n: int, own: int, op: Operator | Non
     partition ``own``; keys are serialized by the stream's key serde. ``op``: the operator
     that writes (a ``send_to`` that chooses partitions gets a ``ChosenPartitionRule``)."""
     stream = plan.streams[stream_id]
-    serde = getattr(stream.descriptor, "serde", None)
+    serde = stream.descriptor.serde
     key_bytes = serde.key_serde.serialize if isinstance(serde, KVSerde) else default_key_bytes
     partition_fn = None if op is None else op.partition_fn
     partition_key_fn = None if op is None else op.partition_key_fn
@@ -174,7 +174,7 @@ def build_operators(plan: Any, stages: Sequence[Any], open_store: Callable[[str]
     for table_id in app.tables:
         stores[table_id] = table_store(table_id)
         tables[table_id] = LocalTable(table_id, stores[table_id])
-    remote = getattr(app, "remote_tables", {})
+    remote = app.remote_tables
     if remote and open_remote is None:
         raise TypeError(f"this runner cannot call remote tables ({', '.join(sorted(remote))}); "
                         f"run the application with LocalRunner or TestRunner")
@@ -305,13 +305,13 @@ def task_copy(spec: Any) -> Any:
         changes = {}
         for f in dataclasses.fields(spec):
             if f.init:
-                old = getattr(spec, f.name)
+                old = getattr(spec, f.name)  # foreign: any dataclass's field, by its name
                 new = task_copy(old)
                 if new is not old:
                     changes[f.name] = new
         return dataclasses.replace(spec, **changes) if changes else spec
-    if callable(getattr(spec, "init", None)) and not inspect.isfunction(spec) \
-            and not inspect.ismethod(spec):
+    if callable(getattr(spec, "init", None)) and not inspect.isfunction(  # foreign: a user's
+            spec) and not inspect.ismethod(spec):
         try:
             return copy.deepcopy(spec)
         except Exception:  # something inside cannot be deep-copied (a lock, a client)
@@ -378,7 +378,7 @@ def op_nexts(plan: Any, op_id: str, spec: Any, emit: Callable[[str, str], Emit],
         nexts.append(sender(target, op_id))
     late_to = spec.late_to if isinstance(spec, WindowSpec) else None
     if late_to is not None:  # the window's outputs: panes go on, late messages to late_to
-        serde = getattr(plan.streams[late_to].descriptor, "serde", None)
+        serde = plan.streams[late_to].descriptor.serde
         nexts = [_panes_only(e) for e in nexts]
         nexts.append(_late_only(sender(late_to, op_id), isinstance(serde, KVSerde)))
     return nexts

@@ -503,6 +503,8 @@ class LocalJob:
                               f"drop job.coordinator, or run the job on a Kafka system")
         self.root = job_dir(job_name, self.config)
         self.logs: dict[str, LocalLog] = {}
+        #: each output's partitions' ends when this run started (``messages(since_start=...)``)
+        self.output_start: dict[str, list[int]] = {}
         self.lock = JobLock(self.root, job_name)
         self._verify_log = verify_log
         self._create = create or run
@@ -584,7 +586,7 @@ class LocalJob:
         cfg = self.plan.config
         self.codecs = {}
         for sid, s in self.plan.streams.items():
-            serde = stream_serde(getattr(s.descriptor, "serde", None), keyed=s.keyed,
+            serde = stream_serde(s.descriptor.serde, keyed=s.keyed,
                                  intermediate=s.kind in ("intermediate", "broadcast"),
                                  types=self.plan.app.types)
             policy = serde_error_policy(cfg, sid)
@@ -640,8 +642,7 @@ class LocalJob:
 
         inputs_of_job = set(plan.input_streams)
         upcoming = {sid for sid in inputs_of_job
-                    if getattr(plan.streams[sid].descriptor, "offset_default", "oldest")
-                    == "upcoming"}
+                    if plan.streams[sid].descriptor.offset_default == "upcoming"}
         consumer_logs = {stream_system[sid] for ssp_task in job.tasks for sid in
                          {ssp.stream_id for ssp in ssp_task.ssps}}
         if len(consumer_logs) > 1 or len(producers) > 1:
@@ -837,7 +838,7 @@ class LocalJob:
         log = self.log_of(self.stream_system[stream_id])
         codec = self.codecs[stream_id]
         parts: dict[int, list[Any]] = {}
-        starts = getattr(self, "output_start", {}).get(stream_id) if since_start else None
+        starts = self.output_start.get(stream_id) if since_start else None
         for p in range(self.counts[stream_id]):
             out = parts[p] = []
             pos = starts[p] if starts else 0
@@ -857,7 +858,7 @@ class LocalJob:
         whole stream, however much the run wrote."""
         log = self.log_of(self.stream_system[stream_id])
         phys, codec = self.physical[stream_id], self.codecs[stream_id]
-        starts = getattr(self, "output_start", {}).get(stream_id)
+        starts = self.output_start.get(stream_id)
         out: list[Any] = []
         for p in range(self.counts[stream_id]):
             want = n - len(out)
