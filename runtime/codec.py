@@ -13,7 +13,10 @@ it cannot write fails the operator that sent it, with an error naming the stream
 Control messages (end-of-stream, watermarks) are records with a ``samza.control`` header, no key
 and an empty value. Each run of a job stamps its control records with its generation: a restarted job skips
 the control records an earlier run left in an intermediate stream, as its upstream tasks send
-their own again.
+their own again. Exactly once, an earlier run's watermark from a task that still writes the
+stream counts where it stands (``keep_earlier_watermarks``): it was committed with the checkpoint
+of the outputs before it, so its task, which resumes from that checkpoint, sends nothing before
+it again, and which messages after it are behind it is as in one run.
 
 A record that fails to deserialize follows ``streams.<id>.samza.serde.error``: ``fail`` (the
 default) stops the job with an error naming the stream, partition and offset; ``skip`` logs it and
@@ -55,8 +58,8 @@ from samza_dsl.serdes import (
 )
 
 __all__ = ["Record", "CONTROL_HEADER", "ERROR_HEADER", "SOURCE_HEADER", "Skipped", "StreamCodec",
-           "control_record", "stream_serde", "serde_error_policy", "fast_serializer",
-           "fast_deserializer", "BufferedProducer"]
+           "control_record", "keep_earlier_watermarks", "stream_serde", "serde_error_policy",
+           "fast_serializer", "fast_deserializer", "BufferedProducer"]
 
 Record = tuple[bytes | None, bytes | None, tuple[tuple[str, bytes], ...] | None]
 CONTROL_HEADER = "samza.control"
@@ -83,6 +86,20 @@ def control_record(message: EndOfStream | Watermark, generation: int) -> Record:
     """The record of a control message sent by the run ``generation`` of a job."""
     # an empty value, not None: Kafka clients refuse a record with neither key nor value
     return (None, b"", ((CONTROL_HEADER, _control_encoder.encode((generation, message))),))
+
+
+def keep_earlier_watermarks(codecs: Mapping[str, StreamCodec],
+                            producers: Mapping[str, frozenset[str]]) -> None:
+    """Exactly once: the codecs of intermediate streams take the watermarks an earlier run's
+    task left in them, where that task (by name) writes the stream in this run too
+    (``JobModel.producer_names``). An earlier run's end of stream is still skipped (a later run
+    may have more input), and so is a watermark of a task that is not (another elasticity
+    factor). At least once a restarted task may send again what came before such a watermark,
+    so there it is skipped too."""
+    for sid, names in producers.items():
+        codec = codecs.get(sid)
+        if codec is not None:
+            codec.earlier_marks = names
 
 
 def stream_serde(serde: Serde[Any] | None, *, keyed: bool, intermediate: bool,
@@ -158,6 +175,9 @@ class StreamCodec:
         else:
             self._key_serde = None
             self._value_serde = serde
+        #: exactly once, an intermediate stream: the producing tasks whose watermarks of an
+        #: earlier run still count (``keep_earlier_watermarks``); None: none do
+        self.earlier_marks: frozenset[str] | None = None
         self.encode = self._encoder()
         # both deserializers raise on None, so a batch may first be tried without None checks
         self._none_raises = self._key_serde is not None and all(
@@ -289,7 +309,13 @@ class StreamCodec:
         for name, data in headers:
             if name == CONTROL_HEADER:
                 gen, message = _control_decoder.decode(data)
-                return message if gen == generation else _STALE
+                if gen == generation:
+                    return message
+                marks = self.earlier_marks
+                if marks is not None and gen < generation and type(message) is Watermark \
+                        and message.producer in marks:
+                    return message
+                return _STALE
         return self._decode_one(k, v)
 
     def _decode_one(self, k: bytes | None, v: bytes | None) -> Any:

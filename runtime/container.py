@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from runtime.codec import keep_earlier_watermarks
 from runtime.collector import messages_die_young
 from runtime.commit import Committer
 from runtime.elastic import fan_readers, tasks_of
@@ -28,7 +29,7 @@ from runtime.state.remote import close_table_functions
 from runtime.systems import CheckpointStore, Consumer, Producer, StateBackend
 from runtime.task import TaskInstance
 from runtime.task_env import TaskEnv
-from samza_dsl.config import config_value
+from samza_dsl.config import config_value, exactly_once
 from samza_dsl.errors import SamzaError
 
 _log = logging.getLogger(__name__)
@@ -174,6 +175,8 @@ class Container:
         self.state = state
         self._changelogs: dict[str, dict[str, int]] = {}
         self.config = dict(config)
+        if exactly_once(self.config):
+            keep_earlier_watermarks(consumer.codecs, job.producer_names())
         self.clock = clock or wall_ms
         self.metrics = metrics or Metrics()
         pool = config_value(self.config, "job.container.thread.pool.size")

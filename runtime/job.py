@@ -70,6 +70,16 @@ class JobModel:
     #: what the plan says about event time, worked out once (``runtime.watermarks.job_time``)
     time: Any = field(default=None, init=False, repr=False, compare=False)
 
+    def producer_names(self) -> dict[str, frozenset[str]]:
+        """Intermediate stream id -> the names of the tasks that write into it."""
+        names: dict[str, set[str]] = {}
+        for t in self.tasks:
+            for stage in t.stages:
+                for sid in stage.outputs:
+                    if sid in self.producers:
+                        names.setdefault(sid, set()).add(t.name)
+        return {sid: frozenset(n) for sid, n in names.items()}
+
     def task(self, name: str) -> TaskModel:
         for t in self.tasks:
             if t.name == name:

@@ -24,12 +24,15 @@ __all__ = ["Consumer", "Producer", "RecordSink", "StreamSink", "CheckpointStore"
 class Consumer(Protocol):
     """Reads a container's input partitions for their readers (``key``: a task, or a
     ``BucketFan`` of a partition's virtual tasks). A consumer subclasses this Protocol, which
-    gives the defaults of what one may leave out (``inputs_placed``)."""
+    gives the defaults of what one may leave out (``inputs_placed``, ``codecs``)."""
 
     #: whether a partitioner placed the job's inputs (a producer, a load by key): False where
     #: they hold what a test gave (in memory), which the join placement check does not hold
     #: against the keys (``runtime.join_check``)
     inputs_placed: bool = True
+    #: stream id -> the ``runtime.codec.StreamCodec`` that decodes its records, where the
+    #: system stores streams as records (the local log, Kafka); none in memory
+    codecs: Mapping[str, Any] = {}
 
     def register(self, key: Any, ssp: SSP, next_offset: int | None) -> None: ...
     async def poll(self, keys: list[Any], max_per_key: int, timeout: float | None = None,

@@ -514,6 +514,25 @@ def test_static_containers_under_kills_exactly_once_equal_the_model(kafka_bootst
     assert hits >= n, f"only {hits} of {3 * n} runs were killed before they ended"
 
 
+#: found by this matrix: a keyed window after ``partition_by``, exactly once, two local
+#: containers, killed at the second commit. A task's first commit takes its hop's outputs with
+#: the watermark the hop put before ``("k2", 7500)`` (its one channel is at 9750 there); the
+#: kill comes before its second commit covers reading them, so the next run reads them again,
+#: and skipped that watermark as an earlier run's: 7500 reached the window before any
+#: watermark, opened a pane and was not late. Exactly once, a committed watermark of an
+#: earlier run now counts where it stands (``runtime.codec.keep_earlier_watermarks``).
+EARLIER_MARK_CASE = Case(
+    data={0: [("k0", 1250, 21), ("k0", 9750, 325), ("k2", 7500, 442), ("k1", 15000, 511)]},
+    ops=("hop",), end="window", kind="keyed_tumbling", size_ms=2000, early=None, late=None,
+    lateness_ms=0, mode=AccumulationMode.ACCUMULATING, declared=False, input_bound_ms=0,
+    window_bound_ms=0, elasticity=1, beyond=True)
+
+
+def test_an_earlier_runs_committed_watermark_counts_after_a_kill(tmp_path: Path) -> None:
+    assert run_static_under_kills("", tmp_path, EARLIER_MARK_CASE, "local", 1, 0,
+                                  schedule=["commit.start:2"]) == 1
+
+
 #: found by this matrix: a global tumbling window after ``partition_by`` over a merge of two
 #: inputs, one group member, either guarantee. The member reads all of input ``in``, its last
 #: message far ahead in event time, while ``in2`` has nothing yet (seed 0 cuts the input there),

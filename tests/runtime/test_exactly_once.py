@@ -28,13 +28,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from runtime.codec import SOURCE_HEADER
+from runtime.codec import SOURCE_HEADER, StreamCodec, control_record, keep_earlier_watermarks
 from runtime.faults import POINTS, TXN_POINTS
+from runtime.job import SSP
 from runtime.jobdir import dead_letter_stream
 from runtime.loader import load_app
 from runtime.local.log import LocalLog
 from runtime.local.system import LocalCheckpoints, LocalJob
+from runtime.records import EndOfStream, Watermark
 from samza_dsl import KV
+from samza_dsl.serdes import JsonSerde
 from tests.proc_helpers import finish
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -399,3 +402,24 @@ def test_a_store_flushed_before_a_lost_commit_comes_back_to_the_checkpoint(
     truth = _truth(expected, job_dir)
     assert {k: found["counts"][k] for k in truth} == {
         k: list(range(1, n + 1)) for k, n in truth.items()}
+
+
+def test_an_earlier_runs_watermarks_count_where_their_task_still_writes() -> None:
+    """Exactly once, a watermark an earlier run committed into an intermediate stream counts
+    where it stands, if its task writes the stream in this run too; an earlier run's end of
+    stream never does, nor at least once (no ``earlier_marks``) an earlier run's watermark
+    (docs/semantics.md, "Control records across runs")."""
+    ssp = SSP("hop", 0)
+    records = [control_record(Watermark("Partition 0", 9750), 1),
+               control_record(Watermark("Partition 0 bucket 1 of 2", 9750), 1),
+               control_record(EndOfStream("Partition 0"), 1),
+               control_record(Watermark("Partition 0", 12000), 2)]
+    codec = StreamCodec("hop", JsonSerde())
+    assert [type(m).__name__ for m in codec.decode_batch(ssp, 0, records, 2)] == \
+        ["Skipped", "Skipped", "Skipped", "Watermark"]
+    keep_earlier_watermarks({"hop": codec}, {"hop": frozenset({"Partition 0"})})
+    got = codec.decode_batch(ssp, 0, records, 2)
+    assert got[0] == Watermark("Partition 0", 9750)
+    assert [type(m).__name__ for m in got[1:]] == ["Skipped", "Skipped", "Watermark"]
+    # a run older than the one that wrote it (fenced) takes none of a newer run's
+    assert type(codec.decode_batch(ssp, 3, records[3:], 1)[0]).__name__ == "Skipped"
