@@ -37,6 +37,7 @@ from runtime.codec import Skipped
 from runtime.dag import Emit, OneToOneChain, OperatorFailure, continue_outputs, counted, forward
 from runtime.elastic import OTHER_BUCKET, OtherBucket
 from runtime.event_time import EventTimeFailure
+from runtime.handout import Cursor
 from runtime.metrics import OpMeter
 from runtime.records import EndOfStream, Watermark
 from runtime.systems import StreamSink
@@ -365,13 +366,13 @@ def _path_fn(path: OneToOnePath, meter_of: Callable[[Operator], OpMeter | None]
 
 
 def sink_run(path: OneToOnePath, rule: PartitionRule, write: SinkWrite,
-             meter_of: Callable[[Operator], OpMeter | None], src: list[Any],
+             meter_of: Callable[[Operator], OpMeter | None], src: Cursor,
              hold: Callable[[list[Awaitable[None]]], None]) -> BatchRun:
     """The run of a stream along ``path`` into a sink's ``write_batch`` (``write``), ``rule``
     its partition rule: the messages of the run up to the first control record, through the
     path's functions, in one call per run of messages in one partition, with the input
-    positions they come from (``src[0]``: the batch being handed out, its SSP and first
-    offset). ``src[1]`` is set past each call's last message, so ``SinkContext.source()`` is
+    positions they come from (``src.batch``: the batch being handed out, its SSP and first
+    offset). ``src.index`` is set past each call's last message, so ``SinkContext.source()`` is
     that message's during the call. Where a write returns an awaitable, the run's last message
     waits for it: what it waits for goes to ``hold`` and its index is returned, for the
     hand-out loop to take it as in flight. A failing function or partition rule ends the run:
@@ -390,7 +391,9 @@ def sink_run(path: OneToOnePath, rule: PartitionRule, write: SinkWrite,
                 return i
             del seg[k:]
         stop = i + len(seg)
-        ssp, first = src[0][0], src[0][1]
+        cur = src.batch
+        assert cur is not None  # (set before any run is called)
+        ssp, first = cur.ssp, cur.first
         failed: tuple[int, OperatorFailure] | None = None
         offsets: Sequence[int]
         if apply is None:
@@ -402,7 +405,7 @@ def sink_run(path: OneToOnePath, rule: PartitionRule, write: SinkWrite,
             failed = _write_runs(write, by_rule, fixed, op_id, msgs,
                                  Sources(ssp.stream_id, ssp.partition, offsets), pend,
                                  src, first) or failed
-        src[1] = stop
+        src.index = stop
         if failed is not None:
             for p in pend:  # the task stops: nothing waits for them
                 close = getattr(p, "close", None)
@@ -417,11 +420,11 @@ def sink_run(path: OneToOnePath, rule: PartitionRule, write: SinkWrite,
 
 
 def _write_runs(write: SinkWrite, rule: PartitionRule | None, fixed: int, op_id: str,
-                msgs: list[Any], sources: Sources, pend: list[Awaitable[None]], src: list[Any],
+                msgs: list[Any], sources: Sources, pend: list[Awaitable[None]], src: Cursor,
                 first: int) -> tuple[int, OperatorFailure] | None:
     """``msgs`` (from ``sources``) to ``write``, one call per run of one partition (all in
     ``fixed`` where there is no ``rule``), what the calls return to wait for added to ``pend``,
-    ``src[1]`` past each call's last message (of the batch at offset ``first``); the offset and
+    ``src.index`` past each call's last message (of the batch at offset ``first``); the offset and
     failure of the first message whose partition or write failed, or None."""
     failed: tuple[int, OperatorFailure] | None = None
     if rule is None:
@@ -446,7 +449,7 @@ def _write_runs(write: SinkWrite, rule: PartitionRule | None, fixed: int, op_id:
     whole = len(runs) == 1
     offsets = sources.offsets
     for p, a, b in runs:
-        src[1] = offsets[b - 1] - first + 1
+        src.index = offsets[b - 1] - first + 1
         try:
             w = write(p, msgs if whole else msgs[a:b], sources if whole else sources[a:b])
         except Exception as exc:
@@ -589,12 +592,12 @@ def _columns_run(process_columns: Callable[..., int] | None, cols: RunColumns, i
 
 
 def operator_run(op: Operator, downstream: list[Emit], meter: OpMeter | None,
-                 read: dict[str, int], src: list[Any],
+                 read: dict[str, int], src: Cursor,
                  hold: Callable[[list[Awaitable[None]]], None], stream_id: str, *,
                  follow: Callable[[int], None] | None = None,
                  owner_fixed: bool = False) -> BatchRun:
     """The run of ``stream_id`` into ``op`` (which gives lists of outputs, or awaitables of
-    them), its outputs forwarded to ``downstream``; ``src[1]`` follows the message being
+    them), its outputs forwarded to ``downstream``; ``src.index`` follows the message being
     processed, and ``follow``, where given, is called with a message's index before
     ``process`` takes it. A message whose outputs go async stops the run: what it waits for
     goes to ``hold`` and its index is returned, for the hand-out loop to take it as in flight.
@@ -634,7 +637,7 @@ def operator_run(op: Operator, downstream: list[Emit], meter: OpMeter | None,
                         meter.timed += j - i  # type: ignore[union-attr]
                         timed = j > i
                     if j > i:  # the message at j (if any) is for ``process``: it stopped there
-                        i = src[1] = j
+                        i = src.index = j
                         if i == end:
                             break
                 m = payloads[i]
@@ -646,7 +649,7 @@ def operator_run(op: Operator, downstream: list[Emit], meter: OpMeter | None,
                         continue
                     i -= 1
                     return i
-                src[1] = i
+                src.index = i
                 if follow is not None:
                     follow(i - 1)
                 if timed:

@@ -14,14 +14,14 @@ other partitions then (``TaskInstance.reading``).
 
 >>> from runtime.job import SSP
 >>> inbox = Chooser({"alerts": 5})
->>> inbox.append((SSP("clicks", 0), 0, ["c0", "c1"]))
->>> inbox.append((SSP("alerts", 0), 0, ["a0"]))
->>> [inbox.popleft()[0].stream_id for _ in range(2)], inbox.popleft()
+>>> inbox.append(Batch(SSP("clicks", 0), 0, ["c0", "c1"]))
+>>> inbox.append(Batch(SSP("alerts", 0), 0, ["a0"]))
+>>> [inbox.popleft().ssp.stream_id for _ in range(2)], inbox.popleft()
 (['alerts', 'clicks'], None)
 >>> inbox = Chooser({}, downstream={"by-country"})
->>> inbox.append((SSP("clicks", 0), 0, ["c0"]))
->>> inbox.append((SSP("by-country", 1), 0, ["v0"]))
->>> [inbox.popleft()[0].stream_id for _ in range(2)]
+>>> inbox.append(Batch(SSP("clicks", 0), 0, ["c0"]))
+>>> inbox.append(Batch(SSP("by-country", 1), 0, ["v0"]))
+>>> [inbox.popleft().ssp.stream_id for _ in range(2)]
 ['by-country', 'clicks']
 """
 
@@ -30,13 +30,11 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from collections.abc import Collection, Iterator, Mapping
-from typing import Any
 
+from runtime.handout import Batch
 from runtime.job import SSP
 
 __all__ = ["Chooser", "Batch"]
-
-Batch = tuple[SSP, int, list[Any]]
 
 
 Rank = tuple[int, int]  # (the input's rank, 1 for an intermediate stream)
@@ -74,12 +72,12 @@ class Chooser:
         return q
 
     def append(self, batch: Batch) -> None:
-        self._queue(batch[0]).append(batch)
+        self._queue(batch.ssp).append(batch)
 
     def push_front(self, batch: Batch) -> None:
         """A batch handed back (the rest of one a higher rank preempted): it goes first in its
         rank again."""
-        self._queue(batch[0]).appendleft(batch)
+        self._queue(batch.ssp).appendleft(batch)
 
     def popleft(self) -> Batch | None:
         """The next batch to hand out, or None when none may go now."""
@@ -91,7 +89,7 @@ class Chooser:
             if only is None:
                 return q.popleft()
             for i, batch in enumerate(q):
-                if batch[0] in only:
+                if batch.ssp in only:
                     del q[i]
                     return batch
         return None
@@ -101,7 +99,7 @@ class Chooser:
         only = self.only
         if only is None:
             return any(self._queues[r] for r in self._order)
-        return any(b[0] in only for b in self)
+        return any(b.ssp in only for b in self)
 
     def outranks(self, ssp: SSP) -> bool:
         """Whether a batch of a higher rank than ``ssp``'s waits (and may go now)."""
@@ -110,7 +108,7 @@ class Chooser:
         for r in self._order:
             if r <= mine:
                 return False
-            if any(only is None or b[0] in only for b in self._queues[r]):
+            if any(only is None or b.ssp in only for b in self._queues[r]):
                 return True
         return False
 

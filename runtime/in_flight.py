@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from operators.base import Operator
+from runtime.handout import Handout
 from runtime.state.remote import RemoteCall, RemoteTableClient
 
 __all__ = ["held_back_lines", "Wait", "wait_of", "message_coroutines", "coroutine_wait", "in_flight_lines",
@@ -143,10 +144,10 @@ def coroutine_wait(awaitables: Iterable[Any], wait: Wait | None = None) -> Wait:
     return wait
 
 
-def message_coroutines(task: Any) -> dict[int, tuple[asyncio.Task[Any], list[Any], Any]]:
+def message_coroutines(task: Any) -> dict[int, tuple[asyncio.Task[Any], Handout, Any]]:
     """The asyncio tasks that complete ``task``'s messages in flight, by the id of the
     message's handout record: (asyncio task, record, the awaitables it waits for)."""
-    out: dict[int, tuple[asyncio.Task[Any], list[Any], Any]] = {}
+    out: dict[int, tuple[asyncio.Task[Any], Handout, Any]] = {}
     try:
         running = asyncio.all_tasks()
     except RuntimeError:  # no loop runs here
@@ -157,13 +158,13 @@ def message_coroutines(task: Any) -> dict[int, tuple[asyncio.Task[Any], list[Any
             continue
         names = frame.f_locals
         rec = names.get("rec")
-        if names.get("self") is task and isinstance(rec, list):
+        if names.get("self") is task and isinstance(rec, Handout):
             out[id(rec)] = (a, rec, names.get("pend"))
     return out
 
 
-def wait_of(task: Any, rec: list[Any],
-            coroutines: dict[int, tuple[asyncio.Task[Any], list[Any], Any]] | None = None
+def wait_of(task: Any, rec: Handout,
+            coroutines: dict[int, tuple[asyncio.Task[Any], Handout, Any]] | None = None
             ) -> Wait:
     """What the message of handout record ``rec`` of ``task`` (a ``TaskInstance``) waits for."""
     found = (coroutines if coroutines is not None else message_coroutines(task)).get(id(rec))
@@ -180,11 +181,11 @@ def wait_of(task: Any, rec: list[Any],
     return wait
 
 
-def _oldest(task: Any) -> tuple[int, list[Any] | None]:
+def _oldest(task: Any) -> tuple[int, Handout | None]:
     n = 0
     oldest = None
     for rec in list(task.pending):
-        if not rec[2]:
+        if not rec.done:
             n += 1
             if oldest is None:
                 oldest = rec
@@ -229,11 +230,11 @@ def in_flight_lines(tasks: Sequence[Any], now: float | None = None) -> list[str]
             lines.append(f"task {t.name!r}: no message in flight"
                          + (f"; it waits in {where}" if where else ""))
             continue
-        ssp = rec[0]
+        ssp = rec.ssp
         lines.append(
             f"task {t.name!r}: {n} message{'s' if n != 1 else ''} in flight, the oldest at stream "
-            f"{ssp.stream_id!r} partition {ssp.partition} offset {rec[1]} for "
-            f"{now - rec[3]:.1f} s: {wait_of(t, rec).text()}")
+            f"{ssp.stream_id!r} partition {ssp.partition} offset {rec.offset} for "
+            f"{now - rec.started:.1f} s: {wait_of(t, rec).text()}")
     return lines
 
 

@@ -23,7 +23,7 @@ __all__ = ["StageOutputs", "SOURCE", "CONTROL", "OUTPUT_CHUNK"]
 
 #: outputs of one timer, watermark or end-of-stream call passed on between two producer writes
 OUTPUT_CHUNK = 4096
-#: the handout record ``[ssp, offset, ...]`` of the message an asyncio task of the task
+#: the handout record (``runtime.handout.Handout``) of the message an asyncio task of the task
 #: completes, or ``CONTROL`` while outputs of a tick, a watermark or end-of-stream run; unset
 #: while the run loop hands messages out synchronously
 SOURCE: contextvars.ContextVar[Any] = contextvars.ContextVar("samza_dsl_source", default=None)

@@ -25,6 +25,7 @@ from runtime.codec import Skipped
 from runtime.dag import OperatorFailure, gather_pending
 from runtime.elastic import OtherBucket
 from runtime.event_time import DeclaredTime, EventTimeFailure, InputTime
+from runtime.handout import Batch, Cursor, Handout
 from runtime.in_flight import cancel_messages
 from runtime.job import SSP, JobModel, TaskModel
 from runtime.join_check import placement_checks
@@ -83,7 +84,7 @@ class TaskInstance:
         self.metrics = env.metrics
 
         # handout bookkeeping
-        self.pending: deque[list[Any]] = deque()  # [ssp, offset, done, started, time, went]
+        self.pending: deque[Handout] = deque()  # in handout order
         self.in_flight = 0
         self.flying: dict[SSP, int] = {}  # in flight per partition: its event time waits
         #: the task's loop waits for work or completions (nothing else of it is under way), so
@@ -91,7 +92,7 @@ class TaskInstance:
         self._parked = False
         #: while such a coroutine hands out: the first message that goes async, for it to take
         self._adopting = False
-        self._adopted: tuple[list[Any], list[Awaitable[None]]] | None = None
+        self._adopted: tuple[Handout, list[Awaitable[None]]] | None = None
         self.checkpoint: dict[SSP, int] = {}  # last fully processed offset per partition
         self.processed = 0  # user messages (control records are not counted)
         self.records = 0  # every record handed out, control records too
@@ -107,9 +108,9 @@ class TaskInstance:
         self.bootstrapping: dict[SSP, int] = {}
         self.inbox_size = 0
         self.paused = False  # the consumer skips this task's partitions while its inbox is full
-        self._cur: tuple[SSP, int, list[Any]] | None = None
+        self._cur: Batch | None = None
         self._cur_i = 0
-        self._src: list[Any] = [None, 0]  # the batch handed out, the index after its message
+        self._src = Cursor()  # the batch handed out, the index after its message
         #: what the message where an operator batch stopped waits for (``_operator_batch``)
         self._held: list[Awaitable[None]] | None = None
         self.ended: set[SSP] = set()
@@ -207,7 +208,7 @@ class TaskInstance:
 
     def add_batch(self, ssp: SSP, first_offset: int, payloads: list[Any]) -> None:
         self.clock.arrived(ssp)
-        self.inbox.append((ssp, first_offset, payloads))
+        self.inbox.append(Batch(ssp, first_offset, payloads))
         self.inbox_size += len(payloads)
         self.wake.set()
 
@@ -227,9 +228,9 @@ class TaskInstance:
         boot = self.bootstrapping
         read = self.read
         cur = self._cur
-        if cur is not None and inbox.ranked and inbox.outranks(cur[0]):
+        if cur is not None and inbox.ranked and inbox.outranks(cur.ssp):
             # a batch of a higher priority came: it goes first, the rest of this one waits
-            inbox.push_front((cur[0], cur[1] + self._cur_i, cur[2][self._cur_i:]))
+            inbox.push_front(Batch(cur.ssp, cur.first + self._cur_i, cur.payloads[self._cur_i:]))
             self._cur = None
         # intermediate records do not count against the budget, up to DOWNSTREAM_BUDGET of them
         extra = DOWNSTREAM_BUDGET if budget >= BATCH_BUDGET else 8 * budget
@@ -241,10 +242,10 @@ class TaskInstance:
                 if cur is None:
                     break
                 self._cur_i = 0
-            ssp, first, payloads = cur
+            ssp, first, payloads = cur.ssp, cur.first, cur.payloads
             bonus = extra if ssp.stream_id in downstream else 0
             budget += bonus
-            self._src[0] = cur
+            self._src.batch = cur
             start = self._cur_i
             i = self._hand_out(cur, min(len(payloads), start + budget - n), n)
             if bonus:  # what this batch took of the bonus counts no more
@@ -264,12 +265,12 @@ class TaskInstance:
         calls.handing_out = False
         return n
 
-    def _hand_out(self, cur: tuple[SSP, int, list[Any]], end: int, n: int) -> int:
+    def _hand_out(self, cur: Batch, end: int, n: int) -> int:
         """Hand out the messages of batch ``cur`` from ``_cur_i`` up to ``end`` (fewer once
         ``task.max.concurrency`` are in flight); returns the index after the last one handed out.
         ``n``: how many this round handed out before. A message completing inline is done at
         once; one that goes async is in flight, completed by ``_finish``."""
-        ssp, first, payloads = cur
+        ssp, first, payloads = cur.ssp, cur.first, cur.payloads
         pending = self.pending
         checkpoint = self.checkpoint
         max_c = self.max_concurrency
@@ -318,7 +319,7 @@ class TaskInstance:
                 else:
                     if timed:
                         t = before(m)
-                    src[1] = i
+                    src.index = i
                     pend = entry(m) if held is None else held  # held: handed out by the batch
                     if calls.made:
                         pend = calls.take(pend)
@@ -333,14 +334,13 @@ class TaskInstance:
                     if t is not None:  # counts now if none of its partition is in flight
                         pend, t = tm.meanwhile(t, pend, self.flying.get(ssp, 0))
                     if pend is None:
-                        pending.append([ssp, first + i - 1, True, 0, t])
+                        pending.append(Handout(ssp, first + i - 1, True, 0, t))
                         continue
                 if last_done >= 0:
                     checkpoint[ssp] = first + last_done - 1
                     last_done = -1
-                # the last: how many went through the task before it, for its error
-                rec = [ssp, first + i - 1, False, time.monotonic(), t,
-                       self.processed + n + i - 1 - self._cur_i]
+                rec = Handout(ssp, first + i - 1, False, time.monotonic(), t,
+                              self.processed + n + i - 1 - self._cur_i)  # went before it
                 pending.append(rec)
                 self.in_flight += 1
                 self.flying[ssp] = self.flying.get(ssp, 0) + 1
@@ -374,7 +374,7 @@ class TaskInstance:
             # completed it (rule 18)
             read = self.read
             read[ssp.stream_id] = read.get(ssp.stream_id, 0) - 1
-            self._src[1] = i
+            self._src.index = i
             return tm.neighbour(m.time)
         if not self._control(ssp, m):
             return None
@@ -385,7 +385,7 @@ class TaskInstance:
             pend = tm.handed_out_mark(mark)
             if pend is not None:
                 return pend, mark
-            self.pending.append([ssp, first + i - 1, True, 0, mark])
+            self.pending.append(Handout(ssp, first + i - 1, True, 0, mark))
             return None
         # the windows take it before the next message, and it goes on into the stage's
         # intermediate streams in order; else the panes it closed are on their way: in flight
@@ -396,22 +396,20 @@ class TaskInstance:
         messages: the one this asyncio task completes, else the one being handed out."""
         rec = SOURCE.get()
         if rec is not None:
-            if rec is CONTROL:
-                return None
-            return rec[0].stream_id, rec[0].partition, rec[1]
-        cur, i = self._src
+            return None if rec is CONTROL else (rec.ssp.stream_id, rec.ssp.partition, rec.offset)
+        cur = self._src.batch
         if cur is None:
             return None
-        return cur[0].stream_id, cur[0].partition, cur[1] + i - 1
+        return cur.ssp.stream_id, cur.ssp.partition, cur.first + self._src.index - 1
 
-    async def _finish(self, rec: list[Any], pend: list[Awaitable[None]]) -> None:
+    async def _finish(self, rec: Handout, pend: list[Awaitable[None]]) -> None:
         """Completes ``rec``: awaits what it still waits for, then marks it done. While the
         task's loop is parked, it then hands out the next messages itself and takes on the first
         that goes async: a long-lived worker, with no asyncio Task and no round of the loop
         between one async message's end and the next one's start."""
         while True:
             SOURCE.set(rec)  # this asyncio task's own context: its outputs come from rec
-            t = rec[4]
+            t = rec.time
             if type(t) is list:  # the outputs' event times are recorded in its box
                 CURRENT.set(t)
             try:
@@ -419,30 +417,30 @@ class TaskInstance:
                 if self.calls.by_record:
                     await self.calls.settle_record(rec)
             except OperatorFailure as f:
-                self.fail(operator_error(self, f, rec[0], rec[1], rec[5]))
+                self.fail(operator_error(self, f, rec.ssp, rec.offset, rec.went))
                 return
             except asyncio.CancelledError:
                 return
             except RemoteCallFailure as f:
-                self.fail(call_error(self, f, rec[0], rec[1]))
+                self.fail(call_error(self, f, rec.ssp, rec.offset))
                 return
             except Exception as exc:  # a failure outside any operator
-                self.fail(TaskError(f"task {self.name!r} failed on {rec[0]} offset {rec[1]}: "
-                                    f"{exc!r}", task=self.name, stream=rec[0].stream_id,
-                                    partition=rec[0].partition, offset=rec[1]))
+                self.fail(TaskError(f"task {self.name!r} failed on {rec.ssp} offset "
+                                    f"{rec.offset}: {exc!r}", task=self.name, offset=rec.offset,
+                                    stream=rec.ssp.stream_id, partition=rec.ssp.partition))
                 return
-            rec[2] = True
+            rec.done = True
             self.in_flight -= 1
-            self.flying[rec[0]] -= 1
+            self.flying[rec.ssp] -= 1
             pending = self.pending
             checkpoint = self.checkpoint
             apply = self.clock.apply
-            while pending and pending[0][2]:
+            while pending and pending[0].done:
                 r = pending.popleft()
-                checkpoint[r[0]] = r[1]
-                t = r[4]
+                checkpoint[r.ssp] = r.offset
+                t = r.time
                 if t is not None:  # event time counts once everything before it has completed
-                    apply(r[0], t)
+                    apply(r.ssp, t)
             self.wake.set()
             if not self._parked or self.failure is not None \
                     or (self._cur is None and not self.inbox.ready()):
@@ -452,7 +450,7 @@ class TaskInstance:
                 return
             rec, pend = nxt
 
-    def _adopt(self) -> tuple[list[Any], list[Awaitable[None]]] | None:
+    def _adopt(self) -> tuple[Handout, list[Awaitable[None]]] | None:
         """Hand out messages from a completing coroutine (``_finish``); the first that goes
         async is returned for it to take on."""
         SOURCE.set(None)  # what is handed out is the message being processed
@@ -483,8 +481,8 @@ class TaskInstance:
         if self.callback_timeout_ms <= 0 or not self.in_flight:
             return
         for rec in self.pending:
-            if not rec[2]:
-                if (now - rec[3]) * 1000 > self.callback_timeout_ms:
+            if not rec.done:
+                if (now - rec.started) * 1000 > self.callback_timeout_ms:
                     self.fail(timeout_error(self, rec))
                 return
 
@@ -543,9 +541,9 @@ class TaskInstance:
     def _busy(self, ssp: SSP) -> bool:
         """The task still has records of ``ssp`` queued, being handed out or in flight."""
         cur = self._cur
-        if cur is not None and cur[0] == ssp:
+        if cur is not None and cur.ssp == ssp:
             return True
-        return any(r[0] == ssp for r in self.pending) or any(b[0] == ssp for b in self.inbox)
+        return any(r.ssp == ssp for r in self.pending) or any(b.ssp == ssp for b in self.inbox)
 
     def reading(self, ssp: SSP) -> bool:
         """Whether the consumer reads ``ssp`` for this task: not once it ended, nor while the

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from runtime.dag import OperatorFailure
+from runtime.handout import Handout
 from runtime.in_flight import NO_KEY, wait_of
 from runtime.job import SSP
 from runtime.state.remote import RemoteCallFailure
@@ -87,10 +88,10 @@ def event_time_error(task: Any, cause: BaseException, ssp: SSP, offset: int,
     return err
 
 
-def timeout_error(task: Any, rec: list[Any]) -> CallbackTimeout:
+def timeout_error(task: Any, rec: Handout) -> CallbackTimeout:
     """The error of the message of ``rec`` that ran past the callback timeout, naming what
     it waits for: the operator, and the remote table and key, or the function."""
-    ssp = rec[0]
+    ssp = rec.ssp
     wait = wait_of(task, rec)
     if wait.table is not None:
         advice = (f"check the service of remote table {wait.table!r}, give its functions a "
@@ -99,8 +100,8 @@ def timeout_error(task: Any, rec: list[Any]) -> CallbackTimeout:
         advice = "add a timeout to the call it waits for, or raise task.callback.timeout.ms"
     return CallbackTimeout(
         f"task {task.name!r}: the message at {ssp.stream_id!r} partition {ssp.partition} "
-        f"offset {rec[1]} did not complete within task.callback.timeout.ms="
+        f"offset {rec.offset} did not complete within task.callback.timeout.ms="
         f"{task.callback_timeout_ms}: {wait.text()}. {advice[0].upper()}{advice[1:]}. The "
         f"checkpoint stays before this offset, so a restart reprocesses it",
         op_id=wait.op_id, task=task.name, stream=ssp.stream_id, partition=ssp.partition,
-        offset=rec[1], table=wait.table, key=None if wait.key is NO_KEY else wait.key)
+        offset=rec.offset, table=wait.table, key=None if wait.key is NO_KEY else wait.key)

@@ -16,6 +16,7 @@ from operators.window import WindowOperator
 from runtime.batch import BatchRun, operator_run, sink_run, stream_run
 from runtime.dag import Emit, OperatorFailure, chain, metered
 from runtime.event_time import DeclaredTime, InputTime, WindowMoves, input_time
+from runtime.handout import Cursor
 from runtime.job import SSP
 from runtime.metrics import Metrics, OpMeter
 from runtime.sinks import SinkProducer
@@ -49,7 +50,7 @@ class TaskWiring:
                  ssps: Sequence[SSP], partitions: Mapping[str, int],
                  operators: Mapping[str, Operator], metrics: Metrics,
                  executor: Executor | None, producer: Producer, clock: TaskClock,
-                 batching: bool, read: dict[str, int], src: list[Any],
+                 batching: bool, read: dict[str, int], src: Cursor,
                  hold: Callable[[list[Awaitable[None]]], None]) -> None:
         self.name = name
         self.plan = plan

@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from runtime.container import Container, MemoryCheckpoints
+from runtime.handout import Handout
 from runtime.late import LateCounts
 from runtime.memory import (
     MemoryBroker,
@@ -324,14 +325,14 @@ def stalled(container: Container, idle: float) -> TaskError:
     its task, stream, partition and offset, and the operator and function it waits in."""
     job = container.job.plan.job_name
     now = time.monotonic()
-    oldest: tuple[float, Any, list[Any]] | None = None
+    oldest: tuple[float, Any, Handout] | None = None
     in_flight = 0
     for t in container.tasks:
         for rec in t.pending:
-            if not rec[2]:
+            if not rec.done:
                 in_flight += 1
-                if oldest is None or rec[3] < oldest[0]:
-                    oldest = (rec[3], t, rec)
+                if oldest is None or rec.started < oldest[0]:
+                    oldest = (rec.started, t, rec)
     if oldest is None:
         processed = sum(t.processed for t in container.tasks)
         return TaskError(f"application {job!r} made no progress for {idle:.1f}s with nothing in "
@@ -339,7 +340,7 @@ def stalled(container: Container, idle: float) -> TaskError:
                          f"{container.waiting_for()}; raise run(stall_timeout=...) if a timer is "
                          f"meant to fire later")
     since, task, rec = oldest
-    ssp, offset = rec[0], rec[1]
+    ssp, offset = rec.ssp, rec.offset
     op_id = where = None
     for a in asyncio.all_tasks():
         coro = a.get_coro()

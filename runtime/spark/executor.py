@@ -61,10 +61,11 @@ from runtime.dag import (
     forward,
     metered,
 )
+from runtime.handout import Cursor
 from runtime.in_flight import coroutine_wait
 from runtime.metrics import OpMeter
 from runtime.spark.meter import LATE_SENT, add_run, meter_report, new_meter
-from runtime.spark.shuffle import DistinctKeys, Encoded, Records, RowColumns
+from runtime.spark.shuffle import DistinctKeys, Encoded, Records, RowColumns, record_message
 from runtime.systems import StreamSink
 from runtime.wiring import (
     PartitionRule,
@@ -216,7 +217,7 @@ class PassExecutor:
         self._held: list[Awaitable[None]] | None = None
         window = self._run_window()
         self._run_into = None if window is None else operator_run(
-            window, self._nexts(window.op_id), self.op_meters[window.op_id], {}, [None, 0],
+            window, self._nexts(window.op_id), self.op_meters[window.op_id], {}, Cursor(),
             self._hold, next(iter(self.entries)), follow=self._follow, owner_fixed=True)
         self._columns = None if window is None else _column_window(window)
 
@@ -617,7 +618,7 @@ class PassExecutor:
         assert run is not None
         recs: Sequence[tuple[Any, ...]] = records if isinstance(records, list | Records) \
             else list(records)
-        msgs = recs.messages if isinstance(recs, Records) else [r[5] for r in recs]
+        msgs = recs.messages if isinstance(recs, Records) else list(map(record_message, recs))
         cols = self._columns_of(recs, msgs)
         if cols is None and not isinstance(msgs, list):
             msgs = list(msgs)  # (made once, not run by run)
@@ -630,8 +631,8 @@ class PassExecutor:
                     i = run(msgs, i, n, None, cols)
                 except BatchFailure as b:
                     assert isinstance(b.failure, OperatorFailure)  # (no event time of its own)
-                    rec = recs[b.index]
-                    raise self._failure(b.failure, rec[0], rec[2], rec[3]) from b.failure.cause
+                    sid, _sort, part, off, _clock, _m = recs[b.index]
+                    raise self._failure(b.failure, sid, part, off) from b.failure.cause
                 pend, self._held = self._held, None
                 if i < n:
                     assert pend is not None, f"record {i} stopped the window's run"
@@ -658,9 +659,9 @@ class PassExecutor:
     def _follow(self, j: int, recs: Sequence[tuple[Any, ...]] | None = None) -> None:
         """Record ``j`` of the batch the window's run takes (or of ``recs``) is processed: what
         it writes takes its times, and ``ctx.clock()`` and ``ctx.source()`` give its."""
-        rec = (self._recs if recs is None else recs)[j]
-        self.sort_ms, self.clock_ms = rec[1], rec[4]
-        self.source = (rec[0], rec[2], rec[3])
+        sid, sort_ms, part, off, clock, _m = (self._recs if recs is None else recs)[j]
+        self.sort_ms, self.clock_ms = sort_ms, clock
+        self.source = (sid, part, off)
 
     def _hold(self, pend: list[Awaitable[None]]) -> None:
         """The record where the window's run stopped waits for ``pend`` (an async sink)."""
@@ -673,8 +674,10 @@ class PassExecutor:
         seen = self._seen
         due = self._due
         for rec in records:
-            if due is not None and due(rec[4]):
-                self._tick(rec[4])
+            if due is not None:
+                _sid, _sort, _part, _off, clock, _m = rec
+                if due(clock):
+                    self._tick(clock)
             pend = self._enter(rec)
             if pend is not None:  # an async sink: wait for it here
                 asyncio.run(_wait_all(pend, self))
@@ -707,8 +710,10 @@ class PassExecutor:
         queues = self._queues
         seen = self._seen
         for rec in records:
-            if due is not None and due(rec[4]):
-                await self._tick_async(rec[4])
+            if due is not None:
+                _sid, _sort, _part, _off, clock, _m = rec
+                if due(clock):
+                    await self._tick_async(clock)
             pend = self._enter(rec)
             if pend is not None:
                 await _wait_all(pend, self)

@@ -49,7 +49,6 @@ import contextlib
 import dataclasses
 import functools
 import itertools
-import operator
 import os
 import re
 import sys
@@ -102,6 +101,9 @@ from runtime.spark.shuffle import (
     identity,
     key_type,
     narrow_shuffle,
+    record_message,
+    record_partition,
+    record_stream,
     records_of,
     shuffle,
     to_batch,
@@ -315,7 +317,7 @@ class ReprocessResult(LateCounts):
             descriptor = self.plan.streams[sid].descriptor
             src = resolve_source(self._runner.spark, sid, descriptor,
                                  FileInput(out.path, format=out.format), 0)
-            return list(src.rdd(self._runner.spark).map(operator.itemgetter(5)).collect())
+            return list(src.rdd(self._runner.spark).map(record_message).collect())
         if out is not None:
             raise ReprocessError(f"output {sid!r} was written to {out}; read it from there")
         raise KeyError(f"no output {sid!r} in this run; outputs: {', '.join(self.outputs)}")
@@ -804,14 +806,14 @@ class _Compiler:
                 serde = plan.streams[sid].descriptor.serde
                 m = counts[sid]
                 if not isinstance(serde, KVSerde):
-                    placed = rdd.map(lambda rec: (rec[2] % m, rec))
+                    placed = rdd.map(lambda rec: (record_partition(rec) % m, rec))
                 else:
                     key_bytes = serde.key_serde.serialize
 
                     def place_keyed(it: Any) -> Any:
                         partitioner = KeyPartitioner(m, key_bytes)
                         for rec in it:
-                            yield partitioner(rec[5].key), rec
+                            yield partitioner(record_message(rec).key), rec
                     placed = rdd.mapPartitions(place_keyed)
             return PassOutput(self.spark, codec, f"read {sid}", rdd=placed).rows()
         rows = self.out[sid].rows([sid])
@@ -943,12 +945,11 @@ class _PassTask:
             with messages_die_young():
                 ex = self.executor(part, narrow)
                 read: collections.Counter[str] = collections.Counter()
-                sid_of = operator.itemgetter(0)
                 for recs in batches:
                     if type(recs) is Records:
                         read.update(recs.counts())
                     else:
-                        read.update(map(sid_of, recs))
+                        read.update(map(record_stream, recs))
                     out = ex.feed(recs)
                     if out:
                         yield out
@@ -1298,7 +1299,7 @@ def _placing(plan: Any, sid: str, partitions: int, m: int
     def keyed(i: int, recs: Iterator[Any]) -> Iterator[list[Any]]:
         partitioner = KeyPartitioner(m, key_bytes)
         for chunk in chunks(recs):
-            yield [(partitioner(rec[5].key), rec) for rec in chunk]
+            yield [(partitioner(record_message(rec).key), rec) for rec in chunk]
     return keyed
 
 
@@ -1308,7 +1309,7 @@ def _in_own_partitions(i: int, recs: Iterator[Any]) -> Iterator[list[Any]]:
 
 
 def _in_own_partition(rec: tuple[Any, ...]) -> tuple[int, tuple[Any, ...]]:
-    return rec[2], rec
+    return record_partition(rec), rec
 
 
 @contextlib.contextmanager

@@ -26,6 +26,7 @@ import contextlib
 import dataclasses
 import functools
 import itertools
+import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, cast
 
@@ -42,7 +43,8 @@ def identity(row: Any) -> Any:
 __all__ = ["SCHEMA", "COLUMNS", "ROW", "ORDER", "OFFSET_ORDER", "BATCH", "PassOutput", "encode",
            "records_of", "Records", "LazyMessages", "RowColumns", "DistinctKeys", "narrow_shuffle", "to_batch", "ShuffleCodec", "Encoded", "carried_batch", "chunks",
            "shuffle", "landing_keys", "spark_hash_int", "broadcast_rows", "carried_columns",
-           "key_type", "SO_BITS", "FLAT"]
+           "key_type", "SO_BITS", "FLAT", "Record", "record_stream", "record_partition",
+           "record_message"]
 
 SCHEMA = "p int, sid string, sort_ms long, src int, off long, clock long, k binary, m binary"
 COLUMNS = ("p", "sid", "sort_ms", "src", "off", "clock", "k", "m")
@@ -57,6 +59,13 @@ ORDER = ("sort_ms", "src", "off", "sid")
 OFFSET_ORDER = ("src", "off", "sid")
 #: records fed to the operators at once, and rows per Arrow batch written back
 BATCH = 4096
+#: a record of a pass: (stream id, sort ms, source partition, offset, clock ms, message). A
+#: plain tuple, made in bulk (``zip``, ``Records``) and shipped between Spark's workers; other
+#: modules read a field by its getter here, or take the record apart into those names
+Record = tuple[str, int, int, int, int, Any]
+record_stream = operator.itemgetter(0)
+record_partition = operator.itemgetter(2)
+record_message = operator.itemgetter(5)
 
 #: keys of these types are loaded once per batch and shared by its records (immutable)
 _SHARED_KEYS = frozenset({str, int, float, bytes, bool, type(None)})

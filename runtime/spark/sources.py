@@ -23,7 +23,7 @@ from typing import Any
 import msgspec
 
 from runtime.spark.ahead import AheadCheck, ahead_check
-from runtime.spark.shuffle import BATCH, RowColumns, identity
+from runtime.spark.shuffle import BATCH, Record, RowColumns, identity
 from samza_dsl.connectors import SparkInput
 from samza_dsl.errors import SamzaError
 from samza_dsl.fields import field_path
@@ -37,8 +37,6 @@ __all__ = ["FileInput", "Source", "resolve_source", "row_converter", "list_files
 #: cost less a row, in Python and in the JVM
 WIDE_BATCH = 65_536
 READ_BYTES = 8 << 20
-
-Record = tuple[str, int, int, int, int, Any]
 
 
 @dataclass(frozen=True)

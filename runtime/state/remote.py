@@ -39,6 +39,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
 from typing import Any
 
+from runtime.handout import Handout
 from samza_dsl.errors import RemoteTableError
 from samza_dsl.kv import KV
 from samza_dsl.spec import RemoteTableSpec
@@ -552,7 +553,7 @@ class CallTracker:
             if self.handing_out:
                 self.made.append(call)
                 return
-        elif rec is not self.control and not rec[2]:
+        elif rec is not self.control and not rec.done:
             self.by_record.setdefault(id(rec), []).append(call)
             return
         # a window tick's output, or an asyncio task a function left running after its
@@ -566,7 +567,7 @@ class CallTracker:
         out.append(settle_calls(calls))
         return out
 
-    async def settle_record(self, rec: list[Any]) -> None:
+    async def settle_record(self, rec: Handout) -> None:
         """Wait for the calls made for the message of handout record ``rec``."""
         by_record = self.by_record
         calls = by_record.pop(id(rec), None)
@@ -580,7 +581,7 @@ class CallTracker:
             calls, self.loose = self.loose, []
             await settle_calls(calls)
 
-    def of(self, rec: list[Any]) -> list[RemoteCall]:
+    def of(self, rec: Handout) -> list[RemoteCall]:
         """The calls made for the message of handout record ``rec`` not yet settled."""
         return self.by_record.get(id(rec), [])
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from runtime import LocalRunner
-from runtime.chooser import Chooser
+from runtime.chooser import Batch, Chooser
 from runtime.container import FETCH_BATCH
 from runtime.job import SSP
 from runtime.local.system import LocalJob
@@ -144,15 +144,16 @@ def test_bootstrap_with_concurrency_completes_the_bootstrap_messages_first() -> 
 
 def test_the_chooser_hands_back_a_preempted_batch_first() -> None:
     inbox = Chooser({"high": 1})
-    inbox.append((SSP("low", 0), 0, [1, 2]))
-    inbox.push_front((SSP("low", 0), 5, [3]))
-    inbox.append((SSP("high", 0), 0, [9]))
+    inbox.append(Batch(SSP("low", 0), 0, [1, 2]))
+    inbox.push_front(Batch(SSP("low", 0), 5, [3]))
+    inbox.append(Batch(SSP("high", 0), 0, [9]))
     assert inbox.outranks(SSP("low", 0)) and not inbox.outranks(SSP("high", 0))
     inbox.only = {SSP("low", 0)}
     assert not inbox.outranks(SSP("low", 0))
-    assert inbox.popleft() == (SSP("low", 0), 5, [3])
+    b = inbox.popleft()
+    assert b is not None and (b.ssp, b.first, b.payloads) == (SSP("low", 0), 5, [3])
     inbox.only = None
-    assert [b[0].stream_id for b in (inbox.popleft(), inbox.popleft())] == ["high", "low"]
+    assert [b.ssp.stream_id for b in (inbox.popleft(), inbox.popleft())] == ["high", "low"]
     assert not inbox and not inbox.ready()
 
 

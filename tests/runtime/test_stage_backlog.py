@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime import LocalRunner, TestRunner
-from runtime.chooser import Chooser
+from runtime.chooser import Batch, Chooser
 from runtime.job import SSP
 from samza_dsl import StreamApplication
 from samza_dsl.systems import LocalSystem, MemorySystem
@@ -23,12 +23,12 @@ BOUND = 25_000
 def test_intermediate_batches_go_before_inputs_of_their_rank() -> None:
     inbox = Chooser({"alerts": 2, "archive": -1}, downstream={"by-user"})
     for sid in ("archive", "clicks", "by-user", "alerts", "clicks", "by-user"):
-        inbox.append((SSP(sid, 0), 0, [sid]))
-    assert [inbox.popleft()[0].stream_id for _ in range(6)] == [
+        inbox.append(Batch(SSP(sid, 0), 0, [sid]))
+    assert [inbox.popleft().ssp.stream_id for _ in range(6)] == [
         "alerts", "by-user", "by-user", "clicks", "clicks", "archive"]
-    inbox.append((SSP("clicks", 0), 0, [1]))
+    inbox.append(Batch(SSP("clicks", 0), 0, [1]))
     assert not inbox.outranks(SSP("by-user", 0))
-    inbox.append((SSP("by-user", 0), 0, [2]))
+    inbox.append(Batch(SSP("by-user", 0), 0, [2]))
     assert inbox.outranks(SSP("clicks", 0))
 
 
