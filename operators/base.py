@@ -51,6 +51,8 @@ class KeyValueState(Protocol):
     #: a remote table's client (``runtime.state.remote``): its reads and writes are calls to
     #: await, not values
     remote: bool
+    #: whether it writes in batches (``maybe_flush`` after each processed batch: LMDB)
+    batched_writes: bool
     #: whether a value written is kept in the store's read cache too (a store without one
     #: ignores it): off where the operator keeps the values it wrote itself (a window's panes)
     cache_writes: bool

@@ -50,7 +50,8 @@ class JoinTableOperator(Operator):
         self.user_fns = (spec.combine, spec.key_fn)
         self._combine = resolve_fn(spec.combine)
         self._key_fn = resolve_fn(spec.key_fn) if spec.key_fn is not None else None
-        self._remote: Any = None
+        #: the remote table's client, where the table is remote (``runtime.state.remote``)
+        self.remote: Any = None
         self._check: Any = None
         self._left = 1  # messages until the next placement check
 
@@ -59,7 +60,7 @@ class JoinTableOperator(Operator):
         store = ctx.store(self.table_id)
         self._get = store.get
         if store.remote:
-            self._remote = store
+            self.remote = store
         elif ctx.placement is not None:
             self._check = ctx.placement(self.op_id, 0)
         self._left = 1
@@ -79,7 +80,7 @@ class JoinTableOperator(Operator):
             if check is not None:
                 left = self._left - 1
                 self._left = left if left else check(key)
-            remote = self._remote
+            remote = self.remote
             if remote is not None:
                 value = remote.cached(key)
                 if value is remote.MISS:
@@ -92,6 +93,6 @@ class JoinTableOperator(Operator):
         return [] if result is None else [result]
 
     async def _join_remote(self, message: Any, key: Any) -> list[Any]:
-        value = await self._remote.fetch(key)  # process() found it missing from the cache
+        value = await self.remote.fetch(key)  # process() found it missing from the cache
         result = self._combine(message, None if value is None else KV(key, value))
         return [] if result is None else [result]

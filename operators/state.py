@@ -292,6 +292,8 @@ class InMemoryState:
     put: Callable[[Any, Any], None]
     #: never a remote table's client
     remote = False
+    #: every write is done at once
+    batched_writes = False
 
     def __init__(self, order: Callable[[Any], bytes] | None = None,
                  decode: Callable[[bytes], Any] | None = None) -> None:

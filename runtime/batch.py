@@ -408,7 +408,7 @@ def sink_run(path: OneToOnePath, rule: PartitionRule, write: SinkWrite,
         src.index = stop
         if failed is not None:
             for p in pend:  # the task stops: nothing waits for them
-                close = getattr(p, "close", None)
+                close = getattr(p, "close", None)  # foreign: a coroutine, or a call
                 if close is not None:
                     close()
             raise BatchFailure(failed[0] - first, failed[1]) from failed[1].cause

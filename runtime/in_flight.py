@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from operators.base import Operator
+from operators.join_table import JoinTableOperator
 from runtime.handout import Handout
 from runtime.state.remote import RemoteCall, RemoteTableClient
 
@@ -75,13 +76,14 @@ def _library_dirs() -> tuple[str, ...]:
 
 
 def _frame_of(obj: Any) -> Any:
-    return getattr(obj, "cr_frame", None) or getattr(obj, "ag_frame", None) \
-        or getattr(obj, "gi_frame", None)
+    # foreign: Python's coroutines, async generators and generators
+    return (getattr(obj, "cr_frame", None) or getattr(obj, "ag_frame", None)  # foreign
+            or getattr(obj, "gi_frame", None))  # foreign
 
 
 def _next_of(obj: Any) -> Any:
-    nxt = getattr(obj, "cr_await", None) or getattr(obj, "ag_await", None) \
-        or getattr(obj, "gi_yieldfrom", None)
+    nxt = (getattr(obj, "cr_await", None) or getattr(obj, "ag_await", None)  # foreign
+           or getattr(obj, "gi_yieldfrom", None))  # foreign: Python's generators
     if isinstance(nxt, asyncio.Task):
         return nxt.get_coro()
     return nxt
@@ -96,9 +98,8 @@ def _read_frame(frame: Any, wait: Wait, library: tuple[str, ...]) -> list[Any] |
         wait.op_id = names["op_id"]
     if isinstance(owner, Operator):
         wait.op_id = owner.op_id
-        table = getattr(owner, "table_id", None)
-        if table is not None and getattr(owner, "_remote", None) is not None and "key" in names:
-            wait.table, wait.call, wait.key = table, "read", names["key"]  # join_table's read
+        if isinstance(owner, JoinTableOperator) and owner.remote is not None and "key" in names:
+            wait.table, wait.call, wait.key = owner.table_id, "read", names["key"]
     elif isinstance(owner, RemoteTableClient):
         wait.table = owner.name
         wait.call = names.get("what") or _CALLS.get(code.co_name, wait.call)
@@ -153,7 +154,7 @@ def message_coroutines(task: Any) -> dict[int, tuple[asyncio.Task[Any], Handout,
     except RuntimeError:  # no loop runs here
         return out
     for a in running:
-        frame = getattr(a.get_coro(), "cr_frame", None)
+        frame = getattr(a.get_coro(), "cr_frame", None)  # foreign: asyncio's task's coroutine
         if frame is None or frame.f_code.co_name != "_finish":
             continue
         names = frame.f_locals
@@ -200,7 +201,7 @@ def _run_wait(task: Any) -> str | None:
     except RuntimeError:
         return None
     for a in running:
-        frame = getattr(a.get_coro(), "cr_frame", None)
+        frame = getattr(a.get_coro(), "cr_frame", None)  # foreign: asyncio's task's coroutine
         if frame is None or frame.f_code.co_name != "run" or frame.f_locals.get("self") is not task:
             continue
         obj: Any = a.get_coro()
@@ -222,7 +223,7 @@ def in_flight_lines(tasks: Sequence[Any], now: float | None = None) -> list[str]
     now = time.monotonic() if now is None else now
     lines = []
     for t in tasks:
-        if getattr(t, "done", False):
+        if t.done:
             continue
         n, rec = _oldest(t)
         if rec is None:
@@ -243,7 +244,7 @@ def held_back_lines(tasks: Sequence[Any]) -> list[str]:
     commit asked for, a window tick, a rebalance's hold) and where its run loop waits."""
     lines = []
     for t in tasks:
-        if getattr(t, "done", False):
+        if t.done:
             continue
         flags = [name for name, on in (("a commit asked for", t.commit_requested),
                                        ("a window tick", t.window_requested),

@@ -153,7 +153,7 @@ class TaskInstance:
             self.plan, model.stages, lambda name: env.open_store(model, name),
             open_remote=self._open_remote)
         self.stores = stores
-        self._flushers = [s.maybe_flush for s in stores.values() if hasattr(s, "maybe_flush")]
+        self._flushers = [s.maybe_flush for s in stores.values() if s.batched_writes]
         self._state_flushers = [op.flush_state for op in self.operators.values()
                                 if type(op).flush_state is not Operator.flush_state]
         user_ctx = UserContext(self.name, env.config, self.metrics, tables)
@@ -165,7 +165,8 @@ class TaskInstance:
             # leaves their own (every message reaches them inline): decided here, once
             ctx = OperatorContext(self.name, env.config, env.clock, stores,
                                   self.metrics, external_watermarks=True, source=self.source,
-                                  placement=placement, own_watermarks=own)
+                                  placement=placement, own_watermarks=own,
+                                  clock_ns=env.clock_ns)
             for op_id in stage.operators:
                 try:
                     self.operators[op_id].init(ctx, user_ctx)

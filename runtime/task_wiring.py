@@ -31,7 +31,7 @@ from runtime.wiring import (
     partition_of,
     record_sender,
 )
-from samza_dsl.spec import JoinSpec, WindowSpec
+from samza_dsl.spec import JoinSpec, JoinTableSpec, SendToSpec, WindowSpec
 
 __all__ = ["TaskWiring", "THREADED_OPCODES"]
 
@@ -160,7 +160,8 @@ class TaskWiring:
         executor = self.executor
         meter = self.meter(op)
         if executor is not None and spec.opcode in THREADED_OPCODES \
-                and getattr(spec, "table_id", None) not in self.plan.app.remote_tables:
+                and not (isinstance(spec, JoinTableSpec | SendToSpec)
+                         and spec.table_id in self.plan.app.remote_tables):
             process = bind_port(op, port) if isinstance(spec, JoinSpec) else op.process
             process = _threaded(process, executor)
             if meter is not None:

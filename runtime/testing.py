@@ -36,7 +36,8 @@ from runtime.memory import (
 from runtime.metrics import Metrics
 from samza_dsl import StreamApplication
 from samza_dsl.errors import SamzaError, TaskError
-from samza_dsl.systems import InputDescriptor
+from samza_dsl.stream import OutputStream
+from samza_dsl.systems import InputDescriptor, StreamDescriptor
 
 __all__ = ["TestRunner", "TestResult", "resolve_partitions", "memory_store_factory", "memory_job",
            "run_container", "STALL_TIMEOUT"]
@@ -72,7 +73,8 @@ class TestResult(LateCounts):
         self.status = status
 
     def _sid(self, output: Any) -> str:
-        sid = output if isinstance(output, str) else getattr(output, "stream_id", None)
+        sid = output if isinstance(output, str) else output.stream_id \
+            if isinstance(output, StreamDescriptor | OutputStream) else None
         if sid not in self._broker.streams:
             raise KeyError(f"no stream {sid!r} in this run; streams: "
                            f"{', '.join(sorted(self._broker.streams))}")
@@ -308,7 +310,7 @@ def _awaiting(coro: Any) -> tuple[str | None, str | None]:
     seen = 0
     while coro is not None and seen < 100:
         seen += 1
-        frame = getattr(coro, "cr_frame", None) or getattr(coro, "ag_frame", None)
+        frame = getattr(coro, "cr_frame", None)  # foreign: asyncio's task's coroutine or getattr(coro, "ag_frame", None)  # foreign
         if frame is None:
             break
         code = frame.f_code
@@ -316,7 +318,7 @@ def _awaiting(coro: Any) -> tuple[str | None, str | None]:
             op_id = frame.f_locals["op_id"]
         if not code.co_filename.startswith(library):
             where = f"{code.co_qualname}() at {code.co_filename}:{frame.f_lineno}"
-        coro = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None)
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None)  # foreign
     return op_id, where
 
 
@@ -344,7 +346,7 @@ def stalled(container: Container, idle: float) -> TaskError:
     op_id = where = None
     for a in asyncio.all_tasks():
         coro = a.get_coro()
-        frame = getattr(coro, "cr_frame", None)
+        frame = getattr(coro, "cr_frame", None)  # foreign: asyncio's task's coroutine
         if frame is not None and frame.f_code.co_name == "_finish" \
                 and frame.f_locals.get("rec") is rec:
             op_id, where = _awaiting(coro)

@@ -288,6 +288,46 @@ def test_the_scan_sees_probes_of_producers_and_operators() -> None:
     assert sum(_probed(n) is not None for n in ast.walk(tree)) == 5
 
 
+def unmarked_probes(source: str) -> list[tuple[int, str]]:
+    """The ``getattr``/``hasattr`` calls of ``source`` without a ``# foreign`` comment on one of
+    their lines: (line, the call's first line). The project's own objects declare what they
+    offer (Protocols and base classes with defaults); a probe by attribute name is for objects
+    the project does not define (a user's function, a module, aiokafka's or Spark's objects),
+    and says so."""
+    import io
+    import tokenize
+    marked: set[int] = set()
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT and tok.string.lstrip("# ").startswith("foreign"):
+            marked.add(tok.start[0])
+    lines = source.splitlines()
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id in ("getattr", "hasattr"):
+            span = range(node.lineno, (node.end_lineno or node.lineno) + 1)
+            if not marked.intersection(span):
+                found.append((node.lineno, lines[node.lineno - 1].strip()))
+    return found
+
+
+def test_no_capability_of_the_projects_own_objects_is_found_with_getattr() -> None:
+    """Across the runtime and the operators, ``getattr``/``hasattr`` only on foreign objects,
+    each marked ``# foreign: <whose>``."""
+    found = []
+    for name, path in modules().items():
+        if name.startswith(("runtime", "operators")):
+            found += [(name, line, text) for line, text in unmarked_probes(path.read_text())]
+    assert not found, "\n".join(f"{n}:{line}: {text}" for n, line, text in found)
+
+
+def test_the_scan_sees_unmarked_probes() -> None:
+    source = ("a = getattr(x, 'y', None)\nb = hasattr(x, 'y')  # foreign: a user's object\n"
+              "c = getattr(\n    x, 'z')  # foreign: a module\nd = getattr(x, 'w')  # a comment\n"
+              "e = [getattr(o, 'k')\n     for o in os]\n")
+    assert [line for line, _ in unmarked_probes(source)] == [1, 5, 6]
+
+
 #: the aiokafka internals the Kafka layer uses, each only in runtime/kafka/aiokafka_compat.py
 AIOKAFKA_INTERNALS = frozenset({
     "_sender", "_txn_manager", "_message_accumulator", "_coordinator", "_send_req", "_fetcher",

@@ -49,7 +49,8 @@ import msgspec
 import networkx as nx
 
 from operators.base import IDENTITY, Operator, OperatorContext, UserContext, resolve_fn
-from operators.partition_by import PartitionByOperator
+from operators.partition_by import BroadcastOperator, PartitionByOperator
+from operators.simple import SendToStreamOperator
 from operators.state import InMemoryState, table_state
 from runtime.batch import BatchFailure, RunColumns, operator_run
 from runtime.dag import (
@@ -322,7 +323,8 @@ class PassExecutor:
         count as message by message (their time is every call's)."""
         ops = [self.operators[o] for o in op_ids]
         last = ops[-1]
-        sid = getattr(last, "stream_id", None)
+        sid = last.stream_id if isinstance(
+            last, SendToStreamOperator | PartitionByOperator | BroadcastOperator) else None
         if sid is None or sid not in self.plan.streams:
             raise ValueError(f"a line of operators ends in {last.op_id!r}, not a send_to")
         steps = [(op.op_id, op.one_to_one(), op.process, self.op_meters[op.op_id])

@@ -28,6 +28,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from runtime.spark.outputs import SparkSink
 from samza_dsl.connectors import SparkInput
 from samza_dsl.errors import SamzaError
 from samza_dsl.kv import KV
@@ -243,7 +244,7 @@ class KafkaOutput:
         return _KafkaSink(self, stream_id)
 
 
-class _KafkaSink:
+class _KafkaSink(SparkSink):
     def __init__(self, spec: KafkaOutput, stream_id: str) -> None:
         self.spec = spec
         self.stream_id = stream_id

@@ -123,6 +123,8 @@ from samza_dsl.errors import SamzaError
 from samza_dsl.fields import field_path
 from samza_dsl.serdes import KVSerde
 from samza_dsl.spec import JoinSpec, PartitionBySpec, SendToSpec, WindowSpec
+from samza_dsl.stream import OutputStream
+from samza_dsl.systems import StreamDescriptor
 
 __all__ = ["SparkRunner", "ReprocessResult", "ReprocessError", "spark_session",
            "session_settings"]
@@ -309,7 +311,8 @@ class ReprocessResult(LateCounts):
     def messages(self, stream: Any) -> list[Any]:
         """Every message of output ``stream``, collected to the driver (KV for keyed streams).
         An output written to files is read back from them."""
-        sid = stream if isinstance(stream, str) else str(getattr(stream, "stream_id", stream))
+        sid = stream if isinstance(stream, str) else str(
+            stream.stream_id if isinstance(stream, StreamDescriptor | OutputStream) else stream)
         if sid in self._kept:
             return list(self._kept[sid].collect())
         out = self.written.get(sid)
@@ -472,14 +475,13 @@ class SparkRunner:
         run_id = uuid.uuid4().hex[:12]
         sinks = {sid: resolve_output(sid, value, run_id) for sid, value in outputs.items()}
         for sink in sinks.values():
-            if hasattr(sink, "prepare"):
-                sink.prepare(plan, counts)
+            sink.prepare(plan, counts)
 
         tally = _Counts(sc)
         dead = _arm_ahead(sc, plan, sources, tally.acc)
         read = {sid for stage in plan.stages for sid in stage.inputs}
         encoded = frozenset(sid for sid, sink in sinks.items()
-                            if getattr(sink, "format", None) == "jsonl" and sid not in read)
+                            if sink.format == "jsonl" and sid not in read)
         compiled = _Compiler(spark, plan, counts, sources, tally.acc, encoded, elasticity)
         kept: dict[str, Any] = {}
         staged: list[Any] = []
@@ -561,7 +563,7 @@ def _operator_metrics(plan: Any, counted: Mapping[str, int],
                 sent = metrics.get(f"{op_id}.{LATE_SENT}", 0)
                 m[PANES_EMITTED] = m[MESSAGES_OUT] - sent
                 m[LATE_DROPPED] = metrics.get(f"{op_id}.{LATE_DROPPED}", 0)
-                if getattr(spec, "late_to", None) is not None:
+                if isinstance(spec, WindowSpec) and spec.late_to is not None:
                     m[LATE_SENT] = sent
             out[op_id] = m
     return out
@@ -1200,7 +1202,7 @@ def _write_output(compiled: _Compiler, sid: str, sinks: dict[str, Any], kept: di
             lines = text_lines(out.rows([sid]))
         sinks[sid].stage(spark, None, lines)
         return
-    if sid in sinks and getattr(sinks[sid], "placed", False) and _chosen(plan, sid):
+    if sid in sinks and sinks[sid].placed and _chosen(plan, sid):
         # a send_to chooses the partitions: the sink writes each message where it was placed
         out = compiled.out.get(sid)
         with _call_site(sc, compiled.shuffled.get(sid)):

@@ -22,6 +22,7 @@ from typing import Any
 
 import msgspec
 
+from runtime.spark.outputs import SparkSink
 from samza_dsl.errors import SamzaError
 
 __all__ = ["FileOutput", "resolve_output", "OutputError", "text_lines"]
@@ -31,7 +32,7 @@ class OutputError(SamzaError):
     """An output that cannot be written."""
 
 
-class FileOutput:
+class FileOutput(SparkSink):
     """A JSON Lines or Parquet output directory, staged then swapped in."""
 
     def __init__(self, stream_id: str, path: Any, fmt: str, run_id: str) -> None:

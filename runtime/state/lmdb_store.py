@@ -149,6 +149,8 @@ class LmdbStore:
     put: Callable[[Any, Any], None]
     #: never a remote table's client
     remote = False
+    #: writes go out in batches (``maybe_flush``, ``flush``)
+    batched_writes = True
 
     def __init__(self, path: str, *, name: str, task: str, key_encode: Callable[[Any], bytes],
                  key_decode: Callable[[bytes], Any], value_encode: Callable[[Any], bytes],

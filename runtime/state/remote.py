@@ -169,6 +169,8 @@ class RemoteTableClient:
 
     #: operators tell a remote table from a local store by this
     remote = True
+    #: each write is a call of its own
+    batched_writes = False
     MISS = MISS
 
     def __init__(self, spec: RemoteTableSpec, *, task_name: str,
@@ -456,7 +458,7 @@ class RemoteTableClient:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
-            close = getattr(coro, "close", None)
+            close = getattr(coro, "close", None)  # foreign: a coroutine (or any awaitable)
             if close is not None:
                 close()
             raise RuntimeError(
@@ -498,8 +500,8 @@ async def close_table_functions(specs: Iterable[RemoteTableSpec]) -> None:
     seen: set[int] = set()
     for spec in specs:
         for fn in (spec.read, spec.write, spec.read_all, spec.write_all):
-            owner = getattr(fn, "__self__", fn)
-            aclose = getattr(owner, "aclose", None)
+            owner = getattr(fn, "__self__", fn)  # foreign: a user's function
+            aclose = getattr(owner, "aclose", None)  # foreign: a user's object
             if fn is None or id(owner) in seen or not callable(aclose):
                 continue
             seen.add(id(owner))
@@ -524,7 +526,7 @@ async def settle_calls(calls: list[RemoteCall]) -> None:
     for c in calls:
         exc = c.failure()
         if exc is not None:
-            raise RemoteCallFailure(getattr(exc, "table", "?"), exc)
+            raise RemoteCallFailure(getattr(exc, "table", "?"), exc)  # foreign: any exception
 
 
 class CallTracker:
