@@ -5,8 +5,9 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
+
+from runtime.metrics import Metrics as RuntimeMetrics
 
 
 class FakeClock:
@@ -40,11 +41,6 @@ class Metrics:
     def counter(self, name: str) -> Metrics.Counter:
         return self.counters.setdefault(name, Metrics.Counter())
 
-    def every(self, key: Any, seconds: float) -> bool:
-        """True the first time ``key`` is asked for, then once ``seconds`` have passed."""
-        now = time.monotonic()
-        last = self._every.get(key)
-        if last is not None and now - last < seconds:
-            return False
-        self._every[key] = now
-        return True
+    #: the runtime registry's: True the first time ``key`` is asked for, then once ``seconds``
+    #: have passed
+    every = RuntimeMetrics.every
