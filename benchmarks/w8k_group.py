@@ -78,17 +78,19 @@ def __getattr__(name: str) -> StreamApplication:
 
 
 def _share(log: Path) -> tuple[int, list[str], bool] | None:
-    """A member's last logged share: (generation, tasks, all restored)."""
+    """A member's last logged share: (generation, tasks, all restored). Only the tasks the
+    share names as restoring log a restore; those it kept from its last share do not."""
     found = None
-    restored = 0
+    restored = restoring = 0
     for line in log.read_text(errors="replace").splitlines():
         m = _RUNS.search(line)
         if m:
             tasks = [] if m.group(2) == "no task" else m.group(2).split(", ")
             found, restored = (int(m.group(1)), tasks), 0
+            restoring = len(m.group(3).split(", ")) if m.group(3) else 0
         elif "restored (" in line:
             restored += 1
-    return None if found is None else (*found, restored >= len(found[1]))
+    return None if found is None else (*found, restored >= restoring)
 
 
 def _settled(logs: list[Path], procs: list[subprocess.Popen[bytes]]) -> bool:
