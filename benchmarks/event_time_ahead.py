@@ -11,9 +11,9 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 
-from runtime.codec import StreamCodec
-from runtime.event_time_ahead import ahead_rule
-from runtime.job import SSP
+from runtime.engine.codec import StreamCodec
+from runtime.engine.event_time_ahead import ahead_rule
+from runtime.engine.job import SSP
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
 from samza_dsl.systems import LocalSystem
 

@@ -41,7 +41,7 @@ from benchmarks.peers.workload import best_of
 from benchmarks.workloads import w1_baseline
 from examples.readwrite_counter import CountInTable
 from examples.readwrite_counter import app as w1_local_app
-from runtime.codec import fast_deserializer, fast_serializer
+from runtime.engine.codec import fast_deserializer, fast_serializer
 from runtime.local.system import LocalJob
 from runtime.runner import LocalRunner
 from runtime.state.lmdb_store import LmdbStore

@@ -3,7 +3,7 @@ page open in a headless Chromium, runs interleaved, each in a fresh process.
 
     python benchmarks/ui_cost.py [--runs 3] [--scale 1.0]
 
-A run with the page serves it from the job's process (``runtime.ui``, as ``samza-dsl run --ui``
+A run with the page serves it from the job's process (``runtime.ops.ui``, as ``samza-dsl run --ui``
 does) and opens it in Chromium, the plan drawn and two live updates shown, before the clock starts; the page stays open,
 updated once a second, until the job ends. Prints one JSON line per run and the medians, and the page's cost in percent
 of W1L's messages per second.
@@ -32,8 +32,8 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
 def one_run(n: int, page: bool, browse: bool = True) -> dict[str, Any]:
     from benchmarks.local_workloads import _config, _events, _ids, _load
     from examples.readwrite_counter import app
+    from runtime.ops.ui import RunnerSource, UIServer
     from runtime.runner import LocalRunner
-    from runtime.ui import RunnerSource, UIServer
 
     d = tempfile.mkdtemp(prefix="w1l-ui-")
     pw = browser = server = None

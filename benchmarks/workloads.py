@@ -14,7 +14,7 @@ import msgspec
 from benchmarks.common import emit, timed
 from benchmarks.peers.workload import w1_messages, w1_plain_loop, w2_bare_asyncio
 from operators.hashing import partition_for
-from runtime.serde_util import default_key_bytes
+from runtime.engine.serde_util import default_key_bytes
 from runtime.testing import TestRunner
 from samza_dsl import KV, StreamApplication, Windows
 from samza_dsl.serdes import BytesSerde, KVSerde, StringSerde

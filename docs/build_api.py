@@ -35,7 +35,7 @@ MODULES = [
     "planner",
     "runtime.runner",
     "runtime.testing",
-    "runtime.late",
+    "runtime.engine.late",
     "runtime.spark",
 ]
 

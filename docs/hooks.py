@@ -76,14 +76,14 @@ def _argument_rows(parser: argparse.ArgumentParser) -> list[str]:
 
 def cli_page() -> str:
     """Each subcommand of ``samza-dsl``: its description, usage and arguments."""
-    from runtime.cli import build_parser
+    from runtime.ops.cli import build_parser
 
     def wide(prog: str) -> argparse.HelpFormatter:
         return argparse.HelpFormatter(prog, width=96)
 
     parser = build_parser()
     lines = ["# Command-line reference", "",
-             "Generated from the `samza-dsl` argument parser (`runtime/cli.py`); "
+             "Generated from the `samza-dsl` argument parser (`runtime/ops/cli.py`); "
              "`samza-dsl COMMAND --help` prints the same.", "",
              f"{parser.description}.", "", "| argument | meaning |", "|---|---|",
              *_argument_rows(parser), ""]

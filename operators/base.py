@@ -82,7 +82,7 @@ class RemoteState(KeyValueState, Protocol):
 
 class MetricsRegistry(Protocol):
     """The registry operators count in (``OperatorContext.metrics``; the runtime's is
-    ``runtime.metrics.Metrics``). A plain mutable mapping of counts, or None, does too (unit
+    ``runtime.host.metrics.Metrics``). A plain mutable mapping of counts, or None, does too (unit
     tests)."""
 
     def counter(self, name: str) -> Any:
@@ -109,14 +109,14 @@ class OperatorContext:
     stores: Mapping[str, KeyValueState] = field(default_factory=dict)
     metrics: Any = None
     #: True when the runtime computes event-time windows' watermarks (the streaming runtime
-    #: always does, from every producer feeding the task: ``runtime.watermarks``): they then
+    #: always does, from every producer feeding the task: ``runtime.engine.watermarks``): they then
     #: close on ``on_watermark``; otherwise a window advances its own watermark to the latest
     #: event time it saw (an operator on its own, Spark over event-time-sorted input)
     external_watermarks: bool = False
     #: the event-time windows (op ids) that move their own watermark to the latest event time
     #: they saw although ``external_watermarks`` is on: the streaming runtime names them when
     #: it builds the task, where one input partition alone feeds a window and every message
-    #: of it reaches the window inline, so the two are the same (``runtime.watermarks``)
+    #: of it reaches the window inline, so the two are the same (``runtime.engine.watermarks``)
     own_watermarks: Collection[str] = ()
     #: ``() -> (stream id, partition, offset)`` of the message the task is processing now, or
     #: None when the runtime cannot tell (a window tick, a watermark); reports of late messages

@@ -123,7 +123,7 @@ class SinkOperator(Operator):
 class SendToStreamOperator(PassThrough):
     """Terminal to an output stream: returns ``[message]`` for the runtime to produce (a ``KV``
     goes out as key and value). ``partition_fn``/``partition_key_fn``: the application's
-    choice of partition, which the runtime's partition rule applies (``runtime.wiring``)."""
+    choice of partition, which the runtime's partition rule applies (``runtime.engine.wiring``)."""
 
     opcode = "send_to"
 

@@ -22,7 +22,7 @@ put back by a restore (``operators.window_triggers``; Samza keeps it in memory o
 Time. Without ``event_time`` a message belongs to the pane of ``ctx.clock()`` and panes close at
 window ticks (``on_timer(now_ms)``) once ``now >= end``. With ``event_time`` (seconds, rounded to
 whole ms) the window's watermark is given to ``on_watermark``: the streaming runtime computes it
-from every producer feeding the task (``runtime.watermarks``, ``ctx.external_watermarks``);
+from every producer feeding the task (``runtime.engine.watermarks``, ``ctx.external_watermarks``);
 without ``ctx.external_watermarks`` (an operator on its own, Spark passes over event-time-sorted
 input), or where the runtime names the window in ``ctx.own_watermarks`` (one input partition
 alone feeds it and each message reaches it inline), it is the max of the event times the window

@@ -30,7 +30,7 @@ def dead_letter_stream(job_name: str) -> str:
 
 
 def metrics_stream(job_name: str) -> str:
-    """The stream the ``snapshot`` metrics reporter writes (``runtime.reporters``)."""
+    """The stream the ``snapshot`` metrics reporter writes (``runtime.host.reporters``)."""
     return f"{job_name}-metrics"
 
 

@@ -1,15 +1,16 @@
 """The runtime: everything that touches time, I/O and processes.
 
 ``from runtime import LocalRunner`` runs an application in this process. The rooms
-(docs/architecture.md):
+(docs/architecture.md), each importing only the rooms below it:
 
-- the engine, here: ``runner`` (``LocalRunner``), ``container``, ``task``, ``wiring`` (a task's
-  operator chain and senders), ``commit`` (the commit order), ``dag``, ``job``, ``elastic``,
-  ``watermarks``, ``codec``, ``checkpoints``, ``metrics``, ``systems`` (the registry of systems);
+- ``runtime.ops``: the ``samza-dsl`` command and the job page;
+- the front, here: ``runner`` (``LocalRunner``), ``testing`` (``TestRunner``) and ``memory``
+  (its in-memory system), ``run_inputs``, ``progress``, ``summary``;
+- ``runtime.spark``: reprocessing on Spark;
+- ``runtime.local`` and ``runtime.kafka``: the embedded log and Kafka, the systems a job runs on;
 - ``runtime.state``: stores, their format and codecs;
-- ``runtime.local``: the embedded log and the job on it;
-- ``runtime.kafka``: aiokafka's consumer and producer, admin, changelogs and the job on Kafka;
-- ``runtime.spark``: reprocessing on Spark.
+- ``runtime.engine``: containers, tasks, wiring, batch runs, event time, codecs, the commit;
+- ``runtime.host``: the job's directory and lock, metrics and reporters, health probes.
 """
 
 from __future__ import annotations

@@ -8,11 +8,11 @@ import asyncio
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from runtime.container import Container, MemoryCheckpoints
-from runtime.job import SSP, build_job_model
-from runtime.metrics import Metrics
-from runtime.records import EndOfStream
-from runtime.systems import Consumer, StreamSink
+from runtime.engine.container import Container, MemoryCheckpoints
+from runtime.engine.job import SSP, build_job_model
+from runtime.engine.records import EndOfStream
+from runtime.engine.systems import Consumer, StreamSink
+from runtime.host.metrics import Metrics
 from samza_dsl import StreamApplication
 from samza_dsl.config import config_value
 from samza_dsl.errors import SamzaError
@@ -20,7 +20,7 @@ from samza_dsl.kv import KV
 from samza_dsl.systems import InputDescriptor
 
 if TYPE_CHECKING:
-    from runtime.event_time_ahead import AheadRule
+    from runtime.engine.event_time_ahead import AheadRule
 
 __all__ = ["MemoryBroker", "MemoryConsumer", "MemoryProducer", "MemoryInputs", "memory_job",
            "memory_store_factory", "resolve_partitions"]
@@ -69,7 +69,7 @@ class MemoryBroker:
         return self._event
 
     def messages(self, stream_id: str, partition: int) -> list[Any]:
-        from runtime.records import is_control
+        from runtime.engine.records import is_control
 
         return [m for m in self.streams[stream_id][partition] if not is_control(m)]
 
@@ -87,7 +87,7 @@ class MemoryConsumer(Consumer):
         #: where reading of each partition began
         self.starts: dict[SSP, int] = {}
         self._woken = False
-        #: input stream -> its ``max_event_time_ahead`` check (``runtime.event_time_ahead``);
+        #: input stream -> its ``max_event_time_ahead`` check (``runtime.engine.event_time_ahead``);
         #: a message it passes over under ``dead-letter`` goes to the stream ``dead_letter``
         self.ahead: dict[str, AheadRule] = {}
         self.dead_letter: str | None = None
@@ -137,7 +137,7 @@ class MemoryConsumer(Consumer):
         ``dead-letter`` put a ``Skipped`` in their place, ``dead-letter`` also writes
         ``{"source", "error", "key", "value"}`` (as ``samza-dsl dump`` shows a dead letter) to
         the dead-letter stream."""
-        from runtime.codec import Skipped
+        from runtime.engine.codec import Skipped
 
         rule = self.ahead[ssp.stream_id]
         for i in rule.scan(batch, rule.limit()):
@@ -188,7 +188,7 @@ class MemoryProducer:
         self.broker = broker
 
     def counts(self) -> None:
-        """Nothing is counted in memory (``runtime.systems.Producer.counts``)."""
+        """Nothing is counted in memory (``runtime.engine.systems.Producer.counts``)."""
         return None
 
     def send(self, stream_id: str, partition: int, payload: Any) -> None:
@@ -204,7 +204,7 @@ class MemoryProducer:
 
     def record_sink(self, stream_id: str) -> StreamSink:
         """For the task's fused terminals: the partitions of a stream, each taking its
-        messages as they are (``runtime.systems.StreamSink`` with no ``encode``)."""
+        messages as they are (``runtime.engine.systems.StreamSink`` with no ``encode``)."""
         return StreamSink([log.append for log in self.broker.streams[stream_id]])
 
     def signal(self) -> None:
@@ -225,7 +225,7 @@ class MemoryInputs:
 
     A list is placed as a producer would place it once the run's partition counts are known
     (``placed``): a ``KV`` with a key goes to its key's partition (murmur2 of the key serialized
-    by the stream's key serde, ``runtime.wiring.partition_of``), any other message to partition
+    by the stream's key serde, ``runtime.engine.wiring.partition_of``), any other message to partition
     0; ``{partition: [messages]}`` puts them where it says."""
 
     def __init__(self, app: StreamApplication) -> None:
@@ -270,7 +270,7 @@ class MemoryInputs:
     def placed(self, plan: Any, counts: Mapping[str, int]) -> dict[str, dict[int, list[Any]]]:
         """The messages by stream and partition: each list placed by ``plan``'s partition rule
         for its stream's count in ``counts`` (a stream not in it, or no plan: one partition)."""
-        from runtime.wiring import partition_of
+        from runtime.engine.wiring import partition_of
 
         out: dict[str, dict[int, list[Any]]] = {}
         for sid, chunks in self.given.items():
@@ -363,9 +363,9 @@ def _check_ahead(plan: Any, broker: MemoryBroker, consumer: MemoryConsumer, metr
                  clock: Callable[[], int] | None) -> None:
     """The ``max_event_time_ahead`` checks of the inputs that declare one; where one passes
     messages over under ``dead-letter``, the job's dead-letter stream, in memory."""
-    from runtime.codec import serde_error_policy
-    from runtime.event_time_ahead import ahead_rule
-    from runtime.jobdir import dead_letter_stream
+    from runtime.engine.codec import serde_error_policy
+    from runtime.engine.event_time_ahead import ahead_rule
+    from runtime.host.jobdir import dead_letter_stream
 
     for sid in plan.input_streams:
         policy = serde_error_policy(plan.config, sid)

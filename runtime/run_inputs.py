@@ -27,7 +27,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from runtime.jsonlines import JsonLines
+from runtime.host.jsonlines import JsonLines
 from samza_dsl.config import job_config
 from samza_dsl.errors import SamzaError
 
@@ -74,7 +74,7 @@ def check_skips(skip: Mapping[str, Mapping[int, set[int]]], job: Any,
     an error for a partition an input does not have, and a warning for each record this run
     will not pass over, saying why. ``ends``: the end offset of each partition named (None: not
     known)."""
-    from runtime.job import SSP
+    from runtime.engine.job import SSP
 
     for sid, parts in sorted(skip.items()):
         count = job.counts.get(sid)
@@ -217,7 +217,7 @@ def _mark(marks: dict[str, list[int]], sid: str, source: str, sample_n: int, mod
 
 async def _feed_kafka(app: Any, config: Mapping[str, Any], given: Mapping[str, Sequence[Any]],
                       source: Mapping[str, str], mode: str | None, sample_n: int) -> list[str]:
-    from runtime.jobdir import job_dir
+    from runtime.host.jobdir import job_dir
     from runtime.kafka.load_dump import encode_load, kafka_held, kafka_streams, produce_load
 
     streams = await kafka_streams(app, config)

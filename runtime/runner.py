@@ -24,11 +24,11 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
-from runtime.container import Container, MemoryCheckpoints
-from runtime.late import LateCounts, window_ids
+from runtime.engine.container import Container, MemoryCheckpoints
+from runtime.engine.late import LateCounts, window_ids
+from runtime.engine.systems import SYSTEMS, job_system
+from runtime.host.metrics import Metrics
 from runtime.memory import MemoryBroker, MemoryInputs, memory_job
-from runtime.metrics import Metrics
-from runtime.systems import SYSTEMS, job_system
 from samza_dsl import StreamApplication
 from samza_dsl.config import config_value, exactly_once, job_config, validate_config
 from samza_dsl.connectors import SinkOutput
@@ -63,7 +63,7 @@ class LocalRunner(LateCounts):
         SamzaError: inputs that do not fit the application's inputs.
 
     Late messages of the run's windows: ``late_counts`` and ``late(window, stream=...)``
-    (``runtime.late``), also in the progress line and the summary ``samza-dsl run`` prints.
+    (``runtime.engine.late``), also in the progress line and the summary ``samza-dsl run`` prints.
     With several container processes they are counted in each container.
 
     Example:
@@ -472,7 +472,7 @@ class LocalRunner(LateCounts):
     def _stop_overdue(self) -> None:
         """``task.shutdown.ms`` after the stop, the container has not stopped: it stops now,
         without waiting for its messages in flight, with an error that names them."""
-        from runtime.in_flight import in_flight_lines
+        from runtime.engine.in_flight import in_flight_lines
 
         container = self.container
         if container is None or container.closed:
@@ -972,14 +972,14 @@ def _local_ends(job: Any, skip: Mapping[str, Any]) -> dict[tuple[str, int], int]
 
 
 def uses_local_system(app: StreamApplication) -> bool:
-    """Whether ``app`` runs on the local system (``runtime.systems.job_system``)."""
+    """Whether ``app`` runs on the local system (``runtime.engine.systems.job_system``)."""
     return job_system(app) is SYSTEMS["local"]
 
 
 def _output_counts(runner: LocalRunner) -> dict[str, int]:
     """Messages this run wrote per output: its producers' counts; in memory, where the outputs
     are held anyway, their lengths."""
-    from runtime.sinks import sink_outputs
+    from runtime.engine.sinks import sink_outputs
 
     sinks = sink_outputs(runner.plan)
     written = runner.written()

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from operators.late import AFTER_END
-from runtime.jobdir import dead_letter_stream
+from runtime.host.jobdir import dead_letter_stream
 
 __all__ = ["resume_lines", "traffic_lines", "skipped_lines", "skipped_per_input", "LATE_WHY",
            "late_why_lines"]
@@ -79,7 +79,7 @@ def resume_lines(restored: Mapping[str, Mapping[Any, int]], plan: Any) -> list[s
 def skipped_per_input(counters: Mapping[str, Any], plan: Any) -> dict[str, int]:
     """The new records of each input this run read and passed over: named by --skip, or failing
     to deserialize or dated too far ahead (``max_event_time_ahead``) under the ``skip`` or
-    ``dead-letter`` policy (``runtime.codec``'s and ``runtime.event_time_ahead``'s counters)."""
+    ``dead-letter`` policy (``runtime.engine.codec``'s and ``runtime.engine.event_time_ahead``'s counters)."""
     out = {}
     for sid in _inputs(plan):
         n = int(counters.get(f"{sid}.skipped-by-request", 0)) \

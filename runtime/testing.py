@@ -22,9 +22,10 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from runtime.container import Container, MemoryCheckpoints
-from runtime.handout import Handout
-from runtime.late import LateCounts
+from runtime.engine.container import Container, MemoryCheckpoints
+from runtime.engine.handout import Handout
+from runtime.engine.late import LateCounts
+from runtime.host.metrics import Metrics
 from runtime.memory import (
     MemoryBroker,
     MemoryInputs,
@@ -33,7 +34,6 @@ from runtime.memory import (
     memory_store_factory,
     resolve_partitions,
 )
-from runtime.metrics import Metrics
 from samza_dsl import StreamApplication
 from samza_dsl.errors import SamzaError, TaskError
 from samza_dsl.stream import OutputStream
@@ -45,7 +45,7 @@ __all__ = ["TestRunner", "TestResult", "resolve_partitions", "memory_store_facto
 
 class TestResult(LateCounts):
     """Outputs of a ``TestRunner`` run, by output stream; late messages of its windows by window
-    and input stream (``late_counts``, ``late(window, stream=...)``: see ``runtime.late``).
+    and input stream (``late_counts``, ``late(window, stream=...)``: see ``runtime.engine.late``).
 
     Example:
         >>> from samza_dsl import StreamApplication
@@ -114,7 +114,7 @@ class TestResult(LateCounts):
             >>> result.counter("views.event-time-ahead-skipped")
             1
         """
-        from runtime.jobdir import dead_letter_stream
+        from runtime.host.jobdir import dead_letter_stream
 
         sid = dead_letter_stream(self.plan.job_name)
         return self.messages(sid) if sid in self._broker.streams else []

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
-from runtime.faults import POINTS, SINK_POINTS
+from runtime.engine.faults import POINTS, SINK_POINTS
 from runtime.local.system import LocalJob
 from samza_dsl import KV
 from tests.proc_helpers import finish
@@ -35,7 +35,7 @@ def run_job(app: str, job_dir: Path, env_extra: Mapping[str, str], crash_at: str
     env.update(env_extra)
     if crash_at:
         env["SAMZA_DSL_CRASH_AT"] = crash_at
-    cmd = [sys.executable, "-m", "runtime.cli", "run", app, "-c", f"job.dir={job_dir}",
+    cmd = [sys.executable, "-m", "runtime.ops.cli", "run", app, "-c", f"job.dir={job_dir}",
            "-c", f"task.commit.ms={commit_ms}", "-q", "--show", "0"] + (
         ["--follow"] if follow else [])
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from runtime.cli import build_parser
+from runtime.ops.cli import build_parser
 from samza_dsl.config import key_reference
 
 REPO = Path(__file__).resolve().parents[1]

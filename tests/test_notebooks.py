@@ -223,7 +223,7 @@ def test_normalise_replaces_only_what_changes_from_run_to_run(text: str, normali
     ("from planner import plan", ["line 1: from planner import plan ('plan' is not in planner.__all__)"]),
     ("from samza_dsl.testing import _run", ["line 1: from samza_dsl.testing import _run "
                                             "('_run' is not in samza_dsl.testing.__all__)"]),
-    ("def f():\n    import runtime.task", ["line 2: import runtime.task"]),
+    ("def f():\n    import runtime.engine.task", ["line 2: import runtime.engine.task"]),
 ])
 def test_private_imports_are_found(source: str, bad: list[str]) -> None:
     assert private_imports(source) == bad

@@ -48,7 +48,7 @@ from aiokafka.coordinator.protocol import (
     ConsumerProtocolMemberMetadata,
 )
 
-from runtime.job import JobModel
+from runtime.engine.job import JobModel
 from samza_dsl.errors import SamzaError
 
 __all__ = ["Assignment", "AssignmentRefused", "Member", "MemberTasks", "Owned", "TaskAssignor",

@@ -7,7 +7,7 @@ transactional producer of its own, and its commit is one Kafka transaction.
 - What the task writes (outputs, intermediate-stream records, changelog entries, control
   records) is sent in the background after each processed batch, as at least once, but inside
   the task's open transaction: a ``read_committed`` reader sees none of it before the commit.
-- A commit (``runtime.commit``) sends what is left, writes the task's checkpoint (its input
+- A commit (``runtime.engine.commit``) sends what is left, writes the task's checkpoint (its input
   offsets and each store's changelog position after this transaction's entries) to the
   checkpoint topic in the same transaction, and ends it (EndTxn): all of it becomes visible to
   ``read_committed`` readers together, or, after a crash, none of it.
@@ -37,14 +37,14 @@ from typing import Any
 
 from aiokafka.errors import IllegalOperation, KafkaError, UnknownError
 
-from runtime import faults
-from runtime.job import SSP
+from runtime.engine import faults
+from runtime.engine.job import SSP
+from runtime.engine.records import EndOfStream
 from runtime.kafka.aiokafka_compat import txn_manager
 from runtime.kafka.committed import client_settings, transaction_outcome
 from runtime.kafka.fence import Lease
 from runtime.kafka.system import KafkaCheckpoints, KafkaProducer, read_checkpoint_topic
 from runtime.kafka.txn_producer import FENCED_ERRORS, TransactionalProducer
-from runtime.records import EndOfStream
 from samza_dsl.errors import ProducerFenced, SamzaError, TransactionUnanswered
 
 __all__ = ["KafkaTransactions", "TaskProducer", "fence_earlier", "transactional_id"]
@@ -365,7 +365,7 @@ class TaskProducer(KafkaProducer):
 
 
 class KafkaTransactions:
-    """The exactly-once commits of a container's tasks on Kafka (``runtime.commit.Transactions``):
+    """The exactly-once commits of a container's tasks on Kafka (``runtime.engine.commit.Transactions``):
     a transactional producer per task, and each commit as one transaction."""
 
     def __init__(self, shared: KafkaProducer, checkpoints: KafkaCheckpoints, job_name: str,

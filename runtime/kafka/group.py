@@ -13,7 +13,7 @@ the session timeout moves no task.
   consumer reads them); it hands the group's revocations and assignments to the container.
 - ``GroupContainer``: a container whose tasks come and go. On a revocation it stops handing
   out, lets the messages in flight complete (bounded by ``task.shutdown.ms``) and commits each
-  task in Samza's order (``runtime.commit``); on the assignment that follows, the tasks it keeps
+  task in Samza's order (``runtime.engine.commit``); on the assignment that follows, the tasks it keeps
   go on with their stores open, the tasks it lost are closed, and new tasks have their stores
   restored in a worker thread, their inputs unread until their stores are ready, never inside
   the group's callback.
@@ -43,16 +43,16 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 
-from runtime.container import Container, restore_times, wire_behind
-from runtime.elastic import BucketFan, fan_readers
-from runtime.job import JobModel, TaskModel
+from runtime.engine.container import Container, restore_times, wire_behind
+from runtime.engine.elastic import BucketFan, fan_readers
+from runtime.engine.job import JobModel, TaskModel
+from runtime.engine.task import TaskInstance
 from runtime.kafka.aiokafka_compat import request_rejoin
 from runtime.kafka.assignor import AssignmentRefused, MemberTasks, TaskAssignor
 from runtime.kafka.exactly_once import KafkaTransactions
 from runtime.kafka.fence import Fenced, Lease, watch_coordinator
 from runtime.kafka.standby import StandbyReplicas
 from runtime.kafka.system import KafkaCheckpoints, KafkaProducer, stop_client
-from runtime.task import TaskInstance
 from samza_dsl.config import config_value
 from samza_dsl.errors import ConfigError, ProducerFenced, SamzaError, TransactionUnanswered
 

@@ -29,7 +29,7 @@ from typing import Any
 from aiokafka import TopicPartition
 
 from planner.owners import checkpoint_stream
-from runtime.codec import (
+from runtime.engine.codec import (
     Record,
     Skipped,
     StreamCodec,
@@ -37,13 +37,18 @@ from runtime.codec import (
     serde_error_policy,
     stream_serde,
 )
-from runtime.commit import warn_at_least_once
-from runtime.container import Container
-from runtime.elastic import rescale_checkpoints
-from runtime.event_time_ahead import ahead_rule
-from runtime.job import SSP, TaskModel, build_job_model, job_containers, start_generation
-from runtime.job_lock import JobLock
-from runtime.jobdir import dead_letter_stream, job_dir, metrics_stream, store_dir
+from runtime.engine.commit import warn_at_least_once
+from runtime.engine.container import Container
+from runtime.engine.elastic import rescale_checkpoints
+from runtime.engine.event_time_ahead import ahead_rule
+from runtime.engine.job import SSP, TaskModel, build_job_model, job_containers, start_generation
+from runtime.engine.records import is_control
+from runtime.engine.sinks import sink_outputs
+from runtime.engine.systems import SYSTEMS, Consumer, StateBackend, job_system
+from runtime.host.job_lock import JobLock
+from runtime.host.jobdir import dead_letter_stream, job_dir, metrics_stream, store_dir
+from runtime.host.metrics import Metrics
+from runtime.host.reporters import job_reporters, reporter_names
 from runtime.kafka.admin import (
     BrokersUnreachable,
     TopicSpec,
@@ -82,13 +87,8 @@ from runtime.kafka.system import (
     stop_client,
     true_end_offsets,
 )
-from runtime.metrics import Metrics
-from runtime.records import is_control
-from runtime.reporters import job_reporters, reporter_names
-from runtime.sinks import sink_outputs
 from runtime.state.backend import StoreBackend
 from runtime.state.lmdb_store import local_state
-from runtime.systems import SYSTEMS, Consumer, StateBackend, job_system
 from samza_dsl.config import config_value, exactly_once, job_config, job_name_of
 from samza_dsl.connectors import CONNECTOR_FACTORY, SinkOutput
 from samza_dsl.errors import ConfigError, SamzaError, SerdeError
@@ -97,7 +97,7 @@ __all__ = ["KafkaJob", "uses_kafka"]
 
 
 def uses_kafka(app: Any) -> bool:
-    """Whether ``app`` runs on Kafka (``runtime.systems.job_system``)."""
+    """Whether ``app`` runs on Kafka (``runtime.engine.systems.job_system``)."""
     return job_system(app) is SYSTEMS["kafka"]
 
 
@@ -324,7 +324,7 @@ class KafkaJob:
                                  self.codecs, self.generation,
                                  bounded=set() if self.follow else inputs, upcoming=upcoming,
                                  timeout=self.timeout, watch=self.watch)
-        # the system's classes, as the container sees them (runtime.systems)
+        # the system's classes, as the container sees them (runtime.engine.systems)
         self.consumer: Consumer = consumer
         #: exactly once: the tasks' transactional producers (``runtime.kafka.exactly_once``)
         self.txns = txns = KafkaTransactions(
@@ -490,7 +490,7 @@ class KafkaJob:
     async def start_run(self, join: bool = False) -> int:
         """The run's generation. A new run bumps it and moves the checkpoints to a changed
         ``job.elasticity.factor``; a container that ``join``s a run of several containers takes
-        the current one (``runtime.job.start_generation``)."""
+        the current one (``runtime.engine.job.start_generation``)."""
         cps = self.checkpoints
         if not join and cps.empty:
             await self.check_local_state()

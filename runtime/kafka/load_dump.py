@@ -15,7 +15,7 @@ topics: the same commands as on the embedded local log, against the topics.
   where the others are to load them once more (the tail of the file, or a file of them);
 - ``kafka_held`` counts the records a topic holds (end less start offsets);
 - ``TopicReader`` reads topics on demand and offers the part of ``LocalLog``'s reading interface
-  that ``runtime.dump`` uses, so a dump prints the same lines on both systems, a fetch at a
+  that ``runtime.ops.dump`` uses, so a dump prints the same lines on both systems, a fetch at a
   time (each bounded by its own timeout), and ``dump --limit N`` reads only the last messages.
 """
 
@@ -35,8 +35,9 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from operators.hashing import KeyPartitioner
-from runtime.codec import Record, StreamCodec, serde_error_policy, stream_serde
-from runtime.jsonlines import JsonLines
+from runtime.engine.codec import Record, StreamCodec, serde_error_policy, stream_serde
+from runtime.engine.serde_util import default_key_bytes
+from runtime.host.jsonlines import JsonLines
 from runtime.kafka.admin import TopicSpec, describe_topics, ensure_topics, retention_configs
 from runtime.kafka.outage import close_connections, quiet_aiokafka
 from runtime.kafka.resolved import fetch_position
@@ -49,7 +50,6 @@ from runtime.kafka.system import (
     stop_client,
     true_end_offsets,
 )
-from runtime.serde_util import default_key_bytes
 from samza_dsl.errors import SamzaError
 from samza_dsl.kv import KV
 from samza_dsl.serdes import KVSerde
@@ -97,7 +97,7 @@ def reader_config(config: Mapping[str, Any]) -> dict[str, Any]:
 async def kafka_streams(app: Any, config: Mapping[str, Any], timeout: float = 10.0
                         ) -> KafkaStreams:
     """Plan ``app`` against its Kafka brokers; creates nothing."""
-    from runtime.jobdir import dead_letter_stream, metrics_stream
+    from runtime.host.jobdir import dead_letter_stream, metrics_stream
     from runtime.kafka.job import KafkaJob
 
     job = KafkaJob(app, reader_config(config), timeout=timeout)  # checks the systems; no I/O
@@ -457,7 +457,7 @@ def _write_rest(msgs: Sequence[Any], rest: list[int], path: str | None, sid: str
 
 
 class TopicReader:
-    """Reads a job's topics on demand, for ``runtime.dump``: the reading part of ``LocalLog``'s
+    """Reads a job's topics on demand, for ``runtime.ops.dump``: the reading part of ``LocalLog``'s
     interface. A partition's end is the offset after its last record as of the first look at
     its topic (``true_end_offsets``); every fetch waits at most ``fetch_timeout`` seconds for
     records that the partition holds. It runs an event loop of its own: use it outside one,

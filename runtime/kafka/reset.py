@@ -11,7 +11,7 @@ import shutil
 from collections.abc import Mapping
 from typing import Any
 
-from runtime.jobdir import dead_letter_stream
+from runtime.host.jobdir import dead_letter_stream
 from runtime.kafka.admin import delete_topics, describe_topics
 from runtime.kafka.job import KafkaJob
 from runtime.kafka.load_dump import reader_config

@@ -31,10 +31,10 @@ import msgspec
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
-from runtime import checkpoints
-from runtime.job import JobModel, TaskModel
+from runtime.engine import checkpoints
+from runtime.engine.job import JobModel, TaskModel
+from runtime.host.metrics import Metrics
 from runtime.kafka.system import new_consumer
-from runtime.metrics import Metrics
 from runtime.state.lmdb_store import LmdbStore
 
 __all__ = ["StandbyReplicas", "task_stores"]

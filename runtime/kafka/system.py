@@ -29,16 +29,16 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError, OffsetOutOfRangeError
 
-from runtime import checkpoints
-from runtime.codec import BufferedProducer, Record, StreamCodec
-from runtime.job import SSP
+from runtime.engine import checkpoints
+from runtime.engine.codec import BufferedProducer, Record, StreamCodec
+from runtime.engine.job import SSP
+from runtime.engine.records import EndOfStream
+from runtime.engine.systems import Consumer
 from runtime.kafka.aiokafka_compat import builder_append, seal
 from runtime.kafka.committed import read_committed_log
 from runtime.kafka.fence import Lease
 from runtime.kafka.outage import BrokerWatch, close_connections
 from runtime.kafka.resolved import AS_FETCHED, ResolvingConsumer
-from runtime.records import EndOfStream
-from runtime.systems import Consumer
 from samza_dsl.errors import SamzaError
 
 __all__ = ["KafkaConsumer", "KafkaProducer", "KafkaCheckpoints", "CheckpointTopic", "kafka_error",
@@ -779,7 +779,7 @@ class KafkaCheckpoints:
         self.settings = dict(settings or {})
         self.timeout = timeout
         self._data: dict[str, dict[str, Any]] = {}
-        #: how many runs the job has had: control records carry it (``runtime.codec``)
+        #: how many runs the job has had: control records carry it (``runtime.engine.codec``)
         self.generation = 0
         #: the job's last ``job.elasticity.factor``
         self.elasticity = 1
@@ -787,14 +787,14 @@ class KafkaCheckpoints:
         #: on these brokers (every run records its generation before it opens a store)
         self.empty = True
         #: what a member of a consumer group stamps its checkpoints with: its group generation
-        #: and its name (``runtime.checkpoints``)
+        #: and its name (``runtime.engine.checkpoints``)
         self.stamp: dict[str, Any] = {}
         #: the producer stream of the topic (a task's own producer has it too, exactly once)
         self.stream_id = f"__checkpoint__{topic}"
         producer.add_stream(self.stream_id, topic, 1, None)
         #: per task, its event-time progress as of the checkpoint being written (``Committer``)
         self.times: dict[str, Any] = {}
-        #: per task, its sinks' record for the checkpoint being written (``runtime.sinks``)
+        #: per task, its sinks' record for the checkpoint being written (``runtime.engine.sinks``)
         self.sinks: dict[str, Any] = {}
 
     async def load(self) -> None:

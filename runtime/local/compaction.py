@@ -39,7 +39,7 @@ from typing import Any, Protocol
 import lmdb
 import msgspec
 
-from runtime import faults
+from runtime.engine import faults
 from runtime.local.log import (
     COMPACTED,
     DECODE_SEGMENT,

@@ -8,7 +8,7 @@ other tasks, other containers) see a task's records at the commit that covers th
   task): its buffers are written by nothing but its commit, so a commit of one task never makes
   another task's records visible. At-least-once jobs keep the container's one producer, which
   writes after every processed batch.
-- A commit (``runtime.commit``) runs when none of the task's messages is in flight, so the
+- A commit (``runtime.engine.commit``) runs when none of the task's messages is in flight, so the
   buffers hold exactly the outputs of the messages its checkpoint covers.
 - A record that fails to deserialize under the ``dead-letter`` policy is noted when it is read;
   its dead letter goes with the first commit whose checkpoint covers its offset.
@@ -27,8 +27,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from runtime.codec import BufferedProducer, Record
-from runtime.job import SSP, TaskModel
+from runtime.engine.codec import BufferedProducer, Record
+from runtime.engine.job import SSP, TaskModel
 from runtime.local.log import Encoded, LocalLog
 from samza_dsl.errors import SamzaError
 
@@ -131,7 +131,7 @@ class TaskOutputs(BufferedProducer):
 class LocalTransactions:
     """The exactly-once commits of a container's tasks on one local log: their producers, the
     changelog buffers their stores write to, their dead letters, and each commit as one write
-    transaction of the log (``runtime.commit.Transactions``)."""
+    transaction of the log (``runtime.engine.commit.Transactions``)."""
 
     def __init__(self, shared: BufferedProducer, log: LocalLog, written_out: Callable[[], None],
                  checkpoints: Checkpoints, tasks: list[TaskModel], dead_stream: str,

@@ -48,7 +48,7 @@ from typing import Any
 import lmdb
 import msgspec
 
-from runtime.storage import (
+from runtime.host.storage import (
     MappedPages,
     check_file_not_truncated,
     check_not_truncated,

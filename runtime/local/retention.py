@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from runtime.job import SSP, JobModel
+from runtime.engine.job import SSP, JobModel
 from runtime.local.log import LocalLog
 from samza_dsl.errors import ConfigError
 

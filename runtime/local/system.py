@@ -14,7 +14,7 @@ Inputs are bounded by default: a run processes each input up to its end as it wa
 started, then ends (``follow=True`` keeps reading until stopped). A second run resumes after the
 checkpoint.
 
-A running container holds its lock in ``<job.dir>/locks`` (``runtime.job_lock``). ``<job.dir>/log.id``
+A running container holds its lock in ``<job.dir>/locks`` (``runtime.host.job_lock``). ``<job.dir>/log.id``
 names the log that holds the job (the same id is in the log's metadata), so a log emptied or
 replaced under a job with state is an error, not a silent new start.
 """
@@ -35,8 +35,8 @@ from typing import Any
 import msgspec
 
 from operators.hashing import KeyPartitioner
-from runtime import checkpoints
-from runtime.codec import (
+from runtime.engine import checkpoints
+from runtime.engine.codec import (
     BufferedProducer,
     Record,
     Skipped,
@@ -45,31 +45,38 @@ from runtime.codec import (
     serde_error_policy,
     stream_serde,
 )
-from runtime.commit import warn_at_least_once
-from runtime.container import Container
-from runtime.elastic import rescale_checkpoints
-from runtime.event_time_ahead import ahead_rule
-from runtime.job import SSP, JobModel, TaskModel, build_job_model, job_containers, start_generation
-from runtime.job_lock import JobLock, log_id_lock
-from runtime.jobdir import dead_letter_stream, job_dir, task_dir
-from runtime.local.compaction import DELETE_RETENTION_MS, DRAIN_SECONDS, ChangelogCompactor
-from runtime.local.exactly_once import LocalTransactions
-from runtime.local.log import CorruptSegmentError, LocalLog
-from runtime.local.retention import LogTrimmer, job_targets, log_max_bytes
-from runtime.metrics import Metrics
-from runtime.records import EndOfStream, is_control
-from runtime.reporters import job_reporters
-from runtime.serde_util import default_key_bytes
-from runtime.state.backend import StoreBackend
-from runtime.state.changelog import Changelog
-from runtime.storage import (
+from runtime.engine.commit import warn_at_least_once
+from runtime.engine.container import Container
+from runtime.engine.elastic import rescale_checkpoints
+from runtime.engine.event_time_ahead import ahead_rule
+from runtime.engine.job import (
+    SSP,
+    JobModel,
+    TaskModel,
+    build_job_model,
+    job_containers,
+    start_generation,
+)
+from runtime.engine.records import EndOfStream, is_control
+from runtime.engine.serde_util import default_key_bytes
+from runtime.engine.systems import SYSTEMS, Consumer, Producer, StateBackend
+from runtime.host.job_lock import JobLock, log_id_lock
+from runtime.host.jobdir import dead_letter_stream, job_dir, task_dir
+from runtime.host.metrics import Metrics
+from runtime.host.reporters import job_reporters
+from runtime.host.storage import (
     FDS_BASE,
     FDS_PER_ENV,
     StorageError,
     ensure_open_files,
     storage_error,
 )
-from runtime.systems import SYSTEMS, Consumer, Producer, StateBackend
+from runtime.local.compaction import DELETE_RETENTION_MS, DRAIN_SECONDS, ChangelogCompactor
+from runtime.local.exactly_once import LocalTransactions
+from runtime.local.log import CorruptSegmentError, LocalLog
+from runtime.local.retention import LogTrimmer, job_targets, log_max_bytes
+from runtime.state.backend import StoreBackend
+from runtime.state.changelog import Changelog
 from samza_dsl.config import config_value, exactly_once, job_config, job_name_of
 from samza_dsl.errors import ConfigError, SamzaError, SerdeError
 from samza_dsl.kv import KV
@@ -317,7 +324,7 @@ class LocalCheckpoints:
         self.job_name = job_name
         #: per task, its event-time progress as of the checkpoint being written (``Committer``)
         self.times: dict[str, Any] = {}
-        #: per task, its sinks' record for the checkpoint being written (``runtime.sinks``)
+        #: per task, its sinks' record for the checkpoint being written (``runtime.engine.sinks``)
         self.sinks: dict[str, Any] = {}
 
     def _key(self, task_name: str) -> str:
@@ -520,7 +527,7 @@ class LocalJob:
             raise
 
     def job_lock(self) -> JobLock:
-        """The job's locks, in ``job.dir`` and in each local log it uses (``runtime.job_lock``)."""
+        """The job's locks, in ``job.dir`` and in each local log it uses (``runtime.host.job_lock``)."""
         logs = [self.log_of(s).path for s in set(self.stream_system.values())]
         return JobLock(self.root, self.job_name, logs=[*logs, self.checkpoints.log.path])
 
@@ -655,7 +662,7 @@ class LocalJob:
                                  bounded=set() if follow else inputs_of_job, upcoming=upcoming)
         producer = producer_of(main)
         producer.on_write(consumer.notify)
-        # the system's classes, as the container sees them (runtime.systems)
+        # the system's classes, as the container sees them (runtime.engine.systems)
         self.producer: Producer = producer
         self.consumer: Consumer = consumer
         self.state: StateBackend = LocalState(self.root, job, cfg, changelogs, self.metrics, dead_letter,
@@ -744,7 +751,7 @@ class LocalJob:
     def start_run(self, join: bool = False) -> int:
         """The run's generation. A new run bumps it and moves the checkpoints to a changed
         ``job.elasticity.factor``; a container that ``join``s a run of several containers takes
-        the current one (``runtime.job.start_generation``)."""
+        the current one (``runtime.engine.job.start_generation``)."""
         log = self.checkpoints.log
         gen_key, factor_key = f"generation/{self.job_name}", f"elasticity/{self.job_name}"
         raw, factor = log.get_meta(gen_key), log.get_meta(factor_key)

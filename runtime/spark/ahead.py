@@ -1,7 +1,7 @@
 """``max_event_time_ahead=`` of an input on Spark: a row whose event time is more than the
 bound ahead of the wall clock as its source partition is read follows the stream's
 ``streams.<id>.samza.serde.error`` policy, as in the streaming runtime
-(``runtime.event_time_ahead``; docs/windows.md, "Event times far ahead"):
+(``runtime.engine.event_time_ahead``; docs/windows.md, "Event times far ahead"):
 
 - ``fail``: the pass stops, naming the stream, the file (or partition) and the row, its event
   time and what to do;
@@ -23,7 +23,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from runtime.event_time_ahead import AHEAD_SKIPPED, AheadRule
+from runtime.engine.event_time_ahead import AHEAD_SKIPPED, AheadRule
 
 __all__ = ["AheadCheck", "ahead_check", "dead_letter_accumulator"]
 

@@ -45,9 +45,10 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from operators.state import order_key
-from runtime.collector import dying_young
-from runtime.dag import OperatorFailure
-from runtime.metrics import OpMeter
+from runtime.engine.collector import dying_young
+from runtime.engine.dag import OperatorFailure
+from runtime.engine.wiring import partition_of
+from runtime.host.metrics import OpMeter
 from runtime.spark.executor import Columns, PassExecutor, PassFailure
 from runtime.spark.shuffle import (
     COLUMNS,
@@ -66,7 +67,6 @@ from runtime.spark.tiers import (
     declared_windows,
     spark_tiers,
 )
-from runtime.wiring import partition_of
 from samza_dsl.aggregate import Aggregate
 from samza_dsl.kv import KV
 from samza_dsl.serdes import KVSerde

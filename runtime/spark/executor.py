@@ -30,7 +30,7 @@ is late. Window ticks (``task.window.ms``) fire as the clock passes each multipl
 at once, and their outputs go downstream in input order, so a pass gives the same result on
 every run. At the end, every operator gets ``on_end_of_stream`` (stage by stage, as a task does).
 
-Each operator is metered as in the streaming runtime (``runtime.metrics.OpMeter``, see
+Each operator is metered as in the streaming runtime (``runtime.host.metrics.OpMeter``, see
 ``runtime.spark.meter``): messages in and out and the time of its own calls, in ``meters``, and
 its calls at ticks, watermarks and end-of-stream in ``control_ns``; the runner sums them over
 tasks into ``ReprocessResult.operators``.
@@ -52,8 +52,8 @@ from operators.base import IDENTITY, Operator, OperatorContext, UserContext, res
 from operators.partition_by import BroadcastOperator, PartitionByOperator
 from operators.simple import SendToStreamOperator
 from operators.state import InMemoryState, table_state
-from runtime.batch import BatchFailure, RunColumns, operator_run
-from runtime.dag import (
+from runtime.engine.batch import BatchFailure, RunColumns, operator_run
+from runtime.engine.dag import (
     Emit,
     OperatorFailure,
     chain_one,
@@ -62,13 +62,10 @@ from runtime.dag import (
     forward,
     metered,
 )
-from runtime.handout import Cursor
-from runtime.in_flight import coroutine_wait
-from runtime.metrics import OpMeter
-from runtime.spark.meter import LATE_SENT, add_run, meter_report, new_meter
-from runtime.spark.shuffle import DistinctKeys, Encoded, Records, RowColumns, record_message
-from runtime.systems import StreamSink
-from runtime.wiring import (
+from runtime.engine.handout import Cursor
+from runtime.engine.in_flight import coroutine_wait
+from runtime.engine.systems import StreamSink
+from runtime.engine.wiring import (
     PartitionRule,
     Wiring,
     build_operators,
@@ -76,6 +73,9 @@ from runtime.wiring import (
     partition_of,
     record_sender,
 )
+from runtime.host.metrics import OpMeter
+from runtime.spark.meter import LATE_SENT, add_run, meter_report, new_meter
+from runtime.spark.shuffle import DistinctKeys, Encoded, Records, RowColumns, record_message
 from samza_dsl.config import config_value
 from samza_dsl.fields import field_path, ignores
 from samza_dsl.kv import KV
@@ -299,8 +299,8 @@ class PassExecutor:
 
     def _sender(self, stream_id: str, op_id: str) -> Emit:
         """The terminal writing to ``stream_id``: the streaming runtime's
-        (``runtime.wiring.record_sender``), the partition as it picks it
-        (``runtime.wiring.partition_of``), into this task's output (``_Partition``); a
+        (``runtime.engine.wiring.record_sender``), the partition as it picks it
+        (``runtime.engine.wiring.partition_of``), into this task's output (``_Partition``); a
         broadcast stream's records go to every partition."""
         stream = self.plan.streams[stream_id]
         rule = partition_of(self.plan, stream_id, self.counts[stream_id], self.partition,
@@ -598,7 +598,7 @@ class PassExecutor:
         """Where the records of the pass's one input go to one window alone that takes a run
         of messages in one call (``Operator.process_run``), and nothing happens between
         records (no window ticks, no watermark moved per record, no async call): that window,
-        which takes them through the streaming task's batch run (``runtime.batch.
+        which takes them through the streaming task's batch run (``runtime.engine.batch.
         operator_run``). Else None."""
         if len(self.entries) != 1 or self._due is not None or self._per_message:
             return None
@@ -746,7 +746,7 @@ class PassExecutor:
                         raise self._timed_out(busiest.op_id, task, source)
                 else:
                     await asyncio.wait({task})
-            # its outputs go on as the streaming task's (``runtime.dag.continue_outputs``),
+            # its outputs go on as the streaming task's (``runtime.engine.dag.continue_outputs``),
             # stamped with the record that made the call
             saved = (self.sort_ms, self.clock_ms, self.source)
             self.sort_ms, self.clock_ms, self.source = sort_ms, clock, source
@@ -849,7 +849,7 @@ class PassExecutor:
 
 class _Partition:
     """Where a task's sender writes the records of one target partition ``p`` of stream
-    ``sid`` (a buffer of ``runtime.wiring.record_sender``'s): ``append(m)`` adds message
+    ``sid`` (a buffer of ``runtime.engine.wiring.record_sender``'s): ``append(m)`` adds message
     ``m``'s record to the executor's output, stamped with the record being processed."""
 
     __slots__ = ("ex", "sid", "p")

@@ -356,7 +356,7 @@ async def _produce(servers: str, settings: Mapping[str, Any], topic: str, n: int
     from aiokafka import AIOKafkaProducer
 
     from operators.hashing import KeyPartitioner
-    from runtime.serde_util import default_key_bytes
+    from runtime.engine.serde_util import default_key_bytes
 
     keyed = isinstance(serde, KVSerde)
     key_bytes = serde.key_serde.serialize if keyed else default_key_bytes

@@ -1,8 +1,8 @@
 """Per-operator counts and times of a Spark pass: what ``ReprocessResult.operators`` reports.
 
-Each operator of a pass has the streaming runtime's meter (``runtime.metrics.OpMeter``), and its
-emit is the streaming chain's, metered as there (``runtime.wiring.operator_emit``,
-``runtime.dag.metered``); a Spark task also meters an operator that passes every message on
+Each operator of a pass has the streaming runtime's meter (``runtime.host.metrics.OpMeter``), and its
+emit is the streaming chain's, metered as there (``runtime.engine.wiring.operator_emit``,
+``runtime.engine.dag.metered``); a Spark task also meters an operator that passes every message on
 (a ``send_to``, a ``merge``), as a run reports every operator.
 
 Counts are exact. Time is read with ``time.perf_counter_ns``, which costs about 200 ns a read on
@@ -13,7 +13,7 @@ operator's first message too, as a task may give an operator few: its count of m
 starts at ``FIRST`` (``new_meter``) and is reported less that (``messages_in``). Calls that
 take runs of messages (a line of operators, a re-keying) are timed whole; a window that takes
 a batch's records in runs does so through the streaming task's batch run
-(``runtime.batch.operator_run``), which times a batch's first run whole and its first record
+(``runtime.engine.batch.operator_run``), which times a batch's first run whole and its first record
 taken alone, as in a task. Calls at window ticks, watermarks and end-of-stream are few and
 timed every one, apart from the sampled ones (``control_ns``).
 
@@ -32,7 +32,7 @@ What is counted, by the names the streaming runtime uses (Samza's):
 
 from __future__ import annotations
 
-from runtime.metrics import HANDLE_SAMPLE, OpMeter
+from runtime.host.metrics import HANDLE_SAMPLE, OpMeter
 
 __all__ = ["MESSAGES_IN", "MESSAGES_OUT", "HANDLE_NS", "PANES_EMITTED", "LATE_DROPPED",
            "LATE_SENT", "FIRST", "new_meter", "messages_in", "handle_ns", "meter_names",
@@ -48,7 +48,7 @@ LATE_SENT = "late-messages-sent"
 #: the columns of a ``meter_report`` (``PassExecutor.meters``)
 IN, OUT, NS, PANES = 0, 1, 2, 3
 
-#: where a Spark task's meter starts counting messages in: ``runtime.dag.metered`` times the
+#: where a Spark task's meter starts counting messages in: ``runtime.engine.dag.metered`` times the
 #: call that brings the count to a multiple of ``HANDLE_SAMPLE``, so the first one is timed
 FIRST = HANDLE_SAMPLE - 1
 

@@ -59,9 +59,9 @@ from typing import Any, cast
 
 from operators.hashing import KeyPartitioner
 from planner import refuse_remote_tables
-from runtime.collector import messages_die_young
-from runtime.job import task_name
-from runtime.late import LateCounts
+from runtime.engine.collector import messages_die_young
+from runtime.engine.job import task_name
+from runtime.engine.late import LateCounts
 from runtime.memory import resolve_partitions
 from runtime.spark.declared import (
     GENERAL_TIER,
@@ -252,7 +252,7 @@ class _Counts:
 class ReprocessResult(LateCounts):
     """What a ``reprocess`` run did: rows in and out per stream, time, the outputs, the
     late messages of its windows (``late_counts``, ``late(window, stream=...)``: see
-    ``runtime.late``; ``metrics``: counters summed over every task), and what each operator did.
+    ``runtime.engine.late``; ``metrics``: counters summed over every task), and what each operator did.
 
     ``operators``: ``{op id: {metric: value}}`` for every operator of the plan, in plan order,
     summed over every task, by the names the streaming runtime uses (``runtime.spark.meter``):
@@ -1225,7 +1225,7 @@ def _arm_ahead(sc: Any, plan: Any, sources: Mapping[str, Source], counts: Any) -
     """Give each input's ``max_event_time_ahead`` check (``runtime.spark.ahead``) its stream's
     serde error policy and the run's accumulators; the dead-letter accumulator, or None where
     no input has a check."""
-    from runtime.codec import serde_error_policy
+    from runtime.engine.codec import serde_error_policy
     from runtime.spark.ahead import dead_letter_accumulator
 
     checks = {sid: src.ahead for sid, src in sources.items() if src.ahead is not None}

@@ -97,7 +97,7 @@ class ShuffleCodec:
     It travels to the executors with the plan; each process builds its encoders there."""
 
     def __init__(self, plan: Any) -> None:
-        from runtime.codec import fast_deserializer, fast_serializer
+        from runtime.engine.codec import fast_deserializer, fast_serializer
         from samza_dsl.serdes import SafeSerde
 
         self.plan = plan

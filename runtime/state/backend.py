@@ -11,15 +11,15 @@ from typing import Any
 
 import lmdb
 
-from runtime.codec import Record, serde_error_policy
-from runtime.job import SSP, JobModel, TaskModel
-from runtime.jobdir import store_dir
-from runtime.metrics import Metrics, Sample
+from runtime.engine.codec import Record, serde_error_policy
+from runtime.engine.job import SSP, JobModel, TaskModel
+from runtime.engine.systems import StateBackend
+from runtime.host.jobdir import store_dir
+from runtime.host.metrics import Metrics, Sample
+from runtime.host.storage import storage_error
 from runtime.state.changelog import Changelog
 from runtime.state.codec import changelog_check, state_codec, table_codec
 from runtime.state.lmdb_store import LmdbStore
-from runtime.storage import storage_error
-from runtime.systems import StateBackend
 from samza_dsl.errors import ConfigError, SerdeError
 
 __all__ = ["StoreBackend"]

@@ -25,8 +25,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from operators.state import decode_key, encode_key
-from runtime.codec import Record, fast_deserializer, fast_serializer
-from runtime.job import SSP
+from runtime.engine.codec import Record, fast_deserializer, fast_serializer
+from runtime.engine.job import SSP
 from samza_dsl.errors import SerdeError
 from samza_dsl.serdes import SafeSerde, Serde
 

@@ -75,6 +75,12 @@ from typing import Any, cast
 import lmdb
 
 from operators.state import ListKey as _ListKey
+from runtime.host.storage import (
+    MappedPages,
+    check_file_not_truncated,
+    reserve_lock_file,
+    storage_error,
+)
 from runtime.state.changelog import Changelog, Check
 from runtime.state.format import MAX_KEY as _MAX_KEY
 from runtime.state.format import META_KEY as _META_KEY
@@ -92,12 +98,6 @@ from runtime.state.repair import repair as _repair
 from runtime.state.restore import open_local as _open_local
 from runtime.state.restore import open_replica as _open_replica
 from runtime.state.restore import restore as _restore
-from runtime.storage import (
-    MappedPages,
-    check_file_not_truncated,
-    reserve_lock_file,
-    storage_error,
-)
 from samza_dsl.errors import SamzaError, SerdeError
 
 __all__ = ["LmdbStore", "local_state"]

@@ -39,7 +39,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
 from typing import Any
 
-from runtime.handout import Handout
+from runtime.engine.handout import Handout
 from samza_dsl.errors import RemoteTableError
 from samza_dsl.kv import KV
 from samza_dsl.spec import RemoteTableSpec

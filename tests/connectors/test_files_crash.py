@@ -1,5 +1,5 @@
 """Files outputs under SIGKILL, for real: the job of ``files_app.py`` runs as a subprocess on the
-embedded local system and is killed at every commit point of ``runtime.faults`` (those of a
+embedded local system and is killed at every commit point of ``runtime.engine.faults`` (those of a
 task with sinks included: prepared, checkpointed, committed) and at random times (seeded).
 After each kill more input arrives and the job restarts; a last run finishes. Meanwhile a reader
 polls both folders and reads every file it sees whole. Then:
@@ -23,9 +23,9 @@ from pathlib import Path
 import msgspec
 import pyarrow.parquet as pq
 
-from runtime.faults import POINTS, SINK_POINTS
-from runtime.loader import load_app
+from runtime.engine.faults import POINTS, SINK_POINTS
 from runtime.local.system import LocalJob
+from runtime.ops.loader import load_app
 from tests.proc_helpers import finish
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,7 +42,7 @@ def _run(job_dir: Path, out: Path, crash_at: str | None,
     env["SAMZA_DSL_FILES_OUT"] = str(out)
     if crash_at:
         env["SAMZA_DSL_CRASH_AT"] = crash_at
-    cmd = [sys.executable, "-m", "runtime.cli", "run", APP, "-c", f"job.dir={job_dir}",
+    cmd = [sys.executable, "-m", "runtime.ops.cli", "run", APP, "-c", f"job.dir={job_dir}",
            "-c", "task.commit.ms=20", "-q", "--show", "0"]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)

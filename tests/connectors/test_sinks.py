@@ -1,4 +1,4 @@
-"""The connector API (``samza_dsl.connectors``) as the runtime drives it (``runtime/sinks.py``):
+"""The connector API (``samza_dsl.connectors``) as the runtime drives it (``runtime/engine/sinks.py``):
 the order of a sink's calls, what a restart hands back, back-pressure through an awaited
 write, and errors that name the sink, the stream and the task."""
 

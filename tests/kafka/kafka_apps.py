@@ -12,7 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from runtime.job import JobModel, build_job_model
+from runtime.engine.job import JobModel, build_job_model
 from samza_dsl import KV, Context, StreamApplication, Windows
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
 from samza_dsl.systems import KafkaSystem, MemorySystem

@@ -140,7 +140,7 @@ class JobProcess:
         for c in config:
             args += ["-c", c]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "runtime.cli", "run", APP, "--follow", "-q", *args],
+            [sys.executable, "-m", "runtime.ops.cli", "run", APP, "--follow", "-q", *args],
             cwd=ROOT, env=env, stdout=self._out, stderr=subprocess.STDOUT)
 
     def wait(self, timeout: float) -> int:

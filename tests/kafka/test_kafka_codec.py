@@ -17,7 +17,7 @@ from kafka_helpers import consume_all, create_topic, keyed, produce_each, run
 
 from operators.state import encode_key
 from runtime import LocalRunner
-from runtime.codec import SOURCE_HEADER
+from runtime.engine.codec import SOURCE_HEADER
 from samza_dsl import KV, StreamApplication, Windows
 from samza_dsl.errors import SamzaError, SerdeError
 from samza_dsl.serdes import JsonSerde, KVSerde, SafeSerde, StringSerde

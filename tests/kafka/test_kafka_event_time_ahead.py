@@ -14,7 +14,7 @@ import pytest
 from kafka_helpers import create_topic, keyed, produce_each, run
 
 from runtime import LocalRunner
-from runtime.codec import ERROR_HEADER, SOURCE_HEADER
+from runtime.engine.codec import ERROR_HEADER, SOURCE_HEADER
 from samza_dsl import KV, StreamApplication, Windows
 from samza_dsl.errors import EventTimeAheadError
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde

@@ -43,7 +43,7 @@ from kafka_helpers import create_topic, produce_each, run
 from txn_helpers import log_batches, read_isolated
 
 from operators.hashing import partition_for
-from runtime.faults import KAFKA_TXN_POINTS, POINTS
+from runtime.engine.faults import KAFKA_TXN_POINTS, POINTS
 from tests.proc_helpers import finish
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,7 +86,7 @@ class Proof:
         if crash_at:
             env["SAMZA_DSL_CRASH_AT"] = crash_at
         # a run that waits names what it waits for, well within the test's wait for its end
-        cmd = [sys.executable, "-m", "runtime.cli", "run", APP, "-c", f"job.dir={self.dir}",
+        cmd = [sys.executable, "-m", "runtime.ops.cli", "run", APP, "-c", f"job.dir={self.dir}",
                "-c", f"job.processing.guarantee={self.guarantee}", "-q", "--show", "0",
                "-c", "job.bounded.stall.ms=60000", *extra]
         return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
@@ -375,7 +375,7 @@ async def _run_async(proof: Proof, *extra: str) -> tuple[int, str]:
     env = {**os.environ, "TEST_KAFKA": proof.bootstrap, "TEST_TAG": proof.tag}
     env.pop("SAMZA_DSL_CRASH_AT", None)
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "runtime.cli", "run", APP, "-c", f"job.dir={proof.dir}",
+        sys.executable, "-m", "runtime.ops.cli", "run", APP, "-c", f"job.dir={proof.dir}",
         "-c", "job.processing.guarantee=exactly-once", "-q", "--show", "0", *extra, cwd=ROOT,
         env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
     try:
@@ -393,7 +393,7 @@ async def _run_async(proof: Proof, *extra: str) -> tuple[int, str]:
 
 def _dump(proof: Proof, *args: str) -> tuple[list[Any], str]:
     env = {**os.environ, "TEST_KAFKA": proof.bootstrap, "TEST_TAG": proof.tag}
-    done = subprocess.run([sys.executable, "-m", "runtime.cli", "dump", APP, "seen", *args],
+    done = subprocess.run([sys.executable, "-m", "runtime.ops.cli", "dump", APP, "seen", *args],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return [json.loads(line) for line in done.stdout.splitlines()], done.stderr

@@ -25,7 +25,7 @@ from group_helpers import (
 )
 from kafka_helpers import create_topic, keyed, produce_each, run
 
-from runtime import checkpoints
+from runtime.engine import checkpoints
 
 
 def _feed(bootstrap: str, topic: str, n: int, stop: threading.Event) -> None:

@@ -157,7 +157,7 @@ def test_a_member_whose_store_restore_fails_stops_naming_the_store_and_task_and_
     """The second member cannot open the stores of the tasks it is dealt (a file stands where
     their directories go): it stops with an error naming the store and the task; the first
     member runs every task again and every count is exact."""
-    from runtime.jobdir import store_dir
+    from runtime.host.jobdir import store_dir
 
     tag = uuid.uuid4().hex[:8]
     run(create_topic(kafka_bootstrap, f"gevents-{tag}", 4))

@@ -25,7 +25,6 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from kafka_helpers import APP_HEAD, BIN, CLI, consume_all, free_port, produce_each, run
 from outage_helpers import TcpProxy
 
-from runtime.dump import kafka_dump_lines
 from runtime.kafka.admin import describe_topics
 from runtime.kafka.load_dump import (
     PartialLoad,
@@ -35,7 +34,8 @@ from runtime.kafka.load_dump import (
     kafka_streams,
 )
 from runtime.kafka.system import offset_bounds
-from runtime.loader import load_app
+from runtime.ops.dump import kafka_dump_lines
+from runtime.ops.loader import load_app
 from runtime.run_inputs import JsonLines
 from samza_dsl.errors import SamzaError
 from samza_dsl.kv import KV

@@ -3,7 +3,7 @@ Kafka (``job.processing.guarantee=at-least-once``): the job of ``pg_kafka_app.py
 topic of 4 partitions, inserts the kept inputs into table ``events`` and upserts every input,
 repartitioned by key through an intermediate stream, into table ``latest``. It runs as a
 process (``samza-dsl run --follow``) while a thread of the test appends input to the topic,
-and is killed 20 times: at every commit point of a task with sinks (``runtime.faults``; the
+and is killed 20 times: at every commit point of a task with sinks (``runtime.engine.faults``; the
 database's commit is the prepare of ``commit.sinks-prepared``, so a kill there leaves the
 database ahead of the checkpoint and the restart replays what the database holds), after
 batches and at seeded random times. A last run drains the input. Then every kept input is a
@@ -45,7 +45,7 @@ from kafka_helpers import create_topic, run
 from pg_kafka_app import PARTITIONS, kept
 
 from operators.hashing import partition_for
-from runtime.faults import SINK_POINTS
+from runtime.engine.faults import SINK_POINTS
 from runtime.kafka.admin import describe_topics
 from samza_dsl.testing.postgres import PostgresServer
 from tests.proc_helpers import finish
@@ -121,7 +121,7 @@ class Job:
             env["SAMZA_DSL_CRASH_AT"] = crash_at
         if no_skip:
             env["TEST_PG_NO_SKIP"] = "1"
-        cmd = [sys.executable, "-m", "runtime.cli", "run", APP, "-c", f"job.dir={self.dir}",
+        cmd = [sys.executable, "-m", "runtime.ops.cli", "run", APP, "-c", f"job.dir={self.dir}",
                "-c", "job.processing.guarantee=at-least-once", "-c", "job.coordinator=static",
                "-c", "job.bounded.stall.ms=60000", "-q", "--show", "0", *extra] + \
             (["--follow"] if follow else [])

@@ -266,8 +266,8 @@ def test_the_jobs_committed_reader_drops_aborted_and_open_transactions(
     from the log's markers, whatever the broker lists as aborted: the job's checkpoint reader
     under exactly once never takes an aborted or open transaction's checkpoint (on tansu a
     read_committed consumer would: an aborted checkpoint made a restart skip inputs)."""
-    from runtime import checkpoints
-    from runtime.job import SSP
+    from runtime.engine import checkpoints
+    from runtime.engine.job import SSP
     from runtime.kafka.system import read_checkpoint_topic
     bs = kafka_bootstrap
     topic = fresh("checkpoints")

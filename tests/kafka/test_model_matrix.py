@@ -14,7 +14,7 @@ embedded system in one container and Spark; this module adds:
   the input written while they run, and exactly once under two member kills (SIGKILL at seeded
   times, a new member in each one's place) while it is written;
 - exactly once under SIGKILL at three seeded fault points per run (a processed batch, a step of
-  a commit: ``runtime.faults``) on the local system and on Kafka static, each run a bounded
+  a commit: ``runtime.engine.faults``) on the local system and on Kafka static, each run a bounded
   ``samza-dsl run`` process, until a last run finishes;
 
 each at least once and exactly once where the runner has both. Without a fault both guarantees
@@ -52,7 +52,7 @@ from test_kafka_exactly_once import committed_records
 
 from operators.hashing import partition_for
 from runtime import LocalRunner
-from runtime.faults import KAFKA_TXN_POINTS, TXN_POINTS
+from runtime.engine.faults import KAFKA_TXN_POINTS, TXN_POINTS
 from runtime.local.system import LocalJob
 from samza_dsl import AccumulationMode
 from samza_dsl.systems import LocalSystem
@@ -428,7 +428,7 @@ def run_static_under_kills(bootstrap: str, tmp: Path, case: Case, system: str, k
     """The case exactly once on ``system`` (``local``: the embedded system, two containers;
     ``kafka``: a static container), its input there at once, as bounded runs of a process that
     kills itself with SIGKILL at a seeded fault point (a processed batch, or a step of a
-    commit: ``runtime.faults``) ``kills`` times; a last run finishes. The committed outputs
+    commit: ``runtime.engine.faults``) ``kills`` times; a last run finishes. The committed outputs
     must be the model's, each once. Returns how many runs were killed (a run may end before
     its fault point)."""
     tag = uuid.uuid4().hex[:8]
@@ -459,7 +459,7 @@ def run_static_under_kills(bootstrap: str, tmp: Path, case: Case, system: str, k
         env.pop("SAMZA_DSL_CRASH_AT", None)
         if crash_at:
             env["SAMZA_DSL_CRASH_AT"] = crash_at
-        cmd = [sys.executable, "-m", "runtime.cli", "run", f"{APPS}:{attr}", "-q", "--show", "0",
+        cmd = [sys.executable, "-m", "runtime.ops.cli", "run", f"{APPS}:{attr}", "-q", "--show", "0",
                *(x for k, v in config.items() for x in ("-c", f"{k}={v}"))]
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
@@ -528,7 +528,7 @@ def test_static_containers_under_kills_exactly_once_equal_the_model(kafka_bootst
 #: kill comes before its second commit covers reading them, so the next run reads them again,
 #: and skipped that watermark as an earlier run's: 7500 reached the window before any
 #: watermark, opened a pane and was not late. Exactly once, a committed watermark of an
-#: earlier run now counts where it stands (``runtime.codec.keep_earlier_watermarks``).
+#: earlier run now counts where it stands (``runtime.engine.codec.keep_earlier_watermarks``).
 EARLIER_MARK_CASE = Case(
     data={0: [("k0", 1250, 21), ("k0", 9750, 325), ("k2", 7500, 442), ("k1", 15000, 511)]},
     ops=("hop",), end="window", kind="keyed_tumbling", size_ms=2000, early=None, late=None,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runtime.metrics import Metrics as RuntimeMetrics
+from runtime.host.metrics import Metrics as RuntimeMetrics
 
 
 class FakeClock:

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from runtime import LocalRunner
-from runtime.chooser import Batch, Chooser
-from runtime.container import FETCH_BATCH
-from runtime.job import SSP
+from runtime.engine.chooser import Batch, Chooser
+from runtime.engine.container import FETCH_BATCH
+from runtime.engine.job import SSP
 from runtime.local.system import LocalJob
 from samza_dsl import StreamApplication
 from samza_dsl.serdes import JsonSerde

@@ -39,7 +39,7 @@ def test_a_bounded_run_that_waits_on_a_hung_call_stops_and_names_it(
     config = {"job.dir": str(tmp_path / "job"), "job.bounded.stall.ms": 1200}
     runner = LocalRunner(hanging_app(), config, inputs={"in": list(range(6))})
     began = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger="runtime.container"), \
+    with caplog.at_level(logging.WARNING, logger="runtime.engine.container"), \
             pytest.raises(SamzaError) as info:
         runner.run()
     assert time.monotonic() - began < 20
@@ -78,7 +78,7 @@ def test_a_task_holding_records_back_says_what_it_waits_for() -> None:
     (a commit asked for that never ran would otherwise read as "nothing arrived")."""
     from types import SimpleNamespace
 
-    from runtime.in_flight import held_back_lines
+    from runtime.engine.in_flight import held_back_lines
 
     def task(**kw: object) -> SimpleNamespace:
         base = dict(name="Partition 1", done=False, inbox_size=0, _cur=None, commit_requested=False,

@@ -17,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runtime.container import Container, MemoryCheckpoints
-from runtime.job import SSP
+from runtime.engine.container import Container, MemoryCheckpoints
+from runtime.engine.job import SSP
 from runtime.memory import MemoryBroker, MemoryProducer, memory_job
 from runtime.testing import run_container as run_memory_container
 from samza_dsl import StreamApplication

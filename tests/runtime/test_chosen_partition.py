@@ -1,5 +1,5 @@
 """``send_to(output, partition=fn)`` and ``partition_key=fn``: the application chooses each
-message's output partition (``runtime.wiring.ChosenPartitionRule``), on TestRunner and on the
+message's output partition (``runtime.engine.wiring.ChosenPartitionRule``), on TestRunner and on the
 embedded local system with one and several containers; what cannot hold is refused when the
 pipeline is built, and a partition out of range fails the message naming the operator, the
 stream and the value."""

@@ -1,6 +1,6 @@
 """``samza-dsl plan APP``: every format, -o, and the errors a user meets (exit code 2, no traceback).
 
-Most cases call ``runtime.cli.main(argv)`` in this process; the ones about the installed console
+Most cases call ``runtime.ops.cli.main(argv)`` in this process; the ones about the installed console
 script, the working directory and a machine without Graphviz run ``samza-dsl`` as a subprocess.
 """
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.cli import main
-from runtime.loader import load_app
+from runtime.ops.cli import main
+from runtime.ops.loader import load_app
 
 REPO = Path(__file__).resolve().parents[2]
 TRENDING = "examples/trending_tags.py:app"

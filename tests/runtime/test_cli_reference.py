@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import samza_dsl
-from runtime.cli import build_parser, main
+from runtime.ops.cli import build_parser, main
 from samza_dsl.config import KNOWN_KEYS, STORE_PROPERTIES, STREAM_PROPERTIES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,7 +24,7 @@ def _subcommands() -> dict[str, argparse.ArgumentParser]:
 
 
 def test_version_prints_the_package_version_from_the_console_script() -> None:
-    proc = subprocess.run([sys.executable, "-m", "runtime.cli", "--version"], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "runtime.ops.cli", "--version"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"samza-dsl {samza_dsl.__version__}"

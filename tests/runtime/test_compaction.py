@@ -215,13 +215,13 @@ def test_restore_after_compaction_is_the_model(tmp_path_factory: Any, steps: lis
 
 def _cli(*args: str, job_dir: Path, env: dict[str, str] | None = None
          ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "runtime.cli", *args, "-c",
+    return subprocess.run([sys.executable, "-m", "runtime.ops.cli", *args, "-c",
                            f"job.dir={job_dir}"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=300)
 
 
 def _load(job_dir: Path, events: list[int]) -> None:
-    from runtime.loader import load_app
+    from runtime.ops.loader import load_app
     from samza_dsl import KV
 
     job = LocalJob(load_app(COUNTER), {"job.dir": str(job_dir)}, run=False)
@@ -233,7 +233,7 @@ def _load(job_dir: Path, events: list[int]) -> None:
 
 def _table(job_dir: Path) -> dict[str, int]:
     """The counts in the job's LMDB stores, as they are on disk."""
-    from runtime.loader import load_app
+    from runtime.ops.loader import load_app
 
     job = LocalJob(load_app(COUNTER), {"job.dir": str(job_dir)}, run=False)
     table: dict[str, int] = {}
@@ -354,7 +354,7 @@ def test_dump_shows_a_compacted_changelog_at_its_offsets(tmp_path: Path) -> None
 
 def test_a_running_job_compacts_its_changelog_below_its_checkpoints(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from runtime.loader import load_app
+    from runtime.ops.loader import load_app
     from runtime.runner import LocalRunner
 
     monkeypatch.setattr(compaction, "MIN_DIRTY", 500)
@@ -389,7 +389,7 @@ def test_a_running_job_compacts_its_changelog_below_its_checkpoints(
 def test_compact_refuses_while_the_job_runs(tmp_path: Path) -> None:
     job_dir = tmp_path / "job"
     _load(job_dir, list(range(1, 101)))
-    job = subprocess.Popen([sys.executable, "-m", "runtime.cli", "run", COUNTER, "--follow", "-q",
+    job = subprocess.Popen([sys.executable, "-m", "runtime.ops.cli", "run", COUNTER, "--follow", "-q",
                             "-c", f"job.dir={job_dir}", "-c", "task.commit.ms=100"], cwd=ROOT,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-from runtime.cli import main
 from runtime.kafka.job import KafkaJob
-from runtime.loader import load_app
 from runtime.local.log import LocalLog
 from runtime.local.system import LocalJob
+from runtime.ops.cli import main
+from runtime.ops.loader import load_app
 from runtime.runner import LocalRunner
 from samza_dsl.config import key_reference, validate_config
 from samza_dsl.errors import ConfigError

@@ -263,7 +263,7 @@ def test_containers_start_while_another_thread_holds_a_process_lock(tmp_path: Pa
     and hang, nor a transaction of the parent's open."""
     import threading
 
-    from runtime import job_lock
+    from runtime.host import job_lock
     from runtime.local import log as local_log
 
     module = _app_module(tmp_path)

@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from runtime.faults import POINTS
-from runtime.loader import load_app
+from runtime.engine.faults import POINTS
 from runtime.local.system import LocalCheckpoints, LocalJob, task_dir
+from runtime.ops.loader import load_app
 from runtime.state.lmdb_store import LmdbStore
 from tests.proc_helpers import finish
 
@@ -46,7 +46,7 @@ def _run(job_dir: Path, crash_at: str | None, kill_after: float | None,
     env.pop("SAMZA_DSL_CRASH_AT", None)
     if crash_at:
         env["SAMZA_DSL_CRASH_AT"] = crash_at
-    cmd = [sys.executable, "-m", "runtime.cli", "run", app, "-c", f"job.dir={job_dir}",
+    cmd = [sys.executable, "-m", "runtime.ops.cli", "run", app, "-c", f"job.dir={job_dir}",
            "-c", "task.commit.ms=25", "-q", "--show", "0"]
     for item in config:
         cmd += ["-c", item]

@@ -24,8 +24,8 @@ import pytest
 from test_crash import _run as run_killable
 from test_crash import pick_kill
 
-from runtime.loader import load_app
 from runtime.local.system import LocalJob
+from runtime.ops.loader import load_app
 
 APP = f"{Path(__file__).resolve().parent / 'window_crash_app.py'}:app"
 KILLS = int(os.environ.get("SAMZA_DSL_CRASH_KILLS", "12"))

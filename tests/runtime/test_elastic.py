@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from operators.hashing import murmur2, partition_for
 from runtime import LocalRunner, TestRunner
-from runtime.elastic import bucket_function, rescale_checkpoints
-from runtime.job import SSP, build_job_model, container_tasks
+from runtime.engine.elastic import bucket_function, rescale_checkpoints
+from runtime.engine.job import SSP, build_job_model, container_tasks
 from runtime.local.system import LocalJob
 from samza_dsl import KV, Context, StreamApplication
 from samza_dsl.errors import SamzaError
@@ -79,8 +79,8 @@ def test_buckets_come_from_murmur2_independent_of_the_partition() -> None:
 
 
 def test_the_bucket_hash_is_the_same_in_another_process() -> None:
-    code = ("from runtime.elastic import bucket_function\n"
-            "from runtime.job import build_job_model\n"
+    code = ("from runtime.engine.elastic import bucket_function\n"
+            "from runtime.engine.job import build_job_model\n"
             "from samza_dsl import KV\n"
             "import test_elastic as t\n"
             "from samza_dsl.systems import MemorySystem\n"

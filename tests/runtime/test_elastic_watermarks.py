@@ -90,8 +90,8 @@ def direct_app(factor: int, declared: bool) -> tuple[StreamApplication, Any]:
 
 
 def buckets_of(keys: list[str]) -> set[int]:
-    from runtime.elastic import bucket_function
-    from runtime.job import build_job_model
+    from runtime.engine.elastic import bucket_function
+    from runtime.engine.job import build_job_model
 
     app, _ = direct_app(2, False)
     job = build_job_model(app.plan(), {"views": 1, "counts": 1}, 2)

@@ -3,7 +3,7 @@
 The proof: the job of ``eos_app.py`` (one output per input carrying the input's partition and
 offset; a counter table behind an intermediate stream emitting each key's running count) runs
 as a subprocess on the local log and is killed with SIGKILL at 30 seeded points: at random
-times, after a processed batch, and at each step of a commit (``runtime.faults.TXN_POINTS``).
+times, after a processed batch, and at each step of a commit (``runtime.engine.faults.TXN_POINTS``).
 After each kill more input arrives, some of it records that do not decode (dead letters); a
 last run finishes. Then every input appears exactly once in ``seen`` (no duplicate, no gap),
 each key's counts run 1, 2, ... n with no repeat, and each dead letter is there once. The kills
@@ -28,14 +28,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from runtime.codec import SOURCE_HEADER, StreamCodec, control_record, keep_earlier_watermarks
-from runtime.faults import POINTS, TXN_POINTS
-from runtime.job import SSP
-from runtime.jobdir import dead_letter_stream
-from runtime.loader import load_app
+from runtime.engine.codec import SOURCE_HEADER, StreamCodec, control_record, keep_earlier_watermarks
+from runtime.engine.faults import POINTS, TXN_POINTS
+from runtime.engine.job import SSP
+from runtime.engine.records import EndOfStream, Watermark
+from runtime.host.jobdir import dead_letter_stream
 from runtime.local.log import LocalLog
 from runtime.local.system import LocalCheckpoints, LocalJob
-from runtime.records import EndOfStream, Watermark
+from runtime.ops.loader import load_app
 from samza_dsl import KV
 from samza_dsl.serdes import JsonSerde
 from tests.proc_helpers import finish
@@ -60,7 +60,7 @@ def _run(job_dir: Path, guarantee: str, crash_at: str | None, kill_after: float 
     env.pop("SAMZA_DSL_CRASH_AT", None)
     if crash_at:
         env["SAMZA_DSL_CRASH_AT"] = crash_at
-    cmd = [sys.executable, "-m", "runtime.cli", "run", APP, "-c", f"job.dir={job_dir}",
+    cmd = [sys.executable, "-m", "runtime.ops.cli", "run", APP, "-c", f"job.dir={job_dir}",
            "-c", f"job.processing.guarantee={guarantee}", "-c", "task.commit.ms=25",
            "-c", "streams.events.samza.serde.error=dead-letter",
            "-c", "user.eos.sleep.ms=15", "-q", "--show", "0", *extra]
@@ -228,7 +228,7 @@ def test_the_proof_finds_duplicates_at_least_once(tmp_path: Path) -> None:
 
 def _dump(job_dir: Path, stream: str) -> int:
     """How many messages ``samza-dsl dump`` prints of a stream, in another process."""
-    out = subprocess.run([sys.executable, "-m", "runtime.cli", "dump", APP, stream, "-c",
+    out = subprocess.run([sys.executable, "-m", "runtime.ops.cli", "dump", APP, stream, "-c",
                           f"job.dir={job_dir}"], cwd=ROOT, capture_output=True, text=True,
                          check=True, timeout=60)
     return sum(1 for line in out.stdout.splitlines() if line.strip())
@@ -251,7 +251,7 @@ def _visibility(tmp_path: Path, guarantee: str) -> tuple[list[tuple[int, int, in
         _load(job_dir, rng, expected, None)
     env = dict(os.environ)
     env.pop("SAMZA_DSL_CRASH_AT", None)
-    cmd = [sys.executable, "-m", "runtime.cli", "run", APP, "-c", f"job.dir={job_dir}",
+    cmd = [sys.executable, "-m", "runtime.ops.cli", "run", APP, "-c", f"job.dir={job_dir}",
            "-c", f"job.processing.guarantee={guarantee}", "-c", "task.commit.ms=2000",
            "-c", "user.eos.sleep.ms=25", "-q", "--show", "0"]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,

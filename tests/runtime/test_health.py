@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.health import HealthServer, health_address
+from runtime.host.health import HealthServer, health_address
 from samza_dsl.config import validate_config
 from samza_dsl.errors import ConfigError
 

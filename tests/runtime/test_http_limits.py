@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from runtime.http_thread import MAX_CONNECTIONS, TIMEOUT_S
-from runtime.ui import IDLE_S
-from runtime.ui import MAX_CONNECTIONS as PAGE_CONNECTIONS
+from runtime.host.http_thread import MAX_CONNECTIONS, TIMEOUT_S
+from runtime.ops.ui import IDLE_S
+from runtime.ops.ui import MAX_CONNECTIONS as PAGE_CONNECTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = os.path.join(os.path.dirname(sys.executable), "samza-dsl")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from runtime import LocalRunner
-from runtime.job_lock import JobLockedError
+from runtime.host.job_lock import JobLockedError
 from runtime.local.log import LocalLog
 from runtime.local.system import LocalJob
 

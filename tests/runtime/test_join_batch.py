@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from runtime.task_wiring import TaskWiring as TaskInstance
+from runtime.engine.task_wiring import TaskWiring as TaskInstance
 from runtime.testing import TestRunner
 from samza_dsl import KV, StreamApplication
 from samza_dsl.errors import TaskError

@@ -1,5 +1,5 @@
 """A first-stage ``partition_by`` of the message with a declared event time takes runs of messages
-with its functions mapped in C (``keyed_run`` in ``runtime.task``). Wherever a run does not
+with its functions mapped in C (``keyed_run`` in ``runtime.engine.task``). Wherever a run does not
 qualify (a time that goes back or is behind the channel's progress, a time that is not a number,
 a None or unhashable key, a raising function, a control record), the per-message loop takes the
 message with its own checks. The same job with runs turned off must give the same outputs in the
@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import runtime.batch as task_module
+import runtime.engine.batch as task_module
 from samza_dsl import StreamApplication, Windows
 from samza_dsl.errors import TaskError
 from samza_dsl.systems import MemorySystem

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from runtime import LocalRunner
-from runtime.job import SSP
+from runtime.engine.job import SSP
 from samza_dsl import StreamApplication
 from samza_dsl.errors import ConfigError, SamzaError, TaskError
 from samza_dsl.systems import MemorySystem

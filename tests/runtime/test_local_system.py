@@ -13,7 +13,7 @@ import pytest
 from example_apps import load_example
 
 from runtime import LocalRunner
-from runtime.codec import ERROR_HEADER, SOURCE_HEADER
+from runtime.engine.codec import ERROR_HEADER, SOURCE_HEADER
 from runtime.local.system import LocalCheckpoints, LocalJob, dead_letter_stream
 from samza_dsl import KV, StreamApplication
 from samza_dsl.errors import SamzaError, SerdeError

@@ -624,7 +624,7 @@ def test_the_map_is_looked_up_once_per_environment_and_again_when_it_may_have_mo
     pages (an address kept from an old map would give madvise memory that is not the map's)."""
     import lmdb
 
-    from runtime import storage
+    from runtime.host import storage
 
     looked = []
     real_maps_of = storage._maps_of
@@ -670,7 +670,7 @@ def test_the_map_is_looked_up_once_per_environment_and_again_when_it_may_have_mo
 
 
 def test_letting_go_of_mapped_pages_loses_nothing_a_live_reader_holds(tmp_path: Path) -> None:
-    from runtime.storage import MappedPages
+    from runtime.host.storage import MappedPages
 
     with LocalLog(tmp_path / "log") as log:
         log.create("s", 1)

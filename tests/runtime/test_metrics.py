@@ -16,7 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from runtime import LocalRunner
-from runtime.jobdir import metrics_stream
+from runtime.host.jobdir import metrics_stream
 from runtime.local.log import LocalLog
 from runtime.local.system import LocalJob
 from samza_dsl import KV, StreamApplication, Windows

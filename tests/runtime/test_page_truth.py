@@ -54,7 +54,7 @@ def scrape(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
 
 def status_json(job_dir: Path, cwd: Path) -> dict[str, Any]:
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
-    got = subprocess.run([sys.executable, "-m", "runtime.cli", "status", LATE_APP, "--json",
+    got = subprocess.run([sys.executable, "-m", "runtime.ops.cli", "status", LATE_APP, "--json",
                           "-c", f"job.dir={job_dir}"], cwd=cwd, env=env, capture_output=True,
                          text=True, timeout=60)
     assert got.returncode == 0, got.stderr
@@ -216,7 +216,7 @@ def test_in_flight_is_shown_on_the_operator_that_has_it_in_flight(tmp_path: Path
     import threading
 
     from runtime import LocalRunner
-    from runtime.ui import JobView, RunnerSource
+    from runtime.ops.ui import JobView, RunnerSource
     from samza_dsl import KV
 
     release = threading.Event()
@@ -261,8 +261,8 @@ def test_a_frozen_container_shows_as_stalled_not_idle(tmp_path: Path) -> None:
     import signal
     import threading
 
-    from runtime.loader import load_app
     from runtime.local.system import LocalJob
+    from runtime.ops.loader import load_app
     from tests.runtime.test_ui import CLICKS, _clicks_sample
 
     port = free_port()
@@ -327,7 +327,7 @@ def test_a_frozen_container_shows_as_stalled_not_idle(tmp_path: Path) -> None:
 def test_no_last_commit_is_shown_before_the_first_commit() -> None:
     """A container that has not committed yet shows 0 commits and no last commit; once it has,
     the time since its commit ended (as the container reports it), not since the page saw it."""
-    from runtime.ui import JobView
+    from runtime.ops.ui import JobView
 
     view = JobView()
     now = time.time()

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime import LocalRunner
-from runtime.watermarks import TaskClock
+from runtime.engine.watermarks import TaskClock
 from samza_dsl import KV, StreamApplication, Windows
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
 from samza_dsl.systems import LocalSystem
@@ -68,7 +68,7 @@ def test_a_restart_goes_on_from_the_progress_its_checkpoint_holds(tmp_path: Path
 
 
 def test_a_snapshot_comes_back_whole_and_a_foreign_one_is_ignored(tmp_path: Path) -> None:
-    from runtime.job import SSP, build_job_model
+    from runtime.engine.job import SSP, build_job_model
 
     app = _app()
     plan = app.plan()

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from runtime.container import MemoryCheckpoints
-from runtime.job import SSP
+from runtime.engine.container import MemoryCheckpoints
+from runtime.engine.job import SSP
 from runtime.memory import memory_job
 from runtime.state.remote import RemoteTableClient, TokenBucket, container_limiter
 from runtime.testing import run_container

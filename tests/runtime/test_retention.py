@@ -315,7 +315,7 @@ def test_the_summary_counts_what_the_run_wrote_though_retention_deleted_most(
         module: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import io
 
-    from runtime import task
+    from runtime.engine import task
     from runtime.runner import print_outputs
 
     # small batches: the outputs go out in many segments, so retention has whole segments to

@@ -17,7 +17,7 @@ import pytest
 
 from operators.state import encode_key
 from runtime import LocalRunner
-from runtime.codec import ERROR_HEADER, SOURCE_HEADER
+from runtime.engine.codec import ERROR_HEADER, SOURCE_HEADER
 from runtime.local.system import LocalJob, dead_letter_stream
 from runtime.testing import TestRunner
 from samza_dsl import KV, StreamApplication, Windows

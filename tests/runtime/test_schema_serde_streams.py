@@ -15,7 +15,7 @@ import pytest
 from google.protobuf.source_context_pb2 import SourceContext
 
 from runtime import LocalRunner
-from runtime.codec import ERROR_HEADER, SOURCE_HEADER
+from runtime.engine.codec import ERROR_HEADER, SOURCE_HEADER
 from runtime.local.system import LocalJob, dead_letter_stream
 from samza_dsl import KV, StreamApplication
 from samza_dsl.errors import SerdeError

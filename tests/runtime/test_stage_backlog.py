@@ -1,5 +1,5 @@
 """A stage keeps up with the stages that write to it: a task takes its intermediate partitions'
-records before its inputs' (``runtime.chooser``), reads them on while its inbox is full of input,
+records before its inputs' (``runtime.engine.chooser``), reads them on while its inbox is full of input,
 and does not count them against its batch budget. So what waits between two stages stays
 bounded however unevenly the keys fall, instead of growing with the input."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from runtime import LocalRunner, TestRunner
-from runtime.chooser import Batch, Chooser
-from runtime.job import SSP
+from runtime.engine.chooser import Batch, Chooser
+from runtime.engine.job import SSP
 from samza_dsl import StreamApplication
 from samza_dsl.systems import LocalSystem, MemorySystem
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import lmdb
 import pytest
 
-from runtime.storage import StorageError, storage_error
+from runtime.host.storage import StorageError, storage_error
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = os.path.join(os.path.dirname(sys.executable), "samza-dsl")

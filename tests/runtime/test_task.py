@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from runtime.container import MemoryCheckpoints
-from runtime.job import SSP
+from runtime.engine.container import MemoryCheckpoints
+from runtime.engine.job import SSP
 from runtime.memory import MemoryBroker, memory_job
 from runtime.testing import run_container as run_memory_container
 from samza_dsl import KV, Context, FiringType, StreamApplication, Windows

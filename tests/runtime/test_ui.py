@@ -1,4 +1,4 @@
-"""The live job page (``runtime.ui``): a job run with ``--ui``, looked at in a real headless
+"""The live job page (``runtime.ops.ui``): a job run with ``--ui``, looked at in a real headless
 Chromium as a person would see it; its JSON state; and ``samza-dsl ui`` reading a job's snapshot
 stream and a Prometheus endpoint. Chromium and the local log are real: nothing here skips."""
 
@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from runtime.ui import SnapshotSource
+from runtime.ops.ui import SnapshotSource
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "examples" / "page_view_counts.py") + ":app"
@@ -41,7 +41,7 @@ def free_port() -> int:
 
 def cli(*args: str, cwd: Path) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-m", "runtime.cli", *args], cwd=cwd, env=env,
+    return subprocess.Popen([sys.executable, "-m", "runtime.ops.cli", *args], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -91,8 +91,8 @@ def browser() -> Iterator[Any]:
 
 def feeder(job_dir: Path, stop_event: threading.Event, batches: list[int]) -> threading.Thread:
     """Loads clicks into the running job's input in bursts, one every 0.8 s until stopped."""
-    from runtime.loader import load_app
     from runtime.local.system import LocalJob
+    from runtime.ops.loader import load_app
 
     app = load_app(CLICKS)
     module = sys.modules.get(app.__module__)
@@ -151,7 +151,7 @@ def end_run(proc: subprocess.Popen[str], stop_feeding: threading.Event,
 
 def test_a_job_run_with_ui_shows_its_dag_rates_and_lag_live_in_chromium(tmp_path: Path,
                                                                         browser: Any) -> None:
-    from runtime.loader import load_app
+    from runtime.ops.loader import load_app
 
     app = load_app(CLICKS)
     port = free_port()
@@ -256,8 +256,8 @@ def test_a_run_of_two_containers_with_ui_shows_both_and_their_numbers(tmp_path: 
 
 def test_the_state_as_json_and_nothing_that_changes_the_job(tmp_path: Path) -> None:
     from examples.page_view_counts import app, sample_input
+    from runtime.ops.ui import RunnerSource, UIServer
     from runtime.runner import LocalRunner
-    from runtime.ui import RunnerSource, UIServer
 
     runner = LocalRunner(app, {"job.dir": str(tmp_path)}, inputs=sample_input(3000), follow=True)
     runner.start()
@@ -305,7 +305,7 @@ def test_the_state_as_json_and_nothing_that_changes_the_job(tmp_path: Path) -> N
 
 
 def snapshot(t_ms: int, n_in: int, lag: int, container: str = "samza-container-0") -> bytes:
-    from runtime.metrics import snapshot_record
+    from runtime.host.metrics import snapshot_record
 
     op = {"task": "Partition 0", "operator": "page-view-counts-1-filter-humans"}
     part = {"task": "Partition 0", "stream": "page-views", "partition": "0"}
@@ -429,7 +429,7 @@ def _get(port: int, path: str, host: str) -> tuple[int, str]:
 def test_the_page_answers_only_to_the_host_names_it_is_served_as() -> None:
     """A page from another site whose name resolves to 127.0.0.1 (DNS rebinding) must not read
     the job's state: any Host but the page's own names is refused."""
-    from runtime.ui import UIServer
+    from runtime.ops.ui import UIServer
 
     server = UIServer(_NoSnapshots(), None, JOB, "127.0.0.1", 0, interval=0.2)
     server.start()

@@ -50,7 +50,7 @@ def test_the_demo_reflects_its_input_and_reprocessing_gives_the_same(tmp_path: P
     assert any(ln.startswith("late: ") for ln in lines), run.stdout
 
     # the outputs, as the user sees them
-    from runtime.loader import load_app
+    from runtime.ops.loader import load_app
 
     outputs = sorted(load_app(app)._outputs)
     streamed: dict[str, Counter[str]] = {}

@@ -1,4 +1,4 @@
-"""A Spark task's async calls go on as a streaming task's (``runtime.dag.counted`` and
+"""A Spark task's async calls go on as a streaming task's (``runtime.engine.dag.counted`` and
 ``continue_outputs``): counted in flight while they run, their outputs released in input
 order, stamped with the record that made the call; a call that fails names its record. No
 Spark session: the executor runs alone."""

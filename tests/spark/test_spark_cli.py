@@ -366,7 +366,7 @@ def test_without_the_spark_extra_reprocess_says_what_to_install(tmp_path: Path) 
         if not entry.name.lower().startswith("pyspark"):
             (view / entry.name).symlink_to(entry)
     main = (f"import sys; sys.path[:0] = [{str(view)!r}, {str(REPO)!r}]; "
-            f"sys.argv[0] = 'samza-dsl'; from runtime.cli import main; sys.exit(main())")
+            f"sys.argv[0] = 'samza-dsl'; from runtime.ops.cli import main; sys.exit(main())")
     views = write_jsonl(tmp_path / "views.jsonl", example.sample_input(5))
     proc = subprocess.run([sys.executable, "-S", "-c", main, "reprocess", APP, "--input",
                            f"page-views={views}"], cwd=REPO, capture_output=True, text=True,

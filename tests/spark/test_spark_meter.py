@@ -8,8 +8,8 @@ from datetime import timedelta
 
 from operators.base import Operator
 from operators.window import WindowOperator
+from runtime.host.metrics import OpMeter
 from runtime.memory import resolve_partitions
-from runtime.metrics import OpMeter
 from runtime.spark.executor import PassExecutor
 from runtime.spark.meter import IN, NS, OUT, PANES
 from runtime.spark.runner import PASS_STRATEGIES

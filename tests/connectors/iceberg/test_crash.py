@@ -1,6 +1,6 @@
 """The Iceberg output under SIGKILL, for real: the job of ``ice_app.py`` runs as a subprocess on
 the embedded local system, reading while a thread of the test appends input, and is killed
-at every commit point of a task with sinks (``runtime.faults``: the snapshot's commit is
+at every commit point of a task with sinks (``runtime.engine.faults``: the snapshot's commit is
 ``commit.sinks-prepared``'s prepare, so a kill at that point leaves the table ahead of the
 checkpoint) and at random times (seeded). A last run drains the input. Then every kept input
 id is a row of the table exactly once, and the snapshots of each task hold the last offset of
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pyiceberg.catalog.sql import SqlCatalog
 
-from runtime.loader import load_app
+from runtime.ops.loader import load_app
 from tests.sink_crash_helpers import assert_each_once, kill_and_drain
 
 APP = f"{Path(__file__).with_name('ice_app.py')}:app"

@@ -16,8 +16,8 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 from runtime import LocalRunner
 from runtime.connectors.iceberg import IcebergOptions
-from runtime.loader import load_app
 from runtime.local.system import LocalJob
+from runtime.ops.loader import load_app
 from samza_dsl import KV, StreamApplication
 from samza_dsl.connectors import Committed, SinkContext
 from samza_dsl.errors import SamzaError

@@ -1,6 +1,6 @@
 """The PostgreSQL output under SIGKILL, for real: the job of ``pg_app.py`` runs as a subprocess
 on the embedded local system, reading while a thread of the test appends input, and is killed
-20 times: at every commit point of a task with sinks (``runtime.faults``: the database's commit
+20 times: at every commit point of a task with sinks (``runtime.engine.faults``: the database's commit
 is ``commit.sinks-prepared``'s prepare, so a kill at that point leaves the database ahead of
 the checkpoint) and at random times (seeded). A last run drains the input. Then every kept
 input id is a row of the table exactly once, and the positions table holds each partition's
@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from runtime.loader import load_app
+from runtime.ops.loader import load_app
 from tests.sink_crash_helpers import assert_each_once, kill_and_drain
 
 APP = f"{Path(__file__).with_name('pg_app.py')}:app"

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.loader import load_app
 from runtime.local.system import LocalJob
+from runtime.ops.loader import load_app
 from samza_dsl import KV
 from samza_dsl.testing.postgres import PostgresServer
 
@@ -34,7 +34,7 @@ def server() -> Iterator[PostgresServer]:
 def _start(job_dir: Path, conninfo: str, retry: float, follow: bool) -> subprocess.Popen[str]:
     env = dict(os.environ, SAMZA_DSL_PG_CONNINFO=conninfo, SAMZA_DSL_PG_RETRY=str(retry))
     env.pop("SAMZA_DSL_CRASH_AT", None)
-    cmd = [sys.executable, "-m", "runtime.cli", "run", APP, "-c", f"job.dir={job_dir}",
+    cmd = [sys.executable, "-m", "runtime.ops.cli", "run", APP, "-c", f"job.dir={job_dir}",
            "-c", "task.commit.ms=50", "-q", "--show", "0"] + (["--follow"] if follow else [])
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)

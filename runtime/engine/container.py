@@ -1,0 +1,670 @@
+"""A container: one asyncio loop running a set of tasks, one consumer, one producer.
+
+The consumer loop fetches batches for the partitions whose tasks have room (a task's inbox is
+bounded: a full inbox pauses its partitions, which is the backpressure), timers request window
+ticks and commits, and a watchdog enforces ``task.callback.timeout.ms``.
+
+A task commits through the container's ``Committer`` (``runtime.engine.commit``, by
+docs/semantics.md rule 16); tasks see the container only through their ``TaskEnv``
+(``runtime.engine.task_env``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from runtime.engine.codec import keep_earlier_watermarks
+from runtime.engine.collector import messages_die_young
+from runtime.engine.commit import Committer
+from runtime.engine.elastic import fan_readers, tasks_of
+from runtime.engine.job import SSP, JobModel, TaskModel
+from runtime.engine.systems import CheckpointStore, Consumer, Producer, StateBackend
+from runtime.engine.task import TaskInstance
+from runtime.engine.task_env import TaskEnv
+from runtime.host.health import HealthServer, health_address
+from runtime.host.metrics import Metrics, Sample
+from runtime.state.remote import close_table_functions
+from samza_dsl.config import config_value, exactly_once
+from samza_dsl.errors import SamzaError
+
+_log = logging.getLogger(__name__)
+
+__all__ = ["Container", "CheckpointStore", "MemoryCheckpoints", "Consumer", "Producer",
+           "messages_die_young"]
+
+INBOX_LIMIT = 4096  # records a task's inbox holds before its inputs are read no more
+#: a task's intermediate partitions are read on past INBOX_LIMIT, up to this many records in its
+#: inbox, and a poll hands each up to DOWNSTREAM_FETCH: the task takes them before its inputs
+#: (``runtime.engine.chooser``), so a stage keeps up with the stages that write to it
+DOWNSTREAM_LIMIT = 4 * INBOX_LIMIT
+DOWNSTREAM_FETCH = 8192
+
+
+def wall_ms(_ns: Callable[[], int] = time.time_ns) -> int:
+    """The wall clock in whole milliseconds: the processing time operators read (a join reads
+    it once per message, so it takes one call and an integer division)."""
+    return _ns() // 1_000_000
+
+
+
+FETCH_BATCH = 1024
+
+
+def _ssp_labels(ssp: SSP) -> dict[str, str]:
+    return {"stream": ssp.stream_id, "partition": str(ssp.partition)}
+
+
+class LoopMeter:
+    """How busy the container's event loop is: the share of time it did not spend waiting in
+    its selector for something to do (Samza's event-loop-utilization)."""
+
+    def __init__(self) -> None:
+        self.idle_ns = 0
+        self._mark = (time.perf_counter_ns(), 0)
+        self._value = 0.0
+        self._selector: Any = None
+
+    def install(self, loop: asyncio.AbstractEventLoop) -> None:
+        # a selector loop's selector; other loops are not metered
+        selector = getattr(loop, "_selector", None)  # foreign: asyncio's loop
+        if selector is None or not hasattr(selector, "select"):  # foreign: asyncio's selector
+            return
+        select = selector.select
+        clock = time.perf_counter_ns
+
+        def timed_select(timeout: float | None = None) -> Any:
+            t = clock()
+            try:
+                return select(timeout)
+            finally:
+                self.idle_ns += clock() - t
+        selector.select = timed_select
+        self._selector = selector
+        self._mark = (clock(), self.idle_ns)
+
+    def uninstall(self) -> None:
+        if self._selector is not None:
+            del self._selector.select  # the class's own again
+            self._selector = None
+
+    def utilization(self) -> float:
+        """Busy time over wall time since the last reading at least half a second ago."""
+        now, idle = time.perf_counter_ns(), self.idle_ns
+        then, idle_then = self._mark
+        if now - then >= 500_000_000:
+            self._value = max(0.0, min(1.0, 1.0 - (idle - idle_then) / (now - then)))
+            self._mark = (now, idle)
+        return round(self._value, 4)
+
+
+class FactoryState(StateBackend):
+    """A state backend over a ``store_factory(task_name, store_name)``: stores without changelogs
+    (the in-memory store of ``TestRunner``)."""
+
+    def __init__(self, factory: Callable[[str, str], Any]) -> None:
+        self.factory = factory
+
+    def open(self, task: TaskModel, store_name: str, checkpointed: int | None) -> Any:
+        return self.factory(task.name, store_name)
+
+    def flush(self, task_name: str) -> None:
+        return None
+
+    def committed(self, task_name: str) -> dict[str, int]:
+        return {}
+
+    def close(self) -> None:
+        return None
+
+
+class MemoryCheckpoints(CheckpointStore):
+    def __init__(self) -> None:
+        self.checkpoints: dict[str, dict[SSP, int]] = {}
+        self.changelogs: dict[str, dict[str, int]] = {}
+        self.history: list[tuple[str, dict[SSP, int]]] = []
+        #: per task, its sinks' record (``runtime.engine.sinks``): set before a write, kept by it
+        self.sinks: dict[str, Any] = {}
+        self.sinks_written: dict[str, Any] = {}
+        #: per task, its event-time progress as of its last write (not read back: a run in
+        #: memory never restarts from it)
+        self.times: dict[str, Any] = {}
+
+    def read(self, task_name: str) -> dict[SSP, int]:
+        return dict(self.checkpoints.get(task_name, {}))
+
+    def read_changelogs(self, task_name: str) -> dict[str, int]:
+        return dict(self.changelogs.get(task_name, {}))
+
+    def read_sinks(self, task_name: str) -> dict[str, Any]:
+        return dict(self.sinks_written.get(task_name, {}))
+
+    def write(self, task_name: str, offsets: Mapping[SSP, int],
+              changelogs: Mapping[str, int] | None = None) -> None:
+        snapshot = dict(offsets)
+        self.checkpoints.setdefault(task_name, {}).update(snapshot)
+        if changelogs:
+            self.changelogs.setdefault(task_name, {}).update(changelogs)
+        if task_name in self.sinks:
+            self.sinks_written[task_name] = self.sinks[task_name]
+        self.history.append((task_name, snapshot))
+
+
+class Container:
+    def __init__(self, job: JobModel, tasks: list[TaskModel], *, consumer: Consumer,
+                 producer: Producer,
+                 checkpoints: CheckpointStore, store_factory: Callable[[str, str], Any] | None = None,
+                 config: Mapping[str, Any], clock: Callable[[], int] | None = None,
+                 metrics: Metrics | None = None, state: StateBackend | None = None,
+                 bounded: bool = False) -> None:
+        self.job = job
+        #: the run ends where its inputs end (no --follow): it is watched for stalls
+        self.bounded = bounded
+        self.task_models = tasks
+        self.consumer = consumer
+        self.producer = producer
+        self.checkpoints = checkpoints
+        if state is None:
+            if store_factory is None:
+                raise TypeError("Container needs a state backend or a store_factory")
+            state = FactoryState(store_factory)
+        self.state = state
+        self._changelogs: dict[str, dict[str, int]] = {}
+        self.config = dict(config)
+        if exactly_once(self.config):
+            keep_earlier_watermarks(consumer.codecs, job.producer_names())
+        self.clock = clock or wall_ms
+        self.metrics = metrics or Metrics()
+        pool = config_value(self.config, "job.container.thread.pool.size")
+        self.executor = ThreadPoolExecutor(pool, thread_name_prefix="samza-task") if pool else None
+        self.tasks: list[TaskInstance] = []
+        self._room = asyncio.Event()
+        self.closed = False
+        #: the asyncio task that runs the container, and the error ``abort`` ended it with
+        self._running: asyncio.Task[Any] | None = None
+        self._aborted: BaseException | None = None
+        self.committer = Committer(producer, self.state, checkpoints)
+        #: what each task gets: not the container, the few things a task uses of it
+        self.env = TaskEnv(self.config, self.clock, self.metrics, self.executor, producer,
+                           self.store, self.committer, self.on_consumed,
+                           task_share=len(tasks) / max(1, len(job.tasks)),
+                           inputs_placed=consumer.inputs_placed,
+                           clock_ns=time.time_ns if self.clock is wall_ms else None)
+        self.started = time.monotonic()
+        self.restored: dict[str, dict[SSP, int]] = {}
+        self.loop_meter = LoopMeter()
+        #: the metrics reporters (``runtime.host.reporters``), set by the job when it has any
+        self.reporters: Any = None
+        #: the health endpoint (``job.health.port``) and the phase it reports: starting,
+        #: restoring, running (ready), stopped
+        self.health: HealthServer | None = None
+        self.phase = "starting"
+        self.metrics.collectors.append(self.samples)
+        self.metrics.operators = bool(config_value(self.config, "metrics.operators"))
+
+    def store(self, task: TaskModel, store_name: str) -> Any:
+        """A task's store, restored to the task's checkpoint."""
+        return self.state.open(task, store_name,
+                               self._changelogs.get(task.name, {}).get(store_name))
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        # The job's long-lived objects (the plan, operators, loaded modules, inputs given in
+        # memory) need no scans by the cycle collector, and messages die young: fewer, cheaper
+        # collections while running (the tasks are built after the freeze: building them
+        # allocates enough to set off a full collection of everything there is otherwise).
+        with messages_die_young():
+            self._running = asyncio.current_task()
+            try:
+                await self._run()
+            except asyncio.CancelledError:
+                if self._aborted is None:
+                    raise
+                asyncio.current_task().uncancel()  # type: ignore[union-attr]  # abort's own
+                raise self._aborted from None
+            finally:
+                self._running = None
+
+    async def _run(self) -> None:
+        runs: list[asyncio.Task[None]] = []
+        helpers: list[asyncio.Task[None]] = []
+        try:  # a failure while the tasks are built (a restore, an operator's init) closes too
+            await self.start_health()
+            self.phase = "restoring"
+            await self._start_tasks()
+            helpers = self._helpers()
+            runs = [asyncio.create_task(t.run(), name=t.name) for t in self.tasks]
+            self.phase = "running"
+            self.loop_meter.install(asyncio.get_running_loop())
+            if self.reporters is not None:
+                self.reporters.start()
+            if not runs:  # more containers than tasks: this one has none, and is done
+                _log.info("this container has no task (the job has %d task(s)); it ends",
+                          len(self.job.tasks))
+                return
+            done, _ = await asyncio.wait(runs, return_when=asyncio.FIRST_EXCEPTION)
+            for fut in done:
+                exc = fut.exception()
+                if exc is not None:
+                    raise exc
+        finally:
+            await self._close(runs, helpers)
+
+    async def _start_tasks(self) -> None:
+        """The tasks, each resumed from its checkpoint, and their partitions registered with
+        the consumer; the bootstrap partitions' ends as of now."""
+        restored = {m.name: self.checkpoints.read(m.name) for m in self.task_models}
+        for name, offsets in restored.items():
+            self.committer.seed(name, offsets)
+        inputs = self.job.plan.app.inputs
+        for offsets in restored.values():  # side inputs refill their tables from the oldest
+            for ssp in [ssp for ssp in offsets
+                        if _side_input(inputs, ssp)]:
+                del offsets[ssp]
+        #: the checkpoint each task resumed from ({} for a task that starts afresh)
+        self.restored = restored
+        self._changelogs = {m.name: self.checkpoints.read_changelogs(m.name)
+                            for m in self.task_models}
+        for m in self.task_models:  # one by one: those built are closed if the next fails
+            self.tasks.append(TaskInstance(m, self.job, self.env))
+            restore_times(self.tasks[-1], self.checkpoints)
+        self._keys: list[tuple[Any, SSP]] = []
+        for t in self.tasks:
+            for ssp in t.ssps:
+                start = restored[t.name].get(ssp)
+                if start is not None:
+                    t.checkpoint[ssp] = start
+        for reader, ssp, start in fan_readers(self.tasks, self.job, restored):
+            key = (reader, ssp)  # a task, or the virtual tasks of one partition
+            self._keys.append(key)
+            # None: no checkpoint, the consumer starts where the input's offset_default says
+            self.consumer.register(key, ssp, None if start is None else start + 1)
+        wire_behind(self.consumer, self._keys)
+        await self._bootstrap()
+
+    def _helpers(self) -> list[asyncio.Task[None]]:
+        """The consumer, the timers of window ticks and commits, the watchdog."""
+        return [asyncio.create_task(self._consume(), name="consumer"), *self._timers()]
+
+    def _timers(self) -> list[asyncio.Task[None]]:
+        """The helpers that wake the tasks: window ticks, commits, the callback watchdog, and
+        the look at idle partitions."""
+        helpers: list[asyncio.Task[None]] = []
+        window_ms = int(self.config.get("task.window.ms", -1) or -1)
+        commit_ms = config_value(self.config, "task.commit.ms")
+        if window_ms > 0:
+            helpers.append(asyncio.create_task(self._ticker(window_ms, "window_requested")))
+        if commit_ms > 0:
+            helpers.append(asyncio.create_task(self._ticker(commit_ms, "commit_requested")))
+        if config_value(self.config, "task.callback.timeout.ms") > 0:
+            helpers.append(asyncio.create_task(self._watchdog()))
+        stall_ms = config_value(self.config, "job.bounded.stall.ms")
+        if self.bounded and stall_ms > 0:
+            helpers.append(asyncio.create_task(self._stall_watch(stall_ms / 1000.0)))
+        idle = [t.clock for t in self.tasks if t.clock.idle_ms]
+        if idle:  # idle partitions are noticed without data coming
+            helpers.append(asyncio.create_task(self._idle_ticker(min(
+                ms for c in idle for ms in c.idle_ms.values()))))
+        return helpers
+
+    async def start_health(self) -> None:
+        """Serve ``/healthz`` and ``/ready`` (``runtime.host.health``) when ``job.health.port`` says."""
+        cid = self.config.get("job.container.id")
+        where = health_address(self.config, cid if isinstance(cid, int) else 0)
+        if where is not None and self.health is None:
+            self.health = HealthServer(
+                self.health_state, lambda: sum(t.processed for t in list(self.tasks)),
+                config_value(self.config, "job.health.liveness.ms") / 1000.0)
+            await self.health.start(*where)
+
+    def health_state(self) -> tuple[str, bool, int]:
+        """What the health endpoint says: the phase, whether ready, the tasks this runs."""
+        phase = "stopping" if self.env.stopping and not self.closed else self.phase
+        return phase, phase == "running", len(self.tasks)
+
+    async def _close(self, runs: list[asyncio.Task[None]],
+                     helpers: list[asyncio.Task[None]] | None = None) -> None:
+        """Everything the run opened, closed, on every path: the tasks, the remote tables'
+        sessions, the reporters, the producer (after its last flush), stores and consumer."""
+        self.phase = "stopped"
+        if self.health is not None:
+            await self.health.close()
+        self.loop_meter.uninstall()
+        self.closed = True
+        self._room.set()
+        for fut in [*runs, *(helpers or ())]:
+            fut.cancel()
+        await asyncio.gather(*runs, *(helpers or ()), return_exceptions=True)
+        try:
+            for t in self.tasks:
+                t.cancel_calls()  # a call left running would open a session after the close
+                t.close()
+                sinks = self.committer.sinks.get(t.name)
+                if sinks is not None:  # aborted unless the task ended with its last commit
+                    sinks.close(failed=not t.done)
+        finally:
+            try:
+                if self.job.plan.app.remote_tables:  # their client sessions live on this loop
+                    await close_table_functions(self.job.plan.app.remote_tables.values())
+                if self.reporters is not None:  # the run's totals, before the last flush
+                    await self.reporters.close()
+                await self.producer.flush()
+            finally:
+                try:
+                    self.state.close()
+                    await self.consumer.close()
+                finally:
+                    await self.producer.close()
+                if self.executor is not None:
+                    self.executor.shutdown(wait=False, cancel_futures=True)
+                if self.reporters is not None:
+                    self.reporters.stop_server()
+
+    @property
+    def stopping(self) -> bool:
+        return self.env.stopping
+
+    @property
+    def commits(self) -> int:
+        return self.committer.commits
+
+    def request_stop(self) -> None:
+        """A clean shutdown: stop handing out messages, drain, commit, close."""
+        self.env.stopping = True
+        for t in self.tasks:
+            t.wake.set()
+
+    def abort(self, exc: BaseException) -> None:
+        """Stop now, without waiting for the messages in flight (a stop that ran out of
+        ``task.shutdown.ms``): the tasks' runs and their messages' coroutines are cancelled,
+        nothing more is committed, and ``run`` raises ``exc`` once it has closed everything."""
+        if self._aborted is not None or self._running is None or self.closed:
+            return
+        self._aborted = exc
+        for t in self.tasks:
+            t.cancel_in_flight()
+        self._running.cancel()
+
+    async def _consume(self) -> None:
+        try:
+            await self._consume_loop()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # a bad record under the fail policy, a broken log...
+            for t in self.tasks:
+                t.fail(exc)
+
+    async def _consume_loop(self) -> None:
+        consumer = self.consumer
+        downstream = self.job.plan.intermediate_streams
+        while not self.closed:
+            keys = []
+            limits = {}
+            for k in self._keys:
+                task = k[0]
+                size = task.inbox_size
+                if k[1].stream_id in downstream:
+                    if size < DOWNSTREAM_LIMIT and task.reading(k[1]) and not task.done:
+                        keys.append(k)
+                        limits[k] = min(DOWNSTREAM_FETCH, DOWNSTREAM_LIMIT - size)
+                    elif size >= DOWNSTREAM_LIMIT:
+                        task.pause()
+                elif size >= INBOX_LIMIT:
+                    task.pause()
+                elif task.reading(k[1]) and not task.done:
+                    keys.append(k)
+            if not keys:
+                self._room.clear()
+                await self._room.wait()
+                continue
+            batches = await consumer.poll(keys, FETCH_BATCH, timeout=0.2, limits=limits or None)
+            for (task, ssp), first, payloads in batches:
+                task.add_batch(ssp, first, payloads)
+
+    def on_consumed(self, task: TaskInstance, reading: bool = False) -> None:
+        """A task took records from its inbox: if it was full, its partitions are read again.
+        ``reading``: the partitions the task reads changed (it finished bootstrapping)."""
+        if (task.paused and task.inbox_size < INBOX_LIMIT) or reading:
+            task.resume()
+            self._room.set()
+            self.consumer.wakeup()
+
+    async def _bootstrap(self, keys: list[tuple[Any, SSP]] | None = None) -> None:
+        """Tells each task where its bootstrap partitions end as of now (Samza's bootstrapping
+        chooser: on every start, restarts included); ``keys``: of these readers only."""
+        inputs = self.job.plan.app.inputs
+        keys = [k for k in (self._keys if keys is None else keys)
+                if _bootstrap(inputs, k[1])]
+        if not keys:
+            return
+        for (reader, ssp), (start, end) in (await self.consumer.read_bounds(keys)).items():
+            for task in tasks_of(reader):
+                task.bootstrap(ssp, start, end)
+
+    async def _ticker(self, interval_ms: int, flag: str) -> None:
+        """Requests a window tick or a commit every interval. A commit is requested only once
+        ``task.commit.ms`` has passed since the task's last one ended, so a commit slower than
+        the interval cannot starve processing."""
+        interval = interval_ms / 1000.0
+        while True:
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            for t in self.tasks:
+                if flag == "commit_requested" and now - t.last_commit_end < interval:
+                    continue
+                setattr(t, flag, True)
+                t.wake.set()
+
+    async def _idle_ticker(self, idle_s: float) -> None:
+        """Wakes the tasks that have inputs with ``idle_timeout`` to look at their watermarks."""
+        while True:
+            await asyncio.sleep(max(0.005, idle_s / 4))
+            for t in [t for t in self.tasks if t.clock.idle_ms]:
+                t.clock.touch()
+                t.wake.set()
+
+    async def _watchdog(self) -> None:
+        timeout_ms = config_value(self.config, "task.callback.timeout.ms")
+        interval = max(0.005, min(timeout_ms / 4000.0, 0.1))
+        while True:
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            for t in self.tasks:
+                t.check_timeout(now)
+
+    async def _stall_watch(self, bound_s: float) -> None:
+        """A bounded run never waits forever: with no progress (``progress_mark``) for half of
+        ``bound_s`` it logs
+        what it waits for, and for all of it stops with an error that names it."""
+        last: Any = None
+        since = time.monotonic()
+        warned = False
+        while True:
+            await asyncio.sleep(min(1.0, bound_s / 8))
+            now = time.monotonic()
+            mark = self.progress_mark()
+            if mark != last:
+                last, since, warned = mark, now, False
+                continue
+            idle = now - since
+            if idle >= bound_s:
+                self.abort(SamzaError(
+                    f"the run stopped: it made no progress for {idle:.1f} s "
+                    f"(job.bounded.stall.ms={round(bound_s * 1000)}) while it waited for "
+                    f"{self.waiting_for()}. Nothing past the last commit was committed: a "
+                    f"rerun goes on from there. Raise job.bounded.stall.ms (-1: off) if the "
+                    f"wait is meant; see 'A run that waits' in docs/operations.md"))
+                return
+            if not warned and idle >= bound_s / 2:
+                warned = True
+                _log.warning("the run has made no progress for %.1f s; it waits for %s",
+                             idle, self.waiting_for())
+
+    def progress_mark(self) -> tuple[Any, ...]:
+        """Changes whenever the run moves: a task's record handed out, message completed,
+        input ended or record read into its inbox (a commit of nothing new is no progress)."""
+        return tuple((t.records, t.in_flight, len(t.ended), t.inbox_size) for t in self.tasks)
+
+    def waiting_for(self) -> str:
+        """What the tasks not done wait for: each input partition that has not ended (where
+        its reader stands, what holds it back), and the messages in flight."""
+        from runtime.engine.in_flight import held_back_lines, in_flight_lines
+
+        parts = []
+        listed = []
+        for reader, ssp in self._keys:
+            for task in tasks_of(reader):
+                if task.done or ssp in task.ended:
+                    continue
+                upstream = task.end_waited(ssp)
+                parts.append(f"task {task.name!r} stream {ssp.stream_id!r} partition "
+                             f"{ssp.partition} ({self.consumer.waiting_for((reader, ssp))}"
+                             + (f"; {upstream}" if upstream else "") + ")")
+                listed.append(task)
+                break
+        busy = [t for t in self.tasks if not t.done and t.in_flight]
+        parts.extend(in_flight_lines(busy))
+        parts.extend(held_back_lines([t for t in dict.fromkeys(listed) if not t.in_flight]))
+        return "; ".join(parts) or "nothing the tasks name"
+
+    # -- status -----------------------------------------------------------------------------------
+
+    def samples(self) -> list[Sample]:
+        """The container's, its tasks', stores' and producer's metrics now (``runtime.host.metrics``
+        names them): read where the runtime keeps them, at no cost while nothing asks."""
+        tasks = list(self.tasks)
+        committer = self.committer
+        last = committer.last_commit
+        out: list[Sample] = [
+            ("container", "process-envelopes", {}, sum(t.processed for t in tasks)),
+            ("container", "commit-calls", {}, committer.commits),
+            ("container", "commit-ns", {}, committer.commit_ns),
+            ("container", "last-commit-ms", {}, None if last is None else int(last * 1000)),
+            ("container", "window-calls", {}, sum(t.outputs.window_calls for t in tasks)),
+            ("container", "event-loop-utilization", {}, self.loop_meter.utilization()),
+        ]
+        out += self._position_samples(tasks)
+        for t in tasks:  # remote tables: calls, retries and the cache, per task and table
+            for client in t.remote_clients:
+                labels = {"task": t.name, "store": client.name}
+                for name, n in client.counts.items():
+                    out.append(("store", f"remote-{name}", labels, n))
+        out.extend(self.state.samples())
+        counts = self.producer.counts()
+        if counts is not None:
+            out += [("producer", "sends", {}, counts.sends),
+                    ("producer", "bytes", {}, counts.sent_bytes),
+                    ("producer", "flush-ns", {}, counts.flush_ns)]
+        return out
+
+    def _position_samples(self, tasks: list[TaskInstance]) -> list[Sample]:
+        """Per task and input partition where its checkpoint is and where processing is, with
+        the one definition of lag ``samza-dsl status`` uses: end less the offset after the
+        checkpoint (what a restart would read again), and ``behind``: end less the next offset
+        to process (what this run has still to do)."""
+        committer = self.committer
+        out: list[Sample] = []
+        owner: dict[SSP, str] = {}
+        done: dict[SSP, int] = {}  # the next offset to complete (virtual tasks: the least)
+        saved: dict[SSP, int] = {}  # the offset after the checkpoint (virtual tasks: the least)
+        written: dict[SSP, float] = {}
+        for t in tasks:
+            labels = {"task": t.name}
+            out.append(("task", "messages-actually-processed", labels, t.processed))
+            out.append(("task", "messages-in-flight", labels, t.in_flight))
+            for ssp, offset in list(t.checkpoint.items()):
+                done[ssp] = min(done.get(ssp, offset + 1), offset + 1)
+            at = committer.written.get(t.name)
+            for ssp, offset in list(committer.committed.get(t.name, {}).items()):
+                if ssp not in t.ssps:
+                    continue
+                out.append(("task", "checkpointed-offset", {"task": t.name, **_ssp_labels(ssp)},
+                            offset))
+                saved[ssp] = min(saved.get(ssp, offset + 1), offset + 1)
+                if at is not None:
+                    written[ssp] = min(written.get(ssp, at), at)
+            for ssp in t.ssps:
+                owner.setdefault(ssp, t.name)
+        for ssp, began, end in self.consumer.progress():
+            # the next offset to process: after the last one completed, or where reading began
+            nxt = done.get(ssp, began)
+            labels = {"task": owner.get(ssp, ""), **_ssp_labels(ssp)}
+            if nxt is not None:
+                out.append(("task", "next-offset", labels, nxt))
+            if end is not None:
+                out.append(("task", "end-offset", labels, end))
+            if ssp in written:
+                out.append(("task", "checkpoint-written-ms", labels, int(written[ssp] * 1000)))
+            if end is None:
+                continue
+            if nxt is not None:
+                out.append(("task", "behind", labels, max(0, end - nxt)))
+            after = saved.get(ssp, began)
+            if after is not None:
+                out.append(("task", "lag", labels, max(0, end - after)))
+        return out
+
+    def status(self) -> dict[str, Any]:
+        processed = sum(t.processed for t in self.tasks)
+        elapsed = max(time.monotonic() - self.started, 1e-9)
+        read: dict[str, int] = {}
+        for t in self.tasks:
+            for sid, n in list(t.read.items()):
+                read[sid] = read.get(sid, 0) + n
+        return {
+            "processed": processed,
+            # user messages (no control records), in all and per stream
+            "messages": sum(read.values()),
+            "read": read,
+            "msgs_per_s": processed / elapsed,
+            "in_flight": sum(t.in_flight for t in self.tasks),
+            "checkpoints": {t.name: {str(s): o for s, o in sorted(t.checkpoint.items())}
+                            for t in self.tasks},
+            "commits": self.commits,
+            "done": all(t.done for t in self.tasks) if self.tasks else False,
+        }
+
+
+def _side_input(inputs: Mapping[str, Any], ssp: SSP) -> bool:
+    """Whether ``ssp`` is of a side input (an input stream that fills a table)."""
+    d = inputs.get(ssp.stream_id)
+    return d is not None and d.side_input_of is not None
+
+
+def _bootstrap(inputs: Mapping[str, Any], ssp: SSP) -> bool:
+    """Whether ``ssp`` is of a bootstrap input."""
+    d = inputs.get(ssp.stream_id)
+    return d is not None and bool(d.bootstrap)
+
+
+def wire_behind(consumer: Any, keys: list[tuple[Any, SSP]]) -> None:
+    """Tell the clocks of the tasks of readers ``keys`` (``(reader, ssp)``: a task, or the
+    virtual tasks of one partition) which of their input partitions have records still to read
+    (``Consumer.behind``): such a partition is never idle."""
+    readers: dict[Any, dict[SSP, Any]] = {}
+    tasks = {}
+    for key in keys:
+        reader, ssp = key
+        for task in tasks_of(reader):
+            readers.setdefault(task.name, {})[ssp] = key
+            tasks[task.name] = task
+    for name, task in tasks.items():
+        task.clock.behind = _reader_behind(consumer, readers[name])
+
+
+def _reader_behind(consumer: Any, keys: dict[SSP, Any]) -> Callable[[SSP], bool]:
+    """``behind(ssp)`` of a task's input partitions (``Consumer.behind`` of their readers)."""
+    def behind(ssp: SSP) -> bool:
+        key = keys.get(ssp)
+        return key is not None and bool(consumer.behind(key))
+    return behind
+
+
+def restore_times(task: Any, checkpoints: Any) -> None:
+    """The task's event-time progress as of its checkpoint, where the store keeps it."""
+    task.clock.restore(checkpoints.read_times(task.name))

@@ -1,0 +1,204 @@
+"""What a system gives a container, and which systems there are.
+
+A system (``samza_dsl.systems``: a descriptor's ``factory``) serves a job's streams with a
+``Consumer`` and a ``Producer``, keeps its checkpoints in a ``CheckpointStore`` and its tasks'
+stores through a ``StateBackend``. ``SYSTEMS`` maps each factory to the job that runs an
+application on it; ``job_system(app)`` picks the one an application's streams name.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from runtime.engine.job import SSP, TaskModel
+from samza_dsl.errors import SamzaError
+
+__all__ = ["Consumer", "Producer", "RecordSink", "StreamSink", "CheckpointStore", "StateBackend", "SystemKind", "SYSTEMS",
+           "job_system"]
+
+
+class Consumer(Protocol):
+    """Reads a container's input partitions for their readers (``key``: a task, or a
+    ``BucketFan`` of a partition's virtual tasks). A consumer subclasses this Protocol, which
+    gives the defaults of what one may leave out (``inputs_placed``, ``codecs``)."""
+
+    #: whether a partitioner placed the job's inputs (a producer, a load by key): False where
+    #: they hold what a test gave (in memory), which the join placement check does not hold
+    #: against the keys (``runtime.engine.join_check``)
+    inputs_placed: bool = True
+    #: stream id -> the ``runtime.engine.codec.StreamCodec`` that decodes its records, where the
+    #: system stores streams as records (the local log, Kafka); none in memory
+    codecs: Mapping[str, Any] = {}
+
+    def register(self, key: Any, ssp: SSP, next_offset: int | None) -> None: ...
+    async def poll(self, keys: list[Any], max_per_key: int, timeout: float | None = None,
+                   limits: Mapping[Any, int] | None = None,
+                   ) -> list[tuple[Any, int, list[Any]]]: ...
+    def wakeup(self) -> None: ...
+    async def close(self) -> None: ...
+    def waiting_for(self, key: Any) -> str:
+        """Where reader ``key`` stands, for a run that has waited long: the offset it reads
+        next, where its partition ends, and what holds it back, as the system knows it."""
+        ...
+    def behind(self, key: Any) -> bool:
+        """Whether reader ``key``'s partition holds records it has not handed out yet, as the
+        system knows it (True until it knows): such a partition is never idle
+        (``idle_timeout``), however long its records take to come."""
+        ...
+
+    async def read_bounds(self, keys: list[Any]) -> Mapping[Any, tuple[int, int]]:
+        """Per reader key: the next offset it reads, and its partition's end offset now (a
+        bootstrap input is read to that end first)."""
+        ...
+
+    def progress(self) -> Sequence[tuple[SSP, int | None, int | None]]:
+        """Per partition read: where reading began and where the partition ends, as the system
+        knows them (None: not yet known); none by default."""
+        return []
+
+
+@dataclass(frozen=True, slots=True)
+class StreamSink:
+    """Where a task's fused terminals put the messages of one stream, with no call of the
+    producer in between: ``append[p](r)`` adds ``r`` to partition ``p``'s buffer.
+
+    A producer of records gives ``encode`` (any message -> a record, raising the serde's own
+    error) and, where the stream's serdes have them, the fast serializers ``key`` and ``value``
+    (``(key(k), value(v), None)`` is the record of ``KV(k, v)`` with neither None; they may
+    raise anything on bad input). A producer that keeps messages as they are (in memory) gives
+    ``encode=None``: messages are appended themselves."""
+
+    append: Sequence[Callable[[Any], None]]
+    key: Callable[[Any], bytes] | None = None
+    value: Callable[[Any], bytes] | None = None
+    encode: Callable[[Any], Any] | None = None
+
+
+class RecordSink(Protocol):
+    def record_sink(self, stream_id: str) -> StreamSink | None:
+        """The sink of ``stream_id``; None: its messages go through ``sender`` only."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerCounts:
+    """What a producer of records wrote out: records, bytes, the nanoseconds its flushes took,
+    and messages per stream (control records left out)."""
+
+    sends: int
+    sent_bytes: int
+    flush_ns: int
+    written: Mapping[str, int]
+
+
+class Producer(RecordSink, Protocol):
+    def counts(self) -> ProducerCounts | None:
+        """What it wrote out so far; None for a producer that counts nothing (in memory)."""
+        ...
+
+    def send(self, stream_id: str, partition: int, payload: Any) -> None: ...
+    def sender(self, stream_id: str) -> Callable[[int, Any], None]: ...
+    def signal(self) -> None: ...
+    async def flush(self) -> None: ...
+    async def close(self) -> None: ...
+
+
+class CheckpointStore(Protocol):
+    """A task's checkpoint: the last processed offset per input partition, and the changelog
+    offset of each of its stores at that point.
+
+    Besides, it keeps with each checkpoint the task's event-time progress (``times``, set
+    before a write) and its sinks' positions (``sinks``). What a store may not keep is
+    declared here with the defaults of one that keeps nothing more (a store subclasses this
+    Protocol to take them): ``read_times``, ``read_sinks`` and when the checkpoint was written
+    (``written``)."""
+
+    #: per task, its event-time progress as of the checkpoint being written (``Committer``)
+    times: dict[str, Any]
+    #: per task, its sinks' record for the checkpoint being written (``runtime.engine.sinks``)
+    sinks: dict[str, Any]
+
+    def read(self, task_name: str) -> dict[SSP, int]: ...
+    def read_changelogs(self, task_name: str) -> dict[str, int]: ...
+    def write(self, task_name: str, offsets: Mapping[SSP, int],
+              changelogs: Mapping[str, int] | None = None) -> Awaitable[None] | None: ...
+
+    def read_times(self, task_name: str) -> Any:
+        """The task's event-time progress in its checkpoint; None: none kept."""
+        return None
+
+    def read_sinks(self, task_name: str) -> dict[str, Any]:
+        """The task's sinks' record in its checkpoint (empty: none)."""
+        return {}
+
+    def written(self, task_name: str) -> float | None:
+        """When the task's checkpoint was written (epoch seconds; None: never); a store that
+        does not keep it says now."""
+        return time.time()
+
+
+class StateBackend(Protocol):
+    """Makes the stores of tasks and commits them (docs/semantics.md rules 16-17)."""
+
+    def open(self, task: TaskModel, store_name: str, checkpointed: int | None) -> Any: ...
+    def flush(self, task_name: str) -> None: ...
+    def committed(self, task_name: str) -> dict[str, int]: ...
+    def close(self) -> None: ...
+
+    def samples(self) -> list[Any]:
+        """Metrics of its stores (``runtime.host.metrics.Sample``); none by default."""
+        return []
+
+    def checkpointed(self, task_name: str) -> None:
+        """The task's checkpoint is written (a hook: the local system compacts its changelogs
+        and trims its intermediate streams below it)."""
+        return None
+
+
+@dataclass(frozen=True)
+class SystemKind:
+    """A kind of system: its ``factory`` name (``SystemDescriptor.factory``) and the job that
+    runs an application on it (``module:Class``; None: the in-memory job of ``runtime.memory``).
+    ``on_log``: its streams outlive a run (checkpoints, ``load``, ``dump``, ``reset``)."""
+
+    factory: str
+    job: str | None
+    on_log: bool
+
+    def job_class(self) -> Any:
+        """The job class, imported when first needed (Kafka's pulls in aiokafka)."""
+        if self.job is None:
+            raise SamzaError(f"the {self.factory} system has no job of its own: it runs in memory")
+        module, _, name = self.job.partition(":")
+        return getattr(importlib.import_module(module), name)  # foreign: a Python module
+
+
+#: factory -> its kind
+SYSTEMS: dict[str, SystemKind] = {k.factory: k for k in [
+    SystemKind("kafka", "runtime.kafka.job:KafkaJob", on_log=True),
+    SystemKind("local", "runtime.local.system:LocalJob", on_log=True),
+    SystemKind("memory", None, on_log=False),
+    # outputs written by the application's sinks (samza_dsl.connectors, runtime.engine.sinks): they
+    # run in the job of the application's other streams
+    SystemKind("connector", None, on_log=False),
+]}
+
+
+def job_system(app: Any) -> SystemKind:
+    """The system an application runs on: Kafka when any of its streams is on Kafka, else the
+    local system when any is local, else memory (outputs written by sinks run in any)."""
+    spec = app.spec()
+    factories = {d.system.factory for d in [*spec.inputs.values(), *spec.outputs.values()]}
+    factories.discard("connector")
+    unknown = factories - set(SYSTEMS)
+    if unknown:
+        raise SamzaError(f"application {app.name!r} names systems of unknown kinds "
+                         f"({', '.join(sorted(unknown))}); known: {', '.join(sorted(SYSTEMS))}")
+    for factory in ("kafka", "local"):
+        if factory in factories:
+            return SYSTEMS[factory]
+    return SYSTEMS["memory"]

@@ -1,0 +1,107 @@
+"""The errors a task stops with, each naming the task, the stream, the partition and the offset
+of the message, and what to do (docs/semantics.md: the checkpoint stays before the message, so a
+restart reprocesses it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runtime.engine.dag import OperatorFailure
+from runtime.engine.handout import Handout
+from runtime.engine.in_flight import NO_KEY, wait_of
+from runtime.engine.job import SSP
+from runtime.state.remote import RemoteCallFailure
+from samza_dsl.errors import CallbackTimeout, JoinPartitionError, SerdeError, TaskError
+
+__all__ = ["operator_error", "event_time_error", "call_error", "timeout_error", "SKIP_AFTER"]
+
+#: a failing message is suggested for ``--skip`` only after this many went through the task
+#: (in this run, or before its checkpoint): then at most 1 in 10 failed. One that fails sooner
+#: points at the function
+SKIP_AFTER = 9
+
+
+def call_error(task: Any, f: RemoteCallFailure, ssp: SSP, offset: int) -> TaskError:
+    """A remote-table call a function made for a message and did not await failed."""
+    err = TaskError(
+        f"task {task.name!r}: a call to remote table {f.table!r} made for the message at "
+        f"stream {ssp.stream_id!r} partition {ssp.partition} offset {offset} failed and was "
+        f"not awaited: {type(f.cause).__name__}: {f.cause}. The checkpoint stays before "
+        f"this offset, so a restart reprocesses it", task=task.name, stream=ssp.stream_id,
+        partition=ssp.partition, offset=offset)
+    err.__cause__ = f.cause
+    return err
+
+
+def operator_error(task: Any, f: OperatorFailure, ssp: SSP, offset: int,
+                done: int | None = None) -> TaskError:
+    """The error for operator ``f.op_id`` failing on the message at ``ssp`` ``offset``,
+    after ``done`` messages of this run went through the task (default: those counted):
+    where in the application's code, and ``--skip`` only for a record that fails alone
+    (``SKIP_AFTER`` went through the task before it, in this run or before its checkpoint)."""
+    cause = f.cause
+    placed = isinstance(cause, JoinPartitionError)  # it says what to do itself
+    where = f.where
+    at = f" in {where}" if where and not placed else ""
+    done = task.processed if done is None else done
+    went = max(done, sum(o + 1 for o in task.checkpoint.values()))
+    alone = went >= SKIP_AFTER or isinstance(cause, SerdeError)
+    if isinstance(cause, SerdeError) or placed:
+        advice = ""
+    elif not alone:
+        first = ("on the first message" if went == 0 else
+                 f"after only {went} message(s) went through")
+        advice = (f" It failed {first}, so it may fail on many: fix the function or guard "
+                  f"against such messages.")
+    else:
+        advice = " Fix the function or guard against this message."
+    skip = (f" (`samza-dsl run APP --skip {ssp.stream_id}:{ssp.partition}:{offset}` passes "
+            f"over it once)" if alone and not placed
+            and task.plan.streams[ssp.stream_id].kind == "input" else "")
+    err = TaskError(
+        f"operator {f.op_id!r} failed in task {task.name!r} on stream {ssp.stream_id!r} "
+        f"partition {ssp.partition} offset {offset}: "
+        f"{cause if placed else f.reason}{at}.{advice} "
+        f"The checkpoint stays before this offset, so a restart reprocesses it{skip}",
+        op_id=f.op_id, task=task.name, stream=ssp.stream_id,
+        partition=ssp.partition, offset=offset)
+    err.__cause__ = cause
+    return err
+
+
+def event_time_error(task: Any, cause: BaseException, ssp: SSP, offset: int,
+                      message: Any) -> TaskError:
+    """An input's ``event_time`` failed on a message: the message cannot be placed in event
+    time, so the task stops there, as on an operator's failure."""
+    text = repr(message)
+    if len(text) > 80:
+        text = text[:77] + "..."
+    err = TaskError(
+        f"the event_time of input {ssp.stream_id!r} failed in task {task.name!r} on stream "
+        f"{ssp.stream_id!r} partition {ssp.partition} offset {offset}: "
+        f"{type(cause).__name__}: {cause} (message {text}). Fix the record, or skip it "
+        f"(`samza-dsl run APP --skip {ssp.stream_id}:{ssp.partition}:{offset}` passes over "
+        f"it once), or make event_time handle such records. The checkpoint stays before "
+        f"this offset, so a restart reprocesses it",
+        task=task.name, stream=ssp.stream_id, partition=ssp.partition, offset=offset)
+    err.__cause__ = cause
+    return err
+
+
+def timeout_error(task: Any, rec: Handout) -> CallbackTimeout:
+    """The error of the message of ``rec`` that ran past the callback timeout, naming what
+    it waits for: the operator, and the remote table and key, or the function."""
+    ssp = rec.ssp
+    wait = wait_of(task, rec)
+    if wait.table is not None:
+        advice = (f"check the service of remote table {wait.table!r}, give its functions a "
+                  f"timeout (a RetryPolicy can retry it), or raise task.callback.timeout.ms")
+    else:
+        advice = "add a timeout to the call it waits for, or raise task.callback.timeout.ms"
+    return CallbackTimeout(
+        f"task {task.name!r}: the message at {ssp.stream_id!r} partition {ssp.partition} "
+        f"offset {rec.offset} did not complete within task.callback.timeout.ms="
+        f"{task.callback_timeout_ms}: {wait.text()}. {advice[0].upper()}{advice[1:]}. The "
+        f"checkpoint stays before this offset, so a restart reprocesses it",
+        op_id=wait.op_id, task=task.name, stream=ssp.stream_id, partition=ssp.partition,
+        offset=rec.offset, table=wait.table, key=None if wait.key is NO_KEY else wait.key)

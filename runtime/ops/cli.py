@@ -1,0 +1,1134 @@
+"""The ``samza-dsl`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import os
+import signal
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from samza_dsl.config import job_config, job_name_of
+from samza_dsl.errors import Interrupted, SamzaError, TaskError
+
+if TYPE_CHECKING:
+    from runtime.local.system import LocalJob
+    from samza_dsl import StreamApplication
+
+__all__ = ["main"]
+
+
+def _parse_config(pairs: Sequence[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SamzaError(f"-c takes KEY=VALUE, got {pair!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _config_file(path: str) -> dict[str, str]:
+    """A file of ``KEY=VALUE`` (or ``KEY: VALUE``) lines, as Samza's ``.properties``; blank
+    lines and lines starting with ``#`` or ``!`` are skipped."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError as exc:
+        raise SamzaError(f"--config-file {path}: cannot read it ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise SamzaError(f"--config-file {path}: not UTF-8 text") from None
+    out: dict[str, str] = {}
+    for lineno, raw in enumerate(lines, 1):
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        cut = min((i for i in (line.find("="), line.find(":")) if i > 0), default=-1)
+        if cut < 0:
+            raise SamzaError(f"--config-file {path}:{lineno}: {raw!r} is not KEY=VALUE")
+        out[line[:cut].strip()] = line[cut + 1:].strip()
+    return out
+
+
+def _cli_config(args: argparse.Namespace) -> dict[str, str]:
+    """The run's config from the command line: each ``--config-file`` in order, then each
+    ``-c``; a later one wins. The application's own config is under both (``job_config``)."""
+    out: dict[str, str] = {}
+    for path in getattr(args, "config_file", None) or []:  # foreign: argparse's Namespace
+        out.update(_config_file(path))
+    out.update(_parse_config(args.config))
+    if getattr(args, "containers", None) is not None:  # foreign: argparse's Namespace
+        out["job.container.count"] = str(args.containers)
+    if getattr(args, "container_id", None) is not None:  # foreign: argparse's Namespace
+        out["job.container.id"] = str(args.container_id)
+    return out
+
+
+def _config_options(p: argparse.ArgumentParser) -> None:
+    """``-c KEY=VALUE`` and ``--config-file FILE``, on every command that builds the job."""
+    p.add_argument("-c", "--config", action="append", default=[], metavar="KEY=VALUE",
+                   help=_CONFIG_HELP)
+    p.add_argument("--config-file", action="append", default=[], metavar="FILE",
+                   help="KEY=VALUE lines (# comments), before any -c; repeatable")
+
+
+def _run_flags(p: argparse.ArgumentParser) -> None:
+    """The run's own flags, on the commands that look at or change a job's state (load, dump,
+    status, reset): a run's command line works there as it is."""
+    p.add_argument("--follow", action="store_true",
+                   help="as the run took it; nothing changes here (accepted so that the run's "
+                        "flags can be given again)")
+    p.add_argument("--containers", type=_at_least(1), metavar="N",
+                   help="job.container.count, as the run took it")
+    p.add_argument("--container-id", type=_at_least(0), metavar="I",
+                   help="job.container.id, as the run took it")
+
+
+def _partitions(pairs: Sequence[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise SamzaError(f"--partitions takes STREAM=COUNT, got {pair!r}")
+        try:
+            out[key.strip()] = int(value)
+        except ValueError:
+            raise SamzaError(f"--partitions takes STREAM=COUNT with a whole number COUNT, got "
+                             f"{pair!r}") from None
+    return out
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from planner.render import GraphvizMissing, render
+    from runtime.ops.loader import load_app
+
+    # check the cheap arguments before running the user's module
+    partitions = _partitions(args.partitions)
+    config = _cli_config(args)
+    app = load_app(args.app)
+    plan = app.plan(partitions=partitions, config=config)
+    if args.format != "text" or args.output:  # the text shows them itself, on standard output
+        for line in plan.warnings:
+            print(f"plan warning: {line}", file=sys.stderr)
+    try:
+        text = render(plan, args.format)
+    except GraphvizMissing as exc:
+        raise SamzaError(f"{exc}; without Graphviz, use --format text, json, dot or mermaid") \
+            from exc
+    if not text.endswith("\n"):
+        text += "\n"
+    if args.output:
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+            with open(args.output, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as exc:
+            raise SamzaError(f"cannot write the plan to {args.output!r}: {exc.strerror or exc}") \
+                from exc
+        print(f"wrote the {args.format} plan of {plan.job_name} to {args.output}", file=sys.stderr)
+    else:
+        try:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        except BrokenPipeError:
+            # the reader went away (`samza-dsl plan APP | head`): stop quietly, as cat does
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 1
+    return 0
+
+
+def _read_jsonl(path: str, keyed: bool) -> list[object]:
+    """The file's messages, as a ``JsonLines`` that knows each one's line."""
+    from runtime.host.jsonlines import JsonLines
+
+    out = JsonLines(path)
+    for lineno, obj in _iter_jsonl(path, keyed):
+        out.append(obj)
+        out.lines.append(lineno)
+    return out
+
+
+def _iter_jsonl(path: str, keyed: bool) -> Iterator[tuple[int, object]]:
+    """``(line number, message)`` of each message of the file, read a line at a time."""
+    import msgspec
+
+    from samza_dsl.json_text import MAX_JSON_LINE_BYTES, check_json_depth, explain_json_error
+    from samza_dsl.kv import KV
+
+    try:
+        f = open(path, "rb")  # noqa: SIM115 (closed by the with below)
+    except OSError as exc:
+        raise SamzaError(f"cannot read {path}: {exc.strerror or exc} (looked in {os.getcwd()}); "
+                         f"give a JSON Lines file, one message per line") from None
+    with f:
+        lineno = 0
+        # a line is read up to the longest a message may be, never whole past it
+        while line := f.readline(MAX_JSON_LINE_BYTES + 1):
+            lineno += 1
+            if len(line) > MAX_JSON_LINE_BYTES and not line.endswith(b"\n"):
+                raise SamzaError(f"{path}:{lineno}: the line is longer than "
+                                 f"{MAX_JSON_LINE_BYTES >> 20} MiB, the most a message may take "
+                                 f"(samza_dsl.json_text.MAX_JSON_LINE_BYTES); split it into "
+                                 f"smaller messages")
+            if not line.strip():
+                continue
+            deep = check_json_depth(line)
+            if deep is not None:
+                raise SamzaError(f"{path}:{lineno}: the message is {deep}")
+            try:
+                obj = msgspec.json.decode(line)
+            except msgspec.DecodeError as exc:
+                raise SamzaError(f"{path}:{lineno}: not JSON ({explain_json_error(line, exc)}); "
+                                 f"each line must be one JSON message") from None
+            except UnicodeDecodeError:
+                where = ""
+                try:
+                    line.decode()
+                except UnicodeDecodeError as exc:
+                    where = f" (byte {line[exc.start]:#04x} at byte {exc.start + 1} of the line)"
+                raise SamzaError(f"{path}:{lineno}: not UTF-8{where}; JSON Lines files are "
+                                 f"UTF-8: convert it (e.g. iconv -t UTF-8)") from None
+            if keyed:
+                if not isinstance(obj, dict) or "key" not in obj or "value" not in obj:
+                    raise SamzaError(f"{path}:{lineno}: the stream is keyed: each line must be "
+                                     f'{{"key": ..., "value": ...}}')
+                obj = KV(obj["key"], obj["value"])
+            yield lineno, obj
+
+
+def _sample_inputs(module_ref: str, app: StreamApplication, n: int) -> dict[str, object]:
+    import sys
+
+    from runtime.ops.loader import load_module
+
+    module = load_module(module_ref.partition(":")[0])
+    sample = getattr(module, "sample_input", None)  # foreign: the user's module
+    if sample is None:
+        raise SamzaError(f"{module_ref!r} has no sample_input(n) function for --sample; give "
+                         f"inputs with --input STREAM=FILE.jsonl")
+    data = sample(n)
+    inputs = app.spec().inputs
+    if isinstance(data, dict):
+        return data
+    if len(inputs) != 1:
+        print("sample_input returned a list but the application has several inputs",
+              file=sys.stderr)
+        raise SamzaError("sample_input(n) must return {stream_id: messages} for several inputs")
+    return {next(iter(inputs)): data}
+
+
+def _run_inputs(args: argparse.Namespace, app: Any, config: dict[str, object],
+                inputs: dict[str, object], source: dict[str, str]
+                ) -> dict[str, dict[int, set[int]]]:
+    """``--input``/``--sample`` into a job on the local log or Kafka (``runtime.run_inputs``;
+    ``inputs`` is emptied: the job reads them from its streams), and the ``--skip`` records."""
+    from runtime.kafka.job import uses_kafka
+    from runtime.run_inputs import feed_inputs, parse_skips
+    from runtime.runner import uses_local_system
+
+    mode = "append" if args.append else "replace" if args.replace else None
+    on_log = uses_kafka(app) or uses_local_system(app)
+    if mode and not inputs:
+        raise SamzaError(f"--{mode} says how --input or --sample join what an input holds; give "
+                         f"one of them")
+    if mode and not on_log:
+        raise SamzaError(f"--{mode}: {app.name!r} runs in memory, where --input and --sample are "
+                         f"the whole input of each run; leave --{mode} out")
+    skip = parse_skips(args.skip, app.spec().inputs)  # a wrong --skip is found before any loading
+    if inputs and on_log:
+        for line in feed_inputs(app, config, inputs, source, mode, args.sample):  # type: ignore[arg-type]
+            print(line, file=sys.stderr)
+        inputs.clear()
+    return skip
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from runtime.ops.loader import load_app
+    from runtime.runner import LocalRunner, print_outputs
+
+    app = load_app(args.app)
+    inputs: dict[str, object] = {}
+    source: dict[str, str] = {}
+    if args.sample:
+        inputs.update(_sample_inputs(args.app, app, args.sample))
+        source.update(dict.fromkeys(inputs, "--sample"))
+    for pair in args.input:
+        sid, sep, path = pair.partition("=")
+        if not sep:
+            raise SamzaError(f"--input takes STREAM=FILE.jsonl, got {pair!r}")
+        d = app.spec().inputs.get(sid)
+        if d is None:
+            raise SamzaError(f"--input {sid!r}: not an input of {app.name!r}; inputs: "
+                             f"{', '.join(sorted(app.spec().inputs))}")
+        inputs[sid] = _read_jsonl(path, d.keyed)
+        source[sid] = "--input"
+    config: dict[str, object] = dict(_cli_config(args))
+    skip = _run_inputs(args, app, config, inputs, source)
+    if args.containers is not None:
+        config["job.container.count"] = args.containers
+    if args.container_id is not None:
+        config["job.container.id"] = args.container_id
+    runner = LocalRunner(app, config, inputs=inputs,  # type: ignore[arg-type]
+                         progress=None if args.quiet else sys.stderr, follow=args.follow,
+                         skip=skip)
+    page = _start_page(args, runner) if args.ui else None
+    try:
+        runner.run()
+        if runner.interrupted is not None:  # a bounded run stopped before its inputs ended
+            print(f"samza-dsl run: interrupted by {signal.Signals(runner.interrupted).name} "
+                  f"before its inputs ended; what it processed is committed, and the next run "
+                  f"resumes after its checkpoint", file=sys.stderr)
+            return 128 + runner.interrupted
+        if runner.local:
+            print(f"job {runner.job.job_name}: state in {runner.job.root}; this run's outputs:")
+        print_outputs(runner, limit=args.show, app_ref=args.app)
+    finally:
+        if page is not None:
+            page.stop()
+        runner.close()
+    return 0
+
+
+def _start_page(args: argparse.Namespace, runner: Any) -> Any:
+    """``run --ui``: the job page (``runtime.ops.ui``), served from the runner's metrics."""
+    from runtime.host.reporters import reporter_names
+    from runtime.ops.ui import ContainersSource, RunnerSource, UIServer, parse_address
+
+    host, port = parse_address(args.ui)
+    source: Any
+    if runner.containers > 1:
+        if not runner.local:
+            raise SamzaError(
+                f"--ui shows a run of {runner.containers} containers on the local system; on "
+                f"Kafka, run `samza-dsl ui {args.app} --from http://HOST:PORT/metrics` next to "
+                f"the job (metrics.reporters=prometheus: container i serves on "
+                f"metrics.reporter.prometheus.port + i)")
+        # the containers report to the job's snapshot stream, once a second unless the job says
+        names = reporter_names(job_config(runner.app, runner.config))
+        if "snapshot" not in names:
+            runner.config["metrics.reporters"] = ",".join([*names, "snapshot"])
+        if "metrics.reporter.interval.ms" not in job_config(runner.app, runner.config):
+            runner.config["metrics.reporter.interval.ms"] = 1000
+        from runtime.local.system import LocalJob
+        from samza_dsl.config import config_value
+
+        interval = config_value(job_config(runner.app, runner.config),
+                                "metrics.reporter.interval.ms") / 1000.0
+        source = ContainersSource(runner, lambda: LocalJob(runner.app, runner.config, run=False),
+                                  interval)
+        plan = lambda: runner.plan  # noqa: E731
+    else:
+        cid = runner.config.get("job.container.id")
+        source = RunnerSource(runner, f"samza-container-{cid or 0}")
+        plan = lambda: runner.plan if runner.container else None  # noqa: E731
+    server = UIServer(source, plan, job_name_of(runner.app, job_config(runner.app, runner.config)),
+                      host, port)
+    url = server.start()
+    print(f"job page: {url}", file=sys.stderr, flush=True)
+    return server
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    """The job page of a job running elsewhere: from its metrics stream in the local log, or
+    from its Prometheus endpoint (``--from``)."""
+    import threading
+
+    from runtime.ops.loader import load_app
+    from runtime.ops.ui import PrometheusSource, StreamSource, UIServer, parse_address
+
+    host, port = parse_address(args.ui)
+    partitions = _partitions(args.partitions)
+    config = _cli_config(args)
+    app = load_app(args.app)
+    job_name = job_name_of(app, job_config(app, config))
+    job = None
+    source: Any
+    if args.source:
+        source = PrometheusSource(args.source)
+        plan = app.plan(partitions=partitions, config=config)
+    else:
+        from runtime.local.system import LocalJob
+        from samza_dsl.config import validate_config
+
+        _local_streams(args, app)
+        job = LocalJob(app, validate_config(config), run=False)
+        plan = job.plan
+        source = StreamSource(job.log_of(job.main_system), f"{job.job_name}-metrics")
+    server = UIServer(source, plan, job_name, host, port)
+    done = threading.Event()
+    try:
+        url = server.start()
+        where = args.source or f"stream {job_name}-metrics"
+        print(f"job page of {job_name} (from {where}): {url}", file=sys.stderr, flush=True)
+        import signal
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: done.set())
+        while not done.wait(0.5):
+            pass
+    finally:
+        server.stop()
+        if job is not None:
+            job.close()
+    return 0
+
+
+def cmd_sample(args: argparse.Namespace) -> int:
+    """The module's ``sample_input(N)`` for one input, as the JSON Lines ``--input``, ``load`` and
+    ``reprocess`` read."""
+    import msgspec
+
+    from runtime.ops.loader import load_app
+    from samza_dsl.kv import KV
+
+    if args.n < 0:
+        raise SamzaError(f"sample takes a number of messages N >= 0, got {args.n}")
+    app = load_app(args.app)
+    if args.stream not in app.spec().inputs:
+        raise SamzaError(f"{args.stream!r} is not an input of {app.name!r}; its inputs: "
+                         f"{', '.join(sorted(app.spec().inputs))}")
+    messages = _sample_inputs(args.app, app, args.n).get(args.stream, [])
+    encode = msgspec.json.Encoder().encode
+    out = sys.stdout.buffer
+    for m in messages:  # type: ignore[attr-defined]
+        row = {"key": m.key, "value": m.value} if type(m) is KV else m
+        out.write(encode(row) + b"\n")
+    out.flush()
+    return 0
+
+
+class _NeverRan(SamzaError):
+    """The job has no state on this machine: nothing to dump, compact or reset."""
+
+
+@contextlib.contextmanager
+def _local_job(args: argparse.Namespace, verify_log: bool = True,
+               ran: bool = False, app: Any = None, create: bool = True) -> Iterator[LocalJob]:
+    """The application's job on the embedded local log, opened without running it. With
+    ``ran``, a job with no job.dir and no log yet is refused (``_NeverRan``) and nothing is
+    created; without ``create``, no stream the log lacks is created either."""
+    from runtime.host.jobdir import job_dir
+    from runtime.local.system import LocalJob, log_path
+    from runtime.ops.loader import load_app
+
+    app = app if app is not None else load_app(args.app)
+    streams = _local_streams(args, app)
+    config = job_config(app, _cli_config(args))
+    if ran:
+        name = job_name_of(app, config)
+        root = job_dir(name, config)
+        logs = {log_path(d.system.name, d.system.config, name, config)
+                for d in streams if d.system.factory == "local"}
+        if not os.path.exists(root) and not any(os.path.exists(p) for p in logs):
+            raise _NeverRan(f"job {name!r} has not run here: its job.dir {root} does not exist "
+                            f"(looked in {os.getcwd()}); run it first with `samza-dsl run "
+                            f"{args.app}`, or give its job.dir with -c job.dir=PATH")
+    job = LocalJob(app, config, run=False, verify_log=verify_log, create=create)
+    try:
+        yield job
+    finally:
+        job.close()
+
+
+def _local_streams(args: argparse.Namespace, app: Any) -> list[Any]:
+    """The application's input and output descriptors; an error when none is on a LocalSystem
+    (nor on Kafka: those are handled before)."""
+    streams = [*app.spec().inputs.values(), *app.spec().outputs.values()]
+    if not any(d.system.factory == "local" for d in streams):
+        raise SamzaError(f"{args.app}: the application has no stream on a LocalSystem nor on "
+                         f"Kafka; samza-dsl {args.command} works on the embedded local log"
+                         + (" or Kafka topics" if args.command in ("load", "dump", "status")
+                            else ""))
+    return streams
+
+
+def _kafka_app(args: argparse.Namespace) -> tuple[Any, bool]:
+    """The application, and whether its streams are Kafka topics."""
+    from runtime.kafka.job import uses_kafka
+    from runtime.ops.loader import load_app
+
+    app = load_app(args.app)
+    return app, uses_kafka(app)
+
+
+def cmd_load(args: argparse.Namespace) -> int:
+    app, kafka = _kafka_app(args)
+    if kafka:
+        import asyncio
+
+        from runtime.kafka.load_dump import kafka_load_file, kafka_streams
+
+        async def load() -> tuple[int, str]:
+            import shlex
+
+            streams = await kafka_streams(app, _cli_config(args))
+            streams.check(args.stream)
+            keyed = streams.codecs[args.stream].keyed
+            again = shlex.join(["samza-dsl", "load", args.app, args.stream,
+                                *(x for f in args.config_file for x in ("--config-file", f)),
+                                *(x for c in args.config for x in ("-c", c))])
+            # read a line at a time, twice (checked, then sent a chunk at a time): the load's
+            # memory does not grow with its file
+            n = await kafka_load_file(streams, args.stream, args.file,
+                                      lambda: _iter_jsonl(args.file, keyed), load_command=again)
+            return n, streams.physical[args.stream]
+
+        n, topic = asyncio.run(load())
+        print(f"loaded {n} message(s) into {args.stream} (topic {topic})", file=sys.stderr)
+        return 0
+    # the stream and the file are checked before the job's log is opened: a load that fails
+    # leaves no job behind
+    _local_streams(args, app)
+    keyed = _keyed(app, args.stream, args)
+    # The file is read a line at a time, three times over, so its size does not matter: every
+    # line decodes (before the job is opened), every message encodes, then they are appended;
+    # a bad line loads nothing.
+    for _ in _iter_jsonl(args.file, keyed):
+        pass
+    at = [0]
+
+    def messages() -> Iterator[object]:
+        for lineno, obj in _iter_jsonl(args.file, keyed):
+            at[0] = lineno
+            yield obj
+
+    with _local_job(args, app=app) as job:
+        job.check_load(args.stream, messages(), where=lambda: f"{args.file}:{at[0]}")
+        n = job.load(args.stream, messages(),
+                     where=lambda: f"the last of them from {args.file}:{at[0]}; load the lines "
+                                   f"after it")
+    print(f"loaded {n} message(s) into {args.stream}", file=sys.stderr)
+    return 0
+
+
+def _keyed(app: Any, stream: str, args: argparse.Namespace) -> bool:
+    """Whether ``stream`` of the application is keyed (its JSON Lines are key/value pairs); an
+    error naming the streams when it has none of that name."""
+    from samza_dsl.config import validate_config
+
+    d = app.spec().inputs.get(stream) or app.spec().outputs.get(stream)
+    if d is not None:
+        return bool(d.keyed)
+    streams = app.plan(config=validate_config(_cli_config(args))).streams
+    if stream not in streams:
+        raise SamzaError(f"{stream!r} is not a stream of {args.app}; streams: "
+                         f"{', '.join(sorted(streams))}")
+    return bool(streams[stream].keyed)
+
+
+def cmd_dump(args: argparse.Namespace) -> int:
+    from runtime.ops.dump import dump_lines, dump_sources
+
+    if args.limit is not None and args.limit < 1:
+        raise SamzaError(f"--limit takes a number of messages >= 1, got {args.limit}")
+    app, kafka = _kafka_app(args)
+    if kafka:
+        return _dump_kafka(args, app)
+    if args.uncommitted:
+        print("samza-dsl dump: --uncommitted: the embedded local log holds committed records "
+              "only (an exactly-once task writes at its commit), so this shows the same",
+              file=sys.stderr)
+    with _local_job(args, ran=True, app=app) as job:
+        sources = dump_sources(job)
+        source = sources.get(args.stream)
+        if source is None:
+            raise SamzaError(f"{args.stream!r} is not a stream of job {job.job_name!r}; its "
+                             f"streams: {', '.join(sorted(sources))}")
+        out = sys.stdout.buffer
+        for line in dump_lines(source, args.limit, offsets=args.offsets):
+            out.write(line + b"\n")
+        out.flush()
+    return 0
+
+
+def _dump_kafka(args: argparse.Namespace, app: Any) -> int:
+    from runtime.ops.dump import kafka_dump_lines
+
+    if args.uncommitted:
+        print("samza-dsl dump: --uncommitted: showing the records of open and aborted "
+              "transactions too, which no read_committed reader (nor the job) ever reads",
+              file=sys.stderr)
+    out = sys.stdout.buffer
+    for line in kafka_dump_lines(app, _cli_config(args), args.stream, args.limit,
+                                 offsets=args.offsets, app_ref=args.app,
+                                 uncommitted=args.uncommitted):
+        out.write(line + b"\n")
+    out.flush()
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """The job's containers, its partitions' checkpoints and lag, its stores and generation
+    (``runtime.ops.status``); reads only, so it runs beside the job."""
+    import msgspec
+
+    from runtime.ops.status import kafka_status, local_status, status_text
+
+    app, kafka = _kafka_app(args)
+    if kafka:
+        import asyncio
+
+        status = asyncio.run(kafka_status(app, _cli_config(args), app_ref=args.app))
+    else:
+        with _local_job(args, ran=True, app=app, create=False) as job:
+            status = local_status(job)
+    if args.json:
+        sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(status)) + b"\n")
+    else:
+        sys.stdout.write(status_text(status))
+    sys.stdout.flush()
+    return 0
+
+
+def cmd_reset(args: argparse.Namespace) -> int:
+    app, kafka = _kafka_app(args)
+    if kafka:
+        import asyncio
+
+        from runtime.kafka.reset import kafka_reset
+        from samza_dsl.config import validate_config
+
+        name, gone = asyncio.run(kafka_reset(app, validate_config(_cli_config(args)),
+                                             outputs=args.outputs))
+    else:
+        try:  # a log that lost the job can start over
+            with _local_job(args, verify_log=False, ran=True, app=app) as job:
+                name, gone = job.job_name, job.reset(outputs=args.outputs)
+        except _NeverRan as exc:
+            print(f"samza-dsl reset: nothing to reset: {exc}", file=sys.stderr)
+            return 0
+    print(f"reset job {name}: " + ("; ".join(gone) if gone else "nothing to remove"),
+          file=sys.stderr)
+    return 0
+
+
+def cmd_compact(args: argparse.Namespace) -> int:
+    from runtime.local.compaction import compact_job
+
+    if args.batch < 1:
+        raise SamzaError(f"--batch takes a number of records >= 1, got {args.batch}")
+    with _local_job(args, ran=True) as job:
+        results = compact_job(job, group_records=args.batch)
+    for r in results:
+        print(f"{r.stream} partition {r.partition}: below offset {r.upto}, {r.records_before} "
+              f"record(s) to {r.records_after} ({r.tombstones_dropped} delete(s) dropped) in "
+              f"{r.seconds:.2f} s", file=sys.stderr)
+    if not results:
+        print(f"job {job.job_name}: no changelog partition with a checkpoint to compact",
+              file=sys.stderr)
+    return 0
+
+
+def _stream_paths(pairs: Sequence[str], flag: str, known: Mapping[str, object], what: str,
+                  app_name: str) -> dict[str, str]:
+    """``STREAM=PATH`` pairs -> {stream id: path}, naming the flag and the streams on an error."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        sid, sep, path = pair.partition("=")
+        sid, path = sid.strip(), path.strip()
+        if not sep or not sid or not path:
+            raise SamzaError(f"{flag} takes STREAM=PATH, got {pair!r}")
+        if sid not in known:
+            raise SamzaError(f"{flag} {sid!r}: not an {what} stream of {app_name!r}; its {what}s: "
+                             f"{', '.join(sorted(known)) or 'none'}")
+        if sid in out:
+            raise SamzaError(f"{flag} {sid!r} is given twice")
+        out[sid] = path
+    return out
+
+
+def _local_path_missing(path: str) -> bool:
+    """A plain local path (no URI scheme, no glob) that does not exist."""
+    if "://" in path or path.startswith("file:") or any(c in path for c in "*?["):
+        return False
+    return not os.path.exists(path)
+
+
+def _make_output_dirs(outputs: Mapping[str, str]) -> None:
+    """The parent directory of each local ``--output`` path, made now: before Spark starts, so a
+    path that cannot be made is an error at once."""
+    for sid, path in outputs.items():
+        if "://" in path or path.startswith("file:"):
+            continue
+        parent = os.path.dirname(os.path.abspath(path))
+        try:
+            os.makedirs(parent, exist_ok=True)
+        except OSError as exc:
+            raise SamzaError(f"--output {sid}: cannot make the directory {parent} for {path}: "
+                             f"{exc.strerror or exc}; choose a path you can write to") from None
+
+
+@contextlib.contextmanager
+def _quiet_spark() -> Iterator[None]:
+    """While the runner starts Spark: no pandas-version warning from PySpark. The JVM starts
+    quietly on its own (``runtime.spark.jvm``), so its start-up warnings and the executors' task
+    tracebacks do not bury the progress, the summary or the error (a failed run is one
+    ``ReprocessError`` line)."""
+    import warnings
+
+    warnings.filterwarnings("ignore", message=".*does not yet fully support pandas")
+    yield
+
+
+def _spark_conf(pairs: Sequence[str]) -> dict[str, str]:
+    """``--conf spark.KEY=VALUE`` pairs: Spark's own settings, as spark-submit takes them."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise SamzaError(f"--conf takes a Spark setting KEY=VALUE, got {pair!r}")
+        if not key.startswith("spark."):
+            raise SamzaError(f"--conf {key}: Spark settings start with 'spark.' (e.g. --conf "
+                             f"spark.executor.memory=2g); the application's config goes in "
+                             f"-c {pair}")
+        out[key] = value.strip()
+    return out
+
+
+#: what the spark extra installs (pyproject.toml), which only ``reprocess`` needs
+_SPARK_EXTRA = ("pyspark", "pyarrow", "pandas")
+
+
+def cmd_reprocess(args: argparse.Namespace) -> int:
+    import importlib.util
+
+    from runtime.ops.loader import load_app
+
+    for name in _SPARK_EXTRA:  # before anything starts: one line, not an import's traceback
+        if importlib.util.find_spec(name) is None:
+            raise SamzaError(f"samza-dsl reprocess runs the job on Spark, and {name} is not "
+                             f"installed beside samza-dsl ({sys.executable}): install the "
+                             f"spark extra, pip install 'samza-dsl[spark]'")
+    config = _cli_config(args)
+    spark_conf = _spark_conf(args.conf)
+    app = load_app(args.app)
+    inputs = _stream_paths(args.input, "--input", app.spec().inputs, "input", app.name)
+    outputs = _stream_paths(args.output, "--output", app.spec().outputs, "output", app.name)
+    missing = sorted(set(app.spec().inputs) - set(inputs))
+    if missing:
+        raise SamzaError(f"{args.app} reads {', '.join(map(repr, missing))}: give every input "
+                         f"with --input STREAM=PATH")
+    for sid, path in inputs.items():
+        if _local_path_missing(path):
+            raise SamzaError(f"--input {sid}: {path} does not exist (looked in {os.getcwd()})")
+    _make_output_dirs(outputs)
+
+    from runtime.spark import SparkRunner
+    from runtime.spark.progress import StageProgress
+
+    runner = SparkRunner(master=args.master, conf=spark_conf)
+    with _quiet_spark():
+        sc = runner.spark.sparkContext
+    try:
+        with StageProgress(sc,
+                           stream=None if args.no_progress else sys.stderr) as progress:
+            result = runner.reprocess(app, inputs, outputs=outputs, config=config)
+        if not args.no_progress:
+            print(progress.table(), file=sys.stderr)
+        print(result.summary())
+        for sid in sorted(app.spec().outputs):
+            if sid in outputs:
+                continue
+            n = result.rows_out.get(sid)
+            msgs = result.messages(sid) if args.show else []
+            count = n if n is not None else len(msgs)
+            print(f"{sid}: {count} message(s) (no --output {sid}=PATH: not written)")
+            for m in msgs[:args.show]:
+                print(f"  {m!r}")
+            if count > args.show:
+                print(f"  ... {count - args.show} more")
+        sys.stdout.flush()
+    finally:
+        runner.stop()
+    return 0
+
+
+def _matching_keys(key: str | None) -> list[Any]:
+    """The reference rows ``samza-dsl config KEY`` shows: all of them; the key itself (a
+    stream's, store's or system's key matches its ``<id>``/``<name>`` row); or those under a
+    prefix (``task.``). None found is an error with the closest key."""
+    import difflib
+    import re
+
+    from samza_dsl.config import key_reference
+
+    rows = key_reference()
+    if not key:
+        return rows
+
+    def pattern(ref: str) -> re.Pattern[str]:
+        parts = re.split(r"(<id>|<name>|\*)", ref)
+        return re.compile("".join(".+" if p in ("<id>", "<name>", "*") else re.escape(p)
+                                  for p in parts))
+
+    found = [r for r in rows if r.key == key or pattern(r.key).fullmatch(key)]
+    found = found or [r for r in rows if r.key.startswith(key)]
+    if not found:
+        close = difflib.get_close_matches(key, [r.key for r in rows], n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise SamzaError(f"no config key {key!r}{hint}; `samza-dsl config` lists them all")
+    return found
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    """A new project in directory NAME (``runtime.ops.scaffold``), and what to do next."""
+    from pathlib import Path
+
+    from runtime.ops.scaffold import init_project
+
+    target = Path(args.name)
+    init_project(target)
+    print(f"made {target}/ with pipeline.py, test_pipeline.py, sample.jsonl and README.md; "
+          f"next:\n  cd {target}\n  samza-dsl run pipeline.py:app --input lines=sample.jsonl"
+          f"\n  pytest   (pip install pytest hypothesis)")
+    return 0
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    """The configuration keys with their types, defaults and meanings (``key_reference``); with
+    ``--app``, the config its job runs with: each key's value and where it comes from."""
+    if args.app:
+        rows = _effective_config(args)
+        if args.key:
+            rows = [r for r in rows if r[0] == args.key or r[0].startswith(args.key)]
+            if not rows:
+                raise SamzaError(f"job of {args.app} has no config key {args.key!r} set, and "
+                                 f"none under it; `samza-dsl config {args.key}` describes it")
+        width = max(len(r[0]) for r in rows)
+        for key, value, source in rows:
+            print(f"{key:<{width}}  {value}  ({source})")
+        return 0
+    ref = _matching_keys(args.key)
+    width = max(len(r.key) for r in ref)
+    for r in ref:
+        print(f"{r.key:<{width}}  {r.type:<4}  default {r.default}: {r.meaning}")
+    return 0
+
+
+def _effective_config(args: argparse.Namespace) -> list[tuple[str, str, str]]:
+    """(key, value, source) of every key the job of ``args.app`` runs with: given on the
+    command line (``-c``, a ``--config-file``), in the application, set by the planner, or a
+    key's default."""
+    from runtime.ops.loader import load_app
+    from samza_dsl.config import KNOWN_KEYS, shown_value, validate_config
+    from samza_dsl.errors import PlanError
+
+    app = load_app(args.app)
+    source: dict[str, str] = dict.fromkeys(validate_config(app.config), "application")
+    for path in args.config_file:
+        source.update(dict.fromkeys(validate_config(_config_file(path)), f"--config-file {path}"))
+    source.update(dict.fromkeys(validate_config(_parse_config(args.config)), "-c"))
+    config = job_config(app, _cli_config(args))
+    try:
+        plan = app.plan(partitions=_partitions(args.partitions), config=config)
+        config = {**plan.generated_config, **config}
+    except PlanError as exc:  # shown without what the planner would add
+        print(f"samza-dsl: note: not planned ({exc}); keys the planner sets are left out",
+              file=sys.stderr)
+    rows = [(k, repr(shown_value(k, v)), source.get(k, "planner")) for k, v in config.items()]
+    rows += [(k, repr(key.default), "default") for k, key in KNOWN_KEYS.items()
+             if k not in config and key.default is not None]
+    return sorted(rows)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: what is wrong and where the help is (exit code 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+
+
+def _at_least(least: int) -> Callable[[str], int]:
+    """An argparse type: a whole number >= ``least``."""
+    def number(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"takes a whole number, got {text!r}") from None
+        if n < least:
+            raise argparse.ArgumentTypeError(f"takes a number >= {least}, got {n}")
+        return n
+    return number
+
+
+_CONFIG_HELP = "a config key and its value; `samza-dsl config` lists the keys"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from samza_dsl import __version__
+
+    parser = _Parser(prog="samza-dsl", description="Samza's high-level API in Python")
+    parser.add_argument("--version", action="version", version=f"samza-dsl {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_plan_and_run(sub)
+    _add_ui_and_reprocess(sub)
+    _add_data_commands(sub)
+    _add_job_commands(sub)
+    return parser
+
+
+def _add_plan_and_run(sub: Any) -> None:
+    """`samza-dsl plan` and `samza-dsl run`."""
+    from planner.render import FORMATS
+
+    text = "plan an application and print or draw the plan"
+    p = sub.add_parser("plan", help=text, description=_described(
+        text, "stages, intermediate streams and their partition counts, tables and the tier "
+        "each stage takes on Spark, as text, json, dot, mermaid, svg or html"))
+    p.add_argument("app", help="module_or_file.py:attr")
+    p.add_argument("--format", choices=FORMATS, default="text")
+    p.add_argument("-o", "--output", help="write to this file instead of standard output")
+    _config_options(p)
+    p.add_argument("--partitions", action="append", default=[], metavar="STREAM=COUNT",
+                   help="partition count of a stream the plan cannot look up")
+    p.set_defaults(func=cmd_plan)
+
+    text = "run an application until its bounded inputs end"
+    r = sub.add_parser("run", help=text, description=_described(
+        text, "on the embedded local system (state under .samza/<job>) or Kafka; a second run "
+        "resumes after the checkpoint. --sample N feeds the inputs with the module's "
+        "sample_input(N), which returns a list of messages (one input) or {stream id: "
+        "messages}; --follow keeps reading new input until Ctrl-C"))
+    r.add_argument("app", help="module_or_file.py:attr")
+    _config_options(r)
+    r.add_argument("--input", action="append", default=[], metavar="STREAM=FILE.jsonl",
+                   help="messages for an input stream, one JSON per line "
+                        '({"key": ..., "value": ...} for keyed streams)')
+    r.add_argument("--sample", type=_at_least(0), default=0, metavar="N",
+                   help="feed the inputs with the module's sample_input(N)")
+    how = r.add_mutually_exclusive_group()
+    how.add_argument("--append", action="store_true",
+                     help="--input/--sample go after what an input already holds")
+    how.add_argument("--replace", action="store_true",
+                     help="--input/--sample replace what an input holds, and the job starts "
+                          "over (as after `reset`; outputs stay)")
+    r.add_argument("--skip", action="append", default=[], metavar="STREAM:PARTITION:OFFSET",
+                   help="pass over one record of an input in this run (a poison record), "
+                        "logged and counted; repeatable")
+    r.add_argument("--show", type=_at_least(0), default=10, help="messages to print per output: the last N this run wrote (default 10)")
+    r.add_argument("-q", "--quiet", action="store_true", help="no progress line")
+    r.add_argument("--traceback", action="store_true",
+                   help="on an error, print the whole stack (the user function's frames too) "
+                        "before the one-line error")
+    r.add_argument("--follow", action="store_true",
+                   help="keep reading inputs past their end until stopped (Ctrl-C)")
+    r.add_argument("--containers", type=_at_least(1), metavar="N",
+                   help="job.container.count: run the job in N container processes")
+    r.add_argument("--container-id", type=_at_least(0), metavar="I",
+                   help="job.container.id: run only container I of the job's "
+                        "job.container.count (one per host or pod)")
+    r.add_argument("--ui", metavar="[HOST:]PORT",
+                   help="serve the live job page here (host 127.0.0.1 unless given; port 0: any "
+                        "free one); read-only")
+    r.set_defaults(func=cmd_run)
+
+
+def _add_ui_and_reprocess(sub: Any) -> None:
+    """`samza-dsl ui` and `samza-dsl reprocess`."""
+    text = ("serve the live job page of a job running elsewhere, from its metrics stream "
+            "<job>-metrics in the local log, or from its Prometheus endpoint (--from)")
+    u = sub.add_parser("ui", help=text, description=text[0].upper() + text[1:] + ".")
+    u.add_argument("app", help="module_or_file.py:attr")
+    u.add_argument("--from", dest="source", metavar="URL",
+                   help="the job's Prometheus endpoint, e.g. http://127.0.0.1:9100/metrics")
+    u.add_argument("--ui", default="127.0.0.1:8080", metavar="[HOST:]PORT",
+                   help="where to serve the page (default 127.0.0.1:8080)")
+    _config_options(u)
+    u.add_argument("--partitions", action="append", default=[], metavar="STREAM=COUNT",
+                   help="partition count of a stream the plan cannot look up")
+    u.set_defaults(func=cmd_ui)
+
+    text = "reprocess files (JSON Lines or Parquet) with the application's operators on Spark"
+    rp = sub.add_parser("reprocess", help=text, description=_described(
+        text, "the same plan and operator code as a streaming run; every input is given with "
+        "--input, and each --output is written as a directory of part files"))
+    rp.add_argument("app", help="module_or_file.py:attr")
+    rp.add_argument("--input", action="append", default=[], metavar="STREAM=PATH",
+                    help="an input stream's rows: a .jsonl/.json or .parquet file, a directory of "
+                         "them or a glob (every input is needed)")
+    rp.add_argument("--output", action="append", default=[], metavar="STREAM=PATH",
+                    help="write an output stream to a directory of part files (Parquet if PATH "
+                         "ends in .parquet, else JSON Lines); a rerun replaces it. Outputs "
+                         "without --output are counted and shown")
+    rp.add_argument("--master", default="local[2]", help="Spark master (default: local[2])")
+    _config_options(rp)
+    rp.add_argument("--conf", action="append", default=[], metavar="spark.KEY=VALUE",
+                    help="a Spark setting for the session, as spark-submit --conf takes it "
+                         "(e.g. spark.executor.memory=2g); repeatable")
+    rp.add_argument("--show", type=_at_least(0), default=5, metavar="N",
+                    help="messages to print of each output without --output (default 5)")
+    rp.add_argument("--no-progress", action="store_true",
+                    help="no progress bars or stage table on standard error")
+    rp.set_defaults(func=cmd_reprocess)
+
+
+def _add_data_commands(sub: Any) -> None:
+    """`samza-dsl sample`, `load`, `dump` and `status`."""
+    text = ("print the module's sample_input(N) for one input as JSON Lines (for --input, "
+            "load and reprocess)")
+    sm = sub.add_parser("sample", help=text, description=_described(
+        text, "the application's module defines sample_input(n) returning n messages: a list "
+              "when the application has one input, else {stream id: list}; a keyed stream's "
+              'messages are KVs, printed as {"key": ..., "value": ...}'))
+    sm.add_argument("app", help="module_or_file.py:attr")
+    sm.add_argument("stream", help="input stream id")
+    sm.add_argument("n", type=int, metavar="N", help="sample size: sample_input(N)")
+    sm.set_defaults(func=cmd_sample)
+
+    text = ("append JSON Lines to a stream of the job: in the embedded local log, all or "
+            "nothing (allowed while the job runs), or to its Kafka topic")
+    ld = sub.add_parser("load", help=text, description=text[0].upper() + text[1:] + ".")
+    ld.add_argument("app", help="module_or_file.py:attr")
+    ld.add_argument("stream", help="stream id")
+    ld.add_argument("file", help='one JSON message per line ({"key": ..., "value": ...} for keyed '
+                                 "streams)")
+    _config_options(ld)
+    _run_flags(ld)
+    ld.set_defaults(func=cmd_load)
+
+    text = ("print a stream of the job as JSON Lines, from the embedded local log or its Kafka "
+            "topic")
+    d = sub.add_parser("dump", help=text, description=text[0].upper() + text[1:] + ".")
+    d.add_argument("app", help="module_or_file.py:attr")
+    d.add_argument("stream", help="stream id")
+    d.add_argument("--limit", type=_at_least(1), default=None, metavar="N",
+                   help="only the last N messages")
+    d.add_argument("--offsets", action="store_true",
+                   help='print each message as {"partition": P, "offset": O, "message": M}')
+    d.add_argument("--uncommitted", action="store_true",
+                   help="on Kafka, also the records of transactions not committed (open or "
+                        "aborted), which no read_committed reader sees: for debugging an "
+                        "exactly-once job (by default dump shows what a downstream reader reads)")
+    _config_options(d)
+    _run_flags(d)
+    d.set_defaults(func=cmd_dump)
+
+    text = ("show a job's containers (running, with their PIDs), each task's checkpointed "
+            "offsets, lag and checkpoint age, its stores' sizes and its generation, on the "
+            "embedded local system or Kafka; reads only, so it may run beside the job")
+    st = sub.add_parser("status", help=text, description=text[0].upper() + text[1:] + ".")
+    st.add_argument("app", help="module_or_file.py:attr")
+    st.add_argument("--json", action="store_true",
+                    help="print the status as one JSON object (its shape: docs/operations.md)")
+    _config_options(st)
+    _run_flags(st)
+    st.set_defaults(func=cmd_status)
+
+
+def _add_job_commands(sub: Any) -> None:
+    """`samza-dsl compact`, `reset`, `config` and `init`."""
+    text = ("compact the job's changelogs in the embedded local log below their checkpoints, "
+            "now (a running job does it in the background); refused while the job runs")
+    cp = sub.add_parser("compact", help=text, description=_described(
+        text, "each changelog keeps the latest entry of each key"))
+    cp.add_argument("app", help="module_or_file.py:attr")
+    cp.add_argument("--batch", type=_at_least(1), default=65536, metavar="N",
+                    help="records rewritten per write transaction, at most about (default "
+                         "65536): smaller holds the log's write lock for less time")
+    _config_options(cp)
+    cp.set_defaults(func=cmd_compact)
+
+    text = ("forget a job's progress: checkpoints, stores, intermediate streams and "
+            "changelogs (inputs stay); refused while the job runs")
+    rs = sub.add_parser("reset", help=text, description=_described(
+        text, "its next run processes its inputs from the start; --outputs empties the "
+              "outputs too"))
+    rs.add_argument("app", help="module_or_file.py:attr")
+    rs.add_argument("--outputs", action="store_true", help="also empty the output streams (on "
+                    "Kafka: delete their topics, which the next run creates again)")
+    _config_options(rs)
+    _run_flags(rs)
+    rs.set_defaults(func=cmd_reset)
+
+    text = "list the configuration keys (-c KEY=VALUE) with their types, defaults and meanings"
+    cf = sub.add_parser("config", help=text, description=_described(
+        text, "KEY shows one key (streams.views.retention.ms matches streams.<id>.retention.ms)"
+              " or the keys under a prefix (task.); keys of your own go under user.*"))
+    cf.add_argument("key", nargs="?", metavar="KEY", help="a key or a prefix of keys")
+    cf.add_argument("--app", metavar="module_or_file.py:attr",
+                    help="show the config this application's job runs with: each key's value "
+                         "and where it comes from (-c, --config-file, the application, the "
+                         "planner, a default)")
+    _config_options(cf)
+    cf.add_argument("--partitions", action="append", default=[], metavar="STREAM=COUNT",
+                    help="with --app: partition count of a stream the plan cannot look up")
+    cf.set_defaults(func=cmd_config)
+
+    text = "make a new project in directory NAME that runs as it is written"
+    it = sub.add_parser("init", help=text, description=_described(
+        text, "an application (pipeline.py), its tests with a hypothesis property "
+              "(test_pipeline.py), a sample input (sample.jsonl) and a README with the two "
+              "commands: samza-dsl run pipeline.py:app --input lines=sample.jsonl, and pytest"))
+    it.add_argument("name", metavar="NAME", help="the project's directory and name")
+    it.set_defaults(func=cmd_init)
+
+
+def _described(help_text: str, more: str) -> str:
+    """A subcommand's description: its one-line help as a sentence, then ``more``."""
+    return f"{help_text[0].upper()}{help_text[1:]}. {more[0].upper()}{more[1:]}."
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # named after the command, with its help
+        parser.exit(2, f"samza-dsl {args.command}: error: unrecognized arguments: "
+                       f"{' '.join(extra)}; see samza-dsl {args.command} --help\n")
+    try:
+        return int(args.func(args))
+    except Interrupted as exc:  # stopped by a signal, not done: as a shell reports it
+        print(f"samza-dsl {args.command}: interrupted: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except SamzaError as exc:
+        _print_error(args, exc)
+        return 2
+    except KeyboardInterrupt:
+        # Ctrl-C before a run could take it as a stop (or in a command that is no run): one
+        # line, as a shell reports an interrupted command (128 + SIGINT)
+        print(f"samza-dsl {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # the reader went away (`dump | head`): stop quietly, as Unix tools do; stdout is
+        # pointed at devnull so the interpreter's last flush does not fail again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
+    except OSError as exc:
+        from runtime.host.storage import storage_error
+
+        fault = storage_error(exc, str(exc.filename or os.getcwd()), f"running {args.command}")
+        if fault is not None:
+            text = str(fault)
+        elif exc.filename is not None and exc.errno in _PATH_ERRNOS:
+            text = f"{exc.filename}: {exc.strerror} (looked in {os.getcwd()}); check the path"
+        else:
+            raise  # not about a path the user gave: a bug, with its traceback
+        print(f"samza-dsl {args.command}: error: {text}", file=sys.stderr)
+        return 2
+
+
+def _print_error(args: argparse.Namespace, exc: SamzaError) -> None:
+    """The one-line error; with ``--traceback``, the whole stack before it (a function's own
+    error, which the line shows only by its file and line, with all its frames); without, a
+    hint that it can be had where there is one to show."""
+    if getattr(args, "traceback", False):  # foreign: argparse's Namespace
+        import traceback
+
+        traceback.print_exception(exc, file=sys.stderr)
+    more = ("; --traceback shows the whole stack" if hasattr(args, "traceback")  # foreign: argparse's
+            and not args.traceback and exc.__cause__ is not None
+            and isinstance(exc, TaskError) else "")
+    print(f"samza-dsl {args.command}: error: {exc}{more}", file=sys.stderr)
+
+
+#: an OSError about a path a user named: a user mistake, not a bug
+_PATH_ERRNOS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG,
+                          errno.ELOOP})
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,311 @@
+"""What ``samza-dsl dump`` prints: any stream of a job on the embedded local log, as JSON Lines.
+
+Every stream of the job can be dumped: inputs, outputs and intermediate streams (decoded with
+their serdes), the stores' changelogs (decoded with the store's serdes; a tombstone has value
+``null``) and the dead-letter stream ``<job>-dead-letter`` (each raw record with the error and
+where it came from). A keyed message prints as ``{"key": ..., "value": ...}``.
+
+Records are read and decoded a batch at a time and printed as they come, so memory stays flat
+whatever the stream's size. ``--limit N`` prints the last N messages (partition by partition,
+as a whole dump does) and reads the stream backwards from its end, in chunks, until it has them:
+it costs what N messages cost, not what the stream does.
+
+A job on Kafka dumps the same streams from its topics (``kafka_dump_lines``), a fetch at a
+time, with ``--limit N`` reading only the end of the partitions it needs; a stream whose topic
+does not exist is an error that says how the topic comes to be.
+
+A record that does not decode is not printed; a warning on standard error names its stream,
+partition and offset. ``--offsets`` prints each message with its partition and offset: where
+compaction kept only the latest entry of each key of a changelog, the offsets show which.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from bisect import bisect_left
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from runtime.engine.codec import ERROR_HEADER, SOURCE_HEADER, Record, Skipped, StreamCodec
+from runtime.engine.job import SSP
+from runtime.engine.records import is_control
+from runtime.host.jobdir import dead_letter_stream, metrics_stream
+from runtime.local.compaction import changelog_location
+from runtime.local.log import LocalLog
+from runtime.local.system import LocalJob
+from runtime.state.codec import state_codec, table_codec
+from samza_dsl.errors import SamzaError
+from samza_dsl.kv import KV
+
+__all__ = ["DumpSource", "dump_sources", "dump_lines", "kafka_dump_sources",
+           "kafka_dump_lines"]
+
+log = logging.getLogger("samza_dsl.dump")
+
+_READ = 4096  # records read per call
+_json = msgspec.json.Encoder(enc_hook=repr)
+
+#: (partition, offsets of the records, records) -> [(offset, printable message), ...]
+Decode = Callable[[SSP, Sequence[int], Sequence[Record]], list[tuple[int, Any]]]
+
+
+def _runs(offsets: Sequence[int]) -> Iterator[tuple[int, int]]:
+    """``(i, j)``: the slices of ``offsets`` that are consecutive offsets."""
+    if type(offsets) is range:
+        yield 0, len(offsets)
+        return
+    i = 0
+    n = len(offsets)
+    while i < n:
+        j = i + 1
+        while j < n and offsets[j] == offsets[j - 1] + 1:
+            j += 1
+        yield i, j
+        i = j
+
+
+@dataclass(frozen=True)
+class DumpSource:
+    """A stream of the job in a log: where it is and how its records become printable objects."""
+
+    name: str
+    log: LocalLog  # or a runtime.kafka.load_dump.TopicReader, which reads the same way
+    physical: str
+    decode: Decode
+
+
+def _text(data: bytes | None) -> Any:
+    """Raw bytes as text when they are UTF-8, else as ``{"base64": ...}``."""
+    if data is None:
+        return None
+    try:
+        return bytes(data).decode()
+    except UnicodeDecodeError:
+        import base64
+        return {"base64": base64.b64encode(bytes(data)).decode()}
+
+
+def _stream_decoder(codec: StreamCodec) -> Decode:
+    def decode(ssp: SSP, offsets: Sequence[int], records: Sequence[Record]
+               ) -> list[tuple[int, Any]]:
+        out: list[tuple[int, Any]] = []
+        for i, j in _runs(offsets):
+            ms = codec.decode_batch(ssp, offsets[i], records[i:j], 0)
+            out += [(o, {"key": m.key, "value": m.value} if type(m) is KV else m)
+                    for o, m in zip(offsets[i:j], ms, strict=True)
+                    if not is_control(m) and type(m) is not Skipped]
+        return out
+    return decode
+
+
+def _dead_letter_decode(ssp: SSP, offsets: Sequence[int], records: Sequence[Record]
+                        ) -> list[tuple[int, Any]]:
+    out = []
+    for o, (k, v, headers) in zip(offsets, records, strict=True):
+        h = {name: bytes(value).decode(errors="replace") for name, value in headers or ()}
+        out.append((o, {"source": h.get(SOURCE_HEADER), "error": h.get(ERROR_HEADER),
+                        "key": _text(k), "value": _text(v)}))
+    return out
+
+
+def _metrics_decode(ssp: SSP, offsets: Sequence[int], records: Sequence[Record]
+                    ) -> list[tuple[int, Any]]:
+    """The ``<job>-metrics`` stream: each record a metrics snapshot as JSON (data, never code)."""
+    out = []
+    for o, (_, v, _) in zip(offsets, records, strict=True):
+        try:
+            out.append((o, json.loads(v) if v is not None else None))
+        except ValueError:
+            out.append((o, {"value": _text(v)}))
+    return out
+
+
+def _changelog_decoder(name: str, key_decode: Callable[[bytes], Any],
+                       value_decode: Callable[[bytes], Any]) -> Decode:
+    def decode(ssp: SSP, offsets: Sequence[int], records: Sequence[Record]
+               ) -> list[tuple[int, Any]]:
+        out = []
+        for o, (k, v, _) in zip(offsets, records, strict=True):
+            try:
+                key = key_decode(k) if k is not None else None
+                value = value_decode(v) if v is not None else None
+            except Exception as exc:
+                log.warning("changelog %s partition %d offset %d does not decode with the "
+                            "store's serdes (%s: %s): not printed", name, ssp.partition,
+                            o, type(exc).__name__, exc)
+                continue
+            out.append((o, {"key": key, "value": value}))
+        return out
+    return decode
+
+
+def dump_sources(job: LocalJob) -> dict[str, DumpSource]:
+    """Every stream of the job that can be dumped, by the name ``dump`` takes."""
+    out: dict[str, DumpSource] = {}
+    for sid in job.physical:
+        codec = job.codecs[sid]
+        # a dump goes past a record that does not decode, with a warning, whatever the policy
+        quiet = StreamCodec(sid, codec.serde, policy="skip")
+        out[sid] = DumpSource(sid, job.log_of(job.stream_system[sid]), job.physical[sid],
+                              _stream_decoder(quiet))
+    main = job.log_of(job.main_system)
+    dead = dead_letter_stream(job.job_name)
+    out[dead] = DumpSource(dead, main, dead, _dead_letter_decode)
+    metrics = metrics_stream(job.job_name)
+    out[metrics] = DumpSource(metrics, main, metrics, _metrics_decode)
+    for name, store in job.plan.stores.items():
+        if not store.changelog:
+            continue
+        system, stream = changelog_location(job, store)
+        if store.table is not None:
+            serde = store.table.serde
+            kd = table_codec(serde.key_serde, "key", name)[1]
+            vd = table_codec(serde.value_serde, "value", name)[1]
+        else:
+            _, kd, _, vd = state_codec(job.plan.app.types, f"{store.kind} state {name!r}")
+        out[stream] = DumpSource(stream, job.log_of(system), stream,
+                                 _changelog_decoder(stream, kd, vd))
+    return out
+
+
+def kafka_dump_sources(streams: Any, reader: Any) -> dict[str, DumpSource]:
+    """Every stream of a job on Kafka that can be dumped, as ``dump_sources`` gives them on the
+    local log: its streams (inputs, outputs, intermediate streams), the stores' changelog topics
+    and ``<job>-dead-letter``, read through ``reader`` (``runtime.kafka.load_dump``)."""
+    out: dict[str, DumpSource] = {}
+    for sid, physical in streams.physical.items():
+        quiet = StreamCodec(sid, streams.codecs[sid].serde, policy="skip")
+        out[sid] = DumpSource(sid, reader, physical, _stream_decoder(quiet))
+    dead = streams.dead_letter
+    out[dead] = DumpSource(dead, reader, dead, _dead_letter_decode)
+    metrics = metrics_stream(streams.job_name)
+    out[metrics] = DumpSource(metrics, reader, metrics, _metrics_decode)
+    plan = streams.plan
+    for name, topic in streams.changelogs.items():
+        store = plan.stores[name]
+        if store.table is not None:
+            kd = table_codec(store.table.serde.key_serde, "key", name)[1]
+            vd = table_codec(store.table.serde.value_serde, "value", name)[1]
+        else:
+            _, kd, _, vd = state_codec(plan.app.types, f"{store.kind} state {name!r}")
+        out[topic] = DumpSource(topic, reader, topic, _changelog_decoder(topic, kd, vd))
+    return out
+
+
+def kafka_dump_lines(app: Any, config: Any, stream: str, limit: int | None = None, *,
+                     offsets: bool = False, app_ref: str = "APP",
+                     uncommitted: bool = False) -> Iterator[bytes]:
+    """``dump_lines`` of a stream of a job on Kafka (any name ``kafka_dump_sources`` gives),
+    as a downstream reader reads it: committed records only, whatever the job's guarantee
+    (``uncommitted``: those of open and aborted transactions too). A stream whose topic does
+    not exist is an error naming the topic and how it comes to be; so is an unknown name,
+    listing the job's streams."""
+    import asyncio
+
+    from runtime.kafka.load_dump import TopicReader, kafka_streams
+
+    streams = asyncio.run(kafka_streams(app, config))
+    with TopicReader(streams, committed=not uncommitted) as reader:
+        sources = kafka_dump_sources(streams, reader)
+        source = sources.get(stream)
+        if source is None:
+            raise SamzaError(f"{stream!r} is not a stream of job {streams.job_name!r}; its "
+                             f"streams: {', '.join(sorted(sources))}")
+        if reader.partitions(source.physical) is None:
+            raise SamzaError(_missing_topic(streams, stream, source.physical, app_ref))
+        yield from dump_lines(source, limit, offsets=offsets)
+
+
+def _missing_topic(streams: Any, stream: str, topic: str, app_ref: str) -> str:
+    where = f"topic {topic!r} does not exist on the Kafka brokers at {streams.servers}"
+    kind = streams.plan.streams[stream].kind if stream in streams.plan.streams else None
+    if kind == "input":
+        return (f"input {stream!r}: {where}, so there is nothing to dump; `samza-dsl load "
+                f"{app_ref} {stream} FILE.jsonl` creates it ({streams.counts[stream]} "
+                f"partition(s)) and loads it, or create it yourself")
+    if stream == metrics_stream(streams.job_name):
+        return (f"the metrics stream: {where}; the job writes it when it runs with "
+                f"metrics.reporters=snapshot")
+    what = ("the dead-letter stream" if stream == streams.dead_letter
+            else f"{kind} stream {stream!r}" if kind else f"changelog {stream!r}")
+    return (f"{what}: {where}, so there is nothing to dump; the job creates it when it runs "
+            f"(`samza-dsl run {app_ref}`)")
+
+
+def _partitions(source: DumpSource) -> int:
+    n = source.log.partitions(source.physical)
+    return 0 if n is None else n
+
+
+def _forward(source: DumpSource, partition: int) -> Iterator[list[tuple[int, Any]]]:
+    """The partition's messages with their offsets, a batch at a time, from its start."""
+    pos = 0
+    ssp = SSP(source.name, partition)
+    while True:
+        offsets, records = source.log.read_with_offsets(source.physical, partition, pos, _READ)
+        if not records:
+            return
+        yield source.decode(ssp, offsets, records)
+        pos = offsets[-1] + 1
+
+
+def _last(source: DumpSource, partition: int, n: int) -> list[tuple[int, Any]]:
+    """The partition's last ``n`` messages with their offsets (fewer if it has fewer), reading
+    back from its end over spans of offsets that double: control records and undecodable ones
+    take offsets too, and compaction leaves offsets without records."""
+    ssp = SSP(source.name, partition)
+    end = source.log.end_offset(source.physical, partition)
+    got: list[tuple[int, Any]] = []
+    hi, span = end, max(n, 64)
+    while len(got) < n and hi > 0:
+        lo = max(0, hi - span)
+        window: list[tuple[int, Any]] = []
+        pos = lo
+        while pos < hi:  # the messages at offsets [lo, hi), a read at a time
+            offsets, records = source.log.read_with_offsets(source.physical, partition, pos,
+                                                            min(_READ, hi - pos))
+            if not records or offsets[0] >= hi:
+                break
+            keep = bisect_left(offsets, hi)
+            window += source.decode(ssp, offsets[:keep], records[:keep])
+            pos = offsets[keep - 1] + 1
+        got = window + got
+        hi, span = lo, min(span * 2, 1 << 22)
+    return got[-n:] if n else []
+
+
+def _line(partition: int, offset: int, m: Any, offsets: bool) -> bytes:
+    if not offsets:
+        return _json.encode(m)
+    return _json.encode({"partition": partition, "offset": offset, "message": m})
+
+
+def dump_lines(source: DumpSource, limit: int | None = None, *,
+               offsets: bool = False) -> Iterator[bytes]:
+    """JSON lines of a stream's messages, partition by partition; with ``limit``, the last
+    ``limit`` of them. With ``offsets``, each line is ``{"partition": p, "offset": o,
+    "message": m}``: a compacted changelog shows the offsets its records keep."""
+    parts = _partitions(source)
+    if limit is None:
+        for p in range(parts):
+            for batch in _forward(source, p):
+                for o, m in batch:
+                    yield _line(p, o, m, offsets)
+        return
+    if limit < 1:
+        raise SamzaError(f"--limit takes a number of messages >= 1, got {limit}")
+    tail: list[tuple[int, list[tuple[int, Any]]]] = []
+    need = limit
+    for p in reversed(range(parts)):
+        got = _last(source, p, need)
+        tail.append((p, got))
+        need -= len(got)
+        if need <= 0:
+            break
+    for p, got in reversed(tail):
+        for o, m in got:
+            yield _line(p, o, m, offsets)
