@@ -35,8 +35,8 @@ from samza_dsl.fields import fast_reader
 from samza_dsl.kv import KV
 from samza_dsl.spec import OpSpec
 
-__all__ = ["IDENTITY", "FailedAt", "stopped_at", "PassThrough", "Operator", "OperatorContext", "KeyValueState", "MetricsRegistry", "RemoteState", "Result", "resolve_fn", "init_fn",
-           "close_fn", "UserContext", "inc_counter"]
+__all__ = ["IDENTITY", "FailedAt", "PassThrough", "Operator", "OperatorContext", "KeyValueState", "MetricsRegistry", "RemoteState", "Result", "resolve_fn", "init_fn",
+           "close_fn", "UserContext", "inc_counter", "stopped_at"]
 
 Result = list[Any] | Awaitable[list[Any]]
 

@@ -19,6 +19,9 @@ A run is ``run(payloads, i, end, times=None) -> int``: it processes ``payloads[i
 first control record (or, for ``operator_run``, a message whose outputs went async, which it
 hands to ``hold``) and returns where it stopped; a failure raises ``BatchFailure`` with the index
 of the failing message. The meters count per batch, the operator's time sampled once per batch.
+Each loop keeps its common path (a data message of the type of the one before it) inline; each
+rule off that path (a control record, a failure, a time behind the channel's progress, the
+timed first call, the counts) is one function that every loop calls.
 Nothing here knows the task: what a run reads and writes is given to it when it is built.
 """
 
@@ -215,7 +218,8 @@ class _StreamRun:
                  sink: StreamSink, rule: PartitionRule, sender: Emit, read: dict[str, int],
                  stream_id: str, et: Callable[[Any], Any] | None) -> None:
         self.fn, self.fn_op, self.meter, self.fused = fn, fn_op, meter, fused
-        self.key_of, self.keyed, self.raw, self.runs_of, self.rest = key_of, keyed, raw, runs_of, rest
+        self.key_of, self.keyed, self.raw = key_of, keyed, raw
+        self.runs_of, self.rest = runs_of, rest
         self.bufs, self.parts, self.fixed = sink.append, rule.table, rule.fixed
         self.kser: Any = sink.key  # both set unless raw
         self.vser: Any = sink.value
