@@ -28,6 +28,7 @@ from collections.abc import (
     Sequence,
 )
 from dataclasses import dataclass, field
+from operator import length_hint
 from typing import Any, ClassVar, Protocol, cast
 
 from samza_dsl.fields import fast_reader
@@ -35,7 +36,7 @@ from samza_dsl.kv import KV
 from samza_dsl.spec import OpSpec
 
 __all__ = ["IDENTITY", "FailedAt", "PassThrough", "Operator", "OperatorContext", "KeyValueState", "MetricsRegistry", "RemoteState", "Result", "resolve_fn", "init_fn",
-           "close_fn", "UserContext", "inc_counter"]
+           "close_fn", "UserContext", "inc_counter", "stopped_at"]
 
 Result = list[Any] | Awaitable[list[Any]]
 
@@ -222,6 +223,14 @@ def inc_counter(metrics: Any, name: str, n: int = 1) -> None:
         metrics[name] = metrics.get(name, 0) + n
     else:
         metrics.counter(name).inc(n)
+
+
+def stopped_at(it: Iterator[Any], end: int) -> int:
+    """The index of the message a batch loop took last, where it stops or fails: the loop
+    iterates over the items i..end-1 of a sequence (``iter(payloads[i:end])``,
+    ``iter(range(i, end))``), and the iterator tells how many are left. Every batch loop
+    (``process_run``'s, ``runtime.batch``'s) takes its index so, off its common path."""
+    return end - length_hint(it) - 1
 
 
 class FailedAt(Exception):

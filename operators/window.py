@@ -84,7 +84,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from heapq import heappop, heappush
 from itertools import islice
-from operator import length_hint
 from typing import Any
 
 from samza_dsl.config import STORE_PROPERTIES
@@ -92,7 +91,7 @@ from samza_dsl.kv import KV
 from samza_dsl.spec import WindowSpec
 from samza_dsl.windows import AccumulationMode, FiringType, WindowKey, WindowPane
 
-from .base import FailedAt, Operator, OperatorContext, UserContext, resolve_fn
+from .base import FailedAt, Operator, OperatorContext, UserContext, resolve_fn, stopped_at
 from .late import LateTracker
 from .state import encode_key, in_key_order, order_key
 from .triggers import TriggerImpl, make_trigger
@@ -1086,7 +1085,7 @@ class TumblingWindowOperator(AlignedWindowOperator):
                         ty = type(m)
                         if ty is not data_type:
                             if ty in stop_types:
-                                return end - length_hint(it) - 1
+                                return stopped_at(it, end)
                             data_type = ty
                         x = event_time(m) * 1000.0
                     else:  # a record's index in the columns
@@ -1094,7 +1093,7 @@ class TumblingWindowOperator(AlignedWindowOperator):
                     if not lo <= x < hi:
                         entered = pane_of(x, round(xmax) if local and xmax > wm else wm, limit)
                         if entered is None:  # ``process`` takes it
-                            return end - length_hint(it) - 1
+                            return stopped_at(it, end)
                         start, lo, hi, panes = entered
                     if x > xmax:
                         xmax = x
@@ -1115,7 +1114,7 @@ class TumblingWindowOperator(AlignedWindowOperator):
                             limit = start + size
                 return end
             except Exception as exc:
-                raise FailedAt(end - length_hint(it) - 1, exc) from exc
+                raise FailedAt(stopped_at(it, end), exc) from exc
             finally:
                 if local and xmax > wm:
                     self.watermark = round(xmax)

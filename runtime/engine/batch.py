@@ -19,6 +19,9 @@ A run is ``run(payloads, i, end, times=None) -> int``: it processes ``payloads[i
 first control record (or, for ``operator_run``, a message whose outputs went async, which it
 hands to ``hold``) and returns where it stopped; a failure raises ``BatchFailure`` with the index
 of the failing message. The meters count per batch, the operator's time sampled once per batch.
+Each loop keeps its common path (a data message of the type of the one before it) inline; each
+rule off that path (a control record, a failure, a time behind the channel's progress, the
+timed first call, the counts) is one function that every loop calls.
 Nothing here knows the task: what a run reads and writes is given to it when it is built.
 """
 
@@ -30,9 +33,9 @@ from bisect import bisect_left
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from itertools import compress, count, islice
 from operator import gt, length_hint
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
-from operators.base import IDENTITY, FailedAt, Operator
+from operators.base import IDENTITY, FailedAt, Operator, stopped_at
 from runtime.engine.codec import Skipped
 from runtime.engine.dag import (
     Emit,
@@ -81,12 +84,101 @@ class BatchFailure(Exception):
         self.failure = failure
 
 
+# The per-message rules every loop here calls (and, for the index where a loop stops or fails,
+# ``operators.base.stopped_at``, which a window's ``process_run`` calls too). A loop keeps its
+# common path inline (a data message of the type of the one before); these are its rare
+# branches: a control record, a failure, a time behind the channel's progress, and what it
+# counts and times once per batch.
+
+def _skipped(m: Any, read: dict[str, int], stream_id: str) -> bool:
+    """A control record in a loop: True for the marker of another virtual task's message
+    (``OTHER_BUCKET``), which the loop skips and which is not this task's read; False for any
+    other, where the loop stops, for the hand-out loop to take it."""
+    if m is OTHER_BUCKET:
+        read[stream_id] = read.get(stream_id, 0) - 1
+        return True
+    return False
+
+
+def _fail(index: int, exc: BaseException, op_id: str | None) -> NoReturn:
+    """Raises the failure of the message at ``index`` of a run, in the loop's ``except``: an
+    ``OperatorFailure`` as it is (a chain's names its operator), any other exception as the
+    operator ``op_id``'s, or, with no ``op_id``, as the stream's event time's
+    (``EventTimeFailure``); its cause the exception the user's function raised."""
+    failure = EventTimeFailure(exc) if op_id is None else _failure(exc, op_id)
+    raise BatchFailure(index, failure) from failure.cause
+
+
+def _failure(exc: BaseException, op_id: str) -> OperatorFailure:
+    """A loop's exception as the failure of its operator: an ``OperatorFailure`` as it is (a
+    chain's names its operator), any other as ``op_id``'s."""
+    return exc if isinstance(exc, OperatorFailure) else OperatorFailure(op_id, exc)
+
+
 def _send(sender: Emit, r: Any, it: Iterator[Any], end: int) -> None:
     """The sender's own path, with its errors, for an output the loop does not append."""
     try:
         sender(r)
     except OperatorFailure as f:
-        raise BatchFailure(end - length_hint(it) - 1, f) from f.cause
+        _fail(stopped_at(it, end), f, f.op_id)
+
+
+def _times_in(times: list[Any]) -> tuple[Any, Any, float]:
+    """(progress, bound, latest) of a batch's ``times``, the latest -inf for none."""
+    top, bound, latest = times
+    return top, bound, -_INF if latest is None else latest
+
+
+def _progress(top: Any, xmax: float, bound: Any) -> Any:
+    """The channel's progress (ms): max(top, round(xmax) - bound), where ``top`` is its
+    progress before the batch and ``xmax`` the largest time (ms) the batch saw (-inf: none)."""
+    return top if xmax == -_INF else max(top, round(xmax) - bound)
+
+
+def _behind(x: float, top: Any, xmax: float, bound: Any) -> bool:
+    """Whether a time x (ms, a float) before the batch's largest (``xmax``) or the progress
+    before the batch (``top``) is behind the channel's progress: the loop stops there, for the
+    hand-out loop to take it. (round is monotonic, so a time at or after both is not behind:
+    the loop's common path checks that inline.)"""
+    return round(x) < _progress(top, xmax, bound)
+
+
+def _times_out(times: list[Any], top: Any, bound: Any, xmax: float, lat: float) -> None:
+    """The channel's progress and latest time back into ``times`` after a batch."""
+    if top is not None:
+        times[0] = _progress(top, xmax, bound)
+    if lat != -_INF:
+        times[2] = lat
+
+
+def _count(meter: OpMeter | None, fused: OneToOneChain | None, n_in: int, dropped: int) -> None:
+    """A batch's messages in and dropped into the function's meter (a chain counts its own)."""
+    if meter is not None:
+        meter.n_in += n_in
+        meter.n_out += n_in - dropped
+    elif fused is not None:
+        fused.flush()
+
+
+def _first_call(fn: Callable[[Any], Any], meter: OpMeter | None, fused: OneToOneChain | None,
+                m: Any) -> Any:
+    """The function on a batch's (or a run's) first message, its time sampled (once per
+    batch)."""
+    if fused is not None:
+        return fused.call_timed(m)
+    t0 = time.perf_counter_ns()
+    r = fn(m)
+    meter.ns += time.perf_counter_ns() - t0  # type: ignore[union-attr]
+    meter.timed += 1  # type: ignore[union-attr]
+    return r
+
+
+def _up_to_control(seg: list[Any]) -> list[Any]:
+    """A run's messages up to its first control record (``seg`` itself where it has none)."""
+    tys = list(map(type, seg))
+    if CONTROL_TYPES.isdisjoint(tys):
+        return seg
+    return seg[:next(compress(count(), map(CONTROL_TYPES.__contains__, tys)))]
 
 
 def stream_run(path: OneToOnePath, sender: Emit, rule: PartitionRule, sink: StreamSink,
@@ -118,47 +210,46 @@ def stream_run(path: OneToOnePath, sender: Emit, rule: PartitionRule, sink: Stre
 
 
 class _StreamRun:
-    """``stream_run``'s loop; its configuration is taken into locals once per call. Records by
-    key with no times to keep (``plain``) go to the loop of ``rest`` after the first message.
-    Declared times: the channel's progress is max(top, round(xmax) - bound), where xmax is the
-    largest time seen in the batch in ms (round is monotonic, so a message at or after both is
-    not behind it; any other is checked exactly)."""
+    """``stream_run``'s loop; its configuration, in named slots, is taken into locals once per
+    call. Records by key with no times to keep (``plain``) go to the loop of ``rest`` after
+    the first message. Declared times: the channel's progress is max(top, round(xmax) -
+    bound), where xmax is the largest time seen in the batch in ms (``_behind``)."""
+
+    __slots__ = ("fn", "fn_op", "meter", "fused", "key_of", "keyed", "raw", "runs_of", "rest",
+                 "bufs", "parts", "fixed", "kser", "vser", "sender", "read", "stream_id", "et",
+                 "plain_kind")
 
     def __init__(self, fn: Callable[[Any], Any], fn_op: str, meter: OpMeter | None,
                  fused: OneToOneChain | None, key_of: Callable[[Any], Any] | None, keyed: bool,
                  raw: bool, runs_of: _KeyedRuns | None, rest: Callable[..., int],
                  sink: StreamSink, rule: PartitionRule, sender: Emit, read: dict[str, int],
                  stream_id: str, et: Callable[[Any], Any] | None) -> None:
-        kser: Any = sink.key  # both set unless raw
-        vser: Any = sink.value
-        self.config = (fn, fn_op, meter, fused, key_of, keyed, raw, runs_of, rest, sink.append,
-                       rule.table, rule.fixed, kser, vser, sender, read, stream_id, et,
-                       not raw and key_of is None and rule.fixed is None)
-
-    def first_call(self, m: Any) -> Any:
-        """The function on a batch's first message, its time sampled (once per batch)."""
-        fn, _, meter, fused = self.config[:4]
-        if fused is not None:
-            return fused.call_timed(m)
-        t0 = time.perf_counter_ns()
-        r = fn(m)
-        meter.ns += time.perf_counter_ns() - t0  # type: ignore[union-attr]
-        meter.timed += 1  # type: ignore[union-attr]
-        return r
+        self.fn, self.fn_op, self.meter, self.fused = fn, fn_op, meter, fused
+        self.key_of, self.keyed, self.raw = key_of, keyed, raw
+        self.runs_of, self.rest = runs_of, rest
+        self.bufs, self.parts, self.fixed = sink.append, rule.table, rule.fixed
+        self.kser: Any = sink.key  # both set unless raw
+        self.vser: Any = sink.value
+        self.sender, self.read, self.stream_id, self.et = sender, read, stream_id, et
+        #: records by key whose times are not kept: ``rest`` takes the batch after its first
+        self.plain_kind = not raw and key_of is None and rule.fixed is None
 
     def __call__(self, payloads: list[Any], i: int, end: int, times: Any = None) -> int:
         """Process payloads[i:end] up to the first control record (or, with ``times``, the
         channel's ``[progress, bound, latest time]``, up to a message behind its progress)."""
-        (fn, fn_op, meter, fused, key_of, keyed, raw, runs_of, rest, bufs, parts, fixed, kser,
-         vser, sender, read, stream_id, et, plain_kind) = self.config
-        control_types, other_bucket, first_call = CONTROL_TYPES, OTHER_BUCKET, self.first_call
+        fn, meter, fused, key_of, keyed, raw = (self.fn, self.meter, self.fused, self.key_of,
+                                                self.keyed, self.raw)
+        bufs, parts, fixed, kser, vser, sender = (self.bufs, self.parts, self.fixed, self.kser,
+                                                  self.vser, self.sender)
+        runs_of, et = self.runs_of, self.et
+        control_types = CONTROL_TYPES
         it = iter(payloads[i:end])  # the iterator tells the index when the loop stops
         n_in = dropped = 0
         counts = [0, 0]  # what the rest of the batch took in the loop after this one
         timed = meter is None and fused is None
         direct = timed and keyed  # once the batch's one timed call is made
         runs = runs_of is not None and times is not None and runs_of.misses < _RUN_MISSES
-        plain = times is None and plain_kind
+        plain = times is None and self.plain_kind
         data_type: type = KV  # the messages' type, once one was seen not to be a control's
         top, bound, lat = (None, 0, -_INF) if times is None else _times_in(times)
         t, xmax = None, -_INF
@@ -167,10 +258,9 @@ class _StreamRun:
                 ty = type(m)
                 if ty is not data_type:
                     if ty in control_types:
-                        if m is other_bucket:  # a virtual task's neighbour's message: done
-                            read[stream_id] = read.get(stream_id, 0) - 1  # not this task's
+                        if _skipped(m, self.read, self.stream_id):
                             continue
-                        return end - length_hint(it) - 1
+                        return stopped_at(it, end)
                     data_type = ty
                 if times is not None:
                     try:
@@ -178,14 +268,12 @@ class _StreamRun:
                         if type(t) is not float and type(t) is not int and t is not None:
                             t = event_seconds(t)
                     except Exception as exc:
-                        raise BatchFailure(end - length_hint(it) - 1,
-                                           EventTimeFailure(exc)) from exc
+                        _fail(stopped_at(it, end), exc, None)
                     if top is not None and t is not None:
                         x = t * 1000.0
                         if x < xmax or x < top:
-                            progress = top if xmax == -_INF else max(top, round(xmax) - bound)
-                            if round(x) < progress:  # behind: the hand-out loop takes it
-                                return end - length_hint(it) - 1
+                            if _behind(x, top, xmax, bound):
+                                return stopped_at(it, end)
                             if x > xmax:
                                 xmax = x
                         else:
@@ -196,8 +284,7 @@ class _StreamRun:
                         k = key_of(m)  # type: ignore[misc]
                     except Exception as exc:
                         dropped += 1
-                        raise BatchFailure(end - length_hint(it) - 1,
-                                           OperatorFailure(fn_op, exc)) from exc
+                        _fail(stopped_at(it, end), exc, self.fn_op)
                     r = KV(k, m)
                     if k is None:
                         _send(sender, r, it, end)
@@ -217,15 +304,12 @@ class _StreamRun:
                     if timed:
                         r = fn(m) if key_of is None else KV(key_of(m), m)
                     else:  # the batch's one timed call
-                        r = first_call(m)
+                        r = _first_call(fn, meter, fused, m)
                         timed = True
                         direct = keyed
-                except OperatorFailure as f:  # in a chain, naming its operator
-                    raise BatchFailure(end - length_hint(it) - 1, f) from f.cause
                 except Exception as exc:
                     dropped += 1
-                    raise BatchFailure(end - length_hint(it) - 1,
-                                       OperatorFailure(fn_op, exc)) from exc
+                    _fail(stopped_at(it, end), exc, self.fn_op)
                 if r is None:
                     dropped += 1
                 elif type(r) is KV and r.key is not None and (raw or r.value is not None):
@@ -240,34 +324,12 @@ class _StreamRun:
                 if t is not None and t > lat:
                     lat = t
                 if plain and timed:
-                    return rest(it, end, data_type, counts)  # the rest of the batch
+                    return self.rest(it, end, data_type, counts)  # the rest of the batch
             return end
         finally:
             _count(meter, fused, n_in + counts[0], dropped + counts[1])
             if times is not None:
                 _times_out(times, top, bound, xmax, lat)
-
-
-def _times_in(times: list[Any]) -> tuple[Any, Any, float]:
-    """(progress, bound, latest) of a batch's ``times``, the latest -inf for none."""
-    top, bound, latest = times
-    return top, bound, -_INF if latest is None else latest
-
-
-def _times_out(times: list[Any], top: Any, bound: Any, xmax: float, lat: float) -> None:
-    """The channel's progress and latest time back into ``times`` after a batch."""
-    if top is not None and xmax != -_INF:
-        times[0] = max(top, round(xmax) - bound)
-    if lat != -_INF:
-        times[2] = lat
-
-
-def _count(meter: OpMeter | None, fused: OneToOneChain | None, n_in: int, dropped: int) -> None:
-    if meter is not None:
-        meter.n_in += n_in
-        meter.n_out += n_in - dropped
-    elif fused is not None:
-        fused.flush()
 
 
 def _rest_of_records(fn: Callable[[Any], Any], fn_op: str, sink: StreamSink,
@@ -280,7 +342,6 @@ def _rest_of_records(fn: Callable[[Any], Any], fn_op: str, sink: StreamSink,
     kser: Any = sink.key
     vser: Any = sink.value
     control_types = CONTROL_TYPES
-    other_bucket = OTHER_BUCKET
 
     def rest(it: Iterator[Any], end: int, data_type: type, counts: list[int]) -> int:
         n_in = dropped = 0
@@ -288,20 +349,16 @@ def _rest_of_records(fn: Callable[[Any], Any], fn_op: str, sink: StreamSink,
             for m in it:
                 if type(m) is not data_type:
                     if type(m) in control_types:
-                        if m is other_bucket:
-                            read[stream_id] = read.get(stream_id, 0) - 1
+                        if _skipped(m, read, stream_id):
                             continue
-                        return end - length_hint(it) - 1
+                        return stopped_at(it, end)
                     data_type = type(m)
                 n_in += 1
                 try:
                     r = fn(m)
-                except OperatorFailure as f:
-                    raise BatchFailure(end - length_hint(it) - 1, f) from f.cause
                 except Exception as exc:
                     dropped += 1
-                    raise BatchFailure(end - length_hint(it) - 1,
-                                       OperatorFailure(fn_op, exc)) from exc
+                    _fail(stopped_at(it, end), exc, fn_op)
                 if type(r) is KV:
                     k = r.key
                     v = r.value
@@ -388,15 +445,11 @@ def sink_run(path: OneToOnePath, rule: PartitionRule, write: SinkWrite,
     op_id = path.last.op_id
     by_rule = None if rule.fixed is not None else rule
     fixed = rule.fixed or 0
-    control_types = CONTROL_TYPES
 
     def run(payloads: list[Any], i: int, end: int, times: Any = None) -> int:
-        seg = payloads[i:end]
-        if not control_types.isdisjoint(set(map(type, seg))):  # up to the first control
-            k = next(compress(count(), map(control_types.__contains__, map(type, seg))))
-            if k == 0:
-                return i
-            del seg[k:]
+        seg = _up_to_control(payloads[i:end])
+        if not seg:
+            return i
         stop = i + len(seg)
         cur = src.batch
         assert cur is not None  # (set before any run is called)
@@ -418,7 +471,7 @@ def sink_run(path: OneToOnePath, rule: PartitionRule, write: SinkWrite,
                 close = getattr(p, "close", None)  # foreign: a coroutine, or a call
                 if close is not None:
                     close()
-            raise BatchFailure(failed[0] - first, failed[1]) from failed[1].cause
+            _fail(failed[0] - first, failed[1], op_id)
         if pend:
             hold(pend)
             return stop - 1
@@ -474,17 +527,6 @@ class _SinkFunctions:
                  fused: OneToOneChain | None) -> None:
         self.fn_op, self.fn, self.meter, self.fused = fn_op, fn, meter, fused
 
-    def first_call(self, m: Any) -> Any:
-        """The function on a run's first message, its time sampled (once per run)."""
-        if self.fused is not None:
-            return self.fused.call_timed(m)
-        meter = self.meter
-        t0 = time.perf_counter_ns()
-        r = self.fn(m)
-        meter.ns += time.perf_counter_ns() - t0  # type: ignore[union-attr]
-        meter.timed += 1  # type: ignore[union-attr]
-        return r
-
     def __call__(self, seg: list[Any], at: int
                  ) -> tuple[list[Any], Sequence[int], tuple[int, OperatorFailure] | None]:
         """``seg``, whose first message has offset ``at``, through the functions."""
@@ -500,7 +542,7 @@ class _SinkFunctions:
                 if timed:
                     r = fn(m)
                 else:
-                    r = self.first_call(m)
+                    r = _first_call(fn, meter, fused, m)
                     timed = True
                 if r is None:
                     dropped += 1
@@ -510,11 +552,9 @@ class _SinkFunctions:
                     out.append(r)
                     if offs is not None:
                         offs.append(o)
-        except OperatorFailure as f:  # in a chain, naming its operator
-            failed = (o, f)
         except Exception as exc:
             dropped += 1
-            failed = (o, OperatorFailure(self.fn_op, exc))
+            failed = (o, _failure(exc, self.fn_op))
         _count(meter, fused, o - at + 1, dropped)
         return out, range(at, at + len(out)) if offs is None else offs, failed
 
@@ -531,11 +571,9 @@ def _keyed_runs(et: Any, key_of: Any, sink: StreamSink, rule: PartitionRule) -> 
         start, xmax, lat); where a message does not qualify it takes the ones before it, and the
         loop takes it with its own checks and errors. The functions are pure by contract: a run
         that raises or breaks off has them called again there by the loop."""
-        tys = list(map(type, seg))
-        if not CONTROL_TYPES.isdisjoint(tys):  # up to the first control record
-            seg = seg[:next(compress(count(), map(CONTROL_TYPES.__contains__, tys)))]
-            if not seg:
-                return 0, xmax, lat
+        seg = _up_to_control(seg)
+        if not seg:
+            return 0, xmax, lat
         try:
             xs = list(map(et, seg))
         except Exception:
@@ -617,7 +655,6 @@ def operator_run(op: Operator, downstream: list[Emit], meter: OpMeter | None,
     op_id = op.op_id
     clock = time.perf_counter_ns
     control_types = CONTROL_TYPES
-    other_bucket = OTHER_BUCKET
     run = op.process_run
     columns = op.process_columns
 
@@ -650,11 +687,10 @@ def operator_run(op: Operator, downstream: list[Emit], meter: OpMeter | None,
                 m = payloads[i]
                 i += 1
                 if type(m) is not KV and type(m) in control_types:
-                    if m is other_bucket:  # a virtual task's neighbour's message: done
-                        read[stream_id] = read.get(stream_id, 0) - 1
-                        start += 1
+                    if _skipped(m, read, stream_id):
+                        start += 1  # not counted in
                         continue
-                    i -= 1
+                    i -= 1  # not counted in either: the hand-out loop takes it
                     return i
                 src.index = i
                 if follow is not None:
@@ -662,10 +698,7 @@ def operator_run(op: Operator, downstream: list[Emit], meter: OpMeter | None,
                 if timed:
                     out = process(m)
                 else:  # the operator's time, sampled on the batch's first message
-                    t0 = clock()
-                    out = process(m)
-                    meter.ns += clock() - t0  # type: ignore[union-attr]
-                    meter.timed += 1  # type: ignore[union-attr]
+                    out = _first_call(process, meter, None, m)
                     timed = True
                 if out:
                     if type(out) is list:
@@ -678,15 +711,11 @@ def operator_run(op: Operator, downstream: list[Emit], meter: OpMeter | None,
                         hold(pend)
                         return i - 1
             return end
-        except FailedAt as f:
+        except FailedAt as f:  # in a run (``process_run``, ``process_columns``)
             i = f.index + 1
-            raise BatchFailure(f.index, OperatorFailure(op_id, f.cause)) from f.cause
-        except OperatorFailure as f:
-            raise BatchFailure(i - 1, f) from f.cause
+            _fail(f.index, f.cause, op_id)
         except Exception as exc:
-            raise BatchFailure(i - 1, OperatorFailure(op_id, exc)) from exc
+            _fail(i - 1, exc, op_id)
         finally:
-            if meter is not None:
-                meter.n_in += i - start
-                meter.n_out += n_out
+            _count(meter, None, i - start, i - start - n_out)
     return batch
