@@ -229,7 +229,7 @@ def stopped_at(it: Iterator[Any], end: int) -> int:
     """The index of the message a batch loop took last, where it stops or fails: the loop
     iterates over the items i..end-1 of a sequence (``iter(payloads[i:end])``,
     ``iter(range(i, end))``), and the iterator tells how many are left. Every batch loop
-    (``process_run``'s, ``runtime.batch``'s) takes its index so, off its common path."""
+    (``process_run``'s, ``runtime.engine.batch``'s) takes its index so, off its common path."""
     return end - length_hint(it) - 1
 
 
