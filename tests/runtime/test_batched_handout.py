@@ -224,9 +224,11 @@ SHAPES = ["kv", "kv", "kv", "kv", "none-key", "none-value", "dropped"]
 FAILING = ["plain", "bad-value", "raise"]
 
 
-def shapes_app(system: Any, kinds: list[str]) -> StreamApplication:
+def shapes_app(system: Any, kinds: list[str], hop: bool = False) -> StreamApplication:
     """A map whose output for the view of id i is of kind ``kinds[i]``, sent to three
-    partitions: every case of the batch's loop from a map to records."""
+    partitions: every case of the batch's loop from a map to records. ``hop``: the views come
+    from two partitions with event times through a ``partition_by``, so the map's batches hold
+    the upstream tasks' watermarks between their messages (control records mid-batch)."""
     app = StreamApplication("shapes", config={"task.commit.ms": 50})
 
     def shape(kv: KV[str, Any]) -> Any:
@@ -246,17 +248,23 @@ def shapes_app(system: Any, kinds: list[str]) -> StreamApplication:
             return KV(kv.key, {i})  # a set: JSON cannot encode it
         return KV(kv.key.upper(), kv.value)
 
-    (app.input(system.input("views", serde=SERDE, partitions=1))
-     .map(shape, name="shape")
+    if hop:
+        views = app.input(system.input("views", serde=SERDE, partitions=2,
+                                       event_time=lambda kv: kv.value["id"] / 1000.0))
+        stream = views.partition_by(lambda kv: kv.key, lambda kv: kv.value, serde=SERDE,
+                                    name="hop")
+    else:
+        stream = app.input(system.input("views", serde=SERDE, partitions=1))
+    (stream.map(shape, name="shape")
      .send_to(app.output(system.output("counts", serde=SERDE, partitions=3))))
     return app
 
 
 def _run_shapes(kinds: list[str], data: dict[int, list[Any]], job_dir: Path,
-                config: dict[str, Any]) -> Any:
+                config: dict[str, Any], hop: bool = False) -> Any:
     """What a LocalRunner gives: the output's records and the map's counts, or its error."""
     try:
-        runner = LocalRunner(shapes_app(LocalSystem("local"), kinds),
+        runner = LocalRunner(shapes_app(LocalSystem("local"), kinds, hop),
                              {"job.dir": str(job_dir), **config}, inputs={"views": data}).run()
     except TaskError as e:
         return ("failed", e.op_id, e.stream, e.partition, e.offset,
@@ -264,7 +272,7 @@ def _run_shapes(kinds: list[str], data: dict[int, list[Any]], job_dir: Path,
     counts: dict[str, int] = {}
     for g, n, labels, v in runner.metrics.samples():  # one sample per task
         if (g == "operator" and n in ("messages-in", "messages-out")
-                and labels["operator"] == "shapes-1-map-shape"):
+                and labels["operator"].endswith("-map-shape")):
             counts[n] = counts.get(n, 0) + v
     job = runner.job
     log = job.log_of(job.stream_system["counts"])
@@ -293,6 +301,35 @@ def test_a_map_to_records_batched_equals_one_message_at_a_time(
     data = {0: [KV(f"v{i}", {"id": i}) for i in range(len(kinds))]}  # one task: one failure
     with tempfile.TemporaryDirectory() as d:
         got = [_run_shapes(kinds, data, Path(d) / name, config)
+               for name, config in (("batched", {}), ("per-message", PER_MESSAGE))]
+    assert got[0] == got[1]
+    if got[0][0] == "ran":
+        _, out, counts = got[0]
+        assert counts["messages-in"] == len(kinds)
+        assert counts["messages-out"] == len(kinds) - kinds.count("dropped")
+
+
+@settings(max_examples=int(os.environ.get("SAMZA_DSL_MODEL_EXAMPLES", "60")) // 4,
+          deadline=None)
+@given(st.lists(st.sampled_from(SHAPES), min_size=2, max_size=120),
+       st.none() | st.tuples(st.integers(0, 120), st.sampled_from(FAILING)),
+       st.randoms(use_true_random=False))
+def test_a_map_after_a_hop_batched_equals_one_message_at_a_time(
+        kinds: list[str], failing: tuple[int, str] | None, rnd: random.Random) -> None:
+    """The same map after a ``partition_by`` of two partitions with event times: its batches
+    hold the two upstream tasks' watermarks between their messages, where the batch's loop
+    stops and goes on; outputs, counts and a failure are those of the one-at-a-time path."""
+    import tempfile
+
+    if failing is not None:
+        at, kind = failing
+        kinds = kinds[:at] + [kind] + kinds[at:]
+    views = [KV(f"k{rnd.randrange(5)}", {"id": i}) for i in range(len(kinds))]
+    data: dict[int, list[Any]] = {0: [], 1: []}
+    for v in views:
+        data[rnd.randrange(2)].append(v)
+    with tempfile.TemporaryDirectory() as d:
+        got = [_run_shapes(kinds, data, Path(d) / name, config, hop=True)
                for name, config in (("batched", {}), ("per-message", PER_MESSAGE))]
     assert got[0] == got[1]
     if got[0][0] == "ran":
