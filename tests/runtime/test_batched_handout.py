@@ -283,6 +283,22 @@ def _run_shapes(kinds: list[str], data: dict[int, list[Any]], job_dir: Path,
     return "ran", records, counts
 
 
+def _assert_shapes_batched_as_one_at_a_time(kinds: list[str], data: dict[int, list[Any]],
+                                            hop: bool = False) -> None:
+    """The shapes job batched and one message at a time: the same records, counts and failure;
+    every message counted in, and out but the dropped ones."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        got = [_run_shapes(kinds, data, Path(d) / name, config, hop)
+               for name, config in (("batched", {}), ("per-message", PER_MESSAGE))]
+    assert got[0] == got[1]
+    if got[0][0] == "ran":
+        _, out, counts = got[0]
+        assert counts["messages-in"] == len(kinds)
+        assert counts["messages-out"] == len(kinds) - kinds.count("dropped")
+
+
 @settings(max_examples=int(os.environ.get("SAMZA_DSL_MODEL_EXAMPLES", "60")) // 2,
           deadline=None)
 @given(st.lists(st.sampled_from(SHAPES), min_size=1, max_size=150),
@@ -292,21 +308,12 @@ def test_a_map_to_records_batched_equals_one_message_at_a_time(
     """Whatever a map returns (a KV, a KV with no key or no value, None, a plain value, a value
     its serde cannot encode) or raises, the batch's loop gives the outputs, counts and failure
     the one-message-at-a-time path gives."""
-    import tempfile
-
     if failing is not None:
         at, kind = failing
         kinds = kinds[:at] + [kind] + kinds[at:]
 
     data = {0: [KV(f"v{i}", {"id": i}) for i in range(len(kinds))]}  # one task: one failure
-    with tempfile.TemporaryDirectory() as d:
-        got = [_run_shapes(kinds, data, Path(d) / name, config)
-               for name, config in (("batched", {}), ("per-message", PER_MESSAGE))]
-    assert got[0] == got[1]
-    if got[0][0] == "ran":
-        _, out, counts = got[0]
-        assert counts["messages-in"] == len(kinds)
-        assert counts["messages-out"] == len(kinds) - kinds.count("dropped")
+    _assert_shapes_batched_as_one_at_a_time(kinds, data)
 
 
 @settings(max_examples=int(os.environ.get("SAMZA_DSL_MODEL_EXAMPLES", "60")) // 4,
@@ -319,8 +326,6 @@ def test_a_map_after_a_hop_batched_equals_one_message_at_a_time(
     """The same map after a ``partition_by`` of two partitions with event times: its batches
     hold the two upstream tasks' watermarks between their messages, where the batch's loop
     stops and goes on; outputs, counts and a failure are those of the one-at-a-time path."""
-    import tempfile
-
     if failing is not None:
         at, kind = failing
         kinds = kinds[:at] + [kind] + kinds[at:]
@@ -328,11 +333,4 @@ def test_a_map_after_a_hop_batched_equals_one_message_at_a_time(
     data: dict[int, list[Any]] = {0: [], 1: []}
     for v in views:
         data[rnd.randrange(2)].append(v)
-    with tempfile.TemporaryDirectory() as d:
-        got = [_run_shapes(kinds, data, Path(d) / name, config, hop=True)
-               for name, config in (("batched", {}), ("per-message", PER_MESSAGE))]
-    assert got[0] == got[1]
-    if got[0][0] == "ran":
-        _, out, counts = got[0]
-        assert counts["messages-in"] == len(kinds)
-        assert counts["messages-out"] == len(kinds) - kinds.count("dropped")
+    _assert_shapes_batched_as_one_at_a_time(kinds, data, hop=True)
