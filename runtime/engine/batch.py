@@ -129,13 +129,13 @@ def _times_in(times: list[Any]) -> tuple[Any, Any, float]:
     return top, bound, -_INF if latest is None else latest
 
 
-def _progress(top: Any, xmax: float, bound: Any) -> Any:
+def _progress(top: int, xmax: float, bound: int) -> int:
     """The channel's progress (ms): max(top, round(xmax) - bound), where ``top`` is its
     progress before the batch and ``xmax`` the largest time (ms) the batch saw (-inf: none)."""
     return top if xmax == -_INF else max(top, round(xmax) - bound)
 
 
-def _behind(x: float, top: Any, xmax: float, bound: Any) -> bool:
+def _behind(x: float, top: int, xmax: float, bound: int) -> bool:
     """Whether a time x (ms, a float) before the batch's largest (``xmax``) or the progress
     before the batch (``top``) is behind the channel's progress: the loop stops there, for the
     hand-out loop to take it. (round is monotonic, so a time at or after both is not behind:
