@@ -116,9 +116,9 @@ def retention_configs(config: Mapping[str, object], stream_id: str
     """
     out = []
     for name in ("retention.ms", "retention.bytes"):
-        value: Any = config.get(f"streams.{stream_id}.{name}")  # a number, or its text
+        value = config.get(f"streams.{stream_id}.{name}")
         if value is not None:
-            out.append((name, str(int(value))))
+            out.append((name, str(int(value))))  # type: ignore[call-overload]
     return tuple(out)
 
 
