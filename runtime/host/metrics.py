@@ -123,6 +123,19 @@ class OpMeter:
         return int(self.ns * self.n_in / self.timed) if self.timed else 0
 
 
+def _collected(collect: Callable[[], Iterable[Sample]], tries: int = 5) -> list[Sample]:
+    """A collector's samples. A scrape reads them from its own thread while the container's
+    loop changes what they are read from, and a dict may change size under the read
+    (RuntimeError): it is read again, up to ``tries`` times."""
+    for attempt in range(tries):
+        try:
+            return list(collect())
+        except RuntimeError:
+            if attempt == tries - 1:
+                raise
+    return []
+
+
 class Metrics:
     def __init__(self, scope: str = "") -> None:
         self.scope = scope
@@ -163,7 +176,7 @@ class Metrics:
         such as late messages per window and stream, are there too)."""
         out: list[Sample] = []
         for collect in list(self.collectors):
-            out.extend(collect())
+            out.extend(_collected(collect))
         for m in list(self.meters):
             labels = {"task": m.task, "operator": m.op_id}
             out.append(("operator", "messages-in", labels, m.n_in))
