@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import faulthandler
 import os
 import signal
 import sys
@@ -1073,6 +1074,9 @@ def _described(help_text: str, more: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # `kill -USR1 <pid>` prints every thread's stack on stderr, even when stuck in C (as a
+    # container process of a local run does: runtime.runner)
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True, chain=False)
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:  # named after the command, with its help

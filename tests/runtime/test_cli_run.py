@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -251,3 +254,35 @@ def test_a_run_whose_only_new_record_was_skipped_by_request_says_so(tmp_path) ->
     assert "nothing new" not in proc.stdout, proc.stdout
     assert "1 more new record(s) read and skipped" in proc.stdout
     assert "skipped: 1 record(s) as --skip asked" in proc.stdout
+
+
+def test_a_follow_run_prints_its_threads_stacks_on_sigusr1_and_goes_on(tmp_path: Path) -> None:
+    """``kill -USR1`` on a run that waits for input: every thread's stack on stderr (the
+    container's loop among them), and the run goes on to a clean stop that commits."""
+    data = tmp_path / "events.jsonl"
+    data.write_text("\n".join(json.dumps({"key": str(i % 5), "value": {"id": i % 5}})
+                              for i in range(50)) + "\n")
+    assert run_cli("load", COUNTER, "events", str(data), cwd=tmp_path).returncode == 0
+    proc = subprocess.Popen([CLI, "run", COUNTER, "--follow", "-q"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        from runtime.local.log import LocalLog
+
+        deadline = time.monotonic() + 60
+        with LocalLog(tmp_path / ".samza" / "readwrite-counter-1" / "logs" / "local") as log:
+            while sum(log.end_offset("counts", p) for p in range(4)) < 50:
+                assert proc.poll() is None, proc.communicate()
+                assert time.monotonic() < deadline, "the job did not process its input"
+                time.sleep(0.05)
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(0.5)
+        assert proc.poll() is None, "the run stopped on SIGUSR1"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "Current thread" in err or "Thread 0x" in err, err
+    assert "runtime/engine/container.py" in err.replace("\\", "/"), err
+    assert _count(out, "counts") == 50
