@@ -57,6 +57,8 @@ __all__ = ["KafkaTransactions", "TaskProducer", "fence_earlier", "transactional_
 _FENCED_PRODUCE = FENCED_ERRORS
 #: how long a closing task producer waits for the abort of its open transaction (seconds)
 _ABORT_S = 5.0
+#: how long a task's producer waits for its queued batches as it closes once the brokers are lost
+_LOST_STOP_S = 1.0
 #: a container of a static job: how long a task's EndTxn may go unanswered before a new
 #: producer of its transactional id settles the transaction (``TaskProducer.commit``), and how
 #: many times in a row that is done before the job stops
@@ -354,14 +356,18 @@ class TaskProducer(KafkaProducer):
                 await self._sending
         for ack, _ in self._acks:  # their failure was reported (or never will be): asyncio must
             ack.add_done_callback(_retrieve)  # not print it as "never retrieved" at exit
+        # the job stopped because its brokers are gone: nothing reaches them, so neither the
+        # abort nor the batches still queued are waited for (the transaction stays open until
+        # the next producer of the id, or the broker's transaction timeout, aborts it)
+        lost = self.watch is not None and self.watch.error is not None
         with contextlib.suppress(Exception):
-            if self.txn.in_transaction:
+            if self.txn.in_transaction and not lost:
                 # bounded: a fenced producer's EndTxn may go unanswered (tansu closes the
                 # connection); the new owner's InitProducerId aborted it anyway
                 async with asyncio.timeout(_ABORT_S):
                     await self.txn.abort()
         self._producer = None
-        await self.txn.stop()
+        await self.txn.stop(_LOST_STOP_S if lost else 5.0)
 
 
 class KafkaTransactions:

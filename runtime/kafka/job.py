@@ -21,6 +21,7 @@ created when missing), as on the local system.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shlex
 from collections.abc import Callable, Mapping
@@ -74,6 +75,7 @@ from runtime.kafka.outage import (
     lost_checkpoints_error,
     lost_data_error,
     missing_topics_error,
+    quiet_aiokafka,
 )
 from runtime.kafka.resolved import gapless
 from runtime.kafka.security import check_login, kafka_security
@@ -163,6 +165,8 @@ class KafkaJob:
         self.producer: KafkaProducer | None = None
         #: the job's container, once built; None before
         self.container: Container | None = None
+        #: aiokafka's log lines kept to the job's own words (``_hush``)
+        self._hushed: contextlib.AbstractContextManager[Any] | None = None
 
     @classmethod
     async def create(cls, app: Any, config: Mapping[str, Any], metrics: Metrics | None = None,
@@ -176,6 +180,7 @@ class KafkaJob:
             await job.watch.stop()
             if job.producer is not None:
                 await job.producer.close()
+            job._unhush()
             raise
         return job
 
@@ -197,6 +202,7 @@ class KafkaJob:
             job.lock.share()
         except BaseException:
             job.lock.release()
+            job._unhush()
             raise
         finally:
             if job.producer is not None:
@@ -209,6 +215,7 @@ class KafkaJob:
         return await true_end_offsets(self.servers, tps, self.consumer_settings, self.timeout)
 
     async def _setup(self) -> KafkaProducer:
+        self._hush()
         app = self.app
         declared = {sid: d for sid, d in {**app.spec().inputs, **app.spec().outputs}.items()
                     if not isinstance(d, SinkOutput)}
@@ -660,10 +667,27 @@ class KafkaJob:
         """Let another process run this container (its run is over)."""
         self._unclaim()
         self.lock.release()
+        self._unhush()
 
     def close(self) -> None:
         self._unclaim()
         self.lock.release()
+        self._unhush()
+
+    def _hush(self) -> None:
+        """aiokafka's log lines, each once at most and none unless ``SAMZA_DSL_AIOKAFKA_LOG``
+        asks for them (``runtime.kafka.outage.quiet_aiokafka``), from the job's first client
+        to its last: the broker watch's own window ends with the container's producer, before
+        the claim's and the group's threads have stopped theirs, and begins after the job's
+        topics and checkpoints were first read."""
+        if self._hushed is None:
+            self._hushed = quiet_aiokafka()
+            self._hushed.__enter__()
+
+    def _unhush(self) -> None:
+        hushed, self._hushed = self._hushed, None
+        if hushed is not None:
+            hushed.__exit__(None, None, None)
 
     def _unclaim(self) -> None:
         claim, self.claim = self.claim, None

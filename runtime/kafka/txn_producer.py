@@ -140,12 +140,13 @@ class TransactionalProducer:
         """Note that a newer producer has the id: every call from now on raises it."""
         return self._fence()
 
-    async def stop(self) -> None:
-        """Close; a transaction still open is aborted by the broker when it times out, or at
-        once when a producer of the same id starts."""
+    async def stop(self, timeout: float = 5.0) -> None:
+        """Close, waiting at most ``timeout`` seconds for what it still sends; a transaction
+        still open is aborted by the broker when it times out, or at once when a producer of
+        the same id starts."""
         if self._producer is not None:
             producer, self._producer = self._producer, None
-            await stop_client(producer)
+            await stop_client(producer, timeout)
             _retrieve_failures(producer)
 
     async def begin(self) -> None:
