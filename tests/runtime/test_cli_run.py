@@ -285,4 +285,7 @@ def test_a_follow_run_prints_its_threads_stacks_on_sigusr1_and_goes_on(tmp_path:
     assert proc.returncode == 0, err
     assert "Current thread" in err or "Thread 0x" in err, err
     assert "runtime/engine/container.py" in err.replace("\\", "/"), err
+    # and the event loop's tasks, each with where it waits
+    assert "asyncio: " in err and "task(s) of the event loop" in err, err
+    assert "- consumer:\n" in err, err
     assert _count(out, "counts") == 50
