@@ -115,6 +115,11 @@ class Committer:
         self.committed[task_name] = dict(offsets)
         self.written[task_name] = self._written(task_name) if offsets else None
 
+    def forget(self, task_name: str) -> None:
+        """A task that left this container: its checkpoint is another's to report."""
+        self.committed.pop(task_name, None)
+        self.written.pop(task_name, None)
+
     def _written(self, task_name: str) -> float | None:
         return self.checkpoints.written(task_name)
 

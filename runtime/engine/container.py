@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Protocol
 
 from runtime.engine.codec import keep_earlier_watermarks
 from runtime.engine.collector import messages_die_young
@@ -35,7 +35,7 @@ from samza_dsl.errors import SamzaError
 _log = logging.getLogger(__name__)
 
 __all__ = ["Container", "CheckpointStore", "MemoryCheckpoints", "Consumer", "Producer",
-           "messages_die_young"]
+           "TaskLifecycle", "messages_die_young"]
 
 INBOX_LIMIT = 4096  # records a task's inbox holds before its inputs are read no more
 #: a task's intermediate partitions are read on past INBOX_LIMIT, up to this many records in its
@@ -154,6 +154,39 @@ class MemoryCheckpoints(CheckpointStore):
         self.history.append((task_name, snapshot))
 
 
+class TaskLifecycle(Protocol):
+    """Which tasks a container runs, where they come and go while it runs (Kafka Streams'
+    ``TaskManager`` shape: a member of a Kafka consumer group, ``runtime.kafka.tasks``). The
+    container holds it (``Container.lifecycle``) and runs in its place the tasks it was built
+    with; the lifecycle hands tasks in and out through the container's ``build_task``,
+    ``attach``, ``detach`` and ``read_on``."""
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Begin taking tasks (the container's helpers run already)."""
+
+    async def serve(self) -> None:
+        """Until stopped (every task committed) or failed."""
+
+    async def leave(self) -> list[asyncio.Task[None]]:
+        """Take no task more and settle what is under way; the runs of the tasks it runs now,
+        which the container closes with the rest."""
+        ...
+
+    def stop_requested(self) -> None:
+        """The container was asked to stop (``request_stop``)."""
+
+    def fail(self, exc: BaseException) -> None:
+        """The container stops with ``exc``, whatever tasks it has now."""
+
+    def health_state(self) -> tuple[str, bool, int]:
+        """What the health endpoint says (``Container.health_state``)."""
+        ...
+
+    def status(self) -> dict[str, Any]:
+        """What it adds to the container's status."""
+        ...
+
+
 class Container:
     def __init__(self, job: JobModel, tasks: list[TaskModel], *, consumer: Consumer,
                  producer: Producer,
@@ -174,6 +207,16 @@ class Container:
             state = FactoryState(store_factory)
         self.state = state
         self._changelogs: dict[str, dict[str, int]] = {}
+        #: per task being built, its stores opened and restored ahead (``build_task``)
+        self._opened: dict[str, dict[str, Any]] = {}
+        #: (reader, ssp) per input partition read: a reader is a task, or the virtual tasks of
+        #: one partition
+        self._keys: list[tuple[Any, SSP]] = []
+        #: the look at idle partitions, for tasks that came while the container ran (``attach``)
+        self._idle: asyncio.Task[None] | None = None
+        #: which tasks run here when they come and go while it runs (None: those it was built
+        #: with, from start to end)
+        self.lifecycle: TaskLifecycle | None = None
         self.config = dict(config)
         if exactly_once(self.config):
             keep_earlier_watermarks(consumer.codecs, job.producer_names())
@@ -207,7 +250,11 @@ class Container:
         self.metrics.operators = bool(config_value(self.config, "metrics.operators"))
 
     def store(self, task: TaskModel, store_name: str) -> Any:
-        """A task's store, restored to the task's checkpoint."""
+        """A task's store, restored to the task's checkpoint (the one opened ahead by
+        ``build_task``'s caller when there is one)."""
+        opened = self._opened.get(task.name)
+        if opened is not None and store_name in opened:
+            return opened.pop(store_name)
         return self.state.open(task, store_name,
                                self._changelogs.get(task.name, {}).get(store_name))
 
@@ -231,6 +278,9 @@ class Container:
                 self._running = None
 
     async def _run(self) -> None:
+        if self.lifecycle is not None:
+            await self._run_dealt(self.lifecycle)
+            return
         runs: list[asyncio.Task[None]] = []
         helpers: list[asyncio.Task[None]] = []
         try:  # a failure while the tasks are built (a restore, an operator's init) closes too
@@ -255,6 +305,72 @@ class Container:
         finally:
             await self._close(runs, helpers)
 
+    async def _run_dealt(self, lifecycle: TaskLifecycle) -> None:
+        """The tasks ``lifecycle`` deals to this container as they come and go, until it is
+        stopped (every task committed) or fails."""
+        loop = asyncio.get_running_loop()
+        await self.start_health()
+        helpers = self._helpers()
+        lifecycle.start(loop)
+        self.loop_meter.install(loop)
+        if self.reporters is not None:
+            self.reporters.start()
+        try:
+            await lifecycle.serve()
+        finally:
+            self.loop_meter.uninstall()
+            self.env.stopping = True  # a late assignment starts nothing now
+            runs = await lifecycle.leave()
+            await self._close(runs, helpers)
+
+    # -- tasks that come and go (``TaskLifecycle``) -----------------------------------------------
+
+    def build_task(self, model: TaskModel, offsets: Mapping[SSP, int],
+                   changelogs: Mapping[str, int], opened: Mapping[str, Any] | None = None,
+                   ) -> TaskInstance:
+        """A task that comes while the container runs, resumed from its checkpoint: ``offsets``
+        (its input positions, side inputs left out), its stores restored to ``changelogs``
+        (those in ``opened`` were opened and restored already, in a worker thread) and its
+        event time as the checkpoint store keeps it. It does not run until ``attach``."""
+        self.restored[model.name] = dict(offsets)
+        self._changelogs[model.name] = dict(changelogs)
+        self._opened[model.name] = dict(opened or {})
+        try:
+            task = TaskInstance(model, self.job, self.env)
+            restore_times(task, self.checkpoints)
+        finally:
+            self._opened.pop(model.name, None)
+        for ssp in task.ssps:
+            start = offsets.get(ssp)
+            if start is not None:
+                task.checkpoint[ssp] = start
+        return task
+
+    async def attach(self, task: TaskInstance, keys: list[tuple[Any, SSP]]) -> None:
+        """A task built by ``build_task`` runs here from now on (the caller starts its run),
+        read by its readers ``keys`` (already given to the consumer): its clock learns which
+        inputs have records still to read, and it where its bootstrap partitions end now."""
+        wire_behind(self.consumer, keys)
+        self.tasks.append(task)
+        self._keys = [*self._keys, *keys]
+        await self._bootstrap(keys)
+        if task.clock.idle_ms and self._idle is None:
+            self._idle = asyncio.create_task(self._idle_ticker(min(task.clock.idle_ms.values())))
+
+    def detach(self, task: TaskInstance) -> list[tuple[Any, SSP]]:
+        """A task runs here no more (the caller stopped its run and closes it): its readers,
+        which the caller takes from the consumer, and its commits are forgotten."""
+        gone = [k for k in self._keys if task in tasks_of(k[0])]
+        self._keys = [k for k in self._keys if task not in tasks_of(k[0])]
+        self.tasks.remove(task)
+        self.committer.forget(task.name)
+        return gone
+
+    def read_on(self) -> None:
+        """The tasks read changed (tasks came): the consumer looks at them again."""
+        self._room.set()
+        self.consumer.wakeup()
+
     async def _start_tasks(self) -> None:
         """The tasks, each resumed from its checkpoint, and their partitions registered with
         the consumer; the bootstrap partitions' ends as of now."""
@@ -273,7 +389,7 @@ class Container:
         for m in self.task_models:  # one by one: those built are closed if the next fails
             self.tasks.append(TaskInstance(m, self.job, self.env))
             restore_times(self.tasks[-1], self.checkpoints)
-        self._keys: list[tuple[Any, SSP]] = []
+        self._keys = []
         for t in self.tasks:
             for ssp in t.ssps:
                 start = restored[t.name].get(ssp)
@@ -324,6 +440,8 @@ class Container:
 
     def health_state(self) -> tuple[str, bool, int]:
         """What the health endpoint says: the phase, whether ready, the tasks this runs."""
+        if self.lifecycle is not None:
+            return self.lifecycle.health_state()
         phase = "stopping" if self.env.stopping and not self.closed else self.phase
         return phase, phase == "running", len(self.tasks)
 
@@ -337,6 +455,8 @@ class Container:
         self.loop_meter.uninstall()
         self.closed = True
         self._room.set()
+        if self._idle is not None:
+            helpers = [*(helpers or ()), self._idle]
         for fut in [*runs, *(helpers or ())]:
             fut.cancel()
         await asyncio.gather(*runs, *(helpers or ()), return_exceptions=True)
@@ -378,6 +498,8 @@ class Container:
         self.env.stopping = True
         for t in self.tasks:
             t.wake.set()
+        if self.lifecycle is not None:
+            self.lifecycle.stop_requested()
 
     def abort(self, exc: BaseException) -> None:
         """Stop now, without waiting for the messages in flight (a stop that ran out of
@@ -616,7 +738,7 @@ class Container:
         for t in self.tasks:
             for sid, n in list(t.read.items()):
                 read[sid] = read.get(sid, 0) + n
-        return {
+        out: dict[str, Any] = {
             "processed": processed,
             # user messages (no control records), in all and per stream
             "messages": sum(read.values()),
@@ -628,6 +750,9 @@ class Container:
             "commits": self.commits,
             "done": all(t.done for t in self.tasks) if self.tasks else False,
         }
+        if self.lifecycle is not None:
+            out.update(self.lifecycle.status())
+        return out
 
 
 def _side_input(inputs: Mapping[str, Any], ssp: SSP) -> bool:

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import importlib
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from runtime.engine.job import SSP, TaskModel
 from samza_dsl.errors import SamzaError
 
-__all__ = ["Consumer", "Producer", "RecordSink", "StreamSink", "CheckpointStore", "StateBackend", "SystemKind", "SYSTEMS",
+__all__ = ["Consumer", "RebalancingConsumer", "Producer", "RecordSink", "StreamSink", "CheckpointStore", "StateBackend", "SystemKind", "SYSTEMS",
            "job_system"]
 
 
@@ -59,6 +59,20 @@ class Consumer(Protocol):
         """Per partition read: where reading began and where the partition ends, as the system
         knows them (None: not yet known); none by default."""
         return []
+
+
+class RebalancingConsumer(Consumer, Protocol):
+    """A consumer whose readers come and go while it runs: the tasks of a container whose
+    tasks move between containers (a member of a Kafka consumer group)."""
+
+    async def add(self, entries: list[tuple[Any, SSP, int | None]]) -> None:
+        """Readers that come while it runs (each as ``register``'s arguments: key, partition,
+        the next offset to read or None for the input's ``offset_default``)."""
+        ...
+
+    def remove(self, keys: Iterable[Any]) -> None:
+        """Readers that left: their partitions are read no more (unless others read them)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

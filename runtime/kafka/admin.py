@@ -116,9 +116,9 @@ def retention_configs(config: Mapping[str, object], stream_id: str
     """
     out = []
     for name in ("retention.ms", "retention.bytes"):
-        value = config.get(f"streams.{stream_id}.{name}")
+        value: Any = config.get(f"streams.{stream_id}.{name}")  # a number, or its text
         if value is not None:
-            out.append((name, str(int(value))))  # type: ignore[call-overload]
+            out.append((name, str(int(value))))
     return tuple(out)
 
 

@@ -320,8 +320,8 @@ class _Standbys:
             a = todo.popleft()
             if room(a):
                 moves = []
-                while back[a] is not None:
-                    t, prev = back[a]  # type: ignore[misc]
+                while (step := back[a]) is not None:
+                    t, prev = step
                     moves.append((t, prev, a))
                     a = prev
                 return a, moves

@@ -45,7 +45,7 @@ from runtime.engine.event_time_ahead import ahead_rule
 from runtime.engine.job import SSP, TaskModel, build_job_model, job_containers, start_generation
 from runtime.engine.records import is_control
 from runtime.engine.sinks import sink_outputs
-from runtime.engine.systems import SYSTEMS, Consumer, StateBackend, job_system
+from runtime.engine.systems import SYSTEMS, StateBackend, job_system
 from runtime.host.job_lock import JobLock
 from runtime.host.jobdir import dead_letter_stream, job_dir, metrics_stream, store_dir
 from runtime.host.metrics import Metrics
@@ -62,7 +62,6 @@ from runtime.kafka.changelog import KafkaChangelog
 from runtime.kafka.claim import ContainerClaim
 from runtime.kafka.exactly_once import KafkaTransactions, fence_earlier
 from runtime.kafka.group import (
-    GroupContainer,
     GroupMembership,
     client_settings,
     host_name,
@@ -89,6 +88,7 @@ from runtime.kafka.system import (
     stop_client,
     true_end_offsets,
 )
+from runtime.kafka.tasks import GroupTasks
 from runtime.state.backend import StoreBackend
 from runtime.state.lmdb_store import local_state
 from samza_dsl.config import config_value, exactly_once, job_config, job_name_of
@@ -331,23 +331,24 @@ class KafkaJob:
                                  self.codecs, self.generation,
                                  bounded=set() if self.follow else inputs, upcoming=upcoming,
                                  timeout=self.timeout, watch=self.watch)
-        # the system's classes, as the container sees them (runtime.engine.systems)
-        self.consumer: Consumer = consumer
+        self.consumer = consumer
         #: exactly once: the tasks' transactional producers (``runtime.kafka.exactly_once``)
         self.txns = txns = KafkaTransactions(
             producer, self.checkpoints, self.job_name, self._changelog_positions,
             settles=not group) if exactly_once(cfg) else None
         if txns is not None:
             warn_at_least_once(plan.app, self.job_name)
-        self.state: StateBackend = StoreBackend(
+        state = StoreBackend(
             self.root, job, cfg, await self._changelogs(producer, self.tasks, txns),
             self.metrics, self.dead_letter)
+        # the state backend as the container sees it (runtime.engine.systems)
+        self.state: StateBackend = state
         if txns is not None and not group:  # fenced first: what an earlier run left open is
             await txns.open(self.tasks)  # aborted before the tasks' stores and inputs are read
         parts: dict[str, Any] = dict(consumer=consumer, producer=producer,
                                      checkpoints=self.checkpoints, config=cfg,
                                      metrics=self.metrics, state=self.state)
-        self.container = container = self._member(parts) if group else Container(
+        self.container = container = self._member(parts, consumer, state) if group else Container(
             job, self.tasks, bounded=not self.follow, **parts)
         if txns is not None:  # each task writes in transactions of its own
             container.committer.transactions = txns
@@ -382,8 +383,9 @@ class KafkaJob:
 
         def lost(exc: SamzaError) -> None:
             container = self.container
-            if isinstance(container, GroupContainer):  # between assignments it has no task
-                container.fail(exc)
+            lifecycle = container.lifecycle if container is not None else None
+            if lifecycle is not None:  # a member of a group: between assignments it has no task
+                lifecycle.fail(exc)
                 return
             for t in container.tasks if container is not None else []:
                 t.fail(exc)
@@ -391,28 +393,33 @@ class KafkaJob:
             loop.call_soon_threadsafe(lost, exc)
         claim.on_lost = on_lost
 
-    def _member(self, parts: dict[str, Any]) -> GroupContainer:
-        """The container of a member of the job's consumer group (``job.coordinator=kafka``)."""
+    def _member(self, parts: dict[str, Any], consumer: KafkaConsumer,
+                state: StoreBackend) -> Container:
+        """The container of a member of the job's consumer group (``job.coordinator=kafka``):
+        it holds the task lifecycle the group deals to (``runtime.kafka.tasks.GroupTasks``)."""
         label, instance = member_ids(self.container_id)
         shutdown_s = config_value(self.plan.config, "task.shutdown.ms") / 1000.0
         replicas = int(config_value(self.plan.config, "job.standbytasks.replication.factor"))
 
-        def membership(container: GroupContainer) -> GroupMembership:
+        def membership(tasks: GroupTasks) -> GroupMembership:
             assignor = TaskAssignor(self.job, self.job_name, host=host_name(), container=label,
                                     standby_replicas=replicas - 1,
-                                    positions=container.store_positions,
+                                    positions=tasks.store_positions,
                                     saved=None if instance is None else os.path.join(
                                         self.root, "group-subscription"))
-            return GroupMembership(container, self.servers, self.job_name, assignor,
+            return GroupMembership(tasks, self.servers, self.job_name, assignor,
                                    self.consumer_settings, instance_id=instance,
                                    shutdown_s=shutdown_s)
         standby = StandbyReplicas(
             self.job, self.servers, self.consumer_settings,
             changelog_topics=self.changelog_topics, checkpoint_topic=self.checkpoint_topic,
-            open_replica=parts["state"].open_replica, metrics=self.metrics,
+            open_replica=state.open_replica, metrics=self.metrics,
             label=lambda: f"{label} on {host_name()}") if replicas > 1 else None
-        return GroupContainer(self.job, membership=membership, prepare=self._take_over,
-                              transactions=self.txns, standby=standby, **parts)
+        container = Container(self.job, [], **parts)
+        container.lifecycle = GroupTasks(
+            container, membership=membership, prepare=self._take_over, consumer=consumer,
+            checkpoints=self.checkpoints, state=state, transactions=self.txns, standby=standby)
+        return container
 
     async def _take_over(self, tasks: list[TaskModel], first: bool) -> None:
         """Before tasks that come to this container start: their checkpoints as the container
@@ -434,7 +441,7 @@ class KafkaJob:
                 self.generation = await self.start_run(join=not alone)
                 assert self.producer is not None  # made by _setup, before the first tasks
                 self.producer.generation = self.generation
-                self.consumer.generation = self.generation  # type: ignore[attr-defined]
+                self.consumer.generation = self.generation
             # an earlier owner's later checkpoints are ignored from now on
             await self.checkpoints.claim([t.name for t in tasks])
         except BaseException:

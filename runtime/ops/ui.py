@@ -161,8 +161,8 @@ class RunnerSource(SnapshotSource):
 
     def group(self) -> dict[str, Any] | None:
         """The consumer group of a container that is a member of one (``job.coordinator=kafka``):
-        ``GroupContainer.status()["group"]``; None otherwise (a container's status has no
-        group)."""
+        its container's status's ``group`` (``runtime.kafka.tasks.GroupTasks.status``); None
+        otherwise (a container's status has no group)."""
         container = self.runner.container
         if container is None or not self.runner.kafka:  # only a job on Kafka has a group
             return None
