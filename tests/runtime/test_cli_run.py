@@ -142,27 +142,10 @@ def test_a_failing_user_function_stops_the_job_naming_operator_and_offset(tmp_pa
     assert "ValueError: three" in proc.stderr
 
 
-def test_sigint_stops_a_following_job_cleanly_and_the_next_run_resumes(tmp_path) -> None:
-    import signal
-    import time
-
-    data = tmp_path / "events.jsonl"
-    data.write_text("\n".join(json.dumps({"key": str(i % 5), "value": {"id": i % 5}})
-                              for i in range(200)) + "\n")
-    assert run_cli("load", COUNTER, "events", str(data), cwd=tmp_path).returncode == 0
+def test_sigint_stops_a_following_job_cleanly_and_the_next_run_resumes(tmp_path: Path) -> None:
     # no timed commit: only the shutdown commits
-    proc = subprocess.Popen([CLI, "run", COUNTER, "--follow", "-q", "-c", "task.commit.ms=600000"],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = _following_counter(tmp_path, 200, "-c", "task.commit.ms=600000")
     try:
-        from runtime.local.log import LocalLog
-
-        deadline = time.monotonic() + 60
-        with LocalLog(tmp_path / ".samza" / "readwrite-counter-1" / "logs" / "local") as log:
-            while sum(log.end_offset("counts", p) for p in range(4)) < 200:
-                assert proc.poll() is None, proc.communicate()
-                assert time.monotonic() < deadline, "the job did not process its input"
-                time.sleep(0.05)
         time.sleep(0.2)  # now it waits for more input
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
@@ -259,21 +242,8 @@ def test_a_run_whose_only_new_record_was_skipped_by_request_says_so(tmp_path) ->
 def test_a_follow_run_prints_its_threads_stacks_on_sigusr1_and_goes_on(tmp_path: Path) -> None:
     """``kill -USR1`` on a run that waits for input: every thread's stack on stderr (the
     container's loop among them), and the run goes on to a clean stop that commits."""
-    data = tmp_path / "events.jsonl"
-    data.write_text("\n".join(json.dumps({"key": str(i % 5), "value": {"id": i % 5}})
-                              for i in range(50)) + "\n")
-    assert run_cli("load", COUNTER, "events", str(data), cwd=tmp_path).returncode == 0
-    proc = subprocess.Popen([CLI, "run", COUNTER, "--follow", "-q"], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = _following_counter(tmp_path, 50)
     try:
-        from runtime.local.log import LocalLog
-
-        deadline = time.monotonic() + 60
-        with LocalLog(tmp_path / ".samza" / "readwrite-counter-1" / "logs" / "local") as log:
-            while sum(log.end_offset("counts", p) for p in range(4)) < 50:
-                assert proc.poll() is None, proc.communicate()
-                assert time.monotonic() < deadline, "the job did not process its input"
-                time.sleep(0.05)
         proc.send_signal(signal.SIGUSR1)
         time.sleep(0.5)
         assert proc.poll() is None, "the run stopped on SIGUSR1"
@@ -289,3 +259,27 @@ def test_a_follow_run_prints_its_threads_stacks_on_sigusr1_and_goes_on(tmp_path:
     assert "asyncio: " in err and "task(s) of the event loop" in err, err
     assert "- consumer:\n" in err, err
     assert _count(out, "counts") == 50
+
+
+def _following_counter(tmp_path: Path, n: int, *args: str) -> subprocess.Popen[str]:
+    """``samza-dsl run --follow`` of the counter example over ``n`` loaded events, once it has
+    written their counts (it then waits for more input)."""
+    from runtime.local.log import LocalLog
+
+    data = tmp_path / "events.jsonl"
+    data.write_text("\n".join(json.dumps({"key": str(i % 5), "value": {"id": i % 5}})
+                              for i in range(n)) + "\n")
+    assert run_cli("load", COUNTER, "events", str(data), cwd=tmp_path).returncode == 0
+    proc = subprocess.Popen([CLI, "run", COUNTER, "--follow", "-q", *args], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        with LocalLog(tmp_path / ".samza" / "readwrite-counter-1" / "logs" / "local") as log:
+            while sum(log.end_offset("counts", p) for p in range(4)) < n:
+                assert proc.poll() is None, proc.communicate()
+                assert time.monotonic() < deadline, "the job did not process its input"
+                time.sleep(0.05)
+    except BaseException:
+        proc.kill()
+        raise
+    return proc
