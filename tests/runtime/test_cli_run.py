@@ -145,14 +145,8 @@ def test_a_failing_user_function_stops_the_job_naming_operator_and_offset(tmp_pa
 def test_sigint_stops_a_following_job_cleanly_and_the_next_run_resumes(tmp_path: Path) -> None:
     # no timed commit: only the shutdown commits
     proc = _following_counter(tmp_path, 200, "-c", "task.commit.ms=600000")
-    try:
-        time.sleep(0.2)  # now it waits for more input
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, err
+    time.sleep(0.2)  # now it waits for more input
+    out, _ = _interrupted(proc)
     assert _count(out, "counts") == 200
     # the clean shutdown committed: a second run finds nothing new
     again = run_cli("run", COUNTER, "-q", cwd=tmp_path)
@@ -243,16 +237,11 @@ def test_a_follow_run_prints_its_threads_stacks_on_sigusr1_and_goes_on(tmp_path:
     """``kill -USR1`` on a run that waits for input: every thread's stack on stderr (the
     container's loop among them), and the run goes on to a clean stop that commits."""
     proc = _following_counter(tmp_path, 50)
-    try:
-        proc.send_signal(signal.SIGUSR1)
-        time.sleep(0.5)
-        assert proc.poll() is None, "the run stopped on SIGUSR1"
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, err
+    proc.send_signal(signal.SIGUSR1)
+    time.sleep(0.5)
+    went_on = proc.poll() is None
+    out, err = _interrupted(proc)
+    assert went_on, "the run stopped on SIGUSR1"
     assert "Current thread" in err or "Thread 0x" in err, err
     assert "runtime/engine/container.py" in err.replace("\\", "/"), err
     # and the event loop's tasks, each with where it waits
@@ -283,3 +272,15 @@ def _following_counter(tmp_path: Path, n: int, *args: str) -> subprocess.Popen[s
         proc.kill()
         raise
     return proc
+
+
+def _interrupted(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    """Ctrl-C to a following run: what it wrote (stdout, stderr), once it exited 0."""
+    try:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    return out, err
