@@ -9,6 +9,7 @@ import faulthandler
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -1111,9 +1112,17 @@ _TASK_FRAMES = 8
 def _stacks_on(signum: int) -> None:
     """``kill -USR1 <pid>``: every thread's stack on stderr at once, even when one is stuck in C
     (``faulthandler``, as a container process of a local run does: ``runtime.runner``), then
-    each task of the event loop with where it waits. The run goes on."""
+    each task of the event loop with where it waits. The run goes on. Not where ``main`` is
+    called in a process of another's (a thread other than the main one, or a stderr that is no
+    file, such as a test's capture)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        fd = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both
+        return
     signal.signal(signum, _print_tasks)  # Python's handler: on the main thread, soon after
-    faulthandler.register(signum, file=sys.stderr, all_threads=True, chain=True)
+    faulthandler.register(signum, file=fd, all_threads=True, chain=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
