@@ -28,6 +28,7 @@ from runtime.engine.container import Container, MemoryCheckpoints
 from runtime.engine.late import LateCounts, window_ids
 from runtime.engine.systems import SYSTEMS, job_system
 from runtime.host.metrics import Metrics
+from runtime.host.stacks import stacks_on
 from runtime.memory import MemoryBroker, MemoryInputs, memory_job
 from samza_dsl import StreamApplication
 from samza_dsl.config import config_value, exactly_once, job_config, validate_config
@@ -714,7 +715,8 @@ _OVERDUE_EXITS = frozenset(128 + sig for sig in _STOP_SIGNALS)
 _KILL_MARGIN = 2.0
 #: tasks an error of a stop that ran out of time describes, at most
 _SHOWN_TASKS = 8
-#: a container process prints its threads' stacks on it (faulthandler), even when stuck in C
+#: a container process prints its threads' stacks on it, even when stuck in C, then its event
+#: loop's tasks (runtime.host.stacks)
 _STACKS_SIGNAL = signal.SIGUSR1
 
 # runs of several containers started in the background: stopped at exit if still running, so
@@ -917,9 +919,7 @@ def _container_main(app: StreamApplication, config: Mapping[str, Any], follow: b
     once done, what it read, where it resumed and its counters,
     for the run's summary. (A local log it opens is opened afresh: ``LocalLog`` never uses
     handles inherited across a fork.)"""
-    import faulthandler
-
-    faulthandler.register(_STACKS_SIGNAL, file=2, all_threads=True)  # fd 2: whatever is on it
+    stacks_on(_STACKS_SIGNAL, 2)  # fd 2: whatever is on it
     runner = LocalRunner(app, config, follow=follow, skip=skip)
     runner._forked = True
     if queue is not None:  # with no display too: the parent tells a stalled container by them

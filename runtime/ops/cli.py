@@ -5,14 +5,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
-import faulthandler
 import os
 import signal
 import sys
-import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from runtime.host.stacks import stacks_on
 from samza_dsl.config import job_config, job_name_of
 from samza_dsl.errors import Interrupted, SamzaError, TaskError
 
@@ -1074,59 +1073,8 @@ def _described(help_text: str, more: str) -> str:
     return f"{help_text[0].upper()}{help_text[1:]}. {more[0].upper()}{more[1:]}."
 
 
-def _print_tasks(signum: int, frame: Any) -> None:
-    """The tasks of the event loop running on this thread, each with where it waits."""
-    import asyncio
-
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:  # no loop runs (yet, or any more)
-        return
-    tasks = sorted(asyncio.all_tasks(loop), key=lambda t: t.get_name())
-    print(f"\nasyncio: {len(tasks)} task(s) of the event loop:", file=sys.stderr)
-    for task in tasks:
-        print(f"- {task.get_name()}:", file=sys.stderr)
-        for code, line in _awaiting(task.get_coro())[-_TASK_FRAMES:]:
-            print(f"    {code.co_filename}, line {line} in {code.co_name}", file=sys.stderr)
-    sys.stderr.flush()
-
-
-def _awaiting(coro: Any) -> list[tuple[Any, int]]:
-    """(code, line) of a suspended coroutine and of each it awaits, outermost first."""
-    out: list[tuple[Any, int]] = []
-    while coro is not None and len(out) < 100:
-        frame = (getattr(coro, "cr_frame", None)  # foreign: a Python coroutine
-                 or getattr(coro, "gi_frame", None))  # foreign: a Python generator
-        if frame is None:
-            break
-        out.append((frame.f_code, frame.f_lineno))
-        coro = (getattr(coro, "cr_await", None)  # foreign: a Python coroutine
-                or getattr(coro, "gi_yieldfrom", None))  # foreign: a Python generator
-    return out
-
-
-#: the innermost frames printed of each asyncio task's stack on SIGUSR1
-_TASK_FRAMES = 8
-
-
-def _stacks_on(signum: int) -> None:
-    """``kill -USR1 <pid>``: every thread's stack on stderr at once, even when one is stuck in C
-    (``faulthandler``, as a container process of a local run does: ``runtime.runner``), then
-    each task of the event loop with where it waits. The run goes on. Not where ``main`` is
-    called in a process of another's (a thread other than the main one, or a stderr that is no
-    file, such as a test's capture)."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-    try:
-        fd = sys.stderr.fileno()
-    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both
-        return
-    signal.signal(signum, _print_tasks)  # Python's handler: on the main thread, soon after
-    faulthandler.register(signum, file=fd, all_threads=True, chain=True)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    _stacks_on(signal.SIGUSR1)
+    stacks_on(signal.SIGUSR1)
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:  # named after the command, with its help

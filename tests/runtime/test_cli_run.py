@@ -233,11 +233,17 @@ def test_a_run_whose_only_new_record_was_skipped_by_request_says_so(tmp_path) ->
     assert "skipped: 1 record(s) as --skip asked" in proc.stdout
 
 
-def test_a_follow_run_prints_its_threads_stacks_on_sigusr1_and_goes_on(tmp_path: Path) -> None:
+@pytest.mark.parametrize("containers", [1, 2])
+def test_a_follow_run_prints_its_threads_stacks_on_sigusr1_and_goes_on(
+        tmp_path: Path, containers: int) -> None:
     """``kill -USR1`` on a run that waits for input: every thread's stack on stderr (the
-    container's loop among them), and the run goes on to a clean stop that commits."""
-    proc = _following_counter(tmp_path, 50)
-    proc.send_signal(signal.SIGUSR1)
+    container's loop among them), and the run goes on to a clean stop that commits. A run of
+    several containers forks one process each, and each answers the signal itself."""
+    proc = _following_counter(tmp_path, 50, "--containers", str(containers))
+    pids = [proc.pid] if containers == 1 else _children(proc.pid)
+    assert len(pids) == containers, pids
+    for pid in pids:
+        os.kill(pid, signal.SIGUSR1)
     time.sleep(0.5)
     went_on = proc.poll() is None
     out, err = _interrupted(proc)
@@ -246,8 +252,17 @@ def test_a_follow_run_prints_its_threads_stacks_on_sigusr1_and_goes_on(tmp_path:
     assert "runtime/engine/container.py" in err.replace("\\", "/"), err
     # and the event loop's tasks, each with where it waits
     assert "asyncio: " in err and "task(s) of the event loop" in err, err
-    assert "- consumer:\n" in err, err
+    assert err.count("- consumer:\n") == containers, err
     assert _count(out, "counts") == 50
+
+
+def _children(pid: int) -> list[int]:
+    """The processes ``pid`` started (Linux's /proc)."""
+    found: list[int] = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/children") as f:
+            found += [int(c) for c in f.read().split()]
+    return found
 
 
 def _following_counter(tmp_path: Path, n: int, *args: str) -> subprocess.Popen[str]:
