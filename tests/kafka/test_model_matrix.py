@@ -53,6 +53,7 @@ from test_kafka_exactly_once import committed_records
 from operators.hashing import partition_for
 from runtime import LocalRunner
 from runtime.engine.faults import KAFKA_TXN_POINTS, TXN_POINTS
+from runtime.kafka.committed import log_batches
 from runtime.local.system import LocalJob
 from samza_dsl import AccumulationMode
 from samza_dsl.systems import LocalSystem
@@ -360,12 +361,28 @@ def run_kafka_group(bootstrap: str, tmp: Path, case: Case, guarantee: str, membe
         try:
             wait_for("the model's outputs committed", lambda: difference() is None, wait, ms)
         except AssertionError as exc:
-            raise AssertionError(f"{what}: {difference()}\n{exc}") from None
+            raise AssertionError(f"{what}: {difference()}\n{exc}\nthe output's log:\n"
+                                 f"{log_shape(bootstrap, f'out-{tag}')}") from None
         time.sleep(1.0)  # a duplicate would come with a later commit
         assert difference() is None, f"{what}: {difference()}"
         stop_all(ms)
     finally:
         kill_left(ms)
+
+
+def log_shape(bootstrap: str, topic: str, limit: int = 200) -> str:
+    """Partition 0 of ``topic`` batch by batch, as a read_committed reader pairs them: the first
+    offset, the producer id, and the records' values or the transaction marker. For a failure's
+    message: which transaction a missing record was in, and how it ended."""
+    lines = []
+    for b in run(log_batches(bootstrap, topic, 0)):
+        what = b.marker or " ".join((r.value or b"").decode(errors="replace")[:60]
+                                    for r in b.records)
+        first = b.records[0].offset if b.records else b.base_offset
+        lines.append(f"  {first}: producer {b.producer_id}"
+                     f"{' (transactional)' if b.transactional else ''}: {what}")
+    cut = len(lines) - limit
+    return "\n".join(lines[:limit] + ([f"  ... {cut} more"] if cut > 0 else []))
 
 
 def same_generation(ms: list[Member]) -> bool:
