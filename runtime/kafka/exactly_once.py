@@ -43,7 +43,12 @@ from runtime.engine.records import EndOfStream
 from runtime.kafka.aiokafka_compat import txn_manager
 from runtime.kafka.committed import client_settings, transaction_outcome
 from runtime.kafka.fence import Lease
-from runtime.kafka.system import KafkaCheckpoints, KafkaProducer, read_checkpoint_topic
+from runtime.kafka.system import (
+    LOST_STOP_S,
+    KafkaCheckpoints,
+    KafkaProducer,
+    read_checkpoint_topic,
+)
 from runtime.kafka.txn_producer import FENCED_ERRORS, TransactionalProducer
 from samza_dsl.errors import ProducerFenced, SamzaError, TransactionUnanswered
 
@@ -57,8 +62,6 @@ __all__ = ["KafkaTransactions", "TaskProducer", "fence_earlier", "transactional_
 _FENCED_PRODUCE = FENCED_ERRORS
 #: how long a closing task producer waits for the abort of its open transaction (seconds)
 _ABORT_S = 5.0
-#: how long a task's producer waits for its queued batches as it closes once the brokers are lost
-_LOST_STOP_S = 1.0
 #: a container of a static job: how long a task's EndTxn may go unanswered before a new
 #: producer of its transactional id settles the transaction (``TaskProducer.commit``), and how
 #: many times in a row that is done before the job stops
@@ -359,7 +362,7 @@ class TaskProducer(KafkaProducer):
         # the job stopped because its brokers are gone: nothing reaches them, so neither the
         # abort nor the batches still queued are waited for (the transaction stays open until
         # the next producer of the id, or the broker's transaction timeout, aborts it)
-        lost = self.watch is not None and self.watch.error is not None
+        lost = self.brokers_lost
         with contextlib.suppress(Exception):
             if self.txn.in_transaction and not lost:
                 # bounded: a fenced producer's EndTxn may go unanswered (tansu closes the
@@ -367,7 +370,10 @@ class TaskProducer(KafkaProducer):
                 async with asyncio.timeout(_ABORT_S):
                     await self.txn.abort()
         self._producer = None
-        await self.txn.stop(_LOST_STOP_S if lost else 5.0)
+        if lost:
+            await self.txn.stop(LOST_STOP_S)
+        else:
+            await self.txn.stop()
 
 
 class KafkaTransactions:

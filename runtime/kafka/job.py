@@ -685,8 +685,8 @@ class KafkaJob:
         """aiokafka's log lines, each once at most and none unless ``SAMZA_DSL_AIOKAFKA_LOG``
         asks for them (``runtime.kafka.outage.quiet_aiokafka``), from the job's first client
         to its last: the broker watch's own window ends with the container's producer, before
-        the claim's and the group's threads have stopped theirs, and begins after the job's
-        topics and checkpoints were first read."""
+        the claim's thread has stopped its client, and begins after the job's topics and
+        checkpoints were first read."""
         if self._hushed is None:
             self._hushed = quiet_aiokafka()
             self._hushed.__enter__()

@@ -41,7 +41,7 @@ from runtime.kafka.outage import BrokerWatch, close_connections
 from runtime.kafka.resolved import AS_FETCHED, ResolvingConsumer
 from samza_dsl.errors import SamzaError
 
-__all__ = ["KafkaConsumer", "KafkaProducer", "KafkaCheckpoints", "CheckpointTopic", "kafka_error",
+__all__ = ["LOST_STOP_S", "KafkaConsumer", "KafkaProducer", "KafkaCheckpoints", "CheckpointTopic", "kafka_error",
            "new_consumer", "offset_bounds", "read_checkpoint_topic", "stop_client",
            "true_end_offsets", "CONTAINER_KEY"]
 
@@ -136,6 +136,10 @@ async def offset_bounds(servers: str, needed: Mapping[TopicPartition, int | None
     finally:
         await stop_client(consumer)
     return out
+
+
+#: how long a producer waits for its queued batches as it closes once the brokers are lost
+LOST_STOP_S = 1.0
 
 
 async def stop_client(client: Any, timeout: float = 5.0) -> None:
@@ -516,6 +520,13 @@ class KafkaProducer(BufferedProducer):
         #: (``runtime.kafka.exactly_once``)
         self.companions: list[Any] = []
 
+    @property
+    def brokers_lost(self) -> bool:
+        """The broker watch stopped the job: its brokers have not answered for longer than
+        ``job.kafka.unavailable.timeout.ms``. Nothing sent reaches them any more, so a close
+        does not wait for it."""
+        return self.watch is not None and self.watch.error is not None
+
     def discard(self) -> int:
         """Drop every record not yet handed to the Kafka client (the member was fenced: its
         tasks run elsewhere now), and the error a background send ended with; how many."""
@@ -672,8 +683,7 @@ class KafkaProducer(BufferedProducer):
                 await self.flush()
             producer, self._producer = self._producer, None
             # a producer stops once its batches are sent: not while the brokers are away
-            lost = self.watch is not None and self.watch.error is not None
-            await stop_client(producer, 1.0 if lost else self.timeout)
+            await stop_client(producer, LOST_STOP_S if self.brokers_lost else self.timeout)
         if self.watch is not None:  # the container's last client to close
             await self.watch.stop()
 
