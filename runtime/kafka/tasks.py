@@ -121,6 +121,8 @@ class GroupTasks:
         self.last_rebalance_at: float | None = None
         #: how many times this member was fenced out of its group
         self.fenced = 0
+        #: the generation in which a task's producer was fenced and the member said so
+        self._producer_fenced_in: int | None = None
         self._announcing: set[asyncio.Task[None]] = set()
         self._revoked_at: float | None = None
 
@@ -234,7 +236,6 @@ class GroupTasks:
         """The group went on without this member: its tasks run elsewhere. Drop them without a
         commit, with every record not sent yet; the member joins the group again."""
         async with self._lock:
-            self.fenced += 1
             names = sorted((t.name for t in self.tasks), key=_task_order)
             for t in list(self.tasks):
                 await self._drop(t)
@@ -244,6 +245,13 @@ class GroupTasks:
             dropped = self.leased.discard() if self.leased is not None else 0
             self.wanted = set()
             self.holding = True
+            if not names and not dropped and self._producer_fenced_in == self.generation:
+                # the same event, learned a second way: the producers' fencing already stopped
+                # this generation's tasks and said so; one line per fencing
+                _log.debug("container %s: the group's fencing at generation %d (%s) found no "
+                           "task left to drop", self._label(), self.generation, reason)
+                return
+            self.fenced += 1
             _log.warning("container %s: fenced out of the group at generation %d (%s): it "
                          "dropped tasks %s and %d records not sent, without a commit; it "
                          "joins the group again", self._label(), self.generation, reason,
@@ -264,6 +272,7 @@ class GroupTasks:
                 return
             await self._drop(task)
             self.fenced += 1
+            self._producer_fenced_in = self.generation
             if isinstance(exc, ProducerFenced):
                 _log.warning("container %s: task %s stopped: its producer was fenced by the "
                              "broker (transactional id %r taken by a newer producer); nothing "
