@@ -28,6 +28,8 @@ after that.
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -42,6 +44,8 @@ from runtime.kafka.txn_protocol import TRANSACTION_REQUESTS, as_v0_response
 from samza_dsl.errors import ProducerFenced, SamzaError, TransactionUnanswered
 
 __all__ = ["FENCED_ERRORS", "TransactionalProducer"]
+
+_log = logging.getLogger(__name__)
 
 # what aiokafka raises where the broker said the epoch is old: a newer producer has the id
 _FENCED = (kafka_errors.ProducerFenced, kafka_errors.InvalidProducerEpoch)
@@ -95,17 +99,43 @@ class TransactionalProducer:
         self._pending: list[tuple[str, int | None, asyncio.Future[RecordMetadata]]] = []
 
     async def start(self) -> None:
-        """Connect and take the transactional id (InitProducerId), fencing older producers."""
-        producer = AIOKafkaProducer(bootstrap_servers=self.servers, **self._settings)
-        wrap_sender_client(producer, _NewerTransactionRequests)
-        try:
-            async with asyncio.timeout(self.timeout):
-                await producer.start()
-        except (kafka_errors.KafkaError, TimeoutError, OSError) as exc:
-            await stop_client(producer)
-            raise kafka_error(f"starting the transactional producer {self.transactional_id!r}",
-                              self.servers, exc) from exc
-        self._producer = producer
+        """Connect and take the transactional id (InitProducerId), fencing older producers.
+
+        A first InitProducerId that finds the id's last transaction still open makes the broker
+        abort it, and that abort can fail while the broker's state settles (after a restart of
+        the broker, Apache Kafka answered INVALID_PRODUCER_EPOCH): a new producer asked with no
+        epoch of its own, so nothing newer holds the id, and asking again is safe. It asks again
+        within ``timeout``, as Kafka Streams does by making a new producer."""
+        deadline = time.monotonic() + self.timeout
+        pause = 0.1
+        while True:
+            producer = AIOKafkaProducer(bootstrap_servers=self.servers, **self._settings)
+            wrap_sender_client(producer, _NewerTransactionRequests)
+            try:
+                async with asyncio.timeout(max(deadline - time.monotonic(), 0.0)):
+                    await producer.start()
+            except _FENCED as exc:
+                await stop_client(producer)
+                if time.monotonic() + pause >= deadline:
+                    raise SamzaError(
+                        f"starting the transactional producer {self.transactional_id!r} on "
+                        f"Kafka at {self.servers} failed: the broker answered "
+                        f"{type(exc).__name__} to every InitProducerId for {self.timeout:g} s. "
+                        f"Another producer of that id may be taking it over and over (a second "
+                        f"instance of the job with the same job.name and job.id?); stop it, or "
+                        f"look at the broker's log for its transaction coordinator") from exc
+                _log.info("transactional id %r: InitProducerId answered %s while the broker "
+                          "settles the transaction left open; asking again",
+                          self.transactional_id, type(exc).__name__)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 1.0)
+                continue
+            except (kafka_errors.KafkaError, TimeoutError, OSError) as exc:
+                await stop_client(producer)
+                raise kafka_error(f"starting the transactional producer "
+                                  f"{self.transactional_id!r}", self.servers, exc) from exc
+            self._producer = producer
+            return
 
     @property
     def producer(self) -> AIOKafkaProducer | None:

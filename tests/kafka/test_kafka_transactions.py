@@ -313,3 +313,52 @@ def test_committed_records_follow_each_producers_markers() -> None:
            Batch(7, 7, True, None, (rec(7),)),
            Batch(8, 7, True, "COMMIT", ())]
     assert [r.offset for r in committed_records(log)] == [0, 1, 3, 7]
+
+
+@pytest.mark.parametrize("refusals, starts", [(2, True), (99, False)], ids=["settles", "for-good"])
+def test_a_start_answered_invalid_producer_epoch_asks_again_within_its_timeout(
+        kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch, refusals: int,
+        starts: bool) -> None:
+    """The broker's first answers to InitProducerId are replaced by INVALID_PRODUCER_EPOCH, as
+    Apache Kafka answered once right after a restart while it aborted the transaction an earlier
+    owner of the id had left open: ``start`` asks again until the broker takes the id, and then
+    the producer works. An id refused for longer than ``timeout`` fails the start, naming the id
+    and the error."""
+    from runtime.kafka import txn_producer
+    from runtime.kafka.txn_protocol import InitProducerIdResponse_v4
+
+    real = txn_producer.as_v0_response
+    refused: list[int] = []
+
+    def refusing(response: object) -> object:
+        answer = real(response)
+        if (getattr(response, "API_KEY", None) == InitProducerIdResponse_v4.API_KEY
+                and len(refused) < refusals):
+            refused.append(answer.error_code)  # type: ignore[attr-defined]
+            return type(answer)(answer.throttle_time_ms, 47,  # type: ignore[attr-defined]
+                                answer.producer_id, answer.producer_epoch)  # type: ignore[attr-defined]
+        return answer
+
+    monkeypatch.setattr(txn_producer, "as_v0_response", refusing)
+    bs, topic = kafka_bootstrap, fresh("out")
+
+    async def scenario() -> None:
+        await create_topic(bs, topic, 1)
+        producer = TransactionalProducer(bs, fresh("id"), timeout=3.0)
+        if not starts:
+            with pytest.raises(SamzaError, match=r"txn-id-\d+.*answered InvalidProducerEpoch "
+                                                 r"to every InitProducerId"):
+                await producer.start()
+            assert len(refused) >= 3
+            return
+        await producer.start()
+        try:
+            assert refused == [0, 0]  # the broker itself took the id each time
+            await producer.begin()
+            await producer.send(topic, b"after", partition=0)
+            await producer.commit()
+            assert transactions(await log_batches(bs, topic, 0)) == [([b"after"], "COMMIT")]
+        finally:
+            await producer.stop()
+
+    run(scenario())
