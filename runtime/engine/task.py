@@ -589,7 +589,9 @@ class TaskInstance:
     async def run(self) -> None:
         wake = self.wake
         perf = time.perf_counter
-        budget = PROBE_BUDGET  # how slow the task's messages are is not known yet
+        steady = self.env.steady_batches
+        # how slow the task's messages are is not known yet
+        budget = BATCH_BUDGET if steady else PROBE_BUDGET
         while True:
             if self.failure is not None:
                 raise self.failure
@@ -633,7 +635,8 @@ class TaskInstance:
                     and self.in_flight < self.max_concurrency:
                 began = perf()
                 self._process_some(budget)
-                budget = _next_budget(budget, perf() - began)
+                if not steady:
+                    budget = _next_budget(budget, perf() - began)
                 if faults.ARMED:
                     faults.reached("batch")
                 if self.clock.dirty:

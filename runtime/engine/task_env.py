@@ -48,6 +48,11 @@ class TaskEnv:
     inputs_placed: bool = True
     #: ``clock`` in nanoseconds, where it reads one (``OperatorContext.clock_ns``)
     clock_ns: Callable[[], int] | None = None
+    #: hand out batches of one fixed size instead of sizing them by how long messages take: a
+    #: stage's watermark goes downstream after each batch, so a message behind its input's
+    #: declared out-of-orderness is late or not by where the batches end; fixed, the same run
+    #: gives the same outputs however loaded the machine is (``TestRunner``)
+    steady_batches: bool = False
     #: exactly-once: the producer of a task's own (given the task), whose records its commit
     #: writes; None: every task writes through ``producer``
     task_producer: Callable[[Any], Producer] | None = None
