@@ -589,9 +589,8 @@ class TaskInstance:
     async def run(self) -> None:
         wake = self.wake
         perf = time.perf_counter
+        budget = PROBE_BUDGET  # how slow the task's messages are is not known yet
         steady = self.env.steady_batches
-        # how slow the task's messages are is not known yet
-        budget = BATCH_BUDGET if steady else PROBE_BUDGET
         while True:
             if self.failure is not None:
                 raise self.failure
@@ -635,8 +634,7 @@ class TaskInstance:
                     and self.in_flight < self.max_concurrency:
                 began = perf()
                 self._process_some(budget)
-                if not steady:
-                    budget = _next_budget(budget, perf() - began)
+                budget = _next_budget(budget, perf() - began, steady)
                 if faults.ARMED:
                     faults.reached("batch")
                 if self.clock.dirty:
@@ -693,10 +691,10 @@ class TaskInstance:
             op.close()
 
 
-def _next_budget(budget: int, took: float) -> int:
-    """The budget of a task's next batch, after one of ``budget`` took ``took`` seconds: about
-    ``BATCH_SECONDS`` of work at that pace, at most ``BATCH_BUDGET`` (quick messages: always)."""
-    if took > 0 and budget * BATCH_SECONDS < took * BATCH_BUDGET:
+def _next_budget(budget: int, took: float, steady: bool = False) -> int:
+    """The budget of a task's next batch, after one of ``budget`` took ``took`` s: about
+    ``BATCH_SECONDS`` of work at that pace, at most ``BATCH_BUDGET`` (quick or ``steady``: always)."""
+    if not steady and took > 0 and budget * BATCH_SECONDS < took * BATCH_BUDGET:
         # at this pace a full batch would take longer than BATCH_SECONDS
         return max(1, min(BATCH_BUDGET, int(budget * BATCH_SECONDS / took)))
     return BATCH_BUDGET
