@@ -15,8 +15,12 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
+from aiokafka.admin import AIOKafkaAdminClient
 from group_helpers import Member, final_counts, kill_left, outputs, settled, stop_all, wait_for
 from kafka_helpers import create_topic, keyed, produce_each, run
+
+from runtime.kafka.committed import log_batches
+from runtime.kafka.system import CONTAINER_KEY
 
 PARTITIONS = 8
 #: as tests/kafka/test_kafka_group_static.py: static members on tansu with a 3 s session are
@@ -34,13 +38,34 @@ def _expected(n: int) -> dict[str, int]:
     return dict(Counter(f"k{i % 40}" for i in range(n)))
 
 
-def _refused(dup: Member, first: Member) -> None:
+def _claims(bootstrap: str, tag: str) -> str:
+    """For a failure's message: the container claims in the job's checkpoint topic, in log
+    order (offset, process, record), as the duplicate's claim read them."""
+    async def topics() -> list[str]:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            return [t for t in await admin.list_topics()
+                    if t.startswith("__samza_checkpoint") and tag in t]
+        finally:
+            await admin.close()
+    lines = []
+    for topic in run(topics()):
+        for b in run(log_batches(bootstrap, topic, 0)):
+            lines.extend(f"  {topic} {r.offset}: {r.key[len(CONTAINER_KEY):].decode()} "
+                         f"{(r.value or b'(tombstone)').decode()}"
+                         for r in b.records if r.key and r.key.startswith(CONTAINER_KEY))
+    return "\n".join(lines)
+
+
+def _refused(dup: Member, first: Member, bootstrap: str, tag: str) -> None:
     """``dup`` exits non-zero, with one line naming ``first``'s host and PID, and no traceback."""
     try:
         code = dup.proc.wait(SESSION_S + 30)
     except Exception:
-        raise AssertionError(f"the duplicate {dup.pid} did not end:\n{dup.text()[-3000:]}") \
-            from None
+        raise AssertionError(f"the duplicate {dup.pid} did not end:\n{dup.text()[-3000:]}\n"
+                             f"the claims (first: pid {first.pid}):\n"
+                             f"{_claims(bootstrap, tag)}") from None
     text = dup.text()
     assert code != 0, text[-3000:]
     lines = [line for line in text.splitlines() if "container 1 already runs" in line]
@@ -64,7 +89,7 @@ def test_a_second_member_with_the_same_container_id_is_refused_and_every_task_ru
     dup = Member(tmp_path / "host-c", kafka_bootstrap, tag, *SETTINGS, "--container-id", "1")
     members.append(dup)
     try:
-        _refused(dup, first)
+        _refused(dup, first, kafka_bootstrap, tag)
         wait_for("the first runs the eight tasks", lambda: settled([first], PARTITIONS), 60,
                  [first])
         run(produce_each(kafka_bootstrap, topic, _events(0, 160)))
@@ -101,7 +126,7 @@ def test_a_duplicate_of_a_settled_member_is_refused_and_a_killed_members_id_is_f
         wait_for("the first runs every task", lambda: settled([first], PARTITIONS), 60, members)
         dup = Member(tmp_path / "host-b", kafka_bootstrap, tag, *SETTINGS, "--container-id", "1")
         members.append(dup)
-        _refused(dup, first)
+        _refused(dup, first, kafka_bootstrap, tag)
         run(produce_each(kafka_bootstrap, topic, _events(0, 80)))
         wait_for("the first counts every event", lambda: final_counts(outputs(
             kafka_bootstrap, tag)) == _expected(80), 60, [first])

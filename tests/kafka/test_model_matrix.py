@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient
 from group_helpers import APPS, Member, kill_left, stop_all, wait_for
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
@@ -53,6 +54,7 @@ from test_kafka_exactly_once import committed_records
 from operators.hashing import partition_for
 from runtime import LocalRunner
 from runtime.engine.faults import KAFKA_TXN_POINTS, TXN_POINTS
+from runtime.kafka.admin import describe_topics
 from runtime.kafka.committed import log_batches
 from runtime.local.system import LocalJob
 from samza_dsl import AccumulationMode
@@ -377,7 +379,8 @@ def run_kafka_group(bootstrap: str, tmp: Path, case: Case, guarantee: str, membe
             wait_for("the model's outputs committed", lambda: difference() is None, wait, ms)
         except AssertionError as exc:
             raise AssertionError(f"{what}: {difference()}\n{exc}\nthe output's log:\n"
-                                 f"{log_shape(bootstrap, f'out-{tag}')}") from None
+                                 f"{log_shape(bootstrap, f'out-{tag}')}"
+                                 f"{streams_between(bootstrap, tag)}") from None
         time.sleep(1.0)  # a duplicate would come with a later commit
         assert difference() is None, f"{what}: {difference()}"
         if broker is not None and guarantee != "exactly-once":  # idempotent: a producer id
@@ -388,12 +391,12 @@ def run_kafka_group(bootstrap: str, tmp: Path, case: Case, guarantee: str, membe
         kill_left(ms)
 
 
-def log_shape(bootstrap: str, topic: str, limit: int = 200) -> str:
-    """Partition 0 of ``topic`` batch by batch, as a read_committed reader pairs them: the first
-    offset, the producer id, and the records' values or the transaction marker. For a failure's
-    message: which transaction a missing record was in, and how it ended."""
+def log_shape(bootstrap: str, topic: str, limit: int = 200, partition: int = 0) -> str:
+    """A partition of ``topic`` batch by batch, as a read_committed reader pairs them: the
+    first offset, the producer id, and the records' values or the transaction marker. For a
+    failure's message: which transaction a missing record was in, and how it ended."""
     lines = []
-    for b in run(log_batches(bootstrap, topic, 0)):
+    for b in run(log_batches(bootstrap, topic, partition)):
         what = b.marker or " ".join((r.value or b"").decode(errors="replace")[:60]
                                     for r in b.records)
         first = b.records[0].offset if b.records else b.base_offset
@@ -401,6 +404,28 @@ def log_shape(bootstrap: str, topic: str, limit: int = 200) -> str:
                      f"{' (transactional)' if b.transactional else ''}: {what}")
     cut = len(lines) - limit
     return "\n".join(lines[:limit] + ([f"  ... {cut} more"] if cut > 0 else []))
+
+
+def streams_between(bootstrap: str, tag: str) -> str:
+    """For a failure's message: the log of each partition of the job's intermediate and
+    broadcast streams, batch by batch (``log_shape``), to tell a record the upstream tasks
+    never wrote (or wrote in an aborted transaction) from one the downstream tasks did not
+    read."""
+    async def names() -> list[str]:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            return sorted(t for t in await admin.list_topics()
+                          if t.startswith(app_name(tag)) and ("-partition_by-" in t
+                                                              or "-broadcast-" in t))
+        finally:
+            await admin.close()
+    parts = []
+    for topic in run(names()):
+        count = run(describe_topics(bootstrap, [topic]))[topic] or 0
+        parts.extend(f"\nthe log of {topic} partition {p}:\n"
+                     f"{log_shape(bootstrap, topic, partition=p, limit=60)}" for p in range(count))
+    return "".join(parts)
 
 
 def same_generation(ms: list[Member]) -> bool:
