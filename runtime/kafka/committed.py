@@ -49,6 +49,8 @@ class Batch:
     #: "COMMIT" or "ABORT" for a transaction marker, None for records
     marker: str | None
     records: tuple[LogRecord, ...]
+    #: the epoch of the producer that wrote the batch (-1: none)
+    producer_epoch: int = -1
 
     @property
     def values(self) -> tuple[bytes | None, ...]:
@@ -103,7 +105,9 @@ async def batches_from(servers: str, topic: str, partition: int, start: int = 0,
                 got = True
                 yield Batch(batch.base_offset, batch.producer_id, batch.is_transactional, marker,
                             tuple(LogRecord(r.offset, r.timestamp, r.key, r.value)
-                                  for r in rows if r.offset >= offset))
+                                  for r in rows if r.offset >= offset),
+                            # (a batch of the old message format has no producer)
+                            getattr(batch, "producer_epoch", -1))
                 offset = batch.next_offset
             if not got:
                 return

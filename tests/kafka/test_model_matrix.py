@@ -400,7 +400,7 @@ def log_shape(bootstrap: str, topic: str, limit: int = 200, partition: int = 0) 
         what = b.marker or " ".join((r.value or b"").decode(errors="replace")[:60]
                                     for r in b.records)
         first = b.records[0].offset if b.records else b.base_offset
-        lines.append(f"  {first}: producer {b.producer_id}"
+        lines.append(f"  {first}: producer {b.producer_id} epoch {b.producer_epoch}"
                      f"{' (transactional)' if b.transactional else ''}: {what}")
     cut = len(lines) - limit
     return "\n".join(lines[:limit] + ([f"  ... {cut} more"] if cut > 0 else []))
