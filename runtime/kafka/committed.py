@@ -107,7 +107,7 @@ async def batches_from(servers: str, topic: str, partition: int, start: int = 0,
                             tuple(LogRecord(r.offset, r.timestamp, r.key, r.value)
                                   for r in rows if r.offset >= offset),
                             # (a batch of the old message format has no producer)
-                            getattr(batch, "producer_epoch", -1))
+                            -1 if batch.producer_id is None else batch.producer_epoch)
                 offset = batch.next_offset
             if not got:
                 return

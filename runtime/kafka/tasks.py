@@ -491,7 +491,7 @@ class GroupTasks:
             task = self._ready.pop(name, None)
             if task is None:  # started meanwhile (another restore's start, at an await below)
                 continue
-            if name not in self.wanted:
+            if name not in self.wanted or self.container.env.stopping:
                 self._discard(task)
                 continue
             resumed = self.container.restored.get(name, {})
@@ -501,6 +501,11 @@ class GroupTasks:
                 [(k, k[1], None if s is None else s + 1)
                  for k, (_, _, s) in zip(keys, entries, strict=True)])
             await self.container.attach(task, keys)
+            if self.container.env.stopping:
+                # the stop came at an await above, and the runs to wait for may be collected
+                # already (``leave``): a run started now would commit after its producer
+                # closed. The task never ran; it closes with the container.
+                continue
             run = asyncio.create_task(task.run(), name=name)
             run.add_done_callback(lambda _: self._changed.set())
             self._runs[name] = run
