@@ -90,6 +90,16 @@ async def create_topic(bootstrap: str, name: str, partitions: int, compacted: bo
         await admin.close()
 
 
+async def topics(bootstrap: str) -> set[str]:
+    """The names of every topic on the brokers at ``bootstrap``."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        return set(await admin.list_topics())
+    finally:
+        await admin.close()
+
+
 async def produce_each(bootstrap: str, topic: str, records: Sequence[ProducedRecord]) -> None:
     """Send each ``(partition, key, value)`` and await it before the next, so that every record
     is its own batch and tansu's end offset (last batch's base offset + 1) is the true log end."""

@@ -15,9 +15,8 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
-from aiokafka.admin import AIOKafkaAdminClient
 from group_helpers import Member, final_counts, kill_left, outputs, settled, stop_all, wait_for
-from kafka_helpers import create_topic, keyed, produce_each, run
+from kafka_helpers import create_topic, keyed, produce_each, run, topics
 
 from runtime.kafka.committed import log_batches
 from runtime.kafka.system import CONTAINER_KEY
@@ -41,16 +40,9 @@ def _expected(n: int) -> dict[str, int]:
 def _claims(bootstrap: str, tag: str) -> str:
     """For a failure's message: the container claims in the job's checkpoint topic, in log
     order (offset, process, record), as the duplicate's claim read them."""
-    async def topics() -> list[str]:
-        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-        await admin.start()
-        try:
-            return [t for t in await admin.list_topics()
-                    if t.startswith("__samza_checkpoint") and tag in t]
-        finally:
-            await admin.close()
     lines = []
-    for topic in run(topics()):
+    for topic in sorted(t for t in run(topics(bootstrap))
+                        if t.startswith("__samza_checkpoint") and tag in t):
         for b in run(log_batches(bootstrap, topic, 0)):
             lines.extend(f"  {topic} {r.offset}: {r.key[len(CONTAINER_KEY):].decode()} "
                          f"{(r.value or b'(tombstone)').decode()}"

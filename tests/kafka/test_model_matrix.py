@@ -43,11 +43,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient
 from group_helpers import APPS, Member, kill_left, stop_all, wait_for
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from kafka_helpers import create_topic, produce_each, run
+from kafka_helpers import create_topic, produce_each, run, topics
 from model_case import app_name, case_to_json, model_app, model_local_app
 from test_kafka_exactly_once import committed_records
 
@@ -411,20 +410,12 @@ def streams_between(bootstrap: str, tag: str) -> str:
     broadcast streams, batch by batch (``log_shape``), to tell a record the upstream tasks
     never wrote (or wrote in an aborted transaction) from one the downstream tasks did not
     read."""
-    async def names() -> list[str]:
-        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-        await admin.start()
-        try:
-            return sorted(t for t in await admin.list_topics()
-                          if t.startswith(app_name(tag)) and ("-partition_by-" in t
-                                                              or "-broadcast-" in t))
-        finally:
-            await admin.close()
-    parts = []
-    for topic in run(names()):
-        count = run(describe_topics(bootstrap, [topic]))[topic] or 0
-        parts.extend(f"\nthe log of {topic} partition {p}:\n"
-                     f"{log_shape(bootstrap, topic, partition=p, limit=60)}" for p in range(count))
+    names = sorted(t for t in run(topics(bootstrap))
+                   if t.startswith(app_name(tag)) and ("-partition_by-" in t or "-broadcast-" in t))
+    counts = run(describe_topics(bootstrap, names)) if names else {}
+    parts = [f"\nthe log of {topic} partition {p}:\n"
+             f"{log_shape(bootstrap, topic, partition=p, limit=60)}"
+             for topic in names for p in range(counts[topic] or 0)]
     return "".join(parts)
 
 
