@@ -93,7 +93,7 @@ class TestResult(LateCounts):
 
     @property
     def dead_letters(self) -> list[dict[str, Any]]:
-        """What the run wrote to the job's dead-letter stream (``<job>-dead-letter``, also
+        """What the run wrote to the job's dead-letter stream (``<job.name>-<job.id>-dead-letter``, also
         ``messages()`` of that name), in order: in memory, the inputs' messages passed over by
         ``max_event_time_ahead`` under ``streams.<id>.samza.serde.error=dead-letter``, each as
         ``samza-dsl dump`` shows a dead letter, ``{"source": "stream/partition/offset",

@@ -6,8 +6,10 @@ import argparse
 import contextlib
 import errno
 import os
+import shutil
 import signal
 import sys
+import textwrap
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -803,11 +805,16 @@ def cmd_config(args: argparse.Namespace) -> int:
         for key, value, source in rows:
             print(f"{key:<{width}}  {value}  ({source})")
         return 0
-    ref = _matching_keys(args.key)
-    width = max(len(r.key) for r in ref)
-    for r in ref:
-        print(f"{r.key:<{width}}  {r.type:<4}  default {r.default}: {r.meaning}")
+    for r in _matching_keys(args.key):
+        print(f"{r.key}  {r.type}  default {r.default}")
+        print(textwrap.fill(r.meaning, width=_text_width(), initial_indent="    ",
+                            subsequent_indent="    ", break_on_hyphens=False))
     return 0
+
+
+def _text_width() -> int:
+    """The width ``samza-dsl config`` wraps meanings at: the terminal's, at most 100."""
+    return max(40, min(100, shutil.get_terminal_size((100, 24)).columns))
 
 
 def _effective_config(args: argparse.Namespace) -> list[tuple[str, str, str]]:

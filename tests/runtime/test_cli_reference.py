@@ -38,15 +38,31 @@ def test_every_subcommand_has_a_description(name: str) -> None:
     assert sub.format_help().count(sub.description.split()[0]) >= 1
 
 
+def _entries(out: str) -> dict[str, str]:
+    """``samza-dsl config``'s entries: a key's line, then its meaning wrapped and indented,
+    as the key's line and its meaning in one line of single spaces."""
+    entries: dict[str, str] = {}
+    key = ""
+    for line in out.splitlines():
+        if line.startswith(" "):
+            entries[key] += " " + line.strip()
+        else:
+            key = line.split()[0]
+            entries[key] = line + " |"
+    return entries
+
+
 def test_config_lists_every_key_with_its_default_and_meaning(
         capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["config"]) == 0
-    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 100, "a line wider than 100"
+    lines = _entries(out)
     for name, key in KNOWN_KEYS.items():
         assert name in lines, f"{name} is not listed"
-        assert key.doc in lines[name]
-    assert "default 1:" in lines["task.max.concurrency"]
-    assert "default 60000:" in lines["task.commit.ms"]
+        assert " ".join(key.doc.split()) in lines[name]
+    assert "default 1 |" in lines["task.max.concurrency"]
+    assert "default 60000 |" in lines["task.commit.ms"]
     for prop in STREAM_PROPERTIES:
         assert f"streams.<id>.{prop}" in lines
     for prop in STORE_PROPERTIES:
@@ -56,21 +72,21 @@ def test_config_lists_every_key_with_its_default_and_meaning(
 
 def test_config_key_shows_that_key(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["config", "task.max.concurrency"]) == 0
-    out = capsys.readouterr().out.splitlines()
-    assert len(out) == 1 and out[0].startswith("task.max.concurrency ")
-    assert "default 1: messages in flight per task" in out[0]
+    entries = _entries(capsys.readouterr().out)
+    assert list(entries) == ["task.max.concurrency"]
+    assert "default 1 | messages in flight per task" in entries["task.max.concurrency"]
 
 
 def test_a_streams_key_matches_its_property(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["config", "streams.page-views.samza.serde.error"]) == 0
-    out = capsys.readouterr().out.splitlines()
-    assert [line.split()[0] for line in out] == ["streams.<id>.samza.serde.error"]
-    assert "fail, skip, dead-letter" in out[0]
+    entries = _entries(capsys.readouterr().out)
+    assert list(entries) == ["streams.<id>.samza.serde.error"]
+    assert "fail, skip, dead-letter" in entries["streams.<id>.samza.serde.error"]
 
 
 def test_a_prefix_lists_its_keys(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["config", "metrics."]) == 0
-    keys = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    keys = list(_entries(capsys.readouterr().out))
     assert keys == sorted(k for k in KNOWN_KEYS if k.startswith("metrics."))
 
 
