@@ -121,8 +121,12 @@ def build_app(system: Any = None, *, name: str = "page-view-counts",
     def stream(sid: str, **kw: Any) -> dict[str, Any]:
         return {"serde": _json_kv(), "physical_name": topics.get(sid), **kw}
 
-    page_views = app.input(system.input("page-views", **stream("page-views", partitions=4)))
-    logins = app.input(system.input("logins", **stream("logins", partitions=2)))
+    # both inputs declare their event time, so each stream's progress is known where the join
+    # meets them and needs no tracing through it
+    page_views = app.input(system.input("page-views", event_time=event_time,
+                                        **stream("page-views", partitions=4)))
+    logins = app.input(system.input("logins", event_time=event_time,
+                                    **stream("logins", partitions=2)))
     counts = app.output(system.output("page-view-counts", **stream("page-view-counts",
                                                                    partitions=4)))
 

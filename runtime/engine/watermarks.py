@@ -252,11 +252,12 @@ class JobTime:
         wins = sorted({op for r in self.readers.get(sid, ()) for op in r.operators
                        if op in self.windows})
         log.warning(
-            "the event time of stream %r cannot be traced through %s to the event-time "
-            "window(s) %s: its producers measure their progress with the window's event_time "
-            "applied to the messages as they go into that step. Declare event_time=fn on the "
-            "input that feeds the stream if the step changes the event time",
-            sid, ", ".join(map(repr, sorted(steps))), ", ".join(map(repr, wins)))
+            "the event time of stream %r cannot be traced through %s%s, so its producers "
+            "measure their progress by the window's event_time as messages go into that step. "
+            "Declare event_time=fn on the inputs that feed the stream to measure it exactly "
+            "and not see this again",
+            sid, ", ".join(map(repr, sorted(steps))),
+            f" to the event-time window(s) {', '.join(map(repr, wins))}" if wins else "")
 
     def _from(self, node: str, stage: Stage) -> Derived | None:
         fns: list[Derived] = []

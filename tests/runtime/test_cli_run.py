@@ -299,3 +299,21 @@ def _interrupted(proc: subprocess.Popen[str]) -> tuple[str, str]:
             proc.kill()
     assert proc.returncode == 0, err
     return out, err
+
+
+#: the examples with sample input on the embedded system (remote_profiles reads a service the
+#: test would have to start, and tests/runtime/test_remote_table.py runs it so)
+CLEAN_EXAMPLES = ["currency_conversion", "page_view_counts", "profile_enrichment",
+                  "readwrite_counter", "reprocess_page_views", "sliding_averages", "trending_tags"]
+
+
+@pytest.mark.parametrize("example", CLEAN_EXAMPLES)
+def test_a_shipped_example_runs_clean(example: str, tmp_path: Path) -> None:
+    """A shipped example prints what it loaded, its progress and its summary: no warning about
+    its own plan, no line a user would have to look up."""
+    app = os.path.join(ROOT, "examples", f"{example}.py") + ":app"
+    proc = run_cli("run", app, "--sample", "200", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    others = [ln for ln in proc.stderr.splitlines()
+              if not ln.startswith(("loaded ", "processed "))]
+    assert others == [], f"{example} printed more than its progress:\n" + "\n".join(others)
