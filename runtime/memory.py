@@ -14,7 +14,7 @@ from runtime.engine.records import EndOfStream
 from runtime.engine.systems import Consumer, StreamSink
 from runtime.host.metrics import Metrics
 from samza_dsl import StreamApplication
-from samza_dsl.config import config_value
+from samza_dsl.config import config_value, did_you_mean
 from samza_dsl.errors import SamzaError
 from samza_dsl.kv import KV
 from samza_dsl.systems import InputDescriptor
@@ -239,7 +239,8 @@ class MemoryInputs:
         inputs = self.app.spec().inputs
         d = inputs.get(sid)
         if d is None:
-            raise SamzaError(f"{sid!r} is not an input of application {self.app.name!r}; inputs: "
+            raise SamzaError(f"{sid!r} is not an input of application {self.app.name!r}"
+                             f"{did_you_mean(sid, inputs)}; inputs: "
                              f"{', '.join(sorted(inputs)) or 'none'}")
         if isinstance(messages, Mapping):
             parts = {p: list(msgs) for p, msgs in messages.items()}

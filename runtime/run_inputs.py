@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from runtime.host.jsonlines import JsonLines
-from samza_dsl.config import job_config
+from samza_dsl.config import did_you_mean, job_config
 from samza_dsl.errors import SamzaError
 
 __all__ = ["JsonLines", "feed_inputs", "parse_skips", "check_skips", "SAMPLES_FILE"]
@@ -52,7 +52,8 @@ def parse_skips(pairs: Sequence[str], inputs: Mapping[str, Any]) -> dict[str, di
                              f">= 0 as `samza-dsl dump APP STREAM --offsets` prints them), got "
                              f"{pair!r}")
         if sid not in inputs:
-            raise SamzaError(f"--skip {pair}: {sid!r} is not an input; inputs: "
+            raise SamzaError(f"--skip {pair}: {sid!r} is not an input"
+                             f"{did_you_mean(sid, inputs)}; inputs: "
                              f"{', '.join(sorted(inputs))}")
         declared = inputs[sid].partitions
         if isinstance(declared, int) and partition >= declared:

@@ -259,7 +259,13 @@ def _check_prefixed(name: str, value: Any) -> Any:
     return value
 
 
-def _did_you_mean(word: str, choices: Iterable[str]) -> str:
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the choice closest to a mistyped ``word``, else ``""``: a
+    config key, a system, a stream or a topic.
+
+    >>> did_you_mean("page-veiws", ["page-views", "logins"]), did_you_mean("x", ["logins"])
+    (" (did you mean 'page-views'?)", '')
+    """
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
@@ -304,7 +310,7 @@ def check_system_keys(config: Mapping[str, Any], systems: Mapping[str, str]) -> 
             wrong = rest.partition(".")[0]
             raise ConfigError(
                 f"config key {name!r} names system {wrong!r}, which the application does not "
-                f"have{_did_you_mean(wrong, names)}. Its systems: {', '.join(names) or 'none'}")
+                f"have{did_you_mean(wrong, names)}. Its systems: {', '.join(names) or 'none'}")
         props = SYSTEM_PROPERTIES.get(systems[owner])
         if props is None:
             continue
@@ -318,7 +324,7 @@ def check_system_keys(config: Mapping[str, Any], systems: Mapping[str, str]) -> 
             continue
         raise ConfigError(
             f"unknown property {prop!r} of {systems[owner]} system {owner!r} in config key "
-            f"{name!r}{_did_you_mean(prop, props)}. Known properties: {', '.join(props)}")
+            f"{name!r}{did_you_mean(prop, props)}. Known properties: {', '.join(props)}")
 
 
 def check_scoped_keys(config: Mapping[str, Any], *, streams: Iterable[str],
@@ -351,12 +357,12 @@ def check_scoped_keys(config: Mapping[str, Any], *, streams: Iterable[str],
                 prop = rest[len(owner) + 1:]
                 raise ConfigError(
                     f"unknown property {prop!r} of {what} {owner!r} in config key {name!r}"
-                    f"{_did_you_mean(prop, props)}. Known {what} properties: "
+                    f"{did_you_mean(prop, props)}. Known {what} properties: "
                     f"{', '.join(sorted(props))}")
             wrong = found[1] if found is not None else rest.partition(".")[0]
             raise ConfigError(
                 f"config key {name!r} names {what} {wrong!r}, which the application does not "
-                f"have{_did_you_mean(wrong, known)}. Its {what}s: {', '.join(known) or 'none'}")
+                f"have{did_you_mean(wrong, known)}. Its {what}s: {', '.join(known) or 'none'}")
 
 
 #: The prefix of a user's own keys: Samza leaves keys it does not know alone, but here a key
@@ -378,7 +384,7 @@ def _unknown_key(name: str) -> ConfigError:
     if close and close[0] != head:  # a misspelt namespace: the same key under the right one
         hint = f" (did you mean {close[0] + dot + rest!r}?)"
     else:
-        hint = _did_you_mean(name, KNOWN_KEYS)
+        hint = did_you_mean(name, KNOWN_KEYS)
     return ConfigError(
         f"unknown config key {name!r}{hint}: nothing reads it. Keys are those of "
         f"samza_dsl.config.KNOWN_KEYS (task.*, job.*, metrics.*), streams.<id>.*, "

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from runtime.host.metrics import late_counts, late_summary
+from samza_dsl.config import did_you_mean
 from samza_dsl.errors import SamzaError
 from samza_dsl.spec import WindowSpec
 from samza_dsl.stream import MessageStream, OutputStream
@@ -62,7 +63,8 @@ class LateCounts:
             if isinstance(stream, StreamDescriptor | OutputStream) else None)
         if stream is not None and (sid is None or (sid not in self.plan.streams and sid != "-")):
             raise SamzaError(f"late(stream={stream!r}): not a stream of "
-                             f"{self.plan.job_name!r}; streams: "
+                             f"{self.plan.job_name!r}"
+                             f"{did_you_mean(str(sid), self.plan.streams) if sid else ''}; streams: "
                              f"{', '.join(sorted(self.plan.streams))}")
         return sum(n for w in windows for s, n in counts.get(w, {}).items()
                    if sid is None or s == sid)

@@ -186,6 +186,14 @@ async def describe_topics(bootstrap: str, names: Iterable[str], *, timeout: floa
         return await _partition_counts(admin, wanted)
 
 
+async def topic_names(bootstrap: str, *, timeout: float = 10.0,
+                      **client_settings: Any) -> list[str]:
+    """The names of the topics on the brokers at ``bootstrap``, for an error's did-you-mean."""
+    async with _admin(check_bootstrap(bootstrap), timeout, client_settings,
+                      "listing topics") as (admin, _):
+        return sorted(await admin.list_topics())
+
+
 async def ensure_topics(bootstrap: str, specs: Iterable[TopicSpec], *,
                         create_missing: bool = True, timeout: float = 10.0,
                         replication_factor: int | None = 1, min_insync: int | None = None,

@@ -56,6 +56,7 @@ from runtime.kafka.admin import (
     describe_topics,
     ensure_topics,
     retention_configs,
+    topic_names,
 )
 from runtime.kafka.assignor import TaskAssignor
 from runtime.kafka.changelog import KafkaChangelog
@@ -91,7 +92,7 @@ from runtime.kafka.system import (
 from runtime.kafka.tasks import GroupTasks
 from runtime.state.backend import StoreBackend
 from runtime.state.lmdb_store import local_state
-from samza_dsl.config import config_value, exactly_once, job_config, job_name_of
+from samza_dsl.config import config_value, did_you_mean, exactly_once, job_config, job_name_of
 from samza_dsl.connectors import CONNECTOR_FACTORY, SinkOutput
 from samza_dsl.errors import ConfigError, SamzaError, SerdeError
 
@@ -237,8 +238,10 @@ class KafkaJob:
         for sid in app.spec().inputs:
             n = found[topics[sid]]
             if n is None:
+                names = await topic_names(self.servers, timeout=self.timeout, **self.login)
                 raise SamzaError(f"input {sid!r}: topic {topics[sid]!r} does not exist on "
-                                 f"the Kafka brokers at {self.servers}; create it, or check the "
+                                 f"the Kafka brokers at {self.servers}"
+                                 f"{did_you_mean(topics[sid], names)}; create it, or check the "
                                  f"stream's physical_name")
         known = {sid: found[topics[sid]] for sid, d in declared.items()
                  if d.partitions is None and found[topics[sid]] is not None}

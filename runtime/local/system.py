@@ -77,7 +77,7 @@ from runtime.local.log import CorruptSegmentError, LocalLog
 from runtime.local.retention import LogTrimmer, job_targets, log_max_bytes
 from runtime.state.backend import StoreBackend
 from runtime.state.changelog import Changelog
-from samza_dsl.config import config_value, exactly_once, job_config, job_name_of
+from samza_dsl.config import config_value, did_you_mean, exactly_once, job_config, job_name_of
 from samza_dsl.errors import ConfigError, SamzaError, SerdeError
 from samza_dsl.kv import KV
 from samza_dsl.serdes import KVSerde
@@ -916,7 +916,8 @@ class LocalJob:
         failed transaction, which are the first ones given, and the error says how many and
         ``where()`` the last of them came from."""
         if stream_id not in self.physical:
-            raise SamzaError(f"{stream_id!r} is not a stream of job {self.job_name!r}; streams: "
+            raise SamzaError(f"{stream_id!r} is not a stream of job {self.job_name!r}"
+                             f"{did_you_mean(stream_id, self.physical)}; streams: "
                              f"{', '.join(sorted(self.physical))}")
         log = self.log_of(self.stream_system[stream_id])
         phys = self.physical[stream_id]
@@ -992,7 +993,8 @@ class LocalJob:
         take is an error (prefixed with ``where()`` it came from) before anything is appended.
         Returns the count."""
         if stream_id not in self.physical:
-            raise SamzaError(f"{stream_id!r} is not a stream of job {self.job_name!r}; streams: "
+            raise SamzaError(f"{stream_id!r} is not a stream of job {self.job_name!r}"
+                             f"{did_you_mean(stream_id, self.physical)}; streams: "
                              f"{', '.join(sorted(self.physical))}")
         encode = self.codecs[stream_id].encode
         count = 0

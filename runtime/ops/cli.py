@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from runtime.host.stacks import stacks_on
-from samza_dsl.config import job_config, job_name_of
+from samza_dsl.config import did_you_mean, job_config, job_name_of
 from samza_dsl.errors import Interrupted, SamzaError, TaskError
 
 if TYPE_CHECKING:
@@ -264,7 +264,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise SamzaError(f"--input takes STREAM=FILE.jsonl, got {pair!r}")
         d = app.spec().inputs.get(sid)
         if d is None:
-            raise SamzaError(f"--input {sid!r}: not an input of {app.name!r}; inputs: "
+            raise SamzaError(f"--input {sid!r}: not an input of {app.name!r}"
+                             f"{did_you_mean(sid, app.spec().inputs)}; inputs: "
                              f"{', '.join(sorted(app.spec().inputs))}")
         inputs[sid] = _read_jsonl(path, d.keyed)
         source[sid] = "--input"
@@ -391,7 +392,8 @@ def cmd_sample(args: argparse.Namespace) -> int:
         raise SamzaError(f"sample takes a number of messages N >= 0, got {args.n}")
     app = load_app(args.app)
     if args.stream not in app.spec().inputs:
-        raise SamzaError(f"{args.stream!r} is not an input of {app.name!r}; its inputs: "
+        raise SamzaError(f"{args.stream!r} is not an input of {app.name!r}"
+                         f"{did_you_mean(args.stream, app.spec().inputs)}; its inputs: "
                          f"{', '.join(sorted(app.spec().inputs))}")
     messages = _sample_inputs(args.app, app, args.n).get(args.stream, [])
     encode = msgspec.json.Encoder().encode
@@ -517,8 +519,8 @@ def _keyed(app: Any, stream: str, args: argparse.Namespace) -> bool:
         return bool(d.keyed)
     streams = app.plan(config=validate_config(_cli_config(args))).streams
     if stream not in streams:
-        raise SamzaError(f"{stream!r} is not a stream of {args.app}; streams: "
-                         f"{', '.join(sorted(streams))}")
+        raise SamzaError(f"{stream!r} is not a stream of {args.app}"
+                         f"{did_you_mean(stream, streams)}; streams: {', '.join(sorted(streams))}")
     return bool(streams[stream].keyed)
 
 
@@ -538,8 +540,9 @@ def cmd_dump(args: argparse.Namespace) -> int:
         sources = dump_sources(job)
         source = sources.get(args.stream)
         if source is None:
-            raise SamzaError(f"{args.stream!r} is not a stream of job {job.job_name!r}; its "
-                             f"streams: {', '.join(sorted(sources))}")
+            raise SamzaError(f"{args.stream!r} is not a stream of job {job.job_name!r}"
+                             f"{did_you_mean(args.stream, sources)}; its streams: "
+                             f"{', '.join(sorted(sources))}")
         out = sys.stdout.buffer
         for line in dump_lines(source, args.limit, offsets=args.offsets):
             out.write(line + b"\n")

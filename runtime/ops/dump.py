@@ -38,6 +38,7 @@ from runtime.local.compaction import changelog_location
 from runtime.local.log import LocalLog
 from runtime.local.system import LocalJob
 from runtime.state.codec import state_codec, table_codec
+from samza_dsl.config import did_you_mean
 from samza_dsl.errors import SamzaError
 from samza_dsl.kv import KV
 
@@ -213,8 +214,9 @@ def kafka_dump_lines(app: Any, config: Any, stream: str, limit: int | None = Non
         sources = kafka_dump_sources(streams, reader)
         source = sources.get(stream)
         if source is None:
-            raise SamzaError(f"{stream!r} is not a stream of job {streams.job_name!r}; its "
-                             f"streams: {', '.join(sorted(sources))}")
+            raise SamzaError(f"{stream!r} is not a stream of job {streams.job_name!r}"
+                             f"{did_you_mean(stream, sources)}; its streams: "
+                             f"{', '.join(sorted(sources))}")
         if reader.partitions(source.physical) is None:
             raise SamzaError(_missing_topic(streams, stream, source.physical, app_ref))
         yield from dump_lines(source, limit, offsets=offsets)

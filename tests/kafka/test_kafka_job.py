@@ -120,6 +120,18 @@ def test_a_missing_input_topic_is_named(kafka_bootstrap: str, tmp_path: Path) ->
         LocalRunner(app, {"job.dir": str(tmp_path / "job")}).run()
 
 
+def test_a_mistyped_input_topic_gets_the_closest_topic(kafka_bootstrap: str,
+                                                       tmp_path: Path) -> None:
+    name, words, lengths = _names()
+    run(create_topic(kafka_bootstrap, words, 2))
+    typo = words.replace("words", "wrods")
+    app = _length_app(name, kafka_bootstrap, typo, lengths)
+    with pytest.raises(SamzaError) as err:
+        LocalRunner(app, {"job.dir": str(tmp_path / "job")}).run()
+    assert f"topic {typo!r} does not exist" in str(err.value)
+    assert f"(did you mean {words!r}?)" in str(err.value)
+
+
 def test_a_bounded_input_written_in_batches_is_read_to_its_last_record(
         kafka_bootstrap: str, tmp_path: Path) -> None:
     name, words, lengths = _names()

@@ -86,7 +86,18 @@ def test_dump_of_an_unknown_stream_lists_the_streams(tmp_path: Path) -> None:
     code, _, err = cli(tmp_path, "load", APP, "page-views", str(views_file(tmp_path / "v.jsonl", 3)))
     assert code == 0, err
     code, _, err = cli(tmp_path, "dump", APP, "page-veiws")
-    one_line_error(code, err, "dump", "'page-veiws' is not a stream", "its streams: logins, page-view-counts, ", "page-views")
+    one_line_error(code, err, "dump", "'page-veiws' is not a stream",
+                   "(did you mean 'page-views'?)", "its streams: logins, page-view-counts, ")
+
+
+def test_a_mistyped_stream_gets_the_closest_name(tmp_path: Path) -> None:
+    views = str(views_file(tmp_path / "v.jsonl", 3))
+    code, _, err = cli(tmp_path, "load", APP, "page-veiws", views)
+    one_line_error(code, err, "load", "'page-veiws' is not a stream",
+                   "(did you mean 'page-views'?)")
+    code, _, err = cli(tmp_path, "run", APP, "--input", f"page-veiws={views}")
+    one_line_error(code, err, "run", "'page-veiws': not an input", "(did you mean 'page-views'?)",
+                   "inputs: logins, page-views")
 
 
 def test_a_missing_input_file_names_it(tmp_path: Path) -> None:
