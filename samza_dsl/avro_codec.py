@@ -3,9 +3,11 @@
 The schema is parsed once. A message is checked against it before it is written (fastavro's
 validation, then its writer in strict mode, which refuses fields the schema does not have), and
 a message that does not fit is explained by a walk of the schema that names the first field at
-fault and what is wrong with it, on one line. Bytes are read with fastavro's schemaless reader;
-bytes it cannot read, and bytes left over after the record, are an error naming what went wrong,
-which the runtime handles under the stream's ``samza.serde.error`` policy.
+fault and what is wrong with it, on one line. Bytes are read with fastavro's schemaless reader,
+after ``samza_dsl.avro_scan`` has checked what the record may cost (its length, its counts, its
+nesting); bytes it cannot read, and bytes left over after the record, are an error naming the
+field at fault and what went wrong, which the runtime handles under the stream's
+``samza.serde.error`` policy.
 
 fastavro is an optional dependency (``pip install 'samza-dsl[avro]'``): this module is imported
 only when an ``AvroSerde`` is made.
@@ -16,9 +18,11 @@ from __future__ import annotations
 import io
 import json
 import numbers
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .avro_scan import AvroLimits, AvroScanner, AvroUnread, type_text
 from .confluent_wire import HEADER_SIZE, check_schema_id, header, read_header, unknown_id
 from .errors import SerdeError
 
@@ -29,6 +33,9 @@ except ModuleNotFoundError as exc:  # pragma: no cover - the extra is installed 
     raise ModuleNotFoundError("AvroSerde needs fastavro: pip install 'samza-dsl[avro]'") from exc
 
 __all__ = ["AvroCodec", "parse_schema", "mismatch"]
+
+#: how fastavro names the buffer it read in its errors
+_BUFFER = re.compile(r"\s*(?:from|in)?\s*<_io\.BytesIO object at 0x[0-9a-fA-F]+>")
 
 #: Avro's int and long ranges
 _INT_RANGE = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
@@ -80,7 +87,8 @@ def canonical_text(schema: Any) -> str:
 
 
 def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()).rstrip(".") or type(exc).__name__
+    text = _BUFFER.sub("", str(exc))  # fastavro names the buffer it read: no use to a reader
+    return " ".join(text.split()).rstrip(".") or type(exc).__name__
 
 
 def _show(datum: Any) -> str:
@@ -122,23 +130,6 @@ def _fits_whole(datum: Any, schema: Any) -> bool:
         return False
 
 
-def _type_text(schema: Any) -> str:
-    if isinstance(schema, list):
-        return "union [" + ", ".join(_type_text(s) for s in schema) + "]"
-    if isinstance(schema, dict):
-        t = schema.get("type")
-        if t in ("record", "error", "enum", "fixed"):
-            return f"{t} {schema.get('name')}"
-        if schema.get("logicalType"):
-            return f"{t} ({schema['logicalType']})"
-        if t == "array":
-            return f"array of {_type_text(schema.get('items'))}"
-        if t == "map":
-            return f"map of {_type_text(schema.get('values'))}"
-        return str(t)
-    return str(schema)
-
-
 def mismatch(datum: Any, schema: Any, named: dict[str, Any], path: str = "") -> str | None:
     """Why ``datum`` does not fit ``schema``, naming the first field at fault (a dotted path,
     with ``[i]`` for an array's items and ``[key]`` for a map's values); None if it fits.
@@ -159,7 +150,7 @@ def mismatch(datum: Any, schema: Any, named: dict[str, Any], path: str = "") -> 
         branches = [s for s in schema if s != "null"]
         if datum is not None and len(branches) == 1:
             return mismatch(datum, branches[0], named, path)
-        return f"{_at(path)} {_show(datum)}, which fits no branch of the {_type_text(schema)}"
+        return f"{_at(path)} {_show(datum)}, which fits no branch of the {type_text(schema)}"
     if isinstance(schema, str) and schema in named:
         return mismatch(datum, named[schema], named, path)
     t = schema.get("type") if isinstance(schema, dict) else schema
@@ -168,10 +159,10 @@ def mismatch(datum: Any, schema: Any, named: dict[str, Any], path: str = "") -> 
     if isinstance(schema, dict) and schema.get("logicalType"):
         if _fits_whole(datum, schema):  # fastavro knows what each logical type takes
             return None
-        return f"{_at(path)} {_show(datum)}, expected {_type_text(schema)}"
+        return f"{_at(path)} {_show(datum)}, expected {type_text(schema)}"
     if t == "array":
         if not isinstance(datum, Sequence) or isinstance(datum, str | bytes | bytearray):
-            return f"{_at(path)} {_show(datum)}, expected {_type_text(schema)} (a list)"
+            return f"{_at(path)} {_show(datum)}, expected {type_text(schema)} (a list)"
         for i, item in enumerate(datum):
             why = mismatch(item, schema["items"], named, f"{path}[{i}]")
             if why:
@@ -179,7 +170,7 @@ def mismatch(datum: Any, schema: Any, named: dict[str, Any], path: str = "") -> 
         return None
     if t == "map":
         if not isinstance(datum, Mapping):
-            return f"{_at(path)} {_show(datum)}, expected {_type_text(schema)} (a dict)"
+            return f"{_at(path)} {_show(datum)}, expected {type_text(schema)} (a dict)"
         for key, value in datum.items():
             if not isinstance(key, str):
                 return f"{_at(path)} a map whose key {_show(key)} is not a string"
@@ -204,7 +195,7 @@ def mismatch(datum: Any, schema: Any, named: dict[str, Any], path: str = "") -> 
     if t in _INT_RANGE and _is_int(datum):
         low, high = _INT_RANGE[t]
         return f"{_at(path)} {datum}, out of the range of an Avro {t} ({low} to {high})"
-    return f"{_at(path)} {_show(datum)}, expected {_type_text(schema)}"
+    return f"{_at(path)} {_show(datum)}, expected {type_text(schema)}"
 
 
 def _record_mismatch(datum: Any, schema: dict[str, Any], named: dict[str, Any],
@@ -240,23 +231,28 @@ class AvroCodec:
         known_schemas: Other ids whose bytes are read: each id's schema is the writer's, and
             is resolved into ``schema`` as Avro's schema resolution says.
         label: The serde as error messages name it.
+        limits: What one record may cost to read.
     """
 
     def __init__(self, schema: Any, *, wire_format: str, schema_id: int | None,
-                 known_schemas: Mapping[int, Any], label: str) -> None:
+                 known_schemas: Mapping[int, Any], label: str,
+                 limits: AvroLimits = AvroLimits()) -> None:
         self.schema, self.named = parse_schema(schema)
         self.label = label
+        self.limits = limits
         self.confluent = wire_format == "confluent"
         self._header = header(schema_id) if schema_id is not None else b""
         self.schema_id = schema_id
-        #: per schema id read: its writer's schema, and the reader's (None: the same)
-        self._readers: dict[int, tuple[Any, Any]] = {}
+        self._scanner = AvroScanner(self.schema, self.named, limits)
+        #: per schema id read: its writer's schema, the reader's (None: the same), and the
+        #: check of the writer's bytes
+        self._readers: dict[int, tuple[Any, Any, AvroScanner]] = {}
         for sid, writer in known_schemas.items():
             check_schema_id(sid, "a key of known_schemas")
-            parsed, _ = parse_schema(writer, f"schema of id {sid}")
-            self._readers[sid] = (parsed, self.schema)
+            parsed, named = parse_schema(writer, f"schema of id {sid}")
+            self._readers[sid] = (parsed, self.schema, AvroScanner(parsed, named, limits))
         if schema_id is not None:
-            self._readers[schema_id] = (self.schema, None)
+            self._readers[schema_id] = (self.schema, None, self._scanner)
 
     def encode(self, obj: Any) -> bytes:
         """The bytes of a message that fits the schema.
@@ -288,7 +284,7 @@ class AvroCodec:
         Raises:
             SerdeError: The bytes are not Avro of the schema, or have another schema id.
         """
-        writer, reader, start = self.schema, None, 0
+        writer, reader, scanner, start = self.schema, None, self._scanner, 0
         if self.confluent:
             try:
                 sid = read_header(data)
@@ -296,13 +292,22 @@ class AvroCodec:
                 raise self._decode_error(data, str(exc)) from exc
             if sid not in self._readers:
                 raise self._decode_error(data, self._unknown_id(sid))
-            writer, reader = self._readers[sid]
+            writer, reader, scanner = self._readers[sid]
             start = HEADER_SIZE
+        if len(data) > scanner.scan_above:
+            try:  # before fastavro, which trusts the counts
+                scanner.check(data, start)
+            except AvroUnread as exc:
+                raise self._unread_error(data, exc) from None
         buf = io.BytesIO(data)
         buf.seek(start)
         try:
             record = fastavro.schemaless_reader(buf, writer, reader)
         except Exception as exc:
+            try:  # the walk names the field at fault
+                scanner.check(data, start, text=True)
+            except AvroUnread as unread:
+                raise self._unread_error(data, unread) from exc
             raise self._decode_error(data, self._why_unread(data, exc)) from exc
         left = len(data) - buf.tell()
         if left:
@@ -313,6 +318,14 @@ class AvroCodec:
     def _unknown_id(self, sid: int) -> str:
         return unknown_id(sid, self.schema_id, self._readers,
                           f"known_schemas={{{sid}: <its schema>}} to read them")
+
+    def _unread_error(self, data: bytes, exc: AvroUnread) -> SerdeError:
+        if exc.limit is None:
+            return self._decode_error(data, f"not Avro of this schema: {exc.explain()}"
+                                            f"{self._hint(data)}")
+        return SerdeError(f"{self.label} cannot decode message: {exc.explain()}. Check the "
+                          f"producer, or give the serde a larger {exc.limit}= if such records "
+                          f"are expected", data=data)
 
     def _why_unread(self, data: bytes, exc: Exception) -> str:
         if isinstance(exc, EOFError):

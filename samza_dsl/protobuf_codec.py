@@ -5,7 +5,9 @@ A message is written deterministically (map entries sorted by key), so the same 
 the same bytes. A dict is a message in protobuf's JSON mapping (``json_format.ParseDict``): a
 field the message does not have, or a value of the wrong type, is an error naming the field.
 Bytes that do not parse as the message are an error, which the runtime handles under the
-stream's ``samza.serde.error`` policy. Protobuf's encoding carries no schema: bytes of another
+stream's ``samza.serde.error`` policy, and so are more bytes than the serde's ``max_bytes``;
+protobuf itself checks each length against the bytes left and refuses messages nested more than
+100 levels deep, so what parsing one record costs is bounded. Protobuf's encoding carries no schema: bytes of another
 message can parse as this one (their fields unknown to it), as in any Protobuf reader.
 
 protobuf is an optional dependency (``pip install 'samza-dsl[protobuf]'``): this module is
@@ -89,11 +91,14 @@ class ProtobufCodec:
         known_ids: Other schema ids whose bytes are read (``"confluent"`` only).
         as_dict: Decode to a dict (protobuf's JSON mapping) rather than a message.
         label: The serde as error messages name it.
+        max_bytes: The longest record read.
     """
 
     def __init__(self, message_class: type[Message], *, wire_format: str,
                  schema_id: int | None, message_indexes: Iterable[int],
-                 known_ids: Iterable[int], as_dict: bool, label: str) -> None:
+                 known_ids: Iterable[int], as_dict: bool, label: str,
+                 max_bytes: int) -> None:
+        self.max_bytes = max_bytes
         self.message_class = message_class
         self.full_name = message_class.DESCRIPTOR.full_name
         self.confluent = wire_format == "confluent"
@@ -145,6 +150,11 @@ class ProtobufCodec:
                 message indexes.
         """
         payload: Any = data
+        if len(data) > self.max_bytes:  # parsed, it would take several times as much memory
+            raise SerdeError(f"{self.label} cannot decode message: it is {len(data)} bytes "
+                             f"long, more than the {self.max_bytes} bytes a record may take. "
+                             f"Check the producer, or give the serde a larger max_bytes= if "
+                             f"such records are expected", data=data)
         if self.confluent:
             try:
                 sid = read_header(data)

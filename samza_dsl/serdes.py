@@ -22,6 +22,7 @@ from typing import Any, Generic, TypeVar, cast
 
 import msgspec
 
+from .avro_scan import MAX_BYTES, MAX_DEPTH, MAX_ITEMS, check_limit
 from .errors import SerdeError
 from .json_text import any_too_deep, check_json_depth, explain_json_error
 from .kv import KV
@@ -741,6 +742,13 @@ def _check_wire(serde: str, wire_format: str, schema_id: int | None,
     return check_schema_id(schema_id, f"{serde} schema_id")
 
 
+def _limits_text(limits: Any) -> list[str]:
+    """The limits set to other than their defaults, as ``describe`` shows them."""
+    defaults = {"max_bytes": MAX_BYTES, "max_items": MAX_ITEMS, "max_depth": MAX_DEPTH}
+    return [f"{name}={getattr(limits, name)}" for name, default in defaults.items()
+            if hasattr(limits, name) and getattr(limits, name) != default]
+
+
 class AvroSerde(Serde[Any]):
     """Avro binary, with the schema given in code (fastavro: ``pip install
     'samza-dsl[avro]'``). A message is a dict of the schema's fields (or, for a schema that is
@@ -754,7 +762,11 @@ class AvroSerde(Serde[Any]):
     ``known_schemas`` gives that id's schema, which is then the writer's schema, resolved into
     ``schema`` as Avro's schema resolution says (a field added with a default, say).
 
-    Bytes that do not decode follow the stream's ``streams.<id>.samza.serde.error`` policy.
+    A record's bytes are checked before they are read (``samza_dsl.avro_scan``): a record
+    longer than ``max_bytes``, a count or length beyond the bytes left, arrays and maps holding
+    more than ``max_items`` items, or nesting deeper than ``max_depth`` levels is refused at
+    once, naming the field, rather than read until memory runs out. Bytes that do not decode, or
+    cost more than these limits, follow the stream's ``streams.<id>.samza.serde.error`` policy.
 
     Args:
         schema: The Avro schema: a dict (a list for a union), or its JSON text.
@@ -762,9 +774,14 @@ class AvroSerde(Serde[Any]):
         schema_id: The registry's id of ``schema``; ``"confluent"`` only, and needed there.
         known_schemas: ``{schema id: schema}`` of older (or newer) schemas whose messages the
             stream holds too; ``"confluent"`` only.
+        max_bytes: The longest record read (16 MiB by default).
+        max_items: The most items the arrays and maps of one record hold together (1,000,000
+            by default).
+        max_depth: The deepest records, arrays and maps nest in a record (100 by default).
 
     Raises:
-        ValueError: The schema is not valid Avro, or the wire format and ids do not go together.
+        ValueError: The schema is not valid Avro, the wire format and ids do not go together,
+            or a limit is not a positive int.
         ModuleNotFoundError: fastavro is not installed.
 
     Example:
@@ -784,30 +801,38 @@ class AvroSerde(Serde[Any]):
         >>> framed.deserialize(b'\\x00\\x00\\x00\\x00\\x08\\x06ann\\x06')
         Traceback (most recent call last):
         samza_dsl.errors.SerdeError: AvroSerde('shop.User', wire_format='confluent', schema_id=7) cannot decode message: the bytes have schema id 8, not this serde's schema id 7; ...
+        >>> nulls = AvroSerde({"type": "array", "items": "null"})
+        >>> nulls.deserialize(b"\\x80\\x80\\x80\\x80\\x80\\x80\\x80\\x80\\x80\\x01\\x00")
+        Traceback (most recent call last):
+        samza_dsl.errors.SerdeError: AvroSerde('array') cannot decode message: the message (array of null): a block claims 4611686018427387904 items, more than the 1000000 items a record may hold. Check the producer, or give the serde a larger max_items= if such records are expected; ...
     """
 
     name = "avro"
 
     def __init__(self, schema: dict[str, Any] | list[Any] | str, *, wire_format: str = "plain",
                  schema_id: int | None = None,
-                 known_schemas: Mapping[int, dict[str, Any] | list[Any] | str] | None = None
-                 ) -> None:
+                 known_schemas: Mapping[int, dict[str, Any] | list[Any] | str] | None = None,
+                 max_bytes: int = MAX_BYTES, max_items: int = MAX_ITEMS,
+                 max_depth: int = MAX_DEPTH) -> None:
         from .avro_codec import AvroCodec, canonical_text, schema_name
+        from .avro_scan import AvroLimits
 
+        self.limits = AvroLimits(max_bytes, max_items, max_depth)
         known = dict(known_schemas or {})
         self.schema = schema
         self.wire_format = wire_format
         self.schema_id = _check_wire("AvroSerde", wire_format, schema_id, known)
         self.known_schemas = known
         self._codec = AvroCodec(schema, wire_format=wire_format, schema_id=self.schema_id,
-                                known_schemas=known, label="AvroSerde(...)")
+                                known_schemas=known, label="AvroSerde(...)",
+                                limits=self.limits)
         self._key = (canonical_text(schema),
                      tuple(sorted((i, canonical_text(s)) for i, s in known.items())))
         self._name = schema_name(self._codec.schema)
         self._codec.label = self.describe()
 
     def _settings(self) -> tuple[Any, ...]:
-        return (self._key, self.wire_format, self.schema_id)
+        return (self._key, self.wire_format, self.schema_id, self.limits)
 
     def describe(self) -> str:
         """The serde as plans show it: the schema's name (its fields left out), the wire format
@@ -827,6 +852,7 @@ class AvroSerde(Serde[Any]):
             parts += [f"wire_format={self.wire_format!r}", f"schema_id={self.schema_id}"]
         if self.known_schemas:
             parts.append(f"known_ids={sorted(self.known_schemas)}")
+        parts += _limits_text(self.limits)
         return f"AvroSerde({', '.join(parts)})"
 
     def serialize(self, obj: Any) -> bytes:
@@ -861,7 +887,9 @@ class AvroSerde(Serde[Any]):
 
     def __getstate__(self) -> dict[str, Any]:
         return {"schema": self.schema, "wire_format": self.wire_format,
-                "schema_id": self.schema_id, "known_schemas": self.known_schemas}
+                "schema_id": self.schema_id, "known_schemas": self.known_schemas,
+                "max_bytes": self.limits.max_bytes, "max_items": self.limits.max_items,
+                "max_depth": self.limits.max_depth}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state.pop("schema"), **state)  # type: ignore[misc]
@@ -881,7 +909,9 @@ class ProtobufSerde(Serde[Any]):
     then the Protobuf bytes. Decoding checks all three: bytes with another schema id are an
     error naming both ids, unless ``known_ids`` lists it.
 
-    Bytes that do not decode follow the stream's ``streams.<id>.samza.serde.error`` policy.
+    A record longer than ``max_bytes`` is refused before it is parsed; protobuf itself refuses a
+    length beyond the bytes left and messages nested more than 100 levels deep. Bytes that do not
+    decode, or are too long, follow the stream's ``streams.<id>.samza.serde.error`` policy.
 
     Args:
         message_class: The generated message class (``views_pb2.PageView``), or one built from
@@ -893,10 +923,12 @@ class ProtobufSerde(Serde[Any]):
             found from its descriptor, as Confluent's clients find them.
         known_ids: Other schema ids whose messages this class reads (``"confluent"`` only).
         as_dict: Decode to dicts rather than messages.
+        max_bytes: The longest record read (16 MiB by default).
 
     Raises:
         TypeError: ``message_class`` is not a Protobuf message class.
-        ValueError: The wire format and ids do not go together.
+        ValueError: The wire format and ids do not go together, or ``max_bytes`` is not a
+            positive int.
         ModuleNotFoundError: protobuf is not installed.
 
     Example:
@@ -921,10 +953,12 @@ class ProtobufSerde(Serde[Any]):
 
     def __init__(self, message_class: type[Any], *, wire_format: str = "plain",
                  schema_id: int | None = None, message_indexes: Sequence[int] | None = None,
-                 known_ids: Iterable[int] = (), as_dict: bool = False) -> None:
+                 known_ids: Iterable[int] = (), as_dict: bool = False,
+                 max_bytes: int = MAX_BYTES) -> None:
         from .protobuf_codec import ProtobufCodec, check_message_class, message_indexes_of
 
         self.message_class = check_message_class(message_class)
+        self.max_bytes = check_limit(max_bytes, "ProtobufSerde max_bytes")
         known = tuple(sorted(set(known_ids)))
         self.wire_format = wire_format
         self.schema_id = _check_wire("ProtobufSerde", wire_format, schema_id,
@@ -941,7 +975,8 @@ class ProtobufSerde(Serde[Any]):
         self.as_dict = bool(as_dict)
         self._codec = ProtobufCodec(self.message_class, wire_format=wire_format,
                                     schema_id=self.schema_id, message_indexes=indexes,
-                                    known_ids=known, as_dict=self.as_dict, label="")
+                                    known_ids=known, as_dict=self.as_dict, label="",
+                                    max_bytes=self.max_bytes)
         self._codec.label = self.describe()
 
     def _settings(self) -> tuple[Any, ...]:
@@ -952,6 +987,8 @@ class ProtobufSerde(Serde[Any]):
             out.append(self.known_ids)
         if self.as_dict:
             out.append("as_dict")
+        if self.max_bytes != MAX_BYTES:
+            out.append(("max_bytes", self.max_bytes))
         return tuple(out)
 
     def describe(self) -> str:
@@ -974,6 +1011,7 @@ class ProtobufSerde(Serde[Any]):
             parts.append(f"known_ids={list(self.known_ids)}")
         if self.as_dict:
             parts.append("as_dict=True")
+        parts += _limits_text(self)
         return f"ProtobufSerde({', '.join(parts)})"
 
     def serialize(self, obj: Any) -> bytes:
@@ -1012,7 +1050,8 @@ class ProtobufSerde(Serde[Any]):
         return {"message_class": self.message_class, "wire_format": self.wire_format,
                 "schema_id": self.schema_id,
                 "message_indexes": self.message_indexes if self.schema_id is not None else None,
-                "known_ids": self.known_ids, "as_dict": self.as_dict}
+                "known_ids": self.known_ids, "as_dict": self.as_dict,
+                "max_bytes": self.max_bytes}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state.pop("message_class"), **state)  # type: ignore[misc]
