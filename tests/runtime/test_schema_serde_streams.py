@@ -155,3 +155,81 @@ def test_protobuf_values_on_the_local_system(tmp_path: Path) -> None:
         assert runner.metrics["files.serde-errors-skipped"] == 1
     finally:
         runner.close()
+
+
+#: a run on the embedded log, in a child process whose data segment is capped at 1 GiB: an input
+#: of Avro records holding an array of null, the second of them 12 bytes claiming 2**62 nulls
+#: after a block of one
+_HOSTILE_RUN = r"""
+import json, resource, sys
+resource.setrlimit(resource.RLIMIT_DATA, (1 << 30, 1 << 30))
+from runtime import LocalRunner
+from runtime.host.jobdir import dead_letter_stream
+from runtime.local.system import LocalJob
+from samza_dsl import StreamApplication
+from samza_dsl.serdes import AvroSerde, JsonSerde
+from samza_dsl.systems import LocalSystem
+
+job_dir, policy = sys.argv[1], sys.argv[2]
+serde = AvroSerde({"type": "record", "name": "Nulls", "fields": [
+    {"name": "xs", "type": {"type": "array", "items": "null"}}]})
+app = StreamApplication("hostile")
+local = LocalSystem("local")
+nulls = local.input("nulls", partitions=1, serde=serde)
+counts = local.output("counts", partitions=1, serde=JsonSerde())
+app.input(nulls).map(lambda r: len(r["xs"]), name="count").send_to(app.output(counts))
+config = {"job.dir": job_dir, "streams.nulls.samza.serde.error": policy}
+records = [(None, serde.serialize({"xs": [None] * 3}), None),
+           (None, b"\x02\x80\x80\x80\x80\x80\x80\x80\x80\x80\x01\x00", None),
+           (None, serde.serialize({"xs": [None] * 5}), None)]
+job = LocalJob(app, config, run=False)
+try:
+    job.log_of("local").append("nulls", 0, records)
+finally:
+    job.close()
+runner = LocalRunner(app, config).run()
+try:
+    _, dead = runner.job.log_of("local").read(dead_letter_stream(runner.job.job_name), 0, 0, 10) \
+        if policy == "dead-letter" else (None, [])
+    print(json.dumps({
+        "counts": runner.messages("counts"),
+        "skipped": runner.metrics["nulls.serde-errors-skipped"],
+        "dead": [[v.hex(), [[k, h.decode()] for k, h in hs or ()]] for _, v, hs in dead],
+        "max_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+finally:
+    runner.close()
+"""
+
+
+@pytest.mark.parametrize("policy", ["skip", "dead-letter"])
+def test_a_record_that_claims_2_62_nulls_is_passed_over_in_one_line(tmp_path: Path,
+                                                                    policy: str) -> None:
+    import json
+    import subprocess
+    import sys
+
+    try:
+        done = subprocess.run([sys.executable, "-c", _HOSTILE_RUN, str(tmp_path / "job"), policy],
+                              capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the job did not get past the record within 300 s")
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["counts"] == [3, 5]  # the job went on to the next record
+    assert out["skipped"] == 1
+    lines = [line for line in done.stderr.splitlines() if "cannot decode" in line]
+    assert len(lines) == 1, done.stderr
+    line = lines[0]
+    assert "field 'xs' (array of null): a block claims 4611686018427387904 items" in line
+    assert "max_items=" in line
+    assert "(at stream 'nulls', partition 0, offset 1)" in line
+    assert "Traceback" not in done.stderr
+    assert out["max_rss_kb"] < 300 * 1024, out  # the record cost no more than a run does
+    if policy == "dead-letter":
+        assert "dead-letter stream" in line
+        [(value, headers)] = out["dead"]
+        assert bytes.fromhex(value) == b"\x02" + b"\x80" * 9 + b"\x01\x00"
+        hdrs = dict(headers)
+        assert hdrs[SOURCE_HEADER] == "nulls/0/1" and "max_items=" in hdrs[ERROR_HEADER]
+    else:
+        assert "skipped (streams.nulls.samza.serde.error=skip)" in line
