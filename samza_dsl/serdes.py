@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, NamedTuple, TypeVar, cast
 
 import msgspec
 
@@ -165,25 +165,48 @@ def _describe(setting: Any) -> str:
     return repr(setting)
 
 
+class _Option(NamedTuple):
+    """A serde's setting given by keyword, as ``describe`` shows it: ``max_bytes=1024``."""
+
+    name: str
+    value: Any
+
+    def __repr__(self) -> str:
+        return f"{self.name}={self.value!r}"
+
+
 class _MsgspecSerde(Serde[T]):
     """Shared by JSON and MessagePack: an optional ``type`` (a Struct, dataclass, dict[str, int]...)
     makes decoding validate and build that type.
 
     Args:
         type: What messages decode to; by default any value of the format.
+        max_bytes: The longest message decoded (16 MiB by default): decoded, a message takes
+            several times its length in memory.
     """
 
     _format = ""
 
-    def __init__(self, type: Any = Any) -> None:  # noqa: A002 - msgspec's own spelling
+    def __init__(self, type: Any = Any, *,  # noqa: A002 - msgspec's own spelling
+                 max_bytes: int = MAX_BYTES) -> None:
         self.type = type
+        self.max_bytes = check_limit(max_bytes, f"{self.__class__.__name__} max_bytes")
         self._encoder, self._decoder = self._codec(type)
 
     def _codec(self, type: Any) -> tuple[Any, Any]:  # noqa: A002
         raise NotImplementedError(f"{self._format} codec")
 
     def _settings(self) -> tuple[Any, ...]:
-        return () if self.type is Any else (self.type,)
+        out: tuple[Any, ...] = () if self.type is Any else (self.type,)
+        if self.max_bytes != MAX_BYTES:
+            out += (_Option("max_bytes", self.max_bytes),)
+        return out
+
+    def _too_long(self, data: bytes) -> SerdeError:
+        return SerdeError(f"{self.describe()} cannot decode message: it is {len(data)} bytes "
+                          f"long, more than the {self.max_bytes} bytes a message may take. "
+                          f"Check the producer, or give the serde a larger max_bytes= if such "
+                          f"messages are expected", data=data)
 
     def serialize(self, obj: T) -> bytes:
         """Encode a message.
@@ -220,8 +243,11 @@ class _MsgspecSerde(Serde[T]):
             The message.
 
         Raises:
-            SerdeError: The bytes are not of the format, or do not fit ``type``.
+            SerdeError: The bytes are not of the format, or do not fit ``type``, or are more
+                than ``max_bytes``.
         """
+        if len(data) > self.max_bytes:
+            raise self._too_long(data)
         try:
             return cast(T, self._decoder.decode(data))
         except (msgspec.DecodeError, msgspec.ValidationError, TypeError) as exc:
@@ -244,15 +270,18 @@ class _MsgspecSerde(Serde[T]):
 
     def deserialize_batch(self, datas: Sequence[bytes]) -> list[T]:
         try:
+            if datas and max(map(len, datas)) > self.max_bytes:
+                raise ValueError("too long")
             return list(map(self._decoder.decode, datas))
         except Exception:  # the first bytes that do not decode, with deserialize's error
             return super().deserialize_batch(datas)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"type": self.type}
+        return {"type": self.type, "max_bytes": self.max_bytes}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["type"])  # type: ignore[misc]
+        self.__init__(state["type"],  # type: ignore[misc]
+                      max_bytes=state.get("max_bytes", MAX_BYTES))
 
 
 class JsonSerde(_MsgspecSerde[T]):
@@ -263,6 +292,8 @@ class JsonSerde(_MsgspecSerde[T]):
     Args:
         type: What messages decode to (a ``msgspec.Struct``, dataclass, ``dict[str, int]``...);
             by default any JSON value.
+        max_bytes: The longest message decoded (16 MiB by default); a longer one is a
+            ``SerdeError``, under the stream's serde error policy.
 
     Example:
         >>> JsonSerde().deserialize(JsonSerde().serialize({"a": [1, 2]}))
@@ -291,6 +322,8 @@ class JsonSerde(_MsgspecSerde[T]):
         return data
 
     def deserialize(self, data: bytes) -> T:
+        if len(data) > self.max_bytes:
+            raise self._too_long(data)
         deep = check_json_depth(data) if isinstance(data, bytes) else None
         if deep is not None:
             raise SerdeError(f"{self.describe()} cannot decode message: it is {deep}. Check "
@@ -322,6 +355,8 @@ class MsgpackSerde(_MsgspecSerde[T]):
     Args:
         type: What messages decode to (a ``msgspec.Struct``, dataclass, ``dict[str, int]``...);
             by default any MessagePack value.
+        max_bytes: The longest message decoded (16 MiB by default); a longer one is a
+            ``SerdeError``, under the stream's serde error policy.
 
     Example:
         >>> serde = MsgpackSerde()

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from operator import itemgetter
 from typing import Any, cast
 
 import msgspec
@@ -182,6 +183,9 @@ class StreamCodec:
         # both deserializers raise on None, so a batch may first be tried without None checks
         self._none_raises = self._key_serde is not None and all(
             _raises_on_none(sd) for sd in (self._key_serde, self._value_serde))
+        # the longest key and value the serdes take: the fast deserializers do not check it
+        self._caps = tuple((i, cap) for i, sd in ((0, self._key_serde), (1, self._value_serde))
+                           if (cap := getattr(sd, "max_bytes", None)) is not None)
 
     # -- encoding ---------------------------------------------------------------------------------
 
@@ -287,6 +291,9 @@ class StreamCodec:
 
     def _decode_batch(self, ssp: SSP, first: int, records: Sequence[Record],
                       generation: int) -> list[Any]:
+        for i, cap in self._caps:  # a key or value too long: its serde's own error
+            if max(map(len, filter(None, map(itemgetter(i), records))), default=0) > cap:
+                return self._decode_careful(ssp, first, records, generation)
         vde = fast_deserializer(self._value_serde)
         try:
             if self._key_serde is not None:

@@ -233,3 +233,24 @@ def test_a_record_that_claims_2_62_nulls_is_passed_over_in_one_line(tmp_path: Pa
         assert hdrs[SOURCE_HEADER] == "nulls/0/1" and "max_items=" in hdrs[ERROR_HEADER]
     else:
         assert "skipped (streams.nulls.samza.serde.error=skip)" in line
+
+
+def test_a_json_value_longer_than_its_serdes_max_bytes_follows_the_policy_in_a_batch(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from runtime.engine.codec import Skipped, StreamCodec
+    from runtime.engine.job import SSP
+    from samza_dsl.serdes import JsonSerde
+
+    records = [(b"a", b"[1]", None), (b"b", b"[" + b"0," * 40 + b"0]", None),
+               (None, b'{"n":2}', None)]
+    keyed = StreamCodec("views", KVSerde(StringSerde(), JsonSerde(max_bytes=64)), policy="skip")
+    with caplog.at_level("WARNING"):
+        out = keyed.decode_batch(SSP("views", 0), 7, records, 1)
+    assert out[0] == KV("a", [1]) and out[2] == KV(None, {"n": 2})
+    assert isinstance(out[1], Skipped) and "83 bytes long, more than the 64 bytes" in \
+        out[1].reason
+    [line] = [r.getMessage() for r in caplog.records]
+    assert "(at stream 'views', partition 0, offset 8)" in line and "max_bytes=" in line
+    plain = StreamCodec("views", JsonSerde(max_bytes=64))
+    with pytest.raises(SerdeError, match="offset 8.*bytes: b'\\[0,0,"):
+        plain.decode_batch(SSP("views", 0), 7, records, 1)

@@ -259,3 +259,22 @@ def test_hostile_bytes_cost_the_msgspec_and_text_serdes_little(serde, data, expe
         data = {data}
     """)
     _assert_refused_fast(result, expected)
+
+
+@pytest.mark.parametrize("serde_class", ["JsonSerde", "MsgpackSerde"])
+def test_json_and_msgpack_refuse_a_message_longer_than_max_bytes(serde_class):
+    from samza_dsl import serdes
+
+    cls = getattr(serdes, serde_class)
+    serde, default = cls(max_bytes=16), cls()
+    assert serde.describe() == f"{serde_class}(max_bytes=16)" and serde != default
+    assert default.max_bytes == 16 * 1024 * 1024
+    short, long = default.serialize([1, 2]), default.serialize(list(range(20)))
+    assert serde.deserialize(short) == [1, 2]
+    for decode in (serde.deserialize, lambda data: serde.deserialize_batch([short, data])):
+        with pytest.raises(SerdeError) as err:
+            decode(long)
+        assert f"it is {len(long)} bytes long, more than the 16 bytes" in err.value.reason
+        assert "a larger max_bytes=" in err.value.reason
+    with pytest.raises(ValueError, match=f"{serde_class} max_bytes must be a positive int"):
+        cls(max_bytes=0)
