@@ -55,6 +55,9 @@ class Serde(Generic[T]):
     #: the class messages decode to, where the serde decodes to one (``JsonSerde(View)``);
     #: None where it does not say
     type: Any = None
+    #: the longest bytes ``deserialize`` takes (longer ones are a ``SerdeError``, so a reader
+    #: may refuse them without decoding); None where the serde sets no limit
+    max_bytes: int | None = None
 
     def serialize(self, obj: T) -> bytes:
         """Encode a message.
@@ -186,6 +189,7 @@ class _MsgspecSerde(Serde[T]):
     """
 
     _format = ""
+    max_bytes: int
 
     def __init__(self, type: Any = Any, *,  # noqa: A002 - msgspec's own spelling
                  max_bytes: int = MAX_BYTES) -> None:
@@ -777,11 +781,12 @@ def _check_wire(serde: str, wire_format: str, schema_id: int | None,
     return check_schema_id(schema_id, f"{serde} schema_id")
 
 
-def _limits_text(limits: Any) -> list[str]:
+_LIMITS = {"max_bytes": MAX_BYTES, "max_items": MAX_ITEMS, "max_depth": MAX_DEPTH}
+
+
+def _limits_text(**limits: int) -> list[str]:
     """The limits set to other than their defaults, as ``describe`` shows them."""
-    defaults = {"max_bytes": MAX_BYTES, "max_items": MAX_ITEMS, "max_depth": MAX_DEPTH}
-    return [f"{name}={getattr(limits, name)}" for name, default in defaults.items()
-            if hasattr(limits, name) and getattr(limits, name) != default]
+    return [f"{name}={value}" for name, value in limits.items() if value != _LIMITS[name]]
 
 
 class AvroSerde(Serde[Any]):
@@ -843,6 +848,7 @@ class AvroSerde(Serde[Any]):
     """
 
     name = "avro"
+    max_bytes: int
 
     def __init__(self, schema: dict[str, Any] | list[Any] | str, *, wire_format: str = "plain",
                  schema_id: int | None = None,
@@ -853,6 +859,7 @@ class AvroSerde(Serde[Any]):
         from .avro_scan import AvroLimits
 
         self.limits = AvroLimits(max_bytes, max_items, max_depth)
+        self.max_bytes = max_bytes
         known = dict(known_schemas or {})
         self.schema = schema
         self.wire_format = wire_format
@@ -887,7 +894,9 @@ class AvroSerde(Serde[Any]):
             parts += [f"wire_format={self.wire_format!r}", f"schema_id={self.schema_id}"]
         if self.known_schemas:
             parts.append(f"known_ids={sorted(self.known_schemas)}")
-        parts += _limits_text(self.limits)
+        parts += _limits_text(max_bytes=self.limits.max_bytes,
+                              max_items=self.limits.max_items,
+                              max_depth=self.limits.max_depth)
         return f"AvroSerde({', '.join(parts)})"
 
     def serialize(self, obj: Any) -> bytes:
@@ -985,6 +994,7 @@ class ProtobufSerde(Serde[Any]):
     """
 
     name = "protobuf"
+    max_bytes: int
 
     def __init__(self, message_class: type[Any], *, wire_format: str = "plain",
                  schema_id: int | None = None, message_indexes: Sequence[int] | None = None,
@@ -1046,7 +1056,7 @@ class ProtobufSerde(Serde[Any]):
             parts.append(f"known_ids={list(self.known_ids)}")
         if self.as_dict:
             parts.append("as_dict=True")
-        parts += _limits_text(self)
+        parts += _limits_text(max_bytes=self.max_bytes)
         return f"ProtobufSerde({', '.join(parts)})"
 
     def serialize(self, obj: Any) -> bytes:

@@ -184,8 +184,9 @@ class StreamCodec:
         self._none_raises = self._key_serde is not None and all(
             _raises_on_none(sd) for sd in (self._key_serde, self._value_serde))
         # the longest key and value the serdes take: the fast deserializers do not check it
-        self._caps = tuple((i, cap) for i, sd in ((0, self._key_serde), (1, self._value_serde))
-                           if (cap := getattr(sd, "max_bytes", None)) is not None)
+        self._caps = tuple((i, sd.max_bytes) for i, sd in ((0, self._key_serde),
+                                                           (1, self._value_serde))
+                           if sd is not None and sd.max_bytes is not None)
 
     # -- encoding ---------------------------------------------------------------------------------
 
