@@ -184,8 +184,8 @@ class StreamCodec:
         self._none_raises = self._key_serde is not None and all(
             _raises_on_none(sd) for sd in (self._key_serde, self._value_serde))
         # the longest key and value the serdes take: the fast deserializers do not check it
-        self._caps = tuple((i, sd.max_bytes) for i, sd in ((0, self._key_serde),
-                                                           (1, self._value_serde))
+        self._caps = tuple((itemgetter(i), sd.max_bytes) for i, sd in ((0, self._key_serde),
+                                                                       (1, self._value_serde))
                            if sd is not None and sd.max_bytes is not None)
 
     # -- encoding ---------------------------------------------------------------------------------
@@ -292,8 +292,12 @@ class StreamCodec:
 
     def _decode_batch(self, ssp: SSP, first: int, records: Sequence[Record],
                       generation: int) -> list[Any]:
-        for i, cap in self._caps:  # a key or value too long: its serde's own error
-            if max(map(len, filter(None, map(itemgetter(i), records))), default=0) > cap:
+        for part, cap in self._caps:  # a key or value too long: its serde's own error
+            try:
+                longest = max(map(len, map(part, records)), default=0)
+            except TypeError:  # a None key or value
+                longest = max(map(len, filter(None, map(part, records))), default=0)
+            if longest > cap:
                 return self._decode_careful(ssp, first, records, generation)
         vde = fast_deserializer(self._value_serde)
         try:

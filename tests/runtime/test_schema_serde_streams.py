@@ -242,11 +242,11 @@ def test_a_json_value_longer_than_its_serdes_max_bytes_follows_the_policy_in_a_b
     from samza_dsl.serdes import JsonSerde
 
     records = [(b"a", b"[1]", None), (b"b", b"[" + b"0," * 40 + b"0]", None),
-               (None, b'{"n":2}', None)]
+               (None, b'{"n":2}', None), (b"c", None, None)]
     keyed = StreamCodec("views", KVSerde(StringSerde(), JsonSerde(max_bytes=64)), policy="skip")
     with caplog.at_level("WARNING"):
         out = keyed.decode_batch(SSP("views", 0), 7, records, 1)
-    assert out[0] == KV("a", [1]) and out[2] == KV(None, {"n": 2})
+    assert out[0] == KV("a", [1]) and out[2] == KV(None, {"n": 2}) and out[3] == KV("c", None)
     assert isinstance(out[1], Skipped) and "83 bytes long, more than the 64 bytes" in \
         out[1].reason
     [line] = [r.getMessage() for r in caplog.records]
