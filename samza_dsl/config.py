@@ -147,6 +147,12 @@ KNOWN_KEYS: dict[str, ConfigKey] = {k.name: k for k in [
     _k("job.kafka.unavailable.timeout.ms", int, 30000, lambda v: v >= 100,
        "at least 100 milliseconds",
        doc="how long a Kafka job retries while its brokers cannot be reached before it fails"),
+    _k("job.kafka.partition.check.ms", int, 30000, lambda v: v >= 100,
+       "at least 100 milliseconds",
+       doc="how often a running Kafka job reads the partition counts of its topics (inputs, "
+       "intermediate streams, outputs, changelogs); once one differs from the count its plan "
+       "fixed at the start, the job commits what it processed and stops with an error naming "
+       "the topic and both counts (partitions added to an input would never be read)"),
     _k("job.bounded.stall.ms", int, 300000, lambda v: v == -1 or v >= 100,
        "-1 (off) or at least 100 milliseconds",
        doc="a run without --follow that makes no progress (nothing read, handed out, completed "

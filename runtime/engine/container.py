@@ -230,6 +230,8 @@ class Container:
         #: the asyncio task that runs the container, and the error ``abort`` ended it with
         self._running: asyncio.Task[Any] | None = None
         self._aborted: BaseException | None = None
+        #: the error a clean stop ends the run with (``stop_with``)
+        self._stop_error: BaseException | None = None
         self.committer = Committer(producer, self.state, checkpoints)
         #: what each task gets: not the container, the few things a task uses of it
         self.env = TaskEnv(self.config, self.clock, self.metrics, self.executor, producer,
@@ -269,6 +271,8 @@ class Container:
             self._running = asyncio.current_task()
             try:
                 await self._run()
+                if self._stop_error is not None:
+                    raise self._stop_error
             except asyncio.CancelledError:
                 if self._aborted is None:
                     raise
@@ -500,6 +504,14 @@ class Container:
             t.wake.set()
         if self.lifecycle is not None:
             self.lifecycle.stop_requested()
+
+    def stop_with(self, exc: BaseException) -> None:
+        """A clean stop (``request_stop``: drain, commit, close) after which ``run`` raises
+        ``exc``: a fault that leaves what was processed valid (a topic's partition count
+        changed), so the checkpoint covers it."""
+        if self._stop_error is None:
+            self._stop_error = exc
+        self.request_stop()
 
     def abort(self, exc: BaseException) -> None:
         """Stop now, without waiting for the messages in flight (a stop that ran out of

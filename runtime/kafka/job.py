@@ -77,6 +77,7 @@ from runtime.kafka.outage import (
     missing_topics_error,
     quiet_aiokafka,
 )
+from runtime.kafka.partition_watch import watch_partitions
 from runtime.kafka.resolved import gapless
 from runtime.kafka.security import check_login, kafka_security
 from runtime.kafka.standby import StandbyReplicas
@@ -366,6 +367,7 @@ class KafkaJob:
                 t.fail(exc)
         self.watch.on_fatal = fail
         self.watch.on_back = self.check_data
+        self.partition_watch = watch_partitions(self, container.stop_with)
         self.watch.start()  # stopped when the producer closes
 
     async def _claim(self) -> None:
@@ -461,14 +463,10 @@ class KafkaJob:
         if down_for is not None:
             found = await describe_topics(self.servers, [s.name for s in self.topic_specs],
                                           timeout=self.timeout, **self.login)
-            problems = []
-            for spec in self.topic_specs:
-                n = found[spec.name]
-                if n is None:
-                    problems.append(f"topic {spec.name!r} is gone")
-                elif n != spec.partitions:
-                    problems.append(f"topic {spec.name!r} has {n} partitions, not the job's "
-                                    f"{spec.partitions}")
+            if self.partition_watch.seen(found) is not None:
+                return  # partitions were added: the job stops cleanly (partition_watch)
+            problems = [f"topic {spec.name!r} is gone" for spec in self.topic_specs
+                        if found[spec.name] is None]
             if problems:
                 raise missing_topics_error(self.servers, problems, down_for)
         needed = self._needed_offsets()

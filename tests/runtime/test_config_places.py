@@ -49,6 +49,7 @@ VALUES: dict[str, tuple[str, str]] = {
     "job.health.port": ("job.health.port", "0"),
     "job.id": ("job.id", "7"),
     "job.intermediate.stream.partitions": ("job.intermediate.stream.partitions", "3"),
+    "job.kafka.partition.check.ms": ("job.kafka.partition.check.ms", "7000"),
     "job.kafka.unavailable.timeout.ms": ("job.kafka.unavailable.timeout.ms", "5000"),
     "job.name": ("job.name", "renamed"),
     "job.processing.guarantee": ("job.processing.guarantee", "exactly-once"),
@@ -110,6 +111,7 @@ SECURITY = {ref for ref in VALUES if ref.startswith(("systems.<name>.security.",
                                                      "systems.<name>.ssl."))}
 KAFKA_ONLY = {"systems.<name>.bootstrap.servers", "systems.<name>.consumer.*",
               "systems.<name>.producer.*", "job.kafka.unavailable.timeout.ms",
+              "job.kafka.partition.check.ms",
               "systems.<name>.replication.factor", "systems.<name>.min.insync.replicas",
               *SECURITY}
 PLACES = ["application", "config-file", "-c"]
