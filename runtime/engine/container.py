@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
@@ -232,6 +232,9 @@ class Container:
         self._aborted: BaseException | None = None
         #: the error a clean stop ends the run with (``stop_with``)
         self._stop_error: BaseException | None = None
+        #: loops that run beside the consumer while the container runs (a check of its
+        #: streams' partition counts, ``runtime.engine.partition_counts``)
+        self.beside: list[Callable[[], Coroutine[Any, Any, None]]] = []
         self.committer = Committer(producer, self.state, checkpoints)
         #: what each task gets: not the container, the few things a task uses of it
         self.env = TaskEnv(self.config, self.clock, self.metrics, self.executor, producer,
@@ -408,8 +411,10 @@ class Container:
         await self._bootstrap()
 
     def _helpers(self) -> list[asyncio.Task[None]]:
-        """The consumer, the timers of window ticks and commits, the watchdog."""
-        return [asyncio.create_task(self._consume(), name="consumer"), *self._timers()]
+        """The consumer, the timers of window ticks and commits, the watchdog, the loops that
+        run beside them."""
+        return [asyncio.create_task(self._consume(), name="consumer"), *self._timers(),
+                *(asyncio.create_task(run(), name="beside") for run in self.beside)]
 
     def _timers(self) -> list[asyncio.Task[None]]:
         """The helpers that wake the tasks: window ticks, commits, the callback watchdog, and

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shlex
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -47,7 +46,13 @@ from runtime.engine.records import is_control
 from runtime.engine.sinks import sink_outputs
 from runtime.engine.systems import SYSTEMS, StateBackend, job_system
 from runtime.host.job_lock import JobLock
-from runtime.host.jobdir import dead_letter_stream, job_dir, metrics_stream, store_dir
+from runtime.host.jobdir import (
+    dead_letter_stream,
+    job_dir,
+    metrics_stream,
+    reset_command,
+    store_dir,
+)
 from runtime.host.metrics import Metrics
 from runtime.host.reporters import job_reporters, reporter_names
 from runtime.kafka.admin import (
@@ -368,6 +373,7 @@ class KafkaJob:
         self.watch.on_fatal = fail
         self.watch.on_back = self.check_data
         self.partition_watch = watch_partitions(self, container.stop_with)
+        container.beside.append(self.partition_watch.run)
         self.watch.start()  # stopped when the producer closes
 
     async def _claim(self) -> None:
@@ -557,8 +563,7 @@ class KafkaJob:
 
     def reset_command(self) -> str:
         """The command that starts the job over (``runtime.kafka.reset``)."""
-        where = self.config.get("job.dir")
-        return "samza-dsl reset APP" + (f" -c job.dir={shlex.quote(str(where))}" if where else "")
+        return reset_command(self.config)
 
     def _held_store(self, name: str, index: int, task: str, offset: int | None, keys: int,
                     ends: Mapping[TopicPartition, int]) -> str:

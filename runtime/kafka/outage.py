@@ -24,7 +24,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from aiokafka import TopicPartition
@@ -182,10 +182,6 @@ class BrokerWatch:
         #: brokers in the cluster's metadata: the most seen, and as of the last probe
         self.brokers_seen = 0
         self.brokers_now = 0
-        #: loops that run beside the probes, from the watch's start to its stop (the check of
-        #: the job's partition counts, ``runtime.kafka.partition_watch``)
-        self.beside: list[Callable[[], Coroutine[Any, Any, None]]] = []
-        self._beside: list[asyncio.Task[None]] = []
 
     @property
     def healthy(self) -> bool:
@@ -197,18 +193,14 @@ class BrokerWatch:
         if self._task is None:
             self._quiet = quiet_aiokafka()
             self._quiet.__enter__()
-            loop = asyncio.get_running_loop()
-            self._task = loop.create_task(self._run(), name="kafka-watch")
-            self._beside = [loop.create_task(run(), name="kafka-watch-beside")
-                            for run in self.beside]
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="kafka-watch")
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        beside, self._beside = self._beside, []
-        for t in [*beside, *([task] if task is not None else [])]:
-            t.cancel()
+        if task is not None:
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+                await task
         client, self._client = self._client, None
         if client is not None:
             with contextlib.suppress(Exception):

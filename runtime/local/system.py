@@ -57,11 +57,12 @@ from runtime.engine.job import (
     job_containers,
     start_generation,
 )
+from runtime.engine.partition_counts import PartitionWatch, planned_streams
 from runtime.engine.records import EndOfStream, is_control
 from runtime.engine.serde_util import default_key_bytes
 from runtime.engine.systems import SYSTEMS, Consumer, Producer, StateBackend
 from runtime.host.job_lock import JobLock, log_id_lock
-from runtime.host.jobdir import dead_letter_stream, job_dir, task_dir
+from runtime.host.jobdir import dead_letter_stream, job_dir, reset_command, task_dir
 from runtime.host.metrics import Metrics
 from runtime.host.reporters import job_reporters
 from runtime.host.storage import (
@@ -90,6 +91,8 @@ _log = logging.getLogger("samza_dsl.retention")
 #: the encoded bytes a load appends per transaction: its memory stays about this size however
 #: long the input
 LOAD_COMMIT_BYTES = 8 << 20
+#: seconds between two reads of the job's streams' partition counts (``_partition_watch``)
+PARTITION_CHECK_S = 1.0
 
 
 def log_path(system: str, settings: Mapping[str, Any], job_name: str,
@@ -681,7 +684,23 @@ class LocalJob:
             self.metrics, cfg, job_name=self.job_name, job_id=str(self.app.app_id),
             container_id=self.container_id, producer=producer, job_dir=self.root,
             create_stream=lambda stream: main_log.create(stream, 1))
+        self.partition_watch = self._partition_watch(self.container.stop_with)
+        self.container.beside.append(self.partition_watch.run)
         self.output_start = self.output_ends()
+
+    def _partition_watch(self, stop: Callable[[SamzaError], None]) -> PartitionWatch:
+        """Every second, the partition counts of the job's streams in their logs: another
+        job's `run --replace` or `reset --outputs` may delete a stream this one reads, and its
+        next run create it again with another count (``runtime.engine.partition_counts``)."""
+        sids = list(self.plan.streams)
+        streams = planned_streams(((self.physical[sid], self.counts[sid]) for sid in sids),
+                                  self.plan, self.physical)
+
+        async def read() -> dict[str, int | None]:
+            return {self.physical[sid]: self.log_of(self.stream_system[sid]).partitions(
+                self.physical[sid]) for sid in sids}
+        return PartitionWatch(read, streams, PARTITION_CHECK_S, job_name=self.job_name,
+                              reset=reset_command(self.config), on_change=stop, noun="stream")
 
     def _changelogs(self, producer_of: Callable[[str], LocalProducer],
                     txns: LocalTransactions | None) -> dict[str, Callable[[int], Changelog]]:

@@ -5,8 +5,8 @@ what to do, exit code 2, after committing what it processed; a static container 
 of the job's consumer group alike. Before, it went on reading partitions 0 to 3 only, and the
 records of partitions 4 to 7 were never read, silently.
 
-Apache Kafka only: tansu cannot add partitions to a topic (it answers CreatePartitions with
-an error)."""
+Apache Kafka only: tansu cannot add partitions to a topic (it does not offer the
+CreatePartitions request)."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def _events(bootstrap: str, tag: str, first: int, n: int, partitions: int) -> No
 def test_partitions_added_to_an_input_stop_the_job_naming_both_counts(
         kafka_bootstrap: str, kafka_broker_kind: str, tmp_path: Path, coordinator: str) -> None:
     if kafka_broker_kind == "tansu":
-        pytest.skip("tansu cannot add partitions to a topic (CreatePartitions)")
+        pytest.skip("tansu cannot add partitions to a topic (no CreatePartitions request)")
     tag = uuid.uuid4().hex[:8]
     topic = f"gevents-{tag}"
     run(create_topic(kafka_bootstrap, topic, 4))
