@@ -690,8 +690,8 @@ class LocalJob:
 
     def _partition_watch(self, stop: Callable[[SamzaError], None]) -> PartitionWatch:
         """Every second, the partition counts of the job's streams in their logs: another
-        job's `run --replace` or `reset --outputs` may delete a stream this one reads, and its
-        next run create it again with another count (``runtime.engine.partition_counts``)."""
+        job's `reset --outputs` or `run --replace` may delete a stream of this one, and a later
+        run create it again with another count (``runtime.engine.partition_counts``)."""
         sids = list(self.plan.streams)
         streams = planned_streams(((self.physical[sid], self.counts[sid]) for sid in sids),
                                   self.plan, self.physical)
