@@ -2,8 +2,9 @@
 ``samza-dsl run --follow`` of a count per key on a 4-partition topic, which is raised to 8,
 stops within ``job.kafka.partition.check.ms`` with one line naming the stream, both counts and
 what to do, exit code 2, after committing what it processed; a static container and a member
-of the job's consumer group alike. Before, it went on reading partitions 0 to 3 only, and the
-records of partitions 4 to 7 were never read, silently.
+of the job's consumer group alike, and a static container exactly once (its last transaction
+commits). Before, it went on reading partitions 0 to 3 only, and the records of partitions 4
+to 7 were never read, silently.
 
 Apache Kafka only: tansu cannot add partitions to a topic (it does not offer the
 CreatePartitions request)."""
@@ -50,9 +51,11 @@ def _events(bootstrap: str, tag: str, first: int, n: int, partitions: int) -> No
     run(produce_batched(bootstrap, f"gevents-{tag}", records))
 
 
-@pytest.mark.parametrize("coordinator", ["static", "kafka"])
+@pytest.mark.parametrize(("coordinator", "guarantee"), [
+    ("static", "at-least-once"), ("kafka", "at-least-once"), ("static", "exactly-once")])
 def test_partitions_added_to_an_input_stop_the_job_naming_both_counts(
-        kafka_bootstrap: str, kafka_broker_kind: str, tmp_path: Path, coordinator: str) -> None:
+        kafka_bootstrap: str, kafka_broker_kind: str, tmp_path: Path, coordinator: str,
+        guarantee: str) -> None:
     if kafka_broker_kind == "tansu":
         pytest.skip("tansu cannot add partitions to a topic (no CreatePartitions request)")
     tag = uuid.uuid4().hex[:8]
@@ -62,6 +65,7 @@ def test_partitions_added_to_an_input_stop_the_job_naming_both_counts(
     # no commit but the stop's: the checkpoints show that it covers what was processed
     member = Member(tmp_path / "host", kafka_bootstrap, tag,
                     "-c", f"job.coordinator={coordinator}",
+                    "-c", f"job.processing.guarantee={guarantee}",
                     "-c", f"job.kafka.partition.check.ms={CHECK_MS}",
                     "-c", "task.commit.ms=600000")
     try:
