@@ -61,7 +61,10 @@ async def fill_changelog(bootstrap: str, topic: str, partition: int, n: int,
 def _changelog(bootstrap: str, topic: str, watch: BrokerWatch) -> KafkaChangelog:
     producer = KafkaProducer(bootstrap, {}, 0)
     producer.add_stream("__changelog__counts", topic, 1, None)
-    return KafkaChangelog(bootstrap, {"isolation_level": "read_committed"}, producer,
+    # fetches of 64 KiB: tansu answers a Fetch with all it has, up to the limit asked
+    settings = {"isolation_level": "read_committed", "max_partition_fetch_bytes": 65536,
+                "fetch_max_bytes": 65536}
+    return KafkaChangelog(bootstrap, settings, producer,
                           "__changelog__counts", topic, 0, ENTRIES, timeout=30.0, watch=watch)
 
 
