@@ -369,7 +369,9 @@ class KafkaConsumer(Consumer):
                 continue
             try:
                 at = await consumer.position(tp)
-            except KafkaError:
+            except KafkaError:  # IllegalStateError: its tasks left meanwhile
+                continue
+            if self._readers.get(tp) is not readers:  # they left, or came again, meanwhile
                 continue
             if at > self._fetched.get(tp, at):
                 self._fetched[tp] = at
