@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import subprocess
 import time
 import uuid
@@ -21,12 +22,14 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaProducer
 from group_helpers import Member, outputs, settled, topics_named, wait_for
-from kafka_helpers import create_topic, keyed, produce_each, run
+from kafka_helpers import create_topic, free_port, keyed, produce_each, run
+from outage_helpers import TcpProxy
 
 from runtime.kafka.changelog import KafkaChangelog
 from runtime.kafka.outage import BrokerWatch, KafkaUnavailable
 from runtime.kafka.system import KafkaProducer
 from samza_dsl.testing.apache_kafka import ApacheKafkaCluster
+from samza_dsl.testing.kafka_broker import TansuBroker
 
 ENTRIES = 150_000  # some 18 of the reader's chunks: it stops after 9 until the reading side goes on
 TIMEOUT = 3.0
@@ -168,3 +171,59 @@ def test_a_broker_cut_during_a_restarts_changelog_trim_is_one_line(
     assert len(errors) == 1, out
     assert f"Kafka at {bootstrap} has not answered for" in errors[0], out
     assert rc == 2, out
+
+
+@pytest.mark.parametrize("where", ["worker thread", "job's loop"])
+def test_a_changelog_read_goes_on_when_the_broker_is_back_in_time(
+        tmp_path: Path, where: str, caplog: pytest.LogCaptureFixture) -> None:
+    """The broker away for less than the limit (tansu behind a proxy that cuts every
+    connection, keeping its data): the read waits, then reads every entry once. The reader's
+    own watch (on the job's loop) checks nothing of the job's when the broker is back, and
+    does not say it did."""
+    port, behind = free_port(), free_port()
+    proxy = TcpProxy(port, behind).start()
+    broker = TansuBroker(tmp_path / "tansu.log", port=behind, advertised_port=port)
+    broker.start()
+    bootstrap = f"127.0.0.1:{port}"
+    try:
+        topic = f"cl-back-{uuid.uuid4().hex[:8]}"
+        run(fill_changelog(bootstrap, topic, 0, ENTRIES))
+
+        def read(changelog: KafkaChangelog) -> list[int]:
+            offsets: list[int] = []
+            for chunk_offsets, _chunk in changelog.read(0, ENTRIES):
+                offsets += chunk_offsets
+                if len(offsets) == len(chunk_offsets):  # the first chunk
+                    proxy.stop()
+                    time.sleep(2.5)  # the watch probes every 0.5 s: it sees the broker away
+                    proxy.start()
+                else:  # the read lasts until the watch has seen the broker back
+                    time.sleep(0.1)
+            return offsets
+
+        checks: list[float] = []
+
+        async def check_data(down_for: float) -> None:  # the job's check of its topics
+            checks.append(down_for)
+
+        async def scenario() -> list[int]:
+            watch = BrokerWatch(bootstrap, 30.0, interval=0.5)
+            watch.on_back = check_data
+            watch.start()
+            try:
+                changelog = _changelog(bootstrap, topic, watch)
+                if where == "worker thread":
+                    return await asyncio.to_thread(read, changelog)
+                return read(changelog)
+            finally:
+                await watch.stop()
+
+        caplog.set_level(logging.WARNING, "samza_dsl.kafka")
+        assert asyncio.run(scenario()) == list(range(ENTRIES))
+        said = [r.getMessage() for r in caplog.records if "answers again" in r.getMessage()]
+        assert said, caplog.text
+        # the job's watch, which checked the job's topics (its loop was free), or the reader's
+        assert ("intact" in said[0]) == (where == "worker thread") == bool(checks), said
+    finally:
+        broker.stop()
+        proxy.stop()
