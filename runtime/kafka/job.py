@@ -602,7 +602,8 @@ class KafkaJob:
                 writer = producer if txns is None else txns.of_index(p)
                 return KafkaChangelog(self.servers, self.consumer_settings, writer, sid, topic,
                                       p, self._ends.get(TopicPartition(topic, p), 0),
-                                      timeout=max(self.timeout, 30.0, self.watch.timeout))
+                                      timeout=max(self.timeout, 30.0, self.watch.timeout),
+                                      watch=self.watch)
             out[name] = make
         return out
 

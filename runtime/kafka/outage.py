@@ -312,9 +312,11 @@ class BrokerWatch:
             await self._reachable()
             self.unavailable(_reason(exc))
             return
-        if self.down_since is not None:
-            log.warning("Kafka at %s answers again after %s; the job's topics and checkpoints "
-                        "are intact, the job goes on", self.servers, _seconds(down_for))
+        if self.down_since is not None:  # what was checked, if anything
+            checked = "" if self.on_back is None else \
+                "the job's topics and checkpoints are intact, "
+            log.warning("Kafka at %s answers again after %s; %sthe job goes on", self.servers,
+                        _seconds(down_for), checked)
         self._alarms = alarms
         self.answered()
         _ONCE.seen.clear()

@@ -183,6 +183,8 @@ class KafkaConsumer(Consumer):
         self._readers: dict[TopicPartition, list[Any]] = {}
         self._backlog: dict[Any, list[Any]] = {}
         self._fetched: dict[TopicPartition, int] = {}  # the next offset fetched per partition
+        #: the partitions the consumer is assigned now (``_assign``)
+        self._assigned: frozenset[TopicPartition] = frozenset()
         self._wake = asyncio.Event()
 
     def register(self, key: Any, ssp: SSP, next_offset: int | None) -> None:
@@ -197,7 +199,7 @@ class KafkaConsumer(Consumer):
         try:
             async with asyncio.timeout(self.timeout):
                 await consumer.start()
-                consumer.assign(tps)
+                self._assign(consumer, tps)
         except (KafkaError, TimeoutError, OSError) as exc:
             with contextlib.suppress(Exception):
                 await consumer.stop()
@@ -208,7 +210,7 @@ class KafkaConsumer(Consumer):
         while late := [k for k, pos in self.positions.items() if pos[2] is None]:
             await self._resolve(consumer, late)
         if set(self._readers) != set(tps):
-            consumer.assign(list(self._readers))
+            self._assign(consumer, list(self._readers))
         for tp, keys in self._readers.items():
             first = min(self.positions[k][2] for k in keys)
             consumer.seek(tp, first)
@@ -286,9 +288,13 @@ class KafkaConsumer(Consumer):
         if self._consumer is not None and set(self._readers) != before:
             self._reassign(self._consumer)
 
+    def _assign(self, consumer: AIOKafkaConsumer, tps: list[TopicPartition]) -> None:
+        consumer.assign(tps)
+        self._assigned = frozenset(tps)
+
     def _reassign(self, consumer: AIOKafkaConsumer) -> None:
         """Assign the partitions read now; those read before go on where their fetch was."""
-        consumer.assign(list(self._readers))
+        self._assign(consumer, list(self._readers))
         for tp, offset in self._fetched.items():
             consumer.seek(tp, offset)
         if self._paused and self._readers:
@@ -336,6 +342,8 @@ class KafkaConsumer(Consumer):
             raise kafka_error("fetching", self.servers, exc) from exc
         active = set(keys)
         for tp, records in fetched.items():
+            if tp not in self._readers:  # its tasks left the container during the fetch
+                continue
             if records:
                 self._fetched[tp] = records[-1].offset + 1
             for key in self._readers[tp]:
@@ -361,7 +369,9 @@ class KafkaConsumer(Consumer):
                 continue
             try:
                 at = await consumer.position(tp)
-            except KafkaError:
+            except KafkaError:  # IllegalStateError: its tasks left meanwhile
+                continue
+            if self._readers.get(tp) is not readers:  # they left, or came again, meanwhile
                 continue
             if at > self._fetched.get(tp, at):
                 self._fetched[tp] = at
@@ -389,7 +399,7 @@ class KafkaConsumer(Consumer):
         text = f"topic {tp.topic!r} partition {tp.partition}: read to offset {position}"
         if consumer is None:
             return text + " (the consumer has not started)"
-        high = consumer.highwater(tp)
+        high = _highwater(consumer, tp, self._assigned)
         if high is not None:
             text += f", the broker's high watermark {high}"
         if stop is not None:
@@ -412,7 +422,8 @@ class KafkaConsumer(Consumer):
             return True  # not read yet: the broker may hold records for it
         if stop is not None and position >= stop:
             return False
-        high = consumer.highwater(tp)  # known after a fetch of the partition
+        # known after a fetch of the partition
+        high = _highwater(consumer, tp, self._assigned)
         return high is None or position < high
 
     def progress(self) -> list[tuple[SSP, int | None, int | None]]:
@@ -421,8 +432,7 @@ class KafkaConsumer(Consumer):
         broker."""
         consumer = self._consumer
         tps = {pos[0]: pos[1] for pos in list(self.positions.values())}
-        return [(ssp, self.starts.get(ssp),
-                 consumer.highwater(tp) if consumer is not None else None)
+        return [(ssp, self.starts.get(ssp), _highwater(consumer, tp, self._assigned))
                 for ssp, tp in tps.items()]
 
     def _out_of_range(self, exc: OffsetOutOfRangeError) -> SamzaError:
@@ -479,6 +489,19 @@ class KafkaConsumer(Consumer):
             await stop_client(consumer)
 
 
+
+
+def _highwater(consumer: AIOKafkaConsumer | None, tp: TopicPartition,
+               assigned: frozenset[TopicPartition]) -> int | None:
+    """The broker's high watermark of ``tp`` as of the consumer's last fetch of it; None where
+    unknown, or where the consumer is not assigned ``tp`` (``assigned``: what it was given
+    last, in the loop's same step as the read, so nothing changes it in between). A task's
+    reader is registered before its partition is assigned (``add`` first asks the broker where
+    the partition begins) and the partition is unassigned as the task leaves; aiokafka asserts
+    that the partition is assigned ("Partition is not assigned")."""
+    if consumer is None or tp not in assigned:
+        return None
+    return consumer.highwater(tp)
 
 
 class KafkaProducer(BufferedProducer):

@@ -37,6 +37,7 @@ from runtime.kafka.assignor import MemberTasks
 from runtime.kafka.exactly_once import KafkaTransactions
 from runtime.kafka.fence import Fenced
 from runtime.kafka.group import GroupMembership
+from runtime.kafka.outage import KafkaDataLost, KafkaUnavailable
 from runtime.kafka.standby import StandbyReplicas
 from runtime.kafka.system import KafkaProducer
 from samza_dsl.config import config_value
@@ -474,6 +475,8 @@ class GroupTasks:
             if spec.kind == "table" or spec.op_id in ops:
                 try:
                     out[name] = self.state.open(m, name, self._changelogs[m.name].get(name))
+                except (KafkaUnavailable, KafkaDataLost):  # the brokers', told as anywhere
+                    raise
                 except Exception as exc:  # those opened close with the container
                     raise SamzaError(
                         f"container {self._label()}: task {m.name!r} came to it and its store "

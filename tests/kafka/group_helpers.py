@@ -33,8 +33,8 @@ class Member:
     """One ``samza-dsl run APP:group --follow`` process, with its own job.dir and log."""
 
     def __init__(self, folder: Path, bootstrap: str, tag: str, *args: str,
-                 delay: float = 0.0, app: str = "group", env: dict[str, str] | None = None
-                 ) -> None:
+                 delay: float = 0.0, app: str = "group", env: dict[str, str] | None = None,
+                 quiet: bool = True) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         self.folder = folder
         self.log = folder / f"run-{time.monotonic_ns()}.log"
@@ -42,7 +42,8 @@ class Member:
                "SAMZA_TEST_DELAY": str(delay), **(env or {})}
         self._out = self.log.open("w")
         self.proc = subprocess.Popen(
-            [CLI, "run", f"{APPS}:{app}", "--follow", "-q", "-c", f"job.dir={folder / 'job'}",
+            [CLI, "run", f"{APPS}:{app}", "--follow", *(["-q"] if quiet else []),
+             "-c", f"job.dir={folder / 'job'}",
              *GROUP_SETTINGS, *args],
             env=env, stdout=self._out, stderr=subprocess.STDOUT, text=True)
 
