@@ -7,7 +7,9 @@ file and is written nowhere: not in any output, not in ``samza-dsl config`` or t
 the job page, not in the metrics or any file of the job's.
 
 A wrong password, or a CA that did not sign the broker's certificate, is one line naming the
-broker and what failed.
+broker and what failed. On a broker that checks ACLs, a user that logs in and may not use a
+topic, the job's consumer group or its transactional ids stops the job at once, in one line
+naming the user and what to grant.
 
 Apache Kafka only: tansu has no TLS and no SASL listener.
 """
