@@ -653,8 +653,9 @@ def secret_fragments(secret: str) -> list[str]:
     >>> secret_fragments("Wr0ng PW_charlie")
     ['Wr0ng%20PW_charlie', 'Wr0ng PW_charlie', 'Wr0ng+PW_charlie', 'PW_charlie', 'Wr0ng']
     """
-    forms = {secret, urllib.parse.unquote(secret), urllib.parse.quote(secret, safe=""),
-             urllib.parse.quote_plus(secret, safe="")}
+    decoded = urllib.parse.unquote(secret)
+    forms = {secret, decoded, *(encode(form, safe="") for form in (secret, decoded)
+                                for encode in (urllib.parse.quote, urllib.parse.quote_plus))}
     pieces = set(forms)
     for form in forms:
         pieces.update(p for p in _SPLIT.split(form) if len(p) >= 3)
