@@ -48,11 +48,13 @@ def operator_error(task: Any, f: OperatorFailure, ssp: SSP, offset: int,
     after ``done`` messages of this run went through the task (default: those counted):
     where in the application's code, and ``--skip`` only for a record that fails alone
     (``SKIP_AFTER`` went through the task before it, in this run or before its checkpoint).
-    An output's own error (``SinkError``) and a system's refusal (``AccessRefused``) are not
-    the function's nor the message's: they stand as they are (they name the output or the
-    system and what to do)."""
+    A system's refusal (``AccessRefused``) and an error a sink raised as its own
+    (``SinkError`` with no cause: not a sink's exception the runtime named) are not the
+    function's nor the message's: they stand as they are (they name the system or the output
+    and what to do)."""
     cause = f.cause
-    if isinstance(cause, SinkError | AccessRefused):
+    if isinstance(cause, AccessRefused) or (isinstance(cause, SinkError)
+                                            and cause.__cause__ is None):
         own = copy.copy(cause)  # raised from the cause: not its own cause
         own.__cause__ = own.__context__ = own.__traceback__ = None
         return own
