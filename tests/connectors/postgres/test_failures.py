@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import os
 import re
+import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -114,8 +117,45 @@ def test_the_plan_the_status_and_the_jobs_files_show_no_password(
     code, out, err, _ = _cli("status", conninfo=pg.conninfo, job_dir=job_dir)
     assert code == 0, err
     assert "pg-fail" in out
-    _no_secret(pg_server.password, *texts, out, err)
+    texts += [out, err, *_job_page(job_dir, pg.conninfo)]
+    _no_secret(pg_server.password, *texts)
     _files_hold_no_secret(pg_server.password, job_dir)
+
+
+def _job_page(job_dir: Path, conninfo: str) -> list[str]:
+    """The job page's state, plan and front page of a run of the job (--follow --ui), and what
+    the run printed."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runtime.ops.cli", "run", APP, "--follow", "-q", "--ui",
+         f"127.0.0.1:{port}", "-c", f"job.dir={job_dir}"], cwd=ROOT,
+        env={**os.environ, "SAMZA_DSL_PG_CONNINFO": conninfo}, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    pages = []
+    try:
+        deadline = time.monotonic() + 40
+        for path in ("/api/state", "/plan.svg", "/"):
+            while True:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}",
+                                                timeout=5) as r:
+                        page = r.read().decode(errors="replace")
+                    if path != "/api/state" or '"plan_ready":true' in page:
+                        pages.append(page)
+                        break
+                    raise OSError("the job is starting")
+                except OSError:
+                    assert proc.poll() is None, proc.communicate()[1]
+                    assert time.monotonic() < deadline, "the job page never answered"
+                    time.sleep(0.1)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "stream:events" in pages[0] and "event&#45;rows" in pages[1], pages[1][:3000]
+    return [*pages, out, err]
 
 
 @pytest.mark.parametrize("case", ["table", "column", "type"])
