@@ -115,7 +115,7 @@ def _login(conninfo: str) -> tuple[str, str, str]:
 _REFUSED_TEXT = re.compile(r"password authentication failed|no password supplied|"
                            r"role \".*\" does not exist|database \".*\" does not exist|"
                            r"not permitted to log in|permission denied|pg_hba\.conf|"
-                           r"authentication failed|SCRAM", re.I)
+                           r"authentication failed", re.I)
 
 
 def refused(exc: BaseException) -> bool:
