@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -32,7 +33,7 @@ __all__ = ["ConfigKey", "KNOWN_KEYS", "STREAM_PROPERTIES", "STORE_PROPERTIES", "
            "key_reference", "JOIN_CHECK_POLICIES", "GUARANTEES", "AT_LEAST_ONCE",
            "EXACTLY_ONCE", "check_guarantee", "exactly_once", "job_config", "job_name_of",
            "SECURITY_PROTOCOLS", "SASL_MECHANISMS", "SECRET_PROPERTIES", "is_secret",
-           "shown_value", "shown_config"]
+           "shown_value", "shown_config", "connection_secrets", "secret_fragments", "redact"]
 
 SERDE_ERROR_POLICIES = ("fail", "skip", "dead-letter")
 _JOB_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -609,3 +610,68 @@ def shown_value(key: str, value: Any) -> Any:
 def shown_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """A config with every secret as ``shown_value`` shows it."""
     return {k: shown_value(k, v) for k, v in config.items()}
+
+
+#: a password in a libpq keyword string: ``password=...`` (quoted, or up to the next ``key=``)
+_KEYWORD_SECRET = re.compile(r"(?:^|\s)(?:ssl)?password\s*=\s*(?:'((?:[^'\\]|\\.)*)'?|"
+                             r"(.*?)(?=\s+[A-Za-z_]+\s*=|\s*$))", re.S)
+#: a password in a URL's query (``?password=...``, ``&sslpassword=...``)
+_QUERY_SECRET = re.compile(r"[?&](?:ssl)?password=([^&#]*)")
+#: what a secret is cut into (whitespace, percent escapes and stray percent signs)
+_SPLIT = re.compile(r"\s+|%[0-9A-Fa-f]{2}|%")
+
+
+def connection_secrets(conninfo: str) -> list[str]:
+    """The passwords a connection string holds, read leniently so that a string its driver
+    cannot parse still gives them: a libpq ``password=`` (quoted, or up to the next ``key=``),
+    a URL's ``user:password@`` (any scheme: ``postgresql://``, SQLAlchemy's
+    ``postgresql+psycopg://``) and its query's ``password=``.
+
+    >>> connection_secrets("host=db user=app password=Wr0ng PW_charlie")
+    ['Wr0ng PW_charlie']
+    >>> connection_secrets("postgresql://app:Wr0ng%ZZPW_delta@db/shop")
+    ['Wr0ng%ZZPW_delta']
+    """
+    found: list[str] = []
+    scheme, sep, rest = conninfo.partition("://")
+    if sep and re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*", scheme):
+        userinfo, at, _ = rest.rpartition("@")
+        if at and ":" in userinfo:
+            found.append(userinfo.partition(":")[2])
+        found += _QUERY_SECRET.findall(rest)
+    else:
+        for quoted, plain in _KEYWORD_SECRET.findall(conninfo):
+            found.append(re.sub(r"\\(.)", r"\1", quoted) if quoted else plain.strip())
+    return [f for f in found if f]
+
+
+def secret_fragments(secret: str) -> list[str]:
+    """What of ``secret`` no text may show, longest first: the secret, its percent-decoded and
+    percent-encoded forms, and each piece of them of 3 characters or more cut at whitespace
+    and percent escapes (a driver quotes the piece of a password it could not parse).
+
+    >>> secret_fragments("Wr0ng PW_charlie")
+    ['Wr0ng%20PW_charlie', 'Wr0ng PW_charlie', 'Wr0ng+PW_charlie', 'PW_charlie', 'Wr0ng']
+    """
+    decoded = urllib.parse.unquote(secret)
+    forms = {secret, decoded, *(encode(form, safe="") for form in (secret, decoded)
+                                for encode in (urllib.parse.quote, urllib.parse.quote_plus))}
+    pieces = set(forms)
+    for form in forms:
+        pieces.update(p for p in _SPLIT.split(form) if len(p) >= 3)
+    return sorted((p for p in pieces if p), key=lambda p: (-len(p), p))
+
+
+def redact(text: str, secrets: Iterable[str | None]) -> str:
+    """``text`` with every fragment of each secret (``secret_fragments``) as ``***``: what an
+    error or a log line made of a driver's message shows, whatever the driver put in it.
+
+    >>> redact('missing "=" after "PW_charlie" in connection info string',
+    ...        ["Wr0ng PW_charlie"])
+    'missing "=" after "***" in connection info string'
+    """
+    fragments = sorted({f for s in secrets if s for f in secret_fragments(s)},
+                       key=lambda p: (-len(p), p))
+    for fragment in fragments:
+        text = text.replace(fragment, "***")
+    return text

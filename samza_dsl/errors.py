@@ -222,6 +222,27 @@ class RemoteTableError(SamzaError):
         self.attempts = attempts
 
 
+class AccessRefused(SamzaError):
+    """A system answered and refused the job: its login (a wrong password, no such user or
+    database) or its access (no permission on a table or topic). Not an outage: it is not
+    retried, and the job stops at once. The message names the system, the user and where the
+    secret comes from (a config key, an environment variable, the connection string), never
+    the secret.
+
+    Example:
+        >>> e = AccessRefused("PostgreSQL system 'pg' refused user 'app'", system="pg",
+        ...                   user="app")
+        >>> e.system, e.user
+        ('pg', 'app')
+    """
+
+    def __init__(self, message: str, *, system: str | None = None,
+                 user: str | None = None) -> None:
+        super().__init__(message)
+        self.system = system
+        self.user = user
+
+
 class SparkStartError(SamzaError):
     """Spark's JVM exited before it was up: ``master`` is the master it was given, ``reason``
     the JVM's last lines on standard error (its own reason)."""

@@ -21,8 +21,9 @@ Needs psycopg 3 (``pip install 'samza-dsl[postgres]'``). docs/connectors.md has 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +47,8 @@ def _describe(conninfo: str) -> str:
 class PgSystem(SinkSystem):
     """A PostgreSQL database; make one with ``PostgresSystem``."""
 
-    conninfo: str = ""
+    #: how to connect; not in the repr (it may hold a password)
+    conninfo: str = field(default="", repr=False)
 
     def output_table(self, stream_id: str, *, table: str,
                      columns: Mapping[str, str | Callable[[Any], Any]],
@@ -114,7 +116,7 @@ class PgSystem(SinkSystem):
         Read only: writes go through ``output_table``."""
         from runtime.connectors.postgres import PostgresReader
 
-        reader = PostgresReader(self.conninfo, table, key, columns)
+        reader = PostgresReader(self.conninfo, table, key, columns, system=self.name)
         return app.remote_table(name, read=reader.read, read_all=reader.read_all,
                                 cache=cache, batch_size=batch_size, rate_limit=rate_limit,
                                 retry=retry or RetryPolicy(max_attempts=5, backoff=0.1))
@@ -128,7 +130,8 @@ class PgSystem(SinkSystem):
         seen until the job restarts."""
         from runtime.connectors.postgres import PostgresReader
 
-        reader = PostgresReader(self.conninfo, table, key, columns, snapshot=True)
+        reader = PostgresReader(self.conninfo, table, key, columns, snapshot=True,
+                                system=self.name)
         return app.remote_table(name, read=reader.read, read_all=reader.read_all,
                                 batch_size=1 << 30,
                                 retry=retry or RetryPolicy(max_attempts=5, backoff=0.1))
@@ -144,7 +147,14 @@ def PostgresSystem(name: str = "postgres", *, conninfo: str) -> PgSystem:  # noq
 
     Returns:
         The system: ``output_table``, ``remote_table``, ``side_table``.
+
+    Raises:
+        ConfigError: ``conninfo`` cannot be read (the message shows no part of a password).
     """
     if not isinstance(conninfo, str) or not conninfo:
         raise ValueError(f"PostgresSystem({name!r}) needs conninfo= a connection string")
+    from runtime.connectors.postgres import check_conninfo
+
+    with contextlib.suppress(ImportError):  # without psycopg: said when the job starts
+        check_conninfo(name, conninfo)
     return PgSystem(name, conninfo=conninfo)

@@ -45,7 +45,10 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from runtime.connectors.postgres_errors import refused
+from samza_dsl.config import connection_secrets, redact
 from samza_dsl.connectors import Committed, Replays, Sink, SinkContext, SinkError, Sources
+from samza_dsl.errors import AccessRefused
 
 __all__ = ["IcebergSink", "IcebergOptions", "CatalogSpec", "arrow_schema", "load_table",
            "schema_mismatch", "scan_arrow", "table_scan",
@@ -422,6 +425,7 @@ class IcebergSink(Sink):
     def _error(self, call: str, what: str) -> SinkError:
         ctx = self.ctx
         task = ctx.task_name if ctx is not None else "?"
+        what = redact(what, connection_secrets(self.options.catalog.uri))
         return SinkError(f"{self.where}, task {task!r}, {call}: {what}",
                          stream=ctx.stream_id if ctx is not None else None,
                          task=ctx.task_name if ctx is not None else None, step=call)
@@ -597,7 +601,7 @@ class IcebergSink(Sink):
         """``fn``, made again while another writer got ahead of it (the table refreshed first)
         or the catalog's database is busy, for at most ``retry_seconds``."""
         from pyiceberg.exceptions import CommitFailedException
-        from sqlalchemy.exc import OperationalError
+        from sqlalchemy.exc import DBAPIError, OperationalError
 
         deadline = time.monotonic() + self.options.retry_seconds
         attempt = 0
@@ -606,6 +610,8 @@ class IcebergSink(Sink):
             try:
                 return fn(*args, **kw)
             except (CommitFailedException, OperationalError) as exc:
+                if isinstance(exc, OperationalError) and refused(exc.orig or exc):
+                    raise self._refusal(call, exc.orig or exc) from None  # answered: not an outage
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise self._error(call, f"the catalog refused the commit for "
@@ -614,7 +620,8 @@ class IcebergSink(Sink):
                                       f"rows, so a restart writes them again") from None
                 pause = min(left, 0.02 * 2 ** min(attempt, 6) * (0.5 + random.random()))
                 _log.info("%s, %s: %s; trying again in %.2f s", self.where, call,
-                          _first_line(exc), pause)
+                          redact(_first_line(exc), connection_secrets(self.options.catalog.uri)),
+                          pause)
                 time.sleep(pause)
                 if fn == self._commit:
                     try:
@@ -623,6 +630,32 @@ class IcebergSink(Sink):
                         continue
                     if landed is not None:
                         return landed
+            except DBAPIError as exc:  # a statement refused (no permission on the catalog)
+                if refused(exc.orig or exc):
+                    raise self._refusal(call, exc.orig or exc) from None
+                raise
+
+    def _refusal(self, call: str, exc: BaseException) -> AccessRefused:
+        """The one line of the catalog's database refusing the job's login or access: the
+        system, the user and where the password comes from; never the password."""
+        from sqlalchemy.engine import make_url
+
+        uri = self.options.catalog.uri
+        try:
+            url = make_url(uri)
+            user, has_password = url.username, bool(url.password)
+        except Exception:
+            user, has_password = None, bool(connection_secrets(uri))
+        source = ("comes from the catalog URI (IcebergSystem's catalog_uri=)" if has_password
+                  else "is not in the catalog URI (IcebergSystem's catalog_uri=): the driver "
+                  "looked for it in PGPASSWORD or its password file")
+        system = self.ctx.system if self.ctx is not None else "?"
+        task = self.ctx.task_name if self.ctx is not None else "?"
+        said = redact(_first_line(exc), connection_secrets(uri))
+        return AccessRefused(
+            f"{self.where}, task {task!r}, {call}: the catalog's database refused user "
+            f"{user!r} of Iceberg system {system!r}: {said}; check the user and the password, "
+            f"which {source} (a refusal is not retried)", system=system, user=user)
 
 
 

@@ -40,36 +40,24 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
 
+from runtime.connectors.postgres_errors import (
+    check_conninfo,
+    describe_conninfo,
+    driver_error,
+    problem,
+    refusal,
+    refused,
+)
 from samza_dsl.connectors import Replays, Sink, SinkContext, SinkError, Sources
+from samza_dsl.errors import RemoteTableError
 from samza_dsl.remote import RemoteCallError
 
 __all__ = ["PostgresSink", "PostgresOptions", "PostgresReader", "POSITIONS_TABLE",
-           "describe_conninfo"]
+           "describe_conninfo", "check_conninfo"]
 
 _log = logging.getLogger("samza_dsl.connectors.postgres")
 
 POSITIONS_TABLE = "samza_dsl_positions"
-
-
-def describe_conninfo(conninfo: str) -> str:
-    """The connection string without its password, as errors name it.
-
-    >>> describe_conninfo("host=db port=5432 dbname=shop user=app password=secret")
-    'host=db port=5432 dbname=shop user=app'
-    """
-    from psycopg.conninfo import conninfo_to_dict
-
-    try:
-        parts = conninfo_to_dict(conninfo)
-    except Exception:
-        return "(an unreadable connection string)"
-    return " ".join(f"{k}={parts[k]}" for k in ("host", "hostaddr", "port", "dbname", "user")
-                    if parts.get(k))
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
 @dataclass(frozen=True)
@@ -88,7 +76,7 @@ class PostgresOptions:
         to_row: Makes a row (a dict) of a message; by default ``default_row``.
     """
 
-    conninfo: str
+    conninfo: str = field(repr=False)  # it may hold a password
     table: str
     columns: Mapping[str, Any] = field(compare=False)
     key: tuple[str, ...] = ()
@@ -150,6 +138,11 @@ def _row_maker(options: PostgresOptions) -> Callable[[Any], tuple[Any, ...]]:
         row = to_row(m)
         return tuple(g(m, row) for g in getters)
     return mixed
+
+
+def _retrieved(done: asyncio.Future[Any]) -> None:
+    if not done.cancelled():
+        done.exception()
 
 
 async def _each(waits: list[Any]) -> None:
@@ -288,7 +281,11 @@ class PostgresSink(Sink):
 
     def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
         assert self.pool is not None
-        return asyncio.wrap_future(self.pool.submit(self._retrying, fn.__name__, fn, *args))
+        done = asyncio.wrap_future(self.pool.submit(self._retrying, fn.__name__, fn, *args))
+        # its error goes to whoever awaits it; one the task no longer awaits (it failed
+        # already, and abort dropped the batch) is not reported again as never retrieved
+        done.add_done_callback(_retrieved)
+        return done
 
     def _connect(self) -> Any:
         import psycopg
@@ -315,10 +312,19 @@ class PostgresSink(Sink):
 
     def _retrying(self, step: str, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn`` with a connection; a lost connection is made again and the open transaction
-        written again, for at most ``retry_seconds``."""
+        written again, for at most ``retry_seconds``. A refusal (``refused``) is not retried."""
         import psycopg
 
-        deadline = time.monotonic() + self.options.retry_seconds
+        o = self.options
+        ctx = self.ctx
+        task = ctx.task_name if ctx is not None else "?"
+
+        def stop(what: str) -> SinkError:
+            return SinkError(f"{self.where} failed in task {task!r}: {what}",
+                             stream=ctx.stream_id if ctx else None,
+                             task=ctx.task_name if ctx else None, step=step)
+
+        deadline = time.monotonic() + o.retry_seconds
         attempt = 0
         while True:
             attempt += 1
@@ -328,30 +334,31 @@ class PostgresSink(Sink):
                     if fn != self._read_positions:
                         self._resend()
                 return fn(*args)
-            except psycopg.OperationalError as exc:
+            except psycopg.Error as exc:
+                if refused(exc):
+                    self._disconnect()
+                    self._token = None
+                    needs = (f"INSERT{', SELECT and UPDATE' if o.upsert else ''} on table "
+                             f"{o.table}, and CREATE on its database's public schema (the "
+                             f"positions table {POSITIONS_TABLE})")
+                    raise refusal(exc, o.conninfo, ctx.system if ctx else "?",
+                                  f"{self.where}, task {task!r}", needs) from None
+                if not isinstance(exc, psycopg.OperationalError):
+                    said = problem(exc, o.conninfo, o.table, list(o.columns))
+                    self._rollback()
+                    self._token = None
+                    raise stop(said) from None
                 self._disconnect()
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise SinkError(
-                        f"{self.where} failed in task "
-                        f"{self.ctx.task_name if self.ctx else '?'!r}: the database did not "
-                        f"answer for {self.options.retry_seconds:g} s ({attempt} attempts): "
-                        f"{_first_line(exc)}; the checkpoint stays before these rows, so a "
-                        f"restart writes them again", stream=self.ctx.stream_id if self.ctx
-                        else None, task=self.ctx.task_name if self.ctx else None,
-                        step=step) from None
+                    raise stop(f"the database did not answer for {o.retry_seconds:g} s "
+                               f"({attempt} attempts): {driver_error(exc, o.conninfo)}; the "
+                               f"checkpoint stays before these rows, so a restart writes them "
+                               f"again") from None
                 pause = min(left, 0.1 * 2 ** min(attempt, 5) * (0.5 + random.random() / 2))
-                _log.warning("%s: %s; trying again in %.2f s", self.where, _first_line(exc),
-                             pause)
+                _log.warning("%s: %s; trying again in %.2f s", self.where,
+                             driver_error(exc, o.conninfo), pause)
                 time.sleep(pause)
-            except psycopg.Error as exc:
-                self._rollback()
-                self._token = None
-                raise SinkError(f"{self.where} failed in task "
-                                f"{self.ctx.task_name if self.ctx else '?'!r}: "
-                                f"{_first_line(exc)}", stream=self.ctx.stream_id if self.ctx
-                                else None, task=self.ctx.task_name if self.ctx else None,
-                                step=step) from None
 
     def _resend(self) -> None:
         """A new connection: the batches the lost transaction held, again."""
@@ -462,8 +469,9 @@ class PostgresReader:
     """
 
     def __init__(self, conninfo: str, table: str, key: str, columns: Sequence[str] | None,
-                 snapshot: bool = False) -> None:
+                 snapshot: bool = False, system: str = "postgres") -> None:
         self.conninfo = conninfo
+        self.system = system
         self.table = table
         self.key = key
         self.columns = tuple(columns) if columns else None
@@ -511,21 +519,28 @@ class PostgresReader:
     async def _query(self, query: Any, params: Any) -> list[dict[str, Any]]:
         import psycopg
 
+        where = f"PostgreSQL table {self.table} at {describe_conninfo(self.conninfo)}"
         try:
             conn = await self._conn()
             self.queries += 1
             cur = await conn.execute(query, params)
             rows: list[dict[str, Any]] = await cur.fetchall()
             return rows
-        except psycopg.OperationalError as exc:
+        except psycopg.Error as exc:
+            if refused(exc):
+                raise refusal(exc, self.conninfo, self.system, where,
+                              f"SELECT on table {self.table}") from None
+            if not isinstance(exc, psycopg.OperationalError):
+                cols = [self.key, *(self.columns or ())]
+                raise RemoteTableError(
+                    f"{where}: {problem(exc, self.conninfo, self.table, cols)}",
+                    table=self.table, call="read") from None
             slot = (os.getpid(), id(asyncio.get_running_loop()))
             conn = self._conns.pop(slot, None)
             if conn is not None:
                 with contextlib.suppress(Exception):
                     await conn.close()
-            raise RemoteCallError(f"PostgreSQL table {self.table} at "
-                                  f"{describe_conninfo(self.conninfo)}: "
-                                  f"{_first_line(exc)}") from None
+            raise RemoteCallError(f"{where}: {driver_error(exc, self.conninfo)}") from None
 
     async def _load(self) -> dict[Any, Any]:
         if self._rows is None:

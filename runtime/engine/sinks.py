@@ -26,11 +26,14 @@ from typing import Any
 from runtime.engine.systems import Producer, ProducerCounts, StreamSink
 from samza_dsl.config import job_name_of
 from samza_dsl.connectors import Committed, Sink, SinkContext, SinkError, SinkOutput, Sources
-from samza_dsl.errors import ConfigError
+from samza_dsl.errors import AccessRefused, ConfigError
 
 __all__ = ["TaskSinks", "SinkProducer", "sink_outputs", "task_producer"]
 
 _log = logging.getLogger("samza_dsl.connectors")
+
+#: a sink's errors that stand as they are: its own, and a system's refusal of the job
+_OWN = (SinkError, AccessRefused)
 
 
 def sink_outputs(plan: Any) -> dict[str, SinkOutput]:
@@ -94,7 +97,7 @@ class TaskSinks:
         for sid, d in self.outputs.items():
             try:
                 self.sinks[sid] = d.make(self.contexts[sid])
-            except SinkError:
+            except _OWN:
                 raise
             except Exception as exc:
                 raise self._error(sid, "make", exc, "The task did not start; fix the sink= "
@@ -130,7 +133,7 @@ class TaskSinks:
                 recovering: Callable[..., Any] = sink.recover
                 _sync(step, recovering(Committed(self.checkpoint_id if sid in positions
                                                  else 0, positions.get(sid))))
-            except SinkError:
+            except _OWN:
                 raise
             except Exception as exc:
                 raise self._error(sid, step, exc, "The task did not start; fix what the sink "
@@ -147,7 +150,7 @@ class TaskSinks:
         def send(partition: int, message: Any) -> Any:
             try:
                 pending = write(partition, message)
-            except SinkError:
+            except _OWN:
                 raise
             except Exception as exc:
                 raise failed(partition, exc) from exc
@@ -170,7 +173,7 @@ class TaskSinks:
         def send(partition: int, messages: list[Any], sources: Sources) -> Any:
             try:
                 pending = write_batch(partition, messages, sources)
-            except SinkError:
+            except _OWN:
                 raise
             except Exception as exc:
                 raise failed(partition, exc) from exc
@@ -191,7 +194,7 @@ class TaskSinks:
         async def waited(pending: Awaitable[None], partition: int) -> None:
             try:
                 await pending
-            except SinkError:
+            except _OWN:
                 raise
             except Exception as exc:
                 raise failed(partition, exc) from exc
@@ -210,7 +213,7 @@ class TaskSinks:
             for sid, sink in self.sinks.items():
                 try:
                     positions[sid] = await _settle(sink.prepare(cid))
-                except SinkError:
+                except _OWN:
                     raise
                 except Exception as exc:
                     raise self._error(sid, f"prepare (checkpoint {cid})", exc,
@@ -231,7 +234,7 @@ class TaskSinks:
         for sid, sink in self.sinks.items():
             try:
                 await _settle(sink.commit(cid))
-            except SinkError:
+            except _OWN:
                 raise
             except Exception as exc:
                 raise self._error(sid, f"commit (checkpoint {cid})", exc,

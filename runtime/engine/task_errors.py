@@ -4,6 +4,7 @@ restart reprocesses it)."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from runtime.engine.dag import OperatorFailure
@@ -11,7 +12,15 @@ from runtime.engine.handout import Handout
 from runtime.engine.in_flight import NO_KEY, wait_of
 from runtime.engine.job import SSP
 from runtime.state.remote import RemoteCallFailure
-from samza_dsl.errors import CallbackTimeout, JoinPartitionError, SerdeError, TaskError
+from samza_dsl.connectors import SinkError
+from samza_dsl.errors import (
+    AccessRefused,
+    CallbackTimeout,
+    JoinPartitionError,
+    SamzaError,
+    SerdeError,
+    TaskError,
+)
 
 __all__ = ["operator_error", "event_time_error", "call_error", "timeout_error", "SKIP_AFTER"]
 
@@ -34,12 +43,21 @@ def call_error(task: Any, f: RemoteCallFailure, ssp: SSP, offset: int) -> TaskEr
 
 
 def operator_error(task: Any, f: OperatorFailure, ssp: SSP, offset: int,
-                done: int | None = None) -> TaskError:
+                done: int | None = None) -> SamzaError:
     """The error for operator ``f.op_id`` failing on the message at ``ssp`` ``offset``,
     after ``done`` messages of this run went through the task (default: those counted):
     where in the application's code, and ``--skip`` only for a record that fails alone
-    (``SKIP_AFTER`` went through the task before it, in this run or before its checkpoint)."""
+    (``SKIP_AFTER`` went through the task before it, in this run or before its checkpoint).
+    A system's refusal (``AccessRefused``) and an error a sink raised as its own
+    (``SinkError`` with no cause: not a sink's exception the runtime named) are not the
+    function's nor the message's: they stand as they are (they name the system or the output
+    and what to do)."""
     cause = f.cause
+    if isinstance(cause, AccessRefused) or (isinstance(cause, SinkError)
+                                            and cause.__cause__ is None):
+        own = copy.copy(cause)  # raised from the cause: not its own cause
+        own.__cause__ = own.__context__ = own.__traceback__ = None
+        return own
     placed = isinstance(cause, JoinPartitionError)  # it says what to do itself
     where = f.where
     at = f" in {where}" if where and not placed else ""

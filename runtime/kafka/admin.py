@@ -40,7 +40,7 @@ from typing import Any
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, for_code
 
-from runtime.kafka.security import LoginRefused, refusal
+from runtime.kafka.security import LoginRefused, not_authorized, refusal
 from samza_dsl.errors import SamzaError
 
 __all__ = ["BrokersUnreachable", "TopicSpec", "check_bootstrap", "delete_topics",
@@ -241,7 +241,8 @@ async def ensure_topics(bootstrap: str, specs: Iterable[TopicSpec], *,
                                      (*s.configs, ("min.insync.replicas", str(insync))))
                            for s in missing]
             step[0] = f"creating topics {[spec.name for spec in missing]}"
-            await _create(admin, missing, replicas, where)
+            await _create(admin, missing, replicas, where,
+                          client_settings.get("sasl_plain_username"))
             step[0] = "waiting for the created topics to appear in the metadata"
             created = await _partition_counts(admin, [spec.name for spec in missing],
                                               wait_for_all=True)
@@ -375,7 +376,7 @@ def _led(entry: Mapping[str, Any]) -> bool:
 
 
 async def _create(admin: AIOKafkaAdminClient, specs: list[TopicSpec], replication_factor: int,
-                  where: str) -> None:
+                  where: str, user: str | None = None) -> None:
     new = [
         NewTopic(spec.name, spec.partitions, replication_factor,
                  topic_configs={**dict(spec.configs),
@@ -384,7 +385,9 @@ async def _create(admin: AIOKafkaAdminClient, specs: list[TopicSpec], replicatio
         for spec in specs
     ]
     response = await admin.create_topics(new)
-    for result in response.to_object()["topic_errors"]:
+    order = {spec.name: i for i, spec in enumerate(specs)}  # the broker answers in any order
+    for result in sorted(response.to_object()["topic_errors"],
+                         key=lambda r: order.get(r["topic"], len(order))):
         code = result["error_code"]
         if code in (0, _TOPIC_ALREADY_EXISTS):
             continue  # already there: created by another client meanwhile; its count is checked
@@ -392,6 +395,9 @@ async def _create(admin: AIOKafkaAdminClient, specs: list[TopicSpec], replicatio
         reason = f"{for_code(code).__name__}"
         if result.get("error_message"):
             reason += f": {result['error_message']}"
+        refused = not_authorized(f"creating topic {name!r}", where, for_code(code)(name), user)
+        if refused is not None:
+            raise refused
         if code == _INVALID_REPLICATION_FACTOR:
             todo = (f"lower replication_factor (now {replication_factor}) to at most the number "
                     f"of brokers")
@@ -438,6 +444,9 @@ async def _admin(servers: list[str], timeout: float, client_settings: dict[str, 
         if step[0] == "connecting":
             await _refused(where, client_settings)
             raise _unreachable(where, f"{type(e).__name__}: {e}") from e
+        refused = not_authorized(step[0], where, e, client_settings.get("sasl_plain_username"))
+        if refused is not None:
+            raise refused from None
         raise SamzaError(
             f"the Kafka brokers at {where} failed while {step[0]} ({type(e).__name__}: {e}); "
             f"check bootstrap_servers, the brokers' logs and the job's permissions"

@@ -160,7 +160,8 @@ class ContainerClaim:
                     await consumer.seek_to_beginning(self.tp)
                     end = (await consumer.end_offsets([self.tp]))[self.tp]
             except (KafkaError, TimeoutError, OSError) as exc:
-                raise kafka_error("claiming the container's id", self.servers, exc) from exc
+                raise kafka_error("claiming the container's id", self.servers, exc,
+                                  self.settings) from exc
             await self._read(consumer, until=end)
             try:
                 await self._own(producer, consumer)
@@ -183,7 +184,8 @@ class ContainerClaim:
                 meta = await producer.send_and_wait(self.tp.topic, value, key=self.key,
                                                     partition=0)
         except (KafkaError, TimeoutError, OSError) as exc:
-            raise kafka_error("renewing the container's claim", self.servers, exc) from exc
+            raise kafka_error("renewing the container's claim", self.servers, exc,
+                                  self.settings) from exc
         return int(meta.offset)
 
     async def _read(self, consumer: Any, *, until: int = -1, wait_ms: int = 0) -> None:
@@ -193,7 +195,8 @@ class ContainerClaim:
             try:
                 batch = await consumer.getmany(self.tp, timeout_ms=max(wait_ms, 100))
             except KafkaError as exc:
-                raise kafka_error("reading the container claims", self.servers, exc) from exc
+                raise kafka_error("reading the container claims", self.servers, exc,
+                                  self.settings) from exc
             for r in batch.get(self.tp, []):
                 if r.key is not None and r.key.startswith(self.prefix):
                     self._note(r.key[len(self.prefix):].decode(), r.offset, r.value)

@@ -95,9 +95,14 @@ async def fence_earlier(servers: str, settings: Mapping[str, Any], job_name: str
     producers = [TransactionalProducer(servers, transactional_id(job_name, name),
                                        timeout=timeout, **settings) for name in task_names]
     try:
-        await asyncio.gather(*(p.start() for p in producers))
+        # every start ends before any is stopped: a producer still starting when another's
+        # start failed (a refused transactional id) would start after its stop, and leak
+        started = await asyncio.gather(*(p.start() for p in producers), return_exceptions=True)
     finally:
         await asyncio.gather(*(p.stop() for p in producers), return_exceptions=True)
+    for result in started:
+        if isinstance(result, BaseException):
+            raise result
 
 
 class TaskProducer(KafkaProducer):

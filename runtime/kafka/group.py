@@ -47,6 +47,7 @@ from aiokafka.errors import KafkaError
 from runtime.kafka.aiokafka_compat import request_rejoin
 from runtime.kafka.assignor import AssignmentRefused, MemberTasks, TaskAssignor
 from runtime.kafka.fence import Lease, watch_coordinator
+from runtime.kafka.security import not_authorized
 from runtime.kafka.system import stop_client
 from samza_dsl.config import config_value
 from samza_dsl.errors import ConfigError, SamzaError
@@ -232,6 +233,10 @@ class GroupMembership:
     def _error(self, exc: BaseException) -> BaseException:
         if isinstance(exc, SamzaError):
             return exc
+        refused = not_authorized(f"taking part in consumer group {self.group!r}", self.servers,
+                                 exc, self.settings.get("sasl_plain_username"))
+        if refused is not None:
+            return refused
         name = type(exc).__name__
         if "FencedInstanceId" in name:
             return SamzaError(

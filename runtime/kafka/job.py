@@ -245,10 +245,14 @@ class KafkaJob:
             n = found[topics[sid]]
             if n is None:
                 names = await topic_names(self.servers, timeout=self.timeout, **self.login)
+                user = self.security.username  # brokers list only topics it may describe
+                unseen = f" (or user {user!r} may not Describe it)" if user else ""
+                grant = f", or grant user {user!r} Describe and Read on it (an ACL)" if user \
+                    else ""
                 raise SamzaError(f"input {sid!r}: topic {topics[sid]!r} does not exist on "
-                                 f"the Kafka brokers at {self.servers}"
+                                 f"the Kafka brokers at {self.servers}{unseen}"
                                  f"{did_you_mean(topics[sid], names)}; create it, or check the "
-                                 f"stream's physical_name")
+                                 f"stream's physical_name{grant}")
         known = {sid: found[topics[sid]] for sid, d in declared.items()
                  if d.partitions is None and found[topics[sid]] is not None}
         plan = app.plan(partitions=known, config=self.config)

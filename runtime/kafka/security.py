@@ -26,18 +26,53 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from samza_dsl.config import SASL_MECHANISMS, SECURITY_PROTOCOLS
-from samza_dsl.errors import ConfigError, SamzaError
+from samza_dsl.errors import AccessRefused, ConfigError
 
 __all__ = ["KafkaSecurity", "kafka_security", "security_settings", "refusal", "check_login",
-           "SECURITY_KWARGS", "LoginRefused"]
+           "SECURITY_KWARGS", "LoginRefused", "not_authorized"]
 
 #: the aiokafka keyword arguments this module sets
 SECURITY_KWARGS = ("security_protocol", "ssl_context", "sasl_mechanism", "sasl_plain_username",
                    "sasl_plain_password")
 
 
-class LoginRefused(SamzaError):
+class LoginRefused(AccessRefused):
     """The brokers refused the job's connection: its credentials or its trust."""
+
+
+def not_authorized(what: str, servers: str, exc: BaseException,
+                   user: str | None = None) -> AccessRefused | None:
+    """The one line of a broker refusing the job's user an operation (aiokafka's topic, group,
+    cluster or transactional-id authorization errors): the user logged in, and may not do
+    ``what``. Not retried. None for any other error."""
+    from aiokafka.errors import (
+        ClusterAuthorizationFailedError,
+        GroupAuthorizationFailedError,
+        TopicAuthorizationFailedError,
+        TransactionalIdAuthorizationFailed,
+    )
+
+    grants: list[tuple[type[BaseException], str, str]] = [
+        (TopicAuthorizationFailedError, "topic", "Describe, Read and Write on it (and Create "
+         "where the job makes its topics)"),
+        (GroupAuthorizationFailedError, "consumer group", "Read and Describe on it"),
+        (ClusterAuthorizationFailedError, "the cluster", "the cluster operations the job "
+         "needs (Create for its topics, IdempotentWrite for its producers)"),
+        (TransactionalIdAuthorizationFailed, "transactional id", "Write and Describe on it "
+         "(on the job's prefix, for every task)")]
+    found = [(resource, needs) for kind, resource, needs in grants if isinstance(exc, kind)]
+    if not found:
+        return None
+    resource, needs = found[0]
+    named = str(exc).rpartition(": ")[2].strip()  # aiokafka: "[Error 29] ...: <resource>"
+    if named and not named.startswith("[") and resource != "the cluster":
+        resource = f"{resource} {named!r}"
+    who = f"user {user!r}" if user else "the job's user"
+    return AccessRefused(
+        f"{what} on Kafka at {servers} was refused: {who} is not authorized for {resource} "
+        f"({type(exc).__name__}); the brokers accepted the login, so its password is not at "
+        f"fault: grant {who} {needs} (an ACL), and run again (a refusal is not retried)",
+        user=user)
 
 
 @dataclass(frozen=True)

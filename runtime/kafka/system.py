@@ -39,6 +39,7 @@ from runtime.kafka.committed import read_committed_log
 from runtime.kafka.fence import Lease
 from runtime.kafka.outage import BrokerWatch, close_connections
 from runtime.kafka.resolved import AS_FETCHED, ResolvingConsumer
+from runtime.kafka.security import not_authorized
 from samza_dsl.errors import SamzaError
 
 __all__ = ["LOST_STOP_S", "KafkaConsumer", "KafkaProducer", "KafkaCheckpoints", "CheckpointTopic", "kafka_error",
@@ -74,7 +75,13 @@ def new_consumer(servers: str, settings: Mapping[str, Any], *,
                 **{**defaults, **settings})
 
 
-def kafka_error(what: str, servers: str, exc: BaseException) -> SamzaError:
+def kafka_error(what: str, servers: str, exc: BaseException,
+                settings: Mapping[str, Any] | None = None) -> SamzaError:
+    """A Kafka error as one line; a refused authorization (``not_authorized``) names the user
+    of ``settings`` and what to grant."""
+    refused = not_authorized(what, servers, exc, (settings or {}).get("sasl_plain_username"))
+    if refused is not None:
+        return refused
     return SamzaError(f"{what} on Kafka at {servers} failed: {type(exc).__name__}: {exc}. Check "
                       f"bootstrap_servers and that the broker is running")
 
@@ -204,7 +211,7 @@ class KafkaConsumer(Consumer):
             with contextlib.suppress(Exception):
                 await consumer.stop()
             await close_connections(consumer)
-            raise kafka_error("starting the consumer", self.servers, exc) from exc
+            raise kafka_error("starting the consumer", self.servers, exc, self.settings) from exc
         await self._resolve(consumer, list(self.positions))
         # readers a task that came meanwhile registered (``add`` before the consumer is up)
         while late := [k for k, pos in self.positions.items() if pos[2] is None]:
@@ -235,7 +242,8 @@ class KafkaConsumer(Consumer):
                     await asyncio.sleep(0.1)
                     starts = await consumer.beginning_offsets(tps)
         except (KafkaError, TimeoutError, OSError) as exc:
-            raise kafka_error("reading where partitions begin", self.servers, exc) from exc
+            raise kafka_error("reading where partitions begin", self.servers, exc,
+                              self.settings) from exc
         for key in keys:
             pos = self.positions[key]
             ssp, tp = pos[0], pos[1]
@@ -339,7 +347,7 @@ class KafkaConsumer(Consumer):
         except OffsetOutOfRangeError as exc:
             raise self._out_of_range(exc) from exc
         except KafkaError as exc:
-            raise kafka_error("fetching", self.servers, exc) from exc
+            raise kafka_error("fetching", self.servers, exc, self.settings) from exc
         active = set(keys)
         for tp, records in fetched.items():
             if tp not in self._readers:  # its tasks left the container during the fetch
@@ -390,7 +398,7 @@ class KafkaConsumer(Consumer):
         try:
             ends = await true_end_offsets(self.servers, tps, self.settings, self.timeout)
         except (KafkaError, TimeoutError, OSError) as exc:
-            raise kafka_error("reading end offsets", self.servers, exc) from exc
+            raise kafka_error("reading end offsets", self.servers, exc, self.settings) from exc
         return {k: (self.positions[k][2], ends[self.positions[k][1]]) for k in keys}
 
     def waiting_for(self, key: Any) -> str:
@@ -572,7 +580,7 @@ class KafkaProducer(BufferedProducer):
             with contextlib.suppress(Exception):
                 await producer.stop()
             await close_connections(producer)
-            raise kafka_error("starting the producer", self.servers, exc) from exc
+            raise kafka_error("starting the producer", self.servers, exc, self.settings) from exc
         self._producer = producer
         return producer
 
@@ -637,7 +645,7 @@ class KafkaProducer(BufferedProducer):
         try:
             await self._send_buffered()
         except (KafkaError, OSError) as exc:  # reported by the next signal or flush
-            self._error = kafka_error("producing", self.servers, exc)
+            self._error = kafka_error("producing", self.servers, exc, self.settings)
         except Exception as exc:
             self._error = exc
 
@@ -679,7 +687,7 @@ class KafkaProducer(BufferedProducer):
                     for t in settling:
                         t.result()
         except (KafkaError, TimeoutError, OSError) as exc:
-            raise kafka_error("producing", self.servers, exc) from exc
+            raise kafka_error("producing", self.servers, exc, self.settings) from exc
 
     def _settled(self, task: asyncio.Task[None]) -> None:
         self._settling.discard(task)

@@ -133,7 +133,8 @@ class TransactionalProducer:
             except (kafka_errors.KafkaError, TimeoutError, OSError) as exc:
                 await stop_client(producer)
                 raise kafka_error(f"starting the transactional producer "
-                                  f"{self.transactional_id!r}", self.servers, exc) from exc
+                                  f"{self.transactional_id!r}", self.servers, exc,
+                                  self._settings) from exc
             self._producer = producer
             return
 

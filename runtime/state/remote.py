@@ -40,7 +40,7 @@ from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
 from typing import Any
 
 from runtime.engine.handout import Handout
-from samza_dsl.errors import RemoteTableError
+from samza_dsl.errors import AccessRefused, RemoteTableError
 from samza_dsl.kv import KV
 from samza_dsl.spec import RemoteTableSpec
 
@@ -255,6 +255,9 @@ class RemoteTableClient:
                 async with self._slots:
                     return await fn()
             except asyncio.CancelledError:
+                raise
+            except (AccessRefused, RemoteTableError):  # final, and named by the function
+                self.counts["failures"] += 1
                 raise
             except Exception as exc:
                 retried = policy is not None and policy.retries(exc)

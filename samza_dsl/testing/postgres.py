@@ -7,6 +7,11 @@ refuses to run as root: under root the cluster belongs to the unprivileged ``pos
 (which Debian's package makes) and the server runs as that user through ``runuser``; the test
 connects over TCP either way. A missing server is an error, not a skip.
 
+The server asks for a password (``scram-sha-256``, as a production server does): its superuser
+``samza`` gets a random one at ``initdb`` (``password``), and ``conninfo`` holds it. A wrong
+password is refused as it would be in production (``conninfo_for(dbname, password=...)`` makes
+one to try).
+
 ``stop()`` and ``start()`` again keep the data: a test takes the database away and brings it
 back (``outage``).
 
@@ -18,7 +23,7 @@ Example (a pytest fixture of a test suite)::
     @pytest.fixture(scope="session")
     def postgres():
         with PostgresServer() as server:
-            yield server        # server.conninfo: "host=127.0.0.1 port=... dbname=test ..."
+            yield server    # server.conninfo: "host=127.0.0.1 port=... dbname=test user=samza password=..."
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import contextlib
 import glob
 import os
 import pwd
+import secrets
 import shutil
 import socket
 import subprocess
@@ -97,6 +103,8 @@ class PostgresServer:
         self.port = 0
         self.host = "127.0.0.1"
         self.proc: subprocess.Popen[bytes] | None = None
+        #: the superuser's password (``SUPERUSER``), set at ``initdb``
+        self.password = "pw-" + secrets.token_urlsafe(12)
 
     # -- commands -----------------------------------------------------------------------------
 
@@ -112,9 +120,14 @@ class PostgresServer:
     def log(self) -> str:
         return os.path.join(self.folder, "server.log")
 
-    def conninfo_for(self, dbname: str) -> str:
-        """The connection string of database ``dbname`` on this server."""
-        return (f"host={self.host} port={self.port} dbname={dbname} user={SUPERUSER} "
+    def conninfo_for(self, dbname: str, *, user: str = SUPERUSER,
+                     password: str | None = None) -> str:
+        """The connection string of database ``dbname`` on this server, logging in as
+        ``user`` (the superuser by default) with ``password`` (the superuser's by default)."""
+        password = self.password if password is None and user == SUPERUSER else password
+        secret = "" if password is None else \
+            " password='" + password.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        return (f"host={self.host} port={self.port} dbname={dbname} user={user}{secret} "
                 f"connect_timeout=5")
 
     @property
@@ -150,10 +163,19 @@ class PostgresServer:
                                    f"postgresql package makes it)") from None
             os.chown(self.folder, user.pw_uid, user.pw_gid)
         os.chmod(self.folder, 0o700)
-        done = subprocess.run(
-            self._cmd(["initdb", "-D", self.data, "-U", SUPERUSER, "--auth=trust",
-                       "-E", "UTF8", "--locale=C", "--no-sync"]),
-            capture_output=True, text=True)
+        pwfile = os.path.join(self.folder, "pwfile")
+        with open(os.open(pwfile, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+            f.write(self.password + "\n")
+        if self.root:
+            os.chown(pwfile, user.pw_uid, user.pw_gid)
+        try:
+            done = subprocess.run(
+                self._cmd(["initdb", "-D", self.data, "-U", SUPERUSER,
+                           "--auth=scram-sha-256", f"--pwfile={pwfile}", "-E", "UTF8",
+                           "--locale=C", "--no-sync"]),
+                capture_output=True, text=True)
+        finally:
+            os.unlink(pwfile)
         if done.returncode != 0:
             raise RuntimeError(f"initdb in {self.folder} failed (exit {done.returncode}): "
                                f"{done.stderr.strip()[-2000:]}")

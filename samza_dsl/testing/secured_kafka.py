@@ -7,6 +7,9 @@ brokers ask; the controller and the broker's own traffic stay on listeners of th
         broker.bootstrap                            # "127.0.0.1:PORT", SASL_SSL only
         broker.ca_file                              # the CA a client trusts
 
+``SecuredKafkaBroker(authorizer=True)`` also checks ACLs: its users may do only what ``allow``
+grants them (the CreateAcls request, as ``kafka-acls --add`` sends it).
+
 The certificates are made with the ``openssl`` command at each start, in the broker's folder:
 a CA (``ca.pem``), the broker's key and certificate for ``127.0.0.1`` and ``localhost`` signed
 by it (``broker.pem``, read by Kafka as a PEM keystore), and a second CA that signed nothing
@@ -86,7 +89,12 @@ class SecuredKafkaBroker(ApacheKafkaBroker):
 
     def __init__(self, *, settings: Mapping[str, Any] | None = None,
                  start_timeout: float = 60.0, stop_timeout: float = 20.0,
-                 root: str | os.PathLike[str] | None = None) -> None:
+                 root: str | os.PathLike[str] | None = None, authorizer: bool = False) -> None:
+        if authorizer:  # users may do only what ACLs allow (``allow``); the admin, and the
+            # broker itself on its plain-text listeners, anything
+            settings = {"authorizer.class.name":
+                        "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                        "super.users": f"User:{ADMIN_USER};User:ANONYMOUS", **(settings or {})}
         super().__init__(settings=settings, start_timeout=start_timeout,
                          stop_timeout=stop_timeout, root=root)
         self._internal: dict[int, int] = {}
@@ -164,6 +172,29 @@ class SecuredKafkaBroker(ApacheKafkaBroker):
         return {"security_protocol": "SASL_SSL", "ssl_context": context,
                 "sasl_mechanism": _MECHANISM, "sasl_plain_username": name,
                 "sasl_plain_password": secret}
+
+    def allow(self, user: str, grants: list[tuple[str, str, str]]) -> None:
+        """Grant user ``user`` each ``(resource type, name, operation)`` of ``grants``
+        (``("topic", "*", "describe")``, ``("group", "*", "all")``): for a broker made with
+        ``authorizer=True``, whose users may do nothing else."""
+        asyncio.run(self._allow(user, grants))
+
+    async def _allow(self, user: str, grants: list[tuple[str, str, str]]) -> None:
+        from aiokafka import AIOKafkaClient
+
+        from .acl_request import CreateAclsRequest
+
+        client = AIOKafkaClient(bootstrap_servers=self.bootstrap, **self.client_settings())
+        await client.bootstrap()
+        try:
+            answer = await client.send(client.get_random_node(),
+                                       CreateAclsRequest(user, grants))
+            for result in answer.results:
+                if result[0]:
+                    raise KafkaBrokerError(f"creating ACLs of {user!r} failed: error "
+                                           f"{result[0]} {result[1]}")
+        finally:
+            await client.close()
 
     def add_user(self, name: str, password: str, timeout: float = 30.0) -> None:
         """Create (or change) SCRAM-SHA-512 user ``name`` through the admin API, and wait until

@@ -7,7 +7,9 @@ file and is written nowhere: not in any output, not in ``samza-dsl config`` or t
 the job page, not in the metrics or any file of the job's.
 
 A wrong password, or a CA that did not sign the broker's certificate, is one line naming the
-broker and what failed.
+broker and what failed. On a broker that checks ACLs, a user that logs in and may not use a
+topic, the job's consumer group or its transactional ids stops the job at once, in one line
+naming the user and what to grant.
 
 Apache Kafka only: tansu has no TLS and no SASL listener.
 """
@@ -314,4 +316,77 @@ def test_the_kubernetes_pods_login_from_its_secret_logs_in(
     got = _cli("run", f"{APPS}:count", "-q", *login, "-c", f"job.dir={tmp_path / 'job'}",
                cwd=tmp_path, env={}, tag=tag, bootstrap=secured.bootstrap)
     assert got.returncode == 0, got.stderr[-3000:]
+    _no_secret(got.stdout, got.stderr)
+
+
+@pytest.fixture(scope="module")
+def authorized(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredKafkaBroker]:
+    """A secured broker that checks ACLs: a user may do only what it was granted."""
+    with SecuredKafkaBroker(root=tmp_path_factory.mktemp("authorized-kafka"),
+                            authorizer=True) as broker:
+        yield broker
+
+
+#: what each user of ``test_a_refused_authorization_...`` is granted, and the job's config
+_GRANTS: dict[str, tuple[list[tuple[str, str, str]], tuple[str, ...]]] = {
+    "no-group": ([("topic", "*", "all"), ("cluster", "kafka-cluster", "all")],
+                 ("--follow", "-c", "job.coordinator=kafka")),
+    "describe-only": ([("topic", "*", "describe")], ()),
+    "no-txn": ([("topic", "*", "all"), ("cluster", "kafka-cluster", "all")],
+               ("-c", "job.processing.guarantee=exactly-once")),
+    "nothing": ([], ()),
+}
+
+
+@pytest.mark.parametrize("case", list(_GRANTS))
+def test_a_refused_authorization_stops_the_job_at_once_in_one_line(
+        case: str, authorized: SecuredKafkaBroker, tmp_path: Path) -> None:
+    """A user that logs in and may not use a topic, the job's consumer group or its
+    transactional ids: the job stops within seconds with one line naming the user and what to
+    grant; a refusal is not waited on as a broker that is away."""
+    tag = uuid.uuid4().hex[:8]
+    user = f"{case}-{tag}"
+    grants, args = _GRANTS[case]
+    authorized.add_user(user, PASSWORD)
+    if grants:
+        authorized.allow(user, grants)
+    asyncio.run(ensure_topics(authorized.bootstrap, [TopicSpec(f"gwevents-{tag}", 4)],
+                              **authorized.client_settings()))
+    props = tmp_path / "login.properties"
+    props.write_text("systems.kafka.security.protocol=SASL_SSL\n"
+                     "systems.kafka.sasl.mechanism=SCRAM-SHA-512\n"
+                     f"systems.kafka.sasl.username={user}\n"
+                     "systems.kafka.sasl.password=env:ORDERS_KAFKA_PASSWORD\n"
+                     f"systems.kafka.ssl.cafile={authorized.ca_file}\n")
+    started = time.monotonic()
+    got = _cli("run", f"{APPS}:count", "-q", *args, "--config-file", str(props), "-c",
+               f"job.dir={tmp_path / 'job'}", cwd=tmp_path,
+               env={"ORDERS_KAFKA_PASSWORD": PASSWORD}, tag=tag,
+               bootstrap=authorized.bootstrap, timeout=60)
+    took = time.monotonic() - started
+    at = f"on Kafka at {authorized.bootstrap} was refused: user {user!r} is not authorized for"
+    tail = (f"the brokers accepted the login, so its password is not at fault: grant user "
+            f"{user!r}")
+    first = f"gwout-{tag}"  # the first topic the job makes
+    expected = {
+        "no-group": f"taking part in consumer group 'gcount-{tag}-1' {at} consumer group "
+                    f"'gcount-{tag}-1' (GroupAuthorizationFailedError); {tail} Read and "
+                    f"Describe on it (an ACL), and run again (a refusal is not retried)",
+        "describe-only": f"creating topic {first!r} {at} topic {first!r} "
+                         f"(TopicAuthorizationFailedError); {tail} Describe, Read and Write on "
+                         f"it (and Create where the job makes its topics) (an ACL), and run "
+                         f"again (a refusal is not retried)",
+        "no-txn": f"starting the transactional producer 'gcount-{tag}-1-Partition 0' {at} "
+                  f"transactional id 'gcount-{tag}-1-Partition 0' "
+                  f"(TransactionalIdAuthorizationFailed); {tail} Write and Describe on it (on "
+                  f"the job's prefix, for every task) (an ACL), and run again (a refusal is not "
+                  f"retried)",
+        "nothing": f"input 'events': topic 'gwevents-{tag}' does not exist on the Kafka "
+                   f"brokers at {authorized.bootstrap} (or user {user!r} may not Describe it); "
+                   f"create it, or check the stream's physical_name, or grant user {user!r} "
+                   f"Describe and Read on it (an ACL)",
+    }[case]
+    assert got.returncode == 2, got.stderr
+    assert got.stderr == f"samza-dsl run: error: {expected}\n", got.stderr
+    assert took < 20, f"a refusal is not waited on as an outage ({took:.1f} s)"
     _no_secret(got.stdout, got.stderr)
