@@ -361,7 +361,8 @@ def test_the_scan_sees_unmarked_probes() -> None:
 AIOKAFKA_INTERNALS = frozenset({
     "_sender", "_txn_manager", "_message_accumulator", "_coordinator", "_send_req", "_fetcher",
     "_isolation_level", "_builder", "_relative_offset", "_consumer_record",
-    "_contains_abort_marker", "_records", "_drain_waiter", "_pending_batches"})
+    "_contains_abort_marker", "_records", "_drain_waiter", "_pending_batches", "_send_request",
+    "_send_to_controller"})
 
 
 def aiokafka_internal_uses(tree: ast.AST) -> list[tuple[int, str]]:

@@ -19,6 +19,12 @@ accepts connections and never answers gives a :class:`~samza_dsl.errors.SamzaErr
 all-topics metadata request, because a metadata request naming a missing topic makes a broker
 with ``auto.create.topics.enable`` create it with its default partition count.
 
+A cluster that lost a broker is asked through the brokers that are up (:func:`any_broker`, as
+Kafka's own admin client moves a call to another node): a request any broker answers goes to
+the one that answered last, and past a broker that does not take the connection to the next;
+a request for the controller is sent again once the metadata names one that takes it; a
+server of ``bootstrap_servers`` that refused a connection lately is tried last.
+
 >>> check_bootstrap("127.0.0.1:9092, broker-2:9093")
 ['127.0.0.1:9092', 'broker-2:9093']
 >>> TopicSpec("orders-changelog", 4, compacted=True)
@@ -32,19 +38,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import random
 import re
+import time
+import weakref
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaError, for_code
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.client import AIOKafkaClient
+from aiokafka.errors import (
+    KafkaConnectionError,
+    KafkaError,
+    NodeNotReadyError,
+    RequestTimedOutError,
+    for_code,
+)
 
+from runtime.kafka.aiokafka_compat import route_admin_requests
 from runtime.kafka.security import LoginRefused, not_authorized, refusal
 from samza_dsl.errors import SamzaError
 
-__all__ = ["BrokersUnreachable", "TopicSpec", "check_bootstrap", "delete_topics",
-           "describe_topics", "ensure_topics", "retention_configs"]
+__all__ = ["BrokersUnreachable", "LostLeader", "TopicSpec", "any_broker", "check_bootstrap",
+           "delete_topics", "describe_topics", "ensure_topics", "live_first", "lost_leaders",
+           "retention_configs", "taking_connections"]
 
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _HOST = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9._-]*[A-Za-z0-9_])?")
@@ -58,6 +77,14 @@ _INVALID_REPLICATION_FACTOR = 38
 
 _RETRY_INTERVAL = 0.1  # seconds between metadata reads while a topic is still being set up
 _CLOSE_TIMEOUT = 5.0
+#: a broker's address that refused a connection this many seconds ago or less is tried last
+_REFUSED_FOR = 60.0
+#: the errors of a broker that does not take a request: it is lost, or going
+_NOT_TAKEN = (NodeNotReadyError, KafkaConnectionError, RequestTimedOutError)
+#: ``host:port`` -> when it last refused a connection (monotonic seconds)
+_refusals: dict[str, float] = {}
+#: the node of each client that answered it last: asked first next time
+_answered: weakref.WeakKeyDictionary[AIOKafkaClient, int] = weakref.WeakKeyDictionary()
 
 
 class BrokersUnreachable(SamzaError):
@@ -408,6 +435,130 @@ async def _create(admin: AIOKafkaAdminClient, specs: list[TopicSpec], replicatio
         )
 
 
+def live_first(servers: str | list[str]) -> list[str]:
+    """``servers`` (a list, or ``host:port`` entries separated by commas) with those that
+    refused a connection lately last, in their order: a new client bootstraps from the first
+    that answers, one after the other, so a lost broker first in ``bootstrap_servers`` costs
+    no connection attempt, nor a wait where its host does not answer."""
+    if isinstance(servers, str):
+        servers = [s.strip() for s in servers.split(",")]
+    now = time.monotonic()
+    late = {s for s in servers if now - _refusals.get(s, -math.inf) <= _REFUSED_FOR}
+    return [s for s in servers if s not in late] + [s for s in servers if s in late]
+
+
+async def taking_connections(addresses: Iterable[str], timeout: float = 0.5) -> set[str]:
+    """Those of the ``host:port`` addresses that take a TCP connection within ``timeout``
+    seconds (each refusal is remembered for ``live_first``)."""
+    async def takes(address: str) -> bool:
+        host, _, port = address.rpartition(":")
+        try:
+            async with asyncio.timeout(timeout):
+                _, writer = await asyncio.open_connection(host.strip("[]"), int(port))
+            writer.close()
+            _refusals.pop(address, None)
+            return True
+        except (OSError, TimeoutError):
+            _refusals[address] = time.monotonic()
+            return False
+    wanted = list(dict.fromkeys(addresses))
+    up = await asyncio.gather(*(takes(a) for a in wanted))
+    return {a for a, ok in zip(wanted, up, strict=True) if ok}
+
+
+async def any_broker(client: AIOKafkaClient, request: Any) -> Any:
+    """The answer to ``request`` (one any broker answers) from a broker of the client's
+    metadata that takes it: the one that answered last first, then the others in a random
+    order, those that refused a connection lately last. A broker that does not take it (lost:
+    not ready, a connection error, a request timeout) passes it on to the next; the last error
+    is raised when none does."""
+    now = time.monotonic()
+    brokers = list(client.cluster.brokers())
+    random.shuffle(brokers)
+    last = _answered.get(client)
+    brokers.sort(key=lambda b: (b.nodeId != last,
+                                now - _refusals.get(f"{b.host}:{b.port}", -math.inf)
+                                <= _REFUSED_FOR))
+    error: Exception = KafkaConnectionError("the metadata names no broker")
+    for broker in brokers:
+        try:
+            answer = await client.send(broker.nodeId, request)
+        except _NOT_TAKEN as exc:
+            _refusals[f"{broker.host}:{broker.port}"] = time.monotonic()
+            error = exc
+            continue
+        _answered[client] = broker.nodeId
+        return answer
+    raise error
+
+
+async def _to_controller(client: AIOKafkaClient, request: Any) -> Any:
+    """``request``'s answer from the controller the metadata names; where it does not take it
+    (lost, the metadata not updated yet), the metadata is read again and the request sent again
+    (the caller's timeout bounds the tries). A topic created by a request whose answer was lost
+    is there when it is sent again: TOPIC_ALREADY_EXISTS, which ``ensure_topics`` accepts."""
+    while True:
+        controller = client.cluster.controller
+        if controller is not None:
+            try:
+                return await client.send(controller.nodeId, request)
+            except (NodeNotReadyError, KafkaConnectionError):
+                _refusals[f"{controller.host}:{controller.port}"] = time.monotonic()
+        await client.force_metadata_update()
+        await asyncio.sleep(_RETRY_INTERVAL)
+
+
+@dataclass(frozen=True)
+class LostLeader:
+    """A partition whose leader, as the metadata says, does not take connections (or which has
+    none): how many of its in-sync replicas are on brokers that take them, and the
+    ``min.insync.replicas`` of its topic."""
+
+    topic: str
+    partition: int
+    leader: int
+    live_in_sync: int
+    min_in_sync: int
+
+    @property
+    def electable(self) -> bool:
+        """The brokers that are up can elect it a leader that takes writes (unclean elections
+        aside): an election is under way, or about to be once the controllers fence the lost
+        broker."""
+        return self.live_in_sync >= max(1, self.min_in_sync)
+
+
+async def lost_leaders(bootstrap: str, names: Iterable[str], *, timeout: float = 10.0,
+                       **client_settings: Any) -> list[LostLeader]:
+    """The partitions of the named topics (those that exist) whose leader does not take a
+    connection, as the metadata of a broker that is up says. Raises :class:`SamzaError` when
+    the brokers cannot be reached or do not answer within ``timeout`` seconds."""
+    servers = check_bootstrap(bootstrap)
+    wanted = set(_topic_names(names))
+    async with _admin(servers, timeout, client_settings, "reading partition leaders") as (
+            admin, step):
+        brokers = {b["node_id"]: f"{b['host']}:{b['port']}"
+                   for b in (await admin.describe_cluster())["brokers"]}
+        up = await taking_connections(brokers.values())
+        live = {node for node, address in brokers.items() if address in up}
+        lost = [(t["topic"], p) for t in await admin.describe_topics()
+                if t["topic"] in wanted for p in t["partitions"] if p["leader"] not in live]
+        if not lost:
+            return []
+        step[0] = "reading min.insync.replicas"
+        topics = sorted({topic for topic, _ in lost})
+        min_in_sync = dict.fromkeys(topics, 1)
+        for answer in await admin.describe_configs(
+                [ConfigResource(ConfigResourceType.TOPIC, t) for t in topics]):
+            for resource in answer.to_object()["resources"]:
+                for entry in resource["config_entries"]:
+                    if entry["config_names"] == "min.insync.replicas" and entry["config_value"]:
+                        min_in_sync[resource["resource_name"]] = int(entry["config_value"])
+    return [LostLeader(topic, p["partition"], p["leader"],
+                       sum(1 for node in p["isr"] if node in live), min_in_sync[topic])
+            for topic, p in lost]
+
+
 @contextlib.asynccontextmanager
 async def _admin(servers: list[str], timeout: float, client_settings: dict[str, Any],
                  what: str) -> AsyncIterator[tuple[AIOKafkaAdminClient, list[str]]]:
@@ -421,12 +572,13 @@ async def _admin(servers: list[str], timeout: float, client_settings: dict[str, 
     settings = dict(client_settings)
     settings.setdefault("request_timeout_ms", max(1, int(timeout * 1000)))
     try:
-        admin = AIOKafkaAdminClient(bootstrap_servers=servers, **settings)
+        admin = AIOKafkaAdminClient(bootstrap_servers=live_first(servers), **settings)
     except (TypeError, ValueError) as e:
         raise SamzaError(
             f"invalid Kafka admin client settings {sorted(client_settings)} for the brokers at "
             f"{where}: {e}; use the keyword arguments of aiokafka's AIOKafkaAdminClient"
         ) from e
+    route_admin_requests(admin, any_broker, _to_controller)
     step = ["connecting"]
     try:
         async with asyncio.timeout(timeout):

@@ -5,7 +5,8 @@ its caller's docstring gives: reading committed records by the log's own markers
 (``runtime.kafka.resolved``), writing raw records straight into a batch's record builder
 (``runtime.kafka.system``), the newer transaction requests and a fenced producer's failures
 (``runtime.kafka.txn_producer``), the group coordinator's answers for a member's lease
-(``runtime.kafka.fence``) and a rejoin asked from another thread (``runtime.kafka.group``).
+(``runtime.kafka.fence``), a rejoin asked from another thread (``runtime.kafka.group``) and
+the broker an admin request goes to (``runtime.kafka.admin``).
 Those modules reach aiokafka's internals only through the functions here, so one module says
 what the project depends on, and ``tests/kafka/test_aiokafka_compat.py`` proves, for each, that
 the installed aiokafka still has it in the shape used.
@@ -29,7 +30,7 @@ __all__ = ["SUPPORTED", "PartitionRecords", "install_partition_records", "plain_
            "fetched_batches", "record_maker", "set_record_maker", "is_abort_marker",
            "isolation_level", "set_isolation_level", "builder_append", "seal", "txn_manager",
            "unsent_batch_waiters", "wrap_sender_client", "wrap_coordinator_send",
-           "request_rejoin", "check_version"]
+           "request_rejoin", "route_admin_requests", "check_version"]
 
 #: the aiokafka versions whose internals this module was written and tested against: [low, high)
 SUPPORTED = ((0, 14), (0, 15))
@@ -154,3 +155,25 @@ def wrap_coordinator_send(consumer: Any,
 def request_rejoin(consumer: Any) -> Callable[[], None]:
     """The group consumer's ``request_rejoin`` (call it on the consumer's loop)."""
     return consumer._coordinator.request_rejoin
+
+
+# -- the admin client ---------------------------------------------------------------------------------
+
+def route_admin_requests(admin: Any, any_node: Callable[[Any, Any], Awaitable[Any]],
+                         controller: Callable[[Any, Any], Awaitable[Any]]) -> None:
+    """The requests of an ``AIOKafkaAdminClient`` that any broker answers (metadata, configs),
+    which aiokafka sends to a broker of its metadata drawn at random (a lost one too), go
+    through ``any_node(client, request)``, and those for the controller (create and delete
+    topics) through ``controller(client, request)``; ``client`` is the admin's
+    ``AIOKafkaClient``. Requests for a given node go to that node, as aiokafka sends them."""
+    client = admin._client
+
+    async def send(request: Any, node_id: int | None = None) -> Any:
+        if node_id is None:
+            return await any_node(client, request)
+        return await client.send(node_id, request)
+
+    async def to_controller(request: Any) -> Any:
+        return await controller(client, request)
+    admin._send_request = send
+    admin._send_to_controller = to_controller

@@ -44,6 +44,7 @@ from typing import Any, Protocol
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 
+from runtime.kafka.admin import live_first
 from runtime.kafka.aiokafka_compat import request_rejoin
 from runtime.kafka.assignor import AssignmentRefused, MemberTasks, TaskAssignor
 from runtime.kafka.fence import Lease, watch_coordinator
@@ -288,7 +289,7 @@ class GroupMembership:
         settings.pop("auto_offset_reset", None)
         settings.pop("group_instance_id", None)
         consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.servers, group_id=self.group,
+            bootstrap_servers=live_first(self.servers), group_id=self.group,
             group_instance_id=self.instance_id, enable_auto_commit=False,
             auto_offset_reset="latest", partition_assignment_strategy=(self.assignor,),
             **settings)

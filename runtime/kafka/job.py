@@ -378,6 +378,7 @@ class KafkaJob:
         self.watch.on_back = self.check_data
         self.partition_watch = watch_partitions(self, container.stop_with)
         container.beside.append(self.partition_watch.run)
+        self.watch.topics = [s.name for s in self.topic_specs]  # their partitions' leaders
         self.watch.start()  # stopped when the producer closes
 
     async def _claim(self) -> None:

@@ -8,6 +8,15 @@ error. When they answer again, the job's topics and checkpoints are checked (``o
 it reads on: a broker that lost the job's topics or records is an error, never a silent
 reprocessing.
 
+One broker lost of a replicated cluster is no outage: the others answer (the watch and the
+job's admin requests ask the brokers that are up, ``runtime.kafka.admin.any_broker``), and the
+partitions it led get new leaders once the controllers have fenced it
+(``broker.session.timeout.ms``). While each of the job's partitions it led keeps
+``min.insync.replicas`` in-sync replicas on brokers that are up, the job waits for those
+partitions only, a warning says so, and the wait is not counted against
+``job.kafka.unavailable.timeout.ms``; a partition that cannot get such a leader (too few
+brokers up, a topic of one replica) is counted, as brokers that do not answer are.
+
 While a watch runs, aiokafka's own log messages (a connection refused, a heartbeat that failed)
 are not shown: the watch's warnings and its one error say what they mean. They are counted, as
 a sign that a connection was lost for less than a probe's interval, which checks the job's
@@ -28,10 +37,12 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from aiokafka import TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError
 from aiokafka.protocol.metadata import MetadataRequest
 
+from runtime.kafka.admin import LostLeader, any_broker, live_first, lost_leaders, taking_connections
 from samza_dsl.errors import SamzaError
 
 __all__ = ["BrokerWatch", "KafkaDataLost", "KafkaUnavailable", "lost_data_error",
@@ -164,6 +175,12 @@ class BrokerWatch:
         accepted = inspect.signature(AIOKafkaClient.__init__).parameters
         self.settings = {k: v for k, v in (settings or {}).items()  # security settings...
                          if k in accepted and k not in ("bootstrap_servers", "request_timeout_ms")}
+        admin = inspect.signature(AIOKafkaAdminClient.__init__).parameters
+        self._admin_settings = {k: v for k, v in self.settings.items() if k in admin}
+        #: the job's topics: a partition of theirs a lost broker led is waited for while the
+        #: brokers that are up can elect it a new leader (``lost_leaders``)
+        self.topics: list[str] = []
+        self._last_election_warning = -math.inf
         self.down_since: float | None = None  # None: the brokers answer (and were checked)
         self.reason = ""
         self.error: SamzaError | None = None
@@ -232,8 +249,9 @@ class BrokerWatch:
         try:
             async with asyncio.timeout(max(2.0, self.interval * 2)):
                 if self._client is None:
-                    client = AIOKafkaClient(bootstrap_servers=self.servers,
-                                            request_timeout_ms=5000, **self.settings)
+                    client = AIOKafkaClient(
+                        bootstrap_servers=live_first(self.servers),
+                        request_timeout_ms=5000, **self.settings)
                     await _bootstrapped(client)
                     self._client = client
                     self._count(len(client.cluster.brokers()))
@@ -254,19 +272,10 @@ class BrokerWatch:
         brokers = list(client.cluster.brokers()) if client is not None else []
         if not brokers:
             return
-
-        async def takes(host: str, port: int) -> bool:
-            try:
-                async with asyncio.timeout(0.5):
-                    _, writer = await asyncio.open_connection(host, port)
-                writer.close()
-                return True
-            except (OSError, TimeoutError):
-                return False
-
-        up = await asyncio.gather(*(takes(b.host, b.port) for b in brokers))
+        addresses = [f"{b.host}:{b.port}" for b in brokers]
+        up = await taking_connections(addresses)
         self.brokers_seen = max(self.brokers_seen, len(brokers))
-        self.brokers_now = sum(up)
+        self.brokers_now = sum(1 for a in addresses if a in up)
 
     def _short(self) -> str:
         """What the brokers missing from the cluster mean, where some are (else "")."""
@@ -278,17 +287,15 @@ class BrokerWatch:
 
     @staticmethod
     async def _ask(client: AIOKafkaClient) -> int:
-        """A metadata request for no topics to one broker after another, until one answers: the
-        cheapest request every broker answers (all topics' metadata may be large); how many
-        brokers the answer lists."""
-        error: Exception = KafkaError("no broker is known")
+        """A metadata request for no topics to a broker that answers (``any_broker``: the one
+        that answered last first): the cheapest request every broker answers (all topics'
+        metadata may be large); how many brokers the answer lists."""
+        try:
+            answer = await any_broker(client, MetadataRequest([], allow_auto_topic_creation=False))
+            return len(answer.brokers)
+        except KafkaError as exc:
+            error: Exception = exc
         for broker in client.cluster.brokers():
-            try:
-                answer = await client.send(broker.nodeId,
-                                           MetadataRequest([], allow_auto_topic_creation=False))
-                return len(answer.brokers)
-            except KafkaError as exc:
-                error = exc
             try:  # aiokafka says "not ready": why, as far as a connection tells
                 _, writer = await asyncio.open_connection(broker.host, broker.port)
                 writer.close()
@@ -298,9 +305,19 @@ class BrokerWatch:
         raise error
 
     async def _back(self, alarms: int) -> None:
-        """Check the job's topics (``on_back``), as of ``alarms`` warnings of aiokafka's."""
+        """Check the job's topics (``on_back``), as of ``alarms`` warnings of aiokafka's; while
+        partitions of theirs wait for new leaders the brokers that are up can elect, not yet
+        (``_elections``)."""
         now = self._last_check = time.monotonic()
         down_for = 0.0 if self.down_since is None else now - self.down_since
+        lost = await self._elections()
+        if lost:
+            stuck = [p for p in lost if not p.electable]
+            if stuck:  # none of the brokers that are up can lead them and take writes
+                self.unavailable(_leaderless(stuck))
+            else:
+                self._electing(lost, down_for)
+            return
         try:
             if self.on_back is not None:
                 async with asyncio.timeout(max(self.timeout, 10.0)):
@@ -320,6 +337,40 @@ class BrokerWatch:
         self._alarms = alarms
         self.answered()
         _ONCE.seen.clear()
+
+    async def _elections(self) -> list[LostLeader]:
+        """The job's partitions whose leader does not take connections, where a broker of the
+        cluster is lost (none else, and none where they cannot be read: the check of the job's
+        topics says then what is wrong)."""
+        if not self.topics:
+            return []
+        await self._reachable()
+        if self.brokers_now >= self.brokers_seen:
+            return []
+        try:
+            return await lost_leaders(self.servers, self.topics, timeout=5.0,
+                                      **self._admin_settings)
+        except SamzaError:
+            return []
+
+    def _electing(self, lost: list[LostLeader], down_for: float) -> None:
+        """The brokers that are up answer and can elect new leaders for the job's partitions in
+        ``lost``: the job goes on (those partitions wait), and the clock does not run; the
+        job's topics are checked again in a while."""
+        if self.down_since is not None:
+            log.warning("Kafka at %s answers again after %s", self.servers, _seconds(down_for))
+        self.answered()
+        now = time.monotonic()
+        if now - self._last_election_warning < WARN_EVERY:
+            return
+        self._last_election_warning = now
+        nodes = ", ".join(str(n) for n in sorted({p.leader for p in lost}))
+        log.warning(
+            "Kafka at %s: broker %s, which led %s, does not take connections; the brokers that "
+            "are up elect new leaders for them once the controllers have fenced it "
+            "(broker.session.timeout.ms), and the job goes on with its other partitions "
+            "meanwhile (the wait does not count against %s)",
+            self.servers, nodes, _partitions(lost), KEY)
 
     # -- what the job reports ----------------------------------------------------------------------
 
@@ -412,6 +463,21 @@ class BrokerWatch:
                 fut.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await fut
+
+
+def _partitions(lost: list[LostLeader]) -> str:
+    shown = ", ".join(f"{p.topic!r} partition {p.partition}" for p in lost[:4])
+    more = f" and {len(lost) - 4} more" if len(lost) > 4 else ""
+    return f"{len(lost)} partition{'s' if len(lost) > 1 else ''} of the job ({shown}{more})"
+
+
+def _leaderless(stuck: list[LostLeader]) -> str:
+    """Why the partitions in ``stuck`` can get no leader that takes writes."""
+    first = stuck[0]
+    return (f"{_partitions(stuck)} have no leader that takes connections and too few in-sync "
+            f"replicas on the brokers up to elect one that takes writes ({first.topic!r} "
+            f"partition {first.partition}: {first.live_in_sync} of min.insync.replicas="
+            f"{first.min_in_sync})")
 
 
 def _retrieved(fut: asyncio.Future[Any]) -> None:

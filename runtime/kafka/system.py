@@ -34,6 +34,7 @@ from runtime.engine.codec import BufferedProducer, Record, StreamCodec
 from runtime.engine.job import SSP
 from runtime.engine.records import EndOfStream
 from runtime.engine.systems import Consumer
+from runtime.kafka.admin import live_first
 from runtime.kafka.aiokafka_compat import builder_append, seal
 from runtime.kafka.committed import read_committed_log
 from runtime.kafka.fence import Lease
@@ -71,7 +72,7 @@ def new_consumer(servers: str, settings: Mapping[str, Any], *,
     # read committed: by the log's transaction markers, not the broker's word (runtime.kafka.resolved)
     kind = ResolvingConsumer if settings.get("isolation_level") == "read_committed" \
         else AIOKafkaConsumer
-    return kind(bootstrap_servers=servers, enable_auto_commit=False, group_id=None,
+    return kind(bootstrap_servers=live_first(servers), enable_auto_commit=False, group_id=None,
                 **{**defaults, **settings})
 
 
@@ -572,7 +573,7 @@ class KafkaProducer(BufferedProducer):
         return dropped
 
     async def _start(self) -> AIOKafkaProducer:
-        producer = AIOKafkaProducer(bootstrap_servers=self.servers, **self.settings)
+        producer = AIOKafkaProducer(bootstrap_servers=live_first(self.servers), **self.settings)
         try:
             async with asyncio.timeout(self.timeout):
                 await producer.start()

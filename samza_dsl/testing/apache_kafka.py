@@ -6,8 +6,9 @@ on free ports, with their log dirs in a temporary folder.
         run_against(broker.bootstrap)              # "127.0.0.1:PORT"
 
     with ApacheKafkaCluster(3) as cluster:         # three nodes, three controllers
-        cluster.kill(cluster.leader_of("events", 0))   # SIGKILL: a lost broker
-        cluster.start_node(1)                          # back, with its data
+        lost = cluster.leader_of("events", 0)      # the index of the node leading it
+        cluster.kill(lost)                         # SIGKILL: a lost broker
+        cluster.start_node(lost)                   # back, with its data
 
 The jars are looked up in ``$SAMZA_DSL_KAFKA_LIB`` if set, else in
 ``$XDG_CACHE_HOME/samza-dsl/apache-kafka-<KAFKA_VERSION>/lib`` (``~/.cache`` by default), where
@@ -23,6 +24,7 @@ heap at most.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import os
@@ -304,6 +306,27 @@ class ApacheKafkaCluster:
             f"{node.bootstrap} within {self.start_timeout:g} s; log {node.log}, last lines:\n"
             f"{log_tail(node.log)}")
 
+    def leader_of(self, topic: str, partition: int = 0, timeout: float = 30.0) -> int:
+        """The index (in ``nodes``, for ``kill`` and ``start_node``) of the node leading
+        ``partition`` of ``topic`` now, as a node that is up says; waited for while the
+        partition has no leader.
+
+        Raises:
+            KafkaBrokerError: no node up names a leader within ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        ids = {node.node_id: i for i, node in enumerate(self.nodes)}
+        while True:
+            up = ",".join(node.bootstrap for node in self.nodes if node.alive())
+            leader = asyncio.run(_leader(up, topic, partition)) if up else None
+            if leader in ids:
+                return ids[leader]
+            if time.monotonic() >= deadline:
+                raise KafkaBrokerError(
+                    f"no node of the Apache Kafka cluster on {self.bootstrap} named a leader of "
+                    f"topic {topic!r} partition {partition} within {timeout:g} s")
+            time.sleep(0.2)
+
     def kill(self, index: int, sig: int = signal.SIGKILL) -> None:
         """Send ``sig`` (SIGKILL by default: a lost broker) to node ``index`` and wait for it
         to end (not for SIGSTOP)."""
@@ -350,6 +373,26 @@ class ApacheKafkaCluster:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.stop()
+
+
+async def _leader(bootstrap: str, topic: str, partition: int) -> int | None:
+    """The node id leading the partition as the metadata says (None: none, or no answer)."""
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=2000)
+    try:
+        await admin.start()
+        # every topic's metadata: one request naming a missing topic would create it
+        for entry in await admin.describe_topics():
+            for part in entry["partitions"] if entry["topic"] == topic else ():
+                if part["partition"] == partition and part["leader"] >= 0:
+                    return int(part["leader"])
+        return None
+    except Exception:
+        return None
+    finally:
+        with contextlib.suppress(Exception):
+            await admin.close()
 
 
 class ApacheKafkaBroker(ApacheKafkaCluster):
