@@ -55,7 +55,7 @@ check_version(aiokafka.__version__)
 #: aiokafka's class for one partition's records of a Fetch answer (a subclass overrides
 #: ``_unpack_records``, the generator aiokafka's ``__next__`` and ``getall`` draw records from)
 PartitionRecords: type = _fetcher.PartitionRecords
-_PLAIN = _fetcher.PartitionRecords
+_PLAIN: type = _fetcher.PartitionRecords
 
 
 def plain_partition_records() -> type:
@@ -78,7 +78,8 @@ def fetched_batches(records: Any) -> Any:
 
 def record_maker(records: Any) -> Callable[[Any, Any], Any]:
     """``make(tp, record)``: what a ``PartitionRecords`` hands out for each record."""
-    return records._consumer_record
+    make: Callable[[Any, Any], Any] = records._consumer_record
+    return make
 
 
 def set_record_maker(records: Any, make: Callable[[Any, Any], Any]) -> None:
@@ -107,7 +108,8 @@ def set_isolation_level(consumer: Any, level: Any) -> None:
 def builder_append(batch: Any) -> Callable[..., Any]:
     """``append(offset_in_batch, timestamp, key=, value=, headers=)`` of a batch's record
     builder: raw bytes in, no serializer step; None when the batch is full."""
-    return batch._builder.append
+    append: Callable[..., Any] = batch._builder.append
+    return append
 
 
 def seal(batch: Any, count: int) -> None:
@@ -154,7 +156,8 @@ def wrap_coordinator_send(consumer: Any,
 
 def request_rejoin(consumer: Any) -> Callable[[], None]:
     """The group consumer's ``request_rejoin`` (call it on the consumer's loop)."""
-    return consumer._coordinator.request_rejoin
+    rejoin: Callable[[], None] = consumer._coordinator.request_rejoin
+    return rejoin
 
 
 # -- the admin client ---------------------------------------------------------------------------------

@@ -366,10 +366,10 @@ class BrokerWatch:
         self._last_election_warning = now
         nodes = ", ".join(str(n) for n in sorted({p.leader for p in lost}))
         log.warning(
-            "Kafka at %s: broker %s, which led %s, does not take connections; the brokers that "
-            "are up elect new leaders for them once the controllers have fenced it "
-            "(broker.session.timeout.ms), and the job goes on with its other partitions "
-            "meanwhile (the wait does not count against %s)",
+            "Kafka at %s: broker %s does not take connections; it led %s, which the brokers "
+            "that are up give new leaders once the controllers have fenced it "
+            "(broker.session.timeout.ms). Until then they wait, and so do writes to partitions "
+            "that count it in sync; the job goes on after (the wait does not count against %s)",
             self.servers, nodes, _partitions(lost), KEY)
 
     # -- what the job reports ----------------------------------------------------------------------

@@ -13,11 +13,14 @@ from typing import Any
 import aiokafka
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.consumer import fetcher
 from aiokafka.record.memory_records import MemoryRecords
 
 from runtime.kafka import aiokafka_compat as compat
 from runtime.kafka import resolved
+from runtime.kafka.admin import any_broker
 from runtime.kafka.system import stop_client
 from samza_dsl.errors import SamzaError
 
@@ -135,3 +138,32 @@ def test_a_started_consumer_has_the_fetcher_isolation_level_used(kafka_bootstrap
         finally:
             await stop_client(consumer)
     asyncio.run(check())
+
+
+def test_an_admin_client_sends_its_requests_through_the_routes_given(
+        kafka_bootstrap: str) -> None:
+    """Metadata and configs through ``any_node``, topic creation through ``controller``, each
+    on a started admin client of the installed aiokafka, against a broker."""
+    async def check() -> dict[str, list[str]]:
+        seen: dict[str, list[str]] = {"any": [], "controller": []}
+
+        def route(kind: str) -> Any:
+            async def send(client: Any, request: Any) -> Any:
+                seen[kind].append(type(request).__name__)
+                return await any_broker(client, request)
+            return send
+        admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+        compat.route_admin_requests(admin, route("any"), route("controller"))
+        await admin.start()
+        try:
+            topic = f"compat-{uuid.uuid4().hex[:8]}"
+            await admin.create_topics([NewTopic(topic, 1, 1)])
+            await admin.describe_cluster()
+            await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+        finally:
+            await admin.close()
+        return seen
+    seen = asyncio.run(check())
+    assert [n[:len("CreateTopicsRequest")] for n in seen["controller"]] == ["CreateTopicsRequest"]
+    assert any(n.startswith("MetadataRequest") for n in seen["any"]), seen
+    assert any(n.startswith("DescribeConfigsRequest") for n in seen["any"]), seen
