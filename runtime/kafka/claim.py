@@ -45,6 +45,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
+from runtime.kafka.admin import live_first
 from runtime.kafka.security import security_settings
 from runtime.kafka.system import CONTAINER_KEY, kafka_error, new_consumer, stop_client
 from samza_dsl.errors import SamzaError
@@ -147,7 +148,7 @@ class ContainerClaim:
                 self.on_lost(exc)
 
     async def _main(self) -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=self.servers,
+        producer = AIOKafkaProducer(bootstrap_servers=live_first(self.servers),
                                     request_timeout_ms=int(self.timeout * 1000),
                                     **security_settings(self.settings))
         consumer = new_consumer(self.servers, self.settings, brief=True)

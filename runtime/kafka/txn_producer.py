@@ -38,6 +38,7 @@ from aiokafka import errors as kafka_errors
 from aiokafka.client import ConnectionGroup
 from aiokafka.structs import OffsetAndMetadata, RecordMetadata
 
+from runtime.kafka.admin import live_first
 from runtime.kafka.aiokafka_compat import txn_manager, unsent_batch_waiters, wrap_sender_client
 from runtime.kafka.system import kafka_error, stop_client
 from runtime.kafka.txn_protocol import TRANSACTION_REQUESTS, as_v0_response
@@ -109,7 +110,8 @@ class TransactionalProducer:
         deadline = time.monotonic() + self.timeout
         pause = 0.1
         while True:
-            producer = AIOKafkaProducer(bootstrap_servers=self.servers, **self._settings)
+            producer = AIOKafkaProducer(bootstrap_servers=live_first(self.servers),
+                                        **self._settings)
             wrap_sender_client(producer, _NewerTransactionRequests)
             try:
                 async with asyncio.timeout(max(deadline - time.monotonic(), 0.0)):
