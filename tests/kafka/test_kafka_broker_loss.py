@@ -39,7 +39,7 @@ UNAVAILABLE_MS = 8000
 LOST_PARTS, KEPT_PARTS = (0, 1), (2, 3)
 #: how much longer than the test's own producers the job may pause: its clients learning the
 #: new leaders, a fetch, a few commit intervals
-SLACK_S = 4.0
+SLACK_S = 5.0
 
 
 @pytest.fixture(scope="module")
