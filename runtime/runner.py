@@ -29,6 +29,7 @@ from runtime.engine.late import LateCounts, window_ids
 from runtime.engine.systems import SYSTEMS, job_system
 from runtime.host.metrics import Metrics
 from runtime.host.stacks import stacks_on
+from runtime.host.watchdog import LoopWatch, exit_now
 from runtime.memory import MemoryBroker, MemoryInputs, memory_job
 from samza_dsl import StreamApplication
 from samza_dsl.config import config_value, exactly_once, job_config, validate_config
@@ -412,6 +413,8 @@ class LocalRunner(LateCounts):
             self._stop_container()
         reporter = asyncio.create_task(self._report()) \
             if self.progress or self._report_to is not None else None
+        # the process is the run's: a thread of its own ends it when the loop cannot
+        watch = self._watch(container) if install_signals else None
         try:
             await container.run()
             self._state = "finished"
@@ -419,6 +422,8 @@ class LocalRunner(LateCounts):
             self._state = "failed"
             raise
         finally:
+            if watch is not None:
+                watch.stop()
             if self._overdue is not None:
                 self._overdue.cancel()
             if self.local or self.kafka:
@@ -470,9 +475,10 @@ class LocalRunner(LateCounts):
             grace = int(config_value(self.plan.config, "task.shutdown.ms")) / 1000.0
             self._overdue = self._loop.call_later(grace, self._stop_overdue)
 
-    def _stop_overdue(self) -> None:
-        """``task.shutdown.ms`` after the stop, the container has not stopped: it stops now,
-        without waiting for its messages in flight, with an error that names them."""
+    def _stop_overdue(self, second: int | None = None) -> None:
+        """``task.shutdown.ms`` after the stop (or on a ``second`` stop signal), the container
+        has not stopped: it stops now, without waiting for its messages in flight, with an
+        error that names them."""
         from runtime.engine.in_flight import in_flight_lines
 
         container = self.container
@@ -482,15 +488,45 @@ class LocalRunner(LateCounts):
         lines = in_flight_lines(container.tasks)
         shown = "; ".join(lines[:_SHOWN_TASKS]) + (
             f"; and {len(lines) - _SHOWN_TASKS} more task(s)" if len(lines) > _SHOWN_TASKS else "")
-        sig = self._stop_signal
+        sig = self._stop_signal if second is None else second
         by = signal.Signals(sig).name if sig is not None else "stop()"
-        cid = config_value(job_config(self.app, self.config), "job.container.id")
-        who = f"job {self.app.name!r}" + (f" container {cid}" if cid is not None else "")
+        why = (f"did not stop within task.shutdown.ms={ms} of the stop ({by}), so it"
+               if second is None else f"was sent a second stop ({by}), so it")
         container.abort(Interrupted(
-            f"{who} did not stop within task.shutdown.ms={ms} of the stop ({by}), so it "
-            f"stopped without waiting: {shown or 'nothing in flight'}. What it did since its last "
-            f"commit is done again by the next run, which resumes after the last checkpoint",
-            signal=sig))
+            f"{self._who()} {why} stopped without waiting: {shown or 'nothing in flight'}. What "
+            f"it did since its last commit is done again by the next run, which resumes after "
+            f"the last checkpoint", signal=sig))
+
+    def _who(self) -> str:
+        cid = config_value(job_config(self.app, self.config), "job.container.id")
+        return f"job {self.app.name!r}" + (f" container {cid}" if cid is not None else "")
+
+    def _watch(self, container: Container) -> LoopWatch:
+        """A watch on the loop from a thread of its own (``runtime.host.watchdog``): a second
+        stop, a stop past ``task.shutdown.ms``, or, in a bounded run, a loop held for
+        ``job.bounded.stall.ms`` by a call that does not return, ends the process."""
+        from runtime.engine.in_flight import blocked_in
+
+        stall_ms = config_value(container.config, "job.bounded.stall.ms")
+        grace_ms = config_value(container.config, "task.shutdown.ms")
+        return LoopWatch(
+            asyncio.get_running_loop(), threading.get_ident(),
+            stall_s=stall_ms / 1000.0 if container.bounded and stall_ms > 0 else 0.0,
+            grace_s=grace_ms / 1000.0,
+            armed=lambda: container.phase in ("running", "stopped")
+            or container.lifecycle is not None,
+            describe=blocked_in, stop_now=self._stop_overdue, give_up=self._give_up,
+            error_code=1 if self._forked else 2, who=self._who()).start()
+
+    def _give_up(self, kind: str, text: str, code: int) -> None:
+        """The watch ends the process: its one line, as ``samza-dsl run`` (or, in a container
+        process of a run of several, as the container) says an interruption or an error."""
+        if not self._forked:
+            line = f"samza-dsl run: {kind}: {text}"
+        else:
+            cid = config_value(job_config(self.app, self.config), "job.container.id")
+            line = text if kind == "interrupted" else f"container {cid}: error: {text}"
+        exit_now(line, code)
 
     async def _report(self) -> None:
         interval = max(int(self.plan.config.get("task.progress.ms", 1000)), 50) / 1000.0

@@ -15,7 +15,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Coroutine, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from runtime.engine.codec import keep_earlier_watermarks
@@ -28,6 +27,7 @@ from runtime.engine.task import TaskInstance
 from runtime.engine.task_env import TaskEnv
 from runtime.host.health import HealthServer, health_address
 from runtime.host.metrics import Metrics, Sample
+from runtime.host.watchdog import DaemonPool
 from runtime.state.remote import close_table_functions
 from samza_dsl.config import config_value, exactly_once
 from samza_dsl.errors import SamzaError
@@ -223,7 +223,8 @@ class Container:
         self.clock = clock or wall_ms
         self.metrics = metrics or Metrics()
         pool = config_value(self.config, "job.container.thread.pool.size")
-        self.executor = ThreadPoolExecutor(pool, thread_name_prefix="samza-task") if pool else None
+        # daemon threads: a blocking call that never returns does not hold the process at exit
+        self.executor = DaemonPool(pool, "samza-task") if pool else None
         self.tasks: list[TaskInstance] = []
         self._room = asyncio.Event()
         self.closed = False
