@@ -669,7 +669,8 @@ class Container:
                 break
         busy = [t for t in self.tasks if not t.done and t.in_flight]
         parts.extend(in_flight_lines(busy))
-        parts.extend(held_back_lines([t for t in dict.fromkeys(listed) if not t.in_flight]))
+        # a task whose inputs all ended is not done while it commits or closes: where it waits
+        parts.extend(held_back_lines([t for t in self.tasks if not t.done and not t.in_flight]))
         return "; ".join(parts) or "nothing the tasks name"
 
     # -- status -----------------------------------------------------------------------------------

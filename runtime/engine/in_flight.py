@@ -270,10 +270,14 @@ def blocked_in(frame: Any) -> str:
     with its file and line, the operator, a sink's step, the task and the message it handles
     (``in nap() at app.py:12, operator 'o', task 'Partition 1' stream 'events' partition 1
     offset 4``); "" when no frame of the job's is on it."""
+    import sysconfig
+
     from runtime.engine.batch import run_operator
     from runtime.engine.sinks import TaskSinks
 
-    library = _library_dirs()
+    paths = sysconfig.get_paths()
+    library = (*_library_dirs(), *(paths[k] + os.sep for k in ("stdlib", "platstdlib", "purelib",
+                                                                "platlib") if k in paths))
     where = op = sink = task = message = None
     run: tuple[Any, int] | None = None  # a batch's loop: its iterator and end
     f = frame
