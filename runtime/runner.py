@@ -29,7 +29,7 @@ from runtime.engine.late import LateCounts, window_ids
 from runtime.engine.systems import SYSTEMS, job_system
 from runtime.host.metrics import Metrics
 from runtime.host.stacks import stacks_on
-from runtime.host.watchdog import LoopWatch, exit_now
+from runtime.host.watchdog import ABORT_S, REPEAT_S, LoopWatch, exit_now, leave_stuck_threads
 from runtime.memory import MemoryBroker, MemoryInputs, memory_job
 from samza_dsl import StreamApplication
 from samza_dsl.config import config_value, exactly_once, job_config, validate_config
@@ -133,6 +133,9 @@ class LocalRunner(LateCounts):
         #: the signal (SIGINT, SIGTERM) that asked the run to stop; when ``task.shutdown.ms``
         #: after the stop runs out, the run stops anyway (``_stop_overdue``)
         self._stop_signal: int | None = None
+        #: when it came; a second stop signal that came a while later (a run of several)
+        self._stopped_at = 0.0
+        self._second_stop: int | None = None
         self._overdue: asyncio.TimerHandle | None = None
         #: the signal that stopped a bounded run before its inputs ended (None: it was not)
         self.interrupted: int | None = None
@@ -200,8 +203,11 @@ class LocalRunner(LateCounts):
         stop = threading.Event()
         previous = {}
         def on_stop(signum: int, _frame: Any) -> None:
+            now = time.monotonic()
             if self._stop_signal is None:
-                self._stop_signal = signum
+                self._stop_signal, self._stopped_at = signum, now
+            elif now - self._stopped_at >= REPEAT_S and self._second_stop is None:
+                self._second_stop = signum  # the same stop sent twice at once is one
             stop.set()
 
         if install_signals:  # from here on a stop (Ctrl-C) is a clean one, even while preparing
@@ -288,7 +294,8 @@ class LocalRunner(LateCounts):
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         self._state = "running"  # every container process is there
         failed: list[int] = []
-        forwarded = False
+        forwarded = again = False  # the stop passed on to the containers; a second stop too
+        forwarded_at = 0.0
         ends = _LogEnds(self.app, self.config) if self.local else None
         shown = _ContainerRows(self.progress, n, self.plan.config,
                                ends.end_of if ends is not None else None)
@@ -305,11 +312,21 @@ class LocalRunner(LateCounts):
                 # each container stops itself task.shutdown.ms after the stop, saying what it
                 # had in flight; one that cannot (its loop blocked) is killed a little later
                 kill_at = time.monotonic() + grace + _KILL_MARGIN
+                forwarded_at = time.monotonic()
+                for p in procs:
+                    if p.is_alive() and p.pid is not None:
+                        os.kill(p.pid, signal.SIGTERM)
+            if self._second_stop is not None and forwarded and not again \
+                    and time.monotonic() >= forwarded_at + REPEAT_S + 0.1:
+                # a second stop: each container ends itself at once, saying what it abandons
+                again = True
+                kill_at = min(kill_at, time.monotonic() + ABORT_S + _KILL_MARGIN)
                 for p in procs:
                     if p.is_alive() and p.pid is not None:
                         os.kill(p.pid, signal.SIGTERM)
             if time.monotonic() >= kill_at or self._kill_requested:
                 why = ("stop() ran out of time" if self._kill_requested else
+                       "it did not stop on a second stop" if again else
                        f"it did not stop within task.shutdown.ms={int(grace * 1000)} of the stop")
                 stuck = [(i, p) for i, p in enumerate(procs) if p.is_alive() and i not in killed]
                 for i, p in stuck:  # where each was stuck, on its stderr, before it is killed
@@ -352,12 +369,14 @@ class LocalRunner(LateCounts):
         overdue = [i for i, p in enumerate(procs) if forwarded and p.exitcode in _OVERDUE_EXITS]
         if overdue:
             self._state = "failed"
+            how = ("stopped without waiting on a second stop (what each abandoned is above)"
+                   if again else f"did not stop within task.shutdown.ms={int(grace * 1000)} of "
+                   f"the stop (what each had in flight is above) and stopped without it")
             raise Interrupted(
                 f"job {self.app.name!r}: container{'s' if len(overdue) > 1 else ''} "
-                f"{', '.join(map(str, overdue))} of {n} did not stop within "
-                f"task.shutdown.ms={int(grace * 1000)} of the stop (what each had in flight is "
-                f"above) and stopped without it; the next run resumes after each container's "
-                f"last checkpoint", signal=self._stop_signal)
+                f"{', '.join(map(str, overdue))} of {n} {how}; the next run resumes after each "
+                f"container's last checkpoint",
+                signal=self._stop_signal if self._second_stop is None else self._second_stop)
         if interrupted and self._stop_signal is not None and not self.follow:
             self.interrupted = self._stop_signal
 
@@ -960,14 +979,16 @@ def _container_main(app: StreamApplication, config: Mapping[str, Any], follow: b
     runner._forked = True
     if queue is not None:  # with no display too: the parent tells a stalled container by them
         runner._report_to = _RowsTo(queue)
+    name = f"container {config.get('job.container.id')}"
     try:
         runner.run()
     except Interrupted as exc:  # it did not stop in time: what it had in flight, in one line
         print(exc, file=sys.stderr, flush=True)
+        leave_stuck_threads(name, exc.exit_code)
         sys.exit(exc.exit_code)
     except SamzaError as exc:  # one line naming what failed; the parent names the container
-        print(f"container {config.get('job.container.id')}: error: {exc}", file=sys.stderr,
-              flush=True)
+        print(f"{name}: error: {exc}", file=sys.stderr, flush=True)
+        leave_stuck_threads(name, 1)
         sys.exit(1)
     for sig in _STOP_SIGNALS:  # done: a stop that comes now changes nothing (_ContainerLoop)
         signal.signal(sig, signal.SIG_IGN)
@@ -977,6 +998,10 @@ def _container_main(app: StreamApplication, config: Mapping[str, Any], follow: b
         queue.put((_TOTALS, "", {"read": dict(runner.container.status()["read"]),
                                  "restored": dict(runner.container.restored),
                                  "counters": counters, "written": runner.written() or {}}))
+    if queue is not None:  # what it sent reaches the parent before any thread is left behind
+        queue.close()
+        queue.join_thread()
+    leave_stuck_threads(name, 0)
 
 
 class _RowsTo:

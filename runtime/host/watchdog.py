@@ -17,7 +17,8 @@ Ending the process is the owner's ``give_up`` (one line saying what was abandone
 
 ``DaemonPool`` runs blocking functions (``job.container.thread.pool.size``) on threads that
 never hold the process at its exit, as ``ThreadPoolExecutor``'s do (it joins them): a call
-that never returns is left behind once the run has ended.
+that never returns is left behind once the run has ended; ``leave_stuck_threads`` leaves any
+other such thread behind at the end of a command, saying so.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["LoopWatch", "DaemonPool", "REPEAT_S", "MARGIN_S", "exit_now"]
+__all__ = ["LoopWatch", "DaemonPool", "REPEAT_S", "MARGIN_S", "ABORT_S", "exit_now",
+           "leave_stuck_threads"]
 
 _log = logging.getLogger("samza_dsl.run")
 
@@ -290,3 +292,21 @@ class DaemonPool(concurrent.futures.Executor):
         if wait:
             for t in self._threads:
                 t.join()
+
+
+def leave_stuck_threads(name: str, code: int, wait_s: float = 2.0) -> None:
+    """At the end of a command: the threads that would keep the process from exiting (not
+    daemon threads, still running ``wait_s`` after it ended: a call that never returns) are
+    left behind, and the process exits with ``code`` now, saying so in one line naming them
+    (``name``: who says it)."""
+    others = [t for t in threading.enumerate()
+              if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    if not others:
+        return
+    deadline = time.monotonic() + wait_s
+    for t in others:
+        t.join(max(0.0, deadline - time.monotonic()))
+    stuck = [t.name for t in others if t.is_alive()]
+    if stuck:
+        exit_now(f"{name}: left {len(stuck)} thread(s) behind that did not end within "
+                 f"{wait_s:g} s of the end: {', '.join(stuck)}", code)

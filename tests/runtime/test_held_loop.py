@@ -21,6 +21,7 @@ CLI = os.path.join(os.path.dirname(sys.executable), "samza-dsl")
 
 HELD_APP = textwrap.dedent('''
     import os
+    import threading
     import time
 
     from samza_dsl import KV, StreamApplication
@@ -34,8 +35,12 @@ HELD_APP = textwrap.dedent('''
     out = app.output(local.output("out", serde=SERDE, partitions=2))
 
 
+    if os.environ.get("STRAY"):  # a thread of the application's that never ends
+        threading.Thread(target=time.sleep, args=(3600,), name="stray-sleeper").start()
+
+
     def nap(kv):
-        if kv.value["i"] == 5:
+        if kv.value["i"] == 5 and not os.environ.get("STRAY"):
             with open(os.environ["MARK"], "w") as f:
                 f.write(kv.key)
             time.sleep(3600)
@@ -53,14 +58,15 @@ HELD_APP = textwrap.dedent('''
 LIMIT = 20
 
 
-def _start(tmp_path: Path, *config: str, follow: bool = False) -> subprocess.Popen[str]:
+def _start(tmp_path: Path, *config: str, follow: bool = False,
+           stray: bool = False) -> subprocess.Popen[str]:
     (tmp_path / "held_app.py").write_text(HELD_APP)
     args = [CLI, "run", "held_app.py:app", "--sample", "20", "-q"]
     for c in config:
         args += ["-c", c]
     if follow:
         args.append("--follow")
-    env = {**os.environ, "MARK": str(tmp_path / "held.mark")}
+    env = {**os.environ, "MARK": str(tmp_path / "held.mark"), "STRAY": "1" if stray else ""}
     return subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
 
@@ -77,12 +83,12 @@ def _held(tmp_path: Path, proc: subprocess.Popen[str], timeout: float = 30) -> N
 
 
 def _end(proc: subprocess.Popen[str], since: float) -> tuple[float, str]:
-    """Seconds from ``since`` to the process's exit, and its stderr; killed if it does not end
-    within ``LIMIT``."""
+    """Seconds from ``since`` to the process's exit, and its stderr; killed (with its session's
+    other processes) if it does not end within ``LIMIT``."""
     try:
         _, err = proc.communicate(timeout=LIMIT)
     except subprocess.TimeoutExpired:
-        proc.kill()
+        os.killpg(proc.pid, signal.SIGKILL)  # its container processes too
         _, err = proc.communicate()
         raise AssertionError(f"the run did not end within {LIMIT} s:\n{err}") from None
     return time.monotonic() - since, err
@@ -161,6 +167,28 @@ def test_a_second_ctrl_c_ends_a_held_run_at_once(tmp_path: Path, pool: int) -> N
         assert re.search(NAMED, line), line
 
 
+def test_a_second_stop_ends_a_held_run_of_several_containers_at_once(tmp_path: Path) -> None:
+    """The signals go to the parent process alone: it passes the first stop on, then the
+    second; the held container ends itself, naming what it abandons, and so does the run."""
+    proc = _start(tmp_path, "task.shutdown.ms=60000", "job.container.count=2", follow=True)
+    _held(tmp_path, proc)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(1.5)
+    assert proc.poll() is None, proc.communicate()
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    took, err = _end(proc, sent)
+    assert proc.returncode == 130, err
+    assert took < 5, f"took {took:.1f} s:\n{err}"
+    assert "Traceback" not in err, err
+    held = next(ln for ln in err.splitlines() if "held-1-map-nap" in ln)
+    assert re.match(r"job 'held' container \d stopped without waiting on a second stop \(SIGTERM, "
+                    r"[\d.]+ s after SIGTERM\): the event loop's thread was held for [\d.]+ s in "
+                    + NAMED, held), held
+    assert re.match(r"samza-dsl run: interrupted: job 'held': container \d of 2 stopped without "
+                    r"waiting on a second stop", err.rstrip().splitlines()[-1]), err
+
+
 def test_the_same_stop_sent_twice_at_once_is_one_stop(tmp_path: Path) -> None:
     """``timeout`` sends its signal to the process and to its group: one stop, which waits
     ``task.shutdown.ms`` for the messages in flight as any first stop does."""
@@ -173,3 +201,13 @@ def test_the_same_stop_sent_twice_at_once_is_one_stop(tmp_path: Path) -> None:
     assert proc.returncode == 143, err
     assert took >= 2.0, f"took {took:.1f} s:\n{err}"
     assert "on the stop (SIGTERM), task.shutdown.ms=2000" in err, err
+
+
+def test_a_thread_that_never_ends_does_not_keep_a_finished_run_from_exiting(
+        tmp_path: Path) -> None:
+    proc = _start(tmp_path, stray=True)
+    _, err = _end(proc, time.monotonic())
+    assert proc.returncode == 0, err
+    assert err.rstrip().splitlines()[-1] == (
+        "samza-dsl: left 1 thread(s) behind that did not end within 2 s of the end: "
+        "stray-sleeper"), err
