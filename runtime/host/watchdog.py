@@ -7,7 +7,8 @@ returns, a driver stuck in C, a sink's close waiting on its thread.
   round, neither of which happens while that thread is held. The watch passes each signal on
   to the loop (which stops cleanly when it can), and ends the process itself when a second
   stop comes (a repeat within ``REPEAT_S`` of the first is the same stop: ``timeout`` sends
-  its signal twice) or when the first stop is ``task.shutdown.ms`` + ``MARGIN_S`` old.
+  its signal twice) or when the first stop is ``task.shutdown.ms`` + ``MARGIN_S`` old and the
+  loop's thread is held (a free loop stops what is in flight itself then, and closes).
 - A heartbeat it posts to the loop tells how long the loop's thread has been held: in a
   bounded run, for half of ``job.bounded.stall.ms`` it warns naming where the thread is held,
   for all of it it ends the process.
@@ -180,7 +181,8 @@ class LoopWatch:
             sig = self._second[0]
             self._end_for_stop(sig, f"a second stop ({signal.Signals(sig).name}), after "
                                     f"{ABORT_S:g} s more", held)
-        if self._first is not None and now - self._first[1] >= self.grace_s + MARGIN_S:
+        if self._first is not None and now - self._first[1] >= self.grace_s + MARGIN_S \
+                and held >= MARGIN_S:  # a free loop stops by itself (``_stop_overdue``)
             sig = self._first[0]
             self._end_for_stop(sig, f"the stop ({signal.Signals(sig).name}), "
                                     f"task.shutdown.ms={round(self.grace_s * 1000)} and "
