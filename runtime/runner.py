@@ -158,7 +158,11 @@ class LocalRunner(LateCounts):
         With ``job.container.count`` N > 1 (and no ``job.container.id``), the job runs in N
         container processes on this machine. Once SIGINT or SIGTERM has stopped a run, the
         process ignores them from then on: the run is done and committed, and the same stop
-        sent again (as ``timeout`` does) must not interrupt what follows it.
+        sent again (as ``timeout`` does) must not interrupt what follows it. On the main
+        thread the process is the run's: a second stop signal while it runs, a stop whose
+        ``task.shutdown.ms`` ran out while a call holds the event loop's thread, or a bounded
+        run whose loop is held for ``job.bounded.stall.ms``, ends the process (``os._exit``)
+        with one line saying what was abandoned (``runtime.host.watchdog``).
 
         Returns:
             The runner, for ``messages()`` and ``late_counts``.

@@ -653,7 +653,7 @@ class Container:
     def waiting_for(self) -> str:
         """What the tasks not done wait for: each input partition that has not ended (where
         its reader stands, what holds it back), and the messages in flight."""
-        from runtime.engine.in_flight import held_back_lines, in_flight_lines
+        from runtime.engine.in_flight import blocked_in, held_back_lines, in_flight_lines
 
         parts = []
         listed = []
@@ -669,6 +669,9 @@ class Container:
                 break
         busy = [t for t in self.tasks if not t.done and t.in_flight]
         parts.extend(in_flight_lines(busy))
+        if self.executor is not None:  # where the calls on job.container.thread.pool.size are
+            parts.extend(f"thread {name!r} of job.container.thread.pool.size is in "
+                         f"{blocked_in(frame) or 'a call'}" for name, frame in self.executor.calling())
         # a task whose inputs all ended is not done while it commits or closes: where it waits
         parts.extend(held_back_lines([t for t in self.tasks if not t.done and not t.in_flight]))
         return "; ".join(parts) or "nothing the tasks name"

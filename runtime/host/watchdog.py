@@ -247,6 +247,8 @@ class DaemonPool(concurrent.futures.Executor):
         self._idle = threading.Semaphore(0)
         self._lock = threading.Lock()
         self._shut = False
+        #: the threads in a call now, by their ident
+        self._calling: set[int] = set()
 
     def submit(self, fn: Callable[..., Any], /, *args: Any,
                **kwargs: Any) -> concurrent.futures.Future[Any]:
@@ -271,14 +273,24 @@ class DaemonPool(concurrent.futures.Executor):
             fut, fn, args, kwargs = item
             del item
             if fut.set_running_or_notify_cancel():
+                me = threading.get_ident()
+                self._calling.add(me)
                 try:
                     result = fn(*args, **kwargs)
                 except BaseException as exc:  # noqa: BLE001 - the caller's, through the future
                     fut.set_exception(exc)
                 else:
                     fut.set_result(result)
+                finally:
+                    self._calling.discard(me)
             del fut, fn, args, kwargs
             self._idle.release()
+
+    def calling(self) -> list[tuple[str, Any]]:
+        """(name, innermost frame) of each thread in a call now."""
+        frames = sys._current_frames()
+        return [(t.name, frames[t.ident]) for t in list(self._threads)
+                if t.ident in self._calling and t.ident in frames]
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         with self._lock:

@@ -114,6 +114,8 @@ def test_a_bounded_run_held_by_a_function_that_never_returns_stops_at_the_stall_
         assert re.search(r"task 'Partition \d': 1 message in flight, the oldest at stream "
                          r"'events' partition \d offset \d+ for [\d.]+ s: operator "
                          r"'held-1-map-nap'", last), last
+        assert re.search(r"thread 'samza-task_\d' of job.container.thread.pool.size is in "
+                         r"nap\(\) at .*held_app\.py:\d+, operator 'held-1-map-nap'", last), last
     else:  # on the loop's thread: the watch names where it is held
         assert re.search(r"the event loop's thread was held for [\d.]+ s in " + NAMED, last), last
         warning = next(ln for ln in err.splitlines() if "the run has made no progress" in ln)
