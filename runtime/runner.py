@@ -29,6 +29,7 @@ from runtime.engine.late import LateCounts, window_ids
 from runtime.engine.systems import SYSTEMS, job_system
 from runtime.host.metrics import Metrics
 from runtime.host.stacks import stacks_on
+from runtime.host.watchdog import ABORT_S, REPEAT_S, LoopWatch, exit_now, leave_stuck_threads
 from runtime.memory import MemoryBroker, MemoryInputs, memory_job
 from samza_dsl import StreamApplication
 from samza_dsl.config import config_value, exactly_once, job_config, validate_config
@@ -132,6 +133,9 @@ class LocalRunner(LateCounts):
         #: the signal (SIGINT, SIGTERM) that asked the run to stop; when ``task.shutdown.ms``
         #: after the stop runs out, the run stops anyway (``_stop_overdue``)
         self._stop_signal: int | None = None
+        #: when it came; a second stop signal that came a while later (a run of several)
+        self._stopped_at = 0.0
+        self._second_stop: int | None = None
         self._overdue: asyncio.TimerHandle | None = None
         #: the signal that stopped a bounded run before its inputs ended (None: it was not)
         self.interrupted: int | None = None
@@ -154,7 +158,11 @@ class LocalRunner(LateCounts):
         With ``job.container.count`` N > 1 (and no ``job.container.id``), the job runs in N
         container processes on this machine. Once SIGINT or SIGTERM has stopped a run, the
         process ignores them from then on: the run is done and committed, and the same stop
-        sent again (as ``timeout`` does) must not interrupt what follows it.
+        sent again (as ``timeout`` does) must not interrupt what follows it. On the main
+        thread the process is the run's: a second stop signal while it runs, a stop whose
+        ``task.shutdown.ms`` ran out while a call holds the event loop's thread, or a bounded
+        run whose loop is held for ``job.bounded.stall.ms``, ends the process (``os._exit``)
+        with one line saying what was abandoned (``runtime.host.watchdog``).
 
         Returns:
             The runner, for ``messages()`` and ``late_counts``.
@@ -199,8 +207,11 @@ class LocalRunner(LateCounts):
         stop = threading.Event()
         previous = {}
         def on_stop(signum: int, _frame: Any) -> None:
+            now = time.monotonic()
             if self._stop_signal is None:
-                self._stop_signal = signum
+                self._stop_signal, self._stopped_at = signum, now
+            elif now - self._stopped_at >= REPEAT_S and self._second_stop is None:
+                self._second_stop = signum  # the same stop sent twice at once is one
             stop.set()
 
         if install_signals:  # from here on a stop (Ctrl-C) is a clean one, even while preparing
@@ -287,7 +298,8 @@ class LocalRunner(LateCounts):
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         self._state = "running"  # every container process is there
         failed: list[int] = []
-        forwarded = False
+        forwarded = again = False  # the stop passed on to the containers; a second stop too
+        forwarded_at = 0.0
         ends = _LogEnds(self.app, self.config) if self.local else None
         shown = _ContainerRows(self.progress, n, self.plan.config,
                                ends.end_of if ends is not None else None)
@@ -304,11 +316,21 @@ class LocalRunner(LateCounts):
                 # each container stops itself task.shutdown.ms after the stop, saying what it
                 # had in flight; one that cannot (its loop blocked) is killed a little later
                 kill_at = time.monotonic() + grace + _KILL_MARGIN
+                forwarded_at = time.monotonic()
+                for p in procs:
+                    if p.is_alive() and p.pid is not None:
+                        os.kill(p.pid, signal.SIGTERM)
+            if self._second_stop is not None and forwarded and not again \
+                    and time.monotonic() >= forwarded_at + REPEAT_S + 0.1:
+                # a second stop: each container ends itself at once, saying what it abandons
+                again = True
+                kill_at = min(kill_at, time.monotonic() + ABORT_S + _KILL_MARGIN)
                 for p in procs:
                     if p.is_alive() and p.pid is not None:
                         os.kill(p.pid, signal.SIGTERM)
             if time.monotonic() >= kill_at or self._kill_requested:
                 why = ("stop() ran out of time" if self._kill_requested else
+                       "it did not stop on a second stop" if again else
                        f"it did not stop within task.shutdown.ms={int(grace * 1000)} of the stop")
                 stuck = [(i, p) for i, p in enumerate(procs) if p.is_alive() and i not in killed]
                 for i, p in stuck:  # where each was stuck, on its stderr, before it is killed
@@ -351,12 +373,14 @@ class LocalRunner(LateCounts):
         overdue = [i for i, p in enumerate(procs) if forwarded and p.exitcode in _OVERDUE_EXITS]
         if overdue:
             self._state = "failed"
+            how = ("stopped without waiting on a second stop (what each abandoned is above)"
+                   if again else f"did not stop within task.shutdown.ms={int(grace * 1000)} of "
+                   f"the stop (what each had in flight is above) and stopped without it")
             raise Interrupted(
                 f"job {self.app.name!r}: container{'s' if len(overdue) > 1 else ''} "
-                f"{', '.join(map(str, overdue))} of {n} did not stop within "
-                f"task.shutdown.ms={int(grace * 1000)} of the stop (what each had in flight is "
-                f"above) and stopped without it; the next run resumes after each container's "
-                f"last checkpoint", signal=self._stop_signal)
+                f"{', '.join(map(str, overdue))} of {n} {how}; the next run resumes after each "
+                f"container's last checkpoint",
+                signal=self._stop_signal if self._second_stop is None else self._second_stop)
         if interrupted and self._stop_signal is not None and not self.follow:
             self.interrupted = self._stop_signal
 
@@ -412,6 +436,8 @@ class LocalRunner(LateCounts):
             self._stop_container()
         reporter = asyncio.create_task(self._report()) \
             if self.progress or self._report_to is not None else None
+        # the process is the run's: a thread of its own ends it when the loop cannot
+        watch = self._watch(container) if install_signals else None
         try:
             await container.run()
             self._state = "finished"
@@ -419,6 +445,8 @@ class LocalRunner(LateCounts):
             self._state = "failed"
             raise
         finally:
+            if watch is not None:
+                watch.stop()
             if self._overdue is not None:
                 self._overdue.cancel()
             if self.local or self.kafka:
@@ -470,9 +498,10 @@ class LocalRunner(LateCounts):
             grace = int(config_value(self.plan.config, "task.shutdown.ms")) / 1000.0
             self._overdue = self._loop.call_later(grace, self._stop_overdue)
 
-    def _stop_overdue(self) -> None:
-        """``task.shutdown.ms`` after the stop, the container has not stopped: it stops now,
-        without waiting for its messages in flight, with an error that names them."""
+    def _stop_overdue(self, second: int | None = None) -> None:
+        """``task.shutdown.ms`` after the stop (or on a ``second`` stop signal), the container
+        has not stopped: it stops now, without waiting for its messages in flight, with an
+        error that names them."""
         from runtime.engine.in_flight import in_flight_lines
 
         container = self.container
@@ -482,15 +511,45 @@ class LocalRunner(LateCounts):
         lines = in_flight_lines(container.tasks)
         shown = "; ".join(lines[:_SHOWN_TASKS]) + (
             f"; and {len(lines) - _SHOWN_TASKS} more task(s)" if len(lines) > _SHOWN_TASKS else "")
-        sig = self._stop_signal
+        sig = self._stop_signal if second is None else second
         by = signal.Signals(sig).name if sig is not None else "stop()"
-        cid = config_value(job_config(self.app, self.config), "job.container.id")
-        who = f"job {self.app.name!r}" + (f" container {cid}" if cid is not None else "")
+        why = (f"did not stop within task.shutdown.ms={ms} of the stop ({by}), so it"
+               if second is None else f"was sent a second stop ({by}), so it")
         container.abort(Interrupted(
-            f"{who} did not stop within task.shutdown.ms={ms} of the stop ({by}), so it "
-            f"stopped without waiting: {shown or 'nothing in flight'}. What it did since its last "
-            f"commit is done again by the next run, which resumes after the last checkpoint",
-            signal=sig))
+            f"{self._who()} {why} stopped without waiting: {shown or 'nothing in flight'}. What "
+            f"it did since its last commit is done again by the next run, which resumes after "
+            f"the last checkpoint", signal=sig))
+
+    def _who(self) -> str:
+        cid = config_value(job_config(self.app, self.config), "job.container.id")
+        return f"job {self.app.name!r}" + (f" container {cid}" if cid is not None else "")
+
+    def _watch(self, container: Container) -> LoopWatch:
+        """A watch on the loop from a thread of its own (``runtime.host.watchdog``): a second
+        stop, a stop past ``task.shutdown.ms``, or, in a bounded run, a loop held for
+        ``job.bounded.stall.ms`` by a call that does not return, ends the process."""
+        from runtime.engine.in_flight import blocked_in
+
+        stall_ms = config_value(container.config, "job.bounded.stall.ms")
+        grace_ms = config_value(container.config, "task.shutdown.ms")
+        return LoopWatch(
+            asyncio.get_running_loop(), threading.get_ident(),
+            stall_s=stall_ms / 1000.0 if container.bounded and stall_ms > 0 else 0.0,
+            grace_s=grace_ms / 1000.0,
+            armed=lambda: container.phase in ("running", "stopped")
+            or container.lifecycle is not None,
+            describe=blocked_in, stop_now=self._stop_overdue, give_up=self._give_up,
+            error_code=1 if self._forked else 2, who=self._who()).start()
+
+    def _give_up(self, kind: str, text: str, code: int) -> None:
+        """The watch ends the process: its one line, as ``samza-dsl run`` (or, in a container
+        process of a run of several, as the container) says an interruption or an error."""
+        if not self._forked:
+            line = f"samza-dsl run: {kind}: {text}"
+        else:
+            cid = config_value(job_config(self.app, self.config), "job.container.id")
+            line = text if kind == "interrupted" else f"container {cid}: error: {text}"
+        exit_now(line, code)
 
     async def _report(self) -> None:
         interval = max(int(self.plan.config.get("task.progress.ms", 1000)), 50) / 1000.0
@@ -924,14 +983,16 @@ def _container_main(app: StreamApplication, config: Mapping[str, Any], follow: b
     runner._forked = True
     if queue is not None:  # with no display too: the parent tells a stalled container by them
         runner._report_to = _RowsTo(queue)
+    name = f"container {config.get('job.container.id')}"
     try:
         runner.run()
     except Interrupted as exc:  # it did not stop in time: what it had in flight, in one line
         print(exc, file=sys.stderr, flush=True)
+        leave_stuck_threads(name, exc.exit_code)
         sys.exit(exc.exit_code)
     except SamzaError as exc:  # one line naming what failed; the parent names the container
-        print(f"container {config.get('job.container.id')}: error: {exc}", file=sys.stderr,
-              flush=True)
+        print(f"{name}: error: {exc}", file=sys.stderr, flush=True)
+        leave_stuck_threads(name, 1)
         sys.exit(1)
     for sig in _STOP_SIGNALS:  # done: a stop that comes now changes nothing (_ContainerLoop)
         signal.signal(sig, signal.SIG_IGN)
@@ -941,6 +1002,10 @@ def _container_main(app: StreamApplication, config: Mapping[str, Any], follow: b
         queue.put((_TOTALS, "", {"read": dict(runner.container.status()["read"]),
                                  "restored": dict(runner.container.restored),
                                  "counters": counters, "written": runner.written() or {}}))
+    if queue is not None:  # what it sent reaches the parent before any thread is left behind
+        queue.close()
+        queue.join_thread()
+    leave_stuck_threads(name, 0)
 
 
 class _RowsTo:

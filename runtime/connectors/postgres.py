@@ -58,6 +58,8 @@ __all__ = ["PostgresSink", "PostgresOptions", "PostgresReader", "POSITIONS_TABLE
 _log = logging.getLogger("samza_dsl.connectors.postgres")
 
 POSITIONS_TABLE = "samza_dsl_positions"
+#: how long abort and close wait for the sink's thread, cancelling what it waits on meanwhile
+_SETTLE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -174,6 +176,8 @@ class PostgresSink(Sink):
         self.pool: concurrent.futures.ThreadPoolExecutor | None = None
         self.ctx: SinkContext | None = None
         self.where = ""
+        #: abort or close waits for the sink's thread (``_settle``)
+        self._stopping = False
 
     # -- the connector API ---------------------------------------------------------------------
 
@@ -264,18 +268,45 @@ class PostgresSink(Sink):
 
     def abort(self) -> None:
         self.rows = []
-        self._inflight = None  # the pool runs it before the rollback below
+        if self._inflight is not None:  # the pool runs it before the rollback below
+            self._inflight.cancel()  # its outcome is not wanted
+            self._inflight = None
         if self.pool is not None:
-            self.pool.submit(self._rollback).result()
+            self._settle(self.pool.submit(self._rollback), "abort")
 
     def close(self) -> None:
         if self.pool is not None:
-            self.pool.submit(self._disconnect).result()
-            self.pool.shutdown()
+            settled = self._settle(self.pool.submit(self._disconnect), "close")
+            self.pool.shutdown(wait=settled)
             self.pool = None
         if self.replays.skipped:
             _log.info("%s: skipped %d rows the database held already", self.where,
                       self.replays.skipped)
+
+    def _settle(self, step: concurrent.futures.Future[Any], name: str) -> bool:
+        """Waits for ``step``, queued on the sink's thread behind what it does now. A statement
+        that does not return there (a lock another session holds, a database that does not
+        answer) is cancelled on the server, and not tried again; after ``_SETTLE_S`` the
+        thread is left behind (False), its transaction to the server's rollback."""
+        self._stopping = True
+        deadline = time.monotonic() + _SETTLE_S
+        wait = 0.1  # then cancel: what runs there is dropped anyway
+        while True:
+            try:
+                step.result(timeout=wait)
+                self._stopping = False
+                return True
+            except concurrent.futures.TimeoutError:
+                pass
+            if time.monotonic() >= deadline:
+                _log.warning("%s: %s in task %r: the sink's connection did not answer for %g s; "
+                             "it is left behind", self.where, name,
+                             self.ctx.task_name if self.ctx else "?", _SETTLE_S)
+                return False
+            conn, wait = self.conn, 0.5
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    conn.cancel()
 
     # -- on the sink's thread ----------------------------------------------------------------
 
@@ -290,6 +321,8 @@ class PostgresSink(Sink):
     def _connect(self) -> Any:
         import psycopg
 
+        if self._stopping:  # a statement cancelled by abort or close is not sent again
+            raise SinkError(f"{self.where}: stopped while a statement waited")
         conn = psycopg.connect(self.options.conninfo)
         if self.options.upsert:
             conn.execute(self._make_stage)
@@ -349,6 +382,8 @@ class PostgresSink(Sink):
                     self._token = None
                     raise stop(said) from None
                 self._disconnect()
+                if self._stopping:  # cancelled by abort or close: not tried again
+                    raise SinkError(f"{self.where}: stopped while a statement waited") from None
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise stop(f"the database did not answer for {o.retry_seconds:g} s "

@@ -57,7 +57,7 @@ from samza_dsl.connectors import Sources
 from samza_dsl.kv import KV
 
 __all__ = ["BatchFailure", "BatchRun", "RunColumns", "stream_run", "sink_run", "operator_run",
-           "CONTROL_TYPES", "SinkWrite"]
+           "CONTROL_TYPES", "SinkWrite", "run_operator"]
 
 #: a run takes (payloads, i, end, times=None) and returns where it stopped
 BatchRun = Callable[..., int]
@@ -719,3 +719,8 @@ def operator_run(op: Operator, downstream: list[Emit], meter: OpMeter | None,
         finally:
             _count(meter, None, i - start, i - start - n_out)
     return batch
+
+
+def run_operator(obj: Any) -> str | None:
+    """The operator whose function a batch's loop (``stream_run``) calls, if ``obj`` is one."""
+    return obj.fn_op if isinstance(obj, _StreamRun) else None

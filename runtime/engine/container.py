@@ -15,7 +15,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Coroutine, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from runtime.engine.codec import keep_earlier_watermarks
@@ -28,6 +27,7 @@ from runtime.engine.task import TaskInstance
 from runtime.engine.task_env import TaskEnv
 from runtime.host.health import HealthServer, health_address
 from runtime.host.metrics import Metrics, Sample
+from runtime.host.watchdog import DaemonPool
 from runtime.state.remote import close_table_functions
 from samza_dsl.config import config_value, exactly_once
 from samza_dsl.errors import SamzaError
@@ -223,7 +223,8 @@ class Container:
         self.clock = clock or wall_ms
         self.metrics = metrics or Metrics()
         pool = config_value(self.config, "job.container.thread.pool.size")
-        self.executor = ThreadPoolExecutor(pool, thread_name_prefix="samza-task") if pool else None
+        # daemon threads: a blocking call that never returns does not hold the process at exit
+        self.executor = DaemonPool(pool, "samza-task") if pool else None
         self.tasks: list[TaskInstance] = []
         self._room = asyncio.Event()
         self.closed = False
@@ -652,7 +653,7 @@ class Container:
     def waiting_for(self) -> str:
         """What the tasks not done wait for: each input partition that has not ended (where
         its reader stands, what holds it back), and the messages in flight."""
-        from runtime.engine.in_flight import held_back_lines, in_flight_lines
+        from runtime.engine.in_flight import blocked_in, held_back_lines, in_flight_lines
 
         parts = []
         listed = []
@@ -668,7 +669,11 @@ class Container:
                 break
         busy = [t for t in self.tasks if not t.done and t.in_flight]
         parts.extend(in_flight_lines(busy))
-        parts.extend(held_back_lines([t for t in dict.fromkeys(listed) if not t.in_flight]))
+        if self.executor is not None:  # where the calls on job.container.thread.pool.size are
+            parts.extend(f"thread {name!r} of job.container.thread.pool.size is in "
+                         f"{blocked_in(frame) or 'a call'}" for name, frame in self.executor.calling())
+        # a task whose inputs all ended is not done while it commits or closes: where it waits
+        parts.extend(held_back_lines([t for t in self.tasks if not t.done and not t.in_flight]))
         return "; ".join(parts) or "nothing the tasks name"
 
     # -- status -----------------------------------------------------------------------------------

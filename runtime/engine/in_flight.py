@@ -20,7 +20,7 @@ from operators.join_table import JoinTableOperator
 from runtime.engine.handout import Handout
 from runtime.state.remote import RemoteCall, RemoteTableClient
 
-__all__ = ["held_back_lines", "Wait", "wait_of", "message_coroutines", "coroutine_wait", "in_flight_lines",
+__all__ = ["blocked_in", "held_back_lines", "Wait", "wait_of", "message_coroutines", "coroutine_wait", "in_flight_lines",
            "cancel_messages"]
 
 #: a Wait's key when none is known
@@ -262,3 +262,50 @@ def cancel_messages(task: Any) -> None:
     """Cancel the coroutines that complete ``task``'s messages in flight."""
     for a, _, _ in message_coroutines(task).values():
         a.cancel()
+
+
+def blocked_in(frame: Any) -> str:
+    """Where a thread that does not come back to its event loop is held, read from its
+    innermost ``frame`` outwards, as much as is known: the application's innermost function
+    with its file and line, the operator, a sink's step, the task and the message it handles
+    (``in nap() at app.py:12, operator 'o', task 'Partition 1' stream 'events' partition 1
+    offset 4``); "" when no frame of the job's is on it."""
+    import sysconfig
+
+    from runtime.engine.batch import run_operator
+    from runtime.engine.sinks import TaskSinks
+
+    paths = sysconfig.get_paths()
+    library = (*_library_dirs(), *(paths[k] + os.sep for k in ("stdlib", "platstdlib", "purelib",
+                                                                "platlib") if k in paths))
+    where = op = sink = task = message = None
+    run: tuple[Any, int] | None = None  # a batch's loop: its iterator and end
+    f = frame
+    for _ in range(300):
+        if f is None:
+            break
+        code, names = f.f_code, f.f_locals
+        owner = names.get("self")
+        if where is None and not code.co_filename.startswith(library) \
+                and not code.co_filename.startswith("<"):
+            where = f"{code.co_qualname}() at {code.co_filename}:{f.f_lineno}"
+        if op is None:
+            fn_op = names.get("fn_op")
+            op = (owner.op_id if isinstance(owner, Operator) else
+                  fn_op if isinstance(fn_op, str) else run_operator(owner))
+        if run is None and isinstance(names.get("end"), int) \
+                and type(names.get("it")).__name__ == "list_iterator":
+            run = (names["it"], names["end"])
+        if sink is None and isinstance(owner, TaskSinks) and "sid" in names:
+            sink = (f"the {names.get('step', 'close')} of the sink of output {names['sid']!r} "
+                    f"of task {owner.task_name!r}")
+        if task is None and code.co_name == "_hand_out" and "first" in names:
+            task, ssp = owner.name, names["ssp"]
+            at = (run[1] - run[0].__length_hint__() - 1) if run is not None else names["i"] - 1
+            message = (f"stream {ssp.stream_id!r} partition {ssp.partition} offset "
+                       f"{names['first'] + at}")
+        f = f.f_back
+    del f
+    parts = [p for p in (where, f"operator {op!r}" if op else None, sink,
+                         f"task {task!r} {message}" if task else None) if p]
+    return ", ".join(parts)

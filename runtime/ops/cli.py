@@ -1084,6 +1084,20 @@ def _described(help_text: str, more: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from runtime.host.watchdog import leave_stuck_threads
+
+    code = _command(argv)
+    main_module = sys.modules.get("__main__")
+    spec = getattr(main_module, "__spec__", None)  # foreign: a module
+    if os.path.basename(sys.argv[0]) == "samza-dsl" or (spec is not None
+                                                         and spec.name == "runtime.ops.cli"):
+        # the process is the command's: a thread in a call that never returns (a sink's, a
+        # driver's) must not keep it from exiting
+        leave_stuck_threads("samza-dsl", code)
+    return code
+
+
+def _command(argv: Sequence[str] | None) -> int:
     stacks_on(signal.SIGUSR1)
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
