@@ -62,7 +62,7 @@ class JoinTableOperator(Operator):
         store = ctx.store(self.table_id)
         self._get = store.get
         #: a key the table's serde cannot serialize fails as the LMDB store's read of it does
-        self._check_key = getattr(store, "check_key", None)
+        self._check_key = store.check_key
         if store.remote:
             self.remote = store
         elif ctx.placement is not None:

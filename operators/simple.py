@@ -154,7 +154,7 @@ class SendToTableOperator(Operator):
         #: a remote table (``runtime.state.remote``): its write, awaited as the message's
         self._write = cast(RemoteState, store).write if store.remote else None
         #: the table's check of a key its serde cannot serialize (``operators.state``)
-        self._check = getattr(store, "check_key", None)
+        self._check = store.check_key
 
     def process(self, message: Any) -> Result:
         if not isinstance(message, KV):
