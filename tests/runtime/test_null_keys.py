@@ -168,3 +168,27 @@ def test_a_none_key_looked_up_is_a_miss_and_a_none_value_reaches_an_output(
     out = run(runner, looked_up, {"in": [KV("a", "x"), KV("none", "y")]}, tmp_path)
     assert out == [KV("a", ["x", "x"]), KV("none", ["y", None])]
     assert run(runner, passed, {"in": [KV("a", None)]}, tmp_path / "p") == [KV("a", None)]
+
+
+def joined(system: Any) -> StreamApplication:
+    """A stream-stream join whose left key is None for the value "gone"."""
+    from datetime import timedelta
+
+    app = StreamApplication("joined")
+    left = app.input(system.input("in", serde=SERDE, partitions=1))
+    right = app.input(system.input("side", serde=SERDE, partitions=1))
+    (left.join(right, key=lambda kv: None if kv.value == "gone" else kv.key,
+               other_key=lambda kv: kv.key, combine=lambda a, b: KV(a.key, [a.value, b.value]),
+               ttl=timedelta(hours=1), name="j")
+     .send_to(app.output(system.output("out", serde=SERDE, partitions=1))))
+    return app
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_a_none_join_key_fails_naming_the_join_and_side(runner: str, tmp_path: Path) -> None:
+    """As before this decision, and as in Samza, whose join stores refuse a null key."""
+    err = failure(runner, joined, {"in": [KV("a", "x"), KV("b", "gone")], "side": [KV("a", "y")]},
+                  tmp_path)
+    assert ("join 'joined-1-join-j': the left key of KV(key='b', value='gone') is None; a join "
+            "needs a key on both sides (as in Samza)") in str(err)
+    assert (err.stream, err.partition, err.offset) == ("in", 0, 1)

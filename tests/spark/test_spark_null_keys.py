@@ -66,3 +66,23 @@ def test_a_none_value_through_partition_by_fails_on_spark(spark: Any) -> None:
     assert "operator 'pb-1-partition_by-by-key' failed on stream 'in'" in text
     assert ("the value for KV(key='b', value='gone') is None, and an intermediate stream "
             "'pb-1-partition_by-by-key' carries no None value (as in Samza)") in text
+
+
+def test_a_none_join_key_fails_on_spark(spark: Any) -> None:
+    from datetime import timedelta
+
+    app = StreamApplication("joined")
+    mem = MemorySystem()
+    left = app.input(mem.input("in", serde=SERDE, partitions=1))
+    right = app.input(mem.input("side", serde=SERDE, partitions=1))
+    (left.join(right, key=lambda kv: None if kv.value == "gone" else kv.key,
+               other_key=lambda kv: kv.key, combine=lambda a, b: KV(a.key, [a.value, b.value]),
+               ttl=timedelta(hours=1), name="j")
+     .send_to(app.output(mem.output("out", serde=SERDE, partitions=1))))
+    with pytest.raises(ReprocessError) as info:
+        SparkRunner(spark).reprocess(app, {"in": {0: [KV("a", "x"), KV("b", "gone")]},
+                                           "side": {0: [KV("a", "y")]}})
+    text = str(info.value)
+    assert "failed on stream 'in'" in text
+    assert ("join 'joined-1-join-j': the left key of KV(key='b', value='gone') is None; a join "
+            "needs a key on both sides (as in Samza)") in text
