@@ -280,7 +280,8 @@ class InMemoryState:
     orders its keys as its LMDB store does (``table_key_order``), and ``decode`` (its key serde's
     deserializer) so that ``range`` and ``all`` give keys back as the LMDB store does, decoded
     from their bytes (``table_state`` builds both; a key decoded as a list is a ``ListKey``, which
-    ``get``, ``put`` and ``delete`` take back). ``range(start, end)`` is half-open. Iterating while writing is safe: entries deleted meanwhile are skipped. ``get``
+    ``get``, ``put`` and ``delete`` take back), and ``check_key``, which ``send_to`` and ``join_table`` call
+to fail a key the serde cannot serialize as the LMDB store would. ``range(start, end)`` is half-open. Iterating while writing is safe: entries deleted meanwhile are skipped. ``get``
     of a missing key is None, so a value of None reads like a missing one; use ``delete``.
     """
 
