@@ -57,6 +57,9 @@ class KeyValueState(Protocol):
     #: whether a value written is kept in the store's read cache too (a store without one
     #: ignores it): off where the operator keeps the values it wrote itself (a window's panes)
     cache_writes: bool
+    #: a table's check of a key (``operators.state.table_key_check``): raises where its key
+    #: serde cannot serialize the key, as its LMDB store would; None where any key is taken
+    check_key: Callable[[Any], None] | None
 
     def get(self, key: Any) -> Any: ...
     def put(self, key: Any, value: Any) -> None: ...

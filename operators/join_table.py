@@ -2,8 +2,10 @@
 
 The key is ``key(m)``, or the message's ``KV.key`` without a key function. The record is looked up
 in ``ctx.store(table_id)``; ``combine(m, KV(key, value))`` on a hit and ``combine(m, None)`` on a
-miss. A None key skips the lookup and calls ``combine(m, None)``. A None result is dropped (so
-``combine`` chooses an inner or a left join).
+miss. A None key skips the lookup and calls ``combine(m, None)``, as in Samza. A None result is
+dropped (so ``combine`` chooses an inner or a left join). A key the table's key serde cannot
+serialize (an int on a ``StringSerde`` table) fails the message on every store, as the LMDB
+store's read of it does (``check_key`` of the table's store, ``operators.state.table_key_check``).
 
 A remote table (one whose store has ``remote = True``, ``runtime.state.remote``) is read
 asynchronously: ``process`` returns an awaitable of the outputs, unless the table's cache
@@ -59,6 +61,8 @@ class JoinTableOperator(Operator):
         super().init(ctx, user_ctx)
         store = ctx.store(self.table_id)
         self._get = store.get
+        #: a key the table's serde cannot serialize fails as the LMDB store's read of it does
+        self._check_key = store.check_key
         if store.remote:
             self.remote = store
         elif ctx.placement is not None:
@@ -87,6 +91,8 @@ class JoinTableOperator(Operator):
                     return self._join_remote(message, key)
             else:
                 value = self._get(key)
+                if value is None and self._check_key is not None:  # a hit was written: it fits
+                    self._check_key(key)
             if value is not None:
                 record = KV(key, value)
         result = self._combine(message, record)

@@ -15,6 +15,7 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
+from samza_dsl.errors import TaskError
 from samza_dsl.kv import KV
 from samza_dsl.spec import FilterSpec, FlatMapSpec, MapSpec, MergeSpec, SendToSpec, SinkSpec
 
@@ -152,18 +153,36 @@ class SendToTableOperator(Operator):
         self._delete = store.delete
         #: a remote table (``runtime.state.remote``): its write, awaited as the message's
         self._write = cast(RemoteState, store).write if store.remote else None
+        #: the table's check of a key its serde cannot serialize (``operators.state``)
+        self._check = store.check_key
 
     def process(self, message: Any) -> Result:
         if not isinstance(message, KV):
             raise TypeError(f"send_to table {self.table_id!r} ({self.op_id}) takes KV(key, value) "
                             f"messages, got {type(message).__name__}; map messages to KV first")
+        key = message.key
+        if key is None:
+            raise TaskError(null_key(self.table_id, self.op_id, message), op_id=self.op_id)
         if self._write is not None:
-            return _settle(self._write(message.key, message.value))
+            return _settle(self._write(key, message.value))
+        check = self._check
+        if check is not None:
+            check(key)
         if message.value is None:
-            self._delete(message.key)
+            self._delete(key)
         else:
-            self._put(message.key, message.value)
+            self._put(key, message.value)
         return []
+
+
+def null_key(table_id: str, op_id: str, message: Any) -> str:
+    """The error of a None key written to a table: no store holds one (Samza's stores say
+    "Null is not a valid key")."""
+    text = repr(message)
+    text = text if len(text) <= 80 else text[:77] + "..."
+    return (f"send_to table {table_id!r} ({op_id}): the key of {text} is None, and a table "
+            f"holds no None key (as in Samza); filter such messages out or give them a key "
+            f"before the send_to (for a side input, in its processor)")
 
 
 def send_to_operator(spec: SendToSpec) -> Operator:

@@ -34,7 +34,7 @@ from operator import itemgetter
 from typing import Any, cast
 
 __all__ = ["InMemoryState", "ListKey", "encode_key", "decode_key", "hashable_key", "order_key",
-           "in_key_order", "table_key_order", "table_state"]
+           "in_key_order", "table_key_order", "table_state", "table_key_check", "serialize_error"]
 
 _END = 0x00  # closes a tuple
 _NONE = 0x01
@@ -280,12 +280,13 @@ class InMemoryState:
     orders its keys as its LMDB store does (``table_key_order``), and ``decode`` (its key serde's
     deserializer) so that ``range`` and ``all`` give keys back as the LMDB store does, decoded
     from their bytes (``table_state`` builds both; a key decoded as a list is a ``ListKey``, which
-    ``get``, ``put`` and ``delete`` take back). ``range(start, end)`` is half-open. Iterating while writing is safe: entries deleted meanwhile are skipped. ``get``
+    ``get``, ``put`` and ``delete`` take back), and ``check_key``, which ``send_to`` and ``join_table`` call
+to fail a key the serde cannot serialize as the LMDB store would. ``range(start, end)`` is half-open. Iterating while writing is safe: entries deleted meanwhile are skipped. ``get``
     of a missing key is None, so a value of None reads like a missing one; use ``delete``.
     """
 
     __slots__ = ("_data", "get", "peek", "put", "_order", "_sorted", "_shown", "_deleted",
-                 "_order_of", "_decode", "cache_writes")
+                 "_order_of", "_decode", "cache_writes", "check_key")
 
     get: Callable[[Any], Any]
     peek: Callable[[Any], Any]
@@ -303,6 +304,8 @@ class InMemoryState:
         self.get = self.peek = self._data.get
         self.put = self._data.__setitem__
         self.cache_writes = True  # nothing to cache: every value is in memory
+        #: a table's check of a key (``table_key_check``), None for window and join state
+        self.check_key: Callable[[Any], None] | None = None
         self._order: list[bytes] = []
         self._sorted: list[Any] = []
         self._shown: list[Any] = []  # the keys as range and all give them
@@ -377,7 +380,43 @@ def table_key_order(key_serde: Any) -> Callable[[Any], bytes]:
     return cast(Callable[[Any], bytes], key_serde.serialize)
 
 
-def table_state(key_serde: Any) -> InMemoryState:
+def serialize_error(table: str, what: str, reason: str) -> Any:
+    """The ``SerdeError`` of a table's key or value its serde cannot serialize, as every store
+    words it (the LMDB store's codec, ``runtime.state.codec.table_codec``, and ``table_key_check``)."""
+    from samza_dsl.errors import SerdeError
+
+    return SerdeError(f"table {table!r}: cannot serialize a {what} ({reason}); give the table a "
+                      f"serde that fits, or map the {what} to one it takes first")
+
+
+def table_key_check(key_serde: Any, table: str) -> Callable[[Any], None] | None:
+    """``check(key)``: raises ``serialize_error`` where the table's key serde cannot serialize
+    ``key``, as the table's LMDB store would when it writes or reads it; None for ``NoOpSerde``,
+    which takes any key.
+
+    >>> from samza_dsl.serdes import StringSerde
+    >>> table_key_check(StringSerde(), "t")(5)
+    Traceback (most recent call last):
+    ...
+    samza_dsl.errors.SerdeError: table 't': cannot serialize a key (StringSerde() cannot encode int 5: ...
+    """
+    from samza_dsl.errors import SerdeError
+    from samza_dsl.serdes import NoOpSerde
+
+    if key_serde is None or isinstance(key_serde, NoOpSerde):
+        return None
+    serialize = key_serde.serialize
+
+    def check(key: Any) -> None:
+        try:
+            serialize(key)
+        except Exception as exc:
+            reason = exc.reason if isinstance(exc, SerdeError) else f"{type(exc).__name__}: {exc}"
+            raise serialize_error(table, "key", reason) from exc
+    return check
+
+
+def table_state(key_serde: Any, table: str = "") -> InMemoryState:
     """An in-memory table that answers as its LMDB store would: keys ordered by the bytes of
     ``key_serde`` and given back by ``range``/``all`` as ``key_serde`` decodes them (a tuple key
     under ``JsonSerde`` comes back a list, as it does from LMDB: a ``ListKey``, which ``get``,
@@ -397,4 +436,6 @@ def table_state(key_serde: Any) -> InMemoryState:
 
     if key_serde is None or isinstance(key_serde, NoOpSerde):
         return InMemoryState()
-    return InMemoryState(key_serde.serialize, key_serde.deserialize)
+    state = InMemoryState(key_serde.serialize, key_serde.deserialize)
+    state.check_key = table_key_check(key_serde, table)
+    return state

@@ -314,7 +314,8 @@ def memory_store_factory(tables: Mapping[str, Any] | None = None) -> Any:
         key = (task, name)
         if key not in stores:
             serde = serdes.get(name)
-            stores[key] = InMemoryState() if serde is None else table_state(serde.key_serde)
+            stores[key] = (InMemoryState() if serde is None
+                           else table_state(serde.key_serde, name))
         return stores[key]
     make.stores = stores  # type: ignore[attr-defined]
     return make

@@ -164,7 +164,7 @@ class PassExecutor:
 
         self.operators, stores, tables = build_operators(
             plan, self.stages, lambda name: InMemoryState(),
-            lambda table_id: table_state(plan.app.tables[table_id].serde.key_serde))
+            lambda table_id: table_state(plan.app.tables[table_id].serde.key_serde, table_id))
         #: op id -> its meter (``runtime.spark.meter``): messages in and out, handle ns
         self.op_meters: dict[str, OpMeter] = {op_id: new_meter(op_id, self.task_name)
                                               for op_id in self.operators}

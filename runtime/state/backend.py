@@ -11,6 +11,7 @@ from typing import Any
 
 import lmdb
 
+from operators.state import table_key_check
 from runtime.engine.codec import Record, serde_error_policy
 from runtime.engine.job import SSP, JobModel, TaskModel
 from runtime.engine.systems import StateBackend
@@ -124,6 +125,8 @@ class StoreBackend(StateBackend):
             cache_size=_positive(cfg, f"stores.{store_name}.object.cache.size", 100_000),
             write_batch_size=_positive(cfg, f"stores.{store_name}.write.batch.size", 10_000),
             check=check)
+        if spec.table is not None:  # send_to and join_table check keys as they come
+            store.check_key = table_key_check(spec.table.serde.key_serde, store_name)
         info = store.restore_info
         self.metrics.inc("store-restore-entries", int(info.get("entries_replayed", 0)))
         self.restores[(task.name, store_name)] = dict(info)

@@ -24,7 +24,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from operators.state import decode_key, encode_key
+from operators.state import decode_key, encode_key, serialize_error
 from runtime.engine.codec import Record, fast_deserializer, fast_serializer
 from runtime.engine.job import SSP
 from samza_dsl.errors import SerdeError
@@ -85,8 +85,7 @@ def table_codec(serde: Serde[Any], what: str, store: str) -> tuple[Callable[[Any
             try:
                 return serde.serialize(obj)
             except SerdeError as exc:
-                raise SerdeError(f"table {store!r}: cannot serialize a {what} "
-                                 f"({exc.reason}); give the table a serde that fits") from exc
+                raise serialize_error(store, what, exc.reason) from exc
 
     batch = (serde.serialize_batch if type(serde).serialize_batch is not Serde.serialize_batch
              else None)

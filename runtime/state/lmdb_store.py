@@ -143,7 +143,7 @@ class LmdbStore:
                  "_cache_size", "_write_batch_size", "_map_size", "_kenc", "_kdec", "_venc",
                  "_vdec", "changelog", "env", "data_db", "meta_db", "_rtxn", "committed",
                  "flushes", "_commit_flushes", "check", "base", "since", "repairs",
-                 "reads", "writes", "deletes", "cache_writes", "_pages")
+                 "reads", "writes", "deletes", "cache_writes", "_pages", "check_key")
 
     get: Callable[[Any], Any]
     put: Callable[[Any, Any], None]
@@ -163,6 +163,7 @@ class LmdbStore:
         self.task = task
         self.restore_info: dict[str, Any] = {}
         self._kenc = key_encode
+        self.check_key: Callable[[Any], None] | None = None  # a table's: set by its backend
         self._kdec = key_decode
         self._venc = value_encode
         self._vdec = value_decode

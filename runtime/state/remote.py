@@ -171,6 +171,8 @@ class RemoteTableClient:
     remote = True
     #: each write is a call of its own
     batched_writes = False
+    #: keys are the service's to check
+    check_key = None
     MISS = MISS
 
     def __init__(self, spec: RemoteTableSpec, *, task_name: str,

@@ -515,7 +515,8 @@ def stream_join(arrivals: Iterable[tuple[str, Any, float]], *, key: Callable[[An
 def table_join(arrivals: Iterable[tuple[str, Any]], *, combine: Callable[[Any, Any], Any],
                key: Callable[[Any], Any] | None = None) -> list[Any]:
     """Rule 10 for one task: ``arrivals`` are ``("put", KV(k, v))`` (a ``None`` value deletes,
-    as ``send_to(table)``) and ``("message", m)`` in order. A message is looked up by
+    as ``send_to(table)``; a ``None`` key fails, as it does there) and ``("message", m)`` in
+    order. A message is looked up by
     ``key(m)`` (default its ``KV.key``); a ``None`` key or a miss gives ``combine(m, None)``,
     a hit ``combine(m, KV(k, v))``; a ``None`` result is dropped.
 
@@ -530,6 +531,8 @@ def table_join(arrivals: Iterable[tuple[str, Any]], *, combine: Callable[[Any, A
     out: list[Any] = []
     for what, m in arrivals:
         if what == "put":
+            if m.key is None:
+                raise ValueError(f"the key of {m!r} is None: a table holds no None key")
             if m.value is None:
                 table.pop(m.key, None)
             else:

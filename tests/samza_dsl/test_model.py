@@ -127,6 +127,12 @@ def test_table_join_looks_up_and_drops_none() -> None:
     assert inner == [(2, "x")]
 
 
+def test_the_models_table_holds_no_none_key() -> None:
+    """As ``send_to(table)`` on every runner (tests/runtime/test_null_keys.py)."""
+    with pytest.raises(ValueError, match="a table holds no None key"):
+        table_join([("put", KV(None, "x"))], combine=lambda m, r: m)
+
+
 def test_event_time_is_rounded_to_the_millisecond() -> None:
     w = tumbling()
     assert [event_time_ms(w, KV("a", t)) for t in (1.001, 0.0029999, 2.0)] == [1001, 3, 2000]
