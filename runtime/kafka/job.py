@@ -705,5 +705,5 @@ class KafkaJob:
 
     def _unclaim(self) -> None:
         claim, self.claim = self.claim, None
-        if claim is not None:
-            claim.stop()
+        if claim is not None:  # at once if the broker watch gave up on the brokers
+            claim.stop(lost=self.watch.error is not None)
