@@ -25,8 +25,9 @@ the job's checkpoint topic, on the brokers every host shares, and keeps the clai
 
 The claim runs on a thread of its own, so that a task that holds the event loop does not hold
 back the renewals. Once the job's broker watch has declared its brokers lost, ``stop(lost=True)``
-gives up at once: the thread's request under way is cancelled, no tombstone is written (the next
-process waits a session timeout instead) and its clients close without waiting on the brokers.
+gives up at once: the thread's request under way is cancelled, no tombstone is written (a next
+process from another job.dir waits a session timeout instead) and its clients close without
+waiting on the brokers.
 """
 
 from __future__ import annotations

@@ -142,6 +142,7 @@ def _one_line_soon(member: Member, bootstrap: str, cut_at: float) -> None:
     out = member.text()
     assert rc is not None, f"the member did not stop within {TIMEOUT + 30} s:\n{out}"
     assert "Traceback" not in out and "CancelledError" not in out, out
+    assert "Unclosed" not in out, out
     errors = [line for line in out.splitlines() if line.startswith("samza-dsl run: error:")]
     assert len(errors) == 1, out
     assert f"Kafka at {bootstrap} has not answered for" in errors[0], out
@@ -262,5 +263,54 @@ def test_a_changelog_read_goes_on_when_the_broker_is_back_in_time(
         # the job's watch, which checked the job's topics (its loop was free), or the reader's
         assert ("intact" in said[0]) == (where == "worker thread") == bool(checks), said
     finally:
+        broker.stop()
+        proxy.stop()
+
+
+class _CutAtTransactionalId(TcpProxy):
+    """Cuts every connection for good at the first request about a task's transactional id
+    (FindCoordinator or InitProducerId): a member is then taking its tasks over, none of
+    them running yet."""
+
+    cut_at: float | None = None
+
+    def _to_broker(self, data: bytes) -> bool:
+        if data[4:6] in (b"\x00\x0a", b"\x00\x16") and b"-Partition " in data:
+            self.cut_at = time.monotonic()
+            self._stop.set()  # the proxy closes its listener and every connection
+            return False
+        return True
+
+
+@pytest.mark.parametrize("coordinator", ["kafka", "static"])
+def test_a_broker_cut_while_a_member_takes_its_tasks_over_is_the_watchs_one_line(
+        tmp_path: Path, coordinator: str) -> None:
+    """An exactly-once container, the broker cut as its tasks' producers first take their
+    transactional ids, before their stores are read: a member of a consumer group as the
+    group deals it its tasks (none running yet, the job's broker watch running), a static
+    container as it starts (before the watch runs). Either waits for the brokers, then stops
+    with the watch's one line soon after the timeout, and closes every producer it started
+    (a static container stopped at once with the producer's own error, a member did at times;
+    the producers still starting as the first failed were left open, and aiokafka said so)."""
+    port, behind = free_port(), free_port()
+    proxy = _CutAtTransactionalId(port, behind).start()
+    broker = TansuBroker(tmp_path / "tansu.log", port=behind, advertised_port=port)
+    broker.start()
+    bootstrap = f"127.0.0.1:{port}"
+    member = None
+    try:
+        tag = uuid.uuid4().hex[:8]
+        run(create_topic(bootstrap, f"gevents-{tag}", 4))
+        member = Member(tmp_path / "host", bootstrap, tag,
+                        "-c", "job.processing.guarantee=exactly-once",
+                        "-c", f"job.kafka.unavailable.timeout.ms={int(TIMEOUT * 1000)}",
+                        "-c", f"job.coordinator={coordinator}")
+        wait_for("the member takes its tasks over", lambda: proxy.cut_at is not None, 60,
+                 [member])
+        assert proxy.cut_at is not None
+        _one_line_soon(member, bootstrap, proxy.cut_at)
+    finally:
+        if member is not None and member.alive():
+            member.kill()
         broker.stop()
         proxy.stop()
