@@ -24,7 +24,10 @@ the job's checkpoint topic, on the brokers every host shares, and keeps the clai
   coordinator (``job.coordinator=kafka``) fences that window, this claim does not.
 
 The claim runs on a thread of its own, so that a task that holds the event loop does not hold
-back the renewals.
+back the renewals. Once the job's broker watch has declared its brokers lost, ``stop(lost=True)``
+gives up at once: the thread's request under way is cancelled, no tombstone is written (a next
+process from another job.dir waits a session timeout instead) and its clients close without
+waiting on the brokers.
 """
 
 from __future__ import annotations
@@ -47,7 +50,13 @@ from aiokafka.errors import KafkaError
 
 from runtime.kafka.admin import live_first
 from runtime.kafka.security import security_settings
-from runtime.kafka.system import CONTAINER_KEY, kafka_error, new_consumer, stop_client
+from runtime.kafka.system import (
+    CONTAINER_KEY,
+    LOST_STOP_S,
+    kafka_error,
+    new_consumer,
+    stop_client,
+)
 from samza_dsl.errors import SamzaError
 
 __all__ = ["ContainerClaim", "ContainerTaken"]
@@ -110,6 +119,10 @@ class ContainerClaim:
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
+        #: the brokers are lost (``stop(lost=True)``): nothing more is asked of them
+        self._lost = False
+        #: the claim's loop and its main task, while it runs (``stop`` cancels it when lost)
+        self._running: tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]] | None = None
 
     # -- the caller's side -------------------------------------------------------------------
 
@@ -128,12 +141,21 @@ class ContainerClaim:
             self.stop()
             raise self._error
 
-    def stop(self) -> None:
-        """Give the id up (a tombstone): the next process to claim it need not wait."""
+    def stop(self, lost: bool = False) -> None:
+        """Give the id up (a tombstone): the next process to claim it need not wait. ``lost``:
+        the brokers are lost (the job's broker watch gave up on them); the thread stops what it
+        asked them and closes its clients at once, without a tombstone."""
+        if lost:
+            self._lost = True
+            running = self._running
+            if running is not None:
+                with contextlib.suppress(RuntimeError):  # its loop has closed meanwhile
+                    running[0].call_soon_threadsafe(running[1].cancel)
         self._stop.set()
         thread, self._thread = self._thread, None
         if thread is not None:
-            thread.join(self.timeout + 5.0)
+            # each client's close: LOST_STOP_S, then a second for its cancelled stop
+            thread.join(2 * (LOST_STOP_S + 1.0) if lost else self.timeout + 5.0)
 
     # -- the claim's thread ------------------------------------------------------------------
 
@@ -148,6 +170,11 @@ class ContainerClaim:
                 self.on_lost(exc)
 
     async def _main(self) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._running = (asyncio.get_running_loop(), task)
+        if self._lost:  # stopped as the thread began
+            return
         producer = AIOKafkaProducer(bootstrap_servers=live_first(self.servers),
                                     request_timeout_ms=int(self.timeout * 1000),
                                     **security_settings(self.settings))
@@ -169,13 +196,16 @@ class ContainerClaim:
                 self._ready.set()
                 await self._renew(producer, consumer)
             finally:
-                with contextlib.suppress(KafkaError, OSError, TimeoutError):
-                    async with asyncio.timeout(self.timeout):
-                        await producer.send_and_wait(self.tp.topic, None, key=self.key,
-                                                     partition=0)
+                if not self._lost:
+                    with contextlib.suppress(KafkaError, OSError, TimeoutError):
+                        async with asyncio.timeout(self.timeout):
+                            await producer.send_and_wait(self.tp.topic, None, key=self.key,
+                                                         partition=0)
         finally:
-            await stop_client(producer)
-            await stop_client(consumer)
+            self._running = None
+            wait = LOST_STOP_S if self._lost else 5.0
+            await stop_client(producer, wait)
+            await stop_client(consumer, wait)
 
     async def _write(self, producer: AIOKafkaProducer, state: str) -> int:
         value = json.dumps({"state": state, "host": self.host, "pid": os.getpid(),

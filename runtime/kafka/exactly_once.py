@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from aiokafka.errors import IllegalOperation, KafkaError, UnknownError
@@ -95,14 +95,23 @@ async def fence_earlier(servers: str, settings: Mapping[str, Any], job_name: str
     producers = [TransactionalProducer(servers, transactional_id(job_name, name),
                                        timeout=timeout, **settings) for name in task_names]
     try:
-        # every start ends before any is stopped: a producer still starting when another's
-        # start failed (a refused transactional id) would start after its stop, and leak
-        started = await asyncio.gather(*(p.start() for p in producers), return_exceptions=True)
+        await started_all(p.start() for p in producers)
     finally:
         await asyncio.gather(*(p.stop() for p in producers), return_exceptions=True)
-    for result in started:
-        if isinstance(result, BaseException):
-            raise result
+
+
+async def started_all(starts: Iterable[Awaitable[None]]) -> None:
+    """Every producer started; else the first error, once the other starts have ended,
+    cancelled (each closes its producer): one left starting as the caller gives up would leave
+    its producer open, never stopped ("Unclosed AIOKafkaProducer" as it is collected)."""
+    tasks = [asyncio.ensure_future(s) for s in starts]
+    try:
+        for done in asyncio.as_completed(tasks):
+            await done
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 class TaskProducer(KafkaProducer):
@@ -416,7 +425,7 @@ class KafkaTransactions:
             self._producers[m.name] = producer
             self._by_index[m.index] = producer
             opened.append(producer)
-        await asyncio.gather(*(p.start() for p in opened))
+        await started_all(p.start() for p in opened)
 
     def producer_for(self, task: Any) -> TaskProducer:
         """The producer of a task of the container (``TaskEnv.task_producer``): the one ``open``

@@ -298,8 +298,9 @@ class KafkaJob:
             # what an earlier run of this container's tasks left open is aborted first (a
             # member of a group does it for the tasks it is given, runtime.kafka.exactly_once)
             _, mine = job_containers(job, plan.config)
-            await fence_earlier(self.servers, self.producer_settings, self.job_name,
-                                [t.name for t in mine], self.timeout)
+            await self.watch.ride_out(lambda: fence_earlier(
+                self.servers, self.producer_settings, self.job_name, [t.name for t in mine],
+                self.timeout))
         await self.checkpoints.load()
         await self.check_data(None)
         self.codecs: dict[str, StreamCodec] = {}
@@ -357,7 +358,8 @@ class KafkaJob:
         # the state backend as the container sees it (runtime.engine.systems)
         self.state: StateBackend = state
         if txns is not None and not group:  # fenced first: what an earlier run left open is
-            await txns.open(self.tasks)  # aborted before the tasks' stores and inputs are read
+            # aborted before the tasks' stores and inputs are read
+            await self.watch.ride_out(lambda: txns.open(self.tasks))
         parts: dict[str, Any] = dict(consumer=consumer, producer=producer,
                                      checkpoints=self.checkpoints, config=cfg,
                                      metrics=self.metrics, state=self.state)
@@ -446,8 +448,9 @@ class KafkaJob:
         take their transactional ids first: the container that ran them is fenced, and what it
         left open is aborted before their checkpoints are read."""
         ends: asyncio.Task[None] | None = None
-        if self.txns is not None:
-            await self.txns.open(tasks)  # what the changelogs hold ends with what this aborts
+        txns = self.txns
+        if txns is not None:  # what the changelogs hold ends with what this aborts
+            await self.watch.ride_out(lambda: txns.open(tasks))
         else:  # at least once, read beside the checkpoints: a takeover waits for the longer
             ends = asyncio.create_task(self._changelog_ends(tasks))
         try:
@@ -710,5 +713,5 @@ class KafkaJob:
 
     def _unclaim(self) -> None:
         claim, self.claim = self.claim, None
-        if claim is not None:
-            claim.stop()
+        if claim is not None:  # at once if the broker watch gave up on the brokers
+            claim.stop(lost=self.watch.error is not None)

@@ -440,6 +440,25 @@ class BrokerWatch:
             await asyncio.sleep(min(self.interval, 0.2))
         return self.error
 
+    async def ride_out(self, step: Callable[[], Awaitable[T]]) -> T:
+        """``step()``'s result, asked again while the brokers do not answer (before the watch
+        runs: as the job starts): a step that fails while they are away is the outage's, with
+        its warnings and, past the timeout, its error; one that fails while they answer raises
+        its own error."""
+        while True:
+            try:
+                result = await step()
+            except SamzaError:
+                reason = await self._probe()
+                if reason is None:
+                    raise
+                self.unavailable(reason)
+                self.check()
+                await asyncio.sleep(self.interval)
+                continue
+            self.answered()
+            return result
+
     async def guard(self, aw: Awaitable[T]) -> T:
         """``aw``'s result, or the watch's error as soon as it fails the job."""
         if self.error is not None:

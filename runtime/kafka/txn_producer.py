@@ -132,6 +132,9 @@ class TransactionalProducer:
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, 1.0)
                 continue
+            except asyncio.CancelledError:  # its caller gave up: the producer closes
+                await stop_client(producer, 1.0)
+                raise
             except (kafka_errors.KafkaError, TimeoutError, OSError) as exc:
                 await stop_client(producer)
                 raise kafka_error(f"starting the transactional producer "
