@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -123,6 +124,25 @@ class TcpProxy:
             sel.close()
             listener.close()
             self._closed()
+
+
+@contextlib.contextmanager
+def tansu_behind_proxy(log: Path) -> Iterator[tuple[str, TcpProxy]]:
+    """tansu behind a ``TcpProxy``: the bootstrap (the proxy's port) and the proxy, whose
+    ``stop()`` takes the broker away from its clients while it keeps its data."""
+    from kafka_helpers import free_port
+
+    from samza_dsl.testing.kafka_broker import TansuBroker
+
+    port, behind = free_port(), free_port()
+    proxy = TcpProxy(port, behind).start()
+    broker = TansuBroker(log, port=behind, advertised_port=port)
+    try:
+        broker.start()
+        yield f"127.0.0.1:{port}", proxy
+    finally:
+        broker.stop()
+        proxy.stop()
 
 
 class JobProcess:

@@ -25,7 +25,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from group_helpers import Member, outputs, settled, topics_named, wait_for
 from kafka_helpers import create_topic, free_port, keyed, produce_each, run
-from outage_helpers import TcpProxy
+from outage_helpers import TcpProxy, tansu_behind_proxy
 
 from runtime.kafka.changelog import KafkaChangelog
 from runtime.kafka.outage import BrokerWatch, KafkaUnavailable
@@ -218,12 +218,7 @@ def test_a_changelog_read_goes_on_when_the_broker_is_back_in_time(
     connection, keeping its data): the read waits, then reads every entry once. The reader's
     own watch (on the job's loop) checks nothing of the job's when the broker is back, and
     does not say it did."""
-    port, behind = free_port(), free_port()
-    proxy = TcpProxy(port, behind).start()
-    broker = TansuBroker(tmp_path / "tansu.log", port=behind, advertised_port=port)
-    broker.start()
-    bootstrap = f"127.0.0.1:{port}"
-    try:
+    with tansu_behind_proxy(tmp_path / "tansu.log") as (bootstrap, proxy):
         topic = f"cl-back-{uuid.uuid4().hex[:8]}"
         run(fill_changelog(bootstrap, topic, 0, ENTRIES))
 
@@ -262,9 +257,6 @@ def test_a_changelog_read_goes_on_when_the_broker_is_back_in_time(
         assert said, caplog.text
         # the job's watch, which checked the job's topics (its loop was free), or the reader's
         assert ("intact" in said[0]) == (where == "worker thread") == bool(checks), said
-    finally:
-        broker.stop()
-        proxy.stop()
 
 
 class _CutAtTransactionalId(TcpProxy):

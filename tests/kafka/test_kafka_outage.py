@@ -18,8 +18,8 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from kafka_apps import regroup_app
-from kafka_helpers import consume_all, create_topic, free_port, produce_each, run
-from outage_helpers import JobProcess, TcpProxy, wait_until
+from kafka_helpers import consume_all, create_topic, produce_each, run
+from outage_helpers import JobProcess, tansu_behind_proxy, wait_until
 
 from runtime import LocalRunner
 from runtime.kafka.admin import describe_topics
@@ -140,12 +140,7 @@ def test_a_busy_job_fails_once_the_broker_is_gone_for_the_timeout(
 
 def test_a_broker_back_within_the_timeout_with_its_data_lets_the_job_go_on(
         tmp_path: Path) -> None:
-    port, behind = free_port(), free_port()
-    proxy = TcpProxy(port, behind).start()
-    broker = TansuBroker(tmp_path / "tansu.log", port=behind, advertised_port=port)
-    broker.start()
-    bootstrap = f"127.0.0.1:{port}"
-    try:
+    with tansu_behind_proxy(tmp_path / "tansu.log") as (bootstrap, proxy):
         tag = _input(bootstrap, 30)
         job = JobProcess(bootstrap, tag, tmp_path / "job", "job.kafka.unavailable.timeout.ms=20000")
         _processed(job, bootstrap, tag, 30)
@@ -166,9 +161,6 @@ def test_a_broker_back_within_the_timeout_with_its_data_lets_the_job_go_on(
         assert f"Kafka at {bootstrap} does not answer" in out
         assert f"Kafka at {bootstrap} answers again after" in out
         assert "Traceback" not in out and len(out.splitlines()) < MAX_LINES, out
-    finally:
-        broker.stop()
-        proxy.stop()
 
 
 def test_a_broker_back_without_the_jobs_topics_is_an_error_not_a_reprocessing(
@@ -191,12 +183,7 @@ def test_a_broker_back_without_the_jobs_topics_is_an_error_not_a_reprocessing(
 @pytest.mark.parametrize("away", [1.5, 0.0])  # noticed by the job's probe, or by aiokafka
 def test_a_broker_back_with_fewer_records_than_the_checkpoints_is_an_error(
         tmp_path: Path, away: float) -> None:
-    port, behind = free_port(), free_port()
-    proxy = TcpProxy(port, behind).start()
-    broker = TansuBroker(tmp_path / "tansu.log", port=behind, advertised_port=port)
-    broker.start()
-    bootstrap = f"127.0.0.1:{port}"
-    try:
+    with tansu_behind_proxy(tmp_path / "tansu.log") as (bootstrap, proxy):
         tag = _input(bootstrap, 40)
         job = JobProcess(bootstrap, tag, tmp_path / "job", "job.kafka.unavailable.timeout.ms=20000")
         _processed(job, bootstrap, tag, 40)
@@ -213,9 +200,6 @@ def test_a_broker_back_with_fewer_records_than_the_checkpoints_is_an_error(
         assert "ends at offset 0, below the job's checkpoint, which has read it to offset 10" \
             in error, error
         assert _seen(bootstrap, tag) == list(range(40))  # nothing was processed again
-    finally:
-        broker.stop()
-        proxy.stop()
 
 
 async def _create_if_missing(bootstrap: str, topic: str, partitions: int) -> None:
