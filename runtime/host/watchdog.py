@@ -126,6 +126,8 @@ class LoopWatch:
         with contextlib.suppress(ValueError):  # not the main thread: none were taken
             if signal.set_wakeup_fd(self._forward, warn_on_full_buffer=False) != self._write_fd:
                 signal.set_wakeup_fd(-1)  # another took it meanwhile: leave it none
+        with contextlib.suppress(OSError):  # a 0 is no signal: it only ends the thread's wait,
+            os.write(self._write_fd, b"\0")  # so the run's end does not wait up to a tick
         self._thread.join(timeout=2 * TICK_S + 1)
         for fd in (self._read_fd, self._write_fd):
             with contextlib.suppress(OSError):

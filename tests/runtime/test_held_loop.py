@@ -213,3 +213,25 @@ def test_a_thread_that_never_ends_does_not_keep_a_finished_run_from_exiting(
     assert err.rstrip().splitlines()[-1] == (
         "samza-dsl: left 1 thread(s) behind that did not end within 2 s of the end: "
         "stray-sleeper"), err
+
+
+def test_the_watch_ends_at_once_with_its_run() -> None:
+    """A run's end does not wait for the watch's next look (up to a tick of 0.2 s): every
+    bounded run, and every test that runs one, would pay it."""
+    import asyncio
+    import threading
+
+    from runtime.host.watchdog import LoopWatch
+
+    async def watched() -> float:
+        watch = LoopWatch(asyncio.get_running_loop(), threading.get_ident(), stall_s=0.0,
+                          grace_s=1.0, armed=lambda: True, describe=lambda _: "",
+                          stop_now=lambda _: None, give_up=lambda *_: None, error_code=2,
+                          who="job 'w'").start()
+        await asyncio.sleep(0.05)  # the watch's thread waits in its tick
+        started = time.perf_counter()
+        watch.stop()
+        return time.perf_counter() - started
+
+    took = asyncio.run(watched())
+    assert took < 0.05, f"the watch took {took * 1000:.0f} ms to end"
