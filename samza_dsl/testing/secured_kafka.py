@@ -179,22 +179,25 @@ class SecuredKafkaBroker(ApacheKafkaBroker):
         ``authorizer=True``, whose users may do nothing else."""
         asyncio.run(self._allow(user, grants))
 
-    async def _allow(self, user: str, grants: list[tuple[str, str, str]]) -> None:
+    async def _admin_request(self, request: Any) -> Any:
+        """The answer of a broker to one admin ``request``, sent as the admin user."""
         from aiokafka import AIOKafkaClient
-
-        from .acl_request import CreateAclsRequest
 
         client = AIOKafkaClient(bootstrap_servers=self.bootstrap, **self.client_settings())
         await client.bootstrap()
         try:
-            answer = await client.send(client.get_random_node(),
-                                       CreateAclsRequest(user, grants))
-            for result in answer.results:
-                if result[0]:
-                    raise KafkaBrokerError(f"creating ACLs of {user!r} failed: error "
-                                           f"{result[0]} {result[1]}")
+            return await client.send(client.get_random_node(), request)
         finally:
             await client.close()
+
+    async def _allow(self, user: str, grants: list[tuple[str, str, str]]) -> None:
+        from .acl_request import CreateAclsRequest
+
+        answer = await self._admin_request(CreateAclsRequest(user, grants))
+        for result in answer.results:
+            if result[0]:
+                raise KafkaBrokerError(f"creating ACLs of {user!r} failed: error "
+                                       f"{result[0]} {result[1]}")
 
     def add_user(self, name: str, password: str, timeout: float = 30.0) -> None:
         """Create (or change) SCRAM-SHA-512 user ``name`` through the admin API, and wait until
@@ -202,25 +205,18 @@ class SecuredKafkaBroker(ApacheKafkaBroker):
         asyncio.run(self._add_user(name, password, timeout))
 
     async def _add_user(self, name: str, password: str, timeout: float) -> None:
-        from aiokafka import AIOKafkaClient
         from aiokafka.conn import create_conn
 
         from .scram_request import AlterUserScramCredentialsRequest
 
         salt = os.urandom(32)
         salted = hashlib.pbkdf2_hmac("sha512", password.encode(), salt, _ITERATIONS)
-        client = AIOKafkaClient(bootstrap_servers=self.bootstrap, **self.client_settings())
-        await client.bootstrap()
-        try:
-            node = client.get_random_node()
-            answer = await client.send(node, AlterUserScramCredentialsRequest(
-                name, 2, _ITERATIONS, salt, salted))  # mechanism 2: SCRAM-SHA-512
-            for result in answer.results:
-                if result[1]:
-                    raise KafkaBrokerError(f"creating SCRAM user {name!r} failed: error "
-                                           f"{result[1]} {result[2]}")
-        finally:
-            await client.close()
+        answer = await self._admin_request(AlterUserScramCredentialsRequest(
+            name, 2, _ITERATIONS, salt, salted))  # mechanism 2: SCRAM-SHA-512
+        for result in answer.results:
+            if result[1]:
+                raise KafkaBrokerError(f"creating SCRAM user {name!r} failed: error "
+                                       f"{result[1]} {result[2]}")
         # the credential reaches the broker through the metadata log: wait until it logs in
         quiet = logging.getLogger("aiokafka")
         level = quiet.level
