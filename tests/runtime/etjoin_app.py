@@ -38,26 +38,31 @@ def matched(req: KV[str, Any] | None, acc: KV[str, Any] | None) -> list[Any]:
 
 def build(system: Any, *, how: str = "inner", late_to: Any = None, partitions: int = 2,
           name: str = "rides", config: dict[str, Any] | None = None,
-          pace_ms: float = 0.0) -> StreamApplication:
+          pace_ms: float = 0.0, topics: dict[str, str] | None = None) -> StreamApplication:
     """The job: requests joined with acceptances of the same driver within ``WITHIN_S``; the
     inputs declare ``max_out_of_orderness=BOUND_S``; results to ``matches`` as
     ``[request ride, acceptance ride]`` (None for the missing side of a left/outer join).
     ``pace_ms``: each request waits that long before the join (a slow step, so that commits
-    come between the batches of a run)."""
+    come between the batches of a run). ``topics``: stream id -> physical name."""
     app = StreamApplication(name, config=config or {})
+    topics = topics or {}
     serde = KVSerde(StringSerde(), JsonSerde())
     bound = timedelta(seconds=BOUND_S)
     requests = app.input(system.input("requests", serde=serde, partitions=partitions,
-                                      event_time=ride_time, max_out_of_orderness=bound))
+                                      event_time=ride_time, max_out_of_orderness=bound,
+                                      physical_name=topics.get("requests")))
     accepts = app.input(system.input("accepts", serde=serde, partitions=partitions,
-                                     event_time=ride_time, max_out_of_orderness=bound))
+                                     event_time=ride_time, max_out_of_orderness=bound,
+                                     physical_name=topics.get("accepts")))
     if late_to is not None:
-        late_to = app.output(system.output(late_to, partitions=partitions))
+        late_to = app.output(system.output(late_to, partitions=partitions,
+                                           physical_name=topics.get(late_to)))
     if pace_ms:
         requests = requests.map(_paced(pace_ms / 1000.0), name="paced")
     requests.join(accepts, key=driver, other_key=driver, combine=matched, name="accepted",
                   within=timedelta(seconds=WITHIN_S), how=how, late_to=late_to) \
-        .send_to(app.output(system.output("matches", serde=JsonSerde(), partitions=partitions)))
+        .send_to(app.output(system.output("matches", serde=JsonSerde(), partitions=partitions,
+                                          physical_name=topics.get("matches"))))
     return app
 
 
