@@ -6,6 +6,7 @@
     python benchmarks/run.py W1L W6          # on the embedded local system (named only)
     python benchmarks/run.py W1J --runs 5    # W1L with JSON serdes everywhere (named only)
     python benchmarks/run.py W3L W4L         # W3, W4 on the local log and LMDB (named only)
+    python benchmarks/run.py W4E             # W4 in event time, within=10 min (named only)
     python benchmarks/run.py W7              # through a Kafka broker on 127.0.0.1 (named only)
     python benchmarks/run.py W6A             # W6 on a job aged by 10^6 updates of 10^4 keys, twice
     python benchmarks/run.py W8              # 1 and 2 container processes (named only)
@@ -62,11 +63,11 @@ from benchmarks.common import median_summary  # noqa: E402
 from benchmarks.kafka_workloads import run_w7, run_w7x  # noqa: E402
 from benchmarks.local_state_workloads import run_w3_local, run_w4_local  # noqa: E402
 from benchmarks.local_workloads import run_w1_local, run_w6, run_w8, w6_growth  # noqa: E402
-from benchmarks.workloads import run_w1, run_w2, run_w3, run_w4  # noqa: E402
+from benchmarks.workloads import run_w1, run_w2, run_w3, run_w4, run_w4e  # noqa: E402
 from samza_dsl.config import AT_LEAST_ONCE, EXACTLY_ONCE, GUARANTEES  # noqa: E402
 
 #: workloads whose every run gets a fresh process unless --in-process
-_FRESH = ("W1L", "W1J", "W3", "W4")
+_FRESH = ("W1L", "W1J", "W3", "W4", "W4E")
 
 
 def _fresh_process(workload: str, scale: float, guarantee: str | None = None
@@ -165,6 +166,8 @@ def main() -> None:
             median_summary([run_w3(n(1_000_000)) for _ in range(args.runs)])
         elif w == "W4":
             median_summary([run_w4(n(500_000)) for _ in range(args.runs)])
+        elif w == "W4E":
+            median_summary([run_w4e(n(500_000)) for _ in range(args.runs)])
         elif w in ("W1L", "W1J"):
             median_summary([run_w1_local(n(1_000_000), w) for _ in range(args.runs)])
         elif w == "W3L":

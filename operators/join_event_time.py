@@ -48,6 +48,7 @@ runtime gives a placement check (``ctx.placement``) a side's key is checked as t
 from __future__ import annotations
 
 import heapq
+import numbers
 from bisect import insort
 from collections.abc import Callable
 from typing import Any
@@ -131,17 +132,25 @@ class EventTimeJoinOperator(Operator):
         self._seq = seq + 1
         self._ports = (self._port(0), self._port(1))
 
-    def _time_fn(self, port: int) -> Callable[[Any], int]:
+    def _time_fn(self, port: int) -> tuple[Callable[[Any], Any], Callable[[Any], int]]:
+        """The side's ``event_time`` as declared, with the ``KV`` values it reads taken off;
+        and the message's time in ms the slow way, or its ``TaskError``."""
         side = self._sides[port]
         fn, unwrap = resolve_fn(side.event_time), side.unwrap
         op_id, name, input_id = self.op_id, _SIDES[port], side.input_id
 
-        def event_ms(message: Any) -> int:
+        def unwrapped(message: Any) -> Any:
             m = message
+            for _ in range(unwrap):
+                m = m.value if type(m) is KV else m
+            return fn(m)
+
+        def event_ms(message: Any) -> int:
             try:
-                for _ in range(unwrap):
-                    m = m.value if type(m) is KV else m
-                t = fn(m)
+                t = unwrapped(message)
+                if isinstance(t, bool) or not isinstance(t, numbers.Real):
+                    raise TypeError(f"event_time returned {t!r} ({type(t).__name__}), not a "
+                                    f"number of seconds")
                 return round(float(t) * 1000.0)
             except Exception as exc:
                 raise TaskError(
@@ -149,11 +158,11 @@ class EventTimeJoinOperator(Operator):
                     f"the {name} message {message!r} as it reaches the join ({type(exc).__name__}: "
                     f"{exc}); the steps between the input and the join must keep what "
                     f"event_time reads", op_id=op_id) from exc
-        return event_ms
+        return (fn if unwrap == 0 else unwrapped), event_ms
 
     def _port(self, port: int) -> Callable[[Any], list[Any]]:
         key_fn = self._key_fns[port]
-        event_ms = self._time_fn(port)
+        seconds, event_ms = self._time_fn(port)
         own, other = self._state[port], self._state[1 - port]
         dirty, other_dirty = self._dirty[port], self._dirty[1 - port]
         expiry, within, combine = self._expiry, self.within_ms, self._combine
@@ -166,7 +175,10 @@ class EventTimeJoinOperator(Operator):
                 raise TaskError(f"join {op_id!r}: the {side} key of {message!r} is None; a "
                                 f"join needs a key on both sides (as in Samza): filter out "
                                 f"or map such messages before the join", op_id=op_id)
-            t = event_ms(message)
+            try:
+                t = round(seconds(message) * 1000.0)
+            except Exception:  # not a number of seconds, or no number at all
+                t = event_ms(message)
             if t < self.watermark:
                 return tracker.late(message, key, side, t, self.watermark)
             seq = self._seq
@@ -222,12 +234,12 @@ class EventTimeJoinOperator(Operator):
             self._expire(port, key, seq, out)
         return out
 
-    def _expire(self, port: int, key: Any, seq: int, out: list[Any]) -> bool:
+    def _expire(self, port: int, key: Any, seq: int, out: list[Any]) -> None:
         """Message ``seq`` of ``key`` leaves side ``port``, emitted where it met no partner
-        and its side emits such; False where it is gone already."""
+        and its side emits such."""
         entries = self._state[port].get(key)
         if not entries or entries[0][SEQ] != seq:
-            return False
+            return  # gone already
         e = entries.pop(0)
         if not entries:
             del self._state[port][key]
@@ -236,22 +248,29 @@ class EventTimeJoinOperator(Operator):
             result = self._combine(e[MSG], None) if port == 0 else self._combine(None, e[MSG])
             if result is not None:
                 out.append(result)
-        return True
 
     def on_end_of_stream(self) -> list[Any]:
         """Every unmatched message of an emitting side, in event-time order; then the state
         is dropped, and the watermark moves past every message it held (as a window's to the
         end of the panes it closed): a later run's message that could have met one of them
         is late (counted also in ``<op id>.late-after-end``)."""
-        out: list[Any] = []
-        expiry = self._expiry
         end = self.watermark
-        while expiry:
-            expires, seq, port, key = heapq.heappop(expiry)
-            if self._expire(port, key, seq, out):
-                end = max(end, expires + 1)
+        unmatched: list[tuple[int, int, int, Any]] = []
+        for port, state in enumerate(self._state):
+            emits = self._unmatched[port]
+            for entries in state.values():
+                end = max(end, entries[-1][T] + self.within_ms + 1)
+                if emits:
+                    unmatched.extend((e[T], e[SEQ], port, e[MSG]) for e in entries
+                                     if not e[MATCHED])
+            self._dirty[port].update(state)
+            state.clear()
+        self._expiry.clear()
         self.watermark = self._latest = self.late_tracker.ended_ms = end
-        return out
+        unmatched.sort(key=_first_two)
+        combine = self._combine
+        return [r for _, _, port, m in unmatched
+                if (r := combine(m, None) if port == 0 else combine(None, m)) is not None]
 
     def flush_state(self) -> None:
         for port, store in enumerate(self._stores):
@@ -274,3 +293,7 @@ class EventTimeJoinOperator(Operator):
 
 def _order(entry: list[Any]) -> tuple[int, int]:
     return entry[T], entry[SEQ]
+
+
+def _first_two(item: tuple[int, int, int, Any]) -> tuple[int, int]:
+    return item[0], item[1]
