@@ -15,8 +15,9 @@ __all__ = ["resume_lines", "traffic_lines", "skipped_lines", "skipped_per_input"
 #: why a message is late, for a summary that counts some
 LATE_WHY = ("late: a message is late when the watermark (the event time its input has reached, "
             "less max_out_of_orderness) had passed the end of its window, plus the window's "
-            "allowed lateness, before it came; declare max_out_of_orderness beside event_time "
-            "(on the input or the window) to wait longer, or late_to= to keep them")
+            "allowed lateness (for an event-time join: the message's own event time), before it "
+            "came; declare max_out_of_orderness beside event_time (on the input or the window) "
+            "to wait longer, or late_to= to keep them")
 
 
 def late_why_lines(late: Mapping[str, Mapping[str, int]], plan: Any, *, resumed: bool,

@@ -75,7 +75,8 @@ class LateCounts:
 
     def late_summary(self) -> list[str]:
         """One line per window with late messages, for a run summary."""
-        return late_summary(self.late_counts, late_to_streams(self.plan))
+        return late_summary(self.late_counts, late_to_streams(self.plan),
+                            {op.op_id: op.opcode for op in self.plan.app.operators})
 
     def _window_id(self, window: Any) -> str:
         ids = window_ids(self.plan)

@@ -12,6 +12,7 @@ from concurrent.futures import Executor
 from typing import Any
 
 from operators.base import IDENTITY, Operator
+from operators.join_event_time import EventTimeJoinOperator
 from operators.window import WindowOperator
 from runtime.engine.batch import BatchRun, operator_run, sink_run, stream_run
 from runtime.engine.dag import Emit, OperatorFailure, chain, metered
@@ -151,6 +152,8 @@ class TaskWiring:
             meter = self.meters[op.op_id] = self.metrics.meter(op.op_id, self.name)
             if isinstance(op, WindowOperator):
                 meter.window = op
+            elif isinstance(op, EventTimeJoinOperator):
+                meter.late = op.late_tracker
         return meter
 
     def _make_emit(self, op: Operator, port: int, nexts: list[Emit]) -> Emit:

@@ -103,7 +103,8 @@ class OpMeter:
     """One operator's numbers in one task: messages in and out, and the time of the sampled
     calls of its own function (not of what runs downstream of it)."""
 
-    __slots__ = ("op_id", "task", "n_in", "n_out", "ns", "timed", "window", "in_flight")
+    __slots__ = ("op_id", "task", "n_in", "n_out", "ns", "timed", "window", "late",
+                 "in_flight")
 
     def __init__(self, op_id: str, task: str) -> None:
         self.op_id = op_id
@@ -116,6 +117,8 @@ class OpMeter:
         self.timed = 0
         #: the window operator, for its panes and late messages
         self.window: WindowOperator | None = None
+        #: an event-time join's late messages (``operators.late.LateTracker``)
+        self.late: Any = None
 
     @property
     def handle_ns(self) -> int:
@@ -182,6 +185,9 @@ class Metrics:
             out.append(("operator", "messages-in", labels, m.n_in))
             if m.window is None:
                 out.append(("operator", "messages-out", labels, m.n_out))
+                if m.late is not None:  # an event-time join: its late messages not sent on
+                    dropped = 0 if m.late.late_to else m.late.total
+                    out.append(("operator", "late-messages-dropped", labels, dropped))
             else:  # a window's outputs are its panes, whenever they fire, and late messages
                 # this task's own late messages (the registry's counters are the container's)
                 tracker = m.window.late_tracker
@@ -266,14 +272,16 @@ def late_counts(snapshot: Mapping[str, Any], windows: Iterable[str]) -> dict[str
     return {w: dict(sorted(per.items())) for w, per in sorted(out.items())}
 
 
-def late_summary(counts: Mapping[str, Mapping[str, int]], late_to: Mapping[str, str | None]
-                 ) -> list[str]:
-    """Lines for a run summary: per window, its late messages by stream, and where they went."""
+def late_summary(counts: Mapping[str, Mapping[str, int]], late_to: Mapping[str, str | None],
+                 kinds: Mapping[str, str] | None = None) -> list[str]:
+    """Lines for a run summary: per window, its late messages by stream, and where they went.
+    ``kinds``: op id -> what it is where it is no window ("join": an event-time join)."""
     lines = []
     for window, per in counts.items():
         total = sum(per.values())
         streams = ", ".join(f"{n:,} from {sid}" for sid, n in per.items())
         target = late_to.get(window)
         fate = f"sent to {target}" if target else "dropped"
-        lines.append(f"late: {total:,} message(s) {fate} by window {window} ({streams})")
+        kind = (kinds or {}).get(window, "window")
+        lines.append(f"late: {total:,} message(s) {fate} by {kind} {window} ({streams})")
     return lines

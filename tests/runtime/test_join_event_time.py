@@ -67,3 +67,22 @@ def test_the_embedded_local_system_gives_the_plain_python_answer(tmp_path: Path)
         assert runner.messages("late") == []
     finally:
         runner.close()
+
+
+def test_a_run_reports_the_joins_late_messages_in_its_metrics_and_summary(
+        tmp_path: Path) -> None:
+    reqs, accs = rides(random.Random(11), 600, disorder_s=BOUND_S * 3)
+    runner = LocalRunner(build(LocalSystem("local"), how="inner"),
+                         {"job.dir": str(tmp_path / "job")},
+                         inputs={"requests": reqs, "accepts": accs}).run()
+    try:
+        late = runner.late()
+        assert late > 0
+        samples = runner.metrics.samples()
+        dropped = sum(v for g, n, labels, v in samples if g == "operator"
+                      and n == "late-messages-dropped" and labels.get("operator") == JOIN)
+        assert dropped == late
+        summary = "\n".join(runner.late_summary())
+        assert f"late: {late:,} message(s) dropped by join {JOIN}" in summary
+    finally:
+        runner.close()
