@@ -44,13 +44,13 @@ from samza_dsl.spec import JoinSpec
 
 from .base import Operator, OperatorContext, UserContext, resolve_fn
 
-__all__ = ["JoinOperator"]
+__all__ = ["JoinOperator", "placement_checked"]
 
 _SIDES = ("left", "right")
 
 
-def _checked(arrive: Callable[[Any], Any], key_fn: Callable[[Any], Any],
-             check: Callable[[Any], int]) -> Callable[[Any], Any]:
+def placement_checked(arrive: Callable[[Any], Any], key_fn: Callable[[Any], Any],
+                      check: Callable[[Any], int]) -> Callable[[Any], Any]:
     """``arrive`` with its key's placement checked first, on the messages ``check`` asks for
     (a side that is not checked runs ``arrive`` itself, at no cost)."""
     left = 1  # messages until the next check
@@ -136,7 +136,7 @@ class JoinOperator(Operator):
                     return None
                 return combine(message, other[1]) if port == 0 else combine(other[1], message)
             check = self._placement(op_id, port) if self._placement is not None else None
-            return arrive if check is None else _checked(arrive, key_fn, check)
+            return arrive if check is None else placement_checked(arrive, key_fn, check)
         return port_fn(0), port_fn(1)
 
     def one_to_one_port(self, port: int) -> Callable[[Any], Any]:

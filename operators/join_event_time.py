@@ -58,7 +58,7 @@ from samza_dsl.kv import KV
 from samza_dsl.spec import JoinSpec, SideTime
 
 from .base import Operator, OperatorContext, UserContext, resolve_fn
-from .join import _checked
+from .join import placement_checked
 from .late import LateTracker
 
 __all__ = ["EventTimeJoinOperator", "WATERMARK_KEY"]
@@ -212,7 +212,7 @@ class EventTimeJoinOperator(Operator):
                 out.extend(self.on_watermark(self._latest))
             return out
         check = self._placement(op_id, port) if self._placement is not None else None
-        return arrive if check is None else _checked(arrive, key_fn, check)
+        return arrive if check is None else placement_checked(arrive, key_fn, check)
 
     def process(self, message: Any) -> list[Any]:
         return self.process_port(0, message)

@@ -16,28 +16,30 @@ event time; a side fed by several reads it with the first one's ``event_time`` a
 >>> app, mem = StreamApplication("demo"), MemorySystem()
 >>> a = app.input(mem.input("a", event_time=lambda m: m["ts"],
 ...                         max_out_of_orderness=timedelta(seconds=5)))
->>> side = side_time(app, a.partition_by(lambda m: m["k"], name="by-k")._node, "j", "left")
+>>> by_k = a.partition_by(lambda m: m["k"], name="by-k")
+>>> side = side_time(app._inputs, app._intermediates, app._ops, by_k._node, "j", "left")
 >>> side.input_id, side.unwrap, side.bound_ms
 ('a', 1, 5000)
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
 
 from .errors import PlanError
-from .spec import PartitionBySpec, SideTime, node_stream_id
-
-if TYPE_CHECKING:
-    from .application import StreamApplication
+from .spec import IntermediateStreamSpec, OpSpec, PartitionBySpec, SideTime, node_stream_id
+from .systems import InputDescriptor
 
 __all__ = ["side_time"]
 
 _SAME = frozenset({"filter", "merge", "broadcast"})
 
 
-def side_time(app: StreamApplication, node: str, join: str, side: str) -> SideTime:
-    """How the join ``join`` reads the event time of its ``side`` ("left"/"right") at ``node``.
+def side_time(inputs: Mapping[str, InputDescriptor],
+              intermediates: Mapping[str, IntermediateStreamSpec], ops: Mapping[str, OpSpec],
+              node: str, join: str, side: str) -> SideTime:
+    """How the join ``join`` reads the event time of its ``side`` ("left"/"right") at ``node``,
+    in an application of these input streams, intermediate streams and operators (by id).
 
     Raises:
         PlanError: an input the side reads from declares no event time.
@@ -53,23 +55,23 @@ def side_time(app: StreamApplication, node: str, join: str, side: str) -> SideTi
         seen.add(n)
         sid = node_stream_id(n)
         if sid is not None:
-            if sid in app._inputs:
+            if sid in inputs:
                 leaves.append((sid, wraps or 0))
                 return
-            inter = app._intermediates.get(sid)
+            inter = intermediates.get(sid)
             if inter is None:
                 return
             if inter.late:
                 walk(inter.producer, None)
                 return
-            producer = app._ops[inter.producer]
+            producer = ops[inter.producer]
             if isinstance(producer, PartitionBySpec):
                 walk(producer.op_id, None if wraps is None or producer.value_fn is not None
                      else wraps + 1)
             else:
                 walk(producer.op_id, wraps)
             return
-        op = app._ops.get(n)
+        op = ops.get(n)
         if op is None:
             return
         if op.opcode == "partition_by":  # reached through its stream (above)
@@ -81,7 +83,7 @@ def side_time(app: StreamApplication, node: str, join: str, side: str) -> SideTi
             walk(i, wraps if keep else None)
 
     walk(node, 0)
-    undeclared = [sid for sid, _ in leaves if app._inputs[sid].event_time is None]
+    undeclared = [sid for sid, _ in leaves if inputs[sid].event_time is None]
     if undeclared or not leaves:
         which = ", ".join(repr(s) for s in undeclared) or "none"
         raise PlanError(f"join {join!r}: its {side} side reads from input(s) {which} without "
@@ -90,7 +92,7 @@ def side_time(app: StreamApplication, node: str, join: str, side: str) -> SideTi
                         f"max_out_of_orderness=timedelta(seconds=5)), or join in processing "
                         f"time with ttl=")
     first, unwrap = leaves[0]
-    fn = app._inputs[first].event_time
+    fn = inputs[first].event_time
     assert fn is not None
-    bound = max(app._inputs[sid].max_out_of_orderness_ms for sid, _ in leaves)
+    bound = max(inputs[sid].max_out_of_orderness_ms for sid, _ in leaves)
     return SideTime(first, fn, unwrap, bound)

@@ -710,8 +710,9 @@ class MessageStream(Generic[M]):
         if how not in JOIN_HOWS:
             raise ValueError(f"join {name!r}: how must be one of {', '.join(map(repr, JOIN_HOWS))}, "
                              f"got {how!r}")
-        sides = (side_time(self._app, self._node, name, "left"),
-                 side_time(self._app, other._node, name, "right"))
+        app = self._app
+        sides = tuple(side_time(app._inputs, app._intermediates, app._ops, node, name, side)
+                      for node, side in ((self._node, "left"), (other._node, "right")))
         target, late_sid = self._late_target("join", name, late_to)
         out: MessageStream[R] = self._app._add(
             JoinSpec, "join", name, inputs=(self._node, other._node), required=True, key_fn=key,
