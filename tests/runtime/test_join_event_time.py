@@ -7,14 +7,17 @@ not late; a left join emits the unmatched requests."""
 from __future__ import annotations
 
 import random
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from etjoin_app import BOUND_S, build, pairs, rides
+from etjoin_app import BOUND_S, build, pairs, ride_time, rides
 
 from runtime import LocalRunner
-from samza_dsl import LateMessage
+from samza_dsl import LateMessage, StreamApplication
+from samza_dsl.errors import JoinPartitionError, TaskError
+from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
 from samza_dsl.systems import LocalSystem, MemorySystem
 from samza_dsl.testing import TestRunner
 
@@ -86,3 +89,22 @@ def test_a_run_reports_the_joins_late_messages_in_its_metrics_and_summary(
         assert f"late: {late:,} message(s) dropped by join {JOIN}" in summary
     finally:
         runner.close()
+
+
+def test_a_join_on_another_key_than_the_streams_fails_as_a_ttl_join_does(
+        tmp_path: Path) -> None:
+    reqs, accs = rides(random.Random(3), 200, disorder_s=1.0)
+    local = LocalSystem("local")
+    wrong = StreamApplication("rides")  # the same job, joined on the ride's number
+    serde = KVSerde(StringSerde(), JsonSerde())
+    req = wrong.input(local.input("requests", partitions=2, serde=serde, event_time=ride_time))
+    acc = wrong.input(local.input("accepts", partitions=2, serde=serde, event_time=ride_time))
+    req.join(acc, key=lambda kv: kv.value["ride"], other_key=lambda kv: kv.value["ride"],
+             combine=lambda a, b: [a.key, b.key], within=timedelta(seconds=60),
+             name="accepted").send_to(wrong.output(local.output("matches", serde=JsonSerde())))
+    with pytest.raises(TaskError) as err:
+        LocalRunner(wrong, {"job.dir": str(tmp_path / "job")},
+                    inputs={"requests": reqs, "accepts": accs}).run()
+    assert isinstance(err.value.__cause__, JoinPartitionError)
+    assert err.value.op_id == JOIN
+    assert "belongs to partition" in str(err.value) and "before the join" in str(err.value)
