@@ -164,11 +164,11 @@ class MemoryConsumer(Consumer):
     def wakeup(self) -> None:
         """End a waiting ``poll`` now: the set of partitions to read has changed."""
         self._woken = True
+        self.broker.event().set()
 
     def waiting_for(self, key: Any) -> str:
         ssp, pos = self.positions[key]
         return f"read to offset {pos} of {len(self.broker.streams[ssp.stream_id][ssp.partition])}"
-        self.broker.event().set()
 
     def behind(self, key: Any) -> bool:
         ssp, pos = self.positions[key]
