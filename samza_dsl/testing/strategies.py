@@ -1,6 +1,6 @@
 """Hypothesis strategies for property-testing pipelines: one stream at a time, or a whole
 application's inputs at once (``keyed_inputs``: several keyed streams over shared keys, with
-bounded disorder and table updates, from ``samza_dsl.testing.keyed_inputs``).
+bounded disorder and table updates, from ``samza_dsl.testing.app_inputs``).
 
 >>> from hypothesis import given, settings
 >>> @settings(max_examples=5)
@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from hypothesis import strategies as st
 
 from samza_dsl.kv import KV
-from samza_dsl.testing.keyed_inputs import Event, KeyedInputs, keyed_inputs, timed_kv
+from samza_dsl.testing.app_inputs import Event, KeyedInputs, keyed_inputs, timed_kv
 
 T = TypeVar("T")
 

@@ -259,3 +259,18 @@ def test_a_pipeline_that_assumes_order_is_found_and_shrunk_to_one_ms_of_disorder
     assert drawn.keys == ("k0",)
     assert drawn.events["rides"] == (Event("k0", START, 0), Event("k0", START - 0.001, 0))
     assert drawn.events["other"] == ()
+
+
+def test_the_strategy_imports_from_samza_dsl_testing_in_a_fresh_interpreter() -> None:
+    """``samza_dsl.testing`` resolves ``keyed_inputs`` lazily (hypothesis is a test
+    dependency): check the spelling where nothing has imported it yet."""
+    import subprocess
+    import sys
+
+    code = ("from samza_dsl.testing import KeyedInputs, keyed_inputs; "
+            "from samza_dsl.testing import strategies; "
+            "print(keyed_inputs is strategies.keyed_inputs, KeyedInputs.__name__)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr[-300:]
+    assert proc.stdout.split() == ["True", "KeyedInputs"]
