@@ -10,9 +10,9 @@ them all to a ``TestRunner``, as lists, so each message goes to the partition th
 partitioner gives its key: a key's messages are in one partition of each stream, in the order
 drawn, and the same key is in the same partition of every stream of the same partition count.
 
-Everything shrinks towards small: fewer keys (the first of ``keys``' shrinks), fewer messages,
-values as their strategy shrinks them, every event time at ``start`` and no disorder, so a
-failing case is reported as a minimal one.
+Everything shrinks towards small: fewer keys, each as ``keys`` shrinks it (``"k0"`` by
+default), fewer messages and updates, values as their strategy shrinks them, event times at
+``start`` and the least disorder, so a failing case is reported as a minimal one.
 
 Example:
     >>> from hypothesis import given, settings
