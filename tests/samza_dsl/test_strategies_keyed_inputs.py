@@ -105,6 +105,15 @@ def test_every_key_comes_from_one_small_pool(drawn: KeyedInputs) -> None:
         {e.key for e in drawn.events["requests"]} & {e.key for e in drawn.events["trips"]})
 
 
+@settings(max_examples=30, deadline=None)
+@given(keyed_inputs({"views": st.sampled_from(["/", "/a"])}, max_disorder=1.0,
+                    message=lambda key, time, value: {"user": key, "at": time, "page": value}))
+def test_message_builds_each_message_from_its_event(drawn: KeyedInputs) -> None:
+    assert drawn.streams["views"] == tuple({"user": e.key, "at": e.time, "page": e.value}
+                                           for e in drawn.events["views"])
+    assert {e.value for e in drawn.events["views"]} <= {"/", "/a"}
+
+
 def test_joins_meet_and_updates_delete() -> None:
     met, deleted = [], []
 
