@@ -70,7 +70,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
 from itertools import islice
 from operator import itemgetter
-from typing import Any, cast
+from typing import Any
 
 import lmdb
 
@@ -98,13 +98,14 @@ from runtime.state.repair import repair as _repair
 from runtime.state.restore import open_local as _open_local
 from runtime.state.restore import open_replica as _open_replica
 from runtime.state.restore import restore as _restore
+from runtime.state.writeback import MISSING as _MISSING
+from runtime.state.writeback import Dirty, decode_error, encode_entries, evict, settle
 from samza_dsl.errors import SamzaError, SerdeError
 
 __all__ = ["LmdbStore", "local_state"]
 
 log = logging.getLogger("samza_dsl.state")
 
-_MISSING: Any = object()
 _SCAN_CHUNK = 1024  # entries read per read transaction by range/all
 _PAGE = 4096  # what a lookup or a write is counted as mapping in (MappedPages)
 _first = itemgetter(0)
@@ -112,28 +113,6 @@ _first = itemgetter(0)
 # of ""); the changelog holds the encoded keys as they are
 _P = b"\x00"  # the prefix of every LMDB key (see runtime.state.format)
 _GROUP_END = b"\xff" * (_MAX_KEY - _SHORT_LEN)  # after a group's prefix: past all its keys
-
-
-def _encode_all(encode: Callable[[Any], bytes], objs: list[Any]) -> list[bytes]:
-    """``encode`` of each of ``objs``: in one call where the encoder offers ``encode.many``
-    (a table's serde that encodes batches, ``runtime.state.codec.table_codec``)."""
-    many = getattr(encode, "many", None)  # foreign: a serde's function (``many`` where made so)
-    return list(map(encode, objs)) if many is None else cast(list[bytes], many(objs))
-
-
-class _Dirty(dict[Any, Any]):
-    """The dirty entries; a missing key is looked up in the clean cache, then in LMDB."""
-
-    __slots__ = ("clean", "load")
-
-    clean: dict[Any, Any]
-    load: Callable[[Any], Any]
-
-    def __missing__(self, key: Any) -> Any:
-        v = self.clean.get(key, _MISSING)
-        if v is _MISSING:
-            return self.load(key)
-        return v
 
 
 class LmdbStore:
@@ -172,7 +151,7 @@ class LmdbStore:
         self._write_batch_size = max(1, write_batch_size)
         self._map_size = map_size
         self._clean: dict[Any, Any] = {}
-        dirty = _Dirty()
+        dirty = Dirty()
         dirty.clean = self._clean
         dirty.load = self._load
         self._dirty = dirty
@@ -443,15 +422,10 @@ class LmdbStore:
 
     def _evict(self) -> None:
         """Drops the oldest-inserted entries of the clean cache, down to half its size."""
-        clean = self._clean
-        for k in list(islice(clean, len(clean) - self._cache_size // 2)):
-            del clean[k]
+        evict(self._clean, self._cache_size)
 
     def _decode_error(self, what: str, e: Exception) -> SerdeError:
-        return SerdeError(
-            f"{self.where()}: {what} does not decode ({type(e).__name__}: {e}): another serde "
-            f"wrote it (an older version of the job?) or it is damaged. Reset the job's state "
-            f"(samza-dsl reset) to start it over")
+        return decode_error(self.where(), what, e)
 
     def delete(self, key: Any) -> None:
         """Deletes ``key`` (a tombstone in the changelog at the next flush)."""
@@ -650,24 +624,10 @@ class LmdbStore:
             return
         if self.env is None:
             raise SamzaError(f"{self.where()} is closed: cannot flush {len(dirty)} changes")
-        try:
-            keys = _encode_all(self._kenc, list(dirty))
-            values: list[bytes | None]
-            given = list(dirty.values())
-            present = [v for v in given if v is not None]
-            encoded = _encode_all(self._venc, present)
-            if len(present) == len(given):
-                values = cast(list[bytes | None], encoded)
-            else:  # deletes among them: None stays None
-                it = iter(encoded)
-                values = [None if v is None else next(it) for v in given]
-        except Exception:
-            self._encode_error()
-            raise
-        entries = list(zip(keys, values, strict=True))
-        gone = values.count(None)
+        entries = encode_entries(dirty, self._kenc, self._venc, self.where())
+        gone = sum(1 for e in entries if e[1] is None)
         self.deletes += gone
-        self.writes += len(values) - gone
+        self.writes += len(entries) - gone
         self.write_raw(_frame(entries), uncommit=self.committed)
         self.committed = False
         if self.changelog is not None:
@@ -677,30 +637,7 @@ class LmdbStore:
                 since.update(entries)
                 if len(since) > _SINCE_MAX:  # too many to hold: a rebuild needs a restart
                     self.since = None
-        clean = self._clean
-        if self.cache_writes:
-            clean.update(dirty)
-        elif clean:  # a value read before and written since is stale
-            pop = clean.pop
-            for k in dirty:
-                pop(k, None)
-        dirty.clear()
-        if len(clean) > self._cache_size:
-            self._evict()
-
-    def _encode_error(self) -> None:
-        """Raises a SamzaError naming the first dirty entry the serdes reject."""
-        for k, v in self._dirty.items():
-            try:
-                self._kenc(k)
-                if v is not None:
-                    self._venc(v)
-            except Exception as e:
-                error = SerdeError if isinstance(e, SerdeError) else SamzaError
-                raise error(
-                    f"{self.where()}: cannot encode the entry for key {k!r} "
-                    f"({type(e).__name__}: {e}); the store's key and value serdes must accept "
-                    f"every key and value the job stores") from e
+        settle(dirty, self._clean, self.cache_writes, self._cache_size)
 
     def write_raw(self, entries: list[tuple[bytes, bytes | None]], uncommit: bool = False) -> None:
         """One write transaction with ``entries`` (sorted by key; None deletes), split in two
