@@ -255,6 +255,8 @@ class MemoryInputs:
             parts, chunk = {0: list(messages)}, list(messages)
         if d.keyed:
             for p, msgs in parts.items():
+                if set(map(type, msgs)) <= {KV}:  # all KVs: no message to look at one by one
+                    continue
                 for i, m in enumerate(msgs):
                     if not isinstance(m, KV):
                         where = f"partition {p}" if isinstance(chunk, dict) else "the list"
