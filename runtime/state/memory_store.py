@@ -28,20 +28,11 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from operators.state import ListKey
 from runtime.engine.job import TaskModel
 from runtime.engine.systems import StateBackend
 from runtime.host.metrics import Sample
 from runtime.state.codec import store_codecs, store_key_check
-from runtime.state.writeback import (
-    MISSING,
-    Dirty,
-    decode_error,
-    encode_entries,
-    evict,
-    settle,
-    store_sizes,
-)
+from runtime.state.writeback import CachedStore, Entries, store_sizes
 
 __all__ = ["MemoryStore", "MemoryStores"]
 
@@ -50,105 +41,65 @@ __all__ = ["MemoryStore", "MemoryStores"]
 _PLACE_MAX = 64
 
 
-class MemoryStore:
+class MemoryStore(CachedStore):
     """One task's store in memory: see the module docstring."""
 
-    __slots__ = ("name", "task", "get", "put", "_dirty", "_clean", "_cache_size",
-                 "_write_batch_size", "_kenc", "_kdec", "_venc", "_vdec", "_data", "_order",
-                 "_stale", "flushes", "committed", "reads", "writes", "deletes", "cache_writes",
-                 "check_key")
-
-    get: Callable[[Any], Any]
-    put: Callable[[Any, Any], None]
-    #: never a remote table's client
-    remote = False
-    #: writes go out in batches (``maybe_flush``, ``flush``)
-    batched_writes = True
+    __slots__ = ("_data", "_order", "_stale", "committed")
 
     def __init__(self, *, name: str, task: str, key_encode: Callable[[Any], bytes],
                  key_decode: Callable[[bytes], Any], value_encode: Callable[[Any], bytes],
                  value_decode: Callable[[bytes], Any], cache_size: int = 100_000,
                  write_batch_size: int = 10_000) -> None:
-        self.name = name
-        self.task = task
-        self._kenc, self._kdec, self._venc, self._vdec = (key_encode, key_decode, value_encode,
-                                                          value_decode)
-        self._cache_size = max(1, cache_size)
-        self._write_batch_size = max(1, write_batch_size)
-        #: a table's check of a key (``runtime.state.codec.store_key_check``)
-        self.check_key: Callable[[Any], None] | None = None
-        self._clean: dict[Any, Any] = {}
-        dirty = Dirty()
-        dirty.clean = self._clean
-        dirty.load = self._load
-        self._dirty = dirty
-        self.get = dirty.__getitem__
-        self.put = dirty.__setitem__
+        super().__init__(name=name, task=task, key_encode=key_encode, key_decode=key_decode,
+                         value_encode=value_encode, value_decode=value_decode,
+                         cache_size=cache_size, write_batch_size=write_batch_size)
         #: the encoded entries, and their keys in byte order (when not ``_stale``)
         self._data: dict[bytes, bytes] = {}
         self._order: list[bytes] = []
         self._stale = False
-        self.flushes = 0
         self.committed = True
-        #: metrics, as the LMDB store counts them: keys read from the bytes, values and deletes
-        #: written to them
-        self.reads = 0
-        self.writes = 0
-        self.deletes = 0
-        #: whether a flush keeps the values it wrote in the object cache (``LmdbStore``)
-        self.cache_writes = True
 
     def where(self) -> str:
         return f"store {self.name!r} of task {self.task!r} in memory"
 
-    # -- reading --------------------------------------------------------------------------------
+    # -- the bytes ------------------------------------------------------------------------------
 
-    def _load(self, key: Any) -> Any:
-        """A key in neither the dirty entries nor the clean cache: decode it, and cache it
-        (a miss too)."""
-        v = self._read(key)
-        clean = self._clean
-        clean[key] = v
-        if len(clean) > self._cache_size:
-            evict(clean, self._cache_size)
-        return v
+    def _get_bytes(self, key: Any, kb: bytes) -> bytes | None:
+        return self._data.get(kb)
 
-    def peek(self, key: Any) -> Any:
-        """``get`` that caches nothing it reads (``LmdbStore.peek``)."""
-        v = self._dirty.get(key, MISSING)
-        if v is MISSING:
-            v = self._clean.get(key, MISSING)
-            if v is MISSING:
-                return self._read(key)
-        return v
+    def _holds(self, kb: bytes) -> bool:
+        return kb in self._data
 
-    def _read(self, key: Any) -> Any:
-        kb = self._kenc(key)
-        self.reads += 1
-        vb = self._data.get(kb)
-        if vb is None:
-            return None
-        try:
-            return self._vdec(vb)
-        except Exception as e:
-            raise decode_error(self.where(), f"the value of key {key!r}", e) from e
+    def _count(self) -> int:
+        return len(self._data)
 
-    def delete(self, key: Any) -> None:
-        """Deletes ``key`` (at the next flush)."""
-        self._dirty[key] = None
+    def _write(self, entries: Entries) -> None:
+        data = self._data
+        placed: list[bytes] = []  # keys added or removed
+        for kb, vb in entries:
+            if vb is None:
+                if data.pop(kb, None) is not None:
+                    placed.append(kb)
+            else:
+                if kb not in data:
+                    placed.append(kb)
+                data[kb] = vb
+        if placed and not self._stale:
+            if len(placed) > _PLACE_MAX:
+                self._stale = True
+            else:
+                order = self._order
+                for kb in set(placed):
+                    i = bisect_left(order, kb)
+                    held = i < len(order) and order[i] == kb
+                    if kb in data and not held:
+                        order.insert(i, kb)
+                    elif kb not in data and held:
+                        del order[i]
+        self.flushes += 1
+        self.committed = False
 
-    def __contains__(self, key: Any) -> bool:
-        return self.get(key) is not None
-
-    def __len__(self) -> int:
-        """The number of live keys (dirty entries included; no flush)."""
-        data, clean, kenc = self._data, self._clean, self._kenc
-        n = len(data)
-        for k, v in self._dirty.items():
-            before = clean.get(k, MISSING)
-            present = (kenc(k) in data) if before is MISSING else before is not None
-            n += (v is not None) - present
-        return n
+    # -- reading in key order -------------------------------------------------------------------
 
     def range(self, start: Any, end: Any) -> Iterator[tuple[Any, Any]]:
         """``(key, value)`` pairs with ``start <= key < end`` in ``key_encode`` byte order.
@@ -173,7 +124,7 @@ class MemoryStore:
         past the last one given."""
         if lo is not None and hi is not None and lo >= hi:
             return
-        data, dirty, clean, kdec, vdec = self._data, self._dirty, self._clean, self._kdec, self._vdec
+        data, decode_entry = self._data, self.decode_entry
         pos, inclusive = lo, True
         while True:
             flushes = self.flushes
@@ -187,21 +138,7 @@ class MemoryStore:
                 vb = data.get(kb)
                 if vb is None:
                     continue
-                try:
-                    k = kdec(kb)
-                    if type(k) is list:  # JSON gives a tuple back as a list (LmdbStore)
-                        k = ListKey(k)
-                    try:
-                        v = dirty.get(k, MISSING)
-                        if v is MISSING:
-                            v = clean.get(k, MISSING)
-                    except TypeError:  # a key decoded unhashable is never cached
-                        v = MISSING
-                    if v is MISSING:
-                        v = vdec(vb)
-                except Exception as e:
-                    raise decode_error(self.where(), f"the entry of key bytes {kb[:200]!r}",
-                                       e) from e
+                k, v = decode_entry(kb, vb)
                 if v is not None:
                     yield k, v
             else:
@@ -211,49 +148,11 @@ class MemoryStore:
         """The bytes of its encoded keys and values."""
         return sum(len(k) + len(v) for k, v in self._data.items())
 
-    # -- writing --------------------------------------------------------------------------------
-
-    def maybe_flush(self) -> None:
-        """Flushes when ``write_batch_size`` or more keys are dirty (after each batch)."""
-        if len(self._dirty) >= self._write_batch_size:
-            self._flush_dirty()
+    # -- committing -----------------------------------------------------------------------------
 
     def flush(self) -> None:
         """Encodes the dirty entries into the store's bytes (at a commit)."""
         self._flush_dirty()
-
-    def _flush_dirty(self) -> None:
-        dirty = self._dirty
-        if not dirty:
-            return
-        entries = encode_entries(dirty, self._kenc, self._venc, self.where())
-        data = self._data
-        placed: list[bytes] = []
-        for kb, vb in entries:
-            if vb is None:
-                self.deletes += 1
-                if data.pop(kb, None) is not None:
-                    placed.append(kb)
-            else:
-                self.writes += 1
-                if kb not in data:
-                    placed.append(kb)
-                data[kb] = vb
-        if placed and not self._stale:
-            if len(placed) > _PLACE_MAX:
-                self._stale = True
-            else:
-                order = self._order
-                for kb in set(placed):
-                    i = bisect_left(order, kb)
-                    held = i < len(order) and order[i] == kb
-                    if kb in data and not held:
-                        order.insert(i, kb)
-                    elif kb not in data and held:
-                        del order[i]
-        self.flushes += 1
-        self.committed = False
-        settle(dirty, self._clean, self.cache_writes, self._cache_size)
 
     def mark_committed(self, changelog_offset: int | None) -> None:
         """The commit is done (no changelog: nothing to record)."""

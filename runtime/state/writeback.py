@@ -1,8 +1,9 @@
 """The write-back layer every store of a job's tasks shares, over its bytes (LMDB's
-``runtime.state.lmdb_store``, or memory's ``runtime.state.memory_store``): the dirty entries
-(``Dirty``, whose ``__getitem__`` and ``__setitem__`` are a store's ``get`` and ``put``), their
-encoding at a flush (``encode_entries``), the clean cache after it (``settle``), and the errors
-of an entry that does not encode or decode, worded the same whichever bytes hold it.
+``runtime.state.lmdb_store``, or memory's ``runtime.state.memory_store``): ``CachedStore``, with
+the dirty entries (``Dirty``, whose ``__getitem__`` and ``__setitem__`` are a store's ``get`` and
+``put``), their encoding at a flush (``encode_entries``), the clean cache after it (``settle``),
+and the errors of an entry that does not encode or decode, worded the same whichever bytes hold
+it.
 
 A store's sizes come from the job's config: ``stores.<name>.object.cache.size`` (decoded
 objects kept after a flush or a read, 100,000) and ``stores.<name>.write.batch.size`` (dirty
@@ -15,9 +16,10 @@ from collections.abc import Callable, Mapping
 from itertools import islice
 from typing import Any, cast
 
+from operators.state import ListKey
 from samza_dsl.errors import ConfigError, SamzaError, SerdeError
 
-__all__ = ["MISSING", "Dirty", "encode_all", "encode_entries", "settle", "evict", "decode_error",
+__all__ = ["CachedStore", "Entries", "MISSING", "Dirty", "encode_all", "encode_entries", "settle", "evict", "decode_error",
            "store_sizes"]
 
 MISSING: Any = object()
@@ -132,3 +134,172 @@ def store_sizes(config: Mapping[str, Any], store_name: str) -> tuple[int, int]:
     """(object cache size, write batch size) of a store, from the job's config."""
     return (_positive(config, f"stores.{store_name}.object.cache.size", 100_000),
             _positive(config, f"stores.{store_name}.write.batch.size", 10_000))
+
+
+class CachedStore:
+    """The write-back layer of a task's store over its bytes (docs/architecture.md: LMDB's
+    ``LmdbStore``, memory's ``MemoryStore``): ``get`` and ``put`` are the dirty entries' own
+    ``__getitem__`` and ``__setitem__``, a key neither dirty nor cached is read from the bytes
+    (``_get_bytes``) and decoded, ``flush`` encodes the dirty entries and hands them to the
+    bytes (``_write``), and every key read or written is checked by the store's codecs as the
+    job's store checks it. A subclass gives its bytes: ``where``, ``_get_bytes``, ``_write``,
+    ``_holds``, ``_count``, ``range`` and ``all`` (which read with ``decode_entry``)."""
+
+    __slots__ = ("name", "task", "get", "put", "_dirty", "_clean", "_cache_size",
+                 "_write_batch_size", "_kenc", "_kdec", "_venc", "_vdec", "reads", "writes",
+                 "deletes", "cache_writes", "check_key", "flushes")
+
+    get: Callable[[Any], Any]
+    put: Callable[[Any, Any], None]
+    #: never a remote table's client
+    remote = False
+    #: writes go out in batches (``maybe_flush``, ``flush``)
+    batched_writes = True
+
+    def __init__(self, *, name: str, task: str, key_encode: Callable[[Any], bytes],
+                 key_decode: Callable[[bytes], Any], value_encode: Callable[[Any], bytes],
+                 value_decode: Callable[[bytes], Any], cache_size: int,
+                 write_batch_size: int) -> None:
+        self.name = name
+        self.task = task
+        self._kenc, self._kdec = key_encode, key_decode
+        self._venc, self._vdec = value_encode, value_decode
+        self._cache_size = max(1, cache_size)
+        self._write_batch_size = max(1, write_batch_size)
+        #: a table's check of a key (``runtime.state.codec.store_key_check``): set by its backend
+        self.check_key: Callable[[Any], None] | None = None
+        self._clean: dict[Any, Any] = {}
+        dirty = Dirty()
+        dirty.clean = self._clean
+        dirty.load = self._load
+        self._dirty = dirty
+        self.get = dirty.__getitem__
+        self.put = dirty.__setitem__
+        self.flushes = 0  # flushes so far
+        #: metrics: keys read from the bytes (a get the object cache answers costs nothing and
+        #: is not counted), and values and deletes written to them (a key written twice between
+        #: two flushes once)
+        self.reads = 0
+        self.writes = 0
+        self.deletes = 0
+        #: whether a flush keeps the values it wrote in the object cache; False for a writer
+        #: that keeps its own cache of them (a tumbling window's panes): reads still cache
+        self.cache_writes = True
+
+    # -- the bytes: what a subclass gives -------------------------------------------------------
+
+    def where(self) -> str:
+        """The store, as errors name it."""
+        raise NotImplementedError
+
+    def _get_bytes(self, key: Any, kb: bytes) -> bytes | None:
+        """The value bytes of ``key`` (encoded ``kb``), None where there are none."""
+        raise NotImplementedError
+
+    def _write(self, entries: Entries) -> None:
+        """Writes the encoded entries of a flush (a None value deletes its key)."""
+        raise NotImplementedError
+
+    def _holds(self, kb: bytes) -> bool:
+        """Whether the bytes hold a value under ``kb``."""
+        raise NotImplementedError
+
+    def _count(self) -> int:
+        """The number of keys the bytes hold."""
+        raise NotImplementedError
+
+    def _writable(self, changes: int) -> None:
+        """Raises where ``changes`` dirty entries cannot be written now (a closed store)."""
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def _load(self, key: Any) -> Any:
+        """A key in neither the dirty entries nor the clean cache: read it, and cache it (a
+        miss too)."""
+        v = self._read(key)
+        clean = self._clean
+        clean[key] = v
+        if len(clean) > self._cache_size:
+            evict(clean, self._cache_size)
+        return v
+
+    def peek(self, key: Any) -> Any:
+        """``get`` that caches nothing: for a reader that keeps what it reads itself (a
+        window's panes), so that reading many keys once leaves no trace in memory."""
+        v = self._dirty.get(key, MISSING)
+        if v is MISSING:
+            v = self._clean.get(key, MISSING)
+            if v is MISSING:
+                return self._read(key)
+        return v
+
+    def _read(self, key: Any) -> Any:
+        """The value of ``key`` in the bytes, decoded (None: none)."""
+        vb = self._get_bytes(key, self._kenc(key))
+        self.reads += 1
+        if vb is None:
+            return None
+        try:
+            return self._vdec(vb)
+        except Exception as e:
+            raise decode_error(self.where(), f"the value of key {key!r}", e) from e
+
+    def decode_entry(self, kb: bytes, vb: bytes) -> tuple[Any, Any]:
+        """An entry a scan of the bytes reads: its key decoded (a list as a ``ListKey``,
+        which ``get``, ``put`` and ``delete`` take as the tuple), and its value as ``get``
+        gives it now (a dirty or cached value, else ``vb`` decoded; None: deleted)."""
+        try:
+            k = self._kdec(kb)
+            if type(k) is list:  # JSON gives a tuple back as a list
+                k = ListKey(k)
+            try:
+                v = self._dirty.get(k, MISSING)
+                if v is MISSING:
+                    v = self._clean.get(k, MISSING)
+            except TypeError:  # a key its serde decodes unhashable (a JSON object) is never
+                v = MISSING    # cached: the bytes hold its value
+            if v is MISSING:
+                v = self._vdec(vb)
+        except Exception as e:
+            raise decode_error(self.where(), f"the entry of key bytes {kb[:200]!r}", e) from e
+        return k, v
+
+    def delete(self, key: Any) -> None:
+        """Deletes ``key`` (a tombstone in the changelog, if any, at the next flush)."""
+        self._dirty[key] = None
+
+    def __contains__(self, key: Any) -> bool:
+        return self.get(key) is not None
+
+    def __len__(self) -> int:
+        """The number of live keys (dirty entries included; no flush)."""
+        n = self._count()
+        clean, kenc, holds = self._clean, self._kenc, self._holds
+        for k, v in self._dirty.items():
+            before = clean.get(k, MISSING)
+            present = holds(kenc(k)) if before is MISSING else before is not None
+            n += (v is not None) - present
+        return n
+
+    # -- writing --------------------------------------------------------------------------------
+
+    def maybe_flush(self) -> None:
+        """Flushes when ``write_batch_size`` or more keys are dirty (the runtime calls this after
+        each processed batch)."""
+        if len(self._dirty) >= self._write_batch_size:
+            self._flush_dirty()
+
+    def _flush_dirty(self) -> None:
+        """Encodes the last value of each dirty key (None for a delete) and writes them to the
+        bytes (``_write``); the entries then move to the clean cache (unless ``cache_writes``
+        is False). An entry that does not encode raises, naming the store and its key."""
+        dirty = self._dirty
+        if not dirty:
+            return
+        self._writable(len(dirty))
+        entries = encode_entries(dirty, self._kenc, self._venc, self.where())
+        gone = sum(1 for e in entries if e[1] is None)
+        self.deletes += gone
+        self.writes += len(entries) - gone
+        self._write(entries)
+        settle(dirty, self._clean, self.cache_writes, self._cache_size)
