@@ -147,7 +147,7 @@ class CachedStore:
 
     __slots__ = ("name", "task", "get", "put", "_dirty", "_clean", "_cache_size",
                  "_write_batch_size", "_kenc", "_kdec", "_venc", "_vdec", "reads", "writes",
-                 "deletes", "cache_writes", "check_key", "flushes")
+                 "deletes", "cache_writes", "check_key", "flushes", "decode_entry")
 
     get: Callable[[Any], Any]
     put: Callable[[Any, Any], None]
@@ -175,6 +175,8 @@ class CachedStore:
         self._dirty = dirty
         self.get = dirty.__getitem__
         self.put = dirty.__setitem__
+        #: ``decode_entry(kb, vb)``: what a scan of the bytes gives for an entry it reads
+        self.decode_entry = self._entry_decoder()
         self.flushes = 0  # flushes so far
         #: metrics: keys read from the bytes (a get the object cache answers costs nothing and
         #: is not counted), and values and deletes written to them (a key written twice between
@@ -244,25 +246,32 @@ class CachedStore:
         except Exception as e:
             raise decode_error(self.where(), f"the value of key {key!r}", e) from e
 
-    def decode_entry(self, kb: bytes, vb: bytes) -> tuple[Any, Any]:
-        """An entry a scan of the bytes reads: its key decoded (a list as a ``ListKey``,
-        which ``get``, ``put`` and ``delete`` take as the tuple), and its value as ``get``
-        gives it now (a dirty or cached value, else ``vb`` decoded; None: deleted)."""
-        try:
-            k = self._kdec(kb)
-            if type(k) is list:  # JSON gives a tuple back as a list
-                k = ListKey(k)
+    def _entry_decoder(self) -> Callable[[bytes, bytes], tuple[Any, Any]]:
+        """``decode_entry(kb, vb)``: an entry a scan of the bytes reads, with its key decoded
+        (a list as a ``ListKey``, which ``get``, ``put`` and ``delete`` take as the tuple) and
+        its value as ``get`` gives it now (a dirty or cached value, else ``vb`` decoded; None:
+        deleted). A closure over the store's parts: a scan calls it for every entry."""
+        dirty, clean, kdec, vdec = self._dirty, self._clean, self._kdec, self._vdec
+        get_dirty, get_clean = dirty.get, clean.get
+
+        def decode_entry(kb: bytes, vb: bytes) -> tuple[Any, Any]:
             try:
-                v = self._dirty.get(k, MISSING)
+                k = kdec(kb)
+                if type(k) is list:  # JSON gives a tuple back as a list
+                    k = ListKey(k)
+                try:
+                    v = get_dirty(k, MISSING)
+                    if v is MISSING:
+                        v = get_clean(k, MISSING)
+                except TypeError:  # a key its serde decodes unhashable (a JSON object) is
+                    v = MISSING    # never cached: the bytes hold its value
                 if v is MISSING:
-                    v = self._clean.get(k, MISSING)
-            except TypeError:  # a key its serde decodes unhashable (a JSON object) is never
-                v = MISSING    # cached: the bytes hold its value
-            if v is MISSING:
-                v = self._vdec(vb)
-        except Exception as e:
-            raise decode_error(self.where(), f"the entry of key bytes {kb[:200]!r}", e) from e
-        return k, v
+                    v = vdec(vb)
+            except Exception as e:
+                raise decode_error(self.where(), f"the entry of key bytes {kb[:200]!r}",
+                                   e) from e
+            return k, v
+        return decode_entry
 
     def delete(self, key: Any) -> None:
         """Deletes ``key`` (a tombstone in the changelog, if any, at the next flush)."""
