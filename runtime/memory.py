@@ -13,6 +13,7 @@ from runtime.engine.job import SSP, build_job_model
 from runtime.engine.records import EndOfStream
 from runtime.engine.systems import Consumer, StreamSink
 from runtime.host.metrics import Metrics
+from runtime.state.memory_store import MemoryStores
 from samza_dsl import StreamApplication
 from samza_dsl.config import config_value, did_you_mean
 from samza_dsl.errors import SamzaError
@@ -308,8 +309,6 @@ def memory_store_factory(plan: Any) -> Any:
     """The stores of a run of ``plan`` in memory (``runtime.state.memory_store.MemoryStores``):
     each encodes and decodes what it holds as the job's LMDB store of it does, and is flushed
     at every commit. It is the run's state backend, and a ``store_factory(task, store)``."""
-    from runtime.state.memory_store import MemoryStores
-
     return MemoryStores(plan)
 
 
