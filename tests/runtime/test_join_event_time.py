@@ -108,3 +108,42 @@ def test_a_join_on_another_key_than_the_streams_fails_as_a_ttl_join_does(
     assert isinstance(err.value.__cause__, JoinPartitionError)
     assert err.value.op_id == JOIN
     assert "belongs to partition" in str(err.value) and "before the join" in str(err.value)
+
+
+def _late_stream_app(system: Any) -> StreamApplication:
+    app = StreamApplication("lt")
+    serde = KVSerde(StringSerde(), JsonSerde())
+    bound = timedelta(seconds=2)
+    req = app.input(system.input("requests", partitions=2, serde=serde, event_time=ride_time,
+                                 max_out_of_orderness=bound))
+    acc = app.input(system.input("accepts", partitions=2, serde=serde, event_time=ride_time,
+                                 max_out_of_orderness=bound))
+    j = req.join(acc, key=lambda kv: kv.key, other_key=lambda kv: kv.key,
+                 combine=lambda a, b: [a.value["ride"], b.value["ride"]],
+                 within=timedelta(seconds=60), name="j", late_to="late")
+    j.send_to(app.output(system.output("matches", serde=JsonSerde())))
+    j.late_stream().map(lambda m: [m.pane_id, m.message.value["ride"], m.event_time_ms],
+                        name="describe").send_to(app.output(system.output("late",
+                                                                          serde=JsonSerde())))
+    return app
+
+
+def test_late_stream_reads_the_joins_late_messages_alike_on_both_runners(
+        tmp_path: Path) -> None:
+    reqs, accs = rides(random.Random(3), 300, disorder_s=8.0)
+    mem = TestRunner(_late_stream_app(MemorySystem())).add_input("requests", reqs) \
+        .add_input("accepts", accs).run(timeout=RUN_TIMEOUT)
+    local = LocalRunner(_late_stream_app(LocalSystem("local")),
+                        {"job.dir": str(tmp_path / "job")},
+                        inputs={"requests": reqs, "accepts": accs}).run()
+    try:
+        late = _rows(mem.messages("late"))
+        assert late and mem.late() == len(late)
+        assert _rows(local.messages("late")) == late
+        gone = {(side, ride) for side, ride, _ in late}
+        on_time = ([r for r in reqs if ("left", r.value["ride"]) not in gone],
+                   [a for a in accs if ("right", a.value["ride"]) not in gone])
+        assert _rows(mem.messages("matches")) == _rows(local.messages("matches")) \
+            == pairs(*on_time)
+    finally:
+        local.close()
