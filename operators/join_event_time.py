@@ -10,8 +10,9 @@ arrival order). A None result is dropped.
 
 Each side keeps every message of a key until the join's watermark passes ``t + within``
 (``on_watermark``; the runtime computes it as for event-time windows, or, without
-``ctx.external_watermarks``, the join moves its own to the latest event time it saw less the
-largest ``max_out_of_orderness`` of its inputs). A message whose event time is below the
+``ctx.external_watermarks`` or where the runtime names it in ``ctx.own_watermarks``, the join
+moves its own to the latest event time it saw less the largest ``max_out_of_orderness`` of its
+inputs). A message whose event time is below the
 watermark is late: not stored or joined, but counted, logged and, with ``late_to``, passed on
 as a ``LateMessage`` (``operators.late.LateTracker``; its ``pane_id`` is the side, "left" or
 "right"). ``how="left"`` emits ``combine(l, None)`` for a left message that met no right one
@@ -109,7 +110,7 @@ class EventTimeJoinOperator(Operator):
         self.late_tracker.init(ctx)
         self._stores = (ctx.store(f"{self.op_id}-L"), ctx.store(f"{self.op_id}-R"))
         self._placement = ctx.placement
-        self.local_watermark = not ctx.external_watermarks
+        self.local_watermark = not ctx.external_watermarks or self.op_id in ctx.own_watermarks
         stored = self._stores[0].get(WATERMARK_KEY)  # [watermark, where a run's end moved it]
         if stored is not None:
             self.watermark, self.late_tracker.ended_ms = int(stored[0]), int(stored[1])
