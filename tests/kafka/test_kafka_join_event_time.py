@@ -1,6 +1,6 @@
 """An event-time join (``join(..., within=)``) on Kafka, a static job: ride requests joined with
 acceptances within 60 s over topics with up to 4 s of disorder (declared 5 s) give the
-plain-Python answer, as on TestRunner and the embedded system; with more disorder than declared
+plain-Python answer at least and exactly once, as on TestRunner and the embedded system; with more disorder than declared
 the late messages are counted and every match of the messages that were not late comes out."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kafka_helpers import create_topic, keyed, produce_batched, produce_each, run
 
 from runtime import LocalRunner
@@ -34,14 +35,16 @@ def _load(bootstrap: str, kind: str, tag: str, reqs: list[Any], accs: list[Any]
     return topics
 
 
+@pytest.mark.parametrize("guarantee", ["at-least-once", "exactly-once"])
 def test_requests_joined_with_acceptances_within_60s(
-        kafka_bootstrap: str, kafka_broker_kind: str, tmp_path: Path) -> None:
+        kafka_bootstrap: str, kafka_broker_kind: str, tmp_path: Path, guarantee: str) -> None:
     tag = uuid.uuid4().hex[:8]
     reqs, accs = rides(random.Random(62), 800, disorder_s=4.0)
     topics = _load(kafka_bootstrap, kafka_broker_kind, tag, reqs, accs)
     app = build(KafkaSystem("kafka", bootstrap_servers=kafka_bootstrap), how="left",
                 name=f"rides-{tag}", topics=topics)
-    runner = LocalRunner(app, {"job.dir": str(tmp_path / "job")}).run()
+    runner = LocalRunner(app, {"job.dir": str(tmp_path / "job"),
+                               "job.processing.guarantee": guarantee}).run()
     expected = pairs(reqs, accs, "left")
     assert len(expected) > 500
     assert sorted(runner.messages("matches"), key=repr) == expected

@@ -59,10 +59,13 @@ def test_disorder_past_the_declared_bound_makes_late_messages_and_only_those_mis
     assert _rows(result.messages("matches")) == pairs(*on_time, how="left")
 
 
-def test_the_embedded_local_system_gives_the_plain_python_answer(tmp_path: Path) -> None:
+@pytest.mark.parametrize("guarantee", ["at-least-once", "exactly-once"])
+def test_the_embedded_local_system_gives_the_plain_python_answer(
+        tmp_path: Path, guarantee: str) -> None:
     reqs, accs = rides(random.Random(5), 1500, disorder_s=4.0)
     runner = LocalRunner(build(LocalSystem("local"), how="left", late_to="late"),
-                         {"job.dir": str(tmp_path / "job")},
+                         {"job.dir": str(tmp_path / "job"),
+                          "job.processing.guarantee": guarantee},
                          inputs={"requests": reqs, "accepts": accs}).run()
     try:
         assert _rows(runner.messages("matches")) == pairs(reqs, accs, "left")
