@@ -195,6 +195,13 @@ def __getattr__(name: str) -> Any:
         return model_app_from_env(local=name == "model_local")
     if name == "count":
         return count_app(os.environ["SAMZA_TEST_BOOTSTRAP"], os.environ["SAMZA_TEST_TAG"])
+    if name == "etjoin":  # ride requests joined with acceptances within 60 s of event time
+        from etjoin_app import build
+
+        tag = os.environ["SAMZA_TEST_TAG"]
+        return build(KafkaSystem("kafka", bootstrap_servers=os.environ["SAMZA_TEST_BOOTSTRAP"]),
+                     partitions=4, name=f"etjoin-{tag}", config={"task.commit.ms": 200},
+                     topics={s: f"{s}-{tag}" for s in ("requests", "accepts", "matches")})
     if name == "group":
         return group_app(os.environ["SAMZA_TEST_BOOTSTRAP"], os.environ["SAMZA_TEST_TAG"],
                          delay=float(os.environ.get("SAMZA_TEST_DELAY", "0")))

@@ -1,10 +1,12 @@
 """An event-time join (``join(..., within=)``) on Kafka, a static job: ride requests joined with
 acceptances within 60 s over topics with up to 4 s of disorder (declared 5 s) give the
 plain-Python answer at least and exactly once, as on TestRunner and the embedded system; with more disorder than declared
-the late messages are counted and every match of the messages that were not late comes out."""
+the late messages are counted and every match of the messages that were not late comes out; two
+members of a consumer group share the join and emit every match (each once exactly once)."""
 
 from __future__ import annotations
 
+import json
 import random
 import sys
 import uuid
@@ -12,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka_helpers import create_topic, keyed, produce_batched, produce_each, run
+from group_helpers import Member, settled, stop_all, wait_for
+from kafka_helpers import consume_all, create_topic, keyed, produce_batched, produce_each, run
 
 from runtime import LocalRunner
 from samza_dsl.systems import KafkaSystem
@@ -66,3 +69,35 @@ def test_disorder_past_the_bound_is_counted_late(
     on_time = ([r for r in reqs if ("left", r.value["ride"]) not in gone],
                [a for a in accs if ("right", a.value["ride"]) not in gone])
     assert sorted(runner.messages("matches"), key=repr) == pairs(*on_time)
+
+
+@pytest.mark.parametrize("guarantee", ["at-least-once", "exactly-once"])
+def test_two_group_members_share_the_join_and_emit_every_match(
+        kafka_bootstrap: str, kafka_broker_kind: str, tmp_path: Path, guarantee: str) -> None:
+    tag = uuid.uuid4().hex[:8]
+    topics = {s: f"{s}-{tag}" for s in ("requests", "accepts", "matches")}
+    for topic in topics.values():
+        run(create_topic(kafka_bootstrap, topic, 4))
+    members = [Member(tmp_path / f"host-{i}", kafka_bootstrap, tag, "-c",
+                      f"job.processing.guarantee={guarantee}", app="etjoin") for i in range(2)]
+    try:
+        wait_for("two members split the tasks", lambda: settled(members, 4), 60, members)
+        reqs, accs = rides(random.Random(4), 400, disorder_s=4.0)
+        produce = produce_batched if kafka_broker_kind == "apache-kafka" else produce_each
+        for sid, msgs in (("requests", reqs), ("accepts", accs)):
+            run(produce(kafka_bootstrap, topics[sid],
+                        keyed(((kv.key, kv.value) for kv in msgs), 4)))
+        expected = {tuple(p) for p in pairs(reqs, accs)}
+        assert len(expected) > 300
+
+        def matches() -> list[tuple[Any, ...]]:
+            got = run(consume_all(kafka_bootstrap, topics["matches"], 4))
+            return [tuple(json.loads(v)) for recs in got.values() for _, _, v in recs if v]
+
+        wait_for("every match is out", lambda: set(matches()) == expected, 90, members)
+    finally:
+        stop_all(members)
+    got = matches()
+    assert set(got) == expected
+    if guarantee == "exactly-once":
+        assert len(got) == len(expected)
