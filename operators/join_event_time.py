@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import heapq
 import numbers
-from bisect import insort
+from bisect import bisect_left, insort
 from collections.abc import Callable
 from typing import Any
 
@@ -122,7 +122,7 @@ class EventTimeJoinOperator(Operator):
             state.clear()
             self._dirty[port].clear()
             for key, entries in store.all():
-                if key == WATERMARK_KEY and port == 0:
+                if port == 0 and type(key) is tuple and key == WATERMARK_KEY:
                     continue
                 kept = [list(e) for e in entries]
                 state[key] = kept
@@ -195,7 +195,10 @@ class EventTimeJoinOperator(Operator):
             out: list[Any] = []
             others = other.get(key)
             if others:
-                for e in others:
+                # the first that may be within reach: found by halving where the key holds many
+                start = 0 if len(others) < 16 else bisect_left(others, t - within, key=_time)
+                for i in range(start, len(others)):
+                    e = others[i]
                     dt = e[T] - t
                     if dt < -within:
                         continue
@@ -229,26 +232,33 @@ class EventTimeJoinOperator(Operator):
             return []
         self.watermark = watermark_ms
         expiry = self._expiry
+        if not expiry or expiry[0][0] >= watermark_ms:
+            return []
         out: list[Any] = []
+        state, combine, emits = self._state, self._combine, self._unmatched
+        # a key's messages leave in the order its list holds them: the first ``n`` of each
+        # list, taken off at once at the end
+        gone: dict[tuple[int, Any], int] = {}
         while expiry and expiry[0][0] < watermark_ms:
             _, seq, port, key = heapq.heappop(expiry)
-            self._expire(port, key, seq, out)
+            entries = state[port].get(key)
+            j = gone.get((port, key), 0)
+            if not entries or j >= len(entries) or entries[j][SEQ] != seq:
+                continue  # gone already
+            gone[port, key] = j + 1
+            e = entries[j]
+            if not e[MATCHED] and emits[port]:
+                result = combine(e[MSG], None) if port == 0 else combine(None, e[MSG])
+                if result is not None:
+                    out.append(result)
+        for (port, key), n in gone.items():
+            entries = state[port][key]
+            if n == len(entries):
+                del state[port][key]
+            else:
+                del entries[:n]
+            self._dirty[port].add(key)
         return out
-
-    def _expire(self, port: int, key: Any, seq: int, out: list[Any]) -> None:
-        """Message ``seq`` of ``key`` leaves side ``port``, emitted where it met no partner
-        and its side emits such."""
-        entries = self._state[port].get(key)
-        if not entries or entries[0][SEQ] != seq:
-            return  # gone already
-        e = entries.pop(0)
-        if not entries:
-            del self._state[port][key]
-        self._dirty[port].add(key)
-        if not e[MATCHED] and self._unmatched[port]:
-            result = self._combine(e[MSG], None) if port == 0 else self._combine(None, e[MSG])
-            if result is not None:
-                out.append(result)
 
     def on_end_of_stream(self) -> list[Any]:
         """Every unmatched message of an emitting side, in event-time order; then the state
@@ -294,6 +304,10 @@ class EventTimeJoinOperator(Operator):
 
 def _order(entry: list[Any]) -> tuple[int, int]:
     return entry[T], entry[SEQ]
+
+
+def _time(entry: list[Any]) -> int:
+    return int(entry[T])
 
 
 def _first_two(item: tuple[int, int, int, Any]) -> tuple[int, int]:

@@ -261,3 +261,35 @@ def test_a_side_through_partition_by_reads_the_kv_value_and_task_window_ms_ignor
     plan = app.plan(partitions={"a": 1, "b": 1})
     assert "task.window.ms" not in plan.config
     assert "[join x within=7000ms inner event-time]" in plan_to_text(plan)
+
+
+@pytest.mark.parametrize("how", ["inner", "outer"])
+def test_a_hot_key_under_a_moving_watermark_equals_every_pair_within_reach(how: str) -> None:
+    rng = random.Random(62)
+    msgs = []
+    for i in range(600):  # mostly one key, times rising by 1 s, up to 3 s of disorder
+        msgs.append((rng.randrange(2), int(rng.random() < 0.1), i * 1000 + rng.randrange(3000),
+                     i))
+    msgs.sort(key=lambda m: m[3] * 1000 + rng.randrange(3000))
+    op = start(spec(within_ms=40_000, how=how))
+    out: list[Any] = []
+    top = 0
+    for port, key, t, i in msgs:
+        out += op.process_port(port, m(key, t / 1000, i))
+        top = max(top, t)
+        out += op.on_watermark(top - 6000)
+    assert op.late_dropped == 0
+    out += op.on_end_of_stream()
+    left = [(i, k, t) for p, k, t, i in msgs if p == 0]
+    right = [(i, k, t) for p, k, t, i in msgs if p == 1]
+    pairs = [(li, ri) for (li, lk, lt), (ri, rk, rt) in itertools.product(left, right)
+             if lk == rk and abs(lt - rt) <= 40_000]
+    expected = list(pairs)
+    if how == "outer":
+        met_l, met_r = {p[0] for p in pairs}, {p[1] for p in pairs}
+        expected += [(li, None) for li, _, _ in left if li not in met_l]
+        expected += [(None, ri) for ri, _, _ in right if ri not in met_r]
+    assert len(pairs) > 8000
+    assert max(op.state_size()) == 0
+    assert sorted(out, key=repr) == sorted(expected, key=repr)
+    assert op.state_size() == (0, 0)
