@@ -78,9 +78,6 @@ class MemoryConsumer(Consumer):
     """Reads in-memory partitions. A reader key (a task and its partition) has its own position,
     so a broadcast partition is read by every task."""
 
-    #: the inputs hold what was given (a list is partition 0), placed by no partitioner
-    inputs_placed = False
-
     def __init__(self, broker: MemoryBroker) -> None:
         self.broker = broker
         self.positions: dict[Any, tuple[SSP, int]] = {}
