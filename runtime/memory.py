@@ -1,6 +1,11 @@
-"""The in-memory system: partitioned streams of Python objects, for tests and local runs.
+"""The in-memory system: partitioned streams, for tests and local runs.
 
-Offsets are list indexes. Bounded inputs end with an ``EndOfStream`` record."""
+Offsets are list indexes. Bounded inputs end with an ``EndOfStream`` record. A stream declared
+with a serde (other than ``NoOpSerde``) holds records, as a byte system's do
+(``runtime.engine.codec``): its producer encodes each message with the codec the local log and
+Kafka use, failing with their error, and its consumer decodes them under the stream's serde error
+policy, so what a stage reads (a tuple under ``JsonSerde`` reads as a list) and what fails to
+encode are what they are in the job. A stream declared with none holds the objects themselves."""
 
 from __future__ import annotations
 
@@ -8,22 +13,37 @@ import asyncio
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from runtime.engine.codec import Record, StreamCodec, control_record, serde_error_policy
 from runtime.engine.container import Container, MemoryCheckpoints
 from runtime.engine.job import SSP, build_job_model
-from runtime.engine.records import EndOfStream
+from runtime.engine.records import EndOfStream, is_control
 from runtime.engine.systems import Consumer, StreamSink
 from runtime.host.metrics import Metrics
 from samza_dsl import StreamApplication
 from samza_dsl.config import config_value, did_you_mean
-from samza_dsl.errors import SamzaError
+from samza_dsl.errors import SamzaError, SerdeError
 from samza_dsl.kv import KV
+from samza_dsl.serdes import KVSerde, NoOpSerde, Serde
 from samza_dsl.systems import InputDescriptor
 
 if TYPE_CHECKING:
     from runtime.engine.event_time_ahead import AheadRule
 
 __all__ = ["MemoryBroker", "MemoryConsumer", "MemoryProducer", "MemoryInputs", "memory_job",
-           "memory_store_factory", "resolve_partitions"]
+           "memory_store_factory", "resolve_partitions", "declared_codec"]
+
+#: the run whose control records an in-memory stream of records holds: there is only one
+GENERATION = 0
+
+
+def declared_codec(stream_id: str, serde: Serde[Any] | None, policy: str = "fail",
+                   **kwargs: Any) -> StreamCodec | None:
+    """The codec of a stream declared with ``serde``; None for one declared with none, or with
+    ``NoOpSerde`` (as key or value serde too), whose messages stay objects in memory."""
+    if serde is None or isinstance(serde, NoOpSerde) or (isinstance(serde, KVSerde) and (
+            isinstance(serde.key_serde, NoOpSerde) or isinstance(serde.value_serde, NoOpSerde))):
+        return None
+    return StreamCodec(stream_id, serde, policy=policy, **kwargs)
 
 
 class MemoryBroker:
@@ -31,6 +51,8 @@ class MemoryBroker:
 
     def __init__(self) -> None:
         self.streams: dict[str, list[list[Any]]] = {}
+        #: the codecs of the streams that hold records (declared with a serde)
+        self.codecs: dict[str, StreamCodec] = {}
         self._event: asyncio.Event | None = None
 
     def create(self, stream_id: str, partitions: int) -> None:
@@ -60,8 +82,11 @@ class MemoryBroker:
 
     def end(self, stream_id: str) -> None:
         """Mark every partition of a bounded stream as ended."""
+        end: Any = EndOfStream(None)
+        if stream_id in self.codecs:
+            end = control_record(end, GENERATION)
         for p in range(len(self.streams[stream_id])):
-            self.append(stream_id, p, EndOfStream(None))
+            self.append(stream_id, p, end)
 
     def event(self) -> asyncio.Event:
         if self._event is None:
@@ -69,9 +94,15 @@ class MemoryBroker:
         return self._event
 
     def messages(self, stream_id: str, partition: int) -> list[Any]:
-        from runtime.engine.records import is_control
+        """The messages of a partition, as a consumer reading it with its serde gets them."""
+        from runtime.engine.codec import Skipped
 
-        return [m for m in self.streams[stream_id][partition] if not is_control(m)]
+        log = self.streams[stream_id][partition]
+        codec = self.codecs.get(stream_id)
+        if codec is not None:
+            log = StreamCodec(stream_id, codec.serde).decode_batch(
+                SSP(stream_id, partition), 0, log, GENERATION)
+        return [m for m in log if not is_control(m) and type(m) is not Skipped]
 
 
 class MemoryConsumer(Consumer):
@@ -80,6 +111,7 @@ class MemoryConsumer(Consumer):
 
     def __init__(self, broker: MemoryBroker) -> None:
         self.broker = broker
+        self.codecs = broker.codecs
         self.positions: dict[Any, tuple[SSP, int]] = {}
         #: where reading of each partition began
         self.starts: dict[SSP, int] = {}
@@ -102,6 +134,7 @@ class MemoryConsumer(Consumer):
         keys = list(keys)
         event = self.broker.event()
         streams = self.broker.streams
+        codecs = self.codecs
         self._woken = False
         while True:
             event.clear()
@@ -113,7 +146,10 @@ class MemoryConsumer(Consumer):
                     batch = log[pos:pos + (max_per_key if limits is None
                                            else limits.get(key, max_per_key))]
                     self.positions[key] = (ssp, pos + len(batch))
-                    if self.ahead and ssp.stream_id in self.ahead:
+                    codec = codecs.get(ssp.stream_id) if codecs else None
+                    if codec is not None:
+                        batch = codec.decode_batch(ssp, pos, batch, GENERATION)
+                    elif self.ahead and ssp.stream_id in self.ahead:
                         self._check_ahead(ssp, pos, batch)
                     out.append((key, pos, batch))
             if out or not keys:
@@ -133,7 +169,7 @@ class MemoryConsumer(Consumer):
         error policy, as a byte system's codec does: ``fail`` raises, ``skip`` and
         ``dead-letter`` put a ``Skipped`` in their place, ``dead-letter`` also writes
         ``{"source", "error", "key", "value"}`` (as ``samza-dsl dump`` shows a dead letter) to
-        the dead-letter stream."""
+        the dead-letter stream. (A stream of records has the check in its codec.)"""
         from runtime.engine.codec import Skipped
 
         rule = self.ahead[ssp.stream_id]
@@ -143,12 +179,29 @@ class MemoryConsumer(Consumer):
             if rule.policy == "fail":
                 raise rule.failure(ssp.partition, first + i, t)
             reason = rule.passed_over(ssp.partition, first + i, t)
-            if rule.policy == "dead-letter" and self.dead_letter is not None:
-                k, v = (m.key, m.value) if type(m) is KV else (None, m)
-                self.broker.append(self.dead_letter, 0, {
-                    "source": f"{ssp.stream_id}/{ssp.partition}/{first + i}", "error": reason,
-                    "key": k, "value": v})
+            if rule.policy == "dead-letter":
+                self.write_dead_letter(ssp, first + i, m, reason)
             batch[i] = Skipped(reason)
+
+    def write_dead_letter(self, ssp: SSP, offset: int, m: Any, reason: str) -> None:
+        """Message ``m`` (a record, for a stream of records) passed over at ``offset`` of
+        ``ssp``, to the dead-letter stream: ``{"source", "error", "key", "value"}``, a record's
+        key and value decoded where they can be, its bytes where not."""
+        if self.dead_letter is None:
+            return
+        codec = self.codecs.get(ssp.stream_id)
+        if codec is None:
+            k, v = (m.key, m.value) if type(m) is KV else (None, m)
+        else:
+            k, v, _ = m
+            try:
+                decoded = StreamCodec(ssp.stream_id, codec.serde)._decode_one(k, v)
+                k, v = (decoded.key, decoded.value) if codec.keyed else (k, decoded)
+            except Exception:
+                pass
+        self.broker.append(self.dead_letter, 0, {
+            "source": f"{ssp.stream_id}/{ssp.partition}/{offset}", "error": reason,
+            "key": k, "value": v})
 
     async def read_bounds(self, keys: Iterable[Any]) -> dict[Any, tuple[int, int]]:
         """Per reader key: the next offset it reads, and its partition's end offset now."""
@@ -189,11 +242,22 @@ class MemoryProducer:
         return None
 
     def send(self, stream_id: str, partition: int, payload: Any) -> None:
+        codec = self.broker.codecs.get(stream_id)
+        if codec is not None:
+            payload = (control_record(payload, GENERATION) if is_control(payload)
+                       else codec.encode(payload))
         self.broker.append(stream_id, partition, payload)
 
     def sender(self, stream_id: str) -> Any:
         """A fast ``send(partition, payload)`` for one stream; ``signal()`` wakes readers."""
         logs = self.broker.streams[stream_id]
+        codec = self.broker.codecs.get(stream_id)
+        if codec is not None:
+            encode = codec.encode
+
+            def send_record(partition: int, payload: Any) -> None:
+                logs[partition].append(encode(payload))
+            return send_record
 
         def send(partition: int, payload: Any) -> None:
             logs[partition].append(payload)
@@ -201,8 +265,14 @@ class MemoryProducer:
 
     def record_sink(self, stream_id: str) -> StreamSink:
         """For the task's fused terminals: the partitions of a stream, each taking its
-        messages as they are (``runtime.engine.systems.StreamSink`` with no ``encode``)."""
-        return StreamSink([log.append for log in self.broker.streams[stream_id]])
+        messages as they are (``runtime.engine.systems.StreamSink`` with no ``encode``), or,
+        for a stream of records, encoded as a byte system's producer encodes them."""
+        appends = [log.append for log in self.broker.streams[stream_id]]
+        codec = self.broker.codecs.get(stream_id)
+        if codec is None:
+            return StreamSink(appends)
+        key, value = codec.fast_serializers()
+        return StreamSink(appends, key, value, codec.encode)
 
     def signal(self) -> None:
         event = self.broker._event
@@ -223,12 +293,16 @@ class MemoryInputs:
     A list is placed as a producer would place it once the run's partition counts are known
     (``placed``): a ``KV`` with a key goes to its key's partition (murmur2 of the key serialized
     by the stream's key serde, ``runtime.engine.wiring.partition_of``), any other message to partition
-    0; ``{partition: [messages]}`` puts them where it says."""
+    0; ``{partition: [messages]}`` puts them where it says. An input declared with a serde gets
+    each message encoded as it is added (``encoded``), as a producer would send it: one its
+    serde cannot encode fails the add, naming the input and the message."""
 
     def __init__(self, app: StreamApplication) -> None:
         self.app = app
         #: per stream, what each add gave: ``{partition: messages}``, or a list to place by key
         self.given: dict[str, list[dict[int, list[Any]] | list[Any]]] = {}
+        #: per stream declared with a serde, the records of each add, in the shape given
+        self.encoded: dict[str, list[dict[int, list[Record]] | list[Record]]] = {}
 
     def add(self, descriptor: InputDescriptor | str,
             messages: Sequence[Any] | Mapping[int, Sequence[Any]]) -> None:
@@ -257,6 +331,12 @@ class MemoryInputs:
                         where = f"partition {p}" if isinstance(chunk, dict) else "the list"
                         raise SamzaError(f"input {sid!r} is keyed (KVSerde): message {i} of "
                                          f"{where} must be a KV(key, value), got {m!r}")
+        codec = declared_codec(sid, d.serde)
+        if codec is not None:
+            records = {p: _encoded(codec, msgs, f"partition {p}" if isinstance(chunk, dict)
+                                   else "the list") for p, msgs in parts.items()}
+            self.encoded.setdefault(sid, []).append(
+                records if isinstance(chunk, dict) else records[0])
         self.given.setdefault(sid, []).append(chunk)
 
     @property
@@ -265,9 +345,11 @@ class MemoryInputs:
         count of an input that declares none and is given only lists)."""
         return self.placed(None, {})
 
-    def placed(self, plan: Any, counts: Mapping[str, int]) -> dict[str, dict[int, list[Any]]]:
+    def placed(self, plan: Any, counts: Mapping[str, int], records: bool = False
+               ) -> dict[str, dict[int, list[Any]]]:
         """The messages by stream and partition: each list placed by ``plan``'s partition rule
-        for its stream's count in ``counts`` (a stream not in it, or no plan: one partition)."""
+        for its stream's count in ``counts`` (a stream not in it, or no plan: one partition).
+        ``records``: an input declared with a serde gets its records in place of its messages."""
         from runtime.engine.wiring import partition_of
 
         out: dict[str, dict[int, list[Any]]] = {}
@@ -275,15 +357,17 @@ class MemoryInputs:
             merged = out.setdefault(sid, {})
             n = counts.get(sid, 1)
             rule = partition_of(plan, sid, n, 0) if plan is not None and n > 1 else None
-            for chunk in chunks:
-                if isinstance(chunk, dict):
-                    for p, msgs in chunk.items():
+            encoded = self.encoded.get(sid) if records else None
+            for i, chunk in enumerate(chunks):
+                put = chunk if encoded is None else encoded[i]
+                if isinstance(put, dict):
+                    for p, msgs in put.items():
                         merged.setdefault(p, []).extend(msgs)
                 elif rule is None:
-                    merged.setdefault(0, []).extend(chunk)
+                    merged.setdefault(0, []).extend(put)
                 else:
-                    for m in chunk:
-                        merged.setdefault(rule(m), []).append(m)
+                    for m, r in zip(chunk, put, strict=True):
+                        merged.setdefault(rule(m), []).append(r)
         return out
 
     def partitions(self) -> dict[str, int]:
@@ -297,6 +381,26 @@ class MemoryInputs:
                      for p in chunk]
             out[sid] = max(given) + 1 if given else 1
         return out
+
+
+def _encoded(codec: StreamCodec, messages: list[Any], where: str) -> list[Record]:
+    """The records of ``messages`` given to input ``codec.stream_id``; one its serde cannot
+    encode fails, named by its index in ``where`` (a partition, or the list)."""
+    try:
+        return list(map(codec.encode, messages))
+    except SerdeError:
+        pass
+    for i, m in enumerate(messages):
+        try:
+            codec.encode(m)
+        except SerdeError as exc:
+            cause = exc.__cause__
+            reason = cause.reason if isinstance(cause, SerdeError) else str(cause or exc)
+            raise SamzaError(f"input {codec.stream_id!r}: message {i} of {where} cannot be "
+                             f"encoded by the input's serde {codec.serde.describe()}, as a "
+                             f"producer would have to: {reason}; give messages it takes, or "
+                             f"declare the serde they are written with") from None
+    return list(map(codec.encode, messages))
 
 
 def memory_store_factory(tables: Mapping[str, Any] | None = None) -> Any:
@@ -337,18 +441,23 @@ def memory_job(app: StreamApplication,
     for the planned counts), and build its container."""
     plan = app.plan(partitions=partitions, config=config)
     counts = resolve_partitions(plan)
-    if isinstance(inputs, MemoryInputs):
-        inputs = inputs.placed(plan, counts)
     broker = MemoryBroker()
     for sid, n in counts.items():
         broker.create(sid, n)
+    consumer, metrics = MemoryConsumer(broker), Metrics()
+    _codecs(plan, broker, consumer, metrics, clock)
+    codecs = broker.codecs
+    if isinstance(inputs, MemoryInputs):
+        inputs = inputs.placed(plan, counts, records=True)
+    else:
+        inputs = {sid: {p: _encoded(codecs[sid], list(msgs), f"partition {p}")
+                        for p, msgs in parts.items()} if sid in codecs else parts
+                  for sid, parts in inputs.items()}
     for sid in plan.input_streams:
         for p, msgs in inputs.get(sid, {}).items():
             broker.extend(sid, p, msgs)
         broker.end(sid)
     job = build_job_model(plan, counts, config_value(plan.config, "job.elasticity.factor"))
-    consumer, metrics = MemoryConsumer(broker), Metrics()
-    _check_ahead(plan, broker, consumer, metrics, clock)
     container = Container(job, job.tasks, consumer=consumer,
                           producer=producer(broker),
                           checkpoints=checkpoints if checkpoints is not None else MemoryCheckpoints(),
@@ -358,21 +467,29 @@ def memory_job(app: StreamApplication,
     return plan, broker, container
 
 
-def _check_ahead(plan: Any, broker: MemoryBroker, consumer: MemoryConsumer, metrics: Metrics,
-                 clock: Callable[[], int] | None) -> None:
-    """The ``max_event_time_ahead`` checks of the inputs that declare one; where one passes
-    messages over under ``dead-letter``, the job's dead-letter stream, in memory."""
-    from runtime.engine.codec import serde_error_policy
+def _codecs(plan: Any, broker: MemoryBroker, consumer: MemoryConsumer, metrics: Metrics,
+            clock: Callable[[], int] | None) -> None:
+    """The codecs of the streams declared with a serde, each under its serde error policy, and
+    the ``max_event_time_ahead`` checks of the inputs that declare one (in the codec of a
+    stream of records); where one passes messages over under ``dead-letter``, the job's
+    dead-letter stream, in memory."""
     from runtime.engine.event_time_ahead import ahead_rule
     from runtime.host.jobdir import dead_letter_stream
 
-    for sid in plan.input_streams:
+    def dead_letter(ssp: SSP, offset: int, record: Record, err: SerdeError) -> None:
+        consumer.write_dead_letter(ssp, offset, record, err.reason)
+
+    for sid, s in plan.streams.items():
         policy = serde_error_policy(plan.config, sid)
-        rule = ahead_rule(sid, plan.streams[sid].descriptor, policy, metrics=metrics,
-                          clock=clock)
-        if rule is None:
+        rule = ahead_rule(sid, s.descriptor, policy, metrics=metrics, clock=clock)
+        codec = declared_codec(sid, s.descriptor.serde, policy, dead_letter=dead_letter,
+                               metrics=metrics, ahead=rule)
+        if codec is not None:
+            broker.codecs[sid] = codec
+        elif rule is not None:
+            consumer.ahead[sid] = rule
+        else:
             continue
-        consumer.ahead[sid] = rule
         if policy == "dead-letter" and consumer.dead_letter is None:
             consumer.dead_letter = dead_letter_stream(plan.job_name)
             broker.create(consumer.dead_letter, 1)
