@@ -193,12 +193,10 @@ class MemoryConsumer(Consumer):
         if codec is None:
             k, v = (m.key, m.value) if type(m) is KV else (None, m)
         else:
-            k, v, _ = m
-            try:
-                decoded = StreamCodec(ssp.stream_id, codec.serde)._decode_one(k, v)
-                k, v = (decoded.key, decoded.value) if codec.keyed else (k, decoded)
-            except Exception:
-                pass
+            serde = codec.serde
+            ks, vs = ((serde.key_serde, serde.value_serde) if isinstance(serde, KVSerde)
+                      else (None, serde))
+            k, v = _decoded(ks, m[0]), _decoded(vs, m[1])
         self.broker.append(self.dead_letter, 0, {
             "source": f"{ssp.stream_id}/{ssp.partition}/{offset}", "error": reason,
             "key": k, "value": v})
@@ -231,6 +229,16 @@ class MemoryConsumer(Consumer):
 
     async def close(self) -> None:
         return None
+
+
+def _decoded(serde: Serde[Any] | None, data: bytes | None) -> Any:
+    """``data`` decoded by ``serde``, or as it is where it does not decode."""
+    if serde is None or data is None:
+        return data
+    try:
+        return serde.deserialize(data)
+    except Exception:
+        return data
 
 
 class MemoryProducer:

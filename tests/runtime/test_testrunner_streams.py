@@ -194,3 +194,27 @@ def test_an_input_given_with_a_serde_is_read_decoded() -> None:
         app.output(mem.output("out", partitions=1)))
     assert TestRunner(app).add_input("in", [KV("a", (1, 2))]).run(timeout=60).messages(
         "out") == [KV("a", "list")]
+
+
+# -- what fails to decode ------------------------------------------------------------------------
+
+def capped(system: Any) -> StreamApplication:
+    """An input whose serde takes values of up to 16 bytes, under ``dead-letter``."""
+    app = StreamApplication("capped", config={"streams.in.samza.serde.error": "dead-letter"})
+    ins = app.input(system.input("in", serde=KVSerde(StringSerde(), JsonSerde(max_bytes=16)),
+                                 partitions=1))
+    ins.send_to(app.output(system.output("out", serde=JSON, partitions=1)))
+    return app
+
+
+def test_a_record_its_serde_cannot_decode_goes_to_the_dead_letters_on_both(
+        tmp_path: Path) -> None:
+    given = {"in": [KV("a", "short"), KV("b", "x" * 40), KV("c", "fine")]}
+    test = TestRunner(capped(MemorySystem())).add_input("in", given["in"]).run(timeout=60)
+    assert test.messages("out") == run("local", capped, given, tmp_path) == [
+        KV("a", "short"), KV("c", "fine")]
+    [letter] = test.dead_letters
+    assert letter["source"] == "in/0/1" and letter["key"] == "b"
+    assert letter["value"] == b'"' + b"x" * 40 + b'"'
+    assert "more than the 16 bytes a message may take" in letter["error"]
+    assert test.counter("in.serde-errors-skipped") == 1
