@@ -10,7 +10,9 @@ encode are what they are in the job. A stream declared with none holds the objec
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from runtime.engine.codec import Record, StreamCodec, control_record, serde_error_policy
@@ -23,11 +25,14 @@ from samza_dsl import StreamApplication
 from samza_dsl.config import config_value, did_you_mean
 from samza_dsl.errors import SamzaError, SerdeError
 from samza_dsl.kv import KV
-from samza_dsl.serdes import KVSerde, NoOpSerde, Serde
+from samza_dsl.serdes import BytesSerde, KVSerde, NoOpSerde, Serde, StringSerde
 from samza_dsl.systems import InputDescriptor
 
 if TYPE_CHECKING:
     from runtime.engine.event_time_ahead import AheadRule
+
+_KEY = attrgetter("key")
+_VALUE = attrgetter("value")
 
 __all__ = ["MemoryBroker", "MemoryConsumer", "MemoryProducer", "MemoryInputs", "memory_job",
            "memory_store_factory", "resolve_partitions", "declared_codec"]
@@ -120,6 +125,9 @@ class MemoryConsumer(Consumer):
         #: a message it passes over under ``dead-letter`` goes to the stream ``dead_letter``
         self.ahead: dict[str, AheadRule] = {}
         self.dead_letter: str | None = None
+        #: input stream declared with a serde -> its codec: the stream holds the messages
+        #: given, each carried through the serde as it is read (``_read_given``)
+        self.given: dict[str, StreamCodec] = {}
 
     def register(self, key: Any, ssp: SSP, next_offset: int | None) -> None:
         start = 0 if next_offset is None else next_offset
@@ -146,11 +154,16 @@ class MemoryConsumer(Consumer):
                     batch = log[pos:pos + (max_per_key if limits is None
                                            else limits.get(key, max_per_key))]
                     self.positions[key] = (ssp, pos + len(batch))
-                    codec = codecs.get(ssp.stream_id) if codecs else None
+                    sid = ssp.stream_id
+                    codec = codecs.get(sid) if codecs else None
                     if codec is not None:
                         batch = codec.decode_batch(ssp, pos, batch, GENERATION)
-                    elif self.ahead and ssp.stream_id in self.ahead:
-                        self._check_ahead(ssp, pos, batch)
+                    else:
+                        codec = self.given.get(sid) if self.given else None
+                        if codec is not None:
+                            batch = self._read_given(codec, ssp, pos, batch)
+                        if self.ahead and sid in self.ahead:
+                            self._check_ahead(ssp, pos, batch)
                     out.append((key, pos, batch))
             if out or not keys:
                 return out
@@ -163,6 +176,34 @@ class MemoryConsumer(Consumer):
             if self._woken:  # the caller's set of partitions changed: let it ask again
                 self._woken = False
                 return []
+
+    def _read_given(self, codec: StreamCodec, ssp: SSP, first: int, batch: list[Any]
+                    ) -> list[Any]:
+        """A batch of messages given to an input declared with a serde, as the job reads them
+        from the records a producer writes: encoded, failing as a producer fails on a message
+        the serde cannot encode, and decoded under the stream's policy. Messages that read
+        back as they are (``_as_given``), checked by columns, are the batch itself."""
+        body = batch[:-1] if batch and type(batch[-1]) is EndOfStream else batch
+        if _as_given(codec, body):
+            return batch
+        records = []
+        for i, m in enumerate(batch):
+            if is_control(m):
+                records.append(control_record(m, GENERATION))
+                continue
+            try:
+                records.append(codec.encode(m))
+            except SerdeError as exc:
+                cause = exc.__cause__
+                reason = cause.reason if isinstance(cause, SerdeError) else str(cause or exc)
+                raise SerdeError(
+                    f"input {ssp.stream_id!r}: the message at partition {ssp.partition} offset "
+                    f"{first + i} cannot be encoded by the input's serde "
+                    f"{codec.serde.describe()}, as a producer would have to: {reason}; give "
+                    f"the input messages its serde takes, or declare the serde they are "
+                    f"written with", stream=ssp.stream_id, partition=ssp.partition,
+                    offset=first + i) from None
+        return codec.decode_batch(ssp, first, records, GENERATION)
 
     def _check_ahead(self, ssp: SSP, first: int, batch: list[Any]) -> None:
         """The messages of ``batch`` too far ahead of the wall clock under the stream's serde
@@ -183,16 +224,17 @@ class MemoryConsumer(Consumer):
                 self.write_dead_letter(ssp, first + i, m, reason)
             batch[i] = Skipped(reason)
 
-    def write_dead_letter(self, ssp: SSP, offset: int, m: Any, reason: str) -> None:
-        """Message ``m`` (a record, for a stream of records) passed over at ``offset`` of
-        ``ssp``, to the dead-letter stream: ``{"source", "error", "key", "value"}``, a record's
-        key and value decoded where they can be, its bytes where not."""
+    def write_dead_letter(self, ssp: SSP, offset: int, m: Any, reason: str,
+                          record: bool = False) -> None:
+        """Message ``m`` (a record, if ``record``) passed over at ``offset`` of ``ssp``, to the
+        dead-letter stream: ``{"source", "error", "key", "value"}``, a record's key and value
+        decoded where they can be, its bytes where not."""
         if self.dead_letter is None:
             return
-        codec = self.codecs.get(ssp.stream_id)
-        if codec is None:
+        if not record:
             k, v = (m.key, m.value) if type(m) is KV else (None, m)
         else:
+            codec = self.codecs.get(ssp.stream_id) or self.given[ssp.stream_id]
             serde = codec.serde
             ks, vs = ((serde.key_serde, serde.value_serde) if isinstance(serde, KVSerde)
                       else (None, serde))
@@ -301,16 +343,12 @@ class MemoryInputs:
     A list is placed as a producer would place it once the run's partition counts are known
     (``placed``): a ``KV`` with a key goes to its key's partition (murmur2 of the key serialized
     by the stream's key serde, ``runtime.engine.wiring.partition_of``), any other message to partition
-    0; ``{partition: [messages]}`` puts them where it says. An input declared with a serde gets
-    each message encoded as it is added (``encoded``), as a producer would send it: one its
-    serde cannot encode fails the add, naming the input and the message."""
+    0; ``{partition: [messages]}`` puts them where it says."""
 
     def __init__(self, app: StreamApplication) -> None:
         self.app = app
         #: per stream, what each add gave: ``{partition: messages}``, or a list to place by key
         self.given: dict[str, list[dict[int, list[Any]] | list[Any]]] = {}
-        #: per stream declared with a serde, the records of each add, in the shape given
-        self.encoded: dict[str, list[dict[int, list[Record]] | list[Record]]] = {}
 
     def add(self, descriptor: InputDescriptor | str,
             messages: Sequence[Any] | Mapping[int, Sequence[Any]]) -> None:
@@ -339,12 +377,6 @@ class MemoryInputs:
                         where = f"partition {p}" if isinstance(chunk, dict) else "the list"
                         raise SamzaError(f"input {sid!r} is keyed (KVSerde): message {i} of "
                                          f"{where} must be a KV(key, value), got {m!r}")
-        codec = declared_codec(sid, d.serde)
-        if codec is not None:
-            records = {p: _encoded(codec, msgs, f"partition {p}" if isinstance(chunk, dict)
-                                   else "the list") for p, msgs in parts.items()}
-            self.encoded.setdefault(sid, []).append(
-                records if isinstance(chunk, dict) else records[0])
         self.given.setdefault(sid, []).append(chunk)
 
     @property
@@ -353,11 +385,9 @@ class MemoryInputs:
         count of an input that declares none and is given only lists)."""
         return self.placed(None, {})
 
-    def placed(self, plan: Any, counts: Mapping[str, int], records: bool = False
-               ) -> dict[str, dict[int, list[Any]]]:
+    def placed(self, plan: Any, counts: Mapping[str, int]) -> dict[str, dict[int, list[Any]]]:
         """The messages by stream and partition: each list placed by ``plan``'s partition rule
-        for its stream's count in ``counts`` (a stream not in it, or no plan: one partition).
-        ``records``: an input declared with a serde gets its records in place of its messages."""
+        for its stream's count in ``counts`` (a stream not in it, or no plan: one partition)."""
         from runtime.engine.wiring import partition_of
 
         out: dict[str, dict[int, list[Any]]] = {}
@@ -365,17 +395,15 @@ class MemoryInputs:
             merged = out.setdefault(sid, {})
             n = counts.get(sid, 1)
             rule = partition_of(plan, sid, n, 0) if plan is not None and n > 1 else None
-            encoded = self.encoded.get(sid) if records else None
-            for i, chunk in enumerate(chunks):
-                put = chunk if encoded is None else encoded[i]
-                if isinstance(put, dict):
-                    for p, msgs in put.items():
+            for chunk in chunks:
+                if isinstance(chunk, dict):
+                    for p, msgs in chunk.items():
                         merged.setdefault(p, []).extend(msgs)
                 elif rule is None:
-                    merged.setdefault(0, []).extend(put)
+                    merged.setdefault(0, []).extend(chunk)
                 else:
-                    for m, r in zip(chunk, put, strict=True):
-                        merged.setdefault(rule(m), []).append(r)
+                    for m in chunk:
+                        merged.setdefault(rule(m), []).append(m)
         return out
 
     def partitions(self) -> dict[str, int]:
@@ -391,24 +419,34 @@ class MemoryInputs:
         return out
 
 
-def _encoded(codec: StreamCodec, messages: list[Any], where: str) -> list[Record]:
-    """The records of ``messages`` given to input ``codec.stream_id``; one its serde cannot
-    encode fails, named by its index in ``where`` (a partition, or the list)."""
-    try:
-        return list(map(codec.encode, messages))
-    except SerdeError:
-        pass
-    for i, m in enumerate(messages):
-        try:
-            codec.encode(m)
-        except SerdeError as exc:
-            cause = exc.__cause__
-            reason = cause.reason if isinstance(cause, SerdeError) else str(cause or exc)
-            raise SamzaError(f"input {codec.stream_id!r}: message {i} of {where} cannot be "
-                             f"encoded by the input's serde {codec.serde.describe()}, as a "
-                             f"producer would have to: {reason}; give messages it takes, or "
-                             f"declare the serde they are written with") from None
-    return list(map(codec.encode, messages))
+def _as_given(codec: StreamCodec, messages: list[Any]) -> bool:
+    """Whether ``messages`` read back from their records as they are (equal): each column (a
+    keyed stream's keys and values) of a type its serde, with no ``max_bytes``, gives back
+    unchanged: str under a UTF-8 ``StringSerde`` that encodes every one, bytes under
+    ``BytesSerde``."""
+    if not messages:
+        return True
+    serde = codec.serde
+    if not isinstance(serde, KVSerde):
+        return _reads_back(serde, messages)
+    return (set(map(type, messages)) == {KV}
+            and _reads_back(serde.key_serde, list(map(_KEY, messages)))
+            and _reads_back(serde.value_serde, list(map(_VALUE, messages))))
+
+
+def _reads_back(serde: Serde[Any], items: list[Any]) -> bool:
+    if serde.max_bytes is not None:
+        return False
+    types = set(map(type, items))
+    if type(serde) is BytesSerde:
+        return types == {bytes}
+    if type(serde) is StringSerde and serde.encoding == "utf-8" and types == {str}:
+        try:  # a lone surrogate does not encode
+            deque(map(str.encode, items), maxlen=0)
+        except UnicodeEncodeError:
+            return False
+        return True
+    return False
 
 
 def memory_store_factory(tables: Mapping[str, Any] | None = None) -> Any:
@@ -454,13 +492,8 @@ def memory_job(app: StreamApplication,
         broker.create(sid, n)
     consumer, metrics = MemoryConsumer(broker), Metrics()
     _codecs(plan, broker, consumer, metrics, clock)
-    codecs = broker.codecs
     if isinstance(inputs, MemoryInputs):
-        inputs = inputs.placed(plan, counts, records=True)
-    else:
-        inputs = {sid: {p: _encoded(codecs[sid], list(msgs), f"partition {p}")
-                        for p, msgs in parts.items()} if sid in codecs else parts
-                  for sid, parts in inputs.items()}
+        inputs = inputs.placed(plan, counts)
     for sid in plan.input_streams:
         for p, msgs in inputs.get(sid, {}).items():
             broker.extend(sid, p, msgs)
@@ -477,26 +510,30 @@ def memory_job(app: StreamApplication,
 
 def _codecs(plan: Any, broker: MemoryBroker, consumer: MemoryConsumer, metrics: Metrics,
             clock: Callable[[], int] | None) -> None:
-    """The codecs of the streams declared with a serde, each under its serde error policy, and
-    the ``max_event_time_ahead`` checks of the inputs that declare one (in the codec of a
-    stream of records); where one passes messages over under ``dead-letter``, the job's
-    dead-letter stream, in memory."""
+    """The codecs of the streams declared with a serde, each under its serde error policy (an
+    input's in ``MemoryConsumer.given``: its stream holds the messages given), and the
+    ``max_event_time_ahead`` checks of the inputs that declare one (in the codec of a stream
+    of records); where one passes messages over under ``dead-letter``, the job's dead-letter
+    stream, in memory."""
     from runtime.engine.event_time_ahead import ahead_rule
     from runtime.host.jobdir import dead_letter_stream
 
     def dead_letter(ssp: SSP, offset: int, record: Record, err: SerdeError) -> None:
-        consumer.write_dead_letter(ssp, offset, record, err.reason)
+        consumer.write_dead_letter(ssp, offset, record, err.reason, record=True)
 
     for sid, s in plan.streams.items():
         policy = serde_error_policy(plan.config, sid)
         rule = ahead_rule(sid, s.descriptor, policy, metrics=metrics, clock=clock)
+        given = sid in plan.input_streams
         codec = declared_codec(sid, s.descriptor.serde, policy, dead_letter=dead_letter,
-                               metrics=metrics, ahead=rule)
-        if codec is not None:
+                               metrics=metrics, ahead=None if given else rule)
+        if codec is not None and given:
+            consumer.given[sid] = codec
+        elif codec is not None:
             broker.codecs[sid] = codec
-        elif rule is not None:
+        if rule is not None and (given or codec is None):
             consumer.ahead[sid] = rule
-        else:
+        elif codec is None:
             continue
         if policy == "dead-letter" and consumer.dead_letter is None:
             consumer.dead_letter = dead_letter_stream(plan.job_name)

@@ -14,7 +14,7 @@ from operators.hashing import partition_for
 from runtime import LocalRunner
 from runtime.testing import TestRunner
 from samza_dsl import KV, StreamApplication
-from samza_dsl.errors import SamzaError, TaskError
+from samza_dsl.errors import SerdeError, TaskError
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
 from samza_dsl.systems import LocalSystem, MemorySystem
 
@@ -173,16 +173,18 @@ def test_an_intermediate_value_its_serde_cannot_encode_fails_the_same_on_both(
     assert str(test) == str(local)
 
 
-def test_an_input_message_its_serde_cannot_encode_fails_naming_the_input_and_index() -> None:
+def test_an_input_message_its_serde_cannot_encode_fails_naming_the_input_and_offset() -> None:
+    """A message no producer could have written fails the run before any stage reads it,
+    naming the input, its partition and offset, as given in a list or by partition."""
     app = int_to_string_output(MemorySystem())
-    with pytest.raises(SamzaError) as info:
-        TestRunner(app).add_input("in", [KV("a", "x"), KV("b", 5)])
-    text = str(info.value)
-    assert "\n" not in text
-    assert "input 'in'" in text and "message 1 of the list" in text, text
-    assert "StringSerde() cannot encode int 5" in text, text
-    with pytest.raises(SamzaError, match=r"message 0 of partition 0"):
-        TestRunner(app).add_input("in", {0: [KV("b", 5)]})
+    for given in ([KV("a", "x"), KV("b", 5)], {0: [KV("a", "x"), KV("b", 5)]}):
+        with pytest.raises(SerdeError) as info:
+            TestRunner(app).add_input("in", given).run(timeout=60)
+        text = str(info.value)
+        assert "\n" not in text
+        assert "input 'in': the message at partition 0 offset 1 cannot be encoded" in text, text
+        assert "StringSerde() cannot encode int 5" in text, text
+        assert (info.value.stream, info.value.partition, info.value.offset) == ("in", 0, 1)
 
 
 def test_an_input_given_with_a_serde_is_read_decoded() -> None:
