@@ -441,6 +441,8 @@ def _reads_back(serde: Serde[Any], items: list[Any]) -> bool:
     if type(serde) is BytesSerde:
         return types == {bytes}
     if type(serde) is StringSerde and serde.encoding == "utf-8" and types == {str}:
+        if all(map(str.isascii, items)):  # (a flag of the str: no pass over its text)
+            return True
         try:  # a lone surrogate does not encode
             deque(map(str.encode, items), maxlen=0)
         except UnicodeEncodeError:
