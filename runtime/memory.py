@@ -1,11 +1,13 @@
 """The in-memory system: partitioned streams, for tests and local runs.
 
-Offsets are list indexes. Bounded inputs end with an ``EndOfStream`` record. A stream declared
-with a serde (other than ``NoOpSerde``) holds records, as a byte system's do
-(``runtime.engine.codec``): its producer encodes each message with the codec the local log and
-Kafka use, failing with their error, and its consumer decodes them under the stream's serde error
-policy, so what a stage reads (a tuple under ``JsonSerde`` reads as a list) and what fails to
-encode are what they are in the job. A stream declared with none holds the objects themselves."""
+Offsets are list indexes. Bounded inputs end with an ``EndOfStream`` record. A stream the job
+writes that is declared with a serde (other than ``NoOpSerde``) holds records, as a byte
+system's do (``runtime.engine.codec``): its producer encodes each message with the codec the
+local log and Kafka use, failing with their error, and its consumer decodes them under the
+stream's serde error policy, so what a stage reads (a tuple under ``JsonSerde`` reads as a list)
+and what fails to encode are what they are in the job. An input declared with a serde holds the
+messages given and carries each batch through the serde as it is read. A stream declared with
+none holds the objects themselves."""
 
 from __future__ import annotations
 
@@ -35,13 +37,13 @@ _KEY = attrgetter("key")
 _VALUE = attrgetter("value")
 
 __all__ = ["MemoryBroker", "MemoryConsumer", "MemoryProducer", "MemoryInputs", "memory_job",
-           "memory_store_factory", "resolve_partitions", "declared_codec"]
+           "memory_store_factory", "resolve_partitions"]
 
 #: the run whose control records an in-memory stream of records holds: there is only one
 GENERATION = 0
 
 
-def declared_codec(stream_id: str, serde: Serde[Any] | None, policy: str = "fail",
+def _declared_codec(stream_id: str, serde: Serde[Any] | None, policy: str = "fail",
                    **kwargs: Any) -> StreamCodec | None:
     """The codec of a stream declared with ``serde``; None for one declared with none, or with
     ``NoOpSerde`` (as key or value serde too), whose messages stay objects in memory."""
@@ -527,7 +529,7 @@ def _codecs(plan: Any, broker: MemoryBroker, consumer: MemoryConsumer, metrics: 
         policy = serde_error_policy(plan.config, sid)
         rule = ahead_rule(sid, s.descriptor, policy, metrics=metrics, clock=clock)
         given = sid in plan.input_streams
-        codec = declared_codec(sid, s.descriptor.serde, policy, dead_letter=dead_letter,
+        codec = _declared_codec(sid, s.descriptor.serde, policy, dead_letter=dead_letter,
                                metrics=metrics, ahead=None if given else rule)
         if codec is not None and given:
             consumer.given[sid] = codec
