@@ -50,8 +50,8 @@ def w1_app() -> tuple[StreamApplication, Any, Any]:
     mem = MemorySystem()
     inp = mem.input("events", serde=KVSerde(StringSerde(), BytesSerde()), partitions=4)
     out = mem.output("counts-out", partitions=4)
-    # CountInTable keeps int counts under int ids: the serde that encodes them, as a job's store
-    # would, though TestRunner's table keeps them as objects
+    # CountInTable keeps int counts under int ids: the serde that encodes them, in TestRunner's
+    # store as in a job's
     app.table("counts", serde=KVSerde(JsonSerde(), JsonSerde()))
     app.input(inp).map(CountInTable(), name="count").send_to(app.output(out))
     return app, inp, out

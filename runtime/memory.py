@@ -23,6 +23,7 @@ from runtime.engine.job import SSP, build_job_model
 from runtime.engine.records import EndOfStream, is_control
 from runtime.engine.systems import Consumer, StreamSink
 from runtime.host.metrics import Metrics
+from runtime.state.memory_store import MemoryStores
 from samza_dsl import StreamApplication
 from samza_dsl.config import config_value, did_you_mean
 from samza_dsl.errors import SamzaError, SerdeError
@@ -256,11 +257,11 @@ class MemoryConsumer(Consumer):
     def wakeup(self) -> None:
         """End a waiting ``poll`` now: the set of partitions to read has changed."""
         self._woken = True
+        self.broker.event().set()
 
     def waiting_for(self, key: Any) -> str:
         ssp, pos = self.positions[key]
         return f"read to offset {pos} of {len(self.broker.streams[ssp.stream_id][ssp.partition])}"
-        self.broker.event().set()
 
     def behind(self, key: Any) -> bool:
         ssp, pos = self.positions[key]
@@ -374,6 +375,8 @@ class MemoryInputs:
             parts, chunk = {0: list(messages)}, list(messages)
         if d.keyed:
             for p, msgs in parts.items():
+                if set(map(type, msgs)) <= {KV}:  # all KVs: no message to look at one by one
+                    continue
                 for i, m in enumerate(msgs):
                     if not isinstance(m, KV):
                         where = f"partition {p}" if isinstance(chunk, dict) else "the list"
@@ -453,23 +456,11 @@ def _reads_back(serde: Serde[Any], items: list[Any]) -> bool:
     return False
 
 
-def memory_store_factory(tables: Mapping[str, Any] | None = None) -> Any:
-    """In-memory stores by (task, store); ``tables`` (table id -> its ``KVSerde``) order their
-    keys as their LMDB stores do, by the bytes of their key serde, and give them back decoded."""
-    from operators.state import InMemoryState, table_state
-
-    stores: dict[tuple[str, str], Any] = {}
-    serdes = dict(tables or {})
-
-    def make(task: str, name: str) -> Any:
-        key = (task, name)
-        if key not in stores:
-            serde = serdes.get(name)
-            stores[key] = (InMemoryState() if serde is None
-                           else table_state(serde.key_serde, name))
-        return stores[key]
-    make.stores = stores  # type: ignore[attr-defined]
-    return make
+def memory_store_factory(plan: Any) -> Any:
+    """The stores of a run of ``plan`` in memory (``runtime.state.memory_store.MemoryStores``):
+    each encodes and decodes what it holds as the job's LMDB store of it does, and is flushed
+    at every commit. It is the run's state backend, and a ``store_factory(task, store)``."""
+    return MemoryStores(plan)
 
 
 def resolve_partitions(plan: Any) -> dict[str, int]:
@@ -506,8 +497,7 @@ def memory_job(app: StreamApplication,
     container = Container(job, job.tasks, consumer=consumer,
                           producer=producer(broker),
                           checkpoints=checkpoints if checkpoints is not None else MemoryCheckpoints(),
-                          store_factory=memory_store_factory(
-                              {tid: t.serde for tid, t in plan.app.tables.items()}), config=plan.config, clock=clock,
+                          state=memory_store_factory(plan), config=plan.config, clock=clock,
                           metrics=metrics)
     return plan, broker, container
 

@@ -11,7 +11,6 @@ from typing import Any
 
 import lmdb
 
-from operators.state import table_key_check
 from runtime.engine.codec import Record, serde_error_policy
 from runtime.engine.job import SSP, JobModel, TaskModel
 from runtime.engine.systems import StateBackend
@@ -19,24 +18,12 @@ from runtime.host.jobdir import store_dir
 from runtime.host.metrics import Metrics, Sample
 from runtime.host.storage import storage_error
 from runtime.state.changelog import Changelog
-from runtime.state.codec import changelog_check, state_codec, table_codec
+from runtime.state.codec import changelog_check, store_codecs, store_key_check
 from runtime.state.lmdb_store import LmdbStore
-from samza_dsl.errors import ConfigError, SerdeError
+from runtime.state.writeback import store_sizes
+from samza_dsl.errors import SerdeError
 
 __all__ = ["StoreBackend"]
-
-
-def _positive(config: Mapping[str, Any], key: str, default: int) -> int:
-    value = config.get(key)
-    if value is None:
-        return default
-    try:
-        n = int(str(value).strip())
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise ConfigError(f"config {key}={value!r} must be a whole number >= 1")
-    return n
 
 
 @contextlib.contextmanager
@@ -78,24 +65,13 @@ class StoreBackend(StateBackend):
     def changelog_opened(self, task: TaskModel, store_name: str, changelog: Changelog) -> None:
         """A store's changelog is open (a hook: the local system compacts its own)."""
 
-    def _codecs(self, store_name: str) -> tuple[Any, Any, Any, Any]:
-        """The store's key and value encoders and decoders."""
-        spec = self.job.plan.stores[store_name]
-        if spec.table is not None:
-            serde = spec.table.serde
-            ke, kd = table_codec(serde.key_serde, "key", store_name)
-            ve, vd = table_codec(serde.value_serde, "value", store_name)
-            return ke, kd, ve, vd
-        return state_codec(self.job.plan.app.types,
-                           f"{spec.kind} state {store_name!r} of operator {spec.op_id!r}")
-
     def open_replica(self, task: TaskModel, store_name: str) -> LmdbStore:
         """A standby's replica of a task's store (``LmdbStore.open_replica``), in the directory
         the task's own store uses, so that the task restores only the changelog's tail there.
         Its changelog entries are decoded as a restore decodes them; one that does not decode
         is skipped here (the task's restore applies the stream's policy to it)."""
         spec = self.job.plan.stores[store_name]
-        ke, kd, ve, vd = self._codecs(store_name)
+        ke, kd, ve, vd = store_codecs(self.job.plan, store_name)
         stream = str(spec.changelog_stream)
         check = changelog_check(store_name, stream, task.index, kd, vd,
                                 policy=serde_error_policy(self.config, stream),
@@ -106,10 +82,11 @@ class StoreBackend(StateBackend):
 
     def open(self, task: TaskModel, store_name: str, checkpointed: int | None) -> LmdbStore:
         spec = self.job.plan.stores[store_name]
-        ke, kd, ve, vd = self._codecs(store_name)
+        ke, kd, ve, vd = store_codecs(self.job.plan, store_name)
         changelog = None
         check = None
         cfg = self.config
+        cache_size, write_batch_size = store_sizes(cfg, store_name)
         if store_name in self.changelogs:
             changelog = self.changelogs[store_name](task.index)
             self._changelog_of[(task.name, store_name)] = changelog
@@ -122,11 +99,9 @@ class StoreBackend(StateBackend):
             store_dir(self.root, store_name, task.name),
             name=store_name, task=task.name, key_encode=ke, key_decode=kd, value_encode=ve,
             value_decode=vd, changelog=changelog, checkpointed=checkpointed,
-            cache_size=_positive(cfg, f"stores.{store_name}.object.cache.size", 100_000),
-            write_batch_size=_positive(cfg, f"stores.{store_name}.write.batch.size", 10_000),
-            check=check)
-        if spec.table is not None:  # send_to and join_table check keys as they come
-            store.check_key = table_key_check(spec.table.serde.key_serde, store_name)
+            cache_size=cache_size, write_batch_size=write_batch_size, check=check)
+        # send_to and join_table check a table's keys as they come
+        store.check_key = store_key_check(self.job.plan, store_name)
         info = store.restore_info
         self.metrics.inc("store-restore-entries", int(info.get("entries_replayed", 0)))
         self.restores[(task.name, store_name)] = dict(info)

@@ -24,13 +24,14 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from operators.state import decode_key, encode_key, serialize_error
+from operators.state import decode_key, encode_key, serialize_error, table_key_check
 from runtime.engine.codec import Record, fast_deserializer, fast_serializer
 from runtime.engine.job import SSP
 from samza_dsl.errors import SerdeError
 from samza_dsl.serdes import SafeSerde, Serde
 
-__all__ = ["state_codec", "table_codec", "changelog_check", "FOREIGN_KEY"]
+__all__ = ["state_codec", "table_codec", "store_codecs", "store_key_check", "changelog_check",
+           "FOREIGN_KEY"]
 
 log = logging.getLogger("samza_dsl.state")
 
@@ -98,6 +99,29 @@ def table_codec(serde: Serde[Any], what: str, store: str) -> tuple[Callable[[Any
             return [encode(obj) for obj in objs]
     encode.many = many  # type: ignore[attr-defined]
     return encode, fast_de
+
+
+def store_codecs(plan: Any, store_name: str) -> Codec:
+    """The key and value encoders and decoders of the store ``store_name`` of ``plan``, in
+    whatever holds its bytes (LMDB in a job, memory in ``TestRunner``): a table's with its
+    ``KVSerde``, window and join state's with ``state_codec`` and the app's declared types."""
+    spec = plan.stores[store_name]
+    if spec.table is not None:
+        serde = spec.table.serde
+        ke, kd = table_codec(serde.key_serde, "key", store_name)
+        ve, vd = table_codec(serde.value_serde, "value", store_name)
+        return ke, kd, ve, vd
+    return state_codec(plan.app.types,
+                       f"{spec.kind} state {store_name!r} of operator {spec.op_id!r}")
+
+
+def store_key_check(plan: Any, store_name: str) -> Callable[[Any], None] | None:
+    """The check ``send_to`` and ``join_table`` make of each key of a table's store as it
+    comes (``operators.state.table_key_check``); None for window and join state."""
+    spec = plan.stores[store_name]
+    if spec.table is None:
+        return None
+    return table_key_check(spec.table.serde.key_serde, store_name)
 
 
 Entries = list[tuple[bytes, bytes | None]]

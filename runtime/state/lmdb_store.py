@@ -1,4 +1,6 @@
 """A task's durable key-value store: LMDB on disk, a write-back cache in front, a changelog behind.
+The write-back cache is ``runtime.state.writeback.CachedStore``, which ``TestRunner``'s store
+(``runtime.state.memory_store``) has in front of its bytes in memory too.
 
 This is Samza's ``CachedStore`` over a local store with a ``LoggedStore`` changelog, for one
 (task, store) pair, with the interface of ``operators.state.InMemoryState`` (``get``, ``put``,
@@ -70,11 +72,10 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
 from itertools import islice
 from operator import itemgetter
-from typing import Any, cast
+from typing import Any
 
 import lmdb
 
-from operators.state import ListKey as _ListKey
 from runtime.host.storage import (
     MappedPages,
     check_file_not_truncated,
@@ -98,13 +99,13 @@ from runtime.state.repair import repair as _repair
 from runtime.state.restore import open_local as _open_local
 from runtime.state.restore import open_replica as _open_replica
 from runtime.state.restore import restore as _restore
-from samza_dsl.errors import SamzaError, SerdeError
+from runtime.state.writeback import CachedStore
+from samza_dsl.errors import SamzaError
 
 __all__ = ["LmdbStore", "local_state"]
 
 log = logging.getLogger("samza_dsl.state")
 
-_MISSING: Any = object()
 _SCAN_CHUNK = 1024  # entries read per read transaction by range/all
 _PAGE = 4096  # what a lookup or a write is counted as mapping in (MappedPages)
 _first = itemgetter(0)
@@ -114,76 +115,32 @@ _P = b"\x00"  # the prefix of every LMDB key (see runtime.state.format)
 _GROUP_END = b"\xff" * (_MAX_KEY - _SHORT_LEN)  # after a group's prefix: past all its keys
 
 
-def _encode_all(encode: Callable[[Any], bytes], objs: list[Any]) -> list[bytes]:
-    """``encode`` of each of ``objs``: in one call where the encoder offers ``encode.many``
-    (a table's serde that encodes batches, ``runtime.state.codec.table_codec``)."""
-    many = getattr(encode, "many", None)  # foreign: a serde's function (``many`` where made so)
-    return list(map(encode, objs)) if many is None else cast(list[bytes], many(objs))
+class LmdbStore(CachedStore):
+    """One task's store: see the module docstring. Create it with ``LmdbStore.open``. Its
+    write-back cache is ``runtime.state.writeback.CachedStore``; LMDB holds its bytes."""
 
-
-class _Dirty(dict[Any, Any]):
-    """The dirty entries; a missing key is looked up in the clean cache, then in LMDB."""
-
-    __slots__ = ("clean", "load")
-
-    clean: dict[Any, Any]
-    load: Callable[[Any], Any]
-
-    def __missing__(self, key: Any) -> Any:
-        v = self.clean.get(key, _MISSING)
-        if v is _MISSING:
-            return self.load(key)
-        return v
-
-
-class LmdbStore:
-    """One task's store: see the module docstring. Create it with ``LmdbStore.open``."""
-
-    __slots__ = ("path", "name", "task", "restore_info", "get", "put", "_dirty", "_clean",
-                 "_cache_size", "_write_batch_size", "_map_size", "_kenc", "_kdec", "_venc",
-                 "_vdec", "changelog", "env", "data_db", "meta_db", "_rtxn", "committed",
-                 "flushes", "_commit_flushes", "check", "base", "since", "repairs",
-                 "reads", "writes", "deletes", "cache_writes", "_pages", "check_key")
-
-    get: Callable[[Any], Any]
-    put: Callable[[Any, Any], None]
-    #: never a remote table's client
-    remote = False
-    #: writes go out in batches (``maybe_flush``, ``flush``)
-    batched_writes = True
+    __slots__ = ("path", "restore_info", "_map_size", "changelog", "env", "data_db", "meta_db",
+                 "_rtxn", "committed", "_commit_flushes", "check", "base", "since", "repairs",
+                 "_pages")
 
     def __init__(self, path: str, *, name: str, task: str, key_encode: Callable[[Any], bytes],
                  key_decode: Callable[[bytes], Any], value_encode: Callable[[Any], bytes],
                  value_decode: Callable[[bytes], Any], changelog: Changelog | None,
                  cache_size: int, write_batch_size: int, map_size: int,
                  check: Check | None = None) -> None:
-        self.path = path
+        self.path = path  # before where(): the base class names the store with it
+        super().__init__(name=name, task=task, key_encode=key_encode, key_decode=key_decode,
+                         value_encode=value_encode, value_decode=value_decode,
+                         cache_size=cache_size, write_batch_size=write_batch_size)
         self.check = check
-        self.name = name
-        self.task = task
         self.restore_info: dict[str, Any] = {}
-        self._kenc = key_encode
-        self.check_key: Callable[[Any], None] | None = None  # a table's: set by its backend
-        self._kdec = key_decode
-        self._venc = value_encode
-        self._vdec = value_decode
         self.changelog = changelog
-        self._cache_size = max(1, cache_size)
-        self._write_batch_size = max(1, write_batch_size)
         self._map_size = map_size
-        self._clean: dict[Any, Any] = {}
-        dirty = _Dirty()
-        dirty.clean = self._clean
-        dirty.load = self._load
-        self._dirty = dirty
-        self.get = dirty.__getitem__
-        self.put = dirty.__setitem__
         self.env: Any = None
         self.data_db: Any = None
         self.meta_db: Any = None
         self._rtxn: Any = None
         self.committed = False
-        self.flushes = 0  # flush transactions so far
         self._commit_flushes = -1  # flushes when flush() last ran (see mark_committed)
         # with a changelog, LMDB holds the changelog's state at offset base plus the entries
         # flushed since (since): what a rebuild in place after a checksum failure writes back
@@ -191,15 +148,6 @@ class LmdbStore:
         self.base = 0
         self.since: dict[bytes, bytes | None] | None = {}  # None: more than _SINCE_MAX
         self.repairs = 0
-        #: metrics: keys read from LMDB (a get the object cache answers costs nothing and is
-        #: not counted), and values and deletes written to it (a key written twice between
-        #: two flushes once)
-        self.reads = 0
-        self.writes = 0
-        self.deletes = 0
-        #: whether a flush keeps the values it wrote in the object cache; False for a writer
-        #: that keeps its own cache of them (a tumbling window's panes): reads still cache
-        self.cache_writes = True
         #: the pages of the file that reads and writes mapped in, let go of now and then (a
         #: store much larger than what the job reads again soon need not stay resident)
         self._pages = MappedPages(self.data_file())
@@ -383,31 +331,9 @@ class LmdbStore:
             self._rtxn = None
             txn.abort()
 
-    def _load(self, key: Any) -> Any:
-        """A key in neither the dirty entries nor the clean cache: read it from LMDB, and cache
-        it (a miss too)."""
-        v = self._read(key)
-        clean = self._clean
-        clean[key] = v
-        if len(clean) > self._cache_size:
-            self._evict()
-        return v
-
-    def peek(self, key: Any) -> Any:
-        """``get`` that caches nothing: for a reader that keeps what it reads itself (a
-        window's panes), so that reading many keys once leaves no trace in memory."""
-        v = self._dirty.get(key, _MISSING)
-        if v is _MISSING:
-            v = self._clean.get(key, _MISSING)
-            if v is _MISSING:
-                return self._read(key)
-        return v
-
-    def _read(self, key: Any) -> Any:
-        """The value of ``key`` in LMDB (None: none)."""
-        kb = self._kenc(key)
+    def _get_bytes(self, key: Any, kb: bytes) -> bytes | None:
+        """The value bytes of ``key`` (encoded ``kb``) in LMDB (None: none)."""
         lk = _lmdb_key(kb)
-        self.reads += 1
         self._pages.read(_PAGE)  # a lookup maps in about a page
         try:
             raw = self._reader().get(lk)
@@ -424,41 +350,17 @@ class LmdbStore:
                 f"{self.where()}: reading key {key!r:.200} from {self.data_file()} failed "
                 f"({type(e).__name__}: {e}); LMDB finds the file damaged: {recover}") from e
         if raw is None:
-            v = None
-        else:
-            try:
-                stored, vb = _unframe(lk, raw)
-            except _Corrupt:
-                self.repair(f"the value of key {key!r}")
-                return self._read(key)
-            if stored != kb:
-                raise SamzaError(
-                    f"{self.where()}: keys {stored[:60]!r}... and {kb[:60]!r}... share their "
-                    f"blake2b hash; store them under shorter keys")
-            try:
-                v = self._vdec(vb)
-            except Exception as e:
-                raise self._decode_error(f"the value of key {key!r}", e) from e
-        return v
-
-    def _evict(self) -> None:
-        """Drops the oldest-inserted entries of the clean cache, down to half its size."""
-        clean = self._clean
-        for k in list(islice(clean, len(clean) - self._cache_size // 2)):
-            del clean[k]
-
-    def _decode_error(self, what: str, e: Exception) -> SerdeError:
-        return SerdeError(
-            f"{self.where()}: {what} does not decode ({type(e).__name__}: {e}): another serde "
-            f"wrote it (an older version of the job?) or it is damaged. Reset the job's state "
-            f"(samza-dsl reset) to start it over")
-
-    def delete(self, key: Any) -> None:
-        """Deletes ``key`` (a tombstone in the changelog at the next flush)."""
-        self._dirty[key] = None
-
-    def __contains__(self, key: Any) -> bool:
-        return self.get(key) is not None
+            return None
+        try:
+            stored, vb = _unframe(lk, raw)
+        except _Corrupt:
+            self.repair(f"the value of key {key!r}")
+            return self._get_bytes(key, kb)
+        if stored != kb:
+            raise SamzaError(
+                f"{self.where()}: keys {stored[:60]!r}... and {kb[:60]!r}... share their "
+                f"blake2b hash; store them under shorter keys")
+        return vb
 
     def range(self, start: Any, end: Any) -> Iterator[tuple[Any, Any]]:
         """``(key, value)`` pairs with ``start <= key < end`` in ``key_encode`` byte order.
@@ -556,7 +458,7 @@ class LmdbStore:
         no bound), in the order of their encoded keys."""
         if hi is not None and lo >= hi:
             return
-        dirty, clean, kdec, vdec = self._dirty, self._clean, self._kdec, self._vdec
+        decode_entry = self.decode_entry
         pos, inclusive = lo, True
         after: tuple[bytes, bytes] | None = None  # inside a group: (its prefix, last key done)
         while True:
@@ -577,20 +479,7 @@ class LmdbStore:
                     inclusive, after = False, (pos, kb)
                 if (klo is not None and kb < klo) or (khi is not None and kb >= khi):
                     continue
-                try:
-                    k = kdec(kb)
-                    if type(k) is list:  # JSON gives a tuple back as a list: get, put and
-                        k = _ListKey(k)  # delete take a ListKey as the tuple
-                    try:
-                        v = dirty.get(k, _MISSING)
-                        if v is _MISSING:
-                            v = clean.get(k, _MISSING)
-                    except TypeError:  # a key its serde decodes unhashable (a JSON object) is
-                        v = _MISSING   # never cached: LMDB holds its value
-                    if v is _MISSING:
-                        v = vdec(vb)
-                except Exception as e:
-                    raise self._decode_error(f"the entry of key bytes {kb[:200]!r}", e) from e
+                k, v = decode_entry(kb, vb)
                 if v is not None:
                     yield k, v
             else:
@@ -614,25 +503,13 @@ class LmdbStore:
         return int(st["psize"]) * int(st["branch_pages"] + st["leaf_pages"]
                                       + st["overflow_pages"])
 
-    def __len__(self) -> int:
-        """The number of live keys (dirty entries included; no flush)."""
-        txn = self._reader()
-        n = int(txn.stat(self.data_db)["entries"])
-        clean, kenc = self._clean, self._kenc
-        for k, v in self._dirty.items():
-            before = clean.get(k, _MISSING)
-            present = ((txn.get(_lmdb_key(kenc(k))) is not None) if before is _MISSING
-                       else before is not None)
-            n += (v is not None) - present
-        return n
+    def _count(self) -> int:
+        return self._entries()
+
+    def _holds(self, kb: bytes) -> bool:
+        return self._reader().get(_lmdb_key(kb)) is not None
 
     # -- writing --------------------------------------------------------------------------------
-
-    def maybe_flush(self) -> None:
-        """Flushes when ``write_batch_size`` or more keys are dirty (the runtime calls this after
-        each processed batch)."""
-        if len(self._dirty) >= self._write_batch_size:
-            self._flush_dirty()
 
     def flush(self) -> None:
         """Writes the dirty entries to the changelog and to LMDB (see ``_flush_dirty``) and notes
@@ -641,33 +518,13 @@ class LmdbStore:
         self._flush_dirty()
         self._commit_flushes = self.flushes
 
-    def _flush_dirty(self) -> None:
-        """Appends the last value of each dirty key to the changelog (a tombstone for a delete)
-        and writes them to LMDB in one transaction, which marks the store uncommitted. The
-        entries then move to the clean cache (unless ``cache_writes`` is False)."""
-        dirty = self._dirty
-        if not dirty:
-            return
+    def _writable(self, changes: int) -> None:
         if self.env is None:
-            raise SamzaError(f"{self.where()} is closed: cannot flush {len(dirty)} changes")
-        try:
-            keys = _encode_all(self._kenc, list(dirty))
-            values: list[bytes | None]
-            given = list(dirty.values())
-            present = [v for v in given if v is not None]
-            encoded = _encode_all(self._venc, present)
-            if len(present) == len(given):
-                values = cast(list[bytes | None], encoded)
-            else:  # deletes among them: None stays None
-                it = iter(encoded)
-                values = [None if v is None else next(it) for v in given]
-        except Exception:
-            self._encode_error()
-            raise
-        entries = list(zip(keys, values, strict=True))
-        gone = values.count(None)
-        self.deletes += gone
-        self.writes += len(values) - gone
+            raise SamzaError(f"{self.where()} is closed: cannot flush {changes} changes")
+
+    def _write(self, entries: list[tuple[bytes, bytes | None]]) -> None:
+        """A flush's entries: appended to the changelog (a tombstone for a delete) and written
+        to LMDB in one transaction, which marks the store uncommitted."""
         self.write_raw(_frame(entries), uncommit=self.committed)
         self.committed = False
         if self.changelog is not None:
@@ -677,30 +534,6 @@ class LmdbStore:
                 since.update(entries)
                 if len(since) > _SINCE_MAX:  # too many to hold: a rebuild needs a restart
                     self.since = None
-        clean = self._clean
-        if self.cache_writes:
-            clean.update(dirty)
-        elif clean:  # a value read before and written since is stale
-            pop = clean.pop
-            for k in dirty:
-                pop(k, None)
-        dirty.clear()
-        if len(clean) > self._cache_size:
-            self._evict()
-
-    def _encode_error(self) -> None:
-        """Raises a SamzaError naming the first dirty entry the serdes reject."""
-        for k, v in self._dirty.items():
-            try:
-                self._kenc(k)
-                if v is not None:
-                    self._venc(v)
-            except Exception as e:
-                error = SerdeError if isinstance(e, SerdeError) else SamzaError
-                raise error(
-                    f"{self.where()}: cannot encode the entry for key {k!r} "
-                    f"({type(e).__name__}: {e}); the store's key and value serdes must accept "
-                    f"every key and value the job stores") from e
 
     def write_raw(self, entries: list[tuple[bytes, bytes | None]], uncommit: bool = False) -> None:
         """One write transaction with ``entries`` (sorted by key; None deletes), split in two

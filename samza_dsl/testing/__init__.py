@@ -1,4 +1,5 @@
-"""Testing helpers: ``TestRunner`` (in-memory runs), ``strategies`` (hypothesis strategies),
+"""Testing helpers: ``TestRunner`` (in-memory runs), ``strategies`` (hypothesis strategies;
+``keyed_inputs`` and its ``KeyedInputs`` draw a whole application's inputs at once),
 ``model`` (a reference model of event-time windows and joins, docs/semantics.md) and
 ``kv_service`` (a key-value service over HTTP on 127.0.0.1, and its client, to back a remote
 table in tests and examples).
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["TestRunner", "TestResult", "strategies", "model"]
+__all__ = ["TestRunner", "TestResult", "strategies", "model", "keyed_inputs", "KeyedInputs"]
 
 
 def __getattr__(name: str) -> Any:
@@ -35,6 +36,11 @@ def __getattr__(name: str) -> Any:
         from runtime import testing
 
         return getattr(testing, name)
+    if name in ("keyed_inputs", "KeyedInputs"):
+        # hypothesis is a test dependency: imported only when asked for
+        from samza_dsl.testing import app_inputs
+
+        return getattr(app_inputs, name)
     if name in ("strategies", "model"):
         import importlib
 

@@ -1,4 +1,6 @@
-"""Hypothesis strategies for property-testing pipelines.
+"""Hypothesis strategies for property-testing pipelines: one stream at a time, or a whole
+application's inputs at once (``keyed_inputs``: several keyed streams over shared keys, with
+bounded disorder and table updates, from ``samza_dsl.testing.app_inputs``).
 
 >>> from hypothesis import given, settings
 >>> @settings(max_examples=5)
@@ -18,11 +20,13 @@ from typing import Any, TypeVar
 from hypothesis import strategies as st
 
 from samza_dsl.kv import KV
+from samza_dsl.testing.app_inputs import Event, KeyedInputs, keyed_inputs, timed_kv
 
 T = TypeVar("T")
 
 __all__ = ["partitioned_messages", "keyed_messages", "arrival_orders", "event_times",
-           "disordered_event_times", "async_delays", "DelayScheduler", "st"]
+           "disordered_event_times", "async_delays", "DelayScheduler", "keyed_inputs",
+           "KeyedInputs", "Event", "timed_kv", "st"]
 
 
 def keyed_messages(keys: st.SearchStrategy[Any] = st.integers(0, 9),

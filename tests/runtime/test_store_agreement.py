@@ -1,6 +1,6 @@
 """Every store kind orders keys by their serialized bytes and answers get/put/delete/range/all
-alike: the in-memory state of TestRunner and Spark, and the LMDB store of the streaming
-runtime. Code tested with TestRunner behaves the same in production."""
+alike: the in-memory state of Spark and of operators' own tests, TestRunner's store (the job's
+write-back cache and codecs over bytes in memory), and the LMDB store of the streaming runtime. Code tested with TestRunner behaves the same in production."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from operators.state import InMemoryState, table_state
 from runtime.runner import LocalRunner
 from runtime.state.codec import state_codec, table_codec
 from runtime.state.lmdb_store import LmdbStore
+from runtime.state.memory_store import MemoryStore
 from samza_dsl import KV, StreamApplication
 from samza_dsl.errors import TaskError
 from samza_dsl.serdes import JsonSerde, KVSerde, MsgpackSerde, Serde, StringSerde
@@ -46,7 +47,8 @@ KINDS: dict[str, tuple[Any, st.SearchStrategy[Any]]] = {
 }
 
 
-def _stores(key_serde: Serde[Any] | None, path: str) -> tuple[InMemoryState, LmdbStore]:
+def _stores(key_serde: Serde[Any] | None, path: str
+            ) -> tuple[InMemoryState, MemoryStore, LmdbStore]:
     if key_serde is None:  # window and join state: the codec of runtime.local.system
         ke, kd, ve, vd = state_codec({}, "window state 'w'")
         memory = InMemoryState()
@@ -56,7 +58,10 @@ def _stores(key_serde: Serde[Any] | None, path: str) -> tuple[InMemoryState, Lmd
         memory = table_state(key_serde)
     lmdb_store = LmdbStore.open(path, name="t", task="Partition 0", key_encode=ke, key_decode=kd,
                                 value_encode=ve, value_decode=vd)
-    return memory, lmdb_store
+    # a small cache and write batch: reads from the bytes and flushes between operations
+    in_bytes = MemoryStore(name="t", task="Partition 0", key_encode=ke, key_decode=kd,
+                           value_encode=ve, value_decode=vd, cache_size=4, write_batch_size=3)
+    return memory, in_bytes, lmdb_store
 
 
 def _ops(keys: st.SearchStrategy[Any]) -> st.SearchStrategy[list[tuple[Any, ...]]]:
@@ -67,6 +72,8 @@ def _ops(keys: st.SearchStrategy[Any]) -> st.SearchStrategy[list[tuple[Any, ...]
         st.tuples(st.just("range"), keys, keys),
         st.tuples(st.just("all")),
         st.tuples(st.just("flush")),
+        st.tuples(st.just("len")),
+        st.tuples(st.just("maybe_flush")),
         st.tuples(st.just("get_each")),
         st.tuples(st.just("delete_every_other")),
         st.tuples(st.just("put_each"), st.integers(0, 99)),
@@ -85,6 +92,10 @@ def _apply(store: Any, op: tuple[Any, ...]) -> Any:
         return list(store.range(op[1], op[2]))
     if name == "all":
         return list(store.all())
+    if name == "len":
+        return len(store)
+    if name == "maybe_flush":
+        return store.maybe_flush()
     if name == "flush":
         return store.flush() if hasattr(store, "flush") else None
     # the keys range and all give back are keys get, put and delete take, also mid-iteration
@@ -105,11 +116,13 @@ def _apply(store: Any, op: tuple[Any, ...]) -> Any:
 def _check(kind: str, ops: list[tuple[Any, ...]]) -> None:
     key_serde, _ = KINDS[kind]
     d = tempfile.mkdtemp()
-    memory, lmdb_store = _stores(key_serde, d)
+    memory, in_bytes, lmdb_store = _stores(key_serde, d)
     try:
         for op in ops:
-            assert _apply(memory, op) == _apply(lmdb_store, op), (kind, op)
-        assert list(memory.all()) == list(lmdb_store.all())
+            expected = _apply(lmdb_store, op)
+            assert _apply(memory, op) == expected, (kind, op)
+            assert _apply(in_bytes, op) == expected, (kind, op)
+        assert list(memory.all()) == list(in_bytes.all()) == list(lmdb_store.all())
     finally:
         lmdb_store.close()
         shutil.rmtree(d, ignore_errors=True)
@@ -228,9 +241,9 @@ def test_every_store_takes_back_the_list_keys_it_gives(kind: str) -> None:
     They used to refuse it (unhashable type: 'list') in both stores."""
     key_serde, _ = KINDS[kind]
     d = tempfile.mkdtemp()
-    memory, lmdb_store = _stores(key_serde, d)
+    memory, in_bytes, lmdb_store = _stores(key_serde, d)
     try:
-        for store in (memory, lmdb_store):
+        for store in (memory, in_bytes, lmdb_store):
             store.put(("a", 1), 1)
             store.put((("b",), 2), 2)
             store.put(("c" * 600, 3), 3)

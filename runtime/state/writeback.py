@@ -1,0 +1,314 @@
+"""The write-back layer every store of a job's tasks shares, over its bytes (LMDB's
+``runtime.state.lmdb_store``, or memory's ``runtime.state.memory_store``): ``CachedStore``, with
+the dirty entries (``Dirty``, whose ``__getitem__`` and ``__setitem__`` are a store's ``get`` and
+``put``), their encoding at a flush (``encode_entries``), the clean cache after it (``settle``),
+and the errors of an entry that does not encode or decode, worded the same whichever bytes hold
+it.
+
+A store's sizes come from the job's config: ``stores.<name>.object.cache.size`` (decoded
+objects kept after a flush or a read, 100,000) and ``stores.<name>.write.batch.size`` (dirty
+keys that make ``maybe_flush`` flush, 10,000).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from itertools import islice
+from typing import Any, cast
+
+from operators.state import ListKey
+from samza_dsl.errors import ConfigError, SamzaError, SerdeError
+
+__all__ = ["CachedStore", "Entries", "MISSING", "Dirty", "encode_all", "encode_entries", "settle", "evict", "decode_error",
+           "store_sizes"]
+
+MISSING: Any = object()
+
+Entries = list[tuple[bytes, bytes | None]]
+
+
+class Dirty(dict[Any, Any]):
+    """The dirty entries (a delete is a dirty None); a missing key is looked up in the clean
+    cache, then with ``load`` in the store's bytes."""
+
+    __slots__ = ("clean", "load")
+
+    clean: dict[Any, Any]
+    load: Callable[[Any], Any]
+
+    def __missing__(self, key: Any) -> Any:
+        v = self.clean.get(key, MISSING)
+        if v is MISSING:
+            return self.load(key)
+        return v
+
+
+def encode_all(encode: Callable[[Any], bytes], objs: list[Any]) -> list[bytes]:
+    """``encode`` of each of ``objs``: in one call where the encoder offers ``encode.many``
+    (a table's serde that encodes batches, ``runtime.state.codec.table_codec``)."""
+    many = getattr(encode, "many", None)  # foreign: a serde's function (``many`` where made so)
+    return list(map(encode, objs)) if many is None else cast(list[bytes], many(objs))
+
+
+def encode_entries(dirty: Mapping[Any, Any], key_encode: Callable[[Any], bytes],
+                   value_encode: Callable[[Any], bytes], where: str) -> Entries:
+    """The dirty entries encoded, in their order (None for a delete). One that does not encode
+    raises a ``SerdeError`` (a ``SamzaError`` where the serde's error is not one) naming
+    ``where`` (the store) and the entry's key."""
+    try:
+        keys = encode_all(key_encode, list(dirty))
+        given = list(dirty.values())
+        present = [v for v in given if v is not None]
+        encoded = encode_all(value_encode, present)
+        if len(present) == len(given):
+            values = cast(list[bytes | None], encoded)
+        else:  # deletes among them: None stays None
+            it = iter(encoded)
+            values = [None if v is None else next(it) for v in given]
+    except Exception:
+        _encode_error(dirty, key_encode, value_encode, where)
+        raise
+    return list(zip(keys, values, strict=True))
+
+
+def _encode_error(dirty: Mapping[Any, Any], key_encode: Callable[[Any], bytes],
+                  value_encode: Callable[[Any], bytes], where: str) -> None:
+    """Raises the error naming the first dirty entry the serdes reject."""
+    for k, v in dirty.items():
+        try:
+            key_encode(k)
+            if v is not None:
+                value_encode(v)
+        except Exception as e:
+            error = SerdeError if isinstance(e, SerdeError) else SamzaError
+            raise error(
+                f"{where}: cannot encode the entry for key {k!r} "
+                f"({type(e).__name__}: {e}); the store's key and value serdes must accept "
+                f"every key and value the job stores") from e
+
+
+def settle(dirty: dict[Any, Any], clean: dict[Any, Any], cache_writes: bool,
+           cache_size: int) -> None:
+    """After a flush wrote ``dirty`` out: its entries move to the clean cache (unless
+    ``cache_writes`` is False: then a value read before and written since leaves it), and the
+    cache is cut down to half of ``cache_size`` (its oldest entries) once past it."""
+    if cache_writes:
+        clean.update(dirty)
+    elif clean:  # a value read before and written since is stale
+        pop = clean.pop
+        for k in dirty:
+            pop(k, None)
+    dirty.clear()
+    if len(clean) > cache_size:
+        evict(clean, cache_size)
+
+
+def evict(clean: dict[Any, Any], cache_size: int) -> None:
+    """Drops the oldest-inserted entries of the clean cache, down to half its size."""
+    for k in list(islice(clean, len(clean) - cache_size // 2)):
+        del clean[k]
+
+
+def decode_error(where: str, what: str, e: Exception) -> SerdeError:
+    """The error of ``what`` (an entry of the store ``where``) that does not decode."""
+    return SerdeError(
+        f"{where}: {what} does not decode ({type(e).__name__}: {e}): another serde "
+        f"wrote it (an older version of the job?) or it is damaged. Reset the job's state "
+        f"(samza-dsl reset) to start it over")
+
+
+def _positive(config: Mapping[str, Any], key: str, default: int) -> int:
+    value = config.get(key)
+    if value is None:
+        return default
+    try:
+        n = int(str(value).strip())
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ConfigError(f"config {key}={value!r} must be a whole number >= 1")
+    return n
+
+
+def store_sizes(config: Mapping[str, Any], store_name: str) -> tuple[int, int]:
+    """(object cache size, write batch size) of a store, from the job's config."""
+    return (_positive(config, f"stores.{store_name}.object.cache.size", 100_000),
+            _positive(config, f"stores.{store_name}.write.batch.size", 10_000))
+
+
+class CachedStore:
+    """The write-back layer of a task's store over its bytes (docs/architecture.md: LMDB's
+    ``LmdbStore``, memory's ``MemoryStore``): ``get`` and ``put`` are the dirty entries' own
+    ``__getitem__`` and ``__setitem__``, a key neither dirty nor cached is read from the bytes
+    (``_get_bytes``) and decoded, ``flush`` encodes the dirty entries and hands them to the
+    bytes (``_write``), and every key read or written is checked by the store's codecs as the
+    job's store checks it. A subclass gives its bytes: ``where``, ``_get_bytes``, ``_write``,
+    ``_holds``, ``_count``, ``range`` and ``all`` (which read with ``decode_entry``)."""
+
+    __slots__ = ("name", "task", "get", "put", "_dirty", "_clean", "_cache_size",
+                 "_write_batch_size", "_kenc", "_kdec", "_venc", "_vdec", "reads", "writes",
+                 "deletes", "cache_writes", "check_key", "flushes", "decode_entry")
+
+    get: Callable[[Any], Any]
+    put: Callable[[Any, Any], None]
+    #: never a remote table's client
+    remote = False
+    #: writes go out in batches (``maybe_flush``, ``flush``)
+    batched_writes = True
+
+    def __init__(self, *, name: str, task: str, key_encode: Callable[[Any], bytes],
+                 key_decode: Callable[[bytes], Any], value_encode: Callable[[Any], bytes],
+                 value_decode: Callable[[bytes], Any], cache_size: int,
+                 write_batch_size: int) -> None:
+        self.name = name
+        self.task = task
+        self._kenc, self._kdec = key_encode, key_decode
+        self._venc, self._vdec = value_encode, value_decode
+        self._cache_size = max(1, cache_size)
+        self._write_batch_size = max(1, write_batch_size)
+        #: a table's check of a key (``runtime.state.codec.store_key_check``): set by its backend
+        self.check_key: Callable[[Any], None] | None = None
+        self._clean: dict[Any, Any] = {}
+        dirty = Dirty()
+        dirty.clean = self._clean
+        dirty.load = self._load
+        self._dirty = dirty
+        self.get = dirty.__getitem__
+        self.put = dirty.__setitem__
+        #: ``decode_entry(kb, vb)``: what a scan of the bytes gives for an entry it reads
+        self.decode_entry = self._entry_decoder()
+        self.flushes = 0  # flushes so far
+        #: metrics: keys read from the bytes (a get the object cache answers costs nothing and
+        #: is not counted), and values and deletes written to them (a key written twice between
+        #: two flushes once)
+        self.reads = 0
+        self.writes = 0
+        self.deletes = 0
+        #: whether a flush keeps the values it wrote in the object cache; False for a writer
+        #: that keeps its own cache of them (a tumbling window's panes): reads still cache
+        self.cache_writes = True
+
+    # -- the bytes: what a subclass gives -------------------------------------------------------
+
+    def where(self) -> str:
+        """The store, as errors name it."""
+        raise NotImplementedError
+
+    def _get_bytes(self, key: Any, kb: bytes) -> bytes | None:
+        """The value bytes of ``key`` (encoded ``kb``), None where there are none."""
+        raise NotImplementedError
+
+    def _write(self, entries: Entries) -> None:
+        """Writes the encoded entries of a flush (a None value deletes its key)."""
+        raise NotImplementedError
+
+    def _holds(self, kb: bytes) -> bool:
+        """Whether the bytes hold a value under ``kb``."""
+        raise NotImplementedError
+
+    def _count(self) -> int:
+        """The number of keys the bytes hold."""
+        raise NotImplementedError
+
+    def _writable(self, changes: int) -> None:
+        """Raises where ``changes`` dirty entries cannot be written now (a closed store)."""
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def _load(self, key: Any) -> Any:
+        """A key in neither the dirty entries nor the clean cache: read it, and cache it (a
+        miss too)."""
+        v = self._read(key)
+        clean = self._clean
+        clean[key] = v
+        if len(clean) > self._cache_size:
+            evict(clean, self._cache_size)
+        return v
+
+    def peek(self, key: Any) -> Any:
+        """``get`` that caches nothing: for a reader that keeps what it reads itself (a
+        window's panes), so that reading many keys once leaves no trace in memory."""
+        v = self._dirty.get(key, MISSING)
+        if v is MISSING:
+            v = self._clean.get(key, MISSING)
+            if v is MISSING:
+                return self._read(key)
+        return v
+
+    def _read(self, key: Any) -> Any:
+        """The value of ``key`` in the bytes, decoded (None: none)."""
+        vb = self._get_bytes(key, self._kenc(key))
+        self.reads += 1
+        if vb is None:
+            return None
+        try:
+            return self._vdec(vb)
+        except Exception as e:
+            raise decode_error(self.where(), f"the value of key {key!r}", e) from e
+
+    def _entry_decoder(self) -> Callable[[bytes, bytes], tuple[Any, Any]]:
+        """``decode_entry(kb, vb)``: an entry a scan of the bytes reads, with its key decoded
+        (a list as a ``ListKey``, which ``get``, ``put`` and ``delete`` take as the tuple) and
+        its value as ``get`` gives it now (a dirty or cached value, else ``vb`` decoded; None:
+        deleted). A closure over the store's parts: a scan calls it for every entry."""
+        dirty, clean, kdec, vdec = self._dirty, self._clean, self._kdec, self._vdec
+        get_dirty, get_clean = dirty.get, clean.get
+
+        def decode_entry(kb: bytes, vb: bytes) -> tuple[Any, Any]:
+            try:
+                k = kdec(kb)
+                if type(k) is list:  # JSON gives a tuple back as a list
+                    k = ListKey(k)
+                try:
+                    v = get_dirty(k, MISSING)
+                    if v is MISSING:
+                        v = get_clean(k, MISSING)
+                except TypeError:  # a key its serde decodes unhashable (a JSON object) is
+                    v = MISSING    # never cached: the bytes hold its value
+                if v is MISSING:
+                    v = vdec(vb)
+            except Exception as e:
+                raise decode_error(self.where(), f"the entry of key bytes {kb[:200]!r}",
+                                   e) from e
+            return k, v
+        return decode_entry
+
+    def delete(self, key: Any) -> None:
+        """Deletes ``key`` (a tombstone in the changelog, if any, at the next flush)."""
+        self._dirty[key] = None
+
+    def __contains__(self, key: Any) -> bool:
+        return self.get(key) is not None
+
+    def __len__(self) -> int:
+        """The number of live keys (dirty entries included; no flush)."""
+        n = self._count()
+        clean, kenc, holds = self._clean, self._kenc, self._holds
+        for k, v in self._dirty.items():
+            before = clean.get(k, MISSING)
+            present = holds(kenc(k)) if before is MISSING else before is not None
+            n += (v is not None) - present
+        return n
+
+    # -- writing --------------------------------------------------------------------------------
+
+    def maybe_flush(self) -> None:
+        """Flushes when ``write_batch_size`` or more keys are dirty (the runtime calls this after
+        each processed batch)."""
+        if len(self._dirty) >= self._write_batch_size:
+            self._flush_dirty()
+
+    def _flush_dirty(self) -> None:
+        """Encodes the last value of each dirty key (None for a delete) and writes them to the
+        bytes (``_write``); the entries then move to the clean cache (unless ``cache_writes``
+        is False). An entry that does not encode raises, naming the store and its key."""
+        dirty = self._dirty
+        if not dirty:
+            return
+        self._writable(len(dirty))
+        entries = encode_entries(dirty, self._kenc, self._venc, self.where())
+        gone = sum(1 for e in entries if e[1] is None)
+        self.deletes += gone
+        self.writes += len(entries) - gone
+        self._write(entries)
+        settle(dirty, self._clean, self.cache_writes, self._cache_size)
