@@ -52,7 +52,7 @@ from samza_dsl.spec import (
 if TYPE_CHECKING:
     from .plan import ExecutionPlan
 
-__all__ = ["join_warnings", "checked_ports", "port_roots", "other_roots", "key_text", "fix_text",
+__all__ = ["join_warnings", "checked_ports", "port_roots", "key_text", "fix_text",
            "SIDES"]
 
 SIDES = ("left", "right")
@@ -67,19 +67,6 @@ def port_roots(plan: ExecutionPlan, node: str) -> set[str]:
     out: set[str] = set()
     for upstream in plan.app.operator(node).inputs:
         out |= port_roots(plan, upstream)
-    return out
-
-
-def other_roots(plan: ExecutionPlan, op: OpSpec, port: int) -> set[str]:
-    """The streams whose messages a message on ``port`` of join ``op`` meets: the other
-    side's, or for a ``join_table`` those of the operators writing the table."""
-    if isinstance(op, JoinSpec):
-        return port_roots(plan, op.inputs[1 - port])
-    table = getattr(op, "table_id", None)
-    out: set[str] = set()
-    for writer in plan.app.operators:
-        if isinstance(writer, SendToSpec) and writer.table_id == table:
-            out |= port_roots(plan, writer.op_id)
     return out
 
 

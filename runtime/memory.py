@@ -1,30 +1,56 @@
-"""The in-memory system: partitioned streams of Python objects, for tests and local runs.
+"""The in-memory system: partitioned streams, for tests and local runs.
 
-Offsets are list indexes. Bounded inputs end with an ``EndOfStream`` record."""
+Offsets are list indexes. Bounded inputs end with an ``EndOfStream`` record. A stream the job
+writes that is declared with a serde (other than ``NoOpSerde``) holds records, as a byte
+system's do (``runtime.engine.codec``): its producer encodes each message with the codec the
+local log and Kafka use, failing with their error, and its consumer decodes them under the
+stream's serde error policy, so what a stage reads (a tuple under ``JsonSerde`` reads as a list)
+and what fails to encode are what they are in the job. An input declared with a serde holds the
+messages given and carries each batch through the serde as it is read. A stream declared with
+none holds the objects themselves."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
+from runtime.engine.codec import Record, StreamCodec, control_record, serde_error_policy
 from runtime.engine.container import Container, MemoryCheckpoints
 from runtime.engine.job import SSP, build_job_model
-from runtime.engine.records import EndOfStream
+from runtime.engine.records import EndOfStream, is_control
 from runtime.engine.systems import Consumer, StreamSink
 from runtime.host.metrics import Metrics
 from runtime.state.memory_store import MemoryStores
 from samza_dsl import StreamApplication
 from samza_dsl.config import config_value, did_you_mean
-from samza_dsl.errors import SamzaError
+from samza_dsl.errors import SamzaError, SerdeError
 from samza_dsl.kv import KV
+from samza_dsl.serdes import BytesSerde, KVSerde, NoOpSerde, Serde, StringSerde
 from samza_dsl.systems import InputDescriptor
 
 if TYPE_CHECKING:
     from runtime.engine.event_time_ahead import AheadRule
 
+_KEY = attrgetter("key")
+_VALUE = attrgetter("value")
+
 __all__ = ["MemoryBroker", "MemoryConsumer", "MemoryProducer", "MemoryInputs", "memory_job",
            "memory_store_factory", "resolve_partitions"]
+
+#: the run whose control records an in-memory stream of records holds: there is only one
+GENERATION = 0
+
+
+def _declared_codec(stream_id: str, serde: Serde[Any] | None, policy: str = "fail",
+                   **kwargs: Any) -> StreamCodec | None:
+    """The codec of a stream declared with ``serde``; None for one declared with none, or with
+    ``NoOpSerde`` (as key or value serde too), whose messages stay objects in memory."""
+    if serde is None or isinstance(serde, NoOpSerde) or (isinstance(serde, KVSerde) and (
+            isinstance(serde.key_serde, NoOpSerde) or isinstance(serde.value_serde, NoOpSerde))):
+        return None
+    return StreamCodec(stream_id, serde, policy=policy, **kwargs)
 
 
 class MemoryBroker:
@@ -32,6 +58,8 @@ class MemoryBroker:
 
     def __init__(self) -> None:
         self.streams: dict[str, list[list[Any]]] = {}
+        #: the codecs of the streams that hold records (declared with a serde)
+        self.codecs: dict[str, StreamCodec] = {}
         self._event: asyncio.Event | None = None
 
     def create(self, stream_id: str, partitions: int) -> None:
@@ -61,8 +89,11 @@ class MemoryBroker:
 
     def end(self, stream_id: str) -> None:
         """Mark every partition of a bounded stream as ended."""
+        end: Any = EndOfStream(None)
+        if stream_id in self.codecs:
+            end = control_record(end, GENERATION)
         for p in range(len(self.streams[stream_id])):
-            self.append(stream_id, p, EndOfStream(None))
+            self.append(stream_id, p, end)
 
     def event(self) -> asyncio.Event:
         if self._event is None:
@@ -70,20 +101,24 @@ class MemoryBroker:
         return self._event
 
     def messages(self, stream_id: str, partition: int) -> list[Any]:
-        from runtime.engine.records import is_control
+        """The messages of a partition, as a consumer reading it with its serde gets them."""
+        from runtime.engine.codec import Skipped
 
-        return [m for m in self.streams[stream_id][partition] if not is_control(m)]
+        log = self.streams[stream_id][partition]
+        codec = self.codecs.get(stream_id)
+        if codec is not None:
+            log = StreamCodec(stream_id, codec.serde).decode_batch(
+                SSP(stream_id, partition), 0, log, GENERATION)
+        return [m for m in log if not is_control(m) and type(m) is not Skipped]
 
 
 class MemoryConsumer(Consumer):
     """Reads in-memory partitions. A reader key (a task and its partition) has its own position,
     so a broadcast partition is read by every task."""
 
-    #: the inputs hold what was given (a list is partition 0), placed by no partitioner
-    inputs_placed = False
-
     def __init__(self, broker: MemoryBroker) -> None:
         self.broker = broker
+        self.codecs = broker.codecs
         self.positions: dict[Any, tuple[SSP, int]] = {}
         #: where reading of each partition began
         self.starts: dict[SSP, int] = {}
@@ -92,6 +127,9 @@ class MemoryConsumer(Consumer):
         #: a message it passes over under ``dead-letter`` goes to the stream ``dead_letter``
         self.ahead: dict[str, AheadRule] = {}
         self.dead_letter: str | None = None
+        #: input stream declared with a serde -> its codec: the stream holds the messages
+        #: given, each carried through the serde as it is read (``_read_given``)
+        self.given: dict[str, StreamCodec] = {}
 
     def register(self, key: Any, ssp: SSP, next_offset: int | None) -> None:
         start = 0 if next_offset is None else next_offset
@@ -106,6 +144,7 @@ class MemoryConsumer(Consumer):
         keys = list(keys)
         event = self.broker.event()
         streams = self.broker.streams
+        codecs = self.codecs
         self._woken = False
         while True:
             event.clear()
@@ -117,8 +156,16 @@ class MemoryConsumer(Consumer):
                     batch = log[pos:pos + (max_per_key if limits is None
                                            else limits.get(key, max_per_key))]
                     self.positions[key] = (ssp, pos + len(batch))
-                    if self.ahead and ssp.stream_id in self.ahead:
-                        self._check_ahead(ssp, pos, batch)
+                    sid = ssp.stream_id
+                    codec = codecs.get(sid) if codecs else None
+                    if codec is not None:
+                        batch = codec.decode_batch(ssp, pos, batch, GENERATION)
+                    else:
+                        codec = self.given.get(sid) if self.given else None
+                        if codec is not None:
+                            batch = self._read_given(codec, ssp, pos, batch)
+                        if self.ahead and sid in self.ahead:
+                            self._check_ahead(ssp, pos, batch)
                     out.append((key, pos, batch))
             if out or not keys:
                 return out
@@ -132,12 +179,40 @@ class MemoryConsumer(Consumer):
                 self._woken = False
                 return []
 
+    def _read_given(self, codec: StreamCodec, ssp: SSP, first: int, batch: list[Any]
+                    ) -> list[Any]:
+        """A batch of messages given to an input declared with a serde, as the job reads them
+        from the records a producer writes: encoded, failing as a producer fails on a message
+        the serde cannot encode, and decoded under the stream's policy. Messages that read
+        back as they are (``_as_given``), checked by columns, are the batch itself."""
+        body = batch[:-1] if batch and type(batch[-1]) is EndOfStream else batch
+        if _as_given(codec, body):
+            return batch
+        records = []
+        for i, m in enumerate(batch):
+            if is_control(m):
+                records.append(control_record(m, GENERATION))
+                continue
+            try:
+                records.append(codec.encode(m))
+            except SerdeError as exc:
+                cause = exc.__cause__
+                reason = cause.reason if isinstance(cause, SerdeError) else str(cause or exc)
+                raise SerdeError(
+                    f"input {ssp.stream_id!r}: the message at partition {ssp.partition} offset "
+                    f"{first + i} cannot be encoded by the input's serde "
+                    f"{codec.serde.describe()}, as a producer would have to: {reason}; give "
+                    f"the input messages its serde takes, or declare the serde they are "
+                    f"written with", stream=ssp.stream_id, partition=ssp.partition,
+                    offset=first + i) from None
+        return codec.decode_batch(ssp, first, records, GENERATION)
+
     def _check_ahead(self, ssp: SSP, first: int, batch: list[Any]) -> None:
         """The messages of ``batch`` too far ahead of the wall clock under the stream's serde
         error policy, as a byte system's codec does: ``fail`` raises, ``skip`` and
         ``dead-letter`` put a ``Skipped`` in their place, ``dead-letter`` also writes
         ``{"source", "error", "key", "value"}`` (as ``samza-dsl dump`` shows a dead letter) to
-        the dead-letter stream."""
+        the dead-letter stream. (A stream of records has the check in its codec.)"""
         from runtime.engine.codec import Skipped
 
         rule = self.ahead[ssp.stream_id]
@@ -147,12 +222,28 @@ class MemoryConsumer(Consumer):
             if rule.policy == "fail":
                 raise rule.failure(ssp.partition, first + i, t)
             reason = rule.passed_over(ssp.partition, first + i, t)
-            if rule.policy == "dead-letter" and self.dead_letter is not None:
-                k, v = (m.key, m.value) if type(m) is KV else (None, m)
-                self.broker.append(self.dead_letter, 0, {
-                    "source": f"{ssp.stream_id}/{ssp.partition}/{first + i}", "error": reason,
-                    "key": k, "value": v})
+            if rule.policy == "dead-letter":
+                self.write_dead_letter(ssp, first + i, m, reason)
             batch[i] = Skipped(reason)
+
+    def write_dead_letter(self, ssp: SSP, offset: int, m: Any, reason: str,
+                          record: bool = False) -> None:
+        """Message ``m`` (a record, if ``record``) passed over at ``offset`` of ``ssp``, to the
+        dead-letter stream: ``{"source", "error", "key", "value"}``, a record's key and value
+        decoded where they can be, its bytes where not."""
+        if self.dead_letter is None:
+            return
+        if not record:
+            k, v = (m.key, m.value) if type(m) is KV else (None, m)
+        else:
+            codec = self.codecs.get(ssp.stream_id) or self.given[ssp.stream_id]
+            serde = codec.serde
+            ks, vs = ((serde.key_serde, serde.value_serde) if isinstance(serde, KVSerde)
+                      else (None, serde))
+            k, v = _decoded(ks, m[0]), _decoded(vs, m[1])
+        self.broker.append(self.dead_letter, 0, {
+            "source": f"{ssp.stream_id}/{ssp.partition}/{offset}", "error": reason,
+            "key": k, "value": v})
 
     async def read_bounds(self, keys: Iterable[Any]) -> dict[Any, tuple[int, int]]:
         """Per reader key: the next offset it reads, and its partition's end offset now."""
@@ -184,6 +275,16 @@ class MemoryConsumer(Consumer):
         return None
 
 
+def _decoded(serde: Serde[Any] | None, data: bytes | None) -> Any:
+    """``data`` decoded by ``serde``, or as it is where it does not decode."""
+    if serde is None or data is None:
+        return data
+    try:
+        return serde.deserialize(data)
+    except Exception:
+        return data
+
+
 class MemoryProducer:
     def __init__(self, broker: MemoryBroker) -> None:
         self.broker = broker
@@ -193,11 +294,22 @@ class MemoryProducer:
         return None
 
     def send(self, stream_id: str, partition: int, payload: Any) -> None:
+        codec = self.broker.codecs.get(stream_id)
+        if codec is not None:
+            payload = (control_record(payload, GENERATION) if is_control(payload)
+                       else codec.encode(payload))
         self.broker.append(stream_id, partition, payload)
 
     def sender(self, stream_id: str) -> Any:
         """A fast ``send(partition, payload)`` for one stream; ``signal()`` wakes readers."""
         logs = self.broker.streams[stream_id]
+        codec = self.broker.codecs.get(stream_id)
+        if codec is not None:
+            encode = codec.encode
+
+            def send_record(partition: int, payload: Any) -> None:
+                logs[partition].append(encode(payload))
+            return send_record
 
         def send(partition: int, payload: Any) -> None:
             logs[partition].append(payload)
@@ -205,8 +317,14 @@ class MemoryProducer:
 
     def record_sink(self, stream_id: str) -> StreamSink:
         """For the task's fused terminals: the partitions of a stream, each taking its
-        messages as they are (``runtime.engine.systems.StreamSink`` with no ``encode``)."""
-        return StreamSink([log.append for log in self.broker.streams[stream_id]])
+        messages as they are (``runtime.engine.systems.StreamSink`` with no ``encode``), or,
+        for a stream of records, encoded as a byte system's producer encodes them."""
+        appends = [log.append for log in self.broker.streams[stream_id]]
+        codec = self.broker.codecs.get(stream_id)
+        if codec is None:
+            return StreamSink(appends)
+        key, value = codec.fast_serializers()
+        return StreamSink(appends, key, value, codec.encode)
 
     def signal(self) -> None:
         event = self.broker._event
@@ -305,6 +423,40 @@ class MemoryInputs:
         return out
 
 
+def _as_given(codec: StreamCodec, messages: list[Any]) -> bool:
+    """Whether ``messages`` read back from their records as they are (equal): each column (a
+    keyed stream's keys and values) of a type its serde, with no ``max_bytes``, gives back
+    unchanged: str under a UTF-8 ``StringSerde`` that encodes every one, bytes under
+    ``BytesSerde``. Each column is one pass in C: a str column joined (which fails on an item
+    of another type) and the text checked as a whole, a bytes column by the set of its types."""
+    if not messages:
+        return True
+    serde = codec.serde
+    try:
+        if not isinstance(serde, KVSerde):
+            return _reads_back(serde, messages)
+        return (_reads_back(serde.key_serde, map(_KEY, messages))
+                and _reads_back(serde.value_serde, map(_VALUE, messages)))
+    except (TypeError, AttributeError):  # an item of another type, or a message not a KV
+        return False
+
+
+def _reads_back(serde: Serde[Any], items: Iterable[Any]) -> bool:
+    if serde.max_bytes is not None:
+        return False
+    if type(serde) is BytesSerde:
+        return set(map(type, items)) == {bytes}
+    if type(serde) is StringSerde and serde.encoding == "utf-8":
+        text = "".join(items)  # str subclasses join too: they read back as equal str
+        if not text.isascii():  # (a flag of the str: no pass over its text)
+            try:  # a lone surrogate does not encode
+                text.encode()
+            except UnicodeEncodeError:
+                return False
+        return True
+    return False
+
+
 def memory_store_factory(plan: Any) -> Any:
     """The stores of a run of ``plan`` in memory (``runtime.state.memory_store.MemoryStores``):
     each encodes and decodes what it holds as the job's LMDB store of it does, and is flushed
@@ -331,18 +483,18 @@ def memory_job(app: StreamApplication,
     for the planned counts), and build its container."""
     plan = app.plan(partitions=partitions, config=config)
     counts = resolve_partitions(plan)
-    if isinstance(inputs, MemoryInputs):
-        inputs = inputs.placed(plan, counts)
     broker = MemoryBroker()
     for sid, n in counts.items():
         broker.create(sid, n)
+    consumer, metrics = MemoryConsumer(broker), Metrics()
+    _codecs(plan, broker, consumer, metrics, clock)
+    if isinstance(inputs, MemoryInputs):
+        inputs = inputs.placed(plan, counts)
     for sid in plan.input_streams:
         for p, msgs in inputs.get(sid, {}).items():
             broker.extend(sid, p, msgs)
         broker.end(sid)
     job = build_job_model(plan, counts, config_value(plan.config, "job.elasticity.factor"))
-    consumer, metrics = MemoryConsumer(broker), Metrics()
-    _check_ahead(plan, broker, consumer, metrics, clock)
     container = Container(job, job.tasks, consumer=consumer,
                           producer=producer(broker),
                           checkpoints=checkpoints if checkpoints is not None else MemoryCheckpoints(),
@@ -351,21 +503,33 @@ def memory_job(app: StreamApplication,
     return plan, broker, container
 
 
-def _check_ahead(plan: Any, broker: MemoryBroker, consumer: MemoryConsumer, metrics: Metrics,
-                 clock: Callable[[], int] | None) -> None:
-    """The ``max_event_time_ahead`` checks of the inputs that declare one; where one passes
-    messages over under ``dead-letter``, the job's dead-letter stream, in memory."""
-    from runtime.engine.codec import serde_error_policy
+def _codecs(plan: Any, broker: MemoryBroker, consumer: MemoryConsumer, metrics: Metrics,
+            clock: Callable[[], int] | None) -> None:
+    """The codecs of the streams declared with a serde, each under its serde error policy (an
+    input's in ``MemoryConsumer.given``: its stream holds the messages given), and the
+    ``max_event_time_ahead`` checks of the inputs that declare one (in the codec of a stream
+    of records); where one passes messages over under ``dead-letter``, the job's dead-letter
+    stream, in memory."""
     from runtime.engine.event_time_ahead import ahead_rule
     from runtime.host.jobdir import dead_letter_stream
 
-    for sid in plan.input_streams:
+    def dead_letter(ssp: SSP, offset: int, record: Record, err: SerdeError) -> None:
+        consumer.write_dead_letter(ssp, offset, record, err.reason, record=True)
+
+    for sid, s in plan.streams.items():
         policy = serde_error_policy(plan.config, sid)
-        rule = ahead_rule(sid, plan.streams[sid].descriptor, policy, metrics=metrics,
-                          clock=clock)
-        if rule is None:
+        rule = ahead_rule(sid, s.descriptor, policy, metrics=metrics, clock=clock)
+        given = sid in plan.input_streams
+        codec = _declared_codec(sid, s.descriptor.serde, policy, dead_letter=dead_letter,
+                               metrics=metrics, ahead=None if given else rule)
+        if codec is not None and given:
+            consumer.given[sid] = codec
+        elif codec is not None:
+            broker.codecs[sid] = codec
+        if rule is not None and (given or codec is None):
+            consumer.ahead[sid] = rule
+        elif codec is None:
             continue
-        consumer.ahead[sid] = rule
         if policy == "dead-letter" and consumer.dead_letter is None:
             consumer.dead_letter = dead_letter_stream(plan.job_name)
             broker.create(consumer.dead_letter, 1)

@@ -94,10 +94,12 @@ class TestResult(LateCounts):
     @property
     def dead_letters(self) -> list[dict[str, Any]]:
         """What the run wrote to the job's dead-letter stream (``<job.name>-<job.id>-dead-letter``, also
-        ``messages()`` of that name), in order: in memory, the inputs' messages passed over by
-        ``max_event_time_ahead`` under ``streams.<id>.samza.serde.error=dead-letter``, each as
+        ``messages()`` of that name), in order: in memory, under
+        ``streams.<id>.samza.serde.error=dead-letter``, the inputs' messages passed over by
+        ``max_event_time_ahead`` and the records of a stream that its serde cannot decode, each as
         ``samza-dsl dump`` shows a dead letter, ``{"source": "stream/partition/offset",
-        "error": ..., "key": ..., "value": ...}``, with the message's key and value as given.
+        "error": ..., "key": ..., "value": ...}``, with the message's key and value as given
+        (a record's bytes where they do not decode).
 
         Example:
             >>> from datetime import timedelta

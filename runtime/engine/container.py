@@ -241,7 +241,6 @@ class Container:
         self.env = TaskEnv(self.config, self.clock, self.metrics, self.executor, producer,
                            self.store, self.committer, self.on_consumed,
                            task_share=len(tasks) / max(1, len(job.tasks)),
-                           inputs_placed=consumer.inputs_placed,
                            clock_ns=time.time_ns if self.clock is wall_ms else None)
         self.started = time.monotonic()
         self.restored: dict[str, dict[SSP, int]] = {}

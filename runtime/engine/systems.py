@@ -24,14 +24,11 @@ __all__ = ["Consumer", "RebalancingConsumer", "Producer", "RecordSink", "StreamS
 class Consumer(Protocol):
     """Reads a container's input partitions for their readers (``key``: a task, or a
     ``BucketFan`` of a partition's virtual tasks). A consumer subclasses this Protocol, which
-    gives the defaults of what one may leave out (``inputs_placed``, ``codecs``)."""
+    gives the defaults of what one may leave out (``codecs``)."""
 
-    #: whether a partitioner placed the job's inputs (a producer, a load by key): False where
-    #: they hold what a test gave (in memory), which the join placement check does not hold
-    #: against the keys (``runtime.engine.join_check``)
-    inputs_placed: bool = True
     #: stream id -> the ``runtime.engine.codec.StreamCodec`` that decodes its records, where the
-    #: system stores streams as records (the local log, Kafka); none in memory
+    #: system stores streams as records (the local log, Kafka; in memory, the streams declared
+    #: with a serde)
     codecs: Mapping[str, Any] = {}
 
     def register(self, key: Any, ssp: SSP, next_offset: int | None) -> None: ...

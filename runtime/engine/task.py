@@ -157,8 +157,7 @@ class TaskInstance:
         self._state_flushers = [op.flush_state for op in self.operators.values()
                                 if type(op).flush_state is not Operator.flush_state]
         user_ctx = UserContext(self.name, env.config, self.metrics, tables)
-        placement = placement_checks(self.job, model, env.config, self.source,
-                                     env.inputs_placed)
+        placement = placement_checks(self.job, model, env.config, self.source)
         own = self.clock.own_watermarks()
         for stage in model.stages:
             # event-time windows close on the task's watermarks, but for those the clock

@@ -42,10 +42,6 @@ class TaskEnv:
     task_share: float = 1.0
     #: what the container's tasks share: each remote table's token bucket
     shared: dict[str, Any] = field(default_factory=dict)
-    #: whether a partitioner placed the job's inputs (a producer, a load by key): False where
-    #: they hold what a test gave (in memory, a list is partition 0), which the join placement
-    #: check (``runtime.engine.join_check``) then does not hold against the keys
-    inputs_placed: bool = True
     #: ``clock`` in nanoseconds, where it reads one (``OperatorContext.clock_ns``)
     clock_ns: Callable[[], int] | None = None
     #: hand out batches of one fixed size instead of sizing them by how long messages take: a

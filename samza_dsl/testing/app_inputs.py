@@ -44,7 +44,13 @@ DEFAULT_KEYS: st.SearchStrategy[Any] = st.integers(0, 99).map(lambda i: f"k{i}")
 
 
 class Event(NamedTuple):
-    """One drawn message before it is built: its key, event time (seconds) and value."""
+    """One drawn message before it is built: its key, event time (seconds) and value.
+
+    Example:
+        >>> e = Event("k0", 1700000000.5, 3)
+        >>> e.key, e.time, timed_kv(*e)
+        ('k0', 1700000000.5, KV(key='k0', value={'time': 1700000000.5, 'value': 3}))
+    """
 
     key: Any
     time: float
@@ -107,6 +113,21 @@ class KeyedInputs:
 
         Returns:
             ``runner``, so calls chain: ``drawn.feed(TestRunner(app)).run()``.
+
+        Example:
+            >>> from samza_dsl import StreamApplication
+            >>> from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
+            >>> from samza_dsl.systems import MemorySystem
+            >>> from samza_dsl.testing import TestRunner
+            >>> app, mem = StreamApplication("fed"), MemorySystem()
+            >>> serde = KVSerde(StringSerde(), JsonSerde())
+            >>> trips = mem.input("trips", serde=serde, partitions=2)
+            >>> app.input(trips).send_to(app.output(mem.output("out", serde=serde)))
+            >>> drawn = KeyedInputs(keys=("k0",), events={"trips": (Event("k0", 5.0, 1),)},
+            ...                     streams={"trips": (timed_kv("k0", 5.0, 1),)}, updates={},
+            ...                     order=("trips",), max_disorder=0.0)
+            >>> drawn.feed(TestRunner(app)).run().messages("out")
+            [KV(key='k0', value={'time': 5.0, 'value': 1})]
         """
         for sid, messages in {**self.streams, **self.updates}.items():
             runner.add_input(sid, list(messages))

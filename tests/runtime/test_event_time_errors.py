@@ -38,9 +38,10 @@ async def same(kv: KV[str, Any]) -> list[KV[str, Any]]:
     return [kv]
 
 
-def build(system: Any, *, factor: int = 1, async_step: bool = False) -> StreamApplication:
+def build(system: Any, *, factor: int = 1, async_step: bool = False,
+          event_time: Any = ts) -> StreamApplication:
     app = StreamApplication("etf", config={"job.elasticity.factor": factor})
-    s = app.input(system.input("views", serde=SERDE, partitions=2, event_time=ts))
+    s = app.input(system.input("views", serde=SERDE, partitions=2, event_time=event_time))
     if async_step:
         s = s.async_flat_map(same, name="same")
     (s.window(Windows.keyed_tumbling(lambda kv: kv.key, timedelta(seconds=10), init=int,
@@ -140,8 +141,11 @@ def test_an_input_handed_out_in_batches_names_the_record(bad: Any, fragments: tu
 def test_a_number_of_another_type_is_taken_as_seconds() -> None:
     from decimal import Decimal
 
-    data = {0: [KV("u", {"ts": 1.0}), KV("u", {"ts": Decimal("2.5")}), KV("u", {"ts": 11})]}
-    app = build(MemorySystem())
+    # the input's JSON carries no Decimal (a job reads "2.5"): event_time makes one
+    data = {0: [KV("u", {"ts": 1.0}), KV("u", {"ts": "2.5"}), KV("u", {"ts": 11})]}
+    app = build(MemorySystem(), event_time=lambda kv: (Decimal(kv.value["ts"])
+                                                       if isinstance(kv.value["ts"], str)
+                                                       else kv.value["ts"]))
     result = TestRunner(app).add_input("views", data).run(timeout=60)
     assert sorted(kv.value for kv in result.messages("counts")) == [1, 2]
 
