@@ -32,12 +32,13 @@ class LateMessage(msgspec.Struct, frozen=True, gc=False):
 
     Attributes:
         message: The message as the window received it.
-        window: The window operator's id.
-        key: The key of the pane it missed, as in ``WindowKey``.
+        window: The window operator's id (or the event-time join's).
+        key: The key of the pane it missed, as in ``WindowKey`` (a join's: its join key).
         pane_id: The pane it missed, as in ``WindowKey`` (``pane_id`` is the pane start in ms as
-            a string; for a session, the session it would have started).
+            a string; for a session, the session it would have started; for an event-time
+            join, the side it came to: "left" or "right").
         event_time_ms: Its event time.
-        watermark_ms: The window's watermark when it came.
+        watermark_ms: The window's (join's) watermark when it came.
         stream: Where it came into the task: the input stream (None where unknown, e.g. a
             message emitted at a window tick).
         partition: Where it came into the task: the partition (None where unknown).
