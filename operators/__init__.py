@@ -18,11 +18,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from samza_dsl.spec import OPCODES, OpSpec, WindowSpec
+from samza_dsl.spec import OPCODES, JoinSpec, OpSpec, WindowSpec
 
 from .async_flat_map import AsyncFlatMapOperator
 from .base import Operator
 from .join import JoinOperator
+from .join_event_time import EventTimeJoinOperator
 from .join_table import JoinTableOperator
 from .partition_by import BroadcastOperator, PartitionByOperator
 from .simple import (
@@ -38,6 +39,11 @@ from .window_hopping import HoppingWindowOperator
 from .window_session import SessionWindowOperator
 
 __all__ = ["build_operator", "OPERATORS", "Operator"]
+
+def join_operator(spec: JoinSpec) -> Operator:
+    """A processing-time join (``ttl``) or an event-time one (``within``)."""
+    return EventTimeJoinOperator(spec) if spec.event_time else JoinOperator(spec)
+
 
 def window_operator(spec: WindowSpec) -> WindowOperator:
     """The window operator for a window spec's kind."""
@@ -58,7 +64,7 @@ OPERATORS: dict[str, Callable[[Any], Operator]] = {
     "partition_by": PartitionByOperator,
     "broadcast": BroadcastOperator,
     "window": window_operator,
-    "join": JoinOperator,
+    "join": join_operator,
     "join_table": JoinTableOperator,
     "send_to": send_to_operator,
     "sink": SinkOperator,

@@ -53,6 +53,8 @@ NO_END = -(1 << 62)
 LOG_EVERY_S = 10.0
 #: where a late-message line sends its reader
 READ_MORE = "docs/windows.md#late-messages"
+#: where a late-message line of an event-time join sends its reader
+JOIN_READ_MORE = "docs/joins-and-tables.md#event-time-joins"
 
 
 class LateTracker:
@@ -60,8 +62,12 @@ class LateTracker:
     one task."""
 
     def __init__(self, op_id: str, size_ms: int, lateness_ms: int, *, late_to: str | None,
-                 session: bool = False) -> None:
+                 session: bool = False, kind: str = "window") -> None:
         self.op_id = op_id
+        #: what the operator is, in log lines: "window", or "join" (an event-time join)
+        self.kind = kind
+        #: where a log line sends its reader
+        self.read_more = READ_MORE if kind == "window" else JOIN_READ_MORE
         self.size_ms = size_ms
         self.lateness_ms = lateness_ms
         self.late_to = late_to
@@ -80,9 +86,10 @@ class LateTracker:
     def init(self, ctx: OperatorContext) -> None:
         self._ctx = ctx
 
-    def late(self, message: Any, key: Any, start_ms: int, event_ms: int,
+    def late(self, message: Any, key: Any, start_ms: int | str, event_ms: int,
              watermark_ms: int) -> list[Any]:
-        """Count a late message whose pane starts at ``start_ms``; the outputs to pass on."""
+        """Count a late message whose pane starts at ``start_ms`` (for a join: the side it
+        came to, "left" or "right"); the outputs to pass on."""
         ctx = self._ctx
         source = ctx.source() if ctx is not None and ctx.source is not None else None
         stream, partition, offset = source if source is not None else (None, None, None)
@@ -128,9 +135,11 @@ class LateTracker:
     def _warn(self, stream: str | None, partition: int | None, offset: int | None,
               event_ms: int, watermark_ms: int, count: int) -> None:
         source = (f"from stream {stream!r}" if stream is not None
-                  else "from window ticks (no input message)")
+                  else "from window ticks (no input message)" if self.kind == "window"
+                  else "from no known input")
         latest = (f"partition {partition} offset {offset}, " if stream is not None else "")
         fate = f"sent to {self.late_to!r}" if self.late_to else "dropped"
-        log.warning("window %r: %d late message(s) %s %s so far (latest: %s%d ms behind the "
-                    "watermark); to keep them see %s", self.op_id, count, source, fate, latest,
-                    watermark_ms - event_ms, READ_MORE)
+        log.warning("%s %r: %d late message(s) %s %s so far (latest: %s%d ms behind the "
+                    "watermark); to keep them see %s", self.kind, self.op_id, count, source,
+                    fate, latest,
+                    watermark_ms - event_ms, self.read_more)

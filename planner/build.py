@@ -24,6 +24,7 @@ from samza_dsl.spec import (
     OpSpec,
     SendToSpec,
     WindowSpec,
+    late_target,
     node_stream_id,
     stream_node,
     table_node,
@@ -119,7 +120,7 @@ def _split_stages(spec: ApplicationSpec) -> tuple[list[Stage], dict[str, str]]:
         outputs = tuple(dict.fromkeys(
             [op.stream_id for op in ops if isinstance(op, SendToSpec) and op.stream_id]
             + [op.op_id for op in ops if op.op_id in spec.intermediates]
-            + [op.late_to for op in ops if isinstance(op, WindowSpec) and op.late_to]))
+            + [t for op in ops if (t := late_target(op))]))
         written = tuple(dict.fromkeys(op.table_id for op in ops
                                       if isinstance(op, SendToSpec) and op.table_id))
         read = tuple(dict.fromkeys(op.table_id for op in ops if isinstance(op, JoinTableSpec)))
@@ -292,7 +293,7 @@ def _generate_config(spec: ApplicationSpec, streams: Mapping[str, StreamSpec],
         if isinstance(op, WindowSpec):
             timed = True
             durations.extend(op.window.durations_ms())
-        elif isinstance(op, JoinSpec):
+        elif isinstance(op, JoinSpec) and not op.event_time:  # within: the watermark purges
             timed = True
             durations.append(op.ttl_ms)
     if timed and durations:
@@ -336,8 +337,9 @@ def build_graph(spec: ApplicationSpec, streams: Mapping[str, StreamSpec],
             g.add_edge(op.op_id, stream_node(op.op_id), kind="write", port="out")
         elif isinstance(op, JoinTableSpec):
             g.add_edge(table_node(op.table_id), op.op_id, kind="lookup", port="table")
-        if isinstance(op, WindowSpec) and op.late_to:  # its late messages: a second terminal
-            g.add_edge(op.op_id, stream_node(op.late_to), kind="write", port="late")
+        late_to = late_target(op)
+        if late_to:  # its late messages: a second terminal
+            g.add_edge(op.op_id, stream_node(late_to), kind="write", port="late")
     return g
 
 

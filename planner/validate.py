@@ -11,6 +11,7 @@ from samza_dsl.spec import (
     PartitionBySpec,
     SendToSpec,
     WindowSpec,
+    late_target,
     node_stream_id,
 )
 
@@ -60,6 +61,10 @@ def validate(spec: ApplicationSpec) -> None:
                 raise PlanError(f"window {op.op_id!r} sends late messages to {op.late_to!r}, "
                                 f"which is not an output stream; register it with "
                                 f"app.output(...)")
+        if isinstance(op, JoinSpec) and op.late_to is not None \
+                and op.late_to not in spec.outputs and op.late_to not in spec.intermediates:
+            raise PlanError(f"join {op.op_id!r} sends late messages to {op.late_to!r}, which is "
+                            f"not an output stream; register it with app.output(...)")
         if isinstance(op, PartitionBySpec | BroadcastSpec) and op.stream_id not in spec.intermediates:
             raise PlanError(f"operator {op.op_id!r} has no intermediate stream")
 
@@ -69,14 +74,13 @@ def validate(spec: ApplicationSpec) -> None:
                             f"app.input(...) for it, or do not register it")
     for sid, inter in spec.intermediates.items():
         if sid not in consumed:
-            what = ("late_stream() of the window" if inter.producer != sid
+            what = ("late_stream() of the window or join" if inter.producer != sid
                     else "what partition_by/broadcast returns")
             raise PlanError(f"intermediate stream {sid!r} written by operator {inter.producer!r} "
                             f"has no consumer: chain an operator on {what}")
     produced = {op.stream_id for op in spec.operators
                 if isinstance(op, SendToSpec) and op.stream_id is not None}
-    produced |= {op.late_to for op in spec.operators
-                 if isinstance(op, WindowSpec) and op.late_to is not None}
+    produced |= {t for op in spec.operators if (t := late_target(op)) is not None}
     for sid in spec.outputs:
         if sid not in produced:
             raise PlanError(f"output stream {sid!r} has no producer: send_to it from a stream, "

@@ -19,9 +19,9 @@ from .systems import InputDescriptor, OutputDescriptor
 from .windows import Window
 
 __all__ = ["OpSpec", "MapSpec", "FilterSpec", "FlatMapSpec", "AsyncFlatMapSpec", "MergeSpec",
-           "PartitionBySpec", "BroadcastSpec", "WindowSpec", "JoinSpec", "JoinTableSpec",
+           "PartitionBySpec", "BroadcastSpec", "WindowSpec", "JoinSpec", "SideTime", "JoinTableSpec",
            "SendToSpec", "SinkSpec", "TableSpec", "RemoteTableSpec", "IntermediateStreamSpec", "ApplicationSpec",
-           "stream_node", "table_node", "node_stream_id", "OPCODES", "TERMINAL_OPCODES"]
+           "stream_node", "table_node", "node_stream_id", "late_target", "OPCODES", "TERMINAL_OPCODES"]
 
 OPCODES = ("map", "filter", "flat_map", "async_flat_map", "merge", "partition_by", "broadcast",
            "window", "join", "join_table", "send_to", "sink")
@@ -38,6 +38,12 @@ def table_node(table_id: str) -> str:
 
 def node_stream_id(node: str) -> str | None:
     return node[len("stream:"):] if node.startswith("stream:") else None
+
+
+def late_target(op: OpSpec) -> str | None:
+    """The stream an operator writes its late messages to (a window's or an event-time join's
+    ``late_to``); None for every other operator, or where late messages are only counted."""
+    return getattr(op, "late_to", None) if op.opcode in ("window", "join") else None
 
 
 @dataclass(frozen=True)
@@ -173,17 +179,47 @@ class WindowSpec(OpSpec):
 
 
 @dataclass(frozen=True)
+class SideTime:
+    """How an event-time join reads the event time of one side's messages: ``event_time``, the
+    one declared on the input ``input_id`` the side reads from (seconds), applied to the message
+    as it reaches the join, or to its ``KV`` value ``unwrap`` times over (a ``partition_by``
+    between wraps the message in a ``KV``); ``bound_ms``: the largest ``max_out_of_orderness``
+    of the inputs the side reads from."""
+
+    input_id: str
+    event_time: Callable[[Any], float] = field(repr=False)
+    unwrap: int = 0
+    bound_ms: int = 0
+
+
+@dataclass(frozen=True)
 class JoinSpec(OpSpec):
-    """inputs = (left, right)."""
+    """inputs = (left, right). A processing-time join has ``ttl_ms``; an event-time one
+    ``within_ms`` (> 0), ``how`` ("inner", "left", "outer"), ``late_to`` as a window has it, and
+    each side's event time (``sides``: left, right)."""
 
     key_fn: Callable[[Any], Any] = field(default=None, repr=False)  # type: ignore[assignment]
     other_key_fn: Callable[[Any], Any] = field(default=None, repr=False)  # type: ignore[assignment]
     combine: Callable[[Any, Any], Any] = field(default=None, repr=False)  # type: ignore[assignment]
     ttl_ms: int = 0
+    within_ms: int = 0
+    how: str = "inner"
+    late_to: str | None = None
+    sides: tuple[SideTime, ...] = ()
     opcode = "join"
 
+    @property
+    def event_time(self) -> bool:
+        """Whether the join runs on event time (``within``)."""
+        return self.within_ms > 0
+
     def details(self) -> dict[str, Any]:
-        return {"ttl_ms": self.ttl_ms}
+        if not self.event_time:
+            return {"ttl_ms": self.ttl_ms}
+        out: dict[str, Any] = {"within_ms": self.within_ms, "how": self.how}
+        if self.late_to is not None:
+            out["late_to"] = self.late_to
+        return out
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from .aggregate import field_of
 from .errors import PlanError
+from .join_time import side_time
 from .kv import KV
 from .serdes import KVSerde, Serde
 from .spec import (
@@ -55,6 +56,8 @@ __all__ = ["MessageStream", "OutputStream", "Table", "RemoteTable"]
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 ORDERINGS = ("none", "key")
+#: what ``join(..., within=..., how=)`` takes
+JOIN_HOWS = ("inner", "left", "outer")
 
 
 def _check_fn(what: str, fn: Any) -> None:
@@ -552,43 +555,51 @@ class MessageStream(Generic[M]):
         if not isinstance(window, Window):
             raise TypeError(f"window {name!r} takes a Window from Windows.*, got "
                             f"{type(window).__name__}")
+        target, late_sid = self._late_target("window", name, late_to)
+        panes = self._then(WindowSpec, "window", name, required=True, window=window,
+                           late_to=target)
+        if late_sid is not None:
+            panes._late = self._app._late_intermediate(late_sid, panes.op_id or "")
+        return panes
+
+    def _late_target(self, what: str, name: str,
+                     late_to: OutputStream[Any] | OutputDescriptor | str | None,
+                     ) -> tuple[str | None, str | None]:
+        """``late_to`` of a window or an event-time join (``what``): the stream id late
+        messages go to, and that id again where it names a new intermediate stream."""
         app = self._app
-        late_sid: str | None = None
-        target: str | None = None
         if isinstance(late_to, OutputDescriptor):
             late_to = app.output(late_to)
         if isinstance(late_to, OutputStream):
             if late_to._app is not app:
-                raise PlanError(f"window {name!r}: late_to output {late_to.stream_id!r} belongs "
+                raise PlanError(f"{what} {name!r}: late_to output {late_to.stream_id!r} belongs "
                                 f"to another application")
-            target = late_to.stream_id
-        elif isinstance(late_to, str):
+            return late_to.stream_id, None
+        if isinstance(late_to, str):
             if not NAME_RE.match(late_to):
-                raise PlanError(f"window {name!r}: late_to name {late_to!r} is malformed: it "
+                raise PlanError(f"{what} {name!r}: late_to name {late_to!r} is malformed: it "
                                 f"must match [A-Za-z0-9_-]+")
-            target = late_sid = f"{app.name}-{app.app_id}-late-{late_to}"
+            late_sid = f"{app.name}-{app.app_id}-late-{late_to}"
             if late_sid in app._inputs or late_sid in app._outputs \
                     or late_sid in app._intermediates:
-                raise PlanError(f"window {name!r}: late_to stream {late_sid!r} already exists; "
+                raise PlanError(f"{what} {name!r}: late_to stream {late_sid!r} already exists; "
                                 f"give late_to another name")
-        elif late_to is not None:
-            raise TypeError(f"window {name!r}: late_to takes an OutputStream from app.output() "
+            return late_sid, late_sid
+        if late_to is not None:
+            raise TypeError(f"{what} {name!r}: late_to takes an OutputStream from app.output() "
                             f"or the name of an intermediate stream, got {type(late_to).__name__}")
-        panes = self._then(WindowSpec, "window", name, required=True, window=window,
-                           late_to=target)
-        if late_sid is not None:
-            panes._late = app._late_intermediate(late_sid, panes.op_id or "")
-        return panes
+        return None, None
 
     def late_stream(self) -> MessageStream[Any]:
-        """The late messages (``LateMessage``) of the window that returned this stream, from its
-        ``late_to=<name>`` intermediate stream.
+        """The late messages (``LateMessage``) of the window or event-time join that returned
+        this stream, from its ``late_to=<name>`` intermediate stream.
 
         Returns:
             The intermediate stream of ``LateMessage``s.
 
         Raises:
-            PlanError: This stream did not come from ``window(..., late_to="<name>")``.
+            PlanError: This stream did not come from ``window(..., late_to="<name>")`` or
+                ``join(..., within=..., late_to="<name>")``.
 
         Example:
             >>> from datetime import timedelta
@@ -603,35 +614,59 @@ class MessageStream(Generic[M]):
         late = getattr(self, "_late", None)
         if late is None:
             raise PlanError(f"{self._node!r} has no late stream: late_stream() reads the "
-                            f"intermediate stream of a window(..., late_to='<name>')")
+                            f"intermediate stream of a window(..., late_to='<name>') or a "
+                            f"join(..., within=..., late_to='<name>')")
         return cast(MessageStream[Any], late)
 
     def join(self, other: MessageStream[OM], *, key: Callable[[M], Any],
-             other_key: Callable[[OM], Any], combine: Callable[[M, OM], R],
-             ttl: timedelta, name: str) -> MessageStream[R]:
-        """Stream-stream join. Each side keeps its latest message per key; a message emits
-        ``combine(left, right)`` when the other side's entry is younger than ``ttl``.
+             other_key: Callable[[OM], Any], combine: Callable[[M, OM], R], name: str,
+             ttl: timedelta | float | None = None, within: timedelta | float | None = None,
+             how: str = "inner",
+             late_to: OutputStream[Any] | OutputDescriptor | str | None = None,
+             ) -> MessageStream[R]:
+        """Stream-stream join on a processing-time ``ttl`` (Samza's) or an event-time ``within``.
+
+        With ``ttl`` each side keeps its latest message per key; a message emits
+        ``combine(left, right)`` when the other side's entry is younger than ``ttl``
+        (processing time). With ``within`` a left message ``l`` and a right message ``r`` of the
+        same key whose event times are at most ``within`` apart (either order, inclusive) emit
+        ``combine(l, r)`` once, when the second of the two is processed; each side's event time
+        is the ``event_time`` declared on the input it reads from, and each side keeps every
+        message until the join's watermark passes its event time + ``within``. A message whose
+        event time is below the watermark is late: counted, logged, and with ``late_to``
+        written to that stream as a ``LateMessage`` (as a window's). ``how="left"`` also emits
+        ``combine(l, None)`` for a left message that met no right one by then (``"outer"``:
+        ``combine(None, r)`` too).
 
         Args:
             other: The right side, another stream of the same application.
             key: ``key(m)`` gives a left message's join key.
             other_key: ``other_key(m)`` gives a right message's join key.
             combine: ``combine(left, right)`` gives the output; a None result is dropped.
-            ttl: How long (processing time) a message stays joinable: a ``timedelta`` (a
-                number is taken as seconds).
             name: The operator's name in its id (``...-join-<name>``); required, as the id
                 names the join's state.
+            ttl: How long (processing time) a message stays joinable: a ``timedelta`` (a
+                number is taken as seconds).
+            within: How far apart (event time) two messages may be to join: a ``timedelta`` (a
+                number is taken as seconds). Exactly one of ``ttl`` and ``within``.
+            how: With ``within``: "inner" (default), "left" or "outer".
+            late_to: With ``within``: where late messages also go, as ``window``'s
+                ``late_to`` (an ``OutputStream``, an output descriptor, or the name of an
+                intermediate stream that ``late_stream()`` on the returned stream reads).
 
         Returns:
             The stream of ``combine``'s results.
 
         Raises:
             TypeError: ``other`` is not a ``MessageStream``, ``key``, ``other_key`` or
-                ``combine`` is not callable, or ``ttl`` is neither a ``timedelta`` nor a
-                number.
-            ValueError: ``ttl`` is not positive and finite, or is under 1 ms.
+                ``combine`` is not callable, ``ttl`` or ``within`` is neither a
+                ``timedelta`` nor a number, both or neither of them is given, or ``how`` or
+                ``late_to`` is given with ``ttl``.
+            ValueError: ``ttl`` or ``within`` is not positive and finite, or is under 1 ms;
+                ``how`` is not "inner", "left" or "outer".
             PlanError: ``other`` belongs to another application or is this stream, ``name``
-                is missing or malformed, or the operator id is already used.
+                is missing or malformed, the operator id is already used, or (``within``) an
+                input a side reads from declares no event time.
 
         Example:
             >>> from datetime import timedelta
@@ -658,10 +693,33 @@ class MessageStream(Generic[M]):
                             f"two different streams (map one side first if you mean a self-join)")
         for what, fn in (("key", key), ("other_key", other_key), ("combine", combine)):
             _check_fn(f"join {what}", fn)
-        ttl_ms = to_ms(ttl, f"join {name!r} ttl")
-        return self._app._add(JoinSpec, "join", name, inputs=(self._node, other._node),
-                              required=True, key_fn=key, other_key_fn=other_key, combine=combine,
-                              ttl_ms=ttl_ms)
+        if (ttl is None) == (within is None):
+            raise TypeError(f"join {name!r}: give exactly one of ttl= (processing time, as "
+                            f"Samza's join) and within= (event time), got "
+                            f"{'both' if ttl is not None else 'neither'}")
+        if ttl is not None:
+            if how != "inner" or late_to is not None:
+                raise TypeError(f"join {name!r}: how= and late_to= go with within= (event "
+                                f"time); a ttl= join is an inner join with no late messages")
+            ttl_ms = to_ms(ttl, f"join {name!r} ttl")
+            return self._app._add(JoinSpec, "join", name, inputs=(self._node, other._node),
+                                  required=True, key_fn=key, other_key_fn=other_key,
+                                  combine=combine, ttl_ms=ttl_ms)
+        assert within is not None
+        within_ms = to_ms(within, f"join {name!r} within")
+        if how not in JOIN_HOWS:
+            raise ValueError(f"join {name!r}: how must be one of {', '.join(map(repr, JOIN_HOWS))}, "
+                             f"got {how!r}")
+        sides = (side_time(self._app, self._node, name, "left"),
+                 side_time(self._app, other._node, name, "right"))
+        target, late_sid = self._late_target("join", name, late_to)
+        out: MessageStream[R] = self._app._add(
+            JoinSpec, "join", name, inputs=(self._node, other._node), required=True, key_fn=key,
+            other_key_fn=other_key, combine=combine, within_ms=within_ms, how=how,
+            late_to=target, sides=sides)
+        if late_sid is not None:
+            out._late = self._app._late_intermediate(late_sid, out.op_id or "")
+        return out
 
     def join_table(self, table: Table[K, V] | RemoteTable[K, V], *, combine: Callable[[M, KV[K, V] | None], R | None],
                    key: Callable[[M], K] | None = None,

@@ -18,7 +18,7 @@ from typing import Any
 from runtime.host.metrics import late_counts, late_summary
 from samza_dsl.config import did_you_mean
 from samza_dsl.errors import SamzaError
-from samza_dsl.spec import WindowSpec
+from samza_dsl.spec import JoinSpec, WindowSpec, late_target
 from samza_dsl.stream import MessageStream, OutputStream
 from samza_dsl.systems import StreamDescriptor
 
@@ -26,13 +26,17 @@ __all__ = ["LateCounts", "window_ids", "late_to_streams"]
 
 
 def window_ids(plan: Any) -> list[str]:
-    """The op ids of the plan's windows, in registration order."""
-    return [op.op_id for op in plan.app.operators if op.opcode == "window"]
+    """The op ids of the plan's windows and event-time joins (what counts late messages), in
+    registration order."""
+    return [op.op_id for op in plan.app.operators
+            if op.opcode == "window" or (isinstance(op, JoinSpec) and op.event_time)]
 
 
 def late_to_streams(plan: Any) -> dict[str, str | None]:
-    """Window op id -> its ``late_to`` stream id (None: late messages are dropped)."""
-    return {op.op_id: op.late_to for op in plan.app.operators if isinstance(op, WindowSpec)}
+    """Window (event-time join) op id -> its ``late_to`` stream id (None: late messages are
+    dropped)."""
+    return {op.op_id: late_target(op) for op in plan.app.operators
+            if isinstance(op, WindowSpec) or (isinstance(op, JoinSpec) and op.event_time)}
 
 
 class LateCounts:

@@ -62,7 +62,7 @@ from operators import build_operator
 from operators.base import OperatorContext, resolve_fn
 from runtime.engine.dag import OperatorFailure
 from runtime.engine.records import EndOfStream, Watermark
-from samza_dsl.spec import JoinTableSpec, SendToSpec, WindowSpec, stream_node
+from samza_dsl.spec import JoinSpec, JoinTableSpec, SendToSpec, WindowSpec, stream_node
 
 if TYPE_CHECKING:
     from planner import Stage
@@ -185,13 +185,16 @@ class JobTime:
             for sid, d in app.inputs.items() if d.event_time is not None}
         self.idle_ms: dict[str, int] = {
             sid: d.idle_timeout_ms for sid, d in app.inputs.items() if d.idle_timeout_ms > 0}
-        #: event-time window op id -> its declared out-of-orderness
+        #: event-time window op id -> its declared out-of-orderness; an event-time join
+        #: (``within``) is one too, with none of its own: its sides read declared inputs only
         self.windows: dict[str, int] = {}
         for stage in plan.stages:
             for op_id in stage.operators:
                 spec = app.operator(op_id)
                 if isinstance(spec, WindowSpec) and spec.window.event_time is not None:
                     self.windows[op_id] = spec.window.max_out_of_orderness_ms
+                elif isinstance(spec, JoinSpec) and spec.event_time:
+                    self.windows[op_id] = 0
         self.readers: dict[str, list[Stage]] = {}
         for stage in plan.stages:
             for sid in stage.inputs:
@@ -359,6 +362,8 @@ class JobTime:
         if op_id == domain:
             if isinstance(spec, WindowSpec):
                 return _window_time(resolve_fn(spec.window.event_time))
+            if isinstance(spec, JoinSpec):
+                return None  # its sides read declared inputs only
             after = self.stream_time(domain)  # what the producer records of what it sends
             process = self._process(op_id)
             return None if after is None or process is None else _each_output(process, after)
@@ -608,7 +613,8 @@ class TaskClock:
         if observed:
             for op, _ in windows:
                 spec = app.operator(op)
-                self.observe[op] = _window_time(resolve_fn(spec.window.event_time))  # type: ignore[attr-defined]
+                if isinstance(spec, WindowSpec):  # (an event-time join reads declared inputs)
+                    self.observe[op] = _window_time(resolve_fn(spec.window.event_time))
             for sid in outs:
                 f = jt.stream_time(sid)
                 if f is not None:

@@ -40,6 +40,7 @@ from samza_dsl.spec import (
     PartitionBySpec,
     SendToSpec,
     WindowSpec,
+    late_target,
     stream_node,
 )
 
@@ -376,8 +377,9 @@ def op_nexts(plan: Any, op_id: str, spec: Any, emit: Callable[[str, str], Emit],
         else None
     if target is not None:
         nexts.append(sender(target, op_id))
-    late_to = spec.late_to if isinstance(spec, WindowSpec) else None
-    if late_to is not None:  # the window's outputs: panes go on, late messages to late_to
+    late_to = late_target(spec)
+    if late_to is not None:  # a window's (event-time join's) outputs: panes (pairs) go on,
+        # late messages to late_to
         serde = plan.streams[late_to].descriptor.serde
         nexts = [_panes_only(e) for e in nexts]
         nexts.append(_late_only(sender(late_to, op_id), isinstance(serde, KVSerde)))

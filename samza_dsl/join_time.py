@@ -1,0 +1,96 @@
+"""The event time of each side of an event-time join (``join(..., within=...)``,
+docs/semantics.md rule 9, "Beyond Samza").
+
+A side's event time is the ``event_time`` declared on the input it reads from, applied to the
+message as it reaches the join, as the runtime's watermarks take it. Walking back from the side
+through the steps before it: a ``partition_by`` without a value function wraps the message in a
+``KV`` (the function is applied to its value), ``filter``, ``merge`` and ``broadcast`` keep it as
+it is, and past any other step (a ``map``...) the message is taken as it reaches the join, so
+such a step must keep what ``event_time`` reads. Every input a side reads from must declare its
+event time; a side fed by several reads it with the first one's ``event_time`` and the largest
+``max_out_of_orderness`` of them.
+
+>>> from datetime import timedelta
+>>> from samza_dsl import StreamApplication
+>>> from samza_dsl.systems import MemorySystem
+>>> app, mem = StreamApplication("demo"), MemorySystem()
+>>> a = app.input(mem.input("a", event_time=lambda m: m["ts"],
+...                         max_out_of_orderness=timedelta(seconds=5)))
+>>> side = side_time(app, a.partition_by(lambda m: m["k"], name="by-k")._node, "j", "left")
+>>> side.input_id, side.unwrap, side.bound_ms
+('a', 1, 5000)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .errors import PlanError
+from .spec import PartitionBySpec, SideTime, node_stream_id
+
+if TYPE_CHECKING:
+    from .application import StreamApplication
+
+__all__ = ["side_time"]
+
+_SAME = frozenset({"filter", "merge", "broadcast"})
+
+
+def side_time(app: StreamApplication, node: str, join: str, side: str) -> SideTime:
+    """How the join ``join`` reads the event time of its ``side`` ("left"/"right") at ``node``.
+
+    Raises:
+        PlanError: an input the side reads from declares no event time.
+    """
+    leaves: list[tuple[str, int]] = []  # (input id, KV wraps to take off), first path first
+    seen: set[str] = set()
+
+    def walk(n: str, wraps: int | None) -> None:
+        # wraps: the partition_by KVs between here and the join (None: a step in between
+        # reshapes the message, which is taken as it reaches the join)
+        if n in seen:
+            return
+        seen.add(n)
+        sid = node_stream_id(n)
+        if sid is not None:
+            if sid in app._inputs:
+                leaves.append((sid, wraps or 0))
+                return
+            inter = app._intermediates.get(sid)
+            if inter is None:
+                return
+            if inter.late:
+                walk(inter.producer, None)
+                return
+            producer = app._ops[inter.producer]
+            if isinstance(producer, PartitionBySpec):
+                walk(producer.op_id, None if wraps is None or producer.value_fn is not None
+                     else wraps + 1)
+            else:
+                walk(producer.op_id, wraps)
+            return
+        op = app._ops.get(n)
+        if op is None:
+            return
+        if op.opcode == "partition_by":  # reached through its stream (above)
+            for i in op.inputs:
+                walk(i, wraps)
+            return
+        keep = op.opcode in _SAME
+        for i in op.inputs:
+            walk(i, wraps if keep else None)
+
+    walk(node, 0)
+    undeclared = [sid for sid, _ in leaves if app._inputs[sid].event_time is None]
+    if undeclared or not leaves:
+        which = ", ".join(repr(s) for s in undeclared) or "none"
+        raise PlanError(f"join {join!r}: its {side} side reads from input(s) {which} without "
+                        f"declared event time, and within= joins in event time: declare it on "
+                        f"the input, e.g. system.input(..., event_time=lambda m: m['ts'], "
+                        f"max_out_of_orderness=timedelta(seconds=5)), or join in processing "
+                        f"time with ttl=")
+    first, unwrap = leaves[0]
+    fn = app._inputs[first].event_time
+    assert fn is not None
+    bound = max(app._inputs[sid].max_out_of_orderness_ms for sid, _ in leaves)
+    return SideTime(first, fn, unwrap, bound)
