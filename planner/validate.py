@@ -107,7 +107,7 @@ def refuse_processing_time_joins(spec: ApplicationSpec, runner: str) -> None:
     ``runner`` reprocesses history, where no processing time passes, so it would give other
     pairs than the streaming run. The event-time form (``within=``) runs everywhere alike."""
     for op in spec.operators:
-        if isinstance(op, JoinSpec) and getattr(op, "within_ms", None) is None:
+        if isinstance(op, JoinSpec) and not op.event_time:
             raise PlanError(
                 f"{runner} cannot run join {op.name or op.op_id!r} ({op.op_id}, at "
                 f"{op.call_site}) of application {spec.job_name!r}: its ttl= keeps entries for "
