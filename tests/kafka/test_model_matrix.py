@@ -1,8 +1,8 @@
 """One answer in every combination: the pipelines the reference model draws
 (``tests/samza_dsl/test_reference_model.py``: map / filter / flat_map, an async step, 0-2
 ``partition_by`` hops, a broadcast, a merge, elasticity, ending in an event-time window of any
-kind with triggers, a late stream and an async step after it, a stream-stream join, a
-stream-table join, a running count in a changelogged table or a lookup in a side-input table)
+kind with triggers, a late stream and an async step after it, a stream-stream join on
+processing time or on event time (``within=``, inner or left), a stream-table join, a running count in a changelogged table or a lookup in a side-input table)
 run on every runner under both guarantees, and each run's committed outputs (and late counts,
 where the run ends) must be the model's. ``test_reference_model`` covers ``TestRunner``, the
 embedded system in one container and Spark; this module adds:
