@@ -8,13 +8,16 @@ import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from runtime.spark import SparkRunner
-from samza_dsl import StreamApplication
+from samza_dsl import KV, StreamApplication
 from samza_dsl.errors import PlanError
+from samza_dsl.serdes import JsonSerde
 from samza_dsl.systems import MemorySystem
+from tests import rides
 
 CLI = Path(sys.executable).parent / "samza-dsl"
 
@@ -69,3 +72,35 @@ def test_samza_dsl_reprocess_refuses_a_processing_time_join_in_one_line(tmp_path
     assert lines[0].startswith("samza-dsl reprocess: error: samza-dsl reprocess cannot run "
                                "join 'accepted'"), lines[0]
     assert "within=timedelta(...)" in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_the_newcomers_case_gives_every_pair_within_60_s_on_spark(spark: Any) -> None:
+    """Requests joined with acceptances within 60 s over disordered input (``tests/rides.py``):
+    the plain-Python answer, as every streaming runner gives it."""
+    given = rides.inputs()
+    result = SparkRunner(spark).reprocess(rides.build(MemorySystem()), given)
+    assert rides.outputs(result.messages("accepted")) == rides.expected(given)
+    assert not any(result.late_counts.values())
+
+
+def test_the_join_expires_its_state_as_the_watermark_passes_on_spark(spark: Any) -> None:
+    """A left join on Spark emits a left message that met nothing as soon as the watermark
+    (the latest event time less the bound) passes its time + within, not at the end of the
+    pass: here before the pair that comes 200 s later."""
+    mem = MemorySystem()
+    app = StreamApplication("expiry")
+
+    def read(sid: str) -> Any:
+        return app.input(mem.input(sid, serde=rides.SERDE, partitions=1,
+                                   event_time=rides.event_time,
+                                   max_out_of_orderness=timedelta(seconds=5)))
+    (read("requests")
+     .join(read("acceptances"), key=lambda kv: kv.key, other_key=lambda kv: kv.key,
+           combine=lambda r, a: [r.value["id"], a.value["id"] if a is not None else None],
+           within=timedelta(seconds=60), how="left", name="j")
+     .send_to(app.output(mem.output("out", serde=JsonSerde(), partitions=1))))
+    requests = {0: [KV("ann", {"id": "q0", "t": 0}), KV("bob", {"id": "q1", "t": 200_000})]}
+    acceptances = {0: [KV("bob", {"id": "a1", "t": 201_000})]}
+    result = SparkRunner(spark).reprocess(app, {"requests": requests,
+                                                "acceptances": acceptances})
+    assert result.messages("out") == [["q0", None], ["q1", "a1"]]
