@@ -21,9 +21,9 @@ event-time order, and the state is dropped. Window ticks (``on_timer``) purge no
 
 State: ``<op id>-L`` and ``<op id>-R`` hold ``key -> [[t_ms, seq, message, matched], ...]``
 sorted by ``(t_ms, seq)`` (``seq``: arrival order), and ``<op id>-L`` the watermark under
-``WATERMARK_KEY``. They are kept in memory and written, for the keys that changed, at each
-commit (``flush_state``), so a checkpoint's stores hold exactly the state as of its offsets;
-``init`` reads them back.
+``WATERMARK_KEY`` (with where the end of a bounded run moved it). They are kept in memory and
+written, for the keys that changed, at each commit (``flush_state``), so a checkpoint's stores
+hold exactly the state as of its offsets; ``init`` reads them back.
 
 A None key fails the message with a ``TaskError``, as in the processing-time join; where the
 runtime gives a placement check (``ctx.placement``) a side's key is checked as there.
@@ -109,9 +109,10 @@ class EventTimeJoinOperator(Operator):
         self._stores = (ctx.store(f"{self.op_id}-L"), ctx.store(f"{self.op_id}-R"))
         self._placement = ctx.placement
         self.local_watermark = not ctx.external_watermarks
-        stored = self._stores[0].get(WATERMARK_KEY)
-        self.watermark = self._stored_watermark = \
-            int(stored) if stored is not None else NO_WATERMARK
+        stored = self._stores[0].get(WATERMARK_KEY)  # [watermark, where a run's end moved it]
+        if stored is not None:
+            self.watermark, self.late_tracker.ended_ms = int(stored[0]), int(stored[1])
+        self._stored_watermark = self.watermark
         self._expiry.clear()
         seq = -1
         for port, store in enumerate(self._stores):
@@ -221,10 +222,12 @@ class EventTimeJoinOperator(Operator):
             self._expire(port, key, seq, out)
         return out
 
-    def _expire(self, port: int, key: Any, seq: int, out: list[Any]) -> None:
+    def _expire(self, port: int, key: Any, seq: int, out: list[Any]) -> bool:
+        """Message ``seq`` of ``key`` leaves side ``port``, emitted where it met no partner
+        and its side emits such; False where it is gone already."""
         entries = self._state[port].get(key)
         if not entries or entries[0][SEQ] != seq:
-            return  # gone already
+            return False
         e = entries.pop(0)
         if not entries:
             del self._state[port][key]
@@ -233,15 +236,21 @@ class EventTimeJoinOperator(Operator):
             result = self._combine(e[MSG], None) if port == 0 else self._combine(None, e[MSG])
             if result is not None:
                 out.append(result)
+        return True
 
     def on_end_of_stream(self) -> list[Any]:
         """Every unmatched message of an emitting side, in event-time order; then the state
-        is dropped."""
+        is dropped, and the watermark moves past every message it held (as a window's to the
+        end of the panes it closed): a later run's message that could have met one of them
+        is late (counted also in ``<op id>.late-after-end``)."""
         out: list[Any] = []
         expiry = self._expiry
+        end = self.watermark
         while expiry:
-            _, seq, port, key = heapq.heappop(expiry)
-            self._expire(port, key, seq, out)
+            expires, seq, port, key = heapq.heappop(expiry)
+            if self._expire(port, key, seq, out):
+                end = max(end, expires + 1)
+        self.watermark = self._latest = self.late_tracker.ended_ms = end
         return out
 
     def flush_state(self) -> None:
@@ -255,7 +264,7 @@ class EventTimeJoinOperator(Operator):
                     store.put(key, entries)
             dirty.clear()
         if self.watermark != self._stored_watermark:
-            self._stores[0].put(WATERMARK_KEY, self.watermark)
+            self._stores[0].put(WATERMARK_KEY, [self.watermark, self.late_tracker.ended_ms])
             self._stored_watermark = self.watermark
 
     def state_size(self) -> tuple[int, int]:
