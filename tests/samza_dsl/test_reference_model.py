@@ -9,11 +9,13 @@ optional async step, 0-2 ``partition_by`` hops, an optional ``broadcast`` after 
 - ``join`` / ``table``: a stream-stream join on processing time (``ttl=``), or a stream-table
   join of a table the same stream fills (even values into the table, odd ones looked up);
 - ``etjoin``: the event-time stream-stream join (``within=``, ``how`` inner or left) of even
-  values with odd ones, on an input that declares its event time; its messages stay within the
-  input's bound and no async step comes before it, so none is late and the join's outputs (every
-  pair of a key at most ``within`` apart, and with ``left`` each left message that met none) do
-  not depend on the order messages reach it. Spark draws it in place of ``join``, which it
-  refuses (a reprocessing has no processing time);
+  values with odd ones, on an input that declares its event time, with no async step before it.
+  Where one producer feeds each join instance in a fixed order (as for ``beyond`` windows),
+  messages beyond the input's bound are drawn too, and which are late is fixed; elsewhere its
+  messages stay within the bound, none is late, and the join's outputs (every pair of a key at
+  most ``within`` apart, and with ``left`` each left message that met none) do not depend on the
+  order messages reach it. Spark draws it in place of ``join``, which it refuses (a
+  reprocessing has no processing time);
 - ``count``: a stateful ``map`` keeping each key's running count in a local table with a
   changelog (``ctx.table("counts")``): each key gives 1, 2, ... n over its n messages;
 - ``side``: a ``join_table`` against a table filled by a side input (``side_data``: per
@@ -101,6 +103,7 @@ RUN_TIMEOUT = 60.0
 HOUR = timedelta(hours=1)  # time triggers this long never fire in a test run (see the model)
 APP = "model"
 WINDOW_ID = f"{APP}-1-window-w"
+JOIN_ID = f"{APP}-1-join-j"
 SERDE = KVSerde(StringSerde(), JsonSerde())
 
 
@@ -412,7 +415,7 @@ def one_reader(case: Case, *, by_event_time: bool = False
             return [{"k": k, "n": i} for k, n in Counter(m.key for m in arrivals).items()
                     for i in range(1, n + 1)], {}, []
         if case.end == "etjoin":
-            return event_time_join(case, channels), {}, []
+            return event_time_join(case, channels)
         if case.end == "join":
             return stream_join([(side(m), m, 0) for m in arrivals], key=lambda kv: kv.key,
                                other_key=lambda kv: kv.key, combine=pair,
@@ -450,17 +453,34 @@ def one_reader(case: Case, *, by_event_time: bool = False
     return panes, ({WINDOW_ID: dict(late)} if late else {}), late_messages
 
 
-def event_time_join(case: Case, channels: dict[Any, Any]) -> list[Any]:
-    """The outputs of ``case``'s event-time join: ``interval_join`` over every channel as one
-    instance (keys are a partition's own, and state is per key). Nothing of the draw is late
-    (each message within its input's bound, no async step before the join), so which task
-    holds a key, and the order its messages come in, change no output."""
-    steps: list[Any] = [(side(s.message), s.message, s.message.value["t"])
-                        if isinstance(s, Arrive) else s for s in interleave(channels)]
-    result = interval_join(steps, key=lambda kv: kv.key, other_key=lambda kv: kv.key,
-                           combine=pair, within_ms=case.within_ms, how=case.how)
-    assert not result.late, f"the draw made late messages for the join: {result.late}"
-    return result.outputs
+def event_time_join(case: Case, channels: dict[Any, Any]
+                    ) -> tuple[list[Any], dict[str, Any], list[Any]]:
+    """The outputs, late counts and late messages of ``case``'s event-time join:
+    ``interval_join`` per task as a window is (``Case.beyond``: one producer feeds each join
+    instance in a fixed order, and which messages are late is fixed), else over every channel
+    as one instance: nothing of the draw is late then (each message within its input's bound,
+    no async step before the join), so which task holds a key, and the order its messages come
+    in, change no output."""
+    last = (f"{APP}-1-broadcast-bcast" if case.bcast else
+            f"{APP}-1-partition_by-hop{len(case.ops) - 1 - case.ops[::-1].index('hop')}"
+            if case.hops else None)
+    if case.beyond and not case.crossings:  # a task per partition number
+        instances = [{n: c for n, c in channels.items() if n[1] == p}
+                     for p in sorted({p for _, p in channels})]
+    else:
+        instances = [channels]
+    out: list[Any] = []
+    late: list[Any] = []
+    for chans in instances:
+        steps: list[Any] = [(side(s.message), s.message, s.message.value["t"])
+                            if isinstance(s, Arrive) else s for s in interleave(chans)]
+        result = interval_join(steps, key=lambda kv: kv.key, other_key=lambda kv: kv.key,
+                               combine=pair, within_ms=case.within_ms, how=case.how)
+        out.extend(result.outputs)
+        late.extend(m for _, m in result.late)
+    assert case.beyond or not late, f"the draw made late messages for the join: {late}"
+    counts = {JOIN_ID: {last or "in": len(late)}} if late else {}
+    return out, counts, late
 
 
 def in_time_order(w: Any, steps: list[Arrive | Advance]) -> list[Arrive | Advance]:
@@ -606,7 +626,7 @@ def cases(draw: st.DrawFn, *, spark: bool = False, beyond_hops: bool = False) ->
     # on Spark a window moves its watermark per message (so counts beyond the bound late) only
     # where one input partition without declared event time feeds it with no shuffle; after a
     # hop, the virtual tasks of elasticity 2 are two producers, so which is ahead decides
-    beyond = (end == "window" and fixed
+    beyond = (end in ("window", "etjoin") and fixed
               and (not spark or (not declared and crossings == 0))
               and (crossings == 0 or elasticity == 1) and (beyond_hops or draw(st.booleans())))
     bound = input_bound + window_bound
