@@ -714,7 +714,7 @@ def cmd_reprocess(args: argparse.Namespace) -> int:
     app = load_app(args.app)
     from planner import refuse_processing_time_joins
 
-    refuse_processing_time_joins(app.spec(), "samza-dsl reprocess")  # before Spark starts
+    refuse_processing_time_joins(app.spec(), "Spark")  # before Spark starts
     inputs = _stream_paths(args.input, "--input", app.spec().inputs, "input", app.name)
     outputs = _stream_paths(args.output, "--output", app.spec().outputs, "output", app.name)
     missing = sorted(set(app.spec().inputs) - set(inputs))

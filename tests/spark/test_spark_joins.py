@@ -69,7 +69,7 @@ def test_samza_dsl_reprocess_refuses_a_processing_time_join_in_one_line(tmp_path
     assert proc.returncode != 0
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("samza-dsl reprocess: error: samza-dsl reprocess cannot run "
+    assert lines[0].startswith("samza-dsl reprocess: error: Spark cannot run "
                                "join 'accepted'"), lines[0]
     assert "within=timedelta(...)" in lines[0] and "Traceback" not in proc.stderr
 
