@@ -139,6 +139,10 @@ def _op_label(plan: ExecutionPlan, op_id: str, short: bool = False) -> str:
     d = op.details()
     if "ttl_ms" in d:
         extra = f" ttl={d['ttl_ms']}ms"
+    elif "within_ms" in d:
+        extra = f" within={d['within_ms']}ms {d['how']} event-time"
+        if d.get("late_to"):
+            extra += f" late_to={d['late_to']}"
     elif "window" in d:
         w = d["window"]
         hop = f" hop {w['hop_ms']}ms" if "hop_ms" in w else ""

@@ -18,6 +18,7 @@ from operators import build_operator
 from operators.base import OperatorContext
 from operators.join_event_time import EventTimeJoinOperator
 from operators.state import InMemoryState
+from planner.render import plan_to_text
 from samza_dsl import KV, LateMessage, StreamApplication
 from samza_dsl.errors import PlanError, TaskError
 from samza_dsl.spec import JoinSpec, SideTime
@@ -257,4 +258,6 @@ def test_a_side_through_partition_by_reads_the_kv_value_and_task_window_ms_ignor
     assert isinstance(js, JoinSpec)
     assert [(s.input_id, s.unwrap, s.bound_ms) for s in js.sides] == [("a", 0, 0), ("b", 1, 4000)]
     assert js.sides[1].event_time(KV(1, {"at": 2.5}).value) == 2.5
-    assert "task.window.ms" not in app.plan(partitions={"a": 1, "b": 1}).config
+    plan = app.plan(partitions={"a": 1, "b": 1})
+    assert "task.window.ms" not in plan.config
+    assert "[join x within=7000ms inner event-time]" in plan_to_text(plan)

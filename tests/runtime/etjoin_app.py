@@ -4,12 +4,14 @@ event-time join tests on TestRunner, the embedded local system (with a crash) an
 Requests and acceptances are ``KV(driver, {"ride", "ts"})``; ``rides`` draws them with a bounded
 disorder, ``pairs`` is the plain-Python answer: every request and acceptance of the same driver
 at most ``within`` apart in event time. ``app`` is the job on the local system for the crash test
-(``how`` from ``SAMZA_ETJOIN_HOW``, default "left")."""
+(``how`` from ``SAMZA_ETJOIN_HOW``, default "left"; ``pace_ms`` from
+``SAMZA_ETJOIN_PACE_MS``)."""
 
 from __future__ import annotations
 
 import os
 import random
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -35,23 +37,40 @@ def matched(req: KV[str, Any] | None, acc: KV[str, Any] | None) -> list[Any]:
 
 
 def build(system: Any, *, how: str = "inner", late_to: Any = None, partitions: int = 2,
-          name: str = "rides", config: dict[str, Any] | None = None) -> StreamApplication:
+          name: str = "rides", config: dict[str, Any] | None = None,
+          pace_ms: float = 0.0, topics: dict[str, str] | None = None) -> StreamApplication:
     """The job: requests joined with acceptances of the same driver within ``WITHIN_S``; the
     inputs declare ``max_out_of_orderness=BOUND_S``; results to ``matches`` as
-    ``[request ride, acceptance ride]`` (None for the missing side of a left/outer join)."""
+    ``[request ride, acceptance ride]`` (None for the missing side of a left/outer join).
+    ``pace_ms``: each request waits that long before the join (a slow step, so that commits
+    come between the batches of a run). ``topics``: stream id -> physical name."""
     app = StreamApplication(name, config=config or {})
+    topics = topics or {}
     serde = KVSerde(StringSerde(), JsonSerde())
     bound = timedelta(seconds=BOUND_S)
     requests = app.input(system.input("requests", serde=serde, partitions=partitions,
-                                      event_time=ride_time, max_out_of_orderness=bound))
+                                      event_time=ride_time, max_out_of_orderness=bound,
+                                      physical_name=topics.get("requests")))
     accepts = app.input(system.input("accepts", serde=serde, partitions=partitions,
-                                     event_time=ride_time, max_out_of_orderness=bound))
+                                     event_time=ride_time, max_out_of_orderness=bound,
+                                     physical_name=topics.get("accepts")))
     if late_to is not None:
-        late_to = app.output(system.output(late_to, partitions=partitions))
+        late_to = app.output(system.output(late_to, partitions=partitions,
+                                           physical_name=topics.get(late_to)))
+    if pace_ms:
+        requests = requests.map(_paced(pace_ms / 1000.0), name="paced")
     requests.join(accepts, key=driver, other_key=driver, combine=matched, name="accepted",
                   within=timedelta(seconds=WITHIN_S), how=how, late_to=late_to) \
-        .send_to(app.output(system.output("matches", serde=JsonSerde(), partitions=partitions)))
+        .send_to(app.output(system.output("matches", serde=JsonSerde(), partitions=partitions,
+                                          physical_name=topics.get("matches"))))
     return app
+
+
+def _paced(seconds: float) -> Any:
+    def paced(kv: KV[str, Any]) -> KV[str, Any]:
+        time.sleep(seconds)
+        return kv
+    return paced
 
 
 def rides(rng: random.Random, n: int, *, disorder_s: float, start_ms: int = 1_700_000_000_000,
@@ -94,7 +113,8 @@ def _local_app() -> StreamApplication:
     from samza_dsl.systems import LocalSystem
 
     return build(LocalSystem("local"), how=os.environ.get("SAMZA_ETJOIN_HOW", "left"),
-                 partitions=4, name="etjoin", config={"task.commit.ms": 1000})
+                 partitions=4, name="etjoin", config={"task.commit.ms": 1000},
+                 pace_ms=float(os.environ.get("SAMZA_ETJOIN_PACE_MS", "0")))
 
 
 app = _local_app()
