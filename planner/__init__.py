@@ -16,7 +16,7 @@ from .build import build_graph, plan
 from .model import Stage, StoreSpec, StreamSpec
 from .plan import ExecutionPlan
 from .render import graph_from_json
-from .validate import refuse_remote_tables
+from .validate import refuse_processing_time_joins, refuse_remote_tables
 
-__all__ = ["refuse_remote_tables", "plan", "build_graph", "ExecutionPlan", "StreamSpec", "Stage", "StoreSpec",
+__all__ = ["refuse_remote_tables", "refuse_processing_time_joins", "plan", "build_graph", "ExecutionPlan", "StreamSpec", "Stage", "StoreSpec",
            "graph_from_json"]

@@ -15,7 +15,7 @@ from samza_dsl.spec import (
     node_stream_id,
 )
 
-__all__ = ["validate", "refuse_remote_tables"]
+__all__ = ["validate", "refuse_remote_tables", "refuse_processing_time_joins"]
 
 
 def validate(spec: ApplicationSpec) -> None:
@@ -100,3 +100,17 @@ def refuse_remote_tables(spec: ApplicationSpec, runner: str) -> None:
             f"and ctx.table from user functions), whose calls need the streaming runtime's "
             f"async machinery (rate limit, retries, in-flight accounting). Run it with "
             f"LocalRunner, or reprocess with a local table filled from a dump of the service")
+
+
+def refuse_processing_time_joins(spec: ApplicationSpec, runner: str) -> None:
+    """Raise PlanError if ``spec`` has a stream-stream join on processing time (``ttl=``):
+    ``runner`` reprocesses history, where no processing time passes, so it would give other
+    pairs than the streaming run. The event-time form (``within=``) runs everywhere alike."""
+    for op in spec.operators:
+        if isinstance(op, JoinSpec) and not op.event_time:
+            raise PlanError(
+                f"{runner} cannot run join {op.name or op.op_id!r} ({op.op_id}, at "
+                f"{op.call_site}) of application {spec.job_name!r}: its ttl= keeps entries for "
+                f"a span of processing time, which a reprocessing does not have, so it would "
+                f"pair other messages than the streaming run; declare the join in event time "
+                f"with within=timedelta(...) in place of ttl= (its inputs declaring event_time)")

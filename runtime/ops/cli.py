@@ -712,6 +712,9 @@ def cmd_reprocess(args: argparse.Namespace) -> int:
     config = _cli_config(args)
     spark_conf = _spark_conf(args.conf)
     app = load_app(args.app)
+    from planner import refuse_processing_time_joins
+
+    refuse_processing_time_joins(app.spec(), "Spark")  # before Spark starts
     inputs = _stream_paths(args.input, "--input", app.spec().inputs, "input", app.name)
     outputs = _stream_paths(args.output, "--output", app.spec().outputs, "output", app.name)
     missing = sorted(set(app.spec().inputs) - set(inputs))

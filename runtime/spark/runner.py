@@ -58,7 +58,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, cast
 
 from operators.hashing import KeyPartitioner
-from planner import refuse_remote_tables
+from planner import refuse_processing_time_joins, refuse_remote_tables
 from runtime.engine.collector import messages_die_young
 from runtime.engine.job import task_name
 from runtime.engine.late import LateCounts
@@ -454,6 +454,7 @@ class SparkRunner:
         if not isinstance(app, StreamApplication):
             raise TypeError(f"reprocess takes a StreamApplication, got {type(app).__name__}")
         refuse_remote_tables(app.spec(), "SparkRunner")
+        refuse_processing_time_joins(app.spec(), "SparkRunner")
         t0 = time.monotonic()
         start_ms = int(time.time() * 1000)
         outputs = dict(outputs or {})

@@ -59,8 +59,9 @@ What the model defines, for an event-time window (``event_time=``):
   its earliest message's time; the merged session keeps the early trigger of its earliest part,
   which then sees the other parts' messages.
 
-Joins: ``stream_join`` (rule 9) and ``table_join`` (rule 10) take the messages in the order they
-reach the join instance.
+Joins: ``stream_join`` (rule 9, the processing-time ``ttl=`` join), ``interval_join`` (the
+event-time ``within=`` join) and ``table_join`` (rule 10) take the messages in the order they
+reach the join instance; ``interval_join`` sees the join's watermark move too.
 """
 
 from __future__ import annotations
@@ -84,7 +85,8 @@ from samza_dsl.windows import (
 )
 
 __all__ = ["Arrive", "Advance", "ModelPane", "WindowResult", "run_window", "interleave",
-           "event_time_ms", "stream_join", "table_join", "within_ahead"]
+           "event_time_ms", "stream_join", "interval_join", "JoinResult", "table_join",
+           "within_ahead"]
 
 NEG_INF = -math.inf
 
@@ -510,6 +512,125 @@ def stream_join(arrivals: Iterable[tuple[str, Any, float]], *, key: Callable[[An
             if r is not None:
                 out.append(r)
     return out
+
+
+@dataclass
+class JoinResult:
+    """What ``interval_join`` gives: the outputs in the order they were emitted, and the late
+    messages as ``(side, message)`` in arrival order."""
+
+    outputs: list[Any] = field(default_factory=list)
+    late: list[tuple[str, Any]] = field(default_factory=list)
+
+    @property
+    def late_counts(self) -> dict[str, int]:
+        """Late messages per side."""
+        out: dict[str, int] = {}
+        for side, _ in self.late:
+            out[side] = out.get(side, 0) + 1
+        return out
+
+
+@dataclass
+class _Kept:
+    t: int
+    seq: int  # arrival order
+    message: Any
+    matched: bool = False
+
+
+def interval_join(steps: Iterable[tuple[str, Any, float] | Advance], *,
+                  key: Callable[[Any], Any], other_key: Callable[[Any], Any],
+                  combine: Callable[[Any, Any], Any], within_ms: float, how: str = "inner",
+                  end_of_stream: bool = True) -> JoinResult:
+    """The event-time join (``join(..., within=)``) of one join instance. ``steps`` are
+    ``("left" | "right", message, event time ms)`` in the order messages reach it, and
+    ``Advance(ms)``, the join's watermark moving (a lower value is ignored). The rule:
+
+    - a message whose event time is below the watermark is late: kept in ``late``, never joined;
+    - otherwise it is joined with every message kept on the other side with the same key whose
+      event time is at most ``within_ms`` away, in either direction (``|t_l - t_r| <= within``),
+      earliest kept first, ``combine(left, right)`` each; then it is kept. So each pair is emitted
+      once, when its second message arrives;
+    - a side keeps a message until the watermark passes its time + ``within_ms`` (goes beyond
+      it); then, with ``how="left"`` (left messages) or ``"outer"`` (either side), a message
+      that met nothing emits ``combine(left, None)`` or ``combine(None, right)``, in order of
+      event time, left before right, then arrival;
+    - at end of stream every message still kept that met nothing does the same;
+    - a ``None`` from ``combine`` is dropped; a ``None`` key is an error.
+
+    Example: within 60 s, a request at 0 s meets acceptances at 30 s and 60 s but not at 61 s
+    (which arrives after the watermark passed 60 s, so the request is gone; with
+    ``how="left"`` it has met something, so nothing more is emitted for it).
+
+        >>> steps = [("left", ("r1", 0), 0), ("right", ("r1", 30), 30_000),
+        ...          ("right", ("r1", 60), 60_000), Advance(60_500), ("right", ("r1", 61), 61_000),
+        ...          ("left", ("r2", 70), 70_000), ("right", ("r1", 1), 1_000)]
+        >>> result = interval_join(steps, key=lambda m: m[0], other_key=lambda m: m[0],
+        ...                        combine=lambda l, r: (l and l[1], r and r[1]),
+        ...                        within_ms=60_000, how="left")
+        >>> result.outputs
+        [(0, 30), (0, 60), (70, None)]
+        >>> result.late
+        [('right', ('r1', 1))]
+    """
+    if how not in ("inner", "left", "outer"):
+        raise ValueError(f"how is 'inner', 'left' or 'outer', got {how!r}")
+    kept: dict[str, dict[Any, list[_Kept]]] = {"left": {}, "right": {}}
+    outer = {"left": how in ("left", "outer"), "right": how == "outer"}
+    result = JoinResult()
+    wm: float = NEG_INF
+
+    def emit(left: Any, right: Any) -> None:
+        r = combine(left, right)
+        if r is not None:
+            result.outputs.append(r)
+
+    def unmatched(gone: list[tuple[str, _Kept]]) -> None:
+        for side, e in sorted(gone, key=lambda g: (g[1].t, g[0] != "left", g[1].seq)):
+            if not outer[side] or e.matched:
+                continue
+            if side == "left":
+                emit(e.message, None)
+            else:
+                emit(None, e.message)
+
+    for seq, step in enumerate(steps):
+        if isinstance(step, Advance):
+            if step.watermark_ms <= wm:
+                continue
+            wm = step.watermark_ms
+            gone: list[tuple[str, _Kept]] = []
+            for side, by_key in kept.items():
+                for k in list(by_key):
+                    gone.extend((side, e) for e in by_key[k] if e.t + within_ms < wm)
+                    by_key[k] = [e for e in by_key[k] if e.t + within_ms >= wm]
+                    if not by_key[k]:
+                        del by_key[k]
+            unmatched(gone)
+            continue
+        side, m, t = step
+        if side not in kept:
+            raise ValueError(f"a join arrival is on 'left' or 'right', got {side!r}")
+        k = key(m) if side == "left" else other_key(m)
+        if k is None:
+            raise ValueError(f"the {side} key of {m!r} is None: a stream-stream join needs a key")
+        if t < wm:
+            result.late.append((side, m))
+            continue
+        mine = _Kept(round(t), seq, m)
+        for o in kept["right" if side == "left" else "left"].get(k, []):
+            if abs(o.t - mine.t) <= within_ms:
+                o.matched = mine.matched = True
+                if side == "left":
+                    emit(m, o.message)
+                else:
+                    emit(o.message, m)
+        kept[side].setdefault(k, []).append(mine)
+    if end_of_stream:
+        unmatched([(side, e) for side, by_key in kept.items() for es in by_key.values()
+                   for e in es])
+    return result
 
 
 def table_join(arrivals: Iterable[tuple[str, Any]], *, combine: Callable[[Any, Any], Any],

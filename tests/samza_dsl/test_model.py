@@ -15,6 +15,7 @@ from samza_dsl.testing.model import (
     Arrive,
     event_time_ms,
     interleave,
+    interval_join,
     run_window,
     stream_join,
     table_join,
@@ -116,6 +117,66 @@ def test_stream_join_keeps_the_latest_per_key_within_the_ttl() -> None:
     out = stream_join(arrivals, key=key, other_key=key, ttl_ms=10,
                       combine=lambda left, right: (left.value, right.value))
     assert out == [("l2", "r1")]  # l3 came 10 ms after r1: not younger than the ttl
+
+
+def ij(steps: list[Any], within_ms: float = 10, how: str = "inner") -> Any:
+    """An interval join of ``(key, t)`` messages, each emitting ``(left t, right t)``."""
+    return interval_join(steps, key=lambda m: m[0], other_key=lambda m: m[0],
+                         combine=lambda left, right: (left and left[1], right and right[1]),
+                         within_ms=within_ms, how=how)
+
+
+def side_steps(*msgs: tuple[str, str, int]) -> list[Any]:
+    return [(side, (k, t), t) for side, k, t in msgs]
+
+
+def test_interval_join_pairs_within_the_bound_in_either_order() -> None:
+    steps = side_steps(("left", "a", 100), ("right", "a", 110), ("right", "a", 111),
+                       ("right", "a", 90), ("right", "a", 89), ("left", "a", 95),
+                       ("right", "b", 100))
+    # inclusive: 10 ms apart meet, 11 do not; the left at 95 meets the rights kept within 10
+    # of it, in the order they came; b has no left
+    assert ij(steps).outputs == [(100, 110), (100, 90), (95, 90), (95, 89)]
+
+
+def test_interval_join_is_every_pair_within_the_bound_when_nothing_is_late() -> None:
+    msgs = [("left" if i % 3 else "right", "ab"[i % 2], (i * 7919) % 97) for i in range(40)]
+    steps = [(side, (k, t), t) for side, k, t in msgs]
+    expected = sorted((lt, rt) for ls, lk, lt in msgs for rs, rk, rt in msgs
+                      if ls == "left" and rs == "right" and lk == rk and abs(lt - rt) <= 10)
+    assert sorted(ij(steps).outputs) == expected
+    assert expected  # the draw has pairs
+
+
+def test_interval_join_late_messages_are_not_joined() -> None:
+    steps = [*side_steps(("left", "a", 100)), Advance(105), *side_steps(
+        ("right", "a", 104), ("right", "a", 105))]
+    result = ij(steps)
+    assert result.outputs == [(100, 105)]
+    assert result.late == [("right", ("a", 104))] and result.late_counts == {"right": 1}
+
+
+def test_interval_join_left_emits_the_unmatched_when_the_watermark_passes() -> None:
+    steps = [*side_steps(("left", "a", 0), ("left", "b", 5), ("right", "b", 14)), Advance(10),
+             *side_steps(("left", "c", 20)), Advance(11), *side_steps(("left", "d", 30))]
+    # a at 0 is kept while the watermark is at most 0 + 10, and goes unmatched at 11; b met
+    assert ij(steps, how="left").outputs == [(5, 14), (0, None), (20, None), (30, None)]
+    assert ij(steps, how="inner").outputs == [(5, 14)]
+    # outer: the unmatched right side too, at the end of the stream
+    outer = [*steps, *side_steps(("right", "e", 31))]
+    assert ij(outer, how="outer").outputs == [(5, 14), (0, None), (20, None), (30, None),
+                                             (None, 31)]
+
+
+def test_interval_join_drops_none_and_refuses_none_keys() -> None:
+    steps = side_steps(("left", "a", 0), ("right", "a", 1))
+    none = interval_join(steps, key=lambda m: m[0], other_key=lambda m: m[0],
+                         combine=lambda left, right: None, within_ms=10)
+    assert none.outputs == []
+    with pytest.raises(ValueError, match="right key of"):
+        ij([("right", (None, 0), 0)])
+    with pytest.raises(ValueError, match="how is"):
+        ij([], how="right")
 
 
 def test_table_join_looks_up_and_drops_none() -> None:

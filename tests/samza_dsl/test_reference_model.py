@@ -6,8 +6,16 @@ optional async step, 0-2 ``partition_by`` hops, an optional ``broadcast`` after 
 
 - ``window``: an event-time window of any kind, its panes mapped to rows, then, with
   ``post_async``, an async step with a small sleep before the output;
-- ``join`` / ``table``: a stream-stream join, or a stream-table join of a table the same stream
-  fills (even values into the table, odd ones looked up);
+- ``join`` / ``table``: a stream-stream join on processing time (``ttl=``), or a stream-table
+  join of a table the same stream fills (even values into the table, odd ones looked up);
+- ``etjoin``: the event-time stream-stream join (``within=``, ``how`` inner or left) of even
+  values with odd ones, on an input that declares its event time, with no async step before it.
+  Where one producer feeds each join instance in a fixed order (as for ``beyond`` windows),
+  messages beyond the input's bound are drawn too, and which are late is fixed; elsewhere its
+  messages stay within the bound, none is late, and the join's outputs (every pair of a key at
+  most ``within`` apart, and with ``left`` each left message that met none) do not depend on the
+  order messages reach it. Spark draws it in place of ``join``, which it refuses (a
+  reprocessing has no processing time);
 - ``count``: a stateful ``map`` keeping each key's running count in a local table with a
   changelog (``ctx.table("counts")``): each key gives 1, 2, ... n over its n messages;
 - ``side``: a ``join_table`` against a table filled by a side input (``side_data``: per
@@ -77,6 +85,7 @@ from samza_dsl.testing.model import (
     ModelPane,
     event_time_ms,
     interleave,
+    interval_join,
     run_window,
     stream_join,
     table_join,
@@ -94,6 +103,7 @@ RUN_TIMEOUT = 60.0
 HOUR = timedelta(hours=1)  # time triggers this long never fire in a test run (see the model)
 APP = "model"
 WINDOW_ID = f"{APP}-1-window-w"
+JOIN_ID = f"{APP}-1-join-j"
 SERDE = KVSerde(StringSerde(), JsonSerde())
 
 
@@ -101,7 +111,7 @@ SERDE = KVSerde(StringSerde(), JsonSerde())
 class Case:
     data: dict[int, list[tuple[str, int, int]]]  # partition -> (key, event time ms, value)
     ops: tuple[str, ...]  # map, filter, flat_map, async, hop
-    end: str  # window, join (stream-stream), table (stream-table), count, side
+    end: str  # window, join (stream-stream), etjoin (event time), table (stream-table), count, side
     kind: str
     size_ms: int
     early: str | None
@@ -125,6 +135,8 @@ class Case:
     side_data: dict[int, list[tuple[str, int | None]]] = field(default_factory=dict)
     bcast: bool = False  # a broadcast after the ops (after any hop)
     post_async: bool = False  # end="window": an async step after the window's row map
+    within_ms: int = 0  # end="etjoin": how far apart in event time a pair may be
+    how: str = "inner"  # end="etjoin": inner or left
 
     @property
     def global_window(self) -> bool:
@@ -281,6 +293,10 @@ def build(case: Case, system: Any, name: str = APP) -> StreamApplication:
     if case.end == "join":
         left.join(right, key=lambda kv: kv.key, other_key=lambda kv: kv.key, combine=pair,
                   ttl=HOUR, name="j").send_to(out)
+    elif case.end == "etjoin":
+        left.join(right, key=lambda kv: kv.key, other_key=lambda kv: kv.key, combine=pair,
+                  within=timedelta(milliseconds=case.within_ms), how=case.how,
+                  name="j").send_to(out)
     elif case.end == "table":
         table = app.table("t", serde=SERDE)
         left.send_to(table)
@@ -398,6 +414,8 @@ def one_reader(case: Case, *, by_event_time: bool = False
         if case.end == "count":  # a key's running count, 1 to its number of messages
             return [{"k": k, "n": i} for k, n in Counter(m.key for m in arrivals).items()
                     for i in range(1, n + 1)], {}, []
+        if case.end == "etjoin":
+            return event_time_join(case, channels)
         if case.end == "join":
             return stream_join([(side(m), m, 0) for m in arrivals], key=lambda kv: kv.key,
                                other_key=lambda kv: kv.key, combine=pair,
@@ -433,6 +451,36 @@ def one_reader(case: Case, *, by_event_time: bool = False
         late.update(result.late_counts)
         late_messages.extend(m for m, _ in result.late)
     return panes, ({WINDOW_ID: dict(late)} if late else {}), late_messages
+
+
+def event_time_join(case: Case, channels: dict[Any, Any]
+                    ) -> tuple[list[Any], dict[str, Any], list[Any]]:
+    """The outputs, late counts and late messages of ``case``'s event-time join:
+    ``interval_join`` per task as a window is (``Case.beyond``: one producer feeds each join
+    instance in a fixed order, and which messages are late is fixed), else over every channel
+    as one instance: nothing of the draw is late then (each message within its input's bound,
+    no async step before the join), so which task holds a key, and the order its messages come
+    in, change no output."""
+    last = (f"{APP}-1-broadcast-bcast" if case.bcast else
+            f"{APP}-1-partition_by-hop{len(case.ops) - 1 - case.ops[::-1].index('hop')}"
+            if case.hops else None)
+    if case.beyond and not case.crossings:  # a task per partition number
+        instances = [{n: c for n, c in channels.items() if n[1] == p}
+                     for p in sorted({p for _, p in channels})]
+    else:
+        instances = [channels]
+    out: list[Any] = []
+    late: list[Any] = []
+    for chans in instances:
+        steps: list[Any] = [(side(s.message), s.message, s.message.value["t"])
+                            if isinstance(s, Arrive) else s for s in interleave(chans)]
+        result = interval_join(steps, key=lambda kv: kv.key, other_key=lambda kv: kv.key,
+                               combine=pair, within_ms=case.within_ms, how=case.how)
+        out.extend(result.outputs)
+        late.extend(m for _, m in result.late)
+    assert case.beyond or not late, f"the draw made late messages for the join: {late}"
+    counts = {JOIN_ID: {last or "in": len(late)}} if late else {}
+    return out, counts, late
 
 
 def in_time_order(w: Any, steps: list[Arrive | Advance]) -> list[Arrive | Advance]:
@@ -535,8 +583,10 @@ def cases(draw: st.DrawFn, *, spark: bool = False, beyond_hops: bool = False) ->
     """A case; with ``beyond_hops``, only those with messages beyond the bound that cross
     1-2 hops from one producer."""
     partitions = 1 if beyond_hops else draw(st.integers(1, 3))
+    # Spark refuses a processing-time join: it draws the event-time one in its place
     end = "window" if beyond_hops else draw(st.sampled_from(
-        ["window", "window", "window", "join", "table", "count", "side"]))
+        ["window", "window", "window", "etjoin" if spark else "join", "etjoin", "table",
+         "count", "side"]))
     kind = draw(st.sampled_from([k for k in ["keyed_tumbling", "keyed_session", "tumbling",
                                              "keyed_hopping", "hopping"]
                                  if k not in EXCLUDE]))
@@ -551,7 +601,7 @@ def cases(draw: st.DrawFn, *, spark: bool = False, beyond_hops: bool = False) ->
     # the async step goes before any hop
     async_order = draw(st.sampled_from(["none", "key"]))
     if (end in ("window", "count", "side") or async_order == "key") and not beyond_hops \
-            and draw(st.booleans()):
+            and end != "etjoin" and draw(st.booleans()):
         first_hop = ops.index("hop") if "hop" in ops else len(ops)
         ops.insert(draw(st.integers(0, first_hop)), "async")
     post_async = end == "window" and not beyond_hops and draw(st.integers(0, 3)) == 0
@@ -563,9 +613,11 @@ def cases(draw: st.DrawFn, *, spark: bool = False, beyond_hops: bool = False) ->
     # depend on the order a key's messages come in
     shared_keys = (end in ("window", "count") and (hops > 0 or bcast)
                    and draw(st.booleans()))
-    declared = draw(st.booleans())
+    # an event-time join reads its sides' event time from their input; its messages stay
+    # within the input's bound (no window bound)
+    declared = end == "etjoin" or draw(st.booleans())
     input_bound = draw(st.sampled_from([0, 1000, 3000])) if declared else 0
-    window_bound = draw(st.sampled_from([0, 2000]))
+    window_bound = 0 if end == "etjoin" else draw(st.sampled_from([0, 2000]))
     merge = not beyond_hops and draw(st.integers(0, 3)) == 0  # a second input, merged in
     crossings = hops + bcast
     fixed = ("async" not in ops and not merge
@@ -574,7 +626,7 @@ def cases(draw: st.DrawFn, *, spark: bool = False, beyond_hops: bool = False) ->
     # on Spark a window moves its watermark per message (so counts beyond the bound late) only
     # where one input partition without declared event time feeds it with no shuffle; after a
     # hop, the virtual tasks of elasticity 2 are two producers, so which is ahead decides
-    beyond = (end == "window" and fixed
+    beyond = (end in ("window", "etjoin") and fixed
               and (not spark or (not declared and crossings == 0))
               and (crossings == 0 or elasticity == 1) and (beyond_hops or draw(st.booleans())))
     bound = input_bound + window_bound
@@ -621,7 +673,9 @@ def cases(draw: st.DrawFn, *, spark: bool = False, beyond_hops: bool = False) ->
                 input_bound_ms=input_bound, window_bound_ms=window_bound, elasticity=elasticity,
                 beyond=beyond, async_order=async_order, shared_keys=shared_keys,
                 idle_timeout_ms=draw(st.sampled_from([0, 20])), merged=merged,
-                side_data=side_data, bcast=bcast, post_async=post_async)
+                side_data=side_data, bcast=bcast, post_async=post_async,
+                within_ms=draw(st.sampled_from([500, 1000, 3000])) if end == "etjoin" else 0,
+                how=draw(st.sampled_from(["inner", "left"])) if end == "etjoin" else "inner")
 
 
 # -- the smallest case of each difference the runners have (or had) ---------------------------------

@@ -73,11 +73,12 @@ def test_a_none_join_key_fails_on_spark(spark: Any) -> None:
 
     app = StreamApplication("joined")
     mem = MemorySystem()
-    left = app.input(mem.input("in", serde=SERDE, partitions=1))
-    right = app.input(mem.input("side", serde=SERDE, partitions=1))
+    # in event time: Spark refuses a processing-time join
+    left = app.input(mem.input("in", serde=SERDE, partitions=1, event_time=lambda kv: 0.0))
+    right = app.input(mem.input("side", serde=SERDE, partitions=1, event_time=lambda kv: 0.0))
     (left.join(right, key=lambda kv: None if kv.value == "gone" else kv.key,
                other_key=lambda kv: kv.key, combine=lambda a, b: KV(a.key, [a.value, b.value]),
-               ttl=timedelta(hours=1), name="j")
+               within=timedelta(hours=1), name="j")
      .send_to(app.output(mem.output("out", serde=SERDE, partitions=1))))
     with pytest.raises(ReprocessError) as info:
         SparkRunner(spark).reprocess(app, {"in": {0: [KV("a", "x"), KV("b", "gone")]},

@@ -97,6 +97,11 @@ def narrow(stream: Any, ops: list[str], key_order: bool) -> Any:
     return stream
 
 
+def ts(m: Any) -> float:
+    """A message's event time, from a message or the ``KV`` a ``partition_by`` made of it."""
+    return float((m.value if isinstance(m, KV) else m)["ts"])
+
+
 def pane_row(p: Any) -> tuple[Any, ...]:
     return (p.key.key, p.key.pane_id, p.message, p.firing.value)
 
@@ -108,13 +113,15 @@ def build(shape: str, ops: list[str], inter: int, size_s: int, concurrency: int
     mem = MemorySystem()
     out = app.output(mem.output("out"))
     if shape == "join":
-        left = narrow(app.input(mem.input("left", event_time=lambda m: m["ts"])), ops, False)
-        right = app.input(mem.input("right", event_time=lambda m: m["ts"]))
+        # event time (Spark refuses a processing-time join), read from the message as it
+        # reaches the join: a KV after the partition_by
+        left = narrow(app.input(mem.input("left", event_time=ts)), ops, False)
+        right = app.input(mem.input("right", event_time=ts))
         (left.partition_by(lambda m: m["k"], lambda m: m, name="left-by-key")
          .join(right.partition_by(lambda m: m["k"], lambda m: m, name="right-by-key"),
                key=lambda kv: kv.key, other_key=lambda kv: kv.key,
                combine=lambda a, b: (a.key, a.value["v"], b.value["v"]),
-               ttl=timedelta(days=1), name="j")
+               within=timedelta(days=1), name="j")
          .send_to(out))
         return app
     events = narrow(app.input(mem.input("events", event_time=lambda m: m["ts"])), ops,
