@@ -517,7 +517,13 @@ def stream_join(arrivals: Iterable[tuple[str, Any, float]], *, key: Callable[[An
 @dataclass
 class JoinResult:
     """What ``interval_join`` gives: the outputs in the order they were emitted, and the late
-    messages as ``(side, message)`` in arrival order."""
+    messages as ``(side, message)`` in arrival order.
+
+    Example:
+        >>> r = JoinResult(outputs=[("a", "x")], late=[("left", "b"), ("right", "y")])
+        >>> r.outputs, r.late_counts
+        ([('a', 'x')], {'left': 1, 'right': 1})
+    """
 
     outputs: list[Any] = field(default_factory=list)
     late: list[tuple[str, Any]] = field(default_factory=list)
