@@ -14,13 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from two_runners import failure_on, run_on
 
-from runtime import LocalRunner
-from runtime.testing import TestRunner
 from samza_dsl import KV, StreamApplication
 from samza_dsl.errors import TaskError
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
-from samza_dsl.systems import LocalSystem, MemorySystem
 
 SERDE = KVSerde(StringSerde(), JsonSerde())
 #: the key each input key becomes before the table
@@ -77,26 +75,11 @@ def repartitioned(system: Any) -> StreamApplication:
 
 
 def run(runner: str, build: Any, inputs: dict[str, list[Any]], tmp_path: Path) -> list[Any]:
-    """The output of ``build``'s app on ``runner``, or the run's error as a ``TaskError``."""
-    if runner == "test":
-        test = TestRunner(build(MemorySystem()))
-        for sid, msgs in inputs.items():
-            test.add_input(sid, msgs)
-        return test.run(timeout=120).messages("out")
-    local = LocalRunner(build(LocalSystem("local")), {"job.dir": str(tmp_path / "job")},
-                        inputs=inputs)
-    try:
-        local.run()
-        return local.messages("out")
-    finally:
-        local.close()
+    return run_on(runner, build, inputs, tmp_path)
 
 
 def failure(runner: str, build: Any, inputs: dict[str, list[Any]], tmp_path: Path) -> TaskError:
-    with pytest.raises(TaskError) as info:
-        run(runner, build, inputs, tmp_path)
-    assert "\n" not in str(info.value)
-    return info.value
+    return failure_on(runner, build, inputs, tmp_path, error=TaskError)
 
 
 RUNNERS = ["test", "local"]

@@ -15,13 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from two_runners import failure_on, run_on
 
-from runtime import LocalRunner
-from runtime.testing import TestRunner
 from samza_dsl import KV, StreamApplication
-from samza_dsl.errors import SamzaError
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
-from samza_dsl.systems import LocalSystem, MemorySystem
 from samza_dsl.windows import Windows
 
 SERDE = KVSerde(StringSerde(), JsonSerde())
@@ -115,29 +112,13 @@ def context_writer(system: Any) -> StreamApplication:
 
 def run(runner: str, build: Any, inputs: dict[str, list[Any]], tmp_path: Path,
         config: dict[str, Any] | None = None) -> list[Any]:
-    """The output of ``build``'s app on ``runner`` with ``config``."""
-    cfg = dict(config or {})
-    if runner == "test":
-        test = TestRunner(build(MemorySystem()), config=cfg)
-        for sid, msgs in inputs.items():
-            test.add_input(sid, msgs)
-        return test.run(timeout=120).messages("out")
-    local = LocalRunner(build(LocalSystem("local")), {"job.dir": str(tmp_path / "job"), **cfg},
-                        inputs=inputs)
-    try:
-        local.run()
-        return local.messages("out")
-    finally:
-        local.close()
+    return run_on(runner, build, inputs, tmp_path, config)
 
 
 def failure(runner: str, build: Any, inputs: dict[str, list[Any]], tmp_path: Path,
             config: dict[str, Any] | None = None) -> str:
     """The run's one-line error, with where the store is (a directory, or in memory) left out."""
-    with pytest.raises(SamzaError) as info:
-        run(runner, build, inputs, tmp_path, config)
-    text = str(info.value)
-    assert "\n" not in text
+    text = str(failure_on(runner, build, inputs, tmp_path, config))
     assert ("in memory" if runner == "test" else f"at {tmp_path}") in text
     return re.sub(r" (at \S+|in memory):", ":", text)
 

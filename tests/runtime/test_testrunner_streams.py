@@ -9,14 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from two_runners import failure_on, run_on
 
 from operators.hashing import partition_for
-from runtime import LocalRunner
 from runtime.testing import TestRunner
 from samza_dsl import KV, StreamApplication
 from samza_dsl.errors import SerdeError, TaskError
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
-from samza_dsl.systems import LocalSystem, MemorySystem
+from samza_dsl.systems import MemorySystem
 
 JSON = KVSerde(StringSerde(), JsonSerde())
 STRINGS = KVSerde(StringSerde(), StringSerde())
@@ -24,26 +24,11 @@ RUNNERS = ["test", "local"]
 
 
 def run(runner: str, build: Any, inputs: dict[str, Any], tmp_path: Path) -> list[Any]:
-    """The output ``out`` of ``build``'s app on ``runner``."""
-    if runner == "test":
-        test = TestRunner(build(MemorySystem()))
-        for sid, msgs in inputs.items():
-            test.add_input(sid, msgs)
-        return test.run(timeout=120).messages("out")
-    local = LocalRunner(build(LocalSystem("local")), {"job.dir": str(tmp_path / "job")},
-                        inputs=inputs)
-    try:
-        local.run()
-        return local.messages("out")
-    finally:
-        local.close()
+    return run_on(runner, build, inputs, tmp_path)
 
 
 def failure(runner: str, build: Any, inputs: dict[str, Any], tmp_path: Path) -> TaskError:
-    with pytest.raises(TaskError) as info:
-        run(runner, build, inputs, tmp_path)
-    assert "\n" not in str(info.value)
-    return info.value
+    return failure_on(runner, build, inputs, tmp_path, error=TaskError)
 
 
 # -- a join_table on a key the stream is not partitioned by ---------------------------------------
