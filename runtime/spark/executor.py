@@ -169,6 +169,10 @@ class PassExecutor:
             plan, self.stages, lambda name: self.state(self.task_name, name))
         self._state_flushers = [op.flush_state for op in self.operators.values()
                                 if type(op).flush_state is not Operator.flush_state]
+        #: commits after each batch fed; with ``task.commit.ms=-1`` (commit only at the end, as
+        #: the job then does) a batch only writes out a full write batch (``maybe_flush``)
+        self._batch_commits: bool = config_value(config, "task.commit.ms") != -1
+        self._flushers = [s.maybe_flush for s in stores.values() if s.batched_writes]
         #: op id -> its meter (``runtime.spark.meter``): messages in and out, handle ns
         self.op_meters: dict[str, OpMeter] = {op_id: new_meter(op_id, self.task_name)
                                               for op_id in self.operators}
@@ -460,7 +464,7 @@ class PassExecutor:
                 raise
         else:
             self._feed_sync(records)
-        self._commit()
+        self._commit(batch=True)
         return self._take()
 
     def rekey(self, sid_in: str, source: int, cols: RowColumns
@@ -577,12 +581,17 @@ class PassExecutor:
         if self.out:  # written before the end and not taken yet
             yield self._take()
 
-    def _commit(self, ended: bool = False) -> None:
-        """What a task's commit does to its stores, after each batch fed and at the end of the
-        pass: the operators' state held in memory (a window's panes) into their stores, whose
-        dirty entries are then encoded (``MemoryStore.flush``). An entry the job's store could
-        not encode fails the pass with the job's line, and where it was written."""
+    def _commit(self, ended: bool = False, batch: bool = False) -> None:
+        """What a task's commit does to its stores, after each batch fed (``batch``) and at the
+        end of the pass: the operators' state held in memory (a window's panes) into their
+        stores, whose dirty entries are then encoded (``MemoryStore.flush``). An entry the
+        job's store could not encode fails the pass with the job's line, and where it was
+        written."""
         try:
+            if batch and not self._batch_commits:
+                for flush in self._flushers:
+                    flush()
+                return
             for flush in self._state_flushers:
                 flush()
             self.state.flush(self.task_name)
