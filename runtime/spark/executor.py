@@ -30,6 +30,12 @@ is late. Window ticks (``task.window.ms``) fire as the clock passes each multipl
 at once, and their outputs go downstream in input order, so a pass gives the same result on
 every run. At the end, every operator gets ``on_end_of_stream`` (stage by stage, as a task does).
 
+The task's tables and window and join state are the job's stores over bytes in memory
+(``runtime.state.memory_store``: the job's write-back layer and codecs), committed as a task
+commits (``_commit``: the operators' state into them, their dirty entries encoded) after each
+batch fed, or with ``task.commit.ms=-1`` only at the end, and at the end of the pass: what the
+job's store cannot encode fails the pass with the job's line.
+
 Each operator is metered as in the streaming runtime (``runtime.host.metrics.OpMeter``, see
 ``runtime.spark.meter``): messages in and out and the time of its own calls, in ``meters``, and
 its calls at ticks, watermarks and end-of-stream in ``control_ns``; the runner sums them over
