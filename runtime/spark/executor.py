@@ -30,6 +30,12 @@ is late. Window ticks (``task.window.ms``) fire as the clock passes each multipl
 at once, and their outputs go downstream in input order, so a pass gives the same result on
 every run. At the end, every operator gets ``on_end_of_stream`` (stage by stage, as a task does).
 
+The task's tables and window and join state are the job's stores over bytes in memory
+(``runtime.state.memory_store``: the job's write-back layer and codecs), committed as a task
+commits (``_commit``: the operators' state into them, their dirty entries encoded) after each
+batch fed, or with ``task.commit.ms=-1`` only at the end, and at the end of the pass: what the
+job's store cannot encode fails the pass with the job's line.
+
 Each operator is metered as in the streaming runtime (``runtime.host.metrics.OpMeter``, see
 ``runtime.spark.meter``): messages in and out and the time of its own calls, in ``meters``, and
 its calls at ticks, watermarks and end-of-stream in ``control_ns``; the runner sums them over
@@ -51,7 +57,6 @@ import networkx as nx
 from operators.base import IDENTITY, Operator, OperatorContext, UserContext, resolve_fn
 from operators.partition_by import BroadcastOperator, PartitionByOperator
 from operators.simple import SendToStreamOperator
-from operators.state import InMemoryState, table_state
 from runtime.engine.batch import BatchFailure, RunColumns, operator_run
 from runtime.engine.dag import (
     Emit,
@@ -76,7 +81,9 @@ from runtime.engine.wiring import (
 from runtime.host.metrics import OpMeter
 from runtime.spark.meter import LATE_SENT, add_run, meter_report, new_meter
 from runtime.spark.shuffle import DistinctKeys, Encoded, Records, RowColumns, record_message
+from runtime.state.memory_store import MemoryStores
 from samza_dsl.config import config_value
+from samza_dsl.errors import SamzaError
 from samza_dsl.fields import field_path, ignores
 from samza_dsl.kv import KV
 from samza_dsl.spec import (
@@ -162,9 +169,16 @@ class PassExecutor:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._due = _ticks(self.tick_ms)  # window ticks, counted over every fed record
 
+        #: the task's stores: the job's write-back layer and codecs over bytes in memory
+        self.state = MemoryStores(plan, config)
         self.operators, stores, tables = build_operators(
-            plan, self.stages, lambda name: InMemoryState(),
-            lambda table_id: table_state(plan.app.tables[table_id].serde.key_serde, table_id))
+            plan, self.stages, lambda name: self.state(self.task_name, name))
+        self._state_flushers = [op.flush_state for op in self.operators.values()
+                                if type(op).flush_state is not Operator.flush_state]
+        #: commits after each batch fed; with ``task.commit.ms=-1`` (commit only at the end, as
+        #: the job then does) a batch only writes out a full write batch (``maybe_flush``)
+        self._batch_commits: bool = config_value(config, "task.commit.ms") != -1
+        self._flushers = [s.maybe_flush for s in stores.values() if s.batched_writes]
         #: op id -> its meter (``runtime.spark.meter``): messages in and out, handle ns
         self.op_meters: dict[str, OpMeter] = {op_id: new_meter(op_id, self.task_name)
                                               for op_id in self.operators}
@@ -456,6 +470,7 @@ class PassExecutor:
                 raise
         else:
             self._feed_sync(records)
+        self._commit(batch=True)
         return self._take()
 
     def rekey(self, sid_in: str, source: int, cols: RowColumns
@@ -550,6 +565,7 @@ class PassExecutor:
                 self._close_loop()
         else:
             self._end()
+        self._commit(ended=True)
         return self._take()
 
     def finish_chunks(self, size: int = EOS_CHUNK) -> Iterator[list[tuple[int, tuple[Any, ...]]]]:
@@ -567,8 +583,29 @@ class PassExecutor:
                 asyncio.run(_wait_all(pend, self))
             if self.out:
                 yield self._take()
+        self._commit(ended=True)
         if self.out:  # written before the end and not taken yet
             yield self._take()
+
+    def _commit(self, ended: bool = False, batch: bool = False) -> None:
+        """What a task's commit does to its stores, after each batch fed (``batch``) and at the
+        end of the pass: the operators' state held in memory (a window's panes) into their
+        stores, whose dirty entries are then encoded (``MemoryStore.flush``). An entry the
+        job's store could not encode fails the pass with the job's line, and where it was
+        written."""
+        try:
+            if batch and not self._batch_commits:
+                for flush in self._flushers:
+                    flush()
+                return
+            for flush in self._state_flushers:
+                flush()
+            self.state.flush(self.task_name)
+        except SamzaError as exc:
+            sid, part, off = self.source
+            where = "the end of the stream" if ended or off < 0 else \
+                f"stream {sid!r} ({self.describe(sid, part, off)})"
+            raise PassFailure(f"{exc}; at the commit after {where}") from exc
 
     def _take(self) -> list[tuple[int, tuple[Any, ...]]]:
         taken = list(self.out)
