@@ -13,8 +13,9 @@ filter or map such messages before the join. Where the runtime gives a placement
 (``ctx.placement``, ``operators.placement``), a side's key is checked against the task's
 partition before the message is stored: every message at first, then a sample. Beyond Samza, ``on_timer(now_ms)`` (window ticks)
 deletes entries with ``now - arrival >= ttl_ms`` from both sides, so state stays bounded; the
-entries are found through an in-memory index in arrival order, rebuilt from the stores at init; an int or str key absent from the other side's index is
-not looked up in its store (it cannot be there), so a miss costs no encoding.
+entries are found through an in-memory index in arrival order, rebuilt from the stores at init.
+An int or str key absent from the other side's index is not looked up in its store (it cannot
+be there), so a miss costs no encoding.
 
 Each port's work is one closure over its stores and functions (``one_to_one_port``): the
 runtime chains it like a map, with no list per message, and runs it over whole batches.
