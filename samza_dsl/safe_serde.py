@@ -162,6 +162,15 @@ class ObjectCodec:
         except OverflowError:  # an int past 64 bits somewhere: walk again, looking at ints
             return self._encode_native(self._lower_big(obj, 1))
 
+    def encode_many(self, objs: Iterable[Any]) -> list[bytes]:
+        """``encode`` of each of ``objs``, in one pass (a flush of a store's values); one that
+        ``encode`` refuses makes it raise as ``encode`` does."""
+        lower, encode = self._lower, self._encode_native
+        try:
+            return [encode(lower(o, 1)) for o in objs]
+        except OverflowError:  # an int past 64 bits somewhere: each as encode writes it
+            return [self.encode(o) for o in objs]
+
     def _ext_hook(self, code: int, data: memoryview) -> Any:
         decode = self._decoder.decode
         if code == _TUPLE:
