@@ -14,6 +14,8 @@ filter or map such messages before the join. Where the runtime gives a placement
 partition before the message is stored: every message at first, then a sample. Beyond Samza, ``on_timer(now_ms)`` (window ticks)
 deletes entries with ``now - arrival >= ttl_ms`` from both sides, so state stays bounded; the
 entries are found through an in-memory index in arrival order, rebuilt from the stores at init.
+An int or str key absent from the other side's index is not looked up in its store (it cannot
+be there), so a miss costs no encoding.
 
 Each port's work is one closure over its stores and functions (``one_to_one_port``): the
 runtime chains it like a map, with no list per message, and runs it over whole batches.
@@ -47,6 +49,11 @@ from .base import Operator, OperatorContext, UserContext, resolve_fn
 __all__ = ["JoinOperator", "placement_checked"]
 
 _SIDES = ("left", "right")
+
+#: key types whose Python equality is their stores' (``encode_key``: equal keys of these types,
+#: and only they, have equal bytes), so that a key of one of them absent from a side's index of
+#: arrivals is absent from its store too, and the join skips reading it there
+_EXACT = frozenset({int, str})
 
 
 def placement_checked(arrive: Callable[[Any], Any], key_fn: Callable[[Any], Any],
@@ -111,6 +118,9 @@ class JoinOperator(Operator):
             get = self._stores[1 - port].get
             arrivals = self._arrivals[port]
             unlist = arrivals.pop
+            # the other side's keys: an int or str key not among them is not in its store
+            # (``_EXACT``)
+            others = self._arrivals[1 - port]
             op_id, side = self.op_id, _SIDES[port]
 
             def arrive(message: Any) -> Any:
@@ -131,6 +141,8 @@ class JoinOperator(Operator):
                 unlist(key, None)
                 arrivals[key] = now
                 put(key, (now, message))
+                if key not in others and type(key) in _EXACT:
+                    return None
                 other = get(key)
                 if other is None or now - other[0] >= ttl:
                     return None

@@ -53,6 +53,7 @@ _FRAC_NONE = 0x02
 _FRAC_POS = 0x03
 _MASK64 = (1 << 64) - 1
 _NO_FRACTION = bytes((_FRAC_NONE,))
+_POS_HEADS = [bytes((_POS_INT, size)) for size in range(9)]  # of an int in [0, 2**63)
 
 _MISSING: Any = object()
 _first = itemgetter(0)  # keys of different types never compare: sort by their bytes alone
@@ -143,7 +144,7 @@ def encode_key(key: Any) -> bytes:
     t = type(key)
     if t is int and 0 <= key < 1 << 63:  # the common case: an id or a timestamp
         size = (key.bit_length() + 7) >> 3
-        return bytes((_POS_INT, size)) + cast(bytes, key.to_bytes(size, "big")) + _NO_FRACTION
+        return _POS_HEADS[size] + cast(bytes, key.to_bytes(size, "big")) + _NO_FRACTION
     out = bytearray()
     _encode(key, out)
     return bytes(out)

@@ -162,6 +162,15 @@ class ObjectCodec:
         except OverflowError:  # an int past 64 bits somewhere: walk again, looking at ints
             return self._encode_native(self._lower_big(obj, 1))
 
+    def encode_many(self, objs: Iterable[Any]) -> list[bytes]:
+        """``encode`` of each of ``objs``, in one pass (a flush of a store's values); one that
+        ``encode`` refuses makes it raise as ``encode`` does."""
+        lower, encode = self._lower, self._encode_native
+        try:
+            return [encode(lower(o, 1)) for o in objs]
+        except OverflowError:  # an int past 64 bits somewhere: each as encode writes it
+            return [self.encode(o) for o in objs]
+
     def _ext_hook(self, code: int, data: memoryview) -> Any:
         decode = self._decoder.decode
         if code == _TUPLE:
@@ -291,10 +300,22 @@ def _lowering(encode: Callable[[Any], bytes], headers: Mapping[type, bytes],
                         continue
                 return [lower(v, e) for v in o]
             return o
-        if t is tuple:
-            return Ext(_TUPLE, encode([lower(v, e) for v in o]))
+        if t is tuple:  # scalars as they are, with no call (a join's ``(ms, message)``)
+            if len(o) == 2:  # a pair, with no list made (an array either way)
+                a, b = o
+                return Ext(_TUPLE, encode((a if type(a) in scalars else lower(a, e),
+                                           b if type(b) in scalars else lower(b, e))))
+            return Ext(_TUPLE, encode([v if type(v) in scalars else lower(v, e) for v in o]))
         if t is KV:
-            return Ext(_KV, encode((lower(o.key, e), lower(o.value, e))))
+            k, v = o.key, o.value
+            if type(v) is dict and d < limit:  # a flat dict value as it is (a message)
+                for k2, v2 in v.items():
+                    if type(v2) not in scalars or type(k2) not in scalars:
+                        v = lower(v, e)
+                        break
+            elif type(v) not in scalars:
+                v = lower(v, e)
+            return Ext(_KV, encode((k if type(k) in scalars else lower(k, e), v)))
         if t is int:  # only with big_ints
             return o if lo <= o <= hi else Ext(_BIGINT, str(o).encode())
         if t is LateMessage:  # its message keeps its types (a KV, a tuple), unlike a declared Any

@@ -70,6 +70,24 @@ def state_codec(types: Mapping[str, type], what: str) -> Codec:
         except Exception as exc:
             raise error(value, exc) from exc
 
+    encode_values = serde._codec.encode_many
+
+    def keys_many(keys: list[Any]) -> list[bytes]:
+        """``key_encode`` of each, in one pass (a flush: ``writeback.encode_all``)."""
+        try:
+            return list(map(encode_key, keys))
+        except TypeError:  # a key encode_key does not support: each as key_encode writes it
+            return list(map(key_encode, keys))
+
+    def values_many(values: list[Any]) -> list[bytes]:
+        """``value_encode`` of each, in one pass, with its errors."""
+        try:
+            return encode_values(values)
+        except Exception:
+            return list(map(value_encode, values))
+
+    key_encode.many = keys_many  # type: ignore[attr-defined]
+    value_encode.many = values_many  # type: ignore[attr-defined]
     return key_encode, key_decode, value_encode, dec
 
 

@@ -75,6 +75,16 @@ class MemoryStore(CachedStore):
 
     def _write(self, entries: Entries) -> None:
         data = self._data
+        self.flushes += 1
+        self.committed = False
+        if self._stale:  # the keys are sorted again when next read in order: no keys to place
+            pop = data.pop
+            for kb, vb in entries:
+                if vb is None:
+                    pop(kb, None)
+                else:
+                    data[kb] = vb
+            return
         placed: list[bytes] = []  # keys added or removed
         for kb, vb in entries:
             if vb is None:
@@ -96,8 +106,6 @@ class MemoryStore(CachedStore):
                         order.insert(i, kb)
                     elif kb not in data and held:
                         del order[i]
-        self.flushes += 1
-        self.committed = False
 
     # -- reading in key order -------------------------------------------------------------------
 

@@ -13,7 +13,9 @@ from operator_helpers import FakeClock
 from operators import build_operator
 from operators.base import OperatorContext
 from operators.join import JoinOperator
-from operators.state import InMemoryState
+from operators.state import InMemoryState, encode_key
+from runtime.state.codec import state_codec
+from runtime.state.memory_store import MemoryStore
 from samza_dsl.errors import TaskError
 from samza_dsl.spec import JoinSpec
 
@@ -217,3 +219,60 @@ def test_a_wall_clock_read_in_ns_gives_the_ms_it_reads_and_never_goes_back(
         msg = m(k, i)
         assert op.process_port(port, msg) == model_step(sides, port, k, now, msg)
         assert op._stores[port].get(k) == (now, msg)
+
+
+def memory_stores() -> dict[str, MemoryStore]:
+    """The join's two stores as TestRunner has them: bytes in memory, the job's codecs."""
+    stores = {}
+    for side in "LR":
+        ke, kd, ve, vd = state_codec({}, f"join state of side {side}")
+        stores[f"app-1-join-j-{side}"] = MemoryStore(
+            name=f"app-1-join-j-{side}", task="t", key_encode=ke, key_decode=kd,
+            value_encode=ve, value_decode=vd)
+    return stores
+
+
+@pytest.mark.parametrize("keys", [range(1, 51), [f"k{i}" for i in range(50)]])
+def test_a_key_the_other_side_never_stored_is_not_read_from_its_store(keys: Any) -> None:
+    """An int or str key absent from the other side's index of arrivals is absent from its
+    store: the join does not encode it to look there (W4's misses)."""
+    clock = FakeClock()
+    stores = memory_stores()
+    op = JoinOperator(join_spec())
+    op.init(OperatorContext("t", {}, clock, dict(stores)))
+    for k in keys:
+        assert op.process_port(LEFT, m(k, "l")) == []
+    right = stores["app-1-join-j-R"]
+    assert right.reads == 0
+    assert op.process_port(RIGHT, m(next(iter(keys)), "r")) == [("l", "r")]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([LEFT, RIGHT]),
+                          st.sampled_from([0, 1, 1.0, True, 2.5, "a", "1", (1, "a"), -0.0]),
+                          st.integers(0, 300), st.sampled_from(["", "purge", "flush",
+                                                                "restore"])), max_size=50))
+def test_on_stores_of_bytes_matches_the_model_by_encoded_keys(
+        steps: list[tuple[int, Any, int, str]]) -> None:
+    """Keys equal as the store encodes them (1, 1.0 and True; 0 and -0.0) are one key, whichever
+    side stored which and whether the stores were flushed or the join restored meanwhile."""
+    clock = FakeClock()
+    stores = memory_stores()
+    op = JoinOperator(join_spec(ttl_ms=250))
+    op.init(OperatorContext("t", {}, clock, dict(stores)))
+    sides: list[dict[Any, tuple[int, Any]]] = [{}, {}]
+    for i, (port, k, dt, act) in enumerate(steps):
+        now = clock.set(clock.now + dt)
+        if act == "purge":
+            op.on_timer(now)
+            for side in sides:
+                for key in [key for key, (ts, _) in side.items() if now - ts >= 250]:
+                    del side[key]
+        elif act == "flush":
+            for store in stores.values():
+                store.flush()
+        elif act == "restore":
+            op = JoinOperator(join_spec(ttl_ms=250))
+            op.init(OperatorContext("t", {}, clock, dict(stores)))
+        msg = m(k, i)
+        assert op.process_port(port, msg) == model_step(sides, port, encode_key(k), now, msg)

@@ -155,3 +155,14 @@ def test_in_key_order_of_surrogates_and_bools() -> None:
     # a lone surrogate sorts by code point between U+D7FF and U+E000, as its bytes do
     assert in_key_order(["\ue000", "\ud800", "\ud7ff"]) == ["\ud7ff", "\ud800", "\ue000"]
     assert in_key_order([True, 0, -1]) == sorted([True, 0, -1], key=order_key)
+
+
+@given(st.one_of(st.integers(-2**70, 2**70), st.text(), st.text("a\x00"),
+                 st.tuples(st.integers(), st.text())))
+def test_the_short_way_for_ints_writes_the_general_bytes(key: object) -> None:
+    """encode_key's short way for an int in [0, 2**63) changes no byte."""
+    from operators.state import _encode
+
+    out = bytearray()
+    _encode(key, out)
+    assert encode_key(key) == bytes(out)

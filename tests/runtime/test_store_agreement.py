@@ -272,3 +272,22 @@ def test_tuple_keys_under_json_come_back_as_lists_from_every_store(tmp_path: Any
     tested = TestRunner(app).add_input(inp, keys).run().messages(out)
     produced = _run_local(_key_app(as_tuple=True)[0], tmp_path, keys)
     assert tested == produced == [KV("n", 1), KV("n", 2), KV("n", 2)]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.sampled_from(["put", "delete", "put_delete"]), st.integers(0, 300),
+                          st.integers(0, 150), st.sampled_from(["flush", "all", "range", ""])),
+                max_size=10))
+def test_flushes_of_many_keys_agree(steps: list[tuple[str, int, int, str]]) -> None:
+    """Spans of keys put and deleted, more than a flush places in the sorted keys one by one
+    (the store of bytes in memory sorts them again, and keeps writing meanwhile)."""
+    ops: list[tuple[Any, ...]] = []
+    for what, start, n, then in steps:
+        for k in range(start, start + n):
+            if what != "delete":
+                ops.append(("put", k, k % 97))
+            if what != "put":
+                ops.append(("delete", k - n // 2))
+        if then:
+            ops.append(("range", start, start + n) if then == "range" else (then,))
+    _check("window or join state", ops)
