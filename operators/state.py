@@ -143,7 +143,7 @@ def encode_key(key: Any) -> bytes:
     """Order-preserving bytes for ``key`` (see the module docstring)."""
     t = type(key)
     if t is int and 0 <= key < 1 << 63:  # the common case: an id or a timestamp
-        size = (key.bit_length() + 7) >> 3
+        size: int = (key.bit_length() + 7) >> 3
         return _POS_HEADS[size] + cast(bytes, key.to_bytes(size, "big")) + _NO_FRACTION
     out = bytearray()
     _encode(key, out)
