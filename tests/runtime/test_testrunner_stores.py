@@ -48,16 +48,26 @@ def undeclared_fold(system: Any) -> StreamApplication:
 
 #: commits while the window is open, so that its panes are written to its store
 COMMIT_OFTEN = {"task.commit.ms": "1"}
+#: what ``undeclared_join`` joins: commits (``COMMIT_OFTEN``) come while the join holds Tallies
+JOINED = {"in": [KV("k", i) for i in range(20_000)], "other": [KV("k", 3)]}
+
+
+def _seconds(kv: KV[str, Any]) -> float:
+    """The event time of a message of ``undeclared_join``: its int value, or the ``Tally``'s the
+    left side's ``map`` makes of it (a join reads the input's event time from the message as it
+    reaches it)."""
+    return float(kv.value.n if isinstance(kv.value, Tally) else kv.value)
 
 
 def undeclared_join(system: Any) -> StreamApplication:
-    """A stream-stream join keeping ``Tally`` messages, which join state cannot encode."""
+    """A stream-stream join (in event time, which every runner runs alike) keeping ``Tally``
+    messages, which join state cannot encode."""
     app = StreamApplication("tj")
-    ins = app.input(system.input("in", serde=SERDE, partitions=1))
-    other = app.input(system.input("other", serde=SERDE, partitions=1))
+    ins = app.input(system.input("in", serde=SERDE, partitions=1, event_time=_seconds))
+    other = app.input(system.input("other", serde=SERDE, partitions=1, event_time=_seconds))
     (ins.map(lambda kv: KV(kv.key, Tally(kv.value)), name="tally")
      .join(other, key=lambda kv: kv.key, other_key=lambda kv: kv.key,
-           combine=lambda m, o: KV(m.key, m.value.n), ttl=timedelta(seconds=60), name="j")
+           combine=lambda m, o: KV(m.key, m.value.n), within=timedelta(seconds=60), name="j")
      .send_to(app.output(system.output("out", serde=SERDE, partitions=1))))
     return app
 
@@ -142,8 +152,7 @@ def test_a_window_fold_of_an_undeclared_class_fails_on_both_with_the_same_line(
 
 def test_a_join_keeping_an_undeclared_class_fails_on_both_with_the_same_line(
         tmp_path: Path) -> None:
-    line = both_fail(undeclared_join, {"in": [KV("k", 1), KV("j", 2)], "other": [KV("k", 3)]},
-                     tmp_path)
+    line = both_fail(undeclared_join, JOINED, tmp_path, COMMIT_OFTEN)
     assert ("store 'tj-1-join-j-L' of task 'Partition 0': cannot encode the entry for key 'k' "
             "(SerdeError: join state 'tj-1-join-j-L' of operator 'tj-1-join-j': SafeSerde() "
             "cannot write a value of type Tally") in line

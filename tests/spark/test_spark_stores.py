@@ -23,6 +23,7 @@ from samza_dsl.systems import MemorySystem
 sys.path.insert(0, str(Path(__file__).parent.parent / "runtime"))
 from test_testrunner_stores import (  # noqa: E402
     COMMIT_OFTEN,
+    JOINED,
     context_writer,
     run,
     tuple_values,
@@ -65,8 +66,7 @@ def test_a_window_fold_of_an_undeclared_class_fails_on_spark_as_in_the_job(
 
 def test_a_join_keeping_an_undeclared_class_fails_on_spark_as_in_the_job(
         spark: Any, tmp_path: Path) -> None:
-    text = same_failure(spark, undeclared_join,
-                        {"in": [KV("k", 1), KV("j", 2)], "other": [KV("k", 3)]}, tmp_path)
+    text = same_failure(spark, undeclared_join, JOINED, tmp_path, COMMIT_OFTEN)
     assert ("store 'tj-1-join-j-L' of task 'Partition 0' in memory: cannot encode the entry "
             "for key 'k'") in text
 
