@@ -357,6 +357,8 @@ class KafkaConsumer(Consumer):
                 self._fetched[tp] = records[-1].offset + 1
             for key in self._readers[tp]:
                 position = self.positions[key][2]
+                if position is None:  # a reader ``add`` still resolves: it fetches again for it
+                    continue
                 mine = [r for r in records if r.offset >= position]
                 if key in active:
                     self._deliver(key, mine, _limit(limits, key, max_per_key), out)
