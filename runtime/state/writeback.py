@@ -12,6 +12,7 @@ keys that make ``maybe_flush`` flush, 10,000).
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from itertools import islice
 from typing import Any, cast
@@ -136,7 +137,7 @@ def store_sizes(config: Mapping[str, Any], store_name: str) -> tuple[int, int]:
             _positive(config, f"stores.{store_name}.write.batch.size", 10_000))
 
 
-class CachedStore:
+class CachedStore(ABC):
     """The write-back layer of a task's store over its bytes (docs/architecture.md: LMDB's
     ``LmdbStore``, memory's ``MemoryStore``): ``get`` and ``put`` are the dirty entries' own
     ``__getitem__`` and ``__setitem__``, a key neither dirty nor cached is read from the bytes
@@ -190,28 +191,34 @@ class CachedStore:
 
     # -- the bytes: what a subclass gives -------------------------------------------------------
 
+    @abstractmethod
     def where(self) -> str:
         """The store, as errors name it."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def _get_bytes(self, key: Any, kb: bytes) -> bytes | None:
         """The value bytes of ``key`` (encoded ``kb``), None where there are none."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def _write(self, entries: Entries) -> None:
         """Writes the encoded entries of a flush (a None value deletes its key)."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def _holds(self, kb: bytes) -> bool:
         """Whether the bytes hold a value under ``kb``."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def _count(self) -> int:
         """The number of keys the bytes hold."""
-        raise NotImplementedError
+        ...
 
     def _writable(self, changes: int) -> None:
         """Raises where ``changes`` dirty entries cannot be written now (a closed store)."""
+        return None  # by default they can
 
     # -- reading --------------------------------------------------------------------------------
 
