@@ -32,7 +32,7 @@ from runtime.host.stacks import stacks_on
 from runtime.host.watchdog import ABORT_S, REPEAT_S, LoopWatch, exit_now, leave_stuck_threads
 from runtime.memory import MemoryBroker, MemoryInputs, memory_job
 from samza_dsl import StreamApplication
-from samza_dsl.config import config_value, exactly_once, job_config, validate_config
+from samza_dsl.config import config_value, job_config, validate_config
 from samza_dsl.connectors import SinkOutput
 from samza_dsl.errors import Interrupted, SamzaError
 
@@ -1103,8 +1103,6 @@ def print_outputs(runner: LocalRunner, out: TextIO = sys.stdout, limit: int = 10
         if runner.late():
             lines += late_why_lines(
                 runner.late_counts, runner.plan,
-                resumed=traffic is not None and any(traffic[1].values()),
-                exactly=exactly_once(job_config(runner.app, runner.config)),
                 counters=traffic[2] if traffic is not None else None,
                 app_ref=app_ref or "APP")
         for line in lines:

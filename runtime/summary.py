@@ -20,14 +20,13 @@ LATE_WHY = ("late: a message is late when the watermark (the event time its inpu
             "to wait longer, or late_to= to keep them")
 
 
-def late_why_lines(late: Mapping[str, Mapping[str, int]], plan: Any, *, resumed: bool,
-                   exactly: bool, counters: Mapping[str, Any] | None = None,
+def late_why_lines(late: Mapping[str, Mapping[str, int]], plan: Any, *,
+                   counters: Mapping[str, Any] | None = None,
                    app_ref: str = "APP") -> list[str]:
     """Why the run's late messages were late: for panes that the end of an earlier bounded run
-    closed (more input after it ended, at the same event times), disorder beyond the declared
-    bound, or, for those read from an intermediate stream by a run at least once that resumed
-    from checkpoints (a restart, or tasks taken over in a consumer group), replays of what an
-    upstream task had written before it restarted."""
+    closed (more input after it ended, at the same event times), else disorder beyond the
+    declared bound. (Replays never are: a task skips a replayed record of an intermediate stream
+    before any window sees it, ``runtime.engine.origins``.)"""
     total = sum(n for per in late.values() for n in per.values())
     after_end = sum(int(v) for k, v in (counters or {}).items()
                     if isinstance(k, str) and k.endswith(AFTER_END))
@@ -40,24 +39,8 @@ def late_why_lines(late: Mapping[str, Mapping[str, int]], plan: Any, *, resumed:
                 f"with --follow (see 'The end of a bounded run' in docs/semantics.md)")
         if after_end >= total:
             return [line]
-        return [line, *late_why_lines(late, plan, resumed=resumed, exactly=exactly)]
-    intermediate = set(plan.intermediate_streams)
-    replayed = sorted({sid for per in late.values() for sid, n in per.items()
-                       if n and sid in intermediate})
-    disorder = any(n and sid not in intermediate for per in late.values()
-                   for sid, n in per.items())
-    if not replayed or exactly or not resumed:
-        return [LATE_WHY] if late else []
-    lines = [LATE_WHY] if disorder else []
-    lines.append(
-        f"late: those from {', '.join(replayed)} are most likely replays, not disorder: at "
-        f"least once, a task that restarts (after a crash, a lost host, or when another member "
-        f"of the group takes it over) writes again what it processed after its last "
-        f"checkpoint, and a window downstream whose watermark had passed their time finds the "
-        f"copies late. Raising max_out_of_orderness would count them twice; "
-        f"job.processing.guarantee=exactly-once never replays them (see 'At least once after "
-        f"a takeover' in docs/several-machines.md)")
-    return lines
+        return [line, LATE_WHY]
+    return [LATE_WHY] if late else []
 
 
 def _inputs(plan: Any) -> list[str]:
@@ -99,6 +82,11 @@ def skipped_lines(counters: Mapping[str, Any], plan: Any, *, app_ref: str | None
     if by_request:
         lines.append(f"skipped: {by_request:,} record(s) as --skip asked (not processed; the "
                      f"checkpoint is past them)")
+    replays = int(counters.get("replays-skipped", 0))
+    if replays:
+        lines.append(f"skipped: {replays:,} record(s) of intermediate streams that tasks "
+                     f"restarting from their checkpoints wrote again, already applied (see "
+                     f"'Replays applied once' in docs/semantics.md)")
     app = app_ref or "APP"
     for sid in plan.streams:
         key = f"streams.{sid}.samza.serde.error"

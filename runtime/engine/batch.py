@@ -217,7 +217,7 @@ class _StreamRun:
 
     __slots__ = ("fn", "fn_op", "meter", "fused", "key_of", "keyed", "raw", "runs_of", "rest",
                  "bufs", "parts", "fixed", "kser", "vser", "sender", "read", "stream_id", "et",
-                 "plain_kind")
+                 "plain_kind", "track")
 
     def __init__(self, fn: Callable[[Any], Any], fn_op: str, meter: OpMeter | None,
                  fused: OneToOneChain | None, key_of: Callable[[Any], Any] | None, keyed: bool,
@@ -231,8 +231,11 @@ class _StreamRun:
         self.kser: Any = sink.key  # both set unless raw
         self.vser: Any = sink.value
         self.sender, self.read, self.stream_id, self.et = sender, read, stream_id, et
+        #: records that carry their origins: the cursor the appends read, set per message
+        self.track = sink.cursor
         #: records by key whose times are not kept: ``rest`` takes the batch after its first
-        self.plain_kind = not raw and key_of is None and rule.fixed is None
+        self.plain_kind = not raw and key_of is None and rule.fixed is None \
+            and self.track is None
 
     def __call__(self, payloads: list[Any], i: int, end: int, times: Any = None) -> int:
         """Process payloads[i:end] up to the first control record (or, with ``times``, the
@@ -241,7 +244,7 @@ class _StreamRun:
                                                 self.keyed, self.raw)
         bufs, parts, fixed, kser, vser, sender = (self.bufs, self.parts, self.fixed, self.kser,
                                                   self.vser, self.sender)
-        runs_of, et = self.runs_of, self.et
+        runs_of, et, track = self.runs_of, self.et, self.track
         control_types = CONTROL_TYPES
         it = iter(payloads[i:end])  # the iterator tells the index when the loop stops
         n_in = dropped = 0
@@ -279,6 +282,8 @@ class _StreamRun:
                         else:
                             xmax = x
                 n_in += 1
+                if track is not None:
+                    track.index = end - length_hint(it)
                 if direct:  # a partition_by of the message, its partitions in memory
                     try:
                         k = key_of(m)  # type: ignore[misc]

@@ -17,7 +17,10 @@ it (written before it existed) restores with no progress, as before.
 
 A task that writes outputs through sinks (``runtime.engine.sinks``) records the id of the checkpoint
 and each sink's position (``sinks``: ``{"id": n, "positions": {stream: position}}``), which the
-task's next start hands back to its sinks; a checkpoint without it restores none."""
+task's next start hands back to its sinks; a checkpoint without it restores none.
+
+At least once, a task reading intermediate streams records what it applied of each origin of
+their records (``applied``: ``runtime.engine.origins``), which its next start skips again."""
 
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ import msgspec
 
 from runtime.engine.job import SSP
 
-__all__ = ["merge", "offsets_of", "changelogs_of", "times_of", "sinks_of", "written_of", "epoch_of",
+__all__ = ["merge", "offsets_of", "changelogs_of", "times_of", "sinks_of", "applied_of", "written_of", "epoch_of",
            "supersedes", "encode", "decode"]
 
 _encoder = msgspec.msgpack.Encoder()
@@ -39,12 +42,14 @@ _decoder = msgspec.msgpack.Decoder()
 def merge(old: Mapping[str, Any], offsets: Mapping[SSP, int],
           changelogs: Mapping[str, int] | None,
           stamp: Mapping[str, Any] | None = None, times: Any = None,
-          sinks: Mapping[str, Any] | None = None) -> dict[str, Any]:
+          sinks: Mapping[str, Any] | None = None,
+          applied: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """``old`` with ``offsets`` and ``changelogs`` written over it, stamped with the time now
     and ``stamp`` (a group member's ``group_generation`` and ``member``; ``epoch`` when it takes
     the task over), keeping ``old``'s epoch otherwise; and the task's event-time progress as of
     ``offsets`` (``times``: ``TaskClock.snapshot``), else ``old``'s; and its sinks' record
-    (``sinks``, ``runtime.engine.sinks``), else ``old``'s."""
+    (``sinks``, ``runtime.engine.sinks``), else ``old``'s; and what it applied of the records
+    of its intermediate streams (``applied``, ``runtime.engine.origins``), else ``old``'s."""
     merged = {(s, p): o for s, p, o in old.get("offsets", [])}
     merged.update({(ssp.stream_id, ssp.partition): o for ssp, o in offsets.items()})
     cls = dict(old.get("changelogs", {}))
@@ -59,6 +64,9 @@ def merge(old: Mapping[str, Any], offsets: Mapping[SSP, int],
     sinks = sinks if sinks is not None else old.get("sinks")
     if sinks is not None:
         out["sinks"] = dict(sinks)
+    applied = applied if applied is not None else old.get("applied")
+    if applied is not None:
+        out["applied"] = dict(applied)
     if stamp:
         out.update(stamp)
     return out
@@ -83,6 +91,13 @@ def sinks_of(data: Mapping[str, Any]) -> dict[str, Any]:
     without it."""
     sinks = data.get("sinks")
     return dict(sinks) if isinstance(sinks, dict) else {}
+
+
+def applied_of(data: Mapping[str, Any]) -> dict[str, Any]:
+    """What the task applied of its intermediate streams' records as of its checkpoint
+    (``runtime.engine.origins.Applied.snapshot``); {} for a checkpoint without it."""
+    applied = data.get("applied")
+    return dict(applied) if isinstance(applied, dict) else {}
 
 
 def written_of(data: Mapping[str, Any]) -> float | None:

@@ -42,7 +42,8 @@ from typing import Any, cast
 import msgspec
 
 from runtime.engine.job import SSP
-from runtime.engine.records import EndOfStream, Watermark, is_control
+from runtime.engine.origins import OriginList, decode_origins
+from runtime.engine.records import EndOfStream, Skipped, Watermark, is_control
 from runtime.engine.serde_util import default_key_bytes
 from runtime.engine.systems import ProducerCounts, StreamSink
 from samza_dsl.errors import SerdeError
@@ -71,13 +72,6 @@ log = logging.getLogger("samza_dsl.serde")
 
 _control_encoder = msgspec.msgpack.Encoder()
 _control_decoder = msgspec.msgpack.Decoder(tuple[int, EndOfStream | Watermark])
-
-
-class Skipped(msgspec.Struct, frozen=True):
-    """A record the job passed over: a control record of an earlier run, or a message that failed
-    to deserialize under the ``skip`` or ``dead-letter`` policy. It counts as processed."""
-
-    reason: str = ""
 
 
 _STALE = Skipped("control record of an earlier run")
@@ -179,6 +173,9 @@ class StreamCodec:
         #: exactly once, an intermediate stream: the producing tasks whose watermarks of an
         #: earlier run still count (``keep_earlier_watermarks``); None: none do
         self.earlier_marks: frozenset[str] | None = None
+        #: an intermediate stream: a decoded batch gives its records' origins
+        #: (``runtime.engine.origins``), where they carry them
+        self.origins = False
         self.encode = self._encoder()
         # both deserializers raise on None, so a batch may first be tried without None checks
         self._none_raises = self._key_serde is not None and all(
@@ -246,7 +243,17 @@ class StreamCodec:
 
     def decode_batch(self, ssp: SSP, first: int, records: Sequence[Record],
                      generation: int) -> list[Any]:
-        """Messages, control messages and ``Skipped`` markers, one per record, in order."""
+        """Messages, control messages and ``Skipped`` markers, one per record, in order; of an
+        intermediate stream whose records carry origins, an ``OriginList`` that gives them."""
+        out = self._decode_all(ssp, first, records, generation)
+        if self.origins:
+            origins = decode_origins([r[2] for r in records])
+            if origins is not None:
+                return OriginList(out, origins)
+        return out
+
+    def _decode_all(self, ssp: SSP, first: int, records: Sequence[Record],
+                    generation: int) -> list[Any]:
         if self.skip:
             offsets = self.skip.get(ssp.partition)
             if offsets and any(first <= o < first + len(records) for o in offsets):

@@ -124,9 +124,11 @@ class Committer:
         return self.checkpoints.written(task_name)
 
     async def commit(self, task_name: str, offsets: Mapping[SSP, int], *,
-                     has_stores: bool, times: Any = None) -> float:
+                     has_stores: bool, times: Any = None,
+                     applied: Mapping[str, Any] | None = None) -> float:
         """Commit ``offsets`` (taken by the caller before calling) for task ``task_name``, with
-        its event-time progress as of them (``times``, where the checkpoint store keeps it) and
+        its event-time progress as of them (``times``, where the checkpoint store keeps it), what
+        it applied of its intermediate streams (``applied``, ``runtime.engine.origins``) and
         its sinks (``sinks``) prepared before the checkpoint and committed after it; returns
         when it ended (``time.monotonic()``)."""
         began = time.perf_counter_ns()
@@ -134,6 +136,8 @@ class Committer:
         offsets = dict(offsets)
         if times is not None:
             self.checkpoints.times[task_name] = times
+        if applied is not None:  # what it applied of its intermediate streams, at least once
+            self.checkpoints.applied[task_name] = applied
         crash = faults.reached if faults.ARMED else None
         if crash:
             crash("commit.start")

@@ -133,6 +133,9 @@ class MemoryCheckpoints(CheckpointStore):
         #: per task, its event-time progress as of its last write (not read back: a run in
         #: memory never restarts from it)
         self.times: dict[str, Any] = {}
+        #: per task, what it applied of its intermediate streams (none: a run in memory never
+        #: replays)
+        self.applied: dict[str, Any] = {}
 
     def read(self, task_name: str) -> dict[SSP, int]:
         return dict(self.checkpoints.get(task_name, {}))
@@ -344,7 +347,7 @@ class Container:
         self._opened[model.name] = dict(opened or {})
         try:
             task = TaskInstance(model, self.job, self.env)
-            restore_times(task, self.checkpoints)
+            restore_progress(task, self.checkpoints)
         finally:
             self._opened.pop(model.name, None)
         for ssp in task.ssps:
@@ -395,7 +398,7 @@ class Container:
                             for m in self.task_models}
         for m in self.task_models:  # one by one: those built are closed if the next fails
             self.tasks.append(TaskInstance(m, self.job, self.env))
-            restore_times(self.tasks[-1], self.checkpoints)
+            restore_progress(self.tasks[-1], self.checkpoints)
         self._keys = []
         for t in self.tasks:
             for ssp in t.ssps:
@@ -811,6 +814,9 @@ def _reader_behind(consumer: Any, keys: dict[SSP, Any]) -> Callable[[SSP], bool]
     return behind
 
 
-def restore_times(task: Any, checkpoints: Any) -> None:
-    """The task's event-time progress as of its checkpoint, where the store keeps it."""
+def restore_progress(task: Any, checkpoints: Any) -> None:
+    """The task's event-time progress, and what it applied of its intermediate streams, as of
+    its checkpoint, where the store keeps them."""
     task.clock.restore(checkpoints.read_times(task.name))
+    if task.applied is not None:
+        task.applied.load(checkpoints.read_applied(task.name))

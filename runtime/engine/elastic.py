@@ -32,6 +32,7 @@ from typing import Any
 from operators.hashing import KeyPartitioner
 from runtime.engine.codec import Skipped
 from runtime.engine.job import SSP, JobModel, TaskModel, task_name
+from runtime.engine.origins import OriginList
 from runtime.engine.records import EndOfStream, Watermark
 from runtime.engine.serde_util import default_key_bytes
 from runtime.engine.watermarks import event_seconds
@@ -128,6 +129,7 @@ class BucketFan:
     def add_batch(self, ssp: SSP, first: int, payloads: list[Any]) -> None:
         bucket = self.bucket
         marks = [bucket(m, first + i) for i, m in enumerate(payloads)]
+        origins = payloads.origins if isinstance(payloads, OriginList) else None
         time_of = self.time_of
         if time_of is None:
             others: Any = itertools.repeat(OTHER_BUCKET)
@@ -143,6 +145,9 @@ class BucketFan:
                 for i in range(min(done - first + 1, len(mine))):
                     if marks[i] >= 0:
                         mine[i] = OTHER_BUCKET if time_of is None else others[i]
+            if origins is not None:  # the origins of this task's records only
+                mine = OriginList(mine, [o if k == b or k < 0 else None
+                                         for o, k in zip(origins, marks, strict=True)])
             t.add_batch(ssp, first, mine)
 
 

@@ -53,7 +53,7 @@ class Handout:
     event time, which counts once it is done and first (None: none); ``went``: how many
     messages went through the task before it (for its error)."""
 
-    __slots__ = ("ssp", "offset", "done", "started", "time", "went")
+    __slots__ = ("ssp", "offset", "done", "started", "time", "went", "emitted")
 
     def __init__(self, ssp: SSP, offset: int, done: bool, started: float, time: Any,
                  went: int = 0) -> None:
@@ -63,6 +63,8 @@ class Handout:
         self.started = started
         self.time = time
         self.went = went
+        #: how many records it wrote into intermediate streams (``runtime.engine.origins``)
+        self.emitted = 0
 
     def __repr__(self) -> str:
         return (f"Handout({self.ssp!r}, {self.offset}, done={self.done}, "

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import msgspec
 
-__all__ = ["EndOfStream", "Watermark", "is_control"]
+__all__ = ["EndOfStream", "Watermark", "Skipped", "is_control"]
 
 
 class EndOfStream(msgspec.Struct, frozen=True, tag="eos"):
@@ -22,6 +22,14 @@ class Watermark(msgspec.Struct, frozen=True, tag="wm"):
     producer: str | None
     ms: int
     idle: bool = False
+
+
+class Skipped(msgspec.Struct, frozen=True):
+    """A record the job passed over: a control record of an earlier run, a message that failed
+    to deserialize under the ``skip`` or ``dead-letter`` policy, a replay of a record already
+    applied (``runtime.engine.origins``). It counts as processed."""
+
+    reason: str = ""
 
 
 _CONTROL = (EndOfStream, Watermark)

@@ -87,6 +87,9 @@ class StreamSink:
     key: Callable[[Any], bytes] | None = None
     value: Callable[[Any], bytes] | None = None
     encode: Callable[[Any], Any] | None = None
+    #: where the appends read the message being processed (records that carry their origin,
+    #: ``runtime.engine.origins``): a loop over a batch sets its ``index`` as it goes
+    cursor: Any = None
 
 
 class RecordSink(Protocol):
@@ -132,6 +135,8 @@ class CheckpointStore(Protocol):
     times: dict[str, Any]
     #: per task, its sinks' record for the checkpoint being written (``runtime.engine.sinks``)
     sinks: dict[str, Any]
+    #: per task, what it applied of its intermediate streams' records (``runtime.engine.origins``)
+    applied: dict[str, Any]
 
     def read(self, task_name: str) -> dict[SSP, int]: ...
     def read_changelogs(self, task_name: str) -> dict[str, int]: ...
@@ -144,6 +149,11 @@ class CheckpointStore(Protocol):
 
     def read_sinks(self, task_name: str) -> dict[str, Any]:
         """The task's sinks' record in its checkpoint (empty: none)."""
+        return {}
+
+    def read_applied(self, task_name: str) -> dict[str, Any]:
+        """What the task applied of its intermediate streams' records as of its checkpoint
+        (``runtime.engine.origins``; empty: none kept)."""
         return {}
 
     def written(self, task_name: str) -> float | None:

@@ -21,7 +21,7 @@ from operators.base import Operator, OperatorContext, UserContext
 from runtime.engine import faults
 from runtime.engine.batch import CONTROL_TYPES, BatchFailure
 from runtime.engine.chooser import Chooser
-from runtime.engine.codec import Skipped
+from runtime.engine.codec import BufferedProducer, Skipped
 from runtime.engine.dag import OperatorFailure, gather_pending
 from runtime.engine.elastic import OtherBucket
 from runtime.engine.event_time import DeclaredTime, EventTimeFailure, InputTime
@@ -29,6 +29,8 @@ from runtime.engine.handout import Batch, Cursor, Handout
 from runtime.engine.in_flight import cancel_messages
 from runtime.engine.job import SSP, JobModel, TaskModel
 from runtime.engine.join_check import placement_checks
+from runtime.engine.origins import Applied, OriginList, Stamps
+from runtime.engine.origins import wire as wire_origins
 from runtime.engine.records import EndOfStream, Watermark
 from runtime.engine.sinks import task_producer
 from runtime.engine.stage_outputs import CONTROL, SOURCE, StageOutputs
@@ -139,6 +141,10 @@ class TaskInstance:
 
         #: where the task's records go: the container's producer, or under exactly-once its own
         self.producer = task_producer(self, env)
+        #: the origins of its records into intermediate streams, and what it applied of those it
+        #: reads (at least once on a system that stores streams: ``runtime.engine.origins``)
+        self.stamps: Stamps | None = None
+        self.applied: Applied | None = None
         self.operators: dict[str, Operator] = {}
         self._build()
         for op_id, hold in self.clock.in_time_order.items():
@@ -153,6 +159,9 @@ class TaskInstance:
             self.plan, model.stages, lambda name: env.open_store(model, name),
             open_remote=self._open_remote)
         self.stores = stores
+        self.producer, self.applied = wire_origins(
+            self, self.producer, records_producer(self.producer),
+            config_value(env.config, "job.processing.guarantee"))
         self._flushers = [s.maybe_flush for s in stores.values() if s.batched_writes]
         self._state_flushers = [op.flush_state for op in self.operators.values()
                                 if type(op).flush_state is not Operator.flush_state]
@@ -223,6 +232,9 @@ class TaskInstance:
         n = 0
         calls = self.calls
         calls.handing_out = True
+        stamps = self.stamps
+        if stamps is not None:
+            stamps.live = True
         max_c = self.max_concurrency
         inbox = self.inbox
         boot = self.bootstrapping
@@ -242,6 +254,8 @@ class TaskInstance:
                 if cur is None:
                     break
                 self._cur_i = 0
+                if type(cur.payloads) is OriginList and self.applied is not None:
+                    self.applied.decide(cur, cur.payloads.origins)
             ssp, first, payloads = cur.ssp, cur.first, cur.payloads
             bonus = extra if ssp.stream_id in downstream else 0
             budget += bonus
@@ -263,6 +277,8 @@ class TaskInstance:
         self.processed += n
         self.records += n
         calls.handing_out = False
+        if stamps is not None:
+            stamps.live = False
         return n
 
     def _hand_out(self, cur: Batch, end: int, n: int) -> int:
@@ -313,6 +329,8 @@ class TaskInstance:
                 t: Any = None
                 if type(m) in control_types:
                     got = self._control_at(ssp, first, i, m, tm)
+                    if self.stamps is not None:  # what a control record caused is no message's
+                        self.stamps.live = True
                     if got is None:
                         continue
                     pend, t = got
@@ -342,6 +360,8 @@ class TaskInstance:
                 rec = Handout(ssp, first + i - 1, False, time.monotonic(), t,
                               self.processed + n + i - 1 - self._cur_i)  # went before it
                 pending.append(rec)
+                if self.stamps is not None:
+                    self.stamps.went_async(rec)
                 self.in_flight += 1
                 self.flying[ssp] = self.flying.get(ssp, 0) + 1
                 if self._adopting:  # the coroutine that asked takes it on
@@ -369,6 +389,8 @@ class TaskInstance:
         """A control record handed out (``i - 1`` of the batch at ``first``): None when it needs
         no more (it is done, or waits in the handout order), else what it waits for and its
         event time, as a message's."""
+        if self.stamps is not None:
+            self.stamps.live = False
         if type(m) is OtherBucket:
             # another virtual task's message: done, its time counts as if this task had
             # completed it (rule 18)
@@ -581,9 +603,11 @@ class TaskInstance:
                             f"{f.cause}", task=self.name) from f.cause
         for flush in self._state_flushers:  # operators' in-memory state into their stores
             flush()
+        applied = self.applied
         self.last_commit_end = await self.env.committer.commit(
             self.name, self.checkpoint, has_stores=bool(self.stores),
-            times=self.clock.snapshot())
+            times=self.clock.snapshot(),
+            applied=None if applied is None else applied.snapshot(self.checkpoint))
 
     async def run(self) -> None:
         wake = self.wake
@@ -688,6 +712,16 @@ class TaskInstance:
     def close(self) -> None:
         for op in self.operators.values():
             op.close()
+
+
+def records_producer(producer: Any) -> BufferedProducer | None:
+    """The producer of records under a task's producer (``SinkProducer``'s ``inner``); None where
+    the task's records are kept as they are (in memory)."""
+    while not isinstance(producer, BufferedProducer):
+        producer = getattr(producer, "inner", None)
+        if producer is None:
+            return None
+    return producer
 
 
 def _next_budget(budget: int, took: float, steady: bool = False) -> int:

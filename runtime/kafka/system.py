@@ -840,6 +840,8 @@ class KafkaCheckpoints:
         self.times: dict[str, Any] = {}
         #: per task, its sinks' record for the checkpoint being written (``runtime.engine.sinks``)
         self.sinks: dict[str, Any] = {}
+        #: per task, what it applied of its intermediate streams (``runtime.engine.origins``)
+        self.applied: dict[str, Any] = {}
 
     async def load(self) -> None:
         got = await read_checkpoint_topic(self.servers, self.topic, self.settings, self.timeout)
@@ -861,6 +863,9 @@ class KafkaCheckpoints:
     def read_sinks(self, task_name: str) -> dict[str, Any]:
         return checkpoints.sinks_of(self._data.get(task_name, {}))
 
+    def read_applied(self, task_name: str) -> dict[str, Any]:
+        return checkpoints.applied_of(self._data.get(task_name, {}))
+
     def written(self, task_name: str) -> float | None:
         """When the task's checkpoint was written (seconds since the epoch), as status reads it."""
         return checkpoints.written_of(self._data.get(task_name, {}))
@@ -872,7 +877,7 @@ class KafkaCheckpoints:
         old = self._data.get(task_name, {})
         data = checkpoints.merge({"epoch": checkpoints.epoch_of(old)} if replace else old,
                                  offsets, changelogs, self.stamp, self.times.get(task_name),
-                                 self.sinks.get(task_name))
+                                 self.sinks.get(task_name), self.applied.get(task_name))
         self.producer.buffer(f"__checkpoint__{self.topic}", 0).append(
             (task_name.encode(), checkpoints.encode(data), None))
         await self.producer.flush()

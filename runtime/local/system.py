@@ -329,6 +329,8 @@ class LocalCheckpoints:
         self.times: dict[str, Any] = {}
         #: per task, its sinks' record for the checkpoint being written (``runtime.engine.sinks``)
         self.sinks: dict[str, Any] = {}
+        #: per task, what it applied of its intermediate streams (``runtime.engine.origins``)
+        self.applied: dict[str, Any] = {}
 
     def _key(self, task_name: str) -> str:
         return f"checkpoint/{self.job_name}/{task_name}"
@@ -356,6 +358,9 @@ class LocalCheckpoints:
     def read_sinks(self, task_name: str) -> dict[str, Any]:
         return checkpoints.sinks_of(self._read(task_name))
 
+    def read_applied(self, task_name: str) -> dict[str, Any]:
+        return checkpoints.applied_of(self._read(task_name))
+
     def written(self, task_name: str) -> float | None:
         """When the task's checkpoint was written (seconds since the epoch), as status reads it."""
         return checkpoints.written_of(self._read(task_name))
@@ -365,7 +370,8 @@ class LocalCheckpoints:
         """``replace``: drop what the task's checkpoint held before."""
         data = checkpoints.merge({} if replace else self._read(task_name), offsets, changelogs,
                                  times=self.times.get(task_name),
-                                 sinks=self.sinks.get(task_name))
+                                 sinks=self.sinks.get(task_name),
+                                 applied=self.applied.get(task_name))
         self.log.put_meta(self._key(task_name), checkpoints.encode(data))
 
     def writer(self, task_name: str, offsets: Mapping[SSP, int]
@@ -603,6 +609,7 @@ class LocalJob:
             self.codecs[sid] = StreamCodec(sid, serde, policy=policy, dead_letter=dead_letter,
                                            metrics=self.metrics, ahead=ahead_rule(
                                                sid, s.descriptor, policy, metrics=self.metrics))
+            self.codecs[sid].origins = s.kind in ("intermediate", "broadcast")
 
     def _build(self, follow: bool, inputs: Mapping[str, Any]) -> None:
         plan, job, counts = self.plan, self.job, self.counts

@@ -1,13 +1,13 @@
-"""The run summary's word on late messages names replays as such: at least once, a run that
-resumed from checkpoints (a restart, a takeover in the group) and found messages of an
-intermediate stream late is told they are most likely an upstream task's replays, not advised to
-raise ``max_out_of_orderness`` (which would count them twice)."""
+"""The run summary's word on late messages: replays are never late (a task skips a replayed
+record of an intermediate stream before any window sees it, ``runtime.engine.origins``), so a
+late message is disorder, whether or not the run resumed from checkpoints; the replays skipped
+are counted on a line of their own."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
-from runtime.summary import LATE_WHY, late_why_lines
+from runtime.summary import LATE_WHY, late_why_lines, skipped_lines
 from samza_dsl import StreamApplication, Windows
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
 from samza_dsl.systems import LocalSystem
@@ -27,20 +27,16 @@ def _plan() -> tuple[object, str, str]:
     return plan, hop, "replays-1-window-w"
 
 
-def test_late_copies_after_a_restart_at_least_once_are_named_replays() -> None:
+def test_late_messages_are_disorder_whether_or_not_the_run_resumed() -> None:
     plan, hop, w = _plan()
-    lines = late_why_lines({w: {hop: 12}}, plan, resumed=True, exactly=False)
-    assert LATE_WHY not in lines  # no advice to wait longer for them
-    (line,) = lines
-    assert f"those from {hop} are most likely replays, not disorder" in line
-    assert "job.processing.guarantee=exactly-once never replays them" in line
-    # late input messages too: both reasons
-    both = late_why_lines({w: {hop: 3, "ev": 2}}, plan, resumed=True, exactly=False)
-    assert both[0] == LATE_WHY and "replays" in both[1]
+    assert late_why_lines({w: {hop: 12}}, plan) == [LATE_WHY]
+    assert late_why_lines({w: {hop: 3, "ev": 2}}, plan) == [LATE_WHY]
+    assert late_why_lines({}, plan) == []
 
 
-def test_disorder_is_disorder_when_nothing_can_have_replayed() -> None:
-    plan, hop, w = _plan()
-    for resumed, exactly in [(False, False), (True, True), (False, True)]:
-        assert late_why_lines({w: {hop: 5}}, plan, resumed=resumed, exactly=exactly) == [LATE_WHY]
-    assert late_why_lines({}, plan, resumed=True, exactly=False) == []
+def test_the_replays_skipped_have_a_line_of_their_own() -> None:
+    plan, _, _ = _plan()
+    (line,) = skipped_lines({"replays-skipped": 1234}, plan, app_ref=None)
+    assert "1,234 record(s) of intermediate streams" in line
+    assert "already applied" in line and "Replays applied once" in line
+    assert skipped_lines({}, plan, app_ref=None) == []

@@ -1,0 +1,337 @@
+"""Replays applied once: where a record of an intermediate stream comes from, and the replays a
+task reading it skips (docs/semantics.md, "Replays applied once").
+
+At least once, a task that restarts or moves reprocesses its inputs from its checkpoint, and so
+writes again into its intermediate streams what it had written after that checkpoint. So each
+record a task writes into an intermediate stream carries its origin, in the ``samza.origin``
+header: the origin's key (the input partition of the message that produced it, and its virtual
+task where there are several), that message's offset, and the record's index among the records
+that message wrote into intermediate streams. A task whose stage has asynchronous operators,
+whose records may leave out of their messages' order, adds its floor: the offset up to which
+every message of that partition had completed when the record was written (so every record of
+those messages came before it).
+
+A task reading an intermediate stream keeps, per partition it reads and per origin key, what it
+applied: the last (offset, index) of an origin whose records come in order, or a floor and the
+(offset, index) pairs above it. A record at or below what was applied is a replay: it becomes a
+``Skipped`` marker before any operator sees it (so it is neither counted again nor late). What a
+task applied is written with its checkpoint, in the same write as its input offsets and its
+stores' changelog positions, which a restore returns to: so the state, the offsets and what was
+applied always agree.
+
+``Stamps`` is the writer's side (one per task, through ``StampingProducer``); ``Applied`` the
+reader's (one per task); ``StreamCodec`` gives the origins of a batch it decodes as the
+``origins`` of an ``OriginList``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import msgspec
+
+from runtime.engine.handout import Batch, Cursor, Handout
+from runtime.engine.job import SSP
+from runtime.engine.records import Skipped
+
+__all__ = ["ORIGIN_HEADER", "origin_key", "Stamps", "StampingProducer", "OriginList",
+           "decode_origins", "Applied"]
+
+ORIGIN_HEADER = "samza.origin"
+
+#: a record a task had applied before, written again by a task that replays its inputs
+REPLAYED = Skipped("a replay of a record already applied")
+_enc = msgspec.msgpack.encode
+_decode_list = msgspec.msgpack.Decoder(list[list[str | int]])
+#: above every index: a floor covers every record of its message
+_ALL = 1 << 62
+
+
+def origin_key(ssp: SSP, bucket: int = 0, factor: int = 1) -> str:
+    """The key of an input partition (and virtual task) as records' origins name it."""
+    base = f"{ssp.stream_id}/{ssp.partition}"
+    return base if factor <= 1 else f"{base}/{bucket}of{factor}"
+
+
+class OriginList(list[Any]):
+    """A decoded batch whose records carry origins: ``origins[i]`` is record i's
+    ``(key, offset, index[, floor])``, or None (a control record, a record without one)."""
+
+    __slots__ = ("origins",)
+
+    def __init__(self, payloads: Iterable[Any], origins: list[Any]) -> None:
+        super().__init__(payloads)
+        self.origins = origins
+
+
+def decode_origins(heads: Sequence[Any]) -> list[Any] | None:
+    """The origins of a batch's records from their headers (``Record[2]``); None when no record
+    has one. A header that does not decode counts as none."""
+    at = [i for i, h in enumerate(heads) if h is not None and h[0][0] == ORIGIN_HEADER]
+    if not at:
+        return None
+    raws = [heads[i][0][1] for i in at]
+    out: list[Any] = [None] * len(heads)
+    got: list[Any]
+    try:
+        got = _decode_list.decode(b"\xdd" + len(raws).to_bytes(4, "big") + b"".join(raws))
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        got = []
+        for raw in raws:
+            try:
+                got.append(_decode_list.decode(b"\x91" + raw)[0])
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                got.append(None)
+    for i, o in zip(at, got, strict=True):
+        out[i] = o
+    return out
+
+
+class Stamps:
+    """The origins of a task's records into intermediate streams: ``header()`` is the headers
+    of a record written now (None: the record is written for no message of the task, as a
+    window's firing at a watermark or a timer, and carries no origin).
+
+    The message being processed is the one the asyncio task completing it names (``source``:
+    ``SOURCE`` of ``runtime.engine.stage_outputs``; ``control`` when it is no message), else,
+    while the task hands out (``live``), the one at the cursor. ``ordered``: the task's records
+    leave in their messages' order (no asynchronous operator), so they need no floor."""
+
+    __slots__ = ("keys", "source", "control", "src", "checkpoint", "ordered", "live", "last",
+                 "n", "_prefix")
+
+    def __init__(self, keys: Mapping[SSP, str], source: Callable[[], Any], control: Any,
+                 src: Cursor, checkpoint: Mapping[SSP, int], ordered: bool) -> None:
+        self.keys = dict(keys)
+        self.source = source
+        self.control = control
+        self.src = src
+        self.checkpoint = checkpoint
+        self.ordered = ordered
+        self.live = False
+        #: the message whose records were written last in hand-out, and how many
+        self.last: tuple[SSP, int] | None = None
+        self.n = 0
+        self._prefix: dict[SSP, bytes] = {}
+
+    def prefix(self, ssp: SSP) -> bytes:
+        p = self._prefix.get(ssp)
+        if p is None:
+            key = self.keys.get(ssp) or origin_key(ssp)
+            p = self._prefix[ssp] = (b"\x93" if self.ordered else b"\x94") + _enc(key)
+        return p
+
+    def header(self) -> tuple[tuple[str, bytes], ...] | None:
+        rec = self.source()
+        if rec is not None:
+            if rec is self.control:
+                return None
+            ssp, off = rec.ssp, rec.offset
+            n = rec.emitted
+            rec.emitted = n + 1
+        elif self.live:
+            cur = self.src.batch
+            if cur is None:
+                return None
+            ssp, off = cur.ssp, cur.first + self.src.index - 1
+            key = (ssp, off)
+            if key == self.last:
+                n = self.n = self.n + 1
+            else:
+                self.last, n = key, 0
+                self.n = 0
+        else:
+            return None
+        if self.ordered:
+            return ((ORIGIN_HEADER, self.prefix(ssp) + _enc(off) + _enc(n)),)
+        return ((ORIGIN_HEADER, self.prefix(ssp) + _enc(off) + _enc(n)
+                 + _enc(self.checkpoint.get(ssp, -1))),)
+
+    def went_async(self, rec: Handout) -> None:
+        """``rec``'s message goes on asynchronously: its next records follow those it wrote
+        while it was handed out."""
+        if self.last == (rec.ssp, rec.offset):
+            rec.emitted = self.n + 1
+
+
+class StampingProducer:
+    """A task's view of its producer: records into the intermediate streams ``streams`` carry
+    the origins ``stamps`` gives; everything else is ``inner``'s. ``base``: the producer of
+    records under ``inner`` (``runtime.engine.codec.BufferedProducer``), whose buffers take the
+    records."""
+
+    def __init__(self, inner: Any, base: Any, stamps: Stamps, streams: Iterable[str]) -> None:
+        self.inner = inner
+        self._base = base
+        self.stamps = stamps
+        self.streams = frozenset(streams)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def record_sink(self, stream_id: str) -> Any:
+        sink = self.inner.record_sink(stream_id)
+        if sink is None or stream_id not in self.streams or sink.encode is None:
+            return sink
+        header = self.stamps.header
+
+        def stamping(append: Callable[[Any], None]) -> Callable[[Any], None]:
+            def add(r: Any) -> None:
+                append((r[0], r[1], header()))
+            return add
+        return type(sink)([stamping(a) for a in sink.append], sink.key, sink.value, sink.encode,
+                          self.stamps.src)
+
+    def sender(self, stream_id: str) -> Callable[[int, Any], None]:
+        send = self.inner.sender(stream_id)
+        if stream_id not in self.streams:
+            return send
+        base, header = self._base, self.stamps.header
+
+        def stamped(partition: int, m: Any) -> None:
+            send(partition, m)
+            buf = base.buffer(stream_id, partition)
+            r = buf[-1]
+            buf[-1] = (r[0], r[1], header())
+        return stamped
+
+    def send(self, stream_id: str, partition: int, payload: Any) -> None:
+        self.inner.send(stream_id, partition, payload)
+        if stream_id in self.streams:
+            buf = self._base.buffer(stream_id, partition)
+            r = buf[-1]
+            if r[2] is None:  # a message's record, not a control record
+                buf[-1] = (r[0], r[1], self.stamps.header())
+
+
+#: operators whose outputs may leave after those of later messages
+ASYNC_OPCODES = frozenset({"async_flat_map", "sink"})
+
+
+def wire(task: Any, producer: Any, base: Any, guarantee: str) -> tuple[Any, Applied | None]:
+    """``task``'s producer, stamping origins into the intermediate streams it writes, and what it
+    applied of those it reads: at least once, where the producer writes records (``base``, a
+    system that stores streams; its operators built); else ``producer`` as it is and None."""
+    from runtime.engine.stage_outputs import CONTROL, SOURCE
+
+    plan = task.plan
+    inter = plan.intermediate_streams
+    if not inter or guarantee == "exactly-once" or base is None:
+        return producer, None
+    model = task.model
+    keys = {ssp: origin_key(ssp, model.bucket, model.buckets) for ssp in task.ssps}
+    ordered = task.env.executor is None and not plan.app.remote_tables and not any(
+        op.opcode in ASYNC_OPCODES for op in task.operators.values())
+    task.stamps = Stamps(keys, SOURCE.get, CONTROL, task._src, task.checkpoint, ordered)
+    applied = None
+    if any(ssp.stream_id in inter for ssp in task.ssps):
+        metrics = task.metrics
+        applied = Applied(REPLAYED, task.checkpoint, None if metrics is None else
+                          (lambda n: metrics.inc("replays-skipped", n)))
+    return StampingProducer(producer, base, task.stamps, inter), applied
+
+
+class Applied:
+    """What a task applied of each origin, per intermediate partition it reads; the replays it
+    skips. ``decide`` takes a batch as the task starts handing it out; ``snapshot`` is what the
+    checkpoint of given offsets holds (batches decided but not all handed out by then are
+    counted up to those offsets only)."""
+
+    def __init__(self, skipped: Any, checkpoint: Mapping[SSP, int],
+                 count: Callable[[int], None] | None = None) -> None:
+        #: ssp -> origin key -> [floor offset, floor index, set of (offset, index) above it]
+        self.state: dict[SSP, dict[str, list[Any]]] = {}
+        self.skipped = skipped
+        #: the task's completed offsets: batches decided up to them need no more keeping
+        self.checkpoint = checkpoint
+        self.count = count
+        #: ssp -> the batches decided and not yet completed: (first, origins, state before)
+        self._decided: dict[SSP, deque[tuple[int, list[Any], dict[str, list[Any]]]]] = {}
+        #: replays skipped since the start
+        self.replays = 0
+
+    def load(self, data: Mapping[str, Any] | None) -> None:
+        """What a checkpoint holds (``snapshot``'s form)."""
+        self.state.clear()
+        self._decided.clear()
+        for name, origins in (data or {}).items():
+            stream, _, part = name.rpartition("/")
+            self.state[SSP(stream, int(part))] = {
+                k: [v[0], v[1], {(a, b) for a, b in v[2]} if len(v) > 2 and v[2] else None]
+                for k, v in origins.items()}
+
+    def decide(self, batch: Batch, origins: list[Any]) -> None:
+        """Marks the replays of ``batch`` (whose records' origins are ``origins``) skipped and
+        counts the rest as applied."""
+        ssp = batch.ssp
+        st = self.state.get(ssp)
+        if st is None:
+            st = self.state[ssp] = {}
+        decided = self._decided.get(ssp)
+        if decided is None:
+            decided = self._decided[ssp] = deque()
+        done = self.checkpoint.get(ssp, -1)
+        while decided and decided[0][0] + len(decided[0][1]) - 1 <= done:
+            decided.popleft()
+        decided.append((batch.first, origins, _copy(st)))
+        n = _apply(st, origins, batch.payloads, self.skipped)
+        if n:
+            self.replays += n
+            if self.count is not None:
+                self.count(n)
+
+    def snapshot(self, offsets: Mapping[SSP, int]) -> dict[str, Any]:
+        """What was applied as of ``offsets`` (the checkpoint's): for checkpoint records."""
+        out: dict[str, Any] = {}
+        for ssp, st in self.state.items():
+            upto = offsets.get(ssp)
+            decided = self._decided.get(ssp)
+            if decided and upto is not None:
+                while decided and decided[0][0] + len(decided[0][1]) - 1 <= upto:
+                    decided.popleft()
+                if decided:  # decided beyond the checkpoint: count only what it covers
+                    first, origins, before = decided[0]
+                    st = _copy(before)
+                    _apply(st, origins[:max(0, upto - first + 1)], None, None)
+            out[f"{ssp.stream_id}/{ssp.partition}"] = {
+                k: [v[0], v[1], sorted(v[2])] if v[2] else [v[0], v[1]] for k, v in st.items()}
+        return out
+
+
+def _copy(st: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    return {k: [v[0], v[1], set(v[2]) if v[2] else None] for k, v in st.items()}
+
+
+def _apply(st: dict[str, list[Any]], origins: Sequence[Any], payloads: list[Any] | None,
+           skipped: Any) -> int:
+    """Applies ``origins`` in order to ``st``; a replay's payload becomes ``skipped``. Returns
+    how many were replays."""
+    replays = 0
+    for i, o in enumerate(origins):
+        if o is None:
+            continue
+        key, off, idx = o[0], o[1], o[2]
+        s = st.get(key)
+        if s is None:
+            s = st[key] = [-1, -1, None]
+        fo = s[0]
+        if off < fo or (off == fo and idx <= s[1]) or (s[2] is not None and (off, idx) in s[2]):
+            replays += 1
+            if payloads is not None:
+                payloads[i] = skipped
+            continue
+        if len(o) == 3:  # in order: everything of this origin up to it is applied
+            s[0], s[1] = off, idx
+            continue
+        loose = s[2]
+        if loose is None:
+            loose = s[2] = set()
+        loose.add((off, idx))
+        floor = o[3]
+        if floor > fo:
+            s[0], s[1] = floor, _ALL
+            if len(loose) > 64:
+                s[2] = {p for p in loose if p[0] > floor} or None
+    return replays

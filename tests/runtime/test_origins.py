@@ -1,0 +1,102 @@
+"""``runtime.engine.origins``: the rule by which a task skips replayed records of an
+intermediate stream (docs/semantics.md, "Replays applied once"), piece by piece."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runtime.engine.handout import Batch, Cursor, Handout
+from runtime.engine.job import SSP
+from runtime.engine.origins import (
+    ORIGIN_HEADER,
+    REPLAYED,
+    Applied,
+    Stamps,
+    decode_origins,
+    origin_key,
+)
+
+Q = SSP("hop", 0)
+
+
+def _batch(first: int, origins: list[Any]) -> tuple[Batch, list[Any]]:
+    return Batch(Q, first, [f"m{first + i}" for i in range(len(origins))]), origins
+
+
+def test_in_order_records_are_skipped_at_or_below_the_last_applied() -> None:
+    applied = Applied(REPLAYED, {})
+    b, o = _batch(0, [["in/0", 5, 0], ["in/0", 5, 1], ["in/1", 2, 0], ["in/0", 6, 0]])
+    applied.decide(b, o)
+    assert REPLAYED not in b.payloads
+    # the upstream task of in/0 restarted from its checkpoint at 4: 5/0, 5/1, 6/0 again, then 7/0
+    b2, o2 = _batch(4, [["in/0", 5, 0], ["in/0", 5, 1], ["in/0", 6, 0], ["in/0", 7, 0],
+                        ["in/1", 2, 0], ["in/1", 3, 0], None])
+    applied.decide(b2, o2)
+    assert b2.payloads == [REPLAYED, REPLAYED, REPLAYED, "m7", REPLAYED, "m9", "m10"]
+    assert applied.replays == 4
+
+
+def test_records_with_floors_are_skipped_by_floor_or_by_pair() -> None:
+    applied = Applied(REPLAYED, {})
+    # out of order (an async step upstream): 7 before 6, the floor says all up to 4 completed
+    b, o = _batch(0, [["in/0", 7, 0, 4], ["in/0", 6, 0, 4], ["in/0", 8, 0, 6]])
+    applied.decide(b, o)
+    assert REPLAYED not in b.payloads
+    b2, o2 = _batch(3, [["in/0", 5, 0, 4], ["in/0", 6, 0, 4], ["in/0", 7, 0, 4],
+                        ["in/0", 9, 0, 6]])
+    applied.decide(b2, o2)  # 5 and 6 are under the floor 6; 7 was applied; 9 is new
+    assert b2.payloads == [REPLAYED, REPLAYED, REPLAYED, "m6"]
+
+
+def test_a_checkpoint_inside_a_decided_batch_records_only_what_it_covers() -> None:
+    done: dict[SSP, int] = {}
+    applied = Applied(REPLAYED, done)
+    b, o = _batch(10, [["in/0", 1, 0], ["in/0", 2, 0], ["in/0", 3, 0]])
+    applied.decide(b, o)
+    done[Q] = 10  # the task handed out offset 10 only when it committed
+    snap = applied.snapshot(done)
+    assert snap == {"hop/0": {"in/0": [1, 0]}}
+    # restored from that checkpoint, offsets 11 and 12 come again and are applied, not skipped
+    again = Applied(REPLAYED, {})
+    again.load(snap)
+    b2, o2 = _batch(11, [["in/0", 2, 0], ["in/0", 3, 0]])
+    again.decide(b2, o2)
+    assert REPLAYED not in b2.payloads
+    done[Q] = 12
+    assert applied.snapshot(done) == {"hop/0": {"in/0": [3, 0]}}
+
+
+def test_a_snapshot_with_pairs_reads_back() -> None:
+    applied = Applied(REPLAYED, {})
+    b, o = _batch(0, [["in/0", 7, 0, 4], ["in/0", 9, 1, 4]])
+    applied.decide(b, o)
+    snap = applied.snapshot({Q: 1})
+    again = Applied(REPLAYED, {})
+    again.load(snap)
+    b2, o2 = _batch(2, [["in/0", 9, 1, 4], ["in/0", 9, 0, 4], ["in/0", 3, 0, 4]])
+    again.decide(b2, o2)
+    assert b2.payloads == [REPLAYED, "m3", REPLAYED]
+
+
+def test_stamps_name_the_message_and_count_its_records() -> None:
+    src = Cursor()
+    src.batch = Batch(SSP("in", 3), 100, ["a", "b"])
+    done: dict[SSP, int] = {}
+    stamps = Stamps({SSP("in", 3): origin_key(SSP("in", 3))}, lambda: None, object(), src, done,
+                    ordered=True)
+    assert stamps.header() is None  # not handing out: a window's firing, a timer
+    stamps.live = True
+    src.index = 1
+    heads = [stamps.header(), stamps.header()]
+    src.index = 2
+    heads.append(stamps.header())
+    assert all(h is not None and h[0][0] == ORIGIN_HEADER for h in heads)
+    assert decode_origins([*heads, None]) == [["in/3", 100, 0], ["in/3", 100, 1],
+                                              ["in/3", 101, 0], None]
+    # a message that goes on asynchronously counts on from what it wrote while handed out
+    rec = Handout(SSP("in", 3), 101, False, 0.0, None)
+    stamps.went_async(rec)
+    async_stamps = Stamps({}, lambda: rec, object(), src, done, ordered=False)
+    done[SSP("in", 3)] = 99
+    assert decode_origins([async_stamps.header()]) == [["in/3", 101, 1, 99]]
+    assert origin_key(SSP("in", 3), 1, 4) == "in/3/1of4"
