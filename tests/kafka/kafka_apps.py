@@ -180,6 +180,26 @@ def count_app(bootstrap: str, tag: str, **config: Any) -> StreamApplication:
     return app
 
 
+def rides_sessions_app(bootstrap: str, tag: str, conninfo: str) -> StreamApplication:
+    """``tests/rides.py``'s sessions of drivers on the topics ``<id>-<tag>``, into the topic
+    ``sessions-<tag>`` and, upserted by driver and start, the table ``sessions`` of the
+    PostgreSQL database ``conninfo``; late messages into ``late-<tag>``."""
+    root = str(Path(__file__).resolve().parents[2])
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from samza_dsl.postgres import PostgresSystem
+    from tests.rides import build_sessions
+
+    kafka = KafkaSystem("kafka", bootstrap_servers=bootstrap)
+    rows = PostgresSystem("pg", conninfo=conninfo).output_table(
+        "session-rows", table="sessions", key=["driver", "start_ms"], upsert=True,
+        columns={"driver": "driver", "start_ms": "start", "trips": "trips", "fares": "fares",
+                 "cut": "cut"})
+    return build_sessions(kafka, f"rides-sessions-{tag}", tag, outputs=[rows],
+                          late_to=kafka.output("late", serde=SERDE, partitions=1,
+                                               physical_name=f"late-{tag}"))
+
+
 def event_ts(kv: KV[Any, Any]) -> float:
     return float(kv.value["ts"])
 
@@ -201,6 +221,9 @@ def __getattr__(name: str) -> Any:
         tag = os.environ["SAMZA_TEST_TAG"]
         return build(KafkaSystem("kafka", bootstrap_servers=os.environ["SAMZA_TEST_BOOTSTRAP"]),
                      f"rides{tag}", tag)
+    if name == "rides_sessions":  # the newcomer's trips into sessions (tests/rides.py)
+        return rides_sessions_app(os.environ["SAMZA_TEST_BOOTSTRAP"],
+                                  os.environ["SAMZA_TEST_TAG"], os.environ["SAMZA_TEST_PG"])
     if name == "count":
         return count_app(os.environ["SAMZA_TEST_BOOTSTRAP"], os.environ["SAMZA_TEST_TAG"])
     if name == "etjoin":  # ride requests joined with acceptances within 60 s of event time

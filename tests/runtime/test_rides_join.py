@@ -1,7 +1,9 @@
 """Issue 62's newcomer's case (``tests/rides.py``): requests joined with acceptances within 60 s
 of event time over disordered input give every pair at most 60 s apart, and only those, on
 TestRunner and on the embedded local system (one container and two). Spark runs it in
-``tests/spark/test_spark_joins.py``, Kafka in ``tests/kafka/test_kafka_rides.py``."""
+``tests/spark/test_spark_joins.py``, Kafka in ``tests/kafka/test_kafka_rides.py``. The same
+newcomer's sessions of drivers give the plain-Python answer on TestRunner (Kafka under a takeover:
+``tests/kafka/test_kafka_rides_takeover.py``)."""
 
 from __future__ import annotations
 
@@ -44,3 +46,16 @@ def test_the_local_system_gives_every_pair_within_60_s(tmp_path: Path, container
         assert late_of(local.late_counts) == {}
     finally:
         local.close()
+
+
+def test_test_runner_gives_every_drivers_session() -> None:
+    given = rides.trip_inputs(6_000)
+    tested = TestRunner(rides.build_sessions(MemorySystem()))
+    for sid, parts in given.items():
+        tested.add_input(sid, parts)
+    result = tested.run(timeout=60)
+    got = [((kv.key, kv.value["start"]), {k: kv.value[k] for k in ("trips", "fares", "cut")})
+           for kv in result.messages("sessions")]
+    assert dict(got) == rides.expected_sessions(given)
+    assert len(got) == len(dict(got))  # each session once
+    assert late_of(result.late_counts) == {}
