@@ -645,14 +645,16 @@ def operator_run(op: Operator, downstream: list[Emit], meter: OpMeter | None,
                  read: dict[str, int], src: Cursor,
                  hold: Callable[[list[Awaitable[None]]], None], stream_id: str, *,
                  follow: Callable[[int], None] | None = None,
-                 owner_fixed: bool = False) -> BatchRun:
+                 owner_fixed: bool = False, one_by_one: bool = False) -> BatchRun:
     """The run of ``stream_id`` into ``op`` (which gives lists of outputs, or awaitables of
     them), its outputs forwarded to ``downstream``; ``src.index`` follows the message being
     processed, and ``follow``, where given, is called with a message's index before
     ``process`` takes it. A message whose outputs go async stops the run: what it waits for
     goes to ``hold`` and its index is returned, for the hand-out loop to take it as in flight.
     ``owner_fixed``: the window's watermark stays with whoever owns it for the whole run (a
-    Spark pass), so runs of messages apply with its own watermark too.
+    Spark pass), so runs of messages apply with its own watermark too. ``one_by_one``: no runs
+    (``src.index`` must name each message its outputs come from: records that carry their
+    origins, ``runtime.engine.origins``).
 
     The run also takes ``cols`` (``RunColumns``), the batch's records as columns: its runs
     then go to ``op.process_columns``, and ``payloads[j]`` is made only where ``process``
@@ -671,7 +673,7 @@ def operator_run(op: Operator, downstream: list[Emit], meter: OpMeter | None,
         timed = meter is None
         # runs of messages in one call, while the window's watermark is the runtime's (or
         # stays its own for the whole run)
-        fast = run is not None and (owner_fixed or not op.local_watermark)
+        fast = run is not None and not one_by_one and (owner_fixed or not op.local_watermark)
         try:
             while i < end:
                 if fast:

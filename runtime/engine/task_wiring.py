@@ -11,6 +11,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from typing import Any
 
+import networkx as nx
+
 from operators.base import IDENTITY, Operator
 from operators.join_event_time import EventTimeJoinOperator
 from operators.window import WindowOperator
@@ -19,6 +21,7 @@ from runtime.engine.dag import Emit, OperatorFailure, chain, metered
 from runtime.engine.event_time import DeclaredTime, InputTime, WindowMoves, input_time
 from runtime.engine.handout import Cursor
 from runtime.engine.job import SSP
+from runtime.engine.origins import StampingProducer
 from runtime.engine.sinks import SinkProducer
 from runtime.engine.systems import Producer
 from runtime.engine.watermarks import OBSERVED, TaskClock, observing
@@ -107,7 +110,17 @@ class TaskWiring:
                 or self.clock.observe.get(op.op_id) is not None:
             return None  # fused chains; joins; windows whose outputs' event times are observed
         return operator_run(op, self.wiring.nexts(op.op_id), self.meter(op), self.read,
-                            self.src, self.hold, stream_id)
+                            self.src, self.hold, stream_id,
+                            one_by_one=self._stamped(op.op_id))
+
+    def _stamped(self, op_id: str) -> bool:
+        """Whether records that ``op_id``'s outputs lead to carry the origins of the messages
+        that make them (``runtime.engine.origins``)."""
+        streams = getattr(self.producer, "streams", None)
+        if not isinstance(self.producer, StampingProducer) or not streams:
+            return False
+        after = nx.descendants(self.plan.graph, op_id)
+        return any(f"stream:{sid}" in after for sid in streams)
 
     def _stream_batch(self, stream_id: str) -> BatchRun | None:
         """``stream_run`` of ``stream_id``, where its steps are one-to-one into a stream."""
