@@ -35,6 +35,8 @@ from itertools import compress, count, islice
 from operator import gt, length_hint
 from typing import Any, NamedTuple, NoReturn
 
+import msgspec
+
 from operators.base import IDENTITY, FailedAt, Operator, stopped_at
 from runtime.engine.codec import Skipped
 from runtime.engine.dag import (
@@ -48,6 +50,7 @@ from runtime.engine.dag import (
 from runtime.engine.elastic import OTHER_BUCKET, OtherBucket
 from runtime.engine.event_time import EventTimeFailure
 from runtime.engine.handout import Cursor
+from runtime.engine.origins import ORIGIN_HEADER
 from runtime.engine.records import EndOfStream, Watermark
 from runtime.engine.systems import StreamSink
 from runtime.engine.watermarks import event_seconds
@@ -74,6 +77,7 @@ _RUN_MAX = 1024
 _RUN_MIN = 64
 _RUN_MISSES = 8
 _INF = float("inf")
+_enc_int = msgspec.msgpack.encode
 
 
 class BatchFailure(Exception):
@@ -217,7 +221,7 @@ class _StreamRun:
 
     __slots__ = ("fn", "fn_op", "meter", "fused", "key_of", "keyed", "raw", "runs_of", "rest",
                  "bufs", "parts", "fixed", "kser", "vser", "sender", "read", "stream_id", "et",
-                 "plain_kind", "track")
+                 "plain_kind", "track", "prefix", "plain")
 
     def __init__(self, fn: Callable[[Any], Any], fn_op: str, meter: OpMeter | None,
                  fused: OneToOneChain | None, key_of: Callable[[Any], Any] | None, keyed: bool,
@@ -231,8 +235,10 @@ class _StreamRun:
         self.kser: Any = sink.key  # both set unless raw
         self.vser: Any = sink.value
         self.sender, self.read, self.stream_id, self.et = sender, read, stream_id, et
-        #: records that carry their origins: the cursor the appends read, set per message
+        #: records that carry their origins: the cursor the appends read, set per message, and
+        #: where the loop writes each record's origin itself (``runtime.engine.origins``)
         self.track = sink.cursor
+        self.prefix, self.plain = sink.prefix, sink.plain
         #: records by key whose times are not kept: ``rest`` takes the batch after its first
         self.plain_kind = not raw and key_of is None and rule.fixed is None \
             and self.track is None
@@ -245,6 +251,12 @@ class _StreamRun:
         bufs, parts, fixed, kser, vser, sender = (self.bufs, self.parts, self.fixed, self.kser,
                                                   self.vser, self.sender)
         runs_of, et, track = self.runs_of, self.et, self.track
+        pfx, base = None, 0
+        if track is not None and self.prefix is not None:
+            cur = track.batch
+            pfx = self.prefix(cur.ssp)
+            if pfx is not None:  # a record's origin: pfx, its message's offset, index 0
+                bufs, base = self.plain or bufs, cur.first + end - 1  # offset: base - length_hint(it)
         control_types = CONTROL_TYPES
         it = iter(payloads[i:end])  # the iterator tells the index when the loop stops
         n_in = dropped = 0
@@ -320,8 +332,13 @@ class _StreamRun:
                 elif type(r) is KV and r.key is not None and (raw or r.value is not None):
                     k = r.key
                     try:
-                        bufs[parts[k] if fixed is None else fixed](
-                            r if raw else (kser(k), vser(r.value), None))
+                        if pfx is None:
+                            bufs[parts[k] if fixed is None else fixed](
+                                r if raw else (kser(k), vser(r.value), None))
+                        else:
+                            bufs[parts[k] if fixed is None else fixed](
+                                (kser(k), vser(r.value), ((ORIGIN_HEADER, pfx + _enc_int(
+                                    base - length_hint(it)) + b"\x00"),)))
                     except Exception:
                         _send(sender, r, it, end)
                 else:

@@ -42,7 +42,7 @@ from typing import Any, cast
 import msgspec
 
 from runtime.engine.job import SSP
-from runtime.engine.origins import OriginList, decode_origins
+from runtime.engine.origins import ORIGIN_HEADER, OriginList, decode_origins
 from runtime.engine.records import EndOfStream, Skipped, Watermark, is_control
 from runtime.engine.serde_util import default_key_bytes
 from runtime.engine.systems import ProducerCounts, StreamSink
@@ -315,13 +315,39 @@ class StreamCodec:
                         return [KV(kde(k), vde(v)) for k, v, _ in records]  # type: ignore[arg-type]
                     except Exception:
                         pass
-                return [KV(None if k is None else kde(k), None if v is None else vde(v))
-                        if h is None else self._with_headers(k, v, h, generation)
-                        for k, v, h in records]
-            return [(None if v is None else vde(v)) if h is None
+                    # a few records without a key (control records): the runs between them
+                    nones = [i for i, r in enumerate(records) if r[0] is None]
+                    if 0 < len(nones) * 8 < len(records):
+                        return self._runs_between(nones, records, kde, vde, generation)
+                return self._kv_one_by_one(records, kde, vde, generation)
+            return [(None if v is None else vde(v)) if h is None or h[0][0] == ORIGIN_HEADER
                     else self._with_headers(k, v, h, generation) for k, v, h in records]
         except Exception:  # find the bad records one by one, with the serdes' own errors
             return self._decode_careful(ssp, first, records, generation)
+
+    def _kv_one_by_one(self, records: Sequence[Record], kde: Callable[[bytes], Any],
+                       vde: Callable[[bytes], Any], generation: int) -> list[Any]:
+        return [KV(None if k is None else kde(k), None if v is None else vde(v))
+                if h is None or h[0][0] == ORIGIN_HEADER
+                else self._with_headers(k, v, h, generation) for k, v, h in records]
+
+    def _runs_between(self, nones: list[int], records: Sequence[Record],
+                      kde: Callable[[bytes], Any], vde: Callable[[bytes], Any],
+                      generation: int) -> list[Any]:
+        """The records of a keyed stream, those at ``nones`` (no key: a control record, most
+        likely) one by one and the runs between them at once."""
+        out: list[Any] = []
+        start = 0
+        for i in [*nones, len(records)]:
+            seg = records[start:i]
+            try:
+                out += [KV(kde(k), vde(v)) for k, v, _ in seg]  # type: ignore[arg-type]
+            except Exception:
+                out += self._kv_one_by_one(seg, kde, vde, generation)
+            if i < len(records):
+                out += self._kv_one_by_one(records[i:i + 1], kde, vde, generation)
+            start = i + 1
+        return out
 
     def _with_headers(self, k: bytes | None, v: bytes | None,
                       headers: tuple[tuple[str, bytes], ...], generation: int) -> Any:

@@ -123,6 +123,12 @@ class Stamps:
             p = self._prefix[ssp] = (b"\x93" if self.ordered else b"\x94") + _enc(key)
         return p
 
+    def fast_prefix(self, ssp: SSP) -> bytes | None:
+        """The origin header of a record of a message of ``ssp`` is ``prefix + encode(offset) +
+        b"\\x00"`` where the message writes one record (a loop of one-to-one steps); None where
+        records need a floor."""
+        return self.prefix(ssp) if self.ordered else None
+
     def header(self) -> tuple[tuple[str, bytes], ...] | None:
         rec = self.source()
         if rec is not None:
@@ -182,7 +188,7 @@ class StampingProducer:
                 append((r[0], r[1], header()))
             return add
         return type(sink)([stamping(a) for a in sink.append], sink.key, sink.value, sink.encode,
-                          self.stamps.src)
+                          self.stamps.src, self.stamps.fast_prefix, list(sink.append))
 
     def sender(self, stream_id: str) -> Callable[[int, Any], None]:
         send = self.inner.sender(stream_id)

@@ -90,6 +90,11 @@ class StreamSink:
     #: where the appends read the message being processed (records that carry their origin,
     #: ``runtime.engine.origins``): a loop over a batch sets its ``index`` as it goes
     cursor: Any = None
+    #: with ``cursor``: ``prefix(ssp)``, the start of the origin header of a message of ``ssp``
+    #: that the record's offset and index 0 complete (None: the records need more), and the
+    #: appends that take records with their headers as they are
+    prefix: Callable[[Any], bytes | None] | None = None
+    plain: Sequence[Callable[[Any], None]] | None = None
 
 
 class RecordSink(Protocol):
