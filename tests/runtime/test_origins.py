@@ -100,3 +100,33 @@ def test_stamps_name_the_message_and_count_its_records() -> None:
     done[SSP("in", 3)] = 99
     assert decode_origins([async_stamps.header()]) == [["in/3", 101, 1, 99]]
     assert origin_key(SSP("in", 3), 1, 4) == "in/3/1of4"
+
+
+def test_a_decoded_batch_gives_its_records_origins_and_control_records_between_them() -> None:
+    from runtime.engine.codec import StreamCodec, control_record
+    from runtime.engine.origins import OriginList
+    from runtime.engine.records import Watermark
+    from samza_dsl import KV
+    from samza_dsl.serdes import KVSerde, SafeSerde
+
+    codec = StreamCodec("hop", KVSerde(SafeSerde(), SafeSerde()))
+    codec.origins = True
+    src = Cursor()
+    src.batch = Batch(SSP("in", 0), 40, [])
+    stamps = Stamps({}, lambda: None, object(), src, {}, ordered=True)
+    stamps.live = True
+    records = []
+    for i in range(30):
+        src.index = i + 1
+        k, v, _ = codec.encode(KV(f"k{i}", {"n": i}))
+        records.append((k, v, stamps.header()))
+        if i == 14:
+            records.append(control_record(Watermark("t0", 5), 1))
+    out = codec.decode_batch(SSP("hop", 0), 0, records, 1)
+    assert isinstance(out, OriginList)
+    assert out[15] == Watermark("t0", 5) and out.origins[15] is None
+    data = [m for m in out if isinstance(m, KV)]
+    assert data == [KV(f"k{i}", {"n": i}) for i in range(30)]
+    assert [o[1] for o in out.origins if o is not None] == list(range(40, 70))
+    codec.origins = False  # a stream that is not intermediate gives a plain list
+    assert type(codec.decode_batch(SSP("hop", 0), 0, records, 1)) is list
