@@ -119,8 +119,11 @@ def _failure(exc: BaseException, op_id: str) -> OperatorFailure:
     return exc if isinstance(exc, OperatorFailure) else OperatorFailure(op_id, exc)
 
 
-def _send(sender: Emit, r: Any, it: Iterator[Any], end: int) -> None:
-    """The sender's own path, with its errors, for an output the loop does not append."""
+def _send(sender: Emit, r: Any, it: Iterator[Any], end: int, track: Any = None) -> None:
+    """The sender's own path, with its errors, for an output the loop does not append;
+    ``track``: the cursor it reads the message's position from (``StreamSink.cursor``)."""
+    if track is not None:
+        track.index = end - length_hint(it)
     try:
         sender(r)
     except OperatorFailure as f:
@@ -294,7 +297,7 @@ class _StreamRun:
                         else:
                             xmax = x
                 n_in += 1
-                if track is not None:
+                if track is not None and pfx is None:
                     track.index = end - length_hint(it)
                 if direct:  # a partition_by of the message, its partitions in memory
                     try:
@@ -304,12 +307,12 @@ class _StreamRun:
                         _fail(stopped_at(it, end), exc, self.fn_op)
                     r = KV(k, m)
                     if k is None:
-                        _send(sender, r, it, end)
+                        _send(sender, r, it, end, track)
                     else:
                         try:
                             bufs[parts[k] if fixed is None else fixed](r)
                         except Exception:
-                            _send(sender, r, it, end)
+                            _send(sender, r, it, end, track)
                     if t is not None and t > lat:
                         lat = t
                     if runs:  # the rest in runs, while they qualify
@@ -340,9 +343,9 @@ class _StreamRun:
                                 (kser(k), vser(r.value), ((ORIGIN_HEADER, pfx + _enc_int(
                                     base - length_hint(it)) + b"\x00"),)))
                     except Exception:
-                        _send(sender, r, it, end)
+                        _send(sender, r, it, end, track)
                 else:
-                    _send(sender, r, it, end)
+                    _send(sender, r, it, end, track)
                 if t is not None and t > lat:
                     lat = t
                 if plain and timed:
