@@ -42,6 +42,9 @@ __all__ = ["MemoryBroker", "MemoryConsumer", "MemoryProducer", "MemoryInputs", "
 #: the run whose control records an in-memory stream of records holds: there is only one
 GENERATION = 0
 
+#: the object cache of an in-memory store whose config sets no size: every entry
+UNBOUNDED_CACHE = 1 << 62
+
 
 def _declared_codec(stream_id: str, serde: Serde[Any] | None, policy: str = "fail",
                    **kwargs: Any) -> StreamCodec | None:
@@ -460,8 +463,11 @@ def _reads_back(serde: Serde[Any], items: Iterable[Any]) -> bool:
 def memory_store_factory(plan: Any) -> Any:
     """The stores of a run of ``plan`` in memory (``runtime.state.memory_store.MemoryStores``):
     each encodes and decodes what it holds as the job's LMDB store of it does, and is flushed
-    at every commit. It is the run's state backend, and a ``store_factory(task, store)``."""
-    return MemoryStores(plan)
+    at every commit. It is the run's state backend, and a ``store_factory(task, store)``.
+    A store whose config sets no ``object.cache.size`` keeps every object it holds: its bytes
+    are in memory anyway, and what a flush writes is still encoded (and checked) as in the job,
+    but no entry is decoded again after the cache lets it go."""
+    return MemoryStores(plan, cache_size=UNBOUNDED_CACHE)
 
 
 def resolve_partitions(plan: Any) -> dict[str, int]:
