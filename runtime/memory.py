@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from runtime.engine.codec import Record, StreamCodec, control_record, serde_error_policy
@@ -32,9 +31,6 @@ from samza_dsl.systems import InputDescriptor
 
 if TYPE_CHECKING:
     from runtime.engine.event_time_ahead import AheadRule
-
-_KEY = attrgetter("key")
-_VALUE = attrgetter("value")
 
 __all__ = ["MemoryBroker", "MemoryConsumer", "MemoryProducer", "MemoryInputs", "memory_job",
            "memory_store_factory", "resolve_partitions"]
@@ -438,13 +434,15 @@ def _as_given(codec: StreamCodec, messages: list[Any]) -> bool:
     try:
         if not isinstance(serde, KVSerde):
             return _reads_back(serde, messages)
-        return (_reads_back(serde.key_serde, map(_KEY, messages))
-                and _reads_back(serde.value_serde, map(_VALUE, messages)))
+        # columns made by comprehensions: attribute reads there are specialized, and take
+        # about half the time of ``map(attrgetter(...))``
+        return (_reads_back(serde.key_serde, [m.key for m in messages])
+                and _reads_back(serde.value_serde, [m.value for m in messages]))
     except (TypeError, AttributeError):  # an item of another type, or a message not a KV
         return False
 
 
-def _reads_back(serde: Serde[Any], items: Iterable[Any]) -> bool:
+def _reads_back(serde: Serde[Any], items: list[Any]) -> bool:
     if serde.max_bytes is not None:
         return False
     if type(serde) is BytesSerde:
