@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from runtime.engine.codec import Record, StreamCodec, control_record, serde_error_policy
@@ -33,14 +32,14 @@ from samza_dsl.systems import InputDescriptor
 if TYPE_CHECKING:
     from runtime.engine.event_time_ahead import AheadRule
 
-_KEY = attrgetter("key")
-_VALUE = attrgetter("value")
-
 __all__ = ["MemoryBroker", "MemoryConsumer", "MemoryProducer", "MemoryInputs", "memory_job",
            "memory_store_factory", "resolve_partitions"]
 
 #: the run whose control records an in-memory stream of records holds: there is only one
 GENERATION = 0
+
+#: the object cache of an in-memory store whose config sets no size: every entry
+UNBOUNDED_CACHE = 1 << 62
 
 
 def _declared_codec(stream_id: str, serde: Serde[Any] | None, policy: str = "fail",
@@ -435,13 +434,15 @@ def _as_given(codec: StreamCodec, messages: list[Any]) -> bool:
     try:
         if not isinstance(serde, KVSerde):
             return _reads_back(serde, messages)
-        return (_reads_back(serde.key_serde, map(_KEY, messages))
-                and _reads_back(serde.value_serde, map(_VALUE, messages)))
+        # columns made by comprehensions: attribute reads there are specialized, and take
+        # about half the time of ``map(attrgetter(...))``
+        return (_reads_back(serde.key_serde, [m.key for m in messages])
+                and _reads_back(serde.value_serde, [m.value for m in messages]))
     except (TypeError, AttributeError):  # an item of another type, or a message not a KV
         return False
 
 
-def _reads_back(serde: Serde[Any], items: Iterable[Any]) -> bool:
+def _reads_back(serde: Serde[Any], items: list[Any]) -> bool:
     if serde.max_bytes is not None:
         return False
     if type(serde) is BytesSerde:
@@ -460,8 +461,11 @@ def _reads_back(serde: Serde[Any], items: Iterable[Any]) -> bool:
 def memory_store_factory(plan: Any) -> Any:
     """The stores of a run of ``plan`` in memory (``runtime.state.memory_store.MemoryStores``):
     each encodes and decodes what it holds as the job's LMDB store of it does, and is flushed
-    at every commit. It is the run's state backend, and a ``store_factory(task, store)``."""
-    return MemoryStores(plan)
+    at every commit. It is the run's state backend, and a ``store_factory(task, store)``.
+    A store whose config sets no ``object.cache.size`` keeps every object it holds: its bytes
+    are in memory anyway, and what a flush writes is still encoded (and checked) as in the job,
+    but no entry is decoded again after the cache lets it go."""
+    return MemoryStores(plan, cache_size=UNBOUNDED_CACHE)
 
 
 def resolve_partitions(plan: Any) -> dict[str, int]:

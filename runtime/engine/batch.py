@@ -211,7 +211,8 @@ def stream_run(path: OneToOnePath, sender: Emit, rule: PartitionRule, sink: Stre
     keyed = raw and key_of is not None
     runs_of = _keyed_runs(event_time, key_of, sink, rule) \
         if keyed and event_time is not None and rule.fixed is None else None
-    rest = _rest_of_records(fn, fn_op, sink, rule, sender, read, stream_id)
+    rest = (_rest_of_messages if raw else _rest_of_records)(fn, fn_op, sink, rule, sender,
+                                                            read, stream_id)
     return _StreamRun(fn, fn_op, meter, fused, key_of, keyed, raw, runs_of, rest, sink, rule,
                       sender, read, stream_id, event_time)
 
@@ -242,9 +243,9 @@ class _StreamRun:
         #: where the loop writes each record's origin itself (``runtime.engine.origins``)
         self.track = sink.cursor
         self.prefix, self.plain = sink.prefix, sink.plain
-        #: records by key whose times are not kept: ``rest`` takes the batch after its first
-        self.plain_kind = not raw and key_of is None and rule.fixed is None \
-            and self.track is None
+        #: records by key, or messages kept as they are, whose times are not kept: ``rest``
+        #: takes the batch after its first
+        self.plain_kind = key_of is None and (raw or rule.fixed is None) and self.track is None
 
     def __call__(self, payloads: list[Any], i: int, end: int, times: Any = None) -> int:
         """Process payloads[i:end] up to the first control record (or, with ``times``, the
@@ -393,6 +394,49 @@ def _rest_of_records(fn: Callable[[Any], Any], fn_op: str, sink: StreamSink,
                             continue
                         except Exception:
                             pass
+                if r is None:
+                    dropped += 1
+                else:
+                    _send(sender, r, it, end)
+            return end
+        finally:
+            counts[0] += n_in
+            counts[1] += dropped
+    return rest
+
+
+def _rest_of_messages(fn: Callable[[Any], Any], fn_op: str, sink: StreamSink,
+                      rule: PartitionRule, sender: Emit, read: dict[str, int],
+                      stream_id: str) -> Callable[..., int]:
+    """``_rest_of_records`` for a sink that keeps messages as they are (in memory): a ``KV``
+    with a key into its key's partition (or the stream's one partition), as the first loop
+    puts it."""
+    bufs, parts, fixed = sink.append, rule.table, rule.fixed
+    one = None if fixed is None else bufs[fixed]
+    control_types = CONTROL_TYPES
+
+    def rest(it: Iterator[Any], end: int, data_type: type, counts: list[int]) -> int:
+        n_in = dropped = 0
+        try:
+            for m in it:
+                if type(m) is not data_type:
+                    if type(m) in control_types:
+                        if _skipped(m, read, stream_id):
+                            continue
+                        return stopped_at(it, end)
+                    data_type = type(m)
+                n_in += 1
+                try:
+                    r = fn(m)
+                except Exception as exc:
+                    dropped += 1
+                    _fail(stopped_at(it, end), exc, fn_op)
+                if type(r) is KV and r.key is not None:
+                    try:
+                        (bufs[parts[r.key]] if one is None else one)(r)
+                        continue
+                    except Exception:
+                        pass
                 if r is None:
                     dropped += 1
                 else:

@@ -191,7 +191,7 @@ class StampingProducer:
                           self.stamps.src, self.stamps.fast_prefix, list(sink.append))
 
     def sender(self, stream_id: str) -> Callable[[int, Any], None]:
-        send = self.inner.sender(stream_id)
+        send: Callable[[int, Any], None] = self.inner.sender(stream_id)
         if stream_id not in self.streams:
             return send
         base, header = self._base, self.stamps.header

@@ -24,7 +24,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from operators.state import decode_key, encode_key, serialize_error, table_key_check
+from operators.state import decode_key, encode_key, encode_keys, serialize_error, table_key_check
 from runtime.engine.codec import Record, fast_deserializer, fast_serializer
 from runtime.engine.job import SSP
 from samza_dsl.errors import SerdeError
@@ -75,7 +75,7 @@ def state_codec(types: Mapping[str, type], what: str) -> Codec:
     def keys_many(keys: list[Any]) -> list[bytes]:
         """``key_encode`` of each, in one pass (a flush: ``writeback.encode_all``)."""
         try:
-            return list(map(encode_key, keys))
+            return encode_keys(keys)
         except TypeError:  # a key encode_key does not support: each as key_encode writes it
             return list(map(key_encode, keys))
 

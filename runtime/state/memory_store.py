@@ -6,8 +6,8 @@ It keeps what the LMDB store keeps and encodes it as that does: the same write-b
 ``write_batch_size`` keys are dirty, and before ``range`` and ``all``; a clean cache of decoded
 objects behind) over the same codecs (``runtime.state.codec.store_codecs``). So an entry the
 job's store cannot encode fails here too, with the same line but for where the store is ("in
-memory"), and what is read back after a flush is what its serdes decode (a tuple value under
-``JsonSerde`` comes back a list, a tuple key an ``operators.state.ListKey``). ``range`` and
+memory"), and what is read back once the object cache has let it go is what its serdes decode
+(a tuple value under ``JsonSerde`` comes back a list, a tuple key an ``operators.state.ListKey``). ``range`` and
 ``all`` give keys in the byte order of their encoding, as LMDB does.
 
 >>> from operators.state import decode_key, encode_key
@@ -177,11 +177,15 @@ class MemoryStore(CachedStore):
 class MemoryStores(StateBackend):
     """The state backend of a run in memory: a ``MemoryStore`` for each (task, store) of
     ``plan``, with the codecs and sizes the job's stores have, flushed at every commit as the
-    job's are. Called as ``stores(task_name, store_name)`` it is a store factory too."""
+    job's are. Called as ``stores(task_name, store_name)`` it is a store factory too.
+    ``cache_size``: the object cache of a store whose config sets none (the job's default
+    where None)."""
 
-    def __init__(self, plan: Any, config: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, plan: Any, config: Mapping[str, Any] | None = None, *,
+                 cache_size: int | None = None) -> None:
         self.plan = plan
         self.config = plan.config if config is None else config
+        self.cache_size = cache_size
         self.stores: dict[tuple[str, str], MemoryStore] = {}
 
     def __call__(self, task_name: str, store_name: str) -> MemoryStore:
@@ -189,7 +193,9 @@ class MemoryStores(StateBackend):
         store = self.stores.get(key)
         if store is None:
             ke, kd, ve, vd = store_codecs(self.plan, store_name)
-            cache_size, write_batch_size = store_sizes(self.config, store_name)
+            cache_size, write_batch_size = (
+                store_sizes(self.config, store_name) if self.cache_size is None
+                else store_sizes(self.config, store_name, self.cache_size))
             store = MemoryStore(name=store_name, task=task_name, key_encode=ke, key_decode=kd,
                                 value_encode=ve, value_decode=vd, cache_size=cache_size,
                                 write_batch_size=write_batch_size)

@@ -131,9 +131,11 @@ def _positive(config: Mapping[str, Any], key: str, default: int) -> int:
     return n
 
 
-def store_sizes(config: Mapping[str, Any], store_name: str) -> tuple[int, int]:
-    """(object cache size, write batch size) of a store, from the job's config."""
-    return (_positive(config, f"stores.{store_name}.object.cache.size", 100_000),
+def store_sizes(config: Mapping[str, Any], store_name: str,
+                cache_size: int = 100_000) -> tuple[int, int]:
+    """(object cache size, write batch size) of a store, from the job's config (``cache_size``
+    where it sets none)."""
+    return (_positive(config, f"stores.{store_name}.object.cache.size", cache_size),
             _positive(config, f"stores.{store_name}.write.batch.size", 10_000))
 
 

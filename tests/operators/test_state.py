@@ -9,7 +9,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from operators.state import InMemoryState, decode_key, encode_key, in_key_order, order_key
+from operators.state import (
+    InMemoryState,
+    decode_key,
+    encode_key,
+    encode_keys,
+    in_key_order,
+    order_key,
+)
 
 numbers = st.one_of(st.integers(min_value=-(1 << 200), max_value=1 << 200),
                     st.floats(allow_nan=False))
@@ -166,3 +173,11 @@ def test_the_short_way_for_ints_writes_the_general_bytes(key: object) -> None:
     out = bytearray()
     _encode(key, out)
     assert encode_key(key) == bytes(out)
+
+
+@given(st.one_of(st.lists(st.integers(0, 2**63 - 1)),
+                 st.lists(st.one_of(st.integers(-2**64, 2**64), st.booleans(), st.text()))))
+def test_a_batch_of_keys_encodes_to_the_bytes_of_each_alone(keys: list[object]) -> None:
+    """encode_keys's way for a batch of ints in [0, 2**63) changes no byte (bools, ints out of
+    that range and other keys in the batch take each key's own way)."""
+    assert encode_keys(keys) == [encode_key(k) for k in keys]

@@ -17,8 +17,10 @@ from typing import Any
 import pytest
 from two_runners import failure_on, run_on
 
+from runtime.testing import TestRunner
 from samza_dsl import KV, StreamApplication
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
+from samza_dsl.systems import MemorySystem
 from samza_dsl.windows import Windows
 
 SERDE = KVSerde(StringSerde(), JsonSerde())
@@ -183,3 +185,39 @@ def test_a_value_the_tables_serde_cannot_encode_written_by_a_function_fails_on_b
     line = both_fail(context_writer, {"in": [KV("a", "x"), KV("b", "complex")]}, tmp_path)
     assert "store 't' of task 'Partition 0': cannot encode the entry for key 'b'" in line
     assert "cannot serialize a value" in line
+
+
+class Count:
+    """Counts each key's messages in ``ctx.table("counts")``: a get, then a put."""
+
+    def init(self, ctx: Any) -> None:
+        self.table = ctx.table("counts")
+
+    def __call__(self, kv: KV[int, Any]) -> KV[int, int]:
+        n = (self.table.get(kv.key) or 0) + 1
+        self.table.put(kv.key, n)
+        return KV(kv.key, n)
+
+
+def counter_reads(config: dict[str, Any], keys: int) -> int:
+    """Reads of the table's bytes while ``Count`` counts ``keys`` keys seen twice each."""
+    app, mem = StreamApplication("count-twice"), MemorySystem()
+    ins, out = mem.input("in", partitions=1), mem.output("out", partitions=1)
+    app.table("counts", serde=KVSerde(JsonSerde(), JsonSerde()), changelog=False)
+    app.input(ins).map(Count(), name="count").send_to(app.output(out))
+    result = TestRunner(app, config).add_input(ins, [KV(i, 0) for i in range(keys)] * 2).run()
+    assert [kv.value for kv in result.messages(out)] == [1] * keys + [2] * keys
+    gets = [n for group, name, labels, n in result.metrics.samples()
+            if (group, name, labels.get("store")) == ("store", "gets", "counts")]
+    assert len(gets) == 1
+    return int(gets[0])
+
+
+def test_an_in_memory_store_keeps_every_object_unless_its_cache_size_is_set() -> None:
+    """Past the job's object cache (100,000 entries) a store in memory decodes nothing again:
+    its bytes are in memory anyway (each key is read once, as a miss); a size set in the config
+    still bounds it, as the job's."""
+    keys = 100_001
+    assert counter_reads({}, keys) == keys
+    bounded = {"stores.counts.object.cache.size": "1000", "stores.counts.write.batch.size": "100"}
+    assert counter_reads(bounded, 2000) > 2000
