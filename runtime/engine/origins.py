@@ -44,7 +44,8 @@ ORIGIN_HEADER = "samza.origin"
 #: a record a task had applied before, written again by a task that replays its inputs
 REPLAYED = Skipped("a replay of a record already applied")
 _enc = msgspec.msgpack.encode
-_decode_list = msgspec.msgpack.Decoder(list[list[str | int]])
+_decode_batch = msgspec.msgpack.Decoder(list[list[str | int] | None]).decode
+_NIL = b"\xc0"  # msgpack's nil: a record without an origin
 #: above every index: a floor covers every record of its message
 _ALL = 1 << 62
 
@@ -69,24 +70,19 @@ class OriginList(list[Any]):
 def decode_origins(heads: Sequence[Any]) -> list[Any] | None:
     """The origins of a batch's records from their headers (``Record[2]``); None when no record
     has one. A header that does not decode counts as none."""
-    at = [i for i, h in enumerate(heads) if h is not None and h[0][0] == ORIGIN_HEADER]
-    if not at:
+    raws = [h[0][1] if h is not None and h[0][0] == ORIGIN_HEADER else _NIL for h in heads]
+    if raws.count(_NIL) == len(raws):
         return None
-    raws = [heads[i][0][1] for i in at]
-    out: list[Any] = [None] * len(heads)
-    got: list[Any]
     try:
-        got = _decode_list.decode(b"\xdd" + len(raws).to_bytes(4, "big") + b"".join(raws))
+        return _decode_batch(b"\xdd" + len(raws).to_bytes(4, "big") + b"".join(raws))
     except (msgspec.DecodeError, msgspec.ValidationError):
-        got = []
+        out: list[Any] = []
         for raw in raws:
             try:
-                got.append(_decode_list.decode(b"\x91" + raw)[0])
+                out.append(_decode_batch(b"\x91" + raw)[0])
             except (msgspec.DecodeError, msgspec.ValidationError):
-                got.append(None)
-    for i, o in zip(at, got, strict=True):
-        out[i] = o
-    return out
+                out.append(None)
+        return out
 
 
 class Stamps:
