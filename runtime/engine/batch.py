@@ -247,6 +247,16 @@ class _StreamRun:
         #: takes the batch after its first
         self.plain_kind = key_of is None and (raw or rule.fixed is None) and self.track is None
 
+    def _origins(self, end: int) -> tuple[bytes | None, int, Any]:
+        """Where the loop writes each record's origin itself (``runtime.engine.origins``): the
+        header's start, the offset after the batch's ``end``, less one, and the appends that take
+        records as they are; else (None, 0, the appends)."""
+        cur = self.track.batch
+        pfx = None if self.prefix is None else self.prefix(cur.ssp)
+        if pfx is None or self.plain is None:
+            return None, 0, self.bufs
+        return pfx, cur.first + end - 1, self.plain
+
     def __call__(self, payloads: list[Any], i: int, end: int, times: Any = None) -> int:
         """Process payloads[i:end] up to the first control record (or, with ``times``, the
         channel's ``[progress, bound, latest time]``, up to a message behind its progress)."""
@@ -255,12 +265,7 @@ class _StreamRun:
         bufs, parts, fixed, kser, vser, sender = (self.bufs, self.parts, self.fixed, self.kser,
                                                   self.vser, self.sender)
         runs_of, et, track = self.runs_of, self.et, self.track
-        pfx, base = None, 0
-        if track is not None and self.prefix is not None:
-            cur = track.batch
-            pfx = self.prefix(cur.ssp)
-            if pfx is not None:  # a record's origin: pfx, its message's offset, index 0
-                bufs, base = self.plain or bufs, cur.first + end - 1  # offset: base - length_hint(it)
+        pfx, base, bufs = self._origins(end) if track is not None else (None, 0, bufs)
         control_types = CONTROL_TYPES
         it = iter(payloads[i:end])  # the iterator tells the index when the loop stops
         n_in = dropped = 0
@@ -336,13 +341,9 @@ class _StreamRun:
                 elif type(r) is KV and r.key is not None and (raw or r.value is not None):
                     k = r.key
                     try:
-                        if pfx is None:
-                            bufs[parts[k] if fixed is None else fixed](
-                                r if raw else (kser(k), vser(r.value), None))
-                        else:
-                            bufs[parts[k] if fixed is None else fixed](
-                                (kser(k), vser(r.value), ((ORIGIN_HEADER, pfx + _enc_int(
-                                    base - length_hint(it)) + b"\x00"),)))
+                        bufs[parts[k] if fixed is None else fixed](r if raw else (
+                            kser(k), vser(r.value), None if pfx is None else ((ORIGIN_HEADER, (
+                                pfx + _enc_int(base - length_hint(it)) + b"\x00")),)))
                     except Exception:
                         _send(sender, r, it, end, track)
                 else:

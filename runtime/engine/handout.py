@@ -18,7 +18,8 @@ from typing import Any
 
 from runtime.engine.job import SSP
 
-__all__ = ["Batch", "Cursor", "Handout"]
+__all__ = ["Batch", "Cursor", "Handout", "BATCH_BUDGET", "DOWNSTREAM_BUDGET", "BATCH_SECONDS",
+           "PROBE_BUDGET", "next_budget"]
 
 
 class Batch:
@@ -69,3 +70,29 @@ class Handout:
     def __repr__(self) -> str:
         return (f"Handout({self.ssp!r}, {self.offset}, done={self.done}, "
                 f"started={self.started}, time={self.time!r}, went={self.went})")
+
+
+# -- budgets -----------------------------------------------------------------------------------
+
+#: how many messages one call of the task's ``_process_some`` hands out at most
+BATCH_BUDGET = 2048
+#: records of intermediate streams one call of ``_process_some`` may take on top of its budget:
+#: a stage keeps up with the stages before it (whose outputs it reads) however unevenly their
+#: keys fall into its partitions, so what waits between two stages stays about one round's worth
+DOWNSTREAM_BUDGET = 8 * BATCH_BUDGET
+#: about how long one call of ``_process_some`` from the task's loop may hand out for at most:
+#: a task whose messages are slow gets a smaller budget (measured per call, never per message),
+#: so its loop yields often enough for a stop, a rebalance or a timer to be seen while it works
+#: (a batch of quick messages takes milliseconds, far below it: their budget never changes)
+BATCH_SECONDS = 0.5
+#: the budget of a task's first batch, which tells how long its messages take
+PROBE_BUDGET = 8
+
+
+def next_budget(budget: int, took: float, steady: bool = False) -> int:
+    """The budget of a task's next batch, after one of ``budget`` took ``took`` s: about
+    ``BATCH_SECONDS`` of work at that pace, at most ``BATCH_BUDGET`` (quick or ``steady``: always)."""
+    if not steady and took > 0 and budget * BATCH_SECONDS < took * BATCH_BUDGET:
+        # at this pace a full batch would take longer than BATCH_SECONDS
+        return max(1, min(BATCH_BUDGET, int(budget * BATCH_SECONDS / took)))
+    return BATCH_BUDGET

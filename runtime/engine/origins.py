@@ -96,10 +96,11 @@ class Stamps:
     leave in their messages' order (no asynchronous operator), so they need no floor."""
 
     __slots__ = ("keys", "source", "control", "src", "checkpoint", "ordered", "live", "last",
-                 "n", "_prefix")
+                 "n", "_prefix", "controls")
 
     def __init__(self, keys: Mapping[SSP, str], source: Callable[[], Any], control: Any,
-                 src: Cursor, checkpoint: Mapping[SSP, int], ordered: bool) -> None:
+                 src: Cursor, checkpoint: Mapping[SSP, int], ordered: bool,
+                 controls: frozenset[type] = frozenset()) -> None:
         self.keys = dict(keys)
         self.source = source
         self.control = control
@@ -111,6 +112,9 @@ class Stamps:
         self.last: tuple[SSP, int] | None = None
         self.n = 0
         self._prefix: dict[SSP, bytes] = {}
+        #: the records a task hands out that are no message (``batch.CONTROL_TYPES``): what the
+        #: cursor is at one of them causes comes from no message
+        self.controls = controls
 
     def prefix(self, ssp: SSP) -> bytes:
         p = self._prefix.get(ssp)
@@ -134,10 +138,10 @@ class Stamps:
             n = rec.emitted
             rec.emitted = n + 1
         elif self.live:
-            cur = self.src.batch
-            if cur is None:
+            cur, i = self.src.batch, self.src.index
+            if cur is None or type(cur.payloads[i - 1]) in self.controls:  # caused by no message
                 return None
-            ssp, off = cur.ssp, cur.first + self.src.index - 1
+            ssp, off = cur.ssp, cur.first + i - 1
             key = (ssp, off)
             if key == self.last:
                 n = self.n = self.n + 1
@@ -159,22 +163,29 @@ class Stamps:
 
 
 class StampingProducer:
-    """A task's view of its producer: records into the intermediate streams ``streams`` carry
-    the origins ``stamps`` gives; everything else is ``inner``'s. ``base``: the producer of
-    records under ``inner`` (``runtime.engine.codec.BufferedProducer``), whose buffers take the
-    records."""
+    """A task's view of ``base``, its container's producer of records: records into the
+    intermediate streams ``streams`` carry the origins ``stamps`` gives; everything else is
+    ``base``'s."""
 
-    def __init__(self, inner: Any, base: Any, stamps: Stamps, streams: Iterable[str]) -> None:
-        self.inner = inner
-        self._base = base
+    def __init__(self, base: Any, stamps: Stamps, streams: Iterable[str]) -> None:
+        self.base = base
         self.stamps = stamps
         self.streams = frozenset(streams)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
+    def counts(self) -> Any:
+        return self.base.counts()
+
+    def signal(self) -> None:
+        self.base.signal()
+
+    async def flush(self) -> None:
+        await self.base.flush()
+
+    async def close(self) -> None:
+        await self.base.close()
 
     def record_sink(self, stream_id: str) -> Any:
-        sink = self.inner.record_sink(stream_id)
+        sink = self.base.record_sink(stream_id)
         if sink is None or stream_id not in self.streams or sink.encode is None:
             return sink
         header = self.stamps.header
@@ -187,10 +198,10 @@ class StampingProducer:
                           self.stamps.src, self.stamps.fast_prefix, list(sink.append))
 
     def sender(self, stream_id: str) -> Callable[[int, Any], None]:
-        send: Callable[[int, Any], None] = self.inner.sender(stream_id)
+        send: Callable[[int, Any], None] = self.base.sender(stream_id)
         if stream_id not in self.streams:
             return send
-        base, header = self._base, self.stamps.header
+        base, header = self.base, self.stamps.header
 
         def stamped(partition: int, m: Any) -> None:
             send(partition, m)
@@ -200,9 +211,9 @@ class StampingProducer:
         return stamped
 
     def send(self, stream_id: str, partition: int, payload: Any) -> None:
-        self.inner.send(stream_id, partition, payload)
+        self.base.send(stream_id, partition, payload)
         if stream_id in self.streams:
-            buf = self._base.buffer(stream_id, partition)
+            buf = self.base.buffer(stream_id, partition)
             r = buf[-1]
             if r[2] is None:  # a message's record, not a control record
                 buf[-1] = (r[0], r[1], self.stamps.header())
@@ -212,27 +223,28 @@ class StampingProducer:
 ASYNC_OPCODES = frozenset({"async_flat_map", "sink"})
 
 
-def wire(task: Any, producer: Any, base: Any, guarantee: str) -> tuple[Any, Applied | None]:
-    """``task``'s producer, stamping origins into the intermediate streams it writes, and what it
-    applied of those it reads: at least once, where the producer writes records (``base``, a
-    system that stores streams; its operators built); else ``producer`` as it is and None."""
-    from runtime.engine.stage_outputs import CONTROL, SOURCE
+def wire(task: Any, guarantee: str, source: Callable[[], Any], control: Any,
+         controls: frozenset[type]) -> tuple[Stamps | None, Applied | None]:
+    """The origins of ``task``'s records into intermediate streams, and what it applied of those
+    it reads: at least once (on a system that stores streams: the caller's to know; the task's
+    operators built); else None and None. ``source``, ``control`` and ``controls``: as
+    ``Stamps`` takes them."""
 
     plan = task.plan
     inter = plan.intermediate_streams
-    if not inter or guarantee == "exactly-once" or base is None:
-        return producer, None
+    if not inter or guarantee == "exactly-once":
+        return None, None
     model = task.model
     keys = {ssp: origin_key(ssp, model.bucket, model.buckets) for ssp in task.ssps}
     ordered = task.env.executor is None and not plan.app.remote_tables and not any(
         op.opcode in ASYNC_OPCODES for op in task.operators.values())
-    task.stamps = Stamps(keys, SOURCE.get, CONTROL, task._src, task.checkpoint, ordered)
+    stamps = Stamps(keys, source, control, task._src, task.checkpoint, ordered, controls)
     applied = None
     if any(ssp.stream_id in inter for ssp in task.ssps):
         metrics = task.metrics
         applied = Applied(REPLAYED, task.checkpoint, None if metrics is None else
                           (lambda n: metrics.inc("replays-skipped", n)))
-    return StampingProducer(producer, base, task.stamps, inter), applied
+    return stamps, applied
 
 
 class Applied:

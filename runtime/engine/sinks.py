@@ -23,6 +23,8 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from runtime.engine.codec import BufferedProducer
+from runtime.engine.origins import Applied, StampingProducer, Stamps, wire
 from runtime.engine.systems import Producer, ProducerCounts, StreamSink
 from samza_dsl.config import job_name_of
 from samza_dsl.connectors import Committed, Sink, SinkContext, SinkError, SinkOutput, Sources
@@ -52,6 +54,25 @@ def task_producer(task: Any, env: Any) -> Producer:
                       task.source)
     env.committer.sinks[task.name] = sinks
     return SinkProducer(inner, sinks)
+
+
+def with_origins(task: Any, producer: Producer, guarantee: str, **stamping: Any
+                 ) -> tuple[Producer, Stamps | None, Applied | None]:
+    """``task``'s producer with its records into intermediate streams carrying their origins,
+    their ``Stamps``, and what the task applied of the intermediate streams it reads
+    (``runtime.engine.origins``): at least once, where the producer under it writes records (a
+    system that stores streams); else ``producer`` as it is, None and None. ``stamping``: what
+    ``runtime.engine.origins.wire`` takes besides."""
+    base = producer.inner if isinstance(producer, SinkProducer) else producer
+    if not isinstance(base, BufferedProducer):
+        return producer, None, None
+    stamps, applied = wire(task, guarantee, **stamping)
+    if stamps is None:
+        return producer, None, applied
+    stamped: Any = StampingProducer(base, stamps, task.plan.intermediate_streams)
+    if isinstance(producer, SinkProducer):
+        return SinkProducer(stamped, producer.sinks), stamps, applied
+    return stamped, stamps, applied
 
 
 async def _settle(result: Any) -> Any:

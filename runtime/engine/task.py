@@ -18,10 +18,10 @@ from collections.abc import Awaitable
 from typing import Any
 
 from operators.base import Operator, OperatorContext, UserContext
-from runtime.engine import faults
+from runtime.engine import faults, handout
 from runtime.engine.batch import CONTROL_TYPES, BatchFailure
 from runtime.engine.chooser import Chooser
-from runtime.engine.codec import BufferedProducer, Skipped
+from runtime.engine.codec import Skipped
 from runtime.engine.dag import OperatorFailure, gather_pending
 from runtime.engine.elastic import OtherBucket
 from runtime.engine.event_time import DeclaredTime, EventTimeFailure, InputTime
@@ -30,9 +30,8 @@ from runtime.engine.in_flight import cancel_messages
 from runtime.engine.job import SSP, JobModel, TaskModel
 from runtime.engine.join_check import placement_checks
 from runtime.engine.origins import Applied, OriginList, Stamps
-from runtime.engine.origins import wire as wire_origins
 from runtime.engine.records import EndOfStream, Watermark
-from runtime.engine.sinks import task_producer
+from runtime.engine.sinks import task_producer, with_origins
 from runtime.engine.stage_outputs import CONTROL, SOURCE, StageOutputs
 from runtime.engine.task_env import TaskEnv
 from runtime.engine.task_errors import call_error, event_time_error, operator_error, timeout_error
@@ -51,18 +50,6 @@ from samza_dsl.spec import RemoteTableSpec
 
 __all__ = ["TaskInstance"]
 
-BATCH_BUDGET = 2048
-#: records of intermediate streams one call of ``_process_some`` may take on top of its budget:
-#: a stage keeps up with the stages before it (whose outputs it reads) however unevenly their
-#: keys fall into its partitions, so what waits between two stages stays about one round's worth
-DOWNSTREAM_BUDGET = 8 * BATCH_BUDGET
-#: about how long one call of ``_process_some`` from the task's loop may hand out for at most:
-#: a task whose messages are slow gets a smaller budget (measured per call, never per message),
-#: so its loop yields often enough for a stop, a rebalance or a timer to be seen while it works
-#: (a batch of quick messages takes milliseconds, far below it: their budget never changes)
-BATCH_SECONDS = 0.5
-#: the budget of a task's first batch, which tells how long its messages take
-PROBE_BUDGET = 8
 
 
 class TaskInstance:
@@ -141,8 +128,7 @@ class TaskInstance:
 
         #: where the task's records go: the container's producer, or under exactly-once its own
         self.producer = task_producer(self, env)
-        #: the origins of its records into intermediate streams, and what it applied of those it
-        #: reads (at least once on a system that stores streams: ``runtime.engine.origins``)
+        #: its records' origins, what it applied of its inputs' (``runtime.engine.origins``)
         self.stamps: Stamps | None = None
         self.applied: Applied | None = None
         self.operators: dict[str, Operator] = {}
@@ -159,9 +145,9 @@ class TaskInstance:
             self.plan, model.stages, lambda name: env.open_store(model, name),
             open_remote=self._open_remote)
         self.stores = stores
-        self.producer, self.applied = wire_origins(
-            self, self.producer, records_producer(self.producer),
-            config_value(env.config, "job.processing.guarantee"))
+        self.producer, self.stamps, self.applied = with_origins(
+            self, self.producer, config_value(env.config, "job.processing.guarantee"),
+            source=SOURCE.get, control=CONTROL, controls=CONTROL_TYPES)
         self._flushers = [s.maybe_flush for s in stores.values() if s.batched_writes]
         self._state_flushers = [op.flush_state for op in self.operators.values()
                                 if type(op).flush_state is not Operator.flush_state]
@@ -191,7 +177,7 @@ class TaskInstance:
         wired = self.wired = TaskWiring(
             self.name, self.plan, model.stages, model.partition, self.ssps, self.job.partitions,
             self.operators, self.metrics, env.executor, self.producer, self.clock,
-            self.batching, self.read, self._src, self._hold)
+            self.batching, self.read, self._src, self._hold, origins=self.stamps is not None)
         self.entries, self.times, self._batches = wired.entries, wired.times, wired.batches
         self.outputs = StageOutputs(self.name, model.stages, self.ssps, self.ended, self.operators,
                                     wired.nexts, self.producer, self.clock, wired.moves,
@@ -245,7 +231,7 @@ class TaskInstance:
             inbox.push_front(Batch(cur.ssp, cur.first + self._cur_i, cur.payloads[self._cur_i:]))
             self._cur = None
         # intermediate records do not count against the budget, up to DOWNSTREAM_BUDGET of them
-        extra = DOWNSTREAM_BUDGET if budget >= BATCH_BUDGET else 8 * budget
+        extra = handout.DOWNSTREAM_BUDGET if budget >= handout.BATCH_BUDGET else 8 * budget
         downstream = self._downstream
         while n < budget and self.in_flight < max_c and self._adopted is None:
             cur = self._cur
@@ -329,8 +315,6 @@ class TaskInstance:
                 t: Any = None
                 if type(m) in control_types:
                     got = self._control_at(ssp, first, i, m, tm)
-                    if self.stamps is not None:  # what a control record caused is no message's
-                        self.stamps.live = True
                     if got is None:
                         continue
                     pend, t = got
@@ -389,14 +373,12 @@ class TaskInstance:
         """A control record handed out (``i - 1`` of the batch at ``first``): None when it needs
         no more (it is done, or waits in the handout order), else what it waits for and its
         event time, as a message's."""
-        if self.stamps is not None:
-            self.stamps.live = False
+        self._src.index = i  # what it causes comes from no message (``Stamps.header``)
         if type(m) is OtherBucket:
             # another virtual task's message: done, its time counts as if this task had
             # completed it (rule 18)
             read = self.read
             read[ssp.stream_id] = read.get(ssp.stream_id, 0) - 1
-            self._src.index = i
             return tm.neighbour(m.time)
         if not self._control(ssp, m):
             return None
@@ -479,7 +461,7 @@ class TaskInstance:
         CURRENT.set(None)
         self._adopting = True
         try:
-            self._process_some(BATCH_BUDGET)
+            self._process_some(handout.BATCH_BUDGET)
         except BaseException as exc:  # as the task's loop would: the task fails with it
             self._adopted = None
             self.fail(exc)
@@ -603,16 +585,15 @@ class TaskInstance:
                             f"{f.cause}", task=self.name) from f.cause
         for flush in self._state_flushers:  # operators' in-memory state into their stores
             flush()
-        applied = self.applied
         self.last_commit_end = await self.env.committer.commit(
             self.name, self.checkpoint, has_stores=bool(self.stores),
             times=self.clock.snapshot(),
-            applied=None if applied is None else applied.snapshot(self.checkpoint))
+            applied=self.applied.snapshot(self.checkpoint) if self.applied else None)
 
     async def run(self) -> None:
         wake = self.wake
         perf = time.perf_counter
-        budget = PROBE_BUDGET  # how slow the task's messages are is not known yet
+        budget = handout.PROBE_BUDGET  # how slow the task's messages are is not known yet
         steady = self.env.steady_batches
         while True:
             if self.failure is not None:
@@ -657,7 +638,7 @@ class TaskInstance:
                     and self.in_flight < self.max_concurrency:
                 began = perf()
                 self._process_some(budget)
-                budget = _next_budget(budget, perf() - began, steady)
+                budget = handout.next_budget(budget, perf() - began, steady)
                 if faults.ARMED:
                     faults.reached("batch")
                 if self.clock.dirty:
@@ -712,22 +693,3 @@ class TaskInstance:
     def close(self) -> None:
         for op in self.operators.values():
             op.close()
-
-
-def records_producer(producer: Any) -> BufferedProducer | None:
-    """The producer of records under a task's producer (``SinkProducer``'s ``inner``); None where
-    the task's records are kept as they are (in memory)."""
-    while not isinstance(producer, BufferedProducer):
-        producer = getattr(producer, "inner", None)
-        if producer is None:
-            return None
-    return producer
-
-
-def _next_budget(budget: int, took: float, steady: bool = False) -> int:
-    """The budget of a task's next batch, after one of ``budget`` took ``took`` s: about
-    ``BATCH_SECONDS`` of work at that pace, at most ``BATCH_BUDGET`` (quick or ``steady``: always)."""
-    if not steady and took > 0 and budget * BATCH_SECONDS < took * BATCH_BUDGET:
-        # at this pace a full batch would take longer than BATCH_SECONDS
-        return max(1, min(BATCH_BUDGET, int(budget * BATCH_SECONDS / took)))
-    return BATCH_BUDGET

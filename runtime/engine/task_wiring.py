@@ -21,7 +21,6 @@ from runtime.engine.dag import Emit, OperatorFailure, chain, metered
 from runtime.engine.event_time import DeclaredTime, InputTime, WindowMoves, input_time
 from runtime.engine.handout import Cursor
 from runtime.engine.job import SSP
-from runtime.engine.origins import StampingProducer
 from runtime.engine.sinks import SinkProducer
 from runtime.engine.systems import Producer
 from runtime.engine.watermarks import OBSERVED, TaskClock, observing
@@ -55,9 +54,13 @@ class TaskWiring:
                  operators: Mapping[str, Operator], metrics: Metrics,
                  executor: Executor | None, producer: Producer, clock: TaskClock,
                  batching: bool, read: dict[str, int], src: Cursor,
-                 hold: Callable[[list[Awaitable[None]]], None]) -> None:
+                 hold: Callable[[list[Awaitable[None]]], None], *, origins: bool = False
+                 ) -> None:
         self.name = name
         self.plan = plan
+        #: the task's records into intermediate streams carry their origins
+        #: (``runtime.engine.origins``): a run must name each message they come from
+        self.origins = origins
         self.stages = stages
         self.partition = partition
         self.partitions = partitions
@@ -116,11 +119,10 @@ class TaskWiring:
     def _stamped(self, op_id: str) -> bool:
         """Whether records that ``op_id``'s outputs lead to carry the origins of the messages
         that make them (``runtime.engine.origins``)."""
-        streams = getattr(self.producer, "streams", None)
-        if not isinstance(self.producer, StampingProducer) or not streams:
+        if not self.origins:
             return False
         after = nx.descendants(self.plan.graph, op_id)
-        return any(f"stream:{sid}" in after for sid in streams)
+        return any(f"stream:{sid}" in after for sid in self.plan.intermediate_streams)
 
     def _stream_batch(self, stream_id: str) -> BatchRun | None:
         """``stream_run`` of ``stream_id``, where its steps are one-to-one into a stream."""

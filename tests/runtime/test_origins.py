@@ -112,7 +112,7 @@ def test_a_decoded_batch_gives_its_records_origins_and_control_records_between_t
     codec = StreamCodec("hop", KVSerde(SafeSerde(), SafeSerde()))
     codec.origins = True
     src = Cursor()
-    src.batch = Batch(SSP("in", 0), 40, [])
+    src.batch = Batch(SSP("in", 0), 40, [None] * 30)
     stamps = Stamps({}, lambda: None, object(), src, {}, ordered=True)
     stamps.live = True
     records = []

@@ -315,12 +315,12 @@ def test_the_summary_counts_what_the_run_wrote_though_retention_deleted_most(
         module: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import io
 
-    from runtime.engine import task
+    from runtime.engine import handout
     from runtime.runner import print_outputs
 
     # small batches: the outputs go out in many segments, so retention has whole segments to
     # delete however the stages interleave (one big batch per partition would leave one segment)
-    monkeypatch.setattr(task, "BATCH_BUDGET", 50)
+    monkeypatch.setattr(handout, "BATCH_BUDGET", 50)
     app = module.make("trim", **{"streams.out.retention.bytes": 2000})
     config = {"job.dir": str(tmp_path / "job"), "task.commit.ms": 20}
     _load(app, config, 0, 6000, 60)
