@@ -36,8 +36,8 @@ from runtime.engine.handout import Batch, Cursor, Handout
 from runtime.engine.job import SSP
 from runtime.engine.records import Skipped
 
-__all__ = ["ORIGIN_HEADER", "origin_key", "Stamps", "StampingProducer", "OriginList",
-           "decode_origins", "Applied"]
+__all__ = ["ORIGIN_HEADER", "origin_key", "origin_text", "Stamps", "StampingProducer",
+           "OriginList", "decode_origins", "Applied"]
 
 ORIGIN_HEADER = "samza.origin"
 
@@ -53,6 +53,18 @@ def origin_key(ssp: SSP, bucket: int = 0, factor: int = 1) -> str:
     """The key of an input partition (and virtual task) as records' origins name it."""
     base = f"{ssp.stream_id}/{ssp.partition}"
     return base if factor <= 1 else f"{base}/{bucket}of{factor}"
+
+
+def origin_text(origin: Any) -> str:
+    """An origin as errors and dead letters name it: ``stream 'events' partition 0 offset 40``
+    (with the virtual task, ``... partition 0 (virtual task 1 of 2) offset 40``)."""
+    stream, _, part = str(origin[0]).rpartition("/")
+    virtual = ""
+    if "of" in part:  # "stream/partition/BofN": a virtual task's
+        bucket, _, factor = part.partition("of")
+        stream, _, part = stream.rpartition("/")
+        virtual = f" (virtual task {bucket} of {factor})"
+    return f"stream {stream!r} partition {part}{virtual} offset {origin[1]}"
 
 
 class OriginList(list[Any]):
@@ -287,6 +299,14 @@ class Applied:
             self.replays += n
             if self.count is not None:
                 self.count(n)
+
+    def origin_of(self, ssp: SSP, offset: int) -> Any:
+        """The origin of the record at ``offset`` of ``ssp``, from a batch decided and not yet
+        completed (a record the task is processing); None when it has none."""
+        for first, origins, _ in self._decided.get(ssp, ()):
+            if first <= offset < first + len(origins):
+                return origins[offset - first]
+        return None
 
     def snapshot(self, offsets: Mapping[SSP, int]) -> dict[str, Any]:
         """What was applied as of ``offsets`` (the checkpoint's): for checkpoint records."""

@@ -11,6 +11,7 @@ from runtime.engine.dag import OperatorFailure
 from runtime.engine.handout import Handout
 from runtime.engine.in_flight import NO_KEY, wait_of
 from runtime.engine.job import SSP
+from runtime.engine.origins import origin_text
 from runtime.state.remote import RemoteCallFailure
 from samza_dsl.connectors import SinkError
 from samza_dsl.errors import (
@@ -73,18 +74,31 @@ def operator_error(task: Any, f: OperatorFailure, ssp: SSP, offset: int,
                   f"against such messages.")
     else:
         advice = " Fix the function or guard against this message."
-    skip = (f" (`samza-dsl run APP --skip {ssp.stream_id}:{ssp.partition}:{offset}` passes "
-            f"over it once)" if alone and not placed
-            and task.plan.streams[ssp.stream_id].kind == "input" else "")
+    kind = task.plan.streams[ssp.stream_id].kind
+    origin = _origin(task, ssp, offset)
+    came = f" (written for the message at {origin_text(origin)})" if origin is not None else ""
+    skip = ""
+    if alone and not placed and (kind == "input" or origin is not None):
+        copies = (", and so the copies of it that a replay writes again" if origin is not None
+                  else "")
+        skip = (f" (`samza-dsl run APP --skip {ssp.stream_id}:{ssp.partition}:{offset}` "
+                f"passes over it once{copies})")
     err = TaskError(
         f"operator {f.op_id!r} failed in task {task.name!r} on stream {ssp.stream_id!r} "
-        f"partition {ssp.partition} offset {offset}: "
+        f"partition {ssp.partition} offset {offset}{came}: "
         f"{cause if placed else f.reason}{at}.{advice} "
         f"The checkpoint stays before this offset, so a restart reprocesses it{skip}",
         op_id=f.op_id, task=task.name, stream=ssp.stream_id,
         partition=ssp.partition, offset=offset)
     err.__cause__ = cause
     return err
+
+
+def _origin(task: Any, ssp: SSP, offset: int) -> Any:
+    """The origin of the record at ``offset`` of an intermediate stream the task reads, where it
+    carries one (``runtime.engine.origins``); else None."""
+    applied = task.applied
+    return None if applied is None else applied.origin_of(ssp, offset)
 
 
 def event_time_error(task: Any, cause: BaseException, ssp: SSP, offset: int,

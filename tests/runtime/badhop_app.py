@@ -1,0 +1,59 @@
+"""A job whose function fails on one record after a ``partition_by`` (``test_bad_record_after_hop.py``
+and ``docs/operations.md``, "A bad record"). Its input ``trips`` holds ``{"driver": d, "fare": f}``
+trips; one of them has no fare. They are repartitioned by driver, and each driver's fares are
+kept, in the order applied, in the table ``fares`` (an LMDB store with a changelog); each trip
+applied emits ``KV(driver, fares so far)``. ``user.trips.sleep.ms`` makes the step before the
+hop sleep that long per trip, so that the function after the hop fails while the step before it
+is still at work (and has no checkpoint past the bad trip).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from samza_dsl import KV, Context, StreamApplication
+from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
+from samza_dsl.systems import LocalSystem
+
+__all__ = ["app", "sample_input"]
+
+
+class Pace:
+    def init(self, ctx: Context) -> None:
+        self.pause = float(ctx.config.get("user.trips.sleep.ms", 0)) / 1000.0
+
+    def __call__(self, trip: dict[str, Any]) -> dict[str, Any]:
+        if self.pause:
+            time.sleep(self.pause)
+        return trip
+
+
+class Fares:
+    """The driver's fares so far, kept in the table ``fares``."""
+
+    def init(self, ctx: Context) -> None:
+        self.table = ctx.table("fares")
+
+    def __call__(self, trip: KV[str, dict[str, Any]]) -> KV[str, list[int]]:
+        fare = int(trip.value["fare"])  # a trip with no fare raises KeyError here
+        fares = [*(self.table.get(trip.key) or []), fare]
+        self.table.put(trip.key, fares)
+        return KV(trip.key, fares)
+
+
+local = LocalSystem("local")
+serde = KVSerde(StringSerde(), JsonSerde())
+app = StreamApplication("fares", config={"job.default.system": "local"})
+app.table("fares", serde=serde)
+trips = app.input(local.input("trips", serde=JsonSerde(), partitions=2))
+trips.map(Pace(), name="pace").partition_by(lambda t: t["driver"], name="by-driver") \
+    .map(Fares(), name="fares").send_to(app.output(local.output("totals", serde=serde)))
+
+#: the trip with no fare: the 31st of the sample (partition 0 offset 15, as `--sample` spreads it)
+BAD = 30
+
+
+def sample_input(n: int) -> dict[str, list[dict[str, Any]]]:
+    return {"trips": [{"driver": f"d{i % 7}"} if i == BAD else
+                      {"driver": f"d{i % 7}", "fare": i} for i in range(n)]}

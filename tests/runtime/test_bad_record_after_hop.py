@@ -1,0 +1,101 @@
+"""A bad record after a ``partition_by`` is one command to get past (docs/operations.md, "A bad
+record"), on the embedded local system at least once.
+
+The function after the hop fails on one trip: the error names the record as ``samza-dsl dump
+--offsets`` shows it (the intermediate stream, partition and offset) and the input message it
+was written for, and the ``--skip`` command it prints, run as printed, finishes the job: the
+bad record is skipped once, wherever it now lives (the step before the hop, which had no
+checkpoint past the bad trip, writes it again at another offset as it replays), and every
+other trip is applied once (each driver's fares in the table are exactly the good ones)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from runtime.local.system import LocalJob
+from runtime.ops.loader import load_app
+from tests.runtime.badhop_app import BAD
+
+APP_FILE = Path(__file__).resolve().parent / "badhop_app.py"
+APP = f"{APP_FILE}:app"
+TRIPS = 400
+INTER = "fares-1-partition_by-by-driver"
+CLI = [sys.executable, "-m", "runtime.ops.cli"]
+
+
+def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], cwd=cwd, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "COLUMNS": "200"})
+
+
+def _fares(cwd: Path) -> dict[str, list[int]]:
+    """Each driver's fares as the job's table ends, from the last output of each driver."""
+    out = _cli(cwd, "dump", APP, "totals")
+    assert out.returncode == 0, out.stderr
+    last: dict[str, list[int]] = {}
+    for line in out.stdout.splitlines():
+        m = json.loads(line)
+        last[m["key"]] = m["value"]
+    return last
+
+
+def _input_checkpoints(cwd: Path) -> dict[int, int]:
+    job = LocalJob(load_app(APP), {"job.dir": str(cwd / ".samza" / "fares-1")}, run=False)
+    try:
+        return {ssp.partition: o for cp in job.checkpoints.tasks().values()
+                for ssp, o in cp.items() if ssp.stream_id == "trips"}
+    finally:
+        job.close()
+
+
+def test_the_printed_skip_gets_past_a_record_that_fails_after_the_hop(tmp_path: Path) -> None:
+    failed = _cli(tmp_path, "run", APP, "--sample", str(TRIPS), "-q", "--show", "0",
+                  "-c", "task.commit.ms=600000", "-c", "user.trips.sleep.ms=5")
+    assert failed.returncode == 2, failed.stderr
+    line = failed.stderr.strip().splitlines()[-1]
+    got = re.search(rf"operator 'fares-1-map-fares' failed in task '[^']+' on stream '{INTER}' "
+                    rf"partition (\d+) offset (\d+) \(written for the message at stream 'trips' "
+                    rf"partition 0 offset {BAD // 2}\): KeyError: 'fare' in Fares.__call__\(\) "
+                    rf"at \S*badhop_app.py:\d+\.", line)
+    assert got is not None, line
+    part, offset = int(got[1]), int(got[2])
+    # the record, as dump --offsets shows it
+    dump = _cli(tmp_path, "dump", APP, INTER, "--offsets")
+    shown = [json.loads(x) for x in dump.stdout.splitlines()]
+    assert {"partition": part, "offset": offset,
+            "message": {"key": f"d{BAD % 7}", "value": {"driver": f"d{BAD % 7}"}}} in shown
+    # the step before the hop has no checkpoint past the bad trip: a rerun writes it again
+    assert _input_checkpoints(tmp_path).get(0, -1) < BAD // 2
+    command = re.search(r"\(`(samza-dsl run [^`]+)` passes over it once, and so the copies of "
+                        r"it that a replay writes again\)", line)
+    assert command is not None, line
+    words = shlex.split(command[1])
+    assert words[-2:] == ["--skip", f"{INTER}:{part}:{offset}"], words
+    rerun = _cli(tmp_path, *words[1:])
+    assert rerun.returncode == 0, rerun.stderr
+    assert rerun.stderr.count("as --skip asked") == 1, rerun.stderr
+    assert "skipped: 1 record(s) as --skip asked" in rerun.stdout, rerun.stdout
+    replays = re.search(r"skipped: (\d+) record\(s\) of intermediate streams", rerun.stdout)
+    assert replays is not None and int(replays[1]) >= TRIPS // 2 - BAD // 2, rerun.stdout
+    fares = _fares(tmp_path)
+    want: dict[str, list[Any]] = {f"d{d}": [] for d in range(7)}
+    for i in range(TRIPS):
+        if i != BAD:
+            want[f"d{i % 7}"].append(i)
+    assert {k: sorted(v) for k, v in fares.items()} == want  # each good trip applied once
+
+
+def test_skip_names_the_streams_it_takes(tmp_path: Path) -> None:
+    bad = _cli(tmp_path, "run", APP, "--skip", "fares-1-partition_by-by-drivr:0:3")
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines()[-1] == (
+        "samza-dsl run: error: --skip fares-1-partition_by-by-drivr:0:3: "
+        "'fares-1-partition_by-by-drivr' is not an input nor an intermediate stream (did you "
+        f"mean '{INTER}'?); inputs: trips; intermediate streams: {INTER}")
