@@ -4,17 +4,19 @@ trips; one of them has no fare. They are repartitioned by driver, and each drive
 kept, in the order applied, in the table ``fares`` (an LMDB store with a changelog); each trip
 applied emits ``KV(driver, fares so far)``. ``user.trips.sleep.ms`` makes the step before the
 hop sleep that long per trip, so that the function after the hop fails while the step before it
-is still at work (and has no checkpoint past the bad trip).
+is still at work (and has no checkpoint past the bad trip). With ``BADHOP_KAFKA`` (a bootstrap
+address) its streams are topics of that broker, named with the suffix ``BADHOP_TAG``.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
 from samza_dsl import KV, Context, StreamApplication
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
-from samza_dsl.systems import LocalSystem
+from samza_dsl.systems import KafkaSystem, LocalSystem
 
 __all__ = ["app", "sample_input"]
 
@@ -42,13 +44,19 @@ class Fares:
         return KV(trip.key, fares)
 
 
-local = LocalSystem("local")
+KAFKA = os.environ.get("BADHOP_KAFKA")
+TAG = os.environ.get("BADHOP_TAG", "")
+system: KafkaSystem | LocalSystem = (LocalSystem("local") if KAFKA is None
+                                     else KafkaSystem("kafka", bootstrap_servers=KAFKA))
 serde = KVSerde(StringSerde(), JsonSerde())
-app = StreamApplication("fares", config={"job.default.system": "local"})
+app = StreamApplication(f"fares{TAG}",
+                        config={"job.default.system": system.name})
 app.table("fares", serde=serde)
-trips = app.input(local.input("trips", serde=JsonSerde(), partitions=2))
+trips = app.input(system.input("trips", serde=JsonSerde(), partitions=2,
+                               physical_name=f"trips{TAG}"))
 trips.map(Pace(), name="pace").partition_by(lambda t: t["driver"], name="by-driver") \
-    .map(Fares(), name="fares").send_to(app.output(local.output("totals", serde=serde)))
+    .map(Fares(), name="fares").send_to(app.output(system.output(
+        "totals", serde=serde, physical_name=f"totals{TAG}")))
 
 #: the trip with no fare: the 31st of the sample (partition 0 offset 15, as `--sample` spreads it)
 BAD = 30

@@ -1,5 +1,6 @@
 """A bad record after a ``partition_by`` is one command to get past (docs/operations.md, "A bad
-record"), on the embedded local system at least once.
+record"), at least once, on the embedded local system (and on Kafka:
+``tests/kafka/test_kafka_bad_record_after_hop.py``).
 
 The function after the hop fails on one trip: the error names the record as ``samza-dsl dump
 --offsets`` shows it (the intermediate stream, partition and offset) and the input message it
@@ -16,6 +17,7 @@ import re
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,24 +28,12 @@ from tests.runtime.badhop_app import BAD
 APP_FILE = Path(__file__).resolve().parent / "badhop_app.py"
 APP = f"{APP_FILE}:app"
 TRIPS = 400
-INTER = "fares-1-partition_by-by-driver"
 CLI = [sys.executable, "-m", "runtime.ops.cli"]
 
 
-def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *args], cwd=cwd, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "COLUMNS": "200"})
-
-
-def _fares(cwd: Path) -> dict[str, list[int]]:
-    """Each driver's fares as the job's table ends, from the last output of each driver."""
-    out = _cli(cwd, "dump", APP, "totals")
-    assert out.returncode == 0, out.stderr
-    last: dict[str, list[int]] = {}
-    for line in out.stdout.splitlines():
-        m = json.loads(line)
-        last[m["key"]] = m["value"]
-    return last
+def _cli(cwd: Path, env: Mapping[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], cwd=cwd, capture_output=True, text=True, timeout=180,
+                          env={**os.environ, "COLUMNS": "200", **env})
 
 
 def _input_checkpoints(cwd: Path) -> dict[int, int]:
@@ -55,36 +45,48 @@ def _input_checkpoints(cwd: Path) -> dict[int, int]:
         job.close()
 
 
-def test_the_printed_skip_gets_past_a_record_that_fails_after_the_hop(tmp_path: Path) -> None:
-    failed = _cli(tmp_path, "run", APP, "--sample", str(TRIPS), "-q", "--show", "0",
+def skip_after_the_hop(cwd: Path, env: Mapping[str, str], job: str,
+                       failed_run: Callable[[], None] | None = None) -> None:
+    """Fail on the bad trip, rerun with the command the error prints, and check the result
+    (``job``: the job's name and id, which the intermediate stream's name starts with;
+    ``failed_run``: checks what the failed run left, before the rerun)."""
+    inter = f"{job}-partition_by-by-driver"
+    failed = _cli(cwd, env, "run", APP, "--sample", str(TRIPS), "-q", "--show", "0",
                   "-c", "task.commit.ms=600000", "-c", "user.trips.sleep.ms=5")
     assert failed.returncode == 2, failed.stderr
     line = failed.stderr.strip().splitlines()[-1]
-    got = re.search(rf"operator 'fares-1-map-fares' failed in task '[^']+' on stream '{INTER}' "
+    got = re.search(rf"operator '{job}-map-fares' failed in task '[^']+' on stream '{inter}' "
                     rf"partition (\d+) offset (\d+) \(written for the message at stream 'trips' "
                     rf"partition 0 offset {BAD // 2}\): KeyError: 'fare' in Fares.__call__\(\) "
                     rf"at \S*badhop_app.py:\d+\.", line)
     assert got is not None, line
     part, offset = int(got[1]), int(got[2])
     # the record, as dump --offsets shows it
-    dump = _cli(tmp_path, "dump", APP, INTER, "--offsets")
+    dump = _cli(cwd, env, "dump", APP, inter, "--offsets")
+    assert dump.returncode == 0, dump.stderr
     shown = [json.loads(x) for x in dump.stdout.splitlines()]
     assert {"partition": part, "offset": offset,
             "message": {"key": f"d{BAD % 7}", "value": {"driver": f"d{BAD % 7}"}}} in shown
-    # the step before the hop has no checkpoint past the bad trip: a rerun writes it again
-    assert _input_checkpoints(tmp_path).get(0, -1) < BAD // 2
+    if failed_run is not None:
+        failed_run()
     command = re.search(r"\(`(samza-dsl run [^`]+)` passes over it once, and so the copies of "
                         r"it that a replay writes again\)", line)
     assert command is not None, line
     words = shlex.split(command[1])
-    assert words[-2:] == ["--skip", f"{INTER}:{part}:{offset}"], words
-    rerun = _cli(tmp_path, *words[1:])
+    assert words[-2:] == ["--skip", f"{inter}:{part}:{offset}"], words
+    rerun = _cli(cwd, env, *words[1:], "--show", "0")
     assert rerun.returncode == 0, rerun.stderr
     assert rerun.stderr.count("as --skip asked") == 1, rerun.stderr
     assert "skipped: 1 record(s) as --skip asked" in rerun.stdout, rerun.stdout
+    # the step before the hop replayed the bad trip's partition: its records came again
     replays = re.search(r"skipped: (\d+) record\(s\) of intermediate streams", rerun.stdout)
     assert replays is not None and int(replays[1]) >= TRIPS // 2 - BAD // 2, rerun.stdout
-    fares = _fares(tmp_path)
+    out = _cli(cwd, env, "dump", APP, "totals")
+    assert out.returncode == 0, out.stderr
+    fares: dict[str, list[int]] = {}
+    for ln in out.stdout.splitlines():  # each driver's last output: its fares in the table
+        m = json.loads(ln)
+        fares[m["key"]] = m["value"]
     want: dict[str, list[Any]] = {f"d{d}": [] for d in range(7)}
     for i in range(TRIPS):
         if i != BAD:
@@ -92,10 +94,20 @@ def test_the_printed_skip_gets_past_a_record_that_fails_after_the_hop(tmp_path: 
     assert {k: sorted(v) for k, v in fares.items()} == want  # each good trip applied once
 
 
+def test_the_printed_skip_gets_past_a_record_that_fails_after_the_hop(tmp_path: Path) -> None:
+    def no_checkpoint_past_the_bad_trip() -> None:
+        # so the rerun writes the bad trip into the intermediate stream again, and skips that
+        # copy too (else the function fails on it again)
+        assert _input_checkpoints(tmp_path).get(0, -1) < BAD // 2
+
+    skip_after_the_hop(tmp_path, {}, "fares-1", no_checkpoint_past_the_bad_trip)
+
+
 def test_skip_names_the_streams_it_takes(tmp_path: Path) -> None:
-    bad = _cli(tmp_path, "run", APP, "--skip", "fares-1-partition_by-by-drivr:0:3")
+    inter = "fares-1-partition_by-by-driver"
+    bad = _cli(tmp_path, {}, "run", APP, "--skip", "fares-1-partition_by-by-drivr:0:3")
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines()[-1] == (
         "samza-dsl run: error: --skip fares-1-partition_by-by-drivr:0:3: "
         "'fares-1-partition_by-by-drivr' is not an input nor an intermediate stream (did you "
-        f"mean '{INTER}'?); inputs: trips; intermediate streams: {INTER}")
+        f"mean '{inter}'?); inputs: trips; intermediate streams: {inter}")
