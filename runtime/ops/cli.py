@@ -1153,7 +1153,7 @@ def _print_error(args: argparse.Namespace, exc: SamzaError) -> None:
             and not args.traceback and exc.__cause__ is not None
             and isinstance(exc, TaskError) else "")
     text = str(exc)
-    if args.command == "run" and isinstance(exc, TaskError):  # the command, as it is to be run
+    if args.command == "run":  # a command it suggests, as it is to be run
         text = text.replace("`samza-dsl run APP ", f"`samza-dsl run {args.app} ")
     print(f"samza-dsl {args.command}: error: {text}{more}", file=sys.stderr)
 

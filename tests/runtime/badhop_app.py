@@ -18,7 +18,7 @@ from samza_dsl import KV, Context, StreamApplication
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
 from samza_dsl.systems import KafkaSystem, LocalSystem
 
-__all__ = ["app", "sample_input"]
+__all__ = ["app", "picky", "sample_input"]
 
 
 class Pace:
@@ -57,6 +57,29 @@ trips = app.input(system.input("trips", serde=JsonSerde(), partitions=2,
 trips.map(Pace(), name="pace").partition_by(lambda t: t["driver"], name="by-driver") \
     .map(Fares(), name="fares").send_to(app.output(system.output(
         "totals", serde=serde, physical_name=f"totals{TAG}")))
+
+
+
+class FaresOnly(JsonSerde[Any]):
+    """The hop's serde of ``picky``: it reads back only trips with a fare (as a serde of a newer
+    schema would refuse a record of an older one)."""
+
+    def deserialize(self, data: bytes) -> Any:
+        trip = super().deserialize(data)
+        if "fare" not in trip:
+            raise ValueError("a trip without a fare")
+        return trip
+
+
+#: the same job with a hop whose serde cannot read the bad trip back: that record follows the
+#: intermediate stream's ``samza.serde.error`` policy
+picky = StreamApplication(f"picky{TAG}", config={"job.default.system": system.name})
+picky.table("fares", serde=serde)
+picky.input(system.input("trips", serde=JsonSerde(), partitions=2, physical_name=f"trips{TAG}")) \
+    .map(Pace(), name="pace").partition_by(lambda t: t["driver"], serde=KVSerde(StringSerde(), FaresOnly()),
+                  name="by-driver") \
+    .map(Fares(), name="fares").send_to(picky.output(system.output(
+        "totals", serde=serde, physical_name=f"picky-totals{TAG}")))
 
 #: the trip with no fare: the 31st of the sample (partition 0 offset 15, as `--sample` spreads it)
 BAD = 30

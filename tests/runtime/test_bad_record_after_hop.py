@@ -111,3 +111,84 @@ def test_skip_names_the_streams_it_takes(tmp_path: Path) -> None:
         "samza-dsl run: error: --skip fares-1-partition_by-by-drivr:0:3: "
         "'fares-1-partition_by-by-drivr' is not an input nor an intermediate stream (did you "
         f"mean '{inter}'?); inputs: trips; intermediate streams: {inter}")
+
+
+PICKY = f"{APP_FILE}:picky"
+PICKY_INTER = "picky-1-partition_by-by-driver"
+
+
+def _good_fares() -> dict[str, list[int]]:
+    want: dict[str, list[int]] = {f"d{d}": [] for d in range(7)}
+    for i in range(TRIPS):
+        if i != BAD:
+            want[f"d{i % 7}"].append(i)
+    return want
+
+
+def _picky_fares(cwd: Path) -> dict[str, list[int]]:
+    out = _cli(cwd, {}, "dump", PICKY, "totals")
+    assert out.returncode == 0, out.stderr
+    fares: dict[str, list[int]] = {}
+    for ln in out.stdout.splitlines():
+        m = json.loads(ln)
+        fares[m["key"]] = m["value"]
+    return {k: sorted(v) for k, v in fares.items()}
+
+
+def _picky_fails(cwd: Path) -> str:
+    """A first run under the ``fail`` policy, which stops on the bad trip while the step before
+    the hop has no checkpoint past it: the next run writes it into the hop again. Its error."""
+    failed = _cli(cwd, {}, "run", PICKY, "--sample", str(TRIPS), "-q", "--show", "0",
+                  "-c", "task.commit.ms=600000", "-c", "user.trips.sleep.ms=5")
+    assert failed.returncode == 2, failed.stderr
+    assert "Traceback" not in failed.stderr, failed.stderr
+    return failed.stderr.strip().splitlines()[-1]
+
+
+def test_a_record_after_the_hop_that_does_not_decode_is_dead_lettered_once_with_its_origin(
+        tmp_path: Path) -> None:
+    _picky_fails(tmp_path)
+    run = _cli(tmp_path, {}, "run", PICKY, "-q", "--show", "0",
+               "-c", f"streams.{PICKY_INTER}.samza.serde.error=dead-letter")
+    assert run.returncode == 0, run.stderr
+    replays = re.search(r"skipped: (\d+) record\(s\) of intermediate streams", run.stdout)
+    assert replays is not None and int(replays[1]) >= TRIPS // 2 - BAD // 2, run.stdout
+    dead = _cli(tmp_path, {}, "dump", PICKY, "picky-1-dead-letter")
+    assert dead.returncode == 0, dead.stderr
+    letters = [json.loads(x) for x in dead.stdout.splitlines()]
+    assert len(letters) == 1, letters  # once: the copy the replay wrote is skipped as a replay
+    assert letters[0]["source"].startswith(f"{PICKY_INTER}/")
+    assert letters[0]["origin"] == f"trips/0/{BAD // 2}"  # the input message it was written for
+    assert "a trip without a fare (a record written for the message at stream 'trips' " \
+           f"partition 0 offset {BAD // 2})" in letters[0]["error"]
+    assert _picky_fares(tmp_path) == _good_fares()
+
+
+def test_a_record_after_the_hop_that_does_not_decode_is_skipped_once_naming_its_origin(
+        tmp_path: Path) -> None:
+    _picky_fails(tmp_path)
+    run = _cli(tmp_path, {}, "run", PICKY, "-q", "--show", "0",
+               "-c", f"streams.{PICKY_INTER}.samza.serde.error=skip")
+    assert run.returncode == 0, run.stderr
+    warned = [ln for ln in run.stderr.splitlines() if "a trip without a fare" in ln]
+    assert len(warned) == 1 and "(a record written for the message at stream 'trips' " \
+        f"partition 0 offset {BAD // 2})" in warned[0] and "skipped" in warned[0], run.stderr
+    assert _picky_fares(tmp_path) == _good_fares()
+
+
+def test_a_record_after_the_hop_that_does_not_decode_fails_with_a_skip_that_works(
+        tmp_path: Path) -> None:
+    line = _picky_fails(tmp_path)
+    assert re.search(r"^samza-dsl run: error: ValueError: a trip without a fare \(a record "
+                     rf"written for the message at stream 'trips' partition 0 offset "
+                     rf"{BAD // 2}\)\. The job stopped before this message", line), line
+    assert f"(at stream '{PICKY_INTER}', partition " in line
+    command = re.search(r"\(`(samza-dsl run [^`]+)`, which passes over the copies of it that a "
+                        r"replay writes again too\)", line)
+    assert command is not None, line
+    words = shlex.split(command[1])
+    assert words[-2] == "--skip" and words[-1].startswith(f"{PICKY_INTER}:"), words
+    rerun = _cli(tmp_path, {}, *words[1:], "--show", "0")
+    assert rerun.returncode == 0, rerun.stderr
+    assert "skipped: 1 record(s) as --skip asked" in rerun.stdout, rerun.stdout
+    assert _picky_fares(tmp_path) == _good_fares()
