@@ -37,7 +37,8 @@ from runtime.engine.job import SSP
 from runtime.engine.records import Skipped
 
 __all__ = ["ORIGIN_HEADER", "origin_key", "origin_text", "origin_source", "origin_of_headers",
-           "Stamps", "StampingProducer", "OriginList", "settle_held", "decode_origins", "Applied"]
+           "Stamps", "StampingProducer", "OriginList", "take_batch", "settle_held",
+           "decode_origins", "Applied"]
 
 ORIGIN_HEADER = "samza.origin"
 
@@ -99,6 +100,16 @@ class OriginList(list[Any]):
         super().__init__(payloads)
         self.origins = origins
         self.held = held
+
+
+def take_batch(applied: Applied | None, batch: Batch) -> None:
+    """A task starts handing out ``batch``, an ``OriginList``: its replays are marked skipped
+    (``applied``: None when the task keeps none), then the records that did not decode are
+    decided on (``settle_held``)."""
+    if applied is not None:
+        applied.decide(batch, batch.payloads.origins)  # type: ignore[attr-defined]
+    if batch.payloads.held:  # type: ignore[attr-defined]
+        settle_held(batch)
 
 
 def settle_held(batch: Batch) -> None:

@@ -29,7 +29,7 @@ from runtime.engine.handout import Batch, Cursor, Handout
 from runtime.engine.in_flight import cancel_messages
 from runtime.engine.job import SSP, JobModel, TaskModel
 from runtime.engine.join_check import placement_checks
-from runtime.engine.origins import Applied, OriginList, Stamps, settle_held
+from runtime.engine.origins import Applied, OriginList, Stamps, take_batch
 from runtime.engine.origins import wire as wire_origins
 from runtime.engine.records import EndOfStream, Watermark
 from runtime.engine.sinks import task_producer
@@ -255,10 +255,7 @@ class TaskInstance:
                     break
                 self._cur_i = 0
                 if type(cur.payloads) is OriginList:
-                    if self.applied is not None:
-                        self.applied.decide(cur, cur.payloads.origins)
-                    if cur.payloads.held:
-                        settle_held(cur)
+                    take_batch(self.applied, cur)
             ssp, first, payloads = cur.ssp, cur.first, cur.payloads
             bonus = extra if ssp.stream_id in downstream else 0
             budget += bonus

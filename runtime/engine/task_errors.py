@@ -74,11 +74,10 @@ def operator_error(task: Any, f: OperatorFailure, ssp: SSP, offset: int,
                   f"against such messages.")
     else:
         advice = " Fix the function or guard against this message."
-    kind = task.plan.streams[ssp.stream_id].kind
     origin = _origin(task, ssp, offset)
     came = f" (written for the message at {origin_text(origin)})" if origin is not None else ""
     skip = ""
-    if alone and not placed and (kind == "input" or origin is not None):
+    if alone and not placed:  # an input's record, or an intermediate stream's
         copies = (", and so the copies of it that a replay writes again" if origin is not None
                   else "")
         skip = (f" (`samza-dsl run APP --skip {ssp.stream_id}:{ssp.partition}:{offset}` "

@@ -125,8 +125,9 @@ def _good_fares() -> dict[str, list[int]]:
     return want
 
 
-def _picky_fares(cwd: Path) -> dict[str, list[int]]:
-    out = _cli(cwd, {}, "dump", PICKY, "totals")
+def _fares(cwd: Path, app: str) -> dict[str, list[int]]:
+    """Each driver's fares as the table ends: its last output."""
+    out = _cli(cwd, {}, "dump", app, "totals")
     assert out.returncode == 0, out.stderr
     fares: dict[str, list[int]] = {}
     for ln in out.stdout.splitlines():
@@ -161,7 +162,7 @@ def test_a_record_after_the_hop_that_does_not_decode_is_dead_lettered_once_with_
     assert letters[0]["origin"] == f"trips/0/{BAD // 2}"  # the input message it was written for
     assert "a trip without a fare (a record written for the message at stream 'trips' " \
            f"partition 0 offset {BAD // 2})" in letters[0]["error"]
-    assert _picky_fares(tmp_path) == _good_fares()
+    assert _fares(tmp_path, PICKY) == _good_fares()
 
 
 def test_a_record_after_the_hop_that_does_not_decode_is_skipped_once_naming_its_origin(
@@ -173,7 +174,7 @@ def test_a_record_after_the_hop_that_does_not_decode_is_skipped_once_naming_its_
     warned = [ln for ln in run.stderr.splitlines() if "a trip without a fare" in ln]
     assert len(warned) == 1 and "(a record written for the message at stream 'trips' " \
         f"partition 0 offset {BAD // 2})" in warned[0] and "skipped" in warned[0], run.stderr
-    assert _picky_fares(tmp_path) == _good_fares()
+    assert _fares(tmp_path, PICKY) == _good_fares()
 
 
 def test_a_record_after_the_hop_that_does_not_decode_fails_with_a_skip_that_works(
@@ -191,4 +192,19 @@ def test_a_record_after_the_hop_that_does_not_decode_fails_with_a_skip_that_work
     rerun = _cli(tmp_path, {}, *words[1:], "--show", "0")
     assert rerun.returncode == 0, rerun.stderr
     assert "skipped: 1 record(s) as --skip asked" in rerun.stdout, rerun.stdout
-    assert _picky_fares(tmp_path) == _good_fares()
+    assert _fares(tmp_path, PICKY) == _good_fares()
+
+
+def test_exactly_once_the_printed_skip_gets_past_the_record_at_its_one_offset(
+        tmp_path: Path) -> None:
+    eos = ("-c", "job.processing.guarantee=exactly-once")
+    failed = _cli(tmp_path, {}, "run", APP, "--sample", str(TRIPS), "-q", "--show", "0", *eos)
+    assert failed.returncode == 2, failed.stderr
+    line = failed.stderr.strip().splitlines()[-1]
+    assert "on stream 'fares-1-partition_by-by-driver' partition " in line, line
+    command = re.search(r"\(`(samza-dsl run [^`]+)` passes over it once\)", line)
+    assert command is not None, line
+    rerun = _cli(tmp_path, {}, *shlex.split(command[1])[1:], "--show", "0", *eos)
+    assert rerun.returncode == 0, rerun.stderr
+    assert "skipped: 1 record(s) as --skip asked" in rerun.stdout, rerun.stdout
+    assert _fares(tmp_path, APP) == _good_fares()
