@@ -125,9 +125,9 @@ def _good_fares() -> dict[str, list[int]]:
     return want
 
 
-def _fares(cwd: Path, app: str) -> dict[str, list[int]]:
+def _fares(cwd: Path, app: str, env: Mapping[str, str] | None = None) -> dict[str, list[int]]:
     """Each driver's fares as the table ends: its last output."""
-    out = _cli(cwd, {}, "dump", app, "totals")
+    out = _cli(cwd, env or {}, "dump", app, "totals")
     assert out.returncode == 0, out.stderr
     fares: dict[str, list[int]] = {}
     for ln in out.stdout.splitlines():
@@ -136,33 +136,41 @@ def _fares(cwd: Path, app: str) -> dict[str, list[int]]:
     return {k: sorted(v) for k, v in fares.items()}
 
 
-def _picky_fails(cwd: Path) -> str:
+def _picky_fails(cwd: Path, env: Mapping[str, str] | None = None) -> str:
     """A first run under the ``fail`` policy, which stops on the bad trip while the step before
     the hop has no checkpoint past it: the next run writes it into the hop again. Its error."""
-    failed = _cli(cwd, {}, "run", PICKY, "--sample", str(TRIPS), "-q", "--show", "0",
+    failed = _cli(cwd, env or {}, "run", PICKY, "--sample", str(TRIPS), "-q", "--show", "0",
                   "-c", "task.commit.ms=600000", "-c", "user.trips.sleep.ms=5")
     assert failed.returncode == 2, failed.stderr
     assert "Traceback" not in failed.stderr, failed.stderr
     return failed.stderr.strip().splitlines()[-1]
 
 
-def test_a_record_after_the_hop_that_does_not_decode_is_dead_lettered_once_with_its_origin(
-        tmp_path: Path) -> None:
-    _picky_fails(tmp_path)
-    run = _cli(tmp_path, {}, "run", PICKY, "-q", "--show", "0",
-               "-c", f"streams.{PICKY_INTER}.samza.serde.error=dead-letter")
+def dead_letters_once(cwd: Path, env: Mapping[str, str], job: str) -> None:
+    """After a failed run, a run under ``dead-letter`` writes the bad record to the dead-letter
+    stream once, with its origin, and applies every other trip once (``job``: the job's name
+    and id)."""
+    inter = f"{job}-partition_by-by-driver"
+    _picky_fails(cwd, env)
+    run = _cli(cwd, env, "run", PICKY, "-q", "--show", "0",
+               "-c", f"streams.{inter}.samza.serde.error=dead-letter")
     assert run.returncode == 0, run.stderr
     replays = re.search(r"skipped: (\d+) record\(s\) of intermediate streams", run.stdout)
     assert replays is not None and int(replays[1]) >= TRIPS // 2 - BAD // 2, run.stdout
-    dead = _cli(tmp_path, {}, "dump", PICKY, "picky-1-dead-letter")
+    dead = _cli(cwd, env, "dump", PICKY, f"{job}-dead-letter")
     assert dead.returncode == 0, dead.stderr
     letters = [json.loads(x) for x in dead.stdout.splitlines()]
     assert len(letters) == 1, letters  # once: the copy the replay wrote is skipped as a replay
-    assert letters[0]["source"].startswith(f"{PICKY_INTER}/")
+    assert letters[0]["source"].startswith(f"{inter}/")
     assert letters[0]["origin"] == f"trips/0/{BAD // 2}"  # the input message it was written for
     assert "a trip without a fare (a record written for the message at stream 'trips' " \
            f"partition 0 offset {BAD // 2})" in letters[0]["error"]
-    assert _fares(tmp_path, PICKY) == _good_fares()
+    assert _fares(cwd, PICKY, env) == _good_fares()
+
+
+def test_a_record_after_the_hop_that_does_not_decode_is_dead_lettered_once_with_its_origin(
+        tmp_path: Path) -> None:
+    dead_letters_once(tmp_path, {}, "picky-1")
 
 
 def test_a_record_after_the_hop_that_does_not_decode_is_skipped_once_naming_its_origin(
