@@ -110,7 +110,11 @@ def check_skips(skip: Mapping[str, Mapping[int, set[int]]], job: Any,
                                  f"processed); this run starts after it")
                 elif end is not None and o >= end:
                     held = f"ends at offset {end - 1}" if end else "is empty"
-                    if follow:
+                    if sid not in job.plan.input_streams:  # the job writes it as it runs
+                        notes.append(f"{what} not applied yet: partition {p} of intermediate "
+                                     f"stream {sid} {held}; the record is passed over if the "
+                                     f"job writes it in this run")
+                    elif follow:
                         notes.append(f"{what} not applied yet: partition {p} of {sid} {held}; "
                                      f"the record is passed over if it comes while this run "
                                      f"follows the input")

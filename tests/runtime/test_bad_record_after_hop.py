@@ -183,6 +183,15 @@ def test_a_record_after_the_hop_that_does_not_decode_is_skipped_once_naming_its_
     assert len(warned) == 1 and "(a record written for the message at stream 'trips' " \
         f"partition 0 offset {BAD // 2})" in warned[0] and "skipped" in warned[0], run.stderr
     assert _fares(tmp_path, PICKY) == _good_fares()
+    # a --skip of an intermediate stream is checked against it as an input's is
+    wrong = _cli(tmp_path, {}, "run", PICKY, "-q", "--skip", f"{PICKY_INTER}:9:1")
+    assert wrong.returncode == 2 and wrong.stderr.strip().splitlines()[-1].startswith(
+        f"samza-dsl run: error: --skip {PICKY_INTER}:9:1: intermediate stream "
+        f"'{PICKY_INTER}' has 2 partition(s), 0 to 1; "), wrong.stderr
+    ahead = _cli(tmp_path, {}, "run", PICKY, "-q", "--skip", f"{PICKY_INTER}:1:100000")
+    assert ahead.returncode == 0, ahead.stderr
+    assert f"--skip {PICKY_INTER}:1:100000 not applied yet: partition 1 of intermediate stream " \
+           f"{PICKY_INTER} ends at offset " in ahead.stderr, ahead.stderr
 
 
 def test_a_record_after_the_hop_that_does_not_decode_fails_with_a_skip_that_works(
