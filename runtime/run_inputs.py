@@ -16,9 +16,10 @@ An input that already holds messages is never fed silently, nor silently left as
 this run: it is not decoded nor processed, counts as processed (the checkpoint goes past it), and
 is logged and counted (``skipped-by-request``). A record of an intermediate stream counts as
 applied where it came from (its origin, ``runtime.engine.origins``): a copy of it that the
-upstream task writes again as it replays is skipped too. An input the job does not have, or a partition the input does
-not have, is an error before anything runs; a record the run will not reach (at or behind the
-checkpoint, or past the end of its partition) is a warning that says so.
+upstream task writes again as it replays is skipped too. A stream the job does not have, or a
+partition the stream does not have, is an error before anything runs; a record the run will not
+reach (at or behind the checkpoint, or past the end of an input's partition) is a warning that
+says so.
 """
 
 from __future__ import annotations

@@ -258,9 +258,12 @@ class StreamCodec:
                      generation: int) -> list[Any]:
         """Messages, control messages and ``Skipped`` markers, one per record, in order; of an
         intermediate stream whose records carry origins, an ``OriginList`` that gives them."""
-        self._held = []
+        if self._held:  # left by a decode that raised
+            self._held = []
         out = self._decode_all(ssp, first, records, generation)
-        held, self._held = self._held, []
+        held = self._held
+        if held:
+            self._held = []
         if self.origins:
             origins = decode_origins([r[2] for r in records])
             if origins is not None:

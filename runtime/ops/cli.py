@@ -240,8 +240,8 @@ def _run_inputs(args: argparse.Namespace, app: Any, config: dict[str, object],
     if mode and not on_log:
         raise SamzaError(f"--{mode}: {app.name!r} runs in memory, where --input and --sample are "
                          f"the whole input of each run; leave --{mode} out")
-    spec = app.spec()
-    skip = parse_skips(args.skip, spec.inputs, spec.intermediates)  # a wrong --skip is found before any loading
+    spec = app.spec()  # a wrong --skip is found before any loading
+    skip = parse_skips(args.skip, spec.inputs, spec.intermediates)
     if inputs and on_log:
         for line in feed_inputs(app, config, inputs, source, mode, args.sample):  # type: ignore[arg-type]
             print(line, file=sys.stderr)
