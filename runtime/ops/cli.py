@@ -1154,7 +1154,8 @@ def _print_error(args: argparse.Namespace, exc: SamzaError) -> None:
             and isinstance(exc, TaskError) else "")
     text = str(exc)
     if args.command == "run":  # a command it suggests, as it is to be run
-        text = text.replace("`samza-dsl run APP ", f"`samza-dsl run {args.app} ")
+        text = text.replace("`samza-dsl run APP ", f"`samza-dsl run {args.app} ").replace(
+            "`samza-dsl reset APP`", f"`samza-dsl reset {args.app}`")
     print(f"samza-dsl {args.command}: error: {text}{more}", file=sys.stderr)
 
 

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import os
 import time
+from datetime import timedelta
 from typing import Any
 
-from samza_dsl import KV, Context, StreamApplication
+from samza_dsl import KV, Context, StreamApplication, Windows
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
 from samza_dsl.systems import KafkaSystem, LocalSystem
 
-__all__ = ["app", "picky", "sample_input"]
+__all__ = ["app", "picky", "sessions", "sample_input"]
 
 
 class Pace:
@@ -81,10 +82,34 @@ picky.input(system.input("trips", serde=JsonSerde(), partitions=2, physical_name
     .map(Fares(), name="fares").send_to(picky.output(system.output(
         "totals", serde=serde, physical_name=f"picky-totals{TAG}")))
 
+def _trip_time(kv: KV[str, dict[str, Any]]) -> float:
+    return float(kv.value["t"])
+
+
+def _add_fare(kv: KV[str, dict[str, Any]], total: int) -> int:
+    return total + int(kv.value["fare"])  # a trip with no fare raises KeyError here
+
+
+#: the same trips into a session window per driver (event time ``t``, 30 s apart, a gap of
+#: 10 min: one session per driver), which holds each trip until the watermark passes it and
+#: folds it in then: the fold fails on the bad trip while the task has another message in hand
+sessions = StreamApplication(f"sessions{TAG}", config={"job.default.system": system.name})
+sessions.input(system.input("trips", serde=JsonSerde(), partitions=2,
+                            physical_name=f"trips{TAG}",
+                            event_time=lambda t: float(t["t"]),
+                            max_out_of_orderness=timedelta(seconds=5))) \
+    .partition_by(lambda t: t["driver"], name="by-driver") \
+    .window(Windows.keyed_session(lambda kv: kv.key, timedelta(minutes=10), init=lambda: 0,
+                                  fold=_add_fare, event_time=_trip_time), name="sessions") \
+    .map(lambda pane: KV(pane.key.key, pane.message), name="total") \
+    .send_to(sessions.output(system.output("totals", serde=serde,
+                                           physical_name=f"session-totals{TAG}")))
+
+T0 = 1_700_000_000
 #: the trip with no fare: the 31st of the sample (partition 0 offset 15, as `--sample` spreads it)
 BAD = 30
 
 
 def sample_input(n: int) -> dict[str, list[dict[str, Any]]]:
-    return {"trips": [{"driver": f"d{i % 7}"} if i == BAD else
-                      {"driver": f"d{i % 7}", "fare": i} for i in range(n)]}
+    return {"trips": [{"driver": f"d{i % 7}", "t": T0 + 30 * i} if i == BAD else
+                      {"driver": f"d{i % 7}", "t": T0 + 30 * i, "fare": i} for i in range(n)]}

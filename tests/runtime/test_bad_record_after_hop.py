@@ -225,3 +225,45 @@ def test_exactly_once_the_printed_skip_gets_past_the_record_at_its_one_offset(
     assert rerun.returncode == 0, rerun.stderr
     assert "skipped: 1 record(s) as --skip asked" in rerun.stdout, rerun.stdout
     assert _fares(tmp_path, APP) == _good_fares()
+
+
+SESSIONS = f"{APP_FILE}:sessions"
+SESSIONS_INTER = "sessions-1-partition_by-by-driver"
+
+
+def test_a_fold_failing_on_a_trip_a_session_window_held_names_that_trip(
+        tmp_path: Path) -> None:
+    failed = _cli(tmp_path, {}, "run", SESSIONS, "--sample", str(TRIPS), "-q", "--show", "0",
+                  "-c", "task.commit.ms=600000")
+    assert failed.returncode == 2, failed.stderr
+    line = failed.stderr.strip().splitlines()[-1]
+    # the held trip, not the message the task had in hand when the watermark passed it
+    got = re.search(rf"operator 'sessions-1-window-sessions' failed .*on the message it held "
+                    rf"from stream '{SESSIONS_INTER}' partition (\d+) offset (\d+)", line)
+    assert got is not None, line
+    part, offset = int(got[1]), int(got[2])
+    dump = _cli(tmp_path, {}, "dump", SESSIONS, SESSIONS_INTER, "--offsets")
+    shown = {(m["partition"], m["offset"]): m["message"]
+             for m in map(json.loads, dump.stdout.splitlines())}
+    assert shown[(part, offset)] == {"key": f"d{BAD % 7}",
+                                     "value": {"driver": f"d{BAD % 7}", "t": 1_700_000_000 + 30 * BAD}}
+    assert "KeyError: 'fare'" in line
+    command = re.search(r"`(samza-dsl run [^`]+ --skip [^`]+)`", line)
+    assert command is not None, line
+    words = shlex.split(command[1])
+    assert words[-1] == f"{SESSIONS_INTER}:{part}:{offset}", words
+    rerun = _cli(tmp_path, {}, *words[1:], "--show", "0")
+    assert rerun.returncode == 0, rerun.stderr
+    assert "skipped: 1 record(s) as --skip asked" in rerun.stdout, rerun.stdout
+    totals = {k: max(v) for k, v in _totals(tmp_path).items()}
+    assert totals == {d: sum(v) for d, v in _good_fares().items()}
+
+
+def _totals(cwd: Path) -> dict[str, list[int]]:
+    out = _cli(cwd, {}, "dump", SESSIONS, "totals")
+    assert out.returncode == 0, out.stderr
+    got: dict[str, list[int]] = {}
+    for ln in out.stdout.splitlines():
+        m = json.loads(ln)
+        got.setdefault(m["key"], []).append(m["value"])
+    return got
