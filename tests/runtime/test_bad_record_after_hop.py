@@ -23,7 +23,7 @@ from typing import Any
 
 from runtime.local.system import LocalJob
 from runtime.ops.loader import load_app
-from tests.runtime.badhop_app import BAD
+from tests.runtime.badhop_app import BAD, T0
 
 APP_FILE = Path(__file__).resolve().parent / "badhop_app.py"
 APP = f"{APP_FILE}:app"
@@ -66,7 +66,7 @@ def skip_after_the_hop(cwd: Path, env: Mapping[str, str], job: str,
     assert dump.returncode == 0, dump.stderr
     shown = [json.loads(x) for x in dump.stdout.splitlines()]
     assert {"partition": part, "offset": offset,
-            "message": {"key": f"d{BAD % 7}", "value": {"driver": f"d{BAD % 7}"}}} in shown
+            "message": {"key": f"d{BAD % 7}", "value": {"driver": f"d{BAD % 7}", "t": T0 + 30 * BAD}}} in shown
     if failed_run is not None:
         failed_run()
     command = re.search(r"\(`(samza-dsl run [^`]+)` passes over it once, and so the copies of "
@@ -246,7 +246,7 @@ def test_a_fold_failing_on_a_trip_a_session_window_held_names_that_trip(
     shown = {(m["partition"], m["offset"]): m["message"]
              for m in map(json.loads, dump.stdout.splitlines())}
     assert shown[(part, offset)] == {"key": f"d{BAD % 7}",
-                                     "value": {"driver": f"d{BAD % 7}", "t": 1_700_000_000 + 30 * BAD}}
+                                     "value": {"driver": f"d{BAD % 7}", "t": T0 + 30 * BAD}}
     assert "KeyError: 'fare'" in line
     command = re.search(r"`(samza-dsl run [^`]+ --skip [^`]+)`", line)
     assert command is not None, line
