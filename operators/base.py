@@ -17,6 +17,7 @@ task and offset.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import (
     Awaitable,
@@ -372,10 +373,15 @@ def held_failure(exc: BaseException, source: tuple[str, int, int | None] | None)
     ahead of the watermark, taken in later): ``source`` is where that message was read
     (``OperatorContext.source`` then), None when it was held before a restore. The runtime's
     error then names it, not the message the task has in hand."""
-    vars(exc)[_HELD_FROM] = source if source is not None else ()
+    # an exception with no attributes of its own stays unmarked: the message in hand's
+    with contextlib.suppress(TypeError):
+        vars(exc)[_HELD_FROM] = source if source is not None else ()
 
 
 def held_source(exc: BaseException) -> tuple[Any, ...] | None:
     """What ``held_failure`` marked: the held message's ``(stream, partition, offset)``, ``()``
     for one held before a restore (where it was read is not kept), None for no held message."""
-    return vars(exc).get(_HELD_FROM) if hasattr(exc, "__dict__") else None
+    try:
+        return vars(exc).get(_HELD_FROM)
+    except TypeError:  # no attributes of its own: never marked
+        return None
