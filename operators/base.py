@@ -17,6 +17,7 @@ task and offset.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import (
     Awaitable,
@@ -35,7 +36,7 @@ from samza_dsl.fields import fast_reader
 from samza_dsl.kv import KV
 from samza_dsl.spec import OpSpec
 
-__all__ = ["IDENTITY", "FailedAt", "PassThrough", "Operator", "OperatorContext", "KeyValueState", "MetricsRegistry", "RemoteState", "Result", "resolve_fn", "init_fn",
+__all__ = ["IDENTITY", "FailedAt", "held_failure", "held_source", "PassThrough", "Operator", "OperatorContext", "KeyValueState", "MetricsRegistry", "RemoteState", "Result", "resolve_fn", "init_fn",
            "close_fn", "UserContext", "inc_counter", "stopped_at"]
 
 Result = list[Any] | Awaitable[list[Any]]
@@ -361,3 +362,26 @@ class PassThrough(Operator):
 
     def one_to_one(self) -> Callable[[Any], Any]:
         return IDENTITY
+
+
+#: the attribute of an exception raised on a message an operator held (``held_failure``)
+_HELD_FROM = "samza_held_from"
+
+
+def held_failure(exc: BaseException, source: tuple[str, int, int | None] | None) -> None:
+    """Marks ``exc`` as raised on a message the operator had held (a session window's message
+    ahead of the watermark, taken in later): ``source`` is where that message was read
+    (``OperatorContext.source`` then), None when it was held before a restore. The runtime's
+    error then names it, not the message the task has in hand."""
+    # an exception with no attributes of its own stays unmarked: the message in hand's
+    with contextlib.suppress(TypeError):
+        vars(exc)[_HELD_FROM] = source if source is not None else ()
+
+
+def held_source(exc: BaseException) -> tuple[Any, ...] | None:
+    """What ``held_failure`` marked: the held message's ``(stream, partition, offset)``, ``()``
+    for one held before a restore (where it was read is not kept), None for no held message."""
+    try:
+        return vars(exc).get(_HELD_FROM)
+    except TypeError:  # no attributes of its own: never marked
+        return None

@@ -46,6 +46,7 @@ from typing import Any
 
 from samza_dsl.spec import WindowSpec
 
+from .base import held_failure
 from .window import EARLY, LATE, WATERMARK_KEY, WindowOperator
 
 #: the store key of a held message is ``(None, HELD, seq)``: None sorts before every session
@@ -84,6 +85,9 @@ class SessionWindowOperator(WindowOperator):
         #: by several producers gets the sessions of its messages in event-time order
         self._held: list[tuple[int, int, Any]] = []
         self._held_seq = 0
+        #: seq -> (stream, partition, offset) of a message held in this run (``ctx.source``):
+        #: a function failing on it as it is released names it, not the message in hand
+        self._held_from: dict[int, Any] = {}
         #: set by the runtime where messages may come out of event-time order (several
         #: producers, async steps, a declared bound); otherwise they go in as they come
         self.hold_ahead = True
@@ -151,6 +155,9 @@ class SessionWindowOperator(WindowOperator):
                     self._held_seq += 1
                     heappush(self._held, (ms, seq, message))
                     self._put((None, HELD, seq), (ms, message))
+                    ctx = self.ctx
+                    if ctx is not None and ctx.source is not None:
+                        self._held_from[seq] = ctx.source()
                     return []
             elif self._held:  # held before the runtime handed the watermark back to the window
                 ms = round(event_time(message) * 1000.0)
@@ -165,7 +172,12 @@ class SessionWindowOperator(WindowOperator):
         while held and held[0][0] <= limit:
             _, seq, message = heappop(held)
             self._store.delete((None, HELD, seq))
-            out.extend(self._process(message))
+            source = self._held_from.pop(seq, None)
+            try:
+                out.extend(self._process(message))
+            except Exception as exc:  # the held message's, not the one in hand
+                held_failure(exc, source)
+                raise
         return out
 
     def on_watermark(self, watermark_ms: int) -> list[Any]:

@@ -12,11 +12,14 @@ An input that already holds messages is never fed silently, nor silently left as
   loaded again, and the run says so (the demo run twice resumes);
 - anything else is an error that names the stream, what it holds and both options.
 
-``--skip STREAM:PARTITION:OFFSET`` passes over one record of an input in this run: it is not
-decoded nor processed, counts as processed (the checkpoint goes past it), and is logged and
-counted (``skipped-by-request``). An input the job does not have, or a partition the input does
-not have, is an error before anything runs; a record the run will not reach (at or behind the
-checkpoint, or past the end of its partition) is a warning that says so.
+``--skip STREAM:PARTITION:OFFSET`` passes over one record of an input or intermediate stream in
+this run: it is not decoded nor processed, counts as processed (the checkpoint goes past it), and
+is logged and counted (``skipped-by-request``). A record of an intermediate stream counts as
+applied where it came from (its origin, ``runtime.engine.origins``): a copy of it that the
+upstream task writes again as it replays is skipped too. A stream the job does not have, or a
+partition the stream does not have, is an error before anything runs; a record the run will not
+reach (at or behind the checkpoint, or past the end of an input's partition) is a warning that
+says so.
 """
 
 from __future__ import annotations
@@ -37,9 +40,14 @@ __all__ = ["JsonLines", "feed_inputs", "parse_skips", "check_skips", "SAMPLES_FI
 SAMPLES_FILE = "samples.json"
 
 
-def parse_skips(pairs: Sequence[str], inputs: Mapping[str, Any]) -> dict[str, dict[int, set[int]]]:
-    """``STREAM:PARTITION:OFFSET`` values -> {stream id: {partition: {offsets}}}."""
+def parse_skips(pairs: Sequence[str], inputs: Mapping[str, Any],
+                intermediates: Mapping[str, Any] | None = None
+                ) -> dict[str, dict[int, set[int]]]:
+    """``STREAM:PARTITION:OFFSET`` values -> {stream id: {partition: {offsets}}}. A stream is an
+    input or one of the ``intermediates`` (a record written by ``partition_by``, as the error of
+    a function that failed after the hop names it)."""
     out: dict[str, dict[int, set[int]]] = {}
+    inter = intermediates or {}
     for pair in pairs:
         sid, _, rest = pair.rpartition(":")
         sid, _, part = sid.rpartition(":")
@@ -48,22 +56,24 @@ def parse_skips(pairs: Sequence[str], inputs: Mapping[str, Any]) -> dict[str, di
         except ValueError:
             partition = offset = -1
         if not sid or partition < 0 or offset < 0:
-            raise SamzaError(f"--skip takes STREAM:PARTITION:OFFSET (an input, and whole numbers "
-                             f">= 0 as `samza-dsl dump APP STREAM --offsets` prints them), got "
-                             f"{pair!r}")
-        if sid not in inputs:
-            raise SamzaError(f"--skip {pair}: {sid!r} is not an input"
-                             f"{did_you_mean(sid, inputs)}; inputs: "
-                             f"{', '.join(sorted(inputs))}")
-        declared = inputs[sid].partitions
+            raise SamzaError(f"--skip takes STREAM:PARTITION:OFFSET (an input or intermediate "
+                             f"stream, and whole numbers >= 0 as `samza-dsl dump APP STREAM "
+                             f"--offsets` prints them), got {pair!r}")
+        if sid not in inputs and sid not in inter:
+            known = {**inputs, **inter}
+            also = f"; intermediate streams: {', '.join(sorted(inter))}" if inter else ""
+            raise SamzaError(f"--skip {pair}: {sid!r} is not an input nor an intermediate stream"
+                             f"{did_you_mean(sid, known)}; inputs: {', '.join(sorted(inputs))}"
+                             f"{also}")
+        declared = inputs[sid].partitions if sid in inputs else None
         if isinstance(declared, int) and partition >= declared:
             raise SamzaError(_no_partition(pair, sid, declared))
         out.setdefault(sid, {}).setdefault(partition, set()).add(offset)
     return out
 
 
-def _no_partition(pair: str, sid: str, count: int) -> str:
-    return (f"--skip {pair}: input {sid!r} has {count} partition(s), 0 to {count - 1}; give the "
+def _no_partition(pair: str, sid: str, count: int, kind: str = "input") -> str:
+    return (f"--skip {pair}: {kind} {sid!r} has {count} partition(s), 0 to {count - 1}; give the "
             f"partition and offset of the record as `samza-dsl dump APP {sid} --offsets` prints "
             f"them, or as the job's error named them")
 
@@ -81,7 +91,8 @@ def check_skips(skip: Mapping[str, Mapping[int, set[int]]], job: Any,
         count = job.counts.get(sid)
         for p in sorted(parts):
             if count is not None and p >= count:
-                raise SamzaError(_no_partition(f"{sid}:{p}:{min(parts[p])}", sid, count))
+                kind = "input" if sid in job.plan.input_streams else "intermediate stream"
+                raise SamzaError(_no_partition(f"{sid}:{p}:{min(parts[p])}", sid, count, kind))
     cps = job.checkpoints.tasks()
     notes = []
     for sid, parts in sorted(skip.items()):
@@ -100,7 +111,11 @@ def check_skips(skip: Mapping[str, Mapping[int, set[int]]], job: Any,
                                  f"processed); this run starts after it")
                 elif end is not None and o >= end:
                     held = f"ends at offset {end - 1}" if end else "is empty"
-                    if follow:
+                    if sid not in job.plan.input_streams:  # the job writes it as it runs
+                        notes.append(f"{what} not applied yet: partition {p} of intermediate "
+                                     f"stream {sid} {held}; the record is passed over if the "
+                                     f"job writes it in this run")
+                    elif follow:
                         notes.append(f"{what} not applied yet: partition {p} of {sid} {held}; "
                                      f"the record is passed over if it comes while this run "
                                      f"follows the input")

@@ -42,7 +42,13 @@ from typing import Any, cast
 import msgspec
 
 from runtime.engine.job import SSP
-from runtime.engine.origins import ORIGIN_HEADER, OriginList, decode_origins
+from runtime.engine.origins import (
+    ORIGIN_HEADER,
+    OriginList,
+    decode_origins,
+    origin_of_headers,
+    origin_text,
+)
 from runtime.engine.records import EndOfStream, Skipped, Watermark, is_control
 from runtime.engine.serde_util import default_key_bytes
 from runtime.engine.systems import ProducerCounts, StreamSink
@@ -75,6 +81,8 @@ _control_decoder = msgspec.msgpack.Decoder(tuple[int, EndOfStream | Watermark])
 
 
 _STALE = Skipped("control record of an earlier run")
+#: a record that does not decode, until its task decides on it (``StreamCodec.hold``)
+_HELD = Skipped("a record that does not decode, held for its task")
 
 
 def control_record(message: EndOfStream | Watermark, generation: int) -> Record:
@@ -176,6 +184,11 @@ class StreamCodec:
         #: an intermediate stream: a decoded batch gives its records' origins
         #: (``runtime.engine.origins``), where they carry them
         self.origins = False
+        #: the tasks of a running job read the stream: a record with an origin that does not
+        #: decode is held in its batch (``OriginList.held``) for its task, which knows whether
+        #: it is a replay of one it applied (``runtime.engine.origins.settle_held``)
+        self.hold = False
+        self._held: list[tuple[int, Callable[[], Any]]] = []
         self.encode = self._encoder()
         # both deserializers raise on None, so a batch may first be tried without None checks
         self._none_raises = self._key_serde is not None and all(
@@ -245,11 +258,18 @@ class StreamCodec:
                      generation: int) -> list[Any]:
         """Messages, control messages and ``Skipped`` markers, one per record, in order; of an
         intermediate stream whose records carry origins, an ``OriginList`` that gives them."""
+        if self._held:  # left by a decode that raised
+            self._held = []
         out = self._decode_all(ssp, first, records, generation)
+        held = self._held
+        if held:
+            self._held = []
         if self.origins:
             origins = decode_origins([r[2] for r in records])
             if origins is not None:
-                return OriginList(out, origins)
+                return OriginList(out, origins, held or None)
+        for offset, act in held:  # (a record held has an origin: not reached)
+            out[offset - first] = act()
         return out
 
     def _decode_all(self, ssp: SSP, first: int, records: Sequence[Record],
@@ -383,14 +403,30 @@ class StreamCodec:
         return out
 
     def _bad_record(self, ssp: SSP, offset: int, record: Record, exc: Exception) -> Skipped:
+        origin = origin_of_headers(record[2]) if self.origins else None
+        if origin is not None and self.hold:
+            self._held.append((offset, lambda: self._act(ssp, offset, record, exc, origin)))
+            return _HELD
+        return self._act(ssp, offset, record, exc, origin)
+
+    def _act(self, ssp: SSP, offset: int, record: Record, exc: Exception, origin: Any
+             ) -> Skipped:
+        """The stream's policy on a record that does not decode (``origin``: where it came
+        from, for a record of an intermediate stream)."""
         reason = exc.reason if isinstance(exc, SerdeError) else f"{type(exc).__name__}: {exc}"
+        skip = ""
+        if origin is not None:  # a record of an intermediate stream: the message it came from
+            reason = f"{reason} (a record written for the message at {origin_text(origin)})"
+            skip = (f", or pass over this record once (`samza-dsl run APP --skip "
+                    f"{ssp.stream_id}:{ssp.partition}:{offset}`, which passes over the copies "
+                    f"of it that a replay writes again too)")
         err = SerdeError(reason, data=record[1], stream=ssp.stream_id, partition=ssp.partition,
                          offset=offset)
         if self.policy == "fail":
             raise SerdeError(
                 f"{reason}. The job stopped before this message; its checkpoint stays before it. "
                 f"Fix the producer or the stream's serde, or set "
-                f"streams.{ssp.stream_id}.samza.serde.error to skip or dead-letter",
+                f"streams.{ssp.stream_id}.samza.serde.error to skip or dead-letter{skip}",
                 data=record[1], stream=ssp.stream_id, partition=ssp.partition,
                 offset=offset) from exc
         if self._metrics is not None:

@@ -145,9 +145,11 @@ class BucketFan:
                 for i in range(min(done - first + 1, len(mine))):
                     if marks[i] >= 0:
                         mine[i] = OTHER_BUCKET if time_of is None else others[i]
-            if origins is not None:  # the origins of this task's records only
+            if origins is not None:  # the origins of this task's records only; the first
+                # virtual task decides on the records that did not decode (their key unknown)
                 mine = OriginList(mine, [o if k == b or k < 0 else None
-                                         for o, k in zip(origins, marks, strict=True)])
+                                         for o, k in zip(origins, marks, strict=True)],
+                                  payloads.held if t is self.tasks[0] else None)  # type: ignore[attr-defined]
             t.add_batch(ssp, first, mine)
 
 

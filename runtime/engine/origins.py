@@ -36,7 +36,8 @@ from runtime.engine.handout import Batch, Cursor, Handout
 from runtime.engine.job import SSP
 from runtime.engine.records import Skipped
 
-__all__ = ["ORIGIN_HEADER", "origin_key", "Stamps", "StampingProducer", "OriginList",
+__all__ = ["ORIGIN_HEADER", "origin_key", "origin_text", "origin_source", "origin_of_headers",
+           "Stamps", "StampingProducer", "OriginList", "take_batch", "settle_held",
            "decode_origins", "Applied"]
 
 ORIGIN_HEADER = "samza.origin"
@@ -56,15 +57,75 @@ def origin_key(ssp: SSP, bucket: int = 0, factor: int = 1) -> str:
     return base if factor <= 1 else f"{base}/{bucket}of{factor}"
 
 
+def _parts(origin: Any) -> tuple[str, str, str, Any]:
+    """(stream, partition, virtual task ``BofN`` or "", offset) of an origin."""
+    stream, _, part = str(origin[0]).rpartition("/")
+    bucket = ""
+    if "of" in part:  # "stream/partition/BofN": a virtual task's
+        bucket = part
+        stream, _, part = stream.rpartition("/")
+    return stream, part, bucket, origin[1]
+
+
+def origin_text(origin: Any) -> str:
+    """An origin as errors name it: ``stream 'events' partition 0 offset 40`` (with the virtual
+    task, ``... partition 0 (virtual task 1 of 2) offset 40``)."""
+    stream, part, bucket, offset = _parts(origin)
+    b, _, n = bucket.partition("of")
+    virtual = f" (virtual task {b} of {n})" if bucket else ""
+    return f"stream {stream!r} partition {part}{virtual} offset {offset}"
+
+
+def origin_source(origin: Any) -> str:
+    """An origin as dead letters' ``source`` is written: ``events/0/40``."""
+    stream, part, _, offset = _parts(origin)
+    return f"{stream}/{part}/{offset}"
+
+
+def origin_of_headers(headers: Sequence[tuple[str, bytes]] | None) -> Any:
+    """The origin a record's headers carry (``ORIGIN_HEADER``), or None."""
+    got = decode_origins([headers]) if headers else None
+    return None if got is None else got[0]
+
+
 class OriginList(list[Any]):
     """A decoded batch whose records carry origins: ``origins[i]`` is record i's
-    ``(key, offset, index[, floor])``, or None (a control record, a record without one)."""
+    ``(key, offset, index[, floor])``, or None (a control record, a record without one).
+    ``held``: the records that did not decode, as ``(offset, act)``: the task reading the batch
+    decides on them once it knows which records are replays (``settle_held``)."""
 
-    __slots__ = ("origins",)
+    __slots__ = ("origins", "held")
 
-    def __init__(self, payloads: Iterable[Any], origins: list[Any]) -> None:
+    def __init__(self, payloads: Iterable[Any], origins: list[Any],
+                 held: list[tuple[int, Callable[[], Any]]] | None = None) -> None:
         super().__init__(payloads)
         self.origins = origins
+        self.held = held
+
+
+def take_batch(applied: Applied | None, batch: Batch) -> None:
+    """A task starts handing out ``batch``, an ``OriginList``: its replays are marked skipped
+    (``applied``: None when the task keeps none), then the records that did not decode are
+    decided on (``settle_held``)."""
+    if applied is not None:
+        applied.decide(batch, batch.payloads.origins)  # type: ignore[attr-defined]
+    if batch.payloads.held:  # type: ignore[attr-defined]
+        settle_held(batch)
+
+
+def settle_held(batch: Batch) -> None:
+    """The records of ``batch`` (an ``OriginList`` whose replays were marked) that did not
+    decode: each that is no replay follows its stream's ``samza.serde.error`` policy now (``act``
+    raises under ``fail``, else logs, counts, dead-letters and gives the ``Skipped`` marker);
+    a replay of one the task applied (skipped, dead-lettered or passed over by ``--skip``) is
+    skipped as a replay, once more nowhere."""
+    payloads = batch.payloads
+    held = payloads.held  # type: ignore[attr-defined]
+    payloads.held = None  # type: ignore[attr-defined]
+    for offset, act in held:
+        i = offset - batch.first
+        if payloads[i] is not REPLAYED:
+            payloads[i] = act()
 
 
 def decode_origins(heads: Sequence[Any]) -> list[Any] | None:
@@ -295,6 +356,14 @@ class Applied:
             self.replays += n
             if self.count is not None:
                 self.count(n)
+
+    def origin_of(self, ssp: SSP, offset: int) -> Any:
+        """The origin of the record at ``offset`` of ``ssp``, from a batch decided and not yet
+        completed (a record the task is processing); None when it has none."""
+        for first, origins, _ in self._decided.get(ssp, ()):
+            if first <= offset < first + len(origins):
+                return origins[offset - first]
+        return None
 
     def snapshot(self, offsets: Mapping[SSP, int]) -> dict[str, Any]:
         """What was applied as of ``offsets`` (the checkpoint's): for checkpoint records."""

@@ -10,7 +10,7 @@ import contextvars
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence, Set
 from typing import Any
 
-from operators.base import Operator
+from operators.base import Operator, held_source
 from runtime.engine.dag import Emit, OperatorFailure, gather_pending
 from runtime.engine.event_time import WindowMoves
 from runtime.engine.job import SSP
@@ -112,7 +112,27 @@ class StageOutputs:
             SOURCE.reset(token)
 
     def failed(self, op_id: str, when: str, exc: Exception) -> TaskError:
-        """The error of operator ``op_id`` raising ``exc`` ``when`` (no message caused it)."""
+        """The error of operator ``op_id`` raising ``exc`` ``when`` (no message in hand caused
+        it; a message the operator held may have, which it then names)."""
+        held = held_source(exc)
+        if held:
+            stream, partition, offset = held
+            return TaskError(
+                f"operator {op_id!r} failed {when} in task {self.name!r} on the message it held "
+                f"from stream {stream!r} partition {partition} offset {offset}: "
+                f"{type(exc).__name__}: {exc}. Fix the function or guard against this message; "
+                f"where the task's checkpoint is before it, `samza-dsl run APP --skip "
+                f"{stream}:{partition}:{offset}` passes over it once (and the copies of it that "
+                f"a replay writes again), else it is kept in the operator's store and only "
+                f"`samza-dsl reset APP` and a rerun get past it", op_id=op_id, task=self.name,
+                stream=stream, partition=partition, offset=offset)
+        if held is not None:
+            return TaskError(
+                f"operator {op_id!r} failed {when} in task {self.name!r} on a message it held "
+                f"since before the job's last restore (where it was read is not kept): "
+                f"{type(exc).__name__}: {exc}. Fix the function or guard against such messages; "
+                f"it is kept in the operator's store, so only `samza-dsl reset APP` and a rerun "
+                f"get past it", op_id=op_id, task=self.name)
         return TaskError(f"operator {op_id!r} failed {when} in task {self.name!r}: "
                          f"{type(exc).__name__}: {exc}", op_id=op_id, task=self.name)
 

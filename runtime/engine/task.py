@@ -29,7 +29,7 @@ from runtime.engine.handout import Batch, Cursor, Handout
 from runtime.engine.in_flight import cancel_messages
 from runtime.engine.job import SSP, JobModel, TaskModel
 from runtime.engine.join_check import placement_checks
-from runtime.engine.origins import Applied, OriginList, Stamps
+from runtime.engine.origins import Applied, OriginList, Stamps, take_batch
 from runtime.engine.records import EndOfStream, Watermark
 from runtime.engine.sinks import task_producer, with_origins
 from runtime.engine.stage_outputs import CONTROL, SOURCE, StageOutputs
@@ -240,8 +240,8 @@ class TaskInstance:
                 if cur is None:
                     break
                 self._cur_i = 0
-                if type(cur.payloads) is OriginList and self.applied is not None:
-                    self.applied.decide(cur, cur.payloads.origins)
+                if type(cur.payloads) is OriginList:
+                    take_batch(self.applied, cur)
             ssp, first, payloads = cur.ssp, cur.first, cur.payloads
             bonus = extra if ssp.stream_id in downstream else 0
             budget += bonus

@@ -7,10 +7,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from operators.base import held_source
 from runtime.engine.dag import OperatorFailure
 from runtime.engine.handout import Handout
 from runtime.engine.in_flight import NO_KEY, wait_of
 from runtime.engine.job import SSP
+from runtime.engine.origins import origin_text
 from runtime.state.remote import RemoteCallFailure
 from samza_dsl.connectors import SinkError
 from samza_dsl.errors import (
@@ -73,18 +75,68 @@ def operator_error(task: Any, f: OperatorFailure, ssp: SSP, offset: int,
                   f"against such messages.")
     else:
         advice = " Fix the function or guard against this message."
-    skip = (f" (`samza-dsl run APP --skip {ssp.stream_id}:{ssp.partition}:{offset}` passes "
-            f"over it once)" if alone and not placed
-            and task.plan.streams[ssp.stream_id].kind == "input" else "")
+    held = held_source(cause)
+    if held is not None:  # a message the operator held, taken in as this one came
+        return _held_error(task, f, ssp, offset, held, f"{f.reason}{at}")
+    origin = _origin(task, ssp, offset)
+    came = f" (written for the message at {origin_text(origin)})" if origin is not None else ""
+    skip = ""
+    if alone and not placed:  # an input's record, or an intermediate stream's
+        skip = _skip_text(ssp, offset, origin)
     err = TaskError(
         f"operator {f.op_id!r} failed in task {task.name!r} on stream {ssp.stream_id!r} "
-        f"partition {ssp.partition} offset {offset}: "
+        f"partition {ssp.partition} offset {offset}{came}: "
         f"{cause if placed else f.reason}{at}.{advice} "
         f"The checkpoint stays before this offset, so a restart reprocesses it{skip}",
         op_id=f.op_id, task=task.name, stream=ssp.stream_id,
         partition=ssp.partition, offset=offset)
     err.__cause__ = cause
     return err
+
+
+def _skip_text(ssp: SSP, offset: int, origin: Any) -> str:
+    copies = ", and so the copies of it that a replay writes again" if origin is not None else ""
+    return (f" (`samza-dsl run APP --skip {ssp.stream_id}:{ssp.partition}:{offset}` passes over "
+            f"it once{copies})")
+
+
+def _held_error(task: Any, f: OperatorFailure, ssp: SSP, offset: int, held: tuple[Any, ...],
+                reason: str) -> TaskError:
+    """Operator ``f.op_id`` failed on a message it had held (a session window's message ahead
+    of the watermark), taking it in as the task processed ``ssp`` ``offset``: the error names the
+    held message (``held``: where it was read, ``()`` when it was held before a restore), and
+    its ``--skip`` where a rerun reads it again (after the checkpoint)."""
+    if held:
+        hssp, hoff = SSP(held[0], held[1]), held[2]
+        origin = _origin(task, hssp, hoff)
+        came = f" (written for the message at {origin_text(origin)})" if origin else ""
+        what = (f"the message it held from stream {hssp.stream_id!r} partition "
+                f"{hssp.partition} offset {hoff}{came}")
+        if hoff is not None and hoff > task.checkpoint.get(hssp, -1):
+            todo = (f" Fix the function or guard against this message{_skip_text(hssp, hoff, origin)}"
+                    f"; the checkpoint stays before it, so a restart reads it again")
+        else:
+            todo = (" Fix the function or guard against this message; the checkpoint is past "
+                    "it, kept in the operator's store, so only `samza-dsl reset APP` and a rerun "
+                    "get past it")
+    else:
+        what = "a message it held since before the job's last restore (where it was read is not kept)"
+        todo = (" Fix the function or guard against such messages; it is kept in the operator's "
+                "store, so only `samza-dsl reset APP` and a rerun get past it")
+    err = TaskError(
+        f"operator {f.op_id!r} failed in task {task.name!r} on {what}, taking it in as the task "
+        f"processed stream {ssp.stream_id!r} partition {ssp.partition} offset {offset}: "
+        f"{reason}.{todo}", op_id=f.op_id, task=task.name, stream=ssp.stream_id,
+        partition=ssp.partition, offset=offset)
+    err.__cause__ = f.cause
+    return err
+
+
+def _origin(task: Any, ssp: SSP, offset: int) -> Any:
+    """The origin of the record at ``offset`` of an intermediate stream the task reads, where it
+    carries one (``runtime.engine.origins``); else None."""
+    applied = task.applied
+    return None if applied is None else applied.origin_of(ssp, offset)
 
 
 def event_time_error(task: Any, cause: BaseException, ssp: SSP, offset: int,

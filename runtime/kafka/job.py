@@ -312,7 +312,8 @@ class KafkaJob:
             self.codecs[sid] = StreamCodec(sid, serde, policy=policy, dead_letter=dead_letter,
                                            metrics=self.metrics, ahead=ahead_rule(
                                                sid, s.descriptor, policy, metrics=self.metrics))
-            self.codecs[sid].origins = s.kind in ("intermediate", "broadcast")
+            self.codecs[sid].origins = self.codecs[sid].hold = s.kind in ("intermediate",
+                                                                          "broadcast")
             producer.add_stream(sid, self.physical[sid], counts[sid], self.codecs[sid].encode,
                                 self.codecs[sid])
         return producer

@@ -610,6 +610,8 @@ class LocalJob:
                                            metrics=self.metrics, ahead=ahead_rule(
                                                sid, s.descriptor, policy, metrics=self.metrics))
             self.codecs[sid].origins = s.kind in ("intermediate", "broadcast")
+            # the tasks reading it decide on a record of it that does not decode (run only)
+            self.codecs[sid].hold = self.codecs[sid].origins and dead_letter is not None
 
     def _build(self, follow: bool, inputs: Mapping[str, Any]) -> None:
         plan, job, counts = self.plan, self.job, self.counts

@@ -240,7 +240,8 @@ def _run_inputs(args: argparse.Namespace, app: Any, config: dict[str, object],
     if mode and not on_log:
         raise SamzaError(f"--{mode}: {app.name!r} runs in memory, where --input and --sample are "
                          f"the whole input of each run; leave --{mode} out")
-    skip = parse_skips(args.skip, app.spec().inputs)  # a wrong --skip is found before any loading
+    spec = app.spec()  # a wrong --skip is found before any loading
+    skip = parse_skips(args.skip, spec.inputs, spec.intermediates)
     if inputs and on_log:
         for line in feed_inputs(app, config, inputs, source, mode, args.sample):  # type: ignore[arg-type]
             print(line, file=sys.stderr)
@@ -1151,7 +1152,11 @@ def _print_error(args: argparse.Namespace, exc: SamzaError) -> None:
     more = ("; --traceback shows the whole stack" if hasattr(args, "traceback")  # foreign: argparse's
             and not args.traceback and exc.__cause__ is not None
             and isinstance(exc, TaskError) else "")
-    print(f"samza-dsl {args.command}: error: {exc}{more}", file=sys.stderr)
+    text = str(exc)
+    if args.command == "run":  # a command it suggests, as it is to be run
+        text = text.replace("`samza-dsl run APP ", f"`samza-dsl run {args.app} ").replace(
+            "`samza-dsl reset APP`", f"`samza-dsl reset {args.app}`")
+    print(f"samza-dsl {args.command}: error: {text}{more}", file=sys.stderr)
 
 
 #: an OSError about a path a user named: a user mistake, not a bug

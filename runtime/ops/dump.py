@@ -32,6 +32,7 @@ import msgspec
 
 from runtime.engine.codec import ERROR_HEADER, SOURCE_HEADER, Record, Skipped, StreamCodec
 from runtime.engine.job import SSP
+from runtime.engine.origins import origin_of_headers, origin_source
 from runtime.engine.records import is_control
 from runtime.host.jobdir import dead_letter_stream, metrics_stream
 from runtime.local.compaction import changelog_location
@@ -108,8 +109,12 @@ def _dead_letter_decode(ssp: SSP, offsets: Sequence[int], records: Sequence[Reco
     out = []
     for o, (k, v, headers) in zip(offsets, records, strict=True):
         h = {name: bytes(value).decode(errors="replace") for name, value in headers or ()}
-        out.append((o, {"source": h.get(SOURCE_HEADER), "error": h.get(ERROR_HEADER),
-                        "key": _text(k), "value": _text(v)}))
+        letter = {"source": h.get(SOURCE_HEADER), "error": h.get(ERROR_HEADER),
+                  "key": _text(k), "value": _text(v)}
+        origin = origin_of_headers(headers)
+        if origin is not None:  # a record of an intermediate stream: the input message's place
+            letter["origin"] = origin_source(origin)
+        out.append((o, letter))
     return out
 
 
