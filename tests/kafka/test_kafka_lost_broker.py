@@ -114,7 +114,7 @@ def test_stores_whose_checkpoints_the_broker_lost_are_an_error_until_reset(
     for fragment in (f"job {job!r}", f"Kafka at {broker.bootstrap}",
                      f"checkpoint topic '__samza_checkpoint_{job}' is empty",
                      "store 'counts' of task 'Partition 0'", str(store.parent),
-                     "samza-dsl reset APP"):
+                     "samza-dsl reset app.py:app"):
         assert fragment in error, f"{fragment!r} not in {error!r}"
     if changelog:  # the local copy's changelog offset, and where the broker's changelog ends
         assert "is at changelog offset 3" in error, error

@@ -155,7 +155,13 @@ def test_an_intermediate_value_its_serde_cannot_encode_fails_the_same_on_both(
     test, local = (failure(r, int_through_partition_by, {"in": [KV("a", "xyz")]}, tmp_path)
                    for r in RUNNERS)
     assert "cannot" in str(test) and "StringSerde" in str(test), str(test)
-    assert str(test) == str(local)
+    # the job's line also names the input message the record after the hop was written for,
+    # and that its --skip passes over the replays' copies (records of a system that stores
+    # streams carry their origin; TestRunner's do not: nothing replays there)
+    origin = " (written for the message at stream 'in' partition 0 offset 0)"
+    copies = ", and so the copies of it that a replay writes again"
+    assert origin in str(local) and copies in str(local), str(local)
+    assert str(test) == str(local).replace(origin, "").replace(copies, "")
 
 
 def test_an_input_message_its_serde_cannot_encode_fails_naming_the_input_and_offset() -> None:
