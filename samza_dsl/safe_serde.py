@@ -161,6 +161,8 @@ class ObjectCodec:
 
     def encode(self, obj: Any) -> bytes:
         try:
+            if type(obj) in _SCALARS:  # as the walk gives it back, with no call of it
+                return self._encode_native(obj)
             return self._encode_native(self._lower(obj, 1))
         except OverflowError:  # an int past 64 bits somewhere: walk again, looking at ints
             return self._encode_native(self._lower_big(obj, 1))

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import compress
+from operator import lt, ne
 from typing import Any
 
 import msgspec
@@ -390,9 +392,64 @@ def _copy(st: dict[str, list[Any]]) -> dict[str, list[Any]]:
 def _apply(st: dict[str, list[Any]], origins: Sequence[Any], payloads: list[Any] | None,
            skipped: Any) -> int:
     """Applies ``origins`` in order to ``st``; a replay's payload becomes ``skipped``. Returns
-    how many were replays."""
+    how many were replays. The spans between records without an origin (control records) go
+    by runs where they can (``_apply_runs``)."""
+    origins = origins if type(origins) is list else list(origins)
+    n = len(origins)
+    replays = start = 0
+    while start < n:
+        try:
+            stop = origins.index(None, start)
+        except ValueError:
+            stop = n
+        if stop - start >= _RUN_MIN:
+            replays += _apply_runs(st, origins, start, stop, payloads, skipped)
+        elif stop > start:
+            replays += _apply_each(st, origins, start, stop, payloads, skipped)
+        start = stop + 1
+    return replays
+
+
+#: a span shorter than this goes record by record
+_RUN_MIN = 8
+
+
+def _apply_runs(st: dict[str, list[Any]], origins: list[Any], start: int, stop: int,
+                payloads: list[Any] | None, skipped: Any) -> int:
+    """``_apply`` of ``origins[start:stop]`` (none None), a run of one origin key at a time:
+    a run of in-order origins, one record a message, each offset above the last and the first
+    above what was applied of an in-order origin, has no replay, and moves what was applied to
+    its last; the comparisons are made in C. Any other run goes record by record."""
+    span = origins[start:stop]
+    if max(map(len, span)) != 3:  # records with floors: one by one
+        return _apply_each(st, origins, start, stop, payloads, skipped)
+    keys, offs, idxs = zip(*span, strict=True)
+    if idxs.count(0) != len(idxs):  # messages with several records: one by one
+        return _apply_each(st, origins, start, stop, payloads, skipped)
+    cuts = list(compress(range(1, len(keys)), map(ne, keys, keys[1:])))
+    cuts.append(len(keys))
+    replays = lo = 0
+    for hi in cuts:
+        key = keys[lo]
+        s = st.get(key)
+        run = offs[lo:hi]
+        if (s is None or (s[2] is None and run[0] > s[0])) and all(map(lt, run, run[1:])):
+            if s is None:
+                st[key] = [run[-1], 0, None]
+            else:
+                s[0], s[1] = run[-1], 0
+        else:
+            replays += _apply_each(st, origins, start + lo, start + hi, payloads, skipped)
+        lo = hi
+    return replays
+
+
+def _apply_each(st: dict[str, list[Any]], origins: Sequence[Any], start: int, stop: int,
+                payloads: list[Any] | None, skipped: Any) -> int:
+    """``_apply`` of ``origins[start:stop]``, record by record."""
     replays = 0
-    for i, o in enumerate(origins):
+    for i in range(start, stop):
+        o = origins[i]
         if o is None:
             continue
         key, off, idx = o[0], o[1], o[2]

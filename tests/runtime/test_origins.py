@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from runtime.engine.handout import Batch, Cursor, Handout
 from runtime.engine.job import SSP
 from runtime.engine.origins import (
@@ -12,6 +15,8 @@ from runtime.engine.origins import (
     REPLAYED,
     Applied,
     Stamps,
+    _apply,
+    _apply_each,
     decode_origins,
     origin_key,
 )
@@ -130,3 +135,36 @@ def test_a_decoded_batch_gives_its_records_origins_and_control_records_between_t
     assert [o[1] for o in out.origins if o is not None] == list(range(40, 70))
     codec.origins = False  # a stream that is not intermediate gives a plain list
     assert type(codec.decode_batch(SSP("hop", 0), 0, records, 1)) is list
+
+
+_origin = st.one_of(
+    st.none(),
+    st.tuples(st.sampled_from(["in/0", "in/1", "in/2/0of2"]), st.integers(0, 40),
+              st.sampled_from([0, 0, 0, 1])).map(list),
+    st.tuples(st.sampled_from(["in/0", "in/3"]), st.integers(0, 40), st.integers(0, 1),
+              st.integers(-1, 40)).map(list))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(_origin, max_size=30), max_size=6),
+       st.lists(st.tuples(st.sampled_from(["in/0", "in/1", "in/2/0of2"]), st.integers(0, 12),
+                          st.integers(0, 60), st.integers(0, 60)), max_size=3))
+def test_runs_decide_as_record_by_record_does(batches: list[list[Any]],
+                                              runs: list[tuple[str, int, int, int]]) -> None:
+    """The decision by runs (in-order origins, one record a message) marks the same replays
+    and leaves the same state as the rule applied record by record; ``runs`` adds long
+    in-order runs of one origin, each with a restart (its upstream task replayed from ``back``)
+    inside it."""
+    for key, lo, n, back in runs:
+        batches.append([[key, off, 0] for off in [*range(lo, lo + n), *range(back, back + n)]])
+        # the next batch starts again at the last record applied (a checkpoint just before it)
+        batches.append([[key, off, 0] for off in range(back + n - 1, back + n + 9)])
+    by_runs: dict[str, list[Any]] = {}
+    one_by_one: dict[str, list[Any]] = {}
+    for origins in batches:
+        a = [f"m{i}" for i in range(len(origins))]
+        b = list(a)
+        assert _apply(by_runs, origins, a, REPLAYED) == _apply_each(
+            one_by_one, origins, 0, len(origins), b, REPLAYED)
+        assert a == b
+        assert by_runs == one_by_one
