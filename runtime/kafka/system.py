@@ -342,6 +342,9 @@ class KafkaConsumer(Consumer):
         if not wanted:  # every key waits for its task: yield, or nothing else runs
             await self._idle(timeout)
             return out
+        # where each partition's fetch begins: a reader whose next record comes before it (one
+        # ``add`` is adding, its partition not sought back yet) takes nothing of this fetch
+        begun = {tp: self._fetched.get(tp) for tp in wanted}
         try:
             fetched = await consumer.getmany(*wanted, timeout_ms=int((timeout or 0.2) * 1000),
                                              max_records=sum(wanted.values()))
@@ -353,22 +356,37 @@ class KafkaConsumer(Consumer):
         for tp, records in fetched.items():
             if tp not in self._readers:  # its tasks left the container during the fetch
                 continue
+            start = begun.get(tp)
+            if self._fetched.get(tp) != start:
+                # sought back meanwhile for a reader that came (``add``): these records are
+                # of the position before; the consumer fetches again from the new one
+                consumer.seek(tp, self._fetched[tp])
+                continue
             if records:
                 self._fetched[tp] = records[-1].offset + 1
             for key in self._readers[tp]:
                 position = self.positions[key][2]
                 if position is None:  # a reader ``add`` still resolves: it fetches again for it
                     continue
+                if start is not None and self._next(key) < start:
+                    continue  # behind this fetch: ``add`` seeks back for it
                 mine = [r for r in records if r.offset >= position]
                 if key in active:
                     self._deliver(key, mine, _limit(limits, key, max_per_key), out)
                 else:
                     self._backlog[key].extend(mine)
-        await self._past_markers(consumer, wanted)
+        await self._past_markers(consumer, wanted, begun)
         return out
 
+    def _next(self, key: Any) -> int:
+        """The offset of the next record reader ``key`` needs: after its backlog, else its
+        position."""
+        backlog = self._backlog[key]
+        return backlog[-1].offset + 1 if backlog else self.positions[key][2]
+
     async def _past_markers(self, consumer: AIOKafkaConsumer,
-                            tps: Iterable[TopicPartition]) -> None:
+                            tps: Iterable[TopicPartition],
+                            begun: Mapping[TopicPartition, int | None]) -> None:
         """Readers that have every record before the consumer's position move to it: offsets
         that hold no record for them (transaction markers, an aborted transaction's records)
         are passed, so a bounded input whose log ends with a marker or aborted records ends, and
@@ -388,8 +406,11 @@ class KafkaConsumer(Consumer):
                 self._fetched[tp] = at
             for key in readers:
                 pos = self.positions[key]
-                # (a reader added just now has no position until its first fetch sets it)
-                if pos[2] is not None and pos[2] < at and not self._backlog[key]:
+                # (a reader added just now has no position until its first fetch sets it; one
+                # behind where the fetch began has not had the records before ``at``)
+                start = begun.get(tp)
+                if pos[2] is not None and pos[2] < at and not self._backlog[key] \
+                        and (start is None or pos[2] >= start):
                     pos[2] = at
 
     async def read_bounds(self, keys: list[Any]) -> dict[Any, tuple[int, int]]:
