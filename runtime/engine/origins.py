@@ -371,9 +371,10 @@ class Applied:
         """What was applied as of ``offsets`` (the checkpoint's): for checkpoint records."""
         out: dict[str, Any] = {}
         for ssp, st in self.state.items():
-            upto = offsets.get(ssp)
+            # none of the partition completed yet: none of what was decided of it counts
+            upto = offsets.get(ssp, -1)
             decided = self._decided.get(ssp)
-            if decided and upto is not None:
+            if decided:
                 while decided and decided[0][0] + len(decided[0][1]) - 1 <= upto:
                     decided.popleft()
                 if decided:  # decided beyond the checkpoint: count only what it covers

@@ -71,6 +71,24 @@ def test_a_checkpoint_inside_a_decided_batch_records_only_what_it_covers() -> No
     assert applied.snapshot(done) == {"hop/0": {"in/0": [3, 0]}}
 
 
+def test_a_checkpoint_before_any_record_of_a_decided_batch_records_none_of_it() -> None:
+    """A task took a batch of a partition it has completed nothing of yet (no offset in its
+    checkpoint: it starts there, or a commit came before its first message of it completed):
+    the checkpoint holds none of that batch as applied, so a restart from it applies the
+    records, not skips them."""
+    done: dict[SSP, int] = {}
+    applied = Applied(REPLAYED, done)
+    b, o = _batch(0, [["in/0", 1, 0], ["in/0", 2, 0]])
+    applied.decide(b, o)
+    snap = applied.snapshot(done)
+    assert snap.get("hop/0", {}) == {}
+    again = Applied(REPLAYED, {})
+    again.load(snap)
+    b2, o2 = _batch(0, [["in/0", 1, 0], ["in/0", 2, 0]])
+    again.decide(b2, o2)
+    assert REPLAYED not in b2.payloads
+
+
 def test_a_snapshot_with_pairs_reads_back() -> None:
     applied = Applied(REPLAYED, {})
     b, o = _batch(0, [["in/0", 7, 0, 4], ["in/0", 9, 1, 4]])
