@@ -50,7 +50,7 @@ from runtime.engine.dag import (
 from runtime.engine.elastic import OTHER_BUCKET, OtherBucket
 from runtime.engine.event_time import EventTimeFailure
 from runtime.engine.handout import Cursor
-from runtime.engine.origins import ORIGIN_HEADER
+from runtime.engine.origins import OFFSET_BITS, ORIGIN_HEADER
 from runtime.engine.records import EndOfStream, Watermark
 from runtime.engine.systems import StreamSink
 from runtime.engine.watermarks import event_seconds
@@ -78,6 +78,8 @@ _RUN_MIN = 64
 _RUN_MISSES = 8
 _INF = float("inf")
 _enc_int = msgspec.msgpack.encode
+#: the largest offset the compact form of an origin holds
+_OFFSET_MAX = (1 << OFFSET_BITS) - 1
 
 
 class BatchFailure(Exception):
@@ -225,7 +227,7 @@ class _StreamRun:
 
     __slots__ = ("fn", "fn_op", "meter", "fused", "key_of", "keyed", "raw", "runs_of", "rest",
                  "bufs", "parts", "fixed", "kser", "vser", "sender", "read", "stream_id", "et",
-                 "plain_kind", "track", "prefix", "plain")
+                 "plain_kind", "track", "prefix", "plain", "origin_id")
 
     def __init__(self, fn: Callable[[Any], Any], fn_op: str, meter: OpMeter | None,
                  fused: OneToOneChain | None, key_of: Callable[[Any], Any] | None, keyed: bool,
@@ -242,20 +244,27 @@ class _StreamRun:
         #: records that carry their origins: the cursor the appends read, set per message, and
         #: where the loop writes each record's origin itself (``runtime.engine.origins``)
         self.track = sink.cursor
-        self.prefix, self.plain = sink.prefix, sink.plain
+        self.prefix, self.plain, self.origin_id = sink.prefix, sink.plain, sink.origin_id
         #: records by key, or messages kept as they are, whose times are not kept: ``rest``
         #: takes the batch after its first
         self.plain_kind = key_of is None and (raw or rule.fixed is None) and self.track is None
 
-    def _origins(self, end: int) -> tuple[bytes | None, int, Any]:
+    def _origins(self, end: int) -> tuple[bytes | None, int, Any, int | None]:
         """Where the loop writes each record's origin itself (``runtime.engine.origins``): the
-        header's start, the offset after the batch's ``end``, less one, and the appends that take
-        records as they are; else (None, 0, the appends)."""
+        header's start, the offset after the batch's ``end``, less one, the appends that take
+        records as they are, and, where the log keeps origins in their compact form, that
+        form of the offset after ``end``, less one (then the header's start is None); else
+        (None, 0, the appends, None)."""
         cur = self.track.batch
+        last = cur.first + end - 1
+        if self.plain is not None and self.origin_id is not None and last <= _OFFSET_MAX:
+            ident = self.origin_id(cur.ssp)
+            if ident is not None:
+                return None, 0, self.plain, ident + last
         pfx = None if self.prefix is None else self.prefix(cur.ssp)
         if pfx is None or self.plain is None:
-            return None, 0, self.bufs
-        return pfx, cur.first + end - 1, self.plain
+            return None, 0, self.bufs, None
+        return pfx, last, self.plain, None
 
     def __call__(self, payloads: list[Any], i: int, end: int, times: Any = None) -> int:
         """Process payloads[i:end] up to the first control record (or, with ``times``, the
@@ -265,7 +274,8 @@ class _StreamRun:
         bufs, parts, fixed, kser, vser, sender = (self.bufs, self.parts, self.fixed, self.kser,
                                                   self.vser, self.sender)
         runs_of, et, track = self.runs_of, self.et, self.track
-        pfx, base, bufs = self._origins(end) if track is not None else (None, 0, bufs)
+        pfx, base, bufs, obase = self._origins(end) if track is not None else (None, 0, bufs,
+                                                                                None)
         control_types = CONTROL_TYPES
         it = iter(payloads[i:end])  # the iterator tells the index when the loop stops
         n_in = dropped = 0
@@ -303,7 +313,7 @@ class _StreamRun:
                         else:
                             xmax = x
                 n_in += 1
-                if track is not None and pfx is None:
+                if track is not None and pfx is None and obase is None:
                     track.index = end - length_hint(it)
                 if direct:  # a partition_by of the message, its partitions in memory
                     try:
@@ -342,7 +352,8 @@ class _StreamRun:
                     k = r.key
                     try:
                         bufs[parts[k] if fixed is None else fixed](r if raw else (
-                            kser(k), vser(r.value), None if pfx is None else ((ORIGIN_HEADER, (
+                            kser(k), vser(r.value), obase - length_hint(it) if obase is not None
+                            else None if pfx is None else ((ORIGIN_HEADER, (
                                 pfx + _enc_int(base - length_hint(it)) + b"\x00")),)))
                     except Exception:
                         _send(sender, r, it, end, track)

@@ -45,7 +45,9 @@ from runtime.engine.job import SSP
 from runtime.engine.origins import (
     ORIGIN_HEADER,
     OriginList,
+    OriginNames,
     decode_origins,
+    origin_header,
     origin_of_headers,
     origin_text,
 )
@@ -65,11 +67,14 @@ from samza_dsl.serdes import (
     StringSerde,
 )
 
-__all__ = ["Record", "CONTROL_HEADER", "ERROR_HEADER", "SOURCE_HEADER", "Skipped", "StreamCodec",
+__all__ = ["Record", "StoredRecord", "CONTROL_HEADER", "ERROR_HEADER", "SOURCE_HEADER", "Skipped", "StreamCodec",
            "control_record", "keep_earlier_watermarks", "stream_serde", "serde_error_policy",
            "fast_serializer", "fast_deserializer", "BufferedProducer"]
 
 Record = tuple[bytes | None, bytes | None, tuple[tuple[str, bytes], ...] | None]
+#: a record as a log read gives it: of an intermediate stream in the embedded log, its headers
+#: may be an int, the record's origin in its compact form (``runtime.engine.origins``)
+StoredRecord = tuple[bytes | None, bytes | None, tuple[tuple[str, bytes], ...] | int | None]
 CONTROL_HEADER = "samza.control"
 ERROR_HEADER = "samza.error"
 SOURCE_HEADER = "samza.source"
@@ -184,6 +189,8 @@ class StreamCodec:
         #: an intermediate stream: a decoded batch gives its records' origins
         #: (``runtime.engine.origins``), where they carry them
         self.origins = False
+        #: the keys of its records' origins in the compact form, where the log writes them so
+        self.origin_names: OriginNames | None = None
         #: the tasks of a running job read the stream: a record with an origin that does not
         #: decode is held in its batch (``OriginList.held``) for its task, which knows whether
         #: it is a replay of one it applied (``runtime.engine.origins.settle_held``)
@@ -254,7 +261,7 @@ class StreamCodec:
 
     # -- decoding ---------------------------------------------------------------------------------
 
-    def decode_batch(self, ssp: SSP, first: int, records: Sequence[Record],
+    def decode_batch(self, ssp: SSP, first: int, records: Sequence[StoredRecord],
                      generation: int) -> list[Any]:
         """Messages, control messages and ``Skipped`` markers, one per record, in order; of an
         intermediate stream whose records carry origins, an ``OriginList`` that gives them."""
@@ -267,12 +274,12 @@ class StreamCodec:
         if self.origins:
             origins = decode_origins([r[2] for r in records])
             if origins is not None:
-                return OriginList(out, origins, held or None)
+                return OriginList(out, origins, held or None, self.origin_names)
         for offset, act in held:  # (a record held has an origin: not reached)
             out[offset - first] = act()
         return out
 
-    def _decode_all(self, ssp: SSP, first: int, records: Sequence[Record],
+    def _decode_all(self, ssp: SSP, first: int, records: Sequence[StoredRecord],
                     generation: int) -> list[Any]:
         if self.skip:
             offsets = self.skip.get(ssp.partition)
@@ -284,7 +291,7 @@ class StreamCodec:
         return self._check_ahead(ssp, first, records,
                                  self._decode_batch(ssp, first, records, generation))
 
-    def _check_ahead(self, ssp: SSP, first: int, records: Sequence[Record],
+    def _check_ahead(self, ssp: SSP, first: int, records: Sequence[StoredRecord],
                      out: list[Any]) -> list[Any]:
         """``out`` with each message whose event time is too far ahead of the wall clock under
         the stream's policy (``runtime.engine.event_time_ahead``)."""
@@ -300,7 +307,7 @@ class StreamCodec:
             out[i] = Skipped(reason)
         return out
 
-    def _decode_skipping(self, ssp: SSP, first: int, records: Sequence[Record], generation: int,
+    def _decode_skipping(self, ssp: SSP, first: int, records: Sequence[StoredRecord], generation: int,
                          offsets: set[int]) -> list[Any]:
         """As ``decode_batch``, with the records at ``offsets`` passed over, logged and counted."""
         out: list[Any] = []
@@ -317,7 +324,7 @@ class StreamCodec:
         out += self._decode_batch(ssp, start, records[start - first:], generation)
         return out
 
-    def _decode_batch(self, ssp: SSP, first: int, records: Sequence[Record],
+    def _decode_batch(self, ssp: SSP, first: int, records: Sequence[StoredRecord],
                       generation: int) -> list[Any]:
         for part, cap in self._caps:  # a key or value too long: its serde's own error
             try:
@@ -340,18 +347,19 @@ class StreamCodec:
                     if 0 < len(nones) * 8 < len(records):
                         return self._runs_between(nones, records, kde, vde, generation)
                 return self._kv_one_by_one(records, kde, vde, generation)
-            return [(None if v is None else vde(v)) if h is None or h[0][0] == ORIGIN_HEADER
+            return [(None if v is None else vde(v))
+                    if h is None or type(h) is int or h[0][0] == ORIGIN_HEADER  # type: ignore[index]
                     else self._with_headers(k, v, h, generation) for k, v, h in records]
         except Exception:  # find the bad records one by one, with the serdes' own errors
             return self._decode_careful(ssp, first, records, generation)
 
-    def _kv_one_by_one(self, records: Sequence[Record], kde: Callable[[bytes], Any],
+    def _kv_one_by_one(self, records: Sequence[StoredRecord], kde: Callable[[bytes], Any],
                        vde: Callable[[bytes], Any], generation: int) -> list[Any]:
         return [KV(None if k is None else kde(k), None if v is None else vde(v))
-                if h is None or h[0][0] == ORIGIN_HEADER
+                if h is None or type(h) is int or h[0][0] == ORIGIN_HEADER  # type: ignore[index]
                 else self._with_headers(k, v, h, generation) for k, v, h in records]
 
-    def _runs_between(self, nones: list[int], records: Sequence[Record],
+    def _runs_between(self, nones: list[int], records: Sequence[StoredRecord],
                       kde: Callable[[bytes], Any], vde: Callable[[bytes], Any],
                       generation: int) -> list[Any]:
         """The records of a keyed stream, those at ``nones`` (no key: a control record, most
@@ -370,7 +378,9 @@ class StreamCodec:
         return out
 
     def _with_headers(self, k: bytes | None, v: bytes | None,
-                      headers: tuple[tuple[str, bytes], ...], generation: int) -> Any:
+                      headers: tuple[tuple[str, bytes], ...] | int, generation: int) -> Any:
+        if isinstance(headers, int):  # an origin in its compact form
+            return self._decode_one(k, v)
         for name, data in headers:
             if name == CONTROL_HEADER:
                 gen, message = _control_decoder.decode(data)
@@ -391,19 +401,23 @@ class StreamCodec:
             return value
         return KV(None if k is None else ks.deserialize(k), value)
 
-    def _decode_careful(self, ssp: SSP, first: int, records: Sequence[Record],
+    def _decode_careful(self, ssp: SSP, first: int, records: Sequence[StoredRecord],
                         generation: int) -> list[Any]:
         out: list[Any] = []
         for i, (k, v, h) in enumerate(records):
             try:
-                out.append(self._decode_one(k, v) if h is None
+                out.append(self._decode_one(k, v) if h is None or type(h) is int
                            else self._with_headers(k, v, h, generation))
             except Exception as exc:
                 out.append(self._bad_record(ssp, first + i, (k, v, h), exc))
         return out
 
-    def _bad_record(self, ssp: SSP, offset: int, record: Record, exc: Exception) -> Skipped:
-        origin = origin_of_headers(record[2]) if self.origins else None
+    def _bad_record(self, ssp: SSP, offset: int, stored: StoredRecord, exc: Exception
+                    ) -> Skipped:
+        h = stored[2]
+        origin = origin_of_headers(h, self.origin_names) if self.origins else None
+        record: Record = (stored[0], stored[1], (None if origin is None else origin_header(
+            origin)) if isinstance(h, int) else h)  # the compact form as headers: dead letters
         if origin is not None and self.hold:
             self._held.append((offset, lambda: self._act(ssp, offset, record, exc, origin)))
             return _HELD
@@ -541,6 +555,11 @@ class BufferedProducer:
         def send(partition: int, m: Any) -> None:
             bufs[partition].append(encode(m))
         return send
+
+    def origin_ids(self, keys: list[str]) -> Mapping[str, int] | None:
+        """Ids of origin keys where the system stores records' origins in their compact form
+        (``runtime.engine.origins``); None where records carry them in headers."""
+        return None
 
     def record_sink(self, stream_id: str) -> StreamSink | None:
         """The records of a stream with a codec, for the task's fused terminals

@@ -149,7 +149,8 @@ class BucketFan:
                 # virtual task decides on the records that did not decode (their key unknown)
                 mine = OriginList(mine, [o if k == b or k < 0 else None
                                          for o, k in zip(origins, marks, strict=True)],
-                                  payloads.held if t is self.tasks[0] else None)  # type: ignore[attr-defined]
+                                  payloads.held if t is self.tasks[0] else None,  # type: ignore[attr-defined]
+                                  payloads.names)  # type: ignore[attr-defined]
             t.add_batch(ssp, first, mine)
 
 

@@ -38,11 +38,19 @@ from runtime.engine.handout import Batch, Cursor, Handout
 from runtime.engine.job import SSP
 from runtime.engine.records import Skipped
 
-__all__ = ["ORIGIN_HEADER", "origin_key", "origin_text", "origin_source", "origin_of_headers",
+__all__ = ["ORIGIN_HEADER", "ORIGIN_IDS", "OFFSET_BITS", "OriginNames", "origin_header",
+           "origin_key", "origin_text", "origin_source", "origin_of_headers",
            "Stamps", "StampingProducer", "OriginList", "take_batch", "settle_held",
            "decode_origins", "Applied"]
 
 ORIGIN_HEADER = "samza.origin"
+#: a log that stores records' origins in its compact form (the embedded log) keeps the ids of
+#: origin keys in its metadata under this prefix (``LocalLog.assign_ids``)
+ORIGIN_IDS = "origin-id/"
+#: an origin in that compact form is one int in the record's place of headers: the origin key's
+#: id above ``OFFSET_BITS``, the offset below, index 0 (the one record of a message, in order)
+OFFSET_BITS = 40
+_MASK = (1 << OFFSET_BITS) - 1
 
 #: a record a task had applied before, written again by a task that replays its inputs
 REPLAYED = Skipped("a replay of a record already applied")
@@ -84,25 +92,65 @@ def origin_source(origin: Any) -> str:
     return f"{stream}/{part}/{offset}"
 
 
-def origin_of_headers(headers: Sequence[tuple[str, bytes]] | None) -> Any:
-    """The origin a record's headers carry (``ORIGIN_HEADER``), or None."""
+def origin_of_headers(headers: Sequence[tuple[str, bytes]] | int | None,
+                      names: OriginNames | None = None) -> Any:
+    """The origin a record's headers carry (``ORIGIN_HEADER``, or the compact form with the
+    ``names`` of its log), or None."""
+    if headers.__class__ is int:
+        return None if names is None else _full(headers, names)
     got = decode_origins([headers]) if headers else None
-    return None if got is None else got[0]
+    return None if got is None else _full(got[0], names)
+
+
+def origin_header(origin: Any) -> tuple[tuple[str, bytes], ...]:
+    """The headers that carry ``origin`` (``[key, offset, index]``)."""
+    return ((ORIGIN_HEADER, _enc(list(origin))),)
+
+
+class OriginNames:
+    """The origin keys of a log's compact origins, by id: read from the log (``load``) again
+    when an id is not known yet (a task that came since wrote it)."""
+
+    def __init__(self, load: Callable[[], Mapping[int, str]]) -> None:
+        self._load = load
+        self._names: dict[int, str] = {}
+
+    def __getitem__(self, ident: int) -> str:
+        name = self._names.get(ident)
+        if name is None:
+            self._names = dict(self._load())
+            name = self._names.get(ident)
+            if name is None:
+                name = self._names[ident] = f"unknown-origin-{ident}"
+        return name
+
+
+def _full(o: Any, names: OriginNames | None) -> Any:
+    """An origin in the list form (``[key, offset, index[, floor]]``): a compact one expanded."""
+    if o.__class__ is not int:
+        return o
+    if names is None:
+        return None
+    return [names[o >> OFFSET_BITS], o & _MASK, 0]
 
 
 class OriginList(list[Any]):
     """A decoded batch whose records carry origins: ``origins[i]`` is record i's
-    ``(key, offset, index[, floor])``, or None (a control record, a record without one).
+    ``(key, offset, index[, floor])``, its compact form (an int: ``names`` has its key), or
+    None (a control record, a record without one).
     ``held``: the records that did not decode, as ``(offset, act)``: the task reading the batch
     decides on them once it knows which records are replays (``settle_held``)."""
 
-    __slots__ = ("origins", "held")
+    __slots__ = ("origins", "held", "names")
 
     def __init__(self, payloads: Iterable[Any], origins: list[Any],
-                 held: list[tuple[int, Callable[[], Any]]] | None = None) -> None:
+                 held: list[tuple[int, Callable[[], Any]]] | None = None,
+                 names: OriginNames | None = None) -> None:
         super().__init__(payloads)
         self.origins = origins
         self.held = held
+        #: the keys of origins in the compact form (ints), where the log writes them
+        self.names = names
 
 
 def take_batch(applied: Applied | None, batch: Batch) -> None:
@@ -110,7 +158,8 @@ def take_batch(applied: Applied | None, batch: Batch) -> None:
     (``applied``: None when the task keeps none), then the records that did not decode are
     decided on (``settle_held``)."""
     if applied is not None:
-        applied.decide(batch, batch.payloads.origins)  # type: ignore[attr-defined]
+        payloads: Any = batch.payloads
+        applied.decide(batch, payloads.origins, payloads.names)
     if batch.payloads.held:  # type: ignore[attr-defined]
         settle_held(batch)
 
@@ -131,8 +180,14 @@ def settle_held(batch: Batch) -> None:
 
 
 def decode_origins(heads: Sequence[Any]) -> list[Any] | None:
-    """The origins of a batch's records from their headers (``Record[2]``); None when no record
-    has one. A header that does not decode counts as none."""
+    """The origins of a batch's records from their headers (``Record[2]``), a compact one as it
+    is (an int); None when no record has one. A header that does not decode counts as none."""
+    ints = [h.__class__ is int for h in heads]
+    n = ints.count(True)
+    if n == len(heads):
+        return list(heads)
+    if n:
+        return [h if i else _one_origin(h) for h, i in zip(heads, ints, strict=True)]
     raws = [h[0][1] if h is not None and h[0][0] == ORIGIN_HEADER else _NIL for h in heads]
     if raws.count(_NIL) == len(raws):
         return None
@@ -148,6 +203,11 @@ def decode_origins(heads: Sequence[Any]) -> list[Any] | None:
         return out
 
 
+def _one_origin(h: Any) -> Any:
+    got = decode_origins([h]) if h is not None else None
+    return None if got is None else got[0]
+
+
 class Stamps:
     """The origins of a task's records into intermediate streams: ``header()`` is the headers
     of a record written now (None: the record is written for no message of the task, as a
@@ -159,7 +219,7 @@ class Stamps:
     leave in their messages' order (no asynchronous operator), so they need no floor."""
 
     __slots__ = ("keys", "source", "control", "src", "checkpoint", "ordered", "live", "last",
-                 "n", "_prefix", "controls")
+                 "n", "_prefix", "controls", "ids")
 
     def __init__(self, keys: Mapping[SSP, str], source: Callable[[], Any], control: Any,
                  src: Cursor, checkpoint: Mapping[SSP, int], ordered: bool,
@@ -178,6 +238,8 @@ class Stamps:
         #: the records a task hands out that are no message (``batch.CONTROL_TYPES``): what the
         #: cursor is at one of them causes comes from no message
         self.controls = controls
+        #: the ids of the origin keys where the log stores origins in the compact form
+        self.ids: Mapping[str, int] | None = None
 
     def prefix(self, ssp: SSP) -> bytes:
         p = self._prefix.get(ssp)
@@ -191,6 +253,17 @@ class Stamps:
         b"\\x00"`` where the message writes one record (a loop of one-to-one steps); None where
         records need a floor."""
         return self.prefix(ssp) if self.ordered else None
+
+    def fast_id(self, ssp: SSP) -> int | None:
+        """As ``fast_prefix``, where the log stores origins in the compact form: a record's
+        origin is this plus its offset (``OFFSET_BITS``); None where it does not, or records
+        need a floor."""
+        ids = self.ids
+        if ids is None or not self.ordered:
+            return None
+        key = self.keys.get(ssp) or origin_key(ssp)
+        ident = ids.get(key)
+        return None if ident is None else ident << OFFSET_BITS
 
     def header(self) -> tuple[tuple[str, bytes], ...] | None:
         rec = self.source()
@@ -258,7 +331,8 @@ class StampingProducer:
                 append((r[0], r[1], header()))
             return add
         return type(sink)([stamping(a) for a in sink.append], sink.key, sink.value, sink.encode,
-                          self.stamps.src, self.stamps.fast_prefix, list(sink.append))
+                          self.stamps.src, self.stamps.fast_prefix, list(sink.append),
+                          self.stamps.fast_id)
 
     def sender(self, stream_id: str) -> Callable[[int, Any], None]:
         send: Callable[[int, Any], None] = self.base.sender(stream_id)
@@ -324,8 +398,10 @@ class Applied:
         #: the task's completed offsets: batches decided up to them need no more keeping
         self.checkpoint = checkpoint
         self.count = count
-        #: ssp -> the batches decided and not yet completed: (first, origins, state before)
-        self._decided: dict[SSP, deque[tuple[int, list[Any], dict[str, list[Any]]]]] = {}
+        #: ssp -> the batches decided and not yet completed: (first, origins, state before,
+        #: names of compact origins)
+        self._decided: dict[SSP, deque[tuple[int, list[Any], dict[str, list[Any]],
+                                             OriginNames | None]]] = {}
         #: replays skipped since the start
         self.replays = 0
 
@@ -339,9 +415,10 @@ class Applied:
                 k: [v[0], v[1], {(a, b) for a, b in v[2]} if len(v) > 2 and v[2] else None]
                 for k, v in origins.items()}
 
-    def decide(self, batch: Batch, origins: list[Any]) -> None:
-        """Marks the replays of ``batch`` (whose records' origins are ``origins``) skipped and
-        counts the rest as applied."""
+    def decide(self, batch: Batch, origins: list[Any], names: OriginNames | None = None
+               ) -> None:
+        """Marks the replays of ``batch`` (whose records' origins are ``origins``, those in the
+        compact form named by ``names``) skipped and counts the rest as applied."""
         ssp = batch.ssp
         st = self.state.get(ssp)
         if st is None:
@@ -352,8 +429,8 @@ class Applied:
         done = self.checkpoint.get(ssp, -1)
         while decided and decided[0][0] + len(decided[0][1]) - 1 <= done:
             decided.popleft()
-        decided.append((batch.first, origins, _copy(st)))
-        n = _apply(st, origins, batch.payloads, self.skipped)
+        decided.append((batch.first, origins, _copy(st), names))
+        n = _apply(st, origins, batch.payloads, self.skipped, names)
         if n:
             self.replays += n
             if self.count is not None:
@@ -362,9 +439,9 @@ class Applied:
     def origin_of(self, ssp: SSP, offset: int) -> Any:
         """The origin of the record at ``offset`` of ``ssp``, from a batch decided and not yet
         completed (a record the task is processing); None when it has none."""
-        for first, origins, _ in self._decided.get(ssp, ()):
+        for first, origins, _, names in self._decided.get(ssp, ()):
             if first <= offset < first + len(origins):
-                return origins[offset - first]
+                return _full(origins[offset - first], names)
         return None
 
     def snapshot(self, offsets: Mapping[SSP, int]) -> dict[str, Any]:
@@ -378,9 +455,9 @@ class Applied:
                 while decided and decided[0][0] + len(decided[0][1]) - 1 <= upto:
                     decided.popleft()
                 if decided:  # decided beyond the checkpoint: count only what it covers
-                    first, origins, before = decided[0]
+                    first, origins, before, names = decided[0]
                     st = _copy(before)
-                    _apply(st, origins[:max(0, upto - first + 1)], None, None)
+                    _apply(st, origins[:max(0, upto - first + 1)], None, None, names)
             out[f"{ssp.stream_id}/{ssp.partition}"] = {
                 k: [v[0], v[1], sorted(v[2])] if v[2] else [v[0], v[1]] for k, v in st.items()}
         return out
@@ -391,7 +468,7 @@ def _copy(st: dict[str, list[Any]]) -> dict[str, list[Any]]:
 
 
 def _apply(st: dict[str, list[Any]], origins: Sequence[Any], payloads: list[Any] | None,
-           skipped: Any) -> int:
+           skipped: Any, names: OriginNames | None = None) -> int:
     """Applies ``origins`` in order to ``st``; a replay's payload becomes ``skipped``. Returns
     how many were replays. The spans between records without an origin (control records) go
     by runs where they can (``_apply_runs``)."""
@@ -404,9 +481,9 @@ def _apply(st: dict[str, list[Any]], origins: Sequence[Any], payloads: list[Any]
         except ValueError:
             stop = n
         if stop - start >= _RUN_MIN:
-            replays += _apply_runs(st, origins, start, stop, payloads, skipped)
+            replays += _apply_runs(st, origins, start, stop, payloads, skipped, names)
         elif stop > start:
-            replays += _apply_each(st, origins, start, stop, payloads, skipped)
+            replays += _apply_each(st, origins, start, stop, payloads, skipped, names)
         start = stop + 1
     return replays
 
@@ -416,22 +493,34 @@ _RUN_MIN = 8
 
 
 def _apply_runs(st: dict[str, list[Any]], origins: list[Any], start: int, stop: int,
-                payloads: list[Any] | None, skipped: Any) -> int:
+                payloads: list[Any] | None, skipped: Any, names: OriginNames | None) -> int:
     """``_apply`` of ``origins[start:stop]`` (none None), a run of one origin key at a time:
     a run of in-order origins, one record a message, each offset above the last and the first
     above what was applied of an in-order origin, has no replay, and moves what was applied to
     its last; the comparisons are made in C. Any other run goes record by record."""
     span = origins[start:stop]
-    if max(map(len, span)) != 3:  # records with floors: one by one
-        return _apply_each(st, origins, start, stop, payloads, skipped)
-    keys, offs, idxs = zip(*span, strict=True)
-    if idxs.count(0) != len(idxs):  # messages with several records: one by one
-        return _apply_each(st, origins, start, stop, payloads, skipped)
+    keys: Sequence[Any]
+    offs: Sequence[int]
+    try:  # the compact form: in order, one record a message
+        keys = [o >> OFFSET_BITS for o in span]
+        offs = [o & _MASK for o in span]
+        if names is None:
+            raise TypeError
+    except TypeError:
+        try:
+            if max(map(len, span)) != 3:  # records with floors: one by one
+                raise TypeError
+            keys, offs, idxs = zip(*span, strict=True)
+            if idxs.count(0) != len(idxs):  # messages with several records: one by one
+                raise TypeError
+        except TypeError:  # (or some in the compact form, some not)
+            return _apply_each(st, origins, start, stop, payloads, skipped, names)
+        names = None
     cuts = list(compress(range(1, len(keys)), map(ne, keys, keys[1:])))
     cuts.append(len(keys))
     replays = lo = 0
     for hi in cuts:
-        key = keys[lo]
+        key = keys[lo] if names is None else names[keys[lo]]
         s = st.get(key)
         run = offs[lo:hi]
         if (s is None or (s[2] is None and run[0] > s[0])) and all(map(lt, run, run[1:])):
@@ -440,19 +529,25 @@ def _apply_runs(st: dict[str, list[Any]], origins: list[Any], start: int, stop: 
             else:
                 s[0], s[1] = run[-1], 0
         else:
-            replays += _apply_each(st, origins, start + lo, start + hi, payloads, skipped)
+            replays += _apply_each(st, origins, start + lo, start + hi, payloads, skipped,
+                                   names)
         lo = hi
     return replays
 
 
 def _apply_each(st: dict[str, list[Any]], origins: Sequence[Any], start: int, stop: int,
-                payloads: list[Any] | None, skipped: Any) -> int:
+                payloads: list[Any] | None, skipped: Any, names: OriginNames | None = None
+                ) -> int:
     """``_apply`` of ``origins[start:stop]``, record by record."""
     replays = 0
     for i in range(start, stop):
         o = origins[i]
         if o is None:
             continue
+        if o.__class__ is int:
+            o = _full(o, names)
+            if o is None:  # (no names: a compact origin read where none can be named)
+                continue
         key, off, idx = o[0], o[1], o[2]
         s = st.get(key)
         if s is None:

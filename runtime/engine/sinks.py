@@ -69,6 +69,8 @@ def with_origins(task: Any, producer: Producer, guarantee: str, **stamping: Any
     stamps, applied = wire(task, guarantee, **stamping)
     if stamps is None:
         return producer, None, applied
+    if stamps.ordered:  # where the log keeps origins compactly, the ids of this task's keys
+        stamps.ids = base.origin_ids(sorted(set(stamps.keys.values())))
     stamped: Any = StampingProducer(base, stamps, task.plan.intermediate_streams)
     if isinstance(producer, SinkProducer):
         return SinkProducer(stamped, producer.sinks), stamps, applied

@@ -95,6 +95,9 @@ class StreamSink:
     #: appends that take records with their headers as they are
     prefix: Callable[[Any], bytes | None] | None = None
     plain: Sequence[Callable[[Any], None]] | None = None
+    #: with ``cursor``, where the log stores origins in their compact form: ``origin_id(ssp)``,
+    #: which a record's offset completes (``runtime.engine.origins.OFFSET_BITS``), or None
+    origin_id: Callable[[Any], int | None] | None = None
 
 
 class RecordSink(Protocol):

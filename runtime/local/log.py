@@ -42,7 +42,7 @@ import struct
 import time
 import zlib
 from bisect import bisect_left
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import lmdb
@@ -61,7 +61,8 @@ from samza_dsl.errors import SamzaError
 __all__ = ["CorruptSegmentError", "Encoded", "Header", "LocalLog", "Record"]
 
 Header = tuple[str, bytes]
-Record = tuple[bytes | None, bytes | None, tuple[Header, ...] | None]
+#: headers, or an int: a record's origin in the log's compact form (``runtime.engine.origins``)
+Record = tuple[bytes | None, bytes | None, tuple[Header, ...] | int | None]
 
 #: a batch encoded for the log (``LocalLog.encode_batch``): stream, partition, the segment's
 #: stored value but for its key's share of the checksum (None: no record), and the checksum of
@@ -69,7 +70,7 @@ Record = tuple[bytes | None, bytes | None, tuple[Header, ...] | None]
 Encoded = tuple[str, int, bytearray | None, int]
 
 _SegmentType = tuple[
-    int, list[tuple[bytes | None, bytes | None, tuple[tuple[str, bytes], ...] | None]]
+    int, list[tuple[bytes | None, bytes | None, tuple[tuple[str, bytes], ...] | int | None]]
 ]
 
 
@@ -98,7 +99,7 @@ ENCODE = msgspec.msgpack.Encoder().encode
 DECODE_SEGMENT = msgspec.msgpack.Decoder(_SegmentType).decode
 _CompactedType = tuple[
     int, int, list[int],
-    list[tuple[bytes | None, bytes | None, tuple[tuple[str, bytes], ...] | None]],
+    list[tuple[bytes | None, bytes | None, tuple[tuple[str, bytes], ...] | int | None]],
 ]
 _DECODE_COMPACTED = msgspec.msgpack.Decoder(_CompactedType).decode
 COMPACTED = 0x94  # the first byte of a compacted segment's value
@@ -672,7 +673,7 @@ class LocalLog:
             if not (
                 (key is None or key.__class__ in _BYTES_LIKE)
                 and (value is None or value.__class__ in _BYTES_LIKE)
-                and (headers is None or all(
+                and (headers is None or (headers.__class__ is int and headers >= 0) or all(
                     hk.__class__ is str and hv.__class__ in _BYTES_LIKE for hk, hv in headers
                 ))
             ):
@@ -681,7 +682,8 @@ class LocalLog:
             raise SamzaError(
                 f"cannot append {record!r:.200} to stream {stream!r} partition {partition} of "
                 f"the local log at {self.path}: a record must be a (key, value, headers) tuple "
-                f"with key and value bytes or None and headers None or a tuple of (str, bytes)"
+                f"with key and value bytes or None and headers None, a tuple of (str, bytes) "
+                f"or a record's origin (an int)"
             ) from None
 
     def end_offset(self, stream: str, partition: int) -> int:
@@ -1006,6 +1008,36 @@ class LocalLog:
                     txn.put(k, seal(k, v), db=shared.meta)
         except lmdb.Error as e:
             raise self._lmdb_error(e, "writing metadata") from e
+
+    def assign_ids(self, prefix: str, names: Iterable[str]) -> dict[str, int]:
+        """Small ints for ``names``, the same for as long as the log lives: each name gets one
+        the first time it is asked for (the next after those of ``prefix``), in one write
+        transaction, so two processes asking at once never share one."""
+        shared = self._live()
+        wanted = list(dict.fromkeys(names))
+        out: dict[str, int] = {}
+        try:
+            with self._begin(shared, write=True) as txn:
+                known = {}
+                cur = txn.cursor(shared.meta)
+                pfx = prefix.encode()
+                if cur.set_range(pfx):
+                    for k, v in cur:
+                        if bytes(k[:len(pfx)]) != pfx:
+                            break
+                        known[bytes(k[len(pfx):]).decode()] = int(
+                            self._unsealed_meta(bytes(k), v))
+                top = max(known.values(), default=0)
+                for name in wanted:
+                    if name not in known:
+                        top += 1
+                        known[name] = top
+                        raw = self._meta_key(prefix + name)
+                        txn.put(raw, seal(raw, str(top).encode()), db=shared.meta)
+                    out[name] = known[name]
+        except lmdb.Error as e:
+            raise self._lmdb_error(e, f"assigning ids under {prefix!r}") from e
+        return out
 
     def get_meta(self, key: str) -> bytes | None:
         """One metadata value, or None."""

@@ -57,6 +57,7 @@ from runtime.engine.job import (
     job_containers,
     start_generation,
 )
+from runtime.engine.origins import ORIGIN_IDS, OriginNames
 from runtime.engine.partition_counts import PartitionWatch, planned_streams
 from runtime.engine.records import EndOfStream, is_control
 from runtime.engine.serde_util import default_key_bytes
@@ -116,6 +117,11 @@ class LocalProducer(BufferedProducer):
 
     def on_write(self, callback: Callable[[], None]) -> None:
         self._written.append(callback)
+
+    def origin_ids(self, keys: list[str]) -> Mapping[str, int] | None:
+        """The log stores records' origins in their compact form, its ids of origin keys in
+        its metadata (``runtime.engine.origins``)."""
+        return self.log.assign_ids(ORIGIN_IDS, keys)
 
     def written_out(self) -> None:
         """Records were appended to the log for this producer's readers (an exactly-once
@@ -610,8 +616,17 @@ class LocalJob:
                                            metrics=self.metrics, ahead=ahead_rule(
                                                sid, s.descriptor, policy, metrics=self.metrics))
             self.codecs[sid].origins = s.kind in ("intermediate", "broadcast")
+            if self.codecs[sid].origins:
+                self.codecs[sid].origin_names = self._origin_names(self.stream_system[sid])
             # the tasks reading it decide on a record of it that does not decode (run only)
             self.codecs[sid].hold = self.codecs[sid].origins and dead_letter is not None
+
+    def _origin_names(self, system: str) -> OriginNames:
+        """The keys of the compact origins in the log of ``system``, by id."""
+        def load() -> dict[int, str]:
+            n = len(ORIGIN_IDS)
+            return {int(v): k[n:] for k, v in self.log_of(system).meta_items(ORIGIN_IDS).items()}
+        return OriginNames(load)
 
     def _build(self, follow: bool, inputs: Mapping[str, Any]) -> None:
         plan, job, counts = self.plan, self.job, self.counts

@@ -30,7 +30,7 @@ from typing import Any
 
 import msgspec
 
-from runtime.engine.codec import ERROR_HEADER, SOURCE_HEADER, Record, Skipped, StreamCodec
+from runtime.engine.codec import ERROR_HEADER, SOURCE_HEADER, Skipped, StoredRecord, StreamCodec
 from runtime.engine.job import SSP
 from runtime.engine.origins import origin_of_headers, origin_source
 from runtime.engine.records import is_control
@@ -52,7 +52,7 @@ _READ = 4096  # records read per call
 _json = msgspec.json.Encoder(enc_hook=repr)
 
 #: (partition, offsets of the records, records) -> [(offset, printable message), ...]
-Decode = Callable[[SSP, Sequence[int], Sequence[Record]], list[tuple[int, Any]]]
+Decode = Callable[[SSP, Sequence[int], Sequence[StoredRecord]], list[tuple[int, Any]]]
 
 
 def _runs(offsets: Sequence[int]) -> Iterator[tuple[int, int]]:
@@ -92,7 +92,7 @@ def _text(data: bytes | None) -> Any:
 
 
 def _stream_decoder(codec: StreamCodec) -> Decode:
-    def decode(ssp: SSP, offsets: Sequence[int], records: Sequence[Record]
+    def decode(ssp: SSP, offsets: Sequence[int], records: Sequence[StoredRecord]
                ) -> list[tuple[int, Any]]:
         out: list[tuple[int, Any]] = []
         for i, j in _runs(offsets):
@@ -104,11 +104,12 @@ def _stream_decoder(codec: StreamCodec) -> Decode:
     return decode
 
 
-def _dead_letter_decode(ssp: SSP, offsets: Sequence[int], records: Sequence[Record]
+def _dead_letter_decode(ssp: SSP, offsets: Sequence[int], records: Sequence[StoredRecord]
                         ) -> list[tuple[int, Any]]:
     out = []
     for o, (k, v, headers) in zip(offsets, records, strict=True):
-        h = {name: bytes(value).decode(errors="replace") for name, value in headers or ()}
+        h = {name: bytes(value).decode(errors="replace")
+             for name, value in (headers if isinstance(headers, tuple) else ())}
         letter = {"source": h.get(SOURCE_HEADER), "error": h.get(ERROR_HEADER),
                   "key": _text(k), "value": _text(v)}
         origin = origin_of_headers(headers)
@@ -118,7 +119,7 @@ def _dead_letter_decode(ssp: SSP, offsets: Sequence[int], records: Sequence[Reco
     return out
 
 
-def _metrics_decode(ssp: SSP, offsets: Sequence[int], records: Sequence[Record]
+def _metrics_decode(ssp: SSP, offsets: Sequence[int], records: Sequence[StoredRecord]
                     ) -> list[tuple[int, Any]]:
     """The ``<job>-metrics`` stream: each record a metrics snapshot as JSON (data, never code)."""
     out = []
@@ -132,7 +133,7 @@ def _metrics_decode(ssp: SSP, offsets: Sequence[int], records: Sequence[Record]
 
 def _changelog_decoder(name: str, key_decode: Callable[[bytes], Any],
                        value_decode: Callable[[bytes], Any]) -> Decode:
-    def decode(ssp: SSP, offsets: Sequence[int], records: Sequence[Record]
+    def decode(ssp: SSP, offsets: Sequence[int], records: Sequence[StoredRecord]
                ) -> list[tuple[int, Any]]:
         out = []
         for o, (k, v, _) in zip(offsets, records, strict=True):

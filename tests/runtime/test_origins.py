@@ -5,20 +5,25 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runtime.engine.handout import Batch, Cursor, Handout
 from runtime.engine.job import SSP
 from runtime.engine.origins import (
+    OFFSET_BITS,
     ORIGIN_HEADER,
+    ORIGIN_IDS,
     REPLAYED,
     Applied,
+    OriginNames,
     Stamps,
     _apply,
     _apply_each,
     decode_origins,
     origin_key,
+    take_batch,
 )
 
 Q = SSP("hop", 0)
@@ -176,13 +181,65 @@ def test_runs_decide_as_record_by_record_does(batches: list[list[Any]],
     for key, lo, n, back in runs:
         batches.append([[key, off, 0] for off in [*range(lo, lo + n), *range(back, back + n)]])
         # the next batch starts again at the last record applied (a checkpoint just before it)
-        batches.append([[key, off, 0] for off in range(back + n - 1, back + n + 9)])
+        batches.append([[key, off, 0] for off in range(max(back + n - 1, 0), back + n + 9)])
     by_runs: dict[str, list[Any]] = {}
     one_by_one: dict[str, list[Any]] = {}
+    compact: dict[str, list[Any]] = {}  # the embedded log's form where it applies
+    ids = {"in/0": 1, "in/1": 2, "in/2/0of2": 3}
+    names = OriginNames(lambda: {i: k for k, i in ids.items()})
     for origins in batches:
         a = [f"m{i}" for i in range(len(origins))]
-        b = list(a)
-        assert _apply(by_runs, origins, a, REPLAYED) == _apply_each(
-            one_by_one, origins, 0, len(origins), b, REPLAYED)
-        assert a == b
-        assert by_runs == one_by_one
+        b, c = list(a), list(a)
+        small = [(ids[o[0]] << OFFSET_BITS) + o[1]
+                 if o is not None and len(o) == 3 and o[2] == 0 and o[0] in ids else o
+                 for o in origins]
+        n = _apply(by_runs, origins, a, REPLAYED)
+        assert n == _apply_each(one_by_one, origins, 0, len(origins), b, REPLAYED)
+        assert n == _apply(compact, small, c, REPLAYED, names)
+        assert a == b == c
+        assert by_runs == one_by_one == compact
+
+
+def test_the_embedded_log_keeps_origins_compactly_and_names_them(tmp_path: Any) -> None:
+    """On the embedded log, a record of a one-to-one step in order carries its origin as one
+    int (its origin key's id, given once by the log, and its offset) in place of headers: it is
+    stored and read as it is, decoded with its key's name, decided as the header form is, and
+    a bad record's origin is named from it."""
+    from runtime.engine.codec import StreamCodec
+    from runtime.local.log import LocalLog
+    from samza_dsl import KV
+    from samza_dsl.errors import SerdeError
+    from samza_dsl.serdes import KVSerde, SafeSerde
+
+    with LocalLog(tmp_path / "log") as log:
+        ids = log.assign_ids(ORIGIN_IDS, ["in/0", "in/1"])
+        assert sorted(ids.values()) == [1, 2]
+        assert log.assign_ids(ORIGIN_IDS, ["in/1", "in/2"]) == {"in/1": ids["in/1"], "in/2": 3}
+        codec = StreamCodec("hop", KVSerde(SafeSerde(), SafeSerde()))
+        codec.origins = True
+        codec.origin_names = OriginNames(lambda: {
+            int(v): k[len(ORIGIN_IDS):] for k, v in log.meta_items(ORIGIN_IDS).items()})
+        log.create("hop", 1)
+        base = ids["in/1"] << OFFSET_BITS
+        records: list[Any] = [(*codec.encode(KV(f"k{i}", i))[:2], base + 40 + i)
+                              for i in range(20)]
+        log.append_many({("hop", 0): records})
+        first, got = log.read("hop", 0, 0, 100)
+        assert [r[2] for r in got] == [r[2] for r in records]
+        out = codec.decode_batch(SSP("hop", 0), first, got, 1)
+        assert [m for m in out[:20]] == [KV(f"k{i}", i) for i in range(20)]
+        assert out.origins[:2] == [base + 40, base + 41]  # type: ignore[attr-defined]
+        applied = Applied(REPLAYED, {})
+        b = Batch(SSP("hop", 0), first, out)
+        take_batch(applied, b)
+        assert applied.origin_of(SSP("hop", 0), 3) == ["in/1", 43, 0]
+        assert applied.snapshot({SSP("hop", 0): 19}) == {"hop/0": {"in/1": [59, 0]}}
+        # a replay of the first ten, in the compact form, is skipped
+        again = codec.decode_batch(SSP("hop", 0), 20, got[:10], 1)
+        b2 = Batch(SSP("hop", 0), 20, again)
+        take_batch(applied, b2)
+        assert b2.payloads == [REPLAYED] * 10
+        # a record that does not decode is named by its origin
+        with pytest.raises(SerdeError, match="written for the message at stream 'in' "
+                                             "partition 1 offset 60"):
+            codec.decode_batch(SSP("hop", 0), 30, [(b"\xff", b"\xc1", base + 60)], 1)
