@@ -31,19 +31,14 @@ Entries = list[tuple[bytes, bytes | None]]
 
 
 class Dirty(dict[Any, Any]):
-    """The dirty entries (a delete is a dirty None); a missing key is looked up in the clean
-    cache, then with ``load`` in the store's bytes."""
+    """The dirty entries (a delete is a dirty None), or the clean cache behind them: a missing
+    key is looked up with ``__missing__``, an instance's own callable (a slot: no frame) — the
+    clean cache's ``__getitem__`` for the dirty entries, the store's ``load`` (read from its
+    bytes) for the clean cache."""
 
-    __slots__ = ("clean", "load")
+    __slots__ = ("__missing__",)
 
-    clean: dict[Any, Any]
-    load: Callable[[Any], Any]
-
-    def __missing__(self, key: Any) -> Any:
-        v = self.clean.get(key, MISSING)
-        if v is MISSING:
-            return self.load(key)
-        return v
+    __missing__: Callable[[Any], Any]
 
 
 def encode_all(encode: Callable[[Any], bytes], objs: list[Any]) -> list[bytes]:
@@ -173,10 +168,11 @@ class CachedStore(ABC):
         self._write_batch_size = max(1, write_batch_size)
         #: a table's check of a key (``runtime.state.codec.store_key_check``): set by its backend
         self.check_key: Callable[[Any], None] | None = None
-        self._clean: dict[Any, Any] = {}
+        clean = Dirty()
+        clean.__missing__ = self._load
+        self._clean: dict[Any, Any] = clean
         dirty = Dirty()
-        dirty.clean = self._clean
-        dirty.load = self._load
+        dirty.__missing__ = clean.__getitem__
         self._dirty = dirty
         self.get = dirty.__getitem__
         # a partial of setitem: a third less time a call than the dict's bound __setitem__
