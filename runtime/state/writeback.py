@@ -49,10 +49,10 @@ def encode_all(encode: Callable[[Any], bytes], objs: list[Any]) -> list[bytes]:
 
 
 def encode_entries(dirty: Mapping[Any, Any], key_encode: Callable[[Any], bytes],
-                   value_encode: Callable[[Any], bytes], where: str) -> Entries:
-    """The dirty entries encoded, in their order (None for a delete). One that does not encode
-    raises a ``SerdeError`` (a ``SamzaError`` where the serde's error is not one) naming
-    ``where`` (the store) and the entry's key."""
+                   value_encode: Callable[[Any], bytes], where: str) -> tuple[Entries, int]:
+    """The dirty entries encoded, in their order (None for a delete), and how many of them are
+    deletes. One that does not encode raises a ``SerdeError`` (a ``SamzaError`` where the
+    serde's error is not one) naming ``where`` (the store) and the entry's key."""
     try:
         keys = encode_all(key_encode, list(dirty))
         given = list(dirty.values())
@@ -66,7 +66,7 @@ def encode_entries(dirty: Mapping[Any, Any], key_encode: Callable[[Any], bytes],
     except Exception:
         _encode_error(dirty, key_encode, value_encode, where)
         raise
-    return list(zip(keys, values, strict=True))
+    return list(zip(keys, values, strict=True)), len(given) - len(present)
 
 
 def _encode_error(dirty: Mapping[Any, Any], key_encode: Callable[[Any], bytes],
@@ -314,8 +314,7 @@ class CachedStore(ABC):
         if not dirty:
             return
         self._writable(len(dirty))
-        entries = encode_entries(dirty, self._kenc, self._venc, self.where())
-        gone = sum(1 for e in entries if e[1] is None)
+        entries, gone = encode_entries(dirty, self._kenc, self._venc, self.where())
         self.deletes += gone
         self.writes += len(entries) - gone
         self._write(entries)
