@@ -32,9 +32,9 @@ Entries = list[tuple[bytes, bytes | None]]
 
 class Dirty(dict[Any, Any]):
     """The dirty entries (a delete is a dirty None), or the clean cache behind them: a missing
-    key is looked up with ``__missing__``, an instance's own callable (a slot: no frame) — the
-    clean cache's ``__getitem__`` for the dirty entries, the store's ``load`` (read from its
-    bytes) for the clean cache."""
+    key is looked up with ``__missing__``, an instance's own callable (a slot, so no Python
+    frame): the clean cache's ``__getitem__`` for the dirty entries, the store's ``load`` (read
+    from its bytes) for the clean cache."""
 
     __slots__ = ("__missing__",)
 
@@ -139,11 +139,12 @@ def store_sizes(config: Mapping[str, Any], store_name: str,
 class CachedStore(ABC):
     """The write-back layer of a task's store over its bytes (docs/architecture.md: LMDB's
     ``LmdbStore``, memory's ``MemoryStore``): ``get`` and ``put`` are the dirty entries' own
-    ``__getitem__`` and ``__setitem__`` (``put`` through ``operator.setitem``), a key neither dirty nor cached is read from the bytes
-    (``_get_bytes``) and decoded, ``flush`` encodes the dirty entries and hands them to the
-    bytes (``_write``), and every key read or written is checked by the store's codecs as the
-    job's store checks it. A subclass gives its bytes: ``where``, ``_get_bytes``, ``_write``,
-    ``_holds``, ``_count``, ``range`` and ``all`` (which read with ``decode_entry``)."""
+    ``__getitem__`` and ``__setitem__`` (``put`` through ``operator.setitem``), a key neither
+    dirty nor cached is read from the bytes (``_get_bytes``) and decoded, ``flush`` encodes the
+    dirty entries and hands them to the bytes (``_write``), and every key read or written is
+    checked by the store's codecs as the job's store checks it. A subclass gives its bytes:
+    ``where``, ``_get_bytes``, ``_write``, ``_holds``, ``_count``, ``range`` and ``all`` (which
+    read with ``decode_entry``)."""
 
     __slots__ = ("name", "task", "get", "put", "_dirty", "_clean", "_cache_size",
                  "_write_batch_size", "_kenc", "_kdec", "_venc", "_vdec", "reads", "writes",
