@@ -54,6 +54,11 @@ _FRAC_POS = 0x03
 _MASK64 = (1 << 64) - 1
 _NO_FRACTION = bytes((_FRAC_NONE,))
 _POS_HEADS = [bytes((_POS_INT, size)) for size in range(9)]  # of an int in [0, 2**63)
+#: an int in [0, 2**63) of b bits is written in _SIZES[b] bytes; _POS_FRAMES[size] is what goes
+#: around them (its head and tail), as an int: ``(_POS_FRAMES[size] | key << 8).to_bytes(size + 3)``
+_SIZES = [(b + 7) >> 3 for b in range(64)]
+_POS_FRAMES = [int.from_bytes(_POS_HEADS[size] + bytes(size) + _NO_FRACTION, "big")
+               for size in range(9)]
 
 _MISSING: Any = object()
 _first = itemgetter(0)  # keys of different types never compare: sort by their bytes alone
@@ -155,9 +160,9 @@ def encode_keys(keys: list[Any]) -> list[bytes]:
     or a table's ids, with no call each (checked at once in C: their types, least and
     greatest)."""
     if keys and set(map(type, keys)) == {int} and min(keys) >= 0 and max(keys) < 1 << 63:
-        heads, tail = _POS_HEADS, _NO_FRACTION
-        return [heads[size] + k.to_bytes(size, "big") + tail
-                for k in keys for size in ((k.bit_length() + 7) >> 3,)]
+        frames, sizes = _POS_FRAMES, _SIZES  # one int and its to_bytes each
+        return [(frames[size := sizes[k.bit_length()]] | k << 8).to_bytes(size + 3, "big")
+                for k in keys]
     return list(map(encode_key, keys))
 
 

@@ -428,34 +428,37 @@ def _rest_of_messages(fn: Callable[[Any], Any], fn_op: str, sink: StreamSink,
     control_types = CONTROL_TYPES
 
     def rest(it: Iterator[Any], end: int, data_type: type, counts: list[int]) -> int:
-        n_in = dropped = 0
+        left = length_hint(it)  # what it took is what the iterator gave, less control records
+        controls = dropped = 0
         try:
             for m in it:
                 if type(m) is not data_type:
                     if type(m) in control_types:
+                        controls += 1
                         if _skipped(m, read, stream_id):
                             continue
                         return stopped_at(it, end)
                     data_type = type(m)
-                n_in += 1
                 try:
                     r = fn(m)
                 except Exception as exc:
                     dropped += 1
                     _fail(stopped_at(it, end), exc, fn_op)
-                if type(r) is KV and r.key is not None:
-                    try:
-                        (bufs[parts[r.key]] if one is None else one)(r)
-                        continue
-                    except Exception:
-                        pass
+                if type(r) is KV:
+                    k = r.key
+                    if k is not None:
+                        try:
+                            (bufs[parts[k]] if one is None else one)(r)
+                            continue
+                        except Exception:
+                            pass
                 if r is None:
                     dropped += 1
                 else:
                     _send(sender, r, it, end)
             return end
         finally:
-            counts[0] += n_in
+            counts[0] += left - length_hint(it) - controls
             counts[1] += dropped
     return rest
 

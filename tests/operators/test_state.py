@@ -181,3 +181,10 @@ def test_a_batch_of_keys_encodes_to_the_bytes_of_each_alone(keys: list[object]) 
     """encode_keys's way for a batch of ints in [0, 2**63) changes no byte (bools, ints out of
     that range and other keys in the batch take each key's own way)."""
     assert encode_keys(keys) == [encode_key(k) for k in keys]
+
+
+def test_a_batch_of_ints_at_every_size_boundary_encodes_as_each_alone() -> None:
+    """Each byte count of encode_keys's ints, at both of its ends, and unsorted."""
+    keys = [0, 2**63 - 1] + [k for b in range(1, 63) for k in (2**b - 1, 2**b)]
+    assert encode_keys(keys) == [encode_key(k) for k in keys]
+    assert encode_keys(keys[::-1]) == [encode_key(k) for k in keys[::-1]]

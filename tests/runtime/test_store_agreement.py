@@ -291,3 +291,23 @@ def test_flushes_of_many_keys_agree(steps: list[tuple[str, int, int, str]]) -> N
         if then:
             ops.append(("range", start, start + n) if then == "range" else (then,))
     _check("window or join state", ops)
+
+
+def test_every_store_counts_the_values_and_deletes_its_flushes_write(tmp_path: Any) -> None:
+    """A flush counts each dirty key once: a value written, or a delete (a delete of a key the
+    bytes never held too, as a tombstone goes to the changelog)."""
+    _, in_bytes, lmdb_store = _stores(None, str(tmp_path))
+    try:
+        for store in (in_bytes, lmdb_store):
+            for k in range(5):
+                store.put(k, k)
+            store.flush()
+            store.delete(1)
+            store.delete(2)
+            store.put(2, "again")
+            store.put(7, None)
+            store.delete(9)
+            store.flush()
+            assert (store.writes, store.deletes) == (6, 3), type(store).__name__
+    finally:
+        lmdb_store.close()

@@ -275,3 +275,15 @@ def test_a_value_nested_past_the_limit_is_refused_naming_its_depth(kind: str) ->
     for frames in (0, 250):
         assert _at_stack_depth(frames, lambda: serde.deserialize(serde.serialize(value))) \
             == value
+
+
+def test_a_batch_of_join_entries_shares_heads_only_where_their_bytes_are_the_same() -> None:
+    """``encode_many`` makes what goes before an entry's ``[key, value]`` once per arrival and
+    length: arrivals equal but not the same bytes (1, True, 1.0, -0.0 and 0.0), one arrival
+    object again after another, and pairs of every length across the extension headers'
+    sizes (fixext, 8 and 16 bit lengths) each get their own bytes."""
+    arrivals: list[Any] = [1, True, 1.0, 1, 0.0, -0.0, 2**40, 2**40, "t", b"t", None, 2**63]
+    batch = [(a, KV(7, value)) for n in (0, 1, 5, 12, 13, 240, 250, 300, 70000)
+             for value in ("x" * n, {"s": "y" * n, "n": 1}) for a in arrivals]
+    assert SERDE._codec.encode_many(batch) == [SERDE.serialize(v) for v in batch]
+    assert SERDE._codec.encode_many(batch[::-1]) == [SERDE.serialize(v) for v in batch[::-1]]
