@@ -20,8 +20,8 @@ from typing import Any
 
 from aiokafka import AIOKafkaClient, TopicPartition
 from aiokafka.errors import for_code
-from aiokafka.protocol.fetch import FetchRequest
-from aiokafka.record.memory_records import MemoryRecords
+
+from runtime.kafka.aiokafka_compat import FetchRequest, MemoryRecords
 
 __all__ = ["Batch", "LogRecord", "batches_from", "log_batches", "committed_records",
            "read_committed_log", "transaction_outcome"]
