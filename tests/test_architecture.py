@@ -482,3 +482,23 @@ def test_the_scans_see_aiokafka_internal_imports_and_private_probes() -> None:
         (1, "_coordinator"), (3, "_client"), (3, "_conns"), (4, "_x")]
     assert sorted(private_attribute_probes(tree, AIOKAFKA_INTERNALS)) == [
         (1, "_coordinator"), (3, "_client"), (3, "_conns")]
+
+
+def tansu_section() -> str:
+    """docs/testing.md, "The two test brokers": how tansu differs, and where the code meets it."""
+    text = (ROOT / "docs" / "testing.md").read_text()
+    start = text.index("## The two test brokers")
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end >= 0 else None]
+
+
+def test_every_runtime_module_that_works_around_tansu_is_named_where_tansu_s_ways_are_listed(
+        ) -> None:
+    """A workaround for tansu stays where it acts, says "tansu", and its module is named in the
+    docs' list of tansu's differences, so that a reader finds them all from there."""
+    section = tansu_section()
+    found = [path.relative_to(ROOT).as_posix() for name, path in modules().items()
+             if name.startswith("runtime") and "tansu" in path.read_text().lower()]
+    assert found, "no module of runtime/ names tansu: the scan looks at the wrong files"
+    missing = [p for p in found if f"`{p}`" not in section]
+    assert not missing, f"not named in docs/testing.md, 'The two test brokers': {missing}"

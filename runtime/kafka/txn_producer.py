@@ -299,7 +299,7 @@ class TransactionalProducer:
                 return await step
         except _FENCED as exc:
             raise self._fence() from exc
-        except TimeoutError as exc:
+        except TimeoutError as exc:  # tansu drops a fenced producer's connection: this too
             raise TransactionUnanswered(
                 f"{what} of transaction {self.transactional_id!r} did not finish within "
                 f"{wait:g} s: the transaction coordinator on Kafka at {self.servers} "
