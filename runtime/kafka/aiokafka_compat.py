@@ -34,30 +34,6 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import aiokafka
-from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.client import ConnectionGroup as _ConnectionGroup
-from aiokafka.conn import create_conn
-from aiokafka.consumer import fetcher as _fetcher
-from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
-from aiokafka.coordinator.protocol import (
-    ConsumerProtocolMemberAssignment,
-    ConsumerProtocolMemberMetadata,
-)
-from aiokafka.protocol import transaction as transaction_v0
-from aiokafka.protocol.api import Request, RequestStruct, Response
-from aiokafka.protocol.fetch import FetchRequest
-from aiokafka.protocol.metadata import MetadataRequest
-from aiokafka.protocol.types import (
-    Boolean,
-    CompactArray,
-    CompactString,
-    Int16,
-    Int32,
-    Int64,
-    Schema,
-    TaggedFields,
-)
-from aiokafka.record.memory_records import MemoryRecords
 
 from samza_dsl.errors import SamzaError
 
@@ -93,6 +69,46 @@ def check_version(version: str) -> None:
 
 
 check_version(aiokafka.__version__)
+
+# aiokafka's internal modules, imported once the version is known to be one they were checked
+# in (another version may lack one: the check above says so first). What each is for:
+# - ``ConfigResource``: what ``AIOKafkaAdminClient.describe_configs`` takes, which
+#   ``aiokafka.admin`` does not export (``admin``);
+# - ``ConnectionGroup``: the group a sender's request goes out in (``route_sender_requests``);
+# - ``create_conn``: one connection to a broker with a client's security settings, logged in or
+#   refused (``security.refusal``);
+# - the consumer's ``fetcher``: its ``PartitionRecords`` class, looked up at each Fetch answer;
+# - the group protocol: the assignor interface a consumer's ``partition_assignment_strategy``
+#   takes, and the member metadata and assignment it reads and returns (``assignor``);
+# - the protocol's request and response classes and field types, on which ``txn_protocol``
+#   builds the flexible transaction requests; ``transaction_v0``, aiokafka's version 0 of
+#   those (what its producer's handlers build and read); ``FetchRequest`` and
+#   ``MetadataRequest``, sent through a started ``AIOKafkaClient`` (``committed``, ``outage``);
+# - ``MemoryRecords``: the record batches in a Fetch answer's bytes (``committed``).
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType  # noqa: E402
+from aiokafka.client import ConnectionGroup as _ConnectionGroup  # noqa: E402
+from aiokafka.conn import create_conn  # noqa: E402
+from aiokafka.consumer import fetcher as _fetcher  # noqa: E402
+from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor  # noqa: E402
+from aiokafka.coordinator.protocol import (  # noqa: E402
+    ConsumerProtocolMemberAssignment,
+    ConsumerProtocolMemberMetadata,
+)
+from aiokafka.protocol import transaction as transaction_v0  # noqa: E402
+from aiokafka.protocol.api import Request, RequestStruct, Response  # noqa: E402
+from aiokafka.protocol.fetch import FetchRequest  # noqa: E402
+from aiokafka.protocol.metadata import MetadataRequest  # noqa: E402
+from aiokafka.protocol.types import (  # noqa: E402
+    Boolean,
+    CompactArray,
+    CompactString,
+    Int16,
+    Int32,
+    Int64,
+    Schema,
+    TaggedFields,
+)
+from aiokafka.record.memory_records import MemoryRecords  # noqa: E402
 
 # -- the fetcher: one Fetch answer's records of one partition -----------------------------------
 
