@@ -19,7 +19,7 @@ from aiokafka.consumer import fetcher
 from aiokafka.record.memory_records import MemoryRecords
 
 from runtime.kafka import aiokafka_compat as compat
-from runtime.kafka import resolved
+from runtime.kafka import resolved, txn_producer
 from runtime.kafka.admin import any_broker
 from runtime.kafka.system import stop_client
 from samza_dsl.errors import SamzaError
@@ -115,7 +115,8 @@ def test_a_started_transactional_producer_sends_its_requests_through_the_route(
 
         async def send(client: Any, node_id: int, request: Any, group: Any) -> Any:
             seen.append(type(request).__name__)
-            return await client.send(node_id, request, group=group)
+            # on as the job's producer sends them (tansu refuses InitProducerId v0)
+            return await txn_producer._newer_transaction_requests(client, node_id, request, group)
         producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap,
                                     transactional_id=f"compat-{uuid.uuid4().hex[:8]}")
         compat.route_sender_requests(producer, send)
