@@ -364,7 +364,7 @@ AIOKAFKA_INTERNALS = frozenset({
     "_sender", "_txn_manager", "_message_accumulator", "_coordinator", "_send_req", "_fetcher",
     "_isolation_level", "_builder", "_relative_offset", "_consumer_record",
     "_contains_abort_marker", "_records", "_drain_waiter", "_pending_batches", "_send_request",
-    "_send_to_controller"})
+    "_send_to_controller", "_conns", "_client"})
 
 
 def aiokafka_internal_uses(tree: ast.AST) -> list[tuple[int, str]]:
@@ -397,3 +397,108 @@ def test_the_scan_sees_uses_of_aiokafka_internals() -> None:
                      "from aiokafka.consumer import fetcher\nself._records\nx.records\n")
     assert sorted(u for _, u in aiokafka_internal_uses(tree)) == [
         "_builder", "_coordinator", "_send_req", "_txn_manager", "aiokafka.consumer.fetcher"]
+
+
+#: aiokafka's public modules: its top level, its errors, structs, ABCs, helpers and admin client
+#: (``runtime/kafka/aiokafka_compat.py`` says why); every other module of it is internal
+AIOKAFKA_PUBLIC = frozenset({"aiokafka", "aiokafka.errors", "aiokafka.structs", "aiokafka.abc",
+                             "aiokafka.helpers", "aiokafka.admin"})
+
+
+def aiokafka_internal_imports(tree: ast.AST) -> list[tuple[int, str]]:
+    """Imports of aiokafka's internal modules (``from aiokafka import protocol`` too), lazy ones
+    included."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+            if node.module == "aiokafka":  # a submodule imported by name (classes are Capitalised)
+                names += [f"aiokafka.{a.name}" for a in node.names if a.name.islower()]
+        else:
+            continue
+        found += [(node.lineno, n) for n in names
+                  if n.split(".")[0] == "aiokafka" and n not in AIOKAFKA_PUBLIC]
+    return found
+
+
+def private_attribute_probes(tree: ast.AST, names: frozenset[str] | None = None
+                             ) -> list[tuple[int, str]]:
+    """``getattr``/``hasattr``/``setattr``/``delattr`` of a private attribute named by a string
+    (one of ``names``, or any ``_name`` but dunders where ``names`` is None)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id in ("getattr", "hasattr", "setattr", "delattr") \
+                and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) \
+                and isinstance(node.args[1].value, str):
+            attr = node.args[1].value
+            private = attr.startswith("_") and not attr.startswith("__")
+            if (attr in names) if names is not None else private:
+                found.append((node.lineno, attr))
+    return found
+
+
+def test_the_runtime_reaches_aiokafka_s_internal_modules_through_the_compat_module_only(
+        ) -> None:
+    found = [(name, *use) for name, path in modules().items()
+             if name.startswith("runtime") and name != "runtime.kafka.aiokafka_compat"
+             for use in aiokafka_internal_imports(ast.parse(path.read_text()))]
+    assert not found, found
+
+
+def test_no_private_aiokafka_attribute_is_read_by_name_outside_the_compat_module() -> None:
+    """In the Kafka room no private attribute is probed by name at all (its objects are
+    aiokafka's), nor are an object's attributes handed on by a ``__getattr__`` (a stand-in for
+    one of aiokafka's objects); elsewhere none of aiokafka's internal names is probed."""
+    found = []
+    for name, path in modules().items():
+        if name == "runtime.kafka.aiokafka_compat":
+            continue
+        tree = ast.parse(path.read_text())
+        in_kafka = name.startswith("runtime.kafka")
+        found += [(name, *use) for use in private_attribute_probes(
+            tree, None if in_kafka else AIOKAFKA_INTERNALS)]
+        if in_kafka:
+            found += [(name, node.lineno, "__getattr__") for node in ast.walk(tree)
+                      if isinstance(node, ast.FunctionDef) and node.name == "__getattr__"]
+    assert not found, found
+
+
+def test_the_scans_see_aiokafka_internal_imports_and_private_probes() -> None:
+    tree = ast.parse("import aiokafka\nfrom aiokafka import AIOKafkaClient, errors, protocol\n"
+                     "from aiokafka.protocol.fetch import FetchRequest\nimport aiokafka.conn\n"
+                     "from aiokafka.admin import NewTopic\nfrom aiokafka.structs import X\n"
+                     "def f():\n    from aiokafka.client import ConnectionGroup\n"
+                     "from aiokafka.admin.config_resource import ConfigResource\n")
+    assert sorted(aiokafka_internal_imports(tree)) == [
+        (2, "aiokafka.protocol"), (3, "aiokafka.protocol.fetch"), (4, "aiokafka.conn"),
+        (8, "aiokafka.client"), (9, "aiokafka.admin.config_resource")]
+    tree = ast.parse("getattr(c, '_coordinator', None)\nhasattr(x, '__len__')\n"
+                     "getattr(getattr(c, '_client', c), '_conns')\nsetattr(b, '_x', 1)\n"
+                     "getattr(o, name)\ngetattr(o, 'public')\n")
+    assert sorted(private_attribute_probes(tree)) == [
+        (1, "_coordinator"), (3, "_client"), (3, "_conns"), (4, "_x")]
+    assert sorted(private_attribute_probes(tree, AIOKAFKA_INTERNALS)) == [
+        (1, "_coordinator"), (3, "_client"), (3, "_conns")]
+
+
+def tansu_section() -> str:
+    """docs/testing.md, "The two test brokers": how tansu differs, and where the code meets it."""
+    text = (ROOT / "docs" / "testing.md").read_text()
+    start = text.index("## The two test brokers")
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end >= 0 else None]
+
+
+def test_every_runtime_module_that_works_around_tansu_is_named_where_tansu_s_ways_are_listed(
+        ) -> None:
+    """A workaround for tansu stays where it acts, says "tansu", and its module is named in the
+    docs' list of tansu's differences, so that a reader finds them all from there."""
+    section = tansu_section()
+    found = [path.relative_to(ROOT).as_posix() for name, path in modules().items()
+             if name.startswith("runtime") and "tansu" in path.read_text().lower()]
+    assert found, "no module of runtime/ names tansu: the scan looks at the wrong files"
+    missing = [p for p in found if f"`{p}`" not in section]
+    assert not missing, f"not named in docs/testing.md, 'The two test brokers': {missing}"

@@ -46,9 +46,8 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from aiokafka import AIOKafkaClient
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import (
     KafkaConnectionError,
     KafkaError,
@@ -57,7 +56,7 @@ from aiokafka.errors import (
     for_code,
 )
 
-from runtime.kafka.aiokafka_compat import route_admin_requests
+from runtime.kafka.aiokafka_compat import ConfigResource, ConfigResourceType, route_admin_requests
 from runtime.kafka.security import LoginRefused, not_authorized, refusal
 from samza_dsl.errors import SamzaError
 

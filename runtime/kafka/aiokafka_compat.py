@@ -1,15 +1,27 @@
 """Every use of aiokafka's internals, in one module.
 
-The job's Kafka layer goes past aiokafka's public API in a few places, each for a reason that
+aiokafka's public API is its top-level names (``AIOKafkaConsumer``, ``AIOKafkaProducer``,
+``AIOKafkaClient``, ``TopicPartition``, ...), ``aiokafka.errors``, ``aiokafka.structs``,
+``aiokafka.abc``, ``aiokafka.helpers`` and ``aiokafka.admin`` (``AIOKafkaAdminClient``,
+``NewTopic``). Everything else is internal and may change in any release: its protocol
+(``aiokafka.protocol``), record (``aiokafka.record``), client, connection and coordinator
+modules, the producer's and consumer's submodules, and any attribute whose name starts with
+``_``. The job's Kafka layer goes past the public API in a few places, each for a reason that
 its caller's docstring gives: reading committed records by the log's own markers
-(``runtime.kafka.resolved``), writing raw records straight into a batch's record builder
-(``runtime.kafka.system``), the newer transaction requests and a fenced producer's failures
-(``runtime.kafka.txn_producer``), the group coordinator's answers for a member's lease
-(``runtime.kafka.fence``), a rejoin asked from another thread (``runtime.kafka.group``) and
-the broker an admin request goes to (``runtime.kafka.admin``).
-Those modules reach aiokafka's internals only through the functions here, so one module says
-what the project depends on, and ``tests/kafka/test_aiokafka_compat.py`` proves, for each, that
-the installed aiokafka still has it in the shape used.
+(``runtime.kafka.resolved``, ``runtime.kafka.committed``), writing raw records straight into a
+batch's record builder (``runtime.kafka.system``), the newer transaction requests and a fenced
+producer's failures (``runtime.kafka.txn_protocol``, ``runtime.kafka.txn_producer``), the
+group coordinator's answers for a member's lease (``runtime.kafka.fence``), the group's
+generation and aiokafka's assignor interface (``runtime.kafka.assignor``), a rejoin asked from
+another thread (``runtime.kafka.group``), the broker an admin request goes to
+(``runtime.kafka.admin``), a metadata probe and the connections a stopped client still holds
+(``runtime.kafka.outage``) and a bare login to a broker (``runtime.kafka.security``).
+Those modules reach aiokafka's internals only through the names here (re-exported classes and
+functions), so one module says what the project depends on; ``tests/test_architecture.py``
+holds that no other module of the runtime imports aiokafka's internal modules or reads a
+private attribute of its objects, and ``tests/kafka/test_aiokafka_compat.py`` proves, for
+each, that the installed aiokafka still has it in the shape used. Checked against aiokafka
+0.14.0.
 
 The installed version is checked when this module is imported: outside ``SUPPORTED`` the job
 stops with one line naming the range (``pyproject.toml`` pins the same range).
@@ -22,15 +34,23 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import aiokafka
-from aiokafka.consumer import fetcher as _fetcher
 
 from samza_dsl.errors import SamzaError
 
 __all__ = ["SUPPORTED", "PartitionRecords", "install_partition_records", "plain_partition_records",
            "fetched_batches", "record_maker", "set_record_maker", "is_abort_marker",
            "isolation_level", "set_isolation_level", "builder_append", "seal", "txn_manager",
-           "unsent_batch_waiters", "wrap_sender_client", "wrap_coordinator_send",
-           "request_rejoin", "route_admin_requests", "check_version"]
+           "unsent_batch_waiters", "route_sender_requests", "wrap_coordinator_send",
+           "request_rejoin", "group_generation", "route_admin_requests", "held_connections",
+           "check_version",
+           # aiokafka's protocol and record classes, as they are
+           "Request", "RequestStruct", "Response", "Schema", "Boolean", "CompactArray",
+           "CompactString", "Int16", "Int32", "Int64", "TaggedFields", "transaction_v0",
+           "FetchRequest", "MetadataRequest", "MemoryRecords",
+           # its group protocol, its connection and its admin's config resources
+           "AbstractPartitionAssignor", "ConsumerProtocolMemberAssignment",
+           "ConsumerProtocolMemberMetadata", "create_conn", "ConfigResource",
+           "ConfigResourceType"]
 
 #: the aiokafka versions whose internals this module was written and tested against: [low, high)
 SUPPORTED = ((0, 14), (0, 15))
@@ -49,6 +69,46 @@ def check_version(version: str) -> None:
 
 
 check_version(aiokafka.__version__)
+
+# aiokafka's internal modules, imported once the version is known to be one they were checked
+# in (another version may lack one: the check above says so first). What each is for:
+# - ``ConfigResource``: what ``AIOKafkaAdminClient.describe_configs`` takes, which
+#   ``aiokafka.admin`` does not export (``admin``);
+# - ``ConnectionGroup``: the group a sender's request goes out in (``route_sender_requests``);
+# - ``create_conn``: one connection to a broker with a client's security settings, logged in or
+#   refused (``security.refusal``);
+# - the consumer's ``fetcher``: its ``PartitionRecords`` class, looked up at each Fetch answer;
+# - the group protocol: the assignor interface a consumer's ``partition_assignment_strategy``
+#   takes, and the member metadata and assignment it reads and returns (``assignor``);
+# - the protocol's request and response classes and field types, on which ``txn_protocol``
+#   builds the flexible transaction requests; ``transaction_v0``, aiokafka's version 0 of
+#   those (what its producer's handlers build and read); ``FetchRequest`` and
+#   ``MetadataRequest``, sent through a started ``AIOKafkaClient`` (``committed``, ``outage``);
+# - ``MemoryRecords``: the record batches in a Fetch answer's bytes (``committed``).
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType  # noqa: E402
+from aiokafka.client import ConnectionGroup as _ConnectionGroup  # noqa: E402
+from aiokafka.conn import create_conn  # noqa: E402
+from aiokafka.consumer import fetcher as _fetcher  # noqa: E402
+from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor  # noqa: E402
+from aiokafka.coordinator.protocol import (  # noqa: E402
+    ConsumerProtocolMemberAssignment,
+    ConsumerProtocolMemberMetadata,
+)
+from aiokafka.protocol import transaction as transaction_v0  # noqa: E402
+from aiokafka.protocol.api import Request, RequestStruct, Response  # noqa: E402
+from aiokafka.protocol.fetch import FetchRequest  # noqa: E402
+from aiokafka.protocol.metadata import MetadataRequest  # noqa: E402
+from aiokafka.protocol.types import (  # noqa: E402
+    Boolean,
+    CompactArray,
+    CompactString,
+    Int16,
+    Int32,
+    Int64,
+    Schema,
+    TaggedFields,
+)
+from aiokafka.record.memory_records import MemoryRecords  # noqa: E402
 
 # -- the fetcher: one Fetch answer's records of one partition -----------------------------------
 
@@ -136,11 +196,36 @@ def unsent_batch_waiters(producer: Any) -> Iterator[Any]:
         yield batch._drain_waiter
 
 
-def wrap_sender_client(producer: Any, wrap: Callable[[Any], Any]) -> None:
-    """Before ``start``: the client the producer's sender sends its requests through (the
-    transaction requests among them) becomes ``wrap(client)``."""
+#: ``send(client, node_id, request, group)``: one request of a producer's sender, sent (or not)
+#: through ``client.send(node_id, request, group=group)``
+SenderSend = Callable[[Any, int, Any, Any], Awaitable[Any]]
+
+
+class _RoutedClient:
+    """The client as aiokafka's sender sees it: its requests go through ``send``; everything
+    else (metadata, readiness, the client id) is the client's own."""
+
+    def __init__(self, client: Any, send: SenderSend) -> None:
+        self._client = client
+        self._route = send
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("_client", "_route"):  # not set yet (a copy): no endless lookup of them
+            raise AttributeError(name)
+        return getattr(self._client, name)  # foreign: aiokafka's client
+
+    async def send(self, node_id: int, request: Any, *,
+                   group: Any = _ConnectionGroup.DEFAULT) -> Any:
+        return await self._route(self._client, node_id, request, group)
+
+
+def route_sender_requests(producer: Any, send: SenderSend) -> None:
+    """Before ``start``: every request the producer's sender sends (the transaction requests
+    among them) goes through ``send(client, node_id, request, group)``, which sends it with
+    ``client.send(node_id, request, group=group)``; the sender reads everything else off the
+    client as before."""
     sender = producer._sender
-    sender.client = wrap(sender.client)
+    sender.client = _RoutedClient(sender.client, send)
 
 
 # -- the group coordinator ---------------------------------------------------------------------------
@@ -158,6 +243,16 @@ def request_rejoin(consumer: Any) -> Callable[[], None]:
     """The group consumer's ``request_rejoin`` (call it on the consumer's loop)."""
     rejoin: Callable[[], None] = consumer._coordinator.request_rejoin
     return rejoin
+
+
+def group_generation(consumer: Any) -> int:
+    """The consumer's group generation (-1 before it joined, without a group, or for an
+    object that is no consumer). aiokafka passes its assignor neither the generation nor the
+    consumer; its coordinator holds the JoinGroup response's generation from before the leader
+    assigns."""
+    coordinator = getattr(consumer, "_coordinator", None)  # foreign: aiokafka's consumer
+    return int(getattr(coordinator, "generation", -1)  # foreign: aiokafka's coordinator
+               ) if coordinator is not None else -1
 
 
 # -- the admin client ---------------------------------------------------------------------------------
@@ -180,3 +275,15 @@ def route_admin_requests(admin: Any, any_node: Callable[[Any, Any], Awaitable[An
         return await controller(client, request)
     admin._send_request = send
     admin._send_to_controller = to_controller
+
+
+# -- connections ------------------------------------------------------------------------------------
+
+def held_connections(client: Any) -> dict[Any, Any] | None:
+    """The connections an ``AIOKafkaClient`` holds, by node (the dict itself: clearing it
+    forgets them), or those of the client of an aiokafka consumer or admin client (its
+    ``_client``); None for anything without them (an aiokafka producer keeps its client as
+    ``client``, not ``_client``, so for a producer this is None)."""
+    conns: dict[Any, Any] | None = getattr(  # foreign: aiokafka's client or its owner
+        getattr(client, "_client", client), "_conns", None)  # foreign: aiokafka's client
+    return conns

@@ -42,13 +42,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
-from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
-from aiokafka.coordinator.protocol import (
-    ConsumerProtocolMemberAssignment,
-    ConsumerProtocolMemberMetadata,
-)
 
 from runtime.engine.job import JobModel
+from runtime.kafka.aiokafka_compat import (
+    AbstractPartitionAssignor,
+    ConsumerProtocolMemberAssignment,
+    ConsumerProtocolMemberMetadata,
+    group_generation,
+)
 from samza_dsl.errors import SamzaError
 
 __all__ = ["Assignment", "AssignmentRefused", "Member", "MemberTasks", "Owned", "TaskAssignor",
@@ -423,11 +424,7 @@ class MemberTasks:
 
 def consumer_generation(consumer: Any) -> int:
     """The consumer's group generation (-1 before it joined)."""
-    # aiokafka passes its assignor neither the generation nor the consumer; its coordinator
-    # holds the JoinGroup response's generation from before the leader assigns
-    coordinator = getattr(consumer, "_coordinator", None)  # foreign: aiokafka's consumer
-    return int(getattr(coordinator, "generation", -1)  # foreign: aiokafka's coordinator
-               ) if coordinator is not None else -1
+    return group_generation(consumer)
 
 
 class TaskAssignor(AbstractPartitionAssignor):

@@ -4,9 +4,9 @@ transaction committed.
 A ``read_committed`` consumer relies on the broker's list of aborted transactions in each Fetch
 answer to drop their records. The job's checkpoint topic is read here from the log's own
 transaction markers instead: a record of a transaction counts only once its COMMIT marker is in
-the log, whatever the broker lists (a broker that lists no aborted transactions, as some
-Kafka-protocol brokers do, would otherwise hand an aborted checkpoint to the next run, which then
-skips the inputs that checkpoint's aborted outputs held).
+the log, whatever the broker lists (a broker that lists no aborted transactions, as tansu does,
+would otherwise hand an aborted checkpoint to the next run, which then skips the inputs that
+checkpoint's aborted outputs held).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import Any
 
 from aiokafka import AIOKafkaClient, TopicPartition
 from aiokafka.errors import for_code
-from aiokafka.protocol.fetch import FetchRequest
-from aiokafka.record.memory_records import MemoryRecords
+
+from runtime.kafka.aiokafka_compat import FetchRequest, MemoryRecords
 
 __all__ = ["Batch", "LogRecord", "batches_from", "log_batches", "committed_records",
            "read_committed_log", "transaction_outcome"]

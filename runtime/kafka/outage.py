@@ -36,13 +36,12 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from aiokafka import TopicPartition
+from aiokafka import AIOKafkaClient, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError
-from aiokafka.protocol.metadata import MetadataRequest
 
 from runtime.kafka.admin import LostLeader, any_broker, live_first, lost_leaders, taking_connections
+from runtime.kafka.aiokafka_compat import MetadataRequest, held_connections
 from samza_dsl.errors import SamzaError
 
 __all__ = ["BrokerWatch", "KafkaDataLost", "KafkaUnavailable", "lost_data_error",
@@ -135,8 +134,7 @@ async def close_connections(client: Any) -> None:
     offsets lookup, a metadata update) is stored after, and would be left open ("Unclosed
     AIOKafkaConnection" when it is collected). Give such a connect a moment to end, then close
     whatever is there."""
-    # an aiokafka producer or consumer (its client), or the client itself
-    conns = getattr(getattr(client, "_client", client), "_conns", None)  # foreign: aiokafka's
+    conns = held_connections(client)  # a consumer's or admin's client, or the client itself
     if conns is None:
         return
     await asyncio.sleep(0.05)

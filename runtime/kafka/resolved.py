@@ -4,8 +4,8 @@ A ``read_committed`` consumer of Apache Kafka relies on the broker twice: the br
 records only up to the last stable offset (the first offset of the oldest open transaction), and
 lists the aborted transactions of each Fetch answer so that the client drops their records. A
 broker that gets either wrong stalls the job or feeds it aborted records: one that lists no
-aborted transactions hands them out as committed, and one that holds the last stable offset back
-after a transaction ended (the test broker does, while other transactions that overlap it on
+aborted transactions (tansu) hands them out as committed, and one that holds the last stable
+offset back after a transaction ended (tansu does, while other transactions that overlap it on
 some partition are open) can hold it there for good once the producers that would move it were
 killed.
 
@@ -170,8 +170,8 @@ _gaps: dict[TopicPartition, tuple[int, int]] = {}
 def gapless(topics: Iterable[str]) -> None:
     """Topics with no gaps in their offsets: a Fetch answer for one of them whose next batch
     starts past the offset expected (a broker that made a later batch visible before an earlier
-    one: the test broker does, when several producers write a partition at once) is read up to
-    the gap, and the next fetch asks again from it. A gap that stays for ``GAP_FETCHES`` fetches
+    one: tansu does, when several producers write a partition at once) is read up to the gap,
+    and the next fetch asks again from it. A gap that stays for ``GAP_FETCHES`` fetches
     is taken as real, with a warning naming it (a broker that lost the records)."""
     _GAPLESS.update(topics)
 

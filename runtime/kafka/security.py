@@ -319,7 +319,7 @@ async def refusal(servers: str, settings: Mapping[str, Any],
     """Why the brokers at ``servers`` refuse a client of ``settings``, in one line naming the
     broker (the first that answers with a refusal), or None when a connection logs in, or none
     answers at all (that is not a refusal: the caller says the brokers are unreachable)."""
-    from aiokafka.conn import create_conn
+    from runtime.kafka.aiokafka_compat import create_conn
 
     aiokafka_log = logging.getLogger("aiokafka")
     level = aiokafka_log.level

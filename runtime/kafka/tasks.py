@@ -264,7 +264,7 @@ class GroupTasks:
         group gave the task to another member, and this one has not heard yet): the task stops
         without a commit (its open transaction was aborted by the broker) and the member joins
         the group again, to learn what it runs now. A transaction step that got no answer
-        (``TransactionUnanswered``: some brokers answer a fenced EndTxn with nothing) goes the
+        (``TransactionUnanswered``: tansu answers a fenced EndTxn with nothing) goes the
         same way: the next producer of the id settles the transaction, so nothing is lost and
         nothing becomes visible twice."""
         async with self._lock:

@@ -35,11 +35,10 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka import errors as kafka_errors
-from aiokafka.client import ConnectionGroup
 from aiokafka.structs import OffsetAndMetadata, RecordMetadata
 
 from runtime.kafka.admin import live_first
-from runtime.kafka.aiokafka_compat import txn_manager, unsent_batch_waiters, wrap_sender_client
+from runtime.kafka.aiokafka_compat import route_sender_requests, txn_manager, unsent_batch_waiters
 from runtime.kafka.system import kafka_error, stop_client
 from runtime.kafka.txn_protocol import TRANSACTION_REQUESTS, as_v0_response
 from samza_dsl.errors import ProducerFenced, SamzaError, TransactionUnanswered
@@ -53,27 +52,17 @@ _FENCED = (kafka_errors.ProducerFenced, kafka_errors.InvalidProducerEpoch)
 FENCED_ERRORS = _FENCED
 
 
-class _NewerTransactionRequests:
-    """The client as aiokafka's sender sees it: the transaction requests its handlers build in
-    version 0 go out in ``txn_protocol``'s versions, and the answers come back in the shape of
-    version 0. Everything else is the client's own."""
-
-    def __init__(self, client: Any) -> None:
-        self._client = client
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "_client":  # not set yet (a copy): no endless lookup of it
-            raise AttributeError(name)
-        return getattr(self._client, name)  # foreign: aiokafka's client
-
-    async def send(self, node_id: int, request: Any, *,
-                   group: ConnectionGroup = ConnectionGroup.DEFAULT) -> Any:
-        newer = TRANSACTION_REQUESTS.get(getattr(request, "API_KEY", -1))  # foreign: aiokafka's
-        if newer is None or isinstance(request, newer):
-            return await self._client.send(node_id, request, group=group)
-        v0 = request.prepare({request.API_KEY: (0, 0)})
-        response = await self._client.send(node_id, newer.from_v0(v0), group=group)
-        return as_v0_response(response)
+async def _newer_transaction_requests(client: Any, node_id: int, request: Any,
+                                      group: Any) -> Any:
+    """A request of aiokafka's sender: the transaction requests its handlers build in version 0
+    go out in ``txn_protocol``'s versions, and the answers come back in the shape of version 0.
+    Every other request goes out as it is."""
+    newer = TRANSACTION_REQUESTS.get(getattr(request, "API_KEY", -1))  # foreign: aiokafka's
+    if newer is None or isinstance(request, newer):
+        return await client.send(node_id, request, group=group)
+    v0 = request.prepare({request.API_KEY: (0, 0)})
+    response = await client.send(node_id, newer.from_v0(v0), group=group)
+    return as_v0_response(response)
 
 
 class TransactionalProducer:
@@ -112,7 +101,7 @@ class TransactionalProducer:
         while True:
             producer = AIOKafkaProducer(bootstrap_servers=live_first(self.servers),
                                         **self._settings)
-            wrap_sender_client(producer, _NewerTransactionRequests)
+            route_sender_requests(producer, _newer_transaction_requests)
             try:
                 async with asyncio.timeout(max(deadline - time.monotonic(), 0.0)):
                     await producer.start()
@@ -310,7 +299,7 @@ class TransactionalProducer:
                 return await step
         except _FENCED as exc:
             raise self._fence() from exc
-        except TimeoutError as exc:
+        except TimeoutError as exc:  # tansu drops a fenced producer's connection: this too
             raise TransactionUnanswered(
                 f"{what} of transaction {self.transactional_id!r} did not finish within "
                 f"{wait:g} s: the transaction coordinator on Kafka at {self.servers} "

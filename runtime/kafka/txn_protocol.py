@@ -34,18 +34,21 @@ from __future__ import annotations
 from typing import Any, TypeAlias, TypeVar
 
 from aiokafka.errors import IncompatibleBrokerVersion
-from aiokafka.protocol import transaction as v0
-from aiokafka.protocol.api import Request, RequestStruct, Response
-from aiokafka.protocol.types import (
+
+from runtime.kafka.aiokafka_compat import (
     Boolean,
     CompactArray,
     CompactString,
     Int16,
     Int32,
     Int64,
+    Request,
+    RequestStruct,
+    Response,
     Schema,
     TaggedFields,
 )
+from runtime.kafka.aiokafka_compat import transaction_v0 as v0
 
 __all__ = [
     "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "TRANSACTION_REQUESTS", "as_v0_response",

@@ -19,7 +19,7 @@ from aiokafka.consumer import fetcher
 from aiokafka.record.memory_records import MemoryRecords
 
 from runtime.kafka import aiokafka_compat as compat
-from runtime.kafka import resolved
+from runtime.kafka import resolved, txn_producer
 from runtime.kafka.admin import any_broker
 from runtime.kafka.system import stop_client
 from samza_dsl.errors import SamzaError
@@ -94,13 +94,37 @@ def test_a_producer_has_the_transaction_manager_sender_and_accumulator_used() ->
         plain = AIOKafkaProducer(bootstrap_servers="127.0.0.1:1")
         assert compat.txn_manager(plain) is None
         assert list(compat.unsent_batch_waiters(plain)) == []
+        assert compat.held_connections(plain) is None  # a producer's client is its ``client``
+        assert compat.held_connections(aiokafka.AIOKafkaClient(
+            bootstrap_servers="127.0.0.1:1")) == {}
         txn = AIOKafkaProducer(bootstrap_servers="127.0.0.1:1", transactional_id="t-1")
         manager = compat.txn_manager(txn)
         assert callable(manager.is_fatal_error) and callable(manager.wait_for_transaction_end)
         client = txn._sender.client  # a test's look inside
-        compat.wrap_sender_client(txn, lambda c: ("wrapped", c))
-        assert txn._sender.client == ("wrapped", client)
+        compat.route_sender_requests(txn, lambda c, node, request, group: c.send(node, request))
+        routed = txn._sender.client
+        assert routed is not client and routed._client_id == client._client_id
+        assert routed.cluster is client.cluster
     asyncio.run(check())
+
+
+def test_a_started_transactional_producer_sends_its_requests_through_the_route(
+        kafka_bootstrap: str) -> None:
+    async def check() -> list[str]:
+        seen: list[str] = []
+
+        async def send(client: Any, node_id: int, request: Any, group: Any) -> Any:
+            seen.append(type(request).__name__)
+            # on as the job's producer sends them (tansu refuses InitProducerId v0)
+            return await txn_producer._newer_transaction_requests(client, node_id, request, group)
+        producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap,
+                                    transactional_id=f"compat-{uuid.uuid4().hex[:8]}")
+        compat.route_sender_requests(producer, send)
+        await producer.start()  # InitProducerId, through the sender
+        await stop_client(producer)
+        return seen
+    seen = asyncio.run(check())
+    assert any(n.startswith("InitProducerIdRequest") for n in seen), seen
 
 
 def test_a_started_group_consumer_has_the_coordinator_used(kafka_bootstrap: str) -> None:
@@ -116,12 +140,17 @@ def test_a_started_group_consumer_has_the_coordinator_used(kafka_bootstrap: str)
                     seen.append(type(request).__name__)
                     return await send(request)
                 return send_req
+            assert compat.held_connections(consumer)  # the started consumer's connections
             compat.wrap_coordinator_send(consumer, wrap)
             rejoin = compat.request_rejoin(consumer)
             rejoin()  # the next poll joins again, through the wrapped send
             deadline = asyncio.get_running_loop().time() + 30
             while not seen and asyncio.get_running_loop().time() < deadline:
                 await consumer.getmany(timeout_ms=500)
+            while compat.group_generation(consumer) < 0 \
+                    and asyncio.get_running_loop().time() < deadline:
+                await consumer.getmany(timeout_ms=500)
+            assert compat.group_generation(consumer) >= 0
         finally:
             await stop_client(consumer)
         return seen
