@@ -253,8 +253,10 @@ class _StreamRun:
         """Where the loop writes each record's origin itself (``runtime.engine.origins``): the
         header's start, the offset after the batch's ``end``, less one, the appends that take
         records as they are, and, where the log keeps origins in their compact form, that
-        form of the offset after ``end``, less one (then the header's start is None); else
-        (None, 0, the appends, None)."""
+        form of the offset after ``end``, less one (then the header's start is None); else, or
+        with no origins to write, (None, 0, the appends, None)."""
+        if self.track is None:
+            return None, 0, self.bufs, None
         cur = self.track.batch
         last = cur.first + end - 1
         if self.plain is not None and self.origin_id is not None and last <= _OFFSET_MAX:
@@ -271,11 +273,9 @@ class _StreamRun:
         channel's ``[progress, bound, latest time]``, up to a message behind its progress)."""
         fn, meter, fused, key_of, keyed, raw = (self.fn, self.meter, self.fused, self.key_of,
                                                 self.keyed, self.raw)
-        bufs, parts, fixed, kser, vser, sender = (self.bufs, self.parts, self.fixed, self.kser,
-                                                  self.vser, self.sender)
+        parts, fixed, kser, vser, sender = self.parts, self.fixed, self.kser, self.vser, self.sender
         runs_of, et, track = self.runs_of, self.et, self.track
-        pfx, base, bufs, obase = self._origins(end) if track is not None else (None, 0, bufs,
-                                                                                None)
+        pfx, base, bufs, obase = self._origins(end)  # (bufs: the appends, as the origins want)
         control_types = CONTROL_TYPES
         it = iter(payloads[i:end])  # the iterator tells the index when the loop stops
         n_in = dropped = 0
