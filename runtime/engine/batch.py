@@ -249,24 +249,27 @@ class _StreamRun:
         #: takes the batch after its first
         self.plain_kind = key_of is None and (raw or rule.fixed is None) and self.track is None
 
-    def _origins(self, end: int) -> tuple[bytes | None, int, Any, int | None]:
+    def _origins(self, end: int, it: Any
+                 ) -> tuple[bytes | None, int, Any, int | None, Callable[[], int]]:
         """Where the loop writes each record's origin itself (``runtime.engine.origins``): the
         header's start, the offset after the batch's ``end``, less one, the appends that take
         records as they are, and, where the log keeps origins in their compact form, that
         form of the offset after ``end``, less one (then the header's start is None); else, or
-        with no origins to write, (None, 0, the appends, None)."""
+        with no origins to write, (None, 0, the appends, None); last, how many records ``it``,
+        the loop's iterator, has left (a bound method: no lookup a record)."""
+        left = it.__length_hint__
         if self.track is None:
-            return None, 0, self.bufs, None
+            return None, 0, self.bufs, None, left
         cur = self.track.batch
         last = cur.first + end - 1
         if self.plain is not None and self.origin_id is not None and last <= _OFFSET_MAX:
             ident = self.origin_id(cur.ssp)
             if ident is not None:
-                return None, 0, self.plain, ident + last
+                return None, 0, self.plain, ident + last, left
         pfx = None if self.prefix is None else self.prefix(cur.ssp)
         if pfx is None or self.plain is None:
-            return None, 0, self.bufs, None
-        return pfx, last, self.plain, None
+            return None, 0, self.bufs, None, left
+        return pfx, last, self.plain, None, left
 
     def __call__(self, payloads: list[Any], i: int, end: int, times: Any = None) -> int:
         """Process payloads[i:end] up to the first control record (or, with ``times``, the
@@ -275,9 +278,9 @@ class _StreamRun:
                                                 self.keyed, self.raw)
         parts, fixed, kser, vser, sender = self.parts, self.fixed, self.kser, self.vser, self.sender
         runs_of, et, track = self.runs_of, self.et, self.track
-        pfx, base, bufs, obase = self._origins(end)  # (bufs: the appends, as the origins want)
         control_types = CONTROL_TYPES
         it = iter(payloads[i:end])  # the iterator tells the index when the loop stops
+        pfx, base, bufs, obase, left = self._origins(end, it)  # bufs: as the origins want
         n_in = dropped = 0
         counts = [0, 0]  # what the rest of the batch took in the loop after this one
         timed = meter is None and fused is None
@@ -314,7 +317,7 @@ class _StreamRun:
                             xmax = x
                 n_in += 1
                 if track is not None and pfx is None and obase is None:
-                    track.index = end - length_hint(it)
+                    track.index = end - left()
                 if direct:  # a partition_by of the message, its partitions in memory
                     try:
                         k = key_of(m)  # type: ignore[misc]
@@ -352,9 +355,9 @@ class _StreamRun:
                     k = r.key
                     try:
                         bufs[parts[k] if fixed is None else fixed](r if raw else (
-                            kser(k), vser(r.value), obase - length_hint(it) if obase is not None
+                            kser(k), vser(r.value), obase - left() if obase is not None
                             else None if pfx is None else ((ORIGIN_HEADER, (
-                                pfx + _enc_int(base - length_hint(it)) + b"\x00")),)))
+                                pfx + _enc_int(base - left()) + b"\x00")),)))
                     except Exception:
                         _send(sender, r, it, end, track)
                 else:

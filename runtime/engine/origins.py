@@ -501,9 +501,10 @@ def _apply_runs(st: dict[str, list[Any]], origins: list[Any], start: int, stop: 
     span = origins[start:stop]
     keys: Sequence[Any]
     offs: Sequence[int]
-    try:  # the compact form: in order, one record a message
+    mask = -1  # offsets are ``offs``' items as they are, or (the compact form) under ``_MASK``
+    try:  # the compact form, in order, one record a message: one key's ints order as offsets
         keys = [o >> OFFSET_BITS for o in span]
-        offs = [o & _MASK for o in span]
+        offs, mask = span, _MASK
         if names is None:
             raise TypeError
     except TypeError:
@@ -515,7 +516,7 @@ def _apply_runs(st: dict[str, list[Any]], origins: list[Any], start: int, stop: 
                 raise TypeError
         except TypeError:  # (or some in the compact form, some not)
             return _apply_each(st, origins, start, stop, payloads, skipped, names)
-        names = None
+        names, mask = None, -1
     cuts = list(compress(range(1, len(keys)), map(ne, keys, keys[1:])))
     cuts.append(len(keys))
     replays = lo = 0
@@ -523,11 +524,12 @@ def _apply_runs(st: dict[str, list[Any]], origins: list[Any], start: int, stop: 
         key = keys[lo] if names is None else names[keys[lo]]
         s = st.get(key)
         run = offs[lo:hi]
-        if (s is None or (s[2] is None and run[0] > s[0])) and all(map(lt, run, run[1:])):
+        if (s is None or (s[2] is None and run[0] & mask > s[0])) \
+                and all(map(lt, run, run[1:])):
             if s is None:
-                st[key] = [run[-1], 0, None]
+                st[key] = [run[-1] & mask, 0, None]
             else:
-                s[0], s[1] = run[-1], 0
+                s[0], s[1] = run[-1] & mask, 0
         else:
             replays += _apply_each(st, origins, start + lo, start + hi, payloads, skipped,
                                    names)
