@@ -190,6 +190,8 @@ class KafkaConsumer(Consumer):
         self.starts: dict[SSP, int] = {}
         self._readers: dict[TopicPartition, list[Any]] = {}
         self._backlog: dict[Any, list[Any]] = {}
+        #: readers ``add`` is adding: they take no fetch until it has sought their partition
+        self._adding: set[Any] = set()
         self._fetched: dict[TopicPartition, int] = {}  # the next offset fetched per partition
         #: the partitions the consumer is assigned now (``_assign``)
         self._assigned: frozenset[TopicPartition] = frozenset()
@@ -266,6 +268,15 @@ class KafkaConsumer(Consumer):
         if consumer is None:  # the first poll starts it with these
             return
         keys = [key for key, _, _ in entries]
+        self._adding.update(keys)
+        try:
+            await self._add(consumer, keys, before)
+        finally:
+            self._adding.difference_update(keys)
+
+    async def _add(self, consumer: AIOKafkaConsumer, keys: list[Any],
+                   before: set[TopicPartition]) -> None:
+        """``add``'s readers ``keys`` resolved, and their partitions assigned and sought."""
         await self._resolve(consumer, keys)
         if set(self._readers) != before:
             self._reassign(consumer)
@@ -342,8 +353,8 @@ class KafkaConsumer(Consumer):
         if not wanted:  # every key waits for its task: yield, or nothing else runs
             await self._idle(timeout)
             return out
-        # where each partition's fetch begins: a reader whose next record comes before it (one
-        # ``add`` is adding, its partition not sought back yet) takes nothing of this fetch
+        # where each partition's fetch begins: if ``add`` seeks it elsewhere meanwhile (for a
+        # reader it adds), what this fetch brings back is of the position before
         begun = {tp: self._fetched.get(tp) for tp in wanted}
         try:
             fetched = await consumer.getmany(*wanted, timeout_ms=int((timeout or 0.2) * 1000),
@@ -368,25 +379,18 @@ class KafkaConsumer(Consumer):
                 position = self.positions[key][2]
                 if position is None:  # a reader ``add`` still resolves: it fetches again for it
                     continue
-                if start is not None and self._next(key) < start:
-                    continue  # behind this fetch: ``add`` seeks back for it
+                if key in self._adding:
+                    continue  # behind this fetch, maybe: ``add`` seeks back for it
                 mine = [r for r in records if r.offset >= position]
                 if key in active:
                     self._deliver(key, mine, _limit(limits, key, max_per_key), out)
                 else:
                     self._backlog[key].extend(mine)
-        await self._past_markers(consumer, wanted, begun)
+        await self._past_markers(consumer, wanted)
         return out
 
-    def _next(self, key: Any) -> int:
-        """The offset of the next record reader ``key`` needs: after its backlog, else its
-        position."""
-        backlog = self._backlog[key]
-        return backlog[-1].offset + 1 if backlog else self.positions[key][2]
-
     async def _past_markers(self, consumer: AIOKafkaConsumer,
-                            tps: Iterable[TopicPartition],
-                            begun: Mapping[TopicPartition, int | None]) -> None:
+                            tps: Iterable[TopicPartition]) -> None:
         """Readers that have every record before the consumer's position move to it: offsets
         that hold no record for them (transaction markers, an aborted transaction's records)
         are passed, so a bounded input whose log ends with a marker or aborted records ends, and
@@ -407,10 +411,9 @@ class KafkaConsumer(Consumer):
             for key in readers:
                 pos = self.positions[key]
                 # (a reader added just now has no position until its first fetch sets it; one
-                # behind where the fetch began has not had the records before ``at``)
-                start = begun.get(tp)
+                # being added has not had the records before ``at``)
                 if pos[2] is not None and pos[2] < at and not self._backlog[key] \
-                        and (start is None or pos[2] >= start):
+                        and key not in self._adding:
                     pos[2] = at
 
     async def read_bounds(self, keys: list[Any]) -> dict[Any, tuple[int, int]]:
