@@ -1,4 +1,5 @@
-"""``async_flat_map``: ``process(m)`` returns an awaitable of the outputs of ``fn(m)``.
+"""``async_flat_map``: ``process(m)`` returns an awaitable of the outputs of ``fn(m)``; and
+``async_map``, the same operator where ``fn(m)`` gives one output (None for none).
 
 ``fn`` may be an ``async def`` returning an iterable (or None for no outputs), return an async
 iterable (an async generator), or be a plain function returning either an awaitable or an iterable.
@@ -47,6 +48,19 @@ async def _outputs(result: Any, op_id: str) -> list[Any]:
     return as_outputs(result, "async_flat_map", op_id)
 
 
+async def _output(result: Any, op_id: str) -> list[Any]:
+    """``async_map``: the one output of a call (None: none)."""
+    if inspect.isawaitable(result):
+        result = await result
+    if result is None:
+        return []
+    if hasattr(result, "__aiter__"):  # foreign: what a user's function returned
+        raise TypeError(f"async_map {op_id!r} returned an async iterable, which would emit "
+                        f"the iterable itself as one message: return one value, or use "
+                        f"async_flat_map for several")
+    return [result]
+
+
 class _Released:
     """Set once a message's outputs are released; the next same-key message waits for it."""
 
@@ -75,12 +89,14 @@ class AsyncFlatMapOperator(Operator):
 
     def __init__(self, spec: AsyncFlatMapSpec) -> None:
         super().__init__(spec)
+        self.kind = "async_map" if spec.one else "async_flat_map"
         if spec.ordering not in ("none", "key"):
-            raise ValueError(f"async_flat_map {self.op_id!r}: ordering must be 'none' or 'key', "
+            raise ValueError(f"{self.kind} {self.op_id!r}: ordering must be 'none' or 'key', "
                              f"got {spec.ordering!r}")
         self.ordering = spec.ordering
         self.user_fns = (spec.fn, spec.key_fn)
         self._fn = resolve_fn(spec.fn)
+        self._outputs = _output if spec.one else _outputs
         self._key_fn = resolve_fn(spec.key_fn) if spec.key_fn is not None else None
         #: per key, the release of its latest message (dropped once that one is released)
         self._tails: dict[Any, _Released] = {}
@@ -97,17 +113,17 @@ class AsyncFlatMapOperator(Operator):
         if self._key_fn is not None:
             return self._key_fn(message)
         if not isinstance(message, KV):
-            raise TypeError(f"async_flat_map {self.op_id!r} with ordering='key' needs KV messages "
+            raise TypeError(f"{self.kind} {self.op_id!r} with ordering='key' needs KV messages "
                             f"or key=fn, got {type(message).__name__}")
         return message.key
 
     async def _call(self, message: Any) -> list[Any]:
-        return await _outputs(self._fn(message), self.op_id)
+        return await self._outputs(self._fn(message), self.op_id)
 
     async def _call_in_order(self, message: Any, key: Any, previous: _Released | None,
                              released: _Released) -> list[Any]:
         try:
-            outputs = await _outputs(self._fn(message), self.op_id)
+            outputs = await self._outputs(self._fn(message), self.op_id)
             if previous is not None:
                 await previous.wait()
             return outputs

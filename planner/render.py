@@ -153,7 +153,8 @@ def _op_label(plan: ExecutionPlan, op_id: str, short: bool = False) -> str:
         extra = f" -> {d['stream']}"
     elif "table" in d:
         extra = f" table={d['table']}"
-    return f"{op.opcode} {op.name or ''}".rstrip() + extra
+    kind = "async_map" if d.get("one_to_one") else op.opcode
+    return f"{kind} {op.name or ''}".rstrip() + extra
 
 
 def _spark_tiers(plan: ExecutionPlan) -> dict[str, dict[str, str]]:

@@ -123,10 +123,13 @@ class AsyncFlatMapSpec(OpSpec):
     fn: Callable[[Any], Any] = field(default=None, repr=False)  # type: ignore[assignment]
     ordering: str = "none"
     key_fn: Callable[[Any], Any] | None = field(default=None, repr=False)
+    #: ``async_map``: ``fn`` gives one output (None for none), not an iterable of them
+    one: bool = False
     opcode = "async_flat_map"
 
     def details(self) -> dict[str, Any]:
-        return {"ordering": self.ordering}
+        return {"ordering": self.ordering, "one_to_one": True} if self.one \
+            else {"ordering": self.ordering}
 
 
 @dataclass(frozen=True)

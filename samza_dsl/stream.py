@@ -333,15 +333,63 @@ class MessageStream(Generic[M]):
             >>> TestRunner(app).add_input(words, ["a", "b"]).run().messages("out")
             ['a', 'A', 'b', 'B']
         """
-        _check_fn("async_flat_map", fn)
+        return self._async("async_flat_map", fn, name, ordering, key)
+
+    def async_map(self, fn: Callable[[M], Awaitable[OM | None]], *, name: str | None = None,
+                  ordering: str = "none", key: Callable[[M], Any] | None = None
+                  ) -> MessageStream[OM]:
+        """``async def fn(m) -> OM``: one output a message, as ``map`` gives, from an async call.
+        It is ``async_flat_map`` with one output: the same concurrency (up to
+        ``task.max.concurrency`` calls in flight per task), the same ``ordering`` and the same
+        checkpoints (a checkpoint never covers a message whose call has not completed). Also
+        reachable as ``map_async``.
+
+        Args:
+            fn: An ``async def`` returning the output (None for none), or a plain function
+                returning an awaitable of it or the output itself.
+            name: The operator's name in its id (``...-async_map-<name>``); optional.
+            ordering: ``"none"`` (default) or ``"key"``, as for ``async_flat_map``.
+            key: With ``ordering="key"``, ``key(m)`` gives the ordering key instead of the
+                message's ``KV.key``.
+
+        Returns:
+            The stream of what ``fn`` gave.
+
+        Raises:
+            TypeError: ``fn`` or ``key`` is not callable.
+            ValueError: ``ordering`` is neither ``"none"`` nor ``"key"``, or ``key`` is given
+                without ``ordering="key"``.
+            PlanError: ``name`` is malformed, or the operator id is already used.
+
+        Example:
+            >>> import asyncio
+            >>> from samza_dsl import StreamApplication
+            >>> from samza_dsl.systems import MemorySystem
+            >>> from samza_dsl.testing import TestRunner
+            >>> async def price(word):
+            ...     await asyncio.sleep(0)  # e.g. a call to a remote service
+            ...     return {"word": word, "price": len(word)}
+            >>> app, mem = StreamApplication("demo"), MemorySystem()
+            >>> words = mem.input("words")
+            >>> app.input(words).async_map(price).send_to(app.output(mem.output("out")))
+            >>> TestRunner(app).add_input(words, ["ab", "c"]).run().messages("out")
+            [{'word': 'ab', 'price': 2}, {'word': 'c', 'price': 1}]
+        """
+        return self._async("async_map", fn, name, ordering, key)
+
+    map_async = async_map
+
+    def _async(self, kind: str, fn: Callable[[M], Any], name: str | None, ordering: str,
+               key: Callable[[M], Any] | None) -> MessageStream[Any]:
+        _check_fn(kind, fn)
         if ordering not in ORDERINGS:
-            raise ValueError(f"async_flat_map ordering must be one of {ORDERINGS}, got {ordering!r}")
+            raise ValueError(f"{kind} ordering must be one of {ORDERINGS}, got {ordering!r}")
         if key is not None:
-            _check_fn("async_flat_map key", key)
+            _check_fn(f"{kind} key", key)
             if ordering != "key":
-                raise ValueError("async_flat_map(key=...) goes with ordering='key'")
-        return self._then(AsyncFlatMapSpec, "async_flat_map", name, fn=fn, ordering=ordering,
-                          key_fn=key)
+                raise ValueError(f"{kind}(key=...) goes with ordering='key'")
+        return self._then(AsyncFlatMapSpec, kind, name, fn=fn, ordering=ordering, key_fn=key,
+                          one=kind == "async_map")
 
     # -- combining -------------------------------------------------------------------------------
 

@@ -87,9 +87,9 @@ def tracked_app(tracker: Tracker, delay: Callable[[int, int], float], *, concurr
                 commit_ms: int, async_commit: bool, partitions: int,
                 drop_inline: Callable[[int, int], bool] = lambda p, i: False,
                 drop_async: Callable[[int, int], bool] = lambda p, i: False,
-                ) -> tuple[StreamApplication, Any]:
+                one: bool = False) -> tuple[StreamApplication, Any]:
     """Messages are (partition, offset): filter (may drop inline) -> async_flat_map (sleeps, may
-    drop) -> sink."""
+    drop; ``one``: ``async_map``, which drops with None) -> sink."""
     mem = MemorySystem()
     app = StreamApplication("ckpt", config={"task.max.concurrency": concurrency,
                                             "task.commit.ms": commit_ms,
@@ -110,8 +110,14 @@ def tracked_app(tracker: Tracker, delay: Callable[[int, int], float], *, concurr
             return []
         return [m]
 
-    (app.input(inp).filter(keep, name="keep").async_flat_map(call, name="call")
-     .sink(tracker.completed.add, name="done"))
+    async def call_one(m: tuple[int, int]) -> tuple[int, int] | None:
+        (out,) = await call(m) or [None]
+        return out
+
+    kept = app.input(inp).filter(keep, name="keep")
+    called = kept.async_map(call_one, name="call") if one \
+        else kept.async_flat_map(call, name="call")
+    called.sink(tracker.completed.add, name="done")
     return app, inp
 
 
@@ -122,7 +128,9 @@ def final_offsets(checkpoints: MemoryCheckpoints) -> dict[int, int]:
 
 # --- (b) the checkpoint never passes a message in flight -----------------------------------------
 
-def test_checkpoint_never_passes_an_in_flight_message_when_later_messages_finish_first() -> None:
+@pytest.mark.parametrize("one", [False, True], ids=["async_flat_map", "async_map"])
+def test_checkpoint_never_passes_an_in_flight_message_when_later_messages_finish_first(
+        one: bool) -> None:
     tracker = Tracker()
     n = 64
     # in every group of 8 the later messages are faster; every 5th is dropped inline and every
@@ -130,7 +138,7 @@ def test_checkpoint_never_passes_an_in_flight_message_when_later_messages_finish
     app, inp = tracked_app(tracker, lambda p, i: (7 - i % 8) * 0.002, concurrency=8,
                            commit_ms=1, async_commit=True, partitions=1,
                            drop_inline=lambda p, i: i % 5 == 0,
-                           drop_async=lambda p, i: i % 7 == 0)
+                           drop_async=lambda p, i: i % 7 == 0, one=one)
     checkpoints = CheckedCheckpoints(tracker)
     run_container(app, {inp: {0: [(0, i) for i in range(n)]}}, checkpoints=checkpoints)
     assert tracker.completed == {(0, i) for i in range(n)}
@@ -169,10 +177,10 @@ def test_without_async_commit_a_commit_never_overlaps_a_message_in_flight() -> N
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), sizes=st.lists(st.integers(0, 30), min_size=1, max_size=3),
        concurrency=st.integers(1, 32), commit_ms=st.integers(1, 5),
-       async_commit=st.booleans())
+       async_commit=st.booleans(), one=st.booleans())
 def test_checkpoint_never_passes_an_in_flight_message_in_any_completion_order(
         data: st.DataObject, sizes: list[int], concurrency: int, commit_ms: int,
-        async_commit: bool) -> None:
+        async_commit: bool, one: bool) -> None:
     delays = {(p, i): data.draw(st.integers(0, 4)) / 1000.0
               for p, n in enumerate(sizes) for i in range(n)}
     dropped_inline = data.draw(st.sets(st.sampled_from(sorted(delays)))) if delays else set()
@@ -182,7 +190,7 @@ def test_checkpoint_never_passes_an_in_flight_message_in_any_completion_order(
                            commit_ms=commit_ms, async_commit=async_commit,
                            partitions=len(sizes),
                            drop_inline=lambda p, i: (p, i) in dropped_inline,
-                           drop_async=lambda p, i: (p, i) in dropped_async)
+                           drop_async=lambda p, i: (p, i) in dropped_async, one=one)
     checkpoints = CheckedCheckpoints(tracker)
     run_container(app, {inp: {p: [(p, i) for i in range(n)] for p, n in enumerate(sizes)}},
                   checkpoints=checkpoints)

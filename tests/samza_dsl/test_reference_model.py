@@ -124,6 +124,7 @@ class Case:
     elasticity: int
     beyond: bool  # some messages beyond the declared bound
     async_order: str = "none"  # the async step's ordering
+    async_one: bool = False  # the async steps are async_map, not async_flat_map
     shared_keys: bool = False  # a key in several partitions (only with a hop or a broadcast)
     idle_timeout_ms: int = 0  # on the input
     #: a second input "in2" merged into the first before the ops, partition -> messages
@@ -274,11 +275,12 @@ def build(case: Case, system: Any, name: str = APP) -> StreamApplication:
             stream = stream.partition_by(lambda kv: kv.key, lambda kv: kv.value, serde=SERDE,
                                          name=f"hop{i}")
         elif op == "async":
-            async def slow(kv: Any) -> list[Any]:
+            async def slow(kv: Any) -> Any:
                 import asyncio
                 await asyncio.sleep((kv.value["v"] % 4) * 0.001)
-                return [kv]
-            stream = stream.async_flat_map(slow, name=f"op{i}", ordering=case.async_order)
+                return kv if case.async_one else [kv]
+            stream = (stream.async_map if case.async_one else stream.async_flat_map)(
+                slow, name=f"op{i}", ordering=case.async_order)
         elif op == "filter":
             stream = stream.filter(lambda kv, op=op: bool(apply_op(op, kv)), name=f"op{i}")
         elif op == "map":
@@ -315,11 +317,12 @@ def build(case: Case, system: Any, name: str = APP) -> StreamApplication:
                                  "m": [[kv.value["t"], kv.value["v"]] for kv in p.message]},
                       name="row"))
         if case.post_async:
-            async def later(row: dict[str, Any]) -> list[dict[str, Any]]:
+            async def later(row: dict[str, Any]) -> Any:
                 import asyncio
                 await asyncio.sleep((len(row["m"]) % 3) * 0.001)
-                return [row]
-            panes = panes.async_flat_map(later, name="after")
+                return row if case.async_one else [row]
+            panes = (panes.async_map if case.async_one else panes.async_flat_map)(
+                later, name="after")
         panes.send_to(out)
     return app
 
@@ -605,6 +608,7 @@ def cases(draw: st.DrawFn, *, spark: bool = False, beyond_hops: bool = False) ->
         first_hop = ops.index("hop") if "hop" in ops else len(ops)
         ops.insert(draw(st.integers(0, first_hop)), "async")
     post_async = end == "window" and not beyond_hops and draw(st.integers(0, 3)) == 0
+    async_one = ("async" in ops or post_async) and draw(st.booleans())
     elasticity = 1 if beyond_hops else draw(st.sampled_from([1, 2]))
     # one instance: a global pane is a task's own (after a broadcast, each task's holds all)
     if kind in ("tumbling", "hopping") and end == "window" and not bcast:
@@ -671,7 +675,8 @@ def cases(draw: st.DrawFn, *, spark: bool = False, beyond_hops: bool = False) ->
                 late=late, lateness_ms=draw(st.sampled_from([0, 3000])) if late else 0,
                 mode=draw(st.sampled_from(list(AccumulationMode))), declared=declared,
                 input_bound_ms=input_bound, window_bound_ms=window_bound, elasticity=elasticity,
-                beyond=beyond, async_order=async_order, shared_keys=shared_keys,
+                beyond=beyond, async_order=async_order, async_one=async_one,
+                shared_keys=shared_keys,
                 idle_timeout_ms=draw(st.sampled_from([0, 20])), merged=merged,
                 side_data=side_data, bcast=bcast, post_async=post_async,
                 within_ms=draw(st.sampled_from([500, 1000, 3000])) if end == "etjoin" else 0,
