@@ -438,7 +438,8 @@ class KafkaJob:
         container = Container(self.job, [], **parts)
         container.lifecycle = GroupTasks(
             container, membership=membership, prepare=self._take_over, consumer=consumer,
-            checkpoints=self.checkpoints, state=state, transactions=self.txns, standby=standby)
+            checkpoints=self.checkpoints, state=state, transactions=self.txns, standby=standby,
+            job_dir=self.root)
         return container
 
     async def _take_over(self, tasks: list[TaskModel], first: bool) -> None:

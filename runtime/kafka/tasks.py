@@ -81,12 +81,14 @@ class GroupTasks:
                  prepare: Callable[[list[TaskModel], bool], Awaitable[None]],
                  consumer: RebalancingConsumer, checkpoints: GroupCheckpoints,
                  state: TaskStores, transactions: KafkaTransactions | None = None,
-                 standby: StandbyReplicas | None = None) -> None:
+                 standby: StandbyReplicas | None = None, job_dir: str | None = None) -> None:
         self.container = container
         self.job: JobModel = container.job
         self.consumer = consumer
         self.checkpoints = checkpoints
         self.state = state
+        #: this member's job.dir (``samza-dsl status`` shows where its stores are)
+        self.job_dir = None if job_dir is None else os.path.abspath(job_dir)
         #: exactly once: the tasks' transactional producers (also the committer's
         #: ``transactions``); a task's closes as the task leaves. None: at least once
         self.transactions = transactions
@@ -381,7 +383,7 @@ class GroupTasks:
         if a is None or self.membership is None:
             return
         info = {"host": self.membership.assignor.host, "pid": os.getpid(),
-                "container": self.membership.assignor.container,
+                "container": self.membership.assignor.container, "job_dir": self.job_dir,
                 "generation": a.generation, "active": sorted(a.active, key=_task_order),
                 "standby": sorted(a.standby, key=_task_order),
                 "restoring": [m.name for m in restoring], "rebalance_at": time.time(),

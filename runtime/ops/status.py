@@ -119,24 +119,29 @@ def partitions(job: JobModel, records: Mapping[str, Mapping[str, Any]],
     return rows
 
 
-def store_rows(job: JobModel, root: str, changelog: Callable[[str], tuple[str, int | None] | None]
-               ) -> list[dict[str, Any]]:
-    """A row per store: its files' bytes on this machine, and its changelog's stream or topic
-    with the offsets it spans (``changelog(store)``: (name, span or None), None: no changelog)."""
+def store_rows(job: JobModel, roots: list[str],
+               changelog: Callable[[str], tuple[str, int | None] | None]) -> list[dict[str, Any]]:
+    """A row per store: its files' bytes on this machine under the job dirs ``roots`` (a
+    consumer group's members on this machine each have one; none: the files are on other
+    hosts), and its changelog's stream or topic with the offsets it spans (``changelog(store)``:
+    (name, span or None), None: no changelog)."""
     rows = []
+    tasks = {task_dir(t.name) for t in job.tasks}
     for name in sorted(job.plan.stores):
-        path = os.path.join(root, "stores", name)
-        tasks = {t.name for t in job.tasks}
+        paths = [os.path.abspath(os.path.join(root, "stores", name)) for root in roots]
         size, dirs = 0, 0
-        if os.path.isdir(path):
+        for path in paths:
+            if not os.path.isdir(path):
+                continue
             for entry in os.listdir(path):
-                dirs += entry in {task_dir(t) for t in tasks}
+                dirs += entry in tasks
                 for base, _, files in os.walk(os.path.join(path, entry)):
                     for f in files:
                         with contextlib.suppress(OSError):  # gone meanwhile (a reset)
                             size += os.stat(os.path.join(base, f)).st_size
         cl = changelog(name)
-        rows.append({"store": name, "path": os.path.abspath(path), "exists": os.path.isdir(path),
+        rows.append({"store": name, "path": paths[0] if len(paths) == 1 else None,
+                     "paths": paths, "exists": any(os.path.isdir(p) for p in paths),
                      "task_dirs": dirs, "bytes": size, "changelog": cl[0] if cl else None,
                      "changelog_offsets": cl[1] if cl else None})
     return rows
@@ -246,7 +251,7 @@ def local_status(job: Any, now: float | None = None) -> dict[str, Any]:
         "containers": conts, "locks": locks, "containers_note": None, "group": None,
         "checkpoints": {"where": f"{log.path} (metadata checkpoint/{job.job_name}/<task>)",
                         "last_written": max(written, default=None)},
-        "partitions": rows, "stores": store_rows(model, job.root, changelog),
+        "partitions": rows, "stores": store_rows(model, [job.root], changelog),
         "metrics": last_metrics(job.log_of(job.main_system), metrics_stream(job.job_name), now)}
 
 
@@ -270,6 +275,7 @@ async def _kafka_status(app: Any, config: Mapping[str, Any], app_ref: str, timeo
 
     from runtime.host.jobdir import job_dir
     from runtime.kafka.admin import describe_topics
+    from runtime.kafka.group import host_name
     from runtime.kafka.load_dump import kafka_streams
     from runtime.kafka.security import security_settings
     from runtime.kafka.system import offset_bounds, read_checkpoint_topic
@@ -303,28 +309,37 @@ async def _kafka_status(app: Any, config: Mapping[str, Any], app_ref: str, timeo
                           for p in range(n)))
 
     rows = partitions(model, cp.data, bounds, cp.timestamps, now=now)
-    root = job_dir(streams.job_name, job_config(app, config))  # as KafkaJob finds it
+    group = group_status(streams.job_name, cp.members, rows, cp.data, cp.member_generation)
+    last = None if cp.last_write is None else cp.last_write / 1000.0
+    common = {
+        "version": STATUS_VERSION, "job": streams.job_name, "system": "kafka",
+        "bootstrap_servers": streams.servers, "elasticity_factor": cp.elasticity,
+        "configured_elasticity_factor": int(config_value(streams.plan.config,
+                                                         "job.elasticity.factor")),
+        "checkpoints": {"where": f"topic {topic}", "last_written": last},
+        "partitions": rows, "group": group, "metrics": None}
+    root = os.path.abspath(job_dir(streams.job_name, job_config(app, config)))
+    if group is not None and group["members"]:
+        # a consumer group: its members' own job dirs (those on this machine hold its stores'
+        # files and its containers' locks); nothing of a job.dir another run left here
+        mine = [m["job_dir"] for m in group["members"]
+                if m.get("job_dir") and m["host"] == host_name()]
+        conts, locks = containers(root, True, 0, elsewhere=True) if root in mine else ([], [])
+        return {**common, "job_dir": None, "generation": cp.generation,
+                "containers": conts, "locks": locks,
+                "containers_note": f"the job runs as the consumer group {streams.job_name!r}: "
+                                   f"its members, on every host, are listed under the group",
+                "stores": store_rows(model, mine, changelog)}
     count = int(config_value(streams.plan.config, "job.container.count"))
     conts, locks = containers(root, cp.generation is not None, count, elsewhere=True)
-    last = None if cp.last_write is None else cp.last_write / 1000.0
     age = "" if last is None else f" {max(0.0, (now or time.time()) - last):.1f} s ago"
     note = (f"only containers on this machine show running (by their locks in {lock_dir(root)});"
             f" containers on other machines cannot be seen from here, and the brokers do not "
             f"know them either (they read without a consumer group). The checkpoint topic "
-            f"{topic!r} was last written{age or ': never'}") if not cp.members else (
-        f"the job runs as the consumer group {streams.job_name!r}: its members are listed "
-        f"under the group below, on every host (the containers above are this machine's)")
-    return {
-        "version": STATUS_VERSION, "job": streams.job_name, "system": "kafka",
-        "bootstrap_servers": streams.servers, "job_dir": os.path.abspath(root),
-        "generation": cp.generation, "elasticity_factor": cp.elasticity,
-        "configured_elasticity_factor": int(config_value(streams.plan.config,
-                                                         "job.elasticity.factor")),
-        "containers": conts, "locks": locks, "containers_note": note,
-        "checkpoints": {"where": f"topic {topic}", "last_written": last},
-        "partitions": rows, "group": group_status(streams.job_name, cp.members, rows, cp.data,
-                                                  cp.member_generation),
-        "stores": store_rows(model, root, changelog), "metrics": None}
+            f"{topic!r} was last written{age or ': never'}")
+    return {**common, "job_dir": root, "generation": cp.generation,
+            "containers": conts, "locks": locks, "containers_note": note,
+            "stores": store_rows(model, [root], changelog)}
 
 
 def group_status(group: str, members: Mapping[str, Mapping[str, Any]],
@@ -349,7 +364,7 @@ def group_status(group: str, members: Mapping[str, Mapping[str, Any]],
     for name, m in sorted(current.items()):
         active = list(m.get("active", []))
         out.append({"member": name, "host": m.get("host"), "container": m.get("container"),
-                    "pid": m.get("pid"), "active": active, "standby": list(m.get("standby", [])),
+                    "pid": m.get("pid"), "job_dir": m.get("job_dir"), "active": active, "standby": list(m.get("standby", [])),
                     "restoring": list(m.get("restoring", [])),
                     "lag": sum(lag.get(t, 0) for t in active)})
     owner = {t: m["member"] for m in out for t in m["active"]}
@@ -389,9 +404,15 @@ def status_text(s: Mapping[str, Any]) -> str:
     where = (f"Kafka at {s['bootstrap_servers']}" if s["system"] == "kafka"
              else "the local system")
     gen = s["generation"]
-    lines = [f"job {s['job']} on {where} (job.dir {s['job_dir']})",
-             (f"generation {gen}, elasticity factor {s['elasticity_factor'] or 1}"
-              if gen is not None else "never ran: no generation yet")
+    group = s.get("group")
+    group = group if group and group["members"] else None
+    lines = [f"job {s['job']} on {where} " + (
+                 f"(the consumer group {group['group']}; each member's job.dir below)"
+                 if group else f"(job.dir {s['job_dir']})"),
+             (f"{'consumer group ' if group else ''}generation "
+              f"{group['generation'] if group else gen}, elasticity factor "
+              f"{s['elasticity_factor'] or 1}" if gen is not None
+              else "never ran: no generation yet")
              + (f" (configured: {s['configured_elasticity_factor']})"
                 if (s["elasticity_factor"] or 1) != s["configured_elasticity_factor"] else ""),
              "containers:"]
@@ -425,8 +446,9 @@ def status_text(s: Mapping[str, Any]) -> str:
     if s["stores"]:
         lines.append("stores:")
         for st in s["stores"]:
-            files = (f"{st['bytes']:,} bytes in {st['task_dirs']} task dir(s) under {st['path']}"
-                     if st["exists"] else f"no files on this machine ({st['path']})")
+            under = st["path"] or ", ".join(st["paths"]) or "the members' job dirs"
+            files = (f"{st['bytes']:,} bytes in {st['task_dirs']} task dir(s) under {under}"
+                     if st["exists"] else f"no files on this machine ({under})")
             cl = "" if st["changelog"] is None else (
                 f"; changelog {st['changelog']}: " + ("does not exist" if st["changelog_offsets"]
                                                       is None else
@@ -447,7 +469,8 @@ def _group_lines(g: Mapping[str, Any] | None) -> list[str]:
     for m in g["members"]:
         standby = f"; standby {', '.join(m['standby'])}" if m["standby"] else ""
         restoring = f"; restoring {', '.join(m['restoring'])}" if m["restoring"] else ""
-        lines.append(f"  member {m['member']} (host {m['host']}, pid {m['pid']}): active "
+        where = f", job.dir {m['job_dir']}" if m.get("job_dir") else ""
+        lines.append(f"  member {m['member']} (host {m['host']}, pid {m['pid']}{where}): active "
                      f"{', '.join(m['active']) or 'none'}{standby}{restoring}; lag {m['lag']}")
     if g["gone"]:
         lines.append(f"  gone (not in the latest generation): {', '.join(g['gone'])}")

@@ -61,12 +61,28 @@ def test_status_shows_the_group_members_their_tasks_the_rebalance_and_the_lag_pe
             t: f"pid-{m.pid}@{host}" for m in members for t in m.assignment()[1]}  # type: ignore[index]
         assert time.time() - 120 < g["last_rebalance"] <= time.time(), g
         assert 0 <= g["last_rebalance_s"] < 60, g
+        # a store another run left in the job.dir status is given shows nowhere: the group's
+        # stores are in its members' own job dirs, and the group has one generation
+        stale = seen / "stores" / "counts" / "Partition_0"
+        stale.mkdir(parents=True)
+        (stale / "data.mdb").write_bytes(b"x" * 1_000_000)
+        whole = json.loads(_status(kafka_bootstrap, tag, seen, "--json").stdout)
+        assert whole["job_dir"] is None and whole["group"]["generation"] == generation, whole
+        assert whole["containers"] == [] and whole["locks"] == [], whole
+        dirs = {m.pid: str((m.folder / "job").resolve()) for m in members}
+        assert {r["pid"]: r["job_dir"] for r in whole["group"]["members"]} == dirs, whole
+        (counts,) = whole["stores"]
+        assert sorted(counts["paths"]) == sorted(f"{d}/stores/counts" for d in dirs.values())
+        assert counts["exists"] and 0 < counts["bytes"] < 1_000_000, counts
         text = _status(kafka_bootstrap, tag, seen).stdout
+        assert str(seen) not in text, text
+        assert f"consumer group generation {generation}, elasticity factor 1" in text, text
         assert f"consumer group group-{tag}-1: generation {generation}, 2 member(s); " \
                f"last rebalance" in text, text
         for m in members:
-            assert f"member pid-{m.pid}@{host} (host {host}, pid {m.pid}): active " \
-                   f"{', '.join(m.assignment()[1])}; lag 0" in text, text  # type: ignore[index]
+            assert f"member pid-{m.pid}@{host} (host {host}, pid {m.pid}, job.dir " \
+                   f"{dirs[m.pid]}): active {', '.join(m.assignment()[1])}; lag 0" \
+                   in text, text  # type: ignore[index]
 
         # a lag shows on the task that has it: a member stops, the other one runs every task
         # and the events not yet read are its tasks' lag
