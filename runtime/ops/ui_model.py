@@ -2,8 +2,9 @@
 model apart from the server that serves it.
 
 The headline is how far behind the job is, ``behind``: over its input partitions, the end offset
-less the next offset to process, summed; and its rate, the messages its containers process a
-second. The lag since the checkpoint (end offset less the offset after the checkpoint, what
+less the next offset to process, summed; and its rate, the input offsets it processes a second
+over about the last five seconds (the messages its containers process a second, for a source
+that reports no input partitions). The lag since the checkpoint (end offset less the offset after the checkpoint, what
 ``samza-dsl status`` calls lag: what a restart now would read again) is a secondary figure: it
 climbs between two commits while the job keeps up. Per stream: both, the end offsets, the rate
 at which its next offsets move, both totals over the last ``HISTORY_S`` seconds, and each
@@ -239,7 +240,9 @@ class JobView:
                           "reported_s": round(now - t_ms / 1000.0, 1) if t_ms else None})
         inputs = [v for v in streams.values() if v["kind"] == "input"]
         headline = {"behind": sum(v["behind"] for v in inputs),
-                    "rate": round(sum(float(c["rate"]) for c in conts), 1),
+                    # input offsets processed a second; without inputs, the containers' messages
+                    "rate": (round(sum(float(v["rate"]) for v in inputs), 1) if inputs
+                             else round(sum(float(c["rate"]) for c in conts), 1)),
                     "lag": sum(v["lag"] for v in inputs), "end": sum(v["end"] for v in inputs),
                     "history": [[round(t - now, 1), b, n] for t, b, n in self.total]}
         return {"job": self.job, "time": int(now * 1000), "headline": headline,

@@ -75,16 +75,17 @@ table{border-collapse:collapse;width:100%;margin-bottom:8px;font-variant-numeric
 th,td{padding:2px 6px;border-bottom:1px solid var(--line);text-align:right;white-space:nowrap}
 th{color:var(--mute);font-weight:500;font-size:12px}
 th:first-child,td:first-child{text-align:left;white-space:normal;word-break:break-all}
+#gtasks td:first-child{white-space:nowrap;word-break:normal}
 td.viz{text-align:left;padding:1px 4px;line-height:0}
 .spark{width:110px;height:22px}
-.strip{width:200px;height:16px}
+.strip{width:256px;height:16px}
 .strip rect.z{fill:#dafbe1}
 #err{color:#cf222e}
 .mute{color:var(--mute)}
 </style></head><body>
 <header><h1><span id="live"></span>__JOB__</h1>
 <div class="big" title="over the input partitions: end offset − next offset to process, summed"><span class="k">behind</span><b id="behind">–</b></div>
-<div class="big" title="messages the containers process a second"><span class="k">rate</span><b id="rate">–</b><span class="k">msg/s</span></div>
+<div class="big" title="input messages processed a second, over the last 5 s"><span class="k">rate</span><b id="rate">–</b><span class="k">msg/s</span></div>
 <svg id="hchart" viewBox="0 0 300 40" preserveAspectRatio="none" aria-label="behind and lag since the checkpoint, last 5 minutes"></svg>
 <div class="sec">
 <span class="kv" title="end offset − offset after the checkpoint, summed over the inputs: what a restart now would read again; it climbs between two commits">lag since checkpoint <b id="cplag">–</b> · checkpoint age <b id="cpage">–</b></span>
@@ -154,7 +155,7 @@ function annotate(s){
  const nodes={};root.querySelectorAll("g.node").forEach(n=>{nodes[titleOf(n)]=n});
  for(const [sid,title] of Object.entries(s.input_nodes||{})){
   const n=nodes[title];if(!n||!streams[sid])continue;const b=n.getBBox();
-  badge(root,"lag:"+sid,b.x+b.width+2,b.y+b.height/2-6,[["behind "+fmt(streams[sid].behind)]],"lag").dataset.stream=sid}}
+  badge(root,"lag:"+sid,b.x,b.y+b.height+1,[["behind "+fmt(streams[sid].behind)]],"lag").dataset.stream=sid}}
 // a chart of [[seconds before now, behind, lag since checkpoint]]: behind filled, lag dashed
 function trend(h,W,H){
  const max=Math.max(1,...h.map(x=>Math.max(x[1],x[2])));
@@ -169,7 +170,7 @@ function trend(h,W,H){
  return out+'<text x="2" y="9" font-size="8" fill="#59636e">'+fmt(max)+'</text>'}
 // a stream's partitions in one strip: a cell each, 64 a line, darker the further behind
 function strip(parts){
- const W=200,per=64,lines=Math.max(1,Math.ceil(parts.length/per)),cw=W/Math.min(per,Math.max(parts.length,1)),ch=16/lines;
+ const W=256,per=64,lines=Math.max(1,Math.ceil(parts.length/per)),cw=W/Math.min(per,Math.max(parts.length,1)),ch=16/lines;
  const max=Math.max(1,...parts.map(p=>p.behind));let out="";
  parts.forEach((p,i)=>{const x=(i%per)*cw,y=Math.floor(i/per)*ch,f=p.behind/max;
   out+='<rect data-p="'+esc(p.partition)+'" x="'+x.toFixed(2)+'" y="'+y.toFixed(2)+'" width="'+Math.max(1,cw-0.6).toFixed(2)+'" height="'+(ch-0.6).toFixed(2)+'"'+
