@@ -3,7 +3,7 @@ model apart from the server that serves it.
 
 The headline is how far behind the job is, ``behind``: over its input partitions, the end offset
 less the next offset to process, summed; and its rate, the input offsets it processes a second
-over about the last five seconds (the messages its containers process a second, for a source
+over about the last two seconds (the messages its containers process a second, for a source
 that reports no input partitions). The lag since the checkpoint (end offset less the offset after the checkpoint, what
 ``samza-dsl status`` calls lag: what a restart now would read again) is a secondary figure: it
 climbs between two commits while the job keeps up. Per stream: both, the end offsets, the rate
@@ -275,7 +275,7 @@ def _trim(history: deque[Any], t: float) -> None:
         history.popleft()
 
 
-def _rate_of(history: deque[tuple[float, int, int, int]], over_s: float = 5.0) -> float:
+def _rate_of(history: deque[tuple[float, int, int, int]], over_s: float = 2.0) -> float:
     """Messages a second a stream's next offsets moved over about the last ``over_s`` seconds
     of its history (0 with fewer than two points)."""
     if len(history) < 2:

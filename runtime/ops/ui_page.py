@@ -76,6 +76,7 @@ th,td{padding:2px 6px;border-bottom:1px solid var(--line);text-align:right;white
 th{color:var(--mute);font-weight:500;font-size:12px}
 th:first-child,td:first-child{text-align:left;white-space:normal;word-break:break-all}
 #gtasks td:first-child{white-space:nowrap;word-break:normal}
+#gtasks td:nth-child(2),#gmembers td:first-child{white-space:normal;word-break:break-all;text-align:left}
 td.viz{text-align:left;padding:1px 4px;line-height:0}
 .spark{width:110px;height:22px}
 .strip{width:256px;height:16px}
@@ -85,7 +86,7 @@ td.viz{text-align:left;padding:1px 4px;line-height:0}
 </style></head><body>
 <header><h1><span id="live"></span>__JOB__</h1>
 <div class="big" title="over the input partitions: end offset − next offset to process, summed"><span class="k">behind</span><b id="behind">–</b></div>
-<div class="big" title="input messages processed a second, over the last 5 s"><span class="k">rate</span><b id="rate">–</b><span class="k">msg/s</span></div>
+<div class="big" title="input messages processed a second, over the last 2 s"><span class="k">rate</span><b id="rate">–</b><span class="k">msg/s</span></div>
 <svg id="hchart" viewBox="0 0 300 40" preserveAspectRatio="none" aria-label="behind and lag since the checkpoint, last 5 minutes"></svg>
 <div class="sec">
 <span class="kv" title="end offset − offset after the checkpoint, summed over the inputs: what a restart now would read again; it climbs between two commits">lag since checkpoint <b id="cplag">–</b> · checkpoint age <b id="cpage">–</b></span>

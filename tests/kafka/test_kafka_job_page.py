@@ -2,7 +2,7 @@
 processes, opened in Chromium at 1400 x 1000: each member's page draws the plan with every
 stage labelled as run by Kafka, its group, and the partitions of its own tasks with the numbers
 ``samza-dsl status --json`` gives at that moment; its first answer alone carries them. A
-screenshot of each member's page goes to ``artifacts/job-page/``."""
+screenshot of each member's page goes to ``artifacts/job-page/`` (named by the broker's kind)."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def _status(bootstrap: str, tag: str, folder: Path) -> dict[str, Any]:
 
 
 def test_each_members_page_draws_the_plan_its_group_and_the_numbers_status_gives(
-        kafka_bootstrap: str, tmp_path: Path) -> None:
+        kafka_bootstrap: str, kafka_broker_kind: str, tmp_path: Path) -> None:
     tag = uuid.uuid4().hex[:8]
     run(create_topic(kafka_bootstrap, f"gevents-{tag}", 4))
     ports = [_free_port(), _free_port()]
@@ -68,10 +68,12 @@ def test_each_members_page_draws_the_plan_its_group_and_the_numbers_status_gives
         with chromium() as browser:
             for i, (member, url) in enumerate(zip(members, urls, strict=True)):
                 tasks = member.assignment()[1]  # type: ignore[index]
-                wait_for(f"member {i}'s page shows its tasks' partitions, caught up", lambda url=url:
-                         (s := _state(url))["plan_ready"] and s["group"]
-                         and len(page_numbers(s)) == 2 and s["headline"]["behind"] == 0
-                         and s["headline"]["end"] > 0, 60, members)
+                def caught_up(url: str = url) -> bool:
+                    s = _state(url)
+                    return bool(s["plan_ready"] and s["group"] and len(page_numbers(s)) == 2
+                                and s["headline"]["behind"] == 0 and s["headline"]["end"] > 0)
+                wait_for(f"member {i}'s page shows its tasks' partitions, caught up", caught_up,
+                         60, members)
                 page = browser.new_page(viewport=VIEWPORT)
                 page.route("**/events", lambda route: route.abort())
                 page.route("**/plan.svg", lambda route: route.abort())
@@ -106,7 +108,7 @@ def test_each_members_page_draws_the_plan_its_group_and_the_numbers_status_gives
                 assert page.evaluate("() => document.getElementById('group').hidden") is False
                 ok, box = inside_viewport(page, "#ops")
                 assert ok, box
-                screenshot(page, f"kafka-group-member-{i}")
+                screenshot(page, f"kafka-group-member-{i}-{kafka_broker_kind}")
                 page.close()
         stop_all(members)
     finally:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
 
 from tests.page_helpers import (
     VIEWPORT,
@@ -166,3 +167,31 @@ def test_an_input_of_64_partitions_is_one_row_and_the_operators_stay_in_view(
         server.stop()
         runner.stop()
         runner.close()
+
+
+def test_the_headline_is_how_far_behind_the_inputs_are_and_their_rate() -> None:
+    """Behind and the lag since the checkpoint sum the input partitions only (an intermediate
+    stream's are its own row's); the rate is how fast the inputs' next offsets move."""
+    from runtime.ops.loader import load_app
+    from runtime.ops.ui import JobView
+
+    view = JobView(load_app(CLICKS).plan(), "clicks-1")
+
+    def part(sid: str, p: int, nxt: int, end: int, checkpointed: int) -> list[Any]:
+        labels = {"task": f"Partition {p}", "stream": sid, "partition": str(p)}
+        return [("task", "next-offset", labels, nxt), ("task", "end-offset", labels, end),
+                ("task", "behind", labels, end - nxt), ("task", "lag", labels, end - checkpointed)]
+
+    t0 = 1_800_000_000_000
+    mid = "clicks-1-partition_by-by-page"
+    view.add([("c0", t0, part("clicks", 0, 100, 500, 50) + part("clicks", 1, 0, 300, 0)
+               + part(mid, 0, 10, 90, 0))])
+    view.add([("c0", t0 + 1000, part("clicks", 0, 250, 520, 50) + part("clicks", 1, 50, 300, 0)
+               + part(mid, 0, 90, 90, 0))])
+    state = view.state(now=(t0 + 1000) / 1000)
+    assert state["headline"] == {**state["headline"], "behind": 270 + 250, "lag": 470 + 300,
+                                 "end": 820, "rate": 200.0}
+    assert state["streams"][mid] == {**state["streams"][mid], "kind": "intermediate",
+                                     "behind": 0, "lag": 90, "rate": 80.0}
+    assert [h[1:] for h in state["headline"]["history"]] == [[700, 750], [520, 770]]
+    assert [h[1:] for h in state["streams"]["clicks"]["history"]] == [[700, 750], [520, 770]]
