@@ -6,7 +6,9 @@ labelled with its id and partition count. A window's ``late_to`` stream is a das
 labelled ``late`` (``late: <stream>`` for an intermediate one). Every format says which tier
 each stage takes on Spark: ``declared (Spark SQL)`` or ``general`` (with why a window stage is not
 declared). That choice is Spark's (``runtime.spark.tiers``, a pure function of the plan); the
-renderers import it when they draw, the one call from the planner up into the runtime.
+renderers import it when they draw, the one call from the planner up into the runtime. A drawing
+for a running job (the job page) names instead what runs its stages (``runs_on``: the local
+system, Kafka).
 """
 
 from __future__ import annotations
@@ -212,7 +214,9 @@ def _q(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-def plan_to_dot(plan: ExecutionPlan) -> str:
+def plan_to_dot(plan: ExecutionPlan, runs_on: str | None = None) -> str:
+    """The plan in DOT; each stage labelled with its Spark tier, or with ``runs on <runs_on>``
+    where that is given (the drawing of a running job)."""
     from runtime.spark.tiers import SQL_TIER
 
     g = plan.graph
@@ -240,7 +244,8 @@ def plan_to_dot(plan: ExecutionPlan) -> str:
     for stage in plan.stages:
         tier = tiers[stage.stage_id]["tier"]
         out.append(f"  subgraph {_q('cluster_' + stage.stage_id)} {{")
-        out.append(f"    label={_q(stage.stage_id + chr(10) + 'Spark: ' + tier)}; style=rounded; "
+        runs = f"runs on {runs_on}" if runs_on else f"Spark: {tier}"
+        out.append(f"    label={_q(stage.stage_id + chr(10) + runs)}; style=rounded; "
                    f"color=\"{'#188038' if tier == SQL_TIER else '#888888'}\";")
         for op_id in stage.operators:
             op = plan.app.operator(op_id)
@@ -326,14 +331,14 @@ def plan_to_mermaid(plan: ExecutionPlan) -> str:
 
 # -- SVG and HTML ------------------------------------------------------------------------------
 
-def plan_to_svg(plan: ExecutionPlan) -> str:
+def plan_to_svg(plan: ExecutionPlan, runs_on: str | None = None) -> str:
     try:
         import graphviz
     except ImportError as exc:  # pragma: no cover - a declared dependency
         raise GraphvizMissing(f"the graphviz Python package is missing: pip install graphviz; "
                               f"then {GRAPHVIZ_HINT}") from exc
     try:
-        svg = graphviz.Source(plan_to_dot(plan)).pipe(format="svg", encoding="utf-8")
+        svg = graphviz.Source(plan_to_dot(plan, runs_on)).pipe(format="svg", encoding="utf-8")
     except graphviz.ExecutableNotFound as exc:
         raise GraphvizMissing(f"cannot draw the plan of {plan.job_name!r} as SVG: "
                               f"{GRAPHVIZ_HINT}") from exc

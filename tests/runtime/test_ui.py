@@ -133,7 +133,7 @@ def page_numbers(page: Any) -> dict[str, Any]:
             r => [r.dataset.op, r.querySelector('.rate').textContent])),
         lags: Object.fromEntries([...document.querySelectorAll('#streams tbody tr')].map(
             r => [r.dataset.stream, r.querySelector('.lag').textContent])),
-        charts: [...document.querySelectorAll('#charts .chart .lagv')].map(e => e.textContent),
+        cells: [...document.querySelectorAll('#inputs svg.strip rect')].length,
         badges: [...document.querySelectorAll('#dag g.live')].map(
             g => [g.dataset.op ? 'op:' + g.dataset.op : 'stream:' + g.dataset.stream, g.textContent]),
         nodes: [...document.querySelectorAll('#dag svg g.node')].map(g => g.id),
@@ -193,17 +193,17 @@ def test_a_job_run_with_ui_shows_its_dag_rates_and_lag_live_in_chromium(tmp_path
         for op in metered:
             text = badges["op:" + op]
             assert "/s" in text and "µs" in text
-        assert badges["stream:clicks"].startswith("lag ")  # the input stream's node
+        assert badges["stream:clicks"].startswith("behind ")  # the input stream's node
         # the intermediate stream's edge
-        assert badges["stream:clicks-1-partition_by-by-page"].startswith("lag ")
+        assert badges["stream:clicks-1-partition_by-by-page"].startswith("behind ")
         # rates and lag moved while the page was open, without a reload
         filter_rates = {s["rates"].get("clicks-1-map-section") for s in seen}
         assert len(filter_rates) >= 3, filter_rates
         assert any(r not in ("0", None) for r in filter_rates)
         lags = {s["lags"].get("clicks") for s in seen}
         assert len(lags) >= 3 and lags - {"0"}, lags
-        assert len(last["charts"]) == 4  # a chart per input partition
-        assert page.evaluate("() => document.querySelectorAll('#charts polyline').length") == 4
+        assert last["cells"] == 4  # a cell per input partition, in the stream's one row
+        assert page.evaluate("() => document.querySelectorAll('#inputs tbody tr').length") == 1
         # late clicks, dropped by the window, on its node
         page.wait_for_function("() => [...document.querySelectorAll('#dag g.live.late')].length"
                                " > 0", timeout=30_000)
@@ -283,7 +283,11 @@ def test_the_state_as_json_and_nothing_that_changes_the_job(tmp_path: Path) -> N
         parts = [p for p in state["partitions"] if p["kind"] == "input"]
         assert sorted((p["stream"], p["partition"]) for p in parts) == \
             [("logins", "0"), ("logins", "1")] + [("page-views", str(i)) for i in range(4)]
-        assert all(p["history"] and p["history"][-1][0] <= 0 for p in parts)
+        assert all(p["behind"] == 0 and p["end"] >= p["lag"] for p in parts)
+        history = state["streams"]["page-views"]["history"]
+        assert history and history[-1][0] <= 0 and history[-1][1] == 0
+        assert state["headline"] == {**state["headline"], "behind": 0,
+                                     "lag": views["lag"] + state["streams"]["logins"]["lag"]}
         assert state["containers"][0]["name"] == "samza-container-0"
         assert state["containers"][0]["state"] == "running"
         assert state["source"] == "in-process" and state["job"] == JOB
@@ -340,8 +344,7 @@ def test_ui_reads_the_jobs_snapshot_stream(tmp_path: Path) -> None:
         assert f["rate"] == 500.0 and f["in"] == 1500 and f["in_flight"] == 3
         assert f["handle_us"] == pytest.approx(2.0)
         assert state["streams"]["page-views"]["lag"] == 80
-        part = state["partitions"][0]
-        assert [n for _, n in part["history"]] == [50, 80]
+        assert [n for _, _, n in state["streams"]["page-views"]["history"]] == [50, 80]
         assert state["containers"][0]["name"] == "samza-container-0"
         assert state["source"] == "stream"
         with LocalLog(tmp_path / "logs" / "local") as log:  # a later one moves the numbers
