@@ -574,7 +574,8 @@ class TaskAssignor(AbstractPartitionAssignor):
         if data.error:
             self.refusal, self.current = data.error, None
             return
-        label = [f"{mid} ({host}/{container})" for mid, host, container in data.members]
+        # named as the member names itself (``samza-dsl status``, its page): container@host
+        label = [f"{container}@{host}" for _, host, container in data.members]
         active = [self.names[i] for i in data.active]
         standby = [self.names[i] for i in data.standby]
         self.refusal = None

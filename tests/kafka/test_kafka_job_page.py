@@ -97,9 +97,11 @@ def test_each_members_page_draws_the_plan_its_group_and_the_numbers_status_gives
                 assert head["behind"] == 0
                 g = state["group"]
                 assert len(g["tasks"]) == 4 and len(g["members"]) == 2, g
-                # the group's members are named by their consumer ids, with host and pid
+                # the group's members are named as status names them: pid-N@host
                 assert [m["active"] for m in g["members"]
-                        if m["member"].endswith(f"/pid-{member.pid})")] == [tasks], g
+                        if m["member"] == f"pid-{member.pid}@{socket.gethostname()}"] \
+                    == [tasks], g
+                assert g["member"] == f"pid-{member.pid}@{socket.gethostname()}", g
                 page.close()
                 # live, with the group
                 page = browser.new_page(viewport=VIEWPORT)
