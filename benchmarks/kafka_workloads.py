@@ -87,9 +87,11 @@ def w7_input(n: int, seed: int = 1) -> list[list[tuple[bytes, bytes]]]:
 
 def w7_app(name: str, bootstrap: str, events: str, counts: str, *,
            consumer: dict[str, Any] | None = None,
-           producer: dict[str, Any] | None = None) -> StreamApplication:
+           producer: dict[str, Any] | None = None,
+           count: CountInTable | None = None) -> StreamApplication:
     """W1 (examples/readwrite_counter.py) with its streams on Kafka topics; ``consumer`` and
-    ``producer`` are aiokafka settings of the KafkaSystem."""
+    ``producer`` are aiokafka settings of the KafkaSystem; ``count``: the counter (a
+    ``CountInTable`` that also notes when it handled some records, say)."""
     app = StreamApplication(name, config={"task.commit.ms": COMMIT_MS})
     kafka = KafkaSystem("kafka", bootstrap_servers=bootstrap, consumer=consumer,
                         producer=producer)
@@ -98,7 +100,7 @@ def w7_app(name: str, bootstrap: str, events: str, counts: str, *,
     out = app.output(kafka.output("counts", serde=kv, physical_name=counts,
                                   partitions=PARTITIONS))
     app.table("counts", serde=KVSerde(StringSerde(), JsonSerde()))
-    inp.map(CountInTable(), name="count").send_to(out)
+    inp.map(count if count is not None else CountInTable(), name="count").send_to(out)
     return app
 
 

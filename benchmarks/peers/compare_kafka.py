@@ -73,6 +73,7 @@ from benchmarks.kafka_workloads import (  # noqa: E402
     w7_input,
 )
 from benchmarks.peers import run_kafka_streams  # noqa: E402
+from examples.readwrite_counter import CountInTable  # noqa: E402
 from samza_dsl.testing.apache_kafka import KAFKA_VERSION, ApacheKafkaBroker  # noqa: E402
 from samza_dsl.testing.kafka_broker import TansuBroker  # noqa: E402
 
@@ -109,12 +110,34 @@ def _peak_rss_mb() -> float:
     return 0.0
 
 
-def _samza(bootstrap: str, events: str, out: str, guarantee: str) -> dict[str, Any]:
+#: the records W7's job has handled in this process, and when it handled its first, middle and
+#: last one (every task's counter is a copy of the app's: these are shared)
+_SEEN = [0]
+_MARKS: dict[str, float] = {}
+
+
+class _Marked(CountInTable):
+    """W7's counter, noting when the job handled its first, middle and last record of ``n``,
+    over every task of the process, as the Kafka Streams peer's processor does."""
+
+    def __init__(self, n: int) -> None:
+        self.marks = {1: "first", n // 2: "half", n: "last"}
+
+    def __call__(self, kv: Any) -> Any:
+        _SEEN[0] += 1
+        mark = self.marks.get(_SEEN[0])
+        if mark is not None:
+            _MARKS[mark] = time.perf_counter()
+        return super().__call__(kv)
+
+
+def _samza(bootstrap: str, events: str, out: str, guarantee: str, n: int) -> dict[str, Any]:
     from runtime.runner import LocalRunner
 
     job_dir = tempfile.mkdtemp(prefix="w7-peers-")
     try:
-        app = w7_app(f"w7-peers-{uuid.uuid4().hex[:8]}", bootstrap, events, out)
+        app = w7_app(f"w7-peers-{uuid.uuid4().hex[:8]}", bootstrap, events, out,
+                     count=_Marked(n))
         runner = LocalRunner(app, {"job.dir": job_dir, "job.processing.guarantee": guarantee})
         t0, cpu0 = time.perf_counter(), time.process_time()
         runner.run()
@@ -123,8 +146,12 @@ def _samza(bootstrap: str, events: str, out: str, guarantee: str) -> dict[str, A
     finally:
         shutil.rmtree(job_dir, ignore_errors=True)
     changelogs = asyncio.run(_changelog_topics(bootstrap, app.name))
+    marks = _MARKS
     return {"seconds": secs, "version": version("samza-dsl"), "cpu_seconds": round(cpu, 3),
             "commits": commits,
+            "first_record_seconds": round(marks["first"] - t0, 4) if "first" in marks else None,
+            "second_half_msgs_per_s": round((n - n // 2) / (marks["last"] - marks["half"]), 1)
+            if "half" in marks and "last" in marks else None,
             "store": "lmdb+changelog" if changelogs else "lmdb", "peak_rss_mb": _peak_rss_mb()}
 
 
@@ -212,6 +239,39 @@ def one_round(n: int, kind: str, guarantees: tuple[str, ...], systems: tuple[str
     return lines
 
 
+def _rates(got: list[dict[str, Any]]) -> dict[str, Any]:
+    """A system's rate told four ways, medians over its rounds: the whole timed run (its start
+    against the broker included: group join, stores); from its first record on (start
+    excluded); warm, from its middle record to its last; and over its whole process (the
+    interpreter's or the JVM's start and exit included)."""
+    out: dict[str, Any] = {}
+    n = got[0]["messages"]
+
+    def median(values: list[float | None]) -> float | None:
+        known = [v for v in values if v]
+        return round(statistics.median(known), 1) if known else None
+    if all(ln.get("first_record_seconds") is not None for ln in got):
+        out["median_first_record_seconds"] = round(statistics.median(
+            ln["first_record_seconds"] for ln in got), 3)
+        out["median_msgs_per_s_from_first_record"] = median(
+            [n / (ln["seconds"] - ln["first_record_seconds"]) for ln in got])
+    out["median_second_half_msgs_per_s"] = median(
+        [ln.get("second_half_msgs_per_s") for ln in got])
+    out["median_msgs_per_s_whole_process"] = median(
+        [n / ln["process_seconds"] for ln in got if ln.get("process_seconds")])
+    return {k: v for k, v in out.items() if v is not None}
+
+
+#: a round's rate of one system, told other ways than the whole timed run (``_rates``)
+_WAYS = {
+    "from_first_record": lambda ln: ln["messages"] / (ln["seconds"] - ln["first_record_seconds"])
+    if ln.get("first_record_seconds") is not None else None,
+    "warm": lambda ln: ln.get("second_half_msgs_per_s"),
+    "whole_process": lambda ln: ln["messages"] / ln["process_seconds"]
+    if ln.get("process_seconds") else None,
+}
+
+
 def _summaries(lines: list[dict[str, Any]]) -> None:
     by: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for ln in lines:
@@ -226,9 +286,7 @@ def _summaries(lines: list[dict[str, Any]]) -> None:
                 round(statistics.median(ln["baseline_msgs_per_s"] for ln in got), 1),
             "median_ratio_to_raw": round(statistics.median(ln["ratio"] for ln in got), 3),
             "ratios_to_raw": [ln["ratio"] for ln in got],
-            **({"median_second_half_msgs_per_s": round(statistics.median(
-                ln["second_half_msgs_per_s"] for ln in got), 1)}
-               if "second_half_msgs_per_s" in got[0] else {}),
+            **_rates(got),
             "median_cpu_seconds": round(statistics.median(ln["cpu_seconds"] for ln in got), 2),
             "summary": True}), flush=True)
     # samza-dsl against Kafka Streams, round by round (their lines come in pairs)
@@ -239,11 +297,17 @@ def _summaries(lines: list[dict[str, Any]]) -> None:
             if not samza or len(samza) != len(ks):
                 continue
             ratios = [round(a["msgs_per_s"] / b["msgs_per_s"], 3) for a, b in zip(samza, ks, strict=True)]
+            told: dict[str, Any] = {}
+            for way, rate in _WAYS.items():
+                pairs = [(rate(a), rate(b)) for a, b in zip(samza, ks, strict=True)]
+                if all(x and y for x, y in pairs):
+                    told[f"median_samza_dsl_over_kafka_streams_{way}"] = round(
+                        statistics.median(x / y for x, y in pairs), 3)
             print(json.dumps({
                 "workload": "W7", "broker": broker, "guarantee": guarantee,
                 "samza_dsl_over_kafka_streams": ratios,
                 "median_samza_dsl_over_kafka_streams": round(statistics.median(ratios), 3),
-                "summary": True}), flush=True)
+                **told, "summary": True}), flush=True)
 
 
 def run_rounds(runs: int, n: int, brokers: tuple[str, ...], guarantees: tuple[str, ...],
@@ -276,7 +340,8 @@ def main() -> None:
     if sys.argv[1:2] == ["--one"]:  # --one SYSTEM BOOTSTRAP EVENTS OUT GUARANTEE ENDS
         system, bootstrap, events, out, guarantee, ends = sys.argv[2:8]
         if system == "samza-dsl":
-            line = _samza(bootstrap, events, out, guarantee)
+            line = _samza(bootstrap, events, out, guarantee,
+                          sum(int(e) for e in ends.split(",")))
         else:
             line = _raw(bootstrap, events, out, [int(e) for e in ends.split(",")])
         print(json.dumps(line), flush=True)
