@@ -46,10 +46,10 @@ from runtime.engine.origins import (
     ORIGIN_HEADER,
     OriginList,
     OriginNames,
-    decode_origins,
     origin_header,
     origin_of_headers,
     origin_text,
+    origins_of_records,
 )
 from runtime.engine.records import EndOfStream, Skipped, Watermark, is_control
 from runtime.engine.serde_util import default_key_bytes
@@ -272,7 +272,7 @@ class StreamCodec:
         if held:
             self._held = []
         if self.origins:
-            origins = decode_origins([r[2] for r in records])
+            origins = origins_of_records(records)
             if origins is not None:
                 return OriginList(out, origins, held or None, self.origin_names)
         for offset, act in held:  # (a record held has an origin: not reached)

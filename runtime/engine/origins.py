@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import compress
-from operator import lt, ne
+from operator import itemgetter, lt, ne
 from typing import Any
 
 import msgspec
@@ -41,7 +41,7 @@ from runtime.engine.records import Skipped
 __all__ = ["ORIGIN_HEADER", "ORIGIN_IDS", "OFFSET_BITS", "OriginNames", "origin_header",
            "origin_key", "origin_text", "origin_source", "origin_of_headers",
            "Stamps", "StampingProducer", "OriginList", "take_batch", "settle_held",
-           "decode_origins", "Applied"]
+           "decode_origins", "origins_of_records", "Applied"]
 
 ORIGIN_HEADER = "samza.origin"
 #: a log that stores records' origins in its compact form (the embedded log) keeps the ids of
@@ -186,6 +186,13 @@ def decode_origins(heads: Sequence[Any]) -> list[Any] | None:
     n = ints.count(True)
     if n == len(heads):
         return list(heads)
+    if n * 2 >= len(heads):  # mostly compact (the embedded log's): the others found in C
+        mixed = list(heads)
+        i = -1
+        for _ in range(len(heads) - n):
+            i = ints.index(False, i + 1)
+            mixed[i] = _one_origin(mixed[i])
+        return mixed
     if n:
         return [h if i else _one_origin(h) for h, i in zip(heads, ints, strict=True)]
     raws = [h[0][1] if h is not None and h[0][0] == ORIGIN_HEADER else _NIL for h in heads]
@@ -201,6 +208,14 @@ def decode_origins(heads: Sequence[Any]) -> list[Any] | None:
             except (msgspec.DecodeError, msgspec.ValidationError):
                 out.append(None)
         return out
+
+
+_HEADS = itemgetter(2)
+
+
+def origins_of_records(records: Sequence[Any]) -> list[Any] | None:
+    """``decode_origins`` of the headers of ``records`` (``(key, value, headers)``)."""
+    return decode_origins(list(map(_HEADS, records)))
 
 
 def _one_origin(h: Any) -> Any:
@@ -499,6 +514,23 @@ def _apply_runs(st: dict[str, list[Any]], origins: list[Any], start: int, stop: 
     above what was applied of an in-order origin, has no replay, and moves what was applied to
     its last; the comparisons are made in C. Any other run goes record by record."""
     span = origins[start:stop]
+    first, last = span[0], span[-1]
+    if first.__class__ is int and last.__class__ is int and names is not None \
+            and first >> OFFSET_BITS == last >> OFFSET_BITS:
+        # the compact form: in order, the ends of one key, so every record between is of it
+        try:
+            ordered = all(map(lt, span, span[1:]))
+        except TypeError:  # (some not in the compact form)
+            ordered = False
+        if ordered:
+            key = names[first >> OFFSET_BITS]
+            s = st.get(key)
+            if s is None:
+                st[key] = [last & _MASK, 0, None]
+                return 0
+            if s[2] is None and first & _MASK > s[0]:
+                s[0], s[1] = last & _MASK, 0
+                return 0
     keys: Sequence[Any]
     offs: Sequence[int]
     mask = -1  # offsets are ``offs``' items as they are, or (the compact form) under ``_MASK``

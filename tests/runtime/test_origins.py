@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from msgspec.msgpack import encode as msgpack_encode
 
 from runtime.engine.handout import Batch, Cursor, Handout
 from runtime.engine.job import SSP
@@ -182,6 +183,10 @@ def test_runs_decide_as_record_by_record_does(batches: list[list[Any]],
         batches.append([[key, off, 0] for off in [*range(lo, lo + n), *range(back, back + n)]])
         # the next batch starts again at the last record applied (a checkpoint just before it)
         batches.append([[key, off, 0] for off in range(max(back + n - 1, 0), back + n + 9)])
+        # then runs beyond what was applied, between control records, and one of a new origin
+        batches.append([*[[key, off, 0] for off in range(back + n + 9, back + n + 20)], None,
+                        *[[key, off, 0] for off in range(back + n + 30, back + n + 40)],
+                        None, *[["in/2/0of2", lo + off, 0] for off in range(9)]])
     by_runs: dict[str, list[Any]] = {}
     one_by_one: dict[str, list[Any]] = {}
     compact: dict[str, list[Any]] = {}  # the embedded log's form where it applies
@@ -243,3 +248,23 @@ def test_the_embedded_log_keeps_origins_compactly_and_names_them(tmp_path: Any) 
         with pytest.raises(SerdeError, match="written for the message at stream 'in' "
                                              "partition 1 offset 60"):
             codec.decode_batch(SSP("hop", 0), 30, [(b"\xff", b"\xc1", base + 60)], 1)
+
+
+_head = st.one_of(
+    st.none(),
+    st.integers(0, 3).map(lambda i: (i << OFFSET_BITS) + 7),
+    _origin.filter(lambda o: o is not None).map(lambda o: ((ORIGIN_HEADER, msgpack_encode(o)),)),
+    st.just((("samza.control", b"\x92\x01\x02"),)),
+    st.just(((ORIGIN_HEADER, b"\xc1"),)))  # an origin header that does not decode
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_head, min_size=1, max_size=40))
+def test_a_batch_decodes_the_origins_its_records_decode_to_one_by_one(heads: list[Any]
+                                                                       ) -> None:
+    """``decode_origins`` of a batch (most of it in the compact form, or not) gives what each
+    record's headers give alone."""
+    got = decode_origins(heads)
+    alone = [decode_origins([h]) if h is not None else None for h in heads]
+    want = [None if a is None else a[0] for a in alone]
+    assert (got if got is not None else [None] * len(heads)) == want
