@@ -1,6 +1,8 @@
 """A task's durable key-value store: LMDB on disk, a write-back cache in front, a changelog behind.
-The write-back cache is ``runtime.state.writeback.CachedStore``, which ``TestRunner``'s store
-(``runtime.state.memory_store``) has in front of its bytes in memory too.
+Its layers (``runtime.state.bytestore``) are every store's: ``runtime.state.writeback.CachedStore``
+(the write-back cache, encoding and metrics) over the changelog's ``LoggedBytes`` (with a
+changelog) over ``LmdbBytes``, the bottom this module gives (``TestRunner``'s and Spark's store,
+``runtime.state.memory_store``, has ``MemoryBytes`` there).
 
 This is Samza's ``CachedStore`` over a local store with a ``LoggedStore`` changelog, for one
 (task, store) pair, with the interface of ``operators.state.InMemoryState`` (``get``, ``put``,

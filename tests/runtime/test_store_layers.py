@@ -16,7 +16,7 @@ from runtime.state.writeback import CachedStore, store_samples
 from samza_dsl.serdes import JsonSerde
 
 Entry = tuple[bytes, bytes | None]
-_V = JsonSerde()
+_V: JsonSerde[Any] = JsonSerde()
 
 
 class ListChangelog:
