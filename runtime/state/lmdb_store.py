@@ -1,6 +1,8 @@
 """A task's durable key-value store: LMDB on disk, a write-back cache in front, a changelog behind.
-The write-back cache is ``runtime.state.writeback.CachedStore``, which ``TestRunner``'s store
-(``runtime.state.memory_store``) has in front of its bytes in memory too.
+Its layers (``runtime.state.bytestore``) are every store's: ``runtime.state.writeback.CachedStore``
+(the write-back cache, encoding and metrics) over the changelog's ``LoggedBytes`` (with a
+changelog) over ``LmdbBytes``, the bottom this module gives (``TestRunner``'s and Spark's store,
+``runtime.state.memory_store``, has ``MemoryBytes`` there).
 
 This is Samza's ``CachedStore`` over a local store with a ``LoggedStore`` changelog, for one
 (task, store) pair, with the interface of ``operators.state.InMemoryState`` (``get``, ``put``,
@@ -82,7 +84,8 @@ from runtime.host.storage import (
     reserve_lock_file,
     storage_error,
 )
-from runtime.state.changelog import Changelog, Check
+from runtime.state.bytestore import DecodeEntry, LoggedBytes
+from runtime.state.changelog import Changelog, Check, Entries
 from runtime.state.format import MAX_KEY as _MAX_KEY
 from runtime.state.format import META_KEY as _META_KEY
 from runtime.state.format import OLD_VERSIONS as _OLD_VERSIONS
@@ -102,7 +105,7 @@ from runtime.state.restore import restore as _restore
 from runtime.state.writeback import CachedStore
 from samza_dsl.errors import SamzaError
 
-__all__ = ["LmdbStore", "local_state"]
+__all__ = ["LmdbBytes", "LmdbStore", "local_state"]
 
 log = logging.getLogger("samza_dsl.state")
 
@@ -115,25 +118,25 @@ _P = b"\x00"  # the prefix of every LMDB key (see runtime.state.format)
 _GROUP_END = b"\xff" * (_MAX_KEY - _SHORT_LEN)  # after a group's prefix: past all its keys
 
 
-class LmdbStore(CachedStore):
-    """One task's store: see the module docstring. Create it with ``LmdbStore.open``. Its
-    write-back cache is ``runtime.state.writeback.CachedStore``; LMDB holds its bytes."""
+class LmdbBytes:
+    """The bytes of a task's store in LMDB (a ``runtime.state.bytestore.ByteStore``): the
+    file, its metadata, restoring it from the changelog (``runtime.state.restore``), its
+    repair (``runtime.state.repair``) and a standby's replica of it. See the module
+    docstring."""
 
-    __slots__ = ("path", "restore_info", "_map_size", "changelog", "env", "data_db", "meta_db",
-                 "_rtxn", "committed", "_commit_flushes", "check", "base", "since", "repairs",
-                 "_pages")
+    __slots__ = ("name", "task", "path", "restore_info", "_map_size", "changelog", "env",
+                 "data_db", "meta_db", "_rtxn", "committed", "_commit_flushes", "check", "base",
+                 "since", "repairs", "_pages", "flushes")
 
-    def __init__(self, path: str, *, name: str, task: str, key_encode: Callable[[Any], bytes],
-                 key_decode: Callable[[bytes], Any], value_encode: Callable[[Any], bytes],
-                 value_decode: Callable[[bytes], Any], changelog: Changelog | None,
-                 cache_size: int, write_batch_size: int, map_size: int,
-                 check: Check | None = None) -> None:
-        self.path = path  # before where(): the base class names the store with it
-        super().__init__(name=name, task=task, key_encode=key_encode, key_decode=key_decode,
-                         value_encode=value_encode, value_decode=value_decode,
-                         cache_size=cache_size, write_batch_size=write_batch_size)
+    def __init__(self, path: str, *, name: str, task: str, changelog: Changelog | None,
+                 map_size: int, check: Check | None = None) -> None:
+        self.name = name
+        self.task = task
+        self.path = path
+        self.flushes = 0  # write transactions so far
         self.check = check
         self.restore_info: dict[str, Any] = {}
+        #: the changelog a restore and a repair read (``LoggedBytes`` appends to it)
         self.changelog = changelog
         self._map_size = map_size
         self.env: Any = None
@@ -141,7 +144,7 @@ class LmdbStore(CachedStore):
         self.meta_db: Any = None
         self._rtxn: Any = None
         self.committed = False
-        self._commit_flushes = -1  # flushes when flush() last ran (see mark_committed)
+        self._commit_flushes = -1  # flushes when flushed() last ran (see mark_committed)
         # with a changelog, LMDB holds the changelog's state at offset base plus the entries
         # flushed since (since): what a rebuild in place after a checksum failure writes back
         # (runtime.state.repair)
@@ -151,63 +154,6 @@ class LmdbStore(CachedStore):
         #: the pages of the file that reads and writes mapped in, let go of now and then (a
         #: store much larger than what the job reads again soon need not stay resident)
         self._pages = MappedPages(self.data_file())
-
-    # -- opening and restoring ------------------------------------------------------------------
-
-    @classmethod
-    def open(cls, path: str | os.PathLike[str], *, name: str, task: str,
-             key_encode: Callable[[Any], bytes], key_decode: Callable[[bytes], Any],
-             value_encode: Callable[[Any], bytes], value_decode: Callable[[bytes], Any],
-             changelog: Changelog | None = None, checkpointed: int | None = None,
-             cache_size: int = 100_000, write_batch_size: int = 10_000,
-             map_size: int = 1 << 34,
-             check: Check | None = None) -> LmdbStore:
-        """Opens (creating or restoring) the store in directory ``path``.
-
-        ``checkpointed`` is the changelog offset the task's checkpoint holds (None: no checkpoint,
-        so nothing of the changelog counts yet). ``check(offsets, entries)`` returns the
-        entries of a changelog batch to replay (or raises); ``offsets`` are as
-        ``Changelog.read`` gives them. See the module docstring for the
-        rules; ``restore_info`` records what was done."""
-        store = cls(os.fspath(path), name=name, task=task, key_encode=key_encode,
-                    key_decode=key_decode, value_encode=value_encode, value_decode=value_decode,
-                    changelog=changelog, cache_size=cache_size,
-                    write_batch_size=write_batch_size, map_size=map_size, check=check)
-        t0 = time.perf_counter()
-        try:
-            if changelog is None:
-                _open_local(store)
-            else:
-                _restore(store, changelog, checkpointed if checkpointed is not None else 0)
-        except BaseException:
-            store.detach()
-            raise
-        store.restore_info["seconds"] = time.perf_counter() - t0
-        store._commit_flushes = store.flushes  # restore's own writes precede any commit
-        return store
-
-    @classmethod
-    def open_replica(cls, path: str | os.PathLike[str], *, name: str, task: str,
-                     key_encode: Callable[[Any], bytes], key_decode: Callable[[bytes], Any],
-                     value_encode: Callable[[Any], bytes], value_decode: Callable[[bytes], Any],
-                     map_size: int = 1 << 34,
-                     check: Check | None = None) -> LmdbStore:
-        """Opens the local copy in ``path`` as a standby's replica of the task's store, fed by
-        ``replicate`` with the changelog's entries. A copy committed at a changelog offset is
-        kept (``position`` is that offset); any other (none, uncommitted, unreadable, of an
-        older format) starts empty at offset 0. When the task comes to this container, ``open``
-        replays only the changelog's tail past ``position``."""
-        store = cls(os.fspath(path), name=name, task=task, key_encode=key_encode,
-                    key_decode=key_decode, value_encode=value_encode, value_decode=value_decode,
-                    changelog=None, cache_size=1, write_batch_size=1, map_size=map_size,
-                    check=check)
-        try:
-            store.base = _open_replica(store)
-        except BaseException:
-            store.detach()
-            raise
-        store.restore_info = {"mode": "standby", "entries_replayed": 0, "from": store.base}
-        return store
 
     @property
     def position(self) -> int:
@@ -331,7 +277,7 @@ class LmdbStore(CachedStore):
             self._rtxn = None
             txn.abort()
 
-    def _get_bytes(self, key: Any, kb: bytes) -> bytes | None:
+    def get(self, key: Any, kb: bytes) -> bytes | None:
         """The value bytes of ``key`` (encoded ``kb``) in LMDB (None: none)."""
         lk = _lmdb_key(kb)
         self._pages.read(_PAGE)  # a lookup maps in about a page
@@ -355,43 +301,35 @@ class LmdbStore(CachedStore):
             stored, vb = _unframe(lk, raw)
         except _Corrupt:
             self.repair(f"the value of key {key!r}")
-            return self._get_bytes(key, kb)
+            return self.get(key, kb)
         if stored != kb:
             raise SamzaError(
                 f"{self.where()}: keys {stored[:60]!r}... and {kb[:60]!r}... share their "
                 f"blake2b hash; store them under shorter keys")
         return vb
 
-    def range(self, start: Any, end: Any) -> Iterator[tuple[Any, Any]]:
-        """``(key, value)`` pairs with ``start <= key < end`` in ``key_encode`` byte order.
-
-        Flushes first. Entries are read from LMDB in chunks of 1024 (after a flush, from LMDB's
-        new state), so an iteration holds no snapshot and writing while iterating is safe: values
-        are current (a key deleted meanwhile is skipped, a value put meanwhile is the one
-        yielded); a key inserted meanwhile past the iteration's position is yielded only if a
-        flush happened in between."""
-        self._flush_dirty()
-        return self._range(self._kenc(start), self._kenc(end))
-
-    def _range(self, lo: bytes, hi: bytes) -> Iterator[tuple[Any, Any]]:
-        if lo >= hi:
-            return
+    def scan(self, lo: bytes | None, hi: bytes | None,
+             decode_entry: DecodeEntry) -> Iterator[tuple[Any, Any]]:
+        """The entries with encoded keys in ``[lo, hi)`` (None: no bound) in their order, read
+        in chunks of 1024 (after a write, from LMDB's new state): no snapshot is held, so
+        writing while scanning is safe."""
+        if lo is not None and hi is not None and lo >= hi:
+            return iter(())
         # LMDB keys are in the order of the encoded keys (runtime.state.format): a bound of a
         # short key is exact; one of a long key starts (or ends past) its group, then filters
-        if len(lo) <= _PREFIX:
+        if lo is None:
+            llo, klo = _P, None
+        elif len(lo) <= _PREFIX:
             llo, klo = _P + lo, None
         else:
             llo, klo = _P + lo[:_PREFIX], lo
-        if len(hi) <= _PREFIX:
+        if hi is None:
+            lhi, khi = None, None
+        elif len(hi) <= _PREFIX:
             lhi, khi = _P + hi, None
         else:
             lhi, khi = _P + hi[:_PREFIX] + _GROUP_END + b"\xff", hi
-        yield from self._scan(llo, lhi, klo, khi)
-
-    def all(self) -> Iterator[tuple[Any, Any]]:
-        """Every ``(key, value)`` pair in ``key_encode`` byte order (see ``range``)."""
-        self._flush_dirty()
-        return self._scan(_P, None, None, None)
+        return self._scan(llo, lhi, klo, khi, decode_entry)
 
     def _chunk(self, pos: bytes, inclusive: bool, hi: bytes | None,
                after: tuple[bytes, bytes] | None
@@ -452,13 +390,12 @@ class LmdbStore(CachedStore):
             i = j
         return out, more, end
 
-    def _scan(self, lo: bytes, hi: bytes | None, klo: bytes | None,
-              khi: bytes | None) -> Iterator[tuple[Any, Any]]:
+    def _scan(self, lo: bytes, hi: bytes | None, klo: bytes | None, khi: bytes | None,
+              decode_entry: DecodeEntry) -> Iterator[tuple[Any, Any]]:
         """The entries with LMDB keys in [lo, hi) whose encoded keys are in [klo, khi) (None:
         no bound), in the order of their encoded keys."""
         if hi is not None and lo >= hi:
             return
-        decode_entry = self.decode_entry
         pos, inclusive = lo, True
         after: tuple[bytes, bytes] | None = None  # inside a group: (its prefix, last key done)
         while True:
@@ -503,32 +440,29 @@ class LmdbStore(CachedStore):
         return int(st["psize"]) * int(st["branch_pages"] + st["leaf_pages"]
                                       + st["overflow_pages"])
 
-    def _count(self) -> int:
+    def count(self) -> int:
         return self._entries()
 
-    def _holds(self, kb: bytes) -> bool:
+    def holds(self, kb: bytes) -> bool:
         return self._reader().get(_lmdb_key(kb)) is not None
 
     # -- writing --------------------------------------------------------------------------------
 
-    def flush(self) -> None:
-        """Writes the dirty entries to the changelog and to LMDB (see ``_flush_dirty``) and notes
-        that the runtime's commit began here: ``mark_committed`` marks the store committed only
-        if nothing was flushed between the two."""
-        self._flush_dirty()
+    def flushed(self) -> None:
+        """The runtime's commit flushed the store here: ``mark_committed`` marks it committed
+        only if nothing was written between the two."""
         self._commit_flushes = self.flushes
 
-    def _writable(self, changes: int) -> None:
+    def writable(self, changes: int) -> None:
         if self.env is None:
             raise SamzaError(f"{self.where()} is closed: cannot flush {changes} changes")
 
-    def _write(self, entries: list[tuple[bytes, bytes | None]]) -> None:
-        """A flush's entries: appended to the changelog (a tombstone for a delete) and written
-        to LMDB in one transaction, which marks the store uncommitted."""
+    def write(self, entries: Entries) -> None:
+        """A flush's entries, written to LMDB in one transaction, which marks the store
+        uncommitted (``LoggedBytes`` appends them to the changelog)."""
         self.write_raw(_frame(entries), uncommit=self.committed)
         self.committed = False
         if self.changelog is not None:
-            self.changelog.append(entries)
             since = self.since
             if since is not None:
                 since.update(entries)
@@ -590,12 +524,118 @@ class LmdbStore(CachedStore):
             self.env.sync(True)
 
     def close(self) -> None:
-        """Closes the environment. No flush: dirty entries are dropped (the runtime flushes at
-        commit). Idempotent."""
-        if self._dirty:
-            log.debug("%s: closed with %d unflushed changes, dropped", self.where(),
-                      len(self._dirty))
+        """Closes the environment. Idempotent."""
         self.detach()
+
+
+class LmdbStore(CachedStore):
+    """One task's store: see the module docstring. Create it with ``LmdbStore.open``. Its
+    layers: the write-back cache ``runtime.state.writeback.CachedStore`` over the changelog's
+    ``runtime.state.bytestore.LoggedBytes`` (with a changelog) over ``LmdbBytes``."""
+
+    __slots__ = ("lmdb",)
+
+    def __init__(self, lmdb_bytes: LmdbBytes, *, name: str, task: str,
+                 key_encode: Callable[[Any], bytes], key_decode: Callable[[bytes], Any],
+                 value_encode: Callable[[Any], bytes], value_decode: Callable[[bytes], Any],
+                 cache_size: int, write_batch_size: int) -> None:
+        changelog = lmdb_bytes.changelog
+        super().__init__(lmdb_bytes if changelog is None else LoggedBytes(lmdb_bytes, changelog),
+                         name=name, task=task, key_encode=key_encode, key_decode=key_decode,
+                         value_encode=value_encode, value_decode=value_decode,
+                         cache_size=cache_size, write_batch_size=write_batch_size)
+        #: the bottom layer: the LMDB file
+        self.lmdb = lmdb_bytes
+
+    # -- opening and restoring ------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], *, name: str, task: str,
+             key_encode: Callable[[Any], bytes], key_decode: Callable[[bytes], Any],
+             value_encode: Callable[[Any], bytes], value_decode: Callable[[bytes], Any],
+             changelog: Changelog | None = None, checkpointed: int | None = None,
+             cache_size: int = 100_000, write_batch_size: int = 10_000,
+             map_size: int = 1 << 34,
+             check: Check | None = None) -> LmdbStore:
+        """Opens (creating or restoring) the store in directory ``path``.
+
+        ``checkpointed`` is the changelog offset the task's checkpoint holds (None: no checkpoint,
+        so nothing of the changelog counts yet). ``check(offsets, entries)`` returns the
+        entries of a changelog batch to replay (or raises); ``offsets`` are as
+        ``Changelog.read`` gives them. See the module docstring for the
+        rules; ``restore_info`` records what was done."""
+        lmdb_bytes = LmdbBytes(os.fspath(path), name=name, task=task, changelog=changelog,
+                               map_size=map_size, check=check)
+        t0 = time.perf_counter()
+        try:
+            if changelog is None:
+                _open_local(lmdb_bytes)
+            else:
+                _restore(lmdb_bytes, changelog, checkpointed if checkpointed is not None else 0)
+        except BaseException:
+            lmdb_bytes.detach()
+            raise
+        lmdb_bytes.restore_info["seconds"] = time.perf_counter() - t0
+        lmdb_bytes.flushed()  # restore's own writes precede any commit
+        return cls(lmdb_bytes, name=name, task=task, key_encode=key_encode,
+                   key_decode=key_decode, value_encode=value_encode, value_decode=value_decode,
+                   cache_size=cache_size, write_batch_size=write_batch_size)
+
+    @classmethod
+    def open_replica(cls, path: str | os.PathLike[str], *, name: str, task: str,
+                     key_encode: Callable[[Any], bytes], key_decode: Callable[[bytes], Any],
+                     value_encode: Callable[[Any], bytes], value_decode: Callable[[bytes], Any],
+                     map_size: int = 1 << 34,
+                     check: Check | None = None) -> LmdbStore:
+        """Opens the local copy in ``path`` as a standby's replica of the task's store, fed by
+        ``replicate`` with the changelog's entries. A copy committed at a changelog offset is
+        kept (``position`` is that offset); any other (none, uncommitted, unreadable, of an
+        older format) starts empty at offset 0. When the task comes to this container, ``open``
+        replays only the changelog's tail past ``position``."""
+        lmdb_bytes = LmdbBytes(os.fspath(path), name=name, task=task, changelog=None,
+                               map_size=map_size, check=check)
+        try:
+            lmdb_bytes.base = _open_replica(lmdb_bytes)
+        except BaseException:
+            lmdb_bytes.detach()
+            raise
+        lmdb_bytes.restore_info = {"mode": "standby", "entries_replayed": 0,
+                                   "from": lmdb_bytes.base}
+        return cls(lmdb_bytes, name=name, task=task, key_encode=key_encode,
+                   key_decode=key_decode, value_encode=value_encode, value_decode=value_decode,
+                   cache_size=1, write_batch_size=1)
+
+    @property
+    def position(self) -> int:
+        """The changelog offset the store holds the changelog's entries up to (as of its last
+        commit or ``replicate``)."""
+        return self.lmdb.base
+
+    def replicate(self, offsets: Sequence[int], entries: list[tuple[bytes, bytes | None]],
+                  upto: int) -> None:
+        """A standby's step: writes the changelog's ``entries`` (at ``offsets``, all below
+        ``upto``) and records the store as holding the changelog up to ``upto``."""
+        self.lmdb.replicate(offsets, entries, upto)
+
+    @property
+    def restore_info(self) -> dict[str, Any]:
+        """What opening the store did (see the module docstring)."""
+        return self.lmdb.restore_info
+
+    @property
+    def path(self) -> str:
+        return self.lmdb.path
+
+    @property
+    def changelog(self) -> Changelog | None:
+        return self.lmdb.changelog
+
+    def sync(self) -> None:
+        """Forces LMDB's writes to disk (``LmdbBytes.sync``)."""
+        self.lmdb.sync()
+
+    def _entries(self) -> int:
+        return self.lmdb._entries()
 
     def __repr__(self) -> str:
         return (f"LmdbStore({self.name!r}, task={self.task!r}, path={self.path!r}, "

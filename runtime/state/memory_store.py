@@ -1,5 +1,6 @@
-"""A task's store in memory, for ``TestRunner``: the job's store (``runtime.state.lmdb_store``)
-with its bytes in a dict in place of an LMDB file, and no changelog.
+"""A task's store in memory, for ``TestRunner`` and Spark: the job's store
+(``runtime.state.lmdb_store``) with its bytes in a dict (``MemoryBytes``) in place of an LMDB
+file, and no changelog.
 
 It keeps what the LMDB store keeps and encodes it as that does: the same write-back layer
 (``runtime.state.writeback``: dirty entries in front, encoded at ``flush``, ``maybe_flush`` once
@@ -31,49 +32,50 @@ from typing import Any
 from runtime.engine.job import TaskModel
 from runtime.engine.systems import StateBackend
 from runtime.host.metrics import Sample
+from runtime.state.bytestore import DecodeEntry
+from runtime.state.changelog import Entries
 from runtime.state.codec import store_codecs, store_key_check
-from runtime.state.writeback import CachedStore, Entries, store_sizes
+from runtime.state.writeback import CachedStore, store_samples, store_sizes
 
-__all__ = ["MemoryStore", "MemoryStores"]
+__all__ = ["MemoryBytes", "MemoryStore", "MemoryStores"]
 
 #: new or deleted keys a flush places in the sorted keys one by one; past it they are sorted
 #: again at the next ``range`` or ``all``
 _PLACE_MAX = 64
 
 
-class MemoryStore(CachedStore):
-    """One task's store in memory: see the module docstring."""
+class MemoryBytes:
+    """The bytes of a task's store in memory (a ``runtime.state.bytestore.ByteStore``): the
+    encoded entries in a dict, and their keys in byte order."""
 
-    __slots__ = ("_data", "_order", "_stale", "committed")
+    __slots__ = ("name", "task", "_data", "_order", "_stale", "committed", "flushes")
 
-    def __init__(self, *, name: str, task: str, key_encode: Callable[[Any], bytes],
-                 key_decode: Callable[[bytes], Any], value_encode: Callable[[Any], bytes],
-                 value_decode: Callable[[bytes], Any], cache_size: int = 100_000,
-                 write_batch_size: int = 10_000) -> None:
-        super().__init__(name=name, task=task, key_encode=key_encode, key_decode=key_decode,
-                         value_encode=value_encode, value_decode=value_decode,
-                         cache_size=cache_size, write_batch_size=write_batch_size)
+    def __init__(self, name: str, task: str) -> None:
+        self.name = name
+        self.task = task
         #: the encoded entries, and their keys in byte order (when not ``_stale``)
         self._data: dict[bytes, bytes] = {}
         self._order: list[bytes] = []
         self._stale = False
         self.committed = True
+        self.flushes = 0
 
     def where(self) -> str:
         return f"store {self.name!r} of task {self.task!r} in memory"
 
-    # -- the bytes ------------------------------------------------------------------------------
-
-    def _get_bytes(self, key: Any, kb: bytes) -> bytes | None:
+    def get(self, key: Any, kb: bytes) -> bytes | None:
         return self._data.get(kb)
 
-    def _holds(self, kb: bytes) -> bool:
+    def holds(self, kb: bytes) -> bool:
         return kb in self._data
 
-    def _count(self) -> int:
+    def count(self) -> int:
         return len(self._data)
 
-    def _write(self, entries: Entries) -> None:
+    def writable(self, changes: int) -> None:
+        return None  # always
+
+    def write(self, entries: Entries) -> None:
         data = self._data
         self.flushes += 1
         self.committed = False
@@ -107,32 +109,20 @@ class MemoryStore(CachedStore):
                     elif kb not in data and held:
                         del order[i]
 
-    # -- reading in key order -------------------------------------------------------------------
-
-    def range(self, start: Any, end: Any) -> Iterator[tuple[Any, Any]]:
-        """``(key, value)`` pairs with ``start <= key < end`` in ``key_encode`` byte order.
-        Flushes first; writing while iterating is safe, as with ``LmdbStore.range``."""
-        self._flush_dirty()
-        return self._scan(self._kenc(start), self._kenc(end))
-
-    def all(self) -> Iterator[tuple[Any, Any]]:
-        """Every ``(key, value)`` pair in ``key_encode`` byte order (see ``range``)."""
-        self._flush_dirty()
-        return self._scan(None, None)
-
     def _sorted(self) -> list[bytes]:
         if self._stale:
             self._order = sorted(self._data)
             self._stale = False
         return self._order
 
-    def _scan(self, lo: bytes | None, hi: bytes | None) -> Iterator[tuple[Any, Any]]:
+    def scan(self, lo: bytes | None, hi: bytes | None,
+             decode_entry: DecodeEntry) -> Iterator[tuple[Any, Any]]:
         """The entries whose encoded keys are in [lo, hi) (None: no bound) in their order, each
         value current as it is reached: after a flush meanwhile, the keys are looked up again
         past the last one given."""
         if lo is not None and hi is not None and lo >= hi:
             return
-        data, decode_entry = self._data, self.decode_entry
+        data = self._data
         pos, inclusive = lo, True
         while True:
             flushes = self.flushes
@@ -156,21 +146,40 @@ class MemoryStore(CachedStore):
         """The bytes of its encoded keys and values."""
         return sum(len(k) + len(v) for k, v in self._data.items())
 
-    # -- committing -----------------------------------------------------------------------------
-
-    def flush(self) -> None:
-        """Encodes the dirty entries into the store's bytes (at a commit)."""
-        self._flush_dirty()
+    def flushed(self) -> None:
+        return None
 
     def mark_committed(self, changelog_offset: int | None) -> None:
         """The commit is done (no changelog: nothing to record)."""
         self.committed = True
 
     def close(self) -> None:
-        """Nothing to release: dirty entries are dropped (the runtime flushes at commit)."""
+        """Nothing to release."""
+
+
+class MemoryStore(CachedStore):
+    """One task's store in memory: see the module docstring. Its layers are the job's
+    (``runtime.state.writeback.CachedStore``) over ``MemoryBytes``."""
+
+    __slots__ = ()
+
+    byte_store: MemoryBytes
+
+    def __init__(self, *, name: str, task: str, key_encode: Callable[[Any], bytes],
+                 key_decode: Callable[[bytes], Any], value_encode: Callable[[Any], bytes],
+                 value_decode: Callable[[bytes], Any], cache_size: int = 100_000,
+                 write_batch_size: int = 10_000) -> None:
+        super().__init__(MemoryBytes(name, task), name=name, task=task, key_encode=key_encode,
+                         key_decode=key_decode, value_encode=value_encode,
+                         value_decode=value_decode, cache_size=cache_size,
+                         write_batch_size=write_batch_size)
+
+    @property
+    def committed(self) -> bool:
+        return self.byte_store.committed
 
     def __repr__(self) -> str:
-        return (f"MemoryStore({self.name!r}, task={self.task!r}, {len(self._data)} entries, "
+        return (f"MemoryStore({self.name!r}, task={self.task!r}, {self.byte_store.count()} entries, "
                 f"{len(self._dirty)} dirty, {len(self._clean)} cached)")
 
 
@@ -221,12 +230,8 @@ class MemoryStores(StateBackend):
     def samples(self) -> list[Sample]:
         """Per store of each task: reads of its bytes, values and deletes written, its bytes."""
         out: list[Sample] = []
-        for (task_name, name), store in list(self.stores.items()):
-            labels = {"task": task_name, "store": name}
-            out += [("store", "gets", labels, store.reads),
-                    ("store", "puts", labels, store.writes),
-                    ("store", "deletes", labels, store.deletes),
-                    ("store", "bytes", labels, store.size_bytes())]
+        for (task_name, _), store in list(self.stores.items()):
+            out += store_samples(task_name, store)
         return out
 
     def close(self) -> None:

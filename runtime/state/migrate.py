@@ -28,7 +28,7 @@ CHUNK = 1024  # entries read per cursor
 
 
 class MigratedStore(Protocol):
-    """What migrating works on: an ``LmdbStore``'s LMDB file."""
+    """What migrating works on: an ``LmdbBytes``' LMDB file."""
 
     env: Any
     data_db: Any

@@ -39,7 +39,7 @@ REPLAY_BATCH = 200_000  # distinct keys folded in memory before a write transact
 
 
 class RestoredStore(MigratedStore, Protocol):
-    """What restoring works on: an ``LmdbStore``'s LMDB file and the changelog offset it holds."""
+    """What restoring works on: an ``LmdbBytes``' LMDB file and the changelog offset it holds."""
 
     path: str
     restore_info: dict[str, Any]

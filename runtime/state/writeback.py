@@ -1,6 +1,7 @@
-"""The write-back layer every store of a job's tasks shares, over its bytes (LMDB's
-``runtime.state.lmdb_store``, or memory's ``runtime.state.memory_store``): ``CachedStore``, with
-the dirty entries (``Dirty``, whose ``__getitem__`` and ``__setitem__`` are a store's ``get`` and
+"""The store interface operators and tables see, the top of every store's layers
+(``runtime.state.bytestore``), over its bytes (LMDB's ``runtime.state.lmdb_store``, or memory's
+``runtime.state.memory_store``, under the changelog's ``LoggedBytes`` where it has one):
+``CachedStore``, with its metrics (``store_samples``), the write-back cache of the dirty entries (``Dirty``, whose ``__getitem__`` and ``__setitem__`` are a store's ``get`` and
 ``put``), their encoding at a flush (``encode_entries``), the clean cache after it (``settle``),
 and the errors of an entry that does not encode or decode, worded the same whichever bytes hold
 it.
@@ -12,18 +13,22 @@ keys that make ``maybe_flush`` flush, 10,000).
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+import logging
+from collections.abc import Callable, Iterator, Mapping
 from functools import partial
 from itertools import islice
 from operator import setitem
 from typing import Any, cast
 
 from operators.state import ListKey
+from runtime.host.metrics import Sample
+from runtime.state.bytestore import ByteStore
 from samza_dsl.errors import ConfigError, SamzaError, SerdeError
 
 __all__ = ["CachedStore", "Entries", "MISSING", "Dirty", "encode_all", "encode_entries", "settle", "evict", "decode_error",
-           "store_sizes"]
+           "store_sizes", "store_samples"]
+
+log = logging.getLogger("samza_dsl.state")
 
 MISSING: Any = object()
 
@@ -136,19 +141,17 @@ def store_sizes(config: Mapping[str, Any], store_name: str,
             _positive(config, f"stores.{store_name}.write.batch.size", 10_000))
 
 
-class CachedStore(ABC):
-    """The write-back layer of a task's store over its bytes (docs/architecture.md: LMDB's
-    ``LmdbStore``, memory's ``MemoryStore``): ``get`` and ``put`` are the dirty entries' own
-    ``__getitem__`` and ``__setitem__`` (``put`` through ``operator.setitem``), a key neither
-    dirty nor cached is read from the bytes (``_get_bytes``) and decoded, ``flush`` encodes the
-    dirty entries and hands them to the bytes (``_write``), and every key read or written is
-    checked by the store's codecs as the job's store checks it. A subclass gives its bytes:
-    ``where``, ``_get_bytes``, ``_write``, ``_holds``, ``_count``, ``range`` and ``all`` (which
-    read with ``decode_entry``)."""
+class CachedStore:
+    """A task's store: the write-back cache, the encoding and the metrics of a store, over
+    the ``ByteStore`` ``byte_store`` (docs/architecture.md). ``get`` and ``put`` are the dirty
+    entries' own ``__getitem__`` and ``__setitem__`` (``put`` through ``operator.setitem``), a
+    key neither dirty nor cached is read from the bytes (``byte_store.get``, bound here) and decoded,
+    ``flush`` encodes the dirty entries and hands them to the bytes (``byte_store.write``), and every
+    key read or written is checked by the store's codecs as the job's store checks it."""
 
-    __slots__ = ("name", "task", "get", "put", "_dirty", "_clean", "_cache_size",
+    __slots__ = ("name", "task", "byte_store", "get", "put", "_dirty", "_clean", "_cache_size",
                  "_write_batch_size", "_kenc", "_kdec", "_venc", "_vdec", "reads", "writes",
-                 "deletes", "cache_writes", "check_key", "flushes", "decode_entry")
+                 "deletes", "cache_writes", "check_key", "decode_entry", "where", "_get_bytes")
 
     get: Callable[[Any], Any]
     put: Callable[[Any, Any], None]
@@ -157,12 +160,16 @@ class CachedStore(ABC):
     #: writes go out in batches (``maybe_flush``, ``flush``)
     batched_writes = True
 
-    def __init__(self, *, name: str, task: str, key_encode: Callable[[Any], bytes],
-                 key_decode: Callable[[bytes], Any], value_encode: Callable[[Any], bytes],
-                 value_decode: Callable[[bytes], Any], cache_size: int,
-                 write_batch_size: int) -> None:
+    def __init__(self, bytes_store: ByteStore, *, name: str, task: str,
+                 key_encode: Callable[[Any], bytes], key_decode: Callable[[bytes], Any],
+                 value_encode: Callable[[Any], bytes], value_decode: Callable[[bytes], Any],
+                 cache_size: int, write_batch_size: int) -> None:
         self.name = name
         self.task = task
+        self.byte_store = bytes_store
+        #: the store, as errors name it (its bytes say where they are)
+        self.where: Callable[[], str] = bytes_store.where
+        self._get_bytes = bytes_store.get
         self._kenc, self._kdec = key_encode, key_decode
         self._venc, self._vdec = value_encode, value_decode
         self._cache_size = max(1, cache_size)
@@ -180,7 +187,6 @@ class CachedStore(ABC):
         self.put = partial(setitem, dirty)
         #: ``decode_entry(kb, vb)``: what a scan of the bytes gives for an entry it reads
         self.decode_entry = self._entry_decoder()
-        self.flushes = 0  # flushes so far
         #: metrics: keys read from the bytes (a get the object cache answers costs nothing and
         #: is not counted), and values and deletes written to them (a key written twice between
         #: two flushes once)
@@ -191,36 +197,10 @@ class CachedStore(ABC):
         #: that keeps its own cache of them (a tumbling window's panes): reads still cache
         self.cache_writes = True
 
-    # -- the bytes: what a subclass gives -------------------------------------------------------
-
-    @abstractmethod
-    def where(self) -> str:
-        """The store, as errors name it."""
-        ...
-
-    @abstractmethod
-    def _get_bytes(self, key: Any, kb: bytes) -> bytes | None:
-        """The value bytes of ``key`` (encoded ``kb``), None where there are none."""
-        ...
-
-    @abstractmethod
-    def _write(self, entries: Entries) -> None:
-        """Writes the encoded entries of a flush (a None value deletes its key)."""
-        ...
-
-    @abstractmethod
-    def _holds(self, kb: bytes) -> bool:
-        """Whether the bytes hold a value under ``kb``."""
-        ...
-
-    @abstractmethod
-    def _count(self) -> int:
-        """The number of keys the bytes hold."""
-        ...
-
-    def _writable(self, changes: int) -> None:
-        """Raises where ``changes`` dirty entries cannot be written now (a closed store)."""
-        return None  # by default they can
+    @property
+    def flushes(self) -> int:
+        """Writes to the bytes so far."""
+        return self.byte_store.flushes
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -261,7 +241,7 @@ class CachedStore(ABC):
         its value as ``get`` gives it now (a dirty or cached value, else ``vb`` decoded; None:
         deleted). A closure over the store's parts: a scan calls it for every entry."""
         dirty, clean, kdec, vdec = self._dirty, self._clean, self._kdec, self._vdec
-        get_dirty, get_clean = dirty.get, clean.get
+        get_dirty, get_clean, where = dirty.get, clean.get, self.where
 
         def decode_entry(kb: bytes, vb: bytes) -> tuple[Any, Any]:
             try:
@@ -277,10 +257,25 @@ class CachedStore(ABC):
                 if v is MISSING:
                     v = vdec(vb)
             except Exception as e:
-                raise decode_error(self.where(), f"the entry of key bytes {kb[:200]!r}",
+                raise decode_error(where(), f"the entry of key bytes {kb[:200]!r}",
                                    e) from e
             return k, v
         return decode_entry
+
+    def range(self, start: Any, end: Any) -> Iterator[tuple[Any, Any]]:
+        """``(key, value)`` pairs with ``start <= key < end`` in ``key_encode`` byte order.
+
+        Flushes first. The bytes are read as the iteration goes, holding no snapshot, so
+        writing while iterating is safe: values are current (a key deleted meanwhile is
+        skipped, a value put meanwhile is the one yielded); a key inserted meanwhile past the
+        iteration's position is yielded only if a flush happened in between."""
+        self._flush_dirty()
+        return self.byte_store.scan(self._kenc(start), self._kenc(end), self.decode_entry)
+
+    def all(self) -> Iterator[tuple[Any, Any]]:
+        """Every ``(key, value)`` pair in ``key_encode`` byte order (see ``range``)."""
+        self._flush_dirty()
+        return self.byte_store.scan(None, None, self.decode_entry)
 
     def delete(self, key: Any) -> None:
         """Deletes ``key`` (a tombstone in the changelog, if any, at the next flush)."""
@@ -291,13 +286,17 @@ class CachedStore(ABC):
 
     def __len__(self) -> int:
         """The number of live keys (dirty entries included; no flush)."""
-        n = self._count()
-        clean, kenc, holds = self._clean, self._kenc, self._holds
+        n = self.byte_store.count()
+        clean, kenc, holds = self._clean, self._kenc, self.byte_store.holds
         for k, v in self._dirty.items():
             before = clean.get(k, MISSING)
             present = holds(kenc(k)) if before is MISSING else before is not None
             n += (v is not None) - present
         return n
+
+    def size_bytes(self) -> int:
+        """The bytes its bytes hold now."""
+        return self.byte_store.size_bytes()
 
     # -- writing --------------------------------------------------------------------------------
 
@@ -309,14 +308,51 @@ class CachedStore(ABC):
 
     def _flush_dirty(self) -> None:
         """Encodes the last value of each dirty key (None for a delete) and writes them to the
-        bytes (``_write``); the entries then move to the clean cache (unless ``cache_writes``
-        is False). An entry that does not encode raises, naming the store and its key."""
+        bytes (``byte_store.write``); the entries then move to the clean cache (unless
+        ``cache_writes`` is False). An entry that does not encode raises, naming the store and
+        its key."""
         dirty = self._dirty
         if not dirty:
             return
-        self._writable(len(dirty))
+        self.byte_store.writable(len(dirty))
         entries, gone = encode_entries(dirty, self._kenc, self._venc, self.where())
         self.deletes += gone
         self.writes += len(entries) - gone
-        self._write(entries)
+        self.byte_store.write(entries)
         settle(dirty, self._clean, self.cache_writes, self._cache_size)
+
+    # -- committing -----------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Writes the dirty entries to the bytes (and the changelog, if any) at a commit, and
+        notes that the commit began here: ``mark_committed`` marks the store committed only if
+        nothing was flushed between the two."""
+        self._flush_dirty()
+        self.byte_store.flushed()
+
+    def mark_committed(self, changelog_offset: int | None) -> None:
+        """The runtime's commit is done, its producer flushed: the store holds its changelog
+        up to ``changelog_offset`` (None without a changelog)."""
+        self.byte_store.mark_committed(changelog_offset)
+
+    def close(self) -> None:
+        """Closes the bytes. No flush: dirty entries are dropped (the runtime flushes at
+        commit). Idempotent."""
+        if self._dirty:
+            log.debug("%s: closed with %d unflushed changes, dropped", self.where(),
+                      len(self._dirty))
+        self.byte_store.close()
+
+
+def store_samples(task: str, store: CachedStore) -> list[Sample]:
+    """The metrics of a task's store: keys read from its bytes (``gets``), values and deletes
+    written (``puts``, ``deletes``), and the bytes it holds (0 while it closes)."""
+    labels = {"task": task, "store": store.name}
+    try:
+        size = store.size_bytes()
+    except Exception:  # a store closing meanwhile
+        size = 0
+    return [("store", "gets", labels, store.reads),
+            ("store", "puts", labels, store.writes),
+            ("store", "deletes", labels, store.deletes),
+            ("store", "bytes", labels, size)]
