@@ -32,9 +32,10 @@ from runtime.host.stacks import stacks_on
 from runtime.host.watchdog import ABORT_S, REPEAT_S, LoopWatch, exit_now, leave_stuck_threads
 from runtime.memory import MemoryBroker, MemoryInputs, memory_job
 from samza_dsl import StreamApplication
-from samza_dsl.config import config_value, job_config, validate_config
+from samza_dsl.config import validate_config
 from samza_dsl.connectors import SinkOutput
 from samza_dsl.errors import Interrupted, SamzaError
+from samza_dsl.jobconfig import job_config
 
 __all__ = ["LocalRunner"]
 
@@ -191,9 +192,9 @@ class LocalRunner(LateCounts):
     def containers(self) -> int:
         """How many container processes ``run`` starts (1: this one)."""
         effective = job_config(self.app, self.config)
-        if config_value(effective, "job.container.id") is not None:
+        if effective.job.container_id is not None:
             return 1
-        return int(config_value(effective, "job.container.count"))
+        return int(effective.job.container_count)
 
     def _run_containers(self, install_signals: bool) -> None:
         """Prepare the run, start one process per container and wait for them all. A container
@@ -304,7 +305,7 @@ class LocalRunner(LateCounts):
         shown = _ContainerRows(self.progress, n, self.plan.config,
                                ends.end_of if ends is not None else None)
         self._totals = shown.totals
-        grace = int(config_value(self.plan.config, "task.shutdown.ms")) / 1000.0
+        grace = int(self.plan.config.task.shutdown_ms) / 1000.0
         kill_at = float("inf")
         interrupted = False  # a stop came while the containers ran
         killed: dict[int, str] = {}
@@ -495,7 +496,7 @@ class LocalRunner(LateCounts):
         assert self.container is not None
         self.container.request_stop()
         if self._overdue is None and self._loop is not None:
-            grace = int(config_value(self.plan.config, "task.shutdown.ms")) / 1000.0
+            grace = int(self.plan.config.task.shutdown_ms) / 1000.0
             self._overdue = self._loop.call_later(grace, self._stop_overdue)
 
     def _stop_overdue(self, second: int | None = None) -> None:
@@ -507,7 +508,7 @@ class LocalRunner(LateCounts):
         container = self.container
         if container is None or container.closed:
             return
-        ms = int(config_value(self.plan.config, "task.shutdown.ms"))
+        ms = int(self.plan.config.task.shutdown_ms)
         lines = in_flight_lines(container.tasks)
         shown = "; ".join(lines[:_SHOWN_TASKS]) + (
             f"; and {len(lines) - _SHOWN_TASKS} more task(s)" if len(lines) > _SHOWN_TASKS else "")
@@ -521,7 +522,7 @@ class LocalRunner(LateCounts):
             f"the last checkpoint", signal=sig))
 
     def _who(self) -> str:
-        cid = config_value(job_config(self.app, self.config), "job.container.id")
+        cid = job_config(self.app, self.config).job.container_id
         return f"job {self.app.name!r}" + (f" container {cid}" if cid is not None else "")
 
     def _watch(self, container: Container) -> LoopWatch:
@@ -530,8 +531,8 @@ class LocalRunner(LateCounts):
         ``job.bounded.stall.ms`` by a call that does not return, ends the process."""
         from runtime.engine.in_flight import blocked_in
 
-        stall_ms = config_value(container.config, "job.bounded.stall.ms")
-        grace_ms = config_value(container.config, "task.shutdown.ms")
+        stall_ms = container.config.job.bounded_stall_ms
+        grace_ms = container.config.task.shutdown_ms
         return LoopWatch(
             asyncio.get_running_loop(), threading.get_ident(),
             stall_s=stall_ms / 1000.0 if container.bounded and stall_ms > 0 else 0.0,
@@ -547,7 +548,7 @@ class LocalRunner(LateCounts):
         if not self._forked:
             line = f"samza-dsl run: {kind}: {text}"
         else:
-            cid = config_value(job_config(self.app, self.config), "job.container.id")
+            cid = job_config(self.app, self.config).job.container_id
             line = text if kind == "interrupted" else f"container {cid}: error: {text}"
         exit_now(line, code)
 
@@ -565,8 +566,8 @@ class LocalRunner(LateCounts):
         from runtime.progress import ProgressDisplay, status_row
 
         effective = job_config(self.app, self.config)
-        count = int(config_value(effective, "job.container.count"))
-        cid = config_value(effective, "job.container.id")
+        count = int(effective.job.container_count)
+        cid = effective.job.container_id
         row = status_row(self.container, self.plan,
                          late=self.late() if window_ids(self.plan) else None,
                          follow=self.follow, containers=count)

@@ -14,8 +14,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from runtime.host.stacks import stacks_on
-from samza_dsl.config import did_you_mean, job_config, job_name_of
+from samza_dsl.config import did_you_mean, job_name_of
 from samza_dsl.errors import Interrupted, SamzaError, TaskError
+from samza_dsl.jobconfig import job_config
 
 if TYPE_CHECKING:
     from runtime.local.system import LocalJob
@@ -318,10 +319,8 @@ def _start_page(args: argparse.Namespace, runner: Any) -> Any:
         if "metrics.reporter.interval.ms" not in job_config(runner.app, runner.config):
             runner.config["metrics.reporter.interval.ms"] = 1000
         from runtime.local.system import LocalJob
-        from samza_dsl.config import config_value
 
-        interval = config_value(job_config(runner.app, runner.config),
-                                "metrics.reporter.interval.ms") / 1000.0
+        interval = job_config(runner.app, runner.config).metrics.reporter_interval_ms / 1000.0
         source = ContainersSource(runner, lambda: LocalJob(runner.app, runner.config, run=False),
                                   interval)
         plan = lambda: runner.plan  # noqa: E731
@@ -840,7 +839,7 @@ def _effective_config(args: argparse.Namespace) -> list[tuple[str, str, str]]:
     config = job_config(app, _cli_config(args))
     try:
         plan = app.plan(partitions=_partitions(args.partitions), config=config)
-        config = {**plan.generated_config, **config}
+        config = plan.config
     except PlanError as exc:  # shown without what the planner would add
         print(f"samza-dsl: note: not planned ({exc}); keys the planner sets are left out",
               file=sys.stderr)
