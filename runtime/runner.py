@@ -553,7 +553,7 @@ class LocalRunner(LateCounts):
         exit_now(line, code)
 
     async def _report(self) -> None:
-        interval = max(int(self.plan.config.get("task.progress.ms", 1000)), 50) / 1000.0
+        interval = max(self.plan.config.task.progress_ms, 50) / 1000.0
         while True:
             await asyncio.sleep(interval)
             self._print_progress()

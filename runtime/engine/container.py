@@ -423,7 +423,7 @@ class Container:
         """The helpers that wake the tasks: window ticks, commits, the callback watchdog, and
         the look at idle partitions."""
         helpers: list[asyncio.Task[None]] = []
-        window_ms = int(self.config.get("task.window.ms", -1) or -1)
+        window_ms = self.config.task.window_ms
         commit_ms = self.config.task.commit_ms
         if window_ms > 0:
             helpers.append(asyncio.create_task(self._ticker(window_ms, "window_requested")))
@@ -442,8 +442,7 @@ class Container:
 
     async def start_health(self) -> None:
         """Serve ``/healthz`` and ``/ready`` (``runtime.host.health``) when ``job.health.port`` says."""
-        cid = self.config.get("job.container.id")
-        where = health_address(self.config, cid if isinstance(cid, int) else 0)
+        where = health_address(self.config, self.config.job.container_id or 0)
         if where is not None and self.health is None:
             self.health = HealthServer(
                 self.health_state, lambda: sum(t.processed for t in list(self.tasks)),

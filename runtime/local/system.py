@@ -81,7 +81,7 @@ from runtime.state.backend import StoreBackend
 from runtime.state.changelog import Changelog
 from samza_dsl.config import did_you_mean, job_name_of
 from samza_dsl.errors import ConfigError, SamzaError, SerdeError
-from samza_dsl.jobconfig import job_config
+from samza_dsl.jobconfig import JobConfig, job_config
 from samza_dsl.kv import KV
 from samza_dsl.serdes import KVSerde
 
@@ -455,7 +455,7 @@ class LocalState(StoreBackend):
     """The stores of a job on the local log: its changelogs in the log are compacted below
     their checkpoints after commits, and the streams it read are trimmed."""
 
-    def __init__(self, root: str, job: JobModel, config: Mapping[str, Any],
+    def __init__(self, root: str, job: JobModel, config: JobConfig,
                  changelogs: Mapping[str, Callable[[int], Changelog]],
                  metrics: Metrics,
                  dead_letter: Callable[[SSP, int, Record, SerdeError], None] | None = None,
