@@ -32,7 +32,6 @@ from runtime.host.stacks import stacks_on
 from runtime.host.watchdog import ABORT_S, REPEAT_S, LoopWatch, exit_now, leave_stuck_threads
 from runtime.memory import MemoryBroker, MemoryInputs, memory_job
 from samza_dsl import StreamApplication
-from samza_dsl.config import validate_config
 from samza_dsl.connectors import SinkOutput
 from samza_dsl.errors import Interrupted, SamzaError
 from samza_dsl.jobconfig import job_config
@@ -107,7 +106,8 @@ class LocalRunner(LateCounts):
         if not isinstance(app, StreamApplication):
             raise TypeError(f"LocalRunner takes a StreamApplication, got {type(app).__name__}")
         self.app = app
-        self.config = validate_config(config)
+        #: the job's config, built once here and handed to the job it makes
+        self.config = job_config(app, config)
         self._given = MemoryInputs(app)
         for sid, msgs in (inputs or {}).items():
             self._given.add(sid, msgs)  # checks them
@@ -191,10 +191,9 @@ class LocalRunner(LateCounts):
     @property
     def containers(self) -> int:
         """How many container processes ``run`` starts (1: this one)."""
-        effective = job_config(self.app, self.config)
-        if effective.job.container_id is not None:
+        if self.config.job.container_id is not None:
             return 1
-        return int(effective.job.container_count)
+        return self.config.job.container_count
 
     def _run_containers(self, install_signals: bool) -> None:
         """Prepare the run, start one process per container and wait for them all. A container
@@ -522,7 +521,7 @@ class LocalRunner(LateCounts):
             f"the last checkpoint", signal=sig))
 
     def _who(self) -> str:
-        cid = job_config(self.app, self.config).job.container_id
+        cid = self.config.job.container_id
         return f"job {self.app.name!r}" + (f" container {cid}" if cid is not None else "")
 
     def _watch(self, container: Container) -> LoopWatch:
@@ -548,7 +547,7 @@ class LocalRunner(LateCounts):
         if not self._forked:
             line = f"samza-dsl run: {kind}: {text}"
         else:
-            cid = job_config(self.app, self.config).job.container_id
+            cid = self.config.job.container_id
             line = text if kind == "interrupted" else f"container {cid}: error: {text}"
         exit_now(line, code)
 
@@ -565,9 +564,8 @@ class LocalRunner(LateCounts):
             return
         from runtime.progress import ProgressDisplay, status_row
 
-        effective = job_config(self.app, self.config)
-        count = int(effective.job.container_count)
-        cid = effective.job.container_id
+        count = self.config.job.container_count
+        cid = self.config.job.container_id
         row = status_row(self.container, self.plan,
                          late=self.late() if window_ids(self.plan) else None,
                          follow=self.follow, containers=count)

@@ -156,6 +156,7 @@ class SystemConfig:
 
     name: str
     factory: str | None = None
+    bootstrap_servers: str | None = None
     properties: Mapping[str, Any] = field(default_factory=dict, repr=False)
     security: SecurityConfig = field(default_factory=SecurityConfig)
     consumer: Mapping[str, Any] = field(default_factory=dict, repr=False)
@@ -272,7 +273,8 @@ class JobConfig(Mapping[str, Any]):
             security["ssl_check_hostname"] = str(security["ssl_check_hostname"]).strip().lower() \
                 not in ("false", "0", "no")
         return SystemConfig(
-            name, props.get("samza.factory"), props, SecurityConfig(**security),
+            name, props.get("samza.factory"), props.get("bootstrap.servers"), props,
+            SecurityConfig(**security),
             {k[9:]: v for k, v in props.items() if k.startswith("consumer.")},
             {k[9:]: v for k, v in props.items() if k.startswith("producer.")})
 

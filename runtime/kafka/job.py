@@ -136,7 +136,7 @@ class KafkaJob:
         effective = self.config
         # the config's systems.<name>.bootstrap.servers over the descriptor's: one cluster's
         # job, pointed at another (a staging broker) without a change to the application
-        self.servers = str(effective.get(f"systems.{self.system.name}.bootstrap.servers")
+        self.servers = str(effective.system(self.system.name).bootstrap_servers
                            or settings["bootstrap.servers"])
         # the system's settings, then the config's systems.<name>.consumer.* / producer.*
         self.consumer_settings = client_settings(settings, effective, self.system.name,
@@ -227,7 +227,7 @@ class KafkaJob:
         declared = {sid: d for sid, d in {**app.spec().inputs, **app.spec().outputs}.items()
                     if not isinstance(d, SinkOutput)}
         # each stream's topic: streams.<id>.samza.physical.name where the config gives it
-        topics = {sid: str(self.config.get(f"streams.{sid}.samza.physical.name")
+        topics = {sid: str(self.config.stream(sid).physical_name
                            or d.physical_name) for sid, d in declared.items()}
         # a broker that refuses the job's login says so now, in one line, and is not waited for
         await check_login(self.servers, self.login, self.security, min(self.timeout, 10.0))
