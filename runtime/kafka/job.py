@@ -160,7 +160,7 @@ class KafkaJob:
         #: a static container's claim on its id (``runtime.kafka.claim``)
         self.claim: ContainerClaim | None = None
         #: how the job's containers share its tasks (``runtime.kafka.group``)
-        self.coordinator = job_coordinator(effective, follow=follow, job_name=self.job_name)
+        self.coordinator = job_coordinator(effective.job, follow=follow, job_name=self.job_name)
         unavailable = effective.job.kafka_unavailable_timeout_ms / 1000.0
         #: the brokers' outages while the job runs (``runtime.kafka.outage``)
         self.watch = BrokerWatch(self.servers, unavailable, settings=self.consumer_settings)

@@ -141,7 +141,7 @@ def test_the_coordinator_is_kafka_only_for_runs_that_follow_and_says_what_to_do_
     for given, follow, chosen in (({}, True, "kafka"), ({}, False, "static"),
                                   ({"job.container.count": 2}, True, "static"),
                                   ({"job.coordinator": "static"}, True, "static")):
-        assert job_coordinator(JobConfig.validated(given), follow=follow,
+        assert job_coordinator(JobConfig.validated(given).job, follow=follow,
                                job_name=name) == chosen
     app = group_app(kafka_bootstrap, uuid.uuid4().hex[:8])
     for config, words in (({}, "add --follow, or set job.coordinator=static"),
