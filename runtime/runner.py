@@ -34,7 +34,7 @@ from runtime.memory import MemoryBroker, MemoryInputs, memory_job
 from samza_dsl import StreamApplication
 from samza_dsl.connectors import SinkOutput
 from samza_dsl.errors import Interrupted, SamzaError
-from samza_dsl.jobconfig import job_config
+from samza_dsl.jobconfig import JobConfig, job_config
 
 __all__ = ["LocalRunner"]
 
@@ -893,14 +893,14 @@ class _ContainerRows:
     """The parent's side of a run of several container processes: their progress rows, one each,
     drawn when there is a display, and the totals each sends as it ends."""
 
-    def __init__(self, stream: Any, n: int, config: Mapping[str, Any],
+    def __init__(self, stream: Any, n: int, config: JobConfig,
                  end_of: Callable[[str, int], int | None] | None = None) -> None:
         from runtime.progress import ProgressDisplay, stall_after
 
         self.display = ProgressDisplay(stream) if stream is not None else None
         self.rows: dict[str, dict[str, Any]] = {f"container {i} of {n}": {"state": "starting"}
                                                 for i in range(n)}
-        self.interval = max(int(config.get("task.progress.ms", 1000)), 50) / 1000.0
+        self.interval = max(config.task.progress_ms, 50) / 1000.0
         self.next = time.monotonic() + self.interval
         self.totals = _Totals()
         #: a partition's end offset now (None: unknown), for the lag of a silent container
