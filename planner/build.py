@@ -14,9 +14,9 @@ from samza_dsl.config import (
     check_scoped_keys,
     check_system_keys,
     job_name_of,
-    validate_config,
 )
 from samza_dsl.errors import ConfigError, PlanError
+from samza_dsl.jobconfig import JobConfig
 from samza_dsl.spec import (
     ApplicationSpec,
     JoinSpec,
@@ -43,7 +43,7 @@ __all__ = ["plan", "build_graph"]
 def plan(spec: ApplicationSpec, *, partitions: Mapping[str, int] | None = None,
          config: Mapping[str, Any] | None = None) -> ExecutionPlan:
     """Validate ``spec`` and plan it. ``partitions`` gives counts the plan cannot look up."""
-    user_config = {**spec.config, **validate_config(config)}
+    user_config = JobConfig.of(spec, config)
     check_guarantee(user_config)
     validate(spec)
     stages, stage_of = _split_stages(spec)
@@ -58,7 +58,7 @@ def plan(spec: ApplicationSpec, *, partitions: Mapping[str, int] | None = None,
     check_system_keys(user_config, {d.system.name: d.system.factory
                                     for d in [*spec.inputs.values(), *spec.outputs.values()]})
     generated = _generate_config(spec, streams, stores, user_config)
-    full_config = {**generated, **user_config}
+    full_config = user_config.with_keys(generated)
     graph = build_graph(spec, streams, stage_of)
     result = ExecutionPlan(spec, graph, streams, stages, stores, full_config, generated)
     result.warnings.extend(join_warnings(result))

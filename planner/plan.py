@@ -8,6 +8,7 @@ from typing import Any
 import networkx as nx
 
 from samza_dsl.config import job_name_of
+from samza_dsl.jobconfig import JobConfig
 from samza_dsl.spec import ApplicationSpec
 
 from .model import Stage, StoreSpec, StreamSpec
@@ -72,7 +73,7 @@ class ExecutionPlan:
         self.streams = dict(streams)
         self.stages = list(stages)
         self.stores = dict(stores)
-        self.config = dict(config)
+        self.config = JobConfig.validated(config)
         self.generated_config = dict(generated_config)
         self.warnings: list[str] = []
 

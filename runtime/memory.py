@@ -23,7 +23,7 @@ from runtime.engine.systems import Consumer, StreamSink
 from runtime.host.metrics import Metrics
 from runtime.state.memory_store import MemoryStores
 from samza_dsl import StreamApplication
-from samza_dsl.config import config_value, did_you_mean
+from samza_dsl.config import did_you_mean
 from samza_dsl.errors import SamzaError, SerdeError
 from samza_dsl.kv import KV
 from samza_dsl.serdes import BytesSerde, KVSerde, NoOpSerde, Serde, StringSerde
@@ -498,7 +498,7 @@ def memory_job(app: StreamApplication,
         for p, msgs in inputs.get(sid, {}).items():
             broker.extend(sid, p, msgs)
         broker.end(sid)
-    job = build_job_model(plan, counts, config_value(plan.config, "job.elasticity.factor"))
+    job = build_job_model(plan, counts, plan.config.job.elasticity_factor)
     container = Container(job, job.tasks, consumer=consumer,
                           producer=producer(broker),
                           checkpoints=checkpoints if checkpoints is not None else MemoryCheckpoints(),

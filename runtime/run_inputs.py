@@ -31,8 +31,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from runtime.host.jsonlines import JsonLines
-from samza_dsl.config import did_you_mean, job_config
+from samza_dsl.config import did_you_mean
 from samza_dsl.errors import SamzaError
+from samza_dsl.jobconfig import job_config
 
 __all__ = ["JsonLines", "feed_inputs", "parse_skips", "check_skips", "SAMPLES_FILE"]
 

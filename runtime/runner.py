@@ -32,9 +32,9 @@ from runtime.host.stacks import stacks_on
 from runtime.host.watchdog import ABORT_S, REPEAT_S, LoopWatch, exit_now, leave_stuck_threads
 from runtime.memory import MemoryBroker, MemoryInputs, memory_job
 from samza_dsl import StreamApplication
-from samza_dsl.config import config_value, job_config, validate_config
 from samza_dsl.connectors import SinkOutput
 from samza_dsl.errors import Interrupted, SamzaError
+from samza_dsl.jobconfig import JobConfig, job_config
 
 __all__ = ["LocalRunner"]
 
@@ -106,7 +106,8 @@ class LocalRunner(LateCounts):
         if not isinstance(app, StreamApplication):
             raise TypeError(f"LocalRunner takes a StreamApplication, got {type(app).__name__}")
         self.app = app
-        self.config = validate_config(config)
+        #: the job's config, built once here and handed to the job it makes
+        self.config = job_config(app, config)
         self._given = MemoryInputs(app)
         for sid, msgs in (inputs or {}).items():
             self._given.add(sid, msgs)  # checks them
@@ -190,10 +191,9 @@ class LocalRunner(LateCounts):
     @property
     def containers(self) -> int:
         """How many container processes ``run`` starts (1: this one)."""
-        effective = job_config(self.app, self.config)
-        if config_value(effective, "job.container.id") is not None:
+        if self.config.job.container_id is not None:
             return 1
-        return int(config_value(effective, "job.container.count"))
+        return self.config.job.container_count
 
     def _run_containers(self, install_signals: bool) -> None:
         """Prepare the run, start one process per container and wait for them all. A container
@@ -304,7 +304,7 @@ class LocalRunner(LateCounts):
         shown = _ContainerRows(self.progress, n, self.plan.config,
                                ends.end_of if ends is not None else None)
         self._totals = shown.totals
-        grace = int(config_value(self.plan.config, "task.shutdown.ms")) / 1000.0
+        grace = int(self.plan.config.task.shutdown_ms) / 1000.0
         kill_at = float("inf")
         interrupted = False  # a stop came while the containers ran
         killed: dict[int, str] = {}
@@ -495,7 +495,7 @@ class LocalRunner(LateCounts):
         assert self.container is not None
         self.container.request_stop()
         if self._overdue is None and self._loop is not None:
-            grace = int(config_value(self.plan.config, "task.shutdown.ms")) / 1000.0
+            grace = int(self.plan.config.task.shutdown_ms) / 1000.0
             self._overdue = self._loop.call_later(grace, self._stop_overdue)
 
     def _stop_overdue(self, second: int | None = None) -> None:
@@ -507,7 +507,7 @@ class LocalRunner(LateCounts):
         container = self.container
         if container is None or container.closed:
             return
-        ms = int(config_value(self.plan.config, "task.shutdown.ms"))
+        ms = int(self.plan.config.task.shutdown_ms)
         lines = in_flight_lines(container.tasks)
         shown = "; ".join(lines[:_SHOWN_TASKS]) + (
             f"; and {len(lines) - _SHOWN_TASKS} more task(s)" if len(lines) > _SHOWN_TASKS else "")
@@ -521,7 +521,7 @@ class LocalRunner(LateCounts):
             f"the last checkpoint", signal=sig))
 
     def _who(self) -> str:
-        cid = config_value(job_config(self.app, self.config), "job.container.id")
+        cid = self.config.job.container_id
         return f"job {self.app.name!r}" + (f" container {cid}" if cid is not None else "")
 
     def _watch(self, container: Container) -> LoopWatch:
@@ -530,8 +530,8 @@ class LocalRunner(LateCounts):
         ``job.bounded.stall.ms`` by a call that does not return, ends the process."""
         from runtime.engine.in_flight import blocked_in
 
-        stall_ms = config_value(container.config, "job.bounded.stall.ms")
-        grace_ms = config_value(container.config, "task.shutdown.ms")
+        stall_ms = container.config.job.bounded_stall_ms
+        grace_ms = container.config.task.shutdown_ms
         return LoopWatch(
             asyncio.get_running_loop(), threading.get_ident(),
             stall_s=stall_ms / 1000.0 if container.bounded and stall_ms > 0 else 0.0,
@@ -547,12 +547,12 @@ class LocalRunner(LateCounts):
         if not self._forked:
             line = f"samza-dsl run: {kind}: {text}"
         else:
-            cid = config_value(job_config(self.app, self.config), "job.container.id")
+            cid = self.config.job.container_id
             line = text if kind == "interrupted" else f"container {cid}: error: {text}"
         exit_now(line, code)
 
     async def _report(self) -> None:
-        interval = max(int(self.plan.config.get("task.progress.ms", 1000)), 50) / 1000.0
+        interval = max(self.plan.config.task.progress_ms, 50) / 1000.0
         while True:
             await asyncio.sleep(interval)
             self._print_progress()
@@ -564,9 +564,8 @@ class LocalRunner(LateCounts):
             return
         from runtime.progress import ProgressDisplay, status_row
 
-        effective = job_config(self.app, self.config)
-        count = int(config_value(effective, "job.container.count"))
-        cid = config_value(effective, "job.container.id")
+        count = self.config.job.container_count
+        cid = self.config.job.container_id
         row = status_row(self.container, self.plan,
                          late=self.late() if window_ids(self.plan) else None,
                          follow=self.follow, containers=count)
@@ -894,14 +893,14 @@ class _ContainerRows:
     """The parent's side of a run of several container processes: their progress rows, one each,
     drawn when there is a display, and the totals each sends as it ends."""
 
-    def __init__(self, stream: Any, n: int, config: Mapping[str, Any],
+    def __init__(self, stream: Any, n: int, config: JobConfig,
                  end_of: Callable[[str, int], int | None] | None = None) -> None:
         from runtime.progress import ProgressDisplay, stall_after
 
         self.display = ProgressDisplay(stream) if stream is not None else None
         self.rows: dict[str, dict[str, Any]] = {f"container {i} of {n}": {"state": "starting"}
                                                 for i in range(n)}
-        self.interval = max(int(config.get("task.progress.ms", 1000)), 50) / 1000.0
+        self.interval = max(config.task.progress_ms, 50) / 1000.0
         self.next = time.monotonic() + self.interval
         self.totals = _Totals()
         #: a partition's end offset now (None: unknown), for the lag of a silent container

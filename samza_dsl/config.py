@@ -31,7 +31,7 @@ __all__ = ["ConfigKey", "KNOWN_KEYS", "STREAM_PROPERTIES", "STORE_PROPERTIES", "
            "USER_PREFIX", "COORDINATORS", "check_system_keys", "validate_config",
            "check_scoped_keys", "config_value", "SERDE_ERROR_POLICIES", "KeyReference",
            "key_reference", "JOIN_CHECK_POLICIES", "GUARANTEES", "AT_LEAST_ONCE",
-           "EXACTLY_ONCE", "check_guarantee", "exactly_once", "job_config", "job_name_of",
+           "EXACTLY_ONCE", "check_guarantee", "exactly_once", "job_name_of",
            "SECURITY_PROTOCOLS", "SASL_MECHANISMS", "SECRET_PROPERTIES", "is_secret",
            "shown_value", "shown_config", "connection_secrets", "secret_fragments", "redact"]
 
@@ -396,19 +396,6 @@ def _unknown_key(name: str) -> ConfigError:
         f"unknown config key {name!r}{hint}: nothing reads it. Keys are those of "
         f"samza_dsl.config.KNOWN_KEYS (task.*, job.*, metrics.*), streams.<id>.*, "
         f"stores.<name>.* and systems.<name>.*; put keys of your own under {USER_PREFIX}*")
-
-
-def job_config(app: Any, given: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The config a job of ``app`` runs with: the application's own (``StreamApplication(config=
-    ...)``) under what the run is given (a runner's ``config=``, the CLI's ``-c``, which is
-    applied last). Every part of the runtime reads a key from this one mapping, so a key means
-    the same wherever it was given.
-
-    >>> class App: config = {"job.dir": "/srv/a", "task.commit.ms": 5}
-    >>> sorted(job_config(App(), {"task.commit.ms": "7"}).items())
-    [('job.dir', '/srv/a'), ('task.commit.ms', 7)]
-    """
-    return {**validate_config(getattr(app, "config", None)), **validate_config(given)}
 
 
 def job_name_of(app: Any, config: Mapping[str, Any]) -> str:

@@ -502,3 +502,41 @@ def test_every_runtime_module_that_works_around_tansu_is_named_where_tansu_s_way
     assert found, "no module of runtime/ names tansu: the scan looks at the wrong files"
     missing = [p for p in found if f"`{p}`" not in section]
     assert not missing, f"not named in docs/testing.md, 'The two test brokers': {missing}"
+
+
+def config_reads_by_name(tree: ast.AST) -> list[tuple[int, str]]:
+    """Calls of ``config_value`` (a key read by string) but for a user's own ``user.*`` key, and
+    imports of it: the job's own keys are read as fields of its ``JobConfig``."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else (
+                func.attr if isinstance(func, ast.Attribute) else "")
+            if name != "config_value":
+                continue
+            key = node.args[1] if len(node.args) > 1 else None
+            if isinstance(key, ast.Constant) and str(key.value).startswith("user."):
+                continue
+            found.append((node.lineno, ast.unparse(key) if key is not None else "?"))
+        elif isinstance(node, ast.ImportFrom) and any(
+                a.name == "config_value" for a in node.names):
+            found.append((node.lineno, f"import from {node.module}"))
+    return found
+
+
+def test_the_job_s_config_is_read_by_field_outside_the_config_module() -> None:
+    """Only samza_dsl/config.py reads a job's key by its name with ``config_value``; every other
+    module reads the typed ``JobConfig`` (``samza_dsl.jobconfig``) built where the job is made."""
+    found = [(name, *use) for name, path in modules().items() if name != "samza_dsl.config"
+             for use in config_reads_by_name(ast.parse(path.read_text()))]
+    assert not found, found
+
+
+def test_the_scan_sees_config_reads_by_name() -> None:
+    source = ("from samza_dsl.config import config_value\n"
+              "a = config_value(c, 'task.commit.ms')\n"
+              "b = config.config_value(\n    c, KEY)\n"
+              "d = config_value(c, 'user.greeting')\n"
+              "e = c.task.commit_ms\n")
+    assert [line for line, _ in config_reads_by_name(ast.parse(source))] == [1, 2, 3]

@@ -55,6 +55,7 @@ from runtime.engine.records import EndOfStream, Skipped, Watermark, is_control
 from runtime.engine.serde_util import default_key_bytes
 from runtime.engine.systems import ProducerCounts, StreamSink
 from samza_dsl.errors import SerdeError
+from samza_dsl.jobconfig import JobConfig
 from samza_dsl.kv import KV
 from samza_dsl.serdes import (
     BytesSerde,
@@ -120,8 +121,8 @@ def stream_serde(serde: Serde[Any] | None, *, keyed: bool, intermediate: bool,
     return KVSerde(default, default) if keyed else default
 
 
-def serde_error_policy(config: Mapping[str, Any], stream_id: str) -> str:
-    return str(config.get(f"streams.{stream_id}.samza.serde.error") or "fail")
+def serde_error_policy(config: JobConfig, stream_id: str) -> str:
+    return config.stream(stream_id).serde_error
 
 
 def _identity(data: bytes) -> bytes:

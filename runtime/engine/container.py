@@ -29,8 +29,8 @@ from runtime.host.health import HealthServer, health_address
 from runtime.host.metrics import Metrics, Sample
 from runtime.host.watchdog import DaemonPool
 from runtime.state.remote import close_table_functions
-from samza_dsl.config import config_value, exactly_once
 from samza_dsl.errors import SamzaError
+from samza_dsl.jobconfig import JobConfig
 
 _log = logging.getLogger(__name__)
 
@@ -220,12 +220,12 @@ class Container:
         #: which tasks run here when they come and go while it runs (None: those it was built
         #: with, from start to end)
         self.lifecycle: TaskLifecycle | None = None
-        self.config = dict(config)
-        if exactly_once(self.config):
+        self.config = JobConfig.validated(config)
+        if self.config.job.exactly_once:
             keep_earlier_watermarks(consumer.codecs, job.producer_names())
         self.clock = clock or wall_ms
         self.metrics = metrics or Metrics()
-        pool = config_value(self.config, "job.container.thread.pool.size")
+        pool = self.config.job.thread_pool_size
         # daemon threads: a blocking call that never returns does not hold the process at exit
         self.executor = DaemonPool(pool, "samza-task") if pool else None
         self.tasks: list[TaskInstance] = []
@@ -255,7 +255,7 @@ class Container:
         self.health: HealthServer | None = None
         self.phase = "starting"
         self.metrics.collectors.append(self.samples)
-        self.metrics.operators = bool(config_value(self.config, "metrics.operators"))
+        self.metrics.operators = bool(self.config.metrics.operators)
 
     def store(self, task: TaskModel, store_name: str) -> Any:
         """A task's store, restored to the task's checkpoint (the one opened ahead by
@@ -423,15 +423,15 @@ class Container:
         """The helpers that wake the tasks: window ticks, commits, the callback watchdog, and
         the look at idle partitions."""
         helpers: list[asyncio.Task[None]] = []
-        window_ms = int(self.config.get("task.window.ms", -1) or -1)
-        commit_ms = config_value(self.config, "task.commit.ms")
+        window_ms = self.config.task.window_ms
+        commit_ms = self.config.task.commit_ms
         if window_ms > 0:
             helpers.append(asyncio.create_task(self._ticker(window_ms, "window_requested")))
         if commit_ms > 0:
             helpers.append(asyncio.create_task(self._ticker(commit_ms, "commit_requested")))
-        if config_value(self.config, "task.callback.timeout.ms") > 0:
+        if self.config.task.callback_timeout_ms > 0:
             helpers.append(asyncio.create_task(self._watchdog()))
-        stall_ms = config_value(self.config, "job.bounded.stall.ms")
+        stall_ms = self.config.job.bounded_stall_ms
         if self.bounded and stall_ms > 0:
             helpers.append(asyncio.create_task(self._stall_watch(stall_ms / 1000.0)))
         idle = [t.clock for t in self.tasks if t.clock.idle_ms]
@@ -442,12 +442,11 @@ class Container:
 
     async def start_health(self) -> None:
         """Serve ``/healthz`` and ``/ready`` (``runtime.host.health``) when ``job.health.port`` says."""
-        cid = self.config.get("job.container.id")
-        where = health_address(self.config, cid if isinstance(cid, int) else 0)
+        where = health_address(self.config, self.config.job.container_id or 0)
         if where is not None and self.health is None:
             self.health = HealthServer(
                 self.health_state, lambda: sum(t.processed for t in list(self.tasks)),
-                config_value(self.config, "job.health.liveness.ms") / 1000.0)
+                self.config.health.liveness_ms / 1000.0)
             await self.health.start(*where)
 
     def health_state(self) -> tuple[str, bool, int]:
@@ -611,7 +610,7 @@ class Container:
                 t.wake.set()
 
     async def _watchdog(self) -> None:
-        timeout_ms = config_value(self.config, "task.callback.timeout.ms")
+        timeout_ms = self.config.task.callback_timeout_ms
         interval = max(0.005, min(timeout_ms / 4000.0, 0.1))
         while True:
             await asyncio.sleep(interval)

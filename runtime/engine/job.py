@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from planner import ExecutionPlan, Stage
-from samza_dsl.config import config_value
 from samza_dsl.errors import ConfigError
+from samza_dsl.jobconfig import JobConfig
 
 __all__ = ["SSP", "TaskModel", "JobModel", "build_job_model", "container_tasks", "job_containers",
            "start_generation", "task_name"]
@@ -131,10 +131,10 @@ def container_tasks(job: JobModel, count: int, container_id: int) -> list[TaskMo
     return [t for k, t in enumerate(job.tasks) if k % count == container_id]
 
 
-def job_containers(job: JobModel, config: Mapping[str, Any]) -> tuple[int | None, list[TaskModel]]:
+def job_containers(job: JobModel, config: JobConfig) -> tuple[int | None, list[TaskModel]]:
     """This process's container id (None: the job runs in one container) and its tasks."""
-    count = config_value(config, "job.container.count")
-    cid = config_value(config, "job.container.id")
+    count = config.job.container_count
+    cid = config.job.container_id
     if cid is None:
         if count > 1:
             raise ConfigError(

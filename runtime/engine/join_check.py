@@ -12,25 +12,24 @@ partitioner, ``{partition: [...]}`` where the test put it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
 
 from operators.placement import KeyCheck, Slot
 from planner.placement import SIDES, checked_ports, fix_text, port_roots
 from runtime.engine.job import JobModel, TaskModel
 from runtime.engine.wiring import partition_of
-from samza_dsl.config import config_value
+from samza_dsl.jobconfig import JobConfig
 from samza_dsl.spec import JoinSpec, JoinTableSpec
 
 __all__ = ["placement_checks"]
 
 
-def placement_checks(job: JobModel, model: TaskModel, config: Mapping[str, Any],
+def placement_checks(job: JobModel, model: TaskModel, config: JobConfig,
                      source: Callable[[], tuple[str, int, int | None] | None],
                      ) -> Callable[[str, int], KeyCheck | None] | None:
     """``(op id, port) -> KeyCheck or None`` for the task of ``model``; None when nothing in
     the task is checked (``off``, no join, or only streams of one partition)."""
-    policy = config_value(config, "task.join.partition.check")
+    policy = config.task.join_partition_check
     plan = job.plan
     checked = checked_ports(plan)
     if policy == "off" or not any(any(ports) for ports in checked.values()):

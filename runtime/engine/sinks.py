@@ -29,6 +29,7 @@ from runtime.engine.systems import Producer, ProducerCounts, StreamSink
 from samza_dsl.config import job_name_of
 from samza_dsl.connectors import Committed, Sink, SinkContext, SinkError, SinkOutput, Sources
 from samza_dsl.errors import AccessRefused, ConfigError
+from samza_dsl.jobconfig import JobConfig
 
 __all__ = ["TaskSinks", "SinkProducer", "sink_outputs", "task_producer"]
 
@@ -93,19 +94,19 @@ def _sync(step: str, result: Any) -> None:
 class TaskSinks:
     """The sinks of task ``task_name``: one per output stream written by a sink."""
 
-    def __init__(self, task_name: str, plan: Any, config: Mapping[str, Any],
+    def __init__(self, task_name: str, plan: Any, config: JobConfig,
                  checkpoints: Any,
                  source: Callable[[], tuple[str, int, int] | None] | None = None) -> None:
         self.task_name = task_name
         self.outputs = sink_outputs(plan)
         self.checkpoints = checkpoints
-        if str(config.get("task.async.commit", "false")).lower() == "true":
+        if config.task.async_commit:
             raise ConfigError(
                 f"task.async.commit=true: outputs {', '.join(sorted(self.outputs))} are written "
                 f"by sinks, whose commit must cover exactly the messages the checkpoint covers, "
                 f"so a commit may not run while messages are in flight; leave "
                 f"task.async.commit out")
-        guarantee = str(config.get("job.processing.guarantee") or "at-least-once")
+        guarantee = config.job.processing_guarantee
         job_name = job_name_of(plan.app, config)
         #: during ``prepare``: the offsets the checkpoint being prepared records
         self._covering: dict[tuple[str, int], int] = {}

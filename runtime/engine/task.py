@@ -44,7 +44,6 @@ from runtime.state.remote import (
     RemoteTableClient,
     container_limiter,
 )
-from samza_dsl.config import config_value
 from samza_dsl.errors import SamzaError, TaskError
 from samza_dsl.spec import RemoteTableSpec
 
@@ -61,13 +60,13 @@ class TaskInstance:
         self.plan = job.plan
         self.env = env
         config = env.config
-        self.max_concurrency: int = config_value(config, "task.max.concurrency")
-        self.async_commit: bool = config_value(config, "task.async.commit")
-        self.callback_timeout_ms: int = config_value(config, "task.callback.timeout.ms")
+        self.max_concurrency: int = config.task.max_concurrency
+        self.async_commit: bool = config.task.async_commit
+        self.callback_timeout_ms: int = config.task.callback_timeout_ms
         #: runs of a partition's messages handed out in one call where the shape allows
         #: (``runtime.engine.batch``); off: one message at a time. Threaded operators and remote-table
         #: calls (tied to each message, rule 19) take their messages one at a time
-        self.batching: bool = config_value(config, "task.batch.handout") \
+        self.batching: bool = config.task.batch_handout \
             and env.executor is None and not job.plan.app.remote_tables
         self.ssps: list[SSP] = list(model.ssps)
         self.metrics = env.metrics
@@ -146,7 +145,7 @@ class TaskInstance:
             open_remote=self._open_remote)
         self.stores = stores
         self.producer, self.stamps, self.applied = with_origins(
-            self, self.producer, config_value(env.config, "job.processing.guarantee"),
+            self, self.producer, env.config.job.processing_guarantee,
             source=SOURCE.get, control=CONTROL, controls=CONTROL_TYPES)
         self._flushers = [s.maybe_flush for s in stores.values() if s.batched_writes]
         self._state_flushers = [op.flush_state for op in self.operators.values()

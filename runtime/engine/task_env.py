@@ -9,7 +9,7 @@ container's tasks share one rate limiter per remote table (``shared``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,13 +18,14 @@ from runtime.engine.commit import Committer
 from runtime.engine.job import TaskModel
 from runtime.engine.systems import Producer
 from runtime.host.metrics import Metrics
+from samza_dsl.jobconfig import JobConfig
 
 __all__ = ["TaskEnv"]
 
 
 @dataclass(eq=False)
 class TaskEnv:
-    config: Mapping[str, Any]
+    config: JobConfig
     #: milliseconds since the epoch (``ctx.clock()``)
     clock: Callable[[], int]
     metrics: Metrics

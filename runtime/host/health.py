@@ -27,12 +27,12 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from runtime.host.http_thread import Reply, ThreadServer
-from samza_dsl.config import config_value
 from samza_dsl.errors import SamzaError
+from samza_dsl.jobconfig import JobConfig
 
 __all__ = ["BEAT_S", "HealthServer", "health_address"]
 
@@ -42,14 +42,14 @@ _log = logging.getLogger("samza_dsl.health")
 BEAT_S = 0.5
 
 
-def health_address(config: Mapping[str, Any], container_index: int = 0
+def health_address(config: JobConfig, container_index: int = 0
                    ) -> tuple[str, int] | None:
     """Where a container serves its health endpoint (``job.health.host``/``port``), or None
     when ``job.health.port`` is unset (-1)."""
-    port = int(config_value(config, "job.health.port"))
+    port = int(config.health.port)
     if port < 0:
         return None
-    host = str(config_value(config, "job.health.host"))
+    host = str(config.health.host)
     return host, port + container_index if port else 0
 
 

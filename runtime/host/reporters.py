@@ -30,8 +30,8 @@ from typing import Any
 
 from runtime.host.http_thread import Reply, ThreadServer
 from runtime.host.metrics import Metrics, Sample, snapshot_record
-from samza_dsl.config import config_value
 from samza_dsl.errors import ConfigError, SamzaError
+from samza_dsl.jobconfig import JobConfig
 
 __all__ = ["REPORTERS", "Reporters", "reporter_names", "prometheus_name", "job_reporters"]
 
@@ -45,9 +45,9 @@ GAUGES = frozenset({"event-loop-utilization", "messages-in-flight", "checkpointe
 _log = logging.getLogger("samza_dsl.metrics")
 
 
-def reporter_names(config: Mapping[str, Any]) -> list[str]:
+def reporter_names(config: JobConfig) -> list[str]:
     """The reporters ``metrics.reporters`` names, checked."""
-    raw = str(config_value(config, "metrics.reporters") or "")
+    raw = str(config.metrics.reporters or "")
     names = [n.strip() for n in raw.split(",") if n.strip()]
     for n in names:
         if n not in REPORTERS:
@@ -102,24 +102,24 @@ class Reporters:
         container_index: moves the Prometheus port of container ``i`` of several to port + i.
     """
 
-    def __init__(self, metrics: Metrics, config: Mapping[str, Any], header: Mapping[str, Any],
+    def __init__(self, metrics: Metrics, config: JobConfig, header: Mapping[str, Any],
                  *, buffer: list[Any] | None = None, signal: Callable[[], None] | None = None,
                  job_dir: str | None = None, container_index: int = 0) -> None:
         self.metrics = metrics
         self.names = reporter_names(config)
         self.header = {**header, "reset-time": int(time.time() * 1000)}
-        self.interval = int(config_value(config, "metrics.reporter.interval.ms")) / 1000.0
+        self.interval = int(config.metrics.reporter_interval_ms) / 1000.0
         self.buffer = buffer
         self.signal = signal
-        path = config_value(config, "metrics.reporter.json.path")
+        path = config.metrics.json_path
         self.json_path = str(path) if path else os.path.join(
             job_dir or ".", f"metrics-{header.get('container-name', 'container')}.json")
         self._server: Any = None
         self._task: asyncio.Task[None] | None = None
         self.address: tuple[str, int] | None = None
         if "prometheus" in self.names:
-            host = str(config_value(config, "metrics.reporter.prometheus.host"))
-            port = int(config_value(config, "metrics.reporter.prometheus.port"))
+            host = str(config.metrics.prometheus_host)
+            port = int(config.metrics.prometheus_port)
             self._serve(host, port + container_index if port else 0)
 
     @property
@@ -209,7 +209,7 @@ def _scrape(registry: Any) -> Callable[[str, str], Reply]:
     return reply
 
 
-def job_reporters(metrics: Metrics, config: Mapping[str, Any], *, job_name: str, job_id: str,
+def job_reporters(metrics: Metrics, config: JobConfig, *, job_name: str, job_id: str,
                   container_id: int | None, producer: Any, job_dir: str | None,
                   create_stream: Callable[[str], None]) -> Reporters | None:
     """The reporters ``metrics.reporters`` names for one container of a job, or None. The

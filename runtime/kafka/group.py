@@ -50,20 +50,20 @@ from runtime.kafka.assignor import AssignmentRefused, MemberTasks, TaskAssignor
 from runtime.kafka.fence import Lease, watch_coordinator
 from runtime.kafka.security import not_authorized
 from runtime.kafka.system import stop_client
-from samza_dsl.config import config_value
 from samza_dsl.errors import ConfigError, SamzaError
+from samza_dsl.jobconfig import JobSettings
 
 __all__ = ["GroupCallbacks", "GroupMembership", "job_coordinator"]
 
 _log = logging.getLogger("samza_dsl.group")
 
 
-def job_coordinator(config: Mapping[str, Any], *, follow: bool, job_name: str) -> str:
+def job_coordinator(job: JobSettings, *, follow: bool, job_name: str) -> str:
     """``kafka`` or ``static`` for a Kafka job (``job.coordinator``): by default ``kafka`` for a
     run that follows its inputs, ``static`` for a bounded run or ``job.container.count`` > 1.
     ``kafka`` with either of those is an error saying what to do."""
-    chosen = config_value(config, "job.coordinator")
-    count = int(config_value(config, "job.container.count"))
+    chosen = job.coordinator
+    count = job.container_count
     if chosen is None:
         return "kafka" if follow and count == 1 else "static"
     if chosen == "kafka":

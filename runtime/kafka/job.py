@@ -74,7 +74,6 @@ from runtime.kafka.group import (
     job_coordinator,
     member_ids,
 )
-from runtime.kafka.outage import KEY as UNAVAILABLE_KEY
 from runtime.kafka.outage import (
     BrokerWatch,
     lost_checkpoints_error,
@@ -98,9 +97,10 @@ from runtime.kafka.system import (
 from runtime.kafka.tasks import GroupTasks
 from runtime.state.backend import StoreBackend
 from runtime.state.lmdb_store import local_state
-from samza_dsl.config import config_value, did_you_mean, exactly_once, job_config, job_name_of
+from samza_dsl.config import did_you_mean, job_name_of
 from samza_dsl.connectors import CONNECTOR_FACTORY, SinkOutput
 from samza_dsl.errors import ConfigError, SamzaError, SerdeError
+from samza_dsl.jobconfig import job_config
 
 __all__ = ["KafkaJob", "uses_kafka"]
 
@@ -136,7 +136,7 @@ class KafkaJob:
         effective = self.config
         # the config's systems.<name>.bootstrap.servers over the descriptor's: one cluster's
         # job, pointed at another (a staging broker) without a change to the application
-        self.servers = str(effective.get(f"systems.{self.system.name}.bootstrap.servers")
+        self.servers = str(effective.system(self.system.name).bootstrap_servers
                            or settings["bootstrap.servers"])
         # the system's settings, then the config's systems.<name>.consumer.* / producer.*
         self.consumer_settings = client_settings(settings, effective, self.system.name,
@@ -151,7 +151,7 @@ class KafkaJob:
         # a write is acknowledged once every in-sync replica has it (min.insync.replicas of the
         # job's topics): a broker lost right after loses nothing
         self.producer_settings.setdefault("acks", "all")
-        if exactly_once(effective):  # the job's own readers see committed transactions only
+        if effective.job.exactly_once:  # the job's own readers see committed transactions only
             self.consumer_settings["isolation_level"] = "read_committed"
         self.checkpoint_topic = checkpoint_stream(self.job_name)
         #: where the outputs started, for a job whose containers run in other processes
@@ -160,8 +160,8 @@ class KafkaJob:
         #: a static container's claim on its id (``runtime.kafka.claim``)
         self.claim: ContainerClaim | None = None
         #: how the job's containers share its tasks (``runtime.kafka.group``)
-        self.coordinator = job_coordinator(effective, follow=follow, job_name=self.job_name)
-        unavailable = config_value(effective, UNAVAILABLE_KEY) / 1000.0
+        self.coordinator = job_coordinator(effective.job, follow=follow, job_name=self.job_name)
+        unavailable = effective.job.kafka_unavailable_timeout_ms / 1000.0
         #: the brokers' outages while the job runs (``runtime.kafka.outage``)
         self.watch = BrokerWatch(self.servers, unavailable, settings=self.consumer_settings)
         # aiokafka retries a batch until its request timeout: not less than an outage may last
@@ -200,7 +200,7 @@ class KafkaJob:
         job = cls(app, config, timeout=timeout)
         # exclusive while the run is prepared (checkpoints move), then shared with the
         # containers: no other run of the job meanwhile
-        count = int(config_value(job.config, "job.container.count"))
+        count = int(job.config.job.container_count)
         job.lock.start_containers(count)
         try:
             await job._setup()
@@ -227,7 +227,7 @@ class KafkaJob:
         declared = {sid: d for sid, d in {**app.spec().inputs, **app.spec().outputs}.items()
                     if not isinstance(d, SinkOutput)}
         # each stream's topic: streams.<id>.samza.physical.name where the config gives it
-        topics = {sid: str(self.config.get(f"streams.{sid}.samza.physical.name")
+        topics = {sid: str(self.config.stream(sid).physical_name
                            or d.physical_name) for sid, d in declared.items()}
         # a broker that refuses the job's login says so now, in one line, and is not waited for
         await check_login(self.servers, self.login, self.security, min(self.timeout, 10.0))
@@ -264,7 +264,7 @@ class KafkaJob:
         self.physical = {sid: s.physical_name for sid, s in plan.streams.items()}
         #: the streams that are topics: all but the outputs the application's sinks write
         self.topics = [sid for sid in plan.streams if sid not in sink_outputs(plan)]
-        job = build_job_model(plan, counts, config_value(plan.config, "job.elasticity.factor"))
+        job = build_job_model(plan, counts, plan.config.job.elasticity_factor)
         self.job = job
         n_tasks = max((t.index for t in job.tasks), default=0) + 1
         #: store name -> its changelog topic
@@ -294,7 +294,7 @@ class KafkaJob:
         self.dead_letter = dead_letter
         self.checkpoints = KafkaCheckpoints(self.servers, self.checkpoint_topic, producer,
                                             self.consumer_settings, timeout=self.timeout)
-        if exactly_once(plan.config) and self.coordinator != "kafka":
+        if plan.config.job.exactly_once and self.coordinator != "kafka":
             # what an earlier run of this container's tasks left open is aborted first (a
             # member of a group does it for the tasks it is given, runtime.kafka.exactly_once)
             _, mine = job_containers(job, plan.config)
@@ -324,14 +324,14 @@ class KafkaJob:
         cfg = plan.config
         group = self.coordinator == "kafka"
         if group:  # the group deals the tasks out
-            self.container_id = config_value(cfg, "job.container.id")
+            self.container_id = cfg.job.container_id
             self.tasks: list[TaskModel] = []
             self.lock.member()
             if self.container_id is not None:  # a static member: one process per id
                 await self._claim()
         else:
             self.container_id, self.tasks = job_containers(job, cfg)
-            self.lock.run(self.container_id, int(config_value(cfg, "job.container.count")))
+            self.lock.run(self.container_id, int(cfg.job.container_count))
             await self._claim()
         # a member of a group learns its run's generation with its first tasks (_take_over)
         self.generation = producer.generation = self.checkpoints.generation if group else \
@@ -351,7 +351,7 @@ class KafkaJob:
         #: exactly once: the tasks' transactional producers (``runtime.kafka.exactly_once``)
         self.txns = txns = KafkaTransactions(
             producer, self.checkpoints, self.job_name, self._changelog_positions,
-            settles=not group) if exactly_once(cfg) else None
+            settles=not group) if cfg.job.exactly_once else None
         if txns is not None:
             warn_at_least_once(plan.app, self.job_name)
         state = StoreBackend(
@@ -418,8 +418,8 @@ class KafkaJob:
         """The container of a member of the job's consumer group (``job.coordinator=kafka``):
         it holds the task lifecycle the group deals to (``runtime.kafka.tasks.GroupTasks``)."""
         label, instance = member_ids(self.container_id)
-        shutdown_s = config_value(self.plan.config, "task.shutdown.ms") / 1000.0
-        replicas = int(config_value(self.plan.config, "job.standbytasks.replication.factor"))
+        shutdown_s = self.plan.config.task.shutdown_ms / 1000.0
+        replicas = int(self.plan.config.job.standby_replicas)
 
         def membership(tasks: GroupTasks) -> GroupMembership:
             assignor = TaskAssignor(self.job, self.job_name, host=host_name(), container=label,

@@ -16,7 +16,6 @@ from aiokafka.errors import KafkaError
 from planner.owners import checkpoint_stream
 from runtime.engine.partition_counts import PartitionWatch, planned_streams
 from runtime.kafka.admin import describe_topics
-from samza_dsl.config import config_value
 from samza_dsl.errors import SamzaError
 
 __all__ = ["KEY", "watch_partitions"]
@@ -33,7 +32,7 @@ def watch_partitions(job: Any, stop: Callable[[SamzaError], None]) -> PartitionW
     topics = planned_streams(((s.name, s.partitions) for s in job.topic_specs), job.plan,
                              job.physical, job.changelog_topics,
                              {checkpoint_stream(job.job_name): "the job's checkpoints"})
-    interval = config_value(job.plan.config, KEY) / 1000.0
+    interval = job.plan.config.job.kafka_partition_check_ms / 1000.0
 
     async def read() -> Mapping[str, int | None] | None:
         if not job.watch.healthy:  # the broker watch says what goes on

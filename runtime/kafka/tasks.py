@@ -40,7 +40,6 @@ from runtime.kafka.group import GroupMembership
 from runtime.kafka.outage import KafkaDataLost, KafkaUnavailable
 from runtime.kafka.standby import StandbyReplicas
 from runtime.kafka.system import KafkaProducer
-from samza_dsl.config import config_value
 from samza_dsl.errors import ProducerFenced, SamzaError, TransactionUnanswered
 
 __all__ = ["GroupCheckpoints", "GroupTasks", "TaskStores"]
@@ -115,7 +114,7 @@ class GroupTasks:
         self._changed = asyncio.Event()
         self._error: BaseException | None = None
         self._first = True  # no task came to this container yet
-        self.shutdown_s = config_value(container.config, "task.shutdown.ms") / 1000.0
+        self.shutdown_s = container.config.task.shutdown_ms / 1000.0
         #: the generation of the last assignment, and when and how long the last rebalance took
         self.generation = -1
         self.assignment: MemberTasks | None = None

@@ -504,16 +504,16 @@ def compact_job(job: CompactedJob, *, now_ms: int | None = None,
     try:
         results = []
         for store, lg, stream, p, tasks in changelog_partitions(job):
-            if job.plan.config.get(f"stores.{store}.changelog.compaction") is False:
+            settings = job.plan.config.store(store)
+            if not settings.changelog_compaction:
                 continue  # it keeps every entry
             offsets = [job.checkpoints.read_changelogs(t).get(store) for t in tasks]
             upto = min((o or 0 for o in offsets), default=0)
             if upto <= 0:
                 continue  # nothing checkpointed: every entry may still be needed
-            retention = job.plan.config.get(f"stores.{store}.changelog.delete.retention.ms")
             results.append(compact_partition(
                 lg, stream, p, upto, now_ms=now_ms, group_records=group_records,
-                delete_retention_ms=DELETE_RETENTION_MS if retention is None else int(retention)))
+                delete_retention_ms=settings.changelog_delete_retention_ms))
         return results
     finally:
         lock.release()

@@ -79,8 +79,9 @@ from runtime.local.log import CorruptSegmentError, LocalLog
 from runtime.local.retention import LogTrimmer, job_targets, log_max_bytes
 from runtime.state.backend import StoreBackend
 from runtime.state.changelog import Changelog
-from samza_dsl.config import config_value, did_you_mean, exactly_once, job_config, job_name_of
+from samza_dsl.config import did_you_mean, job_name_of
 from samza_dsl.errors import ConfigError, SamzaError, SerdeError
+from samza_dsl.jobconfig import JobConfig, job_config
 from samza_dsl.kv import KV
 from samza_dsl.serdes import KVSerde
 
@@ -454,7 +455,7 @@ class LocalState(StoreBackend):
     """The stores of a job on the local log: its changelogs in the log are compacted below
     their checkpoints after commits, and the streams it read are trimmed."""
 
-    def __init__(self, root: str, job: JobModel, config: Mapping[str, Any],
+    def __init__(self, root: str, job: JobModel, config: JobConfig,
                  changelogs: Mapping[str, Callable[[int], Changelog]],
                  metrics: Metrics,
                  dead_letter: Callable[[SSP, int, Record, SerdeError], None] | None = None,
@@ -518,7 +519,7 @@ class LocalJob:
         self.metrics = metrics or Metrics()
         job_name = job_name_of(app, self.config)
         self.job_name = job_name
-        if config_value(self.config, "job.coordinator") == "kafka":
+        if self.config.job.coordinator == "kafka":
             raise ConfigError(f"job {job_name!r}: job.coordinator=kafka shares a Kafka job's "
                               f"tasks through its consumer group; this job runs on the embedded "
                               f"local system, whose containers are static (--containers N): "
@@ -596,8 +597,7 @@ class LocalJob:
                      or [1])
         counts = {sid: (n if n else widest) for sid, n in counts.items()}
         self.counts = counts
-        self.job = build_job_model(plan, counts, config_value(plan.config,
-                                                              "job.elasticity.factor"))
+        self.job = build_job_model(plan, counts, plan.config.job.elasticity_factor)
         self.physical = {sid: s.physical_name for sid, s in plan.streams.items()}
         self.stream_system = {sid: system_of(s.system) for sid, s in plan.streams.items()}
         if self._create:
@@ -642,7 +642,7 @@ class LocalJob:
             f"job {self.job_name!r} ({len(self.tasks)} tasks in this process, {stores} "
             f"store(s) each: an LMDB environment per task and store)")
         self.lock = self.job_lock()
-        self.lock.run(self.container_id, int(config_value(cfg, "job.container.count")))
+        self.lock.run(self.container_id, int(cfg.job.container_count))
         generation = self.generation = self.start_run(join=self.container_id is not None)
 
         producers: dict[str, LocalProducer] = {}
@@ -658,7 +658,7 @@ class LocalJob:
         dead_producer = producer_of(main)
         dead_producer.add_stream(dead, dead, 1, None)
         dead_buf = dead_producer.buffer(dead, 0)
-        txns = self._transactions(dead_producer, dead) if exactly_once(cfg) else None
+        txns = self._transactions(dead_producer, dead) if cfg.job.exactly_once else None
 
         def dead_letter(ssp: SSP, offset: int, record: Record, err: SerdeError) -> None:
             rec = dead_letter_record(ssp, offset, record, err)

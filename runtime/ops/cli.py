@@ -14,8 +14,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from runtime.host.stacks import stacks_on
-from samza_dsl.config import did_you_mean, job_config, job_name_of
+from samza_dsl.config import did_you_mean, job_name_of
 from samza_dsl.errors import Interrupted, SamzaError, TaskError
+from samza_dsl.jobconfig import JobConfig, job_config
 
 if TYPE_CHECKING:
     from runtime.local.system import LocalJob
@@ -312,24 +313,24 @@ def _start_page(args: argparse.Namespace, runner: Any) -> Any:
                 f"the job (metrics.reporters=prometheus: container i serves on "
                 f"metrics.reporter.prometheus.port + i)")
         # the containers report to the job's snapshot stream, once a second unless the job says
-        names = reporter_names(job_config(runner.app, runner.config))
-        if "snapshot" not in names:
-            runner.config["metrics.reporters"] = ",".join([*names, "snapshot"])
-        if "metrics.reporter.interval.ms" not in job_config(runner.app, runner.config):
-            runner.config["metrics.reporter.interval.ms"] = 1000
+        names = reporter_names(runner.config)
+        page: dict[str, object] = {"metrics.reporters": ",".join([*names, "snapshot"])} \
+            if "snapshot" not in names else {}
+        if "metrics.reporter.interval.ms" not in runner.config:
+            page["metrics.reporter.interval.ms"] = 1000
+        if page:
+            runner.config = JobConfig.validated({**runner.config, **page})
         from runtime.local.system import LocalJob
-        from samza_dsl.config import config_value
 
-        interval = config_value(job_config(runner.app, runner.config),
-                                "metrics.reporter.interval.ms") / 1000.0
+        interval = runner.config.metrics.reporter_interval_ms / 1000.0
         source = ContainersSource(runner, lambda: LocalJob(runner.app, runner.config, run=False),
                                   interval)
         plan = lambda: runner.plan  # noqa: E731
     else:
-        cid = runner.config.get("job.container.id")
+        cid = runner.config.job.container_id
         source = RunnerSource(runner, f"samza-container-{cid or 0}")
         plan = lambda: runner.plan if runner.container else None  # noqa: E731
-    server = UIServer(source, plan, job_name_of(runner.app, job_config(runner.app, runner.config)),
+    server = UIServer(source, plan, job_name_of(runner.app, runner.config),
                       host, port)
     url = server.start()
     print(f"job page: {url}", file=sys.stderr, flush=True)
@@ -840,7 +841,7 @@ def _effective_config(args: argparse.Namespace) -> list[tuple[str, str, str]]:
     config = job_config(app, _cli_config(args))
     try:
         plan = app.plan(partitions=_partitions(args.partitions), config=config)
-        config = {**plan.generated_config, **config}
+        config = plan.config
     except PlanError as exc:  # shown without what the planner would add
         print(f"samza-dsl: note: not planned ({exc}); keys the planner sets are left out",
               file=sys.stderr)

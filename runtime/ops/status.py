@@ -47,8 +47,8 @@ from runtime.engine import checkpoints
 from runtime.engine.job import SSP, JobModel, build_job_model
 from runtime.host.job_lock import lock_dir, lock_holders
 from runtime.host.jobdir import metrics_stream, task_dir
-from samza_dsl.config import config_value, job_config
 from samza_dsl.errors import SamzaError
+from samza_dsl.jobconfig import job_config
 
 __all__ = ["STATUS_VERSION", "local_status", "kafka_status", "status_text"]
 
@@ -208,8 +208,7 @@ def last_metrics(log: Any, stream: str, now: float | None = None) -> dict[str, A
 
 def _model(plan: Any, counts: Mapping[str, int], factor: int | None) -> JobModel:
     """The job's tasks as the last run had them (its elasticity factor), else as configured."""
-    return build_job_model(plan, counts, factor or config_value(plan.config,
-                                                                "job.elasticity.factor"))
+    return build_job_model(plan, counts, factor or plan.config.job.elasticity_factor)
 
 
 def local_status(job: Any, now: float | None = None) -> dict[str, Any]:
@@ -238,7 +237,7 @@ def local_status(job: Any, now: float | None = None) -> dict[str, Any]:
                             for p in range(n)))
 
     records = cps.records()
-    count = int(config_value(job.plan.config, "job.container.count"))
+    count = int(job.plan.config.job.container_count)
     conts, locks = containers(job.root, generation is not None, count)
     rows = partitions(model, records, bounds, now=now)
     written = [r["checkpoint_written"] for r in rows if r["checkpoint_written"] is not None]
@@ -246,8 +245,7 @@ def local_status(job: Any, now: float | None = None) -> dict[str, Any]:
         "version": STATUS_VERSION, "job": job.job_name, "system": "local",
         "job_dir": os.path.abspath(job.root), "generation": generation,
         "elasticity_factor": int(factor) if factor else None,
-        "configured_elasticity_factor": int(config_value(job.plan.config,
-                                                         "job.elasticity.factor")),
+        "configured_elasticity_factor": int(job.plan.config.job.elasticity_factor),
         "containers": conts, "locks": locks, "containers_note": None, "group": None,
         "checkpoints": {"where": f"{log.path} (metadata checkpoint/{job.job_name}/<task>)",
                         "last_written": max(written, default=None)},
@@ -314,8 +312,7 @@ async def _kafka_status(app: Any, config: Mapping[str, Any], app_ref: str, timeo
     common = {
         "version": STATUS_VERSION, "job": streams.job_name, "system": "kafka",
         "bootstrap_servers": streams.servers, "elasticity_factor": cp.elasticity,
-        "configured_elasticity_factor": int(config_value(streams.plan.config,
-                                                         "job.elasticity.factor")),
+        "configured_elasticity_factor": int(streams.plan.config.job.elasticity_factor),
         "checkpoints": {"where": f"topic {topic}", "last_written": last},
         "partitions": rows, "group": group, "metrics": None}
     root = os.path.abspath(job_dir(streams.job_name, job_config(app, config)))
@@ -330,7 +327,7 @@ async def _kafka_status(app: Any, config: Mapping[str, Any], app_ref: str, timeo
                 "containers_note": f"the job runs as the consumer group {streams.job_name!r}: "
                                    f"its members, on every host, are listed under the group",
                 "stores": store_rows(model, mine, changelog)}
-    count = int(config_value(streams.plan.config, "job.container.count"))
+    count = int(streams.plan.config.job.container_count)
     conts, locks = containers(root, cp.generation is not None, count, elsewhere=True)
     age = "" if last is None else f" {max(0.0, (now or time.time()) - last):.1f} s ago"
     note = (f"only containers on this machine show running (by their locks in {lock_dir(root)});"

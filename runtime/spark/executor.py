@@ -82,9 +82,9 @@ from runtime.host.metrics import OpMeter
 from runtime.spark.meter import LATE_SENT, add_run, meter_report, new_meter
 from runtime.spark.shuffle import DistinctKeys, Encoded, Records, RowColumns, record_message
 from runtime.state.memory_store import MemoryStores
-from samza_dsl.config import config_value
 from samza_dsl.errors import SamzaError
 from samza_dsl.fields import field_path, ignores
+from samza_dsl.jobconfig import JobConfig
 from samza_dsl.kv import KV
 from samza_dsl.spec import (
     AsyncFlatMapSpec,
@@ -141,7 +141,7 @@ class PassExecutor:
     the task's name where it is not ``Partition <partition>`` (a virtual task's)."""
 
     def __init__(self, plan: Any, stage_ids: Sequence[str], partition: int,
-                 counts: Mapping[str, int], config: Mapping[str, Any], *,
+                 counts: Mapping[str, int], config: JobConfig, *,
                  describe: Callable[[str, int, int], str] | None = None,
                  narrow: bool = False, encoded: frozenset[str] = frozenset(),
                  task_name: str | None = None) -> None:
@@ -153,9 +153,9 @@ class PassExecutor:
         self.task_name = task_name or f"Partition {partition}"
         self.describe = describe or (lambda sid, part, off: f"partition {part} offset {off}")
         self.stages = [s for s in plan.stages if s.stage_id in stage_ids]
-        self.max_concurrency: int = max(1, config_value(config, "task.max.concurrency"))
-        self.tick_ms: int = config_value(config, "task.window.ms")
-        self.callback_timeout_ms: int = config_value(config, "task.callback.timeout.ms")
+        self.max_concurrency: int = max(1, config.task.max_concurrency)
+        self.tick_ms: int = config.task.window_ms
+        self.callback_timeout_ms: int = config.task.callback_timeout_ms
         self.metrics: dict[str, int] = {}
 
         # what is being processed: ctx.clock() and the time outputs inherit
@@ -177,7 +177,7 @@ class PassExecutor:
                                 if type(op).flush_state is not Operator.flush_state]
         #: commits after each batch fed; with ``task.commit.ms=-1`` (commit only at the end, as
         #: the job then does) a batch only writes out a full write batch (``maybe_flush``)
-        self._batch_commits: bool = config_value(config, "task.commit.ms") != -1
+        self._batch_commits: bool = config.task.commit_ms != -1
         self._flushers = [s.maybe_flush for s in stores.values() if s.batched_writes]
         #: op id -> its meter (``runtime.spark.meter``): messages in and out, handle ns
         self.op_meters: dict[str, OpMeter] = {op_id: new_meter(op_id, self.task_name)

@@ -118,9 +118,9 @@ from runtime.spark.tiers import (
     spark_passes,
 )
 from samza_dsl import StreamApplication
-from samza_dsl.config import config_value, job_config
 from samza_dsl.errors import SamzaError
 from samza_dsl.fields import field_path
+from samza_dsl.jobconfig import job_config
 from samza_dsl.serdes import KVSerde
 from samza_dsl.spec import JoinSpec, PartitionBySpec, SendToSpec, WindowSpec
 from samza_dsl.stream import OutputStream
@@ -470,7 +470,7 @@ class SparkRunner:
         plan = app.plan(partitions=partitions, config=config)
         ship_user_code(spark, plan)
         counts = resolve_partitions(plan)
-        elasticity = config_value(plan.config, "job.elasticity.factor")
+        elasticity = plan.config.job.elasticity_factor
         for stages in spark_passes(plan):  # what Spark cannot run, refused before it runs
             broadcast_tasks(plan, stages, counts, elasticity)
         run_id = uuid.uuid4().hex[:12]

@@ -22,6 +22,7 @@ from runtime.state.codec import changelog_check, store_codecs, store_key_check
 from runtime.state.lmdb_store import LmdbStore
 from runtime.state.writeback import store_sizes
 from samza_dsl.errors import SerdeError
+from samza_dsl.jobconfig import JobConfig
 
 __all__ = ["StoreBackend"]
 
@@ -44,7 +45,7 @@ class StoreBackend(StateBackend):
     ``runtime.state.codec``; a changelog entry that does not decode meets its policy,
     ``dead_letter`` taking the raw entry."""
 
-    def __init__(self, root: str, job: JobModel, config: Mapping[str, Any],
+    def __init__(self, root: str, job: JobModel, config: JobConfig,
                  changelogs: Mapping[str, Callable[[int], Changelog]],
                  metrics: Metrics,
                  dead_letter: Callable[[SSP, int, Record, SerdeError], None] | None = None

@@ -26,7 +26,7 @@ memory"), and what is read back once the object cache has let it go is what its 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from runtime.engine.job import TaskModel
@@ -36,6 +36,7 @@ from runtime.state.bytestore import DecodeEntry
 from runtime.state.changelog import Entries
 from runtime.state.codec import store_codecs, store_key_check
 from runtime.state.writeback import CachedStore, store_samples, store_sizes
+from samza_dsl.jobconfig import JobConfig
 
 __all__ = ["MemoryBytes", "MemoryStore", "MemoryStores"]
 
@@ -190,10 +191,10 @@ class MemoryStores(StateBackend):
     ``cache_size``: the object cache of a store whose config sets none (the job's default
     where None)."""
 
-    def __init__(self, plan: Any, config: Mapping[str, Any] | None = None, *,
+    def __init__(self, plan: Any, config: JobConfig | None = None, *,
                  cache_size: int | None = None) -> None:
         self.plan = plan
-        self.config = plan.config if config is None else config
+        self.config: JobConfig = plan.config if config is None else config
         self.cache_size = cache_size
         self.stores: dict[tuple[str, str], MemoryStore] = {}
 
@@ -202,9 +203,7 @@ class MemoryStores(StateBackend):
         store = self.stores.get(key)
         if store is None:
             ke, kd, ve, vd = store_codecs(self.plan, store_name)
-            cache_size, write_batch_size = (
-                store_sizes(self.config, store_name) if self.cache_size is None
-                else store_sizes(self.config, store_name, self.cache_size))
+            cache_size, write_batch_size = store_sizes(self.config, store_name, self.cache_size)
             store = MemoryStore(name=store_name, task=task_name, key_encode=ke, key_decode=kd,
                                 value_encode=ve, value_decode=vd, cache_size=cache_size,
                                 write_batch_size=write_batch_size)

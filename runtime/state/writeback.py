@@ -23,7 +23,8 @@ from typing import Any, cast
 from operators.state import ListKey
 from runtime.host.metrics import Sample
 from runtime.state.bytestore import ByteStore
-from samza_dsl.errors import ConfigError, SamzaError, SerdeError
+from samza_dsl.errors import SamzaError, SerdeError
+from samza_dsl.jobconfig import JobConfig
 
 __all__ = ["CachedStore", "Entries", "MISSING", "Dirty", "encode_all", "encode_entries", "settle", "evict", "decode_error",
            "store_sizes", "store_samples"]
@@ -120,25 +121,14 @@ def decode_error(where: str, what: str, e: Exception) -> SerdeError:
         f"(samza-dsl reset) to start it over")
 
 
-def _positive(config: Mapping[str, Any], key: str, default: int) -> int:
-    value = config.get(key)
-    if value is None:
-        return default
-    try:
-        n = int(str(value).strip())
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise ConfigError(f"config {key}={value!r} must be a whole number >= 1")
-    return n
-
-
-def store_sizes(config: Mapping[str, Any], store_name: str,
-                cache_size: int = 100_000) -> tuple[int, int]:
-    """(object cache size, write batch size) of a store, from the job's config (``cache_size``
-    where it sets none)."""
-    return (_positive(config, f"stores.{store_name}.object.cache.size", cache_size),
-            _positive(config, f"stores.{store_name}.write.batch.size", 10_000))
+def store_sizes(config: JobConfig, store_name: str,
+                cache_size: int | None = None) -> tuple[int, int]:
+    """(object cache size, write batch size) of a store, from the job's config (``cache_size``,
+    where given, instead of the registry's default when the config sets none)."""
+    store = config.store(store_name)
+    given = f"stores.{store_name}.object.cache.size" in config
+    return (store.object_cache_size if given or cache_size is None else cache_size,
+            store.write_batch_size)
 
 
 class CachedStore:

@@ -135,12 +135,14 @@ def test_the_coordinator_is_kafka_only_for_runs_that_follow_and_says_what_to_do_
     from runtime import LocalRunner
     from runtime.kafka.group import job_coordinator
     from samza_dsl.errors import ConfigError
+    from samza_dsl.jobconfig import JobConfig
 
     name = "group-x-1"
-    assert job_coordinator({}, follow=True, job_name=name) == "kafka"
-    assert job_coordinator({}, follow=False, job_name=name) == "static"
-    assert job_coordinator({"job.container.count": 2}, follow=True, job_name=name) == "static"
-    assert job_coordinator({"job.coordinator": "static"}, follow=True, job_name=name) == "static"
+    for given, follow, chosen in (({}, True, "kafka"), ({}, False, "static"),
+                                  ({"job.container.count": 2}, True, "static"),
+                                  ({"job.coordinator": "static"}, True, "static")):
+        assert job_coordinator(JobConfig.validated(given).job, follow=follow,
+                               job_name=name) == chosen
     app = group_app(kafka_bootstrap, uuid.uuid4().hex[:8])
     for config, words in (({}, "add --follow, or set job.coordinator=static"),
                           ({"job.container.count": 2}, "leave out --containers")):

@@ -23,6 +23,7 @@ import pytest
 from runtime.host.health import HealthServer, health_address
 from samza_dsl.config import validate_config
 from samza_dsl.errors import ConfigError
+from samza_dsl.jobconfig import JobConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = os.path.join(os.path.dirname(sys.executable), "samza-dsl")
@@ -105,8 +106,8 @@ def test_a_health_port_in_use_is_one_line_and_a_bad_value_a_config_error(
     assert f"job.health.port: cannot listen on 127.0.0.1:{port}" in line, line
     with pytest.raises(ConfigError, match="job.health.port"):
         validate_config({"job.health.port": -5})
-    assert health_address({}) is None
-    assert health_address({"job.health.port": 9000}, 2) == ("127.0.0.1", 9002)
+    assert health_address(JobConfig.validated({})) is None
+    assert health_address(JobConfig.validated({"job.health.port": 9000}), 2) == ("127.0.0.1", 9002)
 
 
 def test_ready_is_503_until_the_tasks_run_and_only_get_is_answered() -> None:

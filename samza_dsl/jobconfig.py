@@ -1,0 +1,300 @@
+"""The job's config, typed: one ``JobConfig``, built once where a job is made, handed down.
+
+A ``JobConfig`` is the validated mapping of keys a job runs with (what ``ctx.config`` shows a
+user's functions, unchanged) and, next to it, typed parts every room reads instead of strings:
+``task``, ``job`` (its containers, coordination and guarantee), ``health``, ``metrics``, and
+per name ``store(name)``, ``system(name)`` (its client and security settings) and
+``stream(id)``. Each field of a part names its key in the registry (``KNOWN_KEYS``,
+``STORE_PROPERTIES``, ``STREAM_PROPERTIES``, ``SYSTEM_PROPERTIES``); an absent key, or one
+given as None, is the registry's default, so a default is written in one place.
+
+>>> config = JobConfig.validated({"task.commit.ms": "5", "stores.counts.write.batch.size": 7})
+>>> config.task.commit_ms, config.task.max_concurrency, config.store("counts").write_batch_size
+(5, 1, 7)
+>>> config["task.commit.ms"], "task.max.concurrency" in config
+(5, False)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from .config import (
+    EXACTLY_ONCE,
+    KNOWN_KEYS,
+    STORE_PROPERTIES,
+    STREAM_PROPERTIES,
+    ConfigKey,
+    shown_config,
+    validate_config,
+)
+
+__all__ = ["JobConfig", "TaskConfig", "JobSettings", "HealthConfig", "MetricsConfig",
+           "StoreConfig", "StreamConfig", "SystemConfig", "SecurityConfig", "KEY_OF_FIELD",
+           "job_config"]
+
+#: the metadata name under which a part's field names its key
+KEY_OF_FIELD = "key"
+
+
+def _key(name: str) -> Any:
+    return field(metadata={KEY_OF_FIELD: name})
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """``task.*``: how each task handles, commits and times its messages."""
+
+    max_concurrency: int = _key("task.max.concurrency")
+    batch_handout: bool = _key("task.batch.handout")
+    callback_timeout_ms: int = _key("task.callback.timeout.ms")
+    commit_ms: int = _key("task.commit.ms")
+    window_ms: int = _key("task.window.ms")
+    async_commit: bool = _key("task.async.commit")
+    checkpoint_system: str | None = _key("task.checkpoint.system")
+    shutdown_ms: int = _key("task.shutdown.ms")
+    join_partition_check: str = _key("task.join.partition.check")
+    progress_ms: int = _key("task.progress.ms")
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    """``job.*`` but health: the job's name, its containers, how they share tasks, its
+    guarantee and where its state lives."""
+
+    name: str | None = _key("job.name")
+    id: str | None = _key("job.id")
+    processing_guarantee: str = _key("job.processing.guarantee")
+    container_count: int = _key("job.container.count")
+    container_id: int | None = _key("job.container.id")
+    thread_pool_size: int = _key("job.container.thread.pool.size")
+    coordinator: str | None = _key("job.coordinator")
+    standby_replicas: int = _key("job.standbytasks.replication.factor")
+    elasticity_factor: int = _key("job.elasticity.factor")
+    intermediate_partitions: int | None = _key("job.intermediate.stream.partitions")
+    default_system: str | None = _key("job.default.system")
+    changelog_system: str | None = _key("job.changelog.system")
+    dir: str | None = _key("job.dir")
+    kafka_unavailable_timeout_ms: int = _key("job.kafka.unavailable.timeout.ms")
+    kafka_partition_check_ms: int = _key("job.kafka.partition.check.ms")
+    bounded_stall_ms: int = _key("job.bounded.stall.ms")
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.processing_guarantee == EXACTLY_ONCE
+
+
+@dataclass(frozen=True)
+class HealthConfig:
+    """``job.health.*``: each container's liveness and readiness endpoint."""
+
+    port: int = _key("job.health.port")
+    host: str = _key("job.health.host")
+    liveness_ms: int = _key("job.health.liveness.ms")
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    """``metrics.*``: operator metrics and the reporters that publish them."""
+
+    operators: bool = _key("metrics.operators")
+    reporters: str = _key("metrics.reporters")
+    reporter_interval_ms: int = _key("metrics.reporter.interval.ms")
+    prometheus_port: int = _key("metrics.reporter.prometheus.port")
+    prometheus_host: str = _key("metrics.reporter.prometheus.host")
+    json_path: str | None = _key("metrics.reporter.json.path")
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """``stores.<name>.*``: one store's changelog and sizes."""
+
+    changelog: str | None = _key("changelog")
+    object_cache_size: int = _key("object.cache.size")
+    write_batch_size: int = _key("write.batch.size")
+    pane_cache_size: int = _key("pane.cache.size")
+    changelog_compaction: bool = _key("changelog.compaction")
+    changelog_delete_retention_ms: int = _key("changelog.delete.retention.ms")
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """``streams.<id>.*``: one stream's system, name, partitions, retention and serde policy."""
+
+    serde_error: str = _key("samza.serde.error")
+    system: str | None = _key("samza.system")
+    physical_name: str | None = _key("samza.physical.name")
+    intermediate: bool = _key("samza.intermediate")
+    broadcast: bool = _key("samza.broadcast")
+    partitions: int | None = _key("partitions")
+    retention_ms: int = _key("retention.ms")
+    retention_bytes: int = _key("retention.bytes")
+
+
+@dataclass(frozen=True)
+class SecurityConfig:
+    """A Kafka system's security settings, as given (a password may be ``env:VAR`` or
+    ``file:PATH``, resolved where a client is made); ``repr`` never shows a password."""
+
+    protocol: str = "PLAINTEXT"
+    sasl_mechanism: str = "SCRAM-SHA-512"
+    sasl_username: str | None = None
+    sasl_password: str | None = field(default=None, repr=False)
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    ssl_key_password: str | None = field(default=None, repr=False)
+    ssl_check_hostname: bool = True
+
+
+@dataclass(frozen=True)
+class SystemConfig:
+    """``systems.<name>.*``: one system's kind, where it is, and its clients' settings."""
+
+    name: str
+    factory: str | None = None
+    bootstrap_servers: str | None = None
+    properties: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    security: SecurityConfig = field(default_factory=SecurityConfig)
+    consumer: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    producer: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+
+P = TypeVar("P")
+
+
+def _part(cls: type[P], registry: Mapping[str, ConfigKey], values: Mapping[str, Any],
+          prefix: str = "") -> P:
+    """A part whose every field is its key's value in ``values``, or the registry's default."""
+    kwargs = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        spec = registry[f.metadata[KEY_OF_FIELD]]
+        value = values.get(prefix + spec.name)
+        kwargs[f.name] = spec.default if value is None else value
+    return cls(**kwargs)
+
+
+_SECURITY_KEYS = {"security.protocol": "protocol", "sasl.mechanism": "sasl_mechanism",
+                  "sasl.username": "sasl_username", "sasl.password": "sasl_password",
+                  "ssl.cafile": "ssl_cafile", "ssl.certfile": "ssl_certfile",
+                  "ssl.keyfile": "ssl_keyfile", "ssl.key.password": "ssl_key_password",
+                  "ssl.check.hostname": "ssl_check_hostname"}
+
+
+class JobConfig(Mapping[str, Any]):
+    """The validated keys of a job (a read-only mapping) and their typed parts.
+
+    Build it once where a job is made: ``JobConfig.of(app, given)`` (the application's own
+    config under what the run is given), or ``JobConfig.validated(config)``; a ``JobConfig``
+    passed to either is used as it is.
+    """
+
+    __slots__ = ("_values", "task", "job", "health", "metrics", "_parts")
+
+    _values: dict[str, Any]
+    _parts: dict[tuple[str, str], Any]
+    task: TaskConfig
+    job: JobSettings
+    health: HealthConfig
+    metrics: MetricsConfig
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        """``values`` are validated already (``validate_config``)."""
+        set_ = object.__setattr__
+        set_(self, "_values", dict(values))
+        set_(self, "task", _part(TaskConfig, KNOWN_KEYS, values))
+        set_(self, "job", _part(JobSettings, KNOWN_KEYS, values))
+        set_(self, "health", _part(HealthConfig, KNOWN_KEYS, values))
+        set_(self, "metrics", _part(MetricsConfig, KNOWN_KEYS, values))
+        set_(self, "_parts", {})
+
+    @classmethod
+    def validated(cls, config: Mapping[str, Any] | None) -> JobConfig:
+        """``config`` checked and converted (``validate_config``), or ``config`` itself when it
+        is a ``JobConfig`` already."""
+        return config if isinstance(config, JobConfig) else cls(validate_config(config))
+
+    @classmethod
+    def of(cls, app: Any, given: Mapping[str, Any] | None = None) -> JobConfig:
+        """The config a job of ``app`` runs with: the application's own (``StreamApplication(
+        config=...)``) under what the run is given (a runner's ``config=``, the CLI's ``-c``,
+        which is applied last)."""
+        own = validate_config(getattr(app, "config", None))
+        if isinstance(given, JobConfig) and all(k in given for k in own):  # made for it already
+            return given
+        return cls({**own, **validate_config(given)})
+
+    def with_keys(self, extra: Mapping[str, Any]) -> JobConfig:
+        """This config with ``extra`` (validated keys the planner generates) under it."""
+        return JobConfig({**extra, **self._values})
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"a JobConfig is read-only: {name} cannot be set")
+
+    def __reduce__(self) -> tuple[type[JobConfig], tuple[dict[str, Any]]]:
+        """Made again from its keys where a plan is shipped (Spark's executors)."""
+        return JobConfig, (self._values,)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return f"JobConfig({shown_config(self._values)!r})"
+
+    def store(self, name: str) -> StoreConfig:
+        """Store ``name``'s settings (``stores.<name>.*``)."""
+        return self._cached(("store", name), lambda: _part(
+            StoreConfig, STORE_PROPERTIES, self._values, f"stores.{name}."))
+
+    def stream(self, stream_id: str) -> StreamConfig:
+        """Stream ``stream_id``'s settings (``streams.<id>.*``)."""
+        return self._cached(("stream", stream_id), lambda: _part(
+            StreamConfig, STREAM_PROPERTIES, self._values, f"streams.{stream_id}."))
+
+    def system(self, name: str) -> SystemConfig:
+        """System ``name``'s settings (``systems.<name>.*``)."""
+        return self._cached(("system", name), lambda: self._system(name))
+
+    def _system(self, name: str) -> SystemConfig:
+        prefix = f"systems.{name}."
+        props = {k[len(prefix):]: v for k, v in self._values.items() if k.startswith(prefix)}
+        security = {attr: props[key] for key, attr in _SECURITY_KEYS.items()
+                    if props.get(key) is not None}
+        if "ssl_check_hostname" in security:
+            security["ssl_check_hostname"] = str(security["ssl_check_hostname"]).strip().lower() \
+                not in ("false", "0", "no")
+        return SystemConfig(
+            name, props.get("samza.factory"), props.get("bootstrap.servers"), props,
+            SecurityConfig(**security),
+            {k[9:]: v for k, v in props.items() if k.startswith("consumer.")},
+            {k[9:]: v for k, v in props.items() if k.startswith("producer.")})
+
+    def _cached(self, key: tuple[str, str], make: Callable[[], P]) -> P:
+        parts: dict[tuple[str, str], Any] = self._parts
+        if key not in parts:
+            parts[key] = make()
+        part: P = parts[key]
+        return part
+
+
+def job_config(app: Any, given: Mapping[str, Any] | None = None) -> JobConfig:
+    """The config a job of ``app`` runs with (``JobConfig.of``): the application's own
+    (``StreamApplication(config=...)``) under what the run is given (a runner's ``config=``, the
+    CLI's ``-c``, which is applied last). It is built once where a job is made and handed down,
+    so a key means the same wherever it was given.
+
+    >>> class App: config = {"job.dir": "/srv/a", "task.commit.ms": 5}
+    >>> config = job_config(App(), {"task.commit.ms": "7"})
+    >>> sorted(config.items()), config.task.commit_ms
+    ([('job.dir', '/srv/a'), ('task.commit.ms', 7)], 7)
+    """
+    return JobConfig.of(app, given)
