@@ -21,11 +21,9 @@ import pytest
 
 from runtime.ops.cli import build_parser
 from samza_dsl.config import key_reference
+from tests.page_helpers import chromium
 
 REPO = Path(__file__).resolve().parents[1]
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--no-first-run", "--disable-sync"]
 
 
 @pytest.fixture(scope="module")
@@ -99,15 +97,8 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    assert os.path.exists(CHROMIUM), f"the docs are looked at in Chromium: install {CHROMIUM}"
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
+    with chromium() as b:
+        yield b
 
 
 def _look(browser: Any, url: str, shot: Path) -> dict[str, Any]:

@@ -22,15 +22,13 @@ from typing import Any
 import pytest
 
 from runtime.ops.ui import SnapshotSource
+from tests.page_helpers import chromium
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "examples" / "page_view_counts.py") + ":app"
 JOB = "page-view-counts-1"
 #: a job with a slow step (``ui_app.py``), so loaded bursts show as lag
 CLICKS = str(Path(__file__).resolve().parent / "ui_app.py") + ":app"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--no-first-run", "--disable-sync"]
 
 
 def free_port() -> int:
@@ -78,15 +76,8 @@ def wait_for(what: str, check: Any, timeout: float = 60, proc: Any = None) -> An
 
 @pytest.fixture
 def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    assert os.path.exists(CHROMIUM), f"the job page is tested in Chromium: install {CHROMIUM}"
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
+    with chromium() as b:
+        yield b
 
 
 def feeder(job_dir: Path, stop_event: threading.Event, batches: list[int]) -> threading.Thread:
