@@ -164,8 +164,15 @@ class ObjectCodec:
 
     def encode(self, obj: Any) -> bytes:
         try:
-            if type(obj) in _SCALARS:  # as the walk gives it back, with no call of it
+            t = type(obj)
+            if t in _SCALARS:  # as the walk gives it back, with no call of it
                 return self._encode_native(obj)
+            if t is dict:  # a flat dict (a message) too
+                for k, v in obj.items():
+                    if type(v) not in _SCALARS or type(k) not in _SCALARS:
+                        break
+                else:
+                    return self._encode_native(obj)
             return self._encode_native(self._lower(obj, 1))
         except OverflowError:  # an int past 64 bits somewhere: walk again, looking at ints
             return self._encode_native(self._lower_big(obj, 1))

@@ -250,26 +250,28 @@ class _StreamRun:
         self.plain_kind = key_of is None and (raw or rule.fixed is None) and self.track is None
 
     def _origins(self, end: int, it: Any
-                 ) -> tuple[bytes | None, int, Any, int | None, Callable[[], int]]:
+                 ) -> tuple[bytes | None, int, Any, int | None, Callable[[], int], bool]:
         """Where the loop writes each record's origin itself (``runtime.engine.origins``): the
         header's start, the offset after the batch's ``end``, less one, the appends that take
         records as they are, and, where the log keeps origins in their compact form, that
         form of the offset after ``end``, less one (then the header's start is None); else, or
-        with no origins to write, (None, 0, the appends, None); last, how many records ``it``,
-        the loop's iterator, has left (a bound method: no lookup a record)."""
+        with no origins to write, (None, 0, the appends, None); then how many records ``it``,
+        the loop's iterator, has left (a bound method: no lookup a record); last, whether the
+        loop sets the cursor's index at each message (origins the appends write themselves),
+        one test a message where it made three."""
         left = it.__length_hint__
         if self.track is None:
-            return None, 0, self.bufs, None, left
+            return None, 0, self.bufs, None, left, False
         cur = self.track.batch
         last = cur.first + end - 1
         if self.plain is not None and self.origin_id is not None and last <= _OFFSET_MAX:
             ident = self.origin_id(cur.ssp)
             if ident is not None:
-                return None, 0, self.plain, ident + last, left
+                return None, 0, self.plain, ident + last, left, False
         pfx = None if self.prefix is None else self.prefix(cur.ssp)
         if pfx is None or self.plain is None:
-            return None, 0, self.bufs, None, left
-        return pfx, last, self.plain, None, left
+            return None, 0, self.bufs, None, left, True
+        return pfx, last, self.plain, None, left, False
 
     def __call__(self, payloads: list[Any], i: int, end: int, times: Any = None) -> int:
         """Process payloads[i:end] up to the first control record (or, with ``times``, the
@@ -280,7 +282,7 @@ class _StreamRun:
         runs_of, et, track = self.runs_of, self.et, self.track
         control_types = CONTROL_TYPES
         it = iter(payloads[i:end])  # the iterator tells the index when the loop stops
-        pfx, base, bufs, obase, left = self._origins(end, it)  # bufs: as the origins want
+        pfx, base, bufs, obase, left, each = self._origins(end, it)  # bufs: as origins want
         n_in = dropped = 0
         counts = [0, 0]  # what the rest of the batch took in the loop after this one
         timed = meter is None and fused is None
@@ -316,7 +318,7 @@ class _StreamRun:
                         else:
                             xmax = x
                 n_in += 1
-                if track is not None and pfx is None and obase is None:
+                if each:
                     track.index = end - left()
                 if direct:  # a partition_by of the message, its partitions in memory
                     try:

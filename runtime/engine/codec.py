@@ -156,6 +156,21 @@ def fast_deserializer(serde: Serde[Any]) -> Callable[[bytes], Any]:
     return serde.deserialize
 
 
+_KEY_OF = itemgetter(0)
+
+
+def _nones(keys: list[Any]) -> list[int]:
+    """The indexes of the Nones in ``keys``, each found by ``list.index`` (in C)."""
+    out: list[int] = []
+    i = -1
+    try:
+        while True:
+            i = keys.index(None, i + 1)
+            out.append(i)
+    except ValueError:
+        return out
+
+
 def _raises_on_none(serde: Serde[Any]) -> bool:
     t = type(serde)
     return t is JsonSerde or t is MsgpackSerde or t is SafeSerde or (
@@ -339,12 +354,16 @@ class StreamCodec:
             if self._key_serde is not None:
                 kde = fast_deserializer(self._key_serde)
                 if self._none_raises:
-                    try:  # no None key or value: a control record (no key) makes this raise
-                        return [KV(kde(k), vde(v)) for k, v, _ in records]  # type: ignore[arg-type]
-                    except Exception:
-                        pass
-                    # a few records without a key (control records): the runs between them
-                    nones = [i for i, r in enumerate(records) if r[0] is None]
+                    # a record without a key (a control record, most likely) is looked for
+                    # first, in C: the batch is not decoded up to it and then again
+                    if None not in map(_KEY_OF, records):
+                        try:  # no None key or value
+                            return [KV(kde(k), vde(v))  # type: ignore[arg-type]
+                                    for k, v, _ in records]
+                        except Exception:
+                            pass
+                    # a few records without a key: the runs between them
+                    nones = _nones(list(map(_KEY_OF, records)))
                     if 0 < len(nones) * 8 < len(records):
                         return self._runs_between(nones, records, kde, vde, generation)
                 return self._kv_one_by_one(records, kde, vde, generation)

@@ -161,6 +161,32 @@ def test_a_decoded_batch_gives_its_records_origins_and_control_records_between_t
     assert type(codec.decode_batch(SSP("hop", 0), 0, records, 1)) is list
 
 
+def test_a_batch_with_a_control_record_decodes_each_record_once() -> None:
+    """A control record mid-batch (a watermark between two flushes) is found before any record
+    is decoded, so the records before it are not decoded twice."""
+    from runtime.engine.codec import StreamCodec, control_record
+    from runtime.engine.records import Watermark
+    from samza_dsl import KV
+    from samza_dsl.serdes import KVSerde, SafeSerde
+
+    values = SafeSerde()
+    decoded: list[bytes] = []
+    decode = values._decode
+
+    def counted(data: bytes) -> Any:
+        decoded.append(data)
+        return decode(data)
+
+    values._decode = counted
+    codec = StreamCodec("hop", KVSerde(SafeSerde(), values))
+    records = [codec.encode(KV(f"k{i}", {"n": i})) for i in range(40)]
+    records[30:30] = [control_record(Watermark("t0", 5), 1)]
+    out = codec.decode_batch(SSP("hop", 0), 0, records, 1)
+    assert out[30] == Watermark("t0", 5)
+    assert [m for m in out if isinstance(m, KV)] == [KV(f"k{i}", {"n": i}) for i in range(40)]
+    assert len(decoded) == 40  # each data record's value once
+
+
 _origin = st.one_of(
     st.none(),
     st.tuples(st.sampled_from(["in/0", "in/1", "in/2/0of2"]), st.integers(0, 40),

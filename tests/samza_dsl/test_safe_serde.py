@@ -145,6 +145,29 @@ def test_the_bytes_are_those_of_the_plain_walk(value: Any) -> None:
     assert SERDE.serialize(value) == msgspec.msgpack.encode(plain_lowering(value))
 
 
+def test_a_flat_dict_is_written_with_no_walk() -> None:
+    """A message of scalars (an intermediate stream's value) goes to msgspec as it is, with no
+    call of the walk; one that holds a container, or a key that is not a scalar, is walked."""
+    serde = SafeSerde()
+    codec = serde._codec
+    walked: list[Any] = []
+    walk = codec._lower
+
+    def counted(value: Any, depth: int) -> Any:
+        walked.append(value)
+        return walk(value, depth)
+
+    codec._lower = counted
+    flat = {"user": "u1", "country": "c01", "ts": 1700000000.125, "n": None, "b": b"x"}
+    assert serde.serialize(flat) == msgspec.msgpack.encode(flat)
+    assert walked == []
+    for nested in ({"at": (1, 2)}, {(1, 2): "a"}, {"v": {"w": 1}}):
+        assert serde.deserialize(serde.serialize(nested)) == nested
+    assert len(walked) == 3
+    big = {"n": 2**70}  # past 64 bits: the walk that looks at ints
+    assert serde.deserialize(serde.serialize(big)) == big
+
+
 scalar_entries = st.tuples(st.one_of(st.integers(), st.text(), st.none()), st.builds(
     KV, st.one_of(st.integers(), st.text(), st.binary()),
     st.one_of(st.integers(), st.floats(), st.text(), st.booleans(), st.none())))
