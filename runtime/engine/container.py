@@ -27,6 +27,7 @@ from runtime.engine.task import TaskInstance
 from runtime.engine.task_env import TaskEnv
 from runtime.host.health import HealthServer, health_address
 from runtime.host.metrics import Metrics, Sample
+from runtime.host.tracing import job_tracing
 from runtime.host.watchdog import DaemonPool
 from runtime.state.remote import close_table_functions
 from samza_dsl.config import config_value, exactly_once
@@ -244,7 +245,8 @@ class Container:
         self.env = TaskEnv(self.config, self.clock, self.metrics, self.executor, producer,
                            self.store, self.committer, self.on_consumed,
                            task_share=len(tasks) / max(1, len(job.tasks)),
-                           clock_ns=time.time_ns if self.clock is wall_ms else None)
+                           clock_ns=time.time_ns if self.clock is wall_ms else None,
+                           tracing=job_tracing(self.config, service=job.plan.job_name))
         self.started = time.monotonic()
         self.restored: dict[str, dict[SSP, int]] = {}
         self.loop_meter = LoopMeter()
@@ -496,6 +498,8 @@ class Container:
                     self.executor.shutdown(wait=False, cancel_futures=True)
                 if self.reporters is not None:
                     self.reporters.stop_server()
+                if self.env.tracing is not None:
+                    self.env.tracing.close()
 
     @property
     def stopping(self) -> bool:
