@@ -4,15 +4,22 @@ Whether a job traces is decided once, where its container is made (``job_tracing
 tracer exists and a task's hand-out is the one it has without tracing, with no branch per
 message. On, each task's ``add_batch`` is ``Tracing.traced``'s: one span per batch a task is
 given (``samza.batch``: task, stream, partition, first and last offset, count), and one span
-per sampled message of it (``samza.message``, a child of its batch's span).
+per sampled message of it (``samza.message``, linked to its batch's span).
 
 A message is sampled by its input position alone (``sampled``): a 64-bit mix of the stream's
 CRC-32, the partition and the offset, below ``tracing.sample.ratio`` of 2**64. So the same run
 samples the same messages, and a ratio of 0.01 samples one message in a hundred on average.
 
+A sampled message's span has ids made from its position (``message_ids``), so it starts a
+trace of its own. A record it caused in an intermediate stream (``partition_by``) carries its
+origin (``runtime.engine.origins``), and the task reading that record makes the record's span a
+child of the message's span, in its trace: no header is needed for that hop, on the embedded log
+as on Kafka. (Under exactly-once records carry no origins, and the hop starts no child.)
+
 ``tracing.exporter``: ``otlp`` sends spans in batches to the OTLP/HTTP endpoint
-``tracing.otlp.endpoint`` (a collector); ``memory`` keeps them in the SDK's
-``InMemorySpanExporter`` of the process (``memory_exporter()``, for tests); ``none`` makes spans and drops them.
+``tracing.otlp.endpoint`` (a collector); ``memory`` keeps them in the process's
+``InMemorySpanExporter`` (``memory_exporter()``, for tests); ``none`` makes spans and drops
+them.
 """
 
 from __future__ import annotations
@@ -29,6 +36,9 @@ __all__ = ["EXPORTERS", "Tracing", "job_tracing", "memory_exporter", "sampled", 
 EXPORTERS = ("otlp", "memory", "none")
 
 _M64 = (1 << 64) - 1
+#: of a batch, (stream, partition, offset) of the origin of its record i, or None
+Origins = Callable[[Any], Callable[[int], tuple[str, int, int] | None] | None]
+_ROOT: Any = {}  # an empty context: the span starts a trace
 
 
 def _mix(x: int) -> int:
@@ -50,6 +60,37 @@ def sampled(stream: str, partition: int, offset: int, bound: int) -> bool:
     return _mix(seed & _M64) < bound
 
 
+def message_ids(stream: str, partition: int, offset: int) -> tuple[int, int]:
+    """(trace id, span id) of the span of the sampled message at ``offset`` of ``stream``'s
+    ``partition``: the same in every process, so a task reading a record the message caused
+    downstream (its origin names the message) continues its trace without a header."""
+    seed = zlib.crc32(stream.encode()) << 32 ^ partition << 48 ^ offset
+    a, b = _mix(seed ^ 0x5A5A5A5A5A5A5A5A), _mix(seed ^ 0xA5A5A5A5A5A5A5A5)
+    return (a << 64 | b) or 1, _mix(a ^ b) or 1
+
+
+class _Ids:
+    """The SDK's ids: random, but for the next span where ``next`` is set (a message's)."""
+
+    def __init__(self) -> None:
+        from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+
+        self.random = RandomIdGenerator()
+        self.next: tuple[int, int] | None = None
+
+    def generate_trace_id(self) -> int:
+        if self.next is not None:
+            return self.next[0]
+        return self.random.generate_trace_id()
+
+    def generate_span_id(self) -> int:
+        got, self.next = self.next, None
+        return self.random.generate_span_id() if got is None else got[1]
+
+    def is_trace_id_random(self) -> bool:
+        return False
+
+
 def traceparent(span: Any) -> bytes:
     """The W3C ``traceparent`` header value of ``span`` (version 00, sampled)."""
     ctx = span.get_span_context()
@@ -69,7 +110,8 @@ def _import_sdk(key: str) -> Any:
 class Tracing:
     """A container's tracer and sampling bound, from the job's config (``job_tracing``)."""
 
-    def __init__(self, config: Mapping[str, Any], *, service: str) -> None:
+    def __init__(self, config: Mapping[str, Any], *, service: str,
+                 origins: Origins) -> None:
         sdk_trace = _import_sdk("tracing.enabled=true")
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
@@ -77,8 +119,11 @@ class Tracing:
         self.ratio = float(config_value(config, "tracing.sample.ratio"))
         self.bound = threshold(self.ratio)
         exporter = str(config_value(config, "tracing.exporter"))
+        self.ids = _Ids()
+        #: (stream, partition, offset) of the origin of a batch's record i (intermediate streams)
+        self.origins = origins
         self.provider = sdk_trace.TracerProvider(
-            resource=Resource.create({"service.name": service}))
+            resource=Resource.create({"service.name": service}), id_generator=self.ids)
         self.memory: Any = None
         if exporter == "memory":
             self.memory = memory_exporter()
@@ -96,7 +141,12 @@ class Tracing:
         """``add_batch`` of task ``task`` that makes the spans of each batch it is given."""
         tracer = self.tracer
         bound = self.bound
+        ids = self.ids
+        origins = self.origins
         from opentelemetry import trace
+        from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
+
+        flags = TraceFlags(TraceFlags.SAMPLED)
 
         def add(ssp: Any, first: int, payloads: list[Any]) -> None:
             n = len(payloads)
@@ -107,12 +157,25 @@ class Tracing:
                 "samza.count": n})
             try:
                 if bound:
-                    ctx = trace.set_span_in_context(span)
-                    for off in range(first, first + n):
-                        if sampled(stream, partition, off, bound):
-                            tracer.start_span("samza.message", context=ctx, attributes={
-                                "samza.task": task, "samza.stream": stream,
-                                "samza.partition": partition, "samza.offset": off}).end()
+                    links = [Link(span.get_span_context())]
+                    origin = origins(payloads)
+                    for i in range(n):
+                        off = first + i
+                        attrs = {"samza.task": task, "samza.stream": stream,
+                                 "samza.partition": partition, "samza.offset": off}
+                        came = None if origin is None else origin(i)
+                        if came is not None and sampled(*came, bound):
+                            # a record of a sampled message of an upstream stage: a child of
+                            # that message's span, in its trace
+                            trace_id, span_id = message_ids(*came)
+                            parent = trace.set_span_in_context(NonRecordingSpan(SpanContext(
+                                trace_id, span_id, True, flags)))
+                            tracer.start_span("samza.message", context=parent, links=links,
+                                              attributes=attrs).end()
+                        elif sampled(stream, partition, off, bound):
+                            ids.next = message_ids(stream, partition, off)
+                            tracer.start_span("samza.message", context=_ROOT, links=links,
+                                              attributes=attrs).end()
                 add_batch(ssp, first, payloads)
             finally:
                 span.end()
@@ -140,8 +203,10 @@ def memory_exporter() -> Any:
     return _MEMORY[0]
 
 
-def job_tracing(config: Mapping[str, Any], *, service: str) -> Tracing | None:
-    """The tracing ``tracing.*`` asks for, or None (off)."""
+def job_tracing(config: Mapping[str, Any], *, service: str,
+                origins: Origins) -> Tracing | None:
+    """The tracing ``tracing.*`` asks for, or None (off). ``origins``: of a batch, a function
+    of record i giving (stream, partition, offset) of its origin, or None (no origins)."""
     if not config_value(config, "tracing.enabled"):
         return None
-    return Tracing(config, service=service)
+    return Tracing(config, service=service, origins=origins)

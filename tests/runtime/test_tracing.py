@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("opentelemetry.sdk")
 
 from runtime import LocalRunner  # noqa: E402
-from runtime.host.tracing import memory_exporter, sampled, threshold  # noqa: E402
+from runtime.host.tracing import memory_exporter, message_ids, sampled, threshold  # noqa: E402
 from samza_dsl import KV, StreamApplication  # noqa: E402
 from samza_dsl.errors import ConfigError  # noqa: E402
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde  # noqa: E402
@@ -75,11 +75,32 @@ def test_messages_are_sampled_by_their_input_position_at_the_ratio() -> None:
     assert inputs == want
     assert 25 <= len(want) <= 75  # a tenth of 500, give or take
     by_id = {s.context.span_id: s for s in spans}
-    for s in messages:  # each one is a child of its batch's span
-        parent = by_id[s.parent.span_id]
-        assert parent.name == "samza.batch"
-        a = parent.attributes
+    for s in messages:  # each one links to its batch's span
+        (link,) = s.links
+        batch = by_id[link.context.span_id]
+        assert batch.name == "samza.batch"
+        a = batch.attributes
         assert a["samza.offset.first"] <= s.attributes["samza.offset"] <= a["samza.offset.last"]
+
+
+def test_one_trace_goes_from_an_input_message_through_partition_by() -> None:
+    spans = run({"tracing.enabled": True, "tracing.exporter": "memory",
+                 "tracing.sample.ratio": "0.05"})
+    messages = [s for s in spans if s.name == "samza.message"]
+    bound = threshold(0.05)
+    sampled_inputs = [(p, o) for p, kvs in INPUT.items() for o in range(len(kvs))
+                      if sampled("in", p, o, bound)]
+    assert sampled_inputs
+    for p, o in sampled_inputs:
+        trace_id, span_id = message_ids("in", p, o)
+        trace = [s for s in messages if s.context.trace_id == trace_id]
+        (root,) = [s for s in trace if s.parent is None]
+        assert (root.attributes["samza.stream"], root.attributes["samza.partition"],
+                root.attributes["samza.offset"], root.context.span_id) == ("in", p, o, span_id)
+        # the record partition_by wrote for it, read by the task of its key's partition
+        (hop,) = [s for s in trace if s.parent is not None]
+        assert hop.parent.span_id == span_id
+        assert hop.attributes["samza.stream"] != "in"
 
 
 def test_tracing_off_makes_no_spans() -> None:
