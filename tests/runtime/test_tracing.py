@@ -4,6 +4,10 @@ ratio, sent to the SDK's in-memory exporter; off, nothing is traced."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import tempfile
 from typing import Any
 
@@ -111,3 +115,28 @@ def test_a_ratio_out_of_range_is_refused_naming_the_key() -> None:
     with pytest.raises(ConfigError, match=r"tracing.sample.ratio='1.5' is not allowed: it must "
                                           r"be a number from 0 to 1"):
         run({"tracing.enabled": True, "tracing.sample.ratio": "1.5"})
+
+
+def test_spans_reach_a_real_otlp_http_collector_process(tmp_path: Any) -> None:
+    got = tmp_path / "received.jsonl"
+    receiver = subprocess.Popen(
+        [sys.executable, os.path.join(os.path.dirname(__file__), "otlp_receiver.py"), str(got)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert receiver.stdout is not None
+        port = int(receiver.stdout.readline())
+        run({"tracing.enabled": True, "tracing.exporter": "otlp",
+             "tracing.otlp.endpoint": f"http://127.0.0.1:{port}", "tracing.sample.ratio": "0.05"})
+    finally:
+        receiver.terminate()
+        receiver.wait(timeout=30)
+    rows = [json.loads(line) for line in got.read_text().splitlines()]
+    spans = [r for r in rows if r["kind"] == "span"]
+    assert {r["name"] for r in spans} == {"samza.batch", "samza.message"}
+    bound = threshold(0.05)
+    for p, kvs in INPUT.items():  # each sampled input message's trace, and its hop
+        for o in range(len(kvs)):
+            if sampled("in", p, o, bound):
+                trace_id, span_id = message_ids("in", p, o)
+                trace = [r for r in spans if r["trace_id"] == f"{trace_id:032x}"]
+                assert sorted(r["parent"] for r in trace) == ["", f"{span_id:016x}"]
