@@ -99,7 +99,7 @@ KNOWN_KEYS: dict[str, ConfigKey] = {k.name: k for k in [
     _k("metrics.operators", bool, True,
        doc="count and time every operator (messages-in, messages-out, handle-ns)"),
     _k("metrics.reporters", str, "",
-       doc="comma-separated reporters: prometheus, snapshot, json, otel"),
+       doc="comma-separated reporters: prometheus, snapshot, json, otel (OTLP, tracing.otlp.endpoint)"),
     _k("metrics.reporter.interval.ms", int, 10000, *_POSITIVE,
        doc="how often the snapshot and json reporters write"),
     _k("metrics.reporter.prometheus.port", int, 9464, *_NON_NEGATIVE,

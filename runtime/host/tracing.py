@@ -210,3 +210,57 @@ def job_tracing(config: Mapping[str, Any], *, service: str,
     if not config_value(config, "tracing.enabled"):
         return None
     return Tracing(config, service=service, origins=origins)
+
+
+class OtelMetrics:
+    """The ``otel`` metrics reporter: the numbers of the container's registry, as
+    ``metrics.samples()`` gives them, sent by the SDK to ``tracing.otlp.endpoint`` (OTLP/HTTP)
+    every ``metrics.reporter.interval.ms``. Each (group, name) is an instrument
+    ``samza.<group>.<name>`` (a gauge where ``gauges`` names it, else a counter), made when it
+    is first seen (``refresh``, at each report), with each sample's labels as attributes."""
+
+    def __init__(self, samples: Callable[[], Any], gauges: Callable[[str, str], bool],
+                 config: Mapping[str, Any], labels: Mapping[str, str], interval_ms: int) -> None:
+        _import_sdk("metrics.reporters=otel")
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+        from opentelemetry.sdk.resources import Resource
+
+        endpoint = str(config_value(config, "tracing.otlp.endpoint")).rstrip("/")
+        reader = PeriodicExportingMetricReader(
+            OTLPMetricExporter(endpoint=endpoint + "/v1/metrics"),
+            export_interval_millis=interval_ms)
+        self.provider = MeterProvider(
+            metric_readers=[reader],
+            resource=Resource.create({"service.name": labels.get("job", "samza-dsl")}))
+        self.meter = self.provider.get_meter("samza-dsl")
+        self.samples = samples
+        self.gauges = gauges
+        self.labels = dict(labels)
+        self.latest: dict[tuple[str, str], list[tuple[dict[str, str], float]]] = {}
+
+    def refresh(self) -> None:
+        """Take the registry's samples now; an instrument for each (group, name) new in them."""
+        from opentelemetry.metrics import CallbackOptions, Observation
+
+        rows: dict[tuple[str, str], list[tuple[dict[str, str], float]]] = {}
+        for group, name, labels, value in self.samples():
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            rows.setdefault((group, name), []).append(({**self.labels, **labels}, float(value)))
+        new = [key for key in rows if key not in self.latest]
+        self.latest.update(rows)
+        for key in new:
+            def observe(_: CallbackOptions, key: tuple[str, str] = key) -> list[Observation]:
+                return [Observation(v, attrs) for attrs, v in self.latest.get(key, ())]
+            group, name = key
+            make = self.meter.create_observable_gauge if self.gauges(group, name) else \
+                self.meter.create_observable_counter
+            make(f"samza.{group}.{name}", callbacks=[observe])
+
+    def close(self) -> None:
+        """The last numbers, sent; the exporter stopped."""
+        self.refresh()
+        self.provider.force_flush()
+        self.provider.shutdown()

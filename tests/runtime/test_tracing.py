@@ -117,7 +117,7 @@ def test_a_ratio_out_of_range_is_refused_naming_the_key() -> None:
         run({"tracing.enabled": True, "tracing.sample.ratio": "1.5"})
 
 
-def test_spans_reach_a_real_otlp_http_collector_process(tmp_path: Any) -> None:
+def test_spans_and_metrics_reach_a_real_otlp_http_collector_process(tmp_path: Any) -> None:
     got = tmp_path / "received.jsonl"
     receiver = subprocess.Popen(
         [sys.executable, os.path.join(os.path.dirname(__file__), "otlp_receiver.py"), str(got)],
@@ -126,13 +126,18 @@ def test_spans_reach_a_real_otlp_http_collector_process(tmp_path: Any) -> None:
         assert receiver.stdout is not None
         port = int(receiver.stdout.readline())
         run({"tracing.enabled": True, "tracing.exporter": "otlp",
-             "tracing.otlp.endpoint": f"http://127.0.0.1:{port}", "tracing.sample.ratio": "0.05"})
+             "tracing.otlp.endpoint": f"http://127.0.0.1:{port}", "tracing.sample.ratio": "0.05",
+             "metrics.reporters": "otel"})
     finally:
         receiver.terminate()
         receiver.wait(timeout=30)
     rows = [json.loads(line) for line in got.read_text().splitlines()]
     spans = [r for r in rows if r["kind"] == "span"]
     assert {r["name"] for r in spans} == {"samza.batch", "samza.message"}
+    # the otel metrics reporter sent the registry's numbers too
+    names = {r["name"] for r in rows if r["kind"] == "metric"}
+    assert {"samza.task.messages-actually-processed", "samza.container.process-envelopes",
+            "samza.task.lag"} <= names, sorted(names)
     bound = threshold(0.05)
     for p, kvs in INPUT.items():  # each sampled input message's trace, and its hop
         for o in range(len(kvs)):
