@@ -62,6 +62,13 @@ def _k(name: str, kind: type, default: Any, check: Callable[[Any], bool] | None 
     return ConfigKey(name, kind, default, check, rule, doc)
 
 
+def _ratio(text: str) -> bool:
+    try:
+        return 0.0 <= float(text) <= 1.0
+    except ValueError:
+        return False
+
+
 _POSITIVE = (lambda v: v >= 1, "an integer >= 1")
 _NON_NEGATIVE = (lambda v: v >= 0, "an integer >= 0")
 _TIMEOUT = (lambda v: v == -1 or v > 0, "-1 (off) or a positive number of milliseconds")
@@ -92,7 +99,7 @@ KNOWN_KEYS: dict[str, ConfigKey] = {k.name: k for k in [
     _k("metrics.operators", bool, True,
        doc="count and time every operator (messages-in, messages-out, handle-ns)"),
     _k("metrics.reporters", str, "",
-       doc="comma-separated reporters: prometheus, snapshot, json"),
+       doc="comma-separated reporters: prometheus, snapshot, json, otel (OTLP, tracing.otlp.endpoint)"),
     _k("metrics.reporter.interval.ms", int, 10000, *_POSITIVE,
        doc="how often the snapshot and json reporters write"),
     _k("metrics.reporter.prometheus.port", int, 9464, *_NON_NEGATIVE,
@@ -101,6 +108,17 @@ KNOWN_KEYS: dict[str, ConfigKey] = {k.name: k for k in [
        doc="the address the Prometheus endpoint listens on"),
     _k("metrics.reporter.json.path", str, None,
        doc="the file the json reporter rewrites (default <job.dir>/metrics-<container>.json)"),
+    _k("tracing.enabled", bool, False,
+       doc="trace the job through the OpenTelemetry SDK (the otel extra): a span per batch a "
+           "task is given and one per sampled message (docs/tracing.md)"),
+    _k("tracing.sample.ratio", str, "0.01", lambda v: _ratio(v), "a number from 0 to 1",
+       doc="the share of messages traced, chosen by their input position (the same in every run)"),
+    _k("tracing.exporter", str, "otlp", ("otlp", "memory", "none").__contains__,
+       "one of otlp, memory, none",
+       doc="where spans go: otlp (tracing.otlp.endpoint), memory (the SDK's in-memory "
+           "exporter, for tests) or none"),
+    _k("tracing.otlp.endpoint", str, "http://127.0.0.1:4318",
+       doc="the OTLP/HTTP collector spans and the otel reporter's metrics are sent to"),
     _k("task.join.partition.check", str, "fail", JOIN_CHECK_POLICIES.__contains__,
        "one of " + ", ".join(JOIN_CHECK_POLICIES),
        doc="what a join (or join_table) does with a message whose join key belongs to another "

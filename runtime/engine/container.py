@@ -22,17 +22,36 @@ from runtime.engine.collector import messages_die_young
 from runtime.engine.commit import Committer
 from runtime.engine.elastic import fan_readers, tasks_of
 from runtime.engine.job import SSP, JobModel, TaskModel
+from runtime.engine.origins import OriginList, origin_of_headers, origin_source
 from runtime.engine.systems import CheckpointStore, Consumer, Producer, StateBackend
 from runtime.engine.task import TaskInstance
 from runtime.engine.task_env import TaskEnv
 from runtime.host.health import HealthServer, health_address
 from runtime.host.metrics import Metrics, Sample
+from runtime.host.tracing import job_tracing
 from runtime.host.watchdog import DaemonPool
 from runtime.state.remote import close_table_functions
 from samza_dsl.errors import SamzaError
 from samza_dsl.jobconfig import JobConfig
 
 _log = logging.getLogger(__name__)
+
+
+def _origin_positions(payloads: Any) -> Callable[[int], tuple[str, int, int] | None] | None:
+    """(stream, partition, offset) of the origin of record i of a batch of an intermediate
+    stream, for its trace; None where the batch's records carry no origins."""
+    if type(payloads) is not OriginList:
+        return None
+    origins, names = payloads.origins, payloads.names
+
+    def at(i: int) -> tuple[str, int, int] | None:
+        o = origins[i]
+        full = o if o.__class__ is not int else origin_of_headers(o, names)
+        if full is None:
+            return None
+        stream, part, off = origin_source(full).rsplit("/", 2)
+        return stream, int(part), int(off)
+    return at
 
 __all__ = ["Container", "CheckpointStore", "MemoryCheckpoints", "Consumer", "Producer",
            "TaskLifecycle", "messages_die_young"]
@@ -244,7 +263,9 @@ class Container:
         self.env = TaskEnv(self.config, self.clock, self.metrics, self.executor, producer,
                            self.store, self.committer, self.on_consumed,
                            task_share=len(tasks) / max(1, len(job.tasks)),
-                           clock_ns=time.time_ns if self.clock is wall_ms else None)
+                           clock_ns=time.time_ns if self.clock is wall_ms else None,
+                           tracing=job_tracing(self.config, service=job.plan.job_name,
+                                               origins=_origin_positions))
         self.started = time.monotonic()
         self.restored: dict[str, dict[SSP, int]] = {}
         self.loop_meter = LoopMeter()
@@ -495,6 +516,8 @@ class Container:
                     self.executor.shutdown(wait=False, cancel_futures=True)
                 if self.reporters is not None:
                     self.reporters.stop_server()
+                if self.env.tracing is not None:
+                    self.env.tracing.close()
 
     @property
     def stopping(self) -> bool:

@@ -53,3 +53,5 @@ class TaskEnv:
     #: exactly-once: the producer of a task's own (given the task), whose records its commit
     #: writes; None: every task writes through ``producer``
     task_producer: Callable[[Any], Producer] | None = None
+    #: the job's tracing (``runtime.host.tracing``), or None: off
+    tracing: Any = None

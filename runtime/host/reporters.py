@@ -12,6 +12,8 @@
   and every metric with its labels), keyed by the container's name.
 - ``json``: the same record in a file, rewritten whole (write and rename) every interval and
   at the end: ``metrics.reporter.json.path``, by default ``<job.dir>/metrics-<container>.json``.
+- ``otel``: the same numbers through the OpenTelemetry SDK (the ``otel`` extra), sent over
+  OTLP/HTTP to ``tracing.otlp.endpoint`` every interval (``runtime.host.tracing.OtelMetrics``).
 
 Every reporter writes a last time when the job stops, so its numbers are the run's totals.
 """
@@ -35,7 +37,7 @@ from samza_dsl.jobconfig import JobConfig
 
 __all__ = ["REPORTERS", "Reporters", "reporter_names", "prometheus_name", "job_reporters"]
 
-REPORTERS = ("prometheus", "snapshot", "json")
+REPORTERS = ("prometheus", "snapshot", "json", "otel")
 
 #: metrics that go up and down (Prometheus gauges); every other runtime metric only grows
 GAUGES = frozenset({"event-loop-utilization", "messages-in-flight", "checkpointed-offset",
@@ -117,6 +119,17 @@ class Reporters:
         self._server: Any = None
         self._task: asyncio.Task[None] | None = None
         self.address: tuple[str, int] | None = None
+        self._otel: Any = None
+        if "otel" in self.names:
+            from runtime.host.tracing import OtelMetrics
+
+            user_gauges = metrics.snapshot_gauges
+            self._otel = OtelMetrics(
+                metrics.samples,
+                lambda g, n: n in user_gauges() if g == "user" else n in GAUGES, config,
+                {"job": str(header.get("job-name", "")),
+                 "container": str(header.get("container-name", ""))},
+                int(config_value(config, "metrics.reporter.interval.ms")))
         if "prometheus" in self.names:
             host = str(config.metrics.prometheus_host)
             port = int(config.metrics.prometheus_port)
@@ -124,7 +137,7 @@ class Reporters:
 
     @property
     def periodic(self) -> bool:
-        return "snapshot" in self.names or "json" in self.names
+        return "snapshot" in self.names or "json" in self.names or "otel" in self.names
 
     def _serve(self, host: str, port: int) -> None:
         from prometheus_client import CollectorRegistry
@@ -164,6 +177,10 @@ class Reporters:
         """One report by every periodic reporter."""
         if not self.periodic:
             return
+        if self._otel is not None:
+            self._otel.refresh()
+            if "snapshot" not in self.names and "json" not in self.names:
+                return
         data = json.dumps(self.record(), separators=(",", ":")).encode()
         if "snapshot" in self.names and self.buffer is not None:
             key = str(self.header.get("container-name", "")).encode()
@@ -186,6 +203,10 @@ class Reporters:
             self._task = None
         with contextlib.suppress(Exception):
             self.report()
+        if self._otel is not None:
+            otel, self._otel = self._otel, None
+            with contextlib.suppress(Exception):
+                otel.close()
 
     def stop_server(self) -> None:
         """Stop the Prometheus endpoint (after the run: it serves the final numbers until

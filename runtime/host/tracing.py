@@ -1,0 +1,266 @@
+"""Traces through the OpenTelemetry SDK (the ``otel`` extra), chosen by ``tracing.*`` config.
+
+Whether a job traces is decided once, where its container is made (``job_tracing``): off, no
+tracer exists and a task's hand-out is the one it has without tracing, with no branch per
+message. On, each task's ``add_batch`` is ``Tracing.traced``'s: one span per batch a task is
+given (``samza.batch``: task, stream, partition, first and last offset, count), and one span
+per sampled message of it (``samza.message``, linked to its batch's span).
+
+A message is sampled by its input position alone (``sampled``): a 64-bit mix of the stream's
+CRC-32, the partition and the offset, below ``tracing.sample.ratio`` of 2**64. So the same run
+samples the same messages, and a ratio of 0.01 samples one message in a hundred on average.
+
+A sampled message's span has ids made from its position (``message_ids``), so it starts a
+trace of its own. A record it caused in an intermediate stream (``partition_by``) carries its
+origin (``runtime.engine.origins``), and the task reading that record makes the record's span a
+child of the message's span, in its trace: no header is needed for that hop, on the embedded log
+as on Kafka. (Under exactly-once records carry no origins, and the hop starts no child.)
+
+``tracing.exporter``: ``otlp`` sends spans in batches to the OTLP/HTTP endpoint
+``tracing.otlp.endpoint`` (a collector); ``memory`` keeps them in the process's
+``InMemorySpanExporter`` (``memory_exporter()``, for tests); ``none`` makes spans and drops
+them.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from samza_dsl.config import config_value
+from samza_dsl.errors import ConfigError
+
+__all__ = ["EXPORTERS", "Tracing", "job_tracing", "memory_exporter", "sampled", "traceparent"]
+
+EXPORTERS = ("otlp", "memory", "none")
+
+_M64 = (1 << 64) - 1
+#: of a batch, (stream, partition, offset) of the origin of its record i, or None
+Origins = Callable[[Any], Callable[[int], tuple[str, int, int] | None] | None]
+_ROOT: Any = {}  # an empty context: the span starts a trace
+
+
+def _mix(x: int) -> int:
+    """splitmix64's finaliser: every bit of ``x`` moves every bit of the result."""
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9 & _M64
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EB & _M64
+    return x ^ (x >> 31)
+
+
+def threshold(ratio: float) -> int:
+    """The bound ``sampled`` compares with for ``ratio`` (0 to 1)."""
+    return min(1 << 64, int(ratio * (1 << 64)))
+
+
+def sampled(stream: str, partition: int, offset: int, bound: int) -> bool:
+    """Whether the message at ``offset`` of ``stream``'s ``partition`` is sampled, with
+    ``bound`` from ``threshold``: the same answer in every run and process."""
+    seed = zlib.crc32(stream.encode()) << 32 ^ partition << 48 ^ offset
+    return _mix(seed & _M64) < bound
+
+
+def message_ids(stream: str, partition: int, offset: int) -> tuple[int, int]:
+    """(trace id, span id) of the span of the sampled message at ``offset`` of ``stream``'s
+    ``partition``: the same in every process, so a task reading a record the message caused
+    downstream (its origin names the message) continues its trace without a header."""
+    seed = zlib.crc32(stream.encode()) << 32 ^ partition << 48 ^ offset
+    a, b = _mix(seed ^ 0x5A5A5A5A5A5A5A5A), _mix(seed ^ 0xA5A5A5A5A5A5A5A5)
+    return (a << 64 | b) or 1, _mix(a ^ b) or 1
+
+
+class _Ids:
+    """The SDK's ids: random, but for the next span where ``next`` is set (a message's)."""
+
+    def __init__(self) -> None:
+        from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+
+        self.random = RandomIdGenerator()
+        self.next: tuple[int, int] | None = None
+
+    def generate_trace_id(self) -> int:
+        if self.next is not None:
+            return self.next[0]
+        return self.random.generate_trace_id()
+
+    def generate_span_id(self) -> int:
+        got, self.next = self.next, None
+        return self.random.generate_span_id() if got is None else got[1]
+
+    def is_trace_id_random(self) -> bool:
+        return False
+
+
+def traceparent(span: Any) -> bytes:
+    """The W3C ``traceparent`` header value of ``span`` (version 00, sampled)."""
+    ctx = span.get_span_context()
+    return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-01".encode()
+
+
+def _import_sdk(key: str) -> Any:
+    try:
+        from opentelemetry.sdk import trace as sdk_trace
+    except ImportError as e:
+        raise ConfigError(f"{key}: the OpenTelemetry SDK is not installed; install the otel "
+                          f"extra (pip install 'samza-dsl[otel]') or set "
+                          f"tracing.enabled=false") from e
+    return sdk_trace
+
+
+class Tracing:
+    """A container's tracer and sampling bound, from the job's config (``job_tracing``)."""
+
+    def __init__(self, config: Mapping[str, Any], *, service: str,
+                 origins: Origins) -> None:
+        sdk_trace = _import_sdk("tracing.enabled=true")
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+
+        self.ratio = float(config_value(config, "tracing.sample.ratio"))
+        self.bound = threshold(self.ratio)
+        exporter = str(config_value(config, "tracing.exporter"))
+        self.ids = _Ids()
+        #: (stream, partition, offset) of the origin of a batch's record i (intermediate streams)
+        self.origins = origins
+        self.provider = sdk_trace.TracerProvider(
+            resource=Resource.create({"service.name": service}), id_generator=self.ids)
+        self.memory: Any = None
+        if exporter == "memory":
+            self.memory = memory_exporter()
+            self.provider.add_span_processor(SimpleSpanProcessor(self.memory))
+        elif exporter == "otlp":
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+            endpoint = str(config_value(config, "tracing.otlp.endpoint"))
+            self.provider.add_span_processor(BatchSpanProcessor(
+                OTLPSpanExporter(endpoint=endpoint.rstrip("/") + "/v1/traces")))
+        self.tracer = self.provider.get_tracer("samza-dsl")
+
+    def traced(self, task: str, add_batch: Callable[[Any, int, list[Any]], None]
+               ) -> Callable[[Any, int, list[Any]], None]:
+        """``add_batch`` of task ``task`` that makes the spans of each batch it is given."""
+        tracer = self.tracer
+        bound = self.bound
+        ids = self.ids
+        origins = self.origins
+        from opentelemetry import trace
+        from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
+
+        flags = TraceFlags(TraceFlags.SAMPLED)
+
+        def add(ssp: Any, first: int, payloads: list[Any]) -> None:
+            n = len(payloads)
+            stream, partition = ssp.stream_id, ssp.partition
+            span = tracer.start_span("samza.batch", attributes={
+                "samza.task": task, "samza.stream": stream, "samza.partition": partition,
+                "samza.offset.first": first, "samza.offset.last": first + n - 1,
+                "samza.count": n})
+            try:
+                if bound:
+                    links = [Link(span.get_span_context())]
+                    origin = origins(payloads)
+                    for i in range(n):
+                        off = first + i
+                        attrs = {"samza.task": task, "samza.stream": stream,
+                                 "samza.partition": partition, "samza.offset": off}
+                        came = None if origin is None else origin(i)
+                        if came is not None and sampled(*came, bound):
+                            # a record of a sampled message of an upstream stage: a child of
+                            # that message's span, in its trace
+                            trace_id, span_id = message_ids(*came)
+                            parent = trace.set_span_in_context(NonRecordingSpan(SpanContext(
+                                trace_id, span_id, True, flags)))
+                            tracer.start_span("samza.message", context=parent, links=links,
+                                              attributes=attrs).end()
+                        elif sampled(stream, partition, off, bound):
+                            ids.next = message_ids(stream, partition, off)
+                            tracer.start_span("samza.message", context=_ROOT, links=links,
+                                              attributes=attrs).end()
+                add_batch(ssp, first, payloads)
+            finally:
+                span.end()
+        return add
+
+    def close(self) -> None:
+        """Send what is left and stop the exporter (the process's in-memory one stays)."""
+        if self.memory is not None:
+            self.provider.force_flush()
+        else:
+            self.provider.shutdown()
+
+
+_MEMORY: list[Any] = []
+
+
+def memory_exporter() -> Any:
+    """The process's ``InMemorySpanExporter``, which ``tracing.exporter=memory`` sends to
+    (``get_finished_spans()``, ``clear()``)."""
+    if not _MEMORY:
+        _import_sdk("tracing.exporter=memory")
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+        _MEMORY.append(InMemorySpanExporter())
+    return _MEMORY[0]
+
+
+def job_tracing(config: Mapping[str, Any], *, service: str,
+                origins: Origins) -> Tracing | None:
+    """The tracing ``tracing.*`` asks for, or None (off). ``origins``: of a batch, a function
+    of record i giving (stream, partition, offset) of its origin, or None (no origins)."""
+    if not config_value(config, "tracing.enabled"):
+        return None
+    return Tracing(config, service=service, origins=origins)
+
+
+class OtelMetrics:
+    """The ``otel`` metrics reporter: the numbers of the container's registry, as
+    ``metrics.samples()`` gives them, sent by the SDK to ``tracing.otlp.endpoint`` (OTLP/HTTP)
+    every ``metrics.reporter.interval.ms``. Each (group, name) is an instrument
+    ``samza.<group>.<name>`` (a gauge where ``gauges`` names it, else a counter), made when it
+    is first seen (``refresh``, at each report), with each sample's labels as attributes."""
+
+    def __init__(self, samples: Callable[[], Any], gauges: Callable[[str, str], bool],
+                 config: Mapping[str, Any], labels: Mapping[str, str], interval_ms: int) -> None:
+        _import_sdk("metrics.reporters=otel")
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+        from opentelemetry.sdk.resources import Resource
+
+        endpoint = str(config_value(config, "tracing.otlp.endpoint")).rstrip("/")
+        reader = PeriodicExportingMetricReader(
+            OTLPMetricExporter(endpoint=endpoint + "/v1/metrics"),
+            export_interval_millis=interval_ms)
+        self.provider = MeterProvider(
+            metric_readers=[reader],
+            resource=Resource.create({"service.name": labels.get("job", "samza-dsl")}))
+        self.meter = self.provider.get_meter("samza-dsl")
+        self.samples = samples
+        self.gauges = gauges
+        self.labels = dict(labels)
+        self.latest: dict[tuple[str, str], list[tuple[dict[str, str], float]]] = {}
+
+    def refresh(self) -> None:
+        """Take the registry's samples now; an instrument for each (group, name) new in them."""
+        from opentelemetry.metrics import CallbackOptions, Observation
+
+        rows: dict[tuple[str, str], list[tuple[dict[str, str], float]]] = {}
+        for group, name, labels, value in self.samples():
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            rows.setdefault((group, name), []).append(({**self.labels, **labels}, float(value)))
+        new = [key for key in rows if key not in self.latest]
+        self.latest.update(rows)
+        for key in new:
+            def observe(_: CallbackOptions, key: tuple[str, str] = key) -> list[Observation]:
+                return [Observation(v, attrs) for attrs, v in self.latest.get(key, ())]
+            group, name = key
+            make = self.meter.create_observable_gauge if self.gauges(group, name) else \
+                self.meter.create_observable_counter
+            make(f"samza.{group}.{name}", callbacks=[observe])
+
+    def close(self) -> None:
+        """The last numbers, sent; the exporter stopped."""
+        self.refresh()
+        self.provider.force_flush()
+        self.provider.shutdown()
