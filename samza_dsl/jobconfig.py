@@ -33,8 +33,8 @@ from .config import (
 )
 
 __all__ = ["JobConfig", "TaskConfig", "JobSettings", "HealthConfig", "MetricsConfig",
-           "StoreConfig", "StreamConfig", "SystemConfig", "SecurityConfig", "KEY_OF_FIELD",
-           "job_config"]
+           "TracingConfig", "StoreConfig", "StreamConfig", "SystemConfig", "SecurityConfig",
+           "KEY_OF_FIELD", "job_config"]
 
 #: the metadata name under which a part's field names its key
 KEY_OF_FIELD = "key"
@@ -106,6 +106,21 @@ class MetricsConfig:
     prometheus_port: int = _key("metrics.reporter.prometheus.port")
     prometheus_host: str = _key("metrics.reporter.prometheus.host")
     json_path: str | None = _key("metrics.reporter.json.path")
+
+
+@dataclass(frozen=True)
+class TracingConfig:
+    """``tracing.*``: whether the job traces through the OpenTelemetry SDK, what it samples and
+    where its spans go (docs/tracing.md)."""
+
+    enabled: bool = _key("tracing.enabled")
+    sample_ratio_text: str = _key("tracing.sample.ratio")
+    exporter: str = _key("tracing.exporter")
+    otlp_endpoint: str = _key("tracing.otlp.endpoint")
+
+    @property
+    def sample_ratio(self) -> float:
+        return float(self.sample_ratio_text)
 
 
 @dataclass(frozen=True)
@@ -192,7 +207,7 @@ class JobConfig(Mapping[str, Any]):
     passed to either is used as it is.
     """
 
-    __slots__ = ("_values", "task", "job", "health", "metrics", "_parts")
+    __slots__ = ("_values", "task", "job", "health", "metrics", "tracing", "_parts")
 
     _values: dict[str, Any]
     _parts: dict[tuple[str, str], Any]
@@ -200,6 +215,7 @@ class JobConfig(Mapping[str, Any]):
     job: JobSettings
     health: HealthConfig
     metrics: MetricsConfig
+    tracing: TracingConfig
 
     def __init__(self, values: Mapping[str, Any]) -> None:
         """``values`` are validated already (``validate_config``)."""
@@ -209,6 +225,7 @@ class JobConfig(Mapping[str, Any]):
         set_(self, "job", _part(JobSettings, KNOWN_KEYS, values))
         set_(self, "health", _part(HealthConfig, KNOWN_KEYS, values))
         set_(self, "metrics", _part(MetricsConfig, KNOWN_KEYS, values))
+        set_(self, "tracing", _part(TracingConfig, KNOWN_KEYS, values))
         set_(self, "_parts", {})
 
     @classmethod

@@ -129,7 +129,7 @@ class Reporters:
                 lambda g, n: n in user_gauges() if g == "user" else n in GAUGES, config,
                 {"job": str(header.get("job-name", "")),
                  "container": str(header.get("container-name", ""))},
-                int(config_value(config, "metrics.reporter.interval.ms")))
+                config.metrics.reporter_interval_ms)
         if "prometheus" in self.names:
             host = str(config.metrics.prometheus_host)
             port = int(config.metrics.prometheus_port)

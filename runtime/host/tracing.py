@@ -28,8 +28,8 @@ import zlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from samza_dsl.config import config_value
 from samza_dsl.errors import ConfigError
+from samza_dsl.jobconfig import JobConfig, TracingConfig
 
 __all__ = ["EXPORTERS", "Tracing", "job_tracing", "memory_exporter", "sampled", "traceparent"]
 
@@ -110,15 +110,14 @@ def _import_sdk(key: str) -> Any:
 class Tracing:
     """A container's tracer and sampling bound, from the job's config (``job_tracing``)."""
 
-    def __init__(self, config: Mapping[str, Any], *, service: str,
-                 origins: Origins) -> None:
+    def __init__(self, config: TracingConfig, *, service: str, origins: Origins) -> None:
         sdk_trace = _import_sdk("tracing.enabled=true")
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 
-        self.ratio = float(config_value(config, "tracing.sample.ratio"))
+        self.ratio = config.sample_ratio
         self.bound = threshold(self.ratio)
-        exporter = str(config_value(config, "tracing.exporter"))
+        exporter = config.exporter
         self.ids = _Ids()
         #: (stream, partition, offset) of the origin of a batch's record i (intermediate streams)
         self.origins = origins
@@ -131,7 +130,7 @@ class Tracing:
         elif exporter == "otlp":
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-            endpoint = str(config_value(config, "tracing.otlp.endpoint"))
+            endpoint = config.otlp_endpoint
             self.provider.add_span_processor(BatchSpanProcessor(
                 OTLPSpanExporter(endpoint=endpoint.rstrip("/") + "/v1/traces")))
         self.tracer = self.provider.get_tracer("samza-dsl")
@@ -203,13 +202,12 @@ def memory_exporter() -> Any:
     return _MEMORY[0]
 
 
-def job_tracing(config: Mapping[str, Any], *, service: str,
-                origins: Origins) -> Tracing | None:
+def job_tracing(config: JobConfig, *, service: str, origins: Origins) -> Tracing | None:
     """The tracing ``tracing.*`` asks for, or None (off). ``origins``: of a batch, a function
     of record i giving (stream, partition, offset) of its origin, or None (no origins)."""
-    if not config_value(config, "tracing.enabled"):
+    if not config.tracing.enabled:
         return None
-    return Tracing(config, service=service, origins=origins)
+    return Tracing(config.tracing, service=service, origins=origins)
 
 
 class OtelMetrics:
@@ -220,14 +218,14 @@ class OtelMetrics:
     is first seen (``refresh``, at each report), with each sample's labels as attributes."""
 
     def __init__(self, samples: Callable[[], Any], gauges: Callable[[str, str], bool],
-                 config: Mapping[str, Any], labels: Mapping[str, str], interval_ms: int) -> None:
+                 config: JobConfig, labels: Mapping[str, str], interval_ms: int) -> None:
         _import_sdk("metrics.reporters=otel")
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
         from opentelemetry.sdk.metrics import MeterProvider
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
         from opentelemetry.sdk.resources import Resource
 
-        endpoint = str(config_value(config, "tracing.otlp.endpoint")).rstrip("/")
+        endpoint = config.tracing.otlp_endpoint.rstrip("/")
         reader = PeriodicExportingMetricReader(
             OTLPMetricExporter(endpoint=endpoint + "/v1/metrics"),
             export_interval_millis=interval_ms)

@@ -19,13 +19,14 @@ from samza_dsl.jobconfig import (
     StoreConfig,
     StreamConfig,
     TaskConfig,
+    TracingConfig,
     job_config,
 )
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
 from samza_dsl.systems import LocalSystem
 
 JOB_PARTS = {"task": TaskConfig, "job": JobSettings, "health": HealthConfig,
-             "metrics": MetricsConfig}
+             "metrics": MetricsConfig, "tracing": TracingConfig}
 
 
 def _keys(cls: type) -> list[str]:
