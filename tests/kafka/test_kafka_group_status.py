@@ -186,11 +186,11 @@ def test_the_job_page_of_a_member_shows_the_group_in_chromium(kafka_bootstrap: s
         assert summary.startswith(f"generation {generation} · this page: "
                                   f"pid-{members[0].pid}@{host} on {host}"), summary
         assert "last rebalance" in summary and " ago, took " in summary, summary
-        # every member, named with its host and container, and its tasks
+        # every member, named as status names it (pid-N@host), and its tasks
         assert sorted(r[1] for r in members_rows) == sorted([", ".join(mine), ", ".join(theirs)])
         for m, tasks in ((members[0], mine), (members[1], theirs)):
             row = next(r for r in members_rows if r[1] == ", ".join(tasks))
-            assert f"({host}/pid-{m.pid})" in row[0], members_rows
+            assert row[0] == f"pid-{m.pid}@{host}", members_rows
         assert [r[0] for r in task_rows] == [f"Partition {p}" for p in range(4)]
         assert {r[0]: r[2] for r in task_rows} == {t: "0" if t in mine else "–"
                                                    for t in mine + theirs}, task_rows

@@ -38,6 +38,7 @@ from runtime.spark.shuffle import (
 )
 from runtime.testing import TestRunner
 from samza_dsl import KV, StreamApplication, Windows
+from samza_dsl.jobconfig import JobConfig
 from samza_dsl.serdes import KVSerde, SafeSerde, Serde
 from samza_dsl.systems import MemorySystem
 from samza_dsl.windows import AccumulationMode, FiringType, WindowKey, WindowPane
@@ -235,7 +236,8 @@ def test_runs_into_a_window_write_what_records_one_by_one_write(batch: int) -> N
                for i, t in enumerate(times)]
 
     def fed(config: dict[str, Any]) -> tuple[list[Any], list[int]]:
-        ex = PassExecutor(plan, [stage.stage_id], 0, counts, {**plan.config, **config})
+        ex = PassExecutor(plan, [stage.stage_id], 0, counts,
+                          JobConfig.validated({**plan.config, **config}))
         out = []
         for i in range(0, len(records), batch):
             out.extend(ex.feed(records[i:i + batch]))
