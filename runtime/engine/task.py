@@ -30,6 +30,7 @@ from runtime.engine.in_flight import cancel_messages
 from runtime.engine.job import SSP, JobModel, TaskModel
 from runtime.engine.join_check import placement_checks
 from runtime.engine.origins import Applied, OriginList, Stamps, take_batch
+from runtime.engine.rebalance_hold import RebalanceHold
 from runtime.engine.records import EndOfStream, Watermark
 from runtime.engine.sinks import task_producer, with_origins
 from runtime.engine.stage_outputs import CONTROL, SOURCE, StageOutputs
@@ -51,7 +52,7 @@ __all__ = ["TaskInstance"]
 
 
 
-class TaskInstance:
+class TaskInstance(RebalanceHold):
     def __init__(self, model: TaskModel, job: JobModel, env: TaskEnv) -> None:
         self.model = model
         self.name = model.name
@@ -115,6 +116,8 @@ class TaskInstance:
         self.failure: BaseException | None = None
         self.wake = asyncio.Event()
         self.done = False
+        #: how many inputs had ended at the last commit an end made (exactly once)
+        self._ended_committed = 0
         #: the container holds the task while its group rebalances (``hold``): done once the
         #: task handed out nothing more, drained and committed
         self.held: asyncio.Future[None] | None = None
@@ -611,7 +614,7 @@ class TaskInstance:
                 continue
             if self.held is not None:  # the same drain, then a commit, then a wait
                 if self.in_flight == 0 and not self.held.done():
-                    await self._commit_held(self.held)
+                    await self.commit_held(self.held)
                 await wake.wait()
                 continue
             if self.commit_requested:
@@ -658,6 +661,13 @@ class TaskInstance:
                 await self.outputs.end_stages()
                 if len(self.outputs.flushed) != before:
                     continue
+                if self._ended_committed != len(self.ended) and self.env.config.job.exactly_once:
+                    # idle with an input ended: what it wrote (an intermediate stream's records,
+                    # their end) becomes visible to the tasks waiting for it now, not at the
+                    # next commit interval
+                    self._ended_committed = len(self.ended)
+                    await self.commit()
+                    continue
             if self.clock.dirty:  # completions may have moved the watermark
                 await self.outputs.advance_watermarks()
             self._parked = True
@@ -665,31 +675,6 @@ class TaskInstance:
                 await wake.wait()
             finally:
                 self._parked = False
-
-    def hold(self) -> asyncio.Future[None]:
-        """Stop handing out, let the messages in flight complete, commit, then wait until
-        ``release`` (the task's group rebalances: the task may move to another container). The
-        future is done once committed."""
-        if self.held is None:
-            self.held = asyncio.get_running_loop().create_future()
-            self.wake.set()
-        return self.held
-
-    def release(self) -> None:
-        """Go on after ``hold``: the task stays with this container."""
-        self.held = None
-        self.wake.set()
-
-    async def _commit_held(self, held: asyncio.Future[None]) -> None:
-        try:
-            await self.commit()
-        except BaseException as exc:
-            if not held.done():
-                held.set_exception(exc)
-                held.exception()  # the task's own run raises it; retrieved here
-            raise
-        if not held.done():
-            held.set_result(None)
 
     def close(self) -> None:
         for op in self.operators.values():

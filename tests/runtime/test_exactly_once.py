@@ -423,3 +423,32 @@ def test_an_earlier_runs_watermarks_count_where_their_task_still_writes() -> Non
     assert [type(m).__name__ for m in got[1:]] == ["Skipped", "Skipped", "Watermark"]
     # a run older than the one that wrote it (fenced) takes none of a newer run's
     assert type(codec.decode_batch(ssp, 3, records[3:], 1)[0]).__name__ == "Skipped"
+
+
+def test_a_bounded_run_through_a_hop_ends_without_waiting_for_the_commit_interval(
+        tmp_path: Path) -> None:
+    """A task reads its input and, after partition_by, what the job's tasks wrote: exactly once
+    those records are visible only once committed, so a task idle with its input ended commits
+    then, rather than at the next task.commit.ms (here 10 minutes), and the run ends."""
+    from runtime import LocalRunner
+    from samza_dsl import StreamApplication
+    from samza_dsl.serdes import KVSerde, StringSerde
+    from samza_dsl.systems import LocalSystem
+
+    serde = KVSerde(StringSerde(), JsonSerde())
+    local = LocalSystem("local")
+    app = StreamApplication("hopped", config={"job.processing.guarantee": "exactly-once",
+                                              "task.commit.ms": 600_000})
+    (app.input(local.input("in", serde=serde, partitions=2))
+     .partition_by(lambda kv: kv.value["to"], lambda kv: kv.value, serde=serde, name="by-to")
+     .send_to(app.output(local.output("out", serde=serde, partitions=1))))
+    given = {p: [KV(f"k{i}", {"to": f"t{i % 5}", "i": i}) for i in range(p, 60, 2)]
+             for p in range(2)}
+    began = time.monotonic()
+    result = LocalRunner(app, {"job.dir": str(tmp_path)}, inputs={"in": given}).run()
+    try:
+        took = time.monotonic() - began
+        assert sorted(kv.value["i"] for kv in result.messages("out")) == list(range(60))
+    finally:
+        result.close()
+    assert took < 60, f"the run waited {took:.0f} s for a commit interval"
