@@ -102,6 +102,10 @@ VALUES: dict[str, tuple[str, str]] = {
     "systems.<name>.ssl.keyfile": ("systems.kafka.ssl.keyfile", "client-key.pem"),
     "systems.<name>.ssl.key.password": ("systems.kafka.ssl.key.password", "file:key-password"),
     "systems.<name>.ssl.check.hostname": ("systems.kafka.ssl.check.hostname", "false"),
+    "tracing.enabled": ("tracing.enabled", "true"),
+    "tracing.exporter": ("tracing.exporter", "memory"),
+    "tracing.otlp.endpoint": ("tracing.otlp.endpoint", "http://127.0.0.1:4319"),
+    "tracing.sample.ratio": ("tracing.sample.ratio", "0.5"),
     "user.*": ("user.greeting", "hello"),
 }
 #: a Kafka system's security keys: each is given with the others (a SASL_SSL login with a
