@@ -10,6 +10,7 @@ drains and commits through ``commit_held`` while ``held`` is set.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 __all__ = ["RebalanceHold"]
 
@@ -19,9 +20,8 @@ class RebalanceHold:
 
     held: asyncio.Future[None] | None
     wake: asyncio.Event
-
-    async def commit(self) -> None:  # the task's own
-        raise NotImplementedError
+    #: the task's own commit (``TaskInstance.commit``)
+    commit: Callable[[], Awaitable[None]]
 
     def hold(self) -> asyncio.Future[None]:
         """Stop handing out, let the messages in flight complete, commit, then wait until

@@ -11,9 +11,8 @@ import sys
 import tempfile
 from typing import Any
 
+import opentelemetry.sdk  # noqa: F401  (the otel extra: missing, this fails)
 import pytest
-
-pytest.importorskip("opentelemetry.sdk")
 
 from runtime import LocalRunner  # noqa: E402
 from runtime.host.tracing import memory_exporter, message_ids, sampled, threshold  # noqa: E402
