@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import faulthandler
+import os
 import signal
 import sys
 import threading
@@ -38,18 +39,29 @@ def stacks_on(signum: int, fd: int | None = None) -> None:
 
 
 def _print_tasks(signum: int, frame: Any) -> None:
-    """The tasks of the event loop running on this thread, each with where it waits."""
+    """The tasks of the event loop running on this thread, each with where it waits: composed
+    first and written in one piece, so that the containers of a run, sharing one stderr and
+    signalled together, do not mix their lines."""
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:  # no loop runs (yet, or any more)
         return
     tasks = sorted(asyncio.all_tasks(loop), key=lambda t: t.get_name())
-    print(f"\nasyncio: {len(tasks)} task(s) of the event loop:", file=sys.stderr)
+    lines = [f"\nasyncio: {len(tasks)} task(s) of the event loop (pid {os.getpid()}):"]
     for task in tasks:
-        print(f"- {task.get_name()}:", file=sys.stderr)
-        for code, line in _awaiting(task.get_coro())[-_TASK_FRAMES:]:
-            print(f"    {code.co_filename}, line {line} in {code.co_name}", file=sys.stderr)
+        lines.append(f"- {task.get_name()}:")
+        lines.extend(f"    {code.co_filename}, line {line} in {code.co_name}"
+                     for code, line in _awaiting(task.get_coro())[-_TASK_FRAMES:])
+    text = "\n".join(lines) + "\n"
     sys.stderr.flush()
+    try:
+        data = text.encode(errors="replace")
+        fd = sys.stderr.fileno()
+        while data:
+            data = data[os.write(fd, data):]
+    except (AttributeError, OSError, ValueError):  # no file under it: write through the stream
+        sys.stderr.write(text)
+        sys.stderr.flush()
 
 
 def _awaiting(coro: Any) -> list[tuple[Any, int]]:
