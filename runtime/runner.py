@@ -26,7 +26,7 @@ from typing import Any, TextIO
 
 from runtime.engine.container import Container, MemoryCheckpoints
 from runtime.engine.late import LateCounts, window_ids
-from runtime.engine.systems import SYSTEMS, job_system
+from runtime.engine.systems import job_system
 from runtime.host.metrics import Metrics
 from runtime.host.stacks import stacks_on
 from runtime.host.watchdog import ABORT_S, REPEAT_S, LoopWatch, exit_now, leave_stuck_threads
@@ -119,8 +119,10 @@ class LocalRunner(LateCounts):
                      for sid, parts in (skip or {}).items()}
         #: the system the job runs on, from the registry of systems
         self.system = job_system(app)
-        self.kafka = self.system is SYSTEMS["kafka"]
-        self.local = self.system is SYSTEMS["local"]
+        #: what runs the job on its system (``runtime.engine.systems.JobSystem``)
+        self.jobs = self.system.job_system()
+        #: the job's streams outlive the run (the local log, Kafka): it has a job of its own
+        self.on_log = self.system.on_log
         self.job: Any = None
         self.container: Container | None = None
         self.broker: MemoryBroker | None = None
@@ -199,7 +201,7 @@ class LocalRunner(LateCounts):
         """Prepare the run, start one process per container and wait for them all. A container
         that fails stops the others (they drain and commit) and the run raises an error naming
         it; SIGINT/SIGTERM are passed on to every container."""
-        if not (self.local or self.kafka):
+        if not self.on_log:
             raise SamzaError(f"job.container.count={self.containers}: the containers of a job "
                              f"share its streams, so its streams must be on Kafka or the local "
                              f"system, not in memory")
@@ -246,44 +248,20 @@ class LocalRunner(LateCounts):
                 held.release()
 
     def _prepare_containers(self, n: int) -> None:
-        """A new run of the job (generation, topics, rescaled checkpoints) that its ``n``
+        """A new run of the job (generation, streams, rescaled checkpoints) that its ``n``
         containers join; the --skip records checked against it."""
         from runtime.run_inputs import check_skips
 
-        if self.kafka:
-            from runtime.kafka.job import KafkaJob
+        async def check(job: Any) -> None:
+            if not self.skip:
+                return
+            keys = [(sid, p) for sid, parts in self.skip.items() for p in parts]
+            for line in check_skips(self.skip, job, await self.jobs.input_ends(job, keys),
+                                    follow=self.follow):
+                _log.warning("%s", line)
 
-            self.job = asyncio.run(KafkaJob.prepare(self.app, self.config))
-            self._lock = self.job.lock  # shared with the containers
-            if self.skip:
-                try:
-                    ends = asyncio.run(_kafka_ends(self.job, self.skip))
-                    for line in check_skips(self.skip, self.job, ends, follow=self.follow):
-                        _log.warning("%s", line)
-                except BaseException:
-                    self._lock.release()
-                    raise
-            return
-        from runtime.local.system import LocalJob
-
-        self.job = job = LocalJob(self.app, self.config, run=False)
-        # exclusive while the run is prepared (checkpoints move), then shared with the
-        # containers: no other run or reset of the job meanwhile
-        lock = job.job_lock()
-        try:
-            lock.start_containers(n)
-            job.prepare(self._inputs)
-            if self.skip:
-                for line in check_skips(self.skip, job, _local_ends(job, self.skip),
-                                        follow=self.follow):
-                    _log.warning("%s", line)
-            lock.share()
-        except BaseException:
-            lock.release()
-            raise
-        finally:
-            job.close()  # the containers open the log themselves
-        self._lock = lock
+        self.job = asyncio.run(self.jobs.prepare(self.app, self.config, n, self._inputs, check))
+        self._lock = self.job.lock  # shared with the containers
 
     def _wait_for_containers(self, procs: list[Any], queue: Any, stop: threading.Event) -> None:
         n = len(procs)
@@ -300,7 +278,7 @@ class LocalRunner(LateCounts):
         failed: list[int] = []
         forwarded = again = False  # the stop passed on to the containers; a second stop too
         forwarded_at = 0.0
-        ends = _LogEnds(self.app, self.config) if self.local else None
+        ends = _LogEnds(self.app, self.config, self.jobs) if self.jobs.metrics_in_log else None
         shown = _ContainerRows(self.progress, n, self.plan.config,
                                ends.end_of if ends is not None else None)
         self._totals = shown.totals
@@ -391,14 +369,9 @@ class LocalRunner(LateCounts):
             _log.warning("plan warning: %s", line)
 
     async def _main(self, install_signals: bool) -> None:
-        if self.kafka:
-            kafka_job = self.system.job_class()
-            kjob = await kafka_job.create(self.app, self.config, self.metrics, follow=self.follow)
-            self.job, self.plan, container = kjob, kjob.plan, kjob.container
-        elif self.local:
-            local_job = self.system.job_class()
-            job = local_job(self.app, self.config, follow=self.follow,
-                            inputs=self._inputs, metrics=self.metrics)
+        if self.on_log:
+            job = await self.jobs.create(self.app, self.config, self.metrics,
+                                         follow=self.follow, inputs=self._inputs)
             self.job, self.plan, container = job, job.plan, job.container
         else:
             if self.skip:
@@ -449,7 +422,7 @@ class LocalRunner(LateCounts):
                 watch.stop()
             if self._overdue is not None:
                 self._overdue.cancel()
-            if self.local or self.kafka:
+            if self.on_log:
                 self.job.release_lock()  # the job stays open for reading its outputs
             if reporter is not None:
                 reporter.cancel()
@@ -462,19 +435,13 @@ class LocalRunner(LateCounts):
         """The --skip records against the job about to run (``run_inputs.check_skips``)."""
         from runtime.run_inputs import check_skips
 
-        ends = await _kafka_ends(self.job, self.skip) if self.kafka \
-            else _local_ends(self.job, self.skip)
+        keys = [(sid, p) for sid, parts in self.skip.items() for p in parts]
+        ends = await self.jobs.input_ends(self.job, keys)
         return check_skips(self.skip, self.job, ends, follow=self.follow)
 
     async def _abandon(self) -> None:
         """Let go of a job built for a run that does not start."""
-        job = self.job
-        if self.kafka:
-            with contextlib.suppress(Exception):
-                await job.producer.close()
-            with contextlib.suppress(Exception):
-                await job.watch.stop()
-        job.release_lock()
+        await self.jobs.abandon(self.job)
 
     def _request_stop(self, sig: int | None = None) -> None:
         """A stop: by ``sig`` (SIGINT, SIGTERM), or by ``stop()``."""
@@ -704,7 +671,7 @@ class LocalRunner(LateCounts):
     def tail(self, stream_id: str, n: int) -> list[Any]:
         """At most the last ``n`` messages of this run's part of an output, read from its end
         on the local system and Kafka: a summary's few, never the whole output."""
-        if (self.local or self.kafka) and self.job is not None:
+        if self.on_log and self.job is not None:
             return list(self.job.tail(stream_id, n)) if n > 0 else []
         return self.messages(stream_id)[-n:] if n > 0 else []
 
@@ -732,10 +699,7 @@ class LocalRunner(LateCounts):
             >>> {p: [kv.key for kv in ms] for p, ms in runner.partitions("lengths").items()}
             {0: ['bb'], 1: ['a', 'ccc']}
         """
-        if self.kafka:
-            raise TypeError(f"output {stream_id!r} is on Kafka: read its partitions from the "
-                            f"topic")
-        if self.local:
+        if self.on_log:
             if self.job is None:
                 raise KeyError(f"no stream {stream_id!r}: the job has not run")
             return dict(self.job.partitions(stream_id))
@@ -756,7 +720,7 @@ class LocalRunner(LateCounts):
         Raises:
             KeyError: no such stream, or the job has not run.
         """
-        if self.local or self.kafka:
+        if self.on_log:
             if self.job is None:
                 raise KeyError(f"no stream {stream_id!r}: the job has not run")
             return list(self.job.messages(stream_id))
@@ -864,19 +828,19 @@ class _Totals:
 
 
 class _LogEnds:
-    """End offsets of the job's partitions in its local log, opened read-only when first asked
-    (only while a container seems stalled)."""
+    """End offsets of the job's partitions in its log, opened read-only when first asked (only
+    while a container seems stalled), where the system lets this machine read it
+    (``JobSystem.metrics_in_log``)."""
 
-    def __init__(self, app: StreamApplication, config: Mapping[str, Any]) -> None:
+    def __init__(self, app: StreamApplication, config: Mapping[str, Any], jobs: Any) -> None:
         self.app = app
         self.config = config
+        self.jobs = jobs
         self._job: Any = None
 
     def end_of(self, stream_id: str, partition: int) -> int | None:
         if self._job is None:
-            from runtime.local.system import LocalJob
-
-            self._job = LocalJob(self.app, self.config, run=False)
+            self._job = self.jobs.open_job(self.app, self.config, app_ref=self.app.name)
         job = self._job
         if stream_id not in job.physical:
             return None
@@ -1015,29 +979,6 @@ class _RowsTo:
 
     def put(self, item: tuple[str, dict[str, Any]]) -> None:
         self.queue.put((_ROW, *item))
-
-
-async def _kafka_ends(job: Any, skip: Mapping[str, Any]) -> dict[tuple[str, int], int]:
-    """The end offset of each input partition a --skip names, on the job's Kafka brokers."""
-    from aiokafka import TopicPartition
-
-    from runtime.kafka.system import true_end_offsets
-
-    tps = {(sid, p): TopicPartition(job.physical[sid], p) for sid, parts in skip.items()
-           for p in parts if p < job.counts.get(sid, 0)}
-    ends = await true_end_offsets(job.servers, tps.values(), job.consumer_settings, job.timeout)
-    return {key: ends[tp] for key, tp in tps.items()}
-
-
-def _local_ends(job: Any, skip: Mapping[str, Any]) -> dict[tuple[str, int], int]:
-    """The end offset of each input partition a --skip names, in the job's local log."""
-    return {(sid, p): job.log_of(job.stream_system[sid]).end_offset(job.physical[sid], p)
-            for sid, parts in skip.items() for p in parts if p < job.counts.get(sid, 0)}
-
-
-def uses_local_system(app: StreamApplication) -> bool:
-    """Whether ``app`` runs on the local system (``runtime.engine.systems.job_system``)."""
-    return job_system(app) is SYSTEMS["local"]
 
 
 def _output_counts(runner: LocalRunner) -> dict[str, int]:

@@ -695,6 +695,9 @@ class KafkaJob:
         """At most the last ``n`` messages this job wrote to an output."""
         return asyncio.run(self.messages_async(stream_id, last=n))[-n:] if n > 0 else []
 
+    def partitions(self, stream_id: str) -> dict[int, list[Any]]:
+        raise TypeError(f"output {stream_id!r} is on Kafka: read its partitions from the topic")
+
     def messages(self, stream_id: str) -> list[Any]:
         return asyncio.run(self.messages_async(stream_id))
 
