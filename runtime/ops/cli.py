@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import errno
 import os
 import shutil
 import signal
 import sys
 import textwrap
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from runtime.host.stacks import stacks_on
@@ -21,53 +20,12 @@ from samza_dsl.jobconfig import JobConfig, job_config
 if TYPE_CHECKING:
     from samza_dsl import StreamApplication
 
+from runtime.ops.cli_config import cli_config as _cli_config
+from runtime.ops.cli_config import config_file, parse_config
+from runtime.ops.cli_config import partition_counts as _partitions
+from runtime.ops.reprocess import cmd_reprocess
+
 __all__ = ["main"]
-
-
-def _parse_config(pairs: Sequence[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise SamzaError(f"-c takes KEY=VALUE, got {pair!r}")
-        out[key.strip()] = value.strip()
-    return out
-
-
-def _config_file(path: str) -> dict[str, str]:
-    """A file of ``KEY=VALUE`` (or ``KEY: VALUE``) lines, as Samza's ``.properties``; blank
-    lines and lines starting with ``#`` or ``!`` are skipped."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except OSError as exc:
-        raise SamzaError(f"--config-file {path}: cannot read it ({exc.strerror or exc})") from None
-    except UnicodeDecodeError:
-        raise SamzaError(f"--config-file {path}: not UTF-8 text") from None
-    out: dict[str, str] = {}
-    for lineno, raw in enumerate(lines, 1):
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        cut = min((i for i in (line.find("="), line.find(":")) if i > 0), default=-1)
-        if cut < 0:
-            raise SamzaError(f"--config-file {path}:{lineno}: {raw!r} is not KEY=VALUE")
-        out[line[:cut].strip()] = line[cut + 1:].strip()
-    return out
-
-
-def _cli_config(args: argparse.Namespace) -> dict[str, str]:
-    """The run's config from the command line: each ``--config-file`` in order, then each
-    ``-c``; a later one wins. The application's own config is under both (``job_config``)."""
-    out: dict[str, str] = {}
-    for path in getattr(args, "config_file", None) or []:  # foreign: argparse's Namespace
-        out.update(_config_file(path))
-    out.update(_parse_config(args.config))
-    if getattr(args, "containers", None) is not None:  # foreign: argparse's Namespace
-        out["job.container.count"] = str(args.containers)
-    if getattr(args, "container_id", None) is not None:  # foreign: argparse's Namespace
-        out["job.container.id"] = str(args.container_id)
-    return out
 
 
 def _config_options(p: argparse.ArgumentParser) -> None:
@@ -88,20 +46,6 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
                    help="job.container.count, as the run took it")
     p.add_argument("--container-id", type=_at_least(0), metavar="I",
                    help="job.container.id, as the run took it")
-
-
-def _partitions(pairs: Sequence[str]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise SamzaError(f"--partitions takes STREAM=COUNT, got {pair!r}")
-        try:
-            out[key.strip()] = int(value)
-        except ValueError:
-            raise SamzaError(f"--partitions takes STREAM=COUNT with a whole number COUNT, got "
-                             f"{pair!r}") from None
-    return out
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -250,7 +194,8 @@ def _run_inputs(args: argparse.Namespace, app: Any, config: dict[str, object],
 
 def cmd_run(args: argparse.Namespace) -> int:
     from runtime.ops.loader import load_app
-    from runtime.runner import LocalRunner, print_outputs
+    from runtime.runner import LocalRunner
+    from runtime.summary import print_outputs
 
     app = load_app(args.app)
     inputs: dict[str, object] = {}
@@ -486,134 +431,6 @@ def cmd_compact(args: argparse.Namespace) -> int:
     return 0
 
 
-def _stream_paths(pairs: Sequence[str], flag: str, known: Mapping[str, object], what: str,
-                  app_name: str) -> dict[str, str]:
-    """``STREAM=PATH`` pairs -> {stream id: path}, naming the flag and the streams on an error."""
-    out: dict[str, str] = {}
-    for pair in pairs:
-        sid, sep, path = pair.partition("=")
-        sid, path = sid.strip(), path.strip()
-        if not sep or not sid or not path:
-            raise SamzaError(f"{flag} takes STREAM=PATH, got {pair!r}")
-        if sid not in known:
-            raise SamzaError(f"{flag} {sid!r}: not an {what} stream of {app_name!r}; its {what}s: "
-                             f"{', '.join(sorted(known)) or 'none'}")
-        if sid in out:
-            raise SamzaError(f"{flag} {sid!r} is given twice")
-        out[sid] = path
-    return out
-
-
-def _local_path_missing(path: str) -> bool:
-    """A plain local path (no URI scheme, no glob) that does not exist."""
-    if "://" in path or path.startswith("file:") or any(c in path for c in "*?["):
-        return False
-    return not os.path.exists(path)
-
-
-def _make_output_dirs(outputs: Mapping[str, str]) -> None:
-    """The parent directory of each local ``--output`` path, made now: before Spark starts, so a
-    path that cannot be made is an error at once."""
-    for sid, path in outputs.items():
-        if "://" in path or path.startswith("file:"):
-            continue
-        parent = os.path.dirname(os.path.abspath(path))
-        try:
-            os.makedirs(parent, exist_ok=True)
-        except OSError as exc:
-            raise SamzaError(f"--output {sid}: cannot make the directory {parent} for {path}: "
-                             f"{exc.strerror or exc}; choose a path you can write to") from None
-
-
-@contextlib.contextmanager
-def _quiet_spark() -> Iterator[None]:
-    """While the runner starts Spark: no pandas-version warning from PySpark. The JVM starts
-    quietly on its own (``runtime.spark.jvm``), so its start-up warnings and the executors' task
-    tracebacks do not bury the progress, the summary or the error (a failed run is one
-    ``ReprocessError`` line)."""
-    import warnings
-
-    warnings.filterwarnings("ignore", message=".*does not yet fully support pandas")
-    yield
-
-
-def _spark_conf(pairs: Sequence[str]) -> dict[str, str]:
-    """``--conf spark.KEY=VALUE`` pairs: Spark's own settings, as spark-submit takes them."""
-    out: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise SamzaError(f"--conf takes a Spark setting KEY=VALUE, got {pair!r}")
-        if not key.startswith("spark."):
-            raise SamzaError(f"--conf {key}: Spark settings start with 'spark.' (e.g. --conf "
-                             f"spark.executor.memory=2g); the application's config goes in "
-                             f"-c {pair}")
-        out[key] = value.strip()
-    return out
-
-
-#: what the spark extra installs (pyproject.toml), which only ``reprocess`` needs
-_SPARK_EXTRA = ("pyspark", "pyarrow", "pandas")
-
-
-def cmd_reprocess(args: argparse.Namespace) -> int:
-    import importlib.util
-
-    from runtime.ops.loader import load_app
-
-    for name in _SPARK_EXTRA:  # before anything starts: one line, not an import's traceback
-        if importlib.util.find_spec(name) is None:
-            raise SamzaError(f"samza-dsl reprocess runs the job on Spark, and {name} is not "
-                             f"installed beside samza-dsl ({sys.executable}): install the "
-                             f"spark extra, pip install 'samza-dsl[spark]'")
-    config = _cli_config(args)
-    spark_conf = _spark_conf(args.conf)
-    app = load_app(args.app)
-    from planner import refuse_processing_time_joins
-
-    refuse_processing_time_joins(app.spec(), "Spark")  # before Spark starts
-    inputs = _stream_paths(args.input, "--input", app.spec().inputs, "input", app.name)
-    outputs = _stream_paths(args.output, "--output", app.spec().outputs, "output", app.name)
-    missing = sorted(set(app.spec().inputs) - set(inputs))
-    if missing:
-        raise SamzaError(f"{args.app} reads {', '.join(map(repr, missing))}: give every input "
-                         f"with --input STREAM=PATH")
-    for sid, path in inputs.items():
-        if _local_path_missing(path):
-            raise SamzaError(f"--input {sid}: {path} does not exist (looked in {os.getcwd()})")
-    _make_output_dirs(outputs)
-
-    from runtime.spark import SparkRunner
-    from runtime.spark.progress import StageProgress
-
-    runner = SparkRunner(master=args.master, conf=spark_conf)
-    with _quiet_spark():
-        sc = runner.spark.sparkContext
-    try:
-        with StageProgress(sc,
-                           stream=None if args.no_progress else sys.stderr) as progress:
-            result = runner.reprocess(app, inputs, outputs=outputs, config=config)
-        if not args.no_progress:
-            print(progress.table(), file=sys.stderr)
-        print(result.summary())
-        for sid in sorted(app.spec().outputs):
-            if sid in outputs:
-                continue
-            n = result.rows_out.get(sid)
-            msgs = result.messages(sid) if args.show else []
-            count = n if n is not None else len(msgs)
-            print(f"{sid}: {count} message(s) (no --output {sid}=PATH: not written)")
-            for m in msgs[:args.show]:
-                print(f"  {m!r}")
-            if count > args.show:
-                print(f"  ... {count - args.show} more")
-        sys.stdout.flush()
-    finally:
-        runner.stop()
-    return 0
-
-
 def _matching_keys(key: str | None) -> list[Any]:
     """The reference rows ``samza-dsl config KEY`` shows: all of them; the key itself (a
     stream's, store's or system's key matches its ``<id>``/``<name>`` row); or those under a
@@ -692,8 +509,8 @@ def _effective_config(args: argparse.Namespace) -> list[tuple[str, str, str]]:
     app = load_app(args.app)
     source: dict[str, str] = dict.fromkeys(validate_config(app.config), "application")
     for path in args.config_file:
-        source.update(dict.fromkeys(validate_config(_config_file(path)), f"--config-file {path}"))
-    source.update(dict.fromkeys(validate_config(_parse_config(args.config)), "-c"))
+        source.update(dict.fromkeys(validate_config(config_file(path)), f"--config-file {path}"))
+    source.update(dict.fromkeys(validate_config(parse_config(args.config)), "-c"))
     config = job_config(app, _cli_config(args))
     try:
         plan = app.plan(partitions=_partitions(args.partitions), config=config)
