@@ -120,6 +120,12 @@ class QueryClient:
                              f"may be theirs; try again")
         if not answers:
             raise QueryError(f"no member of the job holds a task with store {store!r}")
+        covered = {t for a in answers for t in a.get("tasks", [])}
+        every = max(int(a.get("job_tasks", 0)) for a in answers)
+        if len(covered) < every and not any(a.get("found") for a in answers):
+            raise QueryMoving(f"store {store!r}: the members that answered hold {len(covered)} "
+                              f"of its {every} tasks; the others are moving between members: "
+                              f"try again")
         return answers
 
     def _ask(self, url: str, store: str, params: dict[str, str]

@@ -46,13 +46,25 @@ def read_query(container: Any, views: CommittedViews, member: Callable[[], str],
     if any(s.remote for _, s in held):
         raise QueryAnswer(400, f"store {store!r} is a remote table: ask its service")
     tasks = sorted(t.name for t, _ in held)
-    base = {"store": store, "read": read, "member": member(), "tasks": tasks}
+    # the job's tasks with the store: a client that asked every member knows a key is nowhere
+    # only once the tasks they answered for are all of them
+    every = sum(1 for t in container.job.tasks if store in _stores_of(plan, t))
+    base = {"store": store, "read": read, "member": member(), "tasks": tasks,
+            "job_tasks": every}
     if not held:
         raise QueryAnswer(404, f"this container ({base['member']}) holds no task with store "
                                f"{store!r}; ask another member", tasks=[])
     if "key" in params:
         return {**base, **_one(views, held, store, read, params)}
     return {**base, **_many(views, held, store, read, params)}
+
+
+def _stores_of(plan: Any, task: Any) -> set[str]:
+    """The stores of a task of the job: every table, and the state of the windows and joins of
+    the stages it runs (``runtime.engine.wiring.build_operators``)."""
+    ops = {op for stage in task.stages for op in stage.operators}
+    return {name for name, spec in plan.stores.items()
+            if spec.table is not None or spec.op_id in ops}
 
 
 def _key(store: str, codec: Any, text: str, key_type: str) -> tuple[Any, bytes]:
