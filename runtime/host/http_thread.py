@@ -143,6 +143,8 @@ class ThreadServer:
                     except Exception as exc:  # a look that failed must not stop the server
                         _log.debug("%s: tick failed: %s: %s", self.name, type(exc).__name__, exc)
                     next_tick = now + self.tick_s
+                elif self.tick is None:  # nothing to call: wake for a deadline or a request
+                    next_tick = now + self.tick_s
                 until = min([c.deadline for c in self._conns.values()] + [next_tick])
                 for key, mask in sel.select(max(0.0, min(until - now, self.tick_s))):
                     if key.data == "accept":
