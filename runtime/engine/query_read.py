@@ -160,7 +160,7 @@ def _many(views: CommittedViews, held: list[tuple[Any, Any]], store: str, read: 
     found: list[tuple[bytes, Any, Any, Any]] = []
     for task, s in held:
         if read == "latest":
-            rows = s.latest_range(lo or None, hi_or_none, limit + 1)
+            rows = s.latest_range(lo or None, hi_or_none, limit + 1, prefix)
             found += [(kb, k, v, task) for kb, k, v in rows]
         else:
             raw, _ = views.scan(task.name, store, s, lo or None, hi_or_none, limit + 1)

@@ -268,14 +268,18 @@ class CachedStore:
         self._flush_dirty()
         return self.byte_store.scan(None, None, self.decode_entry)
 
-    def latest_range(self, lo: bytes | None, hi: bytes | None,
-                     limit: int) -> list[tuple[bytes, Any, Any]]:
+    def latest_range(self, lo: bytes | None, hi: bytes | None, limit: int,
+                     prefix: str | None = None) -> list[tuple[bytes, Any, Any]]:
         """Up to ``limit`` ``(encoded key, key, value)`` with encoded keys in ``[lo, hi)`` (None:
         no bound), in their byte order, as ``get`` sees them now; unlike ``range`` it flushes
-        nothing (an interactive query must not change when the store is committed)."""
+        nothing (an interactive query must not change when the store is committed). With
+        ``prefix``, only the dirty string keys that start with it are encoded to be placed."""
         kenc = self._kenc
         pending: dict[bytes, tuple[Any, Any]] = {}
-        for k, v in list(self._dirty.items()):
+        dirty = self._dirty
+        items = list(dirty.items()) if prefix is None else [
+            (k, dirty[k]) for k in list(dirty) if type(k) is str and k.startswith(prefix)]
+        for k, v in items:
             kb = kenc(k)
             if (lo is None or kb >= lo) and (hi is None or kb < hi):
                 pending[kb] = (k, v)
