@@ -8,7 +8,9 @@ The client is a process of its own (as a service that asks a job is): ``rate`` q
 through ``samza_dsl.query.QueryClient``, 8 in 10 a key's latest count, 1 in 10 its committed
 count, 1 in 10 a prefix of 10 entries, keys drawn among W1's 10^4 ids. It starts before the
 clock and asks from the moment the endpoint records its address. Prints one JSON line per run,
-then the medians and the median of the pairs' costs in percent of W1L's messages per second.
+then the medians and the median of the pairs' costs in percent of W1L's messages per second,
+and of the job process's CPU time (``time.process_time``, all its threads: the query endpoint's
+too), which a shared machine's other work disturbs less than the wall clock.
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ def client(job_dir: str, rate: float) -> None:
         time.sleep(max(0.0, next_at - time.monotonic()))
 
 
-def one_run(n: int, queries: bool, rate: float) -> dict[str, Any]:
+def one_run(n: int, queries: bool, rate: float, ask: bool = True) -> dict[str, Any]:
     from benchmarks.local_workloads import _config, _events, _ids, _load
     from examples.readwrite_counter import app
     from runtime.runner import LocalRunner
@@ -78,24 +80,28 @@ def one_run(n: int, queries: bool, rate: float) -> dict[str, Any]:
         assert _load(app, config, _events(_ids(n))) == n
         if queries:
             config = {**config, "query.enabled": True}
+        if queries and ask:
             asker = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--client", d,
                                       "--rate", str(rate)], stdout=subprocess.PIPE, text=True)
         os.sync()
         runner = LocalRunner(app, config)
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         runner.start()
         runner.wait()
-        secs = time.perf_counter() - t0
+        secs, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         asked: dict[str, Any] = {}
         if asker is not None:
             asker.send_signal(signal.SIGTERM)
             out, _ = asker.communicate(timeout=30)
             asked = json.loads(out.splitlines()[-1]) if out.strip() else {}
+        if runner.container is not None and runner.container.query is not None:
+            asked["loop_ms"] = round(runner.container.query.loop_s * 1000, 1)
         runner.stop()
         processed = runner.container.status()["processed"] if runner.container else 0
         runner.close()
         return {"queries": queries, "messages": n, "seconds": round(secs, 3),
-                "msgs_per_s": round(n / secs), "processed": processed, **asked}
+                "msgs_per_s": round(n / secs), "cpu_s": round(cpu, 3), "processed": processed,
+                **asked}
     finally:
         if asker is not None and asker.poll() is None:
             asker.kill()
@@ -108,7 +114,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--scale", type=float, default=2.0)
     parser.add_argument("--rate", type=float, default=100.0)
-    parser.add_argument("--one", choices=["queries", "none"], help=argparse.SUPPRESS)
+    parser.add_argument("--one", choices=["queries", "enabled", "none"], help=argparse.SUPPRESS)
     parser.add_argument("--client", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.client:
@@ -116,7 +122,8 @@ def main() -> None:
         return
     n = max(1, int(1_000_000 * args.scale))
     if args.one:
-        print(json.dumps(one_run(n, args.one == "queries", args.rate)), flush=True)
+        print(json.dumps(one_run(n, args.one != "none", args.rate, ask=args.one == "queries")),
+              flush=True)
         return
     lines: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
     for i in range(args.runs):
@@ -132,7 +139,14 @@ def main() -> None:
     with_q = statistics.median(x["msgs_per_s"] for x in lines[True])
     pairs = [100 * (a["msgs_per_s"] - b["msgs_per_s"]) / a["msgs_per_s"]
              for a, b in zip(lines[False], lines[True], strict=True)]
+    cpu_pairs = [100 * (b["cpu_s"] - a["cpu_s"]) / a["cpu_s"]
+                 for a, b in zip(lines[False], lines[True], strict=True)]
     print(json.dumps({"workload": "W1L", "runs": args.runs, "rate": args.rate,
+                      "median_cpu_s_without_queries": statistics.median(
+                          x["cpu_s"] for x in lines[False]),
+                      "median_cpu_s_with_queries": statistics.median(
+                          x["cpu_s"] for x in lines[True]),
+                      "median_pair_cpu_cost_percent": round(statistics.median(cpu_pairs), 1),
                       "median_msgs_per_s_without_queries": round(without),
                       "median_msgs_per_s_with_queries": round(with_q),
                       "query_cost_percent": round(100 * (without - with_q) / without, 1),

@@ -34,6 +34,7 @@ import ipaddress
 import json
 import logging
 import os
+import time
 import urllib.parse
 from typing import Any
 
@@ -92,6 +93,9 @@ class QueryEndpoint:
         self._http: ThreadServer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._file: str | None = None
+        #: queries answered on the loop, and the loop's seconds they took
+        self.answered = 0
+        self.loop_s = 0.0
 
     def start(self) -> str:
         self._loop = asyncio.get_running_loop()
@@ -166,10 +170,13 @@ class QueryEndpoint:
 
         def run() -> None:
             if done.set_running_or_notify_cancel():
+                t0 = time.perf_counter()
                 try:
                     done.set_result(self.answer(store, params))
                 except BaseException as exc:  # said to the client, in one line
                     done.set_exception(exc)
+                self.answered += 1
+                self.loop_s += time.perf_counter() - t0
         try:
             loop.call_soon_threadsafe(run)
             return done.result(WAIT_S)

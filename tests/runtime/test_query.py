@@ -160,3 +160,11 @@ def test_off_loopback_a_token_is_required(tmp_path: Path) -> None:
     assert run.returncode == 2, run.stderr
     assert "query.host=0.0.0.0 is not a loopback address: set query.token" in run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_the_token_is_never_shown() -> None:
+    shown = subprocess.run([CLI, "config", "--app", COUNTER, "-c", "query.token=hunter2-q66",
+                            "query"], capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert "query.token    '***'" in shown.stdout and "hunter2" not in shown.stdout, shown.stdout
+    assert "query.enabled  False  (default)" in shown.stdout
