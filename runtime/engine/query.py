@@ -48,7 +48,7 @@ from runtime.state.views import CommittedViews, NoView
 from samza_dsl.config import secret_value
 from samza_dsl.errors import ConfigError, SamzaError
 
-__all__ = ["QueryEndpoint", "query_file", "is_loopback", "WAIT_S"]
+__all__ = ["QueryEndpoint", "query_file", "is_loopback", "query_json", "WAIT_S"]
 
 _log = logging.getLogger("samza_dsl.query")
 
@@ -144,11 +144,13 @@ class QueryEndpoint:
     # -- the server's thread ------------------------------------------------------------------
 
     def _reply(self, method: str, target: str, headers: dict[str, str]) -> Reply:
-        status, body = self._on_thread(method, target, headers)
+        status, body = self.handle(method, target, headers)
         return status, "application/json", _dumps(body) + b"\n"
 
-    def _on_thread(self, method: str, target: str,
-                   headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
+    def handle(self, method: str, target: str,
+               headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
+        """The status and body of a request (``headers`` by lower-case name), from any thread
+        but the container's loop, which it waits for (the job page serves ``/query`` so)."""
         path, _, query = target.partition("?")
         if method not in ("GET", "HEAD"):
             return 405, {"error": f"{method} {path}: use GET"}
@@ -208,6 +210,11 @@ def _builtins(obj: Any) -> Any:
     if isinstance(obj, bytes | bytearray | memoryview):
         return bytes(obj).decode("utf-8", "backslashreplace")
     return str(obj)
+
+
+def query_json(body: Any) -> bytes:
+    """An answer's body as JSON (keys and values as the store's serdes decoded them)."""
+    return _dumps(body)
 
 
 def _dumps(body: Any) -> bytes:

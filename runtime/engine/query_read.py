@@ -9,7 +9,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from runtime.state.views import CommittedViews
+from runtime.state.views import CommittedViews, latest_scan
 
 __all__ = ["QueryAnswer", "read_query", "DEFAULT_LIMIT"]
 
@@ -160,7 +160,7 @@ def _many(views: CommittedViews, held: list[tuple[Any, Any]], store: str, read: 
     found: list[tuple[bytes, Any, Any, Any]] = []
     for task, s in held:
         if read == "latest":
-            rows = s.latest_range(lo or None, hi_or_none, limit + 1, prefix)
+            rows = s.latest_range(lo or None, hi_or_none, limit + 1, prefix, latest_scan(s))
             found += [(kb, k, v, task) for kb, k, v in rows]
         else:
             raw, _ = views.scan(task.name, store, s, lo or None, hi_or_none, limit + 1)

@@ -17,7 +17,7 @@ the query endpoint's thread hands its reads to the loop (``runtime.engine.query`
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import lmdb
@@ -25,7 +25,7 @@ import lmdb
 from runtime.state.format import SHORT_LEN, ChecksumError, lmdb_key, unframe
 from runtime.state.lmdb_store import LmdbStore
 
-__all__ = ["CommittedViews", "NoView"]
+__all__ = ["CommittedViews", "NoView", "latest_scan"]
 
 
 class NoView(Exception):
@@ -102,24 +102,48 @@ class CommittedViews:
         txn, offset = self._view(task_name, name, store)
         out: list[tuple[bytes, bytes]] = []
         try:
-            cur = txn.cursor()
-            if not cur.set_range(lmdb_key(lo)[:SHORT_LEN] if lo is not None else b""):
-                return out, offset
-            for lk, raw in cur:
-                kb, vb = unframe(lk, raw)
-                if hi is not None and kb >= hi and len(lk) <= SHORT_LEN:
+            for kb, vb in _entries(txn, lo, hi):
+                out.append((kb, vb))
+                if len(out) >= limit and len(lmdb_key(kb)) <= SHORT_LEN:
                     break
-                if (lo is None or kb >= lo) and (hi is None or kb < hi):
-                    out.append((kb, vb))
-                    # a group of long keys comes in the order of their hashes: read it whole
-                    if len(out) >= limit and len(lk) <= SHORT_LEN:
-                        break
         except (lmdb.Error, ChecksumError) as e:
             self.drop(task_name)
             raise NoView(f"store {name!r} of task {task_name!r}: its committed state cannot be "
                          f"read now ({type(e).__name__}); try again") from None
         out.sort(key=lambda e: e[0])
         return out[:limit], offset
+
+
+def latest_scan(store: Any) -> Any:
+    """``scan(lo, hi, decode_entry)`` over the LMDB bytes of ``store`` as they are now, for a
+    query's range of its latest state: a cursor of a fresh read transaction, read as far as
+    the caller takes it (the bytes' own ``scan`` reads 1,024 entries at a time); ``None`` for
+    a store not in LMDB."""
+    if not isinstance(store, LmdbStore) or store.lmdb.env is None:
+        return None
+    lm = store.lmdb
+
+    def scan(lo: bytes | None, hi: bytes | None, decode_entry: Any) -> Iterator[tuple[Any, Any]]:
+        with lm.env.begin(db=lm.data_db) as txn:
+            for kb, vb in _entries(txn, lo, hi):
+                k, v = decode_entry(kb, vb)
+                if v is not None:
+                    yield k, v
+    return scan
+
+
+def _entries(txn: Any, lo: bytes | None, hi: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+    """The entries of ``txn`` with encoded keys in ``[lo, hi)``, in LMDB's order (a group of
+    long keys sharing their first bytes comes in the order of their hashes)."""
+    cur = txn.cursor()
+    if not cur.set_range(lmdb_key(lo)[:SHORT_LEN] if lo is not None else b""):
+        return
+    for lk, raw in cur:
+        kb, vb = unframe(lk, raw)
+        if hi is not None and kb >= hi and len(lk) <= SHORT_LEN:
+            return
+        if (lo is None or kb >= lo) and (hi is None or kb < hi):
+            yield kb, vb
 
 
 def _abort(txn: Any) -> None:

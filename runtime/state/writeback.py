@@ -269,11 +269,14 @@ class CachedStore:
         return self.byte_store.scan(None, None, self.decode_entry)
 
     def latest_range(self, lo: bytes | None, hi: bytes | None, limit: int,
-                     prefix: str | None = None) -> list[tuple[bytes, Any, Any]]:
+                     prefix: str | None = None,
+                     scan: Callable[..., Iterator[tuple[Any, Any]]] | None = None
+                     ) -> list[tuple[bytes, Any, Any]]:
         """Up to ``limit`` ``(encoded key, key, value)`` with encoded keys in ``[lo, hi)`` (None:
         no bound), in their byte order, as ``get`` sees them now; unlike ``range`` it flushes
         nothing (an interactive query must not change when the store is committed). With
-        ``prefix``, only the dirty string keys that start with it are encoded to be placed."""
+        ``prefix``, only the dirty string keys that start with it are encoded to be placed.
+        ``scan``: how the bytes are read (``byte_store.scan``'s signature; by default it)."""
         kenc = self._kenc
         pending: dict[bytes, tuple[Any, Any]] = {}
         dirty = self._dirty
@@ -284,7 +287,7 @@ class CachedStore:
             if (lo is None or kb >= lo) and (hi is None or kb < hi):
                 pending[kb] = (k, v)
         found: dict[bytes, tuple[Any, Any]] = {}
-        for k, v in self.byte_store.scan(lo, hi, self.decode_entry):
+        for k, v in (scan or self.byte_store.scan)(lo, hi, self.decode_entry):
             found[kenc(k)] = (k, v)
             if len(found) >= limit + len(pending):
                 break

@@ -168,3 +168,25 @@ def test_the_token_is_never_shown() -> None:
     assert shown.returncode == 0, shown.stderr
     assert "query.token    '***'" in shown.stdout and "hunter2" not in shown.stdout, shown.stdout
     assert "query.enabled  False  (default)" in shown.stdout
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+UI_PORT = _free_port()
+
+
+@pytest.mark.parametrize("running", [["--ui", str(UI_PORT)]], indirect=True)
+def test_the_job_page_serves_the_queries_of_the_job_it_runs(running: tuple[Path, str]) -> None:
+    _, url = running
+    page = f"http://127.0.0.1:{UI_PORT}"
+    got = _until(lambda: (a := _http(f"{page}/query/counts?key=k3"))[1].get("value") == 10
+                 and a, 30, "the page's answer")
+    assert got[0] == 200 and got[1]["task"] == _http(f"{url}/query/counts?key=k3")[1]["task"]
+    status, body = _http(f"{page}/query/nope?key=k3")
+    assert status == 404 and "has no store 'nope'" in body["error"]
