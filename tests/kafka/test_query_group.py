@@ -108,3 +108,33 @@ def test_a_query_reaches_the_owner_and_a_rebalance_never_gives_a_wrong_answer(
             stop_all(members)
         finally:
             kill_left(members)
+
+
+def test_a_static_container_on_kafka_answers_from_its_job_dir_record(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    """job.coordinator=static: no group records the endpoint; ``samza-dsl query`` given the
+    container's job.dir finds it there."""
+    tag = uuid.uuid4().hex[:8]
+    run(create_topic(kafka_bootstrap, f"gevents-{tag}", 4))
+    member = Member(tmp_path / "host-0", kafka_bootstrap, tag, "-c", "query.enabled=true",
+                    "-c", "job.coordinator=static")
+    try:
+        wait_for("the endpoint's record", lambda: _url(member), 60, [member])
+        run(produce_each(kafka_bootstrap, f"gevents-{tag}",
+                         keyed(((k, {"i": i}) for i in range(3) for k in KEYS), 4)))
+        env = {**os.environ, "SAMZA_TEST_BOOTSTRAP": kafka_bootstrap, "SAMZA_TEST_TAG": tag}
+
+        def ask() -> dict[str, object] | None:
+            q = subprocess.run([CLI, "query", f"{APPS}:group", "counts", "k7", "--json",
+                                "-c", f"job.dir={member.folder / 'job'}"], env=env,
+                               capture_output=True, text=True, timeout=120)
+            assert q.returncode in (0, 1), q.stderr
+            got = json.loads(q.stdout)
+            return got if got.get("value") == 3 else None
+        got = wait_for("the count of k7", ask, 60, [member])
+        assert got["member"] == "container-0" and got["job_tasks"] == 4, got
+    finally:
+        try:
+            stop_all([member])
+        finally:
+            kill_left([member])
