@@ -21,20 +21,21 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
+from runtime import container_rows
+from runtime.container_rows import OVERDUE_EXITS, TOTALS, ContainerRows, LogEnds, RowsTo, Totals
 from runtime.engine.container import Container, MemoryCheckpoints
 from runtime.engine.late import LateCounts, window_ids
-from runtime.engine.systems import SYSTEMS, job_system
+from runtime.engine.systems import job_system
 from runtime.host.metrics import Metrics
 from runtime.host.stacks import stacks_on
 from runtime.host.watchdog import ABORT_S, REPEAT_S, LoopWatch, exit_now, leave_stuck_threads
 from runtime.memory import MemoryBroker, MemoryInputs, memory_job
 from samza_dsl import StreamApplication
-from samza_dsl.connectors import SinkOutput
 from samza_dsl.errors import Interrupted, SamzaError
-from samza_dsl.jobconfig import JobConfig, job_config
+from samza_dsl.jobconfig import job_config
 
 __all__ = ["LocalRunner"]
 
@@ -119,8 +120,10 @@ class LocalRunner(LateCounts):
                      for sid, parts in (skip or {}).items()}
         #: the system the job runs on, from the registry of systems
         self.system = job_system(app)
-        self.kafka = self.system is SYSTEMS["kafka"]
-        self.local = self.system is SYSTEMS["local"]
+        #: what runs the job on its system (``runtime.engine.systems.JobSystem``)
+        self.jobs = self.system.job_system()
+        #: the job's streams outlive the run (the local log, Kafka): it has a job of its own
+        self.on_log = self.system.on_log
         self.job: Any = None
         self.container: Container | None = None
         self.broker: MemoryBroker | None = None
@@ -150,7 +153,7 @@ class LocalRunner(LateCounts):
         #: this runner runs one container of a run of several, in a process the parent forked
         self._forked = False
         #: a run of several containers: what they read, where they resumed, their counters
-        self._totals: _Totals | None = None
+        self._totals: Totals | None = None
 
     # -- blocking run -----------------------------------------------------------------------------
 
@@ -199,7 +202,7 @@ class LocalRunner(LateCounts):
         """Prepare the run, start one process per container and wait for them all. A container
         that fails stops the others (they drain and commit) and the run raises an error naming
         it; SIGINT/SIGTERM are passed on to every container."""
-        if not (self.local or self.kafka):
+        if not self.on_log:
             raise SamzaError(f"job.container.count={self.containers}: the containers of a job "
                              f"share its streams, so its streams must be on Kafka or the local "
                              f"system, not in memory")
@@ -246,44 +249,20 @@ class LocalRunner(LateCounts):
                 held.release()
 
     def _prepare_containers(self, n: int) -> None:
-        """A new run of the job (generation, topics, rescaled checkpoints) that its ``n``
+        """A new run of the job (generation, streams, rescaled checkpoints) that its ``n``
         containers join; the --skip records checked against it."""
         from runtime.run_inputs import check_skips
 
-        if self.kafka:
-            from runtime.kafka.job import KafkaJob
+        async def check(job: Any) -> None:
+            if not self.skip:
+                return
+            keys = [(sid, p) for sid, parts in self.skip.items() for p in parts]
+            for line in check_skips(self.skip, job, await self.jobs.input_ends(job, keys),
+                                    follow=self.follow):
+                _log.warning("%s", line)
 
-            self.job = asyncio.run(KafkaJob.prepare(self.app, self.config))
-            self._lock = self.job.lock  # shared with the containers
-            if self.skip:
-                try:
-                    ends = asyncio.run(_kafka_ends(self.job, self.skip))
-                    for line in check_skips(self.skip, self.job, ends, follow=self.follow):
-                        _log.warning("%s", line)
-                except BaseException:
-                    self._lock.release()
-                    raise
-            return
-        from runtime.local.system import LocalJob
-
-        self.job = job = LocalJob(self.app, self.config, run=False)
-        # exclusive while the run is prepared (checkpoints move), then shared with the
-        # containers: no other run or reset of the job meanwhile
-        lock = job.job_lock()
-        try:
-            lock.start_containers(n)
-            job.prepare(self._inputs)
-            if self.skip:
-                for line in check_skips(self.skip, job, _local_ends(job, self.skip),
-                                        follow=self.follow):
-                    _log.warning("%s", line)
-            lock.share()
-        except BaseException:
-            lock.release()
-            raise
-        finally:
-            job.close()  # the containers open the log themselves
-        self._lock = lock
+        self.job = asyncio.run(self.jobs.prepare(self.app, self.config, n, self._inputs, check))
+        self._lock = self.job.lock  # shared with the containers
 
     def _wait_for_containers(self, procs: list[Any], queue: Any, stop: threading.Event) -> None:
         n = len(procs)
@@ -300,8 +279,8 @@ class LocalRunner(LateCounts):
         failed: list[int] = []
         forwarded = again = False  # the stop passed on to the containers; a second stop too
         forwarded_at = 0.0
-        ends = _LogEnds(self.app, self.config) if self.local else None
-        shown = _ContainerRows(self.progress, n, self.plan.config,
+        ends = LogEnds(self.app, self.config, self.jobs) if self.jobs.metrics_in_log else None
+        shown = ContainerRows(self.progress, n, self.plan.config,
                                ends.end_of if ends is not None else None)
         self._totals = shown.totals
         grace = int(self.plan.config.task.shutdown_ms) / 1000.0
@@ -345,12 +324,12 @@ class LocalRunner(LateCounts):
                         killed[i] = why
                         p.kill()
             for i, p in enumerate(procs):
-                if i not in failed and _failed(p.exitcode, forwarded):
+                if i not in failed and container_rows.failed(p.exitcode, forwarded):
                     failed.append(i)
             multiprocessing.connection.wait([p.sentinel for p in procs if p.is_alive()],
                                             timeout=0.05)  # wakes when one exits
         failed += [i for i, p in enumerate(procs) if i not in failed
-                   and _failed(p.exitcode, forwarded)]
+                   and container_rows.failed(p.exitcode, forwarded)]
         shown.take(queue, procs, forwarded, final=True)
         if ends is not None:
             ends.close()
@@ -370,7 +349,7 @@ class LocalRunner(LateCounts):
                              f"and run the job again: each container resumes after its "
                              f"checkpoints")
         self._state = "finished"
-        overdue = [i for i, p in enumerate(procs) if forwarded and p.exitcode in _OVERDUE_EXITS]
+        overdue = [i for i, p in enumerate(procs) if forwarded and p.exitcode in OVERDUE_EXITS]
         if overdue:
             self._state = "failed"
             how = ("stopped without waiting on a second stop (what each abandoned is above)"
@@ -391,14 +370,9 @@ class LocalRunner(LateCounts):
             _log.warning("plan warning: %s", line)
 
     async def _main(self, install_signals: bool) -> None:
-        if self.kafka:
-            kafka_job = self.system.job_class()
-            kjob = await kafka_job.create(self.app, self.config, self.metrics, follow=self.follow)
-            self.job, self.plan, container = kjob, kjob.plan, kjob.container
-        elif self.local:
-            local_job = self.system.job_class()
-            job = local_job(self.app, self.config, follow=self.follow,
-                            inputs=self._inputs, metrics=self.metrics)
+        if self.on_log:
+            job = await self.jobs.create(self.app, self.config, self.metrics,
+                                         follow=self.follow, inputs=self._inputs)
             self.job, self.plan, container = job, job.plan, job.container
         else:
             if self.skip:
@@ -449,7 +423,7 @@ class LocalRunner(LateCounts):
                 watch.stop()
             if self._overdue is not None:
                 self._overdue.cancel()
-            if self.local or self.kafka:
+            if self.on_log:
                 self.job.release_lock()  # the job stays open for reading its outputs
             if reporter is not None:
                 reporter.cancel()
@@ -462,19 +436,13 @@ class LocalRunner(LateCounts):
         """The --skip records against the job about to run (``run_inputs.check_skips``)."""
         from runtime.run_inputs import check_skips
 
-        ends = await _kafka_ends(self.job, self.skip) if self.kafka \
-            else _local_ends(self.job, self.skip)
+        keys = [(sid, p) for sid, parts in self.skip.items() for p in parts]
+        ends = await self.jobs.input_ends(self.job, keys)
         return check_skips(self.skip, self.job, ends, follow=self.follow)
 
     async def _abandon(self) -> None:
         """Let go of a job built for a run that does not start."""
-        job = self.job
-        if self.kafka:
-            with contextlib.suppress(Exception):
-                await job.producer.close()
-            with contextlib.suppress(Exception):
-                await job.watch.stop()
-        job.release_lock()
+        await self.jobs.abandon(self.job)
 
     def _request_stop(self, sig: int | None = None) -> None:
         """A stop: by ``sig`` (SIGINT, SIGTERM), or by ``stop()``."""
@@ -704,7 +672,7 @@ class LocalRunner(LateCounts):
     def tail(self, stream_id: str, n: int) -> list[Any]:
         """At most the last ``n`` messages of this run's part of an output, read from its end
         on the local system and Kafka: a summary's few, never the whole output."""
-        if (self.local or self.kafka) and self.job is not None:
+        if self.on_log and self.job is not None:
             return list(self.job.tail(stream_id, n)) if n > 0 else []
         return self.messages(stream_id)[-n:] if n > 0 else []
 
@@ -732,10 +700,7 @@ class LocalRunner(LateCounts):
             >>> {p: [kv.key for kv in ms] for p, ms in runner.partitions("lengths").items()}
             {0: ['bb'], 1: ['a', 'ccc']}
         """
-        if self.kafka:
-            raise TypeError(f"output {stream_id!r} is on Kafka: read its partitions from the "
-                            f"topic")
-        if self.local:
+        if self.on_log:
             if self.job is None:
                 raise KeyError(f"no stream {stream_id!r}: the job has not run")
             return dict(self.job.partitions(stream_id))
@@ -756,7 +721,7 @@ class LocalRunner(LateCounts):
         Raises:
             KeyError: no such stream, or the job has not run.
         """
-        if self.local or self.kafka:
+        if self.on_log:
             if self.job is None:
                 raise KeyError(f"no stream {stream_id!r}: the job has not run")
             return list(self.job.messages(stream_id))
@@ -767,8 +732,6 @@ class LocalRunner(LateCounts):
 
 
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
-#: the exit codes of a container process that stopped itself when task.shutdown.ms ran out
-_OVERDUE_EXITS = frozenset(128 + sig for sig in _STOP_SIGNALS)
 #: how long after task.shutdown.ms the parent kills a container that did not stop itself
 _KILL_MARGIN = 2.0
 #: tasks an error of a stop that ran out of time describes, at most
@@ -789,16 +752,6 @@ def _stop_started() -> None:
         if runner._thread is not None and runner._thread.is_alive():
             with contextlib.suppress(Exception):
                 runner.stop()
-
-
-def _failed(exitcode: int | None, stopped: bool) -> bool:
-    """Whether a container process that ended with ``exitcode`` failed. After the parent passed
-    a stop on (``stopped``), one that the stop's signal ended has not: what it did since its
-    last commit is done again by the next run, as after any crash (at-least-once)."""
-    if exitcode in (None, 0):
-        return False
-    return not (stopped and (exitcode in (-signal.SIGTERM, -signal.SIGINT)
-                             or exitcode in _OVERDUE_EXITS))
 
 
 class _Loop(asyncio.SelectorEventLoop):
@@ -837,138 +790,6 @@ class _ContainerLoop(_Loop):
     stopped = True
 
 
-_ROW, _TOTALS = "\0row", "\0totals"
-
-
-class _Totals:
-    """What the containers of a run of several report as they end: user messages read per
-    stream, the checkpoint each task resumed from, and their counters (late messages, records
-    skipped by request), added up."""
-
-    def __init__(self) -> None:
-        self.read: dict[str, int] = {}
-        self.restored: dict[str, dict[Any, int]] = {}
-        self.counters: dict[str, int] = {}
-        self.written: dict[str, int] = {}
-        self.reported = 0
-
-    def add(self, totals: Mapping[str, Any]) -> None:
-        self.reported += 1
-        for sid, n in totals["read"].items():
-            self.read[sid] = self.read.get(sid, 0) + n
-        for sid, n in totals.get("written", {}).items():
-            self.written[sid] = self.written.get(sid, 0) + n
-        self.restored.update(totals["restored"])
-        for name, n in totals["counters"].items():
-            self.counters[name] = self.counters.get(name, 0) + n
-
-
-class _LogEnds:
-    """End offsets of the job's partitions in its local log, opened read-only when first asked
-    (only while a container seems stalled)."""
-
-    def __init__(self, app: StreamApplication, config: Mapping[str, Any]) -> None:
-        self.app = app
-        self.config = config
-        self._job: Any = None
-
-    def end_of(self, stream_id: str, partition: int) -> int | None:
-        if self._job is None:
-            from runtime.local.system import LocalJob
-
-            self._job = LocalJob(self.app, self.config, run=False)
-        job = self._job
-        if stream_id not in job.physical:
-            return None
-        log = job.log_of(job.stream_system[stream_id])
-        return int(log.end_offset(job.physical[stream_id], partition))
-
-    def close(self) -> None:
-        if self._job is not None:
-            self._job.close()
-            self._job = None
-
-
-class _ContainerRows:
-    """The parent's side of a run of several container processes: their progress rows, one each,
-    drawn when there is a display, and the totals each sends as it ends."""
-
-    def __init__(self, stream: Any, n: int, config: JobConfig,
-                 end_of: Callable[[str, int], int | None] | None = None) -> None:
-        from runtime.progress import ProgressDisplay, stall_after
-
-        self.display = ProgressDisplay(stream) if stream is not None else None
-        self.rows: dict[str, dict[str, Any]] = {f"container {i} of {n}": {"state": "starting"}
-                                                for i in range(n)}
-        self.interval = max(config.task.progress_ms, 50) / 1000.0
-        self.next = time.monotonic() + self.interval
-        self.totals = _Totals()
-        #: a partition's end offset now (None: unknown), for the lag of a silent container
-        self.end_of = end_of
-        self.stall_s = stall_after(self.interval)
-        #: when each container's last row came; the containers warned about as stalled
-        self.heard: dict[str, float] = {}
-        self.stalled: set[str] = set()
-
-    def take(self, queue: Any, procs: Sequence[Any], stopped: bool,
-             final: bool = False) -> None:
-        import queue as queue_mod
-
-        while True:
-            try:
-                kind, name, data = queue.get(timeout=0.5) if final and \
-                    self.totals.reported < sum(p.exitcode == 0 for p in procs) \
-                    else queue.get_nowait()
-            except (queue_mod.Empty, OSError, EOFError, ValueError):
-                break
-            if kind == _TOTALS:
-                self.totals.add(data)
-            else:
-                self.rows[name] = data
-                self.heard[name] = time.monotonic()
-                self.stalled.discard(name)
-        shown = self._stalls(procs)
-        if self.display is None:
-            return
-        n = len(procs)
-        for i, p in enumerate(procs):
-            name = f"container {i} of {n}"
-            if _failed(p.exitcode, stopped):
-                self.rows[name] = {"state": f"failed (exit code {p.exitcode})"}
-            elif p.exitcode is not None and p.exitcode < 0:
-                self.rows[name] = {"state": f"stopped by signal {-p.exitcode}"}
-        if final or time.monotonic() >= self.next:
-            self.next = time.monotonic() + self.interval
-            self.display.update({**self.rows, **shown}, final=final)
-        if final:
-            self.display.close()
-
-    def _stalls(self, procs: Sequence[Any]) -> dict[str, dict[str, Any]]:
-        """The rows of the containers that are alive but have sent nothing for ``stall_s``
-        while their partitions lag: shown as stalled, with a warning once a stall."""
-        from runtime.progress import stall_lags, stall_text
-
-        out: dict[str, dict[str, Any]] = {}
-        now = time.monotonic()
-        n = len(procs)
-        for i, p in enumerate(procs):
-            name = f"container {i} of {n}"
-            heard = self.heard.get(name)
-            row = self.rows.get(name, {})
-            if self.end_of is None or heard is None or not p.is_alive() or row.get("done") \
-                    or now - heard < self.stall_s:
-                continue
-            lags = stall_lags(row.get("positions"), self.end_of)
-            if not lags:
-                continue
-            text = stall_text(f"container {i}", p.pid, now - heard, lags)
-            out[name] = {"state": text}
-            if name not in self.stalled:
-                self.stalled.add(name)
-                print(f"warning: {text}", file=sys.stderr, flush=True)
-        return out
-
-
 def _container_main(app: StreamApplication, config: Mapping[str, Any], follow: bool,
                     skip: Mapping[str, Mapping[int, set[int]]] | None = None,
                     queue: Any = None, progress: bool = False) -> None:
@@ -981,7 +802,7 @@ def _container_main(app: StreamApplication, config: Mapping[str, Any], follow: b
     runner = LocalRunner(app, config, follow=follow, skip=skip)
     runner._forked = True
     if queue is not None:  # with no display too: the parent tells a stalled container by them
-        runner._report_to = _RowsTo(queue)
+        runner._report_to = RowsTo(queue)
     name = f"container {config.get('job.container.id')}"
     try:
         runner.run()
@@ -998,111 +819,10 @@ def _container_main(app: StreamApplication, config: Mapping[str, Any], follow: b
     if runner.container is not None and queue is not None:
         counters = {k: v for k, v in runner.metrics.snapshot().items()
                     if type(v) is int and v}
-        queue.put((_TOTALS, "", {"read": dict(runner.container.status()["read"]),
+        queue.put((TOTALS, "", {"read": dict(runner.container.status()["read"]),
                                  "restored": dict(runner.container.restored),
                                  "counters": counters, "written": runner.written() or {}}))
     if queue is not None:  # what it sent reaches the parent before any thread is left behind
         queue.close()
         queue.join_thread()
     leave_stuck_threads(name, 0)
-
-
-class _RowsTo:
-    """A container's progress rows, into the parent's queue."""
-
-    def __init__(self, queue: Any) -> None:
-        self.queue = queue
-
-    def put(self, item: tuple[str, dict[str, Any]]) -> None:
-        self.queue.put((_ROW, *item))
-
-
-async def _kafka_ends(job: Any, skip: Mapping[str, Any]) -> dict[tuple[str, int], int]:
-    """The end offset of each input partition a --skip names, on the job's Kafka brokers."""
-    from aiokafka import TopicPartition
-
-    from runtime.kafka.system import true_end_offsets
-
-    tps = {(sid, p): TopicPartition(job.physical[sid], p) for sid, parts in skip.items()
-           for p in parts if p < job.counts.get(sid, 0)}
-    ends = await true_end_offsets(job.servers, tps.values(), job.consumer_settings, job.timeout)
-    return {key: ends[tp] for key, tp in tps.items()}
-
-
-def _local_ends(job: Any, skip: Mapping[str, Any]) -> dict[tuple[str, int], int]:
-    """The end offset of each input partition a --skip names, in the job's local log."""
-    return {(sid, p): job.log_of(job.stream_system[sid]).end_offset(job.physical[sid], p)
-            for sid, parts in skip.items() for p in parts if p < job.counts.get(sid, 0)}
-
-
-def uses_local_system(app: StreamApplication) -> bool:
-    """Whether ``app`` runs on the local system (``runtime.engine.systems.job_system``)."""
-    return job_system(app) is SYSTEMS["local"]
-
-
-def _output_counts(runner: LocalRunner) -> dict[str, int]:
-    """Messages this run wrote per output: its producers' counts; in memory, where the outputs
-    are held anyway, their lengths."""
-    from runtime.engine.sinks import sink_outputs
-
-    sinks = sink_outputs(runner.plan)
-    written = runner.written()
-    if written is not None:
-        counts = {sid: written.get(sid, 0) for sid in runner.plan.output_streams}
-    else:
-        counts = {sid: len(runner.messages(sid)) if sid not in sinks else 0
-                  for sid in runner.plan.output_streams}
-    if sinks and runner.container is not None:  # written by sinks: as the tasks counted them
-        for task_sinks in runner.container.committer.sinks.values():
-            for sid, n in task_sinks.written.items():
-                counts[sid] += n
-    return counts
-
-
-def print_outputs(runner: LocalRunner, out: TextIO = sys.stdout, limit: int = 10,
-                  fmt: Callable[[Any], str] = repr, app_ref: str | None = None) -> None:
-    """The run's summary: where it resumed, each output's count of messages this run wrote
-    (counted as they were written) and its last ``limit`` ones (read from its end), what came in
-    and went out, and the late messages of its windows (how many, where they went, and why)."""
-    from runtime.summary import (
-        late_why_lines,
-        resume_lines,
-        skipped_lines,
-        skipped_per_input,
-        traffic_lines,
-    )
-
-    traffic = runner._traffic()
-    if traffic is not None:
-        for line in resume_lines(traffic[1], runner.plan):
-            out.write(line + "\n")
-    counts = _output_counts(runner)
-    sinks = {sid: d.what for sid, d in runner.plan.app.outputs.items()
-             if isinstance(d, SinkOutput) and d.sink is not None}
-    for sid in runner.plan.output_streams:
-        if sid in sinks:  # written by a sink (samza_dsl.connectors): nothing to read back
-            out.write(f"{sid}: {counts[sid]} message(s) to {sinks[sid]}\n")
-            continue
-        shown = runner.tail(sid, limit)
-        out.write(f"{sid}: {counts[sid]} message(s)\n")
-        for m in shown:
-            out.write(f"  {fmt(m)}\n")
-        if counts[sid] > len(shown):
-            out.write(f"  ... {counts[sid] - len(shown)} more, not shown\n")
-    if traffic is not None:
-        read, restored, counters = traffic
-        for line in traffic_lines(read, counts, runner.plan, resumed=any(restored.values()),
-                                  app_ref=app_ref,
-                                  skipped=skipped_per_input(counters, runner.plan)):
-            out.write(line + "\n")
-        for line in skipped_lines(counters, runner.plan, app_ref=app_ref):
-            out.write(line + "\n")
-    if window_ids(runner.plan):
-        lines = runner.late_summary() or ["late: no late messages"]
-        if runner.late():
-            lines += late_why_lines(
-                runner.late_counts, runner.plan,
-                counters=traffic[2] if traffic is not None else None,
-                app_ref=app_ref or "APP")
-        for line in lines:
-            out.write(line + "\n")

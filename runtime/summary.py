@@ -3,14 +3,17 @@ what was late and why, and what to do when nothing was new."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any, TextIO
 
 from operators.late import AFTER_END
+from runtime.engine.late import window_ids
 from runtime.host.jobdir import dead_letter_stream
+from samza_dsl.connectors import SinkOutput
 
 __all__ = ["resume_lines", "traffic_lines", "skipped_lines", "skipped_per_input", "LATE_WHY",
-           "late_why_lines"]
+           "late_why_lines", "print_outputs"]
 
 #: why a message is late, for a summary that counts some
 LATE_WHY = ("late: a message is late when the watermark (the event time its input has reached, "
@@ -137,3 +140,63 @@ def traffic_lines(read: Mapping[str, int], outputs: Mapping[str, int], plan: Any
                      f"`samza-dsl run {app} --input {first}=FILE.jsonl --append`; or process "
                      f"everything again after `samza-dsl reset {app} --outputs`")
     return lines
+
+
+def _output_counts(runner: Any) -> dict[str, int]:
+    """Messages this run wrote per output: its producers' counts; in memory, where the outputs
+    are held anyway, their lengths."""
+    from runtime.engine.sinks import sink_outputs
+
+    sinks = sink_outputs(runner.plan)
+    written = runner.written()
+    if written is not None:
+        counts = {sid: written.get(sid, 0) for sid in runner.plan.output_streams}
+    else:
+        counts = {sid: len(runner.messages(sid)) if sid not in sinks else 0
+                  for sid in runner.plan.output_streams}
+    if sinks and runner.container is not None:  # written by sinks: as the tasks counted them
+        for task_sinks in runner.container.committer.sinks.values():
+            for sid, n in task_sinks.written.items():
+                counts[sid] += n
+    return counts
+
+
+def print_outputs(runner: Any, out: TextIO = sys.stdout, limit: int = 10,
+                  fmt: Callable[[Any], str] = repr, app_ref: str | None = None) -> None:
+    """The run's summary: where it resumed, each output's count of messages this run wrote
+    (counted as they were written) and its last ``limit`` ones (read from its end), what came in
+    and went out, and the late messages of its windows (how many, where they went, and why)."""
+    traffic = runner._traffic()
+    if traffic is not None:
+        for line in resume_lines(traffic[1], runner.plan):
+            out.write(line + "\n")
+    counts = _output_counts(runner)
+    sinks = {sid: d.what for sid, d in runner.plan.app.outputs.items()
+             if isinstance(d, SinkOutput) and d.sink is not None}
+    for sid in runner.plan.output_streams:
+        if sid in sinks:  # written by a sink (samza_dsl.connectors): nothing to read back
+            out.write(f"{sid}: {counts[sid]} message(s) to {sinks[sid]}\n")
+            continue
+        shown = runner.tail(sid, limit)
+        out.write(f"{sid}: {counts[sid]} message(s)\n")
+        for m in shown:
+            out.write(f"  {fmt(m)}\n")
+        if counts[sid] > len(shown):
+            out.write(f"  ... {counts[sid] - len(shown)} more, not shown\n")
+    if traffic is not None:
+        read, restored, counters = traffic
+        for line in traffic_lines(read, counts, runner.plan, resumed=any(restored.values()),
+                                  app_ref=app_ref,
+                                  skipped=skipped_per_input(counters, runner.plan)):
+            out.write(line + "\n")
+        for line in skipped_lines(counters, runner.plan, app_ref=app_ref):
+            out.write(line + "\n")
+    if window_ids(runner.plan):
+        lines = runner.late_summary() or ["late: no late messages"]
+        if runner.late():
+            lines += late_why_lines(
+                runner.late_counts, runner.plan,
+                counters=traffic[2] if traffic is not None else None,
+                app_ref=app_ref or "APP")
+        for line in lines:
+            out.write(line + "\n")

@@ -540,3 +540,27 @@ def test_the_scan_sees_config_reads_by_name() -> None:
               "d = config_value(c, 'user.greeting')\n"
               "e = c.task.commit_ms\n")
     assert [line for line, _ in config_reads_by_name(ast.parse(source))] == [1, 2, 3]
+
+
+#: the modules that run a job or a command on whatever system its streams are on
+SYSTEM_BLIND = ["runtime/runner.py", "runtime/run_inputs.py", "runtime/ops/cli.py",
+                "runtime/ops/ui.py"]
+
+
+def test_the_runner_and_the_command_line_reach_a_system_through_its_protocol_only() -> None:
+    """They import no system's room (``runtime.local``, ``runtime.kafka``) and pick no system
+    by its name from ``SYSTEMS``: each asks the registry for the ``JobSystem`` of the
+    application's streams, so a new system is its own room and one line in the registry."""
+    for rel in SYSTEM_BLIND:
+        tree = ast.parse((ROOT / rel).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                assert not node.module.startswith(("runtime.local", "runtime.kafka")), \
+                    f"{rel}:{node.lineno} imports {node.module}"
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    assert not alias.name.startswith(("runtime.local", "runtime.kafka")), \
+                        f"{rel}:{node.lineno} imports {alias.name}"
+            if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) \
+                    and node.value.id == "SYSTEMS":
+                raise AssertionError(f"{rel}:{node.lineno} picks a system by name from SYSTEMS")

@@ -17,8 +17,8 @@ from typing import Any, Protocol
 from runtime.engine.job import SSP, TaskModel
 from samza_dsl.errors import SamzaError
 
-__all__ = ["Consumer", "RebalancingConsumer", "Producer", "RecordSink", "StreamSink", "CheckpointStore", "StateBackend", "SystemKind", "SYSTEMS",
-           "job_system"]
+__all__ = ["Consumer", "RebalancingConsumer", "Producer", "RecordSink", "StreamSink", "CheckpointStore", "StateBackend", "JobSystem", "NeverRan", "SystemKind",
+           "SYSTEMS", "job_system"]
 
 
 class Consumer(Protocol):
@@ -188,28 +188,155 @@ class StateBackend(Protocol):
         return None
 
 
+class NeverRan(SamzaError):
+    """The job has no state where a command looked: nothing to dump, compact or reset."""
+
+
+class JobSystem(Protocol):
+    """What the runner and the command line do with a job on one kind of system, besides what
+    a running container asks of it (the protocols above). A system whose streams outlive a run
+    (the local log, Kafka) implements it in its own room; the runner and ``samza-dsl`` reach it
+    through ``SYSTEMS`` only, so adding a system touches its room and one line there.
+
+    The job ``create`` and ``prepare`` give has ``plan``, ``container`` (after ``create``),
+    ``codecs`` (stream id -> ``StreamCodec``), ``lock``, and ``release_lock``, ``close``,
+    ``tail``, ``messages`` and ``partitions`` for a run's outputs. The commands' methods take
+    ``app_ref``, the application as the user named it, for the commands their errors suggest."""
+
+    #: its name in errors ("the embedded local log", "Kafka")
+    label: str
+    #: whether the job's metrics snapshots stream is where this machine reads it (the job page
+    #: of a run of several containers; ``open_job``)
+    metrics_in_log: bool
+    #: what ``dump --uncommitted`` shows on it, said on standard error first
+    uncommitted_note: str
+
+    async def create(self, app: Any, config: Any, metrics: Any, *, follow: bool,
+                     inputs: Mapping[str, Any]) -> Any:
+        """The job of one container, built and ready to run (its lock held)."""
+        ...
+
+    async def prepare(self, app: Any, config: Any, containers: int, inputs: Mapping[str, Any],
+                      check: Callable[[Any], Awaitable[None]]) -> Any:
+        """A new run of ``containers`` container processes (generation, streams, rescaled
+        checkpoints), the job's lock shared with them (``job.lock``). ``await check(job)``
+        runs once the run is prepared (``input_ends`` works on the job then), and may raise to
+        refuse it: the lock is let go."""
+        ...
+
+    async def input_ends(self, job: Any, keys: Iterable[tuple[str, int]]
+                         ) -> dict[tuple[str, int], int]:
+        """The end offset of each (input stream, partition) given that the job has."""
+        ...
+
+    async def abandon(self, job: Any) -> None:
+        """Let go of a job ``create`` built for a run that does not start."""
+        ...
+
+    def where(self, job: Any) -> str | None:
+        """Where the job keeps its state, for the line before a run's outputs; None: nothing
+        worth saying."""
+        ...
+
+    def feed(self, app: Any, config: Any, given: Mapping[str, Sequence[Any]],
+             source: Mapping[str, str], mode: str | None, sample_n: int) -> list[str]:
+        """``run --input/--sample`` into the job's inputs (``runtime.engine.feeding``); lines
+        for standard error."""
+        ...
+
+    def load_file(self, app: Any, config: Any, stream: str, path: str,
+                  rows: Callable[[bool], Iterable[tuple[int, Any]]], again: str, *,
+                  app_ref: str) -> str:
+        """``samza-dsl load``: the (line number, message) pairs ``rows(keyed)`` reads from file
+        ``path`` into ``stream``, all of them or none; the line to print. ``again``: the
+        command that loads the file again."""
+        ...
+
+    def dump_lines(self, app: Any, config: Any, stream: str, limit: int | None, *,
+                   offsets: bool, uncommitted: bool, app_ref: str) -> Iterable[bytes]:
+        """``samza-dsl dump``: a stream of the job as JSON Lines (``runtime.engine.dump``)."""
+        ...
+
+    def status(self, app: Any, config: Any, app_ref: str) -> dict[str, Any]:
+        """``samza-dsl status``: the job's status (``runtime.engine.status_rows``)."""
+        ...
+
+    def reset(self, app: Any, config: Any, *, outputs: bool, app_ref: str
+              ) -> tuple[str, list[str]]:
+        """``samza-dsl reset``: the job's name and what was removed (``NeverRan``: nothing
+        here to reset)."""
+        ...
+
+    def compact(self, app: Any, config: Any, batch: int, *, app_ref: str
+                ) -> tuple[str, list[Any]]:
+        """``samza-dsl compact``: the job's name and a ``CompactionResult`` per partition."""
+        ...
+
+    def open_job(self, app: Any, config: Any, *, app_ref: str) -> Any:
+        """The job opened to read its streams without running it (``log_of``, ``physical``,
+        ``stream_system``, ``main_system``, ``job_name``, ``plan``, ``close``): where
+        ``metrics_in_log``."""
+        ...
+
+
 @dataclass(frozen=True)
 class SystemKind:
-    """A kind of system: its ``factory`` name (``SystemDescriptor.factory``) and the job that
-    runs an application on it (``module:Class``; None: the in-memory job of ``runtime.memory``).
-    ``on_log``: its streams outlive a run (checkpoints, ``load``, ``dump``, ``reset``)."""
+    """A kind of system: its ``factory`` name (``SystemDescriptor.factory``) and its
+    ``JobSystem`` (``module:Class``; None: the in-memory job of ``runtime.memory``, with no
+    streams outside a run). ``on_log``: its streams outlive a run (checkpoints, ``load``,
+    ``dump``, ``reset``)."""
 
     factory: str
-    job: str | None
+    jobs: str | None
     on_log: bool
 
-    def job_class(self) -> Any:
-        """The job class, imported when first needed (Kafka's pulls in aiokafka)."""
-        if self.job is None:
-            raise SamzaError(f"the {self.factory} system has no job of its own: it runs in memory")
-        module, _, name = self.job.partition(":")
-        return getattr(importlib.import_module(module), name)  # foreign: a Python module
+    def job_system(self) -> JobSystem:
+        """Its ``JobSystem``, imported when first needed (Kafka's pulls in aiokafka)."""
+        if self.jobs is None:
+            return _InMemory()  # type: ignore[return-value]
+        module, _, name = self.jobs.partition(":")
+        return getattr(importlib.import_module(module), name)()  # foreign: a Python module
+
+
+class _InMemory:
+    """The job system of an application whose streams are all in memory: no job outlives a
+    run, so every command on one is an error that says where such commands work."""
+
+    label = "memory"
+    metrics_in_log = False
+    uncommitted_note = ""
+
+    def _refuse(self, app: Any, command: str) -> SamzaError:
+        return SamzaError(f"application {app.name!r} has no stream on a LocalSystem nor on "
+                          f"Kafka; samza-dsl {command} works on the embedded local log or Kafka "
+                          f"topics")
+
+    def feed(self, app: Any, *_: Any) -> list[str]:
+        raise self._refuse(app, "run --input into a job's streams")
+
+    def load_file(self, app: Any, *_: Any, **__: Any) -> str:
+        raise self._refuse(app, "load")
+
+    def dump_lines(self, app: Any, *_: Any, **__: Any) -> Iterable[bytes]:
+        raise self._refuse(app, "dump")
+
+    def status(self, app: Any, *_: Any) -> dict[str, Any]:
+        raise self._refuse(app, "status")
+
+    def reset(self, app: Any, *_: Any, **__: Any) -> tuple[str, list[str]]:
+        raise self._refuse(app, "reset")
+
+    def compact(self, app: Any, *_: Any, **__: Any) -> tuple[str, list[Any]]:
+        raise self._refuse(app, "compact")
+
+    def open_job(self, app: Any, *_: Any, **__: Any) -> Any:
+        raise self._refuse(app, "ui")
 
 
 #: factory -> its kind
 SYSTEMS: dict[str, SystemKind] = {k.factory: k for k in [
-    SystemKind("kafka", "runtime.kafka.job:KafkaJob", on_log=True),
-    SystemKind("local", "runtime.local.system:LocalJob", on_log=True),
+    SystemKind("kafka", "runtime.kafka.job_system:KafkaJobSystem", on_log=True),
+    SystemKind("local", "runtime.local.job_system:LocalJobSystem", on_log=True),
     SystemKind("memory", None, on_log=False),
     # outputs written by the application's sinks (samza_dsl.connectors, runtime.engine.sinks): they
     # run in the job of the application's other streams

@@ -44,7 +44,7 @@ from runtime.engine.event_time_ahead import ahead_rule
 from runtime.engine.job import SSP, TaskModel, build_job_model, job_containers, start_generation
 from runtime.engine.records import is_control
 from runtime.engine.sinks import sink_outputs
-from runtime.engine.systems import SYSTEMS, StateBackend, job_system
+from runtime.engine.systems import SYSTEMS, StateBackend
 from runtime.host.job_lock import JobLock
 from runtime.host.jobdir import (
     dead_letter_stream,
@@ -102,12 +102,7 @@ from samza_dsl.connectors import CONNECTOR_FACTORY, SinkOutput
 from samza_dsl.errors import ConfigError, SamzaError, SerdeError
 from samza_dsl.jobconfig import job_config
 
-__all__ = ["KafkaJob", "uses_kafka"]
-
-
-def uses_kafka(app: Any) -> bool:
-    """Whether ``app`` runs on Kafka (``runtime.engine.systems.job_system``)."""
-    return job_system(app) is SYSTEMS["kafka"]
+__all__ = ["KafkaJob"]
 
 
 class KafkaJob:
@@ -694,6 +689,9 @@ class KafkaJob:
     def tail(self, stream_id: str, n: int) -> list[Any]:
         """At most the last ``n`` messages this job wrote to an output."""
         return asyncio.run(self.messages_async(stream_id, last=n))[-n:] if n > 0 else []
+
+    def partitions(self, stream_id: str) -> dict[int, list[Any]]:
+        raise TypeError(f"output {stream_id!r} is on Kafka: read its partitions from the topic")
 
     def messages(self, stream_id: str) -> list[Any]:
         return asyncio.run(self.messages_async(stream_id))

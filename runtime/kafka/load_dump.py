@@ -15,7 +15,7 @@ topics: the same commands as on the embedded local log, against the topics.
   where the others are to load them once more (the tail of the file, or a file of them);
 - ``kafka_held`` counts the records a topic holds (end less start offsets);
 - ``TopicReader`` reads topics on demand and offers the part of ``LocalLog``'s reading interface
-  that ``runtime.ops.dump`` uses, so a dump prints the same lines on both systems, a fetch at a
+  that ``runtime.engine.dump`` uses, so a dump prints the same lines on both systems, a fetch at a
   time (each bounded by its own timeout), and ``dump --limit N`` reads only the last messages.
 """
 
@@ -457,7 +457,7 @@ def _write_rest(msgs: Sequence[Any], rest: list[int], path: str | None, sid: str
 
 
 class TopicReader:
-    """Reads a job's topics on demand, for ``runtime.ops.dump``: the reading part of ``LocalLog``'s
+    """Reads a job's topics on demand, for ``runtime.engine.dump``: the reading part of ``LocalLog``'s
     interface. A partition's end is the offset after its last record as of the first look at
     its topic (``true_end_offsets``); every fetch waits at most ``fetch_timeout`` seconds for
     records that the partition holds. It runs an event loop of its own: use it outside one,

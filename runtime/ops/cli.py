@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import errno
 import os
 import shutil
 import signal
 import sys
 import textwrap
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from runtime.host.stacks import stacks_on
@@ -19,56 +18,14 @@ from samza_dsl.errors import Interrupted, SamzaError, TaskError
 from samza_dsl.jobconfig import JobConfig, job_config
 
 if TYPE_CHECKING:
-    from runtime.local.system import LocalJob
     from samza_dsl import StreamApplication
 
+from runtime.ops.cli_config import cli_config as _cli_config
+from runtime.ops.cli_config import config_file, parse_config
+from runtime.ops.cli_config import partition_counts as _partitions
+from runtime.ops.reprocess import cmd_reprocess
+
 __all__ = ["main"]
-
-
-def _parse_config(pairs: Sequence[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise SamzaError(f"-c takes KEY=VALUE, got {pair!r}")
-        out[key.strip()] = value.strip()
-    return out
-
-
-def _config_file(path: str) -> dict[str, str]:
-    """A file of ``KEY=VALUE`` (or ``KEY: VALUE``) lines, as Samza's ``.properties``; blank
-    lines and lines starting with ``#`` or ``!`` are skipped."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except OSError as exc:
-        raise SamzaError(f"--config-file {path}: cannot read it ({exc.strerror or exc})") from None
-    except UnicodeDecodeError:
-        raise SamzaError(f"--config-file {path}: not UTF-8 text") from None
-    out: dict[str, str] = {}
-    for lineno, raw in enumerate(lines, 1):
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        cut = min((i for i in (line.find("="), line.find(":")) if i > 0), default=-1)
-        if cut < 0:
-            raise SamzaError(f"--config-file {path}:{lineno}: {raw!r} is not KEY=VALUE")
-        out[line[:cut].strip()] = line[cut + 1:].strip()
-    return out
-
-
-def _cli_config(args: argparse.Namespace) -> dict[str, str]:
-    """The run's config from the command line: each ``--config-file`` in order, then each
-    ``-c``; a later one wins. The application's own config is under both (``job_config``)."""
-    out: dict[str, str] = {}
-    for path in getattr(args, "config_file", None) or []:  # foreign: argparse's Namespace
-        out.update(_config_file(path))
-    out.update(_parse_config(args.config))
-    if getattr(args, "containers", None) is not None:  # foreign: argparse's Namespace
-        out["job.container.count"] = str(args.containers)
-    if getattr(args, "container_id", None) is not None:  # foreign: argparse's Namespace
-        out["job.container.id"] = str(args.container_id)
-    return out
 
 
 def _config_options(p: argparse.ArgumentParser) -> None:
@@ -89,20 +46,6 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
                    help="job.container.count, as the run took it")
     p.add_argument("--container-id", type=_at_least(0), metavar="I",
                    help="job.container.id, as the run took it")
-
-
-def _partitions(pairs: Sequence[str]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise SamzaError(f"--partitions takes STREAM=COUNT, got {pair!r}")
-        try:
-            out[key.strip()] = int(value)
-        except ValueError:
-            raise SamzaError(f"--partitions takes STREAM=COUNT with a whole number COUNT, got "
-                             f"{pair!r}") from None
-    return out
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -229,12 +172,11 @@ def _run_inputs(args: argparse.Namespace, app: Any, config: dict[str, object],
                 ) -> dict[str, dict[int, set[int]]]:
     """``--input``/``--sample`` into a job on the local log or Kafka (``runtime.run_inputs``;
     ``inputs`` is emptied: the job reads them from its streams), and the ``--skip`` records."""
-    from runtime.kafka.job import uses_kafka
+    from runtime.engine.systems import job_system
     from runtime.run_inputs import feed_inputs, parse_skips
-    from runtime.runner import uses_local_system
 
     mode = "append" if args.append else "replace" if args.replace else None
-    on_log = uses_kafka(app) or uses_local_system(app)
+    on_log = job_system(app).on_log
     if mode and not inputs:
         raise SamzaError(f"--{mode} says how --input or --sample join what an input holds; give "
                          f"one of them")
@@ -252,7 +194,8 @@ def _run_inputs(args: argparse.Namespace, app: Any, config: dict[str, object],
 
 def cmd_run(args: argparse.Namespace) -> int:
     from runtime.ops.loader import load_app
-    from runtime.runner import LocalRunner, print_outputs
+    from runtime.runner import LocalRunner
+    from runtime.summary import print_outputs
 
     app = load_app(args.app)
     inputs: dict[str, object] = {}
@@ -288,8 +231,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                   f"before its inputs ended; what it processed is committed, and the next run "
                   f"resumes after its checkpoint", file=sys.stderr)
             return 128 + runner.interrupted
-        if runner.local:
-            print(f"job {runner.job.job_name}: state in {runner.job.root}; this run's outputs:")
+        where = runner.jobs.where(runner.job) if runner.job is not None else None
+        if where:
+            print(f"{where}; this run's outputs:")
         print_outputs(runner, limit=args.show, app_ref=args.app)
     finally:
         if page is not None:
@@ -306,7 +250,7 @@ def _start_page(args: argparse.Namespace, runner: Any) -> Any:
     host, port = parse_address(args.ui)
     source: Any
     if runner.containers > 1:
-        if not runner.local:
+        if not runner.jobs.metrics_in_log:
             raise SamzaError(
                 f"--ui shows a run of {runner.containers} containers on the local system; on "
                 f"Kafka, run `samza-dsl ui {args.app} --from http://HOST:PORT/metrics` next to "
@@ -320,11 +264,10 @@ def _start_page(args: argparse.Namespace, runner: Any) -> Any:
             page["metrics.reporter.interval.ms"] = 1000
         if page:
             runner.config = JobConfig.validated({**runner.config, **page})
-        from runtime.local.system import LocalJob
-
         interval = runner.config.metrics.reporter_interval_ms / 1000.0
-        source = ContainersSource(runner, lambda: LocalJob(runner.app, runner.config, run=False),
-                                  interval)
+        source = ContainersSource(
+            runner, lambda: runner.jobs.open_job(runner.app, runner.config, app_ref=args.app),
+            interval)
         plan = lambda: runner.plan  # noqa: E731
     else:
         cid = runner.config.job.container_id
@@ -356,11 +299,9 @@ def cmd_ui(args: argparse.Namespace) -> int:
         source = PrometheusSource(args.source)
         plan = app.plan(partitions=partitions, config=config)
     else:
-        from runtime.local.system import LocalJob
-        from samza_dsl.config import validate_config
+        from runtime.engine.systems import job_system
 
-        _local_streams(args, app)
-        job = LocalJob(app, validate_config(config), run=False)
+        job = job_system(app).job_system().open_job(app, config, app_ref=args.app)
         plan = job.plan
         source = StreamSource(job.log_of(job.main_system), f"{job.job_name}-metrics")
     server = UIServer(source, plan, job_name, host, port)
@@ -407,162 +348,38 @@ def cmd_sample(args: argparse.Namespace) -> int:
     return 0
 
 
-class _NeverRan(SamzaError):
-    """The job has no state on this machine: nothing to dump, compact or reset."""
-
-
-@contextlib.contextmanager
-def _local_job(args: argparse.Namespace, verify_log: bool = True,
-               ran: bool = False, app: Any = None, create: bool = True) -> Iterator[LocalJob]:
-    """The application's job on the embedded local log, opened without running it. With
-    ``ran``, a job with no job.dir and no log yet is refused (``_NeverRan``) and nothing is
-    created; without ``create``, no stream the log lacks is created either."""
-    from runtime.host.jobdir import job_dir
-    from runtime.local.system import LocalJob, log_path
-    from runtime.ops.loader import load_app
-
-    app = app if app is not None else load_app(args.app)
-    streams = _local_streams(args, app)
-    config = job_config(app, _cli_config(args))
-    if ran:
-        name = job_name_of(app, config)
-        root = job_dir(name, config)
-        logs = {log_path(d.system.name, d.system.config, name, config)
-                for d in streams if d.system.factory == "local"}
-        if not os.path.exists(root) and not any(os.path.exists(p) for p in logs):
-            raise _NeverRan(f"job {name!r} has not run here: its job.dir {root} does not exist "
-                            f"(looked in {os.getcwd()}); run it first with `samza-dsl run "
-                            f"{args.app}`, or give its job.dir with -c job.dir=PATH")
-    job = LocalJob(app, config, run=False, verify_log=verify_log, create=create)
-    try:
-        yield job
-    finally:
-        job.close()
-
-
-def _local_streams(args: argparse.Namespace, app: Any) -> list[Any]:
-    """The application's input and output descriptors; an error when none is on a LocalSystem
-    (nor on Kafka: those are handled before)."""
-    streams = [*app.spec().inputs.values(), *app.spec().outputs.values()]
-    if not any(d.system.factory == "local" for d in streams):
-        raise SamzaError(f"{args.app}: the application has no stream on a LocalSystem nor on "
-                         f"Kafka; samza-dsl {args.command} works on the embedded local log"
-                         + (" or Kafka topics" if args.command in ("load", "dump", "status")
-                            else ""))
-    return streams
-
-
-def _kafka_app(args: argparse.Namespace) -> tuple[Any, bool]:
-    """The application, and whether its streams are Kafka topics."""
-    from runtime.kafka.job import uses_kafka
+def _jobs(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The application, and the ``JobSystem`` of the system its streams are on."""
+    from runtime.engine.systems import job_system
     from runtime.ops.loader import load_app
 
     app = load_app(args.app)
-    return app, uses_kafka(app)
+    return app, job_system(app).job_system()
 
 
 def cmd_load(args: argparse.Namespace) -> int:
-    app, kafka = _kafka_app(args)
-    if kafka:
-        import asyncio
+    import shlex
 
-        from runtime.kafka.load_dump import kafka_load_file, kafka_streams
-
-        async def load() -> tuple[int, str]:
-            import shlex
-
-            streams = await kafka_streams(app, _cli_config(args))
-            streams.check(args.stream)
-            keyed = streams.codecs[args.stream].keyed
-            again = shlex.join(["samza-dsl", "load", args.app, args.stream,
-                                *(x for f in args.config_file for x in ("--config-file", f)),
-                                *(x for c in args.config for x in ("-c", c))])
-            # read a line at a time, twice (checked, then sent a chunk at a time): the load's
-            # memory does not grow with its file
-            n = await kafka_load_file(streams, args.stream, args.file,
-                                      lambda: _iter_jsonl(args.file, keyed), load_command=again)
-            return n, streams.physical[args.stream]
-
-        n, topic = asyncio.run(load())
-        print(f"loaded {n} message(s) into {args.stream} (topic {topic})", file=sys.stderr)
-        return 0
-    # the stream and the file are checked before the job's log is opened: a load that fails
-    # leaves no job behind
-    _local_streams(args, app)
-    keyed = _keyed(app, args.stream, args)
-    # The file is read a line at a time, three times over, so its size does not matter: every
-    # line decodes (before the job is opened), every message encodes, then they are appended;
-    # a bad line loads nothing.
-    for _ in _iter_jsonl(args.file, keyed):
-        pass
-    at = [0]
-
-    def messages() -> Iterator[object]:
-        for lineno, obj in _iter_jsonl(args.file, keyed):
-            at[0] = lineno
-            yield obj
-
-    with _local_job(args, app=app) as job:
-        job.check_load(args.stream, messages(), where=lambda: f"{args.file}:{at[0]}")
-        n = job.load(args.stream, messages(),
-                     where=lambda: f"the last of them from {args.file}:{at[0]}; load the lines "
-                                   f"after it")
-    print(f"loaded {n} message(s) into {args.stream}", file=sys.stderr)
+    app, jobs = _jobs(args)
+    again = shlex.join(["samza-dsl", "load", args.app, args.stream,
+                        *(x for f in args.config_file for x in ("--config-file", f)),
+                        *(x for c in args.config for x in ("-c", c))])
+    line = jobs.load_file(app, _cli_config(args), args.stream, args.file,
+                          lambda keyed: _iter_jsonl(args.file, keyed), again, app_ref=args.app)
+    print(line, file=sys.stderr)
     return 0
-
-
-def _keyed(app: Any, stream: str, args: argparse.Namespace) -> bool:
-    """Whether ``stream`` of the application is keyed (its JSON Lines are key/value pairs); an
-    error naming the streams when it has none of that name."""
-    from samza_dsl.config import validate_config
-
-    d = app.spec().inputs.get(stream) or app.spec().outputs.get(stream)
-    if d is not None:
-        return bool(d.keyed)
-    streams = app.plan(config=validate_config(_cli_config(args))).streams
-    if stream not in streams:
-        raise SamzaError(f"{stream!r} is not a stream of {args.app}"
-                         f"{did_you_mean(stream, streams)}; streams: {', '.join(sorted(streams))}")
-    return bool(streams[stream].keyed)
 
 
 def cmd_dump(args: argparse.Namespace) -> int:
-    from runtime.ops.dump import dump_lines, dump_sources
-
     if args.limit is not None and args.limit < 1:
         raise SamzaError(f"--limit takes a number of messages >= 1, got {args.limit}")
-    app, kafka = _kafka_app(args)
-    if kafka:
-        return _dump_kafka(args, app)
-    if args.uncommitted:
-        print("samza-dsl dump: --uncommitted: the embedded local log holds committed records "
-              "only (an exactly-once task writes at its commit), so this shows the same",
-              file=sys.stderr)
-    with _local_job(args, ran=True, app=app) as job:
-        sources = dump_sources(job)
-        source = sources.get(args.stream)
-        if source is None:
-            raise SamzaError(f"{args.stream!r} is not a stream of job {job.job_name!r}"
-                             f"{did_you_mean(args.stream, sources)}; its streams: "
-                             f"{', '.join(sorted(sources))}")
-        out = sys.stdout.buffer
-        for line in dump_lines(source, args.limit, offsets=args.offsets):
-            out.write(line + b"\n")
-        out.flush()
-    return 0
-
-
-def _dump_kafka(args: argparse.Namespace, app: Any) -> int:
-    from runtime.ops.dump import kafka_dump_lines
-
-    if args.uncommitted:
-        print("samza-dsl dump: --uncommitted: showing the records of open and aborted "
-              "transactions too, which no read_committed reader (nor the job) ever reads",
-              file=sys.stderr)
+    app, jobs = _jobs(args)
+    if args.uncommitted and jobs.uncommitted_note:
+        print(jobs.uncommitted_note, file=sys.stderr)
     out = sys.stdout.buffer
-    for line in kafka_dump_lines(app, _cli_config(args), args.stream, args.limit,
-                                 offsets=args.offsets, app_ref=args.app,
-                                 uncommitted=args.uncommitted):
+    for line in jobs.dump_lines(app, _cli_config(args), args.stream, args.limit,
+                                offsets=args.offsets, uncommitted=args.uncommitted,
+                                app_ref=args.app):
         out.write(line + b"\n")
     out.flush()
     return 0
@@ -573,16 +390,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     (``runtime.ops.status``); reads only, so it runs beside the job."""
     import msgspec
 
-    from runtime.ops.status import kafka_status, local_status, status_text
+    from runtime.ops.status import status_text
 
-    app, kafka = _kafka_app(args)
-    if kafka:
-        import asyncio
-
-        status = asyncio.run(kafka_status(app, _cli_config(args), app_ref=args.app))
-    else:
-        with _local_job(args, ran=True, app=app, create=False) as job:
-            status = local_status(job)
+    app, jobs = _jobs(args)
+    status = jobs.status(app, _cli_config(args), args.app)
     if args.json:
         sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(status)) + b"\n")
     else:
@@ -599,9 +410,9 @@ def cmd_query(args: argparse.Namespace) -> int:
     from runtime.ops.query import answer_text, query_token, query_urls
     from samza_dsl.query import QueryClient
 
-    app, kafka = _kafka_app(args)
+    app, jobs = _jobs(args)
     config = _cli_config(args)
-    urls = args.url or query_urls(app, config, args.app, kafka)
+    urls = args.url or query_urls(app, config, lambda: jobs.status(app, config, args.app))
     client = QueryClient(urls, token=query_token(app, config, args.token))
     if args.prefix is not None:
         answer = client.prefix(args.store, args.prefix, read=args.read, limit=args.limit)
@@ -621,169 +432,31 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 
 def cmd_reset(args: argparse.Namespace) -> int:
-    app, kafka = _kafka_app(args)
-    if kafka:
-        import asyncio
+    from runtime.engine.systems import NeverRan
 
-        from runtime.kafka.reset import kafka_reset
-        from samza_dsl.config import validate_config
-
-        name, gone = asyncio.run(kafka_reset(app, validate_config(_cli_config(args)),
-                                             outputs=args.outputs))
-    else:
-        try:  # a log that lost the job can start over
-            with _local_job(args, verify_log=False, ran=True, app=app) as job:
-                name, gone = job.job_name, job.reset(outputs=args.outputs)
-        except _NeverRan as exc:
-            print(f"samza-dsl reset: nothing to reset: {exc}", file=sys.stderr)
-            return 0
+    app, jobs = _jobs(args)
+    try:
+        name, gone = jobs.reset(app, _cli_config(args), outputs=args.outputs, app_ref=args.app)
+    except NeverRan as exc:
+        print(f"samza-dsl reset: nothing to reset: {exc}", file=sys.stderr)
+        return 0
     print(f"reset job {name}: " + ("; ".join(gone) if gone else "nothing to remove"),
           file=sys.stderr)
     return 0
 
 
 def cmd_compact(args: argparse.Namespace) -> int:
-    from runtime.local.compaction import compact_job
-
     if args.batch < 1:
         raise SamzaError(f"--batch takes a number of records >= 1, got {args.batch}")
-    with _local_job(args, ran=True) as job:
-        results = compact_job(job, group_records=args.batch)
+    app, jobs = _jobs(args)
+    name, results = jobs.compact(app, _cli_config(args), args.batch, app_ref=args.app)
     for r in results:
         print(f"{r.stream} partition {r.partition}: below offset {r.upto}, {r.records_before} "
               f"record(s) to {r.records_after} ({r.tombstones_dropped} delete(s) dropped) in "
               f"{r.seconds:.2f} s", file=sys.stderr)
     if not results:
-        print(f"job {job.job_name}: no changelog partition with a checkpoint to compact",
+        print(f"job {name}: no changelog partition with a checkpoint to compact",
               file=sys.stderr)
-    return 0
-
-
-def _stream_paths(pairs: Sequence[str], flag: str, known: Mapping[str, object], what: str,
-                  app_name: str) -> dict[str, str]:
-    """``STREAM=PATH`` pairs -> {stream id: path}, naming the flag and the streams on an error."""
-    out: dict[str, str] = {}
-    for pair in pairs:
-        sid, sep, path = pair.partition("=")
-        sid, path = sid.strip(), path.strip()
-        if not sep or not sid or not path:
-            raise SamzaError(f"{flag} takes STREAM=PATH, got {pair!r}")
-        if sid not in known:
-            raise SamzaError(f"{flag} {sid!r}: not an {what} stream of {app_name!r}; its {what}s: "
-                             f"{', '.join(sorted(known)) or 'none'}")
-        if sid in out:
-            raise SamzaError(f"{flag} {sid!r} is given twice")
-        out[sid] = path
-    return out
-
-
-def _local_path_missing(path: str) -> bool:
-    """A plain local path (no URI scheme, no glob) that does not exist."""
-    if "://" in path or path.startswith("file:") or any(c in path for c in "*?["):
-        return False
-    return not os.path.exists(path)
-
-
-def _make_output_dirs(outputs: Mapping[str, str]) -> None:
-    """The parent directory of each local ``--output`` path, made now: before Spark starts, so a
-    path that cannot be made is an error at once."""
-    for sid, path in outputs.items():
-        if "://" in path or path.startswith("file:"):
-            continue
-        parent = os.path.dirname(os.path.abspath(path))
-        try:
-            os.makedirs(parent, exist_ok=True)
-        except OSError as exc:
-            raise SamzaError(f"--output {sid}: cannot make the directory {parent} for {path}: "
-                             f"{exc.strerror or exc}; choose a path you can write to") from None
-
-
-@contextlib.contextmanager
-def _quiet_spark() -> Iterator[None]:
-    """While the runner starts Spark: no pandas-version warning from PySpark. The JVM starts
-    quietly on its own (``runtime.spark.jvm``), so its start-up warnings and the executors' task
-    tracebacks do not bury the progress, the summary or the error (a failed run is one
-    ``ReprocessError`` line)."""
-    import warnings
-
-    warnings.filterwarnings("ignore", message=".*does not yet fully support pandas")
-    yield
-
-
-def _spark_conf(pairs: Sequence[str]) -> dict[str, str]:
-    """``--conf spark.KEY=VALUE`` pairs: Spark's own settings, as spark-submit takes them."""
-    out: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise SamzaError(f"--conf takes a Spark setting KEY=VALUE, got {pair!r}")
-        if not key.startswith("spark."):
-            raise SamzaError(f"--conf {key}: Spark settings start with 'spark.' (e.g. --conf "
-                             f"spark.executor.memory=2g); the application's config goes in "
-                             f"-c {pair}")
-        out[key] = value.strip()
-    return out
-
-
-#: what the spark extra installs (pyproject.toml), which only ``reprocess`` needs
-_SPARK_EXTRA = ("pyspark", "pyarrow", "pandas")
-
-
-def cmd_reprocess(args: argparse.Namespace) -> int:
-    import importlib.util
-
-    from runtime.ops.loader import load_app
-
-    for name in _SPARK_EXTRA:  # before anything starts: one line, not an import's traceback
-        if importlib.util.find_spec(name) is None:
-            raise SamzaError(f"samza-dsl reprocess runs the job on Spark, and {name} is not "
-                             f"installed beside samza-dsl ({sys.executable}): install the "
-                             f"spark extra, pip install 'samza-dsl[spark]'")
-    config = _cli_config(args)
-    spark_conf = _spark_conf(args.conf)
-    app = load_app(args.app)
-    from planner import refuse_processing_time_joins
-
-    refuse_processing_time_joins(app.spec(), "Spark")  # before Spark starts
-    inputs = _stream_paths(args.input, "--input", app.spec().inputs, "input", app.name)
-    outputs = _stream_paths(args.output, "--output", app.spec().outputs, "output", app.name)
-    missing = sorted(set(app.spec().inputs) - set(inputs))
-    if missing:
-        raise SamzaError(f"{args.app} reads {', '.join(map(repr, missing))}: give every input "
-                         f"with --input STREAM=PATH")
-    for sid, path in inputs.items():
-        if _local_path_missing(path):
-            raise SamzaError(f"--input {sid}: {path} does not exist (looked in {os.getcwd()})")
-    _make_output_dirs(outputs)
-
-    from runtime.spark import SparkRunner
-    from runtime.spark.progress import StageProgress
-
-    runner = SparkRunner(master=args.master, conf=spark_conf)
-    with _quiet_spark():
-        sc = runner.spark.sparkContext
-    try:
-        with StageProgress(sc,
-                           stream=None if args.no_progress else sys.stderr) as progress:
-            result = runner.reprocess(app, inputs, outputs=outputs, config=config)
-        if not args.no_progress:
-            print(progress.table(), file=sys.stderr)
-        print(result.summary())
-        for sid in sorted(app.spec().outputs):
-            if sid in outputs:
-                continue
-            n = result.rows_out.get(sid)
-            msgs = result.messages(sid) if args.show else []
-            count = n if n is not None else len(msgs)
-            print(f"{sid}: {count} message(s) (no --output {sid}=PATH: not written)")
-            for m in msgs[:args.show]:
-                print(f"  {m!r}")
-            if count > args.show:
-                print(f"  ... {count - args.show} more")
-        sys.stdout.flush()
-    finally:
-        runner.stop()
     return 0
 
 
@@ -865,8 +538,8 @@ def _effective_config(args: argparse.Namespace) -> list[tuple[str, str, str]]:
     app = load_app(args.app)
     source: dict[str, str] = dict.fromkeys(validate_config(app.config), "application")
     for path in args.config_file:
-        source.update(dict.fromkeys(validate_config(_config_file(path)), f"--config-file {path}"))
-    source.update(dict.fromkeys(validate_config(_parse_config(args.config)), "-c"))
+        source.update(dict.fromkeys(validate_config(config_file(path)), f"--config-file {path}"))
+    source.update(dict.fromkeys(validate_config(parse_config(args.config)), "-c"))
     config = job_config(app, _cli_config(args))
     try:
         plan = app.plan(partitions=_partitions(args.partitions), config=config)

@@ -2,17 +2,16 @@
 and its answers as text.
 
 The endpoints come from the job's records: a consumer group's members (``job.coordinator=kafka``)
-record theirs with their share of the tasks, which ``samza-dsl status`` reads from the
-checkpoint topic; other containers record theirs in ``<job.dir>/query/container-<i>.json``.
+record theirs with their share of the tasks, which ``samza-dsl status`` reads (on Kafka, from the
+checkpoint topic); other containers record theirs in ``<job.dir>/query/container-<i>.json``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import glob
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from runtime.engine.query import query_file
@@ -24,21 +23,20 @@ from samza_dsl.jobconfig import job_config
 __all__ = ["query_urls", "query_token", "answer_text"]
 
 
-def query_urls(app: Any, config: Mapping[str, Any], app_ref: str, kafka: bool) -> list[str]:
-    """The query endpoints of the job of ``app``, from its records (module docstring)."""
+def query_urls(app: Any, config: Mapping[str, Any],
+               status: Callable[[], Mapping[str, Any]]) -> list[str]:
+    """The query endpoints of the job of ``app``, from its records (module docstring);
+    ``status`` gives the job's status (``JobSystem.status``), whose consumer group, if any,
+    lists its members' endpoints."""
     cfg = job_config(app, config)
     name = job_name_of(app, cfg)
-    if kafka:
-        from runtime.ops.status import kafka_status
-
-        status = asyncio.run(kafka_status(app, dict(config), app_ref=app_ref))
-        group = status.get("group") or {}
-        urls = [m["query"] for m in group.get("members", []) if m.get("query")]
-        if group.get("members"):
-            if not urls:
-                raise SamzaError(f"job {name!r}: no member of its consumer group serves "
-                                 f"queries; run it with -c query.enabled=true")
-            return urls
+    group = status().get("group") or {}
+    if group.get("members"):
+        urls = [str(m["query"]) for m in group["members"] if m.get("query")]
+        if not urls:
+            raise SamzaError(f"job {name!r}: no member of its consumer group serves queries; "
+                             f"run it with -c query.enabled=true")
+        return urls
     root = job_dir(name, cfg)
     urls = []
     for path in sorted(glob.glob(query_file(root, 0).replace("container-0", "container-*"))):

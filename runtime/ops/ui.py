@@ -154,7 +154,7 @@ class RunnerSource(SnapshotSource):
         its container's status's ``group`` (``runtime.kafka.tasks.GroupTasks.status``); None
         otherwise (a container's status has no group)."""
         container = self.runner.container
-        if container is None or not self.runner.kafka:  # only a job on Kafka has a group
+        if container is None or not self.runner.on_log:  # a job in memory has no group
             return None
         for _ in range(5):
             try:

@@ -26,6 +26,7 @@ from kafka_helpers import APP_HEAD, BIN, CLI, consume_all, free_port, produce_ea
 from outage_helpers import TcpProxy
 
 from runtime.kafka.admin import describe_topics
+from runtime.kafka.job_system import KafkaJobSystem
 from runtime.kafka.load_dump import (
     PartialLoad,
     TopicReader,
@@ -34,7 +35,6 @@ from runtime.kafka.load_dump import (
     kafka_streams,
 )
 from runtime.kafka.system import offset_bounds
-from runtime.ops.dump import kafka_dump_lines
 from runtime.ops.loader import load_app
 from runtime.run_inputs import JsonLines
 from samza_dsl.errors import SamzaError
@@ -436,14 +436,14 @@ def test_dump_limit_reads_only_the_tail_and_a_whole_dump_reads_a_batch_at_a_time
         return got
     monkeypatch.setattr(TopicReader, "read_with_offsets", counted)
 
-    whole = list(kafka_dump_lines(app, {}, "events", offsets=True))
+    whole = list(_dump(app, None, offsets=True))
     assert len(whole) == total and len(reads) > 3 and max(reads) <= 4096
     reads.clear()
-    last = list(kafka_dump_lines(app, {}, "events", 100, offsets=True))
+    last = list(_dump(app, 100, offsets=True))
     assert last == whole[-100:]
     assert sum(reads) <= 200, reads  # the tail, not the topic
     reads.clear()
-    spanning = list(kafka_dump_lines(app, {}, "events", 12_000))  # more than a partition holds
+    spanning = list(_dump(app, 12_000))  # more than a partition holds
     assert [json.loads(x) for x in spanning] == [json.loads(x)["message"] for x in whole[-12_000:]]
     assert sum(reads) < 13_000, sum(reads)
 
@@ -516,3 +516,9 @@ def test_topics_the_job_creates_get_the_streams_retention(kafka_bootstrap: str,
     # (Apache Kafka describes its defaults, 7 days and no size cap; tansu only what is set)
     assert dead.get("retention.ms", "604800000") == "604800000"
     assert dead.get("retention.bytes", "-1") == "-1"
+
+
+def _dump(app: object, limit: int | None, offsets: bool = False) -> list[bytes]:
+    """The lines of ``samza-dsl dump APP events`` on Kafka, in this process."""
+    return list(KafkaJobSystem().dump_lines(app, {}, "events", limit, offsets=offsets,
+                                            uncommitted=False, app_ref="app.py:app"))

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from runtime.engine.dump import dump_lines
+from runtime.local.job_system import dump_sources
 from runtime.local.log import LocalLog
 from runtime.local.system import LocalJob
-from runtime.ops.dump import dump_lines, dump_sources
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CLI = os.path.join(os.path.dirname(sys.executable), "samza-dsl")

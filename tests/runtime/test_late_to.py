@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runtime import LocalRunner
-from runtime.runner import print_outputs
+from runtime.summary import print_outputs
 from samza_dsl import KV, LateMessage, StreamApplication, Triggers, Windows
 from samza_dsl.errors import PlanError
 from samza_dsl.serdes import JsonSerde, KVSerde, SafeSerde, StringSerde

@@ -316,7 +316,7 @@ def test_the_summary_counts_what_the_run_wrote_though_retention_deleted_most(
     import io
 
     from runtime.engine import handout
-    from runtime.runner import print_outputs
+    from runtime.summary import print_outputs
 
     # small batches: the outputs go out in many segments, so retention has whole segments to
     # delete however the stages interleave (one big batch per partition would leave one segment)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from runtime import LocalRunner
 from runtime.local.system import LocalJob
-from runtime.runner import print_outputs
+from runtime.summary import print_outputs
 from samza_dsl import KV, StreamApplication
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
 from samza_dsl.systems import LocalSystem

@@ -1,4 +1,5 @@
-"""What ``samza-dsl dump`` prints: any stream of a job on the embedded local log, as JSON Lines.
+"""What ``samza-dsl dump`` prints: any stream of a job, as JSON Lines, on every system whose
+streams outlive a run (each system's ``JobSystem.dump_lines`` gives the sources).
 
 Every stream of the job can be dumped: inputs, outputs and intermediate streams (decoded with
 their serdes), the stores' changelogs (decoded with the store's serdes; a tombstone has value
@@ -10,8 +11,8 @@ whatever the stream's size. ``--limit N`` prints the last N messages (partition 
 as a whole dump does) and reads the stream backwards from its end, in chunks, until it has them:
 it costs what N messages cost, not what the stream does.
 
-A job on Kafka dumps the same streams from its topics (``kafka_dump_lines``), a fetch at a
-time, with ``--limit N`` reading only the end of the partitions it needs; a stream whose topic
+A job on Kafka dumps the same streams from its topics (``runtime.kafka.job_system``), a fetch at
+a time, with ``--limit N`` reading only the end of the partitions it needs; a stream whose topic
 does not exist is an error that says how the topic comes to be.
 
 A record that does not decode is not printed; a warning on standard error names its stream,
@@ -24,7 +25,7 @@ from __future__ import annotations
 import json
 import logging
 from bisect import bisect_left
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,17 +35,13 @@ from runtime.engine.codec import ERROR_HEADER, SOURCE_HEADER, Skipped, StoredRec
 from runtime.engine.job import SSP
 from runtime.engine.origins import origin_of_headers, origin_source
 from runtime.engine.records import is_control
-from runtime.host.jobdir import dead_letter_stream, metrics_stream
-from runtime.local.compaction import changelog_location
-from runtime.local.log import LocalLog
-from runtime.local.system import LocalJob
+from runtime.host.jobdir import metrics_stream
 from runtime.state.codec import state_codec, table_codec
 from samza_dsl.config import did_you_mean
 from samza_dsl.errors import SamzaError
 from samza_dsl.kv import KV
 
-__all__ = ["DumpSource", "dump_sources", "dump_lines", "kafka_dump_sources",
-           "kafka_dump_lines"]
+__all__ = ["DumpSource", "job_dump_sources", "dump_source", "dump_lines"]
 
 log = logging.getLogger("samza_dsl.dump")
 
@@ -75,7 +72,9 @@ class DumpSource:
     """A stream of the job in a log: where it is and how its records become printable objects."""
 
     name: str
-    log: LocalLog  # or a runtime.kafka.load_dump.TopicReader, which reads the same way
+    #: a ``runtime.local.log.LocalLog``, or a ``runtime.kafka.load_dump.TopicReader`` (which
+    #: reads the same way)
+    log: Any
     physical: str
     decode: Decode
 
@@ -150,98 +149,42 @@ def _changelog_decoder(name: str, key_decode: Callable[[bytes], Any],
     return decode
 
 
-def dump_sources(job: LocalJob) -> dict[str, DumpSource]:
-    """Every stream of the job that can be dumped, by the name ``dump`` takes."""
+def job_dump_sources(job_name: str, plan: Any, codecs: Mapping[str, StreamCodec],
+                     stream_at: Callable[[str], tuple[Any, str]], main: Any, dead_letter: str,
+                     changelogs: Mapping[str, tuple[Any, str]]) -> dict[str, DumpSource]:
+    """Every stream of a job that can be dumped, by the name ``dump`` takes: its streams (each
+    decoded by its codec in ``codecs``, read where ``stream_at(stream id)`` says: (reader,
+    physical name)), the dead-letter and metrics streams (read by ``main``), and each store's
+    changelog (``changelogs``: store -> (reader, physical name)), decoded by the store's serdes."""
     out: dict[str, DumpSource] = {}
-    for sid in job.physical:
-        codec = job.codecs[sid]
+    for sid, codec in codecs.items():
         # a dump goes past a record that does not decode, with a warning, whatever the policy
         quiet = StreamCodec(sid, codec.serde, policy="skip")
-        out[sid] = DumpSource(sid, job.log_of(job.stream_system[sid]), job.physical[sid],
-                              _stream_decoder(quiet))
-    main = job.log_of(job.main_system)
-    dead = dead_letter_stream(job.job_name)
-    out[dead] = DumpSource(dead, main, dead, _dead_letter_decode)
-    metrics = metrics_stream(job.job_name)
-    out[metrics] = DumpSource(metrics, main, metrics, _metrics_decode)
-    for name, store in job.plan.stores.items():
-        if not store.changelog:
-            continue
-        system, stream = changelog_location(job, store)
-        if store.table is not None:
-            serde = store.table.serde
-            kd = table_codec(serde.key_serde, "key", name)[1]
-            vd = table_codec(serde.value_serde, "value", name)[1]
-        else:
-            _, kd, _, vd = state_codec(job.plan.app.types, f"{store.kind} state {name!r}")
-        out[stream] = DumpSource(stream, job.log_of(system), stream,
-                                 _changelog_decoder(stream, kd, vd))
-    return out
-
-
-def kafka_dump_sources(streams: Any, reader: Any) -> dict[str, DumpSource]:
-    """Every stream of a job on Kafka that can be dumped, as ``dump_sources`` gives them on the
-    local log: its streams (inputs, outputs, intermediate streams), the stores' changelog topics
-    and ``<job>-dead-letter``, read through ``reader`` (``runtime.kafka.load_dump``)."""
-    out: dict[str, DumpSource] = {}
-    for sid, physical in streams.physical.items():
-        quiet = StreamCodec(sid, streams.codecs[sid].serde, policy="skip")
+        reader, physical = stream_at(sid)
         out[sid] = DumpSource(sid, reader, physical, _stream_decoder(quiet))
-    dead = streams.dead_letter
-    out[dead] = DumpSource(dead, reader, dead, _dead_letter_decode)
-    metrics = metrics_stream(streams.job_name)
-    out[metrics] = DumpSource(metrics, reader, metrics, _metrics_decode)
-    plan = streams.plan
-    for name, topic in streams.changelogs.items():
+    out[dead_letter] = DumpSource(dead_letter, main, dead_letter, _dead_letter_decode)
+    metrics = metrics_stream(job_name)
+    out[metrics] = DumpSource(metrics, main, metrics, _metrics_decode)
+    for name, (reader, stream) in changelogs.items():
         store = plan.stores[name]
         if store.table is not None:
             kd = table_codec(store.table.serde.key_serde, "key", name)[1]
             vd = table_codec(store.table.serde.value_serde, "value", name)[1]
         else:
             _, kd, _, vd = state_codec(plan.app.types, f"{store.kind} state {name!r}")
-        out[topic] = DumpSource(topic, reader, topic, _changelog_decoder(topic, kd, vd))
+        out[stream] = DumpSource(stream, reader, stream, _changelog_decoder(stream, kd, vd))
     return out
 
 
-def kafka_dump_lines(app: Any, config: Any, stream: str, limit: int | None = None, *,
-                     offsets: bool = False, app_ref: str = "APP",
-                     uncommitted: bool = False) -> Iterator[bytes]:
-    """``dump_lines`` of a stream of a job on Kafka (any name ``kafka_dump_sources`` gives),
-    as a downstream reader reads it: committed records only, whatever the job's guarantee
-    (``uncommitted``: those of open and aborted transactions too). A stream whose topic does
-    not exist is an error naming the topic and how it comes to be; so is an unknown name,
-    listing the job's streams."""
-    import asyncio
-
-    from runtime.kafka.load_dump import TopicReader, kafka_streams
-
-    streams = asyncio.run(kafka_streams(app, config))
-    with TopicReader(streams, committed=not uncommitted) as reader:
-        sources = kafka_dump_sources(streams, reader)
-        source = sources.get(stream)
-        if source is None:
-            raise SamzaError(f"{stream!r} is not a stream of job {streams.job_name!r}"
-                             f"{did_you_mean(stream, sources)}; its streams: "
-                             f"{', '.join(sorted(sources))}")
-        if reader.partitions(source.physical) is None:
-            raise SamzaError(_missing_topic(streams, stream, source.physical, app_ref))
-        yield from dump_lines(source, limit, offsets=offsets)
-
-
-def _missing_topic(streams: Any, stream: str, topic: str, app_ref: str) -> str:
-    where = f"topic {topic!r} does not exist on the Kafka brokers at {streams.servers}"
-    kind = streams.plan.streams[stream].kind if stream in streams.plan.streams else None
-    if kind == "input":
-        return (f"input {stream!r}: {where}, so there is nothing to dump; `samza-dsl load "
-                f"{app_ref} {stream} FILE.jsonl` creates it ({streams.counts[stream]} "
-                f"partition(s)) and loads it, or create it yourself")
-    if stream == metrics_stream(streams.job_name):
-        return (f"the metrics stream: {where}; the job writes it when it runs with "
-                f"metrics.reporters=snapshot")
-    what = ("the dead-letter stream" if stream == streams.dead_letter
-            else f"{kind} stream {stream!r}" if kind else f"changelog {stream!r}")
-    return (f"{what}: {where}, so there is nothing to dump; the job creates it when it runs "
-            f"(`samza-dsl run {app_ref}`)")
+def dump_source(sources: Mapping[str, DumpSource], stream: str, job_name: str) -> DumpSource:
+    """The source of ``stream``; an error listing the job's streams when it has none of that
+    name."""
+    source = sources.get(stream)
+    if source is None:
+        raise SamzaError(f"{stream!r} is not a stream of job {job_name!r}"
+                         f"{did_you_mean(stream, sources)}; its streams: "
+                         f"{', '.join(sorted(sources))}")
+    return source
 
 
 def _partitions(source: DumpSource) -> int:
