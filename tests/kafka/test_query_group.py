@@ -73,6 +73,11 @@ def test_a_query_reaches_the_owner_and_a_rebalance_never_gives_a_wrong_answer(
             assert q.returncode in (0, 1, 2), q.stderr
             return json.loads(q.stdout) if q.returncode == 0 else None
         got = wait_for("the members recorded their endpoints", ask, 30, members)
+        status = subprocess.run([CLI, "status", f"{APPS}:group", "-c",
+                                 f"job.dir={tmp_path / 'elsewhere'}"], env=env,
+                                capture_output=True, text=True, timeout=120)
+        for m in members:  # samza-dsl status says where each member answers queries
+            assert f"; queries at {_url(m)}" in status.stdout, status.stdout
         assert got["value"] == 10 and got["read"] == "latest", got
         assert got["member"] == owners[got["task"]], (got, owners)
         # the other member holds none of the key: it answers so for its own tasks, and the
