@@ -32,7 +32,7 @@ from .config import (
     validate_config,
 )
 
-__all__ = ["JobConfig", "TaskConfig", "JobSettings", "HealthConfig", "MetricsConfig",
+__all__ = ["JobConfig", "TaskConfig", "JobSettings", "HealthConfig", "QueryConfig", "MetricsConfig",
            "TracingConfig", "StoreConfig", "StreamConfig", "SystemConfig", "SecurityConfig",
            "KEY_OF_FIELD", "job_config"]
 
@@ -94,6 +94,16 @@ class HealthConfig:
     port: int = _key("job.health.port")
     host: str = _key("job.health.host")
     liveness_ms: int = _key("job.health.liveness.ms")
+
+
+@dataclass(frozen=True)
+class QueryConfig:
+    """``query.*``: each container's endpoint for interactive queries of its stores."""
+
+    enabled: bool = _key("query.enabled")
+    host: str = _key("query.host")
+    port: int = _key("query.port")
+    token: str | None = _key("query.token")
 
 
 @dataclass(frozen=True)
@@ -207,13 +217,15 @@ class JobConfig(Mapping[str, Any]):
     passed to either is used as it is.
     """
 
-    __slots__ = ("_values", "task", "job", "health", "metrics", "tracing", "_parts")
+    __slots__ = ("_values", "task", "job", "health", "query", "metrics", "tracing",
+                 "_parts")
 
     _values: dict[str, Any]
     _parts: dict[tuple[str, str], Any]
     task: TaskConfig
     job: JobSettings
     health: HealthConfig
+    query: QueryConfig
     metrics: MetricsConfig
     tracing: TracingConfig
 
@@ -224,6 +236,7 @@ class JobConfig(Mapping[str, Any]):
         set_(self, "task", _part(TaskConfig, KNOWN_KEYS, values))
         set_(self, "job", _part(JobSettings, KNOWN_KEYS, values))
         set_(self, "health", _part(HealthConfig, KNOWN_KEYS, values))
+        set_(self, "query", _part(QueryConfig, KNOWN_KEYS, values))
         set_(self, "metrics", _part(MetricsConfig, KNOWN_KEYS, values))
         set_(self, "tracing", _part(TracingConfig, KNOWN_KEYS, values))
         set_(self, "_parts", {})
