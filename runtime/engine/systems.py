@@ -295,7 +295,8 @@ class SystemKind:
         if self.jobs is None:
             return _InMemory()  # type: ignore[return-value]
         module, _, name = self.jobs.partition(":")
-        return getattr(importlib.import_module(module), name)()  # foreign: a Python module
+        made: JobSystem = getattr(importlib.import_module(module), name)()  # foreign: a module
+        return made
 
 
 class _InMemory:
