@@ -372,9 +372,9 @@ def job_config(app: Any, given: Mapping[str, Any] | None = None) -> JobConfig:
     CLI's ``-c``, which is applied last). It is built once where a job is made and handed down,
     so a key means the same wherever it was given.
 
-    >>> class App: config = {"job.dir": "/srv/a", "task.commit.ms": 5}
+    >>> class App: name, app_id, config = "clicks", "1", {"job.dir": "/srv/a", "task.commit.ms": 5}
     >>> config = job_config(App(), {"task.commit.ms": "7"})
-    >>> sorted(config.items()), config.task.commit_ms
-    ([('job.dir', '/srv/a'), ('task.commit.ms', 7)], 7)
+    >>> sorted(config.items()), config.task.commit_ms, config.job.job_name
+    ([('job.dir', '/srv/a'), ('task.commit.ms', 7)], 7, 'clicks-1')
     """
     return JobConfig.of(app, given)
