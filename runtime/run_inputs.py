@@ -1,16 +1,8 @@
 """``samza-dsl run --input``/``--sample`` into a job's inputs on the local log or on Kafka, and
 ``--skip``.
 
-An input that already holds messages is never fed silently, nor silently left as it is:
-
-- into an empty input the messages are loaded;
-- ``--append`` adds them after what the input holds;
-- ``--replace`` empties the input and starts the job over on it (checkpoints, stores,
-  intermediate streams and changelogs are reset, as ``samza-dsl reset`` does; outputs stay);
-  on Kafka a topic cannot be emptied from here, so it is an error there;
-- a ``--sample N`` whose stream holds exactly the sample ``N`` an earlier run loaded is not
-  loaded again, and the run says so (the demo run twice resumes);
-- anything else is an error that names the stream, what it holds and both options.
+An input that already holds messages is never fed silently, nor silently left as it is: the
+rules are ``runtime.engine.feeding``'s, and each system's ``JobSystem.feed`` loads by them.
 
 ``--skip STREAM:PARTITION:OFFSET`` passes over one record of an input or intermediate stream in
 this run: it is not decoded nor processed, counts as processed (the checkpoint goes past it), and

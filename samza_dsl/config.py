@@ -19,6 +19,7 @@ samza_dsl.errors.ConfigError: unknown config key 'task.max.concurency' (did you 
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
@@ -33,7 +34,7 @@ __all__ = ["ConfigKey", "KNOWN_KEYS", "STREAM_PROPERTIES", "STORE_PROPERTIES", "
            "key_reference", "JOIN_CHECK_POLICIES", "GUARANTEES", "AT_LEAST_ONCE",
            "EXACTLY_ONCE", "check_guarantee", "exactly_once", "job_name_of", "check_job_name",
            "SECURITY_PROTOCOLS", "SASL_MECHANISMS", "SECRET_PROPERTIES", "is_secret",
-           "shown_value", "shown_config", "connection_secrets", "secret_fragments", "redact"]
+           "shown_value", "shown_config", "secret_value", "connection_secrets", "secret_fragments", "redact"]
 
 SERDE_ERROR_POLICIES = ("fail", "skip", "dead-letter")
 _JOB_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -152,6 +153,19 @@ KNOWN_KEYS: dict[str, ConfigKey] = {k.name: k for k in [
     _k("job.health.liveness.ms", int, 30000, *_POSITIVE,
        doc="GET /healthz answers 503 once the container's event loop has made no progress (no "
        "turn of the loop, no message processed) for this long: a function blocked for good"),
+    _k("query.enabled", bool, False,
+       doc="each container answers interactive queries of its tasks' stores over HTTP: GET "
+       "/query/<store>?key=K (or prefix=P, or from=A&to=B) with read=latest or committed "
+       "(docs/queries.md); samza-dsl query asks it"),
+    _k("query.host", str, "127.0.0.1",
+       doc="the address the query endpoint listens on; another than a loopback address needs "
+       "query.token"),
+    _k("query.port", int, 0, *_NON_NEGATIVE,
+       doc="the query endpoint's port (0: any free one; container i of --containers N on port + "
+       "i); each container records its address where samza-dsl query finds it"),
+    _k("query.token", str, None,
+       doc="the token a query must bring (Authorization: Bearer TOKEN), required when query.host "
+       "is not a loopback address: env:VAR, file:PATH or the token itself; never shown"),
     _k("job.standbytasks.replication.factor", int, 1, *_POSITIVE,
        doc="copies of each stateful task's stores under job.coordinator=kafka: the active one "
        "and R-1 standbys, each on another member, tailing the task's changelogs into a local "
@@ -595,6 +609,8 @@ def is_secret(key: str) -> bool:
     >>> is_secret("systems.kafka.sasl.password"), is_secret("systems.kafka.sasl.username")
     (True, False)
     """
+    if key == "query.token":
+        return True
     if not key.startswith("systems."):
         return False
     return key.endswith(tuple("." + p for p in SECRET_PROPERTIES)) or (
@@ -683,4 +699,28 @@ def redact(text: str, secrets: Iterable[str | None]) -> str:
                        key=lambda p: (-len(p), p))
     for fragment in fragments:
         text = text.replace(fragment, "***")
+    return text
+
+
+def secret_value(key: str, value: Any) -> str:
+    """The secret ``value`` of config key ``key`` gives: as given, or read from ``env:VAR``
+    or ``file:PATH``. Errors name the key and the reference, never a secret."""
+    text = str(value)
+    if text.startswith("env:"):
+        var = text[4:].strip()
+        found = os.environ.get(var)
+        if not var or found is None:
+            raise ConfigError(f"config {key}=env:{var}: the environment variable {var!r} is not "
+                              f"set in this process; set it, or give file:PATH")
+        return found
+    if text.startswith("file:"):
+        path = text[5:].strip()
+        try:
+            with open(path, encoding="utf-8") as f:
+                found = f.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise ConfigError(f"config {key}=file:{path}: it cannot be read ({why}); give a file "
+                              f"that holds the secret alone") from None
+        return found.rstrip("\r\n")
     return text

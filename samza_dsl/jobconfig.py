@@ -33,7 +33,7 @@ from .config import (
     validate_config,
 )
 
-__all__ = ["JobConfig", "TaskConfig", "JobSettings", "HealthConfig", "MetricsConfig",
+__all__ = ["JobConfig", "TaskConfig", "JobSettings", "HealthConfig", "QueryConfig", "MetricsConfig",
            "TracingConfig", "StoreConfig", "StreamConfig", "SystemConfig", "SecurityConfig",
            "KEY_OF_FIELD", "job_config"]
 
@@ -101,6 +101,16 @@ class HealthConfig:
     port: int = _key("job.health.port")
     host: str = _key("job.health.host")
     liveness_ms: int = _key("job.health.liveness.ms")
+
+
+@dataclass(frozen=True)
+class QueryConfig:
+    """``query.*``: each container's endpoint for interactive queries of its stores."""
+
+    enabled: bool = _key("query.enabled")
+    host: str = _key("query.host")
+    port: int = _key("query.port")
+    token: str | None = _key("query.token")
 
 
 @dataclass(frozen=True)
@@ -241,7 +251,8 @@ class JobConfig(Mapping[str, Any]):
     passed to either is used as it is.
     """
 
-    __slots__ = ("_values", "_app", "task", "job", "health", "metrics", "tracing", "_parts")
+    __slots__ = ("_values", "_app", "task", "job", "health", "query", "metrics", "tracing",
+                 "_parts")
 
     _values: dict[str, Any]
     _app: tuple[str, str] | None
@@ -249,6 +260,7 @@ class JobConfig(Mapping[str, Any]):
     task: TaskConfig
     job: JobSettings
     health: HealthConfig
+    query: QueryConfig
     metrics: MetricsConfig
     tracing: TracingConfig
 
@@ -264,6 +276,7 @@ class JobConfig(Mapping[str, Any]):
             job = dataclasses.replace(job, name=job.name or app[0], id=job.id or app[1])
         set_(self, "job", job)
         set_(self, "health", _part(HealthConfig, KNOWN_KEYS, values))
+        set_(self, "query", _part(QueryConfig, KNOWN_KEYS, values))
         set_(self, "metrics", _part(MetricsConfig, KNOWN_KEYS, values))
         set_(self, "tracing", _part(TracingConfig, KNOWN_KEYS, values))
         set_(self, "_parts", {})

@@ -23,6 +23,7 @@ from runtime.engine.commit import Committer
 from runtime.engine.elastic import fan_readers, tasks_of
 from runtime.engine.job import SSP, JobModel, TaskModel
 from runtime.engine.origins import OriginList, origin_of_headers, origin_source
+from runtime.engine.query import QueryEndpoint
 from runtime.engine.systems import CheckpointStore, Consumer, Producer, StateBackend
 from runtime.engine.task import TaskInstance
 from runtime.engine.task_env import TaskEnv
@@ -274,6 +275,8 @@ class Container:
         #: the health endpoint (``job.health.port``) and the phase it reports: starting,
         #: restoring, running (ready), stopped
         self.health: HealthServer | None = None
+        #: the interactive query endpoint (``query.enabled``, ``runtime.engine.query``)
+        self.query: QueryEndpoint | None = None
         self.phase = "starting"
         self.metrics.collectors.append(self.samples)
         self.metrics.operators = bool(self.config.metrics.operators)
@@ -462,13 +465,17 @@ class Container:
         return helpers
 
     async def start_health(self) -> None:
-        """Serve ``/healthz`` and ``/ready`` (``runtime.host.health``) when ``job.health.port`` says."""
+        """Serve ``/healthz`` and ``/ready`` (``runtime.host.health``) when ``job.health.port`` says,
+        and interactive queries (``runtime.engine.query``) when ``query.enabled`` does."""
         where = health_address(self.config, self.config.job.container_id or 0)
         if where is not None and self.health is None:
             self.health = HealthServer(
                 self.health_state, lambda: sum(t.processed for t in list(self.tasks)),
                 self.config.health.liveness_ms / 1000.0)
             await self.health.start(*where)
+        if self.config.query.enabled and self.query is None:
+            self.query = QueryEndpoint(self)
+            self.query.start()
 
     def health_state(self) -> tuple[str, bool, int]:
         """What the health endpoint says: the phase, whether ready, the tasks this runs."""
@@ -484,6 +491,8 @@ class Container:
         self.phase = "stopped"
         if self.health is not None:
             await self.health.close()
+        if self.query is not None:
+            await asyncio.to_thread(self.query.close)
         self.loop_meter.uninstall()
         self.closed = True
         self._room.set()

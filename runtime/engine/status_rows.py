@@ -206,7 +206,7 @@ def group_status(group: str, members: Mapping[str, Mapping[str, Any]],
         active = list(m.get("active", []))
         out.append({"member": name, "host": m.get("host"), "container": m.get("container"),
                     "pid": m.get("pid"), "job_dir": m.get("job_dir"), "active": active, "standby": list(m.get("standby", [])),
-                    "restoring": list(m.get("restoring", [])),
+                    "restoring": list(m.get("restoring", [])), "query": m.get("query"),
                     "lag": sum(lag.get(t, 0) for t in active)})
     owner = {t: m["member"] for m in out for t in m["active"]}
     took = [m["rebalance_s"] for m in current.values()

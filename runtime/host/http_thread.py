@@ -32,7 +32,8 @@ TIMEOUT_S = 10.0
 HEAD_BYTES = 8192
 #: status, content type, body
 Reply = tuple[int, str, bytes]
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
+            405: "Method Not Allowed",
             431: "Request Header Fields Too Large", 500: "Internal Server Error",
             503: "Service Unavailable"}
 
@@ -74,14 +75,17 @@ class _Conn:
 
 class ThreadServer:
     """Serves ``handler(method, target) -> (status, content_type, body)`` on a thread of its own
-    (module docstring). ``tick``, when given, is called on that thread about every
+    (module docstring); with ``with_headers``, ``handler(method, target, headers)``. ``tick``, when given, is called on that thread about every
     ``tick_s`` seconds whatever comes (the health endpoint samples the loop's progress with it).
     """
 
-    def __init__(self, handler: Callable[[str, str], Reply], *, name: str,
+    def __init__(self, handler: Callable[..., Reply], *, name: str,
                  max_connections: int = MAX_CONNECTIONS, timeout: float = TIMEOUT_S,
-                 tick: Callable[[], None] | None = None, tick_s: float = 0.25) -> None:
+                 tick: Callable[[], None] | None = None, tick_s: float = 0.25,
+                 with_headers: bool = False) -> None:
         self.handler = handler
+        #: the handler is given the request's headers too (names in lower case)
+        self.with_headers = with_headers
         self.name = name
         self.max_connections = max_connections
         self.timeout = timeout
@@ -138,6 +142,8 @@ class ThreadServer:
                         self.tick()
                     except Exception as exc:  # a look that failed must not stop the server
                         _log.debug("%s: tick failed: %s: %s", self.name, type(exc).__name__, exc)
+                    next_tick = now + self.tick_s
+                elif self.tick is None:  # nothing to call: wake for a deadline or a request
                     next_tick = now + self.tick_s
                 until = min([c.deadline for c in self._conns.values()] + [next_tick])
                 for key, mask in sel.select(max(0.0, min(until - now, self.tick_s))):
@@ -222,7 +228,12 @@ class ThreadServer:
                 reply = _text(400, f"a malformed request: {wrong}")
             else:
                 try:
-                    reply = self.handler(parts[0], parts[1])
+                    if self.with_headers:
+                        heads = {n.strip().lower(): v.strip() for n, _, v in
+                                 (x.partition(":") for x in lines[1:])}
+                        reply = self.handler(parts[0], parts[1], heads)
+                    else:
+                        reply = self.handler(parts[0], parts[1])
                 except Exception as exc:  # said in one line; the server goes on
                     _log.warning("%s: %s %s failed: %s: %s", self.name, parts[0], parts[1][:80],
                                  type(exc).__name__, exc)

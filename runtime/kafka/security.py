@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from samza_dsl.config import SASL_MECHANISMS, SECURITY_PROTOCOLS
+from samza_dsl.config import SASL_MECHANISMS, SECURITY_PROTOCOLS, secret_value
 from samza_dsl.errors import AccessRefused, ConfigError
 from samza_dsl.jobconfig import SystemConfig
 
@@ -148,26 +148,12 @@ def _why(exc: BaseException) -> str:
 
 
 def _secret(key: str, value: Any) -> tuple[str, str]:
-    """(the secret, where it came from) of ``value``: as given, ``env:VAR`` or ``file:PATH``.
-    Errors name the key and the reference, never a secret."""
+    """(the secret, where it came from) of ``value``: as given, ``env:VAR`` or ``file:PATH``
+    (``samza_dsl.config.secret_value``)."""
     text = str(value)
-    if text.startswith("env:"):
-        var = text[4:].strip()
-        found = os.environ.get(var)
-        if not var or found is None:
-            raise ConfigError(f"config {key}=env:{var}: the environment variable {var!r} is not "
-                              f"set in this process; set it, or give file:PATH")
-        return found, f"{key} (env {var})"
-    if text.startswith("file:"):
-        path = text[5:].strip()
-        try:
-            with open(path, encoding="utf-8") as f:
-                found = f.read()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"config {key}=file:{path}: it cannot be read ({_why(exc)}); "
-                              f"give a file that holds the secret alone") from None
-        return found.rstrip("\r\n"), f"{key} (file {path})"
-    return text, key
+    where = (f"{key} (env {text[4:].strip()})" if text.startswith("env:") else
+             f"{key} (file {text[5:].strip()})" if text.startswith("file:") else key)
+    return secret_value(key, value), where
 
 
 def kafka_security(system: SystemConfig, own: Mapping[str, Any] | None = None) -> KafkaSecurity:

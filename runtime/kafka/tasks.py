@@ -386,7 +386,8 @@ class GroupTasks:
                 "generation": a.generation, "active": sorted(a.active, key=_task_order),
                 "standby": sorted(a.standby, key=_task_order),
                 "restoring": [m.name for m in restoring], "rebalance_at": time.time(),
-                "rebalance_s": self.last_rebalance_s}
+                "rebalance_s": self.last_rebalance_s,
+                "query": self.container.query.url if self.container.query is not None else None}
         task = asyncio.create_task(self._write_member(info))
         self._announcing.add(task)
         task.add_done_callback(self._announcing.discard)

@@ -402,6 +402,35 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_query(args: argparse.Namespace) -> int:
+    """A running job's store: a key, a prefix or a range, latest or committed
+    (``runtime.ops.query``, ``samza_dsl.query``)."""
+    import msgspec
+
+    from runtime.ops.query import answer_text, query_token, query_urls
+    from samza_dsl.query import QueryClient
+
+    app, jobs = _jobs(args)
+    config = _cli_config(args)
+    urls = args.url or query_urls(app, config, lambda: jobs.status(app, config, args.app))
+    client = QueryClient(urls, token=query_token(app, config, args.token))
+    if args.prefix is not None:
+        answer = client.prefix(args.store, args.prefix, read=args.read, limit=args.limit)
+    elif args.start is not None or args.end is not None:
+        answer = client.range(args.store, args.start, args.end, read=args.read,
+                              limit=args.limit)
+    elif args.key is not None:
+        answer = client.get(args.store, args.key, read=args.read)
+    else:
+        raise SamzaError("samza-dsl query: give a KEY, --prefix P, or --from A and/or --to B")
+    if args.json:
+        sys.stdout.buffer.write(msgspec.json.encode(answer) + b"\n")
+    else:
+        sys.stdout.write(answer_text(answer))
+    sys.stdout.flush()
+    return 0 if answer.get("found", True) else 1
+
+
 def cmd_reset(args: argparse.Namespace) -> int:
     from runtime.engine.systems import NeverRan
 
@@ -706,6 +735,31 @@ def _add_data_commands(sub: Any) -> None:
     _config_options(st)
     _run_flags(st)
     st.set_defaults(func=cmd_status)
+
+    text = ("ask a running job's store for a key, a prefix or a range, from its latest or its "
+            "committed state, at the container that holds the key (the job runs with "
+            "query.enabled=true; docs/queries.md)")
+    q = sub.add_parser("query", help=text, description=text[0].upper() + text[1:] + ".")
+    q.add_argument("app", help="module_or_file.py:attr")
+    q.add_argument("store", help="the store (a table's name)")
+    q.add_argument("key", nargs="?", help="the key: JSON where it parses so and the store's key "
+                   "serde takes it, else the text")
+    q.add_argument("--prefix", help="the entries whose string keys start with PREFIX")
+    q.add_argument("--from", dest="start", help="the entries from this key on (with --to: up to "
+                   "it, not including it)")
+    q.add_argument("--to", dest="end", help="the entries below this key")
+    q.add_argument("--limit", type=_at_least(1), default=100, help="entries at most (100)")
+    q.add_argument("--read", choices=("latest", "committed"), default="latest",
+                   help="latest: what the job's get gives now; committed: what its last "
+                   "checkpoint covers")
+    q.add_argument("--url", action="append", help="a container's query endpoint "
+                   "(http://HOST:PORT), instead of those the job recorded; repeat for each")
+    q.add_argument("--token", help="the endpoints' query.token: env:VAR, file:PATH or itself "
+                   "(default: the job's query.token)")
+    q.add_argument("--json", action="store_true", help="print the answer as one JSON object")
+    _config_options(q)
+    _run_flags(q)
+    q.set_defaults(func=cmd_query)
 
 
 def _add_job_commands(sub: Any) -> None:

@@ -126,7 +126,8 @@ def _group_lines(g: Mapping[str, Any] | None) -> list[str]:
         restoring = f"; restoring {', '.join(m['restoring'])}" if m["restoring"] else ""
         where = f", job.dir {m['job_dir']}" if m.get("job_dir") else ""
         lines.append(f"  member {m['member']} (host {m['host']}, pid {m['pid']}{where}): active "
-                     f"{', '.join(m['active']) or 'none'}{standby}{restoring}; lag {m['lag']}")
+                     f"{', '.join(m['active']) or 'none'}{standby}{restoring}; lag {m['lag']}"
+                     + (f"; queries at {m['query']}" if m.get("query") else ""))
     if g["gone"]:
         lines.append(f"  gone (not in the latest generation): {', '.join(g['gone'])}")
     rows = [["TASK", "MEMBER", "LAG", "EPOCH"]]

@@ -16,7 +16,8 @@ partitions, then the operators, streams, consumer group and containers (docs/ope
 What it shows comes from ``runtime.ops.ui_model.JobView``. The first answer carries the drawing
 and the latest state, so the page is drawn with data at its first paint; it updates itself once
 a second from server-sent events (``/events``); ``/api/state`` is the same state as JSON and
-``/plan.svg`` the drawing.
+``/plan.svg`` the drawing; ``/query/<store>`` answers an interactive query of a job it runs
+with ``query.enabled`` as the job's query endpoint does (docs/queries.md).
 
 The server runs in a thread of its own with its own event loop, so serving never runs on the
 job's loop; it takes one sample of the metrics a second whoever watches. Every route is a GET:
@@ -446,6 +447,7 @@ class UIServer:
         app.router.add_get("/events", self._events)
         app.router.add_get("/api/state", self._api_state)
         app.router.add_get("/plan.svg", self._plan_svg)
+        app.router.add_get("/query/{store}", self._query)
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0,
                                keepalive_timeout=IDLE_S, logger=_PageLog(_log, {}))
         await runner.setup()
@@ -566,6 +568,25 @@ class UIServer:
         if svg is None:
             return web.Response(status=503, text=self._svg_error or "the plan is not known yet")
         return web.Response(text=svg, content_type="image/svg+xml", charset="utf-8")
+
+    async def _query(self, request: Any) -> Any:
+        """An interactive query of the job in this process (``runtime.engine.query``), answered
+        by its container's query endpoint as that endpoint answers it."""
+        from aiohttp import web
+
+        from runtime.engine.query import query_json
+
+        container = self.source.runner.container if isinstance(self.source, RunnerSource) \
+            else None
+        endpoint = container.query if container is not None else None
+        if endpoint is None:
+            return web.json_response(
+                {"error": "this page serves queries of a job it runs with query.enabled=true; "
+                          "ask the job's own query endpoint (samza-dsl query)"}, status=404)
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        status, body = await asyncio.to_thread(endpoint.handle, "GET", request.path_qs, headers)
+        return web.Response(status=status, body=query_json(body) + b"\n",
+                            content_type="application/json")
 
     async def _events(self, request: Any) -> Any:
         from aiohttp import web

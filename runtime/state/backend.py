@@ -20,6 +20,7 @@ from runtime.host.storage import storage_error
 from runtime.state.changelog import Changelog
 from runtime.state.codec import changelog_check, store_codecs, store_key_check
 from runtime.state.lmdb_store import LmdbStore
+from runtime.state.views import CommittedViews
 from runtime.state.writeback import store_sizes
 from samza_dsl.errors import SerdeError
 from samza_dsl.jobconfig import JobConfig
@@ -62,6 +63,9 @@ class StoreBackend(StateBackend):
         self._changelog_of: dict[tuple[str, str], Changelog] = {}
         #: (task, store) -> what opening the store did: mode, reason, entries replayed, seconds
         self.restores: dict[tuple[str, str], dict[str, Any]] = {}
+        #: the committed state interactive queries read, held from each commit (set while a
+        #: query endpoint runs: ``runtime.engine.query``)
+        self.views: CommittedViews | None = None
 
     def changelog_opened(self, task: TaskModel, store_name: str, changelog: Changelog) -> None:
         """A store's changelog is open (a hook: the local system compacts its own)."""
@@ -145,6 +149,8 @@ class StoreBackend(StateBackend):
                 store.mark_committed(offset)
             if offset is not None:
                 out[name] = offset
+        if self.views is not None:
+            self.views.take(task_name, self.stores.get(task_name, {}))
         return out
 
     def changelog_positions(self, task_name: str) -> dict[str, int]:
@@ -158,12 +164,16 @@ class StoreBackend(StateBackend):
 
     def close_task(self, task_name: str) -> None:
         """Close the stores of a task this container no longer runs (it moved to another)."""
+        if self.views is not None:
+            self.views.drop(task_name)
         for name, store in self.stores.pop(task_name, {}).items():
             self._changelog_of.pop((task_name, name), None)
             store.close()
 
     def close(self) -> None:
         self._final = self.samples()  # what the stores did, for a report after the run
+        if self.views is not None:
+            self.views.close()
         for stores in self.stores.values():
             for store in stores.values():
                 store.close()

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable, Iterator, Mapping
 from functools import partial
 from itertools import islice
-from operator import setitem
+from operator import itemgetter, setitem
 from typing import Any, cast
 
 from operators.state import ListKey
@@ -32,6 +32,7 @@ __all__ = ["CachedStore", "Entries", "MISSING", "Dirty", "encode_all", "encode_e
 log = logging.getLogger("samza_dsl.state")
 
 MISSING: Any = object()
+_first = itemgetter(0)
 
 Entries = list[tuple[bytes, bytes | None]]
 
@@ -266,6 +267,46 @@ class CachedStore:
         """Every ``(key, value)`` pair in ``key_encode`` byte order (see ``range``)."""
         self._flush_dirty()
         return self.byte_store.scan(None, None, self.decode_entry)
+
+    def latest_range(self, lo: bytes | None, hi: bytes | None, limit: int,
+                     prefix: str | None = None,
+                     scan: Callable[..., Iterator[tuple[Any, Any]]] | None = None
+                     ) -> list[tuple[bytes, Any, Any]]:
+        """Up to ``limit`` ``(encoded key, key, value)`` with encoded keys in ``[lo, hi)`` (None:
+        no bound), in their byte order, as ``get`` sees them now; unlike ``range`` it flushes
+        nothing (an interactive query must not change when the store is committed). With
+        ``prefix``, only the dirty string keys that start with it are encoded to be placed.
+        ``scan``: how the bytes are read (``byte_store.scan``'s signature; by default it)."""
+        kenc = self._kenc
+        pending: dict[bytes, tuple[Any, Any]] = {}
+        dirty = self._dirty
+        items = list(dirty.items()) if prefix is None else [
+            (k, dirty[k]) for k in list(dirty) if type(k) is str and k.startswith(prefix)]
+        for k, v in items:
+            kb = kenc(k)
+            if (lo is None or kb >= lo) and (hi is None or kb < hi):
+                pending[kb] = (k, v)
+        found: dict[bytes, tuple[Any, Any]] = {}
+        for k, v in (scan or self.byte_store.scan)(lo, hi, self.decode_entry):
+            found[kenc(k)] = (k, v)
+            if len(found) >= limit + len(pending):
+                break
+        found.update(pending)  # a dirty put not yet in the bytes, a dirty delete (None)
+        live = [(kb, k, v) for kb, (k, v) in found.items() if v is not None]
+        live.sort(key=_first)
+        return live[:limit]
+
+    def decode_value(self, vb: bytes) -> Any:
+        """``vb`` decoded by the store's value serde."""
+        return self._vdec(vb)
+
+    def decode_key(self, kb: bytes) -> Any:
+        """``kb`` decoded by the store's key serde."""
+        return self._kdec(kb)
+
+    def encode_key(self, key: Any) -> bytes:
+        """``key`` encoded by the store's key serde."""
+        return self._kenc(key)
 
     def delete(self, key: Any) -> None:
         """Deletes ``key`` (a tombstone in the changelog, if any, at the next flush)."""

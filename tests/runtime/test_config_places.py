@@ -79,6 +79,10 @@ VALUES: dict[str, tuple[str, str]] = {
     "streams.<id>.samza.physical.name": ("streams.events.samza.physical.name", "events-v2"),
     "streams.<id>.samza.serde.error": ("streams.events.samza.serde.error", "dead-letter"),
     "streams.<id>.samza.system": ("streams.events.samza.system", "local"),
+    "query.enabled": ("query.enabled", "true"),
+    "query.host": ("query.host", "127.0.0.2"),
+    "query.port": ("query.port", "18766"),
+    "query.token": ("query.token", "env:PLACES_QUERY_TOKEN"),
     "stores.<name>.changelog": ("stores.counts.changelog", "local.counts-log"),
     "stores.<name>.changelog.compaction": ("stores.counts.changelog.compaction", "false"),
     "stores.<name>.changelog.delete.retention.ms": (

@@ -174,3 +174,19 @@ def test_idle_connections_are_closed_and_open_ones_bounded_without_a_thread_each
         for sockets in held.values():
             for s in sockets:
                 s.close()
+
+
+def test_a_server_with_nothing_to_tick_sleeps_while_no_client_comes() -> None:
+    """The Prometheus endpoint's and the query endpoint's server has no tick: idle, its thread
+    waits in select, not in a loop that takes a core from the job."""
+    from runtime.host.http_thread import ThreadServer
+
+    server = ThreadServer(lambda method, target: (200, "text/plain", b"ok\n"), name="idle")
+    server.start("127.0.0.1", 0)
+    try:
+        t0 = time.process_time()
+        time.sleep(1.0)
+        used = time.process_time() - t0
+    finally:
+        server.close()
+    assert used < 0.1, f"an idle server used {used:.2f} s of CPU in 1 s"

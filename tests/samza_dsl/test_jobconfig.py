@@ -16,6 +16,7 @@ from samza_dsl.jobconfig import (
     JobConfig,
     JobSettings,
     MetricsConfig,
+    QueryConfig,
     StoreConfig,
     StreamConfig,
     TaskConfig,
@@ -26,7 +27,7 @@ from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
 from samza_dsl.systems import LocalSystem
 
 JOB_PARTS = {"task": TaskConfig, "job": JobSettings, "health": HealthConfig,
-             "metrics": MetricsConfig, "tracing": TracingConfig}
+             "query": QueryConfig, "metrics": MetricsConfig, "tracing": TracingConfig}
 
 
 def _keys(cls: type) -> list[str]:

@@ -1,0 +1,154 @@
+"""A small client of a running job's interactive queries (docs/queries.md): the value of a key
+of one of its stores, or the entries of a prefix or a range, read from the latest state or the
+committed one, from the query endpoints of the job's containers (``query.enabled``).
+
+Each container answers for the tasks it runs; the client asks every endpoint it is given and
+takes the answer of the one whose task holds the key. A key found nowhere is ``found: False``
+only when every endpoint answered for its tasks; while tasks move between members (a rebalance)
+an endpoint answers "moving" and the client raises ``QueryMoving``: try again, the answer is
+never a wrong one. ``samza-dsl query`` uses it, with the endpoints it finds in the job's
+records.
+
+>>> client = QueryClient(["http://127.0.0.1:1"], timeout=0.5)
+>>> try:
+...     client.get("counts", 42)
+... except QueryError as e:
+...     print(str(e)[:52])
+no query endpoint answered: http://127.0.0.1:1: conn
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Sequence
+from typing import Any
+
+from samza_dsl.errors import SamzaError
+
+__all__ = ["QueryClient", "QueryError", "QueryMoving"]
+
+
+class QueryError(SamzaError):
+    """A query that cannot be answered: the message says why and what to do."""
+
+
+class QueryMoving(QueryError):
+    """The key's task is moving between members (a rebalance, a restore): try again."""
+
+
+class QueryClient:
+    """Queries the endpoints ``urls`` (``http://HOST:PORT``, one per container) of a job.
+
+    Args:
+        urls: the containers' query endpoints.
+        token: the job's ``query.token``, where its endpoints need one.
+        timeout: seconds to wait for each endpoint.
+    """
+
+    def __init__(self, urls: Sequence[str], token: str | None = None,
+                 timeout: float = 10.0) -> None:
+        if not urls:
+            raise QueryError("no query endpoint to ask: run the job with query.enabled=true")
+        self.urls = [u.rstrip("/") for u in urls]
+        self.token = token
+        self.timeout = timeout
+
+    def get(self, store: str, key: Any, read: str = "latest") -> dict[str, Any]:
+        """The answer for one key: ``{"store", "key", "found", "value", "read", "task",
+        "partition", "member"}``. ``key`` is sent as JSON unless it is a string."""
+        params = {"read": read, **_key_param("key", key)}
+        answers = self._ask_all(store, params)
+        found = [a for a in answers if a.get("found")]
+        if found:
+            return found[0]
+        return {**answers[0], "member": None, "members": [a.get("member") for a in answers]}
+
+    def prefix(self, store: str, prefix: str, read: str = "latest",
+               limit: int = 100) -> dict[str, Any]:
+        """The entries whose string keys start with ``prefix``, in key order."""
+        return self._entries(store, {"prefix": prefix, "read": read, "limit": str(limit),
+                                     "key_type": "str"}, limit)
+
+    def range(self, store: str, start: Any = None, end: Any = None, read: str = "latest",
+              limit: int = 100) -> dict[str, Any]:
+        """The entries with ``start <= key < end`` (None: no bound) in the order of the store's
+        key encoding (as ``table.range`` gives them)."""
+        params = {"read": read, "limit": str(limit)}
+        if start is not None:
+            params.update(_key_param("from", start))
+        if end is not None:
+            params.update(_key_param("to", end))
+        if isinstance(start, str) or isinstance(end, str):
+            params["key_type"] = "str"
+        return self._entries(store, params, limit)
+
+    def _entries(self, store: str, params: dict[str, str], limit: int) -> dict[str, Any]:
+        answers = self._ask_all(store, params)
+        entries = [e for a in answers for e in a.get("entries", [])]
+        entries.sort(key=lambda e: json.dumps(e["key"], sort_keys=True))
+        return {"store": store, "read": params["read"], "entries": entries[:limit],
+                "more": len(entries) > limit or any(a.get("more") for a in answers),
+                "members": [a.get("member") for a in answers]}
+
+    def _ask_all(self, store: str, params: dict[str, str]) -> list[dict[str, Any]]:
+        answers: list[dict[str, Any]] = []
+        unreachable: list[str] = []
+        moving: list[str] = []
+        for url in self.urls:
+            status, body = self._ask(url, store, params)
+            if status is None:
+                unreachable.append(f"{url}: {body['error']}")
+            elif status == 200:
+                answers.append(body)
+            elif status == 503 and body.get("moving"):
+                moving.append(f"{url}: {body['error']}")
+            elif status == 404 and body.get("tasks") == []:
+                continue  # a member with no task of the store: the others answer
+            else:
+                raise QueryError(f"{url}: {body.get('error', status)}")
+        if moving:
+            raise QueryMoving(f"store {store!r}: tasks are moving between members ("
+                              f"{'; '.join(moving)}): try again")
+        if unreachable and not answers:
+            raise QueryError(f"no query endpoint answered: {'; '.join(unreachable)}")
+        if unreachable and not any(a.get("found") for a in answers):
+            raise QueryError(f"store {store!r}: not found among the members that answered, and "
+                             f"{len(unreachable)} did not ({'; '.join(unreachable)}): the key "
+                             f"may be theirs; try again")
+        if not answers:
+            raise QueryError(f"no member of the job holds a task with store {store!r}")
+        covered = {t for a in answers for t in a.get("tasks", [])}
+        every = max(int(a.get("job_tasks", 0)) for a in answers)
+        if len(covered) < every and not any(a.get("found") for a in answers):
+            raise QueryMoving(f"store {store!r}: the members that answered hold {len(covered)} "
+                              f"of its {every} tasks; the others are moving between members: "
+                              f"try again")
+        return answers
+
+    def _ask(self, url: str, store: str, params: dict[str, str]
+             ) -> tuple[int | None, dict[str, Any]]:
+        target = f"{url}/query/{urllib.parse.quote(store, safe='')}?" \
+                 f"{urllib.parse.urlencode(params)}"
+        request = urllib.request.Request(target)  # noqa: S310 (an http URL the job wrote)
+        if self.token is not None:
+            request.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as resp:  # noqa: S310
+                return int(resp.status), json.loads(resp.read())
+        except urllib.error.HTTPError as e:
+            try:
+                return int(e.code), json.loads(e.read())
+            except ValueError:
+                return int(e.code), {"error": f"HTTP {e.code} {e.reason}"}
+        except (OSError, ValueError) as e:
+            reason = getattr(e, "reason", e)
+            return None, {"error": f"{getattr(reason, 'strerror', None) or reason}"}
+
+
+def _key_param(name: str, key: Any) -> dict[str, str]:
+    if isinstance(key, str):
+        return {name: key, "key_type": "str"}
+    return {name: json.dumps(key), "key_type": "json"}
