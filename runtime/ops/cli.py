@@ -436,7 +436,8 @@ def cmd_reset(args: argparse.Namespace) -> int:
 
     app, jobs = _jobs(args)
     try:
-        name, gone = jobs.reset(app, job_config(app, _cli_config(args)), outputs=args.outputs, app_ref=args.app)
+        name, gone = jobs.reset(app, job_config(app, _cli_config(args)), outputs=args.outputs,
+                                app_ref=args.app)
     except NeverRan as exc:
         print(f"samza-dsl reset: nothing to reset: {exc}", file=sys.stderr)
         return 0
@@ -449,7 +450,8 @@ def cmd_compact(args: argparse.Namespace) -> int:
     if args.batch < 1:
         raise SamzaError(f"--batch takes a number of records >= 1, got {args.batch}")
     app, jobs = _jobs(args)
-    name, results = jobs.compact(app, job_config(app, _cli_config(args)), args.batch, app_ref=args.app)
+    name, results = jobs.compact(app, job_config(app, _cli_config(args)), args.batch,
+                                 app_ref=args.app)
     for r in results:
         print(f"{r.stream} partition {r.partition}: below offset {r.upto}, {r.records_before} "
               f"record(s) to {r.records_after} ({r.tombstones_dropped} delete(s) dropped) in "
