@@ -87,6 +87,7 @@ from itertools import islice
 from typing import Any
 
 from samza_dsl.config import STORE_PROPERTIES
+from samza_dsl.jobconfig import JobConfig
 from samza_dsl.kv import KV
 from samza_dsl.spec import WindowSpec
 from samza_dsl.windows import AccumulationMode, FiringType, WindowKey, WindowPane
@@ -547,9 +548,7 @@ class TumblingWindowOperator(AlignedWindowOperator):
         self._peek: Callable[[Any], Any] = lambda k: None
 
     def init(self, ctx: OperatorContext, user_ctx: UserContext | None = None) -> None:
-        size = ctx.config.get(f"stores.{self.op_id}.pane.cache.size")
-        if size is not None:
-            self._cache_size = max(1, int(size))
+        self._cache_size = JobConfig.validated(ctx.config).store(self.op_id).pane_cache_size
         self._room = self._cache_size
         store = ctx.store(self.op_id)
         #: a store read that caches nothing (the window keeps its panes' values itself)

@@ -13,7 +13,6 @@ from samza_dsl.config import (
     check_guarantee,
     check_scoped_keys,
     check_system_keys,
-    job_name_of,
 )
 from samza_dsl.errors import ConfigError, PlanError
 from samza_dsl.jobconfig import JobConfig
@@ -50,7 +49,7 @@ def plan(spec: ApplicationSpec, *, partitions: Mapping[str, int] | None = None,
     streams = _plan_streams(spec, stages, _config_partitions(user_config, partitions or {}),
                             user_config)
     stores = _stores(spec, user_config)
-    job_name = job_name_of(spec, user_config)
+    job_name = user_config.job.job_name
     changelogs = [s.changelog_stream for s in stores.values() if s.changelog_stream]
     check_scoped_keys(user_config, streams=[*streams, *changelogs,
                                             dead_letter_stream(job_name)], stores=stores)
@@ -155,7 +154,7 @@ def _joined_sets(spec: ApplicationSpec) -> list[JoinedSet]:
 
 
 def _plan_streams(spec: ApplicationSpec, stages: list[Stage], given: Mapping[str, int],
-                  config: Mapping[str, Any]) -> dict[str, StreamSpec]:
+                  config: JobConfig) -> dict[str, StreamSpec]:
     all_ids = set(spec.inputs) | set(spec.outputs) | set(spec.intermediates)
     for sid, n in given.items():
         if sid not in all_ids:
@@ -174,10 +173,10 @@ def _plan_streams(spec: ApplicationSpec, stages: list[Stage], given: Mapping[str
             known[sid] = given[sid]
     counts = infer_partitions(
         known, {sid: i.broadcast for sid, i in spec.intermediates.items()}, _joined_sets(spec),
-        config.get("job.intermediate.stream.partitions"), [*spec.inputs, *spec.outputs])
+        config.job.intermediate_partitions, [*spec.inputs, *spec.outputs])
 
     default_system = _default_system(spec, config)
-    job_name = job_name_of(spec, config)
+    job_name = config.job.job_name
     streams: dict[str, StreamSpec] = {}
     for sid, d in spec.inputs.items():
         streams[sid] = StreamSpec(sid, "input", _system(sid, d.system.name, config),
@@ -191,7 +190,7 @@ def _plan_streams(spec: ApplicationSpec, stages: list[Stage], given: Mapping[str
                                   d.effective_serde.describe(), d.keyed, d)
     for sid, i in spec.intermediates.items():
         serde = i.serde.describe() if i.serde is not None else "default"
-        system = config.get(f"streams.{sid}.samza.system") or default_system
+        system = config.stream(sid).system or default_system
         streams[sid] = StreamSpec(sid, "broadcast" if i.broadcast else "intermediate",
                                   system, _physical(sid, _named_for(job_name, spec, sid), config),
                                   counts[sid], serde, i.keyed, i)
@@ -213,15 +212,15 @@ def _named_for(job_name: str, spec: ApplicationSpec, name: str) -> str:
     return job_name + name[len(prefix) - 1:] if name.startswith(prefix) else name
 
 
-def _physical(sid: str, name: str, config: Mapping[str, Any]) -> str:
+def _physical(sid: str, name: str, config: JobConfig) -> str:
     """``streams.<id>.samza.physical.name`` where given, else ``name``."""
-    given = config.get(f"streams.{sid}.samza.physical.name")
+    given = config.stream(sid).physical_name
     return str(given) if given else name
 
 
-def _system(sid: str, system: str, config: Mapping[str, Any]) -> str:
+def _system(sid: str, system: str, config: JobConfig) -> str:
     """An input's or output's system is its descriptor's: config may repeat it, not change it."""
-    given = config.get(f"streams.{sid}.samza.system")
+    given = config.stream(sid).system
     if given and given != system:
         raise ConfigError(f"config streams.{sid}.samza.system={given!r}: stream {sid!r} is on "
                           f"system {system!r}, as its descriptor says; to read or write it on "
@@ -244,8 +243,8 @@ def _config_partitions(config: Mapping[str, Any], given: Mapping[str, int]) -> d
     return out
 
 
-def _default_system(spec: ApplicationSpec, config: Mapping[str, Any]) -> str | None:
-    system = config.get("job.default.system")
+def _default_system(spec: ApplicationSpec, config: JobConfig) -> str | None:
+    system = config.job.default_system
     if system:
         return str(system)
     for d in spec.inputs.values():
@@ -253,15 +252,15 @@ def _default_system(spec: ApplicationSpec, config: Mapping[str, Any]) -> str | N
     return None
 
 
-def _stores(spec: ApplicationSpec, config: Mapping[str, Any]) -> dict[str, StoreSpec]:
-    system = config.get("job.changelog.system") or _default_system(spec, config)
+def _stores(spec: ApplicationSpec, config: JobConfig) -> dict[str, StoreSpec]:
+    system = config.job.changelog_system or _default_system(spec, config)
 
     systems = {d.system.name for d in [*spec.inputs.values(), *spec.outputs.values()]}
 
-    job_name = job_name_of(spec, config)
+    job_name = config.job.job_name
 
     def changelog(store: str, enabled: bool) -> str | None:
-        configured = changelog_setting(store, config.get(f"stores.{store}.changelog"))
+        configured = changelog_setting(store, config.store(store).changelog)
         if isinstance(configured, str):
             return qualified_changelog(configured, systems, system)
         if configured is False or (configured is None and not enabled) or system is None:

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from samza_dsl.errors import ConfigError
+from samza_dsl.jobconfig import JobConfig
 
 from .model import StoreSpec, StreamSpec
 
@@ -70,16 +71,16 @@ def qualified_changelog(name: str, systems: Iterable[str], default: str | None) 
     return f"{default}.{name}" if default is not None else name
 
 
-def _written_by_job(job_name: str, config: Mapping[str, Any]) -> list[str]:
+def _written_by_job(job_name: str, config: JobConfig) -> list[str]:
     names = [checkpoint_stream(job_name), dead_letter_stream(job_name)]
-    reporters = str(config.get("metrics.reporters") or "")
+    reporters = config.metrics.reporters
     if "snapshot" in [r.strip() for r in reporters.split(",")]:
         names.append(metrics_stream(job_name))
     return names
 
 
 def check_owners(job_name: str, streams: Mapping[str, StreamSpec],
-                 stores: Mapping[str, StoreSpec], config: Mapping[str, Any],
+                 stores: Mapping[str, StoreSpec], config: JobConfig,
                  default_system: str | None) -> None:
     """Every stream name the job writes belongs to one role, and is no stream it reads; a clash
     is a ConfigError naming both roles and the keys that set them."""

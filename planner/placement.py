@@ -154,7 +154,7 @@ def _misjoin(plan: ExecutionPlan, node: str, fn: Callable[[Any], Any] | None
     """(the key function's reads as text, the stream, its partition key as text) where ``fn``
     of messages reaching ``node`` reads nothing the stream is partitioned by; else None."""
     roots = sorted(port_roots(plan, node))
-    elastic = int(plan.config.get("job.elasticity.factor") or 1)
+    elastic = plan.config.job.elasticity_factor
     if all(plan.streams[s].partitions == 1 for s in roots) and elastic == 1:
         return None  # one partition: every key is in it
     known = _partition_key(plan, node)

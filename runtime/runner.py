@@ -803,7 +803,7 @@ def _container_main(app: StreamApplication, config: Mapping[str, Any], follow: b
     runner._forked = True
     if queue is not None:  # with no display too: the parent tells a stalled container by them
         runner._report_to = RowsTo(queue)
-    name = f"container {config.get('job.container.id')}"
+    name = f"container {runner.config.job.container_id}"
     try:
         runner.run()
     except Interrupted as exc:  # it did not stop in time: what it had in flight, in one line

@@ -93,7 +93,7 @@ def skipped_lines(counters: Mapping[str, Any], plan: Any, *, app_ref: str | None
     app = app_ref or "APP"
     for sid in plan.streams:
         key = f"streams.{sid}.samza.serde.error"
-        policy = plan.config.get(key)
+        policy = plan.config.stream(sid).serde_error
         dead = (f"they are in the dead-letter stream, with each one's error and origin: "
                 f"`samza-dsl dump {app} {dead_letter_stream(plan.job_name)}`"
                 if policy == "dead-letter" else "")

@@ -36,6 +36,7 @@ from runtime.memory import (
 )
 from samza_dsl import StreamApplication
 from samza_dsl.errors import SamzaError, TaskError
+from samza_dsl.jobconfig import job_config
 from samza_dsl.stream import OutputStream
 from samza_dsl.systems import InputDescriptor, StreamDescriptor
 
@@ -164,7 +165,8 @@ class TestRunner:
         if not isinstance(app, StreamApplication):
             raise TypeError(f"TestRunner takes a StreamApplication, got {type(app).__name__}")
         self.app = app
-        self.config = dict(config or {})
+        #: the run's config, built once here (``JobConfig.of``) and handed to the plan
+        self.config = job_config(app, config)
         self._given = MemoryInputs(app)
 
     @property

@@ -32,7 +32,7 @@ __all__ = ["ConfigKey", "KNOWN_KEYS", "STREAM_PROPERTIES", "STORE_PROPERTIES", "
            "USER_PREFIX", "COORDINATORS", "check_system_keys", "validate_config",
            "check_scoped_keys", "config_value", "SERDE_ERROR_POLICIES", "KeyReference",
            "key_reference", "JOIN_CHECK_POLICIES", "GUARANTEES", "AT_LEAST_ONCE",
-           "EXACTLY_ONCE", "check_guarantee", "exactly_once", "job_name_of",
+           "EXACTLY_ONCE", "check_guarantee", "exactly_once", "job_name_of", "check_job_name",
            "SECURITY_PROTOCOLS", "SASL_MECHANISMS", "SECRET_PROPERTIES", "is_secret",
            "shown_value", "shown_config", "secret_value", "connection_secrets", "secret_fragments", "redact"]
 
@@ -437,8 +437,12 @@ def job_name_of(app: Any, config: Mapping[str, Any]) -> str:
     >>> job_name_of(App(), {}), job_name_of(App(), {"job.name": "clicks-eu", "job.id": "2"})
     ('clicks-1', 'clicks-eu-2')
     """
-    name = config.get("job.name") or app.name
-    job_id = config.get("job.id") or app.app_id
+    return check_job_name(config.get("job.name") or app.name, config.get("job.id") or app.app_id)
+
+
+def check_job_name(name: Any, job_id: Any) -> str:
+    """``<name>-<job_id>``, once both are made of the characters a job's streams and
+    ``job.dir`` may be named with."""
     for key, value in (("job.name", name), ("job.id", job_id)):
         if not _JOB_NAME.match(str(value)):
             raise ConfigError(f"config {key}={value!r}: a job's name and id are made of letters, "

@@ -28,6 +28,7 @@ from .config import (
     STORE_PROPERTIES,
     STREAM_PROPERTIES,
     ConfigKey,
+    check_job_name,
     shown_config,
     validate_config,
 )
@@ -85,6 +86,12 @@ class JobSettings:
     @property
     def exactly_once(self) -> bool:
         return self.processing_guarantee == EXACTLY_ONCE
+
+    @property
+    def job_name(self) -> str:
+        """``<job.name>-<job.id>``, what the job's streams, group and ``job.dir`` are named
+        after: by default the application's name and app_id (``JobConfig.of``)."""
+        return check_job_name(self.name, self.id)
 
 
 @dataclass(frozen=True)
@@ -182,10 +189,23 @@ class SystemConfig:
     name: str
     factory: str | None = None
     bootstrap_servers: str | None = None
+    #: a Kafka system's ``replication.factor`` and ``min.insync.replicas``, as given (checked
+    #: where its topics are made)
+    replication_factor: Any = None
+    min_insync_replicas: Any = None
+    #: a local system's ``path`` and ``log.max.bytes``, as given
+    path: str | None = None
+    log_max_bytes: Any = None
     properties: Mapping[str, Any] = field(default_factory=dict, repr=False)
     security: SecurityConfig = field(default_factory=SecurityConfig)
     consumer: Mapping[str, Any] = field(default_factory=dict, repr=False)
     producer: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+    def over(self, own: Mapping[str, Any]) -> SystemConfig:
+        """These settings over ``own``, those the system's descriptor gives (``KafkaSystem(...,
+        consumer={...}, **{"security.protocol": ...})``): the config points a job at another
+        cluster, or logs it in otherwise, with no change to the application."""
+        return _system_config(self.name, {**own, **self.properties})
 
 
 P = TypeVar("P")
@@ -209,6 +229,20 @@ _SECURITY_KEYS = {"security.protocol": "protocol", "sasl.mechanism": "sasl_mecha
                   "ssl.check.hostname": "ssl_check_hostname"}
 
 
+def _system_config(name: str, props: Mapping[str, Any]) -> SystemConfig:
+    security = {attr: props[key] for key, attr in _SECURITY_KEYS.items()
+                if props.get(key) is not None}
+    if "ssl_check_hostname" in security:
+        security["ssl_check_hostname"] = str(security["ssl_check_hostname"]).strip().lower() \
+            not in ("false", "0", "no")
+    return SystemConfig(
+        name, props.get("samza.factory"), props.get("bootstrap.servers"),
+        props.get("replication.factor"), props.get("min.insync.replicas"), props.get("path"),
+        props.get("log.max.bytes"), dict(props), SecurityConfig(**security),
+        {k[9:]: v for k, v in props.items() if k.startswith("consumer.")},
+        {k[9:]: v for k, v in props.items() if k.startswith("producer.")})
+
+
 class JobConfig(Mapping[str, Any]):
     """The validated keys of a job (a read-only mapping) and their typed parts.
 
@@ -217,10 +251,11 @@ class JobConfig(Mapping[str, Any]):
     passed to either is used as it is.
     """
 
-    __slots__ = ("_values", "task", "job", "health", "query", "metrics", "tracing",
+    __slots__ = ("_values", "_app", "task", "job", "health", "query", "metrics", "tracing",
                  "_parts")
 
     _values: dict[str, Any]
+    _app: tuple[str, str] | None
     _parts: dict[tuple[str, str], Any]
     task: TaskConfig
     job: JobSettings
@@ -229,12 +264,17 @@ class JobConfig(Mapping[str, Any]):
     metrics: MetricsConfig
     tracing: TracingConfig
 
-    def __init__(self, values: Mapping[str, Any]) -> None:
-        """``values`` are validated already (``validate_config``)."""
+    def __init__(self, values: Mapping[str, Any], app: tuple[str, str] | None = None) -> None:
+        """``values`` are validated already (``validate_config``); ``app`` is the application's
+        (name, app_id): ``job.name`` and ``job.id`` where the values do not give them."""
         set_ = object.__setattr__
         set_(self, "_values", dict(values))
+        set_(self, "_app", app)
         set_(self, "task", _part(TaskConfig, KNOWN_KEYS, values))
-        set_(self, "job", _part(JobSettings, KNOWN_KEYS, values))
+        job = _part(JobSettings, KNOWN_KEYS, values)
+        if app is not None:
+            job = dataclasses.replace(job, name=job.name or app[0], id=job.id or app[1])
+        set_(self, "job", job)
         set_(self, "health", _part(HealthConfig, KNOWN_KEYS, values))
         set_(self, "query", _part(QueryConfig, KNOWN_KEYS, values))
         set_(self, "metrics", _part(MetricsConfig, KNOWN_KEYS, values))
@@ -252,21 +292,27 @@ class JobConfig(Mapping[str, Any]):
         """The config a job of ``app`` runs with: the application's own (``StreamApplication(
         config=...)``) under what the run is given (a runner's ``config=``, the CLI's ``-c``,
         which is applied last)."""
-        own = validate_config(getattr(app, "config", None))
-        if isinstance(given, JobConfig) and all(k in given for k in own):  # made for it already
+        names = (str(app.name), str(app.app_id))
+        if isinstance(given, JobConfig) and given._app == names:  # made for it already
             return given
-        return cls({**own, **validate_config(given)})
+        own = validate_config(getattr(app, "config", None))
+        return cls({**own, **validate_config(given)}, names)
 
     def with_keys(self, extra: Mapping[str, Any]) -> JobConfig:
         """This config with ``extra`` (validated keys the planner generates) under it."""
-        return JobConfig({**extra, **self._values})
+        return JobConfig({**extra, **self._values}, self._app)
+
+    def updated(self, keys: Mapping[str, Any]) -> JobConfig:
+        """This config with ``keys`` (checked and converted) over it: a command's own settings
+        (``job.coordinator=static`` where it runs no containers, a page's reporters)."""
+        return JobConfig({**self._values, **validate_config(keys)}, self._app)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"a JobConfig is read-only: {name} cannot be set")
 
-    def __reduce__(self) -> tuple[type[JobConfig], tuple[dict[str, Any]]]:
+    def __reduce__(self) -> tuple[type[JobConfig], tuple[dict[str, Any], tuple[str, str] | None]]:
         """Made again from its keys where a plan is shipped (Spark's executors)."""
-        return JobConfig, (self._values,)
+        return JobConfig, (self._values, self._app)
 
     def __getitem__(self, key: str) -> Any:
         return self._values[key]
@@ -290,23 +336,21 @@ class JobConfig(Mapping[str, Any]):
         return self._cached(("stream", stream_id), lambda: _part(
             StreamConfig, STREAM_PROPERTIES, self._values, f"streams.{stream_id}."))
 
-    def system(self, name: str) -> SystemConfig:
-        """System ``name``'s settings (``systems.<name>.*``)."""
-        return self._cached(("system", name), lambda: self._system(name))
+    def system(self, name: str, own: Mapping[str, Any] | None = None) -> SystemConfig:
+        """System ``name``'s settings (``systems.<name>.*``), over ``own``, those its descriptor
+        gives where given (``SystemConfig.over``)."""
+        typed = self._cached(("system", name), lambda: self._system(name))
+        return typed if own is None else typed.over(own)
+
+    @property
+    def systems(self) -> Mapping[str, SystemConfig]:
+        """Each system's settings by its name, as ``system(name)`` gives them."""
+        return _Systems(self)
 
     def _system(self, name: str) -> SystemConfig:
         prefix = f"systems.{name}."
-        props = {k[len(prefix):]: v for k, v in self._values.items() if k.startswith(prefix)}
-        security = {attr: props[key] for key, attr in _SECURITY_KEYS.items()
-                    if props.get(key) is not None}
-        if "ssl_check_hostname" in security:
-            security["ssl_check_hostname"] = str(security["ssl_check_hostname"]).strip().lower() \
-                not in ("false", "0", "no")
-        return SystemConfig(
-            name, props.get("samza.factory"), props.get("bootstrap.servers"), props,
-            SecurityConfig(**security),
-            {k[9:]: v for k, v in props.items() if k.startswith("consumer.")},
-            {k[9:]: v for k, v in props.items() if k.startswith("producer.")})
+        return _system_config(name, {k[len(prefix):]: v for k, v in self._values.items()
+                                     if k.startswith(prefix)})
 
     def _cached(self, key: tuple[str, str], make: Callable[[], P]) -> P:
         parts: dict[tuple[str, str], Any] = self._parts
@@ -316,15 +360,34 @@ class JobConfig(Mapping[str, Any]):
         return part
 
 
+class _Systems(Mapping[str, SystemConfig]):
+    """``JobConfig.systems``: a system's part made when it is first asked for."""
+
+    __slots__ = ("_config",)
+
+    def __init__(self, config: JobConfig) -> None:
+        self._config = config
+
+    def __getitem__(self, name: str) -> SystemConfig:
+        return self._config.system(name)
+
+    def __iter__(self) -> Iterator[str]:
+        names = {k.split(".")[1] for k in self._config if k.startswith("systems.")}
+        return iter(sorted(names))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
 def job_config(app: Any, given: Mapping[str, Any] | None = None) -> JobConfig:
     """The config a job of ``app`` runs with (``JobConfig.of``): the application's own
     (``StreamApplication(config=...)``) under what the run is given (a runner's ``config=``, the
     CLI's ``-c``, which is applied last). It is built once where a job is made and handed down,
     so a key means the same wherever it was given.
 
-    >>> class App: config = {"job.dir": "/srv/a", "task.commit.ms": 5}
+    >>> class App: name, app_id, config = "clicks", "1", {"job.dir": "/srv/a", "task.commit.ms": 5}
     >>> config = job_config(App(), {"task.commit.ms": "7"})
-    >>> sorted(config.items()), config.task.commit_ms
-    ([('job.dir', '/srv/a'), ('task.commit.ms', 7)], 7)
+    >>> sorted(config.items()), config.task.commit_ms, config.job.job_name
+    ([('job.dir', '/srv/a'), ('task.commit.ms', 7)], 7, 'clicks-1')
     """
     return JobConfig.of(app, given)

@@ -87,7 +87,7 @@ class QueryEndpoint:
             raise ConfigError(f"query.host={self.host} is not a loopback address: set "
                               f"query.token (env:VAR or file:PATH) so that only who holds it "
                               f"can read the job's stores, or keep query.host=127.0.0.1")
-        self.root = job_dir(container.job.plan.job_name, cfg)
+        self.root = job_dir(container.job.plan.job_name, cfg.job)
         self.url: str | None = None
         self.views = CommittedViews()
         self._http: ThreadServer | None = None

@@ -26,7 +26,6 @@ from typing import Any
 from runtime.engine.codec import BufferedProducer
 from runtime.engine.origins import Applied, StampingProducer, Stamps, wire
 from runtime.engine.systems import Producer, ProducerCounts, StreamSink
-from samza_dsl.config import job_name_of
 from samza_dsl.connectors import Committed, Sink, SinkContext, SinkError, SinkOutput, Sources
 from samza_dsl.errors import AccessRefused, ConfigError
 from samza_dsl.jobconfig import JobConfig
@@ -107,7 +106,7 @@ class TaskSinks:
                 f"so a commit may not run while messages are in flight; leave "
                 f"task.async.commit out")
         guarantee = config.job.processing_guarantee
-        job_name = job_name_of(plan.app, config)
+        job_name = config.job.job_name
         #: during ``prepare``: the offsets the checkpoint being prepared records
         self._covering: dict[tuple[str, int], int] = {}
         source = source or (lambda: None)

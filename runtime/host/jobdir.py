@@ -5,18 +5,17 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Mapping
-from typing import Any
 
 from planner.owners import dead_letter_stream, metrics_stream
+from samza_dsl.jobconfig import JobSettings
 
 __all__ = ["job_dir", "dead_letter_stream", "metrics_stream", "reset_command", "store_dir",
            "task_dir"]
 
 
-def job_dir(job_name: str, config: Mapping[str, Any]) -> str:
+def job_dir(job_name: str, job: JobSettings) -> str:
     """``job.dir``, by default ``.samza/<job>`` in the working directory."""
-    return str(config.get("job.dir") or os.path.join(".samza", job_name))
+    return str(job.dir or os.path.join(".samza", job_name))
 
 
 def task_dir(task_name: str) -> str:
@@ -29,12 +28,13 @@ def store_dir(root: str, store_name: str, task_name: str) -> str:
     return os.path.join(root, "stores", store_name, task_dir(task_name))
 
 
-def reset_command(config: Mapping[str, Any]) -> str:
-    """The command that starts a job of ``config`` over (``samza-dsl reset``), with its
+def reset_command(job: JobSettings) -> str:
+    """The command that starts a job of ``job`` over (``samza-dsl reset``), with its
     ``job.dir`` where the config sets one.
 
-    >>> reset_command({"job.dir": "/var/lib/my jobs"})
+    >>> from samza_dsl.jobconfig import JobConfig
+    >>> reset_command(JobConfig.validated({"job.dir": "/var/lib/my jobs"}).job)
     "samza-dsl reset APP -c job.dir='/var/lib/my jobs'"
     """
-    where = config.get("job.dir")
+    where = job.dir
     return "samza-dsl reset APP" + (f" -c job.dir={shlex.quote(str(where))}" if where else "")

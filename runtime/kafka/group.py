@@ -26,7 +26,8 @@ the session timeout moves no task.
   stops the same way, alone, and the member joins the group again.
 
 The consumer settings of the group (``session_timeout_ms``, ``heartbeat_interval_ms``, ...) come
-from ``systems.<name>.consumer.*``, as the rest of the job's consumer settings.
+from ``systems.<name>.consumer.*``, as the rest of the job's consumer settings
+(``runtime.kafka.settings``).
 """
 
 from __future__ import annotations
@@ -79,30 +80,6 @@ def job_coordinator(job: JobSettings, *, follow: bool, job_name: str) -> str:
                 f"inputs while the group deals out the tasks; a bounded run reads every task "
                 f"to its end in one process: add --follow, or set job.coordinator=static")
     return str(chosen)
-
-
-def _as_setting(value: Any) -> Any:
-    """A consumer setting from the config (a string from ``-c``) as aiokafka takes it."""
-    if isinstance(value, str):
-        text = value.strip()
-        if text.lstrip("-").isdigit():
-            return int(text)
-        if text.lower() in ("true", "false"):
-            return text.lower() == "true"
-    return value
-
-
-def client_settings(system_settings: Mapping[str, Any], config: Mapping[str, Any],
-                    system: str, kind: str) -> dict[str, Any]:
-    """aiokafka settings of ``kind`` (``consumer`` or ``producer``): the system's own, then the
-    config's ``systems.<system>.<kind>.<key>`` over them. A key may be written with dots as in
-    Samza and Kafka (``session.timeout.ms``) or as aiokafka names it (``session_timeout_ms``)."""
-    out = {k[len(kind) + 1:].replace(".", "_"): v for k, v in system_settings.items()
-           if k.startswith(f"{kind}.")}
-    prefix = f"systems.{system}.{kind}."
-    out.update({k[len(prefix):].replace(".", "_"): _as_setting(v) for k, v in config.items()
-                if isinstance(k, str) and k.startswith(prefix)})
-    return out
 
 
 class GroupCallbacks(Protocol):

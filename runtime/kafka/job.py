@@ -67,13 +67,7 @@ from runtime.kafka.assignor import TaskAssignor
 from runtime.kafka.changelog import KafkaChangelog
 from runtime.kafka.claim import ContainerClaim
 from runtime.kafka.exactly_once import KafkaTransactions, fence_earlier
-from runtime.kafka.group import (
-    GroupMembership,
-    client_settings,
-    host_name,
-    job_coordinator,
-    member_ids,
-)
+from runtime.kafka.group import GroupMembership, host_name, member_ids
 from runtime.kafka.outage import (
     BrokerWatch,
     lost_checkpoints_error,
@@ -83,7 +77,8 @@ from runtime.kafka.outage import (
 )
 from runtime.kafka.partition_watch import watch_partitions
 from runtime.kafka.resolved import gapless
-from runtime.kafka.security import check_login, kafka_security
+from runtime.kafka.security import check_login
+from runtime.kafka.settings import kafka_settings
 from runtime.kafka.standby import StandbyReplicas
 from runtime.kafka.system import (
     KafkaCheckpoints,
@@ -97,72 +92,66 @@ from runtime.kafka.system import (
 from runtime.kafka.tasks import GroupTasks
 from runtime.state.backend import StoreBackend
 from runtime.state.lmdb_store import local_state
-from samza_dsl.config import did_you_mean, job_name_of
+from samza_dsl.config import did_you_mean
 from samza_dsl.connectors import CONNECTOR_FACTORY, SinkOutput
 from samza_dsl.errors import ConfigError, SamzaError, SerdeError
-from samza_dsl.jobconfig import job_config
+from samza_dsl.jobconfig import JobConfig
 
 __all__ = ["KafkaJob"]
+
+
+def _kafka_systems(app: Any) -> tuple[list[Any], list[str]]:
+    """The Kafka systems of ``app``'s streams, and the names of all its systems where they
+    are not one Kafka system (outputs written by the application's sinks, PostgreSQL, files...,
+    are no Kafka topics)."""
+    systems = {d.system.name: d.system
+               for d in [*app.spec().inputs.values(), *app.spec().outputs.values()]}
+    kafka = [s for s in systems.values() if SYSTEMS.get(s.factory) is SYSTEMS["kafka"]]
+    others = [s.name for s in systems.values()
+              if s not in kafka and s.factory != CONNECTOR_FACTORY]
+    return kafka, sorted(systems) if len(kafka) != 1 or others else []
 
 
 class KafkaJob:
     """Build with ``await KafkaJob.create(app, config)``; then run ``job.container``."""
 
-    def __init__(self, app: Any, config: Mapping[str, Any], metrics: Metrics | None = None,
+    def __init__(self, app: Any, config: JobConfig, metrics: Metrics | None = None,
                  *, follow: bool = False, timeout: float = 10.0) -> None:
+        """``config`` is the job's, built where the job is made (``JobConfig.of``)."""
         self.app = app
-        self.config = job_config(app, config)
+        self.config = config
         self.metrics = metrics or Metrics()
         self.follow = follow
         self.timeout = timeout
-        self.job_name = job_name_of(app, self.config)
-        self.root = job_dir(self.job_name, self.config)
-        spec = app.spec()
-        systems = {d.system.name: d.system for d in [*spec.inputs.values(), *spec.outputs.values()]}
-        kafka = [s for s in systems.values() if SYSTEMS.get(s.factory) is SYSTEMS["kafka"]]
-        # outputs written by the application's sinks (PostgreSQL, files...) are no Kafka topics
-        others = [s.name for s in systems.values()
-                  if s not in kafka and s.factory != CONNECTOR_FACTORY]
-        if len(kafka) != 1 or others:
-            raise SamzaError(f"job {self.job_name!r} mixes systems ({', '.join(sorted(systems))}):"
-                             f" a job on Kafka keeps all its streams on one Kafka system")
+        self.job_name = config.job.job_name
+        kafka, mixed = _kafka_systems(app)
+        if mixed:
+            raise SamzaError(f"job {self.job_name!r} mixes systems ({', '.join(mixed)}): a job "
+                             f"on Kafka keeps all its streams on one Kafka system")
         self.system = kafka[0]
-        settings = self.system.config
-        effective = self.config
-        # the config's systems.<name>.bootstrap.servers over the descriptor's: one cluster's
-        # job, pointed at another (a staging broker) without a change to the application
-        self.servers = str(effective.system(self.system.name).bootstrap_servers
-                           or settings["bootstrap.servers"])
-        # the system's settings, then the config's systems.<name>.consumer.* / producer.*
-        self.consumer_settings = client_settings(settings, effective, self.system.name,
-                                                 "consumer")
-        self.producer_settings = client_settings(settings, effective, self.system.name,
-                                                 "producer")
-        #: how the job's clients log in (``runtime.kafka.security``): every client takes these
-        self.security = kafka_security(self.system.name, settings, effective)
-        self.login = self.security.settings()
-        self.consumer_settings.update(self.login)
-        self.producer_settings.update(self.login)
-        # a write is acknowledged once every in-sync replica has it (min.insync.replicas of the
-        # job's topics): a broker lost right after loses nothing
-        self.producer_settings.setdefault("acks", "all")
-        if effective.job.exactly_once:  # the job's own readers see committed transactions only
-            self.consumer_settings["isolation_level"] = "read_committed"
-        self.checkpoint_topic = checkpoint_stream(self.job_name)
+        #: where the job's brokers are and what its clients are given
+        #: (``runtime.kafka.settings``): every client of the job takes these
+        self.system_config = config.systems[self.system.name]
+        self.settings = kafka_settings(self.system_config, self.system.config, config,
+                                       follow=follow)
+        self.servers = self.settings.servers
+        self.consumer_settings = self.settings.consumer
+        self.producer_settings = self.settings.producer
+        self.security = self.settings.security
+        self.login = self.settings.login
+        #: how the job's containers share its tasks (``runtime.kafka.group``)
+        self.coordinator = self.settings.coordinator
+        #: the brokers' outages while the job runs (``runtime.kafka.outage``)
+        self.watch = BrokerWatch(self.servers, self.settings.unavailable_s,
+                                 settings=self.consumer_settings)
+        self.producer_timeout = self.settings.producer_timeout
         #: where the outputs started, for a job whose containers run in other processes
         self.output_start: dict[TopicPartition, int] | None = None
-        self.lock = JobLock(self.root, self.job_name)
         #: a static container's claim on its id (``runtime.kafka.claim``)
         self.claim: ContainerClaim | None = None
-        #: how the job's containers share its tasks (``runtime.kafka.group``)
-        self.coordinator = job_coordinator(effective.job, follow=follow, job_name=self.job_name)
-        unavailable = effective.job.kafka_unavailable_timeout_ms / 1000.0
-        #: the brokers' outages while the job runs (``runtime.kafka.outage``)
-        self.watch = BrokerWatch(self.servers, unavailable, settings=self.consumer_settings)
-        # aiokafka retries a batch until its request timeout: not less than an outage may last
-        self.producer_settings.setdefault("request_timeout_ms",
-                                          max(40_000, int(unavailable * 1000) + 10_000))
-        self.producer_timeout = max(30.0, unavailable + 30.0)
+        self.root = job_dir(self.job_name, config.job)
+        self.lock = JobLock(self.root, self.job_name)
+        self.checkpoint_topic = checkpoint_stream(self.job_name)
         #: the job's producer, made as the job is set up (``_setup``); None before
         self.producer: KafkaProducer | None = None
         #: the job's container, once built; None before
@@ -171,7 +160,7 @@ class KafkaJob:
         self._hushed: contextlib.AbstractContextManager[Any] | None = None
 
     @classmethod
-    async def create(cls, app: Any, config: Mapping[str, Any], metrics: Metrics | None = None,
+    async def create(cls, app: Any, config: JobConfig, metrics: Metrics | None = None,
                      *, follow: bool = False, timeout: float = 10.0) -> KafkaJob:
         job = cls(app, config, metrics, follow=follow, timeout=timeout)
         try:
@@ -187,7 +176,7 @@ class KafkaJob:
         return job
 
     @classmethod
-    async def prepare(cls, app: Any, config: Mapping[str, Any], *,
+    async def prepare(cls, app: Any, config: JobConfig, *,
                       timeout: float = 10.0) -> KafkaJob:
         """Start a run of a job of several containers: create its topics, bump the generation,
         move the checkpoints to a changed elasticity factor, and note where the outputs start
@@ -275,8 +264,11 @@ class KafkaJob:
             *([TopicSpec(metrics_stream(self.job_name), 1)]
               if "snapshot" in reporter_names(plan.config) else [])]
         await ensure_topics(self.servers, self.topic_specs, timeout=self.timeout,
-                            replication_factor=self._system_int("replication.factor"),
-                            min_insync=self._system_int("min.insync.replicas"), **self.login)
+                            replication_factor=self._system_int(
+                                "replication.factor", self.system_config.replication_factor),
+                            min_insync=self._system_int(
+                                "min.insync.replicas", self.system_config.min_insync_replicas),
+                            **self.login)
         producer = KafkaProducer(self.servers, self.producer_settings, 0,
                                  timeout=self.producer_timeout, watch=self.watch)
         self.producer = producer
@@ -553,10 +545,9 @@ class KafkaJob:
                                      os.path.abspath(os.path.join(self.root, "stores")), found,
                                      self.reset_command())
 
-    def _system_int(self, prop: str) -> int | None:
+    def _system_int(self, prop: str, value: Any) -> int | None:
         """``systems.<the job's system>.<prop>``, a whole number of at least 1, or None."""
         key = f"systems.{self.system.name}.{prop}"
-        value = self.config.get(key)
         if value is None:
             return None
         try:
@@ -569,7 +560,7 @@ class KafkaJob:
 
     def reset_command(self) -> str:
         """The command that starts the job over (``runtime.kafka.reset``)."""
-        return reset_command(self.config)
+        return reset_command(self.config.job)
 
     def _held_store(self, name: str, index: int, task: str, offset: int | None, keys: int,
                     ends: Mapping[TopicPartition, int]) -> str:

@@ -44,7 +44,6 @@ from runtime.kafka.security import security_settings
 from runtime.kafka.system import offset_bounds, read_checkpoint_topic, true_end_offsets
 from samza_dsl.config import validate_config
 from samza_dsl.errors import SamzaError
-from samza_dsl.jobconfig import job_config
 
 __all__ = ["KafkaJobSystem", "kafka_status", "kafka_dump_sources"]
 
@@ -181,7 +180,7 @@ async def _feed(app: Any, config: Mapping[str, Any], given: Mapping[str, Sequenc
                          f"emptied from here; write the new input to a new topic (the stream's "
                          f"physical_name) and `samza-dsl reset` the job, or use --append")
     held = await kafka_held(streams, list(given))
-    root = job_dir(streams.job_name, job_config(app, config))
+    root = job_dir(streams.job_name, streams.plan.config.job)
     marks = read_marks(root)
     load, notes = plan_feeding(given, source, held, marks, mode, sample_n, streams.job_name,
                                 f"in topics on {streams.servers}")
@@ -259,7 +258,7 @@ async def _kafka_status(app: Any, config: Mapping[str, Any], app_ref: str, timeo
         "configured_elasticity_factor": int(streams.plan.config.job.elasticity_factor),
         "checkpoints": {"where": f"topic {topic}", "last_written": last},
         "partitions": rows, "group": group, "metrics": None}
-    root = os.path.abspath(job_dir(streams.job_name, job_config(app, config)))
+    root = os.path.abspath(job_dir(streams.job_name, streams.plan.config.job))
     if group is not None and group["members"]:
         # a consumer group: its members' own job dirs (those on this machine hold its stores'
         # files and its containers' locks); nothing of a job.dir another run left here

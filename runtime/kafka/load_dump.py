@@ -51,6 +51,7 @@ from runtime.kafka.system import (
     true_end_offsets,
 )
 from samza_dsl.errors import SamzaError
+from samza_dsl.jobconfig import JobConfig
 from samza_dsl.kv import KV
 from samza_dsl.serdes import KVSerde
 
@@ -86,12 +87,12 @@ class KafkaStreams:
                              f"streams: {', '.join(sorted(self.physical))}")
 
 
-def reader_config(config: Mapping[str, Any]) -> dict[str, Any]:
+def reader_config(app: Any, config: Mapping[str, Any]) -> JobConfig:
     """The config of a command that reads a Kafka job's topics or resets them (``load``,
     ``dump``, ``status``, ``reset``): the run's own flags, taken as they are, except how a run's
     containers share the tasks (``job.coordinator``), which does not apply to a command that
     runs none."""
-    return {**config, "job.coordinator": "static"}
+    return JobConfig.of(app, config).updated({"job.coordinator": "static"})
 
 
 async def kafka_streams(app: Any, config: Mapping[str, Any], timeout: float = 10.0
@@ -100,7 +101,7 @@ async def kafka_streams(app: Any, config: Mapping[str, Any], timeout: float = 10
     from runtime.host.jobdir import dead_letter_stream, metrics_stream
     from runtime.kafka.job import KafkaJob
 
-    job = KafkaJob(app, reader_config(config), timeout=timeout)  # checks the systems; no I/O
+    job = KafkaJob(app, reader_config(app, config), timeout=timeout)  # checks the systems; no I/O
     await check_login(job.servers, job.login, job.security, min(timeout, 10.0))
     declared = {**app.spec().inputs, **app.spec().outputs}
     found = await describe_topics(job.servers, {d.physical_name for d in declared.values()},

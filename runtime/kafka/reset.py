@@ -23,7 +23,7 @@ __all__ = ["kafka_reset"]
 async def kafka_reset(app: Any, config: Mapping[str, Any], *, outputs: bool = False,
                       timeout: float = 10.0) -> tuple[str, list[str]]:
     """Resets the job of ``app``; returns its name and what went."""
-    job = KafkaJob(app, reader_config(config), timeout=timeout)  # runs no containers
+    job = KafkaJob(app, reader_config(app, config), timeout=timeout)  # runs no containers
     job.lock.exclusive("reset", f"reset job {job.job_name!r}")
     try:
         await check_login(job.servers, job.login, job.security)

@@ -27,6 +27,7 @@ from typing import Any
 
 from samza_dsl.config import SASL_MECHANISMS, SECURITY_PROTOCOLS, secret_value
 from samza_dsl.errors import AccessRefused, ConfigError
+from samza_dsl.jobconfig import SystemConfig
 
 __all__ = ["KafkaSecurity", "kafka_security", "security_settings", "refusal", "check_login",
            "SECURITY_KWARGS", "LoginRefused", "not_authorized"]
@@ -155,32 +156,31 @@ def _secret(key: str, value: Any) -> tuple[str, str]:
     return secret_value(key, value), where
 
 
-def _prop(system: str, settings: Mapping[str, Any], config: Mapping[str, Any],
-          prop: str) -> Any:
-    """``systems.<system>.<prop>`` of the config, else the system descriptor's ``prop``."""
-    value = config.get(f"systems.{system}.{prop}")
-    if value is None:
-        value = settings.get(prop)
-    return None if value is None or str(value).strip() == "" else value
+def kafka_security(system: SystemConfig, own: Mapping[str, Any] | None = None) -> KafkaSecurity:
+    """The security of Kafka system ``system``: its keys in the job's config over those its
+    descriptor (``KafkaSystem(..., **{"security.protocol": ...})``) gives in ``own``.
 
-
-def kafka_security(system: str, settings: Mapping[str, Any],
-                   config: Mapping[str, Any]) -> KafkaSecurity:
-    """The security of Kafka system ``system``: its keys in the job's ``config`` over those its
-    descriptor (``KafkaSystem(..., **{"security.protocol": ...})``) gives in ``settings``.
-
-    >>> kafka_security("kafka", {}, {}).settings()
+    >>> from samza_dsl.jobconfig import SystemConfig
+    >>> kafka_security(SystemConfig("kafka")).settings()
     {}
-    >>> kafka_security("kafka", {}, {"systems.kafka.sasl.username": "app"})
+    >>> kafka_security(SystemConfig("kafka"), {"sasl.username": "app"})
     Traceback (most recent call last):
     ...
     samza_dsl.errors.ConfigError: config systems.kafka.sasl.username is set, but systems.kafka.security.protocol is PLAINTEXT: ...
     """
+    props = system.properties
+    under = own or {}
+
     def get(prop: str) -> Any:
-        return _prop(system, settings, config, prop)
+        # the one reader of a system's security keys as given: what is wrong with one is said
+        # here, in its own words
+        value = props.get(prop)
+        if value is None:
+            value = under.get(prop)
+        return None if value is None or str(value).strip() == "" else value
 
     def key(prop: str) -> str:
-        return f"systems.{system}.{prop}"
+        return f"systems.{system.name}.{prop}"
 
     protocol = str(get("security.protocol") or "PLAINTEXT").strip().upper()
     if protocol not in SECURITY_PROTOCOLS:
@@ -229,7 +229,7 @@ def kafka_security(system: str, settings: Mapping[str, Any],
         raise ConfigError(f"config {key('ssl.check.hostname')}={check!r} is not a boolean: use "
                           f"true or false")
     security = KafkaSecurity(
-        system, protocol, mechanism, username, password, password_from,
+        system.name, protocol, mechanism, username, password, password_from,
         cafile=str(get("ssl.cafile")) if get("ssl.cafile") else None,
         certfile=str(get("ssl.certfile")) if get("ssl.certfile") else None,
         keyfile=str(get("ssl.keyfile")) if get("ssl.keyfile") else None,

@@ -24,9 +24,9 @@ from runtime.engine.systems import NeverRan
 from runtime.host.jobdir import dead_letter_stream, job_dir, metrics_stream
 from runtime.local.compaction import changelog_location, compact_job
 from runtime.local.system import LocalJob, log_path
-from samza_dsl.config import did_you_mean, job_name_of, validate_config
+from samza_dsl.config import did_you_mean
 from samza_dsl.errors import SamzaError
-from samza_dsl.jobconfig import job_config
+from samza_dsl.jobconfig import JobConfig
 
 __all__ = ["LocalJobSystem", "local_status"]
 
@@ -76,7 +76,7 @@ class LocalJobSystem:
 
     def feed(self, app: Any, config: Any, given: Mapping[str, Sequence[Any]],
              source: Mapping[str, str], mode: str | None, sample_n: int) -> list[str]:
-        job = LocalJob(app, validate_config(dict(config)), run=False)
+        job = LocalJob(app, JobConfig.of(app, config), run=False)
         try:
             def held_now(sid: str) -> int:
                 log = job.log_of(job.stream_system[sid])
@@ -163,7 +163,7 @@ class LocalJobSystem:
 
     def open_job(self, app: Any, config: Any, *, app_ref: str) -> LocalJob:
         _local_streams(app, "ui")
-        return LocalJob(app, validate_config(dict(config)), run=False)
+        return LocalJob(app, JobConfig.of(app, config), run=False)
 
     @contextlib.contextmanager
     def opened(self, app: Any, config: Any, command: str, app_ref: str, verify_log: bool = True,
@@ -172,10 +172,10 @@ class LocalJobSystem:
         ``ran``, a job with no job.dir and no log yet is refused (``NeverRan``) and nothing is
         created; without ``create``, no stream the log lacks is created either."""
         streams = _local_streams(app, command)
-        config = job_config(app, config)
+        config = JobConfig.of(app, config)
         if ran:
-            name = job_name_of(app, config)
-            root = job_dir(name, config)
+            name = config.job.job_name
+            root = job_dir(name, config.job)
             logs = {log_path(d.system.name, d.system.config, name, config)
                     for d in streams if d.system.factory == "local"}
             if not os.path.exists(root) and not any(os.path.exists(p) for p in logs):
@@ -210,7 +210,7 @@ def _keyed(app: Any, config: Any, stream: str) -> bool:
     d = app.spec().inputs.get(stream) or app.spec().outputs.get(stream)
     if d is not None:
         return bool(d.keyed)
-    streams = app.plan(config=validate_config(dict(config))).streams
+    streams = app.plan(config=JobConfig.of(app, config)).streams
     if stream not in streams:
         raise SamzaError(f"{stream!r} is not a stream of {app.name!r}"
                          f"{did_you_mean(stream, streams)}; streams: {', '.join(sorted(streams))}")

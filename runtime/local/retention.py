@@ -21,11 +21,11 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from runtime.engine.job import SSP, JobModel
 from runtime.local.log import LocalLog
 from samza_dsl.errors import ConfigError
+from samza_dsl.jobconfig import JobConfig
 
 __all__ = ["TRIM_SECONDS", "LogTrimmer", "Target", "retention_point", "consumed_point",
            "log_max_bytes", "LOG_MAX_BYTES_DEFAULT"]
@@ -37,10 +37,10 @@ LOG_MAX_BYTES_DEFAULT = 1 << 36  # 64 GiB: the default size cap of a local log
 _LOG_MAX_BYTES_MIN = 1 << 20
 
 
-def log_max_bytes(config: Mapping[str, Any], system: str) -> tuple[int, str]:
+def log_max_bytes(config: JobConfig, system: str) -> tuple[int, str]:
     """The size cap of a local system's log (``systems.<name>.log.max.bytes``) and its key."""
     key = f"systems.{system}.log.max.bytes"
-    value = config.get(key)
+    value = config.system(system).log_max_bytes
     if value is None:
         return LOG_MAX_BYTES_DEFAULT, key
     try:
@@ -153,7 +153,7 @@ class LogTrimmer:
         return total
 
 
-def job_targets(job: JobModel, config: Mapping[str, Any], tasks: list[str],
+def job_targets(job: JobModel, config: JobConfig, tasks: list[str],
                 physical: Mapping[str, str], counts: Mapping[str, int],
                 log_of: Callable[[str], LocalLog]) -> list[Target]:
     """The partitions a container trims: those of intermediate streams its ``tasks`` read (each
@@ -171,8 +171,8 @@ def job_targets(job: JobModel, config: Mapping[str, Any], tasks: list[str],
                 if consumers and mine.intersection(consumers):
                     out.append(Target(log_of(sid), sid, physical[sid], p, consumers))
         elif s.kind in ("input", "output"):
-            ms = _retention(config, sid, "ms")
-            size = _retention(config, sid, "bytes")
+            ms = config.stream(sid).retention_ms
+            size = config.stream(sid).retention_bytes
             if ms < 0 and size < 0:
                 continue
             first = job.tasks[0].name if job.tasks else None
@@ -184,7 +184,3 @@ def job_targets(job: JobModel, config: Mapping[str, Any], tasks: list[str],
     return out
 
 
-def _retention(config: Mapping[str, Any], sid: str, what: str) -> int:
-    key = f"streams.{sid}.retention.{what}"
-    value = config.get(key)
-    return -1 if value is None else int(value)

@@ -73,15 +73,15 @@ from runtime.host.storage import (
     ensure_open_files,
     storage_error,
 )
-from runtime.local.compaction import DELETE_RETENTION_MS, DRAIN_SECONDS, ChangelogCompactor
+from runtime.local.compaction import DRAIN_SECONDS, ChangelogCompactor
 from runtime.local.exactly_once import LocalTransactions
 from runtime.local.log import CorruptSegmentError, LocalLog
 from runtime.local.retention import LogTrimmer, job_targets, log_max_bytes
 from runtime.state.backend import StoreBackend
 from runtime.state.changelog import Changelog
-from samza_dsl.config import did_you_mean, job_name_of
+from samza_dsl.config import did_you_mean
 from samza_dsl.errors import ConfigError, SamzaError, SerdeError
-from samza_dsl.jobconfig import JobConfig, job_config
+from samza_dsl.jobconfig import JobConfig
 from samza_dsl.kv import KV
 from samza_dsl.serdes import KVSerde
 
@@ -97,10 +97,9 @@ LOAD_COMMIT_BYTES = 8 << 20
 PARTITION_CHECK_S = 1.0
 
 
-def log_path(system: str, settings: Mapping[str, Any], job_name: str,
-             config: Mapping[str, Any]) -> str:
-    path = settings.get("path") or config.get(f"systems.{system}.path")
-    return str(path) if path else os.path.join(job_dir(job_name, config), "logs", system)
+def log_path(system: str, settings: Mapping[str, Any], job_name: str, config: JobConfig) -> str:
+    path = settings.get("path") or config.system(system).path
+    return str(path) if path else os.path.join(job_dir(job_name, config.job), "logs", system)
 
 
 # -- producer and consumer ---------------------------------------------------------------------
@@ -469,14 +468,11 @@ class LocalState(StoreBackend):
         self.trimmer: LogTrimmer | None = None
 
     def changelog_opened(self, task: TaskModel, store_name: str, changelog: Changelog) -> None:
-        cfg = self.config
-        if (isinstance(changelog, LogChangelog)
-                and cfg.get(f"stores.{store_name}.changelog.compaction") is not False):
-            retention = cfg.get(f"stores.{store_name}.changelog.delete.retention.ms")
+        store = self.config.store(store_name)
+        if isinstance(changelog, LogChangelog) and store.changelog_compaction:
             self.compactor.add(
                 (task.name, store_name), changelog.log, changelog.stream_id,
-                changelog.partition,
-                DELETE_RETENTION_MS if retention is None else int(retention))
+                changelog.partition, store.changelog_delete_retention_ms)
 
     def changelog_partitions(self, task_name: str) -> dict[str, tuple[str, int]]:
         """Per store of the task with a changelog in the log: its (stream, partition)."""
@@ -515,16 +511,16 @@ class LocalJob:
                  metrics: Metrics | None = None, run: bool = True,
                  verify_log: bool = True, create: bool = True) -> None:
         self.app = app
-        self.config = job_config(app, config)
+        self.config = JobConfig.of(app, config)
         self.metrics = metrics or Metrics()
-        job_name = job_name_of(app, self.config)
+        job_name = self.config.job.job_name
         self.job_name = job_name
         if self.config.job.coordinator == "kafka":
             raise ConfigError(f"job {job_name!r}: job.coordinator=kafka shares a Kafka job's "
                               f"tasks through its consumer group; this job runs on the embedded "
                               f"local system, whose containers are static (--containers N): "
                               f"drop job.coordinator, or run the job on a Kafka system")
-        self.root = job_dir(job_name, self.config)
+        self.root = job_dir(job_name, self.config.job)
         self.logs: dict[str, LocalLog] = {}
         #: each output's partitions' ends when this run started (``messages(since_start=...)``)
         self.output_start: dict[str, list[int]] = {}
@@ -570,7 +566,7 @@ class LocalJob:
             if SYSTEMS.get(d.system.factory) is SYSTEMS["local"] \
                     and d.system.name not in local_names:
                 local_names.append(d.system.name)
-        main = str(self.config.get("job.default.system") or
+        main = str(self.config.job.default_system or
                    (local_names[0] if local_names else "local"))
         self.main_system = main
 
@@ -724,7 +720,7 @@ class LocalJob:
             return {self.physical[sid]: self.log_of(self.stream_system[sid]).partitions(
                 self.physical[sid]) for sid in sids}
         return PartitionWatch(read, streams, PARTITION_CHECK_S, job_name=self.job_name,
-                              reset=reset_command(self.config), on_change=stop, noun="stream")
+                              reset=reset_command(self.config.job), on_change=stop, noun="stream")
 
     def _changelogs(self, producer_of: Callable[[str], LocalProducer],
                     txns: LocalTransactions | None) -> dict[str, Callable[[int], Changelog]]:
@@ -787,7 +783,7 @@ class LocalJob:
     def checkpoints(self) -> LocalCheckpoints:
         cps = self.__dict__.get("_checkpoints")
         if cps is None:
-            system = str(self.plan.config.get("task.checkpoint.system") or self.main_system)
+            system = str(self.plan.config.task.checkpoint_system or self.main_system)
             cps = self._checkpoints = LocalCheckpoints(self.log_of(system), self.job_name)
         return cps
 

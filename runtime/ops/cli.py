@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from runtime.host.stacks import stacks_on
-from samza_dsl.config import did_you_mean, job_name_of
+from samza_dsl.config import did_you_mean
 from samza_dsl.errors import Interrupted, SamzaError, TaskError
-from samza_dsl.jobconfig import JobConfig, job_config
+from samza_dsl.jobconfig import job_config
 
 if TYPE_CHECKING:
     from samza_dsl import StreamApplication
@@ -263,7 +263,7 @@ def _start_page(args: argparse.Namespace, runner: Any) -> Any:
         if "metrics.reporter.interval.ms" not in runner.config:
             page["metrics.reporter.interval.ms"] = 1000
         if page:
-            runner.config = JobConfig.validated({**runner.config, **page})
+            runner.config = runner.config.updated(page)
         interval = runner.config.metrics.reporter_interval_ms / 1000.0
         source = ContainersSource(
             runner, lambda: runner.jobs.open_job(runner.app, runner.config, app_ref=args.app),
@@ -273,8 +273,7 @@ def _start_page(args: argparse.Namespace, runner: Any) -> Any:
         cid = runner.config.job.container_id
         source = RunnerSource(runner, f"samza-container-{cid or 0}")
         plan = lambda: runner.plan if runner.container else None  # noqa: E731
-    server = UIServer(source, plan, job_name_of(runner.app, runner.config),
-                      host, port)
+    server = UIServer(source, plan, runner.config.job.job_name, host, port)
     url = server.start()
     print(f"job page: {url}", file=sys.stderr, flush=True)
     return server
@@ -290,9 +289,10 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
     host, port = parse_address(args.ui)
     partitions = _partitions(args.partitions)
-    config = _cli_config(args)
+    given = _cli_config(args)
     app = load_app(args.app)
-    job_name = job_name_of(app, job_config(app, config))
+    config = job_config(app, given)
+    job_name = config.job.job_name
     job = None
     source: Any
     if args.source:
@@ -364,7 +364,7 @@ def cmd_load(args: argparse.Namespace) -> int:
     again = shlex.join(["samza-dsl", "load", args.app, args.stream,
                         *(x for f in args.config_file for x in ("--config-file", f)),
                         *(x for c in args.config for x in ("-c", c))])
-    line = jobs.load_file(app, _cli_config(args), args.stream, args.file,
+    line = jobs.load_file(app, job_config(app, _cli_config(args)), args.stream, args.file,
                           lambda keyed: _iter_jsonl(args.file, keyed), again, app_ref=args.app)
     print(line, file=sys.stderr)
     return 0
@@ -377,7 +377,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
     if args.uncommitted and jobs.uncommitted_note:
         print(jobs.uncommitted_note, file=sys.stderr)
     out = sys.stdout.buffer
-    for line in jobs.dump_lines(app, _cli_config(args), args.stream, args.limit,
+    for line in jobs.dump_lines(app, job_config(app, _cli_config(args)), args.stream, args.limit,
                                 offsets=args.offsets, uncommitted=args.uncommitted,
                                 app_ref=args.app):
         out.write(line + b"\n")
@@ -393,7 +393,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from runtime.ops.status import status_text
 
     app, jobs = _jobs(args)
-    status = jobs.status(app, _cli_config(args), args.app)
+    status = jobs.status(app, job_config(app, _cli_config(args)), args.app)
     if args.json:
         sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(status)) + b"\n")
     else:
@@ -436,7 +436,8 @@ def cmd_reset(args: argparse.Namespace) -> int:
 
     app, jobs = _jobs(args)
     try:
-        name, gone = jobs.reset(app, _cli_config(args), outputs=args.outputs, app_ref=args.app)
+        name, gone = jobs.reset(app, job_config(app, _cli_config(args)), outputs=args.outputs,
+                                app_ref=args.app)
     except NeverRan as exc:
         print(f"samza-dsl reset: nothing to reset: {exc}", file=sys.stderr)
         return 0
@@ -449,7 +450,8 @@ def cmd_compact(args: argparse.Namespace) -> int:
     if args.batch < 1:
         raise SamzaError(f"--batch takes a number of records >= 1, got {args.batch}")
     app, jobs = _jobs(args)
-    name, results = jobs.compact(app, _cli_config(args), args.batch, app_ref=args.app)
+    name, results = jobs.compact(app, job_config(app, _cli_config(args)), args.batch,
+                                 app_ref=args.app)
     for r in results:
         print(f"{r.stream} partition {r.partition}: below offset {r.upto}, {r.records_before} "
               f"record(s) to {r.records_after} ({r.tombstones_dropped} delete(s) dropped) in "

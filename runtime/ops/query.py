@@ -16,7 +16,7 @@ from typing import Any
 
 from runtime.engine.query import query_file
 from runtime.host.jobdir import job_dir
-from samza_dsl.config import job_name_of, secret_value
+from samza_dsl.config import secret_value
 from samza_dsl.errors import SamzaError
 from samza_dsl.jobconfig import job_config
 
@@ -29,7 +29,7 @@ def query_urls(app: Any, config: Mapping[str, Any],
     ``status`` gives the job's status (``JobSystem.status``), whose consumer group, if any,
     lists its members' endpoints."""
     cfg = job_config(app, config)
-    name = job_name_of(app, cfg)
+    name = cfg.job.job_name
     group = status().get("group") or {}
     if group.get("members"):
         urls = [str(m["query"]) for m in group["members"] if m.get("query")]
@@ -37,7 +37,7 @@ def query_urls(app: Any, config: Mapping[str, Any],
             raise SamzaError(f"job {name!r}: no member of its consumer group serves queries; "
                              f"run it with -c query.enabled=true")
         return urls
-    root = job_dir(name, cfg)
+    root = job_dir(name, cfg.job)
     urls = []
     for path in sorted(glob.glob(query_file(root, 0).replace("container-0", "container-*"))):
         try:

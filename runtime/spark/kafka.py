@@ -80,10 +80,11 @@ def _login(system: SystemDescriptor, given: Mapping[str, Any],
            config: Mapping[str, Any] | None) -> Any:
     """The ``KafkaSecurity`` of a range or output of ``system``'s streams (module docstring)."""
     from runtime.kafka.security import kafka_security
+    from samza_dsl.jobconfig import JobConfig, SystemConfig
 
-    name = system.name
-    own = {f"systems.{name}.{k}": v for k, v in given.items()}
-    return kafka_security(name, system.config, {**(config or {}), **own})
+    # the range's own settings over the run's config, over the descriptor's
+    under = JobConfig.validated(config).system(system.name).over(system.config)
+    return kafka_security(SystemConfig(system.name, properties=given).over(under.properties))
 
 
 

@@ -344,12 +344,13 @@ class ReprocessResult(LateCounts):
             n = self.metrics.get(f"{sid}.event-time-ahead-skipped", 0)
             if n:
                 key = f"streams.{sid}.samza.serde.error"
-                where = ("ReprocessResult.dead_letters holds them" if
-                         self.plan.config.get(key) == "dead-letter" else
-                         "the first of each Spark task is logged with its row and event time")
+                policy = self.plan.config.stream(sid).serde_error
+                where = ("ReprocessResult.dead_letters holds them" if policy == "dead-letter"
+                         else "the first of each Spark task is logged with its row and event "
+                         "time")
                 lines.append(f"skipped: {n:,} row(s) of {sid} whose event time was too far "
                              f"ahead of the wall clock (max_event_time_ahead; {key}="
-                             f"{self.plan.config.get(key)}): not processed; {where}")
+                             f"{policy}): not processed; {where}")
         if any(op.opcode == "window" for op in self.plan.app.operators):
             lines.extend(self.late_summary() or ["late: no late messages"])
         lines.extend(self.operator_summary())
@@ -467,7 +468,7 @@ class SparkRunner:
                    for sid, value in inputs.items()}
         partitions = {sid: s.partitions for sid, s in sources.items()
                       if app.spec().inputs[sid].partitions is None}
-        plan = app.plan(partitions=partitions, config=config)
+        plan = app.plan(partitions=partitions, config=given)
         ship_user_code(spark, plan)
         counts = resolve_partitions(plan)
         elasticity = plan.config.job.elasticity_factor

@@ -28,6 +28,7 @@ from runtime.ops.loader import load_app
 from runtime.runner import LocalRunner
 from samza_dsl.config import key_reference, validate_config
 from samza_dsl.errors import ConfigError
+from samza_dsl.jobconfig import job_config
 
 HERE = Path(__file__).resolve().parent
 APP = str(HERE / "places_app.py") + ":app"
@@ -187,7 +188,7 @@ def test_each_key_given_to_a_runner_is_the_jobs(ref: str, tmp_path: Path,
         _env(monkeypatch, ref, own)
         app = load_app(APP)
         if ref in KAFKA_ONLY:
-            job: Any = KafkaJob(app, given)
+            job: Any = KafkaJob(app, job_config(app, given))
             assert job.config[key] == want
             if ref == "systems.<name>.bootstrap.servers":
                 assert job.servers == raw
