@@ -63,8 +63,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     try:
         text = render(plan, args.format)
     except GraphvizMissing as exc:
-        raise SamzaError(f"{exc}; without Graphviz, use --format text, json, dot or mermaid") \
-            from exc
+        why = f"{exc}; without Graphviz, use --format text, json, dot or mermaid"
+        raise SamzaError(why) from exc
     if not text.endswith("\n"):
         text += "\n"
     if args.output:
@@ -73,8 +73,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
             with open(args.output, "w", encoding="utf-8") as f:
                 f.write(text)
         except OSError as exc:
-            raise SamzaError(f"cannot write the plan to {args.output!r}: {exc.strerror or exc}") \
-                from exc
+            why = f"cannot write the plan to {args.output!r}: {exc.strerror or exc}"
+            raise SamzaError(why) from exc
         print(f"wrote the {args.format} plan of {plan.job_name} to {args.output}", file=sys.stderr)
     else:
         try:
