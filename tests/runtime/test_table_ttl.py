@@ -197,3 +197,58 @@ def test_a_table_without_ttl_keeps_its_bytes() -> None:
     from runtime.state.codec import store_codecs
     ke, kd, ve, vd = store_codecs(plan(app.spec()), "plain")
     assert ve({"a": 1}) == JsonSerde().serialize({"a": 1})
+
+
+def _local_app() -> StreamApplication:
+    from samza_dsl.systems import LocalSystem
+    app, local = StreamApplication("ttl"), LocalSystem("local")
+    events = local.input("events", partitions=1, serde=JsonSerde())
+    table = app.table("sessions", serde=SERDE, ttl=timedelta(seconds=10),
+                      ttl_event_time=lambda e: e["ts"])
+    s = app.input(events)
+    s.filter(lambda e: e["kind"] == "put").map(lambda e: KV(e["user"], e)).send_to(table)
+    (s.filter(lambda e: e["kind"] == "get").map(lambda e: KV(e["user"], e))
+     .join_table(table, combine=lambda m, r: [m.value["user"], m.value["ts"],
+                                              r.value["ts"] if r else None])
+     .send_to(app.output(local.output("found", serde=JsonSerde()))))
+    return app
+
+
+def _on_disk(job_dir: Any) -> dict[str, int]:
+    """The table's LMDB store as it is on disk: key -> write time (ms)."""
+    from samza_dsl.serdes import BytesSerde
+    raw = BytesSerde()
+    from runtime.host.jobdir import store_dir
+    store = LmdbStore.open(store_dir(str(job_dir), "sessions", "Partition 0"), name="sessions",
+                           task="Partition 0", key_encode=str.encode, key_decode=bytes.decode,
+                           value_encode=raw.serialize, value_decode=raw.deserialize)
+    try:
+        return {k: write_time(v) for k, v in store.all()}
+    finally:
+        store.close()
+
+
+def test_embedded_system_purges_expired_entries_from_lmdb_and_the_changelog(
+        tmp_path: Any) -> None:
+    import shutil
+
+    from runtime import LocalRunner
+    from runtime.local.log import LocalLog
+
+    job_dir = tmp_path / "job"
+    events = [*EVENTS, {"kind": "put", "user": "u3", "ts": 40}]  # u1 and u2 expire
+    runner = LocalRunner(_local_app(), {"job.dir": str(job_dir)}, inputs={"events": events})
+    runner.run()
+    assert runner.messages("found") == [["u1", 5, 0], ["u1", 21, None], ["u2", 21, 20],
+                                        ["u1", 26, 25]]
+    runner.close()
+    assert _on_disk(job_dir) == {"u3": 40_000}
+    lg = LocalLog(job_dir / "logs" / "local")
+    _, records = lg.read("ttl-1-sessions-changelog", 0, 0, 1000)
+    last = {r[0].decode(): r[1] for r in records}  # what compaction keeps of each key
+    assert last["u1"] is None and last["u2"] is None and write_time(last["u3"]) == 40_000
+    lg.close()
+    # a restore from the changelog brings none of them back
+    shutil.rmtree(job_dir / "stores")
+    LocalRunner(_local_app(), {"job.dir": str(job_dir)}).run().close()
+    assert _on_disk(job_dir) == {"u3": 40_000}
