@@ -232,7 +232,7 @@ class StreamApplication:
                 ``KV(key, value)`` to put (value None: delete); ``[]`` for none.
             ttl: How long an entry lives after its write time (a ``timedelta``, or seconds):
                 an expired entry is gone for reads at once and is deleted from the store and
-                its changelog (a tombstone) at a following commit (docs/tables-ttl.md). By
+                its changelog (a tombstone) at a following commit (docs/joins-and-tables.md). By
                 default on processing time: the wall clock when the entry is written.
             ttl_event_time: With ``ttl``, ``ttl_event_time(value)`` gives the event time of
                 an entry (seconds) instead: the table's clock is then the largest event time
