@@ -38,7 +38,7 @@ from runtime.host.jobdir import dead_letter_stream, metrics_stream
 from runtime.local.compaction import changelog_location
 from runtime.local.log import LocalLog
 from runtime.local.system import LocalJob
-from runtime.state.codec import state_codec, table_codec
+from runtime.state.codec import state_codec, store_codecs
 from samza_dsl.config import did_you_mean
 from samza_dsl.errors import SamzaError
 from samza_dsl.kv import KV
@@ -169,14 +169,22 @@ def dump_sources(job: LocalJob) -> dict[str, DumpSource]:
             continue
         system, stream = changelog_location(job, store)
         if store.table is not None:
-            serde = store.table.serde
-            kd = table_codec(serde.key_serde, "key", name)[1]
-            vd = table_codec(serde.value_serde, "value", name)[1]
+            kd, vd = _table_decoders(job.plan, name)
         else:
             _, kd, _, vd = state_codec(job.plan.app.types, f"{store.kind} state {name!r}")
         out[stream] = DumpSource(stream, job.log_of(system), stream,
                                  _changelog_decoder(stream, kd, vd))
     return out
+
+
+def _table_decoders(plan: Any, name: str) -> tuple[Callable[[bytes], Any],
+                                                   Callable[[bytes], Any]]:
+    """A table's key and value decoders for its changelog: a table with a ttl stores each
+    value after its write time (``runtime.state.ttl``), which the dump leaves out."""
+    _, kd, _, vd = store_codecs(plan, name)
+    if plan.stores[name].table.ttl_ms is None:
+        return kd, vd
+    return kd, lambda data: vd(data)[1]
 
 
 def kafka_dump_sources(streams: Any, reader: Any) -> dict[str, DumpSource]:
@@ -195,8 +203,7 @@ def kafka_dump_sources(streams: Any, reader: Any) -> dict[str, DumpSource]:
     for name, topic in streams.changelogs.items():
         store = plan.stores[name]
         if store.table is not None:
-            kd = table_codec(store.table.serde.key_serde, "key", name)[1]
-            vd = table_codec(store.table.serde.value_serde, "value", name)[1]
+            kd, vd = _table_decoders(plan, name)
         else:
             _, kd, _, vd = state_codec(plan.app.types, f"{store.kind} state {name!r}")
         out[topic] = DumpSource(topic, reader, topic, _changelog_decoder(topic, kd, vd))

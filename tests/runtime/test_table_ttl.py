@@ -248,6 +248,18 @@ def test_embedded_system_purges_expired_entries_from_lmdb_and_the_changelog(
     last = {r[0].decode(): r[1] for r in records}  # what compaction keeps of each key
     assert last["u1"] is None and last["u2"] is None and write_time(last["u3"]) == 40_000
     lg.close()
+    # the dump of the changelog shows the values, without their write times
+    import json
+
+    from runtime.local.system import LocalJob
+    from runtime.ops.dump import dump_lines, dump_sources
+    job = LocalJob(_local_app(), {"job.dir": str(job_dir)}, run=False)
+    try:
+        dumped = [json.loads(line) for line in dump_lines(
+            dump_sources(job)["ttl-1-sessions-changelog"])]
+    finally:
+        job.close()
+    assert {"key": "u3", "value": {"kind": "put", "user": "u3", "ts": 40}} in dumped, dumped
     # a restore from the changelog brings none of them back
     shutil.rmtree(job_dir / "stores")
     LocalRunner(_local_app(), {"job.dir": str(job_dir)}).run().close()
