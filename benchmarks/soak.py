@@ -127,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
                 line = {"workload": "W9", "seconds": round(now - t0, 1),
                         "job_dir_bytes": allocated, "job_dir_apparent_bytes": apparent,
                         "rss_bytes": rss_bytes(proc.pid), "messages_loaded": loaded,
-                        "retention_ms": retention, "rate": args.rate}
+                        "retention_ms": retention, "rate": args.rate,
+                        "stores_bytes": disk_use(os.path.join(job_dir, "stores"))[0]}
                 samples.append(line)
                 print(json.dumps(line), flush=True)
                 next_sample += args.interval
