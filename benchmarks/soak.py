@@ -14,9 +14,9 @@ the last line says whether the size at the end is at most 1.5 times the first in
 With ``--ttl SECONDS`` the job is examples/readwrite_counter_ttl.py, whose table forgets a
 count ``SECONDS`` after it was written, and every event has a key never seen before (10^6
 distinct keys an hour is ``--rate 278``): the table then holds the keys of the last ``SECONDS``,
-and the job.dir and the RSS stay flat once the run is longer than the ttl (the changelog's
+and its files and the RSS stay flat once the run is longer than the ttl (the changelog's
 tombstones go after ``stores.counts.changelog.delete.retention.ms``, set to the ttl here: with
-Kafka's default of a day they would pile up for a day).
+Kafka's default of a day they would stay a day).
 
     python benchmarks/soak.py --minutes 10 --interval 60 --rate 278 --ttl 120
 """
