@@ -10,6 +10,15 @@ load every ``TICK`` seconds. Every ``--interval`` seconds one JSON line gives jo
 the last line says whether the size at the end is at most 1.5 times the first interval's.
 
     python benchmarks/soak.py --minutes 5 --interval 30 --rate 5000
+
+With ``--ttl SECONDS`` the job is examples/readwrite_counter_ttl.py, whose table forgets a
+count ``SECONDS`` after it was written, and every event has a key never seen before (10^6
+distinct keys an hour is ``--rate 278``): the table then holds the keys of the last ``SECONDS``,
+and its files and the RSS stay flat once the run is longer than the ttl (the changelog's
+tombstones go after ``stores.counts.changelog.delete.retention.ms``, set to the ttl here: with
+Kafka's default of a day they would stay a day).
+
+    python benchmarks/soak.py --minutes 10 --interval 60 --rate 278 --ttl 120
 """
 
 from __future__ import annotations
@@ -29,7 +38,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from examples.readwrite_counter import app  # noqa: E402
+from examples.readwrite_counter import app as counter_app  # noqa: E402
 from runtime.local.system import LocalJob  # noqa: E402
 from samza_dsl import KV  # noqa: E402
 
@@ -83,15 +92,25 @@ def main(argv: list[str] | None = None) -> int:
                     help="streams.<id>.retention.ms of the input and output (default: the "
                          "interval)")
     ap.add_argument("--dir", default=None, help="job.dir (default: a new temporary directory)")
+    ap.add_argument("--ttl", type=float, default=None,
+                    help="seconds: the table forgets a count that long after its write, and "
+                         "each event has a new key (examples/readwrite_counter_ttl.py)")
     args = ap.parse_args(argv)
+    app, app_path = counter_app, APP
+    if args.ttl is not None:
+        os.environ["READWRITE_TTL_SECONDS"] = str(args.ttl)  # the job's process reads it too
+        from examples.readwrite_counter_ttl import app
+        app_path = APP.replace("readwrite_counter.py", "readwrite_counter_ttl.py")
     retention = args.retention_ms if args.retention_ms is not None else int(args.interval * 1000)
     job_dir = args.dir or tempfile.mkdtemp(prefix="soak-")
     if args.dir is None:
         atexit.register(shutil.rmtree, job_dir, True)
     config = {"job.dir": job_dir, "streams.events.retention.ms": retention,
               "streams.counts.retention.ms": retention}
+    if args.ttl is not None:  # the changelog's tombstones of expired keys go after a ttl too
+        config["stores.counts.changelog.delete.retention.ms"] = int(args.ttl * 1000)
     loader = LocalJob(app, config, run=False)  # creates the streams
-    cmd = [CLI, "run", APP, "--follow", "-q"]
+    cmd = [CLI, "run", app_path, "--follow", "-q"]
     for k, v in config.items():
         cmd += ["-c", f"{k}={v}"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
@@ -112,13 +131,15 @@ def main(argv: list[str] | None = None) -> int:
                 line = {"workload": "W9", "seconds": round(now - t0, 1),
                         "job_dir_bytes": allocated, "job_dir_apparent_bytes": apparent,
                         "rss_bytes": rss_bytes(proc.pid), "messages_loaded": loaded,
-                        "retention_ms": retention, "rate": args.rate}
+                        "retention_ms": retention, "rate": args.rate,
+                        "stores_bytes": disk_use(os.path.join(job_dir, "stores"))[0]}
                 samples.append(line)
                 print(json.dumps(line), flush=True)
                 next_sample += args.interval
                 if now >= end:
                     break
-            ids = [rnd.randint(1, 10_000) for _ in range(per_tick)]
+            ids = ([rnd.randint(1, 10_000) for _ in range(per_tick)] if args.ttl is None
+                   else list(range(loaded, loaded + per_tick)))  # a new key each
             loaded += loader.load("events", (KV(str(i), {"id": i, "pad": "x" * 100})
                                              for i in ids))
             time.sleep(max(0.0, t0 + (loaded / args.rate) - time.monotonic()))
@@ -137,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
         "ratio": round(last["job_dir_bytes"] / max(1, first["job_dir_bytes"]), 3),
         "first_rss_bytes": first["rss_bytes"], "end_rss_bytes": last["rss_bytes"],
         "rss_ratio": round(last["rss_bytes"] / max(1, first["rss_bytes"]), 3),
-        "messages_loaded": loaded, "bounded": ok, "limit": LIMIT}), flush=True)
+        "messages_loaded": loaded, "ttl_s": args.ttl, "bounded": ok, "limit": LIMIT}),
+        flush=True)
     return 0 if ok else 1
 
 

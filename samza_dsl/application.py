@@ -18,6 +18,7 @@ import re
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from .config import validate_config
@@ -35,6 +36,7 @@ from .spec import (
 )
 from .stream import NAME_RE, MessageStream, OutputStream, RemoteTable, Table
 from .systems import InputDescriptor, OutputDescriptor
+from .windows import to_ms
 
 if TYPE_CHECKING:
     from planner import ExecutionPlan
@@ -200,8 +202,9 @@ class StreamApplication:
 
     def table(self, name: str, *, serde: KVSerde, changelog: bool | None = None,
               side_inputs: Sequence[InputDescriptor] | None = None,
-              processor: Callable[[Any], Iterable[KV[Any, Any]]] | None = None
-              ) -> Table[Any, Any]:
+              processor: Callable[[Any], Iterable[KV[Any, Any]]] | None = None,
+              ttl: timedelta | float | None = None,
+              ttl_event_time: Callable[[Any], float] | None = None) -> Table[Any, Any]:
         """A local table, one LMDB store per task, backed by a changelog unless ``changelog=False``.
 
         With ``side_inputs`` (Samza's ``withSideInputs``) the table is filled from those streams:
@@ -227,13 +230,22 @@ class StreamApplication:
                 the table; not also inputs of the job.
             processor: With ``side_inputs``, ``processor(message)`` gives an iterable of
                 ``KV(key, value)`` to put (value None: delete); ``[]`` for none.
+            ttl: How long an entry lives after its write time (a ``timedelta``, or seconds):
+                an expired entry is gone for reads at once and is deleted from the store and
+                its changelog (a tombstone) at a following commit (docs/joins-and-tables.md). By
+                default on processing time: the wall clock when the entry is written.
+            ttl_event_time: With ``ttl``, ``ttl_event_time(value)`` gives the event time of
+                an entry (seconds) instead: the table's clock is then the largest event time
+                written to the task's store, so what expires is the same on every runner and
+                on a replay.
 
         Returns:
             The ``Table``, for ``send_to``, ``join_table`` and ``ctx.table(name)``.
 
         Raises:
             PlanError: ``name`` is malformed, or is registered with other settings; only one
-                of ``side_inputs`` and ``processor`` is given, a side input is not read from
+                of ``side_inputs`` and ``processor`` is given, ``ttl`` is not a positive
+                duration or ``ttl_event_time`` is given without it or is not callable, a side input is not read from
                 its oldest offset, or ``changelog=True`` is asked of a table with side inputs.
             TypeError: ``serde`` is not a ``KVSerde``, a side input is not an input
                 descriptor, or ``processor`` is not callable.
@@ -261,7 +273,7 @@ class StreamApplication:
                             f"another name")
         sides = self._side_inputs(name, side_inputs, processor, changelog)
         spec = TableSpec(name, serde, not sides if changelog is None else bool(changelog),
-                         tuple(d.stream_id for d in sides))
+                         tuple(d.stream_id for d in sides), *_table_ttl(name, ttl, ttl_event_time))
         if name in self._tables:
             if self._tables[name] != spec:
                 raise PlanError(f"table {name!r} is registered twice with different settings")
@@ -539,3 +551,23 @@ def _same_stream(a: InputDescriptor | OutputDescriptor,
 def _describe(d: InputDescriptor | OutputDescriptor) -> str:
     return (f"{type(d).__name__}(system={d.system.name!r}, physical_name={d.physical_name!r}, "
             f"partitions={d.partitions})")
+
+
+def _table_ttl(name: str, ttl: timedelta | float | None,
+               event_time: Callable[[Any], float] | None
+               ) -> tuple[int | None, Callable[[Any], float] | None]:
+    """``(ttl_ms, ttl_event_time)`` of table ``name``, checked."""
+    if ttl is None:
+        if event_time is not None:
+            raise PlanError(f"table {name!r}: ttl_event_time= needs ttl= (how long an entry "
+                            f"lives after its event time)")
+        return None, None
+    try:
+        ms = to_ms(ttl, f"table {name!r}: ttl")
+    except (TypeError, ValueError) as e:
+        raise PlanError(f"{e}; give ttl=timedelta(...) of at least 1 ms, or leave it out for "
+                        f"entries that never expire") from None
+    if event_time is not None and not callable(event_time):
+        raise PlanError(f"table {name!r}: ttl_event_time must be a function of a value giving "
+                        f"its event time in seconds, got {type(event_time).__name__}")
+    return ms, event_time

@@ -49,12 +49,16 @@ def late_target(op: OpSpec) -> str | None:
 @dataclass(frozen=True)
 class TableSpec:
     """A local table: one LMDB store per task, optionally backed by a changelog, or filled from
-    its side inputs (their stream ids)."""
+    its side inputs (their stream ids). With ``ttl_ms`` an entry expires that long after its
+    write time: the event time ``ttl_event_time(value)`` gives (seconds), or the processing
+    time of its write where that is None (``runtime.state.ttl``)."""
 
     table_id: str
     serde: KVSerde
     changelog: bool = True
     side_inputs: tuple[str, ...] = ()
+    ttl_ms: int | None = None
+    ttl_event_time: Callable[[Any], float] | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)

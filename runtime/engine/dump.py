@@ -36,7 +36,7 @@ from runtime.engine.job import SSP
 from runtime.engine.origins import origin_of_headers, origin_source
 from runtime.engine.records import is_control
 from runtime.host.jobdir import metrics_stream
-from runtime.state.codec import state_codec, table_codec
+from runtime.state.codec import state_codec, store_codecs
 from samza_dsl.config import did_you_mean
 from samza_dsl.errors import SamzaError
 from samza_dsl.kv import KV
@@ -168,12 +168,21 @@ def job_dump_sources(job_name: str, plan: Any, codecs: Mapping[str, StreamCodec]
     for name, (reader, stream) in changelogs.items():
         store = plan.stores[name]
         if store.table is not None:
-            kd = table_codec(store.table.serde.key_serde, "key", name)[1]
-            vd = table_codec(store.table.serde.value_serde, "value", name)[1]
+            kd, vd = _table_decoders(plan, name)
         else:
             _, kd, _, vd = state_codec(plan.app.types, f"{store.kind} state {name!r}")
         out[stream] = DumpSource(stream, reader, stream, _changelog_decoder(stream, kd, vd))
     return out
+
+
+def _table_decoders(plan: Any, name: str) -> tuple[Callable[[bytes], Any],
+                                                   Callable[[bytes], Any]]:
+    """A table's key and value decoders for its changelog: a table with a ttl stores each
+    value after its write time (``runtime.state.ttl``), which the dump leaves out."""
+    _, kd, _, vd = store_codecs(plan, name)
+    if plan.stores[name].table.ttl_ms is None:
+        return kd, vd
+    return kd, lambda data: vd(data)[1]
 
 
 def dump_source(sources: Mapping[str, DumpSource], stream: str, job_name: str) -> DumpSource:

@@ -20,6 +20,8 @@ from runtime.host.storage import storage_error
 from runtime.state.changelog import Changelog
 from runtime.state.codec import changelog_check, store_codecs, store_key_check
 from runtime.state.lmdb_store import LmdbStore
+from runtime.state.ttl import attach as attach_ttl
+from runtime.state.ttl import expire_on_restore, table_ttl
 from runtime.state.views import CommittedViews
 from runtime.state.writeback import store_sizes
 from samza_dsl.errors import SerdeError
@@ -81,6 +83,9 @@ class StoreBackend(StateBackend):
         check = changelog_check(store_name, stream, task.index, kd, vd,
                                 policy=serde_error_policy(self.config, stream),
                                 dead_letter=None, metrics=None)
+        ttl = table_ttl(self.job.plan, store_name)
+        if ttl is not None:
+            check = expire_on_restore(check, ttl)
         return LmdbStore.open_replica(
             store_dir(self.root, store_name, task.name), name=store_name, task=task.name,
             key_encode=ke, key_decode=kd, value_encode=ve, value_decode=vd, check=check)
@@ -100,6 +105,9 @@ class StoreBackend(StateBackend):
                                     policy=serde_error_policy(cfg, stream),
                                     dead_letter=self.dead_letter, metrics=self.metrics)
             self.changelog_opened(task, store_name, changelog)
+        ttl = table_ttl(self.job.plan, store_name)
+        if ttl is not None and check is not None:
+            check = expire_on_restore(check, ttl)
         store = LmdbStore.open(
             store_dir(self.root, store_name, task.name),
             name=store_name, task=task.name, key_encode=ke, key_decode=kd, value_encode=ve,
@@ -107,6 +115,8 @@ class StoreBackend(StateBackend):
             cache_size=cache_size, write_batch_size=write_batch_size, check=check)
         # send_to and join_table check a table's keys as they come
         store.check_key = store_key_check(self.job.plan, store_name)
+        if ttl is not None:
+            attach_ttl(store, ttl)
         info = store.restore_info
         self.metrics.inc("store-restore-entries", int(info.get("entries_replayed", 0)))
         self.restores[(task.name, store_name)] = dict(info)

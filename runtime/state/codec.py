@@ -27,6 +27,7 @@ from typing import Any
 from operators.state import decode_key, encode_key, encode_keys, serialize_error, table_key_check
 from runtime.engine.codec import Record, fast_deserializer, fast_serializer
 from runtime.engine.job import SSP
+from runtime.state.ttl import ttl_codec
 from samza_dsl.errors import SerdeError
 from samza_dsl.serdes import SafeSerde, Serde
 
@@ -128,6 +129,8 @@ def store_codecs(plan: Any, store_name: str) -> Codec:
         serde = spec.table.serde
         ke, kd = table_codec(serde.key_serde, "key", store_name)
         ve, vd = table_codec(serde.value_serde, "value", store_name)
+        if spec.table.ttl_ms is not None:  # (write time, value): runtime.state.ttl
+            ve, vd = ttl_codec(ve, vd)
         return ke, kd, ve, vd
     return state_codec(plan.app.types,
                        f"{spec.kind} state {store_name!r} of operator {spec.op_id!r}")

@@ -35,6 +35,8 @@ from runtime.host.metrics import Sample
 from runtime.state.bytestore import DecodeEntry
 from runtime.state.changelog import Entries
 from runtime.state.codec import store_codecs, store_key_check
+from runtime.state.ttl import attach as attach_ttl
+from runtime.state.ttl import table_ttl
 from runtime.state.writeback import CachedStore, store_samples, store_sizes
 from samza_dsl.jobconfig import JobConfig
 
@@ -208,6 +210,9 @@ class MemoryStores(StateBackend):
                                 value_encode=ve, value_decode=vd, cache_size=cache_size,
                                 write_batch_size=write_batch_size)
             store.check_key = store_key_check(self.plan, store_name)
+            ttl = table_ttl(self.plan, store_name)
+            if ttl is not None:
+                attach_ttl(store, ttl)
             self.stores[key] = store
         return store
 

@@ -142,7 +142,8 @@ class CachedStore:
 
     __slots__ = ("name", "task", "byte_store", "get", "put", "_dirty", "_clean", "_cache_size",
                  "_write_batch_size", "_kenc", "_kdec", "_venc", "_vdec", "reads", "writes",
-                 "deletes", "cache_writes", "check_key", "decode_entry", "where", "_get_bytes")
+                 "deletes", "cache_writes", "check_key", "decode_entry", "where", "_get_bytes", "sweep",
+                 "expired")
 
     get: Callable[[Any], Any]
     put: Callable[[Any, Any], None]
@@ -187,6 +188,10 @@ class CachedStore:
         #: whether a flush keeps the values it wrote in the object cache; False for a writer
         #: that keeps its own cache of them (a tumbling window's panes): reads still cache
         self.cache_writes = True
+        #: a table with a ttl (``runtime.state.ttl.attach``): deletes its expired entries after a
+        #: commit's flush; and how many it deleted
+        self.sweep: Callable[[], None] | None = None
+        self.expired = 0
 
     @property
     def flushes(self) -> int:
@@ -359,6 +364,8 @@ class CachedStore:
         notes that the commit began here: ``mark_committed`` marks the store committed only if
         nothing was flushed between the two."""
         self._flush_dirty()
+        if self.sweep is not None:
+            self.sweep()
         self.byte_store.flushed()
 
     def mark_committed(self, changelog_offset: int | None) -> None:

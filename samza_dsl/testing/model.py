@@ -640,12 +640,18 @@ def interval_join(steps: Iterable[tuple[str, Any, float] | Advance], *,
 
 
 def table_join(arrivals: Iterable[tuple[str, Any]], *, combine: Callable[[Any, Any], Any],
-               key: Callable[[Any], Any] | None = None) -> list[Any]:
+               key: Callable[[Any], Any] | None = None, ttl_ms: int | None = None,
+               event_time: Callable[[Any], float] | None = None) -> list[Any]:
     """Rule 10 for one task: ``arrivals`` are ``("put", KV(k, v))`` (a ``None`` value deletes,
     as ``send_to(table)``; a ``None`` key fails, as it does there) and ``("message", m)`` in
     order. A message is looked up by
     ``key(m)`` (default its ``KV.key``); a ``None`` key or a miss gives ``combine(m, None)``,
     a hit ``combine(m, KV(k, v))``; a ``None`` result is dropped.
+
+    A table with ``ttl_ms`` and ``event_time`` (``app.table(ttl=, ttl_event_time=)``): a put's
+    write time is ``event_time(v)`` (seconds, to ms), the table's clock the largest write time
+    put so far, and an entry with ``write time + ttl_ms <= clock`` is a miss (processing time
+    depends on the wall clock, which no model holds).
 
     Example:
         >>> arrivals = [("message", KV("u1", "home")), ("put", KV("u1", "NL")),
@@ -653,8 +659,17 @@ def table_join(arrivals: Iterable[tuple[str, Any]], *, combine: Callable[[Any, A
         ...             ("message", KV("u1", "exit"))]
         >>> table_join(arrivals, combine=lambda m, r: (m.value, r.value if r else None))
         [('home', None), ('cart', 'NL'), ('exit', None)]
+        >>> puts = [("put", KV("a", 0)), ("put", KV("b", 5)), ("message", KV("a", "x")),
+        ...         ("put", KV("c", 10)), ("message", KV("a", "y")), ("message", KV("b", "z"))]
+        >>> table_join(puts, combine=lambda m, r: (m.value, r and r.value), ttl_ms=10_000,
+        ...            event_time=lambda v: v)
+        [('x', 0), ('y', None), ('z', 5)]
     """
+    if (ttl_ms is None) != (event_time is None):
+        raise ValueError("table_join: ttl_ms and event_time go together")
     table: dict[Any, Any] = {}
+    written: dict[Any, int] = {}
+    clock = -(1 << 62)
     out: list[Any] = []
     for what, m in arrivals:
         if what == "put":
@@ -664,9 +679,13 @@ def table_join(arrivals: Iterable[tuple[str, Any]], *, combine: Callable[[Any, A
                 table.pop(m.key, None)
             else:
                 table[m.key] = m.value
+                if event_time is not None:
+                    written[m.key] = t = int(round(event_time(m.value) * 1000))
+                    clock = max(clock, t)
             continue
         k = key(m) if key is not None else (m.key if isinstance(m, KV) else None)
-        record = KV(k, table[k]) if k is not None and k in table else None
+        live = k is not None and k in table and (ttl_ms is None or written[k] + ttl_ms > clock)
+        record = KV(k, table[k]) if live else None
         r = combine(m, record)
         if r is not None:
             out.append(r)

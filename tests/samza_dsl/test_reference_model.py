@@ -138,6 +138,9 @@ class Case:
     post_async: bool = False  # end="window": an async step after the window's row map
     within_ms: int = 0  # end="etjoin": how far apart in event time a pair may be
     how: str = "inner"  # end="etjoin": inner or left
+    #: end="table": the table's ttl on its values' event time (0: none); drawn only where one
+    #: task reads the partition's messages in their order (the table's clock is the task's)
+    table_ttl_ms: int = 0
 
     @property
     def global_window(self) -> bool:
@@ -300,7 +303,9 @@ def build(case: Case, system: Any, name: str = APP) -> StreamApplication:
                   within=timedelta(milliseconds=case.within_ms), how=case.how,
                   name="j").send_to(out)
     elif case.end == "table":
-        table = app.table("t", serde=SERDE)
+        table = app.table("t", serde=SERDE, **({} if not case.table_ttl_ms else {
+            "ttl": timedelta(milliseconds=case.table_ttl_ms),
+            "ttl_event_time": lambda v: v["t"] / 1000}))
         left.send_to(table)
         right.join_table(table, combine=pair, name="jt").send_to(out)
     elif case.end == "count":
@@ -424,7 +429,9 @@ def one_reader(case: Case, *, by_event_time: bool = False
                                other_key=lambda kv: kv.key, combine=pair,
                                ttl_ms=HOUR.total_seconds() * 1000), {}, []
         return table_join([("put" if side(m) == "left" else "message", m) for m in arrivals],
-                          combine=pair), {}, []
+                          combine=pair, ttl_ms=case.table_ttl_ms or None,
+                          event_time=(lambda v: v["t"] / 1000) if case.table_ttl_ms else None
+                          ), {}, []
     w = window_of(case)
     last = (f"{APP}-1-broadcast-bcast" if case.bcast else
             f"{APP}-1-partition_by-hop{len(case.ops) - 1 - case.ops[::-1].index('hop')}"
@@ -680,7 +687,10 @@ def cases(draw: st.DrawFn, *, spark: bool = False, beyond_hops: bool = False) ->
                 idle_timeout_ms=draw(st.sampled_from([0, 20])), merged=merged,
                 side_data=side_data, bcast=bcast, post_async=post_async,
                 within_ms=draw(st.sampled_from([500, 1000, 3000])) if end == "etjoin" else 0,
-                how=draw(st.sampled_from(["inner", "left"])) if end == "etjoin" else "inner")
+                how=draw(st.sampled_from(["inner", "left"])) if end == "etjoin" else "inner",
+                table_ttl_ms=draw(st.sampled_from([0, 1000, 3000])) if (
+                    end == "table" and partitions == 1 and crossings == 0 and not merge
+                    and elasticity == 1 and "async" not in ops) else 0)
 
 
 # -- the smallest case of each difference the runners have (or had) ---------------------------------
@@ -852,3 +862,16 @@ def test_messages_beyond_the_bound_across_hops_are_late_as_in_one_task(case: Cas
     window finds the same messages late as one task reading the input would."""
     assert case.beyond
     run_and_check(case, runner)
+
+
+#: a table whose entries expire on their event time: a lookup after a later put moved the
+#: table's clock past an entry's ttl misses it
+TTL_CASE = smallest([("k0p0", 0, 0), ("k1p0", 500, 2), ("k0p0", 600, 1), ("k1p0", 2000, 4),
+                     ("k0p0", 2100, 3), ("k1p0", 2200, 5)], end="table", table_ttl_ms=1000)
+
+
+@pytest.mark.parametrize("runner", ["TestRunner", "LocalRunner"])
+def test_a_table_with_an_event_time_ttl_equals_the_model(runner: str) -> None:
+    out, _, _ = one_reader(TTL_CASE)
+    assert [o["r"] for o in out] == [[0, 0], None, [2000, 4]]  # k0p0 expired at 2000 ms
+    run_and_check(TTL_CASE, runner)
