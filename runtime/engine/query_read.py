@@ -164,7 +164,8 @@ def _many(views: CommittedViews, held: list[tuple[Any, Any]], store: str, read: 
             found += [(kb, k, v, task) for kb, k, v in rows]
         else:
             raw, _ = views.scan(task.name, store, s, lo or None, hi_or_none, limit + 1)
-            found += [(kb, s.decode_key(kb), s.decode_value(vb), task) for kb, vb in raw]
+            found += [(kb, s.decode_key(kb), v, task) for kb, vb in raw
+                      if (v := s.decode_value(vb)) is not None]  # None: expired (a ttl)
     if prefix is not None:
         found = [e for e in found if isinstance(e[1], str) and e[1].startswith(prefix)]
     found.sort(key=lambda e: e[0])

@@ -192,10 +192,18 @@ def attach(store: CachedStore, spec: Any, wall: Callable[[], float] = time.time)
             except Exception:  # noqa: BLE001 - never cached then; reads filter it anyway
                 pass
 
+    def live_value(e: tuple[int, Any] | None) -> Any:
+        if e is None or e[0] + ttl <= clock.now():
+            return None
+        return e[1]
+
     store.get = get
     store.put = put
     store.decode_entry = decode_entry
     store.sweep = sweep
+    # what ``peek`` and ``decode_value`` give a reader from outside the job (an interactive
+    # query, ``runtime.engine.query_read``): the same
+    store.live_value = live_value
 
 
 def _stamp_entry(kb: bytes, vb: bytes) -> tuple[bytes, int]:

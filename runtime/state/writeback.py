@@ -143,7 +143,7 @@ class CachedStore:
     __slots__ = ("name", "task", "byte_store", "get", "put", "_dirty", "_clean", "_cache_size",
                  "_write_batch_size", "_kenc", "_kdec", "_venc", "_vdec", "reads", "writes",
                  "deletes", "cache_writes", "check_key", "decode_entry", "where", "_get_bytes", "sweep",
-                 "expired")
+                 "expired", "live_value")
 
     get: Callable[[Any], Any]
     put: Callable[[Any, Any], None]
@@ -192,6 +192,9 @@ class CachedStore:
         #: commit's flush; and how many it deleted
         self.sweep: Callable[[], None] | None = None
         self.expired = 0
+        #: with a ttl, a value as the object cache holds it -> as a reader sees it (None: gone);
+        #: ``decode_entry`` already gives the latter for the bytes it reads
+        self.live_value: Callable[[Any], Any] | None = None
 
     @property
     def flushes(self) -> int:
@@ -217,8 +220,9 @@ class CachedStore:
         if v is MISSING:
             v = self._clean.get(key, MISSING)
             if v is MISSING:
-                return self._read(key)
-        return v
+                v = self._read(key)
+        live_value = self.live_value
+        return v if live_value is None else live_value(v)
 
     def _read(self, key: Any) -> Any:
         """The value of ``key`` in the bytes, decoded (None: none)."""
@@ -287,6 +291,9 @@ class CachedStore:
         dirty = self._dirty
         items = list(dirty.items()) if prefix is None else [
             (k, dirty[k]) for k in list(dirty) if type(k) is str and k.startswith(prefix)]
+        live_value = self.live_value
+        if live_value is not None:
+            items = [(k, None if v is None else live_value(v)) for k, v in items]
         for k, v in items:
             kb = kenc(k)
             if (lo is None or kb >= lo) and (hi is None or kb < hi):
@@ -302,8 +309,9 @@ class CachedStore:
         return live[:limit]
 
     def decode_value(self, vb: bytes) -> Any:
-        """``vb`` decoded by the store's value serde."""
-        return self._vdec(vb)
+        """``vb`` decoded by the store's value serde (None: expired, in a table with a ttl)."""
+        live_value = self.live_value
+        return self._vdec(vb) if live_value is None else live_value(self._vdec(vb))
 
     def decode_key(self, kb: bytes) -> Any:
         """``kb`` decoded by the store's key serde."""

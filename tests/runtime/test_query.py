@@ -196,3 +196,42 @@ def test_the_job_page_serves_the_queries_of_the_job_it_runs(running: tuple[Path,
     assert got[0] == 200 and got[1]["task"] == _http(f"{url}/query/counts?key=k3")[1]["task"]
     status, body = _http(f"{page}/query/nope?key=k3")
     assert status == 404 and "has no store 'nope'" in body["error"]
+
+
+TTL_COUNTER = f"{ROOT / 'examples' / 'readwrite_counter_ttl.py'}:app"
+
+
+def test_a_table_with_a_ttl_answers_its_live_entries_only(tmp_path: Path) -> None:
+    """A query reads a ttl table as the job's own reads do (docs/joins-and-tables.md, "Time to
+    live"): the value without its write time, and nothing once the entry expired, latest and
+    committed, by key and by prefix."""
+    (tmp_path / "in.jsonl").write_text("".join(
+        json.dumps({"key": f"k{i % 3}", "value": i}) + "\n" for i in range(30)))
+    load = subprocess.run([CLI, "load", TTL_COUNTER, "events", "in.jsonl"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert load.returncode == 0, load.stderr
+    env = {**ENV, "READWRITE_TTL_SECONDS": "4"}
+    proc = subprocess.Popen([CLI, "run", TTL_COUNTER, "--follow", "-q", "-c",
+                             "query.enabled=true"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    record = tmp_path / ".samza" / "readwrite-counter-ttl-1" / "query" / "container-0.json"
+    try:
+        url = _until(lambda: record.exists() and json.loads(record.read_text())["url"], 60,
+                     "the query endpoint's record")
+        client = QueryClient([url])
+        for read in ("latest", "committed"):
+            got = _until(lambda r=read: (a := client.get("counts", "k1", read=r))["found"] and a,
+                         30, f"k1, {read}")
+            assert got["value"] == 10, got  # the count itself, not (write time, count)
+            rows = client.prefix("counts", "k", read=read)["entries"]
+            assert sorted((e["key"], e["value"]) for e in rows) == \
+                [("k0", 10), ("k1", 10), ("k2", 10)], rows
+        time.sleep(4.5)  # every entry's time to live is over
+        for read in ("latest", "committed"):
+            gone = client.get("counts", "k1", read=read)
+            assert not gone["found"] and gone["value"] is None, gone
+            assert client.prefix("counts", "k", read=read)["entries"] == [], read
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
