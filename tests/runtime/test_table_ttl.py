@@ -251,8 +251,9 @@ def test_embedded_system_purges_expired_entries_from_lmdb_and_the_changelog(
     # the dump of the changelog shows the values, without their write times
     import json
 
+    from runtime.engine.dump import dump_lines
+    from runtime.local.job_system import dump_sources
     from runtime.local.system import LocalJob
-    from runtime.ops.dump import dump_lines, dump_sources
     job = LocalJob(_local_app(), {"job.dir": str(job_dir)}, run=False)
     try:
         dumped = [json.loads(line) for line in dump_lines(
