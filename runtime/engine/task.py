@@ -138,7 +138,8 @@ class TaskInstance(RebalanceHold):
         for op_id, hold in self.clock.in_time_order.items():
             self.operators[op_id].hold_ahead = hold
         if env.tracing is not None:  # decided here: off, batches come in untouched
-            self.add_batch = env.tracing.traced(self.name, self.add_batch)  # type: ignore[method-assign]
+            self.add_batch = env.tracing.traced(  # type: ignore[method-assign]
+                self.name, self.add_batch, CONTROL_TYPES)
 
     # -- construction -----------------------------------------------------------------------------
 

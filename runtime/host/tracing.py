@@ -135,9 +135,12 @@ class Tracing:
                 OTLPSpanExporter(endpoint=endpoint.rstrip("/") + "/v1/traces")))
         self.tracer = self.provider.get_tracer("samza-dsl")
 
-    def traced(self, task: str, add_batch: Callable[[Any, int, list[Any]], None]
+    def traced(self, task: str, add_batch: Callable[[Any, int, list[Any]], None],
+               controls: frozenset[type] = frozenset()
                ) -> Callable[[Any, int, list[Any]], None]:
-        """``add_batch`` of task ``task`` that makes the spans of each batch it is given."""
+        """``add_batch`` of task ``task`` that makes the spans of each batch it is given.
+        ``controls``: the types of the records that are no message (an input's end, a
+        watermark): they are never sampled."""
         tracer = self.tracer
         bound = self.bound
         ids = self.ids
@@ -159,6 +162,8 @@ class Tracing:
                     links = [Link(span.get_span_context())]
                     origin = origins(payloads)
                     for i in range(n):
+                        if type(payloads[i]) in controls:
+                            continue
                         off = first + i
                         attrs = {"samza.task": task, "samza.stream": stream,
                                  "samza.partition": partition, "samza.offset": off}

@@ -144,3 +144,14 @@ def test_spans_and_metrics_reach_a_real_otlp_http_collector_process(tmp_path: An
                 trace_id, span_id = message_ids("in", p, o)
                 trace = [r for r in spans if r["trace_id"] == f"{trace_id:032x}"]
                 assert sorted(r["parent"] for r in trace) == ["", f"{span_id:016x}"]
+
+
+def test_an_inputs_end_is_no_message_and_is_never_sampled() -> None:
+    # at ratio 1 every message is sampled: the spans of the input are its messages' positions,
+    # not the end record after them
+    spans = run({"tracing.enabled": True, "tracing.exporter": "memory",
+                 "tracing.sample.ratio": 1})
+    inputs = sorted((s.attributes["samza.partition"], s.attributes["samza.offset"])
+                    for s in spans if s.name == "samza.message"
+                    and s.attributes["samza.stream"] == "in")
+    assert inputs == [(p, o) for p, kvs in INPUT.items() for o in range(len(kvs))]
