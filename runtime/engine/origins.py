@@ -234,7 +234,7 @@ class Stamps:
     leave in their messages' order (no asynchronous operator), so they need no floor."""
 
     __slots__ = ("keys", "source", "control", "src", "checkpoint", "ordered", "live", "last",
-                 "n", "_prefix", "controls", "ids")
+                 "n", "_prefix", "controls", "ids", "trace")
 
     def __init__(self, keys: Mapping[SSP, str], source: Callable[[], Any], control: Any,
                  src: Cursor, checkpoint: Mapping[SSP, int], ordered: bool,
@@ -255,6 +255,9 @@ class Stamps:
         self.controls = controls
         #: the ids of the origin keys where the log stores origins in the compact form
         self.ids: Mapping[str, int] | None = None
+        #: traced (``runtime.host.tracing``): the ``traceparent`` header of the message at a
+        #: position, or None (not sampled); its records are then written one by one
+        self.trace: Callable[[str, int, int], tuple[str, bytes] | None] | None = None
 
     def prefix(self, ssp: SSP) -> bytes:
         p = self._prefix.get(ssp)
@@ -267,14 +270,14 @@ class Stamps:
         """The origin header of a record of a message of ``ssp`` is ``prefix + encode(offset) +
         b"\\x00"`` where the message writes one record (a loop of one-to-one steps); None where
         records need a floor."""
-        return self.prefix(ssp) if self.ordered else None
+        return self.prefix(ssp) if self.ordered and self.trace is None else None
 
     def fast_id(self, ssp: SSP) -> int | None:
         """As ``fast_prefix``, where the log stores origins in the compact form: a record's
         origin is this plus its offset (``OFFSET_BITS``); None where it does not, or records
         need a floor."""
         ids = self.ids
-        if ids is None or not self.ordered:
+        if ids is None or not self.ordered or self.trace is not None:
             return None
         key = self.keys.get(ssp) or origin_key(ssp)
         ident = ids.get(key)
@@ -301,10 +304,14 @@ class Stamps:
                 self.n = 0
         else:
             return None
-        if self.ordered:
-            return ((ORIGIN_HEADER, self.prefix(ssp) + _enc(off) + _enc(n)),)
-        return ((ORIGIN_HEADER, self.prefix(ssp) + _enc(off) + _enc(n)
-                 + _enc(self.checkpoint.get(ssp, -1))),)
+        head = self.prefix(ssp) + _enc(off) + _enc(n)
+        if not self.ordered:
+            head += _enc(self.checkpoint.get(ssp, -1))
+        if self.trace is not None:
+            tp = self.trace(ssp.stream_id, ssp.partition, off)
+            if tp is not None:
+                return ((ORIGIN_HEADER, head), tp)
+        return ((ORIGIN_HEADER, head),)
 
     def went_async(self, rec: Handout) -> None:
         """``rec``'s message goes on asynchronously: its next records follow those it wrote

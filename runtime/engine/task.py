@@ -153,6 +153,8 @@ class TaskInstance(RebalanceHold):
         self.producer, self.stamps, self.applied = with_origins(
             self, self.producer, env.config.job.processing_guarantee,
             source=SOURCE.get, control=CONTROL, controls=CONTROL_TYPES)
+        if self.stamps is not None and env.tracing is not None:
+            self.stamps.trace = env.tracing.trace_of  # records of sampled messages carry it
         self._flushers = [s.maybe_flush for s in stores.values() if s.batched_writes]
         self._state_flushers = [op.flush_state for op in self.operators.values()
                                 if type(op).flush_state is not Operator.flush_state]

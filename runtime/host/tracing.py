@@ -31,7 +31,8 @@ from typing import Any
 from samza_dsl.errors import ConfigError
 from samza_dsl.jobconfig import JobConfig, TracingConfig
 
-__all__ = ["EXPORTERS", "Tracing", "job_tracing", "memory_exporter", "sampled", "traceparent"]
+__all__ = ["EXPORTERS", "TRACEPARENT", "Tracing", "job_tracing", "memory_exporter",
+           "parse_traceparent", "sampled", "traceparent"]
 
 EXPORTERS = ("otlp", "memory", "none")
 
@@ -39,6 +40,10 @@ _M64 = (1 << 64) - 1
 #: of a batch, (stream, partition, offset) of the origin of its record i, or None
 Origins = Callable[[Any], Callable[[int], tuple[str, int, int] | None] | None]
 _ROOT: Any = {}  # an empty context: the span starts a trace
+TRACEPARENT = "traceparent"
+#: the sampled messages a container remembers the trace of, for the records they write and
+#: the records read that carried a ``traceparent``: the oldest are let go past this many
+REMEMBERED = 1 << 16
 
 
 def _mix(x: int) -> int:
@@ -97,6 +102,27 @@ def traceparent(span: Any) -> bytes:
     return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-01".encode()
 
 
+def parse_traceparent(value: bytes) -> tuple[int, int] | None:
+    """(trace id, span id) of a W3C ``traceparent`` header value that is sampled (flags
+    ``01``), or None: not sampled, or not a traceparent (then it is ignored, as W3C asks)."""
+    parts = value.split(b"-")
+    if len(parts) < 4 or len(parts[1]) != 32 or len(parts[2]) != 16 or parts[0] == b"ff":
+        return None
+    try:
+        trace_id, span_id, flags = int(parts[1], 16), int(parts[2], 16), int(parts[3][:2], 16)
+    except ValueError:
+        return None
+    if not trace_id or not span_id or not flags & 1:
+        return None
+    return trace_id, span_id
+
+
+def _remember(d: dict[Any, Any], key: Any, value: Any) -> None:
+    d[key] = value
+    if len(d) > REMEMBERED:
+        del d[next(iter(d))]
+
+
 def _import_sdk(key: str) -> Any:
     try:
         from opentelemetry.sdk import trace as sdk_trace
@@ -134,6 +160,30 @@ class Tracing:
             self.provider.add_span_processor(BatchSpanProcessor(
                 OTLPSpanExporter(endpoint=endpoint.rstrip("/") + "/v1/traces")))
         self.tracer = self.provider.get_tracer("samza-dsl")
+        #: (stream, partition, offset) -> the ``traceparent`` header of a sampled message's span
+        #: (``trace_of``), for the records it writes
+        self.live: dict[tuple[str, int, int], tuple[str, bytes]] = {}
+        #: (stream, partition, offset) -> (trace id, span id) of the sampled ``traceparent``
+        #: a record read carried (``note``), until its task is given it
+        self.incoming: dict[tuple[str, int, int], tuple[int, int]] = {}
+
+    def trace_of(self, stream: str, partition: int, offset: int) -> tuple[str, bytes] | None:
+        """The ``traceparent`` header for a record written for the message at ``offset`` of
+        ``stream``'s ``partition``: its span's, where it is sampled; else None."""
+        return self.live.get((stream, partition, offset))
+
+    def note(self, ssp: Any, first: int, records: Any) -> None:
+        """A batch of records read (``(key, value, headers)`` from ``first``): those carrying a
+        sampled ``traceparent`` are traced as its children when their task is given them."""
+        stream, partition = ssp.stream_id, ssp.partition
+        for i, r in enumerate(records):
+            h = r[2]
+            if h and h.__class__ is not int:
+                for name, value in h:
+                    if name == TRACEPARENT:
+                        got = parse_traceparent(value)
+                        if got is not None:
+                            _remember(self.incoming, (stream, partition, first + i), got)
 
     def traced(self, task: str, add_batch: Callable[[Any, int, list[Any]], None],
                controls: frozenset[type] = frozenset()
@@ -145,6 +195,7 @@ class Tracing:
         bound = self.bound
         ids = self.ids
         origins = self.origins
+        live, incoming = self.live, self.incoming
         from opentelemetry import trace
         from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
 
@@ -158,7 +209,7 @@ class Tracing:
                 "samza.offset.first": first, "samza.offset.last": first + n - 1,
                 "samza.count": n})
             try:
-                if bound:
+                if bound or incoming:
                     links = [Link(span.get_span_context())]
                     origin = origins(payloads)
                     for i in range(n):
@@ -167,19 +218,29 @@ class Tracing:
                         off = first + i
                         attrs = {"samza.task": task, "samza.stream": stream,
                                  "samza.partition": partition, "samza.offset": off}
-                        came = None if origin is None else origin(i)
-                        if came is not None and sampled(*came, bound):
-                            # a record of a sampled message of an upstream stage: a child of
-                            # that message's span, in its trace
-                            trace_id, span_id = message_ids(*came)
+                        key = (stream, partition, off)
+                        up = incoming.pop(key, None) if incoming else None
+                        if up is None:
+                            came = None if origin is None else origin(i)
+                            if came is not None and sampled(*came, bound):
+                                # a record of a sampled input message of the stage before,
+                                # written without a traceparent: its trace by its origin
+                                up = message_ids(*came)
+                        if up is not None:
+                            # a record a sampled message caused upstream: a child of that
+                            # message's span, in its trace
                             parent = trace.set_span_in_context(NonRecordingSpan(SpanContext(
-                                trace_id, span_id, True, flags)))
-                            tracer.start_span("samza.message", context=parent, links=links,
-                                              attributes=attrs).end()
+                                up[0], up[1], True, flags)))
+                            span1 = tracer.start_span("samza.message", context=parent,
+                                                      links=links, attributes=attrs)
                         elif sampled(stream, partition, off, bound):
                             ids.next = message_ids(stream, partition, off)
-                            tracer.start_span("samza.message", context=_ROOT, links=links,
-                                              attributes=attrs).end()
+                            span1 = tracer.start_span("samza.message", context=_ROOT,
+                                                      links=links, attributes=attrs)
+                        else:
+                            continue
+                        _remember(live, key, (TRACEPARENT, traceparent(span1)))
+                        span1.end()
                 add_batch(ssp, first, payloads)
             finally:
                 span.end()

@@ -155,3 +155,35 @@ def test_an_inputs_end_is_no_message_and_is_never_sampled() -> None:
                     for s in spans if s.name == "samza.message"
                     and s.attributes["samza.stream"] == "in")
     assert inputs == [(p, o) for p, kvs in INPUT.items() for o in range(len(kvs))]
+
+
+def test_one_trace_goes_on_through_two_partition_by_hops() -> None:
+    system = LocalSystem("local")
+    app = StreamApplication("traced2")
+    (app.input(system.input("in", serde=SERDE, partitions=2))
+        .partition_by(lambda kv: kv.key, lambda kv: kv.value, serde=SERDE, name="by-key")
+        .partition_by(lambda kv: f"v{kv.value % 3}", lambda kv: kv.value, serde=SERDE,
+                      name="by-value")
+        .send_to(app.output(system.output("out", serde=SERDE, partitions=2))))
+    memory = memory_exporter()
+    memory.clear()
+    with tempfile.TemporaryDirectory() as tmp:
+        LocalRunner(app, {"job.dir": tmp, "tracing.enabled": True, "tracing.exporter": "memory",
+                          "tracing.sample.ratio": "0.05"}, inputs={"in": INPUT}).run().close()
+    messages = [s for s in memory.get_finished_spans() if s.name == "samza.message"]
+    bound = threshold(0.05)
+    wanted = [(p, o) for p, kvs in INPUT.items() for o in range(len(kvs))
+              if sampled("in", p, o, bound)]
+    assert wanted
+    for p, o in wanted:
+        trace_id, span_id = message_ids("in", p, o)
+        trace = [s for s in messages if s.context.trace_id == trace_id]
+        (root,) = [s for s in trace if s.parent is None]
+        assert root.context.span_id == span_id
+        (hop1,) = [s for s in trace if s.parent is not None and s.parent.span_id == span_id]
+        assert "by-key" in hop1.attributes["samza.stream"]
+        # the record the first hop's record wrote into the second: a child of the first's span
+        (hop2,) = [s for s in trace if s.parent is not None
+                   and s.parent.span_id == hop1.context.span_id]
+        assert "by-value" in hop2.attributes["samza.stream"]
+        assert len(trace) == 3
