@@ -37,6 +37,7 @@ import msgspec
 from runtime.engine.handout import Batch, Cursor, Handout
 from runtime.engine.job import SSP
 from runtime.engine.records import Skipped
+from runtime.engine.trace_out import tag_last, traced_sender, traced_sink
 
 __all__ = ["ORIGIN_HEADER", "ORIGIN_IDS", "OFFSET_BITS", "OriginNames", "origin_header",
            "origin_key", "origin_text", "origin_source", "origin_of_headers",
@@ -313,6 +314,21 @@ class Stamps:
                 return ((ORIGIN_HEADER, head), tp)
         return ((ORIGIN_HEADER, head),)
 
+    def trace_header(self) -> tuple[tuple[str, bytes], ...] | None:
+        """Traced: the headers of a record written now into an output, the ``traceparent`` of
+        the message being processed where it is sampled; else None."""
+        rec = self.source()
+        if rec is not None:
+            if rec is self.control:
+                return None
+            ssp, off = rec.ssp, rec.offset
+        elif self.live and self.src.batch is not None:
+            ssp, off = self.src.batch.ssp, self.src.batch.first + self.src.index - 1
+        else:
+            return None
+        tp = self.trace(ssp.stream_id, ssp.partition, off)  # type: ignore[misc]
+        return None if tp is None else (tp,)
+
     def went_async(self, rec: Handout) -> None:
         """``rec``'s message goes on asynchronously: its next records follow those it wrote
         while it was handed out."""
@@ -325,10 +341,13 @@ class StampingProducer:
     intermediate streams ``streams`` carry the origins ``stamps`` gives; everything else is
     ``base``'s."""
 
-    def __init__(self, base: Any, stamps: Stamps, streams: Iterable[str]) -> None:
+    def __init__(self, base: Any, stamps: Stamps, streams: Iterable[str],
+                 traced: Iterable[str] = ()) -> None:
         self.base = base
         self.stamps = stamps
         self.streams = frozenset(streams)
+        #: traced, the outputs whose records carry the traceparent of a sampled message
+        self.traced = frozenset(traced) - self.streams
 
     def counts(self) -> Any:
         return self.base.counts()
@@ -344,6 +363,8 @@ class StampingProducer:
 
     def record_sink(self, stream_id: str) -> Any:
         sink = self.base.record_sink(stream_id)
+        if sink is not None and stream_id in self.traced and sink.encode is not None:
+            return traced_sink(sink, self.stamps.trace_header, self.stamps.src)
         if sink is None or stream_id not in self.streams or sink.encode is None:
             return sink
         header = self.stamps.header
@@ -358,6 +379,8 @@ class StampingProducer:
 
     def sender(self, stream_id: str) -> Callable[[int, Any], None]:
         send: Callable[[int, Any], None] = self.base.sender(stream_id)
+        if stream_id in self.traced:
+            return traced_sender(self.base, stream_id, send, self.stamps.trace_header)
         if stream_id not in self.streams:
             return send
         base, header = self.base, self.stamps.header
@@ -371,6 +394,8 @@ class StampingProducer:
 
     def send(self, stream_id: str, partition: int, payload: Any) -> None:
         self.base.send(stream_id, partition, payload)
+        if stream_id in self.traced:
+            tag_last(self.base, stream_id, partition, self.stamps.trace_header())
         if stream_id in self.streams:
             buf = self.base.buffer(stream_id, partition)
             r = buf[-1]
@@ -383,7 +408,8 @@ ASYNC_OPCODES = frozenset({"async_flat_map", "sink"})
 
 
 def wire(task: Any, guarantee: str, source: Callable[[], Any], control: Any,
-         controls: frozenset[type]) -> tuple[Stamps | None, Applied | None]:
+         controls: frozenset[type], traced: bool = False
+         ) -> tuple[Stamps | None, Applied | None]:
     """The origins of ``task``'s records into intermediate streams, and what it applied of those
     it reads: at least once (on a system that stores streams: the caller's to know; the task's
     operators built); else None and None. ``source``, ``control`` and ``controls``: as
@@ -392,7 +418,9 @@ def wire(task: Any, guarantee: str, source: Callable[[], Any], control: Any,
     plan = task.plan
     inter = plan.intermediate_streams
     if not inter or guarantee == "exactly-once":
-        return None, None
+        if not traced:
+            return None, None
+        inter = frozenset()  # stamps that say which message is processed, for traces only
     model = task.model
     keys = {ssp: origin_key(ssp, model.bucket, model.buckets) for ssp in task.ssps}
     ordered = task.env.executor is None and not plan.app.remote_tables and not any(

@@ -184,7 +184,8 @@ class TaskInstance(RebalanceHold):
         wired = self.wired = TaskWiring(
             self.name, self.plan, model.stages, model.partition, self.ssps, self.job.partitions,
             self.operators, self.metrics, env.executor, self.producer, self.clock,
-            self.batching, self.read, self._src, self._hold, origins=self.stamps is not None)
+            self.batching, self.read, self._src, self._hold, origins=self.stamps is not None,
+            traced=env.tracing is not None)
         self.entries, self.times, self._batches = wired.entries, wired.times, wired.batches
         self.outputs = StageOutputs(self.name, model.stages, self.ssps, self.ended, self.operators,
                                     wired.nexts, self.producer, self.clock, wired.moves,

@@ -157,7 +157,8 @@ def test_an_inputs_end_is_no_message_and_is_never_sampled() -> None:
     assert inputs == [(p, o) for p, kvs in INPUT.items() for o in range(len(kvs))]
 
 
-def test_one_trace_goes_on_through_two_partition_by_hops() -> None:
+@pytest.mark.parametrize("guarantee", ["at-least-once", "exactly-once"])
+def test_one_trace_goes_on_through_two_partition_by_hops(guarantee: str) -> None:
     system = LocalSystem("local")
     app = StreamApplication("traced2")
     (app.input(system.input("in", serde=SERDE, partitions=2))
@@ -169,7 +170,8 @@ def test_one_trace_goes_on_through_two_partition_by_hops() -> None:
     memory.clear()
     with tempfile.TemporaryDirectory() as tmp:
         LocalRunner(app, {"job.dir": tmp, "tracing.enabled": True, "tracing.exporter": "memory",
-                          "tracing.sample.ratio": "0.05"}, inputs={"in": INPUT}).run().close()
+                          "tracing.sample.ratio": "0.05", "job.processing.guarantee": guarantee},
+                    inputs={"in": INPUT}).run().close()
     messages = [s for s in memory.get_finished_spans() if s.name == "samza.message"]
     bound = threshold(0.05)
     wanted = [(p, o) for p, kvs in INPUT.items() for o in range(len(kvs))
