@@ -314,19 +314,20 @@ class Stamps:
                 return ((ORIGIN_HEADER, head), tp)
         return ((ORIGIN_HEADER, head),)
 
+    def position(self) -> tuple[SSP, int] | None:
+        """(partition, offset) of the message being processed, or None (no message)."""
+        rec = self.source()
+        if rec is not None:
+            return None if rec is self.control else (rec.ssp, rec.offset)
+        cur = self.src.batch
+        return (cur.ssp, cur.first + self.src.index - 1) if self.live and cur is not None \
+            else None
+
     def trace_header(self) -> tuple[tuple[str, bytes], ...] | None:
         """Traced: the headers of a record written now into an output, the ``traceparent`` of
         the message being processed where it is sampled; else None."""
-        rec = self.source()
-        if rec is not None:
-            if rec is self.control:
-                return None
-            ssp, off = rec.ssp, rec.offset
-        elif self.live and self.src.batch is not None:
-            ssp, off = self.src.batch.ssp, self.src.batch.first + self.src.index - 1
-        else:
-            return None
-        tp = self.trace(ssp.stream_id, ssp.partition, off)  # type: ignore[misc]
+        at = self.position()
+        tp = None if at is None else self.trace(at[0].stream_id, at[0].partition, at[1])  # type: ignore[misc]
         return None if tp is None else (tp,)
 
     def went_async(self, rec: Handout) -> None:

@@ -153,8 +153,8 @@ class TaskInstance(RebalanceHold):
         self.producer, self.stamps, self.applied = with_origins(
             self, self.producer, env.config.job.processing_guarantee,
             source=SOURCE.get, control=CONTROL, controls=CONTROL_TYPES)
-        if self.stamps is not None and env.tracing is not None:
-            self.stamps.trace = env.tracing.trace_of  # records of sampled messages carry it
+        if self.stamps is not None and env.tracing is not None:  # sampled messages' records
+            env.tracing.wire(self.stamps, self.operators)  # and async calls carry their trace
         self._flushers = [s.maybe_flush for s in stores.values() if s.batched_writes]
         self._state_flushers = [op.flush_state for op in self.operators.values()
                                 if type(op).flush_state is not Operator.flush_state]
@@ -202,10 +202,16 @@ class TaskInstance(RebalanceHold):
             self._call_slots = asyncio.Semaphore(max(1, self.max_concurrency))
         client = RemoteTableClient(spec, task_name=self.name,
                                    limiter=container_limiter(env.shared, spec, env.task_share),
-                                   track=self.calls.track, slots=self._call_slots,
+                                   track=self.calls.track if env.tracing is None else
+                                   env.tracing.traced_track(self.calls.track, self._position),
+                                   slots=self._call_slots,
                                    concurrency=self.max_concurrency)
         self.remote_clients.append(client)
         return client
+
+    def _position(self) -> tuple[SSP, int] | None:
+        """Traced: the message being processed (``Stamps.position``)."""
+        return None if self.stamps is None else self.stamps.position()
 
     # -- processing -------------------------------------------------------------------------------
 

@@ -40,6 +40,7 @@ _M64 = (1 << 64) - 1
 #: of a batch, (stream, partition, offset) of the origin of its record i, or None
 Origins = Callable[[Any], Callable[[int], tuple[str, int, int] | None] | None]
 _ROOT: Any = {}  # an empty context: the span starts a trace
+
 TRACEPARENT = "traceparent"
 #: the sampled messages a container remembers the trace of, for the records they write and
 #: the records read that carried a ``traceparent``: the oldest are let go past this many
@@ -162,7 +163,7 @@ class Tracing:
         self.tracer = self.provider.get_tracer("samza-dsl")
         #: (stream, partition, offset) -> the ``traceparent`` header of a sampled message's span
         #: (``trace_of``), for the records it writes
-        self.live: dict[tuple[str, int, int], tuple[str, bytes]] = {}
+        self.live: dict[tuple[str, int, int], tuple[tuple[str, bytes], Any]] = {}
         #: (stream, partition, offset) -> (trace id, span id) of the sampled ``traceparent``
         #: a record read carried (``note``), until its task is given it
         self.incoming: dict[tuple[str, int, int], tuple[int, int]] = {}
@@ -170,7 +171,72 @@ class Tracing:
     def trace_of(self, stream: str, partition: int, offset: int) -> tuple[str, bytes] | None:
         """The ``traceparent`` header for a record written for the message at ``offset`` of
         ``stream``'s ``partition``: its span's, where it is sampled; else None."""
-        return self.live.get((stream, partition, offset))
+        got = self.live.get((stream, partition, offset))
+        return None if got is None else got[0]
+
+    def child(self, position: tuple[Any, int] | None, name: str,
+              attributes: Mapping[str, Any]) -> Any:
+        """A span started now as a child of the span of the sampled message at ``position``
+        (``(ssp, offset)``), or None: no message, or one not sampled."""
+        if position is None:
+            return None
+        ssp, offset = position
+        got = self.live.get((ssp.stream_id, ssp.partition, offset))
+        if got is None:
+            return None
+        from opentelemetry import trace
+        from opentelemetry.trace import NonRecordingSpan
+
+        return self.tracer.start_span(name, context=trace.set_span_in_context(
+            NonRecordingSpan(got[1])), attributes=attributes)
+
+    def wire(self, stamps: Any, operators: Mapping[str, Any]) -> None:
+        """A task's records of sampled messages carry their trace (``stamps``, the task's
+        ``runtime.engine.origins.Stamps``), and its async operators' calls are spans."""
+        stamps.trace = self.trace_of
+        for op in operators.values():
+            if op.opcode == "async_flat_map":
+                op.process = self.traced_process(op.process, op.op_id, stamps.position)
+
+    def traced_process(self, process: Callable[[Any], Any], op_id: str,
+                       position: Callable[[], tuple[Any, int] | None]) -> Callable[[Any], Any]:
+        """An async operator's ``process``: the call of a sampled message's is a child span of
+        the message's (``samza.async``), from the call until its outputs are ready."""
+        child = self.child
+        attrs = {"samza.operator": op_id}
+
+        def call(message: Any) -> Any:
+            span = child(position(), "samza.async", attrs)
+            result = process(message)
+            if span is None:
+                return result
+
+            async def timed() -> Any:
+                try:
+                    return await result
+                except BaseException as exc:
+                    span.record_exception(exc)
+                    raise
+                finally:
+                    span.end()
+            return timed()
+        return call
+
+    def traced_track(self, track: Callable[[Any], None],
+                     position: Callable[[], tuple[Any, int] | None]) -> Callable[[Any], None]:
+        """A remote table's ``track`` of the calls user functions make: the call of a sampled
+        message's is a child span of the message's (``samza.remote``: table, call, key), until
+        the call is done."""
+        child = self.child
+
+        def tracked(call: Any) -> None:
+            track(call)
+            span = child(position(), "samza.remote", {
+                "samza.table": str(call.table), "samza.call": str(call.what),
+                "samza.key": repr(call.key)[:200]})
+            if span is not None:
+                call.task.add_done_callback(lambda _: span.end())
+        return tracked
 
     def note(self, ssp: Any, first: int, records: Any) -> None:
         """A batch of records read (``(key, value, headers)`` from ``first``): those carrying a
@@ -239,7 +305,8 @@ class Tracing:
                                                       links=links, attributes=attrs)
                         else:
                             continue
-                        _remember(live, key, (TRACEPARENT, traceparent(span1)))
+                        _remember(live, key, ((TRACEPARENT, traceparent(span1)),
+                                              span1.get_span_context()))
                         span1.end()
                 add_batch(ssp, first, payloads)
             finally:
