@@ -11,10 +11,16 @@ CRC-32, the partition and the offset, below ``tracing.sample.ratio`` of 2**64. S
 samples the same messages, and a ratio of 0.01 samples one message in a hundred on average.
 
 A sampled message's span has ids made from its position (``message_ids``), so it starts a
-trace of its own. A record it caused in an intermediate stream (``partition_by``) carries its
-origin (``runtime.engine.origins``), and the task reading that record makes the record's span a
-child of the message's span, in its trace: no header is needed for that hop, on the embedded log
-as on Kafka. (Under exactly-once records carry no origins, and the hop starts no child.)
+trace of its own. The records it causes carry its span's W3C ``traceparent`` header
+(``trace_of``, written through the task's ``runtime.engine.origins.Stamps``): into intermediate
+streams (``partition_by``) beside their origin, and into outputs. A record read with a sampled
+``traceparent`` (``note``, given each batch by the stream's codec before it is decoded) is
+traced, whatever its position, as a child of it: so a trace goes on through every hop, and into
+a consumer of an output. A record of an intermediate stream with no header (written by a run
+without tracing) whose origin names a sampled message is a child of that message's span.
+
+The call of a sampled message by an async operator (``traced_process``) and the remote-table
+calls its function makes (``traced_track``) are child spans of the message's span.
 
 ``tracing.exporter``: ``otlp`` sends spans in batches to the OTLP/HTTP endpoint
 ``tracing.otlp.endpoint`` (a collector); ``memory`` keeps them in the process's
@@ -278,20 +284,23 @@ class Tracing:
                 if bound or incoming:
                     links = [Link(span.get_span_context())]
                     origin = origins(payloads)
+                    # ``sampled`` of each message, with its stream's part computed once
+                    seed = zlib.crc32(stream.encode()) << 32 ^ partition << 48
                     for i in range(n):
                         if type(payloads[i]) in controls:
                             continue
                         off = first + i
-                        attrs = {"samza.task": task, "samza.stream": stream,
-                                 "samza.partition": partition, "samza.offset": off}
-                        key = (stream, partition, off)
-                        up = incoming.pop(key, None) if incoming else None
-                        if up is None:
-                            came = None if origin is None else origin(i)
+                        up = incoming.pop((stream, partition, off), None) if incoming else None
+                        if up is None and origin is not None:
+                            came = origin(i)
                             if came is not None and sampled(*came, bound):
                                 # a record of a sampled input message of the stage before,
                                 # written without a traceparent: its trace by its origin
                                 up = message_ids(*came)
+                        if up is None and _mix((seed ^ off) & _M64) >= bound:
+                            continue
+                        attrs = {"samza.task": task, "samza.stream": stream,
+                                 "samza.partition": partition, "samza.offset": off}
                         if up is not None:
                             # a record a sampled message caused upstream: a child of that
                             # message's span, in its trace
@@ -299,13 +308,11 @@ class Tracing:
                                 up[0], up[1], True, flags)))
                             span1 = tracer.start_span("samza.message", context=parent,
                                                       links=links, attributes=attrs)
-                        elif sampled(stream, partition, off, bound):
+                        else:
                             ids.next = message_ids(stream, partition, off)
                             span1 = tracer.start_span("samza.message", context=_ROOT,
                                                       links=links, attributes=attrs)
-                        else:
-                            continue
-                        _remember(live, key, ((TRACEPARENT, traceparent(span1)),
+                        _remember(live, (stream, partition, off), ((TRACEPARENT, traceparent(span1)),
                                               span1.get_span_context()))
                         span1.end()
                 add_batch(ssp, first, payloads)
