@@ -326,8 +326,17 @@ class Stamps:
     def trace_header(self) -> tuple[tuple[str, bytes], ...] | None:
         """Traced: the headers of a record written now into an output, the ``traceparent`` of
         the message being processed where it is sampled; else None."""
-        at = self.position()
-        tp = None if at is None else self.trace(at[0].stream_id, at[0].partition, at[1])  # type: ignore[misc]
+        rec = self.source()  # as ``position``, in line: a call for each record written
+        if rec is not None:
+            if rec is self.control:
+                return None
+            ssp, off = rec.ssp, rec.offset
+        else:
+            cur = self.src.batch
+            if not self.live or cur is None:
+                return None
+            ssp, off = cur.ssp, cur.first + self.src.index - 1
+        tp = self.trace(ssp.stream_id, ssp.partition, off)  # type: ignore[misc]
         return None if tp is None else (tp,)
 
     def went_async(self, rec: Handout) -> None:
