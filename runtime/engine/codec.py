@@ -180,6 +180,9 @@ def _raises_on_none(serde: Serde[Any]) -> bool:
 class StreamCodec:
     """Encodes a stream's messages into records and decodes records, in batches."""
 
+    #: traced (``runtime.host.tracing``): given each batch of records before it is decoded
+    note_traces: Callable[[SSP, int, Sequence[Any]], None] | None = None
+
     def __init__(self, stream_id: str, serde: Serde[Any], *, policy: str = "fail",
                  dead_letter: Callable[[SSP, int, Record, SerdeError], None] | None = None,
                  metrics: Any = None, ahead: Any = None) -> None:
@@ -283,6 +286,8 @@ class StreamCodec:
         intermediate stream whose records carry origins, an ``OriginList`` that gives them."""
         if self._held:  # left by a decode that raised
             self._held = []
+        if self.note_traces is not None:
+            self.note_traces(ssp, first, records)
         out = self._decode_all(ssp, first, records, generation)
         held = self._held
         if held:

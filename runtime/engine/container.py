@@ -267,6 +267,9 @@ class Container:
                            clock_ns=time.time_ns if self.clock is wall_ms else None,
                            tracing=job_tracing(self.config, service=job.plan.job_name,
                                                origins=_origin_positions))
+        if self.env.tracing is not None:  # records read with a traceparent continue its trace
+            for codec in consumer.codecs.values():
+                codec.note_traces = self.env.tracing.note
         self.started = time.monotonic()
         self.restored: dict[str, dict[SSP, int]] = {}
         self.loop_meter = LoopMeter()

@@ -37,6 +37,7 @@ import msgspec
 from runtime.engine.handout import Batch, Cursor, Handout
 from runtime.engine.job import SSP
 from runtime.engine.records import Skipped
+from runtime.engine.trace_out import tag_last, traced_sender, traced_sink
 
 __all__ = ["ORIGIN_HEADER", "ORIGIN_IDS", "OFFSET_BITS", "OriginNames", "origin_header",
            "origin_key", "origin_text", "origin_source", "origin_of_headers",
@@ -234,7 +235,7 @@ class Stamps:
     leave in their messages' order (no asynchronous operator), so they need no floor."""
 
     __slots__ = ("keys", "source", "control", "src", "checkpoint", "ordered", "live", "last",
-                 "n", "_prefix", "controls", "ids")
+                 "n", "_prefix", "controls", "ids", "trace")
 
     def __init__(self, keys: Mapping[SSP, str], source: Callable[[], Any], control: Any,
                  src: Cursor, checkpoint: Mapping[SSP, int], ordered: bool,
@@ -255,6 +256,9 @@ class Stamps:
         self.controls = controls
         #: the ids of the origin keys where the log stores origins in the compact form
         self.ids: Mapping[str, int] | None = None
+        #: traced (``runtime.host.tracing``): the ``traceparent`` header of the message at a
+        #: position, or None (not sampled); its records are then written one by one
+        self.trace: Callable[[str, int, int], tuple[str, bytes] | None] | None = None
 
     def prefix(self, ssp: SSP) -> bytes:
         p = self._prefix.get(ssp)
@@ -267,14 +271,14 @@ class Stamps:
         """The origin header of a record of a message of ``ssp`` is ``prefix + encode(offset) +
         b"\\x00"`` where the message writes one record (a loop of one-to-one steps); None where
         records need a floor."""
-        return self.prefix(ssp) if self.ordered else None
+        return self.prefix(ssp) if self.ordered and self.trace is None else None
 
     def fast_id(self, ssp: SSP) -> int | None:
         """As ``fast_prefix``, where the log stores origins in the compact form: a record's
         origin is this plus its offset (``OFFSET_BITS``); None where it does not, or records
         need a floor."""
         ids = self.ids
-        if ids is None or not self.ordered:
+        if ids is None or not self.ordered or self.trace is not None:
             return None
         key = self.keys.get(ssp) or origin_key(ssp)
         ident = ids.get(key)
@@ -301,10 +305,39 @@ class Stamps:
                 self.n = 0
         else:
             return None
-        if self.ordered:
-            return ((ORIGIN_HEADER, self.prefix(ssp) + _enc(off) + _enc(n)),)
-        return ((ORIGIN_HEADER, self.prefix(ssp) + _enc(off) + _enc(n)
-                 + _enc(self.checkpoint.get(ssp, -1))),)
+        head = self.prefix(ssp) + _enc(off) + _enc(n)
+        if not self.ordered:
+            head += _enc(self.checkpoint.get(ssp, -1))
+        if self.trace is not None:
+            tp = self.trace(ssp.stream_id, ssp.partition, off)
+            if tp is not None:
+                return ((ORIGIN_HEADER, head), tp)
+        return ((ORIGIN_HEADER, head),)
+
+    def position(self) -> tuple[SSP, int] | None:
+        """(partition, offset) of the message being processed, or None (no message)."""
+        rec = self.source()
+        if rec is not None:
+            return None if rec is self.control else (rec.ssp, rec.offset)
+        cur = self.src.batch
+        return (cur.ssp, cur.first + self.src.index - 1) if self.live and cur is not None \
+            else None
+
+    def trace_header(self) -> tuple[tuple[str, bytes], ...] | None:
+        """Traced: the headers of a record written now into an output, the ``traceparent`` of
+        the message being processed where it is sampled; else None."""
+        rec = self.source()  # as ``position``, in line: a call for each record written
+        if rec is not None:
+            if rec is self.control:
+                return None
+            ssp, off = rec.ssp, rec.offset
+        else:
+            cur = self.src.batch
+            if not self.live or cur is None:
+                return None
+            ssp, off = cur.ssp, cur.first + self.src.index - 1
+        tp = self.trace(ssp.stream_id, ssp.partition, off)  # type: ignore[misc]
+        return None if tp is None else (tp,)
 
     def went_async(self, rec: Handout) -> None:
         """``rec``'s message goes on asynchronously: its next records follow those it wrote
@@ -318,10 +351,13 @@ class StampingProducer:
     intermediate streams ``streams`` carry the origins ``stamps`` gives; everything else is
     ``base``'s."""
 
-    def __init__(self, base: Any, stamps: Stamps, streams: Iterable[str]) -> None:
+    def __init__(self, base: Any, stamps: Stamps, streams: Iterable[str],
+                 traced: Iterable[str] = ()) -> None:
         self.base = base
         self.stamps = stamps
         self.streams = frozenset(streams)
+        #: traced, the outputs whose records carry the traceparent of a sampled message
+        self.traced = frozenset(traced) - self.streams
 
     def counts(self) -> Any:
         return self.base.counts()
@@ -337,6 +373,8 @@ class StampingProducer:
 
     def record_sink(self, stream_id: str) -> Any:
         sink = self.base.record_sink(stream_id)
+        if sink is not None and stream_id in self.traced and sink.encode is not None:
+            return traced_sink(sink, self.stamps.trace_header, self.stamps.src)
         if sink is None or stream_id not in self.streams or sink.encode is None:
             return sink
         header = self.stamps.header
@@ -351,6 +389,8 @@ class StampingProducer:
 
     def sender(self, stream_id: str) -> Callable[[int, Any], None]:
         send: Callable[[int, Any], None] = self.base.sender(stream_id)
+        if stream_id in self.traced:
+            return traced_sender(self.base, stream_id, send, self.stamps.trace_header)
         if stream_id not in self.streams:
             return send
         base, header = self.base, self.stamps.header
@@ -364,6 +404,8 @@ class StampingProducer:
 
     def send(self, stream_id: str, partition: int, payload: Any) -> None:
         self.base.send(stream_id, partition, payload)
+        if stream_id in self.traced:
+            tag_last(self.base, stream_id, partition, self.stamps.trace_header())
         if stream_id in self.streams:
             buf = self.base.buffer(stream_id, partition)
             r = buf[-1]
@@ -376,7 +418,8 @@ ASYNC_OPCODES = frozenset({"async_flat_map", "sink"})
 
 
 def wire(task: Any, guarantee: str, source: Callable[[], Any], control: Any,
-         controls: frozenset[type]) -> tuple[Stamps | None, Applied | None]:
+         controls: frozenset[type], traced: bool = False
+         ) -> tuple[Stamps | None, Applied | None]:
     """The origins of ``task``'s records into intermediate streams, and what it applied of those
     it reads: at least once (on a system that stores streams: the caller's to know; the task's
     operators built); else None and None. ``source``, ``control`` and ``controls``: as
@@ -385,7 +428,9 @@ def wire(task: Any, guarantee: str, source: Callable[[], Any], control: Any,
     plan = task.plan
     inter = plan.intermediate_streams
     if not inter or guarantee == "exactly-once":
-        return None, None
+        if not traced:
+            return None, None
+        inter = frozenset()  # stamps that say which message is processed, for traces only
     model = task.model
     keys = {ssp: origin_key(ssp, model.bucket, model.buckets) for ssp in task.ssps}
     ordered = task.env.executor is None and not plan.app.remote_tables and not any(

@@ -66,12 +66,18 @@ def with_origins(task: Any, producer: Producer, guarantee: str, **stamping: Any
     base = producer.inner if isinstance(producer, SinkProducer) else producer
     if not isinstance(base, BufferedProducer):
         return producer, None, None
-    stamps, applied = wire(task, guarantee, **stamping)
+    traced = task.env.tracing is not None
+    stamps, applied = wire(task, guarantee, traced=traced, **stamping)
     if stamps is None:
         return producer, None, applied
-    if stamps.ordered:  # where the log keeps origins compactly, the ids of this task's keys
+    plan = task.plan
+    inter = () if guarantee == "exactly-once" else plan.intermediate_streams
+    if stamps.ordered and inter:  # where the log keeps origins compactly, the ids of its keys
         stamps.ids = base.origin_ids(sorted(set(stamps.keys.values())))
-    stamped: Any = StampingProducer(base, stamps, task.plan.intermediate_streams)
+    # traced: records into outputs (and, with no origins, intermediate streams) carry the
+    # traceparent of the sampled message that made them
+    outs = [*plan.output_streams, *plan.intermediate_streams] if traced else ()
+    stamped: Any = StampingProducer(base, stamps, inter, outs)
     if isinstance(producer, SinkProducer):
         return SinkProducer(stamped, producer.sinks), stamps, applied
     return stamped, stamps, applied

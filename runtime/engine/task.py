@@ -138,7 +138,8 @@ class TaskInstance(RebalanceHold):
         for op_id, hold in self.clock.in_time_order.items():
             self.operators[op_id].hold_ahead = hold
         if env.tracing is not None:  # decided here: off, batches come in untouched
-            self.add_batch = env.tracing.traced(self.name, self.add_batch)  # type: ignore[method-assign]
+            self.add_batch = env.tracing.traced(  # type: ignore[method-assign]
+                self.name, self.add_batch, CONTROL_TYPES)
 
     # -- construction -----------------------------------------------------------------------------
 
@@ -152,6 +153,8 @@ class TaskInstance(RebalanceHold):
         self.producer, self.stamps, self.applied = with_origins(
             self, self.producer, env.config.job.processing_guarantee,
             source=SOURCE.get, control=CONTROL, controls=CONTROL_TYPES)
+        if self.stamps is not None and env.tracing is not None:  # sampled messages' records
+            env.tracing.wire(self.stamps, self.operators)  # and async calls carry their trace
         self._flushers = [s.maybe_flush for s in stores.values() if s.batched_writes]
         self._state_flushers = [op.flush_state for op in self.operators.values()
                                 if type(op).flush_state is not Operator.flush_state]
@@ -181,7 +184,8 @@ class TaskInstance(RebalanceHold):
         wired = self.wired = TaskWiring(
             self.name, self.plan, model.stages, model.partition, self.ssps, self.job.partitions,
             self.operators, self.metrics, env.executor, self.producer, self.clock,
-            self.batching, self.read, self._src, self._hold, origins=self.stamps is not None)
+            self.batching, self.read, self._src, self._hold, origins=self.stamps is not None,
+            traced=env.tracing is not None)
         self.entries, self.times, self._batches = wired.entries, wired.times, wired.batches
         self.outputs = StageOutputs(self.name, model.stages, self.ssps, self.ended, self.operators,
                                     wired.nexts, self.producer, self.clock, wired.moves,
@@ -198,10 +202,16 @@ class TaskInstance(RebalanceHold):
             self._call_slots = asyncio.Semaphore(max(1, self.max_concurrency))
         client = RemoteTableClient(spec, task_name=self.name,
                                    limiter=container_limiter(env.shared, spec, env.task_share),
-                                   track=self.calls.track, slots=self._call_slots,
+                                   track=self.calls.track if env.tracing is None else
+                                   env.tracing.traced_track(self.calls.track, self._position),
+                                   slots=self._call_slots,
                                    concurrency=self.max_concurrency)
         self.remote_clients.append(client)
         return client
+
+    def _position(self) -> tuple[SSP, int] | None:
+        """Traced: the message being processed (``Stamps.position``)."""
+        return None if self.stamps is None else self.stamps.position()
 
     # -- processing -------------------------------------------------------------------------------
 

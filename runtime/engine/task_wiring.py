@@ -54,13 +54,16 @@ class TaskWiring:
                  operators: Mapping[str, Operator], metrics: Metrics,
                  executor: Executor | None, producer: Producer, clock: TaskClock,
                  batching: bool, read: dict[str, int], src: Cursor,
-                 hold: Callable[[list[Awaitable[None]]], None], *, origins: bool = False
-                 ) -> None:
+                 hold: Callable[[list[Awaitable[None]]], None], *, origins: bool = False,
+                 traced: bool = False) -> None:
         self.name = name
         self.plan = plan
         #: the task's records into intermediate streams carry their origins
         #: (``runtime.engine.origins``): a run must name each message they come from
         self.origins = origins
+        #: traced (``runtime.host.tracing``): records into outputs carry the traceparent of
+        #: the message they come from, so a run names each message for them too
+        self.traced = traced
         self.stages = stages
         self.partition = partition
         self.partitions = partitions
@@ -122,7 +125,9 @@ class TaskWiring:
         if not self.origins:
             return False
         after = nx.descendants(self.plan.graph, op_id)
-        return any(f"stream:{sid}" in after for sid in self.plan.intermediate_streams)
+        streams = [*self.plan.intermediate_streams, *self.plan.output_streams] if self.traced \
+            else self.plan.intermediate_streams
+        return any(f"stream:{sid}" in after for sid in streams)
 
     def _stream_batch(self, stream_id: str) -> BatchRun | None:
         """``stream_run`` of ``stream_id``, where its steps are one-to-one into a stream."""

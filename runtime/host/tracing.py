@@ -11,10 +11,16 @@ CRC-32, the partition and the offset, below ``tracing.sample.ratio`` of 2**64. S
 samples the same messages, and a ratio of 0.01 samples one message in a hundred on average.
 
 A sampled message's span has ids made from its position (``message_ids``), so it starts a
-trace of its own. A record it caused in an intermediate stream (``partition_by``) carries its
-origin (``runtime.engine.origins``), and the task reading that record makes the record's span a
-child of the message's span, in its trace: no header is needed for that hop, on the embedded log
-as on Kafka. (Under exactly-once records carry no origins, and the hop starts no child.)
+trace of its own. The records it causes carry its span's W3C ``traceparent`` header
+(``trace_of``, written through the task's ``runtime.engine.origins.Stamps``): into intermediate
+streams (``partition_by``) beside their origin, and into outputs. A record read with a sampled
+``traceparent`` (``note``, given each batch by the stream's codec before it is decoded) is
+traced, whatever its position, as a child of it: so a trace goes on through every hop, and into
+a consumer of an output. A record of an intermediate stream with no header (written by a run
+without tracing) whose origin names a sampled message is a child of that message's span.
+
+The call of a sampled message by an async operator (``traced_process``) and the remote-table
+calls its function makes (``traced_track``) are child spans of the message's span.
 
 ``tracing.exporter``: ``otlp`` sends spans in batches to the OTLP/HTTP endpoint
 ``tracing.otlp.endpoint`` (a collector); ``memory`` keeps them in the process's
@@ -31,7 +37,8 @@ from typing import Any
 from samza_dsl.errors import ConfigError
 from samza_dsl.jobconfig import JobConfig, TracingConfig
 
-__all__ = ["EXPORTERS", "Tracing", "job_tracing", "memory_exporter", "sampled", "traceparent"]
+__all__ = ["EXPORTERS", "TRACEPARENT", "Tracing", "job_tracing", "memory_exporter",
+           "parse_traceparent", "sampled", "traceparent"]
 
 EXPORTERS = ("otlp", "memory", "none")
 
@@ -39,6 +46,11 @@ _M64 = (1 << 64) - 1
 #: of a batch, (stream, partition, offset) of the origin of its record i, or None
 Origins = Callable[[Any], Callable[[int], tuple[str, int, int] | None] | None]
 _ROOT: Any = {}  # an empty context: the span starts a trace
+
+TRACEPARENT = "traceparent"
+#: the sampled messages a container remembers the trace of, for the records they write and
+#: the records read that carried a ``traceparent``: the oldest are let go past this many
+REMEMBERED = 1 << 16
 
 
 def _mix(x: int) -> int:
@@ -97,6 +109,27 @@ def traceparent(span: Any) -> bytes:
     return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-01".encode()
 
 
+def parse_traceparent(value: bytes) -> tuple[int, int] | None:
+    """(trace id, span id) of a W3C ``traceparent`` header value that is sampled (flags
+    ``01``), or None: not sampled, or not a traceparent (then it is ignored, as W3C asks)."""
+    parts = value.split(b"-")
+    if len(parts) < 4 or len(parts[1]) != 32 or len(parts[2]) != 16 or parts[0] == b"ff":
+        return None
+    try:
+        trace_id, span_id, flags = int(parts[1], 16), int(parts[2], 16), int(parts[3][:2], 16)
+    except ValueError:
+        return None
+    if not trace_id or not span_id or not flags & 1:
+        return None
+    return trace_id, span_id
+
+
+def _remember(d: dict[Any, Any], key: Any, value: Any) -> None:
+    d[key] = value
+    if len(d) > REMEMBERED:
+        del d[next(iter(d))]
+
+
 def _import_sdk(key: str) -> Any:
     try:
         from opentelemetry.sdk import trace as sdk_trace
@@ -134,14 +167,107 @@ class Tracing:
             self.provider.add_span_processor(BatchSpanProcessor(
                 OTLPSpanExporter(endpoint=endpoint.rstrip("/") + "/v1/traces")))
         self.tracer = self.provider.get_tracer("samza-dsl")
+        #: (stream, partition, offset) -> the ``traceparent`` header of a sampled message's span
+        #: (``trace_of``), for the records it writes
+        self.live: dict[tuple[str, int, int], tuple[tuple[str, bytes], Any]] = {}
+        #: (stream, partition, offset) -> (trace id, span id) of the sampled ``traceparent``
+        #: a record read carried (``note``), until its task is given it
+        self.incoming: dict[tuple[str, int, int], tuple[int, int]] = {}
 
-    def traced(self, task: str, add_batch: Callable[[Any, int, list[Any]], None]
+    def trace_of(self, stream: str, partition: int, offset: int) -> tuple[str, bytes] | None:
+        """The ``traceparent`` header for a record written for the message at ``offset`` of
+        ``stream``'s ``partition``: its span's, where it is sampled; else None."""
+        got = self.live.get((stream, partition, offset))
+        return None if got is None else got[0]
+
+    def child(self, position: tuple[Any, int] | None, name: str,
+              attributes: Mapping[str, Any]) -> Any:
+        """A span started now as a child of the span of the sampled message at ``position``
+        (``(ssp, offset)``), or None: no message, or one not sampled."""
+        if position is None:
+            return None
+        ssp, offset = position
+        got = self.live.get((ssp.stream_id, ssp.partition, offset))
+        if got is None:
+            return None
+        from opentelemetry import trace
+        from opentelemetry.trace import NonRecordingSpan
+
+        return self.tracer.start_span(name, context=trace.set_span_in_context(
+            NonRecordingSpan(got[1])), attributes=attributes)
+
+    def wire(self, stamps: Any, operators: Mapping[str, Any]) -> None:
+        """A task's records of sampled messages carry their trace (``stamps``, the task's
+        ``runtime.engine.origins.Stamps``), and its async operators' calls are spans."""
+        stamps.trace = self.trace_of
+        for op in operators.values():
+            if op.opcode == "async_flat_map":
+                op.process = self.traced_process(op.process, op.op_id, stamps.position)
+
+    def traced_process(self, process: Callable[[Any], Any], op_id: str,
+                       position: Callable[[], tuple[Any, int] | None]) -> Callable[[Any], Any]:
+        """An async operator's ``process``: the call of a sampled message's is a child span of
+        the message's (``samza.async``), from the call until its outputs are ready."""
+        child = self.child
+        attrs = {"samza.operator": op_id}
+
+        def call(message: Any) -> Any:
+            span = child(position(), "samza.async", attrs)
+            result = process(message)
+            if span is None:
+                return result
+
+            async def timed() -> Any:
+                try:
+                    return await result
+                except BaseException as exc:
+                    span.record_exception(exc)
+                    raise
+                finally:
+                    span.end()
+            return timed()
+        return call
+
+    def traced_track(self, track: Callable[[Any], None],
+                     position: Callable[[], tuple[Any, int] | None]) -> Callable[[Any], None]:
+        """A remote table's ``track`` of the calls user functions make: the call of a sampled
+        message's is a child span of the message's (``samza.remote``: table, call, key), until
+        the call is done."""
+        child = self.child
+
+        def tracked(call: Any) -> None:
+            track(call)
+            span = child(position(), "samza.remote", {
+                "samza.table": str(call.table), "samza.call": str(call.what),
+                "samza.key": repr(call.key)[:200]})
+            if span is not None:
+                call.task.add_done_callback(lambda _: span.end())
+        return tracked
+
+    def note(self, ssp: Any, first: int, records: Any) -> None:
+        """A batch of records read (``(key, value, headers)`` from ``first``): those carrying a
+        sampled ``traceparent`` are traced as its children when their task is given them."""
+        stream, partition = ssp.stream_id, ssp.partition
+        for i, r in enumerate(records):
+            h = r[2]
+            if h and h.__class__ is not int:
+                for name, value in h:
+                    if name == TRACEPARENT:
+                        got = parse_traceparent(value)
+                        if got is not None:
+                            _remember(self.incoming, (stream, partition, first + i), got)
+
+    def traced(self, task: str, add_batch: Callable[[Any, int, list[Any]], None],
+               controls: frozenset[type] = frozenset()
                ) -> Callable[[Any, int, list[Any]], None]:
-        """``add_batch`` of task ``task`` that makes the spans of each batch it is given."""
+        """``add_batch`` of task ``task`` that makes the spans of each batch it is given.
+        ``controls``: the types of the records that are no message (an input's end, a
+        watermark): they are never sampled."""
         tracer = self.tracer
         bound = self.bound
         ids = self.ids
         origins = self.origins
+        live, incoming = self.live, self.incoming
         from opentelemetry import trace
         from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
 
@@ -155,26 +281,40 @@ class Tracing:
                 "samza.offset.first": first, "samza.offset.last": first + n - 1,
                 "samza.count": n})
             try:
-                if bound:
+                if bound or incoming:
                     links = [Link(span.get_span_context())]
                     origin = origins(payloads)
+                    # ``sampled`` of each message, with its stream's part computed once
+                    seed = zlib.crc32(stream.encode()) << 32 ^ partition << 48
                     for i in range(n):
+                        if type(payloads[i]) in controls:
+                            continue
                         off = first + i
+                        up = incoming.pop((stream, partition, off), None) if incoming else None
+                        if up is None and origin is not None:
+                            came = origin(i)
+                            if came is not None and sampled(*came, bound):
+                                # a record of a sampled input message of the stage before,
+                                # written without a traceparent: its trace by its origin
+                                up = message_ids(*came)
+                        if up is None and _mix((seed ^ off) & _M64) >= bound:
+                            continue
                         attrs = {"samza.task": task, "samza.stream": stream,
                                  "samza.partition": partition, "samza.offset": off}
-                        came = None if origin is None else origin(i)
-                        if came is not None and sampled(*came, bound):
-                            # a record of a sampled message of an upstream stage: a child of
-                            # that message's span, in its trace
-                            trace_id, span_id = message_ids(*came)
+                        if up is not None:
+                            # a record a sampled message caused upstream: a child of that
+                            # message's span, in its trace
                             parent = trace.set_span_in_context(NonRecordingSpan(SpanContext(
-                                trace_id, span_id, True, flags)))
-                            tracer.start_span("samza.message", context=parent, links=links,
-                                              attributes=attrs).end()
-                        elif sampled(stream, partition, off, bound):
+                                up[0], up[1], True, flags)))
+                            span1 = tracer.start_span("samza.message", context=parent,
+                                                      links=links, attributes=attrs)
+                        else:
                             ids.next = message_ids(stream, partition, off)
-                            tracer.start_span("samza.message", context=_ROOT, links=links,
-                                              attributes=attrs).end()
+                            span1 = tracer.start_span("samza.message", context=_ROOT,
+                                                      links=links, attributes=attrs)
+                        _remember(live, (stream, partition, off), ((TRACEPARENT, traceparent(span1)),
+                                              span1.get_span_context()))
+                        span1.end()
                 add_batch(ssp, first, payloads)
             finally:
                 span.end()

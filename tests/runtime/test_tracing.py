@@ -20,6 +20,7 @@ from samza_dsl import KV, StreamApplication  # noqa: E402
 from samza_dsl.errors import ConfigError  # noqa: E402
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde  # noqa: E402
 from samza_dsl.systems import LocalSystem  # noqa: E402
+from samza_dsl.testing.kv_service import HttpKV, KVService  # noqa: E402
 
 SERDE = KVSerde(StringSerde(), JsonSerde())
 INPUT = {0: [KV(f"k{i % 5}", i) for i in range(300)], 1: [KV(f"j{i % 7}", i) for i in range(200)]}
@@ -144,3 +145,96 @@ def test_spans_and_metrics_reach_a_real_otlp_http_collector_process(tmp_path: An
                 trace_id, span_id = message_ids("in", p, o)
                 trace = [r for r in spans if r["trace_id"] == f"{trace_id:032x}"]
                 assert sorted(r["parent"] for r in trace) == ["", f"{span_id:016x}"]
+
+
+def test_an_inputs_end_is_no_message_and_is_never_sampled() -> None:
+    # at ratio 1 every message is sampled: the spans of the input are its messages' positions,
+    # not the end record after them
+    spans = run({"tracing.enabled": True, "tracing.exporter": "memory",
+                 "tracing.sample.ratio": 1})
+    inputs = sorted((s.attributes["samza.partition"], s.attributes["samza.offset"])
+                    for s in spans if s.name == "samza.message"
+                    and s.attributes["samza.stream"] == "in")
+    assert inputs == [(p, o) for p, kvs in INPUT.items() for o in range(len(kvs))]
+
+
+@pytest.mark.parametrize("guarantee", ["at-least-once", "exactly-once"])
+def test_one_trace_goes_on_through_two_partition_by_hops(guarantee: str) -> None:
+    system = LocalSystem("local")
+    app = StreamApplication("traced2")
+    (app.input(system.input("in", serde=SERDE, partitions=2))
+        .partition_by(lambda kv: kv.key, lambda kv: kv.value, serde=SERDE, name="by-key")
+        .partition_by(lambda kv: f"v{kv.value % 3}", lambda kv: kv.value, serde=SERDE,
+                      name="by-value")
+        .send_to(app.output(system.output("out", serde=SERDE, partitions=2))))
+    memory = memory_exporter()
+    memory.clear()
+    with tempfile.TemporaryDirectory() as tmp:
+        LocalRunner(app, {"job.dir": tmp, "tracing.enabled": True, "tracing.exporter": "memory",
+                          "tracing.sample.ratio": "0.05", "job.processing.guarantee": guarantee},
+                    inputs={"in": INPUT}).run().close()
+    messages = [s for s in memory.get_finished_spans() if s.name == "samza.message"]
+    bound = threshold(0.05)
+    wanted = [(p, o) for p, kvs in INPUT.items() for o in range(len(kvs))
+              if sampled("in", p, o, bound)]
+    assert wanted
+    for p, o in wanted:
+        trace_id, span_id = message_ids("in", p, o)
+        trace = [s for s in messages if s.context.trace_id == trace_id]
+        (root,) = [s for s in trace if s.parent is None]
+        assert root.context.span_id == span_id
+        (hop1,) = [s for s in trace if s.parent is not None and s.parent.span_id == span_id]
+        assert "by-key" in hop1.attributes["samza.stream"]
+        # the record the first hop's record wrote into the second: a child of the first's span
+        (hop2,) = [s for s in trace if s.parent is not None
+                   and s.parent.span_id == hop1.context.span_id]
+        assert "by-value" in hop2.attributes["samza.stream"]
+        assert len(trace) == 3
+
+
+def test_an_async_call_and_its_remote_table_calls_are_spans_of_their_sampled_message() -> None:
+    with KVService({f"k{i}": f"name{i}" for i in range(5)}) as service:
+        kv = HttpKV(service.url)
+        system = LocalSystem("local")
+        app = StreamApplication("traced-async")
+        app.remote_table("names", read=kv.read)
+
+        class Lookup:
+            def init(self, ctx: Any) -> None:
+                self.names = ctx.table("names")
+
+            async def __call__(self, kv: KV[str, int]) -> KV[str, Any]:
+                return KV(kv.key, await self.names.get(kv.key))
+
+        (app.input(system.input("in", serde=SERDE, partitions=2))
+            .async_map(Lookup(), name="lookup")
+            .send_to(app.output(system.output("out", serde=SERDE, partitions=2))))
+        memory = memory_exporter()
+        memory.clear()
+        small = {p: kvs[:60] for p, kvs in INPUT.items()}
+        with tempfile.TemporaryDirectory() as tmp:
+            got = LocalRunner(app, {"job.dir": tmp, "tracing.enabled": True,
+                                    "tracing.exporter": "memory", "tracing.sample.ratio": "0.1"},
+                              inputs={"in": small}).run()
+            try:
+                outs = got.partitions("out")
+            finally:
+                got.close()
+    assert sorted(str(kv.value) for kvs in outs.values() for kv in kvs) == sorted(
+        f"name{kv.key[1:]}" if kv.key.startswith("k") else "None"
+        for kvs in small.values() for kv in kvs)
+    spans = memory.get_finished_spans()
+    bound = threshold(0.1)
+    wanted = [(p, o) for p, kvs in small.items() for o in range(len(kvs))
+              if sampled("in", p, o, bound)]
+    assert wanted
+    for p, o in wanted:
+        trace_id, span_id = message_ids("in", p, o)
+        children = sorted((s.name, s.attributes.get("samza.call"), s.attributes.get("samza.key"))
+                          for s in spans if s.context.trace_id == trace_id
+                          and s.parent is not None and s.parent.span_id == span_id)
+        key = small[p][o].key
+        assert children == [("samza.async", None, None), ("samza.remote", "get", repr(key))]
+    # the messages not sampled have none
+    assert sum(s.name == "samza.async" for s in spans) == len(wanted)
+    assert sum(s.name == "samza.remote" for s in spans) == len(wanted)
