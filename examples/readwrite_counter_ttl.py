@@ -11,7 +11,10 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 
-from examples.readwrite_counter import CountInTable
+try:
+    from examples.readwrite_counter import CountInTable
+except ImportError:  # run by its path (samza-dsl run examples/...): its directory is on the path
+    from readwrite_counter import CountInTable  # type: ignore[no-redef]
 from samza_dsl import StreamApplication
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
 from samza_dsl.systems import LocalSystem

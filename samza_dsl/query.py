@@ -13,8 +13,8 @@ records.
 >>> try:
 ...     client.get("counts", 42)
 ... except QueryError as e:
-...     print(str(e)[:52])
-no query endpoint answered: http://127.0.0.1:1: conn
+...     print(str(e)[:47])
+no query endpoint answered: http://127.0.0.1:1:
 """
 
 from __future__ import annotations
