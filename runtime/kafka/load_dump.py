@@ -45,6 +45,7 @@ from runtime.kafka.security import check_login, security_settings
 from runtime.kafka.system import (
     KafkaProducer,
     kafka_error,
+    log_starts,
     new_consumer,
     offset_bounds,
     stop_client,
@@ -151,7 +152,7 @@ async def kafka_held(streams: KafkaStreams, stream_ids: Iterable[str], timeout: 
     try:
         async with asyncio.timeout(timeout):
             await consumer.start()
-            starts = await consumer.beginning_offsets(flat)
+            starts = await log_starts(streams.servers, streams.consumer_settings, consumer, flat)
     except (KafkaError, TimeoutError, OSError) as exc:
         raise kafka_error("reading the start offsets of topics", streams.servers, exc) from exc
     finally:

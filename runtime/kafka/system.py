@@ -44,7 +44,7 @@ from runtime.kafka.security import not_authorized
 from samza_dsl.errors import SamzaError
 
 __all__ = ["LOST_STOP_S", "KafkaConsumer", "KafkaProducer", "KafkaCheckpoints", "CheckpointTopic", "kafka_error",
-           "new_consumer", "offset_bounds", "read_checkpoint_topic", "stop_client",
+           "log_starts", "new_consumer", "offset_bounds", "read_checkpoint_topic", "stop_client",
            "true_end_offsets", "CONTAINER_KEY"]
 
 _GENERATION = b"__generation__"
@@ -97,6 +97,71 @@ async def true_end_offsets(servers: str, tps: Iterable[TopicPartition],
     return {tp: end for tp, (_, end) in bounds.items()}
 
 
+#: how long ``log_starts`` waits for the records of a partition read from offset 0 (s)
+START_PROBE_S = 2.0
+
+
+async def log_starts(servers: str, settings: Mapping[str, Any], consumer: AIOKafkaConsumer,
+                     tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+    """The first offset of each partition, where a reader that has no checkpoint begins.
+
+    A partition whose leader is still being elected (a topic just made, a broker just lost)
+    may answer no offset for a moment: it is asked again. A start above 0 is checked by
+    reading the partition from offset 0: a broker whose log start moved up (retention,
+    deleted records) answers that offset 0 is out of range, and its start stands; one that
+    hands out records is believed from its first record. tansu answers the earliest offset
+    of a partition that several producers wrote at once with the offset of a later batch,
+    for good; a reader that began there never read the batch before it (an upstream task's
+    watermark on an intermediate stream, say: the windows after it never closed)."""
+    if not tps:
+        return {}
+    starts = await consumer.beginning_offsets(tps)
+    while any(starts[tp] is None for tp in tps):
+        await asyncio.sleep(0.1)
+        starts = await consumer.beginning_offsets(tps)
+    above = [tp for tp in tps if starts[tp] > 0]
+    if above:
+        first = await _first_records(servers, settings, above)
+        starts.update({tp: min(starts[tp], o) for tp, o in first.items()})
+    return starts
+
+
+async def _first_records(servers: str, settings: Mapping[str, Any],
+                         tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+    """The offset of the first record of each partition that offset 0 is in range of, read
+    uncommitted from offset 0; partitions out of range there, or that hand out nothing within
+    ``START_PROBE_S``, are left out."""
+    plain = {k: v for k, v in settings.items() if k != "isolation_level"}
+    probe = new_consumer(servers, {**plain, "auto_offset_reset": "none"}, brief=True)
+    out: dict[TopicPartition, int] = {}
+    left = set(tps)
+    try:
+        await probe.start()
+        probe.assign(list(left))
+        for tp in left:
+            probe.seek(tp, 0)
+        loop = asyncio.get_running_loop()
+        until = loop.time() + START_PROBE_S
+        while left and loop.time() < until:
+            try:
+                got = await probe.getmany(*left, timeout_ms=100)
+            except OffsetOutOfRangeError as exc:
+                lost = exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {}
+                left.difference_update(lost or left)
+                if left:
+                    probe.assign(list(left))
+                    for tp in left:
+                        probe.seek(tp, 0)
+                continue
+            for tp, records in got.items():
+                if records and tp in left:
+                    out[tp] = min(r.offset for r in records)
+                    left.discard(tp)
+    finally:
+        await stop_client(probe)
+    return out
+
+
 async def offset_bounds(servers: str, needed: Mapping[TopicPartition, int | None],
                         settings: Mapping[str, Any], timeout: float, *,
                         what: str = "reading end offsets"
@@ -117,7 +182,7 @@ async def offset_bounds(servers: str, needed: Mapping[TopicPartition, int | None
             await consumer.start()
             consumer.assign(tps)
             latest = await consumer.end_offsets(tps)
-            starts = await consumer.beginning_offsets(tps)
+            starts = await log_starts(servers, settings, consumer, tps)
             loop = asyncio.get_running_loop()
             until = loop.time() + timeout / 2  # for fetches that come back empty (below)
             for tp in tps:
@@ -238,12 +303,7 @@ class KafkaConsumer(Consumer):
             in self.bounded | self.upcoming], self.settings, self.timeout)
         try:
             async with asyncio.timeout(self.timeout):
-                starts = await consumer.beginning_offsets(tps) if tps else {}
-                # a partition whose leader is still being elected (a topic just made, a
-                # broker just lost) may answer no offset for a moment: ask again
-                while any(starts[tp] is None for tp in tps):
-                    await asyncio.sleep(0.1)
-                    starts = await consumer.beginning_offsets(tps)
+                starts = await log_starts(self.servers, self.settings, consumer, tps)
         except (KafkaError, TimeoutError, OSError) as exc:
             raise kafka_error("reading where partitions begin", self.servers, exc,
                               self.settings) from exc

@@ -14,6 +14,10 @@ Where tansu differs from Apache Kafka, as far as these tests go:
 
 - its LATEST offset is the base offset of the partition's last record batch + 1, not the offset
   after its last record (``runtime.kafka.system.true_end_offsets`` reads the real end);
+- its EARLIEST offset of a partition that several producers began writing at once may be the
+  offset of a later batch than the first, for good, though offset 0 is read as usual
+  (``runtime.kafka.system.log_starts`` checks a start above 0 by reading from offset 0); it
+  cannot delete records (DeleteRecords closes the connection);
 - reading a topic that does not exist creates it, with 4 partitions: create topics explicitly,
   and look them up with ``runtime.kafka.admin.describe_topics``, which never creates one;
 - it ignores SIGTERM: stop it with SIGINT;
