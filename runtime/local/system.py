@@ -75,8 +75,9 @@ from runtime.host.storage import (
 )
 from runtime.local.compaction import DRAIN_SECONDS, ChangelogCompactor
 from runtime.local.exactly_once import LocalTransactions
-from runtime.local.log import CorruptSegmentError, LocalLog
+from runtime.local.log import LocalLog
 from runtime.local.retention import LogTrimmer, job_targets, log_max_bytes
+from runtime.local.segments import CorruptSegmentError
 from runtime.state.backend import StoreBackend
 from runtime.state.changelog import Changelog
 from samza_dsl.config import did_you_mean
