@@ -43,7 +43,7 @@ SEGMENT_RECORDS = 8192
 
 
 class Checkpoints(Protocol):
-    """The checkpoints of a job in a local log (``runtime.local.system.LocalCheckpoints``)."""
+    """The checkpoints of a job in a local log (``runtime.local.state.LocalCheckpoints``)."""
 
     log: LocalLog
 
