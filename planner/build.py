@@ -195,13 +195,14 @@ def _plan_streams(spec: ApplicationSpec, stages: list[Stage], given: Mapping[str
                                   system, _physical(sid, _named_for(job_name, spec, sid), config),
                                   counts[sid], serde, i.keyed, i)
     for sid, s in streams.items():
-        for prop, planned in (("samza.intermediate", s.kind in ("intermediate", "broadcast")),
-                              ("samza.broadcast", s.kind == "broadcast")):
-            said = config.get(f"streams.{sid}.{prop}")
-            if said is not None and said != planned:
-                raise ConfigError(f"config streams.{sid}.{prop}={said!r} contradicts the plan: "
-                                  f"the stream is {'' if planned else 'not '}"
-                                  f"{prop.partition('.')[2]}; the planner sets this key, drop it")
+        own = config.stream(sid)
+        for prop, said, planned in (
+                ("intermediate", own.intermediate, s.kind in ("intermediate", "broadcast")),
+                ("broadcast", own.broadcast, s.kind == "broadcast")):
+            if own.given(prop) and said != planned:
+                raise ConfigError(f"config streams.{sid}.samza.{prop}={said!r} contradicts the "
+                                  f"plan: the stream is {'' if planned else 'not '}{prop}; the "
+                                  f"planner sets this key, drop it")
     return streams
 
 

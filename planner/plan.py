@@ -7,7 +7,6 @@ from typing import Any
 
 import networkx as nx
 
-from samza_dsl.config import job_name_of
 from samza_dsl.jobconfig import JobConfig
 from samza_dsl.spec import ApplicationSpec
 
@@ -73,14 +72,14 @@ class ExecutionPlan:
         self.streams = dict(streams)
         self.stages = list(stages)
         self.stores = dict(stores)
-        self.config = JobConfig.validated(config)
+        self.config = JobConfig.of(app, config)
         self.generated_config = dict(generated_config)
         self.warnings: list[str] = []
 
     @property
     def job_name(self) -> str:
         """``<job.name>-<job.id>``, by default the application's name and app_id."""
-        return job_name_of(self.app, self.config)
+        return self.config.job.job_name
 
     @property
     def input_streams(self) -> dict[str, StreamSpec]:

@@ -32,7 +32,7 @@ __all__ = ["ConfigKey", "KNOWN_KEYS", "STREAM_PROPERTIES", "STORE_PROPERTIES", "
            "USER_PREFIX", "COORDINATORS", "check_system_keys", "validate_config",
            "check_scoped_keys", "config_value", "SERDE_ERROR_POLICIES", "KeyReference",
            "key_reference", "JOIN_CHECK_POLICIES", "GUARANTEES", "AT_LEAST_ONCE",
-           "EXACTLY_ONCE", "check_guarantee", "exactly_once", "job_name_of", "check_job_name",
+           "EXACTLY_ONCE", "check_guarantee", "exactly_once", "check_job_name",
            "SECURITY_PROTOCOLS", "SASL_MECHANISMS", "SECRET_PROPERTIES", "is_secret",
            "shown_value", "shown_config", "secret_value", "connection_secrets", "secret_fragments", "redact"]
 
@@ -428,16 +428,6 @@ def _unknown_key(name: str) -> ConfigError:
         f"unknown config key {name!r}{hint}: nothing reads it. Keys are those of "
         f"samza_dsl.config.KNOWN_KEYS (task.*, job.*, metrics.*), streams.<id>.*, "
         f"stores.<name>.* and systems.<name>.*; put keys of your own under {USER_PREFIX}*")
-
-
-def job_name_of(app: Any, config: Mapping[str, Any]) -> str:
-    """``<job.name>-<job.id>``: by default the application's name and app_id.
-
-    >>> class App: name, app_id = "clicks", "1"
-    >>> job_name_of(App(), {}), job_name_of(App(), {"job.name": "clicks-eu", "job.id": "2"})
-    ('clicks-1', 'clicks-eu-2')
-    """
-    return check_job_name(config.get("job.name") or app.name, config.get("job.id") or app.app_id)
 
 
 def check_job_name(name: Any, job_id: Any) -> str:

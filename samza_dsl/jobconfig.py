@@ -6,13 +6,17 @@ user's functions, unchanged) and, next to it, typed parts every room reads inste
 per name ``store(name)``, ``system(name)`` (its client and security settings) and
 ``stream(id)``. Each field of a part names its key in the registry (``KNOWN_KEYS``,
 ``STORE_PROPERTIES``, ``STREAM_PROPERTIES``, ``SYSTEM_PROPERTIES``); an absent key, or one
-given as None, is the registry's default, so a default is written in one place.
+given as None, is the registry's default, so a default is written in one place; a part's
+``given(field)`` says whether the config gave the field's key (a Kafka topic's retention left to
+the broker, a store's cache size left to its runner).
 
 >>> config = JobConfig.validated({"task.commit.ms": "5", "stores.counts.write.batch.size": 7})
 >>> config.task.commit_ms, config.task.max_concurrency, config.store("counts").write_batch_size
 (5, 1, 7)
 >>> config["task.commit.ms"], "task.max.concurrency" in config
 (5, False)
+>>> config.task.given("commit_ms"), config.task.given("max_concurrency")
+(True, False)
 """
 
 from __future__ import annotations
@@ -45,8 +49,22 @@ def _key(name: str) -> Any:
     return field(metadata={KEY_OF_FIELD: name})
 
 
+class _Part:
+    """What every typed part made from the registry knows besides its fields: which of their
+    keys the config gave (``_given`` is set where the part is made, and is no field of it)."""
+
+    _given: frozenset[str] = frozenset()
+
+    def given(self, name: str) -> bool:
+        """Whether the config gave the key of field ``name`` (not None), rather than leaving
+        it to the registry's default; a name that is no field of the part is an error."""
+        if name not in {f.name for f in dataclasses.fields(self)}:  # type: ignore[arg-type]
+            raise AttributeError(f"{type(self).__name__} has no field {name!r}")
+        return name in self._given
+
+
 @dataclass(frozen=True)
-class TaskConfig:
+class TaskConfig(_Part):
     """``task.*``: how each task handles, commits and times its messages."""
 
     max_concurrency: int = _key("task.max.concurrency")
@@ -62,7 +80,7 @@ class TaskConfig:
 
 
 @dataclass(frozen=True)
-class JobSettings:
+class JobSettings(_Part):
     """``job.*`` but health: the job's name, its containers, how they share tasks, its
     guarantee and where its state lives."""
 
@@ -95,7 +113,7 @@ class JobSettings:
 
 
 @dataclass(frozen=True)
-class HealthConfig:
+class HealthConfig(_Part):
     """``job.health.*``: each container's liveness and readiness endpoint."""
 
     port: int = _key("job.health.port")
@@ -104,7 +122,7 @@ class HealthConfig:
 
 
 @dataclass(frozen=True)
-class QueryConfig:
+class QueryConfig(_Part):
     """``query.*``: each container's endpoint for interactive queries of its stores."""
 
     enabled: bool = _key("query.enabled")
@@ -114,7 +132,7 @@ class QueryConfig:
 
 
 @dataclass(frozen=True)
-class MetricsConfig:
+class MetricsConfig(_Part):
     """``metrics.*``: operator metrics and the reporters that publish them."""
 
     operators: bool = _key("metrics.operators")
@@ -126,7 +144,7 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True)
-class TracingConfig:
+class TracingConfig(_Part):
     """``tracing.*``: whether the job traces through the OpenTelemetry SDK, what it samples and
     where its spans go (docs/tracing.md)."""
 
@@ -141,7 +159,7 @@ class TracingConfig:
 
 
 @dataclass(frozen=True)
-class StoreConfig:
+class StoreConfig(_Part):
     """``stores.<name>.*``: one store's changelog and sizes."""
 
     changelog: str | None = _key("changelog")
@@ -153,7 +171,7 @@ class StoreConfig:
 
 
 @dataclass(frozen=True)
-class StreamConfig:
+class StreamConfig(_Part):
     """``streams.<id>.*``: one stream's system, name, partitions, retention and serde policy."""
 
     serde_error: str = _key("samza.serde.error")
@@ -209,17 +227,27 @@ class SystemConfig:
 
 
 P = TypeVar("P")
+T = TypeVar("T", bound=_Part)
 
 
-def _part(cls: type[P], registry: Mapping[str, ConfigKey], values: Mapping[str, Any],
-          prefix: str = "") -> P:
-    """A part whose every field is its key's value in ``values``, or the registry's default."""
+def _part(cls: type[T], registry: Mapping[str, ConfigKey], values: Mapping[str, Any],
+          prefix: str = "", **fallback: Any) -> T:
+    """A part whose every field is its key's value in ``values`` (where that is empty and
+    ``fallback`` names the field, its value there), or the registry's default; it knows which
+    of its keys ``values`` gave."""
     kwargs = {}
+    given = set()
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         spec = registry[f.metadata[KEY_OF_FIELD]]
         value = values.get(prefix + spec.name)
+        if value is not None:
+            given.add(f.name)
+        if not value and f.name in fallback:
+            value = fallback[f.name]
         kwargs[f.name] = spec.default if value is None else value
-    return cls(**kwargs)
+    part = cls(**kwargs)
+    object.__setattr__(part, "_given", frozenset(given))
+    return part
 
 
 _SECURITY_KEYS = {"security.protocol": "protocol", "sasl.mechanism": "sasl_mechanism",
@@ -271,10 +299,8 @@ class JobConfig(Mapping[str, Any]):
         set_(self, "_values", dict(values))
         set_(self, "_app", app)
         set_(self, "task", _part(TaskConfig, KNOWN_KEYS, values))
-        job = _part(JobSettings, KNOWN_KEYS, values)
-        if app is not None:
-            job = dataclasses.replace(job, name=job.name or app[0], id=job.id or app[1])
-        set_(self, "job", job)
+        named = {} if app is None else {"name": app[0], "id": app[1]}
+        set_(self, "job", _part(JobSettings, KNOWN_KEYS, values, **named))
         set_(self, "health", _part(HealthConfig, KNOWN_KEYS, values))
         set_(self, "query", _part(QueryConfig, KNOWN_KEYS, values))
         set_(self, "metrics", _part(MetricsConfig, KNOWN_KEYS, values))

@@ -542,6 +542,65 @@ def test_the_scan_sees_config_reads_by_name() -> None:
     assert [line for line, _ in config_reads_by_name(ast.parse(source))] == [1, 2, 3]
 
 
+#: the config modules: the key registry and the typed ``JobConfig`` it makes
+CONFIG_MODULES = ("samza_dsl.config", "samza_dsl.jobconfig")
+
+
+def _key_namespaces() -> tuple[str, ...]:
+    """The namespaces of the job's own keys (``task.``, ``job.``, ``streams.``...), not
+    ``user.``: a user's own keys are the user's to read from ``ctx.config``."""
+    from samza_dsl.config import KNOWN_KEYS
+    return tuple(sorted({k.split(".")[0] + "." for k in KNOWN_KEYS}
+                        | {"streams.", "stores.", "systems."}))
+
+
+def config_keys_asked_by_string(tree: ast.AST) -> list[tuple[int, str]]:
+    """Where a job's key, written as a string (or an f-string that starts with its namespace),
+    is asked of a mapping: ``"key" in config``, ``config["key"]``, ``config.get("key")``. Such a
+    read cannot tell a misspelt key, and repeats the registry's default; the typed parts give
+    the value, and ``part.given(field)`` whether the config gave it."""
+    namespaces = _key_namespaces()
+
+    def is_key(node: ast.AST) -> bool:
+        if isinstance(node, ast.JoinedStr) and node.values:
+            node = node.values[0]
+        return isinstance(node, ast.Constant) and isinstance(node.value, str) \
+            and node.value.startswith(namespaces)
+
+    def asks(node: ast.AST) -> bool:
+        if isinstance(node, ast.Compare):  # "key" in config
+            return is_key(node.left) and any(isinstance(op, ast.In | ast.NotIn)
+                                             for op in node.ops)
+        if isinstance(node, ast.Subscript):  # config["key"]
+            return isinstance(node.ctx, ast.Load) and is_key(node.slice)
+        return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+            and node.func.attr in ("get", "pop", "setdefault") and bool(node.args) \
+            and is_key(node.args[0])  # config.get("key")
+
+    return [(node.lineno, ast.unparse(node)) for node in ast.walk(tree)  # type: ignore[attr-defined]
+            if asks(node)]
+
+
+def test_no_module_but_the_config_modules_asks_the_config_for_a_key_by_its_name() -> None:
+    """Whether a key was given, and its value, are fields of the typed parts: no module outside
+    the config modules asks a mapping for one of the job's keys by name."""
+    found = [(name, *use) for name, path in modules().items() if name not in CONFIG_MODULES
+             for use in config_keys_asked_by_string(ast.parse(path.read_text()))]
+    assert not found, found
+
+
+def test_the_scan_sees_keys_asked_by_string() -> None:
+    source = ("a = 'metrics.reporter.interval.ms' not in runner.config\n"
+              "b = config.get(f'streams.{sid}.samza.broadcast')\n"
+              "c = f'stores.{name}.object.cache.size' in config\n"
+              "d = config['task.commit.ms']\n"
+              "e = ctx.config.get('user.greeting')\n"
+              "page['metrics.reporters'] = 'snapshot'\n"
+              "f = 'stream' in kinds\n"
+              "g = config.metrics.given('reporter_interval_ms')\n")
+    assert [line for line, _ in config_keys_asked_by_string(ast.parse(source))] == [1, 2, 3, 4]
+
+
 #: the modules that run a job or a command on whatever system its streams are on
 SYSTEM_BLIND = ["runtime/runner.py", "runtime/run_inputs.py", "runtime/ops/cli.py",
                 "runtime/ops/ui.py"]

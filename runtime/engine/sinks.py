@@ -6,7 +6,7 @@ A task whose application has ``SinkOutput`` streams gets a ``TaskSinks`` when it
 it (``recover``), and the task's producer is wrapped (``SinkProducer``) so that the terminals of
 those streams write to the sinks and every other stream goes to the producer as before. A sink
 that overrides ``write_batch`` also takes runs of messages from the task's batch runs
-(``batch_sender``, ``runtime.engine.batch.sink_run``). The
+(``batch_sender``, ``runtime.engine.batch_sink.sink_run``). The
 committer keeps the task's sinks (``Committer.sinks``): ``runtime.engine.commit`` calls ``prepare``
 before the checkpoint and ``commit`` after it; the checkpoint records, per task, the id of the
 checkpoint and each sink's position (``checkpoints.merge(sinks=...)``). The container closes
@@ -188,7 +188,7 @@ class TaskSinks:
         return send
 
     def batch_sender(self, stream_id: str) -> Callable[[int, list[Any], Sources], Any] | None:
-        """What a task's run of ``stream_id``'s messages calls (``runtime.engine.batch.sink_run``):
+        """What a task's run of ``stream_id``'s messages calls (``runtime.engine.batch_sink.sink_run``):
         the sink's ``write_batch``, its errors named, as ``sender``'s; None where the sink does
         not override ``write_batch`` (its messages go to ``write`` one by one)."""
         sink = self.sinks[stream_id]

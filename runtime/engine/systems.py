@@ -8,6 +8,7 @@ application on it; ``job_system(app)`` picks the one an application's streams na
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -17,7 +18,7 @@ from typing import Any, Protocol
 from runtime.engine.job import SSP, TaskModel
 from samza_dsl.errors import SamzaError
 
-__all__ = ["Consumer", "RebalancingConsumer", "Producer", "RecordSink", "StreamSink", "CheckpointStore", "StateBackend", "JobSystem", "NeverRan", "SystemKind",
+__all__ = ["Consumer", "RebalancingConsumer", "Producer", "RecordSink", "StreamSink", "CheckpointStore", "StateBackend", "TaskLifecycle", "JobSystem", "NeverRan", "SystemKind",
            "SYSTEMS", "job_system"]
 
 
@@ -186,6 +187,39 @@ class StateBackend(Protocol):
         """The task's checkpoint is written (a hook: the local system compacts its changelogs
         and trims its intermediate streams below it)."""
         return None
+
+
+class TaskLifecycle(Protocol):
+    """Which tasks a container runs, where they come and go while it runs (Kafka Streams'
+    ``TaskManager`` shape: a member of a Kafka consumer group, ``runtime.kafka.tasks``). The
+    container holds it (``Container.lifecycle``) and runs in its place the tasks it was built
+    with; the lifecycle hands tasks in and out through the container's ``build_task``,
+    ``attach``, ``detach`` and ``read_on``."""
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Begin taking tasks (the container's helpers run already)."""
+
+    async def serve(self) -> None:
+        """Until stopped (every task committed) or failed."""
+
+    async def leave(self) -> list[asyncio.Task[None]]:
+        """Take no task more and settle what is under way; the runs of the tasks it runs now,
+        which the container closes with the rest."""
+        ...
+
+    def stop_requested(self) -> None:
+        """The container was asked to stop (``request_stop``)."""
+
+    def fail(self, exc: BaseException) -> None:
+        """The container stops with ``exc``, whatever tasks it has now."""
+
+    def health_state(self) -> tuple[str, bool, int]:
+        """What the health endpoint says (``Container.health_state``)."""
+        ...
+
+    def status(self) -> dict[str, Any]:
+        """What it adds to the container's status."""
+        ...
 
 
 class NeverRan(SamzaError):

@@ -19,7 +19,7 @@ from typing import Any
 
 from operators.base import Operator, OperatorContext, UserContext
 from runtime.engine import faults, handout
-from runtime.engine.batch import CONTROL_TYPES, BatchFailure
+from runtime.engine.batch_rules import CONTROL_TYPES, BatchFailure
 from runtime.engine.chooser import Chooser
 from runtime.engine.codec import Skipped
 from runtime.engine.dag import OperatorFailure, gather_pending

@@ -16,7 +16,10 @@ import networkx as nx
 from operators.base import IDENTITY, Operator
 from operators.join_event_time import EventTimeJoinOperator
 from operators.window import WindowOperator
-from runtime.engine.batch import BatchRun, operator_run, sink_run, stream_run
+from runtime.engine.batch import stream_run
+from runtime.engine.batch_operator import operator_run
+from runtime.engine.batch_rules import BatchRun
+from runtime.engine.batch_sink import sink_run
 from runtime.engine.dag import Emit, OperatorFailure, chain, metered
 from runtime.engine.event_time import DeclaredTime, InputTime, WindowMoves, input_time
 from runtime.engine.handout import Cursor

@@ -59,6 +59,7 @@ from aiokafka.errors import (
 from runtime.kafka.aiokafka_compat import ConfigResource, ConfigResourceType, route_admin_requests
 from runtime.kafka.security import LoginRefused, not_authorized, refusal
 from samza_dsl.errors import SamzaError
+from samza_dsl.jobconfig import StreamConfig
 
 __all__ = ["BrokersUnreachable", "LostLeader", "TopicSpec", "any_broker", "check_bootstrap",
            "delete_topics", "describe_topics", "ensure_topics", "live_first", "lost_leaders",
@@ -127,25 +128,23 @@ class TopicSpec:
             )
 
 
-def retention_configs(config: Mapping[str, object], stream_id: str
-                      ) -> tuple[tuple[str, str], ...]:
-    """The topic configs ``retention.ms`` and ``retention.bytes`` of a stream whose config sets
-    ``streams.<stream_id>.retention.ms``/``.retention.bytes`` (validated: -1 keeps forever, as
-    on Kafka); a key the config does not set is left to the broker's default.
+def retention_configs(stream: StreamConfig) -> tuple[tuple[str, str], ...]:
+    """The topic configs ``retention.ms`` and ``retention.bytes`` of a stream whose config
+    (``JobConfig.stream(id)``) gives ``streams.<id>.retention.ms``/``.retention.bytes`` (-1 keeps
+    forever, as on Kafka); a key the config does not give is left to the broker's default.
 
-    >>> retention_configs({"streams.orders.retention.ms": 86400000}, "orders")
-    (('retention.ms', '86400000'),)
-    >>> retention_configs({"streams.orders.retention.bytes": -1}, "orders")
-    (('retention.bytes', '-1'),)
-    >>> retention_configs({}, "orders")
+    >>> from samza_dsl.jobconfig import JobConfig
+    >>> config = JobConfig.validated({"streams.orders.retention.ms": "86400000",
+    ...                               "streams.audit.retention.bytes": -1})
+    >>> retention_configs(config.stream("orders")), retention_configs(config.stream("audit"))
+    ((('retention.ms', '86400000'),), (('retention.bytes', '-1'),))
+    >>> retention_configs(config.stream("clicks"))
     ()
     """
-    out = []
-    for name in ("retention.ms", "retention.bytes"):
-        value: Any = config.get(f"streams.{stream_id}.{name}")  # a number, or its text
-        if value is not None:
-            out.append((name, str(int(value))))
-    return tuple(out)
+    topic_configs = (("retention.ms", "retention_ms", stream.retention_ms),
+                     ("retention.bytes", "retention_bytes", stream.retention_bytes))
+    return tuple((name, str(int(value))) for name, field, value in topic_configs
+                 if stream.given(field))
 
 
 def check_bootstrap(bootstrap: str) -> list[str]:

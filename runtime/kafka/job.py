@@ -257,7 +257,7 @@ class KafkaJob:
                                  if store.changelog is not None}
         self.topic_specs = [
             *(TopicSpec(self.physical[sid], counts[sid],
-                        configs=retention_configs(plan.config, sid)) for sid in self.topics),
+                        configs=retention_configs(plan.config.stream(sid))) for sid in self.topics),
             *(TopicSpec(t, n_tasks, compacted=True) for t in self.changelog_topics.values()),
             TopicSpec(self.checkpoint_topic, 1, compacted=True),
             TopicSpec(dead_letter_stream(self.job_name), 1),

@@ -283,7 +283,7 @@ async def produce_load(streams: KafkaStreams, load: EncodedLoad, timeout: float 
     n = len(load.records)
     if streams.existing.get(sid) is None:
         await ensure_topics(streams.servers, [TopicSpec(
-            topic, n, configs=retention_configs(streams.plan.config, sid))], timeout=timeout,
+            topic, n, configs=retention_configs(streams.plan.config.stream(sid)))], timeout=timeout,
             **security_settings(streams.consumer_settings))
         streams.existing[sid] = n
         streams.topics[topic] = n

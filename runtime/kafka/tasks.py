@@ -2,7 +2,7 @@
 docs/several-machines.md): which tasks run in this container, as the group deals them.
 
 ``GroupTasks`` has the shape of Kafka Streams' ``TaskManager``: the container holds it
-(``Container.lifecycle``, ``runtime.engine.container.TaskLifecycle``) and runs its tasks as it hands
+(``Container.lifecycle``, ``runtime.engine.systems.TaskLifecycle``) and runs its tasks as it hands
 them in and out, through the container's ``build_task``, ``attach``, ``detach`` and ``read_on``.
 On a revocation it stops handing out, lets the messages in flight complete (bounded by
 ``task.shutdown.ms``) and commits each task in Samza's order (``runtime.engine.commit``); on the
@@ -133,7 +133,7 @@ class GroupTasks:
         """The tasks running here now."""
         return self.container.tasks
 
-    # -- what the container calls (``runtime.engine.container.TaskLifecycle``) --------------------------
+    # -- what the container calls (``runtime.engine.systems.TaskLifecycle``) --------------------------
 
     def stop_requested(self) -> None:
         self._changed.set()

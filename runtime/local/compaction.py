@@ -40,13 +40,13 @@ import lmdb
 import msgspec
 
 from runtime.engine import faults
-from runtime.local.log import (
+from runtime.local.log import LocalLog
+from runtime.local.segments import (
     COMPACTED,
     DECODE_SEGMENT,
     ENCODE,
     PACK_OFFSET,
     UNPACK_OFFSET,
-    LocalLog,
     seal,
 )
 from samza_dsl.errors import SamzaError

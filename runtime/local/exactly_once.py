@@ -29,7 +29,8 @@ from typing import Any, Protocol
 
 from runtime.engine.codec import BufferedProducer, Record
 from runtime.engine.job import SSP, TaskModel
-from runtime.local.log import Encoded, LocalLog
+from runtime.local.log import LocalLog
+from runtime.local.segments import Encoded
 from samza_dsl.errors import SamzaError
 
 __all__ = ["COMMIT_BYTES", "SEGMENT_RECORDS", "Checkpoints", "LocalTransactions", "TaskOutputs"]
@@ -42,7 +43,7 @@ SEGMENT_RECORDS = 8192
 
 
 class Checkpoints(Protocol):
-    """The checkpoints of a job in a local log (``runtime.local.system.LocalCheckpoints``)."""
+    """The checkpoints of a job in a local log (``runtime.local.state.LocalCheckpoints``)."""
 
     log: LocalLog
 

@@ -31,6 +31,10 @@ byte changed on disk is an error naming the stream, partition and offset
 ``checked`` in ``streams``: a segment of it without a checksum is corrupt too. Streams and
 metadata written before keep being read as they are (unchecked); what is appended to them now
 is checked.
+
+The segment format is ``runtime.local.segments``; the environment a log is open on (shared in a
+process, its transactions and errors) is ``runtime.local.log_env``; the metadata keyspace is
+``runtime.local.log_meta``.
 """
 
 from __future__ import annotations
@@ -38,200 +42,55 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import struct
 import time
-import zlib
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import lmdb
 import msgspec
 
-from runtime.host.storage import (
-    MappedPages,
-    check_file_not_truncated,
-    check_not_truncated,
-    fork_safe_lock,
-    reserve_lock_file,
-    storage_error,
+from runtime.local.log_env import SharedEnv as _Shared
+from runtime.local.log_meta import MetaKeyspace
+
+# the segment format, under the names the log's code has always read it by
+from runtime.local.segments import CHECKED as _CHECKED
+from runtime.local.segments import CHECKED_HEAD as _CHECKED_HEAD
+from runtime.local.segments import (
+    COMPACTED,
+    DECODE_SEGMENT,
+    ENCODE,
+    PACK_OFFSET,
+    UNPACK_OFFSET,
+    CorruptSegmentError,
+    Encoded,
+    Record,
+    seal,
 )
+from runtime.local.segments import CRC as _CRC
+from runtime.local.segments import CRC32 as _crc
+from runtime.local.segments import DECODE_COMPACTED as _DECODE_COMPACTED
+from runtime.local.segments import DECODE_INFO as _DECODE_INFO
+from runtime.local.segments import ENCODE_INTO as _encode_into
+from runtime.local.segments import LAST as _LAST
+from runtime.local.segments import MAX_OFFSET as _MAX_OFFSET
+from runtime.local.segments import U32 as _U32
+from runtime.local.segments import StreamInfo as _StreamInfo
+from runtime.local.segments import sealed as _sealed
+from runtime.local.segments import segment_count as _segment_count
+from runtime.local.segments import segment_kind as _kind
+from runtime.local.segments import segment_ts as _segment_ts
 from samza_dsl.errors import SamzaError
 
-__all__ = ["CorruptSegmentError", "Encoded", "Header", "LocalLog", "Record"]
+__all__ = ["LocalLog"]
 
-Header = tuple[str, bytes]
-#: headers, or an int: a record's origin in the log's compact form (``runtime.engine.origins``)
-Record = tuple[bytes | None, bytes | None, tuple[Header, ...] | int | None]
-
-#: a batch encoded for the log (``LocalLog.encode_batch``): stream, partition, the segment's
-#: stored value but for its key's share of the checksum (None: no record), and the checksum of
-#: its encoding
-Encoded = tuple[str, int, bytearray | None, int]
-
-_SegmentType = tuple[
-    int, list[tuple[bytes | None, bytes | None, tuple[tuple[str, bytes], ...] | int | None]]
-]
-
-
-class _StreamInfo(msgspec.Struct):
-    partitions: int
-    #: every segment carries its checksum (streams created before checksums existed: False)
-    checked: bool = False
-
-
-class CorruptSegmentError(SamzaError):
-    """A segment of the log fails its checksum or cannot be decoded: the records at offsets
-    ``[offset, offset + span)`` of ``stream`` partition ``partition`` are lost (``span`` None:
-    not known). ``raw``: the segment's stored bytes."""
-
-    def __init__(self, message: str, *, stream: str = "", partition: int = 0, offset: int = 0,
-                 span: int | None = None, raw: bytes = b"") -> None:
-        super().__init__(message)
-        self.stream = stream
-        self.partition = partition
-        self.offset = offset
-        self.span = span
-        self.raw = raw
-
-
-ENCODE = msgspec.msgpack.Encoder().encode
-DECODE_SEGMENT = msgspec.msgpack.Decoder(_SegmentType).decode
-_CompactedType = tuple[
-    int, int, list[int],
-    list[tuple[bytes | None, bytes | None, tuple[tuple[str, bytes], ...] | int | None]],
-]
-_DECODE_COMPACTED = msgspec.msgpack.Decoder(_CompactedType).decode
-COMPACTED = 0x94  # the first byte of a compacted segment's value
-_CHECKED = 0xC1  # the first byte of a value that carries its checksum
-_CHECKED_HEAD = 5  # that byte and the checksum
-_crc = zlib.crc32
-_CRC = struct.Struct("<I")
-_encode_into = msgspec.msgpack.Encoder().encode_into
-_DECODE_INFO = msgspec.msgpack.Decoder(_StreamInfo).decode
-_U64 = struct.Struct(">Q")
-_U32 = struct.Struct(">I")
-PACK_OFFSET = _U64.pack
-UNPACK_OFFSET = _U64.unpack
-_LAST = b"\xff" * 8  # greater than every 8-byte offset
-_MAX_OFFSET = (1 << 63) - 1
 _STREAM_ID = re.compile(r"[A-Za-z0-9._-]{1,249}")
 #: a trim lets go of the pages its deletes mapped in every this many deleted segments
 _TRIM_RELEASE = 16
-_MAX_META_KEY = 500  # LMDB's key limit is 511 bytes
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 
-# The size of a msgpack int by its first byte, for the segment's timestamp.
-_INT_SIZE = {0xCC: 2, 0xCD: 3, 0xCE: 5, 0xCF: 9, 0xD0: 2, 0xD1: 3, 0xD2: 5, 0xD3: 9}
 
-
-def _uint_at(value: Any, i: int) -> int:
-    """The msgpack unsigned int at ``value[i]``."""
-    b = value[i]
-    if b <= 0x7F:
-        return int(b)
-    return int.from_bytes(value[i + 1 : i + _INT_SIZE[b]], "big")
-
-
-def _segment_count(value: Any) -> int:
-    """How many offsets an encoded segment covers, from its msgpack headers alone: a plain
-    segment's record count, a compacted one's span.
-
-    A plain ``value`` (after its checksum, if any) is ``0x92`` (an array of 2), the timestamp
-    (an int of 1 to 9 bytes), then the records' array header (fixarray, array 16 or array
-    32)."""
-    if value[0] == _CHECKED:
-        value = value[_CHECKED_HEAD:]
-    if value[0] == COMPACTED:
-        return _uint_at(value, 1)
-    b = value[1]
-    i = 2 if (b <= 0x7F or b >= 0xE0) else 1 + _INT_SIZE[b]
-    h = value[i]
-    if 0x90 <= h <= 0x9F:
-        return h - 0x90
-    if h == 0xDC:
-        return (value[i + 1] << 8) | value[i + 2]
-    if h == 0xDD:
-        return int.from_bytes(value[i + 1 : i + 5], "big")
-    raise KeyError(h)
-
-
-def _kind(value: Any) -> int:
-    """The first byte of a segment's encoding: ``COMPACTED`` or a plain segment's."""
-    return int(value[_CHECKED_HEAD] if value[0] == _CHECKED else value[0])
-
-
-def seal(key: bytes, body: bytes) -> bytes:
-    """The stored value of an encoded segment or metadata value ``body`` under ``key``: with
-    its checksum (see the module doc)."""
-    return bytes((_CHECKED,)) + _CRC.pack(_crc(key, _crc(body))) + body
-
-
-def _sealed(value: Any, key: bytes) -> bool:
-    """Whether a value that starts with ``_CHECKED`` matches its checksum."""
-    return len(value) >= _CHECKED_HEAD and \
-        _CRC.unpack_from(value, 1)[0] == _crc(key, _crc(value[_CHECKED_HEAD:]))
-
-
-def _segment_ts(value: Any) -> int:
-    """An encoded segment's timestamp (ms), from its msgpack header: a compacted segment's
-    comes after its span."""
-    if value[0] == _CHECKED:
-        value = value[_CHECKED_HEAD:]
-    i = 1
-    if value[0] == COMPACTED:
-        b = value[1]
-        i = 2 if b <= 0x7F else 1 + _INT_SIZE[b]
-    return _uint_at(value, i)
-
-
-class _Shared:
-    """One open environment, shared by every LocalLog on its directory in this process."""
-
-    __slots__ = ("env", "streams", "log", "meta", "refs", "pid", "ident", "pages")
-
-    def __init__(self, env: Any, streams: Any, log: Any, meta: Any, ident: Any,
-                 pages: MappedPages) -> None:
-        self.env = env
-        self.streams = streams
-        self.log = log
-        self.meta = meta
-        self.refs = 1
-        self.pid = os.getpid()
-        self.ident = ident
-        #: the pages reads mapped in, let go of every 1 MB read (``MappedPages``): a log is mostly
-        #: read once, and its pages would otherwise stay in the process's resident set
-        self.pages = pages
-
-
-# realpath -> the environment open on it. LMDB forbids opening one environment twice in a
-# process (its fcntl locks belong to the process, so closing one handle would drop the other's).
-_REGISTRY: dict[str, _Shared] = {}
-_REGISTRY_LOCK = fork_safe_lock()
-# held while a transaction is open, in any thread: a fork (a container process) waits for it,
-# so no transaction of the parent's is open in the copy the child inherits and closes
-_TXN_GUARD = fork_safe_lock(reentrant=True)
-
-
-def _file_ident(real: str) -> tuple[int, int] | None:
-    """Which data file the directory holds now: a log deleted and re-created at the same path
-    while still open here is a different environment."""
-    try:
-        st = os.stat(os.path.join(real, "data.mdb"))
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino)
-
-
-def _unreadable(path: str, exc: BaseException) -> SamzaError:
-    return SamzaError(
-        f"the local log at {path} is not a readable LMDB environment ({type(exc).__name__}: "
-        f"{exc}); it is corrupt or is not a local log. Move the directory away or delete it "
-        f"(rm -r {path}) to start with an empty log"
-    )
-
-
-class LocalLog:
+class LocalLog(MetaKeyspace):
     """A partitioned, persistent, multi-process log in one LMDB environment.
 
     Open it on a directory (created if missing); share it between processes freely. Every
@@ -241,135 +100,13 @@ class LocalLog:
 
     def __init__(self, path: str | os.PathLike[str], *, map_size: int = 1 << 36,
                  cap_key: str | None = None) -> None:
-        self.path: str = os.path.abspath(os.fspath(path))
-        self.map_size = map_size
-        #: the config key that sets ``map_size``, named when the log is full
-        self.cap_key = cap_key
-        self._shared: _Shared | None = None
         #: the bytes of the batches this handle appended (encoded), for the producer's metrics
         self.appended_bytes = 0
         # the last compacted segment ``read`` decoded: (key, value, (offsets, records))
         self._compacted_cache: tuple[bytes, bytes, tuple[list[int], list[Any]]] | None = None
         #: partition key prefix -> whether its stream's segments all carry checksums
         self._strict: dict[bytes, bool] = {}
-        try:
-            os.makedirs(self.path, exist_ok=True)
-        except OSError as e:
-            raise storage_error(e, self.path, "creating the local log directory") or SamzaError(
-                f"cannot create the local log directory {self.path}: {e}; "
-                f"choose another path or fix its permissions"
-            ) from e
-        if not os.path.isdir(self.path):
-            raise SamzaError(f"the local log path {self.path} is not a directory; choose a directory")
-        self._real = real = os.path.realpath(self.path)
-        with _REGISTRY_LOCK:
-            shared = _REGISTRY.get(real)
-            if shared is not None and shared.pid != os.getpid():
-                # Inherited across a fork: unusable here (LMDB handles must not cross a fork), but
-                # py-lmdb refuses to open the files again until it is closed. Closing it in the
-                # child touches only the child's own reader slots and locks, not the parent's.
-                with contextlib.suppress(lmdb.Error):
-                    shared.env.close()
-                shared = None
-            elif shared is not None and shared.ident != _file_ident(real):
-                shared = None  # the directory was deleted and re-created: a new environment
-            if shared is None:
-                shared = self._open(real, map_size)
-                _REGISTRY[real] = shared
-            else:
-                shared.refs += 1
-        self._shared = shared
-
-    def _open(self, real: str, map_size: int) -> _Shared:
-        data_file = os.path.join(self.path, "data.mdb")
-        recover = ("move the directory away and start the job over with `samza-dsl reset` "
-                   "(its inputs must be loaded again)")
-        check_file_not_truncated(data_file, "the local log", recover)
-        reserve_lock_file(self.path, "the local log")
-        try:
-            env = lmdb.open(
-                real,
-                map_size=map_size,
-                subdir=True,
-                max_dbs=4,
-                sync=False,
-                metasync=False,
-                lock=True,
-                readahead=False,
-            )
-        except lmdb.Error as e:
-            raise storage_error(e, self.path, "opening the local log") or _unreadable(
-                self.path, e) from e
-        try:
-            check_not_truncated(env, data_file, "the local log", recover)
-        except BaseException:
-            env.close()
-            raise
-        try:
-            streams = env.open_db(b"streams")
-            log = env.open_db(b"log")
-            meta = env.open_db(b"meta")
-            env.reader_check()  # free the reader slots of processes that died mid-read
-            with env.begin(buffers=True) as txn:  # a first read: fail now, not mid-job
-                cur = txn.cursor(streams)
-                for _, value in cur:
-                    _DECODE_INFO(value)
-                txn.cursor(log).last()
-        except (lmdb.Error, msgspec.DecodeError) as e:
-            env.close()
-            raise storage_error(e, self.path, "opening the local log") or _unreadable(
-                self.path, e) from e
-        return _Shared(env, streams, log, meta, _file_ident(real),
-                       MappedPages(os.path.join(real, "data.mdb"), env=env))
-
-    # ------------------------------------------------------------------ plumbing
-
-    def _live(self) -> _Shared:
-        shared = self._shared
-        if shared is None:
-            raise SamzaError(f"the local log at {self.path} is closed; open a new LocalLog")
-        if shared.pid != os.getpid():
-            raise SamzaError(
-                f"the local log at {self.path} was opened in process {shared.pid}, before a fork; "
-                f"open a new LocalLog in this process (pid {os.getpid()})"
-            )
-        return shared
-
-    @contextlib.contextmanager
-    def _begin(self, shared: _Shared, write: bool = False) -> Iterator[Any]:
-        """A transaction, committed at the end of the block (aborted on an exception). No
-        process forks while one is open in any of its threads (``_TXN_GUARD``)."""
-        with _TXN_GUARD:
-            try:
-                txn = shared.env.begin(write=write, buffers=True)
-            except lmdb.MapResizedError:
-                # Another process grew the map beyond ours: adopt its size and retry.
-                shared.env.set_mapsize(0)
-                shared.pages.moved()
-                txn = shared.env.begin(write=write, buffers=True)
-            with txn:
-                yield txn
-
-    def _lmdb_error(self, exc: lmdb.Error, doing: str) -> SamzaError:
-        fault = storage_error(exc, self.path, doing)
-        if fault is not None:  # the disk, not the file: never advise deleting anything
-            return fault
-        if isinstance(exc, lmdb.MapFullError):
-            size = self._shared.env.info()["map_size"] if self._shared else self.map_size
-            how = (f"raise {self.cap_key} (a number of bytes) and restart the job"
-                   if self.cap_key else
-                   "reopen it with a larger map_size (close every LocalLog on it first)")
-            return SamzaError(
-                f"the local log at {self.path} reached its size cap (map_size={size} bytes) while "
-                f"{doing}; {how}. Retention (streams.<id>.retention.ms or "
-                f"streams.<id>.retention.bytes on inputs and outputs) and changelog compaction "
-                f"free space inside the log for new appends; or delete streams you no longer need"
-            )
-        return SamzaError(
-            f"LMDB failed while {doing} in the local log at {self.path}: "
-            f"{type(exc).__name__}: {exc}. If it persists the file may be corrupt: move the "
-            f"directory away or delete it"
-        )
+        super().__init__(path, map_size=map_size, cap_key=cap_key)
 
     def _partitions_in(self, txn: Any, shared: _Shared, stream: str) -> int | None:
         info = self._info_in(txn, shared, stream)
@@ -982,155 +719,3 @@ class LocalLog:
         if deleted:
             pages.release()
         return gone
-
-    # ------------------------------------------------------------------ metadata
-
-    def _meta_key(self, key: str) -> bytes:
-        raw = key.encode()
-        if not raw or len(raw) > _MAX_META_KEY:
-            raise SamzaError(
-                f"metadata key {key[:80]!r} for the local log at {self.path} must be 1 to "
-                f"{_MAX_META_KEY} bytes of UTF-8, not {len(raw)}"
-            )
-        return raw
-
-    def put_meta(self, key: str, value: bytes) -> None:
-        """Set one metadata key."""
-        self.put_meta_many({key: value})
-
-    def put_meta_many(self, items: Mapping[str, bytes]) -> None:
-        """Set several metadata keys in one transaction."""
-        shared = self._live()
-        encoded = [(self._meta_key(k), v) for k, v in items.items()]
-        try:
-            with self._begin(shared, write=True) as txn:
-                for k, v in encoded:
-                    txn.put(k, seal(k, v), db=shared.meta)
-        except lmdb.Error as e:
-            raise self._lmdb_error(e, "writing metadata") from e
-
-    def assign_ids(self, prefix: str, names: Iterable[str]) -> dict[str, int]:
-        """Small ints for ``names``, the same for as long as the log lives: each name gets one
-        the first time it is asked for (the next after those of ``prefix``), in one write
-        transaction, so two processes asking at once never share one."""
-        shared = self._live()
-        wanted = list(dict.fromkeys(names))
-        out: dict[str, int] = {}
-        try:
-            with self._begin(shared, write=True) as txn:
-                known = {}
-                cur = txn.cursor(shared.meta)
-                pfx = prefix.encode()
-                if cur.set_range(pfx):
-                    for k, v in cur:
-                        if bytes(k[:len(pfx)]) != pfx:
-                            break
-                        known[bytes(k[len(pfx):]).decode()] = int(
-                            self._unsealed_meta(bytes(k), v))
-                top = max(known.values(), default=0)
-                for name in wanted:
-                    if name not in known:
-                        top += 1
-                        known[name] = top
-                        raw = self._meta_key(prefix + name)
-                        txn.put(raw, seal(raw, str(top).encode()), db=shared.meta)
-                    out[name] = known[name]
-        except lmdb.Error as e:
-            raise self._lmdb_error(e, f"assigning ids under {prefix!r}") from e
-        return out
-
-    def get_meta(self, key: str) -> bytes | None:
-        """One metadata value, or None."""
-        shared = self._live()
-        try:
-            with self._begin(shared) as txn:
-                raw = self._meta_key(key)
-                value = txn.get(raw, db=shared.meta)
-                return None if value is None else self._unsealed_meta(raw, value)
-        except lmdb.Error as e:
-            raise self._lmdb_error(e, f"reading metadata key {key!r}") from e
-
-    def meta_items(self, prefix: str = "") -> dict[str, bytes]:
-        """Every metadata key starting with ``prefix``, and its value."""
-        shared = self._live()
-        pfx = prefix.encode()
-        n = len(pfx)
-        out: dict[str, bytes] = {}
-        try:
-            with self._begin(shared) as txn:
-                cur = txn.cursor(shared.meta)
-                if not (cur.set_range(pfx) if pfx else cur.first()):
-                    return out
-                for k, v in cur:
-                    if bytes(k[:n]) != pfx:
-                        break
-                    out[bytes(k).decode()] = self._unsealed_meta(bytes(k), v)
-        except lmdb.Error as e:
-            raise self._lmdb_error(e, f"listing metadata under {prefix!r}") from e
-        return out
-
-    def _unsealed_meta(self, key: bytes, value: Any) -> bytes:
-        """A metadata value, its checksum verified; one written before checksums, as it is."""
-        if not value or value[0] != _CHECKED:
-            return bytes(value)
-        if not _sealed(value, key):
-            name = key.decode(errors="replace")
-            what = ("a checkpoint: the job cannot know where it stopped nor trust its state"
-                    if name.startswith("checkpoint/") else "state the job keeps there")
-            raise SamzaError(
-                f"the metadata {name!r} in the local log at {self.path} fails its checksum: its "
-                f"bytes changed on disk (a failing disk, a file edited or copied in part); it is "
-                f"{what}. Restore the log directory from another copy, or start the job over "
-                f"with `samza-dsl reset` (its inputs stay; its stores are rebuilt from them)")
-        return bytes(value[_CHECKED_HEAD:])
-
-    def delete_meta(self, prefix: str) -> int:
-        """Delete every metadata key starting with ``prefix``; how many there were."""
-        shared = self._live()
-        pfx = prefix.encode()
-        n = len(pfx)
-        count = 0
-        try:
-            with self._begin(shared, write=True) as txn:
-                cur = txn.cursor(shared.meta)
-                if cur.set_range(pfx) if pfx else cur.first():
-                    while bytes(cur.key()[:n]) == pfx and cur.delete():
-                        count += 1
-        except lmdb.Error as e:
-            raise self._lmdb_error(e, f"deleting metadata under {prefix!r}") from e
-        return count
-
-    # ------------------------------------------------------------------ lifecycle
-
-    def sync(self) -> None:
-        """Flush to disk: durable against power loss too (appends survive a crash of the
-        process without it)."""
-        shared = self._live()
-        try:
-            shared.env.sync(True)
-        except lmdb.Error as e:
-            raise self._lmdb_error(e, "syncing") from e
-
-    def close(self) -> None:
-        """Release this handle; the environment closes with the last one in the process."""
-        shared, self._shared = self._shared, None
-        if shared is None:
-            return
-        with _REGISTRY_LOCK:
-            shared.refs -= 1
-            if shared.refs > 0:
-                return
-            if _REGISTRY.get(self._real) is shared:
-                del _REGISTRY[self._real]
-        if shared.pid == os.getpid():
-            shared.env.close()
-
-    def __enter__(self) -> LocalLog:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        state = "closed" if self._shared is None else "open"
-        return f"LocalLog({self.path!r}, {state})"

@@ -14,6 +14,10 @@ Inputs are bounded by default: a run processes each input up to its end as it wa
 started, then ends (``follow=True`` keeps reading until stopped). A second run resumes after the
 checkpoint.
 
+Its producer and consumer are ``runtime.local.clients``; its checkpoints, changelogs and the
+stores' backend ``runtime.local.state``; here is the job: planned over the log, its container
+built, and its streams read, loaded and reset.
+
 A running container holds its lock in ``<job.dir>/locks`` (``runtime.host.job_lock``). ``<job.dir>/log.id``
 names the log that holds the job (the same id is in the log's metadata), so a log emptied or
 replaced under a job with state is an error, not a silent new start.
@@ -21,23 +25,15 @@ replaced under a job with state is an error, not a silent new start.
 
 from __future__ import annotations
 
-import asyncio
 import functools
-import logging
 import os
 import secrets
 import shutil
-import time
-from bisect import bisect_left
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-import msgspec
-
 from operators.hashing import KeyPartitioner
-from runtime.engine import checkpoints
 from runtime.engine.codec import (
-    BufferedProducer,
     Record,
     Skipped,
     StreamCodec,
@@ -51,15 +47,13 @@ from runtime.engine.elastic import rescale_checkpoints
 from runtime.engine.event_time_ahead import ahead_rule
 from runtime.engine.job import (
     SSP,
-    JobModel,
-    TaskModel,
     build_job_model,
     job_containers,
     start_generation,
 )
 from runtime.engine.origins import ORIGIN_IDS, OriginNames
 from runtime.engine.partition_counts import PartitionWatch, planned_streams
-from runtime.engine.records import EndOfStream, is_control
+from runtime.engine.records import is_control
 from runtime.engine.serde_util import default_key_bytes
 from runtime.engine.systems import SYSTEMS, Consumer, Producer, StateBackend
 from runtime.host.job_lock import JobLock, log_id_lock
@@ -73,11 +67,11 @@ from runtime.host.storage import (
     ensure_open_files,
     storage_error,
 )
-from runtime.local.compaction import DRAIN_SECONDS, ChangelogCompactor
+from runtime.local.clients import LocalConsumer, LocalProducer
 from runtime.local.exactly_once import LocalTransactions
-from runtime.local.log import CorruptSegmentError, LocalLog
+from runtime.local.log import LocalLog
 from runtime.local.retention import LogTrimmer, job_targets, log_max_bytes
-from runtime.state.backend import StoreBackend
+from runtime.local.state import LocalCheckpoints, LocalState, LogChangelog
 from runtime.state.changelog import Changelog
 from samza_dsl.config import did_you_mean
 from samza_dsl.errors import ConfigError, SamzaError, SerdeError
@@ -85,10 +79,7 @@ from samza_dsl.jobconfig import JobConfig
 from samza_dsl.kv import KV
 from samza_dsl.serdes import KVSerde
 
-__all__ = ["LocalJob", "LocalProducer", "LocalConsumer", "LocalCheckpoints", "LogChangelog",
-           "LocalState", "job_dir", "log_path", "dead_letter_stream", "task_dir"]
-
-_log = logging.getLogger("samza_dsl.retention")
+__all__ = ["LocalJob", "job_dir", "log_path", "dead_letter_stream", "task_dir"]
 
 #: the encoded bytes a load appends per transaction: its memory stays about this size however
 #: long the input
@@ -100,398 +91,6 @@ PARTITION_CHECK_S = 1.0
 def log_path(system: str, settings: Mapping[str, Any], job_name: str, config: JobConfig) -> str:
     path = settings.get("path") or config.system(system).path
     return str(path) if path else os.path.join(job_dir(job_name, config.job), "logs", system)
-
-
-# -- producer and consumer ---------------------------------------------------------------------
-
-class LocalProducer(BufferedProducer):
-    """Buffers records per partition; a flush (or a ``signal`` after each processed batch)
-    appends every buffered partition to the log in one transaction."""
-
-    def __init__(self, log: LocalLog, generation: int) -> None:
-        super().__init__(generation)
-        self.log = log
-        self._written: list[Callable[[], None]] = []
-        self._scheduled = False
-        self._error: Exception | None = None
-
-    def on_write(self, callback: Callable[[], None]) -> None:
-        self._written.append(callback)
-
-    def origin_ids(self, keys: list[str]) -> Mapping[str, int] | None:
-        """The log stores records' origins in their compact form, its ids of origin keys in
-        its metadata (``runtime.engine.origins``)."""
-        return self.log.assign_ids(ORIGIN_IDS, keys)
-
-    def written_out(self) -> None:
-        """Records were appended to the log for this producer's readers (an exactly-once
-        commit): tell them."""
-        for callback in self._written:
-            callback()
-
-    def signal(self) -> None:
-        """Write what is buffered soon: once the tasks ready to run now have run, so their
-        batches share one transaction."""
-        if self._error is not None:  # the last write failed: fail the task that signals
-            raise self._error
-        if not self._scheduled:
-            self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._deferred_write)
-
-    def _deferred_write(self) -> None:
-        self._scheduled = False
-        try:
-            self._write()
-        except Exception as exc:  # the records stay buffered; flush() raises it again
-            self._error = exc
-
-    def _write(self) -> None:
-        batches: dict[tuple[str, int], list[Record]] = {}
-        taken: list[tuple[str, int, list[Record]]] = []
-        for sid, parts in self._bufs.items():
-            for p, buf in enumerate(parts):
-                if buf:
-                    batches[(self._physical[sid], p)] = buf
-                    taken.append((sid, p, buf))
-        if not batches:
-            return
-        began, before = time.perf_counter_ns(), self.log.appended_bytes
-        self.log.append_many(batches)
-        self.flush_ns += time.perf_counter_ns() - began
-        self.sent_bytes += self.log.appended_bytes - before
-        for sid, p, buf in taken:
-            self.sends += len(buf)
-            self._taken(sid, p, len(buf))
-            buf.clear()
-        for callback in self._written:
-            callback()
-
-    async def flush(self) -> None:
-        self._error = None
-        self._write()
-
-    async def close(self) -> None:
-        self._write()
-
-
-class LocalConsumer(Consumer):
-    """Reads log partitions for the container. A reader key (a task and its partition) has its
-    own position. Bounded inputs end with an ``EndOfStream`` at their end offset as of
-    registration."""
-
-    def __init__(self, log: LocalLog, physical: Mapping[str, str],
-                 codecs: Mapping[str, StreamCodec], generation: int, *,
-                 bounded: set[str], upcoming: set[str]) -> None:
-        self.log = log
-        self.physical = dict(physical)
-        self.codecs = dict(codecs)
-        self.generation = generation
-        self.bounded = set(bounded)
-        self.upcoming = set(upcoming)
-        self.positions: dict[Any, list[Any]] = {}
-        #: where reading of each partition began
-        self.starts: dict[SSP, int] = {}
-        self._event: asyncio.Event | None = None
-        self._woken = False
-        self._warned: set[SSP] = set()
-
-    def register(self, key: Any, ssp: SSP, next_offset: int | None) -> None:
-        phys = self.physical[ssp.stream_id]
-        end = self.log.end_offset(phys, ssp.partition)
-        if next_offset is None:
-            next_offset = end if ssp.stream_id in self.upcoming else 0
-        elif next_offset > 0:
-            start = self.log.start_offset(phys, ssp.partition)
-            if next_offset < start:
-                self._below_start(ssp, next_offset - 1, start, "checkpoint")
-        stop = end if ssp.stream_id in self.bounded else None
-        # [ssp, physical, position, stop offset or None, end-of-stream given]
-        self.positions[key] = [ssp, phys, next_offset, stop, False]
-        self.starts[ssp] = min(self.starts.get(ssp, next_offset), next_offset)
-
-    def _below_start(self, ssp: SSP, at: int, start: int, what: str) -> None:
-        if ssp in self._warned:  # one warning per partition
-            return
-        self._warned.add(ssp)
-        _log.warning(
-            "stream %s partition %d: the %s is at offset %d, but the local log at %s now starts "
-            "at offset %d (retention deleted the records in between before they were read); "
-            "continuing at offset %d, as Kafka's auto.offset.reset=earliest. Raise "
-            "streams.%s.retention.ms or retention.bytes if the job must not miss records",
-            ssp.stream_id, ssp.partition, what, at, self.log.path, start, start, ssp.stream_id)
-
-    def notify(self) -> None:
-        if self._event is not None:
-            self._event.set()
-
-    async def poll(self, keys: list[Any], max_per_key: int, timeout: float | None = None,
-                   limits: Mapping[Any, int] | None = None,
-                   ) -> list[tuple[Any, int, list[Any]]]:
-        if self._event is None:
-            self._event = asyncio.Event()
-        event = self._event
-        self._woken = False
-        read = self.log.read
-        while True:
-            event.clear()
-            out: list[tuple[Any, int, list[Any]]] = []
-            for key in keys:
-                pos = self.positions[key]
-                ssp, phys, offset, stop, ended = pos
-                limit = max_per_key if limits is None else limits.get(key, max_per_key)
-                if stop is not None:
-                    if offset >= stop:
-                        if not ended:
-                            pos[4] = True
-                            out.append((key, offset, [EndOfStream(None)]))
-                        continue
-                    limit = min(limit, stop - offset)
-                try:
-                    first, records = read(phys, ssp.partition, offset, limit,
-                                          whole_segments=True)
-                except CorruptSegmentError as e:
-                    first, messages = self._around_corrupt(e, ssp, phys, offset, limit, stop)
-                    pos[2] = first + len(messages)
-                    out.append((key, first, messages))
-                    continue
-                if stop is not None and first + len(records) > stop:
-                    records = records[:stop - first]
-                if first > offset and records:  # retention went past this reader
-                    self._below_start(ssp, offset, first, "position to read next")
-                if records:
-                    pos[2] = first + len(records)
-                    out.append((key, first, self.codecs[ssp.stream_id].decode_batch(
-                        ssp, first, records, self.generation)))
-            if out or not keys:
-                return out
-            # another process may append (a CLI load): look again now and then
-            wait = 0.1 if timeout is None else min(timeout, 0.1)
-            try:
-                async with asyncio.timeout(wait):
-                    await event.wait()
-            except TimeoutError:
-                if timeout is not None:
-                    return []
-            if self._woken:
-                self._woken = False
-                return []
-
-    def _around_corrupt(self, e: CorruptSegmentError, ssp: SSP, phys: str, offset: int,
-                        limit: int, stop: int | None) -> tuple[int, list[Any]]:
-        """What to hand out when a read met a segment the log cannot read back: the records
-        before it, or its offsets under the stream's serde error policy."""
-        codec = self.codecs[ssp.stream_id]
-        if e.offset > offset:
-            first, records = self.log.read(phys, ssp.partition, offset,
-                                           min(limit, e.offset - offset))
-            return first, codec.decode_batch(ssp, first, records, self.generation)
-        if e.span is None:
-            raise e
-        end = e.offset + e.span if stop is None else min(e.offset + e.span, stop)
-        return offset, codec.unreadable(ssp, offset, end - offset, e.raw, str(e))
-
-    def wakeup(self) -> None:
-        self._woken = True
-        self.notify()
-
-    async def read_bounds(self, keys: list[Any]) -> dict[Any, tuple[int, int]]:
-        """Per reader key: the next offset it reads, and its partition's end offset now."""
-        out = {}
-        for key in keys:
-            ssp, phys, offset = self.positions[key][:3]
-            out[key] = (offset, self.log.end_offset(phys, ssp.partition))
-        return out
-
-    def waiting_for(self, key: Any) -> str:
-        ssp, phys, offset, stop = self.positions[key][:4]
-        end = self.log.end_offset(phys, ssp.partition)
-        return (f"read to offset {offset}; the log ends at {end}"
-                + (f", the run stops at {stop}" if stop is not None else ""))
-
-    def behind(self, key: Any) -> bool:
-        ssp, phys, offset, stop = self.positions[key][:4]
-        end = self.log.end_offset(phys, ssp.partition)
-        return offset < (end if stop is None else min(end, stop))
-
-    def progress(self) -> list[tuple[SSP, int, int | None]]:
-        """Per partition read: where reading began, and the log's end offset now."""
-        phys = {ssp: p for ssp, p, _, _, _ in list(self.positions.values())}
-        return [(ssp, start, self.log.end_offset(phys[ssp], ssp.partition))
-                for ssp, start in list(self.starts.items())]
-
-    async def close(self) -> None:
-        return None
-
-
-# -- checkpoints --------------------------------------------------------------------------------
-
-class LocalCheckpoints:
-    """Checkpoints in the log's metadata: one atomic write per task and commit."""
-
-    def __init__(self, log: LocalLog, job_name: str) -> None:
-        self.log = log
-        self.job_name = job_name
-        #: per task, its event-time progress as of the checkpoint being written (``Committer``)
-        self.times: dict[str, Any] = {}
-        #: per task, its sinks' record for the checkpoint being written (``runtime.engine.sinks``)
-        self.sinks: dict[str, Any] = {}
-        #: per task, what it applied of its intermediate streams (``runtime.engine.origins``)
-        self.applied: dict[str, Any] = {}
-
-    def _key(self, task_name: str) -> str:
-        return f"checkpoint/{self.job_name}/{task_name}"
-
-    def _read(self, task_name: str) -> dict[str, Any]:
-        raw = self.log.get_meta(self._key(task_name))
-        if raw is None:
-            return {}
-        try:
-            return checkpoints.decode(raw)
-        except msgspec.DecodeError as exc:
-            raise SamzaError(f"the checkpoint of task {task_name!r} of job {self.job_name!r} in "
-                             f"{self.log.path} is unreadable ({exc}); reset the job "
-                             f"(samza-dsl reset) to start over") from exc
-
-    def read(self, task_name: str) -> dict[SSP, int]:
-        return checkpoints.offsets_of(self._read(task_name))
-
-    def read_changelogs(self, task_name: str) -> dict[str, int]:
-        return checkpoints.changelogs_of(self._read(task_name))
-
-    def read_times(self, task_name: str) -> Any:
-        return checkpoints.times_of(self._read(task_name))
-
-    def read_sinks(self, task_name: str) -> dict[str, Any]:
-        return checkpoints.sinks_of(self._read(task_name))
-
-    def read_applied(self, task_name: str) -> dict[str, Any]:
-        return checkpoints.applied_of(self._read(task_name))
-
-    def written(self, task_name: str) -> float | None:
-        """When the task's checkpoint was written (seconds since the epoch), as status reads it."""
-        return checkpoints.written_of(self._read(task_name))
-
-    def write(self, task_name: str, offsets: Mapping[SSP, int],
-              changelogs: Mapping[str, int] | None = None, *, replace: bool = False) -> None:
-        """``replace``: drop what the task's checkpoint held before."""
-        data = checkpoints.merge({} if replace else self._read(task_name), offsets, changelogs,
-                                 times=self.times.get(task_name),
-                                 sinks=self.sinks.get(task_name),
-                                 applied=self.applied.get(task_name))
-        self.log.put_meta(self._key(task_name), checkpoints.encode(data))
-
-    def writer(self, task_name: str, offsets: Mapping[SSP, int]
-               ) -> Callable[[Mapping[str, int]], dict[str, bytes]]:
-        """The metadata of the task's next checkpoint, given the changelog positions: for an
-        exactly-once commit, which learns them inside its transaction (the task's checkpoint
-        has no other writer while it runs, so the old one is read before)."""
-        old, key, times = self._read(task_name), self._key(task_name), self.times.get(task_name)
-        sinks = self.sinks.get(task_name)
-
-        def record(changelogs: Mapping[str, int]) -> dict[str, bytes]:
-            return {key: checkpoints.encode(checkpoints.merge(old, offsets, changelogs,
-                                                              times=times, sinks=sinks))}
-        return record
-
-    def records(self) -> dict[str, dict[str, Any]]:
-        """Every task's whole checkpoint (offsets, changelogs, when it was written)."""
-        prefix = f"checkpoint/{self.job_name}/"
-        return {k[len(prefix):]: self._read(k[len(prefix):]) for k in self.log.meta_items(prefix)}
-
-    def tasks(self) -> dict[str, dict[SSP, int]]:
-        prefix = f"checkpoint/{self.job_name}/"
-        return {k[len(prefix):]: self.read(k[len(prefix):])
-                for k in self.log.meta_items(prefix)}
-
-
-# -- state --------------------------------------------------------------------------------------
-
-class LogChangelog:
-    """A store's changelog partition in the local log. Appends go through the producer's
-    buffer, so they become durable with the producer's flush at commit."""
-
-    def __init__(self, log: LocalLog, producer: LocalProducer | LocalTransactions,
-                 stream_id: str, partition: int) -> None:
-        self.log = log
-        self.stream_id = stream_id
-        self.partition = partition
-        self._buf = producer.buffer(stream_id, partition)
-
-    def append(self, entries: list[tuple[bytes, bytes | None]]) -> None:
-        self._buf.extend((k, v, None) for k, v in entries)
-
-    def end_offset(self) -> int:
-        return self.log.end_offset(self.stream_id, self.partition)
-
-    def read(self, start: int, end: int
-             ) -> Iterator[tuple[int | Sequence[int], list[tuple[bytes, bytes | None]]]]:
-        """Batches of ``(the first offset, entries)``, or ``(each entry's offset, entries)``
-        where compaction left gaps."""
-        pos = start
-        while pos < end:
-            try:
-                offsets, records = self.log.read_with_offsets(self.stream_id, self.partition,
-                                                              pos, min(65536, end - pos))
-            except CorruptSegmentError as e:
-                raise SamzaError(
-                    f"cannot restore a store from its changelog: {e}. A store is not restored "
-                    f"from part of its changelog (its state could not be trusted): restore the "
-                    f"log directory from another copy, or start the job over with `samza-dsl "
-                    f"reset` (its inputs stay; its stores are rebuilt from them)") from e
-            if not records:
-                return
-            if offsets[-1] >= end:  # past `end` in a compacted part
-                n = bisect_left(offsets, end)
-                offsets, records = offsets[:n], records[:n]
-                if not records:
-                    return
-            entries = [(k, v) for k, v, _ in records]
-            yield (offsets.start if type(offsets) is range else offsets), entries  # type: ignore[misc]
-            pos = offsets[-1] + 1
-
-
-class LocalState(StoreBackend):
-    """The stores of a job on the local log: its changelogs in the log are compacted below
-    their checkpoints after commits, and the streams it read are trimmed."""
-
-    def __init__(self, root: str, job: JobModel, config: JobConfig,
-                 changelogs: Mapping[str, Callable[[int], Changelog]],
-                 metrics: Metrics,
-                 dead_letter: Callable[[SSP, int, Record, SerdeError], None] | None = None,
-                 checkpointed: Callable[[str], Mapping[str, int]] | None = None) -> None:
-        super().__init__(root, job, config, changelogs, metrics, dead_letter)
-        #: compacts the changelogs in the local log below their checkpoints, after commits
-        self.compactor = ChangelogCompactor(
-            lambda key: (checkpointed(key[0]).get(key[1]) if checkpointed is not None
-                         else None))
-        #: trims intermediate streams and applies retention, after commits
-        self.trimmer: LogTrimmer | None = None
-
-    def changelog_opened(self, task: TaskModel, store_name: str, changelog: Changelog) -> None:
-        store = self.config.store(store_name)
-        if isinstance(changelog, LogChangelog) and store.changelog_compaction:
-            self.compactor.add(
-                (task.name, store_name), changelog.log, changelog.stream_id,
-                changelog.partition, store.changelog_delete_retention_ms)
-
-    def changelog_partitions(self, task_name: str) -> dict[str, tuple[str, int]]:
-        """Per store of the task with a changelog in the log: its (stream, partition)."""
-        return {store: (c.stream_id, c.partition)
-                for (task, store), c in self._changelog_of.items()
-                if task == task_name and isinstance(c, LogChangelog)}
-
-    def checkpointed(self, task_name: str) -> None:
-        """The task's checkpoint is written: its changelogs may be compacted below it, and the
-        streams it read trimmed."""
-        self.compactor.request()
-        if self.trimmer is not None:
-            self.trimmer.maybe_run()
-
-    def close(self) -> None:
-        if self.trimmer is not None and self.trimmer.targets:
-            self.trimmer.run()
-        self.compactor.close(drain_seconds=DRAIN_SECONDS)
-        super().close()
 
 
 # -- the job ------------------------------------------------------------------------------------

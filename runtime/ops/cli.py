@@ -260,7 +260,7 @@ def _start_page(args: argparse.Namespace, runner: Any) -> Any:
         names = reporter_names(runner.config)
         page: dict[str, object] = {"metrics.reporters": ",".join([*names, "snapshot"])} \
             if "snapshot" not in names else {}
-        if "metrics.reporter.interval.ms" not in runner.config:
+        if not runner.config.metrics.given("reporter_interval_ms"):
             page["metrics.reporter.interval.ms"] = 1000
         if page:
             runner.config = runner.config.updated(page)

@@ -57,7 +57,8 @@ import networkx as nx
 from operators.base import IDENTITY, Operator, OperatorContext, UserContext, resolve_fn
 from operators.partition_by import BroadcastOperator, PartitionByOperator
 from operators.simple import SendToStreamOperator
-from runtime.engine.batch import BatchFailure, RunColumns, operator_run
+from runtime.engine.batch_operator import RunColumns, operator_run
+from runtime.engine.batch_rules import BatchFailure
 from runtime.engine.dag import (
     Emit,
     OperatorFailure,
@@ -635,8 +636,8 @@ class PassExecutor:
         """Where the records of the pass's one input go to one window alone that takes a run
         of messages in one call (``Operator.process_run``), and nothing happens between
         records (no window ticks, no watermark moved per record, no async call): that window,
-        which takes them through the streaming task's batch run (``runtime.engine.batch.
-        operator_run``). Else None."""
+        which takes them through the streaming task's batch run (``runtime.engine.
+        batch_operator.operator_run``). Else None."""
         if len(self.entries) != 1 or self._due is not None or self._per_message:
             return None
         if any(isinstance(op.spec, AsyncFlatMapSpec) for op in self.operators.values()):

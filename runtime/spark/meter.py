@@ -13,7 +13,7 @@ operator's first message too, as a task may give an operator few: its count of m
 starts at ``FIRST`` (``new_meter``) and is reported less that (``messages_in``). Calls that
 take runs of messages (a line of operators, a re-keying) are timed whole; a window that takes
 a batch's records in runs does so through the streaming task's batch run
-(``runtime.engine.batch.operator_run``), which times a batch's first run whole and its first record
+(``runtime.engine.batch_operator.operator_run``), which times a batch's first run whole and its first record
 taken alone, as in a task. Calls at window ticks, watermarks and end-of-stream are few and
 timed every one, apart from the sampled ones (``control_ns``).
 

@@ -127,7 +127,7 @@ def store_sizes(config: JobConfig, store_name: str,
     """(object cache size, write batch size) of a store, from the job's config (``cache_size``,
     where given, instead of the registry's default when the config sets none)."""
     store = config.store(store_name)
-    given = f"stores.{store_name}.object.cache.size" in config
+    given = store.given("object_cache_size")
     return (store.object_cache_size if given or cache_size is None else cache_size,
             store.write_batch_size)
 

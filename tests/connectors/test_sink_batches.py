@@ -1,4 +1,4 @@
-"""Runs of messages into a sink (``Sink.write_batch``, ``runtime.engine.batch.sink_run``): a sink that
+"""Runs of messages into a sink (``Sink.write_batch``, ``runtime.engine.batch_sink.sink_run``): a sink that
 overrides it gets a run of one input partition's messages in one call per output partition, in
 order, with the input position of each (``Sources``); a failing function or write stops the
 task where one by one would; an awaitable it returns holds the commit; a sink that does not

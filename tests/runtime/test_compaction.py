@@ -22,9 +22,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from runtime.local import compaction
+from runtime.local.clients import LocalProducer
 from runtime.local.compaction import compact_partition, dirty_records
 from runtime.local.log import LocalLog
-from runtime.local.system import LocalJob, LocalProducer, LogChangelog, task_dir
+from runtime.local.state import LogChangelog
+from runtime.local.system import LocalJob, task_dir
 from runtime.state.lmdb_store import LmdbStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -254,7 +256,7 @@ def _table(job_dir: Path) -> dict[str, int]:
 
 def _changelog(job_dir: Path) -> tuple[LocalLog, list[int]]:
     """The job's log and each changelog partition's checkpointed offset."""
-    from runtime.local.system import LocalCheckpoints
+    from runtime.local.state import LocalCheckpoints
 
     lg = LocalLog(job_dir / "logs" / "local")
     cps = LocalCheckpoints(lg, "readwrite-counter-1")

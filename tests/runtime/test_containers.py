@@ -264,11 +264,11 @@ def test_containers_start_while_another_thread_holds_a_process_lock(tmp_path: Pa
     import threading
 
     from runtime.host import job_lock
-    from runtime.local import log as local_log
+    from runtime.local import log_env
 
     module = _app_module(tmp_path)
     config = {"job.dir": str(tmp_path / "job"), "job.container.count": 2}
-    held = {"log registry": local_log._REGISTRY_LOCK, "log transaction": local_log._TXN_GUARD,
+    held = {"log registry": log_env._REGISTRY_LOCK, "log transaction": log_env._TXN_GUARD,
             "held locks": job_lock._HELD_LOCK}[lock]
     done = threading.Event()
 

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from runtime.engine.faults import POINTS
-from runtime.local.system import LocalCheckpoints, LocalJob, task_dir
+from runtime.local.state import LocalCheckpoints
+from runtime.local.system import LocalJob, task_dir
 from runtime.ops.loader import load_app
 from runtime.state.lmdb_store import LmdbStore
 from tests.proc_helpers import finish

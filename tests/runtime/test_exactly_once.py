@@ -34,7 +34,8 @@ from runtime.engine.job import SSP
 from runtime.engine.records import EndOfStream, Watermark
 from runtime.host.jobdir import dead_letter_stream
 from runtime.local.log import LocalLog
-from runtime.local.system import LocalCheckpoints, LocalJob
+from runtime.local.state import LocalCheckpoints
+from runtime.local.system import LocalJob
 from runtime.ops.loader import load_app
 from samza_dsl import KV
 from samza_dsl.serdes import JsonSerde

@@ -14,7 +14,8 @@ from example_apps import load_example
 
 from runtime import LocalRunner
 from runtime.engine.codec import ERROR_HEADER, SOURCE_HEADER
-from runtime.local.system import LocalCheckpoints, LocalJob, dead_letter_stream
+from runtime.local.state import LocalCheckpoints
+from runtime.local.system import LocalJob, dead_letter_stream
 from samza_dsl import KV, StreamApplication
 from samza_dsl.errors import SamzaError, SerdeError
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde

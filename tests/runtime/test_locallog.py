@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from runtime.local import log as locallog
+from runtime.local import log_env, segments
 from runtime.local.log import LocalLog
 from samza_dsl.errors import SamzaError
 
@@ -243,8 +244,8 @@ def test_a_malformed_record_inside_a_batch_fails_on_read_naming_the_segment(log)
 @pytest.mark.parametrize("count", [1, 15, 16, 65535, 65536])
 def test_segment_count_is_read_from_headers_for_every_int_encoding(timestamp, count):
     encoded = msgspec.msgpack.encode((timestamp, [(None, None, None)] * count))
-    assert locallog._segment_count(encoded) == count
-    assert locallog._segment_count(memoryview(encoded)) == count
+    assert segments.segment_count(encoded) == count
+    assert segments.segment_count(memoryview(encoded)) == count
 
 
 def test_timestamps_of_any_int_encoding_round_trip_through_append(log):
@@ -348,7 +349,7 @@ def test_persistence_across_close_and_reopen(tmp_path):
         log.append("s", 1, recs(5))
         log.put_meta("m", b"1")
         log.sync()
-    assert not locallog._REGISTRY.get(os.path.realpath(path))
+    assert not log_env._REGISTRY.get(os.path.realpath(path))
     with LocalLog(str(path)) as log:
         assert log.streams() == {"s": 2}
         assert log.end_offset("s", 1) == 5
@@ -378,7 +379,7 @@ def test_two_logs_on_one_path_share_the_environment(tmp_path):
         one.read("s", 0, 0, 10)
     assert two.append("s", 0, recs(1, 2)) == 2  # still open
     two.close()
-    assert os.path.realpath(path) not in locallog._REGISTRY
+    assert os.path.realpath(path) not in log_env._REGISTRY
     with LocalLog(path) as three:
         assert read_all(three, "s", 0) == recs(3)
 
@@ -470,7 +471,7 @@ def test_a_corrupt_file_is_an_error_naming_the_path(tmp_path, size):
     text = str(info.value)
     # shorter than an LMDB file's first page, it can only be a cut copy
     assert str(path) in text and ("is truncated" if size < 4096 else "delete") in text
-    assert os.path.realpath(path) not in locallog._REGISTRY
+    assert os.path.realpath(path) not in log_env._REGISTRY
 
 
 def test_a_path_that_is_a_file_is_an_error(tmp_path):

@@ -16,7 +16,8 @@ import lmdb
 import msgspec
 import pytest
 
-from runtime.local.log import CorruptSegmentError, LocalLog
+from runtime.local.log import LocalLog
+from runtime.local.segments import CorruptSegmentError
 from samza_dsl.errors import SamzaError
 
 ROOT = Path(__file__).resolve().parents[2]

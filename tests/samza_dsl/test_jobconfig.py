@@ -129,3 +129,26 @@ def test_it_is_built_once_and_handed_down_to_the_plan() -> None:
     assert isinstance(plan.config, JobConfig)
     assert plan.config.task.window_ms == 20 and plan.config["user.where"] == "here"
     assert set(plan.generated_config) <= set(plan.config)
+
+
+def test_a_part_says_which_of_its_keys_the_config_gave() -> None:
+    config = JobConfig.validated({"streams.orders.retention.ms": "-1",
+                                  "stores.counts.object.cache.size": 100_000,
+                                  "metrics.reporter.interval.ms": None})
+    orders = config.stream("orders")
+    assert orders.given("retention_ms") and not orders.given("retention_bytes")
+    assert orders.retention_ms == orders.retention_bytes == -1  # given or not, the same value
+    assert config.store("counts").given("object_cache_size")
+    assert not config.store("other").given("object_cache_size")
+    assert not config.metrics.given("reporter_interval_ms")  # None is not given
+    with pytest.raises(AttributeError, match="StreamConfig has no field 'retention.ms'"):
+        orders.given("retention.ms")
+
+
+def test_the_plan_s_job_name_is_its_typed_config_s() -> None:
+    app = StreamApplication("named", config={"job.name": "named-eu"})
+    local, serde = LocalSystem("local"), KVSerde(StringSerde(), JsonSerde())
+    app.input(local.input("in", serde=serde, partitions=1)).send_to(
+        app.output(local.output("out", serde=serde, partitions=1)))
+    plan = app.plan(config={"job.id": "7"})
+    assert plan.job_name == plan.config.job.job_name == "named-eu-7"

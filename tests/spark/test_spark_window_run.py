@@ -1,5 +1,5 @@
 """A Spark pass whose one entry is a window runs its records through the streaming task's batch
-run (``runtime.engine.batch.operator_run``), as messages or as columns (``RunColumns``): panes leave
+run (``runtime.engine.batch_operator.operator_run``), as messages or as columns (``RunColumns``): panes leave
 stamped with the record that closed them, a failure names its record, the meter counts every
 record. No Spark session: the executor runs alone."""
 
