@@ -1,6 +1,6 @@
 """Tracing under ``TestRunner`` (docs/tracing.md, docs/testing.md): the same spans as the
 embedded system makes for the same application and input (batches, sampled messages, async and
-remote-table calls, one trace through a ``partition_by``), and the same ``traceparent`` on the
+remote-table calls and lookups, one trace through a ``partition_by``), and the same ``traceparent`` on the
 records of its outputs."""
 
 from __future__ import annotations
@@ -39,10 +39,12 @@ class Named:
 def app_for(url: str) -> StreamApplication:
     system = LocalSystem("local")
     app = StreamApplication("traced-runners")
-    app.remote_table("names", read=HttpKV(url).read)
+    names = app.remote_table("names", read=HttpKV(url).read)
     (app.input(system.input("in", serde=SERDE, partitions=1))
         .partition_by(lambda kv: kv.key, lambda kv: kv.value, serde=SERDE, name="by-key")
         .async_map(Named(), name="named")
+        .join_table(names, combine=lambda m, r: KV(m.key, [*m.value, r.value if r else None]),
+                    name="again")
         .send_to(app.output(system.output("out", serde=SERDE, partitions=2))))
     return app
 
@@ -129,7 +131,8 @@ def test_test_runner_makes_the_spans_and_traceparents_the_embedded_system_makes(
     assert _out_headers(names, memory_heads) == _out_headers(names_log, log_heads)
 
     # and that tree is the one wanted: each sampled input message's trace goes through the hop,
-    # where its record's span has the async call and its remote-table call as children
+    # where its record's span has the async call, its remote-table call and its join_table
+    # lookup as children
     bound = threshold(0.1)
     wanted = [o for o in range(160) if sampled("in", 0, o, bound)]
     assert wanted
@@ -138,7 +141,8 @@ def test_test_runner_makes_the_spans_and_traceparents_the_embedded_system_makes(
         kinds = sorted((d[0][0], d[1][0] if d[1] else "")
                        for d in tree if d[3] == trace_id)
         assert kinds == [("samza.async", "samza.message"), ("samza.message", ""),
-                         ("samza.message", "samza.message"), ("samza.remote", "samza.message")]
+                         ("samza.message", "samza.message"), ("samza.remote", "samza.message"),
+                         ("samza.remote", "samza.message")]
     # each output of a traced record after the hop (and only those) names that record's span
     outs = _out_headers(names, memory_heads)
     hops = Counter(d[0] for d in tree for _ in range(tree[d])
