@@ -10,7 +10,8 @@ store's read of it does (``check_key`` of the table's store, ``operators.state.t
 A remote table (one whose store has ``remote = True``, ``runtime.state.remote``) is read
 asynchronously: ``process`` returns an awaitable of the outputs, unless the table's cache
 answers at once (``cached(key)``), when it completes inline as a local lookup does; on a miss,
-``fetch(key)`` reads it from the service.
+``fetch(key)`` reads it from the service. That lookup is ``lookup(message, key)``, an attribute
+the runtime may replace when it wires the task (a traced job's lookups are spans).
 
 Where the runtime gives a placement check (``ctx.placement``, ``operators.placement``), a lookup
 key is checked against the task's partition before the lookup: every message at first, then a
@@ -56,6 +57,9 @@ class JoinTableOperator(Operator):
         self.remote: Any = None
         self._check: Any = None
         self._left = 1  # messages until the next placement check
+        #: ``(message, key)`` -> the outputs, or an awaitable of them: the join of a message
+        #: on a remote table (replaced where the runtime wires it, before ``init``)
+        self.lookup = self._lookup
 
     def init(self, ctx: OperatorContext, user_ctx: UserContext | None = None) -> None:
         super().init(ctx, user_ctx)
@@ -84,18 +88,22 @@ class JoinTableOperator(Operator):
             if check is not None:
                 left = self._left - 1
                 self._left = left if left else check(key)
-            remote = self.remote
-            if remote is not None:
-                value = remote.cached(key)
-                if value is remote.MISS:
-                    return self._join_remote(message, key)
-            else:
-                value = self._get(key)
-                if value is None and self._check_key is not None:  # a hit was written: it fits
-                    self._check_key(key)
+            if self.remote is not None:
+                return self.lookup(message, key)
+            value = self._get(key)
+            if value is None and self._check_key is not None:  # a hit was written: it fits
+                self._check_key(key)
             if value is not None:
                 record = KV(key, value)
         result = self._combine(message, record)
+        return [] if result is None else [result]
+
+    def _lookup(self, message: Any, key: Any) -> Result:
+        remote = self.remote
+        value = remote.cached(key)
+        if value is remote.MISS:
+            return self._join_remote(message, key)
+        result = self._combine(message, None if value is None else KV(key, value))
         return [] if result is None else [result]
 
     async def _join_remote(self, message: Any, key: Any) -> list[Any]:

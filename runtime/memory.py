@@ -20,6 +20,7 @@ from runtime.engine.container import Container, MemoryCheckpoints
 from runtime.engine.job import SSP, build_job_model
 from runtime.engine.records import EndOfStream, is_control
 from runtime.engine.systems import Consumer, StreamSink
+from runtime.engine.trace_out import RecordLists
 from runtime.host.metrics import Metrics
 from runtime.state.memory_store import MemoryStores
 from samza_dsl import StreamApplication
@@ -109,6 +110,20 @@ class MemoryBroker:
             log = StreamCodec(stream_id, codec.serde).decode_batch(
                 SSP(stream_id, partition), 0, log, GENERATION)
         return [m for m in log if not is_control(m) and type(m) is not Skipped]
+
+    def headers(self, stream_id: str, partition: int) -> list[dict[str, bytes]]:
+        """The headers of each message ``messages`` gives, in the same order: a record's
+        (a traced run's ``traceparent``), ``{}`` for a message of a stream of objects."""
+        from runtime.engine.codec import Skipped
+
+        log = self.streams[stream_id][partition]
+        codec = self.codecs.get(stream_id)
+        if codec is None:
+            return [{} for m in log if not is_control(m)]
+        got = StreamCodec(stream_id, codec.serde).decode_batch(
+            SSP(stream_id, partition), 0, log, GENERATION)
+        return [dict(r[2] or ()) for r, m in zip(log, got, strict=True)
+                if not is_control(m) and type(m) is not Skipped]
 
 
 class MemoryConsumer(Consumer):
@@ -284,9 +299,18 @@ def _decoded(serde: Serde[Any] | None, data: bytes | None) -> Any:
         return data
 
 
-class MemoryProducer:
+class MemoryProducer(RecordLists):
     def __init__(self, broker: MemoryBroker) -> None:
         self.broker = broker
+
+    def holds_records(self, stream_id: str) -> bool:
+        """Whether ``stream_id`` holds records (declared with a serde), whose headers a traced
+        run writes the ``traceparent`` of a sampled message into (``runtime.engine.sinks``)."""
+        return stream_id in self.broker.codecs
+
+    def buffer(self, stream_id: str, partition: int) -> list[Any]:
+        """The records of one partition, the last written last (as ``BufferedProducer``'s)."""
+        return self.broker.streams[stream_id][partition]
 
     def counts(self) -> None:
         """Nothing is counted in memory (``runtime.engine.systems.Producer.counts``)."""

@@ -92,6 +92,31 @@ class TestResult(LateCounts):
     def messages(self, output: Any) -> list[Any]:
         return [m for msgs in self.partitions(output).values() for m in msgs]
 
+    def headers(self, output: Any) -> dict[int, list[dict[str, bytes]]]:
+        """The headers of each message of ``partitions(output)``, in the same places: with
+        ``tracing.enabled``, a sampled message's records carry its span's ``traceparent``, as
+        on Kafka (docs/tracing.md); a stream declared with no serde holds objects, whose
+        headers are always ``{}``.
+
+        Example:
+            >>> from samza_dsl import StreamApplication
+            >>> from samza_dsl.serdes import StringSerde
+            >>> from samza_dsl.systems import MemorySystem
+            >>> app, mem = StreamApplication("heads"), MemorySystem()
+            >>> words, out = mem.input("words", serde=StringSerde()), mem.output(
+            ...     "upper", serde=StringSerde())
+            >>> app.input(words).map(str.upper).send_to(app.output(out))
+            >>> traced = {"tracing.enabled": True, "tracing.exporter": "none",
+            ...           "tracing.sample.ratio": 1}  # every message sampled
+            >>> [sorted(h) for h in TestRunner(app, traced).add_input(words, ["a"]).run()
+            ...  .headers(out)[0]]
+            [['traceparent']]
+            >>> TestRunner(app).add_input(words, ["a"]).run().headers(out)
+            {0: [{}]}
+        """
+        sid = self._sid(output)
+        return {p: self._broker.headers(sid, p) for p in range(len(self._broker.streams[sid]))}
+
     @property
     def dead_letters(self) -> list[dict[str, Any]]:
         """What the run wrote to the job's dead-letter stream (``<job.name>-<job.id>-dead-letter``, also

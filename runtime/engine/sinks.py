@@ -26,6 +26,7 @@ from typing import Any
 from runtime.engine.codec import BufferedProducer
 from runtime.engine.origins import Applied, StampingProducer, Stamps, wire
 from runtime.engine.systems import Producer, ProducerCounts, StreamSink
+from runtime.engine.trace_out import RecordLists
 from samza_dsl.connectors import Committed, Sink, SinkContext, SinkError, SinkOutput, Sources
 from samza_dsl.errors import AccessRefused, ConfigError
 from samza_dsl.jobconfig import JobConfig
@@ -61,12 +62,16 @@ def with_origins(task: Any, producer: Producer, guarantee: str, **stamping: Any
     """``task``'s producer with its records into intermediate streams carrying their origins,
     their ``Stamps``, and what the task applied of the intermediate streams it reads
     (``runtime.engine.origins``): at least once, where the producer under it writes records (a
-    system that stores streams); else ``producer`` as it is, None and None. ``stamping``: what
-    ``runtime.engine.origins.wire`` takes besides."""
+    system that stores streams); else ``producer`` as it is, None and None. Traced, records
+    into outputs carry the ``traceparent`` of their sampled message, in memory too (where
+    nothing replays, with no origins). ``stamping``: what ``runtime.engine.origins.wire`` takes
+    besides."""
     base = producer.inner if isinstance(producer, SinkProducer) else producer
-    if not isinstance(base, BufferedProducer):
-        return producer, None, None
     traced = task.env.tracing is not None
+    if not isinstance(base, BufferedProducer):
+        if traced and isinstance(base, RecordLists):  # in memory (TestRunner)
+            return _traced_in_memory(task, producer, base, stamping)
+        return producer, None, None
     stamps, applied = wire(task, guarantee, traced=traced, **stamping)
     if stamps is None:
         return producer, None, applied
@@ -81,6 +86,25 @@ def with_origins(task: Any, producer: Producer, guarantee: str, **stamping: Any
     if isinstance(producer, SinkProducer):
         return SinkProducer(stamped, producer.sinks), stamps, applied
     return stamped, stamps, applied
+
+
+def _traced_in_memory(task: Any, producer: Producer, base: RecordLists,
+                      stamping: dict[str, Any]
+                      ) -> tuple[Producer, Stamps | None, Applied | None]:
+    """A traced task's producer in memory, where nothing replays: its records carry no origins,
+    but those of its outputs and intermediate streams that hold records carry the
+    ``traceparent`` of their sampled message, as on Kafka (its stamps are those of a task
+    exactly once: for traces only)."""
+    stamps, _ = wire(task, "exactly-once", traced=True, **stamping)
+    if stamps is None:  # (traced, there are stamps)
+        return producer, None, None
+    plan = task.plan
+    streams = [sid for sid in (*plan.output_streams, *plan.intermediate_streams)
+               if base.holds_records(sid)]
+    traced: Any = StampingProducer(base, stamps, (), streams)
+    if isinstance(producer, SinkProducer):
+        return SinkProducer(traced, producer.sinks), stamps, None
+    return traced, stamps, None
 
 
 async def _settle(result: Any) -> Any:

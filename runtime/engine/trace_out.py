@@ -8,9 +8,23 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["tag_last", "traced_sender", "traced_sink"]
+__all__ = ["RecordLists", "tag_last", "traced_sender", "traced_sink"]
 
 Trace = Callable[[], tuple[tuple[str, bytes], ...] | None]
+
+
+class RecordLists:
+    """A producer that keeps its streams in memory (``runtime.memory``), with no buffer to
+    write out: a traced task's records carry their ``traceparent`` there too, added in place
+    (``tag_last``), in the streams that hold records (``holds_records``)."""
+
+    def holds_records(self, stream_id: str) -> bool:
+        """Whether ``stream_id`` holds records (with headers), not objects."""
+        raise NotImplementedError
+
+    def buffer(self, stream_id: str, partition: int) -> list[Any]:
+        """One partition's records, the last written last."""
+        raise NotImplementedError
 
 
 def tag_last(base: Any, stream_id: str, partition: int,

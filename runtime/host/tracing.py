@@ -19,8 +19,11 @@ traced, whatever its position, as a child of it: so a trace goes on through ever
 a consumer of an output. A record of an intermediate stream with no header (written by a run
 without tracing) whose origin names a sampled message is a child of that message's span.
 
-The call of a sampled message by an async operator (``traced_process``) and the remote-table
-calls its function makes (``traced_track``) are child spans of the message's span.
+The call of a sampled message by an async operator (``traced_process``), the remote-table
+calls its function makes (``traced_track``) and its ``join_table`` lookup on a remote table
+(``traced_lookup``) are child spans of the message's span. Each is wired into the task when it
+is built (``wire``, ``RemoteTableClient``'s ``track``): off, the operators and tables are as
+they are without tracing.
 
 ``tracing.exporter``: ``otlp`` sends spans in batches to the OTLP/HTTP endpoint
 ``tracing.otlp.endpoint`` (a collector); ``memory`` keeps them in the process's
@@ -198,11 +201,15 @@ class Tracing:
 
     def wire(self, stamps: Any, operators: Mapping[str, Any]) -> None:
         """A task's records of sampled messages carry their trace (``stamps``, the task's
-        ``runtime.engine.origins.Stamps``), and its async operators' calls are spans."""
+        ``runtime.engine.origins.Stamps``), and its async operators' calls and its
+        ``join_table`` lookups on remote tables are spans (operators built, not yet started)."""
         stamps.trace = self.trace_of
         for op in operators.values():
             if op.opcode == "async_flat_map":
                 op.process = self.traced_process(op.process, op.op_id, stamps.position)
+            elif op.opcode == "join_table":
+                op.lookup = self.traced_lookup(op.lookup, op.op_id, op.table_id,
+                                               stamps.position)
 
     def traced_process(self, process: Callable[[Any], Any], op_id: str,
                        position: Callable[[], tuple[Any, int] | None]) -> Callable[[Any], Any]:
@@ -243,6 +250,43 @@ class Tracing:
             if span is not None:
                 call.task.add_done_callback(lambda _: span.end())
         return tracked
+
+    def traced_lookup(self, lookup: Callable[[Any, Any], Any], op_id: str, table: str,
+                      position: Callable[[], tuple[Any, int] | None]
+                      ) -> Callable[[Any, Any], Any]:
+        """A ``join_table`` operator's ``lookup`` of a message on a remote table: a sampled
+        message's is a child span of the message's (``samza.remote``: table, call
+        ``join_table``, operator, key, and ``samza.cache`` ``hit`` where the table's cache
+        answered at once, else ``miss``), until its outputs are ready."""
+        child = self.child
+        fixed = {"samza.table": str(table), "samza.call": "join_table", "samza.operator": op_id}
+
+        def traced(message: Any, key: Any) -> Any:
+            span = child(position(), "samza.remote", {**fixed, "samza.key": repr(key)[:200]})
+            if span is None:
+                return lookup(message, key)
+            try:
+                result = lookup(message, key)
+            except BaseException as exc:
+                span.record_exception(exc)
+                span.end()
+                raise
+            if result.__class__ is list:  # the cache answered: done already
+                span.set_attribute("samza.cache", "hit")
+                span.end()
+                return result
+            span.set_attribute("samza.cache", "miss")
+
+            async def timed() -> Any:
+                try:
+                    return await result
+                except BaseException as exc:
+                    span.record_exception(exc)
+                    raise
+                finally:
+                    span.end()
+            return timed()
+        return traced
 
     def note(self, ssp: Any, first: int, records: Any) -> None:
         """A batch of records read (``(key, value, headers)`` from ``first``): those carrying a

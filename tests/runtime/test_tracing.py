@@ -16,7 +16,7 @@ import pytest
 
 from runtime import LocalRunner  # noqa: E402
 from runtime.host.tracing import memory_exporter, message_ids, sampled, threshold  # noqa: E402
-from samza_dsl import KV, StreamApplication  # noqa: E402
+from samza_dsl import KV, CacheSpec, StreamApplication  # noqa: E402
 from samza_dsl.errors import ConfigError  # noqa: E402
 from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde  # noqa: E402
 from samza_dsl.systems import LocalSystem  # noqa: E402
@@ -238,3 +238,52 @@ def test_an_async_call_and_its_remote_table_calls_are_spans_of_their_sampled_mes
     # the messages not sampled have none
     assert sum(s.name == "samza.async" for s in spans) == len(wanted)
     assert sum(s.name == "samza.remote" for s in spans) == len(wanted)
+
+
+def test_a_join_table_lookup_on_a_remote_table_is_a_span_of_its_sampled_message() -> None:
+    with KVService({f"k{i}": f"name{i}" for i in range(5)}) as service:
+        system = LocalSystem("local")
+        app = StreamApplication("traced-join")
+        names = app.remote_table("names", read=HttpKV(service.url).read,
+                                 cache=CacheSpec(ttl=600, size=100))
+        (app.input(system.input("in", serde=SERDE, partitions=2))
+            .join_table(names, combine=lambda m, r: KV(m.key, r.value if r else None),
+                        name="names")
+            .send_to(app.output(system.output("out", serde=SERDE, partitions=2))))
+        memory = memory_exporter()
+        memory.clear()
+        small = {p: kvs[:60] for p, kvs in INPUT.items()}
+        with tempfile.TemporaryDirectory() as tmp:
+            got = LocalRunner(app, {"job.dir": tmp, "tracing.enabled": True,
+                                    "tracing.exporter": "memory", "tracing.sample.ratio": "0.1",
+                                    "task.max.concurrency": 1},
+                              inputs={"in": small}).run()
+            try:
+                outs = got.partitions("out")
+            finally:
+                got.close()
+    assert sorted(str(kv.value) for kvs in outs.values() for kv in kvs) == sorted(
+        f"name{kv.key[1:]}" if kv.key.startswith("k") else "None"
+        for kvs in small.values() for kv in kvs)
+    spans = memory.get_finished_spans()
+    bound = threshold(0.1)
+    wanted = [(p, o) for p, kvs in small.items() for o in range(len(kvs))
+              if sampled("in", p, o, bound)]
+    assert wanted
+    for p, o in wanted:
+        trace_id, span_id = message_ids("in", p, o)
+        children = [s for s in spans if s.context.trace_id == trace_id
+                    and s.parent is not None and s.parent.span_id == span_id]
+        (lookup,) = children
+        key = small[p][o].key
+        # the task's cache holds a name its lookups read before (a key with none is not kept)
+        cached = key.startswith("k") and any(kv.key == key for kv in small[p][:o])
+        assert (lookup.name, dict(lookup.attributes)) == ("samza.remote", {
+            "samza.table": "names", "samza.call": "join_table",
+            "samza.operator": "traced-join-1-join_table-names",
+            "samza.key": repr(key), "samza.cache": "hit" if cached else "miss"})
+        assert lookup.end_time >= lookup.start_time
+    # the messages not sampled have none
+    assert sum(s.name == "samza.remote" for s in spans) == len(wanted)
+    assert {s.attributes["samza.cache"] for s in spans if s.name == "samza.remote"} == {
+        "hit", "miss"}
