@@ -15,6 +15,10 @@ next one to run the task). So when the task moves here, its store is at a change
 below the checkpoint's, and ``LmdbStore.open`` replays only the tail between the two. Each
 replica's offset goes to the group with the member's subscription, so the assignor hands a lost
 task to the member whose replica is closest.
+
+An interactive query with ``standby=true`` reads a replica from the container's loop (``read``:
+its own LMDB read transactions, beside this thread's writes; a lock keeps the replica open
+meanwhile).
 """
 
 from __future__ import annotations

@@ -58,8 +58,12 @@ def test_a_standby_answers_a_query_when_asked_and_when_the_active_member_is_froz
         host = socket.gethostname()
         runs = {t: m for m in members for t in m.assignment()[1]}  # type: ignore[index]
         urls = {m.pid: str(_url(m)) for m in members}
-        active = QueryClient(list(urls.values())).get("counts", "k3", read="committed")
-        assert active["value"] == 5 and active.get("standby") is None, active
+
+        def committed() -> dict[str, Any] | None:
+            got = QueryClient(list(urls.values())).get("counts", "k3", read="committed")
+            return got if got["value"] == 5 else None
+        active = wait_for("the count is committed", committed, 60, members)
+        assert active.get("standby") is None, active
         task = str(active["task"])
         owner = runs[task]
         other = next(m for m in members if m is not owner)
