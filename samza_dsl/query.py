@@ -9,6 +9,10 @@ an endpoint answers "moving" and the client raises ``QueryMoving``: try again, t
 never a wrong one. ``samza-dsl query`` uses it, with the endpoints it finds in the job's
 records.
 
+With ``standby=True``, a key whose active member does not answer (down, frozen, moving) is asked
+again of the members that did, with ``standby=true``: a member that keeps a standby replica of
+the key's task answers from it, committed state at most (``"standby": True`` and the member).
+
 >>> client = QueryClient(["http://127.0.0.1:1"], timeout=0.5)
 >>> try:
 ...     client.get("counts", 42)
@@ -46,25 +50,55 @@ class QueryClient:
         urls: the containers' query endpoints.
         token: the job's ``query.token``, where its endpoints need one.
         timeout: seconds to wait for each endpoint.
+        standby: a key whose active member does not answer may be read from a member's
+            standby replica of its task (committed state; module docstring).
     """
 
     def __init__(self, urls: Sequence[str], token: str | None = None,
-                 timeout: float = 10.0) -> None:
+                 timeout: float = 10.0, standby: bool = False) -> None:
         if not urls:
             raise QueryError("no query endpoint to ask: run the job with query.enabled=true")
         self.urls = [u.rstrip("/") for u in urls]
         self.token = token
         self.timeout = timeout
+        self.standby = standby
 
     def get(self, store: str, key: Any, read: str = "latest") -> dict[str, Any]:
         """The answer for one key: ``{"store", "key", "found", "value", "read", "task",
-        "partition", "member"}``. ``key`` is sent as JSON unless it is a string."""
+        "partition", "member"}`` (and ``"standby": True`` from a standby's replica). ``key`` is
+        sent as JSON unless it is a string."""
         params = {"read": read, **_key_param("key", key)}
-        answers = self._ask_all(store, params)
+        failed: list[str] = []
+        try:
+            answers = self._ask_all(store, params, failed)
+        except QueryError as e:
+            if not self.standby or not failed:
+                raise
+            return self._from_standbys(store, params, failed, e)
         found = [a for a in answers if a.get("found")]
         if found:
             return found[0]
         return {**answers[0], "member": None, "members": [a.get("member") for a in answers]}
+
+    def _from_standbys(self, store: str, params: dict[str, str], failed: list[str],
+                       error: QueryError) -> dict[str, Any]:
+        """The key of ``params`` from the standby replicas of the members that answered (not
+        ``failed``), or ``error`` again where none holds it and they cover not every task."""
+        answers = []
+        for url in self.urls:
+            if url in failed:
+                continue
+            status, body = self._ask(url, store, {**params, "standby": "true"})
+            if status == 200:
+                if body.get("found"):
+                    return {**body, "unanswered": failed}
+                answers.append(body)
+        covered = {t for a in answers for t in (*a.get("tasks", []), *a.get("standby_tasks", []))}
+        every = max((int(a.get("job_tasks", 0)) for a in answers), default=1)
+        if answers and len(covered) >= every:
+            return {**answers[0], "member": None, "unanswered": failed,
+                    "members": [a.get("member") for a in answers]}
+        raise error
 
     def prefix(self, store: str, prefix: str, read: str = "latest",
                limit: int = 100) -> dict[str, Any]:
@@ -93,18 +127,24 @@ class QueryClient:
                 "more": len(entries) > limit or any(a.get("more") for a in answers),
                 "members": [a.get("member") for a in answers]}
 
-    def _ask_all(self, store: str, params: dict[str, str]) -> list[dict[str, Any]]:
+    def _ask_all(self, store: str, params: dict[str, str], failed: list[str] | None = None
+                 ) -> list[dict[str, Any]]:
+        """Every endpoint's answer; ``failed`` gets the endpoints that did not answer or are
+        moving."""
         answers: list[dict[str, Any]] = []
         unreachable: list[str] = []
         moving: list[str] = []
+        failed = [] if failed is None else failed
         for url in self.urls:
             status, body = self._ask(url, store, params)
-            if status is None:
-                unreachable.append(f"{url}: {body['error']}")
+            if status is None or (status == 503 and not body.get("moving")):
+                unreachable.append(f"{url}: {body['error']}")  # down, stopping, its loop busy
+                failed.append(url)
             elif status == 200:
                 answers.append(body)
             elif status == 503 and body.get("moving"):
                 moving.append(f"{url}: {body['error']}")
+                failed.append(url)
             elif status == 404 and body.get("tasks") == []:
                 continue  # a member with no task of the store: the others answer
             else:

@@ -8,7 +8,8 @@ and ``query.port`` (0: any free one; container i of several on port + i) answers
 
 each with ``read=latest`` (the default: what the job's ``get`` gives now, unflushed writes
 included) or ``read=committed`` (what the last checkpoint covers, ``runtime.state.views``), and
-says which it read. A key is text: JSON where it parses as a JSON number, string, list, true or
+says which it read; with ``standby=true``, a key none of its active tasks holds is read from its
+standby replicas too (committed state: ``runtime.engine.query_read``). A key is text: JSON where it parses as a JSON number, string, list, true or
 false and the store's key serde takes that (``key_type=str`` takes the text as it is). Keys and
 values are decoded by the store's serdes. Answers are JSON: 200 for a key found
 (``"found": true``) and for a key that is not (``"found": false``); 400 for a request that is

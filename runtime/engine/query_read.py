@@ -1,7 +1,13 @@
 """How a container reads its tasks' stores for an interactive query (``runtime.engine.query``),
 on its event loop: the key's value in the task that holds it, or the entries of a range or a
 prefix across its tasks, from the latest state or the committed one (``runtime.state.views``),
-decoded by the store's serdes."""
+decoded by the store's serdes.
+
+With ``standby=true``, a key this member's active tasks do not hold is looked for in the
+replicas of the standby tasks it keeps (``runtime.kafka.standby``, which the member's task
+lifecycle holds as ``standby``: ``runtime.engine.systems.StandbyReads``): committed state at most, whatever ``read`` asked, and the answer
+says so (``"standby": true``, ``"read": "committed"``, the replica's changelog offset and the
+task checkpoint's)."""
 
 from __future__ import annotations
 
@@ -9,7 +15,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from runtime.state.views import CommittedViews, latest_scan
+from runtime.state.ttl import table_ttl
+from runtime.state.views import CommittedViews, latest_scan, replica_get
 
 __all__ = ["QueryAnswer", "read_query", "DEFAULT_LIMIT"]
 
@@ -33,16 +40,28 @@ def read_query(container: Any, views: CommittedViews, member: Callable[[], str],
     read = params.get("read", "latest")
     if read not in _READS:
         raise QueryAnswer(400, f"read={read!r}: ask read=latest or read=committed")
+    asked = params.get("standby", "false").lower()
+    if asked not in ("true", "false", "1", "0", ""):
+        raise QueryAnswer(400, f"standby={params['standby']!r}: give true or false")
+    standby = asked in ("true", "1")
+    lifecycle = container.lifecycle
+    replicas = lifecycle.standby if standby and lifecycle is not None else None
     plan = container.job.plan
     if store not in plan.stores:
         known = ", ".join(sorted(plan.stores)) or "none"
         raise QueryAnswer(404, f"job {plan.job_name!r} has no store {store!r}; its stores: "
                                f"{known}")
+    if standby and "key" not in params:
+        raise QueryAnswer(400, "standby=true answers a key (key=K): ask a prefix or a range "
+                               "of the members that run the tasks")
     phase, ready, _ = container.health_state()
-    if not ready:
+    on_standby = replicas.holding(store) if replicas is not None else []
+    if not ready and not on_standby:
         raise QueryAnswer(503, f"the container is {phase}: its tasks are moving or restoring; "
                                f"try again", moving=True)
-    held = [(t, t.stores[store]) for t in list(container.tasks) if store in t.stores]
+    # while tasks move, a standby query reads the replicas only
+    held = [(t, t.stores[store]) for t in list(container.tasks) if store in t.stores] \
+        if ready else []
     if any(s.remote for _, s in held):
         raise QueryAnswer(400, f"store {store!r} is a remote table: ask its service")
     tasks = sorted(t.name for t, _ in held)
@@ -51,12 +70,46 @@ def read_query(container: Any, views: CommittedViews, member: Callable[[], str],
     every = sum(1 for t in container.job.tasks if store in _stores_of(plan, t))
     base = {"store": store, "read": read, "member": member(), "tasks": tasks,
             "job_tasks": every}
-    if not held:
-        raise QueryAnswer(404, f"this container ({base['member']}) holds no task with store "
-                               f"{store!r}; ask another member", tasks=[])
-    if "key" in params:
-        return {**base, **_one(views, held, store, read, params)}
-    return {**base, **_many(views, held, store, read, params)}
+    if standby:
+        base["standby_tasks"] = on_standby
+    if not held and not on_standby:
+        more = " nor standby replica" if standby else ""
+        raise QueryAnswer(404, f"this container ({base['member']}) holds no task{more} with "
+                               f"store {store!r}; ask another member", tasks=[])
+    if "key" not in params:
+        return {**base, **_many(views, held, store, read, params)}
+    got = _one(views, held, store, read, params) if held else None
+    if got is not None and (got["found"] or not on_standby):
+        return {**base, **got}
+    return {**base, **_on_standby(container, replicas, on_standby, store, read, params, got)}
+
+
+def _on_standby(container: Any, replicas: Any, tasks: list[str], store: str, read: str,
+                params: dict[str, str], active: dict[str, Any] | None) -> dict[str, Any]:
+    """A key's committed value in the replicas of this member's standby ``tasks`` (module
+    docstring); ``active``: what its active tasks answered (the key is in none)."""
+    ttl = table_ttl(container.job.plan, store)
+    said = {"standby": True, "read": "committed"}
+    if read == "latest":
+        said["standby_read"] = ("a standby holds committed state only: this is what the "
+                                "task's last checkpoint it has seen covers, at most")
+    key: Any = None
+    for task in tasks:
+        def look(replica: Any) -> tuple[Any, tuple[bool, Any, int]]:
+            k, kb = _key(store, replica, params["key"], params.get("key_type", ""))
+            return k, replica_get(replica, kb, ttl)
+        got = replicas.read(task, store, look)
+        if got is None:  # closed since: the task moved
+            continue
+        (key, (found, value, offset)), checkpoint = got
+        if found:
+            return {"key": key, "found": True, "value": value, "task": task,
+                    "partition": container.job.task(task).partition, **said,
+                    "changelog_offset": offset, "checkpoint_changelog_offset": checkpoint}
+    if active is not None:
+        return {**active, "standby": False}
+    return {"key": key, "found": False, "value": None, "task": None, "partition": None,
+            **said}
 
 
 def _stores_of(plan: Any, task: Any) -> set[str]:

@@ -13,13 +13,15 @@ import importlib
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from runtime.engine.job import SSP, TaskModel
 from samza_dsl.errors import SamzaError
 
-__all__ = ["Consumer", "RebalancingConsumer", "Producer", "RecordSink", "StreamSink", "CheckpointStore", "StateBackend", "TaskLifecycle", "JobSystem", "NeverRan", "SystemKind",
+__all__ = ["Consumer", "RebalancingConsumer", "Producer", "RecordSink", "StreamSink", "CheckpointStore", "StateBackend", "TaskLifecycle", "StandbyReads", "JobSystem", "NeverRan", "SystemKind",
            "SYSTEMS", "job_system"]
+
+_T = TypeVar("_T")
 
 
 class Consumer(Protocol):
@@ -189,6 +191,21 @@ class StateBackend(Protocol):
         return None
 
 
+class StandbyReads(Protocol):
+    """A member's standby replicas as an interactive query reads them (``runtime.kafka.standby``,
+    ``runtime.engine.query_read``)."""
+
+    def holding(self, store: str) -> list[str]:
+        """The standby tasks whose replica of ``store`` is open here now."""
+        ...
+
+    def read(self, task: str, store: str, fn: Callable[[Any], _T]
+             ) -> tuple[_T, int | None] | None:
+        """``fn(replica)`` and the changelog offset of the task's last checkpoint seen (None:
+        none yet); None when no such replica is open."""
+        ...
+
+
 class TaskLifecycle(Protocol):
     """Which tasks a container runs, where they come and go while it runs (Kafka Streams'
     ``TaskManager`` shape: a member of a Kafka consumer group, ``runtime.kafka.tasks``). The
@@ -219,6 +236,11 @@ class TaskLifecycle(Protocol):
 
     def status(self) -> dict[str, Any]:
         """What it adds to the container's status."""
+        ...
+
+    @property
+    def standby(self) -> StandbyReads | None:
+        """The replicas of the member's standby tasks, if it keeps any."""
         ...
 
 

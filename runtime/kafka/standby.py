@@ -15,6 +15,10 @@ next one to run the task). So when the task moves here, its store is at a change
 below the checkpoint's, and ``LmdbStore.open`` replays only the tail between the two. Each
 replica's offset goes to the group with the member's subscription, so the assignor hands a lost
 task to the member whose replica is closest.
+
+An interactive query with ``standby=true`` reads a replica from the container's loop (``read``:
+its own LMDB read transactions, beside this thread's writes; a lock keeps the replica open
+meanwhile).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import logging
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from aiokafka import TopicPartition
@@ -40,6 +44,7 @@ from runtime.state.lmdb_store import LmdbStore
 __all__ = ["StandbyReplicas", "task_stores"]
 
 _log = logging.getLogger("samza_dsl.standby")
+_T = TypeVar("_T")
 
 #: records a replica may hold fetched past its task's checkpoint before its partition pauses
 _AHEAD_MAX = 50_000
@@ -85,6 +90,9 @@ class StandbyReplicas:
         self.metrics = metrics
         self.label = label
         self._replicas: dict[tuple[str, str], _Replica] = {}
+        #: held while a replica is read from another thread (``read``) and while the thread
+        #: closes one: a reader never sees its LMDB environment close under it
+        self._reading = threading.Lock()
         #: task -> store -> the changelog offset of the task's last checkpoint
         self._bounds: dict[str, dict[str, int]] = {}
         self._checkpoint_next = 0
@@ -121,6 +129,23 @@ class StandbyReplicas:
 
     def tasks(self) -> list[str]:
         return sorted({task for task, _ in list(self._replicas)})
+
+    def holding(self, store: str) -> list[str]:
+        """The standby tasks of which this member holds an open replica of ``store``."""
+        return sorted(task for task, name in list(self._replicas) if name == store)
+
+    def read(self, task: str, store: str, fn: Callable[[LmdbStore], _T]
+             ) -> tuple[_T, int | None] | None:
+        """``fn(replica)`` for the replica of ``store`` of standby task ``task``, from any
+        thread (``fn`` reads it in LMDB read transactions of its own, beside the thread's
+        writes), and the changelog offset of the task's last checkpoint the thread has seen
+        (None: none yet); None when this member holds no such replica now."""
+        with self._reading:
+            r = self._replicas.get((task, store))
+            if r is None or r.lmdb.lmdb.env is None:
+                return None
+            bound = self._bounds.get(task, {}).get(store)
+            return fn(r.lmdb), (None if bound is None else max(int(bound), r.bound))
 
     def positions(self) -> dict[str, int]:
         """Per standby task: the sum of its replicas' changelog offsets."""
@@ -198,8 +223,9 @@ class StandbyReplicas:
             want, asked = set(self._want), self._asked
         for key, r in list(self._replicas.items()):
             if r.task not in want:
-                r.lmdb.close()
-                del self._replicas[key]
+                with self._reading:
+                    del self._replicas[key]
+                    r.lmdb.close()
         for task in sorted(want - {t for t, _ in self._replicas}):
             self._open(task)
         tps = {self.checkpoint_tp, *(r.tp for r in self._replicas.values())}
@@ -229,7 +255,8 @@ class StandbyReplicas:
             return
         for r in opened:
             r.bound = self._bounds.get(task, {}).get(r.store, 0)
-            self._replicas[(task, r.store)] = r
+            with self._reading:
+                self._replicas[(task, r.store)] = r
         _log.info("container %s: standby of task %s from changelog offsets %s", self.label(),
                   task, {r.store: r.lmdb.position for r in opened})
 
@@ -270,10 +297,11 @@ class StandbyReplicas:
             consumer.resume(r.tp)
 
     def _close_all(self) -> None:
-        for r in self._replicas.values():
-            with contextlib.suppress(Exception):
-                r.lmdb.close()
-        self._replicas.clear()
+        with self._reading:
+            for r in self._replicas.values():
+                with contextlib.suppress(Exception):
+                    r.lmdb.close()
+            self._replicas.clear()
 
 
 async def _unless(wake: asyncio.Event, fetch: Awaitable[dict[Any, list[Any]]]

@@ -413,7 +413,7 @@ def cmd_query(args: argparse.Namespace) -> int:
     app, jobs = _jobs(args)
     config = _cli_config(args)
     urls = args.url or query_urls(app, config, lambda: jobs.status(app, config, args.app))
-    client = QueryClient(urls, token=query_token(app, config, args.token))
+    client = QueryClient(urls, token=query_token(app, config, args.token), standby=args.standby)
     if args.prefix is not None:
         answer = client.prefix(args.store, args.prefix, read=args.read, limit=args.limit)
     elif args.start is not None or args.end is not None:
@@ -754,6 +754,9 @@ def _add_data_commands(sub: Any) -> None:
     q.add_argument("--read", choices=("latest", "committed"), default="latest",
                    help="latest: what the job's get gives now; committed: what its last "
                    "checkpoint covers")
+    q.add_argument("--standby", action="store_true", help="a key whose active member does not "
+                   "answer (down, moving) may be read from a member's standby replica of its "
+                   "task: committed state at most")
     q.add_argument("--url", action="append", help="a container's query endpoint "
                    "(http://HOST:PORT), instead of those the job recorded; repeat for each")
     q.add_argument("--token", help="the endpoints' query.token: env:VAR, file:PATH or itself "

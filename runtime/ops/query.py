@@ -75,5 +75,6 @@ def answer_text(answer: Mapping[str, Any]) -> str:
     if not answer.get("found"):
         return (f"# key {json.dumps(answer.get('key'))} is not in store {answer['store']!r} "
                 f"({read} state)\n")
+    copy = "'s standby replica" if answer.get("standby") else ""
     return (f"{json.dumps(answer['value'], default=str)}\n# store {answer['store']!r}, {read} "
-            f"state, task {answer['task']!r} of member {answer.get('member')}\n")
+            f"state, task {answer['task']!r} of member {answer.get('member')}{copy}\n")

@@ -12,20 +12,28 @@ commit interval's writes). A store in memory (``TestRunner``) keeps no committed
 
 Everything here runs on the container's event loop, as the task that writes the store does:
 the query endpoint's thread hands its reads to the loop (``runtime.engine.query``).
+
+A standby's replica of a task's store (``runtime.kafka.standby``) is committed state only: its
+thread writes to it the changelog's entries that a checkpoint of the task covers, never more.
+``replica_get`` reads a key of it in an LMDB read transaction of its own, beside those writes,
+with the changelog offset the replica held then.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import lmdb
 
-from runtime.state.format import SHORT_LEN, ChecksumError, lmdb_key, unframe
+from runtime.state.format import META_KEY, SHORT_LEN, ChecksumError, lmdb_key, unframe
 from runtime.state.lmdb_store import LmdbStore
+from runtime.state.ttl import HEADER, write_time
 
-__all__ = ["CommittedViews", "NoView", "latest_scan"]
+__all__ = ["CommittedViews", "NoView", "latest_scan", "replica_get"]
 
 
 class NoView(Exception):
@@ -112,6 +120,45 @@ class CommittedViews:
                          f"read now ({type(e).__name__}); try again") from None
         out.sort(key=lambda e: e[0])
         return out[:limit], offset
+
+
+def replica_get(store: LmdbStore, kb: bytes, ttl: Any = None) -> tuple[bool, Any, int]:
+    """(found, the decoded value, the changelog offset the replica holds up to) of encoded key
+    ``kb`` in a standby's replica ``store`` (module docstring). ``ttl``: the table's spec where
+    it has a ttl; an expired entry is not found (on event time, expired by the largest write
+    time the replica holds, which this reads: a scan of the replica's values)."""
+    lm = store.lmdb
+    offset = int(lm.base)  # what the data holds at least, while its thread writes a step
+    lk = lmdb_key(kb)
+    where = f"the standby replica of store {lm.name!r} of task {lm.task!r}"
+    try:
+        with lm.env.begin(db=lm.data_db) as txn:
+            meta = txn.get(META_KEY, db=lm.meta_db)
+            if meta is not None:
+                record = json.loads(meta)
+                if record.get("committed") and isinstance(record.get("changelog_offset"), int):
+                    offset = int(record["changelog_offset"])
+            raw = txn.get(lk)
+            if raw is None:
+                return False, None, offset
+            stored, vb = unframe(lk, raw)
+            if stored != kb:
+                return False, None, offset
+            now = None
+            if ttl is not None and ttl.ttl_event_time is not None:
+                now = max((write_time(v) for _, v in _entries(txn, None, None)
+                           if len(v) >= HEADER), default=None)
+    except (lmdb.Error, ChecksumError, ValueError) as e:
+        raise NoView(f"{where} cannot be read now ({type(e).__name__}); try again, or ask the "
+                     f"task's active member") from None
+    value = store.decode_value(vb)
+    if ttl is not None:
+        if now is None:
+            now = int(time.time() * 1000)
+        t, value = value
+        if t + int(ttl.ttl_ms) <= now:
+            return False, None, offset
+    return True, value, offset
 
 
 def latest_scan(store: Any) -> Any:
