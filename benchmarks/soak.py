@@ -6,7 +6,8 @@ The job (``examples/readwrite_counter.py``, W1L's counter with its LMDB table an
 runs as ``samza-dsl run --follow`` in its own process, with ``streams.<id>.retention.ms`` set on
 its input and output; this process appends W1's events to its input at a steady rate, in a
 load every ``TICK`` seconds. Every ``--interval`` seconds one JSON line gives job.dir's bytes
-(allocated: ``st_blocks * 512``, and apparent), the job's RSS and the messages loaded so far;
+(allocated: ``st_blocks * 512``, and apparent), the job's RSS, the messages loaded so far,
+and the embedded log's file against the bytes each stream's segments hold in it;
 the last line says whether the size at the end is at most 1.5 times the first interval's.
 
     python benchmarks/soak.py --minutes 5 --interval 30 --rate 5000
@@ -83,6 +84,15 @@ def rss_bytes(pid: int) -> int:
     return total
 
 
+def log_bytes(job: LocalJob) -> tuple[int, dict[str, int]]:
+    """(the allocated bytes of the embedded log's file, the bytes each stream's segments hold
+    in it): what the log holds against what its file takes."""
+    lg = job.log_of(job.main_system)
+    by_stream = {name: sum(seg[3] for p in range(partitions) for seg in lg.segments(name, p))
+                 for name, partitions in sorted(lg.streams().items())}
+    return disk_use(lg.path)[0], by_stream
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--minutes", type=float, default=5.0)
@@ -133,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
                         "rss_bytes": rss_bytes(proc.pid), "messages_loaded": loaded,
                         "retention_ms": retention, "rate": args.rate,
                         "stores_bytes": disk_use(os.path.join(job_dir, "stores"))[0]}
+                line["log_file_bytes"], line["stream_bytes"] = log_bytes(loader)
                 samples.append(line)
                 print(json.dumps(line), flush=True)
                 next_sample += args.interval

@@ -13,6 +13,9 @@ every update the job ever made.
   rewritten keeping a record when no later record of its key is in the map. The part already
   compacted holds each key at most once, so one map of the dirty part's keys is enough. The map
   is bounded (``max_keys``): a pass stops its dirty part at the segment where it fills.
+  A compacted segment holds about ``SEGMENT_BYTES`` at most (two of LMDB's pages), so the
+  pages a pass frees are the sizes the next one and the appends need: a segment of many pages
+  needs as many contiguous free pages, and the log's file grew for them (the soak, W9T).
 - **Tombstones.** A delete (a None value) is kept while a reader might have seen an older value
   of its key in the same pass over the log: it goes only once a pass that already covered it
   finished at least ``delete_retention_ms`` ago (Kafka's ``delete.retention.ms``).
@@ -81,6 +84,11 @@ DELETE_RETENTION_MS = 86_400_000  # Kafka's and Samza's default: one day
 GROUP_RECORDS = 8_192  # records read per write transaction, at most (plus one segment)
 READ_RECORDS = 4_096  # records decoded per read transaction, about (plus one segment)
 SEGMENT_RECORDS = 8_192  # records kept per compacted segment, about
+#: bytes kept per compacted segment, at most (but for a segment kept whole): LMDB stores a
+#: larger value in contiguous overflow pages, and a pass writing runs of many pages while
+#: freeing others leaves the log's file growing with free pages it cannot reuse for them
+SEGMENT_BYTES = 7_000
+_RECORD_BYTES = 12  # a kept record's encoding besides its key and value, about
 #: keys in a pass's map, at most: a larger dirty part takes more passes. The map costs about
 #: 130 bytes a key (the key, its offset, the dict's entry), so this bounds it near 6.5 MB
 MAX_KEYS = 32_768
@@ -302,7 +310,7 @@ class _Rewrite:
         tombstone only from ``horizon`` on; False if ``stop`` ended it."""
         get = latest.get
         group, kept = self.group, self.kept
-        scanned = 0
+        scanned = size = 0
         for seg in segments:
             if stop is not None and stop.is_set():
                 return False
@@ -312,12 +320,17 @@ class _Rewrite:
                 n = len(survivors)
                 survivors = [(o, r) for o, r in survivors if r[1] is not None or o >= horizon]
                 self.result.tombstones_dropped += n - len(survivors)
+            grows = sum(map(_size, survivors))
+            if group and size + grows > SEGMENT_BYTES:  # the group's segment is full
+                self.flush()
+                scanned = size = 0
             group.append(seg)
             kept += survivors
             scanned += len(seg.records)
+            size += grows
             if scanned >= group_records or len(kept) >= SEGMENT_RECORDS:
                 self.flush()
-                scanned = 0
+                scanned = size = 0
         if group:
             self.flush()
         return True
@@ -342,6 +355,13 @@ class _Rewrite:
                 self.busy = time.perf_counter()
         group.clear()
         kept.clear()
+
+
+def _size(kept: tuple[int, Any]) -> int:
+    """The bytes a kept record takes in a compacted segment, about: its key, its value, and
+    the encoding's share (the offset, the lengths, the headers)."""
+    record = kept[1]
+    return len(record[0] or b"") + len(record[1] or b"") + _RECORD_BYTES
 
 
 def _record_pass(lg: LocalLog, stream: str, partition: int, state: dict[Any, Any], now: int,

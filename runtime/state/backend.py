@@ -106,8 +106,9 @@ class StoreBackend(StateBackend):
                                     dead_letter=self.dead_letter, metrics=self.metrics)
             self.changelog_opened(task, store_name, changelog)
         ttl = table_ttl(self.job.plan, store_name)
+        restored = None
         if ttl is not None and check is not None:
-            check = expire_on_restore(check, ttl)
+            check = restored = expire_on_restore(check, ttl)
         store = LmdbStore.open(
             store_dir(self.root, store_name, task.name),
             name=store_name, task=task.name, key_encode=ke, key_decode=kd, value_encode=ve,
@@ -116,7 +117,7 @@ class StoreBackend(StateBackend):
         # send_to and join_table check a table's keys as they come
         store.check_key = store_key_check(self.job.plan, store_name)
         if ttl is not None:
-            attach_ttl(store, ttl)
+            attach_ttl(store, ttl, restored=restored)
         info = store.restore_info
         self.metrics.inc("store-restore-entries", int(info.get("entries_replayed", 0)))
         self.restores[(task.name, store_name)] = dict(info)

@@ -16,7 +16,10 @@ bytes and of its cache, so that LMDB, memory, the changelog and every runner sha
   values), from where the previous sweep stopped, round the store, and deletes those expired:
   a tombstone in the changelog, so compaction removes them there too.
 - **Restore.** An entry replayed from the changelog that is expired by then is replayed as a
-  tombstone (``expire_on_restore``), so a restore never brings one back.
+  tombstone (``expire_on_restore``), so a restore never brings one back. On event time the
+  rebuilt table's clock is the largest write time replayed, of entries since overwritten or
+  deleted too (``attach(..., restored=)``): an entry replayed before the write that expired it
+  (its tombstone not written yet: a crash before the sweep reached it) stays expired.
 
 >>> from samza_dsl.serdes import StringSerde
 >>> enc, dec = ttl_codec(StringSerde().serialize, StringSerde().deserialize)
@@ -41,7 +44,7 @@ from runtime.state.writeback import CachedStore, encode_all
 from samza_dsl.errors import SamzaError
 
 __all__ = ["HEADER", "SWEEP", "ttl_codec", "attach", "expire_on_restore", "write_time",
-           "table_ttl"]
+           "table_ttl", "RestoreExpiry"]
 
 HEADER = 8
 #: entries whose write times a commit reads to find expired ones: a store of n entries is
@@ -114,10 +117,12 @@ class _Clock:
         return self.now_ms if self.event else int(self.wall() * 1000)
 
 
-def attach(store: CachedStore, spec: Any, wall: Callable[[], float] = time.time) -> None:
+def attach(store: CachedStore, spec: Any, wall: Callable[[], float] = time.time,
+           restored: RestoreExpiry | None = None) -> None:
     """Makes ``store`` (whose value codec is ``ttl_codec``'s: its cache holds ``(write time,
     value)``) a table with ``spec.ttl_ms``: ``get``, ``put``, the entries a scan gives, and a
-    sweep at each commit's flush (see the module docstring)."""
+    sweep at each commit's flush (see the module docstring). ``restored``: the check its
+    restore replayed the changelog through, whose largest write time the clock starts from."""
     ttl = int(spec.ttl_ms)
     clock = _Clock(spec.ttl_event_time is not None, wall)
     dirty = store._dirty
@@ -127,7 +132,10 @@ def attach(store: CachedStore, spec: Any, wall: Callable[[], float] = time.time)
     byte_store = store.byte_store
     if clock.event:
         event_ms = _event_ms(spec.ttl_event_time, spec.table_id)
-        # the table's clock goes on from the largest write time held
+        # the table's clock goes on from the largest write time held or replayed: a write
+        # since overwritten by an earlier one, or deleted, still moved it
+        if restored is not None:
+            clock.now_ms = restored.latest_ms
         for _kb, t in byte_store.scan(None, None, _stamp_entry):
             if t > clock.now_ms:
                 clock.now_ms = t
@@ -211,28 +219,45 @@ def _stamp_entry(kb: bytes, vb: bytes) -> tuple[bytes, int]:
     return kb, cast(int, _unpack_from(vb)[0])
 
 
-def expire_on_restore(check: Check | None, spec: Any, wall: Callable[[], float] = time.time
-                      ) -> Check:
-    """The changelog check of a table with a ttl: entries already expired when replayed go in
-    as tombstones (on event time, expired by the largest write time replayed so far)."""
-    ttl = int(spec.ttl_ms)
-    event = spec.ttl_event_time is not None
-    seen = [-(1 << 62)]
+class RestoreExpiry:
+    """The changelog check of a table with a ttl (``expire_on_restore``); ``latest_ms`` is the
+    largest write time it replayed, for the table's clock (``attach(..., restored=)``)."""
 
-    def expire(offsets: int | Sequence[int], entries: Entries) -> Entries:
-        if check is not None:
-            entries = check(offsets, entries)
-        now = int(wall() * 1000)
+    __slots__ = ("check", "ttl", "event", "wall", "latest_ms")
+
+    def __init__(self, check: Check | None, spec: Any, wall: Callable[[], float]) -> None:
+        self.check = check
+        self.ttl = int(spec.ttl_ms)
+        self.event = spec.ttl_event_time is not None
+        self.wall = wall
+        self.latest_ms = -(1 << 62)
+
+    def __call__(self, offsets: int | Sequence[int], entries: Entries) -> Entries:
+        if self.check is not None:
+            entries = self.check(offsets, entries)
+        ttl, event = self.ttl, self.event
+        now = int(self.wall() * 1000)
+        latest = self.latest_ms
         out: Entries = []
         for kb, vb in entries:
             if vb is not None and len(vb) >= HEADER:
                 t = write_time(vb)
                 if event:
-                    if t > seen[0]:
-                        seen[0] = t
-                    now = seen[0]
+                    if t > latest:
+                        latest = t
+                    now = latest
                 if t + ttl <= now:
                     vb = None
             out.append((kb, vb))
+        self.latest_ms = latest
         return out
-    return expire
+
+
+def expire_on_restore(check: Check | None, spec: Any, wall: Callable[[], float] = time.time
+                      ) -> RestoreExpiry:
+    """The changelog check of a table with a ttl: entries already expired when replayed go in
+    as tombstones (on event time, expired by the largest write time replayed so far). An entry
+    replayed before the write that expired it is caught by the clock instead: ``attach`` with
+    ``restored=`` starts the table's clock at the largest write time replayed, entries since
+    overwritten included."""
+    return RestoreExpiry(check, spec, wall)

@@ -200,6 +200,25 @@ def rides_sessions_app(bootstrap: str, tag: str, conninfo: str) -> StreamApplica
                                                physical_name=f"late-{tag}"))
 
 
+def ttl_app(bootstrap: str, tag: str, **config: Any) -> StreamApplication:
+    """events ``KV(key, {"kind": "put" | "get", "ts", "i"})`` (4 partitions): a put goes to the
+    table ``sessions`` (a ttl of 10 s of event time ``ts``), a get is joined with it -> out:
+    ``KV(key, [i, the ts of the entry found or None, pid])`` (2 partitions)."""
+    app = StreamApplication(f"gttl-{tag}", config={"task.commit.ms": 200, **config})
+    kafka = KafkaSystem("kafka", bootstrap_servers=bootstrap)
+    table = app.table("sessions", serde=SERDE, ttl=timedelta(seconds=10),
+                      ttl_event_time=lambda v: v["ts"])
+    events = app.input(kafka.input("events", serde=SERDE, physical_name=f"gtevents-{tag}"))
+    out = app.output(kafka.output("out", serde=SERDE, physical_name=f"gtout-{tag}",
+                                  partitions=2))
+    events.filter(lambda kv: kv.value["kind"] == "put", name="puts").send_to(table)
+    (events.filter(lambda kv: kv.value["kind"] == "get", name="gets")
+        .join_table(table, combine=lambda m, r: KV(
+            m.key, [m.value["i"], r and r.value["ts"], os.getpid()]), name="lookup")
+        .send_to(out))
+    return app
+
+
 def event_ts(kv: KV[Any, Any]) -> float:
     return float(kv.value["ts"])
 
@@ -224,6 +243,8 @@ def __getattr__(name: str) -> Any:
     if name == "rides_sessions":  # the newcomer's trips into sessions (tests/rides.py)
         return rides_sessions_app(os.environ["SAMZA_TEST_BOOTSTRAP"],
                                   os.environ["SAMZA_TEST_TAG"], os.environ["SAMZA_TEST_PG"])
+    if name == "ttl":
+        return ttl_app(os.environ["SAMZA_TEST_BOOTSTRAP"], os.environ["SAMZA_TEST_TAG"])
     if name == "count":
         return count_app(os.environ["SAMZA_TEST_BOOTSTRAP"], os.environ["SAMZA_TEST_TAG"])
     if name == "etjoin":  # ride requests joined with acceptances within 60 s of event time

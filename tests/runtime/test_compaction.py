@@ -135,6 +135,25 @@ def test_deletes_go_once_a_pass_covered_them_for_the_retention(tmp_path: Path) -
     lg.close()
 
 
+def test_compacted_segments_stay_small_so_lmdb_reuses_the_pages_they_free(
+        tmp_path: Path) -> None:
+    """Records that all survive a pass (new keys, as a table with a ttl writes them) are kept
+    in compacted segments of about ``SEGMENT_BYTES`` each, not one large value: a value spans
+    contiguous overflow pages, which LMDB finds among its free pages only if they are few."""
+    lg = LocalLog(tmp_path / "log")
+    lg.create("cl", 1)
+    for s in range(100):  # 5,000 distinct keys, in segments of 50 records (about 1.6 KB)
+        lg.append("cl", 0, [(b"key-%06d" % (s * 50 + i), b"v" * 20, None) for i in range(50)])
+    before = _all(lg, "cl", 0)
+    r = compact_partition(lg, "cl", 0, 5_000)
+    assert r.done and r.records_after == 5_000
+    sizes = [size for _first, _span, _ts, size in lg.segments("cl", 0)]
+    assert max(sizes) <= 2 * 4096 - 16, sizes  # two of LMDB's pages at most
+    assert len(sizes) < 100  # small segments are still merged
+    assert _all(lg, "cl", 0) == before
+    lg.close()
+
+
 # -- restore after compaction, against a dict model ------------------------------------------
 
 _op = st.tuples(st.sampled_from([b"a", b"b", b"c", b"d", b"e", b"f" * 600]),

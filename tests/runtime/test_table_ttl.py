@@ -128,6 +128,33 @@ def test_lmdb_changelog_gets_tombstones_and_a_restore_never_brings_an_expired_en
     other.close()
 
 
+def test_a_restore_keeps_the_clock_of_every_write_replayed_not_only_of_those_held(
+        tmp_path: Any) -> None:
+    """A changelog whose expired entry got no tombstone (the member died before the sweep
+    reached it: a store larger than a sweep) and whose largest write time was overwritten by a
+    late write: the rebuilt store's clock is the 100 s replayed, not the 95 s of the entries
+    held, so "old" (88 + 10 <= 100) stays expired, and the first commit's sweep deletes it."""
+    ke, kd, ve, vd = _codec()
+    spec = _event_spec()
+    changelog = _ListChangelog()
+    changelog.entries = [(ke("old"), ve((88_000, {"ts": 88}))),
+                         (ke("clk"), ve((100_000, {"ts": 100}))),
+                         (ke("clk"), ve((2_000, {"ts": 2}))),
+                         (ke("live"), ve((95_000, {"ts": 95})))]
+    check = expire_on_restore(None, spec)
+    store = LmdbStore.open(str(tmp_path / "s"), name="sessions", task="Partition 0",
+                           key_encode=ke, key_decode=kd, value_encode=ve, value_decode=vd,
+                           changelog=changelog,  # type: ignore[arg-type]
+                           checkpointed=changelog.end_offset(), check=check)
+    attach(store, spec, restored=check)
+    assert store.get("old") is None and store.get("clk") is None
+    assert store.get("live") == {"ts": 95}
+    assert [k for k, _ in store.all()] == ["live"]
+    store.flush()
+    assert not store.lmdb.holds(ke("old")) and changelog.entries[-1] == (ke("old"), None)
+    store.close()
+
+
 def test_the_sweep_is_bounded_and_goes_round_the_store(monkeypatch: Any) -> None:
     monkeypatch.setattr("runtime.state.ttl.SWEEP", 100)
     ke, kd, ve, vd = _codec()
