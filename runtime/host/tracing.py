@@ -221,18 +221,7 @@ class Tracing:
         def call(message: Any) -> Any:
             span = child(position(), "samza.async", attrs)
             result = process(message)
-            if span is None:
-                return result
-
-            async def timed() -> Any:
-                try:
-                    return await result
-                except BaseException as exc:
-                    span.record_exception(exc)
-                    raise
-                finally:
-                    span.end()
-            return timed()
+            return result if span is None else _ended_when_done(span, result)
         return call
 
     def traced_track(self, track: Callable[[Any], None],
@@ -276,16 +265,7 @@ class Tracing:
                 span.end()
                 return result
             span.set_attribute("samza.cache", "miss")
-
-            async def timed() -> Any:
-                try:
-                    return await result
-                except BaseException as exc:
-                    span.record_exception(exc)
-                    raise
-                finally:
-                    span.end()
-            return timed()
+            return _ended_when_done(span, result)
         return traced
 
     def note(self, ssp: Any, first: int, records: Any) -> None:
@@ -446,3 +426,14 @@ class OtelMetrics:
         self.refresh()
         self.provider.force_flush()
         self.provider.shutdown()
+
+
+async def _ended_when_done(span: Any, result: Any) -> Any:
+    """``result`` awaited, with ``span`` ended when it is done (its exception recorded)."""
+    try:
+        return await result
+    except BaseException as exc:
+        span.record_exception(exc)
+        raise
+    finally:
+        span.end()
