@@ -95,6 +95,13 @@ class JobView:
             return {}
         return {sid: s.kind for sid, s in self.plan.streams.items()}
 
+    def partition_counts(self) -> dict[str, int]:
+        """Each stream's partitions in the plan, where the plan knows them."""
+        if self.plan is None:
+            return {}
+        return {sid: s.partitions for sid, s in self.plan.streams.items()
+                if s.partitions is not None}
+
     def add(self, snapshots: Iterable[Snapshot]) -> None:
         for name, t_ms, samples in snapshots:
             old = self.latest.get(name)
@@ -209,7 +216,10 @@ class JobView:
             s["behind"] += int(v.get("behind", 0))
             s["end"] += int(v.get("end-offset", 0))
             s["partitions"] += 1
+        counts = self.partition_counts()
         for sid, s in streams.items():
+            # a member of a group reads some partitions of a stream: "2 of 4" on the page
+            s["of"] = counts.get(sid)
             hist = self.history.get(sid, deque())
             s["rate"] = _rate_of(hist)
             s["history"] = [[round(t - now, 1), b, n] for t, b, n, _ in hist]

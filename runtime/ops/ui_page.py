@@ -102,7 +102,7 @@ td.viz{text-align:left;padding:1px 4px;line-height:0}
 <table id="ops"><thead><tr><th>operator</th><th>msg/s</th><th>in</th><th>out</th>
 <th>in flight</th><th>handle µs</th><th>late</th></tr></thead><tbody></tbody></table>
 <h2>Streams</h2>
-<table id="streams"><thead><tr><th>stream</th><th>kind</th><th>partitions</th>
+<table id="streams"><thead><tr><th>stream</th><th>kind</th><th title="the partitions this page reads (of the stream's, where a member of a group reads some)">partitions</th>
 <th title="end offset − next offset to process">behind</th>
 <th title="end offset − offset after the checkpoint">lag since checkpoint</th>
 <th>end</th></tr></thead><tbody></tbody></table>
@@ -207,7 +207,7 @@ function render(s){
   '</td><td>'+fmt(o.in)+'</td><td>'+fmt(o.out)+'</td><td>'+fmt(o.in_flight)+'</td><td>'+(o.handle_us==null?"–":fmt(o.handle_us))+
   '</td><td>'+fmt(o.late)+'</td></tr>').join(""));
  rows("streams",Object.entries(streams).map(([sid,v])=>'<tr data-stream="'+esc(sid)+'"><td>'+esc(sid)+'</td><td>'+esc(v.kind)+
-  '</td><td>'+v.partitions+'</td><td class="behind">'+fmt(v.behind)+'</td><td class="lag">'+fmt(v.lag)+'</td><td class="end">'+fmt(v.end)+'</td></tr>').join(""));
+  '</td><td class="parts">'+v.partitions+(v.of&&v.of!==v.partitions?" of "+v.of:"")+'</td><td class="behind">'+fmt(v.behind)+'</td><td class="lag">'+fmt(v.lag)+'</td><td class="end">'+fmt(v.end)+'</td></tr>').join(""));
  rows("conts",(s.containers||[]).map(c=>'<tr><td>'+esc(c.name)+'</td><td>'+esc(c.state||"")+'</td><td>'+fmt(c.rate)+'</td><td>'+fmt(c.processed)+
   '</td><td>'+fmt(c.commits)+'</td><td>'+(c.last_commit_s==null?"–":secs(c.last_commit_s)+" ago")+'</td><td>'+
   (c.utilization==null?"–":(100*c.utilization).toFixed(0)+"%")+'</td></tr>').join(""));

@@ -108,6 +108,10 @@ def test_each_members_page_draws_the_plan_its_group_and_the_numbers_status_gives
                 page.goto(url)
                 page.wait_for_function("() => (window.__updates || 0) >= 2", timeout=30_000)
                 assert page.evaluate("() => document.getElementById('group').hidden") is False
+                # the member reads 2 of the input's 4 partitions, and says so beside the plan's 4
+                parts = page.evaluate("""() => document.querySelector(
+                    '#streams tr[data-stream="events"] .parts')?.textContent""")
+                assert parts == f"{len(tasks)} of 4", parts
                 ok, box = inside_viewport(page, "#ops")
                 assert ok, box
                 screenshot(page, f"kafka-group-member-{i}-{kafka_broker_kind}")
