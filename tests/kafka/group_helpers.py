@@ -17,8 +17,15 @@ from typing import Any
 from aiokafka import TopicPartition
 from kafka_helpers import consume_all, run
 
+from planner.owners import checkpoint_stream
+from runtime.engine.checkpoints import offsets_of
 from runtime.kafka.admin import describe_topics
-from runtime.kafka.system import new_consumer, stop_client, true_end_offsets
+from runtime.kafka.system import (
+    new_consumer,
+    read_checkpoint_topic,
+    stop_client,
+    true_end_offsets,
+)
 
 APPS = Path(__file__).parent / "kafka_apps.py"
 CLI = os.path.join(os.path.dirname(sys.executable), "samza-dsl")
@@ -175,7 +182,7 @@ def timed_records(bootstrap: str, topic: str) -> list[tuple[int, int, int, bytes
         tps = [TopicPartition(topic, p) for p in range(count)]
         ends = await true_end_offsets(bootstrap, tps, {}, 30.0)
         consumer = new_consumer(bootstrap, {}, brief=True)
-        out = []
+        out: list[tuple[int, int, int, bytes | None, bytes | None]] = []
         try:
             await consumer.start()
             consumer.assign(tps)
@@ -194,3 +201,18 @@ def timed_records(bootstrap: str, topic: str) -> list[tuple[int, int, int, bytes
             await stop_client(consumer)
         return sorted(out, key=lambda r: (r[0], r[1]))
     return run(read())
+
+
+def checkpoints(bootstrap: str, job: str, stream_id: str) -> tuple[dict[str, dict[int, int]],
+                                                                   dict[str, int]]:
+    """Per task, the offset of each partition of the input ``stream_id`` its last checkpoint
+    holds, and when that checkpoint was written (ms)."""
+    topic = checkpoint_stream(job)
+    if run(describe_topics(bootstrap, [topic]))[topic] is None:
+        return {}, {}
+    read = run(read_checkpoint_topic(bootstrap, topic, {}, 10.0))
+    offsets: dict[str, dict[int, int]] = {}
+    for task, data in read.data.items():
+        offsets[task] = {ssp.partition: off for ssp, off in offsets_of(data).items()
+                         if ssp.stream_id == stream_id}
+    return offsets, dict(read.timestamps)

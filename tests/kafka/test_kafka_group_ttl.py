@@ -22,7 +22,15 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from group_helpers import Member, kill_left, settled, stop_all, timed_records, wait_for
+from group_helpers import (
+    Member,
+    checkpoints,
+    kill_left,
+    settled,
+    stop_all,
+    timed_records,
+    wait_for,
+)
 from kafka_helpers import create_topic, produce_each, run
 
 from operators.hashing import partition_for
@@ -111,6 +119,13 @@ def test_a_takeover_in_a_group_restores_live_entries_and_no_expired_one(
         wait_for("the member to be lost answers gets as they flow", lambda: sum(
             a[2] == lost.pid for i, answers in _answers(kafka_bootstrap, tag).items()
             if i >= len(first) for a in answers) >= 8, 60, members)
+        # and has checkpointed its tasks past the puts (offsets 0 to 3 of each partition), so
+        # their changelogs hold entries a takeover must replay (killed before its first
+        # checkpoint, its tasks would be read again from the input's start instead)
+        lost_tasks = lost.assignment()[1]  # type: ignore[index]
+        wait_for("the member to be lost checkpoints its tasks past the puts", lambda: all(
+            min(checkpoints(kafka_bootstrap, f"gttl-{tag}-1", "events")[0].get(t, {}).values(),
+                default=-1) >= 4 for t in lost_tasks), 60, members)
         lost.kill()
         at_kill = len(gets)
         survivor = members[1]

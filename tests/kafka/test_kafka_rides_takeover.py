@@ -31,14 +31,10 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer
-from group_helpers import Member, kill_left, settled, stop_all, wait_for
+from group_helpers import Member, checkpoints, kill_left, settled, stop_all, wait_for
 from kafka_helpers import create_topic, produce_batched, produce_each, run
 from test_kafka_exactly_once import committed_records
 
-from planner.owners import checkpoint_stream
-from runtime.engine.checkpoints import offsets_of
-from runtime.kafka.admin import describe_topics
-from runtime.kafka.system import read_checkpoint_topic
 from samza_dsl.testing.postgres import PostgresServer
 from tests import rides
 
@@ -97,21 +93,6 @@ class Feed(threading.Thread):
                 await asyncio.sleep(max(0.0, STEP_S - (time.monotonic() - began)))
         finally:
             await producer.stop()
-
-
-def checkpoints(bootstrap: str, job: str) -> tuple[dict[str, dict[int, int]],
-                                                   dict[str, int]]:
-    """Per task, the last offset of each trips partition its checkpoint holds, and when it
-    was written (ms)."""
-    topic = checkpoint_stream(job)
-    if run(describe_topics(bootstrap, [topic]))[topic] is None:
-        return {}, {}
-    read = run(read_checkpoint_topic(bootstrap, topic, {}, 10.0))
-    offsets: dict[str, dict[int, int]] = {}
-    for task, data in read.data.items():
-        offsets[task] = {ssp.partition: off for ssp, off in offsets_of(data).items()
-                         if ssp.stream_id == "trips"}
-    return offsets, dict(read.timestamps)
 
 
 def kafka_sessions(bootstrap: str, tag: str) -> dict[Session, list[Values]]:
@@ -181,21 +162,21 @@ def kill_mid_feed(bootstrap: str, job: str, tag: str, feed: Feed, victim: Member
     mine = (victim.assignment() or (0, []))[1]
 
     def committed_and_out() -> bool:
-        offsets, _ = checkpoints(bootstrap, job)
+        offsets, _ = checkpoints(bootstrap, job, "trips")
         return all(offsets.get(t) and min(offsets[t].values()) > 0 for t in mine) \
             and bool(kafka_sessions(bootstrap, tag)) and sum(feed.sent.values()) >= TRIPS // 4
 
     wait_for("the member to kill committed trips and sessions came out", committed_and_out,
              60, ms)
-    _, seen = checkpoints(bootstrap, job)
+    _, seen = checkpoints(bootstrap, job, "trips")
     wait_for("a later commit of the member to kill",
-             lambda: any(checkpoints(bootstrap, job)[1].get(t, 0) > seen.get(t, 0)
+             lambda: any(checkpoints(bootstrap, job, "trips")[1].get(t, 0) > seen.get(t, 0)
                          for t in mine), 30, ms)
     time.sleep(COMMIT_MS * 0.6 / 1000)  # into the interval: its work past the checkpoint
     written = dict(feed.sent)
     victim.kill()
     assert not feed.done.is_set(), "the trips were all written before the kill"
-    after, _ = checkpoints(bootstrap, job)
+    after, _ = checkpoints(bootstrap, job, "trips")
     behind = {p: written[p] - (off + 1) for t in mine for p, off in after[t].items()}
     assert sum(behind.values()) > 0, f"the kill came with no trip past its checkpoint: {behind}"
     return (f"killed member {victim.pid} ({', '.join(mine)}) with {sum(written.values()):,} "
