@@ -54,6 +54,7 @@ from runtime.kafka.system import (
     CONTAINER_KEY,
     LOST_STOP_S,
     kafka_error,
+    log_starts,
     new_consumer,
     stop_client,
 )
@@ -185,7 +186,8 @@ class ContainerClaim:
                     await producer.start()
                     await consumer.start()
                     consumer.assign([self.tp])
-                    await consumer.seek_to_beginning(self.tp)
+                    starts = await log_starts(self.servers, self.settings, consumer, [self.tp])
+                    consumer.seek(self.tp, starts[self.tp])
                     end = (await consumer.end_offsets([self.tp]))[self.tp]
             except (KafkaError, TimeoutError, OSError) as exc:
                 raise kafka_error("claiming the container's id", self.servers, exc,

@@ -851,7 +851,7 @@ async def read_checkpoint_topic(servers: str, topic: str, settings: Mapping[str,
             await consumer.start()
             consumer.assign([tp])
             end = (await consumer.end_offsets([tp]))[tp]
-            await consumer.seek_to_beginning(tp)
+            consumer.seek(tp, (await log_starts(servers, settings, consumer, [tp]))[tp])
             # to the end as the reading began, however slow a fetch is (a busy broker, a
             # leader just elected): the overall timeout bounds it, an empty fetch does not
             while end and await consumer.position(tp) < end:

@@ -99,7 +99,7 @@ def kafka_source(stream_id: str, descriptor: Any, given: Any, start_ms: int,
 
     from runtime.kafka.admin import describe_topics
     from runtime.kafka.security import check_login
-    from runtime.kafka.system import kafka_error, new_consumer, true_end_offsets
+    from runtime.kafka.system import kafka_error, log_starts, new_consumer, true_end_offsets
     from runtime.spark.ahead import ahead_check
     from runtime.spark.sources import Source, SourceError, source_timing, unreadable
 
@@ -123,7 +123,7 @@ def kafka_source(stream_id: str, descriptor: Any, given: Any, start_ms: int,
                     raise SourceError(f"input {stream_id!r}: topic {topic!r} does not exist on "
                                       f"Kafka at {servers}")
                 tps = [TopicPartition(topic, p) for p in range(count)]
-                begins = await consumer.beginning_offsets(tps)
+                begins = await log_starts(servers, settings, consumer, tps)
         except (TimeoutError, OSError) as exc:
             raise kafka_error(f"reading the offsets of {topic!r}", servers, exc) from exc
         except SamzaError:
@@ -317,14 +317,14 @@ async def _truncate(servers: str, topic: str, partitions: int,
     from aiokafka.admin import AIOKafkaAdminClient
 
     from runtime.kafka.admin import TopicSpec, describe_topics, ensure_topics
-    from runtime.kafka.system import kafka_error, new_consumer, true_end_offsets
+    from runtime.kafka.system import kafka_error, log_starts, new_consumer, true_end_offsets
 
     consumer = new_consumer(servers, login, brief=True)
     try:
         await consumer.start()
         count = (await describe_topics(servers, [topic], timeout=10, **login))[topic] or 0
         tps = [TopicPartition(topic, p) for p in range(count)]
-        begins = await consumer.beginning_offsets(tps) if tps else {}
+        begins = await log_starts(servers, login, consumer, tps)
     finally:
         with contextlib.suppress(Exception):
             await consumer.stop()
