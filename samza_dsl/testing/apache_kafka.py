@@ -345,23 +345,25 @@ class ApacheKafkaCluster:
         self._launch(node)
         self._wait(node, time.monotonic() + (timeout or self.start_timeout))
 
-    def _stop_node(self, node: _Node) -> None:
-        proc, node.proc = node.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signal.SIGCONT)
-            proc.terminate()  # a controlled shutdown
-        try:
-            proc.wait(self.stop_timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
     def stop(self) -> None:
-        """Stop every node; removes their folders when they were in a temporary one."""
-        for node in reversed(self.nodes):
-            self._stop_node(node)
+        """Stop every node; removes their folders when they were in a temporary one. The nodes
+        are told to stop all at once: one by one, the last node's controlled shutdown waits for
+        a quorum that has gone, until ``stop_timeout`` ends it."""
+        procs = [node.proc for node in self.nodes if node.proc is not None]
+        for node in self.nodes:
+            node.proc = None
+        for proc in procs:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(signal.SIGCONT)
+                    proc.terminate()
+        deadline = time.monotonic() + self.stop_timeout
+        for proc in procs:
+            try:
+                proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
         if self._root is not None and self._given_root is None:
             shutil.rmtree(self._root, ignore_errors=True)
         self._root = None

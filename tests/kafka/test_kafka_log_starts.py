@@ -24,13 +24,14 @@ from runtime.kafka.txn_producer import TransactionalProducer
 
 #: writers of each new partition at once (the upstream tasks of an intermediate stream)
 WRITERS = 6
-#: new partitions tried at most; tansu showed the early answer in about one in sixteen
-TRIALS = 300
+#: new partitions tried at most; tansu showed the early answer in about one in sixteen. Apache
+#: Kafka never answers early: a few partitions there show that, and that nothing is asked again
+TRIALS = {"tansu": 300, "apache-kafka": 20}
 #: early answers to meet before the test has seen enough (tansu)
 WANTED = 3
 
 
-async def _race(bootstrap: str) -> tuple[int, int, list[str]]:
+async def _race(bootstrap: str, trials: int) -> tuple[int, int, list[str]]:
     """Partitions written by ``WRITERS`` transactional producers at once while a consumer
     asks where each begins: how many were tried, how many answered a start above 0 at
     once, and for each of those that ``log_starts`` did not bring back to 0, a line."""
@@ -43,7 +44,7 @@ async def _race(bootstrap: str) -> tuple[int, int, list[str]]:
     try:
         for p in producers:
             await p.start()
-        while tried < TRIALS and early < WANTED:
+        while tried < trials and early < WANTED:
             tried += 1
             tp = TopicPartition(f"starts-{tag}-{tried}", 0)
             await create_topic(bootstrap, tp.topic, 1)
@@ -72,7 +73,7 @@ async def _race(bootstrap: str) -> tuple[int, int, list[str]]:
 
 def test_a_start_answered_too_early_is_asked_again(kafka_bootstrap: str,
                                                    kafka_broker_kind: str) -> None:
-    tried, early, wrong = run(_race(kafka_bootstrap))
+    tried, early, wrong = run(_race(kafka_bootstrap, TRIALS[kafka_broker_kind]))
     assert not wrong, "\n".join(wrong)
     if kafka_broker_kind == "tansu":  # else the broker never answers early: nothing to see
         assert early >= WANTED, f"tansu answered a start above 0 for {early} of {tried} " \
