@@ -1,4 +1,5 @@
-"""The job page (``run --ui``) and the Prometheus endpoint of a running job hold up against
+"""The job page (``run --ui``), the Prometheus endpoint and the query endpoint of a running job
+hold up against
 clients that misbehave: a malformed request gets a 4xx answer and no traceback in the job's
 output, a connection that sends no whole request is closed after its timeout, and the
 connections held at once are bounded (the rest are answered 503), with no thread per connection.
@@ -74,32 +75,36 @@ def _threads(pid: int) -> int:
 
 
 @pytest.fixture
-def job(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], int, int]]:
-    """A running job with its page and its Prometheus endpoint: (process, page, metrics)."""
+def job(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], int, int, int]]:
+    """A running job with its page, its Prometheus endpoint and its query endpoint: (process,
+    page, metrics, query)."""
     (tmp_path / "in.jsonl").write_text("".join(
         json.dumps({"key": f"k{i % 7}", "value": i}) + "\n" for i in range(50)))
     load = subprocess.run([CLI, "load", COUNTER, "events", "in.jsonl"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=60)
     assert load.returncode == 0, load.stderr
-    page, metrics = _free_port(), _free_port()
+    page, metrics, query = _free_port(), _free_port(), _free_port()
     proc = subprocess.Popen(
         [CLI, "run", COUNTER, "--follow", "-q", "--ui", str(page), "-c",
-         "metrics.reporters=prometheus", "-c", f"metrics.reporter.prometheus.port={metrics}"],
+         "metrics.reporters=prometheus", "-c", f"metrics.reporter.prometheus.port={metrics}",
+         "-c", "query.enabled=true", "-c", f"query.port={query}"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 40
         while True:
             try:
                 for url in (f"http://127.0.0.1:{page}/api/state",
-                            f"http://127.0.0.1:{metrics}/metrics"):
+                            f"http://127.0.0.1:{metrics}/metrics",
+                            f"http://127.0.0.1:{query}/query/counts?key=k3"):
                     with urllib.request.urlopen(url, timeout=2) as r:
                         assert r.status == 200
                 break
             except OSError:
                 assert proc.poll() is None, proc.communicate()[1]
-                assert time.monotonic() < deadline, "the job page and /metrics never answered"
+                assert time.monotonic() < deadline, \
+                    "the job page, /metrics and /query never answered"
                 time.sleep(0.2)
-        yield proc, page, metrics
+        yield proc, page, metrics, query
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -107,9 +112,9 @@ def job(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], int, int]]:
 
 
 def test_a_malformed_request_is_answered_4xx_with_no_traceback_in_the_jobs_output(
-        job: tuple[subprocess.Popen[str], int, int]) -> None:
-    proc, page, metrics = job
-    for port in (page, metrics):
+        job: tuple[subprocess.Popen[str], int, int, int]) -> None:
+    proc, page, metrics, query = job
+    for port in (page, metrics, query):
         for data in BAD_REQUESTS:
             got = _answer(port, data)
             # answered with a client error, or closed without an answer: never a 2xx or 5xx
@@ -117,6 +122,8 @@ def test_a_malformed_request_is_answered_4xx_with_no_traceback_in_the_jobs_outpu
                 b"HTTP/1.0 4"), (port, data[:40], got[:200])
     with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=5) as r:
         assert b"samza_container_process_envelopes_total" in r.read()
+    with urllib.request.urlopen(f"http://127.0.0.1:{query}/query/counts?key=k3", timeout=5) as r:
+        assert json.loads(r.read())["found"] is True
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
@@ -125,13 +132,14 @@ def test_a_malformed_request_is_answered_4xx_with_no_traceback_in_the_jobs_outpu
 
 
 def test_idle_connections_are_closed_and_open_ones_bounded_without_a_thread_each(
-        job: tuple[subprocess.Popen[str], int, int]) -> None:
-    proc, page, metrics = job
+        job: tuple[subprocess.Popen[str], int, int, int]) -> None:
+    proc, page, metrics, query = job
     threads = _threads(proc.pid)
-    held: dict[int, list[socket.socket]] = {page: [], metrics: []}
-    refused = {page: 0, metrics: 0}
+    held: dict[int, list[socket.socket]] = {page: [], metrics: [], query: []}
+    refused = {page: 0, metrics: 0, query: 0}
     try:
-        for port, bound in ((page, PAGE_CONNECTIONS), (metrics, MAX_CONNECTIONS)):
+        for port, bound in ((page, PAGE_CONNECTIONS), (metrics, MAX_CONNECTIONS),
+                            (query, MAX_CONNECTIONS)):
             for i in range(bound + 16):
                 s = socket.create_connection(("127.0.0.1", port), timeout=5)
                 if i % 2:  # half of them start a request and never finish it
@@ -167,7 +175,8 @@ def test_idle_connections_are_closed_and_open_ones_bounded_without_a_thread_each
             open_ = still
             time.sleep(0.2)
         # and the endpoints answer as before
-        for url in (f"http://127.0.0.1:{page}/api/state", f"http://127.0.0.1:{metrics}/metrics"):
+        for url in (f"http://127.0.0.1:{page}/api/state", f"http://127.0.0.1:{metrics}/metrics",
+                    f"http://127.0.0.1:{query}/query/counts?key=k3"):
             with urllib.request.urlopen(url, timeout=5) as r:
                 assert r.status == 200
     finally:
