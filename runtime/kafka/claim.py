@@ -54,8 +54,8 @@ from runtime.kafka.system import (
     CONTAINER_KEY,
     LOST_STOP_S,
     kafka_error,
-    log_starts,
     new_consumer,
+    seek_to_starts,
     stop_client,
 )
 from samza_dsl.errors import SamzaError
@@ -186,8 +186,7 @@ class ContainerClaim:
                     await producer.start()
                     await consumer.start()
                     consumer.assign([self.tp])
-                    starts = await log_starts(self.servers, self.settings, consumer, [self.tp])
-                    consumer.seek(self.tp, starts[self.tp])
+                    await seek_to_starts(self.servers, self.settings, consumer, [self.tp])
                     end = (await consumer.end_offsets([self.tp]))[self.tp]
             except (KafkaError, TimeoutError, OSError) as exc:
                 raise kafka_error("claiming the container's id", self.servers, exc,

@@ -44,7 +44,8 @@ from runtime.kafka.security import not_authorized
 from samza_dsl.errors import SamzaError
 
 __all__ = ["LOST_STOP_S", "KafkaConsumer", "KafkaProducer", "KafkaCheckpoints", "CheckpointTopic", "kafka_error",
-           "log_starts", "new_consumer", "offset_bounds", "read_checkpoint_topic", "stop_client",
+           "log_starts", "new_consumer", "offset_bounds", "read_checkpoint_topic", "seek_to_starts",
+           "stop_client",
            "true_end_offsets", "CONTAINER_KEY"]
 
 _GENERATION = b"__generation__"
@@ -124,6 +125,14 @@ async def log_starts(servers: str, settings: Mapping[str, Any], consumer: AIOKaf
         first = await _first_records(servers, settings, above)
         starts.update({tp: min(starts[tp], o) for tp, o in first.items()})
     return starts
+
+
+async def seek_to_starts(servers: str, settings: Mapping[str, Any], consumer: AIOKafkaConsumer,
+                         tps: list[TopicPartition]) -> None:
+    """Seeks each of ``tps`` (assigned to ``consumer``) to its first offset (``log_starts``),
+    where a reader of a whole partition begins."""
+    for tp, start in (await log_starts(servers, settings, consumer, tps)).items():
+        consumer.seek(tp, start)
 
 
 async def _first_records(servers: str, settings: Mapping[str, Any],
@@ -851,7 +860,7 @@ async def read_checkpoint_topic(servers: str, topic: str, settings: Mapping[str,
             await consumer.start()
             consumer.assign([tp])
             end = (await consumer.end_offsets([tp]))[tp]
-            consumer.seek(tp, (await log_starts(servers, settings, consumer, [tp]))[tp])
+            await seek_to_starts(servers, settings, consumer, [tp])
             # to the end as the reading began, however slow a fetch is (a busy broker, a
             # leader just elected): the overall timeout bounds it, an empty fetch does not
             while end and await consumer.position(tp) < end:
