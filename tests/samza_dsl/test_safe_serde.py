@@ -300,6 +300,25 @@ def test_a_value_nested_past_the_limit_is_refused_naming_its_depth(kind: str) ->
             == value
 
 
+flush_scalars = st.one_of(st.integers(-2**63, 2**64 - 1), st.text(max_size=5), st.binary(max_size=3),
+                         st.booleans(), st.none(), st.floats())
+flush_values = st.one_of(flush_scalars, st.dictionaries(st.one_of(st.text(max_size=3), st.integers()),
+                                                       flush_scalars, max_size=3),
+                         st.dictionaries(st.text(max_size=2), st.tuples(st.integers()), max_size=2),
+                         st.integers(2**64, 2**70))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2**63 - 1) | st.sampled_from([2**63, -1, True]),
+                          st.builds(KV, flush_scalars | st.tuples(st.integers()), flush_values)),
+                min_size=1, max_size=8))
+def test_a_flush_of_join_entries_encodes_to_the_bytes_of_each_alone(batch: list[Any]) -> None:
+    """A flush of only join entries (``(arrival, KV)``), their keys and values scalars, dicts of
+    scalars or not (a tuple, ints past 64 bits), their arrivals ints or not (a bool): the same
+    bytes as ``serialize`` of each."""
+    assert SERDE._codec.encode_many(batch) == [SERDE.serialize(v) for v in batch]
+
+
 def test_a_batch_of_join_entries_shares_heads_only_where_their_bytes_are_the_same() -> None:
     """``encode_many`` makes what goes before an entry's ``[key, value]`` once per arrival and
     length: arrivals equal but not the same bytes (1, True, 1.0, -0.0 and 0.0), one arrival
