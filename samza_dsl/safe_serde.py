@@ -372,7 +372,10 @@ def _lowering(encode: Callable[[Any], bytes], headers: Mapping[type, bytes],
             for k, v in o.items():
                 if type(v) not in scalars or type(k) not in scalars:
                     for k in o:
-                        if type(k) not in scalars:  # keys as extensions: pairs (unhashable)
+                        # keys as extensions: pairs (unhashable); an int key in MessagePack's
+                        # range is a plain key in either walk, so a dict's bytes do not depend
+                        # on a big int elsewhere in the value
+                        if type(k) not in scalars and not (type(k) is int and lo <= k <= hi):
                             return Ext(_DICT, encode([(lower(k, e), lower(v, e))
                                                       for k, v in o.items()]))
                     return {k: lower(v, e) for k, v in o.items()}

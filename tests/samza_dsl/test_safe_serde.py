@@ -132,6 +132,18 @@ def plain_lowering(value: Any) -> Any:
     return SERDE._codec._lower_big(value, 1)
 
 
+def test_a_dicts_bytes_do_not_depend_on_a_big_int_elsewhere_in_the_value() -> None:
+    """An int past 64 bits makes the codec walk the whole value again, looking at ints: a dict
+    with int keys within MessagePack's range keeps its plain form in that walk too (it was
+    written as a dict with keys of other types, which read back equal but as other bytes)."""
+    for value in ([{-2**63 - 1}, {0: None}], {"big": 2**64, "by_id": {7: "a", 2**64 - 1: "b"}},
+                  (2**70, {-2**63: 1})):
+        assert SERDE.serialize(value) == msgspec.msgpack.encode(plain_lowering(value))
+        assert SERDE.deserialize(SERDE.serialize(value)) == value
+    big_key = {2**64: 1, 0: 2}  # a key past 64 bits: the dict is written as pairs
+    assert SERDE.serialize(big_key) == msgspec.msgpack.encode(plain_lowering(big_key))
+
+
 join_entries = st.tuples(st.integers(0, 2**63 - 1), st.builds(KV, hashables, st.one_of(
     st.dictionaries(st.text(), st.one_of(st.integers(), st.text(), st.floats()), max_size=4),
     values)))
