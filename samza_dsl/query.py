@@ -23,7 +23,9 @@ no query endpoint answered: http://127.0.0.1:1:
 
 from __future__ import annotations
 
+import http.client
 import json
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -62,6 +64,22 @@ class QueryClient:
         self.token = token
         self.timeout = timeout
         self.standby = standby
+        #: an open connection per endpoint (its server keeps it alive), none while in use
+        self._conns: dict[str, http.client.HTTPConnection] = {}
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """Close the connections kept open to the endpoints (the next query opens them again)."""
+        with self._lock:
+            conns, self._conns = list(self._conns.values()), {}
+        for conn in conns:
+            conn.close()
+
+    def __enter__(self) -> QueryClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
 
     def get(self, store: str, key: Any, read: str = "latest") -> dict[str, Any]:
         """The answer for one key: ``{"store", "key", "found", "value", "read", "task",
@@ -170,9 +188,11 @@ class QueryClient:
 
     def _ask(self, url: str, store: str, params: dict[str, str]
              ) -> tuple[int | None, dict[str, Any]]:
-        target = f"{url}/query/{urllib.parse.quote(store, safe='')}?" \
-                 f"{urllib.parse.urlencode(params)}"
-        request = urllib.request.Request(target)  # noqa: S310 (an http URL the job wrote)
+        path = f"/query/{urllib.parse.quote(store, safe='')}?{urllib.parse.urlencode(params)}"
+        split = urllib.parse.urlsplit(url)
+        if split.scheme == "http" and split.hostname:
+            return self._ask_kept(url, split, path)
+        request = urllib.request.Request(url + path)  # noqa: S310 (a URL the job wrote)
         if self.token is not None:
             request.add_header("Authorization", f"Bearer {self.token}")
         try:
@@ -186,6 +206,44 @@ class QueryClient:
         except (OSError, ValueError) as e:
             reason = getattr(e, "reason", e)
             return None, {"error": f"{getattr(reason, 'strerror', None) or reason}"}
+
+
+    def _ask_kept(self, url: str, split: urllib.parse.SplitResult, path: str
+                  ) -> tuple[int | None, dict[str, Any]]:
+        """``_ask`` over the connection kept open to ``url``: one that its server closed
+        meanwhile (its idle timeout) is opened again once (a query only reads)."""
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token is not None else {}
+        while True:
+            with self._lock:
+                conn = self._conns.pop(url, None)
+            fresh = conn is None
+            if conn is None:
+                conn = http.client.HTTPConnection(split.hostname or "", split.port,
+                                                  timeout=self.timeout)
+            try:
+                conn.request("GET", split.path.rstrip("/") + path, headers=headers)
+                resp = conn.getresponse()
+                data = resp.read()
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError,
+                    http.client.CannotSendRequest) as e:
+                conn.close()
+                if fresh:
+                    return None, {"error": f"{getattr(e, 'strerror', None) or e}"}
+                continue  # closed by its server while it waited: once more, on a new one
+            except (OSError, http.client.HTTPException) as e:
+                conn.close()
+                return None, {"error": f"{getattr(e, 'strerror', None) or e}"}
+            if resp.will_close:
+                conn.close()
+            else:
+                with self._lock:
+                    kept = self._conns.setdefault(url, conn)
+                if kept is not conn:  # another thread's was put back first
+                    conn.close()
+            try:
+                return int(resp.status), json.loads(data)
+            except ValueError:
+                return int(resp.status), {"error": f"HTTP {resp.status} {resp.reason}"}
 
 
 def _key_param(name: str, key: Any) -> dict[str, str]:

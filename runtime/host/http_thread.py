@@ -3,14 +3,19 @@ running container: the health endpoint (``runtime.host.health``) and the Prometh
 (``runtime.host.reporters``). It answers whatever the container's event loop is doing, and costs one
 thread whatever its clients do:
 
-- one thread and one selector serve every connection; each connection sends one request, gets
-  one answer (``Connection: close``) and is closed;
-- at most ``max_connections`` (``MAX_CONNECTIONS``, 64) are open at once: one more is answered
-  503 and closed at once;
-- a connection has ``timeout`` seconds (``TIMEOUT_S``, 10) from its accept to send its request
-  head (at most ``HEAD_BYTES``, 8 KiB) and take the answer; then it is closed, answered or not;
+- one thread and one selector serve every connection;
+- a connection is kept alive after its answer for the next request (HTTP/1.1's default; a
+  client that sends ``Connection: close``, as ``urllib`` does, is answered and closed, and an
+  HTTP/1.0 client is kept only when it asks ``Connection: keep-alive``): a service that asks
+  a job many times does not pay a connection's accept and close for each request;
+- at most ``max_connections`` (``MAX_CONNECTIONS``, 64) are open at once: one more closes the
+  kept-alive connection that has waited longest for its next request, or, where none waits so,
+  is answered 503 and closed at once;
+- a connection has ``timeout`` seconds (``TIMEOUT_S``, 10) from its accept, or from its last
+  answer, to send its request head (at most ``HEAD_BYTES``, 8 KiB) and take the answer; then it
+  is closed, answered or not;
 - a malformed request is answered 400 (431 for a head too long) with one line at debug level
-  in the log, and no traceback.
+  in the log, and no traceback, and its connection is closed.
 """
 
 from __future__ import annotations
@@ -62,8 +67,20 @@ def _malformed(request_line: list[str], headers: list[str]) -> str:
     return ""
 
 
+def _keep_alive(version: str, headers: list[str]) -> bool:
+    """Whether a well-formed request's connection stays open after its answer."""
+    tokens: set[str] = set()
+    for line in headers:
+        name, _, value = line.partition(":")
+        if name.lower() == "connection":
+            tokens.update(t.strip().lower() for t in value.split(","))
+    if version == "HTTP/1.1":
+        return "close" not in tokens
+    return "keep-alive" in tokens and "close" not in tokens
+
+
 class _Conn:
-    __slots__ = ("sock", "peer", "deadline", "head", "out")
+    __slots__ = ("sock", "peer", "deadline", "head", "out", "keep", "served")
 
     def __init__(self, sock: socket.socket, peer: str, deadline: float) -> None:
         self.sock = sock
@@ -71,6 +88,14 @@ class _Conn:
         self.deadline = deadline
         self.head = b""
         self.out: bytes | None = None  # the answer, once the request is read
+        #: the connection stays open for a next request once ``out`` is sent
+        self.keep = False
+        #: requests answered on it
+        self.served = 0
+
+    def waiting(self) -> bool:
+        """Kept alive after an answer, with nothing of a next request read yet."""
+        return self.served > 0 and self.out is None and not self.head
 
 
 class ThreadServer:
@@ -178,6 +203,10 @@ class ThreadServer:
                 return
             sock.setblocking(False)
             if len(self._conns) >= self.max_connections:
+                idle = [c for c in self._conns.values() if c.waiting()]
+                if idle:  # the kept-alive connection that waited longest makes room
+                    self._drop(sel, min(idle, key=lambda c: c.deadline))
+            if len(self._conns) >= self.max_connections:
                 self.refused += 1
                 with contextlib.suppress(OSError):
                     sock.send(self._response(*_text(
@@ -201,16 +230,30 @@ class ThreadServer:
                 sent = conn.sock.send(conn.out)
                 conn.out = conn.out[sent:]
                 if not conn.out:
-                    self._drop(sel, conn)
+                    self._sent(sel, conn)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:  # reset by the client
             self._drop(sel, conn)
 
+    def _sent(self, sel: selectors.BaseSelector, conn: _Conn) -> None:
+        """An answer sent whole: the connection closes, or waits for its next request (which
+        may have come along with the last: it is answered now)."""
+        if not conn.keep or self._closing:
+            self._drop(sel, conn)
+            return
+        conn.out = None
+        conn.served += 1
+        conn.deadline = time.monotonic() + self.timeout
+        sel.modify(conn.sock, selectors.EVENT_READ, conn)
+        if conn.head:
+            self._answer(sel, conn)
+
     def _answer(self, sel: selectors.BaseSelector, conn: _Conn) -> None:
-        end = conn.head.find(b"\r\n\r\n")
+        end, gap = conn.head.find(b"\r\n\r\n"), 4
         if end < 0:
-            end = conn.head.find(b"\n\n")
+            end, gap = conn.head.find(b"\n\n"), 2
+        conn.keep = False
         if end < 0 and len(conn.head) <= HEAD_BYTES:
             return  # more to come
         if end < 0 or end > HEAD_BYTES:
@@ -222,6 +265,9 @@ class ThreadServer:
             parts = lines[0].split(" ")
             head_only = parts[0] == "HEAD"
             wrong = _malformed(parts, lines[1:])
+            if not wrong:
+                conn.keep = _keep_alive(parts[2], lines[1:])
+                conn.head = conn.head[end + gap:]  # what came of a next request, if anything
             if wrong:
                 _log.debug("%s: a malformed request from %s (%r): %s: answered 400", self.name,
                            conn.peer, lines[0][:80], wrong)
@@ -238,13 +284,16 @@ class ThreadServer:
                     _log.warning("%s: %s %s failed: %s: %s", self.name, parts[0], parts[1][:80],
                                  type(exc).__name__, exc)
                     reply = _text(500, f"{type(exc).__name__}: {exc}")
-        conn.out = self._response(*reply, head_only)
+        conn.out = self._response(*reply, head_only, self.timeout if conn.keep else None)
         sel.modify(conn.sock, selectors.EVENT_WRITE, conn)
 
     @staticmethod
-    def _response(status: int, content_type: str, body: bytes, head_only: bool) -> bytes:
+    def _response(status: int, content_type: str, body: bytes, head_only: bool,
+                  keep_s: float | None = None) -> bytes:
+        """An answer's bytes; ``keep_s``: the connection stays open that long for the next."""
+        kept = "close" if keep_s is None else f"keep-alive\r\nKeep-Alive: timeout={int(keep_s)}"
         head = (f"HTTP/1.1 {status} {_REASONS.get(status, 'Unknown')}\r\nContent-Type: "
-                f"{content_type}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n")
+                f"{content_type}\r\nContent-Length: {len(body)}\r\nConnection: {kept}\r\n\r\n")
         return head.encode("latin-1") + (b"" if head_only else body)
 
     def _drop(self, sel: selectors.BaseSelector, conn: _Conn) -> None:

@@ -21,7 +21,9 @@ While a watch runs, aiokafka's own log messages (a connection refused, a heartbe
 are not shown: the watch's warnings and its one error say what they mean. They are counted, as
 a sign that a connection was lost for less than a probe's interval, which checks the job's
 topics again. ``SAMZA_DSL_AIOKAFKA_LOG=<level>`` (``warning``, ``info``, ``debug``) shows those
-of that level and above, each once until the job's topics have been checked again.
+of that level and above, each once until the job's topics have been checked again; an
+exception aiokafka logs with its message is shown as its reason on the same line, and as a
+traceback at ``debug`` only.
 """
 
 from __future__ import annotations
@@ -88,7 +90,23 @@ class _Once(logging.Filter):
         if key in self.seen:
             return False
         self.seen.add(key)
+        if record.exc_info and _asked_level() > logging.DEBUG:
+            _one_line(record)
         return True
+
+
+def _one_line(record: logging.LogRecord) -> None:
+    """``record`` with its exception's reason (and the reason it was raised from) at the end of
+    its one line, instead of a traceback: a traceback is shown at ``debug`` only."""
+    exc = record.exc_info[1] if record.exc_info else None
+    reasons: list[str] = []
+    while exc is not None and len(reasons) < 3:
+        reasons.append(_reason(exc))
+        exc = exc.__cause__ or exc.__context__
+    record.msg = f"{record.getMessage()}: {' (from '.join(reasons)}{')' * (len(reasons) - 1)}"
+    record.args = None
+    record.exc_info = None
+    record.exc_text = None
 
 
 _ONCE = _Once()

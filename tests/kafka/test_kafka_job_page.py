@@ -49,6 +49,19 @@ def _status(bootstrap: str, tag: str, folder: Path) -> dict[str, Any]:
     return got
 
 
+def _seen_by(members: list[Member], urls: list[str], bootstrap: str, tag: str) -> str:
+    """The outputs counted and each member's own numbers of its partitions, for a failure."""
+    lines = [f"outputs: {len(outputs(bootstrap, tag))}"]
+    for member, url in zip(members, urls, strict=True):
+        try:
+            s = _state(url)
+            lines.append(f"member {member.pid}: headline {s.get('headline')}, partitions "
+                         f"{page_numbers(s)}")
+        except (OSError, ValueError, KeyError) as exc:
+            lines.append(f"member {member.pid}: its page did not answer: {exc}")
+    return "\n".join(lines)
+
+
 def test_each_members_page_draws_the_plan_its_group_and_the_numbers_status_gives(
         kafka_bootstrap: str, kafka_broker_kind: str, tmp_path: Path) -> None:
     tag = uuid.uuid4().hex[:8]
@@ -63,8 +76,12 @@ def test_each_members_page_draws_the_plan_its_group_and_the_numbers_status_gives
         wait_for("two members split the tasks", lambda: settled(members, 4), 90, members)
         run(produce_each(kafka_bootstrap, f"gevents-{tag}",
                          keyed(((f"k{i % 20}", {"i": i}) for i in range(200)), 4)))
-        wait_for("every event is counted", lambda: len(outputs(kafka_bootstrap, tag)) >= 200,
-                 90, members)
+        try:
+            wait_for("every event is counted",
+                     lambda: len(outputs(kafka_bootstrap, tag)) >= 200, 90, members)
+        except AssertionError as exc:  # what each member's page says of its partitions then
+            raise AssertionError(f"{exc}\n{_seen_by(members, urls, kafka_bootstrap, tag)}") \
+                from None
         with chromium() as browser:
             for i, (member, url) in enumerate(zip(members, urls, strict=True)):
                 tasks = member.assignment()[1]  # type: ignore[index]
