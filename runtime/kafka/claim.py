@@ -8,9 +8,12 @@ the job's checkpoint topic, on the brokers every host shares, and keeps the clai
   each one's last record): ``claim`` while it waits, then ``own``, renewed every heartbeat
   interval (``systems.<name>.consumer.heartbeat.interval.ms``, at most a quarter of the session
   timeout); a tombstone when it stops or is refused.
-- **Claiming.** A process reads the topic, writes its ``claim`` and reads on to it. The
-  processes whose last record before that claim is not a tombstone may still run the container
-  (one on this host whose PID is gone, or whose ``job.dir`` this process now holds, does not).
+- **Claiming.** A process reads the topic, writes its ``claim`` and reads on to it (a fetch
+  may bring records written after it too). The processes whose last record is not a tombstone
+  may still run the container, except one whose records all came after that claim and are
+  ``claim`` (it started later and waits for this one), one on this host whose PID is gone, and
+  one whose ``job.dir`` this process now holds. A renewal of a running process read in the same
+  fetch as the claim keeps that process among them: it runs.
   Where there is none, the id is its own at once. Else it waits a session timeout
   (``systems.<name>.consumer.session.timeout.ms``), renewing its claim: a record of any of them
   meanwhile means it runs, and this process is refused with an error naming its host, PID and
@@ -249,8 +252,12 @@ class ContainerClaim:
         """The other processes that may run this container as of this process's claim."""
         out = {}
         for instance, s in self._seen.items():
-            if instance == self.instance or s.state == "gone" or s.offset > self._mine:
+            if instance == self.instance or s.state == "gone":
                 continue
+            if s.first > self._mine and s.state == "claim":
+                continue  # it claimed after this one: it waits for this one, not this for it
+            # a record of it after this claim (a renewal read in the same fetch as the claim)
+            # says it runs: it is one of them, not one that came later
             if s.host == self.host and (s.job_dir == self.job_dir or _pid_gone(s.pid)):
                 continue  # this process holds that job.dir's lock now, or that PID is gone
             out[instance] = s

@@ -60,6 +60,7 @@ class Lease:
 
     def __init__(self, session_s: float, rebalance_s: float) -> None:
         self.session_s = session_s * _SHARE
+        self._session_timeout_s = session_s
         self.rebalance_s = rebalance_s * _SHARE
         self._grace = session_s + rebalance_s
         #: inf until the member's first assignment (it has written nothing for a task yet)
@@ -91,9 +92,14 @@ class Lease:
         elif code in _FENCING and self.armed and api in (_HEARTBEAT, _SYNC, _JOIN):
             self.until = 0.0
             self.armed = False
-            self.reason = (f"the group's coordinator answered {_FENCING[code]}: it had not "
-                           f"heard from this member for "
-                           f"{max(0.0, time.monotonic() - self._ok_at):.1f} s")
+            since = max(0.0, time.monotonic() - self._ok_at)
+            why = {_FENCED_INSTANCE: "another member joined with this one's group.instance.id",
+                   _ILLEGAL_GENERATION: "the group went on to a later generation without this "
+                                        "member (it did not rejoin in time)"}.get(
+                code, "it had not heard from this member for a session timeout "
+                      f"({self._session_timeout_s:g} s), or another member took its place")
+            self.reason = (f"the group's coordinator answered {_FENCING[code]} {since:.1f} s "
+                           f"after its last answer without error: {why}")
             self.fences += 1
 
     def _give_up(self) -> None:
