@@ -63,7 +63,7 @@ from samza_dsl.jobconfig import StreamConfig
 
 __all__ = ["BrokersUnreachable", "LostLeader", "TopicSpec", "any_broker", "check_bootstrap",
            "delete_topics", "describe_topics", "ensure_topics", "live_first", "lost_leaders",
-           "retention_configs", "taking_connections"]
+           "retention_configs", "taking_connections", "changelog_configs"]
 
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _HOST = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9._-]*[A-Za-z0-9_])?")
@@ -145,6 +145,28 @@ def retention_configs(stream: StreamConfig) -> tuple[tuple[str, str], ...]:
                      ("retention.bytes", "retention_bytes", stream.retention_bytes))
     return tuple((name, str(int(value))) for name, field, value in topic_configs
                  if stream.given(field))
+
+
+#: added to a table's ttl for its changelog topic's ``retention.ms``: the clocks of the hosts
+#: that write it, of the brokers and of a host that restores from it may differ by that much
+TTL_RETENTION_MARGIN_MS = 60_000
+
+
+def changelog_configs(ttl_ms: int | None) -> tuple[tuple[str, str], ...]:
+    """The topic configs of a store's changelog beyond ``cleanup.policy=compact``: for a table
+    with a ttl on processing time (``runtime.state.ttl.processing_ttl_ms``), records older than
+    the ttl go whatever their keys (``compact,delete``, ``retention.ms`` the ttl and a margin),
+    as the embedded log's compaction does; else none.
+
+    >>> changelog_configs(3_600_000)
+    (('cleanup.policy', 'compact,delete'), ('retention.ms', '3660000'))
+    >>> changelog_configs(None)
+    ()
+    """
+    if ttl_ms is None:
+        return ()
+    return (("cleanup.policy", "compact,delete"),
+            ("retention.ms", str(ttl_ms + TTL_RETENTION_MARGIN_MS)))
 
 
 def check_bootstrap(bootstrap: str) -> list[str]:
@@ -404,8 +426,8 @@ async def _create(admin: AIOKafkaAdminClient, specs: list[TopicSpec], replicatio
                   where: str, user: str | None = None) -> None:
     new = [
         NewTopic(spec.name, spec.partitions, replication_factor,
-                 topic_configs={**dict(spec.configs),
-                                **({"cleanup.policy": "compact"} if spec.compacted else {})}
+                 topic_configs={**({"cleanup.policy": "compact"} if spec.compacted else {}),
+                                **dict(spec.configs)}
                  or None)
         for spec in specs
     ]

@@ -58,6 +58,7 @@ from runtime.host.reporters import job_reporters, reporter_names
 from runtime.kafka.admin import (
     BrokersUnreachable,
     TopicSpec,
+    changelog_configs,
     describe_topics,
     ensure_topics,
     retention_configs,
@@ -92,6 +93,7 @@ from runtime.kafka.system import (
 from runtime.kafka.tasks import GroupTasks
 from runtime.state.backend import StoreBackend
 from runtime.state.lmdb_store import local_state
+from runtime.state.ttl import processing_ttl_ms
 from samza_dsl.config import did_you_mean
 from samza_dsl.connectors import CONNECTOR_FACTORY, SinkOutput
 from samza_dsl.errors import ConfigError, SamzaError, SerdeError
@@ -258,7 +260,9 @@ class KafkaJob:
         self.topic_specs = [
             *(TopicSpec(self.physical[sid], counts[sid],
                         configs=retention_configs(plan.config.stream(sid))) for sid in self.topics),
-            *(TopicSpec(t, n_tasks, compacted=True) for t in self.changelog_topics.values()),
+            *(TopicSpec(t, n_tasks, compacted=True,
+                        configs=changelog_configs(processing_ttl_ms(plan, name)))
+              for name, t in self.changelog_topics.items()),
             TopicSpec(self.checkpoint_topic, 1, compacted=True),
             TopicSpec(dead_letter_stream(self.job_name), 1),
             *([TopicSpec(metrics_stream(self.job_name), 1)]

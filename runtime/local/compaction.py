@@ -24,12 +24,24 @@ every update the job ever made.
   the segments not yet rewritten: a restore gives the same store at any point, and the next pass
   (after a crash) starts over.
 
+- **Expiry.** The changelog of a table with a ``ttl`` on processing time (``app.table(...,
+  ttl=...)`` without ``ttl_event_time``) also loses, from its start, the segments appended more
+  than the ttl ago (below the compaction point), as a Kafka topic with ``cleanup.policy``
+  ``compact,delete`` and ``retention.ms`` = the ttl does: every put in them was written more
+  than the ttl ago, so it is expired for every reader (a restore expires it by its write time),
+  and every tombstone in them deletes only such puts. So such a changelog holds a ttl's writes
+  at most, whatever the compaction passes' pace and ``delete.retention.ms``; without it the
+  tombstones of expired keys stay ``delete.retention.ms`` after the pass that covered them, and
+  a pass comes only once the part written since the last one is as large as what it kept.
+  Event time has no such bound (a record's append time says nothing of its event time).
+
 Pass records live in the log's metadata under ``compaction/<stream>/<partition>``.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -52,6 +64,7 @@ from runtime.local.segments import (
     UNPACK_OFFSET,
     seal,
 )
+from runtime.state.ttl import processing_ttl_ms
 from samza_dsl.errors import SamzaError
 
 
@@ -76,7 +89,7 @@ class CompactedJob(Protocol):
 
 __all__ = ["CompactionResult", "compact_partition", "dirty_records", "ChangelogCompactor",
            "DELETE_RETENTION_MS", "DRAIN_SECONDS", "changelog_location", "changelog_partitions",
-           "compact_job"]
+           "compact_job", "expire_partition"]
 
 log = logging.getLogger("samza_dsl.compaction")
 
@@ -97,6 +110,7 @@ MIN_DIRTY = 10_000  # a background pass needs this many records written since th
 MIN_DIRTY_RATIO = 0.5  # ... and that share of the records below the compaction point
 _PASSES = 32  # pass records kept per partition
 DRAIN_SECONDS = 5.0  # a container's last compaction round, at most, as it closes
+EXPIRE_SECONDS = 5.0  # a partition's expired segments are looked for at most this often
 
 _STATE = msgspec.msgpack.Decoder(dict[str, Any]).decode
 _key = itemgetter(0)
@@ -115,6 +129,19 @@ class CompactionResult:
     transactions: int = 0
     seconds: float = 0.0
     done: bool = False  # False: stopped before its end (the next pass starts over)
+
+
+def expire_partition(lg: LocalLog, stream: str, partition: int, upto: int, ttl_ms: int, *,
+                     now_ms: int | None = None) -> int:
+    """Deletes the partition's segments appended more than ``ttl_ms`` ago, from its start and
+    below ``upto`` (module docstring, *Expiry*); the offsets it no longer holds because of it."""
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    below = 0
+    for first, span, _ts, _ in lg.segments(stream, partition, before_ms=now - ttl_ms):
+        if first + span > upto:
+            break
+        below = first + span
+    return lg.trim(stream, partition, below) if below > 0 else 0
 
 
 def _meta_key(stream: str, partition: int) -> str:
@@ -407,7 +434,11 @@ class ChangelogCompactor:
 
     def __init__(self, checkpointed: Callable[[Any], int | None]) -> None:
         self.checkpointed = checkpointed
-        self.partitions: dict[Any, tuple[LocalLog, str, int, int]] = {}
+        self.partitions: dict[Any, tuple[LocalLog, str, int, int, int | None]] = {}
+        #: when each partition with an expiry was last looked at (``time.monotonic()``)
+        self._expired_at: dict[Any, float] = {}
+        #: offsets deleted by expiry so far, per partition key
+        self.expired: dict[Any, int] = {}
         self.results: deque[CompactionResult] = deque(maxlen=100)  # the last passes
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -419,9 +450,11 @@ class ChangelogCompactor:
         self._draining = False
 
     def add(self, key: Any, lg: LocalLog, stream: str, partition: int,
-            delete_retention_ms: int = DELETE_RETENTION_MS) -> None:
+            delete_retention_ms: int = DELETE_RETENTION_MS, expire_ms: int | None = None
+            ) -> None:
+        """``expire_ms``: the processing-time ttl of the store's table (``expiry_ms``)."""
         with self._lock:
-            self.partitions[key] = (lg, stream, partition, delete_retention_ms)
+            self.partitions[key] = (lg, stream, partition, delete_retention_ms, expire_ms)
 
     def request(self) -> None:
         """Look at every partition again soon (its checkpoint moved)."""
@@ -443,11 +476,11 @@ class ChangelogCompactor:
                 asked = self._asked
             with self._lock:
                 todo = list(self.partitions.items())
-            for key, (lg, stream, partition, retention) in todo:
+            for key, (lg, stream, partition, retention, expire) in todo:
                 if self._stop.is_set():
                     return
                 try:
-                    self._maybe_compact(key, lg, stream, partition, retention)
+                    self._maybe_compact(key, lg, stream, partition, retention, expire)
                 except Exception as exc:  # the job goes on; its changelog just stays longer
                     log.warning("compacting changelog %s partition %d in %s failed (%s: %s); "
                                 "the job goes on with the changelog as it is", stream, partition,
@@ -461,10 +494,19 @@ class ChangelogCompactor:
             self._stop.wait(seconds)
 
     def _maybe_compact(self, key: Any, lg: LocalLog, stream: str, partition: int,
-                       retention: int) -> None:
+                       retention: int, expire: int | None = None) -> None:
         upto = self.checkpointed(key)
         if not upto:
             return
+        if expire is not None:
+            now = time.monotonic()
+            if now - self._expired_at.get(key, -math.inf) >= EXPIRE_SECONDS:
+                self._expired_at[key] = now
+                gone = expire_partition(lg, stream, partition, upto, expire)
+                if gone:
+                    self.expired[key] = self.expired.get(key, 0) + gone
+                    log.debug("changelog %s partition %d: %d offsets older than the ttl "
+                              "deleted", stream, partition, gone)
         dirty, kept = dirty_records(lg, stream, partition, upto)
         if dirty < MIN_DIRTY or dirty < MIN_DIRTY_RATIO * (dirty + kept):
             return
@@ -531,6 +573,9 @@ def compact_job(job: CompactedJob, *, now_ms: int | None = None,
             upto = min((o or 0 for o in offsets), default=0)
             if upto <= 0:
                 continue  # nothing checkpointed: every entry may still be needed
+            expire = processing_ttl_ms(job.plan, store)
+            if expire is not None:
+                expire_partition(lg, stream, p, upto, expire, now_ms=now_ms)
             results.append(compact_partition(
                 lg, stream, p, upto, now_ms=now_ms, group_records=group_records,
                 delete_retention_ms=settings.changelog_delete_retention_ms))

@@ -656,9 +656,11 @@ class LocalLog(MetaKeyspace):
             raise self._lmdb_error(e, f"reading the start of {stream!r} partition {partition}"
                                    ) from e
 
-    def segments(self, stream: str, partition: int) -> list[tuple[int, int, int, int]]:
+    def segments(self, stream: str, partition: int, before_ms: int | None = None
+                 ) -> list[tuple[int, int, int, int]]:
         """``(first offset, offsets covered, timestamp ms, bytes)`` of each segment of the
-        partition, in order, from their headers alone (no record is decoded)."""
+        partition, in order, from their headers alone (no record is decoded). ``before_ms``:
+        those before the first whose timestamp is at or after it."""
         shared = self._live()
         out: list[tuple[int, int, int, int]] = []
         try:
@@ -676,6 +678,8 @@ class LocalLog(MetaKeyspace):
                         ts = _segment_ts(value)
                     except (IndexError, KeyError) as e:
                         raise self._corrupt_segment(prefix, k, e, value) from e
+                    if before_ms is not None and ts >= before_ms:
+                        break
                     out.append((UNPACK_OFFSET(k[n:])[0], self._count(value, prefix, k), ts,
                                 len(k) + len(value)))
         except lmdb.Error as e:

@@ -24,6 +24,7 @@ from runtime.local.retention import LogTrimmer
 from runtime.local.segments import CorruptSegmentError
 from runtime.state.backend import StoreBackend
 from runtime.state.changelog import Changelog
+from runtime.state.ttl import processing_ttl_ms
 from samza_dsl.errors import SamzaError, SerdeError
 from samza_dsl.jobconfig import JobConfig
 
@@ -179,7 +180,8 @@ class LocalState(StoreBackend):
         if isinstance(changelog, LogChangelog) and store.changelog_compaction:
             self.compactor.add(
                 (task.name, store_name), changelog.log, changelog.stream_id,
-                changelog.partition, store.changelog_delete_retention_ms)
+                changelog.partition, store.changelog_delete_retention_ms,
+                processing_ttl_ms(self.job.plan, store_name))
 
     def changelog_partitions(self, task_name: str) -> dict[str, tuple[str, int]]:
         """Per store of the task with a changelog in the log: its (stream, partition)."""

@@ -44,7 +44,7 @@ from runtime.state.writeback import CachedStore, encode_all
 from samza_dsl.errors import SamzaError
 
 __all__ = ["HEADER", "SWEEP", "ttl_codec", "attach", "expire_on_restore", "write_time",
-           "table_ttl", "RestoreExpiry"]
+           "table_ttl", "processing_ttl_ms", "RestoreExpiry"]
 
 HEADER = 8
 #: entries whose write times a commit reads to find expired ones: a store of n entries is
@@ -86,6 +86,18 @@ def table_ttl(plan: Any, store_name: str) -> Any:
     spec = plan.stores[store_name]
     table = spec.table
     return table if table is not None and table.ttl_ms is not None else None
+
+
+def processing_ttl_ms(plan: Any, store_name: str) -> int | None:
+    """The ttl (ms) of store ``store_name``'s table where it is on processing time (the
+    default), else None: its changelog's records may then go that long after they were appended,
+    whatever their keys (every put in them has expired for every reader by then, and every
+    tombstone deletes only such puts), as ``runtime.local.compaction`` does on the embedded log
+    and a changelog topic's ``cleanup.policy=compact,delete`` does on Kafka."""
+    table = table_ttl(plan, store_name)
+    if table is None or table.ttl_event_time is not None:
+        return None
+    return int(table.ttl_ms)
 
 
 def _event_ms(fn: Callable[[Any], float], table: str) -> Callable[[Any], int]:

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from operators.hashing import partition_for
 
@@ -88,6 +89,20 @@ async def create_topic(bootstrap: str, name: str, partitions: int, compacted: bo
             await asyncio.sleep(0.05)
     finally:
         await admin.close()
+
+
+async def topic_configs(bootstrap: str, name: str) -> dict[str, str]:
+    """The explicitly set configs of a topic (all tansu's DescribeConfigs returns)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+    await admin.start()
+    try:
+        [response] = await admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, name)])
+    finally:
+        await admin.close()
+    [resource] = response.to_object()["resources"]
+    assert resource["error_code"] == 0, resource
+    return {e["config_names"]: e["config_value"] for e in resource["config_entries"]}
 
 
 async def topics(bootstrap: str) -> set[str]:

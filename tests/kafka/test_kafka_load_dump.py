@@ -20,9 +20,16 @@ from pathlib import Path
 
 import pytest
 from aiokafka import TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from kafka_helpers import APP_HEAD, BIN, CLI, consume_all, free_port, produce_each, run
+from kafka_helpers import (
+    APP_HEAD,
+    BIN,
+    CLI,
+    consume_all,
+    free_port,
+    produce_each,
+    run,
+    topic_configs,
+)
 from outage_helpers import TcpProxy
 
 from runtime.kafka.admin import describe_topics
@@ -481,20 +488,6 @@ def test_a_fetch_that_gets_nothing_fails_within_its_timeout(
 # -- retention ------------------------------------------------------------------------------------
 
 
-async def _topic_configs(bootstrap: str, name: str) -> dict[str, str]:
-    """The explicitly set configs of a topic (all tansu's DescribeConfigs returns)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
-    await admin.start()
-    try:
-        [response] = await admin.describe_configs(
-            [ConfigResource(ConfigResourceType.TOPIC, name)])
-    finally:
-        await admin.close()
-    [resource] = response.to_object()["resources"]
-    assert resource["error_code"] == 0, resource
-    return {e["config_names"]: e["config_value"] for e in resource["config_entries"]}
-
-
 def test_topics_the_job_creates_get_the_streams_retention(kafka_bootstrap: str,
                                                           tmp_path: Path) -> None:
     job = Job(tmp_path, kafka_bootstrap)
@@ -506,13 +499,13 @@ def test_topics_the_job_creates_get_the_streams_retention(kafka_bootstrap: str,
               "-c", f"streams.{middle}.retention.ms=600000"]
     job.ok("load", "app.py:app", "events", "in.jsonl", *config)  # load creates the input
     job.ok("run", "app.py:app", "-q", *config)  # the job creates the others
-    assert run(_topic_configs(kafka_bootstrap, f"events-{job.tag}")) \
+    assert run(topic_configs(kafka_bootstrap, f"events-{job.tag}")) \
         .get("retention.ms") == "7200000"
-    counts = run(_topic_configs(kafka_bootstrap, f"counts-{job.tag}"))
+    counts = run(topic_configs(kafka_bootstrap, f"counts-{job.tag}"))
     assert counts.get("retention.ms") == "3600000" and counts.get("retention.bytes") == "1048576"
-    assert run(_topic_configs(kafka_bootstrap, middle)).get("retention.ms") == "600000"
+    assert run(topic_configs(kafka_bootstrap, middle)).get("retention.ms") == "600000"
     # a stream without retention keys keeps the broker's defaults
-    dead = run(_topic_configs(kafka_bootstrap, f"{job.name}-dead-letter"))
+    dead = run(topic_configs(kafka_bootstrap, f"{job.name}-dead-letter"))
     # (Apache Kafka describes its defaults, 7 days and no size cap; tansu only what is set)
     assert dead.get("retention.ms", "604800000") == "604800000"
     assert dead.get("retention.bytes", "-1") == "-1"

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
-from kafka_helpers import consume_all, create_topic, keyed, produce_each, run
+from kafka_helpers import consume_all, create_topic, keyed, produce_each, run, topic_configs
 
 from runtime import LocalRunner
 from samza_dsl import KV, StreamApplication
@@ -64,3 +64,34 @@ def test_ttl_table_on_kafka(kafka_bootstrap: str, tmp_path: Path) -> None:
     assert _found(app, config, kafka_bootstrap, out,
                   lambda: run(produce_each(kafka_bootstrap, ev, more)))[3:] == [
         ("u2", [41, None]), ("u3", [41, 40])]
+
+
+def test_a_processing_time_ttl_changelog_topic_also_deletes_records_older_than_the_ttl(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    """A table with a ttl on processing time: its changelog topic is created ``compact,delete``
+    with ``retention.ms`` the ttl and a minute, so that the brokers drop records older than
+    the ttl whatever their keys, as the embedded log does; an event-time table's stays
+    ``compact`` (a record's timestamp says nothing of its event time)."""
+    tag = uuid.uuid4().hex[:8]
+    name, ev, out = f"pttl-{tag}", f"events-{tag}", f"found-{tag}"
+    run(create_topic(kafka_bootstrap, ev, 1))
+    app = StreamApplication(name, config={"task.commit.ms": 200})
+    kafka = KafkaSystem("kafka", bootstrap_servers=kafka_bootstrap)
+    wall = app.table("wall", serde=SERDE, ttl=timedelta(hours=1))
+    event = app.table("event", serde=SERDE, ttl=timedelta(hours=1),
+                      ttl_event_time=lambda e: e["ts"])
+    s = app.input(kafka.input("events", serde=SERDE, physical_name=ev))
+    s.send_to(wall)
+    s.send_to(event)
+    s.join_table(wall, combine=lambda m, r: KV(m.key, r is not None)).send_to(
+        app.output(kafka.output("found", serde=SERDE, physical_name=out)))
+    config = {"job.dir": str(tmp_path / "job"), "job.coordinator": "static"}
+    assert _found(app, config, kafka_bootstrap, out, lambda: run(produce_each(
+        kafka_bootstrap, ev, keyed([("u1", {"ts": 1})], 1)))) == [("u1", True)]
+    wall_configs = run(topic_configs(kafka_bootstrap, f"{name}-1-wall-changelog"))
+    assert wall_configs.get("cleanup.policy") == "compact,delete", wall_configs
+    assert wall_configs.get("retention.ms") == str(3_600_000 + 60_000), wall_configs
+    event_configs = run(topic_configs(kafka_bootstrap, f"{name}-1-event-changelog"))
+    assert event_configs.get("cleanup.policy") == "compact", event_configs
+    assert "retention.ms" not in event_configs or event_configs["retention.ms"] != str(
+        3_660_000), event_configs

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -452,3 +453,81 @@ def test_a_job_killed_in_its_background_compaction_restores_exactly(tmp_path: Pa
     assert sum(on_disk.values()) >= 100_000  # at least once
     _restore_run(job_dir)
     assert _table(job_dir) == on_disk
+
+
+def test_a_ttl_changelog_loses_its_segments_older_than_the_ttl_from_its_start(
+        tmp_path: Path) -> None:
+    """A table's ttl on processing time bounds its changelog: segments appended more than the
+    ttl ago go from the partition's start, below the compaction point, whole; offsets stay."""
+    lg = LocalLog(tmp_path / "log")
+    lg.create("cl", 1)
+    for i, ts in enumerate((1_000, 2_000, 3_000, 4_000)):
+        lg.append("cl", 0, [(b"k%d" % (10 * i + j), b"v", None) for j in range(10)],
+                  timestamp_ms=ts)
+    before = _all(lg, "cl", 0)
+    # appended before 2,500: the first two segments; the point (25) keeps the third anyway
+    assert compaction.expire_partition(lg, "cl", 0, 25, 1_500, now_ms=4_000) == 20
+    assert _all(lg, "cl", 0) == before[20:]
+    assert compaction.expire_partition(lg, "cl", 0, 25, 1_500, now_ms=4_000) == 0
+    # the point below the end: only whole segments below it go; the last one always stays
+    assert compaction.expire_partition(lg, "cl", 0, 35, 1, now_ms=10_000) == 10
+    assert compaction.expire_partition(lg, "cl", 0, 40, 1, now_ms=10_000) == 0
+    assert _all(lg, "cl", 0) == before[30:] and lg.end_offset("cl", 0) == 40
+    assert lg.append("cl", 0, [(b"x", b"v", None)]) == 40
+    lg.close()
+
+
+def _ttl_counter(ttl: timedelta) -> Any:
+    from examples.readwrite_counter import CountInTable
+    from samza_dsl import StreamApplication
+    from samza_dsl.serdes import JsonSerde, KVSerde, StringSerde
+    from samza_dsl.systems import LocalSystem
+
+    app = StreamApplication("ttl-counter", config={"task.commit.ms": 50})
+    local = LocalSystem("local")
+    serde = KVSerde(StringSerde(), JsonSerde())
+    events = app.input(local.input("events", serde=serde, partitions=2))
+    app.table("counts", serde=serde, ttl=ttl)
+    events.map(CountInTable(), name="count").send_to(
+        app.output(local.output("counts", serde=serde, partitions=2)))
+    return app
+
+
+def test_a_running_job_deletes_its_ttl_changelog_older_than_the_ttl(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The embedded job's compactor deletes the changelog segments of a table with a ttl (on
+    processing time) older than the ttl, whatever the pass's dirty share: a second run, well
+    after the ttl, leaves nothing of the first run's writes in the changelog but the tombstones
+    its own sweeps wrote of their keys."""
+    from runtime.runner import LocalRunner
+    from samza_dsl import KV
+
+    monkeypatch.setattr(compaction, "EXPIRE_SECONDS", 0.0)
+    job_dir = tmp_path / "job"
+    changelog = "ttl-counter-1-counts-changelog"
+    config = {"job.dir": str(job_dir)}
+    app = _ttl_counter(timedelta(seconds=3))
+    first = [KV(f"a{i}", {"id": i}) for i in range(2_000)]
+    LocalRunner(app, config, inputs={"events": first}).run().close()
+    lg = LocalLog(job_dir / "logs" / "local")
+    assert sum(len(_all(lg, changelog, p)) for p in range(2)) == 2_000
+    lg.close()
+    time.sleep(3.3)
+    job = LocalJob(app, config, run=False)
+    try:
+        job.load("events", [KV(f"b{i}", {"id": i}) for i in range(2_000)])
+    finally:
+        job.close()
+    runner = LocalRunner(app, config).run()
+    expired = dict(runner.job.state.compactor.expired)
+    runner.close()
+    assert sum(expired.values()) == 2_000, expired
+    lg = LocalLog(job_dir / "logs" / "local")
+    try:
+        held = [rec for p in range(2) for _, rec in _all(lg, changelog, p)]
+        assert sum(lg.end_offset(changelog, p) for p in range(2)) >= 4_000
+    finally:
+        lg.close()
+    # the second run's counts, and the tombstones its sweeps wrote of the first run's keys
+    assert {r[0] for r in held if r[1] is not None} == {f"b{i}".encode() for i in range(2_000)}
+    assert {r[0] for r in held if r[1] is None} <= {f"a{i}".encode() for i in range(2_000)}
