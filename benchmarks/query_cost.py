@@ -20,6 +20,16 @@ stand-in endpoint in a process of its own (a ``ThreadServer`` answering each que
 the pairs differ only in where the queries are answered: what remains is the endpoint's cost in
 the job. A rate the job answers within its period (``--rate 40``: the endpoint serves one query
 at a time, and a busy loop takes up to about 20 ms to read for one) keeps both clients steady.
+
+Runs in separate processes differ by far more than 5% on a shared machine (the same W1L run
+took from 8 to 13 CPU seconds, whatever was asked). ``--phases SECONDS`` measures within one
+run instead: one W1L job with the endpoint on, and one client that asks it for a phase, then
+a stand-in for a phase, and so on, while a thread of the job's process counts the messages
+processed every 20 ms. Each phase with queries is compared with the mean of the phases just
+before and after it (without), so the machine's drift cancels; prints each phase and the
+median of those ratios as the query cost:
+
+    python benchmarks/query_cost.py --phases 2 --scale 10 --rate 40
 """
 
 from __future__ import annotations
@@ -40,9 +50,200 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def _ask(qc: Any, rnd: random.Random) -> bool:
+    """One query of the mix (module docstring); False if it was answered with an error."""
+    from samza_dsl.query import QueryError
+
+    key = str(rnd.randint(1, 10_000))
+    kind = rnd.random()
+    try:
+        if kind < 0.8:
+            qc.get("counts", key)
+        elif kind < 0.9:
+            qc.get("counts", key, read="committed")
+        else:
+            qc.prefix("counts", key[:2], limit=10)
+    except QueryError:
+        return False
+    return True
+
+
+def phased_client(job_dir: str, stand_in_dir: str, rate: float, phase_s: float) -> None:
+    """Asks a stand-in for a phase, then the job for a phase, and so on, at ``rate`` queries a
+    second, until SIGTERM; prints each phase's start (``time.monotonic``: the same clock in
+    every process of the machine) and whom it asked."""
+    from samza_dsl.query import QueryClient
+
+    def url(root: str) -> str:
+        record = os.path.join(root, "query", "container-0.json")
+        while not os.path.exists(record):
+            time.sleep(0.002)
+        time.sleep(0.01)
+        with open(record) as f:
+            return str(json.load(f)["url"])
+
+    phases: list[tuple[float, bool]] = []
+
+    def done(*_: Any) -> None:
+        print(json.dumps({"phases": phases}), flush=True)
+        os._exit(0)
+    signal.signal(signal.SIGTERM, done)
+    print("ready", flush=True)
+    clients = {False: QueryClient([url(stand_in_dir)], timeout=5),
+               True: QueryClient([url(job_dir)], timeout=5)}
+    rnd = random.Random(7)
+    step = 1.0 / rate
+    asking = False
+    switch = time.monotonic()
+    phases.append((switch, asking))
+    next_at = switch
+    while True:
+        now = time.monotonic()
+        if now >= switch + phase_s:
+            asking = not asking
+            switch += phase_s
+            phases.append((switch, asking))
+        _ask(clients[asking], rnd)
+        next_at += step
+        time.sleep(max(0.0, next_at - time.monotonic()))
+
+
+def phased_run(n: int, rate: float, phase_s: float) -> dict[str, Any]:
+    """One W1L run with the endpoint on, asked every other phase (module docstring)."""
+    import threading
+
+    from benchmarks.local_workloads import _config, _events, _ids, _load
+    from examples.readwrite_counter import app
+    from runtime.runner import LocalRunner
+
+    d = tempfile.mkdtemp(prefix="w1l-query-")
+    other = tempfile.mkdtemp(prefix="w1l-stand-in-")
+    asker = standin = None
+    try:
+        config = _config(d)
+        assert _load(app, config, _events(_ids(n))) == n
+        config = {**config, "query.enabled": True}
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        standin = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--stand-in",
+                                    other], stdout=subprocess.PIPE, text=True)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        assert standin.stdout is not None and standin.stdout.readline().strip() == "ready"
+        asker = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--client", d,
+                                  "--stand-in-dir", other, "--rate", str(rate),
+                                  "--phases", str(phase_s)], stdout=subprocess.PIPE, text=True)
+        assert asker.stdout is not None and asker.stdout.readline().strip() == "ready"
+        runner = LocalRunner(app, config)
+        samples: list[tuple[float, int]] = []
+        cpu: list[tuple[float, dict[str, float]]] = []
+        stop = threading.Event()
+
+        def sample() -> None:
+            while not stop.wait(0.02):
+                c = runner.container
+                if c is not None:
+                    samples.append((time.monotonic(), sum(t.processed for t in list(c.tasks))))
+                    cpu.append((samples[-1][0], _thread_cpu()))
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        runner.start()
+        runner.wait()
+        stop.set()
+        sampler.join()
+        asker.send_signal(signal.SIGTERM)
+        out, _ = asker.communicate(timeout=30)
+        phases = json.loads(out.splitlines()[-1])["phases"]
+        runner.stop()
+        runner.close()
+    finally:
+        for proc in (asker, standin):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+        shutil.rmtree(d, ignore_errors=True)
+        shutil.rmtree(other, ignore_errors=True)
+    out = _phase_rates(samples, phases, phase_s)
+    out["thread_cpu_share"] = _phase_cpu(cpu, phases, phase_s, samples)
+    return out
+
+
+def _thread_cpu() -> dict[str, float]:
+    """CPU seconds of each thread of this process (Linux's /proc), by its name in Python."""
+    import threading
+
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    out: dict[str, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        name = names.get(int(tid), "other")
+        fields = stat[stat.rindex(")") + 2:].split()
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def _phase_cpu(cpu: list[tuple[float, dict[str, float]]], phases: list[list[Any]],
+               phase_s: float, samples: list[tuple[float, int]]) -> dict[str, Any]:
+    """Per thread, its share of a core in the phases with queries and in those without."""
+    import bisect
+
+    times = [t for t, _ in cpu]
+    busy = [t for t, p in samples if 0 < p < samples[-1][1]]
+    share: dict[bool, dict[str, list[float]]] = {True: {}, False: {}}
+    for start, asking in phases:
+        a, b = start + phase_s / 10, start + phase_s * 0.9
+        if not busy or a < busy[0] or b > busy[-1]:
+            continue
+        i, j = bisect.bisect_left(times, a), bisect.bisect_right(times, b) - 1
+        if j <= i:
+            continue
+        (t0, c0), (t1, c1) = cpu[i], cpu[j]
+        for name in c1:
+            share[bool(asking)].setdefault(name, []).append(
+                (c1[name] - c0.get(name, 0.0)) / (t1 - t0))
+    return {("asked" if k else "not asked"): {n: round(statistics.median(v), 3)
+                                              for n, v in d.items()}
+            for k, d in share.items()}
+
+
+def _phase_rates(samples: list[tuple[float, int]], phases: list[list[Any]],
+                 phase_s: float) -> dict[str, Any]:
+    """Messages a second in each whole phase of the run (a tenth of the phase left out at each
+    end, as the client switches), and each asked phase against the mean of its neighbours."""
+    import bisect
+
+    times = [t for t, _ in samples]
+    busy = [(t, p) for t, p in samples if 0 < p < samples[-1][1]]
+    if len(busy) < 2:
+        raise SystemExit("the run was too short to sample: raise --scale")
+    lo, hi = busy[0][0], busy[-1][0]
+    margin = phase_s / 10
+    rates: list[tuple[bool, float]] = []
+    for start, asking in phases:
+        a, b = start + margin, start + phase_s - margin
+        if a < lo or b > hi:
+            continue
+        i, j = bisect.bisect_left(times, a), bisect.bisect_right(times, b) - 1
+        if j <= i:
+            continue
+        (t0, p0), (t1, p1) = samples[i], samples[j]
+        rates.append((bool(asking), (p1 - p0) / (t1 - t0)))
+    costs = [100 * (1 - r / ((rates[k - 1][1] + rates[k + 1][1]) / 2))
+             for k, (asking, r) in enumerate(rates)
+             if asking and 0 < k < len(rates) - 1 and not rates[k - 1][0]
+             and not rates[k + 1][0]]
+    return {"workload": "W1L", "phase_s": phase_s,
+            "phases": [[asking, round(r)] for asking, r in rates],
+            "phase_costs_percent": [round(c, 1) for c in costs],
+            "query_cost_percent": round(statistics.median(costs), 1) if costs else None,
+            "mean_cost_percent": round(statistics.fmean(costs), 1) if costs else None}
+
+
 def client(job_dir: str, rate: float) -> None:
     """Asks the job at ``rate`` queries a second until SIGTERM; prints what it asked."""
-    from samza_dsl.query import QueryClient, QueryError
+    from samza_dsl.query import QueryClient
 
     record = os.path.join(job_dir, "query", "container-0.json")
     counts = {"asked": 0, "answered": 0, "errors": 0}
@@ -61,18 +262,10 @@ def client(job_dir: str, rate: float) -> None:
     step = 1.0 / rate
     next_at = time.monotonic()
     while True:
-        key = str(rnd.randint(1, 10_000))
-        kind = rnd.random()
         counts["asked"] += 1
-        try:
-            if kind < 0.8:
-                qc.get("counts", key)
-            elif kind < 0.9:
-                qc.get("counts", key, read="committed")
-            else:
-                qc.prefix("counts", key[:2], limit=10)
+        if _ask(qc, rnd):
             counts["answered"] += 1
-        except QueryError:  # e.g. committed before the first commit
+        else:  # e.g. committed before the first commit
             counts["errors"] += 1
         next_at += step
         time.sleep(max(0.0, next_at - time.monotonic()))
@@ -164,7 +357,13 @@ def main() -> None:
     parser.add_argument("--one", choices=["queries", "enabled", "none"], help=argparse.SUPPRESS)
     parser.add_argument("--client", help=argparse.SUPPRESS)
     parser.add_argument("--stand-in", help=argparse.SUPPRESS)
+    parser.add_argument("--stand-in-dir", help=argparse.SUPPRESS)
+    parser.add_argument("--phases", type=float, default=None,
+                        help="seconds: one run, asked every other phase (see above)")
     args = parser.parse_args()
+    if args.client and args.phases:
+        phased_client(args.client, args.stand_in_dir, args.rate, args.phases)
+        return
     if args.client:
         client(args.client, args.rate)
         return
@@ -172,6 +371,10 @@ def main() -> None:
         stand_in(args.stand_in)
         return
     n = max(1, int(1_000_000 * args.scale))
+    if args.phases:
+        for _ in range(args.runs if args.runs != 5 else 1):
+            print(json.dumps(phased_run(n, args.rate, args.phases)), flush=True)
+        return
     if args.one:
         print(json.dumps(one_run(n, args.one != "none", args.rate, ask=args.one == "queries",
                                  neighbour=args.neighbour)), flush=True)

@@ -2,7 +2,8 @@
 the installed pyspark: fixture ``spark_cluster``), as users deploy it: ``samza-dsl reprocess
 --master spark://...`` from a directory of its own, with relative paths, and the application in
 a script, in an importable package that is not installed, and in a module next to the working
-directory (``python -c``). Each output is byte for byte the one ``local[2]`` writes.
+directory (``python -c``). Each output is byte for byte the one ``local[2]`` writes of the
+same input (``local_answer``: ``samza-dsl reprocess --master local[2]``, run once for them all).
 
 The package and the module next to the working directory are copies of
 ``examples/reprocess_page_views.py`` whose output says whether the executor imported them from
@@ -81,6 +82,16 @@ def _work(tmp_path: Path, n: int = 6000) -> Path:
     return work
 
 
+@pytest.fixture(scope="module")
+def local_answer(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, bytes]]:
+    """What ``samza-dsl reprocess --master local[2]`` writes of the example on ``_work``'s
+    input: the answer every run on the cluster must give (the copies' marks taken out)."""
+    work = _work(tmp_path_factory.mktemp("local"))
+    _reprocess(str(EXAMPLE) + ":app", "local[2]", "out/local.jsonl", work, _env())
+    assert len(_lines(work / "out" / "local.jsonl")) >= 12  # 6 countries, 2 minutes
+    return _parts(work / "out" / "local.jsonl")
+
+
 def _unmarked(path: Path) -> list[tuple[str, bytes]]:
     """``_parts`` without the ``from_zip`` marks."""
     return [(name, re.sub(rb',"from_zip":(true|false)', b"", data)) for name, data in _parts(path)]
@@ -95,36 +106,30 @@ def _shipped_copy(target: Path) -> None:
     target.write_text(marked)
 
 
-def test_a_script_on_the_cluster_writes_what_local_writes(spark_cluster: Any,
-                                                          tmp_path: Path) -> None:
+def test_a_script_on_the_cluster_writes_what_local_writes(
+        spark_cluster: Any, local_answer: list[tuple[str, bytes]], tmp_path: Path) -> None:
     work = _work(tmp_path)
-    env = _env()
     # relative paths: resolved in the working directory of the driver, not of the executors
-    _reprocess(str(EXAMPLE) + ":app", "local[2]", "out/local.jsonl", work, env)
-    _reprocess(str(EXAMPLE) + ":app", spark_cluster.url, "out/cluster.jsonl", work, env)
-    local, cluster = _parts(work / "out" / "local.jsonl"), _parts(work / "out" / "cluster.jsonl")
-    assert len(_lines(work / "out" / "local.jsonl")) >= 12  # 6 countries, 2 minutes
-    assert cluster == local
+    _reprocess(str(EXAMPLE) + ":app", spark_cluster.url, "out/cluster.jsonl", work, _env())
+    assert _parts(work / "out" / "cluster.jsonl") == local_answer
     assert "app-" in spark_cluster.log("master")  # the cluster ran it, not a local session
 
 
-def test_an_importable_package_is_shipped_to_the_executors(spark_cluster: Any,
-                                                           tmp_path: Path) -> None:
+def test_an_importable_package_is_shipped_to_the_executors(
+        spark_cluster: Any, local_answer: list[tuple[str, bytes]], tmp_path: Path) -> None:
     work = _work(tmp_path)
     lib = tmp_path / "lib"  # on the driver's path, not installed
     (lib / "viewjobs").mkdir(parents=True)
     (lib / "viewjobs" / "__init__.py").write_text("")
     _shipped_copy(lib / "viewjobs" / "counts.py")
-    env = _env(lib)
-    _reprocess("viewjobs.counts:app", "local[2]", "out/local.jsonl", work, env)
-    _reprocess("viewjobs.counts:app", spark_cluster.url, "out/cluster.jsonl", work, env)
-    assert _parts(work / "out" / "cluster.jsonl") == _parts(work / "out" / "local.jsonl")
+    _reprocess("viewjobs.counts:app", spark_cluster.url, "out/cluster.jsonl", work, _env(lib))
+    assert _unmarked(work / "out" / "cluster.jsonl") == local_answer
     lines = _lines(work / "out" / "cluster.jsonl")
     assert lines and all('"from_zip":true' in ln for ln in lines), lines[:3]
 
 
-def test_a_module_next_to_the_working_directory_is_shipped(spark_cluster: Any,
-                                                           tmp_path: Path) -> None:
+def test_a_module_next_to_the_working_directory_is_shipped(
+        spark_cluster: Any, local_answer: list[tuple[str, bytes]], tmp_path: Path) -> None:
     """``python -c`` (as a notebook or a REPL): the module is found through ``''`` on the
     driver's path, which means another directory in an executor."""
     work = _work(tmp_path)
@@ -139,19 +144,18 @@ def test_a_module_next_to_the_working_directory_is_shipped(spark_cluster: Any,
                          outputs={"country-counts": sys.argv[2]})
         runner.stop()
     """)
-    env = _env()
     conf = [a for a in CLUSTER_CONF if a != "--conf"]
-    _run([sys.executable, "-c", code, "local[2]", "out/local.jsonl"], work, env)
-    _run([sys.executable, "-c", code, spark_cluster.url, "out/cluster.jsonl", *conf], work, env)
-
+    _run([sys.executable, "-c", code, spark_cluster.url, "out/cluster.jsonl", *conf], work,
+         _env())
     # local[2]'s Python workers run in the driver's directory, where '' finds the module
     # itself: only the cluster's answer says where an executor elsewhere gets it
-    assert _unmarked(work / "out" / "cluster.jsonl") == _unmarked(work / "out" / "local.jsonl")
+    assert _unmarked(work / "out" / "cluster.jsonl") == local_answer
     lines = _lines(work / "out" / "cluster.jsonl")
     assert lines and all('"from_zip":true' in ln for ln in lines), lines[:3]
 
 
-def test_a_driver_script_under_spark_submit(spark_cluster: Any, tmp_path: Path) -> None:
+def test_a_driver_script_under_spark_submit(
+        spark_cluster: Any, local_answer: list[tuple[str, bytes]], tmp_path: Path) -> None:
     """As the README shows: the package goes with ``--py-files``, and ``SparkRunner()`` takes
     the master spark-submit was given."""
     work = _work(tmp_path)
@@ -179,8 +183,7 @@ def test_a_driver_script_under_spark_submit(spark_cluster: Any, tmp_path: Path) 
                  *CLUSTER_CONF, "reprocess_views.py"], work, env)
     assert "reprocessed 'country-views-1'" in proc.stdout, proc.stdout
     assert spark_cluster.log("master").count("Registered app") == apps_before + 1
-    _reprocess(str(EXAMPLE) + ":app", "local[2]", "out/local.jsonl", work, _env())
-    assert _unmarked(work / "out" / "submitted.jsonl") == _parts(work / "out" / "local.jsonl")
+    assert _unmarked(work / "out" / "submitted.jsonl") == local_answer
     lines = _lines(work / "out" / "submitted.jsonl")
     assert lines and all('"from_zip":true' in ln for ln in lines), lines[:3]
 
