@@ -17,7 +17,7 @@ count ``SECONDS`` after it was written, and every event has a key never seen bef
 distinct keys an hour is ``--rate 278``): the table then holds the keys of the last ``SECONDS``,
 and its files and the RSS stay flat once the run is longer than the ttl: the changelog keeps
 one ttl's writes at most (runtime.local.compaction, *Expiry*). The summary then also compares
-the end with the first sample from 1.25 ttls on (``steady_*``), and ``bounded`` is said of
+the end with the first sample from two ttls on (``steady_*``), and ``bounded`` is said of
 that.
 
     python benchmarks/soak.py --minutes 10 --interval 60 --rate 278 --ttl 120
@@ -163,9 +163,10 @@ def main(argv: list[str] | None = None) -> int:
     first, last = samples[0], samples[-1]
     steady: dict[str, Any] = {}
     if args.ttl is not None:
-        # the table fills for one ttl, and the changelog holds the writes of one ttl (puts,
-        # then tombstones of their keys): from 1.25 ttls on, the sizes hold still
-        settled = [s for s in samples if s["seconds"] >= 1.25 * args.ttl]
+        # the table fills for one ttl; the changelog holds the writes of the last ttl, its
+        # keys' puts and, from the first ttl on, the tombstones of the keys that expired: from
+        # two ttls on, the sizes hold still
+        settled = [s for s in samples if s["seconds"] >= 2 * args.ttl]
         if len(settled) >= 2:
             base = settled[0]
             steady = {"steady_from_s": base["seconds"],

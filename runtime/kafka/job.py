@@ -257,16 +257,7 @@ class KafkaJob:
         self.changelog_topics = {name: store.changelog_stream
                                  for name, store in plan.stores.items()
                                  if store.changelog is not None}
-        self.topic_specs = [
-            *(TopicSpec(self.physical[sid], counts[sid],
-                        configs=retention_configs(plan.config.stream(sid))) for sid in self.topics),
-            *(TopicSpec(t, n_tasks, compacted=True,
-                        configs=changelog_configs(processing_ttl_ms(plan, name)))
-              for name, t in self.changelog_topics.items()),
-            TopicSpec(self.checkpoint_topic, 1, compacted=True),
-            TopicSpec(dead_letter_stream(self.job_name), 1),
-            *([TopicSpec(metrics_stream(self.job_name), 1)]
-              if "snapshot" in reporter_names(plan.config) else [])]
+        self.topic_specs = self._topic_specs(plan, counts, n_tasks)
         await ensure_topics(self.servers, self.topic_specs, timeout=self.timeout,
                             replication_factor=self._system_int(
                                 "replication.factor", self.system_config.replication_factor),
@@ -308,6 +299,21 @@ class KafkaJob:
             producer.add_stream(sid, self.physical[sid], counts[sid], self.codecs[sid].encode,
                                 self.codecs[sid])
         return producer
+
+    def _topic_specs(self, plan: Any, counts: Mapping[str, int], n_tasks: int
+                     ) -> list[TopicSpec]:
+        """The topics the job needs: its streams' (but the sinks'), its stores' changelogs
+        (a partition per task), its checkpoints, its dead letters and its metrics."""
+        return [
+            *(TopicSpec(self.physical[sid], counts[sid],
+                        configs=retention_configs(plan.config.stream(sid))) for sid in self.topics),
+            *(TopicSpec(t, n_tasks, compacted=True,
+                        configs=changelog_configs(processing_ttl_ms(plan, name)))
+              for name, t in self.changelog_topics.items()),
+            TopicSpec(self.checkpoint_topic, 1, compacted=True),
+            TopicSpec(dead_letter_stream(self.job_name), 1),
+            *([TopicSpec(metrics_stream(self.job_name), 1)]
+              if "snapshot" in reporter_names(plan.config) else [])]
 
     async def _build(self) -> None:
         producer = await self._setup()

@@ -80,6 +80,12 @@ def read_jsonl_dir(path: Path) -> list[Any]:
     return out
 
 
+#: what a run of these small inputs may take, its JVM's start included: about 20 s on a quiet
+#: 2-core machine, 60 s with the rest of the suite and both brokers' parts beside it (a run
+#: that hangs meets ``reprocess``'s timeout instead)
+SLOW_S = 80
+
+
 def reprocess(*argv: str, timeout: float = 90) -> tuple[int, str, str, float]:
     assert CLI.exists(), f"the samza-dsl console script is not installed next to {sys.executable}"
     t0 = time.monotonic()
@@ -146,7 +152,7 @@ def test_reprocess_writes_the_output_and_prints_the_summary(tmp_path: Path) -> N
     settings = dict(settings.items() if isinstance(settings, dict) else settings)
     assert settings["spark.samza.test.marker"] == "given"
     assert settings["spark.ui.enabled"] == "false"  # the runner's defaults stay
-    assert seconds < 60, f"reprocess took {seconds:.0f} s"
+    assert seconds < SLOW_S, f"reprocess took {seconds:.0f} s"
 
     expected = expected_counts(views)
     written = read_jsonl_dir(target)
@@ -200,7 +206,7 @@ def test_outputs_without_a_path_are_counted_and_shown(tmp_path: Path) -> None:
     code, out, err, seconds = reprocess(APP, "--input", f"page-views={parquet}", "--no-progress",
                                         "--show", "2", "--master", "local[2]")
     assert code == 0, err
-    assert seconds < 60, f"reprocess took {seconds:.0f} s"
+    assert seconds < SLOW_S, f"reprocess took {seconds:.0f} s"
     expected = expected_counts(views)
     assert summary_rows(out)["page-views"][:2] == ["input", f"{len(views):,}"]
     assert (f"country-counts: {len(expected)} message(s) (no --output country-counts=PATH: "
@@ -224,7 +230,7 @@ def test_a_row_that_fails_is_one_error_line_and_writes_nothing(tmp_path: Path) -
     code, out, err, seconds = reprocess(APP, "--input", f"page-views={bad}", "--output",
                                         f"country-counts={target}", "--no-progress")
     assert code == 2, (out, err)
-    assert seconds < 60, f"reprocess took {seconds:.0f} s"
+    assert seconds < SLOW_S, f"reprocess took {seconds:.0f} s"
     lines = error_lines(err)
     assert len(lines) == 1, err
     assert lines[0].startswith(ERROR_PREFIX), err
