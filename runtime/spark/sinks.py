@@ -126,15 +126,37 @@ def text_lines(rows: Any, run_now: bool = True) -> Any:
     return DataFrame(spark._jsparkSession.createDataFrame(jdf.javaRDD(), jdf.schema()), spark)
 
 
+_PART = re.compile(r"part-(\d{5})-.+")
+
+
 def _name_parts(spark: Any, directory: str, n: int) -> None:
     """Name the files a DataFrame wrote to ``directory`` as ``saveAsTextFile`` names them,
     ``part-NNNNN`` for each of the ``n`` partitions (empty ones too), so that the same run
-    gives the same files, wherever it ran."""
+    gives the same files, wherever it ran. A directory of the driver's own file system is
+    renamed by the driver itself, its checksum files (``.NAME.crc``) with each part: a call
+    to Hadoop's file system through the JVM costs milliseconds each, and a run writes one a
+    partition."""
+    local = _local(directory)
+    if local is not None:
+        named = set()
+        for name in os.listdir(local):
+            m = _PART.fullmatch(name)
+            if m is not None:
+                target = f"part-{m.group(1)}"
+                os.rename(os.path.join(local, name), os.path.join(local, target))
+                crc = os.path.join(local, f".{name}.crc")
+                if os.path.exists(crc):
+                    os.rename(crc, os.path.join(local, f".{target}.crc"))
+                named.add(target)
+        for i in range(n):
+            if f"part-{i:05d}" not in named:
+                open(os.path.join(local, f"part-{i:05d}"), "wb").close()
+        return
     fs, d = _fs(spark, directory), _path(spark, directory)
     named = set()
     for status in fs.listStatus(d):
         name = status.getPath().getName()
-        m = re.fullmatch(r"part-(\d{5})-.+", name)
+        m = _PART.fullmatch(name)
         if m is not None:
             target = f"part-{m.group(1)}"
             fs.rename(status.getPath(), _path(spark, f"{directory}/{target}"))
@@ -142,6 +164,16 @@ def _name_parts(spark: Any, directory: str, n: int) -> None:
     for i in range(n):
         if f"part-{i:05d}" not in named:
             fs.create(_path(spark, f"{directory}/part-{i:05d}")).close()
+
+
+def _local(p: str) -> str | None:
+    """The path on the driver's own file system of ``p`` (a plain path or a ``file:`` URI);
+    None for another file system's (``hdfs://``, ``s3a://``)."""
+    if p.startswith("file://"):
+        return p[len("file://"):]
+    if p.startswith("file:"):
+        return p[len("file:"):]
+    return None if "://" in p else p
 
 
 def _path(spark: Any, p: str) -> Any:
