@@ -493,8 +493,9 @@ def _ttl_counter(ttl: timedelta) -> Any:
     return app
 
 
+@pytest.mark.parametrize("guarantee", ["at-least-once", "exactly-once"])
 def test_a_running_job_deletes_its_ttl_changelog_older_than_the_ttl(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, guarantee: str) -> None:
     """The embedded job's compactor deletes the changelog segments of a table with a ttl (on
     processing time) older than the ttl, whatever the pass's dirty share: a second run, well
     after the ttl, leaves nothing of the first run's writes in the changelog but the tombstones
@@ -505,7 +506,7 @@ def test_a_running_job_deletes_its_ttl_changelog_older_than_the_ttl(
     monkeypatch.setattr(compaction, "EXPIRE_SECONDS", 0.0)
     job_dir = tmp_path / "job"
     changelog = "ttl-counter-1-counts-changelog"
-    config = {"job.dir": str(job_dir)}
+    config = {"job.dir": str(job_dir), "job.processing.guarantee": guarantee}
     app = _ttl_counter(timedelta(seconds=3))
     first = [KV(f"a{i}", {"id": i}) for i in range(2_000)]
     LocalRunner(app, config, inputs={"events": first}).run().close()
