@@ -56,6 +56,7 @@ import msgspec
 
 from runtime.engine import faults
 from runtime.local.log import LocalLog
+from runtime.local.retention import retention_point
 from runtime.local.segments import (
     COMPACTED,
     DECODE_SEGMENT,
@@ -136,11 +137,9 @@ def expire_partition(lg: LocalLog, stream: str, partition: int, upto: int, ttl_m
     """Deletes the partition's segments appended more than ``ttl_ms`` ago, from its start and
     below ``upto`` (module docstring, *Expiry*); the offsets it no longer holds because of it."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    below = 0
-    for first, span, _ts, _ in lg.segments(stream, partition, before_ms=now - ttl_ms):
-        if first + span > upto:
-            break
-        below = first + span
+    # Kafka-style retention by time, as inputs and outputs have it, bounded by the point
+    older = lg.segments(stream, partition, before_ms=now - ttl_ms)
+    below = min(retention_point(older, now, ttl_ms, -1), upto)
     return lg.trim(stream, partition, below) if below > 0 else 0
 
 
