@@ -60,6 +60,7 @@ from runtime.spark.shuffle import (
     shuffle,
     to_batch,
 )
+from runtime.spark.sqltext import quoted, struct_type
 from runtime.spark.tiers import (
     GENERAL_TIER,
     SQL_TIER,
@@ -177,11 +178,6 @@ def _cap(cache: dict[Any, Any]) -> None:
         cache.clear()
 
 
-def _q(name: str) -> str:
-    """A column's name quoted for SQL text."""
-    return "`" + name.replace("`", "``") + "`"
-
-
 def build_declared(spark: Any, plan: Any, d: DeclaredWindow, frame: Any, n: int,
                    counts: Mapping[str, int],
                    tally: Callable[[PassExecutor, dict[str, int]], None],
@@ -200,21 +196,21 @@ def build_declared(spark: Any, plan: Any, d: DeclaredWindow, frame: Any, n: int,
     w, agg = d.window, d.aggregate
     # the expressions as SQL text: one call into the JVM each, where columns built in Python
     # take one per operator
-    ts = f"CAST({_q(d.time_field)} AS DOUBLE)"
+    ts = f"CAST({quoted(d.time_field)} AS DOUBLE)"
     ms = f"CAST(rint({ts} * CAST(1000.0 AS DOUBLE)) AS BIGINT)"  # half to even, as round()
     start = f"{ms} - pmod({ms}, {w.size_ms}) AS _start"
-    pk = f"{_q(d.partition_field)} AS _pk"
+    pk = f"{quoted(d.partition_field)} AS _pk"
     if d.key_field == d.partition_field:  # one grouping column serves both
         groups, wk = [pk, start], "_pk AS _wk"
     else:
-        wk = (f"{_q(d.key_field)} AS _wk" if d.key_field is not None
+        wk = (f"{quoted(d.key_field)} AS _wk" if d.key_field is not None
               else "CAST(NULL AS STRING) AS _wk")
         groups, wk = [pk, wk, start], "_wk"
     # a missing or None event time is a count short of the rows; NaN and infinities make the
     # largest magnitude NaN or infinite
     aggs = ["count(1) AS _n", f"count({ts}) AS _ts_n", f"max(abs({ts})) AS _ts_max"]
     if agg.field is not None:
-        v = _q(agg.field)
+        v = quoted(agg.field)
         aggs.append(f"count({v}) AS _v_n")
         if agg.kind in ("sum", "mean"):
             aggs.append(f"sum(CAST({v} AS DECIMAL(38,0))) AS _v")
@@ -254,7 +250,8 @@ def build_declared(spark: Any, plan: Any, d: DeclaredWindow, frame: Any, n: int,
     rows = panes.mapInArrow(place, placed_schema)
     by_task = shuffle(spark, rows, n, ["_start", "_wk"])
 
-    df = by_task.mapInArrow(_window_run(plan, d, counts, tally, encoded, codec), SCHEMA)
+    df = by_task.mapInArrow(_window_run(plan, d, counts, tally, encoded, codec),
+                            struct_type(SCHEMA))
     out = PassOutput(spark, codec, f"pass {d.partition_stage}+{d.window_stage} ({SQL_TIER})",
                      df=df)
     out.partitions = n  # the shuffle into the task partitions
@@ -282,8 +279,6 @@ def build_declared_arrow(spark: Any, plan: Any, d: DeclaredWindow, source: Any, 
     the grouping holds the exchange's key), sorts them by pane start and hands them to the
     same Python step as ``build_declared``. A row whose event time or value is missing, None
     or not a finite number stops the run, naming the file and the row."""
-    from pyspark.sql import functions as F  # noqa: N812
-
     codec = codec or ShuffleCodec(plan)
     splits: list[tuple[str, int]] = list(source.splits)
     agg = d.aggregate
@@ -315,23 +310,22 @@ def build_declared_arrow(spark: Any, plan: Any, d: DeclaredWindow, source: Any, 
     partials_fn = _arrow_partials(plan, d, splits, n, fields, keys, dict_keys)
     tasks = max(1, min(len(splits), spark.sparkContext.defaultParallelism))
     partials = spark.range(len(splits), numPartitions=tasks).mapInArrow(
-        partials_fn, ", ".join(ddl))
-    # merge the partials where the exchange put them: the grouping holds its key (``_k``)
-    final = ["sum(_n) AS _n"]
-    if agg.field is not None:
-        final.append(f"{'sum' if kind in ('sum', 'mean') else kind}(_v) AS _v")
-    wk = "_pk AS _wk" if same else "_wk" if d.key_field is not None else \
-        "CAST(NULL AS STRING) AS _wk"
-    by_task = (partials.repartition(n, "_k").groupBy("_k", "p", *keys, "_start")
-               .agg(*map(F.expr, final))
-               .selectExpr("_pk", wk, "_start", "_n", "CAST(0 AS BIGINT) AS _bad_ts",
-                           "CAST(0 AS BIGINT) AS _bad_v",
-                           "_v" if agg.field is not None else "CAST(NULL AS BIGINT) AS _v", "p")
-               .sortWithinPartitions("_start", "_wk"))
+        partials_fn, struct_type(", ".join(ddl)))
+    # merge the partials where the exchange put them: the grouping holds its key (``_k``); one
+    # query, where the DataFrame API takes a round trip to the JVM per column and call
+    v = "CAST(NULL AS BIGINT)" if agg.field is None else \
+        f"{'sum' if kind in ('sum', 'mean') else kind}(_v)"
+    wk = "_pk" if same else "_wk" if d.key_field is not None else "CAST(NULL AS STRING)"
+    by_task = spark.sql(
+        f"SELECT _pk, {wk} AS _wk, _start, sum(_n) AS _n, CAST(0 AS BIGINT) AS _bad_ts, "
+        f"CAST(0 AS BIGINT) AS _bad_v, {v} AS _v, p "
+        f"FROM (SELECT /*+ REPARTITION({n}, _k) */ * FROM {{partials}}) "
+        f"GROUP BY {', '.join(['_k', 'p', *keys, '_start'])} SORT BY _start, _wk",
+        partials=partials)
     line = _one_per_key(plan, d)
     run = _window_run(plan, d, counts, tally, encoded, codec) if line is None else \
         _line_run(plan, d, line, counts, tally, encoded, codec)
-    df = by_task.mapInArrow(run, SCHEMA)
+    df = by_task.mapInArrow(run, struct_type(SCHEMA))
     out = PassOutput(spark, codec, f"pass {d.partition_stage}+{d.window_stage} ({SQL_TIER})",
                      df=df)
     out.partitions = n  # the shuffle into the task partitions
@@ -370,11 +364,19 @@ def _line_run(plan: Any, d: DeclaredWindow, line: list[str], counts: Mapping[str
                 """The panes of whole starts (rows sorted by start) through the line."""
                 nonlocal total, keys, starts
                 keys, starts, ns, values = cols
-                _cap(okeys)
-                for k in set(keys):
-                    if k not in okeys:
-                        okeys[k] = order_key(k)
-                order = sorted(range(len(keys)), key=lambda i: (starts[i], okeys[keys[i]]))
+                kinds = set(map(type, keys))
+                if kinds == {str} or kinds == {int}:
+                    # Spark sorted the rows by (start, key): strings by their UTF-8 bytes
+                    # (code point order) and integers by value, which is ``order_key``'s
+                    # order for such keys (``in_key_order``)
+                    order = list(range(len(keys)))
+                else:
+                    _cap(okeys)
+                    for k in set(keys):
+                        if k not in okeys:
+                            okeys[k] = order_key(k)
+                    order = sorted(range(len(keys)),
+                                   key=lambda i: (starts[i], okeys[keys[i]]))
                 if not counting and None in values:  # a sum beyond Spark SQL's decimals
                     i = values.index(None)
                     raise _pane_failure(d, keys[i], starts[i], 0, 0)
@@ -850,7 +852,8 @@ def _build_one_per_key(spark: Any, plan: Any, d: DeclaredWindow, line: list[str]
             tally(ex, extra)
             extra = {}
 
-    return _panes_by_task(spark, plan, d, line, rows.mapInArrow(run, _PANE_SCHEMA), n, codec)
+    return _panes_by_task(spark, plan, d, line,
+                          rows.mapInArrow(run, struct_type(_PANE_SCHEMA)), n, codec)
 
 
 def _panes_by_task(spark: Any, plan: Any, d: DeclaredWindow, line: list[str], written: Any,

@@ -110,6 +110,7 @@ from runtime.spark.shuffle import (
 )
 from runtime.spark.sinks import FileOutput, resolve_output, text_lines
 from runtime.spark.sources import WIDE_BATCH, FileInput, Source, SourceError, resolve_source
+from runtime.spark.sqltext import struct_type
 from runtime.spark.tiers import (
     broadcast_tasks,
     carried_streams,
@@ -897,7 +898,8 @@ class _Compiler:
                     for out in run(i, read(i)):
                         if out:
                             yield to_batch(codec, out)
-        return self.spark.range(0, src.partitions, 1, src.partitions).mapInArrow(split, SCHEMA)
+        return self.spark.range(0, src.partitions, 1, src.partitions).mapInArrow(
+            split, struct_type(SCHEMA))
 
 
 # -- the pass strategies ---------------------------------------------------------------------------
@@ -1165,7 +1167,7 @@ def _sorted_pass(c: _Compiler, p: _PassShape, sorted_rows: Any, only: str | None
         for out in task.run(part, decoded, narrow_sorted):
             yield to_batch(codec, out)
 
-    df = sorted_rows.mapInArrow(run_sorted, SCHEMA)
+    df = sorted_rows.mapInArrow(run_sorted, struct_type(SCHEMA))
     out = PassOutput(c.spark, codec, f"pass {p.name}", df=df)
     if not p.narrow:  # the map side of this shuffle: named by what it computes
         made = dict.fromkeys(c.labels.get(sid, f"read {sid}") for sid in p.inputs)

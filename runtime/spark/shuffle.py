@@ -32,6 +32,7 @@ from typing import Any, NamedTuple, cast
 
 import msgspec
 
+from runtime.spark.sqltext import sql_string
 from samza_dsl.errors import SerdeError
 from samza_dsl.kv import KV
 
@@ -677,8 +678,6 @@ class PassOutput:
 
     def rows(self, sids: Iterable[str] | None = None) -> Any:
         """The DataFrame of rows (of streams ``sids``)."""
-        from pyspark.sql import functions as F  # noqa: N812
-
         if self.df is not None:
             df = self.df
         else:
@@ -689,7 +688,8 @@ class PassOutput:
             return df
         if self.only is not None:  # rows of one stream, without the column
             return df if self.only in sids else df.limit(0)
-        return df.where(F.col("sid").isin(list(sids)))
+        # as SQL text: one call into the JVM (``runtime.spark.sqltext``)
+        return df.where(f"sid IN ({', '.join(map(sql_string, sids))})")
 
     def items(self, sids: Iterable[str] | None = None) -> Any:
         """The RDD of ``(p, record)`` items (of streams ``sids``)."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -116,9 +117,8 @@ def text_lines(rows: Any, run_now: bool = True) -> Any:
     caller gives (``spark.sparkContext.setCallSite``) and the write is a job of its own.
     Without, as a plan of its own, which the write runs whole (the caller names its stages)."""
     from pyspark.sql import DataFrame
-    from pyspark.sql import functions as F  # noqa: N812
 
-    lines = rows.select(F.col("m").cast("string").alias("value"))
+    lines = rows.selectExpr("CAST(m AS STRING) AS value")  # one call (runtime.spark.sqltext)
     if not run_now:
         return lines
     jdf = lines._jdf
@@ -176,8 +176,17 @@ def _local(p: str) -> str | None:
     return None if "://" in p else p
 
 
+#: the JVM's ``org.apache.hadoop.fs.Path`` class, by the JVM view it was looked up in: each
+#: part of a dotted name is a call into the JVM
+_PATH_CLASS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
 def _path(spark: Any, p: str) -> Any:
-    return spark._jvm.org.apache.hadoop.fs.Path(p)
+    jvm = spark._jvm
+    cls = _PATH_CLASS.get(jvm)
+    if cls is None:
+        cls = _PATH_CLASS[jvm] = jvm.org.apache.hadoop.fs.Path
+    return cls(p)
 
 
 def _fs(spark: Any, p: str) -> Any:
