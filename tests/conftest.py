@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
+from tests.spark_classes import java_options
+
+# every Spark JVM the tests start, here or in a subprocess (a CLI run, spark-submit): the client
+# compiler and the class archive of ./dev setup (tests/spark_classes.py)
+os.environ.setdefault("SPARK_SUBMIT_OPTS", java_options())
 
 
 @pytest.fixture(scope="session")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import tempfile
 import threading
 from collections import deque
@@ -27,7 +28,7 @@ from typing import Any
 
 from samza_dsl.errors import SparkStartError
 
-__all__ = ["start_quietly", "LOG4J2"]
+__all__ = ["start_quietly", "submit_args", "LOG4J2"]
 
 LOG4J2 = """\
 rootLogger.level = fatal
@@ -95,6 +96,25 @@ class _Stderr:
         return " / ".join(meaningful[-3:])
 
 
+def submit_args(java_options: str | None, log_conf: str) -> str:
+    """The ``PYSPARK_SUBMIT_ARGS`` that start the driver's JVM with the log configuration
+    ``log_conf``. spark-submit's ``--driver-java-options`` takes the place of a
+    ``spark.driver.extraJavaOptions`` setting, so the user's ``java_options`` go first in it (the
+    user's own log4j2 configuration, if they name one, stays theirs).
+
+    >>> submit_args(None, "/tmp/l.properties")
+    '--driver-java-options -Dlog4j2.configurationFile=/tmp/l.properties pyspark-shell'
+    >>> shlex.split(submit_args("-Xss4m -Da='b c'", "/tmp/l.properties"))
+    ['--driver-java-options', "-Xss4m -Da='b c' -Dlog4j2.configurationFile=/tmp/l.properties", 'pyspark-shell']
+    >>> submit_args("-Dlog4j2.configurationFile=mine.xml", "/tmp/l.properties")
+    '--driver-java-options -Dlog4j2.configurationFile=mine.xml pyspark-shell'
+    """
+    options = (java_options or "").strip()
+    if "log4j2.configurationFile" not in options:
+        options = f"{options} -Dlog4j2.configurationFile={log_conf}".strip()
+    return f"--driver-java-options {shlex.quote(options)} pyspark-shell"
+
+
 def start_quietly(conf: Any) -> None:
     """Launch the JVM for a SparkContext with ``conf`` (a ``SparkConf``), quietly (see the module
     docstring); nothing when one runs already or the user's ``PYSPARK_SUBMIT_ARGS`` says how.
@@ -109,8 +129,8 @@ def start_quietly(conf: Any) -> None:
     fd, log_conf = tempfile.mkstemp(prefix="samza-dsl-log4j2-", suffix=".properties")
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(LOG4J2)
-    os.environ["PYSPARK_SUBMIT_ARGS"] = (f"--driver-java-options "
-                                         f"-Dlog4j2.configurationFile={log_conf} pyspark-shell")
+    os.environ["PYSPARK_SUBMIT_ARGS"] = submit_args(
+        conf.get("spark.driver.extraJavaOptions", None), log_conf)
     stderr = _Stderr()
     try:
         gateway = launch_gateway(conf, popen_kwargs={"stderr": stderr.write_fd})

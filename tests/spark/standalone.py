@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.spark_classes import java_options
+
 __all__ = ["StandaloneCluster", "start"]
 
 
@@ -96,7 +98,9 @@ def start(directory: Path, *, cores: int = 2, memory: str = "1g",
     env = {**os.environ, "SPARK_HOME": str(_spark_home()), "SPARK_CONF_DIR": str(conf_dir),
            "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOG_DIR": str(directory),
            "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
-           "SPARK_WORKER_OPTS": "-Dspark.worker.cleanup.enabled=false"}
+           "SPARK_WORKER_OPTS": "-Dspark.worker.cleanup.enabled=false",
+           # the master's and the worker's JVMs start as the tests' other Spark JVMs do
+           "SPARK_DAEMON_JAVA_OPTS": java_options()}
     cluster = StandaloneCluster(f"spark://127.0.0.1:{port}", directory, env)
     try:
         master = _launch(cluster, "master", "org.apache.spark.deploy.master.Master",

@@ -27,11 +27,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tests.spark_classes import java_options
+
 REPO = Path(__file__).resolve().parents[2]
 CLI = Path(sys.executable).parent / "samza-dsl"
 EXAMPLE = REPO / "examples" / "reprocess_page_views.py"
 # the worker has 1 GB and 2 cores: one executor of both
-CLUSTER_CONF = ["--conf", "spark.executor.memory=512m", "--conf", "spark.cores.max=2"]
+CLUSTER_CONF = ["--conf", "spark.executor.memory=512m", "--conf", "spark.cores.max=2",
+                # the executors' JVMs start as the tests' other Spark JVMs do
+                "--conf", f"spark.executor.extraJavaOptions={java_options()}"]
+
 
 
 def _env(*paths: Path) -> dict[str, str]:

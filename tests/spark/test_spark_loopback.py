@@ -1,6 +1,7 @@
 """Spark in local mode listens on 127.0.0.1 only: the driver's JVM, seen through its own listening
 sockets (psutil), in the test session and under ``samza-dsl reprocess --master local[2]``;
-cluster masters are left to Spark."""
+cluster masters are left to Spark. The user's ``spark.driver.extraJavaOptions`` reach the
+driver's JVM."""
 
 from __future__ import annotations
 
@@ -60,9 +61,11 @@ def test_reprocess_on_a_local_master_listens_on_loopback_only(tmp_path: Path) ->
     target = tmp_path / "counts.jsonl"
     proc = subprocess.Popen([str(CLI), "reprocess", APP, "--master", "local[2]", "--input",
                              f"page-views={views}", "--output", f"country-counts={target}",
-                             "--no-progress"], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                             "--no-progress", "--conf",
+                             "spark.driver.extraJavaOptions=-Dsamza.dsl.test='a b'"],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen: set[tuple[str, int]] = set()
+    argvs: list[list[str]] = []
     root = psutil.Process(proc.pid)
     deadline = time.monotonic() + 300
     try:
@@ -70,6 +73,7 @@ def test_reprocess_on_a_local_master_listens_on_loopback_only(tmp_path: Path) ->
             for jvm in _jvms(root):
                 with contextlib.suppress(psutil.NoSuchProcess):
                     seen |= _listening(jvm)
+                    argvs.append(jvm.cmdline())
             time.sleep(0.25)
     finally:
         if proc.poll() is None:
@@ -80,6 +84,9 @@ def test_reprocess_on_a_local_master_listens_on_loopback_only(tmp_path: Path) ->
     # the driver's RPC and block manager at least, each seen while the session was up
     assert len(seen) >= 2, f"saw {seen} while it ran: {err}"
     assert {ip for ip, _ in seen} == {"127.0.0.1"}, seen
+    # the user's JVM options reach the driver's JVM beside the runtime's log configuration
+    assert argvs and all("-Dsamza.dsl.test=a b" in argv for argv in argvs), argvs[:1]
+    assert all(any(a.startswith("-Dlog4j2.configurationFile=") for a in argv) for argv in argvs)
 
 
 def test_a_users_driver_address_and_cluster_masters_are_left_alone() -> None:
