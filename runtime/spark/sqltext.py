@@ -43,13 +43,11 @@ def quoted(s: str) -> str:
     return "`" + s.replace("`", "``") + "`"
 
 
-#: a DDL type name -> the name of its class in ``pyspark.sql.types``
-_TYPES = {"int": "IntegerType", "integer": "IntegerType", "bigint": "LongType",
-          "long": "LongType", "smallint": "ShortType", "short": "ShortType",
-          "tinyint": "ByteType", "byte": "ByteType", "string": "StringType",
-          "binary": "BinaryType", "double": "DoubleType", "float": "FloatType",
-          "real": "FloatType", "boolean": "BooleanType", "date": "DateType",
-          "timestamp": "TimestampType"}
+#: the DDL type names ``struct_type`` builds (each a ``pyspark.sql.types`` class's name)
+_TYPES = {"int": "Integer", "integer": "Integer", "bigint": "Long", "long": "Long",
+          "smallint": "Short", "short": "Short", "tinyint": "Byte", "byte": "Byte",
+          "string": "String", "binary": "Binary", "double": "Double", "float": "Float",
+          "real": "Float", "boolean": "Boolean", "date": "Date", "timestamp": "Timestamp"}
 
 
 @functools.lru_cache(maxsize=256)
@@ -59,6 +57,10 @@ def struct_type(ddl: str) -> Any:
     text itself where a column is of another form (Spark parses it then)."""
     from pyspark.sql import types as T  # noqa: N812
 
+    classes = {"Integer": T.IntegerType, "Long": T.LongType, "Short": T.ShortType,
+               "Byte": T.ByteType, "String": T.StringType, "Binary": T.BinaryType,
+               "Double": T.DoubleType, "Float": T.FloatType, "Boolean": T.BooleanType,
+               "Date": T.DateType, "Timestamp": T.TimestampType}
     fields = []
     for column in _columns(ddl):
         parts = column.split(None, 1)
@@ -67,7 +69,7 @@ def struct_type(ddl: str) -> Any:
         col, kind = parts[0], parts[1].strip().lower()
         cls = _TYPES.get(kind)
         if cls is not None:
-            data_type = getattr(T, cls)()
+            data_type = classes[cls]()
         elif kind.startswith("decimal(") and kind.endswith(")"):
             try:
                 precision, scale = (int(x) for x in kind[len("decimal("):-1].split(","))
