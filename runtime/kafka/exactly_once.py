@@ -200,7 +200,7 @@ class TaskProducer(KafkaProducer):
 
     async def _background(self) -> None:
         try:
-            await self._send_buffered()
+            await self._send_all()
         except ProducerFenced as exc:
             self._error = exc
         except (KafkaError, OSError) as exc:

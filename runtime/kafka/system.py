@@ -737,9 +737,18 @@ class KafkaProducer(BufferedProducer):
         if self._sending is None or self._sending.done():
             self._sending = asyncio.get_running_loop().create_task(self._background())
 
+    async def _send_all(self) -> None:
+        """Send what the buffers hold until they are empty: a task that buffers records while
+        a send awaits the client signals a send that is still running, and no other send would
+        come for them before the next commit's flush (a quiet input's last outputs waited for
+        it)."""
+        await self._send_buffered()
+        while any(buf for parts in self._bufs.values() for buf in parts):
+            await self._send_buffered()
+
     async def _background(self) -> None:
         try:
-            await self._send_buffered()
+            await self._send_all()
         except (KafkaError, OSError) as exc:  # reported by the next signal or flush
             self._error = kafka_error("producing", self.servers, exc, self.settings)
         except Exception as exc:

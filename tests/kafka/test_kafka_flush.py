@@ -8,7 +8,9 @@ restored its store short of the checkpoint, and its counts stayed low for good (
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
+from typing import Any
 
 from kafka_helpers import consume_all, create_topic, run
 
@@ -42,3 +44,47 @@ def test_a_flush_waits_for_the_records_another_flush_is_sending(kafka_bootstrap:
         f"records the first one sent: end offsets {seen}, then {after}"
     got = run(consume_all(kafka_bootstrap, topic, 2))
     assert [len(got[p]) for p in (0, 1)] == [5, 3]
+
+
+class _SlowSend(KafkaProducer):
+    """Each partition's send awaits a while first, as aiokafka's does when the partition's last
+    batch has not gone out yet: the tasks go on and buffer more meanwhile."""
+
+    async def _send_records(self, producer: Any, topic: str, partition: int,
+                            records: list[Any]) -> None:
+        await asyncio.sleep(0.2)
+        await super()._send_records(producer, topic, partition, records)
+
+
+def test_records_buffered_while_a_send_is_under_way_go_out_without_a_commit(
+        kafka_bootstrap: str) -> None:
+    """A job whose input went quiet sent its last outputs only at its next commit (minutes
+    later with a long ``task.commit.ms``): they were buffered while the background send was
+    awaiting the client, after it had taken its partition's buffer, and the signal that
+    followed found that send still running."""
+    topic = f"quiet-{uuid.uuid4().hex[:8]}"
+    run(create_topic(kafka_bootstrap, topic, 2))
+
+    async def sent_without_flush() -> dict[int, list[Any]]:
+        producer = _SlowSend(kafka_bootstrap, {}, 1)
+        producer.add_stream("out", topic, 2, None)
+        try:
+            await producer.flush()  # started
+            producer.buffer("out", 0).append((b"a", b"1", None))
+            producer.signal()
+            await asyncio.sleep(0.1)  # the send took partition 0's buffer and awaits
+            producer.buffer("out", 0).append((b"b", b"2", None))
+            producer.buffer("out", 1).append((b"c", b"3", None))
+            producer.signal()  # the send is still running
+            deadline = time.monotonic() + 20
+            while True:  # no flush: what the broker has without one
+                got = await consume_all(kafka_bootstrap, topic, 2)
+                if sum(map(len, got.values())) >= 3 or time.monotonic() > deadline:
+                    return got
+                await asyncio.sleep(0.2)
+        finally:
+            await producer.close()
+
+    got = run(sent_without_flush())
+    assert [[(k, v) for _, k, v in got[p]] for p in (0, 1)] == \
+        [[(b"a", b"1"), (b"b", b"2")], [(b"c", b"3")]], got
