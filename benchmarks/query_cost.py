@@ -238,7 +238,20 @@ def _phase_rates(samples: list[tuple[float, int]], phases: list[list[Any]],
             "phases": [[asking, round(r)] for asking, r in rates],
             "phase_costs_percent": [round(c, 1) for c in costs],
             "query_cost_percent": round(statistics.median(costs), 1) if costs else None,
-            "mean_cost_percent": round(statistics.fmean(costs), 1) if costs else None}
+            "mean_cost_percent": round(statistics.fmean(costs), 1) if costs else None,
+            "median_95_percent_interval": _median_interval(costs)}
+
+
+def _median_interval(costs: list[float], resamples: int = 10_000) -> list[float] | None:
+    """The 95% bootstrap interval of the median of ``costs`` (percentile method, a fixed
+    seed: the same phases give the same interval)."""
+    if len(costs) < 5:
+        return None
+    rnd = random.Random(66)
+    medians = sorted(statistics.median(rnd.choices(costs, k=len(costs)))
+                     for _ in range(resamples))
+    return [round(medians[int(0.025 * resamples)], 1),
+            round(medians[int(0.975 * resamples) - 1], 1)]
 
 
 def client(job_dir: str, rate: float) -> None:

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from tests.spark_classes import java_options
+
+# pytest keeps the test modules whose asserts it rewrote (as *-pytest-*.pyc) only where Python
+# may write bytecode: where PYTHONDONTWRITEBYTECODE is set, as in many containers, each pytest
+# run rewrote all of them again, about 13 s of CPU a collection of the whole suite. This process
+# only: what the tests start keeps the environment's setting
+sys.dont_write_bytecode = False
 
 # every Spark JVM the tests start, here or in a subprocess (a CLI run, spark-submit): the client
 # compiler and the class archive of ./dev setup (tests/spark_classes.py)

@@ -199,8 +199,10 @@ class TaskProducer(KafkaProducer):
                 self._kept = None
 
     async def _background(self) -> None:
+        # one pass: what the tasks buffer meanwhile waits for the commit's flush, and nothing
+        # of a transaction is visible before its commit anyway
         try:
-            await self._send_all()
+            await self._send_buffered()
         except ProducerFenced as exc:
             self._error = exc
         except (KafkaError, OSError) as exc:
