@@ -698,10 +698,13 @@ class KafkaJob:
         return asyncio.run(self.messages_async(stream_id))
 
     def release_lock(self) -> None:
-        """Let another process run this container (its run is over)."""
+        """Let another process run this container (its run is over). Where the broker watch
+        gave up on the brokers, aiokafka stays hushed until ``close``: a client whose stop was
+        given up on (``stop_client``) may still log its lost connections until the loop ends."""
         self._unclaim()
         self.lock.release()
-        self._unhush()
+        if self.watch.error is None:
+            self._unhush()
 
     def close(self) -> None:
         self._unclaim()

@@ -166,6 +166,16 @@ class JobProcess:
     def wait(self, timeout: float) -> int:
         try:
             return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            # where it waits (``samza-dsl`` prints its threads and its loop's tasks on SIGUSR1),
+            # then its whole output, for the failure
+            self.proc.send_signal(signal.SIGUSR1)
+            time.sleep(2)
+            self.proc.kill()
+            self.proc.wait()
+            self._out.close()
+            raise AssertionError(f"the job had not exited {timeout} s on; its output, its "
+                                 f"stacks last:\n{self.output()[-12_000:]}") from None
         finally:
             if self.proc.poll() is None:
                 self.proc.kill()
