@@ -737,22 +737,21 @@ class KafkaProducer(BufferedProducer):
         if self._sending is None or self._sending.done():
             self._sending = asyncio.get_running_loop().create_task(self._background())
 
-    async def _send_all(self) -> None:
-        """Send what the buffers hold until they are empty: a task that buffers records while
-        a send awaits the client signals a send that is still running, and no other send would
-        come for them before the next commit's flush (a quiet input's last outputs waited for
-        it)."""
-        await self._send_buffered()
-        while any(buf for parts in self._bufs.values() for buf in parts):
-            await self._send_buffered()
-
     async def _background(self) -> None:
         try:
-            await self._send_all()
+            await self._send_buffered()
         except (KafkaError, OSError) as exc:  # reported by the next signal or flush
             self._error = kafka_error("producing", self.servers, exc, self.settings)
         except Exception as exc:
             self._error = exc
+        else:
+            # records a task buffered while this send awaited the client, after it had taken
+            # their partition's buffer: that task's signal found this send running, and without
+            # another send they would wait for the next commit's flush (a quiet input's last
+            # outputs did). A send of its own, not a loop in this one: a flush waits for the
+            # send under way when it began, not for as long as the tasks keep producing
+            if any(buf for parts in self._bufs.values() for buf in parts):
+                self._sending = asyncio.get_running_loop().create_task(self._background())
 
     async def flush(self) -> None:
         """Waits for the broker's acknowledgements; while a ``watch`` says the brokers are away,
