@@ -127,17 +127,18 @@ def _iter_jsonl(path: str, keyed: bool) -> Iterator[tuple[int, object]]:
                 raise SamzaError(f"{path}:{lineno}: the message is {deep}")
             try:
                 obj = msgspec.json.decode(line)
-            except msgspec.DecodeError as exc:
-                raise SamzaError(f"{path}:{lineno}: not JSON ({explain_json_error(line, exc)}); "
-                                 f"each line must be one JSON message") from None
-            except UnicodeDecodeError:
-                where = ""
+            except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+                # msgspec before 0.23 raised UnicodeDecodeError for bytes that are not UTF-8,
+                # 0.23 raises DecodeError: the bytes themselves decide which error this is
                 try:
                     line.decode()
-                except UnicodeDecodeError as exc:
-                    where = f" (byte {line[exc.start]:#04x} at byte {exc.start + 1} of the line)"
-                raise SamzaError(f"{path}:{lineno}: not UTF-8{where}; JSON Lines files are "
-                                 f"UTF-8: convert it (e.g. iconv -t UTF-8)") from None
+                except UnicodeDecodeError as bad:
+                    raise SamzaError(
+                        f"{path}:{lineno}: not UTF-8 (byte {line[bad.start]:#04x} at byte "
+                        f"{bad.start + 1} of the line); JSON Lines files are UTF-8: convert it "
+                        f"(e.g. iconv -t UTF-8)") from None
+                raise SamzaError(f"{path}:{lineno}: not JSON ({explain_json_error(line, exc)}); "
+                                 f"each line must be one JSON message") from None
             if keyed:
                 if not isinstance(obj, dict) or "key" not in obj or "value" not in obj:
                     raise SamzaError(f"{path}:{lineno}: the stream is keyed: each line must be "
