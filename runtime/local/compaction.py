@@ -13,9 +13,9 @@ every update the job ever made.
   rewritten keeping a record when no later record of its key is in the map. The part already
   compacted holds each key at most once, so one map of the dirty part's keys is enough. The map
   is bounded (``max_keys``): a pass stops its dirty part at the segment where it fills.
-  A compacted segment holds about ``SEGMENT_BYTES`` at most (two of LMDB's pages), so the
-  pages a pass frees are the sizes the next one and the appends need: a segment of many pages
-  needs as many contiguous free pages, and the log's file grew for them (the soak, W9T).
+  A compacted segment takes ``SEGMENT_BYTES`` at most (one of LMDB's pages), as an appended
+  one does, so any page a pass or a retention frees fits the next segment: a segment of many
+  pages needs as many contiguous free pages, and the log's file grew for them (the soak, W9T).
 - **Tombstones.** A delete (a None value) is kept while a reader might have seen an older value
   of its key in the same pass over the log: it goes only once a pass that already covered it
   finished at least ``delete_retention_ms`` ago (Kafka's ``delete.retention.ms``).
@@ -58,10 +58,12 @@ from runtime.engine import faults
 from runtime.local.log import LocalLog
 from runtime.local.retention import retention_point
 from runtime.local.segments import (
+    CHECKED_HEAD,
     COMPACTED,
     DECODE_SEGMENT,
     ENCODE,
     PACK_OFFSET,
+    SEGMENT_BYTES,
     UNPACK_OFFSET,
     seal,
 )
@@ -98,11 +100,9 @@ DELETE_RETENTION_MS = 86_400_000  # Kafka's and Samza's default: one day
 GROUP_RECORDS = 8_192  # records read per write transaction, at most (plus one segment)
 READ_RECORDS = 4_096  # records decoded per read transaction, about (plus one segment)
 SEGMENT_RECORDS = 8_192  # records kept per compacted segment, about
-#: bytes kept per compacted segment, at most (but for a segment kept whole): LMDB stores a
-#: larger value in contiguous overflow pages, and a pass writing runs of many pages while
-#: freeing others leaves the log's file growing with free pages it cannot reuse for them
-SEGMENT_BYTES = 7_000
-_RECORD_BYTES = 12  # a kept record's encoding besides its key and value, about
+#: a compacted segment's encoding besides its records and their offsets, at most: the checksum,
+#: the array of 4, the span, the timestamp, and the two arrays' headers
+_SEGMENT_HEAD = CHECKED_HEAD + 1 + 9 + 9 + 5 + 5
 #: keys in a pass's map, at most: a larger dirty part takes more passes. The map costs about
 #: 130 bytes a key (the key, its offset, the dict's entry), so this bounds it near 6.5 MB
 MAX_KEYS = 32_768
@@ -336,6 +336,7 @@ class _Rewrite:
         tombstone only from ``horizon`` on; False if ``stop`` ended it."""
         get = latest.get
         group, kept = self.group, self.kept
+        room = SEGMENT_BYTES - _SEGMENT_HEAD
         scanned = size = 0
         for seg in segments:
             if stop is not None and stop.is_set():
@@ -346,8 +347,9 @@ class _Rewrite:
                 n = len(survivors)
                 survivors = [(o, r) for o, r in survivors if r[1] is not None or o >= horizon]
                 self.result.tombstones_dropped += n - len(survivors)
-            grows = sum(map(_size, survivors))
-            if group and size + grows > SEGMENT_BYTES:  # the group's segment is full
+            base = group[0].first if group else seg.first
+            grows = sum(_size(k, base) for k in survivors)
+            if group and size + grows > room:  # the group's segment is full
                 self.flush()
                 scanned = size = 0
             group.append(seg)
@@ -369,10 +371,18 @@ class _Rewrite:
         result.records_after += len(kept)
         if len(group) > 1 or len(kept) < before:  # else it is unchanged: leave it
             first = group[0].first
-            span = group[-1].first + group[-1].span - first
-            value = ENCODE((span, max(s.ts for s in group), [o - first for o, _ in kept],
-                            [r for _, r in kept]))
-            _replace(self.lg, self.stream, self.partition, [s.key for s in group], value)
+            end = group[-1].first + group[-1].span
+            ts = max(s.ts for s in group)
+            pieces = _pieces(kept, first)
+            # each piece covers the offsets from its first record's (the group's first, for the
+            # first piece) to the next piece's first
+            starts = [first, *(piece[0][0] for piece in pieces[1:])]
+            ends = [*starts[1:], end]
+            prefix = group[0].key[:-8]
+            segments = [(prefix + PACK_OFFSET(a), ENCODE((b - a, ts, [o - a for o, _ in piece],
+                                                          [r for _, r in piece])))
+                        for a, b, piece in zip(starts, ends, pieces, strict=True)]
+            _replace(self.lg, self.stream, self.partition, [s.key for s in group], segments)
             result.transactions += 1
             if faults.ARMED:
                 faults.reached("compaction.transaction")
@@ -383,11 +393,44 @@ class _Rewrite:
         kept.clear()
 
 
-def _size(kept: tuple[int, Any]) -> int:
-    """The bytes a kept record takes in a compacted segment, about: its key, its value, and
-    the encoding's share (the offset, the lengths, the headers)."""
-    record = kept[1]
-    return len(record[0] or b"") + len(record[1] or b"") + _RECORD_BYTES
+def _size(kept: tuple[int, Any], base: int) -> int:
+    """The bytes a kept record takes in a compacted segment whose first offset is ``base`` or
+    later, at most: its offset from there, its key, its value and its headers, with msgpack's
+    headers."""
+    offset, (key, value, headers) = kept
+    delta = offset - base
+    n = 1 + (1 if delta < 0x80 else 2 if delta < 0x100 else 3 if delta < 0x10000 else 5)
+    n += _bin(key) + _bin(value)
+    if headers is None:
+        return n + 1
+    if headers.__class__ is int:
+        return n + 9
+    return n + 5 + sum(6 + len(k.encode()) + _bin(v) for k, v in headers)
+
+
+def _bin(data: bytes | None) -> int:
+    """The bytes msgpack takes for ``data`` (a bin, or nil)."""
+    if data is None:
+        return 1
+    n = len(data)
+    return n + (2 if n < 0x100 else 3 if n < 0x10000 else 5)
+
+
+def _pieces(kept: list[tuple[int, Any]], base: int) -> list[list[tuple[int, Any]]]:
+    """``kept`` (at offsets from ``base`` on) cut, in order, into the records of segments of
+    ``SEGMENT_BYTES`` at most each (one record larger than that alone); one empty piece when
+    nothing is kept."""
+    room = SEGMENT_BYTES - _SEGMENT_HEAD
+    pieces: list[list[tuple[int, Any]]] = [[]]
+    size = 0
+    for record in kept:
+        grows = _size(record, base)
+        if pieces[-1] and size + grows > room:
+            pieces.append([])
+            size = 0
+        pieces[-1].append(record)
+        size += grows
+    return pieces
 
 
 def _record_pass(lg: LocalLog, stream: str, partition: int, state: dict[Any, Any], now: int,
@@ -403,9 +446,10 @@ def _record_pass(lg: LocalLog, stream: str, partition: int, state: dict[Any, Any
         {"cleaned": end, "kept": kept, "passes": passes[-_PASSES:]}))
 
 
-def _replace(lg: LocalLog, stream: str, partition: int, keys: list[bytes], value: bytes) -> None:
-    """One write transaction: the segments at ``keys`` become one compacted segment at the
-    first key."""
+def _replace(lg: LocalLog, stream: str, partition: int, keys: list[bytes],
+             segments: list[tuple[bytes, bytes]]) -> None:
+    """One write transaction: the segments at ``keys`` become the compacted ``segments``, (key,
+    encoding) pairs, the first at the first key."""
     shared = lg._live()
     try:
         with lg._begin(shared, write=True) as txn:
@@ -417,10 +461,12 @@ def _replace(lg: LocalLog, stream: str, partition: int, keys: list[bytes], value
                         f"compacts or deletes it at the same time. Run one compaction at a time")
             for key in keys[1:]:
                 txn.delete(key, db=shared.log)
-            txn.put(keys[0], seal(keys[0], value), db=shared.log)
+            for key, value in segments:
+                txn.put(key, seal(key, value), db=shared.log)
     except lmdb.Error as e:
         raise lg._lmdb_error(e, f"compacting {stream!r} partition {partition}") from e
-    shared.pages.read(4 * len(value))  # a rewrite maps in the pages it frees and fills
+    # a rewrite maps in the pages it frees and fills
+    shared.pages.read(4 * sum(len(value) for _, value in segments))
 
 
 class ChangelogCompactor:

@@ -88,10 +88,10 @@ class TaskOutputs(BufferedProducer):
                 continue
             name, n = self._physical[sid], len(buf)
             for i in range(0, n, SEGMENT_RECORDS):
-                batch = encode(name, p, buf if n <= SEGMENT_RECORDS else
-                               buf[i:i + SEGMENT_RECORDS], ts)
-                self.encoded.append(batch)
-                self.encoded_bytes += len(batch[2] or b"")
+                for segment in encode(name, p, buf if n <= SEGMENT_RECORDS else
+                                      buf[i:i + SEGMENT_RECORDS], ts):
+                    self.encoded.append(segment)
+                    self.encoded_bytes += len(segment[2] or b"")
             self.sends += n
             self._taken(sid, p, n)  # counted as the shared producer's at the commit
             buf.clear()
@@ -112,8 +112,8 @@ class TaskOutputs(BufferedProducer):
             ready = [r for ssp, offset, r in self.dead
                      if ssp not in inputs or offset <= offsets.get(ssp, -1)]
             if ready:
-                batches = [*batches, self.log.encode_batch(dead_stream, 0, ready,
-                                                           int(time.time() * 1000))]
+                batches = [*batches, *self.log.encode_batch(dead_stream, 0, ready,
+                                                            int(time.time() * 1000))]
                 self.dead = [d for d in self.dead
                              if d[0] in inputs and d[1] > offsets.get(d[0], -1)]
         return batches

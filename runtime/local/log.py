@@ -8,7 +8,8 @@ every call is one LMDB transaction, and nothing read from the file is cached acr
 Layout, in named databases of the environment:
 
 * ``streams``: stream id -> msgpack ``{"partitions": n}``.
-* ``log``: one entry per appended batch (a "segment"). The key is the stream id, ``0x00``, the
+* ``log``: one entry per appended batch (a "segment"), or several for a batch larger than
+  ``SEGMENT_BYTES`` (one of LMDB's pages: see ``runtime.local.segments``). The key is the stream id, ``0x00``, the
   partition as 4 bytes big-endian and the segment's first offset as 8 bytes big-endian, so the
   segments of a partition are contiguous and sorted by offset. The value is one msgpack
   encoding of ``(timestamp_ms, [(key, value, headers), ...])``. A segment's record count is
@@ -61,6 +62,7 @@ from runtime.local.segments import (
     DECODE_SEGMENT,
     ENCODE,
     PACK_OFFSET,
+    SEGMENT_BYTES,
     UNPACK_OFFSET,
     CorruptSegmentError,
     Encoded,
@@ -327,20 +329,51 @@ class LocalLog(MetaKeyspace):
         ts = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
         # Encode outside the write transaction: it holds the log's one write lock, for every process.
         encode = self.encode_batch
-        return self.append_encoded([encode(s, p, r, ts) for s, p, r in batches], meta=meta)
+        parts = [encode(s, p, r, ts) for s, p, r in batches]
+        if all(len(segments) == 1 for segments in parts):
+            return self.append_encoded([segments[0] for segments in parts], meta=meta)
+        firsts = self.append_encoded([seg for segments in parts for seg in segments], meta=meta)
+        out, i = [], 0
+        for segments in parts:  # a batch's first offset is its first segment's
+            out.append(firsts[i])
+            i += len(segments)
+        return out
 
     def encode_batch(self, stream: str, partition: int, records: Sequence[Record],
-                     timestamp_ms: int) -> Encoded:
-        """A batch of records encoded as the segment ``append_encoded`` stores (``append_batches``
-        does both). A batch may be encoded long before it is appended (an exactly-once task's
-        records, which wait for its commit): it holds no lock, and the records' bytes are
-        then held once, compactly."""
+                     timestamp_ms: int) -> list[Encoded]:
+        """A batch of records encoded as the segments ``append_encoded`` stores
+        (``append_batches`` does both): one, or several of ``SEGMENT_BYTES`` at most each for a
+        larger batch, in order. A batch may be encoded long before it is appended (an
+        exactly-once task's records, which wait for its commit): it holds no lock, and the
+        records' bytes are then held once, compactly."""
         if not records:
-            return (stream, partition, None, 0)
+            return [(stream, partition, None, 0)]
         if records.__class__ is not list and records.__class__ is not tuple:
             records = list(records)
         self._check_record(records[0], stream, partition)
         self._check_record(records[-1], stream, partition)
+        value = self._segment(stream, partition, records, timestamp_ms)
+        n = len(records)
+        if len(value) <= SEGMENT_BYTES or n == 1:
+            return [self._sealed_body(stream, partition, value)]
+        # cut where the batch's mean record size says a segment is nine tenths full; a part
+        # still too large (larger records there) is cut in half until it fits
+        step = max(1, int(SEGMENT_BYTES * 0.9 * n / len(value)))
+        out: list[Encoded] = []
+        i = 0
+        while i < n:
+            j = min(n, i + step)
+            value = self._segment(stream, partition, records[i:j], timestamp_ms)
+            while len(value) > SEGMENT_BYTES and j - i > 1:
+                j = i + (j - i) // 2
+                value = self._segment(stream, partition, records[i:j], timestamp_ms)
+            out.append(self._sealed_body(stream, partition, value))
+            i = j
+        return out
+
+    def _segment(self, stream: str, partition: int, records: Sequence[Record],
+                 timestamp_ms: int) -> bytearray:
+        """One segment's encoding of ``records``, with room for its checksum first."""
         value = bytearray(_CHECKED_HEAD)
         try:
             _encode_into((timestamp_ms, records), value, _CHECKED_HEAD)
@@ -350,7 +383,12 @@ class LocalLog(MetaKeyspace):
                 f"local log at {self.path}: {e}; records must be (bytes|None, bytes|None, "
                 f"tuple[(str, bytes), ...]|None) and timestamp_ms an int"
             ) from e
-        # the checksum of the encoding now, outside the log's write lock; of the key in it
+        return value
+
+    @staticmethod
+    def _sealed_body(stream: str, partition: int, value: bytearray) -> Encoded:
+        """A segment ready to append: the checksum of its encoding, computed now, outside the
+        log's write lock (``append_encoded`` adds its key's share)."""
         value[0] = _CHECKED
         return (stream, partition, value, _crc(memoryview(value)[_CHECKED_HEAD:]))
 

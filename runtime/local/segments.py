@@ -22,7 +22,8 @@ from samza_dsl.errors import SamzaError
 
 __all__ = ["CHECKED", "CHECKED_HEAD", "COMPACTED", "CRC", "CRC32", "DECODE_COMPACTED",
            "DECODE_INFO", "DECODE_SEGMENT", "ENCODE", "ENCODE_INTO", "LAST", "MAX_OFFSET",
-           "PACK_OFFSET", "U32", "UNPACK_OFFSET", "CorruptSegmentError", "Encoded", "Header",
+           "PACK_OFFSET", "SEGMENT_BYTES", "U32", "UNPACK_OFFSET", "CorruptSegmentError", "Encoded",
+           "Header",
            "Record", "StreamInfo", "seal", "sealed", "segment_count", "segment_kind",
            "segment_ts"]
 
@@ -69,6 +70,12 @@ _CompactedType = tuple[
 ]
 DECODE_COMPACTED = msgspec.msgpack.Decoder(_CompactedType).decode
 COMPACTED = 0x94  # the first byte of a compacted segment's value
+#: the most bytes a stored segment takes (but for a single record larger than that): LMDB keeps a
+#: value over about half a page in overflow pages of its own, as many as it needs and contiguous
+#: (16 bytes of header, then the value). A segment of one such page fits any page the log's
+#: file has free; segments of several need as many free pages side by side, and a log whose
+#: retention and compaction freed a mix of sizes grew its file for them (the soak, W9T)
+SEGMENT_BYTES = 4096 - 16
 CHECKED = 0xC1  # the first byte of a value that carries its checksum
 CHECKED_HEAD = 5  # that byte and the checksum
 CRC32 = zlib.crc32

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from datetime import timedelta
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from runtime.local import compaction
 from runtime.local.clients import LocalProducer
 from runtime.local.compaction import compact_partition, dirty_records
 from runtime.local.log import LocalLog
+from runtime.local.segments import SEGMENT_BYTES
 from runtime.local.state import LogChangelog
 from runtime.local.system import LocalJob, task_dir
 from runtime.state.lmdb_store import LmdbStore
@@ -139,8 +141,9 @@ def test_deletes_go_once_a_pass_covered_them_for_the_retention(tmp_path: Path) -
 def test_compacted_segments_stay_small_so_lmdb_reuses_the_pages_they_free(
         tmp_path: Path) -> None:
     """Records that all survive a pass (new keys, as a table with a ttl writes them) are kept
-    in compacted segments of about ``SEGMENT_BYTES`` each, not one large value: a value spans
-    contiguous overflow pages, which LMDB finds among its free pages only if they are few."""
+    in compacted segments of ``SEGMENT_BYTES`` at most each (one page), not one large value: a
+    value spans contiguous overflow pages, which LMDB finds among its free pages only if they are
+    few."""
     lg = LocalLog(tmp_path / "log")
     lg.create("cl", 1)
     for s in range(100):  # 5,000 distinct keys, in segments of 50 records (about 1.6 KB)
@@ -149,11 +152,38 @@ def test_compacted_segments_stay_small_so_lmdb_reuses_the_pages_they_free(
     r = compact_partition(lg, "cl", 0, 5_000)
     assert r.done and r.records_after == 5_000
     sizes = [size for _first, _span, _ts, size in lg.segments("cl", 0)]
-    assert max(sizes) <= 2 * 4096 - 16, sizes  # two of LMDB's pages at most
+    assert max(sizes) <= SEGMENT_BYTES, sizes  # one of LMDB's pages at most
     assert len(sizes) < 100  # small segments are still merged
     assert _all(lg, "cl", 0) == before
     lg.close()
 
+
+
+def test_a_kept_segment_larger_than_a_page_is_cut_into_pieces_that_cover_its_offsets(
+        tmp_path: Path) -> None:
+    """A compacted segment carries each record's offset, which a plain one does not: a full
+    segment that loses one record can grow past a page, and is then written as several, each
+    covering the offsets from its first record on, so reads, restores and offsets agree."""
+    lg = LocalLog(tmp_path / "log")
+    lg.create("cl", 1)
+    records = [(b"k%04d" % i, b"v" * 6, None) for i in range(238)]
+    lg.append("cl", 0, records)
+    lg.append("cl", 0, [(b"k0007", None, None)])  # a later tombstone of one key
+    plain = lg.segments("cl", 0)
+    assert len(plain) == 2 and SEGMENT_BYTES - 100 < plain[0][3] <= SEGMENT_BYTES  # a full page
+    r = compact_partition(lg, "cl", 0, len(records) + 1)  # the tombstone stays (its retention)
+    assert r.done and r.records_after == len(records)
+    after = lg.segments("cl", 0)
+    assert len(after) > len(plain)  # a segment became two
+    assert all(size <= SEGMENT_BYTES for *_, size in after), after
+    assert [first for first, *_ in after][0] == 0
+    # the pieces cover the offsets with no gap and no overlap
+    assert all(a[0] + a[1] == b[0] for a, b in pairwise(after))
+    assert after[-1][0] + after[-1][1] == len(records) + 1
+    expected = [(i, r) for i, r in enumerate(records) if i != 7]
+    assert _all(lg, "cl", 0) == [*expected, (238, (b"k0007", None, None))]
+    assert _all_plain(lg, "cl", 0)[:7] == expected[:7]
+    lg.close()
 
 # -- restore after compaction, against a dict model ------------------------------------------
 

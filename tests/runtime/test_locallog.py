@@ -582,6 +582,36 @@ def test_whole_segments_returns_the_last_batch_whole(tmp_path):
         log.close()
 
 
+@given(sizes=st.one_of(st.lists(st.integers(0, 150), min_size=1, max_size=400),
+                      st.lists(st.integers(0, 5_000), min_size=1, max_size=40)),
+       keyed=st.booleans())
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_a_batch_larger_than_a_page_is_stored_as_segments_of_one_page(
+        tmp_path_factory, sizes, keyed):
+    """Each stored segment fits one of LMDB's pages (but for a record larger than that alone),
+    so any page the log frees fits any segment; the batch keeps its offsets, in order, and
+    ``append`` gives its first."""
+    log = LocalLog(tmp_path_factory.mktemp("log") / "log")
+    try:
+        log.create("s", 2)
+        log.append("s", 1, [(None, b"x", None)] * 3)
+        recs = [(b"k%d" % i if keyed else None, bytes([i % 256]) * n, None)
+                for i, n in enumerate(sizes)]
+        assert log.append("s", 1, recs) == 3
+        assert log.read("s", 1, 3, 1_000) == (3, recs)
+        assert log.end_offset("s", 1) == 3 + len(recs)
+        key = len(b"s") + 13  # a segment's key: the stream, 0x00, the partition, the offset
+        segs = [(first, span, size - key) for first, span, _, size in log.segments("s", 1)]
+        assert sum(span for _, span, _ in segs) == 3 + len(recs)
+        for _, span, size in segs:
+            assert size <= segments.SEGMENT_BYTES or span == 1, segs
+        total = sum(size for *_, size in segs[1:])
+        if max(sizes) < 200 and total > 2 * segments.SEGMENT_BYTES:  # few segments, and full
+            assert len(segs) - 1 <= 2 * total // segments.SEGMENT_BYTES + 1, segs
+    finally:
+        log.close()
+
+
 def _rss_file_kb() -> int:
     with open("/proc/self/status") as f:
         for line in f:
