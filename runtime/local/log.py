@@ -46,7 +46,7 @@ import re
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import lmdb
 import msgspec
@@ -85,6 +85,22 @@ from runtime.local.segments import segment_ts as _segment_ts
 from samza_dsl.errors import SamzaError
 
 __all__ = ["LocalLog"]
+
+_FULL = SEGMENT_BYTES * 15 // 16  # the bytes a segment cut from a larger batch aims at
+
+
+def _record_bytes(record: Record) -> int:
+    """About the bytes a record takes in a segment (its key, value, headers, and msgpack's
+    headers for them)."""
+    key, value, headers = record
+    n = 6 + len(key or b"") + len(value or b"")
+    if headers is None:
+        return n
+    if headers.__class__ is int:
+        return n + 9
+    for hk, hv in cast(tuple[tuple[str, bytes], ...], headers):
+        n += len(hk) + len(hv) + 6
+    return n
 
 _STREAM_ID = re.compile(r"[A-Za-z0-9._-]{1,249}")
 #: a trim lets go of the pages its deletes mapped in every this many deleted segments
@@ -318,7 +334,7 @@ class LocalLog(MetaKeyspace):
         meta: Callable[[Callable[[str, int], int]], Mapping[str, bytes]] | None = None,
     ) -> list[int]:
         """Append ``(stream, partition, records)`` batches in ONE transaction: all or none of
-        them. A partition may come several times (each batch is one segment, in order). Returns
+        them. A partition may come several times (each batch is one or more segments, in order). Returns
         each batch's first offset; see ``append_many``.
 
         ``meta``, when given, is called inside that transaction, after the appends, with
@@ -352,22 +368,22 @@ class LocalLog(MetaKeyspace):
             records = list(records)
         self._check_record(records[0], stream, partition)
         self._check_record(records[-1], stream, partition)
-        value = self._segment(stream, partition, records, timestamp_ms)
         n = len(records)
-        if len(value) <= SEGMENT_BYTES or n == 1:
-            return [self._sealed_body(stream, partition, value)]
-        # cut where the batch's mean record size says a segment is nine tenths full; a part
-        # still too large (larger records there) is cut in half until it fits
-        step = max(1, int(SEGMENT_BYTES * 0.9 * n / len(value)))
+        # whole if its first and last records' sizes say it fits; else parts of about _FULL
+        # bytes by the sizes of the records encoded so far; a part still too large is cut again
+        size = (_record_bytes(records[0]) + _record_bytes(records[-1])) // 2
+        step = n if n * size <= SEGMENT_BYTES else _FULL // size
         out: list[Encoded] = []
         i = 0
         while i < n:
-            j = min(n, i + step)
-            value = self._segment(stream, partition, records[i:j], timestamp_ms)
+            j = min(n, i + max(step, 1))
+            value = self._segment(stream, partition, records if j - i == n else records[i:j],
+                                  timestamp_ms)
             while len(value) > SEGMENT_BYTES and j - i > 1:
-                j = i + (j - i) // 2
+                j = i + max(1, min(j - i - 1, (j - i) * _FULL // len(value)))
                 value = self._segment(stream, partition, records[i:j], timestamp_ms)
             out.append(self._sealed_body(stream, partition, value))
+            step = (j - i) * _FULL // len(value)
             i = j
         return out
 
@@ -409,9 +425,14 @@ class LocalLog(MetaKeyspace):
         try:
             with self._begin(shared, write=True) as txn:
                 cur = txn.cursor(shared.log)
+                last: tuple[str, int] | None = None  # the partition appended to just before
+                prefix, first = b"", 0
                 for stream, partition, payload, crc in encoded:
-                    prefix = self._prefix(txn, shared, stream, partition)
-                    first = self._end(cur, prefix)
+                    if last is None or last[0] != stream or last[1] != partition:
+                        # the segments of a batch cut in parts follow one another
+                        prefix = self._prefix(txn, shared, stream, partition)
+                        first = self._end(cur, prefix)
+                        last = (stream, partition)
                     if payload is None:
                         out.append(first)
                         continue
@@ -424,6 +445,7 @@ class LocalLog(MetaKeyspace):
                             f"corrupt; delete the stream (reset) or the log directory"
                         )
                     out.append(first)
+                    first += _segment_count(payload)
                 if meta is not None:
                     self._put_meta_in(txn, shared, cur, meta)
         except lmdb.Error as e:
@@ -550,11 +572,44 @@ class LocalLog(MetaKeyspace):
                 out.extend(records[skip : skip + need])
             if len(out) >= max_records or not cur.next():
                 break
+            if whole:  # the segments that follow, read whole: the common case, inline
+                more, done = self._whole_run(cur, prefix, out, max_records)
+                read_bytes += more
+                if done:
+                    break
         if self._shared is not None:
             self._shared.pages.read(read_bytes)
         if start < 0:
             return offset, []
         return start, out
+
+    def _whole_run(self, cur: Any, prefix: bytes, out: list[Record], max_records: int
+                   ) -> tuple[int, bool]:
+        """``_read`` of the checked plain segments of the partition from ``cur`` on, each
+        whole, into ``out``, until it holds ``max_records``: the bytes read, and whether the read
+        is done (False: ``cur`` is on a segment to read the general way)."""
+        n = len(prefix)
+        read_bytes = 0
+        decode, crc, head, checked = DECODE_SEGMENT, _crc, _CHECKED_HEAD, _CHECKED
+        extend = out.extend
+        while True:
+            key = cur.key()
+            if key[:n] != prefix:
+                return read_bytes, True
+            value = cur.value()
+            if value[0] != checked or len(value) <= head or value[head] == COMPACTED:
+                return read_bytes, False
+            body = value[head:]
+            try:
+                records = decode(body)[1]
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                return read_bytes, False  # named the general way
+            if _CRC.unpack_from(value, 1)[0] != crc(key, crc(body)):
+                return read_bytes, False
+            extend(records)
+            read_bytes += len(value)
+            if len(out) >= max_records or not cur.next():
+                return read_bytes, True
 
     def _seek(self, cur: Any, prefix: bytes, offset: int) -> bool:
         """Puts ``cur`` on the segment holding ``offset``, or the one before the first segment

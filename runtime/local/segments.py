@@ -108,12 +108,11 @@ def segment_count(value: Any) -> int:
     A plain ``value`` (after its checksum, if any) is ``0x92`` (an array of 2), the timestamp
     (an int of 1 to 9 bytes), then the records' array header (fixarray, array 16 or array
     32)."""
-    if value[0] == CHECKED:
-        value = value[CHECKED_HEAD:]
-    if value[0] == COMPACTED:
-        return _uint_at(value, 1)
-    b = value[1]
-    i = 2 if (b <= 0x7F or b >= 0xE0) else 1 + _INT_SIZE[b]
+    o = CHECKED_HEAD if value[0] == CHECKED else 0  # read in place: no copy of the rest
+    if value[o] == COMPACTED:
+        return _uint_at(value, o + 1)
+    b = value[o + 1]
+    i = o + (2 if (b <= 0x7F or b >= 0xE0) else 1 + _INT_SIZE[b])
     h = value[i]
     if 0x90 <= h <= 0x9F:
         return h - 0x90

@@ -130,6 +130,24 @@ def test_a_segment_of_a_checked_stream_without_its_checksum_is_an_error(tmp_path
 
 
 
+@pytest.mark.parametrize("which", [1, 2])
+def test_a_changed_byte_in_a_segment_a_whole_read_reaches_names_it(tmp_path: Path,
+                                                                   which: int) -> None:
+    """A reader of whole segments (the job's consumer) that reaches a changed segment after
+    good ones gets the error naming the changed one, and none of its records."""
+    with LocalLog(tmp_path / "log") as log:
+        log.create("s", 1)
+        for n in range(3):
+            log.append("s", 0, [(b"k", b"count=%d%d" % (n, i), None) for i in range(2)])
+    assert change_byte(tmp_path / "log", b"log", b"s\x00", b"count=%d1" % which,
+                       b"count=%d9" % which)
+    with LocalLog(tmp_path / "log") as log:
+        with pytest.raises(CorruptSegmentError, match="fails its checksum") as info:
+            log.read("s", 0, 0, 100, whole_segments=True)
+        assert (info.value.offset, info.value.span) == (2 * which, 2)
+        first, good = log.read("s", 0, 0, 2, whole_segments=True)
+        assert (first, good) == (0, [(b"k", b"count=00", None), (b"k", b"count=01", None)])
+
 def test_a_changed_byte_that_also_breaks_the_decoding_is_reported_as_the_checksum(
         tmp_path: Path) -> None:
     """A segment's records are decoded before its checksum is computed: a change that makes the
