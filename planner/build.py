@@ -7,8 +7,6 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-import networkx as nx
-
 from samza_dsl.config import (
     check_guarantee,
     check_scoped_keys,
@@ -29,6 +27,7 @@ from samza_dsl.spec import (
     table_node,
 )
 
+from .dag import Dag, ordered_components
 from .model import Stage, StoreSpec, StreamSpec
 from .owners import changelog_setting, check_owners, dead_letter_stream, qualified_changelog
 from .partitions import JoinedSet, infer_partitions
@@ -93,8 +92,9 @@ def _split_stages(spec: ApplicationSpec) -> tuple[list[Stage], dict[str, str]]:
 
     producers = {sid: i.producer for sid, i in spec.intermediates.items()}
     group_of = {op.op_id: find(op.op_id) for op in spec.operators}
-    order = nx.DiGraph()
-    order.add_nodes_from(groups)
+    order = Dag()
+    for root in groups:
+        order.add_node(root)
     for root, ops in groups.items():
         for op in ops:
             for node in op.inputs:
@@ -104,10 +104,8 @@ def _split_stages(spec: ApplicationSpec) -> tuple[list[Stage], dict[str, str]]:
     first_index = {root: spec.operators.index(ops[0]) for root, ops in groups.items()}
     # A stage may read an intermediate stream written by itself or by a later stage (e.g. an
     # input joined with its own repartition): order strongly connected stages as one block.
-    blocks = nx.condensation(order)
-    members = {b: sorted(blocks.nodes[b]["members"], key=first_index.__getitem__) for b in blocks}
-    ordered = [root for b in nx.lexicographical_topological_sort(
-        blocks, key=lambda b: first_index[members[b][0]]) for root in members[b]]
+    ordered = [root for block in ordered_components(order, first_index.__getitem__)
+               for root in block]
 
     stages: list[Stage] = []
     stage_of: dict[str, str] = {}
@@ -314,10 +312,10 @@ def _generate_config(spec: ApplicationSpec, streams: Mapping[str, StreamSpec],
 
 
 def build_graph(spec: ApplicationSpec, streams: Mapping[str, StreamSpec],
-                stage_of: Mapping[str, str]) -> nx.DiGraph:
+                stage_of: Mapping[str, str]) -> Dag:
     """Stream, table and operator nodes. Edges: data flow (``kind="data"``, with a ``port`` for
     joins), writes to streams and tables, and table lookups (``kind="lookup"``)."""
-    g = nx.DiGraph(name=spec.job_name)
+    g = Dag(spec.job_name)
     for sid, s in streams.items():
         g.add_node(stream_node(sid), kind="stream", role=s.kind, stream_id=sid,
                    partitions=s.partitions, system=s.system)

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any
 
 from samza_dsl.jobconfig import JobConfig
 from samza_dsl.spec import ApplicationSpec
 
+from .dag import Dag
 from .model import Stage, StoreSpec, StreamSpec
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = ["ExecutionPlan"]
 
@@ -19,7 +21,8 @@ class ExecutionPlan:
     """A planned application.
 
     - ``graph``: a ``networkx.DiGraph`` of stream (``stream:<id>``), table (``table:<id>``) and
-      operator (op id) nodes;
+      operator (op id) nodes (made on first use; ``dag`` is the same graph as the planner and
+      the runtime read it, ``planner.dag.Dag``, which needs no networkx);
     - ``input_streams``, ``output_streams``, ``intermediate_streams``: stream id -> ``StreamSpec``;
     - ``stages``: sub-DAGs split at partition_by/broadcast;
     - ``tables`` (user tables) and ``stores`` (tables plus window and join state): name -> ``StoreSpec``;
@@ -64,17 +67,25 @@ class ExecutionPlan:
         True
     """
 
-    def __init__(self, app: ApplicationSpec, graph: nx.DiGraph, streams: Mapping[str, StreamSpec],
+    def __init__(self, app: ApplicationSpec, dag: Dag, streams: Mapping[str, StreamSpec],
                  stages: list[Stage], stores: Mapping[str, StoreSpec], config: Mapping[str, Any],
                  generated_config: Mapping[str, Any]) -> None:
         self.app = app
-        self.graph = graph
+        self.dag = dag
+        self._graph: nx.DiGraph | None = None
         self.streams = dict(streams)
         self.stages = list(stages)
         self.stores = dict(stores)
         self.config = JobConfig.of(app, config)
         self.generated_config = dict(generated_config)
         self.warnings: list[str] = []
+
+    @property
+    def graph(self) -> nx.DiGraph:
+        """The plan's graph as a ``networkx.DiGraph``, made from ``dag`` on first use."""
+        if self._graph is None:
+            self._graph = self.dag.to_networkx()
+        return self._graph
 
     @property
     def job_name(self) -> str:
@@ -106,8 +117,8 @@ class ExecutionPlan:
 
     def next_ops(self, node: str) -> list[str]:
         """Operators fed by ``node`` (a stream node or an op id), in registration order."""
-        return [n for n in self.graph.successors(node)
-                if self.graph.edges[node, n]["kind"] == "data"]
+        edges = self.dag.edges
+        return [n for n in self.dag.successors(node) if edges[node, n]["kind"] == "data"]
 
     # -- renderings (planner.render) -------------------------------------------------------------
 

@@ -17,13 +17,15 @@ import html
 import json
 from typing import TYPE_CHECKING, Any
 
-import networkx as nx
-
 from samza_dsl.config import shown_value
 from samza_dsl.errors import SamzaError
 from samza_dsl.spec import node_stream_id, stream_node, table_node
 
+from .dag import Dag
+
 if TYPE_CHECKING:
+    import networkx as nx
+
     from .plan import ExecutionPlan
 
 __all__ = ["plan_to_dict", "plan_to_json", "graph_from_json", "plan_to_text", "plan_to_dot",
@@ -42,7 +44,7 @@ class GraphvizMissing(SamzaError):
 
 def _op_dict(plan: ExecutionPlan, op_id: str) -> dict[str, Any]:
     op = plan.app.operator(op_id)
-    g = plan.graph
+    g = plan.dag
     out: dict[str, Any] = {
         "id": op.op_id, "opcode": op.opcode, "name": op.name, "stage": g.nodes[op_id]["stage"],
         "inputs": list(op.inputs), "next": plan.next_ops(op_id),
@@ -76,9 +78,9 @@ def plan_to_json(plan: ExecutionPlan, *, indent: int | None = 2) -> str:
 
 
 def graph_from_json(data: str | dict[str, Any]) -> nx.DiGraph:
-    """Rebuild the plan's graph from ``to_json()`` output."""
+    """Rebuild the plan's graph (``ExecutionPlan.graph``) from ``to_json()`` output."""
     d = json.loads(data) if isinstance(data, str) else data
-    g = nx.DiGraph(name=d["application"]["job"])
+    g = Dag(d["application"]["job"])
     for sid, s in d["streams"].items():
         g.add_node(stream_node(sid), kind="stream", role=s["kind"], stream_id=sid,
                    partitions=s["partitions"], system=s["system"])
@@ -97,7 +99,7 @@ def graph_from_json(data: str | dict[str, Any]) -> nx.DiGraph:
             g.add_edge(op_id, node, kind="write", port="late" if late else "out")
         for node in op["lookups"]:
             g.add_edge(node, op_id, kind="lookup", port="table")
-    return g
+    return g.to_networkx()
 
 
 def remote_table_summary(d: dict[str, Any]) -> str:
@@ -219,7 +221,7 @@ def plan_to_dot(plan: ExecutionPlan, runs_on: str | None = None) -> str:
     where that is given (the drawing of a running job)."""
     from runtime.spark.tiers import SQL_TIER
 
-    g = plan.graph
+    g = plan.dag
     inter = plan.intermediate_streams
     out = [f"digraph {_q(plan.job_name)} {{", "  rankdir=TB;", "  compound=true;",
            '  node [fontname="Helvetica", fontsize=10];', '  edge [fontname="Helvetica", fontsize=9];',
@@ -259,7 +261,7 @@ def plan_to_dot(plan: ExecutionPlan, runs_on: str | None = None) -> str:
         if node_stream_id(v) in inter:
             sid = node_stream_id(v) or ""
             for consumer in plan.next_ops(v):
-                port = plan.graph.edges[v, consumer]["port"]
+                port = plan.dag.edges[v, consumer]["port"]
                 prefix = f"{port}: " if port in ("left", "right") else ""
                 if data["port"] == "late":
                     prefix = "late: " + prefix
@@ -306,13 +308,13 @@ def plan_to_mermaid(plan: ExecutionPlan) -> str:
             label = _op_label(plan, op_id) + "\n" + op_id
             lines.append(f"    {nid(op_id)}[{text(label)}]")
         lines.append("  end")
-    for u, v, data in plan.graph.edges(data=True):
+    for u, v, data in plan.dag.edges(data=True):
         if node_stream_id(u) in inter:
             continue
         if node_stream_id(v) in inter:
             sid = node_stream_id(v) or ""
             for consumer in plan.next_ops(v):
-                port = plan.graph.edges[v, consumer]["port"]
+                port = plan.dag.edges[v, consumer]["port"]
                 prefix = f"{port}: " if port in ("left", "right") else ""
                 if data["port"] == "late":
                     prefix = "late: " + prefix

@@ -11,8 +11,6 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from typing import Any
 
-import networkx as nx
-
 from operators.base import IDENTITY, Operator
 from operators.join_event_time import EventTimeJoinOperator
 from operators.window import WindowOperator
@@ -127,7 +125,7 @@ class TaskWiring:
         that make them (``runtime.engine.origins``)."""
         if not self.origins:
             return False
-        after = nx.descendants(self.plan.graph, op_id)
+        after = self.plan.dag.descendants(op_id)
         streams = [*self.plan.intermediate_streams, *self.plan.output_streams] if self.traced \
             else self.plan.intermediate_streams
         return any(f"stream:{sid}" in after for sid in streams)

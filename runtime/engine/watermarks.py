@@ -56,8 +56,6 @@ import weakref
 from collections.abc import Callable, Set
 from typing import TYPE_CHECKING, Any, cast
 
-import networkx as nx
-
 from operators import build_operator
 from operators.base import OperatorContext, resolve_fn
 from runtime.engine.dag import OperatorFailure
@@ -384,10 +382,10 @@ class JobTime:
     def fixed_order(self, stage: Stage, op_id: str) -> bool:
         """Messages reach ``op_id`` in an order that does not depend on speed: one input
         partition feeds it, through stages that each run in one task, with no async step."""
-        graph = self.plan.graph
-        if self._async & nx.ancestors(graph, op_id):
+        graph = self.plan.dag
+        if self._async & graph.ancestors(op_id):
             return False
-        feeding = [sid for sid in stage.inputs if op_id in nx.descendants(graph, stream_node(sid))]
+        feeding = [sid for sid in stage.inputs if op_id in graph.descendants(stream_node(sid))]
         if len(feeding) != 1:
             return False
         sid = feeding[0]
@@ -404,7 +402,7 @@ class JobTime:
         an operator of one of the ``threaded`` opcodes, which the task runs on its thread
         pool), so no message reaches it while an earlier one is still in flight before it."""
         app = self.plan.app
-        for op in nx.ancestors(self.plan.graph, op_id):
+        for op in self.plan.dag.ancestors(op_id):
             if op not in stage.operators:
                 continue
             spec = app.operator(op)
@@ -422,7 +420,7 @@ class JobTime:
             return True
         inputs = self.plan.app.inputs
         return any(sid in inputs and inputs[sid].max_out_of_orderness_ms > 0
-                   and stream_node(sid) in nx.ancestors(self.plan.graph, op_id)
+                   and stream_node(sid) in self.plan.dag.ancestors(op_id)
                    for sid in self.declared)
 
     def untimed(self, sid: str) -> bool:
@@ -438,7 +436,7 @@ class JobTime:
         timed = False
         if producer is not None:
             for sid_in in producer.inputs:
-                if sid not in nx.descendants(self.plan.graph, stream_node(sid_in)):
+                if sid not in self.plan.dag.descendants(stream_node(sid_in)):
                     continue
                 if sid_in in self.declared:
                     timed = True
@@ -591,7 +589,7 @@ class TaskClock:
         """What the clock keeps of one timed stage of the task (see the attributes)."""
         jt = self.jt
         app = self.job.plan.app
-        graph = self.job.plan.graph
+        graph = self.job.plan.dag
         observed = False
         reach: dict[str, set[str]] = {}
         for sid in stage.inputs:
@@ -603,7 +601,7 @@ class TaskClock:
             else:
                 self.kinds[sid] = INTERMEDIATE
             node = stream_node(sid)
-            below = nx.descendants(graph, node)
+            below = graph.descendants(node)
             if self.kinds[sid] == INTERMEDIATE:
                 jt.untimed(sid)  # warns where its producers cannot measure it
             # an untimed stream too: its producers hold back what it reaches

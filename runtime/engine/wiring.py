@@ -227,7 +227,7 @@ class Wiring:
     def entry(self, stream_id: str) -> Emit:
         """Where a message of input or intermediate stream ``stream_id`` goes."""
         node = stream_node(stream_id)
-        return fan_out([self.emit(op_id, self.plan.graph.edges[node, op_id]["port"])
+        return fan_out([self.emit(op_id, self.plan.dag.edges[node, op_id]["port"])
                         for op_id in self.plan.next_ops(node) if op_id in self.operators])
 
     def emit(self, op_id: str, port_name: str) -> Emit:
@@ -262,7 +262,7 @@ class Wiring:
         while len(nexts) == 1:
             op_id = nexts[0]
             op = last = self.operators[op_id]
-            one = op.one_to_one_port(1 if plan.graph.edges[node, op_id]["port"] == "right" else 0)
+            one = op.one_to_one_port(1 if plan.dag.edges[node, op_id]["port"] == "right" else 0)
             if one is None:
                 return None
             if one is not IDENTITY:
@@ -285,7 +285,7 @@ class Wiring:
         """The operator reading ``stream_id`` (on its first input), where it is the only one."""
         node = stream_node(stream_id)
         nexts = [n for n in self.plan.next_ops(node) if n in self.operators]
-        if len(nexts) != 1 or self.plan.graph.edges[node, nexts[0]]["port"] == "right":
+        if len(nexts) != 1 or self.plan.dag.edges[node, nexts[0]]["port"] == "right":
             return None
         return self.operators[nexts[0]]
 
@@ -372,7 +372,7 @@ def op_nexts(plan: Any, op_id: str, spec: Any, emit: Callable[[str, str], Emit],
              sender: Callable[[str, str], Emit]) -> list[Emit]:
     """What an operator's outputs go to: ``emit(op id, port)`` of each downstream operator,
     and ``sender(stream id, op id)`` when it writes to a stream."""
-    nexts = [emit(n, plan.graph.edges[op_id, n]["port"]) for n in plan.next_ops(op_id)]
+    nexts = [emit(n, plan.dag.edges[op_id, n]["port"]) for n in plan.next_ops(op_id)]
     target = spec.stream_id if isinstance(spec, PartitionBySpec | BroadcastSpec | SendToSpec) \
         else None
     if target is not None:

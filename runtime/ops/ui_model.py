@@ -270,7 +270,7 @@ class JobView:
 
         out: dict[str, str] = {}
         inter = self.plan.intermediate_streams
-        g = self.plan.graph
+        g = self.plan.dag
         for u, v in g.edges:
             sid = node_stream_id(v)
             if sid is not None and sid in inter:

@@ -726,7 +726,7 @@ def _one_per_key(plan: Any, d: DeclaredWindow) -> list[str] | None:
     if d.key_field != d.partition_field:
         return None
     stage = next(s for s in plan.stages if s.stage_id == d.window_stage)
-    app, graph = plan.app, plan.graph
+    app, graph = plan.app, plan.dag
     line: list[str] = []
     op = d.window_op
     while True:

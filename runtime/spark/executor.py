@@ -52,7 +52,6 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Se
 from typing import Any, NamedTuple
 
 import msgspec
-import networkx as nx
 
 from operators.base import IDENTITY, Operator, OperatorContext, UserContext, resolve_fn
 from operators.partition_by import BroadcastOperator, PartitionByOperator
@@ -975,15 +974,15 @@ def per_message_windows(plan: Any, stage: Any) -> list[str]:
     d = app.inputs.get(stage.inputs[0])
     if d is None or d.event_time is not None:
         return []
-    graph = plan.graph
+    graph = plan.dag
     node = stream_node(stage.inputs[0])
     asyncs = {op.op_id for op in app.operators if isinstance(op, AsyncFlatMapSpec)}
     out = []
     for op_id in stage.operators:
         spec = app.operator(op_id)
         if isinstance(spec, WindowSpec) and spec.window.event_time is not None \
-                and node in nx.ancestors(graph, op_id) \
-                and not asyncs & nx.ancestors(graph, op_id):
+                and node in graph.ancestors(op_id) \
+                and not asyncs & graph.ancestors(op_id):
             out.append(op_id)
     return out
 
