@@ -13,8 +13,8 @@ every update the job ever made.
   rewritten keeping a record when no later record of its key is in the map. The part already
   compacted holds each key at most once, so one map of the dirty part's keys is enough. The map
   is bounded (``max_keys``): a pass stops its dirty part at the segment where it fills.
-  A compacted segment takes ``SEGMENT_BYTES`` at most (one of LMDB's pages), as an appended
-  one does, so any page a pass or a retention frees fits the next segment: a segment of many
+  A compacted segment takes ``segment_limit`` bytes at most (one of LMDB's pages; eight for
+  records over an eighth of a page), as an appended one does, so any page a pass or a retention frees fits the next segment: a segment of many
   pages needs as many contiguous free pages, and the log's file grew for them (the soak, W9T).
 - **Tombstones.** A delete (a None value) is kept while a reader might have seen an older value
   of its key in the same pass over the log: it goes only once a pass that already covered it
@@ -63,9 +63,9 @@ from runtime.local.segments import (
     DECODE_SEGMENT,
     ENCODE,
     PACK_OFFSET,
-    SEGMENT_BYTES,
     UNPACK_OFFSET,
     seal,
+    segment_limit,
 )
 from runtime.state.ttl import processing_ttl_ms
 from samza_dsl.errors import SamzaError
@@ -336,7 +336,6 @@ class _Rewrite:
         tombstone only from ``horizon`` on; False if ``stop`` ended it."""
         get = latest.get
         group, kept = self.group, self.kept
-        room = SEGMENT_BYTES - _SEGMENT_HEAD
         scanned = size = 0
         for seg in segments:
             if stop is not None and stop.is_set():
@@ -349,6 +348,7 @@ class _Rewrite:
                 self.result.tombstones_dropped += n - len(survivors)
             base = group[0].first if group else seg.first
             grows = sum(_size(k, base) for k in survivors)
+            room = segment_limit(grows // (len(survivors) or 1)) - _SEGMENT_HEAD
             if group and size + grows > room:  # the group's segment is full
                 self.flush()
                 scanned = size = 0
@@ -418,13 +418,13 @@ def _bin(data: bytes | None) -> int:
 
 def _pieces(kept: list[tuple[int, Any]], base: int) -> list[list[tuple[int, Any]]]:
     """``kept`` (at offsets from ``base`` on) cut, in order, into the records of segments of
-    ``SEGMENT_BYTES`` at most each (one record larger than that alone); one empty piece when
-    nothing is kept."""
-    room = SEGMENT_BYTES - _SEGMENT_HEAD
+    ``segment_limit`` bytes at most each (one record larger than that alone); one empty piece
+    when nothing is kept."""
+    sizes = [_size(record, base) for record in kept]
+    room = segment_limit(sum(sizes) // (len(sizes) or 1)) - _SEGMENT_HEAD
     pieces: list[list[tuple[int, Any]]] = [[]]
     size = 0
-    for record in kept:
-        grows = _size(record, base)
+    for record, grows in zip(kept, sizes, strict=True):
         if pieces[-1] and size + grows > room:
             pieces.append([])
             size = 0

@@ -9,7 +9,8 @@ Layout, in named databases of the environment:
 
 * ``streams``: stream id -> msgpack ``{"partitions": n}``.
 * ``log``: one entry per appended batch (a "segment"), or several for a batch larger than
-  ``SEGMENT_BYTES`` (one of LMDB's pages: see ``runtime.local.segments``). The key is the stream id, ``0x00``, the
+  one of LMDB's pages (eight for records over an eighth of a page: ``runtime.local.segments``,
+  ``segment_limit``). The key is the stream id, ``0x00``, the
   partition as 4 bytes big-endian and the segment's first offset as 8 bytes big-endian, so the
   segments of a partition are contiguous and sorted by offset. The value is one msgpack
   encoding of ``(timestamp_ms, [(key, value, headers), ...])``. A segment's record count is
@@ -62,12 +63,12 @@ from runtime.local.segments import (
     DECODE_SEGMENT,
     ENCODE,
     PACK_OFFSET,
-    SEGMENT_BYTES,
     UNPACK_OFFSET,
     CorruptSegmentError,
     Encoded,
     Record,
     seal,
+    segment_limit,
 )
 from runtime.local.segments import CRC as _CRC
 from runtime.local.segments import CRC32 as _crc
@@ -85,8 +86,6 @@ from runtime.local.segments import segment_ts as _segment_ts
 from samza_dsl.errors import SamzaError
 
 __all__ = ["LocalLog"]
-
-_FULL = SEGMENT_BYTES * 15 // 16  # the bytes a segment cut from a larger batch aims at
 
 
 def _record_bytes(record: Record) -> int:
@@ -358,8 +357,8 @@ class LocalLog(MetaKeyspace):
     def encode_batch(self, stream: str, partition: int, records: Sequence[Record],
                      timestamp_ms: int) -> list[Encoded]:
         """A batch of records encoded as the segments ``append_encoded`` stores
-        (``append_batches`` does both): one, or several of ``SEGMENT_BYTES`` at most each for a
-        larger batch, in order. A batch may be encoded long before it is appended (an
+        (``append_batches`` does both): one, or several of ``segment_limit`` bytes at most each
+        (one page; eight for records over an eighth of a page) for a larger batch, in order. A batch may be encoded long before it is appended (an
         exactly-once task's records, which wait for its commit): it holds no lock, and the
         records' bytes are then held once, compactly."""
         if not records:
@@ -369,21 +368,23 @@ class LocalLog(MetaKeyspace):
         self._check_record(records[0], stream, partition)
         self._check_record(records[-1], stream, partition)
         n = len(records)
-        # whole if its first and last records' sizes say it fits; else parts of about _FULL
+        # whole if its first and last records' sizes say it fits; else parts of about ``full``
         # bytes by the sizes of the records encoded so far; a part still too large is cut again
         size = (_record_bytes(records[0]) + _record_bytes(records[-1])) // 2
-        step = n if n * size <= SEGMENT_BYTES else _FULL // size
+        limit = segment_limit(size)
+        full = limit * 15 // 16  # the bytes a segment cut from a larger batch aims at
+        step = n if n * size <= limit else full // size
         out: list[Encoded] = []
         i = 0
         while i < n:
             j = min(n, i + max(step, 1))
             value = self._segment(stream, partition, records if j - i == n else records[i:j],
                                   timestamp_ms)
-            while len(value) > SEGMENT_BYTES and j - i > 1:
-                j = i + max(1, min(j - i - 1, (j - i) * _FULL // len(value)))
+            while len(value) > limit and j - i > 1:
+                j = i + max(1, min(j - i - 1, (j - i) * full // len(value)))
                 value = self._segment(stream, partition, records[i:j], timestamp_ms)
             out.append(self._sealed_body(stream, partition, value))
-            step = (j - i) * _FULL // len(value)
+            step = (j - i) * full // len(value)
             i = j
         return out
 

@@ -22,9 +22,10 @@ from samza_dsl.errors import SamzaError
 
 __all__ = ["CHECKED", "CHECKED_HEAD", "COMPACTED", "CRC", "CRC32", "DECODE_COMPACTED",
            "DECODE_INFO", "DECODE_SEGMENT", "ENCODE", "ENCODE_INTO", "LAST", "MAX_OFFSET",
-           "PACK_OFFSET", "SEGMENT_BYTES", "U32", "UNPACK_OFFSET", "CorruptSegmentError", "Encoded",
+           "PACK_OFFSET", "LARGE_SEGMENT_BYTES", "SEGMENT_BYTES", "U32", "UNPACK_OFFSET",
+           "CorruptSegmentError", "Encoded",
            "Header",
-           "Record", "StreamInfo", "seal", "sealed", "segment_count", "segment_kind",
+           "Record", "StreamInfo", "seal", "sealed", "segment_count", "segment_kind", "segment_limit",
            "segment_ts"]
 
 Header = tuple[str, bytes]
@@ -76,6 +77,17 @@ COMPACTED = 0x94  # the first byte of a compacted segment's value
 #: file has free; segments of several need as many free pages side by side, and a log whose
 #: retention and compaction freed a mix of sizes grew its file for them (the soak, W9T)
 SEGMENT_BYTES = 4096 - 16
+#: ... but for records over an eighth of a page each: a page holding k of them can leave a
+#: record's worth of it empty, up to 1/(k+1) of the page (half of it for a record of 2.1 KB, the
+#: log twice the size of its records), so they go in segments of up to eight pages, which they
+#: fill to within one record
+LARGE_SEGMENT_BYTES = 8 * 4096 - 16
+
+
+def segment_limit(record_bytes: int) -> int:
+    """The most bytes a segment of records of about ``record_bytes`` each takes."""
+    return SEGMENT_BYTES if 8 * record_bytes <= SEGMENT_BYTES else LARGE_SEGMENT_BYTES
+
 CHECKED = 0xC1  # the first byte of a value that carries its checksum
 CHECKED_HEAD = 5  # that byte and the checksum
 CRC32 = zlib.crc32

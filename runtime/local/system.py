@@ -83,7 +83,7 @@ __all__ = ["LocalJob", "job_dir", "log_path", "dead_letter_stream", "task_dir"]
 
 #: the encoded bytes a load appends per transaction: its memory stays about this size however
 #: long the input
-LOAD_COMMIT_BYTES = 8 << 20
+LOAD_COMMIT_BYTES = 4 << 20
 #: seconds between two reads of the job's streams' partition counts (``_partition_watch``)
 PARTITION_CHECK_S = 1.0
 

@@ -108,8 +108,11 @@ def test_a_bootstrap_input_goes_first_on_every_start_of_the_local_system(
 
 
 def test_priorities_on_the_local_system(tmp_path: Path) -> None:
+    """What the consumer delivered in one fetch (up to ``FETCH_BATCH`` records of each
+    partition) is handed out by rank. Records of a higher rank still being fetched do not hold
+    the others back (docs/semantics.md, rule 11), so the inputs fit one fetch here."""
     app = build(LocalSystem("local"), priorities={"clicks": -1, "profiles": 3})
-    out = run_local(app, tmp_path, inputs())
+    out = run_local(app, tmp_path, inputs(FETCH_BATCH))
     assert sources(out) == ["profiles", "alerts", "clicks"]
 
 

@@ -588,9 +588,9 @@ def test_whole_segments_returns_the_last_batch_whole(tmp_path):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_a_batch_larger_than_a_page_is_stored_as_segments_of_one_page(
         tmp_path_factory, sizes, keyed):
-    """Each stored segment fits one of LMDB's pages (but for a record larger than that alone),
-    so any page the log frees fits any segment; the batch keeps its offsets, in order, and
-    ``append`` gives its first."""
+    """Each stored segment fits one of LMDB's pages (but for a record larger than that alone,
+    and records over an eighth of a page, whose segments take eight), so any page the log frees fits
+    any segment; the batch keeps its offsets, in order, and ``append`` gives its first."""
     log = LocalLog(tmp_path_factory.mktemp("log") / "log")
     try:
         log.create("s", 2)
@@ -603,11 +603,33 @@ def test_a_batch_larger_than_a_page_is_stored_as_segments_of_one_page(
         key = len(b"s") + 13  # a segment's key: the stream, 0x00, the partition, the offset
         segs = [(first, span, size - key) for first, span, _, size in log.segments("s", 1)]
         assert sum(span for _, span, _ in segs) == 3 + len(recs)
+        # a page each; eight for records over an eighth of a page (so they fill the pages they take)
+        limit = segments.SEGMENT_BYTES if max(sizes) < 400 else segments.LARGE_SEGMENT_BYTES
         for _, span, size in segs:
-            assert size <= segments.SEGMENT_BYTES or span == 1, segs
+            assert size <= limit or span == 1, segs
         total = sum(size for *_, size in segs[1:])
         if max(sizes) < 200 and total > 2 * segments.SEGMENT_BYTES:  # few segments, and full
             assert len(segs) - 1 <= 2 * total // segments.SEGMENT_BYTES + 1, segs
+    finally:
+        log.close()
+
+
+@pytest.mark.parametrize("size", [1_500, 2_100, 3_000, 5_000])
+def test_records_over_half_a_page_fill_the_pages_they_take(tmp_path, size):
+    """A record of 2 to 4 KB alone on a page would leave up to half of it empty: records over
+    an eighth of a page share segments of up to eight pages, so the log's file holds about
+    their own size."""
+    log = LocalLog(tmp_path / "log")
+    try:
+        log.create("s", 1)
+        for _ in range(4):
+            log.append("s", 0, [(None, b"x" * size, None)] * 100)
+        segs = log.segments("s", 0)
+        pages = sum(-(-(stored + 16) // 4096) for *_, stored in segs)
+        assert pages * 4096 < 1.15 * 400 * size, (pages, segs[:3])
+        assert all(stored <= segments.LARGE_SEGMENT_BYTES or span == 1
+                   for _, span, _, stored in segs)
+        assert log.read("s", 0, 0, 1_000)[1] == [(None, b"x" * size, None)] * 400
     finally:
         log.close()
 
