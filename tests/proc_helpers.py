@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import time
+from collections.abc import Callable
 
 
 def finish(proc: subprocess.Popen[str], kill_after: float | None,
@@ -33,3 +35,19 @@ def finish(proc: subprocess.Popen[str], kill_after: float | None,
             proc.kill()
             proc.wait()
     return proc.returncode, err
+
+
+def wait_or_dump(proc: subprocess.Popen[str], timeout: float, output: Callable[[], str],
+                 what: str = "the job") -> int:
+    """``proc``'s exit code; when it has not exited ``timeout`` seconds on: its stacks (a
+    ``samza-dsl`` process prints its threads and its loop's tasks on SIGUSR1), then SIGKILL, and
+    an AssertionError with its ``output()``, the stacks last."""
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(2)
+        proc.kill()
+        proc.wait()
+        raise AssertionError(f"{what} had not exited {timeout} s on; its output, its stacks "
+                             f"last:\n{output()[-12_000:]}") from None

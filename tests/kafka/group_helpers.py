@@ -26,6 +26,7 @@ from runtime.kafka.system import (
     stop_client,
     true_end_offsets,
 )
+from tests.proc_helpers import wait_or_dump
 
 APPS = Path(__file__).parent / "kafka_apps.py"
 CLI = os.path.join(os.path.dirname(sys.executable), "samza-dsl")
@@ -89,6 +90,14 @@ class Member:
             self.proc.wait()
             raise AssertionError(f"member {self.pid} did not stop in {timeout} s:\n"
                                  f"{self.text()[-3000:]}") from None
+        finally:
+            self._out.close()
+
+    def wait(self, timeout: float) -> int:
+        """Its exit code; if it has not exited ``timeout`` seconds on, its stacks and output in
+        an AssertionError (``tests.proc_helpers.wait_or_dump``)."""
+        try:
+            return wait_or_dump(self.proc, timeout, self.text, f"member {self.pid}")
         finally:
             self._out.close()
 

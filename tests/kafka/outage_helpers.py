@@ -16,6 +16,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests.proc_helpers import wait_or_dump
+
 ROOT = Path(__file__).resolve().parents[2]
 APP = "tests/kafka/kafka_apps.py:app"
 
@@ -165,17 +167,7 @@ class JobProcess:
 
     def wait(self, timeout: float) -> int:
         try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            # where it waits (``samza-dsl`` prints its threads and its loop's tasks on SIGUSR1),
-            # then its whole output, for the failure
-            self.proc.send_signal(signal.SIGUSR1)
-            time.sleep(2)
-            self.proc.kill()
-            self.proc.wait()
-            self._out.close()
-            raise AssertionError(f"the job had not exited {timeout} s on; its output, its "
-                                 f"stacks last:\n{self.output()[-12_000:]}") from None
+            return wait_or_dump(self.proc, timeout, self.output)
         finally:
             if self.proc.poll() is None:
                 self.proc.kill()

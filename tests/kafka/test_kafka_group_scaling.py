@@ -48,7 +48,11 @@ def test_a_fourth_member_takes_only_the_tasks_balance_asks_for(kafka_bootstrap: 
         # all at once: stopped one by one, each stop is a rebalance of those left
         for m in members:
             m.signal(signal.SIGTERM)
-        codes = [m.proc.wait(90) for m in members]
+        try:
+            codes = [m.wait(90) for m in members]
+        finally:
+            for m in members:
+                m.signal(signal.SIGKILL)
     assert codes == [0] * len(members), [m.text()[-2000:] for m in members]
 
 
