@@ -357,10 +357,11 @@ class LocalLog(MetaKeyspace):
     def encode_batch(self, stream: str, partition: int, records: Sequence[Record],
                      timestamp_ms: int) -> list[Encoded]:
         """A batch of records encoded as the segments ``append_encoded`` stores
-        (``append_batches`` does both): one, or several of ``segment_limit`` bytes at most each
-        (one page; eight for records over an eighth of a page) for a larger batch, in order. A batch may be encoded long before it is appended (an
-        exactly-once task's records, which wait for its commit): it holds no lock, and the
-        records' bytes are then held once, compactly."""
+        (``append_batches`` does both): one, or for a larger batch several, in order, of
+        ``segment_limit`` bytes at most each (one page; eight for records over an eighth of a
+        page). A batch may be encoded long before it is appended (an exactly-once task's
+        records, which wait for its commit): it holds no lock, and the records' bytes are then
+        held once, compactly."""
         if not records:
             return [(stream, partition, None, 0)]
         if records.__class__ is not list and records.__class__ is not tuple:

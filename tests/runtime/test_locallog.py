@@ -615,7 +615,7 @@ def test_a_batch_larger_than_a_page_is_stored_as_segments_of_one_page(
 
 
 @pytest.mark.parametrize("size", [1_500, 2_100, 3_000, 5_000])
-def test_records_over_half_a_page_fill_the_pages_they_take(tmp_path, size):
+def test_records_of_a_few_kilobytes_fill_the_pages_they_take(tmp_path, size):
     """A record of 2 to 4 KB alone on a page would leave up to half of it empty: records over
     an eighth of a page share segments of up to eight pages, so the log's file holds about
     their own size."""
