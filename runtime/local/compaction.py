@@ -14,8 +14,9 @@ every update the job ever made.
   compacted holds each key at most once, so one map of the dirty part's keys is enough. The map
   is bounded (``max_keys``): a pass stops its dirty part at the segment where it fills.
   A compacted segment takes ``segment_limit`` bytes at most (one of LMDB's pages; eight for
-  records over an eighth of a page), as an appended one does, so any page a pass or a retention frees fits the next segment: a segment of many
-  pages needs as many contiguous free pages, and the log's file grew for them (the soak, W9T).
+  records over an eighth of a page), as an appended one does, so any page a pass or a
+  retention frees fits the next segment: a segment of many pages needs as many contiguous free
+  pages, and the log's file grew for them (the soak, W9T).
 - **Tombstones.** A delete (a None value) is kept while a reader might have seen an older value
   of its key in the same pass over the log: it goes only once a pass that already covered it
   finished at least ``delete_retention_ms`` ago (Kafka's ``delete.retention.ms``).
