@@ -12,7 +12,8 @@ Each side keeps every message of a key until the join's watermark passes ``t + w
 (``on_watermark``; the runtime computes it as for event-time windows, or, without
 ``ctx.external_watermarks`` or where the runtime names it in ``ctx.own_watermarks``, the join
 moves its own to the latest event time it saw less the largest ``max_out_of_orderness`` of its
-inputs). A message whose event time is below the
+inputs and what event-time joins before it add, ``SideTime.lag_ms``, before it joins the
+message that moved it). A message whose event time is below the
 watermark is late: not stored or joined, but counted, logged and, with ``late_to``, passed on
 as a ``LateMessage`` (``operators.late.LateTracker``; its ``pane_id`` is the side, "left" or
 "right"). ``how="left"`` emits ``combine(l, None)`` for a left message that met no right one
@@ -86,7 +87,7 @@ class EventTimeJoinOperator(Operator):
         self._combine = resolve_fn(spec.combine)
         self._sides: tuple[SideTime, ...] = spec.sides
         #: how far behind the latest event time seen the join's own watermark stays
-        self.bound_ms = max((s.bound_ms for s in spec.sides), default=0)
+        self.bound_ms = max((s.bound_ms + s.lag_ms for s in spec.sides), default=0)
         #: which sides emit their unmatched messages: left (left, outer), right (outer)
         self._unmatched = (spec.how in ("left", "outer"), spec.how == "outer")
         self.late_tracker = LateTracker(self.op_id, 0, 0, late_to=spec.late_to, kind="join")
@@ -182,6 +183,14 @@ class EventTimeJoinOperator(Operator):
                 t = event_ms(message)
             if t < self.watermark:
                 return tracker.late(message, key, side, t, self.watermark)
+            out: list[Any] = []
+            if self.local_watermark and t - self.bound_ms > self._latest:
+                # the watermark this message moves goes first: what it expires (unmatched
+                # messages it lets go) is older than what the message itself joins, so what
+                # reads the join's outputs sees them nearer event-time order; an expired entry
+                # could not meet the message anyway (more than ``within`` before it)
+                self._latest = t - self.bound_ms
+                out = self.on_watermark(self._latest)
             seq = self._seq
             self._seq = seq + 1
             entry = [t, seq, message, 0]
@@ -192,7 +201,6 @@ class EventTimeJoinOperator(Operator):
                 insort(entries, entry, key=_order)
             dirty.add(key)
             heapq.heappush(expiry, (t + within, seq, port, key))
-            out: list[Any] = []
             others = other.get(key)
             if others:
                 # the first that may be within reach: found by halving where the key holds many
@@ -211,9 +219,6 @@ class EventTimeJoinOperator(Operator):
                     entry[MATCHED] = 1
                     if result is not None:
                         out.append(result)
-            if self.local_watermark and t - self.bound_ms > self._latest:
-                self._latest = t - self.bound_ms
-                out.extend(self.on_watermark(self._latest))
             return out
         check = self._placement(op_id, port) if self._placement is not None else None
         return arrive if check is None else placement_checked(arrive, key_fn, check)

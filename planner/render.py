@@ -151,6 +151,8 @@ def _op_label(plan: ExecutionPlan, op_id: str, short: bool = False) -> str:
         w = d["window"]
         hop = f" hop {w['hop_ms']}ms" if "hop_ms" in w else ""
         extra = f" {w['kind']} {w.get('size_ms', w.get('gap_ms'))}ms{hop} {w['time']}-time"
+        if d.get("join_lag_ms"):
+            extra += f" join_lag={d['join_lag_ms']}ms"
         if d.get("late_to"):
             extra += f" late_to={d['late_to']}"
     elif "stream" in d and not (short and op.opcode in ("partition_by", "broadcast")):

@@ -27,10 +27,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from .errors import PlanError
-from .spec import IntermediateStreamSpec, OpSpec, PartitionBySpec, SideTime, node_stream_id
+from .spec import (
+    IntermediateStreamSpec,
+    JoinSpec,
+    OpSpec,
+    PartitionBySpec,
+    SideTime,
+    node_stream_id,
+)
 from .systems import InputDescriptor
 
-__all__ = ["side_time"]
+__all__ = ["side_time", "join_lag"]
 
 _SAME = frozenset({"filter", "merge", "broadcast"})
 
@@ -95,4 +102,51 @@ def side_time(inputs: Mapping[str, InputDescriptor],
     fn = inputs[first].event_time
     assert fn is not None
     bound = max(inputs[sid].max_out_of_orderness_ms for sid, _ in leaves)
-    return SideTime(first, fn, unwrap, bound)
+    return SideTime(first, fn, unwrap, bound, join_lag(intermediates, ops, node))
+
+
+def join_lag(intermediates: Mapping[str, IntermediateStreamSpec], ops: Mapping[str, OpSpec],
+             node: str) -> int:
+    """How far (ms) behind the latest event time of the inputs the messages at ``node`` may
+    carry their event times because of the event-time joins before it: a join's output pairs
+    messages up to ``within`` apart, and a ``how="left"``/``"outer"`` join lets an unmatched
+    message go once its side's watermark, which stays its inputs' bound behind, has passed
+    its time plus ``within``. So each join on the way adds its ``within`` and its inputs'
+    bound (and what the joins before it add); over several ways, the largest. 0 with no
+    event-time join before ``node``.
+
+    An event-time window or join after such a join allows its messages that much more
+    out-of-orderness than declared (docs/semantics.md, rule 9), so that for input in
+    event-time order (or within its bound) none of the join's outputs is late, whichever
+    input is read first.
+
+    >>> from datetime import timedelta
+    >>> from samza_dsl import StreamApplication
+    >>> from samza_dsl.systems import MemorySystem
+    >>> app, mem = StreamApplication("demo"), MemorySystem()
+    >>> a = app.input(mem.input("a", event_time=lambda m: m["ts"],
+    ...                         max_out_of_orderness=timedelta(seconds=5)))
+    >>> b = app.input(mem.input("b", event_time=lambda m: m["ts"]))
+    >>> j = a.join(b, key=lambda m: m["k"], other_key=lambda m: m["k"], combine=lambda l, r: l,
+    ...            name="j", within=timedelta(seconds=60))
+    >>> join_lag(app._intermediates, app._ops, j._node), join_lag(app._intermediates, app._ops, a._node)
+    (65000, 0)
+    """
+    seen: set[str] = set()
+
+    def walk(n: str) -> int:
+        if n in seen:
+            return 0
+        seen.add(n)
+        sid = node_stream_id(n)
+        if sid is not None:
+            inter = intermediates.get(sid)
+            return 0 if inter is None else walk(inter.producer)
+        op = ops.get(n)
+        if op is None:
+            return 0
+        if isinstance(op, JoinSpec) and op.event_time:
+            return op.within_ms + max((s.bound_ms + s.lag_ms for s in op.sides), default=0)
+        return max((walk(i) for i in op.inputs), default=0)
+
+    return walk(node)

@@ -172,16 +172,22 @@ class BroadcastSpec(OpSpec):
 @dataclass(frozen=True)
 class WindowSpec(OpSpec):
     """``late_to``: the stream (output or intermediate) late messages are written to, as
-    ``LateMessage``; None drops them (always counted)."""
+    ``LateMessage``; None drops them (always counted). ``join_lag_ms``: how far behind its
+    inputs' event times the messages of an event-time window may come from event-time joins
+    before it (``samza_dsl.join_time.join_lag``): its watermark stays that much further back
+    than its own ``max_out_of_orderness`` says."""
 
     window: Window[Any, Any] = field(default=cast("Window[Any, Any]", None), repr=False)
     late_to: str | None = None
+    join_lag_ms: int = 0
     opcode = "window"
 
     def details(self) -> dict[str, Any]:
         out: dict[str, Any] = {"window": self.window.describe()}
         if self.late_to is not None:
             out["late_to"] = self.late_to
+        if self.join_lag_ms:
+            out["join_lag_ms"] = self.join_lag_ms
         return out
 
 
@@ -191,12 +197,14 @@ class SideTime:
     one declared on the input ``input_id`` the side reads from (seconds), applied to the message
     as it reaches the join, or to its ``KV`` value ``unwrap`` times over (a ``partition_by``
     between wraps the message in a ``KV``); ``bound_ms``: the largest ``max_out_of_orderness``
-    of the inputs the side reads from."""
+    of the inputs the side reads from; ``lag_ms``: how far behind those inputs' event times the
+    side's messages may be, from event-time joins before it (``samza_dsl.join_time.join_lag``)."""
 
     input_id: str
     event_time: Callable[[Any], float] = field(repr=False)
     unwrap: int = 0
     bound_ms: int = 0
+    lag_ms: int = 0
 
 
 @dataclass(frozen=True)

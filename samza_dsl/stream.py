@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from .aggregate import field_of
 from .errors import PlanError
-from .join_time import side_time
+from .join_time import join_lag, side_time
 from .kv import KV
 from .serdes import KVSerde, Serde
 from .spec import (
@@ -604,8 +604,11 @@ class MessageStream(Generic[M]):
             raise TypeError(f"window {name!r} takes a Window from Windows.*, got "
                             f"{type(window).__name__}")
         target, late_sid = self._late_target("window", name, late_to)
+        app = self._app
+        lag = join_lag(app._intermediates, app._ops, self._node) \
+            if window.event_time is not None else 0
         panes = self._then(WindowSpec, "window", name, required=True, window=window,
-                           late_to=target)
+                           late_to=target, join_lag_ms=lag)
         if late_sid is not None:
             panes._late = self._app._late_intermediate(late_sid, panes.op_id or "")
         return panes

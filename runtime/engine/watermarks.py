@@ -183,16 +183,17 @@ class JobTime:
             for sid, d in app.inputs.items() if d.event_time is not None}
         self.idle_ms: dict[str, int] = {
             sid: d.idle_timeout_ms for sid, d in app.inputs.items() if d.idle_timeout_ms > 0}
-        #: event-time window op id -> its declared out-of-orderness; an event-time join
-        #: (``within``) is one too, with none of its own: its sides read declared inputs only
+        #: event-time window op id -> its declared out-of-orderness, plus how far behind
+        #: event-time joins before it may leave its messages (``join_lag``); an event-time
+        #: join (``within``) is one too, with only the latter: its sides read declared inputs
         self.windows: dict[str, int] = {}
         for stage in plan.stages:
             for op_id in stage.operators:
                 spec = app.operator(op_id)
                 if isinstance(spec, WindowSpec) and spec.window.event_time is not None:
-                    self.windows[op_id] = spec.window.max_out_of_orderness_ms
+                    self.windows[op_id] = spec.window.max_out_of_orderness_ms + spec.join_lag_ms
                 elif isinstance(spec, JoinSpec) and spec.event_time:
-                    self.windows[op_id] = 0
+                    self.windows[op_id] = max((s.lag_ms for s in spec.sides), default=0)
         self.readers: dict[str, list[Stage]] = {}
         for stage in plan.stages:
             for sid in stage.inputs:

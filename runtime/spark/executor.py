@@ -49,6 +49,7 @@ import inspect
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 import msgspec
@@ -213,6 +214,14 @@ class PassExecutor:
         stage_of = {op_id: stage.stage_id for stage in self.stages for op_id in stage.operators}
         for op_id, op in self.operators.items():
             ctx = ctxs[stage_of[op_id]]
+            lagged = bool(getattr(op.spec, "join_lag_ms", 0))
+            if lagged and not ctx.external_watermarks:
+                # behind an event-time join its outputs come up to the join's lag out of
+                # event-time order, which the latest time seen cannot tell: such a window closes
+                # its panes at the end of the pass, a session window taking its messages in
+                # event-time order then (docs/spark.md)
+                ctx = replace(ctx, external_watermarks=True)
+                op.hold_ahead = True
             try:
                 op.init(ctx, user_ctx)
             except Exception as exc:
