@@ -200,6 +200,9 @@ class ContainerClaim:
                 self._ready.set()
                 await self._renew(producer, consumer)
             finally:
+                # nothing more is read: the consumer stops before the tombstone is written,
+                # so a slow write (a busy broker) cannot leave it open as the process exits
+                await stop_client(consumer, LOST_STOP_S if self._lost else 5.0)
                 if not self._lost:
                     with contextlib.suppress(KafkaError, OSError, TimeoutError):
                         async with asyncio.timeout(self.timeout):

@@ -270,6 +270,8 @@ class KafkaConsumer(Consumer):
         #: the partitions the consumer is assigned now (``_assign``)
         self._assigned: frozenset[TopicPartition] = frozenset()
         self._wake = asyncio.Event()
+        self._starting = asyncio.Lock()  # one start of the consumer at a time (``_start``)
+        self._closed = False
 
     def register(self, key: Any, ssp: SSP, next_offset: int | None) -> None:
         tp = TopicPartition(self.physical[ssp.stream_id], ssp.partition)
@@ -278,16 +280,30 @@ class KafkaConsumer(Consumer):
         self._backlog[key] = []
 
     async def _start(self) -> AIOKafkaConsumer:
+        """The consumer, started on first use: one at a time (a poll and a bounds lookup that
+        both find none take the same one), and stopped again if its start fails or is
+        cancelled, or the reader was closed meanwhile, so none is left unclosed."""
+        async with self._starting:
+            if self._consumer is not None:
+                return self._consumer
+            consumer = new_consumer(self.servers, self.settings, as_fetched=True)
+            try:
+                await self._open(consumer)
+                if self._closed:
+                    raise asyncio.CancelledError()  # closed as it started: nothing to read
+            except BaseException:
+                await asyncio.shield(stop_client(consumer))
+                raise
+            self._consumer = consumer
+            return consumer
+
+    async def _open(self, consumer: AIOKafkaConsumer) -> None:
         tps = list(self._readers)
-        consumer = new_consumer(self.servers, self.settings, as_fetched=True)
         try:
             async with asyncio.timeout(self.timeout):
                 await consumer.start()
                 self._assign(consumer, tps)
         except (KafkaError, TimeoutError, OSError) as exc:
-            with contextlib.suppress(Exception):
-                await consumer.stop()
-            await close_connections(consumer)
             raise kafka_error("starting the consumer", self.servers, exc, self.settings) from exc
         await self._resolve(consumer, list(self.positions))
         # readers a task that came meanwhile registered (``add`` before the consumer is up)
@@ -299,8 +315,6 @@ class KafkaConsumer(Consumer):
             first = min(self.positions[k][2] for k in keys)
             consumer.seek(tp, first)
             self._fetched[tp] = first
-        self._consumer = consumer
-        return consumer
 
     async def _resolve(self, consumer: AIOKafkaConsumer, keys: list[Any]) -> None:
         """The positions of ``keys`` that are not set yet (their input's ``offset_default``),
@@ -588,6 +602,7 @@ class KafkaConsumer(Consumer):
         self._wake.set()
 
     async def close(self) -> None:
+        self._closed = True  # a start under way stops its consumer itself (``_start``)
         if self._consumer is not None:
             consumer, self._consumer = self._consumer, None
             await stop_client(consumer)
