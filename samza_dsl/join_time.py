@@ -20,6 +20,15 @@ event time; a side fed by several reads it with the first one's ``event_time`` a
 >>> side = side_time(app._inputs, app._intermediates, app._ops, by_k._node, "j", "left")
 >>> side.input_id, side.unwrap, side.bound_ms
 ('a', 1, 5000)
+
+What an event-time join adds to the out-of-orderness of what reads its outputs (``join_lag``):
+its ``within`` and its inputs' bound.
+
+>>> b = app.input(mem.input("b", event_time=lambda m: m["ts"]))
+>>> j = a.join(b, key=lambda m: m["k"], other_key=lambda m: m["k"], combine=lambda l, r: l,
+...            name="j", within=timedelta(seconds=60))
+>>> join_lag(app._intermediates, app._ops, j._node), join_lag(app._intermediates, app._ops, a._node)
+(65000, 0)
 """
 
 from __future__ import annotations
@@ -118,19 +127,7 @@ def join_lag(intermediates: Mapping[str, IntermediateStreamSpec], ops: Mapping[s
     An event-time window or join after such a join allows its messages that much more
     out-of-orderness than declared (docs/semantics.md, rule 9), so that for input in
     event-time order (or within its bound) none of the join's outputs is late, whichever
-    input is read first.
-
-    >>> from datetime import timedelta
-    >>> from samza_dsl import StreamApplication
-    >>> from samza_dsl.systems import MemorySystem
-    >>> app, mem = StreamApplication("demo"), MemorySystem()
-    >>> a = app.input(mem.input("a", event_time=lambda m: m["ts"],
-    ...                         max_out_of_orderness=timedelta(seconds=5)))
-    >>> b = app.input(mem.input("b", event_time=lambda m: m["ts"]))
-    >>> j = a.join(b, key=lambda m: m["k"], other_key=lambda m: m["k"], combine=lambda l, r: l,
-    ...            name="j", within=timedelta(seconds=60))
-    >>> join_lag(app._intermediates, app._ops, j._node), join_lag(app._intermediates, app._ops, a._node)
-    (65000, 0)
+    input is read first (the module's example).
     """
     seen: set[str] = set()
 
