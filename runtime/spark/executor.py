@@ -213,15 +213,7 @@ class PassExecutor:
             for stage in self.stages}
         stage_of = {op_id: stage.stage_id for stage in self.stages for op_id in stage.operators}
         for op_id, op in self.operators.items():
-            ctx = ctxs[stage_of[op_id]]
-            lagged = bool(getattr(op.spec, "join_lag_ms", 0))
-            if lagged and not ctx.external_watermarks:
-                # behind an event-time join its outputs come up to the join's lag out of
-                # event-time order, which the latest time seen cannot tell: such a window closes
-                # its panes at the end of the pass, a session window taking its messages in
-                # event-time order then (docs/spark.md)
-                ctx = replace(ctx, external_watermarks=True)
-                op.hold_ahead = True
+            ctx = _behind_joins(op, ctxs[stage_of[op_id]])
             try:
                 op.init(ctx, user_ctx)
             except Exception as exc:
@@ -969,6 +961,18 @@ def _column_window(op: Operator) -> tuple[str, bool] | None:
             or path[1][0] != "item" or type(path[1][1]) is not str:
         return None
     return path[1][1], not ignores(op.fold_fn, 0, 2)
+
+
+def _behind_joins(op: Operator, ctx: OperatorContext) -> OperatorContext:
+    """The context of ``op``: a window after an event-time join, whose outputs come up to the
+    join's lag out of event-time order (which the latest time seen cannot tell), closes its
+    panes at the end of the pass, a session window taking its messages in event-time order then
+    (docs/spark.md); any other operator keeps its stage's."""
+    spec = op.spec
+    if isinstance(spec, WindowSpec) and spec.join_lag_ms and not ctx.external_watermarks:
+        op.hold_ahead = True
+        return replace(ctx, external_watermarks=True)
+    return ctx
 
 
 def per_message_windows(plan: Any, stage: Any) -> list[str]:
